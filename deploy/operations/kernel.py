@@ -1,0 +1,54 @@
+"""Operations on the running kernel: load a module, apply sysctl values."""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import QuoteString, StringCommand, operation
+
+from deploy.facts.kernel import KernelState
+
+
+def module_present(state: dict, module: str, filesystem: str | None, sysctl: str | None) -> bool:
+    """Loaded or built in: /sys/module, or the filesystem / sysctl the module provides."""
+    if state["modules"].get(module):
+        return True
+    if filesystem and filesystem in state["filesystems"]:
+        return True
+    return bool(sysctl and state["sysctls"].get(sysctl) is not None)
+
+
+@operation()
+def load_module(module: str, provides_filesystem: str | None = None, provides_sysctl: str | None = None):
+    """
+    Load a kernel module unless it is already present; a built-in module (absent from
+    lsmod, but its filesystem or sysctl exists) counts as present.
+    """
+    state = host.get_fact(
+        KernelState, modules=[module], sysctls=[provides_sysctl] if provides_sysctl else []
+    )
+    if module_present(state, module, provides_filesystem, provides_sysctl):
+        host.noop(f"kernel module {module} is present")
+        return
+    yield StringCommand("modprobe", QuoteString(module))
+
+
+@operation()
+def apply_sysctls(values: dict):
+    """Set sysctl values now, only those that differ from the running kernel's."""
+    state = host.get_fact(KernelState, modules=[], sysctls=sorted(values))
+    differing = {key: str(value) for key, value in values.items() if state["sysctls"].get(key) != str(value)}
+    if not differing:
+        host.noop("sysctl values are already applied")
+        return
+    for key, value in sorted(differing.items()):
+        yield StringCommand("sysctl", "-w", QuoteString(f"{key}={value}"))
+
+
+@operation(is_idempotent=False)
+def rebuild_initramfs(command: str):
+    """Rebuild the initramfs with the family's tool; a host without that tool has none to rebuild."""
+    tool = command.split()[0]
+    yield StringCommand(
+        "if command -v", QuoteString(tool), ">/dev/null 2>&1; then", command, "; else echo",
+        QuoteString(f"{tool} is not installed: no initramfs of it to rebuild"), "; fi",
+    )

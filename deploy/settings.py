@@ -1,0 +1,371 @@
+"""
+The settings users set, their defaults, and one typed, validated view of ``host.data``.
+
+Layers, lowest first: the defaults below, ``group_data/all.py`` of this checkout, then the
+host's own data (inventory, group data pyinfra loaded, ``--data key=value``). Values from
+``--data`` arrive as strings or pyinfra's parse of them; every parser here accepts both.
+An invalid value raises ``SettingsError`` while pyinfra prepares the run, so no host is
+changed; its message is one line naming the key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field, fields, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Mapping
+from urllib.parse import urlparse
+
+from pyinfra.api.exceptions import PyinfraError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+GROUP_DATA_ALL = REPO_ROOT / "group_data" / "all.py"
+
+# The NVIDIA device plugin refuses older drivers.
+MIN_DRIVER_VERSION = "384.81"
+NVIDIA_CONTAINER_RUNTIME = "/usr/bin/nvidia-container-runtime"
+NVIDIA_TOOLKIT_REPO_URL = "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH)"
+NVIDIA_TOOLKIT_GPGKEY_URL = "https://nvidia.github.io/libnvidia-container/gpgkey"
+
+
+class SettingsError(PyinfraError):
+    """An invalid setting: raised before any host is changed."""
+
+
+def _shown(value: Any) -> str:
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+class _Invalid(ValueError):
+    """Raised by a parser with what is allowed; the caller adds key and value."""
+
+
+# Parsers: (raw value) -> typed value, raising _Invalid("what is allowed").
+
+def boolean(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "1", "yes", "on"):
+        return True
+    if isinstance(value, str) and value.strip().lower() in ("false", "0", "no", "off"):
+        return False
+    raise _Invalid("true or false (also 1/0, yes/no)")
+
+
+def integer(minimum: int | None = None, maximum: int | None = None) -> Callable[[Any], int]:
+    bounds = " ".join(
+        part
+        for part in (
+            f">= {minimum}" if minimum is not None else "",
+            f"<= {maximum}" if maximum is not None else "",
+        )
+        if part
+    )
+    allowed = f"an integer {bounds}".strip()
+
+    def parse(value: Any) -> int:
+        if isinstance(value, bool):
+            raise _Invalid(allowed)
+        try:
+            number = int(str(value).strip())
+        except ValueError:
+            raise _Invalid(allowed) from None
+        if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
+            raise _Invalid(allowed)
+        return number
+
+    return parse
+
+
+def choice(*allowed: str) -> Callable[[Any], str]:
+    by_lower = {name.lower(): name for name in allowed}
+
+    def parse(value: Any) -> str:
+        text = str(value).strip().lower() if not isinstance(value, bool) else ""
+        if text not in by_lower:
+            raise _Invalid("one of " + ", ".join(allowed))
+        return by_lower[text]
+
+    return parse
+
+
+def choice_list(*allowed: str) -> Callable[[Any], tuple[str, ...]]:
+    what = "a comma-separated list of " + ", ".join(allowed)
+
+    def parse(value: Any) -> tuple[str, ...]:
+        items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+        names = [str(item).strip().lower() for item in items if str(item).strip()]
+        if not names or any(name not in allowed for name in names):
+            raise _Invalid(what)
+        return tuple(dict.fromkeys(names))
+
+    return parse
+
+
+def string_list(value: Any) -> tuple[str, ...]:
+    if value is None or value == "":
+        return ()
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    return tuple(str(item).strip() for item in items if str(item).strip())
+
+
+def mapping(value: Any) -> tuple[tuple[str, str], ...]:
+    """A dict, or ``a=b,c=d`` from the command line; kept as sorted pairs (hashable)."""
+    if value is None or value == "":
+        return ()
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(key), str(val)) for key, val in value.items()))
+    pairs = {}
+    for item in str(value).split(","):
+        if "=" not in item:
+            raise _Invalid("a mapping such as host1=node-a,host2=node-b")
+        key, _, val = item.partition("=")
+        pairs[key.strip()] = val.strip()
+    return tuple(sorted(pairs.items()))
+
+
+def absolute_path(value: Any) -> str:
+    text = str(value).strip()
+    if not text.startswith("/") or "\n" in text:
+        raise _Invalid("an absolute path")
+    return text
+
+
+def optional(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def parse_optional(value: Any) -> Any:
+        if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
+            return None
+        return parse(value)
+
+    return parse_optional
+
+
+def driver_branch(value: Any) -> str:
+    text = str(value).strip()
+    if isinstance(value, bool) or not re.fullmatch(r"[0-9]{3}", text):
+        raise _Invalid("a driver branch number such as 535 or 550")
+    return text
+
+
+def package_version(value: Any) -> str:
+    text = str(value).strip()
+    if isinstance(value, bool) or not re.fullmatch(r"[0-9][0-9A-Za-z.+~:_-]*", text):
+        raise _Invalid("a package version such as 535.183.01 or 1.17.8-1")
+    return text
+
+
+def url(value: Any) -> str:
+    text = str(value).strip()
+    parsed = urlparse(text)
+    if parsed.scheme not in ("https", "http", "file") or not (parsed.netloc or parsed.path):
+        raise _Invalid("an https:// URL (http:// needs allow_insecure_repositories=true)")
+    return text
+
+
+def image_reference(value: Any) -> str:
+    text = str(value).strip()
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._/:@-]*", text):
+        raise _Invalid("a container image reference such as registry/name:tag")
+    return text
+
+
+def k8s_name(value: Any) -> str:
+    text = str(value).strip()
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", text) or len(text) > 63:
+        raise _Invalid("a Kubernetes name (lower case letters, digits and '-')")
+    return text
+
+
+def setting(default: Any, parse: Callable[[Any], Any], help: str) -> Any:
+    return field(default=default, metadata={"parse": parse, "help": help})
+
+
+@dataclass(frozen=True)
+class Settings:
+    # Runtimes
+    container_runtimes: tuple[str, ...] = setting(
+        ("containerd",), choice_list("containerd", "docker"), "which runtimes to wire to nvidia"
+    )
+    nvidia_runtime_default: bool = setting(
+        True, boolean, "make nvidia the default runtime; false: only the handler, for a RuntimeClass"
+    )
+    systemd_cgroup: bool = setting(
+        True, boolean, "SystemdCgroup for runc and nvidia (must match the kubelet's cgroupDriver)"
+    )
+    containerd_config_path: str = setting(
+        "/etc/containerd/config.toml", absolute_path, "containerd's config file"
+    )
+    containerd_install: bool = setting(
+        True, boolean, "install the distro's containerd when the node has none"
+    )
+    containerd_version: str | None = setting(
+        None, optional(package_version), "exact containerd package version to install"
+    )
+    containerd_enable_cdi: bool = setting(False, boolean, "enable_cdi for containerd 1.7")
+    docker_daemon_config_path: str = setting(
+        "/etc/docker/daemon.json", absolute_path, "Docker's daemon.json"
+    )
+    docker_install: bool = setting(
+        False, boolean, "install the distro's Docker package when docker is wired but missing"
+    )
+    docker_enable_cdi: bool = setting(False, boolean, "features.cdi in daemon.json")
+    service_restart_timeout: int = setting(
+        30, integer(5, 600), "seconds a restarted runtime has to become active before rollback"
+    )
+    # Driver
+    nvidia_driver_install: bool = setting(True, boolean, "install the NVIDIA driver")
+    nvidia_driver_branch: str | None = setting(
+        None, optional(driver_branch), "driver branch, e.g. 535 or 550 (default: distro's)"
+    )
+    nvidia_driver_version: str | None = setting(
+        None, optional(package_version), "exact driver package version"
+    )
+    cuda_toolkit_install: bool = setting(False, boolean, "install the CUDA toolkit")
+    # Toolkit
+    nvidia_toolkit_install: bool = setting(True, boolean, "install the NVIDIA container toolkit")
+    nvidia_toolkit_version: str | None = setting(
+        None, optional(package_version), "exact version of all four toolkit packages"
+    )
+    nvidia_toolkit_repo_url: str = setting(
+        NVIDIA_TOOLKIT_REPO_URL, url, "toolkit package repository (a mirror for air-gapped sites)"
+    )
+    nvidia_toolkit_gpgkey_url: str = setting(
+        NVIDIA_TOOLKIT_GPGKEY_URL, url, "the key that signs that repository"
+    )
+    allow_insecure_repositories: bool = setting(
+        False, boolean, "accept http:// repository and key URLs (local mirrors)"
+    )
+    # Kernel and host
+    kernel_modules_load: bool = setting(
+        True, boolean, "load modules and apply sysctls now (tests in containers set false)"
+    )
+    reboot_allowed: bool = setting(False, boolean, "reboot when the new driver needs it")
+    require_gpu: bool = setting(
+        False, boolean, "fail (instead of reporting 'no GPU') when no NVIDIA GPU is found"
+    )
+    min_free_disk_mb: int = setting(
+        2048, integer(0), "free space preflight wants on / and /var before installing"
+    )
+    # Verification
+    verify_report_path: str = setting(
+        "gpu-node-report.json", str, "where the controller writes the JSON node report"
+    )
+    verify_image: str = setting(
+        "docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+        image_reference,
+        "image the verification runs nvidia-smi in",
+    )
+    # Kubernetes (control plane)
+    kubeconfig: str = setting(
+        "/etc/kubernetes/admin.conf", absolute_path, "kubeconfig kubectl uses on the control plane"
+    )
+    kube_node_names: tuple[tuple[str, str], ...] = setting(
+        (), mapping, "inventory host name -> Kubernetes node name, where they differ"
+    )
+    device_plugin_version: str = setting(
+        "v0.17.0", str, "NVIDIA device plugin release (image tag and chart version)"
+    )
+    device_plugin_install_method: str = setting(
+        "static", choice("static", "helm"), "static manifests, or the helm chart"
+    )
+    gpu_sharing: str = setting(
+        "none", choice("none", "time-slicing", "mps", "gpushare"), "how pods share a GPU"
+    )
+    gpu_sharing_replicas: int = setting(
+        4, integer(2, 1024), "time-slicing / MPS replicas per GPU"
+    )
+    time_slicing_rename_by_default: bool = setting(
+        False, boolean, "advertise nvidia.com/gpu.shared instead of nvidia.com/gpu"
+    )
+    time_slicing_fail_requests_greater_than_one: bool = setting(
+        False, boolean, "reject pods asking for more than one shared GPU"
+    )
+    mig_strategy: str = setting("none", choice("none", "single", "mixed"), "MIG strategy")
+    smoke_test: bool = setting(True, boolean, "run the vector-add pod after deploying")
+    smoke_test_image: str = setting(
+        "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0",
+        image_reference,
+        "the smoke test pod's image",
+    )
+    smoke_test_timeout: int = setting(300, integer(10, 3600), "seconds to wait for the smoke pod")
+    gpushare_memory_unit: str = setting("GiB", choice("GiB", "MiB"), "gpushare memory unit")
+
+    def wires(self, runtime: str) -> bool:
+        return runtime in self.container_runtimes
+
+    def kube_node_name(self, host_name: str) -> str:
+        return dict(self.kube_node_names).get(host_name, host_name)
+
+
+SETTING_FIELDS = {item.name: item for item in fields(Settings)}
+DEFAULTS: dict[str, Any] = {name: item.default for name, item in SETTING_FIELDS.items()}
+
+
+def _check_url_scheme(settings: Settings) -> None:
+    if settings.allow_insecure_repositories:
+        return
+    for key in ("nvidia_toolkit_repo_url", "nvidia_toolkit_gpgkey_url"):
+        value = getattr(settings, key)
+        if urlparse(value).scheme != "https":
+            raise SettingsError(
+                f"invalid setting {key}={_shown(value)}: allowed: an https:// URL "
+                "(set allow_insecure_repositories=true for an http:// or file:// mirror)"
+            )
+
+
+def parse_settings(data: Mapping[str, Any]) -> Settings:
+    """Build the typed view of ``data`` (defaults filled in); raise SettingsError on any bad value."""
+    values = {}
+    for name, item in SETTING_FIELDS.items():
+        if name not in data:
+            continue
+        raw = data[name]
+        try:
+            values[name] = item.metadata["parse"](raw)
+        except _Invalid as allowed:
+            raise SettingsError(f"invalid setting {name}={_shown(raw)}: allowed: {allowed}") from None
+    settings = replace(Settings(), **values)
+    _check_url_scheme(settings)
+    return settings
+
+
+def likely_typos(data: Mapping[str, Any]) -> list[str]:
+    """Keys in data that are not settings but look like one (a warning, not an error)."""
+    notes = []
+    for key in data:
+        if key in SETTING_FIELDS:
+            continue
+        close = difflib.get_close_matches(key, SETTING_FIELDS, n=1, cutoff=0.85)
+        if close:
+            notes.append(f"unknown setting {key!r}: did you mean {close[0]!r}?")
+    return notes
+
+
+@lru_cache(maxsize=1)
+def repo_group_data() -> dict[str, Any]:
+    """This checkout's group_data/all.py, so it applies whatever the working directory."""
+    if not GROUP_DATA_ALL.exists():
+        return {}
+    namespace: dict[str, Any] = {"__file__": str(GROUP_DATA_ALL)}
+    exec(compile(GROUP_DATA_ALL.read_text(), str(GROUP_DATA_ALL), "exec"), namespace)
+    return {
+        key: value
+        for key, value in namespace.items()
+        if not key.startswith("_") and not callable(value) and not hasattr(value, "__file__")
+    }
+
+
+def host_settings(host) -> Settings:
+    """The validated settings of one pyinfra host; the one place tasks read host.data from."""
+    cached = getattr(host, "_gpu_node_settings", None)
+    if cached is not None:
+        return cached
+    data = dict(repo_group_data())
+    data.update(host.data.dict())
+    settings = parse_settings(data)
+    host._gpu_node_settings = settings
+    return settings
