@@ -19,4 +19,5 @@ from deploy.tasks.preflight import preflight  # noqa: E402
 
 settings = host_settings(host)
 node = preflight(settings)
-kernel_prerequisites(settings, node.platform)
+if settings.runs("kernel"):
+    kernel_prerequisites(settings, node.platform)

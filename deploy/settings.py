@@ -184,8 +184,14 @@ def setting(default: Any, parse: Callable[[Any], Any], help: str) -> Any:
     return field(default=default, metadata={"parse": parse, "help": help})
 
 
+STAGES = ("kernel", "driver", "toolkit", "runtimes", "verify")
+
+
 @dataclass(frozen=True)
 class Settings:
+    stages: tuple[str, ...] = setting(
+        STAGES, choice_list(*STAGES), "which stages of deploy/gpu_node.py run (preflight always does)"
+    )
     # Runtimes
     container_runtimes: tuple[str, ...] = setting(
         ("containerd",), choice_list("containerd", "docker"), "which runtimes to wire to nvidia"
@@ -293,6 +299,9 @@ class Settings:
     )
     smoke_test_timeout: int = setting(300, integer(10, 3600), "seconds to wait for the smoke pod")
     gpushare_memory_unit: str = setting("GiB", choice("GiB", "MiB"), "gpushare memory unit")
+
+    def runs(self, stage: str) -> bool:
+        return stage in self.stages
 
     def wires(self, runtime: str) -> bool:
         return runtime in self.container_runtimes

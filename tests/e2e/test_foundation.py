@@ -1,0 +1,64 @@
+"""The foundation on a real bookworm systemd node container: kernel stage, settings, idempotence."""
+
+from __future__ import annotations
+
+from harness import assert_no_change
+
+from deploy.tasks.kernel import (
+    BLACKLIST_PATH,
+    MODULES_LOAD_PATH,
+    SYSCTL_PATH,
+    blacklist_text,
+    modules_load_text,
+    sysctl_text,
+)
+
+# The foundation alone: no driver, toolkit or runtimes.
+KERNEL_ONLY = {
+    "nvidia_driver_install": "false",
+    "nvidia_toolkit_install": "false",
+    "container_runtimes": "containerd",
+    "stages": "kernel",
+}
+
+
+def test_kernel_stage_persists_modules_and_sysctls_and_second_run_changes_nothing(node):
+    first = node.deploy(data=KERNEL_ONLY)
+    assert first.returncode == 0, first.explain()
+    assert "Kernel prerequisites | Persist the Kubernetes sysctls" in first.changed_operations()
+
+    assert node.read(MODULES_LOAD_PATH) == modules_load_text()
+    assert "overlay\nbr_netfilter\n" in node.read(MODULES_LOAD_PATH)
+    sysctls = node.read(SYSCTL_PATH)
+    for line in (
+        "net.bridge.bridge-nf-call-iptables = 1",
+        "net.bridge.bridge-nf-call-ip6tables = 1",
+        "net.ipv4.ip_forward = 1",
+    ):
+        assert line in sysctls
+    assert node.read(SYSCTL_PATH) == sysctl_text()
+    assert node.read(BLACKLIST_PATH) == blacklist_text()
+    before = {path: node.stat(path) for path in (MODULES_LOAD_PATH, SYSCTL_PATH, BLACKLIST_PATH)}
+
+    second = node.deploy(data=KERNEL_ONLY)
+    assert_no_change(second)
+    assert {path: node.stat(path) for path in before} == before
+
+
+def test_invalid_runtime_stops_the_run_before_the_node_changes(node):
+    result = node.deploy(data={"container_runtimes": "podman"}, json_output=False)
+    assert result.returncode != 0
+    error_lines = [line for line in result.stderr.splitlines() if "container_runtimes" in line]
+    assert len(error_lines) == 1, result.explain()
+    assert "podman" in error_lines[0] and "containerd, docker" in error_lines[0]
+    for path in (MODULES_LOAD_PATH, SYSCTL_PATH, BLACKLIST_PATH, "/etc/containerd/config.toml"):
+        assert not node.exists(path), f"{path} was written although the settings were invalid"
+
+
+def test_files_edited_by_hand_are_put_back(node):
+    assert node.deploy(data=KERNEL_ONLY).returncode == 0
+    node.write(SYSCTL_PATH, "net.ipv4.ip_forward = 0\n")
+    repaired = node.deploy(data=KERNEL_ONLY)
+    assert repaired.returncode == 0, repaired.explain()
+    assert repaired.changed_operations() == ["Kernel prerequisites | Persist the Kubernetes sysctls"]
+    assert node.read(SYSCTL_PATH) == sysctl_text()

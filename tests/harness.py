@@ -1,0 +1,181 @@
+"""
+Real node containers for end-to-end tests (DESIGN.md section 5).
+
+A node is a systemd Debian bookworm container started with the documented flags; the
+deploy runs against it through pyinfra's real CLI (`pyinfra -y @docker/<id> ...`), as a
+user would, and the container is removed by id afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = REPO / ".cache"
+# Data every test run uses: never touch the machine's kernel, never reboot.
+SAFE_DATA = {"kernel_modules_load": "false", "reboot_allowed": "false"}
+
+NODE_RUN_FLAGS = [
+    "--network", "host",
+    "--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE",
+    "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
+    "--device-cgroup-rule", "a *:* rwm",
+    "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+    # Anonymous volumes keep nested container storage off overlayfs.
+    "-v", "/var/lib/containerd", "-v", "/var/lib/docker",
+    "--tmpfs", "/run", "--tmpfs", "/run/lock",
+]
+
+
+def run(args, check=True, **kwargs) -> subprocess.CompletedProcess:
+    kwargs.setdefault("capture_output", True)
+    kwargs.setdefault("text", True)
+    result = subprocess.run(args, **kwargs)
+    if check and result.returncode != 0:
+        raise AssertionError(
+            f"command failed ({result.returncode}): {shlex.join(map(str, args))}\n"
+            f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+        )
+    return result
+
+
+def ensure_docker() -> None:
+    run(["bash", str(REPO / "scripts" / "ensure-dockerd.sh")], capture_output=False)
+
+
+def node_image() -> str:
+    return run(["bash", str(REPO / "scripts" / "build-node-image.sh")], stderr=None).stdout.strip()
+
+
+def apt_cache_volumes() -> list[str]:
+    """Share downloaded .debs between node containers: real apt, one download per package."""
+    archives = CACHE / "apt-archives"
+    (archives / "partial").mkdir(parents=True, exist_ok=True)
+    return ["-v", f"{archives}:/var/cache/apt/archives"]
+
+
+@dataclass
+class DeployResult:
+    returncode: int
+    stdout: str
+    stderr: str
+    args: list[str]
+    report: dict | None = None
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+    def results(self) -> dict:
+        """pyinfra's --json results (the run must have used json=True)."""
+        return json.loads(self.stdout)["results"]
+
+    def changed_operations(self) -> list[str]:
+        return [op["name"] for op in self.results()["operations"] if op["success"]]
+
+    def failed_operations(self) -> list[str]:
+        return [op["name"] for op in self.results()["operations"] if op["error"]]
+
+    def explain(self) -> str:
+        return f"$ {shlex.join(self.args)}\nexit {self.returncode}\n{self.stderr[-6000:]}"
+
+
+@dataclass
+class Node:
+    image: str
+    extra_run_args: list[str] = field(default_factory=list)
+    id: str = ""
+
+    def start(self) -> "Node":
+        self.id = run(
+            ["docker", "run", "-d", *NODE_RUN_FLAGS, *apt_cache_volumes(), *self.extra_run_args,
+             self.image, "/sbin/init"]
+        ).stdout.strip()
+        # systemctl answers only once systemd is up enough to serve its bus.
+        state = wait_for(
+            lambda: self.sh("systemctl is-system-running --wait", check=False, timeout=120).stdout.strip(),
+            timeout=120,
+            what=f"systemd in node {self.id[:12]}",
+        )
+        if state not in ("running", "degraded"):
+            raise AssertionError(f"node {self.id[:12]} did not boot: {state}")
+        return self
+
+    def remove(self) -> None:
+        if self.id:
+            run(["docker", "rm", "-f", "-v", self.id], check=False)
+
+    @property
+    def target(self) -> str:
+        return f"@docker/{self.id}"
+
+    def sh(self, script: str, check: bool = True, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
+        return run(["docker", "exec", self.id, "sh", "-c", script], check=check, timeout=timeout, **kwargs)
+
+    def read(self, path: str) -> str:
+        return self.sh(f"cat {shlex.quote(path)}").stdout
+
+    def write(self, path: str, content: str, mode: str = "644") -> None:
+        quoted = shlex.quote(path)
+        run(["docker", "exec", "-i", self.id, "sh", "-c",
+             f"mkdir -p $(dirname {quoted}) && cat > {quoted} && chmod {mode} {quoted}"],
+            input=content)
+
+    def exists(self, path: str) -> bool:
+        return self.sh(f"test -e {shlex.quote(path)}", check=False).returncode == 0
+
+    def stat(self, path: str) -> str:
+        """Mode, owner, size, mtime (ns) and checksum: equal before and after means untouched."""
+        quoted = shlex.quote(path)
+        return self.sh(f"stat -c '%a %U:%G %s %.9Y' {quoted} && sha256sum {quoted}").stdout
+
+    def service(self, unit: str) -> dict:
+        """What tells a restart: the active-enter timestamp, main PID and restart count."""
+        out = self.sh(
+            f"systemctl show {shlex.quote(unit)} -p ActiveState -p MainPID "
+            "-p ActiveEnterTimestampMonotonic -p NRestarts"
+        ).stdout
+        return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+    def is_active(self, unit: str) -> bool:
+        return self.sh(f"systemctl is-active {shlex.quote(unit)}", check=False).stdout.strip() == "active"
+
+    def deploy(self, *, data: dict | None = None, deploy_file: str = "deploy/gpu_node.py",
+               json_output: bool = True, extra_args: list[str] | None = None,
+               timeout: float = 1500) -> DeployResult:
+        merged = {**SAFE_DATA, **(data or {})}
+        args = [sys.executable, "-m", "pyinfra", "-y"]
+        if json_output:
+            args.append("--json")
+        args += [self.target, deploy_file]
+        for key, value in merged.items():
+            args += ["--data", f"{key}={value}"]
+        args += extra_args or []
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env.pop("GPU_NODES", None)
+        result = run(args, check=False, cwd=REPO, env=env, timeout=timeout)
+        return DeployResult(result.returncode, result.stdout, result.stderr, args)
+
+
+def assert_no_change(result: DeployResult) -> None:
+    """The idempotence contract: a re-run succeeds and changes nothing."""
+    assert result.returncode == 0, result.explain()
+    changed = result.changed_operations()
+    assert changed == [], f"a re-run changed: {changed}\n{result.explain()}"
+
+
+def wait_for(predicate, timeout: float = 30, interval: float = 0.5, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
