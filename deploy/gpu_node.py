@@ -21,3 +21,7 @@ settings = host_settings(host)
 node = preflight(settings)
 if settings.runs("kernel"):
     kernel_prerequisites(settings, node.platform)
+# stage: driver (deploy/tasks/driver.py)
+# stage: toolkit (deploy/tasks/toolkit.py)
+# stage: runtimes (deploy/tasks/containerd.py, deploy/tasks/docker.py)
+# stage: verify (deploy/tasks/verify.py)
