@@ -1,0 +1,327 @@
+"""
+Kubernetes facts, read on the control plane through ``kubectl`` (cluster version and
+reachability, nodes and their labels, objects a manifest names, a server-side diff), and
+the GPU facts a GPU node reports about itself (for its labels).
+
+Every kubectl fact goes through ``captured()``: one shell command that always exits 0 and
+reports kubectl's exit code, stdout and stderr on prefixed lines, so a failing kubectl
+becomes a clear error instead of a failed fact.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from pyinfra.api import FactBase, QuoteString, StringCommand
+from pyinfra.api.exceptions import FactProcessError
+
+KUBECTL_REQUEST_TIMEOUT = "20s"
+FIELD_MANAGER = "gpu-node"
+# Label values: at most 63 characters, alphanumeric at both ends, '-', '_', '.' inside.
+LABEL_VALUE_MAX = 63
+
+
+def kubectl(kubeconfig: str, *args: Any) -> StringCommand:
+    """``kubectl --kubeconfig K --request-timeout 20s ARGS``: every kubectl call goes through here."""
+    return StringCommand(
+        "kubectl", "--kubeconfig", QuoteString(kubeconfig), f"--request-timeout={KUBECTL_REQUEST_TIMEOUT}",
+        *args,
+    )
+
+
+def with_stdin(text: str, command: StringCommand) -> StringCommand:
+    """Feed ``text`` to ``command`` on stdin (manifests for ``-f -``), without a file on the host."""
+    return StringCommand("printf '%s\\n'", QuoteString(text), "|", command)
+
+
+def captured(command: StringCommand) -> StringCommand:
+    """
+    Run ``command``, then print ``rc N``, its stderr as ``err ...`` lines and its stdout as
+    ``out ...`` lines; always exit 0 (a fact whose command fails would fail the host).
+    """
+    return StringCommand(
+        "_e=$(mktemp);", "_o=$(", command, "2>\"$_e\");", "_rc=$?;",
+        "echo \"rc $_rc\";", "sed 's/^/err /' \"$_e\";", "rm -f \"$_e\";",
+        "[ -n \"$_o\" ] && printf '%s\\n' \"$_o\" | sed 's/^/out /';", "true",
+    )
+
+
+def parse_captured(lines: list[str]) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) from the lines ``captured()`` prints."""
+    code, out, err = None, [], []
+    for line in lines:
+        if line.startswith("rc "):
+            code = int(line[3:].strip())
+        elif line.startswith("out ") or line == "out":
+            out.append(line[4:])
+        elif line.startswith("err ") or line == "err":
+            err.append(line[4:])
+    if code is None:
+        raise FactProcessError("no exit code in the output of a kubectl command")
+    return code, "\n".join(out), "\n".join(err)
+
+
+def first_error_line(stderr: str) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    return lines[-1] if lines else "no error output"
+
+
+class KubeCluster(FactBase):
+    """
+    Whether kubectl exists and the API server answers with the given kubeconfig, and its version.
+
+    .. code:: python
+
+        {"kubectl": True, "kubeconfig_readable": True, "reachable": True,
+         "version": "1.30", "git_version": "v1.30.2", "error": None}
+    """
+
+    def command(self, kubeconfig):
+        return StringCommand(
+            "if ! command -v kubectl >/dev/null 2>&1; then echo kubectl-missing;",
+            "elif [ ! -r", QuoteString(kubeconfig), "]; then echo kubeconfig-unreadable;",
+            "else", captured(kubectl(kubeconfig, "get", "--raw", "/version")), "; fi",
+        )
+
+    @staticmethod
+    def default():
+        return {"kubectl": False, "kubeconfig_readable": False, "reachable": False,
+                "version": None, "git_version": None, "error": "no output"}
+
+    def process(self, output):
+        state = self.default()
+        if output[0] == "kubectl-missing":
+            state["error"] = "kubectl is not installed (not on PATH)"
+            return state
+        state["kubectl"] = True
+        if output[0] == "kubeconfig-unreadable":
+            state["error"] = "the kubeconfig does not exist or is not readable"
+            return state
+        state["kubeconfig_readable"] = True
+        code, out, err = parse_captured(output)
+        if code != 0:
+            state["error"] = f"the API server did not answer: {first_error_line(err)}"
+            return state
+        try:
+            info = json.loads(out)
+            major = re.sub(r"\D", "", info["major"])
+            minor = re.sub(r"\D", "", info["minor"])
+        except (ValueError, KeyError, TypeError):
+            raise FactProcessError(f"unexpected /version answer: {out[:200]!r}") from None
+        state.update(reachable=True, version=f"{int(major)}.{int(minor)}",
+                     git_version=info.get("gitVersion"), error=None)
+        return state
+
+
+class KubeNodes(FactBase):
+    """
+    The cluster's nodes and their labels (None when kubectl failed: see ``error``).
+
+    .. code:: python
+
+        {"nodes": {"gpu1": {"kubernetes.io/hostname": "gpu1", ...}}, "error": None}
+    """
+
+    def command(self, kubeconfig):
+        return captured(kubectl(kubeconfig, "get", "nodes", "-o", "json"))
+
+    @staticmethod
+    def default():
+        return {"nodes": None, "error": "no output"}
+
+    def process(self, output):
+        code, out, err = parse_captured(output)
+        if code != 0:
+            return {"nodes": None, "error": first_error_line(err)}
+        try:
+            items = json.loads(out).get("items", [])
+        except ValueError:
+            raise FactProcessError(f"kubectl get nodes: not JSON: {out[:200]!r}") from None
+        return {
+            "nodes": {
+                item["metadata"]["name"]: dict(item["metadata"].get("labels") or {}) for item in items
+            },
+            "error": None,
+        }
+
+
+def object_key(obj: dict) -> tuple[str, str, str]:
+    """(kind, namespace, name) of a manifest or live object; namespace '' when cluster-scoped."""
+    metadata = obj.get("metadata") or {}
+    return (obj["kind"], metadata.get("namespace") or "", metadata["name"])
+
+
+class KubeLiveObjects(FactBase):
+    """
+    The live objects a manifest names (missing ones left out), with their annotations.
+    One ``kubectl get -f - --ignore-not-found -o json``.
+
+    .. code:: python
+
+        {"objects": {("DaemonSet", "nvidia-device-plugin", "nvidia-device-plugin"):
+                     {"gpu-node.io/digest": "..."}}, "error": None}
+    """
+
+    def command(self, kubeconfig, manifest):
+        return captured(with_stdin(manifest, kubectl(kubeconfig, "get", "-f", "-", "--ignore-not-found",
+                                                     "-o", "json")))
+
+    @staticmethod
+    def default():
+        return {"objects": None, "error": "no output"}
+
+    def process(self, output):
+        code, out, err = parse_captured(output)
+        if code != 0:
+            return {"objects": None, "error": first_error_line(err)}
+        objects = {}
+        for document in _json_documents(out):
+            items = document.get("items", []) if document.get("kind") == "List" else [document]
+            for item in items:
+                annotations = (item.get("metadata") or {}).get("annotations") or {}
+                objects[object_key(item)] = dict(annotations)
+        return {"objects": objects, "error": None}
+
+
+def _json_documents(text: str) -> list[dict]:
+    """kubectl prints one JSON value per object found, or one List: read them all."""
+    decoder = json.JSONDecoder()
+    documents, index = [], 0
+    text = text.strip()
+    while index < len(text):
+        try:
+            value, end = decoder.raw_decode(text, index)
+        except ValueError:
+            raise FactProcessError(f"kubectl get: not JSON: {text[index:index + 200]!r}") from None
+        documents.append(value)
+        index = end
+        while index < len(text) and text[index].isspace():
+            index += 1
+    return documents
+
+
+class KubeServerSideDiff(FactBase):
+    """
+    ``kubectl diff --server-side`` of a manifest against the cluster: exit 0 no difference,
+    1 a difference, anything else an error.
+
+    .. code:: python
+
+        {"changed": True, "diff": "...", "error": None}
+    """
+
+    def command(self, kubeconfig, manifest, field_manager=FIELD_MANAGER):
+        return captured(with_stdin(manifest, kubectl(
+            kubeconfig, "diff", "--server-side", f"--field-manager={field_manager}", "--force-conflicts",
+            "-f", "-",
+        )))
+
+    @staticmethod
+    def default():
+        return {"changed": None, "diff": "", "error": "no output"}
+
+    def process(self, output):
+        code, out, err = parse_captured(output)
+        if code == 0:
+            return {"changed": False, "diff": "", "error": None}
+        if code == 1:
+            return {"changed": True, "diff": out, "error": None}
+        return {"changed": None, "diff": out, "error": first_error_line(err)}
+
+
+class GpuNodeIdentity(FactBase):
+    """
+    What a GPU node says about itself, for its Kubernetes labels: its hostname (the kubelet's
+    default node name), NVIDIA display/3D controllers on the PCI bus, and the product names
+    nvidia-smi reports (none when nvidia-smi is missing or cannot talk to a driver).
+
+    .. code:: python
+
+        {"hostname": "gpu1", "pci_gpus": 2, "products": ["NVIDIA A100-SXM4-40GB", ...],
+         "nvidia_smi": "ok"}   # or "missing", or "exit 9"
+    """
+
+    def command(self):
+        return (
+            "echo \"hostname $(hostname 2>/dev/null || cat /etc/hostname)\"; "
+            "n=0; for d in /sys/bus/pci/devices/*; do "
+            "[ \"$(cat \"$d/vendor\" 2>/dev/null)\" = 0x10de ] || continue; "
+            "case \"$(cat \"$d/class\" 2>/dev/null)\" in 0x0300*|0x0302*) n=$((n+1));; esac; done; "
+            "echo \"pci_gpus $n\"; "
+            "if command -v nvidia-smi >/dev/null 2>&1; then "
+            "_o=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null); _rc=$?; "
+            "if [ $_rc -eq 0 ]; then echo 'nvidia_smi ok'; printf '%s\\n' \"$_o\" | sed 's/^/product /'; "
+            "else echo \"nvidia_smi exit $_rc\"; fi; "
+            "else echo 'nvidia_smi missing'; fi"
+        )
+
+    @staticmethod
+    def default():
+        return {"hostname": None, "pci_gpus": 0, "products": [], "nvidia_smi": "missing"}
+
+    def process(self, output):
+        state = self.default()
+        for line in output:
+            key, _, value = line.partition(" ")
+            value = value.strip()
+            if key == "hostname":
+                state["hostname"] = value or None
+            elif key == "pci_gpus":
+                state["pci_gpus"] = int(value or 0)
+            elif key == "nvidia_smi":
+                state["nvidia_smi"] = value
+            elif key == "product" and value:
+                state["products"].append(value)
+        return state
+
+
+def accelerator_label(product: str | None) -> str | None:
+    """
+    ``NVIDIA A100-SXM4-40GB`` -> ``nvidia-a100-sxm4-40gb``, ``Tesla T4`` -> ``nvidia-tesla-t4``
+    (the seed's ``accelerator=nvidia-tesla-p100`` form); None when there is no product name.
+    """
+    if not product:
+        return None
+    value = re.sub(r"[^a-z0-9._]+", "-", product.strip().lower()).strip("-._")
+    if not value.startswith("nvidia"):
+        value = f"nvidia-{value}"
+    value = value[:LABEL_VALUE_MAX].rstrip("-._")
+    return value or None
+
+
+def kube_node_name(node_names: dict[str, str], host_name: str, hostname: str | None) -> str:
+    """
+    The Kubernetes node name of an inventory host: the ``kube_node_names`` mapping first, else
+    the host's own hostname lower-cased (what the kubelet registers by default), else the
+    inventory name.
+    """
+    if host_name in node_names:
+        return node_names[host_name]
+    if hostname:
+        return hostname.strip().lower()
+    return host_name
+
+
+@dataclass(frozen=True)
+class GpuNode:
+    """One host of the gpu_nodes group, as the control plane sees it."""
+
+    host_name: str  # pyinfra inventory name
+    node_name: str  # Kubernetes node name
+    products: tuple[str, ...]  # nvidia-smi product names, one per GPU; () when unknown
+    pci_gpus: int  # NVIDIA GPUs on the PCI bus
+    nvidia_smi: str  # "ok", "missing" or "exit N"
+    gpu_sharing: str  # the node's own gpu_sharing setting
+    nvidia_runtime_default: bool  # the node's own setting
+    settings: Any  # the node's full deploy.settings.Settings
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.pci_gpus > 0 or bool(self.products)
+
+    @property
+    def accelerator(self) -> str | None:
+        return accelerator_label(self.products[0]) if self.products else None

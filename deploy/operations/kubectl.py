@@ -1,0 +1,156 @@
+"""
+kubectl operations run on the control plane, and the helpers to render manifests for them.
+
+Idempotence of ``apply_manifests``: every object carries the digest of its bundle as an
+annotation. The operation first reads the live objects' annotations (one ``kubectl get``):
+all present with the same digest means nothing to do, no apply. Otherwise
+``kubectl diff --server-side`` decides: no difference is no change; a difference is one
+``kubectl apply --server-side``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+from pyinfra import host
+from pyinfra.api import OperationError, QuoteString, operation
+from pyinfra.api.exceptions import PyinfraError
+
+from deploy.facts.k8s import (
+    FIELD_MANAGER,
+    KubeCluster,
+    KubeLiveObjects,
+    KubeNodes,
+    KubeServerSideDiff,
+    kubectl,
+    object_key,
+    with_stdin,
+)
+
+K8S_TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "k8s"
+BUNDLE_ANNOTATION = "gpu-node.io/bundle"
+DIGEST_ANNOTATION = "gpu-node.io/digest"
+
+
+class KubeUnavailableError(PyinfraError):
+    """kubectl missing, kubeconfig unreadable or the API server unreachable on a control-plane host."""
+
+
+_environment = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(str(K8S_TEMPLATES)),
+    undefined=jinja2.StrictUndefined,
+    keep_trailing_newline=True,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+_environment.filters["to_json"] = json.dumps
+
+
+def render_template(name: str, **context: Any) -> str:
+    """Render ``templates/k8s/<name>`` (e.g. ``device-plugin.yaml.j2`` or ``gpushare/x.yaml.j2``)."""
+    return _environment.get_template(name).render(**context)
+
+
+def manifest_documents(text: str) -> list[dict]:
+    """The non-empty YAML documents of a rendered manifest."""
+    return [document for document in yaml.safe_load_all(text) if document]
+
+
+def dump_documents(documents: list[dict]) -> str:
+    return yaml.safe_dump_all(documents, sort_keys=False, default_flow_style=False, width=1000)
+
+
+def stamp_manifest(text: str, bundle: str) -> tuple[str, str]:
+    """
+    The manifest with every object annotated with the bundle name and the digest of the
+    bundle's content (computed before stamping), and that digest.
+    """
+    documents = manifest_documents(text)
+    canonical = dump_documents(documents)
+    digest = hashlib.sha256(canonical.encode()).hexdigest()[:20]
+    for document in documents:
+        annotations = document.setdefault("metadata", {}).setdefault("annotations", {})
+        annotations[BUNDLE_ANNOTATION] = bundle
+        annotations[DIGEST_ANNOTATION] = digest
+    return dump_documents(documents), digest
+
+
+def unavailable_message(host_name: str, kubeconfig: str, error: str) -> str:
+    return f"{host_name}: cannot use the cluster with kubeconfig {kubeconfig}: {error}"
+
+
+def require_cluster(kubeconfig: str) -> dict:
+    """
+    The ``KubeCluster`` fact of the current host, or ``KubeUnavailableError`` naming the host
+    and the kubeconfig when kubectl is missing or the API server does not answer.
+    """
+    cluster = host.get_fact(KubeCluster, kubeconfig=kubeconfig)
+    if not cluster["reachable"]:
+        raise KubeUnavailableError(unavailable_message(host.name, kubeconfig, cluster["error"]))
+    return cluster
+
+
+@operation()
+def apply_manifests(manifest: str, kubeconfig: str, bundle: str, field_manager: str = FIELD_MANAGER):
+    """
+    Server-side apply a rendered manifest (several YAML documents) as one named bundle.
+
+    + manifest: the rendered YAML (unstamped)
+    + bundle: a short name, kept in the ``gpu-node.io/bundle`` annotation
+    """
+    stamped, digest = stamp_manifest(manifest, bundle)
+    wanted = {object_key(document) for document in manifest_documents(stamped)}
+
+    live = host.get_fact(KubeLiveObjects, kubeconfig=kubeconfig, manifest=stamped)
+    if live["objects"] is None:
+        raise OperationError(unavailable_message(host.name, kubeconfig, live["error"]))
+    if all(live["objects"].get(key, {}).get(DIGEST_ANNOTATION) == digest for key in wanted):
+        host.noop(f"{bundle}: {len(wanted)} objects are applied at digest {digest}")
+        return
+
+    diff = host.get_fact(KubeServerSideDiff, kubeconfig=kubeconfig, manifest=stamped,
+                         field_manager=field_manager)
+    if diff["changed"] is None:
+        raise OperationError(unavailable_message(host.name, kubeconfig, f"kubectl diff: {diff['error']}"))
+    if not diff["changed"]:
+        host.noop(f"{bundle}: the cluster already matches")
+        return
+    yield with_stdin(stamped, kubectl(
+        kubeconfig, "apply", "--server-side", f"--field-manager={field_manager}", "--force-conflicts",
+        "-f", "-",
+    ))
+
+
+def labels_to_change(current: dict[str, str], wanted: dict[str, str | None]) -> dict[str, str | None]:
+    """The labels whose value differs; None means the label must be absent."""
+    return {
+        key: value
+        for key, value in sorted(wanted.items())
+        if (value is None and key in current) or (value is not None and current.get(key) != value)
+    }
+
+
+@operation()
+def label_node(kubeconfig: str, node: str, labels: dict[str, str | None]):
+    """
+    Set (or, for a None value, remove) labels on one node, only those that differ;
+    one ``kubectl label`` for all of them.
+    """
+    nodes = host.get_fact(KubeNodes, kubeconfig=kubeconfig)
+    if nodes["nodes"] is None:
+        raise OperationError(unavailable_message(host.name, kubeconfig, nodes["error"]))
+    if node not in nodes["nodes"]:
+        raise OperationError(f"{host.name}: no Kubernetes node named {node!r} (set kube_node_names)")
+    changes = labels_to_change(nodes["nodes"][node], labels)
+    if not changes:
+        host.noop(f"node {node} has its labels")
+        return
+    arguments = [
+        QuoteString(f"{key}-" if value is None else f"{key}={value}") for key, value in changes.items()
+    ]
+    yield kubectl(kubeconfig, "label", "node", QuoteString(node), "--overwrite", *arguments)
