@@ -28,6 +28,9 @@ class Family:
     # Repository of containerd.io when the distro ships no containerd (RHEL family).
     containerd_repo: Mapping[str, str] | None = None
     kernel_headers: str = ""  # package for the running kernel's headers, {kernel} = uname -r
+    # Where NVIDIA's toolkit tree keeps this family's packages, under the repository base URL;
+    # None: the distro ships the toolkit itself.
+    toolkit_repo_path: str | None = None
     # Driver packages: filled in by the driver task's plan; keys documented there.
     driver: Mapping[str, Any] = field(default_factory=dict)
 
@@ -47,6 +50,7 @@ FAMILIES: tuple[Family, ...] = (
         docker_package="docker.io",
         initramfs_command="update-initramfs -u",
         kernel_headers="linux-headers-{kernel}",
+        toolkit_repo_path="deb/$(ARCH)",
     ),
     Family(
         name="ubuntu",
@@ -56,6 +60,7 @@ FAMILIES: tuple[Family, ...] = (
         docker_package="docker.io",
         initramfs_command="update-initramfs -u",
         kernel_headers="linux-headers-{kernel}",
+        toolkit_repo_path="deb/$(ARCH)",
     ),
     Family(
         name="rhel",
@@ -66,6 +71,7 @@ FAMILIES: tuple[Family, ...] = (
         initramfs_command="dracut -f",
         containerd_repo=DOCKER_CE_RHEL_REPO,
         kernel_headers="kernel-devel-{kernel}",
+        toolkit_repo_path="rpm/$basearch",
     ),
     Family(
         name="fedora",
@@ -75,6 +81,7 @@ FAMILIES: tuple[Family, ...] = (
         docker_package="moby-engine",
         initramfs_command="dracut -f",
         kernel_headers="kernel-devel-{kernel}",
+        toolkit_repo_path="rpm/$basearch",
     ),
     Family(
         name="amazon",
@@ -84,6 +91,7 @@ FAMILIES: tuple[Family, ...] = (
         docker_package="docker",
         initramfs_command="dracut -f",
         kernel_headers="kernel-devel-{kernel}",
+        toolkit_repo_path="rpm/$basearch",
     ),
     Family(
         name="suse",
@@ -93,6 +101,7 @@ FAMILIES: tuple[Family, ...] = (
         docker_package="docker",
         initramfs_command="dracut -f",
         kernel_headers="kernel-default-devel",
+        toolkit_repo_path="rpm/$basearch",
     ),
     Family(
         name="arch",
@@ -102,6 +111,7 @@ FAMILIES: tuple[Family, ...] = (
         docker_package="docker",
         initramfs_command="mkinitcpio -P",
         kernel_headers="linux-headers",
+        toolkit_repo_path=None,
     ),
 )
 

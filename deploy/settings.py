@@ -26,7 +26,8 @@ GROUP_DATA_ALL = REPO_ROOT / "group_data" / "all.py"
 # The NVIDIA device plugin refuses older drivers.
 MIN_DRIVER_VERSION = "384.81"
 NVIDIA_CONTAINER_RUNTIME = "/usr/bin/nvidia-container-runtime"
-NVIDIA_TOOLKIT_REPO_URL = "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH)"
+# The base of NVIDIA's tree; the family adds "deb/$(ARCH)" or "rpm/$basearch" (a mirror keeps that layout).
+NVIDIA_TOOLKIT_REPO_URL = "https://nvidia.github.io/libnvidia-container/stable"
 NVIDIA_TOOLKIT_GPGKEY_URL = "https://nvidia.github.io/libnvidia-container/gpgkey"
 
 

@@ -37,3 +37,20 @@ def start_node(image):
 @pytest.fixture
 def node(start_node) -> Node:
     return start_node()
+
+
+@pytest.fixture(scope="session")
+def toolkit_repo(tmp_path_factory):
+    """The STAND-IN toolkit repository (tests/standin_toolkit.py), served on 127.0.0.1.
+
+    Yields an object with ``url`` and ``data(wrong_key=False, version=None)``: the --data
+    that points the toolkit stage at it.
+    """
+    import standin_toolkit
+
+    root = tmp_path_factory.mktemp("standin-toolkit") / "stable"
+    repo = standin_toolkit.build_repo(root)
+    with standin_toolkit.serve(root) as url:
+        repo.url = url
+        repo.data = lambda **kwargs: standin_toolkit.deploy_data(url, **kwargs)
+        yield repo

@@ -1,0 +1,75 @@
+"""
+Install pinned packages and hold them, through pyinfra's own package operations.
+
+pyinfra's ``apt.packages(update=True)`` refreshes the package lists on every run; these
+operations read the package state first and touch the package manager only when a package
+is missing or at another version, so a no-op re-run stays a single read.
+"""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import QuoteString, StringCommand, operation
+from pyinfra.operations import apt, dnf
+
+from deploy.facts.packages import DebPackageStates, RpmPackageStates, ZypperLocks
+
+
+def _needed(states: dict, packages: dict[str, str | None]) -> list[str]:
+    return [
+        name
+        for name, version in packages.items()
+        if name not in states or (version and states[name]["version"] != version)
+    ]
+
+
+@operation()
+def apt_install(packages: dict, hold: bool = False):
+    """
+    Ensure Debian packages are installed, at ``version`` where one is given ({name: version or None}),
+    refreshing the lists first only when something must be installed; hold them when asked.
+    """
+    states = host.get_fact(DebPackageStates, packages=sorted(packages))
+    needed = _needed(states, packages)
+    if needed:
+        yield from apt.update._inner()
+        yield from apt.packages._inner(
+            packages=[f"{name}={packages[name]}" if packages[name] else name for name in needed],
+            # We manage holds ourselves: a new pin must be able to move a held package.
+            extra_install_args="--allow-change-held-packages --allow-downgrades",
+        )
+    else:
+        host.noop("packages are installed: " + ", ".join(f"{n} {states[n]['version']}" for n in sorted(packages)))
+    if hold:
+        to_hold = sorted(name for name in packages if not states.get(name, {}).get("held"))
+        if to_hold:
+            yield StringCommand("apt-mark", "hold", *[QuoteString(name) for name in to_hold])
+
+
+@operation()
+def dnf_install(packages: dict, hold: bool = False):
+    """The dnf counterpart of apt_install; holds with dnf's versionlock plugin."""
+    states = host.get_fact(RpmPackageStates, packages=sorted(packages))
+    needed = _needed(states, packages)
+    if needed:
+        yield from dnf.packages._inner(
+            packages=[f"{name}-{packages[name]}" if packages[name] else name for name in needed],
+        )
+    else:
+        host.noop("packages are installed: " + ", ".join(f"{n} {states[n]['version']}" for n in sorted(packages)))
+    if hold:
+        to_hold = sorted(name for name in packages if not states.get(name, {}).get("held"))
+        if to_hold:
+            yield from dnf.packages._inner(packages=["python3-dnf-plugin-versionlock"])
+            yield StringCommand("dnf", "versionlock", "add", *[QuoteString(name) for name in to_hold])
+
+
+@operation()
+def zypper_add_locks(packages: list):
+    """Hold packages with zypper locks, those not held yet."""
+    held = set(host.get_fact(ZypperLocks))
+    to_lock = sorted(set(packages) - held)
+    if not to_lock:
+        host.noop("packages are held: " + ", ".join(sorted(packages)))
+        return
+    yield StringCommand("zypper", "--non-interactive", "addlock", *[QuoteString(name) for name in to_lock])

@@ -1,0 +1,142 @@
+"""Stage 4: the NVIDIA container toolkit from NVIDIA's repository (or a mirror), pinned and held."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+from pyinfra.api import deploy
+from pyinfra.api.exceptions import PyinfraError
+from pyinfra.operations import files, pacman, zypper
+
+from deploy.distros import Platform
+from deploy.operations import packages as package_ops
+from deploy.settings import Settings
+
+# Pinned together: the toolkit refuses mixed versions of its own parts.
+TOOLKIT_PACKAGES = (
+    "nvidia-container-toolkit",
+    "nvidia-container-toolkit-base",
+    "libnvidia-container-tools",
+    "libnvidia-container1",
+)
+APT_KEYRING = "/usr/share/keyrings/nvidia-container-toolkit-keyring.asc"
+APT_SOURCE = "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
+RPM_REPO_FILE = {
+    "dnf": "/etc/yum.repos.d/nvidia-container-toolkit.repo",
+    "zypper": "/etc/zypp/repos.d/nvidia-container-toolkit.repo",
+}
+HEADER = "# Managed by gpu-node (deploy/tasks/toolkit.py)\n"
+
+
+def repository_url(settings: Settings, platform: Platform) -> str:
+    return f"{settings.nvidia_toolkit_repo_url.rstrip('/')}/{platform.family.toolkit_repo_path}"
+
+
+def apt_source_text(settings: Settings, platform: Platform) -> str:
+    # The key URL is part of the file so that changing it re-downloads the key.
+    return (
+        HEADER
+        + f"# signing key: {settings.nvidia_toolkit_gpgkey_url}\n"
+        + f"deb [signed-by={APT_KEYRING}] {repository_url(settings, platform)} /\n"
+    )
+
+
+def rpm_repo_text(settings: Settings, platform: Platform) -> str:
+    return HEADER + "\n".join(
+        [
+            "[nvidia-container-toolkit]",
+            "name=nvidia-container-toolkit",
+            f"baseurl={repository_url(settings, platform)}",
+            "repo_gpgcheck=1",
+            "gpgcheck=0",
+            "enabled=1",
+            f"gpgkey={settings.nvidia_toolkit_gpgkey_url}",
+            "sslverify=1",
+            "",
+        ]
+    )
+
+
+def wanted_packages(settings: Settings) -> dict[str, str | None]:
+    return {name: settings.nvidia_toolkit_version for name in TOOLKIT_PACKAGES}
+
+
+@deploy("NVIDIA container toolkit")
+def toolkit(settings: Settings, platform: Platform):
+    manager = platform.family.package_manager
+    pinned = settings.nvidia_toolkit_version is not None
+
+    if manager == "apt":
+        package_ops.apt_install(
+            name="Install curl and CA certificates to fetch the repository key",
+            packages={"curl": None, "ca-certificates": None},
+        )
+        source = files.put(
+            name="Add the NVIDIA container toolkit repository (signed-by keyring)",
+            src=StringIO(apt_source_text(settings, platform)),
+            dest=APT_SOURCE,
+            user="root",
+            group="root",
+            mode="644",
+        )
+        files.download(
+            name="Download the NVIDIA container toolkit repository key",
+            src=settings.nvidia_toolkit_gpgkey_url,
+            dest=APT_KEYRING,
+            user="root",
+            group="root",
+            mode="644",
+        )
+        files.download(
+            name="Download the repository key again after the repository changed",
+            src=settings.nvidia_toolkit_gpgkey_url,
+            dest=APT_KEYRING,
+            user="root",
+            group="root",
+            mode="644",
+            force=True,
+            _if=source.did_change,
+        )
+        package_ops.apt_install(
+            name="Install the NVIDIA container toolkit",
+            packages=wanted_packages(settings),
+            hold=pinned,
+        )
+    elif manager in ("dnf", "zypper"):
+        files.put(
+            name="Add the NVIDIA container toolkit repository",
+            src=StringIO(rpm_repo_text(settings, platform)),
+            dest=RPM_REPO_FILE[manager],
+            user="root",
+            group="root",
+            mode="644",
+        )
+        if manager == "dnf":
+            package_ops.dnf_install(
+                name="Install the NVIDIA container toolkit",
+                packages=wanted_packages(settings),
+                hold=pinned,
+            )
+        else:
+            version = settings.nvidia_toolkit_version
+            zypper.packages(
+                name="Install the NVIDIA container toolkit",
+                packages=[f"{name}={version}" if version else name for name in TOOLKIT_PACKAGES],
+                extra_global_install_args="--gpg-auto-import-keys",
+            )
+            if pinned:
+                package_ops.zypper_add_locks(
+                    name="Hold the NVIDIA container toolkit (zypper locks)",
+                    packages=list(TOOLKIT_PACKAGES),
+                )
+    elif manager == "pacman":
+        if pinned:
+            raise PyinfraError(
+                f"nvidia_toolkit_version={settings.nvidia_toolkit_version!r} cannot be pinned on "
+                f"{platform.distro_id}: Arch is rolling; unset it (or use IgnorePkg in pacman.conf)"
+            )
+        pacman.packages(
+            name="Install the NVIDIA container toolkit (Arch's extra repository)",
+            packages=["nvidia-container-toolkit"],
+        )
+
