@@ -181,6 +181,32 @@ def k8s_name(value: Any) -> str:
     return text
 
 
+def release_tag(value: Any) -> str:
+    text = str(value).strip()
+    if isinstance(value, bool) or not re.fullmatch(r"v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.]+)?", text):
+        raise _Invalid("a release such as v0.17.0")
+    return text if text.startswith("v") else f"v{text}"
+
+
+def sha256_digest(value: Any) -> str:
+    text = str(value).strip().lower()
+    if text.startswith("sha256:"):
+        text = text[len("sha256:"):]
+    if isinstance(value, bool) or not re.fullmatch(r"[0-9a-f]{64}", text):
+        raise _Invalid("a SHA-256 digest (64 hex digits)")
+    return text
+
+
+def https_url_or_path(value: Any) -> str:
+    text = str(value).strip()
+    if text.startswith("/") and "\n" not in text:
+        return text
+    parsed = urlparse(text)
+    if parsed.scheme != "https" or not parsed.netloc:
+        raise _Invalid("an https:// URL or an absolute path to a file on the controller")
+    return text
+
+
 def setting(default: Any, parse: Callable[[Any], Any], help: str) -> Any:
     return field(default=default, metadata={"parse": parse, "help": help})
 
@@ -274,7 +300,7 @@ class Settings:
         (), mapping, "inventory host name -> Kubernetes node name, where they differ"
     )
     device_plugin_version: str = setting(
-        "v0.17.0", str, "NVIDIA device plugin release (image tag and chart version)"
+        "v0.17.0", release_tag, "NVIDIA device plugin release (image tag and chart version)"
     )
     device_plugin_install_method: str = setting(
         "static", choice("static", "helm"), "static manifests, or the helm chart"
@@ -300,6 +326,39 @@ class Settings:
     )
     smoke_test_timeout: int = setting(300, integer(10, 3600), "seconds to wait for the smoke pod")
     gpushare_memory_unit: str = setting("GiB", choice("GiB", "MiB"), "gpushare memory unit")
+    gpushare_extender_image: str = setting(
+        "registry.cn-hangzhou.aliyuncs.com/acs/k8s-gpushare-schd-extender:1.11-d170d8a",
+        image_reference,
+        "gpushare scheduler extender image",
+    )
+    gpushare_device_plugin_image: str = setting(
+        "registry.cn-hangzhou.aliyuncs.com/acs/k8s-gpushare-plugin:v2-1.11-aff8a23",
+        image_reference,
+        "gpushare device plugin image",
+    )
+    gpushare_scheduler_config_path: str = setting(
+        "/etc/kubernetes/gpushare/scheduler-config.yaml",
+        absolute_path,
+        "the KubeSchedulerConfiguration file kube-scheduler loads (--config)",
+    )
+    gpushare_scheduler_ready_timeout: int = setting(
+        180, integer(10, 1800), "seconds the edited kube-scheduler has to come back before rollback"
+    )
+    gpushare_inspect_install: bool = setting(
+        True, boolean, "install the kubectl-inspect-gpushare plugin on the control plane"
+    )
+    gpushare_inspect_source: str = setting(
+        "https://github.com/AliyunContainerService/gpushare-device-plugin/releases/download/v0.3.0/"
+        "kubectl-inspect-gpushare",
+        https_url_or_path,
+        "where kubectl-inspect-gpushare comes from: a URL, or a file on the controller",
+    )
+    gpushare_inspect_sha256: str | None = setting(
+        None, optional(sha256_digest), "the SHA-256 kubectl-inspect-gpushare must have (required)"
+    )
+    gpushare_inspect_path: str = setting(
+        "/usr/local/bin/kubectl-inspect-gpushare", absolute_path, "where the plugin is installed"
+    )
 
     def runs(self, stage: str) -> bool:
         return stage in self.stages
@@ -327,6 +386,27 @@ def _check_url_scheme(settings: Settings) -> None:
             )
 
 
+def _check_gpu_sharing(settings: Settings, data: Mapping[str, Any]) -> None:
+    """Kubernetes cross-key rules: the option named is the one that does not fit."""
+    sharing = settings.gpu_sharing
+    if "gpu_sharing_replicas" in data and sharing not in ("time-slicing", "mps"):
+        raise SettingsError(
+            f"invalid setting gpu_sharing_replicas={_shown(data['gpu_sharing_replicas'])}: "
+            f"allowed only with gpu_sharing=time-slicing or mps (gpu_sharing is {sharing!r})"
+        )
+    for key in ("time_slicing_rename_by_default", "time_slicing_fail_requests_greater_than_one"):
+        if getattr(settings, key) and sharing != "time-slicing":
+            raise SettingsError(
+                f"invalid setting {key}={_shown(data.get(key, True))}: allowed only with "
+                f"gpu_sharing=time-slicing (gpu_sharing is {sharing!r}; MPS and time-slicing are exclusive)"
+            )
+    if sharing == "mps" and settings.mig_strategy != "none":
+        raise SettingsError(
+            f"invalid setting mig_strategy={_shown(settings.mig_strategy)}: allowed: none with "
+            "gpu_sharing=mps (the NVIDIA device plugin does not share MIG devices through MPS)"
+        )
+
+
 def parse_settings(data: Mapping[str, Any]) -> Settings:
     """Build the typed view of ``data`` (defaults filled in); raise SettingsError on any bad value."""
     values = {}
@@ -340,6 +420,7 @@ def parse_settings(data: Mapping[str, Any]) -> Settings:
             raise SettingsError(f"invalid setting {name}={_shown(raw)}: allowed: {allowed}") from None
     settings = replace(Settings(), **values)
     _check_url_scheme(settings)
+    _check_gpu_sharing(settings, data)
     return settings
 
 
