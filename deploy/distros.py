@@ -41,6 +41,105 @@ DOCKER_CE_RHEL_REPO = {
     "gpgkey": "https://download.docker.com/linux/centos/gpg",
 }
 
+# Driver plans per family, read by deploy/tasks/driver.py (templates: {branch} {kernel}
+# {flavour} {dist} {arch} {version_id} {major} {minor} {pkgbase}):
+#   packages / branch_packages: the driver, without / with nvidia_driver_branch
+#   held: held (and pinned, with nvidia_driver_version) among them; extra_packages: never held
+#   branch: "optional", "required" (set or detected), "unsupported"
+#   branch_detect: regex over installed package names and recommend_command's output
+#   components: apt components enabled for the release's Debian entries
+#   repository: NVIDIA's repository (name, baseurl, gpgkey); repo_dist: its release directory
+#   module: dnf module stream for releases in module_majors (packages then module_packages)
+#   headers: header package candidates, first one found wins; flavour_pattern over uname -r
+#   hold_list / hold_command: how holds are read and set where deploy/operations/packages.py
+#   has no operation for that package manager (pacman)
+#   kernel_modules / dkms_package / dkms_headers: Arch's module package per installed kernel
+#   pin: False where the package manager cannot install an older version from its repository
+#   cuda_packages / cuda_home / cuda_repository
+DEBIAN_KERNEL_FLAVOUR = r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+-(.+)$"
+CUDA_REPO = {
+    "name": "cuda-{dist}-{arch}",
+    "baseurl": "https://developer.download.nvidia.com/compute/cuda/repos/{dist}/{arch}",
+    "gpgkey": "https://developer.download.nvidia.com/compute/cuda/repos/{dist}/{arch}/D42D0685.pub",
+}
+RPM_DRIVER = {
+    "repository": CUDA_REPO,
+    "module": {"name": "nvidia-driver", "stream": "{branch}-dkms", "default_branch": "latest"},
+    "module_packages": ("nvidia-driver", "nvidia-driver-cuda", "kmod-nvidia-latest-dkms"),
+    "packages": ("cuda-drivers",),
+    "branch_packages": ("cuda-drivers-{branch}",),
+    "held": ("cuda-drivers", "cuda-drivers-{branch}", "nvidia-driver", "nvidia-driver-cuda",
+             "kmod-nvidia-latest-dkms"),
+    "headers": ("kernel-devel-{kernel}", "kernel-devel"),
+    "cuda_packages": ("cuda-toolkit",),
+    "cuda_home": "/usr/local/cuda",
+}
+DEBIAN_DRIVER = {
+    "components": ("contrib", "non-free", "non-free-firmware"),
+    "packages": ("nvidia-driver", "nvidia-smi"),
+    "branch_packages": ("nvidia-tesla-{branch}-driver", "nvidia-tesla-{branch}-smi"),
+    "held": ("nvidia-driver", "nvidia-smi", "nvidia-kernel-dkms",
+             "nvidia-tesla-{branch}-driver", "nvidia-tesla-{branch}-smi",
+             "nvidia-tesla-{branch}-kernel-dkms"),
+    "extra_packages": ("firmware-misc-nonfree",),
+    "headers": ("linux-headers-{kernel}", "linux-headers-{flavour}"),
+    "flavour_pattern": DEBIAN_KERNEL_FLAVOUR,
+    "default_flavour": "{deb_arch}",
+    "cuda_packages": ("nvidia-cuda-toolkit",),
+    "cuda_home": "/usr/lib/nvidia-cuda-toolkit",
+}
+UBUNTU_DRIVER = {
+    "branch": "required",
+    "branch_detect": r"nvidia-(?:headless|driver|utils)-([0-9]{3})(?:-server)?(?:-open)?\b",
+    "recommend_command": "ubuntu-drivers list --gpgpu",
+    "packages": ("nvidia-headless-{branch}-server", "nvidia-utils-{branch}-server"),
+    "branch_packages": ("nvidia-headless-{branch}-server", "nvidia-utils-{branch}-server"),
+    "held": ("nvidia-headless-{branch}-server", "nvidia-utils-{branch}-server",
+             "nvidia-dkms-{branch}-server"),
+    "headers": ("linux-headers-{kernel}", "linux-headers-{flavour}"),
+    "flavour_pattern": DEBIAN_KERNEL_FLAVOUR,
+    "default_flavour": "generic",
+    "cuda_packages": ("nvidia-cuda-toolkit",),
+    "cuda_home": "/usr/lib/nvidia-cuda-toolkit",
+}
+SUSE_DRIVER = {
+    "branch": "unsupported",  # G06 is one branch line; pin with nvidia_driver_version
+    "repository": {
+        "name": "nvidia-{distro_id}",
+        "baseurl": "https://download.nvidia.com/opensuse/leap/{version_id}",
+        "gpgkey": "https://download.nvidia.com/opensuse/leap/{version_id}/repodata/repomd.xml.key",
+    },
+    "repository_by_id": {
+        "opensuse-tumbleweed": "https://download.nvidia.com/opensuse/tumbleweed",
+        "sles": "https://download.nvidia.com/suse/sle{major}sp{minor}",
+    },
+    "packages": ("nvidia-driver-G06-kmp-{flavour}", "nvidia-compute-utils-G06"),
+    "held": ("nvidia-driver-G06-kmp-{flavour}", "nvidia-compute-utils-G06", "nvidia-compute-G06"),
+    "flavour_pattern": r"-([a-z0-9]+)$",
+    "default_flavour": "default",
+    "headers": (),  # KMP packages carry modules built for the flavour
+    "cuda_repository": CUDA_REPO,
+    "repo_dist": "{suse_dist}",
+    "cuda_packages": ("cuda-toolkit",),
+    "cuda_home": "/usr/local/cuda",
+}
+ARCH_DRIVER = {
+    "branch": "unsupported",  # Arch ships one branch
+    "pin": False,
+    "packages": ("nvidia-utils",),
+    "held": ("nvidia-utils", "nvidia", "nvidia-lts", "nvidia-dkms"),
+    "kernel_modules": {"linux": "nvidia", "linux-lts": "nvidia-lts"},
+    "dkms_package": "nvidia-dkms",
+    "dkms_headers": "{pkgbase}-headers",
+    "headers": (),
+    # pacman reads every IgnorePkg line of [options]
+    "hold_list": "sed -n 's/^[[:space:]]*IgnorePkg[[:space:]]*=//p' /etc/pacman.conf",
+    "hold_command": "sed -i '/^\\[options\\]/a IgnorePkg = {packages}' /etc/pacman.conf",
+    "cuda_packages": ("cuda",),
+    "cuda_home": "/opt/cuda",
+}
+
+
 FAMILIES: tuple[Family, ...] = (
     Family(
         name="debian",
@@ -51,6 +150,7 @@ FAMILIES: tuple[Family, ...] = (
         initramfs_command="update-initramfs -u",
         kernel_headers="linux-headers-{kernel}",
         toolkit_repo_path="deb/$(ARCH)",
+        driver=DEBIAN_DRIVER,
     ),
     Family(
         name="ubuntu",
@@ -61,6 +161,7 @@ FAMILIES: tuple[Family, ...] = (
         initramfs_command="update-initramfs -u",
         kernel_headers="linux-headers-{kernel}",
         toolkit_repo_path="deb/$(ARCH)",
+        driver=UBUNTU_DRIVER,
     ),
     Family(
         name="rhel",
@@ -72,6 +173,7 @@ FAMILIES: tuple[Family, ...] = (
         containerd_repo=DOCKER_CE_RHEL_REPO,
         kernel_headers="kernel-devel-{kernel}",
         toolkit_repo_path="rpm/$basearch",
+        driver={**RPM_DRIVER, "repo_dist": "rhel{major}", "module_majors": (8, 9), "extra_packages": ("epel-release",)},
     ),
     Family(
         name="fedora",
@@ -82,6 +184,7 @@ FAMILIES: tuple[Family, ...] = (
         initramfs_command="dracut -f",
         kernel_headers="kernel-devel-{kernel}",
         toolkit_repo_path="rpm/$basearch",
+        driver={**RPM_DRIVER, "repo_dist": "fedora{major}"},
     ),
     Family(
         name="amazon",
@@ -92,6 +195,7 @@ FAMILIES: tuple[Family, ...] = (
         initramfs_command="dracut -f",
         kernel_headers="kernel-devel-{kernel}",
         toolkit_repo_path="rpm/$basearch",
+        driver={**RPM_DRIVER, "repo_dist": "amzn{major}"},
     ),
     Family(
         name="suse",
@@ -102,6 +206,7 @@ FAMILIES: tuple[Family, ...] = (
         initramfs_command="dracut -f",
         kernel_headers="kernel-default-devel",
         toolkit_repo_path="rpm/$basearch",
+        driver=SUSE_DRIVER,
     ),
     Family(
         name="arch",
@@ -112,6 +217,7 @@ FAMILIES: tuple[Family, ...] = (
         initramfs_command="mkinitcpio -P",
         kernel_headers="linux-headers",
         toolkit_repo_path=None,
+        driver=ARCH_DRIVER,
     ),
 )
 
