@@ -37,30 +37,34 @@ def with_stdin(text: str, command: StringCommand) -> StringCommand:
     return StringCommand("printf '%s\\n'", QuoteString(text), "|", command)
 
 
-def captured(command: StringCommand) -> StringCommand:
+def captured(command: StringCommand, prefix: str = "") -> StringCommand:
     """
     Run ``command``, then print ``rc N``, its stderr as ``err ...`` lines and its stdout as
-    ``out ...`` lines; always exit 0 (a fact whose command fails would fail the host).
+    ``out ...`` lines (each tag after ``prefix``, to tell several commands apart); always
+    exit 0 (a fact whose command fails would fail the host).
     """
     return StringCommand(
         "_e=$(mktemp);", "_o=$(", command, "2>\"$_e\");", "_rc=$?;",
-        "echo \"rc $_rc\";", "sed 's/^/err /' \"$_e\";", "rm -f \"$_e\";",
-        "[ -n \"$_o\" ] && printf '%s\\n' \"$_o\" | sed 's/^/out /';", "true",
+        f"echo \"{prefix}rc $_rc\";", f"sed 's/^/{prefix}err /' \"$_e\";", "rm -f \"$_e\";",
+        f"[ -n \"$_o\" ] && printf '%s\\n' \"$_o\" | sed 's/^/{prefix}out /';", "true",
     )
 
 
-def parse_captured(lines: list[str]) -> tuple[int, str, str]:
+def parse_captured(lines: list[str], prefix: str = "") -> tuple[int, str, str]:
     """(exit code, stdout, stderr) from the lines ``captured()`` prints."""
     code, out, err = None, [], []
     for line in lines:
-        if line.startswith("rc "):
-            code = int(line[3:].strip())
-        elif line.startswith("out ") or line == "out":
-            out.append(line[4:])
-        elif line.startswith("err ") or line == "err":
-            err.append(line[4:])
+        if not line.startswith(prefix):
+            continue
+        tag, _, rest = line[len(prefix):].partition(" ")
+        if tag == "rc":
+            code = int(rest.strip())
+        elif tag == "out":
+            out.append(rest)
+        elif tag == "err":
+            err.append(rest)
     if code is None:
-        raise FactProcessError("no exit code in the output of a kubectl command")
+        raise FactProcessError(f"no exit code in the output of a command ({prefix or 'kubectl'})")
     return code, "\n".join(out), "\n".join(err)
 
 
@@ -325,3 +329,122 @@ class GpuNode:
     @property
     def accelerator(self) -> str | None:
         return accelerator_label(self.products[0]) if self.products else None
+
+
+class SmokeTestRun(FactBase):
+    """
+    Run the smoke pod once and report, leaving the cluster as it was: delete any old pod,
+    create it, wait at most ``timeout`` seconds for Succeeded/Failed, read why it is not
+    scheduled or not running, read its log, delete it. A transient pod, so a fact (read at
+    execution time by ``run_smoke_test``) rather than a change.
+
+    .. code:: python
+
+        {"created": True, "create_error": None, "phase": "Succeeded",
+         "scheduled": "False Unschedulable: 0/1 nodes are available: 1 Insufficient nvidia.com/gpu.",
+         "waiting": ["ErrImagePull: ..."], "log": ["[Vector addition of 50000 elements]", ...],
+         "passed": True, "deleted": True}
+    """
+
+    def command(self, kubeconfig, manifest, namespace, pod, timeout):
+        k = kubectl(kubeconfig, "-n", QuoteString(namespace))
+        conditions = (
+            '{range .status.conditions[?(@.type=="PodScheduled")]}{"scheduled "}{.status}{" "}'
+            '{.reason}{": "}{.message}{"\\n"}{end}'
+            '{range .status.containerStatuses[*]}{"waiting "}{.state.waiting.reason}{": "}'
+            '{.state.waiting.message}{"\\n"}{end}'
+        )
+        return StringCommand(
+            k, "delete", "pod", QuoteString(pod), "--ignore-not-found", "--wait=true", ">/dev/null 2>&1;",
+            "if ! _err=$(", with_stdin(manifest, StringCommand(k, "create", "-f", "-")), "2>&1 >/dev/null);",
+            "then echo create-failed; printf '%s\\n' \"$_err\" | sed 's/^/detail /';",
+            "else echo created;",
+            f"_end=$(( $(date +%s) + {int(timeout)} )); _phase=;",
+            "while :; do _phase=$(", k, "get", "pod", QuoteString(pod), "-o", "jsonpath='{.status.phase}'",
+            "2>/dev/null);", "case \"$_phase\" in Succeeded|Failed) break;; esac;",
+            "[ \"$(date +%s)\" -ge \"$_end\" ] && break; sleep 2; done;",
+            "echo \"phase ${_phase:-Unknown}\";",
+            k, "get", "pod", QuoteString(pod), "-o", QuoteString(f"jsonpath={conditions}"), "2>/dev/null;",
+            "echo;",
+            k, "logs", QuoteString(pod), "2>/dev/null | tail -n 50 | sed 's/^/log /';",
+            k, "delete", "pod", QuoteString(pod), "--ignore-not-found", "--wait=false", ">/dev/null 2>&1",
+            "&& echo deleted;",
+            "fi; true",
+        )
+
+    @staticmethod
+    def default():
+        return {"created": False, "create_error": "no output", "phase": None, "scheduled": None,
+                "waiting": [], "log": [], "passed": False, "deleted": False}
+
+    def process(self, output):
+        state = self.default()
+        details = []
+        for line in output:
+            tag, _, rest = line.partition(" ")
+            if tag == "created":
+                state.update(created=True, create_error=None)
+            elif tag == "create-failed":
+                state["create_error"] = None
+            elif tag == "detail":
+                details.append(rest)
+            elif tag == "phase":
+                state["phase"] = rest.strip()
+            elif tag == "scheduled":
+                state["scheduled"] = rest.strip()
+            elif tag == "waiting" and rest.strip(" :"):
+                state["waiting"].append(rest.strip())
+            elif tag == "log":
+                state["log"].append(rest)
+            elif tag == "deleted":
+                state["deleted"] = True
+        if not state["created"]:
+            state["create_error"] = details[-1] if details else "kubectl create failed"
+        state["passed"] = state["phase"] == "Succeeded" and any("Test PASSED" in line for line in state["log"])
+        return state
+
+
+class HelmRelease(FactBase):
+    """
+    A helm release: whether helm exists, the release's chart, status and user-supplied values.
+
+    .. code:: python
+
+        {"helm": True, "exists": True, "chart": "nvidia-device-plugin-0.17.0",
+         "status": "deployed", "values": {...}, "error": None}
+    """
+
+    def command(self, kubeconfig, namespace, release):
+        helm = StringCommand("helm", "--kubeconfig", QuoteString(kubeconfig), "-n", QuoteString(namespace))
+        return StringCommand(
+            "if ! command -v helm >/dev/null 2>&1; then echo helm-missing; else",
+            captured(StringCommand(helm, "list", "--filter", QuoteString(f"^{release}$"), "-o", "json"),
+                     prefix="list-"), ";",
+            captured(StringCommand(helm, "get", "values", QuoteString(release), "-o", "json"),
+                     prefix="values-"), "; fi",
+        )
+
+    @staticmethod
+    def default():
+        return {"helm": False, "exists": False, "chart": None, "status": None, "values": None,
+                "error": "no output"}
+
+    def process(self, output):
+        state = self.default()
+        if output[0] == "helm-missing":
+            state["error"] = "helm is not installed (not on PATH)"
+            return state
+        state["helm"] = True
+        code, out, err = parse_captured(output, "list-")
+        if code != 0:
+            state["error"] = f"helm list: {first_error_line(err)}"
+            return state
+        state["error"] = None
+        releases = json.loads(out or "[]")
+        if not releases:
+            return state
+        state.update(exists=True, chart=releases[0].get("chart"), status=releases[0].get("status"))
+        code, out, err = parse_captured(output, "values-")
+        if code == 0:
+            state["values"] = json.loads(out or "{}") or {}
+        return state

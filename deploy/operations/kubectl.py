@@ -17,16 +17,19 @@ from typing import Any
 
 import jinja2
 import yaml
-from pyinfra import host
-from pyinfra.api import OperationError, QuoteString, operation
+from pyinfra import host, logger
+from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 from pyinfra.api.exceptions import PyinfraError
+from pyinfra.api.state import StateStage
 
 from deploy.facts.k8s import (
     FIELD_MANAGER,
+    HelmRelease,
     KubeCluster,
     KubeLiveObjects,
     KubeNodes,
     KubeServerSideDiff,
+    SmokeTestRun,
     kubectl,
     object_key,
     with_stdin,
@@ -51,9 +54,9 @@ _environment = jinja2.Environment(
 _environment.filters["to_json"] = json.dumps
 
 
-def render_template(name: str, **context: Any) -> str:
-    """Render ``templates/k8s/<name>`` (e.g. ``device-plugin.yaml.j2`` or ``gpushare/x.yaml.j2``)."""
-    return _environment.get_template(name).render(**context)
+def render_template(template: str, **context: Any) -> str:
+    """Render ``templates/k8s/<template>`` (e.g. ``device-plugin.yaml.j2`` or ``gpushare/x.yaml.j2``)."""
+    return _environment.get_template(template).render(**context)
 
 
 def manifest_documents(text: str) -> list[dict]:
@@ -61,8 +64,21 @@ def manifest_documents(text: str) -> list[dict]:
     return [document for document in yaml.safe_load_all(text) if document]
 
 
+class _BlockStyleDumper(yaml.SafeDumper):
+    """Multi-line strings (config files in ConfigMaps) as readable ``|`` blocks."""
+
+
+_BlockStyleDumper.add_representer(
+    str,
+    lambda dumper, value: dumper.represent_scalar(
+        "tag:yaml.org,2002:str", value, style="|" if "\n" in value else None
+    ),
+)
+
+
 def dump_documents(documents: list[dict]) -> str:
-    return yaml.safe_dump_all(documents, sort_keys=False, default_flow_style=False, width=1000)
+    return yaml.dump_all(documents, Dumper=_BlockStyleDumper, sort_keys=False,
+                         default_flow_style=False, width=1000)
 
 
 def stamp_manifest(text: str, bundle: str) -> tuple[str, str]:
@@ -154,3 +170,71 @@ def label_node(kubeconfig: str, node: str, labels: dict[str, str | None]):
         QuoteString(f"{key}-" if value is None else f"{key}={value}") for key, value in changes.items()
     ]
     yield kubectl(kubeconfig, "label", "node", QuoteString(node), "--overwrite", *arguments)
+
+
+def smoke_test_report(run: dict) -> str:
+    """One line saying what happened to the smoke pod (and why, when it did not pass)."""
+    if not run["created"]:
+        return f"smoke pod not created: {run['create_error']}"
+    if run["passed"]:
+        return "smoke test passed: the vector-add pod logged 'Test PASSED'"
+    phase = run["phase"] or "Unknown"
+    if phase in ("Pending", "Unknown"):
+        reasons = [item for item in [run["scheduled"], *run["waiting"]] if item and not item.startswith("True")]
+        why = "; ".join(reasons) or "no reason reported"
+        return f"smoke pod still {phase} after the timeout: {why}"
+    tail = " | ".join(run["log"][-3:]) or "no log"
+    return f"smoke pod {phase} without 'Test PASSED' in its log: {tail}"
+
+
+@operation()
+def run_smoke_test(kubeconfig: str, manifest: str, namespace: str, pod: str, timeout: int):
+    """
+    Run the vector-add pod once (bounded wait), check its log for ``Test PASSED``, delete it.
+    The pod is transient (the cluster ends as it was), so a pass is no change; anything else
+    fails the operation with the reason (the scheduler's, when the pod stayed pending).
+    """
+    if host.state.current_stage != StateStage.Execute:
+        # Run the pod when executing only, after the device plugin has been applied.
+        return
+    run = host.get_fact(SmokeTestRun, kubeconfig=kubeconfig, manifest=manifest, namespace=namespace,
+                        pod=pod, timeout=timeout)
+    report = smoke_test_report(run)
+    if run["created"] and not run["deleted"]:
+        report += f" (and the pod {namespace}/{pod} could not be deleted)"
+    if not run["passed"]:
+        raise OperationError(f"{host.name}: {report}")
+    logger.info(f"{host.print_prefix}{report}")
+    host.noop(report)
+    if False:  # a generator: operations must be one
+        yield
+
+
+HELM_RELEASE = "nvdp"
+HELM_CHART = "nvidia-device-plugin"
+HELM_REPO_URL = "https://nvidia.github.io/k8s-device-plugin"
+
+
+@operation()
+def helm_upgrade_device_plugin(kubeconfig: str, namespace: str, chart_version: str, values: str):
+    """
+    ``helm upgrade --install`` the nvdp/nvidia-device-plugin chart at a pinned version with
+    these values, unless the release is deployed at that version with exactly these values.
+    """
+    release = host.get_fact(HelmRelease, kubeconfig=kubeconfig, namespace=namespace, release=HELM_RELEASE)
+    if not release["helm"] or release["error"]:
+        raise OperationError(unavailable_message(host.name, kubeconfig, f"helm: {release['error']}"))
+    wanted_values = yaml.safe_load(values) or {}
+    if (
+        release["exists"]
+        and release["chart"] == f"{HELM_CHART}-{chart_version}"
+        and release["status"] == "deployed"
+        and release["values"] == wanted_values
+    ):
+        host.noop(f"helm release {HELM_RELEASE} is {HELM_CHART}-{chart_version} with these values")
+        return
+    yield with_stdin(values, StringCommand(
+        "helm", "--kubeconfig", QuoteString(kubeconfig), "upgrade", "--install", HELM_RELEASE, HELM_CHART,
+        "--repo", HELM_REPO_URL, "--version", QuoteString(chart_version),
+        "--namespace", QuoteString(namespace), "--create-namespace", "--wait", "--values", "-",
+    ))

@@ -1,0 +1,273 @@
+"""
+The Kubernetes GPU layer, run on control-plane hosts: RuntimeClass, GPU node labels, the
+NVIDIA device plugin (static manifests or the helm chart) with its sharing configs, and the
+vector-add smoke pod.
+
+The control plane learns about GPU nodes by reading facts of the ``gpu_nodes`` hosts of the
+same pyinfra run (``gpu_host.get_fact(...)`` while preparing the control-plane host): their
+hostname (the default Kubernetes node name), the NVIDIA GPUs on their PCI bus and the product
+names nvidia-smi reports, and their own settings (how that node shares its GPUs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import yaml
+from pyinfra import host, inventory, logger
+from pyinfra.api import deploy
+from pyinfra.api.exceptions import NoGroupError
+
+from deploy.facts.k8s import GpuNode, GpuNodeIdentity, KubeNodes, kube_node_name
+from deploy.operations import kubectl
+from deploy.settings import Settings, host_settings
+
+GPU_NODES_GROUP = "gpu_nodes"
+DEVICE_PLUGIN_NAMESPACE = "nvidia-device-plugin"
+DEVICE_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin"
+SMOKE_POD_NAME = "gpu-node-smoke-test"
+SMOKE_POD_NAMESPACE = "default"
+CONFIG_LABEL = "nvidia.com/device-plugin.config"
+RUNTIME_CLASS = "nvidia"
+
+
+@dataclass(frozen=True)
+class SharingConfig:
+    """One device plugin config (config file version v1), from one host's settings."""
+
+    sharing: str  # none, time-slicing, mps
+    replicas: int
+    rename_by_default: bool
+    fail_requests_greater_than_one: bool
+    mig_strategy: str
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "SharingConfig":
+        sharing = settings.gpu_sharing if settings.gpu_sharing in ("time-slicing", "mps") else "none"
+        return cls(
+            sharing=sharing,
+            replicas=settings.gpu_sharing_replicas if sharing != "none" else 1,
+            rename_by_default=settings.time_slicing_rename_by_default,
+            fail_requests_greater_than_one=settings.time_slicing_fail_requests_greater_than_one,
+            mig_strategy=settings.mig_strategy,
+        )
+
+    @property
+    def name(self) -> str:
+        """The config's key in the ConfigMap and the value of the node's config label."""
+        parts = [self.sharing if self.sharing != "none" else "no-sharing"]
+        if self.sharing != "none":
+            parts.append(str(self.replicas))
+        if self.rename_by_default:
+            parts.append("renamed")
+        if self.fail_requests_greater_than_one:
+            parts.append("strict")
+        if self.mig_strategy != "none":
+            parts.append(f"mig-{self.mig_strategy}")
+        return "-".join(parts)
+
+    def document(self) -> dict:
+        config: dict = {
+            "version": "v1",
+            "flags": {
+                "migStrategy": self.mig_strategy,
+                "failOnInitError": True,
+                "nvidiaDriverRoot": "/",
+                "plugin": {
+                    "passDeviceSpecs": False,
+                    "deviceListStrategy": "envvar",
+                    "deviceIDStrategy": "uuid",
+                },
+            },
+        }
+        resources = [{"name": "nvidia.com/gpu", "replicas": self.replicas}]
+        if self.sharing == "time-slicing":
+            config["sharing"] = {
+                "timeSlicing": {
+                    "renameByDefault": self.rename_by_default,
+                    "failRequestsGreaterThanOne": self.fail_requests_greater_than_one,
+                    "resources": resources,
+                }
+            }
+        elif self.sharing == "mps":
+            config["sharing"] = {"mps": {"resources": resources}}
+        return config
+
+    def text(self) -> str:
+        return yaml.safe_dump(self.document(), sort_keys=False, default_flow_style=False)
+
+    @property
+    def gpu_resource(self) -> str:
+        return "nvidia.com/gpu.shared" if self.rename_by_default else "nvidia.com/gpu"
+
+
+def gather_gpu_nodes(settings: Settings) -> list[GpuNode]:
+    """Read the facts of every gpu_nodes host of this run (from the control plane's context)."""
+    try:
+        hosts = inventory.get_group(GPU_NODES_GROUP)
+    except NoGroupError:
+        hosts = []
+    node_names = dict(settings.kube_node_names)
+    nodes = []
+    for gpu_host in hosts:
+        try:
+            identity = gpu_host.get_fact(GpuNodeIdentity)
+        except Exception as error:  # an unreachable GPU node must not stop the other nodes
+            logger.warning(f"{host.print_prefix}cannot read facts of GPU node {gpu_host.name}: {error}; "
+                           "not labelled")
+            continue
+        node_settings = host_settings(gpu_host)
+        nodes.append(GpuNode(
+            host_name=gpu_host.name,
+            node_name=kube_node_name(node_names, gpu_host.name, identity["hostname"]),
+            products=tuple(identity["products"]),
+            pci_gpus=identity["pci_gpus"],
+            nvidia_smi=identity["nvidia_smi"],
+            gpu_sharing=node_settings.gpu_sharing,
+            nvidia_runtime_default=node_settings.nvidia_runtime_default,
+            settings=node_settings,
+        ))
+    return nodes
+
+
+def node_labels(node: GpuNode) -> dict[str, str | None]:
+    """The labels gpu-node manages on a GPU node; None: remove. Only what is known is set."""
+    if not node.has_gpu:
+        return {}
+    labels: dict[str, str | None] = {"nvidia.com/gpu.present": "true"}
+    if node.accelerator:
+        labels["accelerator"] = node.accelerator
+    if node.gpu_sharing == "gpushare":
+        labels[CONFIG_LABEL] = None
+        labels["nvidia.com/mps.capable"] = None
+    else:
+        labels[CONFIG_LABEL] = SharingConfig.from_settings(node.settings).name
+        labels["nvidia.com/mps.capable"] = "true" if node.gpu_sharing == "mps" else None
+    return labels
+
+
+def report_node(node: GpuNode) -> None:
+    where = f"GPU node {node.host_name} (Kubernetes node {node.node_name})"
+    if not node.has_gpu:
+        logger.warning(f"{host.print_prefix}{where}: no NVIDIA GPU on its PCI bus and no product from "
+                       "nvidia-smi: not labelled nvidia.com/gpu.present")
+    elif not node.accelerator:
+        logger.warning(f"{host.print_prefix}{where}: {node.pci_gpus} NVIDIA GPU(s) on the PCI bus but no "
+                       f"product name (nvidia-smi: {node.nvidia_smi}): no accelerator label")
+    else:
+        logger.info(f"{host.print_prefix}{where}: {len(node.products)} x {node.products[0]}")
+
+
+def device_plugin_context(settings: Settings, nodes: list[GpuNode]) -> dict:
+    """Template context shared by the static manifests and the helm values."""
+    default = SharingConfig.from_settings(settings)
+    configs = {default.name: default}
+    plugin_nodes = [node for node in nodes if node.gpu_sharing != "gpushare"]
+    for node in plugin_nodes:
+        config = SharingConfig.from_settings(node.settings)
+        configs[config.name] = config
+    runtime_class_needed = (not settings.nvidia_runtime_default) or any(
+        not node.nvidia_runtime_default for node in plugin_nodes
+    )
+    return {
+        "namespace": DEVICE_PLUGIN_NAMESPACE,
+        "image": f"{DEVICE_PLUGIN_IMAGE}:{settings.device_plugin_version}",
+        "configs": {name: config.text() for name, config in sorted(configs.items())},
+        "default_config": default.name,
+        "runtime_class": RUNTIME_CLASS if runtime_class_needed else None,
+        "mig_monitor": any(config.mig_strategy != "none" for config in configs.values()),
+        "mps": any(config.sharing == "mps" for config in configs.values()),
+    }
+
+
+def render_device_plugin(settings: Settings, nodes: list[GpuNode]) -> str:
+    return kubectl.render_template("device-plugin.yaml.j2", **device_plugin_context(settings, nodes))
+
+
+def render_helm_values(settings: Settings, nodes: list[GpuNode]) -> str:
+    return kubectl.render_template("device-plugin-values.yaml.j2", **device_plugin_context(settings, nodes))
+
+
+def render_runtime_class() -> str:
+    return kubectl.render_template("runtimeclass.yaml.j2")
+
+
+def render_smoke_pod(settings: Settings, nodes: list[GpuNode]) -> str:
+    context = device_plugin_context(settings, nodes)
+    return kubectl.render_template(
+        "smoke-pod.yaml.j2",
+        name=SMOKE_POD_NAME,
+        namespace=SMOKE_POD_NAMESPACE,
+        image=settings.smoke_test_image,
+        resource=SharingConfig.from_settings(settings).gpu_resource,
+        runtime_class=context["runtime_class"],
+    )
+
+
+def needs_device_plugin(settings: Settings, nodes: list[GpuNode]) -> bool:
+    """False only when every GPU node (or, with none known, the control plane) uses gpushare."""
+    if nodes:
+        return any(node.gpu_sharing != "gpushare" for node in nodes)
+    return settings.gpu_sharing != "gpushare"
+
+
+@deploy("Kubernetes GPU nodes: RuntimeClass and labels")
+def gpu_cluster(settings: Settings) -> list[GpuNode]:
+    """Check the cluster, label the GPU nodes, apply the RuntimeClass; returns the GPU nodes."""
+    cluster = kubectl.require_cluster(settings.kubeconfig)
+    logger.info(f"{host.print_prefix}Kubernetes {cluster['git_version']} via {settings.kubeconfig}")
+    nodes = gather_gpu_nodes(settings)
+    live_nodes = host.get_fact(KubeNodes, kubeconfig=settings.kubeconfig)["nodes"] or {}
+
+    kubectl.apply_manifests(
+        name="Apply the nvidia RuntimeClass",
+        manifest=render_runtime_class(),
+        kubeconfig=settings.kubeconfig,
+        bundle="runtimeclass",
+    )
+    for node in nodes:
+        report_node(node)
+        labels = node_labels(node)
+        if not labels:
+            continue
+        if node.node_name not in live_nodes:
+            logger.warning(f"{host.print_prefix}GPU node {node.host_name}: no Kubernetes node named "
+                           f"{node.node_name!r}; set kube_node_names to map it; not labelled")
+            continue
+        kubectl.label_node(
+            name=f"Label GPU node {node.node_name}",
+            kubeconfig=settings.kubeconfig,
+            node=node.node_name,
+            labels=labels,
+        )
+    if not nodes:
+        logger.warning(f"{host.print_prefix}no hosts in the {GPU_NODES_GROUP} group: no node labelled")
+    return nodes
+
+
+@deploy("NVIDIA device plugin")
+def device_plugin(settings: Settings, nodes: list[GpuNode]):
+    if settings.device_plugin_install_method == "helm":
+        kubectl.helm_upgrade_device_plugin(
+            name="Install the NVIDIA device plugin helm chart",
+            kubeconfig=settings.kubeconfig,
+            namespace=DEVICE_PLUGIN_NAMESPACE,
+            chart_version=settings.device_plugin_version.lstrip("v"),
+            values=render_helm_values(settings, nodes),
+        )
+    else:
+        kubectl.apply_manifests(
+            name="Apply the NVIDIA device plugin",
+            manifest=render_device_plugin(settings, nodes),
+            kubeconfig=settings.kubeconfig,
+            bundle="nvidia-device-plugin",
+        )
+    if settings.smoke_test:
+        kubectl.run_smoke_test(
+            name="Run the vector-add smoke pod",
+            kubeconfig=settings.kubeconfig,
+            manifest=render_smoke_pod(settings, nodes),
+            namespace=SMOKE_POD_NAMESPACE,
+            pod=SMOKE_POD_NAME,
+            timeout=settings.smoke_test_timeout,
+        )
