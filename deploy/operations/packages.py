@@ -41,7 +41,8 @@ def apt_install(packages: dict, hold: bool = False):
     else:
         host.noop("packages are installed: " + ", ".join(f"{n} {states[n]['version']}" for n in sorted(packages)))
     if hold:
-        to_hold = sorted(name for name in packages if not states.get(name, {}).get("held"))
+        # Installing a held package at another version releases its hold: hold again.
+        to_hold = sorted(name for name in packages if name in needed or not states[name]["held"])
         if to_hold:
             yield StringCommand("apt-mark", "hold", *[QuoteString(name) for name in to_hold])
 

@@ -9,6 +9,7 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.operations import files, pacman, zypper
 
 from deploy.distros import Platform
+from deploy.operations import download
 from deploy.operations import packages as package_ops
 from deploy.settings import Settings
 
@@ -79,22 +80,17 @@ def toolkit(settings: Settings, platform: Platform):
             group="root",
             mode="644",
         )
-        files.download(
+        download.fetch(
             name="Download the NVIDIA container toolkit repository key",
             src=settings.nvidia_toolkit_gpgkey_url,
             dest=APT_KEYRING,
-            user="root",
-            group="root",
-            mode="644",
+            _if=source.did_not_change,
         )
-        files.download(
-            name="Download the repository key again after the repository changed",
+        download.fetch(
+            name="Download the repository key for the changed repository",
             src=settings.nvidia_toolkit_gpgkey_url,
             dest=APT_KEYRING,
-            user="root",
-            group="root",
-            mode="644",
-            force=True,
+            refresh=True,
             _if=source.did_change,
         )
         package_ops.apt_install(

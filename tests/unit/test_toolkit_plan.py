@@ -1,0 +1,108 @@
+"""Plan tests of the toolkit stage for every family (pyinfra's @fake connector)."""
+
+from __future__ import annotations
+
+import pytest
+from plan import run_plan, settings_for
+
+from deploy.distros import detect_platform
+from deploy.tasks.toolkit import APT_KEYRING, APT_SOURCE, RPM_REPO_FILE, TOOLKIT_PACKAGES, toolkit
+
+
+def platform(distro_id: str, arch: str = "x86_64"):
+    return detect_platform({"name": distro_id, "major": None, "release_meta": {"ID": distro_id}}, arch)
+
+
+def test_debian_adds_a_signed_by_source_downloads_the_key_and_installs_and_holds_the_pinned_four():
+    settings = settings_for(nvidia_toolkit_version="1.17.8-1")
+    plan = run_plan(toolkit, settings, platform("debian"))
+    fetches = plan.matching("curl -fsSL")
+    assert len(fetches) == 1 and "https://nvidia.github.io/libnvidia-container/gpgkey" in fetches[0]
+    assert APT_KEYRING in fetches[0]
+    assert plan.ran(APT_SOURCE)
+    assert plan.ran("apt-get update")
+    install = plan.matching(" install ")[-1]
+    for name in TOOLKIT_PACKAGES:
+        assert f"{name}=1.17.8-1" in install
+    assert "--allow-change-held-packages" in install
+    hold = plan.matching("apt-mark hold")
+    assert hold and all(name in hold[0] for name in TOOLKIT_PACKAGES)
+    assert not plan.ran("apt-key"), "apt-key is deprecated: the key goes to a signed-by keyring"
+    assert not plan.ran("trusted=yes")
+
+
+def test_debian_source_line_uses_signed_by_and_nvidias_flat_layout():
+    from deploy.tasks.toolkit import apt_source_text
+
+    text = apt_source_text(settings_for(), platform("debian"))
+    assert (
+        f"deb [signed-by={APT_KEYRING}] https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /"
+        in text
+    )
+
+
+def test_debian_with_everything_installed_and_held_changes_nothing_and_skips_apt_update():
+    states = "\n".join(f"{name} 1.17.8-1 hold ok installed" for name in TOOLKIT_PACKAGES)
+    plan = run_plan(
+        toolkit,
+        settings_for(nvidia_toolkit_version="1.17.8-1"),
+        platform("debian"),
+        responses={
+            "dpkg-query": states + "\ncurl 7.88.1-10 install ok installed\nca-certificates 20230311 install ok installed",
+        },
+    )
+    assert not plan.ran("apt-get update")
+    assert not plan.ran("apt-get install")
+    assert not plan.ran("apt-mark hold")
+
+
+def test_unpinned_toolkit_is_installed_without_a_hold():
+    plan = run_plan(toolkit, settings_for(), platform("ubuntu"))
+    install = plan.matching(" install ")[-1]
+    assert "nvidia-container-toolkit " in install + " "
+    assert "=" not in install.split(" install ", 1)[1]
+    assert not plan.ran("apt-mark hold")
+
+
+@pytest.mark.parametrize("family_id", ["rocky", "fedora", "amzn"])
+def test_dnf_families_get_nvidias_repo_file_pinned_packages_and_versionlock(family_id):
+    plan = run_plan(toolkit, settings_for(nvidia_toolkit_version="1.17.8-1"), platform(family_id))
+    install = plan.matching("dnf install")
+    assert install, plan.commands
+    for name in TOOLKIT_PACKAGES:
+        assert f"{name}-1.17.8-1" in install[0]
+    assert plan.ran("dnf versionlock add")
+
+
+def test_rpm_repo_file_checks_the_repository_signature():
+    from deploy.tasks.toolkit import rpm_repo_text
+
+    text = rpm_repo_text(settings_for(), platform("rocky"))
+    assert "baseurl=https://nvidia.github.io/libnvidia-container/stable/rpm/$basearch" in text
+    assert "repo_gpgcheck=1" in text
+    assert "gpgkey=https://nvidia.github.io/libnvidia-container/gpgkey" in text
+    assert RPM_REPO_FILE["dnf"] == "/etc/yum.repos.d/nvidia-container-toolkit.repo"
+
+
+def test_opensuse_installs_with_zypper_and_locks_a_pin():
+    plan = run_plan(toolkit, settings_for(nvidia_toolkit_version="1.17.8-1"), platform("opensuse-leap"))
+    install = plan.matching("zypper")
+    assert any("install" in command and "nvidia-container-toolkit=1.17.8-1" in command for command in install)
+    assert plan.ran("zypper --non-interactive addlock")
+
+
+def test_arch_installs_the_distro_package_and_refuses_a_pin():
+    plan = run_plan(toolkit, settings_for(), platform("arch"))
+    assert plan.ran("pacman") and plan.matching("nvidia-container-toolkit")
+    with pytest.raises(Exception, match="cannot be pinned"):
+        run_plan(toolkit, settings_for(nvidia_toolkit_version="1.17.8-1"), platform("arch"))
+
+
+def test_a_mirror_replaces_nvidias_urls():
+    settings = settings_for(
+        nvidia_toolkit_repo_url="https://mirror.example.internal/nvidia/stable",
+        nvidia_toolkit_gpgkey_url="https://mirror.example.internal/nvidia/gpgkey",
+    )
+    plan = run_plan(toolkit, settings, platform("debian"))
+    assert "https://mirror.example.internal/nvidia/gpgkey" in plan.matching("curl -fsSL")[0]
+    assert not plan.ran("nvidia.github.io")
