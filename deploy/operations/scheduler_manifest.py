@@ -1,0 +1,145 @@
+"""
+The safe kube-scheduler static pod edit: the kubelet restarts the scheduler as soon as its
+manifest changes, and a broken manifest leaves the cluster without a scheduler. So the edited
+copy is validated and staged outside the manifests folder (the kubelet reads every file in it),
+the current manifest is backed up, the copy is moved in, and the operation waits, bounded, for
+the new scheduler pod to be Ready; otherwise the backup goes back in and the operation fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+from io import StringIO
+
+from pyinfra import host
+from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
+from pyinfra.facts.files import FileContents
+
+from deploy.facts.k8s import kubectl
+from deploy.gpushare import (
+    CONFIG_CHECKSUM_ANNOTATION,
+    NAMESPACE,
+    ManifestError,
+    check_scheduler_manifest,
+    edit_scheduler_manifest,
+)
+
+POLL_SECONDS = 3
+# The mirror pod's config hash (new manifest), our checksum annotation, and Ready.
+POD_STATE_TEMPLATE = (
+    '{{index .metadata.annotations "kubernetes.io/config.hash"}} '
+    '{{index .metadata.annotations "' + CONFIG_CHECKSUM_ANNOTATION + '"}} '
+    '{{range .status.conditions}}{{if eq .type "Ready"}}{{.status}}{{end}}{{end}}'
+)
+
+
+def staging_paths(work_dir: str) -> dict[str, str]:
+    """Where the edited copy, the rollback backup and the first (pre-gpushare) copy live."""
+    return {
+        "staged": posixpath.join(work_dir, "kube-scheduler.yaml.new"),
+        "backup": posixpath.join(work_dir, "kube-scheduler.yaml.backup"),
+        "original": posixpath.join(work_dir, "kube-scheduler.yaml.before-gpushare"),
+        "restore": posixpath.join(work_dir, "kube-scheduler.yaml.restore"),
+    }
+
+
+def swap_in_command(
+    manifest_path: str,
+    work_dir: str,
+    staged_sha256: str,
+    config_sha256: str,
+    kubeconfig: str,
+    pod_name: str,
+    timeout: int,
+) -> StringCommand:
+    """
+    One shell script: check the staged copy is the validated one, back up, move in, wait for
+    the new scheduler pod (new config hash, our checksum, Ready) until ``timeout``; on timeout
+    move the backup back in (atomically, through a copy outside the manifests folder) and fail.
+    """
+    paths = staging_paths(work_dir)
+    manifest, staged, backup = QuoteString(manifest_path), QuoteString(paths["staged"]), QuoteString(paths["backup"])
+    original, restore = QuoteString(paths["original"]), QuoteString(paths["restore"])
+    pod_state = kubectl(
+        kubeconfig, "-n", NAMESPACE, "get", "pod", QuoteString(pod_name),
+        "-o", QuoteString(f"go-template={POD_STATE_TEMPLATE}"),
+    )
+    return StringCommand(
+        "_sha=$(sha256sum", staged, "| cut -d' ' -f1);",
+        "if [ \"$_sha\" !=", QuoteString(staged_sha256), "]; then",
+        "echo", QuoteString(f"{paths['staged']} is not the validated copy: not moved in"), ">&2; exit 1; fi;",
+        "cp -p", manifest, backup, "&&",
+        "{ [ -e", original, "] || cp -p", manifest, original, "; } &&",
+        "chmod --reference", manifest, staged, "|| exit 1;",
+        "_old=$(", pod_state, "2>/dev/null | cut -d' ' -f1);",
+        "mv -f", staged, manifest, "|| exit 1;",
+        f"_deadline=$(( $(date +%s) + {int(timeout)} ));",
+        "while :; do",
+        "_state=$(", pod_state, "2>/dev/null);",
+        "set -- $_state;",
+        "if [ -n \"$1\" ] && [ \"$1\" != \"$_old\" ] && [ \"$2\" =", QuoteString(config_sha256),
+        "] && [ \"$3\" = True ]; then",
+        "echo", QuoteString(f"kube-scheduler pod {pod_name} is Ready with the gpushare scheduler config"),
+        "; exit 0; fi;",
+        "[ \"$(date +%s)\" -ge \"$_deadline\" ] && break;",
+        f"sleep {POLL_SECONDS};",
+        "done;",
+        "cp -p", backup, restore, "&& mv -f", restore, manifest, ";",
+        "echo", QuoteString(
+            f"kube-scheduler pod {pod_name} was not Ready with the new manifest within {int(timeout)}s: "
+            f"restored {manifest_path} from {paths['backup']}"
+        ), ">&2; exit 1",
+    )
+
+
+@operation()
+def configure_scheduler_manifest(
+    config_path: str,
+    config_sha256: str,
+    kubeconfig: str,
+    pod_name: str,
+    work_dir: str,
+    manifest_path: str = "/etc/kubernetes/manifests/kube-scheduler.yaml",
+    timeout: int = 180,
+):
+    """
+    Point the kube-scheduler static pod at ``config_path`` (flag, hostPath volume and mount, each
+    once, and the config's checksum so a new config restarts it), keeping every other field.
+
+    + config_sha256: SHA-256 of the config file's content, kept as a pod annotation
+    + pod_name: the scheduler's mirror pod, ``kube-scheduler-<node name>``
+    + work_dir: outside the manifests folder, on the same filesystem (the move must be atomic)
+    + timeout: seconds the new scheduler pod has to become Ready before the backup is restored
+    """
+    manifests_dir = posixpath.dirname(manifest_path)
+    if (posixpath.normpath(work_dir) + "/").startswith(manifests_dir + "/"):
+        raise OperationError(f"{work_dir}: the staging folder must be outside {manifests_dir}")
+    lines = host.get_fact(FileContents, path=manifest_path)
+    if lines is None:
+        raise OperationError(
+            f"{host.name}: {manifest_path} does not exist: not a kubeadm control-plane host "
+            "(kube-scheduler as a static pod)"
+        )
+    current = "\n".join(lines) + "\n"
+    try:
+        edited = edit_scheduler_manifest(current, config_path, config_sha256)
+        if edited is current:
+            host.noop(f"{manifest_path} already loads {config_path}")
+            return
+        check_scheduler_manifest(edited, config_path)
+    except ManifestError as error:
+        raise OperationError(f"{host.name}: {manifest_path}: {error} (left unchanged)") from None
+
+    staged = staging_paths(work_dir)["staged"]
+    yield StringCommand("mkdir -p", QuoteString(work_dir), "&& chmod 700", QuoteString(work_dir))
+    yield FileUploadCommand(StringIO(edited), staged)
+    yield swap_in_command(
+        manifest_path=manifest_path,
+        work_dir=work_dir,
+        staged_sha256=hashlib.sha256(edited.encode()).hexdigest(),
+        config_sha256=config_sha256,
+        kubeconfig=kubeconfig,
+        pod_name=pod_name,
+        timeout=timeout,
+    )

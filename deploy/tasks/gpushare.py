@@ -1,0 +1,184 @@
+"""
+GPU memory sharing with Aliyun's gpushare scheduler extender, run on control-plane hosts when
+``gpu_sharing=gpushare``: the extender (RBAC, Deployment, NodePort Service), the gpushare device
+plugin (RBAC, DaemonSet on nodes labelled ``gpushare=true``), a KubeSchedulerConfiguration for
+the cluster's version loaded by the kube-scheduler static pod, the node labels, and the
+``kubectl-inspect-gpushare`` plugin checked against a pinned SHA-256.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+from io import StringIO
+from pathlib import Path
+
+from pyinfra import host, logger
+from pyinfra.api import QuoteString, StringCommand, deploy, operation
+from pyinfra.facts.files import Sha256File
+from pyinfra.operations import files
+
+from deploy.facts.k8s import GpuNode, GpuNodeIdentity, kube_node_name
+from deploy.gpushare import (
+    NODE_LABEL,
+    SCHEDULER_MANIFEST,
+    GpushareError,
+    device_plugin_manifest,
+    extender_manifest,
+    scheduler_config_yaml,
+)
+from deploy.operations import kubectl
+from deploy.operations.scheduler_manifest import configure_scheduler_manifest
+from deploy.settings import Settings
+
+
+def require_default_runtime(settings: Settings, nodes: list[GpuNode]) -> None:
+    """
+    The gpushare device plugin hands out GPUs through NVIDIA_VISIBLE_DEVICES only: without a
+    RuntimeClass, that works only where nvidia is the default runtime.
+    """
+    gpushare_nodes = [node for node in nodes if node.gpu_sharing == "gpushare"]
+    wrong = [node.host_name for node in gpushare_nodes if not node.nvidia_runtime_default]
+    if not nodes and not settings.nvidia_runtime_default:
+        wrong = [host.name]
+    if wrong:
+        raise GpushareError(
+            f"gpu_sharing=gpushare needs nvidia_runtime_default=true on every gpushare node; "
+            f"it is false for: {', '.join(sorted(wrong))}"
+        )
+
+
+def checked_inspect_source(settings: Settings) -> str | None:
+    """
+    Where kubectl-inspect-gpushare comes from, refused before any change when no checksum is
+    pinned or a local file does not match it; None when the plugin is not to be installed.
+    """
+    if not settings.gpushare_inspect_install:
+        return None
+    if not settings.gpushare_inspect_sha256:
+        raise GpushareError(
+            "gpushare_inspect_sha256 is not set: pin the SHA-256 of the kubectl-inspect-gpushare "
+            f"you trust ({settings.gpushare_inspect_source}), or set gpushare_inspect_install=false"
+        )
+    source = settings.gpushare_inspect_source
+    if source.startswith("/"):
+        path = Path(source)
+        if not path.is_file():
+            raise GpushareError(f"gpushare_inspect_source={source}: no such file on the controller")
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        if digest != settings.gpushare_inspect_sha256:
+            raise GpushareError(
+                f"refusing {source}: its SHA-256 is {digest}, gpushare_inspect_sha256 pins "
+                f"{settings.gpushare_inspect_sha256}"
+            )
+    return source
+
+
+def checked_download_command(url: str, dest: str, sha256: str) -> StringCommand:
+    """
+    Download to a hidden temporary file beside ``dest``, check its SHA-256, and only then make it
+    executable and move it in. (pyinfra's files.download moves the file in before checking.)
+    """
+    directory, name = posixpath.split(dest)
+    temp = f"{directory}/.{name}.download"
+    quoted_temp, quoted_url = QuoteString(temp), QuoteString(url)
+    return StringCommand(
+        "mkdir -p", QuoteString(directory), "&& rm -f", quoted_temp, "&&",
+        "{ if command -v curl >/dev/null 2>&1; then curl -fsSL", quoted_url, "-o", quoted_temp, ";",
+        "else wget -q", quoted_url, "-O", quoted_temp, "; fi; } || { rm -f", quoted_temp, ";",
+        "echo", QuoteString(f"cannot download {url}"), ">&2; exit 1; };",
+        "_sha=$(sha256sum", quoted_temp, "| cut -d' ' -f1);",
+        "if [ \"$_sha\" !=", QuoteString(sha256), "]; then rm -f", quoted_temp, ";",
+        "echo", QuoteString(f"refusing {url}: the pinned SHA-256 is {sha256}, the download's is"),
+        "\"$_sha\" >&2; exit 1; fi;",
+        "chmod 0755", quoted_temp, "&& mv -f", quoted_temp, QuoteString(dest),
+    )
+
+
+@operation()
+def install_checked_download(url: str, dest: str, sha256: str):
+    """Install the file at ``url`` as an executable ``dest`` only if its SHA-256 is ``sha256``."""
+    if host.get_fact(Sha256File, path=dest) == sha256:
+        host.noop(f"{dest} is installed with SHA-256 {sha256}")
+        return
+    yield checked_download_command(url, dest, sha256)
+
+
+def scheduler_pod_name(settings: Settings) -> str:
+    """The control-plane host's kube-scheduler mirror pod, named after its Kubernetes node."""
+    identity = host.get_fact(GpuNodeIdentity)
+    return "kube-scheduler-" + kube_node_name(dict(settings.kube_node_names), host.name, identity["hostname"])
+
+
+@deploy("GPU memory sharing with the gpushare scheduler extender")
+def gpushare(settings: Settings, nodes: list[GpuNode]):
+    """
+    + nodes: the GPU nodes of this run (``deploy.tasks.k8s.gpu_cluster`` returns them); those
+      with ``gpu_sharing=gpushare`` are labelled ``gpushare=true``, the others lose the label.
+    """
+    cluster = kubectl.require_cluster(settings.kubeconfig)
+    version = cluster["version"]
+    config_text = scheduler_config_yaml(version)  # refuses clusters older than 1.23
+    require_default_runtime(settings, nodes)
+    inspect_source = checked_inspect_source(settings)
+
+    kubectl.apply_manifests(
+        name="Apply the gpushare scheduler extender",
+        manifest=extender_manifest(version, settings.gpushare_extender_image),
+        kubeconfig=settings.kubeconfig,
+        bundle="gpushare-extender",
+    )
+    kubectl.apply_manifests(
+        name="Apply the gpushare device plugin",
+        manifest=device_plugin_manifest(settings.gpushare_device_plugin_image, settings.gpushare_memory_unit),
+        kubeconfig=settings.kubeconfig,
+        bundle="gpushare-device-plugin",
+    )
+    for node in nodes:
+        if not node.has_gpu and node.gpu_sharing == "gpushare":
+            logger.warning(f"{host.print_prefix}GPU node {node.host_name}: no NVIDIA GPU found; "
+                           f"labelled {NODE_LABEL}=true all the same, as its settings ask")
+        kubectl.label_node(
+            name=f"Label node {node.node_name} for gpushare",
+            kubeconfig=settings.kubeconfig,
+            node=node.node_name,
+            labels={NODE_LABEL: "true" if node.gpu_sharing == "gpushare" else None},
+        )
+    if not nodes:
+        logger.warning(f"{host.print_prefix}no GPU nodes in this run: no node labelled {NODE_LABEL}=true")
+
+    config_path = settings.gpushare_scheduler_config_path
+    files.put(
+        name="Write the gpushare kube-scheduler config",
+        src=StringIO(config_text),
+        dest=config_path,
+        mode="0644",
+        create_remote_dir=True,
+    )
+    configure_scheduler_manifest(
+        name="Point the kube-scheduler static pod at the gpushare config",
+        config_path=config_path,
+        config_sha256=hashlib.sha256(config_text.encode()).hexdigest(),
+        kubeconfig=settings.kubeconfig,
+        pod_name=scheduler_pod_name(settings),
+        work_dir=posixpath.join(posixpath.dirname(config_path), "staging"),
+        manifest_path=SCHEDULER_MANIFEST,
+        timeout=settings.gpushare_scheduler_ready_timeout,
+    )
+
+    if inspect_source is None:
+        return
+    if inspect_source.startswith("/"):
+        files.put(
+            name="Install kubectl-inspect-gpushare from a local file",
+            src=inspect_source,
+            dest=settings.gpushare_inspect_path,
+            mode="0755",
+        )
+    else:
+        install_checked_download(
+            name="Install kubectl-inspect-gpushare",
+            url=inspect_source,
+            dest=settings.gpushare_inspect_path,
+            sha256=settings.gpushare_inspect_sha256,
+        )
