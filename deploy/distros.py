@@ -43,8 +43,11 @@ DOCKER_CE_RHEL_REPO = {
 
 # Driver plans per family, read by deploy/tasks/driver.py (templates: {branch} {kernel}
 # {flavour} {dist} {arch} {version_id} {major} {minor} {pkgbase}):
-#   packages / branch_packages: the driver, without / with nvidia_driver_branch
-#   held: held (and pinned, with nvidia_driver_version) among them; extra_packages: never held
+#   packages / branch_packages: the driver, without / with nvidia_driver_branch: installed,
+#     pinned to nvidia_driver_version and held
+#   dependencies / branch_dependencies: installed and held too (pinned unless pin_dependencies
+#     is False): the kernel module package, so it cannot move away from the userspace
+#   extra_packages: installed, never pinned or held (firmware, EPEL)
 #   branch: "optional", "required" (set or detected), "unsupported"
 #   branch_detect: regex over installed package names and recommend_command's output
 #   components: apt components enabled for the release's Debian entries
@@ -68,8 +71,6 @@ RPM_DRIVER = {
     "module_packages": ("nvidia-driver", "nvidia-driver-cuda", "kmod-nvidia-latest-dkms"),
     "packages": ("cuda-drivers",),
     "branch_packages": ("cuda-drivers-{branch}",),
-    "held": ("cuda-drivers", "cuda-drivers-{branch}", "nvidia-driver", "nvidia-driver-cuda",
-             "kmod-nvidia-latest-dkms"),
     "headers": ("kernel-devel-{kernel}", "kernel-devel"),
     "cuda_packages": ("cuda-toolkit",),
     "cuda_home": "/usr/local/cuda",
@@ -78,9 +79,8 @@ DEBIAN_DRIVER = {
     "components": ("contrib", "non-free", "non-free-firmware"),
     "packages": ("nvidia-driver", "nvidia-smi"),
     "branch_packages": ("nvidia-tesla-{branch}-driver", "nvidia-tesla-{branch}-smi"),
-    "held": ("nvidia-driver", "nvidia-smi", "nvidia-kernel-dkms",
-             "nvidia-tesla-{branch}-driver", "nvidia-tesla-{branch}-smi",
-             "nvidia-tesla-{branch}-kernel-dkms"),
+    "dependencies": ("nvidia-kernel-dkms",),
+    "branch_dependencies": ("nvidia-tesla-{branch}-kernel-dkms",),
     "extra_packages": ("firmware-misc-nonfree",),
     "headers": ("linux-headers-{kernel}", "linux-headers-{flavour}"),
     "flavour_pattern": DEBIAN_KERNEL_FLAVOUR,
@@ -94,8 +94,7 @@ UBUNTU_DRIVER = {
     "recommend_command": "ubuntu-drivers list --gpgpu",
     "packages": ("nvidia-headless-{branch}-server", "nvidia-utils-{branch}-server"),
     "branch_packages": ("nvidia-headless-{branch}-server", "nvidia-utils-{branch}-server"),
-    "held": ("nvidia-headless-{branch}-server", "nvidia-utils-{branch}-server",
-             "nvidia-dkms-{branch}-server"),
+    "dependencies": ("nvidia-dkms-{branch}-server",),
     "headers": ("linux-headers-{kernel}", "linux-headers-{flavour}"),
     "flavour_pattern": DEBIAN_KERNEL_FLAVOUR,
     "default_flavour": "generic",
@@ -113,8 +112,9 @@ SUSE_DRIVER = {
         "opensuse-tumbleweed": "https://download.nvidia.com/opensuse/tumbleweed",
         "sles": "https://download.nvidia.com/suse/sle{major}sp{minor}",
     },
-    "packages": ("nvidia-driver-G06-kmp-{flavour}", "nvidia-compute-utils-G06"),
-    "held": ("nvidia-driver-G06-kmp-{flavour}", "nvidia-compute-utils-G06", "nvidia-compute-G06"),
+    "packages": ("nvidia-compute-utils-G06", "nvidia-compute-G06"),
+    "dependencies": ("nvidia-driver-G06-kmp-{flavour}",),
+    "pin_dependencies": False,  # the KMP's version carries the kernel's
     "flavour_pattern": r"-([a-z0-9]+)$",
     "default_flavour": "default",
     "headers": (),  # KMP packages carry modules built for the flavour
@@ -127,7 +127,6 @@ ARCH_DRIVER = {
     "branch": "unsupported",  # Arch ships one branch
     "pin": False,
     "packages": ("nvidia-utils",),
-    "held": ("nvidia-utils", "nvidia", "nvidia-lts", "nvidia-dkms"),
     "kernel_modules": {"linux": "nvidia", "linux-lts": "nvidia-lts"},
     "dkms_package": "nvidia-dkms",
     "dkms_headers": "{pkgbase}-headers",

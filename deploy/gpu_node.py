@@ -14,16 +14,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pyinfra import host  # noqa: E402
 
 from deploy.settings import host_settings  # noqa: E402
+from deploy.tasks.driver import driver_report, nvidia_driver  # noqa: E402
 from deploy.tasks.kernel import kernel_prerequisites  # noqa: E402
 from deploy.tasks.preflight import preflight  # noqa: E402
 from deploy.tasks.toolkit import toolkit  # noqa: E402
+from deploy.tasks.containerd import containerd_runtime  # noqa: E402
+from deploy.tasks.docker import docker_runtime  # noqa: E402
 
 settings = host_settings(host)
 node = preflight(settings)
 if settings.runs("kernel"):
     kernel_prerequisites(settings, node.platform)
-# stage: driver (deploy/tasks/driver.py)
+if settings.runs("driver") and settings.nvidia_driver_install:
+    nvidia_driver(settings, node.platform, node.driver_plan)
 if settings.runs("toolkit") and settings.nvidia_toolkit_install:
     toolkit(settings, node.platform)
-# stage: runtimes (deploy/tasks/containerd.py, deploy/tasks/docker.py)
+if settings.runs("runtimes") and settings.wires("containerd"):
+    containerd_runtime(settings, node.platform.family, node.containerd)
+if settings.runs("runtimes") and settings.wires("docker"):
+    docker_runtime(settings, node.platform.family)
 # stage: verify (deploy/tasks/verify.py)
+
+# Last, so it ends the run's output: no GPU, reboot required.
+driver_report(settings, node.driver_plan)

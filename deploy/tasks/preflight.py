@@ -6,15 +6,81 @@ from dataclasses import dataclass
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
+from pyinfra.api.exceptions import PyinfraError
 from pyinfra.facts.server import Arch, LinuxDistribution
 
 from deploy.distros import Platform, detect_platform
+from deploy.facts.containerd import ContainerdFlavour, classify_flavour
+from deploy.facts.nvidia import NvidiaNode, PackagesAvailable
 from deploy.settings import Settings, likely_typos
+from deploy.tasks.driver import DriverPlan, plan_for_host
+
+DISK_MOUNTS = ("/", "/var")
+
+
+class PreflightError(PyinfraError):
+    """The node is not safe to change: raised before any change."""
 
 
 @dataclass(frozen=True)
 class Node:
     platform: Platform
+    # deploy/facts/nvidia.py NvidiaNode: GPUs, Secure Boot, modules, kernel, free disk
+    nvidia: dict | None = None
+    # the driver stage's plan, when that stage runs
+    driver_plan: DriverPlan | None = None
+    # deploy/facts/containerd.py ContainerdFlavour plus "flavour": {"name", "service"}:
+    # who owns containerd (plain, k3s, rke2, k0s, microk8s)
+    containerd: dict | None = None
+
+
+def gpu_findings(nvidia: dict, require_gpu: bool) -> tuple[list[str], list[str]]:
+    """(warnings, errors) about the GPUs, Secure Boot and the modules holding them."""
+    warnings, errors = [], []
+    if not nvidia["gpus"]:
+        message = "no NVIDIA GPU on the PCI bus (vendor 0x10de, display class)"
+        if require_gpu:
+            errors.append(message + ": require_gpu=true")
+        else:
+            warnings.append(message + ": the node is prepared, but has no GPU to offer")
+    if nvidia["secure_boot"]:
+        warnings.append(
+            "Secure Boot is enabled: an unsigned NVIDIA kernel module will not load. Enroll the DKMS "
+            "signing key (mokutil --import /var/lib/dkms/mok.pub, confirm at the next boot) or use "
+            "signed modules, or disable Secure Boot in the firmware"
+        )
+    for module in ("nouveau", "nova_core"):
+        if module in nvidia["modules"]:
+            warnings.append(
+                f"{module} is loaded and holds the GPU: the NVIDIA module can load only after a reboot "
+                "with the blacklist the kernel stage writes"
+            )
+    return warnings, errors
+
+
+def disk_findings(nvidia: dict, min_free_mb: int) -> list[str]:
+    errors = []
+    for mount in DISK_MOUNTS:
+        free = nvidia["free_mb"].get(mount)
+        if free is not None and free < min_free_mb:
+            errors.append(
+                f"only {free} MiB free on {mount}, less than min_free_disk_mb={min_free_mb}: "
+                "free some space (the driver and its DKMS build need it) or lower the setting"
+            )
+    return errors
+
+
+def headers_findings(plan: DriverPlan | None, available: dict) -> list[str]:
+    if not plan or not plan.headers:
+        return []
+    exact = plan.headers[0]
+    if available.get(exact):
+        return []
+    fallback = ", ".join(plan.headers[1:]) or "none"
+    return [
+        f"kernel headers {exact} for the running kernel are not in the {plan.manager} lists (as of "
+        f"their last refresh): the driver stage will try {fallback} after refreshing them"
+    ]
 
 
 @deploy("Preflight")
@@ -23,4 +89,20 @@ def preflight(settings: Settings) -> Node:
         logger.warning(f"{host.print_prefix}{note}")
     platform = detect_platform(host.get_fact(LinuxDistribution), host.get_fact(Arch))
     logger.info(f"{host.print_prefix}platform: {platform.description}, family {platform.family.name}")
-    return Node(platform=platform)
+
+    nvidia = host.get_fact(NvidiaNode)
+    warnings, errors = gpu_findings(nvidia, settings.require_gpu)
+    errors += disk_findings(nvidia, settings.min_free_disk_mb)
+    plan = None
+    if settings.runs("driver") and settings.nvidia_driver_install:
+        plan = plan_for_host(settings, platform, nvidia)
+        if plan.headers:
+            available = host.get_fact(PackagesAvailable, manager=plan.manager, packages=list(plan.headers[:1]))
+            warnings += headers_findings(plan, available)
+    for warning in warnings:
+        logger.warning(f"{host.print_prefix}{warning}")
+    if errors:
+        raise PreflightError(f"{host.name}: " + "; ".join(errors))
+    containerd = host.get_fact(ContainerdFlavour)
+    containerd["flavour"] = classify_flavour(containerd)
+    return Node(platform=platform, nvidia=nvidia, driver_plan=plan, containerd=containerd)

@@ -1,0 +1,207 @@
+"""Driver-side facts: GPUs on the PCI bus, Secure Boot, kernel modules, disk, repositories."""
+
+from __future__ import annotations
+
+import shlex
+
+from pyinfra.api import FactBase, StringCommand
+
+NVIDIA_PCI_VENDOR = "0x10de"
+# PCI class 0x03xx: display controllers (VGA, 3D). A GPU's HDMI audio function is 0x0403.
+DISPLAY_CLASS_PREFIX = "0x03"
+WATCHED_MODULES = ("nouveau", "nova_core", "nova_drm", "nvidia")
+
+NODE_SCRIPT = r"""
+if [ -d /sys/bus/pci/devices ]; then
+  for dev in /sys/bus/pci/devices/*; do
+    [ -r "$dev/vendor" ] || continue
+    [ "$(cat "$dev/vendor")" = 0x10de ] || continue
+    echo "pci ${dev##*/} $(cat "$dev/device" 2>/dev/null) $(cat "$dev/class" 2>/dev/null)"
+  done
+elif command -v lspci >/dev/null 2>&1; then
+  lspci -D -n -d 10de: 2>/dev/null | while read -r slot class ids rest; do
+    echo "pci $slot 0x${ids#*:} 0x${class%:}00"
+  done
+fi
+if command -v mokutil >/dev/null 2>&1; then
+  echo "secureboot mokutil $(mokutil --sb-state 2>&1 | head -n 1)"
+fi
+for var in /sys/firmware/efi/efivars/SecureBoot-*; do
+  [ -r "$var" ] && echo "secureboot efivar $(od -An -t u1 "$var" 2>/dev/null | awk '{print $NF}')"
+done
+for module in nouveau nova_core nova_drm nvidia; do
+  [ -d "/sys/module/$module" ] && echo "module $module"
+done
+[ -r /sys/module/nvidia/version ] && echo "loaded_version $(cat /sys/module/nvidia/version)"
+echo "built_version $(modinfo -F version nvidia 2>/dev/null | head -n 1)"
+echo "kernel $(uname -r)"
+df -Pm / /var 2>/dev/null | awk 'NR > 1 {print "disk", $6, $4}'
+for base in /usr/lib/modules/*/pkgbase; do
+  [ -r "$base" ] && echo "kernel_pkgbase $(cat "$base")"
+done
+[ -r "/usr/lib/modules/$(uname -r)/pkgbase" ] && echo "running_pkgbase $(cat "/usr/lib/modules/$(uname -r)/pkgbase")"
+[ -e /run/reboot-required ] && echo "reboot_required"
+[ -r /run/reboot-required.pkgs ] && sed 's/^/reboot_package /' /run/reboot-required.pkgs
+true
+"""
+
+
+class NvidiaNode(FactBase):
+    """
+    What the driver stage and preflight need to know about a node, in one command:
+    NVIDIA display devices on the PCI bus (``/sys/bus/pci``, or ``lspci -d 10de:`` without
+    sysfs), Secure Boot (``mokutil --sb-state`` or the EFI variable; None: not EFI / unknown),
+    which of nouveau / nova_core / nova_drm / nvidia are present under ``/sys/module``, the
+    loaded and the built (``modinfo``) nvidia module versions, ``uname -r``, free MiB on ``/``
+    and ``/var``, Arch's installed kernel package bases, and the reboot-required marker.
+
+    .. code:: python
+
+        {
+            "gpus": [{"slot": "0000:01:00.0", "device": "0x2204", "class": "0x030000"}],
+            "secure_boot": False,
+            "modules": ["nouveau"],
+            "loaded_version": None,
+            "built_version": "535.216.03",
+            "kernel": "6.1.0-18-amd64",
+            "free_mb": {"/": 80832, "/var": 80832},
+            "kernel_pkgbases": [],
+            "running_pkgbase": None,
+            "reboot_required": False,
+            "reboot_packages": [],
+        }
+    """
+
+    def command(self):
+        return NODE_SCRIPT.strip()
+
+    @staticmethod
+    def default():
+        return {
+            "gpus": [],
+            "secure_boot": None,
+            "modules": [],
+            "loaded_version": None,
+            "built_version": None,
+            "kernel": "",
+            "free_mb": {},
+            "kernel_pkgbases": [],
+            "running_pkgbase": None,
+            "reboot_required": False,
+            "reboot_packages": [],
+        }
+
+    def process(self, output):
+        node = self.default()
+        efivar = None
+        mokutil = None
+        for line in output:
+            kind, _, rest = line.strip().partition(" ")
+            rest = rest.strip()
+            if kind == "pci":
+                parts = rest.split()
+                if len(parts) == 3 and parts[2].startswith(DISPLAY_CLASS_PREFIX):
+                    node["gpus"].append({"slot": parts[0], "device": parts[1], "class": parts[2]})
+            elif kind == "secureboot":
+                source, _, value = rest.partition(" ")
+                if source == "mokutil":
+                    text = value.lower()
+                    if "secureboot enabled" in text:
+                        mokutil = True
+                    elif "secureboot disabled" in text:
+                        mokutil = False
+                elif source == "efivar" and value in ("0", "1"):
+                    efivar = value == "1"
+            elif kind == "module":
+                node["modules"].append(rest)
+            elif kind in ("loaded_version", "built_version", "running_pkgbase"):
+                node[kind] = rest or None
+            elif kind == "kernel":
+                node["kernel"] = rest
+            elif kind == "disk":
+                mount, _, free = rest.rpartition(" ")
+                if free.isdigit():
+                    node["free_mb"][mount] = int(free)
+            elif kind == "kernel_pkgbase" and rest:
+                node["kernel_pkgbases"].append(rest)
+            elif kind == "reboot_required":
+                node["reboot_required"] = True
+            elif kind == "reboot_package" and rest:
+                node["reboot_packages"].append(rest)
+        node["secure_boot"] = mokutil if mokutil is not None else efivar
+        node["kernel_pkgbases"] = sorted(set(node["kernel_pkgbases"]))
+        return node
+
+
+# Exit 0 when the package manager knows the package (installed or in its lists).
+AVAILABLE_CHECKS = {
+    "apt": "apt-cache show --no-all-versions {package} >/dev/null 2>&1",
+    "dnf": "dnf -q list {package} >/dev/null 2>&1",
+    "zypper": "zypper --quiet search --match-exact {package} >/dev/null 2>&1",
+    "pacman": "pacman -Si {package} >/dev/null 2>&1",
+}
+
+
+class PackagesAvailable(FactBase):
+    """
+    Which of the named packages the package manager can install (from its current lists).
+
+    .. code:: python
+
+        {"linux-headers-6.1.0-18-amd64": False, "linux-headers-amd64": True}
+    """
+
+    def command(self, manager, packages=()):
+        parts = ["echo package-availability;"]
+        for package in packages:
+            quoted = shlex.quote(package)
+            check = AVAILABLE_CHECKS[manager].format(package=quoted)
+            parts.append(f"if {check}; then echo yes {quoted}; else echo no {quoted}; fi;")
+        parts.append("true")
+        return StringCommand(*parts)
+
+    @staticmethod
+    def default():
+        return {}
+
+    def process(self, output):
+        found = {}
+        for line in output:
+            answer, _, package = line.strip().partition(" ")
+            if answer in ("yes", "no") and package:
+                found[package] = answer == "yes"
+        return found
+
+
+class IgnoredPackages(FactBase):
+    """
+    Packages a holding command lists (the family's ``hold_list``, e.g. pacman's IgnorePkg).
+
+    .. code:: python
+
+        ["nvidia", "nvidia-utils"]
+    """
+
+    def command(self, list_command):
+        return f"({list_command}) 2>/dev/null || true"
+
+    @staticmethod
+    def default():
+        return []
+
+    def process(self, output):
+        return sorted({name for line in output for name in line.split()})
+
+
+class RecommendedDriver(FactBase):
+    """The output of the family's driver recommender (``ubuntu-drivers list --gpgpu``), as lines."""
+
+    def command(self, recommend_command):
+        return f"({recommend_command}) 2>/dev/null || true"
+
+    @staticmethod
+    def default():
+        return []
+
+    def process(self, output):
+        return [line.strip() for line in output if line.strip()]

@@ -1,0 +1,274 @@
+"""
+Operations of the driver stage: apt components, kernel headers, Arch holds, the reboot marker
+and the end-of-run report. Package installs go through pyinfra's package operations.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import shlex
+from io import StringIO
+
+from pyinfra import host, logger
+from pyinfra.api import FactBase, QuoteString, StringCommand, operation
+from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.pacman import PacmanPackages
+from pyinfra.facts.rpm import RpmPackages
+from pyinfra.operations import apt, dnf, files, pacman, zypper
+
+from deploy.facts.nvidia import IgnoredPackages, NvidiaNode, PackagesAvailable
+
+REBOOT_MARKER = "/run/reboot-required"
+REBOOT_PACKAGES = "/run/reboot-required.pkgs"
+
+INSTALLED_FACTS = {"apt": DebPackages, "dnf": RpmPackages, "zypper": RpmPackages, "pacman": PacmanPackages}
+PACKAGE_OPERATIONS = {"apt": apt.packages, "dnf": dnf.packages, "zypper": zypper.packages, "pacman": pacman.packages}
+
+
+class AptSourceFiles(FactBase):
+    """
+    The host's apt source files, byte for byte: ``/etc/apt/sources.list``,
+    ``sources.list.d/*.list`` (one-line format) and ``sources.list.d/*.sources`` (deb822).
+
+    .. code:: python
+
+        {"/etc/apt/sources.list.d/debian.sources": "Types: deb\\nURIs: ...\\n"}
+    """
+
+    def command(self):
+        return (
+            "for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list "
+            "/etc/apt/sources.list.d/*.sources; do "
+            '[ -f "$f" ] && echo "$f $(base64 -w0 "$f")"; done; true'
+        )
+
+    @staticmethod
+    def default():
+        return {}
+
+    def process(self, output):
+        sources = {}
+        for line in output:
+            path, _, encoded = line.strip().partition(" ")
+            if path.startswith("/"):
+                sources[path] = base64.b64decode(encoded).decode("utf-8", "replace")
+        return sources
+
+
+def failure(message: str) -> StringCommand:
+    """A command that fails the host with ``message``: an exception raised inside an operation
+    would abort every host's run, a failing command ends only this host's."""
+    return StringCommand("echo", QuoteString(message), ">&2; exit 1")
+
+
+def _release_suite(suite: str, codename: str) -> bool:
+    return suite == codename or suite.startswith(codename + "-")
+
+
+def _one_line_entries(text: str):
+    """(line index, uri, suites, components) of each ``deb`` line of a one-line sources file."""
+    for index, line in enumerate(text.split("\n")):
+        words = line.split("#", 1)[0].split()
+        if not words or words[0] != "deb":
+            continue
+        words = words[1:]
+        if words and words[0].startswith("["):
+            while words and not words[0].endswith("]"):
+                words = words[1:]
+            words = words[1:]
+        if len(words) >= 3:
+            yield index, words[0].rstrip("/"), [words[1]], words[2:]
+
+
+def _deb822_paragraphs(text: str):
+    """(start, end line index, fields, {field: (first line, last line)}) per paragraph."""
+    lines = text.split("\n")
+    start = None
+    for index in range(len(lines) + 1):
+        blank = index == len(lines) or not lines[index].strip()
+        if not blank and start is None:
+            start = index
+        if blank and start is not None:
+            fields, spans, key = {}, {}, None
+            for number in range(start, index):
+                line = lines[number]
+                if line.startswith("#"):
+                    continue
+                if line[:1] in (" ", "\t") and key:
+                    fields[key] += " " + line.strip()
+                    spans[key] = (spans[key][0], number)
+                elif ":" in line:
+                    key, _, value = line.partition(":")
+                    key = key.strip().lower()
+                    fields[key] = value.strip()
+                    spans[key] = (number, number)
+            yield start, index, fields, spans
+            start = None
+
+
+def add_apt_components(sources: dict, codename: str, components) -> tuple[dict, int]:
+    """
+    Add ``components`` to every Debian entry of the release (its suites are ``codename`` or
+    ``codename-*`` and it carries ``main``), unless an entry for the same URI and suite already
+    has them. Returns ({path: new text} for the files that change, number of release entries).
+    Files are edited in place, one line each; everything else stays byte for byte.
+    """
+    present: dict[tuple[str, str], set] = {}
+    edits = []  # (path, kind, where, uri, suites, components)
+    for path, text in sorted(sources.items()):
+        if path.endswith(".sources"):
+            for _start, _end, fields, spans in _deb822_paragraphs(text):
+                if "deb" not in fields.get("types", "").split() or fields.get("enabled", "yes").lower() == "no":
+                    continue
+                uris = [uri.rstrip("/") for uri in fields.get("uris", "").split()]
+                suites = fields.get("suites", "").split()
+                have = fields.get("components", "").split()
+                for uri in uris:
+                    for suite in suites:
+                        present.setdefault((uri, suite), set()).update(have)
+                edits.append((path, "deb822", spans.get("components"), uris, suites, have))
+        else:
+            for index, uri, suites, have in _one_line_entries(text):
+                present.setdefault((uri, suites[0]), set()).update(have)
+                edits.append((path, "line", index, [uri], suites, have))
+
+    changed: dict[str, list[str]] = {}
+    release_entries = 0
+    for path, kind, where, uris, suites, have in edits:
+        if "main" not in have or not suites or not all(_release_suite(s, codename) for s in suites):
+            continue
+        release_entries += 1
+        missing = [
+            component
+            for component in components
+            if any(component not in present[(uri, suite)] for uri in uris for suite in suites)
+        ]
+        if not missing or where is None:
+            continue
+        lines = changed.setdefault(path, sources[path].split("\n"))
+        if kind == "deb822":
+            first, last = where
+            lines[first] = "Components: " + " ".join(have + missing)
+            for number in range(first + 1, last + 1):
+                lines[number] = None
+        else:
+            line = lines[where]
+            code, hash_, comment = line.partition("#")
+            lines[where] = code.rstrip() + " " + " ".join(missing) + (" #" + comment if hash_ else "")
+        for uri in uris:
+            for suite in suites:
+                present[(uri, suite)].update(missing)
+    return {path: "\n".join(line for line in lines if line is not None) for path, lines in changed.items()}, release_entries
+
+
+@operation()
+def enable_apt_components(codename: str, components: list):
+    """Enable apt components for the release's Debian archive entries, without duplicating any."""
+    sources = host.get_fact(AptSourceFiles)
+    changed, entries = add_apt_components(sources, codename, components)
+    if not entries:
+        yield failure(
+            f"no Debian archive entry for {codename} (with component main) in /etc/apt/sources.list "
+            f"or /etc/apt/sources.list.d/: add one, then {' '.join(components)} can be enabled"
+        )
+        return
+    if not changed:
+        host.noop(f"{' '.join(components)} are enabled for {codename}")
+        return
+    for path, text in changed.items():
+        yield from files.put._inner(src=StringIO(text), dest=path)
+
+
+@operation()
+def install_first_available(manager: str, candidates: list, what: str = "package"):
+    """
+    Install the first of ``candidates`` the package manager has (e.g. the running kernel's
+    headers, else the flavour's meta package); nothing when one of them is installed already.
+    The choice is made when the operation runs, after the lists are refreshed.
+    """
+    installed = host.get_fact(INSTALLED_FACTS[manager])
+    have = [name for name in candidates if name in installed]
+    if have:
+        host.noop(f"{what} {have[0]} is installed")
+        return
+    if manager == "apt":
+        yield from apt.update._inner()
+    available = host.get_fact(PackagesAvailable, manager=manager, packages=list(candidates))
+    chosen = next((name for name in candidates if available.get(name)), None)
+    if chosen is None:
+        yield failure(f"no {what} to install: none of {', '.join(candidates)} is in the {manager} repositories")
+        return
+    if chosen != candidates[0]:
+        logger.warning(
+            f"{host.print_prefix}{candidates[0]} is not in the {manager} repositories: installing {chosen}; "
+            "the driver's module is built for that kernel and loads once the node boots it"
+        )
+    yield from PACKAGE_OPERATIONS[manager]._inner(packages=[chosen])
+
+
+@operation()
+def hold_with_command(packages: list, list_command: str, hold_command: str):
+    """Hold packages with the family's own command (pacman's IgnorePkg), those not held yet."""
+    held = set(host.get_fact(IgnoredPackages, list_command=list_command))
+    missing = [name for name in packages if name not in held]
+    if not missing:
+        host.noop("held: " + ", ".join(packages))
+        return
+    yield hold_command.format(packages=" ".join(shlex.quote(name) for name in missing))
+
+
+def module_current(node: dict) -> bool:
+    """The loaded nvidia module is the one the installed driver built."""
+    return bool(node["loaded_version"]) and node["loaded_version"] == node["built_version"]
+
+
+@operation()
+def mark_reboot_required(packages: list):
+    """
+    After a driver change: unless the loaded nvidia module is the new one, mark the node as
+    needing a reboot (Debian's /run/reboot-required convention, cleared by the reboot itself).
+    """
+    node = host.get_fact(NvidiaNode)
+    if module_current(node):
+        host.noop(f"nvidia module {node['loaded_version']} is loaded")
+        return
+    yield StringCommand(
+        "echo", QuoteString("*** System restart required ***"), ">", REBOOT_MARKER, "&&",
+        "printf", QuoteString("%s\\n"), *[QuoteString(name) for name in packages], ">>", REBOOT_PACKAGES,
+    )
+
+
+def driver_state_lines(node: dict, require_gpu: bool, driver_packages: list) -> list[str]:
+    """What the end-of-run report says about the driver on this node."""
+    lines = []
+    if not node["gpus"]:
+        lines.append(
+            "no NVIDIA GPU on the PCI bus: the driver has nothing to drive here"
+            + (" (require_gpu=true)" if require_gpu else "")
+        )
+    ours = sorted(set(node["reboot_packages"]) & set(driver_packages))
+    if node["reboot_required"] and ours:
+        lines.append(
+            f"reboot required: the NVIDIA driver changed ({', '.join(ours)}) and its kernel module "
+            "is not loaded; reboot the node (or rerun with reboot_allowed=true)"
+        )
+    elif node["loaded_version"]:
+        lines.append(f"NVIDIA kernel module {node['loaded_version']} is loaded")
+    return lines
+
+
+@operation()
+def report_driver_state(require_gpu: bool, driver_packages: list):
+    """Log the driver's state (no GPU, reboot required) as the last word of the run; changes nothing."""
+    node = host.get_fact(NvidiaNode)
+    for line in driver_state_lines(node, require_gpu, driver_packages):
+        logger.warning(f"{host.print_prefix}{line}")
+    host.noop("; ".join(driver_state_lines(node, require_gpu, driver_packages)) or "driver state reported")
+    return
+    yield  # a generator that yields nothing
+
+
+def kernel_flavour(kernel: str, pattern: str | None, default: str) -> str:
+    match = re.match(pattern, kernel) if pattern else None
+    return match.group(1) if match else default

@@ -1,0 +1,329 @@
+"""
+Stage 3: the NVIDIA driver from the distro's or NVIDIA's packages, pinned and held.
+
+``driver_plan`` turns the family's data (deploy/distros.py) and what preflight saw into the
+packages, repositories and holds of this host; ``nvidia_driver`` applies it with pyinfra's
+package operations. The nouveau / nova blacklist lives in the kernel stage.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from io import StringIO
+
+from packaging.version import InvalidVersion, Version
+from pyinfra import host, logger
+from pyinfra.api import deploy
+from pyinfra.api.exceptions import PyinfraError
+from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.pacman import PacmanPackages
+from pyinfra.facts.rpm import RpmPackages
+from pyinfra.operations import dnf, files, pacman, server, zypper
+
+from deploy.distros import Platform
+from deploy.facts.nvidia import RecommendedDriver
+from deploy.operations import driver as driver_ops
+from deploy.operations import packages as package_ops
+from deploy.settings import MIN_DRIVER_VERSION, Settings
+
+CUDA_PROFILE_PATH = "/etc/profile.d/cuda.sh"
+INSTALLED_FACTS = {"apt": DebPackages, "dnf": RpmPackages, "zypper": RpmPackages, "pacman": PacmanPackages}
+
+
+class DriverPlanError(PyinfraError):
+    """The driver settings do not fit this host: raised before any change."""
+
+
+@dataclass(frozen=True)
+class DriverPlan:
+    manager: str
+    branch: str | None
+    # name -> exact version or None; installed and held
+    packages: dict[str, str | None]
+    extra_packages: tuple[str, ...] = ()
+    headers: tuple[str, ...] = ()
+    components: tuple[str, ...] = ()
+    codename: str = ""
+    repository: dict | None = None
+    module: tuple[str, str] | None = None
+    hold_list: str | None = None
+    hold_command: str | None = None
+    cuda_packages: tuple[str, ...] = ()
+    cuda_repository: dict | None = None
+    cuda_home: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def upstream_version(version: str) -> str:
+    """535.216.03-3~deb12u1 / 3:550.54.15-1.el9 -> the driver's own version."""
+    return re.split(r"[-_~+]", version.split(":", 1)[-1], maxsplit=1)[0]
+
+
+def check_minimum(settings: Settings) -> None:
+    floor = Version(MIN_DRIVER_VERSION)
+    if settings.nvidia_driver_branch and int(settings.nvidia_driver_branch) < floor.major:
+        raise DriverPlanError(
+            f"nvidia_driver_branch={settings.nvidia_driver_branch!r} is older than {MIN_DRIVER_VERSION}, "
+            "the oldest driver the NVIDIA device plugin accepts"
+        )
+    if settings.nvidia_driver_version:
+        try:
+            too_old = Version(upstream_version(settings.nvidia_driver_version)) < floor
+        except InvalidVersion:
+            too_old = False
+        if too_old:
+            raise DriverPlanError(
+                f"nvidia_driver_version={settings.nvidia_driver_version!r} is older than {MIN_DRIVER_VERSION}, "
+                "the oldest driver the NVIDIA device plugin accepts"
+            )
+        branch = settings.nvidia_driver_branch
+        if branch and not upstream_version(settings.nvidia_driver_version).startswith(branch + "."):
+            raise DriverPlanError(
+                f"nvidia_driver_version={settings.nvidia_driver_version!r} is not in "
+                f"nvidia_driver_branch={branch!r}: set one of them, or both consistently"
+            )
+
+
+def detect_branch(pattern: str, names) -> str | None:
+    branches = sorted({m.group(1) for name in names for m in [re.search(pattern, name)] if m}, reverse=True)
+    return branches[0] if branches else None
+
+
+def _render(templates, values: dict) -> tuple[str, ...]:
+    """Render templates; those naming a value that is not set ({branch} without a branch) drop out."""
+    rendered = []
+    for template in templates or ():
+        try:
+            rendered.append(template.format(**values))
+        except KeyError:
+            continue
+    return tuple(dict.fromkeys(rendered))
+
+
+def driver_plan(
+    settings: Settings,
+    platform: Platform,
+    node: dict,
+    installed: dict | None = None,
+    recommended: list | None = None,
+) -> DriverPlan:
+    """What the driver stage installs on this host: packages, pins, holds, repositories."""
+    data = platform.family.driver
+    manager = platform.family.package_manager
+    check_minimum(settings)
+    version = settings.nvidia_driver_version
+    if version and data.get("pin") is False:
+        raise DriverPlanError(
+            f"nvidia_driver_version={version!r} cannot be pinned on {platform.distro_id}: its package "
+            "manager installs only the repository's version; unset it (the driver is still held)"
+        )
+
+    branch = settings.nvidia_driver_branch
+    policy = data.get("branch", "optional")
+    if branch and policy == "unsupported":
+        raise DriverPlanError(
+            f"nvidia_driver_branch={branch!r} is not supported on {platform.distro_id}: it ships one "
+            "driver branch; unset it" + ("" if data.get("pin") is False else " or pin nvidia_driver_version")
+        )
+    if policy == "required" and not branch:
+        branch = detect_branch(data["branch_detect"], list(installed or {}) + list(recommended or []))
+        if not branch:
+            raise DriverPlanError(
+                f"nvidia_driver_branch is required on {platform.distro_id}: none is installed and "
+                f"`{data.get('recommend_command', 'the recommender')}` recommends none; "
+                "set it, e.g. nvidia_driver_branch=535"
+            )
+
+    kernel = node.get("kernel") or ""
+    values = {
+        "kernel": kernel,
+        "deb_arch": platform.deb_arch,
+        "arch": platform.cuda_arch,
+        "distro_id": platform.distro_id,
+        "version_id": platform.version_id,
+        "major": platform.major if platform.major is not None else platform.version_id.split(".")[0],
+        "minor": (platform.version_id.split(".") + ["0"])[1],
+    }
+    values["suse_dist"] = "sles{major}".format(**values) if platform.distro_id.startswith("sle") else "opensuse{major}".format(**values)
+    values["dist"] = data.get("repo_dist", "").format(**values)
+    values["flavour"] = driver_ops.kernel_flavour(
+        kernel, data.get("flavour_pattern"), data.get("default_flavour", "").format(**values)
+    )
+    if branch:
+        values["branch"] = branch
+
+    module = None
+    if data.get("module") and platform.major in data.get("module_majors", ()):
+        stream = data["module"]["stream"].format(branch=branch or data["module"]["default_branch"])
+        module = (data["module"]["name"], stream)
+        names = _render(data["module_packages"], values)
+        dependencies: tuple[str, ...] = ()
+    else:
+        names = _render(data.get("branch_packages") if branch else data.get("packages"), values)
+        dependencies = _render(data.get("branch_dependencies") if branch else data.get("dependencies"), values)
+
+    notes = []
+    if data.get("kernel_modules") is not None:
+        # Arch: a prebuilt module package per stock kernel, DKMS as soon as any other is installed.
+        kernels = node.get("kernel_pkgbases") or []
+        modules = data["kernel_modules"]
+        if kernels and all(name in modules for name in kernels):
+            dependencies = tuple(modules[name] for name in kernels)
+        else:
+            dependencies = (data["dkms_package"],) + tuple(
+                data["dkms_headers"].format(pkgbase=name) for name in (kernels or ["linux"])
+            )
+            if not kernels:
+                notes.append("no /usr/lib/modules/*/pkgbase found: assuming the linux kernel, with DKMS")
+
+    pin_dependencies = data.get("pin_dependencies", True)
+    packages = {name: version for name in names}
+    packages.update({name: version if pin_dependencies else None for name in dependencies})
+
+    repository = None
+    if data.get("repository"):
+        repository = {key: value.format(**values) for key, value in data["repository"].items()}
+        by_id = data.get("repository_by_id", {})
+        for distro_id, baseurl in by_id.items():
+            if platform.distro_id == distro_id or (distro_id == "sles" and platform.distro_id.startswith("sle")):
+                repository["baseurl"] = baseurl.format(**values)
+                repository["gpgkey"] = repository["baseurl"] + "/repodata/repomd.xml.key"
+
+    cuda_repository = None
+    if settings.cuda_toolkit_install and data.get("cuda_repository"):
+        cuda_repository = {key: value.format(**values) for key, value in data["cuda_repository"].items()}
+
+    return DriverPlan(
+        manager=manager,
+        branch=branch,
+        packages=packages,
+        extra_packages=_render(data.get("extra_packages"), values),
+        headers=_render(data.get("headers"), values),
+        components=tuple(data.get("components", ())),
+        codename=platform.codename,
+        repository=repository,
+        module=module,
+        hold_list=data.get("hold_list"),
+        hold_command=data.get("hold_command"),
+        cuda_packages=tuple(data.get("cuda_packages", ())) if settings.cuda_toolkit_install else (),
+        cuda_repository=cuda_repository,
+        cuda_home=data.get("cuda_home"),
+        notes=notes,
+    )
+
+
+def cuda_profile_text(cuda_home: str) -> str:
+    bin_dir = f"{cuda_home}/bin"
+    return (
+        "# Managed by gpu-node (deploy/tasks/driver.py): the CUDA toolkit's tools on PATH.\n"
+        f'case ":$PATH:" in\n  *":{bin_dir}:"*) ;;\n  *) export PATH="$PATH:{bin_dir}" ;;\nesac\n'
+    )
+
+
+def _install(plan: DriverPlan, name: str, packages: dict, hold: bool):
+    """Install (and hold) packages with the family's package manager."""
+    if plan.manager == "apt":
+        return package_ops.apt_install(name=name, packages=packages, hold=hold)
+    if plan.manager == "dnf":
+        return package_ops.dnf_install(name=name, packages=packages, hold=hold)
+    if plan.manager == "zypper":
+        installed = zypper.packages(
+            name=name,
+            packages=[f"{pkg}={ver}" if ver else pkg for pkg, ver in packages.items()],
+            extra_global_install_args="--gpg-auto-import-keys",
+        )
+        if hold:
+            package_ops.zypper_add_locks(name=f"Hold {name[0].lower()}{name[1:]} (zypper locks)", packages=list(packages))
+        return installed
+    installed = pacman.packages(name=name, packages=list(packages), update=False)
+    if hold:
+        driver_ops.hold_with_command(
+            name="Hold the NVIDIA driver (IgnorePkg in pacman.conf)",
+            packages=list(packages),
+            list_command=plan.hold_list,
+            hold_command=plan.hold_command,
+        )
+    return installed
+
+
+def _add_rpm_repository(plan: DriverPlan, repository: dict, name: str):
+    operation = dnf.repo if plan.manager == "dnf" else zypper.repo
+    return operation(
+        name=name,
+        src=repository["name"],
+        baseurl=repository["baseurl"],
+        gpgcheck=True,
+        gpgkey=repository["gpgkey"],
+    )
+
+
+def plan_for_host(settings: Settings, platform: Platform, node: dict) -> DriverPlan:
+    """The plan of the current host, reading what branch detection needs (read-only)."""
+    manager = platform.family.package_manager
+    data = platform.family.driver
+    installed = recommended = None
+    if data.get("branch") == "required" and not settings.nvidia_driver_branch:
+        installed = host.get_fact(INSTALLED_FACTS[manager])
+        if data.get("recommend_command"):
+            recommended = host.get_fact(RecommendedDriver, recommend_command=data["recommend_command"])
+    return driver_plan(settings, platform, node, installed, recommended)
+
+
+@deploy("NVIDIA driver")
+def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan):
+    manager = plan.manager
+    for note in plan.notes:
+        logger.warning(f"{host.print_prefix}{note}")
+
+    if plan.components:
+        driver_ops.enable_apt_components(
+            name=f"Enable {' '.join(plan.components)} for {plan.codename}",
+            codename=plan.codename,
+            components=list(plan.components),
+        )
+    if plan.repository:
+        _add_rpm_repository(plan, plan.repository, f"Add NVIDIA's repository {plan.repository['name']}")
+    if plan.extra_packages:
+        _install(plan, "Install the driver's companion packages", {name: None for name in plan.extra_packages}, False)
+    if plan.module:
+        dnf.module(name=f"Enable the dnf module stream {':'.join(plan.module)}", module=plan.module[0], stream=plan.module[1])
+    if plan.headers:
+        driver_ops.install_first_available(
+            name="Install kernel headers for the driver's module",
+            manager=manager,
+            candidates=list(plan.headers),
+            what="kernel headers",
+        )
+    driver = _install(plan, "Install the NVIDIA driver", plan.packages, hold=True)
+
+    reboot = driver_ops.mark_reboot_required(
+        name="Mark the node for a reboot after the driver change",
+        packages=list(plan.packages),
+        _if=driver.did_change,
+    )
+    if settings.reboot_allowed:
+        server.reboot(name="Reboot to load the new NVIDIA driver", delay=10, reboot_timeout=600, _if=reboot.did_change)
+
+    if plan.cuda_packages:
+        if plan.cuda_repository:
+            _add_rpm_repository(plan, plan.cuda_repository, f"Add NVIDIA's CUDA repository {plan.cuda_repository['name']}")
+        _install(plan, "Install the CUDA toolkit", {name: None for name in plan.cuda_packages}, False)
+        files.put(
+            name="Put the CUDA toolkit on PATH",
+            src=StringIO(cuda_profile_text(plan.cuda_home)),
+            dest=CUDA_PROFILE_PATH,
+            user="root",
+            group="root",
+            mode="644",
+        )
+    return plan
+
+
+@deploy("Driver report")
+def driver_report(settings: Settings, plan: DriverPlan | None):
+    driver_ops.report_driver_state(
+        name="Report the NVIDIA driver's state",
+        require_gpu=settings.require_gpu,
+        driver_packages=sorted(plan.packages) if plan else [],
+    )
