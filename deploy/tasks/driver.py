@@ -28,6 +28,7 @@ from deploy.operations import packages as package_ops
 from deploy.settings import MIN_DRIVER_VERSION, Settings
 
 CUDA_PROFILE_PATH = "/etc/profile.d/cuda.sh"
+REBOOT_DELAY = 10  # seconds before reconnecting
 INSTALLED_FACTS = {"apt": DebPackages, "dnf": RpmPackages, "zypper": RpmPackages, "pacman": PacmanPackages}
 
 
@@ -160,8 +161,10 @@ def driver_plan(
         names = _render(data["module_packages"], values)
         dependencies: tuple[str, ...] = ()
     else:
-        names = _render(data.get("branch_packages") if branch else data.get("packages"), values)
-        dependencies = _render(data.get("branch_dependencies") if branch else data.get("dependencies"), values)
+        names = _render(data.get("branch_packages", data.get("packages")) if branch else data.get("packages"), values)
+        dependencies = _render(
+            data.get("branch_dependencies", data.get("dependencies")) if branch else data.get("dependencies"), values
+        )
 
     notes = []
     if data.get("kernel_modules") is not None:
@@ -231,7 +234,6 @@ def _install(plan: DriverPlan, name: str, packages: dict, hold: bool):
         installed = zypper.packages(
             name=name,
             packages=[f"{pkg}={ver}" if ver else pkg for pkg, ver in packages.items()],
-            extra_global_install_args="--gpg-auto-import-keys",
         )
         if hold:
             package_ops.zypper_add_locks(name=f"Hold {name[0].lower()}{name[1:]} (zypper locks)", packages=list(packages))
@@ -303,7 +305,7 @@ def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan):
         _if=driver.did_change,
     )
     if settings.reboot_allowed:
-        server.reboot(name="Reboot to load the new NVIDIA driver", delay=10, reboot_timeout=600, _if=reboot.did_change)
+        server.reboot(name="Reboot to load the new NVIDIA driver", delay=REBOOT_DELAY, reboot_timeout=600, _if=reboot.did_change)
 
     if plan.cuda_packages:
         if plan.cuda_repository:

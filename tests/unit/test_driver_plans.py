@@ -1,0 +1,275 @@
+"""
+Plan tests: the whole entry file (stages kernel,driver) runs against pyinfra's @fake connector
+for each distro family; the facts are scripted (os-release, uname, the PCI bus, package state)
+and the assertions are on the commands the run would execute.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from fixtures.nvidia.fake_host import PCI_WITH_GPU, fake_run, node_lines, responses
+
+DEBIAN_SOURCES = (
+    "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\n"
+    "Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
+)
+DEBIAN_FILES = {
+    "/etc/apt/sources.list.d/*.sources": "/etc/apt/sources.list.d/debian.sources "
+    + base64.b64encode(DEBIAN_SOURCES.encode()).decode(),
+}
+
+
+def install_lines(run, tool: str) -> list[str]:
+    return [c for c in run.commands if c.startswith(tool) or f" {tool} " in c if " install " in c]
+
+
+def single(lines: list[str]) -> str:
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def ok(run):
+    assert run.error is None, repr(run.error)
+    return run
+
+
+# Debian
+
+
+def test_debian_default_plan_enables_components_installs_driver_headers_firmware_and_holds():
+    run = ok(fake_run(responses("debian-12", node=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU), extra={
+        **DEBIAN_FILES, "apt-cache show --no-all-versions": ["yes linux-headers-6.1.0-18-amd64"],
+    })))
+    installs = install_lines(run, "apt-get")
+    assert any(c.endswith(" install --allow-change-held-packages --allow-downgrades nvidia-driver nvidia-smi nvidia-kernel-dkms") for c in installs), installs
+    assert any(c.endswith(" install --allow-change-held-packages --allow-downgrades firmware-misc-nonfree") for c in installs)
+    assert any(c.endswith(" install linux-headers-6.1.0-18-amd64") for c in installs)
+    assert "apt-mark hold nvidia-driver nvidia-kernel-dkms nvidia-smi" in run.commands
+    assert not run.ran("apt-mark hold firmware")
+    assert "NVIDIA driver | Enable contrib non-free non-free-firmware for bookworm" in run.op_names()
+    # the driver changed and no module is loaded: the reboot marker, no reboot
+    assert run.ran("> /run/reboot-required")
+    assert not run.ran("reboot )")
+
+
+def test_debian_headers_fall_back_to_the_flavour_meta_package_when_the_running_kernels_are_missing():
+    run = ok(fake_run(responses("debian-12", node=node_lines("6.1.0-18-cloud-amd64", pci=PCI_WITH_GPU), extra={
+        **DEBIAN_FILES,
+        "apt-cache show --no-all-versions linux-headers-6.1.0-18-cloud-amd64": ["no linux-headers-6.1.0-18-cloud-amd64", "yes linux-headers-cloud-amd64"],
+    })))
+    assert any(c.endswith(" install linux-headers-cloud-amd64") for c in install_lines(run, "apt-get"))
+
+
+def test_debian_branch_and_version_pin_the_tesla_packages_and_hold_them():
+    version = "535.216.03-3~deb12u1"
+    run = ok(fake_run(
+        responses("debian-12", extra=DEBIAN_FILES),
+        data={"nvidia_driver_branch": "535", "nvidia_driver_version": version},
+    ))
+    driver = single([c for c in install_lines(run, "apt-get") if "nvidia-tesla" in c])
+    for name in ("nvidia-tesla-535-driver", "nvidia-tesla-535-smi", "nvidia-tesla-535-kernel-dkms"):
+        assert f"{name}={version}" in driver
+    assert "apt-mark hold nvidia-tesla-535-driver nvidia-tesla-535-kernel-dkms nvidia-tesla-535-smi" in run.commands
+
+
+def test_debian_second_run_with_everything_installed_and_held_runs_no_package_command():
+    installed = [f"{name} 535.216.03-3~deb12u1 hold ok installed" for name in
+                 ("nvidia-tesla-535-driver", "nvidia-tesla-535-smi", "nvidia-tesla-535-kernel-dkms")]
+    enabled = DEBIAN_SOURCES.replace("Components: main", "Components: main contrib non-free non-free-firmware")
+    run = ok(fake_run(
+        responses("debian-12", extra={
+            "/etc/apt/sources.list.d/*.sources": "/etc/apt/sources.list.d/debian.sources " + base64.b64encode(enabled.encode()).decode(),
+            "dpkg-query -W -f '${Package} ${Version} ${Status}\\n' nvidia-tesla": installed,
+            "dpkg-query -W -f '${Package} ${Version} ${Status}\\n' firmware-misc-nonfree": ["firmware-misc-nonfree 20230210-5 install ok installed"],
+            "dpkg -l": ["ii  linux-headers-6.1.0-18-amd64 6.1.76-1 amd64 Header files"],
+        }),
+        data={"nvidia_driver_branch": "535", "nvidia_driver_version": "535.216.03-3~deb12u1"},
+    ))
+    assert not run.ran("apt-get"), run.ran("apt-get")
+    assert not run.ran("apt-mark hold")
+    assert not run.ran("> /run/reboot-required")
+
+
+def test_debian_without_a_release_entry_fails_the_host_naming_the_problem():
+    run = fake_run(responses("debian-12", extra={
+        # the failing command fails (the fake connector runs nothing)
+        "no Debian archive entry": {"success": False},
+        "/etc/apt/sources.list.d/*.sources": "/etc/apt/sources.list.d/other.sources "
+        + base64.b64encode(b"Types: deb\nURIs: https://download.docker.com/linux/debian\nSuites: bookworm\nComponents: stable\n").decode(),
+    }))
+    failing = single(run.ran("no Debian archive entry for bookworm"))
+    assert failing.endswith("exit 1")
+    assert not run.ran("install --allow-change-held-packages --allow-downgrades nvidia-driver")
+
+
+# Ubuntu
+
+
+def test_ubuntu_branch_and_version_install_headless_server_packages_pinned_and_held():
+    version = "550.90.07-0ubuntu0.22.04.1"
+    run = ok(fake_run(
+        responses("ubuntu-22.04", node=node_lines("5.15.0-91-generic", pci=PCI_WITH_GPU)),
+        data={"nvidia_driver_branch": "550", "nvidia_driver_version": version},
+    ))
+    driver = single([c for c in install_lines(run, "apt-get") if "nvidia-headless" in c])
+    for name in ("nvidia-headless-550-server", "nvidia-utils-550-server", "nvidia-dkms-550-server"):
+        assert f"{name}={version}" in driver
+    assert "apt-mark hold nvidia-dkms-550-server nvidia-headless-550-server nvidia-utils-550-server" in run.commands
+    assert not run.ran("contrib")
+
+
+def test_ubuntu_branch_detected_from_ubuntu_drivers_recommendation():
+    run = ok(fake_run(responses("ubuntu-22.04", node=node_lines("5.15.0-91-generic", pci=PCI_WITH_GPU), extra={
+        "ubuntu-drivers list --gpgpu": ["nvidia-driver-535-server, (kernel modules provided by nvidia-dkms-535-server)"],
+    })))
+    assert any(c.endswith("nvidia-headless-535-server nvidia-utils-535-server nvidia-dkms-535-server")
+               for c in install_lines(run, "apt-get"))
+
+
+def test_ubuntu_branch_detected_from_the_installed_driver():
+    run = ok(fake_run(responses("ubuntu-22.04", node=node_lines("5.15.0-91-generic"), extra={
+        "dpkg -l": ["ii  nvidia-headless-470-server 470.239.06-0ubuntu0.22.04.1 amd64 NVIDIA headless"],
+    })))
+    assert any("nvidia-headless-470-server" in c for c in install_lines(run, "apt-get")) or \
+        run.ran("nvidia-headless-470-server")
+
+
+def test_ubuntu_without_branch_or_recommendation_stops_before_any_change():
+    run = fake_run(responses("ubuntu-22.04", node=node_lines("5.15.0-91-generic")))
+    assert run.error is not None
+    assert "nvidia_driver_branch is required on ubuntu" in str(run.error)
+    assert not run.ran("apt-get") and not run.ran("mkdir -p /etc/modprobe.d")
+
+
+# RHEL family
+
+
+def test_rocky_9_adds_cuda_repo_enables_module_stream_pins_and_versionlocks():
+    run = ok(fake_run(
+        responses("rocky-9", node=node_lines("5.14.0-362.8.1.el9_3.x86_64", pci=PCI_WITH_GPU), extra={
+            "dnf -q list": ["yes kernel-devel-5.14.0-362.8.1.el9_3.x86_64"],
+        }),
+        data={"nvidia_driver_branch": "550", "nvidia_driver_version": "550.54.15"},
+    ))
+    assert "NVIDIA driver | Add NVIDIA's repository cuda-rhel9-x86_64" in run.op_names()
+    assert "dnf module enable -y nvidia-driver:550-dkms" in run.commands
+    assert "dnf install -y epel-release" in run.commands
+    assert "dnf install -y kernel-devel-5.14.0-362.8.1.el9_3.x86_64" in run.commands
+    assert "dnf install -y nvidia-driver-550.54.15 nvidia-driver-cuda-550.54.15 kmod-nvidia-latest-dkms-550.54.15" in run.commands
+    assert single(run.ran("dnf versionlock add")) == (
+        "dnf versionlock add kmod-nvidia-latest-dkms nvidia-driver nvidia-driver-cuda")
+
+
+def test_rocky_9_without_branch_uses_the_latest_dkms_stream():
+    run = ok(fake_run(responses("rocky-9", node=node_lines("5.14.0-362.8.1.el9_3.x86_64"))))
+    assert "dnf module enable -y nvidia-driver:latest-dkms" in run.commands
+
+
+def test_fedora_has_no_modules_and_installs_cuda_drivers_of_the_branch():
+    run = ok(fake_run(responses("fedora-40", node=node_lines("6.8.5-301.fc40.x86_64")),
+                      data={"nvidia_driver_branch": "550"}))
+    assert "NVIDIA driver | Add NVIDIA's repository cuda-fedora40-x86_64" in run.op_names()
+    assert not run.ran("dnf module")
+    assert "dnf install -y cuda-drivers-550" in run.commands
+    assert "dnf versionlock add cuda-drivers-550" in run.commands
+
+
+def test_amazon_linux_2023_uses_the_amzn2023_repository_on_arm():
+    run = ok(fake_run(responses("amzn-2023", arch="aarch64", node=node_lines("6.1.84-99.169.amzn2023.aarch64"))))
+    assert "NVIDIA driver | Add NVIDIA's repository cuda-amzn2023-sbsa" in run.op_names()
+    assert "dnf install -y cuda-drivers" in run.commands
+
+
+# SUSE
+
+
+def test_opensuse_leap_adds_nvidias_repository_and_locks_g06_packages():
+    run = ok(fake_run(responses("opensuse-leap-15.5", node=node_lines("5.14.21-150500.55.39-default")),
+                      data={"nvidia_driver_version": "550.54.14"}))
+    assert "NVIDIA driver | Add NVIDIA's repository nvidia-opensuse-leap" in run.op_names()
+    install = single(run.ran("zypper --gpg-auto-import-keys --non-interactive install -y"))
+    assert "nvidia-compute-utils-G06=550.54.14" in install and "nvidia-compute-G06=550.54.14" in install
+    assert install.rstrip().endswith("nvidia-driver-G06-kmp-default")
+    assert single(run.ran("addlock")).endswith(
+        "addlock nvidia-compute-G06 nvidia-compute-utils-G06 nvidia-driver-G06-kmp-default")
+
+
+def test_opensuse_rejects_a_branch():
+    run = fake_run(responses("opensuse-leap-15.5", node=node_lines("5.14.21-150500.55.39-default")),
+                   data={"nvidia_driver_branch": "550"})
+    assert "nvidia_driver_branch='550' is not supported on opensuse-leap" in str(run.error)
+
+
+# Arch
+
+
+@pytest.mark.parametrize("kernels, expected", [
+    (["linux"], "nvidia-utils nvidia"),
+    (["linux-lts"], "nvidia-utils nvidia-lts"),
+    (["linux", "linux-lts"], "nvidia-utils nvidia nvidia-lts"),
+    (["linux", "linux-zen"], "nvidia-utils nvidia-dkms linux-headers linux-zen-headers"),
+])
+def test_arch_picks_the_module_package_for_its_kernels_and_holds_with_ignorepkg(kernels, expected):
+    run = ok(fake_run(responses("arch", node=node_lines("6.9.7-arch1-1", pkgbases=kernels))))
+    assert single(run.ran("pacman --noconfirm -S")).endswith(f"-S {expected}")
+    hold = single(run.ran("IgnorePkg = "))
+    assert hold.startswith("sed -i '/^\\[options\\]/a IgnorePkg = ") and hold.endswith(f"{expected}' /etc/pacman.conf")
+
+
+def test_arch_already_ignored_packages_are_not_added_twice():
+    run = ok(fake_run(responses("arch", node=node_lines("6.9.7-arch1-1", pkgbases=["linux"]), extra={
+        "IgnorePkg[[:space:]]*=": [" nvidia-utils nvidia"],
+    })))
+    assert not run.ran("/a IgnorePkg")
+
+
+def test_arch_rejects_a_version_pin():
+    run = fake_run(responses("arch", node=node_lines("6.9.7-arch1-1", pkgbases=["linux"])),
+                   data={"nvidia_driver_version": "550.78-1"})
+    assert "nvidia_driver_version='550.78-1' cannot be pinned on arch" in str(run.error)
+
+
+# Across families
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"nvidia_driver_branch": "340"}, "nvidia_driver_branch='340' is older than 384.81"),
+    ({"nvidia_driver_version": "375.66-1"}, "nvidia_driver_version='375.66-1' is older than 384.81"),
+    ({"nvidia_driver_branch": "535", "nvidia_driver_version": "550.54.15"}, "is not in nvidia_driver_branch='535'"),
+])
+def test_driver_below_the_device_plugins_floor_or_inconsistent_stops_before_any_change(data, message):
+    run = fake_run(responses("debian-12", extra=DEBIAN_FILES), data=data)
+    assert message in str(run.error)
+    assert not run.ran("mkdir -p /etc/modprobe.d")
+
+
+def test_a_loaded_module_of_the_installed_version_needs_no_reboot():
+    run = ok(fake_run(responses("debian-12", node=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU,
+                                                             loaded="535.216.03", built="535.216.03"), extra=DEBIAN_FILES)))
+    assert run.ran("install --allow-change-held-packages --allow-downgrades nvidia-driver")
+    assert not run.ran("> /run/reboot-required")
+
+
+def test_reboot_allowed_reboots_after_the_driver_changed(monkeypatch):
+    """The fake host cannot come back from the reboot; the reboot being issued is what is checked."""
+    monkeypatch.setattr("deploy.tasks.driver.REBOOT_DELAY", 0)
+    run = fake_run(responses("debian-12", node=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU), extra=DEBIAN_FILES),
+                   data={"reboot_allowed": True})
+    assert run.ran("> /run/reboot-required")
+    assert run.ran("( sleep 1 && reboot )")
+
+
+def test_cuda_toolkit_installs_the_familys_package_and_puts_it_on_path():
+    run = ok(fake_run(responses("debian-12", extra=DEBIAN_FILES), data={"cuda_toolkit_install": True}))
+    assert any(c.endswith(" nvidia-cuda-toolkit") for c in install_lines(run, "apt-get"))
+    assert "NVIDIA driver | Put the CUDA toolkit on PATH" in run.op_names()
+    assert run.ran("chmod 644 /etc/profile.d/cuda.sh")
+
+
+def test_driver_install_false_runs_no_driver_operation():
+    run = ok(fake_run(responses("debian-12", extra=DEBIAN_FILES), data={"nvidia_driver_install": False}))
+    assert not run.ran("apt-get") and not run.ran("apt-mark")
+    assert not [name for name in run.op_names() if name.startswith("NVIDIA driver")]
