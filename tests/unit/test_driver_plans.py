@@ -190,7 +190,7 @@ def test_opensuse_leap_adds_nvidias_repository_and_locks_g06_packages():
     run = ok(fake_run(responses("opensuse-leap-15.5", node=node_lines("5.14.21-150500.55.39-default")),
                       data={"nvidia_driver_version": "550.54.14"}))
     assert "NVIDIA driver | Add NVIDIA's repository nvidia-opensuse-leap" in run.op_names()
-    install = single(run.ran("zypper --gpg-auto-import-keys --non-interactive install -y"))
+    install = single(run.ran("--gpg-auto-import-keys install -y"))
     assert "nvidia-compute-utils-G06=550.54.14" in install and "nvidia-compute-G06=550.54.14" in install
     assert install.rstrip().endswith("nvidia-driver-G06-kmp-default")
     assert single(run.ran("addlock")).endswith(
