@@ -1,0 +1,214 @@
+"""containerd facts: its version and config file, and which Kubernetes flavour owns it."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+
+from pyinfra.api import FactBase, QuoteString, StringCommand
+from pyinfra.api.exceptions import FactProcessError
+
+# Version strings seen in the field: Debian "1.6.20~ds1", Docker's containerd.io "1.7.21",
+# sid "2.1.9+unknown", k3s "v1.7.23-k3s2".
+VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?\S*$")
+
+
+def parse_containerd_version(line: str) -> dict:
+    """``containerd --version`` -> {"version": "1.6.20~ds1", "major": 1, "minor": 6} (None when unknown)."""
+    for token in line.split()[1:]:
+        match = VERSION_RE.match(token)
+        if match:
+            return {"version": token.lstrip("v"), "major": int(match[1]), "minor": int(match[2])}
+    return {"version": None, "major": None, "minor": None}
+
+
+def decode_file(encoded: str, what: str) -> str:
+    try:
+        return base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError) as error:
+        raise FactProcessError(f"could not decode {what}: {error}") from None
+
+
+def _if_file(path: str, then: StringCommand, otherwise: StringCommand | str) -> StringCommand:
+    return StringCommand("if [ -f", QuoteString(path), "]; then", then, "; else", otherwise, "; fi")
+
+
+class ContainerdConfig(FactBase):
+    """
+    The containerd binary, its version and the config file, read in one command. When the file
+    is missing: ``base_path``'s text if given and present, else ``containerd config default``.
+
+    .. code:: python
+
+        {
+            "binary_path": "/usr/bin/containerd",  # None: not installed
+            "version": "1.6.20~ds1", "major": 1, "minor": 6,
+            "config": "version = 2\\n...",          # None: the file does not exist
+            "base_config": None,
+            "default_config": None,                 # only read when config is None
+        }
+    """
+
+    def command(self, path, base_path=None, binary="containerd"):
+        file_b64 = lambda label, name: StringCommand(  # noqa: E731
+            "echo", QuoteString(label), "$(base64 -w0 <", QuoteString(name), ")"
+        )
+        default = StringCommand(
+            'if [ -n "$bin" ]; then echo default_config $("$bin" config default 2>/dev/null | base64 -w0); fi'
+        )
+        missing = _if_file(base_path, file_b64("base_config", base_path), default) if base_path else default
+        return StringCommand(
+            "bin=$(command -v", QuoteString(binary), "2>/dev/null || true);",
+            'echo "binary_path $bin";',
+            'if [ -n "$bin" ]; then echo "version $("$bin" --version 2>/dev/null | head -n1)"; fi;',
+            _if_file(path, file_b64("config", path), missing),
+            "; true",
+        )
+
+    @staticmethod
+    def default():
+        return {
+            "binary_path": None,
+            "version": None,
+            "major": None,
+            "minor": None,
+            "config": None,
+            "base_config": None,
+            "default_config": None,
+        }
+
+    def process(self, output):
+        state = self.default()
+        for line in output:
+            kind, _, rest = line.strip().partition(" ")
+            if kind == "binary_path":
+                state["binary_path"] = rest.strip() or None
+            elif kind == "version":
+                state.update(parse_containerd_version(rest))
+            elif kind in ("config", "base_config", "default_config"):
+                text = decode_file(rest, kind)
+                # `containerd config default` that failed prints nothing: treat as unavailable.
+                state[kind] = text if (text or kind != "default_config") else None
+        return state
+
+
+# Where each flavour keeps containerd's config, and the units that run it.
+K3S_CONTAINERD_DIR = "/var/lib/rancher/k3s/agent/etc/containerd"
+RKE2_CONTAINERD_DIR = "/var/lib/rancher/rke2/agent/etc/containerd"
+K0S_DROPIN_DIR = "/etc/k0s/containerd.d"
+MICROK8S_TEMPLATE = "/var/snap/microk8s/current/args/containerd-template.toml"
+
+FLAVOUR_PATHS = (
+    K3S_CONTAINERD_DIR,
+    f"{K3S_CONTAINERD_DIR}/config.toml",
+    f"{K3S_CONTAINERD_DIR}/config.toml.tmpl",
+    f"{K3S_CONTAINERD_DIR}/config-v3.toml.tmpl",
+    "/var/lib/rancher/k3s/data/current/bin/containerd",
+    "/usr/local/bin/k3s",
+    RKE2_CONTAINERD_DIR,
+    f"{RKE2_CONTAINERD_DIR}/config.toml",
+    f"{RKE2_CONTAINERD_DIR}/config.toml.tmpl",
+    f"{RKE2_CONTAINERD_DIR}/config-v3.toml.tmpl",
+    "/var/lib/rancher/rke2/bin/containerd",
+    "/usr/local/bin/rke2",
+    "/etc/k0s",
+    "/usr/local/bin/k0s",
+    "/var/lib/k0s/bin/containerd",
+    MICROK8S_TEMPLATE,
+    "/snap/bin/microk8s",
+)
+FLAVOUR_UNITS = (
+    "k3s", "k3s-agent", "rke2-server", "rke2-agent",
+    "k0sworker", "k0scontroller", "snap.microk8s.daemon-containerd", "containerd",
+)
+UNIT_DIRS = ("/etc/systemd/system", "/usr/local/lib/systemd/system", "/lib/systemd/system",
+             "/usr/lib/systemd/system")
+GENERATED_CONFIGS = (f"{K3S_CONTAINERD_DIR}/config.toml", f"{RKE2_CONTAINERD_DIR}/config.toml")
+
+
+class ContainerdFlavour(FactBase):
+    """
+    Which paths of the Kubernetes distributions that bring their own containerd exist, which of
+    their units are installed (and their state), and the ``version`` line of their generated
+    config. ``classify_flavour`` turns it into plain / k3s / rke2 / k0s / microk8s.
+
+    .. code:: python
+
+        {
+            "paths": ["/var/lib/rancher/k3s/agent/etc/containerd", ...],
+            "units": {"k3s-agent": "active"},
+            "generated_versions": {"/var/lib/rancher/k3s/agent/etc/containerd/config.toml": 3},
+            "binary": "/usr/bin/containerd",   # containerd on PATH, None when there is none
+        }
+    """
+
+    def command(self):
+        parts = [
+            StringCommand("for p in", *[QuoteString(p) for p in FLAVOUR_PATHS],
+                          '; do [ -e "$p" ] && echo "path $p"; done;'),
+            StringCommand("for u in", *FLAVOUR_UNITS, "; do for d in", *UNIT_DIRS,
+                          '; do if [ -e "$d/$u.service" ]; then',
+                          'echo "unit $u $(systemctl is-active "$u" 2>/dev/null)"; break; fi; done; done;'),
+        ]
+        for config in GENERATED_CONFIGS:
+            parts.append(StringCommand(
+                "if [ -f", QuoteString(config), "]; then echo", QuoteString(f"generated {config}"),
+                "$(grep -m1 -E '^[[:space:]]*version[[:space:]]*=' ", QuoteString(config),
+                " | tr -dc 0-9); fi;",
+            ))
+        parts.append('echo "binary $(command -v containerd 2>/dev/null || true)"')
+        return StringCommand(*parts)
+
+    @staticmethod
+    def default():
+        return {"paths": [], "units": {}, "generated_versions": {}, "binary": None}
+
+    def process(self, output):
+        state = self.default()
+        for line in output:
+            kind, _, rest = line.strip().partition(" ")
+            if kind == "path":
+                state["paths"].append(rest.strip())
+            elif kind == "unit":
+                name, _, active = rest.partition(" ")
+                state["units"][name] = active.strip() or "unknown"
+            elif kind == "binary":
+                state["binary"] = rest.strip() or None
+            elif kind == "generated":
+                path, _, version = rest.partition(" ")
+                state["generated_versions"][path] = int(version) if version.strip().isdigit() else 1
+        return state
+
+
+FLAVOURS = ("plain", "k3s", "rke2", "k0s", "microk8s")
+
+
+def classify_flavour(state: dict) -> dict:
+    """
+    The flavour that owns containerd on the node, and the unit that runs it.
+
+    .. code:: python
+
+        {"name": "k3s", "service": "k3s-agent"}
+    """
+    paths = set(state.get("paths", ()))
+    units = state.get("units", {})
+
+    def service(*candidates: str) -> str | None:
+        installed = [unit for unit in candidates if unit in units]
+        active = [unit for unit in installed if units[unit] == "active"]
+        return (active or installed or [None])[0]
+
+    if K3S_CONTAINERD_DIR in paths or "/usr/local/bin/k3s" in paths or service("k3s", "k3s-agent"):
+        return {"name": "k3s", "service": service("k3s", "k3s-agent") or "k3s"}
+    if RKE2_CONTAINERD_DIR in paths or "/usr/local/bin/rke2" in paths or service("rke2-server", "rke2-agent"):
+        return {"name": "rke2", "service": service("rke2-server", "rke2-agent") or "rke2-server"}
+    if MICROK8S_TEMPLATE in paths or "/snap/bin/microk8s" in paths:
+        return {"name": "microk8s", "service": "snap.microk8s.daemon-containerd"}
+    if {"/etc/k0s", "/usr/local/bin/k0s", "/var/lib/k0s/bin/containerd"} & paths or service(
+        "k0sworker", "k0scontroller"
+    ):
+        # k0s watches its drop-in directory and reloads containerd itself.
+        return {"name": "k0s", "service": None}
+    return {"name": "plain", "service": "containerd"}

@@ -1,0 +1,348 @@
+"""
+Wire the NVIDIA runtime into containerd's config.toml: a pure merge (text in, text out) and
+the operation that applies it through the safe install.
+
+The merge edits the parsed document in place with tomlkit, so every other key, every
+comment and the order stay as they were; only the keys below are set:
+
+- ``runtimes.nvidia``: runc v2 shim with ``BinaryName`` = nvidia-container-runtime;
+- ``SystemdCgroup`` on ``runtimes.runc`` and ``runtimes.nvidia``;
+- ``default_runtime_name``: ``nvidia`` when it should be the default, else a previous
+  ``nvidia`` goes back to ``runc``;
+- ``disabled_plugins`` loses ``cri`` (Kubernetes needs CRI);
+- ``enable_cdi`` when asked, for containerd 1.x (2.x has CDI on).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tomlkit
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from pyinfra import host
+from pyinfra.api import operation
+from tomlkit.exceptions import ParseError
+from tomlkit.items import AoT, Table, Whitespace
+
+from deploy.facts.containerd import ContainerdConfig
+from deploy.operations import safe_install
+from deploy.settings import NVIDIA_CONTAINER_RUNTIME
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+RUNC_V2 = "io.containerd.runc.v2"
+
+# config version -> the plugin that holds the CRI runtimes
+CRI_RUNTIME_PLUGIN = {
+    1: "cri",
+    2: "io.containerd.grpc.v1.cri",
+    3: "io.containerd.cri.v1.runtime",
+    4: "io.containerd.cri.v1.runtime",
+}
+# Names under which `disabled_plugins` can switch CRI off (v1 short name, 1.x and 2.x IDs).
+CRI_PLUGIN_IDS = (
+    "cri",
+    "io.containerd.grpc.v1.cri",
+    "io.containerd.cri.v1.runtime",
+    "io.containerd.cri.v1.images",
+)
+
+
+class ConfigError(ValueError):
+    """A config the merge cannot work on; the message names the file and the problem."""
+
+
+@dataclass(frozen=True)
+class RuntimeWiring:
+    """What the merge sets, from the settings."""
+
+    binary: str = NVIDIA_CONTAINER_RUNTIME
+    make_default: bool = True
+    systemd_cgroup: bool = True
+    enable_cdi: bool = False
+
+
+@dataclass
+class Merged:
+    text: str
+    version: int
+    notes: list[str] = field(default_factory=list)
+
+
+def parse_config(text: str, source: str) -> tomlkit.TOMLDocument:
+    try:
+        return tomlkit.parse(text)
+    except ParseError as error:
+        # tomlkit's message already ends with "at line L col C".
+        raise ConfigError(f"{source} is not valid TOML: {error}") from None
+
+
+def config_version(document, source: str) -> int:
+    """containerd reads a file without ``version`` as version 1."""
+    version = document.get("version", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version not in CRI_RUNTIME_PLUGIN:
+        raise ConfigError(
+            f"{source}: unsupported config version {version!r} (containerd knows 1, 2, 3 and 4)"
+        )
+    return int(version)
+
+
+def _indent(item) -> str:
+    return item.trivia.indent.lstrip("\n")
+
+
+def _child_table(parent, key: str) -> Table:
+    """The sub-table ``key`` of ``parent``, created (as a header-less super table) when missing."""
+    existing = parent.get(key)
+    if existing is not None:
+        if not isinstance(existing, dict) or isinstance(existing, AoT):
+            raise ConfigError(f"{key} is not a table")
+        return existing
+    table = tomlkit.table(is_super_table=True)
+    parent[key] = table
+    return parent[key]
+
+
+def _set(table, key: str, value) -> None:
+    """Set only a value that differs, so an equal value keeps its formatting and comment."""
+    current = table.get(key)
+    current = current.unwrap() if hasattr(current, "unwrap") else current
+    # type too: containerd wants a boolean, and 1 == True in Python.
+    if type(current) is not type(value) or current != value:
+        siblings = [item for name, item in table.value.body
+                    if name is not None and not isinstance(item, (Table, Whitespace))]
+        table[key] = value
+        if current is None and siblings and isinstance(table, Table):
+            # A new key lines up with the keys already there.
+            table.value.item(key).trivia.indent = _indent(siblings[0])
+
+
+def _style(runtimes) -> tuple[str, str, str]:
+    """Header indent, key indent and nesting step of the runtime tables already there."""
+    for name, runtime in runtimes.items():
+        if not isinstance(runtime, Table) or runtime.is_super_table():
+            continue
+        header = _indent(runtime)
+        keys = [item for key, item in runtime.value.body
+                if key is not None and not isinstance(item, (Table, Whitespace))]
+        key_indent = _indent(keys[0]) if keys else header
+        options = runtime.get("options")
+        step = "  " if header or key_indent else ""
+        if isinstance(options, Table) and not options.is_super_table():
+            nested = _indent(options)
+            step = nested[len(header):] if nested.startswith(header) else step
+        return header, key_indent, step
+    return "", "", ""
+
+
+def _ends_with_blank_line(table) -> bool:
+    body = table.value.body if isinstance(table, Table) else []
+    if not body:
+        return False
+    last = body[-1][1]
+    if isinstance(last, Table):
+        return _ends_with_blank_line(last)
+    return isinstance(last, Whitespace) and "\n" in last.s
+
+
+def _last_table(table: Table) -> Table:
+    tables = [item for _, item in table.value.body if isinstance(item, Table)]
+    return _last_table(tables[-1]) if tables else table
+
+
+def _indent_tables(table: Table, header: str, key_indent: str, step: str, nested: bool = False) -> None:
+    table.trivia.indent = ("\n" if nested else "") + header
+    for key, item in table.value.body:
+        if isinstance(item, Table):
+            _indent_tables(item, header + step, key_indent + step, step, nested=True)
+        elif key is not None and not isinstance(item, Whitespace):
+            item.trivia.indent = key_indent
+
+
+def _format_new(table: Table, previous_blank: bool | None, header: str, key_indent: str, step: str) -> None:
+    """
+    Indent a table the merge created like its siblings, one blank line between it and the
+    table before it: where the file puts blank lines after tables, it gets one too.
+    """
+    _indent_tables(table, header, key_indent, step)
+    if previous_blank is None:
+        return  # the first table in a new parent: tomlkit separates it already
+    if previous_blank:
+        _last_table(table).add(tomlkit.nl())
+    else:
+        table.trivia.indent = "\n" + header
+
+
+def _new_runtime(binary: str | None, systemd_cgroup: bool) -> Table:
+    runtime = tomlkit.table()
+    runtime["runtime_type"] = RUNC_V2
+    options = tomlkit.table()
+    if binary:
+        options["BinaryName"] = binary
+    options["SystemdCgroup"] = systemd_cgroup
+    runtime["options"] = options
+    return runtime
+
+
+def _wire_runtime(runtimes, name: str, binary: str | None, systemd_cgroup: bool, style,
+                  first_blank: bool | None) -> None:
+    runtime = runtimes.get(name)
+    if runtime is None:
+        # Whether the file ends its tables with a blank line: read before inserting.
+        blank = _ends_with_blank_line(list(runtimes.values())[-1]) if len(runtimes) else first_blank
+        runtimes[name] = _new_runtime(binary, systemd_cgroup)
+        _format_new(runtimes[name], blank, *style)
+        return
+    if not isinstance(runtime, dict):
+        raise ConfigError(f"runtimes.{name} is not a table")
+    if name == "nvidia":
+        _set(runtime, "runtime_type", RUNC_V2)
+    options = runtime.get("options")
+    if options is None:
+        # A runtime table with no options: add them in the runtime's own style.
+        blank = _ends_with_blank_line(runtime)
+        runtime["options"] = _new_runtime(binary, systemd_cgroup)["options"]
+        if isinstance(runtime, Table) and not runtime.is_super_table():
+            header, key_indent, step = style
+            key_offset = key_indent[len(header):] if key_indent.startswith(header) else ""
+            options_header = _indent(runtime) + step
+            _format_new(runtime["options"], blank, options_header, options_header + key_offset, step)
+        return
+    if binary:
+        _set(options, "BinaryName", binary)
+    _set(options, "SystemdCgroup", systemd_cgroup)
+
+
+def _drop_disabled_cri(document, notes: list[str]) -> None:
+    disabled = document.get("disabled_plugins")
+    if disabled is None:
+        return
+    removed = [name for name in disabled if name in CRI_PLUGIN_IDS]
+    if not removed:
+        return
+    for name in removed:
+        index = [str(item) for item in disabled].index(name)
+        del disabled[index]
+    shown = ", ".join(f'"{name}"' for name in removed)
+    notes.append(f"removed {shown} from disabled_plugins: Kubernetes needs containerd's CRI plugin")
+
+
+def merge_containerd_config(text: str, wiring: RuntimeWiring, source: str = "config.toml") -> Merged:
+    """The config ``text`` with the NVIDIA runtime wired in; raises ConfigError naming ``source``."""
+    document = parse_config(text, source)
+    version = config_version(document, source)
+    notes: list[str] = []
+    try:
+        _drop_disabled_cri(document, notes)
+        plugins = _child_table(document, "plugins")
+        cri = _child_table(plugins, CRI_RUNTIME_PLUGIN[version])
+        # Under a containerd table the file already had, a first new runtime needs its blank line.
+        first_blank = False if isinstance(cri.get("containerd"), Table) else None
+        containerd = _child_table(cri, "containerd")
+        runtimes = _child_table(containerd, "runtimes")
+        style = _style(runtimes)
+        _wire_runtime(runtimes, "runc", None, wiring.systemd_cgroup, style, first_blank)
+        _wire_runtime(runtimes, "nvidia", wiring.binary, wiring.systemd_cgroup, style, first_blank)
+        if wiring.make_default:
+            _set(containerd, "default_runtime_name", "nvidia")
+        elif containerd.get("default_runtime_name") == "nvidia":
+            containerd["default_runtime_name"] = "runc"
+            notes.append("default_runtime_name was nvidia: set back to runc (nvidia_runtime_default=false)")
+        if wiring.enable_cdi:
+            if version >= 3:
+                notes.append("containerd 2.x has CDI on: enable_cdi left as it is")
+            else:
+                _set(cri, "enable_cdi", True)
+    except ConfigError as error:
+        raise ConfigError(f"{source}: {error}") from None
+    return Merged(text=tomlkit.dumps(document), version=version, notes=notes)
+
+
+def default_config_text(containerd_major: int | None) -> str:
+    """The fallback for a missing file when ``containerd config default`` is unavailable."""
+    environment = Environment(
+        loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined, keep_trailing_newline=True
+    )
+    version = 3 if (containerd_major or 1) >= 2 else 2
+    return environment.get_template("containerd-config.toml.j2").render(
+        version=version, cri_plugin=CRI_RUNTIME_PLUGIN[version]
+    )
+
+
+def validate_toml(text: str, source: str) -> None:
+    config_version(parse_config(text, source), source)
+
+
+@operation()
+def configure_nvidia_runtime(
+    path: str,
+    wiring: RuntimeWiring,
+    service: str | None = "containerd",
+    containerd_binary: str = "containerd",
+    base_path: str | None = None,
+    initial_text: str | None = None,
+    validate_with_binary: bool = True,
+    restart_timeout: int = 30,
+    hint: str = "",
+):
+    """
+    Merge the NVIDIA runtime into containerd's config at ``path`` and install it safely.
+
+    + path: the config file (or a k3s/rke2/microk8s template, a k0s drop-in)
+    + wiring: what to set (``RuntimeWiring``)
+    + service: the systemd unit to restart on change (None: the flavour reloads by itself)
+    + containerd_binary: checks the candidate with ``BINARY --config CANDIDATE config dump``
+    + base_path: where to start from when ``path`` is missing (e.g. k3s's generated config)
+    + initial_text: else start from this text (e.g. an empty k0s drop-in)
+    + validate_with_binary: false for templates containerd cannot read as they are
+    + restart_timeout: seconds the restarted service has to become active before rollback
+    + hint: added to a parse error (what to do about a file of this flavour)
+    """
+    state = host.get_fact(ContainerdConfig, path=path, base_path=base_path, binary=containerd_binary)
+    current = state["config"]
+    if current is not None:
+        base, source = current, path
+    elif state["base_config"] is not None:
+        base, source = state["base_config"], base_path
+    elif initial_text is not None:
+        base, source = initial_text, "an empty drop-in"
+    elif state["default_config"] is not None:
+        base, source = state["default_config"], f"`{containerd_binary} config default`"
+    else:
+        base, source = default_config_text(state["major"]), "templates/containerd-config.toml.j2"
+
+    try:
+        merged = merge_containerd_config(base, wiring, source=source)
+    except ConfigError as error:
+        message = f"{error}; it was left as it is"
+        yield from safe_install.fail_host(message + (f".{hint}" if hint and current is not None else ""))
+        return
+
+    if current is not None and merged.text == current:
+        host.noop(f"{path} already wires the nvidia runtime")
+        return
+
+    for note in merged.notes:
+        host.log_styled(f"{path}: {note}", fg="yellow")
+    if current is None:
+        host.log_styled(f"{path} is missing: creating it from {source}", fg="yellow")
+
+    validate = None
+    if validate_with_binary and state["binary_path"]:
+        validate = safe_install.Validator(
+            argv=[state["binary_path"], "--config", "{candidate}", "config", "dump"],
+            what=f"{state['binary_path']} config dump",
+        )
+    else:
+        try:
+            validate_toml(merged.text, path)
+        except ConfigError as error:
+            yield from safe_install.fail_host(str(error))
+            return
+    yield from safe_install.install_file._inner(
+        path=path,
+        content=merged.text,
+        validator=validate,
+        service=service,
+        restart_timeout=restart_timeout,
+    )

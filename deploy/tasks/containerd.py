@@ -1,0 +1,150 @@
+"""Stage 5a: containerd installed when missing, and wired to the NVIDIA runtime."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyinfra import host, logger
+from pyinfra.api import deploy
+from pyinfra.operations import apt, dnf, pacman, systemd, zypper
+
+from deploy.distros import Family
+from deploy.facts.containerd import (
+    K0S_DROPIN_DIR,
+    K3S_CONTAINERD_DIR,
+    MICROK8S_TEMPLATE,
+    RKE2_CONTAINERD_DIR,
+)
+from deploy.operations import containerd, safe_install
+from deploy.settings import Settings
+
+K0S_DROPIN = f"{K0S_DROPIN_DIR}/gpu-node-nvidia.toml"
+# k0s merges the CRI section of a drop-in into the config it generates: start from an empty
+# version 2 file, never from a full default config (that would override k0s's own settings).
+K0S_DROPIN_BASE = (
+    "# The NVIDIA runtime for k0s's containerd, managed by gpu-node.\n"
+    "# k0s merges this CRI section into the containerd config it generates.\n"
+    "version = 2\n"
+)
+
+
+@dataclass(frozen=True)
+class ConfigTarget:
+    """Where the NVIDIA runtime goes for one flavour, and how the change is applied."""
+
+    path: str
+    service: str | None
+    binary: str = "containerd"
+    base_path: str | None = None
+    initial_text: str | None = None
+    validate_with_binary: bool = True
+    hint: str = ""
+
+
+def _rancher_target(directory: str, owner: dict, binary: str, name: str) -> ConfigTarget:
+    """k3s / rke2 regenerate config.toml at every start: write their documented template instead."""
+    paths = set(owner.get("paths", ()))
+    generated = f"{directory}/config.toml"
+    v3_template = f"{directory}/config-v3.toml.tmpl"
+    v2_template = f"{directory}/config.toml.tmpl"
+    if v3_template in paths:
+        template = v3_template
+    elif v2_template in paths:
+        template = v2_template
+    else:
+        version = owner.get("generated_versions", {}).get(generated, 2)
+        template = v3_template if version >= 3 else v2_template
+    return ConfigTarget(
+        path=template,
+        service=owner["flavour"]["service"],
+        binary=binary,
+        base_path=generated,
+        hint=(
+            f" {name} reads {template} as a Go template: if it uses template directives, add the "
+            f"nvidia runtime to it by hand (see {name}'s 'Configuring containerd' documentation) or "
+            "remove it so gpu-node can write it from the generated config.toml"
+        ),
+    )
+
+
+def config_target(settings: Settings, owner: dict) -> ConfigTarget:
+    """The file to merge into, per flavour (``owner`` is the preflight's containerd report)."""
+    flavour = owner["flavour"]["name"]
+    if flavour == "k3s":
+        return _rancher_target(K3S_CONTAINERD_DIR, owner,
+                               "/var/lib/rancher/k3s/data/current/bin/containerd", "k3s")
+    if flavour == "rke2":
+        return _rancher_target(RKE2_CONTAINERD_DIR, owner, "/var/lib/rancher/rke2/bin/containerd", "rke2")
+    if flavour == "k0s":
+        return ConfigTarget(path=K0S_DROPIN, service=None, binary="/var/lib/k0s/bin/containerd",
+                            initial_text=K0S_DROPIN_BASE)
+    if flavour == "microk8s":
+        # The template holds ${SNAP}-style placeholders microk8s fills in: checked as TOML only.
+        return ConfigTarget(path=MICROK8S_TEMPLATE, service=owner["flavour"]["service"],
+                            validate_with_binary=False)
+    return ConfigTarget(path=settings.containerd_config_path, service="containerd")
+
+
+def _versioned(family: Family, package: str, version: str | None) -> str:
+    if not version:
+        return package
+    separator = "-" if family.package_manager == "dnf" else "="
+    return f"{package}{separator}{version}"
+
+
+def install_containerd(settings: Settings, family: Family) -> None:
+    """The distribution's containerd (Docker's containerd.io on the RHEL family), enabled and started."""
+    package = _versioned(family, family.containerd_package, settings.containerd_version)
+    if family.package_manager == "apt":
+        apt.packages(name="Install containerd", packages=[package], update=True)
+    elif family.package_manager == "dnf":
+        if family.containerd_repo:
+            dnf.repo(
+                name="Add Docker's repository for containerd.io",
+                src=family.containerd_repo["name"],
+                baseurl=family.containerd_repo["baseurl"],
+                gpgkey=family.containerd_repo["gpgkey"],
+                gpgcheck=True,
+            )
+        dnf.packages(name="Install containerd", packages=[package])
+    elif family.package_manager == "zypper":
+        zypper.packages(name="Install containerd", packages=[package])
+    elif family.package_manager == "pacman":
+        if settings.containerd_version:
+            logger.warning(f"{host.print_prefix}pacman cannot pin containerd_version: installing the current one")
+        pacman.packages(name="Install containerd", packages=[family.containerd_package])
+    systemd.service(name="Enable and start containerd", service="containerd", running=True, enabled=True)
+
+
+@deploy("containerd")
+def containerd_runtime(settings: Settings, family: Family, owner: dict):
+    flavour = owner["flavour"]["name"]
+    if flavour == "plain" and not owner.get("binary"):
+        if not settings.containerd_install:
+            safe_install.fail(
+                name="Check that containerd is installed",
+                message="containerd is not installed and containerd_install=false: install containerd, "
+                "or set containerd_install=true to install the distribution's package",
+            )
+            return
+        install_containerd(settings, family)
+    elif flavour != "plain":
+        logger.info(f"{host.print_prefix}containerd belongs to {flavour}: wiring its own config")
+
+    target = config_target(settings, owner)
+    containerd.configure_nvidia_runtime(
+        name=f"Wire the nvidia runtime into {target.path}",
+        path=target.path,
+        wiring=containerd.RuntimeWiring(
+            make_default=settings.nvidia_runtime_default,
+            systemd_cgroup=settings.systemd_cgroup,
+            enable_cdi=settings.containerd_enable_cdi,
+        ),
+        service=target.service,
+        containerd_binary=target.binary,
+        base_path=target.base_path,
+        initial_text=target.initial_text,
+        validate_with_binary=target.validate_with_binary,
+        restart_timeout=settings.service_restart_timeout,
+        hint=target.hint,
+    )

@@ -1,0 +1,53 @@
+"""Stage 5b: Docker's daemon.json wired to the NVIDIA runtime."""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.operations import apt, dnf, pacman, systemd, zypper
+
+from deploy.distros import Family
+from deploy.facts.docker import DockerState
+from deploy.operations import docker, safe_install
+from deploy.settings import Settings
+
+PACKAGE_OPERATIONS = {"apt": apt.packages, "dnf": dnf.packages, "zypper": zypper.packages,
+                      "pacman": pacman.packages}
+
+
+@deploy("Docker")
+def docker_runtime(settings: Settings, family: Family):
+    # Installing Docker Engine is the site's business; docker_install=true takes the distribution's
+    # own package (Debian/Ubuntu docker.io, Fedora moby-engine, ...), never Docker's repository.
+    installed = host.get_fact(DockerState, path=settings.docker_daemon_config_path)["dockerd"]
+    if not installed:
+        if not settings.docker_install:
+            safe_install.fail(
+                name="Check that Docker is installed",
+                message="docker is in container_runtimes but Docker is not installed: install Docker "
+                "Engine, or set docker_install=true to install the distribution's package"
+                + (f" ({family.docker_package})" if family.docker_package else ""),
+            )
+            return
+        if not family.docker_package:
+            safe_install.fail(
+                name="Check that Docker can be installed",
+                message=f"docker_install=true, but {family.name} ships no Docker package: "
+                "install Docker Engine (docker-ce) from Docker's repository first",
+            )
+            return
+        install = PACKAGE_OPERATIONS[family.package_manager]
+        extra = {"update": True} if family.package_manager == "apt" else {}
+        install(name="Install Docker", packages=[family.docker_package], **extra)
+        systemd.service(name="Enable and start Docker", service="docker", running=True, enabled=True)
+
+    docker.configure_nvidia_runtime(
+        name=f"Wire the nvidia runtime into {settings.docker_daemon_config_path}",
+        path=settings.docker_daemon_config_path,
+        wiring=docker.DockerWiring(
+            make_default=settings.nvidia_runtime_default,
+            systemd_cgroup=settings.systemd_cgroup,
+            enable_cdi=settings.docker_enable_cdi,
+        ),
+        restart_timeout=settings.service_restart_timeout,
+    )
