@@ -383,3 +383,22 @@ def test_helm_path_without_helm_names_host_and_kubeconfig(monkeypatch):
                  data={"device_plugin_install_method": "helm", "smoke_test": "false"})
     assert str(error.value) == ("@fake/cp1: cannot use the cluster with kubeconfig /etc/kubernetes/admin.conf: "
                                 "helm: helm is not installed (not on PATH)")
+
+
+class ClusterWithoutDigests(FakeCluster):
+    """A cluster whose objects match but carry no digest (applied by hand or an older gpu-node)."""
+
+    def answer(self, command: str):
+        if " get -f - " in command:
+            return True, ["rc 0"]
+        if " diff --server-side " in command:
+            return True, ["rc 0"]
+        return super().answer(command)
+
+
+def test_no_server_side_difference_means_no_apply_and_no_change(monkeypatch):
+    cluster = ClusterWithoutDigests(nodes={"gpu1": {}})
+    run = run_plan(monkeypatch, cluster, {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])},
+                   data={"smoke_test": "false"})
+    assert not run.failed
+    assert len(run.diffs()) == 2 and run.applies() == []
