@@ -1,0 +1,267 @@
+"""
+Plan tests of gpushare through deploy/k8s_gpu.py with pyinfra's @fake connector.
+
+No real cluster or control-plane host exists on the test machines: ``GpushareHost`` extends the
+Kubernetes layer's in-memory ``FakeCluster`` with the control plane's files (kubeadm v1.28's
+kube-scheduler.yaml, what ``files.put`` uploads, what the checked download installs) and a
+kubelet that swaps the scheduler's static pod when the swap script runs. The commands are the
+real ones the deploy sends; the scripts themselves run for real in test_gpushare_scripts.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+from pyinfra.api import OperationError
+from pyinfra.connectors.fake import FakeConnector
+from test_k8s_plan import FakeCluster, gpu_identity_lines, run_plan
+
+from deploy.gpushare import CONFIG_CHECKSUM_ANNOTATION, GpushareError, scheduler_config_yaml
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpushare"
+KUBEADM_128 = (FIXTURES / "kubeadm-v1.28-kube-scheduler.yaml").read_text()
+MANIFEST = "/etc/kubernetes/manifests/kube-scheduler.yaml"
+CONFIG = "/etc/kubernetes/gpushare/scheduler-config.yaml"
+INSPECT = "/usr/local/bin/kubectl-inspect-gpushare"
+INSPECT_SHA = "5" * 64
+A100 = "NVIDIA A100-SXM4-40GB"
+GPU = {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])}
+DATA = {"gpu_sharing": "gpushare", "smoke_test": "false", "gpushare_inspect_sha256": INSPECT_SHA}
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class GpushareHost(FakeCluster):
+    """The cluster plus control plane cp1's files and its kubelet's handling of static pods."""
+
+    files: dict[str, bytes] = field(default_factory=lambda: {MANIFEST: KUBEADM_128.encode()})
+    modes: dict[str, str] = field(default_factory=dict)
+    pinned: dict[str, str] = field(default_factory=dict)  # installed downloads: path -> SHA-256
+    scheduler_becomes_ready: bool = True
+    scheduler_restarts: int = 0
+
+    def answer(self, command: str):
+        if "nvidia-smi --query-gpu=name" in command:  # GpuNodeIdentity of the control plane
+            return True, ["hostname cp1", "pci_gpus 0", "nvidia_smi missing"]
+        if "kube-scheduler.yaml.new" in command and "sha256sum" in command:
+            return self.swap(command)
+        if ".kubectl-inspect-gpushare.download" in command:
+            url_sha = re.search(r"!= ([0-9a-f]{64}) ", command).group(1)
+            self.files[INSPECT] = b"(the downloaded release)"
+            self.pinned[INSPECT] = url_sha  # the script installs only a file with this SHA-256
+            return True, []
+        if command.startswith("( test -e") and "&& cat" in command:  # FileContents
+            path = re.search(r"test -e (\S+)", command).group(1)
+            if path in self.files:
+                return True, self.files[path].decode().splitlines()
+            return True, [f"__pyinfra_missing_{path}"]
+        if command.startswith("! (test -e"):  # File / Directory
+            path = re.search(r"test -e (\S+)", command).group(1)
+            if path in self.files:
+                mode = self.modes.get(path, "-rw-r--r--")
+                return True, [f"user=root group=root mode={mode} atime=0 mtime=0 ctime=0 "
+                              f"size={len(self.files[path])} '{path}'"]
+            if any(name.startswith(path.rstrip("/") + "/") for name in self.files):
+                return True, [f"user=root group=root mode=drwxr-xr-x atime=0 mtime=0 ctime=0 size=0 '{path}'"]
+            return True, []
+        match = re.match(r"test -e (\S+) && \( (sha1sum|sha256sum) ", command)
+        if match:
+            path, tool = match.groups()
+            if path not in self.files:
+                return True, []
+            if tool == "sha256sum" and path in self.pinned:
+                return True, [f"{self.pinned[path]}  {path}"]
+            digest = (hashlib.sha1 if tool == "sha1sum" else hashlib.sha256)(self.files[path]).hexdigest()
+            return True, [f"{digest}  {path}"]
+        match = re.match(r"chmod (\d+) (\S+)$", command)
+        if match:
+            self.modes[match.group(2)] = "-rw-r--r--" if match.group(1) == "644" else "-rwxr-xr-x"
+            return True, []
+        return super().answer(command)
+
+    def swap(self, command: str):
+        """The kubelet side: the staged manifest moved in restarts the scheduler pod."""
+        staged = re.search(r"sha256sum (\S+kube-scheduler\.yaml\.new)", command).group(1)
+        expected = re.search(r'"\$_sha" != ([0-9a-f]{64})', command).group(1)
+        assert sha256(self.files[staged]) == expected, "the staged copy is the validated one"
+        if not self.scheduler_becomes_ready:
+            del self.files[staged]
+            return False, ["kube-scheduler pod kube-scheduler-cp1 was not Ready with the new manifest "
+                           "within 180s: restored"]
+        self.files[MANIFEST] = self.files.pop(staged)
+        self.scheduler_restarts += 1
+        return True, ["kube-scheduler pod kube-scheduler-cp1 is Ready with the gpushare scheduler config"]
+
+    def scheduler_pod(self) -> dict:
+        return yaml.safe_load(self.files[MANIFEST])
+
+
+@pytest.fixture
+def cluster(monkeypatch):
+    host = GpushareHost(version=("1", "28"), nodes={"gpu1": {"kubernetes.io/hostname": "gpu1"}, "cp1": {}})
+
+    def put_file(connector, filename_or_io, remote_filename, *args, **kwargs):
+        if hasattr(filename_or_io, "read"):
+            filename_or_io.seek(0)  # as pyinfra's real connectors do (its sha1 check read it)
+            data = filename_or_io.read()
+        else:
+            data = Path(filename_or_io).read_bytes()
+        host.files[remote_filename] = data.encode() if isinstance(data, str) else data
+        return True
+
+    monkeypatch.setattr(FakeConnector, "put_file", put_file)
+    return host
+
+
+def uploads(run) -> list[str]:
+    return [c for c in run.control_plane_commands() if "kube-scheduler.yaml.new" in c or ".download" in c]
+
+
+def test_first_run_applies_extender_and_plugin_labels_node_configures_scheduler_no_real_cluster(
+    monkeypatch, cluster
+):
+    run = run_plan(monkeypatch, cluster, GPU, data=DATA)
+    assert not run.failed
+    applies = run.applies()
+    assert [("gpushare-schd-extender" in c, "gpushare-device-plugin" in c) for c in applies[1:]] == [
+        (True, False), (False, True)]
+    assert "kind: RuntimeClass" in applies[0] and len(applies) == 3
+    assert ("Deployment", "kube-system", "gpushare-schd-extender") in cluster.objects
+    assert ("Service", "kube-system", "gpushare-schd-extender") in cluster.objects
+    daemonset = cluster.objects[("DaemonSet", "kube-system", "gpushare-device-plugin-ds")]
+    assert "--memory-unit=GiB" in daemonset["spec"]["template"]["spec"]["containers"][0]["command"]
+    # no NVIDIA device plugin at all: every GPU node shares through gpushare
+    assert not any(key[1] == "nvidia-device-plugin" for key in cluster.objects)
+    assert cluster.nodes["gpu1"]["gpushare"] == "true"
+    assert [c for c in run.labels() if "gpushare=true" in c] == [
+        "kubectl --kubeconfig /etc/kubernetes/admin.conf --request-timeout=20s label node gpu1 --overwrite gpushare=true"
+    ]
+    # the scheduler config for 1.28, and the static pod pointing at it through a staged copy
+    assert cluster.files[CONFIG].decode() == scheduler_config_yaml("1.28")
+    pod = cluster.scheduler_pod()
+    container = pod["spec"]["containers"][0]
+    assert container["command"].count(f"--config={CONFIG}") == 1
+    assert pod["metadata"]["annotations"][CONFIG_CHECKSUM_ANNOTATION] == sha256(cluster.files[CONFIG])
+    assert cluster.scheduler_restarts == 1
+    swap = [c for c in run.control_plane_commands() if "kube-scheduler.yaml.new" in c][0]
+    assert "mv -f /etc/kubernetes/gpushare/staging/kube-scheduler.yaml.new " + MANIFEST in swap
+    assert "get pod kube-scheduler-cp1" in swap
+    # kubectl-inspect-gpushare: downloaded and checked against the pin
+    download = [c for c in run.control_plane_commands() if ".download" in c]
+    assert len(download) == 1 and f"!= {INSPECT_SHA} " in download[0]
+    assert "https://github.com/AliyunContainerService/gpushare-device-plugin/releases/download/v0.3.0/" \
+           "kubectl-inspect-gpushare" in download[0]
+
+
+def test_second_run_applies_nothing_new_and_restarts_nothing_no_real_cluster(monkeypatch, cluster):
+    run_plan(monkeypatch, cluster, GPU, data=DATA)
+    files_after_first = dict(cluster.files)
+    second = run_plan(monkeypatch, cluster, GPU, data=DATA)
+    assert not second.failed
+    assert second.applies() == [] and second.labels() == [] and second.diffs() == []
+    assert uploads(second) == []
+    assert cluster.files == files_after_first
+    assert cluster.scheduler_restarts == 1
+    # only reads: no mkdir, chmod, mv or upload on the control plane
+    assert not [c for c in second.control_plane_commands() if re.match(r"(mkdir|chmod|mv) ", c)]
+
+
+def test_cluster_upgrade_rewrites_config_and_restarts_scheduler_once_no_real_cluster(monkeypatch, cluster):
+    cluster.version = ("1", "24")
+    run_plan(monkeypatch, cluster, GPU, data=DATA)
+    assert yaml.safe_load(cluster.files[CONFIG])["apiVersion"] == "kubescheduler.config.k8s.io/v1beta3"
+    before = cluster.scheduler_pod()
+    cluster.version = ("1", "25")
+    run = run_plan(monkeypatch, cluster, GPU, data=DATA)
+    assert not run.failed
+    assert yaml.safe_load(cluster.files[CONFIG])["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    after = cluster.scheduler_pod()
+    assert after["metadata"]["annotations"][CONFIG_CHECKSUM_ANNOTATION] == sha256(cluster.files[CONFIG])
+    after["metadata"]["annotations"] = before["metadata"]["annotations"]
+    assert after == before  # only the checksum changed
+    assert cluster.scheduler_restarts == 2
+    # 1.25 drops the old master label from the extender's placement: re-applied
+    assert any("gpushare-schd-extender" in c for c in run.applies())
+
+
+def test_cluster_older_than_1_23_is_refused_before_any_change(monkeypatch, cluster):
+    cluster.version = ("1", "22")
+    with pytest.raises(GpushareError, match=r"needs Kubernetes >= 1\.23 .* the cluster runs 1\.22"):
+        run_plan(monkeypatch, cluster, GPU, data=DATA)
+    assert not any("gpushare" in key[2] for key in cluster.objects)
+    assert cluster.files == {MANIFEST: KUBEADM_128.encode()}
+
+
+def test_gpushare_node_without_nvidia_default_runtime_is_refused_naming_it(monkeypatch, cluster):
+    with pytest.raises(GpushareError, match="needs nvidia_runtime_default=true .* false for: @fake/gpu1"):
+        run_plan(monkeypatch, cluster, GPU, data=DATA,
+                 host_data={"@fake/gpu1": {"nvidia_runtime_default": False}})
+    assert cluster.files == {MANIFEST: KUBEADM_128.encode()}
+    assert not any("gpushare" in key[2] for key in cluster.objects)
+
+
+def test_missing_checksum_pin_is_refused_before_any_change(monkeypatch, cluster):
+    data = {key: value for key, value in DATA.items() if key != "gpushare_inspect_sha256"}
+    with pytest.raises(GpushareError, match="gpushare_inspect_sha256 is not set"):
+        run_plan(monkeypatch, cluster, GPU, data=data)
+    assert cluster.files == {MANIFEST: KUBEADM_128.encode()}
+
+
+def test_local_inspect_file_with_a_wrong_checksum_is_refused_before_any_change(monkeypatch, cluster, tmp_path):
+    binary = tmp_path / "kubectl-inspect-gpushare"
+    binary.write_bytes(b"#!/bin/sh\necho stand-in\n")
+    data = {**DATA, "gpushare_inspect_source": str(binary)}  # pin is 555..., the file is not
+    with pytest.raises(GpushareError, match=f"refusing {binary}: its SHA-256 is {sha256(binary.read_bytes())}"):
+        run_plan(monkeypatch, cluster, GPU, data=data)
+    assert INSPECT not in cluster.files and cluster.files == {MANIFEST: KUBEADM_128.encode()}
+
+
+def test_local_inspect_file_with_the_pinned_checksum_is_installed_once(monkeypatch, cluster, tmp_path):
+    binary = tmp_path / "kubectl-inspect-gpushare"
+    binary.write_bytes(b"#!/bin/sh\necho stand-in\n")
+    data = {**DATA, "gpushare_inspect_source": str(binary), "gpushare_inspect_sha256": sha256(binary.read_bytes())}
+    run = run_plan(monkeypatch, cluster, GPU, data=data)
+    assert not run.failed
+    assert cluster.files[INSPECT] == binary.read_bytes()
+    assert f"chmod 755 {INSPECT}" in run.control_plane_commands()
+    second = run_plan(monkeypatch, cluster, GPU, data=data)
+    assert f"chmod 755 {INSPECT}" not in second.control_plane_commands()
+
+
+def test_scheduler_manifest_with_another_config_is_left_unchanged(monkeypatch, cluster):
+    pod = yaml.safe_load(KUBEADM_128)
+    pod["spec"]["containers"][0]["command"].append("--config=/etc/kubernetes/my-scheduler.yaml")
+    original = yaml.safe_dump(pod, sort_keys=False).encode()
+    cluster.files[MANIFEST] = original
+    with pytest.raises(OperationError, match="refusing to replace another scheduler config"):
+        run_plan(monkeypatch, cluster, GPU, data=DATA)
+    assert cluster.files[MANIFEST] == original
+    assert not [name for name in cluster.files if "staging" in name]
+
+
+def test_scheduler_that_does_not_come_back_fails_the_run(monkeypatch, cluster):
+    cluster.scheduler_becomes_ready = False
+    run = run_plan(monkeypatch, cluster, GPU, data=DATA)
+    assert run.failed
+    assert cluster.files[MANIFEST] == KUBEADM_128.encode()
+    assert not [c for c in run.control_plane_commands() if ".download" in c]  # the run stopped there
+
+
+def test_host_without_a_kube_scheduler_static_pod_fails_clearly(monkeypatch, cluster):
+    del cluster.files[MANIFEST]
+    with pytest.raises(OperationError, match="kube-scheduler.yaml does not exist: not a kubeadm control-plane"):
+        run_plan(monkeypatch, cluster, GPU, data=DATA)
+
+
+def test_mib_memory_unit_reaches_the_device_plugin(monkeypatch, cluster):
+    run_plan(monkeypatch, cluster, GPU, data={**DATA, "gpushare_memory_unit": "MiB"})
+    daemonset = cluster.objects[("DaemonSet", "kube-system", "gpushare-device-plugin-ds")]
+    assert "--memory-unit=MiB" in daemonset["spec"]["template"]["spec"]["containers"][0]["command"]
