@@ -8,11 +8,14 @@ user would, and the container is removed by id afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,11 +57,33 @@ def node_image() -> str:
     return run(["bash", str(REPO / "scripts" / "build-node-image.sh")], stderr=None).stdout.strip()
 
 
-def apt_cache_volumes() -> list[str]:
-    """Share downloaded .debs between node containers: real apt, one download per package."""
-    archives = CACHE / "apt-archives"
-    (archives / "partial").mkdir(parents=True, exist_ok=True)
-    return ["-v", f"{archives}:/var/cache/apt/archives"]
+class AptCache:
+    """
+    Downloaded .debs shared between node containers: real apt, one download per package.
+
+    Each node gets its own archives folder, hard-linked from the shared one, so nodes
+    running at the same time never contend for apt's archive lock; new downloads are
+    linked back when the node is removed.
+    """
+
+    shared = CACHE / "apt-archives"
+
+    def __init__(self) -> None:
+        self.shared.mkdir(parents=True, exist_ok=True)
+        (CACHE / "apt-nodes").mkdir(parents=True, exist_ok=True)
+        self.own = Path(tempfile.mkdtemp(prefix="node-", dir=CACHE / "apt-nodes"))
+        (self.own / "partial").mkdir()
+        for deb in self.shared.glob("*.deb"):
+            os.link(deb, self.own / deb.name)
+
+    def volumes(self) -> list[str]:
+        return ["-v", f"{self.own}:/var/cache/apt/archives"]
+
+    def release(self) -> None:
+        for deb in self.own.glob("*.deb"):
+            with contextlib.suppress(FileExistsError):
+                os.link(deb, self.shared / deb.name)
+        shutil.rmtree(self.own, ignore_errors=True)
 
 
 @dataclass
@@ -91,11 +116,17 @@ class DeployResult:
 class Node:
     image: str
     extra_run_args: list[str] = field(default_factory=list)
+    share_apt_cache: bool = True
     id: str = ""
+    apt_cache: AptCache | None = None
 
     def start(self) -> "Node":
+        volumes = []
+        if self.share_apt_cache:
+            self.apt_cache = AptCache()
+            volumes = self.apt_cache.volumes()
         self.id = run(
-            ["docker", "run", "-d", *NODE_RUN_FLAGS, *apt_cache_volumes(), *self.extra_run_args,
+            ["docker", "run", "-d", *NODE_RUN_FLAGS, *volumes, *self.extra_run_args,
              self.image, "/sbin/init"]
         ).stdout.strip()
         # systemctl answers only once systemd is up enough to serve its bus.
@@ -111,6 +142,8 @@ class Node:
     def remove(self) -> None:
         if self.id:
             run(["docker", "rm", "-f", "-v", self.id], check=False)
+        if self.apt_cache:
+            self.apt_cache.release()
 
     @property
     def target(self) -> str:

@@ -91,6 +91,9 @@ class Plan:
     def matching(self, text: str) -> list[str]:
         return [command for command in self.commands if text in command]
 
+    def starting(self, prefix: str) -> list[str]:
+        return [command for command in self.commands if command.startswith(prefix)]
+
     def ran(self, text: str) -> bool:
         return bool(self.matching(text))
 

@@ -1,0 +1,78 @@
+"""
+The embedded default target: provision a throwaway bookworm node container end to end.
+
+NVIDIA's toolkit repository is unreachable from machines without internet access, so the
+demo serves the STAND-IN toolkit repository of the tests on 127.0.0.1 (say so loudly) and
+points the deploy at it. Everything else is the real deploy, run by pyinfra's CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
+
+import standin_toolkit  # noqa: E402
+from harness import Node, node_image  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser.add_argument("--keep", action="store_true", help="leave the node container running")
+    parser.add_argument(
+        "--data", action="append", default=[], metavar="KEY=VALUE",
+        help="extra settings for the deploy, as pyinfra's --data (repeatable)",
+    )
+    args = parser.parse_args()
+
+    print("==> Building (or reusing) the bookworm systemd node image", flush=True)
+    node = Node(image=node_image(), share_apt_cache=False)
+    print("==> Starting a throwaway node container", flush=True)
+    node.start()
+    print(f"    node: {node.target}", flush=True)
+    try:
+        workdir = Path(tempfile.mkdtemp(prefix="gpu-node-demo-"))
+        standin_toolkit.build_repo(workdir / "stable")
+        with standin_toolkit.serve(workdir / "stable") as url:
+            print(f"==> Serving the STAND-IN nvidia-container-toolkit repository at {url}", flush=True)
+            print("    (NVIDIA's repository is not reachable here; the stand-in runtime logs and execs runc)")
+            data = {
+                **standin_toolkit.deploy_data(url),
+                "kernel_modules_load": "false",  # a container shares this machine's kernel
+                "reboot_allowed": "false",
+            }
+            for item in args.data:
+                key, _, value = item.partition("=")
+                data[key] = value
+            command = [sys.executable, "-m", "pyinfra", "-y", node.target, "deploy/gpu_node.py"]
+            for key, value in data.items():
+                command += ["--data", f"{key}={value}"]
+            print("==> " + " ".join(command), flush=True)
+            returncode = subprocess.run(command, cwd=REPO).returncode
+        print("==> What the node looks like now", flush=True)
+        node_summary = node.sh(
+            "for f in /etc/modules-load.d/gpu-node-kubernetes.conf /etc/sysctl.d/99-gpu-node-kubernetes.conf; do "
+            "echo \"--- $f\"; cat \"$f\" 2>/dev/null; done; "
+            "echo '--- packages'; dpkg-query -W -f '${Package} ${Version} ${Status}\\n' "
+            "nvidia-driver nvidia-container-toolkit containerd docker.io 2>/dev/null | grep ' installed$' || true; "
+            "echo '--- held'; apt-mark showhold; "
+            "echo '--- containerd'; systemctl is-active containerd 2>/dev/null || true",
+            check=False,
+        ).stdout
+        print(node_summary)
+        return returncode
+    finally:
+        if args.keep:
+            print(f"==> Node left running: docker rm -f -v {node.id}")
+        else:
+            node.remove()
+            print("==> Node removed")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

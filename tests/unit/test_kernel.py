@@ -1,0 +1,70 @@
+"""Kernel facts and operations: built-in modules count as present; only differing sysctls are set."""
+
+from __future__ import annotations
+
+from plan import run_plan, settings_for
+
+from deploy.distros import detect_platform
+from deploy.facts.kernel import KernelState
+from deploy.operations.kernel import module_present
+from deploy.tasks.kernel import kernel_prerequisites
+
+# Output of KernelState's command on the CI machine's kernel: overlay and the bridge
+# netfilter are built in (no /sys/module/br_netfilter, no modprobe), the sysctls exist.
+BUILT_IN_OUTPUT = [
+    "module overlay 0",
+    "module br_netfilter 0",
+    "filesystems sysfs tmpfs proc ext4 overlay",
+    "sysctl net.bridge.bridge-nf-call-iptables 1",
+    "sysctl net.bridge.bridge-nf-call-ip6tables 1",
+    "sysctl net.ipv4.ip_forward 1",
+]
+
+
+def test_kernel_state_parses_modules_filesystems_and_sysctls():
+    state = KernelState().process(BUILT_IN_OUTPUT + ["sysctl net.example.missing"])
+    assert state["modules"] == {"overlay": False, "br_netfilter": False}
+    assert "overlay" in state["filesystems"]
+    assert state["sysctls"]["net.ipv4.ip_forward"] == "1"
+    assert state["sysctls"]["net.example.missing"] is None
+
+
+def test_built_in_modules_count_as_present_though_absent_from_sys_module():
+    state = KernelState().process(BUILT_IN_OUTPUT)
+    assert module_present(state, "overlay", "overlay", None)
+    assert module_present(state, "br_netfilter", None, "net.bridge.bridge-nf-call-iptables")
+
+
+def test_a_module_with_no_evidence_is_absent():
+    state = KernelState().process(["module br_netfilter 0", "filesystems ext4",
+                                   "sysctl net.bridge.bridge-nf-call-iptables"])
+    assert not module_present(state, "br_netfilter", None, "net.bridge.bridge-nf-call-iptables")
+
+
+def debian():
+    return detect_platform({"name": "debian", "release_meta": {"ID": "debian"}}, "x86_64")
+
+
+def test_loading_now_modprobes_only_absent_modules_and_sets_only_differing_sysctls():
+    plan = run_plan(
+        kernel_prerequisites,
+        settings_for(kernel_modules_load=True),
+        debian(),
+        responses={
+            "/sys/module/overlay": ["module overlay 1", "filesystems overlay"],
+            "/sys/module/br_netfilter": ["module br_netfilter 0", "filesystems overlay",
+                                         "sysctl net.bridge.bridge-nf-call-iptables"],
+            "/proc/sys/net/ipv4/ip_forward": ["sysctl net.bridge.bridge-nf-call-ip6tables 1",
+                                              "sysctl net.bridge.bridge-nf-call-iptables 1",
+                                              "sysctl net.ipv4.ip_forward 0"],
+        },
+    )
+    assert plan.starting("modprobe") == ["modprobe br_netfilter"]
+    assert plan.starting("sysctl -w") == ["sysctl -w net.ipv4.ip_forward=1"]
+
+
+def test_kernel_modules_load_false_never_touches_the_running_kernel():
+    plan = run_plan(kernel_prerequisites, settings_for(kernel_modules_load=False), debian())
+    assert not plan.starting("modprobe") and not plan.starting("sysctl -w")
+    assert plan.ran("/etc/modules-load.d/gpu-node-kubernetes.conf")
+    assert plan.ran("/etc/sysctl.d/99-gpu-node-kubernetes.conf")
