@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from pyinfra.api import FactBase, StringCommand
+from pyinfra.api import FactBase
 
 NVIDIA_PCI_VENDOR = "0x10de"
 # PCI class 0x03xx: display controllers (VGA, 3D). A GPU's HDMI audio function is 0x0403.
@@ -35,7 +35,7 @@ done
 [ -r /sys/module/nvidia/version ] && echo "loaded_version $(cat /sys/module/nvidia/version)"
 echo "built_version $(modinfo -F version nvidia 2>/dev/null | head -n 1)"
 echo "kernel $(uname -r)"
-df -Pm / /var 2>/dev/null | awk 'NR > 1 {print "disk", $6, $4}'
+for path in / /var; do echo "disk $path $(df -Pm "$path" 2>/dev/null | awk 'NR == 2 {print $4}')"; done
 for base in /usr/lib/modules/*/pkgbase; do
   [ -r "$base" ] && echo "kernel_pkgbase $(cat "$base")"
 done
@@ -158,7 +158,7 @@ class PackagesAvailable(FactBase):
             check = AVAILABLE_CHECKS[manager].format(package=quoted)
             parts.append(f"if {check}; then echo yes {quoted}; else echo no {quoted}; fi;")
         parts.append("true")
-        return StringCommand(*parts)
+        return " ".join(parts)
 
     @staticmethod
     def default():

@@ -1,0 +1,81 @@
+"""Fact fixtures: command output in (real where this machine has it), parsed fact out."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from deploy.facts.nvidia import IgnoredPackages, NvidiaNode, PackagesAvailable, RecommendedDriver
+from deploy.operations.driver import AptSourceFiles
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia" / "facts"
+
+
+@pytest.mark.parametrize("path", sorted(FIXTURES.glob("*.json")), ids=lambda path: path.stem)
+def test_nvidia_node_fixture(path):
+    fixture = json.loads(path.read_text())
+    assert NvidiaNode().process(fixture["output"]) == fixture["fact"]
+
+
+def test_nvidia_node_command_runs_here_exits_zero_and_parses_to_this_machines_state():
+    """This machine has no GPU and no nvidia module: the real command says so."""
+    result = subprocess.run(["sh", "-c", NvidiaNode().command()], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    node = NvidiaNode().process(result.stdout.splitlines())
+    assert node["gpus"] == [] and "nvidia" not in node["modules"]
+    assert node["kernel"] == subprocess.run(["uname", "-r"], capture_output=True, text=True).stdout.strip()
+    assert set(node["free_mb"]) == {"/", "/var"} and node["free_mb"]["/"] > 0
+
+
+def test_packages_available_command_quotes_names_and_parses_answers():
+    command = PackagesAvailable().command("apt", ["linux-headers-6.1.0-18-amd64", "a b"])
+    assert "apt-cache show --no-all-versions linux-headers-6.1.0-18-amd64 " in command
+    assert "'a b'" in command
+    assert PackagesAvailable().process(["package-availability", "no linux-headers-6.1.0-18-amd64",
+                                        "yes linux-headers-amd64"]) == {
+        "linux-headers-6.1.0-18-amd64": False, "linux-headers-amd64": True}
+
+
+def test_packages_available_really_checks_with_the_shell():
+    # dnf's check against a machine without dnf answers "no", and the command still exits 0
+    result = subprocess.run(["sh", "-c", PackagesAvailable().command("dnf", ["kernel-devel"])],
+                            capture_output=True, text=True)
+    assert result.returncode == 0
+    assert PackagesAvailable().process(result.stdout.splitlines()) == {"kernel-devel": False}
+
+
+def test_ignored_packages_reads_every_ignorepkg_line(tmp_path):
+    conf = tmp_path / "pacman.conf"
+    conf.write_text("[options]\nIgnorePkg = linux\n#IgnorePkg = old\nIgnorePkg   =  nvidia nvidia-utils\n[core]\n")
+    list_command = f"sed -n 's/^[[:space:]]*IgnorePkg[[:space:]]*=//p' {conf}"
+    output = subprocess.run(["sh", "-c", IgnoredPackages().command(list_command)], capture_output=True, text=True)
+    assert IgnoredPackages().process(output.stdout.splitlines()) == ["linux", "nvidia", "nvidia-utils"]
+
+
+def test_arch_hold_command_adds_one_ignorepkg_line_under_options(tmp_path):
+    from deploy.distros import FAMILIES
+
+    arch = next(family for family in FAMILIES if family.name == "arch").driver
+    conf = tmp_path / "pacman.conf"
+    conf.write_text("[options]\nHoldPkg = pacman glibc\n\n[core]\nInclude = /etc/pacman.d/mirrorlist\n")
+    command = arch["hold_command"].format(packages="nvidia nvidia-utils").replace("/etc/pacman.conf", str(conf))
+    subprocess.run(["sh", "-c", command], check=True)
+    assert conf.read_text() == (
+        "[options]\nIgnorePkg = nvidia nvidia-utils\nHoldPkg = pacman glibc\n\n[core]\nInclude = /etc/pacman.d/mirrorlist\n")
+    listed = subprocess.run(["sh", "-c", arch["hold_list"].replace("/etc/pacman.conf", str(conf))],
+                            capture_output=True, text=True).stdout
+    assert IgnoredPackages().process(listed.splitlines()) == ["nvidia", "nvidia-utils"]
+
+
+def test_recommended_driver_keeps_non_empty_lines():
+    assert RecommendedDriver().process(["", "nvidia-driver-535-server, (kernel modules provided by nvidia-dkms-535-server)"]) == [
+        "nvidia-driver-535-server, (kernel modules provided by nvidia-dkms-535-server)"]
+
+
+def test_apt_source_files_round_trip_bytes(tmp_path):
+    original = "# a comment\ndeb http://deb.debian.org/debian bookworm main\n\n\ttrailing\tspace \n"
+    encoded = subprocess.run(["base64", "-w0"], input=original, capture_output=True, text=True).stdout
+    assert AptSourceFiles().process([f"/etc/apt/sources.list {encoded}"]) == {"/etc/apt/sources.list": original}
