@@ -1,0 +1,98 @@
+"""Preflight's GPU, Secure Boot, module, headers and disk checks, on scripted @fake hosts."""
+
+from __future__ import annotations
+
+import base64
+import logging
+
+import pytest
+
+from fixtures.nvidia.fake_host import PCI_WITH_GPU, fake_run, node_lines, responses
+
+SOURCES = {"/etc/apt/sources.list.d/*.sources": "/etc/apt/sources.list.d/debian.sources " + base64.b64encode(
+    b"Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\n").decode()}
+CHANGING = ("mkdir ", "apt-get", "apt-mark", "dnf ", "chmod ", "chown ", "update-initramfs", "reboot")
+
+
+@pytest.fixture
+def warnings(caplog):
+    caplog.set_level(logging.WARNING, logger="pyinfra")
+    return lambda: [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+
+
+def debian(node, **data):
+    return fake_run(responses("debian-12", node=node, extra=SOURCES), data=data)
+
+
+def test_no_gpu_is_a_warning_and_the_run_goes_on(warnings):
+    run = debian(node_lines("6.1.0-18-amd64"))
+    assert run.error is None
+    assert any("no NVIDIA GPU on the PCI bus" in line for line in warnings())
+    assert run.ran("install --allow-change-held-packages --allow-downgrades nvidia-driver")
+
+
+def test_no_gpu_with_require_gpu_stops_before_any_change():
+    run = debian(node_lines("6.1.0-18-amd64"), require_gpu=True)
+    assert "no NVIDIA GPU on the PCI bus (vendor 0x10de, display class): require_gpu=true" in str(run.error)
+    assert not [c for c in run.commands if c.startswith(CHANGING)]
+
+
+def test_a_gpus_audio_function_alone_is_not_a_gpu():
+    run = debian(node_lines("6.1.0-18-amd64", pci=["pci 0000:3b:00.1 0x1aef 0x040300"]), require_gpu=True)
+    assert "no NVIDIA GPU" in str(run.error)
+
+
+def test_a_gpu_passes_require_gpu(warnings):
+    run = debian(node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU), require_gpu=True)
+    assert run.error is None
+    assert not any("no NVIDIA GPU" in line for line in warnings())
+
+
+def test_secure_boot_warns_with_what_to_do(warnings):
+    run = debian(node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU, secure_boot=True))
+    assert run.error is None
+    [line] = [line for line in warnings() if "Secure Boot" in line]
+    assert "unsigned NVIDIA kernel module will not load" in line and "mokutil --import" in line
+
+
+def test_secure_boot_disabled_says_nothing(warnings):
+    debian(node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU, secure_boot=False))
+    assert not any("Secure Boot" in line for line in warnings())
+
+
+@pytest.mark.parametrize("module", ["nouveau", "nova_core"])
+def test_a_loaded_nouveau_or_nova_is_reported(warnings, module):
+    debian(node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU, modules=[module]))
+    assert any(f"{module} is loaded and holds the GPU" in line for line in warnings())
+
+
+def test_too_little_free_disk_stops_before_any_change():
+    run = debian(node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU, free_mb=1000))
+    assert "only 1000 MiB free on /, less than min_free_disk_mb=2048" in str(run.error)
+    assert "only 1000 MiB free on /var" in str(run.error)
+    assert not [c for c in run.commands if c.startswith(CHANGING)]
+
+
+def test_min_free_disk_zero_disables_the_check():
+    assert debian(node_lines("6.1.0-18-amd64", free_mb=10), min_free_disk_mb=0).error is None
+
+
+def test_missing_headers_for_the_running_kernel_are_reported(warnings):
+    debian(node_lines("6.18.44-fc-v657"))
+    [line] = [line for line in warnings() if "kernel headers" in line]
+    assert "linux-headers-6.18.44-fc-v657 for the running kernel are not in the apt lists" in line
+    assert "linux-headers-amd64" in line
+
+
+def test_available_headers_are_not_reported(warnings):
+    fake_run(responses("debian-12", node=node_lines("6.1.0-18-amd64"), extra={
+        **SOURCES, "apt-cache show --no-all-versions": ["yes linux-headers-6.1.0-18-amd64"]}))
+    assert not any("kernel headers" in line for line in warnings())
+
+
+def test_preflight_alone_changes_nothing():
+    """With every changing stage off, the run only reads: each command is a fact's."""
+    run = fake_run(responses("debian-12", node=node_lines("6.1.0-18-amd64", secure_boot=True, modules=["nouveau"])),
+                   data={"stages": "toolkit", "nvidia_toolkit_install": False})
+    assert run.error is None
+    assert not [c for c in run.commands if c.startswith(CHANGING) or "> /" in c]
