@@ -113,8 +113,9 @@ def scheduler_pod_name(settings: Settings) -> str:
 @deploy("GPU memory sharing with the gpushare scheduler extender")
 def gpushare(settings: Settings, nodes: list[GpuNode]):
     """
-    + nodes: the GPU nodes of this run (``deploy.tasks.k8s.gpu_cluster`` returns them); those
-      with ``gpu_sharing=gpushare`` are labelled ``gpushare=true``, the others lose the label.
+    + nodes: GPU nodes of this run (deploy/k8s_gpu.py passes those with ``gpu_sharing=gpushare``);
+      each is labelled ``gpushare=true`` (a node given with another sharing loses the label).
+      With none given, the control plane's own settings stand for the nodes' runtime check.
     """
     cluster = kubectl.require_cluster(settings.kubeconfig)
     version = cluster["version"]
