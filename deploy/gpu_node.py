@@ -33,7 +33,10 @@ if settings.runs("runtimes") and settings.wires("containerd"):
     containerd_runtime(settings, node.platform.family, node.containerd)
 if settings.runs("runtimes") and settings.wires("docker"):
     docker_runtime(settings, node.platform.family)
-# stage: verify (deploy/tasks/verify.py)
+if settings.runs("verify"):
+    from deploy.tasks.verify import verify  # noqa: E402
+
+    verify(settings)
 
 # Last, so it ends the run's output: no GPU, reboot required.
 driver_report(settings, node.driver_plan)

@@ -1,0 +1,430 @@
+"""
+Verification facts: everything the ladder reads, in one command, and the runs that prove a
+container starts through the nvidia runtime (crictl, ctr, docker), each one command.
+
+Every command exits 0 and reports status in its output (a failing fact would fail the host
+before the report is written). ``nvidia-smi`` parsing lives here: the driver stage's facts
+(deploy/facts/nvidia.py) read the PCI bus and modules, not nvidia-smi.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import csv
+import json
+import re
+import shlex
+
+from pyinfra.api import FactBase, QuoteString, StringCommand
+
+from deploy.facts.containerd import parse_containerd_version
+from deploy.facts.nvidia import NODE_SCRIPT, NvidiaNode
+
+SMI_QUERY_FIELDS = ("index", "uuid", "name", "memory.total", "driver_version")
+SMI_QUERY = f"--query-gpu={','.join(SMI_QUERY_FIELDS)} --format=csv,noheader,nounits"
+KUBELET_CONFIG = "/var/lib/kubelet/config.yaml"
+CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
+# Values nvidia-smi prints instead of a value.
+SMI_MISSING = {"[n/a]", "n/a", "[not supported]", "not supported", "[unknown error]", "[insufficient permissions]", ""}
+
+# The nvidia-smi man page, "RETURN VALUE".
+SMI_EXIT_CODES = {
+    2: "a supplied argument or flag is invalid",
+    3: "the requested operation is not available on the target device",
+    4: "insufficient permissions to access the device",
+    6: "no NVIDIA device found (a query to find an object was unsuccessful)",
+    8: "a GPU's external power cables are not properly attached",
+    9: "NVIDIA driver is not loaded",
+    10: "the NVIDIA kernel driver detected an interrupt issue with a GPU",
+    12: "the NVML shared library could not be found or loaded",
+    13: "the local NVML does not implement this function",
+    14: "a GPU's infoROM is corrupted",
+    15: "a GPU has fallen off the bus or is otherwise inaccessible",
+    127: "nvidia-smi could not be run",
+    255: "other error or internal driver error",
+}
+
+
+def _b64(text: str, what: str) -> str:
+    try:
+        return base64.b64decode(text.strip(), validate=True).decode("utf-8", "replace")
+    except (binascii.Error, ValueError):
+        return f"(could not decode {what})"
+
+
+def smi_value(raw: str) -> str | None:
+    value = raw.strip()
+    return None if value.lower() in SMI_MISSING else value
+
+
+def parse_smi_query(lines: list[str]) -> list[dict]:
+    """Lines of ``nvidia-smi --query-gpu=index,uuid,name,memory.total,driver_version
+    --format=csv,noheader,nounits`` -> one dict per GPU; ``[N/A]`` / ``[Not Supported]`` -> None."""
+    gpus = []
+    for row in csv.reader([line for line in lines if line.strip()], skipinitialspace=True):
+        if len(row) != len(SMI_QUERY_FIELDS):
+            continue
+        values = dict(zip(SMI_QUERY_FIELDS, (smi_value(cell) for cell in row)))
+        index = values["index"]
+        memory = values["memory.total"]
+        gpus.append(
+            {
+                "index": int(index) if index and index.isdigit() else None,
+                "uuid": values["uuid"],
+                "name": values["name"],
+                "memory_mib": int(memory) if memory and memory.isdigit() else None,
+                "driver_version": values["driver_version"],
+            }
+        )
+    return gpus
+
+
+LIST_GPU_RE = re.compile(r"^GPU (\d+): (.+?) \(UUID: (GPU-[^)]+)\)")
+LIST_MIG_RE = re.compile(r"^\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[^)]+)\)")
+
+
+def parse_smi_list(lines: list[str]) -> list[dict]:
+    """``nvidia-smi -L`` -> GPUs with their MIG devices (empty when MIG is off)."""
+    gpus: list[dict] = []
+    for line in lines:
+        gpu = LIST_GPU_RE.match(line)
+        if gpu:
+            gpus.append({"index": int(gpu[1]), "name": gpu[2], "uuid": gpu[3], "mig_devices": []})
+            continue
+        mig = LIST_MIG_RE.match(line)
+        if mig and gpus:
+            gpus[-1]["mig_devices"].append({"profile": mig[1], "index": int(mig[2]), "uuid": mig[3]})
+    return gpus
+
+
+def explain_smi_failure(exit_code: int, output: str) -> str:
+    """Why nvidia-smi failed, in one line, with what to do where it is known."""
+    text = " ".join(output.split())
+    if "driver/library version mismatch" in text.lower():
+        library = re.search(r"NVML library version: (\S+)", text)
+        seen = f" (NVML library {library[1]})" if library else ""
+        return (
+            f"Driver/library version mismatch{seen}: the loaded kernel module and the user-space "
+            "library differ; reboot, or unload and reload the nvidia modules"
+        )
+    if exit_code == 9 or "couldn't communicate with the nvidia driver" in text.lower():
+        return f"exit {exit_code}: NVIDIA driver is not loaded (nvidia-smi couldn't communicate with the NVIDIA driver)"
+    if "failed to initialize nvml" in text.lower():
+        return f"exit {exit_code}: {text[:160]} (user-space driver present without a working kernel driver)"
+    meaning = SMI_EXIT_CODES.get(exit_code, "unknown error")
+    detail = f": {text[:160]}" if text else ""
+    return f"exit {exit_code}: {meaning}{detail}"
+
+
+# Appended to the driver stage's node script (deploy/facts/nvidia.py): one command reads it all.
+VERIFY_SCRIPT = r"""
+[ -r /proc/driver/nvidia/version ] && echo "kmod_version $(head -n 1 /proc/driver/nvidia/version)"
+smi=$(command -v nvidia-smi 2>/dev/null || true)
+echo "smi_path $smi"
+if [ -n "$smi" ]; then
+  out=$("$smi" __SMI_QUERY__ 2>&1); rc=$?
+  echo "smi_rc $rc"
+  echo "smi_out $(printf '%s' "$out" | base64 -w0)"
+  [ "$rc" = 0 ] && echo "smi_list $("$smi" -L 2>&1 | base64 -w0)"
+fi
+ctk=$(command -v nvidia-ctk 2>/dev/null || true)
+[ -n "$ctk" ] && echo "ctk_version $("$ctk" --version 2>/dev/null | head -n 1)"
+ncr=$(command -v nvidia-container-runtime 2>/dev/null || true)
+echo "ncr_path $ncr"
+ctrd=$(command -v containerd 2>/dev/null || true)
+echo "ctrd_path $ctrd"
+if [ -n "$ctrd" ]; then
+  echo "ctrd_version $("$ctrd" --version 2>/dev/null | head -n 1)"
+  echo "ctrd_active $(systemctl is-active containerd 2>/dev/null)"
+  dump=$("$ctrd" --config __CONTAINERD_CONFIG__ config dump 2>&1); rc=$?
+  echo "ctrd_dump_rc $rc"
+  echo "ctrd_dump $(printf '%s' "$dump" | base64 -w0)"
+  printf '%s\n' "$dump" | sed -n 's/^[[:space:]]*BinaryName[[:space:]]*=[[:space:]]*"\(.*\)"[[:space:]]*$/\1/p' | sort -u |
+    while read -r bin; do [ -n "$bin" ] && { [ -x "$bin" ] && echo "exec 1 $bin" || echo "exec 0 $bin"; }; done
+  ctr=$(command -v ctr 2>/dev/null || true)
+  if [ -n "$ctr" ] && [ -S __CONTAINERD_SOCKET__ ]; then
+    "$ctr" images ls -q 2>/dev/null | grep -qxF __IMAGE__ && echo "ctr_image 1" || echo "ctr_image 0"
+  fi
+fi
+[ -f __KUBELET_CONFIG__ ] && echo "kubelet_config $(base64 -w0 < __KUBELET_CONFIG__)"
+dk=$(command -v docker 2>/dev/null || true)
+echo "docker_path $dk"
+if [ -n "$dk" ]; then
+  echo "docker_active $(systemctl is-active docker 2>/dev/null)"
+  info=$("$dk" info --format '{{json .Runtimes}}|{{.DefaultRuntime}}|{{.CgroupDriver}}' 2>&1); rc=$?
+  echo "docker_info_rc $rc"
+  echo "docker_info $(printf '%s' "$info" | base64 -w0)"
+  printf '%s' "$info" | grep -o '"path":"[^"]*"' | sed 's/"path":"\(.*\)"/\1/' | sort -u |
+    while read -r bin; do p=$(command -v "$bin" 2>/dev/null || echo "$bin"); [ -x "$p" ] && echo "exec 1 $bin" || echo "exec 0 $bin"; done
+  "$dk" image inspect __IMAGE__ >/dev/null 2>&1 && echo "docker_image 1" || echo "docker_image 0"
+fi
+echo "crictl_path $(command -v crictl 2>/dev/null || true)"
+true
+"""
+
+
+class VerifyState(FactBase):
+    """
+    What the verification ladder reads, in one command: the driver stage's node facts (PCI
+    GPUs, modules, versions: deploy/facts/nvidia.py) plus ``/proc/driver/nvidia/version``,
+    ``nvidia-smi`` (query, exit code, ``-L``), the toolkit, ``containerd config dump``, the
+    runtime binaries the configs point to, the kubelet config, ``docker info`` and crictl.
+
+    .. code:: python
+
+        {
+            "node": {...NvidiaNode...},
+            "kernel_module": "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.216.03 ...",  # or None
+            "smi": {"path": "/usr/bin/nvidia-smi", "exit_code": 0, "output": "...", "gpus": [...],
+                    "list": [...]},  # path None: not installed
+            "toolkit_version": "1.17.8",  # None: nvidia-ctk not found
+            "runtime_path": "/usr/bin/nvidia-container-runtime",
+            "executables": {"/usr/bin/nvidia-container-runtime": True},
+            "containerd": {"path": ..., "version": "1.6.20~ds1", "major": 1, "minor": 6, "active": "active",
+                           "dump_exit_code": 0, "dump": "version = 2 ...", "image_present": False},
+            "kubelet_config": "apiVersion: ...",  # None: no /var/lib/kubelet/config.yaml
+            "docker": {"path": ..., "active": "active", "info_exit_code": 0, "runtimes": {...},
+                       "default_runtime": "runc", "cgroup_driver": "systemd", "image_present": False},
+            "crictl_path": None,
+        }
+    """
+
+    def command(self, containerd_config="/etc/containerd/config.toml", image="docker.io/library/busybox"):
+        script = (
+            VERIFY_SCRIPT.replace("__SMI_QUERY__", SMI_QUERY)
+            .replace("__CONTAINERD_CONFIG__", shlex.quote(containerd_config))
+            .replace("__CONTAINERD_SOCKET__", CONTAINERD_SOCKET)
+            .replace("__KUBELET_CONFIG__", KUBELET_CONFIG)
+            .replace("__IMAGE__", shlex.quote(image))
+        )
+        node_script = NODE_SCRIPT.strip()
+        if node_script.endswith("true"):
+            node_script = node_script[: -len("true")]
+        return node_script + "\n" + script.strip()
+
+    @staticmethod
+    def default():
+        return {
+            "node": NvidiaNode.default(),
+            "kernel_module": None,
+            "smi": {"path": None, "exit_code": None, "output": "", "gpus": [], "list": []},
+            "toolkit_version": None,
+            "runtime_path": None,
+            "executables": {},
+            "containerd": {
+                "path": None, "version": None, "major": None, "minor": None, "active": None,
+                "dump_exit_code": None, "dump": None, "image_present": False,
+            },
+            "kubelet_config": None,
+            "docker": {
+                "path": None, "active": None, "info_exit_code": None, "runtimes": {},
+                "default_runtime": None, "cgroup_driver": None, "image_present": False,
+            },
+            "crictl_path": None,
+        }
+
+    def process(self, output):
+        state = self.default()
+        state["node"] = NvidiaNode().process(output)
+        smi, ctrd, docker = state["smi"], state["containerd"], state["docker"]
+        for line in output:
+            kind, _, rest = line.strip().partition(" ")
+            rest = rest.strip()
+            if kind == "kmod_version":
+                state["kernel_module"] = rest or None
+            elif kind == "smi_path":
+                smi["path"] = rest or None
+            elif kind == "smi_rc" and rest.lstrip("-").isdigit():
+                smi["exit_code"] = int(rest)
+            elif kind == "smi_out":
+                smi["output"] = _b64(rest, "nvidia-smi output") if rest else ""
+            elif kind == "smi_list":
+                smi["list"] = parse_smi_list((_b64(rest, "nvidia-smi -L") if rest else "").splitlines())
+            elif kind == "ctk_version":
+                match = re.search(r"version\s+v?([0-9][^\s,]*)", rest)
+                state["toolkit_version"] = match[1] if match else (rest or None)
+            elif kind == "ncr_path":
+                state["runtime_path"] = rest or None
+            elif kind == "exec":
+                flag, _, path = rest.partition(" ")
+                state["executables"][path] = flag == "1"
+            elif kind == "ctrd_path":
+                ctrd["path"] = rest or None
+            elif kind == "ctrd_version":
+                ctrd.update(parse_containerd_version(rest))
+            elif kind == "ctrd_active":
+                ctrd["active"] = rest or "unknown"
+            elif kind == "ctrd_dump_rc" and rest.isdigit():
+                ctrd["dump_exit_code"] = int(rest)
+            elif kind == "ctrd_dump":
+                ctrd["dump"] = _b64(rest, "containerd config dump") if rest else ""
+            elif kind == "ctr_image":
+                ctrd["image_present"] = rest == "1"
+            elif kind == "kubelet_config":
+                state["kubelet_config"] = _b64(rest, KUBELET_CONFIG) if rest else ""
+            elif kind == "docker_path":
+                docker["path"] = rest or None
+            elif kind == "docker_active":
+                docker["active"] = rest or "unknown"
+            elif kind == "docker_info_rc" and rest.isdigit():
+                docker["info_exit_code"] = int(rest)
+            elif kind == "docker_info":
+                docker.update(parse_docker_info(_b64(rest, "docker info") if rest else ""))
+            elif kind == "docker_image":
+                docker["image_present"] = rest == "1"
+            elif kind == "crictl_path":
+                state["crictl_path"] = rest or None
+        if smi["exit_code"] == 0:
+            smi["gpus"] = parse_smi_query(smi["output"].splitlines())
+        return state
+
+
+def parse_docker_info(text: str) -> dict:
+    """``docker info --format '{{json .Runtimes}}|{{.DefaultRuntime}}|{{.CgroupDriver}}'``."""
+    runtimes_json, _, rest = text.strip().rpartition("|")
+    runtimes_json, _, default = runtimes_json.rpartition("|")
+    try:
+        runtimes = json.loads(runtimes_json)
+    except ValueError:
+        return {"runtimes": {}, "default_runtime": None, "cgroup_driver": None, "info_error": text[:300]}
+    return {
+        "runtimes": {name: (value or {}).get("path") for name, value in (runtimes or {}).items()},
+        "default_runtime": default or None,
+        "cgroup_driver": rest or None,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs: each starts something transient and removes it again, then reports.
+
+CRICTL_SCRIPT = r"""
+d=$(mktemp -d /tmp/gpu-node-verify.XXXXXX) || { echo "step setup 1"; exit 0; }
+cri="crictl"
+[ -f /etc/crictl.yaml ] || cri="crictl --runtime-endpoint unix://__SOCKET__ --image-endpoint unix://__SOCKET__"
+cat > "$d/pod.json" <<'GPU_NODE_EOF'
+__POD_JSON__
+GPU_NODE_EOF
+cat > "$d/container.json" <<'GPU_NODE_EOF'
+__CONTAINER_JSON__
+GPU_NODE_EOF
+report() { echo "step $1 $2 $(printf '%s' "$3" | head -c 2000 | base64 -w0)"; }
+out=$($cri runp --runtime __HANDLER__ "$d/pod.json" 2>&1); rc=$?; report runp $rc "$out"
+pod=$(printf '%s' "$out" | tail -n 1)
+if [ "$rc" = 0 ] && [ __RUN_CONTAINER__ = 1 ]; then
+  out=$($cri create "$pod" "$d/container.json" "$d/pod.json" 2>&1); rc=$?; report create $rc "$out"
+  ctr=$(printf '%s' "$out" | tail -n 1)
+  if [ "$rc" = 0 ]; then
+    out=$($cri start "$ctr" 2>&1); rc=$?; report start $rc "$out"
+    i=0; state=""
+    while [ "$i" -lt __TIMEOUT__ ]; do
+      state=$($cri inspect -o go-template --template '{{.status.state}} {{.status.exitCode}}' "$ctr" 2>/dev/null)
+      case "$state" in CONTAINER_EXITED*) break;; esac
+      i=$((i + 1)); sleep 1
+    done
+    report state 0 "$state"
+    out=$($cri logs "$ctr" 2>&1); rc=$?; report logs $rc "$out"
+    out=$($cri rm -f "$ctr" 2>&1); rc=$?; report rm $rc "$out"
+  fi
+fi
+if [ -n "$pod" ] && [ "$(echo "$pod" | tr -dc 0-9a-f | wc -c)" -ge 12 ]; then
+  out=$($cri stopp "$pod" 2>&1); rc=$?; report stopp $rc "$out"
+  out=$($cri rmp "$pod" 2>&1); rc=$?; report rmp $rc "$out"
+fi
+rm -rf "$d"
+true
+"""
+
+SANDBOX_NAME = "gpu-node-verify"
+
+
+def sandbox_config(uid: str) -> dict:
+    """A host-network pod sandbox (as the device plugin's pods run), logging under /tmp."""
+    return {
+        "metadata": {"name": SANDBOX_NAME, "namespace": "kube-system", "uid": uid, "attempt": 0},
+        "log_directory": f"/tmp/{SANDBOX_NAME}-{uid}",
+        "linux": {"security_context": {"namespace_options": {"network": 2}}},
+    }
+
+
+def container_config(image: str, command: list[str]) -> dict:
+    return {
+        "metadata": {"name": "nvidia-smi"},
+        "image": {"image": image},
+        "command": command,
+        "log_path": "nvidia-smi.log",
+        "linux": {},
+    }
+
+
+class CrictlRun(FactBase):
+    """
+    Through the CRI, the path the kubelet takes: ``crictl runp --runtime nvidia`` a host-network
+    sandbox, then (when ``image`` is given) create, start, wait for, read the logs of and remove a
+    container running ``command`` in it; stop and remove the sandbox. One command.
+
+    .. code:: python
+
+        {"runp": {"exit_code": 0, "output": "a1b2..."}, "create": {...}, "start": {...},
+         "state": {"exit_code": 0, "output": "CONTAINER_EXITED 0"}, "logs": {...}, "rm": {...},
+         "stopp": {...}, "rmp": {...}}
+    """
+
+    def command(self, uid, handler="nvidia", image=None, command=("nvidia-smi", "-L"), timeout=60):
+        script = (
+            CRICTL_SCRIPT.replace("__SOCKET__", CONTAINERD_SOCKET)
+            .replace("__HANDLER__", shlex.quote(handler))
+            .replace("__POD_JSON__", json.dumps(sandbox_config(uid)))
+            .replace("__CONTAINER_JSON__", json.dumps(container_config(image or "", list(command))))
+            .replace("__RUN_CONTAINER__", "1" if image else "0")
+            .replace("__TIMEOUT__", str(int(timeout)))
+        )
+        return script.strip()
+
+    @staticmethod
+    def default():
+        return {}
+
+    def process(self, output):
+        steps = {}
+        for line in output:
+            parts = line.strip().split(" ", 3)
+            if len(parts) >= 3 and parts[0] == "step" and parts[2].lstrip("-").isdigit():
+                text = _b64(parts[3], parts[1]) if len(parts) == 4 and parts[3] else ""
+                steps[parts[1]] = {"exit_code": int(parts[2]), "output": text}
+        return steps
+
+
+class ContainerRun(FactBase):
+    """
+    Run a throwaway container with the GPUs and report exit code and output: ``ctr run --rm
+    --gpus 0 IMAGE ID nvidia-smi`` (as NVIDIA's guides do) or ``docker run --rm --gpus all
+    IMAGE nvidia-smi``. One command, always exit 0.
+
+    .. code:: python
+
+        {"exit_code": 0, "output": "GPU 0: ..."}
+    """
+
+    def command(self, tool, image, container_name, command=("nvidia-smi",)):
+        args = [QuoteString(part) for part in command]
+        if tool == "ctr":
+            run = StringCommand("ctr run --rm --gpus 0", QuoteString(image), QuoteString(container_name), *args)
+        else:
+            run = StringCommand("docker run --rm --gpus all --name", QuoteString(container_name), QuoteString(image), *args)
+        return StringCommand("out=$(", run, "2>&1); rc=$?;",
+                             'echo "rc $rc"; printf \'%s\\n\' "$out" | head -n 40; true')
+
+    @staticmethod
+    def default():
+        return {"exit_code": None, "output": ""}
+
+    def process(self, output):
+        result = self.default()
+        lines = list(output)
+        if lines and lines[0].startswith("rc "):
+            code = lines[0][3:].strip()
+            result["exit_code"] = int(code) if code.lstrip("-").isdigit() else None
+            lines = lines[1:]
+        result["output"] = "\n".join(lines)
+        return result

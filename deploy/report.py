@@ -1,0 +1,155 @@
+"""
+The node report: one record per node (host, GPUs, driver, toolkit, runtime, each step), shown
+as a table at the end of the run and written as JSON on the controller.
+
+Hosts run in parallel greenlets of one pyinfra process: records go into one in-memory store per
+pyinfra State, and the JSON file is rewritten whole (temporary file, then rename) from it, so a
+reader never sees half a file and no host's record overwrites another's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyinfra.api.state import BaseStateCallback
+
+PASS, FAIL, SKIP = "pass", "fail", "skip"
+STATUSES = (PASS, FAIL, SKIP)
+REPORT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    status: str
+    reason: str
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"step {self.name}: status {self.status!r} is not one of {STATUSES}")
+
+
+@dataclass
+class NodeRecord:
+    host: str
+    gpus: list[str] = field(default_factory=list)
+    driver: str | None = None
+    toolkit: str | None = None
+    runtime: str | None = None
+    steps: list[Step] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[Step]:
+        return [step for step in self.steps if step.status == FAIL]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def as_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["ok"] = self.ok
+        return data
+
+
+def node_table(record: NodeRecord) -> str:
+    """One node: a summary line, then one line per step."""
+    gpus = ", ".join(record.gpus) if record.gpus else "none"
+    lines = [
+        f"{record.host}: {'OK' if record.ok else 'FAILED'}  GPUs: {gpus}  driver: {record.driver or '-'}  "
+        f"toolkit: {record.toolkit or '-'}  runtime: {record.runtime or '-'}"
+    ]
+    width = max((len(step.name) for step in record.steps), default=4)
+    for step in record.steps:
+        lines.append(f"  {step.name:<{width}}  {step.status:<4}  {step.reason}")
+    return "\n".join(lines)
+
+
+def report_table(records: list[NodeRecord]) -> str:
+    header = f"--> GPU node verification ({len(records)} node{'s' if len(records) != 1 else ''})"
+    return "\n\n".join([header, *(node_table(record) for record in records)])
+
+
+def report_json(records: list[NodeRecord]) -> dict[str, Any]:
+    return {
+        "version": REPORT_VERSION,
+        "ok": all(record.ok for record in records),
+        "nodes": [record.as_json() for record in sorted(records, key=lambda record: record.host)],
+    }
+
+
+def write_json(path: str | os.PathLike, records: list[NodeRecord]) -> Path:
+    """Write the report atomically (same directory temp file, then rename)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(handle, "w") as stream:
+            json.dump(report_json(records), stream, indent=2, sort_keys=True)
+            stream.write("\n")
+        os.replace(temp, target)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+class ReportStore:
+    """This run's records, by report path then host; printed and written when verification ends."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, dict[str, NodeRecord]] = {}
+        self.verify_ops: set[str] = set()
+        self.printed = False
+
+    def add(self, path: str, record: NodeRecord) -> None:
+        self.records.setdefault(path, {})[record.host] = record
+        # Rewritten per record too, so a run that dies later still leaves what it saw.
+        write_json(path, list(self.records[path].values()))
+
+    def all_records(self) -> list[NodeRecord]:
+        merged: dict[str, NodeRecord] = {}
+        for by_host in self.records.values():
+            merged.update(by_host)
+        return [merged[name] for name in sorted(merged)]
+
+    def finish(self, stream=None) -> None:
+        """Print the table (stderr: `--json` keeps stdout pure JSON) and write every report."""
+        if self.printed or not self.records:
+            return
+        self.printed = True
+        for path, by_host in self.records.items():
+            write_json(path, list(by_host.values()))
+        out = stream or sys.stderr
+        out.write("\n" + report_table(self.all_records()) + "\n")
+        for path in self.records:
+            out.write(f"--> Report written to {Path(path).resolve()}\n")
+        out.flush()
+
+
+def store_for(state) -> ReportStore:
+    """The store of one pyinfra State; the first call hooks its end into the State's callbacks."""
+    store = getattr(state, "_gpu_node_report", None)
+    if store is None:
+        store = ReportStore()
+        state._gpu_node_report = store
+        state.add_callback_handler(_ReportCallbacks(store))
+    return store
+
+
+class _ReportCallbacks(BaseStateCallback):
+    """Prints the table once every host ran the verification operation (pyinfra runs an
+    operation on all hosts before the next one)."""
+
+    def __init__(self, store: ReportStore) -> None:
+        self.store = store
+
+    def operation_end(self, state, op_hash) -> None:
+        if op_hash in self.store.verify_ops:
+            self.store.finish()

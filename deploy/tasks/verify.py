@@ -1,0 +1,475 @@
+"""
+Stage 6 (read-only): the verification ladder. Each step passes, fails or is skipped with a
+one-line reason; no step stops the others. The operation yields no command when every step
+holds (pyinfra reports "No changes"), so a re-run of the whole deploy stays change-free; a
+failing step makes the host fail after its report line is printed.
+
+Facts are read inside the operation, i.e. at execution time, after the earlier stages ran.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+
+import tomlkit
+import yaml
+from packaging.version import InvalidVersion, Version
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, deploy, operation
+
+from deploy.facts.verify import (
+    KUBELET_CONFIG,
+    ContainerRun,
+    CrictlRun,
+    VerifyState,
+    explain_smi_failure,
+)
+from deploy.report import FAIL, PASS, SKIP, NodeRecord, Step, store_for
+from deploy.settings import MIN_DRIVER_VERSION, NVIDIA_CONTAINER_RUNTIME, Settings
+
+NO_GPU = "no NVIDIA GPU"
+HANDLER = "nvidia"
+# Where the CRI plugin keeps its runtimes, by config version (containerd 1.x: 2, 2.x: 3).
+CRI_RUNTIME_PLUGIN = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    """What the ladder compares against (from the settings)."""
+
+    require_gpu: bool = False
+    runtimes: tuple[str, ...] = ("containerd",)
+    nvidia_runtime_default: bool = True
+    systemd_cgroup: bool = True
+    containerd_config_path: str = "/etc/containerd/config.toml"
+    image: str = "docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
+    toolkit_expected: bool = True
+    runtime_binary: str = NVIDIA_CONTAINER_RUNTIME
+    min_driver: str = MIN_DRIVER_VERSION
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "VerifyOptions":
+        return cls(
+            require_gpu=settings.require_gpu,
+            runtimes=settings.container_runtimes,
+            nvidia_runtime_default=settings.nvidia_runtime_default,
+            systemd_cgroup=settings.systemd_cgroup,
+            containerd_config_path=settings.containerd_config_path,
+            image=settings.verify_image,
+            toolkit_expected=settings.nvidia_toolkit_install,
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading the facts
+
+
+def gpus_on_pci(state: dict) -> list[dict]:
+    return state["node"]["gpus"]
+
+
+def gpu_usable(state: dict) -> bool:
+    """A GPU is there and nvidia-smi talks to it: the runs with --gpus make sense."""
+    return bool(gpus_on_pci(state)) and state["smi"]["exit_code"] == 0 and bool(state["smi"]["gpus"])
+
+
+def kernel_module_version(text: str | None) -> str | None:
+    match = re.search(r"Kernel Module.*?\s(\d+\.\d+(?:\.\d+)?)\s", (text or "") + " ")
+    return match[1] if match else None
+
+
+def driver_version(state: dict) -> str | None:
+    versions = [gpu["driver_version"] for gpu in state["smi"]["gpus"] if gpu["driver_version"]]
+    return versions[0] if versions else kernel_module_version(state["kernel_module"])
+
+
+def parse_cri_runtimes(dump: str) -> dict:
+    """``containerd config dump`` -> the CRI plugin's runtimes and default runtime name."""
+    config = tomlkit.parse(dump).unwrap()
+    version = int(config.get("version", 1) or 1)
+    plugin_name = CRI_RUNTIME_PLUGIN.get(version, CRI_RUNTIME_PLUGIN[2])
+    plugin = config.get("plugins", {}).get(plugin_name, {})
+    containerd = plugin.get("containerd", {})
+    return {
+        "version": version,
+        "plugin": plugin_name,
+        "default_runtime": containerd.get("default_runtime_name"),
+        "runtimes": containerd.get("runtimes", {}) or {},
+    }
+
+
+def kubelet_cgroup_driver(text: str) -> str:
+    config = yaml.safe_load(text) or {}
+    # The kubelet's own default when the file does not set it.
+    return str(config.get("cgroupDriver") or "cgroupfs") if isinstance(config, dict) else "cgroupfs"
+
+
+# ----------------------------------------------------------------------------------------------
+# The ladder
+
+
+def gpu_steps(state: dict, options: VerifyOptions) -> list[Step]:
+    steps = []
+    pci = gpus_on_pci(state)
+    if pci:
+        listed = ", ".join(f"{gpu['slot']} ({gpu['device']})" for gpu in pci)
+        steps.append(Step("gpu_pci", PASS, f"{len(pci)} NVIDIA GPU(s) on the PCI bus: {listed}"))
+    elif options.require_gpu:
+        steps.append(Step("gpu_pci", FAIL, f"{NO_GPU} on the PCI bus, and require_gpu is true"))
+    else:
+        steps.append(Step("gpu_pci", SKIP, f"{NO_GPU} on the PCI bus"))
+
+    module = state["kernel_module"]
+    if module:
+        steps.append(Step("kernel_module", PASS, module))
+    elif not pci:
+        steps.append(Step("kernel_module", SKIP, f"{NO_GPU}: nvidia kernel module not loaded"))
+    else:
+        steps.append(Step(
+            "kernel_module", FAIL,
+            "nvidia kernel module not loaded (/proc/driver/nvidia/version missing): reboot after the "
+            "driver install, or check dmesg for why nvidia did not load (Secure Boot signing?)",
+        ))
+
+    smi = state["smi"]
+    if smi["path"] is None:
+        status = FAIL if pci else SKIP
+        steps.append(Step("nvidia_smi", status, ("" if pci else f"{NO_GPU}: ") + "nvidia-smi not installed"))
+    elif smi["exit_code"] == 0 and smi["gpus"]:
+        listed = "; ".join(
+            f"{gpu['index']}: {gpu['name'] or '?'} {gpu['uuid'] or ''} "
+            f"{gpu['memory_mib'] if gpu['memory_mib'] is not None else '[N/A]'} MiB".strip()
+            for gpu in smi["gpus"]
+        )
+        mig = sum(len(gpu["mig_devices"]) for gpu in smi["list"])
+        steps.append(Step("nvidia_smi", PASS, listed + (f"; {mig} MIG device(s)" if mig else "")))
+    else:
+        why = explain_smi_failure(smi["exit_code"] or 0, smi["output"]) if smi["exit_code"] else "no GPU listed"
+        if pci:
+            steps.append(Step("nvidia_smi", FAIL, f"nvidia-smi: {why}"))
+        else:
+            steps.append(Step("nvidia_smi", SKIP, f"{NO_GPU} (nvidia-smi: {why})"))
+
+    version = driver_version(state)
+    loaded = kernel_module_version(state["kernel_module"])
+    library = next((gpu["driver_version"] for gpu in smi["gpus"] if gpu["driver_version"]), None)
+    if version is None:
+        steps.append(Step("driver_version", FAIL if pci else SKIP,
+                          ("" if pci else f"{NO_GPU}: ") + "no driver version (no loaded module, no nvidia-smi answer)"))
+    elif loaded and library and loaded != library:
+        steps.append(Step("driver_version", FAIL,
+                          f"kernel module {loaded} but user-space library {library}: reboot, or reload the nvidia modules"))
+    else:
+        try:
+            ok = Version(version) >= Version(options.min_driver)
+        except InvalidVersion:
+            ok = False
+        steps.append(Step("driver_version", PASS if ok else FAIL,
+                          f"driver {version} {'>=' if ok else '<'} {options.min_driver} (lowest accepted)"))
+    return steps
+
+
+def toolkit_steps(state: dict, options: VerifyOptions, cri: dict | None) -> list[Step]:
+    steps = []
+    if state["toolkit_version"]:
+        steps.append(Step("toolkit", PASS, f"NVIDIA container toolkit {state['toolkit_version']} (nvidia-ctk)"))
+    else:
+        steps.append(Step("toolkit", FAIL if options.toolkit_expected else SKIP,
+                          "nvidia-ctk not found: the NVIDIA container toolkit is not installed"))
+
+    # The paths the runtimes are configured with; the toolkit's own path when none is wired yet.
+    wanted = set()
+    if cri:
+        nvidia = cri["runtimes"].get(HANDLER) or {}
+        binary = (nvidia.get("options") or {}).get("BinaryName")
+        if binary:
+            wanted.add(binary)
+    docker = state["docker"]
+    if docker["runtimes"].get(HANDLER):
+        wanted.add(docker["runtimes"][HANDLER])
+    executables = state["executables"]
+    if not wanted:
+        present = state["runtime_path"]
+        steps.append(Step("runtime_binary", PASS if present else FAIL,
+                          f"{present} (no runtime points to it yet)" if present
+                          else "nvidia-container-runtime not found on the PATH"))
+    else:
+        missing = sorted(path for path in wanted if not executables.get(path, False))
+        steps.append(Step(
+            "runtime_binary", FAIL if missing else PASS,
+            (f"configured runtime binary not executable: {', '.join(missing)}" if missing
+             else f"{', '.join(sorted(wanted))} executable"),
+        ))
+    return steps
+
+
+def containerd_steps(state: dict, options: VerifyOptions, cri: dict | None, cri_error: str | None) -> list[Step]:
+    ctrd = state["containerd"]
+    if "containerd" not in options.runtimes:
+        return [Step("containerd_config", SKIP, "containerd is not in container_runtimes")]
+    if not ctrd["path"]:
+        return [Step("containerd_config", FAIL, "containerd is not installed")]
+    if cri is None:
+        return [Step("containerd_config", FAIL, f"`containerd config dump` failed: {cri_error}")]
+    nvidia = cri["runtimes"].get(HANDLER)
+    where = f'plugins."{cri["plugin"]}".containerd.runtimes.{HANDLER}'
+    if not nvidia:
+        return [Step("containerd_config", FAIL,
+                     f"no {where} in `containerd config dump` ({options.containerd_config_path}): run the runtimes stage")]
+    problems = []
+    runtime_type = nvidia.get("runtime_type")
+    if runtime_type != "io.containerd.runc.v2":
+        problems.append(f"runtime_type is {runtime_type!r}, not 'io.containerd.runc.v2'")
+    opts = nvidia.get("options") or {}
+    if opts.get("BinaryName") != options.runtime_binary:
+        problems.append(f"BinaryName is {opts.get('BinaryName')!r}, not {options.runtime_binary!r}")
+    if bool(opts.get("SystemdCgroup", False)) != options.systemd_cgroup:
+        problems.append(f"SystemdCgroup is {str(bool(opts.get('SystemdCgroup', False))).lower()}, "
+                        f"systemd_cgroup is {str(options.systemd_cgroup).lower()}")
+    default = cri["default_runtime"]
+    if options.nvidia_runtime_default and default != HANDLER:
+        problems.append(f"default_runtime_name is {default!r}, not 'nvidia' (nvidia_runtime_default is true)")
+    if not options.nvidia_runtime_default and default == HANDLER:
+        problems.append("default_runtime_name is 'nvidia' but nvidia_runtime_default is false")
+    active = ctrd["active"]
+    if active not in (None, "active"):
+        problems.append(f"containerd is {active}")
+    if problems:
+        return [Step("containerd_config", FAIL, f"{where}: " + "; ".join(problems))]
+    return [Step("containerd_config", PASS,
+                 f"containerd {ctrd['version']}: {where} BinaryName={opts.get('BinaryName')} "
+                 f"SystemdCgroup={str(bool(opts.get('SystemdCgroup'))).lower()}, default runtime {default}")]
+
+
+def cgroup_steps(state: dict, options: VerifyOptions, cri: dict | None) -> list[Step]:
+    if state["kubelet_config"] is None:
+        return [Step("cgroup_driver", SKIP, f"no {KUBELET_CONFIG} (the kubelet is not configured yet)")]
+    try:
+        driver = kubelet_cgroup_driver(state["kubelet_config"])
+    except yaml.YAMLError as error:
+        return [Step("cgroup_driver", FAIL, f"cannot parse {KUBELET_CONFIG}: {str(error).splitlines()[0]}")]
+    kubelet_systemd = driver == "systemd"
+    checks = []
+    if "containerd" in options.runtimes and cri:
+        for name in (HANDLER, cri["default_runtime"] or "runc"):
+            runtime = cri["runtimes"].get(name)
+            if runtime is not None and name not in (label for label, _ in checks):
+                checks.append((name, bool((runtime.get("options") or {}).get("SystemdCgroup", False))))
+    if not checks:
+        return [Step("cgroup_driver", SKIP, f"kubelet cgroupDriver: {driver}; no containerd runtime to compare with")]
+    wrong = [(name, value) for name, value in checks if value != kubelet_systemd]
+    if wrong:
+        listed = ", ".join(f"containerd runtime {name} SystemdCgroup = {str(value).lower()}" for name, value in wrong)
+        fix = "systemd_cgroup=true" if kubelet_systemd else "systemd_cgroup=false"
+        return [Step("cgroup_driver", FAIL,
+                     f"{listed} but kubelet cgroupDriver: {driver} ({KUBELET_CONFIG}): set {fix} and re-run "
+                     "deploy/gpu_node.py (or change the kubelet's cgroupDriver)")]
+    return [Step("cgroup_driver", PASS,
+                 f"kubelet cgroupDriver: {driver} matches SystemdCgroup = {str(kubelet_systemd).lower()}")]
+
+
+def planned_runs(state: dict, options: VerifyOptions) -> dict[str, str | None]:
+    """Which runs to do: name -> None (run it) or the reason it is skipped."""
+    ctrd, docker = state["containerd"], state["docker"]
+    gpu = gpu_usable(state)
+    no_gpu = NO_GPU if not gpus_on_pci(state) else "the GPU is not usable (see nvidia_smi)"
+    plan: dict[str, str | None] = {}
+    if "containerd" not in options.runtimes:
+        plan["cri_handler"] = plan["ctr_run"] = "containerd is not in container_runtimes"
+    elif not ctrd["path"] or ctrd["active"] != "active":
+        plan["cri_handler"] = plan["ctr_run"] = "containerd is not running"
+    else:
+        plan["cri_handler"] = None if state["crictl_path"] else (
+            "crictl not installed: the CRI runtime handler 'nvidia' (the kubelet's path) was not exercised; "
+            "install cri-tools to check it"
+        )
+        if not gpu:
+            plan["ctr_run"] = no_gpu
+        elif not ctrd["image_present"]:
+            plan["ctr_run"] = f"image {options.image} not on the node (ctr image pull {options.image})"
+        else:
+            plan["ctr_run"] = None
+    if "docker" not in options.runtimes:
+        plan["docker_run"] = "docker is not in container_runtimes"
+    elif not docker["path"] or docker["active"] != "active":
+        plan["docker_run"] = "Docker is not running"
+    elif not gpu:
+        plan["docker_run"] = no_gpu
+    elif not docker["image_present"]:
+        plan["docker_run"] = f"image {options.image} not on the node (docker pull {options.image})"
+    else:
+        plan["docker_run"] = None
+    return plan
+
+
+def _short(text: str, limit: int = 200) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def cri_step(result: dict, gpu: bool, image: str) -> Step:
+    runp = result.get("runp")
+    if not runp:
+        return Step("cri_handler", FAIL, "crictl produced no result")
+    if runp["exit_code"] != 0:
+        return Step("cri_handler", FAIL,
+                    f"crictl runp --runtime {HANDLER} (host-network sandbox) failed: {_short(runp['output'])}")
+    cleanup = [name for name in ("stopp", "rmp") if result.get(name, {}).get("exit_code", 1) != 0]
+    note = f"; cleanup failed: {', '.join(cleanup)}" if cleanup else ""
+    sandbox = f"host-network sandbox ran through runtime handler '{HANDLER}'"
+    if not gpu:
+        return Step("cri_handler", FAIL if cleanup else PASS, f"{sandbox} ({NO_GPU}: no nvidia-smi container){note}")
+    if "image" in result:
+        return Step("cri_handler", FAIL if cleanup else PASS,
+                    f"{sandbox}; nvidia-smi container skipped: image {image} not on the node{note}")
+    for name in ("create", "start", "logs"):
+        if result.get(name, {}).get("exit_code", 1) != 0:
+            return Step("cri_handler", FAIL, f"crictl {name} failed: {_short(result.get(name, {}).get('output', ''))}")
+    state = result.get("state", {}).get("output", "")
+    logs = result.get("logs", {}).get("output", "")
+    if state.strip() != "CONTAINER_EXITED 0":
+        return Step("cri_handler", FAIL, f"nvidia-smi -L in the sandbox: {state or 'no state'}: {_short(logs)}")
+    return Step("cri_handler", FAIL if cleanup else PASS, f"{sandbox}; nvidia-smi -L: {_short(logs, 120)}{note}")
+
+
+def run_step(name: str, result: dict, what: str) -> Step:
+    if result["exit_code"] == 0:
+        return Step(name, PASS, f"{what}: {_short(result['output'], 120)}")
+    return Step(name, FAIL, f"{what} exited {result['exit_code']}: {_short(result['output'])}")
+
+
+def docker_steps(state: dict, options: VerifyOptions) -> list[Step]:
+    if "docker" not in options.runtimes:
+        return [Step("docker_config", SKIP, "docker is not in container_runtimes")]
+    docker = state["docker"]
+    if not docker["path"]:
+        return [Step("docker_config", FAIL, "Docker is not installed")]
+    if docker["info_exit_code"] != 0 or docker.get("info_error"):
+        return [Step("docker_config", FAIL, f"docker info failed (dockerd {docker['active'] or 'not running'})")]
+    problems = []
+    path = docker["runtimes"].get(HANDLER)
+    if not path:
+        problems.append("no 'nvidia' runtime in docker info")
+    if options.nvidia_runtime_default and docker["default_runtime"] != HANDLER:
+        problems.append(f"default runtime is {docker['default_runtime']!r}, not 'nvidia'")
+    if problems:
+        return [Step("docker_config", FAIL, "; ".join(problems))]
+    return [Step("docker_config", PASS,
+                 f"runtime nvidia ({path}), default runtime {docker['default_runtime']}, "
+                 f"cgroup driver {docker['cgroup_driver']}")]
+
+
+def ladder(state: dict, options: VerifyOptions, runs: dict[str, dict]) -> list[Step]:
+    """Every step, in order, from the facts and the results of the runs that were done."""
+    cri, cri_error = None, None
+    dump = state["containerd"]["dump"]
+    if state["containerd"]["dump_exit_code"] == 0 and dump:
+        try:
+            cri = parse_cri_runtimes(dump)
+        except Exception as error:  # tomlkit raises several types; the reason is what matters
+            cri_error = f"cannot parse its output: {error}"
+    elif state["containerd"]["path"]:
+        cri_error = _short(dump or "no output")
+
+    steps = gpu_steps(state, options)
+    steps += toolkit_steps(state, options, cri)
+    steps += containerd_steps(state, options, cri, cri_error)
+    steps += cgroup_steps(state, options, cri)
+    plan = planned_runs(state, options)
+    gpu = gpu_usable(state)
+    if plan["cri_handler"] is not None:
+        steps.append(Step("cri_handler", SKIP, plan["cri_handler"]))
+    else:
+        steps.append(cri_step(runs.get("cri_handler", {}), gpu, options.image))
+    if plan["ctr_run"] is not None:
+        steps.append(Step("ctr_run", SKIP, plan["ctr_run"]))
+    else:
+        steps.append(run_step("ctr_run", runs["ctr_run"], "ctr run --gpus 0 nvidia-smi"))
+    steps += docker_steps(state, options)
+    if plan["docker_run"] is not None:
+        steps.append(Step("docker_run", SKIP, plan["docker_run"]))
+    else:
+        steps.append(run_step("docker_run", runs["docker_run"], "docker run --gpus all nvidia-smi"))
+    return steps
+
+
+def node_record(name: str, state: dict, options: VerifyOptions, steps: list[Step]) -> NodeRecord:
+    smi_gpus = state["smi"]["gpus"]
+    if smi_gpus:
+        gpus = [f"{gpu['name'] or '?'} ({gpu['uuid'] or 'no UUID'})" for gpu in smi_gpus]
+    else:
+        gpus = [f"{gpu['slot']} 10de:{gpu['device'].removeprefix('0x')}" for gpu in gpus_on_pci(state)]
+    runtime = []
+    if "containerd" in options.runtimes and state["containerd"]["path"]:
+        runtime.append(f"containerd {state['containerd']['version'] or '?'}")
+    if "docker" in options.runtimes and state["docker"]["path"]:
+        runtime.append(f"docker (default {state['docker']['default_runtime'] or '?'})")
+    return NodeRecord(
+        host=name,
+        gpus=gpus,
+        driver=driver_version(state),
+        toolkit=state["toolkit_version"],
+        runtime=", ".join(runtime) or None,
+        steps=steps,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# The operation
+
+
+def _fail_host(state, host, message):
+    logger.error(f"{host.print_prefix}{message}")
+    return False
+
+
+@operation()
+def check_node(options: VerifyOptions, report_path: str):
+    """
+    Run the ladder on this host, record it for the report, and change nothing: no command is
+    yielded unless a step failed, and then only one that fails the host.
+    """
+    if not host.state.is_executing:
+        # Preparing (a dry run, or the diff before a confirmation): facts now would predate the
+        # earlier stages. The ladder runs at execution time.
+        host.noop("verification runs when the deploy executes")
+        return
+
+    state = host.get_fact(VerifyState, containerd_config=options.containerd_config_path, image=options.image)
+    plan = planned_runs(state, options)
+    runs: dict[str, dict] = {}
+    token = uuid.uuid4().hex[:12]
+    if plan["cri_handler"] is None:
+        runs["cri_handler"] = host.get_fact(
+            CrictlRun, uid=token, handler=HANDLER, image=options.image if gpu_usable(state) else None
+        )
+    if plan["ctr_run"] is None:
+        runs["ctr_run"] = host.get_fact(ContainerRun, tool="ctr", image=options.image, container_name=f"gpu-node-verify-{token}")
+    if plan["docker_run"] is None:
+        runs["docker_run"] = host.get_fact(
+            ContainerRun, tool="docker", image=options.image, container_name=f"gpu-node-verify-{token}"
+        )
+
+    record = node_record(host.name, state, options, ladder(state, options, runs))
+    store = store_for(host.state)
+    store.verify_ops.add(host.current_op_hash)  # the table prints when this operation ends
+    store.add(report_path, record)
+    counts = {status: sum(step.status == status for step in record.steps) for status in (PASS, FAIL, SKIP)}
+    summary = f"verified: {counts[PASS]} pass, {counts[FAIL]} fail, {counts[SKIP]} skip"
+    host.noop(summary)
+    for step in record.failed:
+        logger.warning(f"{host.print_prefix}verify {step.name}: fail: {step.reason}")
+    if record.failed:
+        names = ", ".join(step.name for step in record.failed)
+        yield FunctionCommand(_fail_host, (f"verification failed: {names}",), {})
+
+
+@deploy("Verify")
+def verify(settings: Settings):
+    check_node(
+        name="Verify the node can run GPU containers (read-only)",
+        options=VerifyOptions.from_settings(settings),
+        report_path=settings.verify_report_path,
+    )

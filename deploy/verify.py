@@ -1,0 +1,21 @@
+"""
+Verify every GPU node, read-only: the ladder and a report, changing nothing.
+
+    pyinfra inventory.py deploy/verify.py
+"""
+
+import sys
+from pathlib import Path
+
+# pyinfra executes this file rather than importing it: make the `deploy` package
+# importable whatever the working directory.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pyinfra import host  # noqa: E402
+
+from deploy.settings import host_settings  # noqa: E402
+from deploy.tasks.verify import verify  # noqa: E402
+
+# No preflight: its refusals (disk, headers) are about installing, and verification must
+# still report on a node that would not pass them.
+verify(host_settings(host))

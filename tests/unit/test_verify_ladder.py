@@ -1,0 +1,337 @@
+"""
+The verification ladder as plan tests (pyinfra's @fake connector): given what a node's commands
+print, which steps pass, fail or skip, which commands run (crictl's sequence), and that a
+failing step fails the host while a passing ladder yields no command (no change).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from pathlib import Path
+
+import pytest
+from plan import DEBIAN_12, Plan, fake_host_data, settings_for
+from pyinfra.api import Config, Inventory, State
+from pyinfra.api.connect import connect_all
+from pyinfra.api.deploy import add_deploy
+from pyinfra.api.exceptions import PyinfraError
+from pyinfra.api.operations import run_ops
+from pyinfra.api.state import StateStage
+
+from deploy.facts.verify import CrictlRun, VerifyState
+from deploy.report import FAIL, PASS, SKIP
+from deploy.tasks.verify import verify
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+SMI = FIXTURES / "nvidia-smi"
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def smi_output(name: str) -> str:
+    return "\n".join(line for line in (SMI / name).read_text().splitlines() if not line.startswith("# "))
+
+
+def containerd_dump(systemd_cgroup: bool = True, default: str = "nvidia", binary: str = "/usr/bin/nvidia-container-runtime") -> str:
+    """A containerd 1.6 `config dump` (its default config) with the nvidia runtime wired."""
+    base = (FIXTURES / "containerd" / "default-1.6.20.toml").read_text()
+    base = base.replace('default_runtime_name = "runc"', f'default_runtime_name = "{default}"')
+    nvidia = f"""
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+  runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+    BinaryName = "{binary}"
+    SystemdCgroup = {str(systemd_cgroup).lower()}
+"""
+    return base + nvidia
+
+
+def node_lines(
+    *,
+    gpus: int = 0,
+    smi: str | None = None,
+    smi_exit: int = 0,
+    smi_list: str | None = None,
+    kmod: str | None = None,
+    toolkit: str | None = "1.17.8",
+    dump: str | None = None,
+    kubelet: str | None = None,
+    crictl: bool = False,
+    ctr_image: bool = False,
+) -> list[str]:
+    lines = [f"pci 0000:0{index + 1}:00.0 0x20b0 0x030200" for index in range(gpus)]
+    lines.append("kernel 6.1.0-18-amd64")
+    if kmod:
+        lines.append(f"kmod_version {kmod}")
+    if smi is None:
+        lines.append("smi_path ")
+    else:
+        lines += ["smi_path /usr/bin/nvidia-smi", f"smi_rc {smi_exit}", f"smi_out {b64(smi)}"]
+        if smi_list:
+            lines.append(f"smi_list {b64(smi_list)}")
+    if toolkit:
+        lines.append(f"ctk_version NVIDIA Container Toolkit CLI version {toolkit}")
+    lines.append("ncr_path /usr/bin/nvidia-container-runtime")
+    if dump is not None:
+        lines += [
+            "ctrd_path /usr/bin/containerd",
+            "ctrd_version containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+b1",
+            "ctrd_active active",
+            "ctrd_dump_rc 0",
+            f"ctrd_dump {b64(dump)}",
+            "exec 1 /usr/bin/nvidia-container-runtime",
+            f"ctr_image {1 if ctr_image else 0}",
+        ]
+    else:
+        lines.append("ctrd_path ")
+    if kubelet is not None:
+        lines.append(f"kubelet_config {b64(kubelet)}")
+    lines.append("docker_path ")
+    lines.append(f"crictl_path {'/usr/bin/crictl' if crictl else ''}")
+    return lines
+
+
+def crictl_lines(**steps: tuple[int, str]) -> list[str]:
+    return [f"step {name} {code} {b64(text)}" for name, (code, text) in steps.items()]
+
+
+SANDBOX_ID = "3f1a8c2b7d9e4f60a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718"
+CONTAINER_ID = "9a8b7c6d5e4f30211a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f7081"
+
+
+def run_verify(tmp_path, lines, crictl=None, runs=None, **data):
+    report = tmp_path / "report.json"
+    responses = {"kmod_version": lines}
+    if crictl is not None:
+        responses["runp --runtime"] = crictl
+    for key, value in (runs or {}).items():
+        responses[key] = value
+    settings = settings_for(verify_report_path=str(report), **data)
+    # tests/plan.py's run_plan, keeping the plan when the host fails (a failing step must fail it).
+    inventory = Inventory(([("@fake/node", fake_host_data(DEBIAN_12, responses))], {}))
+    state = State(inventory, Config(), check_for_changes=False)
+    state.set_stage(StateStage.Connect)
+    connect_all(state)
+    state.set_stage(StateStage.Prepare)
+    add_deploy(state, verify, settings)
+    state.set_stage(StateStage.Execute)
+    failed = False
+    try:
+        run_ops(state)
+    except PyinfraError as error:
+        assert "No hosts remaining" in str(error)
+        failed = True
+    host = inventory.get_host("@fake/node")
+    plan = Plan(commands=list(host.connector.executed_commands), state=state)
+    assert failed == (host in state.failed_hosts)
+    record = json.loads(report.read_text())["nodes"][0]
+    steps = {step["name"]: step for step in record["steps"]}
+    return plan, record, steps, failed
+
+
+def statuses(steps: dict) -> dict:
+    return {name: step["status"] for name, step in steps.items()}
+
+
+def test_node_without_gpu_wired_containerd_passes_runtime_steps_and_skips_gpu_steps(tmp_path):
+    lines = node_lines(smi=smi_output("exit-9.txt"), smi_exit=9, dump=containerd_dump())
+    plan, record, steps, failed = run_verify(tmp_path, lines)
+    assert statuses(steps) == {
+        "gpu_pci": SKIP, "kernel_module": SKIP, "nvidia_smi": SKIP, "driver_version": SKIP,
+        "toolkit": PASS, "runtime_binary": PASS, "containerd_config": PASS, "cgroup_driver": SKIP,
+        "cri_handler": SKIP, "ctr_run": SKIP, "docker_config": SKIP, "docker_run": SKIP,
+    }
+    assert steps["nvidia_smi"]["reason"].startswith("no NVIDIA GPU (nvidia-smi: exit 9: NVIDIA driver is not loaded")
+    assert steps["ctr_run"]["reason"] == "no NVIDIA GPU"
+    assert steps["cri_handler"]["reason"].startswith("crictl not installed")
+    assert record["ok"] is True and not failed
+    assert record["gpus"] == [] and record["toolkit"] == "1.17.8" and record["runtime"] == "containerd 1.6.20~ds1"
+    # Read-only: the only commands are the one read and nothing the ladder yields.
+    assert len(plan.commands) == 1 and "kmod_version" in plan.commands[0]
+
+
+def test_require_gpu_without_gpu_fails_the_host(tmp_path):
+    lines = node_lines(dump=containerd_dump())
+    _, record, steps, failed = run_verify(tmp_path, lines, require_gpu="true")
+    assert steps["gpu_pci"] == {
+        "name": "gpu_pci", "status": FAIL, "reason": "no NVIDIA GPU on the PCI bus, and require_gpu is true"
+    }
+    assert record["ok"] is False and failed
+
+
+def test_gpu_node_with_mig_passes_and_runs_ctr_with_gpus(tmp_path):
+    lines = node_lines(
+        gpus=1,
+        kmod="NVRM version: NVIDIA UNIX x86_64 Kernel Module  450.80.02  Wed Sep 23 01:13:39 UTC 2020",
+        smi=smi_output("mig-query.txt"),
+        smi_list=smi_output("mig-list.txt"),
+        dump=containerd_dump(),
+        ctr_image=True,
+    )
+    runs = {"ctr run --rm --gpus 0": ["rc 0", "GPU 0: A100-SXM4-40GB (UUID: GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77)"]}
+    plan, record, steps, failed = run_verify(tmp_path, lines, runs=runs)
+    assert statuses(steps)["nvidia_smi"] == PASS and "7 MIG device(s)" in steps["nvidia_smi"]["reason"]
+    assert steps["driver_version"]["reason"] == "driver 450.80.02 >= 384.81 (lowest accepted)"
+    assert steps["ctr_run"]["status"] == PASS
+    (ctr,) = plan.matching("ctr run --rm --gpus 0")
+    assert "docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04" in ctr and "nvidia-smi" in ctr
+    assert record["driver"] == "450.80.02" and record["gpus"] == ["A100-SXM4-40GB (GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77)"]
+    assert not failed
+
+
+def test_gpu_with_version_mismatch_fails_naming_the_mismatch(tmp_path):
+    lines = node_lines(
+        gpus=2,
+        kmod="NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.124.06  Release Build",
+        smi=smi_output("version-mismatch.txt"),
+        smi_exit=18,
+        dump=containerd_dump(),
+    )
+    _, record, steps, failed = run_verify(tmp_path, lines)
+    assert steps["gpu_pci"]["status"] == PASS and "2 NVIDIA GPU(s)" in steps["gpu_pci"]["reason"]
+    assert steps["nvidia_smi"]["status"] == FAIL
+    assert "Driver/library version mismatch" in steps["nvidia_smi"]["reason"]
+    assert steps["driver_version"]["reason"] == "driver 570.124.06 >= 384.81 (lowest accepted)"
+    assert steps["ctr_run"] == {"name": "ctr_run", "status": SKIP, "reason": "the GPU is not usable (see nvidia_smi)"}
+    assert failed and record["ok"] is False
+
+
+def test_gpu_on_the_bus_without_the_driver_fails_module_and_smi(tmp_path):
+    lines = node_lines(gpus=1, dump=containerd_dump())
+    _, _, steps, failed = run_verify(tmp_path, lines)
+    assert steps["kernel_module"]["status"] == FAIL and "/proc/driver/nvidia/version" in steps["kernel_module"]["reason"]
+    assert steps["nvidia_smi"] == {"name": "nvidia_smi", "status": FAIL, "reason": "nvidia-smi not installed"}
+    assert failed
+
+
+def test_old_driver_fails_the_minimum(tmp_path):
+    old = "0, GPU-36c9561a-02ef-5c4d-3733-f0a56c42dc45, Tesla K80, 11441, 375.66"
+    lines = node_lines(gpus=1, kmod="NVRM version: NVIDIA UNIX x86_64 Kernel Module  375.66  Mon May  1 15:29:16 PDT 2017",
+                       smi=old, dump=containerd_dump())
+    _, _, steps, _ = run_verify(tmp_path, lines)
+    assert steps["driver_version"] == {
+        "name": "driver_version", "status": FAIL, "reason": "driver 375.66 < 384.81 (lowest accepted)"
+    }
+
+
+def test_kubelet_systemd_with_systemd_cgroup_false_fails_naming_both(tmp_path):
+    kubelet = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\n"
+    lines = node_lines(dump=containerd_dump(systemd_cgroup=False), kubelet=kubelet)
+    _, _, steps, failed = run_verify(tmp_path, lines, systemd_cgroup="false")
+    assert steps["containerd_config"]["status"] == PASS
+    reason = steps["cgroup_driver"]["reason"]
+    assert steps["cgroup_driver"]["status"] == FAIL
+    assert "containerd runtime nvidia SystemdCgroup = false" in reason
+    assert "kubelet cgroupDriver: systemd (/var/lib/kubelet/config.yaml)" in reason
+    assert "set systemd_cgroup=true" in reason
+    assert failed
+
+
+def test_kubelet_without_cgroup_driver_means_cgroupfs(tmp_path):
+    kubelet = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+    lines = node_lines(dump=containerd_dump(systemd_cgroup=True), kubelet=kubelet)
+    _, _, steps, _ = run_verify(tmp_path, lines)
+    assert steps["cgroup_driver"]["status"] == FAIL
+    assert "kubelet cgroupDriver: cgroupfs" in steps["cgroup_driver"]["reason"]
+
+
+def test_containerd_config_mismatches_are_each_named(tmp_path):
+    lines = node_lines(dump=containerd_dump(systemd_cgroup=False, default="runc", binary="/opt/nvidia/runtime"))
+    _, _, steps, _ = run_verify(tmp_path, lines)
+    reason = steps["containerd_config"]["reason"]
+    assert steps["containerd_config"]["status"] == FAIL
+    assert reason.startswith('plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia: ')
+    assert "BinaryName is '/opt/nvidia/runtime', not '/usr/bin/nvidia-container-runtime'" in reason
+    assert "SystemdCgroup is false, systemd_cgroup is true" in reason
+    assert "default_runtime_name is 'runc', not 'nvidia'" in reason
+
+
+def test_nvidia_runtime_missing_from_containerd_fails(tmp_path):
+    dump = (FIXTURES / "containerd" / "default-1.6.20.toml").read_text()
+    _, _, steps, _ = run_verify(tmp_path, node_lines(dump=dump))
+    assert steps["containerd_config"]["status"] == FAIL
+    assert "no plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia" in steps["containerd_config"]["reason"]
+
+
+def test_containerd_2_config_version_3_is_read_under_the_cri_runtime_plugin(tmp_path):
+    base = (FIXTURES / "containerd" / "default-2.1.9.toml").read_text()
+    dump = base + """
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia]
+  runtime_type = 'io.containerd.runc.v2'
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia.options]
+    BinaryName = '/usr/bin/nvidia-container-runtime'
+    SystemdCgroup = true
+"""
+    _, _, steps, _ = run_verify(tmp_path, node_lines(dump=dump), nvidia_runtime_default="false")
+    assert steps["containerd_config"]["status"] == PASS, steps["containerd_config"]
+    assert "io.containerd.cri.v1.runtime" in steps["containerd_config"]["reason"]
+
+
+def test_crictl_sequence_without_gpu_runs_a_host_network_sandbox_through_nvidia_and_removes_it(tmp_path):
+    lines = node_lines(dump=containerd_dump(), crictl=True)
+    crictl = crictl_lines(runp=(0, SANDBOX_ID), stopp=(0, f"Stopped sandbox {SANDBOX_ID}"), rmp=(0, f"Removed sandbox {SANDBOX_ID}"))
+    plan, _, steps, failed = run_verify(tmp_path, lines, crictl=crictl)
+    (script,) = plan.matching("runp --runtime")
+    assert "runp --runtime nvidia" in script
+    pod = json.loads(re.search(r"cat > \"\$d/pod.json\" <<'GPU_NODE_EOF'\n(.*?)\nGPU_NODE_EOF", script, re.S)[1])
+    assert pod["linux"]["security_context"]["namespace_options"]["network"] == 2  # NODE: host network
+    order = [script.index(word) for word in ("runp --runtime", "stopp", "rmp", 'rm -rf "$d"')]
+    assert order == sorted(order)
+    assert "[ __RUN_CONTAINER__ = 1 ]" not in script and "[ 0 = 1 ]" in script  # no container without a GPU
+    assert steps["cri_handler"]["status"] == PASS
+    assert steps["cri_handler"]["reason"].startswith("host-network sandbox ran through runtime handler 'nvidia'")
+    assert not failed
+
+
+def test_crictl_sequence_on_a_gpu_node_runs_nvidia_smi_in_the_sandbox(tmp_path):
+    lines = node_lines(gpus=1, kmod="NVRM version: NVIDIA UNIX x86_64 Kernel Module  450.203.03  x",
+                       smi=smi_output("one-gpu.txt"), dump=containerd_dump(), crictl=True)
+    crictl = crictl_lines(
+        runp=(0, SANDBOX_ID), create=(0, CONTAINER_ID), start=(0, CONTAINER_ID),
+        state=(0, "CONTAINER_EXITED 0"),
+        logs=(0, "GPU 0: A100-SXM4-40GB (UUID: GPU-36c9561a-02ef-5c4d-3733-f0a56c42dc45)"),
+        rm=(0, CONTAINER_ID), stopp=(0, ""), rmp=(0, ""),
+    )
+    plan, _, steps, _ = run_verify(tmp_path, lines, crictl=crictl)
+    (script,) = plan.matching("runp --runtime")
+    order = [script.index(word) for word in ("runp --runtime nvidia", "create", "start", "logs", "rm -f", "stopp", "rmp")]
+    assert order == sorted(order)
+    container = json.loads(re.search(r"cat > \"\$d/container.json\" <<'GPU_NODE_EOF'\n(.*?)\nGPU_NODE_EOF", script, re.S)[1])
+    assert container["command"] == ["nvidia-smi", "-L"]
+    assert container["image"]["image"] == "docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
+    assert steps["cri_handler"]["status"] == PASS and "GPU-36c9561a" in steps["cri_handler"]["reason"]
+
+
+def test_crictl_runp_failure_is_a_fail_with_crictls_words(tmp_path):
+    lines = node_lines(dump=containerd_dump(), crictl=True)
+    message = 'rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for "nvidia" is configured'
+    _, _, steps, failed = run_verify(tmp_path, lines, crictl=crictl_lines(runp=(1, message)))
+    assert steps["cri_handler"]["status"] == FAIL
+    assert 'no runtime for "nvidia" is configured' in steps["cri_handler"]["reason"]
+    assert failed
+
+
+def test_crictl_fact_parses_its_step_lines():
+    lines = crictl_lines(runp=(0, SANDBOX_ID), stopp=(0, "ok"))
+    assert CrictlRun().process(lines) == {
+        "runp": {"exit_code": 0, "output": SANDBOX_ID}, "stopp": {"exit_code": 0, "output": "ok"}
+    }
+
+
+def test_verify_state_command_is_one_command_that_always_exits_zero():
+    command = VerifyState().command(containerd_config="/etc/containerd/config.toml", image="x/y:1")
+    assert command.rstrip().endswith("true")
+    assert "nvidia-smi" in command and "config dump" in command and "/var/lib/kubelet/config.yaml" in command
+
+
+@pytest.mark.parametrize("runtimes", ["docker"])
+def test_docker_wired_but_not_installed_fails_and_containerd_skips(tmp_path, runtimes):
+    lines = node_lines(dump=None)
+    _, _, steps, failed = run_verify(tmp_path, lines, container_runtimes=runtimes)
+    assert steps["containerd_config"]["status"] == SKIP
+    assert steps["docker_config"] == {"name": "docker_config", "status": FAIL, "reason": "Docker is not installed"}
+    assert failed
