@@ -1,0 +1,216 @@
+"""
+containerd wired to the NVIDIA runtime on real bookworm node containers: Debian's containerd 1.6
+(config version 2) and sid's containerd 2.1 (config version 3), an unparsable config, a rollback.
+
+The toolkit is the STAND-IN from tests/standin_toolkit.py (NVIDIA's repository is unreachable
+here): its nvidia-container-runtime logs each call and execs runc, so its log proves that a
+container really went through the binary the config names.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+import tomlkit
+from harness import CACHE, REPO, assert_no_change, run, wait_for
+
+from deploy.operations.safe_install import BACKUP_INFIX
+
+CONFIG = "/etc/containerd/config.toml"
+STANDIN_LOG = "/var/log/nvidia-container-runtime-standin.log"
+FIXTURES = REPO / "tests" / "fixtures" / "containerd" / "merge"
+IMAGE = "gpu-node-test/busybox:static"
+WIRE_OP = f"containerd | Wire the nvidia runtime into {CONFIG}"
+
+
+def busybox_image_tar() -> Path:
+    """`docker save` of a FROM-scratch image holding Debian's static busybox, built once here."""
+    tar = CACHE / "runtime-e2e" / "busybox-image.tar"
+    if tar.exists():
+        return tar
+    tar.parent.mkdir(parents=True, exist_ok=True)
+    debs = sorted(tar.parent.glob("busybox-static_*.deb"))
+    if not debs:
+        run(["apt-get", "download", "busybox-static"], cwd=tar.parent)
+        debs = sorted(tar.parent.glob("busybox-static_*.deb"))
+    with tempfile.TemporaryDirectory() as workdir:
+        extracted, rootfs = Path(workdir) / "deb", Path(workdir) / "rootfs"
+        run(["dpkg-deb", "-x", str(debs[-1]), str(extracted)])
+        (rootfs / "bin").mkdir(parents=True)
+        shutil.copy2(extracted / "bin" / "busybox", rootfs / "bin" / "busybox")
+        for applet in ("sh", "true", "echo", "cat"):
+            (rootfs / "bin" / applet).symlink_to("busybox")
+        archive = subprocess.run(["tar", "-C", str(rootfs), "-c", "."], capture_output=True, check=True).stdout
+        run(["docker", "import", "-", IMAGE], input=archive, text=False)
+    partial = tar.with_suffix(".partial")
+    run(["docker", "save", "-o", str(partial), IMAGE])
+    partial.rename(tar)
+    return tar
+
+
+def copy_in(node, source: Path, dest: str) -> None:
+    run(["docker", "cp", str(source), f"{node.id}:{dest}"])
+
+
+def dump(node) -> dict:
+    return tomlkit.parse(node.sh("containerd config dump").stdout).unwrap()
+
+
+def standin_calls(node) -> list[str]:
+    return node.sh(f"cat {STANDIN_LOG} 2>/dev/null || true").stdout.splitlines()
+
+
+def run_through_nvidia_handler(node, plugin: str) -> None:
+    """
+    Run a container with the runc v2 shim and the binary the nvidia handler names in containerd's
+    own resolved config (`ctr` does not read CRI handlers; no CRI client is packaged in bookworm).
+    """
+    binary = dump(node)["plugins"][plugin]["containerd"]["runtimes"]["nvidia"]["options"]["BinaryName"]
+    copy_in(node, busybox_image_tar(), "/tmp/busybox-image.tar")
+    node.sh("ctr -n k8s.io image import --all-platforms /tmp/busybox-image.tar")
+    before = len(standin_calls(node))
+    node.sh(f"ctr -n k8s.io run --rm --runtime io.containerd.runc.v2 --runc-binary {binary} "
+            f"docker.io/{IMAGE} gpu-node-nvidia-check /bin/true", timeout=120)
+    calls = standin_calls(node)[before:]
+    assert any(" create " in f" {call} " for call in calls), calls
+
+
+def assert_wired(node, plugin: str, comments: list[str]) -> None:
+    resolved = dump(node)["plugins"][plugin]["containerd"]
+    nvidia = resolved["runtimes"]["nvidia"]
+    assert nvidia["runtime_type"] == "io.containerd.runc.v2"
+    assert nvidia["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime"
+    assert nvidia["options"]["SystemdCgroup"] is True
+    assert resolved["runtimes"]["runc"]["options"]["SystemdCgroup"] is True
+    assert resolved["default_runtime_name"] == "nvidia"
+    text = node.read(CONFIG)
+    for comment in comments:
+        assert comment in text
+    assert node.sh(f"stat -c '%a %U:%G' {CONFIG}").stdout.strip() == "644 root:root"
+    assert node.is_active("containerd")
+
+
+def test_containerd_16_config_v2_keeps_site_settings_runs_through_standin_and_reruns_unchanged(
+    start_node, toolkit_repo
+):
+    node = start_node()
+    seeded = (FIXTURES / "v2-comments-mirrors" / "input.toml").read_text()
+    node.write(CONFIG, seeded)
+    data = {"stages": "toolkit,runtimes", "container_runtimes": "containerd", **toolkit_repo.data()}
+
+    first = node.deploy(data=data)
+    assert first.returncode == 0, first.explain()
+    assert "containerd | Install containerd" in first.changed_operations()
+    assert WIRE_OP in first.changed_operations()
+    assert node.sh("containerd --version").stdout.split()[2].startswith("1.6.")
+
+    comments = [line.strip() for line in seeded.splitlines() if "#" in line]
+    assert_wired(node, "io.containerd.grpc.v1.cri", comments)
+    resolved = dump(node)
+    cri = resolved["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["sandbox_image"] == "registry.example.internal/pause:3.9"
+    assert cri["registry"]["mirrors"]["docker.io"]["endpoint"][0] == "https://mirror.example.internal"
+    assert resolved["oom_score"] == -999 and resolved["metrics"]["address"] == "127.0.0.1:1338"
+    backups = node.sh(f"ls {CONFIG}{BACKUP_INFIX}*").stdout.split()
+    assert len(backups) == 1 and node.read(backups[0]) == seeded
+
+    run_through_nvidia_handler(node, "io.containerd.grpc.v1.cri")
+
+    before = {"service": node.service("containerd"), "file": node.stat(CONFIG)}
+    second = node.deploy(data=data)
+    assert_no_change(second)
+    assert {"service": node.service("containerd"), "file": node.stat(CONFIG)} == before
+
+
+def sid_containerd_deb() -> Path:
+    """sid's containerd 2.x .deb, fetched once with a throwaway apt config (the machine's sources untouched)."""
+    directory = CACHE / "sid-apt"
+    found = sorted((directory / "debs").glob("containerd_2.*.deb"))
+    if found:
+        return found[-1]
+    for sub in ("lists/partial", "cache/archives/partial", "debs"):
+        (directory / sub).mkdir(parents=True, exist_ok=True)
+    (directory / "sources.list").write_text("deb http://deb.debian.org/debian sid main\n")
+    options = [
+        "-o", f"Dir::Etc::SourceList={directory / 'sources.list'}", "-o", "Dir::Etc::SourceParts=/nonexistent",
+        "-o", f"Dir::State::Lists={directory / 'lists'}", "-o", f"Dir::Cache={directory / 'cache'}",
+        "-o", "Acquire::Check-Valid-Until=false", "-o", "Acquire::Languages=none",
+    ]
+    run(["apt-get", *options, "update", "-q"])
+    run(["apt-get", *options, "download", "containerd"], cwd=directory / "debs")
+    return sorted((directory / "debs").glob("containerd_2.*.deb"))[-1]
+
+
+def test_containerd_21_missing_config_created_from_its_own_default_v3_and_runs_through_standin(
+    start_node, toolkit_repo
+):
+    node = start_node()
+    copy_in(node, sid_containerd_deb(), "/tmp/containerd-sid.deb")
+    node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq /tmp/containerd-sid.deb",
+            timeout=600)
+    # Debian ships a version 2 config.toml even with 2.1: remove it, so the deploy takes the
+    # binary's own `containerd config default` (version 3).
+    node.sh(f"rm {CONFIG} && systemctl restart containerd")
+    data = {"stages": "toolkit,runtimes", "container_runtimes": "containerd", **toolkit_repo.data()}
+
+    first = node.deploy(data=data)
+    assert first.returncode == 0, first.explain()
+    assert "containerd | Install containerd" not in first.changed_operations()
+    assert "is missing: creating it from `containerd config default`" in first.stderr
+    text = node.read(CONFIG)
+    assert text.startswith("version = 3\n")
+    assert node.sh("containerd --version").stdout.split()[2].startswith("2.1.")
+    assert_wired(node, "io.containerd.cri.v1.runtime", [])
+    assert not node.sh(f"ls {CONFIG}{BACKUP_INFIX}* 2>/dev/null || true").stdout.strip()
+
+    run_through_nvidia_handler(node, "io.containerd.cri.v1.runtime")
+
+    before = {"service": node.service("containerd"), "file": node.stat(CONFIG)}
+    second = node.deploy(data=data)
+    assert_no_change(second)
+    assert {"service": node.service("containerd"), "file": node.stat(CONFIG)} == before
+
+
+RUNTIMES_ONLY = {"stages": "runtimes", "container_runtimes": "containerd", "service_restart_timeout": "10"}
+# A site policy that refuses any config naming nvidia at start: it stands in for a candidate
+# `config dump` accepts but containerd rejects when it starts (the same failure to systemd).
+REFUSE_NVIDIA_DROPIN = """[Service]
+ExecStartPre=/bin/sh -c '! grep -q nvidia /etc/containerd/config.toml || { echo "policy: no nvidia runtime here" >&2; exit 1; }'
+"""
+
+
+def test_unparsable_config_is_left_byte_for_byte_and_a_rejected_restart_rolls_back(node):
+    # containerd installed and running, on a config that is not TOML.
+    assert node.deploy(data={**RUNTIMES_ONLY, "stages": "runtimes"}).returncode == 0
+    broken = 'version = 2\n[plugins."io.containerd.grpc.v1.cri"\n  sandbox_image = "pause"\n'
+    node.write(CONFIG, broken)
+    before = {"file": node.stat(CONFIG), "service": node.service("containerd")}
+
+    result = node.deploy(data=RUNTIMES_ONLY, json_output=False)
+    assert result.returncode != 0
+    error = [line for line in result.output.splitlines() if "is not valid TOML" in line]
+    assert error and CONFIG in error[0] and re.search(r"line \d+ col \d+", error[0]), result.explain()
+    assert {"file": node.stat(CONFIG), "service": node.service("containerd")} == before
+    assert node.is_active("containerd")
+
+    # A valid config whose wired version the service refuses at start: restored, active again.
+    valid = (FIXTURES / "imports" / "input.toml").read_text().replace('"registry.toml"', '"/etc/containerd/x/*.toml"')
+    node.write(CONFIG, valid)
+    node.write("/etc/systemd/system/containerd.service.d/policy.conf", REFUSE_NVIDIA_DROPIN)
+    node.sh("systemctl daemon-reload && systemctl restart containerd")
+    assert node.is_active("containerd")
+
+    rejected = node.deploy(data=RUNTIMES_ONLY, json_output=False)
+    assert rejected.returncode != 0
+    assert "containerd did not come back on the new /etc/containerd/config.toml" in rejected.output, rejected.explain()
+    assert "policy: no nvidia runtime here" in rejected.output  # the first error: why it failed
+    assert "is active again" in rejected.output  # the second: the rollback's outcome
+    assert node.read(CONFIG) == valid
+    wait_for(lambda: node.is_active("containerd"), timeout=30, what="containerd active after rollback")
+    kept = node.sh(f"ls {CONFIG}.gpu-node-rejected-*").stdout.split()
+    assert len(kept) == 1 and "nvidia" in node.read(kept[0])

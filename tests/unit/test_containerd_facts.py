@@ -1,0 +1,94 @@
+"""containerd facts and the flavour -> config target table, from fixture command output."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+
+from deploy.facts.containerd import (
+    ContainerdConfig,
+    ContainerdFlavour,
+    classify_flavour,
+    parse_containerd_version,
+)
+from deploy.settings import parse_settings
+from deploy.tasks.containerd import K0S_DROPIN_BASE, config_target
+
+FLAVOURS = Path(__file__).resolve().parents[1] / "fixtures" / "containerd" / "flavours"
+EXPECTED = json.loads((FLAVOURS / "expected.json").read_text())
+
+
+@pytest.mark.parametrize(
+    "line, version, major, minor",
+    [
+        ("containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3", "1.6.20~ds1", 1, 6),
+        ("containerd containerd.io 1.7.21 472731909fa34bd7bc9c087e4c27943f9835f111", "1.7.21", 1, 7),
+        ("containerd github.com/containerd/containerd/v2 2.1.9+unknown ", "2.1.9+unknown", 2, 1),
+        ("containerd github.com/containerd/containerd/v2 v2.1.9 abcdef", "2.1.9", 2, 1),
+        ("containerd github.com/k3s-io/containerd v1.7.23-k3s2", "1.7.23-k3s2", 1, 7),
+        ("", None, None, None),
+    ],
+)
+def test_containerd_version(line, version, major, minor):
+    assert parse_containerd_version(line) == {"version": version, "major": major, "minor": minor}
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def test_config_fact_reads_the_file_byte_for_byte():
+    text = "# note\r\nversion = 2\n\n\t[plugins]  \n"
+    state = ContainerdConfig().process([
+        "binary_path /usr/bin/containerd",
+        "version containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3",
+        f"config {b64(text)}",
+    ])
+    assert state["config"] == text and state["binary_path"] == "/usr/bin/containerd"
+    assert (state["major"], state["minor"]) == (1, 6) and state["default_config"] is None
+
+
+def test_config_fact_missing_file_gives_the_default_and_an_empty_default_is_none():
+    state = ContainerdConfig().process(["binary_path /usr/bin/containerd", f"default_config {b64('version = 3')}"])
+    assert state["config"] is None and state["default_config"] == "version = 3"
+    assert ContainerdConfig().process(["binary_path /usr/bin/containerd", "default_config"])["default_config"] is None
+    assert ContainerdConfig().process(["binary_path"]) == ContainerdConfig.default()
+
+
+def test_config_fact_keeps_an_empty_file_as_empty():
+    assert ContainerdConfig().process(["binary_path", "config"])["config"] == ""
+
+
+def test_config_fact_command_reads_base_then_default():
+    command = str(ContainerdConfig().command("/etc/containerd/config.toml", base_path="/x/config.toml").get_raw_value())
+    assert command.index("/etc/containerd/config.toml") < command.index("/x/config.toml") < command.index("config default")
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_flavour_and_where_its_nvidia_runtime_goes(name):
+    owner = ContainerdFlavour().process((FLAVOURS / f"{name}.txt").read_text().splitlines())
+    owner["flavour"] = classify_flavour(owner)
+    assert owner["flavour"] == EXPECTED[name]["flavour"]
+    target = config_target(parse_settings({}), owner)
+    shown = {key: getattr(target, key) for key in EXPECTED[name]["target"]}
+    assert shown == EXPECTED[name]["target"]
+
+
+def test_k3s_and_rke2_never_touch_etc_containerd_and_k0s_starts_from_an_empty_dropin():
+    for name in ("k3s-agent-v3", "k3s-server-existing-template", "rke2-agent-v2", "k0s-worker", "microk8s"):
+        owner = ContainerdFlavour().process((FLAVOURS / f"{name}.txt").read_text().splitlines())
+        owner["flavour"] = classify_flavour(owner)
+        target = config_target(parse_settings({"containerd_config_path": "/etc/containerd/config.toml"}), owner)
+        assert not target.path.startswith("/etc/containerd/")
+    k0s = ContainerdFlavour().process((FLAVOURS / "k0s-worker.txt").read_text().splitlines())
+    k0s["flavour"] = classify_flavour(k0s)
+    assert config_target(parse_settings({}), k0s).initial_text == K0S_DROPIN_BASE
+
+
+def test_plain_target_follows_the_setting():
+    owner = {"paths": [], "units": {}, "generated_versions": {}, "binary": None,
+             "flavour": {"name": "plain", "service": "containerd"}}
+    assert config_target(parse_settings({"containerd_config_path": "/srv/ctr.toml"}), owner).path == "/srv/ctr.toml"
