@@ -133,8 +133,10 @@ def test_ubuntu_branch_detected_from_the_installed_driver():
     run = ok(fake_run(responses("ubuntu-22.04", node=node_lines("5.15.0-91-generic"), extra={
         "dpkg -l": ["ii  nvidia-headless-470-server 470.239.06-0ubuntu0.22.04.1 amd64 NVIDIA headless"],
     })))
-    assert any("nvidia-headless-470-server" in c for c in install_lines(run, "apt-get")) or \
-        run.ran("nvidia-headless-470-server")
+    # the installed package stays, the rest of branch 470 joins it, all held
+    assert any(c.endswith("install --allow-change-held-packages --allow-downgrades nvidia-utils-470-server nvidia-dkms-470-server")
+               for c in install_lines(run, "apt-get")), run.commands
+    assert "apt-mark hold nvidia-dkms-470-server nvidia-headless-470-server nvidia-utils-470-server" in run.commands
 
 
 def test_ubuntu_without_branch_or_recommendation_stops_before_any_change():
