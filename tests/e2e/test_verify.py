@@ -1,0 +1,128 @@
+"""
+The verification ladder on real bookworm node containers (no GPU on these machines).
+
+The toolkit is the STAND-IN from tests/standin_toolkit.py (NVIDIA's repository is unreachable):
+its nvidia-container-runtime logs each call and execs runc. containerd is Debian's, installed and
+wired by the runtimes stage. crictl is in no registry reachable here, so the CRI path (runtime
+handler `nvidia`, the kubelet's path) is driven from the test side by tests/cri's client over the
+node's containerd socket; the verify step's own crictl sequence is covered by the @fake plan tests.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+import tomlkit
+from harness import REPO, assert_no_change, wait_for
+
+STANDIN_LOG = "/var/log/nvidia-container-runtime-standin.log"
+CONFIG = "/etc/containerd/config.toml"
+KUBELET_CONFIG = "/var/lib/kubelet/config.yaml"
+# What a deploy leaves that verification must not touch.
+WATCHED = [
+    CONFIG,
+    "/usr/bin/nvidia-container-runtime",
+    "/usr/bin/nvidia-ctk",
+    "/etc/apt/sources.list.d/nvidia-container-toolkit.list",
+    "/var/lib/dpkg/status",
+]
+RUNTIME_STEPS = ("toolkit", "runtime_binary", "containerd_config")
+GPU_STEPS = ("gpu_pci", "kernel_module", "nvidia_smi", "driver_version", "ctr_run")
+
+
+def deploy_data(toolkit_repo, report, **extra) -> dict:
+    return {
+        "stages": "toolkit,runtimes,verify",
+        "container_runtimes": "containerd",
+        "verify_report_path": str(report),
+        **toolkit_repo.data(),
+        **extra,
+    }
+
+
+def read_report(path) -> dict:
+    return json.loads(path.read_text())
+
+
+def steps_of(report: dict) -> dict:
+    (node,) = report["nodes"]
+    return {step["name"]: step for step in node["steps"]}
+
+
+def dry_run_plan(node, data) -> list:
+    """What a --dry run of the whole deploy would do: every operation and whether it would change."""
+    result = node.deploy(data=data, extra_args=["--dry"])
+    assert result.returncode == 0, result.explain()
+    plan = json.loads(result.stdout)["plan"]
+    return json.loads(json.dumps(plan, sort_keys=True).replace(node.id, "NODE"))
+
+
+def test_verify_without_gpu_reports_runtime_pass_gpu_skip_and_changes_nothing(start_node, toolkit_repo, tmp_path):
+    """No GPU here: GPU steps skip with "no NVIDIA GPU"; the runtime steps pass on the real node."""
+    node = start_node()
+    report = tmp_path / "report.json"
+    data = deploy_data(toolkit_repo, report)
+
+    first = node.deploy(data=data)
+    assert first.returncode == 0, first.explain()
+    json.loads(first.stdout)  # --json stdout stays pure JSON with the table on stderr
+    assert "--> GPU node verification (1 node)" in first.stderr
+    steps = steps_of(read_report(report))
+    for name in RUNTIME_STEPS:
+        assert steps[name]["status"] == "pass", steps[name]
+    for name in GPU_STEPS:
+        assert steps[name]["status"] == "skip", steps[name]
+        assert "no NVIDIA GPU" in steps[name]["reason"], steps[name]
+    assert steps["containerd_config"]["reason"].startswith("containerd 1.6.")
+    assert "BinaryName=/usr/bin/nvidia-container-runtime SystemdCgroup=true" in steps["containerd_config"]["reason"]
+    assert steps["cri_handler"]["status"] == "skip" and "crictl not installed" in steps["cri_handler"]["reason"]
+    assert steps["cgroup_driver"]["status"] == "skip"
+    (record,) = read_report(report)["nodes"]
+    assert record["toolkit"] == "1.17.8" and record["runtime"].startswith("containerd 1.6.") and record["gpus"] == []
+
+    # Read-only: the standalone verify changes no file, restarts nothing, and a dry run of the
+    # whole deploy plans the same before and after it.
+    before = {path: node.stat(path) for path in WATCHED}
+    service = node.service("containerd")
+    dry_before = dry_run_plan(node, data)
+    standalone_report = tmp_path / "standalone.json"
+    standalone = node.deploy(data={**data, "verify_report_path": str(standalone_report)}, deploy_file="deploy/verify.py")
+    assert standalone.returncode == 0, standalone.explain()
+    assert_no_change(standalone)
+    assert {path: node.stat(path) for path in WATCHED} == before
+    assert node.service("containerd") == service
+    assert dry_run_plan(node, data) == dry_before
+    assert steps_of(read_report(standalone_report)) == steps
+
+    # A re-run of the whole deploy, verification included, is still change-free.
+    rerun = node.deploy(data=data)
+    assert_no_change(rerun)
+    assert "Verify | Verify the node can run GPU containers (read-only)" in [
+        op["name"] for op in rerun.results()["operations"]
+    ]
+
+    # require_gpu: the same node now fails, with the report still written.
+    strict_report = tmp_path / "strict.json"
+    strict = node.deploy(data={**data, "require_gpu": "true", "verify_report_path": str(strict_report)},
+                         deploy_file="deploy/verify.py", json_output=False)
+    assert strict.returncode != 0
+    strict_steps = steps_of(read_report(strict_report))
+    assert strict_steps["gpu_pci"] == {
+        "name": "gpu_pci", "status": "fail", "reason": "no NVIDIA GPU on the PCI bus, and require_gpu is true"
+    }
+    assert "verification failed: gpu_pci" in strict.stderr
+
+    # A kubelet that wants the systemd cgroup driver, a containerd wired with SystemdCgroup = false.
+    node.write(KUBELET_CONFIG, "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\n")
+    mismatch_report = tmp_path / "mismatch.json"
+    mismatch = node.deploy(data={**data, "systemd_cgroup": "false", "verify_report_path": str(mismatch_report)},
+                           json_output=False)
+    assert mismatch.returncode != 0, mismatch.explain()
+    assert "SystemdCgroup = false" in node.read(CONFIG)
+    cgroup = steps_of(read_report(mismatch_report))["cgroup_driver"]
+    assert cgroup["status"] == "fail"
+    assert "containerd runtime nvidia SystemdCgroup = false" in cgroup["reason"]
+    assert "kubelet cgroupDriver: systemd (/var/lib/kubelet/config.yaml)" in cgroup["reason"]
+    assert "verification failed: cgroup_driver" in mismatch.stderr
