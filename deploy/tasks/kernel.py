@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from io import StringIO
-
 from pyinfra import host, logger
 from pyinfra.api import deploy
-from pyinfra.operations import files
 
 from deploy.distros import Platform
-from deploy.operations import kernel
+from deploy.operations import files, kernel
 from deploy.settings import Settings
 
 MODULES_LOAD_PATH = "/etc/modules-load.d/gpu-node-kubernetes.conf"
@@ -47,29 +44,20 @@ def blacklist_text() -> str:
 
 @deploy("Kernel prerequisites")
 def kernel_prerequisites(settings: Settings, platform: Platform):
-    files.put(
+    files.put_text(
         name="Persist the overlay and br_netfilter modules",
-        src=StringIO(modules_load_text()),
         dest=MODULES_LOAD_PATH,
-        user="root",
-        group="root",
-        mode="644",
+        content=modules_load_text(),
     )
-    files.put(
+    files.put_text(
         name="Persist the Kubernetes sysctls",
-        src=StringIO(sysctl_text()),
         dest=SYSCTL_PATH,
-        user="root",
-        group="root",
-        mode="644",
+        content=sysctl_text(),
     )
-    blacklist = files.put(
+    blacklist = files.put_text(
         name="Blacklist nouveau and nova",
-        src=StringIO(blacklist_text()),
         dest=BLACKLIST_PATH,
-        user="root",
-        group="root",
-        mode="644",
+        content=blacklist_text(),
     )
     kernel.rebuild_initramfs(
         name="Rebuild the initramfs after blacklisting nouveau",

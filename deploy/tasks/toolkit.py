@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from io import StringIO
-
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
-from pyinfra.operations import files, pacman, zypper
+from pyinfra.operations import pacman, zypper
 
 from deploy.distros import Platform
-from deploy.operations import download
+from deploy.operations import download, files
 from deploy.operations import packages as package_ops
 from deploy.settings import Settings
 
@@ -72,13 +70,10 @@ def toolkit(settings: Settings, platform: Platform):
             name="Install curl and CA certificates to fetch the repository key",
             packages={"curl": None, "ca-certificates": None},
         )
-        source = files.put(
+        source = files.put_text(
             name="Add the NVIDIA container toolkit repository (signed-by keyring)",
-            src=StringIO(apt_source_text(settings, platform)),
             dest=APT_SOURCE,
-            user="root",
-            group="root",
-            mode="644",
+            content=apt_source_text(settings, platform),
         )
         download.fetch(
             name="Download the NVIDIA container toolkit repository key",
@@ -99,13 +94,10 @@ def toolkit(settings: Settings, platform: Platform):
             hold=pinned,
         )
     elif manager in ("dnf", "zypper"):
-        files.put(
+        files.put_text(
             name="Add the NVIDIA container toolkit repository",
-            src=StringIO(rpm_repo_text(settings, platform)),
             dest=RPM_REPO_FILE[manager],
-            user="root",
-            group="root",
-            mode="644",
+            content=rpm_repo_text(settings, platform),
         )
         if manager == "dnf":
             package_ops.dnf_install(

@@ -1,0 +1,44 @@
+"""put_text: one remote read decides; content, mode and owner are each repaired only when wrong."""
+
+from __future__ import annotations
+
+import hashlib
+
+from plan import run_plan
+from pyinfra.api import deploy
+
+from deploy.facts.files import FileDigest
+from deploy.operations.files import put_text
+
+CONTENT = "overlay\nbr_netfilter\n"
+DIGEST = hashlib.sha256(CONTENT.encode()).hexdigest()
+
+
+@deploy("put")
+def put(**kwargs):
+    put_text(name="Put the file", dest="/etc/modules-load.d/k8s.conf", content=CONTENT, **kwargs)
+
+
+def test_fact_parses_stat_and_sha256sum_output_and_absence():
+    assert FileDigest().process(["644 root:root", f"{DIGEST}  /etc/x"]) == {
+        "mode": "644", "owner": "root:root", "sha256": DIGEST}
+    assert FileDigest().process(["absent"]) is None
+
+
+def test_absent_file_is_created_with_owner_and_mode():
+    plan = run_plan(put, responses={"sha256sum": "absent"})
+    assert plan.ran("mkdir -p /etc/modules-load.d")
+    assert plan.ran("chown root:root /etc/modules-load.d/k8s.conf")
+    assert plan.ran("chmod 644 /etc/modules-load.d/k8s.conf")
+
+
+def test_identical_file_is_one_read_and_nothing_else():
+    plan = run_plan(put, responses={"sha256sum": ["644 root:root", f"{DIGEST}  /etc/modules-load.d/k8s.conf"]})
+    assert len(plan.matching("/etc/modules-load.d/k8s.conf")) == 1
+    assert not plan.starting("chmod") and not plan.starting("chown")
+
+
+def test_only_a_wrong_mode_is_repaired():
+    plan = run_plan(put, responses={"sha256sum": ["600 root:root", f"{DIGEST}  /etc/modules-load.d/k8s.conf"]})
+    assert plan.starting("chmod") == ["chmod 644 /etc/modules-load.d/k8s.conf"]
+    assert not plan.starting("chown")
