@@ -1,0 +1,101 @@
+"""Plan tests of the containerd and Docker stages for the families (pyinfra's @fake connector)."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from plan import run_plan, settings_for
+
+from deploy.distros import detect_platform
+from deploy.tasks.containerd import containerd_runtime
+from deploy.tasks.docker import docker_runtime
+
+PLAIN_MISSING = {"paths": [], "units": {}, "generated_versions": {}, "binary": None,
+                 "flavour": {"name": "plain", "service": "containerd"}}
+PLAIN_PRESENT = {**PLAIN_MISSING, "binary": "/usr/bin/containerd"}
+
+
+def family(distro_id: str):
+    return detect_platform({"name": distro_id, "major": None, "release_meta": {"ID": distro_id}}, "x86_64").family
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+@pytest.mark.parametrize(
+    "distro, install, pinned",
+    [
+        ("debian", "apt-get -y", "containerd=1.6.20~ds1-1+deb12u1"),
+        ("ubuntu", "apt-get -y", "containerd=1.6.20~ds1-1+deb12u1"),
+        ("rhel", "dnf install -y", "containerd.io-1.6.20~ds1-1+deb12u1"),
+        ("opensuse-leap", "zypper", "containerd=1.6.20~ds1-1+deb12u1"),
+    ],
+)
+def test_missing_containerd_is_installed_pinned_enabled_and_started(distro, install, pinned):
+    settings = settings_for(containerd_version="1.6.20~ds1-1+deb12u1")
+    plan = run_plan(containerd_runtime, settings, family(distro), PLAIN_MISSING)
+    installs = [command for command in plan.matching(install) if pinned in command]
+    assert installs, plan.commands
+    assert plan.ran("systemctl enable containerd") or plan.ran("systemctl enable containerd.service")
+    assert plan.ran("systemctl start containerd") or plan.ran("systemctl start containerd.service")
+    if distro == "rhel":
+XX
+
+
+def test_present_containerd_is_used_as_it_is():
+    plan = run_plan(containerd_runtime, settings_for(), family("debian"), PLAIN_PRESENT)
+    assert not plan.ran("apt-get")
+
+
+def test_missing_containerd_without_install_fails_with_what_to_do():
+    plan = run_plan(containerd_runtime, settings_for(containerd_install="false"), family("debian"), PLAIN_MISSING)
+    failed = plan.matching("containerd is not installed and containerd_install=false")
+    assert failed and "set containerd_install=true" in failed[0]
+    assert not plan.ran("apt-get")
+
+
+def test_wired_config_is_a_noop_that_runs_no_command_but_the_fact():
+    from pathlib import Path
+
+    wired = (Path(__file__).resolve().parents[1] / "fixtures" / "containerd" / "merge" / "already-wired"
+             / "expected.toml").read_text()
+    plan = run_plan(containerd_runtime, settings_for(), family("debian"), PLAIN_PRESENT,
+                    responses={"base64 -w0": f"binary_path /usr/bin/containerd\nconfig {b64(wired)}"})
+    assert len(plan.commands) == 1 and "base64 -w0" in plan.commands[0], plan.commands
+
+
+def test_unparsable_config_fails_the_host_with_the_parse_error_and_uploads_nothing():
+    plan = run_plan(containerd_runtime, settings_for(), family("debian"), PLAIN_PRESENT,
+                    responses={"base64 -w0": f"binary_path /usr/bin/containerd\nconfig {b64('version = 2 x')}"})
+    errors = plan.matching("is not valid TOML")
+    assert errors and "/etc/containerd/config.toml" in errors[0] and "line 1" in errors[0]
+    assert not plan.ran("gpu-node-candidate")
+
+
+def test_docker_missing_without_install_names_the_setting_and_the_package():
+    plan = run_plan(docker_runtime, settings_for(container_runtimes="docker"), family("debian"),
+                    responses={"command -v dockerd": "dockerd"})
+    failed = plan.matching("Docker is not installed")
+    assert failed and "docker_install=true" in failed[0] and "docker.io" in failed[0]
+    assert not plan.ran("apt-get")
+
+
+def test_docker_install_takes_the_distribution_package():
+    plan = run_plan(docker_runtime, settings_for(container_runtimes="docker", docker_install="true"),
+                    family("debian"), responses={"command -v dockerd": "dockerd"})
+    assert [command for command in plan.matching("apt-get -y") if "docker.io" in command]
+
+
+def test_docker_install_on_rhel_says_there_is_no_distribution_package():
+    plan = run_plan(docker_runtime, settings_for(container_runtimes="docker", docker_install="true"),
+                    family("rhel"), responses={"command -v dockerd": "dockerd"})
+    assert plan.ran("rhel ships no Docker package")
+
+
+def test_new_dockerd_validates_the_candidate_itself():
+    responses = {"command -v dockerd": "dockerd /usr/sbin/dockerd\nversion Docker version 26.1.5, build x\nvalidate"}
+    plan = run_plan(docker_runtime, settings_for(container_runtimes="docker"), family("debian"), responses=responses)
+    assert plan.ran("/usr/sbin/dockerd --validate --config-file \"$candidate\"")
+    assert plan.ran("systemctl restart")
