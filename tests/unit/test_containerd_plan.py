@@ -41,7 +41,7 @@ def test_missing_containerd_is_installed_pinned_enabled_and_started(distro, inst
     assert plan.ran("systemctl enable containerd") or plan.ran("systemctl enable containerd.service")
     assert plan.ran("systemctl start containerd") or plan.ran("systemctl start containerd.service")
     if distro == "rhel":
-XX
+        assert plan.ran("/etc/yum.repos.d/docker-ce-stable.repo")  # containerd.io comes from Docker's repository
 
 
 def test_present_containerd_is_used_as_it_is():
