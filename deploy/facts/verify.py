@@ -338,12 +338,14 @@ true
 SANDBOX_NAME = "gpu-node-verify"
 
 
-def sandbox_config(uid: str) -> dict:
-    """A host-network pod sandbox (as the device plugin's pods run), logging under /tmp."""
+def sandbox_config(uid: str, systemd_cgroup: bool = True) -> dict:
+    """A host-network pod sandbox (as the device plugin's pods run), logging under /tmp. Its cgroup
+    parent has the form the kubelet passes for the cgroup driver (runc refuses a path for systemd)."""
+    parent = "gpunodeverify.slice" if systemd_cgroup else f"/{SANDBOX_NAME}"
     return {
         "metadata": {"name": SANDBOX_NAME, "namespace": "kube-system", "uid": uid, "attempt": 0},
         "log_directory": f"/tmp/{SANDBOX_NAME}-{uid}",
-        "linux": {"security_context": {"namespace_options": {"network": 2}}},
+        "linux": {"cgroup_parent": parent, "security_context": {"namespace_options": {"network": 2}}},
     }
 
 
@@ -370,11 +372,12 @@ class CrictlRun(FactBase):
          "stopp": {...}, "rmp": {...}}
     """
 
-    def command(self, uid, handler="nvidia", image=None, command=("nvidia-smi", "-L"), timeout=60):
+    def command(self, uid, handler="nvidia", image=None, command=("nvidia-smi", "-L"), timeout=60,
+                systemd_cgroup=True):
         script = (
             CRICTL_SCRIPT.replace("__SOCKET__", CONTAINERD_SOCKET)
             .replace("__HANDLER__", shlex.quote(handler))
-            .replace("__POD_JSON__", json.dumps(sandbox_config(uid)))
+            .replace("__POD_JSON__", json.dumps(sandbox_config(uid, systemd_cgroup)))
             .replace("__CONTAINER_JSON__", json.dumps(container_config(image or "", list(command))))
             .replace("__RUN_CONTAINER__", "1" if image else "0")
             .replace("__TIMEOUT__", str(int(timeout)))

@@ -443,7 +443,8 @@ def check_node(options: VerifyOptions, report_path: str):
     token = uuid.uuid4().hex[:12]
     if plan["cri_handler"] is None:
         runs["cri_handler"] = host.get_fact(
-            CrictlRun, uid=token, handler=HANDLER, image=options.image if gpu_usable(state) else None
+            CrictlRun, uid=token, handler=HANDLER, image=options.image if gpu_usable(state) else None,
+            systemd_cgroup=options.systemd_cgroup,
         )
     if plan["ctr_run"] is None:
         runs["ctr_run"] = host.get_fact(ContainerRun, tool="ctr", image=options.image, container_name=f"gpu-node-verify-{token}")

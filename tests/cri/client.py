@@ -32,12 +32,16 @@ class CriClient:
     def version(self) -> object:
         return self.runtime.Version(self.pb.VersionRequest(version="v1"), timeout=self.timeout)
 
-    def run_host_network_sandbox(self, name: str, uid: str, handler: str, log_directory: str) -> Sandbox:
+    def run_host_network_sandbox(
+        self, name: str, uid: str, handler: str, log_directory: str, cgroup_parent: str = "gpunodeverify.slice"
+    ) -> Sandbox:
+        """cgroup_parent: a slice, as the kubelet passes with the systemd cgroup driver."""
         pb = self.pb
         config = pb.PodSandboxConfig(
             metadata=pb.PodSandboxMetadata(name=name, uid=uid, namespace="kube-system", attempt=0),
             log_directory=log_directory,
             linux=pb.LinuxPodSandboxConfig(
+                cgroup_parent=cgroup_parent,
                 security_context=pb.LinuxSandboxSecurityContext(
                     namespace_options=pb.NamespaceOption(network=pb.NamespaceMode.NODE)
                 )

@@ -126,3 +126,77 @@ def test_verify_without_gpu_reports_runtime_pass_gpu_skip_and_changes_nothing(st
     assert "containerd runtime nvidia SystemdCgroup = false" in cgroup["reason"]
     assert "kubelet cgroupDriver: systemd (/var/lib/kubelet/config.yaml)" in cgroup["reason"]
     assert "verification failed: cgroup_driver" in mismatch.stderr
+
+
+def allow_sandboxes_without_cap_sys_resource(node) -> None:
+    """CRI sandboxes ask for oom_score_adj -998; node containers run without CAP_SYS_RESOURCE
+    (DESIGN.md section 5), so runc init fails there. containerd's own restrict_oom_score_adj
+    (meant for such nested setups) caps it at containerd's value: set in the test only."""
+    config = tomlkit.parse(node.read(CONFIG))
+    config["plugins"]["io.containerd.grpc.v1.cri"]["restrict_oom_score_adj"] = True
+    node.write(CONFIG, tomlkit.dumps(config))
+    node.sh("systemctl restart containerd")
+    wait_for(lambda: node.is_active("containerd"), timeout=30, what="containerd after the restart")
+
+
+def test_cri_runtime_handler_nvidia_runs_a_host_network_sandbox_through_the_standin_runtime(
+    start_node, toolkit_repo, tmp_path
+):
+    """The kubelet's path, from the test side: a CRI client (no crictl in any reachable registry)
+    on the node's containerd socket runs a host-network sandbox with runtime handler `nvidia` and a
+    container in it; the STAND-IN runtime's log proves both went through nvidia-container-runtime."""
+    from cri.client import CriClient
+    from cri.images import import_into_node
+
+    socket_dir = tmp_path / "run-containerd"
+    socket_dir.mkdir()
+    node = start_node(extra_run_args=["-v", f"{socket_dir}:/run/containerd"])
+    report = tmp_path / "report.json"
+    first = node.deploy(data=deploy_data(toolkit_repo, report, nvidia_runtime_default="false"))
+    assert first.returncode == 0, first.explain()
+    assert steps_of(read_report(report))["containerd_config"]["status"] == "pass"
+
+    dumped = tomlkit.parse(node.sh("containerd config dump").stdout).unwrap()
+    cri_plugin = dumped["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri_plugin["containerd"]["default_runtime_name"] == "runc", "only a RuntimeClass handler here"
+    sandbox_image = cri_plugin["sandbox_image"]
+    import_into_node(node, [sandbox_image, "gpu-node-test/verify-busybox:1"])
+    allow_sandboxes_without_cap_sys_resource(node)
+    node.sh(f"rm -f {STANDIN_LOG}")
+
+    socket = socket_dir / "containerd.sock"
+    wait_for(socket.is_socket, timeout=30, what="containerd's socket on the host side")
+    client = CriClient(str(socket))
+    try:
+        assert client.version().runtime_name == "containerd"
+        uid = uuid.uuid4().hex
+        sandbox = client.run_host_network_sandbox("gpu-node-verify", uid, "nvidia", f"/tmp/cri-logs-{uid}")
+        status = client.sandbox_status(sandbox)
+        assert status.state == client.pb.PodSandboxState.SANDBOX_READY
+        assert status.linux.namespaces.options.network == client.pb.NamespaceMode.NODE
+        assert status.runtime_handler == "nvidia"
+        container = client.run_container(
+            sandbox, "hello", "docker.io/gpu-node-test/verify-busybox:1", ["/bin/echo", "through-the-nvidia-handler"]
+        )
+        assert client.wait_exited(container) == 0
+        log = node.read(f"/tmp/cri-logs-{uid}/hello.log")
+        assert "through-the-nvidia-handler" in log
+        client.remove_container(container)
+        client.remove_sandbox(sandbox)
+        assert sandbox.id not in client.sandbox_ids()
+    finally:
+        client.close()
+
+    calls = node.read(STANDIN_LOG)
+    assert f"create --bundle /run/containerd/io.containerd.runtime.v2.task/k8s.io/{sandbox.id}" in calls, calls
+    assert f"/k8s.io/{container}" in calls, calls
+
+    # A runc pod (the default handler) does not go through the stand-in: the log tells them apart.
+    node.sh(f"rm -f {STANDIN_LOG}")
+    client = CriClient(str(socket))
+    try:
+        plain = client.run_host_network_sandbox("plain", uuid.uuid4().hex, "", "/tmp/cri-logs-plain")
+        client.remove_sandbox(plain)
+    finally:
+        client.close()
+    assert not node.exists(STANDIN_LOG) or plain.id not in node.read(STANDIN_LOG)
