@@ -279,6 +279,7 @@ def test_crictl_sequence_without_gpu_runs_a_host_network_sandbox_through_nvidia_
     assert "runp --runtime nvidia" in script
     pod = json.loads(re.search(r"cat > \"\$d/pod.json\" <<'GPU_NODE_EOF'\n(.*?)\nGPU_NODE_EOF", script, re.S)[1])
     assert pod["linux"]["security_context"]["namespace_options"]["network"] == 2  # NODE: host network
+    assert pod["linux"]["cgroup_parent"] == "gpunodeverify.slice"  # the systemd driver wants a slice
     order = [script.index(word) for word in ("runp --runtime", "stopp", "rmp", 'rm -rf "$d"')]
     assert order == sorted(order)
     assert "[ __RUN_CONTAINER__ = 1 ]" not in script and "[ 0 = 1 ]" in script  # no container without a GPU
@@ -304,6 +305,22 @@ def test_crictl_sequence_on_a_gpu_node_runs_nvidia_smi_in_the_sandbox(tmp_path):
     assert container["command"] == ["nvidia-smi", "-L"]
     assert container["image"]["image"] == "docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
     assert steps["cri_handler"]["status"] == PASS and "GPU-36c9561a" in steps["cri_handler"]["reason"]
+
+
+def test_crictl_sandbox_cgroup_parent_is_a_path_with_the_cgroupfs_driver(tmp_path):
+    lines = node_lines(dump=containerd_dump(systemd_cgroup=False), crictl=True)
+    plan, _, _, _ = run_verify(tmp_path, lines, crictl=crictl_lines(runp=(0, SANDBOX_ID)), systemd_cgroup="false")
+    (script,) = plan.matching("runp --runtime")
+    pod = json.loads(re.search(r"cat > \"\$d/pod.json\" <<'GPU_NODE_EOF'\n(.*?)\nGPU_NODE_EOF", script, re.S)[1])
+    assert pod["linux"]["cgroup_parent"] == "/gpu-node-verify"
+
+
+def test_the_table_is_printed_once_to_stderr_when_verification_ends(tmp_path, capsys):
+    run_verify(tmp_path, node_lines(dump=containerd_dump()))
+    err = capsys.readouterr().err
+    assert err.count("--> GPU node verification (1 node)") == 1
+    assert "@fake/node: OK  GPUs: none  driver: -  toolkit: 1.17.8  runtime: containerd 1.6.20~ds1" in err
+    assert "  containerd_config  pass  containerd 1.6.20~ds1" in err
 
 
 def test_crictl_runp_failure_is_a_fail_with_crictls_words(tmp_path):
