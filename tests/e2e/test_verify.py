@@ -151,10 +151,18 @@ def test_cri_runtime_handler_nvidia_runs_a_host_network_sandbox_through_the_stan
     socket_dir = tmp_path / "run-containerd"
     socket_dir.mkdir()
     node = start_node(extra_run_args=["-v", f"{socket_dir}:/run/containerd"])
+    # Docker too, on the same node: its steps read a real dockerd's `docker info`.
+    node.write("/etc/docker/daemon.json", '{"bridge": "none", "iptables": false}\n')
     report = tmp_path / "report.json"
-    first = node.deploy(data=deploy_data(toolkit_repo, report, nvidia_runtime_default="false"))
+    first = node.deploy(data=deploy_data(toolkit_repo, report, nvidia_runtime_default="false",
+                                         container_runtimes="containerd,docker", docker_install="true"))
     assert first.returncode == 0, first.explain()
-    assert steps_of(read_report(report))["containerd_config"]["status"] == "pass"
+    steps = steps_of(read_report(report))
+    assert steps["containerd_config"]["status"] == "pass"
+    assert steps["docker_config"]["status"] == "pass", steps["docker_config"]
+    assert steps["docker_config"]["reason"].startswith("runtime nvidia (/usr/bin/nvidia-container-runtime), default runtime runc")
+    assert steps["docker_run"] == {"name": "docker_run", "status": "skip", "reason": "no NVIDIA GPU"}
+    assert steps["runtime_binary"]["status"] == "pass"
 
     dumped = tomlkit.parse(node.sh("containerd config dump").stdout).unwrap()
     cri_plugin = dumped["plugins"]["io.containerd.grpc.v1.cri"]
