@@ -31,6 +31,16 @@ NVIDIA_TOOLKIT_REPO_URL = "https://nvidia.github.io/libnvidia-container/stable"
 NVIDIA_TOOLKIT_GPGKEY_URL = "https://nvidia.github.io/libnvidia-container/gpgkey"
 
 
+@dataclass(frozen=True)
+class RuntimeWiring:
+    """What wiring a runtime (containerd or Docker) to the NVIDIA runtime sets."""
+
+    binary: str = NVIDIA_CONTAINER_RUNTIME
+    make_default: bool = True
+    systemd_cgroup: bool = True
+    enable_cdi: bool = False
+
+
 class SettingsError(PyinfraError):
     """An invalid setting: raised before any host is changed."""
 

@@ -27,7 +27,7 @@ from tomlkit.items import AoT, Table, Whitespace
 
 from deploy.facts.containerd import ContainerdConfig
 from deploy.operations import safe_install
-from deploy.settings import NVIDIA_CONTAINER_RUNTIME
+from deploy.settings import RuntimeWiring
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 RUNC_V2 = "io.containerd.runc.v2"
@@ -50,16 +50,6 @@ CRI_PLUGIN_IDS = (
 
 class ConfigError(ValueError):
     """A config the merge cannot work on; the message names the file and the problem."""
-
-
-@dataclass(frozen=True)
-class RuntimeWiring:
-    """What the merge sets, from the settings."""
-
-    binary: str = NVIDIA_CONTAINER_RUNTIME
-    make_default: bool = True
-    systemd_cgroup: bool = True
-    enable_cdi: bool = False
 
 
 @dataclass

@@ -20,7 +20,7 @@ from pyinfra.api import operation
 
 from deploy.facts.docker import DockerState
 from deploy.operations import safe_install
-from deploy.settings import NVIDIA_CONTAINER_RUNTIME
+from deploy.settings import RuntimeWiring
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 SYSTEMD_CGROUP_OPT = "native.cgroupdriver=systemd"
@@ -28,14 +28,6 @@ SYSTEMD_CGROUP_OPT = "native.cgroupdriver=systemd"
 
 class DaemonConfigError(ValueError):
     """A daemon.json the merge cannot work on; the message names the file and the problem."""
-
-
-@dataclass(frozen=True)
-class DockerWiring:
-    binary: str = NVIDIA_CONTAINER_RUNTIME
-    make_default: bool = True
-    systemd_cgroup: bool = True
-    enable_cdi: bool = False
 
 
 @dataclass
@@ -132,7 +124,7 @@ def check_schema(config: dict, source: str) -> None:
         raise DaemonConfigError(f"{source}: " + "; ".join(problems))
 
 
-def merge_daemon_config(existing: dict, wiring: DockerWiring) -> DockerMerged:
+def merge_daemon_config(existing: dict, wiring: RuntimeWiring) -> DockerMerged:
     """``existing`` with the NVIDIA runtime wired in; keys, values and order otherwise kept."""
     config = json.loads(json.dumps(existing))  # a deep copy, same order
     notes: list[str] = []
@@ -184,13 +176,13 @@ def render_daemon_json(config: dict) -> str:
 
 
 @operation()
-def configure_nvidia_runtime(path: str, wiring: DockerWiring, service: str = "docker",
+def configure_nvidia_runtime(path: str, wiring: RuntimeWiring, service: str = "docker",
                              restart_timeout: int = 30):
     """
     Merge the NVIDIA runtime into daemon.json at ``path`` and install it safely.
 
     + path: daemon.json
-    + wiring: what to set (``DockerWiring``)
+    + wiring: what to set (``RuntimeWiring``)
     + service: the unit restarted on change
     + restart_timeout: seconds docker has to become active before rollback
     """

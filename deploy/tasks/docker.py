@@ -44,7 +44,7 @@ def docker_runtime(settings: Settings, family: Family):
     docker.configure_nvidia_runtime(
         name=f"Wire the nvidia runtime into {settings.docker_daemon_config_path}",
         path=settings.docker_daemon_config_path,
-        wiring=docker.DockerWiring(
+        wiring=docker.RuntimeWiring(
             make_default=settings.nvidia_runtime_default,
             systemd_cgroup=settings.systemd_cgroup,
             enable_cdi=settings.docker_enable_cdi,

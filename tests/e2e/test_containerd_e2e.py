@@ -15,7 +15,6 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import pytest
 import tomlkit
 from harness import CACHE, REPO, assert_no_change, run, wait_for
 

@@ -10,7 +10,7 @@ import pytest
 from deploy.facts.docker import DockerState, parse_docker_version
 from deploy.operations.docker import (
     DaemonConfigError,
-    DockerWiring,
+    RuntimeWiring,
     check_schema,
     merge_daemon_config,
     parse_daemon_json,
@@ -24,7 +24,7 @@ CASES = sorted(path.name for path in FIXTURES.iterdir() if path.is_dir())
 def case(name: str):
     directory = FIXTURES / name
     wiring_file = directory / "wiring.json"
-    wiring = DockerWiring(**json.loads(wiring_file.read_text())) if wiring_file.exists() else DockerWiring()
+    wiring = RuntimeWiring(**json.loads(wiring_file.read_text())) if wiring_file.exists() else RuntimeWiring()
     source = (directory / "input.json").read_text() if (directory / "input.json").exists() else None
     return source, (directory / "expected.json").read_text(), wiring
 
@@ -73,7 +73,7 @@ def test_rendering_is_two_space_json_with_a_trailing_newline():
 
 def test_a_file_that_has_everything_is_not_changed_even_when_formatted_differently():
     compact = json.dumps(json.loads(case("already-wired")[1]))
-    assert not merge_daemon_config(parse_daemon_json(compact, "daemon.json"), DockerWiring()).changed
+    assert not merge_daemon_config(parse_daemon_json(compact, "daemon.json"), RuntimeWiring()).changed
 
 
 @pytest.mark.parametrize(
@@ -109,7 +109,7 @@ def test_schema_check_for_dockerd_without_validate(config, problem):
 
 def test_merge_refuses_a_runtimes_value_that_is_not_an_object():
     with pytest.raises(DaemonConfigError, match="runtimes must be an object"):
-        merge_daemon_config({"runtimes": []}, DockerWiring())
+        merge_daemon_config({"runtimes": []}, RuntimeWiring())
 
 
 @pytest.mark.parametrize(
