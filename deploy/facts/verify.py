@@ -310,8 +310,10 @@ __CONTAINER_JSON__
 GPU_NODE_EOF
 report() { echo "step $1 $2 $(printf '%s' "$3" | head -c 2000 | base64 -w0)"; }
 out=$($cri runp --runtime __HANDLER__ "$d/pod.json" 2>&1); rc=$?; report runp $rc "$out"
-pod=$(printf '%s' "$out" | tail -n 1)
-if [ "$rc" = 0 ] && [ __RUN_CONTAINER__ = 1 ]; then
+pod=""; [ "$rc" = 0 ] && pod=$(printf '%s' "$out" | tail -n 1)
+if [ "$rc" = 0 ] && [ __RUN_CONTAINER__ = 1 ] && ! $cri inspecti __IMAGE__ >/dev/null 2>&1; then
+  report image 1 "image not present"
+elif [ "$rc" = 0 ] && [ __RUN_CONTAINER__ = 1 ]; then
   out=$($cri create "$pod" "$d/container.json" "$d/pod.json" 2>&1); rc=$?; report create $rc "$out"
   ctr=$(printf '%s' "$out" | tail -n 1)
   if [ "$rc" = 0 ]; then
@@ -327,7 +329,7 @@ if [ "$rc" = 0 ] && [ __RUN_CONTAINER__ = 1 ]; then
     out=$($cri rm -f "$ctr" 2>&1); rc=$?; report rm $rc "$out"
   fi
 fi
-if [ -n "$pod" ] && [ "$(echo "$pod" | tr -dc 0-9a-f | wc -c)" -ge 12 ]; then
+if [ -n "$pod" ]; then
   out=$($cri stopp "$pod" 2>&1); rc=$?; report stopp $rc "$out"
   out=$($cri rmp "$pod" 2>&1); rc=$?; report rmp $rc "$out"
 fi
@@ -380,6 +382,7 @@ class CrictlRun(FactBase):
             .replace("__POD_JSON__", json.dumps(sandbox_config(uid, systemd_cgroup)))
             .replace("__CONTAINER_JSON__", json.dumps(container_config(image or "", list(command))))
             .replace("__RUN_CONTAINER__", "1" if image else "0")
+            .replace("__IMAGE__", shlex.quote(image or "none"))
             .replace("__TIMEOUT__", str(int(timeout)))
         )
         return script.strip()

@@ -323,6 +323,19 @@ def test_the_table_is_printed_once_to_stderr_when_verification_ends(tmp_path, ca
     assert "  containerd_config  pass  containerd 1.6.20~ds1" in err
 
 
+def test_crictl_on_a_gpu_node_without_the_image_passes_the_handler_and_says_what_was_skipped(tmp_path):
+    lines = node_lines(gpus=1, kmod="NVRM version: NVIDIA UNIX x86_64 Kernel Module  450.203.03  x",
+                       smi=smi_output("one-gpu.txt"), dump=containerd_dump(), crictl=True)
+    crictl = crictl_lines(runp=(0, SANDBOX_ID), image=(1, "image not present"), stopp=(0, ""), rmp=(0, ""))
+    plan, _, steps, failed = run_verify(tmp_path, lines, crictl=crictl)
+    (script,) = plan.matching("runp --runtime")
+    assert "inspecti docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04" in script
+    assert steps["cri_handler"]["status"] == PASS
+    assert "nvidia-smi container skipped: image docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04 not on the node" in \
+        steps["cri_handler"]["reason"]
+    assert not failed
+
+
 def test_crictl_runp_failure_is_a_fail_with_crictls_words(tmp_path):
     lines = node_lines(dump=containerd_dump(), crictl=True)
     message = 'rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for "nvidia" is configured'
