@@ -13,9 +13,8 @@ from __future__ import annotations
 import json
 import uuid
 
-import pytest
 import tomlkit
-from harness import REPO, assert_no_change, wait_for
+from harness import assert_no_change, wait_for
 
 STANDIN_LOG = "/var/log/nvidia-container-runtime-standin.log"
 CONFIG = "/etc/containerd/config.toml"

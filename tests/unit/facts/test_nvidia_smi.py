@@ -11,7 +11,6 @@ from deploy.facts.verify import (
     SMI_QUERY,
     VerifyState,
     explain_smi_failure,
-    parse_smi_list,
     parse_smi_query,
 )
 
