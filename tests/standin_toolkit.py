@@ -159,6 +159,9 @@ def build_repo(root: Path, arch: str = "amd64") -> StandinRepo:
          "-abs", "-o", str(repo_dir / "Release.gpg"), str(repo_dir / "Release"))
     (root / "gpgkey").write_text(key.armored_public_key())
     (root / "wrong-gpgkey").write_text(other.armored_public_key())
+    for home in (key.home, other.home):
+        # gpg starts an agent per home folder; nothing needs it once the repository is signed.
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False)
     return StandinRepo(root=root, key=key, other_key=other)
 
 
