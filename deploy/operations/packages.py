@@ -52,6 +52,10 @@ def dnf_install(packages: dict, hold: bool = False):
     """The dnf counterpart of apt_install; holds with dnf's versionlock plugin."""
     states = host.get_fact(RpmPackageStates, packages=sorted(packages))
     needed = _needed(states, packages)
+    locked = sorted(name for name in needed if states.get(name, {}).get("held"))
+    if locked:
+        # versionlock pins the old version: release it so the new pin can install.
+        yield StringCommand("dnf", "versionlock", "delete", *[QuoteString(name) for name in locked])
     if needed:
         yield from dnf.packages._inner(
             packages=[f"{name}-{packages[name]}" if packages[name] else name for name in needed],
@@ -59,7 +63,7 @@ def dnf_install(packages: dict, hold: bool = False):
     else:
         host.noop("packages are installed: " + ", ".join(f"{n} {states[n]['version']}" for n in sorted(packages)))
     if hold:
-        to_hold = sorted(name for name in packages if not states.get(name, {}).get("held"))
+        to_hold = sorted(name for name in packages if name in needed or not states[name]["held"])
         if to_hold:
             yield from dnf.packages._inner(packages=["python3-dnf-plugin-versionlock"])
             yield StringCommand("dnf", "versionlock", "add", *[QuoteString(name) for name in to_hold])

@@ -106,3 +106,28 @@ def test_a_mirror_replaces_nvidias_urls():
     plan = run_plan(toolkit, settings, platform("debian"))
     assert "https://mirror.example.internal/nvidia/gpgkey" in plan.matching("curl -fsSL")[0]
     assert not plan.ran("nvidia.github.io")
+
+
+def test_dnf_moving_a_locked_pin_releases_the_lock_installs_and_locks_again():
+    installed = "\n".join(f"installed {name} 1.17.7-1" for name in TOOLKIT_PACKAGES)
+    locks = "\n".join(f"lock {name}-0:1.17.7-1.*" for name in TOOLKIT_PACKAGES)
+    plan = run_plan(
+        toolkit, settings_for(nvidia_toolkit_version="1.17.8-1"), platform("rocky"),
+        responses={"rpm -q": installed + "\n" + locks},
+    )
+    delete = plan.matching("dnf versionlock delete")
+    install = plan.matching("dnf install")
+    add = plan.matching("dnf versionlock add")
+    assert delete and install and add
+    assert plan.commands.index(delete[0]) < plan.commands.index(install[0]) < plan.commands.index(add[0])
+    assert all(name in add[0] for name in TOOLKIT_PACKAGES)
+
+
+def test_dnf_locked_at_the_pin_does_nothing():
+    installed = "\n".join(f"installed {name} 1.17.8-1" for name in TOOLKIT_PACKAGES)
+    locks = "\n".join(f"lock {name}-0:1.17.8-1.*" for name in TOOLKIT_PACKAGES)
+    plan = run_plan(
+        toolkit, settings_for(nvidia_toolkit_version="1.17.8-1"), platform("rocky"),
+        responses={"rpm -q": installed + "\n" + locks},
+    )
+    assert not plan.ran("dnf install") and not plan.starting("dnf versionlock")
