@@ -1,6 +1,7 @@
 """
-The driver stage on a real bookworm node container: Debian's own NVIDIA packages from
-contrib / non-free, DKMS building the module for the Debian kernel headers it installs.
+The whole deploy, every stage, on a real bookworm node container, twice: Debian's own NVIDIA
+packages from contrib / non-free (DKMS building the module for the Debian kernel headers it
+installs), the STAND-IN toolkit from a local signed repository, containerd wired, verify.
 
 There is no GPU here (DESIGN.md section 5): the test proves the honest no-GPU outcome, that
 nvidia-smi cannot reach a driver, and that "reboot required" is reported because the module
@@ -9,6 +10,7 @@ cannot be loaded; what a GPU would add (the module loading) cannot be had on thi
 
 from __future__ import annotations
 
+import json
 import time
 
 from harness import assert_no_change
@@ -16,14 +18,18 @@ from harness import assert_no_change
 from deploy.tasks.kernel import BLACKLIST_PATH, blacklist_text
 
 SOURCES = "/etc/apt/sources.list.d/debian.sources"
-DRIVER_DATA = {"stages": "kernel,driver"}
 HELD = {"nvidia-driver", "nvidia-kernel-dkms", "nvidia-smi"}
 
 
-def test_debian_driver_installs_held_reports_no_gpu_and_reboot_and_second_run_changes_nothing_without_a_gpu(node):
+def test_full_deploy_installs_held_driver_standin_toolkit_containerd_reports_no_gpu_and_second_run_changes_nothing(
+    node, toolkit_repo, tmp_path
+):
+    """Every stage with the default settings (no GPU here: the honest no-GPU outcome is checked)."""
+    report_path = tmp_path / "report.json"
+    data = {**toolkit_repo.data(), "verify_report_path": str(report_path)}
     original_sources = node.read(SOURCES)
     started = time.monotonic()
-    first = node.deploy(data=DRIVER_DATA)
+    first = node.deploy(data=data)
     first_seconds = time.monotonic() - started
     assert first.returncode == 0, first.explain()
     changed = first.changed_operations()
@@ -56,9 +62,21 @@ def test_debian_driver_installs_held_reports_no_gpu_and_reboot_and_second_run_ch
     assert "reboot required: the NVIDIA driver changed" in first.stderr
     assert node.exists("/run/reboot-required")
 
-    before = {path: node.stat(path) for path in (SOURCES, BLACKLIST_PATH)}
-    second = node.deploy(data=DRIVER_DATA)
+    # The toolkit and containerd stages on top of the driver; verify reported on all of it.
+    assert node.is_active("containerd")
+    dump = node.sh("containerd config dump").stdout
+    assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in dump
+    assert 'default_runtime_name = "nvidia"' in dump
+    (record,) = json.loads(report_path.read_text())["nodes"]
+    steps = {step["name"]: step for step in record["steps"]}
+    assert steps["containerd_config"]["status"] == "pass"
+    assert steps["gpu_pci"]["status"] == "skip" and "no NVIDIA GPU" in steps["gpu_pci"]["reason"]
+
+    before = {path: node.stat(path) for path in (SOURCES, BLACKLIST_PATH, "/etc/containerd/config.toml")}
+    containerd_before = node.service("containerd")
+    second = node.deploy(data=data)
     assert_no_change(second)
+    assert node.service("containerd") == containerd_before, "a re-run must not restart containerd"
     assert {path: node.stat(path) for path in before} == before
     assert HELD <= set(node.sh("apt-mark showhold").stdout.split())
     # Still true on the second run: nothing rebooted, still no GPU.
