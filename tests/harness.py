@@ -38,7 +38,10 @@ NODE_RUN_FLAGS = [
 
 
 def run(args, check=True, **kwargs) -> subprocess.CompletedProcess:
-    kwargs.setdefault("capture_output", True)
+    # pyinfra's import monkey-patches subprocess with gevent's, which refuses
+    # capture_output next to an explicit stdout/stderr: capture only what is not given.
+    kwargs.setdefault("stdout", subprocess.PIPE)
+    kwargs.setdefault("stderr", subprocess.PIPE)
     kwargs.setdefault("text", True)
     result = subprocess.run(args, **kwargs)
     if check and result.returncode != 0:
@@ -50,7 +53,7 @@ def run(args, check=True, **kwargs) -> subprocess.CompletedProcess:
 
 
 def ensure_docker() -> None:
-    run(["bash", str(REPO / "scripts" / "ensure-dockerd.sh")], capture_output=False)
+    run(["bash", str(REPO / "scripts" / "ensure-dockerd.sh")], stdout=None, stderr=None)
 
 
 def node_image() -> str:

@@ -76,13 +76,13 @@ def toolkit(settings: Settings, platform: Platform):
             content=apt_source_text(settings, platform),
         )
         download.fetch(
-            name="Download the NVIDIA container toolkit repository key",
+            name="Download the toolkit repository key when it is missing",
             src=settings.nvidia_toolkit_gpgkey_url,
             dest=APT_KEYRING,
             _if=source.did_not_change,
         )
         download.fetch(
-            name="Download the repository key for the changed repository",
+            name="Download the toolkit repository key again for the changed repository",
             src=settings.nvidia_toolkit_gpgkey_url,
             dest=APT_KEYRING,
             refresh=True,
