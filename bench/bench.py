@@ -78,8 +78,15 @@ def remote_commands(output: str) -> dict[str, list[str]]:
 
 
 def start_nodes(image: str, count: int) -> list[Node]:
-    with ThreadPoolExecutor(max_workers=min(count, 8)) as pool:
-        return list(pool.map(lambda _: Node(image=image).start(), range(count)))
+    nodes = [Node(image=image) for _ in range(count)]
+    try:
+        with ThreadPoolExecutor(max_workers=min(count, 8)) as pool:
+            list(pool.map(Node.start, nodes))
+    except BaseException:
+        for node in nodes:
+            node.remove()
+        raise
+    return nodes
 
 
 def median(runs: list[dict], key: str) -> float:

@@ -132,15 +132,23 @@ class Node:
             ["docker", "run", "-d", *NODE_RUN_FLAGS, *volumes, *self.extra_run_args,
              self.image, "/sbin/init"]
         ).stdout.strip()
-        # systemctl answers only once systemd is up enough to serve its bus.
-        state = wait_for(
-            lambda: self.sh("systemctl is-system-running --wait", check=False, timeout=120).stdout.strip(),
-            timeout=120,
-            what=f"systemd in node {self.id[:12]}",
-        )
-        if state not in ("running", "degraded"):
-            raise AssertionError(f"node {self.id[:12]} did not boot: {state}")
+        try:
+            # Until PID 1 serves its bus, systemctl prints nothing or "offline".
+            state = wait_for(
+                lambda: self._booted_state(),
+                timeout=120,
+                what=f"systemd in node {self.id[:12]}",
+            )
+            if state not in ("running", "degraded"):
+                raise AssertionError(f"node {self.id[:12]} did not boot: {state}")
+        except BaseException:
+            self.remove()
+            raise
         return self
+
+    def _booted_state(self) -> str | None:
+        state = self.sh("systemctl is-system-running --wait", check=False, timeout=120).stdout.strip()
+        return None if state in ("", "offline") else state
 
     def remove(self) -> None:
         if self.id:

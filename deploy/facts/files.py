@@ -30,3 +30,35 @@ class FileDigest(FactBase):
             return None
         mode, owner = output[0].split()
         return {"mode": mode, "owner": owner, "sha256": output[1].split()[0]}
+
+
+class FileDigests(FactBase):
+    """
+    FileDigest of several files in one command: {path: {"sha256", "mode", "owner"} or None}.
+    """
+
+    def command(self, paths=()):
+        parts = []
+        for path in paths:
+            quoted = QuoteString(path)
+            parts += [
+                "echo", QuoteString(f"@@file {path}"), "; if [ -f", quoted, "]; then stat -c '%a %U:%G'",
+                quoted, "&& sha256sum", quoted, "; else echo absent; fi;",
+            ]
+        parts.append("true")
+        return StringCommand(*parts)
+
+    @staticmethod
+    def default():
+        return {}
+
+    def process(self, output):
+        digests, current, lines = {}, None, []
+        for line in [*output, "@@file "]:
+            if line.startswith("@@file "):
+                if current is not None:
+                    digests[current] = FileDigest().process(lines)
+                current, lines = line[len("@@file "):], []
+            else:
+                lines.append(line)
+        return digests

@@ -10,6 +10,7 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.facts.server import Arch, LinuxDistribution
 
 from deploy.distros import Platform, detect_platform
+from deploy.facts.combined import read_facts
 from deploy.facts.containerd import ContainerdFlavour, classify_flavour
 from deploy.facts.nvidia import NvidiaNode, PackagesAvailable
 from deploy.settings import Settings, likely_typos
@@ -87,10 +88,12 @@ def headers_findings(plan: DriverPlan | None, available: dict) -> list[str]:
 def preflight(settings: Settings) -> Node:
     for note in likely_typos(host.data.dict()):
         logger.warning(f"{host.print_prefix}{note}")
-    platform = detect_platform(host.get_fact(LinuxDistribution), host.get_fact(Arch))
+    # One remote command for what every node run needs first (re-runs from cron pay per command).
+    facts = read_facts(host, LinuxDistribution, Arch, NvidiaNode, ContainerdFlavour)
+    platform = detect_platform(facts["LinuxDistribution"], facts["Arch"])
     logger.info(f"{host.print_prefix}platform: {platform.description}, family {platform.family.name}")
 
-    nvidia = host.get_fact(NvidiaNode)
+    nvidia = facts["NvidiaNode"]
     warnings, errors = gpu_findings(nvidia, settings.require_gpu)
     errors += disk_findings(nvidia, settings.min_free_disk_mb)
     plan = None
@@ -103,6 +106,6 @@ def preflight(settings: Settings) -> Node:
         logger.warning(f"{host.print_prefix}{warning}")
     if errors:
         raise PreflightError(f"{host.name}: " + "; ".join(errors))
-    containerd = host.get_fact(ContainerdFlavour)
+    containerd = facts["ContainerdFlavour"]
     containerd["flavour"] = classify_flavour(containerd)
     return Node(platform=platform, nvidia=nvidia, driver_plan=plan, containerd=containerd)

@@ -66,27 +66,12 @@ def toolkit(settings: Settings, platform: Platform):
     pinned = settings.nvidia_toolkit_version is not None
 
     if manager == "apt":
-        package_ops.apt_install(
-            name="Install curl and CA certificates to fetch the repository key",
-            packages={"curl": None, "ca-certificates": None},
-        )
-        source = files.put_text(
+        download.signed_apt_source(
             name="Add the NVIDIA container toolkit repository (signed-by keyring)",
-            dest=APT_SOURCE,
+            path=APT_SOURCE,
             content=apt_source_text(settings, platform),
-        )
-        download.fetch(
-            name="Download the toolkit repository key when it is missing",
-            src=settings.nvidia_toolkit_gpgkey_url,
-            dest=APT_KEYRING,
-            _if=source.did_not_change,
-        )
-        download.fetch(
-            name="Download the toolkit repository key again for the changed repository",
-            src=settings.nvidia_toolkit_gpgkey_url,
-            dest=APT_KEYRING,
-            refresh=True,
-            _if=source.did_change,
+            keyring=APT_KEYRING,
+            key_url=settings.nvidia_toolkit_gpgkey_url,
         )
         package_ops.apt_install(
             name="Install the NVIDIA container toolkit",

@@ -42,3 +42,11 @@ def test_only_a_wrong_mode_is_repaired():
     plan = run_plan(put, responses={"sha256sum": ["600 root:root", f"{DIGEST}  /etc/modules-load.d/k8s.conf"]})
     assert plan.starting("chmod") == ["chmod 644 /etc/modules-load.d/k8s.conf"]
     assert not plan.starting("chown")
+
+
+def test_file_digests_read_several_files_from_one_output():
+    from deploy.facts.files import FileDigests
+
+    output = ["@@file /a", "644 root:root", f"{DIGEST}  /a", "@@file /b", "absent"]
+    assert FileDigests().process(output) == {
+        "/a": {"mode": "644", "owner": "root:root", "sha256": DIGEST}, "/b": None}

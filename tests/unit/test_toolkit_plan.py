@@ -131,3 +131,42 @@ def test_dnf_locked_at_the_pin_does_nothing():
         responses={"rpm -q": installed + "\n" + locks},
     )
     assert not plan.ran("dnf install") and not plan.starting("dnf versionlock")
+
+
+def _source_and_key_present(settings, key_present=True, source_text=None):
+    import hashlib
+
+    from deploy.tasks.toolkit import apt_source_text
+
+    text = source_text if source_text is not None else apt_source_text(settings, platform("debian"))
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    lines = [f"@@file {APT_SOURCE}", "644 root:root", f"{digest}  {APT_SOURCE}", f"@@file {APT_KEYRING}"]
+    lines += ["644 root:root", f"{'0' * 64}  {APT_KEYRING}"] if key_present else ["absent"]
+    return {f"@@file {APT_SOURCE}": lines}
+
+
+def test_source_and_key_in_place_cost_one_read_and_fetch_nothing():
+    settings = settings_for()
+    plan = run_plan(toolkit, settings, platform("debian"), responses=_source_and_key_present(settings))
+    assert not plan.ran("apt-helper download-file") and not plan.starting("chown root:root " + APT_SOURCE)
+    assert len(plan.matching(f"@@file {APT_SOURCE}")) == 1
+
+
+def test_a_missing_key_is_fetched_though_the_source_is_unchanged():
+    settings = settings_for()
+    plan = run_plan(toolkit, settings, platform("debian"),
+                    responses=_source_and_key_present(settings, key_present=False))
+    assert len(plan.matching("apt-helper download-file")) == 1
+    assert not plan.starting("chown root:root " + APT_SOURCE)
+
+
+def test_a_changed_key_url_rewrites_the_source_and_fetches_the_key_again():
+    old = settings_for(nvidia_toolkit_gpgkey_url="https://old-mirror.example.internal/gpgkey")
+    from deploy.tasks.toolkit import apt_source_text
+
+    new = settings_for()
+    plan = run_plan(toolkit, new, platform("debian"),
+                    responses=_source_and_key_present(new, source_text=apt_source_text(old, platform("debian"))))
+    fetch = plan.matching("apt-helper download-file")
+    assert len(fetch) == 1 and "https://nvidia.github.io/libnvidia-container/gpgkey" in fetch[0]
+    assert plan.starting("chown root:root " + APT_SOURCE)
