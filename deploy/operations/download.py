@@ -10,6 +10,7 @@ from pyinfra.facts.files import File
 
 from deploy.facts.files import FileDigests
 from deploy.operations import files
+from deploy.operations.packages import apt_sources_changed
 
 
 @operation()
@@ -54,6 +55,7 @@ def signed_apt_source(path: str, content: str, keyring: str, key_url: str):
     key_fetch = source_changes or digests.get(keyring) is None
     if source_repair:
         yield from files.put_text._inner(dest=path, content=content)
+        apt_sources_changed()
     if key_fetch:
         yield fetch_command(key_url, keyring)
     if not (source_repair or key_fetch):

@@ -18,6 +18,7 @@ from pyinfra.facts.rpm import RpmPackages
 from pyinfra.operations import apt, dnf, files, pacman, zypper
 
 from deploy.facts.nvidia import IgnoredPackages, NvidiaNode, PackagesAvailable
+from deploy.operations.packages import apt_sources_changed, refresh_apt_lists
 
 REBOOT_MARKER = "/run/reboot-required"
 REBOOT_PACKAGES = "/run/reboot-required.pkgs"
@@ -178,6 +179,7 @@ def enable_apt_components(codename: str, components: list):
         return
     for path, text in changed.items():
         yield from files.put._inner(src=StringIO(text), dest=path)
+    apt_sources_changed()
 
 
 @operation()
@@ -193,7 +195,7 @@ def install_first_available(manager: str, candidates: list, what: str = "package
         host.noop(f"{what} {have[0]} is installed")
         return
     if manager == "apt":
-        yield from apt.update._inner()
+        yield from refresh_apt_lists()
     available = host.get_fact(PackagesAvailable, manager=manager, packages=list(candidates))
     chosen = next((name for name in candidates if available.get(name)), None)
     if chosen is None:

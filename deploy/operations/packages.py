@@ -15,6 +15,24 @@ from pyinfra.operations import apt, dnf
 from deploy.facts.packages import DebPackageStates, RpmPackageStates, ZypperLocks
 
 
+def refresh_apt_lists():
+    """
+    ``apt-get update``, unless this run refreshed the lists already and no apt source changed
+    since: a first run installs in several stages and would otherwise refresh once per stage.
+    """
+    if getattr(host, "_gpu_node_apt_lists_fresh", False):
+        host.noop("apt lists were refreshed earlier in this run")
+        return
+    yield from apt.update._inner()
+    if host.state.is_executing:  # change detection (--dry) runs generators without running commands
+        host._gpu_node_apt_lists_fresh = True
+
+
+def apt_sources_changed() -> None:
+    """Call when an operation changes apt sources: the next install refreshes the lists."""
+    host._gpu_node_apt_lists_fresh = False
+
+
 def _needed(states: dict, packages: dict[str, str | None]) -> list[str]:
     return [
         name
@@ -32,7 +50,7 @@ def apt_install(packages: dict, hold: bool = False):
     states = host.get_fact(DebPackageStates, packages=sorted(packages))
     needed = _needed(states, packages)
     if needed:
-        yield from apt.update._inner()
+        yield from refresh_apt_lists()
         yield from apt.packages._inner(
             packages=[f"{name}={packages[name]}" if packages[name] else name for name in needed],
             # We manage holds ourselves: a new pin must be able to move a held package.

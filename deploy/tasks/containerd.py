@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
-from pyinfra.operations import apt, dnf, pacman, systemd, zypper
+from pyinfra.operations import dnf, pacman, systemd, zypper
 
 from deploy.distros import Family
 from deploy.facts.containerd import (
@@ -16,6 +16,7 @@ from deploy.facts.containerd import (
     RKE2_CONTAINERD_DIR,
 )
 from deploy.operations import containerd, safe_install
+from deploy.operations import packages as package_ops
 from deploy.settings import Settings
 
 K0S_DROPIN = f"{K0S_DROPIN_DIR}/gpu-node-nvidia.toml"
@@ -96,7 +97,9 @@ def install_containerd(settings: Settings, family: Family) -> None:
     """The distribution's containerd (Docker's containerd.io on the RHEL family), enabled and started."""
     package = _versioned(family, family.containerd_package, settings.containerd_version)
     if family.package_manager == "apt":
-        apt.packages(name="Install containerd", packages=[package], update=True)
+        package_ops.apt_install(
+            name="Install containerd", packages={family.containerd_package: settings.containerd_version}
+        )
     elif family.package_manager == "dnf":
         if family.containerd_repo:
             dnf.repo(
