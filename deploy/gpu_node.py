@@ -17,9 +17,10 @@ from deploy.settings import host_settings  # noqa: E402
 from deploy.tasks.driver import driver_report, nvidia_driver  # noqa: E402
 from deploy.tasks.kernel import kernel_prerequisites  # noqa: E402
 from deploy.tasks.preflight import preflight  # noqa: E402
-from deploy.tasks.toolkit import toolkit  # noqa: E402
 from deploy.tasks.containerd import containerd_runtime  # noqa: E402
 from deploy.tasks.docker import docker_runtime  # noqa: E402
+from deploy.tasks.toolkit import toolkit  # noqa: E402
+from deploy.tasks.verify import verify  # noqa: E402
 
 settings = host_settings(host)
 node = preflight(settings)
@@ -34,8 +35,6 @@ if settings.runs("runtimes") and settings.wires("containerd"):
 if settings.runs("runtimes") and settings.wires("docker"):
     docker_runtime(settings, node.platform.family)
 if settings.runs("verify"):
-    from deploy.tasks.verify import verify  # noqa: E402
-
     verify(settings)
 
 # Last, so it ends the run's output: no GPU, reboot required.

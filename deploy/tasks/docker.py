@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.operations import apt, dnf, pacman, systemd, zypper
+from pyinfra.operations import dnf, pacman, systemd, zypper
 
 from deploy.distros import Family
 from deploy.facts.docker import DockerState
 from deploy.operations import docker, safe_install
+from deploy.operations import packages as package_ops
 from deploy.settings import Settings
 
-PACKAGE_OPERATIONS = {"apt": apt.packages, "dnf": dnf.packages, "zypper": zypper.packages,
-                      "pacman": pacman.packages}
+PACKAGE_OPERATIONS = {"dnf": dnf.packages, "zypper": zypper.packages, "pacman": pacman.packages}
 
 
 @deploy("Docker")
@@ -36,9 +36,10 @@ def docker_runtime(settings: Settings, family: Family):
                 "install Docker Engine (docker-ce) from Docker's repository first",
             )
             return
-        install = PACKAGE_OPERATIONS[family.package_manager]
-        extra = {"update": True} if family.package_manager == "apt" else {}
-        install(name="Install Docker", packages=[family.docker_package], **extra)
+        if family.package_manager == "apt":
+            package_ops.apt_install(name="Install Docker", packages={family.docker_package: None})
+        else:
+            PACKAGE_OPERATIONS[family.package_manager](name="Install Docker", packages=[family.docker_package])
         systemd.service(name="Enable and start Docker", service="docker", running=True, enabled=True)
 
     docker.configure_nvidia_runtime(
