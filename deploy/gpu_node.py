@@ -11,7 +11,7 @@ from pathlib import Path
 # importable whatever the working directory.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pyinfra import host  # noqa: E402
+from pyinfra import host, logger  # noqa: E402
 
 from deploy.settings import host_settings  # noqa: E402
 from deploy.tasks.driver import driver_report, nvidia_driver  # noqa: E402
@@ -22,20 +22,24 @@ from deploy.tasks.docker import docker_runtime  # noqa: E402
 from deploy.tasks.toolkit import toolkit  # noqa: E402
 from deploy.tasks.verify import verify  # noqa: E402
 
-settings = host_settings(host)
-node = preflight(settings)
-if settings.runs("kernel"):
-    kernel_prerequisites(settings, node.platform)
-if settings.runs("driver") and settings.nvidia_driver_install:
-    nvidia_driver(settings, node.platform, node.driver_plan)
-if settings.runs("toolkit") and settings.nvidia_toolkit_install:
-    toolkit(settings, node.platform)
-if settings.runs("runtimes") and settings.wires("containerd"):
-    containerd_runtime(settings, node.platform.family, node.containerd)
-if settings.runs("runtimes") and settings.wires("docker"):
-    docker_runtime(settings, node.platform.family)
-if settings.runs("verify"):
-    verify(settings)
+# A control-plane-only host of the inventory is deploy/k8s_gpu.py's business.
+if "control_plane" in host.groups and "gpu_nodes" not in host.groups:
+    logger.info(f"{host.print_prefix}in control_plane only: not a GPU node, skipped")
+else:
+    settings = host_settings(host)
+    node = preflight(settings)
+    if settings.runs("kernel"):
+        kernel_prerequisites(settings, node.platform)
+    if settings.runs("driver") and settings.nvidia_driver_install:
+        nvidia_driver(settings, node.platform, node.driver_plan)
+    if settings.runs("toolkit") and settings.nvidia_toolkit_install:
+        toolkit(settings, node.platform)
+    if settings.runs("runtimes") and settings.wires("containerd"):
+        containerd_runtime(settings, node.platform.family, node.containerd)
+    if settings.runs("runtimes") and settings.wires("docker"):
+        docker_runtime(settings, node.platform.family)
+    if settings.runs("verify"):
+        verify(settings)
 
-# Last, so it ends the run's output: no GPU, reboot required.
-driver_report(settings, node.driver_plan)
+    # Last, so it ends the run's output: no GPU, reboot required.
+    driver_report(settings, node.driver_plan)

@@ -11,11 +11,14 @@ from pathlib import Path
 # importable whatever the working directory.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pyinfra import host  # noqa: E402
+from pyinfra import host, logger  # noqa: E402
 
 from deploy.settings import host_settings  # noqa: E402
 from deploy.tasks.verify import verify  # noqa: E402
 
 # No preflight: its refusals (disk, headers) are about installing, and verification must
 # still report on a node that would not pass them.
-verify(host_settings(host))
+if "control_plane" in host.groups and "gpu_nodes" not in host.groups:
+    logger.info(f"{host.print_prefix}in control_plane only: not a GPU node, skipped")
+else:
+    verify(host_settings(host))
