@@ -376,6 +376,11 @@ class Settings:
     def wires(self, runtime: str) -> bool:
         return runtime in self.container_runtimes
 
+    def runtime_wiring(self, enable_cdi: bool) -> RuntimeWiring:
+        return RuntimeWiring(
+            make_default=self.nvidia_runtime_default, systemd_cgroup=self.systemd_cgroup, enable_cdi=enable_cdi
+        )
+
     def kube_node_name(self, host_name: str) -> str:
         return dict(self.kube_node_names).get(host_name, host_name)
 

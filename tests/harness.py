@@ -89,6 +89,36 @@ class AptCache:
         shutil.rmtree(self.own, ignore_errors=True)
 
 
+def busybox_image_tar(image: str, applets: tuple[str, ...], entrypoint: list[str] | None = None) -> Path:
+    """
+    `docker save` of a FROM-scratch image holding Debian's static busybox (and ``applets`` as
+    links to it), for containers nested in a node: built once per image name, cached.
+    """
+    folder = CACHE / "images"
+    tar = folder / (image.replace("/", "_").replace(":", "_") + ".tar")
+    if tar.exists():
+        return tar
+    folder.mkdir(parents=True, exist_ok=True)
+    debs = sorted(folder.glob("busybox-static_*.deb"))
+    if not debs:
+        run(["apt-get", "download", "busybox-static"], cwd=folder)
+        debs = sorted(folder.glob("busybox-static_*.deb"))
+    with tempfile.TemporaryDirectory() as workdir:
+        extracted, rootfs = Path(workdir) / "deb", Path(workdir) / "rootfs"
+        run(["dpkg-deb", "-x", str(debs[-1]), str(extracted)])
+        (rootfs / "bin").mkdir(parents=True)
+        shutil.copy2(extracted / "bin" / "busybox", rootfs / "bin" / "busybox")
+        for applet in applets:
+            (rootfs / "bin" / applet).symlink_to("busybox")
+        archive = subprocess.run(["tar", "-C", str(rootfs), "-c", "."], capture_output=True, check=True).stdout
+        changes = ["-c", f"ENTRYPOINT {json.dumps(entrypoint)}"] if entrypoint else []
+        run(["docker", "import", *changes, "-", image], input=archive, text=False)
+    partial = tar.with_suffix(".partial")
+    run(["docker", "save", "-o", str(partial), image])
+    partial.rename(tar)
+    return tar
+
+
 @dataclass
 class DeployResult:
     returncode: int

@@ -8,7 +8,7 @@ the way pyinfra's own operation tests compare commands for given facts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from pyinfra.api import Config, Inventory, State
@@ -18,75 +18,13 @@ from pyinfra.api.operations import run_ops
 from pyinfra.api.state import StateStage
 
 from deploy.settings import Settings, parse_settings
-
-DEBIAN_12 = """/etc/os-release
-PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"
-NAME="Debian GNU/Linux"
-VERSION_ID="12"
-VERSION="12 (bookworm)"
-VERSION_CODENAME=bookworm
-ID=debian
----"""
-
-UBUNTU_2204 = """/etc/os-release
-NAME="Ubuntu"
-VERSION_ID="22.04"
-VERSION_CODENAME=jammy
-ID=ubuntu
-ID_LIKE=debian
-UBUNTU_CODENAME=jammy
----"""
-
-ROCKY_9 = """/etc/os-release
-NAME="Rocky Linux"
-VERSION_ID="9.4"
-ID="rocky"
-ID_LIKE="rhel centos fedora"
----"""
-
-FEDORA_40 = """/etc/os-release
-NAME="Fedora Linux"
-VERSION_ID=40
-ID=fedora
----"""
-
-AMAZON_2023 = """/etc/os-release
-NAME="Amazon Linux"
-VERSION_ID="2023"
-ID="amzn"
-ID_LIKE="fedora"
----"""
-
-OPENSUSE_LEAP_15 = """/etc/os-release
-NAME="openSUSE Leap"
-VERSION_ID="15.6"
-ID="opensuse-leap"
-ID_LIKE="suse opensuse"
----"""
-
-ARCH = """/etc/os-release
-NAME="Arch Linux"
-ID=arch
-BUILD_ID=rolling
----"""
-
-OS_RELEASES = {
-    "debian": DEBIAN_12,
-    "ubuntu": UBUNTU_2204,
-    "rhel": ROCKY_9,
-    "fedora": FEDORA_40,
-    "amazon": AMAZON_2023,
-    "suse": OPENSUSE_LEAP_15,
-    "arch": ARCH,
-}
+from fixtures.nvidia.fake_host import os_release
 
 
 @dataclass
 class Plan:
     commands: list[str]
     state: State
-    results: Any = None
-    errors: list[str] = field(default_factory=list)
 
     def matching(self, text: str) -> list[str]:
         return [command for command in self.commands if text in command]
@@ -98,9 +36,10 @@ class Plan:
         return bool(self.matching(text))
 
 
-def fake_host_data(os_release: str, responses: dict | None = None, arch: str = "x86_64") -> dict:
+def fake_host_data(distro: str = "debian-12", responses: dict | None = None, arch: str = "x86_64") -> dict:
+    """fake_responses for a host whose os-release is tests/fixtures/nvidia/os-release/<distro>."""
     merged: dict = {
-        "*-release": os_release,
+        "*-release": os_release(distro),
         "uname -m": arch,
     }
     merged.update(responses or {})
@@ -110,14 +49,14 @@ def fake_host_data(os_release: str, responses: dict | None = None, arch: str = "
 def run_plan(
     task: Callable[..., Any],
     *args: Any,
-    os_release: str = DEBIAN_12,
+    distro: str = "debian-12",
     responses: dict | None = None,
     data: dict | None = None,
     arch: str = "x86_64",
     **kwargs: Any,
 ) -> Plan:
     """Prepare and execute ``task(*args, **kwargs)`` (a @deploy) on one @fake host."""
-    host_data = {**fake_host_data(os_release, responses, arch), **(data or {})}
+    host_data = {**fake_host_data(distro, responses, arch), **(data or {})}
     inventory = Inventory(([("@fake/node", host_data)], {}))
     state = State(inventory, Config(), check_for_changes=False)
     state.set_stage(StateStage.Connect)

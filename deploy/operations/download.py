@@ -1,4 +1,4 @@
-"""Download a file on the host, failing with a message that names the URL."""
+"""An apt source with its signed-by keyring, fetched so that a failure names the URL."""
 
 from __future__ import annotations
 
@@ -6,25 +6,10 @@ import hashlib
 
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
-from pyinfra.facts.files import File
 
 from deploy.facts.files import FileDigests
 from deploy.operations import files
 from deploy.operations.packages import apt_sources_changed
-
-
-@operation()
-def fetch(src: str, dest: str, mode: str = "644", refresh: bool = False):
-    """
-    Fetch ``src`` to ``dest`` (root-owned) unless it is there already, or always when ``refresh``.
-
-    pyinfra's files.download needs curl or wget and reports only curl's own error, which
-    omits the URL; an operator with several mirrors needs to see which one failed.
-    """
-    if host.get_fact(File, path=dest) and not refresh:
-        host.noop(f"{dest} is present")
-        return
-    yield fetch_command(src, dest, mode)
 
 
 def fetch_command(src: str, dest: str, mode: str = "644") -> StringCommand:

@@ -138,11 +138,7 @@ def containerd_runtime(settings: Settings, family: Family, owner: dict):
     containerd.configure_nvidia_runtime(
         name=f"Wire the nvidia runtime into {target.path}",
         path=target.path,
-        wiring=containerd.RuntimeWiring(
-            make_default=settings.nvidia_runtime_default,
-            systemd_cgroup=settings.systemd_cgroup,
-            enable_cdi=settings.containerd_enable_cdi,
-        ),
+        wiring=settings.runtime_wiring(enable_cdi=settings.containerd_enable_cdi),
         service=target.service,
         containerd_binary=target.binary,
         base_path=target.base_path,

@@ -45,10 +45,6 @@ def docker_runtime(settings: Settings, family: Family):
     docker.configure_nvidia_runtime(
         name=f"Wire the nvidia runtime into {settings.docker_daemon_config_path}",
         path=settings.docker_daemon_config_path,
-        wiring=docker.RuntimeWiring(
-            make_default=settings.nvidia_runtime_default,
-            systemd_cgroup=settings.systemd_cgroup,
-            enable_cdi=settings.docker_enable_cdi,
-        ),
+        wiring=settings.runtime_wiring(enable_cdi=settings.docker_enable_cdi),
         restart_timeout=settings.service_restart_timeout,
     )

@@ -110,6 +110,28 @@ def scheduler_pod_name(settings: Settings) -> str:
     return "kube-scheduler-" + kube_node_name(dict(settings.kube_node_names), host.name, identity["hostname"])
 
 
+def point_scheduler_at_config(settings: Settings, config_text: str) -> None:
+    """The control-plane file steps: the scheduler config, then the safe static pod edit."""
+    config_path = settings.gpushare_scheduler_config_path
+    files.put(
+        name="Write the gpushare kube-scheduler config",
+        src=StringIO(config_text),
+        dest=config_path,
+        mode="0644",
+        create_remote_dir=True,
+    )
+    configure_scheduler_manifest(
+        name="Point the kube-scheduler static pod at the gpushare config",
+        config_path=config_path,
+        config_sha256=hashlib.sha256(config_text.encode()).hexdigest(),
+        kubeconfig=settings.kubeconfig,
+        pod_name=scheduler_pod_name(settings),
+        work_dir=posixpath.join(posixpath.dirname(config_path), "staging"),
+        manifest_path=SCHEDULER_MANIFEST,
+        timeout=settings.gpushare_scheduler_ready_timeout,
+    )
+
+
 @deploy("GPU memory sharing with the gpushare scheduler extender")
 def gpushare(settings: Settings, nodes: list[GpuNode]):
     """
@@ -148,24 +170,7 @@ def gpushare(settings: Settings, nodes: list[GpuNode]):
     if not nodes:
         logger.warning(f"{host.print_prefix}no GPU nodes in this run: no node labelled {NODE_LABEL}=true")
 
-    config_path = settings.gpushare_scheduler_config_path
-    files.put(
-        name="Write the gpushare kube-scheduler config",
-        src=StringIO(config_text),
-        dest=config_path,
-        mode="0644",
-        create_remote_dir=True,
-    )
-    configure_scheduler_manifest(
-        name="Point the kube-scheduler static pod at the gpushare config",
-        config_path=config_path,
-        config_sha256=hashlib.sha256(config_text.encode()).hexdigest(),
-        kubeconfig=settings.kubeconfig,
-        pod_name=scheduler_pod_name(settings),
-        work_dir=posixpath.join(posixpath.dirname(config_path), "staging"),
-        manifest_path=SCHEDULER_MANIFEST,
-        timeout=settings.gpushare_scheduler_ready_timeout,
-    )
+    point_scheduler_at_config(settings, config_text)
 
     if inspect_source is None:
         return

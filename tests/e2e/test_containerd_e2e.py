@@ -10,13 +10,11 @@ container really went through the binary the config names.
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 import tomlkit
 from harness import CACHE, REPO, assert_no_change, run, wait_for
+from harness import busybox_image_tar as harness_busybox_image_tar
 
 from deploy.operations.safe_install import BACKUP_INFIX
 
@@ -28,28 +26,7 @@ WIRE_OP = f"containerd | Wire the nvidia runtime into {CONFIG}"
 
 
 def busybox_image_tar() -> Path:
-    """`docker save` of a FROM-scratch image holding Debian's static busybox, built once here."""
-    tar = CACHE / "runtime-e2e" / "busybox-image.tar"
-    if tar.exists():
-        return tar
-    tar.parent.mkdir(parents=True, exist_ok=True)
-    debs = sorted(tar.parent.glob("busybox-static_*.deb"))
-    if not debs:
-        run(["apt-get", "download", "busybox-static"], cwd=tar.parent)
-        debs = sorted(tar.parent.glob("busybox-static_*.deb"))
-    with tempfile.TemporaryDirectory() as workdir:
-        extracted, rootfs = Path(workdir) / "deb", Path(workdir) / "rootfs"
-        run(["dpkg-deb", "-x", str(debs[-1]), str(extracted)])
-        (rootfs / "bin").mkdir(parents=True)
-        shutil.copy2(extracted / "bin" / "busybox", rootfs / "bin" / "busybox")
-        for applet in ("sh", "true", "echo", "cat"):
-            (rootfs / "bin" / applet).symlink_to("busybox")
-        archive = subprocess.run(["tar", "-C", str(rootfs), "-c", "."], capture_output=True, check=True).stdout
-        run(["docker", "import", "-", IMAGE], input=archive, text=False)
-    partial = tar.with_suffix(".partial")
-    run(["docker", "save", "-o", str(partial), IMAGE])
-    partial.rename(tar)
-    return tar
+    return harness_busybox_image_tar(IMAGE, ("sh", "true", "echo", "cat"))
 
 
 def copy_in(node, source: Path, dest: str) -> None:

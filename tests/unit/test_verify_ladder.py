@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
-from plan import DEBIAN_12, Plan, fake_host_data, settings_for
+from plan import Plan, fake_host_data, settings_for
 from pyinfra.api import Config, Inventory, State
 from pyinfra.api.connect import connect_all
 from pyinfra.api.deploy import add_deploy
@@ -112,7 +112,7 @@ def run_verify(tmp_path, lines, crictl=None, runs=None, **data):
         responses[key] = value
     settings = settings_for(verify_report_path=str(report), **data)
     # tests/plan.py's run_plan, keeping the plan when the host fails (a failing step must fail it).
-    inventory = Inventory(([("@fake/node", fake_host_data(DEBIAN_12, responses))], {}))
+    inventory = Inventory(([("@fake/node", fake_host_data("debian-12", responses))], {}))
     state = State(inventory, Config(), check_for_changes=False)
     state.set_stage(StateStage.Connect)
     connect_all(state)
