@@ -13,8 +13,9 @@ import re
 from pathlib import Path
 
 import tomlkit
-from harness import CACHE, REPO, assert_no_change, run, wait_for
+from harness import REPO, assert_no_change, run, wait_for
 from harness import busybox_image_tar as harness_busybox_image_tar
+from harness import sid_containerd_deb
 
 from deploy.operations.safe_install import BACKUP_INFIX
 
@@ -101,25 +102,6 @@ def test_containerd_16_config_v2_keeps_site_settings_runs_through_standin_and_re
     second = node.deploy(data=data)
     assert_no_change(second)
     assert {"service": node.service("containerd"), "file": node.stat(CONFIG)} == before
-
-
-def sid_containerd_deb() -> Path:
-    """sid's containerd 2.x .deb, fetched once with a throwaway apt config (the machine's sources untouched)."""
-    directory = CACHE / "sid-apt"
-    found = sorted((directory / "debs").glob("containerd_2.*.deb"))
-    if found:
-        return found[-1]
-    for sub in ("lists/partial", "cache/archives/partial", "debs"):
-        (directory / sub).mkdir(parents=True, exist_ok=True)
-    (directory / "sources.list").write_text("deb http://deb.debian.org/debian sid main\n")
-    options = [
-        "-o", f"Dir::Etc::SourceList={directory / 'sources.list'}", "-o", "Dir::Etc::SourceParts=/nonexistent",
-        "-o", f"Dir::State::Lists={directory / 'lists'}", "-o", f"Dir::Cache={directory / 'cache'}",
-        "-o", "Acquire::Check-Valid-Until=false", "-o", "Acquire::Languages=none",
-    ]
-    run(["apt-get", *options, "update", "-q"])
-    run(["apt-get", *options, "download", "containerd"], cwd=directory / "debs")
-    return sorted((directory / "debs").glob("containerd_2.*.deb"))[-1]
 
 
 def test_containerd_21_missing_config_created_from_its_own_default_v3_and_runs_through_standin(

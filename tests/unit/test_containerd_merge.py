@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import tomlkit
+from harness import sid_containerd_deb
 
 from deploy.operations.containerd import (
     CRI_RUNTIME_PLUGIN,
@@ -20,7 +21,6 @@ from deploy.operations.containerd import (
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "containerd"
 CASES = sorted(path.name for path in (FIXTURES / "merge").iterdir() if path.is_dir())
-SID_DEB = sorted((Path(__file__).resolve().parents[2] / ".cache" / "sid-apt" / "debs").glob("containerd_2.*.deb"))
 
 
 def case(name: str) -> tuple[str, str, RuntimeWiring]:
@@ -137,17 +137,15 @@ def test_fallback_template_matches_the_binary_major_version():
     assert default_config_text(None) == default_config_text(1)
 
 
-def _containerd_2(tmp_path_factory) -> str | None:
-    if not SID_DEB:
-        return None
+def _containerd_2(tmp_path_factory) -> str:
     root = tmp_path_factory.mktemp("containerd-2")
-    subprocess.run(["dpkg-deb", "-x", str(SID_DEB[-1]), str(root)], check=True)
+    subprocess.run(["dpkg-deb", "-x", str(sid_containerd_deb()), str(root)], check=True)
     return str(root / "usr" / "bin" / "containerd")
 
 
 @pytest.fixture(scope="module")
 def binaries(tmp_path_factory) -> dict[int, str | None]:
-    """The real containerd binaries here: the machine's 1.x, sid's 2.x from the e2e download cache."""
+    """The real containerd binaries here: the machine's 1.x (docker.io's dependency), sid's 2.x."""
     return {1: shutil.which("containerd"), 2: _containerd_2(tmp_path_factory)}
 
 
@@ -159,8 +157,7 @@ def test_real_containerd_accepts_the_merged_file(name, binaries, tmp_path):
     if version == 4:
         pytest.skip("config version 4 needs containerd 2.2+, which no reachable Debian suite ships")
     binary = binaries[2 if version >= 3 else 1]
-    if not binary:
-        pytest.skip(f"no containerd {'2.x' if version >= 3 else '1.x'} binary on this machine")
+    assert binary, "no containerd 1.x on this machine: scripts/ensure-dockerd.sh installs docker.io with it"
     config = tmp_path / "config.toml"
     config.write_text(expected)
     # A relative import resolves next to the file, as on a node.
