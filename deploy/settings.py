@@ -259,6 +259,13 @@ class Settings:
     service_restart_timeout: int = setting(
         30, integer(5, 600), "seconds a restarted runtime has to become active before rollback"
     )
+    drain_before_restart: bool = setting(
+        False, boolean, "cordon and drain the node (kubectl on the control plane) before a runtime "
+        "restart or reboot; uncordon after verify passes"
+    )
+    drain_timeout: int = setting(
+        300, integer(10, 3600), "seconds 'kubectl drain' has to evict the node's pods"
+    )
     # Driver
     nvidia_driver_install: bool = setting(True, boolean, "install the NVIDIA driver")
     nvidia_driver_branch: str | None = setting(
@@ -281,6 +288,12 @@ class Settings:
     )
     allow_insecure_repositories: bool = setting(
         False, boolean, "accept http:// repository and key URLs (local mirrors)"
+    )
+    download_timeout: int = setting(
+        30, integer(1, 600), "seconds a repository or key server has to answer before the run fails"
+    )
+    apt_lock_timeout: int = setting(
+        120, integer(0, 3600), "seconds to wait for another apt or dpkg to release its lock"
     )
     # Kernel and host
     kernel_modules_load: bool = setting(
