@@ -117,32 +117,70 @@ def choice_list(*allowed: str) -> Callable[[Any], tuple[str, ...]]:
     return parse
 
 
+# C0 controls, DEL and the C1 range: a newline in a value would start a new line in a config
+# file or a shell script, NUL truncates arguments.
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# Characters a URL setting may not hold (besides control characters): whitespace and
+# everything a shell or an apt/yum source line gives a meaning to. Percent-encode them.
+URL_FORBIDDEN = re.compile(r"[\s'\"\\`$;|&<>]")
+URL_ALLOWED = "no whitespace, quotes, backslashes, backticks or $ ; | & < > (percent-encode them)"
+
+
+def has_control_characters(text: str) -> bool:
+    return bool(CONTROL_CHARACTERS.search(text))
+
+
 def string_list(value: Any) -> tuple[str, ...]:
     if value is None or value == "":
         return ()
     items = value if isinstance(value, (list, tuple)) else str(value).split(",")
-    return tuple(str(item).strip() for item in items if str(item).strip())
+    names = tuple(str(item).strip() for item in items if str(item).strip())
+    if any(has_control_characters(name) for name in names):
+        raise _Invalid("a comma-separated list without control characters")
+    return names
+
+
+def node_name(value: Any) -> str:
+    """A Kubernetes node name: a DNS subdomain (RFC 1123), at most 253 characters."""
+    text = str(value).strip()
+    if len(text) > 253 or not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", text):
+        raise _Invalid("host=node pairs whose node is a Kubernetes node name (lower case letters, digits, '-', '.')")
+    return text
 
 
 def mapping(value: Any) -> tuple[tuple[str, str], ...]:
-    """A dict, or ``a=b,c=d`` from the command line; kept as sorted pairs (hashable)."""
+    """
+    Inventory host name -> Kubernetes node name, from a dict or ``a=b,c=d`` on the command
+    line; kept as sorted pairs (hashable). Node names reach kubectl: they must be node names.
+    """
     if value is None or value == "":
         return ()
     if isinstance(value, Mapping):
-        return tuple(sorted((str(key), str(val)) for key, val in value.items()))
-    pairs = {}
-    for item in str(value).split(","):
-        if "=" not in item:
-            raise _Invalid("a mapping such as host1=node-a,host2=node-b")
-        key, _, val = item.partition("=")
-        pairs[key.strip()] = val.strip()
-    return tuple(sorted(pairs.items()))
+        items = [(str(key).strip(), val) for key, val in value.items()]
+    else:
+        items = []
+        for item in str(value).split(","):
+            if "=" not in item:
+                raise _Invalid("a mapping such as host1=node-a,host2=node-b")
+            key, _, val = item.partition("=")
+            items.append((key.strip(), val))
+    if any(not key or has_control_characters(key) for key, _ in items):
+        raise _Invalid("a mapping such as host1=node-a,host2=node-b (host names without control characters)")
+    return tuple(sorted({key: node_name(val) for key, val in items}.items()))
 
 
 def absolute_path(value: Any) -> str:
     text = str(value).strip()
-    if not text.startswith("/") or "\n" in text:
-        raise _Invalid("an absolute path")
+    if isinstance(value, bool) or not text.startswith("/") or has_control_characters(text):
+        raise _Invalid("an absolute path without control characters")
+    return text
+
+
+def controller_path(value: Any) -> str:
+    """A file on the controller (relative to the working directory, or absolute)."""
+    text = str(value).strip()
+    if isinstance(value, bool) or not text or has_control_characters(text):
+        raise _Invalid("a file path on the controller, without control characters")
     return text
 
 
@@ -169,11 +207,19 @@ def package_version(value: Any) -> str:
     return text
 
 
-def url(value: Any) -> str:
+def _url_text(value: Any, allowed: str) -> str:
     text = str(value).strip()
+    if isinstance(value, bool) or URL_FORBIDDEN.search(text) or has_control_characters(text):
+        raise _Invalid(f"{allowed}, with {URL_ALLOWED}")
+    return text
+
+
+def url(value: Any) -> str:
+    allowed = "an https:// URL (http:// needs allow_insecure_repositories=true)"
+    text = _url_text(value, allowed)
     parsed = urlparse(text)
     if parsed.scheme not in ("https", "http", "file") or not (parsed.netloc or parsed.path):
-        raise _Invalid("an https:// URL (http:// needs allow_insecure_repositories=true)")
+        raise _Invalid(allowed)
     return text
 
 
@@ -208,12 +254,16 @@ def sha256_digest(value: Any) -> str:
 
 
 def https_url_or_path(value: Any) -> str:
+    allowed = "an https:// URL or an absolute path to a file on the controller"
     text = str(value).strip()
-    if text.startswith("/") and "\n" not in text:
+    if text.startswith("/"):
+        if has_control_characters(text):
+            raise _Invalid(f"{allowed} (a path without control characters)")
         return text
+    text = _url_text(value, allowed)
     parsed = urlparse(text)
     if parsed.scheme != "https" or not parsed.netloc:
-        raise _Invalid("an https:// URL or an absolute path to a file on the controller")
+        raise _Invalid(allowed)
     return text
 
 
@@ -308,7 +358,7 @@ class Settings:
     )
     # Verification
     verify_report_path: str = setting(
-        "gpu-node-report.json", str, "where the controller writes the JSON node report"
+        "gpu-node-report.json", controller_path, "where the controller writes the JSON node report"
     )
     verify_image: str = setting(
         "docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
@@ -452,15 +502,53 @@ def parse_settings(data: Mapping[str, Any]) -> Settings:
     return settings
 
 
+# Leading words of setting names too common to claim: a user key such as time_zone or
+# service_name is likely someone else's, so only a close match (TYPO_CUTOFF) is pointed out.
+GENERIC_LEADING_WORDS = frozenset({"allow", "download", "min", "require", "service", "time"})
+TYPO_CUTOFF = 0.85
+
+
+def setting_prefixes() -> frozenset[str]:
+    """``nvidia_``, ``containerd_``, ``gpushare_`` ...: the leading words of our setting names."""
+    return frozenset(
+        name.split("_", 1)[0] + "_"
+        for name in SETTING_FIELDS
+        if "_" in name and name.split("_", 1)[0] not in GENERIC_LEADING_WORDS
+    )
+
+
+@lru_cache(maxsize=1)
+def pyinfra_data_keys() -> frozenset[str]:
+    """Data keys pyinfra's connectors read (ssh_user, docker_identifier ...): never ours to warn about."""
+    from pyinfra.api.connectors import get_all_connectors
+
+    return frozenset(key for connector in get_all_connectors().values() for key in connector.data_meta)
+
+
+def closest_setting(key: str) -> str | None:
+    """The setting ``key`` most likely meant: among those with its prefix when it has one of ours."""
+    prefix = next((p for p in sorted(setting_prefixes(), key=len, reverse=True) if key.startswith(p)), None)
+    if prefix is not None:
+        candidates = [name for name in SETTING_FIELDS if name.startswith(prefix)]
+        return max(candidates, key=lambda name: difflib.SequenceMatcher(None, key, name).ratio())
+    close = difflib.get_close_matches(key, SETTING_FIELDS, n=1, cutoff=TYPO_CUTOFF)
+    return close[0] if close else None
+
+
 def likely_typos(data: Mapping[str, Any]) -> list[str]:
-    """Keys in data that are not settings but look like one (a warning, not an error)."""
+    """
+    Keys in data that are not settings but look like one (a warning, not an error): any key
+    with one of our prefixes (nvidia_driver_brnach), and any key close to a setting name.
+    pyinfra's own keys (ssh_*, docker_identifier, _sudo ...) are left alone.
+    """
     notes = []
     for key in data:
-        if key in SETTING_FIELDS:
+        key = str(key)
+        if key in SETTING_FIELDS or key.startswith("_") or key in pyinfra_data_keys():
             continue
-        close = difflib.get_close_matches(key, SETTING_FIELDS, n=1, cutoff=0.85)
+        close = closest_setting(key)
         if close:
-            notes.append(f"unknown setting {key!r}: did you mean {close[0]!r}?")
+            notes.append(f"unknown setting {key!r}: did you mean {close!r}?")
     return notes
 
 

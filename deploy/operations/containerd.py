@@ -25,6 +25,7 @@ from pyinfra.api import operation
 from tomlkit.exceptions import ParseError
 from tomlkit.items import AoT, Table, Whitespace
 
+from deploy import redact
 from deploy.facts.containerd import ContainerdConfig
 from deploy.operations import safe_install
 from deploy.settings import RuntimeWiring
@@ -63,8 +64,8 @@ def parse_config(text: str, source: str) -> tomlkit.TOMLDocument:
     try:
         return tomlkit.parse(text)
     except ParseError as error:
-        # tomlkit's message already ends with "at line L col C".
-        raise ConfigError(f"{source} is not valid TOML: {error}") from None
+        # tomlkit's message ends with "at line L col C"; the character it quotes may be a password's.
+        raise ConfigError(f"{source} is not valid TOML: {redact.toml_error(error)}") from None
 
 
 def config_version(document, source: str) -> int:
@@ -316,6 +317,7 @@ def configure_nvidia_runtime(
         host.log_styled(f"{path}: {note}", fg="yellow")
     if current is None:
         host.log_styled(f"{path} is missing: creating it from {source}", fg="yellow")
+    redact.log_masked_diff(host, path, current, merged.text, "toml")
 
     validate = None
     if validate_with_binary and state["binary_path"]:

@@ -18,6 +18,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pyinfra import host
 from pyinfra.api import operation
 
+from deploy import redact
 from deploy.facts.docker import DockerState
 from deploy.operations import safe_install
 from deploy.settings import RuntimeWiring
@@ -209,6 +210,7 @@ def configure_nvidia_runtime(path: str, wiring: RuntimeWiring, service: str = "d
         host.log_styled(f"{path}: {note}", fg="yellow")
 
     content = render_daemon_json(merged.config)
+    redact.log_masked_diff(host, path, current, content, "json")
     if state["can_validate"]:
         validator = safe_install.Validator(
             argv=[state["dockerd"], "--validate", "--config-file", "{candidate}"],

@@ -1,0 +1,156 @@
+"""
+Keep credentials found in existing runtime configs out of what this tool prints.
+
+containerd's config.toml can hold registry credentials (``registry.configs."HOST".auth``,
+the older ``registry.auths``, k3s's generated config) and daemon.json or a ``hosts.toml``
+can hold tokens. The ``--diff`` output of the runtime operations and the errors built from
+config content go through here: key names and layout stay, the values of credential keys
+(and everything under a credential table) become ``***``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Callable
+
+import tomlkit
+from tomlkit.items import AoT, Array, InlineTable, Item, Table
+
+MASK = "***"
+# A key whose name holds one of these words is a credential, and so is everything under it:
+# containerd's auth tables (username, password, auth, identitytoken), auths, Authorization headers.
+SECRET_WORDS = ("password", "passwd", "token", "secret", "auth", "credential")
+
+
+def is_secret_key(name: str) -> bool:
+    lowered = str(name).lower()
+    return any(word in lowered for word in SECRET_WORDS)
+
+
+# TOML -------------------------------------------------------------------------------------
+
+def _masked_item(old: Item) -> Item:
+    new = tomlkit.item(MASK)
+    new._trivia = old.trivia  # keep indent and comment: the masked line lines up with the real one
+    return new
+
+
+def _mask_array(array: Array, secret: bool) -> None:
+    for value in array:
+        if isinstance(value, InlineTable):
+            _mask_toml_container(value, secret)
+        elif isinstance(value, Array):
+            _mask_array(value, secret)
+
+
+def _mask_toml_container(container, secret: bool) -> None:
+    for key in list(container.keys()):
+        item = container.item(key) if hasattr(container, "item") else container[key]
+        hidden = secret or is_secret_key(key)
+        if isinstance(item, (Table, InlineTable)) or (isinstance(item, dict) and not isinstance(item, Item)):
+            _mask_toml_container(item, hidden)
+        elif isinstance(item, AoT):
+            for table in item:
+                _mask_toml_container(table, hidden)
+        elif hidden:
+            container[key] = _masked_item(item) if isinstance(item, Item) else MASK
+        elif isinstance(item, Array):
+            _mask_array(item, hidden)
+
+
+def mask_toml(text: str) -> str:
+    """``text`` with every credential value replaced by ``"***"``; comments and layout kept."""
+    document = tomlkit.parse(text)
+    _mask_toml_container(document, False)
+    return tomlkit.dumps(document)
+
+
+# tomlkit quotes the offending character (the first character of a value, say): drop it.
+_QUOTED_CHARACTER = re.compile(r""":?\s*(?:'(?:[^'\\]|\\.)*'|"'")""")
+
+
+def toml_error(error: Exception) -> str:
+    """A tomlkit parse error without the characters it quotes from the file: kind, line, column."""
+    message = _QUOTED_CHARACTER.sub("", str(error))
+    return " ".join(message.split())
+
+
+# JSON -------------------------------------------------------------------------------------
+
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]:,]|\s+|[^\s{}\[\]:,"]+|.', re.S)
+
+
+def mask_json(text: str) -> str:
+    """
+    ``text`` (JSON) with every credential value replaced by ``"***"``, rewritten token by token
+    so that whitespace, order and formatting stay exactly as they were.
+    """
+    out: list[str] = []
+    # frames: [kind, secret, current key, expecting a key]
+    stack: list[list] = []
+
+    def value_is_secret() -> bool:
+        if not stack:
+            return False
+        kind, secret, key, _ = stack[-1]
+        return secret or (kind == "object" and key is not None and is_secret_key(key))
+
+    for match in _JSON_TOKEN.finditer(text):
+        token = match.group()
+        top = stack[-1] if stack else None
+        if token in ("{", "["):
+            stack.append(["object" if token == "{" else "array", value_is_secret(), None, token == "{"])
+        elif token in ("}", "]"):
+            if stack:
+                stack.pop()
+        elif token == ":":
+            if top and top[0] == "object":
+                top[3] = False
+        elif token == ",":
+            if top and top[0] == "object":
+                top[2], top[3] = None, True
+        elif token.isspace():
+            pass
+        elif top and top[0] == "object" and top[3] and token.startswith('"'):
+            try:
+                top[2] = json.loads(token)
+            except ValueError:
+                top[2] = token.strip('"')
+        elif value_is_secret():
+            token = json.dumps(MASK)
+        out.append(token)
+    return "".join(out)
+
+
+MASKERS: dict[str, Callable[[str], str]] = {"toml": mask_toml, "json": mask_json}
+
+
+def masked_diff_lines(current: str | None, desired: str, kind: str) -> list[str]:
+    """pyinfra's own coloured unified diff of two config texts, credential values masked."""
+    from pyinfra.operations.util.files import generate_color_diff
+
+    mask = MASKERS[kind]
+    current_lines = mask(current).splitlines(keepends=True) if current else []
+    desired_lines = mask(desired).splitlines(keepends=True)
+    return list(generate_color_diff(current_lines, desired_lines))
+
+
+def log_masked_diff(host, path: str, current: str | None, desired: str, kind: str) -> None:
+    """With pyinfra's ``--diff``: log the change to ``path`` as files.put does, credentials masked."""
+    if not host.state.config.DIFF:
+        return
+    from pyinfra import logger
+    from pyinfra.api.output import format_text
+
+    verb = "create" if current is None else "modify"
+    try:
+        lines = masked_diff_lines(current, desired, kind)
+    except Exception:  # a text the masker cannot read: show nothing rather than a secret
+        host.log(f"Will {verb} {format_text(path, bold=True)} (diff withheld: its credentials "
+                 "could not be masked)", logger.info)
+        return
+    host.log(f"Will {verb} {format_text(path, bold=True)}", logger.info)
+    for line in lines:
+        logger.info("  %s", line)
+    logger.info("")
