@@ -13,6 +13,19 @@ from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.operations import apt, dnf
 
 from deploy.facts.packages import DebPackageStates, RpmPackageStates, ZypperLocks
+from deploy.facts.recovery import lock_holders_script
+
+# apt's own default wait is none: a node where unattended-upgrades runs would fail at once.
+DEFAULT_APT_LOCK_TIMEOUT = 120
+
+
+def apt_lock_timeout() -> int:
+    """This run's apt_lock_timeout (preflight records it on the host, as it does the apt lists)."""
+    return getattr(host, "_gpu_node_apt_lock_timeout", DEFAULT_APT_LOCK_TIMEOUT)
+
+
+def apt_lock_option() -> str:
+    return f"-o DPkg::Lock::Timeout={int(apt_lock_timeout())}"
 
 
 def refresh_apt_lists():
@@ -23,7 +36,7 @@ def refresh_apt_lists():
     if getattr(host, "_gpu_node_apt_lists_fresh", False):
         host.noop("apt lists were refreshed earlier in this run")
         return
-    yield from apt.update._inner()
+    yield StringCommand("apt-get", apt_lock_option(), "update")
     if host.state.is_executing:  # change detection (--dry) runs generators without running commands
         host._gpu_node_apt_lists_fresh = True
 
@@ -54,7 +67,7 @@ def apt_install(packages: dict, hold: bool = False):
         yield from apt.packages._inner(
             packages=[f"{name}={packages[name]}" if packages[name] else name for name in needed],
             # We manage holds ourselves: a new pin must be able to move a held package.
-            extra_install_args="--allow-change-held-packages --allow-downgrades",
+            extra_install_args=f"{apt_lock_option()} --allow-change-held-packages --allow-downgrades",
         )
     else:
         host.noop("packages are installed: " + ", ".join(f"{n} {states[n]['version']}" for n in sorted(packages)))
@@ -63,6 +76,35 @@ def apt_install(packages: dict, hold: bool = False):
         to_hold = sorted(name for name in packages if name in needed or not states[name]["held"])
         if to_hold:
             yield StringCommand("apt-mark", "hold", *[QuoteString(name) for name in to_hold])
+
+
+def recovery_script(lock_timeout: int) -> str:
+    """Wait, bounded, for apt/dpkg locks held by others; then finish an interrupted dpkg run."""
+    return f"""deadline=$(( $(date +%s) + {int(lock_timeout)} ))
+while held=$({lock_holders_script()}); [ -n "$held" ]; do
+    if [ "$(date +%s)" -ge "$deadline" ]; then
+        printf 'gpu-node: %s\\n' "the package manager is busy: after waiting {int(lock_timeout)} s (apt_lock_timeout), \\
+$(printf '%s\\n' "$held" | sed 's/^held \\([^ ]*\\) \\([0-9]*\\) \\(.*\\)/\\1 is held by process \\2 (\\3)/' | tr '\\n' ';')\\
+ nothing was changed: run again once it is done" >&2
+        exit 1
+    fi
+    sleep 1
+done
+if [ -n "$(ls -A /var/lib/dpkg/updates 2>/dev/null)" ] || [ -n "$(dpkg --audit 2>/dev/null)" ]; then
+    echo "an earlier dpkg run was interrupted: dpkg --configure -a"
+    DEBIAN_FRONTEND=noninteractive dpkg --force-confdef --force-confold --configure -a ||
+        {{ echo "gpu-node: 'dpkg --configure -a' could not finish the interrupted dpkg run (above)" >&2; exit 1; }}
+fi"""
+
+
+@operation(is_idempotent=False)
+def recover_package_manager(lock_timeout: int):
+    """
+    Before any change: wait up to ``lock_timeout`` seconds for another apt or dpkg (unattended-upgrades,
+    an operator) to release its locks, failing with the lock and its holder; then finish what an
+    interrupted dpkg run left half-configured (``dpkg --configure -a``).
+    """
+    yield StringCommand(recovery_script(lock_timeout))
 
 
 @operation()

@@ -7,8 +7,9 @@ One machinery for containerd's config.toml and Docker's daemon.json:
    atomic rename, and relative ``imports`` resolve the same way);
 2. the real daemon binary checks it (``containerd --config C config dump``,
    ``dockerd --validate --config-file C``); a rejected candidate is removed and nothing else moves;
-3. the live file is kept as ``FILE.gpu-node-backup-TIMESTAMP``;
-4. the candidate becomes the live file by rename, mode 0644 root:root;
+3. the live file is kept as ``FILE.gpu-node-backup-TIMESTAMP``, mode 0600 (credentials);
+4. the candidate becomes the live file by rename, root:root, mode 0644 (or the live file's
+   mode when that is stricter); a mark under ``PENDING_RESTART_DIR`` says a restart is due;
 5. the service is restarted and must be active within a bounded wait; if not, the backup is
    put back, the service restarted on it, and the host fails with both outcomes shown.
 
@@ -25,7 +26,7 @@ from io import BytesIO
 from typing import Iterator, Sequence
 
 from pyinfra.api import QuoteString, StringCommand, operation
-from pyinfra.api.command import FileUploadCommand
+from pyinfra.api.command import FileUploadCommand, PyinfraCommand
 
 CANDIDATE_SUFFIX = ".gpu-node-candidate"
 BACKUP_INFIX = ".gpu-node-backup-"
@@ -59,36 +60,60 @@ def fail(message: str):
     yield from fail_host(message)
 
 
-def install_script(path: str, validator: Validator | None, service: str | None, timeout: int) -> str:
-    """The remote half of the safe install: validate, back up, swap, restart, roll back."""
+# An interrupted run (lost connection, killed controller) can leave a new config in place with
+# the daemon still running the old one; the next run finds this mark and restarts.
+PENDING_RESTART_DIR = "/var/lib/gpu-node/restart-pending"
+
+
+def pending_restart_mark(service: str, directory: str = PENDING_RESTART_DIR) -> str:
+    return f"{directory}/{service}"
+
+
+def _script_header(path: str, service: str | None, timeout: int, pending_dir: str) -> str:
     quote = shlex.quote
-    validate = (
-        f"""if ! check_output=$({validator.command('"$candidate"')} 2>&1); then
-    rm -f "$candidate"
-    fail "$dest was not changed: {validator.what} rejected the new version:" "$check_output"
-fi
-"""
-        if validator
-        else ""
-    )
-    lines = f"""set -u
+    return f"""set -u
 dest={quote(path)}
 candidate={quote(candidate_path(path))}
 unit={quote(service or "")}
 timeout={int(timeout)}
+pending={quote(pending_restart_mark(service, pending_dir) if service else "")}
 stamp=$(date +%Y%m%dT%H%M%S)
 fail() {{ printf 'gpu-node: %s\\n' "$@" >&2; exit 1; }}
-{validate}chown root:root "$candidate" && chmod 0644 "$candidate" || fail "could not set owner and mode of $candidate"
+"""
+
+
+def _validate_part(validator: Validator | None) -> str:
+    if not validator:
+        return ""
+    return f"""if ! check_output=$({validator.command('"$candidate"')} 2>&1); then
+    rm -f "$candidate"
+    fail "$dest was not changed: {validator.what} rejected the new version:" "$check_output"
+fi
+"""
+
+
+_SWAP_PART = f"""# 0644, or the live file's mode when it denies others (it may hold registry credentials).
+mode=0644
+if [ -e "$dest" ]; then
+    live_mode=$(stat -c %a "$dest") && live_owner=$(stat -c %u:%g "$dest") || fail "could not read $dest"
+    case $live_mode in *[0-3]) mode=$live_mode ;; esac
+fi
+chown root:root "$candidate" && chmod "$mode" "$candidate" || fail "could not set owner and mode of $candidate"
 backup=""
 if [ -e "$dest" ]; then
     backup="$dest{BACKUP_INFIX}$stamp"
-    cp -p "$dest" "$backup" || fail "could not back up $dest; it was not changed"
+    # 0600: containerd configs can hold registry credentials.
+    install -p -m 0600 -o root -g root "$dest" "$backup" || fail "could not back up $dest; it was not changed"
+fi
+if [ -n "$pending" ]; then
+    mkdir -p "${{pending%/*}}" && printf '%s\\n' "$dest" >"$pending" || fail "could not write $pending; $dest was not changed"
 fi
 mv -f "$candidate" "$dest" || fail "could not move $candidate over $dest"
-echo "installed $dest${{backup:+ (previous version kept as $backup)}}"
+echo "installed $dest${{backup:+ (previous version kept as $backup, mode 0600)}}"
 [ -n "$unit" ] || exit 0
+"""
 
-wait_active() {{
+_RESTART_FUNCTIONS = """wait_active() {
     deadline=$(( $(date +%s) + timeout ))
     while :; do
         # Active twice a second apart: a daemon that dies right after start is not up.
@@ -98,32 +123,37 @@ wait_active() {{
         [ "$(date +%s)" -lt "$deadline" ] || return 1
         sleep 1
     done
-}}
-restart() {{
+}
+restart() {
     restart_output=$(timeout "$timeout" systemctl restart "$unit" 2>&1)
     restart_status=$?
     wait_active && return 0
     state=$(systemctl is-active "$unit" 2>&1)
     journal=$(journalctl -u "$unit" -n 8 --no-pager -o cat 2>/dev/null)
-    why="$unit is $state, not active, ${{timeout}} s after 'systemctl restart' (exit $restart_status) $restart_output
+    why="$unit is $state, not active, ${timeout} s after 'systemctl restart' (exit $restart_status) $restart_output
 $journal"
     return 1
-}}
+}
+"""
 
+_RESTART_PART = f"""{_RESTART_FUNCTIONS}
 if restart; then
+    rm -f "$pending"
     echo "restarted $unit: active"
     exit 0
 fi
 first_error=$why
-cp -p "$dest" "$dest{REJECTED_INFIX}$stamp"
+install -p -m 0600 -o root -g root "$dest" "$dest{REJECTED_INFIX}$stamp"
 if [ -n "$backup" ]; then
-    cp -p "$backup" "$candidate" && mv -f "$candidate" "$dest"
+    cp -p "$backup" "$candidate" && chmod "$live_mode" "$candidate" && chown "$live_owner" "$candidate" \\
+        && mv -f "$candidate" "$dest"
     restored="restored the previous $dest from $backup"
 else
     rm -f "$dest"
     restored="removed the new $dest (there was none before)"
 fi
 if restart; then
+    rm -f "$pending"
     outcome="rollback: $restored; $unit is active again on it"
 else
     outcome="rollback: $restored, but $why"
@@ -131,7 +161,31 @@ fi
 fail "$unit did not come back on the new $dest (kept as $dest{REJECTED_INFIX}$stamp):" \\
     "$first_error" "$outcome"
 """
-    return lines
+
+
+def install_script(path: str, validator: Validator | None, service: str | None, timeout: int,
+                   pending_dir: str = PENDING_RESTART_DIR) -> str:
+    """The remote half of the safe install: validate, back up, swap, restart, roll back."""
+    return (_script_header(path, service, timeout, pending_dir) + _validate_part(validator)
+            + _SWAP_PART + _RESTART_PART)
+
+
+def validate_script(path: str, validator: Validator) -> str:
+    """Only the check of the candidate: for a swap that waits on something (a drain) first."""
+    return _script_header(path, None, 0, PENDING_RESTART_DIR) + _validate_part(validator)
+
+
+def restart_pending_script(path: str, service: str, timeout: int,
+                           pending_dir: str = PENDING_RESTART_DIR) -> str:
+    """Restart a unit whose config an interrupted run installed without restarting it."""
+    return _script_header(path, service, timeout, pending_dir) + _RESTART_FUNCTIONS + """
+if restart; then
+    rm -f "$pending"
+    echo "restarted $unit: active on $dest (an interrupted run had installed it without a restart)"
+    exit 0
+fi
+fail "$unit did not come back after the restart an interrupted run left pending for $dest:" "$why"
+"""
 
 
 @operation(is_idempotent=False)
@@ -141,6 +195,7 @@ def install_file(
     validator: Validator | None = None,
     service: str | None = None,
     restart_timeout: int = 30,
+    before_restart: Sequence[PyinfraCommand] = (),
 ):
     """
     Replace ``path`` with ``content`` safely (see the module docstring). Callers decide that the
@@ -151,7 +206,23 @@ def install_file(
     + validator: the daemon's own check of the candidate (None: checked by the caller)
     + service: the systemd unit to restart and watch (None: no restart)
     + restart_timeout: seconds the unit has to become active before the rollback
+    + before_restart: commands run once the candidate passed its check, before the swap and
+      restart (a drain); given only with a service
     """
     yield StringCommand("mkdir -p", QuoteString(posixpath.dirname(path) or "/"))
     yield FileUploadCommand(BytesIO(content.encode()), candidate_path(path))
+    if service and before_restart:
+        if validator:
+            yield StringCommand(validate_script(path, validator))
+        yield from before_restart
+        yield StringCommand(install_script(path, None, service, restart_timeout))
+        return
     yield StringCommand(install_script(path, validator, service, restart_timeout))
+
+
+@operation(is_idempotent=False)
+def restart_pending(path: str, service: str, restart_timeout: int = 30,
+                    before_restart: Sequence[PyinfraCommand] = ()):
+    """Restart ``service``, which an interrupted run left running on an old ``path``."""
+    yield from before_restart
+    yield StringCommand(restart_pending_script(path, service, restart_timeout))

@@ -13,6 +13,8 @@ from deploy.distros import Platform, detect_platform
 from deploy.facts.combined import read_facts
 from deploy.facts.containerd import ContainerdFlavour, classify_flavour
 from deploy.facts.nvidia import NvidiaNode, PackagesAvailable
+from deploy.facts.recovery import PackageManagerState, PendingRestarts
+from deploy.operations import packages as package_ops
 from deploy.settings import Settings, likely_typos
 from deploy.tasks.driver import DriverPlan, plan_for_host
 
@@ -33,6 +35,11 @@ class Node:
     # deploy/facts/containerd.py ContainerdFlavour plus "flavour": {"name", "service"}:
     # who owns containerd (plain, k3s, rke2, k0s, microk8s)
     containerd: dict | None = None
+    # deploy/facts/recovery.py PendingRestarts: {unit: config} an interrupted run did not restart
+    pending_restarts: dict | None = None
+
+    def restart_pending(self, unit: str, path: str) -> bool:
+        return (self.pending_restarts or {}).get(unit) == path
 
 
 def gpu_findings(nvidia: dict, require_gpu: bool) -> tuple[list[str], list[str]]:
@@ -89,7 +96,8 @@ def preflight(settings: Settings) -> Node:
     for note in likely_typos(host.data.dict()):
         logger.warning(f"{host.print_prefix}{note}")
     # One remote command for what every node run needs first (re-runs from cron pay per command).
-    facts = read_facts(host, LinuxDistribution, Arch, NvidiaNode, ContainerdFlavour)
+    facts = read_facts(host, LinuxDistribution, Arch, NvidiaNode, ContainerdFlavour, PackageManagerState,
+                       PendingRestarts)
     platform = detect_platform(facts["LinuxDistribution"], facts["Arch"])
     logger.info(f"{host.print_prefix}platform: {platform.description}, family {platform.family.name}")
 
@@ -108,4 +116,26 @@ def preflight(settings: Settings) -> Node:
         raise PreflightError(f"{host.name}: " + "; ".join(errors))
     containerd = facts["ContainerdFlavour"]
     containerd["flavour"] = classify_flavour(containerd)
-    return Node(platform=platform, nvidia=nvidia, driver_plan=plan, containerd=containerd)
+    recover_package_manager(settings, facts["PackageManagerState"])
+    pending = facts["PendingRestarts"]
+    for unit, path in sorted(pending.items()):
+        logger.warning(f"{host.print_prefix}an earlier run installed {path} but was interrupted before "
+                       f"{unit} restarted: restarting it")
+    return Node(platform=platform, nvidia=nvidia, driver_plan=plan, containerd=containerd,
+                pending_restarts=pending)
+
+
+def recover_package_manager(settings: Settings, state: dict) -> None:
+    """Busy or interrupted dpkg: wait for it (bounded) and finish it before the first change."""
+    host._gpu_node_apt_lock_timeout = settings.apt_lock_timeout
+    if not any(settings.runs(stage) for stage in ("driver", "toolkit", "runtimes")):
+        return
+    if not (state["held"] or state["interrupted"]):
+        return
+    for holder in state["held"]:
+        logger.warning(f"{host.print_prefix}{holder['lock']} is held by process {holder['pid']} "
+                       f"({holder['command']}): waiting up to {settings.apt_lock_timeout} s (apt_lock_timeout)")
+    package_ops.recover_package_manager(
+        name="Wait for other package managers and finish interrupted dpkg runs",
+        lock_timeout=settings.apt_lock_timeout,
+    )

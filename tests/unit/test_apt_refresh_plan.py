@@ -8,7 +8,7 @@ from fixtures.nvidia.fake_host import fake_run, responses
 def test_toolkit_then_containerd_refresh_the_lists_once_after_the_new_source():
     run = fake_run(responses("debian-12"), data={"stages": "toolkit,runtimes"})
     assert run.error is None, run.error
-    updates = [index for index, command in enumerate(run.commands) if command.startswith("apt-get update")]
+    updates = [index for index, command in enumerate(run.commands) if command.startswith("apt-get ") and command.endswith(" update")]
     source = next(index for index, command in enumerate(run.commands)
                   if command.startswith("chown") and command.endswith("nvidia-container-toolkit.list"))
     installs = [index for index, command in enumerate(run.commands) if "apt-get -y" in command and " install " in command]
@@ -20,6 +20,6 @@ def test_toolkit_then_containerd_refresh_the_lists_once_after_the_new_source():
 def test_enabling_driver_components_refreshes_again_before_the_driver_install():
     run = fake_run(responses("debian-12"), data={"stages": "driver,toolkit"})
     assert run.error is None, run.error
-    updates = [command for command in run.commands if command.startswith("apt-get update")]
+    updates = [command for command in run.commands if command.startswith("apt-get ") and command.endswith(" update")]
     # one after contrib/non-free are enabled, one after the toolkit source is added
     assert len(updates) == 2, run.commands

@@ -44,8 +44,8 @@ def test_debian_default_plan_enables_components_installs_driver_headers_firmware
         **DEBIAN_FILES, "apt-cache show --no-all-versions": ["yes linux-headers-6.1.0-18-amd64"],
     })))
     installs = install_lines(run, "apt-get")
-    assert any(c.endswith(" install --allow-change-held-packages --allow-downgrades nvidia-driver nvidia-smi nvidia-kernel-dkms") for c in installs), installs
-    assert any(c.endswith(" install --allow-change-held-packages --allow-downgrades firmware-misc-nonfree") for c in installs)
+    assert any(c.endswith(" --allow-change-held-packages --allow-downgrades nvidia-driver nvidia-smi nvidia-kernel-dkms") for c in installs), installs
+    assert any(c.endswith(" --allow-change-held-packages --allow-downgrades firmware-misc-nonfree") for c in installs)
     assert any(c.endswith(" install linux-headers-6.1.0-18-amd64") for c in installs)
     assert "apt-mark hold nvidia-driver nvidia-kernel-dkms nvidia-smi" in run.commands
     assert not run.ran("apt-mark hold firmware")
@@ -102,7 +102,7 @@ def test_debian_without_a_release_entry_fails_the_host_naming_the_problem():
     }))
     failing = single(run.ran("no Debian archive entry for bookworm"))
     assert failing.endswith("exit 1")
-    assert not run.ran("install --allow-change-held-packages --allow-downgrades nvidia-driver")
+    assert not run.ran("--allow-change-held-packages --allow-downgrades nvidia-driver")
 
 
 # Ubuntu
@@ -134,7 +134,7 @@ def test_ubuntu_branch_detected_from_the_installed_driver():
         "dpkg -l": ["ii  nvidia-headless-470-server 470.239.06-0ubuntu0.22.04.1 amd64 NVIDIA headless"],
     })))
     # the installed package stays, the rest of branch 470 joins it, all held
-    assert any(c.endswith("install --allow-change-held-packages --allow-downgrades nvidia-utils-470-server nvidia-dkms-470-server")
+    assert any(c.endswith("--allow-change-held-packages --allow-downgrades nvidia-utils-470-server nvidia-dkms-470-server")
                for c in install_lines(run, "apt-get")), run.commands
     assert "apt-mark hold nvidia-dkms-470-server nvidia-headless-470-server nvidia-utils-470-server" in run.commands
 
@@ -251,7 +251,7 @@ def test_driver_below_the_device_plugins_floor_or_inconsistent_stops_before_any_
 def test_a_loaded_module_of_the_installed_version_needs_no_reboot():
     run = ok(fake_run(responses("debian-12", node=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU,
                                                              loaded="535.216.03", built="535.216.03"), extra=DEBIAN_FILES)))
-    assert run.ran("install --allow-change-held-packages --allow-downgrades nvidia-driver")
+    assert run.ran("--allow-change-held-packages --allow-downgrades nvidia-driver")
     assert not run.ran("> /run/reboot-required")
 
 

@@ -28,7 +28,7 @@ def test_no_gpu_is_a_warning_and_the_run_goes_on(warnings):
     run = debian(node_lines("6.1.0-18-amd64"))
     assert run.error is None
     assert any("no NVIDIA GPU on the PCI bus" in line for line in warnings())
-    assert run.ran("install --allow-change-held-packages --allow-downgrades nvidia-driver")
+    assert run.ran("--allow-change-held-packages --allow-downgrades nvidia-driver")
 
 
 def test_no_gpu_with_require_gpu_stops_before_any_change():

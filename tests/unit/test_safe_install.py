@@ -17,6 +17,9 @@ from deploy.operations.safe_install import (
     candidate_path,
     fail_host,
     install_script,
+    pending_restart_mark,
+    restart_pending_script,
+    validate_script,
 )
 
 # A real checker: python's strict JSON parser, as dockerd --validate would refuse bad JSON.
@@ -39,9 +42,11 @@ def test_good_candidate_replaces_the_file_atomically_with_a_backup(tmp_path):
     result = run_script(live, JSON_CHECK)
     assert result.returncode == 0, result.stderr
     assert live.read_text() == '{"new": true}\n'
-    assert oct(live.stat().st_mode & 0o777) == "0o644" and (live.stat().st_uid, live.stat().st_gid) == (0, 0)
+    # A live file that others could not read stays so (it may hold credentials).
+    assert oct(live.stat().st_mode & 0o777) == "0o600" and (live.stat().st_uid, live.stat().st_gid) == (0, 0)
     backups = list(tmp_path.glob(f"daemon.json{BACKUP_INFIX}*"))
     assert len(backups) == 1 and backups[0].read_text() == '{"old": true}\n'
+    assert oct(backups[0].stat().st_mode & 0o777) == "0o600"
     assert not candidate.exists()
     assert f"previous version kept as {backups[0]}" in result.stdout
 
@@ -94,3 +99,43 @@ def test_script_restarts_and_rolls_back_only_with_a_service():
     script = install_script("/etc/docker/daemon.json", None, "docker", 17)
     assert "unit=docker" in script and "timeout=17" in script
     assert subprocess.run(["sh", "-n", "-c", script]).returncode == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the script sets root:root, as it does on a node")
+def test_a_readable_config_becomes_0644_and_its_backup_0600(tmp_path):
+    live = tmp_path / "config.toml"
+    live.write_text("version = 2\n")
+    os.chmod(live, 0o664)
+    (tmp_path / "config.toml.gpu-node-candidate").write_text("version = 3\n")
+    result = run_script(live)
+    assert result.returncode == 0, result.stderr
+    assert oct(live.stat().st_mode & 0o777) == "0o644"
+    (backup,) = tmp_path.glob(f"config.toml{BACKUP_INFIX}*")
+    assert oct(backup.stat().st_mode & 0o777) == "0o600" and backup.read_text() == "version = 2\n"
+
+
+def test_validation_runs_alone_when_a_drain_waits_between_check_and_swap(tmp_path):
+    live = tmp_path / "daemon.json"
+    live.write_text("{}\n")
+    candidate = tmp_path / "daemon.json.gpu-node-candidate"
+    candidate.write_text('{"ok": true}\n')
+    script = validate_script(str(live), JSON_CHECK)
+    result = subprocess.run(["sh", "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert live.read_text() == "{}\n" and candidate.exists()  # checked, nothing swapped yet
+    candidate.write_text("{]\n")
+    result = subprocess.run(["sh", "-c", script], capture_output=True, text=True)
+    assert result.returncode == 1 and not candidate.exists() and live.read_text() == "{}\n"
+
+
+def test_scripts_with_a_service_are_valid_shell_and_keep_the_pending_mark_until_active():
+    script = install_script("/etc/containerd/config.toml", None, "containerd", 30)
+    assert subprocess.run(["sh", "-n", "-c", script]).returncode == 0
+    mark = pending_restart_mark("containerd")
+    # The mark is written before the swap and removed only after the unit is active.
+    assert script.index('>"$pending"') < script.index('mv -f "$candidate" "$dest"')
+    assert script.index('restarted $unit: active') > script.index('rm -f "$pending"')
+    assert f"pending={mark}" in script
+    restart_only = restart_pending_script("/etc/containerd/config.toml", "containerd", 30)
+    assert subprocess.run(["sh", "-n", "-c", restart_only]).returncode == 0
+    assert 'rm -f "$pending"' in restart_only and "mv -f" not in restart_only

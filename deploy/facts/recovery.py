@@ -1,0 +1,86 @@
+"""What an earlier, interrupted run or another package manager left on the node."""
+
+from __future__ import annotations
+
+from pyinfra.api import FactBase
+
+from deploy.operations.safe_install import PENDING_RESTART_DIR
+
+# apt's and dpkg's locks, in the order apt takes them.
+DPKG_LOCKS = ("/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock", "/var/cache/apt/archives/lock",
+              "/var/lib/apt/lists/lock")
+
+# /proc/locks names the holder of every fcntl/flock lock by inode: no fuser or lsof on a minimal
+# node, and apt's locks are fcntl locks a shell cannot probe without taking them.
+LOCK_HOLDERS_SCRIPT = """for lock in {locks}; do
+    [ -e "$lock" ] || continue
+    inode=$(stat -c %i "$lock")
+    awk -v inode="$inode" '$2 != "->" {{ n = split($6, id, ":"); if (id[n] == inode) print $5 }}' /proc/locks |
+    sort -u | while read -r pid; do
+        echo "held $lock $pid $(tr '\\0' ' ' </proc/$pid/cmdline 2>/dev/null | cut -c1-100)"
+    done
+done"""
+
+
+def lock_holders_script() -> str:
+    return LOCK_HOLDERS_SCRIPT.format(locks=" ".join(DPKG_LOCKS))
+
+
+class PackageManagerState(FactBase):
+    """
+    dpkg's state on Debian-family nodes (empty elsewhere): who holds its locks, and whether an
+    earlier dpkg run was interrupted (``dpkg --audit`` has something to say).
+
+    .. code:: python
+
+        {"held": [{"lock": "/var/lib/dpkg/lock-frontend", "pid": 812, "command": "apt-get install x"}],
+         "interrupted": ["The following packages are only half configured, ..."]}
+    """
+
+    def command(self):
+        return (
+            "if command -v dpkg >/dev/null 2>&1; then "
+            + lock_holders_script()
+            + "; if [ -n \"$(ls -A /var/lib/dpkg/updates 2>/dev/null)\" ]; then echo 'audit dpkg was interrupted'; fi"
+            + "; dpkg --audit 2>/dev/null | sed 's/^/audit /'; fi"
+        )
+
+    @staticmethod
+    def default():
+        return {"held": [], "interrupted": []}
+
+    def process(self, output):
+        state = self.default()
+        for line in output:
+            kind, _, rest = line.partition(" ")
+            if kind == "held":
+                lock, pid, *command = rest.split(" ", 2)
+                state["held"].append({"lock": lock, "pid": int(pid), "command": " ".join(command).strip()})
+            elif kind == "audit" and rest.strip():
+                state["interrupted"].append(rest.strip())
+        return state
+
+
+class PendingRestarts(FactBase):
+    """
+    Units whose new config an interrupted run installed without restarting them:
+    ``{unit: config path}``.
+    """
+
+    def command(self):
+        return (
+            f"for mark in {PENDING_RESTART_DIR}/*; do [ -f \"$mark\" ] && "
+            "printf '%s %s\\n' \"${mark##*/}\" \"$(head -n 1 \"$mark\")\"; done; true"
+        )
+
+    @staticmethod
+    def default():
+        return {}
+
+    def process(self, output):
+        pending = {}
+        for line in output:
+            unit, _, path = line.strip().partition(" ")
+            if unit:
+                pending[unit] = path
+        return pending

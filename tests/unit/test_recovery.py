@@ -1,0 +1,78 @@
+"""
+What an interrupted run or a busy package manager leaves, as the preflight reads it, and what the
+deploy then does first. The fixture is the fact's real output on a bookworm node container while
+a `dpkg -i` held its locks (tests/e2e/test_interruptions.py runs the same on real nodes).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from deploy.facts.combined import MARKER
+from deploy.facts.recovery import PackageManagerState, PendingRestarts
+from deploy.operations.packages import recovery_script
+from fixtures.nvidia.fake_host import fake_run, responses
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "recovery"
+CHANGING = ("mkdir ", "apt-get", "apt-mark", "chmod ", "chown ", "install -p", "update-initramfs")
+
+
+def test_lock_holders_and_audit_lines_are_parsed():
+    state = PackageManagerState().process((FIXTURES / "dpkg-lock-held.txt").read_text().splitlines())
+    assert state["held"] == [
+        {"lock": "/var/lib/dpkg/lock-frontend", "pid": 66, "command": "dpkg -i /tmp/slow.deb"},
+        {"lock": "/var/lib/dpkg/lock", "pid": 66, "command": "dpkg -i /tmp/slow.deb"},
+    ]
+    assert state["interrupted"][0] == "dpkg was interrupted"
+    assert "gpu-node-test-slow   (no description available)" in state["interrupted"]
+
+
+def test_a_quiet_package_manager_reads_as_nothing_to_do():
+    assert PackageManagerState().process([]) == {"held": [], "interrupted": []}
+    assert PackageManagerState().process(["audit "]) == {"held": [], "interrupted": []}
+
+
+def test_pending_restart_marks_name_the_unit_and_its_config():
+    assert PendingRestarts().process(["containerd /etc/containerd/config.toml", "docker /etc/docker/daemon.json"]) == {
+        "containerd": "/etc/containerd/config.toml",
+        "docker": "/etc/docker/daemon.json",
+    }
+
+
+def test_fact_commands_are_valid_shell():
+    for command in (PackageManagerState().command(), PendingRestarts().command(), recovery_script(5)):
+        assert subprocess.run(["sh", "-n", "-c", command]).returncode == 0, command
+
+
+def _with_sections(extra: dict[str, str]) -> dict:
+    """The fake host's answers, with these fact sections added to the combined preflight read."""
+    answers = responses("debian-12")
+    for name, text in extra.items():
+        answers[MARKER] = [*answers[MARKER], f"{MARKER}{name}", *text.splitlines()]
+    return answers
+
+
+def first_change_index(commands: list[str]) -> int:
+    return next(index for index, command in enumerate(commands) if command.startswith(CHANGING))
+
+
+def test_a_held_lock_makes_the_wait_the_first_command_of_the_run():
+    run = fake_run(_with_sections({"PackageManagerState": (FIXTURES / "dpkg-lock-held.txt").read_text()}),
+                   data={"stages": "kernel,toolkit,runtimes", "apt_lock_timeout": "7"})
+    assert run.error is None, run.error
+    waits = [index for index, command in enumerate(run.commands) if "apt_lock_timeout" in command]
+    assert len(waits) == 1
+    assert "+ 7 ))" in run.commands[waits[0]] and "dpkg --force-confdef --force-confold --configure -a" in run.commands[waits[0]]
+    assert waits[0] < first_change_index(run.commands)
+    assert any("-o DPkg::Lock::Timeout=7" in command for command in run.commands if "apt-get" in command)
+
+
+def test_no_wait_when_the_package_manager_is_idle_or_no_package_stage_runs():
+    idle = fake_run(responses("debian-12"), data={"stages": "kernel,toolkit,runtimes"})
+    assert idle.error is None, idle.error
+    assert not [command for command in idle.commands if "apt_lock_timeout" in command]
+    verify_only = fake_run(_with_sections({"PackageManagerState": (FIXTURES / "dpkg-lock-held.txt").read_text()}),
+                           data={"stages": "kernel"})
+    assert verify_only.error is None, verify_only.error
+    assert not [command for command in verify_only.commands if "apt_lock_timeout" in command]
