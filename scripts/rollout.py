@@ -140,7 +140,8 @@ def read_batch_result(number: int, hosts: list[str], returncode: int, stdout: st
         operations, failed = results["operations"], results["failed_hosts"]
     except (ValueError, KeyError, TypeError):
         result.failed = list(hosts)
-        result.stopped = f"pyinfra exited {returncode} before reporting results (its error is above)"
+        result.stopped = (f"pyinfra stopped the batch (exit {returncode}) before reporting results: "
+                          "these hosts failed or did not finish; pyinfra's error is above")
         return result
     result.failed = [name for name in hosts if name in failed]
     if returncode != 0 and not result.failed:
@@ -183,7 +184,7 @@ def summary(batches: list[list[str]], results: list[BatchResult], fail_percent: 
         for name in result.failed:
             lines.append(f"  FAILED       {name}")
         if result.stopped:
-            lines.append(f"  ({result.stopped})")
+            lines.append(f"  {result.stopped}")
     for number, hosts in enumerate(batches[len(results):], start=len(results) + 1):
         lines.append(f"batch {number}: not started")
         lines.extend(f"  not touched  {name}" for name in hosts)

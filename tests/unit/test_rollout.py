@@ -72,7 +72,7 @@ def test_read_batch_result_without_results_counts_every_host_failed():
     # pyinfra prints no JSON when --fail-percent stops it, or no host is left.
     result = rollout.read_batch_result(2, ["a", "b"], 1, "")
     assert result.failed == ["a", "b"]
-    assert "exited 1" in result.stopped
+    assert "stopped the batch (exit 1)" in result.stopped
 
 
 def test_read_batch_result_nonzero_exit_without_a_failed_host_fails_the_batch():
