@@ -17,6 +17,8 @@ from typing import Callable
 import tomlkit
 from tomlkit.items import AoT, Array, InlineTable, Item, Table
 
+from deploy import toml_roundtrip
+
 MASK = "***"
 # A key whose name holds one of these words is a credential, and so is everything under it:
 # containerd's auth tables (username, password, auth, identitytoken), auths, Authorization headers.
@@ -39,31 +41,36 @@ def _masked_item(old: Item) -> Item:
 def _mask_array(array: Array, secret: bool) -> None:
     for value in array:
         if isinstance(value, InlineTable):
-            _mask_toml_container(value, secret)
+            _mask_toml_body(value.value.body, secret)
         elif isinstance(value, Array):
             _mask_array(value, secret)
 
 
-def _mask_toml_container(container, secret: bool) -> None:
-    for key in list(container.keys()):
-        item = container.item(key) if hasattr(container, "item") else container[key]
-        hidden = secret or is_secret_key(key)
-        if isinstance(item, (Table, InlineTable)) or (isinstance(item, dict) and not isinstance(item, Item)):
-            _mask_toml_container(item, hidden)
+def _mask_toml_body(body: list, secret: bool) -> None:
+    """
+    Walk a tomlkit body (the list of (key, item) pairs it renders from) and swap masked items
+    in place: going around tomlkit's mapping interface keeps it from re-indenting tables.
+    """
+    for index, (key, item) in enumerate(body):
+        if key is None:
+            continue  # a comment or blank line
+        hidden = secret or is_secret_key(key.key)
+        if isinstance(item, (Table, InlineTable)):
+            _mask_toml_body(item.value.body, hidden)
         elif isinstance(item, AoT):
-            for table in item:
-                _mask_toml_container(table, hidden)
+            for table in item.body:
+                _mask_toml_body(table.value.body, hidden)
         elif hidden:
-            container[key] = _masked_item(item) if isinstance(item, Item) else MASK
+            body[index] = (key, _masked_item(item))
         elif isinstance(item, Array):
             _mask_array(item, hidden)
 
 
 def mask_toml(text: str) -> str:
     """``text`` with every credential value replaced by ``"***"``; comments and layout kept."""
-    document = tomlkit.parse(text)
-    _mask_toml_container(document, False)
-    return tomlkit.dumps(document)
+    document = toml_roundtrip.parse(text)
+    _mask_toml_body(document.body, False)
+    return document.as_string()
 
 
 # tomlkit quotes the offending character (the first character of a value, say): drop it.

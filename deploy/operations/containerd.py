@@ -25,7 +25,7 @@ from pyinfra.api import operation
 from tomlkit.exceptions import ParseError
 from tomlkit.items import AoT, Table, Whitespace
 
-from deploy import redact
+from deploy import redact, toml_roundtrip
 from deploy.facts.containerd import ContainerdConfig
 from deploy.operations import safe_install
 from deploy.settings import RuntimeWiring
@@ -62,7 +62,7 @@ class Merged:
 
 def parse_config(text: str, source: str) -> tomlkit.TOMLDocument:
     try:
-        return tomlkit.parse(text)
+        return toml_roundtrip.parse(text)
     except ParseError as error:
         # tomlkit's message ends with "at line L col C"; the character it quotes may be a password's.
         raise ConfigError(f"{source} is not valid TOML: {redact.toml_error(error)}") from None

@@ -1,0 +1,56 @@
+"""
+tomlkit's parse, with the text it came from guaranteed back: ``parse(text).as_string() == text``.
+
+tomlkit (0.15) records a doubled indent for a table header that follows a sibling under an
+implicit table (``registry.configs."r".auth`` then ``registry.configs."r".tls``, the layout
+containerd's documentation shows), so each round trip indents that header further: a wired
+config would never compare equal and containerd would restart on every run.
+"""
+
+from __future__ import annotations
+
+import re
+
+import tomlkit
+from tomlkit.container import _emits_header
+from tomlkit.items import AoT, Table
+
+# A table header line: its indent and the header itself (arrays of tables too).
+HEADER_LINE = re.compile(r"^([ \t]*)(\[\[?[^\]\n]*\]\]?)[ \t]*(?:#.*)?$", re.M)
+
+
+def _header_tables(body: list, key=None, table=None):
+    """The tables of a tomlkit body that render a [header] line, in the order they render."""
+    if table is not None and (table.is_aot_element() or _emits_header(key, table)):
+        yield table
+    for child_key, item in body:
+        if isinstance(item, Table):
+            yield from _header_tables(item.value.body, child_key, item)
+        elif isinstance(item, AoT):
+            for element in item.body:
+                yield from _header_tables(element.value.body, child_key, element)
+
+
+def _repair_header_indents(document: tomlkit.TOMLDocument, text: str) -> None:
+    """Take each header's indent from the text itself; keep tomlkit's reading when that does not restore the text."""
+    if document.as_string() == text:
+        return
+    tables = list(_header_tables(document.body))
+    written = HEADER_LINE.findall(text)
+    rendered = HEADER_LINE.findall(document.as_string())
+    if not (len(tables) == len(written) == len(rendered)):
+        return
+    previous = [table.trivia.indent for table in tables]
+    for table, (indent, header), (now, again) in zip(tables, written, rendered):
+        if header == again and indent != now:
+            table.trivia.indent = table.trivia.indent[: len(table.trivia.indent) - len(now)] + indent
+    if document.as_string() != text:
+        for table, indent in zip(tables, previous):
+            table.trivia.indent = indent
+
+
+def parse(text: str) -> tomlkit.TOMLDocument:
+    """tomlkit.parse (raising its ParseError), header indents as written."""
+    document = tomlkit.parse(text)
+    _repair_header_indents(document, text)
+    return document

@@ -1,0 +1,227 @@
+"""Credentials in existing runtime configs never reach the --diff output or our error messages."""
+
+from __future__ import annotations
+
+import base64
+import logging
+
+import pytest
+from plan import run_plan, settings_for
+from pyinfra.api import config as pyinfra_config
+
+from deploy import redact
+from deploy.distros import detect_platform
+from deploy.operations.containerd import ConfigError, merge_containerd_config, parse_config
+from deploy.operations.docker import DaemonConfigError, parse_daemon_json
+from deploy.settings import RuntimeWiring
+from deploy.tasks.containerd import containerd_runtime
+from deploy.tasks.docker import docker_runtime
+
+PASSWORD = "s3cr3t-PASSWORD-value"
+TOKEN = "eyJhbGciOiJSUzI1NiJ9.identity-TOKEN"
+BASIC = "Ym9iOnMzY3IzdA=="
+
+# containerd 1.6 (config version 2): registry credentials in the CRI plugin's config.
+CONTAINERD_16 = f"""version = 2
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.k8s.io/pause:3.9"
+
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    [plugins."io.containerd.grpc.v1.cri".registry.mirrors."docker.io"]
+      endpoint = ["https://mirror.example.internal"]
+
+    # the site's private registry
+    [plugins."io.containerd.grpc.v1.cri".registry.configs."r.example".auth]
+      username = "bob"
+      password = "{PASSWORD}"  # rotated monthly
+      auth = "{BASIC}"
+      identitytoken = "{TOKEN}"
+
+    [plugins."io.containerd.grpc.v1.cri".registry.configs."r.example".tls]
+      insecure_skip_verify = false
+
+    [plugins."io.containerd.grpc.v1.cri".registry.auths."https://gcr.io"]
+      username = "_json_key"
+      password = "{PASSWORD}"
+"""
+
+# containerd 2.x (config version 3): registry hosts in config_path, the old auth table still read.
+CONTAINERD_2 = f"""version = 3
+
+[plugins."io.containerd.cri.v1.images"]
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = "/etc/containerd/certs.d"
+    [plugins."io.containerd.cri.v1.images".registry.configs."r.example".auth]
+      username = "bob"
+      password = "{PASSWORD}"
+"""
+
+# /etc/containerd/certs.d/r.example/hosts.toml: credentials travel in a header.
+HOSTS_TOML = f"""server = "https://r.example"
+
+[host."https://r.example"]
+  capabilities = ["pull", "resolve"]
+  [host."https://r.example".header]
+    Authorization = ["Basic {BASIC}"]
+    X-Request-Id = ["gpu-node"]
+"""
+
+DAEMON_JSON = f"""{{
+    "log-driver": "splunk",
+    "log-opts": {{"splunk-token": "{TOKEN}", "splunk-url": "https://splunk.example:8088"}},
+    "registry-mirrors": ["https://mirror.example.internal"],
+    "proxies": {{"http-proxy": "http://proxy.example:3128"}}
+}}
+"""
+
+SECRETS = (PASSWORD, TOKEN, BASIC, "bob", "_json_key")
+WIRING = RuntimeWiring()
+
+
+def assert_no_secret(text: str) -> None:
+    for secret in SECRETS:
+        assert secret not in text
+
+
+@pytest.mark.parametrize(
+    "key, secret",
+    [("password", True), ("identitytoken", True), ("auth", True), ("Authorization", True),
+     ("splunk-token", True), ("client_secret", True), ("sandbox_image", False), ("config_path", False),
+     ("endpoint", False), ("username", False)],
+)
+def test_credential_key_names(key, secret):
+    # username is masked only under an auth table (see below), not everywhere.
+    assert redact.is_secret_key(key) is secret
+
+
+def test_containerd_16_auth_tables_are_masked_and_everything_else_is_kept_as_it_is():
+    masked = redact.mask_toml(CONTAINERD_16)
+    assert_no_secret(masked)
+    assert masked.count('"***"') == 6  # username, password, auth, identitytoken; auths' username, password
+    assert '      password = "***"  # rotated monthly' in masked.splitlines()  # indent and comment kept
+    assert len(masked.splitlines()) == len(CONTAINERD_16.splitlines())
+    for kept in ('sandbox_image = "registry.k8s.io/pause:3.9"', 'endpoint = ["https://mirror.example.internal"]',
+                 "# the site's private registry", "insecure_skip_verify = false"):
+        assert kept in masked
+
+
+def test_containerd_2_config_path_stays_and_its_auth_table_is_masked():
+    masked = redact.mask_toml(CONTAINERD_2)
+    assert_no_secret(masked)
+    assert 'config_path = "/etc/containerd/certs.d"' in masked
+
+
+def test_hosts_toml_authorization_header_is_masked_other_headers_kept():
+    masked = redact.mask_toml(HOSTS_TOML)
+    assert_no_secret(masked)
+    assert 'Authorization = "***"' in masked
+    assert 'X-Request-Id = ["gpu-node"]' in masked and 'capabilities = ["pull", "resolve"]' in masked
+
+
+def test_inline_tables_and_arrays_of_tables_are_masked_too():
+    text = f'[a]\nauth = {{ username = "bob", password = "{PASSWORD}" }}\n[[b]]\ntoken = "{TOKEN}"\nname = "x"\n'
+    masked = redact.mask_toml(text)
+    assert_no_secret(masked)
+    assert 'name = "x"' in masked
+
+
+def test_daemon_json_is_masked_token_by_token_keeping_its_layout():
+    masked = redact.mask_json(DAEMON_JSON)
+    assert TOKEN not in masked
+    assert masked == DAEMON_JSON.replace(TOKEN, "***")  # only the value changed, byte for byte
+    plain = '{\n  "a": [1, 2],\n  "b": {"c": null}\n}\n'
+    assert redact.mask_json(plain) == plain
+
+
+def test_daemon_json_values_under_a_credential_object_are_all_masked():
+    masked = redact.mask_json('{"auths": {"r.example": {"auth": "abc", "email": "x@y"}}, "n": 1}')
+    assert masked == '{"auths": {"r.example": {"auth": "***", "email": "***"}}, "n": 1}'
+
+
+def test_diff_of_the_nvidia_merge_shows_the_runtime_lines_and_no_credential():
+    merged = merge_containerd_config(CONTAINERD_16, WIRING)
+    assert PASSWORD in merged.text  # the merge keeps the site's credentials in the file
+    lines = redact.masked_diff_lines(CONTAINERD_16, merged.text, "toml")
+    text = "\n".join(lines)
+    assert_no_secret(text)
+    assert any("+" in line and 'BinaryName = "/usr/bin/nvidia-container-runtime"' in line for line in lines)
+    assert any("+" in line and 'default_runtime_name = "nvidia"' in line for line in lines)
+
+
+def test_diff_of_a_new_file_from_a_base_with_credentials_is_masked():
+    lines = redact.masked_diff_lines(None, CONTAINERD_2, "toml")
+    assert_no_secret("\n".join(lines)) and lines
+
+
+def test_toml_parse_errors_do_not_quote_the_value_they_stopped_at():
+    with pytest.raises(ConfigError) as raised:
+        parse_config('[a.auth]\npassword = Qs3cret\n', "/etc/containerd/config.toml")
+    message = str(raised.value)
+    assert "'Q'" not in message and "s3cret" not in message
+    assert message == "/etc/containerd/config.toml is not valid TOML: Unexpected character at line 2 col 11"
+
+
+def test_json_parse_errors_name_no_value():
+    with pytest.raises(DaemonConfigError) as raised:
+        parse_daemon_json('{"log-opts": {"splunk-token": "' + TOKEN + '" "x"}}', "/etc/docker/daemon.json")
+    assert TOKEN not in str(raised.value) and "line 1" in str(raised.value)
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def family(distro_id: str):
+    return detect_platform({"name": distro_id, "major": None, "release_meta": {"ID": distro_id}}, "x86_64").family
+
+
+@pytest.fixture
+def diff_on(monkeypatch):
+    # what pyinfra's --diff sets
+    monkeypatch.setitem(pyinfra_config.config_defaults, "DIFF", True)
+
+
+def test_containerd_operation_with_diff_logs_the_masked_change(diff_on, caplog):
+    owner = {"paths": [], "units": {}, "generated_versions": {}, "binary": "/usr/bin/containerd",
+             "flavour": {"name": "plain", "service": "containerd"}}
+    caplog.set_level(logging.INFO, logger="pyinfra")
+    run_plan(containerd_runtime, settings_for(), family("debian"), owner,
+             responses={"base64 -w0": f"binary_path /usr/bin/containerd\nconfig {b64(CONTAINERD_16)}"})
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert "Will modify" in logged and "/etc/containerd/config.toml" in logged
+    assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in logged
+    assert 'password = "***"' in logged or "registry.configs" not in logged  # context lines are masked
+    assert_no_secret(logged)
+
+
+def test_containerd_operation_without_diff_logs_no_diff(caplog):
+    owner = {"paths": [], "units": {}, "generated_versions": {}, "binary": "/usr/bin/containerd",
+             "flavour": {"name": "plain", "service": "containerd"}}
+    caplog.set_level(logging.INFO, logger="pyinfra")
+    run_plan(containerd_runtime, settings_for(), family("debian"), owner,
+             responses={"base64 -w0": f"binary_path /usr/bin/containerd\nconfig {b64(CONTAINERD_16)}"})
+    assert "BinaryName" not in "\n".join(record.getMessage() for record in caplog.records)
+
+
+def test_docker_operation_with_diff_logs_the_masked_change(diff_on, caplog):
+    caplog.set_level(logging.INFO, logger="pyinfra")
+    state = f"dockerd /usr/sbin/dockerd\nversion Docker version 20.10.24+dfsg1, build 297e128\nconfig {b64(DAEMON_JSON)}"
+    run_plan(docker_runtime, settings_for(container_runtimes="docker"), family("debian"),
+             responses={"command -v dockerd": state})
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert "Will modify" in logged and "/etc/docker/daemon.json" in logged
+    assert '"path": "/usr/bin/nvidia-container-runtime"' in logged
+    assert '"splunk-token": "***"' in logged
+    assert TOKEN not in logged
+
+
+def test_a_config_with_auth_and_tls_tables_reads_back_byte_for_byte_and_rewires_to_itself():
+    """tomlkit alone re-indents the .tls header on every round trip: the wired file never settled."""
+    assert parse_config(CONTAINERD_16, "config.toml").as_string() == CONTAINERD_16
+    merged = merge_containerd_config(CONTAINERD_16, WIRING).text
+    assert merged.startswith(CONTAINERD_16)  # the site's lines untouched, the runtimes appended
+    assert merge_containerd_config(merged, WIRING).text == merged
+    assert redact.mask_toml(CONTAINERD_16).count("\n") == CONTAINERD_16.count("\n")
+    assert '    [plugins."io.containerd.grpc.v1.cri".registry.configs."r.example".tls]\n' in redact.mask_toml(
+        CONTAINERD_16)
