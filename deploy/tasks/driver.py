@@ -23,8 +23,10 @@ from pyinfra.operations import dnf, files, pacman, server, zypper
 
 from deploy.distros import Platform
 from deploy.facts.nvidia import RecommendedDriver
+from deploy.operations import drain as drain_ops
 from deploy.operations import driver as driver_ops
 from deploy.operations import packages as package_ops
+from deploy.operations.drain import DrainTarget
 from deploy.settings import MIN_DRIVER_VERSION, Settings
 
 CUDA_PROFILE_PATH = "/etc/profile.d/cuda.sh"
@@ -273,7 +275,7 @@ def plan_for_host(settings: Settings, platform: Platform, node: dict) -> DriverP
 
 
 @deploy("NVIDIA driver")
-def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan):
+def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan, drain: DrainTarget | None = None):
     manager = plan.manager
     for note in plan.notes:
         logger.warning(f"{host.print_prefix}{note}")
@@ -305,6 +307,10 @@ def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan):
         _if=driver.did_change,
     )
     if settings.reboot_allowed:
+        if drain:
+            drain_ops.drain_before_reboot(name=f"Drain Kubernetes node {drain.node} before the reboot",
+                                          target=drain, _if=reboot.did_change)
+            drain_ops.watch(driver)
         server.reboot(name="Reboot to load the new NVIDIA driver", delay=REBOOT_DELAY, reboot_timeout=600, _if=reboot.did_change)
 
     if plan.cuda_packages:

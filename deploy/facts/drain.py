@@ -1,0 +1,58 @@
+"""
+How the control plane sees one node, for a drain before a restart: read on the control-plane
+host with ``kubectl get node NAME -o json`` (the same ``captured()`` form as deploy/facts/k8s.py,
+so a failing kubectl is an answer, not a failed fact).
+"""
+
+from __future__ import annotations
+
+import json
+
+from pyinfra.api import FactBase, QuoteString, StringCommand
+from pyinfra.api.exceptions import FactProcessError
+
+from deploy.facts.k8s import captured, first_error_line, kubectl, parse_captured
+
+
+class KubeNodeSchedule(FactBase):
+    """
+    Whether the API server answers with ``kubeconfig``, whether ``node`` is registered, and
+    whether it is cordoned (``spec.unschedulable``).
+
+    .. code:: python
+
+        {"reachable": True, "registered": True, "unschedulable": False, "error": None}
+    """
+
+    def command(self, kubeconfig, node):
+        return StringCommand(
+            "if ! command -v kubectl >/dev/null 2>&1; then echo kubectl-missing;",
+            "elif [ ! -r", QuoteString(kubeconfig), "]; then echo kubeconfig-unreadable;",
+            "else", captured(kubectl(kubeconfig, "get", "node", QuoteString(node), "-o", "json")), "; fi",
+        )
+
+    @staticmethod
+    def default():
+        return {"reachable": False, "registered": False, "unschedulable": False, "error": "no output"}
+
+    def process(self, output):
+        state = self.default()
+        if output and output[0] == "kubectl-missing":
+            state["error"] = "kubectl is not installed (not on PATH)"
+            return state
+        if output and output[0] == "kubeconfig-unreadable":
+            state["error"] = "the kubeconfig does not exist or is not readable"
+            return state
+        code, out, err = parse_captured(output)
+        if code != 0:
+            if "(NotFound)" in err:
+                state.update(reachable=True, error=None)
+                return state
+            state["error"] = f"the API server did not answer: {first_error_line(err)}"
+            return state
+        try:
+            spec = json.loads(out).get("spec") or {}
+        except (ValueError, AttributeError):
+            raise FactProcessError(f"kubectl get node: not a JSON object: {out[:200]!r}") from None
+        state.update(reachable=True, registered=True, unschedulable=bool(spec.get("unschedulable")), error=None)
+        return state

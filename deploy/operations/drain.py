@@ -1,0 +1,208 @@
+"""
+Drain a live node before its container runtime restarts or it reboots, and uncordon it after.
+
+kubectl runs on the control-plane host of the same inventory. The drain is a
+``FunctionCommand`` the runtime operations yield once their candidate config passed the
+daemon's check, right before the swap and restart (``before_restart``), and the driver stage
+runs before a reboot: so a node is drained only when a restart really follows. At execution it
+runs on the control-plane host, in order:
+
+1. ``kubectl get node NAME -o json``: not registered: nothing to drain; already cordoned (by
+   an operator): drained, but never uncordoned by this run;
+2. ``kubectl cordon NAME``;
+3. ``kubectl drain NAME --ignore-daemonsets --delete-emptydir-data --timeout=Ns``: a failure
+   fails the host before the restart; the node stays cordoned.
+
+``uncordon_node`` runs after verify and uncordons only a node this run cordoned. When a host
+fails after its node was cordoned, a state callback says that the node stays cordoned and how
+to recover it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
+from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
+from pyinfra.api.state import BaseStateCallback
+
+from deploy.facts.drain import KubeNodeSchedule
+from deploy.facts.k8s import first_error_line, kubectl
+
+
+@dataclass(frozen=True)
+class DrainTarget:
+    """Which Kubernetes node a GPU host is, and where and how to drain it."""
+
+    node: str  # Kubernetes node name
+    control_plane: str  # inventory name of the host kubectl runs on
+    kubeconfig: str  # on the control-plane host
+    timeout: int  # seconds `kubectl drain` has
+
+    def drain_command(self) -> StringCommand:
+        return kubectl(self.kubeconfig, "drain", QuoteString(self.node), "--ignore-daemonsets",
+                       "--delete-emptydir-data", f"--timeout={int(self.timeout)}s")
+
+
+@dataclass
+class DrainRecord:
+    """What this run did to one GPU host's node."""
+
+    target: DrainTarget
+    # Operations whose change may restart a runtime or reboot (for the prepare-time plan).
+    restart_ops: list = field(default_factory=list)
+    drained: bool = False  # drained (or nothing to drain) earlier in this run
+    cordoned_by_run: bool = False  # this run cordoned it and has not uncordoned it yet
+    was_cordoned: bool = False  # an operator had cordoned it before this run
+
+
+def store_for(state) -> dict[str, DrainRecord]:
+    """Inventory host name -> record, per pyinfra State; the first call hooks the failure message."""
+    store = getattr(state, "_gpu_node_drain", None)
+    if store is None:
+        store = {}
+        state._gpu_node_drain = store
+        state.add_callback_handler(_StaysCordoned(store))
+    return store
+
+
+def register(target: DrainTarget) -> DrainRecord:
+    """Record that the current host drains ``target`` before a restart in this run."""
+    record = DrainRecord(target=target)
+    store_for(host.state)[host.name] = record
+    return record
+
+
+def watch(operation_meta) -> None:
+    """An operation of the current host whose change restarts a runtime or reboots."""
+    record = store_for(host.state).get(host.name)
+    if record is not None and operation_meta is not None:
+        record.restart_ops.append(operation_meta)
+
+
+def before_restart(target: DrainTarget | None) -> tuple:
+    """The commands the runtime operations yield right before a restart: the drain, if any."""
+    if target is None:
+        return ()
+    return (FunctionCommand(drain_node, (target,), {}),)
+
+
+class _StaysCordoned(BaseStateCallback):
+    def __init__(self, store: dict[str, DrainRecord]) -> None:
+        self.store = store
+
+    def operation_host_error(self, state, host, op_hash, retry_count=0, max_retries=0):
+        record = self.store.get(host.name)
+        if record is None or state.get_op_data_for_host(host, op_hash).global_arguments.get("_ignore_errors"):
+            return
+        node = record.target.node
+        if record.cordoned_by_run:
+            logger.error(f"{host.print_prefix}gpu-node: Kubernetes node {node} stays cordoned (cordoned and "
+                         f"drained before a restart): uncordon it with `kubectl uncordon {node}` once fixed")
+        elif record.was_cordoned:
+            logger.error(f"{host.print_prefix}gpu-node: Kubernetes node {node} stays cordoned, as it was "
+                         "before this run")
+
+
+def _on_control_plane(state, target: DrainTarget, command: StringCommand) -> tuple[bool, list[str], list[str]]:
+    """Run ``command`` on the control-plane host with its own connector arguments (sudo, ...)."""
+    control_plane = state.inventory.get_host(target.control_plane)
+    arguments, _ = pop_global_arguments(state, control_plane, {})
+    connector_arguments = {key: value for key, value in arguments.items() if key in CONNECTOR_ARGUMENT_KEYS}
+    try:
+        if not control_plane.connected:
+            control_plane.connect(reason="to drain a GPU node", raise_exceptions=True)
+        ok, output = control_plane.run_shell_command(
+            command, print_output=state.print_output, print_input=state.print_input, **connector_arguments,
+        )
+    except Exception as error:  # a lost control plane is a failed drain, never a crash
+        return False, [], [f"{control_plane.name}: {error}"]
+    return ok, output.stdout_lines, output.stderr_lines
+
+
+def _error(host, message: str) -> bool:
+    logger.error(f"{host.print_prefix}gpu-node: {message}")
+    return False
+
+
+def drain_node(state, host, target: DrainTarget) -> bool:
+    """The drain (a FunctionCommand body): True when the restart may go ahead."""
+    record = store_for(state).setdefault(host.name, DrainRecord(target=target))
+    node, where = target.node, f"kubeconfig {target.kubeconfig} on {target.control_plane}"
+    if record.drained:
+        host.log_styled(f"Kubernetes node {node} was drained earlier in this run", fg="cyan")
+        return True
+
+    schedule = KubeNodeSchedule()
+    ok, lines, errors = _on_control_plane(state, target, schedule.command(target.kubeconfig, node))
+    answer = schedule.process(lines) if ok and lines else {**schedule.default(), "error": first_error_line(
+        "\n".join(errors))}
+    if not answer["reachable"]:
+        return _error(host, f"cannot drain Kubernetes node {node} before the restart: {answer['error']} "
+                            f"({where}); nothing was restarted")
+    if not answer["registered"]:
+        logger.warning(f"{host.print_prefix}no Kubernetes node named {node}: nothing to drain before the restart")
+        record.drained = True
+        return True
+
+    if answer["unschedulable"]:
+        record.was_cordoned = True
+        host.log_styled(f"Kubernetes node {node} was already cordoned: draining it, it stays cordoned after",
+                        fg="yellow")
+    else:
+        cordon = kubectl(target.kubeconfig, "cordon", QuoteString(node))
+        ok, _, errors = _on_control_plane(state, target, cordon)
+        if not ok:
+            return _error(host, f"kubectl cordon {node} failed: {first_error_line(chr(10).join(errors))} "
+                                f"({where}); nothing was restarted")
+        record.cordoned_by_run = True
+
+    ok, _, errors = _on_control_plane(state, target, target.drain_command())
+    if not ok:
+        return _error(host, f"kubectl drain {node} failed (--timeout={target.timeout}s): "
+                            f"{first_error_line(chr(10).join(errors))}; nothing was restarted")
+    record.drained = True
+    host.log_styled(f"Kubernetes node {node} cordoned and drained before the restart", fg="green")
+    return True
+
+
+def uncordon(state, host, target: DrainTarget) -> bool:
+    """Uncordon a node this run cordoned (a FunctionCommand body)."""
+    record = store_for(state)[host.name]
+    command = kubectl(target.kubeconfig, "uncordon", QuoteString(target.node))
+    ok, _, errors = _on_control_plane(state, target, command)
+    if not ok:
+        # record.cordoned_by_run stays: the failure callback says the node stays cordoned.
+        return _error(host, f"kubectl uncordon {target.node} failed: {first_error_line(chr(10).join(errors))}")
+    record.cordoned_by_run = False
+    host.log_styled(f"Kubernetes node {target.node} uncordoned", fg="green")
+    return True
+
+
+@operation(is_idempotent=False)
+def drain_before_reboot(target: DrainTarget):
+    """Cordon and drain ``target`` (gate it with ``_if=`` on what decides the reboot)."""
+    yield from before_restart(target)
+
+
+@operation()
+def uncordon_node(target: DrainTarget):
+    """
+    Uncordon ``target`` if this run cordoned it. Yields no command on a run that restarts
+    nothing, so a no-op run stays change-free.
+    """
+    record = store_for(host.state).get(host.name)
+    if not host.state.is_executing:
+        # Preparing: the drain happens only if a watched operation changes.
+        if record is not None and any(op.will_change for op in record.restart_ops):
+            yield FunctionCommand(uncordon, (target,), {})
+        else:
+            host.noop(f"no restart planned: Kubernetes node {target.node} is not drained")
+        return
+    if record is not None and record.cordoned_by_run:
+        yield FunctionCommand(uncordon, (target,), {})
+    elif record is not None and record.was_cordoned:
+        host.noop(f"Kubernetes node {target.node} was cordoned before this run: left cordoned")
+    else:
+        host.noop(f"Kubernetes node {target.node} was not cordoned by this run")

@@ -1,0 +1,311 @@
+"""
+Plan tests of drain_before_restart: deploy/gpu_node.py on two @fake hosts, a GPU node and a
+control plane. No Kubernetes API server is reachable here: ``StandInCluster`` answers the
+control plane's kubectl commands (node registered or not, cordoned or not, drain fails or not)
+and keeps ``spec.unschedulable`` the way cordon / uncordon set it. One timeline records every
+command of both hosts in the order they ran, so the tests read the sequence across hosts.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import re
+import shlex
+from dataclasses import dataclass, field
+
+import pyinfra
+import pytest
+from fixtures.nvidia.fake_host import GPU_NODE, responses
+from pyinfra.api import Config, Inventory, State
+from pyinfra.api.connect import connect_all
+from pyinfra.api.operations import run_ops
+from pyinfra.api.state import StateStage
+from pyinfra.connectors.fake import FakeConnector
+from pyinfra.connectors.util import CommandOutput, OutputLine
+from pyinfra.context import ctx_config, ctx_inventory, ctx_state
+from pyinfra_cli.util import load_deploy_file
+
+from deploy.facts.combined import MARKER
+
+GPU, CP = "@fake/gpu1", "@fake/cp1"
+NODE = "gpu1"
+UNWIRED = "version = 2\n"
+WRITE_VERBS = ("cordon", "uncordon", "drain")
+
+
+def kubectl_verb(command: str) -> tuple[str | None, list[str]]:
+    """The verb of the kubectl call in ``command`` (``kubectl --kubeconfig K --request-timeout=T VERB``)."""
+    words = shlex.split(command) if "--kubeconfig" in command else []
+    for index, word in enumerate(words[:-1]):
+        if word == "kubectl" and words[index + 1] == "--kubeconfig":
+            return words[index + 4], words
+    return None, words
+
+
+@dataclass
+class StandInCluster:
+    """What a kube-apiserver would answer kubectl, for the few calls a drain makes (a stand-in)."""
+
+    nodes: dict[str, bool] = field(default_factory=lambda: {NODE: False})  # name -> unschedulable
+    reachable: bool = True
+    drain_fails: bool = False
+
+    def answer(self, command: str) -> tuple[bool, list[str], list[str]]:
+        verb, words = kubectl_verb(command)
+        if verb is None:
+            return True, [], []
+        if not self.reachable:
+            refused = "The connection to the server 127.0.0.1:6443 was refused - did you specify the right host or port?"
+            if verb == "get":
+                return True, ["rc 1", f"err {refused}"], []
+            return False, [], [refused]
+        name = words[words.index(verb) + (2 if verb == "get" else 1)]
+        if verb == "get":
+            if name not in self.nodes:
+                return True, ["rc 1", f'err Error from server (NotFound): nodes "{name}" not found'], []
+            node = {"kind": "Node", "metadata": {"name": name}, "spec": {"unschedulable": self.nodes[name]}}
+            return True, ["rc 0", "out " + json.dumps(node)], []
+        if verb == "drain" and self.drain_fails:
+            return False, [f"node/{name} cordoned"], [
+                "error: unable to drain node \"gpu1\" due to error: global timeout reached: 10s, continuing..."]
+        if verb in ("cordon", "uncordon"):
+            self.nodes[name] = verb == "cordon"
+        return True, [f"node/{name} {verb}ed"], []
+
+
+@dataclass
+class Run:
+    state: State
+    timeline: list[tuple[str, str]]
+    error: Exception | None
+
+    def on(self, host_name: str) -> list[str]:
+        return [command for name, command in self.timeline if name == host_name]
+
+    def kubectl_verbs(self) -> list[str]:
+        return [kubectl_verb(command)[0] for command in self.on(CP)]
+
+    def index(self, host_name: str, fragment: str) -> int:
+        return next(i for i, (name, command) in enumerate(self.timeline) if name == host_name and fragment in command)
+
+    @property
+    def failed(self) -> bool:
+        return any(host.name == GPU for host in self.state.failed_hosts)
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def gpu_responses(config: str | None = UNWIRED, hostname: str = NODE) -> dict:
+    scripted = responses("debian-12", extra={
+        # safe_install.fail's command fails the host, as the real shell would
+        re.compile(r"^printf '%s\\n' '?gpu-node: .*>&2; exit 1$", re.S): {"success": False},
+        "base64 -w0": "binary_path /usr/bin/containerd" + (f"\nconfig {b64(config)}" if config is not None else ""),
+        re.compile(r"^uname -n$"): hostname,
+    })
+    scripted[MARKER] = scripted[MARKER] + ["binary /usr/bin/containerd"]  # containerd is installed
+    return scripted
+
+
+def run_gpu_node(monkeypatch, cluster: StandInCluster, data: dict | None = None, *, groups: bool = True,
+                 gpu_answers: dict | None = None) -> Run:
+    """deploy/gpu_node.py over a GPU node and a control plane, as ``pyinfra -y inventory.py ...``."""
+    timeline: list[tuple[str, str]] = []
+    original = FakeConnector._lookup_response
+    uptimes = iter(["1000"])  # before server.reboot's reboot; after it, a fresh boot
+
+    def lookup(connector: FakeConnector, command: str):
+        timeline.append((connector.host.name, command))
+        if command == "cut -d. -f1 /proc/uptime":
+            return True, CommandOutput([OutputLine("stdout", next(uptimes, "3"))])
+        if connector.host.name == CP:
+            ok, out, err = cluster.answer(command)
+            lines = [OutputLine("stdout", line) for line in out] + [OutputLine("stderr", line) for line in err]
+            return ok, CommandOutput(lines)
+        return original(connector, command)
+
+    monkeypatch.setattr(FakeConnector, "_lookup_response", lookup)
+    monkeypatch.setattr(pyinfra, "is_cli", True)
+    quick = {"fake_delay": 0, "fake_delay_jitter": 0}
+    gpu_data = {**quick, "fake_responses": gpu_answers or gpu_responses()}
+    shared = {"kernel_modules_load": False, "reboot_allowed": False, "stages": "runtimes",
+              "drain_before_restart": True, **(data or {})}
+    if groups:
+        inventory = Inventory(([(GPU, gpu_data), (CP, quick)], {}), override_data=shared,
+                              gpu_nodes=([GPU], {}), control_plane=([CP], {}))
+    else:
+        inventory = Inventory(([(GPU, gpu_data)], {}), override_data=shared, gpu_nodes=([GPU], {}))
+    state = State(check_for_changes=False)
+    config = Config()
+    error = None
+    with ctx_state.use(state), ctx_inventory.use(inventory), ctx_config.use(config):
+        state.init(inventory, config)
+        state.set_stage(StateStage.Connect)
+        connect_all(state)
+        state.set_stage(StateStage.Prepare)
+        try:
+            load_deploy_file(state, GPU_NODE)
+            state.set_stage(StateStage.Execute)
+            run_ops(state)
+        except Exception as exc:  # the test decides whether an error is expected
+            error = exc
+    return Run(state, timeline, error)
+
+
+def restart_index(run: Run) -> int:
+    return run.index(GPU, "systemctl restart")
+
+
+def test_cordon_then_drain_with_the_flags_and_bound_then_restart_then_uncordon_no_real_cluster(monkeypatch, caplog):
+    cluster = StandInCluster()
+    run = run_gpu_node(monkeypatch, cluster, data={"drain_timeout": 120})
+    assert run.error is None and not run.failed, run.error
+    # prepare: one read; execution: read again, cordon, drain, and after the restart uncordon
+    assert run.kubectl_verbs() == ["get", "get", "cordon", "drain", "uncordon"]
+    cp = run.on(CP)
+    assert "--kubeconfig /etc/kubernetes/admin.conf" in cp[0] and "get node gpu1 -o json" in cp[0]
+    assert cp[3].endswith("drain gpu1 --ignore-daemonsets --delete-emptydir-data --timeout=120s")
+    assert "--request-timeout=20s" in cp[3]
+    drain, uncordon = run.index(CP, " drain "), run.index(CP, " uncordon ")
+    assert run.index(CP, " cordon ") < drain < restart_index(run) < uncordon
+    # the candidate was checked by containerd itself before anything was drained
+    assert run.index(GPU, "config dump") < run.index(CP, " cordon ")
+    assert cluster.nodes[NODE] is False
+    assert "stays cordoned" not in caplog.text
+
+
+def test_operator_cordoned_node_is_drained_but_not_uncordoned_no_real_cluster(monkeypatch):
+    cluster = StandInCluster(nodes={NODE: True})
+    run = run_gpu_node(monkeypatch, cluster)
+    assert run.error is None and not run.failed, run.error
+    assert run.kubectl_verbs() == ["get", "get", "drain"]
+    assert run.index(CP, " drain ") < restart_index(run)
+    assert cluster.nodes[NODE] is True
+
+
+def test_unregistered_node_restarts_without_drain_and_says_so_no_real_cluster(monkeypatch, caplog):
+    cluster = StandInCluster(nodes={"other": False})
+    run = run_gpu_node(monkeypatch, cluster)
+    assert run.error is None and not run.failed, run.error
+    assert run.kubectl_verbs() == ["get", "get"]
+    assert restart_index(run)
+    assert "no Kubernetes node named gpu1: nothing to drain before the restart" in caplog.text
+
+
+def test_node_name_from_kube_node_names_mapping_reads_no_hostname_no_real_cluster(monkeypatch):
+    cluster = StandInCluster(nodes={"gpu-a100-7": False})
+    run = run_gpu_node(monkeypatch, cluster, data={"kube_node_names": {GPU: "gpu-a100-7"}})
+    assert run.error is None and not run.failed, run.error
+    assert run.kubectl_verbs() == ["get", "get", "cordon", "drain", "uncordon"]
+    assert all(" gpu-a100-7" in command for command in run.on(CP))
+    assert not [command for command in run.on(GPU) if command == "uname -n"]
+
+
+def test_unreachable_api_stops_the_host_before_any_change_no_real_cluster(monkeypatch):
+    run = run_gpu_node(monkeypatch, StandInCluster(reachable=False))
+    assert run.failed
+    assert run.kubectl_verbs() == ["get"]
+    failure = [command for command in run.on(GPU) if "gpu-node:" in command]
+    assert len(failure) == 1
+    assert "@fake/cp1 cannot reach the Kubernetes API with kubeconfig /etc/kubernetes/admin.conf" in failure[0]
+    assert "connection to the server 127.0.0.1:6443 was refused" in failure[0]
+    assert "set drain_before_restart=false to restart without draining" in failure[0]
+    # nothing after the facts: no upload, no check, no restart
+    assert run.on(GPU)[-1] == failure[0]
+    assert not [command for command in run.on(GPU) if "gpu-node-candidate" in command or "systemctl restart" in command]
+
+
+def test_no_control_plane_group_stops_the_host_before_any_change(monkeypatch):
+    run = run_gpu_node(monkeypatch, StandInCluster(), groups=False)
+    assert run.failed
+    failure = [command for command in run.on(GPU) if "gpu-node:" in command]
+    assert failure and "no control_plane host to run kubectl on" in failure[0]
+    assert not [command for command in run.on(GPU) if "systemctl restart" in command]
+
+
+def test_failed_drain_stops_before_the_restart_and_says_the_node_stays_cordoned_no_real_cluster(
+    monkeypatch, caplog
+):
+    cluster = StandInCluster(drain_fails=True)
+    run = run_gpu_node(monkeypatch, cluster)
+    assert run.failed
+    assert run.kubectl_verbs() == ["get", "get", "cordon", "drain"]
+    assert not [command for command in run.on(GPU) if "systemctl restart" in command]
+    assert cluster.nodes[NODE] is True
+    assert "kubectl drain gpu1 failed (--timeout=300s): error: unable to drain node" in caplog.text
+    assert ("Kubernetes node gpu1 stays cordoned (cordoned and drained before a restart): "
+            "uncordon it with `kubectl uncordon gpu1` once fixed") in caplog.text
+
+
+def test_failed_verify_leaves_the_node_cordoned_and_says_so_no_real_cluster(monkeypatch, caplog):
+    """Verify on a fake node without the toolkit fails: the host stops before the uncordon."""
+    cluster = StandInCluster()
+    run = run_gpu_node(monkeypatch, cluster, data={"stages": "runtimes,verify"})
+    assert run.failed
+    assert "verification failed" in caplog.text
+    assert run.kubectl_verbs() == ["get", "get", "cordon", "drain"]
+    assert cluster.nodes[NODE] is True
+    assert "Kubernetes node gpu1 stays cordoned" in caplog.text
+
+
+def test_nothing_to_restart_runs_no_drain_and_no_uncordon(monkeypatch):
+    from pathlib import Path
+
+    wired = (Path(__file__).resolve().parents[1] / "fixtures" / "containerd" / "merge" / "already-wired"
+             / "expected.toml").read_text()
+    cluster = StandInCluster()
+    run = run_gpu_node(monkeypatch, cluster, gpu_answers=gpu_responses(config=wired))
+    assert run.error is None and not run.failed, run.error
+    # the prepare-time check only: no write verb, and no operation changed anything
+    assert run.kubectl_verbs() == ["get"]
+    assert not any(verb in WRITE_VERBS for verb in run.kubectl_verbs())
+    meta = run.state.get_meta_for_host(run.state.inventory.get_host(GPU))
+    results = run.state.get_results_for_host(run.state.inventory.get_host(GPU))
+    assert results.success_ops == meta.ops and results.error_ops == 0
+    uncordon_ops = [op_hash for op_hash in run.state.get_op_order()
+                    if any("Uncordon" in name for name in run.state.op_meta[op_hash].names)]
+    assert len(uncordon_ops) == 1
+    op_data = run.state.get_op_data_for_host(run.state.inventory.get_host(GPU), uncordon_ops[0])
+    assert op_data.operation_meta.did_change() is False
+
+
+@pytest.mark.parametrize("config", [UNWIRED, None])
+def test_setting_off_runs_no_kubectl_and_no_extra_fact(monkeypatch, config):
+    on = run_gpu_node(monkeypatch, StandInCluster(), gpu_answers=gpu_responses(config=config))
+    off = run_gpu_node(monkeypatch, StandInCluster(), data={"drain_before_restart": False},
+                       gpu_answers=gpu_responses(config=config))
+    assert off.error is None and not off.failed, off.error
+    assert off.on(CP) == []
+    # the GPU node runs nothing the drain would add: no hostname read
+    assert not [command for command in off.on(GPU) if command == "uname -n"]
+    assert set(off.on(GPU)) <= set(on.on(GPU))
+    if config is not None:
+        assert restart_index(off)
+
+
+def test_reboot_after_a_driver_change_drains_first_and_a_later_runtime_restart_does_not_drain_again(
+    monkeypatch, caplog
+):
+    import deploy.tasks.driver
+
+    monkeypatch.setattr(deploy.tasks.driver, "REBOOT_DELAY", 0)  # the fake host "reboots" at once
+    caplog.set_level(logging.INFO)
+    cluster = StandInCluster()
+    run = run_gpu_node(monkeypatch, cluster, data={"stages": "driver,runtimes", "reboot_allowed": True})
+    assert run.error is None and not run.failed, run.error
+    assert run.kubectl_verbs() == ["get", "get", "cordon", "drain", "uncordon"]
+    assert run.index(GPU, "nvidia-driver") < run.index(CP, " drain ") < run.index(GPU, "reboot )")
+    assert run.index(GPU, "reboot )") < restart_index(run) < run.index(CP, " uncordon ")
+    assert "Kubernetes node gpu1 was drained earlier in this run" in caplog.text
+    assert cluster.nodes[NODE] is False
+
+
+def test_reboot_without_reboot_allowed_drains_nothing(monkeypatch):
+    cluster = StandInCluster()
+    run = run_gpu_node(monkeypatch, cluster, data={"stages": "driver", "reboot_allowed": False})
+    assert run.error is None and not run.failed, run.error
+    assert run.kubectl_verbs() == ["get"]
+    assert not [command for command in run.on(GPU) if "reboot )" in command]
