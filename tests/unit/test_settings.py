@@ -125,3 +125,36 @@ def test_the_shipped_group_data_is_valid():
 def test_settings_are_immutable():
     with pytest.raises(Exception):
         Settings().systemd_cgroup = False  # type: ignore[misc]
+
+
+def test_an_unknown_key_with_one_of_our_prefixes_always_names_the_closest_setting():
+    notes = likely_typos({
+        "nvidia_driver_brnach": "535",  # a typo
+        "nvidia_drvier": "550",  # far from any one name, but clearly meant for us
+        "gpushare_inspect_sha": "abc",
+        "kube_nodes": "a=b",
+        "containerd_conf": "/etc/c.toml",
+    })
+    assert notes == [
+        "unknown setting 'nvidia_driver_brnach': did you mean 'nvidia_driver_branch'?",
+        "unknown setting 'nvidia_drvier': did you mean 'nvidia_driver_branch'?",
+        "unknown setting 'gpushare_inspect_sha': did you mean 'gpushare_inspect_sha256'?",
+        "unknown setting 'kube_nodes': did you mean 'kube_node_names'?",
+        "unknown setting 'containerd_conf': did you mean 'containerd_config_path'?",
+    ]
+
+
+def test_pyinfra_keys_and_unrelated_user_keys_get_no_warning():
+    quiet = {
+        "ssh_user": "root", "ssh_key": "~/.ssh/id", "_sudo": True, "_env": {},
+        "docker_identifier": "abc", "docker_platform": "linux/amd64",  # pyinfra's docker connector
+        "fake_responses": {}, "app_port": 8080, "time_zone": "UTC", "service_name": "web",
+    }
+    assert likely_typos(quiet) == []
+
+
+def test_setting_prefixes_come_from_the_setting_names():
+    prefixes = settings_module.setting_prefixes()
+    for prefix in ("nvidia_", "containerd_", "docker_", "gpu_", "gpushare_", "drain_", "kube_", "verify_"):
+        assert prefix in prefixes
+    assert all(any(name.startswith(prefix) for name in settings_module.SETTING_FIELDS) for prefix in prefixes)
