@@ -119,3 +119,13 @@ def test_a_path_with_shell_metacharacters_is_used_quoted_never_run(node, clean_c
     assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in node.read(path)
     assert_no_change(node.deploy(data={"stages": "runtimes", "containerd_config_path": path}))
     assert_not_pwned(node)
+
+
+def test_a_typo_of_a_setting_is_named_with_the_setting_it_resembles(node):
+    before = node_fingerprint(node)
+    result = node.deploy(data={"nvidia_driver_brnach": "535", "stages": "kernel"}, json_output=False,
+                         extra_args=["--dry"])
+    assert result.returncode == 0, result.explain()
+    assert "unknown setting 'nvidia_driver_brnach': did you mean 'nvidia_driver_branch'?" in result.output
+    assert "docker_identifier" not in result.output  # pyinfra's own data keys are not ours to flag
+    assert node_fingerprint(node) == before
