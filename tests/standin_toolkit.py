@@ -7,6 +7,12 @@ whose ``/usr/bin/nvidia-container-runtime`` appends its arguments to a log and e
 ``runc``. containerd and dockerd then run real containers through it, and the log proves
 the wiring. The repository has NVIDIA's layout (``<base>/deb/<arch>/``, a flat repository)
 and is signed with a throwaway GPG key; it is served on 127.0.0.1 only.
+
+Beside it, the faults a repository can have, for the failure tests: a key URL that serves an
+HTML error page or an empty body, a key that did not sign the repository, a copy of the
+repository whose InRelease was altered after signing (``tampered``), a port with nothing
+listening (``refused_url``) and a server that accepts connections and never answers
+(``silent_server``).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import contextlib
 import functools
 import http.server
 import shutil
+import socket
 import subprocess
 import tempfile
 import textwrap
@@ -159,10 +166,61 @@ def build_repo(root: Path, arch: str = "amd64") -> StandinRepo:
          "-abs", "-o", str(repo_dir / "Release.gpg"), str(repo_dir / "Release"))
     (root / "gpgkey").write_text(key.armored_public_key())
     (root / "wrong-gpgkey").write_text(other.armored_public_key())
+    _write_faults(root, repo_dir, arch)
     for home in (key.home, other.home):
         # gpg starts an agent per home folder; nothing needs it once the repository is signed.
         subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False)
     return StandinRepo(root=root, key=key, other_key=other)
+
+
+GARBAGE_KEY_PAGE = "<html><head><title>502 Bad Gateway</title></head><body>proxy error</body></html>\n"
+TAMPERED = "tampered"  # the served path of the repository copy whose InRelease fails its signature
+
+
+def _write_faults(root: Path, repo_dir: Path, arch: str) -> None:
+    """Key URLs that return no key, and a copy of the repository with a broken signature."""
+    (root / "garbage-gpgkey").write_text(GARBAGE_KEY_PAGE)
+    (root / "empty-gpgkey").write_text("")
+    tampered = root / TAMPERED / "deb" / arch
+    tampered.mkdir(parents=True, exist_ok=True)
+    for item in repo_dir.iterdir():
+        if item.name not in ("InRelease", "Release.gpg"):
+            shutil.copy2(item, tampered / item.name)
+    # Changed after signing: the clearsigned text no longer matches its signature (apt: BADSIG).
+    signed = (repo_dir / "InRelease").read_text()
+    (tampered / "InRelease").write_text(signed.replace("Label: STAND-IN", "Label: ALTERED", 1))
+
+
+def refused_url() -> str:
+    """A URL on 127.0.0.1 whose port has nothing listening: connections are refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+
+
+@contextlib.contextmanager
+def silent_server():
+    """A server on 127.0.0.1 that accepts connections and never answers; yields its base URL."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.5)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept_and_hold():
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                held.append(listener.accept()[0])
+
+    thread = threading.Thread(target=accept_and_hold, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        for connection in held:
+            connection.close()
+        listener.close()
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -184,11 +242,19 @@ def serve(directory: Path):
         server.server_close()
 
 
-def deploy_data(base_url: str, *, wrong_key: bool = False, version: str | None = None) -> dict[str, str]:
-    """The settings that point the toolkit stage at a served stand-in repository."""
+def deploy_data(
+    base_url: str, *, wrong_key: bool = False, version: str | None = None,
+    key: str | None = None, repo_url: str | None = None, key_url: str | None = None,
+) -> dict[str, str]:
+    """
+    The settings that point the toolkit stage at a served stand-in repository: ``key`` names
+    another key file beside it (``wrong-gpgkey``, ``garbage-gpgkey``, ``empty-gpgkey``);
+    ``repo_url`` / ``key_url`` replace either URL whole (a tampered copy, a dead server).
+    """
+    key = key or ("wrong-gpgkey" if wrong_key else "gpgkey")
     data = {
-        "nvidia_toolkit_repo_url": base_url,
-        "nvidia_toolkit_gpgkey_url": f"{base_url}/{'wrong-gpgkey' if wrong_key else 'gpgkey'}",
+        "nvidia_toolkit_repo_url": repo_url or base_url,
+        "nvidia_toolkit_gpgkey_url": key_url or f"{base_url}/{key}",
         "allow_insecure_repositories": "true",
     }
     if version:

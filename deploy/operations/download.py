@@ -1,47 +1,185 @@
-"""An apt source with its signed-by keyring, fetched so that a failure names the URL."""
+"""
+An apt source with its signed-by keyring, changed as one transaction.
+
+The key is fetched to a staging folder and checked to be an OpenPGP public key; apt then
+refreshes that one source against the staged key. Only when apt fetched and verified it do
+the source file and keyring replace what was there, so an unreachable repository, a garbage
+key or a bad signature leaves the node's apt exactly as it was. Every failure names the URL.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import posixpath
+import shlex
 
 from pyinfra import host
-from pyinfra.api import QuoteString, StringCommand, operation
+from pyinfra.api import OperationValueError, QuoteString, StringCommand, operation
 
 from deploy.facts.files import FileDigests
-from deploy.operations import files
 from deploy.operations.packages import apt_sources_changed
 
+APT_HELPER = "/usr/lib/apt/apt-helper"
+STAGED_SUFFIX = ".gpu-node-new"  # a verified file waiting for its rename into place
 
-def fetch_command(src: str, dest: str, mode: str = "644") -> StringCommand:
-    """Download with apt's own helper where there is one (every apt host has it, so no curl
-    to install), else curl, else wget; the failure names the URL."""
-    url, target = QuoteString(src), QuoteString(dest)
-    failure = QuoteString(f"could not download {src}")
+
+def apt_timeout_options(timeout: int) -> list[str]:
+    """apt's per-connection timeout (connect and each read) for http and https. apt retries a failed
+    download three times by default: one try keeps a dead server's cost near the timeout."""
+    return [
+        "-o", f"Acquire::http::Timeout={timeout}",
+        "-o", f"Acquire::https::Timeout={timeout}",
+        "-o", "Acquire::Retries=0",
+    ]
+
+
+def _download_script(url: str, dest_q: str, timeout: int, log_q: str) -> str:
+    """Shell that downloads ``url`` to the file ``dest_q`` (a shell word) with apt's own helper where
+    there is one (every apt host has it, so no curl to install), else curl, else wget; their
+    output goes to the file ``log_q``."""
+    url_q = shlex.quote(url)
+    apt_options = " ".join(apt_timeout_options(timeout))
+    return (
+        f"if [ -x {APT_HELPER} ]; then {APT_HELPER} {apt_options} download-file {url_q} {dest_q};"
+        f" elif command -v curl >/dev/null 2>&1; then"
+        f" curl -fsSL --connect-timeout {timeout} --max-time {timeout} -o {dest_q} {url_q};"
+        f" else wget -q -T {timeout} -t 1 -O {dest_q} {url_q}; fi >{log_q} 2>&1"
+    )
+
+
+def _download_or_fail(url: str, dest_q: str, timeout: int, log_q: str, what: str) -> str:
+    """Shell that downloads or exits 1 with one line naming ``what`` and the URL, and the tool's
+    last word: apt-helper's "E: Failed to fetch URL  reason", curl's "curl: (7) ...", else its exit code."""
+    last_word = (
+        f"grep -v -e unsandboxed -e '^Ign' -e '^Err' -e '^  ' -e 'Download Failed' {log_q} | tail -n 1 | cut -c1-300"
+    )
+    return (
+        _download_script(url, dest_q, timeout, log_q)
+        + f' || {{ rc=$?; reason=$({last_word}); echo "could not download {what}{_sq(url)} (timeout {timeout} s):'
+        ' ${reason:-exit $rc}" >&2; exit 1; }'
+    )
+
+
+def fetch_command(src: str, dest: str, mode: str = "644", timeout: int = 30) -> StringCommand:
+    """Download ``src`` to ``dest`` (through a temporary file, so a failure leaves ``dest`` as it
+    was); a server that does not answer fails after about ``timeout`` seconds; the failure names the URL."""
+    script = (
+        'tmp=$(mktemp) && log=$(mktemp) || exit 1; trap \'rm -f "$tmp" "$log"\' EXIT; '
+        + _download_or_fail(src, '"$tmp"', timeout, '"$log"', what="")
+        + f'; install -m {shlex.quote(mode)} -o root -g root "$tmp" {shlex.quote(dest)}'
+    )
+    return StringCommand(script)
+
+
+def _sq(text: str) -> str:
+    """``text`` safe inside a double-quoted shell string."""
+    return "".join("\\" + char if char in '"$`\\' else char for char in text)
+
+
+def _new_q(path: str) -> str:
+    return shlex.quote(path + STAGED_SUFFIX)
+
+
+def _dir_q(path: str) -> str:
+    return shlex.quote(posixpath.dirname(path) or "/")
+
+
+def stage_verified_source(
+    path: str, content: str, keyring: str, key_url: str, repository: str, timeout: int
+) -> StringCommand:
+    """
+    Fetch and check the key, let apt refresh the new source alone against it (with ``timeout``),
+    and only then stage the keyring and the source beside their targets (``<path>.gpu-node-new``).
+    Any failure exits 1 with one line naming the URL and leaves the targets untouched.
+    """
+    marker = f"signed-by={keyring}"
+    binary_dest = not keyring.endswith(".asc")
+    # The trial source is the real one signed by the staged key.
+    first, *rest = content.split(marker)
+    key_url_s, repo_s, keyring_s = _sq(key_url), _sq(repository), _sq(keyring)
+    staged_key = '"$stage/keyring' + ('.gpg"' if binary_dest else '.asc"')
+    apt_update = " ".join([
+        "apt-get", "update", "-q",
+        "-o", 'Dir::Etc::SourceList="$stage/trial.list"', "-o", 'Dir::Etc::SourceParts="$stage/parts"',
+        # Keep every other source's lists: this refresh sees only the one source.
+        "-o", "APT::Get::List-Cleanup=0",
+        "-o", "APT::Update::Error-Mode=any",
+        *apt_timeout_options(timeout),
+    ])
+    lines = [
+        # A folder apt's unprivileged _apt user can read: apt checks signatures as _apt.
+        'stage=$(mktemp -d) || exit 1; trap \'rm -rf "$stage"\' EXIT; chmod 755 "$stage"; log="$stage/log"',
+        'fail() { echo "$*" >&2; exit 1; }',
+        _download_or_fail(key_url, '"$stage/key"', timeout, '"$log"', what="the signing key "),
+        # An OpenPGP public key: ASCII armour, or a binary public-key packet (tag 6, old or new format).
+        'if grep -q "^-----BEGIN PGP PUBLIC KEY BLOCK-----" "$stage/key"'
+        ' && grep -q "^-----END PGP PUBLIC KEY BLOCK-----" "$stage/key"; then kind=armored;'
+        ' else case "$(od -An -tx1 -N1 "$stage/key" | tr -d " \\n")" in 98|99|9a|c6) kind=binary;; *) kind=;; esac; fi',
+        'if [ -z "$kind" ]; then if [ -s "$stage/key" ]; then'
+        ' got="$(wc -c <"$stage/key") bytes starting $(head -c 60 "$stage/key" | tr -c "[:print:]" "?")";'
+        ' else got="an empty body"; fi;'
+        f' fail "{key_url_s} did not return an OpenPGP public key (got $got)"; fi',
+    ]
+    if binary_dest:
+        lines.append(
+            f'[ "$kind" = binary ] || fail "{key_url_s} returned an ASCII-armoured key;'
+            f' {keyring_s} needs a binary one (name the keyring .asc)"'
+        )
+        lines.append(f'cp "$stage/key" {staged_key}')
+    else:
+        lines.append(
+            f'if [ "$kind" = armored ]; then cp "$stage/key" {staged_key}; else'
+            f" {{ echo '-----BEGIN PGP PUBLIC KEY BLOCK-----'; echo; base64 -w 64 \"$stage/key\";"
+            f" echo '-----END PGP PUBLIC KEY BLOCK-----'; }} >{staged_key}; fi"
+        )
+    lines += [
+        f'chmod 644 {staged_key}; mkdir "$stage/parts"',
+        "printf %s " + " ".join([shlex.quote(first)] + [f"signed-by={staged_key} {shlex.quote(part)}" for part in rest])
+        + ' >"$stage/trial.list"',
+        f'{apt_update} >"$log" 2>&1; rc=$?',
+        # apt's errors and warnings, without its summary line and the per-item "Err:" headers.
+        'reason=$(grep -E "^(E|W):" "$log" | grep -v -e unsandboxed -e "Some index files failed"'
+        ' | tr -s "\\n " "  " | cut -c1-600)',
+        f'if [ $rc -ne 0 ] || [ -n "$reason" ]; then fail "apt could not fetch or verify the repository {repo_s}'
+        f' with the key from {key_url_s} (timeout {timeout} s): ${{reason:-apt-get update exited $rc}}'
+        '; the previous source and keyring are left as they were"; fi',
+        # Staged beside their targets, so that the commit is two renames.
+        f"mkdir -p {_dir_q(keyring)} {_dir_q(path)} && cp {staged_key} {_new_q(keyring)}"
+        f" && printf %s {shlex.quote(content)} >{_new_q(path)} || {{ rm -f {_new_q(keyring)} {_new_q(path)}; exit 1; }}",
+    ]
+    return StringCommand("\n".join(lines))
+
+
+def commit_staged_source(path: str, keyring: str) -> StringCommand:
+    """Put the staged keyring, then the source that names it, in place: each a rename, so apt
+    reads the old file or the new one, never half of one."""
+    new_key, new_source = _new_q(keyring), _new_q(path)
     return StringCommand(
-        'tmp=$(mktemp) && if { if [ -x /usr/lib/apt/apt-helper ]; then /usr/lib/apt/apt-helper download-file', url,
-        '"$tmp"; elif command -v curl >/dev/null 2>&1; then curl -fsSL --retry 2 --connect-timeout 20 -o "$tmp"', url,
-        '; else wget -q -O "$tmp"', url, "; fi; } >/dev/null; then",
-        "install -m", QuoteString(mode), '-o root -g root "$tmp"', target, '; rc=$?; rm -f "$tmp"; exit $rc;',
-        'else rc=$?; rm -f "$tmp"; echo', failure, '"(exit $rc)" >&2; exit 1; fi',
+        f"chown root:root {new_key} {new_source} && chmod 644 {new_key} {new_source}"
+        f" && mv -f {new_key} {shlex.quote(keyring)} && mv -f {new_source} {shlex.quote(path)}"
     )
 
 
 @operation()
-def signed_apt_source(path: str, content: str, keyring: str, key_url: str):
+def signed_apt_source(path: str, content: str, keyring: str, key_url: str, repository: str = "",
+                      timeout: int = 30):
     """
-    An apt source that names a signed-by keyring: write the source when it differs and fetch
-    the key whenever the source is new or changed (so a changed key URL takes effect) or the
-    key is missing. One remote read decides both.
+    An apt source that names a signed-by keyring. When the source is new or changed (so a changed
+    key URL takes effect) or the key is missing, fetch the key, check apt can fetch and verify the
+    repository with it, then install both; any failure leaves the previous files untouched. One
+    remote read decides; a source whose only drift is its mode or owner is repaired in place.
     """
+    if f"signed-by={keyring}" not in content:
+        raise OperationValueError(f"the apt source for {path} must name signed-by={keyring}")
     digests = host.get_fact(FileDigests, paths=[path, keyring])
     current = digests.get(path)
     source_changes = current is None or current["sha256"] != hashlib.sha256(content.encode()).hexdigest()
-    source_repair = source_changes or (current["mode"], current["owner"]) != ("644", "root:root")
-    key_fetch = source_changes or digests.get(keyring) is None
-    if source_repair:
-        yield from files.put_text._inner(dest=path, content=content)
+    if source_changes or digests.get(keyring) is None:
         apt_sources_changed()
-    if key_fetch:
-        yield fetch_command(key_url, keyring)
-    if not (source_repair or key_fetch):
-        host.noop(f"{path} and its keyring {keyring} are in place")
+        yield stage_verified_source(path, content, keyring, key_url, repository or path, timeout)
+        yield commit_staged_source(path, keyring)
+        return
+    if (current["mode"], current["owner"]) != ("644", "root:root"):
+        yield StringCommand("chown", "root:root", QuoteString(path), "&&", "chmod", "644", QuoteString(path))
+        return
+    host.noop(f"{path} and its keyring {keyring} are in place")

@@ -72,6 +72,8 @@ def toolkit(settings: Settings, platform: Platform):
             content=apt_source_text(settings, platform),
             keyring=APT_KEYRING,
             key_url=settings.nvidia_toolkit_gpgkey_url,
+            repository=repository_url(settings, platform),
+            timeout=settings.download_timeout,
         )
         package_ops.apt_install(
             name="Install the NVIDIA container toolkit",

@@ -1,0 +1,100 @@
+"""
+The toolkit repository failing in each way it can, against the STAND-IN repository.
+
+NVIDIA's repository is unreachable from the test machines (DESIGN.md section 5): the
+repository, its keys and its faults are built by tests/standin_toolkit.py and served on
+127.0.0.1 (a refused port, a server that never answers, an HTML page or an empty body where
+the key should be, a key that did not sign the repository, an InRelease altered after
+signing). apt, gpgv and the node are real. For each fault: the run fails naming the URL,
+the source file and keyring are exactly as before (absent on a fresh node, the good ones on
+a converged node), the node's own `apt-get update` still succeeds, and the good repository
+then converges with a second run changing nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import standin_toolkit
+from harness import assert_no_change
+
+from deploy.tasks.toolkit import APT_KEYRING, APT_SOURCE, TOOLKIT_PACKAGES
+
+# Short, so the server that never answers costs seconds; the setting is the one users set.
+FAULT_DATA = {"stages": "toolkit", "download_timeout": "3"}
+
+
+@contextlib.contextmanager
+def fault_settings(fault: str, repo):
+    """(settings that point at the faulty place, the URL the error must name, what apt or the check says)."""
+    if fault == "key_port_refused":
+        url = f"{standin_toolkit.refused_url()}/gpgkey"
+        yield repo.data(key_url=url), url, "refused"
+    elif fault == "key_server_never_answers":
+        with standin_toolkit.silent_server() as base:
+            yield repo.data(key_url=f"{base}/gpgkey"), f"{base}/gpgkey", ""
+    elif fault == "key_url_serves_an_html_page":
+        yield repo.data(key="garbage-gpgkey"), f"{repo.url}/garbage-gpgkey", "502 Bad Gateway"
+    elif fault == "key_url_serves_an_empty_body":
+        yield repo.data(key="empty-gpgkey"), f"{repo.url}/empty-gpgkey", "an empty body"
+    elif fault == "repository_port_refused":
+        base = standin_toolkit.refused_url()
+        yield repo.data(repo_url=base), base, "refused"
+    elif fault == "repository_never_answers":
+        with standin_toolkit.silent_server() as base:
+            yield repo.data(repo_url=base), base, ""
+    elif fault == "repository_signed_by_another_key":
+        yield repo.data(key="wrong-gpgkey"), repo.url, "NO_PUBKEY"
+    elif fault == "repository_inrelease_altered_after_signing":
+        base = f"{repo.url}/{standin_toolkit.TAMPERED}"
+        yield repo.data(repo_url=base), base, "BADSIG"
+    else:
+        raise ValueError(fault)
+
+
+FAULTS = [
+    "key_port_refused",
+    "key_server_never_answers",
+    "key_url_serves_an_html_page",
+    "key_url_serves_an_empty_body",
+    "repository_port_refused",
+    "repository_never_answers",
+    "repository_signed_by_another_key",
+    "repository_inrelease_altered_after_signing",
+]
+
+
+def apt_state(node) -> dict[str, str | None]:
+    """The source file and keyring, byte for byte with mode, owner and mtime; None when absent."""
+    return {path: node.stat(path) if node.exists(path) else None for path in (APT_SOURCE, APT_KEYRING)}
+
+
+def assert_fails_cleanly(node, data: dict, url: str, says: str, before: dict) -> None:
+    result = node.deploy(data={**FAULT_DATA, **data}, json_output=False)
+    assert result.returncode != 0, result.explain()
+    assert url in result.output, f"the error must name {url}\n{result.explain()}"
+    assert says in result.output, f"the error must say {says!r}\n{result.explain()}"
+    assert apt_state(node) == before, "the source file and keyring must be exactly as before"
+    assert node.sh("ls /etc/apt/sources.list.d/ /usr/share/keyrings/ | grep gpu-node-new || true").stdout == ""
+    # The node's own refresh, every source it has; --error-on=any so a source that fails counts.
+    plain_update = node.sh("apt-get update -q --error-on=any", check=False)
+    assert plain_update.returncode == 0, plain_update.stdout + plain_update.stderr
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_standin_repository_fault_fails_naming_the_url_and_leaves_apt_as_it_was(fault, node, toolkit_repo):
+    with fault_settings(fault, toolkit_repo) as (data, url, says):
+        # A fresh node: nothing is left behind.
+        assert_fails_cleanly(node, data, url, says, before={APT_SOURCE: None, APT_KEYRING: None})
+
+        good = {**FAULT_DATA, **toolkit_repo.data()}
+        converged = node.deploy(data=good)
+        assert converged.returncode == 0, converged.explain()
+        installed = node.sh("dpkg-query -W -f '${Package}\\n' " + " ".join(TOOLKIT_PACKAGES)).stdout.split()
+        assert sorted(installed) == sorted(TOOLKIT_PACKAGES)
+
+        # A converged node: the good source and keyring stay, byte for byte.
+        assert_fails_cleanly(node, data, url, says, before=apt_state(node))
+
+    assert_no_change(node.deploy(data=good))
