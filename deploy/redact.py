@@ -83,6 +83,25 @@ def toml_error(error: Exception) -> str:
     return " ".join(message.split())
 
 
+# containerd 1.6 (go-toml v1) quotes a mistyped value: "Can't convert 987654321(int64) to string".
+_GO_TOML_CONVERT = re.compile(r"(Can't convert ).*")
+_SECRET_ASSIGNMENT = re.compile(
+    r"""(["']?[\w.-]*(?:%s)[\w.-]*["']?\s*[=:]\s*).+""" % "|".join(SECRET_WORDS), re.IGNORECASE
+)
+
+
+def daemon_output(text: str) -> str:
+    """
+    Output of ``containerd config dump`` / ``dockerd --validate`` fit to show: the values a
+    rejection quotes are withheld, and so is any ``credential-key = value`` it echoes.
+    """
+    lines = []
+    for line in text.splitlines():
+        line = _GO_TOML_CONVERT.sub(r"\1(value withheld)", line)
+        lines.append(_SECRET_ASSIGNMENT.sub(r"\1" + MASK, line))
+    return "\n".join(lines)
+
+
 # JSON -------------------------------------------------------------------------------------
 
 _JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]:,]|\s+|[^\s{}\[\]:,"]+|.', re.S)

@@ -225,3 +225,26 @@ def test_a_config_with_auth_and_tls_tables_reads_back_byte_for_byte_and_rewires_
     assert redact.mask_toml(CONTAINERD_16).count("\n") == CONTAINERD_16.count("\n")
     assert '    [plugins."io.containerd.grpc.v1.cri".registry.configs."r.example".tls]\n' in redact.mask_toml(
         CONTAINERD_16)
+
+
+# Real rejections of `containerd --config C config dump` (containerd 1.6.20, bookworm) for
+# credential values of the wrong type: go-toml v1 quotes the value.
+CONTAINERD_16_REJECTIONS = [
+    ("containerd: (3, 1): Can't convert 987654321(int64) to string", "987654321"),
+    ("containerd: (3, 1): Can't convert [s3cr3t-A]([]interface {}) to a slice", "s3cr3t-A"),
+    ('containerd: (0, 0): Can\'t convert x = "s3cr3t-C"\n(*toml.Tree) to a tree', "s3cr3t-C"),
+]
+
+
+@pytest.mark.parametrize("output, secret", CONTAINERD_16_REJECTIONS)
+def test_daemon_rejections_withhold_the_value_they_quote(output, secret):
+    shown = redact.daemon_output(output)
+    assert secret not in shown
+    assert shown.startswith("containerd: (") and "Can't convert (value withheld)" in shown
+
+
+def test_daemon_output_masks_echoed_credential_assignments_and_keeps_the_rest():
+    assert redact.daemon_output(f'password = "{PASSWORD}"') == "password = ***"
+    assert redact.daemon_output(f'"splunk-token": "{TOKEN}",') == '"splunk-token": ***'
+    plain = 'failed to load plugin io.containerd.grpc.v1.cri: invalid plugin key URI "x"'
+    assert redact.daemon_output(plain) == plain
