@@ -83,9 +83,9 @@ def write_inventory(tmp_path: Path, gpu, control_plane) -> str:
     return str(path)
 
 
-def deploy_pair(inventory: str, data: dict) -> DeployResult:
+def deploy_pair(inventory: str, data: dict, *options: str) -> DeployResult:
     """One pyinfra run over both hosts, through the real CLI."""
-    args = [sys.executable, "-m", "pyinfra", "-y", "--json", inventory, "deploy/gpu_node.py"]
+    args = [sys.executable, "-m", "pyinfra", "-y", "--json", *options, inventory, "deploy/gpu_node.py"]
     for key, value in {**SAFE_DATA, **data}.items():
         args += ["--data", f"{key}={value}"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -154,8 +154,9 @@ def test_live_node_is_cordoned_and_drained_before_the_restart_and_uncordoned_aft
     changed = first.changed_operations()
     assert f"Live node | Uncordon Kubernetes node {NODE_NAME} after the restart" in changed, changed
 
-    # A second run: nothing to restart, so only the read, no write verb, no restart.
-    second = deploy_pair(inventory, data)
+    # A second run: nothing to restart, so only the read, no write verb, no restart. Limited to
+    # the GPU node (as scripts/rollout.py runs batches): the control plane is reached all the same.
+    second = deploy_pair(inventory, data, "--limit", gpu.target)
     assert_no_change(second)
     new_calls = standin_calls(control_plane)[len(calls):]
     assert verbs(new_calls) == ["get"], new_calls
@@ -178,7 +179,8 @@ def test_failed_drain_leaves_containerd_unrestarted_and_the_node_cordoned_kubect
 
     control_plane.write(DRAIN_FAILS, "")
     data = {**base, "stages": "runtimes,verify", "drain_before_restart": "true"}
-    failed = deploy_pair(inventory, data)
+    # --limit to the GPU node, as a batch of scripts/rollout.py: kubectl still runs on the control plane.
+    failed = deploy_pair(inventory, data, "--limit", gpu.target)
     assert failed.returncode != 0, failed.explain()
     assert verbs(standin_calls(control_plane)) == ["get", "get", "cordon", "drain"]
     assert {"service": gpu.service("containerd"), "file": gpu.stat(CONFIG)} == before
