@@ -309,3 +309,19 @@ def test_reboot_without_reboot_allowed_drains_nothing(monkeypatch):
     assert run.error is None and not run.failed, run.error
     assert run.kubectl_verbs() == ["get"]
     assert not [command for command in run.on(GPU) if "reboot )" in command]
+
+
+def test_restart_left_pending_by_an_interrupted_run_is_drained_for_too_no_real_cluster(monkeypatch):
+    """The config is already wired but an interrupted run never restarted containerd."""
+    from pathlib import Path
+
+    wired = (Path(__file__).resolve().parents[1] / "fixtures" / "containerd" / "merge" / "already-wired"
+             / "expected.toml").read_text()
+    answers = gpu_responses(config=wired)
+    answers[MARKER] = answers[MARKER] + [f"{MARKER}PendingRestarts", "containerd /etc/containerd/config.toml"]
+    cluster = StandInCluster()
+    run = run_gpu_node(monkeypatch, cluster, gpu_answers=answers)
+    assert run.error is None and not run.failed, run.error
+    assert run.kubectl_verbs() == ["get", "get", "cordon", "drain", "uncordon"]
+    assert run.index(CP, " drain ") < restart_index(run) < run.index(CP, " uncordon ")
+    assert "an interrupted run had installed it without a restart" in run.timeline[restart_index(run)][1]
