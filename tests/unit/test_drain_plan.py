@@ -325,3 +325,16 @@ def test_restart_left_pending_by_an_interrupted_run_is_drained_for_too_no_real_c
     assert run.kubectl_verbs() == ["get", "get", "cordon", "drain", "uncordon"]
     assert run.index(CP, " drain ") < restart_index(run) < run.index(CP, " uncordon ")
     assert "an interrupted run had installed it without a restart" in run.timeline[restart_index(run)][1]
+
+
+def test_docker_restart_is_drained_for_like_containerd_no_real_cluster(monkeypatch):
+    answers = gpu_responses()
+    answers = {"command -v dockerd": "dockerd /usr/sbin/dockerd\nversion Docker version 26.1.5, build x\nvalidate",
+               **answers}
+    cluster = StandInCluster()
+    run = run_gpu_node(monkeypatch, cluster, data={"container_runtimes": "docker"}, gpu_answers=answers)
+    assert run.error is None and not run.failed, run.error
+    assert run.kubectl_verbs() == ["get", "get", "cordon", "drain", "uncordon"]
+    assert run.index(GPU, "dockerd --validate") < run.index(CP, " cordon ")
+    assert run.index(CP, " drain ") < restart_index(run) < run.index(CP, " uncordon ")
+    assert "unit=docker" in run.timeline[restart_index(run)][1]
