@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
+from pyinfra.api.exceptions import FactProcessError
 from pyinfra.api.state import BaseStateCallback
 
 from deploy.facts.drain import KubeNodeSchedule
@@ -121,6 +122,10 @@ def _on_control_plane(state, target: DrainTarget, command: StringCommand) -> tup
     return ok, output.stdout_lines, output.stderr_lines
 
 
+def _last_error(stderr_lines: list[str]) -> str:
+    return first_error_line("\n".join(stderr_lines))
+
+
 def _error(host, message: str) -> bool:
     logger.error(f"{host.print_prefix}gpu-node: {message}")
     return False
@@ -136,8 +141,10 @@ def drain_node(state, host, target: DrainTarget) -> bool:
 
     schedule = KubeNodeSchedule()
     ok, lines, errors = _on_control_plane(state, target, schedule.command(target.kubeconfig, node))
-    answer = schedule.process(lines) if ok and lines else {**schedule.default(), "error": first_error_line(
-        "\n".join(errors))}
+    try:
+        answer = schedule.process(lines) if ok and lines else {**schedule.default(), "error": _last_error(errors)}
+    except FactProcessError as error:
+        answer = {**schedule.default(), "error": str(error)}
     if not answer["reachable"]:
         return _error(host, f"cannot drain Kubernetes node {node} before the restart: {answer['error']} "
                             f"({where}); nothing was restarted")
@@ -154,14 +161,14 @@ def drain_node(state, host, target: DrainTarget) -> bool:
         cordon = kubectl(target.kubeconfig, "cordon", QuoteString(node))
         ok, _, errors = _on_control_plane(state, target, cordon)
         if not ok:
-            return _error(host, f"kubectl cordon {node} failed: {first_error_line(chr(10).join(errors))} "
+            return _error(host, f"kubectl cordon {node} failed: {_last_error(errors)} "
                                 f"({where}); nothing was restarted")
         record.cordoned_by_run = True
 
     ok, _, errors = _on_control_plane(state, target, target.drain_command())
     if not ok:
         return _error(host, f"kubectl drain {node} failed (--timeout={target.timeout}s): "
-                            f"{first_error_line(chr(10).join(errors))}; nothing was restarted")
+                            f"{_last_error(errors)}; nothing was restarted")
     record.drained = True
     host.log_styled(f"Kubernetes node {node} cordoned and drained before the restart", fg="green")
     return True
@@ -174,7 +181,7 @@ def uncordon(state, host, target: DrainTarget) -> bool:
     ok, _, errors = _on_control_plane(state, target, command)
     if not ok:
         # record.cordoned_by_run stays: the failure callback says the node stays cordoned.
-        return _error(host, f"kubectl uncordon {target.node} failed: {first_error_line(chr(10).join(errors))}")
+        return _error(host, f"kubectl uncordon {target.node} failed: {_last_error(errors)}")
     record.cordoned_by_run = False
     host.log_styled(f"Kubernetes node {target.node} uncordoned", fg="green")
     return True

@@ -338,3 +338,23 @@ def test_docker_restart_is_drained_for_like_containerd_no_real_cluster(monkeypat
     assert run.index(GPU, "dockerd --validate") < run.index(CP, " cordon ")
     assert run.index(CP, " drain ") < restart_index(run) < run.index(CP, " uncordon ")
     assert "unit=docker" in run.timeline[restart_index(run)][1]
+
+
+@pytest.mark.parametrize("lines, expected", [
+    (["kubectl-missing"], {"reachable": False, "error": "kubectl is not installed (not on PATH)"}),
+    (["kubeconfig-unreadable"], {"reachable": False, "error": "the kubeconfig does not exist or is not readable"}),
+    (["rc 1", "err Unable to connect to the server: dial tcp 10.0.0.1:6443: i/o timeout"],
+     {"reachable": False, "error": "the API server did not answer: Unable to connect to the server: "
+                                   "dial tcp 10.0.0.1:6443: i/o timeout"}),
+    (["rc 1", 'err Error from server (NotFound): nodes "gpu1" not found'],
+     {"reachable": True, "registered": False, "error": None}),
+    (["rc 0", 'out {"kind": "Node", "spec": {"unschedulable": true, "podCIDR": "10.244.1.0/24"}}'],
+     {"reachable": True, "registered": True, "unschedulable": True}),
+    (["rc 0", 'out {"kind": "Node", "spec": {"podCIDR": "10.244.1.0/24"}}'],
+     {"reachable": True, "registered": True, "unschedulable": False}),
+])
+def test_node_schedule_fact_reads_kubectls_answers(lines, expected):
+    from deploy.facts.drain import KubeNodeSchedule
+
+    state = KubeNodeSchedule().process(lines)
+    assert {key: state[key] for key in expected} == expected
