@@ -166,6 +166,11 @@ def build_repo(root: Path, arch: str = "amd64") -> StandinRepo:
          "-abs", "-o", str(repo_dir / "Release.gpg"), str(repo_dir / "Release"))
     (root / "gpgkey").write_text(key.armored_public_key())
     (root / "wrong-gpgkey").write_text(other.armored_public_key())
+    # The same key unarmoured, as some mirrors serve it.
+    (root / "gpgkey.bin").write_bytes(
+        subprocess.run(["gpg", "--homedir", str(key.home), "--export", key.fingerprint],
+                       check=True, capture_output=True).stdout
+    )
     _write_faults(root, repo_dir, arch)
     for home in (key.home, other.home):
         # gpg starts an agent per home folder; nothing needs it once the repository is signed.

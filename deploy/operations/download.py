@@ -76,6 +76,17 @@ def _sq(text: str) -> str:
     return "".join("\\" + char if char in '"$`\\' else char for char in text)
 
 
+# The armour's CRC-24 line (RFC 4880 6.1), in POSIX shell arithmetic: gpg reads an armoured key
+# without it past its last line whenever the base64 has no "=" padding.
+ARMOR_CHECKSUM = (
+    'crc=11994318; for byte in $(od -An -tu1 -v "$stage/key"); do crc=$(( crc ^ (byte << 16) )); bit=0;'
+    " while [ $bit -lt 8 ]; do crc=$(( crc << 1 )); [ $(( crc & 16777216 )) -eq 0 ] || crc=$(( crc ^ 25578747 ));"
+    " bit=$(( bit + 1 )); done; done;"
+    r' printf "=%s\n" "$(printf "\\$(printf %o $(( (crc >> 16) & 255 )))\\$(printf %o $(( (crc >> 8) & 255 )))'
+    r'\\$(printf %o $(( crc & 255 )))" | base64)"'
+)
+
+
 def _new_q(path: str) -> str:
     return shlex.quote(path + STAGED_SUFFIX)
 
@@ -130,7 +141,7 @@ def stage_verified_source(
         lines.append(
             f'if [ "$kind" = armored ]; then cp "$stage/key" {staged_key}; else'
             f" {{ echo '-----BEGIN PGP PUBLIC KEY BLOCK-----'; echo; base64 -w 64 \"$stage/key\";"
-            f" echo '-----END PGP PUBLIC KEY BLOCK-----'; }} >{staged_key}; fi"
+            f" {ARMOR_CHECKSUM}; echo '-----END PGP PUBLIC KEY BLOCK-----'; }} >{staged_key}; fi"
         )
     lines += [
         f'chmod 644 {staged_key}; mkdir "$stage/parts"',
@@ -139,7 +150,7 @@ def stage_verified_source(
         f'{apt_update} >"$log" 2>&1; rc=$?',
         # apt's errors and warnings, without its summary line and the per-item "Err:" headers.
         'reason=$(grep -E "^(E|W):" "$log" | grep -v -e unsandboxed -e "Some index files failed"'
-        ' | tr -s "\\n " "  " | cut -c1-600)',
+        ' | tr -s "\\n " "  " | cut -c1-600 | sed "s/ *$//")',
         f'if [ $rc -ne 0 ] || [ -n "$reason" ]; then fail "apt could not fetch or verify the repository {repo_s}'
         f' with the key from {key_url_s} (timeout {timeout} s): ${{reason:-apt-get update exited $rc}}'
         '; the previous source and keyring are left as they were"; fi',

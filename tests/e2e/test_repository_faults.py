@@ -98,3 +98,15 @@ def test_standin_repository_fault_fails_naming_the_url_and_leaves_apt_as_it_was(
         assert_fails_cleanly(node, data, url, says, before=apt_state(node))
 
     assert_no_change(node.deploy(data=good))
+
+
+def test_standin_key_served_unarmoured_is_accepted_and_converges(node, toolkit_repo):
+    """Some mirrors serve the key as binary OpenPGP: it is armoured for the .asc keyring and apt verifies with it."""
+    data = {**FAULT_DATA, **toolkit_repo.data(key="gpgkey.bin")}
+    first = node.deploy(data=data)
+    assert first.returncode == 0, first.explain()
+    keyring = node.read(APT_KEYRING)
+    assert keyring.startswith("-----BEGIN PGP PUBLIC KEY BLOCK-----")
+    plain_update = node.sh("apt-get update -q --error-on=any", check=False)
+    assert plain_update.returncode == 0, plain_update.stdout + plain_update.stderr
+    assert_no_change(node.deploy(data=data))
