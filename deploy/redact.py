@@ -90,6 +90,15 @@ _SECRET_ASSIGNMENT = re.compile(
 )
 
 
+def shell_daemon_output_filter() -> str:
+    """``daemon_output`` as a sed command, for output a remote script prints itself."""
+    words = "|".join(SECRET_WORDS)
+    return (
+        "sed -E -e \"s/(Can't convert ).*/\\1(value withheld)/\" "
+        f"-e 's/([\"'\"'\"']?[[:alnum:]_.-]*({words})[[:alnum:]_.-]*[\"'\"'\"']?[[:space:]]*[=:][[:space:]]*).+/\\1{MASK}/I'"
+    )
+
+
 def daemon_output(text: str) -> str:
     """
     Output of ``containerd config dump`` / ``dockerd --validate`` fit to show: the values a

@@ -240,9 +240,9 @@ class Node:
     def is_active(self, unit: str) -> bool:
         return self.sh(f"systemctl is-active {shlex.quote(unit)}", check=False).stdout.strip() == "active"
 
-    def deploy(self, *, data: dict | None = None, deploy_file: str = "deploy/gpu_node.py",
-               json_output: bool = True, extra_args: list[str] | None = None,
-               timeout: float = 1500) -> DeployResult:
+    def deploy_command(self, *, data: dict | None = None, deploy_file: str = "deploy/gpu_node.py",
+                       json_output: bool = True, extra_args: list[str] | None = None) -> tuple[list[str], dict]:
+        """The pyinfra CLI call a user would make against this node, and its environment."""
         merged = {**SAFE_DATA, **(data or {})}
         args = [sys.executable, "-m", "pyinfra", "-y"]
         if json_output:
@@ -253,6 +253,13 @@ class Node:
         args += extra_args or []
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env.pop("GPU_NODES", None)
+        return args, env
+
+    def deploy(self, *, data: dict | None = None, deploy_file: str = "deploy/gpu_node.py",
+               json_output: bool = True, extra_args: list[str] | None = None,
+               timeout: float = 1500) -> DeployResult:
+        args, env = self.deploy_command(data=data, deploy_file=deploy_file, json_output=json_output,
+                                        extra_args=extra_args)
         result = run(args, check=False, cwd=REPO, env=env, timeout=timeout)
         return DeployResult(result.returncode, result.stdout, result.stderr, args)
 

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 import tomlkit
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pyinfra import host
 from pyinfra.api import operation
+from pyinfra.api.command import PyinfraCommand
 from tomlkit.exceptions import ParseError
 from tomlkit.items import AoT, Table, Whitespace
 
@@ -275,6 +277,8 @@ def configure_nvidia_runtime(
     validate_with_binary: bool = True,
     restart_timeout: int = 30,
     hint: str = "",
+    restart_pending: bool = False,
+    before_restart: Sequence[PyinfraCommand] = (),
 ):
     """
     Merge the NVIDIA runtime into containerd's config at ``path`` and install it safely.
@@ -288,6 +292,8 @@ def configure_nvidia_runtime(
     + validate_with_binary: false for templates containerd cannot read as they are
     + restart_timeout: seconds the restarted service has to become active before rollback
     + hint: added to a parse error (what to do about a file of this flavour)
+    + restart_pending: an interrupted run installed this config without restarting ``service``
+    + before_restart: commands run after the candidate's check, before the swap and restart (a drain)
     """
     state = host.get_fact(ContainerdConfig, path=path, base_path=base_path, binary=containerd_binary)
     current = state["config"]
@@ -310,6 +316,11 @@ def configure_nvidia_runtime(
         return
 
     if current is not None and merged.text == current:
+        if restart_pending and service:
+            yield from safe_install.restart_pending._inner(
+                path=path, service=service, restart_timeout=restart_timeout, before_restart=before_restart,
+            )
+            return
         host.noop(f"{path} already wires the nvidia runtime")
         return
 
@@ -337,4 +348,5 @@ def configure_nvidia_runtime(
         validator=validate,
         service=service,
         restart_timeout=restart_timeout,
+        before_restart=before_restart,
     )

@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pyinfra import host
 from pyinfra.api import operation
+from pyinfra.api.command import PyinfraCommand
 
 from deploy import redact
 from deploy.facts.docker import DockerState
@@ -178,7 +179,8 @@ def render_daemon_json(config: dict) -> str:
 
 @operation()
 def configure_nvidia_runtime(path: str, wiring: RuntimeWiring, service: str = "docker",
-                             restart_timeout: int = 30):
+                             restart_timeout: int = 30, restart_pending: bool = False,
+                             before_restart: Sequence[PyinfraCommand] = ()):
     """
     Merge the NVIDIA runtime into daemon.json at ``path`` and install it safely.
 
@@ -186,6 +188,8 @@ def configure_nvidia_runtime(path: str, wiring: RuntimeWiring, service: str = "d
     + wiring: what to set (``RuntimeWiring``)
     + service: the unit restarted on change
     + restart_timeout: seconds docker has to become active before rollback
+    + restart_pending: an interrupted run installed this config without restarting ``service``
+    + before_restart: commands run after the candidate's check, before the swap and restart (a drain)
     """
     state = host.get_fact(DockerState, path=path)
     if not state["dockerd"]:
@@ -204,6 +208,11 @@ def configure_nvidia_runtime(path: str, wiring: RuntimeWiring, service: str = "d
         return
 
     if current is not None and not merged.changed:
+        if restart_pending and service:
+            yield from safe_install.restart_pending._inner(
+                path=path, service=service, restart_timeout=restart_timeout, before_restart=before_restart,
+            )
+            return
         host.noop(f"{path} already wires the nvidia runtime")
         return
     for note in merged.notes:
@@ -227,4 +236,5 @@ def configure_nvidia_runtime(path: str, wiring: RuntimeWiring, service: str = "d
     yield from safe_install.install_file._inner(
         path=path, content=content, validator=validator, service=service,
         restart_timeout=restart_timeout,
+        before_restart=before_restart,
     )

@@ -10,6 +10,7 @@ from pyinfra import host
 from pyinfra.api import FileUploadCommand, QuoteString, StringCommand, operation
 
 from deploy.facts.files import FileDigest
+from deploy.operations.safe_install import CANDIDATE_SUFFIX
 
 
 @operation()
@@ -26,9 +27,11 @@ def put_text(dest: str, content: str, mode: str = "644", owner: str = "root:root
     if current is None or current["sha256"] != wanted:
         if current is None:
             yield StringCommand("mkdir", "-p", QuoteString(posixpath.dirname(dest)))
-        yield FileUploadCommand(StringIO(content), dest)
-        yield StringCommand("chown", QuoteString(owner), target)
-        yield StringCommand("chmod", QuoteString(mode), target)
+        # Uploaded beside it and renamed over it: an interrupted run never leaves half a file.
+        candidate = QuoteString(dest + CANDIDATE_SUFFIX)
+        yield FileUploadCommand(StringIO(content), dest + CANDIDATE_SUFFIX)
+        yield StringCommand("chown", QuoteString(owner), candidate, "&& chmod", QuoteString(mode), candidate,
+                            "&& mv -f", candidate, target)
         return
     if current["owner"] != owner:
         yield StringCommand("chown", QuoteString(owner), target)

@@ -28,6 +28,8 @@ from typing import Iterator, Sequence
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.api.command import FileUploadCommand, PyinfraCommand
 
+from deploy.redact import shell_daemon_output_filter
+
 CANDIDATE_SUFFIX = ".gpu-node-candidate"
 BACKUP_INFIX = ".gpu-node-backup-"
 REJECTED_INFIX = ".gpu-node-rejected-"
@@ -87,7 +89,9 @@ def _validate_part(validator: Validator | None) -> str:
         return ""
     return f"""if ! check_output=$({validator.command('"$candidate"')} 2>&1); then
     rm -f "$candidate"
-    fail "$dest was not changed: {validator.what} rejected the new version:" "$check_output"
+    # The daemon's complaint can quote a credential from the file: withheld.
+    fail "$dest was not changed: {validator.what} rejected the new version:" \\
+        "$(printf '%s\\n' "$check_output" | {shell_daemon_output_filter()})"
 fi
 """
 
@@ -127,7 +131,8 @@ _RESTART_FUNCTIONS = """wait_active() {
 restart() {
     restart_output=$(timeout "$timeout" systemctl restart "$unit" 2>&1)
     restart_status=$?
-    wait_active && return 0
+    # A failed or killed restart leaves the old daemon active: that is not a restart.
+    [ "$restart_status" -eq 0 ] && wait_active && return 0
     state=$(systemctl is-active "$unit" 2>&1)
     journal=$(journalctl -u "$unit" -n 8 --no-pager -o cat 2>/dev/null)
     why="$unit is $state, not active, ${timeout} s after 'systemctl restart' (exit $restart_status) $restart_output

@@ -38,9 +38,6 @@ class Node:
     # deploy/facts/recovery.py PendingRestarts: {unit: config} an interrupted run did not restart
     pending_restarts: dict | None = None
 
-    def restart_pending(self, unit: str, path: str) -> bool:
-        return (self.pending_restarts or {}).get(unit) == path
-
 
 def gpu_findings(nvidia: dict, require_gpu: bool) -> tuple[list[str], list[str]]:
     """(warnings, errors) about the GPUs, Secure Boot and the modules holding them."""

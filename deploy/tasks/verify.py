@@ -19,6 +19,7 @@ from packaging.version import InvalidVersion, Version
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, deploy, operation
 
+from deploy import redact
 from deploy.facts.verify import (
     KUBELET_CONFIG,
     ContainerRun,
@@ -371,7 +372,7 @@ def ladder(state: dict, options: VerifyOptions, runs: dict[str, dict]) -> list[S
         except Exception as error:  # tomlkit raises several types; the reason is what matters
             cri_error = f"cannot parse its output: {error}"
     elif state["containerd"]["path"]:
-        cri_error = _short(dump or "no output")
+        cri_error = _short(redact.daemon_output(dump or "no output"))
 
     steps = gpu_steps(state, options)
     steps += toolkit_steps(state, options, cri)

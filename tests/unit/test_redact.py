@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import base64
 import logging
 
@@ -248,3 +250,16 @@ def test_daemon_output_masks_echoed_credential_assignments_and_keeps_the_rest():
     assert redact.daemon_output(f'"splunk-token": "{TOKEN}",') == '"splunk-token": ***'
     plain = 'failed to load plugin io.containerd.grpc.v1.cri: invalid plugin key URI "x"'
     assert redact.daemon_output(plain) == plain
+
+
+@pytest.mark.parametrize("line", [
+    'password = "s3cr3t-PASSWORD-value"',
+    '"splunk-token": "abc123",',
+    "Can't convert 987654321(int64) to string",
+    "  identitytoken = 'x'",
+    'failed to load plugin io.containerd.grpc.v1.cri: invalid plugin config',
+])
+def test_the_remote_scripts_sed_filter_masks_as_daemon_output_does(line):
+    shown = subprocess.run(["sh", "-c", redact.shell_daemon_output_filter()], input=line + "\n",
+                           capture_output=True, text=True, check=True).stdout.rstrip("\n")
+    assert shown == redact.daemon_output(line)
