@@ -19,6 +19,7 @@ from deploy.tasks.kernel import kernel_prerequisites  # noqa: E402
 from deploy.tasks.preflight import preflight  # noqa: E402
 from deploy.tasks.containerd import containerd_runtime  # noqa: E402
 from deploy.tasks.docker import docker_runtime  # noqa: E402
+from deploy.tasks.drain import drain_plan, uncordon_after_restart  # noqa: E402
 from deploy.tasks.toolkit import toolkit  # noqa: E402
 from deploy.tasks.verify import verify  # noqa: E402
 
@@ -28,18 +29,25 @@ if "control_plane" in host.groups and "gpu_nodes" not in host.groups:
 else:
     settings = host_settings(host)
     node = preflight(settings)
+    # drain_before_restart: the node to drain before a restart; its control plane checked now.
+    drain = drain_plan(settings)
     if settings.runs("kernel"):
         kernel_prerequisites(settings, node.platform)
     if settings.runs("driver") and settings.nvidia_driver_install:
-        nvidia_driver(settings, node.platform, node.driver_plan)
+        nvidia_driver(settings, node.platform, node.driver_plan, drain=drain)
     if settings.runs("toolkit") and settings.nvidia_toolkit_install:
         toolkit(settings, node.platform)
     if settings.runs("runtimes") and settings.wires("containerd"):
-        containerd_runtime(settings, node.platform.family, node.containerd)
+        containerd_runtime(settings, node.platform.family, node.containerd, drain=drain,
+                           pending_restarts=node.pending_restarts)
     if settings.runs("runtimes") and settings.wires("docker"):
-        docker_runtime(settings, node.platform.family)
+        docker_runtime(settings, node.platform.family, drain=drain, pending_restarts=node.pending_restarts)
     if settings.runs("verify"):
         verify(settings)
+    if drain:
+        # After verify, which fails the host first when a step fails: the node then stays
+        # cordoned. Without verify, after the restarted runtime came back active.
+        uncordon_after_restart(drain)
 
     # Last, so it ends the run's output: no GPU, reboot required.
     driver_report(settings, node.driver_plan)

@@ -16,7 +16,9 @@ from deploy.facts.containerd import (
     RKE2_CONTAINERD_DIR,
 )
 from deploy.operations import containerd, safe_install
+from deploy.operations import drain as drain_ops
 from deploy.operations import packages as package_ops
+from deploy.operations.drain import DrainTarget
 from deploy.settings import Settings
 
 K0S_DROPIN = f"{K0S_DROPIN_DIR}/gpu-node-nvidia.toml"
@@ -120,7 +122,8 @@ def install_containerd(settings: Settings, family: Family) -> None:
 
 
 @deploy("containerd")
-def containerd_runtime(settings: Settings, family: Family, owner: dict):
+def containerd_runtime(settings: Settings, family: Family, owner: dict, drain: DrainTarget | None = None,
+                       pending_restarts: dict | None = None):
     flavour = owner["flavour"]["name"]
     if flavour == "plain" and not owner.get("binary"):
         if not settings.containerd_install:
@@ -135,7 +138,7 @@ def containerd_runtime(settings: Settings, family: Family, owner: dict):
         logger.info(f"{host.print_prefix}containerd belongs to {flavour}: wiring its own config")
 
     target = config_target(settings, owner)
-    containerd.configure_nvidia_runtime(
+    wired = containerd.configure_nvidia_runtime(
         name=f"Wire the nvidia runtime into {target.path}",
         path=target.path,
         wiring=settings.runtime_wiring(enable_cdi=settings.containerd_enable_cdi),
@@ -146,4 +149,7 @@ def containerd_runtime(settings: Settings, family: Family, owner: dict):
         validate_with_binary=target.validate_with_binary,
         restart_timeout=settings.service_restart_timeout,
         hint=target.hint,
+        restart_pending=bool(target.service) and (pending_restarts or {}).get(target.service) == target.path,
+        before_restart=drain_ops.before_restart(drain),
     )
+    drain_ops.watch(wired)

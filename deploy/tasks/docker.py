@@ -9,14 +9,17 @@ from pyinfra.operations import dnf, pacman, systemd, zypper
 from deploy.distros import Family
 from deploy.facts.docker import DockerState
 from deploy.operations import docker, safe_install
+from deploy.operations import drain as drain_ops
 from deploy.operations import packages as package_ops
+from deploy.operations.drain import DrainTarget
 from deploy.settings import Settings
 
 PACKAGE_OPERATIONS = {"dnf": dnf.packages, "zypper": zypper.packages, "pacman": pacman.packages}
 
 
 @deploy("Docker")
-def docker_runtime(settings: Settings, family: Family):
+def docker_runtime(settings: Settings, family: Family, drain: DrainTarget | None = None,
+                   pending_restarts: dict | None = None):
     # Installing Docker Engine is the site's business; docker_install=true takes the distribution's
     # own package (Debian/Ubuntu docker.io, Fedora moby-engine, ...), never Docker's repository.
     installed = host.get_fact(DockerState, path=settings.docker_daemon_config_path)["dockerd"]
@@ -42,9 +45,12 @@ def docker_runtime(settings: Settings, family: Family):
             PACKAGE_OPERATIONS[family.package_manager](name="Install Docker", packages=[family.docker_package])
         systemd.service(name="Enable and start Docker", service="docker", running=True, enabled=True)
 
-    docker.configure_nvidia_runtime(
+    wired = docker.configure_nvidia_runtime(
         name=f"Wire the nvidia runtime into {settings.docker_daemon_config_path}",
         path=settings.docker_daemon_config_path,
         wiring=settings.runtime_wiring(enable_cdi=settings.docker_enable_cdi),
         restart_timeout=settings.service_restart_timeout,
+        restart_pending=(pending_restarts or {}).get("docker") == settings.docker_daemon_config_path,
+        before_restart=drain_ops.before_restart(drain),
     )
+    drain_ops.watch(wired)
