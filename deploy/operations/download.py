@@ -2,9 +2,10 @@
 An apt source with its signed-by keyring, changed as one transaction.
 
 The key is fetched to a staging folder and checked to be an OpenPGP public key; apt then
-refreshes that one source against the staged key. Only when apt fetched and verified it do
-the source file and keyring replace what was there, so an unreachable repository, a garbage
-key or a bad signature leaves the node's apt exactly as it was. Every failure names the URL.
+refreshes that one source against the staged key. Only when apt fetched and verified it are
+the keyring and the source staged beside their targets and renamed into place, so an
+unreachable repository, a garbage key or a bad signature leaves the node's apt exactly as it
+was. Every failure names the URL.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pyinfra import host
 from pyinfra.api import OperationValueError, QuoteString, StringCommand, operation
 
 from deploy.facts.files import FileDigests
-from deploy.operations.packages import apt_sources_changed
+from deploy.operations.packages import apt_lock_option, apt_sources_changed
 
 APT_HELPER = "/usr/lib/apt/apt-helper"
 STAGED_SUFFIX = ".gpu-node-new"  # a verified file waiting for its rename into place
@@ -104,13 +105,12 @@ def stage_verified_source(
     Any failure exits 1 with one line naming the URL and leaves the targets untouched.
     """
     marker = f"signed-by={keyring}"
-    binary_dest = not keyring.endswith(".asc")
     # The trial source is the real one signed by the staged key.
     first, *rest = content.split(marker)
-    key_url_s, repo_s, keyring_s = _sq(key_url), _sq(repository), _sq(keyring)
-    staged_key = '"$stage/keyring' + ('.gpg"' if binary_dest else '.asc"')
+    key_url_s, repo_s = _sq(key_url), _sq(repository)
+    staged_key = '"$stage/keyring.asc"'
     apt_update = " ".join([
-        "apt-get", "update", "-q",
+        "apt-get", "update", "-q", apt_lock_option(),
         "-o", 'Dir::Etc::SourceList="$stage/trial.list"', "-o", 'Dir::Etc::SourceParts="$stage/parts"',
         # Keep every other source's lists: this refresh sees only the one source.
         "-o", "APT::Get::List-Cleanup=0",
@@ -131,18 +131,12 @@ def stage_verified_source(
         ' else got="an empty body"; fi;'
         f' fail "{key_url_s} did not return an OpenPGP public key (got $got)"; fi',
     ]
-    if binary_dest:
-        lines.append(
-            f'[ "$kind" = binary ] || fail "{key_url_s} returned an ASCII-armoured key;'
-            f' {keyring_s} needs a binary one (name the keyring .asc)"'
-        )
-        lines.append(f'cp "$stage/key" {staged_key}')
-    else:
-        lines.append(
-            f'if [ "$kind" = armored ]; then cp "$stage/key" {staged_key}; else'
-            f" {{ echo '-----BEGIN PGP PUBLIC KEY BLOCK-----'; echo; base64 -w 64 \"$stage/key\";"
-            f" {ARMOR_CHECKSUM}; echo '-----END PGP PUBLIC KEY BLOCK-----'; }} >{staged_key}; fi"
-        )
+    lines.append(
+        # The keyring is stored armoured (.asc): a binary key gets its armour and CRC-24 here.
+        f'if [ "$kind" = armored ]; then cp "$stage/key" {staged_key}; else'
+        f" {{ echo '-----BEGIN PGP PUBLIC KEY BLOCK-----'; echo; base64 -w 64 \"$stage/key\";"
+        f" {ARMOR_CHECKSUM}; echo '-----END PGP PUBLIC KEY BLOCK-----'; }} >{staged_key}; fi"
+    )
     lines += [
         f'chmod 644 {staged_key}; mkdir "$stage/parts"',
         "printf %s " + " ".join([shlex.quote(first)] + [f"signed-by={staged_key} {shlex.quote(part)}" for part in rest])
@@ -182,6 +176,8 @@ def signed_apt_source(path: str, content: str, keyring: str, key_url: str, repos
     """
     if f"signed-by={keyring}" not in content:
         raise OperationValueError(f"the apt source for {path} must name signed-by={keyring}")
+    if not keyring.endswith(".asc"):
+        raise OperationValueError(f"keyring {keyring} must end in .asc: the key is stored ASCII-armoured")
     digests = host.get_fact(FileDigests, paths=[path, keyring])
     current = digests.get(path)
     source_changes = current is None or current["sha256"] != hashlib.sha256(content.encode()).hexdigest()

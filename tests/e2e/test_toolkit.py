@@ -9,19 +9,12 @@ signature checks, dpkg holds, on a bookworm systemd node container.
 
 from __future__ import annotations
 
-import socket
-
+import standin_toolkit
 from harness import assert_no_change
 
 from deploy.tasks.toolkit import APT_KEYRING, APT_SOURCE, TOOLKIT_PACKAGES
 
 TOOLKIT_ONLY = {"stages": "toolkit"}
-
-
-def closed_local_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def installed(node) -> dict[str, str]:
@@ -32,7 +25,7 @@ def installed(node) -> dict[str, str]:
 
 
 def test_standin_toolkit_unreachable_then_wrong_key_then_right_key_converges_pinned_and_held(node, toolkit_repo):
-    dead_url = f"http://127.0.0.1:{closed_local_port()}/stable"
+    dead_url = f"{standin_toolkit.refused_url()}/stable"
     unreachable = node.deploy(
         data={**TOOLKIT_ONLY, **toolkit_repo.data(), "nvidia_toolkit_gpgkey_url": f"{dead_url}/gpgkey"},
         json_output=False,
@@ -40,12 +33,14 @@ def test_standin_toolkit_unreachable_then_wrong_key_then_right_key_converges_pin
     assert unreachable.returncode != 0
     assert f"{dead_url}/gpgkey" in unreachable.output, unreachable.explain()
     assert installed(node) == {}
+    assert not node.exists(APT_SOURCE) and not node.exists(APT_KEYRING), "a failed fetch leaves no source behind"
 
     wrong_key = node.deploy(data={**TOOLKIT_ONLY, **toolkit_repo.data(wrong_key=True)}, json_output=False)
     assert wrong_key.returncode != 0
     assert "NO_PUBKEY" in wrong_key.output or "not signed" in wrong_key.output, wrong_key.explain()
     assert toolkit_repo.url in wrong_key.output
     assert installed(node) == {}, "apt must refuse a repository signed by another key"
+    assert not node.exists(APT_SOURCE) and not node.exists(APT_KEYRING), "nor keep its source and key"
 
     data = {**TOOLKIT_ONLY, **toolkit_repo.data(version="1.17.7-1")}
     good = node.deploy(data=data)

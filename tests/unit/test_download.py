@@ -62,7 +62,7 @@ def test_the_trial_refresh_reads_only_the_new_source_keeps_other_lists_and_fails
     update = next(line for line in command.splitlines() if line.startswith("apt-get update"))
     for option in ('Dir::Etc::SourceList="$stage/trial.list"', 'Dir::Etc::SourceParts="$stage/parts"',
                    "APT::Get::List-Cleanup=0", "APT::Update::Error-Mode=any",
-                   "Acquire::http::Timeout=9", "Acquire::https::Timeout=9", "Acquire::Retries=0"):
+                   "Acquire::http::Timeout=9", "Acquire::https::Timeout=9", "Acquire::Retries=0", "DPkg::Lock::Timeout="):
         assert option in update
     # The staged files are written only after apt's verdict, and nothing touches the targets.
     assert command.index("apt-get update") < command.index(f"{KEYRING}{STAGED_SUFFIX}")
@@ -99,6 +99,17 @@ def test_a_source_that_does_not_name_its_keyring_is_refused():
         signed_apt_source(name="Add", path=SOURCE, content=f"deb {REPO} /\n", keyring=KEYRING, key_url=KEY_URL)
 
     with pytest.raises(Exception, match="signed-by="):
+        run_plan(bad)
+
+
+def test_a_keyring_that_is_not_armoured_is_refused():
+    @deploy("bad")
+    def bad():
+        keyring = "/usr/share/keyrings/example.gpg"
+        signed_apt_source(name="Add", path=SOURCE, content=f"deb [signed-by={keyring}] {REPO} /\n",
+                          keyring=keyring, key_url=KEY_URL)
+
+    with pytest.raises(Exception, match="must end in .asc"):
         run_plan(bad)
 
 
