@@ -61,17 +61,6 @@ def _download_or_fail(url: str, dest_q: str, timeout: int, log_q: str, what: str
     )
 
 
-def fetch_command(src: str, dest: str, mode: str = "644", timeout: int = 30) -> StringCommand:
-    """Download ``src`` to ``dest`` (through a temporary file, so a failure leaves ``dest`` as it
-    was); a server that does not answer fails after about ``timeout`` seconds; the failure names the URL."""
-    script = (
-        'tmp=$(mktemp) && log=$(mktemp) || exit 1; trap \'rm -f "$tmp" "$log"\' EXIT; '
-        + _download_or_fail(src, '"$tmp"', timeout, '"$log"', what="")
-        + f'; install -m {shlex.quote(mode)} -o root -g root "$tmp" {shlex.quote(dest)}'
-    )
-    return StringCommand(script)
-
-
 def _sq(text: str) -> str:
     """``text`` safe inside a double-quoted shell string."""
     return "".join("\\" + char if char in '"$`\\' else char for char in text)

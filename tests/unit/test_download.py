@@ -1,6 +1,6 @@
 """
-The key download and the apt source transaction: the commands they build, and their shell run
-for real on this machine against servers on 127.0.0.1 (tests/standin_toolkit.py).
+The apt source transaction: the commands it builds, and its shell run for real on this
+machine against key servers on 127.0.0.1 (tests/standin_toolkit.py).
 
 Where the transaction would reach apt-get (which would touch this machine's apt lists), a
 guard on PATH stands in for it and records the call instead; nothing else is replaced.
@@ -21,7 +21,6 @@ from pyinfra.api import deploy
 from deploy.operations.download import (
     STAGED_SUFFIX,
     commit_staged_source,
-    fetch_command,
     signed_apt_source,
     stage_verified_source,
 )
@@ -50,11 +49,11 @@ def digests(source_text=CONTENT, source_mode="644", key_present=True):
 
 
 def test_every_download_tool_is_bounded_by_the_timeout_and_apt_does_not_retry():
-    command = fetch_command("https://example.internal/key", "/tmp/key", timeout=7).get_raw_value()
+    command = stage_verified_source(SOURCE, CONTENT, KEYRING, KEY_URL, REPO, timeout=7).get_raw_value()
     assert "apt-helper -o Acquire::http::Timeout=7 -o Acquire::https::Timeout=7 -o Acquire::Retries=0 download-file" in command
     assert "curl -fsSL --connect-timeout 7 --max-time 7" in command
     assert "wget -q -T 7 -t 1" in command
-    assert "could not download https://example.internal/key" in command
+    assert f"could not download the signing key {KEY_URL}" in command
 
 
 def test_the_trial_refresh_reads_only_the_new_source_keeps_other_lists_and_fails_on_any_error():
@@ -138,38 +137,6 @@ def run_shell(command: str, env: dict | None = None) -> subprocess.CompletedProc
                           env={**os.environ, **(env or {})})
 
 
-def test_fetch_installs_the_served_file(served, tmp_path):
-    url, _ = served
-    dest = tmp_path / "key.asc"
-    result = run_shell(fetch_command(f"{url}/armored", str(dest), timeout=5).get_raw_value())
-    assert result.returncode == 0, result.stderr
-    assert dest.read_text().startswith("-----BEGIN PGP PUBLIC KEY BLOCK-----")
-    assert oct(dest.stat().st_mode)[-3:] == "644"
-
-
-def test_fetch_from_a_refused_port_fails_naming_the_url_and_leaves_dest(tmp_path):
-    dest = tmp_path / "key.asc"
-    dest.write_text("the old key\n")
-    url = f"{standin_toolkit.refused_url()}/gpgkey"
-    result = run_shell(fetch_command(url, str(dest), timeout=5).get_raw_value())
-    assert result.returncode == 1
-    assert f"could not download {url}" in result.stderr and "refused" in result.stderr
-    assert dest.read_text() == "the old key\n"
-
-
-@pytest.mark.parametrize("tool", ["apt-helper", "curl"])
-def test_fetch_from_a_server_that_never_answers_fails_naming_the_url(tool, tmp_path):
-    dest = tmp_path / "key.asc"
-    with standin_toolkit.silent_server() as base:
-        command = fetch_command(f"{base}/gpgkey", str(dest), timeout=1).get_raw_value()
-        if tool == "curl":  # the branch a host without apt takes
-            command = command.replace("[ -x /usr/lib/apt/apt-helper ]", "false")
-        result = run_shell(command)
-    assert result.returncode == 1
-    assert f"could not download {base}/gpgkey (timeout 1 s)" in result.stderr
-    assert not dest.exists()
-
-
 @pytest.fixture
 def apt_guard(tmp_path):
     """An apt-get first on PATH that copies what it was given and fails: this machine's apt is never touched."""
@@ -186,11 +153,38 @@ def apt_guard(tmp_path):
     return folder
 
 
-def staged_run(url: str, key: str, tmp_path: Path, apt_guard: Path) -> subprocess.CompletedProcess:
+def staged_run(url: str, key: str, tmp_path: Path, apt_guard: Path, timeout: int = 5,
+               without_apt_helper: bool = False) -> subprocess.CompletedProcess:
     source, keyring = tmp_path / "etc" / "example.list", tmp_path / "keyrings" / "example.asc"
     content = f"deb [signed-by={keyring}] {url}/repo /\n"
-    command = stage_verified_source(str(source), content, str(keyring), f"{url}/{key}", f"{url}/repo", timeout=5)
-    return run_shell(command.get_raw_value(), env={"PATH": f"{apt_guard}:{os.environ['PATH']}"})
+    command = stage_verified_source(str(source), content, str(keyring), f"{url}/{key}", f"{url}/repo", timeout)
+    script = command.get_raw_value()
+    if without_apt_helper:  # the branch a host without apt's helper takes
+        script = script.replace("[ -x /usr/lib/apt/apt-helper ]", "false")
+    return run_shell(script, env={"PATH": f"{apt_guard}:{os.environ['PATH']}"})
+
+
+def assert_nothing_staged(tmp_path: Path, apt_guard: Path) -> None:
+    assert not (apt_guard / "called").exists(), "apt must not run without a key"
+    assert not (tmp_path / "etc").exists() and not (tmp_path / "keyrings").exists()
+
+
+def test_a_refused_key_url_fails_naming_it(tmp_path, apt_guard):
+    base = standin_toolkit.refused_url()
+    result = staged_run(base, "gpgkey", tmp_path, apt_guard)
+    assert result.returncode == 1
+    assert f"could not download the signing key {base}/gpgkey (timeout 5 s)" in result.stderr
+    assert "Connection refused" in result.stderr
+    assert_nothing_staged(tmp_path, apt_guard)
+
+
+@pytest.mark.parametrize("without_apt_helper", [False, True], ids=["apt-helper", "curl"])
+def test_a_key_server_that_never_answers_fails_naming_the_url(tmp_path, apt_guard, without_apt_helper):
+    with standin_toolkit.silent_server() as base:
+        result = staged_run(base, "gpgkey", tmp_path, apt_guard, timeout=1, without_apt_helper=without_apt_helper)
+    assert result.returncode == 1
+    assert f"could not download the signing key {base}/gpgkey (timeout 1 s)" in result.stderr
+    assert_nothing_staged(tmp_path, apt_guard)
 
 
 @pytest.mark.parametrize("served_as, says", [("html", "bytes starting <html><head><title>502 Bad Gateway"),
@@ -200,8 +194,7 @@ def test_a_key_url_that_returns_no_key_fails_before_apt_naming_the_url(served, t
     result = staged_run(url, served_as, tmp_path, apt_guard)
     assert result.returncode == 1
     assert f"{url}/{served_as} did not return an OpenPGP public key" in result.stderr and says in result.stderr
-    assert not (apt_guard / "called").exists(), "apt must not see a key that is no key"
-    assert not (tmp_path / "etc").exists() and not (tmp_path / "keyrings").exists()
+    assert_nothing_staged(tmp_path, apt_guard)
 
 
 @pytest.mark.parametrize("served_as", ["armored", "binary"])
