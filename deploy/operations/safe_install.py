@@ -176,8 +176,11 @@ def install_script(path: str, validator: Validator | None, service: str | None, 
 
 
 def validate_script(path: str, validator: Validator) -> str:
-    """Only the check of the candidate: for a swap that waits on something (a drain) first."""
-    return _script_header(path, None, 0, PENDING_RESTART_DIR) + _validate_part(validator)
+    """
+    Only the check of the candidate, for a swap that waits on something (a drain) first; the
+    candidate goes either way, so a drain that fails leaves nothing beside the live file.
+    """
+    return _script_header(path, None, 0, PENDING_RESTART_DIR) + _validate_part(validator) + 'rm -f "$candidate"\n'
 
 
 def restart_pending_script(path: str, service: str, timeout: int,
@@ -220,6 +223,8 @@ def install_file(
         if validator:
             yield StringCommand(validate_script(path, validator))
         yield from before_restart
+        # The same bytes again: the checked candidate was removed in case the drain failed.
+        yield FileUploadCommand(BytesIO(content.encode()), candidate_path(path))
         yield StringCommand(install_script(path, None, service, restart_timeout))
         return
     yield StringCommand(install_script(path, validator, service, restart_timeout))

@@ -184,6 +184,7 @@ def test_failed_drain_leaves_containerd_unrestarted_and_the_node_cordoned_kubect
     assert failed.returncode != 0, failed.explain()
     assert verbs(standin_calls(control_plane)) == ["get", "get", "cordon", "drain"]
     assert {"service": gpu.service("containerd"), "file": gpu.stat(CONFIG)} == before
+    assert not gpu.exists(CONFIG + ".gpu-node-candidate"), "a failed drain leaves nothing beside the config"
     assert unschedulable(control_plane) == "true"
     assert f"kubectl drain {NODE_NAME} failed (--timeout=300s): error: unable to drain node" in failed.stderr
     assert (f"Kubernetes node {NODE_NAME} stays cordoned (cordoned and drained before a restart): "

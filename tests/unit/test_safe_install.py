@@ -122,7 +122,8 @@ def test_validation_runs_alone_when_a_drain_waits_between_check_and_swap(tmp_pat
     script = validate_script(str(live), JSON_CHECK)
     result = subprocess.run(["sh", "-c", script], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert live.read_text() == "{}\n" and candidate.exists()  # checked, nothing swapped yet
+    # Checked and removed (a failing drain must leave nothing behind); nothing swapped yet.
+    assert live.read_text() == "{}\n" and not candidate.exists()
     candidate.write_text("{]\n")
     result = subprocess.run(["sh", "-c", script], capture_output=True, text=True)
     assert result.returncode == 1 and not candidate.exists() and live.read_text() == "{}\n"
