@@ -18,7 +18,7 @@ from pyinfra.facts.rpm import RpmPackages
 from pyinfra.operations import apt, dnf, files, pacman, zypper
 
 from deploy.facts.nvidia import IgnoredPackages, NvidiaNode, PackagesAvailable
-from deploy.operations.packages import apt_sources_changed, refresh_apt_lists
+from deploy.operations.packages import apt_lock_option, apt_sources_changed, refresh_apt_lists
 
 REBOOT_MARKER = "/run/reboot-required"
 REBOOT_PACKAGES = "/run/reboot-required.pkgs"
@@ -206,6 +206,9 @@ def install_first_available(manager: str, candidates: list, what: str = "package
             f"{host.print_prefix}{candidates[0]} is not in the {manager} repositories: installing {chosen}; "
             "the driver's module is built for that kernel and loads once the node boots it"
         )
+    if manager == "apt":
+        yield from apt.packages._inner(packages=[chosen], extra_install_args=apt_lock_option())
+        return
     yield from PACKAGE_OPERATIONS[manager]._inner(packages=[chosen])
 
 
