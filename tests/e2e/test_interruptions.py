@@ -67,6 +67,8 @@ class BackgroundDeploy:
                                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
     def kill(self) -> str:
+        """Kill the controller first: a remote side killed first would let pyinfra end by itself."""
+        assert self.process.poll() is None, "the deploy ended before it could be interrupted"
         os.killpg(self.process.pid, signal.SIGKILL)
         output, _ = self.process.communicate(timeout=60)
         return output
@@ -105,8 +107,8 @@ def test_killed_between_config_write_and_restart_the_next_run_restarts_and_the_o
 
     run = BackgroundDeploy(node, RUNTIMES)
     wait_for(lambda: node.exists(HELD), timeout=300, what="the deploy to reach containerd's restart")
-    kill_held_remote_shell(node)
     output = run.kill()
+    kill_held_remote_shell(node)
     remove_interruption_device(node)
 
     # The new config is whole and in place, the daemon still runs the old one, the mark says so.
@@ -138,9 +140,9 @@ def test_killed_during_the_restart_the_next_run_restarts_and_the_one_after_chang
     run = BackgroundDeploy(node, RUNTIMES)
     wait_for(lambda: node.sh("systemctl is-active containerd", check=False).stdout.strip() == "activating",
              timeout=300, what="containerd's restart to be under way")
-    # The connection drops: the script and its `systemctl restart` die with it.
-    node.sh("pkill -9 -f gpu-node-candidate; pkill -9 -f 'systemctl restart containerd'", check=False)
+    # The connection drops: the controller, then the script and its `systemctl restart` die.
     output = run.kill()
+    node.sh("pkill -9 -f gpu-node-candidate; pkill -9 -f 'systemctl restart containerd'", check=False)
     assert wires_nvidia(assert_whole_config(node)), output
     assert node.exists(PENDING_MARK)
 
@@ -164,9 +166,9 @@ def test_killed_during_a_package_install_the_next_run_finishes_dpkg_and_converge
     install_interruption_device(node)
     run = BackgroundDeploy(node, RUNTIMES)
     wait_for(lambda: node.exists(HELD), timeout=600, what="dpkg to reach containerd's postinst")
+    output = run.kill()
     node.sh("pkill -9 apt-get; pkill -9 dpkg", check=False)
     kill_held_remote_shell(node)
-    output = run.kill()
     remove_interruption_device(node)
     audit = node.sh("dpkg --audit", check=False).stdout
     assert "containerd" in audit, output + audit
