@@ -17,15 +17,10 @@ from dataclasses import dataclass, field
 
 import pyinfra
 import pytest
-from fixtures.nvidia.fake_host import GPU_NODE, responses
-from pyinfra.api import Config, Inventory, State
-from pyinfra.api.connect import connect_all
-from pyinfra.api.operations import run_ops
-from pyinfra.api.state import StateStage
+from fixtures.nvidia.fake_host import GPU_NODE, responses, run_deploy_file
+from pyinfra.api import Inventory, State
 from pyinfra.connectors.fake import FakeConnector
 from pyinfra.connectors.util import CommandOutput, OutputLine
-from pyinfra.context import ctx_config, ctx_inventory, ctx_state
-from pyinfra_cli.util import load_deploy_file
 
 from deploy.facts.combined import MARKER
 
@@ -138,21 +133,8 @@ def run_gpu_node(monkeypatch, cluster: StandInCluster, data: dict | None = None,
                               gpu_nodes=([GPU], {}), control_plane=([CP], {}))
     else:
         inventory = Inventory(([(GPU, gpu_data)], {}), override_data=shared, gpu_nodes=([GPU], {}))
-    state = State(check_for_changes=False)
-    config = Config()
-    error = None
-    with ctx_state.use(state), ctx_inventory.use(inventory), ctx_config.use(config):
-        state.init(inventory, config)
-        state.set_stage(StateStage.Connect)
-        connect_all(state)
-        state.set_stage(StateStage.Prepare)
-        try:
-            load_deploy_file(state, GPU_NODE)
-            state.set_stage(StateStage.Execute)
-            run_ops(state)
-        except Exception as exc:  # the test decides whether an error is expected
-            error = exc
-    return Run(state, timeline, error)
+    fake = run_deploy_file(inventory, GPU_NODE)
+    return Run(fake.state, timeline, fake.error)
 
 
 def restart_index(run: Run) -> int:

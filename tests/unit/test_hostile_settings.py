@@ -13,12 +13,9 @@ from pathlib import Path
 
 import pyinfra
 import pytest
+from fixtures.nvidia.fake_host import run_deploy_file
 from plan import fake_host_data, run_plan, settings_for
-from pyinfra.api import Config, Inventory, State
-from pyinfra.api.connect import connect_all
-from pyinfra.api.state import StateStage
-from pyinfra.context import ctx_config, ctx_inventory, ctx_state
-from pyinfra_cli.util import load_deploy_file
+from pyinfra.api import Inventory
 
 from deploy.distros import detect_platform
 from deploy.settings import SETTING_FIELDS, Settings, SettingsError, parse_settings
@@ -112,21 +109,9 @@ def test_kube_node_names_must_map_to_kubernetes_node_names():
 def run_entry(monkeypatch, data: dict) -> tuple[Exception | None, list[str]]:
     """Load deploy/gpu_node.py like ``pyinfra @fake/node deploy/gpu_node.py``: (error, commands run)."""
     inventory = Inventory(([("@fake/node", fake_host_data())], {}), override_data=data)
-    state = State(check_for_changes=False)
-    config = Config()
     monkeypatch.setattr(pyinfra, "is_cli", True)
-    error = None
-    with ctx_state.use(state), ctx_inventory.use(inventory), ctx_config.use(config):
-        state.init(inventory, config)
-        state.set_stage(StateStage.Connect)
-        connect_all(state)
-        state.set_stage(StateStage.Prepare)
-        try:
-            load_deploy_file(state, str(REPO / "deploy" / "gpu_node.py"))
-        except Exception as raised:  # noqa: BLE001 - the test inspects what was raised
-            error = raised
-    host = inventory.get_host("@fake/node")
-    return error, list(host.connector.executed_commands)
+    fake = run_deploy_file(inventory, str(REPO / "deploy" / "gpu_node.py"), execute=False)
+    return fake.error, fake.commands
 
 
 @pytest.mark.parametrize(
