@@ -28,6 +28,13 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 
+# pyinfra_cli patches the process for gevent on import: do it first, before any thread exists
+# (patching later, e.g. inside a test session that serves files from a thread, deadlocks).
+from pyinfra_cli.inventory import make_inventory  # isort: skip
+from pyinfra.api import State
+from pyinfra.api.exceptions import NoGroupError
+from pyinfra.context import ctx_state
+
 # pyinfra options the rollout decides per batch: given to pyinfra as well they would change
 # which hosts a batch touches or make it a dry run.
 OWNED_OPTIONS = ("--limit", "--exclude", "--fail-percent", "--dry")
@@ -78,12 +85,6 @@ def split_batches(hosts: list[str], spec: str) -> list[list[str]]:
 def inventory_hosts(inventory: str, limits: list[str]) -> list[str]:
     """Host names as pyinfra's CLI loads them, in inventory order; ``limits`` match as
     pyinfra's --limit does (a group name, else a glob on host names)."""
-    # pyinfra_cli patches the process for gevent on import: only here, where it is needed.
-    from pyinfra.api import State
-    from pyinfra.api.exceptions import NoGroupError
-    from pyinfra.context import ctx_state
-    from pyinfra_cli.inventory import make_inventory
-
     # As pyinfra's CLI does: a State in context while the inventory file runs.
     state = State()
     state.cwd = os.getcwd()
