@@ -316,12 +316,8 @@ def configure_nvidia_runtime(
         return
 
     if current is not None and merged.text == current:
-        if restart_pending and service:
-            yield from safe_install.restart_pending._inner(
-                path=path, service=service, restart_timeout=restart_timeout, before_restart=before_restart,
-            )
-            return
-        host.noop(f"{path} already wires the nvidia runtime")
+        yield from safe_install.file_in_place(path, service, restart_pending, restart_timeout, before_restart,
+                                              f"{path} already wires the nvidia runtime")
         return
 
     for note in merged.notes:

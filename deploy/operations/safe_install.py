@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from io import BytesIO
 from typing import Iterator, Sequence
 
+from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.api.command import FileUploadCommand, PyinfraCommand
 
@@ -231,8 +232,19 @@ def install_file(
 
 
 @operation(is_idempotent=False)
-def restart_pending(path: str, service: str, restart_timeout: int = 30,
+def restart_after_interruption(path: str, service: str, restart_timeout: int = 30,
                     before_restart: Sequence[PyinfraCommand] = ()):
     """Restart ``service``, which an interrupted run left running on an old ``path``."""
     yield from before_restart
     yield StringCommand(restart_pending_script(path, service, restart_timeout))
+
+
+def file_in_place(path: str, service: str | None, restart_pending: bool, restart_timeout: int,
+                  before_restart: Sequence[PyinfraCommand], noop_message: str):
+    """``path`` already holds what it should: restart only what an interrupted run left pending."""
+    if restart_pending and service:
+        yield from restart_after_interruption._inner(
+            path=path, service=service, restart_timeout=restart_timeout, before_restart=before_restart,
+        )
+        return
+    host.noop(noop_message)
