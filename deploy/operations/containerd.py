@@ -19,13 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+import tomllib
+
 import tomlkit
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pyinfra import host
 from pyinfra.api import operation
 from pyinfra.api.command import PyinfraCommand
 from tomlkit.exceptions import ParseError
-from tomlkit.items import AoT, Table, Whitespace
+from tomlkit.items import Comment, InlineTable, Table, Whitespace
 
 from deploy import redact, toml_roundtrip
 from deploy.facts.containerd import ContainerdConfig
@@ -84,30 +86,154 @@ def _indent(item) -> str:
     return item.trivia.indent.lstrip("\n")
 
 
-def _child_table(parent, key: str) -> Table:
-    """The sub-table ``key`` of ``parent``, created (as a header-less super table) when missing."""
-    existing = parent.get(key)
+TablePath = tuple[str, ...]
+TABLES = (Table, InlineTable)
+
+
+def _fragments(container, path: TablePath, prefix: TablePath = ()) -> list:
+    """
+    Every table of the document whose full path is ``path``, in text order.
+
+    tomlkit hands back a merged, read-only proxy for a table split across the file (k3s puts
+    ``[...containerd]`` and ``[...containerd.runtimes.runc]`` apart, EKS writes a child before
+    its parent), so edits go to the concrete pieces its body holds instead.
+    """
+    found = []
+    for key, item in container.body:
+        if key is None or not isinstance(item, TABLES):
+            continue
+        full = prefix + (key.key,)
+        if full == path:
+            found.append(item)
+        elif path[: len(full)] == full:
+            found += _fragments(item.value, path, full)
+    return found
+
+
+def _written_as_dotted_keys(fragment) -> bool:
+    """
+    An inline table, or a header-less table holding values (``containerd.snapshotter = ...``):
+    a child of it must be a dotted key or inline table, a [header] would name the wrong table.
+    """
+    if isinstance(fragment, InlineTable):
+        return True
+    if not isinstance(fragment, Table) or not fragment.is_super_table():
+        return False
+    return any(not isinstance(item, (Table, Whitespace, Comment)) or _written_as_dotted_keys(item)
+               for key, item in fragment.value.body if key is not None)
+
+
+def dotted(path: TablePath) -> str:
+    """A table path as TOML writes it: plugins."io.containerd.grpc.v1.cri".containerd"""
+    return ".".join(name if name.replace("_", "").replace("-", "").isalnum() else f'"{name}"' for name in path)
+
+
+def _rank(fragment) -> int:
+    """Where a new key goes first: a [header] table, an inline table, a dotted-key table."""
+    if isinstance(fragment, InlineTable):
+        return 1
+    return 2 if fragment.is_super_table() else 0
+
+
+def _holder(document, path: TablePath, key: str | None = None):
+    """The piece of table ``path`` that defines ``key``, else the one a new key belongs in; None: no such table."""
+    fragments = _fragments(document, path)
+    for fragment in fragments:
+        if key is not None and key in fragment.value:
+            return fragment
+    return min(fragments, key=_rank) if fragments else None
+
+
+def _table(document, path: TablePath, header: bool = True):
+    """
+    Table ``path``, created under its deepest existing ancestor when missing: header-less
+    parents, and a [header] for the table itself unless ``header`` is false.
+    """
+    existing = _holder(document, path)
     if existing is not None:
-        if not isinstance(existing, dict) or isinstance(existing, AoT):
-            raise ConfigError(f"{key} is not a table")
         return existing
-    table = tomlkit.table(is_super_table=True)
-    parent[key] = table
-    return parent[key]
+    depth = len(path) - 1
+    parent = document
+    while depth > 0:
+        ancestors = _fragments(document, path[:depth])
+        if ancestors:
+            # The last piece in the file: new tables land after the ones already there.
+            parent = ancestors[-1]
+            break
+        depth -= 1
+    inline = depth > 0 and _written_as_dotted_keys(parent)
+    for index in range(depth, len(path)):
+        name = path[index]
+        if name in (parent if parent is document else parent.value):
+            raise ConfigError(f"{dotted(path[:index + 1])} is not a table")
+        last = index == len(path) - 1
+        parent[name] = (tomlkit.inline_table() if inline
+                        else tomlkit.table(is_super_table=not (last and header)))
+        parent = _holder(document, path[: index + 1])
+    return parent
 
 
-def _set(table, key: str, value) -> None:
-    """Set only a value that differs, so an equal value keeps its formatting and comment."""
-    current = table.get(key)
-    current = current.unwrap() if hasattr(current, "unwrap") else current
-    # type too: containerd wants a boolean, and 1 == True in Python.
-    if type(current) is not type(value) or current != value:
+class _Edits:
+    """The values the merge sets, applied to the document and recorded to check the result by."""
+
+    def __init__(self, document):
+        self.document = document
+        self.assigned: list[tuple[TablePath, object]] = []
+
+    def set(self, path: TablePath, key: str, value, holder=None) -> None:
+        """Set only a value that differs, so an equal value keeps its formatting and comment."""
+        table = holder if holder is not None else (_holder(self.document, path, key) or _table(self.document, path))
+        current = table.get(key)
+        current = current.unwrap() if hasattr(current, "unwrap") else current
+        # type too: containerd wants a boolean, and 1 == True in Python.
+        if type(current) is type(value) and current == value:
+            return
+        if isinstance(current, dict):
+            raise ConfigError(f"{dotted(path + (key,))} is a table, not a value")
         siblings = [item for name, item in table.value.body
                     if name is not None and not isinstance(item, (Table, Whitespace))]
         table[key] = value
+        self.assigned.append((path + (key,), value))
         if current is None and siblings and isinstance(table, Table):
             # A new key lines up with the keys already there.
             table.value.item(key).trivia.indent = _indent(siblings[0])
+
+
+def _lookup(data: dict, path: TablePath):
+    for name in path:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(name)
+    return data
+
+
+def _check_result(before: str, after: str, assigned, removed_plugins, source: str) -> None:
+    """
+    The merged text must mean the old one plus exactly the assigned values: a layout tomlkit
+    renders wrongly is refused rather than installed.
+    """
+    expected = tomllib.loads(before)
+    for path, value in assigned:
+        table = expected
+        for name in path[:-1]:
+            table = table.setdefault(name, {})
+        table[path[-1]] = value
+    if removed_plugins:
+        expected["disabled_plugins"] = [p for p in expected["disabled_plugins"] if p not in removed_plugins]
+    try:
+        actual = tomllib.loads(after)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{source}: its layout cannot be edited safely (the edit would not parse: {error})") from None
+    if actual != expected:
+        raise ConfigError(f"{source}: its layout cannot be edited safely: {_first_difference(expected, actual)}")
+
+
+def _first_difference(expected, actual, path: TablePath = ()) -> str:
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        for key in list(expected) + [k for k in actual if k not in expected]:
+            if expected.get(key) != actual.get(key):
+                return _first_difference(expected.get(key), actual.get(key), path + (key,))
+    return f"{dotted(path) or 'the document'} would change unasked"
 
 
 def _style(runtimes) -> tuple[str, str, str]:
@@ -157,6 +283,8 @@ def _format_new(table: Table, previous_blank: bool | None, header: str, key_inde
     Indent a table the merge created like its siblings, one blank line between it and the
     table before it: where the file puts blank lines after tables, it gets one too.
     """
+    if not isinstance(table, Table):
+        return
     _indent_tables(table, header, key_indent, step)
     if previous_blank is None:
         return  # the first table in a new parent: tomlkit separates it already
@@ -166,10 +294,10 @@ def _format_new(table: Table, previous_blank: bool | None, header: str, key_inde
         table.trivia.indent = "\n" + header
 
 
-def _new_runtime(binary: str | None, systemd_cgroup: bool) -> Table:
-    runtime = tomlkit.table()
+def _new_runtime(binary: str | None, systemd_cgroup: bool, inline: bool = False):
+    runtime = tomlkit.inline_table() if inline else tomlkit.table()
     runtime["runtime_type"] = RUNC_V2
-    options = tomlkit.table()
+    options = tomlkit.inline_table() if inline else tomlkit.table()
     if binary:
         options["BinaryName"] = binary
     options["SystemdCgroup"] = systemd_cgroup
@@ -177,78 +305,109 @@ def _new_runtime(binary: str | None, systemd_cgroup: bool) -> Table:
     return runtime
 
 
-def _wire_runtime(runtimes, name: str, binary: str | None, systemd_cgroup: bool, style,
-                  first_blank: bool | None) -> None:
-    runtime = runtimes.get(name)
+def _wire_runtime(edits: _Edits, runtimes_path: TablePath, name: str, binary: str | None,
+                  systemd_cgroup: bool, first_blank: bool | None) -> None:
+    document = edits.document
+    path = runtimes_path + (name,)
+    runtime = _holder(document, path)
     if runtime is None:
+        runtimes = _table(document, runtimes_path, header=False)
+        style = _style(runtimes)
         # Whether the file ends its tables with a blank line: read before inserting.
         blank = _ends_with_blank_line(list(runtimes.values())[-1]) if len(runtimes) else first_blank
-        runtimes[name] = _new_runtime(binary, systemd_cgroup)
-        _format_new(runtimes[name], blank, *style)
+        runtimes[name] = _new_runtime(binary, systemd_cgroup,
+                                      inline=_written_as_dotted_keys(runtimes))
+        _format_new(_holder(document, path), blank, *style)
+        edits.assigned.append((path, tomllib.loads(tomlkit.dumps({"r": _new_runtime(binary, systemd_cgroup)}))["r"]))
         return
-    if not isinstance(runtime, dict):
-        raise ConfigError(f"runtimes.{name} is not a table")
     if name == "nvidia":
-        _set(runtime, "runtime_type", RUNC_V2)
-    options = runtime.get("options")
-    if options is None:
+        edits.set(path, "runtime_type", RUNC_V2)
+    options_path = path + ("options",)
+    if (_holder(document, options_path) is None and isinstance(runtime, Table)
+            and not _written_as_dotted_keys(runtime)):
         # A runtime table with no options: add them in the runtime's own style.
+        runtimes = _holder(document, runtimes_path)
+        header, key_indent, step = _style(runtimes)
         blank = _ends_with_blank_line(runtime)
         runtime["options"] = _new_runtime(binary, systemd_cgroup)["options"]
-        if isinstance(runtime, Table) and not runtime.is_super_table():
-            header, key_indent, step = style
-            key_offset = key_indent[len(header):] if key_indent.startswith(header) else ""
-            options_header = _indent(runtime) + step
-            _format_new(runtime["options"], blank, options_header, options_header + key_offset, step)
+        key_offset = key_indent[len(header):] if key_indent.startswith(header) else ""
+        options_header = _indent(runtime) + step
+        _format_new(runtime["options"], blank, options_header, options_header + key_offset, step)
+        edits.assigned.append((options_path, _new_runtime(binary, systemd_cgroup).unwrap()["options"]))
         return
     if binary:
-        _set(options, "BinaryName", binary)
-    _set(options, "SystemdCgroup", systemd_cgroup)
+        edits.set(options_path, "BinaryName", binary)
+    edits.set(options_path, "SystemdCgroup", systemd_cgroup)
 
 
-def _drop_disabled_cri(document, notes: list[str]) -> None:
+def _drop_disabled_cri(document, notes: list[str]) -> list[str]:
     disabled = document.get("disabled_plugins")
     if disabled is None:
-        return
+        return []
+    if not isinstance(disabled, list):
+        raise ConfigError("disabled_plugins is not a list")
     removed = [name for name in disabled if name in CRI_PLUGIN_IDS]
     if not removed:
-        return
+        return []
     for name in removed:
         index = [str(item) for item in disabled].index(name)
         del disabled[index]
     shown = ", ".join(f'"{name}"' for name in removed)
     notes.append(f"removed {shown} from disabled_plugins: Kubernetes needs containerd's CRI plugin")
+    return removed
 
 
-def merge_containerd_config(text: str, wiring: RuntimeWiring, source: str = "config.toml") -> Merged:
-    """The config ``text`` with the NVIDIA runtime wired in; raises ConfigError naming ``source``."""
-    document = parse_config(text, source)
+def _line_endings(text: str) -> tuple[str, str, bool]:
+    """LF text for tomlkit, the line ending to give back, and whether the text ended with one."""
+    crlf = "\r\n" in text and text.count("\r\n") == text.count("\n")
+    body = text.replace("\r\n", "\n") if crlf else text
+    ends = body.endswith("\n") or not body
+    return (body if ends else body + "\n"), ("\r\n" if crlf else "\n"), ends
+
+
+def merge_containerd_config(text: str, wiring: RuntimeWiring, source: str = "config.toml",
+                            plugin: str | None = None) -> Merged:
+    """
+    The config ``text`` with the NVIDIA runtime wired in; raises ConfigError naming ``source``.
+
+    ``plugin``: the CRI plugin section to wire (default: the one of the file's version).
+    """
+    body, newline, ended = _line_endings(text)
+    document = parse_config(body, source)
     version = config_version(document, source)
+    plugin = plugin or CRI_RUNTIME_PLUGIN[version]
     notes: list[str] = []
+    edits = _Edits(document)
     try:
-        _drop_disabled_cri(document, notes)
-        plugins = _child_table(document, "plugins")
-        cri = _child_table(plugins, CRI_RUNTIME_PLUGIN[version])
+        removed = _drop_disabled_cri(document, notes)
+        cri = ("plugins", plugin)
+        containerd = cri + ("containerd",)
         # Under a containerd table the file already had, a first new runtime needs its blank line.
-        first_blank = False if isinstance(cri.get("containerd"), Table) else None
-        containerd = _child_table(cri, "containerd")
-        runtimes = _child_table(containerd, "runtimes")
-        style = _style(runtimes)
-        _wire_runtime(runtimes, "runc", None, wiring.systemd_cgroup, style, first_blank)
-        _wire_runtime(runtimes, "nvidia", wiring.binary, wiring.systemd_cgroup, style, first_blank)
+        first_blank = False if any(isinstance(t, Table) and not t.is_super_table()
+                                   for t in _fragments(document, containerd)) else None
+        runtimes = containerd + ("runtimes",)
+        _wire_runtime(edits, runtimes, "runc", None, wiring.systemd_cgroup, first_blank)
+        _wire_runtime(edits, runtimes, "nvidia", wiring.binary, wiring.systemd_cgroup, first_blank)
+        holder = _holder(document, containerd, "default_runtime_name")
+        current_default = holder.get("default_runtime_name") if holder is not None else None
         if wiring.make_default:
-            _set(containerd, "default_runtime_name", "nvidia")
-        elif containerd.get("default_runtime_name") == "nvidia":
-            containerd["default_runtime_name"] = "runc"
+            edits.set(containerd, "default_runtime_name", "nvidia")
+        elif current_default == "nvidia":
+            edits.set(containerd, "default_runtime_name", "runc")
             notes.append("default_runtime_name was nvidia: set back to runc (nvidia_runtime_default=false)")
         if wiring.enable_cdi:
-            if version >= 3:
+            if version >= 3 or plugin != CRI_RUNTIME_PLUGIN[min(version, 2)]:
                 notes.append("containerd 2.x has CDI on: enable_cdi left as it is")
             else:
-                _set(cri, "enable_cdi", True)
+                edits.set(cri, "enable_cdi", True)
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
-    return Merged(text=tomlkit.dumps(document), version=version, notes=notes)
+    merged = tomlkit.dumps(document)
+    if merged != body:
+        _check_result(body, merged, edits.assigned, removed, source)
+    if not ended and merged.endswith("\n"):
+        merged = merged[:-1]
+    return Merged(text=merged.replace("\n", newline) if newline != "\n" else merged, version=version, notes=notes)
 
 
 def default_config_text(containerd_major: int | None) -> str:
