@@ -15,7 +15,9 @@ comment and the order stay as they were; only the keys below are set:
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass, field
+from io import BytesIO
 from pathlib import Path
 from typing import Sequence
 
@@ -23,14 +25,14 @@ import tomllib
 
 import tomlkit
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
-from pyinfra import host
-from pyinfra.api import operation
-from pyinfra.api.command import PyinfraCommand
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
+from pyinfra.api.command import FileUploadCommand, PyinfraCommand
 from tomlkit.exceptions import ParseError
 from tomlkit.items import Comment, InlineTable, Table, Whitespace
 
 from deploy import redact, toml_roundtrip
-from deploy.facts.containerd import ContainerdConfig
+from deploy.facts.containerd import ContainerdConfig, ContainerdImports
 from deploy.operations import safe_install
 from deploy.settings import RuntimeWiring
 
@@ -365,6 +367,26 @@ def _line_endings(text: str) -> tuple[str, str, bool]:
     return (body if ends else body + "\n"), ("\r\n" if crlf else "\n"), ends
 
 
+def _edit(text: str, source: str, apply) -> Merged:
+    """Parse ``text``, let ``apply(document, edits, version, notes)`` edit it, check and render the result."""
+    body, newline, ended = _line_endings(text)
+    document = parse_config(body, source)
+    version = config_version(document, source)
+    notes: list[str] = []
+    edits = _Edits(document)
+    try:
+        removed = _drop_disabled_cri(document, notes)
+        apply(document, edits, version, notes)
+    except ConfigError as error:
+        raise ConfigError(f"{source}: {error}") from None
+    merged = tomlkit.dumps(document)
+    if merged != body:
+        _check_result(body, merged, edits.assigned, removed, source)
+    if not ended and merged.endswith("\n"):
+        merged = merged[:-1]
+    return Merged(text=merged.replace("\n", newline) if newline != "\n" else merged, version=version, notes=notes)
+
+
 def merge_containerd_config(text: str, wiring: RuntimeWiring, source: str = "config.toml",
                             plugin: str | None = None) -> Merged:
     """
@@ -372,15 +394,9 @@ def merge_containerd_config(text: str, wiring: RuntimeWiring, source: str = "con
 
     ``plugin``: the CRI plugin section to wire (default: the one of the file's version).
     """
-    body, newline, ended = _line_endings(text)
-    document = parse_config(body, source)
-    version = config_version(document, source)
-    plugin = plugin or CRI_RUNTIME_PLUGIN[version]
-    notes: list[str] = []
-    edits = _Edits(document)
-    try:
-        removed = _drop_disabled_cri(document, notes)
-        cri = ("plugins", plugin)
+
+    def wire(document, edits: _Edits, version: int, notes: list[str]) -> None:
+        cri = ("plugins", plugin or CRI_RUNTIME_PLUGIN[version])
         containerd = cri + ("containerd",)
         # Under a containerd table the file already had, a first new runtime needs its blank line.
         first_blank = False if any(isinstance(t, Table) and not t.is_super_table()
@@ -396,18 +412,135 @@ def merge_containerd_config(text: str, wiring: RuntimeWiring, source: str = "con
             edits.set(containerd, "default_runtime_name", "runc")
             notes.append("default_runtime_name was nvidia: set back to runc (nvidia_runtime_default=false)")
         if wiring.enable_cdi:
-            if version >= 3 or plugin != CRI_RUNTIME_PLUGIN[min(version, 2)]:
+            if cri[1] in CRI_PLUGINS_2X:
                 notes.append("containerd 2.x has CDI on: enable_cdi left as it is")
             else:
                 edits.set(cri, "enable_cdi", True)
-    except ConfigError as error:
-        raise ConfigError(f"{source}: {error}") from None
-    merged = tomlkit.dumps(document)
-    if merged != body:
-        _check_result(body, merged, edits.assigned, removed, source)
-    if not ended and merged.endswith("\n"):
-        merged = merged[:-1]
-    return Merged(text=merged.replace("\n", newline) if newline != "\n" else merged, version=version, notes=notes)
+
+    return _edit(text, source, wire)
+
+
+def allow_cri(text: str, source: str) -> Merged:
+    """``text`` with CRI taken out of ``disabled_plugins`` (an imported file that does not hold the wiring)."""
+    return _edit(text, source, lambda *_: None)
+
+
+# The section that holds the CRI runtimes in containerd's own dump, by the dump's version.
+DUMP_CRI_PLUGIN = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
+CRI_PLUGINS_2X = ("io.containerd.cri.v1.runtime",)
+
+
+def effective_problems(dump: str, wiring: RuntimeWiring) -> tuple[str, list[str]]:
+    """
+    What ``containerd config dump`` says containerd would run, against the wiring:
+    (the runtime's table as TOML names it, the differences; none when it is wired).
+    """
+    try:
+        config = tomllib.loads(dump)
+    except tomllib.TOMLDecodeError as error:
+        return "containerd config dump", [f"its output is not TOML: {error}"]
+    plugin = DUMP_CRI_PLUGIN.get(config.get("version", 2), DUMP_CRI_PLUGIN[3])
+    containerd = config.get("plugins", {}).get(plugin, {}).get("containerd", {})
+    where = dotted(("plugins", plugin, "containerd"))
+    problems = []
+    disabled = [name for name in config.get("disabled_plugins", []) if name in CRI_PLUGIN_IDS]
+    if disabled:
+        problems.append(f"disabled_plugins holds {', '.join(disabled)}")
+    runtimes = containerd.get("runtimes", {}) or {}
+    nvidia = runtimes.get("nvidia")
+    if not nvidia:
+        problems.append("runtimes.nvidia is missing")
+    else:
+        options = nvidia.get("options") or {}
+        if nvidia.get("runtime_type") != RUNC_V2:
+            problems.append(f"runtimes.nvidia.runtime_type is {nvidia.get('runtime_type')!r}, not {RUNC_V2!r}")
+        if options.get("BinaryName") != wiring.binary:
+            problems.append(f"runtimes.nvidia.options.BinaryName is {options.get('BinaryName')!r}, "
+                            f"not {wiring.binary!r}")
+    for name in ("runc", "nvidia"):
+        if name in runtimes or name == "runc":
+            value = bool(((runtimes.get(name) or {}).get("options") or {}).get("SystemdCgroup", False))
+            if value != wiring.systemd_cgroup:
+                problems.append(f"runtimes.{name}.options.SystemdCgroup is {str(value).lower()}, "
+                                f"not {str(wiring.systemd_cgroup).lower()} (systemd_cgroup)")
+    default = containerd.get("default_runtime_name")
+    if wiring.make_default and default != "nvidia":
+        problems.append(f"default_runtime_name is {default!r}, not 'nvidia' (nvidia_runtime_default is true)")
+    if not wiring.make_default and default == "nvidia":
+        problems.append("default_runtime_name is 'nvidia' but nvidia_runtime_default is false")
+    return where, problems
+
+
+def cri_plugin_for(data: dict, version: int, major: int | None) -> str:
+    """The CRI section a file of ``version`` must hold for the installed containerd to run it."""
+    plugins = data.get("plugins") if isinstance(data.get("plugins"), dict) else {}
+    # containerd 2.x reads a version 2 file's 2.x-named section over the migrated 1.x one, key by key.
+    if (major or 0) >= 2 and version == 2 and CRI_PLUGINS_2X[0] in plugins:
+        return CRI_PLUGINS_2X[0]
+    return CRI_RUNTIME_PLUGIN[version]
+
+
+def check_version_fits(version: int, major: int | None, containerd_version: str | None, source: str) -> None:
+    """A config version the installed containerd would not run the wiring from: refused, saying what to do."""
+    if major is None:
+        return
+    if major >= 2 and version < 2:
+        raise ConfigError(
+            f"{source} is a version 1 config (no `version`, or `version = 1`): containerd {containerd_version} "
+            "ignores its CRI settings (plugins.cri), so the nvidia wiring would never run. Convert it to "
+            "`version = 3` (`containerd config default` shows the layout; `containerd config migrate` does not "
+            "carry version 1 CRI settings over), or move it aside so gpu-node starts from `containerd config "
+            "default`, then run again"
+        )
+    if major < 2 and version >= 3:
+        raise ConfigError(
+            f"{source} is a version {version} config, which containerd {containerd_version} cannot read "
+            "(version 3 needs containerd 2.0 or later): use a version 2 config, or upgrade containerd"
+        )
+
+
+@dataclass
+class ConfigFile:
+    path: str
+    text: str
+    source: str  # how messages name it
+
+
+@dataclass
+class PlannedFile:
+    path: str
+    current: str | None
+    merged: Merged
+
+
+def plan_wiring(files: list[ConfigFile], wiring: RuntimeWiring, major: int | None,
+                containerd_version: str | None = None) -> tuple[list[PlannedFile], str]:
+    """
+    Where the wiring takes effect, given the main config and the files it imports (in the
+    order containerd loads them), and each file's merged text; plus the path that holds it.
+
+    containerd before 2.1 replaces a plugin's section from an imported file as a whole, 2.1
+    merges it key by key: either way the last file holding the CRI section decides every key
+    the wiring sets once they are all in it. The others only lose a CRI in disabled_plugins.
+    """
+    sections = []
+    for index, config in enumerate(files):
+        document = parse_config(_line_endings(config.text)[0], config.source)
+        version = config_version(document, config.source)
+        if index == 0 or document.get("version") is not None:
+            check_version_fits(version, major, containerd_version, config.source)
+        data = document.unwrap()
+        plugin = cri_plugin_for(data, version, major)
+        sections.append((plugin, plugin in (data.get("plugins") or {})))
+    target = max((index for index, (_, present) in enumerate(sections) if present), default=0)
+    planned = []
+    for index, config in enumerate(files):
+        if index == target:
+            merged = merge_containerd_config(config.text, wiring, source=config.source, plugin=sections[index][0])
+        else:
+            merged = allow_cri(config.text, config.source)
+        planned.append(PlannedFile(config.path, config.text, merged))
+    return planned, files[target].path
 
 
 def default_config_text(containerd_major: int | None) -> str:
@@ -468,40 +601,108 @@ def configure_nvidia_runtime(
         base, source = default_config_text(state["major"]), "templates/containerd-config.toml.j2"
 
     try:
-        merged = merge_containerd_config(base, wiring, source=source)
+        files = [ConfigFile(path, base, source)] + _imported_files(path, current, source)
+        planned, holder = plan_wiring(files, wiring, state["major"] if validate_with_binary else None,
+                                      state["version"])
     except ConfigError as error:
         message = f"{error}; it was left as it is"
         yield from safe_install.fail_host(message + (f".{hint}" if hint and current is not None else ""))
         return
+    planned[0].current = current
+    changed = [file for file in planned if file.current is None or file.merged.text != file.current]
 
-    if current is not None and merged.text == current:
+    if not changed:
+        if validate_with_binary and state["dump"] is not None:
+            # The files say wired: containerd's own reading of them must say so too.
+            where, problems = effective_problems(state["dump"], wiring)
+            if problems:
+                yield from safe_install.fail_host(
+                    f"{holder} holds the nvidia wiring, but `containerd config dump` of {path} shows {where} "
+                    f"with {'; '.join(problems)}: another file containerd reads overrides it; nothing was changed"
+                )
+                return
         yield from safe_install.file_in_place(path, service, restart_pending, restart_timeout, before_restart,
-                                              f"{path} already wires the nvidia runtime")
+                                              f"{holder} already wires the nvidia runtime")
         return
 
-    for note in merged.notes:
-        host.log_styled(f"{path}: {note}", fg="yellow")
-    if current is None:
-        host.log_styled(f"{path} is missing: creating it from {source}", fg="yellow")
-    redact.log_masked_diff(host, path, current, merged.text, "toml")
+    for file in changed:
+        for note in file.merged.notes:
+            host.log_styled(f"{file.path}: {note}", fg="yellow")
+        if file.current is None:
+            host.log_styled(f"{file.path} is missing: creating it from {source}", fg="yellow")
+        redact.log_masked_diff(host, file.path, file.current, file.merged.text, "toml")
 
-    validate = None
-    if validate_with_binary and state["binary_path"]:
-        validate = safe_install.Validator(
-            argv=[state["binary_path"], "--config", "{candidate}", "config", "dump"],
-            what=f"{state['binary_path']} config dump",
-        )
+    if validate_with_binary:
+        yield from _check_candidates(state["binary_path"] or containerd_binary, planned, changed, wiring, holder)
     else:
         try:
-            validate_toml(merged.text, path)
+            for file in changed:
+                validate_toml(file.merged.text, file.path)
         except ConfigError as error:
             yield from safe_install.fail_host(str(error))
             return
-    yield from safe_install.install_file._inner(
-        path=path,
-        content=merged.text,
-        validator=validate,
-        service=service,
-        restart_timeout=restart_timeout,
-        before_restart=before_restart,
-    )
+    for file in changed:
+        last = file is changed[-1]
+        # One restart, after the last file: containerd reads them together.
+        yield from safe_install.install_file._inner(
+            path=file.path,
+            content=file.merged.text,
+            service=service if last else None,
+            restart_timeout=restart_timeout,
+            before_restart=before_restart if last else (),
+        )
+
+
+def _imported_files(path: str, current: str | None, source: str) -> list[ConfigFile]:
+    """The files ``path`` imports, as the node has them (only a config already on the node imports)."""
+    if current is None:
+        return []
+    patterns = parse_config(_line_endings(current)[0], source).get("imports") or []
+    if not isinstance(patterns, list) or not all(isinstance(pattern, str) for pattern in patterns):
+        raise ConfigError(f"{source}: imports is not a list of paths")
+    if not patterns:
+        return []
+    found = host.get_fact(ContainerdImports, directory=posixpath.dirname(path) or "/", patterns=list(patterns))
+    return [ConfigFile(file["path"], file["text"], file["path"]) for file in found if file["path"] != path]
+
+
+CHECK_SUFFIX = ".gpu-node-check"
+
+
+def _check_candidates(binary: str, planned: list[PlannedFile], changed: list[PlannedFile],
+                      wiring: RuntimeWiring, holder: str):
+    """
+    Ask the node's containerd what it would run with the new files, before any is installed:
+    copies beside the live files (relative imports resolve the same), the main one importing
+    the new versions of changed imported files in containerd's own order.
+    """
+    main = planned[0]
+    main_text = main.merged.text
+    if any(file is not main for file in changed):
+        imports = [file.path + CHECK_SUFFIX if file in changed else file.path for file in planned[1:]]
+        document = tomlkit.parse(_line_endings(main_text)[0])
+        document["imports"] = imports
+        main_text = tomlkit.dumps(document)
+    copies = {main.path + CHECK_SUFFIX: main_text}
+    copies.update({file.path + CHECK_SUFFIX: file.merged.text for file in changed if file is not main})
+    for copy, text in copies.items():
+        yield FileUploadCommand(BytesIO(text.encode()), copy)
+    yield FunctionCommand(_run_candidate_check, (binary, main.path + CHECK_SUFFIX, list(copies), wiring,
+                                                 ", ".join(file.path for file in changed), holder), {})
+
+
+def _run_candidate_check(state, host, binary: str, config: str, copies: list[str], wiring: RuntimeWiring,
+                         changed: str, holder: str) -> bool:
+    command = StringCommand(QuoteString(binary), "--config", QuoteString(config), "config dump; status=$?; rm -f",
+                            *[QuoteString(copy) for copy in copies], "; exit $status")
+    succeeded, output = host.run_shell_command(command)
+    if not succeeded:
+        problem = f"{binary} config dump rejected the new version: {redact.daemon_output(output.stderr)}"
+    else:
+        where, problems = effective_problems(output.stdout, wiring)
+        if not problems:
+            return True
+        problem = (f"containerd would not run the nvidia wiring in {holder}: {where} would have "
+                   + "; ".join(problems))
+    host.log_styled(f"gpu-node: {changed} was not changed: {problem}", fg="red", log_func=logger.error)
+    return False
