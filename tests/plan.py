@@ -18,7 +18,7 @@ from pyinfra.api.operations import run_ops
 from pyinfra.api.state import StateStage
 
 from deploy.settings import Settings, parse_settings
-from fixtures.nvidia.fake_host import os_release
+from fixtures.nvidia.fake_host import CANDIDATE_CHECK, os_release, wired_dump
 
 
 @dataclass
@@ -41,6 +41,7 @@ def fake_host_data(distro: str = "debian-12", responses: dict | None = None, arc
     merged: dict = {
         "*-release": os_release(distro),
         "uname -m": arch,
+        CANDIDATE_CHECK: wired_dump(),
     }
     merged.update(responses or {})
     return {"fake_responses": merged, "fake_delay": 0, "fake_delay_jitter": 0}

@@ -47,7 +47,8 @@ class ContainerdConfig(FactBase):
             "config": "version = 2\\n...",          # None: the file does not exist
             "base_config": None,
             "default_config": None,                 # only read when config is None
-        }
+            "dump": "version = 2\\n...",           # `containerd --config PATH config dump`:
+        }                                           # what it would run (None: not read)
     """
 
     def command(self, path, base_path=None, binary="containerd"):
@@ -62,7 +63,11 @@ class ContainerdConfig(FactBase):
             "bin=$(command -v", QuoteString(binary), "2>/dev/null || true);",
             'echo "binary_path $bin";',
             'if [ -n "$bin" ]; then echo "version $("$bin" --version 2>/dev/null | head -n1)"; fi;',
-            _if_file(path, file_b64("config", path), missing),
+            _if_file(path, StringCommand(
+                file_b64("config", path), ';',
+                'if [ -n "$bin" ]; then echo dump $("$bin" --config', QuoteString(path),
+                "config dump 2>/dev/null | base64 -w0); fi",
+            ), missing),
             "; true",
         )
 
@@ -76,6 +81,7 @@ class ContainerdConfig(FactBase):
             "config": None,
             "base_config": None,
             "default_config": None,
+            "dump": None,
         }
 
     def process(self, output):
@@ -86,11 +92,45 @@ class ContainerdConfig(FactBase):
                 state["binary_path"] = rest.strip() or None
             elif kind == "version":
                 state.update(parse_containerd_version(rest))
-            elif kind in ("config", "base_config", "default_config"):
+            elif kind in ("config", "base_config", "default_config", "dump"):
                 text = decode_file(rest, kind)
-                # `containerd config default` that failed prints nothing: treat as unavailable.
-                state[kind] = text if (text or kind != "default_config") else None
+                # `containerd config default` or `dump` that failed prints nothing: unavailable.
+                state[kind] = text if (text or kind in ("config", "base_config")) else None
         return state
+
+
+class ContainerdImports(FactBase):
+    """
+    The files containerd imports: each pattern of ``imports`` globbed as containerd does
+    (relative to the config's directory, matches in byte order), with their text.
+
+    .. code:: python
+
+        [{"path": "/etc/containerd/conf.d/99-nvidia.toml", "text": "version = 2\\n..."}]
+    """
+
+    def command(self, directory, patterns):
+        # Unquoted $pattern: the shell globs it; a pattern that matches nothing stays as is.
+        return StringCommand(
+            "cd", QuoteString(directory), "2>/dev/null || exit 0; export LC_ALL=C; for pattern in",
+            *[QuoteString(pattern) for pattern in patterns],
+            '; do for f in $pattern; do [ -f "$f" ] || continue;',
+            'case $f in /*) p=$f ;; *) p=$PWD/$f ;; esac;',
+            'echo "file $p $(base64 -w0 < "$f")"; done; done; true',
+        )
+
+    @staticmethod
+    def default():
+        return []
+
+    def process(self, output):
+        files = []
+        for line in output:
+            kind, _, rest = line.strip().partition(" ")
+            if kind == "file":
+                path, _, encoded = rest.partition(" ")
+                files.append({"path": path, "text": decode_file(encoded, path)})
+        return files
 
 
 # Where each flavour keeps containerd's config, and the units that run it.

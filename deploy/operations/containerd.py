@@ -15,20 +15,24 @@ comment and the order stay as they were; only the keys below are set:
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass, field
+from io import BytesIO
 from pathlib import Path
 from typing import Sequence
 
+import tomllib
+
 import tomlkit
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
-from pyinfra import host
-from pyinfra.api import operation
-from pyinfra.api.command import PyinfraCommand
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
+from pyinfra.api.command import FileUploadCommand, PyinfraCommand
 from tomlkit.exceptions import ParseError
-from tomlkit.items import AoT, Table, Whitespace
+from tomlkit.items import Comment, InlineTable, Table, Whitespace
 
 from deploy import redact, toml_roundtrip
-from deploy.facts.containerd import ContainerdConfig
+from deploy.facts.containerd import ContainerdConfig, ContainerdImports
 from deploy.operations import safe_install
 from deploy.settings import RuntimeWiring
 
@@ -84,30 +88,154 @@ def _indent(item) -> str:
     return item.trivia.indent.lstrip("\n")
 
 
-def _child_table(parent, key: str) -> Table:
-    """The sub-table ``key`` of ``parent``, created (as a header-less super table) when missing."""
-    existing = parent.get(key)
+TablePath = tuple[str, ...]
+TABLES = (Table, InlineTable)
+
+
+def _fragments(container, path: TablePath, prefix: TablePath = ()) -> list:
+    """
+    Every table of the document whose full path is ``path``, in text order.
+
+    tomlkit hands back a merged, read-only proxy for a table split across the file (k3s puts
+    ``[...containerd]`` and ``[...containerd.runtimes.runc]`` apart, EKS writes a child before
+    its parent), so edits go to the concrete pieces its body holds instead.
+    """
+    found = []
+    for key, item in container.body:
+        if key is None or not isinstance(item, TABLES):
+            continue
+        full = prefix + (key.key,)
+        if full == path:
+            found.append(item)
+        elif path[: len(full)] == full:
+            found += _fragments(item.value, path, full)
+    return found
+
+
+def _written_as_dotted_keys(fragment) -> bool:
+    """
+    An inline table, or a header-less table holding values (``containerd.snapshotter = ...``):
+    a child of it must be a dotted key or inline table, a [header] would name the wrong table.
+    """
+    if isinstance(fragment, InlineTable):
+        return True
+    if not isinstance(fragment, Table) or not fragment.is_super_table():
+        return False
+    return any(not isinstance(item, (Table, Whitespace, Comment)) or _written_as_dotted_keys(item)
+               for key, item in fragment.value.body if key is not None)
+
+
+def dotted(path: TablePath) -> str:
+    """A table path as TOML writes it: plugins."io.containerd.grpc.v1.cri".containerd"""
+    return ".".join(name if name.replace("_", "").replace("-", "").isalnum() else f'"{name}"' for name in path)
+
+
+def _rank(fragment) -> int:
+    """Where a new key goes first: a [header] table, an inline table, a dotted-key table."""
+    if isinstance(fragment, InlineTable):
+        return 1
+    return 2 if fragment.is_super_table() else 0
+
+
+def _holder(document, path: TablePath, key: str | None = None):
+    """The piece of table ``path`` that defines ``key``, else the one a new key belongs in; None: no such table."""
+    fragments = _fragments(document, path)
+    for fragment in fragments:
+        if key is not None and key in fragment.value:
+            return fragment
+    return min(fragments, key=_rank) if fragments else None
+
+
+def _table(document, path: TablePath, header: bool = True):
+    """
+    Table ``path``, created under its deepest existing ancestor when missing: header-less
+    parents, and a [header] for the table itself unless ``header`` is false.
+    """
+    existing = _holder(document, path)
     if existing is not None:
-        if not isinstance(existing, dict) or isinstance(existing, AoT):
-            raise ConfigError(f"{key} is not a table")
         return existing
-    table = tomlkit.table(is_super_table=True)
-    parent[key] = table
-    return parent[key]
+    depth = len(path) - 1
+    parent = document
+    while depth > 0:
+        ancestors = _fragments(document, path[:depth])
+        if ancestors:
+            # The last piece in the file: new tables land after the ones already there.
+            parent = ancestors[-1]
+            break
+        depth -= 1
+    inline = depth > 0 and _written_as_dotted_keys(parent)
+    for index in range(depth, len(path)):
+        name = path[index]
+        if name in (parent if parent is document else parent.value):
+            raise ConfigError(f"{dotted(path[:index + 1])} is not a table")
+        last = index == len(path) - 1
+        parent[name] = (tomlkit.inline_table() if inline
+                        else tomlkit.table(is_super_table=not (last and header)))
+        parent = _holder(document, path[: index + 1])
+    return parent
 
 
-def _set(table, key: str, value) -> None:
-    """Set only a value that differs, so an equal value keeps its formatting and comment."""
-    current = table.get(key)
-    current = current.unwrap() if hasattr(current, "unwrap") else current
-    # type too: containerd wants a boolean, and 1 == True in Python.
-    if type(current) is not type(value) or current != value:
+class _Edits:
+    """The values the merge sets, applied to the document and recorded to check the result by."""
+
+    def __init__(self, document):
+        self.document = document
+        self.assigned: list[tuple[TablePath, object]] = []
+
+    def set(self, path: TablePath, key: str, value, holder=None) -> None:
+        """Set only a value that differs, so an equal value keeps its formatting and comment."""
+        table = holder if holder is not None else (_holder(self.document, path, key) or _table(self.document, path))
+        current = table.get(key)
+        current = current.unwrap() if hasattr(current, "unwrap") else current
+        # type too: containerd wants a boolean, and 1 == True in Python.
+        if type(current) is type(value) and current == value:
+            return
+        if isinstance(current, dict):
+            raise ConfigError(f"{dotted(path + (key,))} is a table, not a value")
         siblings = [item for name, item in table.value.body
                     if name is not None and not isinstance(item, (Table, Whitespace))]
         table[key] = value
+        self.assigned.append((path + (key,), value))
         if current is None and siblings and isinstance(table, Table):
             # A new key lines up with the keys already there.
             table.value.item(key).trivia.indent = _indent(siblings[0])
+
+
+def _lookup(data: dict, path: TablePath):
+    for name in path:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(name)
+    return data
+
+
+def _check_result(before: str, after: str, assigned, removed_plugins, source: str) -> None:
+    """
+    The merged text must mean the old one plus exactly the assigned values: a layout tomlkit
+    renders wrongly is refused rather than installed.
+    """
+    expected = tomllib.loads(before)
+    for path, value in assigned:
+        table = expected
+        for name in path[:-1]:
+            table = table.setdefault(name, {})
+        table[path[-1]] = value
+    if removed_plugins:
+        expected["disabled_plugins"] = [p for p in expected["disabled_plugins"] if p not in removed_plugins]
+    try:
+        actual = tomllib.loads(after)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{source}: its layout cannot be edited safely (the edit would not parse: {error})") from None
+    if actual != expected:
+        raise ConfigError(f"{source}: its layout cannot be edited safely: {_first_difference(expected, actual)}")
+
+
+def _first_difference(expected, actual, path: TablePath = ()) -> str:
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        for key in list(expected) + [k for k in actual if k not in expected]:
+            if expected.get(key) != actual.get(key):
+                return _first_difference(expected.get(key), actual.get(key), path + (key,))
+    return f"{dotted(path) or 'the document'} would change unasked"
 
 
 def _style(runtimes) -> tuple[str, str, str]:
@@ -157,6 +285,8 @@ def _format_new(table: Table, previous_blank: bool | None, header: str, key_inde
     Indent a table the merge created like its siblings, one blank line between it and the
     table before it: where the file puts blank lines after tables, it gets one too.
     """
+    if not isinstance(table, Table):
+        return
     _indent_tables(table, header, key_indent, step)
     if previous_blank is None:
         return  # the first table in a new parent: tomlkit separates it already
@@ -166,10 +296,10 @@ def _format_new(table: Table, previous_blank: bool | None, header: str, key_inde
         table.trivia.indent = "\n" + header
 
 
-def _new_runtime(binary: str | None, systemd_cgroup: bool) -> Table:
-    runtime = tomlkit.table()
+def _new_runtime(binary: str | None, systemd_cgroup: bool, inline: bool = False):
+    runtime = tomlkit.inline_table() if inline else tomlkit.table()
     runtime["runtime_type"] = RUNC_V2
-    options = tomlkit.table()
+    options = tomlkit.inline_table() if inline else tomlkit.table()
     if binary:
         options["BinaryName"] = binary
     options["SystemdCgroup"] = systemd_cgroup
@@ -177,78 +307,240 @@ def _new_runtime(binary: str | None, systemd_cgroup: bool) -> Table:
     return runtime
 
 
-def _wire_runtime(runtimes, name: str, binary: str | None, systemd_cgroup: bool, style,
-                  first_blank: bool | None) -> None:
-    runtime = runtimes.get(name)
+def _wire_runtime(edits: _Edits, runtimes_path: TablePath, name: str, binary: str | None,
+                  systemd_cgroup: bool, first_blank: bool | None) -> None:
+    document = edits.document
+    path = runtimes_path + (name,)
+    runtime = _holder(document, path)
     if runtime is None:
+        runtimes = _table(document, runtimes_path, header=False)
+        style = _style(runtimes)
         # Whether the file ends its tables with a blank line: read before inserting.
         blank = _ends_with_blank_line(list(runtimes.values())[-1]) if len(runtimes) else first_blank
-        runtimes[name] = _new_runtime(binary, systemd_cgroup)
-        _format_new(runtimes[name], blank, *style)
+        runtimes[name] = _new_runtime(binary, systemd_cgroup,
+                                      inline=_written_as_dotted_keys(runtimes))
+        _format_new(_holder(document, path), blank, *style)
+        edits.assigned.append((path, tomllib.loads(tomlkit.dumps({"r": _new_runtime(binary, systemd_cgroup)}))["r"]))
         return
-    if not isinstance(runtime, dict):
-        raise ConfigError(f"runtimes.{name} is not a table")
     if name == "nvidia":
-        _set(runtime, "runtime_type", RUNC_V2)
-    options = runtime.get("options")
-    if options is None:
+        edits.set(path, "runtime_type", RUNC_V2)
+    options_path = path + ("options",)
+    if (_holder(document, options_path) is None and isinstance(runtime, Table)
+            and not _written_as_dotted_keys(runtime)):
         # A runtime table with no options: add them in the runtime's own style.
+        runtimes = _holder(document, runtimes_path)
+        header, key_indent, step = _style(runtimes)
         blank = _ends_with_blank_line(runtime)
         runtime["options"] = _new_runtime(binary, systemd_cgroup)["options"]
-        if isinstance(runtime, Table) and not runtime.is_super_table():
-            header, key_indent, step = style
-            key_offset = key_indent[len(header):] if key_indent.startswith(header) else ""
-            options_header = _indent(runtime) + step
-            _format_new(runtime["options"], blank, options_header, options_header + key_offset, step)
+        key_offset = key_indent[len(header):] if key_indent.startswith(header) else ""
+        options_header = _indent(runtime) + step
+        _format_new(runtime["options"], blank, options_header, options_header + key_offset, step)
+        edits.assigned.append((options_path, _new_runtime(binary, systemd_cgroup).unwrap()["options"]))
         return
     if binary:
-        _set(options, "BinaryName", binary)
-    _set(options, "SystemdCgroup", systemd_cgroup)
+        edits.set(options_path, "BinaryName", binary)
+    edits.set(options_path, "SystemdCgroup", systemd_cgroup)
 
 
-def _drop_disabled_cri(document, notes: list[str]) -> None:
+def _drop_disabled_cri(document, notes: list[str]) -> list[str]:
     disabled = document.get("disabled_plugins")
     if disabled is None:
-        return
+        return []
+    if not isinstance(disabled, list):
+        raise ConfigError("disabled_plugins is not a list")
     removed = [name for name in disabled if name in CRI_PLUGIN_IDS]
     if not removed:
-        return
+        return []
     for name in removed:
         index = [str(item) for item in disabled].index(name)
         del disabled[index]
     shown = ", ".join(f'"{name}"' for name in removed)
     notes.append(f"removed {shown} from disabled_plugins: Kubernetes needs containerd's CRI plugin")
+    return removed
 
 
-def merge_containerd_config(text: str, wiring: RuntimeWiring, source: str = "config.toml") -> Merged:
-    """The config ``text`` with the NVIDIA runtime wired in; raises ConfigError naming ``source``."""
-    document = parse_config(text, source)
+def _line_endings(text: str) -> tuple[str, str, bool]:
+    """LF text for tomlkit, the line ending to give back, and whether the text ended with one."""
+    crlf = "\r\n" in text and text.count("\r\n") == text.count("\n")
+    body = text.replace("\r\n", "\n") if crlf else text
+    ends = body.endswith("\n") or not body
+    return (body if ends else body + "\n"), ("\r\n" if crlf else "\n"), ends
+
+
+def _edit(text: str, source: str, apply) -> Merged:
+    """Parse ``text``, let ``apply(document, edits, version, notes)`` edit it, check and render the result."""
+    body, newline, ended = _line_endings(text)
+    document = parse_config(body, source)
     version = config_version(document, source)
     notes: list[str] = []
+    edits = _Edits(document)
     try:
-        _drop_disabled_cri(document, notes)
-        plugins = _child_table(document, "plugins")
-        cri = _child_table(plugins, CRI_RUNTIME_PLUGIN[version])
-        # Under a containerd table the file already had, a first new runtime needs its blank line.
-        first_blank = False if isinstance(cri.get("containerd"), Table) else None
-        containerd = _child_table(cri, "containerd")
-        runtimes = _child_table(containerd, "runtimes")
-        style = _style(runtimes)
-        _wire_runtime(runtimes, "runc", None, wiring.systemd_cgroup, style, first_blank)
-        _wire_runtime(runtimes, "nvidia", wiring.binary, wiring.systemd_cgroup, style, first_blank)
-        if wiring.make_default:
-            _set(containerd, "default_runtime_name", "nvidia")
-        elif containerd.get("default_runtime_name") == "nvidia":
-            containerd["default_runtime_name"] = "runc"
-            notes.append("default_runtime_name was nvidia: set back to runc (nvidia_runtime_default=false)")
-        if wiring.enable_cdi:
-            if version >= 3:
-                notes.append("containerd 2.x has CDI on: enable_cdi left as it is")
-            else:
-                _set(cri, "enable_cdi", True)
+        removed = _drop_disabled_cri(document, notes)
+        apply(document, edits, version, notes)
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
-    return Merged(text=tomlkit.dumps(document), version=version, notes=notes)
+    merged = tomlkit.dumps(document)
+    if merged != body:
+        _check_result(body, merged, edits.assigned, removed, source)
+    if not ended and merged.endswith("\n"):
+        merged = merged[:-1]
+    return Merged(text=merged.replace("\n", newline) if newline != "\n" else merged, version=version, notes=notes)
+
+
+def merge_containerd_config(text: str, wiring: RuntimeWiring, source: str = "config.toml",
+                            plugin: str | None = None) -> Merged:
+    """
+    The config ``text`` with the NVIDIA runtime wired in; raises ConfigError naming ``source``.
+
+    ``plugin``: the CRI plugin section to wire (default: the one of the file's version).
+    """
+
+    def wire(document, edits: _Edits, version: int, notes: list[str]) -> None:
+        cri = ("plugins", plugin or CRI_RUNTIME_PLUGIN[version])
+        containerd = cri + ("containerd",)
+        # Under a containerd table the file already had, a first new runtime needs its blank line.
+        first_blank = False if any(isinstance(t, Table) and not t.is_super_table()
+                                   for t in _fragments(document, containerd)) else None
+        runtimes = containerd + ("runtimes",)
+        _wire_runtime(edits, runtimes, "runc", None, wiring.systemd_cgroup, first_blank)
+        _wire_runtime(edits, runtimes, "nvidia", wiring.binary, wiring.systemd_cgroup, first_blank)
+        holder = _holder(document, containerd, "default_runtime_name")
+        current_default = holder.get("default_runtime_name") if holder is not None else None
+        if wiring.make_default:
+            edits.set(containerd, "default_runtime_name", "nvidia")
+        elif current_default == "nvidia":
+            edits.set(containerd, "default_runtime_name", "runc")
+            notes.append("default_runtime_name was nvidia: set back to runc (nvidia_runtime_default=false)")
+        if wiring.enable_cdi:
+            if cri[1] in CRI_PLUGINS_2X:
+                notes.append("containerd 2.x has CDI on: enable_cdi left as it is")
+            else:
+                edits.set(cri, "enable_cdi", True)
+
+    return _edit(text, source, wire)
+
+
+def allow_cri(text: str, source: str) -> Merged:
+    """``text`` with CRI taken out of ``disabled_plugins`` (an imported file that does not hold the wiring)."""
+    return _edit(text, source, lambda *_: None)
+
+
+# The section that holds the CRI runtimes in containerd's own dump, by the dump's version.
+DUMP_CRI_PLUGIN = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
+CRI_PLUGINS_2X = ("io.containerd.cri.v1.runtime",)
+
+
+def effective_problems(dump: str, wiring: RuntimeWiring) -> tuple[str, list[str]]:
+    """
+    What ``containerd config dump`` says containerd would run, against the wiring:
+    (the runtime's table as TOML names it, the differences; none when it is wired).
+    """
+    try:
+        config = tomllib.loads(dump)
+    except tomllib.TOMLDecodeError as error:
+        return "containerd config dump", [f"its output is not TOML: {error}"]
+    plugin = DUMP_CRI_PLUGIN.get(config.get("version", 2), DUMP_CRI_PLUGIN[3])
+    containerd = config.get("plugins", {}).get(plugin, {}).get("containerd", {})
+    where = dotted(("plugins", plugin, "containerd"))
+    problems = []
+    disabled = [name for name in config.get("disabled_plugins", []) if name in CRI_PLUGIN_IDS]
+    if disabled:
+        problems.append(f"disabled_plugins holds {', '.join(disabled)}")
+    runtimes = containerd.get("runtimes", {}) or {}
+    nvidia = runtimes.get("nvidia")
+    if not nvidia:
+        problems.append("runtimes.nvidia is missing")
+    else:
+        options = nvidia.get("options") or {}
+        if nvidia.get("runtime_type") != RUNC_V2:
+            problems.append(f"runtimes.nvidia.runtime_type is {nvidia.get('runtime_type')!r}, not {RUNC_V2!r}")
+        if options.get("BinaryName") != wiring.binary:
+            problems.append(f"runtimes.nvidia.options.BinaryName is {options.get('BinaryName')!r}, "
+                            f"not {wiring.binary!r}")
+    for name in ("runc", "nvidia"):
+        if name in runtimes or name == "runc":
+            value = bool(((runtimes.get(name) or {}).get("options") or {}).get("SystemdCgroup", False))
+            if value != wiring.systemd_cgroup:
+                problems.append(f"runtimes.{name}.options.SystemdCgroup is {str(value).lower()}, "
+                                f"not {str(wiring.systemd_cgroup).lower()} (systemd_cgroup)")
+    default = containerd.get("default_runtime_name")
+    if wiring.make_default and default != "nvidia":
+        problems.append(f"default_runtime_name is {default!r}, not 'nvidia' (nvidia_runtime_default is true)")
+    if not wiring.make_default and default == "nvidia":
+        problems.append("default_runtime_name is 'nvidia' but nvidia_runtime_default is false")
+    return where, problems
+
+
+def cri_plugin_for(data: dict, version: int, major: int | None) -> str:
+    """The CRI section a file of ``version`` must hold for the installed containerd to run it."""
+    plugins = data.get("plugins") if isinstance(data.get("plugins"), dict) else {}
+    # containerd 2.x reads a version 2 file's 2.x-named section over the migrated 1.x one, key by key.
+    if (major or 0) >= 2 and version == 2 and CRI_PLUGINS_2X[0] in plugins:
+        return CRI_PLUGINS_2X[0]
+    return CRI_RUNTIME_PLUGIN[version]
+
+
+def check_version_fits(version: int, major: int | None, containerd_version: str | None, source: str) -> None:
+    """A config version the installed containerd would not run the wiring from: refused, saying what to do."""
+    if major is None:
+        return
+    if major >= 2 and version < 2:
+        raise ConfigError(
+            f"{source} is a version 1 config (no `version`, or `version = 1`): containerd {containerd_version} "
+            "ignores its CRI settings (plugins.cri), so the nvidia wiring would never run. Convert it to "
+            "`version = 3` (`containerd config default` shows the layout; `containerd config migrate` does not "
+            "carry version 1 CRI settings over), or move it aside so gpu-node starts from `containerd config "
+            "default`, then run again"
+        )
+    if major < 2 and version >= 3:
+        raise ConfigError(
+            f"{source} is a version {version} config, which containerd {containerd_version} cannot read "
+            "(version 3 needs containerd 2.0 or later): use a version 2 config, or upgrade containerd"
+        )
+
+
+@dataclass
+class ConfigFile:
+    path: str
+    text: str
+    source: str  # how messages name it
+
+
+@dataclass
+class PlannedFile:
+    path: str
+    current: str | None
+    merged: Merged
+
+
+def plan_wiring(files: list[ConfigFile], wiring: RuntimeWiring, major: int | None,
+                containerd_version: str | None = None) -> tuple[list[PlannedFile], str]:
+    """
+    Where the wiring takes effect, given the main config and the files it imports (in the
+    order containerd loads them), and each file's merged text; plus the path that holds it.
+
+    containerd before 2.1 replaces a plugin's section from an imported file as a whole, 2.1
+    merges it key by key: either way the last file holding the CRI section decides every key
+    the wiring sets once they are all in it. The others only lose a CRI in disabled_plugins.
+    """
+    sections = []
+    for index, config in enumerate(files):
+        document = parse_config(_line_endings(config.text)[0], config.source)
+        version = config_version(document, config.source)
+        if index == 0 or document.get("version") is not None:
+            check_version_fits(version, major, containerd_version, config.source)
+        data = document.unwrap()
+        plugin = cri_plugin_for(data, version, major)
+        sections.append((plugin, plugin in (data.get("plugins") or {})))
+    target = max((index for index, (_, present) in enumerate(sections) if present), default=0)
+    planned = []
+    for index, config in enumerate(files):
+        if index == target:
+            merged = merge_containerd_config(config.text, wiring, source=config.source, plugin=sections[index][0])
+        else:
+            merged = allow_cri(config.text, config.source)
+        planned.append(PlannedFile(config.path, config.text, merged))
+    return planned, files[target].path
 
 
 def default_config_text(containerd_major: int | None) -> str:
@@ -309,40 +601,108 @@ def configure_nvidia_runtime(
         base, source = default_config_text(state["major"]), "templates/containerd-config.toml.j2"
 
     try:
-        merged = merge_containerd_config(base, wiring, source=source)
+        files = [ConfigFile(path, base, source)] + _imported_files(path, current, source)
+        planned, holder = plan_wiring(files, wiring, state["major"] if validate_with_binary else None,
+                                      state["version"])
     except ConfigError as error:
         message = f"{error}; it was left as it is"
         yield from safe_install.fail_host(message + (f".{hint}" if hint and current is not None else ""))
         return
+    planned[0].current = current
+    changed = [file for file in planned if file.current is None or file.merged.text != file.current]
 
-    if current is not None and merged.text == current:
+    if not changed:
+        if validate_with_binary and state["dump"] is not None:
+            # The files say wired: containerd's own reading of them must say so too.
+            where, problems = effective_problems(state["dump"], wiring)
+            if problems:
+                yield from safe_install.fail_host(
+                    f"{holder} holds the nvidia wiring, but `containerd config dump` of {path} shows {where} "
+                    f"with {'; '.join(problems)}: another file containerd reads overrides it; nothing was changed"
+                )
+                return
         yield from safe_install.file_in_place(path, service, restart_pending, restart_timeout, before_restart,
-                                              f"{path} already wires the nvidia runtime")
+                                              f"{holder} already wires the nvidia runtime")
         return
 
-    for note in merged.notes:
-        host.log_styled(f"{path}: {note}", fg="yellow")
-    if current is None:
-        host.log_styled(f"{path} is missing: creating it from {source}", fg="yellow")
-    redact.log_masked_diff(host, path, current, merged.text, "toml")
+    for file in changed:
+        for note in file.merged.notes:
+            host.log_styled(f"{file.path}: {note}", fg="yellow")
+        if file.current is None:
+            host.log_styled(f"{file.path} is missing: creating it from {source}", fg="yellow")
+        redact.log_masked_diff(host, file.path, file.current, file.merged.text, "toml")
 
-    validate = None
-    if validate_with_binary and state["binary_path"]:
-        validate = safe_install.Validator(
-            argv=[state["binary_path"], "--config", "{candidate}", "config", "dump"],
-            what=f"{state['binary_path']} config dump",
-        )
+    if validate_with_binary:
+        yield from _check_candidates(state["binary_path"] or containerd_binary, planned, changed, wiring, holder)
     else:
         try:
-            validate_toml(merged.text, path)
+            for file in changed:
+                validate_toml(file.merged.text, file.path)
         except ConfigError as error:
             yield from safe_install.fail_host(str(error))
             return
-    yield from safe_install.install_file._inner(
-        path=path,
-        content=merged.text,
-        validator=validate,
-        service=service,
-        restart_timeout=restart_timeout,
-        before_restart=before_restart,
-    )
+    for file in changed:
+        last = file is changed[-1]
+        # One restart, after the last file: containerd reads them together.
+        yield from safe_install.install_file._inner(
+            path=file.path,
+            content=file.merged.text,
+            service=service if last else None,
+            restart_timeout=restart_timeout,
+            before_restart=before_restart if last else (),
+        )
+
+
+def _imported_files(path: str, current: str | None, source: str) -> list[ConfigFile]:
+    """The files ``path`` imports, as the node has them (only a config already on the node imports)."""
+    if current is None:
+        return []
+    patterns = parse_config(_line_endings(current)[0], source).get("imports") or []
+    if not isinstance(patterns, list) or not all(isinstance(pattern, str) for pattern in patterns):
+        raise ConfigError(f"{source}: imports is not a list of paths")
+    if not patterns:
+        return []
+    found = host.get_fact(ContainerdImports, directory=posixpath.dirname(path) or "/", patterns=list(patterns))
+    return [ConfigFile(file["path"], file["text"], file["path"]) for file in found if file["path"] != path]
+
+
+CHECK_SUFFIX = ".gpu-node-check"
+
+
+def _check_candidates(binary: str, planned: list[PlannedFile], changed: list[PlannedFile],
+                      wiring: RuntimeWiring, holder: str):
+    """
+    Ask the node's containerd what it would run with the new files, before any is installed:
+    copies beside the live files (relative imports resolve the same), the main one importing
+    the new versions of changed imported files in containerd's own order.
+    """
+    main = planned[0]
+    main_text = main.merged.text
+    if any(file is not main for file in changed):
+        imports = [file.path + CHECK_SUFFIX if file in changed else file.path for file in planned[1:]]
+        document = tomlkit.parse(_line_endings(main_text)[0])
+        document["imports"] = imports
+        main_text = tomlkit.dumps(document)
+    copies = {main.path + CHECK_SUFFIX: main_text}
+    copies.update({file.path + CHECK_SUFFIX: file.merged.text for file in changed if file is not main})
+    for copy, text in copies.items():
+        yield FileUploadCommand(BytesIO(text.encode()), copy)
+    yield FunctionCommand(_run_candidate_check, (binary, main.path + CHECK_SUFFIX, list(copies), wiring,
+                                                 ", ".join(file.path for file in changed), holder), {})
+
+
+def _run_candidate_check(state, host, binary: str, config: str, copies: list[str], wiring: RuntimeWiring,
+                         changed: str, holder: str) -> bool:
+    command = StringCommand(QuoteString(binary), "--config", QuoteString(config), "config dump; status=$?; rm -f",
+                            *[QuoteString(copy) for copy in copies], "; exit $status")
+    succeeded, output = host.run_shell_command(command)
+    if not succeeded:
+        problem = f"{binary} config dump rejected the new version: {redact.daemon_output(output.stderr)}"
+    else:
+        where, problems = effective_problems(output.stdout, wiring)
+        if not problems:
+            return True
+        problem = (f"containerd would not run the nvidia wiring in {holder}: {where} would have "
+                   + "; ".join(problems))
+    host.log_styled(f"gpu-node: {changed} was not changed: {problem}", fg="red", log_func=logger.error)
+    return False

@@ -125,7 +125,7 @@ def test_unknown_config_version_is_refused(text, shown):
 
 def test_runtimes_that_is_not_a_table_is_refused():
     text = 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\nruntimes = "runc"\n'
-    with pytest.raises(ConfigError, match="config.toml: runtimes is not a table"):
+    with pytest.raises(ConfigError, match='config.toml: plugins."io.containerd.grpc.v1.cri".containerd.runtimes is not a table'):
         merge_containerd_config(text, RuntimeWiring(), source="config.toml")
 
 
