@@ -11,7 +11,7 @@ itself: every text parses (stdlib ``tomllib``) to exactly its model. The oracle 
 written here from the model, never from the merge.
 
 Deterministic by default (``derandomize``: CI reruns the same examples, a failure reproduces as it
-is). To explore new examples: ``GPU_NODE_HYPOTHESIS_EXPLORE=1`` (failures are kept under
+is, unshrunk so the file stays fast). To explore new examples: ``GPU_NODE_HYPOTHESIS_EXPLORE=1`` (failures are kept under
 ``.cache/hypothesis`` and replayed first), ``GPU_NODE_HYPOTHESIS_EXAMPLES=N`` for more of them.
 """
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, event, example, given, note, settings
+from hypothesis import HealthCheck, Phase, event, example, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
@@ -48,6 +48,9 @@ def hypothesis_settings(max_examples: int) -> settings:
         derandomize=not EXPLORE,
         database=DirectoryBasedExampleDatabase(str(REPO / ".cache" / "hypothesis")) if EXPLORE else None,
         print_blob=True,
+        # Shrinking these nested draws takes minutes and gains little: by default a failure is
+        # reported as generated (its text printed); exploring shrinks.
+        phases=list(Phase) if EXPLORE else [Phase.explicit, Phase.reuse, Phase.generate],
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
 
@@ -779,16 +782,21 @@ def test_layouts_issue_14_names_are_merged_not_refused(case, wiring, source):
 class RealContainerd:
     name: str
     binary: str
-    major: int
+    release: tuple[int, int]
+
+    @property
+    def major(self) -> int:
+        return self.release[0]
 
     def reads(self, version: int) -> bool:
         # 1.x reads versions 1 and 2; 2.x reads 2 (migrated) and 3, and ignores a version 1 plugins.cri.
         return version in ((1, 2) if self.major == 1 else (2, 3))
 
 
-def _version_of(binary: str) -> int:
+def _release_of(binary: str) -> tuple[int, int]:
     output = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True).stdout
-    return int(re.search(r" v?(\d+)\.\d+\.\d+", output).group(1))
+    major, minor = re.search(r" v?(\d+)\.(\d+)\.\d+", output).groups()
+    return int(major), int(minor)
 
 
 @pytest.fixture(scope="module")
@@ -800,18 +808,18 @@ def real_containerds(tmp_path_factory) -> list[RealContainerd]:
     except ImportError:
         containerd_releases = None
     if containerd_releases is not None:
-        return [RealContainerd(f"containerd {found.version} ({found.suite})", str(found.binary), found.major)
+        return [RealContainerd(f"containerd {found.version} ({found.suite})", str(found.binary), found.minor)
                 for found in containerd_releases.releases()]
     from harness import sid_containerd_deb
 
     found = []
     machine = shutil.which("containerd")
     if machine:
-        found.append(RealContainerd(f"{machine} (this machine)", machine, _version_of(machine)))
+        found.append(RealContainerd(f"{machine} (this machine)", machine, _release_of(machine)))
     root = tmp_path_factory.mktemp("containerd-sid")
     subprocess.run(["dpkg-deb", "-x", str(sid_containerd_deb()), str(root)], check=True)
     binary = str(root / "usr" / "bin" / "containerd")
-    found.append(RealContainerd("sid's containerd", binary, _version_of(binary)))
+    found.append(RealContainerd("sid's containerd", binary, _release_of(binary)))
     assert any(release.major == 1 for release in found), \
         "no containerd 1.x here: scripts/ensure-dockerd.sh installs docker.io with it"
     return found
@@ -838,7 +846,7 @@ def assert_dump_shows_wiring(dump: dict, containerd: RealContainerd, case: Case,
         "default_runtime_name", "runc")
     assert cri["containerd"]["default_runtime_name"] == expected_default
     assert not CRI_IDS & set(dump.get("disabled_plugins", []))
-    if wiring.enable_cdi and containerd.major == 1:
+    if wiring.enable_cdi and containerd.release == (1, 7):  # CRI reads enable_cdi since 1.7; 2.x has CDI on
         assert cri["enable_cdi"] is True
 
 
