@@ -712,6 +712,9 @@ def merge_or_refuse(case: Case, wiring: RuntimeWiring, source: str):
         event("refused with ConfigError")
         assert "\n" not in message and "\r" not in message, f"ConfigError over several lines: {message!r}"
         assert message.startswith(source), f"ConfigError does not start with the file name {source!r}: {message!r}"
+        # every generated text is valid TOML (tomllib reads it): a refusal must name what the
+        # merge cannot edit, not call the file invalid
+        assert "not valid TOML" not in message, f"valid TOML called invalid: {message!r}"
         return None
 
 
