@@ -1,12 +1,30 @@
 """
-Real containerd binaries from Debian's archive, for tests that ask containerd itself what it
-makes of a config (`containerd --config F config dump`).
+Real containerd (and dockerd) binaries from Debian's archive, for tests that ask the real
+program what it makes of a config (`containerd --config F config dump`,
+`dockerd --validate --config-file F`).
 
-Each release is Debian's `containerd` package of one suite, fetched once with a throwaway apt
-configuration (the machine's own sources and lists stay untouched), unpacked with `dpkg -x`
-into `.cache/containerd-releases/<suite>/` and kept there.
+Each release is Debian's package of one suite, fetched once with a throwaway apt configuration
+(the machine's own sources and lists stay untouched), unpacked with `dpkg -x` into
+`.cache/containerd-releases/<suite>/` (`.cache/docker-releases/<suite>/`) and kept there.
 
-    bookworm -> containerd 1.6, trixie -> 1.7, sid -> 2.1
+    bookworm -> containerd 1.6.20, trixie -> 1.7.24, sid -> 2.1.9 (as of this writing)
+    trixie's docker.io -> dockerd 26.1 (runs on bookworm's libc; has --validate)
+
+Which config versions each containerd reads, measured with `config dump` on these binaries:
+
+    version      1.6.20                   1.7.24               2.1.9
+    1 / none     read                     read                 loaded, but `plugins.cri` is dropped
+                                                               with a warning ("Ignoring unknown key")
+    2            read                     read                 read (migrated to 3)
+    3            loaded as if 2: the 2.x  refused: "version 3  read
+                 plugin IDs are ignored   is not supported,
+                                          the max version is 2"
+    4            loaded as if 2 (same)    refused              refused: "expected ... equal to or
+                                                               less than 3, got 4"
+
+A missing non-glob `imports` entry fails 1.6/1.7 ("no such file or directory") and is ignored
+by 2.1; a glob that matches nothing is fine everywhere. Relative imports are resolved against
+the directory of the importing file.
 """
 
 from __future__ import annotations
@@ -22,6 +40,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RELEASES_CACHE = REPO / ".cache" / "containerd-releases"
+DOCKER_CACHE = REPO / ".cache" / "docker-releases"
 MIRROR = os.environ.get("GPU_NODE_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 SUITES = ("bookworm", "trixie", "sid")
 
@@ -121,6 +140,10 @@ def release(suite: str) -> Release:
     return Release(suite=suite, deb=deb, binary=binary, version=match.group(1))
 
 
+# config version -> the suites whose containerd runs a file of that version as written (table above)
+READERS = {1: ("bookworm", "trixie"), 2: ("bookworm", "trixie", "sid"), 3: ("sid",), 4: ()}
+
+
 def releases() -> list[Release]:
     return [release(suite) for suite in SUITES]
 
@@ -131,6 +154,25 @@ def config_dump(binary: Path, config: Path, timeout: float = 30) -> subprocess.C
                           capture_output=True, text=True, timeout=timeout)
 
 
+@cache
+def dockerd(suite: str = "trixie") -> Path:
+    """The suite's dockerd (trixie's 26.x has `--validate`), checked to run here."""
+    directory = DOCKER_CACHE / suite
+    found = sorted(directory.glob("docker.io_*.deb"))
+    if not found:
+        found = download_debs(suite, ("docker.io",), directory)
+    binary = unpack(found[-1], directory / "root") / "usr" / "sbin" / "dockerd"
+    _checked([str(binary), "--version"])
+    return binary
+
+
+def dockerd_validate(binary: Path, config: Path, timeout: float = 30) -> subprocess.CompletedProcess:
+    """`dockerd --validate --config-file CONFIG`: dockerd's own check of a daemon.json."""
+    return subprocess.run([str(binary), "--validate", "--config-file", str(config)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
 if __name__ == "__main__":
     for found in releases():
         print(f"{found.suite}: containerd {found.version} at {found.binary}")
+    print(f"trixie: {dockerd()}")
