@@ -22,8 +22,9 @@ Which config versions each containerd reads, measured with `config dump` on thes
     4            loaded as if 2 (same)    refused              refused: "expected ... equal to or
                                                                less than 3, got 4"
 
-A missing non-glob `imports` entry fails 1.6/1.7 ("no such file or directory") and is ignored
-by 2.1; a glob that matches nothing is fine everywhere. Relative imports are resolved against
+A missing non-glob `imports` entry fails 1.6/1.7 ("no such file or directory"); 2.1 says
+nothing and silently skips that entry and every entry after it (a drop-in listed after a missing
+file is never read). A glob that matches nothing is fine everywhere. Relative imports are resolved against
 the directory of the importing file.
 """
 
