@@ -158,6 +158,37 @@ class Outcome:
     effect: Effect = field(default_factory=Effect)
     v1_on_2x: bool | None = None   # a version-1 input: is the result in effect on containerd 2.1?
     files_written: int = 0
+    why: str = ""                  # a likely reason, read from the files written, when not in effect
+
+
+def diagnose(main: Path, dropin: Path | None) -> str:
+    """Why containerd may not run the wiring, read from the files (facts measured on the releases)."""
+    try:
+        document = tomllib.loads(main.read_text())
+    except tomllib.TOMLDecodeError:
+        return "config.toml is not valid TOML"
+    reasons = []
+    if set(document.get("disabled_plugins", [])) & CRI_PLUGIN_IDS:
+        reasons.append("CRI left in disabled_plugins")
+    imports = document.get("imports", [])
+    if dropin is not None and dropin.exists():
+        covering = [i for i, entry in enumerate(imports) if Path(entry).parent == dropin.parent]
+        if not covering:
+            reasons.append("drop-in written, but config.toml does not import it")
+        elif any(not any(c in entry for c in "*?[") and not Path(entry).exists() for entry in imports[:covering[0]]):
+            reasons.append("an import listed before the drop-in does not exist: containerd 2.1 skips the rest")
+    plugins = document.get("plugins", {})
+    for written in (main, dropin):
+        if written is not None and written.exists():
+            for plugin in tomllib.loads(written.read_text()).get("plugins", {}).values():
+                runtime_type = (plugin.get("containerd", {}).get("runtimes", {}).get("nvidia") or {}).get("runtime_type")
+                if runtime_type not in (None, "io.containerd.runc.v2"):
+                    reasons.append(f"nvidia runtime_type {runtime_type} (copied from runc's)")
+    if document.get("version", 1) == 2 and {"io.containerd.cri.v1.runtime", "io.containerd.cri.v1.images"} & set(plugins):
+        reasons.append("version 2 file that already uses 2.x plugin IDs (io.containerd.cri.v1.*)")
+    if document.get("version", 1) == 1:
+        reasons.append("version 1 file")
+    return "; ".join(reasons)
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:
@@ -188,6 +219,7 @@ def run_nvidia_ctk_containerd(ctk: Path, source: Path, work: Path) -> Outcome:
     outcome.effect = containerd_effect(main, text)
     if toml_version(text) == 1:
         outcome.v1_on_2x = all(containerd_effect(main, text, suites=("sid",)).wired.values())
+    outcome.why = diagnose(main, dropin)
     before = snapshot(work)
     subprocess.run(command, capture_output=True, text=True)
     outcome.changed_on_rerun = snapshot(work) != before
@@ -219,6 +251,7 @@ def run_gpu_node_containerd(source: Path, work: Path) -> Outcome:
     outcome.effect = containerd_effect(main, text)
     if toml_version(text) == 1:
         outcome.v1_on_2x = all(containerd_effect(main, text, suites=("sid",)).wired.values())
+    outcome.why = diagnose(main, None)
     try:
         outcome.changed_on_rerun = merge_containerd_config(merged.text, WIRING, source=source.name).text != merged.text
     except Exception:  # noqa: BLE001
@@ -391,7 +424,8 @@ def details(results: dict[str, list[Outcome]]) -> str:
                 lines.append(f"- {tool}, `{o.name}`: containerd refuses the result: {o.effect.refused}")
             elif o.effect.wired and not all(o.effect.wired.values()):
                 not_in_effect = [s for s, ok in o.effect.wired.items() if not ok]
-                lines.append(f"- {tool}, `{o.name}`: wiring not in effect on {', '.join(not_in_effect)}")
+                why = f" ({o.why})" if o.why else ""
+                lines.append(f"- {tool}, `{o.name}`: wiring not in effect on {', '.join(not_in_effect)}{why}")
     return "\n".join(lines) or "- none"
 
 
