@@ -32,9 +32,6 @@ DOCKER_FILES = sorted(path.name for path in (CORPUS / "docker").iterdir())
 NVIDIA_BINARY = "/usr/bin/nvidia-container-runtime"
 # Every name under which containerd 1.x / 2.x can have CRI switched off.
 CRI_PLUGIN_IDS = {"cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime", "io.containerd.cri.v1.images"}
-# The plugin holding CRI's runtimes in a file of each config version.
-CRI_RUNTIME_PLUGIN_BY_VERSION = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime",
-                                 4: "io.containerd.cri.v1.runtime"}
 
 # Files the merge must refuse, and why: a refusal is deliberate, never a way out of a check.
 CONTAINERD_REFUSALS: dict[str, str] = {}
@@ -53,6 +50,11 @@ DOCKERD_REFUSES_INPUT = {
 }
 
 WIRING = RuntimeWiring()
+
+
+def corpus_text(folder: str, name: str) -> str:
+    # Bytes as the project wrote them (CRLF kept: read_text would translate it).
+    return (CORPUS / folder / name).read_bytes().decode("utf-8")
 
 
 def read_version(text: str) -> int:
@@ -90,7 +92,7 @@ def comment_lines(text: str) -> list[str]:
 def write_candidate(directory: Path, name: str, text: str) -> Path:
     # Relative `imports` resolve against the file's own directory: a fresh one per file.
     path = directory / name
-    path.write_text(text)
+    path.write_bytes(text.encode("utf-8"))
     return path
 
 
@@ -124,7 +126,7 @@ def test_every_corpus_file_has_a_source_and_every_source_a_file():
 def test_corpus_is_real_configs_not_templates():
     for name in CONTAINERD_FILES + DOCKER_FILES:
         folder = "containerd" if name in CONTAINERD_FILES else "docker"
-        text = (CORPUS / folder / name).read_text()
+        text = corpus_text(folder, name)
         for directive in ("{{", "{%", "${"):
             assert directive not in text, f"{name} still holds a template directive {directive!r}"
 
@@ -135,13 +137,12 @@ def test_corpus_size():
 
 @pytest.mark.parametrize("name", CONTAINERD_FILES)
 def test_containerd_corpus_merge(name, tmp_path):
-    text = (CORPUS / "containerd" / name).read_text()
+    text = corpus_text("containerd", name)
     if name in CONTAINERD_REFUSALS:
         with pytest.raises(ConfigError) as refused:
             merge_containerd_config(text, WIRING, source=name)
         message = str(refused.value)
         assert "\n" not in message and name in message, f"refusal is not one line naming the file: {message!r}"
-        assert (CORPUS / "containerd" / name).read_text() == text
         return
     try:
         merged = merge_containerd_config(text, WIRING, source=name)
@@ -158,6 +159,8 @@ def test_containerd_corpus_merge(name, tmp_path):
     lost = [line for line in comment_lines(text) if line not in kept]
     assert not lost, f"{name}: comments lost: {lost[:5]}"
     before, after = leaves(tomllib.loads(text)), leaves(tomllib.loads(merged.text))
+    # (A merge that migrates the config version renames plugin sections, so key paths differ by
+    # design: this key-by-key check then does not apply; the dumps below still check the wiring.)
     if read_version(merged.text) == read_version(text):
         changed = {path: (value, after.get(path, "<missing>")) for path, value in before.items()
                    if not set_by_wiring(path) and after.get(path, "<missing>") != value}
@@ -195,7 +198,7 @@ def docker_leaves_not_set_by_wiring(config: dict) -> dict:
 
 @pytest.mark.parametrize("name", DOCKER_FILES)
 def test_docker_corpus_merge(name, tmp_path):
-    text = (CORPUS / "docker" / name).read_text()
+    text = corpus_text("docker", name)
     if name in DOCKER_REFUSALS:
         with pytest.raises(DaemonConfigError) as refused:
             parse_daemon_json(text, source=name)
