@@ -121,21 +121,9 @@ def busybox_image_tar(image: str, applets: tuple[str, ...], entrypoint: list[str
 
 def sid_containerd_deb() -> Path:
     """sid's containerd 2.x .deb, fetched once with a throwaway apt config (the machine's sources untouched)."""
-    directory = CACHE / "sid-apt"
-    found = sorted((directory / "debs").glob("containerd_2.*.deb"))
-    if found:
-        return found[-1]
-    for sub in ("lists/partial", "cache/archives/partial", "debs"):
-        (directory / sub).mkdir(parents=True, exist_ok=True)
-    (directory / "sources.list").write_text("deb http://deb.debian.org/debian sid main\n")
-    options = [
-        "-o", f"Dir::Etc::SourceList={directory / 'sources.list'}", "-o", "Dir::Etc::SourceParts=/nonexistent",
-        "-o", f"Dir::State::Lists={directory / 'lists'}", "-o", f"Dir::Cache={directory / 'cache'}",
-        "-o", "Acquire::Check-Valid-Until=false", "-o", "Acquire::Languages=none",
-    ]
-    run(["apt-get", *options, "update", "-q"])
-    run(["apt-get", *options, "download", "containerd"], cwd=directory / "debs")
-    return sorted((directory / "debs").glob("containerd_2.*.deb"))[-1]
+    from containerd_releases import containerd_deb
+
+    return containerd_deb("sid")
 
 
 @dataclass
