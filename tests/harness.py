@@ -142,10 +142,28 @@ class DeployResult:
         """pyinfra's --json results (the run must have used json=True)."""
         return json.loads(self.stdout)["results"]
 
+    def _text_results(self) -> list[tuple[str, int, int]]:
+        """(operation, hosts changed, hosts failed) from the "--> Results:" table a run without --json prints."""
+        _, _, table = self.output.rpartition("--> Results:")
+        rows = []
+        for line in table.splitlines()[2:]:
+            cells = line.split()
+            if not cells or line.strip().startswith("-->"):
+                break
+            if len(cells) < 5 or line.strip().startswith("Grand total"):
+                continue
+            success, error = (0 if cell == "-" else int(cell) for cell in cells[-3:-1])
+            rows.append((" ".join(cells[:-4]), success, error))
+        return rows
+
     def changed_operations(self) -> list[str]:
+        if not self.stdout.lstrip().startswith("{"):
+            return [name for name, changed, _ in self._text_results() if changed]
         return [op["name"] for op in self.results()["operations"] if op["success"]]
 
     def failed_operations(self) -> list[str]:
+        if not self.stdout.lstrip().startswith("{"):
+            return [name for name, _, failed in self._text_results() if failed]
         return [op["name"] for op in self.results()["operations"] if op["error"]]
 
     def explain(self) -> str:
@@ -229,11 +247,16 @@ class Node:
         return self.sh(f"systemctl is-active {shlex.quote(unit)}", check=False).stdout.strip() == "active"
 
     def deploy_command(self, *, data: dict | None = None, deploy_file: str = "deploy/gpu_node.py",
-                       json_output: bool = True, extra_args: list[str] | None = None) -> tuple[list[str], dict]:
-        """The pyinfra CLI call a user would make against this node, and its environment."""
+                       json_output: bool = True, extra_args: list[str] | None = None,
+                       default_mode: bool = False) -> tuple[list[str], dict]:
+        """
+        The pyinfra CLI call a user would make against this node, and its environment: with
+        ``-y``, or in pyinfra's default mode (changes detected and shown, then confirmed).
+        """
         merged = {**SAFE_DATA, **(data or {})}
-        args = [sys.executable, "-m", "pyinfra", "-y"]
-        if json_output:
+        args = [sys.executable, "-m", "pyinfra"] + ([] if default_mode else ["-y"])
+        # --json without -y prints the detected changes and exits: default mode reads the text results.
+        if json_output and not default_mode:
             args.append("--json")
         args += [self.target, deploy_file]
         for key, value in merged.items():
@@ -245,10 +268,12 @@ class Node:
 
     def deploy(self, *, data: dict | None = None, deploy_file: str = "deploy/gpu_node.py",
                json_output: bool = True, extra_args: list[str] | None = None,
-               timeout: float = 1500) -> DeployResult:
+               timeout: float = 1500, default_mode: bool = False) -> DeployResult:
         args, env = self.deploy_command(data=data, deploy_file=deploy_file, json_output=json_output,
-                                        extra_args=extra_args)
-        result = run(args, check=False, cwd=REPO, env=env, timeout=timeout)
+                                        extra_args=extra_args, default_mode=default_mode)
+        # Default mode shows the changes it detected and waits for enter before applying them.
+        result = run(args, check=False, cwd=REPO, env=env, timeout=timeout,
+                     input="\n" if default_mode else None)
         return DeployResult(result.returncode, result.stdout, result.stderr, args)
 
 

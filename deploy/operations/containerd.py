@@ -196,9 +196,13 @@ class _Edits:
                     if name is not None and not isinstance(item, (Table, Whitespace))]
         table[key] = value
         self.assigned.append((path + (key,), value))
-        if current is None and siblings and isinstance(table, Table):
-            # A new key lines up with the keys already there.
-            table.value.item(key).trivia.indent = _indent(siblings[0])
+        if current is None and isinstance(table, Table):
+            if siblings:
+                # A new key lines up with the keys already there.
+                table.value.item(key).trivia.indent = _indent(siblings[0])
+            elif not table.is_super_table() and _indent(table):
+                # The first key of an indented [header]: one step in, as its sub-tables are.
+                table.value.item(key).trivia.indent = _indent(table) + "  "
 
 
 def _lookup(data: dict, path: TablePath):
