@@ -10,9 +10,10 @@ strings, comments everywhere, indentation, CRLF, no trailing newline). The gener
 itself: every text parses (stdlib ``tomllib``) to exactly its model. The oracle of a merge is
 written here from the model, never from the merge.
 
-Deterministic by default (``derandomize``: CI reruns the same examples, a failure reproduces as it
-is, unshrunk so the file stays fast). To explore new examples: ``GPU_NODE_HYPOTHESIS_EXPLORE=1`` (failures are kept under
-``.cache/hypothesis`` and replayed first), ``GPU_NODE_HYPOTHESIS_EXAMPLES=N`` for more of them.
+Deterministic by default (``derandomize``): CI reruns the same examples and a failure reproduces
+as it is, printed unshrunk so the file stays fast. To explore new examples and shrink failures:
+``GPU_NODE_HYPOTHESIS_EXPLORE=1`` (failures kept under ``.cache/hypothesis``, replayed first);
+``GPU_NODE_HYPOTHESIS_EXAMPLES=N`` runs N examples per property.
 """
 
 from __future__ import annotations
