@@ -28,7 +28,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
 from pyinfra.api.command import FileUploadCommand, PyinfraCommand
-from tomlkit.exceptions import ParseError
+from tomlkit.exceptions import ParseError, TOMLKitError
 from tomlkit.items import Comment, InlineTable, Table, Whitespace
 
 from deploy import redact, toml_roundtrip
@@ -55,6 +55,10 @@ CRI_PLUGIN_IDS = (
 )
 
 
+# What tomlkit raises on legal TOML it cannot read or re-render (bugs of its own, not of the file).
+TOMLKIT_FAULTS = (TOMLKitError, AttributeError, KeyError, TypeError, ValueError, IndexError)
+
+
 class ConfigError(ValueError):
     """A config the merge cannot work on; the message names the file and the problem."""
 
@@ -70,8 +74,17 @@ def parse_config(text: str, source: str) -> tomlkit.TOMLDocument:
     try:
         return toml_roundtrip.parse(text)
     except ParseError as error:
-        # tomlkit's message ends with "at line L col C"; the character it quotes may be a password's.
-        raise ConfigError(f"{source} is not valid TOML: {redact.toml_error(error)}") from None
+        try:
+            tomllib.loads(text)
+        except tomllib.TOMLDecodeError:
+            # tomlkit's message ends with "at line L col C"; the character it quotes may be a password's.
+            raise ConfigError(f"{source} is not valid TOML: {redact.toml_error(error)}") from None
+        raise ConfigError(f"{source}: its layout cannot be edited safely (tomlkit cannot read it: "
+                          f"{redact.toml_error(error)})") from None
+    except TOMLKIT_FAULTS as error:
+        # Legal TOML that tomlkit cannot keep (a table's keys after its sub-tables, say): refused.
+        raise ConfigError(f"{source}: its layout cannot be edited safely "
+                          f"(tomlkit cannot read it: {type(error).__name__})") from None
 
 
 def config_version(document, source: str) -> int:
@@ -355,6 +368,10 @@ def _drop_disabled_cri(document, notes: list[str]) -> list[str]:
     removed = [name for name in disabled if name in CRI_PLUGIN_IDS]
     if not removed:
         return []
+    if "#" in disabled.as_string():
+        # tomlkit drops a comment with the element it sits on: the site's note would be lost.
+        raise ConfigError("disabled_plugins switches CRI off and carries comments: take "
+                          f"{', '.join(removed)} out of it by hand (Kubernetes needs containerd's CRI plugin)")
     for name in removed:
         index = [str(item) for item in disabled].index(name)
         del disabled[index]
@@ -381,9 +398,12 @@ def _edit(text: str, source: str, apply) -> Merged:
     try:
         removed = _drop_disabled_cri(document, notes)
         apply(document, edits, version, notes)
+        merged = tomlkit.dumps(document)
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
-    merged = tomlkit.dumps(document)
+    except TOMLKIT_FAULTS as error:
+        raise ConfigError(f"{source}: its layout cannot be edited safely "
+                          f"(tomlkit cannot edit it: {type(error).__name__})") from None
     if merged != body:
         _check_result(body, merged, edits.assigned, removed, source)
     if not ended and merged.endswith("\n"):

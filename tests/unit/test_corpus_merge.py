@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from containerd_releases import READERS, config_dump, dockerd, dockerd_validate, release
 
-from deploy.operations.containerd import ConfigError, merge_containerd_config
+from deploy.operations.containerd import ConfigError, ConfigFile, merge_containerd_config, plan_wiring
 from deploy.operations.docker import (
     DaemonConfigError,
     merge_daemon_config,
@@ -177,7 +177,10 @@ def test_containerd_corpus_merge(name, tmp_path):
             original = write_candidate(tmp_path / suite, "config.toml", text)
             assert config_dump(found.binary, original).returncode != 0, f"{name} is listed as refused by {suite}'s containerd, but it is accepted"
             continue
-        candidate = write_candidate(tmp_path / suite, "config.toml", merged.text)
+        # On a node the merge knows the installed containerd: a version 2 file holding 2.x plugin
+        # names (AKS for containerd 2) is wired where 2.x reads it.
+        for_release = plan_wiring([ConfigFile("config.toml", text, name)], WIRING, found.major, found.version)
+        candidate = write_candidate(tmp_path / suite, "config.toml", for_release[0][0].merged.text)
         dumped = config_dump(found.binary, candidate)
         assert dumped.returncode == 0, f"{name}: containerd {found.version} refuses the merged file: {dumped.stderr.strip()[-300:]}"
         assert_wired(tomllib.loads(dumped.stdout), found.major, name, f"{suite} {found.version}")
