@@ -5,6 +5,11 @@ rendering through templates/daemon.json.j2, and the operation that installs it s
 Every key already in the file keeps its value and its place; the merge sets only
 ``runtimes.nvidia``, ``default-runtime``, the systemd cgroup driver in ``exec-opts`` and,
 when asked, ``features.cdi``.
+
+dockerd refuses to start when a directive comes both as a flag (a systemd drop-in's
+``--exec-opt``, ``--default-runtime``, ...) and in daemon.json, so a setting the unit's flags
+already give is left to the flags; what dockerd will run with (flags + file) is then checked
+against what was meant before anything changes.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from pyinfra.api import operation
 from pyinfra.api.command import PyinfraCommand
 
 from deploy import redact
-from deploy.facts.docker import DockerState
+from deploy.facts.docker import DockerdFlag, DockerState, UnitParseError, parse_docker_unit
 from deploy.operations import safe_install
 from deploy.settings import RuntimeWiring
 
@@ -94,8 +99,25 @@ SCHEMA = {
 }
 
 
-def check_schema(config: dict, source: str) -> None:
-    """The checks `dockerd --validate` would make on the keys this tool touches and the common ones."""
+# Runtimes every dockerd knows (moby daemon/config: builtinRuntimes; 20.10 also had the v1 shim).
+BUILTIN_RUNTIMES = ("runc", "io.containerd.runc.v2", "io.containerd.runtime.v1.linux")
+
+
+def is_containerd_shim_name(name: str) -> bool:
+    """
+    moby's isPermissibleC8dRuntimeName (Docker 23+): a name containerd resolves to a shim binary
+    on PATH, never a path: no `/`, and a non-empty part before a first `.`.
+    """
+    prefix, dot, _ = name.partition(".")
+    return "/" not in name and bool(dot) and bool(prefix)
+
+
+def check_schema(config: dict, source: str, docker_major: int | None = None,
+                 flag_runtimes: Sequence[str] = ()) -> None:
+    """
+    The checks `dockerd --validate` would make on the keys this tool touches and the common ones,
+    for ``docker_major`` (None: assume a current dockerd); ``flag_runtimes``: --add-runtime names.
+    """
     problems = []
     for key, (kind, what) in SCHEMA.items():
         if key not in config:
@@ -116,8 +138,13 @@ def check_schema(config: dict, source: str) -> None:
                      for name, value in features.items() if not isinstance(value, bool)]
     default = config.get("default-runtime")
     runtimes = config.get("runtimes") if isinstance(config.get("runtimes"), dict) else {}
-    if isinstance(default, str) and default not in ("runc", *runtimes):
-        problems.append(f"default-runtime {default!r} is not a configured runtime")
+    if isinstance(default, str) and default not in (*BUILTIN_RUNTIMES, *runtimes, *flag_runtimes):
+        if not is_containerd_shim_name(default):
+            problems.append(f"default-runtime {default!r} is not a configured runtime")
+        elif docker_major is not None and docker_major < 23:
+            problems.append(f"default-runtime {default!r} is a containerd shim name, which dockerd accepts "
+                            f"from Docker 23 on; this dockerd is {docker_major}: name a runtime from "
+                            "\"runtimes\" or upgrade Docker")
     drivers = [opt for opt in config.get("exec-opts") or () if isinstance(opt, str)
                and opt.replace(" ", "").startswith("native.cgroupdriver=")]
     if len(set(drivers)) > 1:
@@ -177,6 +204,134 @@ def render_daemon_json(config: dict) -> str:
     return environment.get_template("daemon.json.j2").render(config=config)
 
 
+CGROUP_DRIVER_OPT = "native.cgroupdriver"
+
+
+def _cgroup_driver(option: str) -> str | None:
+    key, sep, value = option.replace(" ", "").partition("=")
+    return value if sep and key == CGROUP_DRIVER_OPT else None
+
+
+def flag_conflicts(config: dict, flags: Sequence[DockerdFlag], path: str) -> list[str]:
+    """
+    What moby's findConfigurationConflicts refuses: a key of daemon.json that a set flag also
+    gives (whatever the values); ``runtimes`` is exempt (dockerd merges --add-runtime with it).
+    """
+    conflicts = []
+    for flag in flags:
+        for key in flag.config_keys:
+            if key in config and key != "runtimes":
+                conflicts.append(f"{path} sets {key!r} and {flag.describe()} sets it too")
+                break
+    return conflicts
+
+
+def leave_to_flags(candidate: dict, existing: dict, flags: Sequence[DockerdFlag]) -> dict:
+    """``candidate`` without what the merge added that the unit's flags already give."""
+    given = {key for flag in flags for key in flag.config_keys}
+    result = {key: value for key, value in candidate.items()
+              if key in existing or key not in given or key == "runtimes"}
+    flag_runtimes = {flag.value.partition("=")[0] for flag in flags if flag.name == "add-runtime"}
+    runtimes = result.get("runtimes")
+    existing_runtimes = existing.get("runtimes") if isinstance(existing.get("runtimes"), dict) else {}
+    if isinstance(runtimes, dict):
+        kept = {name: value for name, value in runtimes.items()
+                if name in existing_runtimes or name not in flag_runtimes}
+        if kept or "runtimes" in existing:
+            result["runtimes"] = kept
+        else:
+            del result["runtimes"]
+    return result
+
+
+@dataclass
+class Effective:
+    value: Any
+    source: str
+
+
+def effective_settings(config: dict, flags: Sequence[DockerdFlag], path: str) -> dict[str, Effective]:
+    """What dockerd will run with from flags and daemon.json: cgroup driver, default runtime, nvidia runtime."""
+    result: dict[str, Effective] = {}
+    exec_flags = [flag for flag in flags if flag.name == "exec-opt"]
+    if exec_flags:
+        drivers = [flag for flag in exec_flags if _cgroup_driver(flag.value)]
+        result["cgroup driver"] = (
+            Effective(_cgroup_driver(drivers[-1].value), drivers[-1].describe()) if drivers else
+            Effective(None, f"{exec_flags[0].describe()}, whose --exec-opt flags replace {path}'s "
+                            "exec-opts and set no cgroup driver")
+        )
+    else:
+        options = [option for option in config.get("exec-opts") or () if isinstance(option, str)
+                   and _cgroup_driver(option)]
+        result["cgroup driver"] = (Effective(_cgroup_driver(options[-1]), f"{path} exec-opts") if options
+                                   else Effective(None, f"neither {path} nor the unit's flags"))
+
+    default_flags = [flag for flag in flags if flag.name == "default-runtime"]
+    if default_flags:
+        result["default runtime"] = Effective(default_flags[-1].value, default_flags[-1].describe())
+    elif config.get("default-runtime"):
+        result["default runtime"] = Effective(config["default-runtime"], f"{path} default-runtime")
+    else:
+        result["default runtime"] = Effective("runc", "dockerd's own default")
+
+    nvidia_flags = [flag for flag in flags if flag.name == "add-runtime" and flag.value.startswith("nvidia=")]
+    runtimes = config.get("runtimes") if isinstance(config.get("runtimes"), dict) else {}
+    in_file = runtimes.get("nvidia") if isinstance(runtimes.get("nvidia"), dict) else None
+    if nvidia_flags and in_file is not None:
+        result["nvidia runtime"] = Effective(
+            None, f"{nvidia_flags[-1].describe()} and {path} runtimes.nvidia both define it")
+    elif nvidia_flags:
+        result["nvidia runtime"] = Effective(nvidia_flags[-1].value.partition("=")[2], nvidia_flags[-1].describe())
+    else:
+        result["nvidia runtime"] = Effective(in_file.get("path") if in_file else None, f"{path} runtimes.nvidia")
+
+    feature_flags = [flag for flag in flags if flag.name == "feature" and flag.value.partition("=")[0] == "cdi"]
+    if feature_flags:
+        value = feature_flags[-1].value.partition("=")[2] or "true"
+        result["cdi"] = Effective(value.lower() == "true", feature_flags[-1].describe())
+    else:
+        features = config.get("features") if isinstance(config.get("features"), dict) else {}
+        result["cdi"] = Effective(features.get("cdi") is True, f"{path} features.cdi")
+    return result
+
+
+def effective_problems(effective: dict[str, Effective], wiring: RuntimeWiring) -> list[str]:
+    """Where what dockerd would run differs from ``wiring``: each names the winning flag or file and what to do."""
+    problems = []
+    driver = effective["cgroup driver"]
+    if wiring.systemd_cgroup and driver.value != "systemd":
+        problems.append(
+            f"dockerd would run with cgroup driver {driver.value or '(not set)'}, decided by {driver.source}; "
+            "systemd_cgroup=true needs systemd: make that flag --exec-opt native.cgroupdriver=systemd or "
+            "remove the unit's --exec-opt flags (daemon.json then sets it), or set systemd_cgroup=false"
+        )
+    default = effective["default runtime"]
+    if wiring.make_default and default.value != "nvidia":
+        problems.append(
+            f"dockerd's default runtime would be {default.value}, set by {default.source}; "
+            "nvidia_runtime_default=true needs nvidia: make that flag --default-runtime=nvidia or remove it, "
+            "or set nvidia_runtime_default=false"
+        )
+    elif not wiring.make_default and default.value == "nvidia":
+        problems.append(
+            f"dockerd's default runtime would be nvidia, set by {default.source}, but "
+            "nvidia_runtime_default=false: remove that flag or set nvidia_runtime_default=true"
+        )
+    runtime = effective["nvidia runtime"]
+    if runtime.value != wiring.binary:
+        problems.append(
+            f"dockerd's nvidia runtime would be {runtime.value or '(undefined)'}, from {runtime.source}; "
+            f"gpu-node wires {wiring.binary}: remove that --add-runtime nvidia=... flag or point it to "
+            f"{wiring.binary}"
+        )
+    cdi = effective["cdi"]
+    if wiring.enable_cdi and not cdi.value:
+        problems.append(f"CDI would stay off, decided by {cdi.source}; docker_enable_cdi=true needs it: "
+                        "make that flag --feature cdi=true or remove it")
+    return problems
+
+
 @operation()
 def configure_nvidia_runtime(path: str, wiring: RuntimeWiring, service: str = "docker",
                              restart_timeout: int = 30, restart_pending: bool = False,
@@ -191,7 +346,7 @@ def configure_nvidia_runtime(path: str, wiring: RuntimeWiring, service: str = "d
     + restart_pending: an interrupted run installed this config without restarting ``service``
     + before_restart: commands run after the candidate's check, before the swap and restart (a drain)
     """
-    state = host.get_fact(DockerState, path=path)
+    state = host.get_fact(DockerState, path=path, service=service)
     if not state["dockerd"]:
         yield from safe_install.fail_host(
             "docker is in container_runtimes but dockerd is not installed: install Docker Engine, "
@@ -202,9 +357,34 @@ def configure_nvidia_runtime(path: str, wiring: RuntimeWiring, service: str = "d
     try:
         existing = parse_daemon_json(current, path) if current is not None else {}
         merged = merge_daemon_config(existing, wiring)
-    except DaemonConfigError as error:
+        command_line = parse_docker_unit(state["unit"] or "", state["environment_files"])
+    except (DaemonConfigError, UnitParseError) as error:
         message = str(error)
-        yield from safe_install.fail_host(message if message.startswith(path) else f"{path}: {message}")
+        yield from safe_install.fail_host(message if message.startswith("/") else f"{path}: {message}")
+        return
+    if state["unit"] and not command_line.runs_dockerd:
+        host.log_styled(f"{service}.service: ExecStart (in {command_line.exec_start_file}) does not run dockerd "
+                        "directly: its flags are not checked against daemon.json", fg="yellow")
+    flags = command_line.flags
+    config_files = [flag for flag in flags if flag.name == "config-file" and flag.value != path]
+    if config_files:
+        yield from safe_install.fail_host(
+            f"dockerd reads {config_files[-1].value}, not {path}: {config_files[-1].describe()}; "
+            f"set docker_daemon_config_path={config_files[-1].value}"
+        )
+        return
+    conflicts = flag_conflicts(existing, flags, path)
+    if conflicts:
+        yield from safe_install.fail_host(
+            "; ".join(conflicts) + ": dockerd refuses to start when a directive is given both as a flag and "
+            f"in daemon.json; remove it from {path} or from the unit, then run again"
+        )
+        return
+    merged.config = leave_to_flags(merged.config, existing, flags)
+    merged.changed = merged.config != existing
+    problems = effective_problems(effective_settings(merged.config, flags, path), wiring)
+    if problems:
+        yield from safe_install.fail_host(f"{path}: " + "; ".join(problems))
         return
 
     if current is not None and not merged.changed:
@@ -225,7 +405,8 @@ def configure_nvidia_runtime(path: str, wiring: RuntimeWiring, service: str = "d
         # dockerd older than 23.0: strict parse of what will be written, plus the schema checks.
         validator = None
         try:
-            check_schema(parse_daemon_json(content, path), path)
+            flag_runtimes = [flag.value.partition("=")[0] for flag in flags if flag.name == "add-runtime"]
+            check_schema(parse_daemon_json(content, path), path, state["major"], flag_runtimes)
         except DaemonConfigError as error:
             yield from safe_install.fail_host(str(error))
             return
