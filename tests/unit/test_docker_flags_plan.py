@@ -1,0 +1,82 @@
+"""
+The Docker stage's plan (pyinfra's @fake connector) when docker.service passes dockerd flags:
+the fact's one command carries the unit; a refusal is one `gpu-node:` line and nothing is
+installed; a unit the check cannot read is named, never a traceback.
+"""
+
+from __future__ import annotations
+
+import base64
+import shlex
+from pathlib import Path
+
+import pytest
+from plan import run_plan, settings_for
+
+from deploy.distros import detect_platform
+from deploy.tasks.docker import docker_runtime
+
+UNITS = Path(__file__).resolve().parents[1] / "fixtures" / "docker" / "units"
+DROP_IN = "/etc/systemd/system/docker.service.d/docker-options.conf"
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def debian():
+    return detect_platform({"name": "debian", "major": None, "release_meta": {"ID": "debian"}}, "x86_64").family
+
+
+def plan_for(drop_in: str, daemon_json: str = '{"bridge": "none"}\n', version: str = "20.10.24+dfsg1"):
+    unit = (f"# /lib/systemd/system/docker.service\n{(UNITS / 'debian-docker.io/docker.service').read_text()}\n"
+            f"# {DROP_IN}\n{drop_in}")
+    state = "\n".join([
+        "dockerd /usr/sbin/dockerd", f"version Docker version {version}, build 1",
+        f"unit {b64(unit)}",
+        f"envfile {b64('/etc/default/docker')} {b64((UNITS / 'debian-docker.io/etc-default-docker').read_text())}",
+        f"config {b64(daemon_json)}",
+    ])
+    return run_plan(docker_runtime, settings_for(container_runtimes="docker"), debian(),
+                    responses={"command -v dockerd": state})
+
+
+def failures(plan) -> list[str]:
+    """The messages of safe_install.fail_host's `printf '%s\\n' 'gpu-node: ...' >&2; exit 1`."""
+    return [shlex.split(command)[2] for command in plan.starting("printf '%s\\n' 'gpu-node: ")]
+
+
+def test_kubespray_systemd_drop_in_installs_a_daemon_json_without_exec_opts():
+    plan = plan_for((UNITS / "kubespray/docker-options.conf").read_text())
+    assert failures(plan) == []
+    installs = plan.matching("/etc/docker/daemon.json")
+    assert installs and not any("native.cgroupdriver" in command for command in installs), plan.commands
+
+
+def test_kubespray_cgroupfs_drop_in_fails_the_host_with_one_line_and_installs_nothing():
+    plan = plan_for((UNITS / "kubespray/docker-options.conf.cgroupfs").read_text())
+    [failure] = failures(plan)
+    assert "--exec-opt native.cgroupdriver=cgroupfs" in failure and DROP_IN in failure
+    assert not plan.ran("candidate")
+
+
+def test_a_daemon_json_that_already_conflicts_is_named():
+    plan = plan_for((UNITS / "kubespray/docker-options.conf").read_text(),
+                    '{"bridge": "none", "iptables": false}\n')
+    [failure] = failures(plan)
+    assert "/etc/docker/daemon.json sets 'iptables' and --iptables=false" in failure and DROP_IN in failure
+
+
+def test_config_file_flag_elsewhere_names_the_setting():
+    plan = plan_for('[Service]\nEnvironment="DOCKER_OPTS=--config-file=/etc/docker/site.json"\n')
+    [failure] = failures(plan)
+    assert "dockerd reads /etc/docker/site.json, not /etc/docker/daemon.json" in failure
+    assert "docker_daemon_config_path=/etc/docker/site.json" in failure
+
+
+@pytest.mark.parametrize("drop_in", ['[Service]\nEnvironment="DOCKER_OPTS=--debug\n',
+                                     "[Service]\nExecStart=\nExecStart=/usr/bin/dockerd 'unclosed\n"])
+def test_unreadable_unit_is_one_line_naming_the_file(drop_in):
+    plan = plan_for(drop_in)
+    [failure] = failures(plan)
+    assert DROP_IN in failure and "No closing quotation" in failure
