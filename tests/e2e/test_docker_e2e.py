@@ -105,9 +105,10 @@ KUBESPRAY_DROP_IN = "/etc/systemd/system/docker.service.d/docker-options.conf"
 CONFLICT = "the following directives are specified both as a flag and in the configuration file"
 
 
-def install_docker_io_with_drop_in(node, drop_in: str, daemon_json: dict) -> None:
+def install_docker_io_with_drop_in(node, drop_in: str | None, daemon_json: dict) -> None:
     """kubespray's way: the drop-in and daemon.json first, then Debian's docker.io (which starts dockerd)."""
-    node.write(KUBESPRAY_DROP_IN, (UNITS / "kubespray" / drop_in).read_text())
+    if drop_in:
+        node.write(KUBESPRAY_DROP_IN, (UNITS / "kubespray" / drop_in).read_text())
     node.write(DAEMON_JSON, json.dumps(daemon_json, indent=2) + "\n")
     node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "
             "docker.io >/dev/null", timeout=900)
@@ -196,4 +197,26 @@ def test_kubespray_cgroupfs_flag_is_refused_before_any_change_naming_flag_and_dr
             and "systemd_cgroup=false" in messages[0]), messages
     assert {"file": node.stat(DAEMON_JSON), "docker": node.service("docker")} == untouched
     assert node.is_active("docker")
+    assert "Traceback" not in refused.output
+
+
+def test_shim_name_default_runtime_on_debians_docker_20_10_is_refused_saying_it_needs_docker_23(node, toolkit_repo):
+    """Debian bookworm's docker.io is 20.10: it has no shim-name default runtimes (Docker 23 added them)."""
+    install_docker_io_with_drop_in(node, None, {"bridge": "none", "iptables": False})
+    shim = {"bridge": "none", "iptables": False, "default-runtime": "io.containerd.runsc.v1"}
+    node.write(DAEMON_JSON, json.dumps(shim, indent=2) + "\n")
+    # The real dockerd 20.10 refuses it ...
+    assert node.sh("systemctl restart docker", check=False).returncode != 0
+    journal = node.sh("journalctl -u docker --no-pager -n 50").stdout
+    assert "specified default runtime 'io.containerd.runsc.v1' does not exist" in journal, journal[-3000:]
+    # ... and gpu-node says so before any change, when nvidia is not to become the default.
+    untouched = node.stat(DAEMON_JSON)
+    data = {"stages": "toolkit,runtimes", "container_runtimes": "docker", "nvidia_runtime_default": "false",
+            **toolkit_repo.data()}
+    refused = node.deploy(data=data, json_output=False)
+    assert refused.returncode != 0
+    messages = gpu_node_messages(refused)
+    assert len(messages) == 1 and "containerd shim name" in messages[0] and "Docker 23" in messages[0], \
+        refused.explain()
+    assert node.stat(DAEMON_JSON) == untouched
     assert "Traceback" not in refused.output
