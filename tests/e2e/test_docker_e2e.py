@@ -220,3 +220,26 @@ def test_shim_name_default_runtime_on_debians_docker_20_10_is_refused_saying_it_
         refused.explain()
     assert node.stat(DAEMON_JSON) == untouched
     assert "Traceback" not in refused.output
+
+
+def test_add_runtime_flags_merge_with_daemon_json_and_the_files_nvidia_wins(node, toolkit_repo):
+    """dockerd merges --add-runtime with daemon.json's runtimes (moby exempts "runtimes" from its
+    flag/file conflict check) and keeps the file's entry for a name both give: the wiring in
+    daemon.json is what runs even next to a drop-in's own --add-runtime nvidia=..."""
+    drop_in = "/etc/systemd/system/docker.service.d/runtimes.conf"
+    node.write(drop_in, '[Service]\nEnvironment="DOCKER_OPTS=--add-runtime nvidia=/opt/old/nvidia-runtime '
+                        '--add-runtime crun=/usr/bin/crun"\n')
+    install_docker_io_with_drop_in(node, None, {"bridge": "none", "iptables": False})
+    assert docker_info(node)["Runtimes"]["nvidia"]["path"] == "/opt/old/nvidia-runtime"
+    data = {"stages": "toolkit,runtimes", "container_runtimes": "docker", **toolkit_repo.data()}
+
+    first = node.deploy(data=data, json_output=False)
+    assert first.returncode == 0, first.explain()
+    assert "is overridden by /etc/docker/daemon.json runtimes.nvidia" in first.output
+    info = docker_info(node)
+    assert info["Runtimes"]["nvidia"]["path"] == "/usr/bin/nvidia-container-runtime"
+    assert info["Runtimes"]["crun"]["path"] == "/usr/bin/crun"
+    assert (info["DefaultRuntime"], info["CgroupDriver"]) == ("nvidia", "systemd")
+    before = {"docker": node.service("docker"), "file": node.stat(DAEMON_JSON)}
+    assert_no_change(node.deploy(data=data))
+    assert {"docker": node.service("docker"), "file": node.stat(DAEMON_JSON)} == before
