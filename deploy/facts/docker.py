@@ -133,7 +133,8 @@ def _split(value: str, what: str) -> list[str]:
     try:
         return shlex.split(value)
     except ValueError as error:
-        raise UnitParseError(f"{what}: {error}") from None
+        raise UnitParseError(f"{what}: {error}: fix its quoting (systemd drops such a line; gpu-node cannot "
+                             "tell dockerd's flags from it)") from None
 
 
 def parse_environment_file(text: str, path: str) -> dict[str, str]:

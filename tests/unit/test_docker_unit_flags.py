@@ -151,9 +151,11 @@ def test_no_unit_no_flags():
 
 @pytest.mark.parametrize("unit, expected", [
     ('[Service]\nExecStart=/usr/bin/dockerd --label "a=1\n',
-     "/etc/systemd/system/docker.service: cannot read ExecStart=/usr/bin/dockerd --label \"a=1: No closing quotation"),
+     "/etc/systemd/system/docker.service: cannot read ExecStart=/usr/bin/dockerd --label \"a=1: No closing quotation: "
+     "fix its quoting (systemd drops such a line; gpu-node cannot tell dockerd's flags from it)"),
     ('[Service]\nEnvironment="DOCKER_OPTS=--debug\nExecStart=/usr/bin/dockerd\n',
-     "/etc/systemd/system/docker.service: cannot read Environment=\"DOCKER_OPTS=--debug: No closing quotation"),
+     "/etc/systemd/system/docker.service: cannot read Environment=\"DOCKER_OPTS=--debug: No closing quotation: "
+     "fix its quoting (systemd drops such a line; gpu-node cannot tell dockerd's flags from it)"),
 ])
 def test_unreadable_quoting_is_one_line_naming_the_file(unit, expected):
     with pytest.raises(UnitParseError) as error:
