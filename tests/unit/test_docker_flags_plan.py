@@ -7,11 +7,13 @@ installed; a unit the check cannot read is named, never a traceback.
 from __future__ import annotations
 
 import base64
+import json
 import shlex
 from pathlib import Path
 
 import pytest
 from plan import run_plan, settings_for
+from pyinfra.connectors.fake import FakeConnector
 
 from deploy.distros import detect_platform
 from deploy.tasks.docker import docker_runtime
@@ -46,18 +48,36 @@ def failures(plan) -> list[str]:
     return [shlex.split(command)[2] for command in plan.starting("printf '%s\\n' 'gpu-node: ")]
 
 
-def test_kubespray_systemd_drop_in_installs_a_daemon_json_without_exec_opts():
+@pytest.fixture
+def uploads(monkeypatch) -> dict[str, bytes]:
+    """What the plan uploads, by remote path (the fake connector only records commands)."""
+    files: dict[str, bytes] = {}
+
+    def put_file(connector, filename_or_io, remote_filename, *args, **kwargs):
+        filename_or_io.seek(0)  # as pyinfra's real connectors do (its sha1 check read it)
+        files[remote_filename] = filename_or_io.read()
+        return True
+
+    monkeypatch.setattr(FakeConnector, "put_file", put_file)
+    return files
+
+
+def test_kubespray_systemd_drop_in_installs_a_daemon_json_without_exec_opts(uploads):
     plan = plan_for((UNITS / "kubespray/docker-options.conf").read_text())
     assert failures(plan) == []
-    installs = plan.matching("/etc/docker/daemon.json")
-    assert installs and not any("native.cgroupdriver" in command for command in installs), plan.commands
+    assert plan.ran("dest=/etc/docker/daemon.json")
+    assert json.loads(uploads["/etc/docker/daemon.json.gpu-node-candidate"]) == {
+        "bridge": "none",
+        "runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime", "runtimeArgs": []}},
+        "default-runtime": "nvidia",
+    }
 
 
-def test_kubespray_cgroupfs_drop_in_fails_the_host_with_one_line_and_installs_nothing():
+def test_kubespray_cgroupfs_drop_in_fails_the_host_with_one_line_and_installs_nothing(uploads):
     plan = plan_for((UNITS / "kubespray/docker-options.conf.cgroupfs").read_text())
     [failure] = failures(plan)
     assert "--exec-opt native.cgroupdriver=cgroupfs" in failure and DROP_IN in failure
-    assert not plan.ran("candidate")
+    assert not plan.ran("candidate") and uploads == {}
 
 
 def test_a_daemon_json_that_already_conflicts_is_named():
