@@ -50,7 +50,9 @@ def written(flags):
 
 def debian_with(*drop_ins, default_docker=None):
     """Debian's docker.io unit, its /etc/default/docker, and drop-ins."""
-    files = {"/etc/default/docker": default_docker if default_docker is not None else fixture("debian-docker.io/etc-default-docker")}
+    if default_docker is None:
+        default_docker = fixture("debian-docker.io/etc-default-docker")
+    files = {"/etc/default/docker": default_docker}
     return parse_docker_unit(systemctl_cat((DEBIAN_UNIT, fixture("debian-docker.io/docker.service")), *drop_ins), files)
 
 
@@ -208,7 +210,8 @@ def test_kubespray_systemd_flag_the_exec_opts_are_left_to_the_flag_and_everythin
     assert flag_conflicts(candidate, flags, DAEMON_JSON) == []
     effective = effective_settings(candidate, flags, DAEMON_JSON)
     assert effective["cgroup driver"].value == "systemd"
-    assert effective["cgroup driver"].source == f"--exec-opt native.cgroupdriver=systemd (from {KUBESPRAY_OPTIONS} (DOCKER_OPTS))"
+    assert effective["cgroup driver"].source == (
+        f"--exec-opt native.cgroupdriver=systemd (from {KUBESPRAY_OPTIONS} (DOCKER_OPTS))")
     assert effective_problems(effective, RuntimeWiring()) == []
     assert candidate_for(candidate, flags) == candidate  # a second run changes nothing
 
@@ -256,7 +259,8 @@ def test_add_runtime_flags_merge_with_the_files_runtimes_as_dockerd_does():
 def test_an_add_runtime_nvidia_flag_is_outweighed_by_the_files_runtimes_nvidia(path):
     # dockerd keeps the file's definition of a runtime the flags also name (moby's
     # MergeDaemonConfigurations; measured on dockerd 20.10); the default runtime is the flag's.
-    drop_in = f"[Service]\nExecStart=\nExecStart=/usr/bin/dockerd --add-runtime nvidia={path} --default-runtime nvidia\n"
+    drop_in = ("[Service]\nExecStart=\n"
+               f"ExecStart=/usr/bin/dockerd --add-runtime nvidia={path} --default-runtime nvidia\n")
     flags = flags_of(("/lib/systemd/system/docker.service", fixture("moby-contrib/docker.service")),
                      (f"{DROP_INS}/gpu.conf", drop_in))
     candidate = candidate_for({}, flags)
@@ -302,7 +306,8 @@ def test_exec_opt_flags_without_a_cgroup_driver_leave_it_unset_and_are_refused()
 
 
 def test_cdi_feature_flag():
-    flags = flags_of(("/etc/systemd/system/docker.service", "[Service]\nExecStart=/usr/bin/dockerd --feature cdi=false\n"))
+    flags = flags_of(("/etc/systemd/system/docker.service",
+                      "[Service]\nExecStart=/usr/bin/dockerd --feature cdi=false\n"))
     wiring = RuntimeWiring(enable_cdi=True)
     problems = effective_problems(effective_settings(candidate_for({}, flags, wiring), flags, DAEMON_JSON), wiring)
     assert problems == ["CDI would stay off, decided by --feature cdi=false (from /etc/systemd/system/docker.service); "
