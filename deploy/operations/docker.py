@@ -112,6 +112,26 @@ def is_containerd_shim_name(name: str) -> bool:
     return "/" not in name and bool(dot) and bool(prefix)
 
 
+def default_runtime_problem(config: dict, docker_major: int | None = None,
+                            flag_runtimes: Sequence[str] = ()) -> str | None:
+    """
+    Whether dockerd can start with this ``default-runtime``: a built-in or configured runtime (file or
+    --add-runtime), or from Docker 23 on a containerd shim name. `dockerd --validate` does not check
+    this (dockerd only does when it starts), so it is checked here for every version.
+    """
+    default = config.get("default-runtime")
+    runtimes = config.get("runtimes") if isinstance(config.get("runtimes"), dict) else {}
+    if not isinstance(default, str) or default in (*BUILTIN_RUNTIMES, *runtimes, *flag_runtimes):
+        return None
+    if not is_containerd_shim_name(default):
+        return (f"default-runtime {default!r} is not a configured runtime (nor a containerd shim name like "
+                "io.containerd.runsc.v1): add it to \"runtimes\" or correct the name")
+    if docker_major is not None and docker_major < 23:
+        return (f"default-runtime {default!r} is a containerd shim name, which dockerd accepts from Docker 23 "
+                f"on; this dockerd is {docker_major}: name a runtime from \"runtimes\" or upgrade Docker")
+    return None
+
+
 def check_schema(config: dict, source: str, docker_major: int | None = None,
                  flag_runtimes: Sequence[str] = ()) -> None:
     """
@@ -136,15 +156,9 @@ def check_schema(config: dict, source: str, docker_major: int | None = None,
     if isinstance(features, dict):
         problems += [f"features.{name} must be true or false"
                      for name, value in features.items() if not isinstance(value, bool)]
-    default = config.get("default-runtime")
-    runtimes = config.get("runtimes") if isinstance(config.get("runtimes"), dict) else {}
-    if isinstance(default, str) and default not in (*BUILTIN_RUNTIMES, *runtimes, *flag_runtimes):
-        if not is_containerd_shim_name(default):
-            problems.append(f"default-runtime {default!r} is not a configured runtime")
-        elif docker_major is not None and docker_major < 23:
-            problems.append(f"default-runtime {default!r} is a containerd shim name, which dockerd accepts "
-                            f"from Docker 23 on; this dockerd is {docker_major}: name a runtime from "
-                            "\"runtimes\" or upgrade Docker")
+    default_problem = default_runtime_problem(config, docker_major, flag_runtimes)
+    if default_problem:
+        problems.append(default_problem)
     drivers = [opt for opt in config.get("exec-opts") or () if isinstance(opt, str)
                and opt.replace(" ", "").startswith("native.cgroupdriver=")]
     if len(set(drivers)) > 1:
@@ -376,7 +390,10 @@ def configure_nvidia_runtime(path: str, wiring: RuntimeWiring, service: str = "d
                 flag.value.partition("=")[2] != wiring.binary:
             host.log_styled(f"{flag.describe()} is overridden by {path} runtimes.nvidia: dockerd takes the "
                             "file's definition of a runtime both name", fg="yellow")
+    flag_runtimes = [flag.value.partition("=")[0] for flag in flags if flag.name == "add-runtime"]
     problems = effective_problems(effective_settings(merged.config, flags, path), wiring)
+    default_problem = default_runtime_problem(merged.config, state["major"], flag_runtimes)
+    problems += [default_problem] if default_problem else []
     if problems:
         yield from safe_install.fail_host(f"{path}: " + "; ".join(problems))
         return
@@ -399,7 +416,6 @@ def configure_nvidia_runtime(path: str, wiring: RuntimeWiring, service: str = "d
         # dockerd older than 23.0: strict parse of what will be written, plus the schema checks.
         validator = None
         try:
-            flag_runtimes = [flag.value.partition("=")[0] for flag in flags if flag.name == "add-runtime"]
             check_schema(parse_daemon_json(content, path), path, state["major"], flag_runtimes)
         except DaemonConfigError as error:
             yield from safe_install.fail_host(str(error))

@@ -100,3 +100,28 @@ def test_unreadable_unit_is_one_line_naming_the_file(drop_in):
     plan = plan_for(drop_in)
     [failure] = failures(plan)
     assert DROP_IN in failure and "No closing quotation" in failure
+
+
+def plan_26(daemon_json: str):
+    """Docker 26 (it has `dockerd --validate`), Debian's unit without drop-ins."""
+    unit = f"# /lib/systemd/system/docker.service\n{(UNITS / 'debian-docker.io/docker.service').read_text()}"
+    state = "\n".join(["dockerd /usr/sbin/dockerd", "version Docker version 26.1.5+dfsg1, build 411e817", "validate",
+                       f"unit {b64(unit)}", f"config {b64(daemon_json)}"])
+    return run_plan(docker_runtime, settings_for(container_runtimes="docker", nvidia_runtime_default="false"),
+                    debian(), responses={"command -v dockerd": state})
+
+
+def test_docker_26_keeps_a_shim_name_default_runtime_and_validates_with_dockerd(uploads):
+    plan = plan_26('{"bridge": "none", "default-runtime": "io.containerd.runsc.v1"}\n')
+    assert failures(plan) == []
+    assert plan.ran("--validate")
+    assert json.loads(uploads["/etc/docker/daemon.json.gpu-node-candidate"])["default-runtime"] == \
+        "io.containerd.runsc.v1"
+
+
+def test_docker_26_unknown_default_runtime_is_refused_though_dockerd_validate_passes_it(uploads):
+    # `dockerd --validate` of Docker 23+ says "configuration OK" here; dockerd then fails to start.
+    plan = plan_26('{"bridge": "none", "default-runtime": "myshim"}\n')
+    [failure] = failures(plan)
+    assert "default-runtime 'myshim' is not a configured runtime" in failure
+    assert uploads == {}
