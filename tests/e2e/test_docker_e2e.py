@@ -12,7 +12,7 @@ import json
 import re
 from pathlib import Path
 
-from harness import REPO, assert_no_change, run, wait_for
+from harness import CACHE, REPO, assert_no_change, run, wait_for
 from test_containerd_e2e import IMAGE, assert_wired, busybox_image_tar, copy_in
 from toolkit_repo import RUNTIME_DEBUG_LOG, enable_runtime_debug_log, runtime_created, runtime_log
 
@@ -245,3 +245,64 @@ def test_add_runtime_flags_merge_with_daemon_json_and_the_files_nvidia_wins(node
     before = {"docker": node.service("docker"), "file": node.stat(DAEMON_JSON)}
     assert_no_change(node.deploy(data=data))
     assert {"docker": node.service("docker"), "file": node.stat(DAEMON_JSON)} == before
+
+
+def trixie_dockerd() -> Path:
+    """Debian trixie's dockerd 26 (docker.io), fetched once with a throwaway apt config (the machine's
+    sources untouched) and unpacked under .cache/trixie-apt; it needs glibc 2.34, bookworm has 2.36."""
+    directory = CACHE / "trixie-apt"
+    binary = directory / "root" / "usr" / "sbin" / "dockerd"
+    if binary.exists():
+        return binary
+    for sub in ("lists/partial", "cache/archives/partial", "debs"):
+        (directory / sub).mkdir(parents=True, exist_ok=True)
+    (directory / "sources.list").write_text("deb http://deb.debian.org/debian trixie main\n")
+    options = [
+        "-o", f"Dir::Etc::SourceList={directory / 'sources.list'}", "-o", "Dir::Etc::SourceParts=/nonexistent",
+        "-o", f"Dir::State::Lists={directory / 'lists'}", "-o", f"Dir::Cache={directory / 'cache'}",
+        "-o", "Acquire::Languages=none",
+    ]
+    run(["apt-get", *options, "update", "-q"])
+    run(["apt-get", *options, "download", "docker.io"], cwd=directory / "debs")
+    deb = sorted((directory / "debs").glob("docker.io_26.*.deb"))[-1]
+    run(["dpkg-deb", "-x", str(deb), str(directory / "root")])
+    return binary
+
+
+def test_docker_26_from_trixie_on_a_bookworm_node_keeps_a_shim_name_default_runtime(node, toolkit_repo):
+    """Docker 23 and later take a containerd shim name as default-runtime (Docker's docs; moby's
+    isPermissibleC8dRuntimeName). Debian's Docker 26 is trixie's: its real dockerd replaces bookworm's
+    20.10 one on the node (bookworm's containerd, runc, unit and CLI stay)."""
+    install_docker_io_with_drop_in(node, None, {"bridge": "none", "iptables": False})
+    run(["docker", "cp", str(trixie_dockerd()), f"{node.id}:/usr/sbin/dockerd"])
+    shim = {"bridge": "none", "iptables": False, "default-runtime": "io.containerd.runsc.v1"}
+    node.write(DAEMON_JSON, json.dumps(shim, indent=2) + "\n")
+    node.sh("systemctl restart docker")
+    info = docker_info(node)
+    assert (info["ServerVersion"].split(".")[0], info["DefaultRuntime"]) == ("26", "io.containerd.runsc.v1")
+    node.sh("systemctl reset-failed docker")  # Debian's unit allows 3 starts a minute; the test made 2
+    data = {"stages": "toolkit,runtimes", "container_runtimes": "docker", "nvidia_runtime_default": "false",
+            **toolkit_repo.data()}
+
+    first = node.deploy(data=data)
+    assert first.returncode == 0, first.explain()
+    assert f"Docker | Wire the nvidia runtime into {DAEMON_JSON}" in first.changed_operations()
+    info = docker_info(node)
+    assert (info["DefaultRuntime"], info["CgroupDriver"]) == ("io.containerd.runsc.v1", "systemd")
+    assert info["Runtimes"]["nvidia"]["path"] == "/usr/bin/nvidia-container-runtime"
+    before = {"docker": node.service("docker"), "file": node.stat(DAEMON_JSON)}
+    assert_no_change(node.deploy(data=data))
+    assert {"docker": node.service("docker"), "file": node.stat(DAEMON_JSON)} == before
+
+    # A name that is neither configured nor a shim: this dockerd's --validate passes it, its start would
+    # not; gpu-node refuses before any change.
+    node.write(DAEMON_JSON, node.read(DAEMON_JSON).replace("io.containerd.runsc.v1", "myshim"))
+    assert "configuration OK" in node.sh(f"dockerd --validate --config-file {DAEMON_JSON} 2>&1").stdout
+    untouched = node.stat(DAEMON_JSON)
+    refused = node.deploy(data=data, json_output=False)
+    assert refused.returncode != 0
+    messages = gpu_node_messages(refused)
+    assert len(messages) == 1 and "default-runtime 'myshim' is not a configured runtime" in messages[0], \
+        refused.explain()
+    assert node.stat(DAEMON_JSON) == untouched
+    assert node.service("docker") == before["docker"]
