@@ -5,6 +5,11 @@ rendering through templates/daemon.json.j2, and the operation that installs it s
 Every key already in the file keeps its value and its place; the merge sets only
 ``runtimes.nvidia``, ``default-runtime``, the systemd cgroup driver in ``exec-opts`` and,
 when asked, ``features.cdi``.
+
+dockerd refuses to start when a directive comes both as a flag (a systemd drop-in's
+``--exec-opt``, ``--default-runtime``, ...) and in daemon.json, so a setting the unit's flags
+already give is left to the flags; what dockerd will run with (flags + file) is then checked
+against what was meant before anything changes.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from pyinfra.api import operation
 from pyinfra.api.command import PyinfraCommand
 
 from deploy import redact
-from deploy.facts.docker import DockerState
+from deploy.facts.docker import DockerdFlag, DockerState, UnitParseError, parse_docker_unit
 from deploy.operations import safe_install
 from deploy.settings import RuntimeWiring
 
@@ -94,8 +99,45 @@ SCHEMA = {
 }
 
 
-def check_schema(config: dict, source: str) -> None:
-    """The checks `dockerd --validate` would make on the keys this tool touches and the common ones."""
+# Runtimes every dockerd knows (moby daemon/config: builtinRuntimes; 20.10 also had the v1 shim).
+BUILTIN_RUNTIMES = ("runc", "io.containerd.runc.v2", "io.containerd.runtime.v1.linux")
+
+
+def is_containerd_shim_name(name: str) -> bool:
+    """
+    moby's isPermissibleC8dRuntimeName (Docker 23+): a name containerd resolves to a shim binary
+    on PATH, never a path: no `/`, and a non-empty part before a first `.`.
+    """
+    prefix, dot, _ = name.partition(".")
+    return "/" not in name and bool(dot) and bool(prefix)
+
+
+def default_runtime_problem(config: dict, docker_major: int | None = None,
+                            flag_runtimes: Sequence[str] = ()) -> str | None:
+    """
+    Whether dockerd can start with this ``default-runtime``: a built-in or configured runtime (file or
+    --add-runtime), or from Docker 23 on a containerd shim name. `dockerd --validate` does not check
+    this (dockerd only does when it starts), so it is checked here for every version.
+    """
+    default = config.get("default-runtime")
+    runtimes = config.get("runtimes") if isinstance(config.get("runtimes"), dict) else {}
+    if not isinstance(default, str) or default in (*BUILTIN_RUNTIMES, *runtimes, *flag_runtimes):
+        return None
+    if not is_containerd_shim_name(default):
+        return (f"default-runtime {default!r} is not a configured runtime (nor a containerd shim name like "
+                "io.containerd.runsc.v1): add it to \"runtimes\" or correct the name")
+    if docker_major is not None and docker_major < 23:
+        return (f"default-runtime {default!r} is a containerd shim name, which dockerd accepts from Docker 23 "
+                f"on; this dockerd is {docker_major}: name a runtime from \"runtimes\" or upgrade Docker")
+    return None
+
+
+def check_schema(config: dict, source: str, docker_major: int | None = None,
+                 flag_runtimes: Sequence[str] = ()) -> None:
+    """
+    The checks `dockerd --validate` would make on the keys this tool touches and the common ones,
+    for ``docker_major`` (None: assume a current dockerd); ``flag_runtimes``: --add-runtime names.
+    """
     problems = []
     for key, (kind, what) in SCHEMA.items():
         if key not in config:
@@ -114,10 +156,9 @@ def check_schema(config: dict, source: str) -> None:
     if isinstance(features, dict):
         problems += [f"features.{name} must be true or false"
                      for name, value in features.items() if not isinstance(value, bool)]
-    default = config.get("default-runtime")
-    runtimes = config.get("runtimes") if isinstance(config.get("runtimes"), dict) else {}
-    if isinstance(default, str) and default not in ("runc", *runtimes):
-        problems.append(f"default-runtime {default!r} is not a configured runtime")
+    default_problem = default_runtime_problem(config, docker_major, flag_runtimes)
+    if default_problem:
+        problems.append(default_problem)
     drivers = [opt for opt in config.get("exec-opts") or () if isinstance(opt, str)
                and opt.replace(" ", "").startswith("native.cgroupdriver=")]
     if len(set(drivers)) > 1:
@@ -177,6 +218,123 @@ def render_daemon_json(config: dict) -> str:
     return environment.get_template("daemon.json.j2").render(config=config)
 
 
+CGROUP_DRIVER_OPT = "native.cgroupdriver"
+
+
+def _cgroup_driver(option: str) -> str | None:
+    key, sep, value = option.replace(" ", "").partition("=")
+    return value if sep and key == CGROUP_DRIVER_OPT else None
+
+
+def flag_conflicts(config: dict, flags: Sequence[DockerdFlag], path: str) -> list[str]:
+    """
+    What moby's findConfigurationConflicts refuses: a key of daemon.json that a set flag also
+    gives (whatever the values); ``runtimes`` is exempt (dockerd merges --add-runtime with it).
+    """
+    conflicts = []
+    for flag in flags:
+        for key in flag.config_keys:
+            if key in config and key != "runtimes":
+                conflicts.append(f"{path} sets {key!r} and {flag.describe()} sets it too")
+                break
+    return conflicts
+
+
+def leave_to_flags(candidate: dict, existing: dict, flags: Sequence[DockerdFlag]) -> dict:
+    """
+    ``candidate`` without the keys the merge added that the unit's flags already give.
+    ``runtimes`` stays: dockerd merges --add-runtime with it, the file's entry winning a shared name.
+    """
+    given = {key for flag in flags for key in flag.config_keys} - {"runtimes"}
+    return {key: value for key, value in candidate.items() if key in existing or key not in given}
+
+
+@dataclass
+class Effective:
+    value: Any
+    source: str
+
+
+def effective_settings(config: dict, flags: Sequence[DockerdFlag], path: str) -> dict[str, Effective]:
+    """What dockerd will run with from flags and daemon.json: cgroup driver, default runtime, nvidia runtime."""
+    result: dict[str, Effective] = {}
+    exec_flags = [flag for flag in flags if flag.name == "exec-opt"]
+    if exec_flags:
+        drivers = [flag for flag in exec_flags if _cgroup_driver(flag.value)]
+        result["cgroup driver"] = (
+            Effective(_cgroup_driver(drivers[-1].value), drivers[-1].describe()) if drivers else
+            Effective(None, f"{exec_flags[0].describe()}, whose --exec-opt flags replace {path}'s "
+                            "exec-opts and set no cgroup driver")
+        )
+    else:
+        options = [option for option in config.get("exec-opts") or () if isinstance(option, str)
+                   and _cgroup_driver(option)]
+        result["cgroup driver"] = (Effective(_cgroup_driver(options[-1]), f"{path} exec-opts") if options
+                                   else Effective(None, f"neither {path} nor the unit's flags"))
+
+    default_flags = [flag for flag in flags if flag.name == "default-runtime"]
+    if default_flags:
+        result["default runtime"] = Effective(default_flags[-1].value, default_flags[-1].describe())
+    elif config.get("default-runtime"):
+        result["default runtime"] = Effective(config["default-runtime"], f"{path} default-runtime")
+    else:
+        result["default runtime"] = Effective("runc", "dockerd's own default")
+
+    # A runtime both files and flags name: the file's wins (moby's MergeDaemonConfigurations merges the
+    # flags into the file's config without overriding; measured on dockerd 20.10).
+    nvidia_flags = [flag for flag in flags if flag.name == "add-runtime" and flag.value.startswith("nvidia=")]
+    runtimes = config.get("runtimes") if isinstance(config.get("runtimes"), dict) else {}
+    in_file = runtimes.get("nvidia") if isinstance(runtimes.get("nvidia"), dict) else None
+    if in_file is None and nvidia_flags:
+        result["nvidia runtime"] = Effective(nvidia_flags[-1].value.partition("=")[2], nvidia_flags[-1].describe())
+    else:
+        result["nvidia runtime"] = Effective(in_file.get("path") if in_file else None, f"{path} runtimes.nvidia")
+
+    feature_flags = [flag for flag in flags if flag.name == "feature" and flag.value.partition("=")[0] == "cdi"]
+    if feature_flags:
+        value = feature_flags[-1].value.partition("=")[2] or "true"
+        result["cdi"] = Effective(value.lower() == "true", feature_flags[-1].describe())
+    else:
+        features = config.get("features") if isinstance(config.get("features"), dict) else {}
+        result["cdi"] = Effective(features.get("cdi") is True, f"{path} features.cdi")
+    return result
+
+
+def effective_problems(effective: dict[str, Effective], wiring: RuntimeWiring) -> list[str]:
+    """Where what dockerd would run differs from ``wiring``: each names the winning flag or file and what to do."""
+    problems = []
+    driver = effective["cgroup driver"]
+    if wiring.systemd_cgroup and driver.value != "systemd":
+        problems.append(
+            f"dockerd would run with cgroup driver {driver.value or '(not set)'}, decided by {driver.source}; "
+            "systemd_cgroup=true needs systemd: make that flag --exec-opt native.cgroupdriver=systemd or "
+            "remove the unit's --exec-opt flags (daemon.json then sets it), or set systemd_cgroup=false"
+        )
+    default = effective["default runtime"]
+    if wiring.make_default and default.value != "nvidia":
+        problems.append(
+            f"dockerd's default runtime would be {default.value}, set by {default.source}; "
+            "nvidia_runtime_default=true needs nvidia: make that flag --default-runtime=nvidia or remove it, "
+            "or set nvidia_runtime_default=false"
+        )
+    elif not wiring.make_default and default.value == "nvidia":
+        problems.append(
+            f"dockerd's default runtime would be nvidia, set by {default.source}, but "
+            "nvidia_runtime_default=false: remove that flag or set nvidia_runtime_default=true"
+        )
+    runtime = effective["nvidia runtime"]
+    if runtime.value != wiring.binary:
+        problems.append(
+            f"dockerd's nvidia runtime would be {runtime.value or '(undefined)'}, from {runtime.source}; "
+            f"gpu-node wires {wiring.binary}: point it there"
+        )
+    cdi = effective["cdi"]
+    if wiring.enable_cdi and not cdi.value:
+        problems.append(f"CDI would stay off, decided by {cdi.source}; docker_enable_cdi=true needs it: "
+                        "make that flag --feature cdi=true or remove it")
+    return problems
+
+
 @operation()
 def configure_nvidia_runtime(path: str, wiring: RuntimeWiring, service: str = "docker",
                              restart_timeout: int = 30, restart_pending: bool = False,
@@ -191,7 +349,7 @@ def configure_nvidia_runtime(path: str, wiring: RuntimeWiring, service: str = "d
     + restart_pending: an interrupted run installed this config without restarting ``service``
     + before_restart: commands run after the candidate's check, before the swap and restart (a drain)
     """
-    state = host.get_fact(DockerState, path=path)
+    state = host.get_fact(DockerState, path=path, service=service)
     if not state["dockerd"]:
         yield from safe_install.fail_host(
             "docker is in container_runtimes but dockerd is not installed: install Docker Engine, "
@@ -202,9 +360,42 @@ def configure_nvidia_runtime(path: str, wiring: RuntimeWiring, service: str = "d
     try:
         existing = parse_daemon_json(current, path) if current is not None else {}
         merged = merge_daemon_config(existing, wiring)
-    except DaemonConfigError as error:
+        command_line = parse_docker_unit(state["unit"] or "", state["environment_files"])
+    except (DaemonConfigError, UnitParseError) as error:
         message = str(error)
-        yield from safe_install.fail_host(message if message.startswith(path) else f"{path}: {message}")
+        yield from safe_install.fail_host(message if message.startswith("/") else f"{path}: {message}")
+        return
+    if state["unit"] and not command_line.runs_dockerd:
+        host.log_styled(f"{service}.service: ExecStart (in {command_line.exec_start_file}) does not run dockerd "
+                        "directly: its flags are not checked against daemon.json", fg="yellow")
+    flags = command_line.flags
+    config_files = [flag for flag in flags if flag.name == "config-file" and flag.value != path]
+    if config_files:
+        yield from safe_install.fail_host(
+            f"dockerd reads {config_files[-1].value}, not {path}: {config_files[-1].describe()}; "
+            f"set docker_daemon_config_path={config_files[-1].value}"
+        )
+        return
+    conflicts = flag_conflicts(existing, flags, path)
+    if conflicts:
+        yield from safe_install.fail_host(
+            "; ".join(conflicts) + ": dockerd refuses to start when a directive is given both as a flag and "
+            f"in daemon.json; remove it from {path} or from the unit, then run again"
+        )
+        return
+    merged.config = leave_to_flags(merged.config, existing, flags)
+    merged.changed = merged.config != existing
+    for flag in flags:
+        if flag.name == "add-runtime" and flag.value.startswith("nvidia=") and \
+                flag.value.partition("=")[2] != wiring.binary:
+            host.log_styled(f"{flag.describe()} is overridden by {path} runtimes.nvidia: dockerd takes the "
+                            "file's definition of a runtime both name", fg="yellow")
+    flag_runtimes = [flag.value.partition("=")[0] for flag in flags if flag.name == "add-runtime"]
+    problems = effective_problems(effective_settings(merged.config, flags, path), wiring)
+    default_problem = default_runtime_problem(merged.config, state["major"], flag_runtimes)
+    problems += [default_problem] if default_problem else []
+    if problems:
+        yield from safe_install.fail_host(f"{path}: " + "; ".join(problems))
         return
 
     if current is not None and not merged.changed:
@@ -225,7 +416,7 @@ def configure_nvidia_runtime(path: str, wiring: RuntimeWiring, service: str = "d
         # dockerd older than 23.0: strict parse of what will be written, plus the schema checks.
         validator = None
         try:
-            check_schema(parse_daemon_json(content, path), path)
+            check_schema(parse_daemon_json(content, path), path, state["major"], flag_runtimes)
         except DaemonConfigError as error:
             yield from safe_install.fail_host(str(error))
             return

@@ -22,7 +22,7 @@ def docker_runtime(settings: Settings, family: Family, drain: DrainTarget | None
                    pending_restarts: dict | None = None):
     # Installing Docker Engine is the site's business; docker_install=true takes the distribution's
     # own package (Debian/Ubuntu docker.io, Fedora moby-engine, ...), never Docker's repository.
-    installed = host.get_fact(DockerState, path=settings.docker_daemon_config_path)["dockerd"]
+    installed = host.get_fact(DockerState, path=settings.docker_daemon_config_path, service="docker")["dockerd"]
     if not installed:
         if not settings.docker_install:
             safe_install.fail(

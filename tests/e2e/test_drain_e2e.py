@@ -6,8 +6,8 @@ No Kubernetes API server can run here, so the control plane holds a kubectl STAN
 every call with the time it was made (CLOCK_MONOTONIC, which every container of this machine
 shares with systemd's ActiveEnterTimestampMonotonic, and the wall clock), keeps each node's
 ``spec.unschedulable`` in a file, answers ``get node`` from it, and fails ``drain`` on request.
-The toolkit is the STAND-IN repository of tests/standin_toolkit.py (NVIDIA's is unreachable).
-Everything on the GPU node is real: containerd, its config, its restart, the verify stage.
+Everything on the GPU node is real: the NVIDIA Container Toolkit 1.20.0 from the test lab
+(tests/toolkit_repo.py), containerd, its config, its restart, the verify stage.
 """
 
 from __future__ import annotations

@@ -132,5 +132,6 @@ def test_docker_state_fact_output():
         f"config {encoded}",
     ])
     assert state == {"dockerd": "/usr/sbin/dockerd", "version": "26.1.5+dfsg1", "major": 26,
-                     "can_validate": True, "config": '{"bridge": "none"}\n'}
+                     "can_validate": True, "config": '{"bridge": "none"}\n', "unit": None,
+                     "environment_files": {}}
     assert DockerState().process(["dockerd"]) == DockerState.default()

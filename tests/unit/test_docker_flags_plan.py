@@ -1,0 +1,127 @@
+"""
+The Docker stage's plan (pyinfra's @fake connector) when docker.service passes dockerd flags:
+the fact's one command carries the unit; a refusal is one `gpu-node:` line and nothing is
+installed; a unit the check cannot read is named, never a traceback.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+from plan import run_plan, settings_for
+from pyinfra.connectors.fake import FakeConnector
+
+from deploy.distros import detect_platform
+from deploy.tasks.docker import docker_runtime
+
+UNITS = Path(__file__).resolve().parents[1] / "fixtures" / "docker" / "units"
+DROP_IN = "/etc/systemd/system/docker.service.d/docker-options.conf"
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def debian():
+    return detect_platform({"name": "debian", "major": None, "release_meta": {"ID": "debian"}}, "x86_64").family
+
+
+def plan_for(drop_in: str, daemon_json: str = '{"bridge": "none"}\n', version: str = "20.10.24+dfsg1"):
+    unit = (f"# /lib/systemd/system/docker.service\n{(UNITS / 'debian-docker.io/docker.service').read_text()}\n"
+            f"# {DROP_IN}\n{drop_in}")
+    state = "\n".join([
+        "dockerd /usr/sbin/dockerd", f"version Docker version {version}, build 1",
+        f"unit {b64(unit)}",
+        f"envfile {b64('/etc/default/docker')} {b64((UNITS / 'debian-docker.io/etc-default-docker').read_text())}",
+        f"config {b64(daemon_json)}",
+    ])
+    return run_plan(docker_runtime, settings_for(container_runtimes="docker"), debian(),
+                    responses={"command -v dockerd": state})
+
+
+def failures(plan) -> list[str]:
+    """The messages of safe_install.fail_host's `printf '%s\\n' 'gpu-node: ...' >&2; exit 1`."""
+    return [shlex.split(command)[2] for command in plan.starting("printf '%s\\n' 'gpu-node: ")]
+
+
+@pytest.fixture
+def uploads(monkeypatch) -> dict[str, bytes]:
+    """What the plan uploads, by remote path (the fake connector only records commands)."""
+    files: dict[str, bytes] = {}
+
+    def put_file(connector, filename_or_io, remote_filename, *args, **kwargs):
+        filename_or_io.seek(0)  # as pyinfra's real connectors do (its sha1 check read it)
+        files[remote_filename] = filename_or_io.read()
+        return True
+
+    monkeypatch.setattr(FakeConnector, "put_file", put_file)
+    return files
+
+
+def test_kubespray_systemd_drop_in_installs_a_daemon_json_without_exec_opts(uploads):
+    plan = plan_for((UNITS / "kubespray/docker-options.conf").read_text())
+    assert failures(plan) == []
+    assert plan.ran("dest=/etc/docker/daemon.json")
+    assert json.loads(uploads["/etc/docker/daemon.json.gpu-node-candidate"]) == {
+        "bridge": "none",
+        "runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime", "runtimeArgs": []}},
+        "default-runtime": "nvidia",
+    }
+
+
+def test_kubespray_cgroupfs_drop_in_fails_the_host_with_one_line_and_installs_nothing(uploads):
+    plan = plan_for((UNITS / "kubespray/docker-options.conf.cgroupfs").read_text())
+    [failure] = failures(plan)
+    assert "--exec-opt native.cgroupdriver=cgroupfs" in failure and DROP_IN in failure
+    assert not plan.ran("candidate") and uploads == {}
+
+
+def test_a_daemon_json_that_already_conflicts_is_named():
+    plan = plan_for((UNITS / "kubespray/docker-options.conf").read_text(),
+                    '{"bridge": "none", "iptables": false}\n')
+    [failure] = failures(plan)
+    assert "/etc/docker/daemon.json sets 'iptables' and --iptables=false" in failure and DROP_IN in failure
+
+
+def test_config_file_flag_elsewhere_names_the_setting():
+    plan = plan_for('[Service]\nEnvironment="DOCKER_OPTS=--config-file=/etc/docker/site.json"\n')
+    [failure] = failures(plan)
+    assert "dockerd reads /etc/docker/site.json, not /etc/docker/daemon.json" in failure
+    assert "docker_daemon_config_path=/etc/docker/site.json" in failure
+
+
+@pytest.mark.parametrize("drop_in", ['[Service]\nEnvironment="DOCKER_OPTS=--debug\n',
+                                     "[Service]\nExecStart=\nExecStart=/usr/bin/dockerd 'unclosed\n"])
+def test_unreadable_unit_is_one_line_naming_the_file(drop_in):
+    plan = plan_for(drop_in)
+    [failure] = failures(plan)
+    assert DROP_IN in failure and "No closing quotation" in failure
+
+
+def plan_26(daemon_json: str):
+    """Docker 26 (it has `dockerd --validate`), Debian's unit without drop-ins."""
+    unit = f"# /lib/systemd/system/docker.service\n{(UNITS / 'debian-docker.io/docker.service').read_text()}"
+    state = "\n".join(["dockerd /usr/sbin/dockerd", "version Docker version 26.1.5+dfsg1, build 411e817", "validate",
+                       f"unit {b64(unit)}", f"config {b64(daemon_json)}"])
+    return run_plan(docker_runtime, settings_for(container_runtimes="docker", nvidia_runtime_default="false"),
+                    debian(), responses={"command -v dockerd": state})
+
+
+def test_docker_26_keeps_a_shim_name_default_runtime_and_validates_with_dockerd(uploads):
+    plan = plan_26('{"bridge": "none", "default-runtime": "io.containerd.runsc.v1"}\n')
+    assert failures(plan) == []
+    assert plan.ran("--validate")
+    assert json.loads(uploads["/etc/docker/daemon.json.gpu-node-candidate"])["default-runtime"] == \
+        "io.containerd.runsc.v1"
+
+
+def test_docker_26_unknown_default_runtime_is_refused_though_dockerd_validate_passes_it(uploads):
+    # `dockerd --validate` of Docker 23+ says "configuration OK" here; dockerd then fails to start.
+    plan = plan_26('{"bridge": "none", "default-runtime": "myshim"}\n')
+    [failure] = failures(plan)
+    assert "default-runtime 'myshim' is not a configured runtime" in failure
+    assert uploads == {}
