@@ -17,6 +17,7 @@ from pyinfra.facts.pacman import PacmanPackages
 from pyinfra.facts.rpm import RpmPackages
 from pyinfra.operations import apt, dnf, files, pacman, zypper
 
+from deploy.facts.combined import known_fact
 from deploy.facts.nvidia import IgnoredPackages, NvidiaNode, PackagesAvailable
 from deploy.operations.packages import apt_lock_option, apt_sources_changed, refresh_apt_lists
 
@@ -265,8 +266,9 @@ def driver_state_lines(node: dict, require_gpu: bool, driver_packages: list) -> 
 
 @operation()
 def report_driver_state(require_gpu: bool, driver_packages: list):
-    """Log the driver's state (no GPU, reboot required) as the last word of the run; changes nothing."""
-    node = host.get_fact(NvidiaNode)
+    """Log the driver's state (no GPU, reboot required) as the last word of the run; changes nothing.
+    Preflight's reading serves unless something changed on the host since."""
+    node = known_fact(host, NvidiaNode)
     for line in driver_state_lines(node, require_gpu, driver_packages):
         logger.warning(f"{host.print_prefix}{line}")
     host.noop("; ".join(driver_state_lines(node, require_gpu, driver_packages)) or "driver state reported")
