@@ -15,8 +15,10 @@ known_hosts file of its own) and measures, with `pyinfra -y` as a cron job would
 
 Per run: wall seconds, controller CPU (user+sys of the whole process tree, from wait4), controller
 peak RSS (the largest process of the tree), remote commands per node (logged on each node by
-sshd's ForceCommand wrapper, not counted by the controller), and the 1-minute load average when
-the run started (other jobs share this machine). Per fleet: each node container's memory.
+sshd's ForceCommand wrapper, not counted by the controller), the CPU the node containers used
+meanwhile (their cgroups: sshd and the remote commands share this machine's cores with the
+controller), and the 1-minute load average when the run started (other jobs share this machine).
+Per fleet: each node container's memory.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from sshfleet import (  # noqa: E402
     Keys,
     SshNode,
     ansible_environment,
+    cpu_seconds,
     free_ports,
     memory_mb,
     remove_all,
@@ -143,7 +146,9 @@ def commands_per_node(nodes: list[SshNode]) -> dict[str, list[str]]:
 def timed(nodes: list[SshNode], command: list[str], env: dict | None = None, ok=(0,)) -> dict:
     """One measured run and the commands each node logged for it."""
     commands_per_node(nodes)  # empties the logs
+    nodes_cpu = cpu_seconds(nodes)
     run = measure(command, env)
+    run["nodes_cpu_s"] = cpu_seconds(nodes) - nodes_cpu
     logged = commands_per_node(nodes)
     counts = [len(lines) for lines in logged.values()]
     run["commands_per_node"] = statistics.median(counts)
@@ -160,6 +165,7 @@ def summary(runs: list[dict]) -> dict:
         "wall_s": statistics.median(run["wall_s"] for run in runs),
         "wall_s_runs": [round(run["wall_s"], 3) for run in runs],
         "cpu_s": statistics.median(run["cpu_s"] for run in runs),
+        "nodes_cpu_s": statistics.median(run["nodes_cpu_s"] for run in runs),
         "peak_mb": max(run["peak_mb"] for run in runs),
         "commands_per_node": statistics.median(run["commands_per_node"] for run in runs),
         "commands_max": max(run["commands_max"] for run in runs),
@@ -214,7 +220,7 @@ def machine() -> str:
 
 
 def table(results: dict) -> str:
-    header = ("nodes", "run", "wall s", "x 1 node", "CPU s", "peak MB", "cmds/node", "load 1m")
+    header = ("nodes", "run", "wall s", "x 1 node", "CPU s", "nodes CPU s", "peak MB", "cmds/node", "load 1m")
     lines = ["  ".join(f"{name:>10}" for name in header)]
     single = {name: fleet[name]["wall_s"] for fleet in results["fleets"] if fleet["nodes"] == 1
               for name in fleet if isinstance(fleet[name], dict) and "wall_s" in fleet[name]}
@@ -224,7 +230,7 @@ def table(results: dict) -> str:
                 continue
             run = fleet[name]
             ratio = f"{run['wall_s'] / single[name]:.2f}" if single.get(name) else "-"
-            row = (fleet["nodes"], name, f"{run['wall_s']:.2f}", ratio, f"{run['cpu_s']:.2f}",
+            row = (fleet["nodes"], name, f"{run['wall_s']:.2f}", ratio, f"{run['cpu_s']:.2f}", f"{run['nodes_cpu_s']:.2f}",
                    f"{run['peak_mb']:.0f}", f"{run['commands_per_node']:g}",
                    "/".join(f"{load:.1f}" for load in run["load_1m"]))
             lines.append("  ".join(f"{value:>10}" for value in row) + ("" if run["ok"] else "  FAILED"))

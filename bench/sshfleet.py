@@ -225,6 +225,20 @@ def memory_mb(nodes: list[Node]) -> dict[str, float]:
     return usage
 
 
+def cpu_seconds(nodes: list[Node]) -> float:
+    """CPU seconds the node containers have used so far, all together (their cgroups' accounting):
+    sshd, the commands they ran, and whatever else runs in them."""
+    total = 0.0
+    for node in nodes:
+        v1 = Path("/sys/fs/cgroup/cpuacct/docker") / node.id / "cpuacct.usage"
+        if v1.exists():
+            total += int(v1.read_text()) / 1e9
+        else:
+            stat = Path(f"/sys/fs/cgroup/system.slice/docker-{node.id}.scope/cpu.stat").read_text()
+            total += int(dict(line.split() for line in stat.splitlines())["usage_usec"]) / 1e6
+    return total
+
+
 def remove_all(nodes: list[Node]) -> None:
     for node in nodes:
         try:
