@@ -1,9 +1,10 @@
 """
 The verification ladder on real bookworm node containers (no GPU on these machines).
 
-The toolkit is the STAND-IN from tests/standin_toolkit.py (NVIDIA's repository is unreachable):
-its nvidia-container-runtime logs each call and execs runc. containerd is Debian's, installed and
-wired by the runtimes stage. crictl is in no registry reachable here, so the CRI path (runtime
+The toolkit is the REAL NVIDIA Container Toolkit 1.20.0 (tests/toolkit_repo.py, from the test
+lab): verify reads its real `nvidia-ctk --version`, and its real nvidia-container-runtime's debug
+log proves which containers went through it. containerd is Debian's, installed and wired by the
+runtimes stage. crictl is in no registry reachable here, so the CRI path (runtime
 handler `nvidia`, the kubelet's path) is driven from the test side by tests/cri's client over the
 node's containerd socket; the verify step's own crictl sequence is covered by the @fake plan tests.
 """
@@ -14,9 +15,10 @@ import json
 import uuid
 
 import tomlkit
+import toolkit_repo as real
 from harness import assert_no_change, wait_for
+from toolkit_repo import RUNTIME_DEBUG_LOG, enable_runtime_debug_log, runtime_created, runtime_log
 
-STANDIN_LOG = "/var/log/nvidia-container-runtime-standin.log"
 CONFIG = "/etc/containerd/config.toml"
 KUBELET_CONFIG = "/var/lib/kubelet/config.yaml"
 # What a deploy leaves that verification must not touch.
@@ -79,7 +81,8 @@ def test_verify_without_gpu_reports_runtime_pass_gpu_skip_and_changes_nothing(st
     assert steps["cri_handler"]["status"] == "skip" and "crictl not installed" in steps["cri_handler"]["reason"]
     assert steps["cgroup_driver"]["status"] == "skip"
     (record,) = read_report(report)["nodes"]
-    assert record["toolkit"] == "1.17.8" and record["runtime"].startswith("containerd 1.6.") and record["gpus"] == []
+    assert steps["toolkit"]["reason"] == "NVIDIA container toolkit 1.20.0 (nvidia-ctk)", steps["toolkit"]
+    assert record["toolkit"] == real.VERSION.split("-")[0] and record["runtime"].startswith("containerd 1.6.") and record["gpus"] == []
 
     # Read-only: the standalone verify changes no file, restarts nothing, and a dry run of the
     # whole deploy plans the same before and after it.
@@ -138,12 +141,12 @@ def allow_sandboxes_without_cap_sys_resource(node) -> None:
     wait_for(lambda: node.is_active("containerd"), timeout=30, what="containerd after the restart")
 
 
-def test_cri_runtime_handler_nvidia_runs_a_host_network_sandbox_through_the_standin_runtime(
+def test_cri_runtime_handler_nvidia_runs_a_host_network_sandbox_through_the_real_nvidia_runtime(
     start_node, toolkit_repo, tmp_path
 ):
     """The kubelet's path, from the test side: a CRI client (no crictl in any reachable registry)
     on the node's containerd socket runs a host-network sandbox with runtime handler `nvidia` and a
-    container in it; the STAND-IN runtime's log proves both went through nvidia-container-runtime."""
+    container in it; the REAL nvidia-container-runtime's debug log shows its `create` for both."""
     from cri.client import CriClient
     from cri.images import import_into_node
 
@@ -169,7 +172,7 @@ def test_cri_runtime_handler_nvidia_runs_a_host_network_sandbox_through_the_stan
     sandbox_image = cri_plugin["sandbox_image"]
     import_into_node(node, [sandbox_image, "gpu-node-test/verify-busybox:1"])
     allow_sandboxes_without_cap_sys_resource(node)
-    node.sh(f"rm -f {STANDIN_LOG}")
+    enable_runtime_debug_log(node)
 
     socket = socket_dir / "containerd.sock"
     wait_for(socket.is_socket, timeout=30, what="containerd's socket on the host side")
@@ -194,16 +197,15 @@ def test_cri_runtime_handler_nvidia_runs_a_host_network_sandbox_through_the_stan
     finally:
         client.close()
 
-    calls = node.read(STANDIN_LOG)
-    assert f"create --bundle /run/containerd/io.containerd.runtime.v2.task/k8s.io/{sandbox.id}" in calls, calls
-    assert f"/k8s.io/{container}" in calls, calls
+    assert runtime_created(node, sandbox.id), node.read(RUNTIME_DEBUG_LOG)
+    assert runtime_created(node, container), node.read(RUNTIME_DEBUG_LOG)
 
-    # A runc pod (the default handler) does not go through the stand-in: the log tells them apart.
-    node.sh(f"rm -f {STANDIN_LOG}")
+    # A runc pod (the default handler) does not go through the nvidia runtime: its log tells them apart.
     client = CriClient(str(socket))
     try:
         plain = client.run_host_network_sandbox("plain", uuid.uuid4().hex, "", "/tmp/cri-logs-plain")
         client.remove_sandbox(plain)
     finally:
         client.close()
-    assert not node.exists(STANDIN_LOG) or plain.id not in node.read(STANDIN_LOG)
+    assert runtime_log(node), "the nvidia pod's calls are still in the log"
+    assert not any(plain.id in record.get("msg", "") for record in runtime_log(node))
