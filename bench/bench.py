@@ -243,6 +243,55 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+RUN_NAMES = {"first": "first provisioning", "noop": "no-op re-run", "verify": "verify.py alone",
+             "drift": "drift check", "ansible_noop": "Ansible no-op playbook"}
+
+
+def markdown(results: dict) -> str:
+    """The figures as markdown tables (docs/benchmark.md): one per run kind, a row per fleet size,
+    and the growth per added node between the smallest and the largest fleet."""
+    fleets = results["fleets"]
+    out = []
+    for name, title in RUN_NAMES.items():
+        measured = [fleet for fleet in fleets if name in fleet]
+        if not measured:
+            continue
+        out += [f"**{title}**", "",
+                "| nodes | wall s | x 1 node | controller CPU s | nodes' CPU s | controller peak MB "
+                "| remote commands / node | load (1 min) at start |",
+                "|---:|---:|---:|---:|---:|---:|---:|---|"]
+        base = measured[0][name]["wall_s"]
+        for fleet in measured:
+            run = fleet[name]
+            out.append(
+                f"| {fleet['nodes']} | {run['wall_s']:.2f} | {run['wall_s'] / base:.2f} | {run['cpu_s']:.2f} "
+                f"| {run['nodes_cpu_s']:.2f} | {run['peak_mb']:.0f} | {run['commands_per_node']:g} "
+                f"| {', '.join(f'{load:.1f}' for load in run['load_1m'])} |"
+                + ("" if run["ok"] else " FAILED")
+            )
+        if len(measured) > 1:
+            small, large = measured[0], measured[-1]
+            added = large["nodes"] - small["nodes"]
+            def per_node(key):
+                return (large[name][key] - small[name][key]) / added
+            out += ["", f"Per added node ({small['nodes']} to {large['nodes']}): wall +{per_node('wall_s'):.3f} s, "
+                        f"controller CPU +{per_node('cpu_s'):.3f} s, nodes' CPU +{per_node('nodes_cpu_s'):.3f} s, "
+                        f"controller peak +{per_node('peak_mb'):.2f} MB."]
+        out.append("")
+    out += ["**node container memory** (cgroup usage less inactive file cache)", "",
+            "| nodes | booted, median MB | provisioned, median MB | provisioned, max MB |", "|---:|---:|---:|---:|"]
+    for fleet in fleets:
+        memory = fleet["node_memory_mb"]
+        out.append(f"| {fleet['nodes']} | {memory['booted_median']:.0f} | {memory['provisioned_median']:.0f} "
+                   f"| {memory['provisioned_max']:.0f} |")
+    ratios = [(fleet["nodes"], fleet["ansible_noop"]["wall_s"] / fleet["noop"]["wall_s"])
+              for fleet in fleets if "ansible_noop" in fleet]
+    if ratios:
+        out += ["", "**Ansible / pyinfra (gpu-node) no-op wall time**: "
+                + ", ".join(f"{nodes} node{'s' if nodes > 1 else ''}: {ratio:.2f}x" for nodes, ratio in ratios)]
+    return "\n".join(out) + "\n"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="gpu-node fleet benchmark over SSH (prints figures, asserts nothing)")
     parser.add_argument("--nodes", default="1,4,16,64", help="fleet sizes, comma-separated")
@@ -250,7 +299,15 @@ def main() -> int:
     parser.add_argument("--no-ansible", action="store_true", help="skip the Ansible side-by-side run")
     parser.add_argument("--verbose", action="store_true", help="list the remote commands of a no-op run")
     parser.add_argument("--json", default=str(REPO / "bench" / "results.json"))
+    parser.add_argument("--markdown", help="also write the figures as markdown tables to this file")
+    parser.add_argument("--from-json", help="print (and --markdown) the figures of an earlier run, measure nothing")
     args = parser.parse_args()
+    if args.from_json:
+        results = json.loads(Path(args.from_json).read_text())
+        print(table(results))
+        if args.markdown:
+            Path(args.markdown).write_text(markdown(results))
+        return 0
 
     ensure_docker()
     image = ssh_node_image(node_image())
@@ -268,6 +325,8 @@ def main() -> int:
     print(f"\nmachine: {results['machine']}\nstages: {STAGES}; toolkit: {REPOSITORY}\n")
     print(table(results))
     print(f"\nJSON: {args.json}")
+    if args.markdown:
+        Path(args.markdown).write_text(markdown(results))
     return 0
 
 
