@@ -1,7 +1,8 @@
 """
 Fleet benchmark over SSH (not a test: it asserts nothing; its figures go in docs/benchmark.md).
 
-    .venv/bin/python bench/bench.py [--nodes 1,4,16,64] [--repeat 3] [--no-ansible] [--json FILE]
+    .venv/bin/python bench/bench.py [--nodes 1,4,16,64] [--repeat 3] [--ansible-repeat N] [--json FILE]
+                                    [--markdown FILE] [--verbose]
 
 For each fleet size N it starts N node containers, each with sshd on its own 127.0.0.1 port
 (bench/sshfleet.py), writes a pyinfra inventory of them (SSH connector, throwaway keys, a
@@ -174,8 +175,25 @@ def summary(runs: list[dict]) -> dict:
     }
 
 
-def bench_fleet(image: str, count: int, data: dict, repeat: int, workdir: Path, with_ansible: bool,
-                verbose: bool) -> dict:
+def profile_noop(inventory: Path, data: dict, workdir: Path, count: int) -> dict:
+    """One more no-op (not timed) under cProfile: where the controller's time goes, by own time."""
+    import pstats
+
+    output = workdir / f"noop-{count}.prof"
+    command = pyinfra(inventory, "deploy/gpu_node.py", data)
+    measure([command[0], "-m", "cProfile", "-o", str(output), *command[1:]])
+    stats = pstats.Stats(str(output))
+    rows = sorted(stats.stats.items(), key=lambda item: item[1][2], reverse=True)[:25]
+    return {
+        "total_s": stats.total_tt,
+        "own_time": [{"function": f"{Path(file).name}:{line}({name})", "calls": calls, "own_s": round(own, 3),
+                      "cumulative_s": round(cumulative, 3)}
+                     for (file, line, name), (_, calls, own, cumulative, _) in rows],
+    }
+
+
+def bench_fleet(image: str, count: int, data: dict, repeat: int, workdir: Path, ansible_repeat: int,
+                verbose: bool, profile: bool = False) -> dict:
     keys = Keys(workdir / f"keys-{count}")
     nodes = start_fleet(image, count, keys)
     try:
@@ -191,13 +209,15 @@ def bench_fleet(image: str, count: int, data: dict, repeat: int, workdir: Path, 
         result["verify"] = summary([timed(nodes, pyinfra(inventory, "deploy/verify.py", data))
                                     for _ in range(repeat)])
         result["drift"] = summary([timed(nodes, drift(inventory, data)) for _ in range(repeat)])
-        if with_ansible:
+        if ansible_repeat:
             ansible_inventory = write_ansible_inventory(workdir / f"ansible-{count}.ini", nodes, keys)
             env = ansible_environment(keys, workdir)
-            runs = [timed(nodes, ansible(ansible_inventory, ansible_expected()), env) for _ in range(repeat)]
+            runs = [timed(nodes, ansible(ansible_inventory, ansible_expected()), env) for _ in range(ansible_repeat)]
             result["ansible_noop"] = summary(runs)
             result["ansible_sample_commands"] = runs[0]["sample_commands"]
         result["noop_sample_commands"] = noop[0]["sample_commands"]
+        if profile:
+            result["noop_profile"] = profile_noop(inventory, data, workdir, count)
         result["node_memory_mb"] = {
             "booted_median": statistics.median(idle.values()),
             "provisioned_median": statistics.median(provisioned.values()),
@@ -257,14 +277,15 @@ def markdown(results: dict) -> str:
         if not measured:
             continue
         out += [f"**{title}**", "",
-                "| nodes | wall s | x 1 node | controller CPU s | nodes' CPU s | controller peak MB "
-                "| remote commands / node | load (1 min) at start |",
-                "|---:|---:|---:|---:|---:|---:|---:|---|"]
-        base = measured[0][name]["wall_s"]
+                "| nodes | wall s (median) | wall s (min) | x 1 node (min) | controller CPU s | nodes' CPU s "
+                "| controller peak MB | remote commands / node | load (1 min) at start |",
+                "|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+        base = min(measured[0][name]["wall_s_runs"])
         for fleet in measured:
             run = fleet[name]
+            fastest = min(run["wall_s_runs"])
             out.append(
-                f"| {fleet['nodes']} | {run['wall_s']:.2f} | {run['wall_s'] / base:.2f} | {run['cpu_s']:.2f} "
+                f"| {fleet['nodes']} | {run['wall_s']:.2f} | {fastest:.2f} | {fastest / base:.2f} | {run['cpu_s']:.2f} "
                 f"| {run['nodes_cpu_s']:.2f} | {run['peak_mb']:.0f} | {run['commands_per_node']:g} "
                 f"| {', '.join(f'{load:.1f}' for load in run['load_1m'])} |"
                 + ("" if run["ok"] else " FAILED")
@@ -296,14 +317,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description="gpu-node fleet benchmark over SSH (prints figures, asserts nothing)")
     parser.add_argument("--nodes", default="1,4,16,64", help="fleet sizes, comma-separated")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--no-ansible", action="store_true", help="skip the Ansible side-by-side run")
+    parser.add_argument("--ansible-repeat", type=int, help="Ansible runs per fleet (default: --repeat; 0: none)")
     parser.add_argument("--verbose", action="store_true", help="list the remote commands of a no-op run")
+    parser.add_argument("--profile", action="store_true", help="profile one more no-op per fleet (cProfile, in the JSON)")
     parser.add_argument("--json", default=str(REPO / "bench" / "results.json"))
     parser.add_argument("--markdown", help="also write the figures as markdown tables to this file")
-    parser.add_argument("--from-json", help="print (and --markdown) the figures of an earlier run, measure nothing")
+    parser.add_argument("--from-json", help="print (and --markdown) the figures of earlier runs (comma-separated "
+                        "JSON files, merged into --json when several), measure nothing")
     args = parser.parse_args()
     if args.from_json:
-        results = json.loads(Path(args.from_json).read_text())
+        # Several runs (e.g. 1,4,16 then 64 on its own) merge into one set of figures.
+        runs = [json.loads(Path(name).read_text()) for name in args.from_json.split(",")]
+        results = {**runs[0], "fleets": sorted((fleet for run in runs for fleet in run["fleets"]),
+                                               key=lambda fleet: fleet["nodes"])}
+        if len(runs) > 1:
+            Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
         print(table(results))
         if args.markdown:
             Path(args.markdown).write_text(markdown(results))
@@ -318,8 +346,9 @@ def main() -> int:
     with repository.serve(workdir / "stable") as url:
         data = {**repository.deploy_data(url), "stages": STAGES}
         for count in (int(n) for n in args.nodes.split(",")):
-            results["fleets"].append(bench_fleet(image, count, data, args.repeat, workdir,
-                                                 not args.no_ansible, args.verbose))
+            ansible_repeat = args.repeat if args.ansible_repeat is None else args.ansible_repeat
+            results["fleets"].append(bench_fleet(image, count, data, args.repeat, workdir, ansible_repeat,
+                                                 args.verbose, args.profile))
             Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
 
     print(f"\nmachine: {results['machine']}\nstages: {STAGES}; toolkit: {REPOSITORY}\n")
