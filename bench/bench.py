@@ -127,9 +127,18 @@ def start_fleet(image: str, count: int, keys: Keys) -> list[SshNode]:
     nodes = [SshNode(image=image, port=port, name=f"node-{index:02d}") for index, port in enumerate(ports)]
     for node in nodes:
         keys.trust(node.port)
+    def boot(node: SshNode) -> None:
+        # Boots slow down with the machine's load (other jobs' e2e tests): one more try.
+        try:
+            node.start_ssh(keys)
+        except Exception as error:
+            print(f"{node.name} did not boot ({str(error)[:200]}): trying again", file=sys.stderr)
+            node.id = ""
+            node.start_ssh(keys)
+
     try:
-        with ThreadPoolExecutor(max_workers=min(count, 8)) as pool:
-            list(pool.map(lambda node: node.start_ssh(keys), nodes))
+        with ThreadPoolExecutor(max_workers=min(count, 4)) as pool:
+            list(pool.map(boot, nodes))
         for node in nodes:
             if not ssh_ok(node, keys):
                 raise RuntimeError(f"ssh to {node.name} (port {node.port}) failed")
@@ -200,10 +209,14 @@ def bench_fleet(image: str, count: int, data: dict, repeat: int, workdir: Path, 
         inventory = write_inventory(workdir / f"inventory-{count}.py", nodes, keys)
         idle = memory_mb(nodes)
         first = timed(nodes, pyinfra(inventory, "deploy/gpu_node.py", data))
-        if not first["ok"]:
-            raise SystemExit(f"provisioning {count} node(s) failed")
-        provisioned = memory_mb(nodes)
         result = {"nodes": count, "first": summary([first])}
+        if not first["ok"]:
+            # A mirror timing out on some of many nodes: a second run finishes them (recorded).
+            second = timed(nodes, pyinfra(inventory, "deploy/gpu_node.py", data))
+            result["first_second_run"] = summary([second])
+            if not second["ok"]:
+                raise SystemExit(f"provisioning {count} node(s) failed twice")
+        provisioned = memory_mb(nodes)
         noop = [timed(nodes, pyinfra(inventory, "deploy/gpu_node.py", data)) for _ in range(repeat)]
         result["noop"] = summary(noop)
         result["verify"] = summary([timed(nodes, pyinfra(inventory, "deploy/verify.py", data))
