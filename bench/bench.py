@@ -122,11 +122,14 @@ def ansible_expected() -> dict:
     }
 
 
-def start_fleet(image: str, count: int, keys: Keys) -> list[SshNode]:
-    ports = free_ports(count)
-    nodes = [SshNode(image=image, port=port, name=f"node-{index:02d}") for index, port in enumerate(ports)]
-    for node in nodes:
-        keys.trust(node.port)
+def start_fleet(image: str, count: int, keys: Keys, hosts_per_node: int = 1) -> list[SshNode]:
+    ports = free_ports(count * hosts_per_node)
+    nodes = [SshNode(image=image, port=ports[index * hosts_per_node], name=f"node-{index:02d}",
+                     extra_ports=ports[index * hosts_per_node + 1:(index + 1) * hosts_per_node])
+             for index in range(count)]
+    for port in ports:
+        keys.trust(port)
+
     def boot(node: SshNode) -> None:
         # Boots slow down with the machine's load (other jobs' e2e tests): one more try.
         try:
@@ -153,14 +156,14 @@ def commands_per_node(nodes: list[SshNode]) -> dict[str, list[str]]:
         return dict(zip((node.name for node in nodes), pool.map(SshNode.take_commands, nodes)))
 
 
-def timed(nodes: list[SshNode], command: list[str], env: dict | None = None, ok=(0,)) -> dict:
-    """One measured run and the commands each node logged for it."""
+def timed(nodes: list[SshNode], command: list[str], env: dict | None = None, ok=(0,), hosts_per_node: int = 1) -> dict:
+    """One measured run and the commands each node logged for it (per inventory host)."""
     commands_per_node(nodes)  # empties the logs
     nodes_cpu = cpu_seconds(nodes)
     run = measure(command, env)
     run["nodes_cpu_s"] = cpu_seconds(nodes) - nodes_cpu
     logged = commands_per_node(nodes)
-    counts = [len(lines) for lines in logged.values()]
+    counts = [len(lines) / hosts_per_node for lines in logged.values()]
     run["commands_per_node"] = statistics.median(counts)
     run["commands_max"] = max(counts)
     run["sample_commands"] = logged[nodes[0].name]
@@ -202,32 +205,45 @@ def profile_noop(inventory: Path, data: dict, workdir: Path, count: int) -> dict
 
 
 def bench_fleet(image: str, count: int, data: dict, repeat: int, workdir: Path, ansible_repeat: int,
-                verbose: bool, profile: bool = False) -> dict:
+                verbose: bool, profile: bool = False, hosts_per_node: int = 1) -> dict:
+    """``count`` inventory hosts: ``count / hosts_per_node`` node containers, each with that many
+    sshd ports. Provisioning runs once per container; the read-only runs on every host."""
+    containers = count // hosts_per_node
     keys = Keys(workdir / f"keys-{count}")
-    nodes = start_fleet(image, count, keys)
+    nodes = start_fleet(image, containers, keys, hosts_per_node)
     try:
-        inventory = write_inventory(workdir / f"inventory-{count}.py", nodes, keys)
+        one_each = write_inventory(workdir / f"inventory-{count}-containers.py",
+                                   [node.endpoints()[0] for node in nodes], keys)
+        inventory = write_inventory(workdir / f"inventory-{count}.py",
+                                    [endpoint for node in nodes for endpoint in node.endpoints()], keys)
         idle = memory_mb(nodes)
-        first = timed(nodes, pyinfra(inventory, "deploy/gpu_node.py", data))
-        result = {"nodes": count, "first": summary([first])}
+        first = timed(nodes, pyinfra(one_each, "deploy/gpu_node.py", data))
+        result = {"nodes": count, "containers": containers, "hosts_per_container": hosts_per_node,
+                  "first": summary([first])}
+        if hosts_per_node > 1:
+            result["first"]["nodes_provisioned"] = containers
         if not first["ok"]:
             # A mirror timing out on some of many nodes: a second run finishes them (recorded).
-            second = timed(nodes, pyinfra(inventory, "deploy/gpu_node.py", data))
+            second = timed(nodes, pyinfra(one_each, "deploy/gpu_node.py", data))
             result["first_second_run"] = summary([second])
             if not second["ok"]:
-                raise SystemExit(f"provisioning {count} node(s) failed twice")
+                raise SystemExit(f"provisioning {containers} node(s) failed twice")
         provisioned = memory_mb(nodes)
-        noop = [timed(nodes, pyinfra(inventory, "deploy/gpu_node.py", data)) for _ in range(repeat)]
+
+        def runs(command, times, env=None):
+            return [timed(nodes, command, env, hosts_per_node=hosts_per_node) for _ in range(times)]
+
+        noop = runs(pyinfra(inventory, "deploy/gpu_node.py", data), repeat)
         result["noop"] = summary(noop)
-        result["verify"] = summary([timed(nodes, pyinfra(inventory, "deploy/verify.py", data))
-                                    for _ in range(repeat)])
-        result["drift"] = summary([timed(nodes, drift(inventory, data)) for _ in range(repeat)])
+        result["verify"] = summary(runs(pyinfra(inventory, "deploy/verify.py", data), repeat))
+        result["drift"] = summary(runs(drift(inventory, data), repeat))
         if ansible_repeat:
-            ansible_inventory = write_ansible_inventory(workdir / f"ansible-{count}.ini", nodes, keys)
+            ansible_inventory = write_ansible_inventory(
+                workdir / f"ansible-{count}.ini", [endpoint for node in nodes for endpoint in node.endpoints()], keys)
             env = ansible_environment(keys, workdir)
-            runs = [timed(nodes, ansible(ansible_inventory, ansible_expected()), env) for _ in range(ansible_repeat)]
-            result["ansible_noop"] = summary(runs)
-            result["ansible_sample_commands"] = runs[0]["sample_commands"]
+            ansible_runs = runs(ansible(ansible_inventory, ansible_expected()), ansible_repeat, env)
+            result["ansible_noop"] = summary(ansible_runs)
+            result["ansible_sample_commands"] = ansible_runs[0]["sample_commands"]
         result["noop_sample_commands"] = noop[0]["sample_commands"]
         if profile:
             result["noop_profile"] = profile_noop(inventory, data, workdir, count)
@@ -333,6 +349,9 @@ def main() -> int:
     parser.add_argument("--ansible-repeat", type=int, help="Ansible runs per fleet (default: --repeat; 0: none)")
     parser.add_argument("--verbose", action="store_true", help="list the remote commands of a no-op run")
     parser.add_argument("--profile", action="store_true", help="profile one more no-op per fleet (cProfile, in the JSON)")
+    parser.add_argument("--hosts-per-node", default="", help="fleet:hosts pairs, e.g. 64:4: that fleet's hosts are "
+                        "fleet/hosts containers with hosts sshd ports each (the read-only runs; provisioning once "
+                        "per container), where the machine cannot boot that many systemd containers")
     parser.add_argument("--json", default=str(REPO / "bench" / "results.json"))
     parser.add_argument("--markdown", help="also write the figures as markdown tables to this file")
     parser.add_argument("--from-json", help="print (and --markdown) the figures of earlier runs (comma-separated "
@@ -360,8 +379,9 @@ def main() -> int:
         data = {**repository.deploy_data(url), "stages": STAGES}
         for count in (int(n) for n in args.nodes.split(",")):
             ansible_repeat = args.repeat if args.ansible_repeat is None else args.ansible_repeat
+            per_node = dict(tuple(map(int, pair.split(":"))) for pair in args.hosts_per_node.split(",") if pair)
             results["fleets"].append(bench_fleet(image, count, data, args.repeat, workdir, ansible_repeat,
-                                                 args.verbose, args.profile))
+                                                 args.verbose, args.profile, per_node.get(count, 1)))
             Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
 
     print(f"\nmachine: {results['machine']}\nstages: {STAGES}; toolkit: {REPOSITORY}\n")

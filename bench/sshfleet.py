@@ -65,6 +65,10 @@ rm -f /etc/ssh/ssh_host_*
 # Started by the benchmark once the node's port and host key are in place, never on port 22.
 systemctl disable ssh.service ssh.socket 2>/dev/null || true
 systemctl mask ssh.socket
+# Each booted node holds inotify instances, and the machine's root user has 128 in all (shared by
+# every container here): units a benchmark node does not need give theirs up (key-only sshd
+# without PAM needs no logind).
+systemctl mask systemd-ask-password-console.path systemd-ask-password-wall.path systemd-logind.service
 cat > {WRAPPER} <<'WRAPPER_EOF'
 {WRAPPER_SCRIPT}WRAPPER_EOF
 chmod 755 {WRAPPER}
@@ -135,33 +139,28 @@ class Keys:
 class SshNode(Node):
     port: int = 0
     name: str = ""
+    # More sshd ports on the same node: several inventory hosts that are one container (read-only
+    # runs only; see bench.py's --hosts-per-node).
+    extra_ports: list[int] = field(default_factory=list)
 
     def start_ssh(self, keys: Keys) -> "SshNode":
-        """Boot the node (harness), then its sshd on its own port with the run's keys."""
+        """Boot the node (harness), then its sshd on its own port(s) with the run's keys."""
         self.start()
         try:
             self.write(HOST_KEY, keys.host.read_text(), mode="600")
             self.write("/root/.ssh/authorized_keys", Path(str(keys.client) + ".pub").read_text(), mode="600")
-            self.write(PORT_CONFIG, f"Port {self.port}\n")
+            self.write(PORT_CONFIG, "".join(f"Port {port}\n" for port in [self.port, *self.extra_ports]))
             self.sh(f"touch {COMMAND_LOG} && systemctl start ssh.service")
         except BaseException:
             self.remove()
             raise
         return self
 
-    def host_data(self, keys: Keys) -> dict:
-        return {
-            "ssh_hostname": "127.0.0.1",
-            "ssh_port": self.port,
-            "ssh_user": "root",
-            "ssh_key": str(keys.client),
-            "ssh_known_hosts_file": str(keys.known_hosts),
-            "ssh_strict_host_key_checking": "yes",
-            "ssh_allow_agent": False,
-            "ssh_look_for_keys": False,
-            # The machine's ~/.ssh/config is not this fleet's business.
-            "ssh_config_file": "/dev/null",
-        }
+    def endpoints(self) -> list[tuple[str, int]]:
+        """(inventory host name, port) of each sshd port."""
+        if not self.extra_ports:
+            return [(self.name, self.port)]
+        return [(f"{self.name}-{index}", port) for index, port in enumerate([self.port, *self.extra_ports])]
 
     def take_commands(self) -> list[str]:
         """The commands logged since the last call (the log is emptied)."""
@@ -169,18 +168,33 @@ class SshNode(Node):
         return [line for line in lines if line.strip()]
 
 
-def write_inventory(path: Path, nodes: list[SshNode], keys: Keys, per_host: dict[str, dict] | None = None) -> Path:
-    """A pyinfra inventory: every node in group gpu_nodes, by name, with its SSH data."""
-    entries = [(node.name, {**node.host_data(keys), **(per_host or {}).get(node.name, {})}) for node in nodes]
+def host_data(port: int, keys: Keys) -> dict:
+    return {
+        "ssh_hostname": "127.0.0.1",
+        "ssh_port": port,
+        "ssh_user": "root",
+        "ssh_key": str(keys.client),
+        "ssh_known_hosts_file": str(keys.known_hosts),
+        "ssh_strict_host_key_checking": "yes",
+        "ssh_allow_agent": False,
+        "ssh_look_for_keys": False,
+        # The machine's ~/.ssh/config is not this fleet's business.
+        "ssh_config_file": "/dev/null",
+    }
+
+
+def write_inventory(path: Path, endpoints: list[tuple[str, int]], keys: Keys) -> Path:
+    """A pyinfra inventory: every (name, port) in group gpu_nodes, with its SSH data."""
+    entries = [(name, host_data(port, keys)) for name, port in endpoints]
     path.write_text("# gpu-node benchmark fleet (generated)\ngpu_nodes = " + repr(entries) + "\n")
     return path
 
 
-def write_ansible_inventory(path: Path, nodes: list[SshNode], keys: Keys) -> Path:
+def write_ansible_inventory(path: Path, endpoints: list[tuple[str, int]], keys: Keys) -> Path:
     lines = ["[gpu_nodes]"]
-    for node in nodes:
+    for name, port in endpoints:
         lines.append(
-            f"{node.name} ansible_host=127.0.0.1 ansible_port={node.port} ansible_user=root "
+            f"{name} ansible_host=127.0.0.1 ansible_port={port} ansible_user=root "
             f"ansible_ssh_private_key_file={keys.client} ansible_python_interpreter=/usr/bin/python3"
         )
     path.write_text("\n".join(lines) + "\n")
