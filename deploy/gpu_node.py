@@ -13,8 +13,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pyinfra import host, logger  # noqa: E402
 
+from deploy.fleet_report import fleet_report_for  # noqa: E402
 from deploy.settings import host_settings  # noqa: E402
 from deploy.tasks.driver import driver_report, nvidia_driver  # noqa: E402
+from deploy.tasks import kernel as kernel_stage  # noqa: E402
+from deploy.tasks import toolkit as toolkit_stage  # noqa: E402
 from deploy.tasks.kernel import kernel_prerequisites  # noqa: E402
 from deploy.tasks.preflight import preflight  # noqa: E402
 from deploy.tasks.containerd import containerd_runtime  # noqa: E402
@@ -28,7 +31,15 @@ if "control_plane" in host.groups and "gpu_nodes" not in host.groups:
     logger.info(f"{host.print_prefix}in control_plane only: not a GPU node, skipped")
 else:
     settings = host_settings(host)
-    node = preflight(settings)
+    # One table and one JSON file for the whole run, after the last host disconnects.
+    fleet_report_for(host.state, settings.fleet_report_path)
+    # The facts the kernel and toolkit stages decide on, read in preflight's one command.
+    read_ahead = []
+    if settings.runs("kernel"):
+        read_ahead += kernel_stage.reads(settings)
+    if settings.runs("toolkit") and settings.nvidia_toolkit_install:
+        read_ahead += toolkit_stage.reads(settings)
+    node = preflight(settings, read_ahead=read_ahead)
     # drain_before_restart: the node to drain before a restart; its control plane checked now.
     drain = drain_plan(settings)
     if settings.runs("kernel"):

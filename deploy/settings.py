@@ -360,6 +360,10 @@ class Settings:
     verify_report_path: str = setting(
         "gpu-node-report.json", controller_path, "where the controller writes the JSON node report"
     )
+    fleet_report_path: str = setting(
+        "gpu-node-fleet.json", controller_path,
+        "where the controller writes the JSON fleet report (one row per node; the first host's value)",
+    )
     verify_image: str = setting(
         "docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
         image_reference,

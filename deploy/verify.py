@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pyinfra import host, logger  # noqa: E402
 
+from deploy.fleet_report import fleet_report_for  # noqa: E402
 from deploy.settings import host_settings  # noqa: E402
 from deploy.tasks.verify import verify  # noqa: E402
 
@@ -21,4 +22,7 @@ from deploy.tasks.verify import verify  # noqa: E402
 if "control_plane" in host.groups and "gpu_nodes" not in host.groups:
     logger.info(f"{host.print_prefix}in control_plane only: not a GPU node, skipped")
 else:
-    verify(host_settings(host))
+    settings = host_settings(host)
+    # One table and one JSON file for the whole run, after the last host disconnects.
+    fleet_report_for(host.state, settings.fleet_report_path)
+    verify(settings)

@@ -1,22 +1,49 @@
-"""Several facts read with one remote command."""
+"""
+Several facts read with one remote command, and facts read ahead for later operations.
+
+A no-op re-run (cron, drift checks, rollouts that find most nodes done) pays one round trip per
+remote command on every node, so preflight reads up front, in its one command, the facts the
+later stages would each read alone (``read_ahead``). A stage and its operations ask
+``known_fact`` instead of ``host.get_fact``: they get the value read earlier in the run while no
+operation has changed anything on the host since, else it is read again, so a value is never
+older than the last change. (pyinfra itself caches no fact: each get_fact is a remote command.)
+"""
 
 from __future__ import annotations
+
+import json
 
 from pyinfra.api import FactBase, StringCommand
 
 MARKER = "@@gpu-node-fact "
 
+# (fact class, its keyword arguments): a fact to read ahead
+FactCall = tuple[type[FactBase], dict]
+
+
+def _section(fact: type[FactBase], index: int | None) -> str:
+    return fact.__name__ if index is None else f"{fact.__name__}#{index}"
+
 
 class CombinedOutput(FactBase):
     """
-    The output lines of several argument-less facts' commands run in one remote command, each
-    in a subshell of its own after a marker line; ``read_facts`` hands each its own lines.
+    The output lines of several facts' commands run in one remote command, each in a subshell of
+    its own after a marker line; ``read_facts`` hands each its own lines. ``facts`` are
+    argument-less fact classes; ``calls`` are (fact class, keyword arguments) pairs.
     """
 
-    def command(self, facts=()):
+    def command(self, facts=(), calls=()):
         parts = []
-        for fact in facts:
-            parts += ["echo", f"'{MARKER}{fact.__name__}';", "(", fact().command(), ") 2>/dev/null;"]
+        entries = [(fact, {}, None) for fact in facts]
+        entries += [(fact, kwargs, index) for index, (fact, kwargs) in enumerate(calls)]
+        for fact, kwargs, index in entries:
+            instance = fact()
+            command = instance.command(**kwargs)
+            requires = instance.requires_command(**kwargs) if callable(instance.requires_command) else None
+            if requires:
+                # As pyinfra runs it: nothing printed when the tool is missing (the fact's default).
+                command = StringCommand("if command -v", requires, ">/dev/null 2>&1; then", command, "; fi")
+            parts += ["echo", f"'{MARKER}{_section(fact, index)}';", "(", command, ") 2>/dev/null;"]
         parts.append("true")
         return StringCommand(*parts)
 
@@ -40,19 +67,70 @@ def split_sections(lines: list[str]) -> dict[str, list[str]]:
     return sections
 
 
-def read_facts(host, *facts: type[FactBase]) -> dict:
+def _value(fact: type[FactBase], lines: list[str] | None):
+    instance = fact()
+    if lines:
+        return instance.process(lines)
+    default = instance.default
+    return default() if callable(default) else default
+
+
+def _key(fact: type[FactBase], kwargs: dict) -> tuple[str, str]:
+    return fact.__name__, json.dumps(kwargs, sort_keys=True, default=list)
+
+
+def read_facts(host, *facts: type[FactBase], read_ahead: tuple[FactCall, ...] | list[FactCall] = ()) -> dict:
     """
     Read argument-less ``facts`` from ``host`` in one remote command: {class name: value}.
     Each value is what the fact alone gives (its default when its command printed nothing).
+    The same command reads the ``read_ahead`` facts for ``known_fact``; the argument-less
+    facts are kept for it too.
     """
-    sections = split_sections(host.get_fact(CombinedOutput, facts=facts))
-    values = {}
+    calls = tuple((fact, dict(kwargs)) for fact, kwargs in read_ahead)
+    sections = split_sections(host.get_fact(CombinedOutput, facts=facts, calls=calls))
+    values = {fact.__name__: _value(fact, sections.get(fact.__name__)) for fact in facts}
+    known, changes = _known(host), changes_so_far(host)
     for fact in facts:
-        instance = fact()
-        lines = sections.get(fact.__name__) or []
-        if lines:
-            values[fact.__name__] = instance.process(lines)
-        else:
-            default = instance.default
-            values[fact.__name__] = default() if callable(default) else default
+        if fact.__name__ in sections:
+            known[_key(fact, {})] = (values[fact.__name__], changes)
+    for index, (fact, kwargs) in enumerate(calls):
+        section = _section(fact, index)
+        # A section that is not there at all was not read (a scripted test host): read it later.
+        if section in sections:
+            known[_key(fact, kwargs)] = (_value(fact, sections[section]), changes)
     return values
+
+
+def _known(host) -> dict:
+    """(fact name, arguments) -> (value, changes_so_far when it was read)"""
+    known = getattr(host, "_gpu_node_known_facts", None)
+    if known is None:
+        known = host._gpu_node_known_facts = {}
+    return known
+
+
+def changes_so_far(host) -> int:
+    """How many operations have changed something on ``host`` in this run."""
+    count = 0
+    state = getattr(host, "state", None)  # None: a host stand-in outside a pyinfra run
+    for op_data in (state.ops.get(host, {}) if state else {}).values():
+        meta = op_data.operation_meta
+        if meta.is_complete() and meta.did_change():
+            count += 1
+    return count
+
+
+def known_fact(host, fact: type[FactBase], **kwargs):
+    """
+    ``host.get_fact(fact, **kwargs)``, answered from a value read earlier in this run (read ahead,
+    or by an earlier call) when no operation changed anything on the host since that read. Call it
+    before the operation's first command: an operation's own commands count once it completes.
+    """
+    key = _key(fact, kwargs)
+    known = _known(host)
+    changes = changes_so_far(host)
+    if key in known and known[key][1] == changes:
+        return known[key][0]
+    value = host.get_fact(fact, **kwargs)
+    known[key] = (value, changes)
+    return value

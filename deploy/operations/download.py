@@ -17,6 +17,7 @@ import shlex
 from pyinfra import host
 from pyinfra.api import OperationValueError, QuoteString, StringCommand, operation
 
+from deploy.facts.combined import known_fact
 from deploy.facts.files import FileDigests
 from deploy.operations.packages import apt_lock_option, apt_sources_changed
 
@@ -154,6 +155,23 @@ def commit_staged_source(path: str, keyring: str) -> StringCommand:
     )
 
 
+REPLACE, REPAIR, IN_PLACE = "replace", "repair", "in place"
+
+
+def source_state(digests: dict, path: str, content: str, keyring: str) -> str:
+    """From FileDigests of the source and its keyring: REPLACE when the source is new or changed
+    (so a changed key URL takes effect) or the keyring is missing, REPAIR when only the source's
+    mode or owner drifted, else IN_PLACE."""
+    current = digests.get(path)
+    if current is None or current["sha256"] != hashlib.sha256(content.encode()).hexdigest():
+        return REPLACE
+    if digests.get(keyring) is None:
+        return REPLACE
+    if (current["mode"], current["owner"]) != ("644", "root:root"):
+        return REPAIR
+    return IN_PLACE
+
+
 @operation()
 def signed_apt_source(path: str, content: str, keyring: str, key_url: str, repository: str = "",
                       timeout: int = 30):
@@ -167,15 +185,13 @@ def signed_apt_source(path: str, content: str, keyring: str, key_url: str, repos
         raise OperationValueError(f"the apt source for {path} must name signed-by={keyring}")
     if not keyring.endswith(".asc"):
         raise OperationValueError(f"keyring {keyring} must end in .asc: the key is stored ASCII-armoured")
-    digests = host.get_fact(FileDigests, paths=[path, keyring])
-    current = digests.get(path)
-    source_changes = current is None or current["sha256"] != hashlib.sha256(content.encode()).hexdigest()
-    if source_changes or digests.get(keyring) is None:
+    state = source_state(known_fact(host, FileDigests, paths=[path, keyring]), path, content, keyring)
+    if state == REPLACE:
         apt_sources_changed()
         yield stage_verified_source(path, content, keyring, key_url, repository or path, timeout)
         yield commit_staged_source(path, keyring)
         return
-    if (current["mode"], current["owner"]) != ("644", "root:root"):
+    if state == REPAIR:
         yield StringCommand("chown", "root:root", QuoteString(path), "&&", "chmod", "644", QuoteString(path))
         return
     host.noop(f"{path} and its keyring {keyring} are in place")

@@ -17,6 +17,7 @@ from pyinfra.facts.pacman import PacmanPackages
 from pyinfra.facts.rpm import RpmPackages
 from pyinfra.operations import apt, dnf, files, pacman, zypper
 
+from deploy.facts.combined import known_fact
 from deploy.facts.nvidia import IgnoredPackages, NvidiaNode, PackagesAvailable
 from deploy.operations.packages import apt_lock_option, apt_sources_changed, refresh_apt_lists
 
@@ -244,6 +245,11 @@ def mark_reboot_required(packages: list):
     )
 
 
+def reboot_required(node: dict, driver_packages: list) -> bool:
+    """The system asks for a reboot because of one of our driver packages."""
+    return bool(node["reboot_required"] and set(node["reboot_packages"]) & set(driver_packages))
+
+
 def driver_state_lines(node: dict, require_gpu: bool, driver_packages: list) -> list[str]:
     """What the end-of-run report says about the driver on this node."""
     lines = []
@@ -253,7 +259,7 @@ def driver_state_lines(node: dict, require_gpu: bool, driver_packages: list) -> 
             + (" (require_gpu=true)" if require_gpu else "")
         )
     ours = sorted(set(node["reboot_packages"]) & set(driver_packages))
-    if node["reboot_required"] and ours:
+    if reboot_required(node, driver_packages):
         lines.append(
             f"reboot required: the NVIDIA driver changed ({', '.join(ours)}) and its kernel module "
             "is not loaded; reboot the node (or rerun with reboot_allowed=true)"
@@ -265,8 +271,13 @@ def driver_state_lines(node: dict, require_gpu: bool, driver_packages: list) -> 
 
 @operation()
 def report_driver_state(require_gpu: bool, driver_packages: list):
-    """Log the driver's state (no GPU, reboot required) as the last word of the run; changes nothing."""
-    node = host.get_fact(NvidiaNode)
+    """Log the driver's state (no GPU, reboot required) as the last word of the run; changes nothing.
+    Preflight's reading serves unless something changed on the host since."""
+    node = known_fact(host, NvidiaNode)
+    report = getattr(host.state, "_gpu_node_fleet_report", None)
+    if report is not None:
+        report.note_driver(host.name, no_gpu=not node["gpus"],
+                           reboot_required=reboot_required(node, driver_packages))
     for line in driver_state_lines(node, require_gpu, driver_packages):
         logger.warning(f"{host.print_prefix}{line}")
     host.noop("; ".join(driver_state_lines(node, require_gpu, driver_packages)) or "driver state reported")

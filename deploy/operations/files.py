@@ -9,8 +9,19 @@ from io import StringIO
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, QuoteString, StringCommand, operation
 
+from deploy.facts.combined import known_fact
 from deploy.facts.files import FileDigest
 from deploy.operations.safe_install import CANDIDATE_SUFFIX
+
+
+def text_up_to_date(current: dict | None, content: str, mode: str = "644", owner: str = "root:root") -> bool:
+    """Whether a file's FileDigest shows exactly ``content`` with ``mode`` and ``owner``."""
+    return (
+        current is not None
+        and current["sha256"] == hashlib.sha256(content.encode()).hexdigest()
+        and current["owner"] == owner
+        and current["mode"] == mode.lstrip("0")
+    )
 
 
 @operation()
@@ -22,7 +33,7 @@ def put_text(dest: str, content: str, mode: str = "644", owner: str = "root:root
     re-run this from cron, so one read (checksum, mode, owner together) is worth it here.
     """
     wanted = hashlib.sha256(content.encode()).hexdigest()
-    current = host.get_fact(FileDigest, path=dest)
+    current = known_fact(host, FileDigest, path=dest)
     target = QuoteString(dest)
     if current is None or current["sha256"] != wanted:
         if current is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
+from deploy.facts.combined import known_fact
 from deploy.facts.kernel import KernelState
 
 
@@ -23,20 +24,22 @@ def load_module(module: str, provides_filesystem: str | None = None, provides_sy
     Load a kernel module unless it is already present; a built-in module (absent from
     lsmod, but its filesystem or sysctl exists) counts as present.
     """
-    state = host.get_fact(
-        KernelState, modules=[module], sysctls=[provides_sysctl] if provides_sysctl else []
-    )
+    state = known_fact(host, KernelState, modules=[module], sysctls=[provides_sysctl] if provides_sysctl else [])
     if module_present(state, module, provides_filesystem, provides_sysctl):
         host.noop(f"kernel module {module} is present")
         return
     yield StringCommand("modprobe", QuoteString(module))
 
 
+def differing_sysctls(state: dict, values: dict) -> dict:
+    return {key: str(value) for key, value in values.items() if state["sysctls"].get(key) != str(value)}
+
+
 @operation()
 def apply_sysctls(values: dict):
     """Set sysctl values now, only those that differ from the running kernel's."""
-    state = host.get_fact(KernelState, modules=[], sysctls=sorted(values))
-    differing = {key: str(value) for key, value in values.items() if state["sysctls"].get(key) != str(value)}
+    state = known_fact(host, KernelState, modules=[], sysctls=sorted(values))
+    differing = differing_sysctls(state, values)
     if not differing:
         host.noop("sysctl values are already applied")
         return

@@ -12,6 +12,7 @@ from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.operations import apt, dnf
 
+from deploy.facts.combined import known_fact
 from deploy.facts.packages import DebPackageStates, RpmPackageStates, ZypperLocks
 from deploy.facts.recovery import lock_holders_script
 
@@ -54,13 +55,18 @@ def _needed(states: dict, packages: dict[str, str | None]) -> list[str]:
     ]
 
 
+def apt_install_needed(states: dict, packages: dict[str, str | None], hold: bool = False) -> bool:
+    """Whether apt_install would change anything, from its DebPackageStates fact."""
+    return bool(_needed(states, packages)) or (hold and not all(states[name]["held"] for name in packages))
+
+
 @operation()
 def apt_install(packages: dict, hold: bool = False):
     """
     Ensure Debian packages are installed, at ``version`` where one is given ({name: version or None}),
     refreshing the lists first only when something must be installed; hold them when asked.
     """
-    states = host.get_fact(DebPackageStates, packages=sorted(packages))
+    states = known_fact(host, DebPackageStates, packages=sorted(packages))
     needed = _needed(states, packages)
     if needed:
         yield from refresh_apt_lists()

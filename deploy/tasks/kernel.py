@@ -6,6 +6,9 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 
 from deploy.distros import Platform
+from deploy.facts.combined import known_fact
+from deploy.facts.files import FileDigest
+from deploy.facts.kernel import KernelState
 from deploy.operations import files, kernel
 from deploy.settings import Settings
 
@@ -42,28 +45,51 @@ def blacklist_text() -> str:
     return HEADER + "".join(lines) + "options nouveau modeset=0\n"
 
 
+def managed_files() -> dict[str, str]:
+    """path -> the text the kernel stage keeps there."""
+    return {MODULES_LOAD_PATH: modules_load_text(), SYSCTL_PATH: sysctl_text(), BLACKLIST_PATH: blacklist_text()}
+
+
+def kernel_state_calls() -> list[tuple[str, dict]]:
+    """The KernelState reads of the module and sysctl operations, by operation."""
+    calls = [(module, {"modules": [module], "sysctls": [sysctl] if sysctl else []})
+             for module, (_, sysctl) in KUBERNETES_MODULES.items()]
+    return calls + [("sysctls", {"modules": [], "sysctls": sorted(KUBERNETES_SYSCTLS)})]
+
+
+def reads(settings: Settings) -> list[tuple[type, dict]]:
+    """The facts this stage decides on, for preflight to read ahead in its one command."""
+    calls: list[tuple[type, dict]] = [(FileDigest, {"path": path}) for path in managed_files()]
+    if settings.kernel_modules_load:
+        calls += [(KernelState, kwargs) for _, kwargs in kernel_state_calls()]
+    return calls
+
+
 @deploy("Kernel prerequisites")
 def kernel_prerequisites(settings: Settings, platform: Platform):
-    files.put_text(
-        name="Persist the overlay and br_netfilter modules",
-        dest=MODULES_LOAD_PATH,
-        content=modules_load_text(),
-    )
-    files.put_text(
-        name="Persist the Kubernetes sysctls",
-        dest=SYSCTL_PATH,
-        content=sysctl_text(),
-    )
-    blacklist = files.put_text(
-        name="Blacklist nouveau and nova",
-        dest=BLACKLIST_PATH,
-        content=blacklist_text(),
-    )
-    kernel.rebuild_initramfs(
-        name="Rebuild the initramfs after blacklisting nouveau",
-        command=platform.family.initramfs_command,
-        _if=blacklist.did_change,
-    )
+    # An operation only for what differs: a fleet's no-op re-run pays pyinfra's per-operation
+    # cost for nothing otherwise. The facts are the ones the operations themselves read.
+    texts = managed_files()
+    current = {path: known_fact(host, FileDigest, path=path) for path in texts}
+    names = {
+        MODULES_LOAD_PATH: "Persist the overlay and br_netfilter modules",
+        SYSCTL_PATH: "Persist the Kubernetes sysctls",
+        BLACKLIST_PATH: "Blacklist nouveau and nova",
+    }
+    changing = {path for path, text in texts.items() if not files.text_up_to_date(current[path], text)}
+    for path in (MODULES_LOAD_PATH, SYSCTL_PATH):
+        if path in changing:
+            files.put_text(name=names[path], dest=path, content=texts[path])
+    if BLACKLIST_PATH in changing:
+        blacklist = files.put_text(name=names[BLACKLIST_PATH], dest=BLACKLIST_PATH, content=texts[BLACKLIST_PATH])
+        kernel.rebuild_initramfs(
+            name="Rebuild the initramfs after blacklisting nouveau",
+            command=platform.family.initramfs_command,
+            _if=blacklist.did_change,
+        )
+    unchanged = [path for path in texts if path not in changing]
+    if unchanged:
+        logger.debug(f"{host.print_prefix}up to date: {', '.join(unchanged)}")
 
     if not settings.kernel_modules_load:
         logger.info(
@@ -71,11 +97,17 @@ def kernel_prerequisites(settings: Settings, platform: Platform):
             "for the next boot, not loaded now"
         )
         return
+    calls = dict(kernel_state_calls())
     for module, (filesystem, sysctl) in KUBERNETES_MODULES.items():
+        state = known_fact(host, KernelState, **calls[module])
+        if kernel.module_present(state, module, filesystem, sysctl):
+            continue
         kernel.load_module(
             name=f"Load the {module} kernel module",
             module=module,
             provides_filesystem=filesystem,
             provides_sysctl=sysctl,
         )
-    kernel.apply_sysctls(name="Apply the Kubernetes sysctls", values=KUBERNETES_SYSCTLS)
+    state = known_fact(host, KernelState, **calls["sysctls"])
+    if kernel.differing_sysctls(state, KUBERNETES_SYSCTLS):
+        kernel.apply_sysctls(name="Apply the Kubernetes sysctls", values=KUBERNETES_SYSCTLS)

@@ -89,12 +89,13 @@ def headers_findings(plan: DriverPlan | None, available: dict) -> list[str]:
 
 
 @deploy("Preflight")
-def preflight(settings: Settings) -> Node:
+def preflight(settings: Settings, read_ahead: list[tuple[type, dict]] | tuple = ()) -> Node:
     for note in likely_typos(host.data.dict()):
         logger.warning(f"{host.print_prefix}{note}")
-    # One remote command for what every node run needs first (re-runs from cron pay per command).
+    # One remote command for what every node run needs first (re-runs from cron pay per command),
+    # and for the facts the later stages decide on (``read_ahead``, see deploy/facts/combined.py).
     facts = read_facts(host, LinuxDistribution, Arch, NvidiaNode, ContainerdFlavour, PackageManagerState,
-                       PendingRestarts)
+                       PendingRestarts, read_ahead=read_ahead)
     platform = detect_platform(facts["LinuxDistribution"], facts["Arch"])
     logger.info(f"{host.print_prefix}platform: {platform.description}, family {platform.family.name}")
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.operations import pacman, zypper
 
 from deploy.distros import Platform
+from deploy.facts.combined import known_fact
+from deploy.facts.files import FileDigests
+from deploy.facts.packages import DebPackageStates
 from deploy.operations import download, files
 from deploy.operations import packages as package_ops
 from deploy.settings import Settings
@@ -60,16 +64,33 @@ def wanted_packages(settings: Settings) -> dict[str, str | None]:
     return {name: settings.nvidia_toolkit_version for name in TOOLKIT_PACKAGES}
 
 
+def reads(settings: Settings) -> list[tuple[type, dict]]:
+    """The facts the apt path decides on, for preflight to read ahead (harmless elsewhere: a
+    missing file reads as absent, and without dpkg-query the package fact reads nothing)."""
+    return [
+        (FileDigests, {"paths": [APT_SOURCE, APT_KEYRING]}),
+        (DebPackageStates, {"packages": sorted(TOOLKIT_PACKAGES)}),
+    ]
+
+
 @deploy("NVIDIA container toolkit")
 def toolkit(settings: Settings, platform: Platform):
     manager = platform.family.package_manager
     pinned = settings.nvidia_toolkit_version is not None
 
     if manager == "apt":
+        # Operations only for what differs (their own facts, read ahead by preflight): a fleet's
+        # no-op re-run pays pyinfra's per-operation cost for nothing otherwise.
+        source_text = apt_source_text(settings, platform)
+        digests = known_fact(host, FileDigests, paths=[APT_SOURCE, APT_KEYRING])
+        states = known_fact(host, DebPackageStates, packages=sorted(TOOLKIT_PACKAGES))
+        source = download.source_state(digests, APT_SOURCE, source_text, APT_KEYRING)
+        if source == download.IN_PLACE and not package_ops.apt_install_needed(states, wanted_packages(settings), pinned):
+            return
         download.signed_apt_source(
             name="Add the NVIDIA container toolkit repository (signed-by keyring)",
             path=APT_SOURCE,
-            content=apt_source_text(settings, platform),
+            content=source_text,
             keyring=APT_KEYRING,
             key_url=settings.nvidia_toolkit_gpgkey_url,
             repository=repository_url(settings, platform),

@@ -41,7 +41,9 @@ HOSTILE_VALUES = [
 URL_KEYS = ("nvidia_toolkit_repo_url", "nvidia_toolkit_gpgkey_url", "gpushare_inspect_source")
 # Keys whose values may hold spaces, quotes and ; (a path): they must be quoted wherever they go.
 PATH_KEYS = ("containerd_config_path", "docker_daemon_config_path", "kubeconfig",
-             "gpushare_scheduler_config_path", "gpushare_inspect_path", "verify_report_path")
+             "gpushare_scheduler_config_path", "gpushare_inspect_path", "verify_report_path",
+             "fleet_report_path")
+CONTROLLER_PATH_KEYS = ("verify_report_path", "fleet_report_path")
 SHELL_SPECIAL = set(" \t'\"\\`$;|&<>()\n\r\x00")
 
 
@@ -81,18 +83,19 @@ def test_percent_encoded_urls_are_accepted(key):
     assert getattr(parse_settings({key: value}), key) == value
 
 
-@pytest.mark.parametrize("key", [key for key in PATH_KEYS if key != "verify_report_path"])
+@pytest.mark.parametrize("key", [key for key in PATH_KEYS if key not in CONTROLLER_PATH_KEYS])
 @pytest.mark.parametrize("char", ["\n", "\x00", "\x1b", "\x7f", "\t"])
 def test_paths_refuse_control_characters(key, char):
     with pytest.raises(SettingsError, match=f"invalid setting {key}=.*without control characters"):
         parse_settings({key: f"/etc/a{char}b"})
 
 
-def test_the_report_path_is_a_controller_path_without_control_characters():
-    assert parse_settings({"verify_report_path": "reports/node a.json"}).verify_report_path == "reports/node a.json"
+@pytest.mark.parametrize("key", CONTROLLER_PATH_KEYS)
+def test_the_report_paths_are_controller_paths_without_control_characters(key):
+    assert getattr(parse_settings({key: "reports/node a.json"}), key) == "reports/node a.json"
     for value in ("a\nb.json", "a\x00b", ""):
-        with pytest.raises(SettingsError, match="verify_report_path=.*without control characters"):
-            parse_settings({"verify_report_path": value})
+        with pytest.raises(SettingsError, match=f"{key}=.*without control characters"):
+            parse_settings({key: value})
 
 
 def test_kube_node_names_must_map_to_kubernetes_node_names():

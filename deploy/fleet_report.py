@@ -1,0 +1,188 @@
+"""
+The fleet report: after a run, one row per node (converged / changed / failed, reboot required,
+no GPU, the verification summary), printed last and written as one JSON file on the controller,
+so an operator of many nodes reads one table instead of pyinfra's per-operation output.
+
+pyinfra calls its state callbacks' ``host_disconnect`` for every host it connected to once the run
+is over (also when hosts failed): the report is made when the last one disconnects. A run that did
+not execute (``--dry``, a declined confirmation) has no report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyinfra.api.state import BaseStateCallback, StateStage
+
+from deploy.report import FAIL, PASS, SKIP, store_for
+
+FLEET_REPORT_VERSION = 1
+CONVERGED, CHANGED, FAILED, NOT_RUN = "converged", "changed", "failed", "not run"
+
+
+@dataclass
+class DriverNote:
+    no_gpu: bool = False
+    reboot_required: bool = False
+
+
+@dataclass
+class FleetRow:
+    host: str
+    status: str
+    changed_operations: list[str] = field(default_factory=list)
+    failed_operations: list[str] = field(default_factory=list)
+    no_gpu: bool | None = None
+    reboot_required: bool | None = None
+    # {"pass": n, "fail": n, "skip": n, "failed_steps": [...]}, None when verification did not run
+    verify: dict[str, Any] | None = None
+
+    def verify_text(self) -> str:
+        if self.verify is None:
+            return "not run"
+        text = f"{self.verify[PASS]} pass, {self.verify[FAIL]} fail, {self.verify[SKIP]} skip"
+        if self.verify["failed_steps"]:
+            text += ": " + ", ".join(self.verify["failed_steps"])
+        return text
+
+
+def _flag(value: bool | None) -> str:
+    return "?" if value is None else ("yes" if value else "no")
+
+
+def fleet_table(rows: list[FleetRow]) -> str:
+    counts = {status: sum(row.status == status for row in rows) for status in (CONVERGED, CHANGED, FAILED)}
+    header = (f"--> Fleet report: {len(rows)} node{'s' if len(rows) != 1 else ''}: {counts[CONVERGED]} converged, "
+              f"{counts[CHANGED]} changed, {counts[FAILED]} failed")
+    columns = ("node", "result", "reboot required", "no GPU", "verify")
+    table = [columns] + [
+        (row.host, row.status, _flag(row.reboot_required), _flag(row.no_gpu), row.verify_text()) for row in rows
+    ]
+    widths = [max(len(line[index]) for line in table) for index in range(len(columns) - 1)]
+    lines = [header]
+    for line in table:
+        lines.append("    " + "  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[-1])
+    for row in rows:
+        if row.failed_operations:
+            lines.append(f"    {row.host} failed in: {'; '.join(row.failed_operations)}")
+    return "\n".join(lines)
+
+
+def fleet_json(rows: list[FleetRow]) -> dict[str, Any]:
+    return {
+        "version": FLEET_REPORT_VERSION,
+        "ok": all(row.status != FAILED for row in rows),
+        "counts": {status: sum(row.status == status for row in rows) for status in (CONVERGED, CHANGED, FAILED)},
+        "nodes": [vars(row) for row in rows],
+    }
+
+
+def write_json(path: str | os.PathLike, rows: list[FleetRow]) -> Path:
+    """Atomically (same-directory temporary file, then rename)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(handle, "w") as stream:
+            json.dump(fleet_json(rows), stream, indent=2, sort_keys=True)
+            stream.write("\n")
+        os.replace(temp, target)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def _op_name(state, op_hash: str) -> str:
+    return ", ".join(state.op_meta[op_hash].names)
+
+
+def fleet_rows(state, notes: dict[str, DriverNote]) -> list[FleetRow]:
+    """A row per host pyinfra connected to, from its operations' results in this run."""
+    verified = {record.host: record for record in store_for(state).all_records()} if hasattr(
+        state, "_gpu_node_report") else {}
+    rows = []
+    for host in sorted(state.activated_hosts, key=lambda host: host.name):
+        changed, failed = [], []
+        for op_hash in state.get_op_order():
+            op_data = state.ops.get(host, {}).get(op_hash)
+            if op_data is None:
+                continue
+            meta = op_data.operation_meta
+            if not meta.is_complete():
+                continue
+            if meta.did_error():
+                failed.append(_op_name(state, op_hash))
+            elif meta.did_change():
+                changed.append(_op_name(state, op_hash))
+        if host in state.failed_hosts or failed:
+            status = FAILED
+        elif changed:
+            status = CHANGED
+        else:
+            status = CONVERGED
+        note = notes.get(host.name)
+        record = verified.get(host.name)
+        if note is None and record is not None:  # verify.py alone: the ladder saw the PCI bus
+            gpu_step = next((step for step in record.steps if step.name == "gpu_pci"), None)
+            note = DriverNote(no_gpu=gpu_step.status != PASS) if gpu_step else None
+            reboot_unknown = True
+        else:
+            reboot_unknown = False
+        verify = None
+        if record is not None:
+            verify = {status_: sum(step.status == status_ for step in record.steps) for status_ in (PASS, FAIL, SKIP)}
+            verify["failed_steps"] = [step.name for step in record.failed]
+        rows.append(FleetRow(
+            host=host.name, status=status, changed_operations=changed, failed_operations=failed,
+            no_gpu=note.no_gpu if note else None,
+            reboot_required=note.reboot_required if note and not reboot_unknown else None,
+            verify=verify,
+        ))
+    return rows
+
+
+class FleetReport(BaseStateCallback):
+    """One per pyinfra State (``fleet_report_for``): collects driver notes, reports at the end."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.notes: dict[str, DriverNote] = {}
+        self.disconnected: set[str] = set()
+        self.done = False
+
+    def note_driver(self, host_name: str, no_gpu: bool, reboot_required: bool) -> None:
+        self.notes[host_name] = DriverNote(no_gpu=no_gpu, reboot_required=reboot_required)
+
+    def host_disconnect(self, state, host) -> None:
+        self.disconnected.add(host.name)
+        if self.done or len(self.disconnected) < len(state.activated_hosts):
+            return
+        self.done = True
+        if state.current_stage not in (StateStage.Execute, StateStage.Disconnect):
+            return  # nothing was executed: a dry run or a declined confirmation
+        self.finish(state)
+
+    def finish(self, state, stream=None) -> list[FleetRow]:
+        rows = fleet_rows(state, self.notes)
+        written = write_json(self.path, rows)
+        out = stream or sys.stderr  # stdout stays pure JSON with --json
+        out.write("\n" + fleet_table(rows) + f"\n--> Fleet report written to {written.resolve()}\n")
+        out.flush()
+        return rows
+
+
+def fleet_report_for(state, path: str) -> FleetReport:
+    """The State's fleet report, hooked into its callbacks on the first call."""
+    report = getattr(state, "_gpu_node_fleet_report", None)
+    if report is None:
+        report = FleetReport(path)
+        state._gpu_node_fleet_report = report
+        state.add_callback_handler(report)
+    return report

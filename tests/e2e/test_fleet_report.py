@@ -1,0 +1,81 @@
+"""
+The fleet report on three real nodes in one pyinfra run: one left as it was (converged), one with
+a managed file edited by hand (changed: put back), one with a containerd config.toml that is not
+TOML (failed: the file is left byte for byte). The table is the run's last word and the JSON file
+holds the same rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from harness import REPO, SAFE_DATA, DeployResult, run
+
+from deploy.tasks.kernel import SYSCTL_PATH
+
+STAGES = "kernel,toolkit,runtimes,verify"
+CONTAINERD_CONFIG = "/etc/containerd/config.toml"
+WIRE = f"containerd | Wire the nvidia runtime into {CONTAINERD_CONFIG}"
+
+
+def deploy_fleet(nodes, data: dict) -> DeployResult:
+    """One `pyinfra -y` run over all the nodes, as an operator runs a fleet."""
+    args = [sys.executable, "-m", "pyinfra", "-y", ",".join(node.target for node in nodes), "deploy/gpu_node.py"]
+    for key, value in {**SAFE_DATA, **data}.items():
+        args += ["--data", f"{key}={value}"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("GPU_NODES", None)
+    result = run(args, check=False, cwd=REPO, env=env, timeout=1500)
+    return DeployResult(result.returncode, result.stdout, result.stderr, args)
+
+
+def test_fleet_report_on_three_nodes_one_converged_one_changed_one_failed(start_node, toolkit_repo, tmp_path):
+    nodes = [start_node() for _ in range(3)]
+    converged, changed, broken = nodes
+    report_path = tmp_path / "fleet.json"
+    data = {**toolkit_repo.data(), "stages": STAGES, "fleet_report_path": str(report_path)}
+
+    first = deploy_fleet(nodes, data)
+    assert first.returncode == 0, first.explain()
+    provisioned = json.loads(report_path.read_text())
+    assert provisioned["ok"] and provisioned["counts"]["changed"] == 3, provisioned
+
+    changed.write(SYSCTL_PATH, "net.ipv4.ip_forward = 0\n")
+    broken.write(CONTAINERD_CONFIG, "this is [not toml\n")
+    broken_before = broken.stat(CONTAINERD_CONFIG)
+
+    result = deploy_fleet(nodes, data)
+    assert result.returncode != 0, result.explain()
+    assert broken.stat(CONTAINERD_CONFIG) == broken_before, "a file the tool cannot edit is left byte for byte"
+
+    report = json.loads(report_path.read_text())
+    rows = {row["host"]: row for row in report["nodes"]}
+    assert sorted(rows) == sorted(node.target for node in nodes)
+    assert report["ok"] is False
+    assert report["counts"] == {"converged": 1, "changed": 1, "failed": 1}
+
+    assert rows[converged.target]["status"] == "converged"
+    assert rows[converged.target]["changed_operations"] == []
+    assert rows[changed.target]["status"] == "changed"
+    assert rows[changed.target]["changed_operations"] == ["Kernel prerequisites | Persist the Kubernetes sysctls"]
+    assert rows[broken.target]["status"] == "failed"
+    assert rows[broken.target]["failed_operations"] == [WIRE]
+    # The failed node stopped at the containerd stage: no verification, no driver report.
+    assert rows[broken.target]["verify"] is None
+    for node in (converged, changed):
+        row = rows[node.target]
+        assert row["verify"]["fail"] == 0 and row["verify"]["pass"] >= 3, row
+        assert row["no_gpu"] is True and row["reboot_required"] is False, row
+
+    # The table is printed after pyinfra's own output, one row per node.
+    table = result.stderr[result.stderr.index("--> Fleet report: 3 nodes: 1 converged, 1 changed, 1 failed"):]
+    lines = table.splitlines()
+    assert lines[1].split() == ["node", "result", "reboot", "required", "no", "GPU", "verify"]
+    cells = {line.split()[0]: line.split() for line in lines[2:5]}
+    assert cells[converged.target][1:4] == ["converged", "no", "yes"]
+    assert cells[changed.target][1:4] == ["changed", "no", "yes"]
+    assert cells[broken.target][1:] == ["failed", "?", "?", "not", "run"]
+    assert f"{broken.target} failed in: {WIRE}" in table
+    assert f"--> Fleet report written to {report_path}" in table

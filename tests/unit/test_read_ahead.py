@@ -1,0 +1,128 @@
+"""
+Facts read ahead in preflight's one command (deploy/facts/combined.py): each value is what the
+fact alone gives (run for real in a local shell), an operation gets it without a remote command
+while nothing changed on the host, and reads again after a change; stages create no operation
+for what is already in place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+
+from plan import run_plan, settings_for
+from pyinfra import host
+from pyinfra.api import deploy, operation
+
+from deploy.distros import detect_platform
+from deploy.facts.combined import known_fact, read_facts
+from deploy.facts.files import FileDigest, FileDigests
+from deploy.facts.kernel import KernelState
+from deploy.operations import files
+from deploy.tasks import kernel as kernel_stage
+from deploy.tasks.kernel import BLACKLIST_PATH, MODULES_LOAD_PATH, SYSCTL_PATH, kernel_prerequisites
+
+
+def shell(command) -> list[str]:
+    text = command if isinstance(command, str) else command.get_raw_value()
+    return subprocess.run(["sh", "-c", text], capture_output=True, text=True, check=True).stdout.splitlines()
+
+
+class LocalHost:
+    """Answers get_fact by running the fact's command in a local shell; counts the reads."""
+
+    def __init__(self):
+        self.reads = []
+
+    def get_fact(self, fact, **kwargs):
+        self.reads.append(fact.__name__)
+        lines = shell(fact().command(**kwargs))
+        if not lines:
+            return fact().default()
+        return fact().process(lines)
+
+
+def test_read_ahead_values_equal_the_facts_read_alone_and_need_no_second_read(tmp_path):
+    managed = tmp_path / "managed.conf"
+    managed.write_text("overlay\n")
+    missing = str(tmp_path / "missing.conf")
+    calls = [
+        (FileDigest, {"path": str(managed)}),
+        (FileDigest, {"path": missing}),
+        (FileDigests, {"paths": [str(managed), missing]}),
+        (KernelState, {"modules": ["overlay"], "sysctls": ["net.ipv4.ip_forward"]}),
+    ]
+    local = LocalHost()
+    read_facts(local, read_ahead=calls)
+    assert local.reads == ["CombinedOutput"]
+    alone = LocalHost()
+    for fact, kwargs in calls:
+        assert known_fact(local, fact, **kwargs) == alone.get_fact(fact, **kwargs), (fact.__name__, kwargs)
+    assert local.reads == ["CombinedOutput"]
+    assert known_fact(local, FileDigest, path=str(managed))["sha256"] == hashlib.sha256(b"overlay\n").hexdigest()
+    assert known_fact(local, FileDigest, path=missing) is None
+
+
+def debian():
+    return detect_platform({"name": "debian", "release_meta": {"ID": "debian"}}, "x86_64")
+
+
+def digest_lines(text: str, mode: str = "644", owner: str = "root:root") -> list[str]:
+    return [f"{mode} {owner}", f"{hashlib.sha256(text.encode()).hexdigest()}  file"]
+
+
+def kernel_files_in_place(**overrides) -> dict:
+    texts = kernel_stage.managed_files()
+    responses = {f"if [ -f {path} ]": digest_lines(text) for path, text in texts.items()}
+    responses.update({f"if [ -f {path} ]": lines for path, lines in overrides.items()})
+    return responses
+
+
+def test_kernel_files_in_place_make_no_operation_and_one_read_each():
+    plan = run_plan(kernel_prerequisites, settings_for(kernel_modules_load=False), debian(), responses=kernel_files_in_place())
+    assert plan.state.get_op_order() == []
+    for path in (MODULES_LOAD_PATH, SYSCTL_PATH, BLACKLIST_PATH):
+        assert len(plan.matching(f"if [ -f {path} ]")) == 1, path
+
+
+def test_only_the_drifted_kernel_file_gets_an_operation_and_its_fact_is_not_read_twice():
+    sysctl_text = kernel_stage.sysctl_text()
+    plan = run_plan(kernel_prerequisites, settings_for(kernel_modules_load=False), debian(),
+                    responses=kernel_files_in_place(**{SYSCTL_PATH: digest_lines(sysctl_text, mode="600")}))
+    names = [", ".join(plan.state.op_meta[op_hash].names) for op_hash in plan.state.get_op_order()]
+    assert names == ["Kernel prerequisites | Persist the Kubernetes sysctls"]
+    assert plan.starting("chmod") == [f"chmod 644 {SYSCTL_PATH}"]
+    assert len(plan.matching(f"if [ -f {SYSCTL_PATH} ]")) == 1
+
+
+@operation()
+def _read_again(path: str):
+    known_fact(host, FileDigest, path=path)
+    host.noop("read")
+    return
+    yield
+
+
+@deploy("read, change, read")
+def _read_change_read(changed: str, watched: str):
+    known_fact(host, FileDigest, path=watched)
+    files.put_text(name="change", dest=changed, content="new\n")
+    _read_again(name="read after the change", path=watched)
+
+
+def test_a_change_on_the_host_makes_the_next_known_fact_read_again():
+    plan = run_plan(_read_change_read, "/etc/changed.conf", "/etc/watched.conf",
+                    responses={"if [ -f /etc/changed.conf ]": ["absent"],
+                               "if [ -f /etc/watched.conf ]": digest_lines("x\n")})
+    assert len(plan.matching("if [ -f /etc/watched.conf ]")) == 2
+
+
+@deploy("read, read")
+def _read_read(watched: str):
+    known_fact(host, FileDigest, path=watched)
+    _read_again(name="read with no change before", path=watched)
+
+
+def test_without_a_change_the_operation_reuses_the_value():
+    plan = run_plan(_read_read, "/etc/watched.conf", responses={"if [ -f /etc/watched.conf ]": digest_lines("x\n")})
+    assert len(plan.matching("if [ -f /etc/watched.conf ]")) == 1
