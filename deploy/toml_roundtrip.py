@@ -51,6 +51,29 @@ def _repair_header_indents(document: tomlkit.TOMLDocument, text: str) -> None:
 
 def parse(text: str) -> tomlkit.TOMLDocument:
     """tomlkit.parse (raising its ParseError), header indents as written."""
-    document = tomlkit.parse(text)
+    try:
+        document = tomlkit.parse(text)
+    except Exception as error:  # noqa: BLE001 - tomlkit's own faults on legal TOML, see below
+        document = _parse_dedented(text)
+        if document is None:
+            raise error
     _repair_header_indents(document, text)
     return document
+
+
+def _parse_dedented(text: str) -> tomlkit.TOMLDocument | None:
+    """
+    tomlkit (0.15) fails on an indented header that comes before its parent's (its issue #263
+    family), the layout a re-ordered `containerd config default` has. Indentation before a header
+    means nothing in TOML: parse without it, then put it back. None when that does not give the
+    text back exactly (a header-like line inside a multi-line string, say).
+    """
+    dedented = HEADER_LINE.sub(lambda match: match.group(0)[len(match.group(1)):], text)
+    if dedented == text:
+        return None
+    try:
+        document = tomlkit.parse(dedented)
+    except Exception:  # noqa: BLE001 - the caller raises tomlkit's first complaint
+        return None
+    _repair_header_indents(document, text)
+    return document if document.as_string() == text else None

@@ -172,8 +172,10 @@ def _table(document, path: TablePath, header: bool = True):
     while depth > 0:
         ancestors = _fragments(document, path[:depth])
         if ancestors:
-            # The last piece in the file: new tables land after the ones already there.
-            parent = ancestors[-1]
+            # The last [header] piece, else the last piece: new tables land after the ones there,
+            # and never re-declare a table through an implicit piece of it.
+            headers = [piece for piece in ancestors if _rank(piece) == 0]
+            parent = (headers or ancestors)[-1]
             break
         depth -= 1
     inline = depth > 0 and _written_as_dotted_keys(parent)
@@ -189,15 +191,31 @@ def _table(document, path: TablePath, header: bool = True):
 
 
 class _Edits:
-    """The values the merge sets, applied to the document and recorded to check the result by."""
+    """
+    The values the merge sets, applied to the document and recorded to check the result by.
 
-    def __init__(self, document):
+    ``append_new``: new tables are not placed in the document's tree but appended at its end as
+    fully named [headers]; the way out for layouts where tomlkit renders a placed table wrongly.
+    """
+
+    def __init__(self, document, append_new: bool = False):
         self.document = document
+        self.append_new = append_new
+        self.appended: dict[TablePath, dict] = {}
         self.assigned: list[tuple[TablePath, object]] = []
+
+    def table(self, path: TablePath, header: bool = True):
+        """Table ``path`` to add keys to: the document's own, else a new one (see ``_table``)."""
+        existing = _holder(self.document, path)
+        if existing is not None:
+            return existing
+        if self.append_new:
+            return self.appended.setdefault(path, {})
+        return _table(self.document, path, header)
 
     def set(self, path: TablePath, key: str, value, holder=None) -> None:
         """Set only a value that differs, so an equal value keeps its formatting and comment."""
-        table = holder if holder is not None else (_holder(self.document, path, key) or _table(self.document, path))
+        table = holder if holder is not None else (_holder(self.document, path, key) or self.table(path))
         current = table.get(key)
         current = current.unwrap() if hasattr(current, "unwrap") else current
         # type too: containerd wants a boolean, and 1 == True in Python.
@@ -205,10 +223,13 @@ class _Edits:
             return
         if isinstance(current, dict):
             raise ConfigError(f"{dotted(path + (key,))} is a table, not a value")
+        self.assigned.append((path + (key,), value))
+        if not isinstance(table, TABLES):
+            table[key] = value  # a table to append
+            return
         siblings = [item for name, item in table.value.body
                     if name is not None and not isinstance(item, (Table, Whitespace))]
         table[key] = value
-        self.assigned.append((path + (key,), value))
         if current is None and isinstance(table, Table):
             if siblings:
                 # A new key lines up with the keys already there.
@@ -216,6 +237,14 @@ class _Edits:
             elif not table.is_super_table() and _indent(table):
                 # The first key of an indented [header]: one step in, as its sub-tables are.
                 table.value.item(key).trivia.indent = _indent(table) + "  "
+
+    def appended_text(self) -> str:
+        blocks = []
+        for path, values in self.appended.items():
+            lines = [f"[{dotted(path)}]"] + [f"{tomlkit.key(key).as_string()} = {tomlkit.item(value).as_string()}"
+                                            for key, value in values.items()]
+            blocks.append("\n".join(lines) + "\n")
+        return "\n".join(blocks)
 
 
 def _lookup(data: dict, path: TablePath):
@@ -329,6 +358,12 @@ def _wire_runtime(edits: _Edits, runtimes_path: TablePath, name: str, binary: st
     document = edits.document
     path = runtimes_path + (name,)
     runtime = _holder(document, path)
+    if runtime is None and edits.append_new:
+        edits.set(path, "runtime_type", RUNC_V2)
+        if binary:
+            edits.set(path + ("options",), "BinaryName", binary)
+        edits.set(path + ("options",), "SystemdCgroup", systemd_cgroup)
+        return
     if runtime is None:
         runtimes = _table(document, runtimes_path, header=False)
         style = _style(runtimes)
@@ -343,7 +378,7 @@ def _wire_runtime(edits: _Edits, runtimes_path: TablePath, name: str, binary: st
         edits.set(path, "runtime_type", RUNC_V2)
     options_path = path + ("options",)
     if (_holder(document, options_path) is None and isinstance(runtime, Table)
-            and not _written_as_dotted_keys(runtime)):
+            and not _written_as_dotted_keys(runtime) and not edits.append_new):
         # A runtime table with no options: add them in the runtime's own style.
         runtimes = _holder(document, runtimes_path)
         header, key_indent, step = _style(runtimes)
@@ -391,24 +426,52 @@ def _line_endings(text: str) -> tuple[str, str, bool]:
 def _edit(text: str, source: str, apply) -> Merged:
     """Parse ``text``, let ``apply(document, edits, version, notes)`` edit it, check and render the result."""
     body, newline, ended = _line_endings(text)
+    try:
+        merged, version, notes = _edit_once(body, source, apply, append_new=False)
+    except _LayoutRefused as placed:
+        # tomlkit rendered a table placed in the tree wrongly: append new tables at the end instead.
+        try:
+            merged, version, notes = _edit_once(body, source, apply, append_new=True)
+        except _LayoutRefused:
+            raise ConfigError(str(placed)) from None
+    if not ended and merged.endswith("\n"):
+        merged = merged[:-1]
+    return Merged(text=merged.replace("\n", newline) if newline != "\n" else merged, version=version, notes=notes)
+
+
+class _LayoutRefused(ConfigError):
+    """The edited text does not mean the old one plus the wiring, or tomlkit cannot read it back."""
+
+
+def _edit_once(body: str, source: str, apply, append_new: bool) -> tuple[str, int, list[str]]:
     document = parse_config(body, source)
     version = config_version(document, source)
     notes: list[str] = []
-    edits = _Edits(document)
+    edits = _Edits(document, append_new=append_new)
     try:
         removed = _drop_disabled_cri(document, notes)
         apply(document, edits, version, notes)
         merged = tomlkit.dumps(document)
+    except _LayoutRefused:
+        raise
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
     except TOMLKIT_FAULTS as error:
-        raise ConfigError(f"{source}: its layout cannot be edited safely "
-                          f"(tomlkit cannot edit it: {type(error).__name__})") from None
+        raise _LayoutRefused(f"{source}: its layout cannot be edited safely "
+                             f"(tomlkit cannot edit it: {type(error).__name__})") from None
+    if edits.appended:
+        merged = (merged if merged.endswith("\n") else merged + "\n") + "\n" + edits.appended_text()
     if merged != body:
-        _check_result(body, merged, edits.assigned, removed, source)
-    if not ended and merged.endswith("\n"):
-        merged = merged[:-1]
-    return Merged(text=merged.replace("\n", newline) if newline != "\n" else merged, version=version, notes=notes)
+        try:
+            _check_result(body, merged, edits.assigned, removed, source)
+        except ConfigError as error:
+            raise _LayoutRefused(str(error)) from None
+        try:
+            toml_roundtrip.parse(merged)
+        except Exception:  # noqa: BLE001 - any tomlkit fault: the next run could not read it back
+            raise _LayoutRefused(f"{source}: its layout cannot be edited safely (tomlkit could not read "
+                                 "the edited file back, so a second run could not check it)") from None
+    return merged, version, notes
 
 
 def merge_containerd_config(text: str, wiring: RuntimeWiring, source: str = "config.toml",

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import tomlkit
 from hypothesis import HealthCheck, Phase, event, example, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
@@ -789,7 +790,6 @@ TOMLKIT_XFAIL = pytest.mark.xfail(
     "several dotted keys before a later header) are still refused or mis-read by tomlkit 0.15", strict=False)
 
 
-@TOMLKIT_XFAIL
 @hypothesis_settings(250)
 @example(shape(K3S_SHAPE), RuntimeWiring(), "config.toml")
 @example(shape(EKS_AL2_SHAPE), RuntimeWiring(), "config.toml")
@@ -828,8 +828,7 @@ def _runtime_or_options(path: tuple[str, ...]) -> bool:
 
 # Legal layouts tomlkit 0.15 cannot read or re-render (its out-of-order table handling): the merge
 # refuses them in one line and leaves the file as it is. Not yet merged: issue 14 stays open on them.
-TOMLKIT_LIMITS = ("indented child before parent", "indented grandchild, then its parent",
-                  "dotted keys, another table, then a header below them", "array of tables after another table")
+TOMLKIT_LIMITS = ("dotted keys, another table, then a header below them",)
 
 
 @pytest.mark.parametrize("name", TOMLKIT_LIMITS)
@@ -842,10 +841,12 @@ def test_layouts_tomlkit_cannot_keep_are_refused_in_one_line(name):
     assert message.startswith("/etc/containerd/config.toml: its layout cannot be edited safely"), message
 
 
-@TOMLKIT_XFAIL
 @hypothesis_settings(150)
 @example(shape(K3S_SHAPE), RuntimeWiring(), "config.toml")
 @example(shape(EKS_AL2_SHAPE), RuntimeWiring(), "config.toml")
+@example(shape(FOUND_LAYOUTS["indented child before parent"]), RuntimeWiring(), "config.toml")
+@example(shape(FOUND_LAYOUTS["indented grandchild, then its parent"]), RuntimeWiring(), "config.toml")
+@example(shape(FOUND_LAYOUTS["array of tables after another table"]), RuntimeWiring(), "config.toml")
 @given(rendered_configs(inline_ok=_runtime_or_options), wirings, sources)
 def test_layouts_issue_14_names_are_merged_not_refused(case, wiring, source):
     """Out-of-order and split tables, dotted keys, inline runtimes and options, arrays of tables,
@@ -854,8 +855,26 @@ def test_layouts_issue_14_names_are_merged_not_refused(case, wiring, source):
     try:
         merged = merge_containerd_config(case.text, wiring, source=source)
     except ConfigError as error:
+        if tomlkit_cannot_read(case.text):
+            # The TOMLKIT_LIMITS family: refused in one line, the file left as it is (still open).
+            event("refused: tomlkit cannot read the input")
+            return
         raise AssertionError(f"refused a layout containerd accepts: {error}") from None
     assert comparable(tomllib.loads(merged.text)) == comparable(wired(case.model, wiring))
+
+
+def tomlkit_cannot_read(text: str) -> bool:
+    try:
+        tomlkit.parse(text)
+    except Exception:  # noqa: BLE001 - any of tomlkit's faults on legal TOML
+        try:
+            tomlkit.parse(TOML_HEADER_INDENT.sub("[", text))
+        except Exception:  # noqa: BLE001 - not the indented-header fault the merge works around
+            return True
+    return False
+
+
+TOML_HEADER_INDENT = re.compile(r"^[ \t]+\[", re.M)
 
 
 # ---------------------------------------------------------------------------------------------
