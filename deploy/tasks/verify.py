@@ -32,13 +32,13 @@ from deploy.facts.verify import (
     VerifyState,
     explain_smi_failure,
 )
+from deploy.operations.containerd import DUMP_CRI_PLUGIN, effective_problems
 from deploy.report import FAIL, PASS, SKIP, NodeRecord, Step, store_for
-from deploy.settings import MIN_DRIVER_VERSION, NVIDIA_CONTAINER_RUNTIME, Settings
+from deploy.settings import MIN_DRIVER_VERSION, NVIDIA_CONTAINER_RUNTIME, RuntimeWiring, Settings
 
 NO_GPU = "no NVIDIA GPU"
 HANDLER = "nvidia"
 # Where the CRI plugin keeps its runtimes, by config version (containerd 1.x: 2, 2.x: 3).
-CRI_RUNTIME_PLUGIN = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def parse_cri_runtimes(dump: str) -> dict:
     # slower, and a fleet's verification parses one dump per node on the controller).
     config = tomllib.loads(dump)
     version = int(config.get("version", 1) or 1)
-    plugin_name = CRI_RUNTIME_PLUGIN.get(version, CRI_RUNTIME_PLUGIN[2])
+    plugin_name = DUMP_CRI_PLUGIN.get(version, DUMP_CRI_PLUGIN[2])
     plugin = config.get("plugins", {}).get(plugin_name, {})
     containerd = plugin.get("containerd", {})
     return {
@@ -105,6 +105,7 @@ def parse_cri_runtimes(dump: str) -> dict:
         "plugin": plugin_name,
         "default_runtime": containerd.get("default_runtime_name"),
         "runtimes": containerd.get("runtimes", {}) or {},
+        "imports": [path for path in config.get("imports", []) if isinstance(path, str)],
     }
 
 
@@ -213,6 +214,15 @@ def toolkit_steps(state: dict, options: VerifyOptions, cri: dict | None) -> list
     return steps
 
 
+def _imports_note(cri: dict, options: VerifyOptions) -> str:
+    """Which other files containerd reads: one of them overrides what config.toml says."""
+    others = [path for path in cri.get("imports", []) if path != options.containerd_config_path]
+    if not others:
+        return ""
+    return (f" (containerd also reads {', '.join(others)}: the last of them holding this section "
+            f"overrides {options.containerd_config_path})")
+
+
 def containerd_steps(state: dict, options: VerifyOptions, cri: dict | None, cri_error: str | None) -> list[Step]:
     ctrd = state["containerd"]
     if "containerd" not in options.runtimes:
@@ -222,32 +232,22 @@ def containerd_steps(state: dict, options: VerifyOptions, cri: dict | None, cri_
     if cri is None:
         return [Step("containerd_config", FAIL, f"`containerd config dump` failed: {cri_error}")]
     nvidia = cri["runtimes"].get(HANDLER)
-    where = f'plugins."{cri["plugin"]}".containerd.runtimes.{HANDLER}'
+    where, problems = effective_problems(ctrd["dump"], RuntimeWiring(
+        binary=options.runtime_binary, make_default=options.nvidia_runtime_default,
+        systemd_cgroup=options.systemd_cgroup))
     if not nvidia:
         return [Step("containerd_config", FAIL,
-                     f"no {where} in `containerd config dump` ({options.containerd_config_path}): run the runtimes stage")]
-    problems = []
-    runtime_type = nvidia.get("runtime_type")
-    if runtime_type != "io.containerd.runc.v2":
-        problems.append(f"runtime_type is {runtime_type!r}, not 'io.containerd.runc.v2'")
+                     f"no {where}.runtimes.{HANDLER} in `containerd config dump` ({options.containerd_config_path})"
+                     f"{_imports_note(cri, options)}: run the runtimes stage")]
     opts = nvidia.get("options") or {}
-    if opts.get("BinaryName") != options.runtime_binary:
-        problems.append(f"BinaryName is {opts.get('BinaryName')!r}, not {options.runtime_binary!r}")
-    if bool(opts.get("SystemdCgroup", False)) != options.systemd_cgroup:
-        problems.append(f"SystemdCgroup is {str(bool(opts.get('SystemdCgroup', False))).lower()}, "
-                        f"systemd_cgroup is {str(options.systemd_cgroup).lower()}")
     default = cri["default_runtime"]
-    if options.nvidia_runtime_default and default != HANDLER:
-        problems.append(f"default_runtime_name is {default!r}, not 'nvidia' (nvidia_runtime_default is true)")
-    if not options.nvidia_runtime_default and default == HANDLER:
-        problems.append("default_runtime_name is 'nvidia' but nvidia_runtime_default is false")
     active = ctrd["active"]
     if active not in (None, "active"):
         problems.append(f"containerd is {active}")
     if problems:
-        return [Step("containerd_config", FAIL, f"{where}: " + "; ".join(problems))]
+        return [Step("containerd_config", FAIL, f"{where}: " + "; ".join(problems) + _imports_note(cri, options))]
     return [Step("containerd_config", PASS,
-                 f"containerd {ctrd['version']}: {where} BinaryName={opts.get('BinaryName')} "
+                 f"containerd {ctrd['version']}: {where}.runtimes.{HANDLER} BinaryName={opts.get('BinaryName')} "
                  f"SystemdCgroup={str(bool(opts.get('SystemdCgroup'))).lower()}, default runtime {default}")]
 
 

@@ -40,6 +40,8 @@ def containerd_dump(systemd_cgroup: bool = True, default: str = "nvidia", binary
     """A containerd 1.6 `config dump` (its default config) with the nvidia runtime wired."""
     base = (FIXTURES / "containerd" / "default-1.6.20.toml").read_text()
     base = base.replace('default_runtime_name = "runc"', f'default_runtime_name = "{default}"')
+    # The wiring sets runc's SystemdCgroup with nvidia's.
+    base = base.replace("SystemdCgroup = false", f"SystemdCgroup = {str(systemd_cgroup).lower()}")
     nvidia = f"""
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
   runtime_type = "io.containerd.runc.v2"
@@ -244,9 +246,10 @@ def test_containerd_config_mismatches_are_each_named(tmp_path):
     _, _, steps, _ = run_verify(tmp_path, lines)
     reason = steps["containerd_config"]["reason"]
     assert steps["containerd_config"]["status"] == FAIL
-    assert reason.startswith('plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia: ')
-    assert "BinaryName is '/opt/nvidia/runtime', not '/usr/bin/nvidia-container-runtime'" in reason
-    assert "SystemdCgroup is false, systemd_cgroup is true" in reason
+    assert reason.startswith('plugins."io.containerd.grpc.v1.cri".containerd: ')
+    assert "runtimes.nvidia.options.BinaryName is '/opt/nvidia/runtime', not '/usr/bin/nvidia-container-runtime'" in reason
+    assert "runtimes.nvidia.options.SystemdCgroup is false, not true (systemd_cgroup)" in reason
+    assert "runtimes.runc.options.SystemdCgroup is false, not true (systemd_cgroup)" in reason
     assert "default_runtime_name is 'runc', not 'nvidia'" in reason
 
 
@@ -259,7 +262,7 @@ def test_nvidia_runtime_missing_from_containerd_fails(tmp_path):
 
 def test_containerd_2_config_version_3_is_read_under_the_cri_runtime_plugin(tmp_path):
     base = (FIXTURES / "containerd" / "default-2.1.9.toml").read_text()
-    dump = base + """
+    dump = base.replace("SystemdCgroup = false", "SystemdCgroup = true") + """
 [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia]
   runtime_type = 'io.containerd.runc.v2'
   [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia.options]
@@ -365,3 +368,16 @@ def test_docker_wired_but_not_installed_fails_and_containerd_skips(tmp_path, run
     assert steps["containerd_config"]["status"] == SKIP
     assert steps["docker_config"] == {"name": "docker_config", "status": FAIL, "reason": "Docker is not installed"}
     assert failed
+
+
+def test_containerd_config_failure_names_the_imported_files_that_override_config_toml(tmp_path):
+    """containerd 1.6 lists the files it read in its dump's `imports`: the failure names them."""
+    dump = containerd_dump(default="runc").replace(
+        "imports = []", 'imports = ["/etc/containerd/config.toml", "/etc/containerd/conf.d/99-nvidia.toml"]')
+    assert "/etc/containerd/conf.d/99-nvidia.toml" in dump
+    _, _, steps, _ = run_verify(tmp_path, node_lines(dump=dump))
+    reason = steps["containerd_config"]["reason"]
+    assert steps["containerd_config"]["status"] == FAIL
+    assert "default_runtime_name is 'runc', not 'nvidia'" in reason
+    assert ("containerd also reads /etc/containerd/conf.d/99-nvidia.toml: the last of them holding this "
+            "section overrides /etc/containerd/config.toml") in reason
