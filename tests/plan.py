@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from pyinfra.api import Config, Inventory, State
+from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.connect import connect_all
 from pyinfra.api.deploy import add_deploy
 from pyinfra.api.operations import run_ops
@@ -65,7 +66,12 @@ def run_plan(
     state.set_stage(StateStage.Prepare)
     add_deploy(state, task, *args, **kwargs)
     state.set_stage(StateStage.Execute)
-    run_ops(state)
+    try:
+        run_ops(state)
+    except PyinfraError as error:
+        # The host failed during execution (a Python-side check): what ran until then is the plan.
+        if "No hosts remaining" not in str(error):
+            raise
     host = inventory.get_host("@fake/node")
     return Plan(commands=list(host.connector.executed_commands), state=state)
 

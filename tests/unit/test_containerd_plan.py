@@ -99,3 +99,38 @@ def test_new_dockerd_validates_the_candidate_itself():
     plan = run_plan(docker_runtime, settings_for(container_runtimes="docker"), family("debian"), responses=responses)
     assert plan.ran("/usr/sbin/dockerd --validate --config-file \"$candidate\"")
     assert plan.ran("systemctl restart")
+
+
+def _wired_config() -> str:
+    from pathlib import Path
+
+    return (Path(__file__).resolve().parents[1] / "fixtures" / "containerd" / "merge" / "already-wired"
+            / "expected.toml").read_text()
+
+
+def test_files_that_look_wired_but_containerd_dumps_otherwise_fail_naming_the_override():
+    """The stuck node of issue 14: config.toml wired, containerd's own dump not (another file wins)."""
+    from pathlib import Path
+
+    unwired_dump = (Path(__file__).resolve().parents[1] / "fixtures" / "containerd" / "default-1.6.20.toml").read_text()
+    answer = f"binary_path /usr/bin/containerd\nconfig {b64(_wired_config())}\ndump {b64(unwired_dump)}"
+    plan = run_plan(containerd_runtime, settings_for(), family("debian"), PLAIN_PRESENT,
+                    responses={"base64 -w0": answer})
+    failed = plan.matching("another file containerd reads overrides it")
+    assert failed, plan.commands
+    assert "/etc/containerd/config.toml holds the nvidia wiring" in failed[0]
+    assert "runtimes.nvidia is missing" in failed[0]
+    assert not plan.ran("gpu-node-candidate") and not plan.ran("systemctl restart")
+
+
+def test_candidate_that_containerd_would_not_run_wired_is_never_installed():
+    """containerd's dump of the candidate (scripted: the unwired default) decides; nothing is swapped in."""
+    from pathlib import Path
+
+    unwired_dump = (Path(__file__).resolve().parents[1] / "fixtures" / "containerd" / "default-1.6.20.toml").read_text()
+    answer = f"binary_path /usr/bin/containerd\nconfig {b64('version = 2')}"
+    plan = run_plan(containerd_runtime, settings_for(), family("debian"), PLAIN_PRESENT,
+                    responses={"base64 -w0": answer, "config dump; status=$?": unwired_dump.splitlines()})
+    assert plan.ran("config dump; status=$?")
+    assert plan.state.failed_hosts, "the host did not fail"
+    assert not plan.ran("gpu-node-candidate") and not plan.ran("systemctl restart")
