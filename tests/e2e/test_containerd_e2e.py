@@ -171,3 +171,23 @@ def test_unparsable_config_is_left_byte_for_byte_and_a_rejected_restart_rolls_ba
     wait_for(lambda: node.is_active("containerd"), timeout=30, what="containerd active after rollback")
     kept = node.sh(f"ls {CONFIG}.gpu-node-rejected-*").stdout.split()
     assert len(kept) == 1 and "nvidia" in node.read(kept[0])
+
+
+def test_containerd_21_with_a_version_1_config_is_refused_naming_the_version_file_untouched(start_node, toolkit_repo):
+    """A node upgraded to containerd 2.x that kept its version 1 config (one k3s's template wrote):
+    2.x ignores plugins.cri, so wiring it would never run. Refused before any change."""
+    node = start_node()
+    copy_in(node, sid_containerd_deb(), "/tmp/containerd-sid.deb")
+    node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq /tmp/containerd-sid.deb",
+            timeout=600)
+    version_1 = (REPO / "tests" / "fixtures" / "corpus" / "containerd" / "k3s-v1-template-defaults.toml").read_text()
+    node.write(CONFIG, version_1)
+    node.sh("systemctl restart containerd")
+    before = {"service": node.service("containerd"), "file": node.stat(CONFIG)}
+
+    result = node.deploy(data={**RUNTIMES_ONLY, **toolkit_repo.data()}, json_output=False)
+    assert result.returncode != 0
+    assert f"{CONFIG} is a version 1 config" in result.output
+    assert "ignores its CRI settings (plugins.cri)" in result.output
+    assert "Traceback" not in result.output
+    assert {"service": node.service("containerd"), "file": node.stat(CONFIG)} == before
