@@ -41,7 +41,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from containerd_releases import READERS, config_dump, dockerd, dockerd_validate, release  # noqa: E402
 
-from deploy.operations.containerd import ConfigError, merge_containerd_config  # noqa: E402
+from deploy.operations.containerd import ConfigError, ConfigFile, merge_containerd_config, plan_wiring  # noqa: E402
 from deploy.operations.docker import (  # noqa: E402
     DaemonConfigError,
     merge_daemon_config,
@@ -248,7 +248,24 @@ def run_gpu_node_containerd(source: Path, work: Path) -> Outcome:
     outcome.comments_kept = sum(1 for line in comment_lines(text) if line in kept)
     outcome.reordered = reordered(toml_key_order(text), toml_key_order(merged.text))
     outcome.version = toml_version(merged.text)
-    outcome.effect = containerd_effect(main, text)
+    # On a node the tool knows its containerd: each release gets what the tool would write for it
+    # (a version 2 file holding 2.x plugin names is wired under them on 2.x; a version 1 file is
+    # refused on 2.x, so it counts as not wired there).
+    outcome.effect = Effect()
+    for suite in READERS.get(toml_version(merged.text), ()):
+        found = release(suite)
+        try:
+            planned, _ = plan_wiring([ConfigFile("config.toml", text, source.name)], WIRING, found.major, found.version)
+        except ConfigError as error:
+            outcome.effect.refused[suite] = f"gpu-node refused: {str(error)[:160]}"
+            continue
+        per_release = work / suite / "config.toml"
+        per_release.parent.mkdir(parents=True, exist_ok=True)
+        per_release.write_text(planned[0].merged.text)
+        found_effect = containerd_effect(per_release, text, suites=(suite,))
+        for name in ("wired", "systemd", "refused"):
+            getattr(outcome.effect, name).update(getattr(found_effect, name))
+        outcome.effect.input_refused += found_effect.input_refused
     if toml_version(text) == 1:
         outcome.v1_on_2x = all(containerd_effect(main, text, suites=("sid",)).wired.values())
     outcome.why = diagnose(main, None)
@@ -510,7 +527,10 @@ How each tool was run, on a copy of each file:
   `{NVIDIA_BINARY}`), `default_runtime_name = "nvidia"`, CRI not disabled; counted per (file, release
   that reads the result's config version).
 - *v1 files wired*: version-1 inputs whose result is in effect on both 1.x releases / on containerd 2.1
-  (which loads a version-1 file but drops its `plugins.cri` with a warning).
+  (which loads a version-1 file but drops its `plugins.cri` with a warning). On containerd 2.x
+  gpu-node refuses a version-1 file before any change, naming the version and what to do: its
+  0 there is a refusal, not a silent no-op. gpu-node's results are what it writes on a node
+  running each release (it reads the installed containerd's version).
 - A (file, release) whose untouched input that containerd refuses too (an import the source does not
   give) is left out of the counts.
 - *second run*: the tool run again on its own output changes any file.
