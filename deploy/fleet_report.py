@@ -84,19 +84,7 @@ def fleet_json(rows: list[FleetRow]) -> dict[str, Any]:
 
 
 def write_json(path: str | os.PathLike, rows: list[FleetRow]) -> Path:
-    """Atomically (same-directory temporary file, then rename)."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(handle, "w") as stream:
-            json.dump(fleet_json(rows), stream, indent=2, sort_keys=True)
-            stream.write("\n")
-        os.replace(temp, target)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-    return target
+    return write_json_file(path, fleet_json(rows))
 
 
 def _op_name(state, op_hash: str) -> str:

@@ -85,13 +85,17 @@ def report_json(records: list[NodeRecord]) -> dict[str, Any]:
 
 
 def write_json(path: str | os.PathLike, records: list[NodeRecord]) -> Path:
-    """Write the report atomically (same directory temp file, then rename)."""
+    return write_json_file(path, report_json(records))
+
+
+def write_json_file(path: str | os.PathLike, data) -> Path:
+    """Write ``data`` as JSON atomically (same directory temp file, then rename)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     handle, temp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
         with os.fdopen(handle, "w") as stream:
-            json.dump(report_json(records), stream, indent=2, sort_keys=True)
+            json.dump(data, stream, indent=2, sort_keys=True)
             stream.write("\n")
         os.replace(temp, target)
     except BaseException:

@@ -247,14 +247,6 @@ class _Edits:
         return "\n".join(blocks)
 
 
-def _lookup(data: dict, path: TablePath):
-    for name in path:
-        if not isinstance(data, dict):
-            return None
-        data = data.get(name)
-    return data
-
-
 def _check_result(before: str, after: str, assigned, removed_plugins, source: str) -> None:
     """
     The merged text must mean the old one plus exactly the assigned values: a layout tomlkit
