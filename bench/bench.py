@@ -313,8 +313,12 @@ def markdown(results: dict) -> str:
         for fleet in measured:
             run = fleet[name]
             fastest = min(run["wall_s_runs"])
+            hosts = str(fleet["nodes"])
+            if fleet.get("hosts_per_container", 1) > 1:
+                hosts += f" ({fleet['containers']} containers)" if name == "first" else \
+                    f" ({fleet['containers']} x {fleet['hosts_per_container']})"
             out.append(
-                f"| {fleet['nodes']} | {run['wall_s']:.2f} | {fastest:.2f} | {fastest / base:.2f} | {run['cpu_s']:.2f} "
+                f"| {hosts} | {run['wall_s']:.2f} | {fastest:.2f} | {fastest / base:.2f} | {run['cpu_s']:.2f} "
                 f"| {run['nodes_cpu_s']:.2f} | {run['peak_mb']:.0f} | {run['commands_per_node']:g} "
                 f"| {', '.join(f'{load:.1f}' for load in run['load_1m'])} |"
                 + ("" if run["ok"] else " FAILED")
