@@ -20,6 +20,10 @@ sshd's ForceCommand wrapper, not counted by the controller), the CPU the node co
 meanwhile (their cgroups: sshd and the remote commands share this machine's cores with the
 controller), and the 1-minute load average when the run started (other jobs share this machine).
 Per fleet: each node container's memory.
+
+Where the machine cannot boot as many systemd containers as hosts (inotify instances), e.g.
+`--nodes 64 --hosts-per-node 64:4` runs 16 containers with 4 sshd ports each: 64 inventory hosts
+for the read-only runs, provisioning once per container. Figures and their reading: docs/benchmark.md.
 """
 
 from __future__ import annotations
