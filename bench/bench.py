@@ -20,6 +20,10 @@ sshd's ForceCommand wrapper, not counted by the controller), the CPU the node co
 meanwhile (their cgroups: sshd and the remote commands share this machine's cores with the
 controller), and the 1-minute load average when the run started (other jobs share this machine).
 Per fleet: each node container's memory.
+
+Where the machine cannot boot as many systemd containers as hosts (inotify instances), e.g.
+`--nodes 64 --hosts-per-node 64:4` runs 16 containers with 4 sshd ports each: 64 inventory hosts
+for the read-only runs, provisioning once per container. Figures and their reading: docs/benchmark.md.
 """
 
 from __future__ import annotations
@@ -313,8 +317,12 @@ def markdown(results: dict) -> str:
         for fleet in measured:
             run = fleet[name]
             fastest = min(run["wall_s_runs"])
+            hosts = str(fleet["nodes"])
+            if fleet.get("hosts_per_container", 1) > 1:
+                hosts += f" ({fleet['containers']} containers)" if name == "first" else \
+                    f" ({fleet['containers']} x {fleet['hosts_per_container']})"
             out.append(
-                f"| {fleet['nodes']} | {run['wall_s']:.2f} | {fastest:.2f} | {fastest / base:.2f} | {run['cpu_s']:.2f} "
+                f"| {hosts} | {run['wall_s']:.2f} | {fastest:.2f} | {fastest / base:.2f} | {run['cpu_s']:.2f} "
                 f"| {run['nodes_cpu_s']:.2f} | {run['peak_mb']:.0f} | {run['commands_per_node']:g} "
                 f"| {', '.join(f'{load:.1f}' for load in run['load_1m'])} |"
                 + ("" if run["ok"] else " FAILED")
