@@ -10,10 +10,16 @@ config would never compare equal and containerd would restart on every run.
 from __future__ import annotations
 
 import re
+import sys
 
 import tomlkit
 from tomlkit.container import _emits_header
 from tomlkit.items import AoT, Table
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the same reader, from PyPI (pyproject.toml); read-only parses import it from here
+    import tomli as tomllib
 
 # A table header line: its indent and the header itself (arrays of tables too).
 HEADER_LINE = re.compile(r"^([ \t]*)(\[\[?[^\]\n]*\]\]?)[ \t]*(?:#.*)?$", re.M)

@@ -21,8 +21,6 @@ from io import BytesIO
 from pathlib import Path
 from typing import Sequence
 
-import tomllib
-
 import tomlkit
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pyinfra import host, logger
@@ -32,6 +30,7 @@ from tomlkit.exceptions import ParseError, TOMLKitError
 from tomlkit.items import Comment, InlineTable, Table, Whitespace
 
 from deploy import redact, toml_roundtrip
+from deploy.toml_roundtrip import tomllib
 from deploy.facts.containerd import ContainerdConfig, ContainerdImports
 from deploy.operations import safe_install
 from deploy.settings import RuntimeWiring

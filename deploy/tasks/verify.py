@@ -19,11 +19,6 @@ from packaging.version import InvalidVersion, Version
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, deploy, operation
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # the same reader, from PyPI (pyproject.toml)
-    import tomli as tomllib
-
 from deploy import redact
 from deploy.facts.verify import (
     KUBELET_CONFIG,
@@ -33,6 +28,7 @@ from deploy.facts.verify import (
     explain_smi_failure,
 )
 from deploy.operations.containerd import DUMP_CRI_PLUGIN, effective_problems
+from deploy.toml_roundtrip import tomllib
 from deploy.report import FAIL, PASS, SKIP, NodeRecord, Step, store_for
 from deploy.settings import MIN_DRIVER_VERSION, NVIDIA_CONTAINER_RUNTIME, RuntimeWiring, Settings
 
