@@ -10,7 +10,6 @@ Facts are read inside the operation, i.e. at execution time, after the earlier s
 from __future__ import annotations
 
 import re
-import sys
 import uuid
 from dataclasses import dataclass
 
