@@ -17,6 +17,7 @@ from deploy.fleet_report import fleet_report_for  # noqa: E402
 from deploy.settings import host_settings  # noqa: E402
 from deploy.tasks.driver import driver_report, nvidia_driver  # noqa: E402
 from deploy.tasks import kernel as kernel_stage  # noqa: E402
+from deploy.tasks import containerd as containerd_stage  # noqa: E402
 from deploy.tasks import toolkit as toolkit_stage  # noqa: E402
 from deploy.tasks.kernel import kernel_prerequisites  # noqa: E402
 from deploy.tasks.preflight import preflight  # noqa: E402
@@ -39,6 +40,8 @@ else:
         read_ahead += kernel_stage.reads(settings)
     if settings.runs("toolkit") and settings.nvidia_toolkit_install:
         read_ahead += toolkit_stage.reads(settings)
+    if settings.runs("runtimes") and settings.wires("containerd"):
+        read_ahead += containerd_stage.reads(settings)
     node = preflight(settings, read_ahead=read_ahead)
     # drain_before_restart: the node to drain before a restart; its control plane checked now.
     drain = drain_plan(settings)

@@ -31,6 +31,7 @@ from tomlkit.items import Comment, InlineTable, Table, Whitespace
 
 from deploy import redact, toml_roundtrip
 from deploy.toml_roundtrip import tomllib
+from deploy.facts.combined import known_fact
 from deploy.facts.containerd import ContainerdConfig, ContainerdImports
 from deploy.operations import safe_install
 from deploy.settings import RuntimeWiring
@@ -665,7 +666,7 @@ def configure_nvidia_runtime(
     + restart_pending: an interrupted run installed this config without restarting ``service``
     + before_restart: commands run after the candidate's check, before the swap and restart (a drain)
     """
-    state = host.get_fact(ContainerdConfig, path=path, base_path=base_path, binary=containerd_binary)
+    state = known_fact(host, ContainerdConfig, path=path, base_path=base_path, binary=containerd_binary)
     current = state["config"]
     if current is not None:
         base, source = current, path

@@ -11,6 +11,7 @@ from pyinfra.operations import dnf, pacman, systemd, zypper
 from deploy.distros import Family
 from deploy.facts.containerd import (
     K0S_DROPIN_DIR,
+    ContainerdConfig,
     K3S_CONTAINERD_DIR,
     MICROK8S_TEMPLATE,
     RKE2_CONTAINERD_DIR,
@@ -68,6 +69,15 @@ def _rancher_target(directory: str, owner: dict, binary: str, name: str) -> Conf
             "remove it so gpu-node can write it from the generated config.toml"
         ),
     )
+
+
+def reads(settings: Settings) -> list[tuple[type, dict]]:
+    """
+    The fact the runtimes stage decides on, for preflight to read ahead: a plain containerd's
+    config (the flavours' own files, known only after preflight, are read by the operation).
+    """
+    return [(ContainerdConfig, {"path": settings.containerd_config_path, "base_path": None,
+                                "binary": "containerd"})]
 
 
 def config_target(settings: Settings, owner: dict) -> ConfigTarget:

@@ -19,6 +19,7 @@ from deploy.facts.combined import known_fact, read_facts
 from deploy.facts.files import FileDigest, FileDigests
 from deploy.facts.kernel import KernelState
 from deploy.operations import files
+from deploy.tasks import containerd as containerd_stage
 from deploy.tasks import kernel as kernel_stage
 from deploy.tasks.kernel import BLACKLIST_PATH, MODULES_LOAD_PATH, SYSCTL_PATH, kernel_prerequisites
 
@@ -46,11 +47,15 @@ def test_read_ahead_values_equal_the_facts_read_alone_and_need_no_second_read(tm
     managed = tmp_path / "managed.conf"
     managed.write_text("overlay\n")
     missing = str(tmp_path / "missing.conf")
+    config = tmp_path / "config.toml"
+    config.write_text('version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  default_runtime_name = "runc"\n')
     calls = [
         (FileDigest, {"path": str(managed)}),
         (FileDigest, {"path": missing}),
         (FileDigests, {"paths": [str(managed), missing]}),
         (KernelState, {"modules": ["overlay"], "sysctls": ["net.ipv4.ip_forward"]}),
+        # The runtimes stage's read (containerd_stage.reads): the file and containerd's own dump of it.
+        *containerd_stage.reads(settings_for(containerd_config_path=str(config))),
     ]
     local = LocalHost()
     read_facts(local, read_ahead=calls)
