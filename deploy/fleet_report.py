@@ -10,17 +10,15 @@ not execute (``--dry``, a declined confirmation) has no report.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pyinfra.api.state import BaseStateCallback, StateStage
 
-from deploy.report import FAIL, PASS, SKIP, store_for
+from deploy.report import FAIL, PASS, SKIP, store_for, write_json_file
 
 FLEET_REPORT_VERSION = 1
 CONVERGED, CHANGED, FAILED, NOT_RUN = "converged", "changed", "failed", "not run"
