@@ -1,33 +1,34 @@
 """
-A STAND-IN for NVIDIA's container toolkit, served from a local signed apt repository.
+A STAND-IN for NVIDIA's container toolkit, served from a local signed apt repository: only for
+what the real toolkit (tests/toolkit_repo.py, the real 1.20.0 debs) cannot show.
 
-NVIDIA's package repository cannot be reached from the test machines (DESIGN.md section 5),
-so tests and the demo build four packages with the real toolkit's names and file layout,
-whose ``/usr/bin/nvidia-container-runtime`` appends its arguments to a log and execs
-``runc``. containerd and dockerd then run real containers through it, and the log proves
-the wiring. The repository has NVIDIA's layout (``<base>/deb/<arch>/``, a flat repository)
-and is signed with a throwaway GPG key; it is served on 127.0.0.1 only.
+The real toolkit is one version, in one good repository. The cases here need more: two versions
+(1.17.7-1 and 1.17.8-1, so a pin to the older one and a pin move are observable), and the faults a
+repository can have. The packages carry the real toolkit's four names and file layout; their
+``/usr/bin/nvidia-container-runtime`` appends its arguments to a log and execs ``runc``, and every
+description says STAND-IN. The repository has NVIDIA's layout (``<base>/deb/<arch>/``, a flat
+repository), is signed with a throwaway GPG key and served on 127.0.0.1 only.
 
-Beside it, the faults a repository can have, for the failure tests: a key URL that serves an
-HTML error page or an empty body, a key that did not sign the repository, a copy of the
-repository whose InRelease was altered after signing (``tampered``), a port with nothing
-listening (``refused_url``) and a server that accepts connections and never answers
-(``silent_server``).
+The faults, for the failure tests: a key URL that serves an HTML error page or an empty body, the
+key served unarmoured, a key that did not sign the repository, a copy of the repository whose
+InRelease was altered after signing (``tampered``), a port with nothing listening (``refused_url``)
+and a server that accepts connections and never answers (``silent_server``). Every test that uses
+this module says "standin" in its name and STAND-IN in its docstring.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import http.server
 import shutil
 import socket
-import subprocess
 import tempfile
 import textwrap
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+
+from toolkit_repo import GpgKey, build_deb, make_key, serve, sign_flat_repository
+from toolkit_repo import deploy_data as _deploy_data
 
 STANDIN_LOG = "/var/log/nvidia-container-runtime-standin.log"
 VERSIONS = ("1.17.7-1", "1.17.8-1")  # two, so a pin to the older one is observable
@@ -82,55 +83,10 @@ def _packages(version: str) -> dict[str, tuple[str, dict[str, str]]]:
     }
 
 
-def _run(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(args, check=True, capture_output=True, text=True, **kwargs)
-
-
-def build_deb(out_dir: Path, name: str, version: str, depends: str, files: dict[str, str], arch: str) -> Path:
-    root = Path(tempfile.mkdtemp(prefix=f"standin-{name}-"))
-    try:
-        for path, content in files.items():
-            target = root / path.lstrip("/")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(content)
-            target.chmod(0o755 if path.startswith("/usr/bin/") else 0o644)
-        (root / "DEBIAN").mkdir()
-        control = [
-            f"Package: {name}",
-            f"Version: {version}",
-            f"Architecture: {arch}",
-            "Maintainer: gpu-node tests <tests@localhost>",
-            "Section: utils",
-            "Priority: optional",
-        ]
-        if depends:
-            control.append(f"Depends: {depends}")
-        control.append(f"Description: STAND-IN for tests, not NVIDIA's {name}")
-        control.append(" Built by gpu-node's test suite; its runtime logs each call and execs runc.")
-        (root / "DEBIAN" / "control").write_text("\n".join(control) + "\n")
-        deb = out_dir / f"{name}_{version}_{arch}.deb"
-        _run("dpkg-deb", "--root-owner-group", "--build", str(root), str(deb))
-        return deb
-    finally:
-        shutil.rmtree(root)
-
-
-@dataclass
-class GpgKey:
-    home: Path
-    fingerprint: str
-
-    def armored_public_key(self) -> str:
-        return _run("gpg", "--homedir", str(self.home), "--armor", "--export", self.fingerprint).stdout
-
-
-def make_key(home: Path, name: str) -> GpgKey:
-    home.mkdir(parents=True, exist_ok=True, mode=0o700)
-    _run("gpg", "--homedir", str(home), "--batch", "--passphrase", "", "--quick-gen-key",
-         f"{name} <{name}@localhost>", "rsa3072", "sign", "never")
-    listing = _run("gpg", "--homedir", str(home), "--with-colons", "--list-secret-keys").stdout
-    fingerprint = next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
-    return GpgKey(home, fingerprint)
+DESCRIPTION = (
+    "STAND-IN for tests, not NVIDIA's {name}\n"
+    " Built by gpu-node's test suite; its runtime logs each call and execs runc."
+)
 
 
 @dataclass
@@ -147,34 +103,18 @@ def build_repo(root: Path, arch: str = "amd64") -> StandinRepo:
     repo_dir.mkdir(parents=True, exist_ok=True)
     for version in VERSIONS:
         for name, (depends, files) in _packages(version).items():
-            build_deb(repo_dir, name, version, depends, files, arch)
-    packages = _run("apt-ftparchive", "packages", ".", cwd=repo_dir).stdout
-    (repo_dir / "Packages").write_text(packages)
-    release = _run(
-        "apt-ftparchive",
-        "-o", "APT::FTPArchive::Release::Origin=gpu-node stand-in",
-        "-o", "APT::FTPArchive::Release::Label=STAND-IN nvidia-container-toolkit",
-        "release", ".", cwd=repo_dir,
-    ).stdout
-    (repo_dir / "Release").write_text(release)
+            build_deb(repo_dir, name, version, depends, files, arch, DESCRIPTION.format(name=name))
     keys = root.parent / f"{root.name}-gnupg"
     key = make_key(keys / "signing", "standin-signing")
     other = make_key(keys / "other", "standin-other")
-    _run("gpg", "--homedir", str(key.home), "--batch", "--yes", "--local-user", key.fingerprint,
-         "--clearsign", "-o", str(repo_dir / "InRelease"), str(repo_dir / "Release"))
-    _run("gpg", "--homedir", str(key.home), "--batch", "--yes", "--local-user", key.fingerprint,
-         "-abs", "-o", str(repo_dir / "Release.gpg"), str(repo_dir / "Release"))
+    sign_flat_repository(repo_dir, key, origin="gpu-node stand-in", label="STAND-IN nvidia-container-toolkit")
     (root / "gpgkey").write_text(key.armored_public_key())
     (root / "wrong-gpgkey").write_text(other.armored_public_key())
     # The same key unarmoured, as some mirrors serve it.
-    (root / "gpgkey.bin").write_bytes(
-        subprocess.run(["gpg", "--homedir", str(key.home), "--export", key.fingerprint],
-                       check=True, capture_output=True).stdout
-    )
+    (root / "gpgkey.bin").write_bytes(key.binary_public_key())
     _write_faults(root, repo_dir, arch)
-    for home in (key.home, other.home):
-        # gpg starts an agent per home folder; nothing needs it once the repository is signed.
-        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False)
+    key.stop_agent()
+    other.stop_agent()
     return StandinRepo(root=root, key=key, other_key=other)
 
 
@@ -228,25 +168,6 @@ def silent_server():
         listener.close()
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format, *args):  # noqa: A002 - the stdlib's signature
-        pass
-
-
-@contextlib.contextmanager
-def serve(directory: Path):
-    """Serve a folder on 127.0.0.1 (a free port); yields the base URL."""
-    handler = functools.partial(_QuietHandler, directory=str(directory))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def deploy_data(
     base_url: str, *, wrong_key: bool = False, version: str | None = None,
     key: str | None = None, repo_url: str | None = None, key_url: str | None = None,
@@ -257,14 +178,7 @@ def deploy_data(
     ``repo_url`` / ``key_url`` replace either URL whole (a tampered copy, a dead server).
     """
     key = key or ("wrong-gpgkey" if wrong_key else "gpgkey")
-    data = {
-        "nvidia_toolkit_repo_url": repo_url or base_url,
-        "nvidia_toolkit_gpgkey_url": key_url or f"{base_url}/{key}",
-        "allow_insecure_repositories": "true",
-    }
-    if version:
-        data["nvidia_toolkit_version"] = version
-    return data
+    return _deploy_data(base_url, version=version, key=key, repo_url=repo_url, key_url=key_url)
 
 
 if __name__ == "__main__":

@@ -41,10 +41,32 @@ def node(start_node) -> Node:
 
 @pytest.fixture(scope="session")
 def toolkit_repo(tmp_path_factory):
-    """The STAND-IN toolkit repository (tests/standin_toolkit.py), served on 127.0.0.1.
+    """The REAL NVIDIA Container Toolkit 1.20.0 from the test lab (tests/toolkit_repo.py), in a
+    local signed repository served on 127.0.0.1.
 
-    Yields an object with ``url`` and ``data(wrong_key=False, version=None)``: the --data
-    that points the toolkit stage at it.
+    Yields the repository (``root``, ``version``) with ``url`` and ``data(version=None, ...)``: the
+    --data that points the toolkit stage at it. Skips, naming what to provide, without the lab.
+    """
+    import toolkit_repo as real
+    from lab import LabMissing
+
+    root = tmp_path_factory.mktemp("toolkit-repo") / "stable"
+    try:
+        repo = real.build_repo(root)
+    except LabMissing as missing:
+        pytest.skip(f"the real NVIDIA Container Toolkit is not available: {missing}")
+    with real.serve(root) as url:
+        repo.url = url
+        repo.data = lambda **kwargs: real.deploy_data(url, **kwargs)
+        yield repo
+
+
+@pytest.fixture(scope="session")
+def standin_toolkit_repo(tmp_path_factory):
+    """The STAND-IN toolkit repository (tests/standin_toolkit.py), served on 127.0.0.1: two
+    versions and the repository faults the real toolkit cannot show.
+
+    Yields an object with ``url`` and ``data(wrong_key=False, version=None, key=..., ...)``.
     """
     import standin_toolkit
 

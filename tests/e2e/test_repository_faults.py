@@ -1,9 +1,9 @@
 """
 The toolkit repository failing in each way it can, against the STAND-IN repository.
 
-NVIDIA's repository is unreachable from the test machines (DESIGN.md section 5): the
-repository, its keys and its faults are built by tests/standin_toolkit.py and served on
-127.0.0.1 (a refused port, a server that never answers, an HTML page or an empty body where
+A stand-in because the real toolkit (tests/toolkit_repo.py) comes in one good repository only:
+these faults are the repository's, not the package's. The repository, its keys and its faults
+are built by tests/standin_toolkit.py and served on 127.0.0.1 (a refused port, a server that never answers, an HTML page or an empty body where
 the key should be, a key that did not sign the repository, an InRelease altered after
 signing). apt, gpgv and the node are real. For each fault: the run fails naming the URL,
 the source file and keyring are exactly as before (absent on a fresh node, the good ones on
@@ -83,7 +83,9 @@ def assert_fails_cleanly(node, data: dict, url: str, says: str, before: dict) ->
 
 
 @pytest.mark.parametrize("fault", FAULTS)
-def test_standin_repository_fault_fails_naming_the_url_and_leaves_apt_as_it_was(fault, node, toolkit_repo):
+def test_standin_repository_fault_fails_naming_the_url_and_leaves_apt_as_it_was(fault, node, standin_toolkit_repo):
+    """Each fault of the STAND-IN repository: the run fails naming the URL, apt is left as it was."""
+    toolkit_repo = standin_toolkit_repo
     with fault_settings(fault, toolkit_repo) as (data, url, says):
         # A fresh node: nothing is left behind.
         assert_fails_cleanly(node, data, url, says, before={APT_SOURCE: None, APT_KEYRING: None})
@@ -100,9 +102,10 @@ def test_standin_repository_fault_fails_naming_the_url_and_leaves_apt_as_it_was(
     assert_no_change(node.deploy(data=good))
 
 
-def test_standin_key_served_unarmoured_is_accepted_and_converges(node, toolkit_repo):
-    """Some mirrors serve the key as binary OpenPGP: it is armoured for the .asc keyring and apt verifies with it."""
-    data = {**FAULT_DATA, **toolkit_repo.data(key="gpgkey.bin")}
+def test_standin_key_served_unarmoured_is_accepted_and_converges(node, standin_toolkit_repo):
+    """Some mirrors serve the key as binary OpenPGP: it is armoured for the .asc keyring and apt
+    verifies with it. The STAND-IN repository serves its key that way too (the real one's is armoured)."""
+    data = {**FAULT_DATA, **standin_toolkit_repo.data(key="gpgkey.bin")}
     first = node.deploy(data=data)
     assert first.returncode == 0, first.explain()
     keyring = node.read(APT_KEYRING)

@@ -2,9 +2,9 @@
 Rolling out in batches on real node containers: a bad config stops after the first batch and the
 later batches stay untouched; a good one rolls through every batch, and again changes nothing.
 
-The "bad config" is real: ``nvidia_toolkit_version`` pinned to a version the STAND-IN toolkit
-repository (tests/standin_toolkit.py, served on 127.0.0.1 because NVIDIA's repository is
-unreachable here) does not publish, so apt on the node refuses it. "Untouched" is proven with
+The "bad config" is real: ``nvidia_toolkit_version`` pinned to a version the repository of the
+REAL NVIDIA Container Toolkit 1.20.0 (tests/toolkit_repo.py, served on 127.0.0.1) does not
+publish, so apt on the node refuses it; the good one pins the version it does publish. "Untouched" is proven with
 ``node.stat`` (mode, owner, size, mtime, checksum) of the toolkit's apt source and keyring and
 of dpkg's status file, before and after.
 """
@@ -14,13 +14,14 @@ from __future__ import annotations
 import os
 import sys
 
+import toolkit_repo as real
 from harness import REPO, SAFE_DATA, run
 
 from deploy.tasks.toolkit import APT_KEYRING, APT_SOURCE, TOOLKIT_PACKAGES
 
 DPKG_STATUS = "/var/lib/dpkg/status"
 TOOLKIT_ONLY = {"stages": "toolkit"}
-MISSING_VERSION = "9.9.9-1"  # the stand-in repository publishes 1.17.7-1 and 1.17.8-1 only
+MISSING_VERSION = "9.9.9-1"  # the repository publishes the real 1.20.0-1 only
 
 
 def footprint(node) -> dict[str, str | None]:
@@ -60,7 +61,7 @@ def explain(result) -> str:
     return f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr[-6000:]}"
 
 
-def test_bad_toolkit_pin_against_standin_repo_stops_rollout_after_canary_batch_rest_untouched(
+def test_bad_toolkit_pin_against_real_toolkit_repo_stops_rollout_after_canary_batch_rest_untouched(
     start_node, toolkit_repo, tmp_path
 ):
     canary, second, third = start_node(), start_node(), start_node()
@@ -91,14 +92,14 @@ def test_good_config_rolls_through_every_batch_and_a_second_rollout_changes_noth
 ):
     nodes = [start_node(), start_node(), start_node()]
     inventory = write_inventory(tmp_path, nodes)
-    data = {**TOOLKIT_ONLY, **toolkit_repo.data(version="1.17.7-1")}
+    data = {**TOOLKIT_ONLY, **toolkit_repo.data(version=real.VERSION)}
 
     first = rollout(inventory, data, "--batches", "1,2")
 
     assert first.returncode == 0, explain(first)
     assert "rollout finished: 2 batch(es)" in first.stdout, explain(first)
     for node in nodes:
-        assert installed_toolkit(node) == {name: "1.17.7-1" for name in TOOLKIT_PACKAGES}, node.target
+        assert installed_toolkit(node) == {name: real.VERSION for name in TOOLKIT_PACKAGES}, node.target
         assert f"converged    {node.target} (0 operation(s) changed)" not in first.stdout
     assert "FAILED" not in first.stdout and "not touched" not in first.stdout
 

@@ -1,15 +1,18 @@
 """
-The toolkit stage against a local signed apt repository holding a STAND-IN toolkit.
+The toolkit stage against local signed apt repositories with NVIDIA's layout, served on 127.0.0.1:
+apt, gpg signature checks and dpkg holds are real, on a bookworm systemd node container.
 
-NVIDIA's repository is unreachable from the test machines (DESIGN.md section 5): the
-repository here has its layout and four packages with its names, built and signed by
-tests/standin_toolkit.py and served on 127.0.0.1. Everything else is real: apt, gpg
-signature checks, dpkg holds, on a bookworm systemd node container.
+The first test installs the REAL NVIDIA Container Toolkit 1.20.0 (tests/toolkit_repo.py; its
+libnvidia-container1 and libnvidia-container-tools are stand-ins because libnvidia-container was
+not built in the test lab). The second needs what one real version cannot show, two versions for a
+pin move and a key that did not sign the repository: the STAND-IN repository of
+tests/standin_toolkit.py.
 """
 
 from __future__ import annotations
 
 import standin_toolkit
+import toolkit_repo as real
 from harness import assert_no_change
 
 from deploy.tasks.toolkit import APT_KEYRING, APT_SOURCE, TOOLKIT_PACKAGES
@@ -24,7 +27,42 @@ def installed(node) -> dict[str, str]:
     return {line.split()[0]: line.split()[1] for line in out.splitlines() if line.endswith(" installed")}
 
 
-def test_standin_toolkit_unreachable_then_wrong_key_then_right_key_converges_pinned_and_held(node, toolkit_repo):
+def described(node, package: str) -> str:
+    return node.sh(f"dpkg-query -W -f '${{Description}}' {package}").stdout.splitlines()[0]
+
+
+def test_real_toolkit_1_20_installs_pinned_and_held_runs_its_nvidia_ctk_and_reruns_unchanged(node, toolkit_repo):
+    """The REAL toolkit 1.20.0, pinned: all four packages at the pin, held; the installed binaries
+    are NVIDIA's (their own --version), the two libnvidia-container packages say STAND-IN."""
+    data = {**TOOLKIT_ONLY, **toolkit_repo.data(version=real.VERSION)}
+    first = node.deploy(data=data)
+    assert first.returncode == 0, first.explain()
+    assert installed(node) == {name: real.VERSION for name in TOOLKIT_PACKAGES}
+    assert set(node.sh("apt-mark showhold").stdout.split()) >= set(TOOLKIT_PACKAGES)
+    assert f"deb [signed-by={APT_KEYRING}] {toolkit_repo.url}/deb/$(ARCH) /" in node.read(APT_SOURCE)
+    assert node.read(APT_KEYRING) == (toolkit_repo.root / "gpgkey").read_text()
+
+    assert node.sh("nvidia-ctk --version").stdout.splitlines()[0] == "NVIDIA Container Toolkit CLI version 1.20.0"
+    # No runc yet (toolkit stage only): the runtime prints its version, then fails to find runc.
+    runtime = node.sh("nvidia-container-runtime --version", check=False)
+    assert runtime.stdout.startswith("NVIDIA Container Runtime version 1.20.0"), runtime
+    # The package's postinst ran the real nvidia-ctk over its own config.
+    assert 'mode = "auto"' in node.read(real.RUNTIME_CONFIG)
+    for package in ("nvidia-container-toolkit", "nvidia-container-toolkit-base"):
+        assert described(node, package).startswith("NVIDIA Container"), package
+    for package in real.STANDIN_LIBRARY_PACKAGES:
+        assert described(node, package).startswith("STAND-IN"), package
+    assert not node.exists("/usr/bin/nvidia-container-cli"), "nothing pretends to be libnvidia-container"
+
+    assert_no_change(node.deploy(data=data))
+
+
+def test_standin_toolkit_unreachable_then_wrong_key_then_right_key_converges_pinned_and_held(
+    node, standin_toolkit_repo
+):
+    """STAND-IN repository: a key that did not sign it and two versions (1.17.7-1, 1.17.8-1) for a
+    pin and a pin move, which the one real version cannot show."""
+    toolkit_repo = standin_toolkit_repo
     dead_url = f"{standin_toolkit.refused_url()}/stable"
     unreachable = node.deploy(
         data={**TOOLKIT_ONLY, **toolkit_repo.data(), "nvidia_toolkit_gpgkey_url": f"{dead_url}/gpgkey"},
