@@ -5,8 +5,9 @@ wired. crictl is installed where cri-tools puts it, the real pause image (lab
 ``images/pause-3.9.tar``) is containerd's sandbox image. One node is shared by the module: every
 test here only adds and removes CRI sandboxes and containers, which each test checks are gone.
 
-What runs the sandbox is the toolkit of the ``toolkit_repo`` fixture; the runtime's own log
-shows each ``create`` that went through it, which is the proof a sandbox used the nvidia handler.
+The toolkit is the REAL NVIDIA Container Toolkit 1.20.0 (``toolkit_repo``, tests/toolkit_repo.py):
+its nvidia-container-runtime's debug log records each ``create`` it handled, the proof that a
+sandbox went through the nvidia handler (a sandbox asks for no GPU, so it runs on a node without one).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 import tomlkit
 from harness import assert_no_change, run, wait_for
 from lab_assets import lab_file
+from toolkit_repo import BUNDLE, RUNTIME_DEBUG_LOG, enable_runtime_debug_log, runtime_created, runtime_log
 
 from deploy.facts.verify import CrictlRun
 from deploy.tasks.verify import cri_step
@@ -27,12 +29,6 @@ CONFIG = "/etc/containerd/config.toml"
 CRICTL = "/usr/local/bin/crictl"
 PAUSE = "registry.k8s.io/pause:3.9"
 BUSYBOX = "docker.io/gpu-node-test/verify-busybox:1"
-
-
-def runtime_log_path() -> str:
-    import standin_toolkit
-
-    return standin_toolkit.STANDIN_LOG
 
 
 def steps_of(report_path) -> dict:
@@ -73,6 +69,13 @@ def crictl(node, args: str, check: bool = True):
     return node.sh(f"{CRICTL} --runtime-endpoint unix:///run/containerd/containerd.sock {args}", check=check)
 
 
+def bundles(node) -> list[str]:
+    """The container ids the real runtime was given a bundle for (its debug log), in order, once each."""
+    ids = [record["msg"].rstrip("/").rsplit("/", 1)[-1] for record in runtime_log(node)
+           if record.get("msg", "").startswith(BUNDLE)]
+    return list(dict.fromkeys(ids))
+
+
 def sandboxes(node) -> list[str]:
     return crictl(node, "pods -q").stdout.split()
 
@@ -93,6 +96,7 @@ def crictl_node(image, toolkit_repo, tmp_path_factory):
         import_pause(node)
         import_into_node(node, [])
         allow_sandboxes_without_cap_sys_resource(node)
+        enable_runtime_debug_log(node)
         node.data = {**data, "stages": "toolkit,runtimes,verify"}
         yield node
     finally:
@@ -102,8 +106,7 @@ def crictl_node(image, toolkit_repo, tmp_path_factory):
 def test_verify_runs_a_sandbox_through_the_nvidia_handler_with_the_real_crictl(crictl_node, tmp_path):
     node = crictl_node
     assert "crictl version 1.36.0" in node.sh(f"{CRICTL} --version").stdout
-    log = runtime_log_path()
-    node.sh(f"rm -f {log}")
+    node.sh(f"rm -f {RUNTIME_DEBUG_LOG}")
     before = sandboxes(node)
     report = tmp_path / "report.json"
 
@@ -115,8 +118,8 @@ def test_verify_runs_a_sandbox_through_the_nvidia_handler_with_the_real_crictl(c
     assert step["reason"] == ("host-network sandbox ran through runtime handler 'nvidia' "
                               "(no NVIDIA GPU: no nvidia-smi container)")
     # The runtime saw the sandbox's create; the sandbox is gone again.
-    calls = node.read(log)
-    assert "create --bundle /run/containerd/io.containerd.runtime.v2.task/k8s.io/" in calls, calls
+    (sandbox,) = bundles(node)
+    assert runtime_created(node, sandbox), runtime_log(node)
     assert sandboxes(node) == before
 
 
@@ -124,8 +127,7 @@ def test_the_real_crictl_sequence_runs_a_container_in_the_nvidia_sandbox_and_cle
     """The script verify runs on a GPU node (create, start, wait, logs, rm, stopp, rmp), with a
     busybox command in place of nvidia-smi: every id crictl prints is passed on correctly."""
     node = crictl_node
-    log = runtime_log_path()
-    node.sh(f"rm -f {log}")
+    node.sh(f"rm -f {RUNTIME_DEBUG_LOG}")
     uid = uuid.uuid4().hex[:12]
     script = CrictlRun().command(uid=uid, handler="nvidia", image=BUSYBOX,
                                  command=["/bin/echo", "through-the-nvidia-handler"], timeout=30)
@@ -136,8 +138,7 @@ def test_the_real_crictl_sequence_runs_a_container_in_the_nvidia_sandbox_and_cle
     assert "through-the-nvidia-handler" in steps["logs"]["output"]
     # crictl prints the id last (after a warning about the missing /etc/crictl.yaml)
     sandbox, container = (steps[name]["output"].splitlines()[-1] for name in ("runp", "create"))
-    calls = node.read(log)
-    assert f"/k8s.io/{sandbox}" in calls and f"/k8s.io/{container}" in calls, calls
+    assert runtime_created(node, sandbox) and runtime_created(node, container), runtime_log(node)
     assert sandbox not in sandboxes(node)
     assert node.sh("ls -d /tmp/gpu-node-verify.* 2>/dev/null || true").stdout == ""
 
@@ -171,12 +172,11 @@ def test_an_unknown_handler_fails_runp_with_containerds_message_and_removes_noth
 def test_a_sandbox_on_the_default_runc_handler_does_not_go_through_the_nvidia_runtime_real_crictl(crictl_node):
     """The log tells the handlers apart: nvidia_runtime_default=false leaves runc the default."""
     node = crictl_node
-    log = runtime_log_path()
-    node.sh(f"rm -f {log}")
+    node.sh(f"rm -f {RUNTIME_DEBUG_LOG}")
     script = CrictlRun().command(uid=uuid.uuid4().hex[:12], handler="")
     steps = CrictlRun().process(node.sh(script).stdout.splitlines())
     assert steps["runp"]["exit_code"] == 0, steps
     sandbox = steps["runp"]["output"].splitlines()[-1]
     assert crictl(node, f"inspectp -o go-template --template '{{{{.status.runtimeHandler}}}}' {sandbox}",
                   check=False).returncode != 0, "removed again"
-    assert not node.exists(log) or sandbox not in node.read(log)
+    assert sandbox not in bundles(node), runtime_log(node)
