@@ -46,5 +46,6 @@ def lab_file(relative: str) -> Path:
     if got != want:
         partial.unlink()
         raise AssertionError(f"{relative}: SHA-256 {got}, but the lab's SHA256SUMS says {want}")
+    partial.chmod(0o755)  # binaries run from here; archives do not mind
     partial.rename(target)
     return target
