@@ -18,7 +18,8 @@ import uuid
 
 import pytest
 import tomlkit
-from harness import assert_no_change, run, wait_for
+from cluster_hosts import allow_sandboxes_without_cap_sys_resource
+from harness import assert_no_change, run
 from lab_assets import lab_file
 from toolkit_repo import BUNDLE, RUNTIME_DEBUG_LOG, enable_runtime_debug_log, runtime_created, runtime_log
 
@@ -52,17 +53,6 @@ def import_pause(node) -> str:
     if configured != PAUSE:
         node.sh(f"ctr -n k8s.io images tag --force {PAUSE} {shlex.quote(configured)}")
     return configured
-
-
-def allow_sandboxes_without_cap_sys_resource(node) -> None:
-    """Lab change: CRI sandboxes ask for oom_score_adj -998, node containers run without
-    CAP_SYS_RESOURCE, so runc init fails there; containerd's restrict_oom_score_adj (meant for
-    nested setups) caps it. Set in the test only; the tool's merge keeps it on re-runs."""
-    config = tomlkit.parse(node.read(CONFIG))
-    config["plugins"]["io.containerd.grpc.v1.cri"]["restrict_oom_score_adj"] = True
-    node.write(CONFIG, tomlkit.dumps(config))
-    node.sh("systemctl restart containerd")
-    wait_for(lambda: node.is_active("containerd"), timeout=30, what="containerd after the restart")
 
 
 def crictl(node, args: str, check: bool = True):
