@@ -2,9 +2,9 @@
 containerd wired to the NVIDIA runtime on real bookworm node containers: Debian's containerd 1.6
 (config version 2) and sid's containerd 2.1 (config version 3), an unparsable config, a rollback.
 
-The toolkit is the STAND-IN from tests/standin_toolkit.py (NVIDIA's repository is unreachable
-here): its nvidia-container-runtime logs each call and execs runc, so its log proves that a
-container really went through the binary the config names.
+The toolkit is the REAL NVIDIA Container Toolkit 1.20.0 (tests/toolkit_repo.py, from the test
+lab). With its debug log switched on, the real nvidia-container-runtime's record of the ``create``
+call for the test container's id proves the container went through the binary the config names.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import tomlkit
 from harness import REPO, assert_no_change, run, wait_for
 from harness import busybox_image_tar as harness_busybox_image_tar
 from harness import sid_containerd_deb
+from toolkit_repo import RUNTIME_DEBUG_LOG, enable_runtime_debug_log, runtime_created
 
 from deploy.operations.safe_install import BACKUP_INFIX
 
 CONFIG = "/etc/containerd/config.toml"
-STANDIN_LOG = "/var/log/nvidia-container-runtime-standin.log"
 FIXTURES = REPO / "tests" / "fixtures" / "containerd" / "merge"
 IMAGE = "gpu-node-test/busybox:static"
 WIRE_OP = f"containerd | Wire the nvidia runtime into {CONFIG}"
@@ -38,23 +38,22 @@ def dump(node) -> dict:
     return tomlkit.parse(node.sh("containerd config dump").stdout).unwrap()
 
 
-def standin_calls(node) -> list[str]:
-    return node.sh(f"cat {STANDIN_LOG} 2>/dev/null || true").stdout.splitlines()
-
-
 def run_through_nvidia_handler(node, plugin: str) -> None:
     """
     Run a container with the runc v2 shim and the binary the nvidia handler names in containerd's
-    own resolved config (`ctr` does not read CRI handlers; no CRI client is packaged in bookworm).
+    own resolved config (`ctr` does not read CRI handlers; the CRI path is tests/e2e/test_verify.py's),
+    and prove from the real runtime's debug log that it handled the container's `create`.
     """
     binary = dump(node)["plugins"][plugin]["containerd"]["runtimes"]["nvidia"]["options"]["BinaryName"]
     copy_in(node, busybox_image_tar(), "/tmp/busybox-image.tar")
     node.sh("ctr -n k8s.io image import --all-platforms /tmp/busybox-image.tar")
-    before = len(standin_calls(node))
-    node.sh(f"ctr -n k8s.io run --rm --runtime io.containerd.runc.v2 --runc-binary {binary} "
-            f"docker.io/{IMAGE} gpu-node-nvidia-check /bin/true", timeout=120)
-    calls = standin_calls(node)[before:]
-    assert any(" create " in f" {call} " for call in calls), calls
+    enable_runtime_debug_log(node)
+    container_id = "gpu-node-nvidia-check"
+    assert not runtime_created(node, container_id)
+    out = node.sh(f"ctr -n k8s.io run --rm --runtime io.containerd.runc.v2 --runc-binary {binary} "
+                  f"docker.io/{IMAGE} {container_id} /bin/echo through-nvidia-container-runtime", timeout=120)
+    assert out.stdout.strip() == "through-nvidia-container-runtime", out
+    assert runtime_created(node, container_id), node.read(RUNTIME_DEBUG_LOG)
 
 
 def assert_wired(node, plugin: str, comments: list[str]) -> None:
@@ -72,7 +71,7 @@ def assert_wired(node, plugin: str, comments: list[str]) -> None:
     assert node.is_active("containerd")
 
 
-def test_containerd_16_config_v2_keeps_site_settings_runs_through_standin_and_reruns_unchanged(
+def test_containerd_16_config_v2_keeps_site_settings_runs_through_real_nvidia_runtime_and_reruns_unchanged(
     start_node, toolkit_repo
 ):
     node = start_node()
@@ -104,7 +103,7 @@ def test_containerd_16_config_v2_keeps_site_settings_runs_through_standin_and_re
     assert {"service": node.service("containerd"), "file": node.stat(CONFIG)} == before
 
 
-def test_containerd_21_missing_config_created_from_its_own_default_v3_and_runs_through_standin(
+def test_containerd_21_missing_config_created_from_its_own_default_v3_and_runs_through_real_nvidia_runtime(
     start_node, toolkit_repo
 ):
     node = start_node()

@@ -1,9 +1,9 @@
 """
 Docker (Debian's docker.io, with containerd) wired to the NVIDIA runtime on a real bookworm node.
 
-The toolkit is the STAND-IN from tests/standin_toolkit.py (NVIDIA's repository is unreachable
-here); `docker run` with the default runtime goes through its nvidia-container-runtime, and its
-log proves it.
+The toolkit is the REAL NVIDIA Container Toolkit 1.20.0 (tests/toolkit_repo.py, from the test
+lab); `docker run` with the default runtime goes through its nvidia-container-runtime, and the
+runtime's debug log (its `create` for the container's id) proves it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import json
 import re
 
 from harness import assert_no_change
-from test_containerd_e2e import IMAGE, assert_wired, busybox_image_tar, copy_in, standin_calls
+from test_containerd_e2e import IMAGE, assert_wired, busybox_image_tar, copy_in
+from toolkit_repo import RUNTIME_DEBUG_LOG, enable_runtime_debug_log, runtime_created
 
 DAEMON_JSON = "/etc/docker/daemon.json"
 # A node container needs no bridge and no iptables (DESIGN.md section 5); the rest is a site's file.
@@ -32,7 +33,7 @@ def docker_info(node) -> dict:
     return json.loads(node.sh("docker info --format '{{json .}}'").stdout)
 
 
-def test_containerd_and_docker_wired_on_one_node_keep_site_keys_run_through_standin_and_rerun_unchanged(
+def test_containerd_and_docker_wired_on_one_node_keep_site_keys_run_through_real_nvidia_runtime_and_rerun_unchanged(
     start_node, toolkit_repo
 ):
     node = start_node()
@@ -65,10 +66,12 @@ def test_containerd_and_docker_wired_on_one_node_keep_site_keys_run_through_stan
 
     copy_in(node, busybox_image_tar(), "/tmp/busybox-image.tar")
     node.sh("docker load -i /tmp/busybox-image.tar")
-    before_calls = len(standin_calls(node))
-    node.sh(f"docker run --rm --network none {IMAGE} true", timeout=120)
-    calls = standin_calls(node)[before_calls:]
-    assert any(" create " in f" {call} " for call in calls), calls
+    enable_runtime_debug_log(node)
+    out = node.sh(f"docker run --rm --network none --cidfile /tmp/nvidia-check.cid {IMAGE} echo through-docker",
+                  timeout=120)
+    assert out.stdout.strip() == "through-docker", out
+    container_id = node.read("/tmp/nvidia-check.cid").strip()
+    assert runtime_created(node, container_id), node.read(RUNTIME_DEBUG_LOG)
 
     before = {unit: node.service(unit) for unit in ("docker", "containerd")}
     files = {path: node.stat(path) for path in (DAEMON_JSON, "/etc/containerd/config.toml")}
