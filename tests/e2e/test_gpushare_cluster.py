@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import signal
 import subprocess
@@ -214,7 +213,7 @@ GPU_MEM_POD = {
 
 
 def test_gpushare_deployed_by_the_tool_binds_a_gpu_mem_pod_through_the_extender(lab, tmp_path):
-    control_plane, cp, gpu = lab["control_plane"], lab["cp"], lab["gpu"]
+    control_plane, cp = lab["control_plane"], lab["cp"]
     before = mirror_pod(control_plane)
 
     # pyinfra's default mode: the changes are shown, then confirmed on stdin.
@@ -277,7 +276,7 @@ def test_gpushare_deployed_by_the_tool_binds_a_gpu_mem_pod_through_the_extender(
 
 def test_gpushare_with_nvidia_not_the_default_runtime_is_refused_before_any_change(lab):
     """One line, no traceback, on every host of the run; the cluster and the files untouched."""
-    control_plane, cp = lab["control_plane"], lab["cp"]
+    cp = lab["cp"]
     manifest = cp.sh(f"sha256sum {SCHEDULER_MANIFEST}").stdout
     result = pyinfra(lab["inventory"], "deploy/k8s_gpu.py", {**lab["data"], "nvidia_runtime_default": "false"},
                      yes=True)

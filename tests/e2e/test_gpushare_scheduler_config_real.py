@@ -1,6 +1,6 @@
 """
 The KubeSchedulerConfiguration the gpushare stage writes, read by the REAL kube-scheduler v1.28.7
-(the lab's binary, tests/lab_assets.py): ``--write-config-to`` makes it load and default the
+(the lab's binary, tests/lab/assets.py): ``--write-config-to`` makes it load and default the
 config, write what it understood and exit, without a cluster (``--secure-port=0``: nothing listens).
 
 1.28 is the release that removed ``kubescheduler.config.k8s.io/v1beta2``, the version the gpushare
@@ -14,7 +14,8 @@ import subprocess
 
 import pytest
 import yaml
-from lab_assets import lab_file
+from lab import assets
+from lab_assets import lab_asset
 
 from deploy.gpushare import (
     EXTENDER_URL_PREFIX,
@@ -42,7 +43,7 @@ users:
 
 
 def load_with_the_real_scheduler(tmp_path, config_text: str) -> subprocess.CompletedProcess:
-    binary = lab_file(f"kubernetes/{VERSION}/kube-scheduler")
+    binary = lab_asset(assets.kubernetes_binary, "kube-scheduler")
     config = tmp_path / "config.yaml"
     config.write_text(config_text)
     written = tmp_path / "written.yaml"

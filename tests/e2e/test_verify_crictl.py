@@ -1,6 +1,6 @@
 """
 Verify's CRI step (``cri_handler``) with the REAL crictl (cri-tools v1.36.0 from the lab folder,
-env GPU_NODE_LAB) against the real containerd of a node container that ``deploy/gpu_node.py``
+env GPU_NODE_LAB, tests/lab/assets.py) against the real containerd of a node container that ``deploy/gpu_node.py``
 wired. crictl is installed where cri-tools puts it, the real pause image (lab
 ``images/pause-3.9.tar``) is containerd's sandbox image. One node is shared by the module: every
 test here only adds and removes CRI sandboxes and containers, which each test checks are gone.
@@ -20,7 +20,8 @@ import pytest
 import tomlkit
 from cluster_hosts import allow_sandboxes_without_cap_sys_resource
 from harness import assert_no_change, run
-from lab_assets import lab_file
+from lab import assets
+from lab_assets import lab_asset
 from toolkit_repo import BUNDLE, RUNTIME_DEBUG_LOG, enable_runtime_debug_log, runtime_created, runtime_log
 
 from deploy.facts.verify import CrictlRun
@@ -38,14 +39,14 @@ def steps_of(report_path) -> dict:
 
 
 def install_crictl(node) -> None:
-    binary = lab_file("bin/crictl-v1.36.0")
+    binary = lab_asset(assets.crictl)
     run(["docker", "cp", str(binary), f"{node.id}:{CRICTL}"])
     node.sh(f"chmod 755 {CRICTL}")
 
 
 def import_pause(node) -> str:
     """The lab's pause image, also tagged as whatever sandbox image this containerd is configured with."""
-    archive = lab_file("images/pause-3.9.tar")
+    archive = lab_asset(assets.image_archive, "pause")
     run(["docker", "cp", str(archive), f"{node.id}:/tmp/pause.tar"])
     node.sh("ctr -n k8s.io images import /tmp/pause.tar && rm -f /tmp/pause.tar")
     dumped = tomlkit.parse(node.sh("containerd config dump").stdout).unwrap()
