@@ -391,6 +391,11 @@ class Settings:
         False, boolean, "reject pods asking for more than one shared GPU"
     )
     mig_strategy: str = setting("none", choice("none", "single", "mixed"), "MIG strategy")
+    nvidia_driver_root: str = setting(
+        "/", absolute_path,
+        "where the NVIDIA driver lives on GPU nodes, for the device plugin (e.g. /run/nvidia/driver "
+        "with a driver container)",
+    )
     smoke_test: bool = setting(True, boolean, "run the vector-add pod after deploying")
     smoke_test_image: str = setting(
         "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0",

@@ -57,10 +57,13 @@ class LabCluster:
     image: str
     toolkit_data: dict
     names: tuple[str, ...] = ("lab-gpu-1", "lab-gpu-2")
+    # Kubelet nodes outside the gpu_nodes group: Debian's containerd, no mock, no toolkit.
+    plain_names: tuple[str, ...] = ()
     node_data: dict = field(default_factory=dict)
     profile: str = "a100"
     control_plane: ControlPlane | None = None
     nodes: list[KubeletNode] = field(default_factory=list)
+    plain_nodes: list[KubeletNode] = field(default_factory=list)
     provisioning: DeployResult | None = None
     timings: dict[str, float] = field(default_factory=dict)
     kernel_before: dict[str, str] = field(default_factory=dict)
@@ -75,7 +78,8 @@ class LabCluster:
         try:
             self._start()
         except BaseException:
-            self.stop()
+            if not os.environ.get("GPU_NODE_LAB_KEEP"):
+                self.stop()
             raise
         self.timings["total_up"] = time.monotonic() - began
         return self
@@ -92,6 +96,13 @@ class LabCluster:
             self.nodes.append(KubeletNode(node, name, len(self.nodes) + 1))
             node.start()
 
+        plain = []
+        for name in self.plain_names:
+            node = Node(image=self.image, extra_run_args=["--hostname", name])
+            plain.append(KubeletNode(node, name, len(self.names) + len(plain) + 1))
+            self.plain_nodes.append(plain[-1])
+            node.start()
+
         began = time.monotonic()
         self.provisioning = self.run_gpu_node()
         if self.provisioning.returncode != 0:
@@ -102,6 +113,11 @@ class LabCluster:
         for kubelet in self.nodes:
             self.point_runtime_at_mock(kubelet.node)
             kubelet.join(self.control_plane, images=("pause", "device-plugin", "nvml-mock"))
+        for kubelet in plain:
+            kubelet.sh("DEBIAN_FRONTEND=noninteractive apt-get install -y -q containerd >/dev/null 2>&1 || "
+                       "{ apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive "
+                       "apt-get install -y -q containerd >/dev/null; }", timeout=600)
+            kubelet.join(self.control_plane, images=("pause",))
         self.timings["kubelet_join"] = time.monotonic() - began
 
         began = time.monotonic()
@@ -110,7 +126,7 @@ class LabCluster:
                                        "--overwrite")
         self.control_plane.apply(render_nvml_mock(self.profile))
         for kubelet in self.nodes:
-            wait_for(lambda: kubelet.sh(f"ls {MOCK_DRIVER_ROOT}/usr/lib64/libnvidia-ml.so.1 "
+            wait_for(lambda: kubelet.sh(f"ls {MOCK_DRIVER_ROOT}/usr/lib64/libnvidia-ml.so.* "
                                         f"{MOCK_DRIVER_ROOT}/dev/nvidia0", check=False).returncode == 0,
                      timeout=180, interval=2, what=f"nvml-mock's driver root on {kubelet.name}")
         self.timings["nvml_mock"] = time.monotonic() - began
@@ -142,12 +158,14 @@ class LabCluster:
         """
         ``pyinfra [-y] [--json] inventory.py DEPLOY --data ...`` as a user runs it, with this lab's hosts
         (GPU nodes ``@docker/<id>``, the control plane ``@local`` with the lab's kubectl on PATH and its
-        admin kubeconfig). Without ``yes``, pyinfra's own confirmation is answered "y" on stdin.
+        admin kubeconfig). Without ``yes`` (pyinfra's default mode: it shows the detected changes and
+        waits for Enter), Enter is pressed on stdin and the output is pyinfra's text (``--json`` there
+        prints the plan only).
         """
         args = [sys.executable, "-m", "pyinfra"]
         if yes:
             args.append("-y")
-        if json_output:
+        if json_output and yes:
             args.append("--json")
         if limit:
             args += ["--limit", limit]
@@ -156,7 +174,7 @@ class LabCluster:
         for key, value in merged.items():
             args += ["--data", f"{key}={value}"]
         result = run(args, check=False, cwd=REPO, env=self.inventory_env(), timeout=timeout,
-                     input=None if yes else "y\n" * 20)
+                     input=None if yes else "\n")
         return DeployResult(result.returncode, result.stdout, result.stderr, args)
 
     def run_gpu_node(self, data: dict | None = None, **kwargs) -> DeployResult:
@@ -169,9 +187,9 @@ class LabCluster:
 
     def stop(self) -> None:
         """Remove the node containers (by id) and stop the control plane (by PID); check the kernel."""
-        for kubelet in self.nodes:
+        for kubelet in [*self.nodes, *self.plain_nodes]:
             kubelet.node.remove()
-        self.nodes = []
+        self.nodes, self.plain_nodes = [], []
         if self.control_plane:
             self.control_plane.remove()
             self.control_plane = None

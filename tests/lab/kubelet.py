@@ -202,7 +202,7 @@ nsenter --net="$CNI_NETNS" ip link add "$CNI_IFNAME" type veth peer name lab-pee
 nsenter --net="$CNI_NETNS" ip link set lab-peer0 up
 nsenter --net="$CNI_NETNS" ip addr add "$address/24" dev "$CNI_IFNAME"
 nsenter --net="$CNI_NETNS" ip link set "$CNI_IFNAME" up
-nsenter --net="$CNI_NETNS" ip addr add __SERVICE_IP__/32 dev lo
+nsenter --net="$CNI_NETNS" ip addr add __SERVICE_IP__/32 dev lab-peer0
 setsid python3 /usr/local/lib/gpu-node-lab/service-proxy.py "$CNI_NETNS" __SERVICE_IP__ 443 127.0.0.1 "$apiserver_port" \
   </dev/null >/dev/null 2>&1 &
 echo $! > "$state/$CNI_CONTAINERID.proxy"
