@@ -71,12 +71,12 @@ def assert_change_free(result: DeployResult, yes: bool) -> None:
         assert changed_in_text(result) == 0, result.explain()
 
 
-def allow_sandboxes_without_cap_sys_resource(node, restart: bool = True) -> None:
+def allow_sandboxes_without_cap_sys_resource(node) -> None:
     """
     Lab change of the node's config.toml: CRI sandboxes ask for oom_score_adj -998, node containers
     run without CAP_SYS_RESOURCE, so runc init fails there ("can't get final child's PID from
     pipe"); containerd's restrict_oom_score_adj (meant for such nested setups) caps it at its own.
-    The tool's merge keeps the key on later runs.
+    The tool's merge keeps the key on later runs. (A kubelet node gets it from tests/lab's join.)
     """
     import tomlkit
 
@@ -86,6 +86,5 @@ def allow_sandboxes_without_cap_sys_resource(node, restart: bool = True) -> None
     config = tomlkit.parse(node.read(path))
     config["plugins"]["io.containerd.grpc.v1.cri"]["restrict_oom_score_adj"] = True
     node.write(path, tomlkit.dumps(config))
-    if restart:
-        node.sh("systemctl restart containerd")
-        wait_for(lambda: node.is_active("containerd"), timeout=30, what="containerd after the restart")
+    node.sh("systemctl restart containerd")
+    wait_for(lambda: node.is_active("containerd"), timeout=30, what="containerd after the restart")

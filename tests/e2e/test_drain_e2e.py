@@ -23,13 +23,7 @@ import time
 
 import pytest
 import yaml
-from cluster_hosts import (
-    allow_sandboxes_without_cap_sys_resource,
-    assert_change_free,
-    make_kubectl_host,
-    pyinfra,
-    write_inventory,
-)
+from cluster_hosts import assert_change_free, make_kubectl_host, pyinfra, write_inventory
 from harness import Node, wait_for
 
 from deploy.operations.safe_install import BACKUP_INFIX
@@ -139,7 +133,6 @@ def lab(image, toolkit_repo, tmp_path_factory):
         # gpu_node.py provisions the node before it is a Kubernetes node (no drain yet).
         provisioned = gpu.deploy(data={**base, "stages": "toolkit,runtimes"})
         assert provisioned.returncode == 0, provisioned.explain()
-        allow_sandboxes_without_cap_sys_resource(gpu, restart=False)  # the join restarts containerd
         KubeletNode(node=gpu, name=NODE_NAME, index=1).join(control_plane)
         control_plane.apply(workloads(NODE_NAME))
         wait_for(lambda: len(running_workload_pods(control_plane)) == 1, timeout=120, what="the workload pod")

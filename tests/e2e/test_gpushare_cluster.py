@@ -30,13 +30,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cluster_hosts import (
-    allow_sandboxes_without_cap_sys_resource,
-    assert_change_free,
-    make_kubectl_host,
-    pyinfra,
-    write_inventory,
-)
+from cluster_hosts import assert_change_free, make_kubectl_host, pyinfra, write_inventory
 from harness import CACHE, Node, run, wait_for
 
 from deploy.gpushare import EXTENDER_NAME, EXTENDER_NODE_PORT, NAMESPACE, SCHEDULER_MANIFEST
@@ -155,8 +149,6 @@ def lab(image, toolkit_repo, tmp_path_factory):
         timings["provision"] = time.monotonic() - began
 
         LabCluster.point_runtime_at_mock(gpu_node)
-        for node in (cp_node, gpu_node):
-            allow_sandboxes_without_cap_sys_resource(node, restart=False)  # the join restarts containerd
         cp = KubeletNode(node=cp_node, name=CP, index=1).join(control_plane, images=("pause", "gpushare-extender"))
         gpu = KubeletNode(node=gpu_node, name=GPU, index=2).join(control_plane, images=("pause", "nvml-mock",
                                                                                           "gpushare-plugin"))
@@ -180,8 +172,11 @@ def lab(image, toolkit_repo, tmp_path_factory):
 
         control_plane.kubectl("label", "node", GPU, "gpu-node.lab/nvml-mock=t4", "--overwrite")
         control_plane.apply(nvml_mock_t4())
-        wait_for(lambda: gpu.sh("ls /var/lib/nvml-mock/driver/dev/nvidia0", check=False).returncode == 0,
-                 timeout=180, interval=2, what="nvml-mock's driver root on lab-gpu")
+        try:
+            wait_for(lambda: gpu.sh("ls /var/lib/nvml-mock/driver/dev/nvidia0", check=False).returncode == 0,
+                     timeout=300, interval=2, what="nvml-mock's driver root on lab-gpu")
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{diagnose(control_plane, gpu)}") from None
         timings["lab_ready"] = time.monotonic() - began
 
         inspect_binary = assets.kubectl_inspect_gpushare()
@@ -195,6 +190,14 @@ def lab(image, toolkit_repo, tmp_path_factory):
             node.remove()
         control_plane.remove()
         assert machine_kernel_settings() == kernel, "the machine's kernel settings changed"
+
+
+def diagnose(control_plane, kubelet) -> str:
+    """What a failed wait shows: every pod, and the node's containers with their last log lines."""
+    pods = control_plane.kubectl("get", "pods", "-A", "-o", "wide", check=False).stdout
+    containers = kubelet.sh("crictl ps -a 2>&1; for c in $(crictl ps -a -q); do echo \"== $c\"; "
+                            "crictl logs --tail 15 $c 2>&1; done", check=False).stdout
+    return f"{pods}\n{containers[-6000:]}"
 
 
 def allocatable(control_plane, node: str) -> dict:
