@@ -115,7 +115,7 @@ def lab_change_in_cluster_client(control_plane, kind: str, name: str, extra: dic
 
 @pytest.fixture(scope="module")
 def lab(image, toolkit_repo, tmp_path_factory):
-    from lab import assets
+    from lab import assets, expected_sums, lab_path
     from lab.cluster import LabCluster
     from lab.control_plane import ControlPlane
     from lab.kubelet import KubeletNode, machine_kernel_settings
@@ -180,7 +180,7 @@ def lab(image, toolkit_repo, tmp_path_factory):
         timings["lab_ready"] = time.monotonic() - began
 
         inspect_binary = assets.kubectl_inspect_gpushare()
-        expected = assets._sums(assets.lab_dir() / "bin" / "SHA256SUMS")["kubectl-inspect-gpushare-v0.3.0"]
+        expected = expected_sums(lab_path("bin"))["kubectl-inspect-gpushare-v0.3.0"]  # as a user pins the release
         k8s_data = {"gpu_sharing": "gpushare", "smoke_test": "false", "gpushare_inspect_source": str(inspect_binary),
                     "gpushare_inspect_sha256": expected, "gpushare_scheduler_ready_timeout": "180"}
         yield {"control_plane": control_plane, "cp": cp, "gpu": gpu, "inventory": inventory, "data": k8s_data,
