@@ -242,9 +242,21 @@ def test_gpushare_deployed_by_the_tool_binds_a_gpu_mem_pod_through_the_extender(
     control_plane.kubectl("-n", NAMESPACE, "patch", "deployment", EXTENDER_NAME, "--type=json", "-p", json.dumps([
         {"op": "replace", "path": f"/spec/template/spec/containers/0/{probe}/httpGet/port", "value": EXTENDER_NODE_PORT}
         for probe in ("readinessProbe", "livenessProbe")]))
-    lab_change_in_cluster_client(control_plane, "daemonset", DEVICE_PLUGIN_DS)
-    wait_for(lambda: allocatable(control_plane, GPU).get("aliyun.com/gpu-mem") == "16", timeout=180, interval=2,
-             what="lab-gpu to advertise aliyun.com/gpu-mem 16 (one mock T4)")
+    lab_change_in_cluster_client(control_plane, "daemonset", DEVICE_PLUGIN_DS,
+                                 {"MOCK_NVML_CONFIG": "/etc/nvml-mock-config/config.yaml"})
+    # LAB CHANGE: the mock NVML library finds its config beside itself in the driver root; injected
+    # into the plugin's container by the runtime it is elsewhere, so it is pointed at the config.
+    control_plane.kubectl("-n", NAMESPACE, "patch", "daemonset", DEVICE_PLUGIN_DS, "--type=json", "-p", json.dumps([
+        {"op": "add", "path": "/spec/template/spec/volumes/-",
+         "value": {"name": "nvml-mock-config", "hostPath": {"path": "/var/lib/nvml-mock/driver/config"}}},
+        {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-",
+         "value": {"name": "nvml-mock-config", "mountPath": "/etc/nvml-mock-config", "readOnly": True}},
+    ]))
+    try:
+        wait_for(lambda: allocatable(control_plane, GPU).get("aliyun.com/gpu-mem") == "16", timeout=180,
+                 interval=2, what="lab-gpu to advertise aliyun.com/gpu-mem 16 (one mock T4)")
+    except AssertionError as error:
+        raise AssertionError(f"{error}: {allocatable(control_plane, GPU)}\n{diagnose(control_plane, lab['gpu'])}")
     assert allocatable(control_plane, GPU).get("aliyun.com/gpu-count") == "1"
     wait_for(lambda: control_plane.get_json("-n", NAMESPACE, "deployment", EXTENDER_NAME)["status"].get(
         "readyReplicas") == 1, timeout=180, interval=2, what="the extender Ready")
