@@ -269,10 +269,9 @@ def test_gpushare_deployed_by_the_tool_binds_a_gpu_mem_pod_through_the_extender(
     assert annotations.get("ALIYUN_COM_GPU_MEM_IDX") == "0", annotations
     assert annotations.get("ALIYUN_COM_GPU_MEM_POD") == "3", annotations
     assert annotations.get("ALIYUN_COM_GPU_MEM_DEV") == "16", annotations
+    # The extender writes these annotations in its bind verb (the default binder writes none): the
+    # scheduler, running with the tool's config, bound the pod through the extender.
     assert "ALIYUN_COM_GPU_MEM_ASSUME_TIME" in annotations, annotations
-    # Bound by the extender (its bind verb), not by the scheduler's default binder.
-    events = control_plane.get_json("events", "--field-selector", "involvedObject.name=gpu-mem-3")["items"]
-    assert any(event["reason"] == "Scheduled" for event in events), events
 
     wait_for(lambda: control_plane.get_json("pod", "gpu-mem-3")["metadata"]["annotations"].get(
         "ALIYUN_COM_GPU_MEM_ASSIGNED") == "true", timeout=120, interval=2, what="the device plugin's assignment")
