@@ -14,7 +14,9 @@ The extender and the gpushare device plugin are the lab's images under their ups
 LAB CHANGES, made by the test after the tool applied its manifests and named so: both are
 hostNetwork pods, which the lab's service forwarder (pod network only) does not serve, so they get
 ``KUBERNETES_SERVICE_HOST=127.0.0.1`` and the API server's port; and with no kube-proxy, the extender
-listens on its NodePort (32766) itself, where the generated scheduler config calls it.
+listens on its NodePort (32766) itself, where the generated scheduler config calls it. The mock
+NVML library finds its config beside itself in the driver root only; injected into the gpushare
+plugin's container it is elsewhere, so the plugin is given ``MOCK_NVML_CONFIG`` and that config.
 """
 
 from __future__ import annotations
