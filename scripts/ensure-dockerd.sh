@@ -9,6 +9,7 @@ command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
 command -v apt-ftparchive >/dev/null 2>&1 || need_apt+=(apt-utils)
 command -v gpg >/dev/null 2>&1 || need_apt+=(gnupg)
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)  # the lab cluster's certificates
 if [ ${#need_apt[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
