@@ -33,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-import standin_toolkit  # noqa: E402
+import toolkit_repo  # noqa: E402
 from harness import SAFE_DATA, Node, ensure_docker, node_image  # noqa: E402
 
 from deploy.tasks.toolkit import APT_KEYRING, APT_SOURCE, TOOLKIT_PACKAGES  # noqa: E402
@@ -182,9 +182,9 @@ def main() -> int:
     stages = STAGES + (",driver" if args.with_driver else "")
     results: dict = {"machine": machine(), "stages": stages, "fleets": []}
     workdir = Path(tempfile.mkdtemp(prefix="gpu-node-bench-"))
-    standin_toolkit.build_repo(workdir / "stable")
-    with standin_toolkit.serve(workdir / "stable") as url:
-        data = {**standin_toolkit.deploy_data(url), "stages": stages + ",verify"}
+    toolkit_repo.build_repo(workdir / "stable")
+    with toolkit_repo.serve(workdir / "stable") as url:
+        data = {**toolkit_repo.deploy_data(url), "stages": stages + ",verify"}
         if not args.skip_first_run:
             first_data = {**data, "stages": stages}
             gpgkey = (workdir / "stable" / "gpgkey").read_text()

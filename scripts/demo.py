@@ -2,8 +2,10 @@
 The embedded default target: provision a throwaway bookworm node container end to end.
 
 NVIDIA's toolkit repository is unreachable from machines without internet access, so the
-demo serves the STAND-IN toolkit repository of the tests on 127.0.0.1 (say so loudly) and
-points the deploy at it. Everything else is the real deploy, run by pyinfra's CLI.
+demo serves the tests' local signed repository on 127.0.0.1 and points the deploy at it: the
+REAL NVIDIA Container Toolkit 1.20.0 debs from the test lab (env GPU_NODE_LAB, default
+../shared/lab), with libnvidia-container1/-tools as STAND-INS (not built in the lab; say so
+loudly). Everything else is the real deploy, run by pyinfra's CLI.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-import standin_toolkit  # noqa: E402
+import toolkit_repo  # noqa: E402
 from harness import Node, node_image  # noqa: E402
+from lab import LabMissing  # noqa: E402
 
 
 def main() -> int:
@@ -38,19 +41,26 @@ def main() -> int:
 
         return cluster_demo.main(keep=args.keep, extra_data=args.data)
 
+    workdir = Path(tempfile.mkdtemp(prefix="gpu-node-demo-"))
+    try:
+        repo = toolkit_repo.build_repo(workdir / "stable")
+    except LabMissing as missing:
+        print(f"demo: {missing}", file=sys.stderr)
+        return 2
+
     print("==> Building (or reusing) the bookworm systemd node image", flush=True)
     node = Node(image=node_image(), share_apt_cache=False)
     print("==> Starting a throwaway node container", flush=True)
     node.start()
     print(f"    node: {node.target}", flush=True)
     try:
-        workdir = Path(tempfile.mkdtemp(prefix="gpu-node-demo-"))
-        standin_toolkit.build_repo(workdir / "stable")
-        with standin_toolkit.serve(workdir / "stable") as url:
-            print(f"==> Serving the STAND-IN nvidia-container-toolkit repository at {url}", flush=True)
-            print("    (NVIDIA's repository is not reachable here; the stand-in runtime logs and execs runc)")
+        with toolkit_repo.serve(workdir / "stable") as url:
+            print(f"==> Serving NVIDIA Container Toolkit {repo.version} (the real debs from the test lab) at {url}",
+                  flush=True)
+            print("    (NVIDIA's repository is not reachable here; libnvidia-container1 and libnvidia-container-tools")
+            print("     are STAND-INS in it: libnvidia-container was not built in the lab)")
             data = {
-                **standin_toolkit.deploy_data(url),
+                **toolkit_repo.deploy_data(url),
                 "kernel_modules_load": "false",  # a container shares this machine's kernel
                 "reboot_allowed": "false",
             }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Make a Docker engine available on a test machine whose PID 1 is not systemd:
 # install docker.io and debootstrap when missing, start dockerd in the background.
-# Also the tools tests use to build the stand-in toolkit repository (apt-ftparchive, gpg).
+# Also the tools tests use to build the local toolkit repositories (apt-ftparchive, gpg).
 set -euo pipefail
 
 need_apt=()

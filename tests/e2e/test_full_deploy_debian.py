@@ -1,9 +1,10 @@
 """
 The whole deploy, every stage, on a real bookworm node container, twice: Debian's own NVIDIA
 packages from contrib / non-free (DKMS building the module for the Debian kernel headers it
-installs), the STAND-IN toolkit from a local signed repository, containerd wired, verify.
+installs), the REAL NVIDIA Container Toolkit 1.20.0 (tests/toolkit_repo.py, from the test lab)
+from a local signed repository, containerd wired, verify.
 
-There is no GPU here (DESIGN.md section 5): the test proves the honest no-GPU outcome, that
+There is no GPU here: the test proves the honest no-GPU outcome, that
 nvidia-smi cannot reach a driver, and that "reboot required" is reported because the module
 cannot be loaded; what a GPU would add (the module loading) cannot be had on this machine.
 """
@@ -21,7 +22,7 @@ SOURCES = "/etc/apt/sources.list.d/debian.sources"
 HELD = {"nvidia-driver", "nvidia-kernel-dkms", "nvidia-smi"}
 
 
-def test_full_deploy_installs_held_driver_standin_toolkit_containerd_reports_no_gpu_and_second_run_changes_nothing(
+def test_full_deploy_installs_held_driver_real_toolkit_containerd_reports_no_gpu_and_second_run_changes_nothing(
     node, toolkit_repo, tmp_path
 ):
     """Every stage with the default settings (no GPU here: the honest no-GPU outcome is checked)."""
@@ -70,6 +71,7 @@ def test_full_deploy_installs_held_driver_standin_toolkit_containerd_reports_no_
     (record,) = json.loads(report_path.read_text())["nodes"]
     steps = {step["name"]: step for step in record["steps"]}
     assert steps["containerd_config"]["status"] == "pass"
+    assert steps["toolkit"]["reason"] == "NVIDIA container toolkit 1.20.0 (nvidia-ctk)", steps["toolkit"]
     assert steps["gpu_pci"]["status"] == "skip" and "no NVIDIA GPU" in steps["gpu_pci"]["reason"]
 
     before = {path: node.stat(path) for path in (SOURCES, BLACKLIST_PATH, "/etc/containerd/config.toml")}

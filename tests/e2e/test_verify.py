@@ -79,7 +79,8 @@ def test_verify_without_gpu_reports_runtime_pass_gpu_skip_and_changes_nothing(st
     assert steps["cgroup_driver"]["status"] == "skip"
     (record,) = read_report(report)["nodes"]
     assert steps["toolkit"]["reason"] == "NVIDIA container toolkit 1.20.0 (nvidia-ctk)", steps["toolkit"]
-    assert record["toolkit"] == real.VERSION.split("-")[0] and record["runtime"].startswith("containerd 1.6.") and record["gpus"] == []
+    assert record["toolkit"] == real.VERSION.split("-")[0]
+    assert record["runtime"].startswith("containerd 1.6.") and record["gpus"] == []
 
     # Read-only: the standalone verify changes no file, restarts nothing, and a dry run of the
     # whole deploy plans the same before and after it.

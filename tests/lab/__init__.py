@@ -81,5 +81,7 @@ def verified(folder: Path, name: str) -> Path:
         raise LabMissing(f"{path} is missing from the test lab: provide it (listed in SHA256SUMS)")
     actual = sha256(path)
     if actual != expected:
-        raise LabMissing(f"{path} does not match SHA256SUMS (sha256 {actual}, expected {expected}): provide the lab's file")
+        raise LabMissing(
+            f"{path} does not match SHA256SUMS (sha256 {actual}, expected {expected}): provide the lab's file"
+        )
     return path
