@@ -395,6 +395,11 @@ class Settings:
         False, boolean, "reject pods asking for more than one shared GPU"
     )
     mig_strategy: str = setting("none", choice("none", "single", "mixed"), "MIG strategy")
+    nvidia_driver_root: str = setting(
+        "/", absolute_path,
+        "where the NVIDIA driver lives on GPU nodes, for the device plugin (e.g. /run/nvidia/driver "
+        "with a driver container)",
+    )
     smoke_test: bool = setting(True, boolean, "run the vector-add pod after deploying")
     smoke_test_image: str = setting(
         "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0",
@@ -482,6 +487,15 @@ def _check_gpu_sharing(settings: Settings, data: Mapping[str, Any]) -> None:
                 f"invalid setting {key}={_shown(data.get(key, True))}: allowed only with "
                 f"gpu_sharing=time-slicing (gpu_sharing is {sharing!r}; MPS and time-slicing are exclusive)"
             )
+    if sharing == "gpushare" and not settings.nvidia_runtime_default:
+        # The gpushare device plugin (v0.3.0) updates each pod it serves with a client too old to
+        # know runtimeClassName: the API server rejects that update and the pod runs without a GPU.
+        # Its pods therefore cannot use the RuntimeClass: nvidia must be the default runtime.
+        raise SettingsError(
+            "invalid setting nvidia_runtime_default=false: allowed only true with gpu_sharing=gpushare "
+            "(the gpushare device plugin drops a pod's runtimeClassName, so its pods need nvidia as the "
+            "default runtime)"
+        )
     if sharing == "mps" and settings.mig_strategy != "none":
         raise SettingsError(
             f"invalid setting mig_strategy={_shown(settings.mig_strategy)}: allowed: none with "

@@ -26,12 +26,20 @@ from lab import LabMissing  # noqa: E402
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
-    parser.add_argument("--keep", action="store_true", help="leave the node container running")
+    parser.add_argument("--keep", action="store_true", help="leave the node container(s) running")
+    parser.add_argument(
+        "--cluster", action="store_true",
+        help="the cluster demo: a lab Kubernetes cluster with two mock GPU nodes, gpu_node.py then k8s_gpu.py",
+    )
     parser.add_argument(
         "--data", action="append", default=[], metavar="KEY=VALUE",
         help="extra settings for the deploy, as pyinfra's --data (repeatable)",
     )
     args = parser.parse_args()
+    if args.cluster:
+        import cluster_demo
+
+        return cluster_demo.main(keep=args.keep, extra_data=args.data)
 
     workdir = Path(tempfile.mkdtemp(prefix="gpu-node-demo-"))
     try:

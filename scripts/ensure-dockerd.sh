@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Make a Docker engine available on a test machine whose PID 1 is not systemd:
 # install docker.io and debootstrap when missing, start dockerd in the background.
-# Also the tools tests use to build the stand-in toolkit repository (apt-ftparchive, gpg).
+# Also the tools tests use to build the local toolkit repositories (apt-ftparchive, gpg).
 set -euo pipefail
 
 need_apt=()
@@ -9,6 +9,7 @@ command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
 command -v apt-ftparchive >/dev/null 2>&1 || need_apt+=(apt-utils)
 command -v gpg >/dev/null 2>&1 || need_apt+=(gnupg)
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)  # the lab cluster's certificates
 if [ ${#need_apt[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq

@@ -40,6 +40,7 @@ import contextlib
 import functools
 import http.server
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -71,9 +72,14 @@ def lab_debs(arch: str = "amd64") -> list[Path]:
     return [verified(folder, f"{name}_{VERSION}_{arch}.deb") for name in REAL_PACKAGES]
 
 
+# Fixed timestamps make a rebuilt deb byte-identical: node containers share one apt download cache
+# (tests/harness.py), where a file of the same name must be the same file.
+BUILD_EPOCH = 1700000000
+
+
 def build_deb(out_dir: Path, name: str, version: str, depends: str, files: dict[str, str], arch: str,
               description: str) -> Path:
-    """A small deb: ``files`` maps absolute paths to text (under /usr/bin/ executable)."""
+    """A small reproducible deb: ``files`` maps absolute paths to text (under /usr/bin/ executable)."""
     root = Path(tempfile.mkdtemp(prefix=f"deb-{name}-"))
     try:
         for path, content in files.items():
@@ -94,8 +100,11 @@ def build_deb(out_dir: Path, name: str, version: str, depends: str, files: dict[
             control.append(f"Depends: {depends}")
         control.append(f"Description: {description}")
         (root / "DEBIAN" / "control").write_text("\n".join(control) + "\n")
+        for path in [root, *root.rglob("*")]:
+            os.utime(path, (BUILD_EPOCH, BUILD_EPOCH))
         deb = out_dir / f"{name}_{version}_{arch}.deb"
-        _run("dpkg-deb", "--root-owner-group", "--build", str(root), str(deb))
+        _run("dpkg-deb", "--root-owner-group", "--build", str(root), str(deb),
+             env={**os.environ, "SOURCE_DATE_EPOCH": str(BUILD_EPOCH)})
         return deb
     finally:
         shutil.rmtree(root)

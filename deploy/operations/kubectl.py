@@ -3,9 +3,9 @@ kubectl operations run on the control plane, and the helpers to render manifests
 
 Idempotence of ``apply_manifests``: every object carries the digest of its bundle as an
 annotation. The operation first reads the live objects' annotations (one ``kubectl get``):
-all present with the same digest means nothing to do, no apply. Otherwise
-``kubectl diff --server-side`` decides: no difference is no change; a difference is one
-``kubectl apply --server-side``.
+all present with the same digest means nothing to do, no apply. An object missing means one
+``kubectl apply --server-side``. Otherwise ``kubectl diff --server-side`` decides: no difference is
+no change; a difference is one apply.
 """
 
 from __future__ import annotations
@@ -129,13 +129,16 @@ def apply_manifests(manifest: str, kubeconfig: str, bundle: str, field_manager: 
         host.noop(f"{bundle}: {len(wanted)} objects are applied at digest {digest}")
         return
 
-    diff = host.get_fact(KubeServerSideDiff, kubeconfig=kubeconfig, manifest=stamped,
-                         field_manager=field_manager)
-    if diff["changed"] is None:
-        raise OperationError(unavailable_message(host.name, kubeconfig, f"kubectl diff: {diff['error']}"))
-    if not diff["changed"]:
-        host.noop(f"{bundle}: the cluster already matches")
-        return
+    # A missing object is a change: no diff then (the API server cannot dry-run objects in a
+    # namespace the same manifest creates, "namespaces ... not found").
+    if all(key in live["objects"] for key in wanted):
+        diff = host.get_fact(KubeServerSideDiff, kubeconfig=kubeconfig, manifest=stamped,
+                             field_manager=field_manager)
+        if diff["changed"] is None:
+            raise OperationError(unavailable_message(host.name, kubeconfig, f"kubectl diff: {diff['error']}"))
+        if not diff["changed"]:
+            host.noop(f"{bundle}: the cluster already matches")
+            return
     yield with_stdin(stamped, kubectl(
         kubeconfig, "apply", "--server-side", f"--field-manager={field_manager}", "--force-conflicts",
         "-f", "-",

@@ -4,6 +4,9 @@ GPU memory sharing with Aliyun's gpushare scheduler extender, run on control-pla
 plugin (RBAC, DaemonSet on nodes labelled ``gpushare=true``), a KubeSchedulerConfiguration for
 the cluster's version loaded by the kube-scheduler static pod, the node labels, and the
 ``kubectl-inspect-gpushare`` plugin checked against a pinned SHA-256.
+
+Its nodes need nvidia as the default runtime: the settings refuse ``gpu_sharing=gpushare`` with
+``nvidia_runtime_default=false`` (deploy/settings.py says why).
 """
 
 from __future__ import annotations
@@ -30,22 +33,6 @@ from deploy.gpushare import (
 from deploy.operations import kubectl
 from deploy.operations.scheduler_manifest import configure_scheduler_manifest
 from deploy.settings import Settings
-
-
-def require_default_runtime(settings: Settings, nodes: list[GpuNode]) -> None:
-    """
-    The gpushare device plugin hands out GPUs through NVIDIA_VISIBLE_DEVICES only: without a
-    RuntimeClass, that works only where nvidia is the default runtime.
-    """
-    gpushare_nodes = [node for node in nodes if node.gpu_sharing == "gpushare"]
-    wrong = [node.host_name for node in gpushare_nodes if not node.nvidia_runtime_default]
-    if not nodes and not settings.nvidia_runtime_default:
-        wrong = [host.name]
-    if wrong:
-        raise GpushareError(
-            f"gpu_sharing=gpushare needs nvidia_runtime_default=true on every gpushare node; "
-            f"it is false for: {', '.join(sorted(wrong))}"
-        )
 
 
 def checked_inspect_source(settings: Settings) -> str | None:
@@ -142,7 +129,6 @@ def gpushare(settings: Settings, nodes: list[GpuNode]):
     cluster = kubectl.require_cluster(settings.kubeconfig)
     version = cluster["version"]
     config_text = scheduler_config_yaml(version)  # refuses clusters older than 1.23
-    require_default_runtime(settings, nodes)
     inspect_source = checked_inspect_source(settings)
 
     kubectl.apply_manifests(

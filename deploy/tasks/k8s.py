@@ -29,6 +29,7 @@ SMOKE_POD_NAME = "gpu-node-smoke-test"
 SMOKE_POD_NAMESPACE = "default"
 CONFIG_LABEL = "nvidia.com/device-plugin.config"
 RUNTIME_CLASS = "nvidia"
+CONTAINER_DRIVER_ROOT = "/driver-root"
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class SharingConfig:
     rename_by_default: bool
     fail_requests_greater_than_one: bool
     mig_strategy: str
+    driver_root: str
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "SharingConfig":
@@ -50,6 +52,7 @@ class SharingConfig:
             rename_by_default=settings.time_slicing_rename_by_default,
             fail_requests_greater_than_one=settings.time_slicing_fail_requests_greater_than_one,
             mig_strategy=settings.mig_strategy,
+            driver_root=settings.nvidia_driver_root,
         )
 
     @property
@@ -72,7 +75,7 @@ class SharingConfig:
             "flags": {
                 "migStrategy": self.mig_strategy,
                 "failOnInitError": True,
-                "nvidiaDriverRoot": "/",
+                "nvidiaDriverRoot": self.driver_root,
                 "plugin": {
                     "passDeviceSpecs": False,
                     "deviceListStrategy": "envvar",
@@ -80,6 +83,9 @@ class SharingConfig:
                 },
             },
         }
+        if self.driver_root != "/":
+            # The manifests mount the host's driver root there (as NVIDIA's helm chart does).
+            config["flags"]["plugin"]["containerDriverRoot"] = CONTAINER_DRIVER_ROOT
         resources = [{"name": "nvidia.com/gpu", "replicas": self.replicas}]
         if self.sharing == "time-slicing":
             config["sharing"] = {
@@ -177,6 +183,8 @@ def device_plugin_context(settings: Settings, nodes: list[GpuNode]) -> dict:
         "runtime_class": RUNTIME_CLASS if runtime_class_needed else None,
         "mig_monitor": any(config.mig_strategy != "none" for config in configs.values()),
         "mps": any(config.sharing == "mps" for config in configs.values()),
+        "driver_root": settings.nvidia_driver_root if settings.nvidia_driver_root != "/" else None,
+        "container_driver_root": CONTAINER_DRIVER_ROOT,
     }
 
 

@@ -9,6 +9,7 @@ Facts are read inside the operation, i.e. at execution time, after the earlier s
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from dataclasses import dataclass
@@ -312,13 +313,36 @@ def _short(text: str, limit: int = 200) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+# crictl logs through logrus (`time=... level=fatal msg="..."`) and klog (`E1123 14:34:14 ...`);
+# its fatal line carries the error, the rest repeats it or warns about a missing /etc/crictl.yaml.
+LOGRUS_LINE = re.compile(r'level=(\w+) msg="((?:[^"\\]|\\.)*)"')
+KLOG_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d")
+
+
+def crictl_message(text: str) -> str:
+    """What crictl said went wrong: the messages of its error and fatal lines, unquoted."""
+    messages = []
+    for line in text.splitlines():
+        logged = LOGRUS_LINE.search(line)
+        if logged:
+            if logged[1] in ("error", "fatal"):
+                try:
+                    messages.append(json.loads(f'"{logged[2]}"'))
+                except ValueError:
+                    messages.append(logged[2])
+        elif line.strip() and not KLOG_LINE.match(line):
+            messages.append(line.strip())
+    return "; ".join(messages) or text
+
+
 def cri_step(result: dict, gpu: bool, image: str) -> Step:
     runp = result.get("runp")
     if not runp:
         return Step("cri_handler", FAIL, "crictl produced no result")
     if runp["exit_code"] != 0:
         return Step("cri_handler", FAIL,
-                    f"crictl runp --runtime {HANDLER} (host-network sandbox) failed: {_short(runp['output'])}")
+                    f"crictl runp --runtime {HANDLER} (host-network sandbox) failed: "
+                    f"{_short(crictl_message(runp['output']), 300)}")
     cleanup = [name for name in ("stopp", "rmp") if result.get(name, {}).get("exit_code", 1) != 0]
     note = f"; cleanup failed: {', '.join(cleanup)}" if cleanup else ""
     sandbox = f"host-network sandbox ran through runtime handler '{HANDLER}'"
@@ -329,7 +353,8 @@ def cri_step(result: dict, gpu: bool, image: str) -> Step:
                     f"{sandbox}; nvidia-smi container skipped: image {image} not on the node{note}")
     for name in ("create", "start", "logs"):
         if result.get(name, {}).get("exit_code", 1) != 0:
-            return Step("cri_handler", FAIL, f"crictl {name} failed: {_short(result.get(name, {}).get('output', ''))}")
+            output = crictl_message(result.get(name, {}).get("output", ""))
+            return Step("cri_handler", FAIL, f"crictl {name} failed: {_short(output, 300)}")
     state = result.get("state", {}).get("output", "")
     logs = result.get("logs", {}).get("output", "")
     if state.strip() != "CONTAINER_EXITED 0":

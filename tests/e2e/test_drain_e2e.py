@@ -1,206 +1,247 @@
 """
-drain_before_restart on two real node containers in one pyinfra run: a GPU node (group
-gpu_nodes) whose containerd config changes, and a control plane (group control_plane).
+drain_before_restart against the lab cluster (tests/lab/): a real Kubernetes v1.28.7 control plane
+on 127.0.0.1 and a GPU node container that deploy/gpu_node.py provisioned (containerd wired to the
+REAL NVIDIA Container Toolkit 1.20.0) and that then joined as a real kubelet, running real pods: a
+Deployment's pod (evicted by the drain) and a DaemonSet's pod (left alone, --ignore-daemonsets).
 
-No Kubernetes API server can run here, so the control plane holds a kubectl STAND-IN: it logs
-every call with the time it was made (CLOCK_MONOTONIC, which every container of this machine
-shares with systemd's ActiveEnterTimestampMonotonic, and the wall clock), keeps each node's
-``spec.unschedulable`` in a file, answers ``get node`` from it, and fails ``drain`` on request.
-Everything on the GPU node is real: the NVIDIA Container Toolkit 1.20.0 from the test lab
-(tests/toolkit_repo.py), containerd, its config, its restart, the verify stage.
+The control_plane host of the inventory is a node container holding the lab's kubectl and an admin
+kubeconfig (as kubeadm leaves /etc/kubernetes/admin.conf). The config change that makes containerd
+restart is a real one: ``nvidia_runtime_default`` flipped. When things happened is read from the
+test side: a ``kubectl get node --watch`` and a pod watch, each line stamped with CLOCK_MONOTONIC,
+which every container of this machine shares with systemd's ActiveEnterTimestampMonotonic.
+
+One cluster for the module: the tests run in order on the same node (each leaves it uncordoned,
+with the workload running, or says otherwise).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import sys
-from pathlib import Path
+import subprocess
+import threading
+import time
 
-from harness import REPO, SAFE_DATA, DeployResult, assert_no_change, run
+import pytest
+import yaml
+from cluster_hosts import assert_change_free, make_kubectl_host, pyinfra, write_inventory
+from harness import Node, wait_for
 
 from deploy.operations.safe_install import BACKUP_INFIX
 
 CONFIG = "/etc/containerd/config.toml"
-NODE_NAME = "gpu-e2e-1"
-STANDIN_LOG = "/var/log/kubectl-stand-in.log"
-STANDIN_STATE = "/var/lib/kubectl-stand-in"
-DRAIN_FAILS = "/etc/kubectl-stand-in-drain-fails"
-WRITE_VERBS = {"cordon", "uncordon", "drain"}
-
-KUBECTL_STAND_IN = f"""#!/bin/bash
-# kubectl STAND-IN (no Kubernetes API server here): node get / cordon / uncordon / drain.
-read -r mono wall <<<"$(python3 -c 'import time; print(time.monotonic_ns() // 1000, time.time_ns())')"
-echo "$mono $wall $*" >> {STANDIN_LOG}
-args=()
-while [ $# -gt 0 ]; do
-    case $1 in
-        --kubeconfig) shift 2 ;;
-        --request-timeout=*) shift ;;
-        *) args+=("$1"); shift ;;
-    esac
-done
-set -- "${{args[@]}}"
-verb=$1
-[ "$verb" = get ] && name=$3 || name=$2
-state={STANDIN_STATE}/$name
-if [ ! -e "$state" ]; then
-    echo "Error from server (NotFound): nodes \\"$name\\" not found" >&2
-    exit 1
-fi
-case $verb in
-    get) echo "{{\\"kind\\": \\"Node\\", \\"metadata\\": {{\\"name\\": \\"$name\\"}}, \\"spec\\": {{\\"unschedulable\\": $(cat "$state")}}}}" ;;
-    cordon) echo true > "$state"; echo "node/$name cordoned" ;;
-    uncordon) echo false > "$state"; echo "node/$name uncordoned" ;;
-    drain)
-        echo true > "$state"
-        if [ -e {DRAIN_FAILS} ]; then
-            echo "error: unable to drain node \\"$name\\" due to error: global timeout reached, continuing..." >&2
-            exit 1
-        fi
-        echo "node/$name drained" ;;
-    *) echo "kubectl stand-in: $verb is not supported" >&2; exit 2 ;;
-esac
-"""
+NODE_NAME = "gpu-drain-1"
+WORKLOAD = "drain-workload"
+DAEMON = "drain-daemon"
 
 
-def start_control_plane(start_node):
-    """A node container standing in for the control plane: the kubectl stand-in and a kubeconfig file."""
-    control_plane = start_node()
-    control_plane.write("/usr/local/bin/kubectl", KUBECTL_STAND_IN, mode="755")
-    control_plane.write("/etc/kubernetes/admin.conf", "# kubeconfig STAND-IN: the kubectl stand-in ignores it\n",
-                        mode="600")
-    control_plane.write(f"{STANDIN_STATE}/{NODE_NAME}", "false\n")
-    return control_plane
+def workloads(node_name: str) -> str:
+    pod = {
+        "nodeSelector": {"kubernetes.io/hostname": node_name},
+        "terminationGracePeriodSeconds": 2,
+        "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.9", "imagePullPolicy": "Never"}],
+    }
+    labels = lambda app: {"matchLabels": {"app": app}}  # noqa: E731
+    template = lambda app: {"metadata": {"labels": {"app": app}}, "spec": pod}  # noqa: E731
+    objects = [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": WORKLOAD, "namespace": "default"},
+         "spec": {"replicas": 1, "selector": labels(WORKLOAD), "template": template(WORKLOAD)}},
+        {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": DAEMON, "namespace": "default"},
+         "spec": {"selector": labels(DAEMON), "template": template(DAEMON)}},
+    ]
+    return yaml.safe_dump_all(objects)
 
 
-def write_inventory(tmp_path: Path, gpu, control_plane) -> str:
-    path = tmp_path / "live_inventory.py"
-    path.write_text(
-        f"gpu_nodes = [({gpu.target!r}, {{'kube_node_names': {{{gpu.target!r}: {NODE_NAME!r}}}}})]\n"
-        f"control_plane = [{control_plane.target!r}]\n"
-    )
-    return str(path)
+PDB = json.dumps({
+    "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+    "metadata": {"name": "drain-workload-blocks", "namespace": "default"},
+    "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": WORKLOAD}}},
+})
 
 
-def deploy_pair(inventory: str, data: dict, *options: str) -> DeployResult:
-    """One pyinfra run over both hosts, through the real CLI."""
-    args = [sys.executable, "-m", "pyinfra", "-y", "--json", *options, inventory, "deploy/gpu_node.py"]
-    for key, value in {**SAFE_DATA, **data}.items():
-        args += ["--data", f"{key}={value}"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("GPU_NODES", None)
-    result = run(args, check=False, cwd=REPO, env=env, timeout=1500)
-    return DeployResult(result.returncode, result.stdout, result.stderr, args)
+class Watch:
+    """A kubectl watch whose output lines are stamped with CLOCK_MONOTONIC (µs) as they arrive."""
+
+    def __init__(self, control_plane, *args: str) -> None:
+        self.lines: list[tuple[int, str]] = []
+        self.process = subprocess.Popen(
+            [str(control_plane.bin_dir / "kubectl"), "--kubeconfig", str(control_plane.kubeconfig), *args],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+        )
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.append((time.monotonic_ns() // 1000, line.strip()))
+
+    def stop(self) -> list[tuple[int, str]]:
+        time.sleep(1)  # the last events reach the watch
+        self.process.terminate()
+        self.process.wait(timeout=10)
+        self.thread.join(timeout=10)
+        return self.lines
 
 
-def standin_calls(control_plane) -> list[tuple[int, int, list[str]]]:
-    """(monotonic µs, wall ns, arguments after --kubeconfig/--request-timeout) per call."""
-    calls = []
-    for line in control_plane.sh(f"cat {STANDIN_LOG} 2>/dev/null || true").stdout.splitlines():
-        mono, wall, *words = line.split()
-        calls.append((int(mono), int(wall), words[3:]))
-    return calls
+def node_watch(control_plane) -> Watch:
+    return Watch(control_plane, "get", "node", NODE_NAME, "--watch", "-o",
+                 "jsonpath={.spec.unschedulable}{\"\\n\"}")
 
 
-def verbs(calls) -> list[str]:
-    return [words[0] for _, _, words in calls]
+def pod_watch(control_plane) -> Watch:
+    return Watch(control_plane, "get", "pods", "-l", f"app={WORKLOAD}", "--watch-only", "--output-watch-events",
+                 "-o", "jsonpath={.type} {.object.metadata.name}{\"\\n\"}")
 
 
-def unschedulable(control_plane) -> str:
-    return control_plane.read(f"{STANDIN_STATE}/{NODE_NAME}").strip()
+def transitions(lines) -> list[tuple[int, str]]:
+    """Cordoned state changes: (time, "true"/"false"), the first line being the state at start."""
+    changes, last = [], None
+    for stamp, value in lines:
+        value = value or "false"
+        if value != last:
+            changes.append((stamp, value))
+            last = value
+    return changes
 
 
-def unwire(gpu) -> None:
-    """Put back the config the node had before gpu-node wired it (its first backup), as drift would."""
-    first_backup = sorted(gpu.sh(f"ls {CONFIG}{BACKUP_INFIX}*").stdout.split())[0]
-    gpu.sh(f"cp {first_backup} {CONFIG} && systemctl restart containerd")
-    assert "nvidia" not in gpu.read(CONFIG)
+def running_workload_pods(control_plane) -> list[str]:
+    pods = control_plane.get_json("pods", "-l", f"app={WORKLOAD}")["items"]
+    return [pod["metadata"]["name"] for pod in pods
+            if pod["status"].get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp")]
 
 
-def test_live_node_is_cordoned_and_drained_before_the_restart_and_uncordoned_after_verify_kubectl_standin(
-    start_node, toolkit_repo, tmp_path
-):
-    gpu = start_node()
-    control_plane = start_control_plane(start_node)
-    inventory = write_inventory(tmp_path, gpu, control_plane)
-    report = tmp_path / "report.json"
-    base = {"container_runtimes": "containerd", "verify_report_path": str(report), **toolkit_repo.data()}
+def unschedulable(control_plane) -> bool:
+    return bool(control_plane.get_json("node", NODE_NAME)["spec"].get("unschedulable"))
 
-    # Toolkit and containerd in place (no drain), then the config drifts back to Debian's.
-    setup = deploy_pair(inventory, {**base, "stages": "toolkit,runtimes"})
-    assert setup.returncode == 0, setup.explain()
-    assert standin_calls(control_plane) == []
-    unwire(gpu)
+
+@pytest.fixture(scope="module")
+def lab(image, toolkit_repo, tmp_path_factory):
+    from lab.control_plane import ControlPlane
+    from lab.kubelet import KubeletNode, machine_kernel_settings
+
+    kernel = machine_kernel_settings()
+    workdir = tmp_path_factory.mktemp("drain-lab")
+    control_plane = ControlPlane().start()
+    nodes: list[Node] = []
+    try:
+        gpu = Node(image=image).start()
+        nodes.append(gpu)
+        kubectl_host = Node(image=image).start()
+        nodes.append(kubectl_host)
+        make_kubectl_host(control_plane, kubectl_host)
+        base = {"container_runtimes": "containerd", "verify_report_path": str(workdir / "report.json"),
+                "nvidia_runtime_default": "false", **toolkit_repo.data()}
+        # gpu_node.py provisions the node before it is a Kubernetes node (no drain yet).
+        provisioned = gpu.deploy(data={**base, "stages": "toolkit,runtimes"})
+        assert provisioned.returncode == 0, provisioned.explain()
+        KubeletNode(node=gpu, name=NODE_NAME, index=1).join(control_plane)
+        control_plane.apply(workloads(NODE_NAME))
+        wait_for(lambda: len(running_workload_pods(control_plane)) == 1, timeout=120, what="the workload pod")
+        inventory = write_inventory(workdir / "inventory.py", {gpu.target: NODE_NAME}, kubectl_host.target)
+        data = {**base, "stages": "runtimes,verify", "drain_before_restart": "true"}
+        yield {"control_plane": control_plane, "gpu": gpu, "kubectl_host": kubectl_host,
+               "inventory": inventory, "data": data}
+    finally:
+        for node in nodes:
+            node.remove()
+        control_plane.remove()
+        assert machine_kernel_settings() == kernel, "the machine's kernel settings changed"
+
+
+@pytest.mark.parametrize("yes", [False, True], ids=["default-mode", "yes"])
+def test_config_change_cordons_and_drains_before_the_restart_and_uncordons_after_verify(lab, yes):
+    """Default mode first (changes shown, confirmed on stdin), then -y: each run flips
+    nvidia_runtime_default, so each restarts containerd behind a real drain."""
+    control_plane, gpu = lab["control_plane"], lab["gpu"]
+    flip = "true" if not yes else "false"
+    (evicted,) = running_workload_pods(control_plane)
+    daemon_pods = control_plane.get_json("pods", "-l", f"app={DAEMON}")["items"]
     before = gpu.service("containerd")
+    nodes, pods = node_watch(control_plane), pod_watch(control_plane)
+    time.sleep(1)
 
-    data = {**base, "stages": "runtimes,verify", "drain_before_restart": "true", "drain_timeout": "60"}
-    first = deploy_pair(inventory, data)
-    assert first.returncode == 0, first.explain()
-    assert "nvidia" in gpu.read(CONFIG)
+    result = pyinfra(lab["inventory"], "deploy/gpu_node.py", {**lab["data"], "nvidia_runtime_default": flip},
+                     yes=yes)
+    node_lines, pod_lines = nodes.stop(), pods.stop()
+    assert result.returncode == 0, result.explain()
+    assert f'default_runtime_name = "{"nvidia" if flip == "true" else "runc"}"' in gpu.read(CONFIG)
     after = gpu.service("containerd")
     assert after["MainPID"] != before["MainPID"] and after["ActiveState"] == "active"
-
-    calls = standin_calls(control_plane)
-    assert verbs(calls) == ["get", "get", "cordon", "drain", "uncordon"], calls
-    assert calls[3][2] == ["drain", NODE_NAME, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=60s"]
-    drained, uncordoned = calls[3][0], calls[4][0]
     restarted = int(after["ActiveEnterTimestampMonotonic"])
-    assert drained < restarted < uncordoned, (drained, restarted, uncordoned)
-    # The verify report is written when the verify operation ends, before the uncordon.
-    assert json.loads(report.read_text())["nodes"][0]["steps"]
-    assert report.stat().st_mtime_ns < calls[4][1]
-    assert unschedulable(control_plane) == "false"
-    changed = first.changed_operations()
-    assert f"Live node | Uncordon Kubernetes node {NODE_NAME} after the restart" in changed, changed
 
-    # A second run: nothing to restart, so only the read, no write verb, no restart. Limited to
-    # the GPU node (as scripts/rollout.py runs batches): the control plane is reached all the same.
-    second = deploy_pair(inventory, data, "--limit", gpu.target)
-    assert_no_change(second)
-    new_calls = standin_calls(control_plane)[len(calls):]
-    assert verbs(new_calls) == ["get"], new_calls
+    states = transitions(node_lines)
+    assert [value for _, value in states] == ["false", "true", "false"], node_lines
+    (cordoned, _), (uncordoned, _) = states[1], states[2]
+    deleted = [stamp for stamp, line in pod_lines if line == f"DELETED {evicted}"]
+    assert deleted, pod_lines
+    assert cordoned < deleted[0] < restarted < uncordoned, (cordoned, deleted, restarted, uncordoned)
+    assert f"Kubernetes node {NODE_NAME} cordoned and drained before the restart" in result.output
+    assert f"Kubernetes node {NODE_NAME} uncordoned" in result.output
+
+    # The DaemonSet's pod was left where it was; the Deployment's replacement runs again.
+    assert [pod["metadata"]["uid"] for pod in control_plane.get_json("pods", "-l", f"app={DAEMON}")["items"]] == \
+        [pod["metadata"]["uid"] for pod in daemon_pods]
+    wait_for(lambda: len(running_workload_pods(control_plane)) == 1, timeout=120, what="the replacement pod")
+    assert running_workload_pods(control_plane) != [evicted]
+    assert not unschedulable(control_plane)
+
+    # The same run again: nothing to restart, so no cordon, no drain, no restart.
+    nodes = node_watch(control_plane)
+    rerun = pyinfra(lab["inventory"], "deploy/gpu_node.py", {**lab["data"], "nvidia_runtime_default": flip},
+                    yes=yes)
+    assert_change_free(rerun, yes)
+    assert [value for _, value in transitions(nodes.stop())] == ["false"]
     assert gpu.service("containerd") == after
-    assert unschedulable(control_plane) == "false"
 
 
-def test_failed_drain_leaves_containerd_unrestarted_and_the_node_cordoned_kubectl_standin(
-    start_node, toolkit_repo, tmp_path
-):
-    gpu = start_node()
-    control_plane = start_control_plane(start_node)
-    inventory = write_inventory(tmp_path, gpu, control_plane)
-    base = {"container_runtimes": "containerd", "verify_report_path": str(tmp_path / "report.json"),
-            **toolkit_repo.data()}
-    setup = deploy_pair(inventory, {**base, "stages": "toolkit,runtimes"})
-    assert setup.returncode == 0, setup.explain()
-    unwire(gpu)
-    before = {"service": gpu.service("containerd"), "file": gpu.stat(CONFIG)}
+def test_a_pdb_that_blocks_eviction_times_the_drain_out_leaving_containerd_and_the_node_cordoned(lab):
+    control_plane, gpu = lab["control_plane"], lab["gpu"]
+    control_plane.apply(PDB)
+    wait_for(lambda: control_plane.get_json("pdb", "drain-workload-blocks")["status"].get("disruptionsAllowed") == 0
+             and control_plane.get_json("pdb", "drain-workload-blocks")["status"].get("currentHealthy") == 1,
+             timeout=60, what="the PDB to count the workload")
+    (protected,) = running_workload_pods(control_plane)
+    before = {"service": gpu.service("containerd"), "config": gpu.stat(CONFIG),
+              "backups": gpu.sh(f"ls {CONFIG}{BACKUP_INFIX}* 2>/dev/null || true").stdout}
+    data = {**lab["data"], "nvidia_runtime_default": "true", "drain_timeout": "10"}
 
-    control_plane.write(DRAIN_FAILS, "")
-    data = {**base, "stages": "runtimes,verify", "drain_before_restart": "true"}
-    # --limit to the GPU node, as a batch of scripts/rollout.py: kubectl still runs on the control plane.
-    failed = deploy_pair(inventory, data, "--limit", gpu.target)
+    began = time.monotonic()
+    failed = pyinfra(lab["inventory"], "deploy/gpu_node.py", data, yes=False)
     assert failed.returncode != 0, failed.explain()
-    assert verbs(standin_calls(control_plane)) == ["get", "get", "cordon", "drain"]
-    assert {"service": gpu.service("containerd"), "file": gpu.stat(CONFIG)} == before
+    assert time.monotonic() - began >= 10
+    assert {"service": gpu.service("containerd"), "config": gpu.stat(CONFIG),
+            "backups": gpu.sh(f"ls {CONFIG}{BACKUP_INFIX}* 2>/dev/null || true").stdout} == before
     assert not gpu.exists(CONFIG + ".gpu-node-candidate"), "a failed drain leaves nothing beside the config"
-    assert unschedulable(control_plane) == "true"
-    assert f"kubectl drain {NODE_NAME} failed (--timeout=300s): error: unable to drain node" in failed.stderr
+    assert unschedulable(control_plane), "left cordoned"
+    assert running_workload_pods(control_plane) == [protected], "the PDB kept its pod"
+    output = " ".join(failed.output.split())
+    assert f"kubectl drain {NODE_NAME} failed (--timeout=10s):" in output, failed.explain()
+    assert "global timeout reached: 10s" in output, failed.explain()
+    assert "nothing was restarted" in output
     assert (f"Kubernetes node {NODE_NAME} stays cordoned (cordoned and drained before a restart): "
-            f"uncordon it with `kubectl uncordon {NODE_NAME}` once fixed") in failed.stderr
+            f"uncordon it with `kubectl uncordon {NODE_NAME}` once fixed") in output
+
+    # Once the budget allows it, the same run drains, restarts, and uncordons: the node it found
+    # cordoned (by the failed run) stays cordoned, as the tool never uncordons what it did not cordon.
+    control_plane.kubectl("delete", "pdb", "drain-workload-blocks")
+    second = pyinfra(lab["inventory"], "deploy/gpu_node.py", data, yes=True)
+    assert second.returncode == 0, second.explain()
+    assert gpu.service("containerd")["MainPID"] != before["service"]["MainPID"]
+    assert f"Kubernetes node {NODE_NAME} was already cordoned: draining it, it stays cordoned after" in second.output
+    assert unschedulable(control_plane)
+    control_plane.kubectl("uncordon", NODE_NAME)
+    wait_for(lambda: len(running_workload_pods(control_plane)) == 1, timeout=120, what="the workload pod back")
 
 
 def test_control_plane_without_kubectl_stops_the_gpu_node_before_any_change(start_node, tmp_path):
     """The control plane has no kubectl at all: the GPU node fails before its first change."""
-    gpu, control_plane = start_node(), start_node()
-    inventory = write_inventory(tmp_path, gpu, control_plane)
+    gpu, kubectl_host = start_node(), start_node()
+    inventory = write_inventory(tmp_path / "inventory.py", {gpu.target: NODE_NAME}, kubectl_host.target)
     before = gpu.stat("/var/lib/dpkg/status")
 
-    result = deploy_pair(inventory, {"stages": "runtimes", "container_runtimes": "containerd",
-                                     "drain_before_restart": "true"})
+    result = pyinfra(inventory, "deploy/gpu_node.py", {"stages": "runtimes", "container_runtimes": "containerd",
+                                                       "drain_before_restart": "true"}, yes=True)
     assert result.returncode != 0, result.explain()
-    assert (f"{control_plane.target} cannot reach the Kubernetes API with kubeconfig /etc/kubernetes/admin.conf: "
+    assert (f"{kubectl_host.target} cannot reach the Kubernetes API with kubeconfig /etc/kubernetes/admin.conf: "
             "kubectl is not installed (not on PATH); nothing was changed; "
             "set drain_before_restart=false to restart without draining") in result.stderr
     # containerd was not installed: the run stopped before the runtimes stage

@@ -3,9 +3,9 @@ The toolkit repository failing in each way it can, against the STAND-IN reposito
 
 A stand-in because the real toolkit (tests/toolkit_repo.py) comes in one good repository only:
 these faults are the repository's, not the package's. The repository, its keys and its faults
-are built by tests/standin_toolkit.py and served on 127.0.0.1 (a refused port, a server that never answers, an HTML page or an empty body where
-the key should be, a key that did not sign the repository, an InRelease altered after
-signing). apt, gpgv and the node are real. For each fault: the run fails naming the URL,
+are built by tests/standin_toolkit.py and served on 127.0.0.1 (a refused port, a server that
+never answers, an HTML page or an empty body where the key should be, a key that did not sign
+the repository, an InRelease altered after signing). apt, gpgv and the node are real. For each fault: the run fails naming the URL,
 the source file and keyring are exactly as before (absent on a fresh node, the good ones on
 a converged node), the node's own `apt-get update` still succeeds, and the good repository
 then converges with a second run changing nothing.
@@ -83,7 +83,9 @@ def assert_fails_cleanly(node, data: dict, url: str, says: str, before: dict) ->
 
 
 @pytest.mark.parametrize("fault", FAULTS)
-def test_standin_repository_fault_fails_naming_the_url_and_leaves_apt_as_it_was(fault, node, standin_toolkit_repo):
+def test_standin_repository_fault_fails_naming_the_url_and_leaves_apt_as_it_was(
+    fault, node, standin_toolkit_repo
+):
     """Each fault of the STAND-IN repository: the run fails naming the URL, apt is left as it was."""
     toolkit_repo = standin_toolkit_repo
     with fault_settings(fault, toolkit_repo) as (data, url, says):

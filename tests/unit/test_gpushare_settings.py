@@ -44,3 +44,25 @@ def test_values_from_the_command_line_are_parsed():
 def test_bad_values_stop_the_run_naming_the_key(key, value, allowed):
     with pytest.raises(SettingsError, match=f"invalid setting {key}='{value}': allowed: {allowed}"):
         parse_settings({key: value})
+
+
+@pytest.mark.parametrize("data", [
+    {"gpu_sharing": "gpushare", "nvidia_runtime_default": "false"},
+    {"gpu_sharing": "gpushare", "nvidia_runtime_default": False},
+    {"nvidia_runtime_default": "0", "gpu_sharing": "gpushare"},
+])
+def test_gpushare_without_nvidia_as_the_default_runtime_is_refused_saying_why(data):
+    """The gpushare device plugin's pod update drops runtimeClassName (seen on a real 1.28 API
+    server: the update is rejected and the pod runs with no GPU), so a RuntimeClass cannot serve."""
+    with pytest.raises(SettingsError) as refused:
+        parse_settings(data)
+    assert str(refused.value) == (
+        "invalid setting nvidia_runtime_default=false: allowed only true with gpu_sharing=gpushare "
+        "(the gpushare device plugin drops a pod's runtimeClassName, so its pods need nvidia as the "
+        "default runtime)"
+    )
+
+
+def test_nvidia_runtime_default_false_stays_allowed_for_the_other_sharing_modes():
+    for sharing in ("none", "time-slicing", "mps"):
+        assert parse_settings({"gpu_sharing": sharing, "nvidia_runtime_default": "false"}).nvidia_runtime_default is False

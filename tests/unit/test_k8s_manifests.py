@@ -136,3 +136,27 @@ def test_device_plugin_daemonset_has_the_issue_requirements():
     daemonset = [d for d in no_runtime_class if d["kind"] == "DaemonSet"][0]
     assert "runtimeClassName" not in daemonset["spec"]["template"]["spec"]
     assert not any(d["metadata"]["name"].endswith("mps-control-daemon") for d in no_runtime_class)
+
+
+def test_a_driver_root_other_than_slash_is_mounted_and_named_in_the_plugin_config():
+    """nvidia_driver_root (a driver container's /run/nvidia/driver, the lab's mock): the plugin config
+    names it as nvidiaDriverRoot and containerDriverRoot /driver-root, where the DaemonSet mounts it
+    read-only; the default root '/' renders neither mount nor containerDriverRoot."""
+    data = {"nvidia_driver_root": "/run/nvidia/driver"}
+    settings = parse_settings(data)
+    documents = manifest_documents(render_device_plugin(settings, [gpu_node("gpu1", data)]))
+    (config_map,) = [d for d in documents if d["kind"] == "ConfigMap"]
+    (config,) = [yaml.safe_load(text) for text in config_map["data"].values()]
+    assert config["flags"]["nvidiaDriverRoot"] == "/run/nvidia/driver"
+    assert config["flags"]["plugin"]["containerDriverRoot"] == "/driver-root"
+    (daemonset,) = [d for d in documents if d["kind"] == "DaemonSet"]
+    pod = daemonset["spec"]["template"]["spec"]
+    assert {"name": "driver-root", "hostPath": {"path": "/run/nvidia/driver", "type": "Directory"}} in pod["volumes"]
+    plugin = next(c for c in pod["containers"] if c["name"] == "nvidia-device-plugin-ctr")
+    assert {"name": "driver-root", "mountPath": "/driver-root", "readOnly": True} in plugin["volumeMounts"]
+    assert yaml.safe_load(render_helm_values(settings, [gpu_node("gpu1", data)]))["nvidiaDriverRoot"] == \
+        "/run/nvidia/driver"
+
+    default = manifest_documents(render_device_plugin(parse_settings({}), [gpu_node("gpu1", {})]))
+    assert "driver-root" not in yaml.safe_dump(default)
+    assert "containerDriverRoot" not in yaml.safe_dump(default)

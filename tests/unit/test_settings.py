@@ -137,7 +137,7 @@ def test_an_unknown_key_with_one_of_our_prefixes_always_names_the_closest_settin
     })
     assert notes == [
         "unknown setting 'nvidia_driver_brnach': did you mean 'nvidia_driver_branch'?",
-        "unknown setting 'nvidia_drvier': did you mean 'nvidia_driver_branch'?",
+        "unknown setting 'nvidia_drvier': did you mean 'nvidia_driver_root'?",
         "unknown setting 'gpushare_inspect_sha': did you mean 'gpushare_inspect_sha256'?",
         "unknown setting 'kube_nodes': did you mean 'kube_node_names'?",
         "unknown setting 'containerd_conf': did you mean 'containerd_config_path'?",

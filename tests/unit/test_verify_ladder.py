@@ -339,12 +339,28 @@ def test_crictl_on_a_gpu_node_without_the_image_passes_the_handler_and_says_what
     assert not failed
 
 
-def test_crictl_runp_failure_is_a_fail_with_crictls_words(tmp_path):
+CRICTL_OUTPUT = Path(__file__).parents[1] / "fixtures" / "crictl"
+
+
+@pytest.mark.parametrize("fixture, message", [
+    ("runp-no-nvidia-handler.txt",
+     'run pod sandbox: rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for "nvidia" '
+     'is configured'),
+    ("runp-sandbox-image-missing.txt",
+     'run pod sandbox: rpc error: code = Unknown desc = failed to get sandbox image "registry.k8s.io/pause:3.6": '
+     'failed to pull image "registry.k8s.io/pause:3.6": '),
+])
+def test_crictl_runp_failure_is_a_fail_with_crictls_fatal_message_without_its_log_noise(tmp_path, fixture, message):
+    """Real crictl v1.36.0 output (tests/fixtures/crictl): a warning about /etc/crictl.yaml, a klog
+    line and the logrus fatal line; the reason is the fatal message, unquoted (cut at 300 characters)."""
     lines = node_lines(dump=containerd_dump(), crictl=True)
-    message = 'rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for "nvidia" is configured'
-    _, _, steps, failed = run_verify(tmp_path, lines, crictl=crictl_lines(runp=(1, message)))
-    assert steps["cri_handler"]["status"] == FAIL
-    assert 'no runtime for "nvidia" is configured' in steps["cri_handler"]["reason"]
+    output = (CRICTL_OUTPUT / fixture).read_text().strip()
+    _, _, steps, failed = run_verify(tmp_path, lines, crictl=crictl_lines(runp=(1, output)))
+    step = steps["cri_handler"]
+    assert step["status"] == FAIL
+    assert step["reason"].startswith("crictl runp --runtime nvidia (host-network sandbox) failed: " + message)
+    assert "level=" not in step["reason"] and "remote_runtime.go" not in step["reason"]
+    assert len(step["reason"]) <= len("crictl runp --runtime nvidia (host-network sandbox) failed: ") + 300
     assert failed
 
 

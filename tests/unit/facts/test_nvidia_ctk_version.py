@@ -7,7 +7,8 @@ from pathlib import Path
 
 from deploy.facts.verify import VERIFY_SCRIPT, VerifyState
 
-FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia-container-toolkit" / "nvidia-ctk-version-1.20.0.txt"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia-container-toolkit"
+FIXTURE = FIXTURES / "nvidia-ctk-version-1.20.0.txt"
 
 
 def toolkit_lines_of_the_script() -> str:

@@ -7,6 +7,12 @@ The folder comes from one setting: the environment variable ``GPU_NODE_LAB``; un
 ``../shared/lab`` relative to the repository's root when that exists. Each asset folder holds a
 ``SHA256SUMS`` file; ``verified`` checks a file against it before a test uses it. A missing folder
 or file raises ``LabMissing`` whose message names the setting and what to provide.
+
+The package also builds the lab cluster from these assets:
+
+- ``control_plane``: etcd, kube-apiserver, controller-manager and scheduler as local processes
+- ``kubelet``: join a node container as a kubelet (cgroup and /proc/sys set-up inside the node)
+- ``cluster``: the whole lab (control plane + GPU nodes provisioned by deploy/gpu_node.py)
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import hashlib
 import os
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LAB_ENV = "GPU_NODE_LAB"
 DEFAULT_LAB = REPO.parent / "shared" / "lab"
 
@@ -75,5 +81,7 @@ def verified(folder: Path, name: str) -> Path:
         raise LabMissing(f"{path} is missing from the test lab: provide it (listed in SHA256SUMS)")
     actual = sha256(path)
     if actual != expected:
-        raise LabMissing(f"{path} does not match SHA256SUMS (sha256 {actual}, expected {expected}): provide the lab's file")
+        raise LabMissing(
+            f"{path} does not match SHA256SUMS (sha256 {actual}, expected {expected}): provide the lab's file"
+        )
     return path
