@@ -637,6 +637,58 @@ def validate_toml(text: str, source: str) -> None:
     config_version(parse_config(text, source), source)
 
 
+@dataclass
+class NodeWiringPlan:
+    """What the runtimes stage would do on a node: the facts, each file's merged text, the verdict."""
+
+    state: dict
+    source: str
+    planned: list[PlannedFile] = field(default_factory=list)
+    changed: list[PlannedFile] = field(default_factory=list)
+    holder: str = ""
+    refusal: str = ""     # the files cannot be wired: why, in one line
+    overridden: str = ""  # the files say wired, containerd's own dump does not: why
+
+    def in_place(self) -> bool:
+        return not (self.refusal or self.changed or self.overridden)
+
+
+def plan_node_wiring(path: str, wiring: RuntimeWiring, containerd_binary: str = "containerd",
+                     base_path: str | None = None, initial_text: str | None = None,
+                     validate_with_binary: bool = True, hint: str = "") -> NodeWiringPlan:
+    """Read the node (facts, read ahead where preflight did) and plan the wiring; nothing runs."""
+    state = known_fact(host, ContainerdConfig, path=path, base_path=base_path, binary=containerd_binary)
+    current = state["config"]
+    if current is not None:
+        base, source = current, path
+    elif state["base_config"] is not None:
+        base, source = state["base_config"], base_path
+    elif initial_text is not None:
+        base, source = initial_text, "an empty drop-in"
+    elif state["default_config"] is not None:
+        base, source = state["default_config"], f"`{containerd_binary} config default`"
+    else:
+        base, source = default_config_text(state["major"]), "templates/containerd-config.toml.j2"
+    plan = NodeWiringPlan(state, source)
+    try:
+        files = [ConfigFile(path, base, source)] + _imported_files(path, current, source)
+        plan.planned, plan.holder = plan_wiring(files, wiring, state["major"] if validate_with_binary else None,
+                                                state["version"])
+    except ConfigError as error:
+        plan.refusal = f"{error}; it was left as it is" + (f".{hint}" if hint and current is not None else "")
+        return plan
+    plan.planned[0].current = current
+    plan.changed = [file for file in plan.planned if file.current is None or file.merged.text != file.current]
+    if not plan.changed and validate_with_binary and state["dump"] is not None:
+        # The files say wired: containerd's own reading of them must say so too.
+        where, problems = effective_problems(state["dump"], wiring)
+        if problems:
+            plan.overridden = (
+                f"{plan.holder} holds the nvidia wiring, but `containerd config dump` of {path} shows {where} "
+                f"with {'; '.join(problems)}: another file containerd reads overrides it; nothing was changed")
+    return plan
+
+
 @operation()
 def configure_nvidia_runtime(
     path: str,
@@ -666,40 +718,15 @@ def configure_nvidia_runtime(
     + restart_pending: an interrupted run installed this config without restarting ``service``
     + before_restart: commands run after the candidate's check, before the swap and restart (a drain)
     """
-    state = known_fact(host, ContainerdConfig, path=path, base_path=base_path, binary=containerd_binary)
-    current = state["config"]
-    if current is not None:
-        base, source = current, path
-    elif state["base_config"] is not None:
-        base, source = state["base_config"], base_path
-    elif initial_text is not None:
-        base, source = initial_text, "an empty drop-in"
-    elif state["default_config"] is not None:
-        base, source = state["default_config"], f"`{containerd_binary} config default`"
-    else:
-        base, source = default_config_text(state["major"]), "templates/containerd-config.toml.j2"
-
-    try:
-        files = [ConfigFile(path, base, source)] + _imported_files(path, current, source)
-        planned, holder = plan_wiring(files, wiring, state["major"] if validate_with_binary else None,
-                                      state["version"])
-    except ConfigError as error:
-        message = f"{error}; it was left as it is"
-        yield from safe_install.fail_host(message + (f".{hint}" if hint and current is not None else ""))
+    plan = plan_node_wiring(path, wiring, containerd_binary, base_path, initial_text, validate_with_binary, hint)
+    if plan.refusal:
+        yield from safe_install.fail_host(plan.refusal)
         return
-    planned[0].current = current
-    changed = [file for file in planned if file.current is None or file.merged.text != file.current]
-
+    state, source, planned, changed, holder = plan.state, plan.source, plan.planned, plan.changed, plan.holder
     if not changed:
-        if validate_with_binary and state["dump"] is not None:
-            # The files say wired: containerd's own reading of them must say so too.
-            where, problems = effective_problems(state["dump"], wiring)
-            if problems:
-                yield from safe_install.fail_host(
-                    f"{holder} holds the nvidia wiring, but `containerd config dump` of {path} shows {where} "
-                    f"with {'; '.join(problems)}: another file containerd reads overrides it; nothing was changed"
-                )
-                return
+        if plan.overridden:
+            yield from safe_install.fail_host(plan.overridden)
+            return
         yield from safe_install.file_in_place(path, service, restart_pending, restart_timeout, before_restart,
                                               f"{holder} already wires the nvidia runtime")
         return
@@ -741,7 +768,7 @@ def _imported_files(path: str, current: str | None, source: str) -> list[ConfigF
         raise ConfigError(f"{source}: imports is not a list of paths")
     if not patterns:
         return []
-    found = host.get_fact(ContainerdImports, directory=posixpath.dirname(path) or "/", patterns=list(patterns))
+    found = known_fact(host, ContainerdImports, directory=posixpath.dirname(path) or "/", patterns=list(patterns))
     return [ConfigFile(file["path"], file["text"], file["path"]) for file in found if file["path"] != path]
 
 

@@ -148,10 +148,17 @@ def containerd_runtime(settings: Settings, family: Family, owner: dict, drain: D
         logger.info(f"{host.print_prefix}containerd belongs to {flavour}: wiring its own config")
 
     target = config_target(settings, owner)
+    wiring = settings.runtime_wiring(enable_cdi=settings.containerd_enable_cdi)
+    restart_pending = bool(target.service) and (pending_restarts or {}).get(target.service) == target.path
+    plan = containerd.plan_node_wiring(target.path, wiring, target.binary, target.base_path, target.initial_text,
+                                       target.validate_with_binary, target.hint)
+    if plan.in_place() and not restart_pending:
+        # No operation for what is in place: a fleet's no-op pays pyinfra's per-operation cost per node.
+        return
     wired = containerd.configure_nvidia_runtime(
         name=f"Wire the nvidia runtime into {target.path}",
         path=target.path,
-        wiring=settings.runtime_wiring(enable_cdi=settings.containerd_enable_cdi),
+        wiring=wiring,
         service=target.service,
         containerd_binary=target.binary,
         base_path=target.base_path,
@@ -159,7 +166,7 @@ def containerd_runtime(settings: Settings, family: Family, owner: dict, drain: D
         validate_with_binary=target.validate_with_binary,
         restart_timeout=settings.service_restart_timeout,
         hint=target.hint,
-        restart_pending=bool(target.service) and (pending_restarts or {}).get(target.service) == target.path,
+        restart_pending=restart_pending,
         before_restart=drain_ops.before_restart(drain),
     )
     drain_ops.watch(wired)

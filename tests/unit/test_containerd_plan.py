@@ -61,9 +61,12 @@ def test_wired_config_is_a_noop_that_runs_no_command_but_the_fact():
 
     wired = (Path(__file__).resolve().parents[1] / "fixtures" / "containerd" / "merge" / "already-wired"
              / "expected.toml").read_text()
+    dump = (Path(__file__).resolve().parents[1] / "fixtures" / "containerd" / "dump-1.6.20-wired.toml").read_text()
     plan = run_plan(containerd_runtime, settings_for(), family("debian"), PLAIN_PRESENT,
-                    responses={"base64 -w0": f"binary_path /usr/bin/containerd\nconfig {b64(wired)}"})
+                    responses={"base64 -w0": f"binary_path /usr/bin/containerd\nconfig {b64(wired)}\ndump {b64(dump)}"})
     assert len(plan.commands) == 1 and "base64 -w0" in plan.commands[0], plan.commands
+    # Nothing to do: no operation is created at all (a fleet's no-op pays pyinfra's cost per operation).
+    assert not [meta for meta in plan.state.op_meta.values() if "Wire the nvidia runtime" in " ".join(meta.names)]
 
 
 def test_unparsable_config_fails_the_host_with_the_parse_error_and_uploads_nothing():
