@@ -126,8 +126,7 @@ def test_k8s_gpu_time_slicing_default_mode_then_y_advertises_count_times_replica
     """k8s_gpu.py from the control plane (@local, the lab's kubectl and admin kubeconfig), first in
     pyinfra's default mode: the real device plugin v0.20.0 runs on the two mock GPU nodes and each
     advertises 8 x 10 = 80 nvidia.com/gpu. A second run with -y, and a third in default mode, change
-    nothing and write nothing (every object keeps its resourceVersion). A node that stops being a GPU
-    node (no nvidia.com/gpu.present label) loses its plugin pod; labelled again, it gets it back."""
+    nothing and write nothing (every object keeps its resourceVersion)."""
     first = cluster.pyinfra("deploy/k8s_gpu.py", K8S_DATA, yes=False)
     assert first.returncode == 0, first.explain()
     assert "Detected changes" in first.output and changed_in_text_output(first.output) >= 1
@@ -146,22 +145,6 @@ def test_k8s_gpu_time_slicing_default_mode_then_y_advertises_count_times_replica
     quiet = cluster.pyinfra("deploy/k8s_gpu.py", K8S_DATA, yes=False)
     assert quiet.returncode == 0, quiet.explain()
     assert changed_in_text_output(quiet.output) == 0
-
-    def plugin_nodes():
-        items = cluster.control_plane.get_json("pods", "-n", "nvidia-device-plugin")["items"]
-        return sorted(pod["spec"]["nodeName"] for pod in items if not pod["metadata"].get("deletionTimestamp"))
-
-    cluster.control_plane.kubectl("label", "node", "lab-gpu-2", "nvidia.com/gpu.present-")
-    try:
-        wait_for(lambda: plugin_nodes() == ["lab-gpu-1"], timeout=120, interval=1,
-                 what="the plugin pod gone from a node without nvidia.com/gpu.present")
-    finally:
-        cluster.control_plane.kubectl("label", "node", "lab-gpu-2", "nvidia.com/gpu.present=true", "--overwrite")
-    wait_for(lambda: plugin_nodes() == ["lab-gpu-1", "lab-gpu-2"], timeout=120, interval=1,
-             what="the plugin pod back on lab-gpu-2")
-    # Allocatable counts healthy devices: back to 80 once the new plugin pod registered again.
-    wait_for(lambda: gpu_capacity(cluster) == wanted, timeout=180, interval=2,
-             what=f"nvidia.com/gpu allocatable {wanted} again (now {gpu_capacity(cluster)})")
     assert resource_versions(cluster) == before
 
 
@@ -241,3 +224,26 @@ def test_a_device_plugin_config_the_real_plugin_rejects_is_refused_before_anythi
     assert "invalid setting mig_strategy='mixed'" in result.output, result.explain()
     assert "Traceback" not in result.output
     assert resource_versions(cluster) == before
+
+
+def test_a_node_that_stops_being_a_gpu_node_loses_its_device_plugin_pod(cluster):
+    """The device plugin runs only on GPU nodes: without the nvidia.com/gpu.present label a node loses
+    its plugin pod; labelled again, it gets it back. (Last in the module: a re-registered plugin was
+    seen leaving the kubelet with "no healthy devices" for a while.)"""
+    wanted = {"lab-gpu-1": str(cluster.gpu_count * REPLICAS), "lab-gpu-2": str(cluster.gpu_count * REPLICAS)}
+
+    def plugin_nodes():
+        items = cluster.control_plane.get_json("pods", "-n", "nvidia-device-plugin")["items"]
+        return sorted(pod["spec"]["nodeName"] for pod in items if not pod["metadata"].get("deletionTimestamp"))
+
+    cluster.control_plane.kubectl("label", "node", "lab-gpu-2", "nvidia.com/gpu.present-")
+    try:
+        wait_for(lambda: plugin_nodes() == ["lab-gpu-1"], timeout=120, interval=1,
+                 what="the plugin pod gone from a node without nvidia.com/gpu.present")
+    finally:
+        cluster.control_plane.kubectl("label", "node", "lab-gpu-2", "nvidia.com/gpu.present=true", "--overwrite")
+    wait_for(lambda: plugin_nodes() == ["lab-gpu-1", "lab-gpu-2"], timeout=120, interval=1,
+             what="the plugin pod back on lab-gpu-2")
+    # Allocatable counts healthy devices: back to 80 once the new plugin pod registered again.
+    wait_for(lambda: gpu_capacity(cluster) == wanted, timeout=180, interval=2,
+             what=f"nvidia.com/gpu allocatable {wanted} again (now {gpu_capacity(cluster)})")
