@@ -335,6 +335,12 @@ def crictl_message(text: str) -> str:
     return "; ".join(messages) or text
 
 
+def _cleaned_up(step: dict) -> bool:
+    """Done, or the sandbox is gone already: on a kubelet node the kubelet may remove it first."""
+    output = step.get("output", "")
+    return step.get("exit_code", 1) == 0 or "code = NotFound" in output or "not found" in output
+
+
 def cri_step(result: dict, gpu: bool, image: str) -> Step:
     runp = result.get("runp")
     if not runp:
@@ -343,7 +349,7 @@ def cri_step(result: dict, gpu: bool, image: str) -> Step:
         return Step("cri_handler", FAIL,
                     f"crictl runp --runtime {HANDLER} (host-network sandbox) failed: "
                     f"{_short(crictl_message(runp['output']), 300)}")
-    cleanup = [name for name in ("stopp", "rmp") if result.get(name, {}).get("exit_code", 1) != 0]
+    cleanup = [name for name in ("stopp", "rmp") if not _cleaned_up(result.get(name, {}))]
     note = f"; cleanup failed: {', '.join(cleanup)}" if cleanup else ""
     sandbox = f"host-network sandbox ran through runtime handler '{HANDLER}'"
     if not gpu:

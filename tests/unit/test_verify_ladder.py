@@ -397,3 +397,17 @@ def test_containerd_config_failure_names_the_imported_files_that_override_config
     assert "default_runtime_name is 'runc', not 'nvidia'" in reason
     assert ("containerd also reads /etc/containerd/conf.d/99-nvidia.toml: the last of them holding this "
             "section overrides /etc/containerd/config.toml") in reason
+
+
+def test_a_sandbox_the_kubelet_removed_first_counts_as_cleaned_up_but_a_real_cleanup_failure_does_not(tmp_path):
+    """On a kubelet node the kubelet can remove verify's sandbox before verify does."""
+    lines = node_lines(dump=containerd_dump(), crictl=True)
+    gone = ('E1123 12:00:00.000000 1 remote_runtime.go:222] "StopPodSandbox from runtime service failed" '
+            'err="rpc error: code = NotFound desc = an error occurred when try to find sandbox: not found"\n'
+            'time="2026-11-23T12:00:00Z" level=fatal msg="stopping the pod sandbox: rpc error: code = NotFound"')
+    crictl = crictl_lines(runp=(0, SANDBOX_ID), stopp=(1, gone), rmp=(1, gone))
+    _, _, steps, _ = run_verify(tmp_path / "gone", lines, crictl=crictl)
+    assert steps["cri_handler"]["status"] == PASS, steps["cri_handler"]
+    stuck = crictl_lines(runp=(0, SANDBOX_ID), stopp=(1, "context deadline exceeded"), rmp=(0, "Removed"))
+    _, _, steps, _ = run_verify(tmp_path / "stuck", lines, crictl=stuck)
+    assert steps["cri_handler"]["status"] == FAIL and "cleanup failed: stopp" in steps["cri_handler"]["reason"]
