@@ -9,9 +9,11 @@ call for the test container's id proves the container went through the binary th
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
+import pytest
 import tomlkit
 from harness import REPO, assert_no_change, run, wait_for
 from harness import busybox_image_tar as harness_busybox_image_tar
@@ -190,4 +192,34 @@ def test_containerd_21_with_a_version_1_config_is_refused_naming_the_version_fil
     assert f"{CONFIG} is a version 1 config" in result.output
     assert "ignores its CRI settings (plugins.cri)" in result.output
     assert "Traceback" not in result.output
+    assert {"service": node.service("containerd"), "file": node.stat(CONFIG)} == before
+
+
+@pytest.mark.parametrize("corpus_file", ["eks-al2-containerd-config.toml", "k3s-v2-template-defaults.toml"])
+def test_out_of_order_configs_other_projects_wrote_are_wired_verified_and_rerun_unchanged(
+    corpus_file, start_node, toolkit_repo, tmp_path
+):
+    """The EKS AL2 AMI's config.toml (a child table before its parent, an `imports` glob) and k3s's
+    generated one (a table's keys split from its sub-tables), as those projects wrote them, on
+    Debian's containerd 1.6: wired, containerd's own dump and verify agree, a re-run changes nothing."""
+    node = start_node()
+    node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containerd", timeout=600)
+    text = (REPO / "tests" / "fixtures" / "corpus" / "containerd" / corpus_file).read_text()
+    node.write(CONFIG, text)
+    node.sh("systemctl restart containerd")
+    assert node.is_active("containerd"), f"containerd does not start on {corpus_file} as written"
+    report = tmp_path / "report.json"
+    data = {"stages": "toolkit,runtimes,verify", "container_runtimes": "containerd",
+            "verify_report_path": str(report), **toolkit_repo.data()}
+
+    first = node.deploy(data=data)
+    assert first.returncode == 0, first.explain()
+    assert WIRE_OP in first.changed_operations()
+    steps = {step["name"]: step for step in json.loads(report.read_text())["nodes"][0]["steps"]}
+    assert steps["containerd_config"]["status"] == "pass", steps["containerd_config"]
+    comments = [line.strip() for line in text.splitlines() if line.strip().startswith("#")]
+    assert_wired(node, "io.containerd.grpc.v1.cri", comments)
+
+    before = {"service": node.service("containerd"), "file": node.stat(CONFIG)}
+    assert_no_change(node.deploy(data=data))
     assert {"service": node.service("containerd"), "file": node.stat(CONFIG)} == before
