@@ -195,6 +195,16 @@ def snapshot(directory: Path) -> dict[str, bytes]:
     return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
+def run_ctk(command: list[str], outcome) -> bool:
+    """Run nvidia-ctk, timing it into ``outcome``; False (and ``outcome.failed``) when it fails."""
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    outcome.seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        outcome.failed = (done.stderr.strip().splitlines() or ["exit %d" % done.returncode])[-1][:200]
+    return done.returncode == 0
+
+
 def run_nvidia_ctk_containerd(ctk: Path, source: Path, work: Path) -> Outcome:
     outcome = Outcome(source.name)
     main, dropin = work / "config.toml", work / "conf.d" / "99-nvidia.toml"
@@ -202,11 +212,7 @@ def run_nvidia_ctk_containerd(ctk: Path, source: Path, work: Path) -> Outcome:
     text = main.read_text()
     command = [str(ctk), "runtime", "configure", "--runtime=containerd", f"--config={main}",
                f"--drop-in-config={dropin}", "--set-as-default"]
-    started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True)
-    outcome.seconds = time.perf_counter() - started
-    if done.returncode != 0:
-        outcome.failed = (done.stderr.strip().splitlines() or ["exit %d" % done.returncode])[-1][:200]
+    if not run_ctk(command, outcome):
         return outcome
     written = "".join(p.read_text() for p in (main, dropin) if p.exists())
     outcome.files_written = sum(1 for p in (main, dropin) if p.exists())
@@ -337,11 +343,7 @@ def run_nvidia_ctk_docker(ctk: Path, source: Path, work: Path, input_valid: bool
     config = work / "daemon.json"
     shutil.copyfile(source, config)
     command = [str(ctk), "runtime", "configure", "--runtime=docker", f"--config={config}", "--set-as-default"]
-    started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True)
-    outcome.seconds = time.perf_counter() - started
-    if done.returncode != 0:
-        outcome.failed = (done.stderr.strip().splitlines() or ["exit %d" % done.returncode])[-1][:200]
+    if not run_ctk(command, outcome):
         return outcome
     result_text = config.read_text()
     judge_docker(outcome, source.read_text(), result_text, work, input_valid)
