@@ -1,10 +1,13 @@
 """
-The kube-scheduler static pod edit through pyinfra's real CLI on a real node container.
+The kube-scheduler static pod edit's rollback, through pyinfra's real CLI on a real node container,
+with a kubectl STAND-IN.
 
-No Kubernetes control plane can run here (no kubelet or kube-apiserver packages are reachable):
-the node holds kubeadm v1.28's kube-scheduler.yaml and a kubectl STAND-IN that reports the
-scheduler's mirror pod as a kubelet would for the manifest in place (Ready, or never Ready).
-Files, uploads, checksums, moves, the bounded wait and the rollback are all real.
+The edit itself and the restarted scheduler are proven on the lab cluster's real kubelet and
+kube-scheduler v1.28.7 (tests/e2e/test_gpushare_cluster.py). A scheduler that never becomes Ready
+on the tool's own, valid output is a fault the real one cannot be made to show, so here the node
+holds kubeadm v1.28's kube-scheduler.yaml and a kubectl STAND-IN that reports the scheduler's
+mirror pod as a kubelet would (Ready, or never Ready). Files, uploads, checksums, moves, the
+bounded wait and the rollback are all real.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ if [ -n "$digest" ]; then echo "hash-$digest $digest $ready"; else echo "hash-ku
 """
 
 
-def test_scheduler_manifest_edit_is_applied_once_kept_and_rolled_back_no_real_cluster(node):
+def test_scheduler_manifest_edit_applied_once_kept_and_rolled_back_kubectl_standin_never_ready(node):
     node.write(MANIFEST, KUBEADM_128, mode="600")
     node.write("/usr/local/bin/kubectl", KUBECTL_STAND_IN, mode="755")
 
