@@ -219,15 +219,17 @@ def install_file(
       restart (a drain); given only with a service
     """
     yield StringCommand("mkdir -p", QuoteString(posixpath.dirname(path) or "/"))
-    yield FileUploadCommand(BytesIO(content.encode()), candidate_path(path))
     if service and before_restart:
         if validator:
+            yield FileUploadCommand(BytesIO(content.encode()), candidate_path(path))
             yield StringCommand(validate_script(path, validator))
+        # Nothing beside the live file while the drain runs: a failed drain leaves no candidate.
         yield from before_restart
         # The same bytes again: the checked candidate was removed in case the drain failed.
         yield FileUploadCommand(BytesIO(content.encode()), candidate_path(path))
         yield StringCommand(install_script(path, None, service, restart_timeout))
         return
+    yield FileUploadCommand(BytesIO(content.encode()), candidate_path(path))
     yield StringCommand(install_script(path, validator, service, restart_timeout))
 
 

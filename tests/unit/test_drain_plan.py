@@ -122,7 +122,14 @@ def run_gpu_node(monkeypatch, cluster: StandInCluster, data: dict | None = None,
             return ok, CommandOutput(lines)
         return original(connector, command)
 
+    original_put = FakeConnector.put_file
+
+    def put_file(connector: FakeConnector, filename_or_io, remote_filename: str, *args, **kwargs):
+        timeline.append((connector.host.name, f"upload {remote_filename}"))
+        return original_put(connector, filename_or_io, remote_filename, *args, **kwargs)
+
     monkeypatch.setattr(FakeConnector, "_lookup_response", lookup)
+    monkeypatch.setattr(FakeConnector, "put_file", put_file)
     monkeypatch.setattr(pyinfra, "is_cli", True)
     quick = {"fake_delay": 0, "fake_delay_jitter": 0}
     gpu_data = {**quick, "fake_responses": gpu_answers or gpu_responses()}
@@ -153,8 +160,10 @@ def test_cordon_then_drain_with_the_flags_and_bound_then_restart_then_uncordon_n
     assert "--request-timeout=20s" in cp[3]
     drain, uncordon = run.index(CP, " drain "), run.index(CP, " uncordon ")
     assert run.index(CP, " cordon ") < drain < restart_index(run) < uncordon
-    # the candidate was checked by containerd itself before anything was drained
+    # the candidate was checked by containerd itself before anything was drained, and nothing
+    # stands beside the live file while the drain runs (a failed drain leaves no candidate)
     assert run.index(GPU, "config dump") < run.index(CP, " cordon ")
+    assert drain < run.index(GPU, "upload /etc/containerd/config.toml.gpu-node-candidate")
     assert cluster.nodes[NODE] is False
     assert "stays cordoned" not in caplog.text
 
