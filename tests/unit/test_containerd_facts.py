@@ -92,3 +92,21 @@ def test_plain_target_follows_the_setting():
     owner = {"paths": [], "units": {}, "generated_versions": {}, "binary": None,
              "flavour": {"name": "plain", "service": "containerd"}}
     assert config_target(parse_settings({"containerd_config_path": "/srv/ctr.toml"}), owner).path == "/srv/ctr.toml"
+
+
+def test_imports_are_globbed_relative_to_the_config_folder_in_byte_order_by_a_real_shell(tmp_path):
+    """ContainerdImports' command run by a real sh, as on a node: containerd's glob order is Go's (bytes)."""
+    import subprocess
+
+    from deploy.facts.containerd import ContainerdImports
+
+    (tmp_path / "conf.d").mkdir()
+    for name, text in (("b.toml", "version = 2\n"), ("A.toml", "# A\n"), ("a.toml", "# a\n"), ("skip.conf", "")):
+        (tmp_path / "conf.d" / name).write_text(text)
+    (tmp_path / "extra.toml").write_text("# extra\n")
+    command = ContainerdImports().command(str(tmp_path), ["conf.d/*.toml", str(tmp_path / "extra.toml"), "none/*.toml"])
+    output = subprocess.run(["sh", "-c", command.get_raw_value()], capture_output=True, text=True, check=True).stdout
+    files = ContainerdImports().process(output.splitlines())
+    assert [file["path"] for file in files] == [
+        f"{tmp_path}/conf.d/A.toml", f"{tmp_path}/conf.d/a.toml", f"{tmp_path}/conf.d/b.toml", f"{tmp_path}/extra.toml"]
+    assert files[2]["text"] == "version = 2\n"
