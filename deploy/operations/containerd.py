@@ -791,6 +791,8 @@ def _check_candidates(binary: str, planned: list[PlannedFile], changed: list[Pla
         main_text = tomlkit.dumps(document)
     copies = {main.path + CHECK_SUFFIX: main_text}
     copies.update({file.path + CHECK_SUFFIX: file.merged.text for file in changed if file is not main})
+    for directory in dict.fromkeys(posixpath.dirname(copy) or "/" for copy in copies):
+        yield StringCommand("mkdir -p", QuoteString(directory))  # a missing config's folder, as the install does
     for copy, text in copies.items():
         yield FileUploadCommand(BytesIO(text.encode()), copy)
     yield FunctionCommand(_run_candidate_check, (binary, main.path + CHECK_SUFFIX, list(copies), wiring,
