@@ -27,7 +27,7 @@ from deploy.facts.verify import (
     VerifyState,
     explain_smi_failure,
 )
-from deploy.operations.containerd import DUMP_CRI_PLUGIN, effective_problems
+from deploy.operations.containerd import CRI_RUNTIME_PLUGIN, effective_problems
 from deploy.toml_roundtrip import tomllib
 from deploy.report import FAIL, PASS, SKIP, NodeRecord, Step, store_for
 from deploy.settings import MIN_DRIVER_VERSION, NVIDIA_CONTAINER_RUNTIME, RuntimeWiring, Settings
@@ -93,7 +93,7 @@ def parse_cri_runtimes(dump: str) -> dict:
     # slower, and a fleet's verification parses one dump per node on the controller).
     config = tomllib.loads(dump)
     version = int(config.get("version", 1) or 1)
-    plugin_name = DUMP_CRI_PLUGIN.get(version, DUMP_CRI_PLUGIN[2])
+    plugin_name = CRI_RUNTIME_PLUGIN.get(version, CRI_RUNTIME_PLUGIN[2])
     plugin = config.get("plugins", {}).get(plugin_name, {})
     containerd = plugin.get("containerd", {})
     return {
