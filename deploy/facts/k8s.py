@@ -236,35 +236,82 @@ class KubeServerSideDiff(FactBase):
         return {"changed": None, "diff": out, "error": first_error_line(err)}
 
 
+# Reads the GPUs' product names through NVML itself, for a driver root with a libnvidia-ml but no
+# nvidia-smi (NVIDIA's mock NVML has none; a driver container keeps nvidia-smi off the host's PATH).
+# python3's ctypes is the only NVML client such a host reliably has; without python3 the fact says so.
+NVML_PRODUCTS_PY = """\
+import ctypes, sys
+try:
+    nvml = ctypes.CDLL(sys.argv[1])
+    nvml.nvmlErrorString.restype = ctypes.c_char_p
+except (OSError, AttributeError) as error:
+    print("nvml failed cannot load NVML from " + sys.argv[1] + ": " + str(error)); sys.exit(0)
+def check(code, call):
+    if code:
+        print("nvml failed " + call + ": " + nvml.nvmlErrorString(code).decode(errors="replace")); sys.exit(0)
+check(nvml.nvmlInit_v2(), "nvmlInit_v2")
+count, names = ctypes.c_uint(), []
+check(nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)), "nvmlDeviceGetCount_v2")
+for index in range(count.value):
+    handle, name = ctypes.c_void_p(), ctypes.create_string_buffer(96)
+    check(nvml.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)), "nvmlDeviceGetHandleByIndex_v2")
+    check(nvml.nvmlDeviceGetName(handle, name, 96), "nvmlDeviceGetName")
+    names.append(name.value.decode(errors="replace"))
+nvml.nvmlShutdown()
+print("nvml ok")
+for name in names:
+    print("product " + name)
+"""
+# Where driver installs and driver containers put libnvidia-ml, relative to the driver root.
+NVML_LIBRARY_DIRS = ("usr/lib64", "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib",
+                     "lib64", "lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu")
+
+
 class GpuNodeIdentity(FactBase):
     """
     What a GPU node says about itself, for its Kubernetes labels: its hostname (the kubelet's
-    default node name), NVIDIA display/3D controllers on the PCI bus, and the product names
-    nvidia-smi reports (none when nvidia-smi is missing or cannot talk to a driver).
+    default node name), NVIDIA display/3D controllers on the PCI bus, and the GPUs' product names.
+    The names come from nvidia-smi on PATH, else the one under ``driver_root`` (run with that
+    root's libnvidia-ml), else NVML itself from the driver root's libnvidia-ml (a driver root
+    without nvidia-smi, such as NVIDIA's mock NVML).
 
     .. code:: python
 
         {"hostname": "gpu1", "pci_gpus": 2, "products": ["NVIDIA A100-SXM4-40GB", ...],
-         "nvidia_smi": "ok"}   # or "missing", or "exit 9"
+         "nvidia_smi": "ok",     # or "missing", or "exit 9"
+         "nvml": None}           # not needed; else "ok", "no library", "no python3", "failed <why>"
     """
 
-    def command(self):
-        return (
-            "echo \"hostname $(hostname 2>/dev/null || cat /etc/hostname)\"; "
-            "n=0; for d in /sys/bus/pci/devices/*; do "
-            "[ \"$(cat \"$d/vendor\" 2>/dev/null)\" = 0x10de ] || continue; "
-            "case \"$(cat \"$d/class\" 2>/dev/null)\" in 0x0300*|0x0302*) n=$((n+1));; esac; done; "
-            "echo \"pci_gpus $n\"; "
-            "if command -v nvidia-smi >/dev/null 2>&1; then "
-            "_o=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null); _rc=$?; "
-            "if [ $_rc -eq 0 ]; then echo 'nvidia_smi ok'; printf '%s\\n' \"$_o\" | sed 's/^/product /'; "
-            "else echo \"nvidia_smi exit $_rc\"; fi; "
-            "else echo 'nvidia_smi missing'; fi"
+    def command(self, driver_root):
+        root = driver_root.rstrip("/")
+        library_dirs = " ".join(NVML_LIBRARY_DIRS)
+        return StringCommand(
+            "echo \"hostname $(hostname 2>/dev/null || cat /etc/hostname)\";",
+            "n=0; for d in /sys/bus/pci/devices/*; do",
+            "[ \"$(cat \"$d/vendor\" 2>/dev/null)\" = 0x10de ] || continue;",
+            "case \"$(cat \"$d/class\" 2>/dev/null)\" in 0x0300*|0x0302*) n=$((n+1));; esac; done;",
+            "echo \"pci_gpus $n\";",
+            StringCommand("_root=", QuoteString(root), ";", _separator=""),
+            f"_lib=; for _d in {library_dirs}; do",
+            "[ -e \"$_root/$_d/libnvidia-ml.so.1\" ] && { _lib=\"$_root/$_d/libnvidia-ml.so.1\"; break; }; done;",
+            "_path=; _ld=${LD_LIBRARY_PATH-};",
+            "if command -v nvidia-smi >/dev/null 2>&1; then _path=$PATH;",
+            "elif [ -x \"$_root/usr/bin/nvidia-smi\" ]; then _path=\"$_root/usr/bin:$PATH\"; _ld=\"${_lib%/*}\"; fi;",
+            "if [ -n \"$_path\" ]; then",
+            "_o=$(PATH=\"$_path\" LD_LIBRARY_PATH=\"$_ld\" nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null);",
+            "_rc=$?;",
+            "if [ $_rc -eq 0 ]; then echo 'nvidia_smi ok'; printf '%s\\n' \"$_o\" | sed 's/^/product /';",
+            "else echo \"nvidia_smi exit $_rc\"; fi;",
+            "else echo 'nvidia_smi missing';",
+            "if [ -z \"$_lib\" ]; then echo 'nvml no library';",
+            "elif ! command -v python3 >/dev/null 2>&1; then echo 'nvml no python3';",
+            "else _n=$(python3 -c", QuoteString(NVML_PRODUCTS_PY), "\"$_lib\" 2>&1); _rc=$?;",
+            "printf '%s\\n' \"$_n\"; [ $_rc -eq 0 ] || echo \"nvml failed python3 exit $_rc\"; fi; fi",
         )
 
     @staticmethod
     def default():
-        return {"hostname": None, "pci_gpus": 0, "products": [], "nvidia_smi": "missing"}
+        return {"hostname": None, "pci_gpus": 0, "products": [], "nvidia_smi": "missing", "nvml": None}
 
     def process(self, output):
         state = self.default()
@@ -277,8 +324,12 @@ class GpuNodeIdentity(FactBase):
                 state["pci_gpus"] = int(value or 0)
             elif key == "nvidia_smi":
                 state["nvidia_smi"] = value
+            elif key == "nvml":
+                state["nvml"] = value
             elif key == "product" and value:
                 state["products"].append(value)
+        if state["nvml"] not in (None, "ok"):
+            state["products"] = []  # a failed NVML read names no product
         return state
 
 
@@ -315,12 +366,13 @@ class GpuNode:
 
     host_name: str  # pyinfra inventory name
     node_name: str  # Kubernetes node name
-    products: tuple[str, ...]  # nvidia-smi product names, one per GPU; () when unknown
+    products: tuple[str, ...]  # product names (nvidia-smi or NVML), one per GPU; () when unknown
     pci_gpus: int  # NVIDIA GPUs on the PCI bus
     nvidia_smi: str  # "ok", "missing" or "exit N"
     gpu_sharing: str  # the node's own gpu_sharing setting
     nvidia_runtime_default: bool  # the node's own setting
     settings: Any  # the node's full deploy.settings.Settings
+    nvml: str | None = None  # NVML read from the driver root when nvidia-smi is missing: "ok", or why not
 
     @property
     def has_gpu(self) -> bool:

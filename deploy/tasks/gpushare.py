@@ -93,7 +93,7 @@ def install_checked_download(url: str, dest: str, sha256: str):
 
 def scheduler_pod_name(settings: Settings) -> str:
     """The control-plane host's kube-scheduler mirror pod, named after its Kubernetes node."""
-    identity = host.get_fact(GpuNodeIdentity)
+    identity = host.get_fact(GpuNodeIdentity, driver_root=settings.nvidia_driver_root)
     return "kube-scheduler-" + kube_node_name(dict(settings.kube_node_names), host.name, identity["hostname"])
 
 

@@ -116,19 +116,20 @@ def gather_gpu_nodes(settings: Settings) -> list[GpuNode]:
     node_names = dict(settings.kube_node_names)
     nodes = []
     for gpu_host in hosts:
+        node_settings = host_settings(gpu_host)
         try:
-            identity = gpu_host.get_fact(GpuNodeIdentity)
+            identity = gpu_host.get_fact(GpuNodeIdentity, driver_root=node_settings.nvidia_driver_root)
         except Exception as error:  # an unreachable GPU node must not stop the other nodes
             logger.warning(f"{host.print_prefix}cannot read facts of GPU node {gpu_host.name}: {error}; "
                            "not labelled")
             continue
-        node_settings = host_settings(gpu_host)
         nodes.append(GpuNode(
             host_name=gpu_host.name,
             node_name=kube_node_name(node_names, gpu_host.name, identity["hostname"]),
             products=tuple(identity["products"]),
             pci_gpus=identity["pci_gpus"],
             nvidia_smi=identity["nvidia_smi"],
+            nvml=identity["nvml"],
             gpu_sharing=node_settings.gpu_sharing,
             nvidia_runtime_default=node_settings.nvidia_runtime_default,
             settings=node_settings,
@@ -152,16 +153,25 @@ def node_labels(node: GpuNode) -> dict[str, str | None]:
     return labels
 
 
+def product_source(node: GpuNode) -> str:
+    """How the node's product names were read, or why they were not."""
+    where = f"the driver root {node.settings.nvidia_driver_root}'s libnvidia-ml"
+    if node.nvml is None:
+        return f"nvidia-smi: {node.nvidia_smi}"
+    return f"no nvidia-smi; NVML from {where}: {node.nvml}"
+
+
 def report_node(node: GpuNode) -> None:
     where = f"GPU node {node.host_name} (Kubernetes node {node.node_name})"
     if not node.has_gpu:
         logger.warning(f"{host.print_prefix}{where}: no NVIDIA GPU on its PCI bus and no product from "
-                       "nvidia-smi: not labelled nvidia.com/gpu.present")
+                       f"nvidia-smi or NVML ({product_source(node)}): not labelled nvidia.com/gpu.present")
     elif not node.accelerator:
         logger.warning(f"{host.print_prefix}{where}: {node.pci_gpus} NVIDIA GPU(s) on the PCI bus but no "
-                       f"product name (nvidia-smi: {node.nvidia_smi}): no accelerator label")
+                       f"product name ({product_source(node)}): no accelerator label")
     else:
-        logger.info(f"{host.print_prefix}{where}: {len(node.products)} x {node.products[0]}")
+        logger.info(f"{host.print_prefix}{where}: {len(node.products)} x {node.products[0]} "
+                    f"({product_source(node)})")
 
 
 def device_plugin_context(settings: Settings, nodes: list[GpuNode]) -> dict:

@@ -90,6 +90,40 @@ def image_archive(key: str) -> tuple[Path, str]:
     return _checked("images", archive), image
 
 
+def nvml_mock_library() -> Path:
+    """
+    NVIDIA's mock ``libnvidia-ml.so.<driver>`` (k8s-test-infra v0.3.0), taken from the lab's nvml-mock
+    image archive (checked against SHA256SUMS) into ``.cache/lab/nvml-mock/``: the library its setup
+    copies into a node's driver root. It reads ``<driver root>/config/config.yaml`` beside its
+    ``usr/lib64`` folder.
+    """
+    import json
+    import tarfile
+
+    archive, _image = image_archive("nvml-mock")
+    folder = CACHE / "nvml-mock"
+    stamp = folder / "from.sha256"
+    wanted = sha256(archive)
+    found = sorted(folder.glob("libnvidia-ml.so.*.*.*"))
+    if found and stamp.exists() and stamp.read_text().strip() == wanted:
+        return found[0]
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    with tarfile.open(archive) as image:
+        manifest = json.load(image.extractfile("manifest.json"))
+        for layer_name in manifest[0]["Layers"]:
+            with tarfile.open(fileobj=image.extractfile(layer_name)) as layer:
+                for member in layer.getmembers():
+                    name = member.name.lstrip("./")
+                    if member.isfile() and name.startswith("usr/local/lib/libnvidia-ml.so."):
+                        (folder / Path(name).name).write_bytes(layer.extractfile(member).read())
+    found = sorted(folder.glob("libnvidia-ml.so.*.*.*"))
+    if not found:
+        raise LabMissing(f"{archive} holds no usr/local/lib/libnvidia-ml.so.* (the mock NVML library)")
+    stamp.write_text(wanted + "\n")
+    return found[0]
+
+
 def _apt_unpack(package: str, folder: Path, sources_line: str | None = None) -> Path:
     """``apt-get download`` + ``dpkg -x`` a Debian package into ``folder/root`` (nothing installed)."""
     root = folder / "root"

@@ -7,11 +7,13 @@ No kube-apiserver exists on the test machines.
 
 from __future__ import annotations
 
+import ctypes.util
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from pyinfra.api import StringCommand
 
 from deploy.facts.k8s import (
@@ -28,6 +30,8 @@ from deploy.facts.k8s import (
     parse_captured,
 )
 from deploy.operations.kubectl import labels_to_change, smoke_test_report, stamp_manifest
+from lab import LabMissing, assets
+from lab.cluster import NVML_MOCK_DIR as NVML_MOCK_PROFILES
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "k8s"
 UNREACHABLE_KUBECONFIG = """\
@@ -93,18 +97,114 @@ def test_kube_cluster_version_parsed():
 
 
 def test_gpu_node_identity_of_this_machine_real_shell_no_gpu():
-    """This machine has no GPU and no nvidia-smi: zero GPUs, nothing to label with a product."""
-    state = GpuNodeIdentity().process(run(GpuNodeIdentity().command()))
+    """This machine has no GPU, no nvidia-smi and no libnvidia-ml: zero GPUs, nothing to label."""
+    state = GpuNodeIdentity().process(run(GpuNodeIdentity().command(driver_root="/")))
     assert state["hostname"] == subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip()
     assert state["products"] == []
     assert state["nvidia_smi"] in ("missing",) or state["nvidia_smi"].startswith("exit ")
+    if state["nvidia_smi"] == "missing":
+        assert state["nvml"] == "no library"
+
+
+def mock_driver_root(folder: Path, profile: str) -> Path:
+    """A driver root laid out as nvml-mock's setup does: its real library, the profile as its config."""
+    try:
+        library = assets.nvml_mock_library()
+    except LabMissing as missing:
+        pytest.skip(f"NVIDIA's mock NVML library comes from the test lab: {missing}")
+    (folder / "usr" / "lib64").mkdir(parents=True)
+    (folder / "config").mkdir()
+    shutil.copy(library, folder / "usr" / "lib64" / library.name)
+    (folder / "usr" / "lib64" / "libnvidia-ml.so.1").symlink_to(library.name)
+    shutil.copy(NVML_MOCK_PROFILES / f"{profile}.yaml", folder / "config" / "config.yaml")
+    return folder
+
+
+def profile_products(profile: str) -> list[str]:
+    """The product names a profile declares: its device_defaults' name, once per device listed."""
+    document = yaml.safe_load((NVML_MOCK_PROFILES / f"{profile}.yaml").read_text())
+    return [device.get("name") or document["device_defaults"]["name"] for device in document["devices"]]
+
+
+@pytest.mark.parametrize("profile", ["a100", "t4"])
+def test_gpu_node_identity_reads_nvml_from_a_driver_root_without_nvidia_smi_real_mock_library(tmp_path, profile):
+    """A driver root with NVIDIA's real mock libnvidia-ml (k8s-test-infra v0.3.0) and no nvidia-smi,
+    as on a lab node: the fact reads the products through NVML with python3; the profile's name,
+    once per device."""
+    if shutil.which("nvidia-smi"):
+        pytest.skip("nvidia-smi is on PATH here: the fact reads it first")
+    root = mock_driver_root(tmp_path / "driver", profile)
+    state = GpuNodeIdentity().process(run(GpuNodeIdentity().command(driver_root=str(root))))
+    assert state["nvidia_smi"] == "missing" and state["nvml"] == "ok"
+    assert state["products"] == profile_products(profile)
+
+
+def tool_path(folder: Path, *, without: str) -> str:
+    """A PATH holding this machine's sh, hostname, cat, sed and python3 (minus ``without``) only."""
+    folder.mkdir()
+    for tool in ("sh", "hostname", "cat", "sed", "python3"):
+        if tool != without:
+            (folder / tool).symlink_to(shutil.which(tool))
+    return str(folder)
+
+
+def test_gpu_node_identity_without_python3_says_so_real_shell(tmp_path):
+    """A driver root with a libnvidia-ml but no nvidia-smi, on a host without python3: no product,
+    and the fact says why (the report names it)."""
+    root = tmp_path / "driver"
+    (root / "usr" / "lib64").mkdir(parents=True)
+    (root / "usr" / "lib64" / "libnvidia-ml.so.1").write_bytes(b"not read")
+    env = {"PATH": tool_path(tmp_path / "bin", without="python3")}
+    state = GpuNodeIdentity().process(run(GpuNodeIdentity().command(driver_root=str(root)), env=env))
+    assert (state["nvidia_smi"], state["nvml"], state["products"]) == ("missing", "no python3", [])
+
+
+def test_gpu_node_identity_library_that_is_not_nvml_is_one_clear_line_real_python(tmp_path):
+    """A libnvidia-ml.so.1 that is another library (this machine's libz): NVML cannot be read,
+    one line says why, no product."""
+    libz = ctypes.util.find_library("z")
+    if not libz:
+        pytest.skip("no libz on this machine")
+    root = tmp_path / "driver"
+    (root / "usr" / "lib" / "x86_64-linux-gnu").mkdir(parents=True)
+    source = next(Path(d) / libz for d in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/usr/lib64",
+                                            "/lib64", "/usr/lib") if (Path(d) / libz).exists())
+    shutil.copy(source, root / "usr" / "lib" / "x86_64-linux-gnu" / "libnvidia-ml.so.1")
+    state = GpuNodeIdentity().process(run(GpuNodeIdentity().command(driver_root=str(root))))
+    assert state["nvml"].startswith("failed cannot load NVML from ") and "nvmlErrorString" in state["nvml"]
+    assert state["products"] == []
+
+
+def test_gpu_node_identity_runs_the_driver_roots_nvidia_smi_with_its_library_standin_nvidia_smi(tmp_path):
+    """nvidia-smi off PATH but in the driver root (a driver container's root): the fact runs that one
+    with the root's library folder as LD_LIBRARY_PATH. STAND-IN nvidia-smi (a script: no GPU or driver
+    here) that answers only when given that library folder."""
+    root = tmp_path / "driver"
+    (root / "usr" / "lib64").mkdir(parents=True)
+    (root / "usr" / "lib64" / "libnvidia-ml.so.1").write_bytes(b"not read")
+    (root / "usr" / "bin").mkdir()
+    smi = root / "usr" / "bin" / "nvidia-smi"
+    smi.write_text(f"""#!/bin/sh
+[ "$LD_LIBRARY_PATH" = "{root}/usr/lib64" ] || exit 9
+[ "$*" = "--query-gpu=name --format=csv,noheader" ] || exit 2
+echo 'NVIDIA H100 80GB HBM3'
+""")
+    smi.chmod(0o755)
+    env = {"PATH": tool_path(tmp_path / "bin", without="")}
+    state = GpuNodeIdentity().process(run(GpuNodeIdentity().command(driver_root=str(root)), env=env))
+    assert state == {"hostname": state["hostname"], "pci_gpus": state["pci_gpus"], "nvidia_smi": "ok",
+                     "nvml": None, "products": ["NVIDIA H100 80GB HBM3"]}
 
 
 def test_gpu_node_identity_parsed_from_fixtures():
     assert GpuNodeIdentity().process(fixture("identity-a100x2.txt")) == {
-        "hostname": "GPU-Node-1", "pci_gpus": 2, "nvidia_smi": "ok",
+        "hostname": "GPU-Node-1", "pci_gpus": 2, "nvidia_smi": "ok", "nvml": None,
         "products": ["NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB"]}
     assert GpuNodeIdentity().process(fixture("identity-driver-down.txt"))["products"] == []
+    mock = GpuNodeIdentity().process(fixture("identity-nvml-mock-t4.txt"))
+    assert (mock["nvidia_smi"], mock["nvml"], mock["products"]) == ("missing", "ok", ["NVIDIA T4"] * 4)
+    failed = GpuNodeIdentity().process(fixture("identity-nvml-failed.txt"))
+    assert failed["nvml"] == "failed nvmlInit_v2: Driver Not Loaded" and failed["products"] == []
 
 
 def test_nodes_and_labels_parsed():
