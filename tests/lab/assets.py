@@ -90,23 +90,20 @@ def image_archive(key: str) -> tuple[Path, str]:
     return _checked("images", archive), image
 
 
-def nvml_mock_library() -> Path:
+def _from_image(key: str, prefix: str, folder_name: str) -> list[Path]:
     """
-    NVIDIA's mock ``libnvidia-ml.so.<driver>`` (k8s-test-infra v0.3.0), taken from the lab's nvml-mock
-    image archive (checked against SHA256SUMS) into ``.cache/lab/nvml-mock/``: the library its setup
-    copies into a node's driver root. It reads ``<driver root>/config/config.yaml`` beside its
-    ``usr/lib64`` folder.
+    The files of a lab image whose path starts with ``prefix`` (e.g. ``usr/bin/nvidia-device-plugin``),
+    taken from its archive (checked against SHA256SUMS) into ``.cache/lab/<folder_name>/``, once.
     """
     import json
     import tarfile
 
-    archive, _image = image_archive("nvml-mock")
-    folder = CACHE / "nvml-mock"
+    archive, _image = image_archive(key)
+    wanted = archive.with_name(archive.name + ".sha256").read_text().strip()
+    folder = CACHE / folder_name
     stamp = folder / "from.sha256"
-    wanted = sha256(archive)
-    found = sorted(folder.glob("libnvidia-ml.so.*.*.*"))
-    if found and stamp.exists() and stamp.read_text().strip() == wanted:
-        return found[0]
+    if stamp.exists() and stamp.read_text().strip() == wanted:
+        return sorted(path for path in folder.iterdir() if path != stamp)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     with tarfile.open(archive) as image:
@@ -114,14 +111,29 @@ def nvml_mock_library() -> Path:
         for layer_name in manifest[0]["Layers"]:
             with tarfile.open(fileobj=image.extractfile(layer_name)) as layer:
                 for member in layer.getmembers():
-                    name = member.name.lstrip("./")
-                    if member.isfile() and name.startswith("usr/local/lib/libnvidia-ml.so."):
-                        (folder / Path(name).name).write_bytes(layer.extractfile(member).read())
-    found = sorted(folder.glob("libnvidia-ml.so.*.*.*"))
+                    if member.isfile() and member.name.lstrip("./").startswith(prefix):
+                        target = folder / Path(member.name).name
+                        target.write_bytes(layer.extractfile(member).read())
+                        target.chmod(member.mode & 0o755)
+    found = sorted(folder.iterdir())
     if not found:
-        raise LabMissing(f"{archive} holds no usr/local/lib/libnvidia-ml.so.* (the mock NVML library)")
+        raise LabMissing(f"{archive} holds no {prefix}*")
     stamp.write_text(wanted + "\n")
-    return found[0]
+    return found
+
+
+def nvml_mock_library() -> Path:
+    """
+    NVIDIA's mock ``libnvidia-ml.so.<driver>`` (k8s-test-infra v0.3.0) from the lab's nvml-mock image:
+    the library its setup copies into a node's driver root. It reads ``<driver root>/config/config.yaml``
+    beside its ``usr/lib64`` folder.
+    """
+    return _from_image("nvml-mock", "usr/local/lib/libnvidia-ml.so.", "nvml-mock")[0]
+
+
+def device_plugin_binary() -> Path:
+    """NVIDIA's ``nvidia-device-plugin`` v0.20.0 (cgo, needs only glibc) from the lab's image."""
+    return _from_image("device-plugin", "usr/bin/nvidia-device-plugin", "device-plugin")[0]
 
 
 def _apt_unpack(package: str, folder: Path, sources_line: str | None = None) -> Path:
