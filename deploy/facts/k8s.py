@@ -272,13 +272,13 @@ class GpuNodeIdentity(FactBase):
     What a GPU node says about itself, for its Kubernetes labels: its hostname (the kubelet's
     default node name), NVIDIA display/3D controllers on the PCI bus, and the GPUs' product names.
     The names come from nvidia-smi on PATH, else the one under ``driver_root`` (run with that
-    root's libnvidia-ml), else NVML itself from the driver root's libnvidia-ml (a driver root
-    without nvidia-smi, such as NVIDIA's mock NVML).
+    root's libnvidia-ml); where neither answers with names, from NVML itself through the driver
+    root's libnvidia-ml (a driver root without a working nvidia-smi, such as NVIDIA's mock NVML).
 
     .. code:: python
 
         {"hostname": "gpu1", "pci_gpus": 2, "products": ["NVIDIA A100-SXM4-40GB", ...],
-         "nvidia_smi": "ok",     # or "missing", or "exit 9"
+         "nvidia_smi": "ok",     # or "missing", "exit 9", "unexpected output"
          "nvml": None}           # not needed; else "ok", "no library", "no python3", "failed <why>"
     """
 
@@ -294,15 +294,20 @@ class GpuNodeIdentity(FactBase):
             StringCommand("_root=", QuoteString(root), ";", _separator=""),
             f"_lib=; for _d in {library_dirs}; do",
             "[ -e \"$_root/$_d/libnvidia-ml.so.1\" ] && { _lib=\"$_root/$_d/libnvidia-ml.so.1\"; break; }; done;",
-            "_path=; _ld=${LD_LIBRARY_PATH-};",
+            "_path=; _ld=${LD_LIBRARY_PATH-}; _named=;",
             "if command -v nvidia-smi >/dev/null 2>&1; then _path=$PATH;",
             "elif [ -x \"$_root/usr/bin/nvidia-smi\" ]; then _path=\"$_root/usr/bin:$PATH\"; _ld=\"${_lib%/*}\"; fi;",
-            "if [ -n \"$_path\" ]; then",
-            "_o=$(PATH=\"$_path\" LD_LIBRARY_PATH=\"$_ld\" nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null);",
-            "_rc=$?;",
-            "if [ $_rc -eq 0 ]; then echo 'nvidia_smi ok'; printf '%s\\n' \"$_o\" | sed 's/^/product /';",
-            "else echo \"nvidia_smi exit $_rc\"; fi;",
-            "else echo 'nvidia_smi missing';",
+            "if [ -z \"$_path\" ]; then echo 'nvidia_smi missing';",
+            "else _o=$(PATH=\"$_path\" LD_LIBRARY_PATH=\"$_ld\" nvidia-smi --query-gpu=name,index --format=csv,noheader",
+            "2>/dev/null); _rc=$?;",
+            "if [ $_rc -ne 0 ]; then echo \"nvidia_smi exit $_rc\";",
+            # Only "<name>, <index>" lines answer the query: nvml-mock's stand-in nvidia-smi script
+            # ignores its arguments and prints its version lines.
+            "elif printf '%s\\n' \"$_o\" | grep -qv ', [0-9][0-9]*$' && [ -n \"$_o\" ]; then",
+            "echo 'nvidia_smi unexpected output';",
+            "else echo 'nvidia_smi ok'; _named=1;",
+            "[ -n \"$_o\" ] && printf '%s\\n' \"$_o\" | sed 's/^\\(.*\\), [0-9][0-9]*$/product \\1/'; fi; fi;",
+            "if [ -z \"$_named\" ]; then",
             "if [ -z \"$_lib\" ]; then echo 'nvml no library';",
             "elif ! command -v python3 >/dev/null 2>&1; then echo 'nvml no python3';",
             "else _n=$(python3 -c", QuoteString(NVML_PRODUCTS_PY), "\"$_lib\" 2>&1); _rc=$?;",

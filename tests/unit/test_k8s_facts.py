@@ -139,6 +139,22 @@ def test_gpu_node_identity_reads_nvml_from_a_driver_root_without_nvidia_smi_real
     assert state["products"] == profile_products(profile)
 
 
+def test_gpu_node_identity_reads_nvml_past_nvml_mocks_fallback_nvidia_smi_real_mock_library(tmp_path):
+    """nvml-mock's driver root as on the lab's nodes: its shell fallback nvidia-smi (from its setup.sh,
+    fixture) ignores the query and prints version lines; they are no product names, so the fact reads
+    the real mock libnvidia-ml through NVML instead."""
+    if shutil.which("nvidia-smi"):
+        pytest.skip("nvidia-smi is on PATH here: the fact reads it first")
+    root = mock_driver_root(tmp_path / "driver", "a100")
+    (root / "usr" / "bin").mkdir()
+    shutil.copy(FIXTURES / "nvml-mock-nvidia-smi.sh", root / "usr" / "bin" / "nvidia-smi.sh")
+    (root / "usr" / "bin" / "nvidia-smi.sh").chmod(0o755)
+    (root / "usr" / "bin" / "nvidia-smi").symlink_to("nvidia-smi.sh")
+    state = GpuNodeIdentity().process(run(GpuNodeIdentity().command(driver_root=str(root))))
+    assert (state["nvidia_smi"], state["nvml"]) == ("unexpected output", "ok")
+    assert state["products"] == profile_products("a100")
+
+
 def tool_path(folder: Path, *, without: str) -> str:
     """A PATH holding this machine's sh, hostname, cat, sed and python3 (minus ``without``) only."""
     folder.mkdir()
@@ -186,14 +202,15 @@ def test_gpu_node_identity_runs_the_driver_roots_nvidia_smi_with_its_library_sta
     smi = root / "usr" / "bin" / "nvidia-smi"
     smi.write_text(f"""#!/bin/sh
 [ "$LD_LIBRARY_PATH" = "{root}/usr/lib64" ] || exit 9
-[ "$*" = "--query-gpu=name --format=csv,noheader" ] || exit 2
-echo 'NVIDIA H100 80GB HBM3'
+[ "$*" = "--query-gpu=name,index --format=csv,noheader" ] || exit 2
+echo 'NVIDIA H100 80GB HBM3, 0'
+echo 'NVIDIA H100 80GB HBM3, 1'
 """)
     smi.chmod(0o755)
     env = {"PATH": tool_path(tmp_path / "bin", without="")}
     state = GpuNodeIdentity().process(run(GpuNodeIdentity().command(driver_root=str(root)), env=env))
     assert state == {"hostname": state["hostname"], "pci_gpus": state["pci_gpus"], "nvidia_smi": "ok",
-                     "nvml": None, "products": ["NVIDIA H100 80GB HBM3"]}
+                     "nvml": None, "products": ["NVIDIA H100 80GB HBM3"] * 2}
 
 
 def test_gpu_node_identity_parsed_from_fixtures():
