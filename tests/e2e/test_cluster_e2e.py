@@ -16,10 +16,12 @@ import json
 
 import pytest
 import toolkit_repo
+import yaml
 
 from harness import assert_no_change, wait_for
 from lab import LabMissing
-from lab.cluster import MOCK_DRIVER_ROOT, LabCluster
+from lab.cluster import MOCK_DRIVER_ROOT, NVML_MOCK_DIR, LabCluster
+from lab.control_plane import ADMIN_USER, WRITE_VERBS
 from lab.kubelet import KUBELET_SYSCTLS, machine_kernel_settings
 
 REPLICAS = 10
@@ -122,14 +124,63 @@ def test_gpu_nodes_provisioned_by_the_tool_join_as_kubelets_without_touching_thi
     assert machine_kernel_settings() == cluster.kernel_before
 
 
-def test_k8s_gpu_time_slicing_default_mode_then_y_advertises_count_times_replicas_and_reruns_without_writes(cluster):
+def mock_accelerator_label(profile: str) -> str:
+    """The accelerator label of the mock profile's product name: ``NVIDIA A100-SXM4-40GB`` ->
+    ``nvidia-a100-sxm4-40gb`` (read from the profile file the mock serves)."""
+    product = yaml.safe_load((NVML_MOCK_DIR / f"{profile}.yaml").read_text())["device_defaults"]["name"]
+    return product.lower().replace(" ", "-")
+
+
+def node_labels(cluster: LabCluster) -> dict[str, dict[str, str]]:
+    return {item["metadata"]["name"]: item["metadata"].get("labels", {})
+            for item in cluster.control_plane.get_json("nodes")["items"]}
+
+
+def api_writes(events: list[dict]) -> list[str]:
+    """The writes among audit events (dry runs, which change nothing, left out): 'verb resource/name'."""
+    return [f"{event['verb']} {event['objectRef'].get('resource')}/{event['objectRef'].get('name')} "
+            f"by {event['user']['username']}"
+            for event in events
+            if event["verb"] in WRITE_VERBS and "dryRun=" not in event["requestURI"]]
+
+
+def tool_writes(cluster: LabCluster, since: int) -> tuple[list[str], int]:
+    """(the admin's writes, the admin's dry runs) in the API server's audit log after event ``since``:
+    during a pyinfra run the admin's kubeconfig is the tool's alone."""
+    events = [event for event in cluster.control_plane.audit_events()[since:]
+              if event["user"]["username"] == ADMIN_USER and event["stage"] == "ResponseComplete"]
+    dry_runs = sum(1 for event in events if "dryRun=" in event["requestURI"])
+    return api_writes(events), dry_runs
+
+
+def test_k8s_gpu_time_slicing_labels_the_real_nodes_from_nvml_advertises_count_times_replicas_and_reruns_make_no_write_call(cluster):
     """k8s_gpu.py from the control plane (@local, the lab's kubectl and admin kubeconfig), first in
-    pyinfra's default mode: the real device plugin v0.20.0 runs on the two mock GPU nodes and each
-    advertises 8 x 10 = 80 nvidia.com/gpu. A second run with -y, and a third in default mode, change
-    nothing and write nothing (every object keeps its resourceVersion)."""
+    pyinfra's default mode. The GPU nodes have no nvidia-smi on PATH, and the mock's driver root holds
+    only its stand-in script (version lines, no answer to a query): their identity fact reads the
+    mock's libnvidia-ml in the driver root through NVML, so the real Node objects get the tool's labels
+    (nvidia.com/gpu.present, accelerator = the mock's product, the sharing config label), in one patch
+    per node as the API server's audit log records it. The real device plugin v0.20.0 then runs on the
+    two mock GPU nodes and each advertises 8 x 10 = 80 nvidia.com/gpu. A second run with -y, and a
+    third in default mode, change nothing and make NO write call: the API server's audit log (every
+    write by the tool's user, every Node update/patch by anyone) records none from the tool, only its
+    server-side dry runs (kubectl diff), and every object keeps its resourceVersion."""
+    accelerator = mock_accelerator_label(cluster.profile)
+    assert all("accelerator" not in labels for labels in node_labels(cluster).values())
+    mark = len(cluster.control_plane.audit_events())
     first = cluster.pyinfra("deploy/k8s_gpu.py", K8S_DATA, yes=False)
     assert first.returncode == 0, first.explain()
     assert "Detected changes" in first.output and changed_in_text_output(first.output) >= 1
+    writes, _ = tool_writes(cluster, mark)
+    assert sorted(w for w in writes if w.startswith(("patch nodes/", "update nodes/"))) == [
+        f"patch nodes/{name} by {ADMIN_USER}" for name in ("lab-gpu-1", "lab-gpu-2")], writes
+    labels = node_labels(cluster)
+    for name in ("lab-gpu-1", "lab-gpu-2"):
+        assert labels[name]["nvidia.com/gpu.present"] == "true"
+        assert labels[name]["accelerator"] == accelerator
+        assert labels[name]["nvidia.com/device-plugin.config"] == f"time-slicing-{REPLICAS}"
+        assert "nvidia.com/mps.capable" not in labels[name]
+    print(f"labels on the real nodes: {json.dumps({n: {k: v for k, v in l.items() if 'nvidia' in k or k == 'accelerator'} for n, l in labels.items()})}")
+    print(f"first run: {len(writes)} write calls by the tool: {writes}")
 
     wanted = {"lab-gpu-1": str(cluster.gpu_count * REPLICAS), "lab-gpu-2": str(cluster.gpu_count * REPLICAS)}
     wait_for(lambda: gpu_capacity(cluster) == wanted, timeout=240, interval=2,
@@ -139,13 +190,22 @@ def test_k8s_gpu_time_slicing_default_mode_then_y_advertises_count_times_replica
     assert all(pod["spec"].get("runtimeClassName") == "nvidia" for pod in pods)
 
     before = resource_versions(cluster)
+    mark = len(cluster.control_plane.audit_events())
     again = cluster.pyinfra("deploy/k8s_gpu.py", K8S_DATA)
     assert_no_change(again)
+    writes, dry_runs = tool_writes(cluster, mark)
+    assert writes == []
+    print(f"re-run -y: 0 write calls, {dry_runs} dry runs")
     assert resource_versions(cluster) == before
+    mark = len(cluster.control_plane.audit_events())
     quiet = cluster.pyinfra("deploy/k8s_gpu.py", K8S_DATA, yes=False)
     assert quiet.returncode == 0, quiet.explain()
     assert changed_in_text_output(quiet.output) == 0
+    writes, dry_runs = tool_writes(cluster, mark)
+    assert writes == []
+    print(f"re-run default mode: 0 write calls, {dry_runs} dry runs")
     assert resource_versions(cluster) == before
+    assert node_labels(cluster) == labels
 
 
 GPU_POD = """\
@@ -247,3 +307,89 @@ def test_a_node_that_stops_being_a_gpu_node_loses_its_device_plugin_pod(cluster)
     # Allocatable counts healthy devices: back to 80 once the new plugin pod registered again.
     wait_for(lambda: gpu_capacity(cluster) == wanted, timeout=180, interval=2,
              what=f"nvidia.com/gpu allocatable {wanted} again (now {gpu_capacity(cluster)})")
+
+
+# MIG and MPS on the real plugin: after the time-slicing tests above (each changes the cluster's config).
+
+def device_plugin_configs(cluster: LabCluster) -> dict[str, dict]:
+    """The configs in the ConfigMap the plugin's config-manager reads, by name."""
+    data = cluster.control_plane.get_json("configmap", "-n", "nvidia-device-plugin",
+                                          "nvidia-device-plugin-configs")["data"]
+    return {name: yaml.safe_load(text) for name, text in data.items()}
+
+
+def pods_by_node(cluster: LabCluster, app: str) -> dict[str, dict]:
+    items = cluster.control_plane.get_json("pods", "-n", "nvidia-device-plugin", "-l",
+                                           f"app.kubernetes.io/name={app}")["items"]
+    return {pod["spec"].get("nodeName"): pod for pod in items if not pod["metadata"].get("deletionTimestamp")}
+
+
+def latest_config_log(cluster: LabCluster, node: str, app: str, container: str) -> str:
+    """The container's log from its last "Running with config" on (the config-manager sidecar signals a
+    restart when the node's config changes), read with crictl on the node; '' before the pod runs."""
+    pod = pods_by_node(cluster, app).get(node)
+    if not pod:
+        return ""
+    log = cluster.node(node).container_logs(pod["metadata"]["name"], container, namespace="nvidia-device-plugin")
+    index = log.rfind("Running with config:")
+    return log[index:] if index >= 0 else ""
+
+
+@pytest.mark.parametrize("strategy", ["single", "mixed"])
+def test_mig_strategy_runs_the_real_plugin_on_whole_mock_gpus_mig_devices_not_shown_the_mock_enumerates_none(cluster, strategy):
+    """mig_strategy single / mixed with the real plugin v0.20.0 on the mock GPUs. The mock NVML v0.3.0
+    answers nvmlDeviceGetMigMode (disabled in every profile) but enumerates no MIG devices, so MIG
+    devices (nvidia.com/mig-* or MIG slices as nvidia.com/gpu) cannot be shown here. What is asserted
+    for real: the ConfigMap holds the strategy under the node's config name, the node carries that
+    config label, the running plugin's log shows it loaded that strategy, and each node advertises the
+    mock's 8 GPUs whole (GPUs without MIG mode are whole GPUs under either strategy)."""
+    data = {**K8S_DATA, "gpu_sharing": "none", "mig_strategy": strategy}
+    del data["gpu_sharing_replicas"]
+    result = cluster.pyinfra("deploy/k8s_gpu.py", data)
+    assert result.returncode == 0, result.explain()
+
+    name = f"no-sharing-mig-{strategy}"
+    assert device_plugin_configs(cluster)[name]["flags"]["migStrategy"] == strategy
+    labels = node_labels(cluster)
+    for node in ("lab-gpu-1", "lab-gpu-2"):
+        assert labels[node]["nvidia.com/device-plugin.config"] == name
+        wait_for(lambda: f'"migStrategy": "{strategy}"' in latest_config_log(
+                     cluster, node, "nvidia-device-plugin", "nvidia-device-plugin-ctr"),
+                 timeout=240, interval=3, what=f"the plugin on {node} running with migStrategy {strategy}")
+    wanted = {"lab-gpu-1": str(cluster.gpu_count), "lab-gpu-2": str(cluster.gpu_count)}
+    wait_for(lambda: gpu_capacity(cluster) == wanted, timeout=240, interval=2,
+             what=f"nvidia.com/gpu allocatable {wanted} (now {gpu_capacity(cluster)})")
+    print(f"mig_strategy={strategy}: allocatable {gpu_capacity(cluster)}")
+
+
+def test_mps_applies_its_config_labels_and_control_daemon_but_mps_is_not_shown_the_mock_has_no_nvidia_cuda_mps_control(cluster):
+    """gpu_sharing=mps with the real plugin v0.20.0 on the mock GPUs. MPS itself cannot run here: the
+    MPS control daemon needs the driver's nvidia-cuda-mps-control and nvidia-smi (the mock NVML v0.3.0
+    ships neither) and real /dev/shm IPC with the GPUs. What is asserted for real: the ConfigMap's
+    MPS config (10 replicas), the node labels (config, nvidia.com/mps.capable=true), the MPS control
+    daemon DaemonSet scheduled on both nodes by that label, and the plugin's own log: it loaded the MPS
+    config, then refused to serve because the MPS daemon is not healthy, naming the missing binary;
+    so the nodes advertise no nvidia.com/gpu."""
+    result = cluster.pyinfra("deploy/k8s_gpu.py", {**K8S_DATA, "gpu_sharing": "mps"})
+    assert result.returncode == 0, result.explain()
+
+    name = f"mps-{REPLICAS}"
+    assert device_plugin_configs(cluster)[name]["sharing"] == {
+        "mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": REPLICAS}]}}
+    labels = node_labels(cluster)
+    for node in ("lab-gpu-1", "lab-gpu-2"):
+        assert labels[node]["nvidia.com/device-plugin.config"] == name
+        assert labels[node]["nvidia.com/mps.capable"] == "true"
+    wait_for(lambda: sorted(pods_by_node(cluster, "nvidia-device-plugin-mps-control-daemon")) == ["lab-gpu-1", "lab-gpu-2"],
+             timeout=120, interval=2, what="the MPS control daemon scheduled on both mps.capable nodes")
+    for node in ("lab-gpu-1", "lab-gpu-2"):
+        def refused() -> str | None:
+            log = latest_config_log(cluster, node, "nvidia-device-plugin", "nvidia-device-plugin-ctr")
+            return log if '"mps"' in log and "error waiting for MPS daemon" in log else None
+        log = wait_for(refused, timeout=240, interval=3, what=f"the plugin on {node} loading MPS and refusing")
+        assert "nvidia-cuda-mps-control" in log, log[-2000:]
+    # A plugin that serves nothing: the kubelet counts no healthy nvidia.com/gpu on either node.
+    wanted = {"lab-gpu-1": "0", "lab-gpu-2": "0"}
+    wait_for(lambda: gpu_capacity(cluster) == wanted, timeout=180, interval=2,
+             what=f"nvidia.com/gpu allocatable {wanted} (now {gpu_capacity(cluster)})")
+    print(f"mps: allocatable {gpu_capacity(cluster)}")

@@ -25,6 +25,25 @@ from lab import assets
 
 LOOPBACK = "127.0.0.1"
 SERVICE_CIDR = "10.96.0.0/16"
+ADMIN_USER = "gpu-node-lab-admin"
+WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
+# The API server's audit policy: every write by the admin (the tool's kubectl and the tests'), and every
+# update/patch of a Node object (not its status) by anyone, at Metadata level (who, what, which object).
+AUDIT_POLICY = f"""\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  users: ["{ADMIN_USER}"]
+  verbs: {list(WRITE_VERBS)}
+- level: Metadata
+  verbs: ["update", "patch"]
+  resources:
+  - group: ""
+    resources: ["nodes"]
+- level: None
+"""
 
 
 def free_port() -> int:
@@ -109,6 +128,21 @@ class ControlPlane:
         return self.workdir / "admin.conf"
 
     @property
+    def audit_policy(self) -> Path:
+        return self.workdir / "audit-policy.yaml"
+
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log (JSON lines, written before each request is answered)."""
+        return self.workdir / "audit.log"
+
+    def audit_events(self) -> list[dict]:
+        """Every audit event so far, oldest first (see AUDIT_POLICY for what is logged)."""
+        if not self.audit_log.exists():
+            return []
+        return [json.loads(line) for line in self.audit_log.read_text().splitlines() if line.strip()]
+
+    @property
     def bin_dir(self) -> Path:
         """A folder holding the lab's kubectl (put it first on PATH for the tool's kubectl calls)."""
         return self.workdir / "bin"
@@ -131,7 +165,7 @@ class ControlPlane:
         (self.bin_dir / "kubectl").symlink_to(binaries["kubectl"])
         self.pki = pki = Pki(self.workdir / "pki")
         serving = pki.issue("apiserver", "/CN=kube-apiserver", server=True)
-        admin = pki.issue("admin", "/O=system:masters/CN=gpu-node-lab-admin")
+        admin = pki.issue("admin", f"/O=system:masters/CN={ADMIN_USER}")
         controller_manager = pki.issue("controller-manager", "/CN=system:kube-controller-manager")
         scheduler = pki.issue("scheduler", "/CN=system:kube-scheduler")
         self.etcd_port, peer_port = free_port(), free_port()
@@ -142,6 +176,7 @@ class ControlPlane:
         (self.workdir / "scheduler.conf").write_text(
             kubeconfig_text(self.server, pki.ca, *scheduler, "system:kube-scheduler"))
 
+        self.audit_policy.write_text(AUDIT_POLICY)
         etcd_url = f"http://{LOOPBACK}:{self.etcd_port}"
         self._spawn("etcd", [
             str(etcd), "--name", "lab", "--data-dir", str(self.workdir / "etcd"),
@@ -168,6 +203,8 @@ class ControlPlane:
             "--allow-privileged=true",
             "--enable-admission-plugins", "NodeRestriction",
             "--profiling=false",
+            "--audit-policy-file", str(self.audit_policy), "--audit-log-path", str(self.audit_log),
+            "--audit-log-format=json", "--audit-log-mode=blocking",
         ])
         self._wait(lambda: self.kubectl("get", "--raw", "/readyz", check=False).returncode == 0,
                    timeout, "the API server's /readyz")
