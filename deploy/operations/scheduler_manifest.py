@@ -4,6 +4,8 @@ manifest changes, and a broken manifest leaves the cluster without a scheduler. 
 copy is validated and staged outside the manifests folder (the kubelet reads every file in it),
 the current manifest is backed up, the copy is moved in, and the operation waits, bounded, for
 the new scheduler pod to be Ready; otherwise the backup goes back in and the operation fails.
+The restored manifest loads the config file again, so the config the scheduler ran with is kept
+beside the backup before a new one is written, and goes back in with it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from io import StringIO
 
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
-from pyinfra.facts.files import FileContents
+from pyinfra.facts.files import FileContents, Sha256File
 
 from deploy.facts.k8s import kubectl
 from deploy.gpushare import (
@@ -41,7 +43,26 @@ def staging_paths(work_dir: str) -> dict[str, str]:
         "backup": posixpath.join(work_dir, "kube-scheduler.yaml.backup"),
         "original": posixpath.join(work_dir, "kube-scheduler.yaml.before-gpushare"),
         "restore": posixpath.join(work_dir, "kube-scheduler.yaml.restore"),
+        "config_backup": posixpath.join(work_dir, "scheduler-config.yaml.backup"),
+        "config_restore": posixpath.join(work_dir, "scheduler-config.yaml.restore"),
     }
+
+
+@operation()
+def keep_scheduler_config(config_path: str, config_sha256: str, work_dir: str):
+    """
+    Before ``config_path`` is replaced by a config with SHA-256 ``config_sha256``: copy the one the
+    scheduler runs with beside the manifest's backup (none yet: no copy), for the swap's rollback.
+    """
+    if host.get_fact(Sha256File, path=config_path) == config_sha256:
+        host.noop(f"{config_path} is already the new config")
+        return
+    paths = staging_paths(work_dir)
+    config, backup = QuoteString(config_path), QuoteString(paths["config_backup"])
+    yield StringCommand(
+        "mkdir -p", QuoteString(work_dir), "&& chmod 700", QuoteString(work_dir), "&&",
+        "if [ -e", config, "]; then cp -p", config, backup, "; else rm -f", backup, "; fi",
+    )
 
 
 def swap_in_command(
@@ -52,13 +73,24 @@ def swap_in_command(
     kubeconfig: str,
     pod_name: str,
     timeout: int,
+    config_path: str | None = None,
 ) -> StringCommand:
     """
     One shell script: check the staged copy is the validated one, back up, move in, wait for
     the new scheduler pod (new config hash, our checksum, Ready) until ``timeout``; on timeout
     move the backup back in (atomically, through a copy outside the manifests folder) and fail.
+    With ``config_path``: on timeout the config kept by ``keep_scheduler_config`` goes back in first
+    (the restored manifest loads it); on success that copy is dropped.
     """
     paths = staging_paths(work_dir)
+    config_success, config_rollback = "", ""
+    if config_path:
+        kept, kept_restore = QuoteString(paths["config_backup"]), QuoteString(paths["config_restore"])
+        config_success = StringCommand("rm -f", kept, ";")
+        config_rollback = StringCommand(
+            "if [ -e", kept, "]; then cp -p", kept, kept_restore, "&& mv -f", kept_restore,
+            QuoteString(config_path), "&& rm -f", kept, "; fi;",
+        )
     manifest, staged, backup = QuoteString(manifest_path), QuoteString(paths["staged"]), QuoteString(paths["backup"])
     original, restore = QuoteString(paths["original"]), QuoteString(paths["restore"])
     pod_state = kubectl(
@@ -79,13 +111,13 @@ def swap_in_command(
         "_state=$(", pod_state, "2>/dev/null);",
         "set -- $_state;",
         "if [ -n \"$1\" ] && [ \"$1\" != \"$_old\" ] && [ \"$2\" =", QuoteString(config_sha256),
-        "] && [ \"$3\" = True ]; then",
+        "] && [ \"$3\" = True ]; then", config_success,
         "echo", QuoteString(f"kube-scheduler pod {pod_name} is Ready with the gpushare scheduler config"),
         "; exit 0; fi;",
         "[ \"$(date +%s)\" -ge \"$_deadline\" ] && break;",
         f"sleep {POLL_SECONDS};",
         "done;",
-        "cp -p", backup, restore, "&& mv -f", restore, manifest, ";",
+        config_rollback, "cp -p", backup, restore, "&& mv -f", restore, manifest, ";",
         "echo", QuoteString(
             f"kube-scheduler pod {pod_name} was not Ready with the new manifest within {int(timeout)}s: "
             f"restored {manifest_path} from {paths['backup']}"
@@ -142,4 +174,5 @@ def configure_scheduler_manifest(
         kubeconfig=kubeconfig,
         pod_name=pod_name,
         timeout=timeout,
+        config_path=config_path,
     )

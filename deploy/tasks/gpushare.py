@@ -31,7 +31,7 @@ from deploy.gpushare import (
     scheduler_config_yaml,
 )
 from deploy.operations import kubectl
-from deploy.operations.scheduler_manifest import configure_scheduler_manifest
+from deploy.operations.scheduler_manifest import configure_scheduler_manifest, keep_scheduler_config
 from deploy.settings import Settings
 
 
@@ -100,6 +100,14 @@ def scheduler_pod_name(settings: Settings) -> str:
 def point_scheduler_at_config(settings: Settings, config_text: str) -> None:
     """The control-plane file steps: the scheduler config, then the safe static pod edit."""
     config_path = settings.gpushare_scheduler_config_path
+    config_sha256 = hashlib.sha256(config_text.encode()).hexdigest()
+    work_dir = posixpath.join(posixpath.dirname(config_path), "staging")
+    keep_scheduler_config(
+        name="Keep the kube-scheduler's current config for a rollback",
+        config_path=config_path,
+        config_sha256=config_sha256,
+        work_dir=work_dir,
+    )
     files.put(
         name="Write the gpushare kube-scheduler config",
         src=StringIO(config_text),
@@ -110,10 +118,10 @@ def point_scheduler_at_config(settings: Settings, config_text: str) -> None:
     configure_scheduler_manifest(
         name="Point the kube-scheduler static pod at the gpushare config",
         config_path=config_path,
-        config_sha256=hashlib.sha256(config_text.encode()).hexdigest(),
+        config_sha256=config_sha256,
         kubeconfig=settings.kubeconfig,
         pod_name=scheduler_pod_name(settings),
-        work_dir=posixpath.join(posixpath.dirname(config_path), "staging"),
+        work_dir=work_dir,
         manifest_path=SCHEDULER_MANIFEST,
         timeout=settings.gpushare_scheduler_ready_timeout,
     )

@@ -28,6 +28,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -288,6 +289,49 @@ def test_gpushare_deployed_by_the_tool_binds_a_gpu_mem_pod_through_the_extender(
         assert_change_free(pyinfra(lab["inventory"], "deploy/k8s_gpu.py", lab["data"], yes=yes), yes)
     assert mirror_pod(control_plane)["metadata"]["uid"] == after["metadata"]["uid"]
     print("gpushare lab timings (s):", {key: round(value) for key, value in lab["timings"].items()})
+
+
+def scheduler_logs(cp) -> str:
+    """Every kube-scheduler container's log on lab-cp, the exited ones too (crictl on the node)."""
+    ids = cp.crictl("ps", "-a", "-q", "--label", f"io.kubernetes.pod.name=kube-scheduler-{CP}", check=False).stdout.split()
+    return "\n".join(cp.sh(f"crictl logs {container} 2>&1", check=False).stdout for container in ids)
+
+
+def test_scheduler_edit_with_a_config_the_real_scheduler_refuses_is_rolled_back_and_the_scheduler_comes_back(lab, tmp_path):
+    """The static-pod edit's rollback on the REAL kubelet and kube-scheduler v1.28.7 of lab-cp: the
+    tool's own edit path (config file, staged manifest, swap, bounded wait) given a config in the
+    v1beta2 API the gpushare guides show. The real scheduler refuses it (the guides' error, in its
+    container's log), its pod never becomes Ready, the tool restores the manifest and fails in one
+    line; the scheduler then runs again, Ready, with the config it had."""
+    control_plane, cp = lab["control_plane"], lab["cp"]
+    wait_for(lambda: pod_ready(mirror_pod(control_plane)), timeout=180, interval=2, what="the scheduler Ready")
+    manifest, config = cp.sh(f"cat {SCHEDULER_MANIFEST}").stdout, cp.sh(f"cat {SCHEDULER_CONFIG}").stdout
+    v1beta2 = tmp_path / "scheduler-config-v1beta2.yaml"
+    v1beta2.write_text(config.replace("kubescheduler.config.k8s.io/v1\n", "kubescheduler.config.k8s.io/v1beta2\n"))
+    assert v1beta2.read_text() != config
+
+    # klog quotes the error: the quotes come escaped, as in test_gpushare_scheduler_config_real.py.
+    refusal = ('no kind \\"KubeSchedulerConfiguration\\" is registered for version '
+               '\\"kubescheduler.config.k8s.io/v1beta2\\"')
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        run_ = pool.submit(pyinfra, cp.node.target, "tests/fixtures/gpushare/scheduler_manifest_deploy.py",
+                           {"test_scheduler_config_file": str(v1beta2), "gpushare_scheduler_ready_timeout": "45"},
+                           yes=True)
+        # The kubelet removes a restarted pod's old containers: read the refusal while it happens.
+        refused = False
+        while not run_.done():
+            refused = refused or refusal in scheduler_logs(cp)
+            time.sleep(2)
+        failed = run_.result()
+    assert failed.returncode != 0
+    assert "was not Ready with the new manifest within 45s: restored" in failed.output, failed.explain()
+    assert "Traceback" not in failed.output
+    assert cp.sh(f"cat {SCHEDULER_MANIFEST}").stdout == manifest
+    # The restored manifest loads the config file again: it must be the one it ran with.
+    assert cp.sh(f"cat {SCHEDULER_CONFIG}").stdout == config
+    wait_for(lambda: pod_ready(mirror_pod(control_plane)), timeout=180, interval=2,
+             what="the restored scheduler Ready again")
+    assert refused, "the real scheduler's refusal of the v1beta2 config was not seen in its container's log"
 
 
 def test_gpushare_with_nvidia_not_the_default_runtime_is_refused_before_any_change(lab):

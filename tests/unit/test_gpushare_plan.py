@@ -189,6 +189,9 @@ def test_cluster_upgrade_rewrites_config_and_restarts_scheduler_once_no_real_clu
     after["metadata"]["annotations"] = before["metadata"]["annotations"]
     assert after == before  # only the checksum changed
     assert cluster.scheduler_restarts == 2
+    # The config the scheduler ran with was kept for the swap's rollback before the new one was written.
+    (keep,) = [c for c in run.control_plane_commands() if c.startswith("mkdir -p") and "config.yaml.backup" in c]
+    assert f"cp -p {CONFIG} " in keep
     # 1.25 drops the old master label from the extender's placement: re-applied
     assert any("gpushare-schd-extender" in c for c in run.applies())
 

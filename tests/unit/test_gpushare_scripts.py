@@ -71,7 +71,8 @@ def control_plane(tmp_path):
     return {"manifest": manifest, "work": work, "edited": edited, "env": env, "tmp": tmp_path}
 
 
-def swap(control_plane, ready: str, timeout: int = 30, staged_sha256: str | None = None):
+def swap(control_plane, ready: str, timeout: int = 30, staged_sha256: str | None = None,
+         config_path: str | None = None):
     command = swap_in_command(
         manifest_path=str(control_plane["manifest"]),
         work_dir=str(control_plane["work"]),
@@ -80,6 +81,7 @@ def swap(control_plane, ready: str, timeout: int = 30, staged_sha256: str | None
         kubeconfig="/etc/kubernetes/admin.conf",
         pod_name="kube-scheduler-cp1",
         timeout=timeout,
+        config_path=config_path,
     )
     return run_script(command, {**control_plane["env"], "READY": ready})
 
@@ -109,6 +111,22 @@ def test_swap_restores_the_backup_when_the_scheduler_never_becomes_ready(control
     assert "was not Ready with the new manifest within 2s: restored" in result.stderr
     assert control_plane["manifest"].read_text() == KUBEADM_128
     assert sorted(p.name for p in control_plane["manifest"].parent.iterdir()) == ["kube-scheduler.yaml"]
+
+
+@pytest.mark.parametrize("ready", ["True", "False"])
+def test_the_config_kept_before_a_new_one_goes_back_with_the_manifest_or_is_dropped(control_plane, ready):
+    """The scheduler config the running scheduler loads was kept (keep_scheduler_config) before the
+    new one was written: a rollback puts it back with the manifest, which loads it again (the real
+    scheduler would otherwise restart on the refused config); a Ready scheduler drops the copy."""
+    config = control_plane["tmp"] / "gpushare" / "scheduler-config.yaml"
+    config.write_text("the new config\n")
+    kept = Path(staging_paths(str(control_plane["work"]))["config_backup"])
+    kept.write_text("the config the scheduler ran with\n")
+    result = swap(control_plane, ready=ready, timeout=2, config_path=str(config))
+    assert result.returncode == (0 if ready == "True" else 1), result.stderr
+    assert config.read_text() == ("the new config\n" if ready == "True" else "the config the scheduler ran with\n")
+    assert not kept.exists()
+    assert sorted(p.name for p in control_plane["work"].iterdir() if "restore" in p.name) == []
 
 
 def test_swap_refuses_a_staged_copy_that_is_not_the_validated_one(control_plane):
