@@ -46,7 +46,7 @@ def test_debian_default_plan_enables_components_installs_driver_headers_firmware
     installs = install_lines(run, "apt-get")
     assert any(c.endswith(" --allow-change-held-packages --allow-downgrades nvidia-driver nvidia-smi nvidia-kernel-dkms") for c in installs), installs
     assert any(c.endswith(" --allow-change-held-packages --allow-downgrades firmware-misc-nonfree") for c in installs)
-    assert any(c.endswith(" install -o DPkg::Lock::Timeout=120 linux-headers-6.1.0-18-amd64") for c in installs)
+    assert any(c.endswith(" install -o DPkg::Lock::Timeout=120 --allow-change-held-packages --allow-downgrades linux-headers-6.1.0-18-amd64") for c in installs)
     assert "apt-mark hold nvidia-driver nvidia-kernel-dkms nvidia-smi" in run.commands
     assert not run.ran("apt-mark hold firmware")
     assert "NVIDIA driver | Enable contrib non-free non-free-firmware for bookworm" in run.op_names()
@@ -60,7 +60,7 @@ def test_debian_headers_fall_back_to_the_flavour_meta_package_when_the_running_k
         **DEBIAN_FILES,
         "apt-cache show --no-all-versions linux-headers-6.1.0-18-cloud-amd64": ["no linux-headers-6.1.0-18-cloud-amd64", "yes linux-headers-cloud-amd64"],
     })))
-    assert any(c.endswith(" install -o DPkg::Lock::Timeout=120 linux-headers-cloud-amd64") for c in install_lines(run, "apt-get"))
+    assert any(c.endswith(" install -o DPkg::Lock::Timeout=120 --allow-change-held-packages --allow-downgrades linux-headers-cloud-amd64") for c in install_lines(run, "apt-get"))
 
 
 def test_debian_branch_and_version_pin_the_tesla_packages_and_hold_them():
