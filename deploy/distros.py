@@ -30,7 +30,7 @@ class PackageManager:
 
     name: str  # apt, dnf, zypper, pacman
     # The operation that installs {name: version or None} and holds them when asked; every one
-    # takes (packages, hold, lock_timeout, import_repository_keys), see deploy/operations/packages.py.
+    # takes (packages, hold, lock_timeout), see deploy/operations/packages.py.
     install: Callable[..., Any]
     # pyinfra's fact of every installed package ({name: {versions}})
     installed_fact: type
@@ -83,16 +83,13 @@ PACMAN = PackageManager(
 )
 
 
-def install_packages(manager: PackageManager, name: str, packages, *, hold: bool = False, lock_timeout: int,
-                     import_repository_keys: bool = False):
+def install_packages(manager: PackageManager, name: str, packages, *, hold: bool = False, lock_timeout: int):
     """
     The one way a stage installs: ``packages`` is {name: version or None} (or names, unpinned);
-    held when ``hold``. ``lock_timeout`` bounds apt's wait for dpkg's lock (settings.apt_lock_timeout);
-    ``import_repository_keys`` trusts a new repository's signing key unattended (zypper asks otherwise).
+    held when ``hold``. ``lock_timeout`` bounds apt's wait for dpkg's lock (settings.apt_lock_timeout).
     """
     wanted = dict(packages) if isinstance(packages, Mapping) else {package: None for package in packages}
-    return manager.install(name=name, packages=wanted, hold=hold, lock_timeout=lock_timeout,
-                           import_repository_keys=import_repository_keys)
+    return manager.install(name=name, packages=wanted, hold=hold, lock_timeout=lock_timeout)
 
 
 def add_repository(manager: PackageManager, name: str, repository: Mapping[str, str]):

@@ -68,13 +68,12 @@ def apt_install_needed(states: dict, packages: dict[str, str | None], hold: bool
 
 
 # Every install operation takes the same arguments, so the package-manager table in
-# deploy/distros.py calls them alike: ``packages`` {name: version or None}, ``hold``,
-# ``lock_timeout`` (apt's wait for dpkg's lock) and ``import_repository_keys`` (zypper).
+# deploy/distros.py calls them alike: ``packages`` {name: version or None}, ``hold`` and
+# ``lock_timeout`` (apt's wait for dpkg's lock, settings.apt_lock_timeout).
 
 
 @operation()
-def apt_install(packages: dict, hold: bool = False, *, lock_timeout: int,
-                import_repository_keys: bool = False):
+def apt_install(packages: dict, hold: bool = False, *, lock_timeout: int):
     """
     Ensure Debian packages are installed, at ``version`` where one is given ({name: version or None}),
     refreshing the lists first only when something must be installed; hold them when asked.
@@ -127,8 +126,7 @@ def recover_package_manager(lock_timeout: int):
 
 
 @operation()
-def dnf_install(packages: dict, hold: bool = False, *, lock_timeout: int,
-                import_repository_keys: bool = False):
+def dnf_install(packages: dict, hold: bool = False, *, lock_timeout: int):
     """The dnf counterpart of apt_install; holds with dnf's versionlock plugin."""
     states = host.get_fact(RpmPackageStates, packages=sorted(packages))
     needed = _needed(states, packages)
@@ -150,21 +148,18 @@ def dnf_install(packages: dict, hold: bool = False, *, lock_timeout: int,
 
 
 @operation()
-def zypper_install(packages: dict, hold: bool = False, *, lock_timeout: int,
-                import_repository_keys: bool = False):
-    """Install with pyinfra's zypper operation (``name=version`` pins); hold with zypper locks.
-    ``import_repository_keys``: trust a new repository's signing key (zypper refuses it otherwise)."""
+def zypper_install(packages: dict, hold: bool = False, *, lock_timeout: int):
+    """Install with pyinfra's zypper operation (``name=version`` pins; it imports a new repository's
+    signing key, --gpg-auto-import-keys); hold with zypper locks."""
     yield from zypper.packages._inner(
         packages=[f"{name}={version}" if version else name for name, version in packages.items()],
-        extra_global_install_args="--gpg-auto-import-keys" if import_repository_keys else None,
     )
     if hold:
         yield from zypper_add_locks._inner(packages=list(packages))
 
 
 @operation()
-def pacman_install(packages: dict, hold: bool = False, *, lock_timeout: int,
-                import_repository_keys: bool = False):
+def pacman_install(packages: dict, hold: bool = False, *, lock_timeout: int):
     """Install with pyinfra's pacman operation (the repository's version: pacman cannot pin);
     hold with IgnorePkg in pacman.conf, for the packages not listed there yet."""
     yield from pacman.packages._inner(packages=list(packages), update=False)

@@ -113,4 +113,4 @@ def toolkit(settings: Settings, platform: Platform):
             content=rpm_repo_text(settings, platform),
         )
     install_packages(manager, "Install the NVIDIA container toolkit", wanted_packages(settings), hold=pinned,
-                     lock_timeout=lock_timeout, import_repository_keys=True)
+                     lock_timeout=lock_timeout)
