@@ -1,6 +1,8 @@
 """
 Distro detection from pyinfra's facts into the per-family table, and the table against real
-sources: Debian's archive, NVIDIA's published repository files and install guides.
+sources: Debian's archive, NVIDIA's published repository files and install guides. Ubuntu's,
+Fedora's, RHEL's, SUSE's and Arch's archives cannot be reached here: their package names are
+covered only by the plan tests (tests/unit/test_driver_plans.py and the Docker golden below).
 """
 
 from __future__ import annotations
