@@ -47,6 +47,8 @@ class PackageManager:
     signed_by_keyring: bool = False
     # pyinfra's operation adding a repository (name, baseurl, gpgkey), for NVIDIA's driver/CUDA ones.
     repository_operation: Callable[..., Any] | None = None
+    # pyinfra's operation enabling a module stream (module, stream), for DriverPackages.module.
+    module_operation: Callable[..., Any] | None = None
 
 
 APT = PackageManager(
@@ -65,6 +67,7 @@ DNF = PackageManager(
     available_check="dnf -q list {package} >/dev/null 2>&1",
     repository_file="/etc/yum.repos.d/{name}.repo",
     repository_operation=dnf.repo,
+    module_operation=dnf.module,
 )
 ZYPPER = PackageManager(
     name="zypper",

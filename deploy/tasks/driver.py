@@ -16,7 +16,7 @@ from packaging.version import InvalidVersion, Version
 from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
-from pyinfra.operations import dnf, files, server
+from pyinfra.operations import files, server
 
 from deploy.distros import PackageManager, Platform, add_repository, by_distro_id, install_packages
 from deploy.facts.nvidia import RecommendedDriver
@@ -240,7 +240,8 @@ def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan, drai
         install_packages(manager, "Install the driver's companion packages", plan.extra_packages,
                          lock_timeout=lock_timeout)
     if plan.module:
-        dnf.module(name=f"Enable the dnf module stream {':'.join(plan.module)}", module=plan.module[0], stream=plan.module[1])
+        manager.module_operation(name=f"Enable the {manager.name} module stream {':'.join(plan.module)}",
+                                 module=plan.module[0], stream=plan.module[1])
     if plan.headers:
         driver_ops.install_first_available(
             name="Install kernel headers for the driver's module",
