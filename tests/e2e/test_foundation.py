@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from harness import assert_no_change
 
-from deploy.tasks.kernel import (
-    BLACKLIST_PATH,
-    MODULES_LOAD_PATH,
-    SYSCTL_PATH,
-    blacklist_text,
-    modules_load_text,
-    sysctl_text,
-)
+# The files the stage keeps, and their exact texts (tests/fixtures/kernel/README.md: the sources).
+GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "kernel"
+MODULES_LOAD_PATH = "/etc/modules-load.d/gpu-node-kubernetes.conf"
+SYSCTL_PATH = "/etc/sysctl.d/99-gpu-node-kubernetes.conf"
+BLACKLIST_PATH = "/etc/modprobe.d/gpu-node-blacklist-nouveau.conf"
+
+
+def golden(path: str) -> str:
+    return (GOLDEN / Path(path).name).read_text()
+
 
 # The foundation alone: no driver, toolkit or runtimes.
 KERNEL_ONLY = {
@@ -27,7 +31,7 @@ def test_kernel_stage_persists_modules_and_sysctls_and_second_run_changes_nothin
     assert first.returncode == 0, first.explain()
     assert "Kernel prerequisites | Persist the Kubernetes sysctls" in first.changed_operations()
 
-    assert node.read(MODULES_LOAD_PATH) == modules_load_text()
+    assert node.read(MODULES_LOAD_PATH) == golden(MODULES_LOAD_PATH)
     assert "overlay\nbr_netfilter\n" in node.read(MODULES_LOAD_PATH)
     sysctls = node.read(SYSCTL_PATH)
     for line in (
@@ -36,8 +40,8 @@ def test_kernel_stage_persists_modules_and_sysctls_and_second_run_changes_nothin
         "net.ipv4.ip_forward = 1",
     ):
         assert line in sysctls
-    assert node.read(SYSCTL_PATH) == sysctl_text()
-    assert node.read(BLACKLIST_PATH) == blacklist_text()
+    assert node.read(SYSCTL_PATH) == golden(SYSCTL_PATH)
+    assert node.read(BLACKLIST_PATH) == golden(BLACKLIST_PATH)
     before = {path: node.stat(path) for path in (MODULES_LOAD_PATH, SYSCTL_PATH, BLACKLIST_PATH)}
 
     second = node.deploy(data=KERNEL_ONLY)
@@ -61,4 +65,4 @@ def test_files_edited_by_hand_are_put_back(node):
     repaired = node.deploy(data=KERNEL_ONLY)
     assert repaired.returncode == 0, repaired.explain()
     assert repaired.changed_operations() == ["Kernel prerequisites | Persist the Kubernetes sysctls"]
-    assert node.read(SYSCTL_PATH) == sysctl_text()
+    assert node.read(SYSCTL_PATH) == golden(SYSCTL_PATH)
