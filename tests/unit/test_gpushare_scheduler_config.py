@@ -9,6 +9,7 @@ kubernetes-validate has no schema for this kind (it only warns), hence this mode
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -47,6 +48,8 @@ NEWEST_FIRST = ("v1", "v1beta3", "v1beta2")
 def served_by(cluster_version: str) -> set[str]:
     release = ".".join(cluster_version.lstrip("v").split(".")[:2])
     return {f"kubescheduler.config.k8s.io/{version}" for version in SERVED_BY_RELEASE[release]}
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpushare"
 
 
 def strict(properties: dict, required: tuple[str, ...] = ()) -> dict:
@@ -175,22 +178,9 @@ def test_scheduler_config_validates_strictly_for_the_cluster_version(version, ap
 
 
 def test_scheduler_config_golden_text_for_1_28():
-    assert scheduler_config_yaml("v1.28.2") == (
-        "apiVersion: kubescheduler.config.k8s.io/v1\n"
-        "kind: KubeSchedulerConfiguration\n"
-        "clientConnection:\n"
-        "  kubeconfig: /etc/kubernetes/scheduler.conf\n"
-        "extenders:\n"
-        "- urlPrefix: http://127.0.0.1:32766/gpushare-scheduler\n"
-        "  filterVerb: filter\n"
-        "  bindVerb: bind\n"
-        "  enableHTTPS: false\n"
-        "  nodeCacheCapable: true\n"
-        "  managedResources:\n"
-        "  - name: aliyun.com/gpu-mem\n"
-        "    ignoredByScheduler: false\n"
-        "  ignorable: false\n"
-    )
+    """tests/fixtures/gpushare/scheduler-config-v1.28.yaml: the real kube-scheduler v1.28.7 loads it
+    (tests/e2e/test_gpushare_scheduler_config_real.py)."""
+    assert scheduler_config_yaml("v1.28.2") == (FIXTURES / "scheduler-config-v1.28.yaml").read_text()
 
 
 @pytest.mark.parametrize("release", sorted(SERVED_BY_RELEASE))
