@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fixtures.nvidia.fake_host import fake_run, responses
+from fake_host import fake_run, responses
 
 
 def test_toolkit_then_containerd_refresh_the_lists_once_after_the_new_source():

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import pyinfra
 import pytest
-from fixtures.nvidia.fake_host import GPU_NODE, responses, run_deploy_file
+from fake_host import GPU_NODE, responses, run_deploy_file
 from pyinfra.api import Inventory, State
 from pyinfra.connectors.fake import FakeConnector
 from pyinfra.connectors.util import CommandOutput, OutputLine

@@ -10,7 +10,7 @@ import base64
 
 import pytest
 
-from fixtures.nvidia.fake_host import PCI_WITH_GPU, fake_run, node_lines, responses
+from fake_host import PCI_WITH_GPU, fake_run, node_lines, responses
 
 DEBIAN_SOURCES = (
     "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\n"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fixtures.nvidia.fake_host import responses, run_deploy_file
+from fake_host import responses, run_deploy_file
 from pyinfra.api import Inventory
 
 

@@ -15,13 +15,10 @@ from pathlib import Path
 
 import pyinfra
 import yaml
-from pyinfra.api import Config, Inventory, State
-from pyinfra.api.connect import connect_all
-from pyinfra.api.operations import run_ops
-from pyinfra.api.state import StateStage
+from fake_host import run_state
+from pyinfra.api import Inventory, State
 from pyinfra.connectors.fake import FakeConnector
 from pyinfra.connectors.util import CommandOutput, OutputLine
-from pyinfra.context import ctx_config, ctx_inventory, ctx_state
 from pyinfra_cli.util import load_deploy_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -131,8 +128,8 @@ class PlanRun:
 
 
 def run_plan(monkeypatch, cluster: FakeCluster, gpu_hosts: dict[str, list[str]],
-             data: dict | None = None, host_data: dict[str, dict] | None = None) -> PlanRun:
-    """Run deploy/k8s_gpu.py like ``pyinfra -y inventory.py deploy/k8s_gpu.py`` on @fake hosts."""
+             data: dict | None = None, host_data: dict[str, dict] | None = None, yes: bool = True) -> PlanRun:
+    """Run deploy/k8s_gpu.py like ``pyinfra [-y] inventory.py deploy/k8s_gpu.py`` on @fake hosts."""
     host_answers = {name: lines for name, lines in gpu_hosts.items()}
 
     def lookup(connector: FakeConnector, command_str: str):
@@ -150,17 +147,10 @@ def run_plan(monkeypatch, cluster: FakeCluster, gpu_hosts: dict[str, list[str]],
     if gpus:
         groups["gpu_nodes"] = ([name for name, _ in gpus], {})
     inventory = Inventory((cp + gpus, {}), override_data=dict(data or {}), **groups)
-    state = State(check_for_changes=False)
-    config = Config()
     monkeypatch.setattr(pyinfra, "is_cli", True)
-    with ctx_state.use(state), ctx_inventory.use(inventory), ctx_config.use(config):
-        state.init(inventory, config)
-        state.set_stage(StateStage.Connect)
-        connect_all(state)
-        state.set_stage(StateStage.Prepare)
-        load_deploy_file(state, ENTRY)
-        state.set_stage(StateStage.Execute)
-        run_ops(state)
+    state, error = run_state(inventory, lambda state: load_deploy_file(state, ENTRY), yes=yes)
+    if error is not None:
+        raise error
     return PlanRun(state, inventory, {h.name: list(h.connector.executed_commands) for h in inventory})
 
 

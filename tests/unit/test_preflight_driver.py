@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from fixtures.nvidia.fake_host import PCI_WITH_GPU, fake_run, node_lines, responses
+from fake_host import PCI_WITH_GPU, fake_run, node_lines, responses
 
 SOURCES = {"/etc/apt/sources.list.d/*.sources": "/etc/apt/sources.list.d/debian.sources " + base64.b64encode(
     b"Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\n").decode()}

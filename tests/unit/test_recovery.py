@@ -12,7 +12,7 @@ from pathlib import Path
 from deploy.facts.combined import MARKER
 from deploy.facts.recovery import PackageManagerState, PendingRestarts
 from deploy.operations.packages import recovery_script
-from fixtures.nvidia.fake_host import fake_run, responses
+from fake_host import fake_run, responses
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "recovery"
 CHANGING = ("mkdir ", "apt-get", "apt-mark", "chmod ", "chown ", "install -p", "update-initramfs")

@@ -12,13 +12,11 @@ import re
 from pathlib import Path
 
 import pytest
+from fake_host import run_state
 from plan import Plan, fake_host_data, settings_for
-from pyinfra.api import Config, Inventory, State
-from pyinfra.api.connect import connect_all
+from pyinfra.api import Inventory
 from pyinfra.api.deploy import add_deploy
 from pyinfra.api.exceptions import PyinfraError
-from pyinfra.api.operations import run_ops
-from pyinfra.api.state import StateStage
 
 from deploy.facts.verify import CrictlRun, VerifyState
 from deploy.report import FAIL, PASS, SKIP
@@ -115,18 +113,10 @@ def run_verify(tmp_path, lines, crictl=None, runs=None, **data):
     settings = settings_for(verify_report_path=str(report), **data)
     # tests/plan.py's run_plan, keeping the plan when the host fails (a failing step must fail it).
     inventory = Inventory(([("@fake/node", fake_host_data("debian-12", responses))], {}))
-    state = State(inventory, Config(), check_for_changes=False)
-    state.set_stage(StateStage.Connect)
-    connect_all(state)
-    state.set_stage(StateStage.Prepare)
-    add_deploy(state, verify, settings)
-    state.set_stage(StateStage.Execute)
-    failed = False
-    try:
-        run_ops(state)
-    except PyinfraError as error:
-        assert "No hosts remaining" in str(error)
-        failed = True
+    state, error = run_state(inventory, lambda state: add_deploy(state, verify, settings))
+    failed = error is not None
+    if failed:
+        assert isinstance(error, PyinfraError) and "No hosts remaining" in str(error), error
     host = inventory.get_host("@fake/node")
     plan = Plan(commands=list(host.connector.executed_commands), state=state)
     assert failed == (host in state.failed_hosts)
