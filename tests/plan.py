@@ -52,14 +52,12 @@ def run_plan(
     responses: dict | None = None,
     data: dict | None = None,
     arch: str = "x86_64",
-    yes: bool = True,
     **kwargs: Any,
 ) -> Plan:
-    """Prepare and execute ``task(*args, **kwargs)`` (a @deploy) on one @fake host, with ``-y``
-    (``yes``) or in the CLI's default mode."""
+    """Prepare and execute ``task(*args, **kwargs)`` (a @deploy) on one @fake host."""
     host_data = {**fake_host_data(distro, responses, arch), **(data or {})}
     inventory = Inventory(([("@fake/node", host_data)], {}))
-    state, error = run_state(inventory, lambda state: add_deploy(state, task, *args, **kwargs), yes=yes)
+    state, error = run_state(inventory, lambda state: add_deploy(state, task, *args, **kwargs))
     # The host failed during execution (a Python-side check): what ran until then is the plan.
     if error is not None and not (isinstance(error, PyinfraError) and "No hosts remaining" in str(error)):
         raise error

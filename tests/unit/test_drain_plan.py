@@ -24,6 +24,10 @@ from pyinfra.connectors.util import CommandOutput, OutputLine
 
 from deploy.facts.combined import MARKER
 
+
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+pytestmark = pytest.mark.usefixtures("both_modes")
+
 GPU, CP = "@fake/gpu1", "@fake/cp1"
 NODE = "gpu1"
 UNWIRED = "version = 2\n"

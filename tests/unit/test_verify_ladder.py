@@ -22,6 +22,10 @@ from deploy.facts.verify import CrictlRun, VerifyState
 from deploy.report import FAIL, PASS, SKIP
 from deploy.tasks.verify import verify
 
+
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+pytestmark = pytest.mark.usefixtures("both_modes")
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SMI = FIXTURES / "nvidia-smi"
 
