@@ -25,6 +25,10 @@ from deploy.operations.download import (
     stage_verified_source,
 )
 
+
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+pytestmark = pytest.mark.usefixtures("both_modes")
+
 SOURCE = "/etc/apt/sources.list.d/example.list"
 KEYRING = "/usr/share/keyrings/example.asc"
 KEY_URL = "https://mirror.example.internal/gpgkey"

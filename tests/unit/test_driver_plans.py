@@ -10,7 +10,11 @@ import base64
 
 import pytest
 
-from fixtures.nvidia.fake_host import PCI_WITH_GPU, fake_run, node_lines, responses
+from fake_host import PCI_WITH_GPU, fake_run, node_lines, responses
+
+
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+pytestmark = pytest.mark.usefixtures("both_modes")
 
 DEBIAN_SOURCES = (
     "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\n"

@@ -9,6 +9,10 @@ from deploy.distros import detect_platform
 from deploy.tasks.toolkit import APT_KEYRING, APT_SOURCE, TOOLKIT_PACKAGES, toolkit
 
 
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+pytestmark = pytest.mark.usefixtures("both_modes")
+
+
 def platform(distro_id: str, arch: str = "x86_64"):
     return detect_platform({"name": distro_id, "major": None, "release_meta": {"ID": distro_id}}, arch)
 
