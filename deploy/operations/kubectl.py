@@ -20,8 +20,8 @@ import yaml
 from pyinfra import host, logger
 from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 from pyinfra.api.exceptions import PyinfraError
-from pyinfra.api.state import StateStage
 
+from deploy import probes
 from deploy.facts.k8s import (
     FIELD_MANAGER,
     HelmRelease,
@@ -29,7 +29,6 @@ from deploy.facts.k8s import (
     KubeLiveObjects,
     KubeNodes,
     KubeServerSideDiff,
-    SmokeTestRun,
     kubectl,
     object_key,
     with_stdin,
@@ -197,11 +196,11 @@ def run_smoke_test(kubeconfig: str, manifest: str, namespace: str, pod: str, tim
     The pod is transient (the cluster ends as it was), so a pass is no change; anything else
     fails the operation with the reason (the scheduler's, when the pod stayed pending).
     """
-    if host.state.current_stage != StateStage.Execute:
-        # Run the pod when executing only, after the device plugin has been applied.
+    if not probes.executing(host):
+        # A probe: the pod runs once, when executing, after the device plugin has been applied.
         return
-    run = host.get_fact(SmokeTestRun, kubeconfig=kubeconfig, manifest=manifest, namespace=namespace,
-                        pod=pod, timeout=timeout)
+    run = probes.run(host, probes.SmokeTestRun, kubeconfig=kubeconfig, manifest=manifest, namespace=namespace,
+                     pod=pod, timeout=timeout)
     report = smoke_test_report(run)
     if run["created"] and not run["deleted"]:
         report += f" (and the pod {namespace}/{pod} could not be deleted)"

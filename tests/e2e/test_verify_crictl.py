@@ -24,7 +24,7 @@ from lab import assets
 from lab_assets import lab_asset
 from toolkit_repo import BUNDLE, RUNTIME_DEBUG_LOG, enable_runtime_debug_log, runtime_created, runtime_log
 
-from deploy.facts.verify import CrictlRun
+from deploy.probes import CrictlRun
 from deploy.tasks.verify import cri_step
 
 CONFIG = "/etc/containerd/config.toml"

@@ -20,7 +20,8 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.operations import run_ops
 from pyinfra.api.state import StateStage
 
-from deploy.facts.verify import CrictlRun, VerifyState
+from deploy.facts.verify import VerifyState
+from deploy.probes import CrictlRun
 from deploy.report import FAIL, PASS, SKIP
 from deploy.tasks.verify import verify
 
@@ -105,7 +106,9 @@ SANDBOX_ID = "3f1a8c2b7d9e4f60a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718"
 CONTAINER_ID = "9a8b7c6d5e4f30211a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f7081"
 
 
-def run_verify(tmp_path, lines, crictl=None, runs=None, **data):
+def run_verify(tmp_path, lines, crictl=None, runs=None, check_for_changes=False, **data):
+    """Prepare and execute the verify stage; ``check_for_changes`` is pyinfra's default mode
+    (change detection while preparing, then execution), False is ``-y``."""
     report = tmp_path / "report.json"
     responses = {"kmod_version": lines}
     if crictl is not None:
@@ -115,7 +118,7 @@ def run_verify(tmp_path, lines, crictl=None, runs=None, **data):
     settings = settings_for(verify_report_path=str(report), **data)
     # tests/plan.py's run_plan, keeping the plan when the host fails (a failing step must fail it).
     inventory = Inventory(([("@fake/node", fake_host_data("debian-12", responses))], {}))
-    state = State(inventory, Config(), check_for_changes=False)
+    state = State(inventory, Config(), check_for_changes=check_for_changes)
     state.set_stage(StateStage.Connect)
     connect_all(state)
     state.set_stage(StateStage.Prepare)
@@ -289,6 +292,16 @@ def test_crictl_sequence_without_gpu_runs_a_host_network_sandbox_through_nvidia_
     assert steps["cri_handler"]["status"] == PASS
     assert steps["cri_handler"]["reason"].startswith("host-network sandbox ran through runtime handler 'nvidia'")
     assert not failed
+
+
+@pytest.mark.parametrize("check_for_changes", [True, False], ids=["default-mode", "-y"])
+def test_the_read_and_the_crictl_probe_run_once_per_run_in_both_modes(tmp_path, check_for_changes):
+    lines = node_lines(dump=containerd_dump(), crictl=True)
+    crictl = crictl_lines(runp=(0, SANDBOX_ID), stopp=(0, "stopped"), rmp=(0, "removed"))
+    plan, _, steps, failed = run_verify(tmp_path, lines, crictl=crictl, check_for_changes=check_for_changes)
+    assert len(plan.matching("kmod_version")) == 1 and len(plan.matching("runp --runtime")) == 1
+    assert len(plan.commands) == 2  # the read and the probe: a passing ladder yields nothing
+    assert steps["cri_handler"]["status"] == PASS and not failed
 
 
 def test_crictl_sequence_on_a_gpu_node_runs_nvidia_smi_in_the_sandbox(tmp_path):
