@@ -18,25 +18,22 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field
 from io import BytesIO
-from pathlib import Path
 from typing import Sequence
 
 import tomlkit
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
 from pyinfra.api.command import FileUploadCommand, PyinfraCommand
 from tomlkit.exceptions import ParseError, TOMLKitError
 from tomlkit.items import Comment, InlineTable, Table, Whitespace
 
-from deploy import redact, toml_roundtrip
+from deploy import redact, templates, toml_roundtrip
 from deploy.toml_roundtrip import tomllib
 from deploy.facts.combined import known_fact
 from deploy.facts.containerd import ContainerdConfig, ContainerdImports
 from deploy.operations import safe_install
 from deploy.settings import RuntimeWiring
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 RUNC_V2 = "io.containerd.runc.v2"
 
 # config version -> the plugin that holds the CRI runtimes
@@ -624,13 +621,8 @@ def plan_wiring(files: list[ConfigFile], wiring: RuntimeWiring, major: int | Non
 
 def default_config_text(containerd_major: int | None) -> str:
     """The fallback for a missing file when ``containerd config default`` is unavailable."""
-    environment = Environment(
-        loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined, keep_trailing_newline=True
-    )
     version = 3 if (containerd_major or 1) >= 2 else 2
-    return environment.get_template("containerd-config.toml.j2").render(
-        version=version, cri_plugin=CRI_RUNTIME_PLUGIN[version]
-    )
+    return templates.render("containerd-config.toml.j2", version=version, cri_plugin=CRI_RUNTIME_PLUGIN[version])
 
 
 @dataclass

@@ -11,11 +11,7 @@ no change; a difference is one apply.
 from __future__ import annotations
 
 import hashlib
-import json
-from pathlib import Path
-from typing import Any
 
-import jinja2
 import yaml
 from pyinfra import host, logger
 from pyinfra.api import OperationError, QuoteString, StringCommand, operation
@@ -34,28 +30,12 @@ from deploy.facts.k8s import (
     with_stdin,
 )
 
-K8S_TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "k8s"
 BUNDLE_ANNOTATION = "gpu-node.io/bundle"
 DIGEST_ANNOTATION = "gpu-node.io/digest"
 
 
 class KubeUnavailableError(PyinfraError):
     """kubectl missing, kubeconfig unreadable or the API server unreachable on a control-plane host."""
-
-
-_environment = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(str(K8S_TEMPLATES)),
-    undefined=jinja2.StrictUndefined,
-    keep_trailing_newline=True,
-    trim_blocks=True,
-    lstrip_blocks=True,
-)
-_environment.filters["to_json"] = json.dumps
-
-
-def render_template(template: str, **context: Any) -> str:
-    """Render ``templates/k8s/<template>`` (e.g. ``device-plugin.yaml.j2`` or ``gpushare/x.yaml.j2``)."""
-    return _environment.get_template(template).render(**context)
 
 
 def manifest_documents(text: str) -> list[dict]:
