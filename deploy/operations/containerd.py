@@ -505,6 +505,12 @@ def allow_cri(text: str, source: str) -> Merged:
 CRI_PLUGIN_2X = CRI_RUNTIME_PLUGIN[3]
 
 
+def dump_cri_plugin(config: dict) -> str:
+    """The plugin that holds the CRI runtimes in a parsed ``containerd config dump``: containerd
+    dumps version 2 (1.x) or 3 (2.x)."""
+    return CRI_RUNTIME_PLUGIN.get(config.get("version", 2), CRI_PLUGIN_2X)
+
+
 def effective_problems(dump: str, wiring: RuntimeWiring) -> tuple[str, list[str]]:
     """
     What ``containerd config dump`` says containerd would run, against the wiring:
@@ -514,8 +520,7 @@ def effective_problems(dump: str, wiring: RuntimeWiring) -> tuple[str, list[str]
         config = tomllib.loads(dump)
     except tomllib.TOMLDecodeError as error:
         return "containerd config dump", [f"its output is not TOML: {error}"]
-    # containerd dumps version 2 (1.x) or 3 (2.x).
-    plugin = CRI_RUNTIME_PLUGIN.get(config.get("version", 2), CRI_PLUGIN_2X)
+    plugin = dump_cri_plugin(config)
     containerd = config.get("plugins", {}).get(plugin, {}).get("containerd", {})
     where = dotted(("plugins", plugin, "containerd"))
     problems = []

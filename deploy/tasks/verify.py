@@ -22,7 +22,7 @@ from pyinfra.api import FunctionCommand, deploy, operation
 
 from deploy import probes, redact
 from deploy.facts.verify import KUBELET_CONFIG, VerifyState, explain_smi_failure
-from deploy.operations.containerd import CRI_RUNTIME_PLUGIN, effective_problems
+from deploy.operations.containerd import dump_cri_plugin, effective_problems
 from deploy.toml_roundtrip import tomllib
 from deploy.report import FAIL, PASS, SKIP, NodeRecord, Step, store_for
 from deploy.settings import MIN_DRIVER_VERSION, NVIDIA_CONTAINER_RUNTIME, RuntimeWiring, Settings
@@ -87,13 +87,8 @@ def parse_cri_runtimes(dump: str) -> dict:
     # Read only: the standard library's reader, not tomlkit's round-trip parser (about ten times
     # slower, and a fleet's verification parses one dump per node on the controller).
     config = tomllib.loads(dump)
-    version = int(config.get("version", 1) or 1)
-    plugin_name = CRI_RUNTIME_PLUGIN.get(version, CRI_RUNTIME_PLUGIN[2])
-    plugin = config.get("plugins", {}).get(plugin_name, {})
-    containerd = plugin.get("containerd", {})
+    containerd = config.get("plugins", {}).get(dump_cri_plugin(config), {}).get("containerd", {})
     return {
-        "version": version,
-        "plugin": plugin_name,
         "default_runtime": containerd.get("default_runtime_name"),
         "runtimes": containerd.get("runtimes", {}) or {},
         "imports": [path for path in config.get("imports", []) if isinstance(path, str)],
