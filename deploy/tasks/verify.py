@@ -279,23 +279,23 @@ def planned_runs(state: dict, options: VerifyOptions) -> dict[str, str | None]:
             "crictl not installed: the CRI runtime handler 'nvidia' (the kubelet's path) was not exercised; "
             "install cri-tools to check it"
         )
-        if not gpu:
-            plan["ctr_run"] = no_gpu
-        elif not ctrd["image_present"]:
-            plan["ctr_run"] = f"image {options.image} not on the node (ctr image pull {options.image})"
-        else:
-            plan["ctr_run"] = None
+        plan["ctr_run"] = gpu_run_skipped(gpu, no_gpu, ctrd["image_present"], options.image, "ctr image pull")
     if "docker" not in options.runtimes:
         plan["docker_run"] = "docker is not in container_runtimes"
     elif not docker["path"] or docker["active"] != "active":
         plan["docker_run"] = "Docker is not running"
-    elif not gpu:
-        plan["docker_run"] = no_gpu
-    elif not docker["image_present"]:
-        plan["docker_run"] = f"image {options.image} not on the node (docker pull {options.image})"
     else:
-        plan["docker_run"] = None
+        plan["docker_run"] = gpu_run_skipped(gpu, no_gpu, docker["image_present"], options.image, "docker pull")
     return plan
+
+
+def gpu_run_skipped(gpu: bool, no_gpu: str, image_present: bool, image: str, pull: str) -> str | None:
+    """Why a container with the GPUs cannot run on a running runtime, or None when it can."""
+    if not gpu:
+        return no_gpu
+    if not image_present:
+        return f"image {image} not on the node ({pull} {image})"
+    return None
 
 
 def _short(text: str, limit: int = 200) -> str:
