@@ -192,7 +192,7 @@ class VerifyState(FactBase):
         }
     """
 
-    def command(self, containerd_config="/etc/containerd/config.toml", image="docker.io/library/busybox"):
+    def command(self, containerd_config, image):
         script = (
             VERIFY_SCRIPT.replace("__SMI_QUERY__", SMI_QUERY)
             .replace("__CONTAINERD_CONFIG__", shlex.quote(containerd_config))

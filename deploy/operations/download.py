@@ -176,8 +176,7 @@ def source_state(digests: dict, path: str, content: str, keyring: str) -> str:
 
 
 @operation()
-def signed_apt_source(path: str, content: str, keyring: str, key_url: str, repository: str = "",
-                      timeout: int = 30):
+def signed_apt_source(path: str, content: str, keyring: str, key_url: str, timeout: int, repository: str = ""):
     """
     An apt source that names a signed-by keyring. When the source is new or changed (so a changed
     key URL takes effect) or the key is missing, fetch the key, check apt can fetch and verify the
@@ -226,7 +225,7 @@ def checked_download_command(url: str, dest: str, sha256: str, timeout: int) -> 
 
 
 @operation()
-def checked_executable(url: str, dest: str, sha256: str, timeout: int = 30):
+def checked_executable(url: str, dest: str, sha256: str, timeout: int):
     """Install the file at ``url`` as an executable ``dest`` only if its SHA-256 is ``sha256``."""
     if host.get_fact(Sha256File, path=dest) == sha256:
         host.noop(f"{dest} is installed with SHA-256 {sha256}")
