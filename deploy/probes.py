@@ -9,11 +9,11 @@ containers or creates pods, so it has its own calling convention:
 
 When it runs
     Only from inside an operation that pyinfra is executing (``executing(host)`` is true), after
-    the earlier operations ran. While pyinfra prepares (the change-detection pass that the
-    default mode runs before asking to confirm, ``--dry``), the operation does not call it: it
-    returns early, with ``host.noop(...)`` saying when the probe will run. ``run`` refuses to run
-    a probe then (``ProbeOutsideExecution``). pyinfra runs an operation's body once while
-    preparing and once while executing, with or without ``-y``: so a probe runs once per run.
+    the earlier operations ran. In its default mode pyinfra runs an operation's body twice: while
+    preparing (change detection, shown before it asks to confirm; also ``--dry``) and again while
+    executing; with ``-y`` only while executing. While preparing, the operation does not call the
+    probe: it returns early, with ``host.noop(...)`` saying when the probe will run, and ``run``
+    refuses (``ProbeOutsideExecution``). So a probe runs once per run, with or without ``-y``.
 
 Never cached
     Every ``run`` call runs the command again and returns what this run saw. Nothing is kept.
