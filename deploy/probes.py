@@ -69,6 +69,13 @@ def executing(host) -> bool:
     return bool(host.state.is_executing)
 
 
+def connector_arguments(host) -> dict:
+    """The connection arguments (``_sudo``, ``_su_user``...) of the operation being executed: pyinfra
+    applies them to the commands an operation yields, not to commands it runs itself."""
+    operation_arguments = host.current_op_global_arguments or {}
+    return {key: operation_arguments[key] for key in CONNECTOR_ARGUMENT_KEYS if key in operation_arguments}
+
+
 def run(host, probe: type[Probe[T]], **arguments: Any) -> T:
     """
     Run ``probe`` on ``host`` now, from inside the operation being executed, with that
@@ -81,12 +88,10 @@ def run(host, probe: type[Probe[T]], **arguments: Any) -> T:
     command = instance.command(**arguments)
     if isinstance(command, str):
         command = StringCommand(command)
-    operation_arguments = host.current_op_global_arguments or {}
-    connector_arguments = {key: value for key, value in operation_arguments.items() if key in CONNECTOR_ARGUMENT_KEYS}
     state = host.state
     try:
         status, output = host.run_shell_command(
-            command, print_output=state.print_output, print_input=state.print_input, **connector_arguments
+            command, print_output=state.print_output, print_input=state.print_input, **connector_arguments(host)
         )
     except (TimeoutError, OSError, SSHException) as error:
         logger.warning(f"{host.print_prefix}probe {name} could not run: {error}")
