@@ -1,7 +1,8 @@
 """
 Probes (deploy/probes.py): the calling convention on pyinfra's @fake connector, driven through
-pyinfra's own API in both of its modes (default: change detection while preparing, then
-execution; ``-y``: execution only), and the smoke pod probe's parser on kubectl output fixtures.
+pyinfra's own API in both of its modes (``both_modes``: ``-y``, execution only; the default mode,
+change detection while preparing, then execution), and the smoke pod probe's parser on kubectl
+output fixtures.
 """
 
 from __future__ import annotations
@@ -9,13 +10,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import pytest
+from fake_host import run_state
 from plan import fake_host_data
-from pyinfra.api import Config, Inventory, State, deploy
-from pyinfra.api.connect import connect_all
+from pyinfra.api import Inventory, deploy
 from pyinfra.api.deploy import add_deploy
-from pyinfra.api.operations import run_ops
-from pyinfra.api.state import StateStage
 
 from deploy import probes
 from deploy.operations.kubectl import run_smoke_test, smoke_test_report
@@ -35,33 +33,27 @@ def smoke():
                    namespace="default", pod="gpu-node-smoke-test", timeout=30)
 
 
-def run_both_stages(task, responses: dict, check_for_changes: bool):
+def run_smoke(responses: dict):
     """
-    Prepare then execute ``task`` on one @fake host: ``check_for_changes`` is pyinfra's default
-    mode (the operations' bodies run while preparing too), False is ``-y``. Returns the commands
-    run while preparing, all commands, the state and why the host failed (None when it did not).
+    Prepare then execute the smoke pod operation on one @fake host, in the mode ``both_modes``
+    names (tests/fake_host.py). Returns the commands run while preparing, all commands, the state
+    and why the run failed (None when it did not).
     """
     inventory = Inventory(([("@fake/node", fake_host_data("debian-12", responses))], {}))
-    state = State(inventory, Config(), check_for_changes=check_for_changes)
-    state.set_stage(StateStage.Connect)
-    connect_all(state)
-    state.set_stage(StateStage.Prepare)
-    add_deploy(state, task)
     host = inventory.get_host("@fake/node")
-    prepared = list(host.connector.executed_commands)
-    state.set_stage(StateStage.Execute)
-    failure = None
-    try:
-        run_ops(state)
-    except Exception as error:  # the host failed, or the operation stopped the run: both say why
-        failure = str(error)
+    prepared: list[str] = []
+
+    def prepare(state):
+        add_deploy(state, smoke)
+        prepared.extend(host.connector.executed_commands)
+
+    state, error = run_state(inventory, prepare)
+    failure = None if error is None else str(error)
     return prepared, list(host.connector.executed_commands), state, failure
 
 
-@pytest.mark.parametrize("check_for_changes", [True, False], ids=["default-mode", "-y"])
-def test_the_smoke_pod_runs_once_per_run_when_executing_and_a_pass_is_no_change(check_for_changes):
-    prepared, commands, state, failure = run_both_stages(smoke, {CREATE: fixture("smoke-passed.txt")},
-                                                         check_for_changes)
+def test_the_smoke_pod_runs_once_per_run_when_executing_and_a_pass_is_no_change(both_modes):
+    prepared, commands, state, failure = run_smoke({CREATE: fixture("smoke-passed.txt")})
     assert [command for command in prepared if CREATE in command] == []  # nothing created while preparing
     assert len([command for command in commands if CREATE in command]) == 1
     assert failure is None
@@ -70,11 +62,9 @@ def test_the_smoke_pod_runs_once_per_run_when_executing_and_a_pass_is_no_change(
     assert state.ops[host][op_hash].operation_meta.did_change() is False
 
 
-@pytest.mark.parametrize("check_for_changes", [True, False], ids=["default-mode", "-y"])
-def test_a_failing_smoke_pod_runs_once_and_fails_with_the_reason(check_for_changes, caplog):
+def test_a_failing_smoke_pod_runs_once_and_fails_with_the_reason(both_modes, caplog):
     with caplog.at_level(logging.WARNING):
-        _, commands, _, failure = run_both_stages(smoke, {CREATE: fixture("smoke-image-pull.txt")},
-                                                  check_for_changes)
+        _, commands, _, failure = run_smoke({CREATE: fixture("smoke-image-pull.txt")})
     assert len([command for command in commands if CREATE in command]) == 1
     assert failure is not None
     assert "smoke pod still Pending after the timeout: ErrImagePull" in failure + caplog.text
@@ -82,21 +72,24 @@ def test_a_failing_smoke_pod_runs_once_and_fails_with_the_reason(check_for_chang
 
 def test_a_probe_called_while_pyinfra_prepares_is_refused():
     inventory = Inventory(([("@fake/node", fake_host_data("debian-12", {}))], {}))
-    state = State(inventory, Config(), check_for_changes=True)
-    state.set_stage(StateStage.Connect)
-    connect_all(state)
-    state.set_stage(StateStage.Prepare)
     host = inventory.get_host("@fake/node")
-    assert not probes.executing(host)
-    with pytest.raises(probes.ProbeOutsideExecution, match="probe SmokeTestRun called while pyinfra prepares"):
+    seen = []
+
+    def prepare(state):
+        seen.append(probes.executing(host))
         probes.run(host, SmokeTestRun, kubeconfig="k", manifest="m", namespace="n", pod="p", timeout=1)
+
+    _, error = run_state(inventory, prepare, execute=False)
+    assert seen == [False]
+    assert isinstance(error, probes.ProbeOutsideExecution)
+    assert "probe SmokeTestRun called while pyinfra prepares" in str(error)
     assert host.connector.executed_commands == []
 
 
 def test_a_probe_whose_command_cannot_run_gives_its_failing_default_and_one_warning(caplog):
     responses = {CREATE: {"success": False, "stderr": ["Connection to node closed."]}}
     with caplog.at_level(logging.WARNING):
-        _, _, _, failure = run_both_stages(smoke, responses, check_for_changes=False)
+        _, _, _, failure = run_smoke(responses)
     assert "probe SmokeTestRun could not run: Connection to node closed." in caplog.text
     assert failure is not None and "smoke pod not created: no output" in failure + caplog.text
 
