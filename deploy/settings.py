@@ -585,12 +585,15 @@ def repo_group_data() -> dict[str, Any]:
 
 
 def host_settings(host) -> Settings:
-    """The validated settings of one pyinfra host; the one place tasks read host.data from."""
-    cached = getattr(host, "_gpu_node_settings", None)
-    if cached is not None:
-        return cached
-    data = dict(repo_group_data())
-    data.update(host.data.dict())
-    settings = parse_settings(data)
-    host._gpu_node_settings = settings
-    return settings
+    """The validated settings of one pyinfra host; the one place tasks read host.data from.
+    Parsed once per run (deploy/run_state.py); a host outside a run is parsed each time."""
+    from deploy.run_state import run_state
+
+    state = getattr(host, "state", None)  # None: a host stand-in outside a pyinfra run
+    cache = run_state(state).settings if state is not None else {}
+    name = getattr(host, "name", None)
+    if name not in cache:
+        data = dict(repo_group_data())
+        data.update(host.data.dict())
+        cache[name] = parse_settings(data)
+    return cache[name]

@@ -20,6 +20,7 @@ from pyinfra.operations import apt, dnf, files, pacman, zypper
 from deploy.facts.combined import known_fact
 from deploy.facts.nvidia import IgnoredPackages, NvidiaNode, PackagesAvailable
 from deploy.operations.packages import apt_lock_option, apt_sources_changed, refresh_apt_lists
+from deploy.run_state import DriverNote, run_state
 
 REBOOT_MARKER = "/run/reboot-required"
 REBOOT_PACKAGES = "/run/reboot-required.pkgs"
@@ -274,10 +275,8 @@ def report_driver_state(require_gpu: bool, driver_packages: list):
     """Log the driver's state (no GPU, reboot required) as the last word of the run; changes nothing.
     Preflight's reading serves unless something changed on the host since."""
     node = known_fact(host, NvidiaNode)
-    report = getattr(host.state, "_gpu_node_fleet_report", None)
-    if report is not None:
-        report.note_driver(host.name, no_gpu=not node["gpus"],
-                           reboot_required=reboot_required(node, driver_packages))
+    run_state(host.state).driver_notes[host.name] = DriverNote(
+        no_gpu=not node["gpus"], reboot_required=reboot_required(node, driver_packages))
     for line in driver_state_lines(node, require_gpu, driver_packages):
         logger.warning(f"{host.print_prefix}{line}")
     host.noop("; ".join(driver_state_lines(node, require_gpu, driver_packages)) or "driver state reported")

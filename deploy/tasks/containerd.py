@@ -169,4 +169,4 @@ def containerd_runtime(settings: Settings, family: Family, owner: dict, drain: D
         restart_pending=restart_pending,
         before_restart=drain_ops.before_restart(drain),
     )
-    drain_ops.watch(wired)
+    drain_ops.watch(drain, wired)

@@ -53,4 +53,4 @@ def docker_runtime(settings: Settings, family: Family, drain: DrainTarget | None
         restart_pending=(pending_restarts or {}).get("docker") == settings.docker_daemon_config_path,
         before_restart=drain_ops.before_restart(drain),
     )
-    drain_ops.watch(wired)
+    drain_ops.watch(drain, wired)

@@ -62,10 +62,8 @@ def drain_plan(settings: Settings) -> DrainTarget | None:
         logger.warning(f"{host.print_prefix}{where}: not registered, nothing to drain before a restart")
     elif schedule["unschedulable"]:
         host.log_styled(f"{where}: already cordoned: drained before a restart, left cordoned after", fg="yellow")
-    target = DrainTarget(node=node, control_plane=control_plane.name, kubeconfig=kubeconfig,
-                         timeout=settings.drain_timeout)
-    drain_ops.register(target)
-    return target
+    return DrainTarget(node=node, control_plane=control_plane.name, kubeconfig=kubeconfig,
+                       timeout=settings.drain_timeout)
 
 
 @deploy("Live node")

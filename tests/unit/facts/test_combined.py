@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
+from pyinfra.api import Config, Inventory, State
 from pyinfra.facts.server import Arch, LinuxDistribution
 
 from deploy.facts.combined import CombinedOutput, read_facts, split_sections
@@ -19,7 +20,12 @@ def shell(command) -> list[str]:
 
 
 class LocalHost:
-    """Answers get_fact by running the fact's command in a local shell."""
+    """Answers get_fact by running the fact's command in a local shell, in a run of its own."""
+
+    name = "local"
+
+    def __init__(self):
+        self.state = State(Inventory((["@local"], {})), Config())
 
     def get_fact(self, fact, **kwargs):
         return fact().process(shell(fact().command(**kwargs)))
