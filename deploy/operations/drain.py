@@ -30,6 +30,7 @@ from pyinfra.api.state import BaseStateCallback
 
 from deploy.facts.drain import KubeNodeSchedule
 from deploy.facts.k8s import first_error_line, kubectl
+from deploy.operations.failure import fail_host
 from deploy.run_state import run_state
 
 
@@ -121,11 +122,6 @@ def _last_error(stderr_lines: list[str]) -> str:
     return first_error_line("\n".join(stderr_lines))
 
 
-def _error(host, message: str) -> bool:
-    logger.error(f"{host.print_prefix}gpu-node: {message}")
-    return False
-
-
 def drain_node(state, host, target: DrainTarget) -> bool:
     """The drain (a FunctionCommand body): True when the restart may go ahead."""
     record = store_for(state, host.name, target)
@@ -141,8 +137,8 @@ def drain_node(state, host, target: DrainTarget) -> bool:
     except FactProcessError as error:
         answer = {**schedule.default(), "error": str(error)}
     if not answer["reachable"]:
-        return _error(host, f"cannot drain Kubernetes node {node} before the restart: {answer['error']} "
-                            f"({where}); nothing was restarted")
+        return fail_host(state, host, f"cannot drain Kubernetes node {node} before the restart: "
+                                      f"{answer['error']} ({where}); nothing was restarted")
     if not answer["registered"]:
         logger.warning(f"{host.print_prefix}no Kubernetes node named {node}: nothing to drain before the restart")
         record.drained = True
@@ -156,14 +152,14 @@ def drain_node(state, host, target: DrainTarget) -> bool:
         cordon = kubectl(target.kubeconfig, "cordon", QuoteString(node))
         ok, _, errors = _on_control_plane(state, target, cordon)
         if not ok:
-            return _error(host, f"kubectl cordon {node} failed: {_last_error(errors)} "
-                                f"({where}); nothing was restarted")
+            return fail_host(state, host, f"kubectl cordon {node} failed: {_last_error(errors)} "
+                                          f"({where}); nothing was restarted")
         record.cordoned_by_run = True
 
     ok, _, errors = _on_control_plane(state, target, target.drain_command())
     if not ok:
-        return _error(host, f"kubectl drain {node} failed (--timeout={target.timeout}s): "
-                            f"{_last_error(errors)}; nothing was restarted")
+        return fail_host(state, host, f"kubectl drain {node} failed (--timeout={target.timeout}s): "
+                                      f"{_last_error(errors)}; nothing was restarted")
     record.drained = True
     host.log_styled(f"Kubernetes node {node} cordoned and drained before the restart", fg="green")
     return True
@@ -176,7 +172,7 @@ def uncordon(state, host, target: DrainTarget) -> bool:
     ok, _, errors = _on_control_plane(state, target, command)
     if not ok:
         # record.cordoned_by_run stays: the failure callback says the node stays cordoned.
-        return _error(host, f"kubectl uncordon {target.node} failed: {_last_error(errors)}")
+        return fail_host(state, host, f"kubectl uncordon {target.node} failed: {_last_error(errors)}")
     record.cordoned_by_run = False
     host.log_styled(f"Kubernetes node {target.node} uncordoned", fg="green")
     return True

@@ -19,6 +19,7 @@ from pyinfra.operations import apt, dnf, files, pacman, zypper
 
 from deploy.facts.combined import known_fact
 from deploy.facts.nvidia import IgnoredPackages, NvidiaNode, PackagesAvailable
+from deploy.operations.failure import failing_command
 from deploy.operations.packages import apt_lock_option, apt_sources_changed, refresh_apt_lists
 from deploy.run_state import DriverNote, run_state
 
@@ -57,12 +58,6 @@ class AptSourceFiles(FactBase):
             if path.startswith("/"):
                 sources[path] = base64.b64decode(encoded).decode("utf-8", "replace")
         return sources
-
-
-def failure(message: str) -> StringCommand:
-    """A command that fails the host with ``message``: an exception raised inside an operation
-    would abort every host's run, a failing command ends only this host's."""
-    return StringCommand("echo", QuoteString(message), ">&2; exit 1")
 
 
 def _release_suite(suite: str, codename: str) -> bool:
@@ -171,7 +166,7 @@ def enable_apt_components(codename: str, components: list):
     sources = host.get_fact(AptSourceFiles)
     changed, entries = add_apt_components(sources, codename, components)
     if not entries:
-        yield failure(
+        yield failing_command(
             f"no Debian archive entry for {codename} (with component main) in /etc/apt/sources.list "
             f"or /etc/apt/sources.list.d/: add one, then {' '.join(components)} can be enabled"
         )
@@ -201,7 +196,7 @@ def install_first_available(manager: str, candidates: list, what: str = "package
     available = host.get_fact(PackagesAvailable, manager=manager, packages=list(candidates))
     chosen = next((name for name in candidates if available.get(name)), None)
     if chosen is None:
-        yield failure(f"no {what} to install: none of {', '.join(candidates)} is in the {manager} repositories")
+        yield failing_command(f"no {what} to install: none of {', '.join(candidates)} is in the {manager} repositories")
         return
     if chosen != candidates[0]:
         logger.warning(

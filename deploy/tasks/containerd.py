@@ -16,7 +16,7 @@ from deploy.facts.containerd import (
     MICROK8S_TEMPLATE,
     RKE2_CONTAINERD_DIR,
 )
-from deploy.operations import containerd, safe_install
+from deploy.operations import containerd, failure
 from deploy.operations import drain as drain_ops
 from deploy.operations import packages as package_ops
 from deploy.operations.drain import DrainTarget
@@ -137,7 +137,7 @@ def containerd_runtime(settings: Settings, family: Family, owner: dict, drain: D
     flavour = owner["flavour"]["name"]
     if flavour == "plain" and not owner.get("binary"):
         if not settings.containerd_install:
-            safe_install.fail(
+            failure.fail(
                 name="Check that containerd is installed",
                 message="containerd is not installed and containerd_install=false: install containerd, "
                 "or set containerd_install=true to install the distribution's package",

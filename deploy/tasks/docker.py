@@ -8,7 +8,7 @@ from pyinfra.operations import dnf, pacman, systemd, zypper
 
 from deploy.distros import Family
 from deploy.facts.docker import DockerState
-from deploy.operations import docker, safe_install
+from deploy.operations import docker, failure
 from deploy.operations import drain as drain_ops
 from deploy.operations import packages as package_ops
 from deploy.operations.drain import DrainTarget
@@ -25,7 +25,7 @@ def docker_runtime(settings: Settings, family: Family, drain: DrainTarget | None
     installed = host.get_fact(DockerState, path=settings.docker_daemon_config_path, service="docker")["dockerd"]
     if not installed:
         if not settings.docker_install:
-            safe_install.fail(
+            failure.fail(
                 name="Check that Docker is installed",
                 message="docker is in container_runtimes but Docker is not installed: install Docker "
                 "Engine, or set docker_install=true to install the distribution's package"
@@ -33,7 +33,7 @@ def docker_runtime(settings: Settings, family: Family, drain: DrainTarget | None
             )
             return
         if not family.docker_package:
-            safe_install.fail(
+            failure.fail(
                 name="Check that Docker can be installed",
                 message=f"docker_install=true, but {family.name} ships no Docker package: "
                 "install Docker Engine (docker-ce) from Docker's repository first",

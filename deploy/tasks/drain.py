@@ -15,7 +15,7 @@ from pyinfra.facts.server import Hostname
 from deploy.facts.drain import KubeNodeSchedule
 from deploy.facts.k8s import kube_node_name
 from deploy.operations import drain as drain_ops
-from deploy.operations import safe_install
+from deploy.operations import failure
 from deploy.operations.drain import DrainTarget
 from deploy.settings import Settings, host_settings
 
@@ -24,7 +24,7 @@ WITHOUT_DRAIN = "set drain_before_restart=false to restart without draining"
 
 
 def _refuse(message: str) -> None:
-    safe_install.fail(name="Check the control plane can drain this node", message=f"{message}; {WITHOUT_DRAIN}")
+    failure.fail(name="Check the control plane can drain this node", message=f"{message}; {WITHOUT_DRAIN}")
 
 
 @deploy("Live node")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import yaml
 from packaging.version import InvalidVersion, Version
 from pyinfra import host, logger
-from pyinfra.api import FunctionCommand, deploy, operation
+from pyinfra.api import deploy, operation
 
 from deploy import redact
 from deploy.facts.verify import (
@@ -28,6 +28,7 @@ from deploy.facts.verify import (
     explain_smi_failure,
 )
 from deploy.operations.containerd import CRI_RUNTIME_PLUGIN, effective_problems
+from deploy.operations.failure import failing_command
 from deploy.toml_roundtrip import tomllib
 from deploy.report import FAIL, PASS, SKIP, NodeRecord, Step, store_for
 from deploy.settings import MIN_DRIVER_VERSION, NVIDIA_CONTAINER_RUNTIME, RuntimeWiring, Settings
@@ -454,11 +455,6 @@ def node_record(name: str, state: dict, options: VerifyOptions, steps: list[Step
 # The operation
 
 
-def _fail_host(state, host, message):
-    logger.error(f"{host.print_prefix}{message}")
-    return False
-
-
 @operation()
 def check_node(options: VerifyOptions, report_path: str):
     """
@@ -498,7 +494,7 @@ def check_node(options: VerifyOptions, report_path: str):
         logger.warning(f"{host.print_prefix}verify {step.name}: fail: {step.reason}")
     if record.failed:
         names = ", ".join(step.name for step in record.failed)
-        yield FunctionCommand(_fail_host, (f"verification failed: {names}",), {})
+        yield failing_command(f"verification failed: {names}")
 
 
 @deploy("Verify")
