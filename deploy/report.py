@@ -139,7 +139,7 @@ class ReportStore:
         out.flush()
 
 
-def store_for(state) -> ReportStore:
+def verify_report_store(state) -> ReportStore:
     """The run's verification report (deploy/run_state.py); the first call hooks its end into the
     State's callbacks."""
     run = run_state(state)

@@ -60,7 +60,7 @@ class DrainRecord:
     was_cordoned: bool = False  # an operator had cordoned it before this run
 
 
-def store_for(state, host_name: str, target: DrainTarget) -> DrainRecord:
+def drain_record(state, host_name: str, target: DrainTarget) -> DrainRecord:
     """This run's record of ``host_name``'s node (deploy/run_state.py), created on first use; the
     run's first record hooks the failure message into the State's callbacks."""
     drains = run_state(state).drains
@@ -75,7 +75,7 @@ def watch(target: DrainTarget | None, operation_meta) -> None:
     """An operation of the current host whose change restarts a runtime or reboots (before which
     ``target`` is drained; None: no drain)."""
     if target is not None and operation_meta is not None:
-        store_for(host.state, host.name, target).restart_ops.append(operation_meta)
+        drain_record(host.state, host.name, target).restart_ops.append(operation_meta)
 
 
 def before_restart(target: DrainTarget | None) -> tuple:
@@ -124,7 +124,7 @@ def _last_error(stderr_lines: list[str]) -> str:
 
 def drain_node(state, host, target: DrainTarget) -> bool:
     """The drain (a FunctionCommand body): True when the restart may go ahead."""
-    record = store_for(state, host.name, target)
+    record = drain_record(state, host.name, target)
     node, where = target.node, f"kubeconfig {target.kubeconfig} on {target.control_plane}"
     if record.drained:
         host.log_styled(f"Kubernetes node {node} was drained earlier in this run", fg="cyan")
@@ -167,7 +167,7 @@ def drain_node(state, host, target: DrainTarget) -> bool:
 
 def uncordon(state, host, target: DrainTarget) -> bool:
     """Uncordon a node this run cordoned (a FunctionCommand body)."""
-    record = store_for(state, host.name, target)
+    record = drain_record(state, host.name, target)
     command = kubectl(target.kubeconfig, "uncordon", QuoteString(target.node))
     ok, _, errors = _on_control_plane(state, target, command)
     if not ok:
@@ -190,7 +190,7 @@ def uncordon_node(target: DrainTarget):
     Uncordon ``target`` if this run cordoned it. Yields no command on a run that restarts
     nothing, so a no-op run stays change-free.
     """
-    record = store_for(host.state, host.name, target)
+    record = drain_record(host.state, host.name, target)
     if not host.state.is_executing:
         # Preparing: the drain happens only if a watched operation changes.
         if any(op.will_change for op in record.restart_ops):

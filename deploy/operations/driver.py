@@ -18,7 +18,7 @@ from pyinfra.facts.rpm import RpmPackages
 from pyinfra.operations import apt, dnf, files, pacman, zypper
 
 from deploy.facts.combined import known_fact
-from deploy.facts.nvidia import IgnoredPackages, NvidiaNode, PackagesAvailable
+from deploy.facts.nvidia import IgnoredPackages, HostState, PackagesAvailable
 from deploy.operations.failure import failing_command
 from deploy.operations.packages import apt_lock_option, apt_sources_changed, refresh_apt_lists
 from deploy.run_state import DriverNote, run_state
@@ -231,7 +231,7 @@ def mark_reboot_required(packages: list):
     After a driver change: unless the loaded nvidia module is the new one, mark the node as
     needing a reboot (Debian's /run/reboot-required convention, cleared by the reboot itself).
     """
-    node = host.get_fact(NvidiaNode)
+    node = host.get_fact(HostState)
     if module_current(node):
         host.noop(f"nvidia module {node['loaded_version']} is loaded")
         return
@@ -269,7 +269,7 @@ def driver_state_lines(node: dict, require_gpu: bool, driver_packages: list) -> 
 def report_driver_state(require_gpu: bool, driver_packages: list):
     """Log the driver's state (no GPU, reboot required) as the last word of the run; changes nothing.
     Preflight's reading serves unless something changed on the host since."""
-    node = known_fact(host, NvidiaNode)
+    node = known_fact(host, HostState)
     run_state(host.state).driver_notes[host.name] = DriverNote(
         no_gpu=not node["gpus"], reboot_required=reboot_required(node, driver_packages))
     for line in driver_state_lines(node, require_gpu, driver_packages):

@@ -28,10 +28,10 @@ def _refuse(message: str) -> None:
 
 
 @deploy("Live node")
-def drain_plan(settings: Settings) -> DrainTarget | None:
+def checked_drain_target(settings: Settings) -> DrainTarget | None:
     """
-    The node to drain before a restart (None: drain_before_restart is off, or this host fails
-    first because the control plane cannot drain it).
+    The node to drain before a restart, once the control plane was checked able to drain it
+    (None: drain_before_restart is off, or this host fails first because it cannot).
     """
     if not settings.drain_before_restart:
         return None
@@ -67,5 +67,7 @@ def drain_plan(settings: Settings) -> DrainTarget | None:
 
 
 @deploy("Live node")
-def uncordon_after_restart(target: DrainTarget):
+def uncordon_drained_node(target: DrainTarget):
+    """Uncordon the node if this run cordoned it: the node's last stage (after verify, or after the
+    restarts when verify does not run)."""
     drain_ops.uncordon_node(name=f"Uncordon Kubernetes node {target.node} after the restart", target=target)

@@ -30,7 +30,7 @@ from deploy.facts.verify import (
 from deploy.operations.containerd import CRI_RUNTIME_PLUGIN, effective_problems
 from deploy.operations.failure import failing_command
 from deploy.toml_roundtrip import tomllib
-from deploy.report import FAIL, PASS, SKIP, NodeRecord, Step, store_for
+from deploy.report import FAIL, PASS, SKIP, NodeRecord, Step, verify_report_store
 from deploy.settings import MIN_DRIVER_VERSION, NVIDIA_CONTAINER_RUNTIME, RuntimeWiring, Settings
 
 NO_GPU = "no NVIDIA GPU"
@@ -484,7 +484,7 @@ def check_node(options: VerifyOptions, report_path: str):
         )
 
     record = node_record(host.name, state, options, ladder(state, options, runs))
-    store = store_for(host.state)
+    store = verify_report_store(host.state)
     store.verify_ops.add(host.current_op_hash)  # the table prints when this operation ends
     store.add(report_path, record)
     counts = {status: sum(step.status == status for step in record.steps) for status in (PASS, FAIL, SKIP)}

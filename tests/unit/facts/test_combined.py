@@ -9,9 +9,9 @@ from pyinfra.facts.server import Arch, LinuxDistribution
 
 from deploy.facts.combined import CombinedOutput, read_facts, split_sections
 from deploy.facts.containerd import ContainerdFlavour
-from deploy.facts.nvidia import NvidiaNode
+from deploy.facts.nvidia import HostState
 
-FACTS = (LinuxDistribution, Arch, NvidiaNode, ContainerdFlavour)
+FACTS = (LinuxDistribution, Arch, HostState, ContainerdFlavour)
 
 
 def shell(command) -> list[str]:
@@ -40,7 +40,7 @@ def test_each_fact_from_the_combined_command_equals_the_fact_read_alone():
     together = read_facts(LocalHost(), *FACTS)
     for fact in (LinuxDistribution, Arch, ContainerdFlavour):
         assert together[fact.__name__] == alone(fact), fact.__name__
-    node_alone, node_together = alone(NvidiaNode), together["NvidiaNode"]
+    node_alone, node_together = alone(HostState), together["HostState"]
     node_alone.pop("free_mb"), node_together.pop("free_mb")  # disk use moves between two reads
     assert node_together == node_alone
 
