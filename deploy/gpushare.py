@@ -13,6 +13,8 @@ from typing import Any
 import yaml
 from pyinfra.api.exceptions import PyinfraError
 
+from deploy import templates
+
 MANAGED_RESOURCE = "aliyun.com/gpu-mem"
 EXTENDER_NAME = "gpushare-schd-extender"
 EXTENDER_PORT = 12345
@@ -31,7 +33,6 @@ NODE_LABEL = "gpushare"
 SCHEDULER_CONFIG_GROUP = "kubescheduler.config.k8s.io"
 MIN_MINOR = 23  # kubescheduler.config.k8s.io/v1beta3 arrived in 1.23
 V1_MINOR = 25  # .../v1 arrived in 1.25
-V1BETA3_LAST_MINOR = 28  # .../v1beta3 was removed in 1.29
 MASTER_LABEL_LAST_MINOR = 23  # kubeadm 1.24 stopped labelling control-plane nodes "master"
 MASTER_TAINT_LAST_MINOR = 24  # kubeadm 1.25 stopped tainting them "master"
 
@@ -67,17 +68,6 @@ def scheduler_config_api_version(version: Any) -> str:
             f"the cluster runs 1.{minor}"
         )
     return f"{SCHEDULER_CONFIG_GROUP}/{'v1' if minor >= V1_MINOR else 'v1beta3'}"
-
-
-def served_scheduler_config_versions(version: Any) -> tuple[str, ...]:
-    """Every KubeSchedulerConfiguration apiVersion the kube-scheduler of this version accepts."""
-    minor = kube_minor(version)
-    served = []
-    if MIN_MINOR <= minor <= V1BETA3_LAST_MINOR:
-        served.append(f"{SCHEDULER_CONFIG_GROUP}/v1beta3")
-    if minor >= V1_MINOR:
-        served.append(f"{SCHEDULER_CONFIG_GROUP}/v1")
-    return tuple(served)
 
 
 def scheduler_config(
@@ -150,22 +140,18 @@ DEVICE_PLUGIN_NAME = "gpushare-device-plugin"
 
 def extender_manifest(version: Any, image: str) -> str:
     """The extender's RBAC, Deployment (on a control-plane node) and NodePort Service."""
-    from deploy.operations.kubectl import render_template
-
-    return render_template(
-        "gpushare/extender.yaml.j2", object_name=EXTENDER_NAME, namespace=NAMESPACE, image=image,
+    return templates.render(
+        "k8s/gpushare/extender.yaml.j2", object_name=EXTENDER_NAME, namespace=NAMESPACE, image=image,
         port=EXTENDER_PORT, node_port=EXTENDER_NODE_PORT, placement=control_plane_placement(version),
     )
 
 
 def device_plugin_manifest(image: str, memory_unit: str) -> str:
     """The gpushare device plugin's RBAC and DaemonSet, on the nodes labelled gpushare=true."""
-    from deploy.operations.kubectl import render_template
-
     if memory_unit not in ("GiB", "MiB"):
         raise GpushareError(f"gpushare memory unit must be GiB or MiB, not {memory_unit!r}")
-    return render_template(
-        "gpushare/device-plugin.yaml.j2", object_name=DEVICE_PLUGIN_NAME, namespace=NAMESPACE, image=image,
+    return templates.render(
+        "k8s/gpushare/device-plugin.yaml.j2", object_name=DEVICE_PLUGIN_NAME, namespace=NAMESPACE, image=image,
         memory_unit=memory_unit, node_label=NODE_LABEL,
     )
 

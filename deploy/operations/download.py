@@ -1,5 +1,7 @@
 """
-An apt source with its signed-by keyring, changed as one transaction.
+Downloads, each bounded by the ``download_timeout`` setting and naming the URL when it fails:
+an apt source with its signed-by keyring, changed as one transaction, and an executable checked
+against a pinned SHA-256 before it is put in place.
 
 The key is fetched to a staging folder and checked to be an OpenPGP public key; apt then
 refreshes that one source against the staged key. Only when apt fetched and verified it are
@@ -16,6 +18,7 @@ import shlex
 
 from pyinfra import host
 from pyinfra.api import OperationValueError, QuoteString, StringCommand, operation
+from pyinfra.facts.files import Sha256File
 
 from deploy.facts.combined import known_fact
 from deploy.facts.files import FileDigests
@@ -87,10 +90,11 @@ def _dir_q(path: str) -> str:
 
 
 def stage_verified_source(
-    path: str, content: str, keyring: str, key_url: str, repository: str, timeout: int
+    path: str, content: str, keyring: str, key_url: str, repository: str, timeout: int, lock_timeout: int
 ) -> StringCommand:
     """
-    Fetch and check the key, let apt refresh the new source alone against it (with ``timeout``),
+    Fetch and check the key, let apt refresh the new source alone against it (with ``timeout``,
+    waiting up to ``lock_timeout`` seconds for dpkg's lock),
     and only then stage the keyring and the source beside their targets (``<path>.gpu-node-new``).
     Any failure exits 1 with one line naming the URL and leaves the targets untouched.
     """
@@ -100,7 +104,7 @@ def stage_verified_source(
     key_url_s, repo_s = _sq(key_url), _sq(repository)
     staged_key = '"$stage/keyring.asc"'
     apt_update = " ".join([
-        "apt-get", "update", "-q", apt_lock_option(),
+        "apt-get", "update", "-q", apt_lock_option(lock_timeout),
         "-o", 'Dir::Etc::SourceList="$stage/trial.list"', "-o", 'Dir::Etc::SourceParts="$stage/parts"',
         # Keep every other source's lists: this refresh sees only the one source.
         "-o", "APT::Get::List-Cleanup=0",
@@ -173,13 +177,14 @@ def source_state(digests: dict, path: str, content: str, keyring: str) -> str:
 
 
 @operation()
-def signed_apt_source(path: str, content: str, keyring: str, key_url: str, repository: str = "",
-                      timeout: int = 30):
+def signed_apt_source(path: str, content: str, keyring: str, key_url: str, *, lock_timeout: int, timeout: int,
+                      repository: str = ""):
     """
     An apt source that names a signed-by keyring. When the source is new or changed (so a changed
     key URL takes effect) or the key is missing, fetch the key, check apt can fetch and verify the
     repository with it, then install both; any failure leaves the previous files untouched. One
     remote read decides; a source whose only drift is its mode or owner is repaired in place.
+    ``lock_timeout``: apt's wait for dpkg's lock (settings.apt_lock_timeout).
     """
     if f"signed-by={keyring}" not in content:
         raise OperationValueError(f"the apt source for {path} must name signed-by={keyring}")
@@ -188,10 +193,44 @@ def signed_apt_source(path: str, content: str, keyring: str, key_url: str, repos
     state = source_state(known_fact(host, FileDigests, paths=[path, keyring]), path, content, keyring)
     if state == REPLACE:
         apt_sources_changed()
-        yield stage_verified_source(path, content, keyring, key_url, repository or path, timeout)
+        yield stage_verified_source(path, content, keyring, key_url, repository or path, timeout, lock_timeout)
         yield commit_staged_source(path, keyring)
         return
     if state == REPAIR:
         yield StringCommand("chown", "root:root", QuoteString(path), "&&", "chmod", "644", QuoteString(path))
         return
     host.noop(f"{path} and its keyring {keyring} are in place")
+
+
+# ---------------------------------------------------------------------------------------------
+# An executable pinned by its SHA-256
+
+
+def checked_download_command(url: str, dest: str, sha256: str, timeout: int) -> StringCommand:
+    """
+    Download ``url`` (with ``timeout``) to a hidden file beside ``dest``, check its SHA-256, and
+    only then make it executable and rename it into place (pyinfra's files.download moves the
+    file in before checking). Any failure exits 1 with one line naming the URL, leaving ``dest``
+    as it was and no download behind.
+    """
+    directory, name = posixpath.split(dest)
+    temp_q = shlex.quote(f"{directory}/.{name}.download")
+    sha_q = shlex.quote(sha256)
+    return StringCommand("\n".join([
+        f'log=$(mktemp) || exit 1; trap \'rm -f "$log" {temp_q}\' EXIT',
+        f"mkdir -p {shlex.quote(directory)} && rm -f {temp_q} || exit 1",
+        _download_or_fail(url, temp_q, timeout, '"$log"', what=""),
+        f"sha=$(sha256sum {temp_q} | cut -d' ' -f1)",
+        f'if [ "$sha" != {sha_q} ]; then'
+        f' echo "refusing {_sq(url)}: the pinned SHA-256 is {sha256}, the download\'s is $sha" >&2; exit 1; fi',
+        f"chmod 0755 {temp_q} && mv -f {temp_q} {shlex.quote(dest)}",
+    ]))
+
+
+@operation()
+def checked_executable(url: str, dest: str, sha256: str, timeout: int):
+    """Install the file at ``url`` as an executable ``dest`` only if its SHA-256 is ``sha256``."""
+    if host.get_fact(Sha256File, path=dest) == sha256:
+        host.noop(f"{dest} is installed with SHA-256 {sha256}")
+        return
+    yield checked_download_command(url, dest, sha256, timeout)

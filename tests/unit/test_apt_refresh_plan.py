@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import base64
 
-from fixtures.nvidia.fake_host import fake_run, responses
+import pytest
+from fake_host import fake_run, responses
+
+
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+pytestmark = pytest.mark.usefixtures("both_modes")
 
 # Debian's archive entry, whose components the driver stage extends (contrib non-free ...)
 DEBIAN_SOURCES = {"/etc/apt/sources.list.d/*.sources": "/etc/apt/sources.list.d/debian.sources " + base64.b64encode(
