@@ -12,6 +12,9 @@ its arguments. A few things must outlive one operation all the same; each is a f
   uncordon and the failure message know (``deploy/operations/drain.py``);
 - ``driver_notes``: the driver's state as the last operation saw it (no GPU, reboot
   required), for the fleet report (``deploy/operations/driver.py``, ``deploy/fleet_report.py``);
+- ``apt_lists_refreshed``: hosts whose apt lists this run refreshed since their last apt source
+  change; a first run installs in several stages and would otherwise refresh once per stage, and
+  the host cannot tell (apt keeps no refresh time) (``deploy/operations/packages.py``);
 - ``verify_report`` and ``fleet_report``: the end-of-run reports, printed by state callbacks
   (``deploy/report.py``, ``deploy/fleet_report.py``).
 
@@ -51,6 +54,7 @@ class RunState:
     known_facts: dict[str, dict[tuple[str, str], tuple[Any, int]]] = field(default_factory=dict)
     drains: dict[str, DrainRecord] = field(default_factory=dict)
     driver_notes: dict[str, DriverNote] = field(default_factory=dict)
+    apt_lists_refreshed: set[str] = field(default_factory=set)
     verify_report: ReportStore | None = None
     fleet_report: FleetReport | None = None
 
