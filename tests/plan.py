@@ -8,7 +8,7 @@ the way pyinfra's own operation tests compare commands for given facts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from pyinfra.api import Inventory, State
@@ -23,6 +23,16 @@ from fake_host import CANDIDATE_CHECK, os_release, run_state, wired_dump
 class Plan:
     commands: list[str]
     state: State
+    # The problems the host failed with, as logged (one line each, without "[host] gpu-node: ")
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.state.failed_hosts)
+
+    def failed_with(self, text: str) -> list[str]:
+        """The failure lines naming ``text``, when the host did fail."""
+        return [line for line in self.failures if text in line] if self.failed else []
 
     def matching(self, text: str) -> list[str]:
         return [command for command in self.commands if text in command]
@@ -57,12 +67,13 @@ def run_plan(
     """Prepare and execute ``task(*args, **kwargs)`` (a @deploy) on one @fake host."""
     host_data = {**fake_host_data(distro, responses, arch), **(data or {})}
     inventory = Inventory(([("@fake/node", host_data)], {}))
-    state, error = run_state(inventory, lambda state: add_deploy(state, task, *args, **kwargs))
+    failures: list[str] = []
+    state, error = run_state(inventory, lambda state: add_deploy(state, task, *args, **kwargs), failures=failures)
     # The host failed during execution (a Python-side check): what ran until then is the plan.
     if error is not None and not (isinstance(error, PyinfraError) and "No hosts remaining" in str(error)):
         raise error
     host = inventory.get_host("@fake/node")
-    return Plan(commands=list(host.connector.executed_commands), state=state)
+    return Plan(commands=list(host.connector.executed_commands), state=state, failures=failures)
 
 
 def settings_for(**data: Any) -> Settings:
