@@ -1,6 +1,6 @@
 """
 Site settings for every host. Every key, its default and what it means are in
-deploy/settings.py (and the README); set here only what your site changes.
+deploy/settings.py (and docs/settings.md); set here only what your site changes.
 Host data in inventory.py and `--data key=value` on the command line override these.
 """
 

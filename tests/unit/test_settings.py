@@ -1,4 +1,4 @@
-"""The settings contract of DESIGN.md section 4: defaults, coercion of --data strings, one-line errors."""
+"""The settings contract (docs/settings.md, README "Settings"): defaults, coercion of --data strings, one-line errors."""
 
 from __future__ import annotations
 
