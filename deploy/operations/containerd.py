@@ -25,6 +25,7 @@ import tomlkit
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
+from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 from pyinfra.api.command import FileUploadCommand, PyinfraCommand
 from tomlkit.exceptions import ParseError, TOMLKitError
 from tomlkit.items import Comment, InlineTable, Table, Whitespace
@@ -793,7 +794,11 @@ def _run_candidate_check(state, host, binary: str, config: str, copies: list[str
                          changed: str, holder: str) -> bool:
     command = StringCommand(QuoteString(binary), "--config", QuoteString(config), "config dump; status=$?; rm -f",
                             *[QuoteString(copy) for copy in copies], "; exit $status")
-    succeeded, output = host.run_shell_command(command)
+    # pyinfra hands a FunctionCommand no connector arguments: take the operation's (--sudo, _su_user...)
+    operation_arguments = host.current_op_global_arguments or {}
+    connector_arguments = {key: operation_arguments[key] for key in CONNECTOR_ARGUMENT_KEYS
+                           if key in operation_arguments}
+    succeeded, output = host.run_shell_command(command, **connector_arguments)
     if not succeeded:
         problem = f"{binary} config dump rejected the new version: {redact.daemon_output(output.stderr)}"
     else:
