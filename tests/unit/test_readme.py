@@ -29,6 +29,14 @@ def test_every_test_the_docs_cite_exists():
     assert missing == []
 
 
+def test_every_file_the_docs_name_exists():
+    """Module names in docs/architecture.md and docs/contributing.md follow the code."""
+    named = {(page.name, path) for page in [README, *DOCS]
+             for path in re.findall(r"`((?:deploy|tests|scripts|bench|templates|docs|group_data)/[\w./-]*\w)", page.read_text())}
+    assert len(named) > 20
+    assert sorted(f"{page}: {path}" for page, path in named if not (ROOT / path).exists()) == []
+
+
 def test_every_relative_link_of_the_docs_points_to_a_file_in_the_repository():
     broken = []
     for page in [README, *DOCS]:
