@@ -1,27 +1,29 @@
 """
-The settings users set, their defaults, and one typed, validated view of ``host.data``.
+The settings users set: each one's type, default and description, declared once below, and one
+typed, validated view of ``host.data``.
 
-Layers, lowest first: the defaults below, ``group_data/all.py`` of this checkout, then the
-host's own data (inventory, group data pyinfra loaded, ``--data key=value``). Values from
-``--data`` arrive as strings or pyinfra's parse of them; every parser here accepts both.
-An invalid value raises ``SettingsError`` while pyinfra prepares the run, so no host is
-changed; its message is one line naming the key, the value and what is allowed.
+Values reach ``host.data`` the pyinfra way (docs/settings.md says in which order). Values from
+``--data`` arrive as text or pyinfra's parse of it (``true`` -> True, ``535`` -> 535, JSON); every
+setting accepts both, and comma-separated text for lists. pydantic checks types, choices and
+bounds; an invalid value raises ``SettingsError`` while pyinfra prepares the run, so no host is
+changed, with one line naming the key, the value and what is allowed. docs/settings.md is
+generated from the declarations here: ``.venv/bin/python scripts/settings_doc.py``.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, field, fields, replace
+import types
+from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Annotated, Any, Literal, Mapping, Union, get_args, get_origin
 from urllib.parse import urlparse
 
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+from pydantic import ValidationError, model_validator
+from pydantic.fields import FieldInfo
 from pyinfra.api.exceptions import PyinfraError
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-GROUP_DATA_ALL = REPO_ROOT / "group_data" / "all.py"
 
 # The NVIDIA device plugin refuses older drivers.
 MIN_DRIVER_VERSION = "384.81"
@@ -45,402 +47,373 @@ class SettingsError(PyinfraError):
     """An invalid setting: raised before any host is changed."""
 
 
-def _shown(value: Any) -> str:
-    return repr(value) if isinstance(value, str) else str(value)
+@dataclass(frozen=True)
+class Allowed:
+    """What a value type allows, in words: the error message and docs/settings.md show it."""
 
-
-class _Invalid(ValueError):
-    """Raised by a parser with what is allowed; the caller adds key and value."""
-
-
-# Parsers: (raw value) -> typed value, raising _Invalid("what is allowed").
-
-def boolean(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in ("true", "1", "yes", "on"):
-        return True
-    if isinstance(value, str) and value.strip().lower() in ("false", "0", "no", "off"):
-        return False
-    raise _Invalid("true or false (also 1/0, yes/no)")
-
-
-def integer(minimum: int | None = None, maximum: int | None = None) -> Callable[[Any], int]:
-    bounds = " ".join(
-        part
-        for part in (
-            f">= {minimum}" if minimum is not None else "",
-            f"<= {maximum}" if maximum is not None else "",
-        )
-        if part
-    )
-    allowed = f"an integer {bounds}".strip()
-
-    def parse(value: Any) -> int:
-        if isinstance(value, bool):
-            raise _Invalid(allowed)
-        try:
-            number = int(str(value).strip())
-        except ValueError:
-            raise _Invalid(allowed) from None
-        if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
-            raise _Invalid(allowed)
-        return number
-
-    return parse
-
-
-def choice(*allowed: str) -> Callable[[Any], str]:
-    by_lower = {name.lower(): name for name in allowed}
-
-    def parse(value: Any) -> str:
-        text = str(value).strip().lower() if not isinstance(value, bool) else ""
-        if text not in by_lower:
-            raise _Invalid("one of " + ", ".join(allowed))
-        return by_lower[text]
-
-    return parse
-
-
-def choice_list(*allowed: str) -> Callable[[Any], tuple[str, ...]]:
-    what = "a comma-separated list of " + ", ".join(allowed)
-
-    def parse(value: Any) -> tuple[str, ...]:
-        items = value if isinstance(value, (list, tuple)) else str(value).split(",")
-        names = [str(item).strip().lower() for item in items if str(item).strip()]
-        if not names or any(name not in allowed for name in names):
-            raise _Invalid(what)
-        return tuple(dict.fromkeys(names))
-
-    return parse
+    text: str
 
 
 # C0 controls, DEL and the C1 range: a newline in a value would start a new line in a config
 # file or a shell script, NUL truncates arguments.
-CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+CONTROL = r"\x00-\x1f\x7f-\x9f"
+CONTROL_CHARACTERS = re.compile(f"[{CONTROL}]")
 # Characters a URL setting may not hold (besides control characters): whitespace and
 # everything a shell or an apt/yum source line gives a meaning to. Percent-encode them.
 URL_FORBIDDEN = re.compile(r"[\s'\"\\`$;|&<>]")
 URL_ALLOWED = "no whitespace, quotes, backslashes, backticks or $ ; | & < > (percent-encode them)"
+NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
-def has_control_characters(text: str) -> bool:
-    return bool(CONTROL_CHARACTERS.search(text))
+def text(pattern: str, allowed: str) -> Any:
+    """A string matching ``pattern`` as a whole; ``allowed`` says what that is."""
+    return Annotated[str, StringConstraints(pattern=f"^(?:{pattern})$"), Allowed(allowed)]
 
 
-def string_list(value: Any) -> tuple[str, ...]:
-    if value is None or value == "":
-        return ()
-    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
-    names = tuple(str(item).strip() for item in items if str(item).strip())
-    if any(has_control_characters(name) for name in names):
-        raise _Invalid("a comma-separated list without control characters")
-    return names
+def _url_text(value: str, allowed: str) -> str:
+    if URL_FORBIDDEN.search(value) or CONTROL_CHARACTERS.search(value):
+        raise ValueError(f"{allowed}, with {URL_ALLOWED}")
+    return value
 
 
-def node_name(value: Any) -> str:
-    """A Kubernetes node name: a DNS subdomain (RFC 1123), at most 253 characters."""
-    text = str(value).strip()
-    if len(text) > 253 or not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", text):
-        raise _Invalid("host=node pairs whose node is a Kubernetes node name (lower case letters, digits, '-', '.')")
-    return text
+REPOSITORY_URL = "an https:// URL (http:// needs allow_insecure_repositories=true)"
+URL_OR_FILE = "an https:// URL or an absolute path to a file on the controller"
 
 
-def mapping(value: Any) -> tuple[tuple[str, str], ...]:
+def repository_url(value: str) -> str:
+    parsed = urlparse(_url_text(value, REPOSITORY_URL))
+    if parsed.scheme not in ("https", "http", "file") or not (parsed.netloc or parsed.path):
+        raise ValueError(REPOSITORY_URL)
+    return value
+
+
+def https_url_or_path(value: str) -> str:
+    if value.startswith("/"):
+        if CONTROL_CHARACTERS.search(value):
+            raise ValueError(f"{URL_OR_FILE} (a path without control characters)")
+        return value
+    parsed = urlparse(_url_text(value, URL_OR_FILE))
+    if parsed.scheme != "https" or not parsed.netloc:
+        raise ValueError(URL_OR_FILE)
+    return value
+
+
+NODE_MAPPING = "a mapping such as host1=node-a,host2=node-b"
+
+
+def node_mapping(value: Any) -> tuple[tuple[str, str], ...]:
     """
     Inventory host name -> Kubernetes node name, from a dict or ``a=b,c=d`` on the command
     line; kept as sorted pairs (hashable). Node names reach kubectl: they must be node names.
     """
     if value is None or value == "":
         return ()
+    if isinstance(value, (list, tuple)) and all(isinstance(pair, (list, tuple)) and len(pair) == 2 for pair in value):
+        value = dict(value)  # the pairs this returns
     if isinstance(value, Mapping):
-        items = [(str(key).strip(), val) for key, val in value.items()]
+        items = [(str(key).strip(), str(node).strip()) for key, node in value.items()]
     else:
-        items = []
-        for item in str(value).split(","):
-            if "=" not in item:
-                raise _Invalid("a mapping such as host1=node-a,host2=node-b")
-            key, _, val = item.partition("=")
-            items.append((key.strip(), val))
-    if any(not key or has_control_characters(key) for key, _ in items):
-        raise _Invalid("a mapping such as host1=node-a,host2=node-b (host names without control characters)")
-    return tuple(sorted({key: node_name(val) for key, val in items}.items()))
+        if any("=" not in item for item in str(value).split(",")):
+            raise ValueError(NODE_MAPPING)
+        items = [(key.strip(), node.strip()) for key, _, node in
+                 (item.partition("=") for item in str(value).split(","))]
+    if any(not key or CONTROL_CHARACTERS.search(key) for key, _ in items):
+        raise ValueError(f"{NODE_MAPPING} (host names without control characters)")
+    if any(len(node) > 253 or not NODE_NAME.fullmatch(node) for _, node in items):
+        raise ValueError("host=node pairs whose node is a Kubernetes node name (lower case letters, digits, '-', '.')")
+    return tuple(sorted(dict(items).items()))
 
 
-def absolute_path(value: Any) -> str:
-    text = str(value).strip()
-    if isinstance(value, bool) or not text.startswith("/") or has_control_characters(text):
-        raise _Invalid("an absolute path without control characters")
-    return text
+AbsolutePath = text(f"/[^{CONTROL}]*", "an absolute path without control characters")
+ControllerPath = text(f"[^{CONTROL}]+", "a file path on the controller, without control characters")
+DriverBranch = text("[0-9]{3}", "a driver branch number such as 535 or 550")
+PackageVersion = text("[0-9][0-9A-Za-z.+~:_-]*", "a package version such as 535.183.01 or 1.17.8-1")
+ImageReference = text("[a-z0-9][a-z0-9._/:@-]*", "a container image reference such as registry/name:tag")
+ReleaseTag = Annotated[
+    text(r"v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.]+)?", "a release such as v0.17.0"),
+    AfterValidator(lambda tag: tag if tag.startswith("v") else f"v{tag}"),
+]
+Sha256 = Annotated[
+    text("[0-9a-f]{64}", "a SHA-256 digest (64 hex digits)"),
+    BeforeValidator(lambda value: value.lower().removeprefix("sha256:") if isinstance(value, str) else value),
+]
+RepositoryUrl = Annotated[str, AfterValidator(repository_url), Allowed(REPOSITORY_URL)]
+UrlOrFile = Annotated[str, AfterValidator(https_url_or_path), Allowed(URL_OR_FILE)]
+NodeNames = Annotated[
+    tuple[tuple[str, str], ...],
+    BeforeValidator(node_mapping),
+    Allowed(f"{NODE_MAPPING}, each node a Kubernetes node name"),
+]
+
+Stage = Literal["kernel", "driver", "toolkit", "runtimes", "verify"]
+STAGES: tuple[str, ...] = get_args(Stage)
 
 
-def controller_path(value: Any) -> str:
-    """A file on the controller (relative to the working directory, or absolute)."""
-    text = str(value).strip()
-    if isinstance(value, bool) or not text or has_control_characters(text):
-        raise _Invalid("a file path on the controller, without control characters")
-    return text
+class _Section(BaseModel):
+    # Numbers from --data (pyinfra turns "535" into 535) are read as text where text is wanted.
+    model_config = ConfigDict(frozen=True, coerce_numbers_to_str=True, extra="ignore")
 
 
-def optional(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    def parse_optional(value: Any) -> Any:
-        if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
-            return None
-        return parse(value)
-
-    return parse_optional
+# Each section is a heading of docs/settings.md (its docstring); Settings joins them.
 
 
-def driver_branch(value: Any) -> str:
-    text = str(value).strip()
-    if isinstance(value, bool) or not re.fullmatch(r"[0-9]{3}", text):
-        raise _Invalid("a driver branch number such as 535 or 550")
-    return text
+class RuntimeSettings(_Section):
+    """Stages and runtimes"""
+
+    stages: tuple[Stage, ...] = Field(
+        STAGES, min_length=1, description="which stages of deploy/gpu_node.py run (preflight always does)"
+    )
+    container_runtimes: tuple[Literal["containerd", "docker"], ...] = Field(
+        ("containerd",), min_length=1, description="which runtimes to wire to nvidia"
+    )
+    nvidia_runtime_default: bool = Field(
+        True, description="make nvidia the default runtime; false: only the handler, for a RuntimeClass"
+    )
+    systemd_cgroup: bool = Field(
+        True, description="SystemdCgroup for runc and nvidia (must match the kubelet's cgroupDriver)"
+    )
+    containerd_config_path: AbsolutePath = Field("/etc/containerd/config.toml", description="containerd's config file")
+    containerd_install: bool = Field(True, description="install the distro's containerd when the node has none")
+    containerd_version: PackageVersion | None = Field(
+        None, description="exact containerd package version to install"
+    )
+    containerd_enable_cdi: bool = Field(False, description="enable_cdi for containerd 1.7")
+    docker_daemon_config_path: AbsolutePath = Field("/etc/docker/daemon.json", description="Docker's daemon.json")
+    docker_install: bool = Field(
+        False, description="install the distro's Docker package when docker is wired but missing"
+    )
+    docker_enable_cdi: bool = Field(False, description="features.cdi in daemon.json")
+    service_restart_timeout: int = Field(
+        30, ge=5, le=600, description="seconds a restarted runtime has to become active before rollback"
+    )
+    drain_before_restart: bool = Field(
+        False,
+        description="cordon and drain the node (kubectl on the control plane) before a runtime restart or "
+        "reboot; uncordon after verify passes",
+    )
+    drain_timeout: int = Field(300, ge=10, le=3600, description="seconds `kubectl drain` has to evict the node's pods")
 
 
-def package_version(value: Any) -> str:
-    text = str(value).strip()
-    if isinstance(value, bool) or not re.fullmatch(r"[0-9][0-9A-Za-z.+~:_-]*", text):
-        raise _Invalid("a package version such as 535.183.01 or 1.17.8-1")
-    return text
+class PackageSettings(_Section):
+    """Driver and toolkit"""
+
+    nvidia_driver_install: bool = Field(True, description="install the NVIDIA driver")
+    nvidia_driver_branch: DriverBranch | None = Field(
+        None, description="driver branch, e.g. 535 or 550 (default: distro's)"
+    )
+    nvidia_driver_version: PackageVersion | None = Field(None, description="exact driver package version")
+    cuda_toolkit_install: bool = Field(False, description="install the CUDA toolkit")
+    nvidia_toolkit_install: bool = Field(True, description="install the NVIDIA container toolkit")
+    nvidia_toolkit_version: PackageVersion | None = Field(
+        None, description="exact version of all four toolkit packages"
+    )
+    nvidia_toolkit_repo_url: RepositoryUrl = Field(
+        NVIDIA_TOOLKIT_REPO_URL, description="toolkit package repository (a mirror for air-gapped sites)"
+    )
+    nvidia_toolkit_gpgkey_url: RepositoryUrl = Field(
+        NVIDIA_TOOLKIT_GPGKEY_URL, description="the key that signs that repository"
+    )
+    allow_insecure_repositories: bool = Field(
+        False, description="accept http:// repository and key URLs (local mirrors)"
+    )
+    download_timeout: int = Field(
+        30, ge=1, le=600, description="seconds a repository or key server has to answer before the run fails"
+    )
+    apt_lock_timeout: int = Field(
+        120, ge=0, le=3600, description="seconds to wait for another apt or dpkg to release its lock"
+    )
 
 
-def _url_text(value: Any, allowed: str) -> str:
-    text = str(value).strip()
-    if isinstance(value, bool) or URL_FORBIDDEN.search(text) or has_control_characters(text):
-        raise _Invalid(f"{allowed}, with {URL_ALLOWED}")
-    return text
+class HostSafetySettings(_Section):
+    """Host safety"""
+
+    kernel_modules_load: bool = Field(
+        True, description="load modules and apply sysctls now (tests in containers set false)"
+    )
+    reboot_allowed: bool = Field(False, description="reboot when the new driver needs it")
+    require_gpu: bool = Field(
+        False, description="fail (instead of reporting 'no GPU') when no NVIDIA GPU is found"
+    )
+    min_free_disk_mb: int = Field(
+        2048, ge=0, description="free space preflight wants on / and /var before installing"
+    )
 
 
-def url(value: Any) -> str:
-    allowed = "an https:// URL (http:// needs allow_insecure_repositories=true)"
-    text = _url_text(value, allowed)
-    parsed = urlparse(text)
-    if parsed.scheme not in ("https", "http", "file") or not (parsed.netloc or parsed.path):
-        raise _Invalid(allowed)
-    return text
+class VerifySettings(_Section):
+    """Verification"""
+
+    verify_report_path: ControllerPath = Field(
+        "gpu-node-report.json", description="where the controller writes the JSON node report"
+    )
+    fleet_report_path: ControllerPath = Field(
+        "gpu-node-fleet.json",
+        description="where the controller writes the JSON fleet report (one row per node; the first host's value)",
+    )
+    verify_image: ImageReference = Field(
+        "docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04", description="image the verification runs nvidia-smi in"
+    )
 
 
-def image_reference(value: Any) -> str:
-    text = str(value).strip()
-    if not re.fullmatch(r"[a-z0-9][a-z0-9._/:@-]*", text):
-        raise _Invalid("a container image reference such as registry/name:tag")
-    return text
+class KubernetesSettings(_Section):
+    """
+    Kubernetes (deploy/k8s_gpu.py, control plane)
+
+    `gpu_sharing_replicas` only with `gpu_sharing=time-slicing` or `mps`; the `time_slicing_*`
+    settings only with `time-slicing` (MPS and time-slicing are exclusive); `mig_strategy` stays
+    `none` with `mps`.
+    """
+
+    kubeconfig: AbsolutePath = Field(
+        "/etc/kubernetes/admin.conf", description="kubeconfig kubectl uses on the control plane"
+    )
+    kube_node_names: NodeNames = Field(
+        (), description="inventory host name -> Kubernetes node name, where they differ"
+    )
+    device_plugin_version: ReleaseTag = Field(
+        "v0.17.0", description="NVIDIA device plugin release (image tag and chart version)"
+    )
+    device_plugin_install_method: Literal["static", "helm"] = Field(
+        "static", description="static manifests, or the helm chart"
+    )
+    gpu_sharing: Literal["none", "time-slicing", "mps", "gpushare"] = Field(
+        "none", description="how pods share a GPU"
+    )
+    gpu_sharing_replicas: int = Field(4, ge=2, le=1024, description="time-slicing / MPS replicas per GPU")
+    time_slicing_rename_by_default: bool = Field(
+        False, description="advertise nvidia.com/gpu.shared instead of nvidia.com/gpu"
+    )
+    time_slicing_fail_requests_greater_than_one: bool = Field(
+        False, description="reject pods asking for more than one shared GPU"
+    )
+    mig_strategy: Literal["none", "single", "mixed"] = Field("none", description="MIG strategy")
+    nvidia_driver_root: AbsolutePath = Field(
+        "/",
+        description="where the NVIDIA driver lives on GPU nodes, for the device plugin (`nvidiaDriverRoot`; "
+        "another root is mounted read-only at `/driver-root`, as NVIDIA's chart does), e.g. "
+        "`/run/nvidia/driver` with a driver container",
+    )
+    smoke_test: bool = Field(True, description="run the vector-add pod after deploying")
+    smoke_test_image: ImageReference = Field(
+        "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0", description="the smoke test pod's image"
+    )
+    smoke_test_timeout: int = Field(300, ge=10, le=3600, description="seconds to wait for the smoke pod")
 
 
-def k8s_name(value: Any) -> str:
-    text = str(value).strip()
-    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", text) or len(text) > 63:
-        raise _Invalid("a Kubernetes name (lower case letters, digits and '-')")
-    return text
+class GpushareSettings(_Section):
+    """
+    gpushare (gpu_sharing=gpushare)
 
+    gpushare needs `nvidia_runtime_default=true`: its device plugin drops a pod's
+    runtimeClassName, so its pods need nvidia as the default runtime.
+    """
 
-def release_tag(value: Any) -> str:
-    text = str(value).strip()
-    if isinstance(value, bool) or not re.fullmatch(r"v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.]+)?", text):
-        raise _Invalid("a release such as v0.17.0")
-    return text if text.startswith("v") else f"v{text}"
-
-
-def sha256_digest(value: Any) -> str:
-    text = str(value).strip().lower()
-    if text.startswith("sha256:"):
-        text = text[len("sha256:"):]
-    if isinstance(value, bool) or not re.fullmatch(r"[0-9a-f]{64}", text):
-        raise _Invalid("a SHA-256 digest (64 hex digits)")
-    return text
-
-
-def https_url_or_path(value: Any) -> str:
-    allowed = "an https:// URL or an absolute path to a file on the controller"
-    text = str(value).strip()
-    if text.startswith("/"):
-        if has_control_characters(text):
-            raise _Invalid(f"{allowed} (a path without control characters)")
-        return text
-    text = _url_text(value, allowed)
-    parsed = urlparse(text)
-    if parsed.scheme != "https" or not parsed.netloc:
-        raise _Invalid(allowed)
-    return text
-
-
-def setting(default: Any, parse: Callable[[Any], Any], help: str) -> Any:
-    return field(default=default, metadata={"parse": parse, "help": help})
-
-
-STAGES = ("kernel", "driver", "toolkit", "runtimes", "verify")
-
-
-@dataclass(frozen=True)
-class Settings:
-    stages: tuple[str, ...] = setting(
-        STAGES, choice_list(*STAGES), "which stages of deploy/gpu_node.py run (preflight always does)"
-    )
-    # Runtimes
-    container_runtimes: tuple[str, ...] = setting(
-        ("containerd",), choice_list("containerd", "docker"), "which runtimes to wire to nvidia"
-    )
-    nvidia_runtime_default: bool = setting(
-        True, boolean, "make nvidia the default runtime; false: only the handler, for a RuntimeClass"
-    )
-    systemd_cgroup: bool = setting(
-        True, boolean, "SystemdCgroup for runc and nvidia (must match the kubelet's cgroupDriver)"
-    )
-    containerd_config_path: str = setting(
-        "/etc/containerd/config.toml", absolute_path, "containerd's config file"
-    )
-    containerd_install: bool = setting(
-        True, boolean, "install the distro's containerd when the node has none"
-    )
-    containerd_version: str | None = setting(
-        None, optional(package_version), "exact containerd package version to install"
-    )
-    containerd_enable_cdi: bool = setting(False, boolean, "enable_cdi for containerd 1.7")
-    docker_daemon_config_path: str = setting(
-        "/etc/docker/daemon.json", absolute_path, "Docker's daemon.json"
-    )
-    docker_install: bool = setting(
-        False, boolean, "install the distro's Docker package when docker is wired but missing"
-    )
-    docker_enable_cdi: bool = setting(False, boolean, "features.cdi in daemon.json")
-    service_restart_timeout: int = setting(
-        30, integer(5, 600), "seconds a restarted runtime has to become active before rollback"
-    )
-    drain_before_restart: bool = setting(
-        False, boolean, "cordon and drain the node (kubectl on the control plane) before a runtime "
-        "restart or reboot; uncordon after verify passes"
-    )
-    drain_timeout: int = setting(
-        300, integer(10, 3600), "seconds 'kubectl drain' has to evict the node's pods"
-    )
-    # Driver
-    nvidia_driver_install: bool = setting(True, boolean, "install the NVIDIA driver")
-    nvidia_driver_branch: str | None = setting(
-        None, optional(driver_branch), "driver branch, e.g. 535 or 550 (default: distro's)"
-    )
-    nvidia_driver_version: str | None = setting(
-        None, optional(package_version), "exact driver package version"
-    )
-    cuda_toolkit_install: bool = setting(False, boolean, "install the CUDA toolkit")
-    # Toolkit
-    nvidia_toolkit_install: bool = setting(True, boolean, "install the NVIDIA container toolkit")
-    nvidia_toolkit_version: str | None = setting(
-        None, optional(package_version), "exact version of all four toolkit packages"
-    )
-    nvidia_toolkit_repo_url: str = setting(
-        NVIDIA_TOOLKIT_REPO_URL, url, "toolkit package repository (a mirror for air-gapped sites)"
-    )
-    nvidia_toolkit_gpgkey_url: str = setting(
-        NVIDIA_TOOLKIT_GPGKEY_URL, url, "the key that signs that repository"
-    )
-    allow_insecure_repositories: bool = setting(
-        False, boolean, "accept http:// repository and key URLs (local mirrors)"
-    )
-    download_timeout: int = setting(
-        30, integer(1, 600), "seconds a repository or key server has to answer before the run fails"
-    )
-    apt_lock_timeout: int = setting(
-        120, integer(0, 3600), "seconds to wait for another apt or dpkg to release its lock"
-    )
-    # Kernel and host
-    kernel_modules_load: bool = setting(
-        True, boolean, "load modules and apply sysctls now (tests in containers set false)"
-    )
-    reboot_allowed: bool = setting(False, boolean, "reboot when the new driver needs it")
-    require_gpu: bool = setting(
-        False, boolean, "fail (instead of reporting 'no GPU') when no NVIDIA GPU is found"
-    )
-    min_free_disk_mb: int = setting(
-        2048, integer(0), "free space preflight wants on / and /var before installing"
-    )
-    # Verification
-    verify_report_path: str = setting(
-        "gpu-node-report.json", controller_path, "where the controller writes the JSON node report"
-    )
-    fleet_report_path: str = setting(
-        "gpu-node-fleet.json", controller_path,
-        "where the controller writes the JSON fleet report (one row per node; the first host's value)",
-    )
-    verify_image: str = setting(
-        "docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
-        image_reference,
-        "image the verification runs nvidia-smi in",
-    )
-    # Kubernetes (control plane)
-    kubeconfig: str = setting(
-        "/etc/kubernetes/admin.conf", absolute_path, "kubeconfig kubectl uses on the control plane"
-    )
-    kube_node_names: tuple[tuple[str, str], ...] = setting(
-        (), mapping, "inventory host name -> Kubernetes node name, where they differ"
-    )
-    device_plugin_version: str = setting(
-        "v0.17.0", release_tag, "NVIDIA device plugin release (image tag and chart version)"
-    )
-    device_plugin_install_method: str = setting(
-        "static", choice("static", "helm"), "static manifests, or the helm chart"
-    )
-    gpu_sharing: str = setting(
-        "none", choice("none", "time-slicing", "mps", "gpushare"), "how pods share a GPU"
-    )
-    gpu_sharing_replicas: int = setting(
-        4, integer(2, 1024), "time-slicing / MPS replicas per GPU"
-    )
-    time_slicing_rename_by_default: bool = setting(
-        False, boolean, "advertise nvidia.com/gpu.shared instead of nvidia.com/gpu"
-    )
-    time_slicing_fail_requests_greater_than_one: bool = setting(
-        False, boolean, "reject pods asking for more than one shared GPU"
-    )
-    mig_strategy: str = setting("none", choice("none", "single", "mixed"), "MIG strategy")
-    nvidia_driver_root: str = setting(
-        "/", absolute_path,
-        "where the NVIDIA driver lives on GPU nodes, for the device plugin (e.g. /run/nvidia/driver "
-        "with a driver container)",
-    )
-    smoke_test: bool = setting(True, boolean, "run the vector-add pod after deploying")
-    smoke_test_image: str = setting(
-        "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0",
-        image_reference,
-        "the smoke test pod's image",
-    )
-    smoke_test_timeout: int = setting(300, integer(10, 3600), "seconds to wait for the smoke pod")
-    gpushare_memory_unit: str = setting("GiB", choice("GiB", "MiB"), "gpushare memory unit")
-    gpushare_extender_image: str = setting(
+    gpushare_memory_unit: Literal["GiB", "MiB"] = Field("GiB", description="gpushare memory unit")
+    gpushare_extender_image: ImageReference = Field(
         "registry.cn-hangzhou.aliyuncs.com/acs/k8s-gpushare-schd-extender:1.11-d170d8a",
-        image_reference,
-        "gpushare scheduler extender image",
+        description="gpushare scheduler extender image",
     )
-    gpushare_device_plugin_image: str = setting(
+    gpushare_device_plugin_image: ImageReference = Field(
         "registry.cn-hangzhou.aliyuncs.com/acs/k8s-gpushare-plugin:v2-1.11-aff8a23",
-        image_reference,
-        "gpushare device plugin image",
+        description="gpushare device plugin image",
     )
-    gpushare_scheduler_config_path: str = setting(
+    gpushare_scheduler_config_path: AbsolutePath = Field(
         "/etc/kubernetes/gpushare/scheduler-config.yaml",
-        absolute_path,
-        "the KubeSchedulerConfiguration file kube-scheduler loads (--config)",
+        description="the KubeSchedulerConfiguration file kube-scheduler loads (--config)",
     )
-    gpushare_scheduler_ready_timeout: int = setting(
-        180, integer(10, 1800), "seconds the edited kube-scheduler has to come back before rollback"
+    gpushare_scheduler_ready_timeout: int = Field(
+        180, ge=10, le=1800, description="seconds the edited kube-scheduler has to come back before rollback"
     )
-    gpushare_inspect_install: bool = setting(
-        True, boolean, "install the kubectl-inspect-gpushare plugin on the control plane"
+    gpushare_inspect_install: bool = Field(
+        True, description="install the kubectl-inspect-gpushare plugin on the control plane"
     )
-    gpushare_inspect_source: str = setting(
+    gpushare_inspect_source: UrlOrFile = Field(
         "https://github.com/AliyunContainerService/gpushare-device-plugin/releases/download/v0.3.0/"
         "kubectl-inspect-gpushare",
-        https_url_or_path,
-        "where kubectl-inspect-gpushare comes from: a URL, or a file on the controller",
+        description="where kubectl-inspect-gpushare comes from: a URL, or a file on the controller",
     )
-    gpushare_inspect_sha256: str | None = setting(
-        None, optional(sha256_digest), "the SHA-256 kubectl-inspect-gpushare must have (required)"
+    gpushare_inspect_sha256: Sha256 | None = Field(
+        None, description="the SHA-256 kubectl-inspect-gpushare must have (required)"
     )
-    gpushare_inspect_path: str = setting(
-        "/usr/local/bin/kubectl-inspect-gpushare", absolute_path, "where the plugin is installed"
+    gpushare_inspect_path: AbsolutePath = Field(
+        "/usr/local/bin/kubectl-inspect-gpushare", description="where the plugin is installed"
     )
+
+
+def unwrap(annotation: Any) -> tuple[Any, list[Any], bool]:
+    """(the type inside ``X | None`` and ``Annotated[X, ...]``, the Annotated metadata, whether None is allowed)."""
+    optional = False
+    if get_origin(annotation) in (Union, types.UnionType):
+        inner = [arg for arg in get_args(annotation) if arg is not type(None)]
+        optional, annotation = len(inner) < len(get_args(annotation)), inner[0]
+    metadata: list[Any] = []
+    while get_origin(annotation) is Annotated:
+        annotation, *extra = get_args(annotation)
+        metadata += extra
+    return annotation, metadata, optional
+
+
+def choices(annotation: Any) -> tuple[str, ...]:
+    """The names a ``Literal`` or a tuple of one allows (empty for other types)."""
+    if get_origin(annotation) is tuple:
+        annotation = get_args(annotation)[0]
+    return get_args(annotation) if get_origin(annotation) is Literal else ()
+
+
+def allowed_values(item: FieldInfo) -> str:
+    """What a setting allows, in words: from its type, bounds and choices."""
+    annotation, metadata, _ = unwrap(item.annotation)
+    metadata = [*item.metadata, *metadata]
+    described = [entry.text for entry in metadata if isinstance(entry, Allowed)]
+    if described:
+        return described[0]
+    if annotation is bool:
+        return "true or false (also 1/0, yes/no)"
+    if annotation is int:
+        bounds = [f">= {entry.ge}" for entry in metadata if hasattr(entry, "ge")]
+        bounds += [f"<= {entry.le}" for entry in metadata if hasattr(entry, "le")]
+        return " ".join(["an integer", *bounds])
+    if get_origin(annotation) is tuple and choices(annotation):
+        return "a comma-separated list of " + ", ".join(choices(annotation))
+    if choices(annotation):
+        return "one of " + ", ".join(choices(annotation))
+    raise TypeError(f"no words for what {annotation} allows: give its type an Allowed(...)")
+
+
+def from_command_line(item: FieldInfo, value: Any) -> Any:
+    """
+    A ``--data`` value as the setting's type reads it: text stripped, '' or 'none' unset where
+    None is allowed, choices case-insensitive, a comma-separated list split (duplicates folded),
+    and a bool given to a number left as the text it was (pydantic would read true as 1).
+    """
+    annotation, _, optional = unwrap(item.annotation)
+    names = {name.lower(): name for name in choices(annotation)}
+    if isinstance(value, str):
+        value = value.strip()
+        if optional and value.lower() in ("", "none"):
+            return None
+    if annotation is int and isinstance(value, bool):
+        return str(value).lower()
+    if get_origin(annotation) is tuple and names:
+        items = value.split(",") if isinstance(value, str) else value
+        if isinstance(items, (list, tuple)):
+            stripped = (str(entry).strip() for entry in items)
+            return tuple(dict.fromkeys(names.get(entry.lower(), entry) for entry in stripped if entry))
+    if isinstance(value, str) and names:
+        return names.get(value.lower(), value)
+    return value
+
+
+class Settings(RuntimeSettings, PackageSettings, HostSafetySettings, VerifySettings, KubernetesSettings,
+               GpushareSettings):
+    """Every setting, typed; build it with ``parse_settings`` (which also checks how settings combine)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_command_line_values(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        fields = cls.model_fields
+        return {key: from_command_line(fields[key], value) for key, value in data.items() if key in fields}
 
     def runs(self, stage: str) -> bool:
         return stage in self.stages
@@ -457,8 +430,17 @@ class Settings:
         return dict(self.kube_node_names).get(host_name, host_name)
 
 
-SETTING_FIELDS = {item.name: item for item in fields(Settings)}
+SECTIONS: tuple[type[_Section], ...] = Settings.__bases__
+# In the order the sections declare them (pydantic's own order starts with the last base).
+SETTING_FIELDS: dict[str, FieldInfo] = {
+    name: Settings.model_fields[name] for section in SECTIONS for name in section.model_fields
+}
 DEFAULTS: dict[str, Any] = {name: item.default for name, item in SETTING_FIELDS.items()}
+ALLOWED: dict[str, str] = {name: allowed_values(item) for name, item in SETTING_FIELDS.items()}
+
+
+def _shown(value: Any) -> str:
+    return repr(value) if isinstance(value, str) else str(value)
 
 
 def _check_url_scheme(settings: Settings) -> None:
@@ -505,16 +487,15 @@ def _check_gpu_sharing(settings: Settings, data: Mapping[str, Any]) -> None:
 
 def parse_settings(data: Mapping[str, Any]) -> Settings:
     """Build the typed view of ``data`` (defaults filled in); raise SettingsError on any bad value."""
-    values = {}
-    for name, item in SETTING_FIELDS.items():
-        if name not in data:
-            continue
-        raw = data[name]
-        try:
-            values[name] = item.metadata["parse"](raw)
-        except _Invalid as allowed:
-            raise SettingsError(f"invalid setting {name}={_shown(raw)}: allowed: {allowed}") from None
-    settings = replace(Settings(), **values)
+    try:
+        settings = Settings.model_validate(data)
+    except ValidationError as invalid:
+        # pydantic lists every error over several lines: the first in the documented order, in one line.
+        order = list(SETTING_FIELDS)
+        error = min(invalid.errors(), key=lambda error: order.index(error["loc"][0]))
+        key = str(error["loc"][0])
+        allowed = str(error["ctx"]["error"]) if error["type"] == "value_error" else ALLOWED[key]
+        raise SettingsError(f"invalid setting {key}={_shown(data[key])}: allowed: {allowed}") from None
     _check_url_scheme(settings)
     _check_gpu_sharing(settings, data)
     return settings
@@ -570,27 +551,11 @@ def likely_typos(data: Mapping[str, Any]) -> list[str]:
     return notes
 
 
-@lru_cache(maxsize=1)
-def repo_group_data() -> dict[str, Any]:
-    """This checkout's group_data/all.py, so it applies whatever the working directory."""
-    if not GROUP_DATA_ALL.exists():
-        return {}
-    namespace: dict[str, Any] = {"__file__": str(GROUP_DATA_ALL)}
-    exec(compile(GROUP_DATA_ALL.read_text(), str(GROUP_DATA_ALL), "exec"), namespace)
-    return {
-        key: value
-        for key, value in namespace.items()
-        if not key.startswith("_") and not callable(value) and not hasattr(value, "__file__")
-    }
-
-
 def host_settings(host) -> Settings:
     """The validated settings of one pyinfra host; the one place tasks read host.data from."""
     cached = getattr(host, "_gpu_node_settings", None)
     if cached is not None:
         return cached
-    data = dict(repo_group_data())
-    data.update(host.data.dict())
-    settings = parse_settings(data)
+    settings = parse_settings(host.data.dict())
     host._gpu_node_settings = settings
     return settings

@@ -1,7 +1,9 @@
 """
-Site settings for every host. Every key, its default and what it means are in
-deploy/settings.py (and docs/settings.md); set here only what your site changes.
-Host data in inventory.py and `--data key=value` on the command line override these.
+Site settings for every host. pyinfra loads this file itself: it reads group_data/ beside the
+inventory file and in the working directory (run from this checkout, or pass
+`--group-data path/to/group_data` when you name hosts on the command line). Every key, its
+default and what it allows: docs/settings.md. Set here only what your site changes; host data
+in the inventory and `--data key=value` on the command line override it.
 """
 
 # Which runtimes to wire to the NVIDIA runtime: "containerd", "docker" or both.
@@ -14,6 +16,7 @@ Host data in inventory.py and `--data key=value` on the command line override th
 # nvidia_driver_branch = "550"
 # nvidia_driver_version = "550.127.05"
 
-# An internal mirror of NVIDIA's container toolkit repository for air-gapped sites.
-# nvidia_toolkit_repo_url = "https://mirror.example.internal/libnvidia-container/stable/deb/$(ARCH)"
+# An internal mirror of NVIDIA's container toolkit repository for air-gapped sites (it keeps
+# NVIDIA's layout below this URL: deb/$(ARCH), rpm/$basearch).
+# nvidia_toolkit_repo_url = "https://mirror.example.internal/libnvidia-container/stable"
 # nvidia_toolkit_gpgkey_url = "https://mirror.example.internal/libnvidia-container/gpgkey"

@@ -1,79 +1,227 @@
-"""The settings contract (docs/settings.md, README "Settings"): defaults, coercion of --data strings, one-line errors."""
+"""
+The settings contract: every data key with its documented default (written out here, not read
+from the code), how values from ``--data`` are read, and the one-line message for each kind of
+bad value. group_data is pyinfra's: the last tests run pyinfra's CLI to show where it comes from.
+"""
 
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from deploy import settings as settings_module
-from deploy.settings import DEFAULTS, Settings, SettingsError, likely_typos, parse_settings
+from deploy.settings import DEFAULTS, SETTING_FIELDS, Settings, SettingsError, likely_typos, parse_settings
 
-DESIGN_DEFAULTS = {
+REPO = Path(__file__).resolve().parents[2]
+
+# The documented defaults (docs/settings.md, the README's settings section): a contract with
+# every site's group_data, so a change here is a change users must hear about.
+DOCUMENTED_DEFAULTS = {
+    "stages": ("kernel", "driver", "toolkit", "runtimes", "verify"),
     "container_runtimes": ("containerd",),
     "nvidia_runtime_default": True,
     "systemd_cgroup": True,
     "containerd_config_path": "/etc/containerd/config.toml",
+    "containerd_install": True,
+    "containerd_version": None,
+    "containerd_enable_cdi": False,
     "docker_daemon_config_path": "/etc/docker/daemon.json",
+    "docker_install": False,
+    "docker_enable_cdi": False,
+    "service_restart_timeout": 30,
+    "drain_before_restart": False,
+    "drain_timeout": 300,
     "nvidia_driver_install": True,
     "nvidia_driver_branch": None,
     "nvidia_driver_version": None,
+    "cuda_toolkit_install": False,
     "nvidia_toolkit_install": True,
     "nvidia_toolkit_version": None,
-    "cuda_toolkit_install": False,
+    "nvidia_toolkit_repo_url": "https://nvidia.github.io/libnvidia-container/stable",
+    "nvidia_toolkit_gpgkey_url": "https://nvidia.github.io/libnvidia-container/gpgkey",
+    "allow_insecure_repositories": False,
+    "download_timeout": 30,
+    "apt_lock_timeout": 120,
     "kernel_modules_load": True,
     "reboot_allowed": False,
     "require_gpu": False,
+    "min_free_disk_mb": 2048,
+    "verify_report_path": "gpu-node-report.json",
+    "fleet_report_path": "gpu-node-fleet.json",
+    "verify_image": "docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+    "kubeconfig": "/etc/kubernetes/admin.conf",
+    "kube_node_names": (),
+    "device_plugin_version": "v0.17.0",
+    "device_plugin_install_method": "static",
+    "gpu_sharing": "none",
+    "gpu_sharing_replicas": 4,
+    "time_slicing_rename_by_default": False,
+    "time_slicing_fail_requests_greater_than_one": False,
+    "mig_strategy": "none",
+    "nvidia_driver_root": "/",
+    "smoke_test": True,
+    "smoke_test_image": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0",
+    "smoke_test_timeout": 300,
+    "gpushare_memory_unit": "GiB",
+    "gpushare_extender_image": "registry.cn-hangzhou.aliyuncs.com/acs/k8s-gpushare-schd-extender:1.11-d170d8a",
+    "gpushare_device_plugin_image": "registry.cn-hangzhou.aliyuncs.com/acs/k8s-gpushare-plugin:v2-1.11-aff8a23",
+    "gpushare_scheduler_config_path": "/etc/kubernetes/gpushare/scheduler-config.yaml",
+    "gpushare_scheduler_ready_timeout": 180,
+    "gpushare_inspect_install": True,
+    "gpushare_inspect_source": (
+        "https://github.com/AliyunContainerService/gpushare-device-plugin/releases/download/v0.3.0/"
+        "kubectl-inspect-gpushare"
+    ),
+    "gpushare_inspect_sha256": None,
+    "gpushare_inspect_path": "/usr/local/bin/kubectl-inspect-gpushare",
 }
 
 
-def test_every_design_key_has_its_documented_default():
-    for key, default in DESIGN_DEFAULTS.items():
-        assert DEFAULTS[key] == default, key
-    assert DEFAULTS["nvidia_toolkit_repo_url"].startswith("https://nvidia.github.io/libnvidia-container/")
-    assert DEFAULTS["nvidia_toolkit_gpgkey_url"] == "https://nvidia.github.io/libnvidia-container/gpgkey"
+def test_the_data_keys_are_exactly_the_documented_ones():
+    assert sorted(SETTING_FIELDS) == sorted(DOCUMENTED_DEFAULTS)
 
+
+@pytest.mark.parametrize("key", sorted(DOCUMENTED_DEFAULTS))
+def test_an_empty_host_gets_the_documented_default(key):
+    assert getattr(parse_settings({}), key) == DOCUMENTED_DEFAULTS[key]
+    assert DEFAULTS[key] == DOCUMENTED_DEFAULTS[key]
+
+
+# --- how values from the command line are read ------------------------------------------------
 
 @pytest.mark.parametrize(
     ("raw", "expected"),
-    [("true", True), ("false", False), ("1", True), ("0", False), (True, True), (0, False), ("No", False)],
+    [("true", True), ("false", False), ("1", True), ("0", False), ("yes", True), ("No", False),
+     ("on", True), (" off ", False), (True, True), (False, False), (1, True), (0, False)],
 )
 def test_booleans_from_the_command_line_are_coerced(raw, expected):
     assert parse_settings({"systemd_cgroup": raw}).systemd_cgroup is expected
 
 
-def test_comma_lists_and_lists_both_work_and_duplicates_fold():
+def test_comma_lists_and_lists_both_work_case_folded_and_duplicates_folded():
     assert parse_settings({"container_runtimes": "containerd,docker"}).container_runtimes == ("containerd", "docker")
     assert parse_settings({"container_runtimes": ["docker", "docker"]}).container_runtimes == ("docker",)
     assert parse_settings({"container_runtimes": " Docker , containerd "}).container_runtimes == ("docker", "containerd")
+    assert parse_settings({"stages": "kernel,,verify,"}).stages == ("kernel", "verify")
 
 
 def test_numbers_arrive_as_ints_or_strings():
-    # pyinfra's --data turns "535" into the int 535
+    # pyinfra's --data turns "535" into the int 535 and "45" into 45
     assert parse_settings({"nvidia_driver_branch": 535}).nvidia_driver_branch == "535"
-    assert parse_settings({"nvidia_driver_branch": "550"}).nvidia_driver_branch == "550"
+    assert parse_settings({"nvidia_driver_branch": " 550 "}).nvidia_driver_branch == "550"
     assert parse_settings({"service_restart_timeout": "45"}).service_restart_timeout == 45
+    assert parse_settings({"service_restart_timeout": 600}).service_restart_timeout == 600
+    assert parse_settings({"apt_lock_timeout": "0"}).apt_lock_timeout == 0
 
+
+def test_choices_are_case_insensitive_and_come_out_as_declared():
+    assert parse_settings({"gpushare_memory_unit": "mib"}).gpushare_memory_unit == "MiB"
+    assert parse_settings({"gpu_sharing": "Time-Slicing"}).gpu_sharing == "time-slicing"
+    assert parse_settings({"device_plugin_install_method": " HELM "}).device_plugin_install_method == "helm"
+
+
+def test_unset_optional_values_stay_none():
+    parsed = parse_settings({"nvidia_driver_version": "", "nvidia_toolkit_version": "none",
+                             "gpushare_inspect_sha256": None, "containerd_version": "None"})
+    assert parsed.nvidia_driver_version is None and parsed.nvidia_toolkit_version is None
+    assert parsed.gpushare_inspect_sha256 is None and parsed.containerd_version is None
+
+
+def test_normalised_forms():
+    assert parse_settings({"device_plugin_version": "0.17.1"}).device_plugin_version == "v0.17.1"
+    assert parse_settings({"gpushare_inspect_sha256": "SHA256:" + "AB" * 32}).gpushare_inspect_sha256 == "ab" * 32
+    assert parse_settings({"kube_node_names": "b=node-b, a=node-a"}).kube_node_names == (("a", "node-a"), ("b", "node-b"))
+    assert parse_settings({"kube_node_names": {"a": "node-a"}}).kube_node_names == (("a", "node-a"),)
+    assert parse_settings({"containerd_config_path": " /srv/ctr.toml "}).containerd_config_path == "/srv/ctr.toml"
+
+
+# --- one line for each kind of bad value ------------------------------------------------------
 
 @pytest.mark.parametrize(
-    ("key", "value", "allowed"),
+    ("data", "message"),
     [
-        ("container_runtimes", "podman", "containerd, docker"),
-        ("container_runtimes", "", "containerd, docker"),
-        ("nvidia_driver_branch", "abc", "535"),
-        ("systemd_cgroup", "maybe", "true or false"),
-        ("containerd_config_path", "etc/containerd/config.toml", "absolute path"),
-        ("service_restart_timeout", "2", ">= 5"),
-        ("nvidia_toolkit_version", "latest!", "package version"),
-        ("stages", "kernel,everything", "kernel"),
+        ({"systemd_cgroup": "maybe"},
+         "invalid setting systemd_cgroup='maybe': allowed: true or false (also 1/0, yes/no)"),
+        ({"systemd_cgroup": 2}, "invalid setting systemd_cgroup=2: allowed: true or false (also 1/0, yes/no)"),
+        ({"service_restart_timeout": "2"},
+         "invalid setting service_restart_timeout='2': allowed: an integer >= 5 <= 600"),
+        ({"service_restart_timeout": 601},
+         "invalid setting service_restart_timeout=601: allowed: an integer >= 5 <= 600"),
+        ({"service_restart_timeout": "soon"},
+         "invalid setting service_restart_timeout='soon': allowed: an integer >= 5 <= 600"),
+        # pyinfra reads --data x=true as True: a number must not take it for 1
+        ({"download_timeout": True}, "invalid setting download_timeout=True: allowed: an integer >= 1 <= 600"),
+        ({"min_free_disk_mb": -1}, "invalid setting min_free_disk_mb=-1: allowed: an integer >= 0"),
+        ({"download_timeout": 1.5}, "invalid setting download_timeout=1.5: allowed: an integer >= 1 <= 600"),
+        ({"container_runtimes": "podman"},
+         "invalid setting container_runtimes='podman': allowed: a comma-separated list of containerd, docker"),
+        ({"container_runtimes": ""},
+         "invalid setting container_runtimes='': allowed: a comma-separated list of containerd, docker"),
+        ({"stages": "kernel,everything"},
+         "invalid setting stages='kernel,everything': allowed: a comma-separated list of "
+         "kernel, driver, toolkit, runtimes, verify"),
+        ({"gpu_sharing": "all"}, "invalid setting gpu_sharing='all': allowed: one of none, time-slicing, mps, gpushare"),
+        ({"nvidia_driver_branch": "abc"},
+         "invalid setting nvidia_driver_branch='abc': allowed: a driver branch number such as 535 or 550"),
+        ({"nvidia_driver_branch": 5350},
+         "invalid setting nvidia_driver_branch=5350: allowed: a driver branch number such as 535 or 550"),
+        ({"nvidia_toolkit_version": "latest!"},
+         "invalid setting nvidia_toolkit_version='latest!': allowed: a package version such as 535.183.01 or 1.17.8-1"),
+        ({"containerd_config_path": "etc/containerd/config.toml"},
+         "invalid setting containerd_config_path='etc/containerd/config.toml': allowed: an absolute path without "
+         "control characters"),
+        ({"containerd_config_path": True},
+         "invalid setting containerd_config_path=True: allowed: an absolute path without control characters"),
+        ({"verify_report_path": ""},
+         "invalid setting verify_report_path='': allowed: a file path on the controller, without control characters"),
+        ({"verify_image": "Ubuntu Latest"},
+         "invalid setting verify_image='Ubuntu Latest': allowed: a container image reference such as registry/name:tag"),
+        ({"device_plugin_version": "latest"},
+         "invalid setting device_plugin_version='latest': allowed: a release such as v0.17.0"),
+        ({"gpushare_inspect_sha256": "abc"},
+         "invalid setting gpushare_inspect_sha256='abc': allowed: a SHA-256 digest (64 hex digits)"),
+        ({"nvidia_toolkit_repo_url": "ftp://mirror/stable"},
+         "invalid setting nvidia_toolkit_repo_url='ftp://mirror/stable': allowed: an https:// URL "
+         "(http:// needs allow_insecure_repositories=true)"),
+        ({"nvidia_toolkit_repo_url": "https://mirror/a b"},
+         "invalid setting nvidia_toolkit_repo_url='https://mirror/a b': allowed: an https:// URL (http:// needs "
+         "allow_insecure_repositories=true), with no whitespace, quotes, backslashes, backticks or $ ; | & < > "
+         "(percent-encode them)"),
+        ({"nvidia_toolkit_gpgkey_url": "http://mirror/key"},
+         "invalid setting nvidia_toolkit_gpgkey_url='http://mirror/key': allowed: an https:// URL "
+         "(set allow_insecure_repositories=true for an http:// or file:// mirror)"),
+        ({"gpushare_inspect_source": "relative/file"},
+         "invalid setting gpushare_inspect_source='relative/file': allowed: an https:// URL or an absolute path "
+         "to a file on the controller"),
+        ({"kube_node_names": "gpu1"},
+         "invalid setting kube_node_names='gpu1': allowed: a mapping such as host1=node-a,host2=node-b"),
+        ({"kube_node_names": "gpu1=Node A"},
+         "invalid setting kube_node_names='gpu1=Node A': allowed: host=node pairs whose node is a Kubernetes "
+         "node name (lower case letters, digits, '-', '.')"),
+        ({"gpu_sharing_replicas": "8"},
+         "invalid setting gpu_sharing_replicas='8': allowed only with gpu_sharing=time-slicing or mps "
+         "(gpu_sharing is 'none')"),
+        ({"gpu_sharing": "mps", "mig_strategy": "mixed"},
+         "invalid setting mig_strategy='mixed': allowed: none with gpu_sharing=mps (the NVIDIA device plugin "
+         "does not share MIG devices through MPS)"),
     ],
 )
-def test_invalid_values_raise_one_line_naming_key_value_and_what_is_allowed(key, value, allowed):
+def test_a_bad_value_stops_the_run_in_one_line_naming_key_value_and_what_is_allowed(data, message):
     with pytest.raises(SettingsError) as raised:
-        parse_settings({key: value})
-    message = str(raised.value)
-    assert "\n" not in message
-    assert message.startswith(f"invalid setting {key}=")
-    assert repr(value) in message or str(value) in message
-    assert allowed in message
+        parse_settings(data)
+    assert str(raised.value) == message
+
+
+def test_of_several_bad_values_one_is_named_in_one_line():
+    with pytest.raises(SettingsError) as raised:
+        parse_settings({"systemd_cgroup": "maybe", "drain_timeout": "1", "gpu_sharing": "x"})
+    assert "\n" not in str(raised.value)
+    assert str(raised.value).startswith("invalid setting systemd_cgroup='maybe': allowed: ")
 
 
 def test_plain_http_repository_needs_an_explicit_opt_in():
@@ -85,46 +233,17 @@ def test_plain_http_repository_needs_an_explicit_opt_in():
     )
 
 
-def test_unset_optional_values_stay_none():
-    parsed = parse_settings({"nvidia_driver_version": "", "nvidia_toolkit_version": "none"})
-    assert parsed.nvidia_driver_version is None and parsed.nvidia_toolkit_version is None
+def test_settings_are_immutable():
+    with pytest.raises(Exception):
+        Settings().systemd_cgroup = False  # type: ignore[misc]
 
+
+# --- unknown keys ------------------------------------------------------------------------------
 
 def test_typos_of_setting_names_are_pointed_out():
     assert likely_typos({"nvidia_runtime_defualt": True, "ssh_user": "root"}) == [
         "unknown setting 'nvidia_runtime_defualt': did you mean 'nvidia_runtime_default'?"
     ]
-
-
-def test_group_data_all_applies_below_host_data_whatever_the_working_directory(tmp_path, monkeypatch):
-    group_data = tmp_path / "all.py"
-    group_data.write_text("container_runtimes = ['docker']\nsystemd_cgroup = False\nimport os\n")
-    monkeypatch.setattr(settings_module, "GROUP_DATA_ALL", group_data)
-    settings_module.repo_group_data.cache_clear()
-
-    class FakeData:
-        def dict(self):
-            return {"systemd_cgroup": "true"}  # e.g. --data systemd_cgroup=true
-
-    class FakeHost:
-        data = FakeData()
-
-    try:
-        resolved = settings_module.host_settings(FakeHost())
-    finally:
-        settings_module.repo_group_data.cache_clear()
-    assert resolved.container_runtimes == ("docker",)  # from group_data/all.py
-    assert resolved.systemd_cgroup is True  # host data wins
-
-
-def test_the_shipped_group_data_is_valid():
-    settings_module.repo_group_data.cache_clear()
-    parse_settings(settings_module.repo_group_data())
-
-
-def test_settings_are_immutable():
-    with pytest.raises(Exception):
-        Settings().systemd_cgroup = False  # type: ignore[misc]
 
 
 def test_an_unknown_key_with_one_of_our_prefixes_always_names_the_closest_setting():
@@ -157,4 +276,77 @@ def test_setting_prefixes_come_from_the_setting_names():
     prefixes = settings_module.setting_prefixes()
     for prefix in ("nvidia_", "containerd_", "docker_", "gpu_", "gpushare_", "drain_", "kube_", "verify_"):
         assert prefix in prefixes
-    assert all(any(name.startswith(prefix) for name in settings_module.SETTING_FIELDS) for prefix in prefixes)
+    assert all(any(name.startswith(prefix) for name in SETTING_FIELDS) for prefix in prefixes)
+
+
+# --- where values come from: pyinfra's group_data, host data, --data ------------------------------
+
+def test_the_examples_in_the_shipped_group_data_are_valid_settings():
+    """group_data/all.py shows settings as comments: each one, uncommented, must be accepted."""
+    import ast
+
+    examples = {}
+    for line in (REPO / "group_data" / "all.py").read_text().splitlines():
+        if line.startswith("# ") and " = " in line:
+            key, _, value = line[2:].partition(" = ")
+            examples[key.strip()] = ast.literal_eval(value)
+    assert len(examples) >= 5
+    for key, value in examples.items():
+        assert key in SETTING_FIELDS, key
+        parse_settings({key: value})
+
+
+SHOW_SETTINGS = """\
+import json
+from pyinfra import host
+from deploy.settings import host_settings
+settings = host_settings(host)
+print("SETTINGS " + json.dumps({key: getattr(settings, key) for key in
+      ("container_runtimes", "systemd_cgroup", "nvidia_driver_branch", "drain_timeout")}))
+"""
+
+
+def pyinfra_settings(args: list[str], cwd: Path) -> dict:
+    """Run pyinfra's CLI (--dry, @local: no operation, nothing changes) and read the settings it gave the host."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("GPU_NODES", None)
+    result = subprocess.run([sys.executable, "-m", "pyinfra", "--dry", *args], cwd=cwd, env=env,
+                            capture_output=True, text=True, timeout=120)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("SETTINGS ")]
+    assert result.returncode == 0 and lines, result.stdout + result.stderr
+    return json.loads(lines[0].removeprefix("SETTINGS "))
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Path:
+    """A site's own folder: an inventory, its group_data, and a deploy file that shows the settings."""
+    folder = tmp_path / "site"
+    (folder / "group_data").mkdir(parents=True)
+    (folder / "inventory.py").write_text('gpu_nodes = [("@local", {"systemd_cgroup": True})]\n')
+    (folder / "group_data" / "all.py").write_text(
+        "import os\ncontainer_runtimes = ['docker']\nsystemd_cgroup = False\ndrain_timeout = 600\n"
+    )
+    (folder / "group_data" / "gpu_nodes.py").write_text('nvidia_driver_branch = "550"\n')
+    (folder / "show.py").write_text(SHOW_SETTINGS)
+    (tmp_path / "elsewhere").mkdir()
+    return folder
+
+
+def test_group_data_beside_the_inventory_applies_below_host_data_and_data_flags(site):
+    """pyinfra loads group_data/ beside the inventory file, whatever the working directory."""
+    shown = pyinfra_settings([str(site / "inventory.py"), str(site / "show.py"), "--data", "drain_timeout=90"],
+                             cwd=site.parent / "elsewhere")
+    assert shown == {
+        "container_runtimes": ["docker"],  # group_data/all.py
+        "nvidia_driver_branch": "550",  # group_data/gpu_nodes.py (the inventory's group)
+        "systemd_cgroup": True,  # host data in the inventory beats group data
+        "drain_timeout": 90,  # --data beats everything
+    }
+
+
+def test_hosts_named_on_the_command_line_take_group_data_from_group_data_flag(site):
+    """No inventory file: group_data comes from the working directory or --group-data, nowhere else."""
+    target = ["@local", str(site / "show.py")]
+    assert pyinfra_settings(target, cwd=site.parent / "elsewhere")["container_runtimes"] == ["containerd"]
+    with_flag = pyinfra_settings([*target, "--group-data", str(site / "group_data")], cwd=site.parent / "elsewhere")
+    assert with_flag["container_runtimes"] == ["docker"] and with_flag["drain_timeout"] == 600
