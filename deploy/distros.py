@@ -1,15 +1,23 @@
 """
-The one table of per-distro-family facts: package names, repositories, commands.
+The one table of per-distro-family facts: package managers, package names, repositories, commands.
 
-Tasks look a host up here (``detect_platform``) instead of branching on distro names.
+Tasks look a host up here (``detect_platform``) instead of branching on distro names: a stage
+says *what* to install (``install_packages``, ``add_repository``) and the family's
+``PackageManager`` says *how*.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping
 
 from pyinfra.api.exceptions import PyinfraError
+from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.pacman import PacmanPackages
+from pyinfra.facts.rpm import RpmPackages
+from pyinfra.operations import dnf, zypper
+
+from deploy.operations import packages as package_ops
 
 
 class UnsupportedPlatform(PyinfraError):
@@ -17,22 +25,149 @@ class UnsupportedPlatform(PyinfraError):
 
 
 @dataclass(frozen=True)
+class PackageManager:
+    """How one package manager installs, pins, holds and finds packages."""
+
+    name: str  # apt, dnf, zypper, pacman
+    # The operation that installs {name: version or None} and holds them when asked; every one
+    # takes (packages, hold, lock_timeout), see deploy/operations/packages.py.
+    install: Callable[..., Any]
+    # pyinfra's fact of every installed package ({name: {versions}})
+    installed_fact: type
+    # Shell that exits 0 when the package manager can install {package} (from its current lists).
+    available_check: str
+    # Refreshes the package lists before a choice made from them (apt); None: the manager does it.
+    refresh_lists: Callable[[int], Iterator] | None = None
+    # False: installs only the repository's current version (a rolling distro).
+    can_pin: bool = True
+    # Where a repository file named {name} goes; None: no third-party repository (the distro's own).
+    repository_file: str | None = None
+    # apt: a repository is trusted through a signed-by keyring fetched beside its source; the RPM
+    # managers name the key's URL in the repository file instead.
+    signed_by_keyring: bool = False
+    # pyinfra's operation adding a repository (name, baseurl, gpgkey), for NVIDIA's driver/CUDA ones.
+    repository_operation: Callable[..., Any] | None = None
+    # pyinfra's operation enabling a module stream (module, stream), for DriverPackages.module.
+    module_operation: Callable[..., Any] | None = None
+
+
+APT = PackageManager(
+    name="apt",
+    install=package_ops.apt_install,
+    installed_fact=DebPackages,
+    available_check="apt-cache show --no-all-versions {package} >/dev/null 2>&1",
+    refresh_lists=package_ops.refresh_apt_lists,
+    repository_file="/etc/apt/sources.list.d/{name}.list",
+    signed_by_keyring=True,
+)
+DNF = PackageManager(
+    name="dnf",
+    install=package_ops.dnf_install,
+    installed_fact=RpmPackages,
+    available_check="dnf -q list {package} >/dev/null 2>&1",
+    repository_file="/etc/yum.repos.d/{name}.repo",
+    repository_operation=dnf.repo,
+    module_operation=dnf.module,
+)
+ZYPPER = PackageManager(
+    name="zypper",
+    install=package_ops.zypper_install,
+    installed_fact=RpmPackages,
+    available_check="zypper --quiet search --match-exact {package} >/dev/null 2>&1",
+    repository_file="/etc/zypp/repos.d/{name}.repo",
+    repository_operation=zypper.repo,
+)
+PACMAN = PackageManager(
+    name="pacman",
+    install=package_ops.pacman_install,
+    installed_fact=PacmanPackages,
+    available_check="pacman -Si {package} >/dev/null 2>&1",
+    can_pin=False,
+)
+
+
+def install_packages(manager: PackageManager, name: str, packages, *, hold: bool = False, lock_timeout: int):
+    """
+    The one way a stage installs: ``packages`` is {name: version or None} (or names, unpinned);
+    held when ``hold``. ``lock_timeout`` bounds apt's wait for dpkg's lock (settings.apt_lock_timeout).
+    """
+    wanted = dict(packages) if isinstance(packages, Mapping) else {package: None for package in packages}
+    return manager.install(name=name, packages=wanted, hold=hold, lock_timeout=lock_timeout)
+
+
+def add_repository(manager: PackageManager, name: str, repository: Mapping[str, str]):
+    """Add an RPM repository (name, baseurl, gpgkey) with signature checks."""
+    if manager.repository_operation is None:
+        raise PyinfraError(f"{manager.name} takes no repository of this kind: {repository['name']}")
+    return manager.repository_operation(
+        name=name, src=repository["name"], baseurl=repository["baseurl"], gpgcheck=True, gpgkey=repository["gpgkey"],
+    )
+
+
+def by_distro_id(choices: tuple[tuple[str, Any], ...], distro_id: str) -> Any:
+    """The value of the first (os-release ID prefix, value) pair whose prefix starts ``distro_id``."""
+    return next((value for prefix, value in choices if distro_id.startswith(prefix)), None)
+
+
+@dataclass(frozen=True)
+class DriverPackages:
+    """
+    How a family installs the NVIDIA driver, read by deploy/tasks/driver.py. Templates may name
+    {branch} {kernel} {flavour} {dist} {arch} {deb_arch} {distro_id} {version_id} {major} {minor};
+    a template naming {branch} drops out when no branch is set.
+    """
+
+    # The driver, without / with nvidia_driver_branch: installed, pinned to nvidia_driver_version, held.
+    packages: tuple[str, ...]
+    branch_packages: tuple[str, ...] | None = None  # None: ``packages``
+    # Installed and held too (pinned unless pin_dependencies is False): the kernel module package,
+    # so it cannot move away from the userspace.
+    dependencies: tuple[str, ...] = ()
+    branch_dependencies: tuple[str, ...] | None = None  # None: ``dependencies``
+    pin_dependencies: bool = True
+    extra_packages: tuple[str, ...] = ()  # installed, never pinned or held (firmware, EPEL)
+    # nvidia_driver_branch: "optional", "required" (set, or detected by branch_detect over the
+    # installed package names and recommend_command's output), "unsupported"
+    branch: str = "optional"
+    branch_detect: str | None = None
+    recommend_command: str | None = None
+    components: tuple[str, ...] = ()  # apt components enabled for the release's Debian entries
+    # NVIDIA's repository (name, baseurl, gpgkey; gpgkey may name {baseurl}), by os-release ID prefix
+    repositories: tuple[tuple[str, Mapping[str, str]], ...] = ()
+    # {dist} of the repository templates, by os-release ID prefix
+    repo_dist: tuple[tuple[str, str], ...] = ()
+    # dnf module (name, stream template, branch when none is set), enabled on releases in
+    # module_majors: module_packages are then installed instead of packages
+    module: tuple[str, str, str] | None = None
+    module_majors: tuple[int, ...] = ()
+    module_packages: tuple[str, ...] = ()
+    headers: tuple[str, ...] = ()  # header package candidates, the first one found wins
+    flavour_pattern: str | None = None  # {flavour}: group 1 of it over uname -r, else default_flavour
+    default_flavour: str = ""
+    # Arch: a prebuilt module package per stock kernel package base, else DKMS and each kernel's headers
+    kernel_modules: Mapping[str, str] | None = None
+    dkms_package: str = ""
+    dkms_headers: str = ""
+    cuda_packages: tuple[str, ...] = ()
+    cuda_home: str = ""
+    cuda_repository: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True)
 class Family:
     name: str
     # os-release IDs that belong to this family
     ids: tuple[str, ...]
-    package_manager: str  # apt, dnf, zypper, pacman
+    package_manager: PackageManager
     containerd_package: str
     docker_package: str | None
     initramfs_command: str
+    driver: DriverPackages
     # Repository of containerd.io when the distro ships no containerd (RHEL family).
     containerd_repo: Mapping[str, str] | None = None
-    kernel_headers: str = ""  # package for the running kernel's headers, {kernel} = uname -r
     # Where NVIDIA's toolkit tree keeps this family's packages, under the repository base URL;
     # None: the distro ships the toolkit itself.
     toolkit_repo_path: str | None = None
-    # Driver packages: filled in by the driver task's plan; keys documented there.
-    driver: Mapping[str, Any] = field(default_factory=dict)
 
 
 DOCKER_CE_RHEL_REPO = {
@@ -41,180 +176,151 @@ DOCKER_CE_RHEL_REPO = {
     "gpgkey": "https://download.docker.com/linux/centos/gpg",
 }
 
-# Driver plans per family, read by deploy/tasks/driver.py (templates: {branch} {kernel}
-# {flavour} {dist} {arch} {version_id} {major} {minor} {pkgbase}):
-#   packages / branch_packages: the driver, without / with nvidia_driver_branch: installed,
-#     pinned to nvidia_driver_version and held
-#   dependencies / branch_dependencies: installed and held too (pinned unless pin_dependencies
-#     is False): the kernel module package, so it cannot move away from the userspace
-#   extra_packages: installed, never pinned or held (firmware, EPEL)
-#   branch: "optional", "required" (set or detected), "unsupported"
-#   branch_detect: regex over installed package names and recommend_command's output
-#   components: apt components enabled for the release's Debian entries
-#   repository: NVIDIA's repository (name, baseurl, gpgkey); repo_dist: its release directory
-#   module: dnf module stream for releases in module_majors (packages then module_packages)
-#   headers: header package candidates, first one found wins; flavour_pattern over uname -r
-#   hold_list / hold_command: how holds are read and set where deploy/operations/packages.py
-#   has no operation for that package manager (pacman)
-#   kernel_modules / dkms_package / dkms_headers: Arch's module package per installed kernel
-#   pin: False where the package manager cannot install an older version from its repository
-#   cuda_packages / cuda_home / cuda_repository
 DEBIAN_KERNEL_FLAVOUR = r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+-(.+)$"
 CUDA_REPO = {
     "name": "cuda-{dist}-{arch}",
     "baseurl": "https://developer.download.nvidia.com/compute/cuda/repos/{dist}/{arch}",
     "gpgkey": "https://developer.download.nvidia.com/compute/cuda/repos/{dist}/{arch}/D42D0685.pub",
 }
-RPM_DRIVER = {
-    "repository": CUDA_REPO,
-    "module": {"name": "nvidia-driver", "stream": "{branch}-dkms", "default_branch": "latest"},
-    "module_packages": ("nvidia-driver", "nvidia-driver-cuda", "kmod-nvidia-latest-dkms"),
-    "packages": ("cuda-drivers",),
-    "branch_packages": ("cuda-drivers-{branch}",),
-    "headers": ("kernel-devel-{kernel}", "kernel-devel"),
-    "cuda_packages": ("cuda-toolkit",),
-    "cuda_home": "/usr/local/cuda",
-}
-DEBIAN_DRIVER = {
-    "components": ("contrib", "non-free", "non-free-firmware"),
-    "packages": ("nvidia-driver", "nvidia-smi"),
-    "branch_packages": ("nvidia-tesla-{branch}-driver", "nvidia-tesla-{branch}-smi"),
-    "dependencies": ("nvidia-kernel-dkms",),
-    "branch_dependencies": ("nvidia-tesla-{branch}-kernel-dkms",),
-    "extra_packages": ("firmware-misc-nonfree",),
-    "headers": ("linux-headers-{kernel}", "linux-headers-{flavour}"),
-    "flavour_pattern": DEBIAN_KERNEL_FLAVOUR,
-    "default_flavour": "{deb_arch}",
-    "cuda_packages": ("nvidia-cuda-toolkit",),
-    "cuda_home": "/usr/lib/nvidia-cuda-toolkit",
-}
-UBUNTU_DRIVER = {
-    "branch": "required",
-    "branch_detect": r"nvidia-(?:headless|driver|utils)-([0-9]{3})(?:-server)?(?:-open)?\b",
-    "recommend_command": "ubuntu-drivers list --gpgpu",
-    "packages": ("nvidia-headless-{branch}-server", "nvidia-utils-{branch}-server"),
-    "branch_packages": ("nvidia-headless-{branch}-server", "nvidia-utils-{branch}-server"),
-    "dependencies": ("nvidia-dkms-{branch}-server",),
-    "headers": ("linux-headers-{kernel}", "linux-headers-{flavour}"),
-    "flavour_pattern": DEBIAN_KERNEL_FLAVOUR,
-    "default_flavour": "generic",
-    "cuda_packages": ("nvidia-cuda-toolkit",),
-    "cuda_home": "/usr/lib/nvidia-cuda-toolkit",
-}
-SUSE_DRIVER = {
-    "branch": "unsupported",  # G06 is one branch line; pin with nvidia_driver_version
-    "repository": {
-        "name": "nvidia-{distro_id}",
-        "baseurl": "https://download.nvidia.com/opensuse/leap/{version_id}",
-        "gpgkey": "https://download.nvidia.com/opensuse/leap/{version_id}/repodata/repomd.xml.key",
-    },
-    "repository_by_id": {
-        "opensuse-tumbleweed": "https://download.nvidia.com/opensuse/tumbleweed",
-        "sles": "https://download.nvidia.com/suse/sle{major}sp{minor}",
-    },
-    "packages": ("nvidia-compute-utils-G06", "nvidia-compute-G06"),
-    "dependencies": ("nvidia-driver-G06-kmp-{flavour}",),
-    "pin_dependencies": False,  # the KMP's version carries the kernel's
-    "flavour_pattern": r"-([a-z0-9]+)$",
-    "default_flavour": "default",
-    "headers": (),  # KMP packages carry modules built for the flavour
-    "cuda_repository": CUDA_REPO,
-    "repo_dist": "{suse_dist}",
-    "cuda_packages": ("cuda-toolkit",),
-    "cuda_home": "/usr/local/cuda",
-}
-ARCH_DRIVER = {
-    "branch": "unsupported",  # Arch ships one branch
-    "pin": False,
-    "packages": ("nvidia-utils",),
-    "kernel_modules": {"linux": "nvidia", "linux-lts": "nvidia-lts"},
-    "dkms_package": "nvidia-dkms",
-    "dkms_headers": "{pkgbase}-headers",
-    "headers": (),
-    # pacman reads every IgnorePkg line of [options]
-    "hold_list": "sed -n 's/^[[:space:]]*IgnorePkg[[:space:]]*=//p' /etc/pacman.conf",
-    "hold_command": "sed -i '/^\\[options\\]/a IgnorePkg = {packages}' /etc/pacman.conf",
-    "cuda_packages": ("cuda",),
-    "cuda_home": "/opt/cuda",
-}
+RPM_DRIVER = dict(
+    repositories=(("", CUDA_REPO),),
+    module=("nvidia-driver", "{branch}-dkms", "latest"),
+    module_packages=("nvidia-driver", "nvidia-driver-cuda", "kmod-nvidia-latest-dkms"),
+    packages=("cuda-drivers",),
+    branch_packages=("cuda-drivers-{branch}",),
+    headers=("kernel-devel-{kernel}", "kernel-devel"),
+    cuda_packages=("cuda-toolkit",),
+    cuda_home="/usr/local/cuda",
+)
+DEBIAN_DRIVER = DriverPackages(
+    components=("contrib", "non-free", "non-free-firmware"),
+    packages=("nvidia-driver", "nvidia-smi"),
+    branch_packages=("nvidia-tesla-{branch}-driver", "nvidia-tesla-{branch}-smi"),
+    dependencies=("nvidia-kernel-dkms",),
+    branch_dependencies=("nvidia-tesla-{branch}-kernel-dkms",),
+    extra_packages=("firmware-misc-nonfree",),
+    headers=("linux-headers-{kernel}", "linux-headers-{flavour}"),
+    flavour_pattern=DEBIAN_KERNEL_FLAVOUR,
+    default_flavour="{deb_arch}",
+    cuda_packages=("nvidia-cuda-toolkit",),
+    cuda_home="/usr/lib/nvidia-cuda-toolkit",
+)
+UBUNTU_DRIVER = DriverPackages(
+    branch="required",
+    branch_detect=r"nvidia-(?:headless|driver|utils)-([0-9]{3})(?:-server)?(?:-open)?\b",
+    recommend_command="ubuntu-drivers list --gpgpu",
+    packages=("nvidia-headless-{branch}-server", "nvidia-utils-{branch}-server"),
+    dependencies=("nvidia-dkms-{branch}-server",),
+    headers=("linux-headers-{kernel}", "linux-headers-{flavour}"),
+    flavour_pattern=DEBIAN_KERNEL_FLAVOUR,
+    default_flavour="generic",
+    cuda_packages=("nvidia-cuda-toolkit",),
+    cuda_home="/usr/lib/nvidia-cuda-toolkit",
+)
+SUSE_DRIVER_GPGKEY = "{baseurl}/repodata/repomd.xml.key"
+SUSE_DRIVER = DriverPackages(
+    branch="unsupported",  # G06 is one branch line; pin with nvidia_driver_version
+    repositories=(
+        ("opensuse-tumbleweed", {"name": "nvidia-{distro_id}", "gpgkey": SUSE_DRIVER_GPGKEY,
+                                 "baseurl": "https://download.nvidia.com/opensuse/tumbleweed"}),
+        ("sle", {"name": "nvidia-{distro_id}", "gpgkey": SUSE_DRIVER_GPGKEY,
+                 "baseurl": "https://download.nvidia.com/suse/sle{major}sp{minor}"}),
+        ("", {"name": "nvidia-{distro_id}", "gpgkey": SUSE_DRIVER_GPGKEY,
+              "baseurl": "https://download.nvidia.com/opensuse/leap/{version_id}"}),
+    ),
+    packages=("nvidia-compute-utils-G06", "nvidia-compute-G06"),
+    dependencies=("nvidia-driver-G06-kmp-{flavour}",),
+    pin_dependencies=False,  # the KMP's version carries the kernel's
+    flavour_pattern=r"-([a-z0-9]+)$",
+    default_flavour="default",
+    headers=(),  # KMP packages carry modules built for the flavour
+    cuda_repository=CUDA_REPO,
+    repo_dist=(("sle", "sles{major}"), ("", "opensuse{major}")),
+    cuda_packages=("cuda-toolkit",),
+    cuda_home="/usr/local/cuda",
+)
+ARCH_DRIVER = DriverPackages(
+    branch="unsupported",  # Arch ships one branch
+    packages=("nvidia-utils",),
+    kernel_modules={"linux": "nvidia", "linux-lts": "nvidia-lts"},
+    dkms_package="nvidia-dkms",
+    dkms_headers="{pkgbase}-headers",
+    headers=(),
+    cuda_packages=("cuda",),
+    cuda_home="/opt/cuda",
+)
 
 
 FAMILIES: tuple[Family, ...] = (
     Family(
         name="debian",
         ids=("debian",),
-        package_manager="apt",
+        package_manager=APT,
         containerd_package="containerd",
         docker_package="docker.io",
         initramfs_command="update-initramfs -u",
-        kernel_headers="linux-headers-{kernel}",
         toolkit_repo_path="deb/$(ARCH)",
         driver=DEBIAN_DRIVER,
     ),
     Family(
         name="ubuntu",
         ids=("ubuntu",),
-        package_manager="apt",
+        package_manager=APT,
         containerd_package="containerd",
         docker_package="docker.io",
         initramfs_command="update-initramfs -u",
-        kernel_headers="linux-headers-{kernel}",
         toolkit_repo_path="deb/$(ARCH)",
         driver=UBUNTU_DRIVER,
     ),
     Family(
         name="rhel",
         ids=("rhel", "rocky", "almalinux", "centos", "ol"),
-        package_manager="dnf",
+        package_manager=DNF,
         containerd_package="containerd.io",
         docker_package=None,
         initramfs_command="dracut -f",
         containerd_repo=DOCKER_CE_RHEL_REPO,
-        kernel_headers="kernel-devel-{kernel}",
         toolkit_repo_path="rpm/$basearch",
-        driver={**RPM_DRIVER, "repo_dist": "rhel{major}", "module_majors": (8, 9), "extra_packages": ("epel-release",)},
+        driver=DriverPackages(**RPM_DRIVER, repo_dist=(("", "rhel{major}"),), module_majors=(8, 9),
+                              extra_packages=("epel-release",)),
     ),
     Family(
         name="fedora",
         ids=("fedora",),
-        package_manager="dnf",
+        package_manager=DNF,
         containerd_package="containerd",
         docker_package="moby-engine",
         initramfs_command="dracut -f",
-        kernel_headers="kernel-devel-{kernel}",
         toolkit_repo_path="rpm/$basearch",
-        driver={**RPM_DRIVER, "repo_dist": "fedora{major}"},
+        driver=DriverPackages(**RPM_DRIVER, repo_dist=(("", "fedora{major}"),)),
     ),
     Family(
         name="amazon",
         ids=("amzn",),
-        package_manager="dnf",
+        package_manager=DNF,
         containerd_package="containerd",
         docker_package="docker",
         initramfs_command="dracut -f",
-        kernel_headers="kernel-devel-{kernel}",
         toolkit_repo_path="rpm/$basearch",
-        driver={**RPM_DRIVER, "repo_dist": "amzn{major}"},
+        driver=DriverPackages(**RPM_DRIVER, repo_dist=(("", "amzn{major}"),)),
     ),
     Family(
         name="suse",
         ids=("opensuse-leap", "opensuse-tumbleweed", "opensuse", "sles", "sled", "sle-micro"),
-        package_manager="zypper",
+        package_manager=ZYPPER,
         containerd_package="containerd",
         docker_package="docker",
         initramfs_command="dracut -f",
-        kernel_headers="kernel-default-devel",
         toolkit_repo_path="rpm/$basearch",
         driver=SUSE_DRIVER,
     ),
     Family(
         name="arch",
         ids=("arch", "archarm", "endeavouros", "manjaro"),
-        package_manager="pacman",
+        package_manager=PACMAN,
         containerd_package="containerd",
         docker_package="docker",
         initramfs_command="mkinitcpio -P",
-        kernel_headers="linux-headers",
         toolkit_repo_path=None,
         driver=ARCH_DRIVER,
     ),

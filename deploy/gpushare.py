@@ -31,7 +31,6 @@ NODE_LABEL = "gpushare"
 SCHEDULER_CONFIG_GROUP = "kubescheduler.config.k8s.io"
 MIN_MINOR = 23  # kubescheduler.config.k8s.io/v1beta3 arrived in 1.23
 V1_MINOR = 25  # .../v1 arrived in 1.25
-V1BETA3_LAST_MINOR = 28  # .../v1beta3 was removed in 1.29
 MASTER_LABEL_LAST_MINOR = 23  # kubeadm 1.24 stopped labelling control-plane nodes "master"
 MASTER_TAINT_LAST_MINOR = 24  # kubeadm 1.25 stopped tainting them "master"
 
@@ -67,17 +66,6 @@ def scheduler_config_api_version(version: Any) -> str:
             f"the cluster runs 1.{minor}"
         )
     return f"{SCHEDULER_CONFIG_GROUP}/{'v1' if minor >= V1_MINOR else 'v1beta3'}"
-
-
-def served_scheduler_config_versions(version: Any) -> tuple[str, ...]:
-    """Every KubeSchedulerConfiguration apiVersion the kube-scheduler of this version accepts."""
-    minor = kube_minor(version)
-    served = []
-    if MIN_MINOR <= minor <= V1BETA3_LAST_MINOR:
-        served.append(f"{SCHEDULER_CONFIG_GROUP}/v1beta3")
-    if minor >= V1_MINOR:
-        served.append(f"{SCHEDULER_CONFIG_GROUP}/v1")
-    return tuple(served)
 
 
 def scheduler_config(

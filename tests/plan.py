@@ -11,15 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from pyinfra.api import Config, Inventory, State
-from pyinfra.api.exceptions import PyinfraError
-from pyinfra.api.connect import connect_all
+from pyinfra.api import Inventory, State
 from pyinfra.api.deploy import add_deploy
-from pyinfra.api.operations import run_ops
-from pyinfra.api.state import StateStage
+from pyinfra.api.exceptions import PyinfraError
 
 from deploy.settings import Settings, parse_settings
-from fixtures.nvidia.fake_host import CANDIDATE_CHECK, os_release, wired_dump
+from fake_host import CANDIDATE_CHECK, os_release, run_state, wired_dump
 
 
 @dataclass
@@ -60,18 +57,10 @@ def run_plan(
     """Prepare and execute ``task(*args, **kwargs)`` (a @deploy) on one @fake host."""
     host_data = {**fake_host_data(distro, responses, arch), **(data or {})}
     inventory = Inventory(([("@fake/node", host_data)], {}))
-    state = State(inventory, Config(), check_for_changes=False)
-    state.set_stage(StateStage.Connect)
-    connect_all(state)
-    state.set_stage(StateStage.Prepare)
-    add_deploy(state, task, *args, **kwargs)
-    state.set_stage(StateStage.Execute)
-    try:
-        run_ops(state)
-    except PyinfraError as error:
-        # The host failed during execution (a Python-side check): what ran until then is the plan.
-        if "No hosts remaining" not in str(error):
-            raise
+    state, error = run_state(inventory, lambda state: add_deploy(state, task, *args, **kwargs))
+    # The host failed during execution (a Python-side check): what ran until then is the plan.
+    if error is not None and not (isinstance(error, PyinfraError) and "No hosts remaining" in str(error)):
+        raise error
     host = inventory.get_host("@fake/node")
     return Plan(commands=list(host.connector.executed_commands), state=state)
 

@@ -133,30 +133,21 @@ class NvidiaNode(FactBase):
         return node
 
 
-# Exit 0 when the package manager knows the package (installed or in its lists).
-AVAILABLE_CHECKS = {
-    "apt": "apt-cache show --no-all-versions {package} >/dev/null 2>&1",
-    "dnf": "dnf -q list {package} >/dev/null 2>&1",
-    "zypper": "zypper --quiet search --match-exact {package} >/dev/null 2>&1",
-    "pacman": "pacman -Si {package} >/dev/null 2>&1",
-}
-
-
 class PackagesAvailable(FactBase):
     """
-    Which of the named packages the package manager can install (from its current lists).
+    Which of the named packages the package manager can install (from its current lists):
+    ``check`` is its shell test for one {package} (the family's ``available_check``, deploy/distros.py).
 
     .. code:: python
 
         {"linux-headers-6.1.0-18-amd64": False, "linux-headers-amd64": True}
     """
 
-    def command(self, manager, packages=()):
+    def command(self, check, packages=()):
         parts = ["echo package-availability;"]
         for package in packages:
             quoted = shlex.quote(package)
-            check = AVAILABLE_CHECKS[manager].format(package=quoted)
-            parts.append(f"if {check}; then echo yes {quoted}; else echo no {quoted}; fi;")
+            parts.append(f"if {check.format(package=quoted)}; then echo yes {quoted}; else echo no {quoted}; fi;")
         parts.append("true")
         return " ".join(parts)
 
@@ -175,7 +166,7 @@ class PackagesAvailable(FactBase):
 
 class IgnoredPackages(FactBase):
     """
-    Packages a holding command lists (the family's ``hold_list``, e.g. pacman's IgnorePkg).
+    Packages a holding command lists (e.g. pacman's IgnorePkg lines).
 
     .. code:: python
 

@@ -87,10 +87,11 @@ def _dir_q(path: str) -> str:
 
 
 def stage_verified_source(
-    path: str, content: str, keyring: str, key_url: str, repository: str, timeout: int
+    path: str, content: str, keyring: str, key_url: str, repository: str, timeout: int, lock_timeout: int
 ) -> StringCommand:
     """
-    Fetch and check the key, let apt refresh the new source alone against it (with ``timeout``),
+    Fetch and check the key, let apt refresh the new source alone against it (with ``timeout``,
+    waiting up to ``lock_timeout`` seconds for dpkg's lock),
     and only then stage the keyring and the source beside their targets (``<path>.gpu-node-new``).
     Any failure exits 1 with one line naming the URL and leaves the targets untouched.
     """
@@ -100,7 +101,7 @@ def stage_verified_source(
     key_url_s, repo_s = _sq(key_url), _sq(repository)
     staged_key = '"$stage/keyring.asc"'
     apt_update = " ".join([
-        "apt-get", "update", "-q", apt_lock_option(),
+        "apt-get", "update", "-q", apt_lock_option(lock_timeout),
         "-o", 'Dir::Etc::SourceList="$stage/trial.list"', "-o", 'Dir::Etc::SourceParts="$stage/parts"',
         # Keep every other source's lists: this refresh sees only the one source.
         "-o", "APT::Get::List-Cleanup=0",
@@ -173,13 +174,14 @@ def source_state(digests: dict, path: str, content: str, keyring: str) -> str:
 
 
 @operation()
-def signed_apt_source(path: str, content: str, keyring: str, key_url: str, repository: str = "",
-                      timeout: int = 30):
+def signed_apt_source(path: str, content: str, keyring: str, key_url: str, *, lock_timeout: int,
+                      repository: str = "", timeout: int = 30):
     """
     An apt source that names a signed-by keyring. When the source is new or changed (so a changed
     key URL takes effect) or the key is missing, fetch the key, check apt can fetch and verify the
     repository with it, then install both; any failure leaves the previous files untouched. One
     remote read decides; a source whose only drift is its mode or owner is repaired in place.
+    ``lock_timeout``: apt's wait for dpkg's lock (settings.apt_lock_timeout).
     """
     if f"signed-by={keyring}" not in content:
         raise OperationValueError(f"the apt source for {path} must name signed-by={keyring}")
@@ -188,7 +190,7 @@ def signed_apt_source(path: str, content: str, keyring: str, key_url: str, repos
     state = source_state(known_fact(host, FileDigests, paths=[path, keyring]), path, content, keyring)
     if state == REPLACE:
         apt_sources_changed()
-        yield stage_verified_source(path, content, keyring, key_url, repository or path, timeout)
+        yield stage_verified_source(path, content, keyring, key_url, repository or path, timeout, lock_timeout)
         yield commit_staged_source(path, keyring)
         return
     if state == REPAIR:

@@ -1,31 +1,28 @@
 """
-Operations of the driver stage: apt components, kernel headers, Arch holds, the reboot marker
-and the end-of-run report. Package installs go through pyinfra's package operations.
+Operations of the driver stage: apt components, kernel headers, the reboot marker and the
+end-of-run report. Package installs go through the family's package manager (deploy/distros.py).
 """
 
 from __future__ import annotations
 
 import base64
 import re
-import shlex
 from io import StringIO
+from typing import TYPE_CHECKING
 
 from pyinfra import host, logger
 from pyinfra.api import FactBase, QuoteString, StringCommand, operation
-from pyinfra.facts.deb import DebPackages
-from pyinfra.facts.pacman import PacmanPackages
-from pyinfra.facts.rpm import RpmPackages
-from pyinfra.operations import apt, dnf, files, pacman, zypper
+from pyinfra.operations import files
 
 from deploy.facts.combined import known_fact
-from deploy.facts.nvidia import IgnoredPackages, NvidiaNode, PackagesAvailable
-from deploy.operations.packages import apt_lock_option, apt_sources_changed, refresh_apt_lists
+from deploy.facts.nvidia import NvidiaNode, PackagesAvailable
+from deploy.operations.packages import apt_sources_changed
+
+if TYPE_CHECKING:
+    from deploy.distros import PackageManager
 
 REBOOT_MARKER = "/run/reboot-required"
 REBOOT_PACKAGES = "/run/reboot-required.pkgs"
-
-INSTALLED_FACTS = {"apt": DebPackages, "dnf": RpmPackages, "zypper": RpmPackages, "pacman": PacmanPackages}
-PACKAGE_OPERATIONS = {"apt": apt.packages, "dnf": dnf.packages, "zypper": zypper.packages, "pacman": pacman.packages}
 
 
 class AptSourceFiles(FactBase):
@@ -184,44 +181,30 @@ def enable_apt_components(codename: str, components: list):
 
 
 @operation()
-def install_first_available(manager: str, candidates: list, what: str = "package"):
+def install_first_available(manager: PackageManager, candidates: list, lock_timeout: int, what: str = "package"):
     """
     Install the first of ``candidates`` the package manager has (e.g. the running kernel's
     headers, else the flavour's meta package); nothing when one of them is installed already.
     The choice is made when the operation runs, after the lists are refreshed.
     """
-    installed = host.get_fact(INSTALLED_FACTS[manager])
+    installed = host.get_fact(manager.installed_fact)
     have = [name for name in candidates if name in installed]
     if have:
         host.noop(f"{what} {have[0]} is installed")
         return
-    if manager == "apt":
-        yield from refresh_apt_lists()
-    available = host.get_fact(PackagesAvailable, manager=manager, packages=list(candidates))
+    if manager.refresh_lists:
+        yield from manager.refresh_lists(lock_timeout)
+    available = host.get_fact(PackagesAvailable, check=manager.available_check, packages=list(candidates))
     chosen = next((name for name in candidates if available.get(name)), None)
     if chosen is None:
-        yield failure(f"no {what} to install: none of {', '.join(candidates)} is in the {manager} repositories")
+        yield failure(f"no {what} to install: none of {', '.join(candidates)} is in the {manager.name} repositories")
         return
     if chosen != candidates[0]:
         logger.warning(
-            f"{host.print_prefix}{candidates[0]} is not in the {manager} repositories: installing {chosen}; "
+            f"{host.print_prefix}{candidates[0]} is not in the {manager.name} repositories: installing {chosen}; "
             "the driver's module is built for that kernel and loads once the node boots it"
         )
-    if manager == "apt":
-        yield from apt.packages._inner(packages=[chosen], extra_install_args=apt_lock_option())
-        return
-    yield from PACKAGE_OPERATIONS[manager]._inner(packages=[chosen])
-
-
-@operation()
-def hold_with_command(packages: list, list_command: str, hold_command: str):
-    """Hold packages with the family's own command (pacman's IgnorePkg), those not held yet."""
-    held = set(host.get_fact(IgnoredPackages, list_command=list_command))
-    missing = [name for name in packages if name not in held]
-    if not missing:
-        host.noop("held: " + ", ".join(packages))
-        return
-    yield hold_command.format(packages=" ".join(shlex.quote(name) for name in missing))
+    yield from manager.install._inner(packages={chosen: None}, lock_timeout=lock_timeout)
 
 
 def module_current(node: dict) -> bool:

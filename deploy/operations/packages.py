@@ -8,43 +8,50 @@ is missing or at another version, so a no-op re-run stays a single read.
 
 from __future__ import annotations
 
+import shlex
+from weakref import WeakKeyDictionary
+
 from pyinfra import host
-from pyinfra.api import QuoteString, StringCommand, operation
-from pyinfra.operations import apt, dnf
+from pyinfra.api import QuoteString, State, StringCommand, operation
+from pyinfra.operations import apt, dnf, pacman, zypper
 
 from deploy.facts.combined import known_fact
+from deploy.facts.nvidia import IgnoredPackages
 from deploy.facts.packages import DebPackageStates, RpmPackageStates, ZypperLocks
 from deploy.facts.recovery import lock_holders_script
 
-# apt's own default wait is none: a node where unattended-upgrades runs would fail at once.
-DEFAULT_APT_LOCK_TIMEOUT = 120
+# pacman holds with IgnorePkg lines of pacman.conf's [options]; it reads every one of them.
+PACMAN_HOLD_LIST = "sed -n 's/^[[:space:]]*IgnorePkg[[:space:]]*=//p' /etc/pacman.conf"
+PACMAN_HOLD_COMMAND = "sed -i '/^\\[options\\]/a IgnorePkg = {packages}' /etc/pacman.conf"
+
+# Per-run state: the hosts whose apt lists this run refreshed since their last apt source change,
+# per pyinfra State (one run). A first run installs in several stages and would otherwise
+# refresh once per stage; what is asked of the host cannot tell (apt keeps no refresh time).
+APT_LISTS_REFRESHED: WeakKeyDictionary[State, set[str]] = WeakKeyDictionary()
 
 
-def apt_lock_timeout() -> int:
-    """This run's apt_lock_timeout (preflight records it on the host, as it does the apt lists)."""
-    return getattr(host, "_gpu_node_apt_lock_timeout", DEFAULT_APT_LOCK_TIMEOUT)
+def apt_lock_option(lock_timeout: int) -> str:
+    """apt's wait for dpkg's lock (settings.apt_lock_timeout): its own default is none, so a node
+    where unattended-upgrades runs would fail at once."""
+    return f"-o DPkg::Lock::Timeout={int(lock_timeout)}"
 
 
-def apt_lock_option() -> str:
-    return f"-o DPkg::Lock::Timeout={int(apt_lock_timeout())}"
-
-
-def refresh_apt_lists():
+def refresh_apt_lists(lock_timeout: int):
     """
-    ``apt-get update``, unless this run refreshed the lists already and no apt source changed
-    since: a first run installs in several stages and would otherwise refresh once per stage.
+    ``apt-get update``, unless this run refreshed the lists already and no apt source changed since.
     """
-    if getattr(host, "_gpu_node_apt_lists_fresh", False):
+    refreshed = APT_LISTS_REFRESHED.setdefault(host.state, set())
+    if host.name in refreshed:
         host.noop("apt lists were refreshed earlier in this run")
         return
-    yield StringCommand("apt-get", apt_lock_option(), "update")
+    yield StringCommand("apt-get", apt_lock_option(lock_timeout), "update")
     if host.state.is_executing:  # change detection (--dry) runs generators without running commands
-        host._gpu_node_apt_lists_fresh = True
+        refreshed.add(host.name)
 
 
 def apt_sources_changed() -> None:
     """Call when an operation changes apt sources: the next install refreshes the lists."""
-    host._gpu_node_apt_lists_fresh = False
+    APT_LISTS_REFRESHED.setdefault(host.state, set()).discard(host.name)
 
 
 def _needed(states: dict, packages: dict[str, str | None]) -> list[str]:
@@ -60,8 +67,13 @@ def apt_install_needed(states: dict, packages: dict[str, str | None], hold: bool
     return bool(_needed(states, packages)) or (hold and not all(states[name]["held"] for name in packages))
 
 
+# Every install operation takes the same arguments, so the package-manager table in
+# deploy/distros.py calls them alike: ``packages`` {name: version or None}, ``hold`` and
+# ``lock_timeout`` (apt's wait for dpkg's lock, settings.apt_lock_timeout).
+
+
 @operation()
-def apt_install(packages: dict, hold: bool = False):
+def apt_install(packages: dict, hold: bool = False, *, lock_timeout: int):
     """
     Ensure Debian packages are installed, at ``version`` where one is given ({name: version or None}),
     refreshing the lists first only when something must be installed; hold them when asked.
@@ -69,11 +81,11 @@ def apt_install(packages: dict, hold: bool = False):
     states = known_fact(host, DebPackageStates, packages=sorted(packages))
     needed = _needed(states, packages)
     if needed:
-        yield from refresh_apt_lists()
+        yield from refresh_apt_lists(lock_timeout)
         yield from apt.packages._inner(
             packages=[f"{name}={packages[name]}" if packages[name] else name for name in needed],
             # We manage holds ourselves: a new pin must be able to move a held package.
-            extra_install_args=f"{apt_lock_option()} --allow-change-held-packages --allow-downgrades",
+            extra_install_args=f"{apt_lock_option(lock_timeout)} --allow-change-held-packages --allow-downgrades",
         )
     else:
         host.noop("packages are installed: " + ", ".join(f"{n} {states[n]['version']}" for n in sorted(packages)))
@@ -114,7 +126,7 @@ def recover_package_manager(lock_timeout: int):
 
 
 @operation()
-def dnf_install(packages: dict, hold: bool = False):
+def dnf_install(packages: dict, hold: bool = False, *, lock_timeout: int):
     """The dnf counterpart of apt_install; holds with dnf's versionlock plugin."""
     states = host.get_fact(RpmPackageStates, packages=sorted(packages))
     needed = _needed(states, packages)
@@ -133,6 +145,32 @@ def dnf_install(packages: dict, hold: bool = False):
         if to_hold:
             yield from dnf.packages._inner(packages=["python3-dnf-plugin-versionlock"])
             yield StringCommand("dnf", "versionlock", "add", *[QuoteString(name) for name in to_hold])
+
+
+@operation()
+def zypper_install(packages: dict, hold: bool = False, *, lock_timeout: int):
+    """Install with pyinfra's zypper operation (``name=version`` pins; it imports a new repository's
+    signing key, --gpg-auto-import-keys); hold with zypper locks."""
+    yield from zypper.packages._inner(
+        packages=[f"{name}={version}" if version else name for name, version in packages.items()],
+    )
+    if hold:
+        yield from zypper_add_locks._inner(packages=list(packages))
+
+
+@operation()
+def pacman_install(packages: dict, hold: bool = False, *, lock_timeout: int):
+    """Install with pyinfra's pacman operation (the repository's version: pacman cannot pin);
+    hold with IgnorePkg in pacman.conf, for the packages not listed there yet."""
+    yield from pacman.packages._inner(packages=list(packages), update=False)
+    if not hold:
+        return
+    held = set(host.get_fact(IgnoredPackages, list_command=PACMAN_HOLD_LIST))
+    missing = [name for name in packages if name not in held]
+    if not missing:
+        host.noop("held: " + ", ".join(packages))
+        return
+    yield PACMAN_HOLD_COMMAND.format(packages=" ".join(shlex.quote(name) for name in missing))
 
 
 @operation()

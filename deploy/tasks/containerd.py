@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
-from pyinfra.operations import dnf, pacman, systemd, zypper
+from pyinfra.operations import systemd
 
-from deploy.distros import Family
+from deploy.distros import Family, add_repository, install_packages
 from deploy.facts.containerd import (
     K0S_DROPIN_DIR,
     ContainerdConfig,
@@ -18,7 +18,6 @@ from deploy.facts.containerd import (
 )
 from deploy.operations import containerd, safe_install
 from deploy.operations import drain as drain_ops
-from deploy.operations import packages as package_ops
 from deploy.operations.drain import DrainTarget
 from deploy.settings import Settings
 
@@ -98,36 +97,17 @@ def config_target(settings: Settings, owner: dict) -> ConfigTarget:
     return ConfigTarget(path=settings.containerd_config_path, service="containerd")
 
 
-def _versioned(family: Family, package: str, version: str | None) -> str:
-    if not version:
-        return package
-    separator = "-" if family.package_manager == "dnf" else "="
-    return f"{package}{separator}{version}"
-
-
 def install_containerd(settings: Settings, family: Family) -> None:
     """The distribution's containerd (Docker's containerd.io on the RHEL family), enabled and started."""
-    package = _versioned(family, family.containerd_package, settings.containerd_version)
-    if family.package_manager == "apt":
-        package_ops.apt_install(
-            name="Install containerd", packages={family.containerd_package: settings.containerd_version}
-        )
-    elif family.package_manager == "dnf":
-        if family.containerd_repo:
-            dnf.repo(
-                name="Add Docker's repository for containerd.io",
-                src=family.containerd_repo["name"],
-                baseurl=family.containerd_repo["baseurl"],
-                gpgkey=family.containerd_repo["gpgkey"],
-                gpgcheck=True,
-            )
-        dnf.packages(name="Install containerd", packages=[package])
-    elif family.package_manager == "zypper":
-        zypper.packages(name="Install containerd", packages=[package])
-    elif family.package_manager == "pacman":
-        if settings.containerd_version:
-            logger.warning(f"{host.print_prefix}pacman cannot pin containerd_version: installing the current one")
-        pacman.packages(name="Install containerd", packages=[family.containerd_package])
+    manager = family.package_manager
+    version = settings.containerd_version
+    if version and not manager.can_pin:
+        logger.warning(f"{host.print_prefix}{manager.name} cannot pin containerd_version: installing the current one")
+        version = None
+    if family.containerd_repo:
+        add_repository(manager, "Add Docker's repository for containerd.io", family.containerd_repo)
+    install_packages(manager, "Install containerd", {family.containerd_package: version},
+                     lock_timeout=settings.apt_lock_timeout)
     systemd.service(name="Enable and start containerd", service="containerd", running=True, enabled=True)
 
 

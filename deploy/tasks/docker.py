@@ -4,17 +4,14 @@ from __future__ import annotations
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.operations import dnf, pacman, systemd, zypper
+from pyinfra.operations import systemd
 
-from deploy.distros import Family
+from deploy.distros import Family, install_packages
 from deploy.facts.docker import DockerState
 from deploy.operations import docker, safe_install
 from deploy.operations import drain as drain_ops
-from deploy.operations import packages as package_ops
 from deploy.operations.drain import DrainTarget
 from deploy.settings import Settings
-
-PACKAGE_OPERATIONS = {"dnf": dnf.packages, "zypper": zypper.packages, "pacman": pacman.packages}
 
 
 @deploy("Docker")
@@ -39,10 +36,8 @@ def docker_runtime(settings: Settings, family: Family, drain: DrainTarget | None
                 "install Docker Engine (docker-ce) from Docker's repository first",
             )
             return
-        if family.package_manager == "apt":
-            package_ops.apt_install(name="Install Docker", packages={family.docker_package: None})
-        else:
-            PACKAGE_OPERATIONS[family.package_manager](name="Install Docker", packages=[family.docker_package])
+        install_packages(family.package_manager, "Install Docker", [family.docker_package],
+                         lock_timeout=settings.apt_lock_timeout)
         systemd.service(name="Enable and start Docker", service="docker", running=True, enabled=True)
 
     wired = docker.configure_nvidia_runtime(

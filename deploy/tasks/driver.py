@@ -16,22 +16,17 @@ from packaging.version import InvalidVersion, Version
 from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
-from pyinfra.facts.deb import DebPackages
-from pyinfra.facts.pacman import PacmanPackages
-from pyinfra.facts.rpm import RpmPackages
-from pyinfra.operations import dnf, files, pacman, server, zypper
+from pyinfra.operations import files, server
 
-from deploy.distros import Platform
+from deploy.distros import PackageManager, Platform, add_repository, by_distro_id, install_packages
 from deploy.facts.nvidia import RecommendedDriver
 from deploy.operations import drain as drain_ops
 from deploy.operations import driver as driver_ops
-from deploy.operations import packages as package_ops
 from deploy.operations.drain import DrainTarget
 from deploy.settings import MIN_DRIVER_VERSION, Settings
 
 CUDA_PROFILE_PATH = "/etc/profile.d/cuda.sh"
 REBOOT_DELAY = 10  # seconds before reconnecting
-INSTALLED_FACTS = {"apt": DebPackages, "dnf": RpmPackages, "zypper": RpmPackages, "pacman": PacmanPackages}
 
 
 class DriverPlanError(PyinfraError):
@@ -40,7 +35,7 @@ class DriverPlanError(PyinfraError):
 
 @dataclass(frozen=True)
 class DriverPlan:
-    manager: str
+    manager: PackageManager
     branch: str | None
     # name -> exact version or None; installed and held
     packages: dict[str, str | None]
@@ -50,11 +45,9 @@ class DriverPlan:
     codename: str = ""
     repository: dict | None = None
     module: tuple[str, str] | None = None
-    hold_list: str | None = None
-    hold_command: str | None = None
     cuda_packages: tuple[str, ...] = ()
     cuda_repository: dict | None = None
-    cuda_home: str | None = None
+    cuda_home: str = ""
     notes: list[str] = field(default_factory=list)
 
 
@@ -104,6 +97,14 @@ def _render(templates, values: dict) -> tuple[str, ...]:
     return tuple(dict.fromkeys(rendered))
 
 
+def _render_repository(repository, values: dict) -> dict | None:
+    if not repository:
+        return None
+    baseurl = repository["baseurl"].format(**values)
+    return {"name": repository["name"].format(**values), "baseurl": baseurl,
+            "gpgkey": repository["gpgkey"].format(**values, baseurl=baseurl)}
+
+
 def driver_plan(
     settings: Settings,
     platform: Platform,
@@ -116,25 +117,24 @@ def driver_plan(
     manager = platform.family.package_manager
     check_minimum(settings)
     version = settings.nvidia_driver_version
-    if version and data.get("pin") is False:
+    if version and not manager.can_pin:
         raise DriverPlanError(
             f"nvidia_driver_version={version!r} cannot be pinned on {platform.distro_id}: its package "
             "manager installs only the repository's version; unset it (the driver is still held)"
         )
 
     branch = settings.nvidia_driver_branch
-    policy = data.get("branch", "optional")
-    if branch and policy == "unsupported":
+    if branch and data.branch == "unsupported":
         raise DriverPlanError(
             f"nvidia_driver_branch={branch!r} is not supported on {platform.distro_id}: it ships one "
-            "driver branch; unset it" + ("" if data.get("pin") is False else " or pin nvidia_driver_version")
+            "driver branch; unset it" + (" or pin nvidia_driver_version" if manager.can_pin else "")
         )
-    if policy == "required" and not branch:
-        branch = detect_branch(data["branch_detect"], list(installed or {}) + list(recommended or []))
+    if data.branch == "required" and not branch:
+        branch = detect_branch(data.branch_detect, list(installed or {}) + list(recommended or []))
         if not branch:
             raise DriverPlanError(
                 f"nvidia_driver_branch is required on {platform.distro_id}: none is installed and "
-                f"`{data.get('recommend_command', 'the recommender')}` recommends none; "
+                f"`{data.recommend_command or 'the recommender'}` recommends none; "
                 "set it, e.g. nvidia_driver_branch=535"
             )
 
@@ -148,72 +148,56 @@ def driver_plan(
         "major": platform.major if platform.major is not None else platform.version_id.split(".")[0],
         "minor": (platform.version_id.split(".") + ["0"])[1],
     }
-    values["suse_dist"] = "sles{major}".format(**values) if platform.distro_id.startswith("sle") else "opensuse{major}".format(**values)
-    values["dist"] = data.get("repo_dist", "").format(**values)
-    values["flavour"] = driver_ops.kernel_flavour(
-        kernel, data.get("flavour_pattern"), data.get("default_flavour", "").format(**values)
-    )
+    values["dist"] = (by_distro_id(data.repo_dist, platform.distro_id) or "").format(**values)
+    values["flavour"] = driver_ops.kernel_flavour(kernel, data.flavour_pattern, data.default_flavour.format(**values))
     if branch:
         values["branch"] = branch
 
     module = None
-    if data.get("module") and platform.major in data.get("module_majors", ()):
-        stream = data["module"]["stream"].format(branch=branch or data["module"]["default_branch"])
-        module = (data["module"]["name"], stream)
-        names = _render(data["module_packages"], values)
+    if data.module and platform.major in data.module_majors:
+        module_name, stream, default_branch = data.module
+        module = (module_name, stream.format(branch=branch or default_branch))
+        names = _render(data.module_packages, values)
         dependencies: tuple[str, ...] = ()
     else:
-        names = _render(data.get("branch_packages", data.get("packages")) if branch else data.get("packages"), values)
+        use_branch = bool(branch)
+        names = _render(data.branch_packages if use_branch and data.branch_packages is not None else data.packages,
+                        values)
         dependencies = _render(
-            data.get("branch_dependencies", data.get("dependencies")) if branch else data.get("dependencies"), values
+            data.branch_dependencies if use_branch and data.branch_dependencies is not None else data.dependencies,
+            values,
         )
 
     notes = []
-    if data.get("kernel_modules") is not None:
+    if data.kernel_modules is not None:
         # Arch: a prebuilt module package per stock kernel, DKMS as soon as any other is installed.
         kernels = node.get("kernel_pkgbases") or []
-        modules = data["kernel_modules"]
+        modules = data.kernel_modules
         if kernels and all(name in modules for name in kernels):
             dependencies = tuple(modules[name] for name in kernels)
         else:
-            dependencies = (data["dkms_package"],) + tuple(
-                data["dkms_headers"].format(pkgbase=name) for name in (kernels or ["linux"])
+            dependencies = (data.dkms_package,) + tuple(
+                data.dkms_headers.format(pkgbase=name) for name in (kernels or ["linux"])
             )
             if not kernels:
                 notes.append("no /usr/lib/modules/*/pkgbase found: assuming the linux kernel, with DKMS")
 
-    pin_dependencies = data.get("pin_dependencies", True)
     packages = {name: version for name in names}
-    packages.update({name: version if pin_dependencies else None for name in dependencies})
-
-    repository = None
-    if data.get("repository"):
-        repository = {key: value.format(**values) for key, value in data["repository"].items()}
-        by_id = data.get("repository_by_id", {})
-        for distro_id, baseurl in by_id.items():
-            if platform.distro_id == distro_id or (distro_id == "sles" and platform.distro_id.startswith("sle")):
-                repository["baseurl"] = baseurl.format(**values)
-                repository["gpgkey"] = repository["baseurl"] + "/repodata/repomd.xml.key"
-
-    cuda_repository = None
-    if settings.cuda_toolkit_install and data.get("cuda_repository"):
-        cuda_repository = {key: value.format(**values) for key, value in data["cuda_repository"].items()}
+    packages.update({name: version if data.pin_dependencies else None for name in dependencies})
 
     return DriverPlan(
         manager=manager,
         branch=branch,
         packages=packages,
-        extra_packages=_render(data.get("extra_packages"), values),
-        headers=_render(data.get("headers"), values),
-        components=tuple(data.get("components", ())),
+        extra_packages=_render(data.extra_packages, values),
+        headers=_render(data.headers, values),
+        components=data.components,
         codename=platform.codename,
-        repository=repository,
+        repository=_render_repository(by_distro_id(data.repositories, platform.distro_id), values),
         module=module,
-        hold_list=data.get("hold_list"),
-        hold_command=data.get("hold_command"),
-        cuda_packages=tuple(data.get("cuda_packages", ())) if settings.cuda_toolkit_install else (),
-        cuda_repository=cuda_repository,
-        cuda_home=data.get("cuda_home"),
+        cuda_packages=data.cuda_packages if settings.cuda_toolkit_install else (),
+        cuda_repository=_render_repository(data.cuda_repository, values) if settings.cuda_toolkit_install else None,
+        cuda_home=data.cuda_home,
         notes=notes,
     )
 
@@ -226,57 +210,21 @@ def cuda_profile_text(cuda_home: str) -> str:
     )
 
 
-def _install(plan: DriverPlan, name: str, packages: dict, hold: bool):
-    """Install (and hold) packages with the family's package manager."""
-    if plan.manager == "apt":
-        return package_ops.apt_install(name=name, packages=packages, hold=hold)
-    if plan.manager == "dnf":
-        return package_ops.dnf_install(name=name, packages=packages, hold=hold)
-    if plan.manager == "zypper":
-        installed = zypper.packages(
-            name=name,
-            packages=[f"{pkg}={ver}" if ver else pkg for pkg, ver in packages.items()],
-        )
-        if hold:
-            package_ops.zypper_add_locks(name=f"Hold {name[0].lower()}{name[1:]} (zypper locks)", packages=list(packages))
-        return installed
-    installed = pacman.packages(name=name, packages=list(packages), update=False)
-    if hold:
-        driver_ops.hold_with_command(
-            name="Hold the NVIDIA driver (IgnorePkg in pacman.conf)",
-            packages=list(packages),
-            list_command=plan.hold_list,
-            hold_command=plan.hold_command,
-        )
-    return installed
-
-
-def _add_rpm_repository(plan: DriverPlan, repository: dict, name: str):
-    operation = dnf.repo if plan.manager == "dnf" else zypper.repo
-    return operation(
-        name=name,
-        src=repository["name"],
-        baseurl=repository["baseurl"],
-        gpgcheck=True,
-        gpgkey=repository["gpgkey"],
-    )
-
-
 def plan_for_host(settings: Settings, platform: Platform, node: dict) -> DriverPlan:
     """The plan of the current host, reading what branch detection needs (read-only)."""
-    manager = platform.family.package_manager
     data = platform.family.driver
     installed = recommended = None
-    if data.get("branch") == "required" and not settings.nvidia_driver_branch:
-        installed = host.get_fact(INSTALLED_FACTS[manager])
-        if data.get("recommend_command"):
-            recommended = host.get_fact(RecommendedDriver, recommend_command=data["recommend_command"])
+    if data.branch == "required" and not settings.nvidia_driver_branch:
+        installed = host.get_fact(platform.family.package_manager.installed_fact)
+        if data.recommend_command:
+            recommended = host.get_fact(RecommendedDriver, recommend_command=data.recommend_command)
     return driver_plan(settings, platform, node, installed, recommended)
 
 
 @deploy("NVIDIA driver")
 def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan, drain: DrainTarget | None = None):
     manager = plan.manager
+    lock_timeout = settings.apt_lock_timeout
     for note in plan.notes:
         logger.warning(f"{host.print_prefix}{note}")
 
@@ -287,19 +235,22 @@ def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan, drai
             components=list(plan.components),
         )
     if plan.repository:
-        _add_rpm_repository(plan, plan.repository, f"Add NVIDIA's repository {plan.repository['name']}")
+        add_repository(manager, f"Add NVIDIA's repository {plan.repository['name']}", plan.repository)
     if plan.extra_packages:
-        _install(plan, "Install the driver's companion packages", {name: None for name in plan.extra_packages}, False)
+        install_packages(manager, "Install the driver's companion packages", plan.extra_packages,
+                         lock_timeout=lock_timeout)
     if plan.module:
-        dnf.module(name=f"Enable the dnf module stream {':'.join(plan.module)}", module=plan.module[0], stream=plan.module[1])
+        manager.module_operation(name=f"Enable the {manager.name} module stream {':'.join(plan.module)}",
+                                 module=plan.module[0], stream=plan.module[1])
     if plan.headers:
         driver_ops.install_first_available(
             name="Install kernel headers for the driver's module",
             manager=manager,
             candidates=list(plan.headers),
+            lock_timeout=lock_timeout,
             what="kernel headers",
         )
-    driver = _install(plan, "Install the NVIDIA driver", plan.packages, hold=True)
+    driver = install_packages(manager, "Install the NVIDIA driver", plan.packages, hold=True, lock_timeout=lock_timeout)
 
     reboot = driver_ops.mark_reboot_required(
         name="Mark the node for a reboot after the driver change",
@@ -315,8 +266,8 @@ def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan, drai
 
     if plan.cuda_packages:
         if plan.cuda_repository:
-            _add_rpm_repository(plan, plan.cuda_repository, f"Add NVIDIA's CUDA repository {plan.cuda_repository['name']}")
-        _install(plan, "Install the CUDA toolkit", {name: None for name in plan.cuda_packages}, False)
+            add_repository(manager, f"Add NVIDIA's CUDA repository {plan.cuda_repository['name']}", plan.cuda_repository)
+        install_packages(manager, "Install the CUDA toolkit", plan.cuda_packages, lock_timeout=lock_timeout)
         files.put(
             name="Put the CUDA toolkit on PATH",
             src=StringIO(cuda_profile_text(plan.cuda_home)),

@@ -83,7 +83,7 @@ def headers_findings(plan: DriverPlan | None, available: dict) -> list[str]:
         return []
     fallback = ", ".join(plan.headers[1:]) or "none"
     return [
-        f"kernel headers {exact} for the running kernel are not in the {plan.manager} lists (as of "
+        f"kernel headers {exact} for the running kernel are not in the {plan.manager.name} lists (as of "
         f"their last refresh): the driver stage will try {fallback} after refreshing them"
     ]
 
@@ -106,7 +106,8 @@ def preflight(settings: Settings, read_ahead: list[tuple[type, dict]] | tuple = 
     if settings.runs("driver") and settings.nvidia_driver_install:
         plan = plan_for_host(settings, platform, nvidia)
         if plan.headers:
-            available = host.get_fact(PackagesAvailable, manager=plan.manager, packages=list(plan.headers[:1]))
+            available = host.get_fact(PackagesAvailable, check=plan.manager.available_check,
+                                     packages=list(plan.headers[:1]))
             warnings += headers_findings(plan, available)
     for warning in warnings:
         logger.warning(f"{host.print_prefix}{warning}")
@@ -125,7 +126,6 @@ def preflight(settings: Settings, read_ahead: list[tuple[type, dict]] | tuple = 
 
 def recover_package_manager(settings: Settings, state: dict) -> None:
     """Busy or interrupted dpkg: wait for it (bounded) and finish it before the first change."""
-    host._gpu_node_apt_lock_timeout = settings.apt_lock_timeout
     if not any(settings.runs(stage) for stage in ("driver", "toolkit", "runtimes")):
         return
     if not (state["held"] or state["interrupted"]):

@@ -5,9 +5,8 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
-from pyinfra.operations import pacman, zypper
 
-from deploy.distros import Platform
+from deploy.distros import APT, Platform, install_packages
 from deploy.facts.combined import known_fact
 from deploy.facts.files import FileDigests
 from deploy.facts.packages import DebPackageStates
@@ -22,12 +21,9 @@ TOOLKIT_PACKAGES = (
     "libnvidia-container-tools",
     "libnvidia-container1",
 )
+REPOSITORY_NAME = "nvidia-container-toolkit"
 APT_KEYRING = "/usr/share/keyrings/nvidia-container-toolkit-keyring.asc"
-APT_SOURCE = "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
-RPM_REPO_FILE = {
-    "dnf": "/etc/yum.repos.d/nvidia-container-toolkit.repo",
-    "zypper": "/etc/zypp/repos.d/nvidia-container-toolkit.repo",
-}
+APT_SOURCE = APT.repository_file.format(name=REPOSITORY_NAME)
 HEADER = "# Managed by gpu-node (deploy/tasks/toolkit.py)\n"
 
 
@@ -47,8 +43,8 @@ def apt_source_text(settings: Settings, platform: Platform) -> str:
 def rpm_repo_text(settings: Settings, platform: Platform) -> str:
     return HEADER + "\n".join(
         [
-            "[nvidia-container-toolkit]",
-            "name=nvidia-container-toolkit",
+            f"[{REPOSITORY_NAME}]",
+            f"name={REPOSITORY_NAME}",
             f"baseurl={repository_url(settings, platform)}",
             "repo_gpgcheck=1",
             "gpgcheck=0",
@@ -77,8 +73,21 @@ def reads(settings: Settings) -> list[tuple[type, dict]]:
 def toolkit(settings: Settings, platform: Platform):
     manager = platform.family.package_manager
     pinned = settings.nvidia_toolkit_version is not None
+    lock_timeout = settings.apt_lock_timeout
 
-    if manager == "apt":
+    if platform.family.toolkit_repo_path is None:
+        # The distribution ships the toolkit (Arch's extra repository), one package at its version.
+        if pinned and not manager.can_pin:
+            raise PyinfraError(
+                f"nvidia_toolkit_version={settings.nvidia_toolkit_version!r} cannot be pinned on "
+                f"{platform.distro_id}: {manager.name} installs only the current version; unset it"
+                " (or hold it by hand)"
+            )
+        install_packages(manager, "Install the NVIDIA container toolkit (the distribution's package)",
+                         [TOOLKIT_PACKAGES[0]], lock_timeout=lock_timeout)
+        return
+
+    if manager.signed_by_keyring:
         # Operations only for what differs (their own facts, read ahead by preflight): a fleet's
         # no-op re-run pays pyinfra's per-operation cost for nothing otherwise.
         source_text = apt_source_text(settings, platform)
@@ -95,44 +104,13 @@ def toolkit(settings: Settings, platform: Platform):
             key_url=settings.nvidia_toolkit_gpgkey_url,
             repository=repository_url(settings, platform),
             timeout=settings.download_timeout,
+            lock_timeout=lock_timeout,
         )
-        package_ops.apt_install(
-            name="Install the NVIDIA container toolkit",
-            packages=wanted_packages(settings),
-            hold=pinned,
-        )
-    elif manager in ("dnf", "zypper"):
+    else:
         files.put_text(
             name="Add the NVIDIA container toolkit repository",
-            dest=RPM_REPO_FILE[manager],
+            dest=manager.repository_file.format(name=REPOSITORY_NAME),
             content=rpm_repo_text(settings, platform),
         )
-        if manager == "dnf":
-            package_ops.dnf_install(
-                name="Install the NVIDIA container toolkit",
-                packages=wanted_packages(settings),
-                hold=pinned,
-            )
-        else:
-            version = settings.nvidia_toolkit_version
-            zypper.packages(
-                name="Install the NVIDIA container toolkit",
-                packages=[f"{name}={version}" if version else name for name in TOOLKIT_PACKAGES],
-                extra_global_install_args="--gpg-auto-import-keys",
-            )
-            if pinned:
-                package_ops.zypper_add_locks(
-                    name="Hold the NVIDIA container toolkit (zypper locks)",
-                    packages=list(TOOLKIT_PACKAGES),
-                )
-    elif manager == "pacman":
-        if pinned:
-            raise PyinfraError(
-                f"nvidia_toolkit_version={settings.nvidia_toolkit_version!r} cannot be pinned on "
-                f"{platform.distro_id}: Arch is rolling; unset it (or use IgnorePkg in pacman.conf)"
-            )
-        pacman.packages(
-            name="Install the NVIDIA container toolkit (Arch's extra repository)",
-            packages=["nvidia-container-toolkit"],
-        )
-
+    install_packages(manager, "Install the NVIDIA container toolkit", wanted_packages(settings), hold=pinned,
+                     lock_timeout=lock_timeout)

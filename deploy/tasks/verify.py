@@ -335,6 +335,14 @@ def crictl_message(text: str) -> str:
     return "; ".join(messages) or text
 
 
+def without_crictl_warnings(text: str) -> str:
+    """A container's logs as ``crictl logs`` printed them, without crictl's own warnings (every call
+    warns when /etc/crictl.yaml is missing)."""
+    return "\n".join(line for line in text.splitlines()
+                     if not ((logged := LOGRUS_LINE.search(line)) and line.startswith("time=")
+                             and logged[1] == "warning"))
+
+
 def _cleaned_up(step: dict) -> bool:
     """Done, or the sandbox is gone already: on a kubelet node the kubelet may remove it first."""
     output = step.get("output", "")
@@ -362,7 +370,7 @@ def cri_step(result: dict, gpu: bool, image: str) -> Step:
             output = crictl_message(result.get(name, {}).get("output", ""))
             return Step("cri_handler", FAIL, f"crictl {name} failed: {_short(output, 300)}")
     state = result.get("state", {}).get("output", "")
-    logs = result.get("logs", {}).get("output", "")
+    logs = without_crictl_warnings(result.get("logs", {}).get("output", ""))
     if state.strip() != "CONTAINER_EXITED 0":
         return Step("cri_handler", FAIL, f"nvidia-smi -L in the sandbox: {state or 'no state'}: {_short(logs)}")
     return Step("cri_handler", FAIL if cleanup else PASS, f"{sandbox}; nvidia-smi -L: {_short(logs, 120)}{note}")

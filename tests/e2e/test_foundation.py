@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from harness import assert_no_change
 
-from deploy.tasks.kernel import (
-    BLACKLIST_PATH,
-    MODULES_LOAD_PATH,
-    SYSCTL_PATH,
-    blacklist_text,
-    modules_load_text,
-    sysctl_text,
-)
+# The files the stage keeps, and their exact texts (tests/fixtures/kernel/README.md: the sources).
+GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "kernel"
+MODULES_LOAD_PATH = "/etc/modules-load.d/gpu-node-kubernetes.conf"
+SYSCTL_PATH = "/etc/sysctl.d/99-gpu-node-kubernetes.conf"
+BLACKLIST_PATH = "/etc/modprobe.d/gpu-node-blacklist-nouveau.conf"
+
+
+def golden(path: str) -> str:
+    return (GOLDEN / Path(path).name).read_text()
+
 
 # The foundation alone: no driver, toolkit or runtimes.
 KERNEL_ONLY = {
@@ -22,12 +27,18 @@ KERNEL_ONLY = {
 }
 
 
-def test_kernel_stage_persists_modules_and_sysctls_and_second_run_changes_nothing(node):
-    first = node.deploy(data=KERNEL_ONLY)
+# pyinfra's default mode (changes detected, shown, confirmed on stdin) is what the README's main
+# command runs; -y skips the detection.
+BOTH_MODES = pytest.mark.parametrize("default_mode", [True, False], ids=["default-mode", "-y"])
+
+
+@BOTH_MODES
+def test_kernel_stage_persists_modules_and_sysctls_and_second_run_changes_nothing(node, default_mode):
+    first = node.deploy(data=KERNEL_ONLY, default_mode=default_mode)
     assert first.returncode == 0, first.explain()
     assert "Kernel prerequisites | Persist the Kubernetes sysctls" in first.changed_operations()
 
-    assert node.read(MODULES_LOAD_PATH) == modules_load_text()
+    assert node.read(MODULES_LOAD_PATH) == golden(MODULES_LOAD_PATH)
     assert "overlay\nbr_netfilter\n" in node.read(MODULES_LOAD_PATH)
     sysctls = node.read(SYSCTL_PATH)
     for line in (
@@ -36,11 +47,11 @@ def test_kernel_stage_persists_modules_and_sysctls_and_second_run_changes_nothin
         "net.ipv4.ip_forward = 1",
     ):
         assert line in sysctls
-    assert node.read(SYSCTL_PATH) == sysctl_text()
-    assert node.read(BLACKLIST_PATH) == blacklist_text()
+    assert node.read(SYSCTL_PATH) == golden(SYSCTL_PATH)
+    assert node.read(BLACKLIST_PATH) == golden(BLACKLIST_PATH)
     before = {path: node.stat(path) for path in (MODULES_LOAD_PATH, SYSCTL_PATH, BLACKLIST_PATH)}
 
-    second = node.deploy(data=KERNEL_ONLY)
+    second = node.deploy(data=KERNEL_ONLY, default_mode=default_mode)
     assert_no_change(second)
     assert {path: node.stat(path) for path in before} == before
 
@@ -55,10 +66,11 @@ def test_invalid_runtime_stops_the_run_before_the_node_changes(node):
         assert not node.exists(path), f"{path} was written although the settings were invalid"
 
 
-def test_files_edited_by_hand_are_put_back(node):
-    assert node.deploy(data=KERNEL_ONLY).returncode == 0
+@BOTH_MODES
+def test_files_edited_by_hand_are_put_back(node, default_mode):
+    assert node.deploy(data=KERNEL_ONLY, default_mode=default_mode).returncode == 0
     node.write(SYSCTL_PATH, "net.ipv4.ip_forward = 0\n")
-    repaired = node.deploy(data=KERNEL_ONLY)
+    repaired = node.deploy(data=KERNEL_ONLY, default_mode=default_mode)
     assert repaired.returncode == 0, repaired.explain()
     assert repaired.changed_operations() == ["Kernel prerequisites | Persist the Kubernetes sysctls"]
-    assert node.read(SYSCTL_PATH) == sysctl_text()
+    assert node.read(SYSCTL_PATH) == golden(SYSCTL_PATH)

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 from harness import assert_no_change
 
-from deploy.tasks.kernel import BLACKLIST_PATH, blacklist_text
+BLACKLIST_PATH = "/etc/modprobe.d/gpu-node-blacklist-nouveau.conf"
+# The exact text (tests/fixtures/kernel/README.md: its source).
+BLACKLIST = (Path(__file__).resolve().parents[1] / "fixtures" / "kernel" / "gpu-node-blacklist-nouveau.conf").read_text()
 
 SOURCES = "/etc/apt/sources.list.d/debian.sources"
 HELD = {"nvidia-driver", "nvidia-kernel-dkms", "nvidia-smi"}
@@ -51,7 +54,7 @@ def test_full_deploy_installs_held_driver_real_toolkit_containerd_reports_no_gpu
     # DKMS built the module for the Debian kernel whose headers were installed.
     assert "nvidia" in node.sh("dkms status").stdout and "installed" in node.sh("dkms status").stdout
 
-    assert node.read(BLACKLIST_PATH) == blacklist_text()
+    assert node.read(BLACKLIST_PATH) == BLACKLIST
     assert "blacklist nouveau" in node.read(BLACKLIST_PATH)
 
     # No GPU: nvidia-smi cannot reach a driver (exit 9), the run says so, and says a reboot is due.

@@ -35,9 +35,15 @@ import yaml
 from cluster_hosts import assert_change_free, make_kubectl_host, pyinfra, write_inventory
 from harness import CACHE, Node, run, wait_for
 
-from deploy.gpushare import EXTENDER_NAME, EXTENDER_NODE_PORT, NAMESPACE, SCHEDULER_MANIFEST
-
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpushare"
+# Facts the tool must meet, not its own constants: kubeadm's static pod, and the extender's names
+# and NodePort as upstream's config/gpushare-schd-extender.yaml (AliyunContainerService) has them.
+SCHEDULER_MANIFEST = "/etc/kubernetes/manifests/kube-scheduler.yaml"
+NAMESPACE = "kube-system"
+EXTENDER_NAME = "gpushare-schd-extender"
+EXTENDER_NODE_PORT = 32766
+# The config for a 1.28 cluster, golden (the real kube-scheduler loads it: test_gpushare_scheduler_config_real.py).
+SCHEDULER_CONFIG_128 = (FIXTURES / "scheduler-config-v1.28.yaml").read_text()
 CP, GPU = "lab-cp", "lab-gpu"
 SCHEDULER_IMAGE = "registry.k8s.io/kube-scheduler:v1.28.7"
 SCHEDULER_CONFIG = "/etc/kubernetes/gpushare/scheduler-config.yaml"
@@ -229,7 +235,7 @@ def test_gpushare_deployed_by_the_tool_binds_a_gpu_mem_pod_through_the_extender(
     manifest = yaml.safe_load(cp.sh(f"cat {SCHEDULER_MANIFEST}").stdout)
     (container,) = manifest["spec"]["containers"]
     assert f"--config={SCHEDULER_CONFIG}" in container["command"]
-    assert yaml.safe_load(cp.sh(f"cat {SCHEDULER_CONFIG}").stdout)["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert cp.sh(f"cat {SCHEDULER_CONFIG}").stdout == SCHEDULER_CONFIG_128
     after = mirror_pod(control_plane)
     assert pod_ready(after)
     assert after["metadata"]["uid"] != before["metadata"]["uid"]

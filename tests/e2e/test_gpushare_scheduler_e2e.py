@@ -17,10 +17,13 @@ from pathlib import Path
 
 from harness import assert_no_change
 
-from deploy.gpushare import edit_scheduler_manifest, scheduler_config_yaml
-
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpushare"
 KUBEADM_128 = (FIXTURES / "kubeadm-v1.28-kube-scheduler.yaml").read_text()
+# Golden texts: the config for a 1.28 cluster, and kubeadm's manifest with the flag, mount, volume
+# and checksum annotation (its digest a placeholder, filled in with the config's SHA-256).
+CONFIG_128 = (FIXTURES / "scheduler-config-v1.28.yaml").read_text()
+EDITED_128 = (FIXTURES / "kubeadm-v1.28-kube-scheduler.edited.yaml").read_text()
+PLACEHOLDER_DIGEST = "0123456789abcdef" * 4
 DEPLOY = "tests/fixtures/gpushare/scheduler_manifest_deploy.py"
 MANIFEST = "/etc/kubernetes/manifests/kube-scheduler.yaml"
 CONFIG = "/etc/kubernetes/gpushare/scheduler-config.yaml"
@@ -41,10 +44,9 @@ def test_scheduler_manifest_edit_applied_once_kept_and_rolled_back_kubectl_stand
 
     first = node.deploy(deploy_file=DEPLOY)
     assert first.returncode == 0, first.explain()
-    config = scheduler_config_yaml("1.28")
-    digest = hashlib.sha256(config.encode()).hexdigest()
-    assert node.read(CONFIG) == config
-    assert node.read(MANIFEST) == edit_scheduler_manifest(KUBEADM_128, CONFIG, digest)
+    digest = hashlib.sha256(CONFIG_128.encode()).hexdigest()
+    assert node.read(CONFIG) == CONFIG_128
+    assert node.read(MANIFEST) == EDITED_128.replace(PLACEHOLDER_DIGEST, digest)
     assert node.read(f"{STAGING}/kube-scheduler.yaml.before-gpushare") == KUBEADM_128
     assert node.sh(f"ls -A {MANIFEST.rsplit('/', 1)[0]}").stdout.split() == ["kube-scheduler.yaml"]
     assert node.sh(f"stat -c %a {MANIFEST}").stdout.strip() == "600"

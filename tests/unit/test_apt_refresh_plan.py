@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from fixtures.nvidia.fake_host import fake_run, responses
+import pytest
+from fake_host import fake_run, responses
+
+
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+pytestmark = pytest.mark.usefixtures("both_modes")
 
 
 def test_toolkit_then_containerd_refresh_the_lists_once_after_the_new_source():

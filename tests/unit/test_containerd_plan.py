@@ -11,6 +11,10 @@ from deploy.distros import detect_platform
 from deploy.tasks.containerd import containerd_runtime
 from deploy.tasks.docker import docker_runtime
 
+
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+pytestmark = pytest.mark.usefixtures("both_modes")
+
 PLAIN_MISSING = {"paths": [], "units": {}, "generated_versions": {}, "binary": None,
                  "flavour": {"name": "plain", "service": "containerd"}}
 PLAIN_PRESENT = {**PLAIN_MISSING, "binary": "/usr/bin/containerd"}

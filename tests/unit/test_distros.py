@@ -1,10 +1,25 @@
-"""Distro detection from pyinfra's facts into the per-family table."""
+"""
+Distro detection from pyinfra's facts into the per-family table, and the table against real
+sources: Debian's archive, NVIDIA's published repository files and install guides. Ubuntu's,
+Fedora's, RHEL's, SUSE's and Arch's archives cannot be reached here: their package names are
+covered only by the plan tests (tests/unit/test_driver_plans.py and the Docker golden below).
+"""
 
 from __future__ import annotations
 
+import configparser
+import re
+import shlex
+from pathlib import Path
+
+import debian_archive
 import pytest
+from plan import run_plan, settings_for
 
 from deploy.distros import FAMILIES, UnsupportedPlatform, detect_platform
+from deploy.tasks.docker import docker_runtime
+from deploy.tasks.driver import driver_plan
+from deploy.tasks.toolkit import APT_KEYRING, APT_SOURCE, apt_source_text, rpm_repo_text, toolkit
 
 
 def distribution(distro_id: str, id_like: str = "", **meta):
@@ -49,3 +64,133 @@ def test_every_family_names_its_initramfs_tool_and_containerd_package():
     for family in FAMILIES:
         assert family.initramfs_command.split()[0] in ("update-initramfs", "dracut", "mkinitcpio")
         assert family.containerd_package
+
+
+# The table against real sources: what a family's plan names must exist where it points.
+
+OS_RELEASE = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia" / "os-release"
+PUBLISHED = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-container-toolkit" / "published"
+
+
+def platform_of(fixture: str, arch: str = "x86_64"):
+    """The Platform of a stored os-release file (tests/fixtures/nvidia/os-release/<fixture>)."""
+    meta = dict(shlex.split(line)[0].split("=", 1) for line in (OS_RELEASE / fixture).read_text().splitlines()
+                if "=" in line)
+    version = meta.get("VERSION_ID", "")
+    major = int(version.split(".")[0]) if version[:1].isdigit() else None
+    return detect_platform({"name": meta["ID"], "major": major, "release_meta": meta}, arch)
+
+
+def debian_plan_names(**settings) -> list[str]:
+    """Every package the driver, toolkit-free stages of a Debian 12 amd64 host can install."""
+    platform = platform_of("debian-12")
+    plan = driver_plan(settings_for(cuda_toolkit_install="true", **settings), platform,
+                       {"kernel": "6.1.0-18-cloud-amd64"})
+    family = platform.family
+    return [*plan.packages, *plan.extra_packages, *plan.headers[1:], *plan.cuda_packages,
+            family.containerd_package, family.docker_package]
+
+
+@pytest.mark.parametrize("settings", [{}, {"nvidia_driver_branch": "535"}], ids=["default", "branch-535"])
+def test_debian_12_plan_names_only_packages_in_debians_real_bookworm_archive(settings):
+    """Debian's archive (deb.debian.org, bookworm with -updates and -security, every component,
+    amd64): a renamed or misspelt package in the table fails here. The exact-kernel header
+    package is left out: its name follows the kernel of the day."""
+    try:
+        absent = debian_archive.missing("bookworm", debian_plan_names(**settings))
+    except RuntimeError as error:
+        pytest.skip(f"Debian's archive unreachable (set GPU_NODE_DEBIAN_MIRROR to a mirror): {error}")
+    assert absent == [], f"not in Debian bookworm: {absent}"
+
+
+def repository_sections(text: str) -> dict[str, dict[str, str]]:
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read_string(text)
+    return {name: dict(parser[name]) for name in parser.sections()}
+
+
+@pytest.mark.parametrize("fixture", ["rocky-9", "fedora-40", "amzn-2023", "opensuse-leap-15.5", "sles-15.5"])
+def test_rpm_toolkit_repository_is_nvidias_published_stable_repository(fixture):
+    """tests/fixtures/nvidia-container-toolkit/published: NVIDIA's own repository file, which its
+    install guide puts in /etc/yum.repos.d/ (zypper: /etc/zypp/repos.d/ through `zypper ar`)."""
+    published = repository_sections((PUBLISHED / "nvidia-container-toolkit.repo").read_text())["nvidia-container-toolkit"]
+    platform = platform_of(fixture)
+    ours = repository_sections(rpm_repo_text(settings_for(), platform))["nvidia-container-toolkit"]
+    assert {key: ours.get(key) for key in published} == published
+    folder = {"dnf": "/etc/yum.repos.d", "zypper": "/etc/zypp/repos.d"}[platform.family.package_manager.name]
+    plan = run_plan(toolkit, settings_for(), platform)
+    assert plan.ran(f"{folder}/nvidia-container-toolkit.repo"), plan.commands
+
+
+@pytest.mark.parametrize("fixture", ["debian-12", "ubuntu-22.04"])
+def test_apt_toolkit_source_is_nvidias_published_list_with_signed_by(fixture):
+    published = (PUBLISHED / "nvidia-container-toolkit.list").read_text().splitlines()[0]
+    ours = [line for line in apt_source_text(settings_for(), platform_of(fixture)).splitlines()
+            if line.startswith("deb ")]
+    assert ours == [published.replace("deb ", f"deb [signed-by={APT_KEYRING}] ", 1)]
+    assert APT_SOURCE == "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
+
+
+# NVIDIA's driver repositories as its install guides give them (CUDA installation guide for Linux,
+# network repositories: developer.download.nvidia.com/compute/cuda/repos/<distro>/<arch>/, RPM key
+# D42D0685; NVIDIA's SUSE driver repositories: download.nvidia.com/opensuse/leap/<version>,
+# .../opensuse/tumbleweed, .../suse/sle<major>sp<minor>), written out by hand.
+CUDA = "https://developer.download.nvidia.com/compute/cuda/repos"
+DRIVER_REPOSITORIES = {
+    ("rocky-9", "x86_64"): ("cuda-rhel9-x86_64", f"{CUDA}/rhel9/x86_64", f"{CUDA}/rhel9/x86_64/D42D0685.pub"),
+    ("fedora-40", "x86_64"): ("cuda-fedora40-x86_64", f"{CUDA}/fedora40/x86_64", f"{CUDA}/fedora40/x86_64/D42D0685.pub"),
+    ("amzn-2023", "aarch64"): ("cuda-amzn2023-sbsa", f"{CUDA}/amzn2023/sbsa", f"{CUDA}/amzn2023/sbsa/D42D0685.pub"),
+    ("opensuse-leap-15.5", "x86_64"): ("nvidia-opensuse-leap", "https://download.nvidia.com/opensuse/leap/15.5",
+                                       "https://download.nvidia.com/opensuse/leap/15.5/repodata/repomd.xml.key"),
+    ("sles-15.5", "x86_64"): ("nvidia-sles", "https://download.nvidia.com/suse/sle15sp5",
+                              "https://download.nvidia.com/suse/sle15sp5/repodata/repomd.xml.key"),
+}
+CUDA_REPOSITORIES = {
+    "opensuse-leap-15.5": f"{CUDA}/opensuse15/x86_64",
+    "sles-15.5": f"{CUDA}/sles15/x86_64",
+}
+
+
+@pytest.mark.parametrize(("fixture", "arch"), sorted(DRIVER_REPOSITORIES))
+def test_driver_repository_is_the_one_nvidias_install_guide_names(fixture, arch):
+    plan = driver_plan(settings_for(cuda_toolkit_install="true"), platform_of(fixture, arch), {"kernel": "6.4.0-150600.23.7-default"})
+    name, baseurl, gpgkey = DRIVER_REPOSITORIES[(fixture, arch)]
+    assert plan.repository == {"name": name, "baseurl": baseurl, "gpgkey": gpgkey}
+    if fixture in CUDA_REPOSITORIES:
+        assert plan.cuda_repository["baseurl"] == CUDA_REPOSITORIES[fixture]
+        assert plan.cuda_repository["gpgkey"] == CUDA_REPOSITORIES[fixture] + "/D42D0685.pub"
+
+
+def test_tumbleweed_takes_nvidias_tumbleweed_repository():
+    platform = detect_platform(distribution("opensuse-tumbleweed", VERSION_ID="20240601"), "x86_64")
+    plan = driver_plan(settings_for(), platform, {"kernel": "6.9.3-1-default"})
+    assert plan.repository["baseurl"] == "https://download.nvidia.com/opensuse/tumbleweed"
+
+
+def test_rhel_9_enables_nvidias_latest_dkms_module_stream():
+    # The CUDA guide: `dnf module install nvidia-driver:latest-dkms` (RHEL 8/9).
+    plan = driver_plan(settings_for(), platform_of("rocky-9"), {"kernel": "5.14.0-427.el9.x86_64"})
+    assert plan.module == ("nvidia-driver", "latest-dkms")
+
+
+# What the Docker stage runs per family with docker_install=true on a host without Docker: the
+# distribution's own package through its package manager (commands as pyinfra's operations write them).
+DOCKER_INSTALLS = {
+    "debian-12": "DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::=\"--force-confdef\" -o Dpkg::Options::=\"--force-confold\" install"
+                 " -o DPkg::Lock::Timeout=120 --allow-change-held-packages --allow-downgrades docker.io",
+    "ubuntu-22.04": "DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::=\"--force-confdef\" -o Dpkg::Options::=\"--force-confold\" install"
+                    " -o DPkg::Lock::Timeout=120 --allow-change-held-packages --allow-downgrades docker.io",
+    "fedora-40": "dnf install -y moby-engine",
+    "amzn-2023": "dnf install -y docker",
+    "opensuse-leap-15.5": "zypper --non-interactive --gpg-auto-import-keys install -y docker",
+    "arch": "pacman --noconfirm -S docker",
+}
+
+
+@pytest.mark.parametrize("fixture", sorted(DOCKER_INSTALLS))
+def test_docker_install_runs_the_familys_package_manager_with_its_package(fixture):
+    plan = run_plan(docker_runtime, settings_for(container_runtimes="docker", docker_install="true"),
+                    platform_of(fixture).family)
+    installs = [command for command in plan.commands
+                if re.search(r"^(DEBIAN_FRONTEND=\S+ )?(apt-get|dnf|zypper|pacman)( .*)? (install|-S) ", command)]
+    assert installs == [DOCKER_INSTALLS[fixture]], plan.commands

@@ -18,6 +18,10 @@ from pyinfra.connectors.fake import FakeConnector
 from deploy.distros import detect_platform
 from deploy.tasks.docker import docker_runtime
 
+
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+pytestmark = pytest.mark.usefixtures("both_modes")
+
 UNITS = Path(__file__).resolve().parents[1] / "fixtures" / "docker" / "units"
 DROP_IN = "/etc/systemd/system/docker.service.d/docker-options.conf"
 

@@ -25,6 +25,10 @@ from deploy.operations.download import (
     stage_verified_source,
 )
 
+
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+pytestmark = pytest.mark.usefixtures("both_modes")
+
 SOURCE = "/etc/apt/sources.list.d/example.list"
 KEYRING = "/usr/share/keyrings/example.asc"
 KEY_URL = "https://mirror.example.internal/gpgkey"
@@ -35,7 +39,7 @@ CONTENT = f"deb [signed-by={KEYRING}] {REPO} /\n"
 @deploy("source")
 def source(**kwargs):
     signed_apt_source(name="Add the example source", path=SOURCE, content=CONTENT, keyring=KEYRING,
-                      key_url=KEY_URL, repository=REPO, **kwargs)
+                      key_url=KEY_URL, repository=REPO, lock_timeout=120, **kwargs)
 
 
 def digests(source_text=CONTENT, source_mode="644", key_present=True):
@@ -49,7 +53,7 @@ def digests(source_text=CONTENT, source_mode="644", key_present=True):
 
 
 def test_every_download_tool_is_bounded_by_the_timeout_and_apt_does_not_retry():
-    command = stage_verified_source(SOURCE, CONTENT, KEYRING, KEY_URL, REPO, timeout=7).get_raw_value()
+    command = stage_verified_source(SOURCE, CONTENT, KEYRING, KEY_URL, REPO, timeout=7, lock_timeout=120).get_raw_value()
     assert "apt-helper -o Acquire::http::Timeout=7 -o Acquire::https::Timeout=7 -o Acquire::Retries=0 download-file" in command
     assert "curl -fsSL --connect-timeout 7 --max-time 7" in command
     assert "wget -q -T 7 -t 1" in command
@@ -57,7 +61,7 @@ def test_every_download_tool_is_bounded_by_the_timeout_and_apt_does_not_retry():
 
 
 def test_the_trial_refresh_reads_only_the_new_source_keeps_other_lists_and_fails_on_any_error():
-    command = stage_verified_source(SOURCE, CONTENT, KEYRING, KEY_URL, REPO, timeout=9).get_raw_value()
+    command = stage_verified_source(SOURCE, CONTENT, KEYRING, KEY_URL, REPO, timeout=9, lock_timeout=120).get_raw_value()
     update = next(line for line in command.splitlines() if line.startswith("apt-get update"))
     for option in ('Dir::Etc::SourceList="$stage/trial.list"', 'Dir::Etc::SourceParts="$stage/parts"',
                    "APT::Get::List-Cleanup=0", "APT::Update::Error-Mode=any",
@@ -95,7 +99,8 @@ def test_only_a_wrong_mode_is_repaired_without_any_download():
 def test_a_source_that_does_not_name_its_keyring_is_refused():
     @deploy("bad")
     def bad():
-        signed_apt_source(name="Add", path=SOURCE, content=f"deb {REPO} /\n", keyring=KEYRING, key_url=KEY_URL)
+        signed_apt_source(name="Add", path=SOURCE, content=f"deb {REPO} /\n", keyring=KEYRING, key_url=KEY_URL,
+                          lock_timeout=120)
 
     with pytest.raises(Exception, match="signed-by="):
         run_plan(bad)
@@ -106,7 +111,7 @@ def test_a_keyring_that_is_not_armoured_is_refused():
     def bad():
         keyring = "/usr/share/keyrings/example.gpg"
         signed_apt_source(name="Add", path=SOURCE, content=f"deb [signed-by={keyring}] {REPO} /\n",
-                          keyring=keyring, key_url=KEY_URL)
+                          keyring=keyring, key_url=KEY_URL, lock_timeout=120)
 
     with pytest.raises(Exception, match="must end in .asc"):
         run_plan(bad)
@@ -157,7 +162,8 @@ def staged_run(url: str, key: str, tmp_path: Path, apt_guard: Path, timeout: int
                without_apt_helper: bool = False) -> subprocess.CompletedProcess:
     source, keyring = tmp_path / "etc" / "example.list", tmp_path / "keyrings" / "example.asc"
     content = f"deb [signed-by={keyring}] {url}/repo /\n"
-    command = stage_verified_source(str(source), content, str(keyring), f"{url}/{key}", f"{url}/repo", timeout)
+    command = stage_verified_source(str(source), content, str(keyring), f"{url}/{key}", f"{url}/repo", timeout,
+                                    lock_timeout=120)
     script = command.get_raw_value()
     if without_apt_helper:  # the branch a host without apt's helper takes
         script = script.replace("[ -x /usr/lib/apt/apt-helper ]", "false")

@@ -17,12 +17,16 @@ from dataclasses import dataclass, field
 
 import pyinfra
 import pytest
-from fixtures.nvidia.fake_host import GPU_NODE, responses, run_deploy_file
+from fake_host import GPU_NODE, responses, run_deploy_file
 from pyinfra.api import Inventory, State
 from pyinfra.connectors.fake import FakeConnector
 from pyinfra.connectors.util import CommandOutput, OutputLine
 
 from deploy.facts.combined import MARKER
+
+
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+pytestmark = pytest.mark.usefixtures("both_modes")
 
 GPU, CP = "@fake/gpu1", "@fake/cp1"
 NODE = "gpu1"

@@ -10,7 +10,11 @@ import base64
 
 import pytest
 
-from fixtures.nvidia.fake_host import PCI_WITH_GPU, fake_run, node_lines, responses
+from fake_host import PCI_WITH_GPU, fake_run, node_lines, responses
+
+
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+pytestmark = pytest.mark.usefixtures("both_modes")
 
 DEBIAN_SOURCES = (
     "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\n"
@@ -46,7 +50,7 @@ def test_debian_default_plan_enables_components_installs_driver_headers_firmware
     installs = install_lines(run, "apt-get")
     assert any(c.endswith(" --allow-change-held-packages --allow-downgrades nvidia-driver nvidia-smi nvidia-kernel-dkms") for c in installs), installs
     assert any(c.endswith(" --allow-change-held-packages --allow-downgrades firmware-misc-nonfree") for c in installs)
-    assert any(c.endswith(" install -o DPkg::Lock::Timeout=120 linux-headers-6.1.0-18-amd64") for c in installs)
+    assert any(c.endswith(" install -o DPkg::Lock::Timeout=120 --allow-change-held-packages --allow-downgrades linux-headers-6.1.0-18-amd64") for c in installs)
     assert "apt-mark hold nvidia-driver nvidia-kernel-dkms nvidia-smi" in run.commands
     assert not run.ran("apt-mark hold firmware")
     assert "NVIDIA driver | Enable contrib non-free non-free-firmware for bookworm" in run.op_names()
@@ -60,7 +64,7 @@ def test_debian_headers_fall_back_to_the_flavour_meta_package_when_the_running_k
         **DEBIAN_FILES,
         "apt-cache show --no-all-versions linux-headers-6.1.0-18-cloud-amd64": ["no linux-headers-6.1.0-18-cloud-amd64", "yes linux-headers-cloud-amd64"],
     })))
-    assert any(c.endswith(" install -o DPkg::Lock::Timeout=120 linux-headers-cloud-amd64") for c in install_lines(run, "apt-get"))
+    assert any(c.endswith(" install -o DPkg::Lock::Timeout=120 --allow-change-held-packages --allow-downgrades linux-headers-cloud-amd64") for c in install_lines(run, "apt-get"))
 
 
 def test_debian_branch_and_version_pin_the_tesla_packages_and_hold_them():

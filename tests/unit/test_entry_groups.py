@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from fixtures.nvidia.fake_host import responses, run_deploy_file
+import pytest
+from fake_host import responses, run_deploy_file
 from pyinfra.api import Inventory
+
+
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+pytestmark = pytest.mark.usefixtures("both_modes")
 
 
 def test_control_plane_only_hosts_are_skipped_and_gpu_nodes_are_deployed():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import hashlib
 
 from plan import run_plan
@@ -9,6 +10,10 @@ from pyinfra.api import deploy
 
 from deploy.facts.files import FileDigest
 from deploy.operations.files import put_text
+
+
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+pytestmark = pytest.mark.usefixtures("both_modes")
 
 CONTENT = "overlay\nbr_netfilter\n"
 DIGEST = hashlib.sha256(CONTENT.encode()).hexdigest()

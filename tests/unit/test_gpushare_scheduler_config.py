@@ -9,6 +9,7 @@ kubernetes-validate has no schema for this kind (it only warns), hence this mode
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -21,8 +22,34 @@ from deploy.gpushare import (
     scheduler_config,
     scheduler_config_api_version,
     scheduler_config_yaml,
-    served_scheduler_config_versions,
 )
+
+
+# The KubeSchedulerConfiguration versions each kube-scheduler release serves, from the Kubernetes
+# changelog and KEP-785 (sig-scheduling/785-scheduler-component-config-api): v1beta1 was removed in
+# 1.23 (kubernetes/kubernetes#104782), v1beta2 arrived in 1.22 and was removed in 1.28 (#117649),
+# v1beta3 arrived in 1.23 and was removed in 1.29 (#119994), v1 arrived in 1.25 (GA). The tool's choice is checked against these facts, never against itself.
+SERVED_BY_RELEASE = {
+    "1.23": {"v1beta2", "v1beta3"},
+    "1.24": {"v1beta2", "v1beta3"},
+    "1.25": {"v1beta2", "v1beta3", "v1"},
+    "1.26": {"v1beta2", "v1beta3", "v1"},
+    "1.27": {"v1beta2", "v1beta3", "v1"},
+    "1.28": {"v1beta3", "v1"},
+    "1.29": {"v1"},
+    "1.30": {"v1"},
+    "1.31": {"v1"},
+    "1.32": {"v1"},
+    "1.33": {"v1"},
+}
+NEWEST_FIRST = ("v1", "v1beta3", "v1beta2")
+
+
+def served_by(cluster_version: str) -> set[str]:
+    release = ".".join(cluster_version.lstrip("v").split(".")[:2])
+    return {f"kubescheduler.config.k8s.io/{version}" for version in SERVED_BY_RELEASE[release]}
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpushare"
 
 
 def strict(properties: dict, required: tuple[str, ...] = ()) -> dict:
@@ -102,7 +129,7 @@ EXTENDED_RESOURCE = re.compile(r"^(?!(.*\.)?kubernetes\.io/)[a-z0-9]([-a-z0-9.]*
 def validate_scheduler_config(document: dict, cluster_version: str) -> None:
     """Schema per apiVersion, that apiVersion served by the cluster's kube-scheduler, and the
     cross-field rules of the scheduler's own validation for extenders."""
-    served = served_scheduler_config_versions(cluster_version)
+    served = served_by(cluster_version)
     if document.get("apiVersion") not in served:
         raise ValueError(f"{document.get('apiVersion')} is not served by Kubernetes {cluster_version} ({served})")
     jsonschema.validate(document, kube_scheduler_configuration(document["apiVersion"]))
@@ -151,22 +178,18 @@ def test_scheduler_config_validates_strictly_for_the_cluster_version(version, ap
 
 
 def test_scheduler_config_golden_text_for_1_28():
-    assert scheduler_config_yaml("v1.28.2") == (
-        "apiVersion: kubescheduler.config.k8s.io/v1\n"
-        "kind: KubeSchedulerConfiguration\n"
-        "clientConnection:\n"
-        "  kubeconfig: /etc/kubernetes/scheduler.conf\n"
-        "extenders:\n"
-        "- urlPrefix: http://127.0.0.1:32766/gpushare-scheduler\n"
-        "  filterVerb: filter\n"
-        "  bindVerb: bind\n"
-        "  enableHTTPS: false\n"
-        "  nodeCacheCapable: true\n"
-        "  managedResources:\n"
-        "  - name: aliyun.com/gpu-mem\n"
-        "    ignoredByScheduler: false\n"
-        "  ignorable: false\n"
-    )
+    """tests/fixtures/gpushare/scheduler-config-v1.28.yaml: the real kube-scheduler v1.28.7 loads it
+    (tests/e2e/test_gpushare_scheduler_config_real.py)."""
+    assert scheduler_config_yaml("v1.28.2") == (FIXTURES / "scheduler-config-v1.28.yaml").read_text()
+
+
+@pytest.mark.parametrize("release", sorted(SERVED_BY_RELEASE))
+def test_the_config_version_is_the_newest_the_clusters_scheduler_serves(release):
+    """A version the release's kube-scheduler no longer serves stops it from starting; an older one
+    than needed is deprecated. The changelog's table above is the oracle."""
+    newest = next(version for version in NEWEST_FIRST if version in SERVED_BY_RELEASE[release])
+    assert scheduler_config_api_version(release) == f"kubescheduler.config.k8s.io/{newest}"
+    assert scheduler_config_api_version(f"v{release}.3") == f"kubescheduler.config.k8s.io/{newest}"
 
 
 @pytest.mark.parametrize("version", ["1.22", "v1.20.15", "1.16"])

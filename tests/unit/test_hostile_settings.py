@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyinfra
 import pytest
-from fixtures.nvidia.fake_host import run_deploy_file
+from fake_host import run_deploy_file
 from plan import fake_host_data, run_plan, settings_for
 from pyinfra.api import Inventory
 

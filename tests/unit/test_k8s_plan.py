@@ -15,13 +15,10 @@ from pathlib import Path
 
 import pyinfra
 import yaml
-from pyinfra.api import Config, Inventory, State
-from pyinfra.api.connect import connect_all
-from pyinfra.api.operations import run_ops
-from pyinfra.api.state import StateStage
+from fake_host import run_state
+from pyinfra.api import Inventory, State
 from pyinfra.connectors.fake import FakeConnector
 from pyinfra.connectors.util import CommandOutput, OutputLine
-from pyinfra.context import ctx_config, ctx_inventory, ctx_state
 from pyinfra_cli.util import load_deploy_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -150,23 +147,19 @@ def run_plan(monkeypatch, cluster: FakeCluster, gpu_hosts: dict[str, list[str]],
     if gpus:
         groups["gpu_nodes"] = ([name for name, _ in gpus], {})
     inventory = Inventory((cp + gpus, {}), override_data=dict(data or {}), **groups)
-    state = State(check_for_changes=False)
-    config = Config()
     monkeypatch.setattr(pyinfra, "is_cli", True)
-    with ctx_state.use(state), ctx_inventory.use(inventory), ctx_config.use(config):
-        state.init(inventory, config)
-        state.set_stage(StateStage.Connect)
-        connect_all(state)
-        state.set_stage(StateStage.Prepare)
-        load_deploy_file(state, ENTRY)
-        state.set_stage(StateStage.Execute)
-        run_ops(state)
+    state, error = run_state(inventory, lambda state: load_deploy_file(state, ENTRY))
+    if error is not None:
+        raise error
     return PlanRun(state, inventory, {h.name: list(h.connector.executed_commands) for h in inventory})
 
 
 # --- the tests -------------------------------------------------------------------------------
 
 import pytest  # noqa: E402
+
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+pytestmark = pytest.mark.usefixtures("both_modes")
 
 from pyinfra.api import OperationError  # noqa: E402
 
@@ -203,7 +196,13 @@ def test_first_run_applies_runtime_class_and_device_plugin_labels_node_and_passe
     assert len(run.commands["@fake/gpu1"]) == 1 and "nvidia-smi --query-gpu=name" in run.commands["@fake/gpu1"][0]
 
 
-def test_second_run_with_unchanged_inputs_applies_and_labels_nothing_no_real_cluster(monkeypatch):
+def passes(yes: bool) -> int:
+    """How often an operation's own reads run: once with -y; in the default mode its change
+    detection runs them once more before the execution."""
+    return 1 if yes else 2
+
+
+def test_second_run_with_unchanged_inputs_applies_and_labels_nothing_no_real_cluster(monkeypatch, both_modes):
     cluster = two_gpu_node_cluster()
     gpu = {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])}
     data = {"gpu_sharing": "mps", "gpu_sharing_replicas": "4", "smoke_test": "false"}
@@ -212,18 +211,18 @@ def test_second_run_with_unchanged_inputs_applies_and_labels_nothing_no_real_clu
     second = run_plan(monkeypatch, cluster, gpu, data=data)
     assert not second.failed
     assert second.applies() == [] and second.labels() == [] and second.diffs() == []
-    # what it did run: version, nodes, one `get -f -` per bundle, the labels check
-    assert len(second.control_plane_commands()) == 5
+    # what it did run: version, nodes (facts), one `get -f -` per bundle, the labels check
+    assert len(second.control_plane_commands()) == 2 + 3 * passes(both_modes)
 
 
-def test_changed_sharing_reapplies_only_the_device_plugin_and_relabels_no_real_cluster(monkeypatch):
+def test_changed_sharing_reapplies_only_the_device_plugin_and_relabels_no_real_cluster(monkeypatch, both_modes):
     cluster = two_gpu_node_cluster()
     gpu = {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])}
     run_plan(monkeypatch, cluster, gpu, data={"gpu_sharing": "time-slicing", "smoke_test": "false"})
     run = run_plan(monkeypatch, cluster, gpu,
                    data={"gpu_sharing": "time-slicing", "gpu_sharing_replicas": "8", "smoke_test": "false"})
     assert len(run.applies()) == 1 and "kind: DaemonSet" in run.applies()[0]
-    assert len(run.diffs()) == 1
+    assert len(run.diffs()) == passes(both_modes)
     assert run.labels() and "nvidia.com/device-plugin.config=time-slicing-8" in run.labels()[0]
     digests = {obj["metadata"]["annotations"][DIGEST_ANNOTATION] for key, obj in cluster.objects.items()
                if key[0] != "RuntimeClass"}
@@ -401,12 +400,12 @@ class ClusterWithoutDigests(FakeCluster):
         return super().answer(command)
 
 
-def test_no_server_side_difference_means_no_apply_and_no_change(monkeypatch):
+def test_no_server_side_difference_means_no_apply_and_no_change(monkeypatch, both_modes):
     cluster = ClusterWithoutDigests(nodes={"gpu1": {}})
     run = run_plan(monkeypatch, cluster, {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])},
                    data={"smoke_test": "false"})
     assert not run.failed
-    assert len(run.diffs()) == 2 and run.applies() == []
+    assert len(run.diffs()) == 2 * passes(both_modes) and run.applies() == []
 
 
 def test_missing_objects_apply_without_a_server_side_diff(monkeypatch):

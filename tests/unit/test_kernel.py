@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import pytest
 from plan import run_plan, settings_for
 
 from deploy.distros import detect_platform
 from deploy.facts.kernel import KernelState
 from deploy.operations.kernel import module_present
 from deploy.tasks.kernel import kernel_prerequisites
+
+
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+pytestmark = pytest.mark.usefixtures("both_modes")
 
 # Output of KernelState's command on the CI machine's kernel: overlay and the bridge
 # netfilter are built in (no /sys/module/br_netfilter, no modprobe), the sysctls exist.

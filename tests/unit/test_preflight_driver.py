@@ -7,7 +7,11 @@ import logging
 
 import pytest
 
-from fixtures.nvidia.fake_host import PCI_WITH_GPU, fake_run, node_lines, responses
+from fake_host import PCI_WITH_GPU, fake_run, node_lines, responses
+
+
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+pytestmark = pytest.mark.usefixtures("both_modes")
 
 SOURCES = {"/etc/apt/sources.list.d/*.sources": "/etc/apt/sources.list.d/debian.sources " + base64.b64encode(
     b"Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\n").decode()}

@@ -7,6 +7,7 @@ for what is already in place.
 
 from __future__ import annotations
 
+import pytest
 import hashlib
 import subprocess
 
@@ -22,6 +23,10 @@ from deploy.operations import files
 from deploy.tasks import containerd as containerd_stage
 from deploy.tasks import kernel as kernel_stage
 from deploy.tasks.kernel import BLACKLIST_PATH, MODULES_LOAD_PATH, SYSCTL_PATH, kernel_prerequisites
+
+
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+pytestmark = pytest.mark.usefixtures("both_modes")
 
 
 def shell(command) -> list[str]:

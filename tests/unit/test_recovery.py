@@ -6,13 +6,18 @@ a `dpkg -i` held its locks (tests/e2e/test_interruptions.py runs the same on rea
 
 from __future__ import annotations
 
+import pytest
 import subprocess
 from pathlib import Path
 
 from deploy.facts.combined import MARKER
 from deploy.facts.recovery import PackageManagerState, PendingRestarts
 from deploy.operations.packages import recovery_script
-from fixtures.nvidia.fake_host import fake_run, responses
+from fake_host import fake_run, responses
+
+
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+pytestmark = pytest.mark.usefixtures("both_modes")
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "recovery"
 CHANGING = ("mkdir ", "apt-get", "apt-mark", "chmod ", "chown ", "install -p", "update-initramfs")

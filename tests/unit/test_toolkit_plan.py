@@ -6,7 +6,11 @@ import pytest
 from plan import run_plan, settings_for
 
 from deploy.distros import detect_platform
-from deploy.tasks.toolkit import APT_KEYRING, APT_SOURCE, RPM_REPO_FILE, TOOLKIT_PACKAGES, toolkit
+from deploy.tasks.toolkit import APT_KEYRING, APT_SOURCE, TOOLKIT_PACKAGES, toolkit
+
+
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+pytestmark = pytest.mark.usefixtures("both_modes")
 
 
 def platform(distro_id: str, arch: str = "x86_64"):
@@ -84,7 +88,9 @@ def test_rpm_repo_file_checks_the_repository_signature():
     assert "baseurl=https://nvidia.github.io/libnvidia-container/stable/rpm/$basearch" in text
     assert "repo_gpgcheck=1" in text
     assert "gpgkey=https://nvidia.github.io/libnvidia-container/gpgkey" in text
-    assert RPM_REPO_FILE["dnf"] == "/etc/yum.repos.d/nvidia-container-toolkit.repo"
+    # NVIDIA's install guide: curl ... | sudo tee /etc/yum.repos.d/nvidia-container-toolkit.repo
+    plan = run_plan(toolkit, settings_for(), platform("rocky"))
+    assert plan.ran("/etc/yum.repos.d/nvidia-container-toolkit.repo"), plan.commands
 
 
 def test_opensuse_installs_with_zypper_and_locks_a_pin():

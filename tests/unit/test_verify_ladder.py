@@ -8,21 +8,28 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from fake_host import run_state
 from plan import Plan, fake_host_data, settings_for
-from pyinfra.api import Config, Inventory, State
-from pyinfra.api.connect import connect_all
+from pyinfra.api import Inventory
+from pyinfra.connectors.fake import FakeConnector
+from pyinfra.connectors.util import CommandOutput, OutputLine
 from pyinfra.api.deploy import add_deploy
 from pyinfra.api.exceptions import PyinfraError
-from pyinfra.api.operations import run_ops
-from pyinfra.api.state import StateStage
 
 from deploy.facts.verify import CrictlRun, VerifyState
 from deploy.report import FAIL, PASS, SKIP
 from deploy.tasks.verify import verify
+
+
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+pytestmark = pytest.mark.usefixtures("both_modes")
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SMI = FIXTURES / "nvidia-smi"
@@ -115,18 +122,10 @@ def run_verify(tmp_path, lines, crictl=None, runs=None, **data):
     settings = settings_for(verify_report_path=str(report), **data)
     # tests/plan.py's run_plan, keeping the plan when the host fails (a failing step must fail it).
     inventory = Inventory(([("@fake/node", fake_host_data("debian-12", responses))], {}))
-    state = State(inventory, Config(), check_for_changes=False)
-    state.set_stage(StateStage.Connect)
-    connect_all(state)
-    state.set_stage(StateStage.Prepare)
-    add_deploy(state, verify, settings)
-    state.set_stage(StateStage.Execute)
-    failed = False
-    try:
-        run_ops(state)
-    except PyinfraError as error:
-        assert "No hosts remaining" in str(error)
-        failed = True
+    state, error = run_state(inventory, lambda state: add_deploy(state, verify, settings))
+    failed = error is not None
+    if failed:
+        assert isinstance(error, PyinfraError) and "No hosts remaining" in str(error), error
     host = inventory.get_host("@fake/node")
     plan = Plan(commands=list(host.connector.executed_commands), state=state)
     assert failed == (host in state.failed_hosts)
@@ -274,40 +273,116 @@ def test_containerd_2_config_version_3_is_read_under_the_cri_runtime_plugin(tmp_
     assert "io.containerd.cri.v1.runtime" in steps["containerd_config"]["reason"]
 
 
-def test_crictl_sequence_without_gpu_runs_a_host_network_sandbox_through_nvidia_and_removes_it(tmp_path):
+# A crictl STAND-IN (the GPU path cannot run here; tests/e2e/test_verify_crictl.py runs the same
+# script with the real crictl v1.36.0 on a real containerd): it answers only the exact calls a
+# real crictl is given in that sequence, with what a real one prints (the config warning on
+# stderr first, as without /etc/crictl.yaml), and exits 1 on any other call. Every call is logged.
+CRICTL_STANDIN = r"""#!__PYTHON__
+import json, os, sys
+here = os.path.dirname(os.path.abspath(__file__))
+answers = json.load(open(os.path.join(here, "answers.json")))
+args = sys.argv[1:]
+endpoint = ["--runtime-endpoint", "unix:///run/containerd/containerd.sock",
+            "--image-endpoint", "unix:///run/containerd/containerd.sock"]
+if args[:4] == endpoint:
+    args = args[4:]
+def spec(path, kind):
+    # crictl reads the config file it is given: it must exist and be a JSON object
+    if not (os.path.basename(path) == kind + ".json" and os.path.dirname(path).startswith("/tmp/gpu-node-verify.")):
+        return None
+    with open(path) as stream:
+        return "<" + kind + ".json>" if isinstance(json.load(stream), dict) else None
+call = [spec(arg, arg.rsplit("/", 1)[-1][:-5]) if arg.endswith(".json") else arg for arg in args]
+with open(os.path.join(here, "calls.log"), "a") as log:
+    log.write(json.dumps(call) + "\n")
+sys.stderr.write('time="2026-11-23T14:34:14Z" level=warning msg="Config \\"/etc/crictl.yaml\\" does not exist, '
+                 'trying next: \\"/usr/local/bin/crictl.yaml\\""\n')
+for expected, code, output in answers:
+    if call == expected:
+        if output:
+            print(output)
+        sys.exit(code)
+sys.stderr.write('time="2026-11-23T14:34:14Z" level=fatal msg="stand-in crictl: unexpected call %s"\n' % call)
+sys.exit(1)
+"""
+
+
+def crictl_standin(monkeypatch, tmp_path, answers: list[tuple[list[str], int, str]]) -> Path:
+    """verify's crictl script run by a real shell on this machine, with the stand-in as ``crictl``
+    on PATH; its output goes back to the ladder through the @fake host. Returns the call log."""
+    bin_dir = tmp_path / "standin-bin"
+    bin_dir.mkdir()
+    (bin_dir / "answers.json").write_text(json.dumps(answers))
+    crictl = bin_dir / "crictl"
+    crictl.write_text(CRICTL_STANDIN.replace("__PYTHON__", sys.executable))
+    crictl.chmod(0o755)
+    original = FakeConnector._lookup_response
+
+    def lookup(connector, command: str):
+        if "runp --runtime" not in command:
+            return original(connector, command)
+        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+        result = subprocess.run(["sh", "-c", command], env=env, capture_output=True, text=True, timeout=120)
+        return result.returncode == 0, CommandOutput([OutputLine("stdout", line) for line in result.stdout.splitlines()])
+
+    monkeypatch.setattr(FakeConnector, "_lookup_response", lookup)
+    return bin_dir / "calls.log"
+
+
+def calls(log: Path) -> list[list[str]]:
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+POD, CONTAINER = "<pod.json>", "<container.json>"
+STATE_TEMPLATE = ["inspect", "-o", "go-template", "--template", "{{.status.state}} {{.status.exitCode}}"]
+NVIDIA_SMI_L = "GPU 0: A100-SXM4-40GB (UUID: GPU-36c9561a-02ef-5c4d-3733-f0a56c42dc45)"
+
+
+def test_crictl_sequence_without_gpu_runs_a_host_network_sandbox_through_nvidia_and_removes_it(
+        tmp_path, monkeypatch):
     lines = node_lines(dump=containerd_dump(), crictl=True)
-    crictl = crictl_lines(runp=(0, SANDBOX_ID), stopp=(0, f"Stopped sandbox {SANDBOX_ID}"), rmp=(0, f"Removed sandbox {SANDBOX_ID}"))
-    plan, _, steps, failed = run_verify(tmp_path, lines, crictl=crictl)
+    log = crictl_standin(monkeypatch, tmp_path, [
+        (["runp", "--runtime", "nvidia", POD], 0, SANDBOX_ID),
+        (["stopp", SANDBOX_ID], 0, f"Stopped sandbox {SANDBOX_ID}"),
+        (["rmp", SANDBOX_ID], 0, f"Removed sandbox {SANDBOX_ID}"),
+    ])
+    plan, _, steps, failed = run_verify(tmp_path, lines)
+    assert calls(log) == [["runp", "--runtime", "nvidia", POD], ["stopp", SANDBOX_ID], ["rmp", SANDBOX_ID]]
     (script,) = plan.matching("runp --runtime")
-    assert "runp --runtime nvidia" in script
     pod = json.loads(re.search(r"cat > \"\$d/pod.json\" <<'GPU_NODE_EOF'\n(.*?)\nGPU_NODE_EOF", script, re.S)[1])
     assert pod["linux"]["security_context"]["namespace_options"]["network"] == 2  # NODE: host network
     assert pod["linux"]["cgroup_parent"] == "gpunodeverify.slice"  # the systemd driver wants a slice
-    order = [script.index(word) for word in ("runp --runtime", "stopp", "rmp", 'rm -rf "$d"')]
-    assert order == sorted(order)
-    assert "[ __RUN_CONTAINER__ = 1 ]" not in script and "[ 0 = 1 ]" in script  # no container without a GPU
     assert steps["cri_handler"]["status"] == PASS
     assert steps["cri_handler"]["reason"].startswith("host-network sandbox ran through runtime handler 'nvidia'")
     assert not failed
+    assert not list(Path("/tmp").glob("gpu-node-verify.*")), "the script removes its folder"
 
 
-def test_crictl_sequence_on_a_gpu_node_runs_nvidia_smi_in_the_sandbox(tmp_path):
+def test_crictl_sequence_on_a_gpu_node_runs_nvidia_smi_in_the_sandbox(tmp_path, monkeypatch):
     lines = node_lines(gpus=1, kmod="NVRM version: NVIDIA UNIX x86_64 Kernel Module  450.203.03  x",
                        smi=smi_output("one-gpu.txt"), dump=containerd_dump(), crictl=True)
-    crictl = crictl_lines(
-        runp=(0, SANDBOX_ID), create=(0, CONTAINER_ID), start=(0, CONTAINER_ID),
-        state=(0, "CONTAINER_EXITED 0"),
-        logs=(0, "GPU 0: A100-SXM4-40GB (UUID: GPU-36c9561a-02ef-5c4d-3733-f0a56c42dc45)"),
-        rm=(0, CONTAINER_ID), stopp=(0, ""), rmp=(0, ""),
-    )
-    plan, _, steps, _ = run_verify(tmp_path, lines, crictl=crictl)
+    image = "docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
+    sequence = [
+        (["runp", "--runtime", "nvidia", POD], 0, SANDBOX_ID),
+        (["inspecti", image], 0, json.dumps({"status": {"repoTags": [image]}})),
+        (["create", SANDBOX_ID, CONTAINER, POD], 0, CONTAINER_ID),
+        (["start", CONTAINER_ID], 0, CONTAINER_ID),
+        ([*STATE_TEMPLATE, CONTAINER_ID], 0, "CONTAINER_EXITED 0"),
+        (["logs", CONTAINER_ID], 0, NVIDIA_SMI_L),
+        (["rm", "-f", CONTAINER_ID], 0, CONTAINER_ID),
+        (["stopp", SANDBOX_ID], 0, f"Stopped sandbox {SANDBOX_ID}"),
+        (["rmp", SANDBOX_ID], 0, f"Removed sandbox {SANDBOX_ID}"),
+    ]
+    log = crictl_standin(monkeypatch, tmp_path, sequence)
+    plan, _, steps, failed = run_verify(tmp_path, lines)
+    assert calls(log) == [call for call, _, _ in sequence]
     (script,) = plan.matching("runp --runtime")
-    order = [script.index(word) for word in ("runp --runtime nvidia", "create", "start", "logs", "rm -f", "stopp", "rmp")]
-    assert order == sorted(order)
     container = json.loads(re.search(r"cat > \"\$d/container.json\" <<'GPU_NODE_EOF'\n(.*?)\nGPU_NODE_EOF", script, re.S)[1])
     assert container["command"] == ["nvidia-smi", "-L"]
-    assert container["image"]["image"] == "docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
-    assert steps["cri_handler"]["status"] == PASS and "GPU-36c9561a" in steps["cri_handler"]["reason"]
+    assert container["image"]["image"] == image
+    assert steps["cri_handler"]["status"] == PASS and "GPU-36c9561a" in steps["cri_handler"]["reason"], \
+        steps["cri_handler"]
+    assert not failed
 
 
 def test_crictl_sandbox_cgroup_parent_is_a_path_with_the_cgroupfs_driver(tmp_path):

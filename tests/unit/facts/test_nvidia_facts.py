@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from deploy.distros import APT, DNF
 from deploy.facts.nvidia import IgnoredPackages, NvidiaNode, PackagesAvailable, RecommendedDriver
+from deploy.operations.packages import PACMAN_HOLD_COMMAND, PACMAN_HOLD_LIST
 from deploy.operations.driver import AptSourceFiles
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia" / "facts"
@@ -31,7 +33,7 @@ def test_nvidia_node_command_runs_here_exits_zero_and_parses_to_this_machines_st
 
 
 def test_packages_available_command_quotes_names_and_parses_answers():
-    command = PackagesAvailable().command("apt", ["linux-headers-6.1.0-18-amd64", "a b"])
+    command = PackagesAvailable().command(APT.available_check, ["linux-headers-6.1.0-18-amd64", "a b"])
     assert "apt-cache show --no-all-versions linux-headers-6.1.0-18-amd64 " in command
     assert "'a b'" in command
     assert PackagesAvailable().process(["package-availability", "no linux-headers-6.1.0-18-amd64",
@@ -41,7 +43,7 @@ def test_packages_available_command_quotes_names_and_parses_answers():
 
 def test_packages_available_really_checks_with_the_shell():
     # dnf's check against a machine without dnf answers "no", and the command still exits 0
-    result = subprocess.run(["sh", "-c", PackagesAvailable().command("dnf", ["kernel-devel"])],
+    result = subprocess.run(["sh", "-c", PackagesAvailable().command(DNF.available_check, ["kernel-devel"])],
                             capture_output=True, text=True)
     assert result.returncode == 0
     assert PackagesAvailable().process(result.stdout.splitlines()) == {"kernel-devel": False}
@@ -56,16 +58,13 @@ def test_ignored_packages_reads_every_ignorepkg_line(tmp_path):
 
 
 def test_arch_hold_command_adds_one_ignorepkg_line_under_options(tmp_path):
-    from deploy.distros import FAMILIES
-
-    arch = next(family for family in FAMILIES if family.name == "arch").driver
     conf = tmp_path / "pacman.conf"
     conf.write_text("[options]\nHoldPkg = pacman glibc\n\n[core]\nInclude = /etc/pacman.d/mirrorlist\n")
-    command = arch["hold_command"].format(packages="nvidia nvidia-utils").replace("/etc/pacman.conf", str(conf))
+    command = PACMAN_HOLD_COMMAND.format(packages="nvidia nvidia-utils").replace("/etc/pacman.conf", str(conf))
     subprocess.run(["sh", "-c", command], check=True)
     assert conf.read_text() == (
         "[options]\nIgnorePkg = nvidia nvidia-utils\nHoldPkg = pacman glibc\n\n[core]\nInclude = /etc/pacman.d/mirrorlist\n")
-    listed = subprocess.run(["sh", "-c", arch["hold_list"].replace("/etc/pacman.conf", str(conf))],
+    listed = subprocess.run(["sh", "-c", PACMAN_HOLD_LIST.replace("/etc/pacman.conf", str(conf))],
                             capture_output=True, text=True).stdout
     assert IgnoredPackages().process(listed.splitlines()) == ["nvidia", "nvidia-utils"]
 
