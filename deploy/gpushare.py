@@ -13,6 +13,8 @@ from typing import Any
 import yaml
 from pyinfra.api.exceptions import PyinfraError
 
+from deploy import templates
+
 MANAGED_RESOURCE = "aliyun.com/gpu-mem"
 EXTENDER_NAME = "gpushare-schd-extender"
 EXTENDER_PORT = 12345
@@ -138,22 +140,18 @@ DEVICE_PLUGIN_NAME = "gpushare-device-plugin"
 
 def extender_manifest(version: Any, image: str) -> str:
     """The extender's RBAC, Deployment (on a control-plane node) and NodePort Service."""
-    from deploy.operations.kubectl import render_template
-
-    return render_template(
-        "gpushare/extender.yaml.j2", object_name=EXTENDER_NAME, namespace=NAMESPACE, image=image,
+    return templates.render(
+        "k8s/gpushare/extender.yaml.j2", object_name=EXTENDER_NAME, namespace=NAMESPACE, image=image,
         port=EXTENDER_PORT, node_port=EXTENDER_NODE_PORT, placement=control_plane_placement(version),
     )
 
 
 def device_plugin_manifest(image: str, memory_unit: str) -> str:
     """The gpushare device plugin's RBAC and DaemonSet, on the nodes labelled gpushare=true."""
-    from deploy.operations.kubectl import render_template
-
     if memory_unit not in ("GiB", "MiB"):
         raise GpushareError(f"gpushare memory unit must be GiB or MiB, not {memory_unit!r}")
-    return render_template(
-        "gpushare/device-plugin.yaml.j2", object_name=DEVICE_PLUGIN_NAME, namespace=NAMESPACE, image=image,
+    return templates.render(
+        "k8s/gpushare/device-plugin.yaml.j2", object_name=DEVICE_PLUGIN_NAME, namespace=NAMESPACE, image=image,
         memory_unit=memory_unit, node_label=NODE_LABEL,
     )
 

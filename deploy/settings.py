@@ -217,7 +217,9 @@ class PackageSettings(_Section):
         False, description="accept http:// repository and key URLs (local mirrors)"
     )
     download_timeout: int = Field(
-        30, ge=1, le=600, description="seconds a repository or key server has to answer before the run fails"
+        30, ge=1, le=600,
+        description="seconds a repository, key server or release download (kubectl-inspect-gpushare) has to "
+                    "answer before the run fails",
     )
     apt_lock_timeout: int = Field(
         120, ge=0, le=3600, description="seconds to wait for another apt or dpkg to release its lock"

@@ -1,6 +1,7 @@
 """
-Verification facts: everything the ladder reads, in one command, and the runs that prove a
-container starts through the nvidia runtime (crictl, ctr, docker), each one command.
+Verification facts: everything the ladder reads, in one command. The runs that prove a container
+starts through the nvidia runtime (crictl, ctr, docker) change the node for a moment: they are
+probes (deploy/probes.py), not facts.
 
 Every command exits 0 and reports status in its output (a failing fact would fail the host
 before the report is written). ``nvidia-smi`` parsing lives here: the driver stage's facts
@@ -16,7 +17,7 @@ import json
 import re
 import shlex
 
-from pyinfra.api import FactBase, QuoteString, StringCommand
+from pyinfra.api import FactBase
 
 from deploy.facts.containerd import parse_containerd_version
 from deploy.facts.nvidia import NODE_SCRIPT, NvidiaNode
@@ -46,7 +47,8 @@ SMI_EXIT_CODES = {
 }
 
 
-def _b64(text: str, what: str) -> str:
+def decode_b64(text: str, what: str) -> str:
+    """Base64 text a command printed, decoded; a note naming ``what`` when it is not base64."""
     try:
         return base64.b64decode(text.strip(), validate=True).decode("utf-8", "replace")
     except (binascii.Error, ValueError):
@@ -190,7 +192,7 @@ class VerifyState(FactBase):
         }
     """
 
-    def command(self, containerd_config="/etc/containerd/config.toml", image="docker.io/library/busybox"):
+    def command(self, containerd_config, image):
         script = (
             VERIFY_SCRIPT.replace("__SMI_QUERY__", SMI_QUERY)
             .replace("__CONTAINERD_CONFIG__", shlex.quote(containerd_config))
@@ -238,9 +240,9 @@ class VerifyState(FactBase):
             elif kind == "smi_rc" and rest.lstrip("-").isdigit():
                 smi["exit_code"] = int(rest)
             elif kind == "smi_out":
-                smi["output"] = _b64(rest, "nvidia-smi output") if rest else ""
+                smi["output"] = decode_b64(rest, "nvidia-smi output") if rest else ""
             elif kind == "smi_list":
-                smi["list"] = parse_smi_list((_b64(rest, "nvidia-smi -L") if rest else "").splitlines())
+                smi["list"] = parse_smi_list((decode_b64(rest, "nvidia-smi -L") if rest else "").splitlines())
             elif kind == "ctk_version":
                 match = re.search(r"version\s+v?([0-9][^\s,]*)", rest)
                 state["toolkit_version"] = match[1] if match else (rest or None)
@@ -258,11 +260,11 @@ class VerifyState(FactBase):
             elif kind == "ctrd_dump_rc" and rest.isdigit():
                 ctrd["dump_exit_code"] = int(rest)
             elif kind == "ctrd_dump":
-                ctrd["dump"] = _b64(rest, "containerd config dump") if rest else ""
+                ctrd["dump"] = decode_b64(rest, "containerd config dump") if rest else ""
             elif kind == "ctr_image":
                 ctrd["image_present"] = rest == "1"
             elif kind == "kubelet_config":
-                state["kubelet_config"] = _b64(rest, KUBELET_CONFIG) if rest else ""
+                state["kubelet_config"] = decode_b64(rest, KUBELET_CONFIG) if rest else ""
             elif kind == "docker_path":
                 docker["path"] = rest or None
             elif kind == "docker_active":
@@ -270,7 +272,7 @@ class VerifyState(FactBase):
             elif kind == "docker_info_rc" and rest.isdigit():
                 docker["info_exit_code"] = int(rest)
             elif kind == "docker_info":
-                docker.update(parse_docker_info(_b64(rest, "docker info") if rest else ""))
+                docker.update(parse_docker_info(decode_b64(rest, "docker info") if rest else ""))
             elif kind == "docker_image":
                 docker["image_present"] = rest == "1"
             elif kind == "crictl_path":
@@ -293,144 +295,3 @@ def parse_docker_info(text: str) -> dict:
         "default_runtime": default or None,
         "cgroup_driver": rest or None,
     }
-
-
-# ---------------------------------------------------------------------------------------------
-# Runs: each starts something transient and removes it again, then reports.
-
-CRICTL_SCRIPT = r"""
-d=$(mktemp -d /tmp/gpu-node-verify.XXXXXX) || { echo "step setup 1"; exit 0; }
-cri="crictl"
-[ -f /etc/crictl.yaml ] || cri="crictl --runtime-endpoint unix://__SOCKET__ --image-endpoint unix://__SOCKET__"
-cat > "$d/pod.json" <<'GPU_NODE_EOF'
-__POD_JSON__
-GPU_NODE_EOF
-cat > "$d/container.json" <<'GPU_NODE_EOF'
-__CONTAINER_JSON__
-GPU_NODE_EOF
-report() { echo "step $1 $2 $(printf '%s' "$3" | head -c 2000 | base64 -w0)"; }
-out=$($cri runp --runtime __HANDLER__ "$d/pod.json" 2>&1); rc=$?; report runp $rc "$out"
-pod=""; [ "$rc" = 0 ] && pod=$(printf '%s' "$out" | tail -n 1)
-if [ "$rc" = 0 ] && [ __RUN_CONTAINER__ = 1 ] && ! $cri inspecti __IMAGE__ >/dev/null 2>&1; then
-  report image 1 "image not present"
-elif [ "$rc" = 0 ] && [ __RUN_CONTAINER__ = 1 ]; then
-  out=$($cri create "$pod" "$d/container.json" "$d/pod.json" 2>&1); rc=$?; report create $rc "$out"
-  ctr=$(printf '%s' "$out" | tail -n 1)
-  if [ "$rc" = 0 ]; then
-    out=$($cri start "$ctr" 2>&1); rc=$?; report start $rc "$out"
-    i=0; state=""
-    while [ "$i" -lt __TIMEOUT__ ]; do
-      state=$($cri inspect -o go-template --template '{{.status.state}} {{.status.exitCode}}' "$ctr" 2>/dev/null)
-      case "$state" in CONTAINER_EXITED*) break;; esac
-      i=$((i + 1)); sleep 1
-    done
-    report state 0 "$state"
-    out=$($cri logs "$ctr" 2>&1); rc=$?; report logs $rc "$out"
-    out=$($cri rm -f "$ctr" 2>&1); rc=$?; report rm $rc "$out"
-  fi
-fi
-if [ -n "$pod" ]; then
-  out=$($cri stopp "$pod" 2>&1); rc=$?; report stopp $rc "$out"
-  out=$($cri rmp "$pod" 2>&1); rc=$?; report rmp $rc "$out"
-fi
-rm -rf "$d"
-true
-"""
-
-SANDBOX_NAME = "gpu-node-verify"
-
-
-def sandbox_config(uid: str, systemd_cgroup: bool = True) -> dict:
-    """A host-network pod sandbox (as the device plugin's pods run), logging under /tmp. Its cgroup
-    parent has the form the kubelet passes for the cgroup driver (runc refuses a path for systemd)."""
-    parent = "gpunodeverify.slice" if systemd_cgroup else f"/{SANDBOX_NAME}"
-    return {
-        "metadata": {"name": SANDBOX_NAME, "namespace": "kube-system", "uid": uid, "attempt": 0},
-        "log_directory": f"/tmp/{SANDBOX_NAME}-{uid}",
-        "linux": {"cgroup_parent": parent, "security_context": {"namespace_options": {"network": 2}}},
-    }
-
-
-def container_config(image: str, command: list[str]) -> dict:
-    return {
-        "metadata": {"name": "nvidia-smi"},
-        "image": {"image": image},
-        "command": command,
-        "log_path": "nvidia-smi.log",
-        "linux": {},
-    }
-
-
-class CrictlRun(FactBase):
-    """
-    Through the CRI, the path the kubelet takes: ``crictl runp --runtime nvidia`` a host-network
-    sandbox, then (when ``image`` is given) create, start, wait for, read the logs of and remove a
-    container running ``command`` in it; stop and remove the sandbox. One command.
-
-    .. code:: python
-
-        {"runp": {"exit_code": 0, "output": "a1b2..."}, "create": {...}, "start": {...},
-         "state": {"exit_code": 0, "output": "CONTAINER_EXITED 0"}, "logs": {...}, "rm": {...},
-         "stopp": {...}, "rmp": {...}}
-    """
-
-    def command(self, uid, handler="nvidia", image=None, command=("nvidia-smi", "-L"), timeout=60,
-                systemd_cgroup=True):
-        script = (
-            CRICTL_SCRIPT.replace("__SOCKET__", CONTAINERD_SOCKET)
-            .replace("__HANDLER__", shlex.quote(handler))
-            .replace("__POD_JSON__", json.dumps(sandbox_config(uid, systemd_cgroup)))
-            .replace("__CONTAINER_JSON__", json.dumps(container_config(image or "", list(command))))
-            .replace("__RUN_CONTAINER__", "1" if image else "0")
-            .replace("__IMAGE__", shlex.quote(image or "none"))
-            .replace("__TIMEOUT__", str(int(timeout)))
-        )
-        return script.strip()
-
-    @staticmethod
-    def default():
-        return {}
-
-    def process(self, output):
-        steps = {}
-        for line in output:
-            parts = line.strip().split(" ", 3)
-            if len(parts) >= 3 and parts[0] == "step" and parts[2].lstrip("-").isdigit():
-                text = _b64(parts[3], parts[1]) if len(parts) == 4 and parts[3] else ""
-                steps[parts[1]] = {"exit_code": int(parts[2]), "output": text}
-        return steps
-
-
-class ContainerRun(FactBase):
-    """
-    Run a throwaway container with the GPUs and report exit code and output: ``ctr run --rm
-    --gpus 0 IMAGE ID nvidia-smi`` (as NVIDIA's guides do) or ``docker run --rm --gpus all
-    IMAGE nvidia-smi``. One command, always exit 0.
-
-    .. code:: python
-
-        {"exit_code": 0, "output": "GPU 0: ..."}
-    """
-
-    def command(self, tool, image, container_name, command=("nvidia-smi",)):
-        args = [QuoteString(part) for part in command]
-        if tool == "ctr":
-            run = StringCommand("ctr run --rm --gpus 0", QuoteString(image), QuoteString(container_name), *args)
-        else:
-            run = StringCommand("docker run --rm --gpus all --name", QuoteString(container_name), QuoteString(image), *args)
-        return StringCommand("out=$(", run, "2>&1); rc=$?;",
-                             'echo "rc $rc"; printf \'%s\\n\' "$out" | head -n 40; true')
-
-    @staticmethod
-    def default():
-        return {"exit_code": None, "output": ""}
-
-    def process(self, output):
-        result = self.default()
-        lines = list(output)
-        if lines and lines[0].startswith("rc "):
-            code = lines[0][3:].strip()
-            result["exit_code"] = int(code) if code.lstrip("-").isdigit() else None
-            lines = lines[1:]
-        result["output"] = "\n".join(lines)
-        return result

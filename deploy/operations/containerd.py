@@ -18,26 +18,22 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field
 from io import BytesIO
-from pathlib import Path
 from typing import Sequence
 
 import tomlkit
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
-from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 from pyinfra.api.command import FileUploadCommand, PyinfraCommand
 from tomlkit.exceptions import ParseError, TOMLKitError
 from tomlkit.items import Comment, InlineTable, Table, Whitespace
 
-from deploy import redact, toml_roundtrip
+from deploy import probes, redact, templates, toml_roundtrip
 from deploy.toml_roundtrip import tomllib
 from deploy.facts.combined import known_fact
 from deploy.facts.containerd import ContainerdConfig, ContainerdImports
 from deploy.operations import safe_install
 from deploy.settings import RuntimeWiring
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 RUNC_V2 = "io.containerd.runc.v2"
 
 # config version -> the plugin that holds the CRI runtimes
@@ -509,6 +505,12 @@ def allow_cri(text: str, source: str) -> Merged:
 CRI_PLUGIN_2X = CRI_RUNTIME_PLUGIN[3]
 
 
+def dump_cri_plugin(config: dict) -> str:
+    """The plugin that holds the CRI runtimes in a parsed ``containerd config dump``: containerd
+    dumps version 2 (1.x) or 3 (2.x)."""
+    return CRI_RUNTIME_PLUGIN.get(config.get("version", 2), CRI_PLUGIN_2X)
+
+
 def effective_problems(dump: str, wiring: RuntimeWiring) -> tuple[str, list[str]]:
     """
     What ``containerd config dump`` says containerd would run, against the wiring:
@@ -518,8 +520,7 @@ def effective_problems(dump: str, wiring: RuntimeWiring) -> tuple[str, list[str]
         config = tomllib.loads(dump)
     except tomllib.TOMLDecodeError as error:
         return "containerd config dump", [f"its output is not TOML: {error}"]
-    # containerd dumps version 2 (1.x) or 3 (2.x).
-    plugin = CRI_RUNTIME_PLUGIN.get(config.get("version", 2), CRI_PLUGIN_2X)
+    plugin = dump_cri_plugin(config)
     containerd = config.get("plugins", {}).get(plugin, {}).get("containerd", {})
     where = dotted(("plugins", plugin, "containerd"))
     problems = []
@@ -625,13 +626,8 @@ def plan_wiring(files: list[ConfigFile], wiring: RuntimeWiring, major: int | Non
 
 def default_config_text(containerd_major: int | None) -> str:
     """The fallback for a missing file when ``containerd config default`` is unavailable."""
-    environment = Environment(
-        loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined, keep_trailing_newline=True
-    )
     version = 3 if (containerd_major or 1) >= 2 else 2
-    return environment.get_template("containerd-config.toml.j2").render(
-        version=version, cri_plugin=CRI_RUNTIME_PLUGIN[version]
-    )
+    return templates.render("containerd-config.toml.j2", version=version, cri_plugin=CRI_RUNTIME_PLUGIN[version])
 
 
 @dataclass
@@ -795,10 +791,7 @@ def _run_candidate_check(state, host, binary: str, config: str, copies: list[str
     command = StringCommand(QuoteString(binary), "--config", QuoteString(config), "config dump; status=$?; rm -f",
                             *[QuoteString(copy) for copy in copies], "; exit $status")
     # pyinfra hands a FunctionCommand no connector arguments: take the operation's (--sudo, _su_user...)
-    operation_arguments = host.current_op_global_arguments or {}
-    connector_arguments = {key: operation_arguments[key] for key in CONNECTOR_ARGUMENT_KEYS
-                           if key in operation_arguments}
-    succeeded, output = host.run_shell_command(command, **connector_arguments)
+    succeeded, output = host.run_shell_command(command, **probes.connector_arguments(host))
     if not succeeded:
         problem = f"{binary} config dump rejected the new version: {redact.daemon_output(output.stderr)}"
     else:

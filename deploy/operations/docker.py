@@ -16,20 +16,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pyinfra import host
 from pyinfra.api import operation
 from pyinfra.api.command import PyinfraCommand
 
-from deploy import redact
+from deploy import redact, templates
 from deploy.facts.docker import DockerdFlag, DockerState, UnitParseError, parse_docker_unit
 from deploy.operations import safe_install
 from deploy.settings import RuntimeWiring
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 SYSTEMD_CGROUP_OPT = "native.cgroupdriver=systemd"
 
 
@@ -211,11 +208,7 @@ def merge_daemon_config(existing: dict, wiring: RuntimeWiring) -> DockerMerged:
 
 
 def render_daemon_json(config: dict) -> str:
-    environment = Environment(
-        loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined, keep_trailing_newline=True
-    )
-    environment.filters["to_json"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False)
-    return environment.get_template("daemon.json.j2").render(config=config)
+    return templates.render("daemon.json.j2", config=config)
 
 
 CGROUP_DRIVER_OPT = "native.cgroupdriver"

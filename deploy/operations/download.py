@@ -1,5 +1,7 @@
 """
-An apt source with its signed-by keyring, changed as one transaction.
+Downloads, each bounded by the ``download_timeout`` setting and naming the URL when it fails:
+an apt source with its signed-by keyring, changed as one transaction, and an executable checked
+against a pinned SHA-256 before it is put in place.
 
 The key is fetched to a staging folder and checked to be an OpenPGP public key; apt then
 refreshes that one source against the staged key. Only when apt fetched and verified it are
@@ -16,6 +18,7 @@ import shlex
 
 from pyinfra import host
 from pyinfra.api import OperationValueError, QuoteString, StringCommand, operation
+from pyinfra.facts.files import Sha256File
 
 from deploy.facts.combined import known_fact
 from deploy.facts.files import FileDigests
@@ -174,8 +177,8 @@ def source_state(digests: dict, path: str, content: str, keyring: str) -> str:
 
 
 @operation()
-def signed_apt_source(path: str, content: str, keyring: str, key_url: str, *, lock_timeout: int,
-                      repository: str = "", timeout: int = 30):
+def signed_apt_source(path: str, content: str, keyring: str, key_url: str, *, lock_timeout: int, timeout: int,
+                      repository: str = ""):
     """
     An apt source that names a signed-by keyring. When the source is new or changed (so a changed
     key URL takes effect) or the key is missing, fetch the key, check apt can fetch and verify the
@@ -197,3 +200,37 @@ def signed_apt_source(path: str, content: str, keyring: str, key_url: str, *, lo
         yield StringCommand("chown", "root:root", QuoteString(path), "&&", "chmod", "644", QuoteString(path))
         return
     host.noop(f"{path} and its keyring {keyring} are in place")
+
+
+# ---------------------------------------------------------------------------------------------
+# An executable pinned by its SHA-256
+
+
+def checked_download_command(url: str, dest: str, sha256: str, timeout: int) -> StringCommand:
+    """
+    Download ``url`` (with ``timeout``) to a hidden file beside ``dest``, check its SHA-256, and
+    only then make it executable and rename it into place (pyinfra's files.download moves the
+    file in before checking). Any failure exits 1 with one line naming the URL, leaving ``dest``
+    as it was and no download behind.
+    """
+    directory, name = posixpath.split(dest)
+    temp_q = shlex.quote(f"{directory}/.{name}.download")
+    sha_q = shlex.quote(sha256)
+    return StringCommand("\n".join([
+        f'log=$(mktemp) || exit 1; trap \'rm -f "$log" {temp_q}\' EXIT',
+        f"mkdir -p {shlex.quote(directory)} && rm -f {temp_q} || exit 1",
+        _download_or_fail(url, temp_q, timeout, '"$log"', what=""),
+        f"sha=$(sha256sum {temp_q} | cut -d' ' -f1)",
+        f'if [ "$sha" != {sha_q} ]; then'
+        f' echo "refusing {_sq(url)}: the pinned SHA-256 is {sha256}, the download\'s is $sha" >&2; exit 1; fi',
+        f"chmod 0755 {temp_q} && mv -f {temp_q} {shlex.quote(dest)}",
+    ]))
+
+
+@operation()
+def checked_executable(url: str, dest: str, sha256: str, timeout: int):
+    """Install the file at ``url`` as an executable ``dest`` only if its SHA-256 is ``sha256``."""
+    if host.get_fact(Sha256File, path=dest) == sha256:
+        host.noop(f"{dest} is installed with SHA-256 {sha256}")
+        return
+    yield checked_download_command(url, dest, sha256, timeout)

@@ -11,17 +11,13 @@ no change; a difference is one apply.
 from __future__ import annotations
 
 import hashlib
-import json
-from pathlib import Path
-from typing import Any
 
-import jinja2
 import yaml
 from pyinfra import host, logger
 from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 from pyinfra.api.exceptions import PyinfraError
-from pyinfra.api.state import StateStage
 
+from deploy import probes
 from deploy.facts.k8s import (
     FIELD_MANAGER,
     HelmRelease,
@@ -29,34 +25,17 @@ from deploy.facts.k8s import (
     KubeLiveObjects,
     KubeNodes,
     KubeServerSideDiff,
-    SmokeTestRun,
     kubectl,
     object_key,
     with_stdin,
 )
 
-K8S_TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "k8s"
 BUNDLE_ANNOTATION = "gpu-node.io/bundle"
 DIGEST_ANNOTATION = "gpu-node.io/digest"
 
 
 class KubeUnavailableError(PyinfraError):
     """kubectl missing, kubeconfig unreadable or the API server unreachable on a control-plane host."""
-
-
-_environment = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(str(K8S_TEMPLATES)),
-    undefined=jinja2.StrictUndefined,
-    keep_trailing_newline=True,
-    trim_blocks=True,
-    lstrip_blocks=True,
-)
-_environment.filters["to_json"] = json.dumps
-
-
-def render_template(template: str, **context: Any) -> str:
-    """Render ``templates/k8s/<template>`` (e.g. ``device-plugin.yaml.j2`` or ``gpushare/x.yaml.j2``)."""
-    return _environment.get_template(template).render(**context)
 
 
 def manifest_documents(text: str) -> list[dict]:
@@ -197,11 +176,11 @@ def run_smoke_test(kubeconfig: str, manifest: str, namespace: str, pod: str, tim
     The pod is transient (the cluster ends as it was), so a pass is no change; anything else
     fails the operation with the reason (the scheduler's, when the pod stayed pending).
     """
-    if host.state.current_stage != StateStage.Execute:
-        # Run the pod when executing only, after the device plugin has been applied.
+    if not probes.executing(host):
+        # A probe: the pod runs once, when executing, after the device plugin has been applied.
         return
-    run = host.get_fact(SmokeTestRun, kubeconfig=kubeconfig, manifest=manifest, namespace=namespace,
-                        pod=pod, timeout=timeout)
+    run = probes.run(host, probes.SmokeTestRun, kubeconfig=kubeconfig, manifest=manifest, namespace=namespace,
+                     pod=pod, timeout=timeout)
     report = smoke_test_report(run)
     if run["created"] and not run["deleted"]:
         report += f" (and the pod {namespace}/{pod} could not be deleted)"

@@ -17,8 +17,7 @@ from io import StringIO
 from pathlib import Path
 
 from pyinfra import host, logger
-from pyinfra.api import QuoteString, StringCommand, deploy, operation
-from pyinfra.facts.files import Sha256File
+from pyinfra.api import deploy
 from pyinfra.operations import files
 
 from deploy.facts.k8s import GpuNode, GpuNodeIdentity, kube_node_name
@@ -30,7 +29,7 @@ from deploy.gpushare import (
     extender_manifest,
     scheduler_config_yaml,
 )
-from deploy.operations import kubectl
+from deploy.operations import download, kubectl
 from deploy.operations.scheduler_manifest import configure_scheduler_manifest
 from deploy.settings import Settings
 
@@ -59,36 +58,6 @@ def checked_inspect_source(settings: Settings) -> str | None:
                 f"{settings.gpushare_inspect_sha256}"
             )
     return source
-
-
-def checked_download_command(url: str, dest: str, sha256: str) -> StringCommand:
-    """
-    Download to a hidden temporary file beside ``dest``, check its SHA-256, and only then make it
-    executable and move it in. (pyinfra's files.download moves the file in before checking.)
-    """
-    directory, name = posixpath.split(dest)
-    temp = f"{directory}/.{name}.download"
-    quoted_temp, quoted_url = QuoteString(temp), QuoteString(url)
-    return StringCommand(
-        "mkdir -p", QuoteString(directory), "&& rm -f", quoted_temp, "&&",
-        "{ if command -v curl >/dev/null 2>&1; then curl -fsSL", quoted_url, "-o", quoted_temp, ";",
-        "else wget -q", quoted_url, "-O", quoted_temp, "; fi; } || { rm -f", quoted_temp, ";",
-        "echo", QuoteString(f"cannot download {url}"), ">&2; exit 1; };",
-        "_sha=$(sha256sum", quoted_temp, "| cut -d' ' -f1);",
-        "if [ \"$_sha\" !=", QuoteString(sha256), "]; then rm -f", quoted_temp, ";",
-        "echo", QuoteString(f"refusing {url}: the pinned SHA-256 is {sha256}, the download's is"),
-        "\"$_sha\" >&2; exit 1; fi;",
-        "chmod 0755", quoted_temp, "&& mv -f", quoted_temp, QuoteString(dest),
-    )
-
-
-@operation()
-def install_checked_download(url: str, dest: str, sha256: str):
-    """Install the file at ``url`` as an executable ``dest`` only if its SHA-256 is ``sha256``."""
-    if host.get_fact(Sha256File, path=dest) == sha256:
-        host.noop(f"{dest} is installed with SHA-256 {sha256}")
-        return
-    yield checked_download_command(url, dest, sha256)
 
 
 def scheduler_pod_name(settings: Settings) -> str:
@@ -168,9 +137,10 @@ def gpushare(settings: Settings, nodes: list[GpuNode]):
             mode="0755",
         )
     else:
-        install_checked_download(
+        download.checked_executable(
             name="Install kubectl-inspect-gpushare",
             url=inspect_source,
             dest=settings.gpushare_inspect_path,
             sha256=settings.gpushare_inspect_sha256,
+            timeout=settings.download_timeout,
         )

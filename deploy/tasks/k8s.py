@@ -19,6 +19,7 @@ from pyinfra.api import deploy
 from pyinfra.api.exceptions import NoGroupError
 
 from deploy.facts.k8s import GpuNode, GpuNodeIdentity, KubeNodes, kube_node_name
+from deploy import templates
 from deploy.operations import kubectl
 from deploy.settings import Settings, host_settings
 
@@ -189,21 +190,21 @@ def device_plugin_context(settings: Settings, nodes: list[GpuNode]) -> dict:
 
 
 def render_device_plugin(settings: Settings, nodes: list[GpuNode]) -> str:
-    return kubectl.render_template("device-plugin.yaml.j2", **device_plugin_context(settings, nodes))
+    return templates.render("k8s/device-plugin.yaml.j2", **device_plugin_context(settings, nodes))
 
 
 def render_helm_values(settings: Settings, nodes: list[GpuNode]) -> str:
-    return kubectl.render_template("device-plugin-values.yaml.j2", **device_plugin_context(settings, nodes))
+    return templates.render("k8s/device-plugin-values.yaml.j2", **device_plugin_context(settings, nodes))
 
 
 def render_runtime_class() -> str:
-    return kubectl.render_template("runtimeclass.yaml.j2")
+    return templates.render("k8s/runtimeclass.yaml.j2")
 
 
 def render_smoke_pod(settings: Settings, nodes: list[GpuNode]) -> str:
     context = device_plugin_context(settings, nodes)
-    return kubectl.render_template(
-        "smoke-pod.yaml.j2",
+    return templates.render(
+        "k8s/smoke-pod.yaml.j2",
         name=SMOKE_POD_NAME,
         namespace=SMOKE_POD_NAMESPACE,
         image=settings.smoke_test_image,

@@ -4,7 +4,8 @@ one-line reason; no step stops the others. The operation yields no command when 
 holds (pyinfra reports "No changes"), so a re-run of the whole deploy stays change-free; a
 failing step makes the host fail after its report line is printed.
 
-Facts are read inside the operation, i.e. at execution time, after the earlier stages ran.
+The facts are read and the probes run (deploy/probes.py: containers started through crictl, ctr
+and docker) inside the operation at execution time, after the earlier stages ran.
 """
 
 from __future__ import annotations
@@ -19,35 +20,29 @@ from packaging.version import InvalidVersion, Version
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, deploy, operation
 
-from deploy import redact
-from deploy.facts.verify import (
-    KUBELET_CONFIG,
-    ContainerRun,
-    CrictlRun,
-    VerifyState,
-    explain_smi_failure,
-)
-from deploy.operations.containerd import CRI_RUNTIME_PLUGIN, effective_problems
+from deploy import probes, redact
+from deploy.facts.verify import KUBELET_CONFIG, VerifyState, explain_smi_failure
+from deploy.operations.containerd import dump_cri_plugin, effective_problems
 from deploy.toml_roundtrip import tomllib
 from deploy.report import FAIL, PASS, SKIP, NodeRecord, Step, store_for
 from deploy.settings import MIN_DRIVER_VERSION, NVIDIA_CONTAINER_RUNTIME, RuntimeWiring, Settings
 
 NO_GPU = "no NVIDIA GPU"
 HANDLER = "nvidia"
-# Where the CRI plugin keeps its runtimes, by config version (containerd 1.x: 2, 2.x: 3).
 
 
 @dataclass(frozen=True)
 class VerifyOptions:
-    """What the ladder compares against (from the settings)."""
+    """What the ladder compares against: the settings it reads, with their defaults from
+    deploy/settings.py (``from_settings(parse_settings({}))`` is the default ladder)."""
 
-    require_gpu: bool = False
-    runtimes: tuple[str, ...] = ("containerd",)
-    nvidia_runtime_default: bool = True
-    systemd_cgroup: bool = True
-    containerd_config_path: str = "/etc/containerd/config.toml"
-    image: str = "docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
-    toolkit_expected: bool = True
+    require_gpu: bool
+    runtimes: tuple[str, ...]
+    nvidia_runtime_default: bool
+    systemd_cgroup: bool
+    containerd_config_path: str
+    image: str
+    toolkit_expected: bool
     runtime_binary: str = NVIDIA_CONTAINER_RUNTIME
     min_driver: str = MIN_DRIVER_VERSION
 
@@ -92,13 +87,8 @@ def parse_cri_runtimes(dump: str) -> dict:
     # Read only: the standard library's reader, not tomlkit's round-trip parser (about ten times
     # slower, and a fleet's verification parses one dump per node on the controller).
     config = tomllib.loads(dump)
-    version = int(config.get("version", 1) or 1)
-    plugin_name = CRI_RUNTIME_PLUGIN.get(version, CRI_RUNTIME_PLUGIN[2])
-    plugin = config.get("plugins", {}).get(plugin_name, {})
-    containerd = plugin.get("containerd", {})
+    containerd = config.get("plugins", {}).get(dump_cri_plugin(config), {}).get("containerd", {})
     return {
-        "version": version,
-        "plugin": plugin_name,
         "default_runtime": containerd.get("default_runtime_name"),
         "runtimes": containerd.get("runtimes", {}) or {},
         "imports": [path for path in config.get("imports", []) if isinstance(path, str)],
@@ -289,23 +279,23 @@ def planned_runs(state: dict, options: VerifyOptions) -> dict[str, str | None]:
             "crictl not installed: the CRI runtime handler 'nvidia' (the kubelet's path) was not exercised; "
             "install cri-tools to check it"
         )
-        if not gpu:
-            plan["ctr_run"] = no_gpu
-        elif not ctrd["image_present"]:
-            plan["ctr_run"] = f"image {options.image} not on the node (ctr image pull {options.image})"
-        else:
-            plan["ctr_run"] = None
+        plan["ctr_run"] = gpu_run_skipped(gpu, no_gpu, ctrd["image_present"], options.image, "ctr image pull")
     if "docker" not in options.runtimes:
         plan["docker_run"] = "docker is not in container_runtimes"
     elif not docker["path"] or docker["active"] != "active":
         plan["docker_run"] = "Docker is not running"
-    elif not gpu:
-        plan["docker_run"] = no_gpu
-    elif not docker["image_present"]:
-        plan["docker_run"] = f"image {options.image} not on the node (docker pull {options.image})"
     else:
-        plan["docker_run"] = None
+        plan["docker_run"] = gpu_run_skipped(gpu, no_gpu, docker["image_present"], options.image, "docker pull")
     return plan
+
+
+def gpu_run_skipped(gpu: bool, no_gpu: str, image_present: bool, image: str, pull: str) -> str | None:
+    """Why a container with the GPUs cannot run on a running runtime, or None when it can."""
+    if not gpu:
+        return no_gpu
+    if not image_present:
+        return f"image {image} not on the node ({pull} {image})"
+    return None
 
 
 def _short(text: str, limit: int = 200) -> str:
@@ -473,9 +463,9 @@ def check_node(options: VerifyOptions, report_path: str):
     Run the ladder on this host, record it for the report, and change nothing: no command is
     yielded unless a step failed, and then only one that fails the host.
     """
-    if not host.state.is_executing:
-        # Preparing (a dry run, or the diff before a confirmation): facts now would predate the
-        # earlier stages. The ladder runs at execution time.
+    if not probes.executing(host):
+        # Preparing (a dry run, or the change detection before a confirmation): facts now would
+        # predate the earlier stages, and the probes must run once. The ladder runs at execution.
         host.noop("verification runs when the deploy executes")
         return
 
@@ -484,15 +474,16 @@ def check_node(options: VerifyOptions, report_path: str):
     runs: dict[str, dict] = {}
     token = uuid.uuid4().hex[:12]
     if plan["cri_handler"] is None:
-        runs["cri_handler"] = host.get_fact(
-            CrictlRun, uid=token, handler=HANDLER, image=options.image if gpu_usable(state) else None,
+        runs["cri_handler"] = probes.run(
+            host, probes.CrictlRun, uid=token, handler=HANDLER, image=options.image if gpu_usable(state) else None,
             systemd_cgroup=options.systemd_cgroup,
         )
     if plan["ctr_run"] is None:
-        runs["ctr_run"] = host.get_fact(ContainerRun, tool="ctr", image=options.image, container_name=f"gpu-node-verify-{token}")
+        runs["ctr_run"] = probes.run(host, probes.ContainerRun, tool="ctr", image=options.image,
+                                     container_name=f"gpu-node-verify-{token}")
     if plan["docker_run"] is None:
-        runs["docker_run"] = host.get_fact(
-            ContainerRun, tool="docker", image=options.image, container_name=f"gpu-node-verify-{token}"
+        runs["docker_run"] = probes.run(
+            host, probes.ContainerRun, tool="docker", image=options.image, container_name=f"gpu-node-verify-{token}"
         )
 
     record = node_record(host.name, state, options, ladder(state, options, runs))

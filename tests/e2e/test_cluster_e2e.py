@@ -203,10 +203,13 @@ def test_gpu_pod_through_the_nvidia_runtimeclass_is_allocated_a_mock_gpu_by_the_
                                       "--wait=false", check=False)
 
 
-def test_smoke_test_against_the_real_api_server_says_the_vector_add_image_is_missing_and_fails(cluster):
+@pytest.mark.parametrize("yes", [True, False], ids=["-y", "default-mode"])
+def test_smoke_test_against_the_real_api_server_says_the_vector_add_image_is_missing_and_fails(cluster, yes):
     """The vector-add smoke pod runs against the real API server; the lab has no vector-add image (and
-    no GPU): the run fails and says why, naming the pull error; the pod is deleted."""
-    result = cluster.pyinfra("deploy/k8s_gpu.py", {**K8S_DATA, "smoke_test": "true", "smoke_test_timeout": "40"})
+    no GPU): the run fails and says why, naming the pull error; the pod is deleted. In pyinfra's
+    default mode too: the pod is a probe, run once, when the deploy executes."""
+    result = cluster.pyinfra("deploy/k8s_gpu.py", {**K8S_DATA, "smoke_test": "true", "smoke_test_timeout": "40"},
+                             yes=yes)
     assert result.returncode != 0
     assert "smoke pod still Pending after the timeout" in result.output, result.explain()
     assert "ErrImagePull" in result.output or "ImagePullBackOff" in result.output, result.explain()

@@ -24,7 +24,7 @@ from lab import assets
 from lab_assets import lab_asset
 from toolkit_repo import BUNDLE, RUNTIME_DEBUG_LOG, enable_runtime_debug_log, runtime_created, runtime_log
 
-from deploy.facts.verify import CrictlRun
+from deploy.probes import CrictlRun
 from deploy.tasks.verify import cri_step
 
 CONFIG = "/etc/containerd/config.toml"
@@ -94,14 +94,18 @@ def crictl_node(image, toolkit_repo, tmp_path_factory):
         node.remove()
 
 
-def test_verify_runs_a_sandbox_through_the_nvidia_handler_with_the_real_crictl(crictl_node, tmp_path):
+@pytest.mark.parametrize("default_mode", [False, True], ids=["-y", "default-mode"])
+def test_verify_runs_a_sandbox_through_the_nvidia_handler_with_the_real_crictl(crictl_node, tmp_path, default_mode):
+    """With ``-y`` and in pyinfra's default mode (change detection, then execution), the crictl
+    probe runs exactly once: the real runtime is handed one sandbox."""
     node = crictl_node
     assert "crictl version 1.36.0" in node.sh(f"{CRICTL} --version").stdout
     node.sh(f"rm -f {RUNTIME_DEBUG_LOG}")
     before = sandboxes(node)
     report = tmp_path / "report.json"
 
-    result = node.deploy(data={**node.data, "verify_report_path": str(report)}, deploy_file="deploy/verify.py")
+    result = node.deploy(data={**node.data, "verify_report_path": str(report)}, deploy_file="deploy/verify.py",
+                         default_mode=default_mode)
     assert result.returncode == 0, result.explain()
     assert_no_change(result)
     step = steps_of(report)["cri_handler"]

@@ -39,7 +39,7 @@ CONTENT = f"deb [signed-by={KEYRING}] {REPO} /\n"
 @deploy("source")
 def source(**kwargs):
     signed_apt_source(name="Add the example source", path=SOURCE, content=CONTENT, keyring=KEYRING,
-                      key_url=KEY_URL, repository=REPO, lock_timeout=120, **kwargs)
+                      key_url=KEY_URL, repository=REPO, lock_timeout=120, timeout=30, **kwargs)
 
 
 def digests(source_text=CONTENT, source_mode="644", key_present=True):
@@ -100,7 +100,7 @@ def test_a_source_that_does_not_name_its_keyring_is_refused():
     @deploy("bad")
     def bad():
         signed_apt_source(name="Add", path=SOURCE, content=f"deb {REPO} /\n", keyring=KEYRING, key_url=KEY_URL,
-                          lock_timeout=120)
+                          lock_timeout=120, timeout=30)
 
     with pytest.raises(Exception, match="signed-by="):
         run_plan(bad)
@@ -111,7 +111,7 @@ def test_a_keyring_that_is_not_armoured_is_refused():
     def bad():
         keyring = "/usr/share/keyrings/example.gpg"
         signed_apt_source(name="Add", path=SOURCE, content=f"deb [signed-by={keyring}] {REPO} /\n",
-                          keyring=keyring, key_url=KEY_URL, lock_timeout=120)
+                          keyring=keyring, key_url=KEY_URL, lock_timeout=120, timeout=30)
 
     with pytest.raises(Exception, match="must end in .asc"):
         run_plan(bad)

@@ -160,6 +160,7 @@ def test_first_run_applies_extender_and_plugin_labels_node_configures_scheduler_
     assert len(download) == 1 and f"!= {INSPECT_SHA} " in download[0]
     assert "https://github.com/AliyunContainerService/gpushare-device-plugin/releases/download/v0.3.0/" \
            "kubectl-inspect-gpushare" in download[0]
+    assert "--max-time 30 " in download[0]  # bounded by download_timeout (its default)
 
 
 def test_second_run_applies_nothing_new_and_restarts_nothing_no_real_cluster(monkeypatch, cluster):

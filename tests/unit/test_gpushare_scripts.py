@@ -18,10 +18,12 @@ import time
 from pathlib import Path
 
 import pytest
+import standin_toolkit
+from toolkit_repo import serve
 
 from deploy.gpushare import edit_scheduler_manifest
 from deploy.operations.scheduler_manifest import staging_paths, swap_in_command
-from deploy.tasks.gpushare import checked_download_command
+from deploy.operations.download import checked_download_command
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpushare"
 KUBEADM_128 = (FIXTURES / "kubeadm-v1.28-kube-scheduler.yaml").read_text()
@@ -121,37 +123,54 @@ def test_swap_refuses_a_staged_copy_that_is_not_the_validated_one(control_plane)
 
 @pytest.fixture
 def release(tmp_path):
-    """A local file standing in for the kubectl-inspect-gpushare release, served as file://."""
-    binary = tmp_path / "release" / "kubectl-inspect-gpushare"
-    binary.parent.mkdir()
-    binary.write_bytes(b"#!/bin/sh\necho inspect stand-in\n")
-    return binary
+    """A local file standing in for the kubectl-inspect-gpushare release, served on 127.0.0.1;
+    yields (its bytes, its URL)."""
+    folder = tmp_path / "release"
+    folder.mkdir()
+    content = b"#!/bin/sh\necho inspect stand-in\n"
+    (folder / "kubectl-inspect-gpushare").write_bytes(content)
+    with serve(folder) as base:
+        yield content, f"{base}/kubectl-inspect-gpushare"
 
 
 def test_checked_download_installs_a_matching_file_executable(tmp_path, release):
+    content, url = release
     dest = tmp_path / "bin" / "kubectl-inspect-gpushare"
-    sha = hashlib.sha256(release.read_bytes()).hexdigest()
-    result = run_script(checked_download_command(release.as_uri(), str(dest), sha), {})
+    sha = hashlib.sha256(content).hexdigest()
+    result = run_script(checked_download_command(url, str(dest), sha, 5), {})
     assert result.returncode == 0, result.stderr
-    assert dest.read_bytes() == release.read_bytes()
+    assert not dest.is_symlink() and dest.read_bytes() == content
     assert stat.S_IMODE(dest.stat().st_mode) == 0o755
     assert sorted(p.name for p in dest.parent.iterdir()) == ["kubectl-inspect-gpushare"]
 
 
 def test_checked_download_refuses_a_checksum_mismatch_and_installs_nothing(tmp_path, release):
+    content, url = release
     dest = tmp_path / "bin" / "kubectl-inspect-gpushare"
     wrong = "0" * 64
-    result = run_script(checked_download_command(release.as_uri(), str(dest), wrong), {})
+    result = run_script(checked_download_command(url, str(dest), wrong, 5), {})
     assert result.returncode == 1
-    actual = hashlib.sha256(release.read_bytes()).hexdigest()
+    actual = hashlib.sha256(content).hexdigest()
     assert f"the pinned SHA-256 is {wrong}, the download's is {actual}" in result.stderr
     assert list(dest.parent.iterdir()) == []  # no binary, no temporary file left
 
 
 def test_checked_download_keeps_an_installed_file_when_the_new_one_mismatches(tmp_path, release):
+    _, url = release
     dest = tmp_path / "bin" / "kubectl-inspect-gpushare"
     dest.parent.mkdir()
     dest.write_bytes(b"previous\n")
-    result = run_script(checked_download_command(release.as_uri(), str(dest), "0" * 64), {})
+    result = run_script(checked_download_command(url, str(dest), "0" * 64, 5), {})
     assert result.returncode == 1
     assert dest.read_bytes() == b"previous\n"
+
+
+def test_checked_download_from_a_server_that_never_answers_fails_within_the_timeout_naming_the_url(tmp_path):
+    dest = tmp_path / "bin" / "kubectl-inspect-gpushare"
+    with standin_toolkit.silent_server() as base:
+        started = time.monotonic()
+        result = run_script(checked_download_command(f"{base}/kubectl-inspect-gpushare", str(dest), "0" * 64, 1), {})
+        elapsed = time.monotonic() - started
+    assert result.returncode == 1 and elapsed < 30
+    assert f"could not download {base}/kubectl-inspect-gpushare (timeout 1 s)" in result.stderr
+    assert list(dest.parent.iterdir()) == []

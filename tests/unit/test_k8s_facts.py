@@ -21,13 +21,12 @@ from deploy.facts.k8s import (
     KubeLiveObjects,
     KubeNodes,
     KubeServerSideDiff,
-    SmokeTestRun,
     accelerator_label,
     captured,
     kube_node_name,
     parse_captured,
 )
-from deploy.operations.kubectl import labels_to_change, smoke_test_report, stamp_manifest
+from deploy.operations.kubectl import labels_to_change, stamp_manifest
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "k8s"
 UNREACHABLE_KUBECONFIG = """\
@@ -128,29 +127,6 @@ def test_server_side_diff_exit_codes():
     assert KubeServerSideDiff().process(["rc 1", "out -  replicas: 4", "out +  replicas: 8"])["changed"] is True
     failed = KubeServerSideDiff().process(["rc 2", "err error: unable to recognize \"STDIN\": no matches for kind"])
     assert failed["changed"] is None and failed["error"].startswith("error: unable to recognize")
-
-
-def test_smoke_test_outcomes_and_their_report_lines():
-    passed = SmokeTestRun().process(fixture("smoke-passed.txt"))
-    assert passed["passed"] and passed["deleted"] and passed["waiting"] == []
-    assert smoke_test_report(passed) == "smoke test passed: the vector-add pod logged 'Test PASSED'"
-    pulling = SmokeTestRun().process(fixture("smoke-image-pull.txt"))
-    assert not pulling["passed"]
-    assert smoke_test_report(pulling).startswith(
-        "smoke pod still Pending after the timeout: ErrImagePull: failed to pull and unpack image")
-    refused = SmokeTestRun().process(fixture("smoke-create-failed.txt"))
-    assert smoke_test_report(refused) == (
-        'smoke pod not created: Error from server (Forbidden): error when creating "STDIN": pods '
-        '"gpu-node-smoke-test" is forbidden: exceeded quota: compute-resources')
-    failed = SmokeTestRun().process(["created", "phase Failed", "log CUDA error: no CUDA-capable device", "deleted"])
-    assert smoke_test_report(failed) == "smoke pod Failed without 'Test PASSED' in its log: CUDA error: no CUDA-capable device"
-
-
-def test_smoke_command_has_a_bounded_wait_and_deletes_the_pod():
-    command = SmokeTestRun().command("/etc/kubernetes/admin.conf", "kind: Pod", "default", "gpu-node-smoke-test", 120)
-    text = command.get_raw_value()
-    assert "+ 120 ))" in text and "sleep 2" in text
-    assert text.count("delete pod gpu-node-smoke-test --ignore-not-found") == 2
 
 
 def test_helm_release_parsed():

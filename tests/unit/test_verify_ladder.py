@@ -23,7 +23,8 @@ from pyinfra.connectors.util import CommandOutput, OutputLine
 from pyinfra.api.deploy import add_deploy
 from pyinfra.api.exceptions import PyinfraError
 
-from deploy.facts.verify import CrictlRun, VerifyState
+from deploy.facts.verify import VerifyState
+from deploy.probes import CrictlRun
 from deploy.report import FAIL, PASS, SKIP
 from deploy.tasks.verify import verify
 
@@ -356,6 +357,16 @@ def test_crictl_sequence_without_gpu_runs_a_host_network_sandbox_through_nvidia_
     assert steps["cri_handler"]["reason"].startswith("host-network sandbox ran through runtime handler 'nvidia'")
     assert not failed
     assert not list(Path("/tmp").glob("gpu-node-verify.*")), "the script removes its folder"
+
+
+def test_the_read_and_the_crictl_probe_run_once_per_run_in_both_modes(tmp_path):
+    """Under both_modes: with -y and in the default mode (change detection, then execution)."""
+    lines = node_lines(dump=containerd_dump(), crictl=True)
+    crictl = crictl_lines(runp=(0, SANDBOX_ID), stopp=(0, "stopped"), rmp=(0, "removed"))
+    plan, _, steps, failed = run_verify(tmp_path, lines, crictl=crictl)
+    assert len(plan.matching("kmod_version")) == 1 and len(plan.matching("runp --runtime")) == 1
+    assert len(plan.commands) == 2  # the read and the probe: a passing ladder yields nothing
+    assert steps["cri_handler"]["status"] == PASS and not failed
 
 
 def test_crictl_sequence_on_a_gpu_node_runs_nvidia_smi_in_the_sandbox(tmp_path, monkeypatch):
