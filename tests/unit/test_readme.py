@@ -73,3 +73,16 @@ def test_no_tracked_file_cites_a_design_file_or_folder_outside_the_repository():
             if OUTSIDE.search(line):
                 offenders.append(f"{name}:{number}: {line.strip()}")
     assert offenders == []
+
+
+def test_the_readme_distribution_table_names_real_families_and_every_family():
+    from deploy.distros import FAMILIES
+
+    section = README.read_text().split("## Supported distributions", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1:-1] for line in section.splitlines() if line.startswith("| ") and "`" in line]
+    named = {token for row in rows for token in re.findall(r"`([\w-]+)`", row[1])}
+    known = {distro_id: family.name for family in FAMILIES for distro_id in family.ids}
+    assert sorted(named - set(known)) == []
+    assert sorted({family.name for family in FAMILIES} - {known[distro_id] for distro_id in named}) == []
+    managers = {known[token]: row[2].strip() for row in rows for token in re.findall(r"`([\w-]+)`", row[1])}
+    assert {family.name: family.package_manager.name for family in FAMILIES} == managers
