@@ -86,3 +86,14 @@ def test_the_readme_distribution_table_names_real_families_and_every_family():
     assert sorted({family.name for family in FAMILIES} - {known[distro_id] for distro_id in named}) == []
     managers = {known[token]: row[2].strip() for row in rows for token in re.findall(r"`([\w-]+)`", row[1])}
     assert {family.name: family.package_manager.name for family in FAMILIES} == managers
+
+
+def test_the_defaults_the_readme_repeats_are_those_of_docs_settings():
+    """The few defaults the README repeats are those of docs/settings.md (generated from the code)."""
+    def defaults(text: str) -> dict[str, str]:
+        return {key: default for key, default in re.findall(r"^\| `(\w+)` \| `([^`]*)` \|", text, re.M)}
+
+    repeated = defaults(README.read_text().split("What a first run usually sets", 1)[1])
+    assert len(repeated) >= 5
+    reference = defaults((ROOT / "docs" / "settings.md").read_text())
+    assert {key: reference.get(key) for key in repeated} == repeated
