@@ -18,16 +18,11 @@ from typing import Any
 
 from pyinfra.api.state import BaseStateCallback, StateStage
 
-from deploy.report import FAIL, PASS, SKIP, store_for, write_json_file
+from deploy.report import FAIL, PASS, SKIP, write_json_file
+from deploy.run_state import DriverNote, run_state
 
 FLEET_REPORT_VERSION = 1
 CONVERGED, CHANGED, FAILED, NOT_RUN = "converged", "changed", "failed", "not run"
-
-
-@dataclass
-class DriverNote:
-    no_gpu: bool = False
-    reboot_required: bool = False
 
 
 @dataclass
@@ -89,10 +84,12 @@ def _op_name(state, op_hash: str) -> str:
     return ", ".join(state.op_meta[op_hash].names)
 
 
-def fleet_rows(state, notes: dict[str, DriverNote]) -> list[FleetRow]:
-    """A row per host pyinfra connected to, from its operations' results in this run."""
-    verified = {record.host: record for record in store_for(state).all_records()} if hasattr(
-        state, "_gpu_node_report") else {}
+def fleet_rows(state) -> list[FleetRow]:
+    """A row per host pyinfra connected to, from its operations' results and the driver notes
+    and verification records of this run."""
+    run = run_state(state)
+    notes = run.driver_notes
+    verified = {record.host: record for record in run.verify_report.all_records()} if run.verify_report else {}
     rows = []
     for host in sorted(state.activated_hosts, key=lambda host: host.name):
         changed, failed = [], []
@@ -135,16 +132,12 @@ def fleet_rows(state, notes: dict[str, DriverNote]) -> list[FleetRow]:
 
 
 class FleetReport(BaseStateCallback):
-    """One per pyinfra State (``fleet_report_for``): collects driver notes, reports at the end."""
+    """One per run (``fleet_report_for``): reports at the end."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.notes: dict[str, DriverNote] = {}
         self.disconnected: set[str] = set()
         self.done = False
-
-    def note_driver(self, host_name: str, no_gpu: bool, reboot_required: bool) -> None:
-        self.notes[host_name] = DriverNote(no_gpu=no_gpu, reboot_required=reboot_required)
 
     def host_disconnect(self, state, host) -> None:
         self.disconnected.add(host.name)
@@ -156,7 +149,7 @@ class FleetReport(BaseStateCallback):
         self.finish(state)
 
     def finish(self, state, stream=None) -> list[FleetRow]:
-        rows = fleet_rows(state, self.notes)
+        rows = fleet_rows(state)
         written = write_json(self.path, rows)
         out = stream or sys.stderr  # stdout stays pure JSON with --json
         out.write("\n" + fleet_table(rows) + f"\n--> Fleet report written to {written.resolve()}\n")
@@ -165,10 +158,10 @@ class FleetReport(BaseStateCallback):
 
 
 def fleet_report_for(state, path: str) -> FleetReport:
-    """The State's fleet report, hooked into its callbacks on the first call."""
-    report = getattr(state, "_gpu_node_fleet_report", None)
-    if report is None:
-        report = FleetReport(path)
-        state._gpu_node_fleet_report = report
-        state.add_callback_handler(report)
-    return report
+    """The run's fleet report (deploy/run_state.py), hooked into the State's callbacks on the
+    first call."""
+    run = run_state(state)
+    if run.fleet_report is None:
+        run.fleet_report = FleetReport(path)
+        state.add_callback_handler(run.fleet_report)
+    return run.fleet_report

@@ -23,7 +23,7 @@ from deploy.tasks.kernel import kernel_prerequisites  # noqa: E402
 from deploy.tasks.preflight import preflight  # noqa: E402
 from deploy.tasks.containerd import containerd_runtime  # noqa: E402
 from deploy.tasks.docker import docker_runtime  # noqa: E402
-from deploy.tasks.drain import drain_plan, uncordon_after_restart  # noqa: E402
+from deploy.tasks.drain import checked_drain_target, uncordon_drained_node  # noqa: E402
 from deploy.tasks.toolkit import toolkit  # noqa: E402
 from deploy.tasks.verify import verify  # noqa: E402
 
@@ -44,7 +44,7 @@ else:
         read_ahead += containerd_stage.reads(settings)
     node = preflight(settings, read_ahead=read_ahead)
     # drain_before_restart: the node to drain before a restart; its control plane checked now.
-    drain = drain_plan(settings)
+    drain = checked_drain_target(settings)
     if settings.runs("kernel"):
         kernel_prerequisites(settings, node.platform)
     if settings.runs("driver") and settings.nvidia_driver_install:
@@ -61,7 +61,7 @@ else:
     if drain:
         # After verify, which fails the host first when a step fails: the node then stays
         # cordoned. Without verify, after the restarted runtime came back active.
-        uncordon_after_restart(drain)
+        uncordon_drained_node(drain)
 
     # Last, so it ends the run's output: no GPU, reboot required.
     driver_report(settings, node.driver_plan)

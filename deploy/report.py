@@ -3,7 +3,7 @@ The node report: one record per node (host, GPUs, driver, toolkit, runtime, each
 as a table at the end of the run and written as JSON on the controller.
 
 Hosts run in parallel greenlets of one pyinfra process: records go into one in-memory store per
-pyinfra State, and the JSON file is rewritten whole (temporary file, then rename) from it, so a
+run (deploy/run_state.py), and the JSON file is rewritten whole (temporary file, then rename) from it, so a
 reader never sees half a file and no host's record overwrites another's.
 """
 
@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from pyinfra.api.state import BaseStateCallback
+
+from deploy.run_state import run_state
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 STATUSES = (PASS, FAIL, SKIP)
@@ -137,14 +139,14 @@ class ReportStore:
         out.flush()
 
 
-def store_for(state) -> ReportStore:
-    """The store of one pyinfra State; the first call hooks its end into the State's callbacks."""
-    store = getattr(state, "_gpu_node_report", None)
-    if store is None:
-        store = ReportStore()
-        state._gpu_node_report = store
-        state.add_callback_handler(_ReportCallbacks(store))
-    return store
+def verify_report_store(state) -> ReportStore:
+    """The run's verification report (deploy/run_state.py); the first call hooks its end into the
+    State's callbacks."""
+    run = run_state(state)
+    if run.verify_report is None:
+        run.verify_report = ReportStore()
+        state.add_callback_handler(_ReportCallbacks(run.verify_report))
+    return run.verify_report
 
 
 class _ReportCallbacks(BaseStateCallback):

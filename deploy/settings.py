@@ -554,10 +554,11 @@ def likely_typos(data: Mapping[str, Any]) -> list[str]:
 
 
 def host_settings(host) -> Settings:
-    """The validated settings of one pyinfra host; the one place tasks read host.data from."""
-    cached = getattr(host, "_gpu_node_settings", None)
-    if cached is not None:
-        return cached
-    settings = parse_settings(host.data.dict())
-    host._gpu_node_settings = settings
-    return settings
+    """The validated settings of one pyinfra host; the one place tasks read host.data from.
+    Parsed once per run (deploy/run_state.py)."""
+    from deploy.run_state import run_state
+
+    cache = run_state(host.state).settings
+    if host.name not in cache:
+        cache[host.name] = parse_settings(host.data.dict())
+    return cache[host.name]

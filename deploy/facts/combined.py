@@ -15,6 +15,8 @@ import json
 
 from pyinfra.api import FactBase, StringCommand
 
+from deploy.run_state import run_state
+
 MARKER = "@@gpu-node-fact "
 
 # (fact class, its keyword arguments): a fact to read ahead
@@ -102,18 +104,14 @@ def read_facts(host, *facts: type[FactBase], read_ahead: tuple[FactCall, ...] | 
 
 
 def _known(host) -> dict:
-    """(fact name, arguments) -> (value, changes_so_far when it was read)"""
-    known = getattr(host, "_gpu_node_known_facts", None)
-    if known is None:
-        known = host._gpu_node_known_facts = {}
-    return known
+    """(fact name, arguments) -> (value, changes_so_far when it was read), kept in the run's state"""
+    return run_state(host.state).known_facts.setdefault(host.name, {})
 
 
 def changes_so_far(host) -> int:
     """How many operations have changed something on ``host`` in this run."""
     count = 0
-    state = getattr(host, "state", None)  # None: a host stand-in outside a pyinfra run
-    for op_data in (state.ops.get(host, {}) if state else {}).values():
+    for op_data in host.state.ops.get(host, {}).values():
         meta = op_data.operation_meta
         if meta.is_complete() and meta.did_change():
             count += 1

@@ -46,9 +46,10 @@ true
 """
 
 
-class NvidiaNode(FactBase):
+class HostState(FactBase):
     """
-    What the driver stage and preflight need to know about a node, in one command:
+    The host's GPUs, kernel, modules, disk and reboot state: what preflight, the driver stage
+    and the driver report decide on, in one command:
     NVIDIA display devices on the PCI bus (``/sys/bus/pci``, or ``lspci -d 10de:`` without
     sysfs), Secure Boot (``mokutil --sb-state`` or the EFI variable; None: not EFI / unknown),
     which of nouveau / nova_core / nova_drm / nvidia are present under ``/sys/module``, the

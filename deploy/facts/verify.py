@@ -20,7 +20,7 @@ import shlex
 from pyinfra.api import FactBase
 
 from deploy.facts.containerd import parse_containerd_version
-from deploy.facts.nvidia import NODE_SCRIPT, NvidiaNode
+from deploy.facts.nvidia import NODE_SCRIPT, HostState
 
 SMI_QUERY_FIELDS = ("index", "uuid", "name", "memory.total", "driver_version")
 SMI_QUERY = f"--query-gpu={','.join(SMI_QUERY_FIELDS)} --format=csv,noheader,nounits"
@@ -176,7 +176,7 @@ class VerifyState(FactBase):
     .. code:: python
 
         {
-            "node": {...NvidiaNode...},
+            "node": {...HostState...},
             "kernel_module": "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.216.03 ...",  # or None
             "smi": {"path": "/usr/bin/nvidia-smi", "exit_code": 0, "output": "...", "gpus": [...],
                     "list": [...]},  # path None: not installed
@@ -208,7 +208,7 @@ class VerifyState(FactBase):
     @staticmethod
     def default():
         return {
-            "node": NvidiaNode.default(),
+            "node": HostState.default(),
             "kernel_module": None,
             "smi": {"path": None, "exit_code": None, "output": "", "gpus": [], "list": []},
             "toolkit_version": None,
@@ -228,7 +228,7 @@ class VerifyState(FactBase):
 
     def process(self, output):
         state = self.default()
-        state["node"] = NvidiaNode().process(output)
+        state["node"] = HostState().process(output)
         smi, ctrd, docker = state["smi"], state["containerd"], state["docker"]
         for line in output:
             kind, _, rest = line.strip().partition(" ")

@@ -32,6 +32,7 @@ from deploy.toml_roundtrip import tomllib
 from deploy.facts.combined import known_fact
 from deploy.facts.containerd import ContainerdConfig, ContainerdImports
 from deploy.operations import safe_install
+from deploy.operations.failure import failing_command
 from deploy.settings import RuntimeWiring
 
 RUNC_V2 = "io.containerd.runc.v2"
@@ -713,12 +714,12 @@ def configure_nvidia_runtime(
     """
     plan = plan_node_wiring(path, wiring, containerd_binary, base_path, initial_text, validate_with_binary, hint)
     if plan.refusal:
-        yield from safe_install.fail_host(plan.refusal)
+        yield failing_command(plan.refusal)
         return
     state, source, planned, changed, holder = plan.state, plan.source, plan.planned, plan.changed, plan.holder
     if not changed:
         if plan.overridden:
-            yield from safe_install.fail_host(plan.overridden)
+            yield failing_command(plan.overridden)
             return
         yield from safe_install.file_in_place(path, service, restart_pending, restart_timeout, before_restart,
                                               f"{holder} already wires the nvidia runtime")

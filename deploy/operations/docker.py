@@ -25,6 +25,7 @@ from pyinfra.api.command import PyinfraCommand
 from deploy import redact, templates
 from deploy.facts.docker import DockerdFlag, DockerState, UnitParseError, parse_docker_unit
 from deploy.operations import safe_install
+from deploy.operations.failure import failing_command
 from deploy.settings import RuntimeWiring
 
 SYSTEMD_CGROUP_OPT = "native.cgroupdriver=systemd"
@@ -344,7 +345,7 @@ def configure_nvidia_runtime(path: str, wiring: RuntimeWiring, service: str = "d
     """
     state = host.get_fact(DockerState, path=path, service=service)
     if not state["dockerd"]:
-        yield from safe_install.fail_host(
+        yield failing_command(
             "docker is in container_runtimes but dockerd is not installed: install Docker Engine, "
             "or set docker_install=true to install the distribution's Docker package"
         )
@@ -356,7 +357,7 @@ def configure_nvidia_runtime(path: str, wiring: RuntimeWiring, service: str = "d
         command_line = parse_docker_unit(state["unit"] or "", state["environment_files"])
     except (DaemonConfigError, UnitParseError) as error:
         message = str(error)
-        yield from safe_install.fail_host(message if message.startswith("/") else f"{path}: {message}")
+        yield failing_command(message if message.startswith("/") else f"{path}: {message}")
         return
     if state["unit"] and not command_line.runs_dockerd:
         host.log_styled(f"{service}.service: ExecStart (in {command_line.exec_start_file}) does not run dockerd "
@@ -364,14 +365,14 @@ def configure_nvidia_runtime(path: str, wiring: RuntimeWiring, service: str = "d
     flags = command_line.flags
     config_files = [flag for flag in flags if flag.name == "config-file" and flag.value != path]
     if config_files:
-        yield from safe_install.fail_host(
+        yield failing_command(
             f"dockerd reads {config_files[-1].value}, not {path}: {config_files[-1].describe()}; "
             f"set docker_daemon_config_path={config_files[-1].value}"
         )
         return
     conflicts = flag_conflicts(existing, flags, path)
     if conflicts:
-        yield from safe_install.fail_host(
+        yield failing_command(
             "; ".join(conflicts) + ": dockerd refuses to start when a directive is given both as a flag and "
             f"in daemon.json; remove it from {path} or from the unit, then run again"
         )
@@ -388,7 +389,7 @@ def configure_nvidia_runtime(path: str, wiring: RuntimeWiring, service: str = "d
     default_problem = default_runtime_problem(merged.config, state["major"], flag_runtimes)
     problems += [default_problem] if default_problem else []
     if problems:
-        yield from safe_install.fail_host(f"{path}: " + "; ".join(problems))
+        yield failing_command(f"{path}: " + "; ".join(problems))
         return
 
     if current is not None and not merged.changed:
@@ -411,7 +412,7 @@ def configure_nvidia_runtime(path: str, wiring: RuntimeWiring, service: str = "d
         try:
             check_schema(parse_daemon_json(content, path), path, state["major"], flag_runtimes)
         except DaemonConfigError as error:
-            yield from safe_install.fail_host(str(error))
+            yield failing_command(str(error))
             return
     yield from safe_install.install_file._inner(
         path=path, content=content, validator=validator, service=service,

@@ -30,6 +30,8 @@ from pyinfra.api.state import BaseStateCallback
 
 from deploy.facts.drain import KubeNodeSchedule
 from deploy.facts.k8s import first_error_line, kubectl
+from deploy.operations.failure import fail_host
+from deploy.run_state import run_state
 
 
 @dataclass(frozen=True)
@@ -58,28 +60,22 @@ class DrainRecord:
     was_cordoned: bool = False  # an operator had cordoned it before this run
 
 
-def store_for(state) -> dict[str, DrainRecord]:
-    """Inventory host name -> record, per pyinfra State; the first call hooks the failure message."""
-    store = getattr(state, "_gpu_node_drain", None)
-    if store is None:
-        store = {}
-        state._gpu_node_drain = store
-        state.add_callback_handler(_StaysCordoned(store))
-    return store
+def drain_record(state, host_name: str, target: DrainTarget) -> DrainRecord:
+    """This run's record of ``host_name``'s node (deploy/run_state.py), created on first use; the
+    run's first record hooks the failure message into the State's callbacks."""
+    drains = run_state(state).drains
+    if host_name not in drains:
+        if not drains:  # the run's first record
+            state.add_callback_handler(_StaysCordoned(drains))
+        drains[host_name] = DrainRecord(target=target)
+    return drains[host_name]
 
 
-def register(target: DrainTarget) -> DrainRecord:
-    """Record that the current host drains ``target`` before a restart in this run."""
-    record = DrainRecord(target=target)
-    store_for(host.state)[host.name] = record
-    return record
-
-
-def watch(operation_meta) -> None:
-    """An operation of the current host whose change restarts a runtime or reboots."""
-    record = store_for(host.state).get(host.name)
-    if record is not None and operation_meta is not None:
-        record.restart_ops.append(operation_meta)
+def watch(target: DrainTarget | None, operation_meta) -> None:
+    """An operation of the current host whose change restarts a runtime or reboots (before which
+    ``target`` is drained; None: no drain)."""
+    if target is not None and operation_meta is not None:
+        drain_record(host.state, host.name, target).restart_ops.append(operation_meta)
 
 
 def before_restart(target: DrainTarget | None) -> tuple:
@@ -126,14 +122,9 @@ def _last_error(stderr_lines: list[str]) -> str:
     return first_error_line("\n".join(stderr_lines))
 
 
-def _error(host, message: str) -> bool:
-    logger.error(f"{host.print_prefix}gpu-node: {message}")
-    return False
-
-
 def drain_node(state, host, target: DrainTarget) -> bool:
     """The drain (a FunctionCommand body): True when the restart may go ahead."""
-    record = store_for(state).setdefault(host.name, DrainRecord(target=target))
+    record = drain_record(state, host.name, target)
     node, where = target.node, f"kubeconfig {target.kubeconfig} on {target.control_plane}"
     if record.drained:
         host.log_styled(f"Kubernetes node {node} was drained earlier in this run", fg="cyan")
@@ -146,8 +137,8 @@ def drain_node(state, host, target: DrainTarget) -> bool:
     except FactProcessError as error:
         answer = {**schedule.default(), "error": str(error)}
     if not answer["reachable"]:
-        return _error(host, f"cannot drain Kubernetes node {node} before the restart: {answer['error']} "
-                            f"({where}); nothing was restarted")
+        return fail_host(state, host, f"cannot drain Kubernetes node {node} before the restart: "
+                                      f"{answer['error']} ({where}); nothing was restarted")
     if not answer["registered"]:
         logger.warning(f"{host.print_prefix}no Kubernetes node named {node}: nothing to drain before the restart")
         record.drained = True
@@ -161,14 +152,14 @@ def drain_node(state, host, target: DrainTarget) -> bool:
         cordon = kubectl(target.kubeconfig, "cordon", QuoteString(node))
         ok, _, errors = _on_control_plane(state, target, cordon)
         if not ok:
-            return _error(host, f"kubectl cordon {node} failed: {_last_error(errors)} "
-                                f"({where}); nothing was restarted")
+            return fail_host(state, host, f"kubectl cordon {node} failed: {_last_error(errors)} "
+                                          f"({where}); nothing was restarted")
         record.cordoned_by_run = True
 
     ok, _, errors = _on_control_plane(state, target, target.drain_command())
     if not ok:
-        return _error(host, f"kubectl drain {node} failed (--timeout={target.timeout}s): "
-                            f"{_last_error(errors)}; nothing was restarted")
+        return fail_host(state, host, f"kubectl drain {node} failed (--timeout={target.timeout}s): "
+                                      f"{_last_error(errors)}; nothing was restarted")
     record.drained = True
     host.log_styled(f"Kubernetes node {node} cordoned and drained before the restart", fg="green")
     return True
@@ -176,12 +167,12 @@ def drain_node(state, host, target: DrainTarget) -> bool:
 
 def uncordon(state, host, target: DrainTarget) -> bool:
     """Uncordon a node this run cordoned (a FunctionCommand body)."""
-    record = store_for(state)[host.name]
+    record = drain_record(state, host.name, target)
     command = kubectl(target.kubeconfig, "uncordon", QuoteString(target.node))
     ok, _, errors = _on_control_plane(state, target, command)
     if not ok:
         # record.cordoned_by_run stays: the failure callback says the node stays cordoned.
-        return _error(host, f"kubectl uncordon {target.node} failed: {_last_error(errors)}")
+        return fail_host(state, host, f"kubectl uncordon {target.node} failed: {_last_error(errors)}")
     record.cordoned_by_run = False
     host.log_styled(f"Kubernetes node {target.node} uncordoned", fg="green")
     return True
@@ -199,17 +190,17 @@ def uncordon_node(target: DrainTarget):
     Uncordon ``target`` if this run cordoned it. Yields no command on a run that restarts
     nothing, so a no-op run stays change-free.
     """
-    record = store_for(host.state).get(host.name)
+    record = drain_record(host.state, host.name, target)
     if not host.state.is_executing:
         # Preparing: the drain happens only if a watched operation changes.
-        if record is not None and any(op.will_change for op in record.restart_ops):
+        if any(op.will_change for op in record.restart_ops):
             yield FunctionCommand(uncordon, (target,), {})
         else:
             host.noop(f"no restart planned: Kubernetes node {target.node} is not drained")
         return
-    if record is not None and record.cordoned_by_run:
+    if record.cordoned_by_run:
         yield FunctionCommand(uncordon, (target,), {})
-    elif record is not None and record.was_cordoned:
+    elif record.was_cordoned:
         host.noop(f"Kubernetes node {target.node} was cordoned before this run: left cordoned")
     else:
         host.noop(f"Kubernetes node {target.node} was not cordoned by this run")

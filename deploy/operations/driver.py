@@ -15,8 +15,10 @@ from pyinfra.api import FactBase, QuoteString, StringCommand, operation
 from pyinfra.operations import files
 
 from deploy.facts.combined import known_fact
-from deploy.facts.nvidia import NvidiaNode, PackagesAvailable
+from deploy.facts.nvidia import HostState, PackagesAvailable
+from deploy.operations.failure import failing_command
 from deploy.operations.packages import apt_sources_changed
+from deploy.run_state import DriverNote, run_state
 
 if TYPE_CHECKING:
     from deploy.distros import PackageManager
@@ -53,12 +55,6 @@ class AptSourceFiles(FactBase):
             if path.startswith("/"):
                 sources[path] = base64.b64decode(encoded).decode("utf-8", "replace")
         return sources
-
-
-def failure(message: str) -> StringCommand:
-    """A command that fails the host with ``message``: an exception raised inside an operation
-    would abort every host's run, a failing command ends only this host's."""
-    return StringCommand("echo", QuoteString(message), ">&2; exit 1")
 
 
 def _release_suite(suite: str, codename: str) -> bool:
@@ -167,7 +163,7 @@ def enable_apt_components(codename: str, components: list):
     sources = host.get_fact(AptSourceFiles)
     changed, entries = add_apt_components(sources, codename, components)
     if not entries:
-        yield failure(
+        yield failing_command(
             f"no Debian archive entry for {codename} (with component main) in /etc/apt/sources.list "
             f"or /etc/apt/sources.list.d/: add one, then {' '.join(components)} can be enabled"
         )
@@ -197,7 +193,8 @@ def install_first_available(manager: PackageManager, candidates: list, lock_time
     available = host.get_fact(PackagesAvailable, check=manager.available_check, packages=list(candidates))
     chosen = next((name for name in candidates if available.get(name)), None)
     if chosen is None:
-        yield failure(f"no {what} to install: none of {', '.join(candidates)} is in the {manager.name} repositories")
+        yield failing_command(f"no {what} to install: none of {', '.join(candidates)} is in the {manager.name} "
+                              "repositories")
         return
     if chosen != candidates[0]:
         logger.warning(
@@ -218,7 +215,7 @@ def mark_reboot_required(packages: list):
     After a driver change: unless the loaded nvidia module is the new one, mark the node as
     needing a reboot (Debian's /run/reboot-required convention, cleared by the reboot itself).
     """
-    node = host.get_fact(NvidiaNode)
+    node = host.get_fact(HostState)
     if module_current(node):
         host.noop(f"nvidia module {node['loaded_version']} is loaded")
         return
@@ -256,11 +253,9 @@ def driver_state_lines(node: dict, require_gpu: bool, driver_packages: list) -> 
 def report_driver_state(require_gpu: bool, driver_packages: list):
     """Log the driver's state (no GPU, reboot required) as the last word of the run; changes nothing.
     Preflight's reading serves unless something changed on the host since."""
-    node = known_fact(host, NvidiaNode)
-    report = getattr(host.state, "_gpu_node_fleet_report", None)
-    if report is not None:
-        report.note_driver(host.name, no_gpu=not node["gpus"],
-                           reboot_required=reboot_required(node, driver_packages))
+    node = known_fact(host, HostState)
+    run_state(host.state).driver_notes[host.name] = DriverNote(
+        no_gpu=not node["gpus"], reboot_required=reboot_required(node, driver_packages))
     for line in driver_state_lines(node, require_gpu, driver_packages):
         logger.warning(f"{host.print_prefix}{line}")
     host.noop("; ".join(driver_state_lines(node, require_gpu, driver_packages)) or "driver state reported")

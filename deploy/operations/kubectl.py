@@ -14,7 +14,7 @@ import hashlib
 
 import yaml
 from pyinfra import host, logger
-from pyinfra.api import OperationError, QuoteString, StringCommand, operation
+from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.api.exceptions import PyinfraError
 
 from deploy import probes
@@ -29,6 +29,7 @@ from deploy.facts.k8s import (
     object_key,
     with_stdin,
 )
+from deploy.operations.failure import failing_command
 
 BUNDLE_ANNOTATION = "gpu-node.io/bundle"
 DIGEST_ANNOTATION = "gpu-node.io/digest"
@@ -75,8 +76,8 @@ def stamp_manifest(text: str, bundle: str) -> tuple[str, str]:
     return dump_documents(documents), digest
 
 
-def unavailable_message(host_name: str, kubeconfig: str, error: str) -> str:
-    return f"{host_name}: cannot use the cluster with kubeconfig {kubeconfig}: {error}"
+def unavailable_message(kubeconfig: str, error: str) -> str:
+    return f"cannot use the cluster with kubeconfig {kubeconfig}: {error}"
 
 
 def require_cluster(kubeconfig: str) -> dict:
@@ -86,7 +87,7 @@ def require_cluster(kubeconfig: str) -> dict:
     """
     cluster = host.get_fact(KubeCluster, kubeconfig=kubeconfig)
     if not cluster["reachable"]:
-        raise KubeUnavailableError(unavailable_message(host.name, kubeconfig, cluster["error"]))
+        raise KubeUnavailableError(f"{host.name}: {unavailable_message(kubeconfig, cluster['error'])}")
     return cluster
 
 
@@ -103,7 +104,8 @@ def apply_manifests(manifest: str, kubeconfig: str, bundle: str, field_manager: 
 
     live = host.get_fact(KubeLiveObjects, kubeconfig=kubeconfig, manifest=stamped)
     if live["objects"] is None:
-        raise OperationError(unavailable_message(host.name, kubeconfig, live["error"]))
+        yield failing_command(unavailable_message(kubeconfig, live["error"]))
+        return
     if all(live["objects"].get(key, {}).get(DIGEST_ANNOTATION) == digest for key in wanted):
         host.noop(f"{bundle}: {len(wanted)} objects are applied at digest {digest}")
         return
@@ -114,7 +116,8 @@ def apply_manifests(manifest: str, kubeconfig: str, bundle: str, field_manager: 
         diff = host.get_fact(KubeServerSideDiff, kubeconfig=kubeconfig, manifest=stamped,
                              field_manager=field_manager)
         if diff["changed"] is None:
-            raise OperationError(unavailable_message(host.name, kubeconfig, f"kubectl diff: {diff['error']}"))
+            yield failing_command(unavailable_message(kubeconfig, f"kubectl diff: {diff['error']}"))
+            return
         if not diff["changed"]:
             host.noop(f"{bundle}: the cluster already matches")
             return
@@ -141,9 +144,11 @@ def label_node(kubeconfig: str, node: str, labels: dict[str, str | None]):
     """
     nodes = host.get_fact(KubeNodes, kubeconfig=kubeconfig)
     if nodes["nodes"] is None:
-        raise OperationError(unavailable_message(host.name, kubeconfig, nodes["error"]))
+        yield failing_command(unavailable_message(kubeconfig, nodes["error"]))
+        return
     if node not in nodes["nodes"]:
-        raise OperationError(f"{host.name}: no Kubernetes node named {node!r} (set kube_node_names)")
+        yield failing_command(f"no Kubernetes node named {node!r} (set kube_node_names)")
+        return
     changes = labels_to_change(nodes["nodes"][node], labels)
     if not changes:
         host.noop(f"node {node} has its labels")
@@ -185,11 +190,10 @@ def run_smoke_test(kubeconfig: str, manifest: str, namespace: str, pod: str, tim
     if run["created"] and not run["deleted"]:
         report += f" (and the pod {namespace}/{pod} could not be deleted)"
     if not run["passed"]:
-        raise OperationError(f"{host.name}: {report}")
+        yield failing_command(report)
+        return
     logger.info(f"{host.print_prefix}{report}")
     host.noop(report)
-    if False:  # a generator: operations must be one
-        yield
 
 
 HELM_RELEASE = "nvdp"
@@ -205,7 +209,8 @@ def helm_upgrade_device_plugin(kubeconfig: str, namespace: str, chart_version: s
     """
     release = host.get_fact(HelmRelease, kubeconfig=kubeconfig, namespace=namespace, release=HELM_RELEASE)
     if not release["helm"] or release["error"]:
-        raise OperationError(unavailable_message(host.name, kubeconfig, f"helm: {release['error']}"))
+        yield failing_command(unavailable_message(kubeconfig, f"helm: {release['error']}"))
+        return
     wanted_values = yaml.safe_load(values) or {}
     if (
         release["exists"]

@@ -9,25 +9,20 @@ is missing or at another version, so a no-op re-run stays a single read.
 from __future__ import annotations
 
 import shlex
-from weakref import WeakKeyDictionary
 
 from pyinfra import host
-from pyinfra.api import QuoteString, State, StringCommand, operation
+from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.operations import apt, dnf, pacman, zypper
 
 from deploy.facts.combined import known_fact
 from deploy.facts.nvidia import IgnoredPackages
 from deploy.facts.packages import DebPackageStates, RpmPackageStates, ZypperLocks
 from deploy.facts.recovery import lock_holders_script
+from deploy.run_state import run_state
 
 # pacman holds with IgnorePkg lines of pacman.conf's [options]; it reads every one of them.
 PACMAN_HOLD_LIST = "sed -n 's/^[[:space:]]*IgnorePkg[[:space:]]*=//p' /etc/pacman.conf"
 PACMAN_HOLD_COMMAND = "sed -i '/^\\[options\\]/a IgnorePkg = {packages}' /etc/pacman.conf"
-
-# Per-run state: the hosts whose apt lists this run refreshed since their last apt source change,
-# per pyinfra State (one run). A first run installs in several stages and would otherwise
-# refresh once per stage; what is asked of the host cannot tell (apt keeps no refresh time).
-APT_LISTS_REFRESHED: WeakKeyDictionary[State, set[str]] = WeakKeyDictionary()
 
 
 def apt_lock_option(lock_timeout: int) -> str:
@@ -40,7 +35,7 @@ def refresh_apt_lists(lock_timeout: int):
     """
     ``apt-get update``, unless this run refreshed the lists already and no apt source changed since.
     """
-    refreshed = APT_LISTS_REFRESHED.setdefault(host.state, set())
+    refreshed = run_state(host.state).apt_lists_refreshed
     if host.name in refreshed:
         host.noop("apt lists were refreshed earlier in this run")
         return
@@ -51,7 +46,7 @@ def refresh_apt_lists(lock_timeout: int):
 
 def apt_sources_changed() -> None:
     """Call when an operation changes apt sources: the next install refreshes the lists."""
-    APT_LISTS_REFRESHED.setdefault(host.state, set()).discard(host.name)
+    run_state(host.state).apt_lists_refreshed.discard(host.name)
 
 
 def _needed(states: dict, packages: dict[str, str | None]) -> list[str]:

@@ -23,7 +23,7 @@ import posixpath
 import shlex
 from dataclasses import dataclass
 from io import BytesIO
-from typing import Iterator, Sequence
+from typing import Sequence
 
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
@@ -50,17 +50,6 @@ class Validator:
 
 def candidate_path(path: str) -> str:
     return path + CANDIDATE_SUFFIX
-
-
-def fail_host(message: str) -> Iterator[StringCommand]:
-    """Fail this host (not the whole run) with ``message`` on stderr, changing nothing."""
-    yield StringCommand("printf '%s\\n'", QuoteString(f"gpu-node: {message}"), ">&2; exit 1")
-
-
-@operation(is_idempotent=False)
-def fail(message: str):
-    """Fail this host with ``message``: a precondition the deploy cannot meet (nothing changes)."""
-    yield from fail_host(message)
 
 
 # An interrupted run (lost connection, killed controller) can leave a new config in place with

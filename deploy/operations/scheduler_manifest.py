@@ -13,7 +13,7 @@ import posixpath
 from io import StringIO
 
 from pyinfra import host
-from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
+from pyinfra.api import FileUploadCommand, QuoteString, StringCommand, operation
 from pyinfra.facts.files import FileContents
 
 from deploy.facts.k8s import kubectl
@@ -24,6 +24,7 @@ from deploy.gpushare import (
     check_scheduler_manifest,
     edit_scheduler_manifest,
 )
+from deploy.operations.failure import failing_command
 
 POLL_SECONDS = 3
 # The mirror pod's config hash (new manifest), our checksum annotation, and Ready.
@@ -114,13 +115,14 @@ def configure_scheduler_manifest(
     """
     manifests_dir = posixpath.dirname(manifest_path)
     if (posixpath.normpath(work_dir) + "/").startswith(manifests_dir + "/"):
-        raise OperationError(f"{work_dir}: the staging folder must be outside {manifests_dir}")
+        yield failing_command(f"{work_dir}: the staging folder must be outside {manifests_dir}")
+        return
     lines = host.get_fact(FileContents, path=manifest_path)
     if lines is None:
-        raise OperationError(
-            f"{host.name}: {manifest_path} does not exist: not a kubeadm control-plane host "
-            "(kube-scheduler as a static pod)"
+        yield failing_command(
+            f"{manifest_path} does not exist: not a kubeadm control-plane host (kube-scheduler as a static pod)"
         )
+        return
     current = "\n".join(lines) + "\n"
     try:
         edited = edit_scheduler_manifest(current, config_path, config_sha256)
@@ -129,7 +131,8 @@ def configure_scheduler_manifest(
             return
         check_scheduler_manifest(edited, config_path)
     except ManifestError as error:
-        raise OperationError(f"{host.name}: {manifest_path}: {error} (left unchanged)") from None
+        yield failing_command(f"{manifest_path}: {error} (left unchanged)")
+        return
 
     staged = staging_paths(work_dir)["staged"]
     yield StringCommand("mkdir -p", QuoteString(work_dir), "&& chmod 700", QuoteString(work_dir))

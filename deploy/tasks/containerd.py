@@ -16,7 +16,7 @@ from deploy.facts.containerd import (
     MICROK8S_TEMPLATE,
     RKE2_CONTAINERD_DIR,
 )
-from deploy.operations import containerd, safe_install
+from deploy.operations import containerd, failure
 from deploy.operations import drain as drain_ops
 from deploy.operations.drain import DrainTarget
 from deploy.settings import Settings
@@ -44,9 +44,9 @@ class ConfigTarget:
     hint: str = ""
 
 
-def _rancher_target(directory: str, owner: dict, binary: str, name: str) -> ConfigTarget:
+def _rancher_target(directory: str, containerd_found: dict, binary: str, name: str) -> ConfigTarget:
     """k3s / rke2 regenerate config.toml at every start: write their documented template instead."""
-    paths = set(owner.get("paths", ()))
+    paths = set(containerd_found.get("paths", ()))
     generated = f"{directory}/config.toml"
     v3_template = f"{directory}/config-v3.toml.tmpl"
     v2_template = f"{directory}/config.toml.tmpl"
@@ -55,11 +55,11 @@ def _rancher_target(directory: str, owner: dict, binary: str, name: str) -> Conf
     elif v2_template in paths:
         template = v2_template
     else:
-        version = owner.get("generated_versions", {}).get(generated, 2)
+        version = containerd_found.get("generated_versions", {}).get(generated, 2)
         template = v3_template if version >= 3 else v2_template
     return ConfigTarget(
         path=template,
-        service=owner["flavour"]["service"],
+        service=containerd_found["flavour"]["service"],
         binary=binary,
         base_path=generated,
         hint=(
@@ -79,20 +79,20 @@ def reads(settings: Settings) -> list[tuple[type, dict]]:
                                 "binary": "containerd"})]
 
 
-def config_target(settings: Settings, owner: dict) -> ConfigTarget:
-    """The file to merge into, per flavour (``owner`` is the preflight's containerd report)."""
-    flavour = owner["flavour"]["name"]
+def config_target(settings: Settings, containerd_found: dict) -> ConfigTarget:
+    """The file to merge into, per flavour (``containerd_found``: preflight's ContainerdFlavour reading)."""
+    flavour = containerd_found["flavour"]["name"]
     if flavour == "k3s":
-        return _rancher_target(K3S_CONTAINERD_DIR, owner,
+        return _rancher_target(K3S_CONTAINERD_DIR, containerd_found,
                                "/var/lib/rancher/k3s/data/current/bin/containerd", "k3s")
     if flavour == "rke2":
-        return _rancher_target(RKE2_CONTAINERD_DIR, owner, "/var/lib/rancher/rke2/bin/containerd", "rke2")
+        return _rancher_target(RKE2_CONTAINERD_DIR, containerd_found, "/var/lib/rancher/rke2/bin/containerd", "rke2")
     if flavour == "k0s":
         return ConfigTarget(path=K0S_DROPIN, service=None, binary="/var/lib/k0s/bin/containerd",
                             initial_text=K0S_DROPIN_BASE)
     if flavour == "microk8s":
         # The template holds ${SNAP}-style placeholders microk8s fills in: checked as TOML only.
-        return ConfigTarget(path=MICROK8S_TEMPLATE, service=owner["flavour"]["service"],
+        return ConfigTarget(path=MICROK8S_TEMPLATE, service=containerd_found["flavour"]["service"],
                             validate_with_binary=False)
     return ConfigTarget(path=settings.containerd_config_path, service="containerd")
 
@@ -112,12 +112,12 @@ def install_containerd(settings: Settings, family: Family) -> None:
 
 
 @deploy("containerd")
-def containerd_runtime(settings: Settings, family: Family, owner: dict, drain: DrainTarget | None = None,
+def containerd_runtime(settings: Settings, family: Family, containerd_found: dict, drain: DrainTarget | None = None,
                        pending_restarts: dict | None = None):
-    flavour = owner["flavour"]["name"]
-    if flavour == "plain" and not owner.get("binary"):
+    flavour = containerd_found["flavour"]["name"]
+    if flavour == "plain" and not containerd_found.get("binary"):
         if not settings.containerd_install:
-            safe_install.fail(
+            failure.fail(
                 name="Check that containerd is installed",
                 message="containerd is not installed and containerd_install=false: install containerd, "
                 "or set containerd_install=true to install the distribution's package",
@@ -127,7 +127,7 @@ def containerd_runtime(settings: Settings, family: Family, owner: dict, drain: D
     elif flavour != "plain":
         logger.info(f"{host.print_prefix}containerd belongs to {flavour}: wiring its own config")
 
-    target = config_target(settings, owner)
+    target = config_target(settings, containerd_found)
     wiring = settings.runtime_wiring(enable_cdi=settings.containerd_enable_cdi)
     restart_pending = bool(target.service) and (pending_restarts or {}).get(target.service) == target.path
     plan = containerd.plan_node_wiring(target.path, wiring, target.binary, target.base_path, target.initial_text,
@@ -149,4 +149,4 @@ def containerd_runtime(settings: Settings, family: Family, owner: dict, drain: D
         restart_pending=restart_pending,
         before_restart=drain_ops.before_restart(drain),
     )
-    drain_ops.watch(wired)
+    drain_ops.watch(drain, wired)

@@ -8,7 +8,7 @@ from pyinfra.operations import systemd
 
 from deploy.distros import Family, install_packages
 from deploy.facts.docker import DockerState
-from deploy.operations import docker, safe_install
+from deploy.operations import docker, failure
 from deploy.operations import drain as drain_ops
 from deploy.operations.drain import DrainTarget
 from deploy.settings import Settings
@@ -22,7 +22,7 @@ def docker_runtime(settings: Settings, family: Family, drain: DrainTarget | None
     installed = host.get_fact(DockerState, path=settings.docker_daemon_config_path, service="docker")["dockerd"]
     if not installed:
         if not settings.docker_install:
-            safe_install.fail(
+            failure.fail(
                 name="Check that Docker is installed",
                 message="docker is in container_runtimes but Docker is not installed: install Docker "
                 "Engine, or set docker_install=true to install the distribution's package"
@@ -30,7 +30,7 @@ def docker_runtime(settings: Settings, family: Family, drain: DrainTarget | None
             )
             return
         if not family.docker_package:
-            safe_install.fail(
+            failure.fail(
                 name="Check that Docker can be installed",
                 message=f"docker_install=true, but {family.name} ships no Docker package: "
                 "install Docker Engine (docker-ce) from Docker's repository first",
@@ -48,4 +48,4 @@ def docker_runtime(settings: Settings, family: Family, drain: DrainTarget | None
         restart_pending=(pending_restarts or {}).get("docker") == settings.docker_daemon_config_path,
         before_restart=drain_ops.before_restart(drain),
     )
-    drain_ops.watch(wired)
+    drain_ops.watch(drain, wired)

@@ -15,7 +15,7 @@ from pyinfra.facts.server import Hostname
 from deploy.facts.drain import KubeNodeSchedule
 from deploy.facts.k8s import kube_node_name
 from deploy.operations import drain as drain_ops
-from deploy.operations import safe_install
+from deploy.operations import failure
 from deploy.operations.drain import DrainTarget
 from deploy.settings import Settings, host_settings
 
@@ -24,14 +24,14 @@ WITHOUT_DRAIN = "set drain_before_restart=false to restart without draining"
 
 
 def _refuse(message: str) -> None:
-    safe_install.fail(name="Check the control plane can drain this node", message=f"{message}; {WITHOUT_DRAIN}")
+    failure.fail(name="Check the control plane can drain this node", message=f"{message}; {WITHOUT_DRAIN}")
 
 
 @deploy("Live node")
-def drain_plan(settings: Settings) -> DrainTarget | None:
+def checked_drain_target(settings: Settings) -> DrainTarget | None:
     """
-    The node to drain before a restart (None: drain_before_restart is off, or this host fails
-    first because the control plane cannot drain it).
+    The node to drain before a restart, once the control plane was checked able to drain it
+    (None: drain_before_restart is off, or this host fails first because it cannot).
     """
     if not settings.drain_before_restart:
         return None
@@ -62,12 +62,12 @@ def drain_plan(settings: Settings) -> DrainTarget | None:
         logger.warning(f"{host.print_prefix}{where}: not registered, nothing to drain before a restart")
     elif schedule["unschedulable"]:
         host.log_styled(f"{where}: already cordoned: drained before a restart, left cordoned after", fg="yellow")
-    target = DrainTarget(node=node, control_plane=control_plane.name, kubeconfig=kubeconfig,
-                         timeout=settings.drain_timeout)
-    drain_ops.register(target)
-    return target
+    return DrainTarget(node=node, control_plane=control_plane.name, kubeconfig=kubeconfig,
+                       timeout=settings.drain_timeout)
 
 
 @deploy("Live node")
-def uncordon_after_restart(target: DrainTarget):
+def uncordon_drained_node(target: DrainTarget):
+    """Uncordon the node if this run cordoned it: the node's last stage (after verify, or after the
+    restarts when verify does not run)."""
     drain_ops.uncordon_node(name=f"Uncordon Kubernetes node {target.node} after the restart", target=target)

@@ -261,7 +261,7 @@ def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan, drai
         if drain:
             drain_ops.drain_before_reboot(name=f"Drain Kubernetes node {drain.node} before the reboot",
                                           target=drain, _if=reboot.did_change)
-            drain_ops.watch(driver)
+            drain_ops.watch(drain, driver)
         server.reboot(name="Reboot to load the new NVIDIA driver", delay=REBOOT_DELAY, reboot_timeout=600, _if=reboot.did_change)
 
     if plan.cuda_packages:

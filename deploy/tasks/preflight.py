@@ -12,7 +12,7 @@ from pyinfra.facts.server import Arch, LinuxDistribution
 from deploy.distros import Platform, detect_platform
 from deploy.facts.combined import read_facts
 from deploy.facts.containerd import ContainerdFlavour, classify_flavour
-from deploy.facts.nvidia import NvidiaNode, PackagesAvailable
+from deploy.facts.nvidia import HostState, PackagesAvailable
 from deploy.facts.recovery import PackageManagerState, PendingRestarts
 from deploy.operations import packages as package_ops
 from deploy.settings import Settings, likely_typos
@@ -28,7 +28,7 @@ class PreflightError(PyinfraError):
 @dataclass(frozen=True)
 class Node:
     platform: Platform
-    # deploy/facts/nvidia.py NvidiaNode: GPUs, Secure Boot, modules, kernel, free disk
+    # deploy/facts/nvidia.py HostState: GPUs, Secure Boot, modules, kernel, free disk
     nvidia: dict | None = None
     # the driver stage's plan, when that stage runs
     driver_plan: DriverPlan | None = None
@@ -94,12 +94,12 @@ def preflight(settings: Settings, read_ahead: list[tuple[type, dict]] | tuple = 
         logger.warning(f"{host.print_prefix}{note}")
     # One remote command for what every node run needs first (re-runs from cron pay per command),
     # and for the facts the later stages decide on (``read_ahead``, see deploy/facts/combined.py).
-    facts = read_facts(host, LinuxDistribution, Arch, NvidiaNode, ContainerdFlavour, PackageManagerState,
+    facts = read_facts(host, LinuxDistribution, Arch, HostState, ContainerdFlavour, PackageManagerState,
                        PendingRestarts, read_ahead=read_ahead)
     platform = detect_platform(facts["LinuxDistribution"], facts["Arch"])
     logger.info(f"{host.print_prefix}platform: {platform.description}, family {platform.family.name}")
 
-    nvidia = facts["NvidiaNode"]
+    nvidia = facts["HostState"]
     warnings, errors = gpu_findings(nvidia, settings.require_gpu)
     errors += disk_findings(nvidia, settings.min_free_disk_mb)
     plan = None

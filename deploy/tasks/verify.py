@@ -18,13 +18,14 @@ from dataclasses import dataclass
 import yaml
 from packaging.version import InvalidVersion, Version
 from pyinfra import host, logger
-from pyinfra.api import FunctionCommand, deploy, operation
+from pyinfra.api import deploy, operation
 
 from deploy import probes, redact
 from deploy.facts.verify import KUBELET_CONFIG, VerifyState, explain_smi_failure
 from deploy.operations.containerd import dump_cri_plugin, effective_problems
+from deploy.operations.failure import failing_command
 from deploy.toml_roundtrip import tomllib
-from deploy.report import FAIL, PASS, SKIP, NodeRecord, Step, store_for
+from deploy.report import FAIL, PASS, SKIP, NodeRecord, Step, verify_report_store
 from deploy.settings import MIN_DRIVER_VERSION, NVIDIA_CONTAINER_RUNTIME, RuntimeWiring, Settings
 
 NO_GPU = "no NVIDIA GPU"
@@ -452,11 +453,6 @@ def node_record(name: str, state: dict, options: VerifyOptions, steps: list[Step
 # The operation
 
 
-def _fail_host(state, host, message):
-    logger.error(f"{host.print_prefix}{message}")
-    return False
-
-
 @operation()
 def check_node(options: VerifyOptions, report_path: str):
     """
@@ -487,7 +483,7 @@ def check_node(options: VerifyOptions, report_path: str):
         )
 
     record = node_record(host.name, state, options, ladder(state, options, runs))
-    store = store_for(host.state)
+    store = verify_report_store(host.state)
     store.verify_ops.add(host.current_op_hash)  # the table prints when this operation ends
     store.add(report_path, record)
     counts = {status: sum(step.status == status for step in record.steps) for status in (PASS, FAIL, SKIP)}
@@ -497,7 +493,7 @@ def check_node(options: VerifyOptions, report_path: str):
         logger.warning(f"{host.print_prefix}verify {step.name}: fail: {step.reason}")
     if record.failed:
         names = ", ".join(step.name for step in record.failed)
-        yield FunctionCommand(_fail_host, (f"verification failed: {names}",), {})
+        yield failing_command(f"verification failed: {names}")
 
 
 @deploy("Verify")

@@ -69,19 +69,20 @@ def test_config_fact_command_reads_base_then_default():
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_flavour_and_where_its_nvidia_runtime_goes(name):
-    owner = ContainerdFlavour().process((FLAVOURS / f"{name}.txt").read_text().splitlines())
-    owner["flavour"] = classify_flavour(owner)
-    assert owner["flavour"] == EXPECTED[name]["flavour"]
-    target = config_target(parse_settings({}), owner)
+    containerd_found = ContainerdFlavour().process((FLAVOURS / f"{name}.txt").read_text().splitlines())
+    containerd_found["flavour"] = classify_flavour(containerd_found)
+    assert containerd_found["flavour"] == EXPECTED[name]["flavour"]
+    target = config_target(parse_settings({}), containerd_found)
     shown = {key: getattr(target, key) for key in EXPECTED[name]["target"]}
     assert shown == EXPECTED[name]["target"]
 
 
 def test_k3s_and_rke2_never_touch_etc_containerd_and_k0s_starts_from_an_empty_dropin():
     for name in ("k3s-agent-v3", "k3s-server-existing-template", "rke2-agent-v2", "k0s-worker", "microk8s"):
-        owner = ContainerdFlavour().process((FLAVOURS / f"{name}.txt").read_text().splitlines())
-        owner["flavour"] = classify_flavour(owner)
-        target = config_target(parse_settings({"containerd_config_path": "/etc/containerd/config.toml"}), owner)
+        containerd_found = ContainerdFlavour().process((FLAVOURS / f"{name}.txt").read_text().splitlines())
+        containerd_found["flavour"] = classify_flavour(containerd_found)
+        settings = parse_settings({"containerd_config_path": "/etc/containerd/config.toml"})
+        target = config_target(settings, containerd_found)
         assert not target.path.startswith("/etc/containerd/")
     k0s = ContainerdFlavour().process((FLAVOURS / "k0s-worker.txt").read_text().splitlines())
     k0s["flavour"] = classify_flavour(k0s)
@@ -89,9 +90,10 @@ def test_k3s_and_rke2_never_touch_etc_containerd_and_k0s_starts_from_an_empty_dr
 
 
 def test_plain_target_follows_the_setting():
-    owner = {"paths": [], "units": {}, "generated_versions": {}, "binary": None,
+    containerd_found = {"paths": [], "units": {}, "generated_versions": {}, "binary": None,
              "flavour": {"name": "plain", "service": "containerd"}}
-    assert config_target(parse_settings({"containerd_config_path": "/srv/ctr.toml"}), owner).path == "/srv/ctr.toml"
+    settings = parse_settings({"containerd_config_path": "/srv/ctr.toml"})
+    assert config_target(settings, containerd_found).path == "/srv/ctr.toml"
 
 
 def test_imports_are_globbed_relative_to_the_config_folder_in_byte_order_by_a_real_shell(tmp_path):

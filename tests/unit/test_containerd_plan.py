@@ -55,7 +55,7 @@ def test_present_containerd_is_used_as_it_is():
 
 def test_missing_containerd_without_install_fails_with_what_to_do():
     plan = run_plan(containerd_runtime, settings_for(containerd_install="false"), family("debian"), PLAIN_MISSING)
-    failed = plan.matching("containerd is not installed and containerd_install=false")
+    failed = plan.failed_with("containerd is not installed and containerd_install=false")
     assert failed and "set containerd_install=true" in failed[0]
     assert not plan.ran("apt-get")
 
@@ -76,7 +76,7 @@ def test_wired_config_is_a_noop_that_runs_no_command_but_the_fact():
 def test_unparsable_config_fails_the_host_with_the_parse_error_and_uploads_nothing():
     plan = run_plan(containerd_runtime, settings_for(), family("debian"), PLAIN_PRESENT,
                     responses={"base64 -w0": f"binary_path /usr/bin/containerd\nconfig {b64('version = 2 x')}"})
-    errors = plan.matching("is not valid TOML")
+    errors = plan.failed_with("is not valid TOML")
     assert errors and "/etc/containerd/config.toml" in errors[0] and "line 1" in errors[0]
     assert not plan.ran("gpu-node-candidate")
 
@@ -84,7 +84,7 @@ def test_unparsable_config_fails_the_host_with_the_parse_error_and_uploads_nothi
 def test_docker_missing_without_install_names_the_setting_and_the_package():
     plan = run_plan(docker_runtime, settings_for(container_runtimes="docker"), family("debian"),
                     responses={"command -v dockerd": "dockerd"})
-    failed = plan.matching("Docker is not installed")
+    failed = plan.failed_with("Docker is not installed")
     assert failed and "docker_install=true" in failed[0] and "docker.io" in failed[0]
     assert not plan.ran("apt-get")
 
@@ -98,7 +98,7 @@ def test_docker_install_takes_the_distribution_package():
 def test_docker_install_on_rhel_says_there_is_no_distribution_package():
     plan = run_plan(docker_runtime, settings_for(container_runtimes="docker", docker_install="true"),
                     family("rhel"), responses={"command -v dockerd": "dockerd"})
-    assert plan.ran("rhel ships no Docker package")
+    assert plan.failed_with("rhel ships no Docker package")
 
 
 def test_new_dockerd_validates_the_candidate_itself():
@@ -123,8 +123,8 @@ def test_files_that_look_wired_but_containerd_dumps_otherwise_fail_naming_the_ov
     answer = f"binary_path /usr/bin/containerd\nconfig {b64(_wired_config())}\ndump {b64(unwired_dump)}"
     plan = run_plan(containerd_runtime, settings_for(), family("debian"), PLAIN_PRESENT,
                     responses={"base64 -w0": answer})
-    failed = plan.matching("another file containerd reads overrides it")
-    assert failed, plan.commands
+    failed = plan.failed_with("another file containerd reads overrides it")
+    assert failed, plan.failures
     assert "/etc/containerd/config.toml holds the nvidia wiring" in failed[0]
     assert "runtimes.nvidia is missing" in failed[0]
     assert not plan.ran("gpu-node-candidate") and not plan.ran("systemctl restart")

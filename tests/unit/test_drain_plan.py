@@ -100,8 +100,10 @@ def b64(text: str) -> str:
 
 def gpu_responses(config: str | None = UNWIRED, hostname: str = NODE) -> dict:
     scripted = responses("debian-12", extra={
-        # safe_install.fail's command fails the host, as the real shell would
-        re.compile(r"^printf '%s\\n' '?gpu-node: .*>&2; exit 1$", re.S): {"success": False},
+        # Debian's archive entry, whose components the driver stage extends (before "base64 -w0",
+        # which its command contains too)
+        "/etc/apt/sources.list.d/*.sources": "/etc/apt/sources.list.d/debian.sources " + b64(
+            "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\n"),
         "base64 -w0": "binary_path /usr/bin/containerd" + (f"\nconfig {b64(config)}" if config is not None else ""),
         re.compile(r"^uname -n$"): hostname,
     })
@@ -199,24 +201,30 @@ def test_node_name_from_kube_node_names_mapping_reads_no_hostname_no_real_cluste
     assert not [command for command in run.on(GPU) if command == "uname -n"]
 
 
-def test_unreachable_api_stops_the_host_before_any_change_no_real_cluster(monkeypatch):
+def failure_lines(caplog) -> list[str]:
+    """The lines a host failed with (deploy/operations/failure.py)."""
+    return [record.getMessage() for record in caplog.records if "gpu-node: " in record.getMessage()
+            and record.levelno >= logging.ERROR]
+
+
+def test_unreachable_api_stops_the_host_before_any_change_no_real_cluster(monkeypatch, caplog):
     run = run_gpu_node(monkeypatch, StandInCluster(reachable=False))
     assert run.failed
     assert run.kubectl_verbs() == ["get"]
-    failure = [command for command in run.on(GPU) if "gpu-node:" in command]
-    assert len(failure) == 1
+    failure = failure_lines(caplog)
+    assert len(failure) == 1 and failure[0].startswith(f"[{GPU}] gpu-node: ")
     assert "@fake/cp1 cannot reach the Kubernetes API with kubeconfig /etc/kubernetes/admin.conf" in failure[0]
     assert "connection to the server 127.0.0.1:6443 was refused" in failure[0]
     assert "set drain_before_restart=false to restart without draining" in failure[0]
     # nothing after the facts: no upload, no check, no restart
-    assert run.on(GPU)[-1] == failure[0]
-    assert not [command for command in run.on(GPU) if "gpu-node-candidate" in command or "systemctl restart" in command]
+    assert not [command for command in run.on(GPU) if "gpu-node-candidate" in command or "systemctl restart" in command
+                or "upload " in command]
 
 
-def test_no_control_plane_group_stops_the_host_before_any_change(monkeypatch):
+def test_no_control_plane_group_stops_the_host_before_any_change(monkeypatch, caplog):
     run = run_gpu_node(monkeypatch, StandInCluster(), groups=False)
     assert run.failed
-    failure = [command for command in run.on(GPU) if "gpu-node:" in command]
+    failure = failure_lines(caplog)
     assert failure and "no control_plane host to run kubectl on" in failure[0]
     assert not [command for command in run.on(GPU) if "systemctl restart" in command]
 

@@ -97,15 +97,14 @@ def test_debian_second_run_with_everything_installed_and_held_runs_no_package_co
     assert not run.ran("> /run/reboot-required")
 
 
-def test_debian_without_a_release_entry_fails_the_host_naming_the_problem():
+def test_debian_without_a_release_entry_fails_the_host_naming_the_problem(caplog):
     run = fake_run(responses("debian-12", extra={
-        # the failing command fails (the fake connector runs nothing)
-        "no Debian archive entry": {"success": False},
         "/etc/apt/sources.list.d/*.sources": "/etc/apt/sources.list.d/other.sources "
         + base64.b64encode(b"Types: deb\nURIs: https://download.docker.com/linux/debian\nSuites: bookworm\nComponents: stable\n").decode(),
     }))
-    failing = single(run.ran("no Debian archive entry for bookworm"))
-    assert failing.endswith("exit 1")
+    assert run.host in run.state.failed_hosts
+    [line] = [record.getMessage() for record in caplog.records if "gpu-node:" in record.getMessage()]
+    assert "gpu-node: no Debian archive entry for bookworm (with component main)" in line
     assert not run.ran("--allow-change-held-packages --allow-downgrades nvidia-driver")
 
 

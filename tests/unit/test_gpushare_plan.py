@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from pyinfra.api import OperationError
 from pyinfra.connectors.fake import FakeConnector
 from test_k8s_plan import FakeCluster, gpu_identity_lines, run_plan
 
@@ -240,13 +239,15 @@ def test_local_inspect_file_with_the_pinned_checksum_is_installed_once(monkeypat
     assert f"chmod 755 {INSPECT}" not in second.control_plane_commands()
 
 
-def test_scheduler_manifest_with_another_config_is_left_unchanged(monkeypatch, cluster):
+def test_scheduler_manifest_with_another_config_is_left_unchanged(monkeypatch, cluster, caplog):
     pod = yaml.safe_load(KUBEADM_128)
     pod["spec"]["containers"][0]["command"].append("--config=/etc/kubernetes/my-scheduler.yaml")
     original = yaml.safe_dump(pod, sort_keys=False).encode()
     cluster.files[MANIFEST] = original
-    with pytest.raises(OperationError, match="refusing to replace another scheduler config"):
-        run_plan(monkeypatch, cluster, GPU, data=DATA)
+    run = run_plan(monkeypatch, cluster, GPU, data=DATA)
+    assert run.failed
+    assert ("gpu-node: /etc/kubernetes/manifests/kube-scheduler.yaml: kube-scheduler already runs with "
+            "--config=/etc/kubernetes/my-scheduler.yaml: refusing to replace another scheduler config") in caplog.text
     assert cluster.files[MANIFEST] == original
     assert not [name for name in cluster.files if "staging" in name]
 
@@ -259,10 +260,12 @@ def test_scheduler_that_does_not_come_back_fails_the_run(monkeypatch, cluster):
     assert not [c for c in run.control_plane_commands() if ".download" in c]  # the run stopped there
 
 
-def test_host_without_a_kube_scheduler_static_pod_fails_clearly(monkeypatch, cluster):
+def test_host_without_a_kube_scheduler_static_pod_fails_clearly(monkeypatch, cluster, caplog):
     del cluster.files[MANIFEST]
-    with pytest.raises(OperationError, match="kube-scheduler.yaml does not exist: not a kubeadm control-plane"):
-        run_plan(monkeypatch, cluster, GPU, data=DATA)
+    run = run_plan(monkeypatch, cluster, GPU, data=DATA)
+    assert run.failed
+    assert "gpu-node: /etc/kubernetes/manifests/kube-scheduler.yaml does not exist: not a kubeadm control-plane" \
+        in caplog.text
 
 
 def test_mib_memory_unit_reaches_the_device_plugin(monkeypatch, cluster):

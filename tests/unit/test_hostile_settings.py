@@ -196,9 +196,9 @@ def family(distro_id: str):
 def test_containerd_config_path_with_shell_characters_is_only_ever_quoted():
     path = f"/etc/containerd/{HOSTILE_PATH_TAIL}"
     settings = settings_for(containerd_config_path=path)
-    owner = {"paths": [], "units": {}, "generated_versions": {}, "binary": "/usr/bin/containerd",
+    containerd_found = {"paths": [], "units": {}, "generated_versions": {}, "binary": "/usr/bin/containerd",
              "flavour": {"name": "plain", "service": "containerd"}}
-    plan = run_plan(containerd_runtime, settings, family("debian"), owner,
+    plan = run_plan(containerd_runtime, settings, family("debian"), containerd_found,
                     responses={"base64 -w0": "binary_path /usr/bin/containerd\nversion containerd 1.6.20"})
     assert plan.ran("gpu-node-candidate")  # the wiring really went ahead on that path
     assert_only_quoted(plan.commands, path)

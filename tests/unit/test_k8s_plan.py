@@ -128,22 +128,27 @@ class PlanRun:
 
 
 def run_plan(monkeypatch, cluster: FakeCluster, gpu_hosts: dict[str, list[str]],
-             data: dict | None = None, host_data: dict[str, dict] | None = None) -> PlanRun:
-    """Run deploy/k8s_gpu.py like ``pyinfra -y inventory.py deploy/k8s_gpu.py`` on @fake hosts."""
+             data: dict | None = None, host_data: dict[str, dict] | None = None,
+             more_control_planes: dict[str, FakeCluster] | None = None) -> PlanRun:
+    """
+    Run deploy/k8s_gpu.py like ``pyinfra -y inventory.py deploy/k8s_gpu.py`` on @fake hosts:
+    @fake/cp1 answers from ``cluster``, each of ``more_control_planes`` from its own.
+    """
     host_answers = {name: lines for name, lines in gpu_hosts.items()}
+    clusters = {"@fake/cp1": cluster, **(more_control_planes or {})}
 
     def lookup(connector: FakeConnector, command_str: str):
         if connector.host.name in host_answers:
             return True, CommandOutput([OutputLine("stdout", line) for line in host_answers[connector.host.name]])
-        success, lines = cluster.answer(command_str)
+        success, lines = clusters[connector.host.name].answer(command_str)
         return success, CommandOutput([OutputLine("stdout", line) for line in lines])
 
     monkeypatch.setattr(FakeConnector, "_lookup_response", lookup)
     quick = {"fake_delay": 0, "fake_delay_jitter": 0}
     host_data = host_data or {}
-    cp = [("@fake/cp1", {**quick, **host_data.get("@fake/cp1", {})})]
+    cp = [(name, {**quick, **host_data.get(name, {})}) for name in clusters]
     gpus = [(name, {**quick, **host_data.get(name, {})}) for name in gpu_hosts]
-    groups = {"control_plane": (["@fake/cp1"], {})}
+    groups = {"control_plane": (list(clusters), {})}
     if gpus:
         groups["gpu_nodes"] = ([name for name, _ in gpus], {})
     inventory = Inventory((cp + gpus, {}), override_data=dict(data or {}), **groups)
@@ -160,8 +165,6 @@ import pytest  # noqa: E402
 
 # The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
 pytestmark = pytest.mark.usefixtures("both_modes")
-
-from pyinfra.api import OperationError  # noqa: E402
 
 from deploy.operations.kubectl import DIGEST_ANNOTATION, KubeUnavailableError  # noqa: E402
 from deploy.settings import SettingsError  # noqa: E402
@@ -309,7 +312,7 @@ def test_invalid_settings_stop_the_run_naming_the_key_before_any_kubectl(monkeyp
     assert cluster.objects == {}
 
 
-def test_smoke_pod_pending_fails_with_the_schedulers_reason_no_gpu_here(monkeypatch):
+def test_smoke_pod_pending_fails_with_the_schedulers_reason_no_gpu_here(monkeypatch, caplog):
     """No GPU on these machines: the pending pod is what a cluster without GPUs reports."""
     cluster = two_gpu_node_cluster()
     cluster.smoke_lines = [
@@ -318,12 +321,12 @@ def test_smoke_pod_pending_fails_with_the_schedulers_reason_no_gpu_here(monkeypa
         "preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod.",
         "deleted",
     ]
-    with pytest.raises(OperationError) as error:
-        run_plan(monkeypatch, cluster, {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])},
-                 data={"smoke_test_timeout": "10"})
-    assert str(error.value).startswith(
-        "@fake/cp1: smoke pod still Pending after the timeout: False Unschedulable: 0/2 nodes are available: "
-        "2 Insufficient nvidia.com/gpu.")
+    run = run_plan(monkeypatch, cluster, {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])},
+                   data={"smoke_test_timeout": "10"})
+    assert run.failed
+    assert (
+        "[@fake/cp1]  gpu-node: smoke pod still Pending after the timeout: False Unschedulable: 0/2 nodes are available: "
+        "2 Insufficient nvidia.com/gpu.") in caplog.text
     # the device plugin was applied before the smoke pod ran
     assert ("DaemonSet", "nvidia-device-plugin", "nvidia-device-plugin") in cluster.objects
 
@@ -377,13 +380,42 @@ def test_helm_path_plan_only_no_helm_binary_reachable_here_installs_the_pinned_c
     assert not [c for c in again.control_plane_commands() if " upgrade " in c]
 
 
-def test_helm_path_plan_only_no_helm_binary_reachable_here_names_host_and_kubeconfig(monkeypatch):
+def test_helm_path_plan_only_no_helm_binary_reachable_here_names_host_and_kubeconfig(monkeypatch, caplog):
     cluster = two_gpu_node_cluster()
-    with pytest.raises(OperationError) as error:
-        run_plan(monkeypatch, cluster, {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])},
-                 data={"device_plugin_install_method": "helm", "smoke_test": "false"})
-    assert str(error.value) == ("@fake/cp1: cannot use the cluster with kubeconfig /etc/kubernetes/admin.conf: "
-                                "helm: helm is not installed (not on PATH)")
+    run = run_plan(monkeypatch, cluster, {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])},
+                   data={"device_plugin_install_method": "helm", "smoke_test": "false"})
+    assert run.failed
+    assert ("[@fake/cp1]  gpu-node: cannot use the cluster with kubeconfig /etc/kubernetes/admin.conf: "
+            "helm: helm is not installed (not on PATH)") in caplog.text
+
+
+class ForbiddenCluster(FakeCluster):
+    """A cluster whose API answers /version but forbids this kubeconfig to read objects (RBAC)."""
+
+    def answer(self, command: str):
+        if " get -f - " in command:
+            return True, ["rc 1", 'err Error from server (Forbidden): runtimeclasses.node.k8s.io "nvidia" is '
+                                  'forbidden: User "viewer" cannot get resource "runtimeclasses"']
+        return super().answer(command)
+
+
+def test_a_kubectl_failure_on_one_control_plane_fails_that_host_only(monkeypatch, caplog):
+    """Two control-plane hosts in one run: cp2's kubectl is refused; cp1 still applies and labels."""
+    cluster, forbidden = two_gpu_node_cluster(), ForbiddenCluster(nodes={"gpu1": {}})
+    run = run_plan(monkeypatch, cluster, {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])},
+                   data={"smoke_test": "false"}, more_control_planes={"@fake/cp2": forbidden})
+    assert {host.name for host in run.state.failed_hosts} == {"@fake/cp2"}
+    failures = [record.getMessage() for record in caplog.records if "gpu-node: " in record.getMessage()]
+    assert failures == [  # pyinfra pads the host prefix to the longest name
+        "[@fake/cp2]  gpu-node: cannot use the cluster with kubeconfig /etc/kubernetes/admin.conf: Error from server "
+        '(Forbidden): runtimeclasses.node.k8s.io "nvidia" is forbidden: User "viewer" cannot get resource '
+        '"runtimeclasses"'
+    ]
+    # cp1 went on to the end: RuntimeClass, labels and device plugin
+    assert ("RuntimeClass", "", "nvidia") in cluster.objects
+    assert ("DaemonSet", "nvidia-device-plugin", "nvidia-device-plugin") in cluster.objects
+    assert cluster.nodes["gpu1"]["nvidia.com/gpu.present"] == "true"
+    assert forbidden.objects == {} and forbidden.nodes["gpu1"] == {}
 
 
 class ClusterWithoutDigests(FakeCluster):

@@ -82,7 +82,8 @@ def test_min_free_disk_zero_disables_the_check():
 
 
 def test_missing_headers_for_the_running_kernel_are_reported(warnings):
-    debian(node_lines("6.18.44-fc-v657"))
+    fake_run(responses("debian-12", node=node_lines("6.18.44-fc-v657"), extra={
+        **SOURCES, "echo package-availability;": ["no linux-headers-6.18.44-fc-v657", "yes linux-headers-amd64"]}))
     [line] = [line for line in warnings() if "kernel headers" in line]
     assert "linux-headers-6.18.44-fc-v657 for the running kernel are not in the apt lists" in line
     assert "linux-headers-amd64" in line

@@ -13,7 +13,7 @@ import subprocess
 
 from plan import run_plan, settings_for
 from pyinfra import host
-from pyinfra.api import deploy, operation
+from pyinfra.api import Config, Inventory, State, deploy, operation
 
 from deploy.distros import detect_platform
 from deploy.facts.combined import known_fact, read_facts
@@ -35,10 +35,14 @@ def shell(command) -> list[str]:
 
 
 class LocalHost:
-    """Answers get_fact by running the fact's command in a local shell; counts the reads."""
+    """Answers get_fact by running the fact's command in a local shell; counts the reads.
+    Its run (``state``) has no operation: nothing changed the host since a read."""
+
+    name = "local"
 
     def __init__(self):
         self.reads = []
+        self.state = State(Inventory((["@local"], {})), Config())
 
     def get_fact(self, fact, **kwargs):
         self.reads.append(fact.__name__)

@@ -185,10 +185,10 @@ def diff_on(monkeypatch):
 
 
 def test_containerd_operation_with_diff_logs_the_masked_change(diff_on, caplog):
-    owner = {"paths": [], "units": {}, "generated_versions": {}, "binary": "/usr/bin/containerd",
+    containerd_found = {"paths": [], "units": {}, "generated_versions": {}, "binary": "/usr/bin/containerd",
              "flavour": {"name": "plain", "service": "containerd"}}
     caplog.set_level(logging.INFO, logger="pyinfra")
-    run_plan(containerd_runtime, settings_for(), family("debian"), owner,
+    run_plan(containerd_runtime, settings_for(), family("debian"), containerd_found,
              responses={"base64 -w0": f"binary_path /usr/bin/containerd\nconfig {b64(CONTAINERD_16)}"})
     logged = "\n".join(record.getMessage() for record in caplog.records)
     assert "Will modify" in logged and "/etc/containerd/config.toml" in logged
@@ -198,10 +198,10 @@ def test_containerd_operation_with_diff_logs_the_masked_change(diff_on, caplog):
 
 
 def test_containerd_operation_without_diff_logs_no_diff(caplog):
-    owner = {"paths": [], "units": {}, "generated_versions": {}, "binary": "/usr/bin/containerd",
+    containerd_found = {"paths": [], "units": {}, "generated_versions": {}, "binary": "/usr/bin/containerd",
              "flavour": {"name": "plain", "service": "containerd"}}
     caplog.set_level(logging.INFO, logger="pyinfra")
-    run_plan(containerd_runtime, settings_for(), family("debian"), owner,
+    run_plan(containerd_runtime, settings_for(), family("debian"), containerd_found,
              responses={"base64 -w0": f"binary_path /usr/bin/containerd\nconfig {b64(CONTAINERD_16)}"})
     assert "BinaryName" not in "\n".join(record.getMessage() for record in caplog.records)
 

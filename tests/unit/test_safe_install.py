@@ -15,7 +15,6 @@ from deploy.operations.safe_install import (
     BACKUP_INFIX,
     Validator,
     candidate_path,
-    fail_host,
     install_script,
     pending_restart_mark,
     restart_pending_script,
@@ -86,12 +85,6 @@ def test_paths_with_spaces_and_quotes_are_quoted(tmp_path):
 
 def test_candidate_sits_next_to_the_live_file():
     assert candidate_path("/etc/containerd/config.toml") == "/etc/containerd/config.toml.gpu-node-candidate"
-
-
-def test_fail_host_prints_the_message_and_fails():
-    command = str(next(fail_host("it's broken: line 2")).get_raw_value())
-    result = subprocess.run(["sh", "-c", command], capture_output=True, text=True)
-    assert result.returncode == 1 and result.stderr == "gpu-node: it's broken: line 2\n"
 
 
 def test_script_restarts_and_rolls_back_only_with_a_service():

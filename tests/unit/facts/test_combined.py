@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import subprocess
 
+from pyinfra.api import Config, Inventory, State
 from pyinfra.facts.server import Arch, LinuxDistribution
 
 from deploy.facts.combined import CombinedOutput, read_facts, split_sections
 from deploy.facts.containerd import ContainerdFlavour
-from deploy.facts.nvidia import NvidiaNode
+from deploy.facts.nvidia import HostState
 
-FACTS = (LinuxDistribution, Arch, NvidiaNode, ContainerdFlavour)
+FACTS = (LinuxDistribution, Arch, HostState, ContainerdFlavour)
 
 
 def shell(command) -> list[str]:
@@ -19,7 +20,12 @@ def shell(command) -> list[str]:
 
 
 class LocalHost:
-    """Answers get_fact by running the fact's command in a local shell."""
+    """Answers get_fact by running the fact's command in a local shell, in a run of its own."""
+
+    name = "local"
+
+    def __init__(self):
+        self.state = State(Inventory((["@local"], {})), Config())
 
     def get_fact(self, fact, **kwargs):
         return fact().process(shell(fact().command(**kwargs)))
@@ -34,7 +40,7 @@ def test_each_fact_from_the_combined_command_equals_the_fact_read_alone():
     together = read_facts(LocalHost(), *FACTS)
     for fact in (LinuxDistribution, Arch, ContainerdFlavour):
         assert together[fact.__name__] == alone(fact), fact.__name__
-    node_alone, node_together = alone(NvidiaNode), together["NvidiaNode"]
+    node_alone, node_together = alone(HostState), together["HostState"]
     node_alone.pop("free_mb"), node_together.pop("free_mb")  # disk use moves between two reads
     assert node_together == node_alone
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from deploy.distros import APT, DNF
-from deploy.facts.nvidia import IgnoredPackages, NvidiaNode, PackagesAvailable, RecommendedDriver
+from deploy.facts.nvidia import IgnoredPackages, HostState, PackagesAvailable, RecommendedDriver
 from deploy.operations.packages import PACMAN_HOLD_COMMAND, PACMAN_HOLD_LIST
 from deploy.operations.driver import AptSourceFiles
 
@@ -19,14 +19,14 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia" / "facts"
 @pytest.mark.parametrize("path", sorted(FIXTURES.glob("*.json")), ids=lambda path: path.stem)
 def test_nvidia_node_fixture(path):
     fixture = json.loads(path.read_text())
-    assert NvidiaNode().process(fixture["output"]) == fixture["fact"]
+    assert HostState().process(fixture["output"]) == fixture["fact"]
 
 
 def test_nvidia_node_command_runs_here_exits_zero_and_parses_to_this_machines_state():
     """This machine has no GPU and no nvidia module: the real command says so."""
-    result = subprocess.run(["sh", "-c", NvidiaNode().command()], capture_output=True, text=True)
+    result = subprocess.run(["sh", "-c", HostState().command()], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    node = NvidiaNode().process(result.stdout.splitlines())
+    node = HostState().process(result.stdout.splitlines())
     assert node["gpus"] == [] and "nvidia" not in node["modules"]
     assert node["kernel"] == subprocess.run(["uname", "-r"], capture_output=True, text=True).stdout.strip()
     assert set(node["free_mb"]) == {"/", "/var"} and node["free_mb"]["/"] > 0

@@ -1,0 +1,36 @@
+"""
+The one way gpu-node fails a host: one line naming the problem, this host only.
+
+An exception raised inside an operation aborts every host of the run (pyinfra runs the body
+again while executing, outside its per-host error handling), and a remote ``exit 1`` needs a
+round trip and a shell. So a refusal is a ``FunctionCommand`` running ``fail_host``: it logs
+``[host] gpu-node: MESSAGE`` and returns False, and pyinfra fails this host alone, calls the
+State's ``operation_host_error`` callbacks and goes on with the others.
+
+- an operation yields ``failing_command(message)`` (and nothing after it);
+- a task calls the ``fail`` operation;
+- a FunctionCommand body that finds a problem returns ``fail_host(state, host, message)``.
+"""
+
+from __future__ import annotations
+
+from pyinfra import logger
+from pyinfra.api import FunctionCommand, operation
+
+
+def fail_host(state, host, message: str) -> bool:
+    """Log ``message`` as ``host``'s error and return False: the failing result of a
+    FunctionCommand body (``state`` is unused; pyinfra passes it to such bodies)."""
+    host.log_styled(f"gpu-node: {message}", fg="red", log_func=logger.error)
+    return False
+
+
+def failing_command(message: str) -> FunctionCommand:
+    """The command an operation yields to fail its host with ``message``."""
+    return FunctionCommand(fail_host, (message,), {})
+
+
+@operation(is_idempotent=False)
+def fail(message: str):
+    """Fail this host with ``message``: a precondition the deploy cannot meet (nothing changes)."""
+    yield failing_command(message)
