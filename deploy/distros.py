@@ -18,9 +18,10 @@ from pyinfra.facts.rpm import RpmPackages
 from pyinfra.operations import dnf, zypper
 
 from deploy.operations import packages as package_ops
+from deploy.operations.failure import HostRefusal
 
 
-class UnsupportedPlatform(PyinfraError):
+class UnsupportedPlatform(HostRefusal):
     """The host's distro or architecture is not one this tool supports."""
 
 

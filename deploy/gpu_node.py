@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pyinfra import host, logger  # noqa: E402
 
 from deploy.fleet_report import fleet_report_for  # noqa: E402
+from deploy.operations.failure import HostRefusal, fail  # noqa: E402
 from deploy.settings import host_settings  # noqa: E402
 from deploy.tasks.driver import driver_report, nvidia_driver  # noqa: E402
 from deploy.tasks import kernel as kernel_stage  # noqa: E402
@@ -27,6 +28,7 @@ from deploy.tasks.drain import checked_drain_target, uncordon_drained_node  # no
 from deploy.tasks.toolkit import toolkit  # noqa: E402
 from deploy.tasks.verify import verify  # noqa: E402
 
+node = None
 # A control-plane-only host of the inventory is deploy/k8s_gpu.py's business.
 if "control_plane" in host.groups and "gpu_nodes" not in host.groups:
     logger.info(f"{host.print_prefix}in control_plane only: not a GPU node, skipped")
@@ -42,7 +44,12 @@ else:
         read_ahead += toolkit_stage.reads(settings)
     if settings.runs("runtimes") and settings.wires("containerd"):
         read_ahead += containerd_stage.reads(settings)
-    node = preflight(settings, read_ahead=read_ahead)
+    try:
+        node = preflight(settings, read_ahead=read_ahead)
+    except HostRefusal as refusal:
+        # This host alone fails, before any change on it; the rest of the fleet goes on.
+        fail(name="Refuse this host (preflight)", message=str(refusal))
+if node is not None:
     # drain_before_restart: the node to drain before a restart; its control plane checked now.
     drain = checked_drain_target(settings)
     if settings.runs("kernel"):

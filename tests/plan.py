@@ -8,20 +8,15 @@ the way pyinfra's own operation tests compare commands for given facts.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import click
 from pyinfra.api import Inventory, State
 from pyinfra.api.deploy import add_deploy
 from pyinfra.api.exceptions import PyinfraError
 
 from deploy.settings import Settings, parse_settings
 from fake_host import CANDIDATE_CHECK, os_release, run_state, wired_dump
-
-
-FAILURE_PREFIX = "gpu-node: "  # deploy/operations/failure.py's line
 
 
 @dataclass
@@ -70,36 +65,15 @@ def run_plan(
     **kwargs: Any,
 ) -> Plan:
     """Prepare and execute ``task(*args, **kwargs)`` (a @deploy) on one @fake host."""
-    errors = _ErrorLines()
-    logging.getLogger("pyinfra").addHandler(errors)
-    try:
-        plan = _run(task, args, kwargs, distro, responses, data, arch)
-    finally:
-        logging.getLogger("pyinfra").removeHandler(errors)
-    plan.failures = [line.split(FAILURE_PREFIX, 1)[1] for line in errors.lines if FAILURE_PREFIX in line]
-    return plan
-
-
-class _ErrorLines(logging.Handler):
-    """The pyinfra logger's error lines, as a terminal would show them without colours."""
-
-    def __init__(self) -> None:
-        super().__init__(level=logging.ERROR)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(click.unstyle(record.getMessage()))
-
-
-def _run(task, args, kwargs, distro, responses, data, arch) -> Plan:
     host_data = {**fake_host_data(distro, responses, arch), **(data or {})}
     inventory = Inventory(([("@fake/node", host_data)], {}))
-    state, error = run_state(inventory, lambda state: add_deploy(state, task, *args, **kwargs))
+    failures: list[str] = []
+    state, error = run_state(inventory, lambda state: add_deploy(state, task, *args, **kwargs), failures=failures)
     # The host failed during execution (a Python-side check): what ran until then is the plan.
     if error is not None and not (isinstance(error, PyinfraError) and "No hosts remaining" in str(error)):
         raise error
     host = inventory.get_host("@fake/node")
-    return Plan(commands=list(host.connector.executed_commands), state=state)
+    return Plan(commands=list(host.connector.executed_commands), state=state, failures=failures)
 
 
 def settings_for(**data: Any) -> Settings:

@@ -9,6 +9,7 @@ State's ``operation_host_error`` callbacks and goes on with the others.
 
 - an operation yields ``failing_command(message)`` (and nothing after it);
 - a task calls the ``fail`` operation;
+- planning code raises ``HostRefusal``, which the entry file turns into ``fail``;
 - a FunctionCommand body that finds a problem returns ``fail_host(state, host, message)``.
 """
 
@@ -16,6 +17,13 @@ from __future__ import annotations
 
 from pyinfra import logger
 from pyinfra.api import FunctionCommand, operation
+from pyinfra.api.exceptions import PyinfraError
+
+
+class HostRefusal(PyinfraError):
+    """A refusal found while planning one host (unsupported, unsafe, or settings that do not fit
+    it). Raised during planning it would stop every host of the run: the entry file catches it and
+    fails that host alone with ``fail``, before any change on it, and the run goes on."""
 
 
 def fail_host(state, host, message: str) -> bool:

@@ -15,7 +15,6 @@ from io import StringIO
 from packaging.version import InvalidVersion, Version
 from pyinfra import host, logger
 from pyinfra.api import deploy
-from pyinfra.api.exceptions import PyinfraError
 from pyinfra.operations import files, server
 
 from deploy.distros import PackageManager, Platform, add_repository, by_distro_id, install_packages
@@ -23,13 +22,14 @@ from deploy.facts.nvidia import RecommendedDriver
 from deploy.operations import drain as drain_ops
 from deploy.operations import driver as driver_ops
 from deploy.operations.drain import DrainTarget
+from deploy.operations.failure import HostRefusal
 from deploy.settings import MIN_DRIVER_VERSION, Settings
 
 CUDA_PROFILE_PATH = "/etc/profile.d/cuda.sh"
 REBOOT_DELAY = 10  # seconds before reconnecting
 
 
-class DriverPlanError(PyinfraError):
+class DriverPlanError(HostRefusal):
     """The driver settings do not fit this host: raised before any change."""
 
 

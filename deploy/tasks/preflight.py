@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
-from pyinfra.api.exceptions import PyinfraError
 from pyinfra.facts.server import Arch, LinuxDistribution
 
 from deploy.distros import Platform, detect_platform
@@ -15,13 +14,14 @@ from deploy.facts.containerd import ContainerdFlavour, classify_flavour
 from deploy.facts.nvidia import HostState, PackagesAvailable
 from deploy.facts.recovery import PackageManagerState, PendingRestarts
 from deploy.operations import packages as package_ops
+from deploy.operations.failure import HostRefusal
 from deploy.settings import Settings, likely_typos
 from deploy.tasks.driver import DriverPlan, plan_for_host
 
 DISK_MOUNTS = ("/", "/var")
 
 
-class PreflightError(PyinfraError):
+class PreflightError(HostRefusal):
     """The node is not safe to change: raised before any change."""
 
 
@@ -112,7 +112,7 @@ def preflight(settings: Settings, read_ahead: list[tuple[type, dict]] | tuple = 
     for warning in warnings:
         logger.warning(f"{host.print_prefix}{warning}")
     if errors:
-        raise PreflightError(f"{host.name}: " + "; ".join(errors))
+        raise PreflightError("; ".join(errors))
     containerd = facts["ContainerdFlavour"]
     containerd["flavour"] = classify_flavour(containerd)
     recover_package_manager(settings, facts["PackageManagerState"])

@@ -144,8 +144,7 @@ def test_ubuntu_branch_detected_from_the_installed_driver():
 
 def test_ubuntu_without_branch_or_recommendation_stops_before_any_change():
     run = fake_run(responses("ubuntu-22.04", node=node_lines("5.15.0-91-generic")))
-    assert run.error is not None
-    assert "nvidia_driver_branch is required on ubuntu" in str(run.error)
+    assert "nvidia_driver_branch is required on ubuntu" in run.refusal
     assert not run.ran("apt-get") and not run.ran("mkdir -p /etc/modprobe.d")
 
 
@@ -205,7 +204,7 @@ def test_opensuse_leap_adds_nvidias_repository_and_locks_g06_packages():
 def test_opensuse_rejects_a_branch():
     run = fake_run(responses("opensuse-leap-15.5", node=node_lines("5.14.21-150500.55.39-default")),
                    data={"nvidia_driver_branch": "550"})
-    assert "nvidia_driver_branch='550' is not supported on opensuse-leap" in str(run.error)
+    assert "nvidia_driver_branch='550' is not supported on opensuse-leap" in run.refusal
 
 
 # Arch
@@ -234,7 +233,7 @@ def test_arch_already_ignored_packages_are_not_added_twice():
 def test_arch_rejects_a_version_pin():
     run = fake_run(responses("arch", node=node_lines("6.9.7-arch1-1", pkgbases=["linux"])),
                    data={"nvidia_driver_version": "550.78-1"})
-    assert "nvidia_driver_version='550.78-1' cannot be pinned on arch" in str(run.error)
+    assert "nvidia_driver_version='550.78-1' cannot be pinned on arch" in run.refusal
 
 
 # Across families
@@ -247,7 +246,7 @@ def test_arch_rejects_a_version_pin():
 ])
 def test_driver_below_the_device_plugins_floor_or_inconsistent_stops_before_any_change(data, message):
     run = fake_run(responses("debian-12", extra=DEBIAN_FILES), data=data)
-    assert message in str(run.error)
+    assert message in run.refusal
     assert not run.ran("mkdir -p /etc/modprobe.d")
 
 

@@ -5,16 +5,13 @@ only, nothing after it; in pyinfra's default mode (changes detected first) as wi
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 from plan import run_plan
-from pyinfra.api import Config, Inventory, State, deploy
-from pyinfra.api.connect import connect_all
+from fake_host import GPU_NODE, PCI_WITH_GPU, node_lines, responses, run_state
+from pyinfra.api import Inventory, deploy
 from pyinfra.api.deploy import add_deploy
-from pyinfra.api.operations import run_ops
-from pyinfra.api.state import StateStage
 from pyinfra.operations import server
+from pyinfra_cli.util import load_deploy_file
 
 from deploy.operations import failure
 
@@ -41,21 +38,38 @@ def _refuse_on(bad_host: str):
     server.shell(name="Change", commands=["touch /etc/changed"])
 
 
-@pytest.mark.parametrize("check_for_changes", [True, False], ids=["default mode", "-y"])
-def test_only_the_failing_host_fails_the_others_go_on(check_for_changes, caplog):
-    caplog.set_level(logging.ERROR, logger="pyinfra")
+@pytest.mark.usefixtures("both_modes")
+def test_only_the_failing_host_fails_the_others_go_on():
     quick = {"fake_delay": 0, "fake_delay_jitter": 0}
     inventory = Inventory(([("@fake/good", quick), ("@fake/bad", quick)], {}))
-    state = State(inventory, Config(), check_for_changes=check_for_changes)
-    state.set_stage(StateStage.Connect)
-    connect_all(state)
-    state.set_stage(StateStage.Prepare)
-    add_deploy(state, _refuse_on, "@fake/bad")
-    state.set_stage(StateStage.Execute)
-    run_ops(state)
+    failures: list[str] = []
+    state, error = run_state(inventory, lambda state: add_deploy(state, _refuse_on, "@fake/bad"),
+                             failures=failures)
+    assert error is None, error
     assert {host.name for host in state.failed_hosts} == {"@fake/bad"}
     assert inventory.get_host("@fake/good").connector.executed_commands[-1].endswith("touch /etc/changed")
     assert not inventory.get_host("@fake/bad").connector.executed_commands
-    lines = [record.getMessage() for record in caplog.records if "gpu-node: " in record.getMessage()]
-    assert len(lines) == 1 and lines[0].startswith("[@fake/bad]")
-    assert lines[0].endswith("gpu-node: @fake/bad cannot be changed")
+    assert failures == ["@fake/bad cannot be changed"]
+
+
+@pytest.mark.usefixtures("both_modes")
+def test_a_host_refused_in_preflight_fails_alone_before_any_change_and_the_fleet_goes_on():
+    """gpu_node.py turns one host's preflight refusal (here require_gpu on a node without one) into
+    that host's failure: pyinfra would otherwise stop every host while still planning."""
+    common = {"fake_delay": 0, "fake_delay_jitter": 0, "kernel_modules_load": False, "reboot_allowed": False,
+              "stages": "kernel"}
+    no_gpu = {**common, "require_gpu": True,
+              "fake_responses": responses("debian-12", node=node_lines("6.1.0-18-amd64"))}
+    with_gpu = {**common, "require_gpu": True,
+                "fake_responses": responses("debian-12", node=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU))}
+    inventory = Inventory(([("@fake/no-gpu", no_gpu), ("@fake/gpu", with_gpu)], {}))
+    failures: list[str] = []
+    state, error = run_state(inventory, lambda state: load_deploy_file(state, GPU_NODE), failures=failures)
+    assert error is None, error
+    assert {host.name for host in state.failed_hosts} == {"@fake/no-gpu"}
+    assert failures == ["no NVIDIA GPU on the PCI bus (vendor 0x10de, display class): require_gpu=true"]
+    changing = ("mkdir", "sh -c", "apt-get", "mv ", "sysctl", "modprobe")
+    refused = inventory.get_host("@fake/no-gpu").connector.executed_commands
+    assert not [command for command in refused if command.startswith(changing)], refused
+    assert inventory.get_host("@fake/gpu").connector.executed_commands != refused
+    assert any("modules-load.d" in command for command in inventory.get_host("@fake/gpu").connector.executed_commands)

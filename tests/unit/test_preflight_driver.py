@@ -37,13 +37,13 @@ def test_no_gpu_is_a_warning_and_the_run_goes_on(warnings):
 
 def test_no_gpu_with_require_gpu_stops_before_any_change():
     run = debian(node_lines("6.1.0-18-amd64"), require_gpu=True)
-    assert "no NVIDIA GPU on the PCI bus (vendor 0x10de, display class): require_gpu=true" in str(run.error)
+    assert "no NVIDIA GPU on the PCI bus (vendor 0x10de, display class): require_gpu=true" in run.refusal
     assert not [c for c in run.commands if c.startswith(CHANGING)]
 
 
 def test_a_gpus_audio_function_alone_is_not_a_gpu():
     run = debian(node_lines("6.1.0-18-amd64", pci=["pci 0000:3b:00.1 0x1aef 0x040300"]), require_gpu=True)
-    assert "no NVIDIA GPU" in str(run.error)
+    assert "no NVIDIA GPU" in run.refusal
 
 
 def test_a_gpu_passes_require_gpu(warnings):
@@ -72,8 +72,8 @@ def test_a_loaded_nouveau_or_nova_is_reported(warnings, module):
 
 def test_too_little_free_disk_stops_before_any_change():
     run = debian(node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU, free_mb=1000))
-    assert "only 1000 MiB free on /, less than min_free_disk_mb=2048" in str(run.error)
-    assert "only 1000 MiB free on /var" in str(run.error)
+    assert "only 1000 MiB free on /, less than min_free_disk_mb=2048" in run.refusal
+    assert "only 1000 MiB free on /var" in run.refusal
     assert not [c for c in run.commands if c.startswith(CHANGING)]
 
 
