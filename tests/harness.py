@@ -1,5 +1,5 @@
 """
-Real node containers for end-to-end tests (DESIGN.md section 5).
+Real node containers for end-to-end tests (docs/contributing.md, "The node containers").
 
 A node is a systemd Debian bookworm container started with the documented flags; the
 deploy runs against it through pyinfra's real CLI (`pyinfra -y @docker/<id> ...`), as a

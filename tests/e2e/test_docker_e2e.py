@@ -17,7 +17,7 @@ from test_containerd_e2e import IMAGE, assert_wired, busybox_image_tar, copy_in
 from toolkit_repo import RUNTIME_DEBUG_LOG, enable_runtime_debug_log, runtime_created, runtime_log
 
 DAEMON_JSON = "/etc/docker/daemon.json"
-# A node container needs no bridge and no iptables (DESIGN.md section 5); the rest is a site's file.
+# A node container needs no bridge and no iptables (docs/contributing.md, "The node containers"); the rest is a site's file.
 SEEDED = {
     "bridge": "none",
     "iptables": False,
