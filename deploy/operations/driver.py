@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import base64
 import re
-from io import StringIO
 from typing import TYPE_CHECKING
 
 from pyinfra import host, logger
 from pyinfra.api import FactBase, QuoteString, StringCommand, operation
-from pyinfra.operations import files
 
 from deploy.facts.combined import known_fact
 from deploy.facts.nvidia import HostState, PackagesAvailable
 from deploy.operations.failure import failing_command
+from deploy.operations.files import put_text
 from deploy.operations.packages import apt_sources_changed
 from deploy.run_state import DriverNote, run_state
 
@@ -172,7 +171,7 @@ def enable_apt_components(codename: str, components: list):
         host.noop(f"{' '.join(components)} are enabled for {codename}")
         return
     for path, text in changed.items():
-        yield from files.put._inner(src=StringIO(text), dest=path)
+        yield from put_text._inner(dest=path, content=text)
     apt_sources_changed()
 
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from io import StringIO
 
 from packaging.version import InvalidVersion, Version
 from pyinfra import host, logger
 from pyinfra.api import deploy
-from pyinfra.operations import files, server
+from pyinfra.operations import server
 
 from deploy.distros import PackageManager, Platform, add_repository, by_distro_id, install_packages
 from deploy.facts.nvidia import RecommendedDriver
@@ -23,6 +22,7 @@ from deploy.operations import drain as drain_ops
 from deploy.operations import driver as driver_ops
 from deploy.operations.drain import DrainTarget
 from deploy.operations.failure import HostRefusal
+from deploy.operations.files import put_text
 from deploy.settings import MIN_DRIVER_VERSION, Settings
 
 CUDA_PROFILE_PATH = "/etc/profile.d/cuda.sh"
@@ -268,14 +268,7 @@ def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan, drai
         if plan.cuda_repository:
             add_repository(manager, f"Add NVIDIA's CUDA repository {plan.cuda_repository['name']}", plan.cuda_repository)
         install_packages(manager, "Install the CUDA toolkit", plan.cuda_packages, lock_timeout=lock_timeout)
-        files.put(
-            name="Put the CUDA toolkit on PATH",
-            src=StringIO(cuda_profile_text(plan.cuda_home)),
-            dest=CUDA_PROFILE_PATH,
-            user="root",
-            group="root",
-            mode="644",
-        )
+        put_text(name="Put the CUDA toolkit on PATH", dest=CUDA_PROFILE_PATH, content=cuda_profile_text(plan.cuda_home))
     return plan
 
 

@@ -54,6 +54,8 @@ def test_debian_default_plan_enables_components_installs_driver_headers_firmware
     assert "apt-mark hold nvidia-driver nvidia-kernel-dkms nvidia-smi" in run.commands
     assert not run.ran("apt-mark hold firmware")
     assert "NVIDIA driver | Enable contrib non-free non-free-firmware for bookworm" in run.op_names()
+    # written beside the live source and renamed over it: an interrupted run leaves no half file
+    assert run.ran("mv -f /etc/apt/sources.list.d/debian.sources.gpu-node-candidate /etc/apt/sources.list.d/debian.sources")
     # the driver changed and no module is loaded: the reboot marker, no reboot
     assert run.ran("> /run/reboot-required")
     assert not run.ran("reboot )")
@@ -270,7 +272,7 @@ def test_cuda_toolkit_installs_the_familys_package_and_puts_it_on_path():
     run = ok(fake_run(responses("debian-12", extra=DEBIAN_FILES), data={"cuda_toolkit_install": True}))
     assert any(c.endswith(" nvidia-cuda-toolkit") for c in install_lines(run, "apt-get"))
     assert "NVIDIA driver | Put the CUDA toolkit on PATH" in run.op_names()
-    assert run.ran("chmod 644 /etc/profile.d/cuda.sh")
+    assert run.ran("chmod 644 /etc/profile.d/cuda.sh.gpu-node-candidate && mv -f /etc/profile.d/cuda.sh.gpu-node-candidate /etc/profile.d/cuda.sh")
 
 
 def test_driver_install_false_runs_no_driver_operation():
