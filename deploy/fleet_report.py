@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pyinfra import logger
 from pyinfra.api.state import BaseStateCallback, StateStage
 
 from deploy.report import FAIL, PASS, SKIP, write_json_file
 from deploy.run_state import DriverNote, run_state
+from deploy.settings import CONTROL_PLANE_GROUP, GPU_NODES_GROUP, Settings, host_settings
 
 FLEET_REPORT_VERSION = 1
 CONVERGED, CHANGED, FAILED, NOT_RUN = "converged", "changed", "failed", "not run"
@@ -165,3 +167,17 @@ def fleet_report_for(state, path: str) -> FleetReport:
         run.fleet_report = FleetReport(path)
         state.add_callback_handler(run.fleet_report)
     return run.fleet_report
+
+
+def gpu_node_settings(host) -> Settings | None:
+    """
+    The settings of a host the GPU node entry files (gpu_node.py, verify.py) act on, with the run's
+    fleet report hooked; None for a control-plane-only host, which is deploy/k8s_gpu.py's business.
+    """
+    if CONTROL_PLANE_GROUP in host.groups and GPU_NODES_GROUP not in host.groups:
+        logger.info(f"{host.print_prefix}in {CONTROL_PLANE_GROUP} only: not a GPU node, skipped")
+        return None
+    settings = host_settings(host)
+    # One table and one JSON file for the whole run, after the last host disconnects.
+    fleet_report_for(host.state, settings.fleet_report_path)
+    return settings

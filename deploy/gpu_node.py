@@ -11,11 +11,10 @@ from pathlib import Path
 # importable whatever the working directory.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pyinfra import host, logger  # noqa: E402
+from pyinfra import host  # noqa: E402
 
-from deploy.fleet_report import fleet_report_for  # noqa: E402
+from deploy.fleet_report import gpu_node_settings  # noqa: E402
 from deploy.operations.failure import HostRefusal, fail  # noqa: E402
-from deploy.settings import host_settings  # noqa: E402
 from deploy.tasks.driver import driver_report, nvidia_driver  # noqa: E402
 from deploy.tasks import kernel as kernel_stage  # noqa: E402
 from deploy.tasks import containerd as containerd_stage  # noqa: E402
@@ -29,13 +28,8 @@ from deploy.tasks.toolkit import toolkit  # noqa: E402
 from deploy.tasks.verify import verify  # noqa: E402
 
 node = None
-# A control-plane-only host of the inventory is deploy/k8s_gpu.py's business.
-if "control_plane" in host.groups and "gpu_nodes" not in host.groups:
-    logger.info(f"{host.print_prefix}in control_plane only: not a GPU node, skipped")
-else:
-    settings = host_settings(host)
-    # One table and one JSON file for the whole run, after the last host disconnects.
-    fleet_report_for(host.state, settings.fleet_report_path)
+settings = gpu_node_settings(host)
+if settings is not None:
     # The facts the kernel and toolkit stages decide on, read in preflight's one command.
     read_ahead = []
     if settings.runs("kernel"):

@@ -26,6 +26,9 @@ from pydantic.fields import FieldInfo
 from pyinfra.api.exceptions import PyinfraError
 
 # The NVIDIA device plugin refuses older drivers.
+# The inventory groups users put hosts in (inventory.py): GPU nodes, and where kubectl runs.
+GPU_NODES_GROUP = "gpu_nodes"
+CONTROL_PLANE_GROUP = "control_plane"
 MIN_DRIVER_VERSION = "384.81"
 NVIDIA_CONTAINER_RUNTIME = "/usr/bin/nvidia-container-runtime"
 # The base of NVIDIA's tree; the family adds "deb/$(ARCH)" or "rpm/$basearch" (a mirror keeps that layout).

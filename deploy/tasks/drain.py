@@ -17,9 +17,8 @@ from deploy.facts.k8s import kube_node_name
 from deploy.operations import drain as drain_ops
 from deploy.operations import failure
 from deploy.operations.drain import DrainTarget
-from deploy.settings import Settings, host_settings
+from deploy.settings import CONTROL_PLANE_GROUP, Settings, host_settings
 
-CONTROL_PLANE_GROUP = "control_plane"
 WITHOUT_DRAIN = "set drain_before_restart=false to restart without draining"
 
 

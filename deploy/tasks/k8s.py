@@ -21,9 +21,8 @@ from pyinfra.api.exceptions import NoGroupError
 from deploy.facts.k8s import GpuNode, GpuNodeIdentity, KubeNodes, kube_node_name
 from deploy import templates
 from deploy.operations import kubectl
-from deploy.settings import Settings, host_settings
+from deploy.settings import GPU_NODES_GROUP, Settings, host_settings
 
-GPU_NODES_GROUP = "gpu_nodes"
 DEVICE_PLUGIN_NAMESPACE = "nvidia-device-plugin"
 DEVICE_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin"
 SMOKE_POD_NAME = "gpu-node-smoke-test"
