@@ -17,6 +17,7 @@ from deploy.operations import packages as package_ops
 from deploy.operations.failure import HostRefusal
 from deploy.settings import Settings, likely_typos
 from deploy.tasks.driver import DriverPlan, plan_for_host
+from deploy.tasks.toolkit import pin_findings as toolkit_pin_findings
 
 DISK_MOUNTS = ("/", "/var")
 
@@ -102,6 +103,8 @@ def preflight(settings: Settings, read_ahead: list[tuple[type, dict]] | tuple = 
     nvidia = facts["HostState"]
     warnings, errors = gpu_findings(nvidia, settings.require_gpu)
     errors += disk_findings(nvidia, settings.min_free_disk_mb)
+    if settings.runs("toolkit") and settings.nvidia_toolkit_install:
+        errors += toolkit_pin_findings(settings, platform)
     plan = None
     if settings.runs("driver") and settings.nvidia_driver_install:
         plan = plan_for_host(settings, platform, nvidia)

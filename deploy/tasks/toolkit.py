@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.api.exceptions import PyinfraError
 
 from deploy.distros import APT, Platform, install_packages
 from deploy.facts.combined import known_fact
@@ -12,6 +11,7 @@ from deploy.facts.files import FileDigests
 from deploy.facts.packages import DebPackageStates
 from deploy.operations import download, files
 from deploy.operations import packages as package_ops
+from deploy.operations.failure import HostRefusal
 from deploy.settings import Settings
 
 # Pinned together: the toolkit refuses mixed versions of its own parts.
@@ -69,6 +69,16 @@ def reads(settings: Settings) -> list[tuple[type, dict]]:
     ]
 
 
+def pin_findings(settings: Settings, platform: Platform) -> list[str]:
+    """Why ``nvidia_toolkit_version`` cannot be honoured on ``platform`` (empty: it can), for
+    preflight to refuse the host before any change."""
+    manager = platform.family.package_manager
+    if settings.nvidia_toolkit_version is None or platform.family.toolkit_repo_path is not None or manager.can_pin:
+        return []
+    return [f"nvidia_toolkit_version={settings.nvidia_toolkit_version!r} cannot be pinned on "
+            f"{platform.distro_id}: {manager.name} installs only the current version; unset it (or hold it by hand)"]
+
+
 @deploy("NVIDIA container toolkit")
 def toolkit(settings: Settings, platform: Platform):
     manager = platform.family.package_manager
@@ -77,12 +87,8 @@ def toolkit(settings: Settings, platform: Platform):
 
     if platform.family.toolkit_repo_path is None:
         # The distribution ships the toolkit (Arch's extra repository), one package at its version.
-        if pinned and not manager.can_pin:
-            raise PyinfraError(
-                f"nvidia_toolkit_version={settings.nvidia_toolkit_version!r} cannot be pinned on "
-                f"{platform.distro_id}: {manager.name} installs only the current version; unset it"
-                " (or hold it by hand)"
-            )
+        for finding in pin_findings(settings, platform):  # preflight refused it already; never install unpinned
+            raise HostRefusal(finding)
         install_packages(manager, "Install the NVIDIA container toolkit (the distribution's package)",
                          [TOOLKIT_PACKAGES[0]], lock_timeout=lock_timeout)
         return

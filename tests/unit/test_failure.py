@@ -73,3 +73,21 @@ def test_a_host_refused_in_preflight_fails_alone_before_any_change_and_the_fleet
     assert not [command for command in refused if command.startswith(changing)], refused
     assert inventory.get_host("@fake/gpu").connector.executed_commands != refused
     assert any("modules-load.d" in command for command in inventory.get_host("@fake/gpu").connector.executed_commands)
+
+
+@pytest.mark.usefixtures("both_modes")
+def test_a_toolkit_pin_the_family_cannot_honour_is_refused_in_preflight_before_any_change():
+    """Arch installs only its current toolkit: the pin is refused with the other preflight refusals, so the
+    kernel stage, planned before the toolkit's, changes nothing on that host."""
+    data = {"fake_delay": 0, "fake_delay_jitter": 0, "kernel_modules_load": False, "reboot_allowed": False,
+            "stages": "kernel,toolkit", "nvidia_toolkit_version": "1.17.8-1",
+            "fake_responses": responses("arch", node=node_lines("6.9.7-arch1-1", pkgbases=["linux"]))}
+    inventory = Inventory(([("@fake/arch", data)], {}))
+    failures: list[str] = []
+    state, error = run_state(inventory, lambda state: load_deploy_file(state, GPU_NODE), failures=failures)
+    assert {host.name for host in state.failed_hosts} == {"@fake/arch"}, error
+    assert failures == ["nvidia_toolkit_version='1.17.8-1' cannot be pinned on arch: pacman installs only the "
+                        "current version; unset it (or hold it by hand)"]
+    ran = inventory.get_host("@fake/arch").connector.executed_commands
+    changing = ("mkdir", "sh -c", "pacman", "mv ", "sysctl", "modprobe", "sed -i")
+    assert not [command for command in ran if command.startswith(changing)], ran
