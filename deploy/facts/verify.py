@@ -142,8 +142,6 @@ if [ -n "$ctrd" ]; then
   dump=$("$ctrd" --config __CONTAINERD_CONFIG__ config dump 2>&1); rc=$?
   echo "ctrd_dump_rc $rc"
   echo "ctrd_dump $(printf '%s' "$dump" | base64 -w0)"
-  printf '%s\n' "$dump" | sed -n 's/^[[:space:]]*BinaryName[[:space:]]*=[[:space:]]*"\(.*\)"[[:space:]]*$/\1/p' | sort -u |
-    while read -r bin; do [ -n "$bin" ] && { [ -x "$bin" ] && echo "exec 1 $bin" || echo "exec 0 $bin"; }; done
   ctr=$(command -v ctr 2>/dev/null || true)
   if [ -n "$ctr" ] && [ -S __CONTAINERD_SOCKET__ ]; then
     "$ctr" images ls -q 2>/dev/null | grep -qxF __IMAGE__ && echo "ctr_image 1" || echo "ctr_image 0"
@@ -157,21 +155,63 @@ if [ -n "$dk" ]; then
   info=$("$dk" info --format '{{json .Runtimes}}|{{.DefaultRuntime}}|{{.CgroupDriver}}' 2>&1); rc=$?
   echo "docker_info_rc $rc"
   echo "docker_info $(printf '%s' "$info" | base64 -w0)"
-  printf '%s' "$info" | grep -o '"path":"[^"]*"' | sed 's/"path":"\(.*\)"/\1/' | sort -u |
-    while read -r bin; do p=$(command -v "$bin" 2>/dev/null || echo "$bin"); [ -x "$p" ] && echo "exec 1 $bin" || echo "exec 0 $bin"; done
   "$dk" image inspect __IMAGE__ >/dev/null 2>&1 && echo "docker_image 1" || echo "docker_image 0"
 fi
 echo "crictl_path $(command -v crictl 2>/dev/null || true)"
+__EXECUTABLE_CHECKS__
 true
 """
+
+
+def executable_checks(paths) -> str:
+    """Shell lines printing ``exec 1 <path>`` when ``path`` resolves to an executable as a runtime's
+    exec would find it (a bare name on the PATH), else ``exec 0 <path>``."""
+    lines = []
+    for path in paths:
+        quoted = shlex.quote(path)
+        lines.append(f'p=$(command -v {quoted} 2>/dev/null || true); '
+                     f'if [ -n "$p" ] && [ -x "$p" ]; then echo "exec 1 "{quoted}; else echo "exec 0 "{quoted}; fi')
+    return "\n".join(lines)
+
+
+def parse_executables(lines) -> dict[str, bool]:
+    """``exec 1 <path>`` / ``exec 0 <path>`` lines -> {path: executable}."""
+    found = {}
+    for line in lines:
+        kind, _, rest = line.strip().partition(" ")
+        if kind == "exec":
+            flag, _, path = rest.strip().partition(" ")
+            found[path] = flag == "1"
+    return found
+
+
+class Executables(FactBase):
+    """
+    Whether each path resolves to an executable, as a runtime's exec would find it (a bare name is
+    looked up on the PATH).
+
+    .. code:: python
+
+        {"/usr/bin/nvidia-container-runtime": True, "nvidia-container-runtime-experimental": False}
+    """
+
+    def command(self, paths):
+        return executable_checks(paths) + "\ntrue"
+
+    @staticmethod
+    def default():
+        return {}
+
+    def process(self, output):
+        return parse_executables(output)
 
 
 class VerifyState(FactBase):
     """
     What the verification ladder reads, in one command: the driver stage's node facts (PCI
     GPUs, modules, versions: deploy/facts/nvidia.py) plus ``/proc/driver/nvidia/version``,
-    ``nvidia-smi`` (query, exit code, ``-L``), the toolkit, ``containerd config dump``, the
-    runtime binaries the configs point to, the kubelet config, ``docker info`` and crictl.
+    ``nvidia-smi`` (query, exit code, ``-L``), the toolkit, ``containerd config dump``, whether the
+    given runtime ``binaries`` are executable, the kubelet config, ``docker info`` and crictl.
 
     .. code:: python
 
@@ -192,13 +232,14 @@ class VerifyState(FactBase):
         }
     """
 
-    def command(self, containerd_config, image):
+    def command(self, containerd_config, image, binaries=()):
         script = (
             VERIFY_SCRIPT.replace("__SMI_QUERY__", SMI_QUERY)
             .replace("__CONTAINERD_CONFIG__", shlex.quote(containerd_config))
             .replace("__CONTAINERD_SOCKET__", CONTAINERD_SOCKET)
             .replace("__KUBELET_CONFIG__", KUBELET_CONFIG)
             .replace("__IMAGE__", shlex.quote(image))
+            .replace("__EXECUTABLE_CHECKS__", executable_checks(binaries))
         )
         node_script = NODE_SCRIPT.strip()
         if node_script.endswith("true"):
@@ -248,9 +289,6 @@ class VerifyState(FactBase):
                 state["toolkit_version"] = match[1] if match else (rest or None)
             elif kind == "ncr_path":
                 state["runtime_path"] = rest or None
-            elif kind == "exec":
-                flag, _, path = rest.partition(" ")
-                state["executables"][path] = flag == "1"
             elif kind == "ctrd_path":
                 ctrd["path"] = rest or None
             elif kind == "ctrd_version":
@@ -277,6 +315,7 @@ class VerifyState(FactBase):
                 docker["image_present"] = rest == "1"
             elif kind == "crictl_path":
                 state["crictl_path"] = rest or None
+        state["executables"] = parse_executables(output)
         if smi["exit_code"] == 0:
             smi["gpus"] = parse_smi_query(smi["output"].splitlines())
         return state

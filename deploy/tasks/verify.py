@@ -21,7 +21,7 @@ from pyinfra import host, logger
 from pyinfra.api import deploy, operation
 
 from deploy import probes, redact
-from deploy.facts.verify import KUBELET_CONFIG, VerifyState, explain_smi_failure
+from deploy.facts.verify import KUBELET_CONFIG, Executables, VerifyState, explain_smi_failure
 from deploy.operations.containerd import dump_cri_plugin, effective_problems
 from deploy.operations.failure import failing_command
 from deploy.toml_roundtrip import tomllib
@@ -94,6 +94,31 @@ def parse_cri_runtimes(dump: str) -> dict:
         "runtimes": containerd.get("runtimes", {}) or {},
         "imports": [path for path in config.get("imports", []) if isinstance(path, str)],
     }
+
+
+def read_cri(state: dict) -> tuple[dict | None, str | None]:
+    """The one reading of ``containerd config dump``: (the CRI runtimes, None) or (None, why not)."""
+    dump = state["containerd"]["dump"]
+    if state["containerd"]["dump_exit_code"] == 0 and dump:
+        try:
+            return parse_cri_runtimes(dump), None
+        except Exception as error:  # a TOML error or an unexpected shape; the reason is what matters
+            return None, f"cannot parse its output: {error}"
+    if state["containerd"]["path"]:
+        return None, _short(redact.daemon_output(dump or "no output"))
+    return None, None
+
+
+def configured_binaries(state: dict, cri: dict | None) -> set[str]:
+    """The nvidia runtime's binary as containerd's parsed dump and ``docker info`` name it."""
+    binaries = set()
+    if cri:
+        binary = ((cri["runtimes"].get(HANDLER) or {}).get("options") or {}).get("BinaryName")
+        if binary:
+            binaries.add(binary)
+    if state["docker"]["runtimes"].get(HANDLER):
+        binaries.add(state["docker"]["runtimes"][HANDLER])
+    return binaries
 
 
 def kubelet_cgroup_driver(text: str) -> str:
@@ -176,15 +201,7 @@ def toolkit_steps(state: dict, options: VerifyOptions, cri: dict | None) -> list
                           "nvidia-ctk not found: the NVIDIA container toolkit is not installed"))
 
     # The paths the runtimes are configured with; the toolkit's own path when none is wired yet.
-    wanted = set()
-    if cri:
-        nvidia = cri["runtimes"].get(HANDLER) or {}
-        binary = (nvidia.get("options") or {}).get("BinaryName")
-        if binary:
-            wanted.add(binary)
-    docker = state["docker"]
-    if docker["runtimes"].get(HANDLER):
-        wanted.add(docker["runtimes"][HANDLER])
+    wanted = configured_binaries(state, cri)
     executables = state["executables"]
     if not wanted:
         present = state["runtime_path"]
@@ -394,18 +411,10 @@ def docker_steps(state: dict, options: VerifyOptions) -> list[Step]:
                  f"cgroup driver {docker['cgroup_driver']}")]
 
 
-def ladder(state: dict, options: VerifyOptions, runs: dict[str, dict]) -> list[Step]:
-    """Every step, in order, from the facts and the results of the runs that were done."""
-    cri, cri_error = None, None
-    dump = state["containerd"]["dump"]
-    if state["containerd"]["dump_exit_code"] == 0 and dump:
-        try:
-            cri = parse_cri_runtimes(dump)
-        except Exception as error:  # a TOML error or an unexpected shape; the reason is what matters
-            cri_error = f"cannot parse its output: {error}"
-    elif state["containerd"]["path"]:
-        cri_error = _short(redact.daemon_output(dump or "no output"))
-
+def ladder(state: dict, options: VerifyOptions, runs: dict[str, dict],
+           cri: dict | None, cri_error: str | None) -> list[Step]:
+    """Every step, in order, from the facts, containerd's parsed dump (``read_cri``) and the results
+    of the runs that were done."""
     steps = gpu_steps(state, options)
     steps += toolkit_steps(state, options, cri)
     steps += containerd_steps(state, options, cri, cri_error)
@@ -465,7 +474,14 @@ def check_node(options: VerifyOptions, report_path: str):
         host.noop("verification runs when the deploy executes")
         return
 
-    state = host.get_fact(VerifyState, containerd_config=options.containerd_config_path, image=options.image)
+    state = host.get_fact(VerifyState, containerd_config=options.containerd_config_path, image=options.image,
+                          binaries=(options.runtime_binary,))
+    cri, cri_error = read_cri(state)
+    # The runtimes may name another binary than the one the settings wire: check it too (a second
+    # read, only then), by the path the parsed configs give.
+    unchecked = configured_binaries(state, cri) - state["executables"].keys()
+    if unchecked:
+        state["executables"].update(host.get_fact(Executables, paths=tuple(sorted(unchecked))))
     plan = planned_runs(state, options)
     runs: dict[str, dict] = {}
     token = uuid.uuid4().hex[:12]
@@ -482,7 +498,7 @@ def check_node(options: VerifyOptions, report_path: str):
             host, probes.ContainerRun, tool="docker", image=options.image, container_name=f"gpu-node-verify-{token}"
         )
 
-    record = node_record(host.name, state, options, ladder(state, options, runs))
+    record = node_record(host.name, state, options, ladder(state, options, runs, cri, cri_error))
     store = verify_report_store(host.state)
     store.verify_ops.add(host.current_op_hash)  # the table prints when this operation ends
     store.add(report_path, record)

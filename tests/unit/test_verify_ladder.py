@@ -72,6 +72,8 @@ def node_lines(
     kubelet: str | None = None,
     crictl: bool = False,
     ctr_image: bool = False,
+    ctrd_version: str = "1.6.20~ds1",
+    runtime_executable: bool = True,
 ) -> list[str]:
     lines = [f"pci 0000:0{index + 1}:00.0 0x20b0 0x030200" for index in range(gpus)]
     lines.append("kernel 6.1.0-18-amd64")
@@ -89,11 +91,11 @@ def node_lines(
     if dump is not None:
         lines += [
             "ctrd_path /usr/bin/containerd",
-            "ctrd_version containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+b1",
+            f"ctrd_version containerd github.com/containerd/containerd {ctrd_version} {ctrd_version}-1",
             "ctrd_active active",
             "ctrd_dump_rc 0",
             f"ctrd_dump {b64(dump)}",
-            "exec 1 /usr/bin/nvidia-container-runtime",
+            f"exec {int(runtime_executable)} /usr/bin/nvidia-container-runtime",
             f"ctr_image {1 if ctr_image else 0}",
         ]
     else:
@@ -497,3 +499,58 @@ def test_a_sandbox_the_kubelet_removed_first_counts_as_cleaned_up_but_a_real_cle
     stuck = crictl_lines(runp=(0, SANDBOX_ID), stopp=(1, "context deadline exceeded"), rmp=(0, "Removed"))
     _, _, steps, _ = run_verify(tmp_path / "stuck", lines, crictl=stuck)
     assert steps["cri_handler"]["status"] == FAIL and "cleanup failed: stopp" in steps["cri_handler"]["reason"]
+
+
+@pytest.mark.parametrize("suite", ["bookworm", "trixie", "sid"])
+def test_each_real_containerds_dump_of_the_wired_config_passes_runtime_binary_and_containerd_config(tmp_path, suite):
+    """Debian's containerd 1.6, 1.7 and 2.1 (tests/containerd_releases.py) wire their own default
+    config and dump it: 2.x writes TOML literal strings (``BinaryName = '...'``), which the one
+    reader of the dump (a TOML parser) reads like 1.x's double quotes. The binary's check is asked
+    by that parsed path, so runtime_binary passes on every version, and fails when it is gone."""
+    from containerd_releases import config_dump, release
+
+    from deploy.operations.containerd import merge_containerd_config
+    from deploy.settings import RuntimeWiring
+
+    containerd = release(suite)
+    default = subprocess.run([str(containerd.binary), "config", "default"], capture_output=True, text=True, check=True)
+    config = tmp_path / "config.toml"
+    config.write_text(merge_containerd_config(default.stdout, RuntimeWiring()).text)
+    dumped = config_dump(containerd.binary, config)
+    assert dumped.returncode == 0, dumped.stderr
+    quote = "'" if containerd.major >= 2 else '"'
+    assert f"BinaryName = {quote}/usr/bin/nvidia-container-runtime{quote}" in dumped.stdout
+
+    lines = node_lines(smi=smi_output("exit-9.txt"), smi_exit=9, dump=dumped.stdout, ctrd_version=containerd.version)
+    plan, _, steps, failed = run_verify(tmp_path / "wired", lines)
+    assert (steps["runtime_binary"]["status"], steps["containerd_config"]["status"]) == (PASS, PASS), steps
+    assert steps["runtime_binary"]["reason"] == "/usr/bin/nvidia-container-runtime executable"
+    assert not failed and len(plan.commands) == 1, "the settings' binary is checked in the one read"
+
+    gone = node_lines(smi=smi_output("exit-9.txt"), smi_exit=9, dump=dumped.stdout, ctrd_version=containerd.version,
+                      runtime_executable=False)
+    _, _, steps, failed = run_verify(tmp_path / "gone", gone)
+    assert steps["runtime_binary"] == {
+        "name": "runtime_binary", "status": FAIL,
+        "reason": "configured runtime binary not executable: /usr/bin/nvidia-container-runtime",
+    }
+    assert failed
+
+
+@pytest.mark.parametrize("executable", [True, False])
+def test_a_binary_the_config_names_elsewhere_is_checked_by_its_parsed_path_in_a_second_read(tmp_path, executable):
+    """A config that points the nvidia runtime elsewhere (the GPU Operator's toolkit path, written
+    as a TOML literal string): the path the parsed dump names is the one checked; the config still
+    fails, naming both paths, since the deploy wires the toolkit's own."""
+    elsewhere = "/usr/local/nvidia/toolkit/nvidia-container-runtime"
+    dump = containerd_dump().replace('BinaryName = "/usr/bin/nvidia-container-runtime"', f"BinaryName = '{elsewhere}'")
+    runs = {f"command -v {elsewhere}": [f"exec {int(executable)} {elsewhere}"]}
+    plan, _, steps, failed = run_verify(tmp_path, node_lines(dump=dump), runs=runs)
+    assert len(plan.matching(f"command -v {elsewhere}")) == 1
+    if executable:
+        assert steps["runtime_binary"] == {"name": "runtime_binary", "status": PASS, "reason": f"{elsewhere} executable"}
+    else:
+        assert steps["runtime_binary"]["reason"] == f"configured runtime binary not executable: {elsewhere}"
+    assert steps["containerd_config"]["status"] == FAIL
+    assert f"BinaryName is '{elsewhere}', not '/usr/bin/nvidia-container-runtime'" in steps["containerd_config"]["reason"]
+    assert failed
