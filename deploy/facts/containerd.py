@@ -9,6 +9,8 @@ import re
 from pyinfra.api import FactBase, QuoteString, StringCommand
 from pyinfra.api.exceptions import FactProcessError
 
+from deploy.toml_roundtrip import tomllib
+
 # Version strings seen in the field: Debian "1.6.20~ds1", Docker's containerd.io "1.7.21",
 # sid "2.1.9+unknown", k3s "v1.7.23-k3s2".
 VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?\S*$")
@@ -194,8 +196,7 @@ class ContainerdFlavour(FactBase):
         for config in GENERATED_CONFIGS:
             parts.append(StringCommand(
                 "if [ -f", QuoteString(config), "]; then echo", QuoteString(f"generated {config}"),
-                "$(grep -m1 -E '^[[:space:]]*version[[:space:]]*=' ", QuoteString(config),
-                " | tr -dc 0-9); fi;",
+                "$(base64 -w0 <", QuoteString(config), "); fi;",
             ))
         parts.append('echo "binary $(command -v containerd 2>/dev/null || true)"')
         return StringCommand(*parts)
@@ -216,9 +217,21 @@ class ContainerdFlavour(FactBase):
             elif kind == "binary":
                 state["binary"] = rest.strip() or None
             elif kind == "generated":
-                path, _, version = rest.partition(" ")
-                state["generated_versions"][path] = int(version) if version.strip().isdigit() else 1
+                path, _, encoded = rest.partition(" ")
+                version = generated_config_version(decode_file(encoded, path) if encoded.strip() else "")
+                if version is not None:
+                    state["generated_versions"][path] = version
         return state
+
+
+def generated_config_version(text: str) -> int | None:
+    """The top-level ``version`` of a config k3s/rke2 generated (1 when it has none), read by a TOML
+    parser; None when the file does not parse (the template is then chosen by the default)."""
+    try:
+        version = tomllib.loads(text).get("version", 1)
+    except tomllib.TOMLDecodeError:
+        return None
+    return version if isinstance(version, int) else None
 
 
 FLAVOURS = ("plain", "k3s", "rke2", "k0s", "microk8s")
