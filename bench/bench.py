@@ -62,12 +62,7 @@ from deploy.tasks.kernel import BLACKLIST_PATH, MODULES_LOAD_PATH, SYSCTL_PATH  
 from deploy.tasks.kernel import blacklist_text, modules_load_text, sysctl_text  # noqa: E402
 from deploy.tasks.toolkit import APT_KEYRING, APT_SOURCE, TOOLKIT_PACKAGES  # noqa: E402
 
-try:  # the real NVIDIA toolkit's repository, where that module exists
-    import toolkit_repo as repository  # noqa: E402
-    REPOSITORY = "NVIDIA container toolkit 1.20.0 (real .debs, local signed repository)"
-except ImportError:
-    import standin_toolkit as repository  # noqa: E402
-    REPOSITORY = "STAND-IN toolkit (tests/standin_toolkit.py)"
+import toolkit_repo  # noqa: E402
 
 STAGES = "kernel,toolkit,runtimes,verify"
 PLAYBOOK = REPO / "bench" / "ansible" / "noop.yml"
@@ -379,12 +374,11 @@ def main() -> int:
 
     ensure_docker()
     image = ssh_node_image(node_image())
-    results: dict = {"machine": machine(), "stages": STAGES, "repository": REPOSITORY, "connector": "ssh",
-                     "fleets": []}
     workdir = Path(tempfile.mkdtemp(prefix="gpu-node-bench-"))
-    repository.build_repo(workdir / "stable")
-    with repository.serve(workdir / "stable") as url:
-        data = {**repository.deploy_data(url), "stages": STAGES}
+    with toolkit_repo.served(workdir / "stable") as repository:
+        results: dict = {"machine": machine(), "stages": STAGES, "repository": repository.why, "connector": "ssh",
+                         "fleets": []}
+        data = {**repository.data(), "stages": STAGES}
         for count in (int(n) for n in args.nodes.split(",")):
             ansible_repeat = args.repeat if args.ansible_repeat is None else args.ansible_repeat
             per_node = dict(tuple(map(int, pair.split(":"))) for pair in args.hosts_per_node.split(",") if pair)
@@ -392,7 +386,7 @@ def main() -> int:
                                                  args.verbose, args.profile, per_node.get(count, 1)))
             Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
 
-    print(f"\nmachine: {results['machine']}\nstages: {STAGES}; toolkit: {REPOSITORY}\n")
+    print(f"\nmachine: {results['machine']}\nstages: {STAGES}; toolkit: {results['repository']}\n")
     print(table(results))
     print(f"\nJSON: {args.json}")
     if args.markdown:

@@ -1,11 +1,12 @@
 """
-The embedded default target: provision a throwaway bookworm node container end to end.
+The embedded default target: provision a throwaway bookworm node container end to end, run the
+deploy again to show it changes nothing, and print what the node looks like.
 
-NVIDIA's toolkit repository is unreachable from machines without internet access, so the
-demo serves the tests' local signed repository on 127.0.0.1 and points the deploy at it: the
-REAL NVIDIA Container Toolkit 1.20.0 debs from the test lab (env GPU_NODE_LAB, default
-../shared/lab), with libnvidia-container1/-tools as STAND-INS (not built in the lab; say so
-loudly). Everything else is the real deploy, run by pyinfra's CLI.
+The NVIDIA driver is Debian's real package. NVIDIA's toolkit repository is not reachable without
+internet access and no package registry ships the toolkit, so the demo serves a local signed
+repository on 127.0.0.1 (tests/toolkit_repo.py) and points the deploy at it: NVIDIA's own debs
+when env GPU_NODE_LAB holds them (docs/lab.md), else the project's STAND-IN packages. One line of
+the output says which and why. Everything else is the real deploy, run by pyinfra's CLI.
 """
 
 from __future__ import annotations
@@ -20,8 +21,22 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 import toolkit_repo  # noqa: E402
-from harness import Node, node_image  # noqa: E402
-from lab import LabMissing  # noqa: E402
+from harness import DeployResult, Node, node_image  # noqa: E402
+
+
+def rerun_changes_nothing(command: list[str]) -> int:
+    """Run the same deploy again and say whether it changed anything (it must not)."""
+    print("==> The same run again: a converged node changes nothing", flush=True)
+    again = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    print(again.stdout + again.stderr, end="", flush=True)
+    changed = DeployResult(again.returncode, again.stdout, again.stderr, command).changed_operations()
+    if again.returncode != 0:
+        return again.returncode
+    if changed:
+        print(f"==> The second run changed {len(changed)} operation(s): {', '.join(changed)}", flush=True)
+        return 1
+    print("==> The second run changed nothing", flush=True)
+    return 0
 
 
 def main() -> int:
@@ -42,25 +57,16 @@ def main() -> int:
         return cluster_demo.main(keep=args.keep, extra_data=args.data)
 
     workdir = Path(tempfile.mkdtemp(prefix="gpu-node-demo-"))
-    try:
-        repo = toolkit_repo.build_repo(workdir / "stable")
-    except LabMissing as missing:
-        print(f"demo: {missing}", file=sys.stderr)
-        return 2
-
     print("==> Building (or reusing) the bookworm systemd node image", flush=True)
     node = Node(image=node_image(), share_apt_cache=False)
     print("==> Starting a throwaway node container", flush=True)
     node.start()
     print(f"    node: {node.target}", flush=True)
     try:
-        with toolkit_repo.serve(workdir / "stable") as url:
-            print(f"==> Serving NVIDIA Container Toolkit {repo.version} (the real debs from the test lab) at {url}",
-                  flush=True)
-            print("    (NVIDIA's repository is not reachable here; libnvidia-container1 and libnvidia-container-tools")
-            print("     are STAND-INS in it: libnvidia-container was not built in the lab)")
+        with toolkit_repo.served(workdir / "stable") as repo:
+            print(f"==> Toolkit: {repo.why}; served at {repo.url}", flush=True)
             data = {
-                **toolkit_repo.deploy_data(url),
+                **repo.data(),
                 "kernel_modules_load": "false",  # a container shares this machine's kernel
                 "reboot_allowed": "false",
             }
@@ -72,6 +78,8 @@ def main() -> int:
                 command += ["--data", f"{key}={value}"]
             print("==> " + " ".join(command), flush=True)
             returncode = subprocess.run(command, cwd=REPO).returncode
+            if returncode == 0:
+                returncode = rerun_changes_nothing(command)
         print("==> What the node looks like now", flush=True)
         node_summary = node.sh(
             "for f in /etc/modules-load.d/gpu-node-kubernetes.conf /etc/sysctl.d/99-gpu-node-kubernetes.conf; do "

@@ -1,12 +1,13 @@
 """
-A STAND-IN for NVIDIA's container toolkit, served from a local signed apt repository: only for
-what the real toolkit (tests/toolkit_repo.py, the real 1.20.0 debs) cannot show.
+A STAND-IN for NVIDIA's container toolkit, served from a local signed apt repository. No package
+registry ships the toolkit, so this is what the e2e tests and the demo install unless the opt-in lab
+(env GPU_NODE_LAB, docs/lab.md) holds NVIDIA's own debs (tests/toolkit_repo.py decides which).
 
-The real toolkit is one version, in one good repository. The cases here need more: two versions
-(1.17.7-1 and 1.17.8-1, so a pin to the older one and a pin move are observable), and the faults a
-repository can have. The packages carry the real toolkit's four names and file layout; their
-``/usr/bin/nvidia-container-runtime`` appends its arguments to a log and execs ``runc``, and every
-description says STAND-IN. The repository has NVIDIA's layout (``<base>/deb/<arch>/``, a flat
+Three versions (1.17.7-1, 1.17.8-1 and 1.20.0-1, so a pin to an older one and a pin move are
+observable), and the faults a repository can have. The packages carry the real toolkit's four
+names and binary paths; their ``/usr/bin/nvidia-container-runtime`` appends its arguments to a log
+and execs ``runc`` (what the real runtime does for a container that asks for no GPU), and every
+description says STAND-IN. What only the real toolkit shows is listed in docs/lab.md. The repository has NVIDIA's layout (``<base>/deb/<arch>/``, a flat
 repository), is signed with a throwaway GPG key and served on 127.0.0.1 only.
 
 The faults, for the failure tests: a key URL that serves an HTML error page or an empty body, the
@@ -27,17 +28,27 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit_repo import GpgKey, build_deb, make_key, serve, sign_flat_repository
-from toolkit_repo import deploy_data as _deploy_data
+from apt_repo import GpgKey, build_deb, make_key, serve, sign_flat_repository
+from apt_repo import deploy_data as _deploy_data
 
 STANDIN_LOG = "/var/log/nvidia-container-runtime-standin.log"
-VERSIONS = ("1.17.7-1", "1.17.8-1")  # two, so a pin to the older one is observable
+VERSIONS = ("1.17.7-1", "1.17.8-1", "1.20.0-1")  # several, so a pin to an older one is observable
+NEWEST = VERSIONS[-1]
 
-RUNTIME_SCRIPT = f"""#!/bin/sh
-# STAND-IN nvidia-container-runtime (gpu-node tests): log the call, then run runc.
-echo "$(date +%s) $*" >> {STANDIN_LOG}
-exec runc "$@"
-"""
+
+def _runtime_script(version: str) -> str:
+    return textwrap.dedent(
+        f"""\
+        #!/bin/sh
+        # STAND-IN nvidia-container-runtime (gpu-node tests): log the call, then run runc.
+        if [ "$1" = "--version" ]; then
+          echo "NVIDIA Container Runtime version {version.split('-')[0]} (stand-in for tests)"
+          exec runc --version
+        fi
+        echo "$(date +%s) $*" >> {STANDIN_LOG}
+        exec runc "$@"
+        """
+    )
 
 
 def _ctk_script(version: str) -> str:
@@ -72,7 +83,7 @@ def _packages(version: str) -> dict[str, tuple[str, dict[str, str]]]:
         "nvidia-container-toolkit-base": (
             "",
             {
-                "/usr/bin/nvidia-container-runtime": RUNTIME_SCRIPT,
+                "/usr/bin/nvidia-container-runtime": _runtime_script(version),
                 "/usr/bin/nvidia-ctk": _ctk_script(version),
             },
         ),
@@ -179,6 +190,23 @@ def deploy_data(
     """
     key = key or ("wrong-gpgkey" if wrong_key else "gpgkey")
     return _deploy_data(base_url, version=version, key=key, repo_url=repo_url, key_url=key_url)
+
+
+def runtime_calls(node) -> list[list[str]]:
+    """The stand-in runtime's log: the arguments of each call, oldest first."""
+    text = node.sh(f"cat {STANDIN_LOG} 2>/dev/null || true").stdout
+    return [line.split()[1:] for line in text.splitlines() if line.strip()]
+
+
+def runtime_created(node, container_id: str) -> bool:
+    """Whether the stand-in runtime was called with ``create --bundle .../<id>`` (containerd's shim
+    and dockerd pass the bundle only to ``create``)."""
+    for args in runtime_calls(node):
+        if "create" in args and "--bundle" in args[:-1]:
+            bundle = args[args.index("--bundle") + 1]
+            if bundle.rstrip("/").endswith(f"/{container_id}"):
+                return True
+    return False
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
+import toolkit_repo as toolkit_repo_module
 from harness import Node, ensure_docker, node_image
 
 
@@ -39,26 +39,32 @@ def node(start_node) -> Node:
     return start_node()
 
 
-@pytest.fixture(scope="session")
-def toolkit_repo(tmp_path_factory):
-    """The REAL NVIDIA Container Toolkit 1.20.0 from the test lab (tests/toolkit_repo.py), in a
-    local signed repository served on 127.0.0.1.
+TOOLKIT_KIND, TOOLKIT_WHY = toolkit_repo_module.which_toolkit()
 
-    Yields the repository (``root``, ``version``) with ``url`` and ``data(version=None, ...)``: the
-    --data that points the toolkit stage at it. Skips, naming what to provide, without the lab.
+
+def pytest_report_header():
+    return f"toolkit for e2e tests: {TOOLKIT_WHY}"
+
+
+@pytest.fixture(scope="session", params=[TOOLKIT_KIND])
+def toolkit_repo(request, tmp_path_factory):
+    """The NVIDIA Container Toolkit in a local signed repository served on 127.0.0.1
+    (tests/toolkit_repo.py): NVIDIA's debs from the lab (GPU_NODE_LAB), else the STAND-IN packages.
+    Its id, ``real-toolkit`` or ``standin-toolkit``, is part of each test's name.
+
+    Yields the ToolkitRepo (``kind``, ``version``, ``url``, ``root``, ``data(...)``, ``runtime_created``).
     """
-    import toolkit_repo as real
-    from lab import LabMissing
-
     root = tmp_path_factory.mktemp("toolkit-repo") / "stable"
-    try:
-        repo = real.build_repo(root)
-    except LabMissing as missing:
-        pytest.skip(f"the real NVIDIA Container Toolkit is not available: {missing}")
-    with real.serve(root) as url:
-        repo.url = url
-        repo.data = lambda **kwargs: real.deploy_data(url, **kwargs)
+    with toolkit_repo_module.served(root) as repo:
         yield repo
+
+
+@pytest.fixture(scope="session")
+def real_toolkit_repo(toolkit_repo):
+    """The REAL toolkit only: skips with one line naming GPU_NODE_LAB when the stand-in is served."""
+    if toolkit_repo.kind != toolkit_repo_module.REAL:
+        pytest.skip("needs the real NVIDIA Container Toolkit: set GPU_NODE_LAB to a folder holding NVIDIA's debs (docs/lab.md)")
+    return toolkit_repo
 
 
 @pytest.fixture(scope="session")

@@ -2,9 +2,10 @@
 containerd wired to the NVIDIA runtime on real bookworm node containers: Debian's containerd 1.6
 (config version 2) and sid's containerd 2.1 (config version 3), an unparsable config, a rollback.
 
-The toolkit is the REAL NVIDIA Container Toolkit 1.20.0 (tests/toolkit_repo.py, from the test
-lab). With its debug log switched on, the real nvidia-container-runtime's record of the ``create``
-call for the test container's id proves the container went through the binary the config names.
+The toolkit is the one tests/toolkit_repo.py serves: the STAND-IN packages (test id
+``standin-toolkit``) or NVIDIA's debs from the opt-in lab (``real-toolkit``). The runtime's own log
+of the ``create`` call for the test container's id proves the container went through the binary
+the config names.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import tomlkit
 from harness import REPO, assert_no_change, run, wait_for
 from harness import busybox_image_tar as harness_busybox_image_tar
 from harness import sid_containerd_deb
-from toolkit_repo import RUNTIME_DEBUG_LOG, enable_runtime_debug_log, runtime_created
 
 from deploy.operations.safe_install import BACKUP_INFIX
 
@@ -40,22 +40,22 @@ def dump(node) -> dict:
     return tomlkit.parse(node.sh("containerd config dump").stdout).unwrap()
 
 
-def run_through_nvidia_handler(node, plugin: str) -> None:
+def run_through_nvidia_handler(node, plugin: str, toolkit_repo) -> None:
     """
     Run a container with the runc v2 shim and the binary the nvidia handler names in containerd's
     own resolved config (`ctr` does not read CRI handlers; the CRI path is tests/e2e/test_verify.py's),
-    and prove from the real runtime's debug log that it handled the container's `create`.
+    and prove from the runtime's own log that it handled the container's `create`.
     """
     binary = dump(node)["plugins"][plugin]["containerd"]["runtimes"]["nvidia"]["options"]["BinaryName"]
     copy_in(node, busybox_image_tar(), "/tmp/busybox-image.tar")
     node.sh("ctr -n k8s.io image import --all-platforms /tmp/busybox-image.tar")
-    enable_runtime_debug_log(node)
+    toolkit_repo.enable_runtime_log(node)
     container_id = "gpu-node-nvidia-check"
-    assert not runtime_created(node, container_id)
+    assert not toolkit_repo.runtime_created(node, container_id)
     out = node.sh(f"ctr -n k8s.io run --rm --runtime io.containerd.runc.v2 --runc-binary {binary} "
                   f"docker.io/{IMAGE} {container_id} /bin/echo through-nvidia-container-runtime", timeout=120)
     assert out.stdout.strip() == "through-nvidia-container-runtime", out
-    assert runtime_created(node, container_id), node.read(RUNTIME_DEBUG_LOG)
+    assert toolkit_repo.runtime_created(node, container_id), toolkit_repo.runtime_log(node)
 
 
 def assert_wired(node, plugin: str, comments: list[str]) -> None:
@@ -97,7 +97,7 @@ def test_containerd_16_config_v2_keeps_site_settings_runs_through_real_nvidia_ru
     backups = node.sh(f"ls {CONFIG}{BACKUP_INFIX}*").stdout.split()
     assert len(backups) == 1 and node.read(backups[0]) == seeded
 
-    run_through_nvidia_handler(node, "io.containerd.grpc.v1.cri")
+    run_through_nvidia_handler(node, "io.containerd.grpc.v1.cri", toolkit_repo)
 
     before = {"service": node.service("containerd"), "file": node.stat(CONFIG)}
     second = node.deploy(data=data)
@@ -127,7 +127,7 @@ def test_containerd_21_missing_config_created_from_its_own_default_v3_and_runs_t
     assert_wired(node, "io.containerd.cri.v1.runtime", [])
     assert not node.sh(f"ls {CONFIG}{BACKUP_INFIX}* 2>/dev/null || true").stdout.strip()
 
-    run_through_nvidia_handler(node, "io.containerd.cri.v1.runtime")
+    run_through_nvidia_handler(node, "io.containerd.cri.v1.runtime", toolkit_repo)
 
     before = {"service": node.service("containerd"), "file": node.stat(CONFIG)}
     second = node.deploy(data=data)

@@ -1,9 +1,10 @@
 """
 Docker (Debian's docker.io, with containerd) wired to the NVIDIA runtime on a real bookworm node.
 
-The toolkit is the REAL NVIDIA Container Toolkit 1.20.0 (tests/toolkit_repo.py, from the test
-lab); `docker run` with the default runtime goes through its nvidia-container-runtime, and the
-runtime's debug log (its `create` for the container's id) proves it.
+The toolkit is the one tests/toolkit_repo.py serves: the STAND-IN packages (test id
+`standin-toolkit`) or NVIDIA's debs from the opt-in lab (`real-toolkit`); `docker run` with the
+default runtime goes through its nvidia-container-runtime, and the runtime's own log (its `create`
+for the container's id) proves it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from pathlib import Path
 
 from harness import CACHE, REPO, assert_no_change, run, wait_for
 from test_containerd_e2e import IMAGE, assert_wired, busybox_image_tar, copy_in
-from toolkit_repo import RUNTIME_DEBUG_LOG, enable_runtime_debug_log, runtime_created, runtime_log
 
 DAEMON_JSON = "/etc/docker/daemon.json"
 # A node container needs no bridge and no iptables (docs/contributing.md, "The node containers"); the rest is a site's file.
@@ -67,12 +67,12 @@ def test_containerd_and_docker_wired_on_one_node_keep_site_keys_run_through_real
 
     copy_in(node, busybox_image_tar(), "/tmp/busybox-image.tar")
     node.sh("docker load -i /tmp/busybox-image.tar")
-    enable_runtime_debug_log(node)
+    toolkit_repo.enable_runtime_log(node)
     out = node.sh(f"docker run --rm --network none --cidfile /tmp/nvidia-check.cid {IMAGE} echo through-docker",
                   timeout=120)
     assert out.stdout.strip() == "through-docker", out
     container_id = node.read("/tmp/nvidia-check.cid").strip()
-    assert runtime_created(node, container_id), node.read(RUNTIME_DEBUG_LOG)
+    assert toolkit_repo.runtime_created(node, container_id), toolkit_repo.runtime_log(node)
 
     before = {unit: node.service(unit) for unit in ("docker", "containerd")}
     files = {path: node.stat(path) for path in (DAEMON_JSON, "/etc/containerd/config.toml")}
@@ -143,13 +143,13 @@ def test_kubespray_systemd_cgroup_flag_is_left_to_the_flag_dockerd_starts_with_n
     assert (info["CgroupDriver"], info["DefaultRuntime"]) == ("systemd", "nvidia")
     assert info["Runtimes"]["nvidia"]["path"] == "/usr/bin/nvidia-container-runtime"
 
-    # A container started with dockerd's defaults goes through the real nvidia-container-runtime.
-    enable_runtime_debug_log(node)
+    # A container started with dockerd's defaults goes through nvidia-container-runtime.
+    toolkit_repo.enable_runtime_log(node)
     copy_in(node, busybox_image_tar(), "/tmp/busybox-image.tar")
     node.sh("docker load -i /tmp/busybox-image.tar")
     container = node.sh(f"docker create --network none {IMAGE} true").stdout.strip()
     node.sh(f"docker start -a {container}", timeout=120)
-    assert runtime_created(node, container), runtime_log(node)[-10:]
+    assert toolkit_repo.runtime_created(node, container), toolkit_repo.runtime_log(node)
 
     before = {"docker": node.service("docker"), "file": node.stat(DAEMON_JSON)}
     second = node.deploy(data=data)

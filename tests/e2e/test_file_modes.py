@@ -1,8 +1,8 @@
 """
 Modes and owners of what the deploy writes, on a real bookworm node container: configs and
 keyrings 0644 root:root, backups 0600 (a containerd config can hold registry credentials), and a
-config the site had made unreadable to others stays so. The toolkit is the REAL NVIDIA Container
-Toolkit 1.20.0 from the test lab (tests/toolkit_repo.py).
+config the site had made unreadable to others stays so. The toolkit is the one
+tests/toolkit_repo.py serves (the STAND-IN packages, or NVIDIA's debs from the opt-in lab).
 """
 
 from __future__ import annotations

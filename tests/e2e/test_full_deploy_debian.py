@@ -1,8 +1,8 @@
 """
 The whole deploy, every stage, on a real bookworm node container, twice: Debian's own NVIDIA
 packages from contrib / non-free (DKMS building the module for the Debian kernel headers it
-installs), the REAL NVIDIA Container Toolkit 1.20.0 (tests/toolkit_repo.py, from the test lab)
-from a local signed repository, containerd wired, verify.
+installs), the NVIDIA Container Toolkit 1.20.0 from a local signed repository (tests/toolkit_repo.py:
+the STAND-IN packages, test id `standin-toolkit`, or NVIDIA's debs from the opt-in lab), containerd wired, verify.
 
 There is no GPU here: the test proves the honest no-GPU outcome, that
 nvidia-smi cannot reach a driver, and that "reboot required" is reported because the module
@@ -25,7 +25,7 @@ SOURCES = "/etc/apt/sources.list.d/debian.sources"
 HELD = {"nvidia-driver", "nvidia-kernel-dkms", "nvidia-smi"}
 
 
-def test_full_deploy_installs_held_driver_real_toolkit_containerd_reports_no_gpu_and_second_run_changes_nothing(
+def test_full_deploy_installs_held_driver_toolkit_containerd_reports_no_gpu_and_second_run_changes_nothing(
     node, toolkit_repo, tmp_path
 ):
     """Every stage with the default settings (no GPU here: the honest no-GPU outcome is checked)."""

@@ -3,7 +3,7 @@ Rolling out in batches on real node containers: a bad config stops after the fir
 later batches stay untouched; a good one rolls through every batch, and again changes nothing.
 
 The "bad config" is real: ``nvidia_toolkit_version`` pinned to a version the repository of the
-REAL NVIDIA Container Toolkit 1.20.0 (tests/toolkit_repo.py, served on 127.0.0.1) does not
+toolkit tests/toolkit_repo.py serves on 127.0.0.1 (the stand-in, or NVIDIA's debs from the lab) does not
 publish, so apt on the node refuses it; the good one pins the version it does publish. "Untouched" is proven with
 ``node.stat`` (mode, owner, size, mtime, checksum) of the toolkit's apt source and keyring and
 of dpkg's status file, before and after.
@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import sys
 
-import toolkit_repo as real
 from harness import REPO, SAFE_DATA, run
 
 from deploy.tasks.toolkit import APT_KEYRING, APT_SOURCE, TOOLKIT_PACKAGES
@@ -92,14 +91,14 @@ def test_good_config_rolls_through_every_batch_and_a_second_rollout_changes_noth
 ):
     nodes = [start_node(), start_node(), start_node()]
     inventory = write_inventory(tmp_path, nodes)
-    data = {**TOOLKIT_ONLY, **toolkit_repo.data(version=real.VERSION)}
+    data = {**TOOLKIT_ONLY, **toolkit_repo.data(version=toolkit_repo.version)}
 
     first = rollout(inventory, data, "--batches", "1,2")
 
     assert first.returncode == 0, explain(first)
     assert "rollout finished: 2 batch(es)" in first.stdout, explain(first)
     for node in nodes:
-        assert installed_toolkit(node) == {name: real.VERSION for name in TOOLKIT_PACKAGES}, node.target
+        assert installed_toolkit(node) == {name: toolkit_repo.version for name in TOOLKIT_PACKAGES}, node.target
         assert f"converged    {node.target} (0 operation(s) changed)" not in first.stdout
     assert "FAILED" not in first.stdout and "not touched" not in first.stdout
 

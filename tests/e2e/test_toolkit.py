@@ -2,17 +2,18 @@
 The toolkit stage against local signed apt repositories with NVIDIA's layout, served on 127.0.0.1:
 apt, gpg signature checks and dpkg holds are real, on a bookworm systemd node container.
 
-The first test installs the REAL NVIDIA Container Toolkit 1.20.0 (tests/toolkit_repo.py; its
-libnvidia-container1 and libnvidia-container-tools are stand-ins because libnvidia-container was
-not built in the test lab). The second needs what one real version cannot show, two versions for a
-pin move and a key that did not sign the repository: the STAND-IN repository of
+The first test installs the toolkit tests/toolkit_repo.py serves: the STAND-IN packages (test id
+``standin-toolkit``; no registry ships the toolkit) or NVIDIA's own debs from the opt-in lab
+(``real-toolkit``). The second reads what only NVIDIA's packages do (their postinst and
+descriptions) and runs with the lab only. The third needs what one version cannot show, several
+versions for a pin move and a key that did not sign the repository: the STAND-IN repository of
 tests/standin_toolkit.py.
 """
 
 from __future__ import annotations
 
 import standin_toolkit
-import toolkit_repo as real
+import toolkit_repo as served
 from harness import assert_no_change
 
 from deploy.tasks.toolkit import APT_KEYRING, APT_SOURCE, TOOLKIT_PACKAGES
@@ -31,30 +32,39 @@ def described(node, package: str) -> str:
     return node.sh(f"dpkg-query -W -f '${{Description}}' {package}").stdout.splitlines()[0]
 
 
-def test_real_toolkit_1_20_installs_pinned_and_held_runs_its_nvidia_ctk_and_reruns_unchanged(node, toolkit_repo):
-    """The REAL toolkit 1.20.0, pinned: all four packages at the pin, held; the installed binaries
-    are NVIDIA's (their own --version), the two libnvidia-container packages say STAND-IN."""
-    data = {**TOOLKIT_ONLY, **toolkit_repo.data(version=real.VERSION)}
+def test_toolkit_1_20_installs_pinned_and_held_its_binaries_answer_and_reruns_unchanged(node, toolkit_repo):
+    """Toolkit 1.20.0, pinned: all four packages at the pin, held, from the signed source; the
+    installed nvidia-ctk and nvidia-container-runtime answer with that version. The stand-in's
+    packages say STAND-IN in their descriptions."""
+    data = {**TOOLKIT_ONLY, **toolkit_repo.data(version=toolkit_repo.version)}
     first = node.deploy(data=data)
     assert first.returncode == 0, first.explain()
-    assert installed(node) == {name: real.VERSION for name in TOOLKIT_PACKAGES}
+    assert installed(node) == {name: toolkit_repo.version for name in TOOLKIT_PACKAGES}
     assert set(node.sh("apt-mark showhold").stdout.split()) >= set(TOOLKIT_PACKAGES)
     assert f"deb [signed-by={APT_KEYRING}] {toolkit_repo.url}/deb/$(ARCH) /" in node.read(APT_SOURCE)
     assert node.read(APT_KEYRING) == (toolkit_repo.root / "gpgkey").read_text()
 
-    assert node.sh("nvidia-ctk --version").stdout.splitlines()[0] == "NVIDIA Container Toolkit CLI version 1.20.0"
+    assert node.sh("nvidia-ctk --version").stdout.startswith("NVIDIA Container Toolkit CLI version 1.20.0")
     # No runc yet (toolkit stage only): the runtime prints its version, then fails to find runc.
     runtime = node.sh("nvidia-container-runtime --version", check=False)
     assert runtime.stdout.startswith("NVIDIA Container Runtime version 1.20.0"), runtime
-    # The package's postinst ran the real nvidia-ctk over its own config.
-    assert 'mode = "auto"' in node.read(real.RUNTIME_CONFIG)
-    for package in ("nvidia-container-toolkit", "nvidia-container-toolkit-base"):
-        assert described(node, package).startswith("NVIDIA Container"), package
-    for package in real.STANDIN_LIBRARY_PACKAGES:
-        assert described(node, package).startswith("STAND-IN"), package
-    assert not node.exists("/usr/bin/nvidia-container-cli"), "nothing pretends to be libnvidia-container"
+    if toolkit_repo.kind == served.STANDIN:
+        for package in TOOLKIT_PACKAGES:
+            assert described(node, package).startswith("STAND-IN"), package
 
     assert_no_change(node.deploy(data=data))
+
+
+def test_real_toolkit_packages_are_nvidias_and_their_postinst_configured_the_runtime(node, real_toolkit_repo):
+    """NVIDIA's own debs (lab only): their descriptions are NVIDIA's, the base package's postinst
+    ran the real nvidia-ctk over the runtime's config, and libnvidia-container's CLI is there."""
+    first = node.deploy(data={**TOOLKIT_ONLY, **real_toolkit_repo.data(version=real_toolkit_repo.version)})
+    assert first.returncode == 0, first.explain()
+    assert node.sh("nvidia-ctk --version").stdout.splitlines()[0] == "NVIDIA Container Toolkit CLI version 1.20.0"
+    assert 'mode = "auto"' in node.read(served.RUNTIME_CONFIG)
+    for package in ("nvidia-container-toolkit", "nvidia-container-toolkit-base"):
+        assert described(node, package).startswith("NVIDIA Container"), package
+    assert node.exists("/usr/bin/nvidia-container-cli")
 
 
 def test_standin_toolkit_unreachable_then_wrong_key_then_right_key_converges_pinned_and_held(

@@ -1,9 +1,9 @@
 """
 The verification ladder on real bookworm node containers (no GPU on these machines).
 
-The toolkit is the REAL NVIDIA Container Toolkit 1.20.0 (tests/toolkit_repo.py, from the test
-lab): verify reads its real `nvidia-ctk --version`, and its real nvidia-container-runtime's debug
-log proves which containers went through it. containerd is Debian's, installed and wired by the
+The toolkit is the one tests/toolkit_repo.py serves: the STAND-IN packages (test id
+`standin-toolkit`), or NVIDIA's own debs from the opt-in lab (`real-toolkit`); verify reads its
+`nvidia-ctk --version`, and the runtime's log proves which containers went through it. containerd is Debian's, installed and wired by the
 runtimes stage. The CRI path (runtime handler `nvidia`, the kubelet's path) with the real crictl
 is tests/e2e/test_verify_crictl.py.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 
 import tomlkit
-import toolkit_repo as real
 from harness import assert_no_change
 
 CONFIG = "/etc/containerd/config.toml"
@@ -79,7 +78,7 @@ def test_verify_without_gpu_reports_runtime_pass_gpu_skip_and_changes_nothing(st
     assert steps["cgroup_driver"]["status"] == "skip"
     (record,) = read_report(report)["nodes"]
     assert steps["toolkit"]["reason"] == "NVIDIA container toolkit 1.20.0 (nvidia-ctk)", steps["toolkit"]
-    assert record["toolkit"] == real.VERSION.split("-")[0]
+    assert record["toolkit"] == toolkit_repo.version.split("-")[0]
     assert record["runtime"].startswith("containerd 1.6.") and record["gpus"] == []
 
     # Read-only: the standalone verify changes no file, restarts nothing, and a dry run of the
