@@ -1,9 +1,9 @@
 """
-deploy/gpu_node.py and deploy/k8s_gpu.py against a REAL Kubernetes v1.28.7 cluster (tests/lab/):
-a control plane on 127.0.0.1, two GPU node containers provisioned by gpu_node.py with the REAL
-NVIDIA toolkit 1.20.0 and joined as kubelets, NVIDIA's mock NVML on them (a100 profile: 8 GPUs per
-node, no real GPU). One cluster for the
-module: every test reads or changes only what it names.
+deploy/gpu_node.py and deploy/k8s_gpu.py against a REAL Kubernetes v1.28.7 cluster (tests/lab/,
+the opt-in lab of docs/lab.md): a control plane on 127.0.0.1, two GPU node containers provisioned by
+gpu_node.py with the REAL NVIDIA toolkit 1.20.0 and joined as kubelets, NVIDIA's mock NVML as their
+driver root (tests/lab/nvml_mock.py, a100 profile: 8 GPUs per node, no real GPU). One cluster for
+the module: every test reads or changes only what it names.
 
 The GPU nodes keep runc as containerd's default runtime (``nvidia_runtime_default=false``): the
 ``nvidia`` handler is used only through the RuntimeClass, so the runtime's debug log tells a pod that
@@ -19,10 +19,13 @@ import toolkit_repo
 import yaml
 
 from harness import assert_no_change, wait_for
-from lab import LabMissing
-from lab.cluster import MOCK_DRIVER_ROOT, NVML_MOCK_DIR, LabCluster
+from lab import LabMissing, nvml_mock
+from lab.cluster import MOCK_DRIVER_ROOT, LabCluster
 from lab.control_plane import ADMIN_USER, WRITE_VERBS
 from lab.kubelet import KUBELET_SYSCTLS, machine_kernel_settings
+from lab_assets import needs_lab
+
+pytestmark = needs_lab
 
 REPLICAS = 10
 NODE_DATA = {"nvidia_runtime_default": "false"}
@@ -40,13 +43,13 @@ K8S_DATA = {
 
 
 @pytest.fixture(scope="module")
-def cluster(image, toolkit_repo):
+def cluster(image, real_toolkit_repo):
     kernel_before = machine_kernel_settings()
     try:
-        lab = LabCluster(image, toolkit_data=toolkit_repo.data(), node_data=NODE_DATA)
+        lab = LabCluster(image, toolkit_data=real_toolkit_repo.data(), node_data=NODE_DATA)
         lab.start()
     except LabMissing as missing:
-        pytest.skip(f"the lab cluster needs the test lab: {missing}")
+        pytest.skip(str(missing))
     try:
         yield lab
     finally:
@@ -126,8 +129,8 @@ def test_gpu_nodes_provisioned_by_the_tool_join_as_kubelets_without_touching_thi
 
 def mock_accelerator_label(profile: str) -> str:
     """The accelerator label of the mock profile's product name: ``NVIDIA A100-SXM4-40GB`` ->
-    ``nvidia-a100-sxm4-40gb`` (read from the profile file the mock serves)."""
-    product = yaml.safe_load((NVML_MOCK_DIR / f"{profile}.yaml").read_text())["device_defaults"]["name"]
+    ``nvidia-a100-sxm4-40gb`` (read from the profile the mock serves)."""
+    product = nvml_mock.profile_document(profile)["device_defaults"]["name"]
     return product.lower().replace(" ", "-")
 
 
@@ -155,11 +158,10 @@ def tool_writes(cluster: LabCluster, since: int) -> tuple[list[str], int]:
 
 def test_k8s_gpu_time_slicing_labels_the_real_nodes_from_nvml_advertises_count_times_replicas_and_reruns_make_no_write_call(cluster):
     """k8s_gpu.py from the control plane (@local, the lab's kubectl and admin kubeconfig), first in
-    pyinfra's default mode. The GPU nodes have no nvidia-smi on PATH, and the mock's driver root holds
-    only its stand-in script (version lines, no answer to a query): their identity fact reads the
-    mock's libnvidia-ml in the driver root through NVML, so the real Node objects get the tool's labels
-    (nvidia.com/gpu.present, accelerator = the mock's product, the sharing config label), in one patch
-    per node as the API server's audit log records it. The real device plugin v0.20.0 then runs on the
+    pyinfra's default mode. The GPU nodes have no nvidia-smi, on PATH or in the mock's driver root:
+    their identity fact reads the mock's libnvidia-ml in the driver root through NVML, so the real
+    Node objects get the tool's labels (nvidia.com/gpu.present, accelerator = the mock's product,
+    the sharing config label), in one patch per node as the API server's audit log records it. The real device plugin v0.20.0 then runs on the
     two mock GPU nodes and each advertises 8 x 10 = 80 nvidia.com/gpu. A second run with -y, and a
     third in default mode, change nothing and make NO write call: the API server's audit log (every
     write by the tool's user, every Node update/patch by anyone) records none from the tool, only its
@@ -251,13 +253,13 @@ def test_gpu_pod_through_the_nvidia_runtimeclass_is_allocated_a_mock_gpu_by_the_
         assert env["NVIDIA_VISIBLE_DEVICES"].startswith("GPU-"), env
         sandbox = json.loads(kubelet.crictl("inspectp", info["sandboxID"]).stdout)
         assert sandbox["status"]["runtimeHandler"] == "nvidia"
-        assert toolkit_repo.runtime_created(kubelet.node, container_id), kubelet.node.read(
+        assert toolkit_repo.real_runtime_created(kubelet.node, container_id), kubelet.node.read(
             "/var/log/nvidia-container-runtime.log")[-3000:]
         devices = kubelet.sh(f"ls /proc/{info['pid']}/root/dev").stdout.split()
         assert any(name.startswith("nvidia") and name[6:].isdigit() for name in devices), devices
 
         plain_kubelet, plain_id = container_of(cluster, without_class)
-        assert not toolkit_repo.runtime_created(plain_kubelet.node, plain_id)
+        assert not toolkit_repo.real_runtime_created(plain_kubelet.node, plain_id)
     finally:
         cluster.control_plane.kubectl("delete", "pod", "gpu-through-nvidia", "gpu-through-runc",
                                       "--wait=false", check=False)

@@ -1,7 +1,8 @@
 """
 The device plugin configs k8s_gpu.py renders, given to the REAL NVIDIA device plugin v0.20.0 (its
 binary from the lab's image, run on this machine; cgo, needs only glibc) with NVIDIA's REAL mock NVML
-(k8s-test-infra v0.3.0, a100 profile: 8 GPUs) as its driver root. What the real plugin refuses, the
+(nvml-mock's library from the lab's image, a100 profile from the corpus: 8 GPUs) as its driver root,
+laid out by tests/lab/nvml_mock.py. What the real plugin refuses, the
 tool refuses as a setting before anything is applied; what the tool accepts, the real plugin loads.
 
 LAB CHANGES to the rendered config, named: ``containerDriverRoot`` is the mock driver root's folder on
@@ -13,7 +14,6 @@ the mock's GPUs, then cannot serve them (its socket folder does not exist) and s
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -24,8 +24,8 @@ import yaml
 
 from deploy.settings import SettingsError, parse_settings
 from deploy.tasks.k8s import SharingConfig
-from lab import LabMissing, assets
-from lab.cluster import NVML_MOCK_DIR
+from lab import LabMissing, assets, nvml_mock
+from lab_assets import needs_lab
 
 ACCEPTED = "Running with config:"
 REFUSED = ("unable to validate flags", "unable to load config")
@@ -33,6 +33,8 @@ REFUSED = ("unable to validate flags", "unable to load config")
 # Fixed in the plugin: it serves its socket there (absent on this machine, so it serves none).
 PLUGIN_SOCKET_DIR = "/var/lib/kubelet/device-plugins"
 SETTLED = ("Retrying in 30s", "Waiting indefinitely", "Registered device plugin")
+
+pytestmark = needs_lab
 
 
 @pytest.fixture(scope="module")
@@ -42,23 +44,16 @@ def plugin_binary() -> Path:
     try:
         return assets.device_plugin_binary()
     except LabMissing as missing:
-        pytest.skip(f"the real device plugin comes from the test lab: {missing}")
+        pytest.skip(str(missing))
 
 
 @pytest.fixture(scope="module")
 def mock_root(tmp_path_factory) -> Path:
-    """A driver root laid out as nvml-mock's setup does: its real library, the a100 profile as config."""
+    """The mock's driver root (its real library, the a100 profile as config), on this machine."""
     try:
-        library = assets.nvml_mock_library()
+        return nvml_mock.lay_out(tmp_path_factory.mktemp("mock") / "driver", "a100")
     except LabMissing as missing:
-        pytest.skip(f"NVIDIA's mock NVML comes from the test lab: {missing}")
-    root = tmp_path_factory.mktemp("mock-driver-root")
-    (root / "usr" / "lib64").mkdir(parents=True)
-    (root / "config").mkdir()
-    shutil.copy(library, root / "usr" / "lib64" / library.name)
-    (root / "usr" / "lib64" / "libnvidia-ml.so.1").symlink_to(library.name)
-    shutil.copy(NVML_MOCK_DIR / "a100.yaml", root / "config" / "config.yaml")
-    return root
+        pytest.skip(str(missing))
 
 
 def run_plugin(binary: Path, config: dict, mock_root: Path, work: Path, timeout: float = 30) -> str:

@@ -5,12 +5,12 @@ provisioned (containerd wired to the REAL toolkit 1.20.0, nvidia the default run
 
 - ``lab-cp``, the control-plane host of the inventory: kubectl and /etc/kubernetes/admin.conf as
   kubeadm leaves them, and its kubelet runs kube-scheduler as a STATIC POD from kubeadm v1.28's
-  manifest, in an image made of the lab's kube-scheduler binary (busybox-static + the binary). The
-  control plane's own scheduler process is stopped: this static pod is the cluster's scheduler, so
-  the tool's static-pod edit is what makes the extender take part;
-- ``lab-gpu``, the GPU node, with NVIDIA's mock NVML (k8s-test-infra v0.3.0) as one T4 (16 GiB).
+  manifest, in the kube-scheduler image the Kubernetes server tarball ships. The control plane's own
+  scheduler process is stopped: this static pod is the cluster's scheduler, so the tool's static-pod
+  edit is what makes the extender take part;
+- ``lab-gpu``, the GPU node, with NVIDIA's mock NVML (tests/lab/nvml_mock.py) as one T4 (16 GiB).
 
-The extender and the gpushare device plugin are the lab's images under their upstream names.
+The extender and the gpushare device plugin are the lab's images, saved from their registries.
 LAB CHANGES, made by the test after the tool applied its manifests and named so: both are
 hostNetwork pods, which the lab's service forwarder (pod network only) does not serve, so they get
 ``KUBERNETES_SERVICE_HOST=127.0.0.1`` and the API server's port; and with no kube-proxy, the extender
@@ -21,12 +21,11 @@ plugin's container it is elsewhere, so the plugin is given ``MOCK_NVML_CONFIG`` 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -34,7 +33,10 @@ from pathlib import Path
 import pytest
 import yaml
 from cluster_hosts import assert_change_free, make_kubectl_host, pyinfra, write_inventory
-from harness import CACHE, Node, run, wait_for
+from harness import Node, wait_for
+from lab_assets import needs_lab
+
+pytestmark = needs_lab
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpushare"
 # Facts the tool must meet, not its own constants: kubeadm's static pod, and the extender's names
@@ -46,62 +48,15 @@ EXTENDER_NODE_PORT = 32766
 # The config for a 1.28 cluster, golden (the real kube-scheduler loads it: test_gpushare_scheduler_config_real.py).
 SCHEDULER_CONFIG_128 = (FIXTURES / "scheduler-config-v1.28.yaml").read_text()
 CP, GPU = "lab-cp", "lab-gpu"
-SCHEDULER_IMAGE = "registry.k8s.io/kube-scheduler:v1.28.7"
 SCHEDULER_CONFIG = "/etc/kubernetes/gpushare/scheduler-config.yaml"
 INSPECT = "/usr/local/bin/kubectl-inspect-gpushare"
 DEVICE_PLUGIN_DS = "gpushare-device-plugin-ds"
 
 
-def kube_scheduler_image_tar() -> Path:
-    """`docker save` of a FROM-scratch image: Debian's busybox-static and the lab's kube-scheduler."""
-    from lab import assets
-
-    binary = assets.kubernetes_binary("kube-scheduler")
-    tar = CACHE / "images" / "kube-scheduler-v1.28.7.tar"
-    if tar.exists() and tar.stat().st_mtime_ns > binary.stat().st_mtime_ns:
-        return tar
-    tar.parent.mkdir(parents=True, exist_ok=True)
-    debs = sorted((CACHE / "images").glob("busybox-static_*.deb"))
-    if not debs:
-        run(["apt-get", "download", "busybox-static"], cwd=CACHE / "images")
-        debs = sorted((CACHE / "images").glob("busybox-static_*.deb"))
-    with tempfile.TemporaryDirectory() as workdir:
-        extracted, rootfs = Path(workdir) / "deb", Path(workdir) / "rootfs"
-        run(["dpkg-deb", "-x", str(debs[-1]), str(extracted)])
-        (rootfs / "bin").mkdir(parents=True)
-        (rootfs / "usr/local/bin").mkdir(parents=True)
-        shutil.copy2(extracted / "bin" / "busybox", rootfs / "bin" / "busybox")
-        (rootfs / "bin" / "sh").symlink_to("busybox")
-        shutil.copy2(binary, rootfs / "usr/local/bin" / "kube-scheduler")
-        archive = subprocess.run(["tar", "-C", str(rootfs), "-c", "."], capture_output=True, check=True).stdout
-        run(["docker", "import", "-c", "ENV PATH=/usr/local/bin:/bin", "-", SCHEDULER_IMAGE], input=archive, text=False)
-    partial = tar.with_suffix(".partial")
-    run(["docker", "save", "-o", str(partial), SCHEDULER_IMAGE])
-    partial.rename(tar)
-    return tar
-
-
-def nvml_mock_t4() -> str:
-    """The lab's rendering of the nvml-mock chart with ``gpu.profile=t4`` and ``gpu.count=1``: the
-    env the chart derives for a T4 (no InfiniBand, no fabric manager), one GPU of 16 GiB."""
-    from lab.cluster import render_nvml_mock
-
-    documents = list(yaml.safe_load_all(render_nvml_mock("t4")))
-    for document in documents:
-        if document and document.get("kind") == "DaemonSet":
-            for container in document["spec"]["template"]["spec"]["containers"]:
-                env = {item["name"]: item for item in container.get("env", [])}
-                env["GPU_COUNT"]["value"] = "1"
-                env["MOCK_IB"]["value"] = "sysfs"
-                env["MOCK_IB_PING_FABRIC"]["value"] = "0"
-                container["env"] = [item for name, item in env.items() if not name.startswith("MOCK_FABRICMANAGER")]
-    return yaml.safe_dump_all(documents)
-
-
-def static_scheduler_manifest() -> str:
+def static_scheduler_manifest(image: str) -> str:
     """kubeadm v1.28's kube-scheduler.yaml (tests/fixtures/gpushare), its image the lab's v1.28.7."""
     text = (FIXTURES / "kubeadm-v1.28-kube-scheduler.yaml").read_text()
-    return text.replace("image: registry.k8s.io/kube-scheduler:v1.28.2", f"image: {SCHEDULER_IMAGE}")
+    return text.replace("image: registry.k8s.io/kube-scheduler:v1.28.2", f"image: {image}")
 
 
 def mirror_pod(control_plane) -> dict | None:
@@ -123,8 +78,8 @@ def lab_change_in_cluster_client(control_plane, kind: str, name: str, extra: dic
 
 
 @pytest.fixture(scope="module")
-def lab(image, toolkit_repo, tmp_path_factory):
-    from lab import assets, expected_sums, lab_path
+def lab(image, real_toolkit_repo, tmp_path_factory):
+    from lab import LabMissing, assets, nvml_mock
     from lab.cluster import LabCluster
     from lab.control_plane import ControlPlane
     from lab.kubelet import KubeletNode, machine_kernel_settings
@@ -132,6 +87,16 @@ def lab(image, toolkit_repo, tmp_path_factory):
     kernel = machine_kernel_settings()
     workdir = tmp_path_factory.mktemp("gpushare-lab")
     timings: dict[str, float] = {}
+    try:  # every lab file first: a missing one skips before anything starts
+        scheduler_archive, scheduler_image = assets.kubernetes_image("kube-scheduler")
+        inspect_binary = assets.kubectl_inspect_gpushare()
+        for key in ("pause", "gpushare-extender", "gpushare-plugin"):
+            assets.image_archive(key)
+        assets.crictl()
+        assets.nvml_mock_library()
+        nvml_mock.profile_file("t4")
+    except LabMissing as missing:
+        pytest.skip(str(missing))
     began = time.monotonic()
     control_plane = ControlPlane().start()
     nodes: list[Node] = []
@@ -150,17 +115,17 @@ def lab(image, toolkit_repo, tmp_path_factory):
 
         # gpu_node.py provisions both (containerd for the control-plane's kubelet too), in one run.
         data = {"container_runtimes": "containerd", "gpu_sharing": "gpushare", "stages": "toolkit,runtimes",
-                "verify_report_path": str(workdir / "report.json"), **toolkit_repo.data()}
+                "verify_report_path": str(workdir / "report.json"), **real_toolkit_repo.data()}
         both = workdir / "both.py"
         both.write_text(f"gpu_nodes = [{gpu_node.target!r}, {cp_node.target!r}]\n")
         provisioned = pyinfra(str(both), "deploy/gpu_node.py", data, yes=True)
         assert provisioned.returncode == 0, provisioned.explain()
         timings["provision"] = time.monotonic() - began
 
+        nvml_mock.install(gpu_node, "t4", gpus=1)
         LabCluster.point_runtime_at_mock(gpu_node)
         cp = KubeletNode(node=cp_node, name=CP, index=1).join(control_plane, images=("pause", "gpushare-extender"))
-        gpu = KubeletNode(node=gpu_node, name=GPU, index=2).join(control_plane, images=("pause", "nvml-mock",
-                                                                                          "gpushare-plugin"))
+        gpu = KubeletNode(node=gpu_node, name=GPU, index=2).join(control_plane, images=("pause", "gpushare-plugin"))
         control_plane.kubectl("label", "node", CP, "node-role.kubernetes.io/control-plane=", "--overwrite")
         timings["join"] = time.monotonic() - began
 
@@ -172,24 +137,16 @@ def lab(image, toolkit_repo, tmp_path_factory):
         cp_node.write("/etc/kubernetes/scheduler.conf", kubeconfig_text(
             control_plane.server, control_plane.pki.ca, pki / "scheduler.crt", pki / "scheduler.key",
             "system:kube-scheduler", embed=True), mode="600")
-        with kube_scheduler_image_tar().open("rb") as stream:
+        with scheduler_archive.open("rb") as stream:
             subprocess.run(["docker", "exec", "-i", cp_node.id, "ctr", "-n", "k8s.io", "images", "import", "-"],
                            stdin=stream, check=True, capture_output=True)
-        cp_node.write(SCHEDULER_MANIFEST, static_scheduler_manifest(), mode="600")
+        cp_node.write(SCHEDULER_MANIFEST, static_scheduler_manifest(scheduler_image), mode="600")
         wait_for(lambda: pod_ready(mirror_pod(control_plane)), timeout=180, interval=2,
                  what="the static kube-scheduler pod Ready")
-
-        control_plane.kubectl("label", "node", GPU, "gpu-node.lab/nvml-mock=t4", "--overwrite")
-        control_plane.apply(nvml_mock_t4())
-        try:
-            wait_for(lambda: gpu.sh("ls /var/lib/nvml-mock/driver/dev/nvidia0", check=False).returncode == 0,
-                     timeout=300, interval=2, what="nvml-mock's driver root on lab-gpu")
-        except AssertionError as error:
-            raise AssertionError(f"{error}\n{diagnose(control_plane, gpu)}") from None
         timings["lab_ready"] = time.monotonic() - began
 
-        inspect_binary = assets.kubectl_inspect_gpushare()
-        expected = expected_sums(lab_path("bin"))["kubectl-inspect-gpushare-v0.3.0"]  # as a user pins the release
+        # As a user pins the release they downloaded.
+        expected = hashlib.sha256(inspect_binary.read_bytes()).hexdigest()
         k8s_data = {"gpu_sharing": "gpushare", "smoke_test": "false", "gpushare_inspect_source": str(inspect_binary),
                     "gpushare_inspect_sha256": expected, "gpushare_scheduler_ready_timeout": "180"}
         yield {"control_plane": control_plane, "cp": cp, "gpu": gpu, "inventory": inventory, "data": k8s_data,
@@ -285,7 +242,7 @@ def test_gpushare_deployed_by_the_tool_binds_a_gpu_mem_pod_through_the_extender(
     wait_for(lambda: control_plane.get_json("pod", "gpu-mem-3")["metadata"]["annotations"].get(
         "ALIYUN_COM_GPU_MEM_ASSIGNED") == "true", timeout=120, interval=2, what="the device plugin's assignment")
 
-    # kubectl-inspect-gpushare, installed by the tool from the lab's binary with its pinned SHA-256.
+    # kubectl-inspect-gpushare, installed by the tool from the lab's file with its pinned SHA-256.
     assert cp.sh(f"sha256sum {INSPECT}").stdout.split()[0] == lab["data"]["gpushare_inspect_sha256"]
     inspect = cp.sh(f"KUBECONFIG=/etc/kubernetes/admin.conf {INSPECT}", check=False)
     assert "3/16" in inspect.stdout, inspect.stdout + inspect.stderr

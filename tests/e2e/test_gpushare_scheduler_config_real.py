@@ -1,7 +1,8 @@
 """
 The KubeSchedulerConfiguration the gpushare stage writes, read by the REAL kube-scheduler v1.28.7
-(the lab's binary, tests/lab/assets.py): ``--write-config-to`` makes it load and default the
-config, write what it understood and exit, without a cluster (``--secure-port=0``: nothing listens).
+(from the Kubernetes server tarball in the opt-in lab, docs/lab.md): ``--write-config-to`` makes
+it load and default the config, write what it understood and exit, without a cluster
+(``--secure-port=0``: nothing listens).
 
 1.28 is the release that removed ``kubescheduler.config.k8s.io/v1beta2``, the version the gpushare
 guides still show: the real scheduler refuses it with the guides' error, and accepts exactly the
@@ -15,7 +16,7 @@ import subprocess
 import pytest
 import yaml
 from lab import assets
-from lab_assets import lab_asset
+from lab_assets import lab_asset, needs_lab
 
 from deploy.gpushare import (
     EXTENDER_URL_PREFIX,
@@ -24,6 +25,8 @@ from deploy.gpushare import (
     scheduler_config_api_version,
     scheduler_config_yaml,
 )
+
+pytestmark = needs_lab
 
 VERSION = "v1.28.7"
 # The Kubernetes changelog: 1.28 removed v1beta2 (kubernetes/kubernetes#117649; v1beta1 went in 1.23,

@@ -1,11 +1,12 @@
 """
-Verify's CRI step (``cri_handler``) with the REAL crictl (cri-tools v1.36.0 from the lab folder,
-env GPU_NODE_LAB, tests/lab/assets.py) against the real containerd of a node container that ``deploy/gpu_node.py``
-wired. crictl is installed where cri-tools puts it, the real pause image (lab
-``images/pause-3.9.tar``) is containerd's sandbox image. One node is shared by the module: every
-test here only adds and removes CRI sandboxes and containers, which each test checks are gone.
+Verify's CRI step (``cri_handler``) with the REAL crictl (cri-tools' v1.36.0 release tarball in the
+opt-in lab, env GPU_NODE_LAB, docs/lab.md) against the real containerd of a node container that
+``deploy/gpu_node.py`` wired. crictl is installed where cri-tools puts it, the real pause image (the
+lab's archive of registry.k8s.io/pause:3.9) is containerd's sandbox image. One node is shared by the
+module: every test here only adds and removes CRI sandboxes and containers, which each test checks
+are gone.
 
-The toolkit is the REAL NVIDIA Container Toolkit 1.20.0 (``toolkit_repo``, tests/toolkit_repo.py):
+The toolkit is the REAL NVIDIA Container Toolkit 1.20.0 (``real_toolkit_repo``, tests/toolkit_repo.py):
 its nvidia-container-runtime's debug log records each ``create`` it handled, the proof that a
 sandbox went through the nvidia handler (a sandbox asks for no GPU, so it runs on a node without one).
 """
@@ -21,8 +22,8 @@ import tomlkit
 from cluster_hosts import allow_sandboxes_without_cap_sys_resource
 from harness import assert_no_change, run
 from lab import assets
-from lab_assets import lab_asset
-from toolkit_repo import BUNDLE, RUNTIME_DEBUG_LOG, enable_runtime_debug_log, runtime_created, runtime_log
+from lab_assets import lab_asset, needs_lab
+from toolkit_repo import BUNDLE, RUNTIME_DEBUG_LOG, real_runtime_created, real_runtime_records
 
 from deploy.probes import CrictlRun
 from deploy.tasks.verify import cri_step
@@ -31,6 +32,8 @@ CONFIG = "/etc/containerd/config.toml"
 CRICTL = "/usr/local/bin/crictl"
 PAUSE = "registry.k8s.io/pause:3.9"
 BUSYBOX = "docker.io/gpu-node-test/verify-busybox:1"
+
+pytestmark = needs_lab
 
 
 def steps_of(report_path) -> dict:
@@ -62,7 +65,7 @@ def crictl(node, args: str, check: bool = True):
 
 def bundles(node) -> list[str]:
     """The container ids the real runtime was given a bundle for (its debug log), in order, once each."""
-    ids = [record["msg"].rstrip("/").rsplit("/", 1)[-1] for record in runtime_log(node)
+    ids = [record["msg"].rstrip("/").rsplit("/", 1)[-1] for record in real_runtime_records(node)
            if record.get("msg", "").startswith(BUNDLE)]
     return list(dict.fromkeys(ids))
 
@@ -72,7 +75,7 @@ def sandboxes(node) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def crictl_node(image, toolkit_repo, tmp_path_factory):
+def crictl_node(image, real_toolkit_repo, tmp_path_factory):
     from cri.images import import_into_node
     from harness import Node
 
@@ -80,14 +83,14 @@ def crictl_node(image, toolkit_repo, tmp_path_factory):
     try:
         report = tmp_path_factory.mktemp("verify-crictl") / "wire.json"
         data = {"stages": "toolkit,runtimes", "container_runtimes": "containerd",
-                "nvidia_runtime_default": "false", "verify_report_path": str(report), **toolkit_repo.data()}
+                "nvidia_runtime_default": "false", "verify_report_path": str(report), **real_toolkit_repo.data()}
         wired = node.deploy(data=data)
         assert wired.returncode == 0, wired.explain()
         install_crictl(node)
         import_pause(node)
         import_into_node(node, [])
         allow_sandboxes_without_cap_sys_resource(node)
-        enable_runtime_debug_log(node)
+        real_toolkit_repo.enable_runtime_log(node)
         node.data = {**data, "stages": "toolkit,runtimes,verify"}
         yield node
     finally:
@@ -114,7 +117,7 @@ def test_verify_runs_a_sandbox_through_the_nvidia_handler_with_the_real_crictl(c
                               "(no NVIDIA GPU: no nvidia-smi container)")
     # The runtime saw the sandbox's create; the sandbox is gone again.
     (sandbox,) = bundles(node)
-    assert runtime_created(node, sandbox), runtime_log(node)
+    assert real_runtime_created(node, sandbox), real_runtime_records(node)
     assert sandboxes(node) == before
 
 
@@ -133,7 +136,7 @@ def test_the_real_crictl_sequence_runs_a_container_in_the_nvidia_sandbox_and_cle
     assert "through-the-nvidia-handler" in steps["logs"]["output"]
     # crictl prints the id last (after a warning about the missing /etc/crictl.yaml)
     sandbox, container = (steps[name]["output"].splitlines()[-1] for name in ("runp", "create"))
-    assert runtime_created(node, sandbox) and runtime_created(node, container), runtime_log(node)
+    assert real_runtime_created(node, sandbox) and real_runtime_created(node, container), real_runtime_records(node)
     assert sandbox not in sandboxes(node)
     assert node.sh("ls -d /tmp/gpu-node-verify.* 2>/dev/null || true").stdout == ""
 
@@ -174,4 +177,4 @@ def test_a_sandbox_on_the_default_runc_handler_does_not_go_through_the_nvidia_ru
     sandbox = steps["runp"]["output"].splitlines()[-1]
     assert crictl(node, f"inspectp -o go-template --template '{{{{.status.runtimeHandler}}}}' {sandbox}",
                   check=False).returncode != 0, "removed again"
-    assert sandbox not in bundles(node), runtime_log(node)
+    assert sandbox not in bundles(node), real_runtime_records(node)

@@ -2,7 +2,7 @@
 The lab cluster the e2e tests and the cluster demo use: a control plane on 127.0.0.1 and GPU node
 containers provisioned by ``deploy/gpu_node.py`` itself (the REAL toolkit 1.20.0 from the local
 signed repository of ``tests/toolkit_repo.py``), joined as kubelets, with NVIDIA's mock NVML on
-them (``nvml-mock/``: the lab's rendering of its Helm chart, a100 profile: 8 GPUs per node).
+them (``lab/nvml_mock.py``: its library as each node's driver root, a100 profile: 8 GPUs per node).
 
 Usage::
 
@@ -23,33 +23,17 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import jinja2
-
-from harness import REPO, SAFE_DATA, DeployResult, Node, run, wait_for
+from harness import REPO, SAFE_DATA, DeployResult, Node, run
+from lab import nvml_mock
 from lab.control_plane import ControlPlane
 from lab.kubelet import KubeletNode, machine_kernel_settings
+from lab.nvml_mock import MOCK_DRIVER_ROOT
 
-NVML_MOCK_DIR = Path(__file__).resolve().parent / "nvml-mock"
-NVML_MOCK_NAMESPACE = "nvml-mock"
-NVML_MOCK_LABEL = "gpu-node.lab/nvml-mock"
-# Where the mock lays out its driver (library, device nodes) on each node.
-MOCK_DRIVER_ROOT = "/var/lib/nvml-mock/driver"
-MOCK_GPUS = {"a100": 8}
 RUNTIME_CONFIG = "/etc/nvidia-container-runtime/config.toml"
 RUNTIME_DEBUG_LOG = "/var/log/nvidia-container-runtime.log"
 # The stages the brief of the lab runs: no driver (no GPU here), never the machine's kernel.
 GPU_NODE_DATA = {**SAFE_DATA, "stages": "kernel,toolkit,runtimes,verify", "container_runtimes": "containerd"}
-
-
-def render_nvml_mock(profile: str = "a100") -> str:
-    environment = jinja2.Environment(loader=jinja2.FileSystemLoader(str(NVML_MOCK_DIR)),
-                                     undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    return environment.get_template("nvml-mock.yaml.j2").render(
-        namespace=NVML_MOCK_NAMESPACE, profile=profile,
-        profile_config=(NVML_MOCK_DIR / f"{profile}.yaml").read_text(),
-    )
 
 
 @dataclass
@@ -67,10 +51,7 @@ class LabCluster:
     provisioning: DeployResult | None = None
     timings: dict[str, float] = field(default_factory=dict)
     kernel_before: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def gpu_count(self) -> int:
-        return MOCK_GPUS[self.profile]
+    gpu_count: int = 0  # per GPU node, once the mock is laid out
 
     def start(self) -> "LabCluster":
         self.kernel_before = machine_kernel_settings()
@@ -111,25 +92,19 @@ class LabCluster:
 
         began = time.monotonic()
         for kubelet in self.nodes:
+            self.gpu_count = nvml_mock.install(kubelet.node, self.profile)
+        self.timings["nvml_mock"] = time.monotonic() - began
+
+        began = time.monotonic()
+        for kubelet in self.nodes:
             self.point_runtime_at_mock(kubelet.node)
-            kubelet.join(self.control_plane, images=("pause", "device-plugin", "nvml-mock"))
+            kubelet.join(self.control_plane, images=("pause", "device-plugin"))
         for kubelet in plain:
             kubelet.sh("DEBIAN_FRONTEND=noninteractive apt-get install -y -q containerd >/dev/null 2>&1 || "
                        "{ apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive "
                        "apt-get install -y -q containerd >/dev/null; }", timeout=600)
             kubelet.join(self.control_plane, images=("pause",))
         self.timings["kubelet_join"] = time.monotonic() - began
-
-        began = time.monotonic()
-        for kubelet in self.nodes:
-            self.control_plane.kubectl("label", "node", kubelet.name, f"{NVML_MOCK_LABEL}={self.profile}",
-                                       "--overwrite")
-        self.control_plane.apply(render_nvml_mock(self.profile))
-        for kubelet in self.nodes:
-            wait_for(lambda: kubelet.sh(f"ls {MOCK_DRIVER_ROOT}/usr/lib64/libnvidia-ml.so.* "
-                                        f"{MOCK_DRIVER_ROOT}/dev/nvidia0", check=False).returncode == 0,
-                     timeout=180, interval=2, what=f"nvml-mock's driver root on {kubelet.name}")
-        self.timings["nvml_mock"] = time.monotonic() - began
 
     @staticmethod
     def point_runtime_at_mock(node: Node) -> None:

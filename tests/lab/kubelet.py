@@ -297,7 +297,7 @@ class KubeletNode:
                     "{ apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive "
                     "apt-get install -y -q iproute2 >/dev/null; }", timeout=300)
         self.node.write(f"{paths['cni_conf']}/10-gpu-node-lab.conflist", cni_config(self.index, control_plane.apiserver_port))
-        self.configure_containerd(assets.IMAGES["pause"][1])
+        self.configure_containerd(assets.IMAGES["pause"])
         self.import_images(images)
 
         run(["docker", "exec", self.node.id, "sh", "-c", CGROUP_SCRIPT, "sh", self.node.id])

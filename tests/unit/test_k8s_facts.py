@@ -13,7 +13,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
+from lab import LabMissing, nvml_mock
+from lab_assets import needs_lab
 from pyinfra.api import StringCommand
 
 from deploy.facts.k8s import (
@@ -29,8 +30,6 @@ from deploy.facts.k8s import (
     parse_captured,
 )
 from deploy.operations.kubectl import labels_to_change, stamp_manifest
-from lab import LabMissing, assets
-from lab.cluster import NVML_MOCK_DIR as NVML_MOCK_PROFILES
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "k8s"
 UNREACHABLE_KUBECONFIG = """\
@@ -106,52 +105,50 @@ def test_gpu_node_identity_of_this_machine_real_shell_no_gpu():
 
 
 def mock_driver_root(folder: Path, profile: str) -> Path:
-    """A driver root laid out as nvml-mock's setup does: its real library, the profile as its config."""
+    """A driver root as the lab lays out nvml-mock's (tests/lab/nvml_mock.py): NVIDIA's mock library
+    from the lab's image, the profile from the corpus as its config."""
     try:
-        library = assets.nvml_mock_library()
+        return nvml_mock.lay_out(folder, profile)
     except LabMissing as missing:
-        pytest.skip(f"NVIDIA's mock NVML library comes from the test lab: {missing}")
-    (folder / "usr" / "lib64").mkdir(parents=True)
-    (folder / "config").mkdir()
-    shutil.copy(library, folder / "usr" / "lib64" / library.name)
-    (folder / "usr" / "lib64" / "libnvidia-ml.so.1").symlink_to(library.name)
-    shutil.copy(NVML_MOCK_PROFILES / f"{profile}.yaml", folder / "config" / "config.yaml")
-    return folder
+        pytest.skip(str(missing))
 
 
-def profile_products(profile: str) -> list[str]:
-    """The product names a profile declares: its device_defaults' name, once per device listed."""
-    document = yaml.safe_load((NVML_MOCK_PROFILES / f"{profile}.yaml").read_text())
-    return [device.get("name") or document["device_defaults"]["name"] for device in document["devices"]]
-
-
+@needs_lab
 @pytest.mark.parametrize("profile", ["a100", "t4"])
 def test_gpu_node_identity_reads_nvml_from_a_driver_root_without_nvidia_smi_real_mock_library(tmp_path, profile):
-    """A driver root with NVIDIA's real mock libnvidia-ml (k8s-test-infra v0.3.0) and no nvidia-smi,
-    as on a lab node: the fact reads the products through NVML with python3; the profile's name,
-    once per device."""
+    """A driver root with NVIDIA's real mock libnvidia-ml (nvml-mock, from the lab) and no
+    nvidia-smi, as on a lab node: the fact reads the products through NVML with python3; the
+    profile's name, once per device."""
     if shutil.which("nvidia-smi"):
         pytest.skip("nvidia-smi is on PATH here: the fact reads it first")
     root = mock_driver_root(tmp_path / "driver", profile)
     state = GpuNodeIdentity().process(run(GpuNodeIdentity().command(driver_root=str(root))))
     assert state["nvidia_smi"] == "missing" and state["nvml"] == "ok"
-    assert state["products"] == profile_products(profile)
+    assert state["products"] == nvml_mock.products(profile)
 
 
-def test_gpu_node_identity_reads_nvml_past_nvml_mocks_fallback_nvidia_smi_real_mock_library(tmp_path):
-    """nvml-mock's driver root as on the lab's nodes: its shell fallback nvidia-smi (from its setup.sh,
-    fixture) ignores the query and prints version lines; they are no product names, so the fact reads
-    the real mock libnvidia-ml through NVML instead."""
+# Answers no query: prints version lines whatever it is asked, as a driver root's fallback script may.
+STANDIN_NVIDIA_SMI = """#!/bin/sh
+echo "NVIDIA-SMI stand-in, version lines only"
+echo "Driver Version: 550.163.01"
+"""
+
+
+@needs_lab
+def test_gpu_node_identity_reads_nvml_past_a_nvidia_smi_that_answers_no_query_standin_nvidia_smi_real_mock_library(
+        tmp_path):
+    """The mock's driver root with a STAND-IN nvidia-smi (written here) that ignores the query and
+    prints version lines: they are no product names, so the fact reads the real mock libnvidia-ml
+    through NVML instead."""
     if shutil.which("nvidia-smi"):
         pytest.skip("nvidia-smi is on PATH here: the fact reads it first")
     root = mock_driver_root(tmp_path / "driver", "a100")
     (root / "usr" / "bin").mkdir()
-    shutil.copy(FIXTURES / "nvml-mock-nvidia-smi.sh", root / "usr" / "bin" / "nvidia-smi.sh")
-    (root / "usr" / "bin" / "nvidia-smi.sh").chmod(0o755)
-    (root / "usr" / "bin" / "nvidia-smi").symlink_to("nvidia-smi.sh")
+    (root / "usr" / "bin" / "nvidia-smi").write_text(STANDIN_NVIDIA_SMI)
+    (root / "usr" / "bin" / "nvidia-smi").chmod(0o755)
     state = GpuNodeIdentity().process(run(GpuNodeIdentity().command(driver_root=str(root))))
     assert (state["nvidia_smi"], state["nvml"]) == ("unexpected output", "ok")
-    assert state["products"] == profile_products("a100")
+    assert state["products"] == nvml_mock.products("a100")
 
 
 def tool_path(folder: Path, *, without: str) -> str:
