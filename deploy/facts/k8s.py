@@ -301,7 +301,7 @@ class GpuNodeIdentity(FactBase):
             "else _o=$(PATH=\"$_path\" LD_LIBRARY_PATH=\"$_ld\" nvidia-smi --query-gpu=name,index --format=csv,noheader",
             "2>/dev/null); _rc=$?;",
             "if [ $_rc -ne 0 ]; then echo \"nvidia_smi exit $_rc\";",
-            # Only "<name>, <index>" lines answer the query: nvml-mock's stand-in nvidia-smi script
+            # Only "<name>, <index>" lines answer the query: a mock driver's fallback nvidia-smi script
             # ignores its arguments and prints its version lines.
             "elif printf '%s\\n' \"$_o\" | grep -qv ', [0-9][0-9]*$' && [ -n \"$_o\" ]; then",
             "echo 'nvidia_smi unexpected output';",
