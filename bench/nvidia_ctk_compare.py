@@ -1,7 +1,8 @@
 """
 gpu-node's merge side by side with NVIDIA's own `nvidia-ctk runtime configure` (toolkit 1.20.0)
-on the corpus of real configs (tests/fixtures/corpus). Not a test: it asserts nothing; it prints
-a table and writes docs/nvidia-ctk-comparison.md.
+on the real-world corpus of other projects' configs (env GPU_NODE_CORPUS, default ../shared/corpus
+next to the repo). Not a test: it asserts nothing; it prints a table and writes
+docs/nvidia-ctk-comparison.md.
 
     .venv/bin/python bench/nvidia_ctk_compare.py
 
@@ -18,8 +19,8 @@ another copy. Each result is then judged by the real programs: containerd 1.6 (b
 1.7 (trixie) and 2.1 (sid) `config dump` (imports, thus nvidia-ctk's drop-in, resolved) for
 each release that reads the file's config version, and dockerd 26 `--validate`.
 
-The toolkit comes from the lab folder: $GPU_NODE_LAB (default ../shared/lab next to the repo),
-nvidia-container-toolkit/1.20.0/nvidia-container-toolkit-base_1.20.0-1_amd64.deb.
+nvidia-ctk comes from NVIDIA's deb as published, in the lab folder (env GPU_NODE_LAB, no default):
+$GPU_NODE_LAB/nvidia-container-toolkit/nvidia-container-toolkit-base_1.20.0-1_amd64.deb.
 """
 
 from __future__ import annotations
@@ -50,23 +51,35 @@ from deploy.operations.docker import (  # noqa: E402
 )
 from deploy.settings import RuntimeWiring  # noqa: E402
 
-CORPUS = REPO / "tests" / "fixtures" / "corpus"
+# The same setting as the tests' (tests/corpus.py), read here without importing the tests' helpers.
+CORPUS = Path(os.environ.get("GPU_NODE_CORPUS") or REPO.parent / "shared" / "corpus")
 DOC = REPO / "docs" / "nvidia-ctk-comparison.md"
-LAB = Path(os.environ.get("GPU_NODE_LAB", REPO.parent / "shared" / "lab"))
-TOOLKIT_DEB = LAB / "nvidia-container-toolkit" / "1.20.0" / "nvidia-container-toolkit-base_1.20.0-1_amd64.deb"
+TOOLKIT_DEB_NAME = "nvidia-container-toolkit-base_1.20.0-1_amd64.deb"
 NVIDIA_BINARY = "/usr/bin/nvidia-container-runtime"
 CRI_PLUGIN_IDS = {"cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime", "io.containerd.cri.v1.images"}
 WIRING = RuntimeWiring()
 COMMAND = ".venv/bin/python bench/nvidia_ctk_compare.py"
 
 
+def corpus_files(folder: str, pattern: str) -> list[Path]:
+    if not (CORPUS / folder).is_dir():
+        sys.exit(f"real-world corpus not found: set GPU_NODE_CORPUS to a folder of other projects' configs "
+                 f"(default ../shared/corpus; {CORPUS}/{folder} is not a folder)")
+    return sorted((CORPUS / folder).glob(pattern))
+
+
 def nvidia_ctk() -> Path:
-    if not TOOLKIT_DEB.exists():
-        sys.exit(f"nvidia-ctk 1.20.0 not found: provide {TOOLKIT_DEB} (set GPU_NODE_LAB to the lab folder)")
+    lab = os.environ.get("GPU_NODE_LAB")
+    if not lab:
+        sys.exit(f"GPU_NODE_LAB is unset: set it to the lab folder holding nvidia-container-toolkit/{TOOLKIT_DEB_NAME}")
+    deb = Path(lab).expanduser() / "nvidia-container-toolkit" / TOOLKIT_DEB_NAME
+    if not deb.is_file():
+        sys.exit(f"nvidia-ctk 1.20.0 not found: {deb} is missing (GPU_NODE_LAB={lab}; NVIDIA's deb as published)")
     root = REPO / ".cache" / "nvidia-ctk-1.20.0"
     if not root.exists():
+        root.parent.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(dir=root.parent, prefix="nvidia-ctk."))
-        subprocess.run(["dpkg-deb", "-x", str(TOOLKIT_DEB), str(scratch)], check=True)
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(scratch)], check=True)
         os.rename(scratch, root)
     return root / "usr" / "bin" / "nvidia-ctk"
 
@@ -462,11 +475,11 @@ def docker_details(results: dict[str, list[DockerOutcome]]) -> str:
 
 
 def main() -> None:
+    containerd_files = corpus_files("containerd", "*.toml")
+    docker_files = corpus_files("docker", "*.json")
     ctk = nvidia_ctk()
     ctk_version = subprocess.run([str(ctk), "--version"], capture_output=True, text=True).stdout.splitlines()[0]
     releases_used = ", ".join(f"{s} {release(s).version}" for s in ("bookworm", "trixie", "sid"))
-    containerd_files = sorted((CORPUS / "containerd").iterdir())
-    docker_files = sorted((CORPUS / "docker").iterdir())
     v1_names = {p.name for p in containerd_files if toml_version(p.read_text()) == 1}
 
     containerd_results: dict[str, list[Outcome]] = {"gpu-node merge": [], "nvidia-ctk 1.20.0": []}
@@ -505,8 +518,8 @@ config dump`, imports resolved, for each release that reads the file's config ve
 versions 1 and 2, 2.1 reads 2 and 3, none of them 4) and trixie's dockerd 26 (`dockerd --validate`).
 
 Corpus: {len(containerd_files)} containerd `config.toml` and {len(docker_files)} Docker `daemon.json` files written by
-other projects (`tests/fixtures/corpus`, sources in `SOURCES.toml`), {len(v1_names)} of the config.toml files in
-config version 1.
+other projects (the real-world corpus, kept outside the repository: env `GPU_NODE_CORPUS`, default
+`../shared/corpus`; origins in its `SOURCES.toml`), {len(v1_names)} of the config.toml files in config version 1.
 
 How each tool was run, on a copy of each file:
 

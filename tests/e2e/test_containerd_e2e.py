@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import tomlkit
+from corpus import corpus_file
 from harness import REPO, assert_no_change, run, wait_for
 from harness import busybox_image_tar as harness_busybox_image_tar
 from harness import sid_containerd_deb
@@ -24,6 +25,16 @@ from deploy.operations.safe_install import BACKUP_INFIX
 
 CONFIG = "/etc/containerd/config.toml"
 FIXTURES = REPO / "tests" / "fixtures" / "containerd" / "merge"
+# Version 1 (no `version` key): the CRI plugin is plugins.cri, which containerd 2.x ignores.
+VERSION_1_CONFIG = """\
+# written by a site's old provisioning template
+[plugins.cri]
+  sandbox_image = "registry.k8s.io/pause:3.9"
+  [plugins.cri.containerd]
+    snapshotter = "overlayfs"
+    [plugins.cri.containerd.default_runtime]
+      runtime_type = "io.containerd.runc.v2"
+"""
 IMAGE = "gpu-node-test/busybox:static"
 WIRE_OP = f"containerd | Wire the nvidia runtime into {CONFIG}"
 
@@ -176,13 +187,14 @@ def test_unparsable_config_is_left_byte_for_byte_and_a_rejected_restart_rolls_ba
 
 
 def test_containerd_21_with_a_version_1_config_is_refused_naming_the_version_file_untouched(start_node, toolkit_repo):
-    """A node upgraded to containerd 2.x that kept its version 1 config (one k3s's template wrote):
-    2.x ignores plugins.cri, so wiring it would never run. Refused before any change."""
+    """A node upgraded to containerd 2.x that kept its version 1 config (no `version`, CRI settings
+    under plugins.cri, as older k3s templates wrote it): 2.x ignores plugins.cri, so wiring it would
+    never run. Refused before any change."""
     node = start_node()
     copy_in(node, sid_containerd_deb(), "/tmp/containerd-sid.deb")
     node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq /tmp/containerd-sid.deb",
             timeout=600)
-    version_1 = (REPO / "tests" / "fixtures" / "corpus" / "containerd" / "k3s-v1-template-defaults.toml").read_text()
+    version_1 = VERSION_1_CONFIG
     node.write(CONFIG, version_1)
     node.sh("systemctl restart containerd")
     before = {"service": node.service("containerd"), "file": node.stat(CONFIG)}
@@ -195,19 +207,27 @@ def test_containerd_21_with_a_version_1_config_is_refused_naming_the_version_fil
     assert {"service": node.service("containerd"), "file": node.stat(CONFIG)} == before
 
 
-@pytest.mark.parametrize("corpus_file", ["eks-al2-containerd-config.toml", "k3s-v2-template-defaults.toml"])
-def test_out_of_order_configs_other_projects_wrote_are_wired_verified_and_rerun_unchanged(
-    corpus_file, start_node, toolkit_repo, tmp_path
-):
-    """The EKS AL2 AMI's config.toml (a child table before its parent, an `imports` glob) and k3s's
-    generated one (a table's keys split from its sub-tables), as those projects wrote them, on
-    Debian's containerd 1.6: wired, containerd's own dump and verify agree, a re-run changes nothing."""
+OUT_OF_ORDER = {
+    # The project's own configs of each shape, always run.
+    "own-child-table-before-parent": lambda: (FIXTURES / "eks-al2-child-before-parent" / "input.toml").read_text(),
+    "own-keys-split-from-sub-tables": lambda: (FIXTURES / "k3s-split-tables" / "input.toml").read_text(),
+    # As the EKS AL2 AMI and k3s wrote them (GPU_NODE_CORPUS; skipped without it).
+    "corpus-eks-al2": lambda: corpus_file("containerd/eks-al2-containerd-config.toml").read_text(),
+    "corpus-k3s-v2-template": lambda: corpus_file("containerd/k3s-v2-template-defaults.toml").read_text(),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(OUT_OF_ORDER))
+def test_out_of_order_configs_are_wired_verified_and_rerun_unchanged(shape, start_node, toolkit_repo, tmp_path):
+    """A child table before its parent (with an `imports` glob, as the EKS AL2 AMI writes it) and a
+    table's keys split from its sub-tables (as k3s generates it), on Debian's containerd 1.6: wired,
+    containerd's own dump and verify agree, a re-run changes nothing."""
+    text = OUT_OF_ORDER[shape]()
     node = start_node()
     node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containerd", timeout=600)
-    text = (REPO / "tests" / "fixtures" / "corpus" / "containerd" / corpus_file).read_text()
     node.write(CONFIG, text)
     node.sh("systemctl restart containerd")
-    assert node.is_active("containerd"), f"containerd does not start on {corpus_file} as written"
+    assert node.is_active("containerd"), f"containerd does not start on {shape} as written"
     report = tmp_path / "report.json"
     data = {"stages": "toolkit,runtimes,verify", "container_runtimes": "containerd",
             "verify_report_path": str(report), **toolkit_repo.data()}

@@ -1,16 +1,18 @@
 """
 Where the wiring takes effect among config.toml and the files it imports, and which config
-versions the installed containerd would run it from: `plan_wiring`, on files NVIDIA's own
-nvidia-ctk 1.20 and AKS wrote (tests/fixtures/corpus), each result checked by real containerd.
+versions the installed containerd would run it from: `plan_wiring`, each result checked by real
+containerd. The layouts are written here (always run) and, where the real-world corpus is there
+(GPU_NODE_CORPUS: tests/corpus.py), also taken from the files NVIDIA's own nvidia-ctk 1.20 and
+AKS wrote.
 """
 
 from __future__ import annotations
 
 import tomllib
-from pathlib import Path
 
 import pytest
 from containerd_releases import config_dump, release
+from corpus import corpus_file, read_text
 
 from deploy.operations.containerd import (
     ConfigError,
@@ -20,22 +22,70 @@ from deploy.operations.containerd import (
     plan_wiring,
 )
 
-CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "corpus" / "containerd"
 MAIN, DROP_IN = "/etc/containerd/config.toml", "/etc/containerd/conf.d/99-nvidia.toml"
 
+# nvidia-ctk's layout, written for these tests: config.toml imports conf.d, and the drop-in holds
+# a copy of the whole CRI section with the nvidia runtime added (SystemdCgroup as runc had it).
+OWN_MAIN = """\
+version = 2
+imports = ["/etc/containerd/conf.d/*.toml"]
+oom_score = -500
 
-def corpus(name: str) -> str:
-    return (CORPUS / name).read_text()
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.example.internal/pause:3.9"
+
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    default_runtime_name = "runc"
+    snapshotter = "overlayfs"
+
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+"""
+OWN_DROP_IN = """\
+version = 2
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.example.internal/pause:3.9"
+
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    default_runtime_name = "nvidia"
+    snapshotter = "overlayfs"
+
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+      runtime_type = "io.containerd.runc.v2"
+
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+        BinaryName = "/usr/bin/nvidia-container-runtime"
+        SystemdCgroup = false
+
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+"""
 
 
-def nvidia_ctk_node() -> list[ConfigFile]:
-    """config.toml and the drop-in as `nvidia-ctk runtime configure --runtime=containerd` left them."""
-    return [ConfigFile(MAIN, corpus("nvidia-ctk-1.20-config-after-configure-bookworm-default.toml"), MAIN),
-            ConfigFile(DROP_IN, corpus("nvidia-ctk-1.20-dropin-99-nvidia-bookworm-default.toml"), DROP_IN)]
+def drop_in_node(layout: str) -> list[ConfigFile]:
+    """config.toml and the drop-in as `nvidia-ctk runtime configure --runtime=containerd` leaves them:
+    written here ("own"), or the real tool's output from the corpus ("nvidia-ctk-1.20")."""
+    if layout == "own":
+        main, drop_in = OWN_MAIN, OWN_DROP_IN
+    else:
+        main = read_text(corpus_file("containerd/nvidia-ctk-1.20-config-after-configure-bookworm-default.toml"))
+        drop_in = read_text(corpus_file("containerd/nvidia-ctk-1.20-dropin-99-nvidia-bookworm-default.toml"))
+    return [ConfigFile(MAIN, main, MAIN), ConfigFile(DROP_IN, drop_in, DROP_IN)]
 
 
-def test_nvidia_ctk_drop_in_holds_the_cri_section_so_the_wiring_goes_there_and_config_toml_is_kept():
-    files = nvidia_ctk_node()
+LAYOUTS = ["own", "nvidia-ctk-1.20"]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_drop_in_holding_the_cri_section_gets_the_wiring_and_config_toml_is_kept(layout):
+    files = drop_in_node(layout)
     planned, holder = plan_wiring(files, RuntimeWiring(), major=1, containerd_version="1.6.20")
     assert holder == DROP_IN
     main, drop_in = planned
@@ -46,11 +96,13 @@ def test_nvidia_ctk_drop_in_holds_the_cri_section_so_the_wiring_goes_there_and_c
     assert wired["runtimes"]["nvidia"]["options"]["SystemdCgroup"] is True
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("suite", ["bookworm", "trixie"])
-def test_real_containerd_1x_runs_the_wiring_placed_in_the_drop_in(suite, tmp_path):
+def test_real_containerd_1x_runs_the_wiring_placed_in_the_drop_in(suite, layout, tmp_path):
     """The same files laid out as on a node, main importing the drop-in: 1.6 and 1.7's own dump."""
+    files = drop_in_node(layout)
     found = release(suite)
-    planned, _ = plan_wiring(nvidia_ctk_node(), RuntimeWiring(), found.major, found.version)
+    planned, _ = plan_wiring(files, RuntimeWiring(), found.major, found.version)
     (tmp_path / "conf.d").mkdir()
     main = tmp_path / "config.toml"
     main.write_text(planned[0].merged.text.replace("/etc/containerd/conf.d", str(tmp_path / "conf.d")))
@@ -60,18 +112,19 @@ def test_real_containerd_1x_runs_the_wiring_placed_in_the_drop_in(suite, tmp_pat
     assert effective_problems(dumped.stdout, RuntimeWiring()) == ('plugins."io.containerd.grpc.v1.cri".containerd', [])
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("suite", ["bookworm", "trixie"])
-def test_real_containerd_1x_ignores_a_wiring_in_config_toml_that_the_drop_in_overrides(suite, tmp_path):
+def test_real_containerd_1x_ignores_a_wiring_in_config_toml_that_the_drop_in_overrides(suite, layout, tmp_path):
     """Why the drop-in is the place: the wiring merged into config.toml alone does not run."""
+    files = drop_in_node(layout)
     found = release(suite)
-    files = nvidia_ctk_node()
     planned, _ = plan_wiring(files[:1], RuntimeWiring(), found.major, found.version)
     (tmp_path / "conf.d").mkdir()
     main = tmp_path / "config.toml"
     main.write_text(planned[0].merged.text.replace("/etc/containerd/conf.d", str(tmp_path / "conf.d")))
     (tmp_path / "conf.d" / "99-nvidia.toml").write_text(files[1].text)
     _, problems = effective_problems(config_dump(found.binary, main).stdout, RuntimeWiring())
-    # nvidia-ctk's copy of the CRI section wins as a whole: no SystemdCgroup anywhere.
+    # The drop-in's copy of the CRI section wins as a whole: no SystemdCgroup anywhere.
     assert problems == ["runtimes.runc.options.SystemdCgroup is false, not true (systemd_cgroup)",
                         "runtimes.nvidia.options.SystemdCgroup is false, not true (systemd_cgroup)"]
 
@@ -122,10 +175,31 @@ def test_version_3_on_containerd_1_is_refused():
         plan_wiring([ConfigFile(MAIN, "version = 3\n", MAIN)], RuntimeWiring(), major=1, containerd_version="1.6.20")
 
 
-@pytest.mark.parametrize("name", ["aks-agentbaker-aksubuntu2404-networkpolicy.toml",
+# AKS's layout for containerd 2, written for these tests: a version 2 file whose plugin sections
+# already carry 2.x's names (io.containerd.cri.v1.*), which containerd 1.x would not read.
+OWN_V2_WITH_2X_NAMES = """\
+version = 2
+oom_score = -500
+
+[plugins."io.containerd.cri.v1.images".registry]
+  config_path = "/etc/containerd/certs.d"
+
+[plugins."io.containerd.cri.v1.runtime".containerd]
+  default_runtime_name = "runc"
+  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+      BinaryName = "/usr/sbin/runc"
+      SystemdCgroup = true
+  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.sandboxed]
+    runtime_type = "io.containerd.runc.v2"
+"""
+
+
+@pytest.mark.parametrize("name", ["own", "aks-agentbaker-aksubuntu2404-networkpolicy.toml",
                                   "aks-agentbaker-aksubuntu2404-teleport.toml"])
-def test_aks_version_2_file_with_2x_plugin_names_is_wired_where_containerd_2_reads_it(name, tmp_path):
-    text = corpus(name)
+def test_version_2_file_with_2x_plugin_names_is_wired_where_containerd_2_reads_it(name, tmp_path):
+    text = OWN_V2_WITH_2X_NAMES if name == "own" else read_text(corpus_file(f"containerd/{name}"))
     planned, _ = plan_wiring([ConfigFile(MAIN, text, name)], RuntimeWiring(), major=2, containerd_version="2.1.9")
     merged = tomllib.loads(planned[0].merged.text)
     assert "nvidia" in merged["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]

@@ -20,7 +20,9 @@ from deploy.operations.containerd import (
 )
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "containerd"
-CASES = sorted(path.name for path in (FIXTURES / "merge").iterdir() if path.is_dir())
+CASES = sorted(path.parent.name for path in (FIXTURES / "merge").glob("*/expected.toml"))
+# Shapes the merge must refuse: refused.txt holds the one line it says (source "config.toml").
+REFUSED_CASES = sorted(path.parent.name for path in (FIXTURES / "merge").glob("*/refused.txt"))
 
 
 def case(name: str) -> tuple[str, str, RuntimeWiring]:
@@ -54,6 +56,14 @@ def test_merged_config_wires_nvidia_under_the_plugin_of_its_version(name):
         if line.strip().startswith("#") or " # " in line:
             assert line.strip() in expected, f"lost: {line!r}"
     assert "cri" not in document.get("disabled_plugins", [])
+
+
+@pytest.mark.parametrize("name", REFUSED_CASES)
+def test_shapes_the_merge_cannot_edit_are_refused_in_the_one_line_of_the_golden_file(name):
+    directory = FIXTURES / "merge" / name
+    with pytest.raises(ConfigError) as refused:
+        merge_containerd_config((directory / "input.toml").read_text(), RuntimeWiring())
+    assert str(refused.value) == (directory / "refused.txt").read_text().rstrip("\n")
 
 
 def test_versions_map_to_their_plugin_paths():

@@ -1,8 +1,9 @@
 """
 Distro detection from pyinfra's facts into the per-family table, and the table against real
-sources: Debian's archive, NVIDIA's published repository files and install guides. Ubuntu's,
-Fedora's, RHEL's, SUSE's and Arch's archives cannot be reached here: their package names are
-covered only by the plan tests (tests/unit/test_driver_plans.py and the Docker golden below).
+sources: Debian's archive, NVIDIA's published repository files (from the real-world corpus,
+GPU_NODE_CORPUS: tests/corpus.py) and install guides. Ubuntu's, Fedora's, RHEL's, SUSE's and
+Arch's archives cannot be reached here: their package names are covered only by the plan tests
+(tests/unit/test_driver_plans.py and the Docker golden below).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import debian_archive
 import pytest
+from corpus import corpus_file, read_text
 from plan import run_plan, settings_for
 
 from deploy.distros import FAMILIES, UnsupportedPlatform, detect_platform
@@ -69,7 +71,6 @@ def test_every_family_names_its_initramfs_tool_and_containerd_package():
 # The table against real sources: what a family's plan names must exist where it points.
 
 OS_RELEASE = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia" / "os-release"
-PUBLISHED = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-container-toolkit" / "published"
 
 
 def platform_of(fixture: str, arch: str = "x86_64"):
@@ -111,9 +112,10 @@ def repository_sections(text: str) -> dict[str, dict[str, str]]:
 
 @pytest.mark.parametrize("fixture", ["rocky-9", "fedora-40", "amzn-2023", "opensuse-leap-15.5", "sles-15.5"])
 def test_rpm_toolkit_repository_is_nvidias_published_stable_repository(fixture):
-    """tests/fixtures/nvidia-container-toolkit/published: NVIDIA's own repository file, which its
-    install guide puts in /etc/yum.repos.d/ (zypper: /etc/zypp/repos.d/ through `zypper ar`)."""
-    published = repository_sections((PUBLISHED / "nvidia-container-toolkit.repo").read_text())["nvidia-container-toolkit"]
+    """NVIDIA's own repository file (from the real-world corpus, GPU_NODE_CORPUS), which its install
+    guide puts in /etc/yum.repos.d/ (zypper: /etc/zypp/repos.d/ through `zypper ar`)."""
+    published = repository_sections(read_text(corpus_file("nvidia-container-toolkit/nvidia-container-toolkit.repo")))
+    published = published["nvidia-container-toolkit"]
     platform = platform_of(fixture)
     ours = repository_sections(rpm_repo_text(settings_for(), platform))["nvidia-container-toolkit"]
     assert {key: ours.get(key) for key in published} == published
@@ -124,7 +126,9 @@ def test_rpm_toolkit_repository_is_nvidias_published_stable_repository(fixture):
 
 @pytest.mark.parametrize("fixture", ["debian-12", "ubuntu-22.04"])
 def test_apt_toolkit_source_is_nvidias_published_list_with_signed_by(fixture):
-    published = (PUBLISHED / "nvidia-container-toolkit.list").read_text().splitlines()[0]
+    """NVIDIA's own apt source (from the real-world corpus, GPU_NODE_CORPUS), which its install guide
+    puts in /etc/apt/sources.list.d/ with signed-by added."""
+    published = read_text(corpus_file("nvidia-container-toolkit/nvidia-container-toolkit.list")).splitlines()[0]
     ours = [line for line in apt_source_text(settings_for(), platform_of(fixture)).splitlines()
             if line.startswith("deb ")]
     assert ours == [published.replace("deb ", f"deb [signed-by={APT_KEYRING}] ", 1)]
