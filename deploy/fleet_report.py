@@ -37,6 +37,8 @@ class FleetRow:
     reboot_required: bool | None = None
     # {"pass": n, "fail": n, "skip": n, "failed_steps": [...]}, None when verification did not run
     verify: dict[str, Any] | None = None
+    # the runtimes verify found, e.g. "containerd 2.1.9", None when verification did not run
+    runtime: str | None = None
 
     def verify_text(self) -> str:
         if self.verify is None:
@@ -55,9 +57,10 @@ def fleet_table(rows: list[FleetRow]) -> str:
     counts = {status: sum(row.status == status for row in rows) for status in (CONVERGED, CHANGED, FAILED)}
     header = (f"--> Fleet report: {len(rows)} node{'s' if len(rows) != 1 else ''}: {counts[CONVERGED]} converged, "
               f"{counts[CHANGED]} changed, {counts[FAILED]} failed")
-    columns = ("node", "result", "reboot required", "no GPU", "verify")
+    columns = ("node", "result", "reboot required", "no GPU", "runtime", "verify")
     table = [columns] + [
-        (row.host, row.status, _flag(row.reboot_required), _flag(row.no_gpu), row.verify_text()) for row in rows
+        (row.host, row.status, _flag(row.reboot_required), _flag(row.no_gpu), row.runtime or "-", row.verify_text())
+        for row in rows
     ]
     widths = [max(len(line[index]) for line in table) for index in range(len(columns) - 1)]
     lines = [header]
@@ -129,6 +132,7 @@ def fleet_rows(state) -> list[FleetRow]:
             no_gpu=note.no_gpu if note else None,
             reboot_required=note.reboot_required if note and not reboot_unknown else None,
             verify=verify,
+            runtime=record.runtime if record is not None else None,
         ))
     return rows
 

@@ -183,9 +183,9 @@ class CrictlRun(Probe[dict]):
     """
 
     def command(self, uid, handler="nvidia", image=None, command=("nvidia-smi", "-L"), timeout=60,
-                systemd_cgroup=True):
+                systemd_cgroup=True, socket=CONTAINERD_SOCKET):
         script = (
-            CRICTL_SCRIPT.replace("__SOCKET__", CONTAINERD_SOCKET)
+            CRICTL_SCRIPT.replace("__SOCKET__", socket)
             .replace("__HANDLER__", shlex.quote(handler))
             .replace("__POD_JSON__", json.dumps(sandbox_config(uid, systemd_cgroup)))
             .replace("__CONTAINER_JSON__", json.dumps(container_config(image or "", list(command))))
@@ -220,10 +220,11 @@ class ContainerRun(Probe[dict]):
         {"exit_code": 0, "output": "GPU 0: ..."}
     """
 
-    def command(self, tool, image, container_name, command=("nvidia-smi",)):
+    def command(self, tool, image, container_name, command=("nvidia-smi",), ctr="ctr", socket=CONTAINERD_SOCKET):
         args = [QuoteString(part) for part in command]
         if tool == "ctr":
-            run = StringCommand("ctr run --rm --gpus 0", QuoteString(image), QuoteString(container_name), *args)
+            run = StringCommand(QuoteString(ctr), "--address", QuoteString(socket), "run --rm --gpus 0",
+                                QuoteString(image), QuoteString(container_name), *args)
         else:
             run = StringCommand("docker run --rm --gpus all --name", QuoteString(container_name), QuoteString(image), *args)
         return StringCommand("out=$(", run, "2>&1); rc=$?;",

@@ -134,17 +134,18 @@ ctk=$(command -v nvidia-ctk 2>/dev/null || true)
 [ -n "$ctk" ] && echo "ctk_version $("$ctk" --version 2>/dev/null | head -n 1)"
 ncr=$(command -v nvidia-container-runtime 2>/dev/null || true)
 echo "ncr_path $ncr"
-ctrd=$(command -v containerd 2>/dev/null || true)
+ctrd=$(command -v __CONTAINERD_BINARY__ 2>/dev/null || true)
 echo "ctrd_path $ctrd"
 if [ -n "$ctrd" ]; then
   echo "ctrd_version $("$ctrd" --version 2>/dev/null | head -n 1)"
-  echo "ctrd_active $(systemctl is-active containerd 2>/dev/null)"
+  echo "ctrd_active $(__CONTAINERD_ACTIVE__)"
   dump=$("$ctrd" --config __CONTAINERD_CONFIG__ config dump 2>&1); rc=$?
   echo "ctrd_dump_rc $rc"
   echo "ctrd_dump $(printf '%s' "$dump" | base64 -w0)"
-  ctr=$(command -v ctr 2>/dev/null || true)
+  ctr=$(command -v ctr 2>/dev/null || command -v "$(dirname "$ctrd")/ctr" 2>/dev/null || true)
+  echo "ctr_path $ctr"
   if [ -n "$ctr" ] && [ -S __CONTAINERD_SOCKET__ ]; then
-    "$ctr" images ls -q 2>/dev/null | grep -qxF __IMAGE__ && echo "ctr_image 1" || echo "ctr_image 0"
+    "$ctr" --address __CONTAINERD_SOCKET__ images ls -q 2>/dev/null | grep -qxF __IMAGE__ && echo "ctr_image 1" || echo "ctr_image 0"
   fi
 fi
 [ -f __KUBELET_CONFIG__ ] && echo "kubelet_config $(base64 -w0 < __KUBELET_CONFIG__)"
@@ -210,8 +211,9 @@ class VerifyState(FactBase):
     """
     What the verification ladder reads, in one command: the driver stage's node facts (PCI
     GPUs, modules, versions: deploy/facts/nvidia.py) plus ``/proc/driver/nvidia/version``,
-    ``nvidia-smi`` (query, exit code, ``-L``), the toolkit, ``containerd config dump``, whether the
-    given runtime ``binaries`` are executable, the kubelet config, ``docker info`` and crictl.
+    ``nvidia-smi`` (query, exit code, ``-L``), the toolkit, ``containerd config dump`` of the
+    containerd the node's flavour runs (its binary, unit and socket), whether the given runtime
+    ``binaries`` are executable, the kubelet config, ``docker info`` and crictl.
 
     .. code:: python
 
@@ -224,7 +226,8 @@ class VerifyState(FactBase):
             "runtime_path": "/usr/bin/nvidia-container-runtime",
             "executables": {"/usr/bin/nvidia-container-runtime": True},
             "containerd": {"path": ..., "version": "1.6.20~ds1", "major": 1, "minor": 6, "active": "active",
-                           "dump_exit_code": 0, "dump": "version = 2 ...", "image_present": False},
+                           "dump_exit_code": 0, "dump": "version = 2 ...", "image_present": False,
+                           "ctr_path": "/usr/bin/ctr"},
             "kubelet_config": "apiVersion: ...",  # None: no /var/lib/kubelet/config.yaml
             "docker": {"path": ..., "active": "active", "info_exit_code": 0, "runtimes": {...},
                        "default_runtime": "runc", "cgroup_driver": "systemd", "image_present": False},
@@ -232,11 +235,17 @@ class VerifyState(FactBase):
         }
     """
 
-    def command(self, containerd_config, image, binaries=()):
+    def command(self, containerd_config, image, binaries=(), containerd_binary="containerd",
+                containerd_service="containerd", containerd_socket=CONTAINERD_SOCKET):
+        # A flavour without a unit of its own for containerd (k0s) is up when its socket is.
+        active = (f"systemctl is-active {shlex.quote(containerd_service)} 2>/dev/null" if containerd_service
+                  else f"[ -S {shlex.quote(containerd_socket)} ] && echo active || echo inactive")
         script = (
             VERIFY_SCRIPT.replace("__SMI_QUERY__", SMI_QUERY)
+            .replace("__CONTAINERD_BINARY__", shlex.quote(containerd_binary))
+            .replace("__CONTAINERD_ACTIVE__", active)
             .replace("__CONTAINERD_CONFIG__", shlex.quote(containerd_config))
-            .replace("__CONTAINERD_SOCKET__", CONTAINERD_SOCKET)
+            .replace("__CONTAINERD_SOCKET__", shlex.quote(containerd_socket))
             .replace("__KUBELET_CONFIG__", KUBELET_CONFIG)
             .replace("__IMAGE__", shlex.quote(image))
             .replace("__EXECUTABLE_CHECKS__", executable_checks(binaries))
@@ -257,7 +266,7 @@ class VerifyState(FactBase):
             "executables": {},
             "containerd": {
                 "path": None, "version": None, "major": None, "minor": None, "active": None,
-                "dump_exit_code": None, "dump": None, "image_present": False,
+                "dump_exit_code": None, "dump": None, "image_present": False, "ctr_path": None,
             },
             "kubelet_config": None,
             "docker": {
@@ -299,6 +308,8 @@ class VerifyState(FactBase):
                 ctrd["dump_exit_code"] = int(rest)
             elif kind == "ctrd_dump":
                 ctrd["dump"] = decode_b64(rest, "containerd config dump") if rest else ""
+            elif kind == "ctr_path":
+                ctrd["ctr_path"] = rest or None
             elif kind == "ctr_image":
                 ctrd["image_present"] = rest == "1"
             elif kind == "kubelet_config":

@@ -22,6 +22,11 @@ from deploy.operations.drain import DrainTarget
 from deploy.settings import Settings
 
 K0S_DROPIN = f"{K0S_DROPIN_DIR}/gpu-node-nvidia.toml"
+# The config k0s generates (importing its drop-ins) and microk8s renders from its template.
+K0S_CONFIG = "/etc/k0s/containerd.toml"
+K0S_SOCKET = "/run/k0s/containerd.sock"
+MICROK8S_CONFIG = "/var/snap/microk8s/current/args/containerd.toml"
+MICROK8S_SOCKET = "/var/snap/microk8s/common/run/containerd.sock"
 # k0s merges the CRI section of a drop-in into the config it generates: start from an empty
 # version 2 file, never from a full default config (that would override k0s's own settings).
 K0S_DROPIN_BASE = (
@@ -29,6 +34,10 @@ K0S_DROPIN_BASE = (
     "# k0s merges this CRI section into the containerd config it generates.\n"
     "version = 2\n"
 )
+
+
+PLAIN_SOCKET = "/run/containerd/containerd.sock"
+RANCHER_SOCKET = "/run/k3s/containerd/containerd.sock"  # k3s and rke2 alike
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,14 @@ class ConfigTarget:
     initial_text: str | None = None
     validate_with_binary: bool = True
     hint: str = ""
+    # What verify asks: the config containerd runs with (the file above, or the one the flavour
+    # generates from it) and the socket it serves.
+    running_config: str = ""
+    socket: str = PLAIN_SOCKET
+
+    @property
+    def config_in_effect(self) -> str:
+        return self.running_config or self.base_path or self.path
 
 
 def _rancher_target(directory: str, containerd_found: dict, binary: str, name: str) -> ConfigTarget:
@@ -62,6 +79,7 @@ def _rancher_target(directory: str, containerd_found: dict, binary: str, name: s
         service=containerd_found["flavour"]["service"],
         binary=binary,
         base_path=generated,
+        socket=RANCHER_SOCKET,
         hint=(
             f" {name} reads {template} as a Go template: if it uses template directives, add the "
             f"nvidia runtime to it by hand (see {name}'s 'Configuring containerd' documentation) or "
@@ -79,8 +97,9 @@ def reads(settings: Settings) -> list[tuple[type, dict]]:
                                 "binary": "containerd"})]
 
 
-def config_target(settings: Settings, containerd_found: dict) -> ConfigTarget:
-    """The file to merge into, per flavour (``containerd_found``: preflight's ContainerdFlavour reading)."""
+def config_target(containerd_config_path: str, containerd_found: dict) -> ConfigTarget:
+    """The file to merge into, per flavour (``containerd_found``: preflight's ContainerdFlavour reading);
+    ``containerd_config_path`` is the setting, for a plain containerd."""
     flavour = containerd_found["flavour"]["name"]
     if flavour == "k3s":
         return _rancher_target(K3S_CONTAINERD_DIR, containerd_found,
@@ -89,12 +108,12 @@ def config_target(settings: Settings, containerd_found: dict) -> ConfigTarget:
         return _rancher_target(RKE2_CONTAINERD_DIR, containerd_found, "/var/lib/rancher/rke2/bin/containerd", "rke2")
     if flavour == "k0s":
         return ConfigTarget(path=K0S_DROPIN, service=None, binary="/var/lib/k0s/bin/containerd",
-                            initial_text=K0S_DROPIN_BASE)
+                            initial_text=K0S_DROPIN_BASE, running_config=K0S_CONFIG, socket=K0S_SOCKET)
     if flavour == "microk8s":
         # The template holds ${SNAP}-style placeholders microk8s fills in: checked as TOML only.
         return ConfigTarget(path=MICROK8S_TEMPLATE, service=containerd_found["flavour"]["service"],
-                            validate_with_binary=False)
-    return ConfigTarget(path=settings.containerd_config_path, service="containerd")
+                            validate_with_binary=False, running_config=MICROK8S_CONFIG, socket=MICROK8S_SOCKET)
+    return ConfigTarget(path=containerd_config_path, service="containerd")
 
 
 def install_containerd(settings: Settings, family: Family) -> None:
@@ -127,7 +146,7 @@ def containerd_runtime(settings: Settings, family: Family, containerd_found: dic
     elif flavour != "plain":
         logger.info(f"{host.print_prefix}containerd belongs to {flavour}: wiring its own config")
 
-    target = config_target(settings, containerd_found)
+    target = config_target(settings.containerd_config_path, containerd_found)
     wiring = settings.runtime_wiring(enable_cdi=settings.containerd_enable_cdi)
     restart_pending = bool(target.service) and (pending_restarts or {}).get(target.service) == target.path
     plan = containerd.plan_node_wiring(target.path, wiring, target.binary, target.base_path, target.initial_text,

@@ -21,14 +21,18 @@ from pyinfra import host, logger
 from pyinfra.api import deploy, operation
 
 from deploy import probes, redact
+from deploy.facts.combined import known_fact
+from deploy.facts.containerd import ContainerdFlavour, classify_flavour
 from deploy.facts.verify import KUBELET_CONFIG, Executables, VerifyState, explain_smi_failure
 from deploy.operations.containerd import dump_cri_plugin, effective_problems
 from deploy.operations.failure import failing_command
 from deploy.toml_roundtrip import tomllib
 from deploy.report import FAIL, PASS, SKIP, NodeRecord, Step, verify_report_store
 from deploy.settings import MIN_DRIVER_VERSION, NVIDIA_CONTAINER_RUNTIME, RuntimeWiring, Settings
+from deploy.tasks.containerd import ConfigTarget, config_target
 
 NO_GPU = "no NVIDIA GPU"
+PLAIN = {"flavour": {"name": "plain", "service": "containerd"}}
 HANDLER = "nvidia"
 
 
@@ -404,6 +408,8 @@ def docker_steps(state: dict, options: VerifyOptions) -> list[Step]:
         problems.append("no 'nvidia' runtime in docker info")
     if options.nvidia_runtime_default and docker["default_runtime"] != HANDLER:
         problems.append(f"default runtime is {docker['default_runtime']!r}, not 'nvidia'")
+    if options.systemd_cgroup and docker["cgroup_driver"] != "systemd":
+        problems.append(f"cgroup driver is {docker['cgroup_driver']!r}, not 'systemd' (systemd_cgroup=true)")
     if problems:
         return [Step("docker_config", FAIL, "; ".join(problems))]
     return [Step("docker_config", PASS,
@@ -462,6 +468,15 @@ def node_record(name: str, state: dict, options: VerifyOptions, steps: list[Step
 # The operation
 
 
+def containerd_in_effect(options: VerifyOptions) -> ConfigTarget:
+    """The containerd the node's flavour runs (plain, k3s, rke2, k0s, microk8s): its binary, unit,
+    socket and the config it runs with. Preflight's reading when nothing changed since, else read."""
+    if "containerd" not in options.runtimes:
+        return config_target(options.containerd_config_path, PLAIN)
+    found = known_fact(host, ContainerdFlavour)
+    return config_target(options.containerd_config_path, {**found, "flavour": classify_flavour(found)})
+
+
 @operation()
 def check_node(options: VerifyOptions, report_path: str):
     """
@@ -474,8 +489,10 @@ def check_node(options: VerifyOptions, report_path: str):
         host.noop("verification runs when the deploy executes")
         return
 
-    state = host.get_fact(VerifyState, containerd_config=options.containerd_config_path, image=options.image,
-                          binaries=(options.runtime_binary,))
+    containerd = containerd_in_effect(options)
+    state = host.get_fact(VerifyState, containerd_config=containerd.config_in_effect, image=options.image,
+                          binaries=(options.runtime_binary,), containerd_binary=containerd.binary,
+                          containerd_service=containerd.service, containerd_socket=containerd.socket)
     cri, cri_error = read_cri(state)
     # The runtimes may name another binary than the one the settings wire: check it too (a second
     # read, only then), by the path the parsed configs give.
@@ -488,11 +505,12 @@ def check_node(options: VerifyOptions, report_path: str):
     if plan["cri_handler"] is None:
         runs["cri_handler"] = probes.run(
             host, probes.CrictlRun, uid=token, handler=HANDLER, image=options.image if gpu_usable(state) else None,
-            systemd_cgroup=options.systemd_cgroup,
+            systemd_cgroup=options.systemd_cgroup, socket=containerd.socket,
         )
     if plan["ctr_run"] is None:
         runs["ctr_run"] = probes.run(host, probes.ContainerRun, tool="ctr", image=options.image,
-                                     container_name=f"gpu-node-verify-{token}")
+                                     container_name=f"gpu-node-verify-{token}",
+                                     ctr=state["containerd"]["ctr_path"] or "ctr", socket=containerd.socket)
     if plan["docker_run"] is None:
         runs["docker_run"] = probes.run(
             host, probes.ContainerRun, tool="docker", image=options.image, container_name=f"gpu-node-verify-{token}"

@@ -72,10 +72,11 @@ def test_fleet_report_on_three_nodes_one_converged_one_changed_one_failed(start_
     # The table is printed after pyinfra's own output, one row per node.
     table = result.stderr[result.stderr.index("--> Fleet report: 3 nodes: 1 converged, 1 changed, 1 failed"):]
     lines = table.splitlines()
-    assert lines[1].split() == ["node", "result", "reboot", "required", "no", "GPU", "verify"]
+    assert lines[1].split() == ["node", "result", "reboot", "required", "no", "GPU", "runtime", "verify"]
     cells = {line.split()[0]: line.split() for line in lines[2:5]}
     assert cells[converged.target][1:4] == ["converged", "no", "yes"]
     assert cells[changed.target][1:4] == ["changed", "no", "yes"]
-    assert cells[broken.target][1:] == ["failed", "?", "?", "not", "run"]
+    assert cells[broken.target][1:] == ["failed", "?", "?", "-", "not", "run"]
+    assert cells[converged.target][4:6] == ["containerd", "1.6.20~ds1"]
     assert f"{broken.target} failed in: {WIRE}" in table
     assert f"--> Fleet report written to {report_path}" in table

@@ -72,7 +72,7 @@ def test_flavour_and_where_its_nvidia_runtime_goes(name):
     containerd_found = ContainerdFlavour().process((FLAVOURS / f"{name}.txt").read_text().splitlines())
     containerd_found["flavour"] = classify_flavour(containerd_found)
     assert containerd_found["flavour"] == EXPECTED[name]["flavour"]
-    target = config_target(parse_settings({}), containerd_found)
+    target = config_target(parse_settings({}).containerd_config_path, containerd_found)
     shown = {key: getattr(target, key) for key in EXPECTED[name]["target"]}
     assert shown == EXPECTED[name]["target"]
 
@@ -82,18 +82,18 @@ def test_k3s_and_rke2_never_touch_etc_containerd_and_k0s_starts_from_an_empty_dr
         containerd_found = ContainerdFlavour().process((FLAVOURS / f"{name}.txt").read_text().splitlines())
         containerd_found["flavour"] = classify_flavour(containerd_found)
         settings = parse_settings({"containerd_config_path": "/etc/containerd/config.toml"})
-        target = config_target(settings, containerd_found)
+        target = config_target(settings.containerd_config_path, containerd_found)
         assert not target.path.startswith("/etc/containerd/")
     k0s = ContainerdFlavour().process((FLAVOURS / "k0s-worker.txt").read_text().splitlines())
     k0s["flavour"] = classify_flavour(k0s)
-    assert config_target(parse_settings({}), k0s).initial_text == K0S_DROPIN_BASE
+    assert config_target(parse_settings({}).containerd_config_path, k0s).initial_text == K0S_DROPIN_BASE
 
 
 def test_plain_target_follows_the_setting():
     containerd_found = {"paths": [], "units": {}, "generated_versions": {}, "binary": None,
              "flavour": {"name": "plain", "service": "containerd"}}
     settings = parse_settings({"containerd_config_path": "/srv/ctr.toml"})
-    assert config_target(settings, containerd_found).path == "/srv/ctr.toml"
+    assert config_target(settings.containerd_config_path, containerd_found).path == "/srv/ctr.toml"
 
 
 def test_imports_are_globbed_relative_to_the_config_folder_in_byte_order_by_a_real_shell(tmp_path):

@@ -33,6 +33,7 @@ from deploy.tasks.verify import verify
 pytestmark = pytest.mark.usefixtures("both_modes")
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FLAVOUR_READ = "/var/lib/rancher/k3s/agent/etc/containerd"  # in ContainerdFlavour's command
 SMI = FIXTURES / "nvidia-smi"
 
 
@@ -154,8 +155,9 @@ def test_node_without_gpu_wired_containerd_passes_runtime_steps_and_skips_gpu_st
     assert steps["cri_handler"]["reason"].startswith("crictl not installed")
     assert record["ok"] is True and not failed
     assert record["gpus"] == [] and record["toolkit"] == "1.17.8" and record["runtime"] == "containerd 1.6.20~ds1"
-    # Read-only: the only commands are the one read and nothing the ladder yields.
-    assert len(plan.commands) == 1 and "kmod_version" in plan.commands[0]
+    # Read-only: the only commands are the two reads (which containerd the node runs, then the ladder's
+    # facts of that containerd) and nothing the ladder yields.
+    assert len(plan.commands) == 2 and FLAVOUR_READ in plan.commands[0] and "kmod_version" in plan.commands[1]
 
 
 def test_require_gpu_without_gpu_fails_the_host(tmp_path):
@@ -176,12 +178,12 @@ def test_gpu_node_with_mig_passes_and_runs_ctr_with_gpus(tmp_path):
         dump=containerd_dump(),
         ctr_image=True,
     )
-    runs = {"ctr run --rm --gpus 0": ["rc 0", "GPU 0: A100-SXM4-40GB (UUID: GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77)"]}
+    runs = {"run --rm --gpus 0": ["rc 0", "GPU 0: A100-SXM4-40GB (UUID: GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77)"]}
     plan, record, steps, failed = run_verify(tmp_path, lines, runs=runs)
     assert statuses(steps)["nvidia_smi"] == PASS and "7 MIG device(s)" in steps["nvidia_smi"]["reason"]
     assert steps["driver_version"]["reason"] == "driver 450.80.02 >= 384.81 (lowest accepted)"
     assert steps["ctr_run"]["status"] == PASS
-    (ctr,) = plan.matching("ctr run --rm --gpus 0")
+    (ctr,) = plan.matching("run --rm --gpus 0")
     assert "docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04" in ctr and "nvidia-smi" in ctr
     assert record["driver"] == "450.80.02" and record["gpus"] == ["A100-SXM4-40GB (GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77)"]
     assert not failed
@@ -367,7 +369,7 @@ def test_the_read_and_the_crictl_probe_run_once_per_run_in_both_modes(tmp_path):
     crictl = crictl_lines(runp=(0, SANDBOX_ID), stopp=(0, "stopped"), rmp=(0, "removed"))
     plan, _, steps, failed = run_verify(tmp_path, lines, crictl=crictl)
     assert len(plan.matching("kmod_version")) == 1 and len(plan.matching("runp --runtime")) == 1
-    assert len(plan.commands) == 2  # the read and the probe: a passing ladder yields nothing
+    assert len(plan.commands) == 3  # the two reads and the probe: a passing ladder yields nothing
     assert steps["cri_handler"]["status"] == PASS and not failed
 
 
@@ -525,7 +527,7 @@ def test_each_real_containerds_dump_of_the_wired_config_passes_runtime_binary_an
     plan, _, steps, failed = run_verify(tmp_path / "wired", lines)
     assert (steps["runtime_binary"]["status"], steps["containerd_config"]["status"]) == (PASS, PASS), steps
     assert steps["runtime_binary"]["reason"] == "/usr/bin/nvidia-container-runtime executable"
-    assert not failed and len(plan.commands) == 1, "the settings' binary is checked in the one read"
+    assert not failed and len(plan.commands) == 2, "the settings' binary is checked in the ladder's one read"
 
     gone = node_lines(smi=smi_output("exit-9.txt"), smi_exit=9, dump=dumped.stdout, ctrd_version=containerd.version,
                       runtime_executable=False)
@@ -554,3 +556,36 @@ def test_a_binary_the_config_names_elsewhere_is_checked_by_its_parsed_path_in_a_
     assert steps["containerd_config"]["status"] == FAIL
     assert f"BinaryName is '{elsewhere}', not '/usr/bin/nvidia-container-runtime'" in steps["containerd_config"]["reason"]
     assert failed
+
+
+def test_a_k3s_node_is_verified_through_k3s_own_containerd_unit_socket_and_generated_config(tmp_path):
+    """k3s runs its own containerd (not on the PATH) under its own unit, on the config.toml it
+    generates from the template the deploy writes, behind its own socket: verify asks that one."""
+    flavour = (FIXTURES / "containerd" / "flavours" / "k3s-agent-v3.txt").read_text().splitlines()
+    lines = node_lines(dump=containerd_dump())
+    plan, _, steps, failed = run_verify(tmp_path, lines, runs={FLAVOUR_READ: flavour})
+    ladder_read = plan.commands[1]
+    for expected in ("command -v /var/lib/rancher/k3s/data/current/bin/containerd",
+                     "systemctl is-active k3s-agent",
+                     "--config /var/lib/rancher/k3s/agent/etc/containerd/config.toml config dump",
+                     "--address /run/k3s/containerd/containerd.sock"):
+        assert expected in ladder_read, expected
+    assert "systemctl is-active containerd" not in ladder_read
+    assert steps["containerd_config"]["status"] == PASS and not failed
+
+
+def docker_lines(cgroup_driver: str) -> list[str]:
+    runtimes = {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}, "runc": {"path": "runc"}}
+    info = f"{json.dumps(runtimes)}|nvidia|{cgroup_driver}"
+    lines = [line for line in node_lines() if not line.startswith("docker_path")]
+    return lines + ["docker_path /usr/bin/docker", "docker_active active", "docker_info_rc 0",
+                    f"docker_info {b64(info)}", "docker_image 0", "exec 1 /usr/bin/nvidia-container-runtime"]
+
+
+@pytest.mark.parametrize("driver, status", [("systemd", PASS), ("cgroupfs", FAIL)])
+def test_docker_with_another_cgroup_driver_than_systemd_cgroup_asks_fails_naming_it(tmp_path, driver, status):
+    _, _, steps, failed = run_verify(tmp_path, docker_lines(driver), container_runtimes="docker")
+    assert steps["docker_config"]["status"] == status, steps["docker_config"]
+    if status == FAIL:
+        assert steps["docker_config"]["reason"] == "cgroup driver is 'cgroupfs', not 'systemd' (systemd_cgroup=true)"
+    assert failed == (status == FAIL)
