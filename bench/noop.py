@@ -1,0 +1,108 @@
+"""
+The no-op re-run on one node against pyinfra's own floor, paired.
+
+A node container (the e2e tests' image and flags) is provisioned with the stages kernel, toolkit,
+runtimes and verify; then, alternating A B A B, (A) the same `pyinfra -y @docker/<id>
+deploy/gpu_node.py` run that now changes nothing, and (B) `pyinfra -y @docker/<id> exec -- true`,
+the least a pyinfra run against that node costs. Each run's wall time and its process tree's CPU
+(user + system, from wait4) are taken, and the ratio A/B per pair. Also the import time of the
+deploy's modules (`python -X importtime`). Asserts nothing; prints figures (docs/benchmark.md).
+
+    .venv/bin/python bench/noop.py --runs 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
+
+import toolkit_repo  # noqa: E402
+from harness import SAFE_DATA, Node, ensure_docker, node_image  # noqa: E402
+
+STAGES = "kernel,toolkit,runtimes,verify"
+
+
+def timed(args: list[str]) -> tuple[float, float, int]:
+    """(wall seconds, CPU seconds of the process tree, exit code)."""
+    start = time.monotonic()
+    process = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.monotonic() - start
+    return wall, usage.ru_utime + usage.ru_stime, os.waitstatus_to_exitcode(status)
+
+
+def import_times() -> list[tuple[str, float]]:
+    """Cumulative import time (ms) of each deploy module the entry file imports, largest first."""
+    code = "import sys; sys.path.insert(0, '.'); import pyinfra.api; import deploy.tasks.verify, deploy.tasks.driver"
+    for entry in ("deploy.tasks.preflight", "deploy.tasks.kernel", "deploy.tasks.toolkit", "deploy.tasks.containerd",
+                  "deploy.tasks.docker", "deploy.tasks.drain", "deploy.fleet_report"):
+        code += f"; import {entry}"
+    result = subprocess.run([sys.executable, "-X", "importtime", "-c", code], cwd=REPO, capture_output=True, text=True)
+    times = []
+    for line in result.stderr.splitlines():
+        match = re.match(r"import time:\s+\d+ \|\s+(\d+) \|\s+(\S.*)$", line)
+        if match and match[2].strip().startswith("deploy."):
+            times.append((match[2].strip(), int(match[1]) / 1000))
+    return sorted(times, key=lambda item: -item[1])
+
+
+def summary(values: list[float]) -> str:
+    return f"median {statistics.median(values):.3f}  min {min(values):.3f}  max {max(values):.3f}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7, help="pairs to time (default 7)")
+    args = parser.parse_args()
+
+    ensure_docker()
+    node = Node(image=node_image()).start()
+    workdir = Path(tempfile.mkdtemp(prefix="gpu-node-noop-"))
+    try:
+        with toolkit_repo.served(workdir / "stable") as repo:
+            data = {**SAFE_DATA, **repo.data(), "stages": STAGES,
+                    "fleet_report_path": str(workdir / "fleet.json"), "verify_report_path": str(workdir / "verify.json")}
+            deploy = [sys.executable, "-m", "pyinfra", "-y", node.target, "deploy/gpu_node.py"]
+            for key, value in data.items():
+                deploy += ["--data", f"{key}={value}"]
+            floor = [sys.executable, "-m", "pyinfra", "-y", node.target, "exec", "--", "true"]
+            first = timed(deploy)
+            if first[2] != 0:
+                print(f"provisioning failed (exit {first[2]}): run {' '.join(deploy)}", file=sys.stderr)
+                return 1
+            timed(deploy)  # warm-up: the no-op itself, once
+            pairs = []
+            for _ in range(args.runs):
+                noop, base = timed(deploy), timed(floor)
+                if noop[2] != 0 or base[2] != 0:
+                    print(f"a run failed: no-op exit {noop[2]}, floor exit {base[2]}", file=sys.stderr)
+                    return 1
+                pairs.append((noop, base))
+    finally:
+        node.remove()
+
+    print(f"machine: {os.cpu_count()} cores; {args.runs} pairs, alternating; stages {STAGES}; toolkit: {repo.why}")
+    print(f"no-op   wall  {summary([a[0] for a, _ in pairs])}")
+    print(f"no-op   cpu   {summary([a[1] for a, _ in pairs])}")
+    print(f"floor   wall  {summary([b[0] for _, b in pairs])}")
+    print(f"floor   cpu   {summary([b[1] for _, b in pairs])}")
+    print(f"ratio   wall  {summary([a[0] / b[0] for a, b in pairs])}")
+    print(f"ratio   cpu   {summary([a[1] / b[1] for a, b in pairs])}")
+    print("import time of the deploy's modules (cumulative ms, top 8):")
+    for name, ms in import_times()[:8]:
+        print(f"  {ms:7.1f}  {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
