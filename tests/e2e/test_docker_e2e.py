@@ -100,17 +100,17 @@ def test_docker_wired_but_not_installed_stops_with_what_to_do(node):
     assert not node.exists(DAEMON_JSON)
 
 
-# --- dockerd flags from a systemd drop-in next to daemon.json (kubespray's docker-options.conf) ---
+# --- dockerd flags from a systemd drop-in next to daemon.json (as some cluster installers write) ---
 
 UNITS = Path(__file__).resolve().parents[1] / "fixtures" / "docker" / "units"
-KUBESPRAY_DROP_IN = "/etc/systemd/system/docker.service.d/docker-options.conf"
+OPTIONS_DROP_IN = "/etc/systemd/system/docker.service.d/docker-options.conf"
 CONFLICT = "the following directives are specified both as a flag and in the configuration file"
 
 
 def install_docker_io_with_drop_in(node, drop_in: str | None, daemon_json: dict) -> None:
-    """kubespray's way: the drop-in and daemon.json first, then Debian's docker.io (which starts dockerd)."""
+    """An installer's order: the drop-in and daemon.json first, then Debian's docker.io (which starts dockerd)."""
     if drop_in:
-        node.write(KUBESPRAY_DROP_IN, (UNITS / "kubespray" / drop_in).read_text())
+        node.write(OPTIONS_DROP_IN, (UNITS / "installer" / drop_in).read_text())
     node.write(DAEMON_JSON, json.dumps(daemon_json, indent=2) + "\n")
     node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "
             "docker.io >/dev/null", timeout=900)
@@ -121,12 +121,12 @@ def gpu_node_messages(result) -> list[str]:
     return [line for line in result.output.splitlines() if "gpu-node:" in line]
 
 
-def test_kubespray_systemd_cgroup_flag_is_left_to_the_flag_dockerd_starts_with_nvidia_and_rerun_unchanged(
+def test_a_drop_ins_systemd_cgroup_flag_is_left_to_the_flag_dockerd_starts_with_nvidia_and_rerun_unchanged(
     node, toolkit_repo
 ):
-    # kubespray's docker-options.conf passes --iptables=false, so daemon.json must not (a node container
+    # The drop-in passes --iptables=false, so daemon.json must not (a node container
     # needs no bridge and no iptables: "bridge" stays in the file, iptables comes from the flag).
-    install_docker_io_with_drop_in(node, "docker-options.conf", {"bridge": "none"})
+    install_docker_io_with_drop_in(node, "options-systemd.conf", {"bridge": "none"})
     assert "--exec-opt native.cgroupdriver=systemd" in node.sh("systemctl cat docker.service").stdout
     data = {"stages": "toolkit,runtimes", "container_runtimes": "docker", **toolkit_repo.data()}
 
@@ -178,15 +178,15 @@ def test_kubespray_systemd_cgroup_flag_is_left_to_the_flag_dockerd_starts_with_n
     conflicting = node.deploy(data=data, json_output=False)
     assert conflicting.returncode != 0
     message = [line for line in gpu_node_messages(conflicting) if "sets it too" in line]
-    assert message and f"{DAEMON_JSON} sets 'exec-opts'" in message[0] and KUBESPRAY_DROP_IN in message[0], \
+    assert message and f"{DAEMON_JSON} sets 'exec-opts'" in message[0] and OPTIONS_DROP_IN in message[0], \
         conflicting.explain()
     node.write(DAEMON_JSON, good)
     node.sh("systemctl reset-failed docker; systemctl restart docker")
     assert node.is_active("docker")
 
 
-def test_kubespray_cgroupfs_flag_is_refused_before_any_change_naming_flag_and_drop_in(node, toolkit_repo):
-    install_docker_io_with_drop_in(node, "docker-options.conf.cgroupfs", {"bridge": "none"})
+def test_a_drop_ins_cgroupfs_flag_is_refused_before_any_change_naming_flag_and_drop_in(node, toolkit_repo):
+    install_docker_io_with_drop_in(node, "options-cgroupfs.conf", {"bridge": "none"})
     assert docker_info(node)["CgroupDriver"] == "cgroupfs"
     untouched = {"file": node.stat(DAEMON_JSON), "docker": node.service("docker")}
     data = {"stages": "toolkit,runtimes", "container_runtimes": "docker", **toolkit_repo.data()}
@@ -195,7 +195,7 @@ def test_kubespray_cgroupfs_flag_is_refused_before_any_change_naming_flag_and_dr
     assert refused.returncode != 0
     messages = gpu_node_messages(refused)
     assert len(messages) == 1, refused.explain()
-    assert ("--exec-opt native.cgroupdriver=cgroupfs" in messages[0] and KUBESPRAY_DROP_IN in messages[0]
+    assert ("--exec-opt native.cgroupdriver=cgroupfs" in messages[0] and OPTIONS_DROP_IN in messages[0]
             and "systemd_cgroup=false" in messages[0]), messages
     assert {"file": node.stat(DAEMON_JSON), "docker": node.service("docker")} == untouched
     assert node.is_active("docker")

@@ -4,10 +4,10 @@ a real v1.28.7 API server on 127.0.0.1, and two kubelet node containers that ``d
 provisioned (containerd wired to the REAL toolkit 1.20.0, nvidia the default runtime):
 
 - ``lab-cp``, the control-plane host of the inventory: kubectl and /etc/kubernetes/admin.conf as
-  kubeadm leaves them, and its kubelet runs kube-scheduler as a STATIC POD from kubeadm v1.28's
-  manifest, in the kube-scheduler image the Kubernetes server tarball ships. The control plane's own
-  scheduler process is stopped: this static pod is the cluster's scheduler, so the tool's static-pod
-  edit is what makes the extender take part;
+  kubeadm leaves them, and its kubelet runs kube-scheduler as a STATIC POD from a manifest in
+  kubeadm's layout (tests/fixtures/gpushare), in the kube-scheduler image the Kubernetes server
+  tarball ships. The control plane's own scheduler process is stopped: this static pod is the
+  cluster's scheduler, so the tool's static-pod edit is what makes the extender take part;
 - ``lab-gpu``, the GPU node, with NVIDIA's mock NVML (tests/lab/nvml_mock.py) as one T4 (16 GiB).
 
 The extender and the gpushare device plugin are the lab's images, saved from their registries.
@@ -39,7 +39,7 @@ from lab_assets import needs_lab
 pytestmark = needs_lab
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpushare"
-# Facts the tool must meet, not its own constants: kubeadm's static pod, and the extender's names
+# Facts the tool must meet, not its own constants: the static pod's path, and the extender's names
 # and NodePort as upstream's config/gpushare-schd-extender.yaml (AliyunContainerService) has them.
 SCHEDULER_MANIFEST = "/etc/kubernetes/manifests/kube-scheduler.yaml"
 NAMESPACE = "kube-system"
@@ -54,8 +54,8 @@ DEVICE_PLUGIN_DS = "gpushare-device-plugin-ds"
 
 
 def static_scheduler_manifest(image: str) -> str:
-    """kubeadm v1.28's kube-scheduler.yaml (tests/fixtures/gpushare), its image the lab's v1.28.7."""
-    text = (FIXTURES / "kubeadm-v1.28-kube-scheduler.yaml").read_text()
+    """The kube-scheduler static pod (tests/fixtures/gpushare), its image the lab's v1.28.7."""
+    text = (FIXTURES / "kube-scheduler-static-pod.yaml").read_text()
     return text.replace("image: registry.k8s.io/kube-scheduler:v1.28.2", f"image: {image}")
 
 

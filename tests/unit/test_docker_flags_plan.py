@@ -34,12 +34,12 @@ def debian():
 
 
 def plan_for(drop_in: str, daemon_json: str = '{"bridge": "none"}\n', version: str = "20.10.24+dfsg1"):
-    unit = (f"# /lib/systemd/system/docker.service\n{(UNITS / 'debian-docker.io/docker.service').read_text()}\n"
+    unit = (f"# /lib/systemd/system/docker.service\n{(UNITS / 'packaged/docker.service').read_text()}\n"
             f"# {DROP_IN}\n{drop_in}")
     state = "\n".join([
         "dockerd /usr/sbin/dockerd", f"version Docker version {version}, build 1",
         f"unit {b64(unit)}",
-        f"envfile {b64('/etc/default/docker')} {b64((UNITS / 'debian-docker.io/etc-default-docker').read_text())}",
+        f"envfile {b64('/etc/default/docker')} {b64((UNITS / 'packaged/default-docker').read_text())}",
         f"config {b64(daemon_json)}",
     ])
     return run_plan(docker_runtime, settings_for(container_runtimes="docker"), debian(),
@@ -66,8 +66,8 @@ def uploads(monkeypatch) -> dict[str, bytes]:
     return files
 
 
-def test_kubespray_systemd_drop_in_installs_a_daemon_json_without_exec_opts(uploads):
-    plan = plan_for((UNITS / "kubespray/docker-options.conf").read_text())
+def test_a_drop_in_passing_the_systemd_cgroup_flag_installs_a_daemon_json_without_exec_opts(uploads):
+    plan = plan_for((UNITS / "installer/options-systemd.conf").read_text())
     assert failures(plan) == []
     assert plan.ran("dest=/etc/docker/daemon.json")
     assert json.loads(uploads["/etc/docker/daemon.json.gpu-node-candidate"]) == {
@@ -77,15 +77,15 @@ def test_kubespray_systemd_drop_in_installs_a_daemon_json_without_exec_opts(uplo
     }
 
 
-def test_kubespray_cgroupfs_drop_in_fails_the_host_with_one_line_and_installs_nothing(uploads):
-    plan = plan_for((UNITS / "kubespray/docker-options.conf.cgroupfs").read_text())
+def test_a_drop_in_passing_the_cgroupfs_flag_fails_the_host_with_one_line_and_installs_nothing(uploads):
+    plan = plan_for((UNITS / "installer/options-cgroupfs.conf").read_text())
     [failure] = failures(plan)
     assert "--exec-opt native.cgroupdriver=cgroupfs" in failure and DROP_IN in failure
     assert not plan.ran("candidate") and uploads == {}
 
 
 def test_a_daemon_json_that_already_conflicts_is_named():
-    plan = plan_for((UNITS / "kubespray/docker-options.conf").read_text(),
+    plan = plan_for((UNITS / "installer/options-systemd.conf").read_text(),
                     '{"bridge": "none", "iptables": false}\n')
     [failure] = failures(plan)
     assert "/etc/docker/daemon.json sets 'iptables' and --iptables=false" in failure and DROP_IN in failure
@@ -107,8 +107,8 @@ def test_unreadable_unit_is_one_line_naming_the_file(drop_in):
 
 
 def plan_26(daemon_json: str):
-    """Docker 26 (it has `dockerd --validate`), Debian's unit without drop-ins."""
-    unit = f"# /lib/systemd/system/docker.service\n{(UNITS / 'debian-docker.io/docker.service').read_text()}"
+    """Docker 26 (it has `dockerd --validate`), the packaged unit without drop-ins."""
+    unit = f"# /lib/systemd/system/docker.service\n{(UNITS / 'packaged/docker.service').read_text()}"
     state = "\n".join(["dockerd /usr/sbin/dockerd", "version Docker version 26.1.5+dfsg1, build 411e817", "validate",
                        f"unit {b64(unit)}", f"config {b64(daemon_json)}"])
     return run_plan(docker_runtime, settings_for(container_runtimes="docker", nvidia_runtime_default="false"),

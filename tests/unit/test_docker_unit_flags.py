@@ -1,7 +1,7 @@
 """
 dockerd's command line read from docker.service the way systemd builds it, and what dockerd
-does with flags next to daemon.json: real units (kubespray's rendered templates, Debian's
-docker.io, moby's contrib unit; tests/fixtures/docker/units/SOURCES.md) in, flags and verdicts out.
+does with flags next to daemon.json: units in the shapes packages and cluster installers use
+(written for these tests: tests/fixtures/docker/units/README.md) in, flags and verdicts out.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from deploy.settings import RuntimeWiring
 
 UNITS = Path(__file__).resolve().parents[1] / "fixtures" / "docker" / "units"
 DAEMON_JSON = "/etc/docker/daemon.json"
-DEBIAN_UNIT = "/lib/systemd/system/docker.service"
+PACKAGED_UNIT = "/lib/systemd/system/docker.service"
 DROP_INS = "/etc/systemd/system/docker.service.d"
-KUBESPRAY_OPTIONS = f"{DROP_INS}/docker-options.conf"
+OPTIONS_DROP_IN = f"{DROP_INS}/docker-options.conf"
 
 
 def fixture(name: str) -> str:
@@ -48,61 +48,63 @@ def written(flags):
     return [flag.written for flag in flags]
 
 
-def debian_with(*drop_ins, default_docker=None):
-    """Debian's docker.io unit, its /etc/default/docker, and drop-ins."""
+def packaged_with(*drop_ins, default_docker=None):
+    """The packaged unit (EnvironmentFile=-/etc/default/docker, $DOCKER_OPTS), that file, and drop-ins."""
     if default_docker is None:
-        default_docker = fixture("debian-docker.io/etc-default-docker")
+        default_docker = fixture("packaged/default-docker")
     files = {"/etc/default/docker": default_docker}
-    return parse_docker_unit(systemctl_cat((DEBIAN_UNIT, fixture("debian-docker.io/docker.service")), *drop_ins), files)
+    return parse_docker_unit(systemctl_cat((PACKAGED_UNIT, fixture("packaged/docker.service")), *drop_ins), files)
 
 
 # --- reading the unit -------------------------------------------------------------------------
 
-def test_debian_docker_io_unit_with_its_default_file_runs_dockerd_with_two_flags():
-    command_line = debian_with()
-    assert command_line.runs_dockerd and command_line.exec_start_file == DEBIAN_UNIT
+def test_packaged_unit_with_its_comment_only_environment_file_runs_dockerd_with_two_flags():
+    command_line = packaged_with()
+    assert command_line.runs_dockerd and command_line.exec_start_file == PACKAGED_UNIT
     assert written(command_line.flags) == ["-H fd://", "--containerd=/run/containerd/containerd.sock"]
     assert [(flag.name, flag.value, flag.config_keys) for flag in command_line.flags] == [
         ("host", "fd://", ("hosts",)), ("containerd", "/run/containerd/containerd.sock", ("containerd",))]
 
 
-def test_debian_default_file_docker_opts_expand_into_flags_naming_that_file():
-    default = fixture("debian-docker.io/etc-default-docker") + 'DOCKER_OPTS="--dns 8.8.8.8 --dns 8.8.4.4"\n'
-    flags = debian_with(default_docker=default).flags
-    assert written(flags)[2:] == ["--dns 8.8.8.8", "--dns 8.8.4.4"]
+def test_environment_file_docker_opts_expand_into_flags_naming_that_file():
+    default = fixture("packaged/default-docker") + 'DOCKER_OPTS="--dns 10.0.0.2 --dns 10.0.0.3"\n'
+    flags = packaged_with(default_docker=default).flags
+    assert written(flags)[2:] == ["--dns 10.0.0.2", "--dns 10.0.0.3"]
     assert flags[2].origin == "/etc/default/docker (DOCKER_OPTS)"
-    assert flags[0].origin == DEBIAN_UNIT
+    assert flags[0].origin == PACKAGED_UNIT
 
 
-def test_kubespray_unit_and_drop_ins_give_every_flag_of_their_environment():
+def test_installer_unit_of_variables_and_its_drop_ins_give_every_flag_of_their_environment():
+    """An ExecStart of only variables over continued lines (one never set), and drop-ins that set
+    them with continued, partly empty lines, as some cluster installers write them."""
     command_line = parse_docker_unit(systemctl_cat(
-        ("/etc/systemd/system/docker.service", fixture("kubespray/docker.service")),
-        (f"{DROP_INS}/docker-dns.conf", fixture("kubespray/docker-dns.conf")),
-        (KUBESPRAY_OPTIONS, fixture("kubespray/docker-options.conf")),
+        ("/etc/systemd/system/docker.service", fixture("installer/docker.service")),
+        (f"{DROP_INS}/docker-dns.conf", fixture("installer/dns.conf")),
+        (OPTIONS_DROP_IN, fixture("installer/options-systemd.conf")),
     ), {})
     assert command_line.exec_start_file == "/etc/systemd/system/docker.service"
     assert written(command_line.flags) == [
         "--iptables=false", "--exec-opt native.cgroupdriver=systemd", "--data-root=/var/lib/docker",
-        "--log-opt max-size=50m", "--log-opt max-file=5",
-        "--dns 169.254.25.10", "--dns-search default.svc.cluster.local", "--dns-search svc.cluster.local",
-        "--dns-opt ndots:2", "--dns-opt timeout:2", "--dns-opt attempts:2",
+        "--log-opt max-size=20m", "--log-opt max-file=3",
+        "--dns 10.96.0.10", "--dns-search cluster.local", "--dns-search example.internal",
+        "--dns-opt ndots:5", "--dns-opt timeout:1",
     ]
     origins = {flag.written: flag.origin for flag in command_line.flags}
-    assert origins["--exec-opt native.cgroupdriver=systemd"] == f"{KUBESPRAY_OPTIONS} (DOCKER_OPTS)"
-    assert origins["--dns 169.254.25.10"] == f"{DROP_INS}/docker-dns.conf (DOCKER_DNS_OPTIONS)"
+    assert origins["--exec-opt native.cgroupdriver=systemd"] == f"{OPTIONS_DROP_IN} (DOCKER_OPTS)"
+    assert origins["--dns 10.96.0.10"] == f"{DROP_INS}/docker-dns.conf (DOCKER_DNS_OPTIONS)"
     keys = {key for flag in command_line.flags for key in flag.config_keys}
     assert keys == {"iptables", "exec-opts", "data-root", "log-opts", "dns", "dns-search", "dns-opts"}
 
 
-def test_kubespray_drop_in_on_debian_unit_adds_its_flags_after_debians():
-    flags = debian_with((KUBESPRAY_OPTIONS, fixture("kubespray/docker-options.conf"))).flags
+def test_options_drop_in_on_the_packaged_unit_adds_its_flags_after_the_units():
+    flags = packaged_with((OPTIONS_DROP_IN, fixture("installer/options-systemd.conf"))).flags
     assert written(flags)[:3] == ["-H fd://", "--containerd=/run/containerd/containerd.sock", "--iptables=false"]
     assert flags[3].written == "--exec-opt native.cgroupdriver=systemd"
 
 
 def test_environment_file_values_override_environment_lines():
     drop_in = '[Service]\nEnvironment="DOCKER_OPTS=--default-runtime=nvidia"\n'
-    flags = debian_with((f"{DROP_INS}/gpu.conf", drop_in), default_docker='DOCKER_OPTS="--debug"\n').flags
+    flags = packaged_with((f"{DROP_INS}/gpu.conf", drop_in), default_docker='DOCKER_OPTS="--debug"\n').flags
     assert written(flags)[2:] == ["--debug"]
 
 
@@ -110,15 +112,15 @@ def test_an_empty_exec_start_resets_and_the_drop_in_command_wins():
     drop_in = ("[Service]\nExecStart=\nExecStart=/usr/bin/dockerd --default-runtime=nvidia "
                "--add-runtime nvidia=/usr/bin/nvidia-container-runtime\n")
     command_line = parse_docker_unit(systemctl_cat(
-        ("/lib/systemd/system/docker.service", fixture("moby-contrib/docker.service")),
+        ("/lib/systemd/system/docker.service", fixture("plain/docker.service")),
         (f"{DROP_INS}/override.conf", drop_in)), {})
     assert command_line.exec_start_file == f"{DROP_INS}/override.conf"
     assert [(flag.name, flag.value) for flag in command_line.flags] == [
         ("default-runtime", "nvidia"), ("add-runtime", "nvidia=/usr/bin/nvidia-container-runtime")]
 
 
-def test_moby_contrib_unit_flags():
-    flags = flags_of(("/lib/systemd/system/docker.service", fixture("moby-contrib/docker.service")))
+def test_plain_unit_flags():
+    flags = flags_of(("/lib/systemd/system/docker.service", fixture("plain/docker.service")))
     assert written(flags) == ["-H fd://", "--containerd=/run/containerd/containerd.sock"]
 
 
@@ -167,12 +169,12 @@ def test_unreadable_quoting_is_one_line_naming_the_file(unit, expected):
 
 def test_unreadable_environment_file_names_it():
     with pytest.raises(UnitParseError, match="^/etc/default/docker: cannot read DOCKER_OPTS="):
-        debian_with(default_docker="DOCKER_OPTS='--debug\n")
+        packaged_with(default_docker="DOCKER_OPTS='--debug\n")
 
 
 def test_fact_reads_unit_and_environment_files_in_its_one_command():
-    unit = systemctl_cat((DEBIAN_UNIT, fixture("debian-docker.io/docker.service")))
-    default = fixture("debian-docker.io/etc-default-docker")
+    unit = systemctl_cat((PACKAGED_UNIT, fixture("packaged/docker.service")))
+    default = fixture("packaged/default-docker")
 
     def b64(text):
         return base64.b64encode(text.encode()).decode()
@@ -190,8 +192,8 @@ def test_fact_reads_unit_and_environment_files_in_its_one_command():
 
 # --- what dockerd does with flags next to daemon.json ----------------------------------------
 
-def kubespray_on_debian(options="kubespray/docker-options.conf"):
-    return debian_with((KUBESPRAY_OPTIONS, fixture(options))).flags
+def options_drop_in_on_packaged_unit(options="installer/options-systemd.conf"):
+    return packaged_with((OPTIONS_DROP_IN, fixture(options))).flags
 
 
 def candidate_for(existing: dict, flags, wiring=RuntimeWiring()):
@@ -199,8 +201,8 @@ def candidate_for(existing: dict, flags, wiring=RuntimeWiring()):
     return leave_to_flags(merged.config, existing, flags)
 
 
-def test_kubespray_systemd_flag_the_exec_opts_are_left_to_the_flag_and_everything_is_as_meant():
-    flags = kubespray_on_debian()
+def test_a_drop_ins_systemd_cgroup_flag_the_exec_opts_are_left_to_the_flag_and_everything_is_as_meant():
+    flags = options_drop_in_on_packaged_unit()
     existing = {"bridge": "none"}
     assert flag_conflicts(existing, flags, DAEMON_JSON) == []
     candidate = candidate_for(existing, flags)
@@ -211,18 +213,18 @@ def test_kubespray_systemd_flag_the_exec_opts_are_left_to_the_flag_and_everythin
     effective = effective_settings(candidate, flags, DAEMON_JSON)
     assert effective["cgroup driver"].value == "systemd"
     assert effective["cgroup driver"].source == (
-        f"--exec-opt native.cgroupdriver=systemd (from {KUBESPRAY_OPTIONS} (DOCKER_OPTS))")
+        f"--exec-opt native.cgroupdriver=systemd (from {OPTIONS_DROP_IN} (DOCKER_OPTS))")
     assert effective_problems(effective, RuntimeWiring()) == []
     assert candidate_for(candidate, flags) == candidate  # a second run changes nothing
 
 
-def test_kubespray_cgroupfs_flag_is_refused_naming_flag_value_file_and_what_to_do():
-    flags = kubespray_on_debian("kubespray/docker-options.conf.cgroupfs")
+def test_a_drop_ins_cgroupfs_flag_is_refused_naming_flag_value_file_and_what_to_do():
+    flags = options_drop_in_on_packaged_unit("installer/options-cgroupfs.conf")
     candidate = candidate_for({"bridge": "none"}, flags)
     problems = effective_problems(effective_settings(candidate, flags, DAEMON_JSON), RuntimeWiring())
     assert problems == [
         "dockerd would run with cgroup driver cgroupfs, decided by --exec-opt native.cgroupdriver=cgroupfs "
-        f"(from {KUBESPRAY_OPTIONS} (DOCKER_OPTS)); systemd_cgroup=true needs systemd: make that flag "
+        f"(from {OPTIONS_DROP_IN} (DOCKER_OPTS)); systemd_cgroup=true needs systemd: make that flag "
         "--exec-opt native.cgroupdriver=systemd or remove the unit's --exec-opt flags (daemon.json then sets it), "
         "or set systemd_cgroup=false"]
     assert effective_problems(effective_settings(candidate, flags, DAEMON_JSON),
@@ -230,17 +232,17 @@ def test_kubespray_cgroupfs_flag_is_refused_naming_flag_value_file_and_what_to_d
 
 
 def test_a_daemon_json_already_conflicting_with_the_flags_is_named():
-    flags = kubespray_on_debian()
+    flags = options_drop_in_on_packaged_unit()
     conflicts = flag_conflicts({"bridge": "none", "iptables": False, "exec-opts": ["native.cgroupdriver=systemd"]},
                                flags, DAEMON_JSON)
     assert conflicts == [
-        f"{DAEMON_JSON} sets 'iptables' and --iptables=false (from {KUBESPRAY_OPTIONS} (DOCKER_OPTS)) sets it too",
+        f"{DAEMON_JSON} sets 'iptables' and --iptables=false (from {OPTIONS_DROP_IN} (DOCKER_OPTS)) sets it too",
         f"{DAEMON_JSON} sets 'exec-opts' and --exec-opt native.cgroupdriver=systemd "
-        f"(from {KUBESPRAY_OPTIONS} (DOCKER_OPTS)) sets it too"]
+        f"(from {OPTIONS_DROP_IN} (DOCKER_OPTS)) sets it too"]
 
 
-def test_hosts_in_daemon_json_conflicts_with_moby_units_dash_h():
-    flags = flags_of(("/lib/systemd/system/docker.service", fixture("moby-contrib/docker.service")))
+def test_hosts_in_daemon_json_conflicts_with_the_units_dash_h():
+    flags = flags_of(("/lib/systemd/system/docker.service", fixture("plain/docker.service")))
     assert flag_conflicts({"hosts": ["unix:///var/run/docker.sock"]}, flags, DAEMON_JSON) == [
         f"{DAEMON_JSON} sets 'hosts' and -H fd:// (from /lib/systemd/system/docker.service) sets it too"]
 
@@ -261,7 +263,7 @@ def test_an_add_runtime_nvidia_flag_is_outweighed_by_the_files_runtimes_nvidia(p
     # MergeDaemonConfigurations; measured on dockerd 20.10); the default runtime is the flag's.
     drop_in = ("[Service]\nExecStart=\n"
                f"ExecStart=/usr/bin/dockerd --add-runtime nvidia={path} --default-runtime nvidia\n")
-    flags = flags_of(("/lib/systemd/system/docker.service", fixture("moby-contrib/docker.service")),
+    flags = flags_of(("/lib/systemd/system/docker.service", fixture("plain/docker.service")),
                      (f"{DROP_INS}/gpu.conf", drop_in))
     candidate = candidate_for({}, flags)
     assert candidate == {"runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime", "runtimeArgs": []}},
@@ -316,16 +318,16 @@ def test_cdi_feature_flag():
 
 # --- default-runtime: a containerd shim name (moby daemon/runtime_unix.go, isPermissibleC8dRuntimeName) ---
 
-# The names of moby's TestGetRuntime (daemon/runtime_unix_test.go) and whether each is a shim name.
+# Each kind of name the rule tells apart: a dot and no path separator makes a shim name.
 @pytest.mark.parametrize("name, is_shim", [
-    ("io.containerd.my-shim.v42", True),       # ShimName
-    ("io.containerd.my-shim", True),           # VersionlessShimName
-    ("io.containerd.runsc.v1", True),          # gVisor's shim, Docker's docs
-    ("myshim", False),                         # IllformedShimName
-    ("/path/to/runc", False),                  # PathToShim
-    ("/path/to/io.containerd.runc.v2", False), # PathToShimName
-    ("my/io.containerd.runc.v2", False),       # RelPathToShim
-    (".io.containerd.runc.v2", False),         # empty part before the first dot
+    ("io.containerd.kata.v2", True),                 # versioned shim name
+    ("io.containerd.example", True),                 # no version part: still a shim name
+    ("io.containerd.runsc.v1", True),                # gVisor's shim, Docker's docs
+    ("crun", False),                                 # no dot: a runtime's name, not a shim
+    ("/usr/local/bin/crun", False),                  # a path
+    ("/opt/shims/io.containerd.kata.v2", False),     # a path ending in a shim name
+    ("shims/io.containerd.kata.v2", False),          # a relative path
+    (".io.containerd.kata.v2", False),               # empty part before the first dot
 ])
 def test_containerd_shim_names_as_moby_decides(name, is_shim):
     assert is_containerd_shim_name(name) is is_shim
@@ -349,7 +351,7 @@ def test_builtin_runtimes_are_accepted_on_docker_20(name):
     check_schema({"default-runtime": name}, DAEMON_JSON, 20)
 
 
-@pytest.mark.parametrize("name", ["myshim", "/path/to/io.containerd.runc.v2", "my/io.containerd.runc.v2"])
+@pytest.mark.parametrize("name", ["crun", "/opt/shims/io.containerd.kata.v2", "shims/io.containerd.kata.v2"])
 def test_names_that_are_neither_configured_nor_shims_are_refused(name):
     with pytest.raises(DaemonConfigError, match="is not a configured runtime"):
         check_schema({"default-runtime": name}, DAEMON_JSON, 27)

@@ -2,8 +2,8 @@
 Plan tests of gpushare through deploy/k8s_gpu.py with pyinfra's @fake connector.
 
 No real cluster or control-plane host exists on the test machines: ``GpushareHost`` extends the
-Kubernetes layer's in-memory ``FakeCluster`` with the control plane's files (kubeadm v1.28's
-kube-scheduler.yaml, what ``files.put`` uploads, what the checked download installs) and a
+Kubernetes layer's in-memory ``FakeCluster`` with the control plane's files (a kube-scheduler.yaml
+in kubeadm's layout, what ``files.put`` uploads, what the checked download installs) and a
 kubelet that swaps the scheduler's static pod when the swap script runs. The commands are the
 real ones the deploy sends; the scripts themselves run for real in test_gpushare_scripts.py.
 """
@@ -24,7 +24,7 @@ from deploy.gpushare import CONFIG_CHECKSUM_ANNOTATION, GpushareError, scheduler
 from deploy.settings import SettingsError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpushare"
-KUBEADM_128 = (FIXTURES / "kubeadm-v1.28-kube-scheduler.yaml").read_text()
+SCHEDULER_POD = (FIXTURES / "kube-scheduler-static-pod.yaml").read_text()
 MANIFEST = "/etc/kubernetes/manifests/kube-scheduler.yaml"
 CONFIG = "/etc/kubernetes/gpushare/scheduler-config.yaml"
 INSPECT = "/usr/local/bin/kubectl-inspect-gpushare"
@@ -42,7 +42,7 @@ def sha256(data: bytes) -> str:
 class GpushareHost(FakeCluster):
     """The cluster plus control plane cp1's files and its kubelet's handling of static pods."""
 
-    files: dict[str, bytes] = field(default_factory=lambda: {MANIFEST: KUBEADM_128.encode()})
+    files: dict[str, bytes] = field(default_factory=lambda: {MANIFEST: SCHEDULER_POD.encode()})
     modes: dict[str, str] = field(default_factory=dict)
     pinned: dict[str, str] = field(default_factory=dict)  # installed downloads: path -> SHA-256
     scheduler_becomes_ready: bool = True
@@ -201,7 +201,7 @@ def test_cluster_older_than_1_23_is_refused_before_any_change(monkeypatch, clust
     with pytest.raises(GpushareError, match=r"needs Kubernetes >= 1\.23 .* the cluster runs 1\.22"):
         run_plan(monkeypatch, cluster, GPU, data=DATA)
     assert not any("gpushare" in key[2] for key in cluster.objects)
-    assert cluster.files == {MANIFEST: KUBEADM_128.encode()}
+    assert cluster.files == {MANIFEST: SCHEDULER_POD.encode()}
 
 
 def test_gpushare_node_without_nvidia_default_runtime_is_refused_naming_it(monkeypatch, cluster):
@@ -210,7 +210,7 @@ def test_gpushare_node_without_nvidia_default_runtime_is_refused_naming_it(monke
                                             r"with gpu_sharing=gpushare \(the gpushare device plugin drops"):
         run_plan(monkeypatch, cluster, GPU, data=DATA,
                  host_data={"@fake/gpu1": {"nvidia_runtime_default": False}})
-    assert cluster.files == {MANIFEST: KUBEADM_128.encode()}
+    assert cluster.files == {MANIFEST: SCHEDULER_POD.encode()}
     assert not any("gpushare" in key[2] for key in cluster.objects)
 
 
@@ -218,7 +218,7 @@ def test_missing_checksum_pin_is_refused_before_any_change(monkeypatch, cluster)
     data = {key: value for key, value in DATA.items() if key != "gpushare_inspect_sha256"}
     with pytest.raises(GpushareError, match="gpushare_inspect_sha256 is not set"):
         run_plan(monkeypatch, cluster, GPU, data=data)
-    assert cluster.files == {MANIFEST: KUBEADM_128.encode()}
+    assert cluster.files == {MANIFEST: SCHEDULER_POD.encode()}
 
 
 def test_local_inspect_file_with_a_wrong_checksum_is_refused_before_any_change(monkeypatch, cluster, tmp_path):
@@ -227,7 +227,7 @@ def test_local_inspect_file_with_a_wrong_checksum_is_refused_before_any_change(m
     data = {**DATA, "gpushare_inspect_source": str(binary)}  # pin is 555..., the file is not
     with pytest.raises(GpushareError, match=f"refusing {binary}: its SHA-256 is {sha256(binary.read_bytes())}"):
         run_plan(monkeypatch, cluster, GPU, data=data)
-    assert INSPECT not in cluster.files and cluster.files == {MANIFEST: KUBEADM_128.encode()}
+    assert INSPECT not in cluster.files and cluster.files == {MANIFEST: SCHEDULER_POD.encode()}
 
 
 def test_local_inspect_file_with_the_pinned_checksum_is_installed_once(monkeypatch, cluster, tmp_path):
@@ -243,7 +243,7 @@ def test_local_inspect_file_with_the_pinned_checksum_is_installed_once(monkeypat
 
 
 def test_scheduler_manifest_with_another_config_is_left_unchanged(monkeypatch, cluster, caplog):
-    pod = yaml.safe_load(KUBEADM_128)
+    pod = yaml.safe_load(SCHEDULER_POD)
     pod["spec"]["containers"][0]["command"].append("--config=/etc/kubernetes/my-scheduler.yaml")
     original = yaml.safe_dump(pod, sort_keys=False).encode()
     cluster.files[MANIFEST] = original
@@ -259,7 +259,7 @@ def test_scheduler_that_does_not_come_back_fails_the_run(monkeypatch, cluster):
     cluster.scheduler_becomes_ready = False
     run = run_plan(monkeypatch, cluster, GPU, data=DATA)
     assert run.failed
-    assert cluster.files[MANIFEST] == KUBEADM_128.encode()
+    assert cluster.files[MANIFEST] == SCHEDULER_POD.encode()
     assert not [c for c in run.control_plane_commands() if ".download" in c]  # the run stopped there
 
 

@@ -1,9 +1,10 @@
 """
-The kube-scheduler static pod edit, as a pure function, on kubeadm v1.28's manifest.
+The kube-scheduler static pod edit, as a pure function, on a static pod in kubeadm's layout.
 
-The fixture is the kube-scheduler.yaml kubeadm v1.28 writes (no cluster exists here to copy one
-from: it follows kubeadm's ComponentPod output field for field). The edit is golden-tested: the
-result differs from the input only by the lines gpushare needs, each present exactly once.
+The fixture is a kube-scheduler.yaml written for these tests in the layout kubeadm writes (keys
+sorted, block style, flags sorted, ``creationTimestamp: null`` and ``status: {}``), not kubeadm's
+file. The edit is golden-tested: the result differs from the input only by the lines gpushare
+needs, each present exactly once.
 """
 
 from __future__ import annotations
@@ -25,13 +26,13 @@ from deploy.gpushare import (
 )
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpushare"
-KUBEADM_128 = (FIXTURES / "kubeadm-v1.28-kube-scheduler.yaml").read_text()
-EDITED_128 = (FIXTURES / "kubeadm-v1.28-kube-scheduler.edited.yaml").read_text()
+SCHEDULER_POD = (FIXTURES / "kube-scheduler-static-pod.yaml").read_text()
+EDITED_POD = (FIXTURES / "kube-scheduler-static-pod.edited.yaml").read_text()
 CONFIG = "/etc/kubernetes/gpushare/scheduler-config.yaml"
 DIGEST = "0123456789abcdef" * 4
 
 
-def edited(text: str = KUBEADM_128, digest: str | None = DIGEST) -> str:
+def edited(text: str = SCHEDULER_POD, digest: str | None = DIGEST) -> str:
     return edit_scheduler_manifest(text, CONFIG, digest)
 
 
@@ -39,17 +40,17 @@ def scheduler_container(pod: dict) -> dict:
     return next(item for item in pod["spec"]["containers"] if item["name"] == "kube-scheduler")
 
 
-def test_pyyaml_round_trips_kubeadm_128_manifest_to_identical_text():
+def test_pyyaml_round_trips_a_manifest_in_kubeadms_layout_to_identical_text():
     """PyYAML keeps kubeadm's key order and style: a parse and dump changes no byte."""
-    assert dump_yaml(yaml.safe_load(KUBEADM_128)) == KUBEADM_128
+    assert dump_yaml(yaml.safe_load(SCHEDULER_POD)) == SCHEDULER_POD
 
 
 def test_edit_matches_golden_file():
-    assert edited() == EDITED_128
+    assert edited() == EDITED_POD
 
 
 def test_edit_only_inserts_the_gpushare_lines():
-    diff = list(difflib.ndiff(KUBEADM_128.splitlines(), edited().splitlines()))
+    diff = list(difflib.ndiff(SCHEDULER_POD.splitlines(), edited().splitlines()))
     removed = [line for line in diff if line.startswith("- ")]
     added = [line[2:] for line in diff if line.startswith("+ ")]
     assert removed == []
@@ -68,7 +69,7 @@ def test_edit_only_inserts_the_gpushare_lines():
 
 
 def test_edit_has_flag_volume_and_mount_exactly_once_and_keeps_every_other_field():
-    before = yaml.safe_load(KUBEADM_128)
+    before = yaml.safe_load(SCHEDULER_POD)
     after = yaml.safe_load(edited())
     container = scheduler_container(after)
     assert container["command"].count(f"--config={CONFIG}") == 1
@@ -90,13 +91,13 @@ def test_edit_has_flag_volume_and_mount_exactly_once_and_keeps_every_other_field
 def test_second_edit_is_a_no_op():
     once = edited()
     assert edited(once) is once
-    assert edited(EDITED_128) == EDITED_128
+    assert edited(EDITED_POD) == EDITED_POD
 
 
 def test_changed_config_digest_only_changes_the_annotation():
     other = "f" * 64
     diff = [
-        line for line in difflib.ndiff(EDITED_128.splitlines(), edited(EDITED_128, other).splitlines())
+        line for line in difflib.ndiff(EDITED_POD.splitlines(), edited(EDITED_POD, other).splitlines())
         if line[:2] in ("- ", "+ ")
     ]
     assert diff == [
@@ -107,7 +108,7 @@ def test_changed_config_digest_only_changes_the_annotation():
 
 def test_partial_edit_is_completed_without_duplicates():
     """A manifest with the flag but no volume (a half-done hand edit) gets the rest, once."""
-    pod = yaml.safe_load(KUBEADM_128)
+    pod = yaml.safe_load(SCHEDULER_POD)
     scheduler_container(pod)["command"].append(f"--config={CONFIG}")
     result = yaml.safe_load(edited(dump_yaml(pod)))
     container = scheduler_container(result)
@@ -117,14 +118,14 @@ def test_partial_edit_is_completed_without_duplicates():
 
 
 def test_another_scheduler_config_is_refused():
-    pod = yaml.safe_load(KUBEADM_128)
+    pod = yaml.safe_load(SCHEDULER_POD)
     scheduler_container(pod)["command"].append("--config=/etc/kubernetes/other.yaml")
     with pytest.raises(ManifestError, match="already runs with --config=/etc/kubernetes/other.yaml"):
         edited(dump_yaml(pod))
 
 
 def test_a_conflicting_volume_is_refused():
-    pod = yaml.safe_load(KUBEADM_128)
+    pod = yaml.safe_load(SCHEDULER_POD)
     pod["spec"]["volumes"].append({"hostPath": {"path": "/elsewhere"}, "name": CONFIG_VOLUME})
     with pytest.raises(ManifestError, match="refusing to guess"):
         edited(dump_yaml(pod))
@@ -146,11 +147,11 @@ def test_unusable_manifests_are_refused(text, message):
 
 def test_check_rejects_a_manifest_without_the_edit():
     with pytest.raises(ManifestError, match="--config"):
-        check_scheduler_manifest(KUBEADM_128, CONFIG)
+        check_scheduler_manifest(SCHEDULER_POD, CONFIG)
 
 
 def test_check_rejects_a_volume_that_does_not_point_at_the_config():
-    pod = yaml.safe_load(EDITED_128)
+    pod = yaml.safe_load(EDITED_POD)
     pod["spec"]["volumes"][-1]["hostPath"]["path"] = "/tmp/other"
     with pytest.raises(ManifestError, match="hostPath volume"):
         check_scheduler_manifest(dump_yaml(pod), CONFIG)
@@ -158,8 +159,8 @@ def test_check_rejects_a_volume_that_does_not_point_at_the_config():
 
 def test_edited_manifest_validates_strictly_as_a_v1_pod():
     for version in ("1.25.0", "1.28.0", "1.31.0"):
-        kubernetes_validate.validate(yaml.safe_load(EDITED_128), version, strict=True)
-    broken = yaml.safe_load(EDITED_128)
+        kubernetes_validate.validate(yaml.safe_load(EDITED_POD), version, strict=True)
+    broken = yaml.safe_load(EDITED_POD)
     scheduler_container(broken)["volumeMount"] = []  # a typo a strict schema must catch
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(broken, "1.28.0", strict=True)

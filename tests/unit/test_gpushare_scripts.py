@@ -26,7 +26,7 @@ from deploy.operations.scheduler_manifest import staging_paths, swap_in_command
 from deploy.operations.download import checked_download_command
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpushare"
-KUBEADM_128 = (FIXTURES / "kubeadm-v1.28-kube-scheduler.yaml").read_text()
+SCHEDULER_POD = (FIXTURES / "kube-scheduler-static-pod.yaml").read_text()
 CONFIG = "/etc/kubernetes/gpushare/scheduler-config.yaml"
 DIGEST = "0123456789abcdef" * 4
 
@@ -51,11 +51,11 @@ def run_script(command, env: dict) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def control_plane(tmp_path):
-    """A manifests folder with kubeadm's manifest, a staging folder, a kubectl stand-in on PATH."""
+    """A manifests folder with the kube-scheduler static pod, a staging folder, a kubectl stand-in on PATH."""
     manifests = tmp_path / "manifests"
     manifests.mkdir()
     manifest = manifests / "kube-scheduler.yaml"
-    manifest.write_text(KUBEADM_128)
+    manifest.write_text(SCHEDULER_POD)
     manifest.chmod(0o600)
     work = tmp_path / "gpushare" / "staging"
     work.mkdir(parents=True)
@@ -64,7 +64,7 @@ def control_plane(tmp_path):
     stand_in = bin_dir / "kubectl"
     stand_in.write_text(KUBECTL_STAND_IN)
     stand_in.chmod(0o755)
-    edited = edit_scheduler_manifest(KUBEADM_128, CONFIG, DIGEST)
+    edited = edit_scheduler_manifest(SCHEDULER_POD, CONFIG, DIGEST)
     Path(staging_paths(str(work))["staged"]).write_text(edited)
     env = {
         "PATH": f"{bin_dir}:{os.environ['PATH']}", "MANIFEST": str(manifest), "DIGEST": DIGEST,
@@ -96,8 +96,8 @@ def test_swap_moves_the_validated_copy_in_and_reports_the_healthy_scheduler(cont
     assert manifest.read_text() == control_plane["edited"]
     assert stat.S_IMODE(manifest.stat().st_mode) == 0o600  # the manifest's own mode kept
     paths = staging_paths(str(control_plane["work"]))
-    assert Path(paths["backup"]).read_text() == KUBEADM_128
-    assert Path(paths["original"]).read_text() == KUBEADM_128
+    assert Path(paths["backup"]).read_text() == SCHEDULER_POD
+    assert Path(paths["original"]).read_text() == SCHEDULER_POD
     assert not Path(paths["staged"]).exists()
     # Nothing was ever written into the manifests folder but the manifest itself.
     assert sorted(p.name for p in manifest.parent.iterdir()) == ["kube-scheduler.yaml"]
@@ -111,7 +111,7 @@ def test_swap_restores_the_backup_when_the_scheduler_never_becomes_ready(control
     assert time.monotonic() - started < 20  # bounded
     assert result.returncode == 1
     assert "was not Ready with the new manifest within 2s: restored" in result.stderr
-    assert control_plane["manifest"].read_text() == KUBEADM_128
+    assert control_plane["manifest"].read_text() == SCHEDULER_POD
     assert sorted(p.name for p in control_plane["manifest"].parent.iterdir()) == ["kube-scheduler.yaml"]
 
 
@@ -135,7 +135,7 @@ def test_swap_refuses_a_staged_copy_that_is_not_the_validated_one(control_plane)
     result = swap(control_plane, ready="True", staged_sha256="f" * 64)
     assert result.returncode == 1
     assert "is not the validated copy: not moved in" in result.stderr
-    assert control_plane["manifest"].read_text() == KUBEADM_128
+    assert control_plane["manifest"].read_text() == SCHEDULER_POD
     assert not (control_plane["tmp"] / "kubectl.log").exists()
 
 

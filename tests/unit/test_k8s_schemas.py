@@ -48,7 +48,7 @@ VERSIONS = sorted(
     key=Version,
 )
 REPO = Path(__file__).resolve().parents[2]
-KUBEADM_SCHEDULER = REPO / "tests" / "fixtures" / "gpushare" / "kubeadm-v1.28-kube-scheduler.yaml"
+SCHEDULER_POD = REPO / "tests" / "fixtures" / "gpushare" / "kube-scheduler-static-pod.yaml"
 
 
 # kubernetes_validate.validate re-reads a release's 1.8 MB _definitions.json on every call; the
@@ -186,7 +186,7 @@ def node_label_objects(name: str) -> list[dict]:
 
 def edited_scheduler_pod() -> list[dict]:
     config_path = DEFAULTS["gpushare_scheduler_config_path"]
-    text = edit_scheduler_manifest(KUBEADM_SCHEDULER.read_text(), config_path, "0" * 64)
+    text = edit_scheduler_manifest(SCHEDULER_POD.read_text(), config_path, "0" * 64)
     check_scheduler_manifest(text, config_path)  # the deploy's own check, before the schema's
     return [yaml.safe_load(text)]
 
