@@ -16,12 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyinfra import logger
 from pyinfra.api.state import BaseStateCallback, StateStage
 
-from deploy.report import FAIL, PASS, SKIP, write_json_file
-from deploy.run_state import DriverNote, run_state
-from deploy.settings import CONTROL_PLANE_GROUP, GPU_NODES_GROUP, Settings, host_settings
+from deploy.report import FAIL, PASS, SKIP, DriverNote, DriverNotes, ReportStore, write_json_file
+from deploy.run_state import first_use, per_run
 
 FLEET_REPORT_VERSION = 1
 CONVERGED, CHANGED, FAILED, NOT_RUN = "converged", "changed", "failed", "not run"
@@ -92,9 +90,8 @@ def _op_name(state, op_hash: str) -> str:
 def fleet_rows(state) -> list[FleetRow]:
     """A row per host pyinfra connected to, from its operations' results and the driver notes
     and verification records of this run."""
-    run = run_state(state)
-    notes = run.driver_notes
-    verified = {record.host: record for record in run.verify_report.all_records()} if run.verify_report else {}
+    notes = per_run(state, DriverNotes)
+    verified = {record.host: record for record in per_run(state, ReportStore).all_records()}
     rows = []
     for host in sorted(state.activated_hosts, key=lambda host: host.name):
         changed, failed = [], []
@@ -140,8 +137,8 @@ def fleet_rows(state) -> list[FleetRow]:
 class FleetReport(BaseStateCallback):
     """One per run (``fleet_report_for``): reports at the end."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
+    def __init__(self) -> None:
+        self.path = ""
         self.disconnected: set[str] = set()
         self.done = False
 
@@ -165,23 +162,10 @@ class FleetReport(BaseStateCallback):
 
 def fleet_report_for(state, path: str) -> FleetReport:
     """The run's fleet report (deploy/run_state.py), hooked into the State's callbacks on the
-    first call."""
-    run = run_state(state)
-    if run.fleet_report is None:
-        run.fleet_report = FleetReport(path)
-        state.add_callback_handler(run.fleet_report)
-    return run.fleet_report
-
-
-def gpu_node_settings(host) -> Settings | None:
-    """
-    The settings of a host the GPU node entry files (gpu_node.py, verify.py) act on, with the run's
-    fleet report hooked; None for a control-plane-only host, which is deploy/k8s_gpu.py's business.
-    """
-    if CONTROL_PLANE_GROUP in host.groups and GPU_NODES_GROUP not in host.groups:
-        logger.info(f"{host.print_prefix}in {CONTROL_PLANE_GROUP} only: not a GPU node, skipped")
-        return None
-    settings = host_settings(host)
-    # One table and one JSON file for the whole run, after the last host disconnects.
-    fleet_report_for(host.state, settings.fleet_report_path)
-    return settings
+    first call, written to the first caller's ``path``."""
+    hook = first_use(state, FleetReport)
+    report = per_run(state, FleetReport)
+    if hook:
+        report.path = path
+        state.add_callback_handler(report)
+    return report

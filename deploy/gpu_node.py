@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pyinfra import host  # noqa: E402
 
-from deploy.fleet_report import gpu_node_settings  # noqa: E402
+from deploy.entry import gpu_node_settings  # noqa: E402
 from deploy.operations.failure import HostRefusal, fail  # noqa: E402
 from deploy.tasks.driver import driver_report, nvidia_driver  # noqa: E402
 from deploy.tasks import kernel as kernel_stage  # noqa: E402

@@ -19,7 +19,7 @@ from typing import Any
 
 from pyinfra.api.state import BaseStateCallback
 
-from deploy.run_state import run_state
+from deploy.run_state import first_use, per_run
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 STATUSES = (PASS, FAIL, SKIP)
@@ -142,11 +142,23 @@ class ReportStore:
 def verify_report_store(state) -> ReportStore:
     """The run's verification report (deploy/run_state.py); the first call hooks its end into the
     State's callbacks."""
-    run = run_state(state)
-    if run.verify_report is None:
-        run.verify_report = ReportStore()
-        state.add_callback_handler(_ReportCallbacks(run.verify_report))
-    return run.verify_report
+    hook = first_use(state, ReportStore)
+    store = per_run(state, ReportStore)
+    if hook:
+        state.add_callback_handler(_ReportCallbacks(store))
+    return store
+
+
+@dataclass(frozen=True)
+class DriverNote:
+    """The driver's state on one host, as the end-of-run driver report read it."""
+
+    no_gpu: bool = False
+    reboot_required: bool = False
+
+
+class DriverNotes(dict):
+    """This run's driver notes: inventory host name -> DriverNote (deploy/run_state.py)."""
 
 
 class _ReportCallbacks(BaseStateCallback):

@@ -25,6 +25,8 @@ from pydantic import ValidationError, model_validator
 from pydantic.fields import FieldInfo
 from pyinfra.api.exceptions import PyinfraError
 
+from deploy.run_state import per_run
+
 # The NVIDIA device plugin refuses older drivers.
 # The inventory groups users put hosts in (inventory.py): GPU nodes, and where kubectl runs.
 GPU_NODES_GROUP = "gpu_nodes"
@@ -556,12 +558,14 @@ def likely_typos(data: Mapping[str, Any]) -> list[str]:
     return notes
 
 
+class ParsedSettings(dict):
+    """This run's validated settings: inventory host name -> Settings (deploy/run_state.py)."""
+
+
 def host_settings(host) -> Settings:
     """The validated settings of one pyinfra host; the one place tasks read host.data from.
-    Parsed once per run (deploy/run_state.py)."""
-    from deploy.run_state import run_state
-
-    cache = run_state(host.state).settings
+    Parsed once per run."""
+    cache = per_run(host.state, ParsedSettings)
     if host.name not in cache:
         cache[host.name] = parse_settings(host.data.dict())
     return cache[host.name]

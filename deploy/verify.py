@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pyinfra import host  # noqa: E402
 
-from deploy.fleet_report import gpu_node_settings  # noqa: E402
+from deploy.entry import gpu_node_settings  # noqa: E402
 from deploy.tasks.verify import verify  # noqa: E402
 
 # No preflight: its refusals (disk, headers) are about installing, and verification must

@@ -15,9 +15,14 @@ import json
 
 from pyinfra.api import FactBase, StringCommand
 
-from deploy.run_state import run_state
+from deploy.run_state import per_run
 
 MARKER = "@@gpu-node-fact "
+
+class KnownFacts(dict):
+    """This run's facts by host: host name -> (fact name, its arguments as JSON) -> (value, the
+    host's changes when it was read) (deploy/run_state.py)."""
+
 
 # (fact class, its keyword arguments): a fact to read ahead
 FactCall = tuple[type[FactBase], dict]
@@ -105,7 +110,7 @@ def read_facts(host, *facts: type[FactBase], read_ahead: tuple[FactCall, ...] | 
 
 def _known(host) -> dict:
     """(fact name, arguments) -> (value, changes_so_far when it was read), kept in the run's state"""
-    return run_state(host.state).known_facts.setdefault(host.name, {})
+    return per_run(host.state, KnownFacts).setdefault(host.name, {})
 
 
 def changes_so_far(host) -> int:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pyinfra.api import FactBase
 
-from deploy.operations.safe_install import PENDING_RESTART_DIR
+# An interrupted run (lost connection, killed controller) can leave a new config in place with
+# the daemon still running the old one; the next run finds a mark here and restarts
+# (deploy/operations/safe_install.py writes it).
+PENDING_RESTART_DIR = "/var/lib/gpu-node/restart-pending"
 
 # apt's and dpkg's locks, in the order apt takes them.
 DPKG_LOCKS = ("/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock", "/var/cache/apt/archives/lock",

@@ -31,7 +31,7 @@ from pyinfra.api.state import BaseStateCallback
 from deploy.facts.drain import KubeNodeSchedule
 from deploy.facts.k8s import first_error_line, kubectl
 from deploy.operations.failure import fail_host
-from deploy.run_state import run_state
+from deploy.run_state import per_run
 
 
 @dataclass(frozen=True)
@@ -60,10 +60,14 @@ class DrainRecord:
     was_cordoned: bool = False  # an operator had cordoned it before this run
 
 
+class Drains(dict):
+    """This run's drain records: inventory host name -> DrainRecord (deploy/run_state.py)."""
+
+
 def drain_record(state, host_name: str, target: DrainTarget) -> DrainRecord:
     """This run's record of ``host_name``'s node (deploy/run_state.py), created on first use; the
     run's first record hooks the failure message into the State's callbacks."""
-    drains = run_state(state).drains
+    drains = per_run(state, Drains)
     if host_name not in drains:
         if not drains:  # the run's first record
             state.add_callback_handler(_StaysCordoned(drains))

@@ -17,7 +17,8 @@ from deploy.facts.nvidia import HostState, PackagesAvailable
 from deploy.operations.failure import failing_command
 from deploy.operations.files import put_text
 from deploy.operations.packages import apt_sources_changed
-from deploy.run_state import DriverNote, run_state
+from deploy.report import DriverNote, DriverNotes
+from deploy.run_state import per_run
 
 if TYPE_CHECKING:
     from deploy.distros import PackageManager
@@ -253,7 +254,7 @@ def report_driver_state(require_gpu: bool, driver_packages: list):
     """Log the driver's state (no GPU, reboot required) as the last word of the run; changes nothing.
     Preflight's reading serves unless something changed on the host since."""
     node = known_fact(host, HostState)
-    run_state(host.state).driver_notes[host.name] = DriverNote(
+    per_run(host.state, DriverNotes)[host.name] = DriverNote(
         no_gpu=not node["gpus"], reboot_required=reboot_required(node, driver_packages))
     for line in driver_state_lines(node, require_gpu, driver_packages):
         logger.warning(f"{host.print_prefix}{line}")

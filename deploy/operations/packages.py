@@ -18,7 +18,7 @@ from deploy.facts.combined import known_fact
 from deploy.facts.nvidia import IgnoredPackages
 from deploy.facts.packages import DebPackageStates, RpmPackageStates, ZypperLocks
 from deploy.facts.recovery import lock_holders_script
-from deploy.run_state import run_state
+from deploy.run_state import per_run
 
 # pacman holds with IgnorePkg lines of pacman.conf's [options]; it reads every one of them.
 PACMAN_HOLD_LIST = "sed -n 's/^[[:space:]]*IgnorePkg[[:space:]]*=//p' /etc/pacman.conf"
@@ -31,11 +31,15 @@ def apt_lock_option(lock_timeout: int) -> str:
     return f"-o DPkg::Lock::Timeout={int(lock_timeout)}"
 
 
+class AptListsRefreshed(set):
+    """Hosts whose apt lists this run refreshed since their last apt source change (deploy/run_state.py)."""
+
+
 def refresh_apt_lists(lock_timeout: int):
     """
     ``apt-get update``, unless this run refreshed the lists already and no apt source changed since.
     """
-    refreshed = run_state(host.state).apt_lists_refreshed
+    refreshed = per_run(host.state, AptListsRefreshed)
     if host.name in refreshed:
         host.noop("apt lists were refreshed earlier in this run")
         return
@@ -46,7 +50,7 @@ def refresh_apt_lists(lock_timeout: int):
 
 def apt_sources_changed() -> None:
     """Call when an operation changes apt sources: the next install refreshes the lists."""
-    run_state(host.state).apt_lists_refreshed.discard(host.name)
+    per_run(host.state, AptListsRefreshed).discard(host.name)
 
 
 def _needed(states: dict, packages: dict[str, str | None]) -> list[str]:

@@ -29,6 +29,7 @@ from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.api.command import FileUploadCommand, PyinfraCommand
 
+from deploy.facts.recovery import PENDING_RESTART_DIR
 from deploy.redact import shell_daemon_output_filter
 
 CANDIDATE_SUFFIX = ".gpu-node-candidate"
@@ -52,9 +53,6 @@ def candidate_path(path: str) -> str:
     return path + CANDIDATE_SUFFIX
 
 
-# An interrupted run (lost connection, killed controller) can leave a new config in place with
-# the daemon still running the old one; the next run finds this mark and restarts.
-PENDING_RESTART_DIR = "/var/lib/gpu-node/restart-pending"
 
 
 def pending_restart_mark(service: str, directory: str = PENDING_RESTART_DIR) -> str:

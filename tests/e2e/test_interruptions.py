@@ -19,7 +19,7 @@ import threading
 import tomlkit
 from harness import REPO, DeployResult, assert_no_change, wait_for
 
-from deploy.operations.safe_install import PENDING_RESTART_DIR
+from deploy.facts.recovery import PENDING_RESTART_DIR
 
 CONFIG = "/etc/containerd/config.toml"
 PENDING_MARK = f"{PENDING_RESTART_DIR}/containerd"
