@@ -1,7 +1,7 @@
 """
 drain_before_restart against the lab cluster (tests/lab/): a real Kubernetes v1.28.7 control plane
 on 127.0.0.1 and a GPU node container that deploy/gpu_node.py provisioned (containerd wired to the
-REAL NVIDIA Container Toolkit 1.20.0) and that then joined as a real kubelet, running real pods: a
+toolkit tests/toolkit_repo.py serves) and that then joined as a real kubelet, running real pods: a
 Deployment's pod (evicted by the drain) and a DaemonSet's pod (left alone, --ignore-daemonsets).
 
 The control_plane host of the inventory is a node container holding the lab's kubectl and an admin
@@ -25,6 +25,7 @@ import pytest
 import yaml
 from cluster_hosts import assert_change_free, make_kubectl_host, pyinfra, write_inventory
 from harness import Node, wait_for
+from lab_assets import needs_lab
 
 from deploy.operations.safe_install import BACKUP_INFIX
 
@@ -147,6 +148,7 @@ def lab(image, toolkit_repo, tmp_path_factory):
         assert machine_kernel_settings() == kernel, "the machine's kernel settings changed"
 
 
+@needs_lab
 @pytest.mark.parametrize("yes", [False, True], ids=["default-mode", "yes"])
 def test_config_change_cordons_and_drains_before_the_restart_and_uncordons_after_verify(lab, yes):
     """Default mode first (changes shown, confirmed on stdin), then -y: each run flips
@@ -193,6 +195,7 @@ def test_config_change_cordons_and_drains_before_the_restart_and_uncordons_after
     assert gpu.service("containerd") == after
 
 
+@needs_lab
 def test_a_pdb_that_blocks_eviction_times_the_drain_out_leaving_containerd_and_the_node_cordoned(lab):
     control_plane, gpu = lab["control_plane"], lab["gpu"]
     control_plane.apply(PDB)
