@@ -56,8 +56,8 @@ def test_every_manifest_validates_strictly(version, tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     kinds = [document["kind"] for document in documents(text)]
-    assert kinds == ["ClusterRole", "ServiceAccount", "ClusterRoleBinding", "Deployment", "Service",
-                     "ClusterRole", "ServiceAccount", "ClusterRoleBinding", "DaemonSet"]
+    assert kinds == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment",
+                     "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet"]
     assert result.stdout.count(" passed for resource ") == len(kinds)
 
 

@@ -299,25 +299,23 @@ def test_a_version_kubernetes_validate_lacks_is_named():
 
 # gpushare upstream's v0.3.0 device plugin shipped its DaemonSet as extensions/v1beta1, which
 # Kubernetes stopped serving in 1.16. Written here (not upstream's file); valid as apps/v1.
+# A bare DaemonSet in the API group gpushare's v0.3.0 release used, removed from Kubernetes in 1.16.
 OLD_DAEMONSET = """\
 apiVersion: extensions/v1beta1
 kind: DaemonSet
 metadata:
-  name: gpushare-device-plugin-ds
+  name: old-api-example
   namespace: kube-system
 spec:
   selector:
-    matchLabels: {component: gpushare-device-plugin}
+    matchLabels: {app: old-api-example}
   template:
     metadata:
-      labels: {component: gpushare-device-plugin}
+      labels: {app: old-api-example}
     spec:
-      hostNetwork: true
-      nodeSelector: {gpushare: "true"}
       containers:
-      - name: gpushare
-        image: placeholder.invalid/gpushare-device-plugin:v0.3.0
-        command: [gpushare-device-plugin-v2, -logtostderr, --v=5, --memory-unit=GiB]
+      - name: example
+        image: placeholder.invalid/example:1
 """
 
 
