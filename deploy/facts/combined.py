@@ -123,6 +123,13 @@ def changes_so_far(host) -> int:
     return count
 
 
+def read(host, call: FactCall):
+    """``known_fact`` of a (fact, arguments) pair: the same pair a stage reads ahead
+    (``Stage.reads``) and its operation then asks, so the two cannot drift apart."""
+    fact, kwargs = call
+    return known_fact(host, fact, **kwargs)
+
+
 def known_fact(host, fact: type[FactBase], **kwargs):
     """
     ``host.get_fact(fact, **kwargs)``, answered from a value read earlier in this run (read ahead,

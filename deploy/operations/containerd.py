@@ -29,7 +29,7 @@ from tomlkit.items import Comment, InlineTable, Table, Whitespace
 
 from deploy import probes, redact, templates, toml_roundtrip
 from deploy.toml_roundtrip import tomllib
-from deploy.facts.combined import known_fact
+from deploy.facts.combined import FactCall, known_fact, read
 from deploy.facts.containerd import ContainerdConfig, ContainerdImports
 from deploy.operations import safe_install
 from deploy.operations.failure import failing_command
@@ -647,11 +647,16 @@ class NodeWiringPlan:
         return not (self.refusal or self.changed or self.overridden)
 
 
+def config_read(path: str, base_path: str | None, binary: str) -> FactCall:
+    """What the wiring reads of containerd's config (a stage reads it ahead with the same call)."""
+    return (ContainerdConfig, {"path": path, "base_path": base_path, "binary": binary})
+
+
 def plan_node_wiring(path: str, wiring: RuntimeWiring, containerd_binary: str = "containerd",
                      base_path: str | None = None, initial_text: str | None = None,
                      validate_with_binary: bool = True, hint: str = "") -> NodeWiringPlan:
     """Read the node (facts, read ahead where preflight did) and plan the wiring; nothing runs."""
-    state = known_fact(host, ContainerdConfig, path=path, base_path=base_path, binary=containerd_binary)
+    state = read(host, config_read(path, base_path, containerd_binary))
     current = state["config"]
     if current is not None:
         base, source = current, path

@@ -20,7 +20,7 @@ from pyinfra import host
 from pyinfra.api import OperationValueError, QuoteString, StringCommand, operation
 from pyinfra.facts.files import Sha256File
 
-from deploy.facts.combined import known_fact
+from deploy.facts.combined import FactCall, read
 from deploy.facts.files import FileDigests
 from deploy.operations.packages import apt_lock_option, apt_sources_changed
 
@@ -176,6 +176,11 @@ def source_state(digests: dict, path: str, content: str, keyring: str) -> str:
     return IN_PLACE
 
 
+def source_read(path: str, keyring: str) -> FactCall:
+    """What ``signed_apt_source`` reads (a stage reads it ahead with the same call)."""
+    return (FileDigests, {"paths": [path, keyring]})
+
+
 @operation()
 def signed_apt_source(path: str, content: str, keyring: str, key_url: str, *, lock_timeout: int, timeout: int,
                       repository: str = ""):
@@ -190,7 +195,7 @@ def signed_apt_source(path: str, content: str, keyring: str, key_url: str, *, lo
         raise OperationValueError(f"the apt source for {path} must name signed-by={keyring}")
     if not keyring.endswith(".asc"):
         raise OperationValueError(f"keyring {keyring} must end in .asc: the key is stored ASCII-armoured")
-    state = source_state(known_fact(host, FileDigests, paths=[path, keyring]), path, content, keyring)
+    state = source_state(read(host, source_read(path, keyring)), path, content, keyring)
     if state == REPLACE:
         apt_sources_changed()
         yield stage_verified_source(path, content, keyring, key_url, repository or path, timeout, lock_timeout)

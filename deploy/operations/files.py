@@ -9,7 +9,7 @@ from io import StringIO
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, QuoteString, StringCommand, operation
 
-from deploy.facts.combined import known_fact
+from deploy.facts.combined import FactCall, read
 from deploy.facts.files import FileDigest
 from deploy.operations.safe_install import CANDIDATE_SUFFIX
 
@@ -24,6 +24,11 @@ def text_up_to_date(current: dict | None, content: str, mode: str = "644", owner
     )
 
 
+def digest_read(dest: str) -> FactCall:
+    """What ``put_text`` reads of ``dest`` (a stage reads it ahead with the same call)."""
+    return (FileDigest, {"path": dest})
+
+
 @operation()
 def put_text(dest: str, content: str, mode: str = "644", owner: str = "root:root"):
     """
@@ -33,7 +38,7 @@ def put_text(dest: str, content: str, mode: str = "644", owner: str = "root:root
     re-run this from cron, so one read (checksum, mode, owner together) is worth it here.
     """
     wanted = hashlib.sha256(content.encode()).hexdigest()
-    current = known_fact(host, FileDigest, path=dest)
+    current = read(host, digest_read(dest))
     target = QuoteString(dest)
     if current is None or current["sha256"] != wanted:
         if current is None:

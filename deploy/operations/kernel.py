@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from deploy.facts.combined import known_fact
+from deploy.facts.combined import FactCall, read
 from deploy.facts.kernel import KernelState
 
 
@@ -18,13 +18,23 @@ def module_present(state: dict, module: str, filesystem: str | None, sysctl: str
     return bool(sysctl and state["sysctls"].get(sysctl) is not None)
 
 
+def module_read(module: str, provides_sysctl: str | None) -> FactCall:
+    """What ``load_module`` reads (a stage reads it ahead with the same call)."""
+    return (KernelState, {"modules": [module], "sysctls": [provides_sysctl] if provides_sysctl else []})
+
+
+def sysctls_read(values: dict) -> FactCall:
+    """What ``apply_sysctls`` reads (a stage reads it ahead with the same call)."""
+    return (KernelState, {"modules": [], "sysctls": sorted(values)})
+
+
 @operation()
 def load_module(module: str, provides_filesystem: str | None = None, provides_sysctl: str | None = None):
     """
     Load a kernel module unless it is already present; a built-in module (absent from
     lsmod, but its filesystem or sysctl exists) counts as present.
     """
-    state = known_fact(host, KernelState, modules=[module], sysctls=[provides_sysctl] if provides_sysctl else [])
+    state = read(host, module_read(module, provides_sysctl))
     if module_present(state, module, provides_filesystem, provides_sysctl):
         host.noop(f"kernel module {module} is present")
         return
@@ -38,7 +48,7 @@ def differing_sysctls(state: dict, values: dict) -> dict:
 @operation()
 def apply_sysctls(values: dict):
     """Set sysctl values now, only those that differ from the running kernel's."""
-    state = known_fact(host, KernelState, modules=[], sysctls=sorted(values))
+    state = read(host, sysctls_read(values))
     differing = differing_sysctls(state, values)
     if not differing:
         host.noop("sysctl values are already applied")

@@ -14,7 +14,7 @@ from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.operations import apt, dnf, pacman, zypper
 
-from deploy.facts.combined import known_fact
+from deploy.facts.combined import FactCall, read
 from deploy.facts.nvidia import IgnoredPackages
 from deploy.facts.packages import DebPackageStates, RpmPackageStates, ZypperLocks
 from deploy.facts.recovery import lock_holders_script
@@ -71,13 +71,18 @@ def apt_install_needed(states: dict, packages: dict[str, str | None], hold: bool
 # ``lock_timeout`` (apt's wait for dpkg's lock, settings.apt_lock_timeout).
 
 
+def deb_states_read(packages) -> FactCall:
+    """What ``apt_install`` reads of ``packages`` (a stage reads it ahead with the same call)."""
+    return (DebPackageStates, {"packages": sorted(packages)})
+
+
 @operation()
 def apt_install(packages: dict, hold: bool = False, *, lock_timeout: int):
     """
     Ensure Debian packages are installed, at ``version`` where one is given ({name: version or None}),
     refreshing the lists first only when something must be installed; hold them when asked.
     """
-    states = known_fact(host, DebPackageStates, packages=sorted(packages))
+    states = read(host, deb_states_read(packages))
     needed = _needed(states, packages)
     if needed:
         yield from refresh_apt_lists(lock_timeout)

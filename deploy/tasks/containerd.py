@@ -9,9 +9,9 @@ from pyinfra.api import deploy
 from pyinfra.operations import systemd
 
 from deploy.distros import Family, add_repository, install_packages
+from deploy.facts.combined import FactCall
 from deploy.facts.containerd import (
     K0S_DROPIN_DIR,
-    ContainerdConfig,
     K3S_CONTAINERD_DIR,
     MICROK8S_TEMPLATE,
     RKE2_CONTAINERD_DIR,
@@ -88,13 +88,13 @@ def _rancher_target(directory: str, containerd_found: dict, binary: str, name: s
     )
 
 
-def reads(settings: Settings) -> list[tuple[type, dict]]:
+def reads(settings: Settings) -> list[FactCall]:
     """
     The fact the runtimes stage decides on, for preflight to read ahead: a plain containerd's
-    config (the flavours' own files, known only after preflight, are read by the operation).
+    config, as the wiring reads it (the flavours' own files, known only after preflight, are read
+    by the operation).
     """
-    return [(ContainerdConfig, {"path": settings.containerd_config_path, "base_path": None,
-                                "binary": "containerd"})]
+    return [containerd.config_read(settings.containerd_config_path, None, "containerd")]
 
 
 def config_target(containerd_config_path: str, containerd_found: dict) -> ConfigTarget:

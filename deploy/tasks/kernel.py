@@ -6,9 +6,7 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 
 from deploy.distros import Platform
-from deploy.facts.combined import known_fact
-from deploy.facts.files import FileDigest
-from deploy.facts.kernel import KernelState
+from deploy.facts.combined import FactCall, read
 from deploy.operations import files, kernel
 from deploy.settings import Settings
 
@@ -50,18 +48,13 @@ def managed_files() -> dict[str, str]:
     return {MODULES_LOAD_PATH: modules_load_text(), SYSCTL_PATH: sysctl_text(), BLACKLIST_PATH: blacklist_text()}
 
 
-def kernel_state_calls() -> list[tuple[str, dict]]:
-    """The KernelState reads of the module and sysctl operations, by operation."""
-    calls = [(module, {"modules": [module], "sysctls": [sysctl] if sysctl else []})
-             for module, (_, sysctl) in KUBERNETES_MODULES.items()]
-    return calls + [("sysctls", {"modules": [], "sysctls": sorted(KUBERNETES_SYSCTLS)})]
-
-
-def reads(settings: Settings) -> list[tuple[type, dict]]:
-    """The facts this stage decides on, for preflight to read ahead in its one command."""
-    calls: list[tuple[type, dict]] = [(FileDigest, {"path": path}) for path in managed_files()]
+def reads(settings: Settings) -> list[FactCall]:
+    """The facts this stage decides on, for preflight to read ahead in its one command: the same
+    calls its operations make."""
+    calls = [files.digest_read(path) for path in managed_files()]
     if settings.kernel_modules_load:
-        calls += [(KernelState, kwargs) for _, kwargs in kernel_state_calls()]
+        calls += [kernel.module_read(module, sysctl) for module, (_, sysctl) in KUBERNETES_MODULES.items()]
+        calls.append(kernel.sysctls_read(KUBERNETES_SYSCTLS))
     return calls
 
 
@@ -70,7 +63,7 @@ def kernel_prerequisites(settings: Settings, platform: Platform):
     # An operation only for what differs: a fleet's no-op re-run pays pyinfra's per-operation
     # cost for nothing otherwise. The facts are the ones the operations themselves read.
     texts = managed_files()
-    current = {path: known_fact(host, FileDigest, path=path) for path in texts}
+    current = {path: read(host, files.digest_read(path)) for path in texts}
     names = {
         MODULES_LOAD_PATH: "Persist the overlay and br_netfilter modules",
         SYSCTL_PATH: "Persist the Kubernetes sysctls",
@@ -97,9 +90,8 @@ def kernel_prerequisites(settings: Settings, platform: Platform):
             "for the next boot, not loaded now"
         )
         return
-    calls = dict(kernel_state_calls())
     for module, (filesystem, sysctl) in KUBERNETES_MODULES.items():
-        state = known_fact(host, KernelState, **calls[module])
+        state = read(host, kernel.module_read(module, sysctl))
         if kernel.module_present(state, module, filesystem, sysctl):
             continue
         kernel.load_module(
@@ -108,6 +100,6 @@ def kernel_prerequisites(settings: Settings, platform: Platform):
             provides_filesystem=filesystem,
             provides_sysctl=sysctl,
         )
-    state = known_fact(host, KernelState, **calls["sysctls"])
+    state = read(host, kernel.sysctls_read(KUBERNETES_SYSCTLS))
     if kernel.differing_sysctls(state, KUBERNETES_SYSCTLS):
         kernel.apply_sysctls(name="Apply the Kubernetes sysctls", values=KUBERNETES_SYSCTLS)

@@ -6,9 +6,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 
 from deploy.distros import APT, Platform, install_packages
-from deploy.facts.combined import known_fact
-from deploy.facts.files import FileDigests
-from deploy.facts.packages import DebPackageStates
+from deploy.facts.combined import FactCall, read
 from deploy.operations import download, files
 from deploy.operations import packages as package_ops
 from deploy.operations.failure import HostRefusal
@@ -60,13 +58,11 @@ def wanted_packages(settings: Settings) -> dict[str, str | None]:
     return {name: settings.nvidia_toolkit_version for name in TOOLKIT_PACKAGES}
 
 
-def reads(settings: Settings) -> list[tuple[type, dict]]:
-    """The facts the apt path decides on, for preflight to read ahead (harmless elsewhere: a
-    missing file reads as absent, and without dpkg-query the package fact reads nothing)."""
-    return [
-        (FileDigests, {"paths": [APT_SOURCE, APT_KEYRING]}),
-        (DebPackageStates, {"packages": sorted(TOOLKIT_PACKAGES)}),
-    ]
+def reads(settings: Settings) -> list[FactCall]:
+    """The facts the apt path decides on, for preflight to read ahead: the same calls its operations
+    make (harmless elsewhere: a missing file reads as absent, and without dpkg-query the package fact
+    reads nothing)."""
+    return [download.source_read(APT_SOURCE, APT_KEYRING), package_ops.deb_states_read(TOOLKIT_PACKAGES)]
 
 
 def pin_findings(settings: Settings, platform: Platform) -> list[str]:
@@ -97,8 +93,8 @@ def toolkit(settings: Settings, platform: Platform):
         # Operations only for what differs (their own facts, read ahead by preflight): a fleet's
         # no-op re-run pays pyinfra's per-operation cost for nothing otherwise.
         source_text = apt_source_text(settings, platform)
-        digests = known_fact(host, FileDigests, paths=[APT_SOURCE, APT_KEYRING])
-        states = known_fact(host, DebPackageStates, packages=sorted(TOOLKIT_PACKAGES))
+        digests = read(host, download.source_read(APT_SOURCE, APT_KEYRING))
+        states = read(host, package_ops.deb_states_read(TOOLKIT_PACKAGES))
         source = download.source_state(digests, APT_SOURCE, source_text, APT_KEYRING)
         if source == download.IN_PLACE and not package_ops.apt_install_needed(states, wanted_packages(settings), pinned):
             return
