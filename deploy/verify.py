@@ -14,10 +14,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pyinfra import host  # noqa: E402
 
 from deploy.entry import gpu_node_settings  # noqa: E402
-from deploy.tasks.verify import verify  # noqa: E402
+from deploy.stages import read_only_stages  # noqa: E402
 
 # No preflight: its refusals (disk, headers) are about installing, and verification must
 # still report on a node that would not pass them.
 settings = gpu_node_settings(host)
 if settings is not None:
-    verify(settings)
+    for stage in read_only_stages():
+        stage.apply(settings, None, None)

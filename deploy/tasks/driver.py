@@ -221,6 +221,19 @@ def plan_for_host(settings: Settings, platform: Platform, node: dict) -> DriverP
     return driver_plan(settings, platform, node, installed, recommended)
 
 
+def headers_findings(plan: DriverPlan | None, available: dict) -> list[str]:
+    if not plan or not plan.headers:
+        return []
+    exact = plan.headers[0]
+    if available.get(exact):
+        return []
+    fallback = ", ".join(plan.headers[1:]) or "none"
+    return [
+        f"kernel headers {exact} for the running kernel are not in the {plan.manager.name} lists (as of "
+        f"their last refresh): the driver stage will try {fallback} after refreshing them"
+    ]
+
+
 @deploy("NVIDIA driver")
 def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan, drain: DrainTarget | None = None):
     manager = plan.manager

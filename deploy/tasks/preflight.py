@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Sequence
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
@@ -11,13 +12,14 @@ from pyinfra.facts.server import Arch, LinuxDistribution
 from deploy.distros import Platform, detect_platform
 from deploy.facts.combined import read_facts
 from deploy.facts.containerd import ContainerdFlavour, classify_flavour
-from deploy.facts.nvidia import HostState, PackagesAvailable
+from deploy.facts.nvidia import HostState
 from deploy.facts.recovery import PackageManagerState, PendingRestarts
 from deploy.operations import packages as package_ops
 from deploy.operations.failure import HostRefusal
 from deploy.settings import Settings, likely_typos
-from deploy.tasks.driver import DriverPlan, plan_for_host
-from deploy.tasks.toolkit import pin_findings as toolkit_pin_findings
+
+if TYPE_CHECKING:
+    from deploy.stages import Stage
 
 DISK_MOUNTS = ("/", "/var")
 
@@ -27,17 +29,28 @@ class PreflightError(HostRefusal):
 
 
 @dataclass(frozen=True)
-class Node:
+class StageCheck:
+    """What preflight found for one stage (deploy/stages.py): refusals, warnings, its plan."""
+
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    plan: Any = None
+
+
+@dataclass(frozen=True)
+class Findings:
+    """What preflight found on the node, for the stages."""
+
     platform: Platform
     # deploy/facts/nvidia.py HostState: GPUs, Secure Boot, modules, kernel, free disk
     nvidia: dict | None = None
-    # the driver stage's plan, when that stage runs
-    driver_plan: DriverPlan | None = None
     # deploy/facts/containerd.py ContainerdFlavour plus "flavour": {"name", "service"}:
     # who owns containerd (plain, k3s, rke2, k0s, microk8s)
     containerd: dict | None = None
     # deploy/facts/recovery.py PendingRestarts: {unit: config} an interrupted run did not restart
     pending_restarts: dict | None = None
+    # stage name -> the plan its check made (the driver's DriverPlan)
+    plans: dict[str, Any] = field(default_factory=dict)
 
 
 def gpu_findings(nvidia: dict, require_gpu: bool) -> tuple[list[str], list[str]]:
@@ -76,25 +89,15 @@ def disk_findings(nvidia: dict, min_free_mb: int) -> list[str]:
     return errors
 
 
-def headers_findings(plan: DriverPlan | None, available: dict) -> list[str]:
-    if not plan or not plan.headers:
-        return []
-    exact = plan.headers[0]
-    if available.get(exact):
-        return []
-    fallback = ", ".join(plan.headers[1:]) or "none"
-    return [
-        f"kernel headers {exact} for the running kernel are not in the {plan.manager.name} lists (as of "
-        f"their last refresh): the driver stage will try {fallback} after refreshing them"
-    ]
-
-
 @deploy("Preflight")
-def preflight(settings: Settings, read_ahead: list[tuple[type, dict]] | tuple = ()) -> Node:
+def preflight(settings: Settings, stages: Sequence[Stage]) -> Findings:
+    """Read the node once, refuse it before any change when it is unsupported or unsafe, and make
+    each stage's plan (``stages``: the run's stages, deploy/stages.py)."""
     for note in likely_typos(host.data.dict()):
         logger.warning(f"{host.print_prefix}{note}")
     # One remote command for what every node run needs first (re-runs from cron pay per command),
-    # and for the facts the later stages decide on (``read_ahead``, see deploy/facts/combined.py).
+    # and for the facts the stages decide on (their ``reads``, see deploy/facts/combined.py).
+    read_ahead = [call for stage in stages for call in stage.reads(settings)]
     facts = read_facts(host, LinuxDistribution, Arch, HostState, ContainerdFlavour, PackageManagerState,
                        PendingRestarts, read_ahead=read_ahead)
     platform = detect_platform(facts["LinuxDistribution"], facts["Arch"])
@@ -103,34 +106,31 @@ def preflight(settings: Settings, read_ahead: list[tuple[type, dict]] | tuple = 
     nvidia = facts["HostState"]
     warnings, errors = gpu_findings(nvidia, settings.require_gpu)
     errors += disk_findings(nvidia, settings.min_free_disk_mb)
-    if settings.runs("toolkit") and settings.nvidia_toolkit_install:
-        errors += toolkit_pin_findings(settings, platform)
-    plan = None
-    if settings.runs("driver") and settings.nvidia_driver_install:
-        plan = plan_for_host(settings, platform, nvidia)
-        if plan.headers:
-            available = host.get_fact(PackagesAvailable, check=plan.manager.available_check,
-                                     packages=list(plan.headers[:1]))
-            warnings += headers_findings(plan, available)
+    plans = {}
+    for stage in stages:
+        if stage.check is not None:
+            check = stage.check(settings, platform, nvidia)
+            errors += check.errors
+            warnings += check.warnings
+            if check.plan is not None:
+                plans[stage.name] = check.plan
     for warning in warnings:
         logger.warning(f"{host.print_prefix}{warning}")
     if errors:
         raise PreflightError("; ".join(errors))
     containerd = facts["ContainerdFlavour"]
     containerd["flavour"] = classify_flavour(containerd)
-    recover_package_manager(settings, facts["PackageManagerState"])
+    if any(stage.installs for stage in stages):
+        recover_package_manager(settings, facts["PackageManagerState"])
     pending = facts["PendingRestarts"]
     for unit, path in sorted(pending.items()):
         logger.warning(f"{host.print_prefix}an earlier run installed {path} but was interrupted before "
                        f"{unit} restarted: restarting it")
-    return Node(platform=platform, nvidia=nvidia, driver_plan=plan, containerd=containerd,
-                pending_restarts=pending)
+    return Findings(platform=platform, nvidia=nvidia, containerd=containerd, pending_restarts=pending, plans=plans)
 
 
 def recover_package_manager(settings: Settings, state: dict) -> None:
     """Busy or interrupted dpkg: wait for it (bounded) and finish it before the first change."""
-    if not any(settings.runs(stage) for stage in ("driver", "toolkit", "runtimes")):
-        return
     if not (state["held"] or state["interrupted"]):
         return
     for holder in state["held"]:

@@ -1,0 +1,91 @@
+"""
+The stages of a GPU node run, in order, each declared once: whether it runs for these settings,
+what preflight reads ahead for it, what preflight checks on its behalf (a refusal fails the host
+before any change), and how it applies. deploy/gpu_node.py and deploy/verify.py loop over this
+table, and preflight asks the stages it is given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from pyinfra import host
+
+from deploy.distros import Platform
+from deploy.facts.combined import FactCall
+from deploy.facts.nvidia import PackagesAvailable
+from deploy.operations.drain import DrainTarget
+from deploy.settings import Settings
+from deploy.tasks import containerd, docker, driver, drain, kernel, toolkit, verify
+from deploy.tasks.preflight import Findings, StageCheck
+
+
+def _no_reads(settings: Settings) -> list[FactCall]:
+    return []
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    runs: Callable[[Settings], bool]
+    apply: Callable[[Settings, Findings | None, DrainTarget | None], object]
+    # the facts its decisions read, for preflight's one command
+    reads: Callable[[Settings], list[FactCall]] = field(default=_no_reads)
+    # what preflight checks for it: refusals, warnings, and the stage's plan (Findings.plans)
+    check: Callable[[Settings, Platform, dict], StageCheck] | None = None
+    # changes packages: preflight first waits for a busy package manager, finishes an interrupted one
+    installs: bool = False
+    # deploy/verify.py runs only these
+    read_only: bool = False
+
+
+def _driver_check(settings: Settings, platform: Platform, nvidia: dict) -> StageCheck:
+    plan = driver.plan_for_host(settings, platform, nvidia)
+    warnings = []
+    if plan.headers:
+        available = host.get_fact(PackagesAvailable, check=plan.manager.available_check,
+                                  packages=list(plan.headers[:1]))
+        warnings = driver.headers_findings(plan, available)
+    return StageCheck(warnings=warnings, plan=plan)
+
+
+def _toolkit_check(settings: Settings, platform: Platform, nvidia: dict) -> StageCheck:
+    return StageCheck(errors=toolkit.pin_findings(settings, platform))
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("kernel", runs=lambda s: s.runs("kernel"), reads=kernel.reads,
+          apply=lambda s, found, target: kernel.kernel_prerequisites(s, found.platform)),
+    Stage("driver", runs=lambda s: s.runs("driver") and s.nvidia_driver_install, check=_driver_check, installs=True,
+          apply=lambda s, found, target: driver.nvidia_driver(s, found.platform, found.plans["driver"], drain=target)),
+    Stage("toolkit", runs=lambda s: s.runs("toolkit") and s.nvidia_toolkit_install, reads=toolkit.reads,
+          check=_toolkit_check, installs=True,
+          apply=lambda s, found, target: toolkit.toolkit(s, found.platform)),
+    Stage("containerd", runs=lambda s: s.runs("runtimes") and s.wires("containerd"), reads=containerd.reads,
+          installs=True,
+          apply=lambda s, found, target: containerd.containerd_runtime(
+              s, found.platform.family, found.containerd, drain=target, pending_restarts=found.pending_restarts)),
+    Stage("docker", runs=lambda s: s.runs("runtimes") and s.wires("docker"), installs=True,
+          apply=lambda s, found, target: docker.docker_runtime(
+              s, found.platform.family, drain=target, pending_restarts=found.pending_restarts)),
+    Stage("verify", runs=lambda s: s.runs("verify"), read_only=True,
+          apply=lambda s, found, target: verify.verify(s)),
+    # After verify, which fails the host first when a step fails: the node then stays cordoned.
+    # Without verify, after the restarted runtime came back active.
+    Stage("uncordon", runs=lambda s: s.drain_before_restart,
+          apply=lambda s, found, target: target and drain.uncordon_drained_node(target)),
+    # Last, so it ends the run's output: no GPU, reboot required.
+    Stage("driver report", runs=lambda s: True,
+          apply=lambda s, found, target: driver.driver_report(s, found.plans.get("driver"))),
+)
+
+
+def stages_for(settings: Settings) -> list[Stage]:
+    """The stages deploy/gpu_node.py runs for ``settings``, in order."""
+    return [stage for stage in STAGES if stage.runs(settings)]
+
+
+def read_only_stages() -> list[Stage]:
+    """The stages deploy/verify.py runs, whatever ``stages`` says: it only reads."""
+    return [stage for stage in STAGES if stage.read_only]
