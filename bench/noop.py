@@ -43,7 +43,7 @@ def timed(args: list[str]) -> tuple[float, float, int]:
 
 def import_times() -> list[tuple[str, float]]:
     """Cumulative import time (ms) of each deploy module the entry file imports, largest first."""
-    code = "import sys; sys.path.insert(0, '.'); import pyinfra.api; import deploy.tasks.verify, deploy.tasks.driver"
+    code = "import sys; sys.path.insert(0, '.'); import pyinfra.api; import deploy.tasks.verification, deploy.tasks.driver"
     for entry in ("deploy.tasks.preflight", "deploy.tasks.kernel", "deploy.tasks.toolkit", "deploy.tasks.containerd",
                   "deploy.tasks.docker", "deploy.tasks.drain", "deploy.fleet_report"):
         code += f"; import {entry}"

@@ -42,7 +42,9 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from containerd_releases import READERS, config_dump, dockerd, dockerd_validate, release  # noqa: E402
 
-from deploy.operations.containerd import ConfigError, ConfigFile, merge_containerd_config, plan_wiring  # noqa: E402
+from deploy.containerd.cri import merge_containerd_config  # noqa: E402
+from deploy.containerd.layout import ConfigError  # noqa: E402
+from deploy.containerd.plan import ConfigFile, plan_wiring  # noqa: E402
 from deploy.operations.docker import (  # noqa: E402
     DaemonConfigError,
     merge_daemon_config,

@@ -40,7 +40,8 @@ from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 
 from deploy.facts.k8s import kubectl, with_stdin
-from deploy.facts.verify import CONTAINERD_SOCKET, decode_b64
+from deploy.containerd.flavours import PLAIN_SOCKET
+from deploy.facts.verify import decode_b64
 
 T = TypeVar("T")
 
@@ -104,7 +105,7 @@ def run(host, probe: type[Probe[T]], **arguments: Any) -> T:
 
 
 # ---------------------------------------------------------------------------------------------
-# The verification ladder's runs (deploy/tasks/verify.py)
+# The verification ladder's runs (deploy/operations/verification.py)
 
 CRICTL_SCRIPT = r"""
 d=$(mktemp -d /tmp/gpu-node-verify.XXXXXX) || { echo "step setup 1"; exit 0; }
@@ -183,7 +184,7 @@ class CrictlRun(Probe[dict]):
     """
 
     def command(self, uid, handler="nvidia", image=None, command=("nvidia-smi", "-L"), timeout=60,
-                systemd_cgroup=True, socket=CONTAINERD_SOCKET):
+                systemd_cgroup=True, socket=PLAIN_SOCKET):
         script = (
             CRICTL_SCRIPT.replace("__SOCKET__", socket)
             .replace("__HANDLER__", shlex.quote(handler))
@@ -220,7 +221,7 @@ class ContainerRun(Probe[dict]):
         {"exit_code": 0, "output": "GPU 0: ..."}
     """
 
-    def command(self, tool, image, container_name, command=("nvidia-smi",), ctr="ctr", socket=CONTAINERD_SOCKET):
+    def command(self, tool, image, container_name, command=("nvidia-smi",), ctr="ctr", socket=PLAIN_SOCKET):
         args = [QuoteString(part) for part in command]
         if tool == "ctr":
             run = StringCommand(QuoteString(ctr), "--address", QuoteString(socket), "run --rm --gpus 0",

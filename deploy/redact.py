@@ -17,7 +17,7 @@ from typing import Callable
 import tomlkit
 from tomlkit.items import AoT, Array, InlineTable, Item, Table
 
-from deploy import toml_roundtrip
+from deploy.containerd import layout
 
 MASK = "***"
 # A key whose name holds one of these words is a credential, and so is everything under it:
@@ -68,7 +68,7 @@ def _mask_toml_body(body: list, secret: bool) -> None:
 
 def mask_toml(text: str) -> str:
     """``text`` with every credential value replaced by ``"***"``; comments and layout kept."""
-    document = toml_roundtrip.parse(text)
+    document = layout.parse(text)
     _mask_toml_body(document.body, False)
     return document.as_string()
 

@@ -428,10 +428,17 @@ class Settings(RuntimeSettings, PackageSettings, HostSafetySettings, VerifySetti
     def wires(self, runtime: str) -> bool:
         return runtime in self.container_runtimes
 
-    def runtime_wiring(self, enable_cdi: bool) -> RuntimeWiring:
-        return RuntimeWiring(
-            make_default=self.nvidia_runtime_default, systemd_cgroup=self.systemd_cgroup, enable_cdi=enable_cdi
-        )
+    @property
+    def containerd_wiring(self) -> RuntimeWiring:
+        """What the runtimes stage wires into containerd, and verify expects there."""
+        return RuntimeWiring(make_default=self.nvidia_runtime_default, systemd_cgroup=self.systemd_cgroup,
+                             enable_cdi=self.containerd_enable_cdi)
+
+    @property
+    def docker_wiring(self) -> RuntimeWiring:
+        """What the runtimes stage wires into Docker's daemon.json, and verify expects there."""
+        return RuntimeWiring(make_default=self.nvidia_runtime_default, systemd_cgroup=self.systemd_cgroup,
+                             enable_cdi=self.docker_enable_cdi)
 
     def kube_node_name(self, host_name: str) -> str:
         return dict(self.kube_node_names).get(host_name, host_name)

@@ -17,7 +17,7 @@ from deploy.facts.combined import FactCall
 from deploy.facts.nvidia import PackagesAvailable
 from deploy.operations.drain import DrainTarget
 from deploy.settings import Settings
-from deploy.tasks import containerd, docker, driver, drain, kernel, toolkit, verify
+from deploy.tasks import containerd, docker, driver, drain, kernel, toolkit, verification
 from deploy.tasks.preflight import Findings, StageCheck
 
 
@@ -66,11 +66,11 @@ STAGES: tuple[Stage, ...] = (
           installs=True,
           apply=lambda s, found, target: containerd.containerd_runtime(
               s, found.platform.family, found.containerd, drain=target, pending_restarts=found.pending_restarts)),
-    Stage("docker", runs=lambda s: s.runs("runtimes") and s.wires("docker"), installs=True,
+    Stage("docker", runs=lambda s: s.runs("runtimes") and s.wires("docker"), reads=docker.reads, installs=True,
           apply=lambda s, found, target: docker.docker_runtime(
               s, found.platform.family, drain=target, pending_restarts=found.pending_restarts)),
     Stage("verify", runs=lambda s: s.runs("verify"), read_only=True,
-          apply=lambda s, found, target: verify.verify(s)),
+          apply=lambda s, found, target: verification.verify(s)),
     # After verify, which fails the host first when a step fails: the node then stays cordoned.
     # Without verify, after the restarted runtime came back active.
     Stage("uncordon", runs=lambda s: s.drain_before_restart,

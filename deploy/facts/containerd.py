@@ -1,4 +1,5 @@
-"""containerd facts: its version and config file, and which Kubernetes flavour owns it."""
+"""containerd facts: its version and config file, and which Kubernetes flavour owns it (the
+paths and units of deploy/containerd/flavours.py's table)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import re
 from pyinfra.api import FactBase, QuoteString, StringCommand
 from pyinfra.api.exceptions import FactProcessError
 
-from deploy.toml_roundtrip import tomllib
+from deploy.containerd.flavours import FLAVOUR_PATHS, FLAVOUR_UNITS, GENERATED_CONFIGS
+from deploy.containerd.layout import tomllib
 
 # Version strings seen in the field: Debian "1.6.20~ds1", Docker's containerd.io "1.7.21",
 # sid "2.1.9+unknown", k3s "v1.7.23-k3s2".
@@ -135,45 +137,16 @@ class ContainerdImports(FactBase):
         return files
 
 
-# Where each flavour keeps containerd's config, and the units that run it.
-K3S_CONTAINERD_DIR = "/var/lib/rancher/k3s/agent/etc/containerd"
-RKE2_CONTAINERD_DIR = "/var/lib/rancher/rke2/agent/etc/containerd"
-K0S_DROPIN_DIR = "/etc/k0s/containerd.d"
-MICROK8S_TEMPLATE = "/var/snap/microk8s/current/args/containerd-template.toml"
-
-FLAVOUR_PATHS = (
-    K3S_CONTAINERD_DIR,
-    f"{K3S_CONTAINERD_DIR}/config.toml",
-    f"{K3S_CONTAINERD_DIR}/config.toml.tmpl",
-    f"{K3S_CONTAINERD_DIR}/config-v3.toml.tmpl",
-    "/var/lib/rancher/k3s/data/current/bin/containerd",
-    "/usr/local/bin/k3s",
-    RKE2_CONTAINERD_DIR,
-    f"{RKE2_CONTAINERD_DIR}/config.toml",
-    f"{RKE2_CONTAINERD_DIR}/config.toml.tmpl",
-    f"{RKE2_CONTAINERD_DIR}/config-v3.toml.tmpl",
-    "/var/lib/rancher/rke2/bin/containerd",
-    "/usr/local/bin/rke2",
-    "/etc/k0s",
-    "/usr/local/bin/k0s",
-    "/var/lib/k0s/bin/containerd",
-    MICROK8S_TEMPLATE,
-    "/snap/bin/microk8s",
-)
-FLAVOUR_UNITS = (
-    "k3s", "k3s-agent", "rke2-server", "rke2-agent",
-    "k0sworker", "k0scontroller", "snap.microk8s.daemon-containerd", "containerd",
-)
 UNIT_DIRS = ("/etc/systemd/system", "/usr/local/lib/systemd/system", "/lib/systemd/system",
              "/usr/lib/systemd/system")
-GENERATED_CONFIGS = (f"{K3S_CONTAINERD_DIR}/config.toml", f"{RKE2_CONTAINERD_DIR}/config.toml")
 
 
 class ContainerdFlavour(FactBase):
     """
     Which paths of the Kubernetes distributions that bring their own containerd exist, which of
     their units are installed (and their state), and the ``version`` line of their generated
-    config. ``classify_flavour`` turns it into plain / k3s / rke2 / k0s / microk8s.
+    config. ``classify_flavour`` (deploy/containerd/flavours.py) turns it into plain / k3s / rke2 /
+    k0s / microk8s.
 
     .. code:: python
 
@@ -232,36 +205,3 @@ def generated_config_version(text: str) -> int | None:
     except tomllib.TOMLDecodeError:
         return None
     return version if isinstance(version, int) else None
-
-
-FLAVOURS = ("plain", "k3s", "rke2", "k0s", "microk8s")
-
-
-def classify_flavour(state: dict) -> dict:
-    """
-    The flavour that owns containerd on the node, and the unit that runs it.
-
-    .. code:: python
-
-        {"name": "k3s", "service": "k3s-agent"}
-    """
-    paths = set(state.get("paths", ()))
-    units = state.get("units", {})
-
-    def service(*candidates: str) -> str | None:
-        installed = [unit for unit in candidates if unit in units]
-        active = [unit for unit in installed if units[unit] == "active"]
-        return (active or installed or [None])[0]
-
-    if K3S_CONTAINERD_DIR in paths or "/usr/local/bin/k3s" in paths or service("k3s", "k3s-agent"):
-        return {"name": "k3s", "service": service("k3s", "k3s-agent") or "k3s"}
-    if RKE2_CONTAINERD_DIR in paths or "/usr/local/bin/rke2" in paths or service("rke2-server", "rke2-agent"):
-        return {"name": "rke2", "service": service("rke2-server", "rke2-agent") or "rke2-server"}
-    if MICROK8S_TEMPLATE in paths or "/snap/bin/microk8s" in paths:
-        return {"name": "microk8s", "service": "snap.microk8s.daemon-containerd"}
-    if {"/etc/k0s", "/usr/local/bin/k0s", "/var/lib/k0s/bin/containerd"} & paths or service(
-        "k0sworker", "k0scontroller"
-    ):
-        # k0s watches its drop-in directory and reloads containerd itself.
-        return {"name": "k0s", "service": None}
-    return {"name": "plain", "service": "containerd"}

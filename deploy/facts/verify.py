@@ -19,13 +19,13 @@ import shlex
 
 from pyinfra.api import FactBase
 
+from deploy.containerd.flavours import PLAIN_SOCKET
 from deploy.facts.containerd import parse_containerd_version
 from deploy.facts.nvidia import NODE_SCRIPT, HostState
 
 SMI_QUERY_FIELDS = ("index", "uuid", "name", "memory.total", "driver_version")
 SMI_QUERY = f"--query-gpu={','.join(SMI_QUERY_FIELDS)} --format=csv,noheader,nounits"
 KUBELET_CONFIG = "/var/lib/kubelet/config.yaml"
-CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
 # Values nvidia-smi prints instead of a value.
 SMI_MISSING = {"[n/a]", "n/a", "[not supported]", "not supported", "[unknown error]", "[insufficient permissions]", ""}
 
@@ -236,7 +236,7 @@ class VerifyState(FactBase):
     """
 
     def command(self, containerd_config, image, binaries=(), containerd_binary="containerd",
-                containerd_service="containerd", containerd_socket=CONTAINERD_SOCKET):
+                containerd_service="containerd", containerd_socket=PLAIN_SOCKET):
         # A flavour without a unit of its own for containerd (k0s) is up when its socket is.
         active = (f"systemctl is-active {shlex.quote(containerd_service)} 2>/dev/null" if containerd_service
                   else f"[ -S {shlex.quote(containerd_socket)} ] && echo active || echo inactive")

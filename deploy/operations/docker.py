@@ -23,6 +23,7 @@ from pyinfra.api import operation
 from pyinfra.api.command import PyinfraCommand
 
 from deploy import redact, templates
+from deploy.facts.combined import FactCall, read
 from deploy.facts.docker import DockerdFlag, DockerState, UnitParseError, parse_docker_unit
 from deploy.operations import safe_install
 from deploy.operations.failure import failing_command
@@ -329,6 +330,11 @@ def effective_problems(effective: dict[str, Effective], wiring: RuntimeWiring) -
     return problems
 
 
+def state_read(path: str, service: str = "docker") -> FactCall:
+    """What the wiring reads of Docker (the stage reads it ahead, and checks the install, with the same call)."""
+    return (DockerState, {"path": path, "service": service})
+
+
 @operation()
 def configure_nvidia_runtime(path: str, wiring: RuntimeWiring, service: str = "docker",
                              restart_timeout: int = 30, restart_pending: bool = False,
@@ -343,7 +349,7 @@ def configure_nvidia_runtime(path: str, wiring: RuntimeWiring, service: str = "d
     + restart_pending: an interrupted run installed this config without restarting ``service``
     + before_restart: commands run after the candidate's check, before the swap and restart (a drain)
     """
-    state = host.get_fact(DockerState, path=path, service=service)
+    state = read(host, state_read(path, service))
     if not state["dockerd"]:
         yield failing_command(
             "docker is in container_runtimes but dockerd is not installed: install Docker Engine, "

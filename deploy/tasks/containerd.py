@@ -2,90 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.operations import systemd
 
+from deploy.containerd.flavours import config_target
+from deploy.containerd.operation import configure_nvidia_runtime
+from deploy.containerd.plan import config_read, plan_node_wiring
 from deploy.distros import Family, add_repository, install_packages
 from deploy.facts.combined import FactCall
-from deploy.facts.containerd import (
-    K0S_DROPIN_DIR,
-    K3S_CONTAINERD_DIR,
-    MICROK8S_TEMPLATE,
-    RKE2_CONTAINERD_DIR,
-)
-from deploy.operations import containerd, failure
 from deploy.operations import drain as drain_ops
+from deploy.operations import failure
 from deploy.operations.drain import DrainTarget
 from deploy.settings import Settings
-
-K0S_DROPIN = f"{K0S_DROPIN_DIR}/gpu-node-nvidia.toml"
-# The config k0s generates (importing its drop-ins) and microk8s renders from its template.
-K0S_CONFIG = "/etc/k0s/containerd.toml"
-K0S_SOCKET = "/run/k0s/containerd.sock"
-MICROK8S_CONFIG = "/var/snap/microk8s/current/args/containerd.toml"
-MICROK8S_SOCKET = "/var/snap/microk8s/common/run/containerd.sock"
-# k0s merges the CRI section of a drop-in into the config it generates: start from an empty
-# version 2 file, never from a full default config (that would override k0s's own settings).
-K0S_DROPIN_BASE = (
-    "# The NVIDIA runtime for k0s's containerd, managed by gpu-node.\n"
-    "# k0s merges this CRI section into the containerd config it generates.\n"
-    "version = 2\n"
-)
-
-
-PLAIN_SOCKET = "/run/containerd/containerd.sock"
-RANCHER_SOCKET = "/run/k3s/containerd/containerd.sock"  # k3s and rke2 alike
-
-
-@dataclass(frozen=True)
-class ConfigTarget:
-    """Where the NVIDIA runtime goes for one flavour, and how the change is applied."""
-
-    path: str
-    service: str | None
-    binary: str = "containerd"
-    base_path: str | None = None
-    initial_text: str | None = None
-    validate_with_binary: bool = True
-    hint: str = ""
-    # What verify asks: the config containerd runs with (the file above, or the one the flavour
-    # generates from it) and the socket it serves.
-    running_config: str = ""
-    socket: str = PLAIN_SOCKET
-
-    @property
-    def config_in_effect(self) -> str:
-        return self.running_config or self.base_path or self.path
-
-
-def _rancher_target(directory: str, containerd_found: dict, binary: str, name: str) -> ConfigTarget:
-    """k3s / rke2 regenerate config.toml at every start: write their documented template instead."""
-    paths = set(containerd_found.get("paths", ()))
-    generated = f"{directory}/config.toml"
-    v3_template = f"{directory}/config-v3.toml.tmpl"
-    v2_template = f"{directory}/config.toml.tmpl"
-    if v3_template in paths:
-        template = v3_template
-    elif v2_template in paths:
-        template = v2_template
-    else:
-        version = containerd_found.get("generated_versions", {}).get(generated, 2)
-        template = v3_template if version >= 3 else v2_template
-    return ConfigTarget(
-        path=template,
-        service=containerd_found["flavour"]["service"],
-        binary=binary,
-        base_path=generated,
-        socket=RANCHER_SOCKET,
-        hint=(
-            f" {name} reads {template} as a Go template: if it uses template directives, add the "
-            f"nvidia runtime to it by hand (see {name}'s 'Configuring containerd' documentation) or "
-            "remove it so gpu-node can write it from the generated config.toml"
-        ),
-    )
 
 
 def reads(settings: Settings) -> list[FactCall]:
@@ -94,26 +23,7 @@ def reads(settings: Settings) -> list[FactCall]:
     config, as the wiring reads it (the flavours' own files, known only after preflight, are read
     by the operation).
     """
-    return [containerd.config_read(settings.containerd_config_path, None, "containerd")]
-
-
-def config_target(containerd_config_path: str, containerd_found: dict) -> ConfigTarget:
-    """The file to merge into, per flavour (``containerd_found``: preflight's ContainerdFlavour reading);
-    ``containerd_config_path`` is the setting, for a plain containerd."""
-    flavour = containerd_found["flavour"]["name"]
-    if flavour == "k3s":
-        return _rancher_target(K3S_CONTAINERD_DIR, containerd_found,
-                               "/var/lib/rancher/k3s/data/current/bin/containerd", "k3s")
-    if flavour == "rke2":
-        return _rancher_target(RKE2_CONTAINERD_DIR, containerd_found, "/var/lib/rancher/rke2/bin/containerd", "rke2")
-    if flavour == "k0s":
-        return ConfigTarget(path=K0S_DROPIN, service=None, binary="/var/lib/k0s/bin/containerd",
-                            initial_text=K0S_DROPIN_BASE, running_config=K0S_CONFIG, socket=K0S_SOCKET)
-    if flavour == "microk8s":
-        # The template holds ${SNAP}-style placeholders microk8s fills in: checked as TOML only.
-        return ConfigTarget(path=MICROK8S_TEMPLATE, service=containerd_found["flavour"]["service"],
-                            validate_with_binary=False, running_config=MICROK8S_CONFIG, socket=MICROK8S_SOCKET)
-    return ConfigTarget(path=containerd_config_path, service="containerd")
+    return [config_read(settings.containerd_config_path, None, "containerd")]
 
 
 def install_containerd(settings: Settings, family: Family) -> None:
@@ -147,14 +57,14 @@ def containerd_runtime(settings: Settings, family: Family, containerd_found: dic
         logger.info(f"{host.print_prefix}containerd belongs to {flavour}: wiring its own config")
 
     target = config_target(settings.containerd_config_path, containerd_found)
-    wiring = settings.runtime_wiring(enable_cdi=settings.containerd_enable_cdi)
+    wiring = settings.containerd_wiring
     restart_pending = bool(target.service) and (pending_restarts or {}).get(target.service) == target.path
-    plan = containerd.plan_node_wiring(target.path, wiring, target.binary, target.base_path, target.initial_text,
-                                       target.validate_with_binary, target.hint)
+    plan = plan_node_wiring(target.path, wiring, target.binary, target.base_path, target.initial_text,
+                            target.validate_with_binary, target.hint)
     if plan.in_place() and not restart_pending:
         # No operation for what is in place: a fleet's no-op pays pyinfra's per-operation cost per node.
         return
-    wired = containerd.configure_nvidia_runtime(
+    wired = configure_nvidia_runtime(
         name=f"Wire the nvidia runtime into {target.path}",
         path=target.path,
         wiring=wiring,

@@ -7,11 +7,16 @@ from pyinfra.api import deploy
 from pyinfra.operations import systemd
 
 from deploy.distros import Family, install_packages
-from deploy.facts.docker import DockerState
+from deploy.facts.combined import FactCall, read
 from deploy.operations import docker, failure
 from deploy.operations import drain as drain_ops
 from deploy.operations.drain import DrainTarget
 from deploy.settings import Settings
+
+
+def reads(settings: Settings) -> list[FactCall]:
+    """What this stage decides on, for preflight to read ahead: the same call the wiring makes."""
+    return [docker.state_read(settings.docker_daemon_config_path)]
 
 
 @deploy("Docker")
@@ -19,7 +24,7 @@ def docker_runtime(settings: Settings, family: Family, drain: DrainTarget | None
                    pending_restarts: dict | None = None):
     # Installing Docker Engine is the site's business; docker_install=true takes the distribution's
     # own package (Debian/Ubuntu docker.io, Fedora moby-engine, ...), never Docker's repository.
-    installed = host.get_fact(DockerState, path=settings.docker_daemon_config_path, service="docker")["dockerd"]
+    installed = read(host, docker.state_read(settings.docker_daemon_config_path))["dockerd"]
     if not installed:
         if not settings.docker_install:
             failure.fail(
@@ -43,7 +48,7 @@ def docker_runtime(settings: Settings, family: Family, drain: DrainTarget | None
     wired = docker.configure_nvidia_runtime(
         name=f"Wire the nvidia runtime into {settings.docker_daemon_config_path}",
         path=settings.docker_daemon_config_path,
-        wiring=settings.runtime_wiring(enable_cdi=settings.docker_enable_cdi),
+        wiring=settings.docker_wiring,
         restart_timeout=settings.service_restart_timeout,
         restart_pending=(pending_restarts or {}).get("docker") == settings.docker_daemon_config_path,
         before_restart=drain_ops.before_restart(drain),

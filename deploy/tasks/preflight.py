@@ -9,9 +9,10 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.facts.server import Arch, LinuxDistribution
 
+from deploy.containerd.flavours import classify_flavour
 from deploy.distros import Platform, detect_platform
 from deploy.facts.combined import read_facts
-from deploy.facts.containerd import ContainerdFlavour, classify_flavour
+from deploy.facts.containerd import ContainerdFlavour
 from deploy.facts.nvidia import HostState
 from deploy.facts.recovery import PackageManagerState, PendingRestarts
 from deploy.operations import packages as package_ops

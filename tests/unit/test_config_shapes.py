@@ -42,8 +42,9 @@ from config_checks import (
 from containerd_releases import READERS, config_dump, dockerd, dockerd_validate, release
 from plan import run_plan, settings_for
 
+from deploy.containerd.cri import merge_containerd_config
+from deploy.containerd.plan import ConfigFile, plan_wiring
 from deploy.distros import detect_platform
-from deploy.operations.containerd import ConfigFile, merge_containerd_config, plan_wiring
 from deploy.operations.docker import parse_daemon_json
 from deploy.settings import RuntimeWiring
 from deploy.tasks.containerd import containerd_runtime

@@ -8,14 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from deploy.facts.containerd import (
-    ContainerdConfig,
-    ContainerdFlavour,
-    classify_flavour,
-    parse_containerd_version,
-)
+from deploy.containerd.flavours import K0S_DROPIN_BASE, classify_flavour, config_target
+from deploy.facts.containerd import ContainerdConfig, ContainerdFlavour, parse_containerd_version
 from deploy.settings import parse_settings
-from deploy.tasks.containerd import K0S_DROPIN_BASE, config_target
 
 FLAVOURS = Path(__file__).resolve().parents[1] / "fixtures" / "containerd" / "flavours"
 EXPECTED = json.loads((FLAVOURS / "expected.json").read_text())

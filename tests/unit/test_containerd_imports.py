@@ -14,13 +14,10 @@ import pytest
 from containerd_releases import config_dump, release
 from corpus import corpus_file, read_text
 
-from deploy.operations.containerd import (
-    ConfigError,
-    ConfigFile,
-    RuntimeWiring,
-    effective_problems,
-    plan_wiring,
-)
+from deploy.containerd.cri import effective_problems
+from deploy.containerd.layout import ConfigError
+from deploy.containerd.plan import ConfigFile, plan_wiring
+from deploy.settings import RuntimeWiring
 
 MAIN, DROP_IN = "/etc/containerd/config.toml", "/etc/containerd/conf.d/99-nvidia.toml"
 

@@ -11,13 +11,10 @@ import pytest
 import tomlkit
 from harness import sid_containerd_deb
 
-from deploy.operations.containerd import (
-    CRI_RUNTIME_PLUGIN,
-    ConfigError,
-    RuntimeWiring,
-    default_config_text,
-    merge_containerd_config,
-)
+from deploy.containerd.cri import CRI_RUNTIME_PLUGIN, merge_containerd_config
+from deploy.containerd.layout import ConfigError
+from deploy.containerd.plan import default_config_text
+from deploy.settings import RuntimeWiring
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "containerd"
 CASES = sorted(path.parent.name for path in (FIXTURES / "merge").glob("*/expected.toml"))

@@ -31,7 +31,9 @@ from config_checks import (
 from containerd_releases import READERS, config_dump, dockerd, dockerd_validate, release
 from corpus import containerd_configs, corpus_folder, docker_configs, file_params, read_text, sources
 
-from deploy.operations.containerd import ConfigError, ConfigFile, merge_containerd_config, plan_wiring
+from deploy.containerd.cri import merge_containerd_config
+from deploy.containerd.layout import ConfigError
+from deploy.containerd.plan import ConfigFile, plan_wiring
 from deploy.operations.docker import (
     DaemonConfigError,
     merge_daemon_config,

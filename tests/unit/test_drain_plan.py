@@ -331,9 +331,11 @@ def test_restart_left_pending_by_an_interrupted_run_is_drained_for_too_no_real_c
 
 
 def test_docker_restart_is_drained_for_like_containerd_no_real_cluster(monkeypatch):
-    answers = gpu_responses()
-    answers = {"command -v dockerd": "dockerd /usr/sbin/dockerd\nversion Docker version 26.1.5, build x\nvalidate",
-               **answers}
+    # Docker's own read (its command starts with the dockerd lookup): preflight's one command, which
+    # reads Docker ahead too, keeps the node's answer.
+    answers = {re.compile(r"^bin=\$\(command -v dockerd"):
+               "dockerd /usr/sbin/dockerd\nversion Docker version 26.1.5, build x\nvalidate",
+               **gpu_responses()}
     cluster = StandInCluster()
     run = run_gpu_node(monkeypatch, cluster, data={"container_runtimes": "docker"}, gpu_answers=answers)
     assert run.error is None and not run.failed, run.error

@@ -12,8 +12,9 @@ from plan import run_plan, settings_for
 from pyinfra.api import config as pyinfra_config
 
 from deploy import redact
+from deploy.containerd.cri import merge_containerd_config, parse_config
+from deploy.containerd.layout import ConfigError
 from deploy.distros import detect_platform
-from deploy.operations.containerd import ConfigError, merge_containerd_config, parse_config
 from deploy.operations.docker import DaemonConfigError, parse_daemon_json
 from deploy.settings import RuntimeWiring
 from deploy.tasks.containerd import containerd_runtime

@@ -26,7 +26,7 @@ from pyinfra.api.exceptions import PyinfraError
 from deploy.facts.verify import VerifyState
 from deploy.probes import CrictlRun
 from deploy.report import FAIL, PASS, SKIP
-from deploy.tasks.verify import verify
+from deploy.tasks.verification import verify
 
 
 # The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
@@ -511,7 +511,7 @@ def test_each_real_containerds_dump_of_the_wired_config_passes_runtime_binary_an
     by that parsed path, so runtime_binary passes on every version, and fails when it is gone."""
     from containerd_releases import config_dump, release
 
-    from deploy.operations.containerd import merge_containerd_config
+    from deploy.containerd.cri import merge_containerd_config
     from deploy.settings import RuntimeWiring
 
     containerd = release(suite)

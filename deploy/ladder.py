@@ -1,38 +1,27 @@
 """
-Stage 6 (read-only): the verification ladder. Each step passes, fails or is skipped with a
-one-line reason; no step stops the others. The operation yields no command when every step
-holds (pyinfra reports "No changes"), so a re-run of the whole deploy stays change-free; a
-failing step makes the host fail after its report line is printed.
-
-The facts are read and the probes run (deploy/probes.py: containers started through crictl, ctr
-and docker) inside the operation at execution time, after the earlier stages ran.
+The verification ladder, pure: from what verify read on a node (deploy/facts/verify.py), what it
+compares against (``VerifyOptions``, from the settings) and the results of the runs it did
+(deploy/probes.py), every step with its status and one-line reason. No host, no commands: the
+operation in deploy/operations/verification.py reads, runs and records.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import uuid
 from dataclasses import dataclass
 
 import yaml
 from packaging.version import InvalidVersion, Version
-from pyinfra import host, logger
-from pyinfra.api import deploy, operation
 
-from deploy import probes, redact
-from deploy.facts.combined import known_fact
-from deploy.facts.containerd import ContainerdFlavour, classify_flavour
-from deploy.facts.verify import KUBELET_CONFIG, Executables, VerifyState, explain_smi_failure
-from deploy.operations.containerd import dump_cri_plugin, effective_problems
-from deploy.operations.failure import failing_command
-from deploy.toml_roundtrip import tomllib
-from deploy.report import FAIL, PASS, SKIP, NodeRecord, Step, verify_report_store
-from deploy.settings import MIN_DRIVER_VERSION, NVIDIA_CONTAINER_RUNTIME, RuntimeWiring, Settings
-from deploy.tasks.containerd import ConfigTarget, config_target
+from deploy import redact
+from deploy.facts.verify import KUBELET_CONFIG, explain_smi_failure
+from deploy.containerd.cri import dump_cri_plugin, effective_problems
+from deploy.containerd.layout import tomllib
+from deploy.report import FAIL, PASS, SKIP, NodeRecord, Step
+from deploy.settings import MIN_DRIVER_VERSION, RuntimeWiring, Settings
 
 NO_GPU = "no NVIDIA GPU"
-PLAIN = {"flavour": {"name": "plain", "service": "containerd"}}
 HANDLER = "nvidia"
 
 
@@ -43,12 +32,11 @@ class VerifyOptions:
 
     require_gpu: bool
     runtimes: tuple[str, ...]
-    nvidia_runtime_default: bool
-    systemd_cgroup: bool
+    # what the runtimes stage wires into containerd (Settings.containerd_wiring)
+    wiring: RuntimeWiring
     containerd_config_path: str
     image: str
     toolkit_expected: bool
-    runtime_binary: str = NVIDIA_CONTAINER_RUNTIME
     min_driver: str = MIN_DRIVER_VERSION
 
     @classmethod
@@ -56,8 +44,7 @@ class VerifyOptions:
         return cls(
             require_gpu=settings.require_gpu,
             runtimes=settings.container_runtimes,
-            nvidia_runtime_default=settings.nvidia_runtime_default,
-            systemd_cgroup=settings.systemd_cgroup,
+            wiring=settings.containerd_wiring,
             containerd_config_path=settings.containerd_config_path,
             image=settings.verify_image,
             toolkit_expected=settings.nvidia_toolkit_install,
@@ -68,13 +55,13 @@ class VerifyOptions:
 # Reading the facts
 
 
-def gpus_on_pci(state: dict) -> list[dict]:
-    return state["node"]["gpus"]
+def gpus_on_pci(readout: dict) -> list[dict]:
+    return readout["node"]["gpus"]
 
 
-def gpu_usable(state: dict) -> bool:
+def gpu_usable(readout: dict) -> bool:
     """A GPU is there and nvidia-smi talks to it: the runs with --gpus make sense."""
-    return bool(gpus_on_pci(state)) and state["smi"]["exit_code"] == 0 and bool(state["smi"]["gpus"])
+    return bool(gpus_on_pci(readout)) and readout["smi"]["exit_code"] == 0 and bool(readout["smi"]["gpus"])
 
 
 def kernel_module_version(text: str | None) -> str | None:
@@ -82,9 +69,9 @@ def kernel_module_version(text: str | None) -> str | None:
     return match[1] if match else None
 
 
-def driver_version(state: dict) -> str | None:
-    versions = [gpu["driver_version"] for gpu in state["smi"]["gpus"] if gpu["driver_version"]]
-    return versions[0] if versions else kernel_module_version(state["kernel_module"])
+def driver_version(readout: dict) -> str | None:
+    versions = [gpu["driver_version"] for gpu in readout["smi"]["gpus"] if gpu["driver_version"]]
+    return versions[0] if versions else kernel_module_version(readout["kernel_module"])
 
 
 def parse_cri_runtimes(dump: str) -> dict:
@@ -100,28 +87,28 @@ def parse_cri_runtimes(dump: str) -> dict:
     }
 
 
-def read_cri(state: dict) -> tuple[dict | None, str | None]:
+def read_cri(readout: dict) -> tuple[dict | None, str | None]:
     """The one reading of ``containerd config dump``: (the CRI runtimes, None) or (None, why not)."""
-    dump = state["containerd"]["dump"]
-    if state["containerd"]["dump_exit_code"] == 0 and dump:
+    dump = readout["containerd"]["dump"]
+    if readout["containerd"]["dump_exit_code"] == 0 and dump:
         try:
             return parse_cri_runtimes(dump), None
         except Exception as error:  # a TOML error or an unexpected shape; the reason is what matters
             return None, f"cannot parse its output: {error}"
-    if state["containerd"]["path"]:
+    if readout["containerd"]["path"]:
         return None, _short(redact.daemon_output(dump or "no output"))
     return None, None
 
 
-def configured_binaries(state: dict, cri: dict | None) -> set[str]:
+def configured_binaries(readout: dict, cri: dict | None) -> set[str]:
     """The nvidia runtime's binary as containerd's parsed dump and ``docker info`` name it."""
     binaries = set()
     if cri:
         binary = ((cri["runtimes"].get(HANDLER) or {}).get("options") or {}).get("BinaryName")
         if binary:
             binaries.add(binary)
-    if state["docker"]["runtimes"].get(HANDLER):
-        binaries.add(state["docker"]["runtimes"][HANDLER])
+    if readout["docker"]["runtimes"].get(HANDLER):
+        binaries.add(readout["docker"]["runtimes"][HANDLER])
     return binaries
 
 
@@ -135,9 +122,9 @@ def kubelet_cgroup_driver(text: str) -> str:
 # The ladder
 
 
-def gpu_steps(state: dict, options: VerifyOptions) -> list[Step]:
+def gpu_steps(readout: dict, options: VerifyOptions) -> list[Step]:
     steps = []
-    pci = gpus_on_pci(state)
+    pci = gpus_on_pci(readout)
     if pci:
         listed = ", ".join(f"{gpu['slot']} ({gpu['device']})" for gpu in pci)
         steps.append(Step("gpu_pci", PASS, f"{len(pci)} NVIDIA GPU(s) on the PCI bus: {listed}"))
@@ -146,7 +133,7 @@ def gpu_steps(state: dict, options: VerifyOptions) -> list[Step]:
     else:
         steps.append(Step("gpu_pci", SKIP, f"{NO_GPU} on the PCI bus"))
 
-    module = state["kernel_module"]
+    module = readout["kernel_module"]
     if module:
         steps.append(Step("kernel_module", PASS, module))
     elif not pci:
@@ -158,7 +145,7 @@ def gpu_steps(state: dict, options: VerifyOptions) -> list[Step]:
             "driver install, or check dmesg for why nvidia did not load (Secure Boot signing?)",
         ))
 
-    smi = state["smi"]
+    smi = readout["smi"]
     if smi["path"] is None:
         status = FAIL if pci else SKIP
         steps.append(Step("nvidia_smi", status, ("" if pci else f"{NO_GPU}: ") + "nvidia-smi not installed"))
@@ -177,8 +164,8 @@ def gpu_steps(state: dict, options: VerifyOptions) -> list[Step]:
         else:
             steps.append(Step("nvidia_smi", SKIP, f"{NO_GPU} (nvidia-smi: {why})"))
 
-    version = driver_version(state)
-    loaded = kernel_module_version(state["kernel_module"])
+    version = driver_version(readout)
+    loaded = kernel_module_version(readout["kernel_module"])
     library = next((gpu["driver_version"] for gpu in smi["gpus"] if gpu["driver_version"]), None)
     if version is None:
         steps.append(Step("driver_version", FAIL if pci else SKIP,
@@ -196,19 +183,19 @@ def gpu_steps(state: dict, options: VerifyOptions) -> list[Step]:
     return steps
 
 
-def toolkit_steps(state: dict, options: VerifyOptions, cri: dict | None) -> list[Step]:
+def toolkit_steps(readout: dict, options: VerifyOptions, cri: dict | None) -> list[Step]:
     steps = []
-    if state["toolkit_version"]:
-        steps.append(Step("toolkit", PASS, f"NVIDIA container toolkit {state['toolkit_version']} (nvidia-ctk)"))
+    if readout["toolkit_version"]:
+        steps.append(Step("toolkit", PASS, f"NVIDIA container toolkit {readout['toolkit_version']} (nvidia-ctk)"))
     else:
         steps.append(Step("toolkit", FAIL if options.toolkit_expected else SKIP,
                           "nvidia-ctk not found: the NVIDIA container toolkit is not installed"))
 
     # The paths the runtimes are configured with; the toolkit's own path when none is wired yet.
-    wanted = configured_binaries(state, cri)
-    executables = state["executables"]
+    wanted = configured_binaries(readout, cri)
+    executables = readout["executables"]
     if not wanted:
-        present = state["runtime_path"]
+        present = readout["runtime_path"]
         steps.append(Step("runtime_binary", PASS if present else FAIL,
                           f"{present} (no runtime points to it yet)" if present
                           else "nvidia-container-runtime not found on the PATH"))
@@ -231,8 +218,8 @@ def _imports_note(cri: dict, options: VerifyOptions) -> str:
             f"overrides {options.containerd_config_path})")
 
 
-def containerd_steps(state: dict, options: VerifyOptions, cri: dict | None, cri_error: str | None) -> list[Step]:
-    ctrd = state["containerd"]
+def containerd_steps(readout: dict, options: VerifyOptions, cri: dict | None, cri_error: str | None) -> list[Step]:
+    ctrd = readout["containerd"]
     if "containerd" not in options.runtimes:
         return [Step("containerd_config", SKIP, "containerd is not in container_runtimes")]
     if not ctrd["path"]:
@@ -240,9 +227,7 @@ def containerd_steps(state: dict, options: VerifyOptions, cri: dict | None, cri_
     if cri is None:
         return [Step("containerd_config", FAIL, f"`containerd config dump` failed: {cri_error}")]
     nvidia = cri["runtimes"].get(HANDLER)
-    where, problems = effective_problems(ctrd["dump"], RuntimeWiring(
-        binary=options.runtime_binary, make_default=options.nvidia_runtime_default,
-        systemd_cgroup=options.systemd_cgroup))
+    where, problems = effective_problems(ctrd["dump"], options.wiring)
     if not nvidia:
         return [Step("containerd_config", FAIL,
                      f"no {where}.runtimes.{HANDLER} in `containerd config dump` ({options.containerd_config_path})"
@@ -259,11 +244,11 @@ def containerd_steps(state: dict, options: VerifyOptions, cri: dict | None, cri_
                  f"SystemdCgroup={str(bool(opts.get('SystemdCgroup'))).lower()}, default runtime {default}")]
 
 
-def cgroup_steps(state: dict, options: VerifyOptions, cri: dict | None) -> list[Step]:
-    if state["kubelet_config"] is None:
+def cgroup_steps(readout: dict, options: VerifyOptions, cri: dict | None) -> list[Step]:
+    if readout["kubelet_config"] is None:
         return [Step("cgroup_driver", SKIP, f"no {KUBELET_CONFIG} (the kubelet is not configured yet)")]
     try:
-        driver = kubelet_cgroup_driver(state["kubelet_config"])
+        driver = kubelet_cgroup_driver(readout["kubelet_config"])
     except yaml.YAMLError as error:
         return [Step("cgroup_driver", FAIL, f"cannot parse {KUBELET_CONFIG}: {str(error).splitlines()[0]}")]
     kubelet_systemd = driver == "systemd"
@@ -286,18 +271,18 @@ def cgroup_steps(state: dict, options: VerifyOptions, cri: dict | None) -> list[
                  f"kubelet cgroupDriver: {driver} matches SystemdCgroup = {str(kubelet_systemd).lower()}")]
 
 
-def planned_runs(state: dict, options: VerifyOptions) -> dict[str, str | None]:
+def planned_runs(readout: dict, options: VerifyOptions) -> dict[str, str | None]:
     """Which runs to do: name -> None (run it) or the reason it is skipped."""
-    ctrd, docker = state["containerd"], state["docker"]
-    gpu = gpu_usable(state)
-    no_gpu = NO_GPU if not gpus_on_pci(state) else "the GPU is not usable (see nvidia_smi)"
+    ctrd, docker = readout["containerd"], readout["docker"]
+    gpu = gpu_usable(readout)
+    no_gpu = NO_GPU if not gpus_on_pci(readout) else "the GPU is not usable (see nvidia_smi)"
     plan: dict[str, str | None] = {}
     if "containerd" not in options.runtimes:
         plan["cri_handler"] = plan["ctr_run"] = "containerd is not in container_runtimes"
     elif not ctrd["path"] or ctrd["active"] != "active":
         plan["cri_handler"] = plan["ctr_run"] = "containerd is not running"
     else:
-        plan["cri_handler"] = None if state["crictl_path"] else (
+        plan["cri_handler"] = None if readout["crictl_path"] else (
             "crictl not installed: the CRI runtime handler 'nvidia' (the kubelet's path) was not exercised; "
             "install cri-tools to check it"
         )
@@ -381,10 +366,10 @@ def cri_step(result: dict, gpu: bool, image: str) -> Step:
         if result.get(name, {}).get("exit_code", 1) != 0:
             output = crictl_message(result.get(name, {}).get("output", ""))
             return Step("cri_handler", FAIL, f"crictl {name} failed: {_short(output, 300)}")
-    state = result.get("state", {}).get("output", "")
+    container_state = result.get("state", {}).get("output", "")
     logs = without_crictl_warnings(result.get("logs", {}).get("output", ""))
-    if state.strip() != "CONTAINER_EXITED 0":
-        return Step("cri_handler", FAIL, f"nvidia-smi -L in the sandbox: {state or 'no state'}: {_short(logs)}")
+    if container_state.strip() != "CONTAINER_EXITED 0":
+        return Step("cri_handler", FAIL, f"nvidia-smi -L in the sandbox: {container_state or 'no state'}: {_short(logs)}")
     return Step("cri_handler", FAIL if cleanup else PASS, f"{sandbox}; nvidia-smi -L: {_short(logs, 120)}{note}")
 
 
@@ -394,10 +379,10 @@ def run_step(name: str, result: dict, what: str) -> Step:
     return Step(name, FAIL, f"{what} exited {result['exit_code']}: {_short(result['output'])}")
 
 
-def docker_steps(state: dict, options: VerifyOptions) -> list[Step]:
+def docker_steps(readout: dict, options: VerifyOptions) -> list[Step]:
     if "docker" not in options.runtimes:
         return [Step("docker_config", SKIP, "docker is not in container_runtimes")]
-    docker = state["docker"]
+    docker = readout["docker"]
     if not docker["path"]:
         return [Step("docker_config", FAIL, "Docker is not installed")]
     if docker["info_exit_code"] != 0 or docker.get("info_error"):
@@ -406,9 +391,9 @@ def docker_steps(state: dict, options: VerifyOptions) -> list[Step]:
     path = docker["runtimes"].get(HANDLER)
     if not path:
         problems.append("no 'nvidia' runtime in docker info")
-    if options.nvidia_runtime_default and docker["default_runtime"] != HANDLER:
+    if options.wiring.make_default and docker["default_runtime"] != HANDLER:
         problems.append(f"default runtime is {docker['default_runtime']!r}, not 'nvidia'")
-    if options.systemd_cgroup and docker["cgroup_driver"] != "systemd":
+    if options.wiring.systemd_cgroup and docker["cgroup_driver"] != "systemd":
         problems.append(f"cgroup driver is {docker['cgroup_driver']!r}, not 'systemd' (systemd_cgroup=true)")
     if problems:
         return [Step("docker_config", FAIL, "; ".join(problems))]
@@ -417,16 +402,16 @@ def docker_steps(state: dict, options: VerifyOptions) -> list[Step]:
                  f"cgroup driver {docker['cgroup_driver']}")]
 
 
-def ladder(state: dict, options: VerifyOptions, runs: dict[str, dict],
+def ladder(readout: dict, options: VerifyOptions, runs: dict[str, dict],
            cri: dict | None, cri_error: str | None) -> list[Step]:
     """Every step, in order, from the facts, containerd's parsed dump (``read_cri``) and the results
     of the runs that were done."""
-    steps = gpu_steps(state, options)
-    steps += toolkit_steps(state, options, cri)
-    steps += containerd_steps(state, options, cri, cri_error)
-    steps += cgroup_steps(state, options, cri)
-    plan = planned_runs(state, options)
-    gpu = gpu_usable(state)
+    steps = gpu_steps(readout, options)
+    steps += toolkit_steps(readout, options, cri)
+    steps += containerd_steps(readout, options, cri, cri_error)
+    steps += cgroup_steps(readout, options, cri)
+    plan = planned_runs(readout, options)
+    gpu = gpu_usable(readout)
     if plan["cri_handler"] is not None:
         steps.append(Step("cri_handler", SKIP, plan["cri_handler"]))
     else:
@@ -435,7 +420,7 @@ def ladder(state: dict, options: VerifyOptions, runs: dict[str, dict],
         steps.append(Step("ctr_run", SKIP, plan["ctr_run"]))
     else:
         steps.append(run_step("ctr_run", runs["ctr_run"], "ctr run --gpus 0 nvidia-smi"))
-    steps += docker_steps(state, options)
+    steps += docker_steps(readout, options)
     if plan["docker_run"] is not None:
         steps.append(Step("docker_run", SKIP, plan["docker_run"]))
     else:
@@ -443,97 +428,22 @@ def ladder(state: dict, options: VerifyOptions, runs: dict[str, dict],
     return steps
 
 
-def node_record(name: str, state: dict, options: VerifyOptions, steps: list[Step]) -> NodeRecord:
-    smi_gpus = state["smi"]["gpus"]
+def node_record(name: str, readout: dict, options: VerifyOptions, steps: list[Step]) -> NodeRecord:
+    smi_gpus = readout["smi"]["gpus"]
     if smi_gpus:
         gpus = [f"{gpu['name'] or '?'} ({gpu['uuid'] or 'no UUID'})" for gpu in smi_gpus]
     else:
-        gpus = [f"{gpu['slot']} 10de:{gpu['device'].removeprefix('0x')}" for gpu in gpus_on_pci(state)]
+        gpus = [f"{gpu['slot']} 10de:{gpu['device'].removeprefix('0x')}" for gpu in gpus_on_pci(readout)]
     runtime = []
-    if "containerd" in options.runtimes and state["containerd"]["path"]:
-        runtime.append(f"containerd {state['containerd']['version'] or '?'}")
-    if "docker" in options.runtimes and state["docker"]["path"]:
-        runtime.append(f"docker (default {state['docker']['default_runtime'] or '?'})")
+    if "containerd" in options.runtimes and readout["containerd"]["path"]:
+        runtime.append(f"containerd {readout['containerd']['version'] or '?'}")
+    if "docker" in options.runtimes and readout["docker"]["path"]:
+        runtime.append(f"docker (default {readout['docker']['default_runtime'] or '?'})")
     return NodeRecord(
         host=name,
         gpus=gpus,
-        driver=driver_version(state),
-        toolkit=state["toolkit_version"],
+        driver=driver_version(readout),
+        toolkit=readout["toolkit_version"],
         runtime=", ".join(runtime) or None,
         steps=steps,
-    )
-
-
-# ----------------------------------------------------------------------------------------------
-# The operation
-
-
-def containerd_in_effect(options: VerifyOptions) -> ConfigTarget:
-    """The containerd the node's flavour runs (plain, k3s, rke2, k0s, microk8s): its binary, unit,
-    socket and the config it runs with. Preflight's reading when nothing changed since, else read."""
-    if "containerd" not in options.runtimes:
-        return config_target(options.containerd_config_path, PLAIN)
-    found = known_fact(host, ContainerdFlavour)
-    return config_target(options.containerd_config_path, {**found, "flavour": classify_flavour(found)})
-
-
-@operation()
-def check_node(options: VerifyOptions, report_path: str):
-    """
-    Run the ladder on this host, record it for the report, and change nothing: no command is
-    yielded unless a step failed, and then only one that fails the host.
-    """
-    if not probes.executing(host):
-        # Preparing (a dry run, or the change detection before a confirmation): facts now would
-        # predate the earlier stages, and the probes must run once. The ladder runs at execution.
-        host.noop("verification runs when the deploy executes")
-        return
-
-    containerd = containerd_in_effect(options)
-    state = host.get_fact(VerifyState, containerd_config=containerd.config_in_effect, image=options.image,
-                          binaries=(options.runtime_binary,), containerd_binary=containerd.binary,
-                          containerd_service=containerd.service, containerd_socket=containerd.socket)
-    cri, cri_error = read_cri(state)
-    # The runtimes may name another binary than the one the settings wire: check it too (a second
-    # read, only then), by the path the parsed configs give.
-    unchecked = configured_binaries(state, cri) - state["executables"].keys()
-    if unchecked:
-        state["executables"].update(host.get_fact(Executables, paths=tuple(sorted(unchecked))))
-    plan = planned_runs(state, options)
-    runs: dict[str, dict] = {}
-    token = uuid.uuid4().hex[:12]
-    if plan["cri_handler"] is None:
-        runs["cri_handler"] = probes.run(
-            host, probes.CrictlRun, uid=token, handler=HANDLER, image=options.image if gpu_usable(state) else None,
-            systemd_cgroup=options.systemd_cgroup, socket=containerd.socket,
-        )
-    if plan["ctr_run"] is None:
-        runs["ctr_run"] = probes.run(host, probes.ContainerRun, tool="ctr", image=options.image,
-                                     container_name=f"gpu-node-verify-{token}",
-                                     ctr=state["containerd"]["ctr_path"] or "ctr", socket=containerd.socket)
-    if plan["docker_run"] is None:
-        runs["docker_run"] = probes.run(
-            host, probes.ContainerRun, tool="docker", image=options.image, container_name=f"gpu-node-verify-{token}"
-        )
-
-    record = node_record(host.name, state, options, ladder(state, options, runs, cri, cri_error))
-    store = verify_report_store(host.state)
-    store.verify_ops.add(host.current_op_hash)  # the table prints when this operation ends
-    store.add(report_path, record)
-    counts = {status: sum(step.status == status for step in record.steps) for status in (PASS, FAIL, SKIP)}
-    summary = f"verified: {counts[PASS]} pass, {counts[FAIL]} fail, {counts[SKIP]} skip"
-    host.noop(summary)
-    for step in record.failed:
-        logger.warning(f"{host.print_prefix}verify {step.name}: fail: {step.reason}")
-    if record.failed:
-        names = ", ".join(step.name for step in record.failed)
-        yield failing_command(f"verification failed: {names}")
-
-
-@deploy("Verify")
-def verify(settings: Settings):
-    check_node(
-        name="Verify the node can run GPU containers (read-only)",
-        options=VerifyOptions.from_settings(settings),
-        report_path=settings.verify_report_path,
     )

@@ -1,0 +1,132 @@
+"""
+The operation that wires the NVIDIA runtime into containerd's config through the safe install,
+and the candidate check: the node's own containerd reads the new files before any is installed.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from io import BytesIO
+from typing import Sequence
+
+import tomlkit
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
+from pyinfra.api.command import FileUploadCommand, PyinfraCommand
+
+from deploy import probes, redact
+from deploy.containerd.cri import effective_problems
+from deploy.containerd.layout import line_endings
+from deploy.containerd.plan import PlannedFile, plan_node_wiring
+from deploy.operations import safe_install
+from deploy.operations.failure import failing_command
+from deploy.settings import RuntimeWiring
+
+
+@operation()
+def configure_nvidia_runtime(
+    path: str,
+    wiring: RuntimeWiring,
+    service: str | None = "containerd",
+    containerd_binary: str = "containerd",
+    base_path: str | None = None,
+    initial_text: str | None = None,
+    validate_with_binary: bool = True,
+    restart_timeout: int = 30,
+    hint: str = "",
+    restart_pending: bool = False,
+    before_restart: Sequence[PyinfraCommand] = (),
+):
+    """
+    Merge the NVIDIA runtime into containerd's config at ``path`` and install it safely.
+
+    + path: the config file (or a k3s/rke2/microk8s template, a k0s drop-in)
+    + wiring: what to set (``RuntimeWiring``)
+    + service: the systemd unit to restart on change (None: the flavour reloads by itself)
+    + containerd_binary: checks the candidate with ``BINARY --config CANDIDATE config dump``
+    + base_path: where to start from when ``path`` is missing (e.g. k3s's generated config)
+    + initial_text: else start from this text (e.g. an empty k0s drop-in)
+    + validate_with_binary: false for templates containerd cannot read as they are
+    + restart_timeout: seconds the restarted service has to become active before rollback
+    + hint: added to a parse error (what to do about a file of this flavour)
+    + restart_pending: an interrupted run installed this config without restarting ``service``
+    + before_restart: commands run after the candidate's check, before the swap and restart (a drain)
+    """
+    plan = plan_node_wiring(path, wiring, containerd_binary, base_path, initial_text, validate_with_binary, hint)
+    if plan.refusal:
+        yield failing_command(plan.refusal)
+        return
+    state, source, planned, changed, holder = plan.state, plan.source, plan.planned, plan.changed, plan.holder
+    if not changed:
+        if plan.overridden:
+            yield failing_command(plan.overridden)
+            return
+        yield from safe_install.file_in_place(path, service, restart_pending, restart_timeout, before_restart,
+                                              f"{holder} already wires the nvidia runtime")
+        return
+
+    for file in changed:
+        for note in file.merged.notes:
+            host.log_styled(f"{file.path}: {note}", fg="yellow")
+        if file.current is None:
+            host.log_styled(f"{file.path} is missing: creating it from {source}", fg="yellow")
+        redact.log_masked_diff(host, file.path, file.current, file.merged.text, "toml")
+
+    # Without the binary (a microk8s template) the merge's own read-back is the check.
+    if validate_with_binary:
+        yield from _check_candidates(state["binary_path"] or containerd_binary, planned, changed, wiring, holder)
+    for file in changed:
+        last = file is changed[-1]
+        # One restart, after the last file: containerd reads them together.
+        yield from safe_install.install_file._inner(
+            path=file.path,
+            content=file.merged.text,
+            service=service if last else None,
+            restart_timeout=restart_timeout,
+            before_restart=before_restart if last else (),
+        )
+
+
+CHECK_SUFFIX = ".gpu-node-check"
+
+
+def _check_candidates(binary: str, planned: list[PlannedFile], changed: list[PlannedFile],
+                      wiring: RuntimeWiring, holder: str):
+    """
+    Ask the node's containerd what it would run with the new files, before any is installed:
+    copies beside the live files (relative imports resolve the same), the main one importing
+    the new versions of changed imported files in containerd's own order.
+    """
+    main = planned[0]
+    main_text = main.merged.text
+    if any(file is not main for file in changed):
+        imports = [file.path + CHECK_SUFFIX if file in changed else file.path for file in planned[1:]]
+        document = tomlkit.parse(line_endings(main_text)[0])
+        document["imports"] = imports
+        main_text = tomlkit.dumps(document)
+    copies = {main.path + CHECK_SUFFIX: main_text}
+    copies.update({file.path + CHECK_SUFFIX: file.merged.text for file in changed if file is not main})
+    for directory in dict.fromkeys(posixpath.dirname(copy) or "/" for copy in copies):
+        yield StringCommand("mkdir -p", QuoteString(directory))  # a missing config's folder, as the install does
+    for copy, text in copies.items():
+        yield FileUploadCommand(BytesIO(text.encode()), copy)
+    yield FunctionCommand(_run_candidate_check, (binary, main.path + CHECK_SUFFIX, list(copies), wiring,
+                                                 ", ".join(file.path for file in changed), holder), {})
+
+
+def _run_candidate_check(state, host, binary: str, config: str, copies: list[str], wiring: RuntimeWiring,
+                         changed: str, holder: str) -> bool:
+    command = StringCommand(QuoteString(binary), "--config", QuoteString(config), "config dump; status=$?; rm -f",
+                            *[QuoteString(copy) for copy in copies], "; exit $status")
+    # pyinfra hands a FunctionCommand no connector arguments: take the operation's (--sudo, _su_user...)
+    succeeded, output = host.run_shell_command(command, **probes.connector_arguments(host))
+    if not succeeded:
+        problem = f"{binary} config dump rejected the new version: {redact.daemon_output(output.stderr)}"
+    else:
+        where, problems = effective_problems(output.stdout, wiring)
+        if not problems:
+            return True
+        problem = (f"containerd would not run the nvidia wiring in {holder}: {where} would have "
+                   + "; ".join(problems))
+    host.log_styled(f"gpu-node: {changed} was not changed: {problem}", fg="red", log_func=logger.error)
+    return False

@@ -1,0 +1,149 @@
+"""
+Planning the wiring over containerd's main config and the files it imports (drop-ins): which file
+holds the CRI section containerd runs with, each file's merged text, and a node's plan read from
+its facts. Nothing here changes the node.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+
+from pyinfra import host
+
+from deploy import templates
+from deploy.containerd.cri import (
+    CRI_RUNTIME_PLUGIN,
+    Merged,
+    allow_cri,
+    check_version_fits,
+    config_version,
+    cri_plugin_for,
+    effective_problems,
+    merge_containerd_config,
+    parse_config,
+)
+from deploy.containerd.layout import ConfigError, line_endings
+from deploy.facts.combined import FactCall, known_fact, read
+from deploy.facts.containerd import ContainerdConfig, ContainerdImports
+from deploy.settings import RuntimeWiring
+
+
+@dataclass
+class ConfigFile:
+    path: str
+    text: str
+    source: str  # how messages name it
+
+
+@dataclass
+class PlannedFile:
+    path: str
+    current: str | None
+    merged: Merged
+
+
+def plan_wiring(files: list[ConfigFile], wiring: RuntimeWiring, major: int | None,
+                containerd_version: str | None = None) -> tuple[list[PlannedFile], str]:
+    """
+    Where the wiring takes effect, given the main config and the files it imports (in the
+    order containerd loads them), and each file's merged text; plus the path that holds it.
+
+    containerd before 2.1 replaces a plugin's section from an imported file as a whole, 2.1
+    merges it key by key: either way the last file holding the CRI section decides every key
+    the wiring sets once they are all in it. The others only lose a CRI in disabled_plugins.
+    """
+    sections = []
+    for index, config in enumerate(files):
+        document = parse_config(line_endings(config.text)[0], config.source)
+        version = config_version(document, config.source)
+        if index == 0 or document.get("version") is not None:
+            check_version_fits(version, major, containerd_version, config.source)
+        data = document.unwrap()
+        plugin = cri_plugin_for(data, version, major)
+        sections.append((plugin, plugin in (data.get("plugins") or {})))
+    target = max((index for index, (_, present) in enumerate(sections) if present), default=0)
+    planned = []
+    for index, config in enumerate(files):
+        if index == target:
+            merged = merge_containerd_config(config.text, wiring, source=config.source, plugin=sections[index][0])
+        else:
+            merged = allow_cri(config.text, config.source)
+        planned.append(PlannedFile(config.path, config.text, merged))
+    return planned, files[target].path
+
+
+def default_config_text(containerd_major: int | None) -> str:
+    """The fallback for a missing file when ``containerd config default`` is unavailable."""
+    version = 3 if (containerd_major or 1) >= 2 else 2
+    return templates.render("containerd-config.toml.j2", version=version, cri_plugin=CRI_RUNTIME_PLUGIN[version])
+
+
+@dataclass
+class NodeWiringPlan:
+    """What the runtimes stage would do on a node: the facts, each file's merged text, the verdict."""
+
+    state: dict
+    source: str
+    planned: list[PlannedFile] = field(default_factory=list)
+    changed: list[PlannedFile] = field(default_factory=list)
+    holder: str = ""
+    refusal: str = ""     # the files cannot be wired: why, in one line
+    overridden: str = ""  # the files say wired, containerd's own dump does not: why
+
+    def in_place(self) -> bool:
+        return not (self.refusal or self.changed or self.overridden)
+
+
+def config_read(path: str, base_path: str | None, binary: str) -> FactCall:
+    """What the wiring reads of containerd's config (a stage reads it ahead with the same call)."""
+    return (ContainerdConfig, {"path": path, "base_path": base_path, "binary": binary})
+
+
+def plan_node_wiring(path: str, wiring: RuntimeWiring, containerd_binary: str = "containerd",
+                     base_path: str | None = None, initial_text: str | None = None,
+                     validate_with_binary: bool = True, hint: str = "") -> NodeWiringPlan:
+    """Read the node (facts, read ahead where preflight did) and plan the wiring; nothing runs."""
+    state = read(host, config_read(path, base_path, containerd_binary))
+    current = state["config"]
+    if current is not None:
+        base, source = current, path
+    elif state["base_config"] is not None:
+        base, source = state["base_config"], base_path
+    elif initial_text is not None:
+        base, source = initial_text, "an empty drop-in"
+    elif state["default_config"] is not None:
+        base, source = state["default_config"], f"`{containerd_binary} config default`"
+    else:
+        base, source = default_config_text(state["major"]), "templates/containerd-config.toml.j2"
+    plan = NodeWiringPlan(state, source)
+    try:
+        files = [ConfigFile(path, base, source)] + imported_files(path, current, source)
+        plan.planned, plan.holder = plan_wiring(files, wiring, state["major"] if validate_with_binary else None,
+                                                state["version"])
+    except ConfigError as error:
+        plan.refusal = f"{error}; it was left as it is" + (f".{hint}" if hint and current is not None else "")
+        return plan
+    plan.planned[0].current = current
+    plan.changed = [file for file in plan.planned if file.current is None or file.merged.text != file.current]
+    if not plan.changed and validate_with_binary and state["dump"] is not None:
+        # The files say wired: containerd's own reading of them must say so too.
+        where, problems = effective_problems(state["dump"], wiring)
+        if problems:
+            plan.overridden = (
+                f"{plan.holder} holds the nvidia wiring, but `containerd config dump` of {path} shows {where} "
+                f"with {'; '.join(problems)}: another file containerd reads overrides it; nothing was changed")
+    return plan
+
+
+def imported_files(path: str, current: str | None, source: str) -> list[ConfigFile]:
+    """The files ``path`` imports, as the node has them (only a config already on the node imports)."""
+    if current is None:
+        return []
+    patterns = parse_config(line_endings(current)[0], source).get("imports") or []
+    if not isinstance(patterns, list) or not all(isinstance(pattern, str) for pattern in patterns):
+        raise ConfigError(f"{source}: imports is not a list of paths")
+    if not patterns:
+        return []
+    found = known_fact(host, ContainerdImports, directory=posixpath.dirname(path) or "/", patterns=list(patterns))
+    return [ConfigFile(file["path"], file["text"], file["path"]) for file in found if file["path"] != path]

@@ -1,0 +1,89 @@
+"""
+Stage 6's operation (read-only): verify the node. It reads the facts and runs the probes
+(deploy/probes.py: containers started through crictl, ctr and docker) at execution time, after the
+earlier stages ran, turns them into the ladder's steps (deploy/ladder.py) and records the node's
+report. It yields no command when every step holds (pyinfra reports "No changes"), so a re-run of
+the whole deploy stays change-free; a failing step makes the host fail after its report line.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from pyinfra import host, logger
+from pyinfra.api import operation
+
+from deploy import probes
+from deploy.facts.combined import known_fact
+from deploy.containerd.flavours import ConfigTarget, classify_flavour, config_target
+from deploy.facts.containerd import ContainerdFlavour
+from deploy.facts.verify import Executables, VerifyState
+from deploy.ladder import (
+    HANDLER, VerifyOptions, configured_binaries, gpu_usable, ladder, node_record, planned_runs, read_cri,
+)
+from deploy.operations.failure import failing_command
+from deploy.report import FAIL, PASS, SKIP, verify_report_store
+
+PLAIN = {"flavour": {"name": "plain", "service": "containerd"}}
+
+
+def containerd_in_effect(options: VerifyOptions) -> ConfigTarget:
+    """The containerd the node's flavour runs (plain, k3s, rke2, k0s, microk8s): its binary, unit,
+    socket and the config it runs with. Preflight's reading when nothing changed since, else read."""
+    if "containerd" not in options.runtimes:
+        return config_target(options.containerd_config_path, PLAIN)
+    found = known_fact(host, ContainerdFlavour)
+    return config_target(options.containerd_config_path, {**found, "flavour": classify_flavour(found)})
+
+
+@operation()
+def check_node(options: VerifyOptions, report_path: str):
+    """
+    Run the ladder on this host, record it for the report, and change nothing: no command is
+    yielded unless a step failed, and then only one that fails the host.
+    """
+    if not probes.executing(host):
+        # Preparing (a dry run, or the change detection before a confirmation): facts now would
+        # predate the earlier stages, and the probes must run once. The ladder runs at execution.
+        host.noop("verification runs when the deploy executes")
+        return
+
+    containerd = containerd_in_effect(options)
+    readout = host.get_fact(VerifyState, containerd_config=containerd.config_in_effect, image=options.image,
+                          binaries=(options.wiring.binary,), containerd_binary=containerd.binary,
+                          containerd_service=containerd.service, containerd_socket=containerd.socket)
+    cri, cri_error = read_cri(readout)
+    # The runtimes may name another binary than the one the settings wire: check it too (a second
+    # read, only then), by the path the parsed configs give.
+    unchecked = configured_binaries(readout, cri) - readout["executables"].keys()
+    if unchecked:
+        readout["executables"].update(host.get_fact(Executables, paths=tuple(sorted(unchecked))))
+    plan = planned_runs(readout, options)
+    runs: dict[str, dict] = {}
+    token = uuid.uuid4().hex[:12]
+    if plan["cri_handler"] is None:
+        runs["cri_handler"] = probes.run(
+            host, probes.CrictlRun, uid=token, handler=HANDLER, image=options.image if gpu_usable(readout) else None,
+            systemd_cgroup=options.wiring.systemd_cgroup, socket=containerd.socket,
+        )
+    if plan["ctr_run"] is None:
+        runs["ctr_run"] = probes.run(host, probes.ContainerRun, tool="ctr", image=options.image,
+                                     container_name=f"gpu-node-verify-{token}",
+                                     ctr=readout["containerd"]["ctr_path"] or "ctr", socket=containerd.socket)
+    if plan["docker_run"] is None:
+        runs["docker_run"] = probes.run(
+            host, probes.ContainerRun, tool="docker", image=options.image, container_name=f"gpu-node-verify-{token}"
+        )
+
+    record = node_record(host.name, readout, options, ladder(readout, options, runs, cri, cri_error))
+    store = verify_report_store(host.state)
+    store.verify_ops.add(host.current_op_hash)  # the table prints when this operation ends
+    store.add(report_path, record)
+    counts = {status: sum(step.status == status for step in record.steps) for status in (PASS, FAIL, SKIP)}
+    summary = f"verified: {counts[PASS]} pass, {counts[FAIL]} fail, {counts[SKIP]} skip"
+    host.noop(summary)
+    for step in record.failed:
+        logger.warning(f"{host.print_prefix}verify {step.name}: fail: {step.reason}")
+    if record.failed:
+        names = ", ".join(step.name for step in record.failed)
+        yield failing_command(f"verification failed: {names}")
