@@ -17,7 +17,7 @@ from pyinfra.api.command import FileUploadCommand, PyinfraCommand
 from deploy import probes, redact
 from deploy.containerd.cri import effective_problems
 from deploy.containerd.layout import line_endings
-from deploy.containerd.plan import PlannedFile, plan_node_wiring
+from deploy.containerd.plan import NodeWiringPlan, PlannedFile, still_current
 from deploy.operations import safe_install
 from deploy.operations.failure import failing_command
 from deploy.settings import RuntimeWiring
@@ -25,38 +25,28 @@ from deploy.settings import RuntimeWiring
 
 @operation()
 def configure_nvidia_runtime(
-    path: str,
-    wiring: RuntimeWiring,
-    service: str | None = "containerd",
-    containerd_binary: str = "containerd",
-    base_path: str | None = None,
-    initial_text: str | None = None,
-    validate_with_binary: bool = True,
+    plan: NodeWiringPlan,
     restart_timeout: int = 30,
-    hint: str = "",
     restart_pending: bool = False,
     before_restart: Sequence[PyinfraCommand] = (),
 ):
     """
-    Merge the NVIDIA runtime into containerd's config at ``path`` and install it safely.
+    Apply the stage's wiring plan (``plan_node_wiring``): the merged files installed safely, the
+    flavour's service restarted on change.
 
-    + path: the config file (or a k3s/rke2/microk8s template, a k0s drop-in)
-    + wiring: what to set (``RuntimeWiring``)
-    + service: the systemd unit to restart on change (None: the flavour reloads by itself)
-    + containerd_binary: checks the candidate with ``BINARY --config CANDIDATE config dump``
-    + base_path: where to start from when ``path`` is missing (e.g. k3s's generated config)
-    + initial_text: else start from this text (e.g. an empty k0s drop-in)
-    + validate_with_binary: false for templates containerd cannot read as they are
+    + plan: what to write where, made once by the stage (made again only if the host changed since:
+      an install before this operation, say)
     + restart_timeout: seconds the restarted service has to become active before rollback
-    + hint: added to a parse error (what to do about a file of this flavour)
-    + restart_pending: an interrupted run installed this config without restarting ``service``
+    + restart_pending: an interrupted run installed this config without restarting the service
     + before_restart: commands run after the candidate's check, before the swap and restart (a drain)
     """
-    plan = plan_node_wiring(path, wiring, containerd_binary, base_path, initial_text, validate_with_binary, hint)
+    plan = still_current(plan)
+    target, wiring = plan.target, plan.wiring
+    path, service = target.path, target.service
     if plan.refusal:
         yield failing_command(plan.refusal)
         return
-    state, source, planned, changed, holder = plan.state, plan.source, plan.planned, plan.changed, plan.holder
+    config_fact, source, planned, changed, holder = plan.config_fact, plan.source, plan.planned, plan.changed, plan.holder
     if not changed:
         if plan.overridden:
             yield failing_command(plan.overridden)
@@ -73,8 +63,8 @@ def configure_nvidia_runtime(
         redact.log_masked_diff(host, file.path, file.current, file.merged.text, "toml")
 
     # Without the binary (a microk8s template) the merge's own read-back is the check.
-    if validate_with_binary:
-        yield from _check_candidates(state["binary_path"] or containerd_binary, planned, changed, wiring, holder)
+    if target.validate_with_binary:
+        yield from _check_candidates(config_fact["binary_path"] or target.binary, planned, changed, wiring, holder)
     for file in changed:
         last = file is changed[-1]
         # One restart, after the last file: containerd reads them together.

@@ -24,7 +24,8 @@ from deploy.containerd.cri import (
     parse_config,
 )
 from deploy.containerd.layout import ConfigError, line_endings
-from deploy.facts.combined import FactCall, known_fact, read
+from deploy.containerd.flavours import ConfigTarget
+from deploy.facts.combined import FactCall, changes_so_far, known_fact, read
 from deploy.facts.containerd import ContainerdConfig, ContainerdImports
 from deploy.settings import RuntimeWiring
 
@@ -81,10 +82,14 @@ def default_config_text(containerd_major: int | None) -> str:
 
 @dataclass
 class NodeWiringPlan:
-    """What the runtimes stage would do on a node: the facts, each file's merged text, the verdict."""
+    """What the runtimes stage does on a node: the facts it was made from, each file's merged text,
+    the verdict. Made once; ``still_current`` makes it again only when the host changed since."""
 
-    state: dict
+    target: ConfigTarget
+    wiring: RuntimeWiring
+    config_fact: dict  # ContainerdConfig, as read
     source: str
+    changes: int  # the host's changes this run when the plan was made (changes_so_far)
     planned: list[PlannedFile] = field(default_factory=list)
     changed: list[PlannedFile] = field(default_factory=list)
     holder: str = ""
@@ -100,10 +105,11 @@ def config_read(path: str, base_path: str | None, binary: str) -> FactCall:
     return (ContainerdConfig, {"path": path, "base_path": base_path, "binary": binary})
 
 
-def plan_node_wiring(path: str, wiring: RuntimeWiring, containerd_binary: str = "containerd",
-                     base_path: str | None = None, initial_text: str | None = None,
-                     validate_with_binary: bool = True, hint: str = "") -> NodeWiringPlan:
+def plan_node_wiring(target: ConfigTarget, wiring: RuntimeWiring) -> NodeWiringPlan:
     """Read the node (facts, read ahead where preflight did) and plan the wiring; nothing runs."""
+    path, containerd_binary, base_path = target.path, target.binary, target.base_path
+    initial_text, validate_with_binary, hint = target.initial_text, target.validate_with_binary, target.hint
+    changes = changes_so_far(host)
     state = read(host, config_read(path, base_path, containerd_binary))
     current = state["config"]
     if current is not None:
@@ -116,7 +122,7 @@ def plan_node_wiring(path: str, wiring: RuntimeWiring, containerd_binary: str = 
         base, source = state["default_config"], f"`{containerd_binary} config default`"
     else:
         base, source = default_config_text(state["major"]), "templates/containerd-config.toml.j2"
-    plan = NodeWiringPlan(state, source)
+    plan = NodeWiringPlan(target, wiring, state, source, changes)
     try:
         files = [ConfigFile(path, base, source)] + imported_files(path, current, source)
         plan.planned, plan.holder = plan_wiring(files, wiring, state["major"] if validate_with_binary else None,
@@ -134,6 +140,14 @@ def plan_node_wiring(path: str, wiring: RuntimeWiring, containerd_binary: str = 
                 f"{plan.holder} holds the nvidia wiring, but `containerd config dump` of {path} shows {where} "
                 f"with {'; '.join(problems)}: another file containerd reads overrides it; nothing was changed")
     return plan
+
+
+def still_current(plan: NodeWiringPlan) -> NodeWiringPlan:
+    """``plan``, unless an operation changed the host since it was made (the operation's execution
+    after an install, say): then the plan made again from what the host holds now."""
+    if plan.changes == changes_so_far(host):
+        return plan
+    return plan_node_wiring(plan.target, plan.wiring)
 
 
 def imported_files(path: str, current: str | None, source: str) -> list[ConfigFile]:

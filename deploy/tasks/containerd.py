@@ -59,22 +59,15 @@ def containerd_runtime(settings: Settings, family: Family, containerd_found: dic
     target = config_target(settings.containerd_config_path, containerd_found)
     wiring = settings.containerd_wiring
     restart_pending = bool(target.service) and (pending_restarts or {}).get(target.service) == target.path
-    plan = plan_node_wiring(target.path, wiring, target.binary, target.base_path, target.initial_text,
-                            target.validate_with_binary, target.hint)
+    # Planned once: the operation applies this plan (and makes it again only if the host changed first).
+    plan = plan_node_wiring(target, wiring)
     if plan.in_place() and not restart_pending:
         # No operation for what is in place: a fleet's no-op pays pyinfra's per-operation cost per node.
         return
     wired = configure_nvidia_runtime(
         name=f"Wire the nvidia runtime into {target.path}",
-        path=target.path,
-        wiring=wiring,
-        service=target.service,
-        containerd_binary=target.binary,
-        base_path=target.base_path,
-        initial_text=target.initial_text,
-        validate_with_binary=target.validate_with_binary,
+        plan=plan,
         restart_timeout=settings.service_restart_timeout,
-        hint=target.hint,
         restart_pending=restart_pending,
         before_restart=drain_ops.before_restart(drain),
     )
