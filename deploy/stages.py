@@ -69,7 +69,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("docker", runs=lambda s: s.runs("runtimes") and s.wires("docker"), reads=docker.reads, installs=True,
           apply=lambda s, found, target: docker.docker_runtime(
               s, found.platform.family, drain=target, pending_restarts=found.pending_restarts)),
-    Stage("verify", runs=lambda s: s.runs("verify"), read_only=True,
+    Stage("verify", runs=lambda s: s.runs("verify"), reads=verification.reads, read_only=True,
           apply=lambda s, found, target: verification.verify(s)),
     # After verify, which fails the host first when a step fails: the node then stays cordoned.
     # Without verify, after the restarted runtime came back active.

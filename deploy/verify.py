@@ -15,10 +15,13 @@ from pyinfra import host  # noqa: E402
 
 from deploy.entry import gpu_node_settings  # noqa: E402
 from deploy.stages import read_only_stages  # noqa: E402
+from deploy.tasks.preflight import read_ahead  # noqa: E402
 
 # No preflight: its refusals (disk, headers) are about installing, and verification must
 # still report on a node that would not pass them.
 settings = gpu_node_settings(host)
 if settings is not None:
-    for stage in read_only_stages():
+    stages = read_only_stages()
+    read_ahead(settings, stages)
+    for stage in stages:
         stage.apply(settings, None, None)

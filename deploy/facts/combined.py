@@ -93,7 +93,13 @@ def read_facts(host, *facts: type[FactBase], read_ahead: tuple[FactCall, ...] | 
     The same command reads the ``read_ahead`` facts for ``known_fact``; the argument-less
     facts are kept for it too.
     """
-    calls = tuple((fact, dict(kwargs)) for fact, kwargs in read_ahead)
+    calls: list[FactCall] = []
+    for fact, kwargs in read_ahead:
+        # An argument-less fact read here anyway, or a call listed twice, is read once.
+        if (fact in facts and not kwargs) or (fact, dict(kwargs)) in calls:
+            continue
+        calls.append((fact, dict(kwargs)))
+    calls = tuple(calls)
     sections = split_sections(host.get_fact(CombinedOutput, facts=facts, calls=calls))
     values = {fact.__name__: _value(fact, sections.get(fact.__name__)) for fact in facts}
     known, changes = _known(host), changes_so_far(host)

@@ -14,7 +14,7 @@ from pyinfra import host, logger
 from pyinfra.api import operation
 
 from deploy import probes
-from deploy.facts.combined import known_fact
+from deploy.facts.combined import FactCall, known_fact, read
 from deploy.containerd.flavours import ConfigTarget, classify_flavour, config_target
 from deploy.facts.containerd import ContainerdFlavour
 from deploy.facts.verify import Executables, VerifyState
@@ -36,6 +36,20 @@ def containerd_in_effect(options: VerifyOptions) -> ConfigTarget:
     return config_target(options.containerd_config_path, {**found, "flavour": classify_flavour(found)})
 
 
+def ladder_read(options: VerifyOptions, containerd: ConfigTarget) -> FactCall:
+    """What the ladder reads of a node whose containerd is ``containerd`` (preflight reads it ahead
+    for a plain containerd with the same call)."""
+    return (VerifyState, {"containerd_config": containerd.config_in_effect, "image": options.image,
+                          "binaries": (options.wiring.binary,), "containerd_binary": containerd.binary,
+                          "containerd_service": containerd.service, "containerd_socket": containerd.socket})
+
+
+def reads(options: VerifyOptions) -> list[FactCall]:
+    """The reads preflight makes ahead for this operation: the flavour's, and the ladder's of a plain
+    containerd (a node of another flavour reads the ladder's again, for its own containerd)."""
+    return [(ContainerdFlavour, {}), ladder_read(options, config_target(options.containerd_config_path, PLAIN))]
+
+
 @operation()
 def check_node(options: VerifyOptions, report_path: str):
     """
@@ -49,15 +63,15 @@ def check_node(options: VerifyOptions, report_path: str):
         return
 
     containerd = containerd_in_effect(options)
-    readout = host.get_fact(VerifyState, containerd_config=containerd.config_in_effect, image=options.image,
-                          binaries=(options.wiring.binary,), containerd_binary=containerd.binary,
-                          containerd_service=containerd.service, containerd_socket=containerd.socket)
+    # Read ahead by preflight (a plain containerd), reused while no operation changed the host.
+    readout = read(host, ladder_read(options, containerd))
     cri, cri_error = read_cri(readout)
     # The runtimes may name another binary than the one the settings wire: check it too (a second
     # read, only then), by the path the parsed configs give.
     unchecked = configured_binaries(readout, cri) - readout["executables"].keys()
     if unchecked:
-        readout["executables"].update(host.get_fact(Executables, paths=tuple(sorted(unchecked))))
+        checked = host.get_fact(Executables, paths=tuple(sorted(unchecked)))
+        readout = {**readout, "executables": {**readout["executables"], **checked}}
     plan = planned_runs(readout, options)
     runs: dict[str, dict] = {}
     token = uuid.uuid4().hex[:12]

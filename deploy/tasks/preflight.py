@@ -11,7 +11,7 @@ from pyinfra.facts.server import Arch, LinuxDistribution
 
 from deploy.containerd.flavours import classify_flavour
 from deploy.distros import Platform, detect_platform
-from deploy.facts.combined import read_facts
+from deploy.facts.combined import FactCall, read_facts
 from deploy.facts.containerd import ContainerdFlavour
 from deploy.facts.nvidia import HostState
 from deploy.facts.recovery import PackageManagerState, PendingRestarts
@@ -90,6 +90,15 @@ def disk_findings(nvidia: dict, min_free_mb: int) -> list[str]:
     return errors
 
 
+def stage_reads(settings: Settings, stages: Sequence[Stage]) -> list[FactCall]:
+    return [call for stage in stages for call in stage.reads(settings)]
+
+
+def read_ahead(settings: Settings, stages: Sequence[Stage]) -> None:
+    """What ``stages`` read, in one remote command, for a run without preflight (deploy/verify.py)."""
+    read_facts(host, read_ahead=stage_reads(settings, stages))
+
+
 @deploy("Preflight")
 def preflight(settings: Settings, stages: Sequence[Stage]) -> Findings:
     """Read the node once, refuse it before any change when it is unsupported or unsafe, and make
@@ -98,9 +107,8 @@ def preflight(settings: Settings, stages: Sequence[Stage]) -> Findings:
         logger.warning(f"{host.print_prefix}{note}")
     # One remote command for what every node run needs first (re-runs from cron pay per command),
     # and for the facts the stages decide on (their ``reads``, see deploy/facts/combined.py).
-    read_ahead = [call for stage in stages for call in stage.reads(settings)]
     facts = read_facts(host, LinuxDistribution, Arch, HostState, ContainerdFlavour, PackageManagerState,
-                       PendingRestarts, read_ahead=read_ahead)
+                       PendingRestarts, read_ahead=stage_reads(settings, stages))
     platform = detect_platform(facts["LinuxDistribution"], facts["Arch"])
     logger.info(f"{host.print_prefix}platform: {platform.description}, family {platform.family.name}")
 

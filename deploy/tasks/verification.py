@@ -6,13 +6,19 @@ from __future__ import annotations
 from pyinfra.api import deploy
 
 from deploy.ladder import VerifyOptions
-from deploy.operations.verification import check_node
+from deploy.facts.combined import FactCall
+from deploy.operations import verification
 from deploy.settings import Settings
+
+
+def reads(settings: Settings) -> list[FactCall]:
+    """What verify reads, for preflight's one command (the operation's own calls)."""
+    return verification.reads(VerifyOptions.from_settings(settings))
 
 
 @deploy("Verify")
 def verify(settings: Settings):
-    check_node(
+    verification.check_node(
         name="Verify the node can run GPU containers (read-only)",
         options=VerifyOptions.from_settings(settings),
         report_path=settings.verify_report_path,
