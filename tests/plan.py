@@ -1,34 +1,470 @@
 """
-Plan tests: run deploy tasks through pyinfra's API against its ``@fake`` connector.
+Plan tests: deploy tasks and deploy files run through pyinfra's API against its ``@fake``
+connector, on nodes a test states as fact answers, and the commands the deploy ran are read back.
 
-The fake host answers fact commands from ``responses`` (substring or re.Pattern -> output),
-so a test states what the host looks like and reads back the commands the deploy ran,
-the way pyinfra's own operation tests compare commands for given facts.
+A node's facts are keyed by the fact class and its keyword arguments, the way pyinfra's own fact
+and operation tests state them; an answer is what the fact's command prints, so each fact's own
+``process`` parses it::
+
+    node = Node(facts=[
+        (LinuxDistribution, os_release("debian-12")),             # a class alone: read without arguments
+        (files.digest_read("/etc/x.conf"), ["absent"]),           # a (fact, arguments) call, as the code reads it
+        (every(PackagesAvailable), carrying("linux-headers-6.1.0-18-amd64")),  # any arguments: a function of them
+    ], commands={"config dump; status=$?": wired_dump()})
+    plan = run_deploy(node)                         # deploy/gpu_node.py on it
+    plan = run_plan(task, settings, platform, facts=[...], commands={...})  # one @deploy
+
+Every fact read goes to that table (``pyinfra.api.facts._get_fact`` notes which fact a command
+reads; the connector answers it), preflight's one combined command included: each section it asks
+for is answered from the same table. A fact the node does not state fails the test naming the fact
+and its arguments, unless the node says ``unstated=DEFAULT`` (the fact's command then prints
+nothing: the fact's default). Commands that are not fact reads (operations, probes, the candidate
+check) are answered from ``commands``: the first key that is a substring of the command, or a
+``re.Pattern`` that matches it, as pyinfra's ``fake_responses``; a callable value is called with
+the command. A node can instead be a ``stand_in``: a program answering every command itself (a
+cluster's kubectl on a control plane).
+
+``run_state`` is the one place a test sets up pyinfra's State, as ``pyinfra -y`` does; the
+``both_modes`` fixture runs a test also in the CLI's default mode (change detection first).
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+import json
+import logging
+import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 
-from pyinfra.api import Inventory, State
+import click
+import pytest
+from pyinfra.api import Config, FactBase, Inventory, State
+from pyinfra.api import facts as pyinfra_facts
+from pyinfra.api.connect import connect_all
 from pyinfra.api.deploy import add_deploy
 from pyinfra.api.exceptions import PyinfraError
+from pyinfra.api.operations import run_ops
+from pyinfra.api.state import StateStage
+from pyinfra.connectors.fake import FakeConnector
+from pyinfra.connectors.util import CommandOutput, OutputLine
+from pyinfra.context import ctx_config, ctx_inventory, ctx_state
+from pyinfra.facts.server import Arch, LinuxDistribution
+from pyinfra_cli.util import load_deploy_file
 
+from deploy.facts.combined import MARKER, CombinedOutput, FactCall, section_name
+from deploy.facts.containerd import ContainerdFlavour
+from deploy.facts.nvidia import HostState, PackagesAvailable
+from deploy.facts.recovery import PackageManagerState, PendingRestarts
 from deploy.settings import Settings, parse_settings
-from fake_host import CANDIDATE_CHECK, os_release, run_state, wired_dump
+
+REPO = Path(__file__).resolve().parents[1]
+GPU_NODE = str(REPO / "deploy" / "gpu_node.py")
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "nvidia"
+
+# The CLI mode the plan helpers run in when a test names none: ``-y`` unless ``both_modes`` runs it.
+_mode = {"yes": True}
+
+
+@pytest.fixture(params=[True, False], ids=["-y", "default-mode"])
+def both_modes(request):
+    """
+    Runs a plan test twice: as ``pyinfra -y`` (no change detection) and in the CLI's default mode,
+    what the README's main command runs: every operation's commands generated first to detect
+    changes, then again to execute them. Yields ``yes``.
+    """
+    _mode["yes"] = request.param
+    yield request.param
+    _mode["yes"] = True
+
+
+def settings_for(**data: Any) -> Settings:
+    return parse_settings({key: value for key, value in data.items()})
+
+
+# --- what a node answers ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Output:
+    """A command's whole answer, when a list of stdout lines is not enough."""
+
+    stdout: Sequence[str] = ()
+    stderr: Sequence[str] = ()
+    success: bool = True
+
+
+@dataclass(frozen=True)
+class Every:
+    """Every read of ``fact``, whatever its arguments: one answer for all, or a function of them."""
+
+    fact: type[FactBase]
+
+
+def every(fact: type[FactBase]) -> Every:
+    return Every(fact)
+
+
+# A fact read: a class alone (read without arguments), a (fact, arguments) call, or every read of a class
+FactKey = Union[type[FactBase], FactCall, Every]
+# What a command prints: its stdout (a str or lines), or an Output
+Answer = Union[str, Sequence[str], Output]
+
+FAIL = "fail"        # a fact the node does not state fails the test
+DEFAULT = "default"  # it prints nothing: the fact's default
+
+
+def _jsonable(value):
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    if isinstance(value, type):
+        return value.__name__
+    return list(value) if isinstance(value, Iterable) else repr(value)
+
+
+def _arguments(fact: type[FactBase], kwargs: Mapping) -> dict:
+    """The fact's command arguments with its defaults filled in, as pyinfra calls it."""
+    kwargs = {key: value for key, value in kwargs.items() if key != "self"}
+    command = fact().command
+    if not callable(command):
+        return kwargs
+    bound = inspect.signature(command).bind(**kwargs)
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+def _identity(fact: type[FactBase], kwargs: Mapping) -> tuple[type[FactBase], str]:
+    return fact, json.dumps(_arguments(fact, kwargs), sort_keys=True, default=_jsonable)
+
+
+def describe(fact: type[FactBase], kwargs: Mapping) -> str:
+    """One line naming a fact read: ``KernelState(modules=['overlay'], sysctls=[])``."""
+    shown = []
+    for key, value in _arguments(fact, kwargs).items():
+        text = repr(value)
+        shown.append(f"{key}={text if len(text) <= 120 else text[:117] + '...'}")
+    return f"{fact.__name__}({', '.join(shown)})"
+
+
+def _output(answer: Answer) -> Output:
+    if isinstance(answer, Output):
+        return answer
+    if isinstance(answer, str):
+        return Output(stdout=answer.splitlines())
+    if isinstance(answer, Mapping):  # pyinfra's fake_responses form
+        return Output(stdout=_output(answer.get("stdout") or []).stdout,
+                      stderr=_output(answer.get("stderr") or []).stdout,
+                      success=bool(answer.get("success", True)))
+    if isinstance(answer, tuple) and answer and isinstance(answer[0], bool):  # (success, stdout[, stderr])
+        success, stdout, *stderr = answer
+        return Output(stdout=_output(stdout).stdout, stderr=_output(stderr[0] if stderr else []).stdout,
+                      success=success)
+    return Output(stdout=[str(line) for line in answer])
+
+
+def _command_output(output: Output) -> CommandOutput:
+    lines = [OutputLine("stdout", line) for line in output.stdout]
+    lines += [OutputLine("stderr", line) for line in output.stderr]
+    return CommandOutput(lines)
+
+
+_UNSTATED = object()
+
+
+class Facts:
+    """A node's fact table: (fact class, its arguments) -> answer, from ``(key, answer)`` pairs;
+    a later pair replaces an earlier one for the same read. An answer that is a function is called
+    with the read's arguments each time the fact is read."""
+
+    def __init__(self, pairs: Iterable[tuple[FactKey, Any]] = ()):
+        self.exact: dict[tuple[type[FactBase], str], Answer] = {}
+        self.any_arguments: dict[type[FactBase], Answer | Callable[..., Answer]] = {}
+        for key, answer in pairs:
+            if isinstance(key, Every):
+                self.any_arguments[key.fact] = answer
+            elif isinstance(key, tuple):
+                fact, kwargs = key
+                self.exact[_identity(fact, kwargs)] = answer
+            elif isinstance(key, type) and issubclass(key, FactBase):
+                self.exact[_identity(key, {})] = answer
+            else:
+                raise TypeError(f"a fact key is a fact class, a (fact, arguments) call or every(fact), not {key!r}")
+
+    def answer(self, fact: type[FactBase], kwargs: Mapping):
+        found = self.exact.get(_identity(fact, kwargs), _UNSTATED)
+        if found is _UNSTATED:
+            found = self.any_arguments.get(fact, _UNSTATED)
+        # An answer computed when the fact is read, from its arguments
+        return found(**_arguments(fact, kwargs)) if callable(found) else found
+
+
+def _answers_commands(commands, command: str) -> Output:
+    """pyinfra's fake_responses semantics (first matching key wins), plus callable answers."""
+    if callable(commands):
+        return _output(commands(command))
+    for matcher, answer in commands.items():
+        if isinstance(matcher, re.Pattern):
+            if not matcher.search(command):
+                continue
+        elif matcher not in command:
+            continue
+        return _output(answer(command) if callable(answer) else answer)
+    return Output()
+
+
+@dataclass
+class Node:
+    """
+    One @fake host as a test states it: ``facts`` as (key, answer) pairs (see the module),
+    ``commands`` for what is not a fact read, ``unstated`` FAIL or DEFAULT. A ``stand_in``
+    (command -> answer) answers every command itself, fact reads included, and nothing else does.
+    """
+
+    facts: Iterable[tuple[FactKey, Any]] = ()
+    commands: Mapping[str | re.Pattern, Any] | Callable[[str], Any] = field(default_factory=dict)
+    unstated: str = FAIL
+    stand_in: Callable[[str], Any] | None = None
+
+    def __post_init__(self) -> None:
+        self.facts = tuple(self.facts)
+        self.table = Facts(self.facts)
+
+    def answer_fact(self, fact: type[FactBase], kwargs: Mapping, unstated: list[str]) -> Output:
+        if fact is CombinedOutput:
+            return Output(stdout=self._combined(kwargs, unstated))
+        found = self.table.answer(fact, kwargs)
+        if found is _UNSTATED:
+            if self.unstated != DEFAULT:
+                unstated.append(describe(fact, kwargs))
+            return Output()
+        return _output(found)
+
+    def _combined(self, kwargs: Mapping, unstated: list[str]) -> list[str]:
+        """Preflight's one command: each section it asks for, from this node's own answers."""
+        entries = [(fact, {}, None) for fact in kwargs.get("facts", ())]
+        entries += [(fact, call_kwargs, index) for index, (fact, call_kwargs) in enumerate(kwargs.get("calls", ()))]
+        lines: list[str] = []
+        for fact, call_kwargs, index in entries:
+            # Each section's command runs in a subshell whose stderr is dropped: only its stdout shows.
+            lines += [f"{MARKER}{section_name(fact, index)}", *self.answer_fact(fact, call_kwargs, unstated).stdout]
+        return lines
+
+
+# --- stated nodes and their facts' output ----------------------------------------------------
+
+# The runtimes stage's check of a new containerd config (``config dump`` of the candidate):
+# answered with what containerd 1.6 dumps for a wired config, unless a test states another.
+CANDIDATE_CHECK = "config dump; status=$?"
+
+
+def wired_dump() -> list[str]:
+    return (FIXTURES.parent / "containerd" / "dump-1.6.20-wired.toml").read_text().splitlines()
+
+
+# sysfs lines for one NVIDIA GPU (an A100 with its audio function) and a non-NVIDIA device
+PCI_WITH_GPU = ["pci 0000:3b:00.0 0x20b0 0x030200", "pci 0000:3b:00.1 0x1aef 0x040300"]
+
+
+def os_release(name: str) -> list[str]:
+    """The ``LinuxDistribution`` fact's output for a stored os-release file."""
+    return ["/etc/os-release", *(FIXTURES / "os-release" / name).read_text().splitlines(), "---"]
+
+
+def node_lines(kernel: str, pci=(), modules=(), secure_boot=None, free_mb=80000, pkgbases=(),
+               loaded=None, built=None, reboot_packages=()) -> list[str]:
+    """The ``HostState`` fact's output."""
+    lines = list(pci)
+    if secure_boot is not None:
+        lines.append(f"secureboot mokutil SecureBoot {'enabled' if secure_boot else 'disabled'}")
+    lines += [f"module {module}" for module in modules]
+    if loaded:
+        lines.append(f"loaded_version {loaded}")
+    lines.append(f"built_version {built or ''}")
+    lines.append(f"kernel {kernel}")
+    lines += [f"disk / {free_mb}", f"disk /var {free_mb}"]
+    lines += [f"kernel_pkgbase {base}" for base in pkgbases]
+    if reboot_packages:
+        lines.append("reboot_required")
+        lines += [f"reboot_package {name}" for name in reboot_packages]
+    return lines
+
+
+def carrying(*carried: str) -> Callable[..., list[str]]:
+    """``PackagesAvailable``'s output on a node whose package lists carry ``carried``, for any query."""
+    def output(check: str, packages=()) -> list[str]:
+        return [f"{'yes' if name in carried else 'no'} {name}" for name in packages]
+    return output
+
+
+def gpu_node(distro: str = "debian-12", *, arch: str = "x86_64", host_state: list[str] | None = None,
+             facts: Iterable[tuple[FactKey, Any]] = (), commands: Mapping | None = None,
+             unstated: str = FAIL) -> Node:
+    """
+    A node for deploy/gpu_node.py: its os-release (tests/fixtures/nvidia/os-release/<distro>), arch,
+    ``host_state`` (HostState's output; a node without a GPU on Debian's 6.1 kernel unless given),
+    no containerd of a Kubernetes distribution, an idle package manager, no restart left pending,
+    package lists carrying the running kernel's headers (Debian/Ubuntu and RPM names); then ``facts``.
+    """
+    host_state = host_state if host_state is not None else node_lines("6.1.0-18-amd64")
+    kernel = next(line.split(" ", 1)[1] for line in host_state if line.startswith("kernel "))
+    baseline = [
+        (LinuxDistribution, os_release(distro)),
+        (Arch, arch),
+        (HostState, host_state),
+        (ContainerdFlavour, []),
+        (PackageManagerState, []),
+        (PendingRestarts, []),
+        (every(PackagesAvailable), carrying(f"linux-headers-{kernel}", f"kernel-devel-{kernel}")),
+    ]
+    return Node(facts=[*baseline, *facts], commands=_with_candidate_check(commands), unstated=unstated)
+
+
+def _with_candidate_check(commands: Mapping | None) -> dict:
+    merged = dict(commands or {})  # the test's own keys first: the first match wins
+    merged.setdefault(CANDIDATE_CHECK, wired_dump())
+    return merged
+
+
+# --- running -----------------------------------------------------------------------------------
+
+FAILURE_PREFIX = "gpu-node: "  # deploy/operations/failure.py's line
+
+
+class FailureLines(logging.Handler):
+    """The problems hosts failed with, as logged (one line each, without "[host] gpu-node: ")."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__(level=logging.ERROR)
+        self.lines = lines
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = click.unstyle(record.getMessage())
+        if FAILURE_PREFIX in line:
+            self.lines.append(line.split(FAILURE_PREFIX, 1)[1])
+
+
+@dataclass
+class _Answering:
+    """One run's nodes by host name, what is being read on each host now, and every command of every
+    host in the order they ran (uploads as ``upload PATH``)."""
+
+    nodes: Mapping[str, Node]
+    timeline: list[tuple[str, str]] = field(default_factory=list)
+    reading: dict[str, list[tuple[type[FactBase], dict]]] = field(default_factory=dict)
+    unstated: list[str] = field(default_factory=list)
+
+    def node(self, host) -> Node:
+        return self.nodes.get(host.name) or _NOTHING_STATED
+
+    def respond(self, connector: FakeConnector, command: str) -> tuple[bool, CommandOutput]:
+        host = connector.host
+        self.timeline.append((host.name, command))
+        node = self.node(host)
+        reading = self.reading.get(host.name)
+        if node.stand_in is not None:
+            output = _output(node.stand_in(command))
+        elif reading:
+            fact, kwargs = reading[-1]
+            found: list[str] = []
+            output = node.answer_fact(fact, kwargs, found)
+            self.unstated += [f"{host.name}: {line}" for line in found]
+        else:
+            output = _answers_commands(node.commands, command)
+        return output.success, _command_output(output)
+
+    @contextlib.contextmanager
+    def installed(self):
+        """pyinfra's fact reads noted per host, and the @fake connector answering from the nodes."""
+        get_fact, lookup, put_file = pyinfra_facts._get_fact, FakeConnector._lookup_response, FakeConnector.put_file
+        answering = self
+
+        def noting_the_read(state, host, cls, args=None, kwargs=None, *rest, **more):
+            fact_kwargs, _ = pyinfra_facts._handle_fact_kwargs(state, host, cls, args, kwargs)
+            stack = answering.reading.setdefault(host.name, [])
+            stack.append((cls, fact_kwargs))
+            try:
+                return get_fact(state, host, cls, args, kwargs, *rest, **more)
+            finally:
+                stack.pop()
+
+        def recording_upload(connector, filename_or_io, remote_filename, *args, **kwargs):
+            answering.timeline.append((connector.host.name, f"upload {remote_filename}"))
+            return put_file(connector, filename_or_io, remote_filename, *args, **kwargs)
+
+        pyinfra_facts._get_fact = noting_the_read
+        FakeConnector._lookup_response = lambda connector, command: answering.respond(connector, command)
+        FakeConnector.put_file = recording_upload
+        try:
+            yield self
+        finally:
+            pyinfra_facts._get_fact, FakeConnector._lookup_response, FakeConnector.put_file = get_fact, lookup, put_file
+
+
+_NOTHING_STATED = Node()
+
+
+def run_state(inventory: Inventory, prepare: Callable[[State], None], execute: bool = True,
+              failures: list[str] | None = None, nodes: Mapping[str, Node] | None = None,
+              timeline: list[tuple[str, str]] | None = None) -> tuple[State, Exception | None]:
+    """
+    Connect ``inventory`` (its hosts answering as ``nodes`` states them, by host name), ``prepare(state)``
+    (load a deploy file or add a @deploy), then run the operations unless ``execute`` is false, as the
+    CLI does with ``-y`` or, under ``both_modes``, also in its default mode. A raised error is returned
+    for the test to judge; the lines hosts failed with are appended to ``failures``, every command of
+    every host to ``timeline``. A fact read no node states fails the test.
+    """
+    state = State(check_for_changes=not _mode["yes"])
+    config = Config()
+    error = None
+    answering = _Answering(nodes or {}, timeline if timeline is not None else [])
+    failure_lines = FailureLines(failures if failures is not None else [])
+    logging.getLogger("pyinfra").addHandler(failure_lines)
+    with answering.installed(), ctx_state.use(state), ctx_inventory.use(inventory), ctx_config.use(config):
+        state.init(inventory, config)
+        state.set_stage(StateStage.Connect)
+        connect_all(state)
+        state.set_stage(StateStage.Prepare)
+        try:
+            prepare(state)
+            if execute:
+                state.set_stage(StateStage.Execute)
+                run_ops(state)
+        except Exception as exc:  # the test decides whether an error is expected
+            error = exc
+        finally:
+            logging.getLogger("pyinfra").removeHandler(failure_lines)
+    if answering.unstated:
+        pytest.fail("facts the test did not state: " + "; ".join(dict.fromkeys(answering.unstated)), pytrace=False)
+    return state, error
 
 
 @dataclass
 class Plan:
-    commands: list[str]
+    """What a run did: the first host's commands (``host``), every host's in order (``timeline``)."""
+
     state: State
-    # The problems the host failed with, as logged (one line each, without "[host] gpu-node: ")
+    error: Exception | None = None
+    # The problems hosts failed with, as logged (one line each, without "[host] gpu-node: ")
     failures: list[str] = field(default_factory=list)
+    timeline: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def host(self):
+        return next(iter(self.state.inventory))
+
+    @property
+    def commands(self) -> list[str]:
+        return list(self.host.connector.executed_commands)
 
     @property
     def failed(self) -> bool:
         return bool(self.state.failed_hosts)
+
+    @property
+    def refusal(self) -> str:
+        """The line(s) the host failed with; empty when it did not fail."""
+        return "; ".join(self.failures) if self.failed else ""
 
     def failed_with(self, text: str) -> list[str]:
         """The failure lines naming ``text``, when the host did fail."""
@@ -40,41 +476,52 @@ class Plan:
     def starting(self, prefix: str) -> list[str]:
         return [command for command in self.commands if command.startswith(prefix)]
 
-    def ran(self, text: str) -> bool:
-        return bool(self.matching(text))
+    def ran(self, text: str) -> list[str]:
+        return self.matching(text)
+
+    def op_names(self) -> list[str]:
+        return [", ".join(self.state.op_meta[op_hash].names) for op_hash in self.state.get_op_order()]
 
 
-def fake_host_data(distro: str = "debian-12", responses: dict | None = None, arch: str = "x86_64") -> dict:
-    """fake_responses for a host whose os-release is tests/fixtures/nvidia/os-release/<distro>."""
-    merged: dict = {
-        "*-release": os_release(distro),
-        "uname -m": arch,
-        CANDIDATE_CHECK: wired_dump(),
-    }
-    merged.update(responses or {})
-    return {"fake_responses": merged, "fake_delay": 0, "fake_delay_jitter": 0}
+QUICK = {"fake_delay": 0, "fake_delay_jitter": 0}
 
 
-def run_plan(
-    task: Callable[..., Any],
-    *args: Any,
-    distro: str = "debian-12",
-    responses: dict | None = None,
-    data: dict | None = None,
-    arch: str = "x86_64",
-    **kwargs: Any,
-) -> Plan:
-    """Prepare and execute ``task(*args, **kwargs)`` (a @deploy) on one @fake host."""
-    host_data = {**fake_host_data(distro, responses, arch), **(data or {})}
-    inventory = Inventory(([("@fake/node", host_data)], {}))
+def run_plan(task: Callable[..., Any], *args: Any, facts: Iterable[tuple[FactKey, Any]] = (),
+             commands: Mapping | None = None, unstated: str = FAIL, data: dict | None = None, **kwargs: Any) -> Plan:
+    """
+    Prepare and execute ``task(*args, **kwargs)`` (a @deploy) on one @fake host stated by ``facts``,
+    ``commands`` (and the candidate check's answer) and ``unstated`` (see ``Node``). An error the run
+    raised is raised again, unless the host failed (pyinfra's "No hosts remaining"): what ran until
+    then is the plan.
+    """
+    node = Node(facts=facts, commands=_with_candidate_check(commands), unstated=unstated)
+    inventory = Inventory(([("@fake/node", {**QUICK, **(data or {})})], {}))
     failures: list[str] = []
-    state, error = run_state(inventory, lambda state: add_deploy(state, task, *args, **kwargs), failures=failures)
-    # The host failed during execution (a Python-side check): what ran until then is the plan.
+    timeline: list[tuple[str, str]] = []
+    state, error = run_state(inventory, lambda state: add_deploy(state, task, *args, **kwargs), failures=failures,
+                             nodes={"@fake/node": node}, timeline=timeline)
     if error is not None and not (isinstance(error, PyinfraError) and "No hosts remaining" in str(error)):
         raise error
-    host = inventory.get_host("@fake/node")
-    return Plan(commands=list(host.connector.executed_commands), state=state, failures=failures)
+    return Plan(state=state, error=error, failures=failures, timeline=timeline)
 
 
-def settings_for(**data: Any) -> Settings:
-    return parse_settings({key: value for key, value in data.items()})
+def run_deploy(node: Node, data: dict | None = None, deploy_file: str = GPU_NODE, execute: bool = True) -> Plan:
+    """Run ``deploy_file`` on one ``@fake`` host, ``node``, as ``pyinfra -y`` would (see ``both_modes``);
+    kernel and driver stages only unless ``data`` says otherwise. A raised error is kept in the plan."""
+    host_data = {**QUICK, "kernel_modules_load": False, "reboot_allowed": False, "stages": "kernel,driver",
+                 **(data or {})}
+    inventory = Inventory((["@fake/node"], {}), override_data=host_data)
+    return run_inventory(inventory, {"@fake/node": node}, deploy_file, execute)
+
+
+def run_inventory(inventory: Inventory, nodes: Mapping[str, Node], deploy_file: str = GPU_NODE,
+                  execute: bool = True) -> Plan:
+    """
+    Load ``deploy_file`` over ``inventory`` (its hosts stated by ``nodes``) as the CLI does, then run
+    its operations unless ``execute`` is false; a raised error is kept in the plan.
+    """
+    failures: list[str] = []
+    timeline: list[tuple[str, str]] = []
+    state, error = run_state(inventory, lambda state: load_deploy_file(state, deploy_file), execute, failures,
+                             nodes, timeline)
+    return Plan(state=state, error=error, failures=failures, timeline=timeline)

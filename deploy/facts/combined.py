@@ -28,7 +28,8 @@ class KnownFacts(dict):
 FactCall = tuple[type[FactBase], dict]
 
 
-def _section(fact: type[FactBase], index: int | None) -> str:
+def section_name(fact: type[FactBase], index: int | None) -> str:
+    """The marker name of one fact's section in CombinedOutput's output."""
     return fact.__name__ if index is None else f"{fact.__name__}#{index}"
 
 
@@ -50,7 +51,7 @@ class CombinedOutput(FactBase):
             if requires:
                 # As pyinfra runs it: nothing printed when the tool is missing (the fact's default).
                 command = StringCommand("if command -v", requires, ">/dev/null 2>&1; then", command, "; fi")
-            parts += ["echo", f"'{MARKER}{_section(fact, index)}';", "(", command, ") 2>/dev/null;"]
+            parts += ["echo", f"'{MARKER}{section_name(fact, index)}';", "(", command, ") 2>/dev/null;"]
         parts.append("true")
         return StringCommand(*parts)
 
@@ -107,7 +108,7 @@ def read_facts(host, *facts: type[FactBase], read_ahead: tuple[FactCall, ...] | 
         if fact.__name__ in sections:
             known[_key(fact, {})] = (values[fact.__name__], changes)
     for index, (fact, kwargs) in enumerate(calls):
-        section = _section(fact, index)
+        section = section_name(fact, index)
         # A section that is not there at all was not read (a scripted test host): read it later.
         if section in sections:
             known[_key(fact, kwargs)] = (_value(fact, sections[section]), changes)

@@ -31,8 +31,15 @@ def containerd_in_effect(options: VerifyOptions) -> ConfigTarget:
     """The containerd the node's flavour runs (plain, k3s, rke2, k0s, microk8s): its binary, unit,
     socket and the config it runs with. Preflight's reading when nothing changed since, else read."""
     if "containerd" not in options.runtimes:
+        return containerd_of(options, None)
+    return containerd_of(options, known_fact(host, ContainerdFlavour))
+
+
+def containerd_of(options: VerifyOptions, found: dict | None) -> ConfigTarget:
+    """The containerd a node with this ContainerdFlavour reading runs (None: not asked, containerd
+    is not wired)."""
+    if found is None:
         return config_target(options.containerd_config_path, PLAIN)
-    found = known_fact(host, ContainerdFlavour)
     return config_target(options.containerd_config_path, {**found, "flavour": classify_flavour(found)})
 
 

@@ -43,7 +43,7 @@ from containerd_releases import READERS, config_dump, dockerd, dockerd_validate,
 from plan import run_plan, settings_for
 
 from deploy.containerd.cri import merge_containerd_config
-from deploy.containerd.plan import ConfigFile, plan_wiring
+from deploy.containerd.plan import ConfigFile, config_read, plan_wiring
 from deploy.distros import detect_platform
 from deploy.operations.docker import parse_daemon_json
 from deploy.settings import RuntimeWiring
@@ -113,7 +113,8 @@ def test_k3s_template_with_go_directives_is_refused_in_one_line_saying_what_to_d
     family = detect_platform({"name": "debian", "major": None, "release_meta": {"ID": "debian"}}, "x86_64").family
     encoded = base64.b64encode(template.encode()).decode()
     plan = run_plan(containerd_runtime, settings_for(), family, K3S_FOUND,
-                    responses={"base64 -w0": f"binary_path {K3S_FOUND['binary']}\nconfig {encoded}"})
+                    facts=[(config_read(f"{K3S_DIR}/config.toml.tmpl", f"{K3S_DIR}/config.toml", K3S_FOUND["binary"]),
+                            f"binary_path {K3S_FOUND['binary']}\nconfig {encoded}")])
     failed = plan.failed_with(f"{K3S_DIR}/config.toml.tmpl is not valid TOML")
     assert len(failed) == 1 and "\n" not in failed[0], plan.failures
     assert "it was left as it is" in failed[0]

@@ -11,6 +11,7 @@ import base64
 from plan import run_plan, settings_for
 from pyinfra.connectors.fake import FakeConnector
 
+from deploy.containerd.plan import config_read
 from deploy.distros import detect_platform
 from deploy.tasks.containerd import containerd_runtime
 
@@ -31,7 +32,8 @@ def test_candidate_check_runs_with_sudo_when_the_run_uses_sudo(monkeypatch):
     family = detect_platform({"name": "debian", "major": None, "release_meta": {"ID": "debian"}}, "x86_64").family
     config = base64.b64encode(b"version = 2").decode()
     run_plan(containerd_runtime, settings_for(), family, PLAIN_PRESENT,
-             responses={"base64 -w0": f"binary_path /usr/bin/containerd\nconfig {config}"}, _sudo=True)
+             facts=[(config_read("/etc/containerd/config.toml", None, "containerd"),
+                     f"binary_path /usr/bin/containerd\nconfig {config}")], _sudo=True)
     checks = [arguments for text, arguments in arguments_by_command if "config dump; status=$?" in text]
     assert checks, [text for text, _ in arguments_by_command]
     assert all(arguments.get("_sudo") is True for arguments in checks), checks

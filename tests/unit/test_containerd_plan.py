@@ -5,19 +5,24 @@ from __future__ import annotations
 import base64
 
 import pytest
-from plan import run_plan, settings_for
+from plan import DEFAULT, run_plan, settings_for
 
+from deploy.containerd.plan import config_read
 from deploy.distros import detect_platform
+from deploy.operations.docker import state_read
 from deploy.tasks.containerd import containerd_runtime
 from deploy.tasks.docker import docker_runtime
 
 
-# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")
 
 PLAIN_MISSING = {"paths": [], "units": {}, "generated_versions": {}, "binary": None,
                  "flavour": {"name": "plain", "service": "containerd"}}
 PLAIN_PRESENT = {**PLAIN_MISSING, "binary": "/usr/bin/containerd"}
+# The wiring's read of a plain containerd's config, and the Docker stage's of Docker
+CONFIG = config_read("/etc/containerd/config.toml", None, "containerd")
+DOCKER = state_read("/etc/docker/daemon.json")
 
 
 def family(distro_id: str):
@@ -39,7 +44,8 @@ def b64(text: str) -> str:
 )
 def test_missing_containerd_is_installed_pinned_enabled_and_started(distro, install, pinned):
     settings = settings_for(containerd_version="1.6.20~ds1-1+deb12u1")
-    plan = run_plan(containerd_runtime, settings, family(distro), PLAIN_MISSING)
+    # Nothing stated reads as nothing there: no config, no package, no unit (the facts' defaults).
+    plan = run_plan(containerd_runtime, settings, family(distro), PLAIN_MISSING, unstated=DEFAULT)
     installs = [command for command in plan.matching(install) if pinned in command]
     assert installs, plan.commands
     assert plan.ran("systemctl enable containerd") or plan.ran("systemctl enable containerd.service")
@@ -49,7 +55,7 @@ def test_missing_containerd_is_installed_pinned_enabled_and_started(distro, inst
 
 
 def test_present_containerd_is_used_as_it_is():
-    plan = run_plan(containerd_runtime, settings_for(), family("debian"), PLAIN_PRESENT)
+    plan = run_plan(containerd_runtime, settings_for(), family("debian"), PLAIN_PRESENT, unstated=DEFAULT)
     assert not plan.ran("apt-get")
 
 
@@ -67,7 +73,7 @@ def test_wired_config_is_a_noop_that_runs_no_command_but_the_fact():
              / "expected.toml").read_text()
     dump = (Path(__file__).resolve().parents[1] / "fixtures" / "containerd" / "dump-1.6.20-wired.toml").read_text()
     plan = run_plan(containerd_runtime, settings_for(), family("debian"), PLAIN_PRESENT,
-                    responses={"base64 -w0": f"binary_path /usr/bin/containerd\nconfig {b64(wired)}\ndump {b64(dump)}"})
+                    facts=[(CONFIG, f"binary_path /usr/bin/containerd\nconfig {b64(wired)}\ndump {b64(dump)}")])
     assert len(plan.commands) == 1 and "base64 -w0" in plan.commands[0], plan.commands
     # Nothing to do: no operation is created at all (a fleet's no-op pays pyinfra's cost per operation).
     assert not [meta for meta in plan.state.op_meta.values() if "Wire the nvidia runtime" in " ".join(meta.names)]
@@ -75,7 +81,7 @@ def test_wired_config_is_a_noop_that_runs_no_command_but_the_fact():
 
 def test_unparsable_config_fails_the_host_with_the_parse_error_and_uploads_nothing():
     plan = run_plan(containerd_runtime, settings_for(), family("debian"), PLAIN_PRESENT,
-                    responses={"base64 -w0": f"binary_path /usr/bin/containerd\nconfig {b64('version = 2 x')}"})
+                    facts=[(CONFIG, f"binary_path /usr/bin/containerd\nconfig {b64('version = 2 x')}")])
     errors = plan.failed_with("is not valid TOML")
     assert errors and "/etc/containerd/config.toml" in errors[0] and "line 1" in errors[0]
     assert not plan.ran("gpu-node-candidate")
@@ -83,7 +89,7 @@ def test_unparsable_config_fails_the_host_with_the_parse_error_and_uploads_nothi
 
 def test_docker_missing_without_install_names_the_setting_and_the_package():
     plan = run_plan(docker_runtime, settings_for(container_runtimes="docker"), family("debian"),
-                    responses={"command -v dockerd": "dockerd"})
+                    facts=[(DOCKER, "dockerd")])
     failed = plan.failed_with("Docker is not installed")
     assert failed and "docker_install=true" in failed[0] and "docker.io" in failed[0]
     assert not plan.ran("apt-get")
@@ -91,19 +97,19 @@ def test_docker_missing_without_install_names_the_setting_and_the_package():
 
 def test_docker_install_takes_the_distribution_package():
     plan = run_plan(docker_runtime, settings_for(container_runtimes="docker", docker_install="true"),
-                    family("debian"), responses={"command -v dockerd": "dockerd"})
+                    family("debian"), facts=[(DOCKER, "dockerd")], unstated=DEFAULT)
     assert [command for command in plan.matching("apt-get -y") if "docker.io" in command]
 
 
 def test_docker_install_on_rhel_says_there_is_no_distribution_package():
     plan = run_plan(docker_runtime, settings_for(container_runtimes="docker", docker_install="true"),
-                    family("rhel"), responses={"command -v dockerd": "dockerd"})
+                    family("rhel"), facts=[(DOCKER, "dockerd")])
     assert plan.failed_with("rhel ships no Docker package")
 
 
 def test_new_dockerd_validates_the_candidate_itself():
-    responses = {"command -v dockerd": "dockerd /usr/sbin/dockerd\nversion Docker version 26.1.5, build x\nvalidate"}
-    plan = run_plan(docker_runtime, settings_for(container_runtimes="docker"), family("debian"), responses=responses)
+    state = "dockerd /usr/sbin/dockerd\nversion Docker version 26.1.5, build x\nvalidate"
+    plan = run_plan(docker_runtime, settings_for(container_runtimes="docker"), family("debian"), facts=[(DOCKER, state)])
     assert plan.ran("/usr/sbin/dockerd --validate --config-file \"$candidate\"")
     assert plan.ran("systemctl restart")
 
@@ -122,7 +128,7 @@ def test_files_that_look_wired_but_containerd_dumps_otherwise_fail_naming_the_ov
     unwired_dump = (Path(__file__).resolve().parents[1] / "fixtures" / "containerd" / "default-1.6.20.toml").read_text()
     answer = f"binary_path /usr/bin/containerd\nconfig {b64(_wired_config())}\ndump {b64(unwired_dump)}"
     plan = run_plan(containerd_runtime, settings_for(), family("debian"), PLAIN_PRESENT,
-                    responses={"base64 -w0": answer})
+                    facts=[(CONFIG, answer)])
     failed = plan.failed_with("another file containerd reads overrides it")
     assert failed, plan.failures
     assert "/etc/containerd/config.toml holds the nvidia wiring" in failed[0]
@@ -137,7 +143,7 @@ def test_candidate_that_containerd_would_not_run_wired_is_never_installed():
     unwired_dump = (Path(__file__).resolve().parents[1] / "fixtures" / "containerd" / "default-1.6.20.toml").read_text()
     answer = f"binary_path /usr/bin/containerd\nconfig {b64('version = 2')}"
     plan = run_plan(containerd_runtime, settings_for(), family("debian"), PLAIN_PRESENT,
-                    responses={"base64 -w0": answer, "config dump; status=$?": unwired_dump.splitlines()})
+                    facts=[(CONFIG, answer)], commands={"config dump; status=$?": unwired_dump.splitlines()})
     assert plan.ran("config dump; status=$?")
     assert plan.state.failed_hosts, "the host did not fail"
     assert not plan.ran("gpu-node-candidate") and not plan.ran("systemctl restart")

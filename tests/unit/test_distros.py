@@ -16,7 +16,7 @@ from pathlib import Path
 import debian_archive
 import pytest
 from corpus import corpus_file, read_text
-from plan import run_plan, settings_for
+from plan import DEFAULT, run_plan, settings_for
 
 from deploy.distros import FAMILIES, UnsupportedPlatform, detect_platform
 from deploy.tasks.docker import docker_runtime
@@ -120,7 +120,7 @@ def test_rpm_toolkit_repository_is_nvidias_published_stable_repository(fixture):
     ours = repository_sections(rpm_repo_text(settings_for(), platform))["nvidia-container-toolkit"]
     assert {key: ours.get(key) for key in published} == published
     folder = {"dnf": "/etc/yum.repos.d", "zypper": "/etc/zypp/repos.d"}[platform.family.package_manager.name]
-    plan = run_plan(toolkit, settings_for(), platform)
+    plan = run_plan(toolkit, settings_for(), platform, unstated=DEFAULT)  # a node with nothing of it yet
     assert plan.ran(f"{folder}/nvidia-container-toolkit.repo"), plan.commands
 
 
@@ -194,7 +194,7 @@ DOCKER_INSTALLS = {
 @pytest.mark.parametrize("fixture", sorted(DOCKER_INSTALLS))
 def test_docker_install_runs_the_familys_package_manager_with_its_package(fixture):
     plan = run_plan(docker_runtime, settings_for(container_runtimes="docker", docker_install="true"),
-                    platform_of(fixture).family)
+                    platform_of(fixture).family, unstated=DEFAULT)  # no Docker, nothing installed
     installs = [command for command in plan.commands
                 if re.search(r"^(DEBIAN_FRONTEND=\S+ )?(apt-get|dnf|zypper|pacman)( .*)? (install|-S) ", command)]
     assert installs == [DOCKER_INSTALLS[fixture]], plan.commands

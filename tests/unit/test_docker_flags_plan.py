@@ -15,10 +15,11 @@ from plan import run_plan, settings_for
 from pyinfra.connectors.fake import FakeConnector
 
 from deploy.distros import detect_platform
+from deploy.operations.docker import state_read
 from deploy.tasks.docker import docker_runtime
 
 
-# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")
 
 UNITS = Path(__file__).resolve().parents[1] / "fixtures" / "docker" / "units"
@@ -43,7 +44,7 @@ def plan_for(drop_in: str, daemon_json: str = '{"bridge": "none"}\n', version: s
         f"config {b64(daemon_json)}",
     ])
     return run_plan(docker_runtime, settings_for(container_runtimes="docker"), debian(),
-                    responses={"command -v dockerd": state})
+                    facts=[(state_read("/etc/docker/daemon.json"), state)])
 
 
 def failures(plan) -> list[str]:
@@ -112,7 +113,7 @@ def plan_26(daemon_json: str):
     state = "\n".join(["dockerd /usr/sbin/dockerd", "version Docker version 26.1.5+dfsg1, build 411e817", "validate",
                        f"unit {b64(unit)}", f"config {b64(daemon_json)}"])
     return run_plan(docker_runtime, settings_for(container_runtimes="docker", nvidia_runtime_default="false"),
-                    debian(), responses={"command -v dockerd": state})
+                    debian(), facts=[(state_read("/etc/docker/daemon.json"), state)])
 
 
 def test_docker_26_keeps_a_shim_name_default_runtime_and_validates_with_dockerd(uploads):

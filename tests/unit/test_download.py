@@ -22,11 +22,12 @@ from deploy.operations.download import (
     STAGED_SUFFIX,
     commit_staged_source,
     signed_apt_source,
+    source_read,
     stage_verified_source,
 )
 
 
-# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")
 
 SOURCE = "/etc/apt/sources.list.d/example.list"
@@ -46,7 +47,7 @@ def digests(source_text=CONTENT, source_mode="644", key_present=True):
     digest = hashlib.sha256(source_text.encode()).hexdigest()
     lines = [f"@@file {SOURCE}", f"{source_mode} root:root", f"{digest}  {SOURCE}", f"@@file {KEYRING}"]
     lines += ["644 root:root", f"{'0' * 64}  {KEYRING}"] if key_present else ["absent"]
-    return {f"@@file {SOURCE}": lines}
+    return [(source_read(SOURCE, KEYRING), lines)]
 
 
 # Command construction
@@ -79,7 +80,7 @@ def test_the_commit_renames_the_keyring_before_the_source_that_names_it():
 
 
 def test_a_new_source_is_staged_verified_then_committed():
-    plan = run_plan(source, responses={"@@file": "@@file " + SOURCE + "\nabsent\n@@file " + KEYRING + "\nabsent"})
+    plan = run_plan(source, facts=[(source_read(SOURCE, KEYRING), ["@@file " + SOURCE, "absent", "@@file " + KEYRING, "absent"])])
     staged = plan.matching("download-file")
     commit = plan.starting("chown root:root " + KEYRING + STAGED_SUFFIX)
     assert len(staged) == 1 and KEY_URL in staged[0] and len(commit) == 1
@@ -87,12 +88,12 @@ def test_a_new_source_is_staged_verified_then_committed():
 
 
 def test_source_and_key_in_place_is_the_one_read():
-    plan = run_plan(source, responses=digests())
+    plan = run_plan(source, facts=digests())
     assert len(plan.commands) == 1 and plan.commands[0].startswith("echo '@@file")
 
 
 def test_only_a_wrong_mode_is_repaired_without_any_download():
-    plan = run_plan(source, responses=digests(source_mode="600"))
+    plan = run_plan(source, facts=digests(source_mode="600"))
     assert plan.starting("chown root:root " + SOURCE) and not plan.ran("download-file")
 
 

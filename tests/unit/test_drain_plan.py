@@ -11,21 +11,23 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import re
 import shlex
 from dataclasses import dataclass, field
 
 import pyinfra
 import pytest
-from fake_host import GPU_NODE, responses, run_deploy_file
+from plan import DEFAULT, GPU_NODE, QUICK, Node, gpu_node, run_inventory
 from pyinfra.api import Inventory, State
-from pyinfra.connectors.fake import FakeConnector
-from pyinfra.connectors.util import CommandOutput, OutputLine
+from pyinfra.facts.server import Hostname, Uptime
 
-from deploy.facts.combined import MARKER
+from deploy.containerd.plan import config_read
+from deploy.facts.containerd import ContainerdFlavour
+from deploy.facts.recovery import PendingRestarts
+from deploy.operations.docker import state_read
+from deploy.operations.driver import AptSourceFiles
 
 
-# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")
 
 GPU, CP = "@fake/gpu1", "@fake/cp1"
@@ -98,56 +100,38 @@ def b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
-def gpu_responses(config: str | None = UNWIRED, hostname: str = NODE) -> dict:
-    scripted = responses("debian-12", extra={
-        # Debian's archive entry, whose components the driver stage extends (before "base64 -w0",
-        # which its command contains too)
-        "/etc/apt/sources.list.d/*.sources": "/etc/apt/sources.list.d/debian.sources " + b64(
-            "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\n"),
-        "base64 -w0": "binary_path /usr/bin/containerd" + (f"\nconfig {b64(config)}" if config is not None else ""),
-        re.compile(r"^uname -n$"): hostname,
-    })
-    scripted[MARKER] = scripted[MARKER] + ["binary /usr/bin/containerd"]  # containerd is installed
-    return scripted
+def gpu_host(config: str | None = UNWIRED, hostname: str = NODE, *facts) -> Node:
+    """The GPU node: containerd installed with ``config`` (None: no file), named ``hostname``, then
+    ``facts``; what it does not state (files, packages, units) reads as nothing there."""
+    uptimes = iter(["1000"])  # before server.reboot's reboot; after it, a fresh boot
+    return gpu_node("debian-12", facts=[
+        # Debian's archive entry, whose components the driver stage extends
+        (AptSourceFiles, "/etc/apt/sources.list.d/debian.sources " + b64(
+            "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\n")),
+        (config_read("/etc/containerd/config.toml", None, "containerd"),
+         "binary_path /usr/bin/containerd" + (f"\nconfig {b64(config)}" if config is not None else "")),
+        (ContainerdFlavour, ["binary /usr/bin/containerd"]),  # containerd is installed
+        (Hostname, hostname),
+        (Uptime, lambda: next(uptimes, "3")),
+        *facts,
+    ], unstated=DEFAULT)
 
 
 def run_gpu_node(monkeypatch, cluster: StandInCluster, data: dict | None = None, *, groups: bool = True,
-                 gpu_answers: dict | None = None) -> Run:
+                 gpu_answers: Node | None = None) -> Run:
     """deploy/gpu_node.py over a GPU node and a control plane, as ``pyinfra -y inventory.py ...``."""
-    timeline: list[tuple[str, str]] = []
-    original = FakeConnector._lookup_response
-    uptimes = iter(["1000"])  # before server.reboot's reboot; after it, a fresh boot
-
-    def lookup(connector: FakeConnector, command: str):
-        timeline.append((connector.host.name, command))
-        if command == "cut -d. -f1 /proc/uptime":
-            return True, CommandOutput([OutputLine("stdout", next(uptimes, "3"))])
-        if connector.host.name == CP:
-            ok, out, err = cluster.answer(command)
-            lines = [OutputLine("stdout", line) for line in out] + [OutputLine("stderr", line) for line in err]
-            return ok, CommandOutput(lines)
-        return original(connector, command)
-
-    original_put = FakeConnector.put_file
-
-    def put_file(connector: FakeConnector, filename_or_io, remote_filename: str, *args, **kwargs):
-        timeline.append((connector.host.name, f"upload {remote_filename}"))
-        return original_put(connector, filename_or_io, remote_filename, *args, **kwargs)
-
-    monkeypatch.setattr(FakeConnector, "_lookup_response", lookup)
-    monkeypatch.setattr(FakeConnector, "put_file", put_file)
     monkeypatch.setattr(pyinfra, "is_cli", True)
-    quick = {"fake_delay": 0, "fake_delay_jitter": 0}
-    gpu_data = {**quick, "fake_responses": gpu_answers or gpu_responses()}
     shared = {"kernel_modules_load": False, "reboot_allowed": False, "stages": "runtimes",
               "drain_before_restart": True, **(data or {})}
     if groups:
-        inventory = Inventory(([(GPU, gpu_data), (CP, quick)], {}), override_data=shared,
+        inventory = Inventory(([(GPU, QUICK), (CP, QUICK)], {}), override_data=shared,
                               gpu_nodes=([GPU], {}), control_plane=([CP], {}))
     else:
-        inventory = Inventory(([(GPU, gpu_data)], {}), override_data=shared, gpu_nodes=([GPU], {}))
-    fake = run_deploy_file(inventory, GPU_NODE)
-    return Run(fake.state, timeline, fake.error)
+        inventory = Inventory(([(GPU, QUICK)], {}), override_data=shared, gpu_nodes=([GPU], {}))
+    # The control plane: every command (kubectl's reads included) answered by the stand-in cluster.
+    nodes = {GPU: gpu_answers or gpu_host(), CP: Node(stand_in=cluster.answer)}
+    plan = run_inventory(inventory, nodes, GPU_NODE)
+    return Run(plan.state, plan.timeline, plan.error)
 
 
 def restart_index(run: Run) -> int:
@@ -260,7 +244,7 @@ def test_nothing_to_restart_runs_no_drain_and_no_uncordon(monkeypatch):
     wired = (Path(__file__).resolve().parents[1] / "fixtures" / "containerd" / "merge" / "already-wired"
              / "expected.toml").read_text()
     cluster = StandInCluster()
-    run = run_gpu_node(monkeypatch, cluster, gpu_answers=gpu_responses(config=wired))
+    run = run_gpu_node(monkeypatch, cluster, gpu_answers=gpu_host(config=wired))
     assert run.error is None and not run.failed, run.error
     # the prepare-time check only: no write verb, and no operation changed anything
     assert run.kubectl_verbs() == ["get"]
@@ -277,9 +261,9 @@ def test_nothing_to_restart_runs_no_drain_and_no_uncordon(monkeypatch):
 
 @pytest.mark.parametrize("config", [UNWIRED, None])
 def test_setting_off_runs_no_kubectl_and_no_extra_fact(monkeypatch, config):
-    on = run_gpu_node(monkeypatch, StandInCluster(), gpu_answers=gpu_responses(config=config))
+    on = run_gpu_node(monkeypatch, StandInCluster(), gpu_answers=gpu_host(config=config))
     off = run_gpu_node(monkeypatch, StandInCluster(), data={"drain_before_restart": False},
-                       gpu_answers=gpu_responses(config=config))
+                       gpu_answers=gpu_host(config=config))
     assert off.error is None and not off.failed, off.error
     assert off.on(CP) == []
     # the GPU node runs nothing the drain would add: no hostname read
@@ -320,8 +304,7 @@ def test_restart_left_pending_by_an_interrupted_run_is_drained_for_too_no_real_c
 
     wired = (Path(__file__).resolve().parents[1] / "fixtures" / "containerd" / "merge" / "already-wired"
              / "expected.toml").read_text()
-    answers = gpu_responses(config=wired)
-    answers[MARKER] = answers[MARKER] + [f"{MARKER}PendingRestarts", "containerd /etc/containerd/config.toml"]
+    answers = gpu_host(wired, NODE, (PendingRestarts, ["containerd /etc/containerd/config.toml"]))
     cluster = StandInCluster()
     run = run_gpu_node(monkeypatch, cluster, gpu_answers=answers)
     assert run.error is None and not run.failed, run.error
@@ -331,11 +314,8 @@ def test_restart_left_pending_by_an_interrupted_run_is_drained_for_too_no_real_c
 
 
 def test_docker_restart_is_drained_for_like_containerd_no_real_cluster(monkeypatch):
-    # Docker's own read (its command starts with the dockerd lookup): preflight's one command, which
-    # reads Docker ahead too, keeps the node's answer.
-    answers = {re.compile(r"^bin=\$\(command -v dockerd"):
-               "dockerd /usr/sbin/dockerd\nversion Docker version 26.1.5, build x\nvalidate",
-               **gpu_responses()}
+    answers = gpu_host(UNWIRED, NODE, (state_read("/etc/docker/daemon.json"),
+                                       "dockerd /usr/sbin/dockerd\nversion Docker version 26.1.5, build x\nvalidate"))
     cluster = StandInCluster()
     run = run_gpu_node(monkeypatch, cluster, data={"container_runtimes": "docker"}, gpu_answers=answers)
     assert run.error is None and not run.failed, run.error

@@ -1,6 +1,6 @@
 """
 Plan tests: the whole entry file (stages kernel,driver) runs against pyinfra's @fake connector
-for each distro family; the facts are scripted (os-release, uname, the PCI bus, package state)
+for each distro family; the facts are stated (os-release, uname, the PCI bus, package state)
 and the assertions are on the commands the run would execute.
 """
 
@@ -10,20 +10,30 @@ import base64
 
 import pytest
 
-from fake_host import PCI_WITH_GPU, fake_run, node_lines, responses
+from plan import DEFAULT, PCI_WITH_GPU, carrying, every, gpu_node, node_lines, run_deploy
+from pyinfra.facts.deb import DebPackages
+
+from deploy.facts.nvidia import IgnoredPackages, PackagesAvailable, RecommendedDriver
+from deploy.operations.driver import AptSourceFiles
+from deploy.operations.packages import PACMAN_HOLD_LIST, deb_states_read
 
 
-# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")
 
 DEBIAN_SOURCES = (
     "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\n"
     "Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
 )
-DEBIAN_FILES = {
-    "/etc/apt/sources.list.d/*.sources": "/etc/apt/sources.list.d/debian.sources "
-    + base64.b64encode(DEBIAN_SOURCES.encode()).decode(),
-}
+DEBIAN_FILES = [
+    (AptSourceFiles, "/etc/apt/sources.list.d/debian.sources " + base64.b64encode(DEBIAN_SOURCES.encode()).decode()),
+]
+
+
+def node(distro: str, host_state: list[str] | None = None, facts=(), arch: str = "x86_64"):
+    """A node of ``distro``; what it does not state (the kernel stage's files, installed packages,
+    repository files) reads as nothing there: the facts' defaults."""
+    return gpu_node(distro, arch=arch, host_state=host_state, facts=facts, unstated=DEFAULT)
 
 
 def install_lines(run, tool: str) -> list[str]:
@@ -44,9 +54,9 @@ def ok(run):
 
 
 def test_debian_default_plan_enables_components_installs_driver_headers_firmware_and_holds():
-    run = ok(fake_run(responses("debian-12", node=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU), extra={
-        **DEBIAN_FILES, "apt-cache show --no-all-versions": ["yes linux-headers-6.1.0-18-amd64"],
-    })))
+    run = ok(run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU), facts=[
+        *DEBIAN_FILES, (every(PackagesAvailable), carrying("linux-headers-6.1.0-18-amd64")),
+    ])))
     installs = install_lines(run, "apt-get")
     assert any(c.endswith(" --allow-change-held-packages --allow-downgrades nvidia-driver nvidia-smi nvidia-kernel-dkms") for c in installs), installs
     assert any(c.endswith(" --allow-change-held-packages --allow-downgrades firmware-misc-nonfree") for c in installs)
@@ -62,17 +72,18 @@ def test_debian_default_plan_enables_components_installs_driver_headers_firmware
 
 
 def test_debian_headers_fall_back_to_the_flavour_meta_package_when_the_running_kernels_are_missing():
-    run = ok(fake_run(responses("debian-12", node=node_lines("6.1.0-18-cloud-amd64", pci=PCI_WITH_GPU), extra={
-        **DEBIAN_FILES,
-        "apt-cache show --no-all-versions linux-headers-6.1.0-18-cloud-amd64": ["no linux-headers-6.1.0-18-cloud-amd64", "yes linux-headers-cloud-amd64"],
-    })))
+    run = ok(run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-cloud-amd64", pci=PCI_WITH_GPU), facts=[
+        *DEBIAN_FILES,
+        # the lists carry the flavour's meta package, not the running kernel's headers
+        (every(PackagesAvailable), carrying("linux-headers-cloud-amd64")),
+    ])))
     assert any(c.endswith(" install -o DPkg::Lock::Timeout=120 --allow-change-held-packages --allow-downgrades linux-headers-cloud-amd64") for c in install_lines(run, "apt-get"))
 
 
 def test_debian_branch_and_version_pin_the_tesla_packages_and_hold_them():
     version = "535.216.03-3~deb12u1"
-    run = ok(fake_run(
-        responses("debian-12", extra=DEBIAN_FILES),
+    run = ok(run_deploy(
+        node("debian-12", facts=DEBIAN_FILES),
         data={"nvidia_driver_branch": "535", "nvidia_driver_version": version},
     ))
     driver = single([c for c in install_lines(run, "apt-get") if "nvidia-tesla" in c])
@@ -85,13 +96,13 @@ def test_debian_second_run_with_everything_installed_and_held_runs_no_package_co
     installed = [f"{name} 535.216.03-3~deb12u1 hold ok installed" for name in
                  ("nvidia-tesla-535-driver", "nvidia-tesla-535-smi", "nvidia-tesla-535-kernel-dkms")]
     enabled = DEBIAN_SOURCES.replace("Components: main", "Components: main contrib non-free non-free-firmware")
-    run = ok(fake_run(
-        responses("debian-12", extra={
-            "/etc/apt/sources.list.d/*.sources": "/etc/apt/sources.list.d/debian.sources " + base64.b64encode(enabled.encode()).decode(),
-            "dpkg-query -W -f '${Package} ${Version} ${Status}\\n' nvidia-tesla": installed,
-            "dpkg-query -W -f '${Package} ${Version} ${Status}\\n' firmware-misc-nonfree": ["firmware-misc-nonfree 20230210-5 install ok installed"],
-            "dpkg -l": ["ii  linux-headers-6.1.0-18-amd64 6.1.76-1 amd64 Header files"],
-        }),
+    run = ok(run_deploy(
+        node("debian-12", facts=[
+            (AptSourceFiles, "/etc/apt/sources.list.d/debian.sources " + base64.b64encode(enabled.encode()).decode()),
+            (deb_states_read(["nvidia-tesla-535-driver", "nvidia-tesla-535-smi", "nvidia-tesla-535-kernel-dkms"]), installed),
+            (deb_states_read(["firmware-misc-nonfree"]), ["firmware-misc-nonfree 20230210-5 install ok installed"]),
+            (DebPackages, ["ii  linux-headers-6.1.0-18-amd64 6.1.76-1 amd64 Header files"]),
+        ]),
         data={"nvidia_driver_branch": "535", "nvidia_driver_version": "535.216.03-3~deb12u1"},
     ))
     assert not run.ran("apt-get"), run.ran("apt-get")
@@ -100,10 +111,10 @@ def test_debian_second_run_with_everything_installed_and_held_runs_no_package_co
 
 
 def test_debian_without_a_release_entry_fails_the_host_naming_the_problem(caplog):
-    run = fake_run(responses("debian-12", extra={
-        "/etc/apt/sources.list.d/*.sources": "/etc/apt/sources.list.d/other.sources "
-        + base64.b64encode(b"Types: deb\nURIs: https://download.docker.com/linux/debian\nSuites: bookworm\nComponents: stable\n").decode(),
-    }))
+    run = run_deploy(node("debian-12", facts=[
+        (AptSourceFiles, "/etc/apt/sources.list.d/other.sources "
+         + base64.b64encode(b"Types: deb\nURIs: https://download.docker.com/linux/debian\nSuites: bookworm\nComponents: stable\n").decode()),
+    ]))
     assert run.host in run.state.failed_hosts
     [line] = [record.getMessage() for record in caplog.records if "gpu-node:" in record.getMessage()]
     assert "gpu-node: no Debian archive entry for bookworm (with component main)" in line
@@ -115,8 +126,8 @@ def test_debian_without_a_release_entry_fails_the_host_naming_the_problem(caplog
 
 def test_ubuntu_branch_and_version_install_headless_server_packages_pinned_and_held():
     version = "550.90.07-0ubuntu0.22.04.1"
-    run = ok(fake_run(
-        responses("ubuntu-22.04", node=node_lines("5.15.0-91-generic", pci=PCI_WITH_GPU)),
+    run = ok(run_deploy(
+        node("ubuntu-22.04", host_state=node_lines("5.15.0-91-generic", pci=PCI_WITH_GPU)),
         data={"nvidia_driver_branch": "550", "nvidia_driver_version": version},
     ))
     driver = single([c for c in install_lines(run, "apt-get") if "nvidia-headless" in c])
@@ -127,17 +138,18 @@ def test_ubuntu_branch_and_version_install_headless_server_packages_pinned_and_h
 
 
 def test_ubuntu_branch_detected_from_ubuntu_drivers_recommendation():
-    run = ok(fake_run(responses("ubuntu-22.04", node=node_lines("5.15.0-91-generic", pci=PCI_WITH_GPU), extra={
-        "ubuntu-drivers list --gpgpu": ["nvidia-driver-535-server, (kernel modules provided by nvidia-dkms-535-server)"],
-    })))
+    run = ok(run_deploy(node("ubuntu-22.04", host_state=node_lines("5.15.0-91-generic", pci=PCI_WITH_GPU), facts=[
+        ((RecommendedDriver, {"recommend_command": "ubuntu-drivers list --gpgpu"}),
+         ["nvidia-driver-535-server, (kernel modules provided by nvidia-dkms-535-server)"]),
+    ])))
     assert any(c.endswith("nvidia-headless-535-server nvidia-utils-535-server nvidia-dkms-535-server")
                for c in install_lines(run, "apt-get"))
 
 
 def test_ubuntu_branch_detected_from_the_installed_driver():
-    run = ok(fake_run(responses("ubuntu-22.04", node=node_lines("5.15.0-91-generic"), extra={
-        "dpkg -l": ["ii  nvidia-headless-470-server 470.239.06-0ubuntu0.22.04.1 amd64 NVIDIA headless"],
-    })))
+    run = ok(run_deploy(node("ubuntu-22.04", host_state=node_lines("5.15.0-91-generic"), facts=[
+        (DebPackages, ["ii  nvidia-headless-470-server 470.239.06-0ubuntu0.22.04.1 amd64 NVIDIA headless"]),
+    ])))
     # the installed package stays, the rest of branch 470 joins it, all held
     assert any(c.endswith("--allow-change-held-packages --allow-downgrades nvidia-utils-470-server nvidia-dkms-470-server")
                for c in install_lines(run, "apt-get")), run.commands
@@ -145,7 +157,7 @@ def test_ubuntu_branch_detected_from_the_installed_driver():
 
 
 def test_ubuntu_without_branch_or_recommendation_stops_before_any_change():
-    run = fake_run(responses("ubuntu-22.04", node=node_lines("5.15.0-91-generic")))
+    run = run_deploy(node("ubuntu-22.04", host_state=node_lines("5.15.0-91-generic")))
     assert "nvidia_driver_branch is required on ubuntu" in run.refusal
     assert not run.ran("apt-get") and not run.ran("mkdir -p /etc/modprobe.d")
 
@@ -154,10 +166,10 @@ def test_ubuntu_without_branch_or_recommendation_stops_before_any_change():
 
 
 def test_rocky_9_adds_cuda_repo_enables_module_stream_pins_and_versionlocks():
-    run = ok(fake_run(
-        responses("rocky-9", node=node_lines("5.14.0-362.8.1.el9_3.x86_64", pci=PCI_WITH_GPU), extra={
-            "dnf -q list": ["yes kernel-devel-5.14.0-362.8.1.el9_3.x86_64"],
-        }),
+    run = ok(run_deploy(
+        node("rocky-9", host_state=node_lines("5.14.0-362.8.1.el9_3.x86_64", pci=PCI_WITH_GPU), facts=[
+            (every(PackagesAvailable), carrying("kernel-devel-5.14.0-362.8.1.el9_3.x86_64")),
+        ]),
         data={"nvidia_driver_branch": "550", "nvidia_driver_version": "550.54.15"},
     ))
     assert "NVIDIA driver | Add NVIDIA's repository cuda-rhel9-x86_64" in run.op_names()
@@ -170,12 +182,12 @@ def test_rocky_9_adds_cuda_repo_enables_module_stream_pins_and_versionlocks():
 
 
 def test_rocky_9_without_branch_uses_the_latest_dkms_stream():
-    run = ok(fake_run(responses("rocky-9", node=node_lines("5.14.0-362.8.1.el9_3.x86_64"))))
+    run = ok(run_deploy(node("rocky-9", host_state=node_lines("5.14.0-362.8.1.el9_3.x86_64"))))
     assert "dnf module enable -y nvidia-driver:latest-dkms" in run.commands
 
 
 def test_fedora_has_no_modules_and_installs_cuda_drivers_of_the_branch():
-    run = ok(fake_run(responses("fedora-40", node=node_lines("6.8.5-301.fc40.x86_64")),
+    run = ok(run_deploy(node("fedora-40", host_state=node_lines("6.8.5-301.fc40.x86_64")),
                       data={"nvidia_driver_branch": "550"}))
     assert "NVIDIA driver | Add NVIDIA's repository cuda-fedora40-x86_64" in run.op_names()
     assert not run.ran("dnf module")
@@ -184,7 +196,7 @@ def test_fedora_has_no_modules_and_installs_cuda_drivers_of_the_branch():
 
 
 def test_amazon_linux_2023_uses_the_amzn2023_repository_on_arm():
-    run = ok(fake_run(responses("amzn-2023", arch="aarch64", node=node_lines("6.1.84-99.169.amzn2023.aarch64"))))
+    run = ok(run_deploy(node("amzn-2023", arch="aarch64", host_state=node_lines("6.1.84-99.169.amzn2023.aarch64"))))
     assert "NVIDIA driver | Add NVIDIA's repository cuda-amzn2023-sbsa" in run.op_names()
     assert "dnf install -y cuda-drivers" in run.commands
 
@@ -193,7 +205,7 @@ def test_amazon_linux_2023_uses_the_amzn2023_repository_on_arm():
 
 
 def test_opensuse_leap_adds_nvidias_repository_and_locks_g06_packages():
-    run = ok(fake_run(responses("opensuse-leap-15.5", node=node_lines("5.14.21-150500.55.39-default")),
+    run = ok(run_deploy(node("opensuse-leap-15.5", host_state=node_lines("5.14.21-150500.55.39-default")),
                       data={"nvidia_driver_version": "550.54.14"}))
     assert "NVIDIA driver | Add NVIDIA's repository nvidia-opensuse-leap" in run.op_names()
     install = single(run.ran("--gpg-auto-import-keys install -y"))
@@ -204,7 +216,7 @@ def test_opensuse_leap_adds_nvidias_repository_and_locks_g06_packages():
 
 
 def test_opensuse_rejects_a_branch():
-    run = fake_run(responses("opensuse-leap-15.5", node=node_lines("5.14.21-150500.55.39-default")),
+    run = run_deploy(node("opensuse-leap-15.5", host_state=node_lines("5.14.21-150500.55.39-default")),
                    data={"nvidia_driver_branch": "550"})
     assert "nvidia_driver_branch='550' is not supported on opensuse-leap" in run.refusal
 
@@ -219,21 +231,21 @@ def test_opensuse_rejects_a_branch():
     (["linux", "linux-zen"], "nvidia-utils nvidia-dkms linux-headers linux-zen-headers"),
 ])
 def test_arch_picks_the_module_package_for_its_kernels_and_holds_with_ignorepkg(kernels, expected):
-    run = ok(fake_run(responses("arch", node=node_lines("6.9.7-arch1-1", pkgbases=kernels))))
+    run = ok(run_deploy(node("arch", host_state=node_lines("6.9.7-arch1-1", pkgbases=kernels))))
     assert single(run.ran("pacman --noconfirm -S")).endswith(f"-S {expected}")
     hold = single(run.ran("IgnorePkg = "))
     assert hold.startswith("sed -i '/^\\[options\\]/a IgnorePkg = ") and hold.endswith(f"{expected}' /etc/pacman.conf")
 
 
 def test_arch_already_ignored_packages_are_not_added_twice():
-    run = ok(fake_run(responses("arch", node=node_lines("6.9.7-arch1-1", pkgbases=["linux"]), extra={
-        "IgnorePkg[[:space:]]*=": [" nvidia-utils nvidia"],
-    })))
+    run = ok(run_deploy(node("arch", host_state=node_lines("6.9.7-arch1-1", pkgbases=["linux"]), facts=[
+        ((IgnoredPackages, {"list_command": PACMAN_HOLD_LIST}), [" nvidia-utils nvidia"]),
+    ])))
     assert not run.ran("/a IgnorePkg")
 
 
 def test_arch_rejects_a_version_pin():
-    run = fake_run(responses("arch", node=node_lines("6.9.7-arch1-1", pkgbases=["linux"])),
+    run = run_deploy(node("arch", host_state=node_lines("6.9.7-arch1-1", pkgbases=["linux"])),
                    data={"nvidia_driver_version": "550.78-1"})
     assert "nvidia_driver_version='550.78-1' cannot be pinned on arch" in run.refusal
 
@@ -247,14 +259,14 @@ def test_arch_rejects_a_version_pin():
     ({"nvidia_driver_branch": "535", "nvidia_driver_version": "550.54.15"}, "is not in nvidia_driver_branch='535'"),
 ])
 def test_driver_below_the_device_plugins_floor_or_inconsistent_stops_before_any_change(data, message):
-    run = fake_run(responses("debian-12", extra=DEBIAN_FILES), data=data)
+    run = run_deploy(node("debian-12", facts=DEBIAN_FILES), data=data)
     assert message in run.refusal
     assert not run.ran("mkdir -p /etc/modprobe.d")
 
 
 def test_a_loaded_module_of_the_installed_version_needs_no_reboot():
-    run = ok(fake_run(responses("debian-12", node=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU,
-                                                             loaded="535.216.03", built="535.216.03"), extra=DEBIAN_FILES)))
+    run = ok(run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU,
+                                                                loaded="535.216.03", built="535.216.03"), facts=DEBIAN_FILES)))
     assert run.ran("--allow-change-held-packages --allow-downgrades nvidia-driver")
     assert not run.ran("> /run/reboot-required")
 
@@ -262,20 +274,20 @@ def test_a_loaded_module_of_the_installed_version_needs_no_reboot():
 def test_reboot_allowed_reboots_after_the_driver_changed(monkeypatch):
     """The fake host cannot come back from the reboot; the reboot being issued is what is checked."""
     monkeypatch.setattr("deploy.tasks.driver.REBOOT_DELAY", 0)
-    run = fake_run(responses("debian-12", node=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU), extra=DEBIAN_FILES),
-                   data={"reboot_allowed": True})
+    run = run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU), facts=DEBIAN_FILES),
+                     data={"reboot_allowed": True})
     assert run.ran("> /run/reboot-required")
     assert run.ran("( sleep 1 && reboot )")
 
 
 def test_cuda_toolkit_installs_the_familys_package_and_puts_it_on_path():
-    run = ok(fake_run(responses("debian-12", extra=DEBIAN_FILES), data={"cuda_toolkit_install": True}))
+    run = ok(run_deploy(node("debian-12", facts=DEBIAN_FILES), data={"cuda_toolkit_install": True}))
     assert any(c.endswith(" nvidia-cuda-toolkit") for c in install_lines(run, "apt-get"))
     assert "NVIDIA driver | Put the CUDA toolkit on PATH" in run.op_names()
     assert run.ran("chmod 644 /etc/profile.d/cuda.sh.gpu-node-candidate && mv -f /etc/profile.d/cuda.sh.gpu-node-candidate /etc/profile.d/cuda.sh")
 
 
 def test_driver_install_false_runs_no_driver_operation():
-    run = ok(fake_run(responses("debian-12", extra=DEBIAN_FILES), data={"nvidia_driver_install": False}))
+    run = ok(run_deploy(node("debian-12", facts=DEBIAN_FILES), data={"nvidia_driver_install": False}))
     assert not run.ran("apt-get") and not run.ran("apt-mark")
     assert not [name for name in run.op_names() if name.startswith("NVIDIA driver")]

@@ -3,24 +3,28 @@
 from __future__ import annotations
 
 import pytest
-from fake_host import responses, run_deploy_file
+from plan import QUICK, Node, gpu_node, run_inventory
 from pyinfra.api import Inventory
 
+from deploy.operations.files import digest_read
+from deploy.tasks.kernel import managed_files
 
-# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")
 
 
 def test_control_plane_only_hosts_are_skipped_and_gpu_nodes_are_deployed():
-    data = {"fake_responses": responses("debian-12"), "fake_delay": 0, "fake_delay_jitter": 0,
-            "kernel_modules_load": False, "stages": "kernel"}
+    data = {**QUICK, "kernel_modules_load": False, "stages": "kernel"}
     inventory = Inventory(
         (["@fake/gpu1", "@fake/cp1"], {}),
         override_data=data,
         gpu_nodes=(["@fake/gpu1"], {}),
         control_plane=(["@fake/cp1"], {}),
     )
-    run = run_deploy_file(inventory)
+    # The kernel stage's files are not on the GPU node yet; the control plane states nothing: it is not read.
+    gpu1 = gpu_node("debian-12", facts=[(digest_read(path), "absent") for path in managed_files()])
+    run = run_inventory(inventory, {"@fake/gpu1": gpu1, "@fake/cp1": Node()})
     assert run.error is None, run.error
     commands = {host.name: host.connector.executed_commands for host in inventory}
     assert commands["@fake/cp1"] == []

@@ -6,14 +6,18 @@ only, nothing after it; in pyinfra's default mode (changes detected first) as wi
 from __future__ import annotations
 
 import pytest
-from plan import run_plan
-from fake_host import GPU_NODE, PCI_WITH_GPU, node_lines, responses, run_state
+from plan import GPU_NODE, PCI_WITH_GPU, gpu_node, node_lines, run_plan, run_state
 from pyinfra.api import Inventory, deploy
 from pyinfra.api.deploy import add_deploy
 from pyinfra.operations import server
 from pyinfra_cli.util import load_deploy_file
 
 from deploy.operations import failure
+from deploy.operations.download import source_read
+from deploy.operations.files import digest_read
+from deploy.operations.packages import deb_states_read
+from deploy.tasks.kernel import managed_files
+from deploy.tasks.toolkit import APT_KEYRING, APT_SOURCE, TOOLKIT_PACKAGES
 
 
 @deploy("Refuse, then change")
@@ -58,13 +62,16 @@ def test_a_host_refused_in_preflight_fails_alone_before_any_change_and_the_fleet
     that host's failure: pyinfra would otherwise stop every host while still planning."""
     common = {"fake_delay": 0, "fake_delay_jitter": 0, "kernel_modules_load": False, "reboot_allowed": False,
               "stages": "kernel"}
-    no_gpu = {**common, "require_gpu": True,
-              "fake_responses": responses("debian-12", node=node_lines("6.1.0-18-amd64"))}
-    with_gpu = {**common, "require_gpu": True,
-                "fake_responses": responses("debian-12", node=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU))}
-    inventory = Inventory(([("@fake/no-gpu", no_gpu), ("@fake/gpu", with_gpu)], {}))
+    data = {**common, "require_gpu": True}
+    # The kernel stage's files are not there yet.
+    kernel_files = [(digest_read(path), "absent") for path in managed_files()]
+    nodes = {"@fake/no-gpu": gpu_node("debian-12", host_state=node_lines("6.1.0-18-amd64"), facts=kernel_files),
+             "@fake/gpu": gpu_node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU),
+                                   facts=kernel_files)}
+    inventory = Inventory(([("@fake/no-gpu", data), ("@fake/gpu", data)], {}))
     failures: list[str] = []
-    state, error = run_state(inventory, lambda state: load_deploy_file(state, GPU_NODE), failures=failures)
+    state, error = run_state(inventory, lambda state: load_deploy_file(state, GPU_NODE), failures=failures,
+                             nodes=nodes)
     assert error is None, error
     assert {host.name for host in state.failed_hosts} == {"@fake/no-gpu"}
     assert failures == ["no NVIDIA GPU on the PCI bus (vendor 0x10de, display class): require_gpu=true"]
@@ -80,11 +87,17 @@ def test_a_toolkit_pin_the_family_cannot_honour_is_refused_in_preflight_before_a
     """Arch installs only its current toolkit: the pin is refused with the other preflight refusals, so the
     kernel stage, planned before the toolkit's, changes nothing on that host."""
     data = {"fake_delay": 0, "fake_delay_jitter": 0, "kernel_modules_load": False, "reboot_allowed": False,
-            "stages": "kernel,toolkit", "nvidia_toolkit_version": "1.17.8-1",
-            "fake_responses": responses("arch", node=node_lines("6.9.7-arch1-1", pkgbases=["linux"]))}
+            "stages": "kernel,toolkit", "nvidia_toolkit_version": "1.17.8-1"}
+    node = gpu_node("arch", host_state=node_lines("6.9.7-arch1-1", pkgbases=["linux"]), facts=[
+        *[(digest_read(path), "absent") for path in managed_files()],
+        # What preflight reads ahead for the toolkit's apt path: no such files, and no dpkg-query to ask.
+        (source_read(APT_SOURCE, APT_KEYRING), [f"@@file {APT_SOURCE}", "absent", f"@@file {APT_KEYRING}", "absent"]),
+        (deb_states_read(TOOLKIT_PACKAGES), []),
+    ])
     inventory = Inventory(([("@fake/arch", data)], {}))
     failures: list[str] = []
-    state, error = run_state(inventory, lambda state: load_deploy_file(state, GPU_NODE), failures=failures)
+    state, error = run_state(inventory, lambda state: load_deploy_file(state, GPU_NODE), failures=failures,
+                             nodes={"@fake/arch": node})
     assert {host.name for host in state.failed_hosts} == {"@fake/arch"}, error
     assert failures == ["nvidia_toolkit_version='1.17.8-1' cannot be pinned on arch: pacman installs only the "
                         "current version; unset it (or hold it by hand)"]

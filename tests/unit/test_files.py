@@ -9,19 +9,20 @@ from plan import run_plan
 from pyinfra.api import deploy
 
 from deploy.facts.files import FileDigest
-from deploy.operations.files import put_text
+from deploy.operations.files import digest_read, put_text
 
 
-# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")
 
+DEST = "/etc/modules-load.d/k8s.conf"
 CONTENT = "overlay\nbr_netfilter\n"
 DIGEST = hashlib.sha256(CONTENT.encode()).hexdigest()
 
 
 @deploy("put")
 def put(**kwargs):
-    put_text(name="Put the file", dest="/etc/modules-load.d/k8s.conf", content=CONTENT, **kwargs)
+    put_text(name="Put the file", dest=DEST, content=CONTENT, **kwargs)
 
 
 def test_fact_parses_stat_and_sha256sum_output_and_absence():
@@ -31,20 +32,20 @@ def test_fact_parses_stat_and_sha256sum_output_and_absence():
 
 
 def test_absent_file_is_created_with_owner_and_mode():
-    plan = run_plan(put, responses={"sha256sum": "absent"})
+    plan = run_plan(put, facts=[(digest_read(DEST), "absent")])
     assert plan.ran("mkdir -p /etc/modules-load.d")
     assert plan.ran("chown root:root /etc/modules-load.d/k8s.conf")
     assert plan.ran("chmod 644 /etc/modules-load.d/k8s.conf")
 
 
 def test_identical_file_is_one_read_and_nothing_else():
-    plan = run_plan(put, responses={"sha256sum": ["644 root:root", f"{DIGEST}  /etc/modules-load.d/k8s.conf"]})
+    plan = run_plan(put, facts=[(digest_read(DEST), ["644 root:root", f"{DIGEST}  {DEST}"])])
     assert len(plan.matching("/etc/modules-load.d/k8s.conf")) == 1
     assert not plan.starting("chmod") and not plan.starting("chown")
 
 
 def test_only_a_wrong_mode_is_repaired():
-    plan = run_plan(put, responses={"sha256sum": ["600 root:root", f"{DIGEST}  /etc/modules-load.d/k8s.conf"]})
+    plan = run_plan(put, facts=[(digest_read(DEST), ["600 root:root", f"{DIGEST}  {DEST}"])])
     assert plan.starting("chmod") == ["chmod 644 /etc/modules-load.d/k8s.conf"]
     assert not plan.starting("chown")
 

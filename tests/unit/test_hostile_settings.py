@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pyinfra
 import pytest
-from fake_host import run_deploy_file
-from plan import fake_host_data, run_plan, settings_for
+from plan import QUICK, Node, run_inventory, run_plan, settings_for
 from pyinfra.api import Inventory
 
+from deploy.containerd.plan import config_read
 from deploy.distros import detect_platform
+from deploy.operations.docker import state_read
 from deploy.settings import DEFAULTS, SETTING_FIELDS, Settings, SettingsError, parse_settings
 from deploy.tasks.containerd import containerd_runtime
 from deploy.tasks.docker import docker_runtime
@@ -111,9 +112,10 @@ def test_kube_node_names_must_map_to_kubernetes_node_names():
 
 def run_entry(monkeypatch, data: dict) -> tuple[Exception | None, list[str]]:
     """Load deploy/gpu_node.py like ``pyinfra @fake/node deploy/gpu_node.py``: (error, commands run)."""
-    inventory = Inventory(([("@fake/node", fake_host_data())], {}), override_data=data)
+    inventory = Inventory(([("@fake/node", QUICK)], {}), override_data=data)
     monkeypatch.setattr(pyinfra, "is_cli", True)
-    fake = run_deploy_file(inventory, str(REPO / "deploy" / "gpu_node.py"), execute=False)
+    # A node with nothing stated: the plan must stop before it reads anything.
+    fake = run_inventory(inventory, {"@fake/node": Node()}, str(REPO / "deploy" / "gpu_node.py"), execute=False)
     return fake.error, fake.commands
 
 
@@ -199,7 +201,7 @@ def test_containerd_config_path_with_shell_characters_is_only_ever_quoted():
     containerd_found = {"paths": [], "units": {}, "generated_versions": {}, "binary": "/usr/bin/containerd",
              "flavour": {"name": "plain", "service": "containerd"}}
     plan = run_plan(containerd_runtime, settings, family("debian"), containerd_found,
-                    responses={"base64 -w0": "binary_path /usr/bin/containerd\nversion containerd 1.6.20"})
+                    facts=[(config_read(path, None, "containerd"), "binary_path /usr/bin/containerd\nversion containerd 1.6.20")])
     assert plan.ran("gpu-node-candidate")  # the wiring really went ahead on that path
     assert_only_quoted(plan.commands, path)
 
@@ -208,7 +210,7 @@ def test_docker_daemon_config_path_with_shell_characters_is_only_ever_quoted():
     path = f"/etc/docker/{HOSTILE_PATH_TAIL}"
     settings = settings_for(container_runtimes="docker", docker_daemon_config_path=path)
     state = f"dockerd /usr/sbin/dockerd\nversion Docker version 20.10.24+dfsg1\nconfig {b64('{}')}"
-    plan = run_plan(docker_runtime, settings, family("debian"), responses={"command -v dockerd": state})
+    plan = run_plan(docker_runtime, settings, family("debian"), facts=[(state_read(path), state)])
     assert plan.ran("gpu-node-candidate")
     assert_only_quoted(plan.commands, path)
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pyinfra
 import yaml
-from fake_host import run_state
+from plan import QUICK, Node, run_state
 from pyinfra.api import Inventory, State
-from pyinfra.connectors.fake import FakeConnector
-from pyinfra.connectors.util import CommandOutput, OutputLine
 from pyinfra_cli.util import load_deploy_file
+
+from deploy.facts.k8s import GpuNodeIdentity
 
 REPO = Path(__file__).resolve().parents[2]
 ENTRY = str(REPO / "deploy" / "k8s_gpu.py")
@@ -96,6 +96,10 @@ class FakeCluster:
         return True, []
 
 
+# A GPU node's one read, with its driver at / (nvidia_driver_root's default)
+IDENTITY = (GpuNodeIdentity, {"driver_root": "/"})
+
+
 def gpu_identity_lines(hostname: str, products: list[str], pci_gpus: int | None = None,
                        nvidia_smi: str = "ok") -> list[str]:
     """What GpuNodeIdentity's command prints on a node (see tests/fixtures/k8s/identity-*.txt)."""
@@ -132,28 +136,21 @@ def run_plan(monkeypatch, cluster: FakeCluster, gpu_hosts: dict[str, list[str]],
              more_control_planes: dict[str, FakeCluster] | None = None) -> PlanRun:
     """
     Run deploy/k8s_gpu.py like ``pyinfra -y inventory.py deploy/k8s_gpu.py`` on @fake hosts:
-    @fake/cp1 answers from ``cluster``, each of ``more_control_planes`` from its own.
+    @fake/cp1 answers every command from ``cluster``, each of ``more_control_planes`` from its own;
+    each GPU node's identity read prints its ``gpu_hosts`` lines.
     """
-    host_answers = {name: lines for name, lines in gpu_hosts.items()}
     clusters = {"@fake/cp1": cluster, **(more_control_planes or {})}
-
-    def lookup(connector: FakeConnector, command_str: str):
-        if connector.host.name in host_answers:
-            return True, CommandOutput([OutputLine("stdout", line) for line in host_answers[connector.host.name]])
-        success, lines = clusters[connector.host.name].answer(command_str)
-        return success, CommandOutput([OutputLine("stdout", line) for line in lines])
-
-    monkeypatch.setattr(FakeConnector, "_lookup_response", lookup)
-    quick = {"fake_delay": 0, "fake_delay_jitter": 0}
+    nodes = {name: Node(stand_in=control_plane.answer) for name, control_plane in clusters.items()}
+    nodes.update({name: Node(facts=[(IDENTITY, lines)]) for name, lines in gpu_hosts.items()})
     host_data = host_data or {}
-    cp = [(name, {**quick, **host_data.get(name, {})}) for name in clusters]
-    gpus = [(name, {**quick, **host_data.get(name, {})}) for name in gpu_hosts]
+    cp = [(name, {**QUICK, **host_data.get(name, {})}) for name in clusters]
+    gpus = [(name, {**QUICK, **host_data.get(name, {})}) for name in gpu_hosts]
     groups = {"control_plane": (list(clusters), {})}
     if gpus:
         groups["gpu_nodes"] = ([name for name, _ in gpus], {})
     inventory = Inventory((cp + gpus, {}), override_data=dict(data or {}), **groups)
     monkeypatch.setattr(pyinfra, "is_cli", True)
-    state, error = run_state(inventory, lambda state: load_deploy_file(state, ENTRY))
+    state, error = run_state(inventory, lambda state: load_deploy_file(state, ENTRY), nodes=nodes)
     if error is not None:
         raise error
     return PlanRun(state, inventory, {h.name: list(h.connector.executed_commands) for h in inventory})
@@ -163,7 +160,7 @@ def run_plan(monkeypatch, cluster: FakeCluster, gpu_hosts: dict[str, list[str]],
 
 import pytest  # noqa: E402
 
-# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")
 
 from deploy.operations.kubectl import DIGEST_ANNOTATION, KubeUnavailableError  # noqa: E402

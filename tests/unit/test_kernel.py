@@ -7,11 +7,12 @@ from plan import run_plan, settings_for
 
 from deploy.distros import detect_platform
 from deploy.facts.kernel import KernelState
-from deploy.operations.kernel import module_present
-from deploy.tasks.kernel import kernel_prerequisites
+from deploy.operations.files import digest_read
+from deploy.operations.kernel import module_present, module_read, sysctls_read
+from deploy.tasks.kernel import KUBERNETES_MODULES, KUBERNETES_SYSCTLS, kernel_prerequisites, managed_files
 
 
-# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")
 
 # Output of KernelState's command on the CI machine's kernel: overlay and the bridge
@@ -50,26 +51,32 @@ def debian():
     return detect_platform({"name": "debian", "release_meta": {"ID": "debian"}}, "x86_64")
 
 
+def files_absent() -> list:
+    """The kernel stage's files, none written yet."""
+    return [(digest_read(path), "absent") for path in managed_files()]
+
+
 def test_loading_now_modprobes_only_absent_modules_and_sets_only_differing_sysctls():
     plan = run_plan(
         kernel_prerequisites,
         settings_for(kernel_modules_load=True),
         debian(),
-        responses={
-            "/sys/module/overlay": ["module overlay 1", "filesystems overlay"],
-            "/sys/module/br_netfilter": ["module br_netfilter 0", "filesystems overlay",
-                                         "sysctl net.bridge.bridge-nf-call-iptables"],
-            "/proc/sys/net/ipv4/ip_forward": ["sysctl net.bridge.bridge-nf-call-ip6tables 1",
-                                              "sysctl net.bridge.bridge-nf-call-iptables 1",
-                                              "sysctl net.ipv4.ip_forward 0"],
-        },
+        facts=[
+            *files_absent(),
+            (module_read("overlay", KUBERNETES_MODULES["overlay"][1]), ["module overlay 1", "filesystems overlay"]),
+            (module_read("br_netfilter", KUBERNETES_MODULES["br_netfilter"][1]),
+             ["module br_netfilter 0", "filesystems overlay", "sysctl net.bridge.bridge-nf-call-iptables"]),
+            (sysctls_read(KUBERNETES_SYSCTLS), ["sysctl net.bridge.bridge-nf-call-ip6tables 1",
+                                                "sysctl net.bridge.bridge-nf-call-iptables 1",
+                                                "sysctl net.ipv4.ip_forward 0"]),
+        ],
     )
     assert plan.starting("modprobe") == ["modprobe br_netfilter"]
     assert plan.starting("sysctl -w") == ["sysctl -w net.ipv4.ip_forward=1"]
 
 
 def test_kernel_modules_load_false_never_touches_the_running_kernel():
-    plan = run_plan(kernel_prerequisites, settings_for(kernel_modules_load=False), debian())
+    plan = run_plan(kernel_prerequisites, settings_for(kernel_modules_load=False), debian(), facts=files_absent())
     assert not plan.starting("modprobe") and not plan.starting("sysctl -w")
     assert plan.ran("/etc/modules-load.d/gpu-node-kubernetes.conf")
     assert plan.ran("/etc/sysctl.d/99-gpu-node-kubernetes.conf")

@@ -1,4 +1,4 @@
-"""Preflight's GPU, Secure Boot, module, headers and disk checks, on scripted @fake hosts."""
+"""Preflight's GPU, Secure Boot, module, headers and disk checks, on stated @fake hosts."""
 
 from __future__ import annotations
 
@@ -7,14 +7,17 @@ import logging
 
 import pytest
 
-from fake_host import PCI_WITH_GPU, fake_run, node_lines, responses
+from plan import DEFAULT, PCI_WITH_GPU, carrying, every, gpu_node, node_lines, run_deploy
+
+from deploy.facts.nvidia import PackagesAvailable
+from deploy.operations.driver import AptSourceFiles
 
 
-# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")
 
-SOURCES = {"/etc/apt/sources.list.d/*.sources": "/etc/apt/sources.list.d/debian.sources " + base64.b64encode(
-    b"Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\n").decode()}
+SOURCES = (AptSourceFiles, "/etc/apt/sources.list.d/debian.sources " + base64.b64encode(
+    b"Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\n").decode())
 CHANGING = ("mkdir ", "apt-get", "apt-mark", "dnf ", "chmod ", "chown ", "update-initramfs", "reboot")
 
 
@@ -24,8 +27,14 @@ def warnings(caplog):
     return lambda: [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
 
 
+def debian_node(host_state, *facts):
+    """A Debian node; what it does not state (the kernel stage's files, installed packages) reads as
+    nothing there: the facts' defaults."""
+    return gpu_node("debian-12", host_state=host_state, facts=[SOURCES, *facts], unstated=DEFAULT)
+
+
 def debian(node, **data):
-    return fake_run(responses("debian-12", node=node, extra=SOURCES), data=data)
+    return run_deploy(debian_node(node), data=data)
 
 
 def test_no_gpu_is_a_warning_and_the_run_goes_on(warnings):
@@ -82,22 +91,21 @@ def test_min_free_disk_zero_disables_the_check():
 
 
 def test_missing_headers_for_the_running_kernel_are_reported(warnings):
-    fake_run(responses("debian-12", node=node_lines("6.18.44-fc-v657"), extra={
-        **SOURCES, "echo package-availability;": ["no linux-headers-6.18.44-fc-v657", "yes linux-headers-amd64"]}))
+    run_deploy(debian_node(node_lines("6.18.44-fc-v657"), (every(PackagesAvailable), carrying("linux-headers-amd64"))))
     [line] = [line for line in warnings() if "kernel headers" in line]
     assert "linux-headers-6.18.44-fc-v657 for the running kernel are not in the apt lists" in line
     assert "linux-headers-amd64" in line
 
 
 def test_available_headers_are_not_reported(warnings):
-    fake_run(responses("debian-12", node=node_lines("6.1.0-18-amd64"), extra={
-        **SOURCES, "apt-cache show --no-all-versions": ["yes linux-headers-6.1.0-18-amd64"]}))
+    run_deploy(debian_node(node_lines("6.1.0-18-amd64"),
+                           (every(PackagesAvailable), carrying("linux-headers-6.1.0-18-amd64"))))
     assert not any("kernel headers" in line for line in warnings())
 
 
 def test_preflight_alone_changes_nothing():
     """With every changing stage off, the run only reads: each command is a fact's."""
-    run = fake_run(responses("debian-12", node=node_lines("6.1.0-18-amd64", secure_boot=True, modules=["nouveau"])),
-                   data={"stages": "toolkit", "nvidia_toolkit_install": False})
+    run = run_deploy(gpu_node("debian-12", host_state=node_lines("6.1.0-18-amd64", secure_boot=True, modules=["nouveau"])),
+                     data={"stages": "toolkit", "nvidia_toolkit_install": False})
     assert run.error is None
     assert not [c for c in run.commands if c.startswith(CHANGING) or "> /" in c]

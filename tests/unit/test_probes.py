@@ -10,8 +10,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from fake_host import run_state
-from plan import fake_host_data
+from plan import QUICK, Node, run_state
 from pyinfra.api import Inventory, deploy
 from pyinfra.api.deploy import add_deploy
 
@@ -35,11 +34,11 @@ def smoke():
 
 def run_smoke(responses: dict):
     """
-    Prepare then execute the smoke pod operation on one @fake host, in the mode ``both_modes``
-    names (tests/fake_host.py). Returns the commands run while preparing, all commands, the state
+    Prepare then execute the smoke pod operation on one @fake host answering ``responses`` (commands,
+    not fact reads), in the mode ``both_modes`` names (tests/plan.py). Returns the commands run while preparing, all commands, the state
     and why the run failed (None when it did not).
     """
-    inventory = Inventory(([("@fake/node", fake_host_data("debian-12", responses))], {}))
+    inventory = Inventory(([("@fake/node", QUICK)], {}))
     host = inventory.get_host("@fake/node")
     prepared: list[str] = []
 
@@ -47,7 +46,7 @@ def run_smoke(responses: dict):
         add_deploy(state, smoke)
         prepared.extend(host.connector.executed_commands)
 
-    state, error = run_state(inventory, prepare)
+    state, error = run_state(inventory, prepare, nodes={"@fake/node": Node(commands=responses)})
     failure = None if error is None else str(error)
     return prepared, list(host.connector.executed_commands), state, failure
 
@@ -71,7 +70,7 @@ def test_a_failing_smoke_pod_runs_once_and_fails_with_the_reason(both_modes, cap
 
 
 def test_a_probe_called_while_pyinfra_prepares_is_refused():
-    inventory = Inventory(([("@fake/node", fake_host_data("debian-12", {}))], {}))
+    inventory = Inventory(([("@fake/node", QUICK)], {}))
     host = inventory.get_host("@fake/node")
     seen = []
 

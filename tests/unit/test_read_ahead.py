@@ -25,7 +25,7 @@ from deploy.tasks import kernel as kernel_stage
 from deploy.tasks.kernel import BLACKLIST_PATH, MODULES_LOAD_PATH, SYSCTL_PATH, kernel_prerequisites
 
 
-# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")
 
 
@@ -85,15 +85,13 @@ def digest_lines(text: str, mode: str = "644", owner: str = "root:root") -> list
     return [f"{mode} {owner}", f"{hashlib.sha256(text.encode()).hexdigest()}  file"]
 
 
-def kernel_files_in_place(**overrides) -> dict:
+def kernel_files_in_place(**overrides) -> list:
     texts = kernel_stage.managed_files()
-    responses = {f"if [ -f {path} ]": digest_lines(text) for path, text in texts.items()}
-    responses.update({f"if [ -f {path} ]": lines for path, lines in overrides.items()})
-    return responses
+    return [(files.digest_read(path), overrides.get(path, digest_lines(text))) for path, text in texts.items()]
 
 
 def test_kernel_files_in_place_make_no_operation_and_one_read_each():
-    plan = run_plan(kernel_prerequisites, settings_for(kernel_modules_load=False), debian(), responses=kernel_files_in_place())
+    plan = run_plan(kernel_prerequisites, settings_for(kernel_modules_load=False), debian(), facts=kernel_files_in_place())
     assert plan.state.get_op_order() == []
     for path in (MODULES_LOAD_PATH, SYSCTL_PATH, BLACKLIST_PATH):
         assert len(plan.matching(f"if [ -f {path} ]")) == 1, path
@@ -102,7 +100,7 @@ def test_kernel_files_in_place_make_no_operation_and_one_read_each():
 def test_only_the_drifted_kernel_file_gets_an_operation_and_its_fact_is_not_read_twice():
     sysctl_text = kernel_stage.sysctl_text()
     plan = run_plan(kernel_prerequisites, settings_for(kernel_modules_load=False), debian(),
-                    responses=kernel_files_in_place(**{SYSCTL_PATH: digest_lines(sysctl_text, mode="600")}))
+                    facts=kernel_files_in_place(**{SYSCTL_PATH: digest_lines(sysctl_text, mode="600")}))
     names = [", ".join(plan.state.op_meta[op_hash].names) for op_hash in plan.state.get_op_order()]
     assert names == ["Kernel prerequisites | Persist the Kubernetes sysctls"]
     assert plan.starting("chmod") == [f"chmod 644 {SYSCTL_PATH}"]
@@ -126,8 +124,8 @@ def _read_change_read(changed: str, watched: str):
 
 def test_a_change_on_the_host_makes_the_next_known_fact_read_again():
     plan = run_plan(_read_change_read, "/etc/changed.conf", "/etc/watched.conf",
-                    responses={"if [ -f /etc/changed.conf ]": ["absent"],
-                               "if [ -f /etc/watched.conf ]": digest_lines("x\n")})
+                    facts=[(files.digest_read("/etc/changed.conf"), ["absent"]),
+                           (files.digest_read("/etc/watched.conf"), digest_lines("x\n"))])
     assert len(plan.matching("if [ -f /etc/watched.conf ]")) == 2
 
 
@@ -138,5 +136,5 @@ def _read_read(watched: str):
 
 
 def test_without_a_change_the_operation_reuses_the_value():
-    plan = run_plan(_read_read, "/etc/watched.conf", responses={"if [ -f /etc/watched.conf ]": digest_lines("x\n")})
+    plan = run_plan(_read_read, "/etc/watched.conf", facts=[(files.digest_read("/etc/watched.conf"), digest_lines("x\n"))])
     assert len(plan.matching("if [ -f /etc/watched.conf ]")) == 1

@@ -10,13 +10,12 @@ import pytest
 import subprocess
 from pathlib import Path
 
-from deploy.facts.combined import MARKER
 from deploy.facts.recovery import PackageManagerState, PendingRestarts
 from deploy.operations.packages import recovery_script
-from fake_host import fake_run, responses
+from plan import DEFAULT, gpu_node, run_deploy
 
 
-# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "recovery"
@@ -50,12 +49,10 @@ def test_fact_commands_are_valid_shell():
         assert subprocess.run(["sh", "-n", "-c", command]).returncode == 0, command
 
 
-def _with_sections(extra: dict[str, str]) -> dict:
-    """The fake host's answers, with these fact sections added to the combined preflight read."""
-    answers = responses("debian-12")
-    for name, text in extra.items():
-        answers[MARKER] = [*answers[MARKER], f"{MARKER}{name}", *text.splitlines()]
-    return answers
+def debian(*facts):
+    """A Debian node stating ``facts``; what it does not state (the stages' files, packages, units)
+    reads as nothing there: the facts' defaults."""
+    return gpu_node("debian-12", facts=facts, unstated=DEFAULT)
 
 
 def first_change_index(commands: list[str]) -> int:
@@ -63,8 +60,8 @@ def first_change_index(commands: list[str]) -> int:
 
 
 def test_a_held_lock_makes_the_wait_the_first_command_of_the_run():
-    run = fake_run(_with_sections({"PackageManagerState": (FIXTURES / "dpkg-lock-held.txt").read_text()}),
-                   data={"stages": "kernel,toolkit,runtimes", "apt_lock_timeout": "7"})
+    run = run_deploy(debian((PackageManagerState, (FIXTURES / "dpkg-lock-held.txt").read_text())),
+                     data={"stages": "kernel,toolkit,runtimes", "apt_lock_timeout": "7"})
     assert run.error is None, run.error
     waits = [index for index, command in enumerate(run.commands) if "apt_lock_timeout" in command]
     assert len(waits) == 1
@@ -74,10 +71,10 @@ def test_a_held_lock_makes_the_wait_the_first_command_of_the_run():
 
 
 def test_no_wait_when_the_package_manager_is_idle_or_no_package_stage_runs():
-    idle = fake_run(responses("debian-12"), data={"stages": "kernel,toolkit,runtimes"})
+    idle = run_deploy(debian(), data={"stages": "kernel,toolkit,runtimes"})
     assert idle.error is None, idle.error
     assert not [command for command in idle.commands if "apt_lock_timeout" in command]
-    verify_only = fake_run(_with_sections({"PackageManagerState": (FIXTURES / "dpkg-lock-held.txt").read_text()}),
-                           data={"stages": "kernel"})
+    verify_only = run_deploy(debian((PackageManagerState, (FIXTURES / "dpkg-lock-held.txt").read_text())),
+                             data={"stages": "kernel"})
     assert verify_only.error is None, verify_only.error
     assert not [command for command in verify_only.commands if "apt_lock_timeout" in command]

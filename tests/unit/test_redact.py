@@ -14,8 +14,9 @@ from pyinfra.api import config as pyinfra_config
 from deploy import redact
 from deploy.containerd.cri import merge_containerd_config, parse_config
 from deploy.containerd.layout import ConfigError
+from deploy.containerd.plan import config_read
 from deploy.distros import detect_platform
-from deploy.operations.docker import DaemonConfigError, parse_daemon_json
+from deploy.operations.docker import DaemonConfigError, parse_daemon_json, state_read
 from deploy.settings import RuntimeWiring
 from deploy.tasks.containerd import containerd_runtime
 from deploy.tasks.docker import docker_runtime
@@ -190,7 +191,8 @@ def test_containerd_operation_with_diff_logs_the_masked_change(diff_on, caplog):
              "flavour": {"name": "plain", "service": "containerd"}}
     caplog.set_level(logging.INFO, logger="pyinfra")
     run_plan(containerd_runtime, settings_for(), family("debian"), containerd_found,
-             responses={"base64 -w0": f"binary_path /usr/bin/containerd\nconfig {b64(CONTAINERD_16)}"})
+             facts=[(config_read("/etc/containerd/config.toml", None, "containerd"),
+                     f"binary_path /usr/bin/containerd\nconfig {b64(CONTAINERD_16)}")])
     logged = "\n".join(record.getMessage() for record in caplog.records)
     assert "Will modify" in logged and "/etc/containerd/config.toml" in logged
     assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in logged
@@ -203,7 +205,8 @@ def test_containerd_operation_without_diff_logs_no_diff(caplog):
              "flavour": {"name": "plain", "service": "containerd"}}
     caplog.set_level(logging.INFO, logger="pyinfra")
     run_plan(containerd_runtime, settings_for(), family("debian"), containerd_found,
-             responses={"base64 -w0": f"binary_path /usr/bin/containerd\nconfig {b64(CONTAINERD_16)}"})
+             facts=[(config_read("/etc/containerd/config.toml", None, "containerd"),
+                     f"binary_path /usr/bin/containerd\nconfig {b64(CONTAINERD_16)}")])
     assert "BinaryName" not in "\n".join(record.getMessage() for record in caplog.records)
 
 
@@ -211,7 +214,7 @@ def test_docker_operation_with_diff_logs_the_masked_change(diff_on, caplog):
     caplog.set_level(logging.INFO, logger="pyinfra")
     state = f"dockerd /usr/sbin/dockerd\nversion Docker version 20.10.24+dfsg1, build 297e128\nconfig {b64(DAEMON_JSON)}"
     run_plan(docker_runtime, settings_for(container_runtimes="docker"), family("debian"),
-             responses={"command -v dockerd": state})
+             facts=[(state_read("/etc/docker/daemon.json"), state)])
     logged = "\n".join(record.getMessage() for record in caplog.records)
     assert "Will modify" in logged and "/etc/docker/daemon.json" in logged
     assert '"path": "/usr/bin/nvidia-container-runtime"' in logged

@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import pytest
-from plan import run_plan, settings_for
+from plan import DEFAULT, run_plan, settings_for
 
 from deploy.distros import detect_platform
+from deploy.facts.packages import RpmPackageStates
+from deploy.operations.download import source_read
+from deploy.operations.packages import deb_states_read
 from deploy.tasks.toolkit import APT_KEYRING, APT_SOURCE, TOOLKIT_PACKAGES, toolkit
 
 
-# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")
+
+# What the nodes do not state (the packages pyinfra's package operations find installed, the
+# toolkit's files and packages unless a test states them) reads as nothing: the facts' defaults.
+
+
+# RpmPackageStates' read of the toolkit's packages (deploy/operations/packages.py)
+RPM_STATES = (RpmPackageStates, {"packages": sorted(TOOLKIT_PACKAGES)})
 
 
 def platform(distro_id: str, arch: str = "x86_64"):
@@ -19,7 +29,7 @@ def platform(distro_id: str, arch: str = "x86_64"):
 
 def test_debian_adds_a_signed_by_source_downloads_the_key_and_installs_and_holds_the_pinned_four():
     settings = settings_for(nvidia_toolkit_version="1.17.8-1")
-    plan = run_plan(toolkit, settings, platform("debian"))
+    plan = run_plan(toolkit, settings, platform("debian"), unstated=DEFAULT)
     fetches = plan.matching("curl -fsSL")
     assert len(fetches) == 1 and "https://nvidia.github.io/libnvidia-container/gpgkey" in fetches[0]
     assert APT_KEYRING in fetches[0]
@@ -52,10 +62,12 @@ def test_debian_with_everything_installed_and_held_changes_nothing_and_skips_apt
         toolkit,
         settings,
         platform("debian"),
-        responses={
-            "dpkg-query": states + "\ncurl 7.88.1-10 install ok installed\nca-certificates 20230311 install ok installed",
-            **_source_and_key_present(settings),
-        },
+        facts=[
+            (deb_states_read(TOOLKIT_PACKAGES),
+             states + "\ncurl 7.88.1-10 install ok installed\nca-certificates 20230311 install ok installed"),
+            *_source_and_key_present(settings),
+        ],
+        unstated=DEFAULT,
     )
     assert not plan.ran("apt-get update")
     assert not plan.ran("apt-get install")
@@ -63,7 +75,7 @@ def test_debian_with_everything_installed_and_held_changes_nothing_and_skips_apt
 
 
 def test_unpinned_toolkit_is_installed_without_a_hold():
-    plan = run_plan(toolkit, settings_for(), platform("ubuntu"))
+    plan = run_plan(toolkit, settings_for(), platform("ubuntu"), unstated=DEFAULT)
     install = plan.matching(" install ")[-1]
     assert "nvidia-container-toolkit " in install + " "
     packages = install.split(" --allow-downgrades ", 1)[1]
@@ -73,7 +85,7 @@ def test_unpinned_toolkit_is_installed_without_a_hold():
 
 @pytest.mark.parametrize("family_id", ["rocky", "fedora", "amzn"])
 def test_dnf_families_get_nvidias_repo_file_pinned_packages_and_versionlock(family_id):
-    plan = run_plan(toolkit, settings_for(nvidia_toolkit_version="1.17.8-1"), platform(family_id))
+    plan = run_plan(toolkit, settings_for(nvidia_toolkit_version="1.17.8-1"), platform(family_id), unstated=DEFAULT)
     install = plan.matching("dnf install")
     assert install, plan.commands
     for name in TOOLKIT_PACKAGES:
@@ -89,22 +101,22 @@ def test_rpm_repo_file_checks_the_repository_signature():
     assert "repo_gpgcheck=1" in text
     assert "gpgkey=https://nvidia.github.io/libnvidia-container/gpgkey" in text
     # NVIDIA's install guide: curl ... | sudo tee /etc/yum.repos.d/nvidia-container-toolkit.repo
-    plan = run_plan(toolkit, settings_for(), platform("rocky"))
+    plan = run_plan(toolkit, settings_for(), platform("rocky"), unstated=DEFAULT)
     assert plan.ran("/etc/yum.repos.d/nvidia-container-toolkit.repo"), plan.commands
 
 
 def test_opensuse_installs_with_zypper_and_locks_a_pin():
-    plan = run_plan(toolkit, settings_for(nvidia_toolkit_version="1.17.8-1"), platform("opensuse-leap"))
+    plan = run_plan(toolkit, settings_for(nvidia_toolkit_version="1.17.8-1"), platform("opensuse-leap"), unstated=DEFAULT)
     install = plan.matching("zypper")
     assert any("install" in command and "nvidia-container-toolkit=1.17.8-1" in command for command in install)
     assert plan.ran("zypper --non-interactive addlock")
 
 
 def test_arch_installs_the_distro_package_and_refuses_a_pin():
-    plan = run_plan(toolkit, settings_for(), platform("arch"))
+    plan = run_plan(toolkit, settings_for(), platform("arch"), unstated=DEFAULT)
     assert plan.ran("pacman") and plan.matching("nvidia-container-toolkit")
     with pytest.raises(Exception, match="cannot be pinned"):
-        run_plan(toolkit, settings_for(nvidia_toolkit_version="1.17.8-1"), platform("arch"))
+        run_plan(toolkit, settings_for(nvidia_toolkit_version="1.17.8-1"), platform("arch"), unstated=DEFAULT)
 
 
 def test_a_mirror_replaces_nvidias_urls():
@@ -112,7 +124,7 @@ def test_a_mirror_replaces_nvidias_urls():
         nvidia_toolkit_repo_url="https://mirror.example.internal/nvidia/stable",
         nvidia_toolkit_gpgkey_url="https://mirror.example.internal/nvidia/gpgkey",
     )
-    plan = run_plan(toolkit, settings, platform("debian"))
+    plan = run_plan(toolkit, settings, platform("debian"), unstated=DEFAULT)
     assert "https://mirror.example.internal/nvidia/gpgkey" in plan.matching("curl -fsSL")[0]
     assert not plan.ran("nvidia.github.io")
 
@@ -122,7 +134,7 @@ def test_dnf_moving_a_locked_pin_releases_the_lock_installs_and_locks_again():
     locks = "\n".join(f"lock {name}-0:1.17.7-1.*" for name in TOOLKIT_PACKAGES)
     plan = run_plan(
         toolkit, settings_for(nvidia_toolkit_version="1.17.8-1"), platform("rocky"),
-        responses={"rpm -q": installed + "\n" + locks},
+        facts=[(RPM_STATES, installed + "\n" + locks)], unstated=DEFAULT,
     )
     delete = plan.matching("dnf versionlock delete")
     install = plan.matching("dnf install")
@@ -137,7 +149,7 @@ def test_dnf_locked_at_the_pin_does_nothing():
     locks = "\n".join(f"lock {name}-0:1.17.8-1.*" for name in TOOLKIT_PACKAGES)
     plan = run_plan(
         toolkit, settings_for(nvidia_toolkit_version="1.17.8-1"), platform("rocky"),
-        responses={"rpm -q": installed + "\n" + locks},
+        facts=[(RPM_STATES, installed + "\n" + locks)], unstated=DEFAULT,
     )
     assert not plan.ran("dnf install") and not plan.starting("dnf versionlock")
 
@@ -151,12 +163,12 @@ def _source_and_key_present(settings, key_present=True, source_text=None):
     digest = hashlib.sha256(text.encode()).hexdigest()
     lines = [f"@@file {APT_SOURCE}", "644 root:root", f"{digest}  {APT_SOURCE}", f"@@file {APT_KEYRING}"]
     lines += ["644 root:root", f"{'0' * 64}  {APT_KEYRING}"] if key_present else ["absent"]
-    return {f"@@file {APT_SOURCE}": lines}
+    return [(source_read(APT_SOURCE, APT_KEYRING), lines)]
 
 
 def test_source_and_key_in_place_cost_one_read_and_fetch_nothing():
     settings = settings_for()
-    plan = run_plan(toolkit, settings, platform("debian"), responses=_source_and_key_present(settings))
+    plan = run_plan(toolkit, settings, platform("debian"), facts=_source_and_key_present(settings), unstated=DEFAULT)
     assert not plan.ran("download-file") and not plan.starting("chown root:root")
     assert len(plan.matching(f"@@file {APT_SOURCE}")) == 1
 
@@ -164,7 +176,7 @@ def test_source_and_key_in_place_cost_one_read_and_fetch_nothing():
 def test_a_missing_key_is_fetched_though_the_source_is_unchanged():
     settings = settings_for()
     plan = run_plan(toolkit, settings, platform("debian"),
-                    responses=_source_and_key_present(settings, key_present=False))
+                    facts=_source_and_key_present(settings, key_present=False), unstated=DEFAULT)
     assert len(plan.matching("apt-helper")) == 1
     assert plan.matching(f"mv -f {APT_KEYRING}.gpu-node-new {APT_KEYRING}")
 
@@ -175,7 +187,8 @@ def test_a_changed_key_url_rewrites_the_source_and_fetches_the_key_again():
 
     new = settings_for()
     plan = run_plan(toolkit, new, platform("debian"),
-                    responses=_source_and_key_present(new, source_text=apt_source_text(old, platform("debian"))))
+                    facts=_source_and_key_present(new, source_text=apt_source_text(old, platform("debian"))),
+                    unstated=DEFAULT)
     fetch = plan.matching("download-file")
     assert len(fetch) == 1 and "https://nvidia.github.io/libnvidia-container/gpgkey" in fetch[0]
     assert plan.matching(f"mv -f {APT_SOURCE}.gpu-node-new {APT_SOURCE}")

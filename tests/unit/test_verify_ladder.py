@@ -13,23 +13,24 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
-from fake_host import run_state
-from plan import Plan, fake_host_data, settings_for
+from plan import Output, Plan, QUICK, Node, run_state, settings_for
 from pyinfra.api import Inventory
-from pyinfra.connectors.fake import FakeConnector
-from pyinfra.connectors.util import CommandOutput, OutputLine
 from pyinfra.api.deploy import add_deploy
 from pyinfra.api.exceptions import PyinfraError
 
-from deploy.facts.verify import VerifyState
+from deploy.facts.containerd import ContainerdFlavour
+from deploy.facts.verify import Executables, VerifyState
+from deploy.ladder import VerifyOptions
+from deploy.operations.verification import containerd_of, ladder_read
 from deploy.probes import CrictlRun
 from deploy.report import FAIL, PASS, SKIP
 from deploy.tasks.verification import verify
 
 
-# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/fake_host.py).
+# The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -116,26 +117,40 @@ SANDBOX_ID = "3f1a8c2b7d9e4f60a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718"
 CONTAINER_ID = "9a8b7c6d5e4f30211a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f7081"
 
 
-def run_verify(tmp_path, lines, crictl=None, runs=None, **data):
+def run_verify(tmp_path, lines, crictl=None, runs=None, facts=(), flavour=(), **data):
+    """
+    The verify task on a node whose ladder read prints ``lines`` and whose ContainerdFlavour read
+    prints ``flavour`` (nothing: a plain containerd), with ``facts`` besides; ``crictl`` and ``runs``
+    answer the probes (by a fragment of their command).
+    """
     report = tmp_path / "report.json"
-    responses = {"kmod_version": lines}
+    commands = {}
     if crictl is not None:
-        responses["runp --runtime"] = crictl
+        commands["runp --runtime"] = crictl
     for key, value in (runs or {}).items():
-        responses[key] = value
+        commands[key] = value
     settings = settings_for(verify_report_path=str(report), **data)
+    node = Node(facts=[(ContainerdFlavour, flavour), (ladder_call(settings, flavour), lines), *facts], commands=commands)
     # tests/plan.py's run_plan, keeping the plan when the host fails (a failing step must fail it).
-    inventory = Inventory(([("@fake/node", fake_host_data("debian-12", responses))], {}))
-    state, error = run_state(inventory, lambda state: add_deploy(state, verify, settings))
+    inventory = Inventory(([("@fake/node", QUICK)], {}))
+    state, error = run_state(inventory, lambda state: add_deploy(state, verify, settings), nodes={"@fake/node": node})
     failed = error is not None
     if failed:
         assert isinstance(error, PyinfraError) and "No hosts remaining" in str(error), error
     host = inventory.get_host("@fake/node")
-    plan = Plan(commands=list(host.connector.executed_commands), state=state)
+    plan = Plan(state=state, error=error)
     assert failed == (host in state.failed_hosts)
     record = json.loads(report.read_text())["nodes"][0]
     steps = {step["name"]: step for step in record["steps"]}
     return plan, record, steps, failed
+
+
+def ladder_call(settings, flavour: list[str]):
+    """The ladder's read (deploy/operations/verification.py) of the containerd a node whose
+    ContainerdFlavour read prints ``flavour`` runs."""
+    options = VerifyOptions.from_settings(settings)
+    found = ContainerdFlavour().process(list(flavour)) if flavour else ContainerdFlavour.default()
+    return ladder_read(options, containerd_of(options, found if "containerd" in options.runtimes else None))
 
 
 def statuses(steps: dict) -> dict:
@@ -247,7 +262,9 @@ def test_kubelet_without_cgroup_driver_means_cgroupfs(tmp_path):
 
 def test_containerd_config_mismatches_are_each_named(tmp_path):
     lines = node_lines(dump=containerd_dump(systemd_cgroup=False, default="runc", binary="/opt/nvidia/runtime"))
-    _, _, steps, _ = run_verify(tmp_path, lines)
+    # The binary the config names is checked in a second read: not there.
+    second_read = ((Executables, {"paths": ("/opt/nvidia/runtime",)}), ["exec 0 /opt/nvidia/runtime"])
+    _, _, steps, _ = run_verify(tmp_path, lines, facts=[second_read])
     reason = steps["containerd_config"]["reason"]
     assert steps["containerd_config"]["status"] == FAIL
     assert reason.startswith('plugins."io.containerd.grpc.v1.cri".containerd: ')
@@ -312,26 +329,23 @@ sys.exit(1)
 """
 
 
-def crictl_standin(monkeypatch, tmp_path, answers: list[tuple[list[str], int, str]]) -> Path:
+def crictl_standin(tmp_path, answers: list[tuple[list[str], int, str]]) -> tuple[Callable[[str], Output], Path]:
     """verify's crictl script run by a real shell on this machine, with the stand-in as ``crictl``
-    on PATH; its output goes back to the ladder through the @fake host. Returns the call log."""
+    on PATH; its output goes back to the ladder through the @fake host. Returns the answer for the
+    script's command (``run_verify``'s ``crictl``) and the call log."""
     bin_dir = tmp_path / "standin-bin"
     bin_dir.mkdir()
     (bin_dir / "answers.json").write_text(json.dumps(answers))
     crictl = bin_dir / "crictl"
     crictl.write_text(CRICTL_STANDIN.replace("__PYTHON__", sys.executable))
     crictl.chmod(0o755)
-    original = FakeConnector._lookup_response
 
-    def lookup(connector, command: str):
-        if "runp --runtime" not in command:
-            return original(connector, command)
+    def run(command: str) -> Output:
         env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
         result = subprocess.run(["sh", "-c", command], env=env, capture_output=True, text=True, timeout=120)
-        return result.returncode == 0, CommandOutput([OutputLine("stdout", line) for line in result.stdout.splitlines()])
+        return Output(stdout=result.stdout.splitlines(), success=result.returncode == 0)
 
-    monkeypatch.setattr(FakeConnector, "_lookup_response", lookup)
-    return bin_dir / "calls.log"
+    return run, bin_dir / "calls.log"
 
 
 def calls(log: Path) -> list[list[str]]:
@@ -343,15 +357,14 @@ STATE_TEMPLATE = ["inspect", "-o", "go-template", "--template", "{{.status.state
 NVIDIA_SMI_L = "GPU 0: A100-SXM4-40GB (UUID: GPU-36c9561a-02ef-5c4d-3733-f0a56c42dc45)"
 
 
-def test_crictl_sequence_without_gpu_runs_a_host_network_sandbox_through_nvidia_and_removes_it(
-        tmp_path, monkeypatch):
+def test_crictl_sequence_without_gpu_runs_a_host_network_sandbox_through_nvidia_and_removes_it(tmp_path):
     lines = node_lines(dump=containerd_dump(), crictl=True)
-    log = crictl_standin(monkeypatch, tmp_path, [
+    crictl, log = crictl_standin(tmp_path, [
         (["runp", "--runtime", "nvidia", POD], 0, SANDBOX_ID),
         (["stopp", SANDBOX_ID], 0, f"Stopped sandbox {SANDBOX_ID}"),
         (["rmp", SANDBOX_ID], 0, f"Removed sandbox {SANDBOX_ID}"),
     ])
-    plan, _, steps, failed = run_verify(tmp_path, lines)
+    plan, _, steps, failed = run_verify(tmp_path, lines, crictl=crictl)
     assert calls(log) == [["runp", "--runtime", "nvidia", POD], ["stopp", SANDBOX_ID], ["rmp", SANDBOX_ID]]
     (script,) = plan.matching("runp --runtime")
     pod = json.loads(re.search(r"cat > \"\$d/pod.json\" <<'GPU_NODE_EOF'\n(.*?)\nGPU_NODE_EOF", script, re.S)[1])
@@ -373,7 +386,7 @@ def test_the_read_and_the_crictl_probe_run_once_per_run_in_both_modes(tmp_path):
     assert steps["cri_handler"]["status"] == PASS and not failed
 
 
-def test_crictl_sequence_on_a_gpu_node_runs_nvidia_smi_in_the_sandbox(tmp_path, monkeypatch):
+def test_crictl_sequence_on_a_gpu_node_runs_nvidia_smi_in_the_sandbox(tmp_path):
     lines = node_lines(gpus=1, kmod="NVRM version: NVIDIA UNIX x86_64 Kernel Module  450.203.03  x",
                        smi=smi_output("one-gpu.txt"), dump=containerd_dump(), crictl=True)
     image = "docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
@@ -388,8 +401,8 @@ def test_crictl_sequence_on_a_gpu_node_runs_nvidia_smi_in_the_sandbox(tmp_path, 
         (["stopp", SANDBOX_ID], 0, f"Stopped sandbox {SANDBOX_ID}"),
         (["rmp", SANDBOX_ID], 0, f"Removed sandbox {SANDBOX_ID}"),
     ]
-    log = crictl_standin(monkeypatch, tmp_path, sequence)
-    plan, _, steps, failed = run_verify(tmp_path, lines)
+    crictl, log = crictl_standin(tmp_path, sequence)
+    plan, _, steps, failed = run_verify(tmp_path, lines, crictl=crictl)
     assert calls(log) == [call for call, _, _ in sequence]
     (script,) = plan.matching("runp --runtime")
     container = json.loads(re.search(r"cat > \"\$d/container.json\" <<'GPU_NODE_EOF'\n(.*?)\nGPU_NODE_EOF", script, re.S)[1])
@@ -546,8 +559,8 @@ def test_a_binary_the_config_names_elsewhere_is_checked_by_its_parsed_path_in_a_
     fails, naming both paths, since the deploy wires the toolkit's own."""
     elsewhere = "/usr/local/nvidia/toolkit/nvidia-container-runtime"
     dump = containerd_dump().replace('BinaryName = "/usr/bin/nvidia-container-runtime"', f"BinaryName = '{elsewhere}'")
-    runs = {f"command -v {elsewhere}": [f"exec {int(executable)} {elsewhere}"]}
-    plan, _, steps, failed = run_verify(tmp_path, node_lines(dump=dump), runs=runs)
+    second_read = ((Executables, {"paths": (elsewhere,)}), [f"exec {int(executable)} {elsewhere}"])
+    plan, _, steps, failed = run_verify(tmp_path, node_lines(dump=dump), facts=[second_read])
     assert len(plan.matching(f"command -v {elsewhere}")) == 1
     if executable:
         assert steps["runtime_binary"] == {"name": "runtime_binary", "status": PASS, "reason": f"{elsewhere} executable"}
@@ -563,7 +576,7 @@ def test_a_k3s_node_is_verified_through_k3s_own_containerd_unit_socket_and_gener
     generates from the template the deploy writes, behind its own socket: verify asks that one."""
     flavour = (FIXTURES / "containerd" / "flavours" / "k3s-agent-v3.txt").read_text().splitlines()
     lines = node_lines(dump=containerd_dump())
-    plan, _, steps, failed = run_verify(tmp_path, lines, runs={FLAVOUR_READ: flavour})
+    plan, _, steps, failed = run_verify(tmp_path, lines, flavour=flavour)
     ladder_read = plan.commands[1]
     for expected in ("command -v /var/lib/rancher/k3s/data/current/bin/containerd",
                      "systemctl is-active k3s-agent",
