@@ -1,5 +1,5 @@
 """
-The verification ladder, pure: from what verify read on a node (deploy/facts/verify.py), what it
+The verification ladder, pure: from what verify read on a node (deploy/facts/ladder.py), what it
 compares against (``VerifyOptions``, from the settings) and the results of the runs it did
 (deploy/probes.py), every step with its status and one-line reason. No host, no commands: the
 operation in deploy/operations/verification.py reads, runs and records.
@@ -15,7 +15,7 @@ import yaml
 from packaging.version import InvalidVersion, Version
 
 from deploy import redact
-from deploy.facts.verify import KUBELET_CONFIG, explain_smi_failure
+from deploy.facts.ladder import KUBELET_CONFIG, explain_smi_failure
 from deploy.containerd.cri import dump_cri_plugin, effective_problems
 from deploy.containerd.layout import tomllib
 from deploy.report import FAIL, PASS, SKIP, NodeRecord, Step

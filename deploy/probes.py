@@ -41,7 +41,7 @@ from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 
 from deploy.facts.k8s import kubectl, with_stdin
 from deploy.containerd.flavours import PLAIN_SOCKET
-from deploy.facts.verify import decode_b64
+from deploy.facts.ladder import decode_b64
 
 T = TypeVar("T")
 

@@ -17,7 +17,7 @@ from deploy import probes
 from deploy.facts.combined import FactCall, known_fact, read
 from deploy.containerd.flavours import ConfigTarget, classify_flavour, config_target
 from deploy.facts.containerd import ContainerdFlavour
-from deploy.facts.verify import Executables, VerifyState
+from deploy.facts.ladder import Executables, LadderReadout
 from deploy.ladder import (
     HANDLER, VerifyOptions, configured_binaries, gpu_usable, ladder, node_record, planned_runs, read_cri,
 )
@@ -46,7 +46,7 @@ def containerd_of(options: VerifyOptions, found: dict | None) -> ConfigTarget:
 def ladder_read(options: VerifyOptions, containerd: ConfigTarget) -> FactCall:
     """What the ladder reads of a node whose containerd is ``containerd`` (preflight reads it ahead
     for a plain containerd with the same call)."""
-    return (VerifyState, {"containerd_config": containerd.config_in_effect, "image": options.image,
+    return (LadderReadout, {"containerd_config": containerd.config_in_effect, "image": options.image,
                           "binaries": (options.wiring.binary,), "containerd_binary": containerd.binary,
                           "containerd_service": containerd.service, "containerd_socket": containerd.socket})
 

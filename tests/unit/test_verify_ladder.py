@@ -22,7 +22,7 @@ from pyinfra.api.deploy import add_deploy
 from pyinfra.api.exceptions import PyinfraError
 
 from deploy.facts.containerd import ContainerdFlavour
-from deploy.facts.verify import Executables, VerifyState
+from deploy.facts.ladder import Executables, LadderReadout
 from deploy.ladder import VerifyOptions
 from deploy.operations.verification import containerd_of, ladder_read
 from deploy.probes import CrictlRun
@@ -475,7 +475,7 @@ def test_crictl_fact_parses_its_step_lines():
 
 
 def test_verify_state_command_is_one_command_that_always_exits_zero():
-    command = VerifyState().command(containerd_config="/etc/containerd/config.toml", image="x/y:1")
+    command = LadderReadout().command(containerd_config="/etc/containerd/config.toml", image="x/y:1")
     assert command.rstrip().endswith("true")
     assert "nvidia-smi" in command and "config dump" in command and "/var/lib/kubelet/config.yaml" in command
 

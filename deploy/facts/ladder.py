@@ -207,7 +207,7 @@ class Executables(FactBase):
         return parse_executables(output)
 
 
-class VerifyState(FactBase):
+class LadderReadout(FactBase):
     """
     What the verification ladder reads, in one command: the driver stage's node facts (PCI
     GPUs, modules, versions: deploy/facts/nvidia.py) plus ``/proc/driver/nvidia/version``,
