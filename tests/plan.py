@@ -24,7 +24,7 @@ check) are answered from ``commands``: the first key that is a substring of the 
 the command. A node can instead be a ``stand_in``: a program answering every command itself (a
 cluster's kubectl on a control plane).
 
-``run_state`` is the one place a test sets up pyinfra's State, as ``pyinfra -y`` does; the
+``run_pyinfra`` is the one place a test sets up pyinfra's State, as ``pyinfra -y`` does; the
 ``both_modes`` fixture runs a test also in the CLI's default mode (change detection first).
 """
 
@@ -404,9 +404,9 @@ class _Answering:
 _NOTHING_STATED = Node()
 
 
-def run_state(inventory: Inventory, prepare: Callable[[State], None], execute: bool = True,
-              failures: list[str] | None = None, nodes: Mapping[str, Node] | None = None,
-              timeline: list[tuple[str, str]] | None = None) -> tuple[State, Exception | None]:
+def run_pyinfra(inventory: Inventory, prepare: Callable[[State], None], execute: bool = True,
+                failures: list[str] | None = None, nodes: Mapping[str, Node] | None = None,
+                timeline: list[tuple[str, str]] | None = None) -> tuple[State, Exception | None]:
     """
     Connect ``inventory`` (its hosts answering as ``nodes`` states them, by host name), ``prepare(state)``
     (load a deploy file or add a @deploy), then run the operations unless ``execute`` is false, as the
@@ -498,7 +498,7 @@ def run_plan(task: Callable[..., Any], *args: Any, facts: Iterable[tuple[FactKey
     inventory = Inventory(([("@fake/node", {**QUICK, **(data or {})})], {}))
     failures: list[str] = []
     timeline: list[tuple[str, str]] = []
-    state, error = run_state(inventory, lambda state: add_deploy(state, task, *args, **kwargs), failures=failures,
+    state, error = run_pyinfra(inventory, lambda state: add_deploy(state, task, *args, **kwargs), failures=failures,
                              nodes={"@fake/node": node}, timeline=timeline)
     if error is not None and not (isinstance(error, PyinfraError) and "No hosts remaining" in str(error)):
         raise error
@@ -522,6 +522,6 @@ def run_inventory(inventory: Inventory, nodes: Mapping[str, Node], deploy_file: 
     """
     failures: list[str] = []
     timeline: list[tuple[str, str]] = []
-    state, error = run_state(inventory, lambda state: load_deploy_file(state, deploy_file), execute, failures,
+    state, error = run_pyinfra(inventory, lambda state: load_deploy_file(state, deploy_file), execute, failures,
                              nodes, timeline)
     return Plan(state=state, error=error, failures=failures, timeline=timeline)

@@ -6,7 +6,7 @@ only, nothing after it; in pyinfra's default mode (changes detected first) as wi
 from __future__ import annotations
 
 import pytest
-from plan import GPU_NODE, PCI_WITH_GPU, gpu_node, node_lines, run_plan, run_state
+from plan import GPU_NODE, PCI_WITH_GPU, gpu_node, node_lines, run_plan, run_pyinfra
 from pyinfra.api import Inventory, deploy
 from pyinfra.api.deploy import add_deploy
 from pyinfra.operations import server
@@ -47,7 +47,7 @@ def test_only_the_failing_host_fails_the_others_go_on():
     quick = {"fake_delay": 0, "fake_delay_jitter": 0}
     inventory = Inventory(([("@fake/good", quick), ("@fake/bad", quick)], {}))
     failures: list[str] = []
-    state, error = run_state(inventory, lambda state: add_deploy(state, _refuse_on, "@fake/bad"),
+    state, error = run_pyinfra(inventory, lambda state: add_deploy(state, _refuse_on, "@fake/bad"),
                              failures=failures)
     assert error is None, error
     assert {host.name for host in state.failed_hosts} == {"@fake/bad"}
@@ -70,7 +70,7 @@ def test_a_host_refused_in_preflight_fails_alone_before_any_change_and_the_fleet
                                    facts=kernel_files)}
     inventory = Inventory(([("@fake/no-gpu", data), ("@fake/gpu", data)], {}))
     failures: list[str] = []
-    state, error = run_state(inventory, lambda state: load_deploy_file(state, GPU_NODE), failures=failures,
+    state, error = run_pyinfra(inventory, lambda state: load_deploy_file(state, GPU_NODE), failures=failures,
                              nodes=nodes)
     assert error is None, error
     assert {host.name for host in state.failed_hosts} == {"@fake/no-gpu"}
@@ -96,7 +96,7 @@ def test_a_toolkit_pin_the_family_cannot_honour_is_refused_in_preflight_before_a
     ])
     inventory = Inventory(([("@fake/arch", data)], {}))
     failures: list[str] = []
-    state, error = run_state(inventory, lambda state: load_deploy_file(state, GPU_NODE), failures=failures,
+    state, error = run_pyinfra(inventory, lambda state: load_deploy_file(state, GPU_NODE), failures=failures,
                              nodes={"@fake/arch": node})
     assert {host.name for host in state.failed_hosts} == {"@fake/arch"}, error
     assert failures == ["nvidia_toolkit_version='1.17.8-1' cannot be pinned on arch: pacman installs only the "

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pyinfra
 import yaml
-from plan import QUICK, Node, run_state
+from plan import QUICK, Node, run_pyinfra
 from pyinfra.api import Inventory, State
 from pyinfra_cli.util import load_deploy_file
 
@@ -150,7 +150,7 @@ def run_plan(monkeypatch, cluster: FakeCluster, gpu_hosts: dict[str, list[str]],
         groups["gpu_nodes"] = ([name for name, _ in gpus], {})
     inventory = Inventory((cp + gpus, {}), override_data=dict(data or {}), **groups)
     monkeypatch.setattr(pyinfra, "is_cli", True)
-    state, error = run_state(inventory, lambda state: load_deploy_file(state, ENTRY), nodes=nodes)
+    state, error = run_pyinfra(inventory, lambda state: load_deploy_file(state, ENTRY), nodes=nodes)
     if error is not None:
         raise error
     return PlanRun(state, inventory, {h.name: list(h.connector.executed_commands) for h in inventory})

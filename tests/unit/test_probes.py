@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from plan import QUICK, Node, run_state
+from plan import QUICK, Node, run_pyinfra
 from pyinfra.api import Inventory, deploy
 from pyinfra.api.deploy import add_deploy
 
@@ -46,7 +46,7 @@ def run_smoke(responses: dict):
         add_deploy(state, smoke)
         prepared.extend(host.connector.executed_commands)
 
-    state, error = run_state(inventory, prepare, nodes={"@fake/node": Node(commands=responses)})
+    state, error = run_pyinfra(inventory, prepare, nodes={"@fake/node": Node(commands=responses)})
     failure = None if error is None else str(error)
     return prepared, list(host.connector.executed_commands), state, failure
 
@@ -78,7 +78,7 @@ def test_a_probe_called_while_pyinfra_prepares_is_refused():
         seen.append(probes.executing(host))
         probes.run(host, SmokeTestRun, kubeconfig="k", manifest="m", namespace="n", pod="p", timeout=1)
 
-    _, error = run_state(inventory, prepare, execute=False)
+    _, error = run_pyinfra(inventory, prepare, execute=False)
     assert seen == [False]
     assert isinstance(error, probes.ProbeOutsideExecution)
     assert "probe SmokeTestRun called while pyinfra prepares" in str(error)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-from plan import Output, Plan, QUICK, Node, run_state, settings_for
+from plan import Output, Plan, QUICK, Node, run_pyinfra, settings_for
 from pyinfra.api import Inventory
 from pyinfra.api.deploy import add_deploy
 from pyinfra.api.exceptions import PyinfraError
@@ -133,7 +133,7 @@ def run_verify(tmp_path, lines, crictl=None, runs=None, facts=(), flavour=(), **
     node = Node(facts=[(ContainerdFlavour, flavour), (ladder_call(settings, flavour), lines), *facts], commands=commands)
     # tests/plan.py's run_plan, keeping the plan when the host fails (a failing step must fail it).
     inventory = Inventory(([("@fake/node", QUICK)], {}))
-    state, error = run_state(inventory, lambda state: add_deploy(state, verify, settings), nodes={"@fake/node": node})
+    state, error = run_pyinfra(inventory, lambda state: add_deploy(state, verify, settings), nodes={"@fake/node": node})
     failed = error is not None
     if failed:
         assert isinstance(error, PyinfraError) and "No hosts remaining" in str(error), error
