@@ -15,7 +15,7 @@ NODE_SCRIPT = r"""
 if [ -d /sys/bus/pci/devices ]; then
   for dev in /sys/bus/pci/devices/*; do
     [ -r "$dev/vendor" ] || continue
-    [ "$(cat "$dev/vendor")" = 0x10de ] || continue
+    [ "$(cat "$dev/vendor")" = __NVIDIA_PCI_VENDOR__ ] || continue
     echo "pci ${dev##*/} $(cat "$dev/device" 2>/dev/null) $(cat "$dev/class" 2>/dev/null)"
   done
 elif command -v lspci >/dev/null 2>&1; then
@@ -29,7 +29,7 @@ fi
 for var in /sys/firmware/efi/efivars/SecureBoot-*; do
   [ -r "$var" ] && echo "secureboot efivar $(od -An -t u1 "$var" 2>/dev/null | awk '{print $NF}')"
 done
-for module in nouveau nova_core nova_drm nvidia; do
+for module in __WATCHED_MODULES__; do
   [ -d "/sys/module/$module" ] && echo "module $module"
 done
 [ -r /sys/module/nvidia/version ] && echo "loaded_version $(cat /sys/module/nvidia/version)"
@@ -43,7 +43,7 @@ done
 [ -e /run/reboot-required ] && echo "reboot_required"
 [ -r /run/reboot-required.pkgs ] && sed 's/^/reboot_package /' /run/reboot-required.pkgs
 true
-"""
+""".replace("__NVIDIA_PCI_VENDOR__", NVIDIA_PCI_VENDOR).replace("__WATCHED_MODULES__", " ".join(WATCHED_MODULES))
 
 
 class HostState(FactBase):
