@@ -137,6 +137,16 @@ def read(host, call: FactCall):
     return known_fact(host, fact, **kwargs)
 
 
+def read_together(host, calls: list[FactCall]) -> list:
+    """The values of ``calls``: those not known yet (read ahead, or read since the host's last
+    change) read together in one remote command, the others reused."""
+    known, changes = _known(host), changes_so_far(host)
+    unknown = [call for call in calls if known.get(_key(*call), (None, None))[1] != changes]
+    if len(unknown) > 1:
+        read_facts(host, read_ahead=unknown)
+    return [read(host, call) for call in calls]
+
+
 def known_fact(host, fact: type[FactBase], **kwargs):
     """
     ``host.get_fact(fact, **kwargs)``, answered from a value read earlier in this run (read ahead,

@@ -21,7 +21,6 @@ from pyinfra.api import FactBase
 
 from deploy.containerd.flavours import PLAIN_SOCKET
 from deploy.facts.containerd import parse_containerd_version
-from deploy.facts.nvidia import NODE_SCRIPT, HostState
 
 SMI_QUERY_FIELDS = ("index", "uuid", "name", "memory.total", "driver_version")
 SMI_QUERY = f"--query-gpu={','.join(SMI_QUERY_FIELDS)} --format=csv,noheader,nounits"
@@ -209,8 +208,8 @@ class Executables(FactBase):
 
 class LadderReadout(FactBase):
     """
-    What the verification ladder reads, in one command: the driver stage's node facts (PCI
-    GPUs, modules, versions: deploy/facts/nvidia.py) plus ``/proc/driver/nvidia/version``,
+    What the verification ladder reads besides the node facts (``HostState``, deploy/facts/nvidia.py:
+    PCI GPUs, modules, versions, read with it in one command): ``/proc/driver/nvidia/version``,
     ``nvidia-smi`` (query, exit code, ``-L``), the toolkit, ``containerd config dump`` of the
     containerd the node's flavour runs (its binary, unit and socket), whether the given runtime
     ``binaries`` are executable, the kubelet config, ``docker info`` and crictl.
@@ -218,7 +217,6 @@ class LadderReadout(FactBase):
     .. code:: python
 
         {
-            "node": {...HostState...},
             "kernel_module": "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.216.03 ...",  # or None
             "smi": {"path": "/usr/bin/nvidia-smi", "exit_code": 0, "output": "...", "gpus": [...],
                     "list": [...]},  # path None: not installed
@@ -250,15 +248,11 @@ class LadderReadout(FactBase):
             .replace("__IMAGE__", shlex.quote(image))
             .replace("__EXECUTABLE_CHECKS__", executable_checks(binaries))
         )
-        node_script = NODE_SCRIPT.strip()
-        if node_script.endswith("true"):
-            node_script = node_script[: -len("true")]
-        return node_script + "\n" + script.strip()
+        return script.strip()
 
     @staticmethod
     def default():
         return {
-            "node": HostState.default(),
             "kernel_module": None,
             "smi": {"path": None, "exit_code": None, "output": "", "gpus": [], "list": []},
             "toolkit_version": None,
@@ -278,7 +272,6 @@ class LadderReadout(FactBase):
 
     def process(self, output):
         state = self.default()
-        state["node"] = HostState().process(output)
         smi, ctrd, docker = state["smi"], state["containerd"], state["docker"]
         for line in output:
             kind, _, rest = line.strip().partition(" ")

@@ -14,7 +14,8 @@ from pyinfra import host, logger
 from pyinfra.api import operation
 
 from deploy import probes
-from deploy.facts.combined import FactCall, known_fact, read
+from deploy.facts.combined import FactCall, known_fact, read_together
+from deploy.facts.nvidia import HostState
 from deploy.containerd.flavours import ConfigTarget, classify_flavour, config_target
 from deploy.facts.containerd import ContainerdFlavour
 from deploy.facts.ladder import Executables, LadderReadout
@@ -25,6 +26,8 @@ from deploy.operations.failure import failing_command
 from deploy.report import FAIL, PASS, SKIP, verify_report_store
 
 PLAIN = {"flavour": {"name": "plain", "service": "containerd"}}
+# The node's PCI GPUs, modules and versions (preflight reads it too): the ladder's first rungs.
+NODE_READ: FactCall = (HostState, {})
 
 
 def containerd_in_effect(options: VerifyOptions) -> ConfigTarget:
@@ -54,7 +57,8 @@ def ladder_read(options: VerifyOptions, containerd: ConfigTarget) -> FactCall:
 def reads(options: VerifyOptions) -> list[FactCall]:
     """The reads preflight makes ahead for this operation: the flavour's, and the ladder's of a plain
     containerd (a node of another flavour reads the ladder's again, for its own containerd)."""
-    return [(ContainerdFlavour, {}), ladder_read(options, config_target(options.containerd_config_path, PLAIN))]
+    return [(ContainerdFlavour, {}), NODE_READ,
+            ladder_read(options, config_target(options.containerd_config_path, PLAIN))]
 
 
 @operation()
@@ -70,8 +74,10 @@ def check_node(options: VerifyOptions, report_path: str):
         return
 
     containerd = containerd_in_effect(options)
-    # Read ahead by preflight (a plain containerd), reused while no operation changed the host.
-    readout = read(host, ladder_read(options, containerd))
+    # Read ahead by preflight (the node, and a plain containerd's ladder), reused while no operation
+    # changed the host; otherwise read together in one command.
+    node, readout = read_together(host, [NODE_READ, ladder_read(options, containerd)])
+    readout = {**readout, "node": node}
     cri, cri_error = read_cri(readout)
     # The runtimes may name another binary than the one the settings wire: check it too (a second
     # read, only then), by the path the parsed configs give.

@@ -22,6 +22,7 @@ from pyinfra.api.deploy import add_deploy
 from pyinfra.api.exceptions import PyinfraError
 
 from deploy.facts.containerd import ContainerdFlavour
+from deploy.facts.nvidia import HostState
 from deploy.facts.ladder import Executables, LadderReadout
 from deploy.ladder import VerifyOptions
 from deploy.operations.verification import containerd_of, ladder_read
@@ -130,7 +131,10 @@ def run_verify(tmp_path, lines, crictl=None, runs=None, facts=(), flavour=(), **
     for key, value in (runs or {}).items():
         commands[key] = value
     settings = settings_for(verify_report_path=str(report), **data)
-    node = Node(facts=[(ContainerdFlavour, flavour), (ladder_call(settings, flavour), lines), *facts], commands=commands)
+    # The node facts (PCI GPUs, kernel) and the ladder's read print their lines in the one command
+    # they are read in: each fact takes its own kinds of line from them.
+    node = Node(facts=[(ContainerdFlavour, flavour), (HostState, lines), (ladder_call(settings, flavour), lines),
+                       *facts], commands=commands)
     # tests/plan.py's run_plan, keeping the plan when the host fails (a failing step must fail it).
     inventory = Inventory(([("@fake/node", QUICK)], {}))
     state, error = run_pyinfra(inventory, lambda state: add_deploy(state, verify, settings), nodes={"@fake/node": node})
