@@ -50,15 +50,14 @@ def ladder_read(options: VerifyOptions, containerd: ConfigTarget) -> FactCall:
     """What the ladder reads of a node whose containerd is ``containerd`` (preflight reads it ahead
     for a plain containerd with the same call)."""
     return (LadderReadout, {"containerd_config": containerd.config_in_effect, "image": options.image,
-                          "binaries": (options.wiring.binary,), "containerd_binary": containerd.binary,
-                          "containerd_service": containerd.service, "containerd_socket": containerd.socket})
+                            "binaries": (options.wiring.binary,), "containerd_binary": containerd.binary,
+                            "containerd_service": containerd.service, "containerd_socket": containerd.socket})
 
 
 def reads(options: VerifyOptions) -> list[FactCall]:
     """The reads preflight makes ahead for this operation: the flavour's, and the ladder's of a plain
     containerd (a node of another flavour reads the ladder's again, for its own containerd)."""
-    return [(ContainerdFlavour, {}), NODE_READ,
-            ladder_read(options, config_target(options.containerd_config_path, PLAIN))]
+    return [(ContainerdFlavour, {}), NODE_READ, ladder_read(options, containerd_of(options, None))]
 
 
 @operation()
