@@ -167,6 +167,11 @@ def _template(flavour: Flavour, containerd_found: dict) -> str:
     return v3_template if version >= 3 else v2_template
 
 
+def plain_target(containerd_config_path: str) -> ConfigTarget:
+    """The target of a plain containerd (what preflight reads ahead for, before it knows the flavour)."""
+    return config_target(containerd_config_path, {"flavour": {"name": PLAIN.name, "service": PLAIN.units[0]}})
+
+
 def config_target(containerd_config_path: str, containerd_found: dict) -> ConfigTarget:
     """The file to merge into, per flavour (``containerd_found``: preflight's ContainerdFlavour reading);
     ``containerd_config_path`` is the setting, for a plain containerd."""

@@ -105,12 +105,17 @@ def config_read(path: str, base_path: str | None, binary: str) -> FactCall:
     return (ContainerdConfig, {"path": path, "base_path": base_path, "binary": binary})
 
 
+def target_read(target: ConfigTarget) -> FactCall:
+    """What ``plan_node_wiring`` reads for ``target``."""
+    return config_read(target.path, target.base_path, target.binary)
+
+
 def plan_node_wiring(target: ConfigTarget, wiring: RuntimeWiring) -> NodeWiringPlan:
     """Read the node (facts, read ahead where preflight did) and plan the wiring; nothing runs."""
     path, containerd_binary, base_path = target.path, target.binary, target.base_path
     initial_text, validate_with_binary, hint = target.initial_text, target.validate_with_binary, target.hint
     changes = changes_so_far(host)
-    state = read(host, config_read(path, base_path, containerd_binary))
+    state = read(host, target_read(target))
     current = state["config"]
     if current is not None:
         base, source = current, path

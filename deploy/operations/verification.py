@@ -16,7 +16,7 @@ from pyinfra.api import operation
 from deploy import probes
 from deploy.facts.combined import FactCall, known_fact, read_together
 from deploy.facts.nvidia import HostState
-from deploy.containerd.flavours import ConfigTarget, classify_flavour, config_target
+from deploy.containerd.flavours import ConfigTarget, classify_flavour, config_target, plain_target
 from deploy.facts.containerd import ContainerdFlavour
 from deploy.facts.ladder import Executables, LadderReadout
 from deploy.ladder import (
@@ -25,7 +25,6 @@ from deploy.ladder import (
 from deploy.operations.failure import failing_command
 from deploy.report import FAIL, PASS, SKIP, verify_report_store
 
-PLAIN = {"flavour": {"name": "plain", "service": "containerd"}}
 # The node's PCI GPUs, modules and versions (preflight reads it too): the ladder's first rungs.
 NODE_READ: FactCall = (HostState, {})
 
@@ -42,7 +41,7 @@ def containerd_of(options: VerifyOptions, found: dict | None) -> ConfigTarget:
     """The containerd a node with this ContainerdFlavour reading runs (None: not asked, containerd
     is not wired)."""
     if found is None:
-        return config_target(options.containerd_config_path, PLAIN)
+        return plain_target(options.containerd_config_path)
     return config_target(options.containerd_config_path, {**found, "flavour": classify_flavour(found)})
 
 

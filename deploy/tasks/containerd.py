@@ -6,9 +6,9 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.operations import systemd
 
-from deploy.containerd.flavours import config_target
+from deploy.containerd.flavours import config_target, plain_target
 from deploy.containerd.operation import configure_nvidia_runtime
-from deploy.containerd.plan import config_read, plan_node_wiring
+from deploy.containerd.plan import plan_node_wiring, target_read
 from deploy.distros import Family, add_repository, install_packages
 from deploy.facts.combined import FactCall
 from deploy.operations import drain as drain_ops
@@ -23,7 +23,7 @@ def reads(settings: Settings) -> list[FactCall]:
     config, as the wiring reads it (the flavours' own files, known only after preflight, are read
     by the operation).
     """
-    return [config_read(settings.containerd_config_path, None, "containerd")]
+    return [target_read(plain_target(settings.containerd_config_path))]
 
 
 def install_containerd(settings: Settings, family: Family) -> None:
