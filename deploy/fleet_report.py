@@ -18,8 +18,8 @@ from typing import Any
 
 from pyinfra.api.state import BaseStateCallback, StateStage
 
-from deploy.report import FAIL, PASS, SKIP, DriverNote, DriverNotes, ReportStore, write_json_file
-from deploy.run_state import first_use, per_run
+from deploy.report import FAIL, PASS, SKIP, DriverNote, DriverNotes, verify_report_store, write_json_file
+from deploy.run_state import per_run
 
 FLEET_REPORT_VERSION = 1
 CONVERGED, CHANGED, FAILED, NOT_RUN = "converged", "changed", "failed", "not run"
@@ -91,7 +91,7 @@ def fleet_rows(state) -> list[FleetRow]:
     """A row per host pyinfra connected to, from its operations' results and the driver notes
     and verification records of this run."""
     notes = per_run(state, DriverNotes)
-    verified = {record.host: record for record in per_run(state, ReportStore).all_records()}
+    verified = {record.host: record for record in verify_report_store(state).all_records()}
     rows = []
     for host in sorted(state.activated_hosts, key=lambda host: host.name):
         changed, failed = [], []
@@ -163,9 +163,8 @@ class FleetReport(BaseStateCallback):
 def fleet_report_for(state, path: str) -> FleetReport:
     """The run's fleet report (deploy/run_state.py), hooked into the State's callbacks on the
     first call, written to the first caller's ``path``."""
-    hook = first_use(state, FleetReport)
-    report = per_run(state, FleetReport)
-    if hook:
+    def hook(report: FleetReport) -> None:
         report.path = path
         state.add_callback_handler(report)
-    return report
+
+    return per_run(state, FleetReport, created=hook)

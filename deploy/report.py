@@ -19,7 +19,7 @@ from typing import Any
 
 from pyinfra.api.state import BaseStateCallback
 
-from deploy.run_state import first_use, per_run
+from deploy.run_state import per_run
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 STATUSES = (PASS, FAIL, SKIP)
@@ -142,11 +142,7 @@ class ReportStore:
 def verify_report_store(state) -> ReportStore:
     """The run's verification report (deploy/run_state.py); the first call hooks its end into the
     State's callbacks."""
-    hook = first_use(state, ReportStore)
-    store = per_run(state, ReportStore)
-    if hook:
-        state.add_callback_handler(_ReportCallbacks(store))
-    return store
+    return per_run(state, ReportStore, created=lambda store: state.add_callback_handler(_ReportCallbacks(store)))
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ it is the bottom of every import chain.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 from weakref import WeakKeyDictionary
 
 if TYPE_CHECKING:
@@ -32,14 +32,13 @@ Record = TypeVar("Record")
 _RUNS: WeakKeyDictionary[Any, dict[type, Any]] = WeakKeyDictionary()
 
 
-def per_run(state: State, record_type: type[Record]) -> Record:
-    """The run's one ``record_type()`` (created on first use)."""
+def per_run(state: State, record_type: type[Record],
+            created: Callable[[Record], None] | None = None) -> Record:
+    """The run's one ``record_type()``, created on first use; ``created(record)`` runs then, once
+    (a report hooks its callbacks into the State)."""
     records = _RUNS.setdefault(state, {})
     if record_type not in records:
-        records[record_type] = record_type()
+        record = records[record_type] = record_type()
+        if created is not None:
+            created(record)
     return records[record_type]
-
-
-def first_use(state: State, record_type: type) -> bool:
-    """Whether the run has no ``record_type`` record yet (its first user hooks callbacks)."""
-    return record_type not in _RUNS.get(state, {})

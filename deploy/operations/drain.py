@@ -67,10 +67,8 @@ class Drains(dict):
 def drain_record(state, host_name: str, target: DrainTarget) -> DrainRecord:
     """This run's record of ``host_name``'s node (deploy/run_state.py), created on first use; the
     run's first record hooks the failure message into the State's callbacks."""
-    drains = per_run(state, Drains)
+    drains = per_run(state, Drains, created=lambda drains: state.add_callback_handler(_StaysCordoned(drains)))
     if host_name not in drains:
-        if not drains:  # the run's first record
-            state.add_callback_handler(_StaysCordoned(drains))
         drains[host_name] = DrainRecord(target=target)
     return drains[host_name]
 
