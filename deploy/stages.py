@@ -10,11 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from pyinfra import host
-
 from deploy.distros import Platform
 from deploy.facts.combined import FactCall
-from deploy.facts.nvidia import PackagesAvailable
 from deploy.operations.drain import DrainTarget
 from deploy.settings import Settings
 from deploy.tasks import containerd, docker, driver, drain, kernel, toolkit, verification
@@ -40,27 +37,13 @@ class Stage:
     read_only: bool = False
 
 
-def _driver_check(settings: Settings, platform: Platform, nvidia: dict) -> StageCheck:
-    plan = driver.plan_for_host(settings, platform, nvidia)
-    warnings = []
-    if plan.headers:
-        available = host.get_fact(PackagesAvailable, check=plan.manager.available_check,
-                                  packages=list(plan.headers[:1]))
-        warnings = driver.headers_findings(plan, available)
-    return StageCheck(warnings=warnings, plan=plan)
-
-
-def _toolkit_check(settings: Settings, platform: Platform, nvidia: dict) -> StageCheck:
-    return StageCheck(errors=toolkit.pin_findings(settings, platform))
-
-
 STAGES: tuple[Stage, ...] = (
     Stage("kernel", runs=lambda s: s.runs("kernel"), reads=kernel.reads,
           apply=lambda s, found, target: kernel.kernel_prerequisites(s, found.platform)),
-    Stage("driver", runs=lambda s: s.runs("driver") and s.nvidia_driver_install, check=_driver_check, installs=True,
+    Stage("driver", runs=lambda s: s.runs("driver") and s.nvidia_driver_install, check=driver.preflight_check, installs=True,
           apply=lambda s, found, target: driver.nvidia_driver(s, found.platform, found.plans["driver"], drain=target)),
     Stage("toolkit", runs=lambda s: s.runs("toolkit") and s.nvidia_toolkit_install, reads=toolkit.reads,
-          check=_toolkit_check, installs=True,
+          check=toolkit.preflight_check, installs=True,
           apply=lambda s, found, target: toolkit.toolkit(s, found.platform)),
     Stage("containerd", runs=lambda s: s.runs("runtimes") and s.wires("containerd"), reads=containerd.reads,
           installs=True,

@@ -17,13 +17,14 @@ from pyinfra.api import deploy
 from pyinfra.operations import server
 
 from deploy.distros import PackageManager, Platform, add_repository, by_distro_id, install_packages
-from deploy.facts.nvidia import RecommendedDriver
+from deploy.facts.nvidia import PackagesAvailable, RecommendedDriver
 from deploy.operations import drain as drain_ops
 from deploy.operations import driver as driver_ops
 from deploy.operations.drain import DrainTarget
 from deploy.operations.failure import HostRefusal
 from deploy.operations.files import put_text
 from deploy.settings import MIN_DRIVER_VERSION, Settings
+from deploy.tasks.preflight import StageCheck
 
 CUDA_PROFILE_PATH = "/etc/profile.d/cuda.sh"
 REBOOT_DELAY = 10  # seconds before reconnecting
@@ -232,6 +233,18 @@ def headers_findings(plan: DriverPlan | None, available: dict) -> list[str]:
         f"kernel headers {exact} for the running kernel are not in the {plan.manager.name} lists (as of "
         f"their last refresh): the driver stage will try {fallback} after refreshing them"
     ]
+
+
+def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StageCheck:
+    """What preflight checks for this stage (deploy/stages.py): the host's plan, and a warning when
+    the running kernel's headers are not in the package lists."""
+    plan = plan_for_host(settings, platform, nvidia)
+    warnings = []
+    if plan.headers:
+        available = host.get_fact(PackagesAvailable, check=plan.manager.available_check,
+                                  packages=list(plan.headers[:1]))
+        warnings = headers_findings(plan, available)
+    return StageCheck(warnings=warnings, plan=plan)
 
 
 @deploy("NVIDIA driver")

@@ -11,6 +11,7 @@ from deploy.operations import download, files
 from deploy.operations import packages as package_ops
 from deploy.operations.failure import HostRefusal
 from deploy.settings import Settings
+from deploy.tasks.preflight import StageCheck
 
 # Pinned together: the toolkit refuses mixed versions of its own parts.
 TOOLKIT_PACKAGES = (
@@ -73,6 +74,11 @@ def pin_findings(settings: Settings, platform: Platform) -> list[str]:
         return []
     return [f"nvidia_toolkit_version={settings.nvidia_toolkit_version!r} cannot be pinned on "
             f"{platform.distro_id}: {manager.name} installs only the current version; unset it (or hold it by hand)"]
+
+
+def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StageCheck:
+    """What preflight checks for this stage (deploy/stages.py): a pin the family cannot honour."""
+    return StageCheck(errors=pin_findings(settings, platform))
 
 
 @deploy("NVIDIA container toolkit")
