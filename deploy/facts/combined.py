@@ -130,6 +130,12 @@ def changes_so_far(host) -> int:
     return count
 
 
+def _current(host, key: tuple[str, str]) -> tuple | None:
+    """(value,) when ``key`` was read since the host's last change, else None."""
+    known = _known(host).get(key)
+    return (known[0],) if known is not None and known[1] == changes_so_far(host) else None
+
+
 def read(host, call: FactCall):
     """``known_fact`` of a (fact, arguments) pair: the same pair a stage reads ahead
     (``Stage.reads``) and its operation then asks, so the two cannot drift apart."""
@@ -140,8 +146,7 @@ def read(host, call: FactCall):
 def read_together(host, calls: list[FactCall]) -> list:
     """The values of ``calls``: those not known yet (read ahead, or read since the host's last
     change) read together in one remote command, the others reused."""
-    known, changes = _known(host), changes_so_far(host)
-    unknown = [call for call in calls if known.get(_key(*call), (None, None))[1] != changes]
+    unknown = [call for call in calls if _current(host, _key(*call)) is None]
     if len(unknown) > 1:
         read_facts(host, read_ahead=unknown)
     return [read(host, call) for call in calls]
@@ -154,10 +159,9 @@ def known_fact(host, fact: type[FactBase], **kwargs):
     before the operation's first command: an operation's own commands count once it completes.
     """
     key = _key(fact, kwargs)
-    known = _known(host)
-    changes = changes_so_far(host)
-    if key in known and known[key][1] == changes:
-        return known[key][0]
+    current = _current(host, key)
+    if current is not None:
+        return current[0]
     value = host.get_fact(fact, **kwargs)
-    known[key] = (value, changes)
+    _known(host)[key] = (value, changes_so_far(host))
     return value
