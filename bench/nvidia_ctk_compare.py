@@ -40,7 +40,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
+from config_checks import NVIDIA_BINARY, leaves  # noqa: E402
 from containerd_releases import READERS, config_dump, dockerd, dockerd_validate, release  # noqa: E402
+from corpus import corpus_root  # noqa: E402
 
 from deploy.containerd.cri import merge_containerd_config  # noqa: E402
 from deploy.containerd.layout import ConfigError  # noqa: E402
@@ -53,11 +55,9 @@ from deploy.operations.docker import (  # noqa: E402
 )
 from deploy.settings import RuntimeWiring  # noqa: E402
 
-# The same setting as the tests' (tests/corpus.py), read here without importing the tests' helpers.
-CORPUS = Path(os.environ.get("GPU_NODE_CORPUS") or REPO.parent / "shared" / "corpus")
+CORPUS = corpus_root()  # the tests' one setting, GPU_NODE_CORPUS
 DOC = REPO / "docs" / "nvidia-ctk-comparison.md"
 TOOLKIT_DEB_NAME = "nvidia-container-toolkit-base_1.20.0-1_amd64.deb"
-NVIDIA_BINARY = "/usr/bin/nvidia-container-runtime"
 CRI_PLUGIN_IDS = {"cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime", "io.containerd.cri.v1.images"}
 WIRING = RuntimeWiring()
 COMMAND = ".venv/bin/python bench/nvidia_ctk_compare.py"
@@ -313,17 +313,8 @@ class DockerOutcome:
     seconds: float = 0.0
 
 
-def json_leaves(value, path=()):
-    if isinstance(value, dict):
-        out = {}
-        for key, child in value.items():
-            out.update(json_leaves(child, path + (key,)))
-        return out
-    return {path: value}
-
-
 def docker_unrelated(config: dict) -> dict:
-    return {path: value for path, value in json_leaves(config).items()
+    return {path: value for path, value in leaves(config).items()
             if path not in {("default-runtime",), ("exec-opts",)} and path[:2] != ("runtimes", "nvidia")}
 
 
