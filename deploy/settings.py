@@ -36,6 +36,8 @@ NVIDIA_CONTAINER_RUNTIME = "/usr/bin/nvidia-container-runtime"
 # The base of NVIDIA's tree; the family adds "deb/$(ARCH)" or "rpm/$basearch" (a mirror keeps that layout).
 NVIDIA_TOOLKIT_REPO_URL = "https://nvidia.github.io/libnvidia-container/stable"
 NVIDIA_TOOLKIT_GPGKEY_URL = "https://nvidia.github.io/libnvidia-container/gpgkey"
+# The base of NVIDIA's CUDA tree; the family adds "{dist}/{arch}".
+NVIDIA_CUDA_REPO_URL = "https://developer.download.nvidia.com/compute/cuda/repos"
 
 
 @dataclass(frozen=True)
@@ -231,6 +233,28 @@ class PackageSettings(_Section):
     )
 
 
+class DataCenterSettings(_Section):
+    """Data-center GPUs (docs/datacenter.md)"""
+
+    nvidia_kernel_modules: Literal["auto", "open", "proprietary"] = Field(
+        "auto",
+        description="the driver's kernel module flavour; auto: from the node's GPUs and the driver branch",
+    )
+    nvidia_persistenced: bool = Field(
+        True, description="install and enable nvidia-persistenced (started where a GPU is present)"
+    )
+    fabric_manager_install: bool = Field(
+        True,
+        description="install NVIDIA Fabric Manager at the driver's version on NVSwitch nodes (with ib_umad and "
+                    "NVLSM on NVLink5 nodes); nodes without NVSwitch get none of it",
+    )
+    nvidia_cuda_repo_url: RepositoryUrl = Field(
+        NVIDIA_CUDA_REPO_URL,
+        description="NVIDIA's CUDA repository, where Fabric Manager comes from (a mirror keeps its "
+                    "{dist}/{arch} layout)",
+    )
+
+
 class HostSafetySettings(_Section):
     """Host safety"""
 
@@ -410,7 +434,7 @@ def from_command_line(item: FieldInfo, value: Any) -> Any:
     return value
 
 
-class Settings(RuntimeSettings, PackageSettings, HostSafetySettings, VerifySettings, KubernetesSettings,
+class Settings(RuntimeSettings, PackageSettings, DataCenterSettings, HostSafetySettings, VerifySettings, KubernetesSettings,
                GpushareSettings):
     """Every setting, typed; build it with ``parse_settings`` (which also checks how settings combine)."""
 
@@ -460,7 +484,7 @@ def _shown(value: Any) -> str:
 def _check_url_scheme(settings: Settings) -> None:
     if settings.allow_insecure_repositories:
         return
-    for key in ("nvidia_toolkit_repo_url", "nvidia_toolkit_gpgkey_url"):
+    for key in ("nvidia_toolkit_repo_url", "nvidia_toolkit_gpgkey_url", "nvidia_cuda_repo_url"):
         value = getattr(settings, key)
         if urlparse(value).scheme != "https":
             raise SettingsError(

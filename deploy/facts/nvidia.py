@@ -9,6 +9,8 @@ from pyinfra.api import FactBase
 NVIDIA_PCI_VENDOR = "0x10de"
 # PCI class 0x03xx: display controllers (VGA, 3D). A GPU's HDMI audio function is 0x0403.
 DISPLAY_CLASS_PREFIX = "0x03"
+# NVSwitch chips show up as bridges of class 0x0680 ("other bridge").
+SWITCH_CLASS_PREFIX = "0x0680"
 WATCHED_MODULES = ("nouveau", "nova_core", "nova_drm", "nvidia")
 
 NODE_SCRIPT = r"""
@@ -50,7 +52,7 @@ class HostState(FactBase):
     """
     The host's GPUs, kernel, modules, disk and reboot state: what preflight, the driver stage
     and the driver report decide on, in one command:
-    NVIDIA display devices on the PCI bus (``/sys/bus/pci``, or ``lspci -d 10de:`` without
+    NVIDIA display devices and NVSwitch bridges on the PCI bus (``/sys/bus/pci``, or ``lspci -d 10de:`` without
     sysfs), Secure Boot (``mokutil --sb-state`` or the EFI variable; None: not EFI / unknown),
     which of nouveau / nova_core / nova_drm / nvidia are present under ``/sys/module``, the
     loaded and the built (``modinfo``) nvidia module versions, ``uname -r``, free MiB on ``/``
@@ -60,6 +62,7 @@ class HostState(FactBase):
 
         {
             "gpus": [{"slot": "0000:01:00.0", "device": "0x2204", "class": "0x030000"}],
+            "switches": [],
             "secure_boot": False,
             "modules": ["nouveau"],
             "loaded_version": None,
@@ -80,6 +83,7 @@ class HostState(FactBase):
     def default():
         return {
             "gpus": [],
+            "switches": [],
             "secure_boot": None,
             "modules": [],
             "loaded_version": None,
@@ -103,6 +107,8 @@ class HostState(FactBase):
                 parts = rest.split()
                 if len(parts) == 3 and parts[2].startswith(DISPLAY_CLASS_PREFIX):
                     node["gpus"].append({"slot": parts[0], "device": parts[1], "class": parts[2]})
+                elif len(parts) == 3 and parts[2].startswith(SWITCH_CLASS_PREFIX):
+                    node["switches"].append({"slot": parts[0], "device": parts[1], "class": parts[2]})
             elif kind == "secureboot":
                 source, _, value = rest.partition(" ")
                 if source == "mokutil":
