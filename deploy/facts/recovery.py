@@ -15,13 +15,11 @@ DPKG_LOCKS = ("/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock", "/var/cache/a
 
 # /proc/locks names the holder of every fcntl/flock lock by inode: no fuser or lsof on a minimal
 # node, and apt's locks are fcntl locks a shell cannot probe without taking them.
-LOCK_HOLDERS_SCRIPT = """for lock in {locks}; do
-    [ -e "$lock" ] || continue
-    inode=$(stat -c %i "$lock")
-    awk -v inode="$inode" '$2 != "->" {{ n = split($6, id, ":"); if (id[n] == inode) print $5 }}' /proc/locks |
-    sort -u | while read -r pid; do
-        echo "held $lock $pid $(tr '\\0' ' ' </proc/$pid/cmdline 2>/dev/null | cut -c1-100)"
-    done
+# One stat, one awk and one sort for every lock: the no-op reads this on each run.
+LOCK_HOLDERS_SCRIPT = """stat -c '%i %n' {locks} 2>/dev/null |
+awk 'NR == FNR {{ lock[$1] = $2; next }} $2 != "->" {{ n = split($6, id, ":"); if (id[n] in lock) print lock[id[n]], $5 }}' - /proc/locks |
+sort -u | while read -r lock pid; do
+    echo "held $lock $pid $(tr '\\0' ' ' </proc/$pid/cmdline 2>/dev/null | cut -c1-100)"
 done"""
 
 
