@@ -52,7 +52,10 @@ class ContainerdConfig(FactBase):
             "base_config": None,
             "default_config": None,                 # only read when config is None
             "dump": "version = 2\\n...",           # `containerd --config PATH config dump`:
-        }                                           # what it would run (None: not read)
+                                                    # what it would run (None: not read, or failed)
+            "dump_exit_code": 0,                    # None: not read
+            "dump_error": None,                     # what a failed dump printed
+        }
     """
 
     def command(self, path, base_path=None, binary="containerd"):
@@ -69,8 +72,8 @@ class ContainerdConfig(FactBase):
             'if [ -n "$bin" ]; then echo "version $("$bin" --version 2>/dev/null | head -n1)"; fi;',
             _if_file(path, StringCommand(
                 file_b64("config", path), ';',
-                'if [ -n "$bin" ]; then echo dump $("$bin" --config', QuoteString(path),
-                "config dump 2>/dev/null | base64 -w0); fi",
+                'if [ -n "$bin" ]; then dump=$("$bin" --config', QuoteString(path), "config dump 2>&1);",
+                'echo "dump_exit_code $?"; echo dump $(printf %s "$dump" | base64 -w0); fi',
             ), missing),
             "; true",
         )
@@ -86,6 +89,8 @@ class ContainerdConfig(FactBase):
             "base_config": None,
             "default_config": None,
             "dump": None,
+            "dump_exit_code": None,
+            "dump_error": None,
         }
 
     def process(self, output):
@@ -96,10 +101,15 @@ class ContainerdConfig(FactBase):
                 state["binary_path"] = rest.strip() or None
             elif kind == "version":
                 state.update(parse_containerd_version(rest))
+            elif kind == "dump_exit_code" and rest.strip().isdigit():
+                state["dump_exit_code"] = int(rest)
             elif kind in ("config", "base_config", "default_config", "dump"):
                 text = decode_file(rest, kind)
                 # `containerd config default` or `dump` that failed prints nothing: unavailable.
                 state[kind] = text if (text or kind in ("config", "base_config")) else None
+        if state["dump_exit_code"]:
+            # What it printed is the reason it failed, not a config.
+            state["dump_error"], state["dump"] = (state["dump"] or "").strip(), None
         return state
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,28 @@ def test_imports_are_globbed_relative_to_the_config_folder_in_byte_order_by_a_re
     assert [file["path"] for file in files] == [
         f"{tmp_path}/conf.d/A.toml", f"{tmp_path}/conf.d/a.toml", f"{tmp_path}/conf.d/b.toml", f"{tmp_path}/extra.toml"]
     assert files[2]["text"] == "version = 2\n"
+
+
+def _config_fact_on(tmp_path, dump_script: str) -> dict:
+    """The fact's own command run by sh against a scripted `containerd` (its dump answer is ``dump_script``)."""
+    binary = tmp_path / "containerd"
+    binary.write_text("#!/bin/sh\n"
+                      'case "$*" in *--version*) echo "containerd github.com/containerd/containerd/v2 2.1.9 x";;\n'
+                      f"*dump*) {dump_script};;\nesac\n")
+    binary.chmod(0o755)
+    config = tmp_path / "config.toml"
+    config.write_text("version = 3\n")
+    command = ContainerdConfig().command(str(config), binary=str(binary)).get_raw_value()
+    output = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=True).stdout
+    return ContainerdConfig().process(output.splitlines())
+
+
+def test_config_fact_keeps_the_dump_and_its_exit_code(tmp_path):
+    state = _config_fact_on(tmp_path, "printf 'version = 3\\n[plugins]\\n'")
+    assert (state["dump"], state["dump_exit_code"], state["dump_error"]) == ("version = 3\n[plugins]", 0, None)
+
+
+def test_a_failed_dump_is_its_error_not_a_config(tmp_path):
+    state = _config_fact_on(tmp_path, "echo 'containerd: failed to load TOML: invalid' >&2; exit 1")
+    assert state["dump"] is None and state["dump_exit_code"] == 1
+    assert state["dump_error"] == "containerd: failed to load TOML: invalid"
