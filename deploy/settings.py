@@ -47,7 +47,9 @@ class RuntimeWiring:
     binary: str = NVIDIA_CONTAINER_RUNTIME
     make_default: bool = True
     systemd_cgroup: bool = True
-    enable_cdi: bool = False
+    # CDI in the runtime's own config: True turned on, False turned off, None left as the runtime has
+    # it (cdi=auto until the runtime's version says whether it has CDI: deploy/cdi.py)
+    enable_cdi: bool | None = None
 
 
 class SettingsError(PyinfraError):
@@ -152,6 +154,15 @@ NodeNames = Annotated[
     Allowed(f"{NODE_MAPPING}, each node a Kubernetes node name"),
 ]
 
+# A tri-state setting: pyinfra reads --data cdi=true as True.
+Cdi = Annotated[
+    Literal["auto", "true", "false"],
+    BeforeValidator(lambda value: str(value).lower() if isinstance(value, bool) else value),
+    Allowed("auto, true or false"),
+]
+# Settings an older release had, and the one that took each over (a value given to one is read as it).
+FOLDED_SETTINGS = {"containerd_enable_cdi": "cdi", "docker_enable_cdi": "cdi"}
+
 Stage = Literal["kernel", "driver", "toolkit", "runtimes", "verify"]
 STAGES: tuple[str, ...] = get_args(Stage)
 
@@ -184,12 +195,18 @@ class RuntimeSettings(_Section):
     containerd_version: PackageVersion | None = Field(
         None, description="exact containerd package version to install"
     )
-    containerd_enable_cdi: bool = Field(False, description="enable_cdi for containerd 1.7")
     docker_daemon_config_path: AbsolutePath = Field("/etc/docker/daemon.json", description="Docker's daemon.json")
     docker_install: bool = Field(
         False, description="install the distro's Docker package when docker is wired but missing"
     )
-    docker_enable_cdi: bool = Field(False, description="features.cdi in daemon.json")
+    cdi: Cdi = Field(
+        "auto",
+        description="the Container Device Interface: on in each wired runtime that has it (containerd 1.7's "
+                    "`enable_cdi`, Docker's `features.cdi`), the spec generated, its refresh enabled; auto: "
+                    "where the runtimes have it; true: refused where one has not (containerd 1.6, Docker before "
+                    "25); false: turned off where gpu-node turned it on. Replaces `containerd_enable_cdi` and "
+                    "`docker_enable_cdi`",
+    )
     service_restart_timeout: int = Field(
         30, ge=5, le=600, description="seconds a restarted runtime has to become active before rollback"
     )
@@ -454,15 +471,15 @@ class Settings(RuntimeSettings, PackageSettings, DataCenterSettings, HostSafetyS
 
     @property
     def containerd_wiring(self) -> RuntimeWiring:
-        """What the runtimes stage wires into containerd, and verify expects there."""
-        return RuntimeWiring(make_default=self.nvidia_runtime_default, systemd_cgroup=self.systemd_cgroup,
-                             enable_cdi=self.containerd_enable_cdi)
+        # TODO(cdi): verify's ladder still names this; one name once it reads runtime_wiring
+        return self.runtime_wiring
 
     @property
-    def docker_wiring(self) -> RuntimeWiring:
-        """What the runtimes stage wires into Docker's daemon.json, and verify expects there."""
+    def runtime_wiring(self) -> RuntimeWiring:
+        """What the runtimes stage wires into containerd and Docker, and verify expects there; cdi=auto
+        is decided per runtime from its version (deploy/cdi.py)."""
         return RuntimeWiring(make_default=self.nvidia_runtime_default, systemd_cgroup=self.systemd_cgroup,
-                             enable_cdi=self.docker_enable_cdi)
+                             enable_cdi={"true": True, "false": False}.get(self.cdi))
 
     def kube_node_name(self, host_name: str) -> str:
         return dict(self.kube_node_names).get(host_name, host_name)
@@ -523,8 +540,34 @@ def _check_gpu_sharing(settings: Settings, data: Mapping[str, Any]) -> None:
         )
 
 
+def fold_old_settings(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``data`` with the settings of FOLDED_SETTINGS read as the one that took each over; values that
+    disagree stop the run, naming both."""
+    if not FOLDED_SETTINGS.keys() & data.keys():
+        return data
+    folded = {key: value for key, value in data.items() if key not in FOLDED_SETTINGS}
+    given = {}
+    for old, new in FOLDED_SETTINGS.items():
+        if old not in data:
+            continue
+        value = str(data[old]).strip().lower()
+        value = {"1": "true", "yes": "true", "on": "true", "0": "false", "no": "false", "off": "false"}.get(value, value)
+        if value not in get_args(unwrap(SETTING_FIELDS[new].annotation)[0]):
+            raise SettingsError(f"invalid setting {old}={_shown(data[old])}: allowed: true or false "
+                                f"(it is now {new}: {ALLOWED[new]})")
+        if new in data or new in given:
+            earlier, was = (new, data[new]) if new in data else given[new]
+            if str(was).lower() != str(value):
+                raise SettingsError(f"invalid setting {old}={_shown(data[old])}: it is now {new}, and "
+                                    f"{earlier}={_shown(was)} says otherwise: set {new} alone")
+        given.setdefault(new, (old, value))
+        folded.setdefault(new, value)
+    return folded
+
+
 def parse_settings(data: Mapping[str, Any]) -> Settings:
     """Build the typed view of ``data`` (defaults filled in); raise SettingsError on any bad value."""
+    data = fold_old_settings(data)
     try:
         settings = Settings.model_validate(data)
     except ValidationError as invalid:
@@ -581,6 +624,10 @@ def likely_typos(data: Mapping[str, Any]) -> list[str]:
     notes = []
     for key in data:
         key = str(key)
+        if key in FOLDED_SETTINGS:
+            notes.append(f"setting {key!r} is now {FOLDED_SETTINGS[key]!r}: read as {FOLDED_SETTINGS[key]}="
+                         f"{_shown(fold_old_settings({key: data[key]})[FOLDED_SETTINGS[key]])}")
+            continue
         if key in SETTING_FIELDS or key.startswith("_") or key in pyinfra_data_keys():
             continue
         close = closest_setting(key)

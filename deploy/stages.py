@@ -46,10 +46,11 @@ STAGES: tuple[Stage, ...] = (
           check=toolkit.preflight_check, installs=True,
           apply=lambda s, found, target: toolkit.toolkit(s, found.platform)),
     Stage("containerd", runs=lambda s: s.runs("runtimes") and s.wires("containerd"), reads=containerd.reads,
-          installs=True,
+          check=containerd.preflight_check, installs=True,
           apply=lambda s, found, target: containerd.containerd_runtime(
               s, found.platform.family, found.containerd, drain=target, pending_restarts=found.pending_restarts)),
-    Stage("docker", runs=lambda s: s.runs("runtimes") and s.wires("docker"), reads=docker.reads, installs=True,
+    Stage("docker", runs=lambda s: s.runs("runtimes") and s.wires("docker"), reads=docker.reads,
+          check=docker.preflight_check, installs=True,
           apply=lambda s, found, target: docker.docker_runtime(
               s, found.platform.family, drain=target, pending_restarts=found.pending_restarts)),
     Stage("verify", runs=lambda s: s.runs("verify"), reads=verification.reads, read_only=True,

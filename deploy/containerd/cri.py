@@ -12,7 +12,8 @@ and the order stay as they were; only the keys below are set:
 - ``default_runtime_name``: ``nvidia`` when it should be the default, else a previous
   ``nvidia`` goes back to ``runc``;
 - ``disabled_plugins`` loses ``cri`` (Kubernetes needs CRI);
-- ``enable_cdi`` when asked, for containerd 1.x (2.x has CDI on).
+- ``enable_cdi`` (with ``cdi_spec_dirs`` holding where the spec goes) on or off as the wiring
+  asks (deploy/cdi.py decided it for the containerd's version), for containerd 1.x: 2.x has CDI on.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from tomlkit.exceptions import ParseError
 from tomlkit.items import Table
 
 from deploy import redact
+from deploy.cdi import SPEC_DIRS, SPEC_PATH
 from deploy.containerd import layout
 from deploy.containerd.layout import TOMLKIT_FAULTS, ConfigError, Edits, TablePath, dotted, tomllib
 from deploy.settings import RuntimeWiring
@@ -230,11 +232,22 @@ def merge_containerd_config(text: str, wiring: RuntimeWiring, source: str = "con
         elif current_default == "nvidia":
             edits.set(containerd, "default_runtime_name", "runc")
             edits.notes.append("default_runtime_name was nvidia: set back to runc (nvidia_runtime_default=false)")
-        if wiring.enable_cdi:
-            if cri[1] == CRI_PLUGIN_2X:
+        if wiring.enable_cdi is not None and cri[1] == CRI_PLUGIN_2X:
+            if wiring.enable_cdi:
                 edits.notes.append("containerd 2.x has CDI on: enable_cdi left as it is")
-            else:
-                edits.set(cri, "enable_cdi", True)
+        elif wiring.enable_cdi:
+            edits.set(cri, "enable_cdi", True)
+            cri_table = layout.holder(document, cri, "cdi_spec_dirs")
+            spec_dirs = cri_table.get("cdi_spec_dirs") if cri_table is not None else None
+            spec_dirs = spec_dirs.unwrap() if hasattr(spec_dirs, "unwrap") else spec_dirs
+            if not isinstance(spec_dirs, list):
+                edits.set(cri, "cdi_spec_dirs", list(SPEC_DIRS))
+            elif SPEC_PATH.rsplit("/", 1)[0] not in spec_dirs:
+                edits.set(cri, "cdi_spec_dirs", spec_dirs + [SPEC_PATH.rsplit("/", 1)[0]])
+        elif wiring.enable_cdi is False:
+            holder_table = layout.holder(document, cri, "enable_cdi")
+            if holder_table is not None and holder_table.get("enable_cdi") is True:
+                edits.set(cri, "enable_cdi", False)
 
     return _edit(text, source, wire)
 
@@ -284,4 +297,8 @@ def effective_problems(dump: str, wiring: RuntimeWiring) -> tuple[str, list[str]
         problems.append(f"default_runtime_name is {default!r}, not 'nvidia' (nvidia_runtime_default is true)")
     if not wiring.make_default and default == "nvidia":
         problems.append("default_runtime_name is 'nvidia' but nvidia_runtime_default is false")
+    if wiring.enable_cdi is not None:
+        cdi = config.get("plugins", {}).get(plugin, {}).get("enable_cdi")
+        if cdi is not None and cdi is not wiring.enable_cdi:
+            problems.append(f"enable_cdi is {str(cdi).lower()}, not {str(wiring.enable_cdi).lower()} (cdi)")
     return where, problems

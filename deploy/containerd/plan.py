@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pyinfra import host
 
 from deploy import templates
+from deploy.cdi import CdiUnsupported, for_containerd
 from deploy.containerd.cri import (
     CRI_RUNTIME_PLUGIN,
     Merged,
@@ -86,7 +87,7 @@ class NodeWiringPlan:
     the verdict. Made once; ``still_current`` makes it again only when the host changed since."""
 
     target: ConfigTarget
-    wiring: RuntimeWiring
+    asked: RuntimeWiring  # the settings' wiring, to plan again from
     config_fact: dict  # ContainerdConfig, as read
     source: str
     changes: int  # the host's changes this run when the plan was made (changes_so_far)
@@ -95,6 +96,7 @@ class NodeWiringPlan:
     holder: str = ""
     refusal: str = ""     # the files cannot be wired: why, in one line
     overridden: str = ""  # the files say wired, containerd's own dump does not: why
+    wiring: RuntimeWiring | None = None  # ``asked`` with cdi=auto decided for this containerd
 
     def in_place(self) -> bool:
         return not (self.refusal or self.changed or self.overridden)
@@ -129,9 +131,14 @@ def plan_node_wiring(target: ConfigTarget, wiring: RuntimeWiring) -> NodeWiringP
         base, source = default_config_text(state["major"]), "templates/containerd-config.toml.j2"
     plan = NodeWiringPlan(target, wiring, state, source, changes)
     try:
+        # cdi=auto decided for this containerd (the plan keeps what was asked, to plan again from).
+        wiring = plan.wiring = for_containerd(wiring, state["major"], state["minor"], state["version"]).wiring
         files = [ConfigFile(path, base, source)] + imported_files(path, current, source)
         plan.planned, plan.holder = plan_wiring(files, wiring, state["major"] if validate_with_binary else None,
                                                 state["version"])
+    except CdiUnsupported as error:
+        plan.refusal = str(error)
+        return plan
     except ConfigError as error:
         plan.refusal = f"{error}; it was left as it is" + (f".{hint}" if hint and current is not None else "")
         return plan
@@ -152,7 +159,7 @@ def still_current(plan: NodeWiringPlan) -> NodeWiringPlan:
     after an install, say): then the plan made again from what the host holds now."""
     if plan.changes == changes_so_far(host):
         return plan
-    return plan_node_wiring(plan.target, plan.wiring)
+    return plan_node_wiring(plan.target, plan.asked)
 
 
 def imported_files(path: str, current: str | None, source: str) -> list[ConfigFile]:

@@ -23,6 +23,7 @@ from pyinfra.api import operation
 from pyinfra.api.command import PyinfraCommand
 
 from deploy import redact, templates
+from deploy.cdi import CdiUnsupported, for_docker
 from deploy.facts.combined import FactCall, read
 from deploy.facts.docker import DockerdFlag, DockerState, UnitParseError, parse_docker_unit
 from deploy.operations import safe_install
@@ -200,11 +201,11 @@ def merge_daemon_config(existing: dict, wiring: RuntimeWiring) -> DockerMerged:
             kept.append(SYSTEMD_CGROUP_OPT)
         config["exec-opts"] = kept
 
-    if wiring.enable_cdi:
+    if wiring.enable_cdi or (wiring.enable_cdi is False and (config.get("features") or {}).get("cdi") is True):
         features = config.setdefault("features", {})
         if not isinstance(features, dict):
             raise DaemonConfigError("features must be an object")
-        features["cdi"] = True
+        features["cdi"] = wiring.enable_cdi
 
     return DockerMerged(config=config, changed=config != existing, notes=notes)
 
@@ -325,8 +326,8 @@ def effective_problems(effective: dict[str, Effective], wiring: RuntimeWiring) -
         )
     cdi = effective["cdi"]
     if wiring.enable_cdi and not cdi.value:
-        problems.append(f"CDI would stay off, decided by {cdi.source}; docker_enable_cdi=true needs it: "
-                        "make that flag --feature cdi=true or remove it")
+        problems.append(f"CDI would stay off, decided by {cdi.source}; cdi needs it on: "
+                        "make that flag --feature cdi=true or remove it, or set cdi=false")
     return problems
 
 
@@ -357,6 +358,11 @@ def configure_nvidia_runtime(path: str, wiring: RuntimeWiring, service: str = "d
         )
         return
     current = state["config"]
+    try:
+        wiring = for_docker(wiring, state["major"], state["version"]).wiring
+    except CdiUnsupported as error:
+        yield failing_command(str(error))
+        return
     try:
         existing = parse_daemon_json(current, path) if current is not None else {}
         merged = merge_daemon_config(existing, wiring)

@@ -6,15 +6,17 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.operations import systemd
 
+from deploy.cdi import CdiUnsupported, for_containerd
 from deploy.containerd.flavours import config_target, plain_target
 from deploy.containerd.operation import configure_nvidia_runtime
 from deploy.containerd.plan import plan_node_wiring, target_read
-from deploy.distros import Family, add_repository, install_packages
-from deploy.facts.combined import FactCall
+from deploy.distros import Family, Platform, add_repository, install_packages
+from deploy.facts.combined import FactCall, read
 from deploy.operations import drain as drain_ops
 from deploy.operations import failure
 from deploy.operations.drain import DrainTarget
 from deploy.settings import Settings
+from deploy.tasks.preflight import StageCheck
 
 
 def reads(settings: Settings) -> list[FactCall]:
@@ -24,6 +26,17 @@ def reads(settings: Settings) -> list[FactCall]:
     by the operation).
     """
     return [target_read(plain_target(settings.containerd_config_path))]
+
+
+def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StageCheck:
+    """What preflight checks for this stage (deploy/stages.py): cdi=true on an installed containerd
+    without CDI is refused before any change (a containerd this run installs is checked by its plan)."""
+    state = read(host, target_read(plain_target(settings.containerd_config_path)))
+    try:
+        for_containerd(settings.runtime_wiring, state["major"], state["minor"], state["version"])
+    except CdiUnsupported as error:
+        return StageCheck(errors=[str(error)])
+    return StageCheck()
 
 
 def install_containerd(settings: Settings, family: Family) -> None:
@@ -57,7 +70,7 @@ def containerd_runtime(settings: Settings, family: Family, containerd_found: dic
         logger.info(f"{host.print_prefix}containerd belongs to {flavour}: wiring its own config")
 
     target = config_target(settings.containerd_config_path, containerd_found)
-    wiring = settings.containerd_wiring
+    wiring = settings.runtime_wiring
     restart_pending = bool(target.service) and (pending_restarts or {}).get(target.service) == target.path
     # Planned once: the operation applies this plan (and makes it again only if the host changed first).
     plan = plan_node_wiring(target, wiring)

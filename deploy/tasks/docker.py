@@ -6,17 +6,30 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import systemd
 
-from deploy.distros import Family, install_packages
+from deploy.cdi import CdiUnsupported, for_docker
+from deploy.distros import Family, Platform, install_packages
 from deploy.facts.combined import FactCall, read
 from deploy.operations import docker, failure
 from deploy.operations import drain as drain_ops
 from deploy.operations.drain import DrainTarget
 from deploy.settings import Settings
+from deploy.tasks.preflight import StageCheck
 
 
 def reads(settings: Settings) -> list[FactCall]:
     """What this stage decides on, for preflight to read ahead: the same call the wiring makes."""
     return [docker.state_read(settings.docker_daemon_config_path)]
+
+
+def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StageCheck:
+    """What preflight checks for this stage (deploy/stages.py): cdi=true on an installed Docker
+    without CDI is refused before any change."""
+    state = read(host, docker.state_read(settings.docker_daemon_config_path))
+    try:
+        for_docker(settings.runtime_wiring, state["major"], state["version"])
+    except CdiUnsupported as error:
+        return StageCheck(errors=[str(error)])
+    return StageCheck()
 
 
 @deploy("Docker")
@@ -48,7 +61,7 @@ def docker_runtime(settings: Settings, family: Family, drain: DrainTarget | None
     wired = docker.configure_nvidia_runtime(
         name=f"Wire the nvidia runtime into {settings.docker_daemon_config_path}",
         path=settings.docker_daemon_config_path,
-        wiring=settings.docker_wiring,
+        wiring=settings.runtime_wiring,
         restart_timeout=settings.service_restart_timeout,
         restart_pending=(pending_restarts or {}).get("docker") == settings.docker_daemon_config_path,
         before_restart=drain_ops.before_restart(drain),

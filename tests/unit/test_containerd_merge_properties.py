@@ -181,6 +181,8 @@ def cri_plugins(draw, version: int) -> dict:
         plugin["sandbox_image"] = draw(st.sampled_from(["registry.k8s.io/pause:3.9", "k8s.gcr.io/pause:3.6"]))
     if draw(st.integers(0, 3)) == 0:
         plugin["enable_cdi"] = draw(st.booleans())
+    if version < 3 and draw(st.integers(0, 4)) == 0:
+        plugin["cdi_spec_dirs"] = draw(st.sampled_from([["/etc/cdi"], ["/etc/cdi", "/var/run/cdi"], []]))
     if draw(st.integers(0, 4)) == 0:
         plugin["enable_selinux"] = False
     if draw(st.booleans()):
@@ -712,7 +714,7 @@ wirings = st.builds(
                             "/usr/local/nvidia/toolkit/nvidia-container-runtime"]),
     make_default=st.booleans(),
     systemd_cgroup=st.booleans(),
-    enable_cdi=st.booleans(),
+    enable_cdi=st.sampled_from([None, True, False]),
 )
 sources = st.sampled_from(["config.toml", "/etc/containerd/config.toml",
                            "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl"])
@@ -753,6 +755,13 @@ def wired(model: dict, wiring: RuntimeWiring) -> dict:
         containerd["default_runtime_name"] = "runc"
     if wiring.enable_cdi and version < 3:
         cri["enable_cdi"] = True
+        spec_dirs = cri.get("cdi_spec_dirs")
+        if not isinstance(spec_dirs, list):
+            cri["cdi_spec_dirs"] = ["/etc/cdi", "/var/run/cdi"]
+        elif "/var/run/cdi" not in spec_dirs:
+            cri["cdi_spec_dirs"] = spec_dirs + ["/var/run/cdi"]
+    elif wiring.enable_cdi is False and version < 3 and cri.get("enable_cdi") is True:
+        cri["enable_cdi"] = False
     if "disabled_plugins" in expected:
         expected["disabled_plugins"] = [name for name in expected["disabled_plugins"] if name not in CRI_IDS]
     return expected
@@ -966,8 +975,8 @@ def assert_dump_shows_wiring(dump: dict, containerd: RealContainerd, case: Case,
         "default_runtime_name", "runc")
     assert cri["containerd"]["default_runtime_name"] == expected_default
     assert not CRI_IDS & set(dump.get("disabled_plugins", []))
-    if wiring.enable_cdi and containerd.release == (1, 7):  # CRI reads enable_cdi since 1.7; 2.x has CDI on
-        assert cri["enable_cdi"] is True
+    if wiring.enable_cdi is not None and containerd.release == (1, 7):  # CRI reads enable_cdi since 1.7
+        assert cri["enable_cdi"] is wiring.enable_cdi
 
 
 @hypothesis_settings(12)

@@ -147,3 +147,22 @@ def test_candidate_that_containerd_would_not_run_wired_is_never_installed():
     assert plan.ran("config dump; status=$?")
     assert plan.state.failed_hosts, "the host did not fail"
     assert not plan.ran("gpu-node-candidate") and not plan.ran("systemctl restart")
+
+
+CONTAINERD_1_6 = "version containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3"
+
+
+def test_cdi_true_on_containerd_1_6_fails_the_host_naming_it_and_writes_nothing():
+    answer = f"binary_path /usr/bin/containerd\n{CONTAINERD_1_6}\nconfig {b64('version = 2')}"
+    plan = run_plan(containerd_runtime, settings_for(cdi="true"), family("debian"), PLAIN_PRESENT,
+                    facts=[(CONFIG, answer)])
+    assert plan.failed_with("cdi=true, but containerd 1.6.20~ds1 has no CDI"), plan.failures
+    assert not plan.ran("gpu-node-candidate") and not plan.ran("systemctl restart")
+
+
+def test_cdi_true_on_docker_20_fails_the_host_naming_it_and_writes_nothing():
+    state = "dockerd /usr/sbin/dockerd\nversion Docker version 20.10.24+dfsg1, build 297e128"
+    plan = run_plan(docker_runtime, settings_for(container_runtimes="docker", cdi="true"), family("debian"),
+                    facts=[(DOCKER, state)])
+    assert plan.failed_with("cdi=true, but Docker 20.10.24+dfsg1 has no CDI"), plan.failures
+    assert not plan.ran("systemctl restart")

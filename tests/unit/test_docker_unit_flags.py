@@ -313,7 +313,7 @@ def test_cdi_feature_flag():
     wiring = RuntimeWiring(enable_cdi=True)
     problems = effective_problems(effective_settings(candidate_for({}, flags, wiring), flags, DAEMON_JSON), wiring)
     assert problems == ["CDI would stay off, decided by --feature cdi=false (from /etc/systemd/system/docker.service); "
-                        "docker_enable_cdi=true needs it: make that flag --feature cdi=true or remove it"]
+                        "cdi needs it on: make that flag --feature cdi=true or remove it, or set cdi=false"]
 
 
 # --- default-runtime: a containerd shim name (moby daemon/runtime_unix.go, isPermissibleC8dRuntimeName) ---
