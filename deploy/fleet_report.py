@@ -1,6 +1,7 @@
 """
 The fleet report: after a run, one row per node (converged / changed / failed, reboot required,
-no GPU, the verification summary), printed last and written as one JSON file on the controller,
+no GPU, the verification summary, and what verify found of the driver: module flavour,
+persistence, Fabric Manager, CUDA), printed last and written as one JSON file on the controller,
 so an operator of many nodes reads one table instead of pyinfra's per-operation output.
 
 pyinfra calls its state callbacks' ``host_disconnect`` for every host it connected to once the run
@@ -37,6 +38,12 @@ class FleetRow:
     verify: dict[str, Any] | None = None
     # the runtimes verify found, e.g. "containerd 2.1.9", None when verification did not run
     runtime: str | None = None
+    # what verify found of the driver (deploy/report.py's NodeRecord), None when it did not run:
+    # the module's flavour, persistence, Fabric Manager, cuInit's outcome
+    module_flavour: str | None = None
+    persistence: str | None = None
+    fabric_manager: str | None = None
+    cuda: str | None = None
 
     def verify_text(self) -> str:
         if self.verify is None:
@@ -51,6 +58,29 @@ def _flag(value: bool | None) -> str:
     return "?" if value is None else ("yes" if value else "no")
 
 
+def _columns(table: list[tuple[str, ...]]) -> list[str]:
+    """Rows of cells, each column as wide as its widest cell (the last one as it is)."""
+    widths = [max(len(line[index]) for line in table) for index in range(len(table[0]) - 1)]
+    return ["    " + "  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[-1]
+            for line in table]
+
+
+DRIVER_COLUMNS = ("node", "module", "persistence", "fabric manager", "CUDA")
+
+
+def driver_table(rows: list[FleetRow]) -> list[str]:
+    """What verify found of the driver on each node it ran on: module flavour, persistence,
+    Fabric Manager, CUDA."""
+    verified = [row for row in rows if row.verify is not None]
+    if not verified:
+        return []
+    table = [DRIVER_COLUMNS] + [
+        (row.host, row.module_flavour or "-", row.persistence or "-", row.fabric_manager or "-", row.cuda or "-")
+        for row in verified
+    ]
+    return ["--> Driver (verify):", *_columns(table)]
+
+
 def fleet_table(rows: list[FleetRow]) -> str:
     counts = {status: sum(row.status == status for row in rows) for status in (CONVERGED, CHANGED, FAILED)}
     header = (f"--> Fleet report: {len(rows)} node{'s' if len(rows) != 1 else ''}: {counts[CONVERGED]} converged, "
@@ -60,13 +90,11 @@ def fleet_table(rows: list[FleetRow]) -> str:
         (row.host, row.status, _flag(row.reboot_required), _flag(row.no_gpu), row.runtime or "-", row.verify_text())
         for row in rows
     ]
-    widths = [max(len(line[index]) for line in table) for index in range(len(columns) - 1)]
-    lines = [header]
-    for line in table:
-        lines.append("    " + "  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[-1])
+    lines = [header, *_columns(table)]
     for row in rows:
         if row.failed_operations:
             lines.append(f"    {row.host} failed in: {'; '.join(row.failed_operations)}")
+    lines += driver_table(rows)
     return "\n".join(lines)
 
 
@@ -130,6 +158,10 @@ def fleet_rows(state) -> list[FleetRow]:
             reboot_required=note.reboot_required if note and not reboot_unknown else None,
             verify=verify,
             runtime=record.runtime if record is not None else None,
+            module_flavour=record.module_flavour if record is not None else None,
+            persistence=record.persistence if record is not None else None,
+            fabric_manager=record.fabric_manager if record is not None else None,
+            cuda=record.cuda if record is not None else None,
         ))
     return rows
 

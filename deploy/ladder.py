@@ -15,7 +15,11 @@ import yaml
 from packaging.version import InvalidVersion, Version
 
 from deploy import redact
-from deploy.facts.ladder import KUBELET_CONFIG, explain_smi_failure
+from deploy.fabric import fabric_of
+from deploy.facts.cuda import TIMED_OUT, TIMEOUT_SECONDS
+from deploy.facts.ladder import (
+    FABRIC_MANAGER_UNIT, KUBELET_CONFIG, PERSISTENCED_UNIT, explain_smi_failure, unit_state,
+)
 from deploy.containerd.cri import dump_cri_plugin, effective_problems
 from deploy.containerd.layout import tomllib
 from deploy.report import FAIL, PASS, SKIP, NodeRecord, Step
@@ -32,22 +36,29 @@ class VerifyOptions:
 
     require_gpu: bool
     runtimes: tuple[str, ...]
-    # what the runtimes stage wires into containerd (Settings.containerd_wiring)
+    # what the runtimes stage wires into containerd (Settings.runtime_wiring)
     wiring: RuntimeWiring
     containerd_config_path: str
     image: str
     toolkit_expected: bool
     min_driver: str = MIN_DRIVER_VERSION
+    # the data-center settings verify checks the node against
+    kernel_modules: str = "auto"
+    persistenced: bool = True
+    fabric_manager_install: bool = True
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "VerifyOptions":
         return cls(
             require_gpu=settings.require_gpu,
             runtimes=settings.container_runtimes,
-            wiring=settings.containerd_wiring,
+            wiring=settings.runtime_wiring,
             containerd_config_path=settings.containerd_config_path,
             image=settings.verify_image,
             toolkit_expected=settings.nvidia_toolkit_install,
+            kernel_modules=settings.nvidia_kernel_modules,
+            persistenced=settings.nvidia_persistenced,
+            fabric_manager_install=settings.fabric_manager_install,
         )
 
 
@@ -181,6 +192,184 @@ def gpu_steps(readout: dict, options: VerifyOptions) -> list[Step]:
         steps.append(Step("driver_version", PASS if ok else FAIL,
                           f"driver {version} {'>=' if ok else '<'} {options.min_driver} (lowest accepted)"))
     return steps
+
+
+# modinfo's license of each flavour of the nvidia module
+MODULE_LICENSES = {"Dual MIT/GPL": "open", "NVIDIA": "proprietary"}
+# cuInit's CUDA_ERROR_SYSTEM_NOT_READY: on an NVSwitch node, the fabric is not up (Fabric Manager)
+SYSTEM_NOT_READY = 802
+
+
+def loaded_flavour(readout: dict) -> str | None:
+    """The loaded module's flavour, from /proc/driver/nvidia/version ("... Open Kernel Module ...")."""
+    text = readout["kernel_module"]
+    if not text:
+        return None
+    return "open" if "Open Kernel Module" in text else "proprietary"
+
+
+def installed_flavour(readout: dict) -> str | None:
+    """The flavour of the module installed for the running kernel, from modinfo's license."""
+    license_ = readout["kernel_module_license"]
+    return MODULE_LICENSES.get(license_, f"unknown (license {license_})") if license_ else None
+
+
+def flavour_summary(readout: dict) -> str | None:
+    loaded, installed = loaded_flavour(readout), installed_flavour(readout)
+    if loaded:
+        return loaded
+    return f"{installed} (installed, not loaded)" if installed else None
+
+
+def flavour_step(readout: dict, options: VerifyOptions) -> Step:
+    loaded, installed = loaded_flavour(readout), installed_flavour(readout)
+    wanted = options.kernel_modules
+    setting = f"nvidia_kernel_modules = {wanted}"
+    license_note = f" (modinfo license {readout['kernel_module_license']})" if installed else ""
+    if loaded:
+        if wanted != "auto" and loaded != wanted:
+            return Step("module_flavour", FAIL,
+                        f"the {loaded} nvidia kernel module is loaded but {setting}: run the driver stage, then reboot")
+        if installed and installed != loaded:
+            return Step("module_flavour", FAIL,
+                        f"the {loaded} nvidia kernel module is loaded but the {installed} one is installed"
+                        f"{license_note}: reboot to load it")
+        return Step("module_flavour", PASS,
+                    f"{loaded} kernel module loaded (/proc/driver/nvidia/version; {setting})")
+    if installed and wanted != "auto" and installed != wanted:
+        return Step("module_flavour", FAIL,
+                    f"the {installed} nvidia kernel module is installed{license_note} but {setting}: run the driver stage")
+    prefix = "" if gpus_on_pci(readout) else f"{NO_GPU}: "
+    if installed:
+        return Step("module_flavour", SKIP,
+                    f"{prefix}nvidia kernel module not loaded; the installed one is {installed}{license_note}")
+    return Step("module_flavour", SKIP, f"{prefix}no nvidia kernel module loaded or installed")
+
+
+def persistence_modes(readout: dict) -> dict[int, str]:
+    return readout["smi"]["persistence"] if readout["smi"]["exit_code"] == 0 else {}
+
+
+def persistence_summary(readout: dict) -> str:
+    modes = persistence_modes(readout)
+    text = f"{PERSISTENCED_UNIT} {unit_state(readout, PERSISTENCED_UNIT)}"
+    if modes:
+        enabled = sum(mode == "Enabled" for mode in modes.values())
+        text += f", mode on {enabled}/{len(modes)} GPU(s)"
+    return text
+
+
+def persistence_step(readout: dict, options: VerifyOptions) -> Step:
+    state = unit_state(readout, PERSISTENCED_UNIT)
+    modes = persistence_modes(readout)
+    disabled = sorted(index for index, mode in modes.items() if mode != "Enabled")
+    seen = f"{PERSISTENCED_UNIT} {state}"
+    if not options.persistenced:
+        return Step("persistence", SKIP, f"nvidia_persistenced is false ({seen})")
+    if not gpus_on_pci(readout):
+        return Step("persistence", SKIP, f"{NO_GPU} ({seen})")
+    if state != "active":
+        return Step("persistence", FAIL,
+                    f"{seen}: the driver is set up and torn down with every CUDA client; "
+                    f"systemctl enable --now {PERSISTENCED_UNIT}")
+    if disabled:
+        listed = ", ".join(str(index) for index in disabled)
+        return Step("persistence", FAIL, f"{seen} but persistence mode is off on GPU {listed} (nvidia-smi)")
+    if not modes:
+        return Step("persistence", PASS, f"{seen} (persistence mode not read: nvidia-smi did not answer)")
+    return Step("persistence", PASS, f"{seen}; persistence mode Enabled on {len(modes)} GPU(s)")
+
+
+def fabric_manager_summary(readout: dict) -> str:
+    if not fabric_of(readout["node"]).needs_fabric_manager:
+        return "not needed"
+    return unit_state(readout, FABRIC_MANAGER_UNIT)
+
+
+def fabric_manager_step(readout: dict, options: VerifyOptions) -> Step:
+    fabric = fabric_of(readout["node"])
+    state = unit_state(readout, FABRIC_MANAGER_UNIT)
+    if not fabric.needs_fabric_manager:
+        installed = f" ({FABRIC_MANAGER_UNIT} {state})" if state not in ("not installed", "unknown") else ""
+        return Step("fabric_manager", SKIP, f"{fabric.evidence}: Fabric Manager not needed{installed}")
+    if state == "active":
+        return Step("fabric_manager", PASS, f"{FABRIC_MANAGER_UNIT} active ({fabric.evidence})")
+    hint = (f"systemctl enable --now {FABRIC_MANAGER_UNIT}" if state != "not installed" else
+            "install Fabric Manager at the driver's version" +
+            ("" if options.fabric_manager_install else " (fabric_manager_install is false)"))
+    return Step("fabric_manager", FAIL,
+                f"{FABRIC_MANAGER_UNIT} {state} on a node with {fabric.evidence}: CUDA cannot start "
+                f"without it; {hint}")
+
+
+def cuda_summary(readout: dict) -> str:
+    cuda = readout["cuda"]
+    if cuda["python"] is None:
+        return "not checked (no python3)"
+    if cuda["exit_code"] == TIMED_OUT:
+        return "cuInit timed out"
+    if cuda["load_error"]:
+        return "no libcuda.so.1"
+    code = cuda["init_result"]
+    if code is None:
+        return "cuInit not called"
+    if code == 0:
+        return f"ok, {cuda['device_count'] or 0} device(s)" + (
+            f", CUDA {cuda['driver_version']}" if cuda["driver_version"] else "")
+    return f"error {code} {cuda['error_name'] or ''}".strip()
+
+
+def cuda_error(cuda: dict) -> str:
+    """cuInit's failure as the library itself names it."""
+    code = cuda["init_result"]
+    named = f"CUDA error {code} {cuda['error_name'] or '(the library gives it no name)'}"
+    return named + (f": {cuda['error_string']}" if cuda["error_string"] else "")
+
+
+def cuda_step(readout: dict, options: VerifyOptions) -> Step:
+    """cuInit through the driver's libcuda.so.1 (deploy/facts/cuda.py): CUDA starts, not only nvidia-smi."""
+    cuda = readout["cuda"]
+    fabric = fabric_of(readout["node"])
+    # Where a GPU should answer, a failure fails; elsewhere it is reported as what the library said.
+    expected = bool(gpus_on_pci(readout)) or fabric.needs_fabric_manager or options.require_gpu
+
+    def failed(why: str) -> Step:
+        return Step("cuda", FAIL, why) if expected else Step("cuda", SKIP, f"{NO_GPU} ({why})")
+
+    if cuda["python"] is None:
+        return Step("cuda", SKIP, "not checked: no python3 (nor /usr/libexec/platform-python) on the node "
+                                  "to call cuInit through libcuda.so.1 with ctypes")
+    if cuda["exit_code"] == TIMED_OUT:
+        return failed(f"cuInit did not return within {TIMEOUT_SECONDS} s ({cuda['library'] or 'libcuda.so.1'})")
+    if cuda["load_error"]:
+        return failed(f"the driver's CUDA library does not load: {cuda['load_error']}")
+    library = cuda["library"] or "libcuda.so.1"
+    if cuda["init_result"] is None:
+        if cuda["missing"]:
+            return failed(f"{library} does not export {', '.join(cuda['missing'])}")
+        return failed(f"cuInit was not called: python exited {cuda['exit_code']} loading {library}")
+    if cuda["init_result"] == 0:
+        count = cuda["device_count"] or 0
+        version = f", the driver supports CUDA {cuda['driver_version']}" if cuda["driver_version"] else ""
+        if not count:
+            return failed(f"cuInit succeeded but CUDA counts no device ({library})")
+        return Step("cuda", PASS, f"cuInit: {count} CUDA device(s){version} ({library})")
+    error = cuda_error(cuda)
+    if cuda["init_result"] == SYSTEM_NOT_READY and fabric.needs_fabric_manager:
+        state = unit_state(readout, FABRIC_MANAGER_UNIT)
+        return failed(f"Fabric Manager not running ({error}; {fabric.evidence}, {FABRIC_MANAGER_UNIT} {state}): "
+                      f"systemctl enable --now {FABRIC_MANAGER_UNIT}")
+    return failed(f"cuInit: {error} ({library})")
+
+
+def datacenter_steps(readout: dict, options: VerifyOptions) -> list[Step]:
+    """The module's flavour, persistence, Fabric Manager and CUDA's own start."""
+    return [
+        flavour_step(readout, options),
+        persistence_step(readout, options),
+        fabric_manager_step(readout, options),
+        cuda_step(readout, options),
+    ]
 
 
 def toolkit_steps(readout: dict, options: VerifyOptions, cri: dict | None) -> list[Step]:
@@ -407,6 +596,7 @@ def ladder(readout: dict, options: VerifyOptions, runs: dict[str, dict],
     """Every step, in order, from the facts, containerd's parsed dump (``read_cri``) and the results
     of the runs that were done."""
     steps = gpu_steps(readout, options)
+    steps += datacenter_steps(readout, options)
     steps += toolkit_steps(readout, options, cri)
     steps += containerd_steps(readout, options, cri, cri_error)
     steps += cgroup_steps(readout, options, cri)
@@ -445,5 +635,9 @@ def node_record(name: str, readout: dict, options: VerifyOptions, steps: list[St
         driver=driver_version(readout),
         toolkit=readout["toolkit_version"],
         runtime=", ".join(runtime) or None,
+        module_flavour=flavour_summary(readout),
+        persistence=persistence_summary(readout),
+        fabric_manager=fabric_manager_summary(readout),
+        cuda=cuda_summary(readout),
         steps=steps,
     )

@@ -1,6 +1,7 @@
 """
-The node report: one record per node (host, GPUs, driver, toolkit, runtime, each step), shown
-as a table at the end of the run and written as JSON on the controller.
+The node report: one record per node (host, GPUs, driver, toolkit, runtime, the module's flavour,
+persistence, Fabric Manager, CUDA, each step), shown as a table at the end of the run and written
+as JSON on the controller.
 
 Hosts run in parallel greenlets of one pyinfra process: records go into one in-memory store per
 run (deploy/run_state.py), and the JSON file is rewritten whole (temporary file, then rename) from it, so a
@@ -44,6 +45,15 @@ class NodeRecord:
     driver: str | None = None
     toolkit: str | None = None
     runtime: str | None = None
+    # the loaded nvidia module's flavour ("open", "proprietary"; None: none loaded or installed)
+    module_flavour: str | None = None
+    # nvidia-persistenced's state and the GPUs' persistence mode
+    persistence: str | None = None
+    # "not needed" (no NVSwitch), else nvidia-fabricmanager's state
+    fabric_manager: str | None = None
+    # cuInit's outcome through the driver's libcuda ("ok, 8 device(s), CUDA 12.2", "error 802 ...",
+    # "not checked (no python3)")
+    cuda: str | None = None
     steps: list[Step] = field(default_factory=list)
 
     @property
@@ -65,7 +75,9 @@ def node_table(record: NodeRecord) -> str:
     gpus = ", ".join(record.gpus) if record.gpus else "none"
     lines = [
         f"{record.host}: {'OK' if record.ok else 'FAILED'}  GPUs: {gpus}  driver: {record.driver or '-'}  "
-        f"toolkit: {record.toolkit or '-'}  runtime: {record.runtime or '-'}"
+        f"toolkit: {record.toolkit or '-'}  runtime: {record.runtime or '-'}  "
+        f"module: {record.module_flavour or '-'}  persistence: {record.persistence or '-'}  "
+        f"fabric manager: {record.fabric_manager or '-'}  CUDA: {record.cuda or '-'}"
     ]
     width = max((len(step.name) for step in record.steps), default=4)
     for step in record.steps:

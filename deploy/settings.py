@@ -470,11 +470,6 @@ class Settings(RuntimeSettings, PackageSettings, DataCenterSettings, HostSafetyS
         return runtime in self.container_runtimes
 
     @property
-    def containerd_wiring(self) -> RuntimeWiring:
-        # TODO(cdi): verify's ladder still names this; one name once it reads runtime_wiring
-        return self.runtime_wiring
-
-    @property
     def runtime_wiring(self) -> RuntimeWiring:
         """What the runtimes stage wires into containerd and Docker, and verify expects there; cdi=auto
         is decided per runtime from its version (deploy/cdi.py)."""

@@ -24,6 +24,10 @@ from deploy.facts.containerd import parse_containerd_version
 
 SMI_QUERY_FIELDS = ("index", "uuid", "name", "memory.total", "driver_version")
 SMI_QUERY = f"--query-gpu={','.join(SMI_QUERY_FIELDS)} --format=csv,noheader,nounits"
+# "Enabled" / "Disabled" per GPU: persistence mode, however it was set (nvidia-persistenced or nvidia-smi -pm)
+SMI_PERSISTENCE_QUERY = "--query-gpu=index,persistence_mode --format=csv,noheader"
+PERSISTENCED_UNIT = "nvidia-persistenced"
+FABRIC_MANAGER_UNIT = "nvidia-fabricmanager"
 KUBELET_CONFIG = "/var/lib/kubelet/config.yaml"
 # Values nvidia-smi prints instead of a value.
 SMI_MISSING = {"[n/a]", "n/a", "[not supported]", "not supported", "[unknown error]", "[insufficient permissions]", ""}
@@ -121,6 +125,7 @@ def explain_smi_failure(exit_code: int, output: str) -> str:
 # Appended to the driver stage's node script (deploy/facts/nvidia.py): one command reads it all.
 VERIFY_SCRIPT = r"""
 [ -r /proc/driver/nvidia/version ] && echo "kmod_version $(head -n 1 /proc/driver/nvidia/version)"
+echo "kmod_license $(modinfo -F license nvidia 2>/dev/null | head -n 1)"
 smi=$(command -v nvidia-smi 2>/dev/null || true)
 echo "smi_path $smi"
 if [ -n "$smi" ]; then
@@ -128,6 +133,12 @@ if [ -n "$smi" ]; then
   echo "smi_rc $rc"
   echo "smi_out $(printf '%s' "$out" | base64 -w0)"
   [ "$rc" = 0 ] && echo "smi_list $("$smi" -L 2>&1 | base64 -w0)"
+  [ "$rc" = 0 ] && echo "smi_persistence $("$smi" __SMI_PERSISTENCE_QUERY__ 2>&1 | base64 -w0)"
+fi
+if command -v systemctl >/dev/null 2>&1; then
+  for unit in __WATCHED_UNITS__; do
+    echo "unit $unit $(systemctl show "$unit" -p LoadState -p ActiveState 2>/dev/null | tr '\n' ' ')"
+  done
 fi
 ctk=$(command -v nvidia-ctk 2>/dev/null || true)
 [ -n "$ctk" ] && echo "ctk_version $("$ctk" --version 2>/dev/null | head -n 1)"
@@ -210,7 +221,9 @@ class LadderReadout(FactBase):
     """
     What the verification ladder reads besides the node facts (``HostState``, deploy/facts/nvidia.py:
     PCI GPUs, modules, versions, read with it in one command): ``/proc/driver/nvidia/version``,
-    ``nvidia-smi`` (query, exit code, ``-L``), the toolkit, ``containerd config dump`` of the
+    the installed module's license (``modinfo``: open or proprietary), ``nvidia-smi`` (query, exit
+    code, ``-L``, persistence mode), the nvidia-persistenced and nvidia-fabricmanager units'
+    states, the toolkit, ``containerd config dump`` of the
     containerd the node's flavour runs (its binary, unit and socket), whether the given runtime
     ``binaries`` are executable, the kubelet config, ``docker info`` and crictl.
 
@@ -218,8 +231,11 @@ class LadderReadout(FactBase):
 
         {
             "kernel_module": "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.216.03 ...",  # or None
+            "kernel_module_license": "Dual MIT/GPL",  # modinfo's; None: no module for this kernel
             "smi": {"path": "/usr/bin/nvidia-smi", "exit_code": 0, "output": "...", "gpus": [...],
-                    "list": [...]},  # path None: not installed
+                    "list": [...], "persistence": {0: "Enabled"}},  # path None: not installed
+            "units": {"nvidia-persistenced": {"LoadState": "loaded", "ActiveState": "active"},
+                      "nvidia-fabricmanager": {"LoadState": "not-found", "ActiveState": "inactive"}},
             "toolkit_version": "1.17.8",  # None: nvidia-ctk not found
             "runtime_path": "/usr/bin/nvidia-container-runtime",
             "executables": {"/usr/bin/nvidia-container-runtime": True},
@@ -240,6 +256,8 @@ class LadderReadout(FactBase):
                   else f"[ -S {shlex.quote(containerd_socket)} ] && echo active || echo inactive")
         script = (
             VERIFY_SCRIPT.replace("__SMI_QUERY__", SMI_QUERY)
+            .replace("__SMI_PERSISTENCE_QUERY__", SMI_PERSISTENCE_QUERY)
+            .replace("__WATCHED_UNITS__", f"{PERSISTENCED_UNIT} {FABRIC_MANAGER_UNIT}")
             .replace("__CONTAINERD_BINARY__", shlex.quote(containerd_binary))
             .replace("__CONTAINERD_ACTIVE__", active)
             .replace("__CONTAINERD_CONFIG__", shlex.quote(containerd_config))
@@ -254,7 +272,9 @@ class LadderReadout(FactBase):
     def default():
         return {
             "kernel_module": None,
-            "smi": {"path": None, "exit_code": None, "output": "", "gpus": [], "list": []},
+            "kernel_module_license": None,
+            "smi": {"path": None, "exit_code": None, "output": "", "gpus": [], "list": [], "persistence": {}},
+            "units": {},
             "toolkit_version": None,
             "runtime_path": None,
             "executables": {},
@@ -278,6 +298,16 @@ class LadderReadout(FactBase):
             rest = rest.strip()
             if kind == "kmod_version":
                 state["kernel_module"] = rest or None
+            elif kind == "kmod_license":
+                state["kernel_module_license"] = rest or None
+            elif kind == "smi_persistence":
+                smi["persistence"] = parse_smi_persistence(decode_b64(rest, "nvidia-smi persistence_mode") if rest else "")
+            elif kind == "unit":
+                unit, _, properties = rest.partition(" ")
+                if unit:
+                    state["units"][unit] = dict(
+                        pair.split("=", 1) for pair in properties.split() if "=" in pair
+                    )
             elif kind == "smi_path":
                 smi["path"] = rest or None
             elif kind == "smi_rc" and rest.lstrip("-").isdigit():
@@ -323,6 +353,26 @@ class LadderReadout(FactBase):
         if smi["exit_code"] == 0:
             smi["gpus"] = parse_smi_query(smi["output"].splitlines())
         return state
+
+
+def parse_smi_persistence(text: str) -> dict[int, str]:
+    """``nvidia-smi --query-gpu=index,persistence_mode --format=csv,noheader`` -> {index: "Enabled"}."""
+    modes = {}
+    for row in csv.reader([line for line in text.splitlines() if line.strip()], skipinitialspace=True):
+        if len(row) == 2 and row[0].strip().isdigit():
+            modes[int(row[0])] = row[1].strip()
+    return modes
+
+
+def unit_state(readout: dict, unit: str) -> str:
+    """A systemd unit's state in one word: "active", "inactive", "failed", ..., "not installed",
+    or "unknown" (no systemctl answer)."""
+    properties = readout["units"].get(unit)
+    if not properties:
+        return "unknown"
+    if properties.get("LoadState") == "not-found":
+        return "not installed"
+    return properties.get("ActiveState") or "unknown"
 
 
 def parse_docker_info(text: str) -> dict:

@@ -15,6 +15,7 @@ from pyinfra.api import operation
 
 from deploy import probes
 from deploy.facts.combined import FactCall, known_fact, read_together
+from deploy.facts.cuda import CudaInit
 from deploy.facts.nvidia import HostState
 from deploy.containerd.flavours import ConfigTarget, classify_flavour, config_target, plain_target
 from deploy.facts.containerd import ContainerdFlavour
@@ -27,6 +28,8 @@ from deploy.report import FAIL, PASS, SKIP, verify_report_store
 
 # The node's PCI GPUs, modules and versions (preflight reads it too): the ladder's first rungs.
 NODE_READ: FactCall = (HostState, {})
+# cuInit through the driver's libcuda: read with the rest, it adds no remote command.
+CUDA_READ: FactCall = (CudaInit, {})
 
 
 def containerd_in_effect(options: VerifyOptions) -> ConfigTarget:
@@ -54,9 +57,10 @@ def ladder_read(options: VerifyOptions, containerd: ConfigTarget) -> FactCall:
 
 
 def reads(options: VerifyOptions) -> list[FactCall]:
-    """The reads preflight makes ahead for this operation: the flavour's, and the ladder's of a plain
-    containerd (a node of another flavour reads the ladder's again, for its own containerd)."""
-    return [(ContainerdFlavour, {}), NODE_READ, ladder_read(options, containerd_of(options, None))]
+    """The reads preflight makes ahead for this operation: the flavour's, the ladder's of a plain
+    containerd (a node of another flavour reads the ladder's again, for its own containerd) and
+    cuInit's."""
+    return [(ContainerdFlavour, {}), NODE_READ, ladder_read(options, containerd_of(options, None)), CUDA_READ]
 
 
 @operation()
@@ -74,8 +78,8 @@ def check_node(options: VerifyOptions, report_path: str):
     containerd = containerd_in_effect(options)
     # Read ahead by preflight (the node, and a plain containerd's ladder), reused while no operation
     # changed the host; otherwise read together in one command.
-    node, readout = read_together(host, [NODE_READ, ladder_read(options, containerd)])
-    readout = {**readout, "node": node}
+    node, readout, cuda = read_together(host, [NODE_READ, ladder_read(options, containerd), CUDA_READ])
+    readout = {**readout, "node": node, "cuda": cuda}
     cri, cri_error = read_cri(readout)
     # The runtimes may name another binary than the one the settings wire: check it too (a second
     # read, only then), by the path the parsed configs give.

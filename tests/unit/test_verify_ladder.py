@@ -17,11 +17,13 @@ from typing import Callable
 
 import pytest
 from plan import Output, Plan, QUICK, Node, run_pyinfra, settings_for
+from standin_libcuda import standin_libcuda  # noqa: F401 (the fixture)
 from pyinfra.api import Inventory
 from pyinfra.api.deploy import add_deploy
 from pyinfra.api.exceptions import PyinfraError
 
 from deploy.facts.containerd import ContainerdFlavour
+from deploy.facts.cuda import CudaInit
 from deploy.facts.nvidia import HostState
 from deploy.facts.ladder import Executables, LadderReadout
 from deploy.ladder import VerifyOptions
@@ -77,8 +79,16 @@ def node_lines(
     ctr_image: bool = False,
     ctrd_version: str = "1.6.20~ds1",
     runtime_executable: bool = True,
+    switches: int = 0,
+    persistenced: str = "active",
+    fabric_manager: str = "not-found",
+    cuda: list[str] | None = None,
 ) -> list[str]:
+    """What the node's one read prints. Unless said otherwise, nvidia-persistenced runs, persistence
+    mode is on where nvidia-smi answers, and cuInit answers as the GPUs nvidia-smi lists say
+    (``cuda``: the CUDA read's own lines instead)."""
     lines = [f"pci 0000:0{index + 1}:00.0 0x20b0 0x030200" for index in range(gpus)]
+    lines += [f"pci 0000:{index + 0x81:02x}:00.0 0x22a3 0x068000" for index in range(switches)]
     lines.append("kernel 6.1.0-18-amd64")
     if kmod:
         lines.append(f"kmod_version {kmod}")
@@ -88,6 +98,16 @@ def node_lines(
         lines += ["smi_path /usr/bin/nvidia-smi", f"smi_rc {smi_exit}", f"smi_out {b64(smi)}"]
         if smi_list:
             lines.append(f"smi_list {b64(smi_list)}")
+        if smi_exit == 0:
+            lines.append(f"smi_persistence {b64(''.join(f'{index}, Enabled' + chr(10) for index in range(gpus)))}")
+    lines.append(f"unit nvidia-persistenced LoadState={'not-found' if persistenced == 'not-found' else 'loaded'} "
+                 f"ActiveState={'inactive' if persistenced == 'not-found' else persistenced}")
+    lines.append(f"unit nvidia-fabricmanager LoadState={'not-found' if fabric_manager == 'not-found' else 'loaded'} "
+                 f"ActiveState={'inactive' if fabric_manager == 'not-found' else fabric_manager}")
+    if cuda is None:
+        cuda = cuda_lines(0, devices=gpus) if smi is not None and smi_exit == 0 and gpus else [
+            "cuda_load_error libcuda.so.1: cannot open shared object file: No such file or directory"]
+    lines += ["cuda_python /usr/bin/python3", *cuda, "cuda_exit 0"]
     if toolkit:
         lines.append(f"ctk_version NVIDIA Container Toolkit CLI version {toolkit}")
     lines.append("ncr_path /usr/bin/nvidia-container-runtime")
@@ -108,6 +128,17 @@ def node_lines(
     lines.append("docker_path ")
     lines.append(f"crictl_path {'/usr/bin/crictl' if crictl else ''}")
     return lines
+
+
+LIBCUDA = "/usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.535.216.03"
+
+
+def cuda_lines(result: int, devices: int = 0, name: str | None = None, text: str | None = None) -> list[str]:
+    """What the CUDA read prints when cuInit returns ``result`` (names as the library gives them)."""
+    lines = [f"cuda_library {LIBCUDA}", "cuda_driver_version 12020", f"cuda_init {result}"]
+    if result == 0:
+        return lines + [f"cuda_device_count 0 {devices}"]
+    return lines + ([f"cuda_error_name {name}"] if name else []) + ([f"cuda_error_string {text}"] if text else [])
 
 
 def crictl_lines(**steps: tuple[int, str]) -> list[str]:
@@ -134,7 +165,7 @@ def run_verify(tmp_path, lines, crictl=None, runs=None, facts=(), flavour=(), **
     # The node facts (PCI GPUs, kernel) and the ladder's read print their lines in the one command
     # they are read in: each fact takes its own kinds of line from them.
     node = Node(facts=[(ContainerdFlavour, flavour), (HostState, lines), (ladder_call(settings, flavour), lines),
-                       *facts], commands=commands)
+                       (CudaInit, lines), *facts], commands=commands)
     # tests/plan.py's run_plan, keeping the plan when the host fails (a failing step must fail it).
     inventory = Inventory(([("@fake/node", QUICK)], {}))
     state, error = run_pyinfra(inventory, lambda state: add_deploy(state, verify, settings), nodes={"@fake/node": node})
@@ -166,6 +197,7 @@ def test_node_without_gpu_wired_containerd_passes_runtime_steps_and_skips_gpu_st
     plan, record, steps, failed = run_verify(tmp_path, lines)
     assert statuses(steps) == {
         "gpu_pci": SKIP, "kernel_module": SKIP, "nvidia_smi": SKIP, "driver_version": SKIP,
+        "module_flavour": SKIP, "persistence": SKIP, "fabric_manager": SKIP, "cuda": SKIP,
         "toolkit": PASS, "runtime_binary": PASS, "containerd_config": PASS, "cgroup_driver": SKIP,
         "cri_handler": SKIP, "ctr_run": SKIP, "docker_config": SKIP, "docker_run": SKIP,
     }
@@ -606,3 +638,233 @@ def test_docker_with_another_cgroup_driver_than_systemd_cgroup_asks_fails_naming
     if status == FAIL:
         assert steps["docker_config"]["reason"] == "cgroup driver is 'cgroupfs', not 'systemd' (systemd_cgroup=true)"
     assert failed == (status == FAIL)
+
+
+# ----------------------------------------------------------------------------------------------
+# Data-center steps: the module's flavour, persistence, Fabric Manager and CUDA's own start
+
+OPEN_KMOD = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  535.216.03  Release Build  (dvs-builder@U16-T02-35-3)"
+PROPRIETARY_KMOD = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.216.03  Fri Oct 11 00:00:00 UTC 2024"
+# nvidia-smi's query answer on a node whose loaded module is the 535.216.03 above
+SMI_535 = "0, GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77, NVIDIA H100 80GB HBM3, 81559, 535.216.03"
+ONE_GPU = dict(gpus=1, smi=SMI_535, dump=containerd_dump())
+
+
+@pytest.mark.parametrize("kmod, license_, setting, status, reason", [
+    (OPEN_KMOD, "Dual MIT/GPL", "auto", PASS,
+     "open kernel module loaded (/proc/driver/nvidia/version; nvidia_kernel_modules = auto)"),
+    (PROPRIETARY_KMOD, "NVIDIA", "proprietary", PASS,
+     "proprietary kernel module loaded (/proc/driver/nvidia/version; nvidia_kernel_modules = proprietary)"),
+    (PROPRIETARY_KMOD, "NVIDIA", "open", FAIL,
+     "the proprietary nvidia kernel module is loaded but nvidia_kernel_modules = open: run the driver stage, then reboot"),
+    (PROPRIETARY_KMOD, "Dual MIT/GPL", "auto", FAIL,
+     "the proprietary nvidia kernel module is loaded but the open one is installed "
+     "(modinfo license Dual MIT/GPL): reboot to load it"),
+    (None, "Dual MIT/GPL", "auto", SKIP,
+     "nvidia kernel module not loaded; the installed one is open (modinfo license Dual MIT/GPL)"),
+    (None, "NVIDIA", "open", FAIL,
+     "the proprietary nvidia kernel module is installed (modinfo license NVIDIA) but nvidia_kernel_modules = open: "
+     "run the driver stage"),
+])
+def test_module_flavour_is_read_from_the_loaded_module_then_modinfo_and_checked_against_the_setting(
+    tmp_path, kmod, license_, setting, status, reason
+):
+    lines = node_lines(kmod=kmod, **ONE_GPU) + [f"kmod_license {license_}"]
+    _, record, steps, _ = run_verify(tmp_path, lines, nvidia_kernel_modules=setting)
+    assert steps["module_flavour"] == {"name": "module_flavour", "status": status, "reason": reason}
+    installed = {"Dual MIT/GPL": "open", "NVIDIA": "proprietary"}[license_]
+    expected = ("open" if "Open" in kmod else "proprietary") if kmod else f"{installed} (installed, not loaded)"
+    assert record["module_flavour"] == expected
+
+
+def test_persistence_passes_with_nvidia_persistenced_active_and_the_mode_on_every_gpu(tmp_path):
+    _, record, steps, failed = run_verify(tmp_path, node_lines(kmod=PROPRIETARY_KMOD, **ONE_GPU))
+    assert steps["persistence"] == {
+        "name": "persistence", "status": PASS,
+        "reason": "nvidia-persistenced active; persistence mode Enabled on 1 GPU(s)",
+    }
+    assert record["persistence"] == "nvidia-persistenced active, mode on 1/1 GPU(s)" and not failed
+
+
+@pytest.mark.parametrize("persistenced, reason", [
+    ("not-found", "nvidia-persistenced not installed: the driver is set up and torn down with every CUDA client; "
+                  "systemctl enable --now nvidia-persistenced"),
+    ("failed", "nvidia-persistenced failed: the driver is set up and torn down with every CUDA client; "
+               "systemctl enable --now nvidia-persistenced"),
+])
+def test_persistence_fails_on_a_gpu_node_without_nvidia_persistenced_running(tmp_path, persistenced, reason):
+    lines = node_lines(kmod=PROPRIETARY_KMOD, persistenced=persistenced, **ONE_GPU)
+    _, _, steps, failed = run_verify(tmp_path, lines)
+    assert steps["persistence"] == {"name": "persistence", "status": FAIL, "reason": reason}
+    assert failed
+
+
+def test_persistence_fails_naming_the_gpus_whose_mode_is_off(tmp_path):
+    lines = node_lines(kmod=PROPRIETARY_KMOD, **ONE_GPU)
+    lines = [line for line in lines if not line.startswith("smi_persistence")] + [
+        f"smi_persistence {b64('0, Disabled' + chr(10))}"]
+    _, record, steps, _ = run_verify(tmp_path, lines)
+    assert steps["persistence"]["status"] == FAIL
+    assert steps["persistence"]["reason"] == "nvidia-persistenced active but persistence mode is off on GPU 0 (nvidia-smi)"
+    assert record["persistence"] == "nvidia-persistenced active, mode on 0/1 GPU(s)"
+
+
+def test_persistence_skips_without_a_gpu_and_when_the_setting_is_off(tmp_path):
+    _, _, steps, _ = run_verify(tmp_path / "no-gpu", node_lines(dump=containerd_dump(), persistenced="failed"))
+    assert steps["persistence"] == {"name": "persistence", "status": SKIP, "reason": "no NVIDIA GPU (nvidia-persistenced failed)"}
+    lines = node_lines(kmod=PROPRIETARY_KMOD, persistenced="not-found", **ONE_GPU)
+    _, _, steps, failed = run_verify(tmp_path / "off", lines, nvidia_persistenced="false")
+    assert steps["persistence"] == {
+        "name": "persistence", "status": SKIP, "reason": "nvidia_persistenced is false (nvidia-persistenced not installed)"
+    }
+    assert not failed
+
+
+@pytest.mark.parametrize("fabric_manager, status", [("active", PASS), ("inactive", FAIL), ("not-found", FAIL)])
+def test_fabric_manager_is_checked_only_where_the_pci_bus_shows_nvswitches(tmp_path, fabric_manager, status):
+    cuda = cuda_lines(0, devices=1)
+    lines = node_lines(kmod=PROPRIETARY_KMOD, switches=4, fabric_manager=fabric_manager, cuda=cuda, **ONE_GPU)
+    _, record, steps, failed = run_verify(tmp_path, lines)
+    evidence = "4 NVSwitch device(s) (HGX H100/H200, NVLink 4) on the PCI bus"
+    state = {"not-found": "not installed"}.get(fabric_manager, fabric_manager)
+    assert steps["fabric_manager"]["status"] == status
+    if status == PASS:
+        assert steps["fabric_manager"]["reason"] == f"nvidia-fabricmanager active ({evidence})" and not failed
+    else:
+        assert steps["fabric_manager"]["reason"].startswith(
+            f"nvidia-fabricmanager {state} on a node with {evidence}: CUDA cannot start without it; ")
+        assert failed
+    assert record["fabric_manager"] == state
+
+    _, record, steps, _ = run_verify(tmp_path / "pcie", node_lines(kmod=PROPRIETARY_KMOD, cuda=cuda, **ONE_GPU))
+    assert steps["fabric_manager"] == {
+        "name": "fabric_manager", "status": SKIP,
+        "reason": "no NVSwitch or NVLink5 switch-management bridge on the PCI bus: Fabric Manager not needed",
+    }
+    assert record["fabric_manager"] == "not needed"
+
+
+SYSTEM_NOT_READY = cuda_lines(802, name="CUDA_ERROR_SYSTEM_NOT_READY", text="system not yet initialized")
+NO_DEVICE = cuda_lines(100, name="CUDA_ERROR_NO_DEVICE", text="no CUDA-capable device is detected")
+
+
+def test_cuda_passes_naming_the_devices_cuinit_counts(tmp_path):
+    lines = node_lines(kmod=PROPRIETARY_KMOD, cuda=cuda_lines(0, devices=8), **ONE_GPU)
+    _, record, steps, failed = run_verify(tmp_path, lines)
+    assert steps["cuda"] == {
+        "name": "cuda", "status": PASS, "reason": f"cuInit: 8 CUDA device(s), the driver supports CUDA 12.2 ({LIBCUDA})"
+    }
+    assert record["cuda"] == "ok, 8 device(s), CUDA 12.2" and not failed
+
+
+def test_cuda_error_802_on_an_nvswitch_node_is_fabric_manager_not_running(tmp_path):
+    lines = node_lines(kmod=PROPRIETARY_KMOD, switches=4, fabric_manager="inactive", cuda=SYSTEM_NOT_READY, **ONE_GPU)
+    _, record, steps, failed = run_verify(tmp_path, lines)
+    assert steps["cuda"] == {
+        "name": "cuda", "status": FAIL,
+        "reason": "Fabric Manager not running (CUDA error 802 CUDA_ERROR_SYSTEM_NOT_READY: system not yet initialized; "
+                  "4 NVSwitch device(s) (HGX H100/H200, NVLink 4) on the PCI bus, nvidia-fabricmanager inactive): "
+                  "systemctl enable --now nvidia-fabricmanager",
+    }
+    assert record["cuda"] == "error 802 CUDA_ERROR_SYSTEM_NOT_READY" and failed
+
+
+def test_cuda_error_802_without_nvswitches_is_named_as_the_library_names_it(tmp_path):
+    lines = node_lines(kmod=PROPRIETARY_KMOD, cuda=SYSTEM_NOT_READY, **ONE_GPU)
+    _, _, steps, failed = run_verify(tmp_path, lines)
+    assert steps["cuda"] == {
+        "name": "cuda", "status": FAIL,
+        "reason": f"cuInit: CUDA error 802 CUDA_ERROR_SYSTEM_NOT_READY: system not yet initialized ({LIBCUDA})",
+    }
+    assert "Fabric Manager" not in steps["cuda"]["reason"] and failed
+
+
+def test_cuda_error_the_library_cannot_name_is_still_reported_by_its_code(tmp_path):
+    lines = node_lines(kmod=PROPRIETARY_KMOD, cuda=cuda_lines(4242), **ONE_GPU)
+    _, _, steps, _ = run_verify(tmp_path, lines)
+    assert steps["cuda"]["reason"] == f"cuInit: CUDA error 4242 (the library gives it no name) ({LIBCUDA})"
+
+
+@pytest.mark.parametrize("require_gpu, status, reason", [
+    ("false", SKIP, f"no NVIDIA GPU (cuInit: CUDA error 100 CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected "
+                    f"({LIBCUDA}))"),
+    ("true", FAIL, f"cuInit: CUDA error 100 CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected ({LIBCUDA})"),
+])
+def test_cuda_failure_without_a_gpu_is_reported_beside_no_gpu_and_fails_with_require_gpu(
+    tmp_path, require_gpu, status, reason
+):
+    _, record, steps, _ = run_verify(tmp_path, node_lines(dump=containerd_dump(), cuda=NO_DEVICE), require_gpu=require_gpu)
+    assert steps["cuda"] == {"name": "cuda", "status": status, "reason": reason}
+    assert record["cuda"] == "error 100 CUDA_ERROR_NO_DEVICE"
+
+
+def test_cuda_on_a_gpu_node_without_libcuda_fails_naming_the_loader_error(tmp_path):
+    missing = ["cuda_load_error libcuda.so.1: cannot open shared object file: No such file or directory"]
+    _, record, steps, failed = run_verify(tmp_path, node_lines(kmod=PROPRIETARY_KMOD, cuda=missing, **ONE_GPU))
+    assert steps["cuda"] == {
+        "name": "cuda", "status": FAIL,
+        "reason": "the driver's CUDA library does not load: libcuda.so.1: cannot open shared object file: "
+                  "No such file or directory",
+    }
+    assert record["cuda"] == "no libcuda.so.1" and failed
+
+
+def test_cuda_that_hangs_fails_after_the_timeout(tmp_path):
+    lines = [line for line in node_lines(kmod=PROPRIETARY_KMOD, cuda=[f"cuda_library {LIBCUDA}"], **ONE_GPU)
+             if line != "cuda_exit 0"] + ["cuda_exit 124"]
+    _, record, steps, _ = run_verify(tmp_path, lines)
+    assert steps["cuda"] == {"name": "cuda", "status": FAIL, "reason": f"cuInit did not return within 60 s ({LIBCUDA})"}
+    assert record["cuda"] == "cuInit timed out"
+
+
+def test_cuda_without_python_on_the_node_is_not_checked_never_passed(tmp_path):
+    lines = [line for line in node_lines(kmod=PROPRIETARY_KMOD, **ONE_GPU) if not line.startswith("cuda_")]
+    _, record, steps, _ = run_verify(tmp_path, lines + ["cuda_python "])
+    assert steps["cuda"] == {
+        "name": "cuda", "status": SKIP,
+        "reason": "not checked: no python3 (nor /usr/libexec/platform-python) on the node to call cuInit through "
+                  "libcuda.so.1 with ctypes",
+    }
+    assert record["cuda"] == "not checked (no python3)"
+
+
+def test_the_cuda_read_joins_the_ladders_one_read_and_the_table_shows_the_new_fields(tmp_path, capsys):
+    """cuInit adds no remote command: the no-op stays at the flavour's read and the ladder's."""
+    plan, _, _, failed = run_verify(tmp_path, node_lines(kmod=OPEN_KMOD, cuda=cuda_lines(0, devices=1), **ONE_GPU))
+    assert len(plan.commands) == 2 and "cuInit" in plan.commands[1] and "kmod_version" in plan.commands[1]
+    assert not failed
+    err = capsys.readouterr().err
+    assert ("module: open  persistence: nvidia-persistenced active, mode on 1/1 GPU(s)  fabric manager: not needed  "
+            "CUDA: ok, 1 device(s), CUDA 12.2") in err
+
+
+def test_the_cuda_reads_real_command_against_the_802_standin_names_fabric_manager_on_an_nvswitch_node(
+    tmp_path, standin_libcuda  # noqa: F811
+):
+    """The CUDA read answered by its own command run in a real shell here, with the STAND-IN
+    libcuda that answers 802 where the loader looks (tests/standin_libcuda)."""
+    library = standin_libcuda("standin-cuda-system-not-ready-802")
+
+    def cuda_read() -> list[str]:
+        env = {**os.environ, "LD_LIBRARY_PATH": str(library.parent)}
+        return subprocess.run(["sh", "-c", CudaInit().command()], env=env, capture_output=True, text=True,
+                              check=True, timeout=120).stdout.splitlines()
+
+    lines = [line for line in node_lines(kmod=PROPRIETARY_KMOD, switches=4, **ONE_GPU) if not line.startswith("cuda_")]
+    _, record, steps, failed = run_verify(tmp_path, lines, facts=[(CudaInit, cuda_read)])
+    assert steps["cuda"]["status"] == FAIL and failed
+    assert steps["cuda"]["reason"].startswith(
+        "Fabric Manager not running (CUDA error 802 CUDA_ERROR_SYSTEM_NOT_READY: system not yet initialized; "
+        "4 NVSwitch device(s)")
+    assert record["cuda"] == "error 802 CUDA_ERROR_SYSTEM_NOT_READY"
+
+
+def test_the_fleet_row_carries_what_verify_found_of_the_driver(tmp_path):
+    from deploy.fleet_report import fleet_rows
+
+    lines = node_lines(kmod=OPEN_KMOD, switches=4, fabric_manager="active", cuda=cuda_lines(0, devices=1), **ONE_GPU)
+    plan, _, _, failed = run_verify(tmp_path, lines)
+    (row,) = fleet_rows(plan.state)
+    assert (row.module_flavour, row.persistence, row.fabric_manager, row.cuda) == (
+        "open", "nvidia-persistenced active, mode on 1/1 GPU(s)", "active", "ok, 1 device(s), CUDA 12.2")
+    assert not failed

@@ -62,3 +62,20 @@ def test_a_rerun_for_the_same_host_replaces_its_record(tmp_path):
     store.add(path, record("node", PASS))
     nodes = json.loads((tmp_path / "report.json").read_text())["nodes"]
     assert len(nodes) == 1 and nodes[0]["ok"] is True
+
+
+def test_the_driver_fields_show_on_the_summary_line_and_in_the_json():
+    datacenter = NodeRecord(
+        host="hgx-1", gpus=["NVIDIA H100 80GB HBM3 (GPU-5d5ba0d6)"], driver="535.216.03", module_flavour="open",
+        persistence="nvidia-persistenced active, mode on 8/8 GPU(s)", fabric_manager="inactive",
+        cuda="error 802 CUDA_ERROR_SYSTEM_NOT_READY", steps=[Step("cuda", FAIL, "Fabric Manager not running")],
+    )
+    first = node_table(datacenter).splitlines()[0]
+    assert first.endswith("module: open  persistence: nvidia-persistenced active, mode on 8/8 GPU(s)  "
+                          "fabric manager: inactive  CUDA: error 802 CUDA_ERROR_SYSTEM_NOT_READY")
+    (node,) = report_json([datacenter])["nodes"]
+    assert (node["module_flavour"], node["persistence"], node["fabric_manager"], node["cuda"]) == (
+        "open", "nvidia-persistenced active, mode on 8/8 GPU(s)", "inactive", "error 802 CUDA_ERROR_SYSTEM_NOT_READY")
+    # a record without them (verify read none) shows dashes
+    assert node_table(record("plain", PASS)).splitlines()[0].endswith(
+        "module: -  persistence: -  fabric manager: -  CUDA: -")
