@@ -27,7 +27,7 @@ from deploy.containerd.cri import (
 from deploy.containerd.layout import ConfigError, line_endings
 from deploy.containerd.flavours import ConfigTarget
 from deploy.facts.combined import FactCall, changes_so_far, known_fact, read
-from deploy.facts.containerd import ContainerdConfig, ContainerdImports
+from deploy.facts.containerd import ContainerdImports, config_read
 from deploy.settings import RuntimeWiring
 
 
@@ -100,11 +100,6 @@ class NodeWiringPlan:
 
     def in_place(self) -> bool:
         return not (self.refusal or self.changed or self.overridden)
-
-
-def config_read(path: str, base_path: str | None, binary: str) -> FactCall:
-    """What the wiring reads of containerd's config (a stage reads it ahead with the same call)."""
-    return (ContainerdConfig, {"path": path, "base_path": base_path, "binary": binary})
 
 
 def target_read(target: ConfigTarget) -> FactCall:

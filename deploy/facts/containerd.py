@@ -113,6 +113,11 @@ class ContainerdConfig(FactBase):
         return state
 
 
+def config_read(path: str, base_path: str | None, binary: str) -> tuple[type[FactBase], dict]:
+    """What the wiring and verify read of containerd's config (preflight reads it ahead with the same call)."""
+    return (ContainerdConfig, {"path": path, "base_path": base_path, "binary": binary})
+
+
 class ContainerdImports(FactBase):
     """
     The files containerd imports: each pattern of ``imports`` globbed as containerd does

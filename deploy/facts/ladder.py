@@ -20,7 +20,6 @@ import shlex
 from pyinfra.api import FactBase
 
 from deploy.containerd.flavours import PLAIN_SOCKET
-from deploy.facts.containerd import parse_containerd_version
 
 SMI_QUERY_FIELDS = ("index", "uuid", "name", "memory.total", "driver_version")
 SMI_QUERY = f"--query-gpu={','.join(SMI_QUERY_FIELDS)} --format=csv,noheader,nounits"
@@ -147,11 +146,7 @@ echo "ncr_path $ncr"
 ctrd=$(command -v __CONTAINERD_BINARY__ 2>/dev/null || true)
 echo "ctrd_path $ctrd"
 if [ -n "$ctrd" ]; then
-  echo "ctrd_version $("$ctrd" --version 2>/dev/null | head -n 1)"
   echo "ctrd_active $(__CONTAINERD_ACTIVE__)"
-  dump=$("$ctrd" --config __CONTAINERD_CONFIG__ config dump 2>&1); rc=$?
-  echo "ctrd_dump_rc $rc"
-  echo "ctrd_dump $(printf '%s' "$dump" | base64 -w0)"
   ctr=$(command -v ctr 2>/dev/null || command -v "$(dirname "$ctrd")/ctr" 2>/dev/null || true)
   echo "ctr_path $ctr"
   if [ -n "$ctr" ] && [ -S __CONTAINERD_SOCKET__ ]; then
@@ -223,8 +218,8 @@ class LadderReadout(FactBase):
     PCI GPUs, modules, versions, read with it in one command): ``/proc/driver/nvidia/version``,
     the installed module's license (``modinfo``: open or proprietary), ``nvidia-smi`` (query, exit
     code, ``-L``, persistence mode), the nvidia-persistenced and nvidia-fabricmanager units'
-    states, the toolkit, ``containerd config dump`` of the
-    containerd the node's flavour runs (its binary, unit and socket), whether the given runtime
+    states, the toolkit, the containerd the node's flavour runs (its binary, unit, socket and ctr;
+    its version and ``config dump`` are ContainerdConfig's, read with it), whether the given runtime
     ``binaries`` are executable, the kubelet config, ``docker info`` and crictl.
 
     .. code:: python
@@ -239,9 +234,10 @@ class LadderReadout(FactBase):
             "toolkit_version": "1.17.8",  # None: nvidia-ctk not found
             "runtime_path": "/usr/bin/nvidia-container-runtime",
             "executables": {"/usr/bin/nvidia-container-runtime": True},
-            "containerd": {"path": ..., "version": "1.6.20~ds1", "major": 1, "minor": 6, "active": "active",
-                           "dump_exit_code": 0, "dump": "version = 2 ...", "image_present": False,
-                           "ctr_path": "/usr/bin/ctr"},
+            "containerd": {"path": ..., "active": "active", "image_present": False, "ctr_path": "/usr/bin/ctr",
+                           # ContainerdConfig's, filled in by deploy/operations/verification.py:
+                           "version": "1.6.20~ds1", "major": 1, "minor": 6,
+                           "dump_exit_code": 0, "dump": "version = 2 ..."},  # on a failure: its output
             "kubelet_config": "apiVersion: ...",  # None: no /var/lib/kubelet/config.yaml
             "docker": {"path": ..., "active": "active", "info_exit_code": 0, "runtimes": {...},
                        "default_runtime": "runc", "cgroup_driver": "systemd", "image_present": False},
@@ -249,7 +245,7 @@ class LadderReadout(FactBase):
         }
     """
 
-    def command(self, containerd_config, image, binaries=(), containerd_binary="containerd",
+    def command(self, image, binaries=(), containerd_binary="containerd",
                 containerd_service="containerd", containerd_socket=PLAIN_SOCKET):
         # A flavour without a unit of its own for containerd (k0s) is up when its socket is.
         active = (f"systemctl is-active {shlex.quote(containerd_service)} 2>/dev/null" if containerd_service
@@ -260,7 +256,6 @@ class LadderReadout(FactBase):
             .replace("__WATCHED_UNITS__", f"{PERSISTENCED_UNIT} {FABRIC_MANAGER_UNIT}")
             .replace("__CONTAINERD_BINARY__", shlex.quote(containerd_binary))
             .replace("__CONTAINERD_ACTIVE__", active)
-            .replace("__CONTAINERD_CONFIG__", shlex.quote(containerd_config))
             .replace("__CONTAINERD_SOCKET__", shlex.quote(containerd_socket))
             .replace("__KUBELET_CONFIG__", KUBELET_CONFIG)
             .replace("__IMAGE__", shlex.quote(image))
@@ -323,14 +318,8 @@ class LadderReadout(FactBase):
                 state["runtime_path"] = rest or None
             elif kind == "ctrd_path":
                 ctrd["path"] = rest or None
-            elif kind == "ctrd_version":
-                ctrd.update(parse_containerd_version(rest))
             elif kind == "ctrd_active":
                 ctrd["active"] = rest or "unknown"
-            elif kind == "ctrd_dump_rc" and rest.isdigit():
-                ctrd["dump_exit_code"] = int(rest)
-            elif kind == "ctrd_dump":
-                ctrd["dump"] = decode_b64(rest, "containerd config dump") if rest else ""
             elif kind == "ctr_path":
                 ctrd["ctr_path"] = rest or None
             elif kind == "ctr_image":

@@ -18,7 +18,7 @@ from deploy.facts.combined import FactCall, known_fact, read_together
 from deploy.facts.cuda import CudaInit
 from deploy.facts.nvidia import HostState
 from deploy.containerd.flavours import ConfigTarget, classify_flavour, config_target, plain_target
-from deploy.facts.containerd import ContainerdFlavour
+from deploy.facts.containerd import ContainerdFlavour, config_read
 from deploy.facts.ladder import Executables, LadderReadout
 from deploy.ladder import (
     HANDLER, VerifyOptions, configured_binaries, gpu_usable, ladder, node_record, planned_runs, read_cri,
@@ -51,16 +51,33 @@ def containerd_of(options: VerifyOptions, found: dict | None) -> ConfigTarget:
 def ladder_read(options: VerifyOptions, containerd: ConfigTarget) -> FactCall:
     """What the ladder reads of a node whose containerd is ``containerd`` (preflight reads it ahead
     for a plain containerd with the same call)."""
-    return (LadderReadout, {"containerd_config": containerd.config_in_effect, "image": options.image,
-                            "binaries": (options.wiring.binary,), "containerd_binary": containerd.binary,
-                            "containerd_service": containerd.service, "containerd_socket": containerd.socket})
+    return (LadderReadout, {"image": options.image, "binaries": (options.wiring.binary,),
+                            "containerd_binary": containerd.binary, "containerd_service": containerd.service,
+                            "containerd_socket": containerd.socket})
+
+
+def containerd_config_read(containerd: ConfigTarget) -> FactCall:
+    """containerd's version and its ``config dump`` of the config it runs with: for a plain
+    containerd, the very call the runtimes stage makes, so one read serves both."""
+    return config_read(containerd.config_in_effect, None, containerd.binary)
+
+
+def with_containerd_config(readout: dict, config: dict) -> dict:
+    """The ladder's readout with containerd's version and dump from its ContainerdConfig reading
+    (a failed dump: what it printed, as the ladder names the failure by it)."""
+    failed = config["dump_exit_code"] not in (0, None)
+    return {**readout, "containerd": {
+        **readout["containerd"], "version": config["version"], "major": config["major"], "minor": config["minor"],
+        "dump_exit_code": config["dump_exit_code"], "dump": config["dump_error"] if failed else config["dump"],
+    }}
 
 
 def reads(options: VerifyOptions) -> list[FactCall]:
     """The reads preflight makes ahead for this operation: the flavour's, the ladder's of a plain
     containerd (a node of another flavour reads the ladder's again, for its own containerd) and
     cuInit's."""
-    return [(ContainerdFlavour, {}), NODE_READ, ladder_read(options, containerd_of(options, None)), CUDA_READ]
+    plain = containerd_of(options, None)
+    return [(ContainerdFlavour, {}), NODE_READ, ladder_read(options, plain), containerd_config_read(plain), CUDA_READ]
 
 
 @operation()
@@ -78,8 +95,9 @@ def check_node(options: VerifyOptions, report_path: str):
     containerd = containerd_in_effect(options)
     # Read ahead by preflight (the node, and a plain containerd's ladder), reused while no operation
     # changed the host; otherwise read together in one command.
-    node, readout, cuda = read_together(host, [NODE_READ, ladder_read(options, containerd), CUDA_READ])
-    readout = {**readout, "node": node, "cuda": cuda}
+    node, readout, config, cuda = read_together(
+        host, [NODE_READ, ladder_read(options, containerd), containerd_config_read(containerd), CUDA_READ])
+    readout = {**with_containerd_config(readout, config), "node": node, "cuda": cuda}
     cri, cri_error = read_cri(readout)
     # The runtimes may name another binary than the one the settings wire: check it too (a second
     # read, only then), by the path the parsed configs give.

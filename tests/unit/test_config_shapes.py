@@ -43,7 +43,8 @@ from containerd_releases import READERS, config_dump, dockerd, dockerd_validate,
 from plan import run_plan, settings_for
 
 from deploy.containerd.cri import merge_containerd_config
-from deploy.containerd.plan import ConfigFile, config_read, plan_wiring
+from deploy.containerd.plan import ConfigFile, plan_wiring
+from deploy.facts.containerd import config_read
 from deploy.distros import detect_platform
 from deploy.operations.docker import parse_daemon_json
 from deploy.settings import RuntimeWiring

@@ -11,7 +11,7 @@ import base64
 from plan import run_plan, settings_for
 from pyinfra.connectors.fake import FakeConnector
 
-from deploy.containerd.plan import config_read
+from deploy.facts.containerd import config_read
 from deploy.distros import detect_platform
 from deploy.tasks.containerd import containerd_runtime
 

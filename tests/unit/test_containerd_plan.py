@@ -7,7 +7,7 @@ import base64
 import pytest
 from plan import DEFAULT, run_plan, settings_for
 
-from deploy.containerd.plan import config_read
+from deploy.facts.containerd import config_read
 from deploy.distros import detect_platform
 from deploy.operations.docker import state_read
 from deploy.tasks.containerd import containerd_runtime

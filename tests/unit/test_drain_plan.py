@@ -20,7 +20,7 @@ from plan import DEFAULT, GPU_NODE, QUICK, Node, gpu_node, run_inventory
 from pyinfra.api import Inventory, State
 from pyinfra.facts.server import Hostname, Uptime
 
-from deploy.containerd.plan import config_read
+from deploy.facts.containerd import config_read
 from deploy.facts.containerd import ContainerdFlavour
 from deploy.facts.recovery import PendingRestarts
 from deploy.operations.docker import state_read

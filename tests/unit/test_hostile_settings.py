@@ -15,7 +15,7 @@ import pytest
 from plan import QUICK, Node, run_inventory, run_plan, settings_for
 from pyinfra.api import Inventory
 
-from deploy.containerd.plan import config_read
+from deploy.facts.containerd import config_read
 from deploy.distros import detect_platform
 from deploy.operations.docker import state_read
 from deploy.settings import DEFAULTS, SETTING_FIELDS, Settings, SettingsError, parse_settings

@@ -14,7 +14,7 @@ from pyinfra.api import config as pyinfra_config
 from deploy import redact
 from deploy.containerd.cri import merge_containerd_config, parse_config
 from deploy.containerd.layout import ConfigError
-from deploy.containerd.plan import config_read
+from deploy.facts.containerd import config_read
 from deploy.distros import detect_platform
 from deploy.operations.docker import DaemonConfigError, parse_daemon_json, state_read
 from deploy.settings import RuntimeWiring

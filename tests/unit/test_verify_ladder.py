@@ -27,7 +27,7 @@ from deploy.facts.cuda import CudaInit
 from deploy.facts.nvidia import HostState
 from deploy.facts.ladder import Executables, LadderReadout
 from deploy.ladder import VerifyOptions
-from deploy.operations.verification import containerd_of, ladder_read
+from deploy.operations.verification import containerd_config_read, containerd_of, ladder_read
 from deploy.probes import CrictlRun
 from deploy.report import FAIL, PASS, SKIP
 from deploy.tasks.verification import verify
@@ -78,6 +78,7 @@ def node_lines(
     crictl: bool = False,
     ctr_image: bool = False,
     ctrd_version: str = "1.6.20~ds1",
+    dump_exit: int = 0,
     runtime_executable: bool = True,
     switches: int = 0,
     persistenced: str = "active",
@@ -114,10 +115,12 @@ def node_lines(
     if dump is not None:
         lines += [
             "ctrd_path /usr/bin/containerd",
-            f"ctrd_version containerd github.com/containerd/containerd {ctrd_version} {ctrd_version}-1",
             "ctrd_active active",
-            "ctrd_dump_rc 0",
-            f"ctrd_dump {b64(dump)}",
+            # ContainerdConfig's lines (read in the same command)
+            "binary_path /usr/bin/containerd",
+            f"version containerd github.com/containerd/containerd {ctrd_version} {ctrd_version}-1",
+            f"dump_exit_code {dump_exit}",
+            f"dump {b64(dump)}",
             f"exec {int(runtime_executable)} /usr/bin/nvidia-container-runtime",
             f"ctr_image {1 if ctr_image else 0}",
         ]
@@ -165,7 +168,7 @@ def run_verify(tmp_path, lines, crictl=None, runs=None, facts=(), flavour=(), **
     # The node facts (PCI GPUs, kernel) and the ladder's read print their lines in the one command
     # they are read in: each fact takes its own kinds of line from them.
     node = Node(facts=[(ContainerdFlavour, flavour), (HostState, lines), (ladder_call(settings, flavour), lines),
-                       (CudaInit, lines), *facts], commands=commands)
+                       (containerd_call(settings, flavour), lines), (CudaInit, lines), *facts], commands=commands)
     # tests/plan.py's run_plan, keeping the plan when the host fails (a failing step must fail it).
     inventory = Inventory(([("@fake/node", QUICK)], {}))
     state, error = run_pyinfra(inventory, lambda state: add_deploy(state, verify, settings), nodes={"@fake/node": node})
@@ -180,12 +183,21 @@ def run_verify(tmp_path, lines, crictl=None, runs=None, facts=(), flavour=(), **
     return plan, record, steps, failed
 
 
-def ladder_call(settings, flavour: list[str]):
-    """The ladder's read (deploy/operations/verification.py) of the containerd a node whose
-    ContainerdFlavour read prints ``flavour`` runs."""
+def containerd_in(settings, flavour: list[str]):
+    """The containerd a node whose ContainerdFlavour read prints ``flavour`` runs."""
     options = VerifyOptions.from_settings(settings)
     found = ContainerdFlavour().process(list(flavour)) if flavour else ContainerdFlavour.default()
-    return ladder_read(options, containerd_of(options, found if "containerd" in options.runtimes else None))
+    return options, containerd_of(options, found if "containerd" in options.runtimes else None)
+
+
+def ladder_call(settings, flavour: list[str]):
+    """The ladder's read (deploy/operations/verification.py) of that containerd."""
+    return ladder_read(*containerd_in(settings, flavour))
+
+
+def containerd_call(settings, flavour: list[str]):
+    """The read of that containerd's version and config dump."""
+    return containerd_config_read(containerd_in(settings, flavour)[1])
 
 
 def statuses(steps: dict) -> dict:
@@ -511,9 +523,11 @@ def test_crictl_fact_parses_its_step_lines():
 
 
 def test_verify_state_command_is_one_command_that_always_exits_zero():
-    command = LadderReadout().command(containerd_config="/etc/containerd/config.toml", image="x/y:1")
+    command = LadderReadout().command(image="x/y:1")
     assert command.rstrip().endswith("true")
-    assert "nvidia-smi" in command and "config dump" in command and "/var/lib/kubelet/config.yaml" in command
+    assert "nvidia-smi" in command and "/var/lib/kubelet/config.yaml" in command
+    # containerd's version and dump are ContainerdConfig's, read once with the runtimes stage's
+    assert "config dump" not in command and "\"$ctrd\" --version" not in command
 
 
 @pytest.mark.parametrize("runtimes", ["docker"])
@@ -868,3 +882,12 @@ def test_the_fleet_row_carries_what_verify_found_of_the_driver(tmp_path):
     assert (row.module_flavour, row.persistence, row.fabric_manager, row.cuda) == (
         "open", "nvidia-persistenced active, mode on 1/1 GPU(s)", "active", "ok, 1 device(s), CUDA 12.2")
     assert not failed
+
+
+def test_a_failed_containerd_dump_fails_the_step_with_what_containerd_printed(tmp_path):
+    """The dump is ContainerdConfig's (one read with the runtimes stage): its failure reaches the ladder."""
+    error = 'containerd: failed to load TOML from /etc/containerd/config.toml: toml: line 3: expected "="'
+    lines = node_lines(smi=smi_output("exit-9.txt"), smi_exit=9, dump=error, dump_exit=1)
+    _, _, steps, failed = run_verify(tmp_path, lines)
+    assert steps["containerd_config"]["status"] == FAIL and failed
+    assert steps["containerd_config"]["reason"].startswith("`containerd config dump` failed: containerd: failed to load")
