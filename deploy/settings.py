@@ -202,9 +202,10 @@ class RuntimeSettings(_Section):
     cdi: Cdi = Field(
         "auto",
         description="the Container Device Interface: on in each wired runtime that has it (containerd 1.7's "
-                    "`enable_cdi`, Docker's `features.cdi`), the spec generated, its refresh enabled; auto: "
+                    "`enable_cdi`, Docker's `features.cdi`), the spec generated once the driver answers, the "
+                    "toolkit's refresh units enabled; auto: "
                     "where the runtimes have it; true: refused where one has not (containerd 1.6, Docker before "
-                    "25); false: turned off where gpu-node turned it on. Replaces `containerd_enable_cdi` and "
+                    "25); false: turned off where gpu-node turned it on (the refresh too). Replaces `containerd_enable_cdi` and "
                     "`docker_enable_cdi`",
     )
     service_restart_timeout: int = Field(

@@ -52,13 +52,78 @@ def _runtime_script(version: str) -> str:
 
 
 def _ctk_script(version: str) -> str:
+    # `cdi generate` writes a spec in the CDI format naming the /dev/nvidiaN nodes under the driver
+    # root (with the UUIDs nvidia-smi -L gives), as the real generator does from NVML.
     return textwrap.dedent(
         f"""\
         #!/bin/sh
         # STAND-IN nvidia-ctk (gpu-node tests)
-        echo "NVIDIA Container Toolkit CLI version {version.split('-')[0]} (stand-in for tests)"
+        if [ "$1 $2" != "cdi generate" ]; then
+          echo "NVIDIA Container Toolkit CLI version {version.split('-')[0]} (stand-in for tests)"
+          exit 0
+        fi
+        shift 2
+        output=${{NVIDIA_CTK_CDI_OUTPUT_FILE_PATH:-/var/run/cdi/nvidia.yaml}}
+        root=${{NVIDIA_CTK_DRIVER_ROOT:-/}}
+        while [ $# -gt 0 ]; do
+          case "$1" in
+            --output|--driver-root) [ "$1" = --output ] && output=$2 || root=$2; shift 2 ;;
+            --output=*) output=${{1#*=}}; shift ;;
+            --driver-root=*) root=${{1#*=}}; shift ;;
+            *) shift ;;
+          esac
+        done
+        dev=${{root%/}}/dev
+        node() {{ echo "    - path: /dev/$1"; [ "$root" = / ] || echo "      hostPath: $dev/$1"; }}
+        gpus=$(cd "$dev" && for n in nvidia[0-9]*; do [ -c "$n" ] && echo "${{n#nvidia}}"; done | sort -n)
+        [ -n "$gpus" ] || {{ echo "stand-in nvidia-ctk: no /dev/nvidiaN under $dev" >&2; exit 1; }}
+        mkdir -p "$(dirname "$output")"
+        {{
+          echo "# STAND-IN CDI spec, written by the gpu-node tests' stand-in nvidia-ctk"
+          echo "cdiVersion: 0.5.0"
+          echo "kind: nvidia.com/gpu"
+          echo "devices:"
+          for index in $gpus; do
+            uuid=$(nvidia-smi -L 2>/dev/null | sed -n "s/^GPU $index: .*(UUID: \\(GPU-[^)]*\\)).*/\\1/p")
+            for name in $index $uuid; do
+              echo "- name: \\"$name\\""; echo "  containerEdits:"; echo "    deviceNodes:"; node "nvidia$index"
+            done
+          done
+          echo "- name: all"; echo "  containerEdits:"; echo "    deviceNodes:"
+          for index in $gpus; do node "nvidia$index"; done
+          echo "containerEdits:"; echo "  deviceNodes:"
+          for control in nvidiactl nvidia-uvm nvidia-uvm-tools; do [ -c "$dev/$control" ] && node "$control"; done
+          true
+        }} > "$output.tmp" && mv "$output.tmp" "$output"
         """
     )
+
+
+# The refresh units the toolkit ships from 1.18 (not enabled by the package): ours, for the stand-in.
+REFRESH_PATH_UNIT = """\
+[Unit]
+Description=STAND-IN (gpu-node tests): refresh the NVIDIA CDI spec when the driver or nvidia-ctk changes
+
+[Path]
+PathChanged=/lib/modules/%v/modules.dep
+PathChanged=/usr/bin/nvidia-ctk
+
+[Install]
+WantedBy=multi-user.target
+"""
+REFRESH_SERVICE_UNIT = """\
+[Unit]
+Description=STAND-IN (gpu-node tests): refresh the NVIDIA CDI spec
+ConditionPathExists=/usr/bin/nvidia-smi
+ConditionPathExists=/usr/bin/nvidia-ctk
+
+[Service]
+Type=oneshot
+EnvironmentFile=-/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env
+ExecStart=/usr/bin/nvidia-smi -L
+ExecStart=/usr/bin/nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml
+"""
+CDI_REFRESH_SINCE = (1, 18)
 
 
 def _cli_script(version: str) -> str:
@@ -85,6 +150,9 @@ def _packages(version: str) -> dict[str, tuple[str, dict[str, str]]]:
             {
                 "/usr/bin/nvidia-container-runtime": _runtime_script(version),
                 "/usr/bin/nvidia-ctk": _ctk_script(version),
+                **({"/usr/lib/systemd/system/nvidia-cdi-refresh.path": REFRESH_PATH_UNIT,
+                    "/usr/lib/systemd/system/nvidia-cdi-refresh.service": REFRESH_SERVICE_UNIT}
+                   if tuple(map(int, version.split("-")[0].split(".")[:2])) >= CDI_REFRESH_SINCE else {}),
             },
         ),
         "nvidia-container-toolkit": (

@@ -1,0 +1,144 @@
+"""
+The Container Device Interface on a node: whether it is on (the cdi setting and the wired runtimes'
+versions, deploy/cdi.py), the toolkit's refresh units, and the spec nvidia-ctk generates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyinfra import host, logger
+from pyinfra.api import QuoteString, StringCommand, operation
+
+from deploy.cdi import SPEC_PATH, for_containerd, for_docker
+from deploy.containerd.flavours import ConfigTarget
+from deploy.facts.cdi import REFRESH_PATH_UNIT, CdiState, spec_stale
+from deploy.facts.combined import FactCall, read
+from deploy.facts.containerd import config_read
+from deploy.operations import docker as docker_ops
+from deploy.operations.files import put_text
+from deploy.settings import RuntimeWiring
+
+# Where the toolkit's refresh service reads its settings (the driver root, for one).
+REFRESH_ENV = "/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env"
+HEADER = "# Managed by gpu-node (deploy/operations/cdi.py): the driver root the CDI refresh generates the spec for.\n"
+
+
+def state_read() -> FactCall:
+    """What the CDI operation reads (preflight reads it ahead with the same call)."""
+    return (CdiState, {"spec": SPEC_PATH, "env": REFRESH_ENV})
+
+
+@dataclass(frozen=True)
+class CdiTarget:
+    """What decides CDI on a node: the setting, the wiring, and the runtimes wired (None: not wired)."""
+
+    cdi: str  # auto, true, false
+    wiring: RuntimeWiring
+    driver_root: str
+    containerd: ConfigTarget | None = None
+    docker_config: str | None = None
+
+
+def runtime_versions_known(target: CdiTarget) -> bool:
+    """Whether every wired runtime is installed (its version decides cdi=auto)."""
+    known = True
+    if target.containerd is not None:
+        known &= read(host, _containerd_read(target.containerd))["major"] is not None
+    if target.docker_config is not None:
+        known &= read(host, docker_ops.state_read(target.docker_config))["major"] is not None
+    return known
+
+
+def cdi_on(target: CdiTarget) -> bool:
+    """Whether CDI is on: asked, or (auto) some wired runtime's version has it."""
+    if target.cdi != "auto":
+        return target.cdi == "true"
+    if target.containerd is not None:
+        state = read(host, _containerd_read(target.containerd))
+        if for_containerd(target.wiring, state["major"], state["minor"], state["version"]).on:
+            return True
+    if target.docker_config is not None:
+        state = read(host, docker_ops.state_read(target.docker_config))
+        if for_docker(target.wiring, state["major"], state["version"]).on:
+            return True
+    return False
+
+
+def refresh_env_text(driver_root: str) -> str | None:
+    return f"{HEADER}NVIDIA_CTK_DRIVER_ROOT={driver_root}\n" if driver_root != "/" else None
+
+
+def in_place(target: CdiTarget, state: dict) -> bool:
+    """Whether nothing is to do, from what the node holds (the operation decides the same way)."""
+    if not cdi_on(target):
+        return not (target.cdi == "false" and state["refresh_enabled"] == "enabled")
+    refresh_on = state["refresh_enabled"] == "enabled" and state["refresh_active"] == "active"
+    env = state["env"] if (state["env"] or "").startswith(HEADER) else None
+    spec_done = not spec_stale(state) or not driver_answers(state)
+    return bool(state["ctk"]) and spec_done and (
+        not state["refresh_unit"] or (refresh_on and env == refresh_env_text(target.driver_root)))
+
+
+def driver_answers(state: dict) -> bool:
+    """Whether nvidia-smi -L answered with GPUs (asked only for a missing or stale spec)."""
+    return state["smi_exit_code"] == 0 and bool(state["smi_gpus"])
+
+
+def no_spec_message(state: dict) -> str:
+    return ("no spec written: the driver does not answer with a GPU (nvidia-smi -L); "
+            + ("the refresh unit writes it once it does" if state["refresh_unit"] else "run again once it does"))
+
+
+def generate_command(ctk: str, driver_root: str) -> StringCommand:
+    root = ["--driver-root", QuoteString(driver_root)] if driver_root != "/" else []
+    return StringCommand(QuoteString(ctk), "cdi", "generate", "--output", QuoteString(SPEC_PATH), *root)
+
+
+def _containerd_read(containerd: ConfigTarget) -> FactCall:
+    return config_read(containerd.path, containerd.base_path, containerd.binary)
+
+
+def _say(message: str) -> None:
+    # The change detection before a confirmation runs this too: say it once, when executing.
+    if host.state.is_executing:
+        logger.warning(f"{host.print_prefix}cdi: {message}")
+
+
+@operation()
+def configure_cdi(target: CdiTarget):
+    """
+    CDI as the setting and the runtimes' versions say, decided from what the node holds when this
+    runs (after the toolkit and the runtimes are installed): the refresh units enabled, pointed at the
+    driver root, and the spec generated when it is missing or stale and the driver answers with GPUs;
+    with cdi=false, the refresh units turned off.
+
+    + target: the setting, the wiring and the wired runtimes (``CdiTarget``)
+    """
+    state = read(host, state_read())
+    unit = QuoteString(REFRESH_PATH_UNIT)
+    if not cdi_on(target):
+        if target.cdi == "false" and state["refresh_enabled"] == "enabled":
+            yield StringCommand("systemctl disable --now", unit)
+        else:
+            host.noop("CDI is off: no wired runtime of this node has it" if target.cdi == "auto" else "CDI is off")
+        return
+    if not state["ctk"]:
+        _say("nvidia-ctk is not installed (the toolkit stage installs it): no spec")
+        host.noop("no nvidia-ctk")
+        return
+    if state["refresh_unit"]:
+        env_text = refresh_env_text(target.driver_root)
+        ours = (state["env"] or "").startswith(HEADER)
+        if env_text is not None and state["env"] != env_text:
+            yield from put_text._inner(dest=REFRESH_ENV, content=env_text)
+        elif env_text is None and ours:
+            yield StringCommand("rm -f", QuoteString(REFRESH_ENV))
+        if state["refresh_enabled"] != "enabled" or state["refresh_active"] != "active":
+            yield StringCommand("systemctl enable --now", unit)
+    if not spec_stale(state):
+        return
+    if driver_answers(state):
+        yield generate_command(state["ctk"], target.driver_root)
+    else:
+        _say(no_spec_message(state))

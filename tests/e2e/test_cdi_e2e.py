@@ -1,0 +1,95 @@
+"""
+CDI end to end on real containerd from Debian: sid's 2.1.9 (CDI on by default) and bookworm's
+1.6.20 (no CDI), with real systemd running the refresh units.
+
+Stand-ins, named in every test: the toolkit (tests/toolkit_repo.py's STAND-IN packages, test id
+``standin-toolkit``: its ``nvidia-ctk cdi generate`` writes a spec in the CDI format naming the
+device nodes it finds, and its 1.20 package ships refresh units of ours) and the GPU: no GPU can be
+had here, so the test makes ``/dev/nvidia0``, ``/dev/nvidia1`` and ``/dev/nvidiactl`` with NVIDIA's
+major number (195) and puts a STAND-IN ``nvidia-smi`` that lists two GPUs. What this shows for real:
+the deploy turns CDI on, enables the refresh, has the spec generated, and the real containerd
+injects exactly the device a container asks for by its CDI name; the refresh regenerates the spec
+when the toolkit changes. What it cannot show without a GPU: a CUDA program using the device.
+"""
+
+from __future__ import annotations
+
+import time
+
+import yaml
+from harness import assert_no_change, busybox_image_tar, run, sid_containerd_deb
+
+SPEC = "/var/run/cdi/nvidia.yaml"
+CONFIG = "/etc/containerd/config.toml"
+IMAGE = "gpu-node-test/busybox:static"
+STANDIN_SMI = """#!/bin/sh
+# STAND-IN nvidia-smi (gpu-node tests): two GPUs, for `-L` only
+echo "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-00000000-0000-4000-8000-000000000000)"
+echo "GPU 1: NVIDIA A100-SXM4-80GB (UUID: GPU-11111111-1111-4111-8111-111111111111)"
+"""
+
+
+def standin_gpus(node) -> None:
+    node.sh("mknod -m 666 /dev/nvidia0 c 195 0 && mknod -m 666 /dev/nvidia1 c 195 1 "
+            "&& mknod -m 666 /dev/nvidiactl c 195 255")
+    node.write("/usr/bin/nvidia-smi", STANDIN_SMI, mode="755")
+
+
+def spec_devices(node) -> list[str]:
+    return [device["name"] for device in yaml.safe_load(node.read(SPEC))["devices"]]
+
+
+def test_cdi_on_containerd_2_1_with_standin_gpus_and_standin_toolkit_spec_refresh_and_injection(
+    start_node, toolkit_repo
+):
+    """STAND-IN GPU device nodes and toolkit; real containerd 2.1.9 injects the CDI device asked for."""
+    node = start_node()
+    run(["docker", "cp", str(sid_containerd_deb()), f"{node.id}:/tmp/containerd-sid.deb"])
+    node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq /tmp/containerd-sid.deb",
+            timeout=600)
+    node.sh(f"rm {CONFIG} && systemctl restart containerd")
+    standin_gpus(node)
+    data = {"stages": "toolkit,runtimes", "container_runtimes": "containerd", **toolkit_repo.data()}
+
+    first = node.deploy(data=data)
+    assert first.returncode == 0, first.explain()
+    assert "CDI | Configure CDI (the spec and its refresh)" in first.changed_operations()
+    assert spec_devices(node) == ["0", "GPU-00000000-0000-4000-8000-000000000000", "1",
+                                  "GPU-11111111-1111-4111-8111-111111111111", "all"]
+    assert node.sh("systemctl is-enabled nvidia-cdi-refresh.path").stdout.strip() == "enabled"
+    assert node.is_active("nvidia-cdi-refresh.path")
+    # containerd 2.1 has CDI on by default: its own resolved config says so.
+    assert "enable_cdi = true" in node.sh("containerd config dump").stdout
+
+    # The real containerd reads the spec and injects exactly the device asked for by its CDI name.
+    run(["docker", "cp", str(busybox_image_tar(IMAGE, ("sh", "true", "echo", "cat"))),
+         f"{node.id}:/tmp/busybox-image.tar"])
+    node.sh("ctr -n k8s.io image import --all-platforms /tmp/busybox-image.tar")
+    seen = node.sh(f"ctr -n k8s.io run --rm --device nvidia.com/gpu=1 docker.io/{IMAGE} cdi-one "
+                   "sh -c 'echo /dev/nvidia*'", timeout=120).stdout.split()
+    assert seen == ["/dev/nvidia1", "/dev/nvidiactl"], seen
+
+    assert_no_change(node.deploy(data=data))
+
+    # The toolkit changes (a reinstall replaces nvidia-ctk): the refresh regenerates the spec, from
+    # the device nodes there are now.
+    before = node.sh(f"stat -c %Z {SPEC}").stdout.strip()
+    node.sh("rm /dev/nvidia1 && sed -i '/^GPU 1/d' /usr/bin/nvidia-smi")
+    node.sh("DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --reinstall nvidia-container-toolkit-base",
+            timeout=300)
+    deadline = time.monotonic() + 60
+    while node.sh(f"stat -c %Z {SPEC}").stdout.strip() == before and time.monotonic() < deadline:
+        time.sleep(1)
+    assert spec_devices(node) == ["0", "GPU-00000000-0000-4000-8000-000000000000", "all"], node.read(SPEC)
+    assert_no_change(node.deploy(data=data))
+
+
+def test_cdi_true_on_containerd_1_6_is_refused_in_preflight_and_nothing_changes(node):
+    """Bookworm's real containerd 1.6.20 has no CDI: cdi=true stops the host before any change."""
+    runtimes = {"stages": "runtimes", "container_runtimes": "containerd"}
+    assert node.deploy(data=runtimes).returncode == 0
+    before = {"file": node.stat(CONFIG), "service": node.service("containerd")}
+    refused = node.deploy(data={**runtimes, "cdi": "true"})
+    assert refused.returncode != 0
+    assert "cdi=true, but containerd 1.6.20~ds1 has no CDI" in refused.stderr, refused.explain()
+    assert {"file": node.stat(CONFIG), "service": node.service("containerd")} == before
