@@ -44,6 +44,7 @@ class FleetRow:
     persistence: str | None = None
     fabric_manager: str | None = None
     cuda: str | None = None
+    cdi: str | None = None
 
     def verify_text(self) -> str:
         if self.verify is None:
@@ -65,17 +66,18 @@ def _columns(table: list[tuple[str, ...]]) -> list[str]:
             for line in table]
 
 
-DRIVER_COLUMNS = ("node", "module", "persistence", "fabric manager", "CUDA")
+DRIVER_COLUMNS = ("node", "module", "persistence", "fabric manager", "CUDA", "CDI")
 
 
 def driver_table(rows: list[FleetRow]) -> list[str]:
     """What verify found of the driver on each node it ran on: module flavour, persistence,
-    Fabric Manager, CUDA."""
+    Fabric Manager, CUDA, CDI."""
     verified = [row for row in rows if row.verify is not None]
     if not verified:
         return []
     table = [DRIVER_COLUMNS] + [
-        (row.host, row.module_flavour or "-", row.persistence or "-", row.fabric_manager or "-", row.cuda or "-")
+        (row.host, row.module_flavour or "-", row.persistence or "-", row.fabric_manager or "-", row.cuda or "-",
+         row.cdi or "-")
         for row in verified
     ]
     return ["--> Driver (verify):", *_columns(table)]
@@ -162,6 +164,7 @@ def fleet_rows(state) -> list[FleetRow]:
             persistence=record.persistence if record is not None else None,
             fabric_manager=record.fabric_manager if record is not None else None,
             cuda=record.cuda if record is not None else None,
+            cdi=record.cdi if record is not None else None,
         ))
     return rows
 

@@ -15,7 +15,9 @@ import yaml
 from packaging.version import InvalidVersion, Version
 
 from deploy import redact
+from deploy.cdi import SPEC_PATH, for_containerd
 from deploy.fabric import fabric_of
+from deploy.facts.cdi import REFRESH_PATH_UNIT, spec_stale
 from deploy.facts.cuda import TIMED_OUT, TIMEOUT_SECONDS
 from deploy.facts.ladder import (
     FABRIC_MANAGER_UNIT, KUBELET_CONFIG, PERSISTENCED_UNIT, explain_smi_failure, unit_state,
@@ -46,6 +48,7 @@ class VerifyOptions:
     kernel_modules: str = "auto"
     persistenced: bool = True
     fabric_manager_install: bool = True
+    cdi: str = "auto"
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "VerifyOptions":
@@ -59,6 +62,7 @@ class VerifyOptions:
             kernel_modules=settings.nvidia_kernel_modules,
             persistenced=settings.nvidia_persistenced,
             fabric_manager_install=settings.fabric_manager_install,
+            cdi=settings.cdi,
         )
 
 
@@ -591,6 +595,63 @@ def docker_steps(readout: dict, options: VerifyOptions) -> list[Step]:
                  f"cgroup driver {docker['cgroup_driver']}")]
 
 
+def cdi_expected(readout: dict, options: VerifyOptions) -> bool:
+    """Whether the node should run CDI: asked, or (auto) its containerd has it (as the CDI stage decides;
+    Docker's version is not read here)."""
+    if options.cdi != "auto":
+        return options.cdi == "true"
+    ctrd = readout["containerd"]
+    return ("containerd" in options.runtimes and bool(ctrd["path"])
+            and for_containerd(options.wiring, ctrd["major"], ctrd["minor"], ctrd["version"]).on)
+
+
+def cdi_spec_names(text: str) -> list[str]:
+    """The device names a CDI spec gives (raises ValueError when it is not a spec)."""
+    try:
+        spec = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ValueError(f"not YAML: {_short(str(error))}") from None
+    if not isinstance(spec, dict) or not isinstance(spec.get("devices"), list) or "kind" not in spec:
+        raise ValueError("not a CDI spec (no kind or devices)")
+    return [str(device.get("name")) for device in spec["devices"] if isinstance(device, dict)]
+
+
+def cdi_summary(readout: dict, options: VerifyOptions) -> str:
+    if not cdi_expected(readout, options):
+        return "off"
+    state = readout["cdi"]
+    if state["spec"] is None:
+        return "on, no spec"
+    return "on, spec stale" if spec_stale(state) else "on, spec current"
+
+
+def cdi_step(readout: dict, options: VerifyOptions) -> Step:
+    """The CDI spec: there, current, naming every GPU the driver sees by UUID; the refresh running."""
+    if not cdi_expected(readout, options):
+        return Step("cdi", SKIP, f"CDI is off (cdi={options.cdi})")
+    state = readout["cdi"]
+    regenerate = f"regenerate it: `nvidia-ctk cdi generate --output={SPEC_PATH}` (or run the deploy)"
+    if state["refresh_unit"] and (state["refresh_enabled"], state["refresh_active"]) != ("enabled", "active"):
+        return Step("cdi", FAIL, f"{REFRESH_PATH_UNIT} is {state['refresh_enabled'] or 'not enabled'} and "
+                                 f"{state['refresh_active'] or 'inactive'}: the spec will not follow driver changes")
+    uuids = [gpu["uuid"] for gpu in readout["smi"]["gpus"] if gpu.get("uuid")]
+    if state["spec"] is None:
+        if not gpu_usable(readout):
+            return Step("cdi", SKIP, f"{NO_GPU}: no CDI spec until the driver answers with one")
+        return Step("cdi", FAIL, f"no CDI spec at {SPEC_PATH}: {regenerate}")
+    try:
+        names = cdi_spec_names(state["spec"])
+    except ValueError as error:
+        return Step("cdi", FAIL, f"{SPEC_PATH} is {error}: {regenerate}")
+    if spec_stale(state):
+        return Step("cdi", FAIL, f"{SPEC_PATH} is older than the driver's module index or nvidia-ctk: {regenerate}")
+    missing = [uuid for uuid in uuids if uuid not in names]
+    if missing:
+        return Step("cdi", FAIL, f"{SPEC_PATH} does not name {', '.join(missing)}, which the driver sees: {regenerate}")
+    return Step("cdi", PASS, f"{SPEC_PATH} names every GPU the driver sees ({len(uuids)} by UUID)"
+                + (f"; {REFRESH_PATH_UNIT} active" if state["refresh_unit"] else ""))
+
+
 def ladder(readout: dict, options: VerifyOptions, runs: dict[str, dict],
            cri: dict | None, cri_error: str | None) -> list[Step]:
     """Every step, in order, from the facts, containerd's parsed dump (``read_cri``) and the results
@@ -600,6 +661,7 @@ def ladder(readout: dict, options: VerifyOptions, runs: dict[str, dict],
     steps += toolkit_steps(readout, options, cri)
     steps += containerd_steps(readout, options, cri, cri_error)
     steps += cgroup_steps(readout, options, cri)
+    steps.append(cdi_step(readout, options))
     plan = planned_runs(readout, options)
     gpu = gpu_usable(readout)
     if plan["cri_handler"] is not None:
@@ -639,5 +701,6 @@ def node_record(name: str, readout: dict, options: VerifyOptions, steps: list[St
         persistence=persistence_summary(readout),
         fabric_manager=fabric_manager_summary(readout),
         cuda=cuda_summary(readout),
+        cdi=cdi_summary(readout, options),
         steps=steps,
     )

@@ -54,6 +54,8 @@ class NodeRecord:
     # cuInit's outcome through the driver's libcuda ("ok, 8 device(s), CUDA 12.2", "error 802 ...",
     # "not checked (no python3)")
     cuda: str | None = None
+    # "off", "on, spec current", "on, spec stale", "on, no spec"
+    cdi: str | None = None
     steps: list[Step] = field(default_factory=list)
 
     @property
@@ -77,7 +79,7 @@ def node_table(record: NodeRecord) -> str:
         f"{record.host}: {'OK' if record.ok else 'FAILED'}  GPUs: {gpus}  driver: {record.driver or '-'}  "
         f"toolkit: {record.toolkit or '-'}  runtime: {record.runtime or '-'}  "
         f"module: {record.module_flavour or '-'}  persistence: {record.persistence or '-'}  "
-        f"fabric manager: {record.fabric_manager or '-'}  CUDA: {record.cuda or '-'}"
+        f"fabric manager: {record.fabric_manager or '-'}  CUDA: {record.cuda or '-'}  CDI: {record.cdi or '-'}"
     ]
     width = max((len(step.name) for step in record.steps), default=4)
     for step in record.steps:

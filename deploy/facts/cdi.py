@@ -11,9 +11,9 @@ REFRESH_PATH_UNIT = "nvidia-cdi-refresh.path"
 UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
 
 # The spec is stale when the module index (a driver install rebuilds it) or nvidia-ctk changed after
-# it: what the toolkit's own path unit watches. Their change times, not their modification times: a
-# package keeps its build's mtime on the files it installs. Only a missing or stale spec asks nvidia-smi whether
-# the driver answers, so a node whose spec is current pays nothing for it.
+# it: what the toolkit's own path unit watches. Change times, not modification times: a package
+# keeps its build's mtime on the files it installs. Only a missing or stale spec asks nvidia-smi
+# whether the driver answers, so a node whose spec is current pays nothing for it.
 CDI_SCRIPT = """
 ctk=$(command -v nvidia-ctk 2>/dev/null || true)
 echo "ctk $ctk"
@@ -24,9 +24,9 @@ echo "refresh_enabled $(systemctl is-enabled __PATH_UNIT__ 2>/dev/null)"
 echo "refresh_active $(systemctl is-active __PATH_UNIT__ 2>/dev/null)"
 [ -f __ENV__ ] && echo "env $(base64 -w0 < __ENV__)"
 newest=$(stat -c %Z "/lib/modules/$(uname -r)/modules.dep" $ctk 2>/dev/null | sort -n | tail -n 1)
-echo "inputs_mtime $newest"
+echo "inputs_changed $newest"
 if [ -f __SPEC__ ]; then
-  spec=$(stat -c %Z __SPEC__); echo "spec_mtime $spec"
+  spec=$(stat -c %Z __SPEC__); echo "spec_changed $spec"; echo "spec $(base64 -w0 < __SPEC__)"
 else
   spec=0
 fi
@@ -43,7 +43,7 @@ true
 
 class CdiState(FactBase):
     """
-    The CDI spec at ``spec`` (when it was written), the refresh units the toolkit ships (where, enabled,
+    The CDI spec at ``spec`` (its text, and when it was written), the refresh units the toolkit ships (where, enabled,
     active), their environment file's text, the newest of the module index and ``nvidia-ctk``, and,
     only when the spec is missing or older than those, whether ``nvidia-smi -L`` answers with GPUs.
 
@@ -54,8 +54,9 @@ class CdiState(FactBase):
             "refresh_unit": "/usr/lib/systemd/system/nvidia-cdi-refresh.path",  # None: not shipped
             "refresh_enabled": "enabled", "refresh_active": "active",
             "env": None,                              # the environment file's text; None: absent
-            "inputs_mtime": 1764115200,
-            "spec_mtime": 1764115300,                 # None: no spec
+            "inputs_changed": 1764115200,             # ctime of the newest of them
+            "spec_changed": 1764115300,               # None: no spec
+            "spec": "cdiVersion: 0.5.0\\n...",
             "smi_exit_code": None, "smi_gpus": 0,     # asked only for a missing or stale spec
         }
     """
@@ -68,7 +69,8 @@ class CdiState(FactBase):
     @staticmethod
     def default():
         return {"ctk": None, "refresh_unit": None, "refresh_enabled": None, "refresh_active": None, "env": None,
-                "inputs_mtime": None, "spec_mtime": None, "smi_exit_code": None, "smi_gpus": 0}
+                "inputs_changed": None, "spec_changed": None, "spec": None, "smi_exit_code": None,
+                "smi_gpus": 0}
 
     def process(self, output):
         state = self.default()
@@ -77,13 +79,13 @@ class CdiState(FactBase):
             rest = rest.strip()
             if kind in ("ctk", "refresh_unit", "refresh_enabled", "refresh_active"):
                 state[kind] = rest or None
-            elif kind == "env":
-                state["env"] = base64.b64decode(rest).decode("utf-8", "replace") if rest else ""
-            elif kind in ("inputs_mtime", "spec_mtime", "smi_exit_code", "smi_gpus") and rest.isdigit():
+            elif kind in ("env", "spec"):
+                state[kind] = base64.b64decode(rest).decode("utf-8", "replace") if rest else ""
+            elif kind in ("inputs_changed", "spec_changed", "smi_exit_code", "smi_gpus") and rest.isdigit():
                 state[kind] = int(rest)
         return state
 
 
 def spec_stale(state: dict) -> bool:
     """Whether the spec is missing or older than the driver's module index or nvidia-ctk."""
-    return state["spec_mtime"] is None or (state["inputs_mtime"] or 0) > state["spec_mtime"]
+    return state["spec_changed"] is None or (state["inputs_changed"] or 0) > state["spec_changed"]

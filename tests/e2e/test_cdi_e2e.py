@@ -14,6 +14,7 @@ when the toolkit changes. What it cannot show without a GPU: a CUDA program usin
 
 from __future__ import annotations
 
+import json
 import time
 
 import yaml
@@ -39,8 +40,16 @@ def spec_devices(node) -> list[str]:
     return [device["name"] for device in yaml.safe_load(node.read(SPEC))["devices"]]
 
 
+def cdi_verified(node, data: dict, report) -> tuple[str, dict]:
+    """deploy/verify.py's CDI summary and step for the node."""
+    node.deploy(data={**data, "verify_report_path": str(report)}, deploy_file="deploy/verify.py")
+    (record,) = json.loads(report.read_text())["nodes"]
+    (step,) = [step for step in record["steps"] if step["name"] == "cdi"]
+    return record["cdi"], step
+
+
 def test_cdi_on_containerd_2_1_with_standin_gpus_and_standin_toolkit_spec_refresh_and_injection(
-    start_node, toolkit_repo
+    start_node, toolkit_repo, tmp_path
 ):
     """STAND-IN GPU device nodes and toolkit; real containerd 2.1.9 injects the CDI device asked for."""
     node = start_node()
@@ -70,6 +79,9 @@ def test_cdi_on_containerd_2_1_with_standin_gpus_and_standin_toolkit_spec_refres
     assert seen == ["/dev/nvidia1", "/dev/nvidiactl"], seen
 
     assert_no_change(node.deploy(data=data))
+    summary, step = cdi_verified(node, data, tmp_path / "report.json")
+    assert (summary, step["status"]) == ("on, spec current", "pass"), step
+    assert "nvidia-cdi-refresh.path active" in step["reason"]
 
     # The toolkit changes (a reinstall replaces nvidia-ctk): the refresh regenerates the spec, from
     # the device nodes there are now.
@@ -82,6 +94,17 @@ def test_cdi_on_containerd_2_1_with_standin_gpus_and_standin_toolkit_spec_refres
         time.sleep(1)
     assert spec_devices(node) == ["0", "GPU-00000000-0000-4000-8000-000000000000", "all"], node.read(SPEC)
     assert_no_change(node.deploy(data=data))
+
+    # With the refresh off, a toolkit change leaves the spec stale: verify says so, the deploy mends it.
+    node.sh("systemctl disable --now nvidia-cdi-refresh.path")
+    node.sh("DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --reinstall nvidia-container-toolkit-base",
+            timeout=300)
+    summary, step = cdi_verified(node, data, tmp_path / "stale.json")
+    assert step["status"] == "fail" and "nvidia-cdi-refresh.path is disabled" in step["reason"], step
+    mended = node.deploy(data=data)
+    assert "CDI | Configure CDI (the spec and its refresh)" in mended.changed_operations()
+    summary, step = cdi_verified(node, data, tmp_path / "mended.json")
+    assert (summary, step["status"]) == ("on, spec current", "pass"), step
 
 
 def test_cdi_true_on_containerd_1_6_is_refused_in_preflight_and_nothing_changes(node):

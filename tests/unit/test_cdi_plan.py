@@ -22,8 +22,8 @@ CONTAINERD = {
     "1.6": "binary_path /usr/bin/containerd\nversion containerd github.com/containerd/containerd 1.6.20~ds1 x",
 }
 UNIT = "refresh_unit /usr/lib/systemd/system/nvidia-cdi-refresh.path"
-STALE_WITH_GPUS = "ctk /usr/bin/nvidia-ctk\ninputs_mtime 200\nsmi_exit_code 0\nsmi_gpus 2"
-CURRENT = "ctk /usr/bin/nvidia-ctk\ninputs_mtime 200\nspec_mtime 300"
+STALE_WITH_GPUS = "ctk /usr/bin/nvidia-ctk\ninputs_changed 200\nsmi_exit_code 0\nsmi_gpus 2"
+CURRENT = "ctk /usr/bin/nvidia-ctk\ninputs_changed 200\nspec_changed 300"
 GENERATE = "/usr/bin/nvidia-ctk cdi generate --output /var/run/cdi/nvidia.yaml"
 
 
@@ -56,7 +56,7 @@ def test_auto_on_containerd_1_6_sets_up_no_cdi():
 
 
 def test_no_answering_driver_writes_no_spec_and_does_not_fail():
-    plan = plan_for("2.1", "ctk /usr/bin/nvidia-ctk\ninputs_mtime 200\nsmi_exit_code 9\nsmi_gpus 0")
+    plan = plan_for("2.1", "ctk /usr/bin/nvidia-ctk\ninputs_changed 200\nsmi_exit_code 9\nsmi_gpus 0")
     assert not plan.ran("cdi generate") and not plan.failed
 
 
@@ -74,6 +74,6 @@ def test_the_environment_file_it_wrote_goes_when_the_root_is_back_to_slash():
 
 def test_a_toolkit_this_run_installs_is_decided_when_the_operation_runs():
     """No nvidia-ctk when the deploy is prepared: the operation is made, and decides at execution."""
-    plan = plan_for("2.1", "inputs_mtime 200")
+    plan = plan_for("2.1", "inputs_changed 200")
     assert "Configure CDI (the spec and its refresh)" in " ".join(plan.op_names())
     assert not plan.ran("cdi generate") and not plan.failed

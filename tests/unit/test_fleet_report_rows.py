@@ -37,24 +37,25 @@ def test_the_driver_table_lists_what_verify_found_on_each_node_it_ran_on(tmp_pat
     rows = [
         FleetRow("hgx-1", FAILED, verify={PASS: 9, FAIL: 2, SKIP: 5, "failed_steps": ["fabric_manager", "cuda"]},
                  module_flavour="open", persistence="nvidia-persistenced active, mode on 8/8 GPU(s)",
-                 fabric_manager="not installed", cuda="error 802 CUDA_ERROR_SYSTEM_NOT_READY"),
+                 fabric_manager="not installed", cuda="error 802 CUDA_ERROR_SYSTEM_NOT_READY", cdi="on, spec current"),
         FleetRow("pcie-1", CONVERGED, verify={PASS: 12, FAIL: 0, SKIP: 4, "failed_steps": []},
                  module_flavour="proprietary", persistence="nvidia-persistenced active, mode on 2/2 GPU(s)",
-                 fabric_manager="not needed", cuda="ok, 2 device(s), CUDA 12.2"),
+                 fabric_manager="not needed", cuda="ok, 2 device(s), CUDA 12.2", cdi="off"),
         FleetRow("node-c", FAILED, failed_operations=["containerd | Wire the nvidia runtime"]),
     ]
     lines = fleet_table(rows).splitlines()
     start = lines.index("--> Driver (verify):")
-    assert lines[start + 1].split() == ["node", "module", "persistence", "fabric", "manager", "CUDA"]
+    assert lines[start + 1].split() == ["node", "module", "persistence", "fabric", "manager", "CUDA", "CDI"]
     assert lines[start + 2].split() == ["hgx-1", "open", "nvidia-persistenced", "active,", "mode", "on", "8/8",
-                                        "GPU(s)", "not", "installed", "error", "802", "CUDA_ERROR_SYSTEM_NOT_READY"]
+                                        "GPU(s)", "not", "installed", "error", "802", "CUDA_ERROR_SYSTEM_NOT_READY",
+                                        "on,", "spec", "current"]
     assert lines[start + 3].split()[:2] == ["pcie-1", "proprietary"]
-    assert lines[start + 3].endswith("not needed      ok, 2 device(s), CUDA 12.2")
+    assert lines[start + 3].endswith("not needed      ok, 2 device(s), CUDA 12.2             off")
     assert len(lines) == start + 4, "node-c was not verified: no driver row"
     nodes = json.loads(write_json(tmp_path / "fleet.json", rows).read_text())["nodes"]
     assert nodes[0]["fabric_manager"] == "not installed" and nodes[1]["cuda"] == "ok, 2 device(s), CUDA 12.2"
-    assert (nodes[2]["module_flavour"], nodes[2]["persistence"], nodes[2]["fabric_manager"], nodes[2]["cuda"]) == (
-        None, None, None, None)
+    assert (nodes[2]["module_flavour"], nodes[2]["persistence"], nodes[2]["fabric_manager"], nodes[2]["cuda"],
+            nodes[2]["cdi"]) == (None, None, None, None, None)
 
 
 def test_no_driver_table_when_verify_ran_nowhere():

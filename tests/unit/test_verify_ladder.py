@@ -27,6 +27,7 @@ from deploy.facts.cuda import CudaInit
 from deploy.facts.nvidia import HostState
 from deploy.facts.ladder import Executables, LadderReadout
 from deploy.ladder import VerifyOptions
+from deploy.operations.cdi import state_read as cdi_state_read
 from deploy.operations.verification import containerd_config_read, containerd_of, ladder_read
 from deploy.probes import CrictlRun
 from deploy.report import FAIL, PASS, SKIP
@@ -168,7 +169,8 @@ def run_verify(tmp_path, lines, crictl=None, runs=None, facts=(), flavour=(), **
     # The node facts (PCI GPUs, kernel) and the ladder's read print their lines in the one command
     # they are read in: each fact takes its own kinds of line from them.
     node = Node(facts=[(ContainerdFlavour, flavour), (HostState, lines), (ladder_call(settings, flavour), lines),
-                       (containerd_call(settings, flavour), lines), (CudaInit, lines), *facts], commands=commands)
+                       (containerd_call(settings, flavour), lines), (CudaInit, lines), (cdi_state_read(), lines),
+                       *facts], commands=commands)
     # tests/plan.py's run_plan, keeping the plan when the host fails (a failing step must fail it).
     inventory = Inventory(([("@fake/node", QUICK)], {}))
     state, error = run_pyinfra(inventory, lambda state: add_deploy(state, verify, settings), nodes={"@fake/node": node})
@@ -210,7 +212,7 @@ def test_node_without_gpu_wired_containerd_passes_runtime_steps_and_skips_gpu_st
     assert statuses(steps) == {
         "gpu_pci": SKIP, "kernel_module": SKIP, "nvidia_smi": SKIP, "driver_version": SKIP,
         "module_flavour": SKIP, "persistence": SKIP, "fabric_manager": SKIP, "cuda": SKIP,
-        "toolkit": PASS, "runtime_binary": PASS, "containerd_config": PASS, "cgroup_driver": SKIP,
+        "toolkit": PASS, "runtime_binary": PASS, "containerd_config": PASS, "cgroup_driver": SKIP, "cdi": SKIP,
         "cri_handler": SKIP, "ctr_run": SKIP, "docker_config": SKIP, "docker_run": SKIP,
     }
     assert steps["nvidia_smi"]["reason"].startswith("no NVIDIA GPU (nvidia-smi: exit 9: NVIDIA driver is not loaded")
@@ -891,3 +893,53 @@ def test_a_failed_containerd_dump_fails_the_step_with_what_containerd_printed(tm
     _, _, steps, failed = run_verify(tmp_path, lines)
     assert steps["containerd_config"]["status"] == FAIL and failed
     assert steps["containerd_config"]["reason"].startswith("`containerd config dump` failed: containerd: failed to load")
+
+
+ONE_GPU_UUID = "GPU-36c9561a-02ef-5c4d-3733-f0a56c42dc45"  # one-gpu.txt's
+CDI_GPU_NODE = dict(gpus=1, kmod="NVRM version: NVIDIA UNIX x86_64 Kernel Module  450.203.03  Release Build",
+               smi=smi_output("one-gpu.txt"), dump=containerd_dump(), ctrd_version="2.1.9")
+
+
+def cdi_lines(spec: str | None, spec_changed: int = 300, inputs_changed: int = 200, refresh: str = "enabled active"):
+    """What the CDI read prints: the toolkit's refresh unit (enabled, active) and the spec."""
+    enabled, active = refresh.split()
+    lines = ["ctk /usr/bin/nvidia-ctk", "refresh_unit /usr/lib/systemd/system/nvidia-cdi-refresh.path",
+             f"refresh_enabled {enabled}", f"refresh_active {active}", f"inputs_changed {inputs_changed}"]
+    if spec is not None:
+        lines += [f"spec_changed {spec_changed}", f"spec {b64(spec)}"]
+    return lines
+
+
+def spec_naming(*names: str) -> str:
+    devices = "".join(f'- name: "{name}"\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia0\n'
+                      for name in names)
+    return f"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n{devices}"
+
+
+def test_cdi_on_containerd_2_passes_with_a_current_spec_naming_every_gpu(tmp_path):
+    lines = node_lines(**CDI_GPU_NODE) + cdi_lines(spec_naming("0", ONE_GPU_UUID, "all"))
+    _, record, steps, _ = run_verify(tmp_path, lines)
+    assert steps["cdi"]["status"] == PASS, steps["cdi"]
+    assert "names every GPU the driver sees (1 by UUID)" in steps["cdi"]["reason"]
+    assert record["cdi"] == "on, spec current"
+
+
+@pytest.mark.parametrize(("cdi", "why"), [
+    (cdi_lines(None), "no CDI spec at /var/run/cdi/nvidia.yaml: regenerate it"),
+    (cdi_lines(spec_naming("0", "all"), spec_changed=100), "is older than the driver's module index or nvidia-ctk"),
+    (cdi_lines(spec_naming("0", "all")), f"does not name {ONE_GPU_UUID}, which the driver sees: regenerate it"),
+    (cdi_lines("devices: [unclosed"), "/var/run/cdi/nvidia.yaml is not YAML"),
+    (cdi_lines(spec_naming("0", ONE_GPU_UUID), refresh="disabled inactive"), "nvidia-cdi-refresh.path is disabled and inactive"),
+])
+def test_a_missing_stale_incomplete_or_unrefreshed_spec_fails_saying_what_to_do(tmp_path, cdi, why):
+    lines = node_lines(**CDI_GPU_NODE) + cdi
+    _, _, steps, failed = run_verify(tmp_path, lines)
+    assert steps["cdi"]["status"] == FAIL and why in steps["cdi"]["reason"], steps["cdi"]
+    assert failed
+
+
+def test_cdi_without_a_gpu_expects_no_spec(tmp_path):
+    lines = node_lines(smi=smi_output("exit-9.txt"), smi_exit=9, dump=containerd_dump(), ctrd_version="2.1.9")
+    _, record, steps, failed = run_verify(tmp_path, lines + cdi_lines(None))
+    assert steps["cdi"]["status"] == SKIP and "no CDI spec until the driver answers" in steps["cdi"]["reason"]
+    assert record["cdi"] == "on, no spec"
