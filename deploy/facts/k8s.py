@@ -18,6 +18,8 @@ from typing import Any
 from pyinfra.api import FactBase, QuoteString, StringCommand
 from pyinfra.api.exceptions import FactProcessError
 
+from deploy.cdi import SPEC_PATH as CDI_SPEC
+
 KUBECTL_REQUEST_TIMEOUT = "20s"
 FIELD_MANAGER = "gpu-node"
 # Label values: at most 63 characters, alphanumeric at both ends, '-', '_', '.' inside.
@@ -279,7 +281,8 @@ class GpuNodeIdentity(FactBase):
 
         {"hostname": "gpu1", "pci_gpus": 2, "products": ["NVIDIA A100-SXM4-40GB", ...],
          "nvidia_smi": "ok",     # or "missing", "exit 9", "unexpected output"
-         "nvml": None}           # not needed; else "ok", "no library", "no python3", "failed <why>"
+         "nvml": None,           # not needed; else "ok", "no library", "no python3", "failed <why>"
+         "cdi_spec": True}       # the node has NVIDIA's CDI spec (the deploy's CDI stage wrote it)
     """
 
     def command(self, driver_root):
@@ -291,6 +294,7 @@ class GpuNodeIdentity(FactBase):
             "[ \"$(cat \"$d/vendor\" 2>/dev/null)\" = 0x10de ] || continue;",
             "case \"$(cat \"$d/class\" 2>/dev/null)\" in 0x0300*|0x0302*) n=$((n+1));; esac; done;",
             "echo \"pci_gpus $n\";",
+            "[ -f", QuoteString(CDI_SPEC), "] && echo 'cdi_spec 1';",
             StringCommand("_root=", QuoteString(root), ";", _separator=""),
             f"_lib=; for _d in {library_dirs}; do",
             "[ -e \"$_root/$_d/libnvidia-ml.so.1\" ] && { _lib=\"$_root/$_d/libnvidia-ml.so.1\"; break; }; done;",
@@ -316,7 +320,8 @@ class GpuNodeIdentity(FactBase):
 
     @staticmethod
     def default():
-        return {"hostname": None, "pci_gpus": 0, "products": [], "nvidia_smi": "missing", "nvml": None}
+        return {"hostname": None, "pci_gpus": 0, "products": [], "nvidia_smi": "missing", "nvml": None,
+                "cdi_spec": False}
 
     def process(self, output):
         state = self.default()
@@ -331,6 +336,8 @@ class GpuNodeIdentity(FactBase):
                 state["nvidia_smi"] = value
             elif key == "nvml":
                 state["nvml"] = value
+            elif key == "cdi_spec":
+                state["cdi_spec"] = value == "1"
             elif key == "product" and value:
                 state["products"].append(value)
         if state["nvml"] not in (None, "ok"):
@@ -378,6 +385,13 @@ class GpuNode:
     nvidia_runtime_default: bool  # the node's own setting
     settings: Any  # the node's full deploy.settings.Settings
     nvml: str | None = None  # NVML read from the driver root when nvidia-smi is missing: "ok", or why not
+    cdi_spec: bool = False  # the node has NVIDIA's CDI spec
+
+    @property
+    def cdi(self) -> bool:
+        """Whether the device plugin hands this node's GPUs out by CDI name: cdi=true, or auto where the
+        node's CDI stage wrote the spec (its runtime has CDI and its driver answers)."""
+        return self.settings.cdi == "true" or (self.settings.cdi == "auto" and self.cdi_spec)
 
     @property
     def has_gpu(self) -> bool:

@@ -42,9 +42,12 @@ class SharingConfig:
     fail_requests_greater_than_one: bool
     mig_strategy: str
     driver_root: str
+    # GPUs handed out by CDI name through the CRI (the runtime injects them from the node's spec)
+    cdi: bool = False
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "SharingConfig":
+    def from_settings(cls, settings: Settings, cdi: bool | None = None) -> "SharingConfig":
+        """One host's config; ``cdi``: the node's (GpuNode.cdi), else what the settings alone say."""
         sharing = settings.gpu_sharing if settings.gpu_sharing in ("time-slicing", "mps") else "none"
         return cls(
             sharing=sharing,
@@ -53,6 +56,7 @@ class SharingConfig:
             fail_requests_greater_than_one=settings.time_slicing_fail_requests_greater_than_one,
             mig_strategy=settings.mig_strategy,
             driver_root=settings.nvidia_driver_root,
+            cdi=settings.cdi == "true" if cdi is None else cdi,
         )
 
     @property
@@ -67,6 +71,8 @@ class SharingConfig:
             parts.append("strict")
         if self.mig_strategy != "none":
             parts.append(f"mig-{self.mig_strategy}")
+        if self.cdi:
+            parts.append("cdi")
         return "-".join(parts)
 
     def document(self) -> dict:
@@ -78,7 +84,7 @@ class SharingConfig:
                 "nvidiaDriverRoot": self.driver_root,
                 "plugin": {
                     "passDeviceSpecs": False,
-                    "deviceListStrategy": "envvar",
+                    "deviceListStrategy": "cdi-cri" if self.cdi else "envvar",
                     "deviceIDStrategy": "uuid",
                 },
             },
@@ -130,6 +136,7 @@ def gather_gpu_nodes(settings: Settings) -> list[GpuNode]:
             pci_gpus=identity["pci_gpus"],
             nvidia_smi=identity["nvidia_smi"],
             nvml=identity["nvml"],
+            cdi_spec=identity["cdi_spec"],
             gpu_sharing=node_settings.gpu_sharing,
             nvidia_runtime_default=node_settings.nvidia_runtime_default,
             settings=node_settings,
@@ -148,7 +155,7 @@ def node_labels(node: GpuNode) -> dict[str, str | None]:
         labels[CONFIG_LABEL] = None
         labels["nvidia.com/mps.capable"] = None
     else:
-        labels[CONFIG_LABEL] = SharingConfig.from_settings(node.settings).name
+        labels[CONFIG_LABEL] = SharingConfig.from_settings(node.settings, node.cdi).name
         labels["nvidia.com/mps.capable"] = "true" if node.gpu_sharing == "mps" else None
     return labels
 
@@ -180,7 +187,7 @@ def device_plugin_context(settings: Settings, nodes: list[GpuNode]) -> dict:
     configs = {default.name: default}
     plugin_nodes = [node for node in nodes if node.gpu_sharing != "gpushare"]
     for node in plugin_nodes:
-        config = SharingConfig.from_settings(node.settings)
+        config = SharingConfig.from_settings(node.settings, node.cdi)
         configs[config.name] = config
     runtime_class_needed = (not settings.nvidia_runtime_default) or any(
         not node.nvidia_runtime_default for node in plugin_nodes

@@ -25,6 +25,7 @@ CASES = {
                                "time_slicing_fail_requests_greater_than_one": True},
     "mps-4": {"gpu_sharing": "mps", "gpu_sharing_replicas": "4"},
     "no-sharing-mig-mixed": {"mig_strategy": "mixed"},
+    "time-slicing-4-cdi": {"gpu_sharing": "time-slicing", "cdi": "true"},
 }
 
 
@@ -99,3 +100,25 @@ def test_invalid_kubernetes_settings_name_the_key(data, message):
 
 def test_device_plugin_version_without_v_gets_one():
     assert parse_settings({"device_plugin_version": "0.17.1"}).device_plugin_version == "v0.17.1"
+
+
+def test_cdi_hands_gpus_out_by_cdi_name_through_the_cri():
+    """NVIDIA's device plugin: deviceListStrategy cdi-cri puts the CDI device names in the kubelet's
+    CRI request, and the runtime injects them from the node's spec."""
+    document = generated("time-slicing-4-cdi")
+    assert document["flags"]["plugin"]["deviceListStrategy"] == "cdi-cri"
+    assert generated("no-sharing")["flags"]["plugin"]["deviceListStrategy"] == "envvar"
+
+
+@pytest.mark.parametrize(("cdi", "spec", "strategy"), [
+    ("auto", True, "cdi-cri"), ("auto", False, "envvar"), ("true", False, "cdi-cri"), ("false", True, "envvar"),
+])
+def test_a_node_s_config_follows_its_cdi_setting_and_its_spec(cdi, spec, strategy):
+    from deploy.facts.k8s import GpuNode
+
+    node = GpuNode(host_name="gpu-1", node_name="gpu-1", products=("NVIDIA A100",), pci_gpus=1, nvidia_smi="ok",
+                   gpu_sharing="none", nvidia_runtime_default=True, settings=parse_settings({"cdi": cdi}),
+                   cdi_spec=spec)
+    config = SharingConfig.from_settings(node.settings, node.cdi)
+    assert yaml.safe_load(config.text())["flags"]["plugin"]["deviceListStrategy"] == strategy
+    assert config.name.endswith("-cdi") is (strategy == "cdi-cri")

@@ -206,13 +206,14 @@ echo 'NVIDIA H100 80GB HBM3, 1'
     env = {"PATH": tool_path(tmp_path / "bin", without="")}
     state = GpuNodeIdentity().process(run(GpuNodeIdentity().command(driver_root=str(root)), env=env))
     assert state == {"hostname": state["hostname"], "pci_gpus": state["pci_gpus"], "nvidia_smi": "ok",
-                     "nvml": None, "products": ["NVIDIA H100 80GB HBM3"] * 2}
+                     "nvml": None, "products": ["NVIDIA H100 80GB HBM3"] * 2, "cdi_spec": state["cdi_spec"]}
 
 
 def test_gpu_node_identity_parsed_from_fixtures():
     assert GpuNodeIdentity().process(fixture("identity-a100x2.txt")) == {
         "hostname": "GPU-Node-1", "pci_gpus": 2, "nvidia_smi": "ok", "nvml": None,
-        "products": ["NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB"]}
+        "products": ["NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB"], "cdi_spec": False}
+    assert GpuNodeIdentity().process(["hostname gpu-1", "pci_gpus 1", "cdi_spec 1"])["cdi_spec"] is True
     assert GpuNodeIdentity().process(fixture("identity-driver-down.txt"))["products"] == []
     mock = GpuNodeIdentity().process(fixture("identity-nvml-mock-t4.txt"))
     assert (mock["nvidia_smi"], mock["nvml"], mock["products"]) == ("missing", "ok", ["NVIDIA T4"] * 4)

@@ -111,6 +111,8 @@ PLUGIN_VARIANTS = {
     "mig-single": ({"mig_strategy": "single"}, [{"mig_strategy": "single"}]),
     "mig-mixed": ({"mig_strategy": "mixed"}, [{"mig_strategy": "mixed"}]),
     "driver-root": ({"nvidia_driver_root": "/run/nvidia/driver"}, [{"nvidia_driver_root": "/run/nvidia/driver"}]),
+    "cdi": ({"cdi": "true", "nvidia_driver_root": "/run/nvidia/driver"},
+            [{"cdi": "true", "nvidia_driver_root": "/run/nvidia/driver"}]),
     # one cluster, nodes sharing differently (one ConfigMap key each, the MPS daemon, a gpushare node)
     "mixed-nodes": ({}, [{"gpu_sharing": "time-slicing", "gpu_sharing_replicas": "4"},
                          {"gpu_sharing": "mps"}, {"mig_strategy": "mixed"}, {"gpu_sharing": "gpushare"}]),
