@@ -8,6 +8,7 @@ operation in deploy/operations/verification.py reads, runs and records.
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 from dataclasses import dataclass
 
@@ -19,6 +20,7 @@ from deploy.cdi import SPEC_PATH, for_containerd
 from deploy.fabric import fabric_of
 from deploy.facts.cdi import REFRESH_PATH_UNIT, spec_stale
 from deploy.facts.cuda import TIMED_OUT, TIMEOUT_SECONDS
+from deploy.facts.devices import missing_links
 from deploy.facts.ladder import (
     FABRIC_MANAGER_UNIT, KUBELET_CONFIG, PERSISTENCED_UNIT, explain_smi_failure, unit_state,
 )
@@ -49,6 +51,7 @@ class VerifyOptions:
     persistenced: bool = True
     fabric_manager_install: bool = True
     cdi: str = "auto"
+    driver_root: str = "/"
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "VerifyOptions":
@@ -63,6 +66,7 @@ class VerifyOptions:
             persistenced=settings.nvidia_persistenced,
             fabric_manager_install=settings.fabric_manager_install,
             cdi=settings.cdi,
+            driver_root=settings.nvidia_driver_root,
         )
 
 
@@ -652,6 +656,21 @@ def cdi_step(readout: dict, options: VerifyOptions) -> Step:
                 + (f"; {REFRESH_PATH_UNIT} active" if state["refresh_unit"] else ""))
 
 
+def dev_char_step(readout: dict, options: VerifyOptions) -> Step:
+    """Every NVIDIA device node linked in /dev/char, where the systemd cgroup driver needs it."""
+    if not options.wiring.systemd_cgroup:
+        return Step("dev_char", SKIP, "systemd_cgroup is false: systemd does not manage the containers' devices")
+    devices = readout["device_links"]
+    if not devices:
+        return Step("dev_char", SKIP, f"no NVIDIA device nodes under {posixpath.join(options.driver_root, 'dev')}")
+    missing = missing_links(devices)
+    if missing:
+        listed = ", ".join(f"{device['node']} ({device['id']})" for device in missing)
+        return Step("dev_char", FAIL, f"no /dev/char link for {listed}: a systemd daemon-reload takes it from "
+                                      "running containers; run the deploy (its device links stage)")
+    return Step("dev_char", PASS, f"{len(devices)} NVIDIA device node(s) linked in /dev/char")
+
+
 def ladder(readout: dict, options: VerifyOptions, runs: dict[str, dict],
            cri: dict | None, cri_error: str | None) -> list[Step]:
     """Every step, in order, from the facts, containerd's parsed dump (``read_cri``) and the results
@@ -662,6 +681,7 @@ def ladder(readout: dict, options: VerifyOptions, runs: dict[str, dict],
     steps += containerd_steps(readout, options, cri, cri_error)
     steps += cgroup_steps(readout, options, cri)
     steps.append(cdi_step(readout, options))
+    steps.append(dev_char_step(readout, options))
     plan = planned_runs(readout, options)
     gpu = gpu_usable(readout)
     if plan["cri_handler"] is not None:

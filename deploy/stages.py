@@ -14,7 +14,7 @@ from deploy.distros import Platform
 from deploy.facts.combined import FactCall
 from deploy.operations.drain import DrainTarget
 from deploy.settings import Settings
-from deploy.tasks import cdi, containerd, docker, driver, drain, kernel, toolkit, verification
+from deploy.tasks import cdi, containerd, devices, docker, driver, drain, kernel, toolkit, verification
 from deploy.tasks.preflight import Findings, StageCheck
 
 
@@ -55,6 +55,9 @@ STAGES: tuple[Stage, ...] = (
               s, found.platform.family, drain=target, pending_restarts=found.pending_restarts)),
     Stage("cdi", runs=lambda s: s.runs("runtimes"), reads=cdi.reads,
           apply=lambda s, found, target: cdi.cdi(s, found.containerd)),
+    # systemd re-applies containers' devices by their /dev/char names (the systemd cgroup driver)
+    Stage("device links", runs=lambda s: s.runs("runtimes") and s.systemd_cgroup, reads=devices.reads,
+          apply=lambda s, found, target: devices.device_links(s)),
     Stage("verify", runs=lambda s: s.runs("verify"), reads=verification.reads, read_only=True,
           apply=lambda s, found, target: verification.verify(s)),
     # After verify, which fails the host first when a step fails: the node then stays cordoned.

@@ -15,6 +15,7 @@ from pyinfra.api import operation
 
 from deploy import probes
 from deploy.operations import cdi as cdi_ops
+from deploy.operations import devices
 from deploy.facts.combined import FactCall, known_fact, read_together
 from deploy.facts.cuda import CudaInit
 from deploy.facts.nvidia import HostState
@@ -79,7 +80,7 @@ def reads(options: VerifyOptions) -> list[FactCall]:
     cuInit's."""
     plain = containerd_of(options, None)
     return [(ContainerdFlavour, {}), NODE_READ, ladder_read(options, plain), containerd_config_read(plain), CUDA_READ,
-            cdi_ops.state_read()]
+            cdi_ops.state_read(), devices.links_read(options.driver_root)]
 
 
 @operation()
@@ -97,10 +98,11 @@ def check_node(options: VerifyOptions, report_path: str):
     containerd = containerd_in_effect(options)
     # Read ahead by preflight (the node, and a plain containerd's ladder), reused while no operation
     # changed the host; otherwise read together in one command.
-    node, readout, config, cuda, cdi = read_together(
+    node, readout, config, cuda, cdi, links = read_together(
         host, [NODE_READ, ladder_read(options, containerd), containerd_config_read(containerd), CUDA_READ,
-               cdi_ops.state_read()])
-    readout = {**with_containerd_config(readout, config), "node": node, "cuda": cuda, "cdi": cdi}
+               cdi_ops.state_read(), devices.links_read(options.driver_root)])
+    readout = {**with_containerd_config(readout, config), "node": node, "cuda": cuda, "cdi": cdi,
+               "device_links": links}
     cri, cri_error = read_cri(readout)
     # The runtimes may name another binary than the one the settings wire: check it too (a second
     # read, only then), by the path the parsed configs give.

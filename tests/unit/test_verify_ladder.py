@@ -28,6 +28,7 @@ from deploy.facts.nvidia import HostState
 from deploy.facts.ladder import Executables, LadderReadout
 from deploy.ladder import VerifyOptions
 from deploy.operations.cdi import state_read as cdi_state_read
+from deploy.operations.devices import links_read
 from deploy.operations.verification import containerd_config_read, containerd_of, ladder_read
 from deploy.probes import CrictlRun
 from deploy.report import FAIL, PASS, SKIP
@@ -170,7 +171,7 @@ def run_verify(tmp_path, lines, crictl=None, runs=None, facts=(), flavour=(), **
     # they are read in: each fact takes its own kinds of line from them.
     node = Node(facts=[(ContainerdFlavour, flavour), (HostState, lines), (ladder_call(settings, flavour), lines),
                        (containerd_call(settings, flavour), lines), (CudaInit, lines), (cdi_state_read(), lines),
-                       *facts], commands=commands)
+                       (links_read(settings.nvidia_driver_root), lines), *facts], commands=commands)
     # tests/plan.py's run_plan, keeping the plan when the host fails (a failing step must fail it).
     inventory = Inventory(([("@fake/node", QUICK)], {}))
     state, error = run_pyinfra(inventory, lambda state: add_deploy(state, verify, settings), nodes={"@fake/node": node})
@@ -213,6 +214,7 @@ def test_node_without_gpu_wired_containerd_passes_runtime_steps_and_skips_gpu_st
         "gpu_pci": SKIP, "kernel_module": SKIP, "nvidia_smi": SKIP, "driver_version": SKIP,
         "module_flavour": SKIP, "persistence": SKIP, "fabric_manager": SKIP, "cuda": SKIP,
         "toolkit": PASS, "runtime_binary": PASS, "containerd_config": PASS, "cgroup_driver": SKIP, "cdi": SKIP,
+        "dev_char": SKIP,
         "cri_handler": SKIP, "ctr_run": SKIP, "docker_config": SKIP, "docker_run": SKIP,
     }
     assert steps["nvidia_smi"]["reason"].startswith("no NVIDIA GPU (nvidia-smi: exit 9: NVIDIA driver is not loaded")
@@ -943,3 +945,22 @@ def test_cdi_without_a_gpu_expects_no_spec(tmp_path):
     _, record, steps, failed = run_verify(tmp_path, lines + cdi_lines(None))
     assert steps["cdi"]["status"] == SKIP and "no CDI spec until the driver answers" in steps["cdi"]["reason"]
     assert record["cdi"] == "on, no spec"
+
+
+@pytest.mark.parametrize(("links", "status", "reason"), [
+    ([], SKIP, "no NVIDIA device nodes under /dev"),
+    (["node 195:0 /dev/nvidia0 /dev/nvidia0", "node 195:255 /dev/nvidiactl /dev/nvidiactl"], PASS,
+     "2 NVIDIA device node(s) linked in /dev/char"),
+    (["node 195:0 /dev/nvidia0 /dev/nvidia0", "node 195:255 /dev/nvidiactl"], FAIL,
+     "no /dev/char link for /dev/nvidiactl (195:255): a systemd daemon-reload takes it from running containers"),
+])
+def test_dev_char_links_are_checked_for_every_nvidia_device_node(tmp_path, links, status, reason):
+    lines = node_lines(smi=smi_output("exit-9.txt"), smi_exit=9, dump=containerd_dump()) + links
+    _, _, steps, _ = run_verify(tmp_path, lines)
+    assert steps["dev_char"]["status"] == status and reason in steps["dev_char"]["reason"], steps["dev_char"]
+
+
+def test_dev_char_is_not_checked_without_the_systemd_cgroup_driver(tmp_path):
+    lines = node_lines(smi=smi_output("exit-9.txt"), smi_exit=9, dump=containerd_dump(systemd_cgroup=False))
+    _, _, steps, _ = run_verify(tmp_path, lines + ["node 195:0 /dev/nvidia0"], systemd_cgroup="false")
+    assert steps["dev_char"]["status"] == SKIP
