@@ -61,6 +61,18 @@ def _needed(states: dict, packages: dict[str, str | None]) -> list[str]:
     ]
 
 
+def _rpm_version_matches(installed: str, wanted: str) -> bool:
+    """An RPM pin as dnf and zypper read it: a version without a release matches any release of it
+    (RpmPackageStates reads version-release, without the epoch)."""
+    wanted = wanted.split(":", 1)[-1]
+    return installed == wanted or installed.startswith(wanted + "-")
+
+
+def _rpm_needed(states: dict, packages: dict[str, str | None]) -> list[str]:
+    return [name for name, version in packages.items()
+            if name not in states or (version and not _rpm_version_matches(states[name]["version"], version))]
+
+
 def apt_install_needed(states: dict, packages: dict[str, str | None], hold: bool = False) -> bool:
     """Whether apt_install would change anything, from its DebPackageStates fact."""
     return bool(_needed(states, packages)) or (hold and not all(states[name]["held"] for name in packages))
@@ -133,7 +145,7 @@ def recover_package_manager(lock_timeout: int):
 def dnf_install(packages: dict, hold: bool = False, *, lock_timeout: int):
     """The dnf counterpart of apt_install; holds with dnf's versionlock plugin."""
     states = host.get_fact(RpmPackageStates, packages=sorted(packages))
-    needed = _needed(states, packages)
+    needed = _rpm_needed(states, packages)
     locked = sorted(name for name in needed if states.get(name, {}).get("held"))
     if locked:
         # versionlock pins the old version: release it so the new pin can install.

@@ -192,3 +192,20 @@ def test_a_changed_key_url_rewrites_the_source_and_fetches_the_key_again():
     fetch = plan.matching("download-file")
     assert len(fetch) == 1 and "https://nvidia.github.io/libnvidia-container/gpgkey" in fetch[0]
     assert plan.matching(f"mv -f {APT_SOURCE}.gpu-node-new {APT_SOURCE}")
+
+
+def test_dnf_a_pin_without_its_release_matches_the_installed_release():
+    """A driver pinned as 550.54.15 is installed as 550.54.15-1.el9: nothing to do, no lock moved
+    (found by the Rocky 9 node running the real dnf, tests/e2e/test_family_dnf.py)."""
+    installed = "\n".join(f"installed {name} 1.17.8-1.el9" for name in TOOLKIT_PACKAGES)
+    locks = "\n".join(f"lock {name}-0:1.17.8-1.el9.*" for name in TOOLKIT_PACKAGES)
+    plan = run_plan(
+        toolkit, settings_for(nvidia_toolkit_version="1.17.8"), platform("rocky"),
+        facts=[(RPM_STATES, installed + "\n" + locks)], unstated=DEFAULT,
+    )
+    assert not plan.ran("dnf install") and not plan.starting("dnf versionlock")
+    moved = run_plan(
+        toolkit, settings_for(nvidia_toolkit_version="1.17.9"), platform("rocky"),
+        facts=[(RPM_STATES, installed + "\n" + locks)], unstated=DEFAULT,
+    )
+    assert moved.ran("dnf install")
