@@ -26,10 +26,17 @@ class CdiUnsupported(Exception):
 
 @dataclass(frozen=True)
 class RuntimeCdi:
-    """What the wiring sets for CDI in one runtime, and whether CDI is on there afterwards."""
+    """What the wiring writes for CDI in one runtime, what the runtime's effective config must then
+    show, and whether CDI is on there afterwards."""
 
-    wiring: RuntimeWiring
+    wiring: RuntimeWiring  # enable_cdi: written on, off, or left (None)
     on: bool
+    expected: bool | None = None  # enable_cdi the runtime's own dump must show (None: not checked)
+
+    @property
+    def checked(self) -> RuntimeWiring:
+        """The wiring the effective config is checked against."""
+        return replace(self.wiring, enable_cdi=self.expected)
 
 
 def for_containerd(wiring: RuntimeWiring, major: int | None, minor: int | None, version: str | None) -> RuntimeCdi:
@@ -41,12 +48,13 @@ def for_containerd(wiring: RuntimeWiring, major: int | None, minor: int | None, 
         raise CdiUnsupported(
             f"cdi=true, but containerd {version or '.'.join(map(str, release))} has no CDI (it reads enable_cdi "
             "since 1.7 and drops it without a word before): set cdi=auto or false, or install containerd 1.7 or newer")
+    if default_on:
+        # 2.x has it on without being asked: nothing to write, and false turns off only what
+        # gpu-node turned on; its own dump must still show it on where CDI is wanted.
+        return RuntimeCdi(replace(wiring, enable_cdi=None), True, None if wiring.enable_cdi is False else True)
     if wiring.enable_cdi is None:
-        return RuntimeCdi(replace(wiring, enable_cdi=True if has_cdi else None), has_cdi)
-    if wiring.enable_cdi is False and default_on:
-        # 2.x has it on without being asked: false turns off only what gpu-node turned on.
-        return RuntimeCdi(replace(wiring, enable_cdi=None), True)
-    return RuntimeCdi(wiring, bool(wiring.enable_cdi))
+        wiring = replace(wiring, enable_cdi=True if has_cdi else None)
+    return RuntimeCdi(wiring, bool(wiring.enable_cdi), wiring.enable_cdi)
 
 
 def for_docker(wiring: RuntimeWiring, major: int | None, version: str | None) -> RuntimeCdi:
@@ -57,5 +65,5 @@ def for_docker(wiring: RuntimeWiring, major: int | None, version: str | None) ->
             f"cdi=true, but Docker {version or major} has no CDI (dockerd takes features.cdi since 25.0): "
             "set cdi=auto or false, or install Docker 25 or newer")
     if wiring.enable_cdi is None:
-        return RuntimeCdi(replace(wiring, enable_cdi=True if has_cdi else None), has_cdi)
-    return RuntimeCdi(wiring, bool(wiring.enable_cdi))
+        wiring = replace(wiring, enable_cdi=True if has_cdi else None)
+    return RuntimeCdi(wiring, bool(wiring.enable_cdi), wiring.enable_cdi)

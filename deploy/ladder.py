@@ -16,7 +16,7 @@ import yaml
 from packaging.version import InvalidVersion, Version
 
 from deploy import redact
-from deploy.cdi import SPEC_PATH, for_containerd
+from deploy.cdi import SPEC_PATH, CdiUnsupported, for_containerd
 from deploy.fabric import fabric_of
 from deploy.facts.cdi import REFRESH_PATH_UNIT, spec_stale
 from deploy.facts.cuda import TIMED_OUT, TIMEOUT_SECONDS
@@ -424,7 +424,11 @@ def containerd_steps(readout: dict, options: VerifyOptions, cri: dict | None, cr
     if cri is None:
         return [Step("containerd_config", FAIL, f"`containerd config dump` failed: {cri_error}")]
     nvidia = cri["runtimes"].get(HANDLER)
-    where, problems = effective_problems(ctrd["dump"], options.wiring)
+    try:
+        checked = for_containerd(options.wiring, ctrd["major"], ctrd["minor"], ctrd["version"]).checked
+    except CdiUnsupported as error:
+        return [Step("containerd_config", FAIL, str(error))]
+    where, problems = effective_problems(ctrd["dump"], checked)
     if not nvidia:
         return [Step("containerd_config", FAIL,
                      f"no {where}.runtimes.{HANDLER} in `containerd config dump` ({options.containerd_config_path})"

@@ -41,7 +41,7 @@ def configure_nvidia_runtime(
     + before_restart: commands run after the candidate's check, before the swap and restart (a drain)
     """
     plan = still_current(plan)
-    target, wiring = plan.target, plan.wiring
+    target, wiring = plan.target, plan.checked
     path, service = target.path, target.service
     if plan.refusal:
         yield failing_command(plan.refusal)

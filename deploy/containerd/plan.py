@@ -96,7 +96,8 @@ class NodeWiringPlan:
     holder: str = ""
     refusal: str = ""     # the files cannot be wired: why, in one line
     overridden: str = ""  # the files say wired, containerd's own dump does not: why
-    wiring: RuntimeWiring | None = None  # ``asked`` with cdi=auto decided for this containerd
+    wiring: RuntimeWiring | None = None  # ``asked`` with cdi decided for this containerd: what is written
+    checked: RuntimeWiring | None = None  # what containerd's own dump must show
 
     def in_place(self) -> bool:
         return not (self.refusal or self.changed or self.overridden)
@@ -127,7 +128,8 @@ def plan_node_wiring(target: ConfigTarget, wiring: RuntimeWiring) -> NodeWiringP
     plan = NodeWiringPlan(target, wiring, state, source, changes)
     try:
         # cdi=auto decided for this containerd (the plan keeps what was asked, to plan again from).
-        wiring = plan.wiring = for_containerd(wiring, state["major"], state["minor"], state["version"]).wiring
+        cdi = for_containerd(wiring, state["major"], state["minor"], state["version"])
+        wiring, plan.wiring, plan.checked = cdi.wiring, cdi.wiring, cdi.checked
         files = [ConfigFile(path, base, source)] + imported_files(path, current, source)
         plan.planned, plan.holder = plan_wiring(files, wiring, state["major"] if validate_with_binary else None,
                                                 state["version"])
@@ -141,7 +143,7 @@ def plan_node_wiring(target: ConfigTarget, wiring: RuntimeWiring) -> NodeWiringP
     plan.changed = [file for file in plan.planned if file.current is None or file.merged.text != file.current]
     if not plan.changed and validate_with_binary and state["dump"] is not None:
         # The files say wired: containerd's own reading of them must say so too.
-        where, problems = effective_problems(state["dump"], wiring)
+        where, problems = effective_problems(state["dump"], plan.checked)
         if problems:
             plan.overridden = (
                 f"{plan.holder} holds the nvidia wiring, but `containerd config dump` of {path} shows {where} "

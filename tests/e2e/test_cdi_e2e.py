@@ -116,3 +116,34 @@ def test_cdi_true_on_containerd_1_6_is_refused_in_preflight_and_nothing_changes(
     assert refused.returncode != 0
     assert "cdi=true, but containerd 1.6.20~ds1 has no CDI" in refused.stderr, refused.explain()
     assert {"file": node.stat(CONFIG), "service": node.service("containerd")} == before
+
+
+def test_a_provisioned_node_turned_to_cdi_and_back_changes_only_what_cdi_needs_standin_toolkit(
+    start_node, toolkit_repo
+):
+    """STAND-IN toolkit and GPU device nodes, real containerd 2.1.9 and systemd: a node provisioned
+    with cdi=false, then cdi=true, then false again."""
+    node = start_node()
+    run(["docker", "cp", str(sid_containerd_deb()), f"{node.id}:/tmp/containerd-sid.deb"])
+    node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq /tmp/containerd-sid.deb",
+            timeout=600)
+    standin_gpus(node)
+    data = {"stages": "toolkit,runtimes", "container_runtimes": "containerd", **toolkit_repo.data()}
+    legacy = node.deploy(data={**data, "cdi": "false"})
+    assert legacy.returncode == 0, legacy.explain()
+    assert not node.exists(SPEC) and node.sh("systemctl is-enabled nvidia-cdi-refresh.path", check=False
+                                             ).stdout.strip() == "disabled"
+    before = {"config": node.stat(CONFIG), "containerd": node.service("containerd")}
+
+    turned_on = node.deploy(data={**data, "cdi": "true"})
+    assert turned_on.returncode == 0, turned_on.explain()
+    assert turned_on.changed_operations() == ["CDI | Configure CDI (the spec and its refresh)"]
+    assert {"config": node.stat(CONFIG), "containerd": node.service("containerd")} == before
+    assert node.exists(SPEC) and node.is_active("nvidia-cdi-refresh.path")
+    assert_no_change(node.deploy(data={**data, "cdi": "true"}))
+
+    turned_off = node.deploy(data={**data, "cdi": "false"})
+    assert turned_off.changed_operations() == ["CDI | Configure CDI (the spec and its refresh)"]
+    assert node.sh("systemctl is-enabled nvidia-cdi-refresh.path", check=False).stdout.strip() == "disabled"
+    assert {"config": node.stat(CONFIG), "containerd": node.service("containerd")} == before
+    assert_no_change(node.deploy(data={**data, "cdi": "false"}))

@@ -11,12 +11,14 @@ AUTO, ON, OFF = RuntimeWiring(enable_cdi=None), RuntimeWiring(enable_cdi=True), 
 
 
 @pytest.mark.parametrize(
-    ("release", "enable_cdi", "on"),
-    [((1, 6), None, False), ((1, 7), True, True), ((2, 0), True, True), ((2, 1), True, True), ((None, None), None, False)],
+    ("release", "written", "expected", "on"),
+    [((1, 6), None, None, False), ((1, 7), True, True, True), ((2, 0), None, True, True), ((2, 1), None, True, True),
+     ((None, None), None, None, False)],
 )
-def test_auto_turns_cdi_on_in_each_containerd_that_has_it(release, enable_cdi, on):
+def test_auto_turns_cdi_on_in_each_containerd_that_has_it(release, written, expected, on):
+    """1.7 gets enable_cdi written; 2.x has it on by default: nothing written, its dump checked."""
     decided = for_containerd(AUTO, *release, None)
-    assert (decided.wiring.enable_cdi, decided.on) == (enable_cdi, on)
+    assert (decided.wiring.enable_cdi, decided.checked.enable_cdi, decided.on) == (written, expected, on)
 
 
 def test_cdi_true_on_containerd_1_6_is_refused_naming_its_version():
@@ -27,7 +29,12 @@ def test_cdi_true_on_containerd_1_6_is_refused_naming_its_version():
 def test_cdi_false_turns_1_7_off_and_leaves_2_x_as_containerd_has_it():
     assert for_containerd(OFF, 1, 7, "1.7.24").wiring.enable_cdi is False
     decided = for_containerd(OFF, 2, 1, "2.1.9")
-    assert decided.wiring.enable_cdi is None and decided.on
+    assert decided.wiring.enable_cdi is None and decided.checked.enable_cdi is None and decided.on
+
+
+def test_cdi_true_on_containerd_2_writes_nothing_and_checks_its_dump():
+    decided = for_containerd(ON, 2, 1, "2.1.9")
+    assert (decided.wiring.enable_cdi, decided.checked.enable_cdi) == (None, True)
 
 
 @pytest.mark.parametrize(("major", "enable_cdi"), [(20, None), (24, None), (25, True), (26, True), (None, None)])

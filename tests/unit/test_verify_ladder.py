@@ -581,10 +581,14 @@ def test_each_real_containerds_dump_of_the_wired_config_passes_runtime_binary_an
     from deploy.containerd.cri import merge_containerd_config
     from deploy.settings import RuntimeWiring
 
+    from deploy.cdi import for_containerd
+
     containerd = release(suite)
     default = subprocess.run([str(containerd.binary), "config", "default"], capture_output=True, text=True, check=True)
     config = tmp_path / "config.toml"
-    config.write_text(merge_containerd_config(default.stdout, RuntimeWiring()).text)
+    # What the runtimes stage writes for this containerd with the default settings (cdi=auto: on in 1.7).
+    wiring = for_containerd(RuntimeWiring(), *containerd.minor, containerd.version).wiring
+    config.write_text(merge_containerd_config(default.stdout, wiring).text)
     dumped = config_dump(containerd.binary, config)
     assert dumped.returncode == 0, dumped.stderr
     quote = "'" if containerd.major >= 2 else '"'
