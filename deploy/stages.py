@@ -39,7 +39,7 @@ class Stage:
 
 STAGES: tuple[Stage, ...] = (
     Stage("kernel", runs=lambda s: s.runs("kernel"), reads=kernel.reads,
-          apply=lambda s, found, target: kernel.kernel_prerequisites(s, found.platform)),
+          apply=lambda s, found, target: kernel.kernel_prerequisites(s, found.platform, found.nvidia)),
     Stage("driver", runs=lambda s: s.runs("driver") and s.nvidia_driver_install, check=driver.preflight_check, installs=True,
           apply=lambda s, found, target: driver.nvidia_driver(s, found.platform, found.plans["driver"], drain=target)),
     Stage("toolkit", runs=lambda s: s.runs("toolkit") and s.nvidia_toolkit_install, reads=toolkit.reads,

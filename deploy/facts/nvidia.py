@@ -9,16 +9,28 @@ from pyinfra.api import FactBase
 NVIDIA_PCI_VENDOR = "0x10de"
 # PCI class 0x03xx: display controllers (VGA, 3D). A GPU's HDMI audio function is 0x0403.
 DISPLAY_CLASS_PREFIX = "0x03"
-# NVSwitch chips show up as bridges of class 0x0680 ("other bridge").
+# NVSwitch chips (NVLink 3/4) show up as bridges of class 0x0680 ("other bridge").
 SWITCH_CLASS_PREFIX = "0x0680"
+# NVLink5 baseboards (HGX B200/B300) show their switches to the host only through ConnectX
+# bridge functions of Mellanox's vendor ID, whose PCI VPD carries the SW_MNG marker.
+MELLANOX_PCI_VENDOR = "0x15b3"
+SWITCH_MANAGEMENT_MARKER = "SW_MNG"
 WATCHED_MODULES = ("nouveau", "nova_core", "nova_drm", "nvidia")
 
 NODE_SCRIPT = r"""
 if [ -d /sys/bus/pci/devices ]; then
   for dev in /sys/bus/pci/devices/*; do
     [ -r "$dev/vendor" ] || continue
-    [ "$(cat "$dev/vendor")" = __NVIDIA_PCI_VENDOR__ ] || continue
-    echo "pci ${dev##*/} $(cat "$dev/device" 2>/dev/null) $(cat "$dev/class" 2>/dev/null)"
+    case "$(cat "$dev/vendor")" in
+      __NVIDIA_PCI_VENDOR__)
+        echo "pci ${dev##*/} $(cat "$dev/device" 2>/dev/null) $(cat "$dev/class" 2>/dev/null)" ;;
+      __MELLANOX_PCI_VENDOR__)
+        # physical functions only: a virtual function has no VPD of its own
+        [ -e "$dev/physfn" ] && continue
+        role=-
+        grep -qa __SWITCH_MANAGEMENT_MARKER__ "$dev/vpd" 2>/dev/null && role=__SWITCH_MANAGEMENT_MARKER__
+        echo "mellanox ${dev##*/} $(cat "$dev/device" 2>/dev/null) $(cat "$dev/class" 2>/dev/null) $role" ;;
+    esac
   done
 elif command -v lspci >/dev/null 2>&1; then
   lspci -D -n -d 10de: 2>/dev/null | while read -r slot class ids rest; do
@@ -45,7 +57,8 @@ done
 [ -e /run/reboot-required ] && echo "reboot_required"
 [ -r /run/reboot-required.pkgs ] && sed 's/^/reboot_package /' /run/reboot-required.pkgs
 true
-""".replace("__NVIDIA_PCI_VENDOR__", NVIDIA_PCI_VENDOR).replace("__WATCHED_MODULES__", " ".join(WATCHED_MODULES))
+""".replace("__NVIDIA_PCI_VENDOR__", NVIDIA_PCI_VENDOR).replace("__MELLANOX_PCI_VENDOR__", MELLANOX_PCI_VENDOR).replace(
+    "__SWITCH_MANAGEMENT_MARKER__", SWITCH_MANAGEMENT_MARKER).replace("__WATCHED_MODULES__", " ".join(WATCHED_MODULES))
 
 
 class HostState(FactBase):
@@ -53,7 +66,9 @@ class HostState(FactBase):
     The host's GPUs, kernel, modules, disk and reboot state: what preflight, the driver stage
     and the driver report decide on, in one command:
     NVIDIA display devices and NVSwitch bridges on the PCI bus (``/sys/bus/pci``, or ``lspci -d 10de:`` without
-    sysfs), Secure Boot (``mokutil --sb-state`` or the EFI variable; None: not EFI / unknown),
+    sysfs), the Mellanox physical functions and whether their VPD marks them as an NVLink5
+    switch-management bridge (``SW_MNG``, what NVIDIA's driver container looks for; sysfs only),
+    Secure Boot (``mokutil --sb-state`` or the EFI variable; None: not EFI / unknown),
     which of nouveau / nova_core / nova_drm / nvidia are present under ``/sys/module``, the
     loaded and the built (``modinfo``) nvidia module versions, ``uname -r``, free MiB on ``/``
     and ``/var``, Arch's installed kernel package bases, and the reboot-required marker.
@@ -63,6 +78,8 @@ class HostState(FactBase):
         {
             "gpus": [{"slot": "0000:01:00.0", "device": "0x2204", "class": "0x030000"}],
             "switches": [],
+            "mellanox": [{"slot": "0000:29:00.0", "device": "0x1021", "class": "0x020700",
+                          "switch_management": False}],
             "secure_boot": False,
             "modules": ["nouveau"],
             "loaded_version": None,
@@ -84,6 +101,7 @@ class HostState(FactBase):
         return {
             "gpus": [],
             "switches": [],
+            "mellanox": [],
             "secure_boot": None,
             "modules": [],
             "loaded_version": None,
@@ -109,6 +127,11 @@ class HostState(FactBase):
                     node["gpus"].append({"slot": parts[0], "device": parts[1], "class": parts[2]})
                 elif len(parts) == 3 and parts[2].startswith(SWITCH_CLASS_PREFIX):
                     node["switches"].append({"slot": parts[0], "device": parts[1], "class": parts[2]})
+            elif kind == "mellanox":
+                parts = rest.split()
+                if len(parts) == 4:
+                    node["mellanox"].append({"slot": parts[0], "device": parts[1], "class": parts[2],
+                                             "switch_management": parts[3] == SWITCH_MANAGEMENT_MARKER})
             elif kind == "secureboot":
                 source, _, value = rest.partition(" ")
                 if source == "mokutil":

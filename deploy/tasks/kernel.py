@@ -6,6 +6,8 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 
 from deploy.distros import Platform
+from deploy.fabric import NVLINK5_MODULES_LOAD_PATH, Fabric, fabric_of
+from deploy.fabric import modules_load_text as fabric_modules_load_text
 from deploy.facts.combined import FactCall, read
 from deploy.operations import files, kernel
 from deploy.settings import Settings
@@ -43,15 +45,25 @@ def blacklist_text() -> str:
     return HEADER + "".join(lines) + "options nouveau modeset=0\n"
 
 
-def managed_files() -> dict[str, str]:
-    """path -> the text the kernel stage keeps there."""
-    return {MODULES_LOAD_PATH: modules_load_text(), SYSCTL_PATH: sysctl_text(), BLACKLIST_PATH: blacklist_text()}
+def managed_files(fabric: Fabric | None = None) -> dict[str, str]:
+    """path -> the text the kernel stage keeps there (``fabric``: the node's, where Fabric Manager is
+    installed: an NVLink5 node also loads ib_umad at boot)."""
+    texts = {MODULES_LOAD_PATH: modules_load_text(), SYSCTL_PATH: sysctl_text(), BLACKLIST_PATH: blacklist_text()}
+    fabric_text = fabric_modules_load_text(fabric, HEADER) if fabric is not None else None
+    if fabric_text is not None:
+        texts[NVLINK5_MODULES_LOAD_PATH] = fabric_text
+    return texts
+
+
+def node_fabric(settings: Settings, node: dict | None) -> Fabric | None:
+    """The node's NVLink fabric where Fabric Manager is installed (HostState, read by preflight)."""
+    return fabric_of(node) if settings.fabric_manager_install and node is not None else None
 
 
 def reads(settings: Settings) -> list[FactCall]:
     """The facts this stage decides on, for preflight to read ahead in its one command: the same
     calls its operations make."""
-    calls = [files.digest_read(path) for path in managed_files()]
+    calls = [files.digest_read(path) for path in [*managed_files(), NVLINK5_MODULES_LOAD_PATH]]
     if settings.kernel_modules_load:
         calls += [kernel.module_read(module, sysctl) for module, (_, sysctl) in KUBERNETES_MODULES.items()]
         calls.append(kernel.sysctls_read(KUBERNETES_SYSCTLS))
@@ -59,19 +71,21 @@ def reads(settings: Settings) -> list[FactCall]:
 
 
 @deploy("Kernel prerequisites")
-def kernel_prerequisites(settings: Settings, platform: Platform):
+def kernel_prerequisites(settings: Settings, platform: Platform, node: dict | None = None):
     # An operation only for what differs: a fleet's no-op re-run pays pyinfra's per-operation
     # cost for nothing otherwise. The facts are the ones the operations themselves read.
-    texts = managed_files()
+    fabric = node_fabric(settings, node)
+    texts = managed_files(fabric)
     current = {path: read(host, files.digest_read(path)) for path in texts}
     names = {
         MODULES_LOAD_PATH: "Persist the overlay and br_netfilter modules",
         SYSCTL_PATH: "Persist the Kubernetes sysctls",
         BLACKLIST_PATH: "Blacklist nouveau and nova",
+        NVLINK5_MODULES_LOAD_PATH: "Persist ib_umad for Fabric Manager on NVLink5",
     }
     changing = {path for path, text in texts.items() if not files.text_up_to_date(current[path], text)}
-    for path in (MODULES_LOAD_PATH, SYSCTL_PATH):
-        if path in changing:
+    for path in (MODULES_LOAD_PATH, SYSCTL_PATH, NVLINK5_MODULES_LOAD_PATH):
+        if path in changing and path in texts:
             files.put_text(name=names[path], dest=path, content=texts[path])
     if BLACKLIST_PATH in changing:
         blacklist = files.put_text(name=names[BLACKLIST_PATH], dest=BLACKLIST_PATH, content=texts[BLACKLIST_PATH])
@@ -103,3 +117,5 @@ def kernel_prerequisites(settings: Settings, platform: Platform):
     state = read(host, kernel.sysctls_read(KUBERNETES_SYSCTLS))
     if kernel.differing_sysctls(state, KUBERNETES_SYSCTLS):
         kernel.apply_sysctls(name="Apply the Kubernetes sysctls", values=KUBERNETES_SYSCTLS)
+    for module in fabric.modules if fabric is not None else ():
+        kernel.load_module(name=f"Load the {module} kernel module (Fabric Manager on NVLink5)", module=module)

@@ -80,3 +80,28 @@ def test_kernel_modules_load_false_never_touches_the_running_kernel():
     assert not plan.starting("modprobe") and not plan.starting("sysctl -w")
     assert plan.ran("/etc/modules-load.d/gpu-node-kubernetes.conf")
     assert plan.ran("/etc/sysctl.d/99-gpu-node-kubernetes.conf")
+
+
+def nvlink5_node() -> dict:
+    """HostState of an HGX B200 node: ConnectX bridges marked SW_MNG (tests/fixtures/fabric/hgx-b200.json)."""
+    from deploy.facts.nvidia import HostState
+
+    return HostState().process(["pci 0000:1b:00.0 0x2901 0x030200",
+                                "mellanox 0000:ab:00.0 0x1021 0x060400 SW_MNG"])
+
+
+def test_an_nvlink5_node_persists_and_loads_ib_umad_for_fabric_manager():
+    from deploy.fabric import NVLINK5_MODULES_LOAD_PATH
+
+    facts = [*files_absent(), (digest_read(NVLINK5_MODULES_LOAD_PATH), "absent"),
+             (module_read("ib_umad", None), ["module ib_umad 0"]),
+             (module_read("overlay", None), ["module overlay 1"]),
+             (module_read("br_netfilter", KUBERNETES_MODULES["br_netfilter"][1]), ["module br_netfilter 1"]),
+             (sysctls_read(KUBERNETES_SYSCTLS), [f"sysctl {key} {value}" for key, value in KUBERNETES_SYSCTLS.items()])]
+    plan = run_plan(kernel_prerequisites, settings_for(kernel_modules_load=True), debian(), nvlink5_node(),
+                    facts=facts)
+    assert plan.ran(NVLINK5_MODULES_LOAD_PATH) and plan.starting("modprobe") == ["modprobe ib_umad"]
+    # fabric_manager_install=false: none of it
+    plan = run_plan(kernel_prerequisites, settings_for(kernel_modules_load=True, fabric_manager_install=False),
+                    debian(), nvlink5_node(), facts=facts)
+    assert not plan.ran(NVLINK5_MODULES_LOAD_PATH) and not plan.starting("modprobe")
