@@ -38,7 +38,7 @@ def build_deb(out_dir: Path, name: str, version: str, depends: str, files: dict[
             target = root / path.lstrip("/")
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(content)
-            target.chmod(0o755 if path.startswith("/usr/bin/") else 0o644)
+            target.chmod(0o755 if "/bin/" in path else 0o644)
         (root / "DEBIAN").mkdir()
         control = [
             f"Package: {name}",

@@ -11,13 +11,15 @@ from __future__ import annotations
 import shlex
 
 from pyinfra import host
-from pyinfra.api import QuoteString, StringCommand, operation
+from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
 from pyinfra.operations import apt, dnf, pacman, zypper
 
+from deploy import probes
 from deploy.facts.combined import FactCall, read
 from deploy.facts.nvidia import IgnoredPackages
 from deploy.facts.packages import DebPackageStates, RpmPackageStates, ZypperLocks
 from deploy.facts.recovery import lock_holders_script
+from deploy.operations.failure import fail_host
 from deploy.run_state import per_run
 
 # pacman holds with IgnorePkg lines of pacman.conf's [options]; it reads every one of them.
@@ -43,9 +45,23 @@ def refresh_apt_lists(lock_timeout: int):
     if host.name in refreshed:
         host.noop("apt lists were refreshed earlier in this run")
         return
-    yield StringCommand("apt-get", apt_lock_option(lock_timeout), "update")
-    if host.state.is_executing:  # change detection (--dry) runs generators without running commands
-        refreshed.add(host.name)
+    yield FunctionCommand(_update_apt_lists, (StringCommand("apt-get", apt_lock_option(lock_timeout), "update"),), {})
+
+
+def _update_apt_lists(state, host, command: StringCommand) -> bool:
+    """Run ``apt-get update``; a failure (a bad signature, an unreachable mirror) fails the host in one
+    line: apt's last error."""
+    succeeded, output = host.run_shell_command(command, print_output=state.print_output,
+                                               print_input=state.print_input, **probes.connector_arguments(host))
+    if not succeeded:
+        lines = [line.strip() for line in output.output_lines]
+        errors = [line for line in lines if line.startswith("E:")]
+        # apt names a bad signature in its GPG warning, and says only "is not signed" in the error.
+        gpg = [line for line in lines if line.startswith("W: GPG error")]
+        return fail_host(state, host, "apt-get update failed: " + (errors[-1] if errors else "no error line")
+                         + (f" ({gpg[0]})" if gpg else ""))
+    per_run(state, AptListsRefreshed).add(host.name)
+    return True
 
 
 def apt_sources_changed() -> None:
@@ -165,13 +181,28 @@ def dnf_install(packages: dict, hold: bool = False, *, lock_timeout: int):
 
 @operation()
 def zypper_install(packages: dict, hold: bool = False, *, lock_timeout: int):
-    """Install with pyinfra's zypper operation (``name=version`` pins; it imports a new repository's
-    signing key, --gpg-auto-import-keys); hold with zypper locks."""
-    yield from zypper.packages._inner(
-        packages=[f"{name}={version}" if version else name for name, version in packages.items()],
-    )
+    """The zypper counterpart of dnf_install (``name=version`` pins, matched as zypper reads them);
+    refreshes the repositories first so that one whose signature zypper refuses stops the run there
+    (zypper install skips it and goes on); imports a new repository's signing key
+    (--gpg-auto-import-keys); holds with zypper locks."""
+    states = host.get_fact(RpmPackageStates, packages=sorted(packages))
+    held = set(host.get_fact(ZypperLocks))
+    needed = _rpm_needed(states, packages)
+    locked = sorted(name for name in needed if name in held)
+    if locked:
+        # A lock keeps the installed version: release it so the new pin can install.
+        yield StringCommand("zypper", "--non-interactive", "removelock", *[QuoteString(name) for name in locked])
+    if needed:
+        yield "zypper --non-interactive --gpg-auto-import-keys refresh"
+        yield from zypper.packages._inner(
+            packages=[f"{name}={packages[name]}" if packages[name] else name for name in needed],
+        )
+    else:
+        host.noop("packages are installed: " + ", ".join(f"{n} {states[n]['version']}" for n in sorted(packages)))
     if hold:
-        yield from zypper_add_locks._inner(packages=list(packages))
+        to_lock = sorted(name for name in packages if name in locked or name not in held)
+        if to_lock:
+            yield StringCommand("zypper", "--non-interactive", "addlock", *[QuoteString(name) for name in to_lock])
 
 
 @operation()
@@ -187,14 +218,3 @@ def pacman_install(packages: dict, hold: bool = False, *, lock_timeout: int):
         host.noop("held: " + ", ".join(packages))
         return
     yield PACMAN_HOLD_COMMAND.format(packages=" ".join(shlex.quote(name) for name in missing))
-
-
-@operation()
-def zypper_add_locks(packages: list):
-    """Hold packages with zypper locks, those not held yet."""
-    held = set(host.get_fact(ZypperLocks))
-    to_lock = sorted(set(packages) - held)
-    if not to_lock:
-        host.noop("packages are held: " + ", ".join(sorted(packages)))
-        return
-    yield StringCommand("zypper", "--non-interactive", "addlock", *[QuoteString(name) for name in to_lock])

@@ -1,0 +1,334 @@
+"""
+The SUSE family run by its real package manager: an openSUSE Leap 15.6 node (tests/family_zypper.py:
+Debian's zypper 1.14 with libzypp 17, rpm 4.18, Leap's os-release and zypp.conf lines) takes the
+kernel, driver and toolkit stages through pyinfra's default mode and then with ``-y``, from local
+signed repositories on 127.0.0.1 (tests/suse_repo.py) holding STAND-IN rpms under the real names:
+NVIDIA's SUSE driver repository (nvidia-compute-G06, nvidia-compute-utils-G06, the KMPs
+nvidia-driver-G06-kmp-default and nvidia-open-driver-G06-signed-kmp-default) and NVIDIA's toolkit
+repository.
+
+zypper, libzypp's signature checks (repo_gpgcheck on repomd.xml.asc, gpgcheck on the rpms), its key
+import (--gpg-auto-import-keys, as the deploy runs it) and its locks are real; the packages are
+stand-ins (no driver is built or loaded). The runtimes stages are left out (SUSE's containerd comes
+from openSUSE's repositories, which no local stand-in serves). The real hosts of the family's
+repositories resolve to 127.0.0.1 on the node, so nothing leaves this machine whatever the deploy writes.
+
+What the run shows wrong in the commands is marked ``xfail(strict=True)`` with the finding.
+"""
+
+from __future__ import annotations
+
+import platform as machine
+
+import pytest
+import standin_rpms
+import suse_repo
+from family_images import family_node
+from family_zypper import LEAP156_ZYPPER
+from harness import SAFE_DATA, ensure_docker
+
+from deploy.distros import detect_platform
+from deploy.settings import parse_settings
+from deploy.tasks import driver
+from deploy.tasks.toolkit import REPOSITORY_NAME, TOOLKIT_PACKAGES
+
+DRIVER_PACKAGES = ("nvidia-compute-G06", "nvidia-compute-utils-G06")
+PINNED_DRIVER = suse_repo.DRIVER_VERSIONS[0]  # the older of the two published
+PINNED_TOOLKIT = standin_rpms.TOOLKIT_VERSIONS[0]
+NEWER_TOOLKIT = standin_rpms.TOOLKIT_VERSIONS[1]
+TOOLKIT_REPO_FILE = f"/etc/zypp/repos.d/{REPOSITORY_NAME}.repo"
+DRIVER_REPOSITORY = "nvidia-opensuse-leap"  # the family table's name, nvidia-{distro_id}
+DRIVER_SETTING = "nvidia_driver_repo_url"  # the setting the driver's repository would follow (see needs_driver)
+REAL_HOSTS = ("download.nvidia.com", "developer.download.nvidia.com", "nvidia.github.io", "download.opensuse.org",
+              "cdn.opensuse.org", "mirrorcache.opensuse.org", "updates.suse.com", "scc.suse.com")
+
+KMP_UNPINNED = (
+    "the KMP is installed unpinned (SUSE_DRIVER pin_dependencies=False): zypper takes the repository's newest, "
+    "550.90.07's, beside the pinned 550.54.15 userspace; nothing ties a KMP to the userspace's version")
+REFUSED_REPOSITORY_KEPT = (
+    "the toolkit's .repo file is written before zypper has checked the repository, and stays after zypper refused "
+    "its signature: every later `zypper refresh` on the node fails on it")
+
+
+def driver_repository_follows(url: str) -> bool:
+    """Whether the driver stage's NVIDIA repository for Leap 15.6 is taken from a setting (DRIVER_SETTING)."""
+    settings = parse_settings({**SAFE_DATA, DRIVER_SETTING: url, "allow_insecure_repositories": "true",
+                               "nvidia_driver_version": PINNED_DRIVER, "nvidia_kernel_modules": "proprietary"})
+    platform = detect_platform({"name": "openSUSE Leap", "major": 15,
+                                "release_meta": {"ID": "opensuse-leap", "VERSION_ID": "15.6"}}, "x86_64")
+    plan = driver.driver_plan(settings, platform, {"kernel": "6.4.0-150600.23.25-default", "gpus": []})
+    return bool(plan.repository) and plan.repository["baseurl"].startswith(url)
+
+
+@pytest.fixture(scope="module")
+def repos(tmp_path_factory):
+    ensure_docker()
+    # the container runs the machine's kernel: its flavour's KMPs too, besides Leap's "default"
+    flavour = machine.release().rsplit("-", 1)[-1].lower()
+    with suse_repo.served(tmp_path_factory.mktemp("suse-repos") / "root", flavours=("default", flavour)) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def driver_stage(repos) -> bool:
+    return driver_repository_follows(repos.url)
+
+
+def needs_driver(driver_stage: bool) -> None:
+    if not driver_stage:
+        pytest.skip("the SUSE driver's NVIDIA repository (deploy/distros.py SUSE_DRIVER repositories, "
+                    "https://download.nvidia.com/...) follows no setting yet: the driver stage cannot be "
+                    f"pointed at the local repository ({DRIVER_SETTING} would do it)")
+
+
+def settings_data(repos, driver_stage: bool, *, tampered: bool = False, stages: str | None = None,
+                  toolkit_version: str = PINNED_TOOLKIT, modules: str = "proprietary") -> dict:
+    toolkit_url = repos.toolkit_url(tampered)
+    return {
+        "stages": stages or ("kernel,driver,toolkit" if driver_stage else "kernel,toolkit"),
+        DRIVER_SETTING: repos.url if not tampered else f"{repos.url}/{suse_repo.TAMPERED}",
+        "nvidia_driver_version": PINNED_DRIVER,
+        "nvidia_kernel_modules": modules,
+        "nvidia_toolkit_repo_url": toolkit_url,
+        "nvidia_toolkit_gpgkey_url": f"{toolkit_url}/gpgkey",
+        "nvidia_toolkit_version": toolkit_version,
+        "allow_insecure_repositories": "true",  # http:// on 127.0.0.1; signatures are still checked
+    }
+
+
+def start_leap_node():
+    node = family_node(LEAP156_ZYPPER).start()
+    node.sh(f"printf '127.0.0.1 %s\\n' {' '.join(REAL_HOSTS)} >> /etc/hosts")
+    return node
+
+
+def installed(node, names) -> dict[str, str]:
+    out = node.sh("rpm -q --qf '%{NAME} %{VERSION}-%{RELEASE}\\n' " + " ".join(names) + " | grep -v 'not installed'",
+                  check=False).stdout
+    return dict(line.split() for line in out.splitlines())
+
+
+def locks(node) -> set[str]:
+    """The names zypper's own `zypper locks` table lists."""
+    rows = [line.split("|") for line in node.sh("zypper --non-interactive locks").stdout.splitlines()]
+    return {cells[1].strip() for cells in rows if len(cells) >= 3 and cells[0].strip().isdigit()}
+
+
+def imported_keys(node) -> list[str]:
+    return node.sh("rpm -q gpg-pubkey --qf '%{VERSION}\\n'", check=False).stdout.split()
+
+
+@pytest.fixture(scope="module")
+def deployed(repos, driver_stage):
+    """One Leap 15.6 node after its first run, in pyinfra's default mode: (node, result, data)."""
+    node = start_leap_node()
+    try:
+        data = settings_data(repos, driver_stage)
+        yield node, node.deploy(data=data, default_mode=True, json_output=False), data
+    finally:
+        node.remove()
+
+
+def test_leap156_zypper_standin_packages_first_run_in_default_mode_adds_repositories_with_signature_checks(
+        deployed, repos, driver_stage):
+    """STAND-IN packages: the toolkit's repository checks its metadata's signature (zypper lists it
+    with the repository check on) with the key zypper imported from the URL given into rpm's database;
+    zypper refreshes it as trusted. The driver's repository checks its packages too."""
+    node, first, _ = deployed
+    assert first.returncode == 0, first.explain()
+    toolkit_repo = node.read(TOOLKIT_REPO_FILE)
+    assert f"baseurl={repos.toolkit_url()}/rpm/$basearch\n" in toolkit_repo, toolkit_repo
+    assert "repo_gpgcheck=1\n" in toolkit_repo and f"gpgkey={repos.toolkit_url()}/gpgkey\n" in toolkit_repo
+    listed = node.sh("zypper --non-interactive repos --details").stdout
+    row = next((line for line in listed.splitlines() if f"| {REPOSITORY_NAME} " in line), "")
+    assert "(r" in row and "Yes" in row.split("|")[4], listed
+    assert repos.toolkit_key.fingerprint[-8:].lower() in imported_keys(node)
+    assert node.sh("zypper --non-interactive refresh --force", check=False).returncode == 0
+    if driver_stage:
+        driver_repo = node.read(f"/etc/zypp/repos.d/{DRIVER_REPOSITORY}.repo")
+        assert f"baseurl={repos.driver_url()}\n" in driver_repo, driver_repo
+        assert "gpgcheck=1\n" in driver_repo and f"gpgkey={repos.driver_url()}/{suse_repo.KEY_FILE}\n" in driver_repo
+        assert repos.driver_key.fingerprint[-8:].lower() in imported_keys(node)
+
+
+def test_leap156_zypper_standin_packages_toolkit_installed_at_its_pin_and_locked(deployed):
+    """STAND-IN toolkit rpms: all four at the pinned 1.17.8-1 although 1.20.0-1 is offered, each
+    held by a zypper lock; the installed nvidia-ctk answers with that version."""
+    node, first, _ = deployed
+    assert first.returncode == 0, first.explain()
+    assert installed(node, TOOLKIT_PACKAGES) == {name: PINNED_TOOLKIT for name in TOOLKIT_PACKAGES}
+    assert set(TOOLKIT_PACKAGES) <= locks(node)
+    ctk = node.sh("nvidia-ctk --version").stdout
+    assert ctk.startswith(f"NVIDIA Container Toolkit CLI version {PINNED_TOOLKIT.split('-')[0]}"), ctk
+    assert node.sh("rpm -q --qf '%{SUMMARY}' nvidia-container-toolkit").stdout.startswith("STAND-IN")
+
+
+def test_leap156_zypper_standin_packages_driver_at_its_pin_with_the_proprietary_kmp_and_locked(
+        deployed, driver_stage):
+    """STAND-IN G06 driver rpms: nvidia-compute-G06 and nvidia-compute-utils-G06 at the pinned
+    550.54.15 although 550.90.07 is offered, the proprietary KMP in and no open one, all locked;
+    nvidia-persistenced (in nvidia-compute-utils-G06) enabled; the stand-in nvidia-smi exits 9 as on a
+    node without a driver."""
+    needs_driver(driver_stage)
+    node, first, _ = deployed
+    assert first.returncode == 0, first.explain()
+    release = f"{PINNED_DRIVER}-{suse_repo.RELEASE}"
+    assert installed(node, DRIVER_PACKAGES) == {name: release for name in DRIVER_PACKAGES}
+    assert list(installed(node, [suse_repo.PROPRIETARY_KMP, suse_repo.OPEN_KMP])) == [suse_repo.PROPRIETARY_KMP]
+    assert {*DRIVER_PACKAGES, suse_repo.PROPRIETARY_KMP} <= locks(node)
+    assert node.sh("systemctl is-enabled nvidia-persistenced", check=False).stdout.strip() == "enabled"
+    smi = node.sh("nvidia-smi", check=False)
+    assert smi.returncode == 9 and f"STAND-IN {PINNED_DRIVER}" in smi.stderr, smi
+
+
+@pytest.mark.xfail(strict=True, reason=KMP_UNPINNED)
+def test_leap156_zypper_standin_packages_kmp_at_the_pinned_drivers_version(deployed, driver_stage):
+    """STAND-IN KMP: the kernel module package is the pinned driver's, 550.54.15_k..., the only one
+    installed (a KMP of another driver version does not load with 550.54.15's userspace)."""
+    needs_driver(driver_stage)
+    node, first, _ = deployed
+    assert first.returncode == 0, first.explain()
+    versions = node.sh(f"rpm -q --qf '%{{VERSION}}\\n' {suse_repo.PROPRIETARY_KMP}").stdout.split()
+    assert [version.split("_")[0] for version in versions] == [PINNED_DRIVER], versions
+
+
+def test_leap156_zypper_standin_packages_stay_at_their_pins_through_a_plain_zypper_update(
+        deployed, repos, driver_stage):
+    """STAND-IN packages: once a newer toolkit (1.20.1-1) and driver (550.127.05) are published,
+    the node's own `zypper refresh` and `zypper update` see them and leave the locked packages."""
+    node, first, _ = deployed
+    assert first.returncode == 0, first.explain()
+    repos.publish_toolkit(standin_rpms.TOOLKIT_UPDATE)
+    names = list(TOOLKIT_PACKAGES)
+    if driver_stage:
+        repos.publish_driver(suse_repo.DRIVER_UPDATE)
+        names += DRIVER_PACKAGES
+    before = installed(node, names)
+    refreshed = node.sh("zypper --non-interactive refresh", check=False)
+    assert refreshed.returncode == 0, refreshed.stdout + refreshed.stderr
+    offered = node.sh("zypper --non-interactive search --details --match-exact " + " ".join(names)).stdout
+    assert standin_rpms.TOOLKIT_UPDATE in offered, offered
+    if driver_stage:
+        assert f"{suse_repo.DRIVER_UPDATE}-{suse_repo.RELEASE}" in offered, offered
+    update = node.sh("zypper --non-interactive update -y", check=False)
+    assert update.returncode == 0, update.stdout + update.stderr
+    assert installed(node, names) == before
+
+
+@pytest.fixture(scope="module")
+def second_run(deployed):
+    """The same settings again on the deployed node, with -y: (result, the operations it changed)."""
+    node, first, data = deployed
+    assert first.returncode == 0, first.explain()
+    again = node.deploy(data=data, json_output=False)
+    assert again.returncode == 0, again.explain()
+    return again, again.changed_operations()
+
+
+def test_leap156_zypper_standin_packages_second_run_with_y_changes_nothing(second_run):
+    """STAND-IN packages: the same settings again, with -y: the kernel and toolkit stages change nothing
+    (the toolkit's pin 1.17.8-1 is the installed version-release; its locks are read and kept)."""
+    again, changed = second_run
+    assert [name for name in changed if not name.startswith("NVIDIA driver |")] == [], again.explain()
+
+
+def test_leap156_zypper_standin_driver_second_run_with_y_changes_nothing(second_run, driver_stage):
+    """STAND-IN G06 rpms: the driver stage's second run changes nothing (its pin without the release,
+    550.54.15, matches the installed 550.54.15-lp156.1.1, as zypper reads it)."""
+    needs_driver(driver_stage)
+    again, changed = second_run
+    assert [name for name in changed if name.startswith("NVIDIA driver |")] == [], again.explain()
+
+
+def test_leap156_zypper_standin_toolkit_new_pin_moves_the_locked_packages_and_locks_them_again(
+        deployed, repos, driver_stage):
+    """STAND-IN toolkit rpms: a later run pinned to 1.20.0-1 moves all four locked packages to it
+    (as apt's hold and dnf's versionlock let a new pin through) and locks them again."""
+    node, first, data = deployed
+    assert first.returncode == 0, first.explain()
+    moved = node.deploy(data={**data, "nvidia_toolkit_version": NEWER_TOOLKIT}, json_output=False)
+    assert moved.returncode == 0, moved.explain()
+    assert installed(node, TOOLKIT_PACKAGES) == {name: NEWER_TOOLKIT for name in TOOLKIT_PACKAGES}
+    assert set(TOOLKIT_PACKAGES) <= locks(node)
+
+
+@pytest.fixture(scope="module")
+def toolkit_refused(repos, driver_stage):
+    """A Leap 15.6 node after a -y run of the toolkit stage against the toolkit repository whose
+    repomd.xml was altered after signing: (node, result)."""
+    node = start_leap_node()
+    try:
+        data = settings_data(repos, driver_stage, tampered=True, stages="toolkit")
+        yield node, node.deploy(data=data, json_output=False)
+    finally:
+        node.remove()
+
+
+def refusal_messages(output: str) -> set[str]:
+    """zypper's signature refusals in a run's output, each message once (zypper prints it with its
+    prompt, answered no, then again as the error)."""
+    return {line.split("] ", 1)[-1].split(" Continue?")[0].strip().rstrip(".")
+            for line in output.splitlines() if "Signature verification failed for file" in line}
+
+
+def test_leap156_zypper_standin_toolkit_repository_whose_signature_does_not_verify_is_refused_and_nothing_installed(
+        toolkit_refused):
+    """STAND-IN toolkit repository, its repomd.xml altered after signing (repo_gpgcheck): the run
+    fails with zypper's one refusal, naming the repository's repomd.xml; no toolkit package is in."""
+    node, refused = toolkit_refused
+    assert refused.returncode != 0, refused.explain()
+    assert refusal_messages(refused.output) == {
+        f"Signature verification failed for file 'repomd.xml' from repository '{REPOSITORY_NAME}'"}, refused.explain()
+    assert "Traceback" not in refused.output
+    assert installed(node, TOOLKIT_PACKAGES) == {}
+
+
+def test_leap156_zypper_standin_toolkit_repository_refused_stops_the_run_at_the_refusal(toolkit_refused):
+    """STAND-IN toolkit repository whose signature does not verify: the run stops at zypper's refusal
+    (exit 4), not later on packages that seem missing because the refused repository was skipped."""
+    node, refused = toolkit_refused
+    assert refused.returncode != 0, refused.explain()
+    assert "No provider of" not in refused.output, refused.explain()
+
+
+@pytest.mark.xfail(strict=True, reason=REFUSED_REPOSITORY_KEPT)
+def test_leap156_zypper_standin_toolkit_repository_refused_leaves_the_nodes_own_zypper_working(toolkit_refused):
+    """STAND-IN toolkit repository whose signature does not verify: after the refused run the
+    node's own `zypper refresh` still succeeds (as apt-get update does after the apt refusal)."""
+    node, refused = toolkit_refused
+    assert refused.returncode != 0, refused.explain()
+    own = node.sh("zypper --non-interactive refresh", check=False)
+    assert own.returncode == 0, own.stdout + own.stderr
+
+
+@pytest.fixture
+def leap_node():
+    node = start_leap_node()
+    yield node
+    node.remove()
+
+
+def test_leap156_zypper_standin_driver_repository_whose_signature_does_not_verify_is_refused_and_nothing_installed(
+        leap_node, repos, driver_stage):
+    """STAND-IN driver repository, its repomd.xml altered after signing, with -y: the run fails
+    with zypper's one line, and none of the driver's packages is installed."""
+    needs_driver(driver_stage)
+    refused = leap_node.deploy(data=settings_data(repos, driver_stage, tampered=True, stages="driver"),
+                               json_output=False)
+    assert refused.returncode != 0, refused.explain()
+    assert refusal_messages(refused.output) == {
+        f"Signature verification failed for file 'repomd.xml' from repository '{DRIVER_REPOSITORY}'"}, refused.explain()
+    assert "Traceback" not in refused.output
+    assert installed(leap_node, [*DRIVER_PACKAGES, suse_repo.PROPRIETARY_KMP, suse_repo.OPEN_KMP]) == {}
+
+
+def test_leap156_zypper_standin_driver_open_flavour_installs_the_signed_open_kmp_and_locks_it(
+        leap_node, repos, driver_stage):
+    """STAND-IN G06 rpms with nvidia_kernel_modules=open, with -y: the open KMP
+    (nvidia-open-driver-G06-signed-kmp-default) beside the pinned userspace, locked; no proprietary KMP
+    (its version: test_leap156_zypper_standin_packages_kmp_at_the_pinned_drivers_version)."""
+    needs_driver(driver_stage)
+    run = leap_node.deploy(data=settings_data(repos, driver_stage, stages="driver", modules="open"), json_output=False)
+    assert run.returncode == 0, run.explain()
+    assert list(installed(leap_node, [suse_repo.PROPRIETARY_KMP, suse_repo.OPEN_KMP])) == [suse_repo.OPEN_KMP]
+    assert suse_repo.OPEN_KMP in locks(leap_node)
