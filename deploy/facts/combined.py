@@ -41,18 +41,23 @@ class CombinedOutput(FactBase):
     """
 
     def command(self, facts=(), calls=()):
-        parts = []
+        # The reads only read, so they run side by side, each into a file of its own, printed in
+        # order once all are done: the node's wall time is the slowest read's, not their sum.
+        parts = ['_gn=$(mktemp -d 2>/dev/null) || _gn=/tmp/gpu-node-read.$$ && mkdir -p "$_gn";']
         entries = [(fact, {}, None) for fact in facts]
         entries += [(fact, kwargs, index) for index, (fact, kwargs) in enumerate(calls)]
-        for fact, kwargs, index in entries:
+        for number, (fact, kwargs, index) in enumerate(entries):
             instance = fact()
             command = instance.command(**kwargs)
             requires = instance.requires_command(**kwargs) if callable(instance.requires_command) else None
             if requires:
                 # As pyinfra runs it: nothing printed when the tool is missing (the fact's default).
                 command = StringCommand("if command -v", requires, ">/dev/null 2>&1; then", command, "; fi")
-            parts += ["echo", f"'{MARKER}{section_name(fact, index)}';", "(", command, ") 2>/dev/null;"]
-        parts.append("true")
+            parts += ["(", command, f') >"$_gn/{number}" 2>/dev/null </dev/null &']
+        parts.append("wait;")
+        for number, (fact, _, index) in enumerate(entries):
+            parts += ["echo", f"'{MARKER}{section_name(fact, index)}';", f'cat "$_gn/{number}";']
+        parts.append('rm -rf "$_gn"; true')
         return StringCommand(*parts)
 
     @staticmethod
