@@ -55,6 +55,11 @@ def managed_files(fabric: Fabric | None = None) -> dict[str, str]:
     return texts
 
 
+def read_files() -> list[str]:
+    """Every file this stage may keep, whatever the node's fabric: what preflight reads ahead."""
+    return [*managed_files(), NVLINK5_MODULES_LOAD_PATH]
+
+
 def node_fabric(settings: Settings, node: dict | None) -> Fabric | None:
     """The node's NVLink fabric where Fabric Manager is installed (HostState, read by preflight)."""
     return fabric_of(node) if settings.fabric_manager_install and node is not None else None
@@ -63,7 +68,7 @@ def node_fabric(settings: Settings, node: dict | None) -> Fabric | None:
 def reads(settings: Settings) -> list[FactCall]:
     """The facts this stage decides on, for preflight to read ahead in its one command: the same
     calls its operations make."""
-    calls = [files.digest_read(path) for path in [*managed_files(), NVLINK5_MODULES_LOAD_PATH]]
+    calls = [files.digest_read(path) for path in read_files()]
     if settings.kernel_modules_load:
         calls += [kernel.module_read(module, sysctl) for module, (_, sysctl) in KUBERNETES_MODULES.items()]
         calls.append(kernel.sysctls_read(KUBERNETES_SYSCTLS))

@@ -7,7 +7,7 @@ from plan import QUICK, Node, gpu_node, run_inventory
 from pyinfra.api import Inventory
 
 from deploy.operations.files import digest_read
-from deploy.tasks.kernel import managed_files
+from deploy.tasks.kernel import read_files
 
 
 # The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
@@ -23,7 +23,7 @@ def test_control_plane_only_hosts_are_skipped_and_gpu_nodes_are_deployed():
         control_plane=(["@fake/cp1"], {}),
     )
     # The kernel stage's files are not on the GPU node yet; the control plane states nothing: it is not read.
-    gpu1 = gpu_node("debian-12", facts=[(digest_read(path), "absent") for path in managed_files()])
+    gpu1 = gpu_node("debian-12", facts=[(digest_read(path), "absent") for path in read_files()])
     run = run_inventory(inventory, {"@fake/gpu1": gpu1, "@fake/cp1": Node()})
     assert run.error is None, run.error
     commands = {host.name: host.connector.executed_commands for host in inventory}

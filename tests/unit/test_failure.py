@@ -16,7 +16,7 @@ from deploy.operations import failure
 from deploy.operations.download import source_read
 from deploy.operations.files import digest_read
 from deploy.operations.packages import deb_states_read
-from deploy.tasks.kernel import managed_files
+from deploy.tasks.kernel import read_files
 from deploy.tasks.toolkit import APT_KEYRING, APT_SOURCE, TOOLKIT_PACKAGES
 
 
@@ -64,7 +64,7 @@ def test_a_host_refused_in_preflight_fails_alone_before_any_change_and_the_fleet
               "stages": "kernel"}
     data = {**common, "require_gpu": True}
     # The kernel stage's files are not there yet.
-    kernel_files = [(digest_read(path), "absent") for path in managed_files()]
+    kernel_files = [(digest_read(path), "absent") for path in read_files()]
     nodes = {"@fake/no-gpu": gpu_node("debian-12", host_state=node_lines("6.1.0-18-amd64"), facts=kernel_files),
              "@fake/gpu": gpu_node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU),
                                    facts=kernel_files)}
@@ -89,7 +89,7 @@ def test_a_toolkit_pin_the_family_cannot_honour_is_refused_in_preflight_before_a
     data = {"fake_delay": 0, "fake_delay_jitter": 0, "kernel_modules_load": False, "reboot_allowed": False,
             "stages": "kernel,toolkit", "nvidia_toolkit_version": "1.17.8-1"}
     node = gpu_node("arch", host_state=node_lines("6.9.7-arch1-1", pkgbases=["linux"]), facts=[
-        *[(digest_read(path), "absent") for path in managed_files()],
+        *[(digest_read(path), "absent") for path in read_files()],
         # What preflight reads ahead for the toolkit's apt path: no such files, and no dpkg-query to ask.
         (source_read(APT_SOURCE, APT_KEYRING), [f"@@file {APT_SOURCE}", "absent", f"@@file {APT_KEYRING}", "absent"]),
         (deb_states_read(TOOLKIT_PACKAGES), []),

@@ -9,7 +9,7 @@ from deploy.distros import detect_platform
 from deploy.facts.kernel import KernelState
 from deploy.operations.files import digest_read
 from deploy.operations.kernel import module_present, module_read, sysctls_read
-from deploy.tasks.kernel import KUBERNETES_MODULES, KUBERNETES_SYSCTLS, kernel_prerequisites, managed_files
+from deploy.tasks.kernel import KUBERNETES_MODULES, KUBERNETES_SYSCTLS, kernel_prerequisites, read_files
 
 
 # The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
@@ -53,7 +53,7 @@ def debian():
 
 def files_absent() -> list:
     """The kernel stage's files, none written yet."""
-    return [(digest_read(path), "absent") for path in managed_files()]
+    return [(digest_read(path), "absent") for path in read_files()]
 
 
 def test_loading_now_modprobes_only_absent_modules_and_sets_only_differing_sysctls():
