@@ -8,7 +8,7 @@ says *what* to install (``install_packages``, ``add_repository``) and the family
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Mapping
 
 from pyinfra.api.exceptions import PyinfraError
@@ -111,6 +111,24 @@ def by_distro_id(choices: tuple[tuple[str, Any], ...], distro_id: str) -> Any:
 
 
 @dataclass(frozen=True)
+class FabricManagerPackages:
+    """NVIDIA Fabric Manager for NVSwitch nodes, from NVIDIA's CUDA repository at the driver's exact
+    version; templates as DriverPackages's."""
+
+    packages: tuple[str, ...]
+    # NVIDIA drops the branch from the names from branch ``renamed_from`` on
+    renamed_packages: tuple[str, ...] = ()
+    renamed_from: int = 580
+    nvlsm_packages: tuple[str, ...] = ("nvlsm",)  # NVLink5 nodes' subnet manager
+    service: str = "nvidia-fabricmanager"
+    # the CUDA repository's signing key, beside its packages
+    key_file: str = "3bf863cc.pub"
+
+    def names(self, branch: int) -> tuple[str, ...]:
+        return self.renamed_packages if self.renamed_packages and branch >= self.renamed_from else self.packages
+
+
+@dataclass(frozen=True)
 class DriverPackages:
     """
     How a family installs the NVIDIA driver, read by deploy/tasks/driver.py. Templates may name
@@ -152,6 +170,23 @@ class DriverPackages:
     cuda_packages: tuple[str, ...] = ()
     cuda_home: str = ""
     cuda_repository: Mapping[str, str] | None = None
+    # nvidia_kernel_modules=open: these fields of this record replace the proprietary ones
+    # (None: the family packages no open kernel modules); open_with_branch: they exist for a branch
+    open_modules: Mapping[str, Any] | None = None
+    open_with_branch: bool = True
+    # apt: the driver's source packages, pinned in apt preferences at the plan's version so that
+    # every package of the driver (dependencies too) comes at that one version
+    pin_sources: tuple[str, ...] = ()
+    # nvidia_persistenced: its package (None: one of the driver's packages carries it) and unit
+    persistenced_package: str | None = None
+    persistenced_service: str = "nvidia-persistenced"
+    fabric_manager: FabricManagerPackages | None = None
+
+    def flavoured(self, flavour: str) -> DriverPackages:
+        """This record for the ``flavour`` of kernel modules (open or proprietary)."""
+        if flavour != "open" or self.open_modules is None:
+            return self
+        return replace(self, **self.open_modules)
 
 
 @dataclass(frozen=True)
@@ -183,15 +218,29 @@ CUDA_REPO = {
     "baseurl": "https://developer.download.nvidia.com/compute/cuda/repos/{dist}/{arch}",
     "gpgkey": "https://developer.download.nvidia.com/compute/cuda/repos/{dist}/{arch}/D42D0685.pub",
 }
+APT_FABRIC_MANAGER = FabricManagerPackages(
+    packages=("nvidia-fabricmanager-{branch}", "libnvidia-nscq-{branch}"),
+    renamed_packages=("nvidia-fabricmanager", "libnvidia-nscq"),
+)
+RPM_FABRIC_MANAGER = FabricManagerPackages(
+    packages=("nvidia-fabric-manager", "libnvidia-nscq"),
+    key_file="D42D0685.pub",
+)
 RPM_DRIVER = dict(
     repositories=(("", CUDA_REPO),),
-    module=("nvidia-driver", "{branch}-dkms", "latest"),
+    module=("nvidia-driver", "{branch}-dkms", "latest-dkms"),
     module_packages=("nvidia-driver", "nvidia-driver-cuda", "kmod-nvidia-latest-dkms"),
     packages=("cuda-drivers",),
     branch_packages=("cuda-drivers-{branch}",),
     headers=("kernel-devel-{kernel}", "kernel-devel"),
     cuda_packages=("cuda-toolkit",),
     cuda_home="/usr/local/cuda",
+    # NVIDIA's open module streams (<branch>-open, open-dkms) and packages
+    open_modules={"module": ("nvidia-driver", "{branch}-open", "open-dkms"),
+                  "module_packages": ("nvidia-driver", "nvidia-driver-cuda", "kmod-nvidia-open-dkms"),
+                  "packages": ("nvidia-open",), "branch_packages": ("nvidia-open-{branch}",)},
+    persistenced_package="nvidia-persistenced",
+    fabric_manager=RPM_FABRIC_MANAGER,
 )
 DEBIAN_DRIVER = DriverPackages(
     components=("contrib", "non-free", "non-free-firmware"),
@@ -205,6 +254,14 @@ DEBIAN_DRIVER = DriverPackages(
     default_flavour="{deb_arch}",
     cuda_packages=("nvidia-cuda-toolkit",),
     cuda_home="/usr/lib/nvidia-cuda-toolkit",
+    # contrib's open module (no nvidia-tesla-<branch>-open-kernel-dkms in bookworm or trixie)
+    open_modules={"dependencies": ("nvidia-open-kernel-dkms",)},
+    open_with_branch=False,
+    pin_sources=("src:nvidia-graphics-drivers", "src:nvidia-graphics-drivers-tesla-{branch}",
+                 "src:nvidia-open-gpu-kernel-modules"),
+    persistenced_package="nvidia-persistenced",
+    repo_dist=(("", "debian{major}"),),
+    fabric_manager=APT_FABRIC_MANAGER,
 )
 UBUNTU_DRIVER = DriverPackages(
     branch="required",
@@ -217,6 +274,11 @@ UBUNTU_DRIVER = DriverPackages(
     default_flavour="generic",
     cuda_packages=("nvidia-cuda-toolkit",),
     cuda_home="/usr/lib/nvidia-cuda-toolkit",
+    open_modules={"packages": ("nvidia-headless-{branch}-server-open", "nvidia-utils-{branch}-server"),
+                  "dependencies": ("nvidia-dkms-{branch}-server-open",)},
+    persistenced_package="nvidia-compute-utils-{branch}-server",
+    repo_dist=(("", "ubuntu{version_nodot}"),),
+    fabric_manager=APT_FABRIC_MANAGER,
 )
 SUSE_DRIVER_GPGKEY = "{baseurl}/repodata/repomd.xml.key"
 SUSE_DRIVER = DriverPackages(
@@ -235,6 +297,8 @@ SUSE_DRIVER = DriverPackages(
     flavour_pattern=r"-([a-z0-9]+)$",
     default_flavour="default",
     headers=(),  # KMP packages carry modules built for the flavour
+    open_modules={"dependencies": ("nvidia-open-driver-G06-signed-kmp-{flavour}",)},
+    fabric_manager=RPM_FABRIC_MANAGER,
     cuda_repository=CUDA_REPO,
     repo_dist=(("sle", "sles{major}"), ("", "opensuse{major}")),
     cuda_packages=("cuda-toolkit",),
@@ -246,6 +310,8 @@ ARCH_DRIVER = DriverPackages(
     kernel_modules={"linux": "nvidia", "linux-lts": "nvidia-lts"},
     dkms_package="nvidia-dkms",
     dkms_headers="{pkgbase}-headers",
+    open_modules={"kernel_modules": {"linux": "nvidia-open", "linux-lts": "nvidia-open-lts"},
+                  "dkms_package": "nvidia-open-dkms"},
     headers=(),
     cuda_packages=("cuda",),
     cuda_home="/opt/cuda",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
 
@@ -104,3 +106,90 @@ class ZypperLocks(FactBase):
             if len(cells) >= 3 and cells[0].isdigit():
                 names.append(cells[1])
         return names
+
+
+class PackageVersions(FactBase):
+    """
+    Every version of the named packages the package manager's lists offer (and the installed one),
+    newest first as the manager lists them: apt's ``apt-cache madison``, dnf's ``list --showduplicates``.
+    Other managers read nothing (they install one version). Absent packages are left out.
+
+    .. code:: python
+
+        {"nvidia-driver": ["535.309.01-0+deb12u1", "535.261.03-1"]}
+    """
+
+    def command(self, manager="apt", packages=()):
+        names = [QuoteString(name) for name in packages]
+        if manager == "apt" and names:
+            return StringCommand("apt-cache", "madison", *names, "2>/dev/null || true")
+        if manager == "dnf" and names:
+            return StringCommand("dnf", "-q", "list", "--showduplicates", *names, "2>/dev/null || true")
+        return "true"
+
+    @staticmethod
+    def default():
+        return {}
+
+    def process(self, output):
+        versions: dict[str, list[str]] = {}
+        for line in output:
+            if "|" in line:  # apt: " name | version | source"
+                cells = [cell.strip() for cell in line.split("|")]
+                name, version = cells[0], cells[1] if len(cells) > 1 else ""
+            else:  # dnf: "name.arch  [epoch:]version-release  repository"
+                words = line.split()
+                if len(words) < 3 or "." not in words[0] or words[0].endswith(":"):
+                    continue
+                name, version = words[0].rsplit(".", 1)[0], words[1]
+            if name and version and version not in versions.setdefault(name, []):
+                versions[name].append(version)
+        return versions
+
+
+class RepositoryPackageVersions(FactBase):
+    """
+    The versions a flat apt repository (``deb URL /``) offers of the named packages, read from its
+    Packages index without adding it to the node (downloaded to a temporary folder, then removed):
+    what the driver stage pins to before it adds the repository. Unverified: apt checks the
+    signature when it installs.
+
+    .. code:: python
+
+        {"nvidia-fabricmanager-535": ["535.261.03-1", "535.274.02-1"]}
+    """
+
+    def command(self, url, packages=(), timeout=30):
+        wanted = shlex.quote(" " + " ".join(packages) + " ")
+        base = shlex.quote(url.rstrip("/"))
+        seconds = int(timeout)
+        return StringCommand(
+            'tmp=$(mktemp -d) && trap \'rm -rf "$tmp"\' EXIT; for index in Packages.gz Packages; do'
+            f" if [ -x /usr/lib/apt/apt-helper ]; then /usr/lib/apt/apt-helper -o Acquire::http::Timeout={seconds}"
+            f' -o Acquire::https::Timeout={seconds} -o Acquire::Retries=0 download-file {base}/"$index" "$tmp/$index";'
+            f' else curl -fsSL --max-time {seconds} -o "$tmp/$index" {base}/"$index"; fi >/dev/null 2>&1'
+            f' && {{ zcat -f "$tmp/$index" | awk -v wanted={wanted}'
+            """ '/^Package:/ {name=$2} /^Version:/ && index(wanted, " " name " ") {print name, $2}'; break; }; done; true"""
+        )
+
+    @staticmethod
+    def default():
+        return {}
+
+    def process(self, output):
+        versions: dict[str, list[str]] = {}
+        for line in output:
+            words = line.split()
+            if len(words) == 2:
+                versions.setdefault(words[0], []).append(words[1])
+        return {name: sorted(found, key=_version_key, reverse=True) for name, found in versions.items()}
+
+
+def _version_key(version: str):
+    from packaging.version import InvalidVersion, Version
+
+    upstream = version.split(":", 1)[-1].split("-", 1)[0]
+    try:
+        return (1, Version(upstream), version)
+    except InvalidVersion:
+        return (0, upstream, version)

@@ -10,13 +10,16 @@ import re
 from typing import TYPE_CHECKING
 
 from pyinfra import host, logger
-from pyinfra.api import FactBase, QuoteString, StringCommand, operation
+from pyinfra.api import FactBase, FunctionCommand, QuoteString, StringCommand, operation
 
-from deploy.facts.combined import known_fact
+from deploy.driver_versions import VersionRefusal, choose, matching, upstream_version
+from deploy.facts.combined import known_fact, read
 from deploy.facts.nvidia import HostState, PackagesAvailable
-from deploy.operations.failure import failing_command
+from deploy.facts.packages import PackageVersions
+from deploy import probes
+from deploy.operations.failure import fail_host, failing_command
 from deploy.operations.files import put_text
-from deploy.operations.packages import apt_sources_changed
+from deploy.operations.packages import apt_lock_option, apt_sources_changed, deb_states_read, refresh_apt_lists
 from deploy.report import DriverNote, DriverNotes
 from deploy.run_state import per_run
 
@@ -160,7 +163,7 @@ def add_apt_components(sources: dict, codename: str, components) -> tuple[dict, 
 @operation()
 def enable_apt_components(codename: str, components: list):
     """Enable apt components for the release's Debian archive entries, without duplicating any."""
-    sources = host.get_fact(AptSourceFiles)
+    sources = known_fact(host, AptSourceFiles)  # read ahead by the driver stage's preflight
     changed, entries = add_apt_components(sources, codename, components)
     if not entries:
         yield failing_command(
@@ -183,7 +186,7 @@ def install_first_available(manager: PackageManager, candidates: list, lock_time
     headers, else the flavour's meta package); nothing when one of them is installed already.
     The choice is made when the operation runs, after the lists are refreshed.
     """
-    installed = host.get_fact(manager.installed_fact)
+    installed = known_fact(host, manager.installed_fact)
     have = [name for name in candidates if name in installed]
     if have:
         host.noop(f"{what} {have[0]} is installed")
@@ -266,3 +269,117 @@ def report_driver_state(require_gpu: bool, driver_packages: list):
 def kernel_flavour(kernel: str, pattern: str | None, default: str) -> str:
     match = re.match(pattern, kernel) if pattern else None
     return match.group(1) if match else default
+
+
+APT_INSTALL = ('DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::="--force-confdef" '
+               '-o Dpkg::Options::="--force-confold" install')
+# What removes the other flavour's module package on the managers that do it apart from the install
+REMOVE_COMMANDS = {"dnf": ("rpm", "-e", "--nodeps"), "zypper": ("rpm", "-e", "--nodeps"),
+                   "pacman": ("pacman", "-Rdd", "--noconfirm")}
+
+
+def apt_pin_text(sources, pins: dict) -> str | None:
+    """apt preferences holding the driver's source packages at the pinned versions (None: none pinned)."""
+    versions = sorted({version for version in pins.values() if version})
+    if not sources or not versions:
+        return None
+    stanzas = [f"Package: {' '.join(sources)}\nPin: version {version}\nPin-Priority: 1001\n" for version in versions]
+    return "# Managed by gpu-node (deploy/tasks/driver.py): the NVIDIA driver's packages at one version\n" + "\n".join(stanzas)
+
+
+DKMS_BUILD_FAILED = re.compile(r"Bad return status for module build on kernel: (\S+)")
+DKMS_LOG = re.compile(r"Consult (/\S+/make\.log)")
+DPKG_UNCONFIGURED = re.compile(r"dpkg: error processing package (\S+) \(--configure\)")
+
+
+def install_failure(lines: list[str]) -> str:
+    """One line naming why an apt-get install of the driver failed: DKMS's module build (the kernel
+    and the build's log on the node, and the packages dpkg left unconfigured), else apt's last error."""
+    text = "\n".join(lines)
+    kernel, log = DKMS_BUILD_FAILED.search(text), DKMS_LOG.search(text)
+    if kernel:
+        left = sorted(set(DPKG_UNCONFIGURED.findall(text)))
+        return (f"DKMS could not build the NVIDIA kernel module for kernel {kernel.group(1)}: see "
+                f"{log.group(1) if log else '/var/lib/dkms/*/*/build/make.log'} on the node"
+                + (f"; dpkg left {', '.join(left)} unconfigured" if left else ""))
+    errors = [line.strip() for line in lines if line.strip().startswith(("E:", "dpkg: error"))]
+    said = errors or [line.strip() for line in lines if line.strip()]
+    return "apt-get install of the NVIDIA driver failed: " + (said[-1] if said else "no error output")
+
+
+def _install_naming_dkms_failures(state, host, command: StringCommand) -> bool:
+    """Run the driver's apt-get install; when it fails, fail the host with one line (install_failure)."""
+    succeeded, output = host.run_shell_command(command, print_output=state.print_output,
+                                               print_input=state.print_input, **probes.connector_arguments(host))
+    if succeeded:
+        return True
+    return fail_host(state, host, install_failure(output.output_lines))
+
+
+def resolved_versions(resolve: dict, states: dict) -> dict[str, str | None]:
+    """The versions the install operation chooses from the refreshed lists (``install_driver``'s
+    ``resolve``); with ``resolve["fabric"]`` (deploy/distros.py's FabricManagerPackages) Fabric
+    Manager's packages are named for the driver's branch and chosen at the driver's version, or
+    VersionRefusal names what the lists offer."""
+    names = list(resolve["names"])
+    offered = host.get_fact(PackageVersions, manager="apt", packages=names)
+    fabric = resolve.get("fabric")
+    if not fabric:
+        return choose(names, offered, states, None, resolve["what"])
+    driver = names[0]
+    if not offered.get(driver):
+        raise VersionRefusal(f"Fabric Manager must be at the driver's version, and the apt lists name no version "
+                             f"of {driver} (after enabling its components and refreshing them)")
+    branch = int(upstream_version(offered[driver][0]).split(".")[0])
+    fabric_names = [template.format(branch=branch) for template in fabric.names(branch)]
+    offered = {**offered, **host.get_fact(PackageVersions, manager="apt", packages=fabric_names)}
+    pins = choose(names + fabric_names, offered, states, None, resolve["what"])
+    upstream = upstream_version(pins[driver] or offered[driver][0])
+    return {**pins, **matching(fabric_names, offered, upstream, "Fabric Manager")}
+
+
+@operation()
+def install_driver(manager: PackageManager, packages: dict, remove: list, state_names: list, lock_timeout: int,
+                   resolve: dict | None = None):
+    """
+    Install the driver's ``packages`` ({name: version or None}) and hold them, removing the other
+    kernel module flavour's packages (``remove``) in the same apt transaction (``name-``), so the
+    node never has a mix of both. ``state_names``: the DebPackageStates read preflight made ahead.
+    ``resolve`` (apt): the versions preflight could not know (lists it had not yet: components or a
+    repository this run adds) are chosen here, after the refresh: {"names", "what", "pin_sources", "pin_path",
+    "fabric"} (``resolved_versions``); a refusal fails the host before anything is installed.
+    """
+    if manager.name != "apt":
+        installed = host.get_fact(manager.installed_fact)
+        gone = sorted(name for name in remove if name in installed)
+        if gone:
+            yield StringCommand(*REMOVE_COMMANDS[manager.name], *[QuoteString(name) for name in gone])
+        yield from manager.install._inner(packages=packages, hold=True, lock_timeout=lock_timeout)
+        return
+    states = read(host, deb_states_read(state_names))
+    needed = [name for name, version in packages.items()
+              if name not in states or (version and states[name]["version"] != version)]
+    gone = sorted(name for name in remove if name in states)
+    if needed or gone:
+        yield from refresh_apt_lists(lock_timeout)
+        if resolve:
+            try:
+                pins = resolved_versions(resolve, states)
+            except VersionRefusal as refusal:
+                yield failing_command(str(refusal))
+                return
+            packages = {**packages, **{name: version for name, version in pins.items() if version}}
+            needed = [name for name, version in packages.items()
+                      if name not in states or (version and states[name]["version"] != version)]
+            text = apt_pin_text(resolve["pin_sources"], {name: pins[name] for name in resolve["names"]})
+            if text:
+                yield StringCommand("printf", "%s", QuoteString(text), ">", QuoteString(resolve["pin_path"]))
+        words = [f"{name}={packages[name]}" if packages[name] else name for name in needed]
+        command = StringCommand(APT_INSTALL, apt_lock_option(lock_timeout), "--allow-change-held-packages",
+                                "--allow-downgrades", *[QuoteString(word) for word in words + [f"{name}-" for name in gone]])
+        yield FunctionCommand(_install_naming_dkms_failures, (command,), {})
+    else:
+        host.noop("driver packages are installed: " + ", ".join(f"{n} {states[n]['version']}" for n in sorted(packages)))
+    to_hold = sorted(name for name in packages if name in needed or not states[name]["held"])
+    if to_hold:
+        yield StringCommand("apt-mark", "hold", *[QuoteString(name) for name in to_hold])

@@ -11,11 +11,17 @@ import base64
 import pytest
 
 from plan import DEFAULT, PCI_WITH_GPU, carrying, every, gpu_node, node_lines, run_deploy
+from test_read_ahead import digest_lines
+
+from deploy.operations.files import digest_read as files_digest
+from deploy.tasks.driver import APT_PIN_PATH
 from pyinfra.facts.deb import DebPackages
 
 from deploy.facts.nvidia import IgnoredPackages, PackagesAvailable, RecommendedDriver
+from deploy.facts.packages import DebPackageStates, PackageVersions, RepositoryPackageVersions
 from deploy.operations.driver import AptSourceFiles
 from deploy.operations.packages import PACMAN_HOLD_LIST, deb_states_read
+from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 
 # The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
@@ -34,6 +40,32 @@ def node(distro: str, host_state: list[str] | None = None, facts=(), arch: str =
     """A node of ``distro``; what it does not state (the kernel stage's files, installed packages,
     repository files) reads as nothing there: the facts' defaults."""
     return gpu_node(distro, arch=arch, host_state=host_state, facts=facts, unstated=DEFAULT)
+
+
+def dpkg(**installed: str):
+    """DebPackageStates on a node where ``installed`` (name -> "version" or "version hold") are installed."""
+    def output(packages=()):
+        lines = []
+        for name in packages:
+            if name.replace("-", "_") in installed:
+                version, *held = installed[name.replace("-", "_")].split()
+                lines.append(f"{name} {version} {'hold' if held else 'install'} ok installed")
+        return lines
+    return output
+
+
+def offering(**versions: str):
+    """PackageVersions on a node whose apt lists offer ``versions`` (name -> "v1 v2", newest first)."""
+    def output(manager="apt", packages=()):
+        return [f" {name} | {version} | http://deb.debian.org/debian bookworm/main amd64 Packages"
+                for name in packages for version in versions.get(name.replace("-", "_"), "").split()]
+    return output
+
+
+SERVICES_UP = [
+    (every(SystemdEnabled), ["Id=nvidia-persistenced.service", "UnitFileState=enabled"]),
+    (every(SystemdStatus), ["Id=nvidia-persistenced.service", "SubState=running"]),
+]
 
 
 def install_lines(run, tool: str) -> list[str]:
@@ -93,21 +125,30 @@ def test_debian_branch_and_version_pin_the_tesla_packages_and_hold_them():
 
 
 def test_debian_second_run_with_everything_installed_and_held_runs_no_package_command():
-    installed = [f"{name} 535.216.03-3~deb12u1 hold ok installed" for name in
-                 ("nvidia-tesla-535-driver", "nvidia-tesla-535-smi", "nvidia-tesla-535-kernel-dkms")]
+    version = "535.216.03-3~deb12u1"
     enabled = DEBIAN_SOURCES.replace("Components: main", "Components: main contrib non-free non-free-firmware")
+    pin = ("# Managed by gpu-node (deploy/tasks/driver.py): the NVIDIA driver's packages at one version\n"
+           "Package: src:nvidia-graphics-drivers src:nvidia-graphics-drivers-tesla-535 src:nvidia-open-gpu-kernel-modules\n"
+           f"Pin: version {version}\nPin-Priority: 1001\n")
     run = ok(run_deploy(
         node("debian-12", facts=[
             (AptSourceFiles, "/etc/apt/sources.list.d/debian.sources " + base64.b64encode(enabled.encode()).decode()),
-            (deb_states_read(["nvidia-tesla-535-driver", "nvidia-tesla-535-smi", "nvidia-tesla-535-kernel-dkms"]), installed),
-            (deb_states_read(["firmware-misc-nonfree"]), ["firmware-misc-nonfree 20230210-5 install ok installed"]),
+            (every(DebPackageStates), dpkg(nvidia_tesla_535_driver=f"{version} hold", nvidia_tesla_535_smi=f"{version} hold",
+                                           nvidia_tesla_535_kernel_dkms=f"{version} hold",
+                                           firmware_misc_nonfree="20230210-5", nvidia_persistenced="535.171.04-1~deb12u1")),
             (DebPackages, ["ii  linux-headers-6.1.0-18-amd64 6.1.76-1 amd64 Header files"]),
+            (files_digest(APT_PIN_PATH), digest_lines(pin)),
+            *SERVICES_UP,
         ]),
-        data={"nvidia_driver_branch": "535", "nvidia_driver_version": "535.216.03-3~deb12u1"},
+        data={"nvidia_driver_branch": "535", "nvidia_driver_version": version, "stages": "driver"},
     ))
     assert not run.ran("apt-get"), run.ran("apt-get")
     assert not run.ran("apt-mark hold")
     assert not run.ran("> /run/reboot-required")
+    assert not [c for c in run.commands if c.startswith("systemctl")]
+    # no more remote commands than before the flavour and persistenced came: preflight's combined read,
+    # the driver's one read ahead, HostState for the reboot marker's check
+    assert len(run.commands) <= 6, "\n".join(c[:4000].replace("\n", " ") for c in run.commands)
 
 
 def test_debian_without_a_release_entry_fails_the_host_naming_the_problem(caplog):
@@ -149,6 +190,7 @@ def test_ubuntu_branch_detected_from_ubuntu_drivers_recommendation():
 def test_ubuntu_branch_detected_from_the_installed_driver():
     run = ok(run_deploy(node("ubuntu-22.04", host_state=node_lines("5.15.0-91-generic"), facts=[
         (DebPackages, ["ii  nvidia-headless-470-server 470.239.06-0ubuntu0.22.04.1 amd64 NVIDIA headless"]),
+        (every(DebPackageStates), dpkg(nvidia_headless_470_server="470.239.06-0ubuntu0.22.04.1")),
     ])))
     # the installed package stays, the rest of branch 470 joins it, all held
     assert any(c.endswith("--allow-change-held-packages --allow-downgrades nvidia-utils-470-server nvidia-dkms-470-server")
@@ -291,3 +333,213 @@ def test_driver_install_false_runs_no_driver_operation():
     run = ok(run_deploy(node("debian-12", facts=DEBIAN_FILES), data={"nvidia_driver_install": False}))
     assert not run.ran("apt-get") and not run.ran("apt-mark")
     assert not [name for name in run.op_names() if name.startswith("NVIDIA driver")]
+
+
+# Kernel module flavour, one version, nvidia-persistenced, Fabric Manager (docs/datacenter.md)
+
+H100 = ["pci 0000:3b:00.0 0x2330 0x030200"]
+B200 = ["pci 0000:3b:00.0 0x2901 0x030200"]
+NVSWITCH = [*H100, "pci 0000:05:00.0 0x22a3 0x068000"]
+BOOKWORM_OFFERS = offering(nvidia_driver="535.309.01-0+deb12u1 535.261.03-1", nvidia_smi="535.309.01-0+deb12u1 535.261.03-1",
+                           nvidia_kernel_dkms="535.309.01-0+deb12u1 535.261.03-1", nvidia_open_kernel_dkms="535.261.03-1",
+                           nvidia_fabricmanager_535="535.309.01-1 535.261.03-1", libnvidia_nscq_535="535.309.01-1 535.261.03-1")
+
+
+def test_debian_open_flavour_pins_driver_and_open_module_to_the_version_both_have_with_an_apt_pin():
+    run = ok(run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=H100), facts=[
+        *DEBIAN_FILES, (every(PackageVersions), BOOKWORM_OFFERS)]), data={"nvidia_kernel_modules": "open"}))
+    driver = single([c for c in install_lines(run, "apt-get") if "nvidia-driver" in c])
+    assert driver.endswith("nvidia-driver=535.261.03-1 nvidia-smi=535.261.03-1 nvidia-open-kernel-dkms=535.261.03-1")
+    assert "apt-mark hold nvidia-driver nvidia-open-kernel-dkms nvidia-smi" in run.commands
+    assert run.ran("/etc/apt/preferences.d/gpu-node-nvidia-driver")
+    assert "NVIDIA driver | Pin the NVIDIA driver's packages at one version" in run.op_names()
+
+
+def test_switching_flavour_replaces_the_module_package_in_the_same_transaction():
+    run = ok(run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=H100), facts=[
+        *DEBIAN_FILES, (every(PackageVersions), BOOKWORM_OFFERS),
+        (every(DebPackageStates), dpkg(nvidia_driver="535.261.03-1 hold", nvidia_smi="535.261.03-1 hold",
+                                       nvidia_open_kernel_dkms="535.261.03-1 hold")),
+    ]), data={"nvidia_kernel_modules": "proprietary"}))
+    driver = single([c for c in install_lines(run, "apt-get") if "nvidia-kernel-dkms" in c])
+    assert driver.endswith("nvidia-kernel-dkms=535.261.03-1 nvidia-open-kernel-dkms-")
+    assert "apt-mark hold nvidia-kernel-dkms" in run.commands
+
+
+def test_a_running_newer_driver_is_not_downgraded_for_the_open_flavour():
+    run = run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=H100), facts=[
+        *DEBIAN_FILES, (every(PackageVersions), BOOKWORM_OFFERS),
+        (every(DebPackageStates), dpkg(nvidia_driver="535.309.01-0+deb12u1 hold", nvidia_smi="535.309.01-0+deb12u1 hold",
+                                       nvidia_kernel_dkms="535.309.01-0+deb12u1 hold")),
+    ]), data={"nvidia_kernel_modules": "open"})
+    assert "the installed driver 535.309.01 is newer than 535.261.03" in run.refusal
+    assert not run.ran("apt-get") and not run.ran("mkdir -p /etc/modprobe.d")
+
+
+def test_blackwell_with_proprietary_is_refused_in_preflight_naming_the_gpu():
+    run = run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=B200), facts=DEBIAN_FILES),
+                     data={"nvidia_kernel_modules": "proprietary"})
+    assert "GPU 0x2901 (Blackwell) at 0000:3b:00.0" in run.refusal
+    assert not run.ran("apt-get") and not run.ran("mkdir -p /etc/modprobe.d")
+
+
+def test_debian_tesla_branch_has_no_open_modules_and_says_so():
+    run = run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=H100), facts=DEBIAN_FILES),
+                     data={"nvidia_kernel_modules": "open", "nvidia_driver_branch": "535"})
+    assert "packages no open kernel modules for nvidia_driver_branch='535'" in run.refusal
+
+
+@pytest.mark.parametrize("distro, kernel, data, expected", [
+    ("ubuntu-22.04", "5.15.0-91-generic", {"nvidia_driver_branch": "550"}, "nvidia-headless-550-server-open nvidia-utils-550-server nvidia-dkms-550-server-open"),
+    ("rocky-9", "5.14.0-362.8.1.el9_3.x86_64", {"nvidia_driver_branch": "550"}, "nvidia-driver nvidia-driver-cuda kmod-nvidia-open-dkms"),
+    ("opensuse-leap-15.5", "5.14.21-150500.55.39-default", {}, "nvidia-open-driver-G06-signed-kmp-default"),
+])
+def test_each_family_installs_its_open_module_packages(distro, kernel, data, expected):
+    run = ok(run_deploy(node(distro, host_state=node_lines(kernel, pci=B200)), data=data))
+    assert any(c.endswith(expected) for c in run.commands), [c for c in run.commands if "install" in c]
+
+
+def test_rocky_open_flavour_enables_the_branchs_open_stream():
+    run = ok(run_deploy(node("rocky-9", host_state=node_lines("5.14.0-362.8.1.el9_3.x86_64", pci=B200)),
+                        data={"nvidia_driver_branch": "570"}))
+    assert "dnf module enable -y nvidia-driver:570-open" in run.commands
+
+
+def test_arch_open_flavour_takes_nvidia_open():
+    run = ok(run_deploy(node("arch", host_state=node_lines("6.9.7-arch1-1", pkgbases=["linux"], pci=B200))))
+    assert single(run.ran("pacman --noconfirm -S")).endswith("-S nvidia-utils nvidia-open")
+
+
+def test_persistenced_is_installed_and_enabled_and_started_only_with_a_gpu():
+    """HostState shows a GPU: nvidia-persistenced installed, enabled and started; no GPU: only
+    enabled (started, it would only fail); nvidia_persistenced=false: neither."""
+    with_gpu = ok(run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=H100), facts=DEBIAN_FILES)))
+    assert any(c.endswith(" nvidia-persistenced") for c in install_lines(with_gpu, "apt-get"))
+    assert "systemctl enable nvidia-persistenced.service" in with_gpu.commands
+    assert "systemctl start nvidia-persistenced.service" in with_gpu.commands
+    without = ok(run_deploy(node("debian-12", facts=DEBIAN_FILES)))
+    assert "systemctl enable nvidia-persistenced.service" in without.commands
+    assert "systemctl start nvidia-persistenced.service" not in without.commands
+    off = ok(run_deploy(node("debian-12", facts=DEBIAN_FILES), data={"nvidia_persistenced": False}))
+    assert not [c for c in install_lines(off, "apt-get") if "nvidia-persistenced" in c]
+    assert not [c for c in off.starting("systemctl") if "nvidia-persistenced" in c]
+    assert any(c.endswith(" nvidia-driver nvidia-smi nvidia-kernel-dkms") for c in install_lines(off, "apt-get"))
+
+
+def test_nvswitch_node_gets_fabric_manager_at_the_drivers_version_in_the_drivers_transaction():
+    run = ok(run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=NVSWITCH), facts=[
+        *DEBIAN_FILES, (every(PackageVersions), BOOKWORM_OFFERS),
+        (every(RepositoryPackageVersions), []),
+    ]), data={"nvidia_cuda_repo_url": "http://127.0.0.1:8080/repos", "allow_insecure_repositories": True}))
+    assert "NVIDIA driver | Add NVIDIA's CUDA repository cuda-debian12-x86_64 (signed-by keyring)" in run.op_names()
+    driver = single([c for c in install_lines(run, "apt-get") if "nvidia-driver" in c])
+    assert "nvidia-fabricmanager-535=535.309.01-1" in driver and "libnvidia-nscq-535=535.309.01-1" in driver
+    assert "apt-mark hold libnvidia-nscq-535 nvidia-driver nvidia-fabricmanager-535 nvidia-kernel-dkms nvidia-smi" in run.commands
+    assert "systemctl enable nvidia-fabricmanager.service" in run.commands
+
+
+def test_fabric_manager_without_the_drivers_version_is_refused_before_any_change():
+    run = run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=NVSWITCH), facts=[
+        *DEBIAN_FILES, (every(PackageVersions), offering(nvidia_driver="535.309.01-0+deb12u1", nvidia_smi="535.309.01-0+deb12u1",
+                                                         nvidia_kernel_dkms="535.309.01-0+deb12u1")),
+        (every(RepositoryPackageVersions), ["nvidia-fabricmanager-535 535.274.02-1", "libnvidia-nscq-535 535.274.02-1"]),
+    ]), data={"nvidia_cuda_repo_url": "http://127.0.0.1:8080/repos", "allow_insecure_repositories": True})
+    assert "Fabric Manager" in run.refusal and "nvidia-fabricmanager-535 535.274.02" in run.refusal and "535.309.01" in run.refusal
+    assert not run.ran("apt-get") and not run.starting("mkdir -p")
+
+
+def test_a_node_without_nvswitch_gets_no_fabric_manager():
+    run = ok(run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=H100), facts=DEBIAN_FILES)))
+    assert not [c for c in install_lines(run, "apt-get") if "fabricmanager" in c or "nscq" in c]
+    assert not [n for n in run.op_names() if "CUDA repository" in n or "fabricmanager" in n]
+
+
+def test_fabric_manager_moves_the_driver_to_the_newest_version_both_have():
+    """The CUDA repository has no Fabric Manager for the security archive's 535.309.01: both take 535.261.03."""
+    offers = offering(nvidia_driver="535.309.01-0+deb12u1 535.261.03-1", nvidia_smi="535.309.01-0+deb12u1 535.261.03-1",
+                      nvidia_kernel_dkms="535.309.01-0+deb12u1 535.261.03-1")
+    run = ok(run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=NVSWITCH), facts=[
+        *DEBIAN_FILES, (every(PackageVersions), offers),
+        (every(RepositoryPackageVersions), ["nvidia-fabricmanager-535 535.274.02-1", "nvidia-fabricmanager-535 535.261.03-1",
+                                            "libnvidia-nscq-535 535.274.02-1", "libnvidia-nscq-535 535.261.03-1"]),
+    ]), data={"nvidia_cuda_repo_url": "http://127.0.0.1:8080/repos", "allow_insecure_repositories": True}))
+    driver = single([c for c in install_lines(run, "apt-get") if "nvidia-driver" in c])
+    for name in ("nvidia-driver", "nvidia-smi", "nvidia-kernel-dkms", "nvidia-fabricmanager-535", "libnvidia-nscq-535"):
+        assert f"{name}=535.261.03-1" in driver, driver
+
+
+def offering_after_refresh(offers):
+    """PackageVersions of a fresh bookworm node: its lists name no driver (contrib and non-free are not
+    enabled yet, NVIDIA's repository not added) until the run's ``apt-get update``; then ``offers``.
+    Returns (the fact's answer, the commands answering the refresh)."""
+    refreshed = []
+
+    def answer(manager="apt", packages=()):
+        return offers(manager, packages) if refreshed else []
+
+    def update(command):
+        refreshed.append(command)
+        return []
+    return answer, {" update": update}
+
+
+NVSWITCH_DATA = {"nvidia_cuda_repo_url": "http://127.0.0.1:8080/repos", "allow_insecure_repositories": True}
+FABRIC_OFFERS = offering(nvidia_driver="535.309.01-0+deb12u1 535.261.03-1", nvidia_smi="535.309.01-0+deb12u1 535.261.03-1",
+                         nvidia_kernel_dkms="535.309.01-0+deb12u1 535.261.03-1",
+                         nvidia_fabricmanager_535="535.274.02-1 535.261.03-1 535.247.01-1",
+                         libnvidia_nscq_535="535.274.02-1 535.261.03-1 535.247.01-1")
+
+
+def test_fabric_manager_on_a_fresh_node_is_chosen_with_the_driver_after_the_refresh_in_one_transaction():
+    """Preflight's lists name no driver: the install operation picks, after the refresh, the newest
+    version the driver and Fabric Manager both have (not the security archive's 535.309.01)."""
+    answer, refresh = offering_after_refresh(FABRIC_OFFERS)
+    run = ok(run_deploy(gpu_node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=NVSWITCH), unstated=DEFAULT,
+                                 facts=[*DEBIAN_FILES, (every(PackageVersions), answer)], commands=refresh),
+                        data=NVSWITCH_DATA))
+    driver = single([c for c in install_lines(run, "apt-get") if "nvidia-driver" in c])
+    for name in ("nvidia-driver", "nvidia-smi", "nvidia-kernel-dkms", "nvidia-fabricmanager-535", "libnvidia-nscq-535"):
+        assert f"{name}=535.261.03-1" in driver, driver
+    assert "apt-mark hold libnvidia-nscq-535 nvidia-driver nvidia-fabricmanager-535 nvidia-kernel-dkms nvidia-smi" in run.commands
+    pin = single(run.starting("printf %s"))
+    assert "Pin: version 535.261.03-1" in pin and "535.274.02" not in pin
+    assert "systemctl enable nvidia-fabricmanager.service" in run.commands
+
+
+def test_fabric_manager_on_a_fresh_node_without_the_drivers_version_fails_before_installing():
+    offers = offering(nvidia_driver="535.309.01-0+deb12u1 535.261.03-1", nvidia_smi="535.309.01-0+deb12u1 535.261.03-1",
+                      nvidia_kernel_dkms="535.309.01-0+deb12u1 535.261.03-1",
+                      nvidia_fabricmanager_535="535.274.02-1", libnvidia_nscq_535="535.274.02-1")
+    answer, refresh = offering_after_refresh(offers)
+    run = run_deploy(gpu_node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=NVSWITCH), unstated=DEFAULT,
+                              facts=[*DEBIAN_FILES, (every(PackageVersions), answer)], commands=refresh),
+                     data=NVSWITCH_DATA)
+    failed = single(run.failed_with("Fabric Manager"))
+    assert "no driver version has every package" in failed and "nvidia-fabricmanager-535 535.274.02" in failed, failed
+    assert not [c for c in install_lines(run, "apt-get") if "nvidia-driver" in c or "fabricmanager" in c]
+
+
+# What apt-get printed when Debian's nvidia-open-kernel-dkms 535.261.03 did not build on bookworm's
+# kernel 6.1.0-56 (tests/e2e/test_open_kernel_modules_debian.py runs it)
+DKMS_FAILED_OUTPUT = """\
+Building for 6.1.0-56-amd64
+Building initial module for 6.1.0-56-amd64
+Error! Bad return status for module build on kernel: 6.1.0-56-amd64 (x86_64)
+Consult /var/lib/dkms/nvidia-current-open/535.261.03/build/make.log for more information.
+dpkg: error processing package nvidia-open-kernel-dkms (--configure):
+ installed nvidia-open-kernel-dkms package post-installation script subprocess returned error exit status 10
+dpkg: dependency problems prevent configuration of nvidia-driver:
+dpkg: error processing package nvidia-driver (--configure):
+Errors were encountered while processing:
+E: Sub-process /usr/bin/dpkg returned an error code (1)""".splitlines()
+
+
+def test_a_dkms_build_failure_is_one_line_naming_the_kernel_the_log_and_the_unconfigured_packages():
+    from deploy.operations.driver import install_failure
+
+    assert install_failure(DKMS_FAILED_OUTPUT) == (
+        "DKMS could not build the NVIDIA kernel module for kernel 6.1.0-56-amd64: see "
+        "/var/lib/dkms/nvidia-current-open/535.261.03/build/make.log on the node; "
+        "dpkg left nvidia-driver, nvidia-open-kernel-dkms unconfigured")
+    other = ["Reading package lists...", "E: Unable to locate package nvidia-driver"]
+    assert install_failure(other) == "apt-get install of the NVIDIA driver failed: E: Unable to locate package nvidia-driver"
