@@ -12,7 +12,8 @@ import shlex
 
 from pyinfra import host
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
-from pyinfra.operations import apt, dnf, pacman, zypper
+from pyinfra.facts.pacman import PacmanPackages
+from pyinfra.operations import apt, dnf, zypper
 
 from deploy import probes
 from deploy.facts.combined import FactCall, read
@@ -207,9 +208,16 @@ def zypper_install(packages: dict, hold: bool = False, *, lock_timeout: int):
 
 @operation()
 def pacman_install(packages: dict, hold: bool = False, *, lock_timeout: int):
-    """Install with pyinfra's pacman operation (the repository's version: pacman cannot pin);
-    hold with IgnorePkg in pacman.conf, for the packages not listed there yet."""
-    yield from pacman.packages._inner(packages=list(packages), update=False)
+    """Install the repository's version (pacman cannot pin) of the packages not installed yet; hold
+    with IgnorePkg in pacman.conf, for the packages not listed there yet."""
+    installed = host.get_fact(PacmanPackages)
+    missing = [name for name in packages if name not in installed]
+    if missing:
+        # Arch supports no partial upgrade and its mirrors keep only the current files: an install
+        # from old lists fails on 404s. pyinfra's update/upgrade would run on every call, no-op or not.
+        yield StringCommand("pacman", "--noconfirm", "-Syu", "--needed", *[QuoteString(name) for name in missing])
+    else:
+        host.noop("packages are installed: " + ", ".join(sorted(packages)))
     if not hold:
         return
     held = set(host.get_fact(IgnoredPackages, list_command=PACMAN_HOLD_LIST))

@@ -26,10 +26,6 @@ DRIVER_PACKAGES = ("nvidia-utils", "nvidia")  # ARCH_DRIVER for pkgbase linux, p
 TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "libnvidia-container")
 DATA = {"stages": "kernel,driver,toolkit"}  # no versions: pacman installs the repository's
 
-STALE_DATABASES = (
-    "pacman_install runs `pacman -S` on the package databases as the node last synced them (update=False): "
-    "once the mirror has moved on (Arch mirrors keep only the current file) the download of the listed "
-    "version fails with 404 and the driver is never installed; no `pacman -Sy`/`-Syu` precedes it")
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +134,6 @@ def test_arch_pacman_standin_plain_pacman_syu_leaves_the_held_driver(deployed, r
     assert installed(node, TOOLKIT_PACKAGES) == {name: family_pacman.TOOLKIT_UPDATE for name in TOOLKIT_PACKAGES}
 
 
-@pytest.mark.xfail(strict=True, reason=STALE_DATABASES)
 def test_arch_pacman_standin_first_run_after_the_mirror_moved_on_installs_its_current_driver(repos):
     """STAND-IN packages: a node whose databases were synced before its mirror moved on (the usual
     state of an Arch node) gets the driver and toolkit the mirror has now, with -y."""

@@ -187,7 +187,7 @@ DOCKER_INSTALLS = {
     "fedora-40": "dnf install -y moby-engine",
     "amzn-2023": "dnf install -y docker",
     "opensuse-leap-15.5": "zypper --non-interactive --gpg-auto-import-keys install -y docker",
-    "arch": "pacman --noconfirm -S docker",
+    "arch": "pacman --noconfirm -Syu --needed docker",
 }
 
 
@@ -196,5 +196,5 @@ def test_docker_install_runs_the_familys_package_manager_with_its_package(fixtur
     plan = run_plan(docker_runtime, settings_for(container_runtimes="docker", docker_install="true"),
                     platform_of(fixture).family, unstated=DEFAULT)  # no Docker, nothing installed
     installs = [command for command in plan.commands
-                if re.search(r"^(DEBIAN_FRONTEND=\S+ )?(apt-get|dnf|zypper|pacman)( .*)? (install|-S) ", command)]
+                if re.search(r"^(DEBIAN_FRONTEND=\S+ )?(apt-get|dnf|zypper|pacman)( .*)? (install|-S|-Syu) ", command)]
     assert installs == [DOCKER_INSTALLS[fixture]], plan.commands

@@ -274,7 +274,8 @@ def test_opensuse_rejects_a_branch():
 ])
 def test_arch_picks_the_module_package_for_its_kernels_and_holds_with_ignorepkg(kernels, expected):
     run = ok(run_deploy(node("arch", host_state=node_lines("6.9.7-arch1-1", pkgbases=kernels))))
-    assert single(run.ran("pacman --noconfirm -S")).endswith(f"-S {expected}")
+    # pacman installs from refreshed lists, as Arch upgrades: -Syu (tests/e2e/test_family_pacman.py)
+    assert single(run.ran("pacman --noconfirm -Syu --needed")).endswith(f"--needed {expected}")
     hold = single(run.ran("IgnorePkg = "))
     assert hold.startswith("sed -i '/^\\[options\\]/a IgnorePkg = ") and hold.endswith(f"{expected}' /etc/pacman.conf")
 
@@ -407,7 +408,7 @@ def test_rocky_open_flavour_enables_the_branchs_open_stream():
 
 def test_arch_open_flavour_takes_nvidia_open():
     run = ok(run_deploy(node("arch", host_state=node_lines("6.9.7-arch1-1", pkgbases=["linux"], pci=B200))))
-    assert single(run.ran("pacman --noconfirm -S")).endswith("-S nvidia-utils nvidia-open")
+    assert single(run.ran("pacman --noconfirm -Syu --needed")).endswith("--needed nvidia-utils nvidia-open")
 
 
 def test_persistenced_is_installed_and_enabled_and_started_only_with_a_gpu():
