@@ -265,7 +265,8 @@ DEBIAN_DRIVER = DriverPackages(
 )
 UBUNTU_DRIVER = DriverPackages(
     branch="required",
-    branch_detect=r"nvidia-(?:headless|driver|utils)-([0-9]{3})(?:-server)?(?:-open)?\b",
+    # ubuntu-drivers list --gpgpu names nvidia-headless-no-dkms-<branch>-server and its nvidia-dkms-*
+    branch_detect=r"nvidia-(?:headless(?:-no-dkms)?|driver|utils|dkms)-([0-9]{3})(?:-server)?(?:-open)?\b",
     recommend_command="ubuntu-drivers list --gpgpu",
     packages=("nvidia-headless-{branch}-server", "nvidia-utils-{branch}-server"),
     dependencies=("nvidia-dkms-{branch}-server",),
@@ -277,6 +278,9 @@ UBUNTU_DRIVER = DriverPackages(
     open_modules={"packages": ("nvidia-headless-{branch}-server-open", "nvidia-utils-{branch}-server"),
                   "dependencies": ("nvidia-dkms-{branch}-server-open",)},
     persistenced_package="nvidia-compute-utils-{branch}-server",
+    # Ubuntu's driver packages depend on each other at exact versions: an older pin installs only
+    # with an apt preference holding the whole source package there.
+    pin_sources=("src:nvidia-graphics-drivers-{branch}-server",),
     repo_dist=(("", "ubuntu{version_nodot}"),),
     fabric_manager=APT_FABRIC_MANAGER,
 )
