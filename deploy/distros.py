@@ -179,6 +179,9 @@ class DriverPackages:
     pin_sources: tuple[str, ...] = ()
     # nvidia_persistenced: its package (None: one of the driver's packages carries it) and unit
     persistenced_package: str | None = None
+    # it comes from the driver's own source (NVIDIA's RPM repositories, Ubuntu): pinned and held with
+    # the driver; Debian builds it apart, at its own version
+    persistenced_with_driver: bool = False
     persistenced_service: str = "nvidia-persistenced"
     fabric_manager: FabricManagerPackages | None = None
 
@@ -215,8 +218,8 @@ DOCKER_CE_RHEL_REPO = {
 DEBIAN_KERNEL_FLAVOUR = r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+-(.+)$"
 CUDA_REPO = {
     "name": "cuda-{dist}-{arch}",
-    "baseurl": "https://developer.download.nvidia.com/compute/cuda/repos/{dist}/{arch}",
-    "gpgkey": "https://developer.download.nvidia.com/compute/cuda/repos/{dist}/{arch}/D42D0685.pub",
+    "baseurl": "{cuda_repo_url}/{dist}/{arch}",
+    "gpgkey": "{cuda_repo_url}/{dist}/{arch}/D42D0685.pub",
 }
 APT_FABRIC_MANAGER = FabricManagerPackages(
     packages=("nvidia-fabricmanager-{branch}", "libnvidia-nscq-{branch}"),
@@ -240,6 +243,7 @@ RPM_DRIVER = dict(
                   "module_packages": ("nvidia-driver", "nvidia-driver-cuda", "kmod-nvidia-open-dkms"),
                   "packages": ("nvidia-open",), "branch_packages": ("nvidia-open-{branch}",)},
     persistenced_package="nvidia-persistenced",
+    persistenced_with_driver=True,
     fabric_manager=RPM_FABRIC_MANAGER,
 )
 DEBIAN_DRIVER = DriverPackages(
@@ -278,6 +282,7 @@ UBUNTU_DRIVER = DriverPackages(
     open_modules={"packages": ("nvidia-headless-{branch}-server-open", "nvidia-utils-{branch}-server"),
                   "dependencies": ("nvidia-dkms-{branch}-server-open",)},
     persistenced_package="nvidia-compute-utils-{branch}-server",
+    persistenced_with_driver=True,
     # Ubuntu's driver packages depend on each other at exact versions: an older pin installs only
     # with an apt preference holding the whole source package there.
     pin_sources=("src:nvidia-graphics-drivers-{branch}-server",),
@@ -289,11 +294,11 @@ SUSE_DRIVER = DriverPackages(
     branch="unsupported",  # G06 is one branch line; pin with nvidia_driver_version
     repositories=(
         ("opensuse-tumbleweed", {"name": "nvidia-{distro_id}", "gpgkey": SUSE_DRIVER_GPGKEY,
-                                 "baseurl": "https://download.nvidia.com/opensuse/tumbleweed"}),
+                                 "baseurl": "{driver_repo_url}/opensuse/tumbleweed"}),
         ("sle", {"name": "nvidia-{distro_id}", "gpgkey": SUSE_DRIVER_GPGKEY,
-                 "baseurl": "https://download.nvidia.com/suse/sle{major}sp{minor}"}),
+                 "baseurl": "{driver_repo_url}/suse/sle{major}sp{minor}"}),
         ("", {"name": "nvidia-{distro_id}", "gpgkey": SUSE_DRIVER_GPGKEY,
-              "baseurl": "https://download.nvidia.com/opensuse/leap/{version_id}"}),
+              "baseurl": "{driver_repo_url}/opensuse/leap/{version_id}"}),
     ),
     packages=("nvidia-compute-utils-G06", "nvidia-compute-G06"),
     dependencies=("nvidia-driver-G06-kmp-{flavour}",),

@@ -36,6 +36,8 @@ NVIDIA_CONTAINER_RUNTIME = "/usr/bin/nvidia-container-runtime"
 # The base of NVIDIA's tree; the family adds "deb/$(ARCH)" or "rpm/$basearch" (a mirror keeps that layout).
 NVIDIA_TOOLKIT_REPO_URL = "https://nvidia.github.io/libnvidia-container/stable"
 NVIDIA_TOOLKIT_GPGKEY_URL = "https://nvidia.github.io/libnvidia-container/gpgkey"
+# The base of NVIDIA's driver tree for SUSE; the family adds "opensuse/leap/<version>" and the like.
+NVIDIA_DRIVER_REPO_URL = "https://download.nvidia.com"
 # The base of NVIDIA's CUDA tree; the family adds "{dist}/{arch}".
 NVIDIA_CUDA_REPO_URL = "https://developer.download.nvidia.com/compute/cuda/repos"
 
@@ -266,10 +268,15 @@ class DataCenterSettings(_Section):
         description="install NVIDIA Fabric Manager at the driver's version on NVSwitch nodes (with ib_umad and "
                     "NVLSM on NVLink5 nodes); nodes without NVSwitch get none of it",
     )
+    nvidia_driver_repo_url: RepositoryUrl = Field(
+        NVIDIA_DRIVER_REPO_URL,
+        description="NVIDIA's driver repository for SUSE (`.../opensuse/leap/<version>`, `.../suse/sle<N>sp<M>`; "
+                    "a mirror keeps that layout)",
+    )
     nvidia_cuda_repo_url: RepositoryUrl = Field(
         NVIDIA_CUDA_REPO_URL,
-        description="NVIDIA's CUDA repository, where Fabric Manager comes from (a mirror keeps its "
-                    "{dist}/{arch} layout)",
+        description="NVIDIA's CUDA repository: Fabric Manager, and the RHEL family's driver and CUDA toolkit "
+                    "(a mirror keeps its {dist}/{arch} layout)",
     )
 
 
@@ -497,7 +504,7 @@ def _shown(value: Any) -> str:
 def _check_url_scheme(settings: Settings) -> None:
     if settings.allow_insecure_repositories:
         return
-    for key in ("nvidia_toolkit_repo_url", "nvidia_toolkit_gpgkey_url", "nvidia_cuda_repo_url"):
+    for key in ("nvidia_toolkit_repo_url", "nvidia_toolkit_gpgkey_url", "nvidia_driver_repo_url", "nvidia_cuda_repo_url"):
         value = getattr(settings, key)
         if urlparse(value).scheme != "https":
             raise SettingsError(

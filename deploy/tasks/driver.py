@@ -75,6 +75,7 @@ class DriverPlan:
     # apt preferences keeping the driver's dependencies at the pinned version (None: nothing pinned)
     apt_pin: str | None = None
     persistenced_package: str | None = None
+    persistenced_with_driver: bool = False  # pinned and held with the driver (distros.DriverPackages)
     persistenced_service: str | None = None
     persistenced_start: bool = False
     # Fabric Manager: its packages are in ``packages`` (pinned to the driver's version)
@@ -145,6 +146,12 @@ class Readings:
     offered: dict | None = None       # PackageVersions: {name: versions} from the lists (None: not read)
     fabric_offered: dict | None = None  # RepositoryPackageVersions of the CUDA repository not added yet
     gpu_lists: dict | None = None     # GpuSupportLists
+
+
+def repository_urls(settings: Settings) -> dict[str, str]:
+    """{cuda_repo_url} and {driver_repo_url} of the family table's repositories: NVIDIA's, or a mirror."""
+    return {"cuda_repo_url": settings.nvidia_cuda_repo_url.rstrip("/"),
+            "driver_repo_url": settings.nvidia_driver_repo_url.rstrip("/")}
 
 
 def _values(platform: Platform, data, kernel: str, branch: str | None) -> dict:
@@ -359,6 +366,7 @@ def driver_plan(
         persistenced_package = (_render([data.persistenced_package], values) or (None,))[0] \
             if data.persistenced_package else None
 
+    urls = repository_urls(settings)
     return DriverPlan(
         manager=manager,
         branch=branch,
@@ -367,16 +375,18 @@ def driver_plan(
         headers=_render(data.headers, values),
         components=data.components,
         codename=platform.codename,
-        repository=_render_repository(by_distro_id(data.repositories, platform.distro_id), values),
+        repository=_render_repository(by_distro_id(data.repositories, platform.distro_id), {**values, **urls}),
         module=module,
         cuda_packages=data.cuda_packages if settings.cuda_toolkit_install else (),
-        cuda_repository=_render_repository(data.cuda_repository, values) if settings.cuda_toolkit_install else None,
+        cuda_repository=_render_repository(data.cuda_repository, {**values, **urls})
+        if settings.cuda_toolkit_install else None,
         cuda_home=data.cuda_home,
         notes=notes,
         flavour=decision.flavour,
         remove=remove,
         apt_pin=apt_pin,
         persistenced_package=persistenced_package,
+        persistenced_with_driver=data.persistenced_with_driver,
         persistenced_service=data.persistenced_service if settings.nvidia_persistenced else None,
         persistenced_start=bool(node.get("gpus")),
         fabric_packages=fabric_packages,
@@ -570,7 +580,10 @@ def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan, drai
         lock_timeout=lock_timeout, resolve=plan.resolve,
     )
     if plan.persistenced_package:
-        install_packages(manager, "Install nvidia-persistenced", [plan.persistenced_package], lock_timeout=lock_timeout)
+        with_driver = plan.persistenced_with_driver
+        version = next((version for version in plan.packages.values() if version), None) if with_driver else None
+        install_packages(manager, "Install nvidia-persistenced", {plan.persistenced_package: version},
+                         hold=with_driver, lock_timeout=lock_timeout)
     for service, start in ((plan.persistenced_service, plan.persistenced_start), (plan.fabric_service, True)):
         if service:
             enable_service(manager, service, start)

@@ -75,10 +75,8 @@ def driver_stage(repos) -> bool:
 
 
 def needs_driver(driver_stage: bool) -> None:
-    if not driver_stage:
-        pytest.skip("the SUSE driver's NVIDIA repository (deploy/distros.py SUSE_DRIVER repositories, "
-                    "https://download.nvidia.com/...) follows no setting yet: the driver stage cannot be "
-                    f"pointed at the local repository ({DRIVER_SETTING} would do it)")
+    # Never run a deploy that would name NVIDIA's real host: fail instead.
+    assert driver_stage, f"the SUSE driver's NVIDIA repository does not follow {DRIVER_SETTING} (deploy/distros.py)"
 
 
 def settings_data(repos, driver_stage: bool, *, tampered: bool = False, stages: str | None = None,

@@ -219,8 +219,11 @@ def test_rocky_9_adds_cuda_repo_enables_module_stream_pins_and_versionlocks():
     assert "dnf install -y epel-release" in run.commands
     assert "dnf install -y kernel-devel-5.14.0-362.8.1.el9_3.x86_64" in run.commands
     assert "dnf install -y nvidia-driver-550.54.15 nvidia-driver-cuda-550.54.15 kmod-nvidia-latest-dkms-550.54.15" in run.commands
-    assert single(run.ran("dnf versionlock add")) == (
-        "dnf versionlock add kmod-nvidia-latest-dkms nvidia-driver nvidia-driver-cuda")
+    # nvidia-persistenced comes from the driver's source in NVIDIA's repository: pinned and locked with it
+    assert "dnf install -y nvidia-persistenced-550.54.15" in run.commands
+    assert run.ran("dnf versionlock add") == [
+        "dnf versionlock add kmod-nvidia-latest-dkms nvidia-driver nvidia-driver-cuda",
+        "dnf versionlock add nvidia-persistenced"]
 
 
 def test_rocky_9_without_branch_uses_the_latest_dkms_stream():

@@ -49,6 +49,7 @@ DOCUMENTED_DEFAULTS = {
     "nvidia_kernel_modules": "auto",
     "nvidia_persistenced": True,
     "fabric_manager_install": True,
+    "nvidia_driver_repo_url": "https://download.nvidia.com",
     "nvidia_cuda_repo_url": "https://developer.download.nvidia.com/compute/cuda/repos",
     "kernel_modules_load": True,
     "reboot_allowed": False,
