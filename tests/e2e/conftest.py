@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pci_tree
 import pytest
 import toolkit_repo as toolkit_repo_module
 from harness import Node, ensure_docker, node_image
@@ -37,6 +38,19 @@ def start_node(image):
 @pytest.fixture
 def node(start_node) -> Node:
     return start_node()
+
+
+@pytest.fixture
+def start_topology_node(start_node, tmp_path):
+    """Start a node container whose /sys/bus/pci/devices is the named topology fixture
+    (tests/fixtures/fabric/, written by tests/pci_tree.py), read-only: a container cannot be given
+    PCI devices, but every read of the PCI bus goes through that folder."""
+    def start(name: str) -> Node:
+        tree = pci_tree.write(pci_tree.load(name), tmp_path / name / "devices")
+        for path in [tmp_path, *tmp_path.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        return start_node(["-v", f"{tree}:/sys/bus/pci/devices:ro"])
+    return start
 
 
 TOOLKIT_KIND, TOOLKIT_WHY = toolkit_repo_module.which_toolkit()

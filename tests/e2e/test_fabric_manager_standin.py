@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import shlex
 
-import pci_tree
 import pytest
 import standin_fabricmanager
 from harness import assert_no_change
@@ -33,17 +32,6 @@ def fabric_repo(tmp_path_factory):
     535.274.02 and 580.95.05, and nvlsm, served on 127.0.0.1."""
     with standin_fabricmanager.served(tmp_path_factory.mktemp("standin-cuda") / "repos") as repo:
         yield repo
-
-
-@pytest.fixture
-def start_topology_node(start_node, tmp_path):
-    """A node container whose /sys/bus/pci/devices is the named topology fixture (read-only)."""
-    def start(name: str):
-        tree = pci_tree.write(pci_tree.load(name), tmp_path / name / "devices")
-        for path in [tmp_path, *tmp_path.rglob("*")]:
-            path.chmod(0o755 if path.is_dir() else 0o644)
-        return start_node(["-v", f"{tree}:/sys/bus/pci/devices:ro"])
-    return start
 
 
 def installed_versions(node, *packages: str) -> dict[str, str]:

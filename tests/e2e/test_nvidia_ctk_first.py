@@ -70,7 +70,10 @@ def test_nvidia_ctk_drop_in_node_converges_verify_passes_and_second_run_changes_
     first = node.deploy(data=data, default_mode=True)
     assert first.returncode == 0 and report.exists(), first.explain()
     wired = [] if already_wired else [f"containerd | Wire the nvidia runtime into {CONFIG}"]
-    assert first.changed_operations() == wired, first.explain()
+    # and, on a first run, the /dev/char link script and its udev rule (deploy/tasks/devices.py)
+    device_links = ["NVIDIA device links | Put the /dev/char link script for NVIDIA's device nodes",
+                    "NVIDIA device links | Link NVIDIA's device nodes in /dev/char when the driver binds (udev)"]
+    assert first.changed_operations() == wired + device_links, first.explain()
     steps = {step["name"]: step for step in json.loads(report.read_text())["nodes"][0]["steps"]}
     assert steps["containerd_config"]["status"] == "pass", steps["containerd_config"]
 

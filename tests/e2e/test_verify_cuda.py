@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 
-import pci_tree
 import pytest
 from harness import run
 from standin_libcuda import DRIVER_LIBRARY, standin_libcuda  # noqa: F401 (the fixture)
@@ -39,17 +38,6 @@ def verify(node, report, **data) -> dict:
 
 def step(record: dict, name: str) -> dict:
     return next(step for step in record["steps"] if step["name"] == name)
-
-
-@pytest.fixture
-def start_topology_node(start_node, tmp_path):
-    """A node container whose /sys/bus/pci/devices is the named topology fixture (read-only)."""
-    def start(name: str):
-        tree = pci_tree.write(pci_tree.load(name), tmp_path / name / "devices")
-        for path in [tmp_path, *tmp_path.rglob("*")]:
-            path.chmod(0o755 if path.is_dir() else 0o644)
-        return start_node(["-v", f"{tree}:/sys/bus/pci/devices:ro"])
-    return start
 
 
 def test_debian_real_libcuda1_on_a_node_without_gpu_is_named_by_what_the_library_answers(node, tmp_path):
