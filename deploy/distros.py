@@ -46,6 +46,9 @@ class PackageManager:
     # apt: a repository is trusted through a signed-by keyring fetched beside its source; the RPM
     # managers name the key's URL in the repository file instead.
     signed_by_keyring: bool = False
+    # Shell that exits 0 when the repository file {candidate} works (its metadata signature verifies):
+    # checked before the file goes where the manager reads it, so a refused one is not left behind.
+    repository_check: str | None = None
     # pyinfra's operation adding a repository (name, baseurl, gpgkey), for NVIDIA's driver/CUDA ones.
     repository_operation: Callable[..., Any] | None = None
     # pyinfra's operation enabling a module stream (module, stream), for DriverPackages.module.
@@ -67,6 +70,8 @@ DNF = PackageManager(
     installed_fact=RpmPackages,
     available_check="dnf -q list {package} >/dev/null 2>&1",
     repository_file="/etc/yum.repos.d/{name}.repo",
+    repository_check=('tmp=$(mktemp -d) && cp {candidate} "$tmp/candidate.repo" && '
+                      'dnf -y -q --setopt=reposdir="$tmp" makecache; status=$?; rm -rf "$tmp"; [ "$status" -eq 0 ]'),
     repository_operation=dnf.repo,
     module_operation=dnf.module,
 )

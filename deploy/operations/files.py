@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
+import shlex
 from io import StringIO
 
 from pyinfra import host
@@ -30,9 +31,10 @@ def digest_read(dest: str) -> FactCall:
 
 
 @operation()
-def put_text(dest: str, content: str, mode: str = "644", owner: str = "root:root"):
+def put_text(dest: str, content: str, mode: str = "644", owner: str = "root:root", check: str | None = None):
     """
-    Make ``dest`` hold exactly ``content`` with ``mode`` and ``owner``.
+    Make ``dest`` hold exactly ``content`` with ``mode`` and ``owner``; ``check``: a shell test of the
+    uploaded candidate (``{candidate}``), which must pass before it replaces ``dest``.
 
     pyinfra's files.put needs two or three remote reads per file on a no-op run; fleets
     re-run this from cron, so one read (checksum, mode, owner together) is worth it here.
@@ -46,6 +48,9 @@ def put_text(dest: str, content: str, mode: str = "644", owner: str = "root:root
         # Uploaded beside it and renamed over it: an interrupted run never leaves half a file.
         candidate = QuoteString(dest + CANDIDATE_SUFFIX)
         yield FileUploadCommand(StringIO(content), dest + CANDIDATE_SUFFIX)
+        if check:
+            yield StringCommand(check.format(candidate=shlex.quote(dest + CANDIDATE_SUFFIX)),
+                                "|| { rm -f", candidate, "; exit 1; }")
         yield StringCommand("chown", QuoteString(owner), candidate, "&& chmod", QuoteString(mode), candidate,
                             "&& mv -f", candidate, target)
         return

@@ -119,6 +119,7 @@ def toolkit(settings: Settings, platform: Platform):
             name="Add the NVIDIA container toolkit repository",
             dest=manager.repository_file.format(name=REPOSITORY_NAME),
             content=rpm_repo_text(settings, platform),
+            check=manager.repository_check,
         )
     install_packages(manager, "Install the NVIDIA container toolkit", wanted_packages(settings), hold=pinned,
                      lock_timeout=lock_timeout)

@@ -37,9 +37,6 @@ TOOLKIT_REPO_FILE = f"/etc/yum.repos.d/{REPOSITORY_NAME}.repo"
 REAL_HOSTS = ("developer.download.nvidia.com", "nvidia.github.io", "download.docker.com",
               "dl.rockylinux.org", "mirrors.rockylinux.org", "mirrors.fedoraproject.org")
 
-REFUSED_REPOSITORY_KEPT = (
-    "the toolkit's .repo file is written before dnf has checked the repository, and stays after dnf refused "
-    "its signature: every later dnf command on the node fails on it (Rocky's dnf.conf: skip_if_unavailable=False)")
 
 
 def cuda_repository_follows(url: str) -> bool:
@@ -234,7 +231,6 @@ def test_rocky9_dnf_standin_toolkit_repository_whose_signature_does_not_verify_i
     assert installed(node, TOOLKIT_PACKAGES) == {}
 
 
-@pytest.mark.xfail(strict=True, reason=REFUSED_REPOSITORY_KEPT)
 def test_rocky9_dnf_standin_toolkit_repository_refused_leaves_the_nodes_own_dnf_working(toolkit_refused):
     """STAND-IN toolkit repository whose signature does not verify: after the refused run the
     node's own dnf still reads its repositories (as apt-get update does after the apt refusal)."""
