@@ -43,7 +43,10 @@ class CombinedOutput(FactBase):
     def command(self, facts=(), calls=()):
         # The reads only read, so they run side by side, each into a file of its own, printed in
         # order once all are done: the node's wall time is the slowest read's, not their sum.
-        parts = ['_gn=$(mktemp -d 2>/dev/null) || _gn=/tmp/gpu-node-read.$$ && mkdir -p "$_gn";']
+        # Without a writable temporary directory the read fails aloud: empty sections would read as
+        # facts' defaults (a missing config, no package), and the stages would act on them.
+        parts = ['_gn=$(mktemp -d 2>/dev/null || mktemp -d -p /dev/shm 2>/dev/null) || { echo "gpu-node:',
+                 'mktemp -d failed: no writable temporary directory for the node read" >&2; exit 1; };']
         entries = [(fact, {}, None) for fact in facts]
         entries += [(fact, kwargs, index) for index, (fact, kwargs) in enumerate(calls)]
         for number, (fact, kwargs, index) in enumerate(entries):
