@@ -137,3 +137,10 @@ if __name__ == "__main__":
     # Build (or find) the images by hand: python tests/family_images.py
     for each in (ROCKY9_DNF, RPM_TOOLS):
         print(family_image(each))
+
+
+def rpm_installed(node: Node, names) -> dict[str, str]:
+    """name -> version-release, for those of ``names`` the node's rpm database has."""
+    out = node.sh("rpm -q --qf '%{NAME} %{VERSION}-%{RELEASE}\\n' " + " ".join(names) + " | grep -v 'not installed'",
+                  check=False).stdout
+    return dict(line.split() for line in out.splitlines())

@@ -43,6 +43,7 @@ import standin_toolkit
 from apt_repo import GpgKey, make_key, serve
 from family_images import FamilyImage, family_image, family_node
 from harness import run
+from standin_rpms import PERSISTENCED_UNIT
 
 ARCH = "x86_64"
 PKGEXT = ".pkg.tar.zst"  # Arch's
@@ -144,17 +145,6 @@ def _smi(version: str) -> str:
         """)
 
 
-PERSISTENCED_UNIT = textwrap.dedent("""\
-    [Unit]
-    Description=STAND-IN NVIDIA Persistence Daemon (gpu-node tests)
-
-    [Service]
-    Type=oneshot
-    ExecStart=/usr/bin/nvidia-persistenced
-
-    [Install]
-    WantedBy=multi-user.target
-    """)
 
 
 def _doc(name: str, version: str) -> dict[str, str]:

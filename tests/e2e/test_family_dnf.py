@@ -20,7 +20,7 @@ from __future__ import annotations
 import pytest
 import rpm_repo
 import standin_rpms
-from family_images import ROCKY9_DNF, family_node
+from family_images import ROCKY9_DNF, family_node, rpm_installed
 from harness import SAFE_DATA, assert_no_change, ensure_docker
 
 from deploy.distros import detect_platform
@@ -88,12 +88,6 @@ def start_rocky_node(repos):
     return node
 
 
-def installed(node, names) -> dict[str, str]:
-    out = node.sh("rpm -q --qf '%{NAME} %{VERSION}-%{RELEASE}\\n' " + " ".join(names) + " | grep -v 'not installed'",
-                  check=False).stdout
-    return dict(line.split() for line in out.splitlines())
-
-
 def version_locks(node) -> list[str]:
     return [line for line in node.sh("dnf -q versionlock list").stdout.splitlines() if line.strip()]
 
@@ -133,7 +127,7 @@ def test_rocky9_dnf_standin_packages_toolkit_installed_at_its_pin_and_versionloc
     held by a versionlock entry at that version; the installed nvidia-ctk answers with it."""
     node, first, _ = deployed
     assert first.returncode == 0, first.explain()
-    assert installed(node, TOOLKIT_PACKAGES) == {name: PINNED_TOOLKIT for name in TOOLKIT_PACKAGES}
+    assert rpm_installed(node, TOOLKIT_PACKAGES) == {name: PINNED_TOOLKIT for name in TOOLKIT_PACKAGES}
     locks = version_locks(node)
     for name in TOOLKIT_PACKAGES:
         assert f"{name}-0:{PINNED_TOOLKIT}.*" in locks, locks
@@ -154,11 +148,11 @@ def test_rocky9_dnf_standin_packages_driver_from_the_module_stream_at_its_pin_an
     enabled = node.sh("dnf -q module list --enabled").stdout
     assert any(line.split()[:2] == ["nvidia-driver", f"{standin_rpms.DRIVER_BRANCH}-dkms"] and "[e]" in line
                for line in enabled.splitlines()), enabled
-    assert installed(node, DRIVER_PACKAGES) == {name: f"{PINNED_DRIVER}-{RELEASE}" for name in DRIVER_PACKAGES}
+    assert rpm_installed(node, DRIVER_PACKAGES) == {name: f"{PINNED_DRIVER}-{RELEASE}" for name in DRIVER_PACKAGES}
     locks = version_locks(node)
     for name in DRIVER_PACKAGES:
         assert f"{name}-{standin_rpms.DRIVER_EPOCH}:{PINNED_DRIVER}-{RELEASE}.*" in locks, locks
-    assert set(installed(node, ["epel-release", "kernel-devel"])) == {"epel-release", "kernel-devel"}
+    assert set(rpm_installed(node, ["epel-release", "kernel-devel"])) == {"epel-release", "kernel-devel"}
     smi = node.sh("nvidia-smi", check=False)
     assert smi.returncode == 9 and f"STAND-IN {PINNED_DRIVER}" in smi.stderr, smi
 
@@ -168,7 +162,7 @@ def test_rocky9_dnf_standin_packages_persistenced_at_the_pinned_drivers_version_
     needs_driver(driver_stage)
     node, first, _ = deployed
     assert first.returncode == 0, first.explain()
-    assert installed(node, ["nvidia-persistenced"]) == {"nvidia-persistenced": f"{PINNED_DRIVER}-{RELEASE}"}
+    assert rpm_installed(node, ["nvidia-persistenced"]) == {"nvidia-persistenced": f"{PINNED_DRIVER}-{RELEASE}"}
     assert any(line.startswith("nvidia-persistenced-") for line in version_locks(node))
 
 
@@ -182,14 +176,14 @@ def test_rocky9_dnf_standin_packages_stay_at_their_pins_through_a_plain_dnf_upgr
     if driver_stage:
         repos.publish_driver(standin_rpms.DRIVER_UPDATE)
         names += DRIVER_PACKAGES
-    before = installed(node, names)
+    before = rpm_installed(node, names)
     offered = node.sh("dnf -q --refresh list --showduplicates " + " ".join(names)).stdout
     assert standin_rpms.TOOLKIT_UPDATE in offered, offered
     if driver_stage:
         assert f"{standin_rpms.DRIVER_EPOCH}:{standin_rpms.DRIVER_UPDATE}-{RELEASE}" in offered, offered
     upgrade = node.sh("dnf -y upgrade", check=False)
     assert upgrade.returncode == 0, upgrade.stdout + upgrade.stderr
-    assert installed(node, names) == before
+    assert rpm_installed(node, names) == before
 
 
 def test_rocky9_dnf_standin_packages_second_run_with_y_changes_nothing(deployed):
@@ -228,7 +222,7 @@ def test_rocky9_dnf_standin_toolkit_repository_whose_signature_does_not_verify_i
     refusal = [line for line in refused.output.splitlines() if "GPG signature verification error" in line]
     assert len(refusal) == 1 and f"'{REPOSITORY_NAME}'" in refusal[0], refused.explain()
     assert "Traceback" not in refused.output
-    assert installed(node, TOOLKIT_PACKAGES) == {}
+    assert rpm_installed(node, TOOLKIT_PACKAGES) == {}
 
 
 def test_rocky9_dnf_standin_toolkit_repository_refused_leaves_the_nodes_own_dnf_working(toolkit_refused):
@@ -252,4 +246,4 @@ def test_rocky9_dnf_standin_cuda_repository_whose_rpms_are_signed_by_another_key
     refusal = [line for line in refused.output.splitlines() if "GPG check FAILED" in line]
     assert len(refusal) == 1, refused.explain()
     assert "Traceback" not in refused.output
-    assert installed(node, [*DRIVER_PACKAGES, "nvidia-persistenced"]) == {}
+    assert rpm_installed(node, [*DRIVER_PACKAGES, "nvidia-persistenced"]) == {}

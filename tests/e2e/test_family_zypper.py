@@ -23,7 +23,7 @@ import platform as machine
 import pytest
 import standin_rpms
 import suse_repo
-from family_images import family_node
+from family_images import family_node, rpm_installed
 from family_zypper import LEAP156_ZYPPER
 from harness import SAFE_DATA, ensure_docker
 
@@ -100,12 +100,6 @@ def start_leap_node():
     return node
 
 
-def installed(node, names) -> dict[str, str]:
-    out = node.sh("rpm -q --qf '%{NAME} %{VERSION}-%{RELEASE}\\n' " + " ".join(names) + " | grep -v 'not installed'",
-                  check=False).stdout
-    return dict(line.split() for line in out.splitlines())
-
-
 def locks(node) -> set[str]:
     """The names zypper's own `zypper locks` table lists."""
     rows = [line.split("|") for line in node.sh("zypper --non-interactive locks").stdout.splitlines()]
@@ -154,7 +148,7 @@ def test_leap156_zypper_standin_packages_toolkit_installed_at_its_pin_and_locked
     held by a zypper lock; the installed nvidia-ctk answers with that version."""
     node, first, _ = deployed
     assert first.returncode == 0, first.explain()
-    assert installed(node, TOOLKIT_PACKAGES) == {name: PINNED_TOOLKIT for name in TOOLKIT_PACKAGES}
+    assert rpm_installed(node, TOOLKIT_PACKAGES) == {name: PINNED_TOOLKIT for name in TOOLKIT_PACKAGES}
     assert set(TOOLKIT_PACKAGES) <= locks(node)
     ctk = node.sh("nvidia-ctk --version").stdout
     assert ctk.startswith(f"NVIDIA Container Toolkit CLI version {PINNED_TOOLKIT.split('-')[0]}"), ctk
@@ -171,8 +165,8 @@ def test_leap156_zypper_standin_packages_driver_at_its_pin_with_the_proprietary_
     node, first, _ = deployed
     assert first.returncode == 0, first.explain()
     release = f"{PINNED_DRIVER}-{suse_repo.RELEASE}"
-    assert installed(node, DRIVER_PACKAGES) == {name: release for name in DRIVER_PACKAGES}
-    assert list(installed(node, [suse_repo.PROPRIETARY_KMP, suse_repo.OPEN_KMP])) == [suse_repo.PROPRIETARY_KMP]
+    assert rpm_installed(node, DRIVER_PACKAGES) == {name: release for name in DRIVER_PACKAGES}
+    assert list(rpm_installed(node, [suse_repo.PROPRIETARY_KMP, suse_repo.OPEN_KMP])) == [suse_repo.PROPRIETARY_KMP]
     assert {*DRIVER_PACKAGES, suse_repo.PROPRIETARY_KMP} <= locks(node)
     assert node.sh("systemctl is-enabled nvidia-persistenced", check=False).stdout.strip() == "enabled"
     smi = node.sh("nvidia-smi", check=False)
@@ -201,7 +195,7 @@ def test_leap156_zypper_standin_packages_stay_at_their_pins_through_a_plain_zypp
     if driver_stage:
         repos.publish_driver(suse_repo.DRIVER_UPDATE)
         names += DRIVER_PACKAGES
-    before = installed(node, names)
+    before = rpm_installed(node, names)
     refreshed = node.sh("zypper --non-interactive refresh", check=False)
     assert refreshed.returncode == 0, refreshed.stdout + refreshed.stderr
     offered = node.sh("zypper --non-interactive search --details --match-exact " + " ".join(names)).stdout
@@ -210,7 +204,7 @@ def test_leap156_zypper_standin_packages_stay_at_their_pins_through_a_plain_zypp
         assert f"{suse_repo.DRIVER_UPDATE}-{suse_repo.RELEASE}" in offered, offered
     update = node.sh("zypper --non-interactive update -y", check=False)
     assert update.returncode == 0, update.stdout + update.stderr
-    assert installed(node, names) == before
+    assert rpm_installed(node, names) == before
 
 
 @pytest.fixture(scope="module")
@@ -246,7 +240,7 @@ def test_leap156_zypper_standin_toolkit_new_pin_moves_the_locked_packages_and_lo
     assert first.returncode == 0, first.explain()
     moved = node.deploy(data={**data, "nvidia_toolkit_version": NEWER_TOOLKIT}, json_output=False)
     assert moved.returncode == 0, moved.explain()
-    assert installed(node, TOOLKIT_PACKAGES) == {name: NEWER_TOOLKIT for name in TOOLKIT_PACKAGES}
+    assert rpm_installed(node, TOOLKIT_PACKAGES) == {name: NEWER_TOOLKIT for name in TOOLKIT_PACKAGES}
     assert set(TOOLKIT_PACKAGES) <= locks(node)
 
 
@@ -278,7 +272,7 @@ def test_leap156_zypper_standin_toolkit_repository_whose_signature_does_not_veri
     assert refusal_messages(refused.output) == {
         f"Signature verification failed for file 'repomd.xml' from repository '{REPOSITORY_NAME}'"}, refused.explain()
     assert "Traceback" not in refused.output
-    assert installed(node, TOOLKIT_PACKAGES) == {}
+    assert rpm_installed(node, TOOLKIT_PACKAGES) == {}
 
 
 def test_leap156_zypper_standin_toolkit_repository_refused_stops_the_run_at_the_refusal(toolkit_refused):
@@ -317,7 +311,7 @@ def test_leap156_zypper_standin_driver_repository_whose_signature_does_not_verif
     assert refusal_messages(refused.output) == {
         f"Signature verification failed for file 'repomd.xml' from repository '{DRIVER_REPOSITORY}'"}, refused.explain()
     assert "Traceback" not in refused.output
-    assert installed(leap_node, [*DRIVER_PACKAGES, suse_repo.PROPRIETARY_KMP, suse_repo.OPEN_KMP]) == {}
+    assert rpm_installed(leap_node, [*DRIVER_PACKAGES, suse_repo.PROPRIETARY_KMP, suse_repo.OPEN_KMP]) == {}
 
 
 def test_leap156_zypper_standin_driver_open_flavour_installs_the_signed_open_kmp_and_locks_it(
@@ -328,5 +322,5 @@ def test_leap156_zypper_standin_driver_open_flavour_installs_the_signed_open_kmp
     needs_driver(driver_stage)
     run = leap_node.deploy(data=settings_data(repos, driver_stage, stages="driver", modules="open"), json_output=False)
     assert run.returncode == 0, run.explain()
-    assert list(installed(leap_node, [suse_repo.PROPRIETARY_KMP, suse_repo.OPEN_KMP])) == [suse_repo.OPEN_KMP]
+    assert list(rpm_installed(leap_node, [suse_repo.PROPRIETARY_KMP, suse_repo.OPEN_KMP])) == [suse_repo.OPEN_KMP]
     assert suse_repo.OPEN_KMP in locks(leap_node)
