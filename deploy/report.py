@@ -93,25 +93,27 @@ def report_table(records: list[NodeRecord]) -> str:
 
 
 def report_json(records: list[NodeRecord]) -> dict[str, Any]:
+    return _report_of([record.as_json() for record in records])
+
+
+def _report_of(nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The report of the records' JSON (``NodeRecord.as_json``)."""
     return {
         "version": REPORT_VERSION,
-        "ok": all(record.ok for record in records),
-        "nodes": [record.as_json() for record in sorted(records, key=lambda record: record.host)],
+        "ok": all(node["ok"] for node in nodes),
+        "nodes": sorted(nodes, key=lambda node: node["host"]),
     }
 
 
-def write_json(path: str | os.PathLike, records: list[NodeRecord]) -> Path:
-    return write_json_file(path, report_json(records))
-
-
-def write_json_file(path: str | os.PathLike, data) -> Path:
-    """Write ``data`` as JSON atomically (same directory temp file, then rename)."""
+def write_json_file(path: str | os.PathLike, data, indent: int | None = 2) -> Path:
+    """Write ``data`` as JSON atomically (same directory temp file, then rename); ``indent=None``:
+    compact, by json's C encoder (an indent makes json encode in Python, several times slower)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     handle, temp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
         with os.fdopen(handle, "w") as stream:
-            json.dump(data, stream, indent=2, sort_keys=True)
+            stream.write(json.dumps(data, indent=indent, sort_keys=True))
             stream.write("\n")
         os.replace(temp, target)
     except BaseException:
@@ -125,13 +127,16 @@ class ReportStore:
 
     def __init__(self) -> None:
         self.records: dict[str, dict[str, NodeRecord]] = {}
+        self.encoded: dict[str, dict[str, dict[str, Any]]] = {}  # each record's JSON, made once
         self.verify_ops: set[str] = set()
         self.printed = False
 
     def add(self, path: str, record: NodeRecord) -> None:
         self.records.setdefault(path, {})[record.host] = record
-        # Rewritten per record too, so a run that dies later still leaves what it saw.
-        write_json(path, list(self.records[path].values()))
+        self.encoded.setdefault(path, {})[record.host] = record.as_json()
+        # Rewritten per record too, so a run that dies later still leaves what it saw: compact, from
+        # the records' JSON made once, as a fleet's file is rewritten once per host (finish indents it).
+        write_json_file(path, _report_of(list(self.encoded[path].values())), indent=None)
 
     def all_records(self) -> list[NodeRecord]:
         merged: dict[str, NodeRecord] = {}
@@ -144,8 +149,8 @@ class ReportStore:
         if self.printed or not self.records:
             return
         self.printed = True
-        for path, by_host in self.records.items():
-            write_json(path, list(by_host.values()))
+        for path, encoded in self.encoded.items():
+            write_json_file(path, _report_of(list(encoded.values())))
         out = stream or sys.stderr
         out.write("\n" + report_table(self.all_records()) + "\n")
         for path in self.records:
