@@ -167,6 +167,25 @@ def dockerd(suite: str = "trixie") -> Path:
     return binary
 
 
+def trixie_containerd_deb() -> Path:
+    """trixie's containerd 1.7 .deb (depends on runc and libc6 only: installs on bookworm as it is)."""
+    return containerd_deb("trixie")
+
+
+def trixie_docker_debs() -> list[Path]:
+    """trixie's docker.io and docker-cli 26 .debs (26 split the CLI out), downloaded once into the cache.
+    Every dependency they name is met by bookworm's archive (containerd >= 1.4, runc, tini, iptables,
+    sysvinit-utils >= 3.05-4, libc6 >= 2.34): apt installs them on bookworm without forcing anything."""
+    directory = DOCKER_CACHE / "trixie"
+    debs = []
+    for package in ("docker.io", "docker-cli"):
+        found = sorted(directory.glob(f"{package}_*.deb"))
+        if not found:
+            found = [d for d in download_debs("trixie", (package,), directory) if d.name.startswith(f"{package}_")]
+        debs.append(found[-1])
+    return debs
+
+
 def dockerd_validate(binary: Path, config: Path, timeout: float = 30) -> subprocess.CompletedProcess:
     """`dockerd --validate --config-file CONFIG`: dockerd's own check of a daemon.json."""
     return subprocess.run([str(binary), "--validate", "--config-file", str(config)],
