@@ -7,6 +7,7 @@ its facts. Nothing here changes the node.
 from __future__ import annotations
 
 import posixpath
+import tomllib
 from dataclasses import dataclass, field
 
 from pyinfra import host
@@ -57,11 +58,10 @@ def plan_wiring(files: list[ConfigFile], wiring: RuntimeWiring, major: int | Non
     """
     sections = []
     for index, config in enumerate(files):
-        document = parse_config(line_endings(config.text)[0], config.source)
-        version = config_version(document, config.source)
-        if index == 0 or document.get("version") is not None:
+        data = config_values(line_endings(config.text)[0], config.source)
+        version = config_version(data, config.source)
+        if index == 0 or data.get("version") is not None:
             check_version_fits(version, major, containerd_version, config.source)
-        data = document.unwrap()
         plugin = cri_plugin_for(data, version, major)
         sections.append((plugin, plugin in (data.get("plugins") or {})))
     target = max((index for index, (_, present) in enumerate(sections) if present), default=0)
@@ -73,6 +73,16 @@ def plan_wiring(files: list[ConfigFile], wiring: RuntimeWiring, major: int | Non
             merged = allow_cri(config.text, config.source)
         planned.append(PlannedFile(config.path, config.text, merged))
     return planned, files[target].path
+
+
+def config_values(text: str, source: str) -> dict:
+    """A config's values, only read: by tomllib, several times faster than the layout-keeping parse
+    an edit needs (the no-op reads every host's files). Where tomllib refuses the text, tomlkit's
+    reading and its error, as every edit of the file gives them."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return parse_config(text, source).unwrap()
 
 
 def default_config_text(containerd_major: int | None) -> str:
@@ -163,7 +173,7 @@ def imported_files(path: str, current: str | None, source: str) -> list[ConfigFi
     """The files ``path`` imports, as the node has them (only a config already on the node imports)."""
     if current is None:
         return []
-    patterns = parse_config(line_endings(current)[0], source).get("imports") or []
+    patterns = config_values(line_endings(current)[0], source).get("imports") or []
     if not isinstance(patterns, list) or not all(isinstance(pattern, str) for pattern in patterns):
         raise ConfigError(f"{source}: imports is not a list of paths")
     if not patterns:
