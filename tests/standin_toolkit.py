@@ -93,6 +93,12 @@ def _ctk_script(version: str) -> str:
           for index in $gpus; do node "nvidia$index"; done
           echo "containerEdits:"; echo "  deviceNodes:"
           for control in nvidiactl nvidia-uvm nvidia-uvm-tools; do [ -c "$dev/$control" ] && node "$control"; done
+          # the driver's programs are mounted into the container, as the real spec mounts them
+          smi=${{root%/}}/usr/bin/nvidia-smi
+          if [ -x "$smi" ]; then
+            echo "  mounts:"; echo "    - hostPath: $smi"; echo "      containerPath: /usr/bin/nvidia-smi"
+            echo "      options: [ro, nosuid, nodev, bind]"
+          fi
           true
         }} > "$output.tmp" && mv "$output.tmp" "$output"
         """

@@ -75,8 +75,10 @@ def test_cdi_on_containerd_2_1_with_standin_gpus_and_standin_toolkit_spec_refres
          f"{node.id}:/tmp/busybox-image.tar"])
     node.sh("ctr -n k8s.io image import --all-platforms /tmp/busybox-image.tar")
     seen = node.sh(f"ctr -n k8s.io run --rm --device nvidia.com/gpu=1 docker.io/{IMAGE} cdi-one "
-                   "sh -c 'echo /dev/nvidia*'", timeout=120).stdout.split()
-    assert seen == ["/dev/nvidia1", "/dev/nvidiactl"], seen
+                   "sh -c 'echo /dev/nvidia*; cat /usr/bin/nvidia-smi 2>/dev/null'", timeout=120).stdout
+    devices, _, mounted = seen.partition("\n")
+    assert devices.split() == ["/dev/nvidia1", "/dev/nvidiactl"], seen
+    assert "STAND-IN nvidia-smi" in mounted, seen  # the spec's mount of the node's nvidia-smi
 
     assert_no_change(node.deploy(data=data))
     summary, step = cdi_verified(node, data, tmp_path / "report.json")

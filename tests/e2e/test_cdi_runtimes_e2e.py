@@ -44,9 +44,17 @@ CRI = "io.containerd.grpc.v1.cri"
 CDI_OP = "CDI | Configure CDI (the spec and its refresh)"
 IMAGE = "gpu-node-test/busybox:static"
 CRI_CLIENT = Path(__file__).resolve().parents[1] / "cri_client.py"
-LIST_DEVICES = ["sh", "-c", "echo /dev/nvidia*"]
-# What a container given nvidia.com/gpu=1 must see: its device and the spec's common device node.
-ONE_GPU = ["/dev/nvidia1", "/dev/nvidiactl"]
+# The container's /dev/nvidia* on one line, then what the spec mounts at /usr/bin/nvidia-smi, if anything.
+LIST_DEVICES = ["sh", "-c", "echo /dev/nvidia*; cat /usr/bin/nvidia-smi 2>/dev/null; true"]
+# What a container given nvidia.com/gpu=1 must see: its device and the spec's common device node,
+# and the spec's mount of the node's (STAND-IN) nvidia-smi.
+ONE_GPU = (["/dev/nvidia1", "/dev/nvidiactl"], True)
+
+
+def seen_in(output: str) -> tuple[list[str], bool]:
+    """(the /dev/nvidia* a container listed, whether the node's stand-in nvidia-smi was mounted in it)."""
+    first, _, rest = output.partition("\n")
+    return first.split(), "STAND-IN nvidia-smi" in rest
 SPEC_NAMES = ["0", "GPU-00000000-0000-4000-8000-000000000000", "1", "GPU-11111111-1111-4111-8111-111111111111",
               "all"]
 
@@ -75,13 +83,13 @@ def cri_dump(node) -> dict:
     return tomlkit.parse(node.sh("containerd config dump").stdout).unwrap()["plugins"][CRI]
 
 
-def cri_run_devices(node, cdi_device: str) -> list[str]:
+def cri_run_devices(node, cdi_device: str) -> tuple[list[str], bool]:
     """The /dev/nvidia* a container started through the CRI with ``CDI_devices = [cdi_device]`` sees."""
     command = shlex.join(["python3", "/tmp/cri_client.py", "run", "/run/containerd/containerd.sock",
                           f"docker.io/{CRI_IMAGE}", cdi_device, *LIST_DEVICES])
     result = node.sh(command, check=False, timeout=180)
     assert result.returncode == 0, f"CRI run failed ({result.returncode}): {result.stderr.strip()}"
-    return result.stdout.split()
+    return seen_in(result.stdout)
 
 
 def test_cdi_on_trixie_containerd_1_7_enabled_injected_through_the_cri_verified_and_rerun_unchanged_standin_toolkit(
@@ -135,7 +143,7 @@ def test_cdi_on_trixie_containerd_1_7_enabled_injected_through_the_cri_verified_
     off = node.deploy(data={**data, "cdi": "false"})
     assert off.returncode == 0, off.explain()
     assert cri_dump(node)["enable_cdi"] is False
-    assert cri_run_devices(node, "nvidia.com/gpu=1") == ["/dev/nvidia*"]
+    assert cri_run_devices(node, "nvidia.com/gpu=1") == (["/dev/nvidia*"], False)
 
 
 def test_cdi_on_trixie_docker_26_enabled_injected_by_docker_run_verified_and_rerun_unchanged_standin_toolkit(
@@ -169,8 +177,8 @@ def test_cdi_on_trixie_docker_26_enabled_injected_by_docker_run_verified_and_rer
 
     copy_in(node, busybox_image_tar(IMAGE, ("sh", "true", "echo", "cat")), "/tmp/busybox-image.tar")
     node.sh("docker load -i /tmp/busybox-image.tar")
-    seen = node.sh(f"docker run --rm --network none --device nvidia.com/gpu=1 {IMAGE} "
-                   f"{shlex.join(LIST_DEVICES)}", timeout=120).stdout.split()
+    seen = seen_in(node.sh(f"docker run --rm --network none --device nvidia.com/gpu=1 {IMAGE} "
+                           f"{shlex.join(LIST_DEVICES)}", timeout=120).stdout)
     assert seen == ONE_GPU, seen
     asked_unknown = node.sh(f"docker run --rm --network none --device nvidia.com/gpu=7 {IMAGE} true", check=False)
     assert asked_unknown.returncode != 0 and "unresolvable CDI devices nvidia.com/gpu=7" in asked_unknown.stderr
