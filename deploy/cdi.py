@@ -1,12 +1,17 @@
 """
 The Container Device Interface per runtime: whether a runtime of this version has CDI, and what the
-``cdi`` setting (auto, true, false) asks of it. Pure: the stages give the versions they read.
+``cdi`` setting (auto, true, false) asks of it; the nvidia runtime's own mode in its config.toml
+(``nvidia_runtime_mode``). Pure: the stages give the versions and the text they read.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from tomlkit.exceptions import ParseError
+
+from deploy.containerd import layout
+from deploy.containerd.layout import TOMLKIT_FAULTS, ConfigError, Edits, tomllib
 from deploy.settings import RuntimeWiring
 
 # Where the spec goes (containerd and Docker read /etc/cdi and /var/run/cdi by default), and the dirs
@@ -67,3 +72,56 @@ def for_docker(wiring: RuntimeWiring, major: int | None, version: str | None) ->
     if wiring.enable_cdi is None:
         wiring = replace(wiring, enable_cdi=True if has_cdi else None)
     return RuntimeCdi(wiring, bool(wiring.enable_cdi), wiring.enable_cdi)
+
+
+# The nvidia runtime's config: the toolkit's package ships it commented; `nvidia-ctk config --in-place
+# --set nvidia-container-runtime.mode=...` is NVIDIA's way to set the mode, this is the same edit
+# with the comments and layout kept (the containerd layout engine's).
+RUNTIME_CONFIG = "/etc/nvidia-container-runtime/config.toml"
+RUNTIME_SECTION = ("nvidia-container-runtime",)
+RUNTIME_DEFAULT_MODE = "auto"  # what the runtime runs with when the file does not say
+RUNTIME_CONFIG_HEADER = ("# Written by gpu-node (nvidia_runtime_mode): the toolkit's package had left no config;\n"
+                         "# the nvidia runtime's defaults hold for everything not set here.\n")
+
+
+def runtime_mode_of(text: str | None) -> str:
+    """The mode the runtime runs with by this config text (None: no file); raises ConfigError."""
+    if text is None:
+        return RUNTIME_DEFAULT_MODE
+    try:
+        config = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{RUNTIME_CONFIG} is not valid TOML: {error}") from None
+    section = config.get(RUNTIME_SECTION[0])
+    mode = section.get("mode", RUNTIME_DEFAULT_MODE) if isinstance(section, dict) else RUNTIME_DEFAULT_MODE
+    return str(mode)
+
+
+def with_runtime_mode(text: str | None, mode: str) -> str:
+    """The runtime's config ``text`` (None: no file) with ``mode`` set, everything else as it was;
+    raises ConfigError (one line) for a file that cannot be edited safely."""
+    runtime_mode_of(text)  # not TOML: refused with the reader's line and column
+
+    def parse(body: str):
+        try:
+            return layout.parse(body)
+        except (ParseError, *TOMLKIT_FAULTS) as error:
+            raise ConfigError(f"{RUNTIME_CONFIG}: its layout cannot be edited safely (tomlkit cannot read it: "
+                              f"{type(error).__name__})") from None
+
+    def apply(document, edits: Edits) -> None:
+        edits.set(RUNTIME_SECTION, "mode", mode)
+
+    edited, _ = layout.edit(text if text is not None else RUNTIME_CONFIG_HEADER, RUNTIME_CONFIG, parse, apply)
+    return edited
+
+
+def runtime_mode_refusal(mode: str | None, cdi_on: bool, cdi: str) -> str | None:
+    """Why ``nvidia_runtime_mode`` cannot be had where CDI is ``cdi_on`` (None: it can)."""
+    if mode != "cdi" or cdi_on:
+        return None
+    return ("nvidia_runtime_mode=cdi, but CDI is off on this node "
+            + ("(cdi=false)" if cdi == "false" else "(cdi=auto, and no wired runtime of this version has CDI: "
+               "containerd 1.7 or Docker 25 at least)")
+            + ": the runtime's cdi mode injects devices from the CDI spec, which only a node with CDI on gets; "
+            "leave nvidia_runtime_mode unset or auto, or use a runtime with CDI")

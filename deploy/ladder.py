@@ -16,7 +16,7 @@ import yaml
 from packaging.version import InvalidVersion, Version
 
 from deploy import redact
-from deploy.cdi import SPEC_PATH, CdiUnsupported, for_containerd
+from deploy.cdi import RUNTIME_CONFIG, SPEC_PATH, CdiUnsupported, for_containerd, runtime_mode_of
 from deploy.fabric import fabric_of
 from deploy.facts.cdi import REFRESH_PATH_UNIT, spec_stale
 from deploy.facts.cuda import TIMED_OUT, TIMEOUT_SECONDS
@@ -25,7 +25,7 @@ from deploy.facts.ladder import (
     FABRIC_MANAGER_UNIT, KUBELET_CONFIG, PERSISTENCED_UNIT, explain_smi_failure, unit_state,
 )
 from deploy.containerd.cri import dump_cri_plugin, effective_problems
-from deploy.containerd.layout import tomllib
+from deploy.containerd.layout import ConfigError, tomllib
 from deploy.report import FAIL, PASS, SKIP, NodeRecord, Step
 from deploy.settings import MIN_DRIVER_VERSION, RuntimeWiring, Settings
 
@@ -52,6 +52,7 @@ class VerifyOptions:
     fabric_manager_install: bool = True
     cdi: str = "auto"
     driver_root: str = "/"
+    runtime_mode: str | None = None  # nvidia_runtime_mode
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "VerifyOptions":
@@ -67,7 +68,17 @@ class VerifyOptions:
             fabric_manager_install=settings.fabric_manager_install,
             cdi=settings.cdi,
             driver_root=settings.nvidia_driver_root,
+            runtime_mode=settings.nvidia_runtime_mode,
         )
+
+
+@dataclass(frozen=True)
+class CdiProbe:
+    """What verify's CRI probe asks for through ``CDI_devices`` on a CDI node, and the device nodes
+    the spec gives it there, which must then be in the container."""
+
+    device: str  # nvidia.com/gpu=GPU-<uuid>, or nvidia.com/gpu=all
+    paths: tuple[str, ...]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -547,7 +558,55 @@ def _cleaned_up(step: dict) -> bool:
     return step.get("exit_code", 1) == 0 or "code = NotFound" in output or "not found" in output
 
 
-def cri_step(result: dict, gpu: bool, image: str) -> Step:
+def cri_cdi_probe(readout: dict, options: VerifyOptions) -> CdiProbe | None:
+    """The CDI device the CRI probe's second container asks for: on a CDI node with a usable GPU and a
+    spec, the first GPU the driver sees by its UUID where the spec names it, else ``all``; None: no
+    such container (the cdi step says why)."""
+    state = readout["cdi"]
+    if not (cdi_expected(readout, options) and gpu_usable(readout) and state["spec"]):
+        return None
+    try:
+        cdi_spec_names(state["spec"])
+    except ValueError:
+        return None
+    spec = yaml.safe_load(state["spec"])
+    devices = {str(device.get("name")): device for device in spec["devices"] if isinstance(device, dict)}
+    uuids = [gpu["uuid"] for gpu in readout["smi"]["gpus"] if gpu.get("uuid")]
+    name = uuids[0] if uuids and uuids[0] in devices else "all"
+    if name not in devices:
+        return None
+    paths = _device_node_paths(devices[name]) + _device_node_paths(spec)
+    return CdiProbe(f"{spec['kind']}={name}", tuple(dict.fromkeys(paths))) if paths else None
+
+
+def _device_node_paths(holder: dict) -> list[str]:
+    """The container paths of the device nodes a spec's or a device's ``containerEdits`` give."""
+    edits = holder.get("containerEdits") if isinstance(holder.get("containerEdits"), dict) else {}
+    nodes = edits.get("deviceNodes") if isinstance(edits.get("deviceNodes"), list) else []
+    return [str(node["path"]) for node in nodes if isinstance(node, dict) and node.get("path")]
+
+
+def cdi_container_problem(result: dict, cdi: CdiProbe) -> str | None:
+    """What went wrong with the CRI probe's CDI container (None: it had every device node the spec
+    gives ``cdi.device``)."""
+    for name in ("create", "start", "logs"):
+        step = result.get(f"cdi_{name}", {})
+        if step.get("exit_code", 1) != 0:
+            said = _short(crictl_message(step.get("output", "")), 300)
+            return f"crictl {name} with CDI device {cdi.device} failed: {said}"
+    container_state = result.get("cdi_state", {}).get("output", "")
+    if container_state.strip() != "CONTAINER_EXITED 0":
+        return f"the container given CDI device {cdi.device}: {container_state or 'no state'}"
+    logs = without_crictl_warnings(result.get("cdi_logs", {}).get("output", ""))
+    seen = {line.removeprefix("device ").strip() for line in logs.splitlines() if line.startswith("device ")}
+    missing = [path for path in cdi.paths if path not in seen]
+    if missing:
+        return (f"the container given CDI device {cdi.device} through the CRI lacks {', '.join(missing)} "
+                f"(the spec gives them): containerd did not inject it")
+    return None
+
+
+def cri_step(result: dict, gpu: bool, image: str, cdi: CdiProbe | None = None) -> Step:
     runp = result.get("runp")
     if not runp:
         return Step("cri_handler", FAIL, "crictl produced no result")
@@ -571,7 +630,17 @@ def cri_step(result: dict, gpu: bool, image: str) -> Step:
     logs = without_crictl_warnings(result.get("logs", {}).get("output", ""))
     if container_state.strip() != "CONTAINER_EXITED 0":
         return Step("cri_handler", FAIL, f"nvidia-smi -L in the sandbox: {container_state or 'no state'}: {_short(logs)}")
-    return Step("cri_handler", FAIL if cleanup else PASS, f"{sandbox}; nvidia-smi -L: {_short(logs, 120)}{note}")
+    cdi_note = ""
+    if cdi is not None:
+        problem = cdi_container_problem(result, cdi)
+        if problem:
+            return Step("cri_handler", FAIL, problem)
+        cdi_note = f"; CDI device {cdi.device} through the CRI: {', '.join(cdi.paths)} in the container"
+        if not _cleaned_up(result.get("cdi_rm", {})):
+            cleanup.append("cdi_rm")
+            note = f"; cleanup failed: {', '.join(cleanup)}"
+    return Step("cri_handler", FAIL if cleanup else PASS,
+                f"{sandbox}; nvidia-smi -L: {_short(logs, 120)}{cdi_note}{note}")
 
 
 def run_step(name: str, result: dict, what: str) -> Step:
@@ -660,6 +729,22 @@ def cdi_step(readout: dict, options: VerifyOptions) -> Step:
                 + (f"; {REFRESH_PATH_UNIT} active" if state["refresh_unit"] else ""))
 
 
+def runtime_mode_step(readout: dict, options: VerifyOptions) -> Step:
+    """The nvidia runtime's mode in its config.toml is the one nvidia_runtime_mode asks."""
+    if options.runtime_mode is None:
+        return Step("runtime_mode", SKIP, f"nvidia_runtime_mode is unset: {RUNTIME_CONFIG} is left as it is")
+    text = readout["cdi"].get("runtime_config")
+    try:
+        mode = runtime_mode_of(text)
+    except ConfigError as error:
+        return Step("runtime_mode", FAIL, str(error))
+    where = RUNTIME_CONFIG if text is not None else f"no {RUNTIME_CONFIG}, so the runtime's default"
+    if mode != options.runtime_mode:
+        return Step("runtime_mode", FAIL, f"{where}: mode {mode!r}, not {options.runtime_mode!r} "
+                                          "(nvidia_runtime_mode): run the deploy")
+    return Step("runtime_mode", PASS, f"{where}: mode {mode!r}")
+
+
 def dev_char_step(readout: dict, options: VerifyOptions) -> Step:
     """Every NVIDIA device node linked in /dev/char, where the systemd cgroup driver needs it."""
     if not options.wiring.systemd_cgroup:
@@ -685,13 +770,14 @@ def ladder(readout: dict, options: VerifyOptions, runs: dict[str, dict],
     steps += containerd_steps(readout, options, cri, cri_error)
     steps += cgroup_steps(readout, options, cri)
     steps.append(cdi_step(readout, options))
+    steps.append(runtime_mode_step(readout, options))
     steps.append(dev_char_step(readout, options))
     plan = planned_runs(readout, options)
     gpu = gpu_usable(readout)
     if plan["cri_handler"] is not None:
         steps.append(Step("cri_handler", SKIP, plan["cri_handler"]))
     else:
-        steps.append(cri_step(runs.get("cri_handler", {}), gpu, options.image))
+        steps.append(cri_step(runs.get("cri_handler", {}), gpu, options.image, cri_cdi_probe(readout, options)))
     if plan["ctr_run"] is not None:
         steps.append(Step("ctr_run", SKIP, plan["ctr_run"]))
     else:

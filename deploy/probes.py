@@ -42,6 +42,7 @@ from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 from deploy.facts.k8s import kubectl, with_stdin
 from deploy.containerd.flavours import PLAIN_SOCKET
 from deploy.facts.ladder import decode_b64
+from deploy.ladder import CdiProbe
 
 T = TypeVar("T")
 
@@ -117,26 +118,33 @@ GPU_NODE_EOF
 cat > "$d/container.json" <<'GPU_NODE_EOF'
 __CONTAINER_JSON__
 GPU_NODE_EOF
+cat > "$d/cdi.json" <<'GPU_NODE_EOF'
+__CDI_JSON__
+GPU_NODE_EOF
 report() { echo "step $1 $2 $(printf '%s' "$3" | head -c 2000 | base64 -w0)"; }
+# $1: the steps' prefix, $2: the container's config. Create, start, wait for, read and remove it.
+run_container() {
+  out=$($cri create "$pod" "$2" "$d/pod.json" 2>&1); rc=$?; report "${1}create" $rc "$out"
+  ctr=$(printf '%s' "$out" | tail -n 1)
+  [ "$rc" = 0 ] || return 0
+  out=$($cri start "$ctr" 2>&1); rc=$?; report "${1}start" $rc "$out"
+  i=0; state=""
+  while [ "$i" -lt __TIMEOUT__ ]; do
+    state=$($cri inspect -o go-template --template '{{.status.state}} {{.status.exitCode}}' "$ctr" 2>/dev/null)
+    case "$state" in CONTAINER_EXITED*) break;; esac
+    i=$((i + 1)); sleep 1
+  done
+  report "${1}state" 0 "$state"
+  out=$($cri logs "$ctr" 2>&1); rc=$?; report "${1}logs" $rc "$out"
+  out=$($cri rm -f "$ctr" 2>&1); rc=$?; report "${1}rm" $rc "$out"
+}
 out=$($cri runp --runtime __HANDLER__ "$d/pod.json" 2>&1); rc=$?; report runp $rc "$out"
 pod=""; [ "$rc" = 0 ] && pod=$(printf '%s' "$out" | tail -n 1)
 if [ "$rc" = 0 ] && [ __RUN_CONTAINER__ = 1 ] && ! $cri inspecti __IMAGE__ >/dev/null 2>&1; then
   report image 1 "image not present"
 elif [ "$rc" = 0 ] && [ __RUN_CONTAINER__ = 1 ]; then
-  out=$($cri create "$pod" "$d/container.json" "$d/pod.json" 2>&1); rc=$?; report create $rc "$out"
-  ctr=$(printf '%s' "$out" | tail -n 1)
-  if [ "$rc" = 0 ]; then
-    out=$($cri start "$ctr" 2>&1); rc=$?; report start $rc "$out"
-    i=0; state=""
-    while [ "$i" -lt __TIMEOUT__ ]; do
-      state=$($cri inspect -o go-template --template '{{.status.state}} {{.status.exitCode}}' "$ctr" 2>/dev/null)
-      case "$state" in CONTAINER_EXITED*) break;; esac
-      i=$((i + 1)); sleep 1
-    done
-    report state 0 "$state"
-    out=$($cri logs "$ctr" 2>&1); rc=$?; report logs $rc "$out"
-    out=$($cri rm -f "$ctr" 2>&1); rc=$?; report rm $rc "$out"
-  fi
+  run_container "" "$d/container.json"
+  [ __RUN_CDI__ = 1 ] && run_container cdi_ "$d/cdi.json"
 fi
 if [ -n "$pod" ]; then
   out=$($cri stopp "$pod" 2>&1); rc=$?; report stopp $rc "$out"
@@ -170,27 +178,49 @@ def container_config(image: str, command: list[str]) -> dict:
     }
 
 
+def cdi_container_config(image: str, cdi: CdiProbe) -> dict:
+    """A container given ``cdi.device`` through the CRI's ``CDI_devices`` (as the kubelet passes the
+    device plugin's cdi-cri answer), printing which of ``cdi.paths`` it has as device nodes.
+    NVIDIA_VISIBLE_DEVICES=void: the nvidia runtime injects nothing of its own, in any mode, so what
+    the container has came through CDI."""
+    paths = " ".join(shlex.quote(path) for path in cdi.paths)
+    return {
+        "metadata": {"name": "cdi-devices"},
+        "image": {"image": image},
+        "command": ["sh", "-c", f'for p in {paths}; do [ -c "$p" ] && echo "device $p"; done; true'],
+        "envs": [{"key": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
+        "CDI_devices": [{"name": cdi.device}],
+        "log_path": "cdi-devices.log",
+        "linux": {},
+    }
+
+
 class CrictlRun(Probe[dict]):
     """
     Through the CRI, the path the kubelet takes: ``crictl runp --runtime nvidia`` a host-network
     sandbox, then (when ``image`` is given) create, start, wait for, read the logs of and remove a
-    container running ``command`` in it; stop and remove the sandbox. One command.
+    container running ``command`` in it, and (when ``cdi`` is given too) the same for a container
+    given a CDI device (``cdi_container_config``; its steps' names start with ``cdi_``); stop and
+    remove the sandbox. One command.
 
     .. code:: python
 
         {"runp": {"exit_code": 0, "output": "a1b2..."}, "create": {...}, "start": {...},
          "state": {"exit_code": 0, "output": "CONTAINER_EXITED 0"}, "logs": {...}, "rm": {...},
+         "cdi_create": {...}, ..., "cdi_logs": {"exit_code": 0, "output": "device /dev/nvidia0"}, ...,
          "stopp": {...}, "rmp": {...}}
     """
 
     def command(self, uid, handler="nvidia", image=None, command=("nvidia-smi", "-L"), timeout=60,
-                systemd_cgroup=True, socket=PLAIN_SOCKET):
+                systemd_cgroup=True, socket=PLAIN_SOCKET, cdi: CdiProbe | None = None):
         script = (
             CRICTL_SCRIPT.replace("__SOCKET__", socket)
             .replace("__HANDLER__", shlex.quote(handler))
             .replace("__POD_JSON__", json.dumps(sandbox_config(uid, systemd_cgroup)))
             .replace("__CONTAINER_JSON__", json.dumps(container_config(image or "", list(command))))
+            .replace("__CDI_JSON__", json.dumps(cdi_container_config(image or "", cdi)) if cdi else "{}")
             .replace("__RUN_CONTAINER__", "1" if image else "0")
+            .replace("__RUN_CDI__", "1" if image and cdi else "0")
             .replace("__IMAGE__", shlex.quote(image or "none"))
             .replace("__TIMEOUT__", str(int(timeout)))
         )

@@ -52,6 +52,9 @@ class RuntimeWiring:
     # CDI in the runtime's own config: True turned on, False turned off, None left as the runtime has
     # it (cdi=auto until the runtime's version says whether it has CDI: deploy/cdi.py)
     enable_cdi: bool | None = None
+    # containerd passes a container's annotations matching these to the nvidia runtime (its CDI
+    # mode reads cdi.k8s.io/ annotations); merged with the file's own
+    container_annotations: tuple[str, ...] = ()
 
 
 class SettingsError(PyinfraError):
@@ -162,6 +165,11 @@ Cdi = Annotated[
     BeforeValidator(lambda value: str(value).lower() if isinstance(value, bool) else value),
     Allowed("auto, true or false"),
 ]
+# The nvidia runtime's modes (`[nvidia-container-runtime] mode` in its config.toml).
+RuntimeMode = Literal["auto", "cdi", "legacy", "csv"]
+# What containerd must pass on for the runtime's cdi mode to see the CDI annotations (as NVIDIA's
+# GPU Operator writes it on the nvidia runtime when CDI is on).
+CDI_ANNOTATIONS = "cdi.k8s.io/*"
 # Settings an older release had, and the one that took each over (a value given to one is read as it).
 FOLDED_SETTINGS = {"containerd_enable_cdi": "cdi", "docker_enable_cdi": "cdi"}
 
@@ -209,6 +217,14 @@ class RuntimeSettings(_Section):
                     "where the runtimes have it; true: refused where one has not (containerd 1.6, Docker before "
                     "25); false: turned off where gpu-node turned it on (the refresh too). Replaces `containerd_enable_cdi` and "
                     "`docker_enable_cdi`",
+    )
+    nvidia_runtime_mode: RuntimeMode | None = Field(
+        None,
+        description="the nvidia runtime's own mode in /etc/nvidia-container-runtime/config.toml (its "
+                    "comments kept); unset: the file is left as it is. cdi: the runtime injects the CDI "
+                    "devices NVIDIA_VISIBLE_DEVICES or `cdi.k8s.io/` annotations name, and containerd's "
+                    "nvidia runtime passes those annotations on (`container_annotations`); needs CDI on "
+                    "(refused with cdi=false, or cdi=auto on a runtime without CDI); see docs/cdi.md",
     )
     service_restart_timeout: int = Field(
         30, ge=5, le=600, description="seconds a restarted runtime has to become active before rollback"
@@ -482,7 +498,8 @@ class Settings(RuntimeSettings, PackageSettings, DataCenterSettings, HostSafetyS
         """What the runtimes stage wires into containerd and Docker, and verify expects there; cdi=auto
         is decided per runtime from its version (deploy/cdi.py)."""
         return RuntimeWiring(make_default=self.nvidia_runtime_default, systemd_cgroup=self.systemd_cgroup,
-                             enable_cdi={"true": True, "false": False}.get(self.cdi))
+                             enable_cdi={"true": True, "false": False}.get(self.cdi),
+                             container_annotations=(CDI_ANNOTATIONS,) if self.nvidia_runtime_mode == "cdi" else ())
 
     def kube_node_name(self, host_name: str) -> str:
         return dict(self.kube_node_names).get(host_name, host_name)
@@ -543,6 +560,13 @@ def _check_gpu_sharing(settings: Settings, data: Mapping[str, Any]) -> None:
         )
 
 
+def _check_runtime_mode(settings: Settings) -> None:
+    if settings.nvidia_runtime_mode == "cdi" and settings.cdi == "false":
+        raise SettingsError(
+            "invalid setting nvidia_runtime_mode='cdi': allowed only with cdi=auto or true (cdi=false turns CDI "
+            "off, and the runtime's cdi mode injects devices from the CDI spec the cdi stage keeps)")
+
+
 def fold_old_settings(data: Mapping[str, Any]) -> Mapping[str, Any]:
     """``data`` with the settings of FOLDED_SETTINGS read as the one that took each over; values that
     disagree stop the run, naming both."""
@@ -582,6 +606,7 @@ def parse_settings(data: Mapping[str, Any]) -> Settings:
         raise SettingsError(f"invalid setting {key}={_shown(data[key])}: allowed: {allowed}") from None
     _check_url_scheme(settings)
     _check_gpu_sharing(settings, data)
+    _check_runtime_mode(settings)
     return settings
 
 

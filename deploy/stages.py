@@ -54,7 +54,7 @@ STAGES: tuple[Stage, ...] = (
           apply=lambda s, found, target: docker.docker_runtime(
               s, found.platform.family, drain=target, pending_restarts=found.pending_restarts)),
     Stage("cdi", runs=lambda s: s.runs("runtimes"), reads=cdi.reads,
-          apply=lambda s, found, target: cdi.cdi(s, found.containerd)),
+          check=cdi.preflight_check, apply=lambda s, found, target: cdi.cdi(s, found.containerd)),
     # systemd re-applies containers' devices by their /dev/char names (the systemd cgroup driver)
     Stage("device links", runs=lambda s: s.runs("runtimes") and s.systemd_cgroup, reads=devices.reads,
           apply=lambda s, found, target: devices.device_links(s)),

@@ -13,7 +13,9 @@ and the order stay as they were; only the keys below are set:
   ``nvidia`` goes back to ``runc``;
 - ``disabled_plugins`` loses ``cri`` (Kubernetes needs CRI);
 - ``enable_cdi`` (with ``cdi_spec_dirs`` holding where the spec goes) on or off as the wiring
-  asks (deploy/cdi.py decided it for the containerd's version), for containerd 1.x: 2.x has CDI on.
+  asks (deploy/cdi.py decided it for the containerd's version), for containerd 1.x: 2.x has CDI on;
+- ``runtimes.nvidia.container_annotations`` gains what the wiring names (the runtime's cdi mode
+  reads ``cdi.k8s.io/`` annotations), the file's own entries kept.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 
 import tomlkit
 from tomlkit.exceptions import ParseError
-from tomlkit.items import Table
+from tomlkit.items import Array, Table
 
 from deploy import redact
 from deploy.cdi import SPEC_DIRS, SPEC_PATH
@@ -172,6 +174,30 @@ def _wire_runtime(edits: Edits, runtimes_path: TablePath, name: str, binary: str
     edits.set(options_path, "SystemdCgroup", systemd_cgroup)
 
 
+def _add_container_annotations(edits: Edits, runtime_path: TablePath, wanted: tuple[str, ...]) -> None:
+    """The runtime's ``container_annotations`` with ``wanted`` appended where missing (the file's
+    entries, their order and comments kept)."""
+    if not wanted:
+        return
+    runtime = layout.holder(edits.document, runtime_path, "container_annotations")
+    current = runtime.get("container_annotations") if runtime is not None else None
+    if current is None:
+        edits.set(runtime_path, "container_annotations", list(wanted))
+        return
+    if not isinstance(current, list) or not all(isinstance(item, str) for item in current):
+        raise ConfigError(f"{dotted(runtime_path + ('container_annotations',))} is not a list of strings")
+    missing = [item for item in wanted if item not in current]
+    if not missing:
+        return
+    values = [str(item) for item in current] + missing
+    if isinstance(current, Array):
+        for item in missing:
+            current.append(item)  # in place: the array's comments and layout stay
+        edits.assigned.append((runtime_path + ("container_annotations",), values))
+    else:  # an inline table's or a dotted key's plain list
+        edits.set(runtime_path, "container_annotations", values)
+
+
 def _drop_disabled_cri(document, edits: Edits) -> None:
     disabled = document.get("disabled_plugins")
     if disabled is None:
@@ -225,6 +251,7 @@ def merge_containerd_config(text: str, wiring: RuntimeWiring, source: str = "con
         runtimes = containerd + ("runtimes",)
         _wire_runtime(edits, runtimes, "runc", None, wiring.systemd_cgroup, first_blank)
         _wire_runtime(edits, runtimes, "nvidia", wiring.binary, wiring.systemd_cgroup, first_blank)
+        _add_container_annotations(edits, runtimes + ("nvidia",), wiring.container_annotations)
         holder = layout.holder(document, containerd, "default_runtime_name")
         current_default = holder.get("default_runtime_name") if holder is not None else None
         if wiring.make_default:
@@ -286,6 +313,12 @@ def effective_problems(dump: str, wiring: RuntimeWiring) -> tuple[str, list[str]
         if options.get("BinaryName") != wiring.binary:
             problems.append(f"runtimes.nvidia.options.BinaryName is {options.get('BinaryName')!r}, "
                             f"not {wiring.binary!r}")
+    if nvidia and wiring.container_annotations:
+        passed = nvidia.get("container_annotations") or []
+        missing = [item for item in wiring.container_annotations if item not in passed]
+        if missing:
+            problems.append(f"runtimes.nvidia.container_annotations lacks {', '.join(map(repr, missing))} "
+                            "(nvidia_runtime_mode=cdi)")
     for name in ("runc", "nvidia"):
         if name in runtimes or name == "runc":
             value = bool(((runtimes.get(name) or {}).get("options") or {}).get("SystemdCgroup", False))

@@ -23,6 +23,7 @@ done
 echo "refresh_enabled $(systemctl is-enabled __PATH_UNIT__ 2>/dev/null)"
 echo "refresh_active $(systemctl is-active __PATH_UNIT__ 2>/dev/null)"
 [ -f __ENV__ ] && echo "env $(base64 -w0 < __ENV__)"
+[ -f __RUNTIME_CONFIG__ ] && echo "runtime_config $(base64 -w0 < __RUNTIME_CONFIG__)"
 newest=$(stat -c %Z "/lib/modules/$(uname -r)/modules.dep" $ctk 2>/dev/null | sort -n | tail -n 1)
 echo "inputs_changed $newest"
 if [ -f __SPEC__ ]; then
@@ -44,8 +45,9 @@ true
 class CdiState(FactBase):
     """
     The CDI spec at ``spec`` (its text, and when it was written), the refresh units the toolkit ships (where, enabled,
-    active), their environment file's text, the newest of the module index and ``nvidia-ctk``, and,
-    only when the spec is missing or older than those, whether ``nvidia-smi -L`` answers with GPUs.
+    active), their environment file's text, the nvidia runtime's config at ``runtime_config`` (its
+    mode), the newest of the module index and ``nvidia-ctk``, and, only when the spec is missing or
+    older than those, whether ``nvidia-smi -L`` answers with GPUs.
 
     .. code:: python
 
@@ -54,6 +56,7 @@ class CdiState(FactBase):
             "refresh_unit": "/usr/lib/systemd/system/nvidia-cdi-refresh.path",  # None: not shipped
             "refresh_enabled": "enabled", "refresh_active": "active",
             "env": None,                              # the environment file's text; None: absent
+            "runtime_config": "[nvidia-container-runtime]\\nmode = \\"cdi\\"\\n",  # None: absent
             "inputs_changed": 1764115200,             # ctime of the newest of them
             "spec_changed": 1764115300,               # None: no spec
             "spec": "cdiVersion: 0.5.0\\n...",
@@ -61,16 +64,17 @@ class CdiState(FactBase):
         }
     """
 
-    def command(self, spec, env):
+    def command(self, spec, env, runtime_config):
         return (CDI_SCRIPT.strip()
                 .replace("__UNIT_DIRS__", " ".join(UNIT_DIRS)).replace("__PATH_UNIT__", REFRESH_PATH_UNIT)
-                .replace("__SPEC__", shlex.quote(spec)).replace("__ENV__", shlex.quote(env)))
+                .replace("__SPEC__", shlex.quote(spec)).replace("__ENV__", shlex.quote(env))
+                .replace("__RUNTIME_CONFIG__", shlex.quote(runtime_config)))
 
     @staticmethod
     def default():
         return {"ctk": None, "refresh_unit": None, "refresh_enabled": None, "refresh_active": None, "env": None,
-                "inputs_changed": None, "spec_changed": None, "spec": None, "smi_exit_code": None,
-                "smi_gpus": 0}
+                "runtime_config": None, "inputs_changed": None, "spec_changed": None, "spec": None,
+                "smi_exit_code": None, "smi_gpus": 0}
 
     def process(self, output):
         state = self.default()
@@ -79,7 +83,7 @@ class CdiState(FactBase):
             rest = rest.strip()
             if kind in ("ctk", "refresh_unit", "refresh_enabled", "refresh_active"):
                 state[kind] = rest or None
-            elif kind in ("env", "spec"):
+            elif kind in ("env", "spec", "runtime_config"):
                 state[kind] = base64.b64decode(rest).decode("utf-8", "replace") if rest else ""
             elif kind in ("inputs_changed", "spec_changed", "smi_exit_code", "smi_gpus") and rest.isdigit():
                 state[kind] = int(rest)

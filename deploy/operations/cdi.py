@@ -1,6 +1,7 @@
 """
 The Container Device Interface on a node: whether it is on (the cdi setting and the wired runtimes'
-versions, deploy/cdi.py), the toolkit's refresh units, and the spec nvidia-ctk generates.
+versions, deploy/cdi.py), the toolkit's refresh units, the spec nvidia-ctk generates, and the
+nvidia runtime's own mode (nvidia_runtime_mode) in its config.toml.
 """
 
 from __future__ import annotations
@@ -10,12 +11,16 @@ from dataclasses import dataclass
 from pyinfra import host, logger
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from deploy.cdi import SPEC_PATH, for_containerd, for_docker
+from deploy.cdi import (
+    RUNTIME_CONFIG, SPEC_PATH, for_containerd, for_docker, runtime_mode_of, runtime_mode_refusal, with_runtime_mode,
+)
+from deploy.containerd.layout import ConfigError
 from deploy.containerd.flavours import ConfigTarget
 from deploy.facts.cdi import REFRESH_PATH_UNIT, CdiState, spec_stale
 from deploy.facts.combined import FactCall, read
 from deploy.facts.containerd import config_read
 from deploy.operations import docker as docker_ops
+from deploy.operations.failure import failing_command
 from deploy.operations.files import put_text
 from deploy.settings import RuntimeWiring
 
@@ -26,7 +31,7 @@ HEADER = "# Managed by gpu-node (deploy/operations/cdi.py): the driver root the 
 
 def state_read() -> FactCall:
     """What the CDI operation reads (preflight reads it ahead with the same call)."""
-    return (CdiState, {"spec": SPEC_PATH, "env": REFRESH_ENV})
+    return (CdiState, {"spec": SPEC_PATH, "env": REFRESH_ENV, "runtime_config": RUNTIME_CONFIG})
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,7 @@ class CdiTarget:
     driver_root: str
     containerd: ConfigTarget | None = None
     docker_config: str | None = None
+    runtime_mode: str | None = None  # nvidia_runtime_mode; None: the runtime's config left alone
 
 
 def runtime_versions_known(target: CdiTarget) -> bool:
@@ -142,3 +148,51 @@ def configure_cdi(target: CdiTarget):
         yield generate_command(state["ctk"], target.driver_root)
     else:
         _say(no_spec_message(state))
+
+
+def runtime_mode_problem(target: CdiTarget, state: dict, cdi_decided: bool = True) -> str | None:
+    """Why the runtime's mode cannot be set (one line), from what the node holds; None: it can.
+    ``cdi_decided``: false while a wired runtime is not installed yet (CDI is decided by its version)."""
+    if target.runtime_mode is None:
+        return None
+    try:
+        runtime_mode_of(state["runtime_config"])
+    except ConfigError as error:
+        return str(error)
+    if not cdi_decided and target.cdi == "auto":
+        return None
+    return runtime_mode_refusal(target.runtime_mode, cdi_on(target), target.cdi)
+
+
+def runtime_mode_in_place(target: CdiTarget, state: dict) -> bool:
+    """Whether the runtime's config says the mode asked (or none is asked)."""
+    if target.runtime_mode is None:
+        return True
+    try:
+        return (state["runtime_config"] is not None
+                and with_runtime_mode(state["runtime_config"], target.runtime_mode) == state["runtime_config"])
+    except ConfigError:
+        return False
+
+
+@operation()
+def configure_runtime_mode(target: CdiTarget):
+    """
+    The nvidia runtime's mode in its config.toml as ``nvidia_runtime_mode`` asks, the file's
+    comments and layout kept, decided from what the node holds when this runs (after the toolkit
+    and the runtimes are installed); a file that cannot be edited safely is left byte for byte and
+    the host fails with one line, as does cdi mode where CDI is off.
+
+    + target: the setting, the wiring and the wired runtimes (``CdiTarget``)
+    """
+    state = read(host, state_read())
+    problem = runtime_mode_problem(target, state)
+    if problem is not None:
+        yield failing_command(problem)
+        return
+    if runtime_mode_in_place(target, state):
+        host.noop(f"{RUNTIME_CONFIG} has mode {target.runtime_mode}")
+        return
+    # The runtime reads its config at each container start: nothing to restart.
+    yield from put_text._inner(dest=RUNTIME_CONFIG, content=with_runtime_mode(state["runtime_config"],
+                                                                                target.runtime_mode))

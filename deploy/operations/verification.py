@@ -23,7 +23,7 @@ from deploy.containerd.flavours import ConfigTarget, classify_flavour, config_ta
 from deploy.facts.containerd import ContainerdFlavour, config_read
 from deploy.facts.ladder import Executables, LadderReadout
 from deploy.ladder import (
-    HANDLER, VerifyOptions, configured_binaries, gpu_usable, ladder, node_record, planned_runs, read_cri,
+    HANDLER, VerifyOptions, configured_binaries, cri_cdi_probe, gpu_usable, ladder, node_record, planned_runs, read_cri,
 )
 from deploy.operations.failure import failing_command
 from deploy.report import FAIL, PASS, SKIP, verify_report_store
@@ -117,6 +117,7 @@ def check_node(options: VerifyOptions, report_path: str):
         runs["cri_handler"] = probes.run(
             host, probes.CrictlRun, uid=token, handler=HANDLER, image=options.image if gpu_usable(readout) else None,
             systemd_cgroup=options.wiring.systemd_cgroup, socket=containerd.socket,
+            cdi=cri_cdi_probe(readout, options),
         )
     if plan["ctr_run"] is None:
         runs["ctr_run"] = probes.run(host, probes.ContainerRun, tool="ctr", image=options.image,

@@ -84,6 +84,8 @@ class SharingConfig:
                 "nvidiaDriverRoot": self.driver_root,
                 "plugin": {
                     "passDeviceSpecs": False,
+                    # cdi-cri whatever nvidia_runtime_mode says: the runtime's cdi mode needs containerd's CDI
+                    # on, which injects cdi-annotations' devices itself too; cdi-cri keeps one injector
                     "deviceListStrategy": "cdi-cri" if self.cdi else "envvar",
                     "deviceIDStrategy": "uuid",
                 },

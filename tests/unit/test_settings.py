@@ -32,6 +32,7 @@ DOCUMENTED_DEFAULTS = {
     "docker_daemon_config_path": "/etc/docker/daemon.json",
     "docker_install": False,
     "cdi": "auto",
+    "nvidia_runtime_mode": None,
     "service_restart_timeout": 30,
     "drain_before_restart": False,
     "drain_timeout": 300,
