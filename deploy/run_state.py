@@ -5,7 +5,8 @@ pyinfra runs every host of an inventory in greenlets of one process, and an oper
 its arguments. A few things must outlive one operation all the same. The module that keeps one
 declares its record type beside the code that uses it, and asks ``per_run(state, RecordType)``:
 
-- ``ParsedSettings`` (deploy/settings.py): each host's validated settings, parsed once;
+- ``ParsedSettings`` and ``SettingsByValues`` (deploy/settings.py): each host's validated settings,
+  parsed once, and once per distinct set of setting values;
 - ``KnownFacts`` (deploy/facts/combined.py): facts read ahead, reused while the host is unchanged;
 - ``Drains`` (deploy/operations/drain.py): what this run did to each host's Kubernetes node;
 - ``DriverNotes`` (deploy/report.py): the driver's state for the fleet report;

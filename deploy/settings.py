@@ -668,10 +668,22 @@ class ParsedSettings(dict):
     """This run's validated settings: inventory host name -> Settings (deploy/run_state.py)."""
 
 
+class SettingsByValues(dict):
+    """This run's validated settings by the setting values they came from (deploy/run_state.py)."""
+
+
 def host_settings(host) -> Settings:
     """The validated settings of one pyinfra host; the one place tasks read host.data from.
-    Parsed once per run."""
+    Parsed once per run, and once per distinct set of values: a fleet's hosts mostly share them,
+    and the model is frozen (validating is a few ms per host)."""
     cache = per_run(host.state, ParsedSettings)
     if host.name not in cache:
-        cache[host.name] = parse_settings(host.data.dict())
+        # Only the settings' own keys: the connector's (ssh_port, ssh_hostname) differ per host.
+        values = {key: value for key, value in host.data.dict().items()
+                  if key in SETTING_FIELDS or key in FOLDED_SETTINGS}
+        by_values = per_run(host.state, SettingsByValues)
+        key = repr(sorted(values.items()))
+        if key not in by_values:
+            by_values[key] = parse_settings(values)
+        cache[host.name] = by_values[key]
     return cache[host.name]

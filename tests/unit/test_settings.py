@@ -355,3 +355,23 @@ def test_hosts_named_on_the_command_line_take_group_data_from_group_data_flag(si
     assert pyinfra_settings(target, cwd=site.parent / "elsewhere")["container_runtimes"] == ["containerd"]
     with_flag = pyinfra_settings([*target, "--group-data", str(site / "group_data")], cwd=site.parent / "elsewhere")
     assert with_flag["container_runtimes"] == ["docker"] and with_flag["drain_timeout"] == 600
+
+
+def test_hosts_with_the_same_setting_values_share_one_validation_and_others_get_their_own():
+    from types import SimpleNamespace
+
+    from pyinfra.api import State
+
+    from deploy.settings import host_settings
+
+    state = State()
+
+    def host(name, **data):
+        return SimpleNamespace(name=name, state=state, data=SimpleNamespace(dict=lambda: data))
+
+    # the connector's keys differ per host; the settings' do not
+    first = host_settings(host("a", ssh_port=2201, cdi="true"))
+    second = host_settings(host("b", ssh_port=2202, cdi="true"))
+    other = host_settings(host("c", ssh_port=2203, cdi="false"))
+    assert first is second
+    assert other is not first and (first.cdi, other.cdi) == ("true", "false")
