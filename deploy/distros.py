@@ -31,7 +31,7 @@ class PackageManager:
 
     name: str  # apt, dnf, zypper, pacman
     # The operation that installs {name: version or None} and holds them when asked; every one
-    # takes (packages, hold, lock_timeout), see deploy/operations/packages.py.
+    # takes (packages, hold, lock_timeout: the wait for a busy manager), see deploy/operations/packages.py.
     install: Callable[..., Any]
     # pyinfra's fact of every installed package ({name: {versions}})
     installed_fact: type
@@ -47,7 +47,8 @@ class PackageManager:
     # managers name the key's URL in the repository file instead.
     signed_by_keyring: bool = False
     # Shell that exits 0 when the repository file {candidate} works (its metadata signature verifies):
-    # checked before the file goes where the manager reads it, so a refused one is not left behind.
+    # checked before the file goes where the manager reads it, so a refused one is not left behind;
+    # run it as ``repository_check(manager, lock_timeout)`` words it, waiting for a busy manager.
     repository_check: str | None = None
     # pyinfra's operation adding a repository (name, baseurl, gpgkey), for NVIDIA's driver/CUDA ones.
     repository_operation: Callable[..., Any] | None = None
@@ -70,8 +71,10 @@ DNF = PackageManager(
     installed_fact=RpmPackages,
     available_check="dnf -q list {package} >/dev/null 2>&1",
     repository_file="/etc/yum.repos.d/{name}.repo",
+    # skip_if_unavailable off: Fedora's and Amazon's dnf.conf skip a repository whose signature
+    # fails, and makecache would then pass it
     repository_check=('tmp=$(mktemp -d) && cp {candidate} "$tmp/candidate.repo" && '
-                      'dnf -y -q --setopt=reposdir="$tmp" makecache; status=$?; rm -rf "$tmp"; [ "$status" -eq 0 ]'),
+                      'dnf -y -q --setopt=reposdir="$tmp" --setopt=skip_if_unavailable=False makecache; status=$?; rm -rf "$tmp"; [ "$status" -eq 0 ]'),
     repository_operation=dnf.repo,
     module_operation=dnf.module,
 )
@@ -81,6 +84,9 @@ ZYPPER = PackageManager(
     installed_fact=RpmPackages,
     available_check="zypper --quiet search --match-exact {package} >/dev/null 2>&1",
     repository_file="/etc/zypp/repos.d/{name}.repo",
+    # zypper install skips a repository it refuses and goes on: a refresh of the candidate alone
+    repository_check=('tmp=$(mktemp -d) && cp {candidate} "$tmp/candidate.repo" && zypper --non-interactive '
+                      '--gpg-auto-import-keys --reposd-dir "$tmp" refresh; status=$?; rm -rf "$tmp"; [ "$status" -eq 0 ]'),
     repository_operation=zypper.repo,
 )
 PACMAN = PackageManager(
@@ -95,10 +101,25 @@ PACMAN = PackageManager(
 def install_packages(manager: PackageManager, name: str, packages, *, hold: bool = False, lock_timeout: int):
     """
     The one way a stage installs: ``packages`` is {name: version or None} (or names, unpinned);
-    held when ``hold``. ``lock_timeout`` bounds apt's wait for dpkg's lock (settings.apt_lock_timeout).
+    held when ``hold``. ``lock_timeout`` bounds the wait for another process holding the package
+    manager's lock (settings.apt_lock_timeout).
     """
     wanted = dict(packages) if isinstance(packages, Mapping) else {package: None for package in packages}
     return manager.install(name=name, packages=wanted, hold=hold, lock_timeout=lock_timeout)
+
+
+def repository_check(manager: PackageManager, lock_timeout: int) -> str | None:
+    """``manager.repository_check`` (a template of {candidate}) waiting up to ``lock_timeout``
+    seconds (settings.apt_lock_timeout) for another process holding the manager's lock, as its
+    installs do (deploy/operations/packages.py)."""
+    if manager.repository_check is None:
+        return None
+    if manager.name == "zypper":
+        wait = f"export ZYPP_LOCK_TIMEOUT={int(lock_timeout)};"
+    else:
+        wait = package_ops.lock_wait_script(manager.name, lock_timeout).replace("{", "{{").replace("}", "}}") + ";"
+    # a subshell: a wait that gives up fails the check, whose caller then removes the candidate
+    return f"({wait} {manager.repository_check})"
 
 
 def add_repository(manager: PackageManager, name: str, repository: Mapping[str, str]):
@@ -306,8 +327,9 @@ SUSE_DRIVER = DriverPackages(
               "baseurl": "{driver_repo_url}/opensuse/leap/{version_id}"}),
     ),
     packages=("nvidia-compute-utils-G06", "nvidia-compute-G06"),
+    # pinned at the driver's version (its own carries the kernel's too: VERSION_kKERNEL, which
+    # zypper_install matches)
     dependencies=("nvidia-driver-G06-kmp-{flavour}",),
-    pin_dependencies=False,  # the KMP's version carries the kernel's
     flavour_pattern=r"-([a-z0-9]+)$",
     default_flavour="default",
     headers=(),  # KMP packages carry modules built for the flavour

@@ -265,7 +265,8 @@ class PackageSettings(_Section):
                     "answer before the run fails",
     )
     apt_lock_timeout: int = Field(
-        120, ge=0, le=3600, description="seconds to wait for another apt or dpkg to release its lock"
+        120, ge=0, le=3600, description="seconds to wait for another package manager process (apt/dpkg, dnf, zypper, pacman) to "
+                              "release its lock before the run fails naming it"
     )
 
 

@@ -40,10 +40,17 @@ class DebPackageStates(FactBase):
         return states
 
 
+# dnf's versionlock plugin: its configuration names its lock list
+VERSIONLOCK_CONF = "/etc/dnf/plugins/versionlock.conf"
+VERSIONLOCK_LIST = "/etc/dnf/plugins/versionlock.list"
+LOCKLIST_SETTING = "s/^[[:space:]]*locklist[[:space:]]*=[[:space:]]*//p"
+
+
 class RpmPackageStates(FactBase):
     """
     Installed version (``version-release``) of the named RPM packages and whether dnf's
-    versionlock holds them.
+    versionlock holds them (from its lock list, as ``dnf versionlock list`` prints it: that command
+    loads the repositories and so waits for a busy dnf's metadata lock).
 
     .. code:: python
 
@@ -55,7 +62,8 @@ class RpmPackageStates(FactBase):
         return StringCommand(
             "rpm", "-q", "--qf", QuoteString("installed %{NAME} %{VERSION}-%{RELEASE}\\n"), *names,
             "2>/dev/null | grep '^installed';",
-            "(dnf versionlock list 2>/dev/null || true) | sed 's/^/lock /'; true",
+            f"list=$(sed -n '{LOCKLIST_SETTING}' {VERSIONLOCK_CONF} 2>/dev/null | tail -n 1);",
+            f"grep -v '^#' \"${{list:-{VERSIONLOCK_LIST}}}\" 2>/dev/null | sed 's/^/lock /'; true",
         )
 
     @staticmethod
@@ -81,50 +89,57 @@ class RpmPackageStates(FactBase):
 
 class ZypperLocks(FactBase):
     """
-    Package names zypper holds (``zypper locks``).
+    Package names zypper holds, from its locks file (``zypper addlock`` writes it; ``zypper locks``
+    would need libzypp's lock, which another zypper may hold).
 
     .. code:: python
 
         ["nvidia-container-toolkit", "libnvidia-container1"]
     """
 
-    def requires_command(self):
-        return "zypper"
-
     def command(self):
-        return "zypper --quiet locks 2>/dev/null || true"
+        return "cat /etc/zypp/locks 2>/dev/null || true"
 
     @staticmethod
     def default():
         return []
 
     def process(self, output):
-        # "# | Name                     | Type    | Repository" table rows
+        # blank-line separated entries of "key: value" lines; a lock without a type is a package's
         names = []
-        for line in output:
-            cells = [cell.strip() for cell in line.split("|")]
-            if len(cells) >= 3 and cells[0].isdigit():
-                names.append(cells[1])
+        entry: dict[str, str] = {}
+        for line in [*output, ""]:
+            key, colon, value = line.partition(":")
+            if colon and not line.startswith("#"):
+                entry[key.strip()] = value.strip()
+            elif not line.strip() and entry:
+                if entry.get("type", "package") == "package" and entry.get("solvable_name"):
+                    names.append(entry["solvable_name"])
+                entry = {}
         return names
 
 
 class PackageVersions(FactBase):
     """
     Every version of the named packages the package manager's lists offer (and the installed one),
-    newest first as the manager lists them: apt's ``apt-cache madison``, dnf's ``list --showduplicates``.
-    Other managers read nothing (they install one version). Absent packages are left out.
+    newest first as the manager lists them: apt's ``apt-cache madison``, dnf's ``list --showduplicates``,
+    zypper's ``search --details`` (``lock_timeout``: zypper's wait for libzypp's lock; 0, in the
+    node's read ahead: none). pacman reads nothing (it installs one version). Absent packages are left out.
 
     .. code:: python
 
         {"nvidia-driver": ["535.309.01-0+deb12u1", "535.261.03-1"]}
     """
 
-    def command(self, manager="apt", packages=()):
+    def command(self, manager="apt", packages=(), lock_timeout=0):
         names = [QuoteString(name) for name in packages]
         if manager == "apt" and names:
             return StringCommand("apt-cache", "madison", *names, "2>/dev/null || true")
         if manager == "dnf" and names:
             return StringCommand("dnf", "-q", "list", "--showduplicates", *names, "2>/dev/null || true")
+        if manager == "zypper" and names:
+            return StringCommand(f"ZYPP_LOCK_TIMEOUT={int(lock_timeout)}", "zypper", "--quiet", "--non-interactive",
+                                 "search", "--details", "--match-exact", "--type", "package", *names, "2>/dev/null || true")
         return "true"
 
     @staticmethod
@@ -134,9 +149,14 @@ class PackageVersions(FactBase):
     def process(self, output):
         versions: dict[str, list[str]] = {}
         for line in output:
-            if "|" in line:  # apt: " name | version | source"
+            if "|" in line:
                 cells = [cell.strip() for cell in line.split("|")]
-                name, version = cells[0], cells[1] if len(cells) > 1 else ""
+                if len(cells) >= 6:  # zypper: "S | name | type | version | arch | repository"
+                    if cells[2] != "package":
+                        continue
+                    name, version = cells[1], cells[3]
+                else:  # apt: " name | version | source"
+                    name, version = cells[0], cells[1] if len(cells) > 1 else ""
             else:  # dnf: "name.arch  [epoch:]version-release  repository"
                 words = line.split()
                 if len(words) < 3 or "." not in words[0] or words[0].endswith(":"):

@@ -13,12 +13,12 @@ import shlex
 from pyinfra import host
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
 from pyinfra.facts.pacman import PacmanPackages
-from pyinfra.operations import apt, dnf, zypper
+from pyinfra.operations import apt, zypper
 
 from deploy import probes
 from deploy.facts.combined import FactCall, read
 from deploy.facts.nvidia import IgnoredPackages
-from deploy.facts.packages import DebPackageStates, RpmPackageStates, ZypperLocks
+from deploy.facts.packages import DebPackageStates, PackageVersions, RpmPackageStates, ZypperLocks
 from deploy.facts.recovery import lock_holders_script
 from deploy.operations.failure import fail_host
 from deploy.run_state import per_run
@@ -26,6 +26,60 @@ from deploy.run_state import per_run
 # pacman holds with IgnorePkg lines of pacman.conf's [options]; it reads every one of them.
 PACMAN_HOLD_LIST = "sed -n 's/^[[:space:]]*IgnorePkg[[:space:]]*=//p' /etc/pacman.conf"
 PACMAN_HOLD_COMMAND = "sed -i '/^\\[options\\]/a IgnorePkg = {packages}' /etc/pacman.conf"
+
+
+# How long another process may hold a package manager's lock before gpu-node gives up
+# (settings.apt_lock_timeout, for every family): apt's own option, zypper's own ZYPP_LOCK_TIMEOUT
+# (without it zypper fails at once); dnf waits for its lock without end and pacman not at all, so
+# for those two a bounded shell loop over the lock's holder runs before the manager does.
+BUSY = ("the package manager is busy: after waiting {timeout} s (apt_lock_timeout), {holders}: "
+        "run again once it is done")
+ZYPP_LOCK = "/run/zypp.pid"  # libzypp's lock: the holder's pid
+# dnf's process locks: each holds its holder's pid while that process lives
+DNF_LOCKS = ("/var/lib/dnf/rpmdb_lock.pid", "/var/cache/dnf/metadata_lock.pid", "/var/cache/dnf/download_lock.pid")
+PACMAN_LOCK = "/var/lib/pacman/db.lck"  # created by pacman, held open while it runs, then removed
+_HOLDER = 'echo "{lock} is held by process $pid ($(tr \'\\0\' \' \' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-100 | sed \'s/ *$//\'))"'
+DNF_HOLDERS = (f"for lock in {' '.join(DNF_LOCKS)}; do pid=$(cat \"$lock\" 2>/dev/null) && [ -n \"$pid\" ] && "
+               f"[ -e \"/proc/$pid/stat\" ] && {_HOLDER.format(lock='$lock')}; done; true")
+PACMAN_HOLDERS = (f"if [ -e {PACMAN_LOCK} ]; then held=; for pid in $(find /proc/[0-9]*/fd -maxdepth 1 -lname "
+                  f"{PACMAN_LOCK} 2>/dev/null | cut -d/ -f3 | sort -u); do held=1; {_HOLDER.format(lock=PACMAN_LOCK)}; "
+                  f"done; [ -n \"$held\" ] || ! [ -e {PACMAN_LOCK} ] || echo \"{PACMAN_LOCK} is held by no running "
+                  f"process (left by a pacman that was killed: remove it once no pacman runs)\"; fi")
+LOCK_HOLDERS = {"dnf": DNF_HOLDERS, "pacman": PACMAN_HOLDERS}
+
+
+def lock_wait_script(manager: str, lock_timeout: int) -> str:
+    """Shell that waits up to ``lock_timeout`` seconds while another process holds ``manager``'s
+    lock (dnf, pacman), then fails in one line naming the lock and its holder."""
+    message = BUSY.format(timeout=int(lock_timeout), holders="%s")
+    return (f"deadline=$(( $(date +%s) + {int(lock_timeout)} )); "
+            f"while held=$({LOCK_HOLDERS[manager]}); [ -n \"$held\" ]; do "
+            f"if [ \"$(date +%s)\" -ge \"$deadline\" ]; then "
+            f"printf 'gpu-node: {message}\\n' \"$(printf '%s\\n' \"$held\" | awk 'NR > 1 {{ printf \"; \" }} {{ printf \"%s\", $0 }}')\" >&2; exit 1; fi; "
+            "sleep 1; done")
+
+
+def zypper_lock_env(lock_timeout: int) -> dict:
+    """zypper's own wait for libzypp's lock (it names the holder when it gives up)."""
+    return {"ZYPP_LOCK_TIMEOUT": str(int(lock_timeout))}
+
+
+def lock_bounded(manager: str, commands, lock_timeout: int):
+    """``commands`` (a manager's, e.g. pyinfra's operation's) with the wait for the manager's lock:
+    zypper's commands carry ZYPP_LOCK_TIMEOUT, dnf's and pacman's follow one bounded wait."""
+    waited = False
+    for command in commands:
+        if isinstance(command, str):
+            command = StringCommand(command)
+        if not isinstance(command, StringCommand):
+            yield command
+        elif manager == "zypper":
+            yield StringCommand(command, _env=zypper_lock_env(lock_timeout))
+        else:
+            if not waited and manager in LOCK_HOLDERS:
+                yield StringCommand(lock_wait_script(manager, lock_timeout))
+                waited = True
+            yield command
 
 
 def apt_lock_option(lock_timeout: int) -> str:
@@ -80,9 +134,11 @@ def _needed(states: dict, packages: dict[str, str | None]) -> list[str]:
 
 def _rpm_version_matches(installed: str, wanted: str) -> bool:
     """An RPM pin as dnf and zypper read it: a version without a release matches any release of it
-    (RpmPackageStates reads version-release, without the epoch)."""
+    (RpmPackageStates reads version-release, without the epoch), and a SUSE kernel module package's
+    ``VERSION_kKERNEL`` matches its driver VERSION (the KMP pinned with the driver's userspace)."""
     wanted = wanted.split(":", 1)[-1]
-    return installed == wanted or installed.startswith(wanted + "-")
+    installed = installed.split(":", 1)[-1]
+    return installed == wanted or installed.startswith((wanted + "-", wanted + "_k"))
 
 
 def _rpm_needed(states: dict, packages: dict[str, str | None]) -> list[str]:
@@ -161,6 +217,17 @@ def recover_package_manager(lock_timeout: int):
 @operation()
 def dnf_install(packages: dict, hold: bool = False, *, lock_timeout: int):
     """The dnf counterpart of apt_install; holds with dnf's versionlock plugin."""
+    yield from lock_bounded("dnf", _dnf_commands(packages, hold), lock_timeout)
+
+
+# dnf's own command, not pyinfra's dnf.packages: that reads `dnf repoquery --whatprovides` of each
+# missing package while the deploy is prepared, and dnf waits without end for a busy dnf's metadata
+# lock there, before the bounded wait runs (RpmPackageStates already says what is missing).
+DNF_INSTALL = "dnf install -y"
+DNF_VERSIONLOCK = "python3-dnf-plugin-versionlock"
+
+
+def _dnf_commands(packages: dict, hold: bool):
     states = host.get_fact(RpmPackageStates, packages=sorted(packages))
     needed = _rpm_needed(states, packages)
     locked = sorted(name for name in needed if states.get(name, {}).get("held"))
@@ -168,24 +235,28 @@ def dnf_install(packages: dict, hold: bool = False, *, lock_timeout: int):
         # versionlock pins the old version: release it so the new pin can install.
         yield StringCommand("dnf", "versionlock", "delete", *[QuoteString(name) for name in locked])
     if needed:
-        yield from dnf.packages._inner(
-            packages=[f"{name}-{packages[name]}" if packages[name] else name for name in needed],
-        )
+        yield StringCommand(DNF_INSTALL, *[QuoteString(f"{name}-{packages[name]}" if packages[name] else name)
+                                           for name in needed])
     else:
         host.noop("packages are installed: " + ", ".join(f"{n} {states[n]['version']}" for n in sorted(packages)))
     if hold:
         to_hold = sorted(name for name in packages if name in needed or not states[name]["held"])
         if to_hold:
-            yield from dnf.packages._inner(packages=["python3-dnf-plugin-versionlock"])
+            yield StringCommand(f"rpm -q {DNF_VERSIONLOCK} >/dev/null 2>&1 || {DNF_INSTALL} {DNF_VERSIONLOCK}")
             yield StringCommand("dnf", "versionlock", "add", *[QuoteString(name) for name in to_hold])
 
 
 @operation()
 def zypper_install(packages: dict, hold: bool = False, *, lock_timeout: int):
-    """The zypper counterpart of dnf_install (``name=version`` pins, matched as zypper reads them);
-    refreshes the repositories first so that one whose signature zypper refuses stops the run there
-    (zypper install skips it and goes on); imports a new repository's signing key
-    (--gpg-auto-import-keys); holds with zypper locks."""
+    """The zypper counterpart of dnf_install (``name=version`` pins, matched as zypper reads them, a
+    SUSE kernel module package's ``VERSION_kKERNEL`` by its driver VERSION); refreshes the
+    repositories first so that one whose signature zypper refuses stops the run there (zypper
+    install skips it and goes on); imports a new repository's signing key (--gpg-auto-import-keys);
+    holds with zypper locks."""
+    yield from lock_bounded("zypper", _zypper_commands(packages, hold, lock_timeout), lock_timeout)
+
+
+def _zypper_commands(packages: dict, hold: bool, lock_timeout: int):
     states = host.get_fact(RpmPackageStates, packages=sorted(packages))
     held = set(host.get_fact(ZypperLocks))
     needed = _rpm_needed(states, packages)
@@ -195,8 +266,17 @@ def zypper_install(packages: dict, hold: bool = False, *, lock_timeout: int):
         yield StringCommand("zypper", "--non-interactive", "removelock", *[QuoteString(name) for name in locked])
     if needed:
         yield "zypper --non-interactive --gpg-auto-import-keys refresh"
+        pins = {name: packages[name] for name in needed if packages[name]}
+        if pins:
+            # zypper installs ``name=version`` only at a version it offers as written: a KMP's
+            # carries the kernel's, so a pin becomes the offered edition it matches, read after the
+            # refresh (none matches: the pin as written, refused by zypper in its words).
+            offered = host.get_fact(PackageVersions, manager="zypper", packages=sorted(pins), lock_timeout=lock_timeout)
+            pins = {name: next((version for version in offered.get(name, ()) if _rpm_version_matches(version, wanted)),
+                               wanted)
+                    for name, wanted in pins.items()}
         yield from zypper.packages._inner(
-            packages=[f"{name}={packages[name]}" if packages[name] else name for name in needed],
+            packages=[f"{name}={pins[name]}" if name in pins else name for name in needed],
         )
     else:
         host.noop("packages are installed: " + ", ".join(f"{n} {states[n]['version']}" for n in sorted(packages)))
@@ -215,7 +295,8 @@ def pacman_install(packages: dict, hold: bool = False, *, lock_timeout: int):
     if missing:
         # Arch supports no partial upgrade and its mirrors keep only the current files: an install
         # from old lists fails on 404s. pyinfra's update/upgrade would run on every call, no-op or not.
-        yield StringCommand("pacman", "--noconfirm", "-Syu", "--needed", *[QuoteString(name) for name in missing])
+        yield from lock_bounded("pacman", [StringCommand("pacman", "--noconfirm", "-Syu", "--needed",
+                                                         *[QuoteString(name) for name in missing])], lock_timeout)
     else:
         host.noop("packages are installed: " + ", ".join(sorted(packages)))
     if not hold:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import deploy
 
-from deploy.distros import APT, Platform, install_packages
+from deploy.distros import APT, Platform, install_packages, repository_check
 from deploy.facts.combined import FactCall, read
 from deploy.operations import download, files
 from deploy.operations import packages as package_ops
@@ -119,7 +119,7 @@ def toolkit(settings: Settings, platform: Platform):
             name="Add the NVIDIA container toolkit repository",
             dest=manager.repository_file.format(name=REPOSITORY_NAME),
             content=rpm_repo_text(settings, platform),
-            check=manager.repository_check,
+            check=repository_check(manager, lock_timeout),
         )
     install_packages(manager, "Install the NVIDIA container toolkit", wanted_packages(settings), hold=pinned,
                      lock_timeout=lock_timeout)

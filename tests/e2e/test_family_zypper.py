@@ -12,8 +12,6 @@ import (--gpg-auto-import-keys, as the deploy runs it) and its locks are real; t
 stand-ins (no driver is built or loaded). The runtimes stages are left out (SUSE's containerd comes
 from openSUSE's repositories, which no local stand-in serves). The real hosts of the family's
 repositories resolve to 127.0.0.1 on the node, so nothing leaves this machine whatever the deploy writes.
-
-What the run shows wrong in the commands is marked ``xfail(strict=True)`` with the finding.
 """
 
 from __future__ import annotations
@@ -41,14 +39,6 @@ DRIVER_REPOSITORY = "nvidia-opensuse-leap"  # the family table's name, nvidia-{d
 DRIVER_SETTING = "nvidia_driver_repo_url"  # the setting the driver's repository would follow (see needs_driver)
 REAL_HOSTS = ("download.nvidia.com", "developer.download.nvidia.com", "nvidia.github.io", "download.opensuse.org",
               "cdn.opensuse.org", "mirrorcache.opensuse.org", "updates.suse.com", "scc.suse.com")
-
-KMP_UNPINNED = (
-    "the KMP is installed unpinned (SUSE_DRIVER pin_dependencies=False): zypper takes the repository's newest, "
-    "550.90.07's, beside the pinned 550.54.15 userspace; nothing ties a KMP to the userspace's version")
-REFUSED_REPOSITORY_KEPT = (
-    "the toolkit's .repo file is written before zypper has checked the repository, and stays after zypper refused "
-    "its signature: every later `zypper refresh` on the node fails on it")
-
 
 def driver_repository_follows(url: str) -> bool:
     """Whether the driver stage's NVIDIA repository for Leap 15.6 is taken from a setting (DRIVER_SETTING)."""
@@ -173,7 +163,6 @@ def test_leap156_zypper_standin_packages_driver_at_its_pin_with_the_proprietary_
     assert smi.returncode == 9 and f"STAND-IN {PINNED_DRIVER}" in smi.stderr, smi
 
 
-@pytest.mark.xfail(strict=True, reason=KMP_UNPINNED)
 def test_leap156_zypper_standin_packages_kmp_at_the_pinned_drivers_version(deployed, driver_stage):
     """STAND-IN KMP: the kernel module package is the pinned driver's, 550.54.15_k..., the only one
     installed (a KMP of another driver version does not load with 550.54.15's userspace)."""
@@ -283,13 +272,16 @@ def test_leap156_zypper_standin_toolkit_repository_refused_stops_the_run_at_the_
     assert "No provider of" not in refused.output, refused.explain()
 
 
-@pytest.mark.xfail(strict=True, reason=REFUSED_REPOSITORY_KEPT)
-def test_leap156_zypper_standin_toolkit_repository_refused_leaves_the_nodes_own_zypper_working(toolkit_refused):
+def test_leap156_zypper_standin_toolkit_repository_refused_leaves_the_nodes_own_zypper_working(toolkit_refused, repos):
     """STAND-IN toolkit repository whose signature does not verify: after the refused run the
-    node's own `zypper refresh` still succeeds (as apt-get update does after the apt refusal)."""
+    node's own `zypper refresh` of its own (working) repository still succeeds (as apt-get update
+    does after the apt refusal): the refused .repo file was checked apart and never put in place."""
     node, refused = toolkit_refused
     assert refused.returncode != 0, refused.explain()
-    own = node.sh("zypper --non-interactive refresh", check=False)
+    assert not node.exists(TOOLKIT_REPO_FILE)
+    # the node's own repository (the good toolkit tree, under another alias): the image has none
+    node.sh(f"zypper --non-interactive --gpg-auto-import-keys addrepo {repos.toolkit_url()}/rpm/x86_64 own")
+    own = node.sh("zypper --non-interactive --gpg-auto-import-keys refresh", check=False)
     assert own.returncode == 0, own.stdout + own.stderr
 
 

@@ -1,0 +1,224 @@
+"""
+A busy package manager on the dnf, zypper and pacman nodes (tests/family_images.py,
+tests/family_zypper.py, tests/family_pacman.py: the real dnf 4.14, zypper 1.14 and pacman 6.0.2):
+another process holds the manager's lock when the toolkit stage installs. The run waits up to
+``apt_lock_timeout`` for it; a holder that lets go in time is waited for and the install goes on,
+one that does not fails the run in one line naming it (for dnf and pacman gpu-node's own line, for
+zypper zypper's, after ZYPP_LOCK_TIMEOUT).
+
+The holder is the real manager refreshing from a stalled mirror: an HTTP server on 127.0.0.1 that
+answers nothing until the test releases it, then 404, so the holder fails and lets go (dnf holds its
+metadata lock, zypper libzypp's /run/zypp.pid, pacman /var/lib/pacman/db.lck). The packages are
+STAND-IN toolkit packages (tests/standin_rpms.py, tests/family_pacman.py) from local signed
+repositories. The toolkit's repository file is put in place first, as the run writes it, so the run
+installs at once (the repository check's own wait is deploy/distros.py ``repository_check``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import threading
+import time
+
+import family_pacman
+import pytest
+import rpm_repo
+import standin_rpms
+from apt_repo import make_key, serve
+from family_images import ROCKY9_DNF, family_node, rpm_installed
+from family_zypper import LEAP156_ZYPPER
+from harness import SAFE_DATA, ensure_docker, wait_for
+
+from deploy.distros import detect_platform
+from deploy.settings import parse_settings
+from deploy.tasks.toolkit import REPOSITORY_NAME, TOOLKIT_PACKAGES, rpm_repo_text
+
+SHORT = 3  # apt_lock_timeout when the holder stays
+LONG = 60  # apt_lock_timeout when the holder lets go after RELEASE_AFTER seconds
+RELEASE_AFTER = 5
+# the lock file names the holder started last (not one before it)
+HOLDS = 'pid=$(cat /tmp/holder.pid) && [ -n "$pid" ] && [ "$(cat {lock})" = "$pid" ]'
+ARCH_TOOLKIT = ("libnvidia-container", "nvidia-container-toolkit")
+
+
+class StalledMirror:
+    """An HTTP server on 127.0.0.1 that holds every request (GET, HEAD) until ``release``, then answers 404."""
+
+    def __init__(self):
+        released = self.released = threading.Event()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                released.wait(120)
+                self.send_error(404)
+
+            do_HEAD = do_GET  # zypper asks with HEAD first
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def release(self):
+        self.released.set()
+
+    def close(self):
+        self.release()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@contextlib.contextmanager
+def stalled_mirror():
+    mirror = StalledMirror()
+    try:
+        yield mirror
+    finally:
+        mirror.close()
+
+
+@pytest.fixture(scope="module")
+def rpm_toolkit(tmp_path_factory):
+    """The STAND-IN toolkit rpms in a signed rpm-md repository (repomd.xml.asc), served: its URL."""
+    ensure_docker()
+    root = tmp_path_factory.mktemp("toolkit-rpms")
+    key = make_key(root.parent / f"{root.name}-gnupg", "standin-toolkit-rpm")
+    key.stop_agent()
+    repo_dir = root / "stable" / "rpm" / standin_rpms.ARCH
+    standin_rpms.build(standin_rpms.toolkit_packages(standin_rpms.TOOLKIT_VERSIONS[0]), repo_dir, key)
+    rpm_repo.index(repo_dir, key)
+    (root / "stable" / "gpgkey").write_text(key.armored_public_key())
+    with serve(root) as url:
+        yield f"{url}/stable"
+
+
+@pytest.fixture(scope="module")
+def arch_repos(tmp_path_factory):
+    ensure_docker()
+    with family_pacman.served(tmp_path_factory.mktemp("arch-repos") / "root") as served:
+        yield served
+
+
+def toolkit_data(url: str | None, lock_timeout: int) -> dict:
+    data = {"stages": "toolkit", "apt_lock_timeout": str(lock_timeout)}
+    if url:
+        data.update({"nvidia_toolkit_repo_url": url, "nvidia_toolkit_gpgkey_url": f"{url}/gpgkey",
+                     "allow_insecure_repositories": "true"})  # http:// on 127.0.0.1; signatures are checked
+    return data
+
+
+def put_repository_file(node, url: str, distro_id: str, version_id: str, folder: str) -> None:
+    """The toolkit's repository file as the run writes it: the run finds it in place."""
+    settings = parse_settings({**SAFE_DATA, **toolkit_data(url, LONG)})
+    platform = detect_platform({"name": distro_id, "major": int(version_id.split(".")[0]),
+                                "release_meta": {"ID": distro_id, "VERSION_ID": version_id}}, "x86_64")
+    node.write(f"{folder}/{REPOSITORY_NAME}.repo", rpm_repo_text(settings, platform))
+
+
+def start_holder(node, command: str, held: str) -> str:
+    """``command`` run in the background on the node; its pid, once ``held`` (shell) says it holds the lock
+    (the lock file names this holder, not the one before it)."""
+    node.sh(f"rm -f /tmp/holder.pid; (setsid sh -c 'echo $$ >/tmp/holder.pid; exec {command}' >/tmp/holder.log 2>&1 &)")
+    wait_for(lambda: node.sh(held, check=False).returncode == 0, timeout=30, what="the holder to take the lock")
+    return node.sh("cat /tmp/holder.pid").stdout.strip()
+
+
+def timed_deploy(node, data: dict):
+    started = time.monotonic()
+    result = node.deploy(data=data, json_output=False)
+    return result, time.monotonic() - started
+
+
+def run_both_ways(node, manager_holder, url, busy_lines, installed, packages):
+    """The holder stays past SHORT: the run fails naming it, nothing installed; then a holder that
+    lets go after RELEASE_AFTER with LONG: the run waits and installs ``packages``."""
+    with stalled_mirror() as mirror:
+        command, held = manager_holder(mirror.url)
+        pid = start_holder(node, command, held)
+        busy, took = timed_deploy(node, toolkit_data(url, SHORT))
+        assert busy.returncode != 0, busy.explain()
+        for line in busy_lines(pid, command):
+            assert line in busy.output, busy.explain()
+        assert "Traceback" not in busy.output
+        assert took >= SHORT
+        assert installed() == {}
+    with stalled_mirror() as mirror:
+        command, held = manager_holder(mirror.url)
+        start_holder(node, command, held)
+        timer = threading.Timer(RELEASE_AFTER, mirror.release)
+        timer.start()
+        try:
+            waited, took = timed_deploy(node, toolkit_data(url, LONG))
+        finally:
+            timer.cancel()
+        assert waited.returncode == 0, waited.explain()
+        assert took >= RELEASE_AFTER
+        assert set(installed()) == set(packages)
+
+
+def gpu_node_lines(lock: str):
+    """gpu-node's one line for a lock held past SHORT, naming the holder's pid and command."""
+    return lambda pid, command: [
+        f"gpu-node: the package manager is busy: after waiting {SHORT} s (apt_lock_timeout), "
+        f"{lock} is held by process {pid} (", f"{command}): run again once it is done"]
+
+
+def test_dnf_standin_toolkit_waits_for_a_dnf_holding_its_lock_and_fails_naming_one_that_stays(rpm_toolkit):
+    """STAND-IN toolkit rpms, real dnf: a `dnf makecache` stalled on a mirror holds dnf's metadata lock."""
+    node = family_node(ROCKY9_DNF).start()
+    try:
+        put_repository_file(node, rpm_toolkit, "rocky", "9.3", "/etc/yum.repos.d")
+
+        def holder(mirror_url):
+            node.write("/tmp/stalled/stalled.repo", f"[stalled]\nname=stalled\nbaseurl={mirror_url}\ngpgcheck=0\n")
+            return ("dnf -q --setopt=reposdir=/tmp/stalled --setopt=retries=0 makecache",
+                    HOLDS.format(lock="/var/cache/dnf/metadata_lock.pid"))
+
+        run_both_ways(node, holder, rpm_toolkit, gpu_node_lines("/var/cache/dnf/metadata_lock.pid"),
+                      lambda: rpm_installed(node, TOOLKIT_PACKAGES), TOOLKIT_PACKAGES)
+    finally:
+        node.remove()
+
+
+def test_zypper_standin_toolkit_waits_for_a_zypper_holding_its_lock_and_fails_naming_one_that_stays(rpm_toolkit):
+    """STAND-IN toolkit rpms, real zypper: a `zypper refresh` stalled on a mirror holds libzypp's lock;
+    zypper waits ZYPP_LOCK_TIMEOUT and names the holder itself."""
+    node = family_node(LEAP156_ZYPPER).start()
+    try:
+        put_repository_file(node, rpm_toolkit, "opensuse-leap", "15.6", "/etc/zypp/repos.d")
+
+        def holder(mirror_url):
+            node.write("/tmp/stalled/stalled.repo", f"[stalled]\nname=stalled\nbaseurl={mirror_url}\n"
+                                                    "enabled=1\nautorefresh=1\ngpgcheck=0\n")
+            return ("zypper --non-interactive --reposd-dir /tmp/stalled refresh",
+                    HOLDS.format(lock="/run/zypp.pid"))
+
+        run_both_ways(node, holder, rpm_toolkit,
+                      lambda pid, command: [f"System management is locked by the application with pid {pid} (zypper)."],
+                      lambda: rpm_installed(node, TOOLKIT_PACKAGES), TOOLKIT_PACKAGES)
+    finally:
+        node.remove()
+
+
+def test_pacman_standin_toolkit_waits_for_a_pacman_holding_its_lock_and_fails_naming_one_that_stays(arch_repos):
+    """STAND-IN Arch toolkit packages, real pacman (which fails at once on a held lock): a `pacman -Sy`
+    stalled on a mirror holds /var/lib/pacman/db.lck."""
+    node = family_pacman.arch_node().start()
+    try:
+        arch_repos.node_setup(node)
+
+        def holder(mirror_url):
+            node.sh(f"sed 's#^Include = .*#Server = {mirror_url}/$repo#' /etc/pacman.conf > /tmp/stalled.conf")
+            return "pacman --config /tmp/stalled.conf -Sy", "test -e /var/lib/pacman/db.lck"
+
+        def installed():
+            out = node.sh("pacman -Q " + " ".join(ARCH_TOOLKIT), check=False).stdout
+            return dict(line.split() for line in out.splitlines())
+
+        run_both_ways(node, holder, None, gpu_node_lines("/var/lib/pacman/db.lck"), installed, ARCH_TOOLKIT)
+    finally:
+        node.remove()
