@@ -111,15 +111,13 @@ def image_tag(spec: FamilyImage, base: str) -> str:
     return f"gpu-node-test/node-{spec.name}:{digest}"
 
 
-def family_image(spec: FamilyImage) -> str:
-    """The image of ``spec``, built on the node image the first time (about a minute); its tag."""
-    base = node_image()
-    tag = image_tag(spec, base)
+def committed_image(tag: str, base: str, recipe: str, network: str = "host", timeout: int = 900) -> str:
+    """``tag``, made the first time by running ``recipe`` in a container of ``base`` and committing it."""
     if run(["docker", "image", "inspect", tag], check=False).returncode == 0:
         return tag
-    container = run(["docker", "create", "--network", "host", base, "sh", "-c", spec.recipe()]).stdout.strip()
+    container = run(["docker", "create", "--network", network, base, "sh", "-c", recipe]).stdout.strip()
     try:
-        started = run(["docker", "start", "-a", container], check=False, timeout=900)
+        started = run(["docker", "start", "-a", container], check=False, timeout=timeout)
         if started.returncode != 0:
             raise AssertionError(f"building {tag} failed:\n{started.stdout[-3000:]}\n{started.stderr[-3000:]}")
         run(["docker", "commit", "-c", 'CMD ["/sbin/init"]', container, tag])
@@ -128,15 +126,15 @@ def family_image(spec: FamilyImage) -> str:
     return tag
 
 
+def family_image(spec: FamilyImage) -> str:
+    """The image of ``spec``, built on the node image the first time (about a minute); its tag."""
+    base = node_image()
+    return committed_image(image_tag(spec, base), base, spec.recipe())
+
+
 def family_node(spec: FamilyImage) -> Node:
     """A node container of ``spec``'s image (not started); the apt download cache is Debian's only."""
     return Node(image=family_image(spec), share_apt_cache=False)
-
-
-if __name__ == "__main__":
-    # Build (or find) the images by hand: python tests/family_images.py
-    for each in (ROCKY9_DNF, RPM_TOOLS):
-        print(family_image(each))
 
 
 def rpm_installed(node: Node, names) -> dict[str, str]:
@@ -144,3 +142,9 @@ def rpm_installed(node: Node, names) -> dict[str, str]:
     out = node.sh("rpm -q --qf '%{NAME} %{VERSION}-%{RELEASE}\\n' " + " ".join(names) + " | grep -v 'not installed'",
                   check=False).stdout
     return dict(line.split() for line in out.splitlines())
+
+
+if __name__ == "__main__":
+    # Build (or find) the images by hand: python tests/family_images.py
+    for each in (ROCKY9_DNF, RPM_TOOLS):
+        print(family_image(each))
