@@ -307,8 +307,18 @@ def install_failure(lines: list[str]) -> str:
     return "apt-get install of the NVIDIA driver failed: " + (said[-1] if said else "no error output")
 
 
-def _install_naming_dkms_failures(state, host, command: StringCommand) -> bool:
-    """Run the driver's apt-get install; when it fails, fail the host with one line (install_failure)."""
+def _install_naming_dkms_failures(state, host, command: StringCommand, leftovers: tuple = ()) -> bool:
+    """Run the driver's apt-get install; when it fails, fail the host with one line (install_failure).
+    ``leftovers``: the other flavour's packages not installed; one a failed install left half-configured
+    (not in DebPackageStates) is removed in this transaction too."""
+    if leftovers:
+        _, found = host.run_shell_command(
+            StringCommand("dpkg-query", "-W", "-f", QuoteString("${db:Status-Status} ${Package}\\n"),
+                          *[QuoteString(name) for name in leftovers], "2>/dev/null", "|| true"),
+            **probes.connector_arguments(host))
+        partial = [words[1] for words in map(str.split, found.stdout_lines)
+                   if len(words) == 2 and words[0] not in ("not-installed", "config-files")]
+        command = StringCommand(command, *[QuoteString(f"{name}-") for name in partial])
     succeeded, output = host.run_shell_command(command, print_output=state.print_output,
                                                print_input=state.print_input, **probes.connector_arguments(host))
     if succeeded:
@@ -377,7 +387,8 @@ def install_driver(manager: PackageManager, packages: dict, remove: list, state_
         words = [f"{name}={packages[name]}" if packages[name] else name for name in needed]
         command = StringCommand(APT_INSTALL, apt_lock_option(lock_timeout), "--allow-change-held-packages",
                                 "--allow-downgrades", *[QuoteString(word) for word in words + [f"{name}-" for name in gone]])
-        yield FunctionCommand(_install_naming_dkms_failures, (command,), {})
+        leftovers = tuple(name for name in remove if name not in gone)
+        yield FunctionCommand(_install_naming_dkms_failures, (command, leftovers), {})
     else:
         host.noop("driver packages are installed: " + ", ".join(f"{n} {states[n]['version']}" for n in sorted(packages)))
     to_hold = sorted(name for name in packages if name in needed or not states[name]["held"])
