@@ -276,9 +276,10 @@ def driver_plan(
     data = base.flavoured(decision.flavour)
     names, dependencies, module, notes = _names(data, values, platform, branch, node)
     other = base.flavoured(gpus.PROPRIETARY if decision.flavour == gpus.OPEN else gpus.OPEN)
-    _, other_dependencies, other_module, _ = _names(other, values, platform, branch, node)
-    other_modules = set(other_dependencies) | set(_render(other.module_packages, values) if other_module else ())
-    remove = tuple(sorted(other_modules - set(names) - set(dependencies)))
+    # All of the other flavour's packages this one does not name: Ubuntu's -open headless package
+    # depends on its module package, so a held one left behind would block the module's removal.
+    other_names, other_dependencies, _, _ = _names(other, values, platform, branch, node)
+    remove = tuple(sorted((set(other_names) | set(other_dependencies)) - set(names) - set(dependencies)))
     notes = notes + list(decision.warnings)
 
     packages: dict[str, str | None] = {}

@@ -220,12 +220,6 @@ def test_ubuntu_apt_standin_open_flavour_installed_at_its_pin_held_and_rerun_unc
         node.remove()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the driver plan removes only the other flavour's module packages (deploy/tasks/driver.py: other_modules "
-    "takes the other record's dependencies and module packages, not its packages), so the held "
-    "nvidia-headless-550-server-open stays and its dkms dependency cannot go: apt 'generated breaks'. "
-    "Fix: the other flavour's packages join other_modules, less this flavour's packages, dependencies and "
-    "module packages"))
 def test_ubuntu_apt_standin_open_node_switched_to_proprietary_replaces_the_packages_and_moves_the_holds(
         archive, toolkit_repo):
     """STAND-IN driver debs of both flavours, with -y, on an open node: switching to proprietary

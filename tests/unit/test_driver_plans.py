@@ -371,6 +371,19 @@ def test_switching_flavour_replaces_the_module_package_in_the_same_transaction()
     assert "apt-mark hold nvidia-kernel-dkms" in run.commands
 
 
+def test_switching_ubuntu_from_open_removes_every_open_package_in_the_same_transaction():
+    # The held -open headless package depends on its module package: left behind, it would block
+    # the module's removal (apt: "generated breaks").
+    version = "550.90.07-0ubuntu0.22.04.1"
+    run = ok(run_deploy(node("ubuntu-22.04", host_state=node_lines("5.15.0-91-generic", pci=PCI_WITH_GPU), facts=[
+        (every(DebPackageStates), dpkg(**{name.replace("-", "_"): f"{version} hold" for name in (
+            "nvidia-headless-550-server-open", "nvidia-utils-550-server", "nvidia-dkms-550-server-open")})),
+    ]), data={"nvidia_driver_branch": "550", "nvidia_driver_version": version, "nvidia_kernel_modules": "proprietary"}))
+    driver = single([c for c in install_lines(run, "apt-get") if "nvidia-dkms-550-server=" in c])
+    assert driver.endswith(f"nvidia-headless-550-server={version} nvidia-dkms-550-server={version} "
+                           "nvidia-dkms-550-server-open- nvidia-headless-550-server-open-"), driver
+
+
 def test_a_running_newer_driver_is_not_downgraded_for_the_open_flavour():
     run = run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=H100), facts=[
         *DEBIAN_FILES, (every(PackageVersions), BOOKWORM_OFFERS),
