@@ -105,6 +105,28 @@ def _ctk_script(version: str) -> str:
     )
 
 
+# The nvidia runtime's config.toml as a site has it: a STAND-IN of ours with its shape (a commented
+# key, top-level keys, the [nvidia-container-runtime] table and its modes), for the mode edit's tests.
+STANDIN_RUNTIME_CONFIG = """\
+# STAND-IN (gpu-node tests): the nvidia runtime's config, in the shape its package ships
+#debug-everything = false
+disable-require = false
+
+[nvidia-container-cli]
+environment = []
+
+[nvidia-container-runtime]
+# the site's note on the runtime
+log-level = "info"
+mode = "auto"
+runtimes = ["runc"]
+
+[nvidia-container-runtime.modes.cdi]
+default-kind = "nvidia.com/gpu"
+spec-dirs = ["/etc/cdi", "/var/run/cdi"]
+"""
+
+
 # The refresh units the toolkit ships from 1.18 (not enabled by the package): ours, for the stand-in.
 REFRESH_PATH_UNIT = """\
 [Unit]

@@ -36,6 +36,19 @@ def standin_gpus(node) -> None:
     node.write("/usr/bin/nvidia-smi", STANDIN_SMI, mode="755")
 
 
+def containerd_21_node(start_node, own_defaults: bool = True):
+    """A node with sid's real containerd 2.1.9 and stand-in GPUs; ``own_defaults``: its config file
+    removed, so containerd runs on its own defaults."""
+    node = start_node()
+    run(["docker", "cp", str(sid_containerd_deb()), f"{node.id}:/tmp/containerd-sid.deb"])
+    node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq /tmp/containerd-sid.deb",
+            timeout=600)
+    if own_defaults:
+        node.sh(f"rm {CONFIG} && systemctl restart containerd")
+    standin_gpus(node)
+    return node
+
+
 def spec_devices(node) -> list[str]:
     return [device["name"] for device in yaml.safe_load(node.read(SPEC))["devices"]]
 
@@ -52,12 +65,7 @@ def test_cdi_on_containerd_2_1_with_standin_gpus_and_standin_toolkit_spec_refres
     start_node, toolkit_repo, tmp_path
 ):
     """STAND-IN GPU device nodes and toolkit; real containerd 2.1.9 injects the CDI device asked for."""
-    node = start_node()
-    run(["docker", "cp", str(sid_containerd_deb()), f"{node.id}:/tmp/containerd-sid.deb"])
-    node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq /tmp/containerd-sid.deb",
-            timeout=600)
-    node.sh(f"rm {CONFIG} && systemctl restart containerd")
-    standin_gpus(node)
+    node = containerd_21_node(start_node)
     data = {"stages": "toolkit,runtimes", "container_runtimes": "containerd", **toolkit_repo.data()}
 
     first = node.deploy(data=data)
@@ -125,11 +133,7 @@ def test_a_provisioned_node_turned_to_cdi_and_back_changes_only_what_cdi_needs_s
 ):
     """STAND-IN toolkit and GPU device nodes, real containerd 2.1.9 and systemd: a node provisioned
     with cdi=false, then cdi=true, then false again."""
-    node = start_node()
-    run(["docker", "cp", str(sid_containerd_deb()), f"{node.id}:/tmp/containerd-sid.deb"])
-    node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq /tmp/containerd-sid.deb",
-            timeout=600)
-    standin_gpus(node)
+    node = containerd_21_node(start_node, own_defaults=False)
     data = {"stages": "toolkit,runtimes", "container_runtimes": "containerd", **toolkit_repo.data()}
     legacy = node.deploy(data={**data, "cdi": "false"})
     assert legacy.returncode == 0, legacy.explain()

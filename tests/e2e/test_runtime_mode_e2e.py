@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
-from harness import assert_no_change, run, sid_containerd_deb
-from test_cdi_e2e import standin_gpus
+from harness import assert_no_change
+from standin_toolkit import STANDIN_RUNTIME_CONFIG
+from test_cdi_e2e import containerd_21_node
 from toolkit_repo import STANDIN
 
 from deploy.containerd.layout import tomllib
@@ -28,27 +27,6 @@ from deploy.containerd.layout import tomllib
 RUNTIME_CONFIG = "/etc/nvidia-container-runtime/config.toml"
 CONFIG = "/etc/containerd/config.toml"
 SET_MODE = f"CDI | Set the nvidia runtime's mode in {RUNTIME_CONFIG}"
-STANDIN_RUNTIME_CONFIG = """\
-# STAND-IN (gpu-node tests): the nvidia runtime's config in the shape the toolkit's package ships it
-#accept-nvidia-visible-devices-as-volume-mounts = false
-disable-require = false
-
-[nvidia-container-cli]
-#debug = "/var/log/nvidia-container-toolkit.log"
-environment = []
-ldconfig = "@/sbin/ldconfig"
-
-[nvidia-container-runtime]
-#debug = "/var/log/nvidia-container-runtime.log"
-log-level = "info"
-mode = "auto"
-runtimes = ["docker-runc", "runc", "crun"]
-
-[nvidia-container-runtime.modes.cdi]
-annotation-prefixes = ["cdi.k8s.io/"]
-default-kind = "nvidia.com/gpu"
-spec-dirs = ["/etc/cdi", "/var/run/cdi"]
-"""
 
 
 def mode_in(text: str) -> str:
@@ -75,12 +53,7 @@ def test_the_runtimes_cdi_mode_on_containerd_2_1_with_standin_toolkit_and_standi
     start_node, toolkit_repo, tmp_path
 ):
     """STAND-IN toolkit (and its config file) and GPU device nodes; real containerd 2.1.9 and systemd."""
-    node = start_node()
-    run(["docker", "cp", str(sid_containerd_deb()), f"{node.id}:/tmp/containerd-sid.deb"])
-    node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq /tmp/containerd-sid.deb",
-            timeout=600)
-    node.sh(f"rm {CONFIG} && systemctl restart containerd")
-    standin_gpus(node)
+    node = containerd_21_node(start_node)
     data = {"stages": "toolkit,runtimes", "container_runtimes": "containerd", **toolkit_repo.data()}
 
     # Unset: the runtime's config is the site's; the deploy does not touch it.

@@ -19,6 +19,7 @@ import yaml
 from plan import DEFAULT, run_plan, settings_for
 from pyinfra import host
 from pyinfra.api import deploy
+from standin_toolkit import STANDIN_RUNTIME_CONFIG
 from test_verify_ladder import (
     CONTAINER_ID, NVIDIA_SMI_L, POD, SANDBOX_ID, STATE_TEMPLATE, calls, containerd_dump, crictl_standin, node_lines,
     run_verify, smi_output,
@@ -36,29 +37,7 @@ from deploy.settings import SettingsError, parse_settings
 from deploy.tasks.cdi import cdi, preflight_check
 from deploy.tasks.k8s import SharingConfig
 
-PACKAGE_CONFIG = """\
-#accept-nvidia-visible-devices-as-volume-mounts = false
-disable-require = false
-supported-driver-capabilities = "compat32,compute,display,graphics,ngx,utility,video"
-
-[nvidia-container-cli]
-#debug = "/var/log/nvidia-container-toolkit.log"
-environment = []
-ldconfig = "@/sbin/ldconfig"
-
-[nvidia-container-runtime]
-#debug = "/var/log/nvidia-container-runtime.log"
-log-level = "info"
-mode = "auto"
-runtimes = ["docker-runc", "runc", "crun"]
-
-[nvidia-container-runtime.modes]
-
-[nvidia-container-runtime.modes.cdi]
-annotation-prefixes = ["cdi.k8s.io/"]
-default-kind = "nvidia.com/gpu"
-spec-dirs = ["/etc/cdi", "/var/run/cdi"]
-"""
+PACKAGE_CONFIG = STANDIN_RUNTIME_CONFIG
 
 
 def b64(text: str) -> str:
