@@ -44,7 +44,7 @@ from apt_repo import GpgKey, make_key, serve
 from family_images import OS_RELEASES, ROCKY9_DNF, FamilyImage, committed_image, family_image
 from family_zypper import LEAP156_ZYPPER
 from harness import Node
-from rpm_repo import CUDA_KEY_FILE, CUDA_PATH, TAMPERED, TOOLKIT_PATH, index, repo_file_text
+from rpm_repo import CUDA_KEY_FILE, CUDA_PATH, TAMPERED, TOOLKIT_PATH, ServedUrls, index, repo_file_text
 from standin_rpms import StandinRpm
 
 
@@ -216,7 +216,7 @@ def driver_packages(version: str, release_tag: str) -> list[StandinRpm]:
 
 
 @dataclass
-class DnfRepos:
+class DnfRepos(ServedUrls):
     root: Path
     cuda_key: GpgKey
     toolkit_key: GpgKey
@@ -225,16 +225,6 @@ class DnfRepos:
 
     def cuda_dir(self, dist: DnfDistribution) -> Path:
         return self.root / CUDA_PATH / dist.cuda_dist / standin_rpms.ARCH
-
-    @property
-    def toolkit_dir(self) -> Path:
-        return self.root / TOOLKIT_PATH / "rpm" / standin_rpms.ARCH
-
-    def cuda_url(self, tampered: bool = False) -> str:
-        return f"{self.url}/{TAMPERED}/{CUDA_PATH}" if tampered else f"{self.url}/{CUDA_PATH}"
-
-    def toolkit_url(self, tampered: bool = False) -> str:
-        return f"{self.url}/{TAMPERED}/{TOOLKIT_PATH}" if tampered else f"{self.url}/{TOOLKIT_PATH}"
 
     def publish_driver(self, dist: DnfDistribution, version: str) -> None:
         """Add one driver version to ``dist``'s CUDA repository (a newer release NVIDIA publishes)."""

@@ -64,8 +64,26 @@ def repo_file_text(name: str, baseurl: str, gpgkey: str, repo_gpgcheck: bool = T
             + ("repo_gpgcheck=1\n" if repo_gpgcheck else "") + f"gpgkey={gpgkey}\n")
 
 
+class ServedUrls:
+    """The toolkit folder and the URLs of repositories under ``root`` served at ``url``, each with
+    a TAMPERED copy beside it (for the signature-refusal tests)."""
+
+    root: Path
+    url: str
+
+    @property
+    def toolkit_dir(self) -> Path:
+        return self.root / TOOLKIT_PATH / "rpm" / standin_rpms.ARCH
+
+    def cuda_url(self, tampered: bool = False) -> str:
+        return f"{self.url}/{TAMPERED}/{CUDA_PATH}" if tampered else f"{self.url}/{CUDA_PATH}"
+
+    def toolkit_url(self, tampered: bool = False) -> str:
+        return f"{self.url}/{TAMPERED}/{TOOLKIT_PATH}" if tampered else f"{self.url}/{TOOLKIT_PATH}"
+
+
 @dataclass
-class RockyRepos:
+class RockyRepos(ServedUrls):
     root: Path
     cuda_key: GpgKey
     toolkit_key: GpgKey
@@ -77,16 +95,6 @@ class RockyRepos:
     @property
     def cuda_dir(self) -> Path:
         return self.root / CUDA_PATH / CUDA_DIST / standin_rpms.ARCH
-
-    @property
-    def toolkit_dir(self) -> Path:
-        return self.root / TOOLKIT_PATH / "rpm" / standin_rpms.ARCH
-
-    def cuda_url(self, tampered: bool = False) -> str:
-        return f"{self.url}/{TAMPERED}/{CUDA_PATH}" if tampered else f"{self.url}/{CUDA_PATH}"
-
-    def toolkit_url(self, tampered: bool = False) -> str:
-        return f"{self.url}/{TAMPERED}/{TOOLKIT_PATH}" if tampered else f"{self.url}/{TOOLKIT_PATH}"
 
     def driver_rpms(self) -> list[standin_rpms.StandinRpm]:
         return [rpm for rpm_list in (standin_rpms.driver_packages(v) for v in self.driver_versions())
