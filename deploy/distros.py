@@ -52,7 +52,7 @@ class PackageManager:
     repository_check: str | None = None
     # pyinfra's operation adding a repository (name, baseurl, gpgkey), for NVIDIA's driver/CUDA ones.
     repository_operation: Callable[..., Any] | None = None
-    # pyinfra's operation enabling a module stream (module, stream), for DriverPackages.module.
+    # The operation enabling a module stream (module, stream, lock_timeout), for DriverPackages.module.
     module_operation: Callable[..., Any] | None = None
 
 
@@ -76,7 +76,7 @@ DNF = PackageManager(
     repository_check=('tmp=$(mktemp -d) && cp {candidate} "$tmp/candidate.repo" && '
                       'dnf -y -q --setopt=reposdir="$tmp" --setopt=skip_if_unavailable=False makecache; status=$?; rm -rf "$tmp"; [ "$status" -eq 0 ]'),
     repository_operation=dnf.repo,
-    module_operation=dnf.module,
+    module_operation=package_ops.dnf_module_enable,
 )
 ZYPPER = PackageManager(
     name="zypper",
@@ -114,12 +114,26 @@ def repository_check(manager: PackageManager, lock_timeout: int) -> str | None:
     installs do (deploy/operations/packages.py)."""
     if manager.repository_check is None:
         return None
+    # a wait that gives up fails the check, whose caller then removes the candidate
+    return _after_lock_wait(manager, manager.repository_check, lock_timeout)
+
+
+def lock_bounded_checks(manager: PackageManager, lock_timeout: int) -> PackageManager:
+    """``manager`` whose ``available_check`` waits first, up to ``lock_timeout`` seconds, for another
+    process holding dnf's lock, as its installs do: dnf itself waits for it without end (a wait that
+    gives up fails the check). The other managers' checks as they are."""
+    if manager.name != "dnf":
+        return manager
+    return replace(manager, available_check=_after_lock_wait(manager, manager.available_check, lock_timeout))
+
+
+def _after_lock_wait(manager: PackageManager, template: str, lock_timeout: int) -> str:
+    """``template`` (shell formatted later) in a subshell after the manager's bounded lock wait."""
     if manager.name == "zypper":
         wait = f"export ZYPP_LOCK_TIMEOUT={int(lock_timeout)};"
     else:
         wait = package_ops.lock_wait_script(manager.name, lock_timeout).replace("{", "{{").replace("}", "}}") + ";"
-    # a subshell: a wait that gives up fails the check, whose caller then removes the candidate
-    return f"({wait} {manager.repository_check})"
+    return f"({wait} {template})"
 
 
 def add_repository(manager: PackageManager, name: str, repository: Mapping[str, str]):

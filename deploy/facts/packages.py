@@ -122,9 +122,9 @@ class ZypperLocks(FactBase):
 class PackageVersions(FactBase):
     """
     Every version of the named packages the package manager's lists offer (and the installed one),
-    newest first as the manager lists them: apt's ``apt-cache madison``, dnf's ``list --showduplicates``,
-    zypper's ``search --details`` (``lock_timeout``: zypper's wait for libzypp's lock; 0, in the
-    node's read ahead: none). pacman reads nothing (it installs one version). Absent packages are left out.
+    newest first as the manager lists them: apt's ``apt-cache madison``, zypper's ``search --details``
+    (``lock_timeout``: zypper's wait for libzypp's lock; 0, in the node's read ahead: none); dnf's
+    is DnfPackageVersions. pacman reads nothing (it installs one version). Absent packages are left out.
 
     .. code:: python
 
@@ -135,8 +135,6 @@ class PackageVersions(FactBase):
         names = [QuoteString(name) for name in packages]
         if manager == "apt" and names:
             return StringCommand("apt-cache", "madison", *names, "2>/dev/null || true")
-        if manager == "dnf" and names:
-            return StringCommand("dnf", "-q", "list", "--showduplicates", *names, "2>/dev/null || true")
         if manager == "zypper" and names:
             return StringCommand(f"ZYPP_LOCK_TIMEOUT={int(lock_timeout)}", "zypper", "--quiet", "--non-interactive",
                                  "search", "--details", "--match-exact", "--type", "package", *names, "2>/dev/null || true")
@@ -147,25 +145,96 @@ class PackageVersions(FactBase):
         return {}
 
     def process(self, output):
-        versions: dict[str, list[str]] = {}
-        for line in output:
-            if "|" in line:
-                cells = [cell.strip() for cell in line.split("|")]
-                if len(cells) >= 6:  # zypper: "S | name | type | version | arch | repository"
-                    if cells[2] != "package":
-                        continue
-                    name, version = cells[1], cells[3]
-                else:  # apt: " name | version | source"
-                    name, version = cells[0], cells[1] if len(cells) > 1 else ""
-            else:  # dnf: "name.arch  [epoch:]version-release  repository"
-                words = line.split()
-                if len(words) < 3 or "." not in words[0] or words[0].endswith(":"):
-                    continue
-                name, version = words[0].rsplit(".", 1)[0], words[1]
-            if name and version and version not in versions.setdefault(name, []):
-                versions[name].append(version)
-        return versions
+        return offered_versions(output)
 
+
+def offered_versions(output) -> dict[str, list[str]]:
+    """{name: versions} from the lines of apt-cache madison, zypper search --details or dnf list."""
+    versions: dict[str, list[str]] = {}
+    for line in output:
+        if "|" in line:
+            cells = [cell.strip() for cell in line.split("|")]
+            if len(cells) >= 6:  # zypper: "S | name | type | version | arch | repository"
+                if cells[2] != "package":
+                    continue
+                name, version = cells[1], cells[3]
+            else:  # apt: " name | version | source"
+                name, version = cells[0], cells[1] if len(cells) > 1 else ""
+        else:  # dnf: "name.arch  [epoch:]version-release  repository"
+            words = line.split()
+            if len(words) < 3 or "." not in words[0] or words[0].endswith(":"):
+                continue
+            name, version = words[0].rsplit(".", 1)[0], words[1]
+        if name and version and version not in versions.setdefault(name, []):
+            versions[name].append(version)
+    return versions
+
+
+
+class DnfPackageVersions(FactBase):
+    """
+    PackageVersions of dnf (``dnf -q list --showduplicates``), read after ``wait``: shell that waits,
+    bounded, for another process holding dnf's lock and fails in one line when it gives up
+    (deploy/operations/packages.py lock_wait_script). dnf waits for that lock without end, even
+    cache-only (-C takes its metadata lock too); ``busy``: the wait's line when it gave up (dnf not run).
+
+    .. code:: python
+
+        {"versions": {"nvidia-driver": ["3:550.90.07-1.el9", "3:550.54.15-1.el9"]}, "busy": None}
+    """
+
+    def command(self, packages=(), wait="true"):
+        if not packages:
+            return "true"
+        return StringCommand(f"if busy=$( ({wait}) 2>&1 ); then", "dnf", "-q", "list", "--showduplicates",
+                             *[QuoteString(name) for name in packages], "2>/dev/null || true;",
+                             "else printf 'busy %s\\n' \"$busy\"; fi")
+
+    @staticmethod
+    def default():
+        return {"versions": {}, "busy": None}
+
+    def process(self, output):
+        busy = [line.split(" ", 1)[1] for line in output if line.startswith("busy ")]
+        return {"versions": offered_versions([line for line in output if not line.startswith("busy ")]),
+                "busy": busy[-1].removeprefix("gpu-node: ").strip() if busy else None}
+
+
+# Where dnf keeps each module's state (``dnf module enable`` writes it; ``dnf module list`` reads
+# the repositories, so waits for a busy dnf's metadata lock)
+DNF_MODULES_DIR = "/etc/dnf/modules.d"
+
+
+class DnfModuleStreams(FactBase):
+    """
+    The enabled stream of each dnf module enabled on the node, from dnf's module state files
+    (what ``dnf module list --enabled`` marks [e]), read without dnf.
+
+    .. code:: python
+
+        {"nvidia-driver": "550-dkms"}
+    """
+
+    def command(self):
+        return f"cat {DNF_MODULES_DIR}/*.module 2>/dev/null; true"
+
+    @staticmethod
+    def default():
+        return {}
+
+    def process(self, output):
+        streams: dict[str, str] = {}
+        section: dict[str, str] = {}
+        for line in [*output, "[]"]:
+            line = line.strip()
+            if line.startswith("[") and line.endswith("]"):
+                if section.get("state") == "enabled" and section.get("name") and section.get("stream"):
+                    streams[section["name"]] = section["stream"]
+                section = {}
+            elif "=" in line and not line.startswith(("#", ";")):
+                key, _, value = line.partition("=")
+                section[key.strip()] = value.strip()
+        return streams
 
 class RepositoryPackageVersions(FactBase):
     """

@@ -16,9 +16,9 @@ from pyinfra.facts.pacman import PacmanPackages
 from pyinfra.operations import apt, zypper
 
 from deploy import probes
-from deploy.facts.combined import FactCall, read
+from deploy.facts.combined import FactCall, known_fact, read
 from deploy.facts.nvidia import IgnoredPackages
-from deploy.facts.packages import DebPackageStates, PackageVersions, RpmPackageStates, ZypperLocks
+from deploy.facts.packages import DebPackageStates, DnfModuleStreams, PackageVersions, RpmPackageStates, ZypperLocks
 from deploy.facts.recovery import lock_holders_script
 from deploy.operations.failure import fail_host
 from deploy.run_state import per_run
@@ -249,6 +249,19 @@ def _dnf_commands(packages: dict, hold: bool):
         if to_hold:
             yield StringCommand(f"rpm -q {DNF_VERSIONLOCK} >/dev/null 2>&1 || {DNF_INSTALL} {DNF_VERSIONLOCK}")
             yield StringCommand("dnf", "versionlock", "add", *[QuoteString(name) for name in to_hold])
+
+
+# dnf's own command, not pyinfra's dnf.module: that first reads `dnf module list --enabled`, where dnf
+# waits without end for a busy dnf's metadata lock, before any bounded wait.
+@operation()
+def dnf_module_enable(module: str, stream: str, *, lock_timeout: int):
+    """Enable the dnf module stream ``module:stream``, unless dnf's module state has it enabled
+    (DnfModuleStreams, read ahead by the driver stage's preflight)."""
+    if known_fact(host, DnfModuleStreams).get(module) == stream:
+        host.noop(f"dnf module {module}:{stream} is enabled")
+        return
+    yield from lock_bounded("dnf", [StringCommand("dnf module enable -y", QuoteString(f"{module}:{stream}"))],
+                            lock_timeout)
 
 
 @operation()

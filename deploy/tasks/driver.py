@@ -18,13 +18,14 @@ from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 from pyinfra.operations import server, systemd
 
 from deploy import gpus
-from deploy.distros import APT, PackageManager, Platform, add_repository, by_distro_id, install_packages
+from deploy.distros import (APT, PackageManager, Platform, add_repository, by_distro_id, install_packages,
+                            lock_bounded_checks)
 from deploy.driver_versions import VersionRefusal, choose, matching, upstream_version
 from deploy.fabric import fabric_of
 from deploy.facts.combined import FactCall, known_fact, read, read_together
 from deploy.facts.gpu_support import GpuSupportLists
 from deploy.facts.nvidia import PackagesAvailable, RecommendedDriver
-from deploy.facts.packages import PackageVersions, RepositoryPackageVersions
+from deploy.facts.packages import DnfModuleStreams, DnfPackageVersions, PackageVersions, RepositoryPackageVersions
 from deploy.operations import download
 from deploy.operations import drain as drain_ops
 from deploy.operations import driver as driver_ops
@@ -32,7 +33,7 @@ from deploy.operations import files
 from deploy.operations.drain import DrainTarget
 from deploy.operations.failure import HostRefusal
 from deploy.operations.files import put_text
-from deploy.operations.packages import deb_states_read
+from deploy.operations.packages import deb_states_read, lock_wait_script
 from deploy.settings import MIN_DRIVER_VERSION, Settings
 from deploy.tasks.preflight import StageCheck
 
@@ -244,7 +245,7 @@ def driver_plan(
     """What the driver stage installs on this host: packages, pins, holds, repositories."""
     readings = readings or Readings(installed=installed, recommended=recommended)
     base = platform.family.driver
-    manager = platform.family.package_manager
+    manager = lock_bounded_checks(platform.family.package_manager, settings.apt_lock_timeout)
     check_minimum(settings)
     version = settings.nvidia_driver_version
     if version and not manager.can_pin:
@@ -434,7 +435,11 @@ def readings_calls(settings: Settings, platform: Platform, node: dict, branch: s
     manager = platform.family.package_manager
     calls: list[FactCall] = [(GpuSupportLists, {})]
     everything = plan_names["driver"] + plan_names["fabric"]
-    if manager.can_pin:
+    if manager.name == "dnf":
+        # dnf waits for a busy dnf's lock without end: the read waits, bounded, first
+        calls.append((DnfPackageVersions, {"packages": everything,
+                                           "wait": lock_wait_script("dnf", settings.apt_lock_timeout)}))
+    elif manager.can_pin:
         calls.append((PackageVersions, {"manager": manager.name, "packages": everything}))
     if fabric_url and plan_names["fabric"]:
         calls.append((RepositoryPackageVersions, {"url": fabric_url, "packages": plan_names["fabric"],
@@ -468,6 +473,11 @@ def plan_for_host(settings: Settings, platform: Platform, node: dict) -> tuple[D
         ahead.append(fabric_source)
     values = read_together(host, calls + ahead)[: len(calls)]
     found = dict(zip((fact.__name__ for fact, _ in calls), values))
+    dnf_offered = found.pop(DnfPackageVersions.__name__, None)
+    if dnf_offered is not None:
+        if dnf_offered["busy"]:
+            raise HostRefusal(dnf_offered["busy"])  # the wait's line: dnf's lock and its holder
+        found[PackageVersions.__name__] = dnf_offered["versions"]
     states = read(host, deb_states_read(names["driver"] + names["fabric"])) if manager.name == "apt" else {}
     if fabric_url and not names["fabric"] and data.fabric_manager:
         # Fabric Manager's names carry the branch, known now from the driver's versions: one more read,
@@ -494,12 +504,14 @@ def operation_reads(settings: Settings, platform: Platform, node: dict, names: d
     """What the stage's operations read, read ahead in the plan's one command (Debian family: all of
     it, so that a run that changes nothing reads nothing more)."""
     data = platform.family.driver
-    manager = platform.family.package_manager
+    manager = lock_bounded_checks(platform.family.package_manager, settings.apt_lock_timeout)
     values = _values(platform, data, node.get("kernel") or "", settings.nvidia_driver_branch)
     headers = _render(data.headers, values)
     calls: list[FactCall] = []
     if headers:
         calls.append((PackagesAvailable, {"check": manager.available_check, "packages": list(headers[:1])}))
+    if data.module and platform.major in data.module_majors:
+        calls.append((DnfModuleStreams, {}))
     if manager.name != "apt":
         return calls
     extra = _render(data.extra_packages, values)
@@ -562,7 +574,7 @@ def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan, drai
                          lock_timeout=lock_timeout)
     if plan.module:
         manager.module_operation(name=f"Enable the {manager.name} module stream {':'.join(plan.module)}",
-                                 module=plan.module[0], stream=plan.module[1])
+                                 module=plan.module[0], stream=plan.module[1], lock_timeout=lock_timeout)
     if plan.headers:
         driver_ops.install_first_available(
             name="Install kernel headers for the driver's module",

@@ -12,6 +12,8 @@ metadata lock, zypper libzypp's /run/zypp.pid, pacman /var/lib/pacman/db.lck). T
 STAND-IN toolkit packages (tests/standin_rpms.py, tests/family_pacman.py) from local signed
 repositories. The toolkit's repository file is put in place first, as the run writes it, so the run
 installs at once (the repository check's own wait is deploy/distros.py ``repository_check``).
+The driver stage on the dnf node meets the holder already in preflight's one read (the versions
+dnf offers, read after the same bounded wait).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from deploy.tasks.toolkit import REPOSITORY_NAME, TOOLKIT_PACKAGES, rpm_repo_tex
 SHORT = 3  # apt_lock_timeout when the holder stays
 LONG = 60  # apt_lock_timeout when the holder lets go after RELEASE_AFTER seconds
 RELEASE_AFTER = 5
+FEW_SECONDS = 10  # pyinfra's own start, connection and preflight on a busy test machine (about 1 s idle)
 # the lock file names the holder started last (not one before it)
 HOLDS = 'pid=$(cat /tmp/holder.pid) && [ -n "$pid" ] && [ "$(cat {lock})" = "$pid" ]'
 ARCH_TOOLKIT = ("libnvidia-container", "nvidia-container-toolkit")
@@ -220,5 +223,33 @@ def test_pacman_standin_toolkit_waits_for_a_pacman_holding_its_lock_and_fails_na
             return dict(line.split() for line in out.splitlines())
 
         run_both_ways(node, holder, None, gpu_node_lines("/var/lib/pacman/db.lck"), installed, ARCH_TOOLKIT)
+    finally:
+        node.remove()
+
+
+def test_dnf_driver_stage_fails_in_preflight_naming_a_dnf_that_holds_its_lock_past_the_timeout():
+    """Real dnf, no package installed: a `dnf makecache` stalled on a mirror (for longer than the run
+    may take) holds dnf's metadata lock; the driver stage's preflight reads what dnf offers after the
+    bounded wait, so the run fails in gpu-node's one line naming the holder within apt_lock_timeout
+    and a few seconds, before any change: no repository added, no module stream enabled."""
+    node = family_node(ROCKY9_DNF).start()
+    try:
+        with stalled_mirror() as mirror:
+            node.write("/tmp/stalled/stalled.repo", f"[stalled]\nname=stalled\nbaseurl={mirror.url}\ngpgcheck=0\n")
+            command = "dnf -q --setopt=reposdir=/tmp/stalled --setopt=retries=0 makecache"
+            pid = start_holder(node, command, HOLDS.format(lock="/var/cache/dnf/metadata_lock.pid"))
+            busy, took = timed_deploy(node, {"stages": "driver", "apt_lock_timeout": str(SHORT),
+                                             "nvidia_driver_branch": "550", "nvidia_cuda_repo_url": mirror.url,
+                                             "allow_insecure_repositories": "true"})
+            still_held = node.sh(HOLDS.format(lock="/var/cache/dnf/metadata_lock.pid"), check=False).returncode == 0
+        assert busy.returncode != 0, busy.explain()
+        failures = sorted({line[line.index("gpu-node: "):] for line in busy.output.splitlines() if "gpu-node: " in line})
+        assert len(failures) == 1, busy.explain()
+        for part in gpu_node_lines("/var/cache/dnf/metadata_lock.pid")(pid, command):
+            assert part in failures[0], busy.explain()
+        assert "Traceback" not in busy.output
+        assert still_held  # the holder did not let go: the run gave up on its own
+        assert SHORT <= took <= SHORT + FEW_SECONDS, took
+        assert node.sh("ls /etc/yum.repos.d /etc/dnf/modules.d").stdout.split() == ["/etc/dnf/modules.d:", "/etc/yum.repos.d:"]
     finally:
         node.remove()

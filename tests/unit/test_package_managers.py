@@ -15,18 +15,36 @@ from pathlib import Path
 import pytest
 from pyinfra.api import StringCommand
 
-from deploy.distros import DNF, PACMAN, ZYPPER, repository_check
-from deploy.facts.packages import PackageVersions, RpmPackageStates, ZypperLocks
-from deploy.operations.packages import _rpm_version_matches, lock_bounded, lock_wait_script
+from deploy.distros import DNF, PACMAN, ZYPPER, lock_bounded_checks, repository_check
+from deploy.facts.packages import (DnfModuleStreams, DnfPackageVersions, PackageVersions, RpmPackageStates,
+                                   ZypperLocks)
+from deploy.operations.packages import BUSY, _rpm_version_matches, lock_bounded, lock_wait_script
 from deploy.tasks.toolkit import toolkit
 from test_toolkit_plan import platform
-from plan import DEFAULT, gpu_node, node_lines, run_deploy, run_plan, settings_for
+from plan import DEFAULT, PCI_WITH_GPU, every, gpu_node, node_lines, run_deploy, run_plan, settings_for
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "packages"
 KMP = "nvidia-driver-G06-kmp-default"
 USERSPACE = ("nvidia-compute-G06", "nvidia-compute-utils-G06")
 # a command that runs dnf (not a path with dnf in it)
 RUNS_DNF = re.compile(r"(^|[;&|(]\s*)dnf\s")
+# preflight's one command runs each read in a background subshell of its own, ended so
+# (deploy/facts/combined.py CombinedOutput)
+READ_SECTION_END = "</dev/null &"
+ROCKY_KERNEL = "5.14.0-362.8.1.el9_3.x86_64"
+
+
+def dnf_runs_without_the_wait(commands: list[str], wait: str) -> list[str]:
+    """The dnf runs in ``commands`` (in the order they ran) that neither follow the wait (an earlier
+    command) nor carry it (before them in the same command, in the same read of preflight's)."""
+    found = []
+    for index, command in enumerate(commands):
+        for match in RUNS_DNF.finditer(command):
+            start = match.end() - len("dnf ")
+            section = command[:start].rsplit(READ_SECTION_END, 1)[-1]
+            if wait not in commands[:index] and wait not in section:
+                found.append(command[start:start + 80])
+    return found
 
 
 def test_zypper_locks_are_read_from_its_locks_file_packages_only():
@@ -145,3 +163,92 @@ def test_dnfs_versionlocks_are_read_from_its_lock_list_as_versionlock_list_print
     ])
     assert states == {"nvidia-container-toolkit": {"version": "1.17.8-1", "held": True},
                       "libnvidia-container1": {"version": "1.17.8-1", "held": False}}
+
+
+def test_the_driver_stage_runs_dnf_only_after_a_bounded_wait_for_its_locks():
+    """The RHEL family's driver stage with a module stream: every dnf command, preflight's read ahead
+    and the operations' fact reads included, follows the bounded wait or carries it, and the module
+    stream is enabled by a command after its own wait. tests/e2e/test_package_manager_locks.py found
+    preflight's `dnf list --showduplicates` and pyinfra's dnf.module (its `dnf module list --enabled`)
+    waiting first, without end."""
+    settings = settings_for(apt_lock_timeout=17)
+    run = run_deploy(gpu_node("rocky-9", host_state=node_lines(ROCKY_KERNEL, pci=PCI_WITH_GPU), unstated=DEFAULT),
+                     data={"stages": "driver", "apt_lock_timeout": "17", "nvidia_driver_branch": "550",
+                           "nvidia_driver_version": "550.54.15"})
+    assert run.error is None and not run.failed, run.refusal
+    wait = lock_wait_script("dnf", settings.apt_lock_timeout)
+    commands = run.commands
+    (preflight,) = [command for command in commands if "dnf -q list --showduplicates" in command]
+    (module,) = [index for index, command in enumerate(commands) if command.startswith("dnf module enable -y")]
+    assert commands[module] == "dnf module enable -y nvidia-driver:550-dkms" and commands[module - 1] == wait
+    assert "dnf install -y nvidia-driver-550.54.15 nvidia-driver-cuda-550.54.15 kmod-nvidia-latest-dkms-550.54.15" \
+        in commands
+    # the kernel headers' availability: read ahead by preflight, and again by their install operation
+    assert len([command for command in commands if "dnf -q list kernel-devel-" in command]) == 2, commands
+    assert dnf_runs_without_the_wait(commands, wait) == []
+
+
+def test_dnf_runs_without_the_wait_finds_a_read_before_it_and_a_read_beside_it():
+    """The test above's judge: a read in a section of its own, apart from the wait's section, is found."""
+    wait = lock_wait_script("dnf", 5)
+    combined = f"( {wait}; dnf -q list a ) >x 2>/dev/null </dev/null & ( dnf -q list b ) >y 2>/dev/null </dev/null & wait"
+    assert dnf_runs_without_the_wait([combined, wait, "dnf install -y c"], wait) == ["dnf -q list b ) >y 2>/dev/null </dev/null & wait"]
+    assert dnf_runs_without_the_wait(["dnf module list --enabled", wait], wait) == ["dnf module list --enabled"]
+
+
+def test_a_dnf_busy_past_the_timeout_in_preflights_read_fails_the_host_in_the_waits_line_before_any_change():
+    """The wait that gave up in preflight's dnf read: its one line is the host's refusal, and nothing
+    runs after preflight's two reads (the node's, then the driver plan's): no wait again, no dnf."""
+    line = BUSY.format(timeout=17, holders="/var/cache/dnf/metadata_lock.pid is held by process 42 (dnf makecache)")
+    run = run_deploy(gpu_node("rocky-9", host_state=node_lines(ROCKY_KERNEL), unstated=DEFAULT, facts=[
+        (every(DnfPackageVersions), [f"busy gpu-node: {line}"]),
+    ]), data={"stages": "driver", "apt_lock_timeout": "17"})
+    assert run.failed and run.failures == [line]
+    assert len(run.commands) == 2 and "dnf -q list --showduplicates" in run.commands[-1], run.commands
+
+
+def test_dnfs_offered_versions_are_read_after_the_wait_or_its_line_when_it_gave_up():
+    """Run for real here: the command's shell with a wait that passes and one that gives up (this
+    machine has no dnf: its list prints nothing); dnf's own list (the Rocky node's, fixture) parsed."""
+    passes, gives_up = DnfPackageVersions().command(["nvidia-driver"], wait="true"), DnfPackageVersions().command(
+        ["nvidia-driver"], wait="echo 'gpu-node: the package manager is busy: held' >&2; exit 1")
+    for command, lines in ((passes, []), (gives_up, ["busy gpu-node: the package manager is busy: held"])):
+        done = subprocess.run(["sh", "-c", str(command)], capture_output=True, text=True, timeout=20)
+        assert done.returncode == 0 and done.stdout.splitlines() == lines, done
+    assert DnfPackageVersions().process(lines) == {"versions": {}, "busy": "the package manager is busy: held"}
+    listed = (FIXTURES / "dnf-list-showduplicates.txt").read_text().splitlines()
+    assert DnfPackageVersions().process(listed) == {
+        "versions": {"kernel-devel": ["5.14.0-362.8.1.el9_3"], "nvidia-driver": ["3:550.54.15-1.el9", "3:550.90.07-1.el9"]},
+        "busy": None}
+
+
+def test_dnfs_enabled_module_streams_are_read_from_its_module_state_files_without_dnf():
+    """dnf's /etc/dnf/modules.d files as the real dnf 4.14 wrote them on the Rocky node: after
+    `module enable nvidia-driver:550-dkms`, `module reset` and `module disable`."""
+    assert not RUNS_DNF.search(DnfModuleStreams().command())
+    enabled = (FIXTURES / "dnf-module-enabled.module").read_text().splitlines()
+    assert DnfModuleStreams().process(enabled) == {"nvidia-driver": "550-dkms"}
+    for state in ("reset", "disabled"):
+        assert DnfModuleStreams().process((FIXTURES / f"dnf-module-{state}.module").read_text().splitlines()) == {}
+    other = ["[nodejs]", "name=nodejs", "stream=20", "profiles=", "state=enabled"]
+    assert DnfModuleStreams().process([*enabled, *other]) == {"nvidia-driver": "550-dkms", "nodejs": "20"}
+
+
+def test_an_enabled_module_stream_is_left_alone():
+    """The stream enabled already (dnf's module state file, as dnf wrote it): no dnf command for it."""
+    run = run_deploy(gpu_node("rocky-9", host_state=node_lines(ROCKY_KERNEL), unstated=DEFAULT, facts=[
+        (DnfModuleStreams, (FIXTURES / "dnf-module-enabled.module").read_text()),
+    ]), data={"stages": "driver", "nvidia_driver_branch": "550"})
+    assert run.error is None and not run.failed, run.refusal
+    assert not run.ran("dnf module")
+    assert "dnf module enable -y nvidia-driver:550-dkms" in run_deploy(
+        gpu_node("rocky-9", host_state=node_lines(ROCKY_KERNEL), unstated=DEFAULT),
+        data={"stages": "driver", "nvidia_driver_branch": "550"}).commands
+
+
+def test_only_dnfs_availability_check_waits_for_its_lock():
+    check = lock_bounded_checks(DNF, 9).available_check
+    assert check.format(package="x").startswith("(" + lock_wait_script("dnf", 9) + "; dnf -q list x")
+    assert subprocess.run(["sh", "-n", "-c", check.format(package="x")]).returncode == 0
+    for manager in (ZYPPER, PACMAN):
+        assert lock_bounded_checks(manager, 9) is manager
