@@ -20,6 +20,8 @@ from plan import DEFAULT, run_plan, settings_for
 from pyinfra import host
 from pyinfra.api import deploy
 from standin_toolkit import STANDIN_RUNTIME_CONFIG
+from test_cdi_plan import CONFIG, PLAIN
+from test_cdi_plan import CONTAINERD as CDI_PLAN_CONTAINERD
 from test_verify_ladder import (
     CONTAINER_ID, NVIDIA_SMI_L, POD, SANDBOX_ID, STATE_TEMPLATE, calls, containerd_dump, crictl_standin, node_lines,
     run_verify, smi_output,
@@ -29,7 +31,7 @@ from deploy.cdi import RUNTIME_CONFIG, runtime_mode_of, with_runtime_mode
 from deploy.containerd.cri import effective_problems, merge_containerd_config
 from deploy.containerd.layout import ConfigError, tomllib
 from deploy.facts.cdi import CdiState
-from deploy.facts.containerd import ContainerdFlavour, config_read
+from deploy.facts.containerd import ContainerdFlavour
 from deploy.ladder import CdiProbe, VerifyOptions, cdi_container_problem, cri_cdi_probe, cri_step, runtime_mode_step
 from deploy.operations.cdi import state_read
 from deploy.probes import CrictlRun
@@ -152,14 +154,8 @@ def test_the_cdi_read_carries_the_runtime_config_text():
 
 # --- the cdi stage: plan and preflight ---------------------------------------------------------
 
-PLAIN = {"paths": [], "units": {}, "generated_versions": {}, "binary": "/usr/bin/containerd",
-         "flavour": {"name": "plain", "service": "containerd"}}
-CONFIG = config_read("/etc/containerd/config.toml", None, "containerd")
-CONTAINERD = {
-    "2.1": "binary_path /usr/bin/containerd\nversion containerd github.com/containerd/containerd/v2 2.1.9 x",
-    "1.6": "binary_path /usr/bin/containerd\nversion containerd github.com/containerd/containerd 1.6.20~ds1 x",
-    "none": "",
-}
+# the cdi stage's plan tests' node readings, and a node without containerd
+CONTAINERD = {**CDI_PLAN_CONTAINERD, "none": ""}
 CURRENT = ("ctk /usr/bin/nvidia-ctk\ninputs_changed 200\nspec_changed 300\n"
            "refresh_unit /usr/lib/systemd/system/nvidia-cdi-refresh.path\n"
            "refresh_enabled enabled\nrefresh_active active")
