@@ -44,7 +44,7 @@ from apt_repo import GpgKey, make_key, serve
 from family_images import OS_RELEASES, ROCKY9_DNF, FamilyImage, committed_image, family_image
 from family_zypper import LEAP156_ZYPPER
 from harness import Node
-from rpm_repo import CUDA_KEY_FILE, CUDA_PATH, TAMPERED, TOOLKIT_PATH, ServedUrls, index, repo_file_text
+from rpm_repo import CUDA_KEY_FILE, CUDA_PATH, TAMPERED, TOOLKIT_PATH, ServedUrls, index, repo_file_text, serving
 from standin_rpms import StandinRpm
 
 
@@ -273,13 +273,9 @@ def build_dnf(root: Path, dists: tuple[DnfDistribution, ...] = DNF_DISTRIBUTIONS
     return repos
 
 
-@contextlib.contextmanager
 def dnf_served(root: Path):
     """The dnf families' repositories served on 127.0.0.1: the DnfRepos with its ``url``."""
-    repos = build_dnf(root)
-    with serve(root) as url:
-        repos.url = url
-        yield repos
+    return serving(build_dnf(root), root)
 
 
 SLE_DRIVER_PATH = "suse/sle15sp5"  # the family table's {driver_repo_url}/suse/sle{major}sp{minor}

@@ -168,9 +168,13 @@ def _write_tampered(repos: RockyRepos) -> None:
 
 
 @contextlib.contextmanager
-def served(root: Path):
-    """Build the repositories and serve them on 127.0.0.1; yields the RockyRepos with its ``url``."""
-    repos = build(root)
+def serving(repos: ServedUrls, root: Path):
+    """``repos``, built under ``root``, served on 127.0.0.1: yields them with their ``url`` set."""
     with serve(root) as url:
         repos.url = url
         yield repos
+
+
+def served(root: Path):
+    """Build the repositories and serve them on 127.0.0.1; yields the RockyRepos with its ``url``."""
+    return serving(build(root), root)
