@@ -20,8 +20,13 @@ echo "ctk $ctk"
 for dir in __UNIT_DIRS__; do
   if [ -f "$dir/__PATH_UNIT__" ]; then echo "refresh_unit $dir/__PATH_UNIT__"; break; fi
 done
-echo "refresh_enabled $(systemctl is-enabled __PATH_UNIT__ 2>/dev/null)"
-echo "refresh_active $(systemctl is-active __PATH_UNIT__ 2>/dev/null)"
+# One systemctl call for both (each is a round trip to systemd); is-enabled and is-active print these.
+enabled=; active=
+for property in $(systemctl show -p UnitFileState -p ActiveState __PATH_UNIT__ 2>/dev/null); do
+  case $property in UnitFileState=*) enabled=${property#*=} ;; ActiveState=*) active=${property#*=} ;; esac
+done
+echo "refresh_enabled $enabled"
+echo "refresh_active $active"
 [ -f __ENV__ ] && echo "env $(base64 -w0 < __ENV__)"
 [ -f __RUNTIME_CONFIG__ ] && echo "runtime_config $(base64 -w0 < __RUNTIME_CONFIG__)"
 newest=$(stat -c %Z "/lib/modules/$(uname -r)/modules.dep" $ctk 2>/dev/null | sort -n | tail -n 1)

@@ -75,7 +75,8 @@ py=$(command -v python3 2>/dev/null || { [ -x /usr/libexec/platform-python ] && 
 echo "cuda_python $py"
 if [ -n "$py" ]; then
   limit=""; command -v timeout >/dev/null 2>&1 && limit="timeout __TIMEOUT__"
-  env -u CUDA_VISIBLE_DEVICES $limit "$py" -c __SCRIPT__ 2>/dev/null
+  # -I -S: the node's PYTHON* variables and site-packages play no part (ctypes is all it needs)
+  env -u CUDA_VISIBLE_DEVICES $limit "$py" -I -S -c __SCRIPT__ 2>/dev/null
   echo "cuda_exit $?"
 fi
 true

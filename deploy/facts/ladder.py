@@ -134,11 +134,6 @@ if [ -n "$smi" ]; then
   [ "$rc" = 0 ] && echo "smi_list $("$smi" -L 2>&1 | base64 -w0)"
   [ "$rc" = 0 ] && echo "smi_persistence $("$smi" __SMI_PERSISTENCE_QUERY__ 2>&1 | base64 -w0)"
 fi
-if command -v systemctl >/dev/null 2>&1; then
-  for unit in __WATCHED_UNITS__; do
-    echo "unit $unit $(systemctl show "$unit" -p LoadState -p ActiveState 2>/dev/null | tr '\n' ' ')"
-  done
-fi
 ctk=$(command -v nvidia-ctk 2>/dev/null || true)
 [ -n "$ctk" ] && echo "ctk_version $("$ctk" --version 2>/dev/null | head -n 1)"
 ncr=$(command -v nvidia-container-runtime 2>/dev/null || true)
@@ -146,7 +141,7 @@ echo "ncr_path $ncr"
 ctrd=$(command -v __CONTAINERD_BINARY__ 2>/dev/null || true)
 echo "ctrd_path $ctrd"
 if [ -n "$ctrd" ]; then
-  echo "ctrd_active $(__CONTAINERD_ACTIVE__)"
+  __CONTAINERD_SOCKET_ACTIVE__
   ctr=$(command -v ctr 2>/dev/null || command -v "$(dirname "$ctrd")/ctr" 2>/dev/null || true)
   echo "ctr_path $ctr"
   if [ -n "$ctr" ] && [ -S __CONTAINERD_SOCKET__ ]; then
@@ -158,13 +153,23 @@ fi
 dk=$(command -v docker 2>/dev/null || true)
 echo "docker_path $dk"
 if [ -n "$dk" ]; then
-  echo "docker_active $(systemctl is-active docker 2>/dev/null)"
   info=$("$dk" info --format '{{json .Runtimes}}|{{.DefaultRuntime}}|{{.CgroupDriver}}' 2>&1); rc=$?
   echo "docker_info_rc $rc"
   echo "docker_info $(printf '%s' "$info" | base64 -w0)"
   { "$dk" image inspect __IMAGE__ >/dev/null 2>&1 && echo "docker_image 1" || echo "docker_image 0"; } &
 fi
 echo "crictl_path $(command -v crictl 2>/dev/null || true)"
+# One systemctl call for every unit read here (each call is a round trip to systemd): its blocks
+# come in the order asked, each printed as "unit <name> <properties>" or as "<key> <ActiveState>".
+keys="__WATCHED_KEYS__"; units="__WATCHED_UNITS__"
+__CONTAINERD_UNIT__
+[ -n "$dk" ] && { keys="$keys docker_active"; units="$units docker"; }
+{ command -v systemctl >/dev/null 2>&1 && systemctl show -p LoadState -p ActiveState $units 2>/dev/null; } |
+awk -v keys="$keys" 'BEGIN { n = split(keys, key, " "); i = 1 }
+  /^$/ { i++; next }
+  { props[i] = props[i] " " $0 }
+  /^ActiveState=/ { active[i] = substr($0, 13) }
+  END { for (j = 1; j <= n; j++) if (key[j] ~ /^unit:/) print "unit " substr(key[j], 6) props[j]; else print key[j] " " active[j] }'
 __EXECUTABLE_CHECKS__
 wait
 true
@@ -250,14 +255,19 @@ class LadderReadout(FactBase):
     def command(self, image, binaries=(), containerd_binary="containerd",
                 containerd_service="containerd", containerd_socket=PLAIN_SOCKET):
         # A flavour without a unit of its own for containerd (k0s) is up when its socket is.
-        active = (f"systemctl is-active {shlex.quote(containerd_service)} 2>/dev/null" if containerd_service
-                  else f"[ -S {shlex.quote(containerd_socket)} ] && echo active || echo inactive")
+        socket_active = ("" if containerd_service else
+                         f'echo "ctrd_active $([ -S {shlex.quote(containerd_socket)} ] && echo active || echo inactive)"')
+        containerd_unit = (f'[ -n "$ctrd" ] && {{ keys="$keys ctrd_active"; units="$units "{shlex.quote(containerd_service)}; }}'
+                           if containerd_service else "")
+        watched = (PERSISTENCED_UNIT, FABRIC_MANAGER_UNIT)
         script = (
             VERIFY_SCRIPT.replace("__SMI_QUERY__", SMI_QUERY)
             .replace("__SMI_PERSISTENCE_QUERY__", SMI_PERSISTENCE_QUERY)
-            .replace("__WATCHED_UNITS__", f"{PERSISTENCED_UNIT} {FABRIC_MANAGER_UNIT}")
+            .replace("__WATCHED_KEYS__", " ".join(f"unit:{unit}" for unit in watched))
+            .replace("__WATCHED_UNITS__", " ".join(watched))
             .replace("__CONTAINERD_BINARY__", shlex.quote(containerd_binary))
-            .replace("__CONTAINERD_ACTIVE__", active)
+            .replace("__CONTAINERD_SOCKET_ACTIVE__", socket_active or ":")
+            .replace("__CONTAINERD_UNIT__", containerd_unit or ":")
             .replace("__CONTAINERD_SOCKET__", shlex.quote(containerd_socket))
             .replace("__KUBELET_CONFIG__", KUBELET_CONFIG)
             .replace("__IMAGE__", shlex.quote(image))

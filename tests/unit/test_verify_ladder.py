@@ -637,11 +637,11 @@ def test_a_k3s_node_is_verified_through_k3s_own_containerd_unit_socket_and_gener
     plan, _, steps, failed = run_verify(tmp_path, lines, flavour=flavour)
     ladder_read = plan.commands[1]
     for expected in ("command -v /var/lib/rancher/k3s/data/current/bin/containerd",
-                     "systemctl is-active k3s-agent",
+                     'units="$units "k3s-agent',
                      "--config /var/lib/rancher/k3s/agent/etc/containerd/config.toml config dump",
                      "--address /run/k3s/containerd/containerd.sock"):
         assert expected in ladder_read, expected
-    assert "systemctl is-active containerd" not in ladder_read
+    assert 'units="$units "containerd' not in ladder_read
     assert steps["containerd_config"]["status"] == PASS and not failed
 
 
