@@ -119,12 +119,17 @@ class ZypperLocks(FactBase):
         return names
 
 
+# What each manager offers of the named packages, in the lines offered_versions reads
+ZYPPER_SEARCH = ("zypper", "--quiet", "--non-interactive", "search", "--details", "--match-exact", "--type", "package")
+DNF_LIST = ("dnf", "-q", "list", "--showduplicates")
+
+
 class PackageVersions(FactBase):
     """
     Every version of the named packages the package manager's lists offer (and the installed one),
     newest first as the manager lists them: apt's ``apt-cache madison``, zypper's ``search --details``
-    (``lock_timeout``: zypper's wait for libzypp's lock; 0, in the node's read ahead: none); dnf's
-    is DnfPackageVersions. pacman reads nothing (it installs one version). Absent packages are left out.
+    (``lock_timeout``: zypper's wait for libzypp's lock); preflight reads dnf's and zypper's with
+    WaitedPackageVersions. pacman reads nothing (it installs one version). Absent packages are left out.
 
     .. code:: python
 
@@ -136,8 +141,7 @@ class PackageVersions(FactBase):
         if manager == "apt" and names:
             return StringCommand("apt-cache", "madison", *names, "2>/dev/null || true")
         if manager == "zypper" and names:
-            return StringCommand(f"ZYPP_LOCK_TIMEOUT={int(lock_timeout)}", "zypper", "--quiet", "--non-interactive",
-                                 "search", "--details", "--match-exact", "--type", "package", *names, "2>/dev/null || true")
+            return StringCommand(f"ZYPP_LOCK_TIMEOUT={int(lock_timeout)}", *ZYPPER_SEARCH, *names, "2>/dev/null || true")
         return "true"
 
     @staticmethod
@@ -171,23 +175,28 @@ def offered_versions(output) -> dict[str, list[str]]:
 
 
 
-class DnfPackageVersions(FactBase):
+class WaitedPackageVersions(FactBase):
     """
-    PackageVersions of dnf (``dnf -q list --showduplicates``), read after ``wait``: shell that waits,
-    bounded, for another process holding dnf's lock and fails in one line when it gives up
-    (deploy/operations/packages.py lock_wait_script). dnf waits for that lock without end, even
-    cache-only (-C takes its metadata lock too); ``busy``: the wait's line when it gave up (dnf not run).
+    PackageVersions of dnf (``dnf -q list --showduplicates``) or zypper (``search --details``), read
+    after ``wait``: shell that waits, bounded, for another process holding the manager's lock and fails
+    in one line when it gives up (deploy/operations/packages.py lock_wait_script). dnf waits for that
+    lock without end, even cache-only (-C takes its metadata lock too); zypper, with no
+    ZYPP_LOCK_TIMEOUT (``lock_timeout``), gives up at once and would read as offering nothing.
+    ``busy``: the wait's line when it gave up (the manager not run).
 
     .. code:: python
 
         {"versions": {"nvidia-driver": ["3:550.90.07-1.el9", "3:550.54.15-1.el9"]}, "busy": None}
     """
 
-    def command(self, packages=(), wait="true"):
+    def command(self, packages=(), wait="true", manager="dnf", lock_timeout=0):
         if not packages:
             return "true"
-        return StringCommand(f"if busy=$( ({wait}) 2>&1 ); then", "dnf", "-q", "list", "--showduplicates",
-                             *[QuoteString(name) for name in packages], "2>/dev/null || true;",
+        names = [QuoteString(name) for name in packages]
+        # zypper's search waits too: a zypper that takes libzypp's lock after the wait (without
+        # ZYPP_LOCK_TIMEOUT the search gives up at once, reading as offering nothing)
+        listing = DNF_LIST if manager == "dnf" else (f"ZYPP_LOCK_TIMEOUT={int(lock_timeout)}", *ZYPPER_SEARCH)
+        return StringCommand(f"if busy=$( ({wait}) 2>&1 ); then", *listing, *names, "2>/dev/null || true;",
                              "else printf 'busy %s\\n' \"$busy\"; fi")
 
     @staticmethod

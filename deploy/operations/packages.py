@@ -45,12 +45,14 @@ PACMAN_HOLDERS = (f"if [ -e {PACMAN_LOCK} ]; then held=; for pid in $(find /proc
                   f"{PACMAN_LOCK} 2>/dev/null | cut -d/ -f3 | sort -u); do held=1; {_HOLDER.format(lock=PACMAN_LOCK)}; "
                   f"done; [ -n \"$held\" ] || ! [ -e {PACMAN_LOCK} ] || echo \"{PACMAN_LOCK} is held by no running "
                   f"process (left by a pacman that was killed: remove it once no pacman runs)\"; fi")
-LOCK_HOLDERS = {"dnf": DNF_HOLDERS, "pacman": PACMAN_HOLDERS}
+ZYPPER_HOLDERS = (f"pid=$(cat {ZYPP_LOCK} 2>/dev/null) && [ -n \"$pid\" ] && [ -e \"/proc/$pid/stat\" ] && "
+                  f"{_HOLDER.format(lock=ZYPP_LOCK)}; true")
+LOCK_HOLDERS = {"dnf": DNF_HOLDERS, "zypper": ZYPPER_HOLDERS, "pacman": PACMAN_HOLDERS}
 
 
 def lock_wait_script(manager: str, lock_timeout: int) -> str:
     """Shell that waits up to ``lock_timeout`` seconds while another process holds ``manager``'s
-    lock (dnf, pacman), then fails in one line naming the lock and its holder."""
+    lock (dnf, zypper, pacman), then fails in one line naming the lock and its holder."""
     message = BUSY.format(timeout=int(lock_timeout), holders="%s")
     return (f"deadline=$(( $(date +%s) + {int(lock_timeout)} )); "
             f"while held=$({LOCK_HOLDERS[manager]}); [ -n \"$held\" ]; do "

@@ -25,7 +25,7 @@ from deploy.fabric import fabric_of
 from deploy.facts.combined import FactCall, known_fact, read, read_together
 from deploy.facts.gpu_support import GpuSupportLists
 from deploy.facts.nvidia import PackagesAvailable, RecommendedDriver
-from deploy.facts.packages import DnfModuleStreams, DnfPackageVersions, PackageVersions, RepositoryPackageVersions
+from deploy.facts.packages import DnfModuleStreams, PackageVersions, RepositoryPackageVersions, WaitedPackageVersions
 from deploy.operations import download
 from deploy.operations import drain as drain_ops
 from deploy.operations import driver as driver_ops
@@ -435,10 +435,11 @@ def readings_calls(settings: Settings, platform: Platform, node: dict, branch: s
     manager = platform.family.package_manager
     calls: list[FactCall] = [(GpuSupportLists, {})]
     everything = plan_names["driver"] + plan_names["fabric"]
-    if manager.name == "dnf":
-        # dnf waits for a busy dnf's lock without end: the read waits, bounded, first
-        calls.append((DnfPackageVersions, {"packages": everything,
-                                           "wait": lock_wait_script("dnf", settings.apt_lock_timeout)}))
+    if manager.name in ("dnf", "zypper"):
+        # dnf waits for a busy dnf's lock without end, zypper not at all: the read waits, bounded, first
+        calls.append((WaitedPackageVersions, {"manager": manager.name, "packages": everything,
+                                              "wait": lock_wait_script(manager.name, settings.apt_lock_timeout),
+                                              "lock_timeout": settings.apt_lock_timeout}))
     elif manager.can_pin:
         calls.append((PackageVersions, {"manager": manager.name, "packages": everything}))
     if fabric_url and plan_names["fabric"]:
@@ -473,11 +474,11 @@ def plan_for_host(settings: Settings, platform: Platform, node: dict) -> tuple[D
         ahead.append(fabric_source)
     values = read_together(host, calls + ahead)[: len(calls)]
     found = dict(zip((fact.__name__ for fact, _ in calls), values))
-    dnf_offered = found.pop(DnfPackageVersions.__name__, None)
-    if dnf_offered is not None:
-        if dnf_offered["busy"]:
-            raise HostRefusal(dnf_offered["busy"])  # the wait's line: dnf's lock and its holder
-        found[PackageVersions.__name__] = dnf_offered["versions"]
+    waited = found.pop(WaitedPackageVersions.__name__, None)
+    if waited is not None:
+        if waited["busy"]:
+            raise HostRefusal(waited["busy"])  # the wait's line: the manager's lock and its holder
+        found[PackageVersions.__name__] = waited["versions"]
     states = read(host, deb_states_read(names["driver"] + names["fabric"])) if manager.name == "apt" else {}
     if fabric_url and not names["fabric"] and data.fabric_manager:
         # Fabric Manager's names carry the branch, known now from the driver's versions: one more read,

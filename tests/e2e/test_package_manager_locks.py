@@ -12,8 +12,8 @@ metadata lock, zypper libzypp's /run/zypp.pid, pacman /var/lib/pacman/db.lck). T
 STAND-IN toolkit packages (tests/standin_rpms.py, tests/family_pacman.py) from local signed
 repositories. The toolkit's repository file is put in place first, as the run writes it, so the run
 installs at once (the repository check's own wait is deploy/distros.py ``repository_check``).
-The driver stage on the dnf node meets the holder already in preflight's one read (the versions
-dnf offers, read after the same bounded wait).
+The driver stage on the dnf and zypper nodes meets the holder already in preflight's read (the
+versions the manager offers, read after the same bounded wait): the run fails before any change.
 """
 
 from __future__ import annotations
@@ -251,5 +251,35 @@ def test_dnf_driver_stage_fails_in_preflight_naming_a_dnf_that_holds_its_lock_pa
         assert still_held  # the holder did not let go: the run gave up on its own
         assert SHORT <= took <= SHORT + FEW_SECONDS, took
         assert node.sh("ls /etc/yum.repos.d /etc/dnf/modules.d").stdout.split() == ["/etc/dnf/modules.d:", "/etc/yum.repos.d:"]
+    finally:
+        node.remove()
+
+
+def test_zypper_driver_stage_fails_in_preflight_naming_a_zypper_that_holds_its_lock_past_the_timeout():
+    """Real zypper, no package installed: a `zypper refresh` stalled on a mirror (for longer than the
+    run may take) holds libzypp's lock; the driver stage's preflight reads what zypper offers after
+    the bounded wait, so the run fails in gpu-node's one line naming the holder within
+    apt_lock_timeout and a few seconds, before any change: no repository added."""
+    node = family_node(LEAP156_ZYPPER).start()
+    try:
+        repositories = node.sh("ls /etc/zypp/repos.d").stdout.split()
+        with stalled_mirror() as mirror:
+            node.write("/tmp/stalled/stalled.repo", f"[stalled]\nname=stalled\nbaseurl={mirror.url}\n"
+                                                    "enabled=1\nautorefresh=1\ngpgcheck=0\n")
+            command = "zypper --non-interactive --reposd-dir /tmp/stalled refresh"
+            pid = start_holder(node, command, HOLDS.format(lock="/run/zypp.pid"))
+            busy, took = timed_deploy(node, {"stages": "driver", "apt_lock_timeout": str(SHORT),
+                                             "nvidia_driver_repo_url": mirror.url, "nvidia_cuda_repo_url": mirror.url,
+                                             "allow_insecure_repositories": "true"})
+            still_held = node.sh(HOLDS.format(lock="/run/zypp.pid"), check=False).returncode == 0
+        assert busy.returncode != 0, busy.explain()
+        failures = sorted({line[line.index("gpu-node: "):] for line in busy.output.splitlines() if "gpu-node: " in line})
+        assert len(failures) == 1, busy.explain()
+        for part in gpu_node_lines("/run/zypp.pid")(pid, command):
+            assert part in failures[0], busy.explain()
+        assert "Traceback" not in busy.output
+        assert still_held  # the holder did not let go: the run gave up on its own
+        assert SHORT <= took <= SHORT + FEW_SECONDS, took
+        assert node.sh("ls /etc/zypp/repos.d").stdout.split() == repositories
     finally:
         node.remove()

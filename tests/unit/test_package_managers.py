@@ -16,7 +16,7 @@ import pytest
 from pyinfra.api import StringCommand
 
 from deploy.distros import DNF, PACMAN, ZYPPER, lock_bounded_checks, repository_check
-from deploy.facts.packages import (DnfModuleStreams, DnfPackageVersions, PackageVersions, RpmPackageStates,
+from deploy.facts.packages import (DnfModuleStreams, PackageVersions, RpmPackageStates, WaitedPackageVersions,
                                    ZypperLocks)
 from deploy.operations.packages import BUSY, _rpm_version_matches, lock_bounded, lock_wait_script
 from deploy.tasks.toolkit import toolkit
@@ -201,23 +201,37 @@ def test_a_dnf_busy_past_the_timeout_in_preflights_read_fails_the_host_in_the_wa
     runs after preflight's two reads (the node's, then the driver plan's): no wait again, no dnf."""
     line = BUSY.format(timeout=17, holders="/var/cache/dnf/metadata_lock.pid is held by process 42 (dnf makecache)")
     run = run_deploy(gpu_node("rocky-9", host_state=node_lines(ROCKY_KERNEL), unstated=DEFAULT, facts=[
-        (every(DnfPackageVersions), [f"busy gpu-node: {line}"]),
+        (every(WaitedPackageVersions), [f"busy gpu-node: {line}"]),
     ]), data={"stages": "driver", "apt_lock_timeout": "17"})
     assert run.failed and run.failures == [line]
     assert len(run.commands) == 2 and "dnf -q list --showduplicates" in run.commands[-1], run.commands
 
 
+def test_a_zypper_busy_past_the_timeout_in_preflights_read_fails_the_host_in_the_waits_line_before_any_change():
+    """zypper, without ZYPP_LOCK_TIMEOUT, gives up at once on a held lock and its search would read as
+    offering nothing: preflight's read waits for it, bounded, as for dnf, and its line is the refusal.
+    The search itself carries ZYPP_LOCK_TIMEOUT: a zypper that takes the lock after the wait is waited for."""
+    line = BUSY.format(timeout=17, holders="/run/zypp.pid is held by process 42 (zypper refresh)")
+    run = run_deploy(gpu_node("opensuse-leap-15.5", host_state=node_lines("5.14.21-150500.55.39-default"), facts=[
+        (every(WaitedPackageVersions), [f"busy gpu-node: {line}"]),
+    ], unstated=DEFAULT), data={"stages": "driver", "apt_lock_timeout": "17"})
+    assert run.failed and run.failures == [line]
+    assert len(run.commands) == 2, run.commands
+    read = run.commands[-1]
+    assert "(" + lock_wait_script("zypper", 17) + ")" in read and "ZYPP_LOCK_TIMEOUT=17 zypper --quiet" in read
+
+
 def test_dnfs_offered_versions_are_read_after_the_wait_or_its_line_when_it_gave_up():
     """Run for real here: the command's shell with a wait that passes and one that gives up (this
     machine has no dnf: its list prints nothing); dnf's own list (the Rocky node's, fixture) parsed."""
-    passes, gives_up = DnfPackageVersions().command(["nvidia-driver"], wait="true"), DnfPackageVersions().command(
+    passes, gives_up = WaitedPackageVersions().command(["nvidia-driver"], wait="true"), WaitedPackageVersions().command(
         ["nvidia-driver"], wait="echo 'gpu-node: the package manager is busy: held' >&2; exit 1")
     for command, lines in ((passes, []), (gives_up, ["busy gpu-node: the package manager is busy: held"])):
         done = subprocess.run(["sh", "-c", str(command)], capture_output=True, text=True, timeout=20)
         assert done.returncode == 0 and done.stdout.splitlines() == lines, done
-    assert DnfPackageVersions().process(lines) == {"versions": {}, "busy": "the package manager is busy: held"}
+    assert WaitedPackageVersions().process(lines) == {"versions": {}, "busy": "the package manager is busy: held"}
     listed = (FIXTURES / "dnf-list-showduplicates.txt").read_text().splitlines()
-    assert DnfPackageVersions().process(listed) == {
+    assert WaitedPackageVersions().process(listed) == {
         "versions": {"kernel-devel": ["5.14.0-362.8.1.el9_3"], "nvidia-driver": ["3:550.54.15-1.el9", "3:550.90.07-1.el9"]},
         "busy": None}
 
