@@ -19,7 +19,8 @@ from deploy.facts.packages import PackageVersions
 from deploy import probes
 from deploy.operations.failure import fail_host, failing_command
 from deploy.operations.files import put_text
-from deploy.operations.packages import apt_lock_option, apt_sources_changed, deb_states_read, refresh_apt_lists
+from deploy.operations.packages import (apt_lock_option, apt_sources_changed, deb_states_read, lock_wait_script,
+                                       refresh_apt_lists, released_holds)
 from deploy.report import DriverNote, DriverNotes
 from deploy.run_state import per_run
 
@@ -363,7 +364,12 @@ def install_driver(manager: PackageManager, packages: dict, remove: list, state_
         installed = host.get_fact(manager.installed_fact)
         gone = sorted(name for name in remove if name in installed)
         if gone:
+            releases = released_holds(manager.name, gone, lock_timeout)
+            # rpm waits without end for a busy dnf's or zypper's transaction, pacman fails at once: the
+            # bounded wait first, as before their installs
+            yield StringCommand(lock_wait_script(manager.name, lock_timeout))
             yield StringCommand(*REMOVE_COMMANDS[manager.name], *[QuoteString(name) for name in gone])
+            yield from releases
         yield from manager.install._inner(packages=packages, hold=True, lock_timeout=lock_timeout)
         return
     states = read(host, deb_states_read(state_names))

@@ -8,6 +8,7 @@ is missing or at another version, so a no-op re-run stays a single read.
 
 from __future__ import annotations
 
+import re
 import shlex
 
 from pyinfra import host
@@ -26,6 +27,9 @@ from deploy.run_state import per_run
 # pacman holds with IgnorePkg lines of pacman.conf's [options]; it reads every one of them.
 PACMAN_HOLD_LIST = "sed -n 's/^[[:space:]]*IgnorePkg[[:space:]]*=//p' /etc/pacman.conf"
 PACMAN_HOLD_COMMAND = "sed -i '/^\\[options\\]/a IgnorePkg = {packages}' /etc/pacman.conf"
+# One name off every IgnorePkg line (a line left with none goes)
+PACMAN_UNHOLD_EXPRESSION = "s/([=[:space:]]){name}([[:space:]]|$)/\\1/"
+PACMAN_EMPTY_HOLD_LINE = "/^[[:space:]]*IgnorePkg[[:space:]]*=[[:space:]]*$/d"
 
 
 # How long another process may hold a package manager's lock before gpu-node gives up
@@ -258,12 +262,16 @@ def _dnf_commands(packages: dict, hold: bool):
 @operation()
 def dnf_module_enable(module: str, stream: str, *, lock_timeout: int):
     """Enable the dnf module stream ``module:stream``, unless dnf's module state has it enabled
-    (DnfModuleStreams, read ahead by the driver stage's preflight)."""
-    if known_fact(host, DnfModuleStreams).get(module) == stream:
+    (DnfModuleStreams, read ahead by the driver stage's preflight). Another stream of the module
+    enabled (the other kernel module flavour) is reset first: dnf refuses to switch enabled streams,
+    and the driver's install then replaces the module's packages at their pins."""
+    enabled = known_fact(host, DnfModuleStreams).get(module)
+    if enabled == stream:
         host.noop(f"dnf module {module}:{stream} is enabled")
         return
-    yield from lock_bounded("dnf", [StringCommand("dnf module enable -y", QuoteString(f"{module}:{stream}"))],
-                            lock_timeout)
+    commands = [StringCommand("dnf module reset -y", QuoteString(module))] if enabled else []
+    commands.append(StringCommand("dnf module enable -y", QuoteString(f"{module}:{stream}")))
+    yield from lock_bounded("dnf", commands, lock_timeout)
 
 
 @operation()
@@ -304,6 +312,32 @@ def _zypper_commands(packages: dict, hold: bool, lock_timeout: int):
         to_lock = sorted(name for name in packages if name in locked or name not in held)
         if to_lock:
             yield StringCommand("zypper", "--non-interactive", "addlock", *[QuoteString(name) for name in to_lock])
+
+
+def released_holds(manager: str, names, lock_timeout: int) -> list:
+    """The commands that release ``manager``'s holds on ``names``, the packages about to be removed,
+    read now (before the removal): a hold left on a package that is gone keeps an operator's own
+    install of it back later (zypper refuses a locked package; dnf versionlock and IgnorePkg list it)."""
+    names = sorted(names)
+    if manager == "dnf":
+        states = host.get_fact(RpmPackageStates, packages=names)
+        held = [name for name in names if states.get(name, {}).get("held")]
+        commands = [StringCommand("dnf", "versionlock", "delete", *[QuoteString(name) for name in held])]
+    elif manager == "zypper":
+        locked = set(host.get_fact(ZypperLocks))
+        held = [name for name in names if name in locked]
+        commands = [StringCommand("zypper", "--non-interactive", "removelock", *[QuoteString(name) for name in held])]
+    elif manager == "pacman":
+        ignored = set(host.get_fact(IgnoredPackages, list_command=PACMAN_HOLD_LIST))
+        held = [name for name in names if name in ignored]
+        expressions = [PACMAN_UNHOLD_EXPRESSION.format(name=re.escape(name)) for name in held]
+        arguments = [word for expression in expressions
+                     for word in ("-e", QuoteString(f"/^[[:space:]]*IgnorePkg[[:space:]]*=/{expression}"))]
+        commands = [StringCommand("sed", "-i", "-E", *arguments, "-e", QuoteString(PACMAN_EMPTY_HOLD_LINE),
+                                  "/etc/pacman.conf")]
+    else:
+        return []
+    return list(lock_bounded(manager, commands, lock_timeout)) if held else []
 
 
 @operation()

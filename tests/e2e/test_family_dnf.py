@@ -247,3 +247,29 @@ def test_rocky9_dnf_standin_cuda_repository_whose_rpms_are_signed_by_another_key
     assert len(refusal) == 1, refused.explain()
     assert "Traceback" not in refused.output
     assert rpm_installed(node, [*DRIVER_PACKAGES, "nvidia-persistenced"]) == {}
+
+
+def test_rocky9_dnf_standin_driver_proprietary_node_switched_to_open_replaces_the_module_and_moves_the_versionlock(
+        repos, driver_stage):
+    """STAND-IN driver rpms, with -y, on a proprietary node: switching to open enables the branch's open
+    stream, removes kmod-nvidia-latest-dkms (rpm -e, after the bounded wait for dnf's lock), installs
+    kmod-nvidia-open-dkms at the pinned version, moves the versionlock with it, and a re-run changes
+    nothing."""
+    needs_driver(driver_stage)
+    node = start_rocky_node(repos)
+    try:
+        data = {**settings_data(repos, driver_stage, stages="driver"), "nvidia_kernel_modules": "proprietary"}
+        first = node.deploy(data=data, json_output=False)
+        assert first.returncode == 0, first.explain()
+        data = {**data, "nvidia_kernel_modules": "open"}
+        switched = node.deploy(data=data, json_output=False)
+        assert switched.returncode == 0, switched.explain()
+        modules = ["kmod-nvidia-latest-dkms", "kmod-nvidia-open-dkms"]
+        assert list(rpm_installed(node, modules)) == ["kmod-nvidia-open-dkms"]
+        locks = " ".join(version_locks(node))
+        assert "kmod-nvidia-open-dkms-" in locks and "kmod-nvidia-latest-dkms-" not in locks, locks
+        enabled = node.sh("dnf -q module list --enabled").stdout
+        assert any(line.split()[:2] == ["nvidia-driver", f"{standin_rpms.DRIVER_BRANCH}-open"] for line in enabled.splitlines()), enabled
+        assert_no_change(node.deploy(data=data, json_output=False))
+    finally:
+        node.remove()

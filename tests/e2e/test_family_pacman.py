@@ -178,3 +178,23 @@ def test_arch_pacman_standin_open_kernel_modules_for_the_linux_pkgbase_installed
         assert {"nvidia-utils", "nvidia-open"} <= set(ignored(node)), ignored(node)
     finally:
         node.remove()
+
+
+def test_arch_pacman_standin_open_node_switched_to_proprietary_replaces_the_module_and_moves_ignorepkg(repos):
+    """STAND-IN driver packages, with -y, on an open node: switching to proprietary removes nvidia-open
+    (pacman -Rdd, after the bounded wait for pacman's lock), installs nvidia, moves IgnorePkg with it,
+    and a re-run changes nothing."""
+    node = start_arch_node(repos)
+    try:
+        opened = node.deploy(data={"stages": "driver", "nvidia_kernel_modules": "open"}, json_output=False)
+        assert opened.returncode == 0, opened.explain()
+        data = {"stages": "driver", "nvidia_kernel_modules": "proprietary"}
+        switched = node.deploy(data=data, json_output=False)
+        assert switched.returncode == 0, switched.explain()
+        version = family_pacman.DRIVER_VERSION
+        assert installed(node, ["nvidia-utils", "nvidia-open", "nvidia"]) == {"nvidia-utils": version, "nvidia": version}
+        now_ignored = set(ignored(node))
+        assert {"nvidia-utils", "nvidia"} <= now_ignored and "nvidia-open" not in now_ignored, now_ignored
+        assert_no_change(node.deploy(data=data, json_output=False))
+    finally:
+        node.remove()

@@ -23,7 +23,7 @@ import standin_rpms
 import suse_repo
 from family_images import family_node, rpm_installed
 from family_zypper import LEAP156_ZYPPER
-from harness import SAFE_DATA, ensure_docker
+from harness import SAFE_DATA, assert_no_change, ensure_docker
 
 from deploy.distros import detect_platform
 from deploy.settings import parse_settings
@@ -316,3 +316,20 @@ def test_leap156_zypper_standin_driver_open_flavour_installs_the_signed_open_kmp
     assert run.returncode == 0, run.explain()
     assert list(rpm_installed(leap_node, [suse_repo.PROPRIETARY_KMP, suse_repo.OPEN_KMP])) == [suse_repo.OPEN_KMP]
     assert suse_repo.OPEN_KMP in locks(leap_node)
+
+
+def test_leap156_zypper_standin_driver_open_node_switched_to_proprietary_replaces_the_kmp_and_moves_the_lock(
+        leap_node, repos, driver_stage):
+    """STAND-IN G06 rpms, with -y, on an open node: switching to proprietary removes the open KMP (rpm -e,
+    after the bounded wait for zypper's lock), installs the proprietary KMP at the pinned driver's
+    version, moves zypper's lock with it, and a re-run changes nothing."""
+    needs_driver(driver_stage)
+    opened = leap_node.deploy(data=settings_data(repos, driver_stage, stages="driver", modules="open"), json_output=False)
+    assert opened.returncode == 0, opened.explain()
+    data = settings_data(repos, driver_stage, stages="driver", modules="proprietary")
+    switched = leap_node.deploy(data=data, json_output=False)
+    assert switched.returncode == 0, switched.explain()
+    assert list(rpm_installed(leap_node, [suse_repo.PROPRIETARY_KMP, suse_repo.OPEN_KMP])) == [suse_repo.PROPRIETARY_KMP]
+    now_locked = locks(leap_node)
+    assert suse_repo.PROPRIETARY_KMP in now_locked and suse_repo.OPEN_KMP not in now_locked, now_locked
+    assert_no_change(leap_node.deploy(data=data, json_output=False))

@@ -16,11 +16,13 @@ from test_read_ahead import digest_lines
 from deploy.operations.files import digest_read as files_digest
 from deploy.tasks.driver import APT_PIN_PATH
 from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.rpm import RpmPackages
 
 from deploy.facts.nvidia import IgnoredPackages, PackagesAvailable, RecommendedDriver
-from deploy.facts.packages import DebPackageStates, PackageVersions, RepositoryPackageVersions
+from deploy.facts.packages import (DebPackageStates, DnfModuleStreams, PackageVersions, RepositoryPackageVersions,
+                                   RpmPackageStates, ZypperLocks)
 from deploy.operations.driver import AptSourceFiles
-from deploy.operations.packages import PACMAN_HOLD_LIST, deb_states_read
+from deploy.operations.packages import PACMAN_HOLD_LIST, deb_states_read, lock_wait_script
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 
@@ -369,6 +371,43 @@ def test_switching_flavour_replaces_the_module_package_in_the_same_transaction()
     driver = single([c for c in install_lines(run, "apt-get") if "nvidia-kernel-dkms" in c])
     assert driver.endswith("nvidia-kernel-dkms=535.261.03-1 nvidia-open-kernel-dkms-")
     assert "apt-mark hold nvidia-kernel-dkms" in run.commands
+
+
+@pytest.mark.parametrize("distro, kernel, branch, module, facts, release", [
+    ("rocky-9", "5.14.0-362.8.1.el9_3.x86_64", {"nvidia_driver_branch": "550"}, "kmod-nvidia-open-dkms",
+     [(every(RpmPackageStates), ["installed kmod-nvidia-open-dkms 550.90.07-1.el9",
+                                 "lock kmod-nvidia-open-dkms-3:550.90.07-1.el9.*"])],
+     "dnf versionlock delete kmod-nvidia-open-dkms"),
+    ("opensuse-leap-15.5", "5.14.21-150500.55.39-default", {}, "nvidia-open-driver-G06-signed-kmp-default",
+     [(every(ZypperLocks), ["type: package", "match_type: glob", "case_sensitive: on",
+                            "solvable_name: nvidia-open-driver-G06-signed-kmp-default"])],
+     "zypper --non-interactive removelock nvidia-open-driver-G06-signed-kmp-default"),
+])
+def test_switching_an_rpm_family_from_open_removes_its_module_after_the_bounded_wait_and_releases_its_hold(
+        distro, kernel, branch, module, facts, release):
+    """rpm -e waits without end for the rpm database a busy dnf or zypper holds: the removal of the
+    other flavour's module follows the same bounded wait as the managers' installs; its hold (read
+    before the removal) is released after it, so no hold is left on a package that is gone."""
+    manager = "dnf" if distro.startswith("rocky") else "zypper"
+    installed = [(every(RpmPackages), [f"{module} 550.90.07-1"])]
+    run = ok(run_deploy(node(distro, host_state=node_lines(kernel, pci=H100), facts=installed + facts),
+                        data={**branch, "nvidia_kernel_modules": "proprietary", "apt_lock_timeout": "13"}))
+    at = run.commands.index(f"rpm -e --nodeps {module}")
+    assert run.commands[at - 1] == lock_wait_script(manager, 13), run.commands[at - 2: at + 1]
+    assert release in run.commands[at + 1:at + 3], run.commands[at:at + 3]
+
+
+def test_a_rocky_node_on_the_other_flavours_stream_resets_the_module_before_enabling_this_one():
+    """dnf refuses to switch a module's enabled stream (module_stream_switch): the switch to the open
+    flavour resets nvidia-driver first (tests/e2e/test_family_dnf.py shows it on the real dnf)."""
+    streams = [(every(DnfModuleStreams), ["[nvidia-driver]", "name=nvidia-driver", "stream=570-dkms", "state=enabled"])]
+    run = ok(run_deploy(node("rocky-9", host_state=node_lines("5.14.0-362.8.1.el9_3.x86_64", pci=B200), facts=streams),
+                        data={"nvidia_driver_branch": "570"}))
+    at = run.commands.index("dnf module enable -y nvidia-driver:570-open")
+    assert run.commands[at - 1] == "dnf module reset -y nvidia-driver", run.commands[at - 2:at + 1]
+    same = ok(run_deploy(node("rocky-9", host_state=node_lines("5.14.0-362.8.1.el9_3.x86_64", pci=B200)),
+                         data={"nvidia_driver_branch": "570"}))
+    assert not same.ran("dnf module reset")
 
 
 def test_switching_ubuntu_from_open_removes_every_open_package_in_the_same_transaction():
