@@ -227,59 +227,54 @@ def test_pacman_standin_toolkit_waits_for_a_pacman_holding_its_lock_and_fails_na
         node.remove()
 
 
+def assert_driver_stage_fails_in_preflight(node, repository: str, command: str, lock: str, settings) -> None:
+    """The driver stage run while ``command`` (a manager refreshing the repository file ``repository``,
+    which names the stalled mirror as {url}) holds ``lock`` for longer than the run may take: the run
+    fails in gpu-node's one line naming the holder, within apt_lock_timeout and a few seconds.
+    ``settings(url)``: the run's settings with the mirror's URL."""
+    with stalled_mirror() as mirror:
+        node.write("/tmp/stalled/stalled.repo", repository.format(url=mirror.url))
+        pid = start_holder(node, command, HOLDS.format(lock=lock))
+        busy, took = timed_deploy(node, {"stages": "driver", "apt_lock_timeout": str(SHORT),
+                                         "allow_insecure_repositories": "true", **settings(mirror.url)})
+        still_held = node.sh(HOLDS.format(lock=lock), check=False).returncode == 0
+    assert busy.returncode != 0, busy.explain()
+    failures = sorted({line[line.index("gpu-node: "):] for line in busy.output.splitlines() if "gpu-node: " in line})
+    assert len(failures) == 1, busy.explain()
+    for part in gpu_node_lines(lock)(pid, command):
+        assert part in failures[0], busy.explain()
+    assert "Traceback" not in busy.output
+    assert still_held  # the holder did not let go: the run gave up on its own
+    assert SHORT <= took <= SHORT + FEW_SECONDS, took
+
+
 def test_dnf_driver_stage_fails_in_preflight_naming_a_dnf_that_holds_its_lock_past_the_timeout():
-    """Real dnf, no package installed: a `dnf makecache` stalled on a mirror (for longer than the run
-    may take) holds dnf's metadata lock; the driver stage's preflight reads what dnf offers after the
-    bounded wait, so the run fails in gpu-node's one line naming the holder within apt_lock_timeout
-    and a few seconds, before any change: no repository added, no module stream enabled."""
+    """Real dnf, no package installed: a `dnf makecache` stalled on a mirror holds dnf's metadata
+    lock; the driver stage's preflight reads what dnf offers after the bounded wait, so the run fails
+    before any change: no repository added, no module stream enabled."""
     node = family_node(ROCKY9_DNF).start()
     try:
-        with stalled_mirror() as mirror:
-            node.write("/tmp/stalled/stalled.repo", f"[stalled]\nname=stalled\nbaseurl={mirror.url}\ngpgcheck=0\n")
-            command = "dnf -q --setopt=reposdir=/tmp/stalled --setopt=retries=0 makecache"
-            pid = start_holder(node, command, HOLDS.format(lock="/var/cache/dnf/metadata_lock.pid"))
-            busy, took = timed_deploy(node, {"stages": "driver", "apt_lock_timeout": str(SHORT),
-                                             "nvidia_driver_branch": "550", "nvidia_cuda_repo_url": mirror.url,
-                                             "allow_insecure_repositories": "true"})
-            still_held = node.sh(HOLDS.format(lock="/var/cache/dnf/metadata_lock.pid"), check=False).returncode == 0
-        assert busy.returncode != 0, busy.explain()
-        failures = sorted({line[line.index("gpu-node: "):] for line in busy.output.splitlines() if "gpu-node: " in line})
-        assert len(failures) == 1, busy.explain()
-        for part in gpu_node_lines("/var/cache/dnf/metadata_lock.pid")(pid, command):
-            assert part in failures[0], busy.explain()
-        assert "Traceback" not in busy.output
-        assert still_held  # the holder did not let go: the run gave up on its own
-        assert SHORT <= took <= SHORT + FEW_SECONDS, took
+        assert_driver_stage_fails_in_preflight(
+            node, "[stalled]\nname=stalled\nbaseurl={url}\ngpgcheck=0\n",
+            "dnf -q --setopt=reposdir=/tmp/stalled --setopt=retries=0 makecache", "/var/cache/dnf/metadata_lock.pid",
+            lambda url: {"nvidia_driver_branch": "550", "nvidia_cuda_repo_url": url})
         assert node.sh("ls /etc/yum.repos.d /etc/dnf/modules.d").stdout.split() == ["/etc/dnf/modules.d:", "/etc/yum.repos.d:"]
     finally:
         node.remove()
 
 
 def test_zypper_driver_stage_fails_in_preflight_naming_a_zypper_that_holds_its_lock_past_the_timeout():
-    """Real zypper, no package installed: a `zypper refresh` stalled on a mirror (for longer than the
-    run may take) holds libzypp's lock; the driver stage's preflight reads what zypper offers after
-    the bounded wait, so the run fails in gpu-node's one line naming the holder within
-    apt_lock_timeout and a few seconds, before any change: no repository added."""
+    """Real zypper, no package installed: a `zypper refresh` stalled on a mirror holds libzypp's lock;
+    the driver stage's preflight reads what zypper offers after the bounded wait (zypper alone would
+    give up at once and read as offering nothing), so the run fails before any change: no
+    repository added."""
     node = family_node(LEAP156_ZYPPER).start()
     try:
         repositories = node.sh("ls /etc/zypp/repos.d").stdout.split()
-        with stalled_mirror() as mirror:
-            node.write("/tmp/stalled/stalled.repo", f"[stalled]\nname=stalled\nbaseurl={mirror.url}\n"
-                                                    "enabled=1\nautorefresh=1\ngpgcheck=0\n")
-            command = "zypper --non-interactive --reposd-dir /tmp/stalled refresh"
-            pid = start_holder(node, command, HOLDS.format(lock="/run/zypp.pid"))
-            busy, took = timed_deploy(node, {"stages": "driver", "apt_lock_timeout": str(SHORT),
-                                             "nvidia_driver_repo_url": mirror.url, "nvidia_cuda_repo_url": mirror.url,
-                                             "allow_insecure_repositories": "true"})
-            still_held = node.sh(HOLDS.format(lock="/run/zypp.pid"), check=False).returncode == 0
-        assert busy.returncode != 0, busy.explain()
-        failures = sorted({line[line.index("gpu-node: "):] for line in busy.output.splitlines() if "gpu-node: " in line})
-        assert len(failures) == 1, busy.explain()
-        for part in gpu_node_lines("/run/zypp.pid")(pid, command):
-            assert part in failures[0], busy.explain()
-        assert "Traceback" not in busy.output
-        assert still_held  # the holder did not let go: the run gave up on its own
-        assert SHORT <= took <= SHORT + FEW_SECONDS, took
+        assert_driver_stage_fails_in_preflight(
+            node, "[stalled]\nname=stalled\nbaseurl={url}\nenabled=1\nautorefresh=1\ngpgcheck=0\n",
+            "zypper --non-interactive --reposd-dir /tmp/stalled refresh", "/run/zypp.pid",
+            lambda url: {"nvidia_driver_repo_url": url, "nvidia_cuda_repo_url": url})
         assert node.sh("ls /etc/zypp/repos.d").stdout.split() == repositories
     finally:
         node.remove()
