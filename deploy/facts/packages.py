@@ -87,6 +87,34 @@ class RpmPackageStates(FactBase):
         return states
 
 
+class MultiversionPackages(FactBase):
+    """
+    The installed packages zypper installs side by side, one per version, as it does kernels: those
+    that provide ``multiversion(kernel)`` (zypp.conf's default), SUSE's kernel module packages
+    among them; each with its installed versions (``version-release``).
+
+    .. code:: python
+
+        {"nvidia-driver-G06-kmp-default": ["550.54.15_k6.4.0_150600.21-lp156.1.1"]}
+    """
+
+    def command(self):
+        return ("rpm -q --whatprovides 'multiversion(kernel)' --qf '%{NAME} %{VERSION}-%{RELEASE}\\n' 2>/dev/null "
+                "| grep -v '^no package provides'; true")
+
+    @staticmethod
+    def default():
+        return {}
+
+    def process(self, output):
+        installed: dict[str, list[str]] = {}
+        for line in output:
+            name, _, edition = line.strip().partition(" ")
+            if name and edition:
+                installed.setdefault(name, []).append(edition)
+        return installed
+
+
 class ZypperLocks(FactBase):
     """
     Package names zypper holds, from its locks file (``zypper addlock`` writes it; ``zypper locks``

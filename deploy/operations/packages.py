@@ -14,12 +14,13 @@ import shlex
 from pyinfra import host
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
 from pyinfra.facts.pacman import PacmanPackages
-from pyinfra.operations import apt, zypper
+from pyinfra.operations import apt
 
 from deploy import probes
 from deploy.facts.combined import FactCall, known_fact, read
 from deploy.facts.nvidia import IgnoredPackages
-from deploy.facts.packages import DebPackageStates, DnfModuleStreams, PackageVersions, RpmPackageStates, ZypperLocks
+from deploy.facts.packages import (DebPackageStates, DnfModuleStreams, MultiversionPackages, PackageVersions,
+                                   RpmPackageStates, ZypperLocks)
 from deploy.facts.recovery import lock_holders_script
 from deploy.operations.failure import fail_host
 from deploy.run_state import per_run
@@ -284,6 +285,11 @@ def zypper_install(packages: dict, hold: bool = False, *, lock_timeout: int):
     yield from lock_bounded("zypper", _zypper_commands(packages, hold, lock_timeout), lock_timeout)
 
 
+# zypper's own command, not pyinfra's zypper.packages: that cannot remove a package in the install's
+# transaction (``-name=edition``), which a KMP's new version needs
+ZYPPER_INSTALL = "zypper --non-interactive --gpg-auto-import-keys install -y"
+
+
 def _zypper_commands(packages: dict, hold: bool, lock_timeout: int):
     states = host.get_fact(RpmPackageStates, packages=sorted(packages))
     held = set(host.get_fact(ZypperLocks))
@@ -303,9 +309,16 @@ def _zypper_commands(packages: dict, hold: bool, lock_timeout: int):
             pins = {name: next((version for version in offered.get(name, ()) if _rpm_version_matches(version, wanted)),
                                wanted)
                     for name, wanted in pins.items()}
-        yield from zypper.packages._inner(
-            packages=[f"{name}={pins[name]}" if name in pins else name for name in needed],
-        )
+        # zypper installs a package that provides multiversion(kernel) (SUSE's KMPs) beside its
+        # installed version, whose files then conflict: that version goes in the same transaction
+        side_by_side = host.get_fact(MultiversionPackages) if pins else {}
+        replaced = [f"-{name}={edition}" for name in needed if name in pins
+                    for edition in side_by_side.get(name, ()) if not _rpm_version_matches(edition, packages[name])]
+        words = [f"{name}={pins[name]}" if name in pins else name for name in needed]
+        # --oldpackage: without it zypper keeps a newer installed version, says so and exits 0
+        # (apt's --allow-downgrades; dnf's install downgrades to the version named)
+        yield StringCommand(ZYPPER_INSTALL, *(["--oldpackage"] if pins else []), *(["--"] if replaced else []),
+                            *[QuoteString(word) for word in replaced + words])
     else:
         host.noop("packages are installed: " + ", ".join(f"{n} {states[n]['version']}" for n in sorted(packages)))
     if hold:

@@ -333,3 +333,32 @@ def test_leap156_zypper_standin_driver_open_node_switched_to_proprietary_replace
     now_locked = locks(leap_node)
     assert suse_repo.PROPRIETARY_KMP in now_locked and suse_repo.OPEN_KMP not in now_locked, now_locked
     assert_no_change(leap_node.deploy(data=data, json_output=False))
+
+
+@pytest.mark.parametrize("direction", ["upgraded", "downgraded"])
+def test_leap156_zypper_standin_driver_and_toolkit_moved_to_another_pin_replace_the_kmp_and_lock_again(
+        leap_node, repos, driver_stage, direction):
+    """STAND-IN G06 and toolkit rpms, with -y: a node at one driver and toolkit, then pinned to the
+    other versions, newer (a driver update) or older (the way the driver stage's refusal of a silent
+    downgrade tells the operator to go back). Both move to their pins; the KMP, which zypper installs
+    beside its other versions (multiversion(kernel), as SUSE's KMPs), replaces the old one in the
+    same transaction (their files would conflict); all are locked again, and a re-run changes nothing."""
+    needs_driver(driver_stage)
+    versions = {"upgraded": (0, 1), "downgraded": (1, 0)}[direction]
+    toolkits, drivers = standin_rpms.TOOLKIT_VERSIONS, suse_repo.DRIVER_VERSIONS
+
+    def pinned(index: int) -> dict:
+        return {**settings_data(repos, driver_stage, stages="driver,toolkit", toolkit_version=toolkits[index]),
+                "nvidia_driver_version": drivers[index]}
+
+    first = leap_node.deploy(data=pinned(versions[0]), json_output=False)
+    assert first.returncode == 0, first.explain()
+    moved = leap_node.deploy(data=pinned(versions[1]), json_output=False)
+    assert moved.returncode == 0, moved.explain()
+    assert rpm_installed(leap_node, TOOLKIT_PACKAGES) == {name: toolkits[versions[1]] for name in TOOLKIT_PACKAGES}
+    kmps = leap_node.sh(f"rpm -q {suse_repo.PROPRIETARY_KMP} --qf '%{{VERSION}}\\n'").stdout.split()
+    assert len(kmps) == 1 and kmps[0].startswith(drivers[versions[1]] + "_k"), kmps
+    driver = rpm_installed(leap_node, DRIVER_PACKAGES)
+    assert all(version.startswith(drivers[versions[1]]) for version in driver.values()) and len(driver) == 2, driver
+    assert {*TOOLKIT_PACKAGES, *DRIVER_PACKAGES, suse_repo.PROPRIETARY_KMP} <= locks(leap_node)
+    assert_no_change(leap_node.deploy(data=pinned(versions[1]), json_output=False))

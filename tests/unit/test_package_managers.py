@@ -16,8 +16,8 @@ import pytest
 from pyinfra.api import StringCommand
 
 from deploy.distros import DNF, PACMAN, ZYPPER, lock_bounded_checks, repository_check
-from deploy.facts.packages import (DnfModuleStreams, PackageVersions, RpmPackageStates, WaitedPackageVersions,
-                                   ZypperLocks)
+from deploy.facts.packages import (DnfModuleStreams, MultiversionPackages, PackageVersions, RpmPackageStates,
+                                   WaitedPackageVersions, ZypperLocks)
 from deploy.operations.packages import BUSY, _rpm_version_matches, lock_bounded, lock_wait_script
 from deploy.tasks.toolkit import toolkit
 from test_toolkit_plan import platform
@@ -128,6 +128,27 @@ def test_leap_pins_the_kmp_at_the_drivers_version_as_zypper_offers_it():
     (install,) = run.ran("--gpg-auto-import-keys install -y")
     assert f"{KMP}={kmp_edition}" in install.split()
     assert "nvidia-compute-G06=550.54.15-lp156.1.1" in install.split()
+
+
+def test_leap_replaces_an_installed_kmp_in_the_pins_transaction_and_may_go_back_to_an_older_pin():
+    """zypper installs a KMP (multiversion(kernel)) beside its installed version, whose files then
+    conflict: the installed one is removed in the same transaction (``-name=edition``, after ``--``);
+    --oldpackage lets a pin go back to an older version (tests/e2e/test_family_zypper.py: both ways
+    on the real zypper)."""
+    search = (FIXTURES / "zypper-search-g06.txt").read_text()
+    kmp_edition = next(version for version in PackageVersions().process(search.splitlines())[KMP]
+                       if version.startswith("550.54.15_k"))
+    newer = "550.90.07_k5.14.21_150500.55.39-lp155.1.1"
+    run = run_deploy(gpu_node("opensuse-leap-15.5", host_state=node_lines("5.14.21-150500.55.39-default"), facts=[
+        ((PackageVersions, {"manager": "zypper", "packages": sorted([*USERSPACE, KMP]), "lock_timeout": 120}), search),
+        (every(RpmPackageStates), [f"installed {KMP} {newer}"]),
+        ((MultiversionPackages, {}), [f"{KMP} {newer}"]),
+    ], unstated=DEFAULT), data={"nvidia_driver_version": "550.54.15", "stages": "driver"})
+    assert run.error is None and not run.failed, run.refusal
+    (install,) = run.ran("--gpg-auto-import-keys install -y")
+    words = install.split()
+    assert words[words.index("-y") + 1:words.index("-y") + 3] == ["--oldpackage", "--"], install
+    assert f"-{KMP}={newer}" in words and f"{KMP}={kmp_edition}" in words, install
 
 
 def test_the_toolkit_stage_runs_dnf_only_after_a_bounded_wait_for_its_locks():
