@@ -273,3 +273,34 @@ def test_rocky9_dnf_standin_driver_proprietary_node_switched_to_open_replaces_th
         assert_no_change(node.deploy(data=data, json_output=False))
     finally:
         node.remove()
+
+
+@pytest.mark.parametrize("direction", ["upgraded", "downgraded"])
+def test_rocky9_dnf_standin_driver_and_toolkit_moved_to_another_pin_move_and_versionlock_again(
+        repos, driver_stage, direction):
+    """STAND-IN driver and toolkit rpms, with -y: a node at one driver and toolkit, then pinned to the
+    other versions, newer (an update) or older (the way the driver stage's refusal of a silent
+    downgrade tells the operator to go back): all move to their pins, are versionlocked at them,
+    and a re-run changes nothing."""
+    needs_driver(driver_stage)
+    versions = {"upgraded": (0, 1), "downgraded": (1, 0)}[direction]
+    toolkits, drivers = standin_rpms.TOOLKIT_VERSIONS, standin_rpms.DRIVER_VERSIONS
+    node = start_rocky_node(repos)
+    try:
+        def pinned(index: int) -> dict:
+            return {**settings_data(repos, driver_stage, stages="driver,toolkit"),
+                    "nvidia_driver_version": drivers[index], "nvidia_toolkit_version": toolkits[index]}
+
+        first = node.deploy(data=pinned(versions[0]), json_output=False)
+        assert first.returncode == 0, first.explain()
+        moved = node.deploy(data=pinned(versions[1]), json_output=False)
+        assert moved.returncode == 0, moved.explain()
+        assert rpm_installed(node, TOOLKIT_PACKAGES) == {name: toolkits[versions[1]] for name in TOOLKIT_PACKAGES}
+        assert rpm_installed(node, DRIVER_PACKAGES) == {name: f"{drivers[versions[1]]}-{RELEASE}" for name in DRIVER_PACKAGES}
+        locks = " ".join(version_locks(node))
+        for name in DRIVER_PACKAGES:
+            assert f"{name}-{standin_rpms.DRIVER_EPOCH}:{drivers[versions[1]]}-{RELEASE}.*" in locks, locks
+            assert f"{name}-{standin_rpms.DRIVER_EPOCH}:{drivers[versions[0]]}-" not in locks, locks
+        assert_no_change(node.deploy(data=pinned(versions[1]), json_output=False))
+    finally:
+        node.remove()
