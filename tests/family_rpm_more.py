@@ -40,7 +40,7 @@ from pathlib import Path
 
 import standin_rpms
 import suse_repo
-from apt_repo import GpgKey, make_key, serve
+from apt_repo import GpgKey, make_key
 from family_images import OS_RELEASES, ROCKY9_DNF, FamilyImage, committed_image, family_image
 from family_zypper import LEAP156_ZYPPER
 from harness import Node
@@ -315,9 +315,8 @@ def sles_served(root: Path, flavours: tuple[str, ...] = ("default",)):
         link = base / SLE_DRIVER_PATH
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(Path("..") / suse_repo.DRIVER_PATH)
-    with serve(root) as url:
-        repos.url = url
-        yield repos
+    with serving(repos, root) as served:
+        yield served
 
 
 if __name__ == "__main__":

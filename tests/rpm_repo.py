@@ -66,7 +66,8 @@ def repo_file_text(name: str, baseurl: str, gpgkey: str, repo_gpgcheck: bool = T
 
 class ServedUrls:
     """The toolkit folder and the URLs of repositories under ``root`` served at ``url``, each with
-    a TAMPERED copy beside it (for the signature-refusal tests)."""
+    a TAMPERED copy beside it (for the signature-refusal tests): the Rocky, the other dnf and the
+    SUSE families' repositories."""
 
     root: Path
     url: str
@@ -75,11 +76,15 @@ class ServedUrls:
     def toolkit_dir(self) -> Path:
         return self.root / TOOLKIT_PATH / "rpm" / standin_rpms.ARCH
 
+    def served_url(self, path: str, tampered: bool = False) -> str:
+        """The URL of the repository at ``path`` under ``root``, or of its TAMPERED copy."""
+        return f"{self.url}/{TAMPERED}/{path}" if tampered else f"{self.url}/{path}"
+
     def cuda_url(self, tampered: bool = False) -> str:
-        return f"{self.url}/{TAMPERED}/{CUDA_PATH}" if tampered else f"{self.url}/{CUDA_PATH}"
+        return self.served_url(CUDA_PATH, tampered)
 
     def toolkit_url(self, tampered: bool = False) -> str:
-        return f"{self.url}/{TAMPERED}/{TOOLKIT_PATH}" if tampered else f"{self.url}/{TOOLKIT_PATH}"
+        return self.served_url(TOOLKIT_PATH, tampered)
 
 
 @dataclass

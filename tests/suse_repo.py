@@ -3,7 +3,7 @@ Local signed zypper repositories on 127.0.0.1, as NVIDIA publishes its SUSE ones
 ``repodata/`` made by the real createrepo_c, ``repodata/repomd.xml.asc`` (its detached signature,
 what zypper's repo_gpgcheck checks) and ``repodata/repomd.xml.key`` (the key beside it, where the
 family table's gpgkey ``{baseurl}/repodata/repomd.xml.key`` points), each repository with its own
-throwaway key, served by tests/apt_repo.py's ``serve``. Built with tests/rpm_repo.py's ``index``.
+throwaway key, served by tests/rpm_repo.py's ``serving``. Built with tests/rpm_repo.py's ``index``.
 
 The packages are STAND-INs built with the real rpmbuild (tests/standin_rpms.py's builder) under
 the real names NVIDIA's SUSE repository and its toolkit repository use:
@@ -20,14 +20,13 @@ the real names NVIDIA's SUSE repository and its toolkit repository use:
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import standin_rpms
-from apt_repo import GpgKey, make_key, serve
-from rpm_repo import TAMPERED, TOOLKIT_PATH, index
+from apt_repo import GpgKey, make_key
+from rpm_repo import TAMPERED, TOOLKIT_PATH, ServedUrls, index, serving
 from standin_rpms import PERSISTENCED_UNIT, StandinRpm
 
 DRIVER_PATH = "opensuse/leap/15.6"  # the family table's baseurl path for Leap 15.6
@@ -82,7 +81,7 @@ def sign_and_key(repo_dir: Path, key: GpgKey) -> None:
 
 
 @dataclass
-class SuseRepos:
+class SuseRepos(ServedUrls):
     root: Path
     driver_key: GpgKey
     toolkit_key: GpgKey
@@ -93,15 +92,8 @@ class SuseRepos:
     def driver_dir(self) -> Path:
         return self.root / DRIVER_PATH
 
-    @property
-    def toolkit_dir(self) -> Path:
-        return self.root / TOOLKIT_PATH / "rpm" / standin_rpms.ARCH
-
     def driver_url(self, tampered: bool = False) -> str:
-        return f"{self.url}/{TAMPERED}/{DRIVER_PATH}" if tampered else f"{self.url}/{DRIVER_PATH}"
-
-    def toolkit_url(self, tampered: bool = False) -> str:
-        return f"{self.url}/{TAMPERED}/{TOOLKIT_PATH}" if tampered else f"{self.url}/{TOOLKIT_PATH}"
+        return self.served_url(DRIVER_PATH, tampered)
 
     def publish_driver(self, version: str) -> None:
         """Add one driver version to the driver repository (a newer release NVIDIA publishes)."""
@@ -141,10 +133,6 @@ def _tampered_copy(root: Path, path: str) -> Path:
     return root / TAMPERED / path
 
 
-@contextlib.contextmanager
 def served(root: Path, flavours: tuple[str, ...] = ("default",)):
     """Build the repositories and serve them on 127.0.0.1; yields the SuseRepos with its ``url``."""
-    repos = build(root, flavours)
-    with serve(root) as url:
-        repos.url = url
-        yield repos
+    return serving(build(root, flavours), root)
