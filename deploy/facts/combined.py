@@ -41,8 +41,9 @@ class CombinedOutput(FactBase):
     """
 
     def command(self, facts=(), calls=()):
-        # The reads only read, so they run side by side, each into a file of its own, printed in
-        # order once all are done: the node's wall time is the slowest read's, not their sum.
+        # The reads only read, so they run side by side, each into a file of its own (its marker
+        # line first), printed in order by one cat once all are done: the node's wall time is the
+        # slowest read's, not their sum, and the printing one process, not one per read.
         # Without a writable temporary directory the read fails aloud: empty sections would read as
         # facts' defaults (a missing config, no package), and the stages would act on them.
         parts = ['_gn=$(mktemp -d 2>/dev/null || mktemp -d -p /dev/shm 2>/dev/null) || { echo "gpu-node:',
@@ -56,11 +57,9 @@ class CombinedOutput(FactBase):
             if requires:
                 # As pyinfra runs it: nothing printed when the tool is missing (the fact's default).
                 command = StringCommand("if command -v", requires, ">/dev/null 2>&1; then", command, "; fi")
-            parts += ["(", command, f') >"$_gn/{number}" 2>/dev/null </dev/null &']
-        parts.append("wait;")
-        for number, (fact, _, index) in enumerate(entries):
-            parts += ["echo", f"'{MARKER}{section_name(fact, index)}';", f'cat "$_gn/{number}";']
-        parts.append('rm -rf "$_gn"; true')
+            marker = f"'{MARKER}{section_name(fact, index)}'"
+            parts += ["{ echo", marker, "; (", command, f'); }} >"$_gn/{number}" 2>/dev/null </dev/null &']
+        parts += ["wait; cat", *(f'"$_gn/{number}"' for number in range(len(entries))), '; rm -rf "$_gn"; true']
         return StringCommand(*parts)
 
     @staticmethod

@@ -18,19 +18,26 @@ SWITCH_MANAGEMENT_MARKER = "SW_MNG"
 WATCHED_MODULES = ("nouveau", "nova_core", "nova_drm", "nvidia")
 
 NODE_SCRIPT = r"""
+# sysfs values are read with the shell's read, not cat: a GPU server has hundreds of PCI
+# functions, and a process for each adds up on every run.
+kernel=$(uname -r)
 if [ -d /sys/bus/pci/devices ]; then
   for dev in /sys/bus/pci/devices/*; do
-    [ -r "$dev/vendor" ] || continue
-    case "$(cat "$dev/vendor")" in
-      __NVIDIA_PCI_VENDOR__)
-        echo "pci ${dev##*/} $(cat "$dev/device" 2>/dev/null) $(cat "$dev/class" 2>/dev/null)" ;;
-      __MELLANOX_PCI_VENDOR__)
-        # physical functions only: a virtual function has no VPD of its own
-        [ -e "$dev/physfn" ] && continue
-        role=-
-        grep -qa __SWITCH_MANAGEMENT_MARKER__ "$dev/vpd" 2>/dev/null && role=__SWITCH_MANAGEMENT_MARKER__
-        echo "mellanox ${dev##*/} $(cat "$dev/device" 2>/dev/null) $(cat "$dev/class" 2>/dev/null) $role" ;;
+    vendor=; read -r vendor < "$dev/vendor"
+    case "$vendor" in
+      __NVIDIA_PCI_VENDOR__|__MELLANOX_PCI_VENDOR__)
+        device=; class=; read -r device < "$dev/device"; read -r class < "$dev/class" ;;
+      *) continue ;;
     esac
+    if [ "$vendor" = __NVIDIA_PCI_VENDOR__ ]; then
+      echo "pci ${dev##*/} $device $class"
+    else
+      # physical functions only: a virtual function has no VPD of its own
+      [ -e "$dev/physfn" ] && continue
+      role=-
+      grep -qa __SWITCH_MANAGEMENT_MARKER__ "$dev/vpd" 2>/dev/null && role=__SWITCH_MANAGEMENT_MARKER__
+      echo "mellanox ${dev##*/} $device $class $role"
+    fi
   done
 elif command -v lspci >/dev/null 2>&1; then
   lspci -D -n -d 10de: 2>/dev/null | while read -r slot class ids rest; do
@@ -46,14 +53,14 @@ done
 for module in __WATCHED_MODULES__; do
   [ -d "/sys/module/$module" ] && echo "module $module"
 done
-[ -r /sys/module/nvidia/version ] && echo "loaded_version $(cat /sys/module/nvidia/version)"
+[ -r /sys/module/nvidia/version ] && read -r loaded < /sys/module/nvidia/version && echo "loaded_version $loaded"
 echo "built_version $(modinfo -F version nvidia 2>/dev/null | head -n 1)"
-echo "kernel $(uname -r)"
-for path in / /var; do echo "disk $path $(df -Pm "$path" 2>/dev/null | awk 'NR == 2 {print $4}')"; done
+echo "kernel $kernel"
+df -Pm / /var 2>/dev/null | awk 'NR == 2 {print "disk / " $4} NR == 3 {print "disk /var " $4}'
 for base in /usr/lib/modules/*/pkgbase; do
-  [ -r "$base" ] && echo "kernel_pkgbase $(cat "$base")"
+  [ -r "$base" ] && read -r name < "$base" && echo "kernel_pkgbase $name"
 done
-[ -r "/usr/lib/modules/$(uname -r)/pkgbase" ] && echo "running_pkgbase $(cat "/usr/lib/modules/$(uname -r)/pkgbase")"
+[ -r "/usr/lib/modules/$kernel/pkgbase" ] && read -r name < "/usr/lib/modules/$kernel/pkgbase" && echo "running_pkgbase $name"
 [ -e /run/reboot-required ] && echo "reboot_required"
 [ -r /run/reboot-required.pkgs ] && sed 's/^/reboot_package /' /run/reboot-required.pkgs
 true
