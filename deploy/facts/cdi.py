@@ -29,7 +29,12 @@ echo "refresh_enabled $enabled"
 echo "refresh_active $active"
 [ -f __ENV__ ] && echo "env $(base64 -w0 < __ENV__)"
 [ -f __RUNTIME_CONFIG__ ] && echo "runtime_config $(base64 -w0 < __RUNTIME_CONFIG__)"
-newest=$(stat -c %Z "/lib/modules/$(uname -r)/modules.dep" $ctk 2>/dev/null | sort -n | tail -n 1)
+# the newest of their change times, in the shell (uname -r is the kernel's osrelease): one process
+read -r kernel < /proc/sys/kernel/osrelease
+newest=
+for changed in $(stat -c %Z "/lib/modules/$kernel/modules.dep" $ctk 2>/dev/null); do
+  { [ -z "$newest" ] || [ "$changed" -gt "$newest" ]; } && newest=$changed
+done
 echo "inputs_changed $newest"
 if [ -f __SPEC__ ]; then
   spec=$(stat -c %Z __SPEC__); echo "spec_changed $spec"; echo "spec $(base64 -w0 < __SPEC__)"

@@ -76,7 +76,9 @@ echo "cuda_python $py"
 if [ -n "$py" ]; then
   limit=""; command -v timeout >/dev/null 2>&1 && limit="timeout __TIMEOUT__"
   # -I -S: the node's PYTHON* variables and site-packages play no part (ctypes is all it needs)
-  env -u CUDA_VISIBLE_DEVICES $limit "$py" -I -S -c __SCRIPT__ 2>/dev/null
+  # every device, whatever the caller's environment says (unset here: env would be one more process)
+  unset CUDA_VISIBLE_DEVICES
+  $limit "$py" -I -S -c __SCRIPT__ 2>/dev/null
   echo "cuda_exit $?"
 fi
 true

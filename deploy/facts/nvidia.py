@@ -18,9 +18,9 @@ SWITCH_MANAGEMENT_MARKER = "SW_MNG"
 WATCHED_MODULES = ("nouveau", "nova_core", "nova_drm", "nvidia")
 
 NODE_SCRIPT = r"""
-# sysfs values are read with the shell's read, not cat: a GPU server has hundreds of PCI
-# functions, and a process for each adds up on every run.
-kernel=$(uname -r)
+# sysfs and procfs values are read with the shell's read, not cat (uname -r is the kernel's
+# osrelease): a GPU server has hundreds of PCI functions, and a process for each adds up.
+read -r kernel < /proc/sys/kernel/osrelease
 if [ -d /sys/bus/pci/devices ]; then
   for dev in /sys/bus/pci/devices/*; do
     vendor=; read -r vendor < "$dev/vendor"
