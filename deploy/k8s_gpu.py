@@ -14,9 +14,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pyinfra import host  # noqa: E402
 
+from deploy.entry import freeze_imported_objects  # noqa: E402
 from deploy.settings import CONTROL_PLANE_GROUP, host_settings  # noqa: E402
 from deploy.tasks.k8s import device_plugin, gpu_cluster, needs_device_plugin  # noqa: E402
 
+freeze_imported_objects()
 if CONTROL_PLANE_GROUP in host.groups:
     settings = host_settings(host)
     gpu_nodes = gpu_cluster(settings)
