@@ -57,10 +57,12 @@ done
 echo "built_version $(modinfo -F version nvidia 2>/dev/null | head -n 1)"
 echo "kernel $kernel"
 df -Pm / /var 2>/dev/null | awk 'NR == 2 {print "disk / " $4} NR == 3 {print "disk /var " $4}'
+# (a package's file may end without a newline: read then fails, having read the name)
 for base in /usr/lib/modules/*/pkgbase; do
-  [ -r "$base" ] && read -r name < "$base" && echo "kernel_pkgbase $name"
+  name=; [ -r "$base" ] && { read -r name < "$base"; [ -n "$name" ]; } && echo "kernel_pkgbase $name"
 done
-[ -r "/usr/lib/modules/$kernel/pkgbase" ] && read -r name < "/usr/lib/modules/$kernel/pkgbase" && echo "running_pkgbase $name"
+name=; [ -r "/usr/lib/modules/$kernel/pkgbase" ] && { read -r name < "/usr/lib/modules/$kernel/pkgbase"; [ -n "$name" ]; } &&
+  echo "running_pkgbase $name"
 [ -e /run/reboot-required ] && echo "reboot_required"
 [ -r /run/reboot-required.pkgs ] && sed 's/^/reboot_package /' /run/reboot-required.pkgs
 true

@@ -32,6 +32,25 @@ def test_nvidia_node_command_runs_here_exits_zero_and_parses_to_this_machines_st
     assert set(node["free_mb"]) == {"/", "/var"} and node["free_mb"]["/"] > 0
 
 
+def test_kernel_package_bases_are_read_with_or_without_a_final_newline(tmp_path):
+    """Arch's /usr/lib/modules/<release>/pkgbase, read by HostState's own command with the shell's read:
+    a file without a final newline (read then fails, having read the name) still counts."""
+    modules = tmp_path / "modules"
+    (modules / "6.1.1-arch1-1").mkdir(parents=True)
+    (modules / "6.1.1-arch1-1" / "pkgbase").write_text("linux")
+    (modules / "6.6.1-1-lts").mkdir()
+    (modules / "6.6.1-1-lts" / "pkgbase").write_text("linux-lts\n")
+    command = HostState().command()
+    assert command.count("/usr/lib/modules") == 3 and "/proc/sys/kernel/osrelease" in command
+    command = command.replace("/usr/lib/modules", str(modules)).replace(
+        "read -r kernel < /proc/sys/kernel/osrelease", "kernel=6.1.1-arch1-1")
+    result = subprocess.run(["sh", "-c", command], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    node = HostState().process(result.stdout.splitlines())
+    assert (node["kernel_pkgbases"], node["running_pkgbase"], node["kernel"]) == (
+        ["linux", "linux-lts"], "linux", "6.1.1-arch1-1")
+
+
 def test_packages_available_command_quotes_names_and_parses_answers():
     command = PackagesAvailable().command(APT.available_check, ["linux-headers-6.1.0-18-amd64", "a b"])
     assert "apt-cache show --no-all-versions linux-headers-6.1.0-18-amd64 " in command
