@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
@@ -210,11 +211,14 @@ class WaitedPackageVersions(FactBase):
     in one line when it gives up (deploy/operations/packages.py lock_wait_script). dnf waits for that
     lock without end, even cache-only (-C takes its metadata lock too); zypper, with no
     ZYPP_LOCK_TIMEOUT (``lock_timeout``), gives up at once and would read as offering nothing.
-    ``busy``: the wait's line when it gave up (the manager not run).
+    ``busy``: the wait's line when it gave up (the manager not run). ``unreadable``: the repositories
+    the manager could not read (zypper skips one and lists the others; dnf lists nothing at all), each
+    with its reason: what the versions miss, and where the install's own refresh would stop.
 
     .. code:: python
 
-        {"versions": {"nvidia-driver": ["3:550.90.07-1.el9", "3:550.54.15-1.el9"]}, "busy": None}
+        {"versions": {"nvidia-driver": ["3:550.90.07-1.el9", "3:550.54.15-1.el9"]}, "busy": None,
+         "unreadable": ["repository 'mirror' (Failed to connect to 10.0.0.5 port 80 after 3 ms: Couldn't connect to server)"]}
     """
 
     def command(self, packages=(), wait="true", manager="dnf", lock_timeout=0):
@@ -224,17 +228,55 @@ class WaitedPackageVersions(FactBase):
         # zypper's search waits too: a zypper that takes libzypp's lock after the wait (without
         # ZYPP_LOCK_TIMEOUT the search gives up at once, reading as offering nothing)
         listing = DNF_LIST if manager == "dnf" else (f"ZYPP_LOCK_TIMEOUT={int(lock_timeout)}", *ZYPPER_SEARCH)
-        return StringCommand(f"if busy=$( ({wait}) 2>&1 ); then", *listing, *names, "2>/dev/null || true;",
+        # The manager's error lines, marked, beside its listing (fd 3: the listing's own output)
+        return StringCommand(f"if busy=$( ({wait}) 2>&1 ); then {{", *listing, *names,
+                             f"2>&1 1>&3 3>&- | sed 's/^/{MANAGER_ERROR}/'; }} 3>&1;",
                              "else printf 'busy %s\\n' \"$busy\"; fi")
 
     @staticmethod
     def default():
-        return {"versions": {}, "busy": None}
+        return {"versions": {}, "busy": None, "unreadable": []}
 
     def process(self, output):
         busy = [line.split(" ", 1)[1] for line in output if line.startswith("busy ")]
-        return {"versions": offered_versions([line for line in output if not line.startswith("busy ")]),
-                "busy": busy[-1].removeprefix("gpu-node: ").strip() if busy else None}
+        errors = [line[len(MANAGER_ERROR):] for line in output if line.startswith(MANAGER_ERROR)]
+        listing = [line for line in output if not line.startswith(("busy ", MANAGER_ERROR))]
+        return {"versions": offered_versions(listing),
+                "busy": busy[-1].removeprefix("gpu-node: ").strip() if busy else None,
+                "unreadable": unreadable_repositories(listing, errors)}
+
+
+MANAGER_ERROR = "manager_error "
+# zypper (on its output) and dnf (on its errors), as their real versions word it
+ZYPPER_SKIPPED = re.compile(r"Skipping repository '(?P<name>.+)' because of the above error")
+ZYPPER_INVALID = re.compile(r"Repository '(?P<name>.+)' is invalid")
+DNF_METADATA = re.compile(r"Error: Failed to download metadata for repo '(?P<name>[^']+)': (?P<reason>.+)")
+DNF_NOTHING_TO_LIST = "Error: No matching Packages to list"
+
+
+def unreadable_repositories(listing: list[str], errors: list[str]) -> list[str]:
+    """Each repository zypper skipped or dnf could not load, as "repository 'name' (reason)"."""
+    found = []
+    for line in listing:
+        skipped = ZYPPER_SKIPPED.search(line)
+        if skipped:
+            # zypper's reason: the "Error message:" of that repository's block of errors, else its first line
+            block, reason = False, None
+            for error in errors:
+                invalid = ZYPPER_INVALID.search(error)
+                if invalid:
+                    block = invalid["name"] == skipped["name"]
+                elif block and error.startswith("Error message:"):
+                    reason = error.removeprefix("Error message:").strip()
+                    break
+            found.append(f"repository '{skipped['name']}' ({reason or 'zypper skipped it'})")
+    for error in errors:
+        metadata = DNF_METADATA.match(error.strip())
+        if metadata:
+            found.append(f"repository '{metadata['name']}' ({metadata['reason'].strip()})")
+        elif error.startswith("Error:") and error.strip() != DNF_NOTHING_TO_LIST:
+            found.append(error.removeprefix("Error:").strip())
+    return found
 
 
 # Where dnf keeps each module's state (``dnf module enable`` writes it; ``dnf module list`` reads

@@ -86,6 +86,7 @@ class DriverPlan:
     state_names: tuple[str, ...] = ()  # what the install operation reads (read ahead by preflight)
     # apt: versions to choose when the install runs (preflight's lists did not have them yet)
     resolve: dict | None = None
+    unreadable: tuple[str, ...] = ()  # Readings.unreadable: preflight warns with them
 
 
 def check_minimum(settings: Settings) -> None:
@@ -147,6 +148,8 @@ class Readings:
     offered: dict | None = None       # PackageVersions: {name: versions} from the lists (None: not read)
     fabric_offered: dict | None = None  # RepositoryPackageVersions of the CUDA repository not added yet
     gpu_lists: dict | None = None     # GpuSupportLists
+    # dnf's and zypper's repositories they could not read, with the reason (WaitedPackageVersions)
+    unreadable: tuple[str, ...] = ()
 
 
 def repository_urls(settings: Settings) -> dict[str, str]:
@@ -327,7 +330,8 @@ def driver_plan(
         if driver_version is None and not defer:
             raise DriverPlanError(
                 f"Fabric Manager must be pinned to the driver's version, and the {manager.name} lists name no "
-                f"version of {', '.join(pinned)}: set nvidia_driver_version ({fabric.evidence})")
+                f"version of {', '.join(pinned)}{unread_note(manager.name, readings.unreadable)}: "
+                f"set nvidia_driver_version ({fabric.evidence})")
         url = f"{settings.nvidia_cuda_repo_url.rstrip('/')}/{values['dist']}/{platform.cuda_arch}"
         fabric_repository = {"name": f"cuda-{values['dist']}-{platform.cuda_arch}", "url": url,
                              "key_url": f"{url}/{fabric_data.key_file}"}
@@ -395,7 +399,13 @@ def driver_plan(
         fabric_service=fabric_data.service if wants_fabric and fabric_data else None,
         fabric_repository=fabric_repository,
         resolve=resolve,
+        unreadable=readings.unreadable,
     )
+
+
+def unread_note(manager: str, unreadable: tuple[str, ...]) -> str:
+    """", which {manager} could not read all of: ..." when it could not (Readings.unreadable)."""
+    return f", which {manager} could not read all of: {'; '.join(unreadable)}" if unreadable else ""
 
 
 def cuda_profile_text(cuda_home: str) -> str:
@@ -475,10 +485,12 @@ def plan_for_host(settings: Settings, platform: Platform, node: dict) -> tuple[D
     values = read_together(host, calls + ahead)[: len(calls)]
     found = dict(zip((fact.__name__ for fact, _ in calls), values))
     waited = found.pop(WaitedPackageVersions.__name__, None)
+    unreadable: tuple[str, ...] = ()
     if waited is not None:
         if waited["busy"]:
             raise HostRefusal(waited["busy"])  # the wait's line: the manager's lock and its holder
         found[PackageVersions.__name__] = waited["versions"]
+        unreadable = tuple(waited["unreadable"])
     states = read(host, deb_states_read(names["driver"] + names["fabric"])) if manager.name == "apt" else {}
     if fabric_url and not names["fabric"] and data.fabric_manager:
         # Fabric Manager's names carry the branch, known now from the driver's versions: one more read,
@@ -496,7 +508,7 @@ def plan_for_host(settings: Settings, platform: Platform, node: dict) -> tuple[D
         fabric_offered = None  # the repository is added: its versions are in the lists
     readings = Readings(installed=installed, recommended=recommended, states=states,
                         offered=found.get("PackageVersions"), fabric_offered=fabric_offered,
-                        gpu_lists=found.get("GpuSupportLists"))
+                        gpu_lists=found.get("GpuSupportLists"), unreadable=unreadable)
     plan = driver_plan(settings, platform, node, readings=readings)
     return replace(plan, state_names=tuple(names["driver"] + names["fabric"])), ahead
 
@@ -551,6 +563,9 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> Sta
         available = known_fact(host, PackagesAvailable, check=plan.manager.available_check,
                                packages=list(plan.headers[:1]))
         warnings = headers_findings(plan, available)
+    if plan.unreadable:
+        warnings.append(f"{plan.manager.name} cannot read {'; '.join(plan.unreadable)}: the versions it offers are "
+                        "unknown to this run, and an install would stop at it: repair or disable the repository")
     logger.info(f"{host.print_prefix}NVIDIA kernel modules: {plan.flavour}")
     return StageCheck(warnings=warnings, plan=plan)
 

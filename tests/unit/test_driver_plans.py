@@ -7,6 +7,7 @@ and the assertions are on the commands the run would execute.
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 
 import pytest
 
@@ -20,7 +21,7 @@ from pyinfra.facts.rpm import RpmPackages
 
 from deploy.facts.nvidia import IgnoredPackages, PackagesAvailable, RecommendedDriver
 from deploy.facts.packages import (DebPackageStates, DnfModuleStreams, PackageVersions, RepositoryPackageVersions,
-                                   RpmPackageStates, ZypperLocks)
+                                   RpmPackageStates, WaitedPackageVersions, ZypperLocks)
 from deploy.operations.driver import AptSourceFiles
 from deploy.operations.packages import PACMAN_HOLD_LIST, deb_states_read, lock_wait_script
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
@@ -33,6 +34,7 @@ DEBIAN_SOURCES = (
     "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\n"
     "Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
 )
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "packages"
 DEBIAN_FILES = [
     (AptSourceFiles, "/etc/apt/sources.list.d/debian.sources " + base64.b64encode(DEBIAN_SOURCES.encode()).decode()),
 ]
@@ -226,6 +228,40 @@ def test_rocky_9_adds_cuda_repo_enables_module_stream_pins_and_versionlocks():
     assert run.ran("dnf versionlock add") == [
         "dnf versionlock add kmod-nvidia-latest-dkms nvidia-driver nvidia-driver-cuda",
         "dnf versionlock add nvidia-persistenced"]
+
+
+# What the real dnf 4.14 of the Rocky node answered to WaitedPackageVersions with a repository on a
+# closed port (tests/fixtures/packages): nothing listed, the repository named in its error
+DNF_BROKEN_MIRROR = (FIXTURES / "dnf-list-broken-repository.txt").read_text().splitlines()
+BROKEN_MIRROR = "repository 'mirror' (Cannot download repomd.xml"
+
+
+def test_a_repository_dnf_cannot_read_is_named_in_a_preflight_warning_and_the_plan_goes_on(caplog):
+    """dnf lists nothing when one repository cannot be read: preflight says which and why (the
+    versions are unknown, and an install stops at it); the pinned plan itself goes on."""
+    run = ok(run_deploy(
+        node("rocky-9", host_state=node_lines("5.14.0-362.8.1.el9_3.x86_64", pci=PCI_WITH_GPU), facts=[
+            (every(WaitedPackageVersions), DNF_BROKEN_MIRROR),
+            (every(PackagesAvailable), carrying("kernel-devel-5.14.0-362.8.1.el9_3.x86_64")),
+        ]),
+        data={"nvidia_driver_branch": "550", "nvidia_driver_version": "550.54.15"},
+    ))
+    warnings = [record.getMessage() for record in caplog.records if "cannot read" in record.getMessage()]
+    assert len(warnings) == 1 and f"dnf cannot read {BROKEN_MIRROR}" in warnings[0], warnings
+    assert "dnf install -y nvidia-driver-550.54.15 nvidia-driver-cuda-550.54.15 kmod-nvidia-latest-dkms-550.54.15" in run.commands
+
+
+def test_fabric_managers_refusal_names_the_repository_dnf_could_not_read():
+    """An NVSwitch node without a driver version pin: Fabric Manager needs the driver's version, and
+    dnf named none. When dnf could not read a repository, the refusal says so (that is why), else not."""
+    def refusal(listing):
+        run = run_deploy(node("rocky-9", host_state=node_lines("5.14.0-362.8.1.el9_3.x86_64", pci=NVSWITCH), facts=[
+            (every(WaitedPackageVersions), listing)]), data={"nvidia_driver_branch": "550"})
+        assert not run.ran("dnf install") and not run.ran("dnf module"), run.commands
+        return run.refusal
+    unread, healthy = refusal(DNF_BROKEN_MIRROR), refusal([])
+    assert "Fabric Manager must be pinned" in unread and "which dnf could not read all of: " + BROKEN_MIRROR in unread
+    assert "Fabric Manager must be pinned" in healthy and "could not read" not in healthy
 
 
 def test_rocky_9_without_branch_uses_the_latest_dkms_stream():

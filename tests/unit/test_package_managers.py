@@ -17,7 +17,7 @@ from pyinfra.api import StringCommand
 
 from deploy.distros import DNF, PACMAN, ZYPPER, lock_bounded_checks, repository_check
 from deploy.facts.packages import (DnfModuleStreams, MultiversionPackages, PackageVersions, RpmPackageStates,
-                                   WaitedPackageVersions, ZypperLocks)
+                                   MANAGER_ERROR, WaitedPackageVersions, ZypperLocks)
 from deploy.operations.packages import BUSY, _rpm_version_matches, lock_bounded, lock_wait_script
 from deploy.tasks.toolkit import toolkit
 from test_toolkit_plan import platform
@@ -249,12 +249,35 @@ def test_dnfs_offered_versions_are_read_after_the_wait_or_its_line_when_it_gave_
         ["nvidia-driver"], wait="echo 'gpu-node: the package manager is busy: held' >&2; exit 1")
     for command, lines in ((passes, []), (gives_up, ["busy gpu-node: the package manager is busy: held"])):
         done = subprocess.run(["sh", "-c", str(command)], capture_output=True, text=True, timeout=20)
-        assert done.returncode == 0 and done.stdout.splitlines() == lines, done
-    assert WaitedPackageVersions().process(lines) == {"versions": {}, "busy": "the package manager is busy: held"}
+        listing = [line for line in done.stdout.splitlines() if not line.startswith(MANAGER_ERROR)]
+        assert done.returncode == 0 and listing == lines, done
+        assert WaitedPackageVersions().process(done.stdout.splitlines())["unreadable"] == []
+    # the manager's own error lines (here the shell's "dnf: not found") come marked, apart from its listing
+    missing = subprocess.run(["sh", "-c", str(passes)], capture_output=True, text=True).stdout.splitlines()
+    assert missing and all(line.startswith(MANAGER_ERROR) for line in missing) and "not found" in missing[-1]
+    assert WaitedPackageVersions().process(lines) == {"versions": {}, "busy": "the package manager is busy: held",
+                                                      "unreadable": []}
     listed = (FIXTURES / "dnf-list-showduplicates.txt").read_text().splitlines()
     assert WaitedPackageVersions().process(listed) == {
         "versions": {"kernel-devel": ["5.14.0-362.8.1.el9_3"], "nvidia-driver": ["3:550.54.15-1.el9", "3:550.90.07-1.el9"]},
-        "busy": None}
+        "busy": None, "unreadable": []}
+
+
+@pytest.mark.parametrize("fixture, manager, reason", [
+    ("zypper-search-broken-repository.txt", "zypper", "Failed to connect to 127.0.0.1 port 9 after 0 ms: Couldn't connect to server"),
+    ("dnf-list-broken-repository.txt", "dnf", "Cannot download repomd.xml: Cannot download repodata/repomd.xml: All mirrors were tried"),
+])
+def test_a_repository_the_manager_cannot_read_is_named_with_its_reason(fixture, manager, reason):
+    """What the real zypper 1.14 (Leap node) and dnf 4.14 (Rocky 9 node) answered to this fact's own
+    command with a repository 'mirror' on a closed port: zypper skipped it and listed the rest, dnf
+    listed nothing. Both name it, with the manager's reason; no version is made up from their lines."""
+    lines = (FIXTURES / fixture).read_text().splitlines()
+    assert any(line.startswith(MANAGER_ERROR) for line in lines)
+    assert WaitedPackageVersions().process(lines) == {"versions": {}, "busy": None,
+                                                      "unreadable": [f"repository 'mirror' ({reason})"]}
+    # the manager's benign answers are not problems: nothing matched, and a healthy listing
+    assert WaitedPackageVersions().process([f"{MANAGER_ERROR}Error: No matching Packages to list"])["unreadable"] == []
+    assert WaitedPackageVersions().process((FIXTURES / "zypper-search-g06.txt").read_text().splitlines())["unreadable"] == []
 
 
 def test_dnfs_enabled_module_streams_are_read_from_its_module_state_files_without_dnf():
