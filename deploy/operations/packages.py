@@ -59,11 +59,13 @@ def lock_wait_script(manager: str, lock_timeout: int) -> str:
     """Shell that waits up to ``lock_timeout`` seconds while another process holds ``manager``'s
     lock (dnf, zypper, pacman), then fails in one line naming the lock and its holder."""
     message = BUSY.format(timeout=int(lock_timeout), holders="%s")
-    return (f"deadline=$(( $(date +%s) + {int(lock_timeout)} )); "
+    # Seconds slept, counted: a deadline in whole seconds of the clock ends up to one second early,
+    # and the line says how long it waited.
+    return (f"slept=0; "
             f"while held=$({LOCK_HOLDERS[manager]}); [ -n \"$held\" ]; do "
-            f"if [ \"$(date +%s)\" -ge \"$deadline\" ]; then "
+            f"if [ \"$slept\" -ge {int(lock_timeout)} ]; then "
             f"printf 'gpu-node: {message}\\n' \"$(printf '%s\\n' \"$held\" | awk 'NR > 1 {{ printf \"; \" }} {{ printf \"%s\", $0 }}')\" >&2; exit 1; fi; "
-            "sleep 1; done")
+            "sleep 1; slept=$((slept + 1)); done")
 
 
 def zypper_lock_env(lock_timeout: int) -> dict:

@@ -8,8 +8,10 @@ managers: tests/e2e/test_package_manager_locks.py.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,7 @@ from pyinfra.api import StringCommand
 from deploy.distros import DNF, PACMAN, ZYPPER, lock_bounded_checks, repository_check
 from deploy.facts.packages import (DnfModuleStreams, MultiversionPackages, PackageVersions, RpmPackageStates,
                                    MANAGER_ERROR, WaitedPackageVersions, ZypperLocks)
-from deploy.operations.packages import BUSY, _rpm_version_matches, lock_bounded, lock_wait_script
+from deploy.operations.packages import BUSY, ZYPP_LOCK, _rpm_version_matches, lock_bounded, lock_wait_script
 from deploy.tasks.toolkit import toolkit
 from test_toolkit_plan import platform
 from plan import DEFAULT, PCI_WITH_GPU, every, gpu_node, node_lines, run_deploy, run_plan, settings_for
@@ -93,8 +95,33 @@ def test_dnf_and_pacman_commands_follow_one_bounded_wait(manager):
     commands = [command.get_raw_value() for command in lock_bounded(manager, [f"{manager} a", f"{manager} b"], 7)]
     assert commands == [lock_wait_script(manager, 7), f"{manager} a", f"{manager} b"]
     script = lock_wait_script(manager, 7)
-    assert "+ 7 ))" in script and "after waiting 7 s (apt_lock_timeout)" in script
+    assert '[ "$slept" -ge 7 ]' in script and "after waiting 7 s (apt_lock_timeout)" in script
     assert subprocess.run(["sh", "-n", "-c", script]).returncode == 0
+
+
+def test_the_wait_for_a_lock_held_throughout_lasts_the_whole_timeout_then_names_the_holder(tmp_path):
+    """Run for real here: zypper's lock file (pointed at a temporary one) names this test's own live
+    process, so the lock stays held: the wait gives up after no less than the timeout, naming the lock
+    and the holder. A deadline in whole seconds of the clock gave up early when the holder check took
+    long enough for a second to turn over between checks (up to a second, under a line that says how
+    long it waited); a `date` stand-in on PATH whose seconds turn over at every call shows it."""
+    lock = tmp_path / "zypp.pid"
+    lock.write_text(f"{os.getpid()}\n")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "date").write_text(f"#!/bin/sh\nn=$(cat {tmp_path}/calls 2>/dev/null || echo 0)\n"
+                                           f"echo $((n + 1)) > {tmp_path}/calls\necho $((1000 + 2 * n))\n")
+    (tmp_path / "bin" / "date").chmod(0o755)
+    script = lock_wait_script("zypper", 2)
+    assert script.count(ZYPP_LOCK) == 2
+    started = time.monotonic()
+    done = subprocess.run(["sh", "-c", script.replace(ZYPP_LOCK, str(lock)) + "; echo passed"],
+                          capture_output=True, text=True, timeout=20,
+                          env={**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"})
+    took = time.monotonic() - started
+    assert done.returncode == 1 and "passed" not in done.stdout, done
+    assert done.stderr.startswith(f"gpu-node: the package manager is busy: after waiting 2 s (apt_lock_timeout), "
+                                  f"{lock} is held by process {os.getpid()} ("), done.stderr
+    assert took >= 2, took
 
 
 def test_the_wait_passes_at_once_when_no_lock_is_held():
