@@ -21,23 +21,22 @@ NODE_SCRIPT = r"""
 # sysfs and procfs values are read with the shell's read, not cat (uname -r is the kernel's
 # osrelease): a GPU server has hundreds of PCI functions, and a process for each adds up.
 read -r kernel < /proc/sys/kernel/osrelease
+ids() { device=; class=; read -r device < "$1/device"; read -r class < "$1/class"; }
 if [ -d /sys/bus/pci/devices ]; then
   for dev in /sys/bus/pci/devices/*; do
     vendor=; read -r vendor < "$dev/vendor"
     case "$vendor" in
-      __NVIDIA_PCI_VENDOR__|__MELLANOX_PCI_VENDOR__)
-        device=; class=; read -r device < "$dev/device"; read -r class < "$dev/class" ;;
-      *) continue ;;
+      __NVIDIA_PCI_VENDOR__)
+        ids "$dev"
+        echo "pci ${dev##*/} $device $class" ;;
+      __MELLANOX_PCI_VENDOR__)
+        # physical functions only: a virtual function has no VPD of its own
+        [ -e "$dev/physfn" ] && continue
+        ids "$dev"
+        role=-
+        grep -qa __SWITCH_MANAGEMENT_MARKER__ "$dev/vpd" 2>/dev/null && role=__SWITCH_MANAGEMENT_MARKER__
+        echo "mellanox ${dev##*/} $device $class $role" ;;
     esac
-    if [ "$vendor" = __NVIDIA_PCI_VENDOR__ ]; then
-      echo "pci ${dev##*/} $device $class"
-    else
-      # physical functions only: a virtual function has no VPD of its own
-      [ -e "$dev/physfn" ] && continue
-      role=-
-      grep -qa __SWITCH_MANAGEMENT_MARKER__ "$dev/vpd" 2>/dev/null && role=__SWITCH_MANAGEMENT_MARKER__
-      echo "mellanox ${dev##*/} $device $class $role"
-    fi
   done
 elif command -v lspci >/dev/null 2>&1; then
   lspci -D -n -d 10de: 2>/dev/null | while read -r slot class ids rest; do

@@ -260,7 +260,7 @@ def unreadable_repositories(listing: list[str], errors: list[str]) -> list[str]:
     for line in listing:
         skipped = ZYPPER_SKIPPED.search(line)
         if skipped:
-            # zypper's reason: the "Error message:" of that repository's block of errors, else its first line
+            # zypper's reason: the "Error message:" in that repository's block of errors, if it has one
             block, reason = False, None
             for error in errors:
                 invalid = ZYPPER_INVALID.search(error)
