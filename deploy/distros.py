@@ -8,6 +8,7 @@ says *what* to install (``install_packages``, ``add_repository``) and the family
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Mapping
 
@@ -23,6 +24,20 @@ from deploy.operations.failure import HostRefusal
 
 class UnsupportedPlatform(HostRefusal):
     """The host's distro or architecture is not one this tool supports."""
+
+
+# What a node's own names (os-release's ID, VERSION_ID and codename, its kernel's release and package
+# base) may hold where gpu-node names packages, repositories and URLs after them. Those names reach
+# package managers' files as well as shells, so anything else is refused, not quoted.
+NODE_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+~-]*")
+
+
+def node_word(value: str, what: str) -> str:
+    """``value``, read from the node as ``what``, or UnsupportedPlatform in one line."""
+    if value and not NODE_WORD.fullmatch(value):
+        raise UnsupportedPlatform(f"{what} is {value!r}: gpu-node names packages and repositories after it, "
+                                  "and takes only letters, digits and . _ + ~ - there")
+    return value
 
 
 @dataclass(frozen=True)
@@ -501,10 +516,11 @@ def detect_platform(linux_distribution: Mapping[str, Any], arch: str | None) -> 
     deb_arch, cuda_arch = ARCHES[machine]
     return Platform(
         family=family,
-        distro_id=distro_id,
-        version_id=str(meta.get("VERSION_ID") or ""),
+        distro_id=node_word(distro_id, "os-release's ID"),
+        version_id=node_word(str(meta.get("VERSION_ID") or ""), "os-release's VERSION_ID"),
         major=linux_distribution.get("major"),
-        codename=str(meta.get("VERSION_CODENAME") or meta.get("UBUNTU_CODENAME") or ""),
+        codename=node_word(str(meta.get("VERSION_CODENAME") or meta.get("UBUNTU_CODENAME") or ""),
+                           "os-release's VERSION_CODENAME"),
         arch="aarch64" if machine in ("aarch64", "arm64") else "x86_64",
         deb_arch=deb_arch,
         cuda_arch=cuda_arch,

@@ -72,10 +72,10 @@ class Allowed:
 # file or a shell script, NUL truncates arguments.
 CONTROL = r"\x00-\x1f\x7f-\x9f"
 CONTROL_CHARACTERS = re.compile(f"[{CONTROL}]")
-# Characters a URL setting may not hold (besides control characters): whitespace and
-# everything a shell or an apt/yum source line gives a meaning to. Percent-encode them.
-URL_FORBIDDEN = re.compile(r"[\s'\"\\`$;|&<>]")
-URL_ALLOWED = "no whitespace, quotes, backslashes, backticks or $ ; | & < > (percent-encode them)"
+# Characters a URL setting may not hold (besides control characters): whitespace and everything
+# a shell, an apt source line or a .repo file gives a meaning to ('#' starts a comment there).
+URL_FORBIDDEN = re.compile(r"[\s'\"\\`$;|&<>#]")
+URL_ALLOWED = "no whitespace, quotes, backslashes, backticks or $ ; | & < > # (percent-encode them)"
 NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
@@ -84,21 +84,36 @@ def text(pattern: str, allowed: str) -> Any:
     return Annotated[str, StringConstraints(pattern=f"^(?:{pattern})$"), Allowed(allowed)]
 
 
-def _url_text(value: str, allowed: str) -> str:
-    if URL_FORBIDDEN.search(value) or CONTROL_CHARACTERS.search(value):
-        raise ValueError(f"{allowed}, with {URL_ALLOWED}")
-    return value
-
-
 REPOSITORY_URL = "an https:// URL (http:// needs allow_insecure_repositories=true)"
 URL_OR_FILE = "an https:// URL or an absolute path to a file on the controller"
+# Credentials in a URL land in files others read (apt sources, .repo files), in process lists and
+# in logs: a mirror's credentials belong in the package manager's own auth files.
+NO_USER_INFO = "without user:password@ (put a mirror's credentials in the package manager's own auth file)"
+
+
+def checked_url(value: str, allowed: str, schemes: tuple[str, ...]) -> str:
+    """``value`` as a URL with one of ``schemes``: a host for http(s), a path for file, no user-info."""
+    if URL_FORBIDDEN.search(value) or CONTROL_CHARACTERS.search(value):
+        raise ValueError(f"{allowed}, with {URL_ALLOWED}")
+    try:
+        parsed = urlparse(value)
+        parsed.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError as error:
+        raise ValueError(f"{allowed} ({error})") from None
+    if parsed.scheme not in schemes:
+        raise ValueError(allowed)
+    if "@" in parsed.netloc:
+        raise ValueError(f"{allowed}, {NO_USER_INFO}")
+    if parsed.scheme == "file":
+        if parsed.netloc not in ("", "localhost") or not parsed.path.startswith("/"):
+            raise ValueError(f"{allowed} (file:///absolute/path)")
+    elif not parsed.hostname:
+        raise ValueError(f"{allowed} (with a host: https://host/path)")
+    return value
 
 
 def repository_url(value: str) -> str:
-    parsed = urlparse(_url_text(value, REPOSITORY_URL))
-    if parsed.scheme not in ("https", "http", "file") or not (parsed.netloc or parsed.path):
-        raise ValueError(REPOSITORY_URL)
-    return value
+    return checked_url(value, REPOSITORY_URL, ("https", "http", "file"))
 
 
 def https_url_or_path(value: str) -> str:
@@ -106,10 +121,7 @@ def https_url_or_path(value: str) -> str:
         if CONTROL_CHARACTERS.search(value):
             raise ValueError(f"{URL_OR_FILE} (a path without control characters)")
         return value
-    parsed = urlparse(_url_text(value, URL_OR_FILE))
-    if parsed.scheme != "https" or not parsed.netloc:
-        raise ValueError(URL_OR_FILE)
-    return value
+    return checked_url(value, URL_OR_FILE, ("https",))
 
 
 NODE_MAPPING = "a mapping such as host1=node-a,host2=node-b"
@@ -515,8 +527,12 @@ DEFAULTS: dict[str, Any] = {name: item.default for name, item in SETTING_FIELDS.
 ALLOWED: dict[str, str] = {name: allowed_values(item) for name, item in SETTING_FIELDS.items()}
 
 
+# scheme://user:password@ in a value an error line shows: the line goes to logs and terminals
+URL_USER_INFO = re.compile(r"(?<=://)[^/@\s]*@")
+
+
 def _shown(value: Any) -> str:
-    return repr(value) if isinstance(value, str) else str(value)
+    return URL_USER_INFO.sub("***@", repr(value) if isinstance(value, str) else str(value))
 
 
 def _check_url_scheme(settings: Settings) -> None:

@@ -347,10 +347,11 @@ class FailureLines(logging.Handler):
 @dataclass
 class _Answering:
     """One run's nodes by host name, what is being read on each host now, and every command of every
-    host in the order they ran (uploads as ``upload PATH``)."""
+    host in the order they ran (uploads as ``upload PATH``, their bytes in ``uploads`` by place in it)."""
 
     nodes: Mapping[str, Node]
     timeline: list[tuple[str, str]] = field(default_factory=list)
+    uploads: dict[int, bytes] = field(default_factory=dict)
     reading: dict[str, list[tuple[type[FactBase], dict]]] = field(default_factory=dict)
     unstated: list[str] = field(default_factory=list)
 
@@ -389,6 +390,7 @@ class _Answering:
                 stack.pop()
 
         def recording_upload(connector, filename_or_io, remote_filename, *args, **kwargs):
+            answering.uploads[len(answering.timeline)] = uploaded_bytes(filename_or_io)
             answering.timeline.append((connector.host.name, f"upload {remote_filename}"))
             return put_file(connector, filename_or_io, remote_filename, *args, **kwargs)
 
@@ -404,20 +406,29 @@ class _Answering:
 _NOTHING_STATED = Node()
 
 
+def uploaded_bytes(filename_or_io) -> bytes:
+    if isinstance(filename_or_io, str):
+        return Path(filename_or_io).read_bytes()
+    content = filename_or_io.getvalue()
+    return content.encode() if isinstance(content, str) else content
+
+
 def run_pyinfra(inventory: Inventory, prepare: Callable[[State], None], execute: bool = True,
                 failures: list[str] | None = None, nodes: Mapping[str, Node] | None = None,
-                timeline: list[tuple[str, str]] | None = None) -> tuple[State, Exception | None]:
+                timeline: list[tuple[str, str]] | None = None,
+                uploads: dict[int, bytes] | None = None) -> tuple[State, Exception | None]:
     """
     Connect ``inventory`` (its hosts answering as ``nodes`` states them, by host name), ``prepare(state)``
     (load a deploy file or add a @deploy), then run the operations unless ``execute`` is false, as the
     CLI does with ``-y`` or, under ``both_modes``, also in its default mode. A raised error is returned
     for the test to judge; the lines hosts failed with are appended to ``failures``, every command of
-    every host to ``timeline``. A fact read no node states fails the test.
+    every host to ``timeline`` (the bytes of each upload to ``uploads``). A fact read no node states fails the test.
     """
     state = State(check_for_changes=not _mode["yes"])
     config = Config()
     error = None
-    answering = _Answering(nodes or {}, timeline if timeline is not None else [])
+    answering = _Answering(nodes or {}, timeline if timeline is not None else [],
+                           uploads if uploads is not None else {})
     failure_lines = FailureLines(failures if failures is not None else [])
     logging.getLogger("pyinfra").addHandler(failure_lines)
     with answering.installed(), ctx_state.use(state), ctx_inventory.use(inventory), ctx_config.use(config):
@@ -448,6 +459,8 @@ class Plan:
     # The problems hosts failed with, as logged (one line each, without "[host] gpu-node: ")
     failures: list[str] = field(default_factory=list)
     timeline: list[tuple[str, str]] = field(default_factory=list)
+    # the bytes of each upload, by its place in the timeline
+    uploads: dict[int, bytes] = field(default_factory=dict)
 
     @property
     def host(self):
@@ -498,11 +511,12 @@ def run_plan(task: Callable[..., Any], *args: Any, facts: Iterable[tuple[FactKey
     inventory = Inventory(([("@fake/node", {**QUICK, **(data or {})})], {}))
     failures: list[str] = []
     timeline: list[tuple[str, str]] = []
+    uploads: dict[int, bytes] = {}
     state, error = run_pyinfra(inventory, lambda state: add_deploy(state, task, *args, **kwargs), failures=failures,
-                             nodes={"@fake/node": node}, timeline=timeline)
+                             nodes={"@fake/node": node}, timeline=timeline, uploads=uploads)
     if error is not None and not (isinstance(error, PyinfraError) and "No hosts remaining" in str(error)):
         raise error
-    return Plan(state=state, error=error, failures=failures, timeline=timeline)
+    return Plan(state=state, error=error, failures=failures, timeline=timeline, uploads=uploads)
 
 
 def run_deploy(node: Node, data: dict | None = None, deploy_file: str = GPU_NODE, execute: bool = True) -> Plan:
@@ -522,6 +536,7 @@ def run_inventory(inventory: Inventory, nodes: Mapping[str, Node], deploy_file: 
     """
     failures: list[str] = []
     timeline: list[tuple[str, str]] = []
+    uploads: dict[int, bytes] = {}
     state, error = run_pyinfra(inventory, lambda state: load_deploy_file(state, deploy_file), execute, failures,
-                             nodes, timeline)
-    return Plan(state=state, error=error, failures=failures, timeline=timeline)
+                             nodes, timeline, uploads=uploads)
+    return Plan(state=state, error=error, failures=failures, timeline=timeline, uploads=uploads)

@@ -130,13 +130,14 @@ class ContainerdImports(FactBase):
     """
 
     def command(self, directory, patterns):
-        # Unquoted $pattern: the shell globs it; a pattern that matches nothing stays as is.
+        # Unquoted $pattern: the shell globs it (a pattern that matches nothing stays as is); IFS empty
+        # so a path with a space stays one. The path goes base64 like the text: it may hold anything.
         return StringCommand(
-            "cd", QuoteString(directory), "2>/dev/null || exit 0; export LC_ALL=C; for pattern in",
+            "cd", QuoteString(directory), "2>/dev/null || exit 0; export LC_ALL=C; IFS=; for pattern in",
             *[QuoteString(pattern) for pattern in patterns],
             '; do for f in $pattern; do [ -f "$f" ] || continue;',
             'case $f in /*) p=$f ;; *) p=$PWD/$f ;; esac;',
-            'echo "file $p $(base64 -w0 < "$f")"; done; done; true',
+            'echo "file $(printf %s "$p" | base64 -w0) $(base64 -w0 < "$f")"; done; done; true',
         )
 
     @staticmethod
@@ -149,6 +150,7 @@ class ContainerdImports(FactBase):
             kind, _, rest = line.strip().partition(" ")
             if kind == "file":
                 path, _, encoded = rest.partition(" ")
+                path = decode_file(path, "an imported file's path")
                 files.append({"path": path, "text": decode_file(encoded, path)})
         return files
 

@@ -6,6 +6,7 @@ nvidia runtime's own mode (nvidia_runtime_mode) in its config.toml.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from pyinfra import host, logger
@@ -71,8 +72,18 @@ def cdi_on(target: CdiTarget) -> bool:
     return False
 
 
+def systemd_environment_value(value: str) -> str:
+    """``value`` as systemd's EnvironmentFile reads it back: double-quoted, with the four characters
+    systemd unescapes there escaped, where it holds anything but a plain path."""
+    if re.fullmatch(r"[A-Za-z0-9_@%+=:,./-]+", value):
+        return value
+    return '"' + re.sub(r'(["\\`$])', r"\\\1", value) + '"'
+
+
 def refresh_env_text(driver_root: str) -> str | None:
-    return f"{HEADER}NVIDIA_CTK_DRIVER_ROOT={driver_root}\n" if driver_root != "/" else None
+    if driver_root == "/":
+        return None
+    return f"{HEADER}NVIDIA_CTK_DRIVER_ROOT={systemd_environment_value(driver_root)}\n"
 
 
 def in_place(target: CdiTarget, state: dict) -> bool:

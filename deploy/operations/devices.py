@@ -7,6 +7,7 @@ cannot find there: the container loses its GPU ("Failed to initialize NVML: Unkn
 from __future__ import annotations
 
 import posixpath
+import shlex
 
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
@@ -30,12 +31,13 @@ def links_read(driver_root: str) -> FactCall:
 def links_script(driver_root: str) -> str:
     # nvidia-ctk's create-dev-char-symlinks looks in /dev only, whatever its --driver-root says: a
     # driver root elsewhere (a driver container's) needs its links made by this.
+    devices = shlex.quote(dev_dir(driver_root))
     return (
         "#!/bin/sh\n"
         "# Managed by gpu-node (deploy/operations/devices.py): /dev/char links for NVIDIA's device nodes,\n"
         "# run by udev when the driver binds a GPU.\n"
         "mkdir -p /dev/char\n"
-        f"for node in {dev_dir(driver_root)}/nvidia* {dev_dir(driver_root)}/nvidia-caps/*; do\n"
+        f"for node in {devices}/nvidia* {devices}/nvidia-caps/*; do\n"
         '  [ -c "$node" ] || continue\n'
         "  set -- $(stat -c '%t %T' \"$node\")\n"
         '  ln -sfn "$(readlink -f "$node")" "/dev/char/$((0x$1)):$((0x$2))"\n'

@@ -222,7 +222,8 @@ def checked_download_command(url: str, dest: str, sha256: str, timeout: int) -> 
     temp_q = shlex.quote(f"{directory}/.{name}.download")
     sha_q = shlex.quote(sha256)
     return StringCommand("\n".join([
-        f'log=$(mktemp) || exit 1; trap \'rm -f "$log" {temp_q}\' EXIT',
+        # The trap names the file through a variable: a quoted path inside its quoted text would end the quote.
+        f'temp={temp_q}; log=$(mktemp) || exit 1; trap \'rm -f "$log" "$temp"\' EXIT',
         f"mkdir -p {shlex.quote(directory)} && rm -f {temp_q} || exit 1",
         _download_or_fail(url, temp_q, timeout, '"$log"', what=""),
         f"sha=$(sha256sum {temp_q} | cut -d' ' -f1)",

@@ -9,7 +9,6 @@ is missing or at another version, so a no-op re-run stays a single read.
 from __future__ import annotations
 
 import re
-import shlex
 
 from pyinfra import host
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
@@ -27,7 +26,12 @@ from deploy.run_state import per_run
 
 # pacman holds with IgnorePkg lines of pacman.conf's [options]; it reads every one of them.
 PACMAN_HOLD_LIST = "sed -n 's/^[[:space:]]*IgnorePkg[[:space:]]*=//p' /etc/pacman.conf"
-PACMAN_HOLD_COMMAND = "sed -i '/^\\[options\\]/a IgnorePkg = {packages}' /etc/pacman.conf"
+PACMAN_CONF = "/etc/pacman.conf"
+
+
+def pacman_hold_command(names, conf: str = PACMAN_CONF) -> StringCommand:
+    """One IgnorePkg line of ``names`` under pacman.conf's [options] (sed's script one quoted word)."""
+    return StringCommand("sed", "-i", QuoteString(f"/^\\[options\\]/a IgnorePkg = {' '.join(names)}"), QuoteString(conf))
 # One name off every IgnorePkg line (a line left with none goes)
 PACMAN_UNHOLD_EXPRESSION = "s/([=[:space:]]){name}([[:space:]]|$)/\\1/"
 PACMAN_EMPTY_HOLD_LINE = "/^[[:space:]]*IgnorePkg[[:space:]]*=[[:space:]]*$/d"
@@ -375,4 +379,4 @@ def pacman_install(packages: dict, hold: bool = False, *, lock_timeout: int):
     if not missing:
         host.noop("held: " + ", ".join(packages))
         return
-    yield PACMAN_HOLD_COMMAND.format(packages=" ".join(shlex.quote(name) for name in missing))
+    yield pacman_hold_command(missing)

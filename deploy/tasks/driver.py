@@ -19,7 +19,7 @@ from pyinfra.operations import server, systemd
 
 from deploy import gpus
 from deploy.distros import (APT, PackageManager, Platform, add_repository, by_distro_id, install_packages,
-                            lock_bounded_checks)
+                            lock_bounded_checks, node_word)
 from deploy.driver_versions import VersionRefusal, choose, matching, upstream_version
 from deploy.fabric import fabric_of
 from deploy.facts.combined import FactCall, known_fact, read, read_together
@@ -160,7 +160,7 @@ def repository_urls(settings: Settings) -> dict[str, str]:
 
 def _values(platform: Platform, data, kernel: str, branch: str | None) -> dict:
     values = {
-        "kernel": kernel,
+        "kernel": node_word(kernel, "the running kernel's release"),
         "deb_arch": platform.deb_arch,
         "arch": platform.cuda_arch,
         "distro_id": platform.distro_id,
@@ -195,7 +195,7 @@ def _names(data, values: dict, platform: Platform, branch: str | None, node: dic
             dependencies = tuple(modules[name] for name in kernels)
         else:
             dependencies = (data.dkms_package,) + tuple(
-                data.dkms_headers.format(pkgbase=name) for name in (kernels or ["linux"]))
+                data.dkms_headers.format(pkgbase=node_word(name, "a kernel's pkgbase")) for name in (kernels or ["linux"]))
             if not kernels:
                 notes.append("no /usr/lib/modules/*/pkgbase found: assuming the linux kernel, with DKMS")
     return names, dependencies, None, notes

@@ -15,6 +15,7 @@ when the toolkit changes. What it cannot show without a GPU: a CUDA program usin
 from __future__ import annotations
 
 import json
+import shlex
 import time
 
 import yaml
@@ -115,6 +116,17 @@ def test_cdi_on_containerd_2_1_with_standin_gpus_and_standin_toolkit_spec_refres
     assert "CDI | Configure CDI (the spec and its refresh)" in mended.changed_operations()
     summary, step = cdi_verified(node, data, tmp_path / "mended.json")
     assert (summary, step["status"]) == ("on, spec current", "pass"), step
+
+    # A driver root a shell or systemd would misread (a space, quotes, $, a backtick): the real
+    # systemd reads the refresh unit's environment file gpu-node wrote, and the spec the refresh
+    # generates names the device node under exactly that root.
+    root = "/run/gpu root/it's \"a\" $HOME `b`"
+    node.sh(f"mkdir -p {shlex.quote(root + '/dev')} && mknod -m 666 {shlex.quote(root + '/dev/nvidia0')} c 195 0")
+    rooted = node.deploy(data={**data, "nvidia_driver_root": root})
+    assert rooted.returncode == 0, rooted.explain()
+    node.sh(f"rm -f {SPEC} && systemctl start nvidia-cdi-refresh.service")
+    edits = [edit for device in yaml.safe_load(node.read(SPEC))["devices"] for edit in device["containerEdits"]["deviceNodes"]]
+    assert {edit.get("hostPath") for edit in edits} == {f"{root}/dev/nvidia0"}, node.read(SPEC)
 
 
 def test_cdi_true_on_containerd_1_6_is_refused_in_preflight_and_nothing_changes(node):

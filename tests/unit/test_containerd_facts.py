@@ -110,6 +110,25 @@ def test_imports_are_globbed_relative_to_the_config_folder_in_byte_order_by_a_re
     assert files[2]["text"] == "version = 2\n"
 
 
+def test_imported_files_whose_names_hold_spaces_quotes_and_substitutions_are_read_whole(tmp_path):
+    """The node's own file names, run through the fact's command by a real sh: none is split or run."""
+    import subprocess
+
+    from deploy.facts.containerd import ContainerdImports
+
+    folder = tmp_path / "conf d"
+    folder.mkdir()
+    names = ["it's $(touch pwned).toml", "a `touch pwned` b.toml", "c; touch pwned.toml"]
+    for name in names:
+        (folder / name).write_text(f"# {name}\n")
+    command = ContainerdImports().command(str(tmp_path), ["conf d/*.toml"]).get_raw_value()
+    output = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    files = ContainerdImports().process(output.splitlines())
+    assert sorted(file["path"] for file in files) == sorted(f"{folder}/{name}" for name in names)
+    assert all(file["text"] == f"# {file['path'].rsplit('/', 1)[1]}\n" for file in files)
+    assert not (tmp_path / "pwned").exists() and not (folder / "pwned").exists()
+
+
 def _config_fact_on(tmp_path, dump_script: str) -> dict:
     """The fact's own command run by sh against a scripted `containerd` (its dump answer is ``dump_script``)."""
     binary = tmp_path / "containerd"

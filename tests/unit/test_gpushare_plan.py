@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,15 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+# One shell word (quoted parts included), as the commands name a path: shlex reads it back.
+WORD = r"""((?:'[^']*'|"(?:[^"\\]|\\.)*"|\\.|[^\s'"\\;])+)"""
+
+
+def path_after(prefix: str, command: str) -> str | None:
+    found = re.search(re.escape(prefix) + WORD, command)
+    return shlex.split(found.group(1))[0] if found else None
+
+
 @dataclass
 class GpushareHost(FakeCluster):
     """The cluster plus control plane cp1's files and its kubelet's handling of static pods."""
@@ -59,12 +69,12 @@ class GpushareHost(FakeCluster):
             self.pinned[INSPECT] = url_sha  # the script installs only a file with this SHA-256
             return True, []
         if command.startswith("( test -e") and "&& cat" in command:  # FileContents
-            path = re.search(r"test -e (\S+)", command).group(1)
+            path = path_after("test -e ", command)
             if path in self.files:
                 return True, self.files[path].decode().splitlines()
             return True, [f"__pyinfra_missing_{path}"]
         if command.startswith("! (test -e"):  # File / Directory
-            path = re.search(r"test -e (\S+)", command).group(1)
+            path = path_after("test -e ", command)
             if path in self.files:
                 mode = self.modes.get(path, "-rw-r--r--")
                 return True, [f"user=root group=root mode={mode} atime=0 mtime=0 ctime=0 "
@@ -72,24 +82,25 @@ class GpushareHost(FakeCluster):
             if any(name.startswith(path.rstrip("/") + "/") for name in self.files):
                 return True, [f"user=root group=root mode=drwxr-xr-x atime=0 mtime=0 ctime=0 size=0 '{path}'"]
             return True, []
-        match = re.match(r"test -e (\S+) && \( (sha1sum|sha256sum) ", command)
+        match = re.match(r"test -e " + WORD + r" && \( (sha1sum|sha256sum) ", command)
         if match:
-            path, tool = match.groups()
+            path, tool = shlex.split(match.group(1))[0], match.group(2)
             if path not in self.files:
                 return True, []
             if tool == "sha256sum" and path in self.pinned:
                 return True, [f"{self.pinned[path]}  {path}"]
             digest = (hashlib.sha1 if tool == "sha1sum" else hashlib.sha256)(self.files[path]).hexdigest()
             return True, [f"{digest}  {path}"]
-        match = re.match(r"chmod (\d+) (\S+)$", command)
+        match = re.match(r"chmod (\d+) " + WORD + "$", command)
         if match:
-            self.modes[match.group(2)] = "-rw-r--r--" if match.group(1) == "644" else "-rwxr-xr-x"
+            self.modes[shlex.split(match.group(2))[0]] = "-rw-r--r--" if match.group(1) == "644" else "-rwxr-xr-x"
             return True, []
         return super().answer(command)
 
     def swap(self, command: str):
         """The kubelet side: the staged manifest moved in restarts the scheduler pod."""
-        staged = re.search(r"sha256sum (\S+kube-scheduler\.yaml\.new)", command).group(1)
+        # the staged path as sh reads it (quoted when it holds spaces and the like)
+        staged = path_after("sha256sum ", command)
         expected = re.search(r'"\$_sha" != ([0-9a-f]{64})', command).group(1)
         assert sha256(self.files[staged]) == expected, "the staged copy is the validated one"
         if not self.scheduler_becomes_ready:

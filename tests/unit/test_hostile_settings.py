@@ -1,26 +1,22 @@
 """
-Hostile settings: values with shell metacharacters or control characters are refused by
-validation before any command runs, or (paths, where such characters are legitimate) reach
-the host only shell-quoted. The plans run on pyinfra's @fake connector (tests/plan.py).
+Hostile settings and node names: values with shell metacharacters or control characters are
+refused by validation before any command runs, URLs need a host and hold no credentials, and
+names the node gives (os-release, the kernel) that could not name a package refuse the host.
+Values that are legitimate and still hostile (paths) are run for real in test_hostile_values_run.py.
+The plans run on pyinfra's @fake connector (tests/plan.py).
 """
 
 from __future__ import annotations
 
-import base64
-import shlex
 from pathlib import Path
 
 import pyinfra
 import pytest
-from plan import QUICK, Node, run_inventory, run_plan, settings_for
+from plan import QUICK, Node, run_inventory
 from pyinfra.api import Inventory
 
-from deploy.facts.containerd import config_read
-from deploy.distros import detect_platform
-from deploy.operations.docker import state_read
+from deploy.distros import UnsupportedPlatform, detect_platform
 from deploy.settings import DEFAULTS, SETTING_FIELDS, Settings, SettingsError, parse_settings
-from deploy.tasks.containerd import containerd_runtime
-from deploy.tasks.docker import docker_runtime
 
 REPO = Path(__file__).resolve().parents[2]
 PAYLOAD = "touch /tmp/pwned"
@@ -137,93 +133,74 @@ def test_hostile_values_stop_the_gpu_node_plan_before_any_command(monkeypatch, k
     assert commands == []
 
 
-# --- hostile but valid paths reach the host quoted -----------------------------------------
+# --- what a URL must be --------------------------------------------------------------------------
 
-HOSTILE_PATH_TAIL = f"it's $({PAYLOAD}); `{PAYLOAD}` & {PAYLOAD} | x.conf"
-
-
-def single_quoted_positions(command: str) -> set[int]:
-    """Indexes of the characters sh reads literally: inside '...' (outside double quotes, unescaped)."""
-    inside, state, index = set(), "plain", 0
-    while index < len(command):
-        char = command[index]
-        if state == "single":
-            if char == "'":
-                state = "plain"
-            else:
-                inside.add(index)
-        elif state == "double":
-            if char == "\\":
-                index += 1
-            elif char == '"':
-                state = "plain"
-        elif char == "\\":
-            index += 1
-        elif char == "'":
-            state = "single"
-        elif char == '"':
-            state = "double"
-        index += 1
-    return inside
+URL_SETTINGS = ("nvidia_toolkit_repo_url", "nvidia_toolkit_gpgkey_url", "nvidia_driver_repo_url", "nvidia_cuda_repo_url",
+                "gpushare_inspect_source")
 
 
-def assert_only_quoted(commands: list[str], value: str) -> None:
-    """
-    Wherever the value (or its directory) appears in a command, its active parts -- $(...),
-    backticks, the command after & -- and every 'pwned' sit inside single quotes, which sh
-    reads literally (double quotes would still run $() and backticks).
-    """
-    assert any(shlex.quote(value) in command for command in commands), commands
-    active = [f"$({PAYLOAD})", f"`{PAYLOAD}`", "& touch /tmp", "pwned"]
-    for command in commands:
-        literal = single_quoted_positions(command)
-        for fragment in active:
-            start = command.find(fragment)
-            while start != -1:
-                span = range(start, start + len(fragment))
-                assert all(i in literal for i in span if command[i] != "'"), (
-                    f"{fragment!r} of {value!r} is not single-quoted in {command!r}"
-                )
-                start = command.find(fragment, start + 1)
+@pytest.mark.parametrize("key", URL_SETTINGS)
+@pytest.mark.parametrize("value, why", [
+    ("https://bob:hunter2@mirror.example/stable", "without user:password@"),
+    ("https://token@mirror.example/stable", "without user:password@"),
+    ("https://mirror.example/stable#frag", "percent-encode"),
+    ("https:relative/path", "with a host"),
+    ("https:///no-host", "with a host"),
+    ("https://mirror.example:port/x", "could not be cast"),
+    ("https://[::1/x", "Invalid IPv6"),
+])
+def test_urls_need_a_host_and_refuse_user_info_and_fragments(key, value, why):
+    data = {key: value, "allow_insecure_repositories": "true"}
+    with pytest.raises(SettingsError, match=f"invalid setting {key}=") as refused:
+        parse_settings(data)
+    assert why in str(refused.value) and "\n" not in str(refused.value)
+    assert "hunter2" not in str(refused.value)  # the line names the value, user-info masked
 
 
-def b64(text: str) -> str:
-    return base64.b64encode(text.encode()).decode()
+@pytest.mark.parametrize("value", ["file://mirror.example/srv/repo", "file:relative"])
+def test_a_file_url_is_a_local_absolute_path(value):
+    with pytest.raises(SettingsError, match="file:///absolute/path"):
+        parse_settings({"nvidia_toolkit_repo_url": value, "allow_insecure_repositories": "true"})
 
 
-def family(distro_id: str):
-    return detect_platform({"name": distro_id, "major": None, "release_meta": {"ID": distro_id}}, "x86_64").family
+@pytest.mark.parametrize("value", ["https://[::1]:8443/stable", "https://mirror.example:8443/a%23b?x=1",
+                                   "file:///srv/mirror"])
+def test_urls_with_a_port_a_query_or_a_local_mirror_are_taken(value):
+    settings = parse_settings({"nvidia_toolkit_repo_url": value, "allow_insecure_repositories": "true"})
+    assert settings.nvidia_toolkit_repo_url == value
 
 
-def test_containerd_config_path_with_shell_characters_is_only_ever_quoted():
-    path = f"/etc/containerd/{HOSTILE_PATH_TAIL}"
-    settings = settings_for(containerd_config_path=path)
-    containerd_found = {"paths": [], "units": {}, "generated_versions": {}, "binary": "/usr/bin/containerd",
-             "flavour": {"name": "plain", "service": "containerd"}}
-    plan = run_plan(containerd_runtime, settings, family("debian"), containerd_found,
-                    facts=[(config_read(path, None, "containerd"), "binary_path /usr/bin/containerd\nversion containerd 1.6.20")])
-    assert plan.ran("gpu-node-candidate")  # the wiring really went ahead on that path
-    assert_only_quoted(plan.commands, path)
+# --- names the node gives ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("field, value", [
+    ("ID", "debian$(touch /tmp/pwned)"), ("VERSION_ID", "12; touch /tmp/pwned"),
+    ("VERSION_CODENAME", "bookworm main\ndeb http://evil/ x"), ("VERSION_CODENAME", "bookworm #x"),
+])
+def test_os_release_values_that_name_nothing_refuse_the_host_in_one_line(field, value):
+    meta = {"ID": "debian", "VERSION_ID": "12", "VERSION_CODENAME": "bookworm", "ID_LIKE": "debian", field: value}
+    with pytest.raises(UnsupportedPlatform) as refused:
+        detect_platform({"name": "Debian", "major": 12, "release_meta": meta}, "x86_64")
+    assert f"os-release's {field} is " in str(refused.value) and "\n" not in str(refused.value)
 
 
-def test_docker_daemon_config_path_with_shell_characters_is_only_ever_quoted():
-    path = f"/etc/docker/{HOSTILE_PATH_TAIL}"
-    settings = settings_for(container_runtimes="docker", docker_daemon_config_path=path)
-    state = f"dockerd /usr/sbin/dockerd\nversion Docker version 20.10.24+dfsg1\nconfig {b64('{}')}"
-    plan = run_plan(docker_runtime, settings, family("debian"), facts=[(state_read(path), state)])
-    assert plan.ran("gpu-node-candidate")
-    assert_only_quoted(plan.commands, path)
+def test_a_kernel_release_that_names_no_package_refuses_the_host_before_any_change():
+    from plan import PCI_WITH_GPU, node_lines, run_deploy
+    from test_driver_plans import DEBIAN_FILES, node
+
+    run = run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64 $(touch /tmp/pwned)", pci=PCI_WITH_GPU),
+                          facts=[*DEBIAN_FILES]))
+    assert run.failed and "the running kernel's release is '6.1.0-18-amd64 $(touch /tmp/pwned)'" in run.refusal
+    assert not [command for command in run.commands if "apt-get" in command or "mv -f" in command]
 
 
-def test_kubeconfig_path_with_shell_characters_is_only_ever_quoted(monkeypatch):
-    from test_k8s_plan import A100, gpu_identity_lines, run_plan as run_k8s_plan, two_gpu_node_cluster
+def test_an_arch_kernel_package_base_that_names_no_package_refuses_the_host():
+    from plan import PCI_WITH_GPU, node_lines, run_deploy
+    from test_driver_plans import node
 
-    kubeconfig = f"/etc/kubernetes/{HOSTILE_PATH_TAIL}"
-    run = run_k8s_plan(monkeypatch, two_gpu_node_cluster(), {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])},
-                       data={"kubeconfig": kubeconfig})
-    commands = run.control_plane_commands()
-    assert len([c for c in commands if " label node " in c]) >= 1  # the plan went as far as labelling
-    assert_only_quoted(commands, kubeconfig)
+    state = node_lines("6.6.8-arch1-1", pci=PCI_WITH_GPU, pkgbases=["linux-zen", "linux' ; touch /tmp/pwned ; '"])
+    run = run_deploy(node("arch", host_state=state))
+    assert run.failed and "a kernel's pkgbase is" in run.refusal
+    assert not [command for command in run.commands if "pacman" in command and "-S" in command]
 
 
 def test_the_defaults_pass_their_own_checks():

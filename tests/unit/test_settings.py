@@ -195,7 +195,7 @@ def test_normalised_forms():
          "(http:// needs allow_insecure_repositories=true)"),
         ({"nvidia_toolkit_repo_url": "https://mirror/a b"},
          "invalid setting nvidia_toolkit_repo_url='https://mirror/a b': allowed: an https:// URL (http:// needs "
-         "allow_insecure_repositories=true), with no whitespace, quotes, backslashes, backticks or $ ; | & < > "
+         "allow_insecure_repositories=true), with no whitespace, quotes, backslashes, backticks or $ ; | & < > # "
          "(percent-encode them)"),
         ({"nvidia_toolkit_gpgkey_url": "http://mirror/key"},
          "invalid setting nvidia_toolkit_gpgkey_url='http://mirror/key': allowed: an https:// URL "

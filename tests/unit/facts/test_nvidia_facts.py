@@ -10,7 +10,7 @@ import pytest
 
 from deploy.distros import APT, DNF
 from deploy.facts.nvidia import IgnoredPackages, HostState, PackagesAvailable, RecommendedDriver
-from deploy.operations.packages import PACMAN_HOLD_COMMAND, PACMAN_HOLD_LIST
+from deploy.operations.packages import PACMAN_HOLD_LIST, pacman_hold_command
 from deploy.operations.driver import AptSourceFiles
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia" / "facts"
@@ -79,7 +79,7 @@ def test_ignored_packages_reads_every_ignorepkg_line(tmp_path):
 def test_arch_hold_command_adds_one_ignorepkg_line_under_options(tmp_path):
     conf = tmp_path / "pacman.conf"
     conf.write_text("[options]\nHoldPkg = pacman glibc\n\n[core]\nInclude = /etc/pacman.d/mirrorlist\n")
-    command = PACMAN_HOLD_COMMAND.format(packages="nvidia nvidia-utils").replace("/etc/pacman.conf", str(conf))
+    command = str(pacman_hold_command(["nvidia", "nvidia-utils"], str(conf)))
     subprocess.run(["sh", "-c", command], check=True)
     assert conf.read_text() == (
         "[options]\nIgnorePkg = nvidia nvidia-utils\nHoldPkg = pacman glibc\n\n[core]\nInclude = /etc/pacman.d/mirrorlist\n")
