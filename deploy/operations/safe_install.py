@@ -23,15 +23,13 @@ leave a half-done swap, and so a no-change run costs no command at all.
 
 from __future__ import annotations
 
-import posixpath
 import shlex
 from dataclasses import dataclass
-from io import BytesIO
 from typing import Sequence
 
 from pyinfra import host
-from pyinfra.api import QuoteString, StringCommand, operation
-from pyinfra.api.command import FileUploadCommand, PyinfraCommand
+from pyinfra.api import StringCommand, operation
+from pyinfra.api.command import PyinfraCommand
 
 from deploy.facts.recovery import PENDING_RESTART_DIR
 from deploy.operations.upload import Staging, Upload
