@@ -812,5 +812,6 @@ def node_record(name: str, readout: dict, options: VerifyOptions, steps: list[St
         fabric_manager=fabric_manager_summary(readout),
         cuda=cuda_summary(readout),
         cdi=cdi_summary(readout, options),
-        steps=steps,
+        # A reason quotes what the node printed, which can carry a URL's user-info.
+        steps=[Step(step.name, step.status, redact.mask_text(step.reason)) for step in steps],
     )

@@ -2,10 +2,13 @@
 Keep credentials found in existing runtime configs out of what this tool prints.
 
 containerd's config.toml can hold registry credentials (``registry.configs."HOST".auth``,
-the older ``registry.auths``, k3s's generated config) and daemon.json or a ``hosts.toml``
-can hold tokens. The ``--diff`` output of the runtime operations and the errors built from
-config content go through here: key names and layout stay, the values of credential keys
-(and everything under a credential table) become ``***``.
+the older ``registry.auths``, k3s's generated config), daemon.json or a ``hosts.toml``
+can hold tokens and headers (``X-Api-Key``, ``Authorization``), and any URL can carry a user and
+password (a mirror endpoint ``https://bob:pw@mirror``, a proxy). The ``--diff`` output of the
+runtime operations, the errors built from config content or daemon output, a failed host's line
+and the verify report go through here: key names and layout stay, the values of credential keys
+(and everything under a credential table) become ``***``, and so do the user-info of every URL
+and the credentials after ``Bearer`` or ``Basic``.
 """
 
 from __future__ import annotations
@@ -21,13 +24,30 @@ from deploy.containerd import layout
 
 MASK = "***"
 # A key whose name holds one of these words is a credential, and so is everything under it:
-# containerd's auth tables (username, password, auth, identitytoken), auths, Authorization headers.
-SECRET_WORDS = ("password", "passwd", "token", "secret", "auth", "credential")
+# containerd's auth tables (username, password, auth, identitytoken), auths, Authorization and
+# X-Api-Key headers, api_key, bearer_token... Each is an extended regular expression that sed -E
+# reads the same way (deploy/operations/safe_install.py filters daemon output with it).
+SECRET_WORDS = ("password", "passwd", "passphrase", "token", "secret", "auth", "credential", "bearer", "cookie",
+                "api[-_. ]?key", "access[-_. ]?key", "private[-_. ]?key")
+_SECRET_KEY = re.compile("|".join(SECRET_WORDS), re.IGNORECASE)
 
 
 def is_secret_key(name: str) -> bool:
-    lowered = str(name).lower()
-    return any(word in lowered for word in SECRET_WORDS)
+    return _SECRET_KEY.search(str(name)) is not None
+
+
+# Text anywhere ------------------------------------------------------------------------------
+
+# The user-info of a URL: from the scheme to the last @ before the host (a password may hold an
+# unencoded @); the host, port and path stay.
+_URL_USERINFO = re.compile(r"""([A-Za-z][A-Za-z0-9+.-]*://)[^\s/?#"'<>]*@""")
+# An HTTP credential after its scheme word: "Authorization: Bearer eyJ...", "Basic Ym9i...".
+_SCHEME_CREDENTIAL = re.compile(r"\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE)
+
+
+def mask_text(text: str) -> str:
+    """``text`` with the user-info of every URL and every Bearer / Basic credential replaced by ``***``."""
+    return _SCHEME_CREDENTIAL.sub(r"\1 " + MASK, _URL_USERINFO.sub(r"\1" + MASK + "@", text))
 
 
 # TOML -------------------------------------------------------------------------------------
@@ -67,10 +87,11 @@ def _mask_toml_body(body: list, secret: bool) -> None:
 
 
 def mask_toml(text: str) -> str:
-    """``text`` with every credential value replaced by ``"***"``; comments and layout kept."""
+    """``text`` with every credential value replaced by ``"***"`` (and ``mask_text``'s); comments
+    and layout kept."""
     document = layout.parse(text)
     _mask_toml_body(document.body, False)
-    return document.as_string()
+    return mask_text(document.as_string())
 
 
 # tomlkit quotes the offending character (the first character of a value, say): drop it.
@@ -93,21 +114,25 @@ _SECRET_ASSIGNMENT = re.compile(
 def shell_daemon_output_filter() -> str:
     """``daemon_output`` as a sed command, for output a remote script prints itself."""
     words = "|".join(SECRET_WORDS)
+    quote = "\"'\"'\"'"  # a ' inside the single-quoted sed script
     return (
         "sed -E -e \"s/(Can't convert ).*/\\1(value withheld)/\" "
-        f"-e 's/([\"'\"'\"']?[[:alnum:]_.-]*({words})[[:alnum:]_.-]*[\"'\"'\"']?[[:space:]]*[=:][[:space:]]*).+/\\1{MASK}/I'"
+        f"-e 's/([\"{quote}]?[[:alnum:]_.-]*({words})[[:alnum:]_.-]*[\"{quote}]?[[:space:]]*[=:][[:space:]]*).+/\\1{MASK}/I' "
+        f"-e 's|([[:alpha:]][[:alnum:]+.-]*://)[^[:space:]/?#\"{quote}<>]*@|\\1{MASK}@|g' "
+        f"-e 's#\\b(Bearer|Basic)[[:space:]]+[[:alnum:]._~+/=-]{{8,}}#\\1 {MASK}#Ig'"
     )
 
 
 def daemon_output(text: str) -> str:
     """
     Output of ``containerd config dump`` / ``dockerd --validate`` fit to show: the values a
-    rejection quotes are withheld, and so is any ``credential-key = value`` it echoes.
+    rejection quotes are withheld, and so are any ``credential-key = value`` it echoes and
+    ``mask_text``'s.
     """
     lines = []
     for line in text.splitlines():
         line = _GO_TOML_CONVERT.sub(r"\1(value withheld)", line)
-        lines.append(_SECRET_ASSIGNMENT.sub(r"\1" + MASK, line))
+        lines.append(mask_text(_SECRET_ASSIGNMENT.sub(r"\1" + MASK, line)))
     return "\n".join(lines)
 
 
@@ -118,8 +143,8 @@ _JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]:,]|\s+|[^\s{}\[\]:,"]+|.', 
 
 def mask_json(text: str) -> str:
     """
-    ``text`` (JSON) with every credential value replaced by ``"***"``, rewritten token by token
-    so that whitespace, order and formatting stay exactly as they were.
+    ``text`` (JSON) with every credential value replaced by ``"***"`` (and ``mask_text``'s),
+    rewritten token by token so that whitespace, order and formatting stay exactly as they were.
     """
     out: list[str] = []
     # frames: [kind, secret, current key, expecting a key]
@@ -155,7 +180,7 @@ def mask_json(text: str) -> str:
         elif value_is_secret():
             token = json.dumps(MASK)
         out.append(token)
-    return "".join(out)
+    return mask_text("".join(out))
 
 
 MASKERS: dict[str, Callable[[str], str]] = {"toml": mask_toml, "json": mask_json}

@@ -247,6 +247,12 @@ class RuntimeSettings(_Section):
         "reboot; uncordon after verify passes",
     )
     drain_timeout: int = Field(300, ge=10, le=3600, description="seconds `kubectl drain` has to evict the node's pods")
+    runtime_config_backups: int = Field(
+        5, ge=1, le=100,
+        description="how many backups of a runtime config (`FILE.gpu-node-backup-TIMESTAMP`, mode 0600) stay "
+                    "beside it: after a swap the oldest beyond this number are removed (so are the kept "
+                    "versions a failed restart rejected)",
+    )
 
 
 class PackageSettings(_Section):

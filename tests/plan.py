@@ -35,6 +35,7 @@ import inspect
 import json
 import logging
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, Union
@@ -494,6 +495,29 @@ class Plan:
 
     def op_names(self) -> list[str]:
         return [", ".join(self.state.op_meta[op_hash].names) for op_hash in self.state.get_op_order()]
+
+
+# deploy/operations/upload.py's staging folders: a random name each time an operation runs.
+STAGING_FOLDER = re.compile(r"pyinfra-gpu-node-[0-9a-f]{32}")
+
+
+def without_staging_names(commands: Iterable[str]) -> list[str]:
+    """``commands`` with each staging folder's random name made the same, to compare two runs."""
+    return [STAGING_FOLDER.sub("pyinfra-gpu-node-STAGING", command) for command in commands]
+
+
+def placed_uploads(commands: Iterable[str], uploads: Mapping[str, bytes]) -> dict[str, bytes]:
+    """
+    What staged ``uploads`` ({staging path: bytes}, as a recording connector saw them) became: their
+    bytes by the path each command's ``place STAGED PATH LIVE`` line copies them to.
+    """
+    placed = {}
+    for command in commands:
+        for line in command.splitlines():
+            if line.startswith("place ") and STAGING_FOLDER.search(line):
+                staged, path, _live = shlex.split(line)[1:]
+                placed[path] = uploads[staged]
+    return placed
 
 
 QUICK = {"fake_delay": 0, "fake_delay_jitter": 0}

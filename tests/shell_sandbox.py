@@ -29,7 +29,7 @@ TOOLS = (
 )
 SEARCH_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # A timestamp or a mktemp name in a path: differs from run to run, not from value to value.
-VOLATILE = re.compile(r"\d{8}T\d{6}|tmp\.[A-Za-z0-9]{10}")
+VOLATILE = re.compile(r"\d{8}T\d{6}|tmp\.[A-Za-z0-9]{10}|gpu-node-[0-9a-f]{32}")
 
 
 def _libraries(binary: str) -> list[str]:

@@ -5,14 +5,12 @@ and the candidate check: the node's own containerd reads the new files before an
 
 from __future__ import annotations
 
-import posixpath
-from io import BytesIO
 from typing import Sequence
 
 import tomlkit
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
-from pyinfra.api.command import FileUploadCommand, PyinfraCommand
+from pyinfra.api.command import PyinfraCommand
 
 from deploy import probes, redact
 from deploy.containerd.cri import effective_problems
@@ -20,6 +18,7 @@ from deploy.containerd.layout import line_endings
 from deploy.containerd.plan import NodeWiringPlan, PlannedFile, still_current
 from deploy.operations import safe_install
 from deploy.operations.failure import failing_command
+from deploy.operations.upload import Staging, Upload
 from deploy.settings import RuntimeWiring
 
 
@@ -29,6 +28,7 @@ def configure_nvidia_runtime(
     restart_timeout: int = 30,
     restart_pending: bool = False,
     before_restart: Sequence[PyinfraCommand] = (),
+    keep_backups: int = safe_install.KEEP_BACKUPS,
 ):
     """
     Apply the stage's wiring plan (``plan_node_wiring``): the merged files installed safely, the
@@ -39,6 +39,7 @@ def configure_nvidia_runtime(
     + restart_timeout: seconds the restarted service has to become active before rollback
     + restart_pending: an interrupted run installed this config without restarting the service
     + before_restart: commands run after the candidate's check, before the swap and restart (a drain)
+    + keep_backups: how many backups of each file stay after a swap (the newest)
     """
     plan = still_current(plan)
     target, wiring = plan.target, plan.checked
@@ -74,6 +75,7 @@ def configure_nvidia_runtime(
             service=service if last else None,
             restart_timeout=restart_timeout,
             before_restart=before_restart if last else (),
+            keep_backups=keep_backups,
         )
 
 
@@ -96,20 +98,25 @@ def _check_candidates(binary: str, planned: list[PlannedFile], changed: list[Pla
         main_text = tomlkit.dumps(document)
     copies = {main.path + CHECK_SUFFIX: main_text}
     copies.update({file.path + CHECK_SUFFIX: file.merged.text for file in changed if file is not main})
-    for directory in dict.fromkeys(posixpath.dirname(copy) or "/" for copy in copies):
-        yield StringCommand("mkdir -p", QuoteString(directory))  # a missing config's folder, as the install does
-    for copy, text in copies.items():
-        yield FileUploadCommand(BytesIO(text.encode()), copy)
+    live = {file.path + CHECK_SUFFIX: file.path for file in changed}
+    staging = Staging.new(host, [Upload(copy, text.encode(), live=live.get(copy)) for copy, text in copies.items()])
+    yield from staging.commands()
     yield FunctionCommand(_run_candidate_check, (binary, main.path + CHECK_SUFFIX, list(copies), wiring,
-                                                 ", ".join(file.path for file in changed), holder), {})
+                                                 ", ".join(file.path for file in changed), holder,
+                                                 staging.place_script()), {})
 
 
 def _run_candidate_check(state, host, binary: str, config: str, copies: list[str], wiring: RuntimeWiring,
-                         changed: str, holder: str) -> bool:
-    command = StringCommand(QuoteString(binary), "--config", QuoteString(config), "config dump; status=$?; rm -f",
-                            *[QuoteString(copy) for copy in copies], "; exit $status")
+                         changed: str, holder: str, placed: str) -> bool:
+    command = StringCommand(placed, QuoteString(binary), "--config", QuoteString(config),
+                            "config dump; status=$?; rm -f", *[QuoteString(copy) for copy in copies], "; exit $status")
     # pyinfra hands a FunctionCommand no connector arguments: take the operation's (--sudo, _su_user...)
     succeeded, output = host.run_shell_command(command, **probes.connector_arguments(host))
+    own_line = next((line for line in output.stderr_lines if line.startswith("gpu-node: ")), None)
+    if not succeeded and own_line:
+        # The copies could not be put in place (a symbolic link, a full disk): that line says why.
+        host.log_styled(own_line, fg="red", log_func=logger.error)
+        return False
     if not succeeded:
         problem = f"{binary} config dump rejected the new version: {redact.daemon_output(output.stderr)}"
     else:

@@ -7,7 +7,8 @@ from pyinfra.api import FactBase, QuoteString, StringCommand
 
 class FileDigest(FactBase):
     """
-    sha256, octal mode and owner of a file; None when it does not exist.
+    sha256, octal mode and owner of a file (through a symbolic link: its target's, as the checksum
+    is); None when it does not exist.
 
     .. code:: python
 
@@ -17,7 +18,7 @@ class FileDigest(FactBase):
     def command(self, path):
         quoted = QuoteString(path)
         return StringCommand(
-            "if [ -f", quoted, "]; then stat -c '%a %U:%G'", quoted, "&& sha256sum", quoted,
+            "if [ -f", quoted, "]; then stat -L -c '%a %U:%G'", quoted, "&& sha256sum", quoted,
             "; else echo absent; fi",
         )
 
@@ -42,7 +43,7 @@ class FileDigests(FactBase):
         for path in paths:
             quoted = QuoteString(path)
             parts += [
-                "echo", QuoteString(f"@@file {path}"), "; if [ -f", quoted, "]; then stat -c '%a %U:%G'",
+                "echo", QuoteString(f"@@file {path}"), "; if [ -f", quoted, "]; then stat -L -c '%a %U:%G'",
                 quoted, "&& sha256sum", quoted, "; else echo absent; fi;",
             ]
         parts.append("true")

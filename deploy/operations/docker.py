@@ -339,7 +339,8 @@ def state_read(path: str, service: str = "docker") -> FactCall:
 @operation()
 def configure_nvidia_runtime(path: str, wiring: RuntimeWiring, service: str = "docker",
                              restart_timeout: int = 30, restart_pending: bool = False,
-                             before_restart: Sequence[PyinfraCommand] = ()):
+                             before_restart: Sequence[PyinfraCommand] = (),
+                             keep_backups: int = safe_install.KEEP_BACKUPS):
     """
     Merge the NVIDIA runtime into daemon.json at ``path`` and install it safely.
 
@@ -349,6 +350,7 @@ def configure_nvidia_runtime(path: str, wiring: RuntimeWiring, service: str = "d
     + restart_timeout: seconds docker has to become active before rollback
     + restart_pending: an interrupted run installed this config without restarting ``service``
     + before_restart: commands run after the candidate's check, before the swap and restart (a drain)
+    + keep_backups: how many backups of daemon.json stay after a swap (the newest)
     """
     state = read(host, state_read(path, service))
     if not state["dockerd"]:
@@ -430,4 +432,5 @@ def configure_nvidia_runtime(path: str, wiring: RuntimeWiring, service: str = "d
         path=path, content=content, validator=validator, service=service,
         restart_timeout=restart_timeout,
         before_restart=before_restart,
+        keep_backups=keep_backups,
     )

@@ -19,6 +19,8 @@ from pyinfra import logger
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import PyinfraError
 
+from deploy.redact import mask_text
+
 
 class HostRefusal(PyinfraError):
     """A refusal found while planning one host (unsupported, unsafe, or settings that do not fit
@@ -27,9 +29,11 @@ class HostRefusal(PyinfraError):
 
 
 def fail_host(state, host, message: str) -> bool:
-    """Log ``message`` as ``host``'s error and return False: the failing result of a
-    FunctionCommand body (``state`` is unused; pyinfra passes it to such bodies)."""
-    host.log_styled(f"gpu-node: {message}", fg="red", log_func=logger.error)
+    """Log ``message`` as ``host``'s error (URL user-info and Bearer/Basic credentials masked) and
+    return False: the failing result of a FunctionCommand body (``state`` is unused; pyinfra
+    passes it to such bodies)."""
+    # A line built from node content (a URL, a daemon's complaint) can carry a credential.
+    host.log_styled(f"gpu-node: {mask_text(message)}", fg="red", log_func=logger.error)
     return False
 
 

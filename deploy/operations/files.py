@@ -5,21 +5,22 @@ from __future__ import annotations
 import hashlib
 import posixpath
 import shlex
-from io import StringIO
 
 from pyinfra import host
-from pyinfra.api import FileUploadCommand, QuoteString, StringCommand, operation
+from pyinfra.api import QuoteString, StringCommand, operation
 
 from deploy.facts.combined import FactCall, read
 from deploy.facts.files import FileDigest
-from deploy.operations.safe_install import CANDIDATE_SUFFIX
+from deploy.operations.safe_install import CANDIDATE_SUFFIX, FLUSH_FUNCTION
+from deploy.operations.upload import Staging, Upload
 
 
-def text_up_to_date(current: dict | None, content: str, mode: str = "644", owner: str = "root:root") -> bool:
+def text_up_to_date(current: dict | None, content: str | bytes, mode: str = "644", owner: str = "root:root") -> bool:
     """Whether a file's FileDigest shows exactly ``content`` with ``mode`` and ``owner``."""
+    data = content.encode() if isinstance(content, str) else content
     return (
         current is not None
-        and current["sha256"] == hashlib.sha256(content.encode()).hexdigest()
+        and current["sha256"] == hashlib.sha256(data).hexdigest()
         and current["owner"] == owner
         and current["mode"] == mode.lstrip("0")
     )
@@ -30,29 +31,46 @@ def digest_read(dest: str) -> FactCall:
     return (FileDigest, {"path": dest})
 
 
+def _swap_script(dest: str, mode: str, owner: str, check: str | None) -> str:
+    """Check the placed candidate, give it its owner and mode, flush it, rename it over ``dest``."""
+    quote = shlex.quote
+    candidate = quote(dest + CANDIDATE_SUFFIX)
+    folder = quote(posixpath.dirname(dest) or "/")
+    checked = ""
+    if check:
+        checked = f"{check.format(candidate=candidate)} || {{ rm -f {candidate}; exit 1; }}\n"
+    return checked + FLUSH_FUNCTION + (
+        f"error=$(chown {quote(owner)} {candidate} 2>&1 && chmod {quote(mode)} {candidate} 2>&1"
+        f" && flush {candidate} 2>&1 && mv -f {candidate} {quote(dest)} 2>&1) || {{\n"
+        f"    rm -f {candidate}\n"
+        f"    printf 'gpu-node: could not install %s: %s; it was not changed\\n' {quote(dest)} \"$error\" >&2\n"
+        "    exit 1\n"
+        "}\n"
+        f"flush {folder}\n"
+    )
+
+
 @operation()
-def put_text(dest: str, content: str, mode: str = "644", owner: str = "root:root", check: str | None = None):
+def put_text(dest: str, content: str | bytes, mode: str = "644", owner: str = "root:root",
+             check: str | None = None):
     """
-    Make ``dest`` hold exactly ``content`` with ``mode`` and ``owner``; ``check``: a shell test of the
-    uploaded candidate (``{candidate}``), which must pass before it replaces ``dest``.
+    Make ``dest`` hold exactly ``content`` (text, or bytes as they are) with ``mode`` and ``owner``;
+    ``check``: a shell test of the uploaded candidate (``{candidate}``), which must pass before it
+    replaces ``dest``. A ``dest`` that is a symbolic link is refused, not replaced.
 
     pyinfra's files.put needs two or three remote reads per file on a no-op run; fleets
     re-run this from cron, so one read (checksum, mode, owner together) is worth it here.
     """
-    wanted = hashlib.sha256(content.encode()).hexdigest()
+    data = content.encode() if isinstance(content, str) else content
+    wanted = hashlib.sha256(data).hexdigest()
     current = read(host, digest_read(dest))
     target = QuoteString(dest)
     if current is None or current["sha256"] != wanted:
-        if current is None:
-            yield StringCommand("mkdir", "-p", QuoteString(posixpath.dirname(dest)))
-        # Uploaded beside it and renamed over it: an interrupted run never leaves half a file.
-        candidate = QuoteString(dest + CANDIDATE_SUFFIX)
-        yield FileUploadCommand(StringIO(content), dest + CANDIDATE_SUFFIX)
-        if check:
-            yield StringCommand(check.format(candidate=shlex.quote(dest + CANDIDATE_SUFFIX)),
-                                "|| { rm -f", candidate, "; exit 1; }")
-        yield StringCommand("chown", QuoteString(owner), candidate, "&& chmod", QuoteString(mode), candidate,
-                            "&& mv -f", candidate, target)
+        # Placed beside it (0600 root until its chmod) and renamed over it: an interrupted run never
+        # leaves half a file, nor one others can read.
+        staging = Staging.new(host, [Upload(dest + CANDIDATE_SUFFIX, data, live=dest)])
+        yield from staging.commands()
+        yield StringCommand(staging.place_script() + _swap_script(dest, mode, owner, check))
         return
     if current["owner"] != owner:
         yield StringCommand("chown", QuoteString(owner), target)

@@ -4,12 +4,16 @@ Install a runtime config file without ever leaving the node on a broken one.
 One machinery for containerd's config.toml and Docker's daemon.json:
 
 1. the candidate is uploaded next to the live file (same directory: same filesystem for an
-   atomic rename, and relative ``imports`` resolve the same way);
+   atomic rename, and relative ``imports`` resolve the same way), 0600 root from its first byte
+   (``deploy/operations/upload.py``); a live file that is a symbolic link is refused;
 2. the real daemon binary checks it (``containerd --config C config dump``,
    ``dockerd --validate --config-file C``); a rejected candidate is removed and nothing else moves;
 3. the live file is kept as ``FILE.gpu-node-backup-TIMESTAMP``, mode 0600 (credentials);
 4. the candidate becomes the live file by rename, root:root, mode 0644 (or the live file's
-   mode when that is stricter); a mark under ``PENDING_RESTART_DIR`` says a restart is due;
+   mode when that is stricter), the candidate and the backup flushed to disk before the rename
+   and the folder after it; a mark under ``PENDING_RESTART_DIR`` says a restart is due; all but
+   the newest ``keep_backups`` backups are removed. A step that fails (a full disk) removes what
+   the swap wrote, so the live file stays as it was and nothing is left beside it;
 5. the service is restarted and must be active within a bounded wait; if not, the backup is
    put back, the service restarted on it, and the host fails with both outcomes shown.
 
@@ -19,22 +23,23 @@ leave a half-done swap, and so a no-change run costs no command at all.
 
 from __future__ import annotations
 
-import posixpath
 import shlex
 from dataclasses import dataclass
-from io import BytesIO
 from typing import Sequence
 
 from pyinfra import host
-from pyinfra.api import QuoteString, StringCommand, operation
-from pyinfra.api.command import FileUploadCommand, PyinfraCommand
+from pyinfra.api import StringCommand, operation
+from pyinfra.api.command import PyinfraCommand
 
 from deploy.facts.recovery import PENDING_RESTART_DIR
+from deploy.operations.upload import Staging, Upload
 from deploy.redact import shell_daemon_output_filter
 
 CANDIDATE_SUFFIX = ".gpu-node-candidate"
 BACKUP_INFIX = ".gpu-node-backup-"
 REJECTED_INFIX = ".gpu-node-rejected-"
+# Backups (and rejected versions) of a file kept after a swap, unless the caller says otherwise.
+KEEP_BACKUPS = 5
 
 
 @dataclass(frozen=True)
@@ -84,26 +89,56 @@ fi
 """
 
 
-_SWAP_PART = f"""# 0644, or the live file's mode when it denies others (it may hold registry credentials).
+# coreutils' sync fsyncs the files it is given (8.24+); an older one takes none and flushes all.
+FLUSH_FUNCTION = """flush() {
+    if sync --help 2>/dev/null | grep -q -e --file-system; then sync -- "$@"; else sync; fi
+}
+"""
+
+
+def _swap_part(keep_backups: int) -> str:
+    return f"""{FLUSH_FUNCTION}# What this swap wrote goes if it cannot finish: the live file stays as it was, alone.
+backup=""
+new_pending=""
+undo() {{
+    rm -f -- "$candidate" ${{backup:+"$backup"}} ${{new_pending:+"$new_pending"}}
+    fail "$1; $dest was not changed"
+}}
+# 0644, or the live file's mode when it denies others (it may hold registry credentials).
 mode=0644
 if [ -e "$dest" ]; then
-    live_mode=$(stat -c %a "$dest") && live_owner=$(stat -c %u:%g "$dest") || fail "could not read $dest"
+    live_mode=$(stat -c %a "$dest") && live_owner=$(stat -c %u:%g "$dest") || undo "could not read $dest"
     case $live_mode in *[0-3]) mode=$live_mode ;; esac
 fi
-chown root:root "$candidate" && chmod "$mode" "$candidate" || fail "could not set owner and mode of $candidate"
-backup=""
+chown root:root "$candidate" && chmod "$mode" "$candidate" || undo "could not set owner and mode of $candidate"
 if [ -e "$dest" ]; then
     backup="$dest{BACKUP_INFIX}$stamp"
     # 0600: containerd configs can hold registry credentials.
-    install -p -m 0600 -o root -g root "$dest" "$backup" || fail "could not back up $dest; it was not changed"
+    error=$(install -p -m 0600 -o root -g root "$dest" "$backup" 2>&1) || undo "could not back up $dest: $error"
 fi
 if [ -n "$pending" ]; then
-    mkdir -p "${{pending%/*}}" && printf '%s\\n' "$dest" >"$pending" || fail "could not write $pending; $dest was not changed"
+    # A mark an interrupted run left stays if this swap is undone: its restart is still due.
+    [ -e "$pending" ] || new_pending=$pending
+    error=$(mkdir -p "${{pending%/*}}" 2>&1 && printf '%s\\n' "$dest" 2>&1 >"$pending.new" \\
+        && mv -f "$pending.new" "$pending" 2>&1) || {{ rm -f "$pending.new"; undo "could not write $pending: $error"; }}
 fi
-mv -f "$candidate" "$dest" || fail "could not move $candidate over $dest"
+error=$(flush "$candidate" ${{backup:+"$backup"}} ${{pending:+"$pending"}} 2>&1) \\
+    || undo "could not flush $candidate to disk: $error"
+mv -f "$candidate" "$dest" || undo "could not move $candidate over $dest"
+flush "$(dirname "$dest")"
+prune() {{
+    # The newest {keep_backups} of FILE$1TIMESTAMP stay (the names sort by time).
+    set -- "$dest$1"*
+    [ -e "$1" ] || return 0
+    surplus=$(( $# - {int(keep_backups)} ))
+    while [ "$surplus" -gt 0 ]; do rm -f -- "$1"; shift; surplus=$(( surplus - 1 )); done
+}}
+LC_ALL=C prune {BACKUP_INFIX}
+LC_ALL=C prune {REJECTED_INFIX}
 echo "installed $dest${{backup:+ (previous version kept as $backup, mode 0600)}}"
 [ -n "$unit" ] || exit 0
 """
+
 
 _RESTART_FUNCTIONS = """wait_active() {
     deadline=$(( $(date +%s) + timeout ))
@@ -139,7 +174,7 @@ first_error=$why
 install -p -m 0600 -o root -g root "$dest" "$dest{REJECTED_INFIX}$stamp"
 if [ -n "$backup" ]; then
     cp -p "$backup" "$candidate" && chmod "$live_mode" "$candidate" && chown "$live_owner" "$candidate" \\
-        && mv -f "$candidate" "$dest"
+        && flush "$candidate" && mv -f "$candidate" "$dest" && flush "$(dirname "$dest")"
     restored="restored the previous $dest from $backup"
 else
     rm -f "$dest"
@@ -157,18 +192,23 @@ fail "$unit did not come back on the new $dest (kept as $dest{REJECTED_INFIX}$st
 
 
 def install_script(path: str, validator: Validator | None, service: str | None, timeout: int,
-                   pending_dir: str = PENDING_RESTART_DIR) -> str:
-    """The remote half of the safe install: validate, back up, swap, restart, roll back."""
-    return (_script_header(path, service, timeout, pending_dir) + _validate_part(validator)
-            + _SWAP_PART + _RESTART_PART)
+                   pending_dir: str = PENDING_RESTART_DIR, placed: str = "",
+                   keep_backups: int = KEEP_BACKUPS) -> str:
+    """
+    The remote half of the safe install: validate, back up, swap, restart, roll back. ``placed``:
+    the staging's ``place_script`` that puts the candidate in place first ("": it is there).
+    """
+    return (_script_header(path, service, timeout, pending_dir) + placed + _validate_part(validator)
+            + _swap_part(keep_backups) + _RESTART_PART)
 
 
-def validate_script(path: str, validator: Validator) -> str:
+def validate_script(path: str, validator: Validator, placed: str = "") -> str:
     """
     Only the check of the candidate, for a swap that waits on something (a drain) first; the
     candidate goes either way, so a drain that fails leaves nothing beside the live file.
     """
-    return _script_header(path, None, 0, PENDING_RESTART_DIR) + _validate_part(validator) + 'rm -f "$candidate"\n'
+    return (_script_header(path, None, 0, PENDING_RESTART_DIR) + placed + _validate_part(validator)
+            + 'rm -f "$candidate"\n')
 
 
 def restart_pending_script(path: str, service: str, timeout: int,
@@ -184,6 +224,13 @@ fail "$unit did not come back after the restart an interrupted run left pending 
 """
 
 
+def _staged_candidate(path: str, content: str):
+    """The candidate's upload commands, and the script lines that put it in place."""
+    staging = Staging.new(host, [Upload(candidate_path(path), content.encode(), live=path)])
+    yield from staging.commands()
+    return staging.place_script()
+
+
 @operation(is_idempotent=False)
 def install_file(
     path: str,
@@ -192,6 +239,7 @@ def install_file(
     service: str | None = None,
     restart_timeout: int = 30,
     before_restart: Sequence[PyinfraCommand] = (),
+    keep_backups: int = KEEP_BACKUPS,
 ):
     """
     Replace ``path`` with ``content`` safely (see the module docstring). Callers decide that the
@@ -204,21 +252,22 @@ def install_file(
     + restart_timeout: seconds the unit has to become active before the rollback
     + before_restart: commands run once the candidate passed its check, before the swap and
       restart (a drain); given only with a service
+    + keep_backups: how many ``FILE.gpu-node-backup-*`` stay after a swap (the newest)
     """
-    yield StringCommand("mkdir -p", QuoteString(posixpath.dirname(path) or "/"))
     if service and before_restart:
         if validator:
-            yield FileUploadCommand(BytesIO(content.encode()), candidate_path(path))
-            yield StringCommand(validate_script(path, validator))
+            placed = yield from _staged_candidate(path, content)
+            yield StringCommand(validate_script(path, validator, placed))
         # Nothing beside the live file while the drain runs: a failed drain leaves no candidate.
         yield from before_restart
         # The same bytes again: the checked candidate was removed in case the drain failed.
-        yield FileUploadCommand(BytesIO(content.encode()), candidate_path(path))
-        yield StringCommand(install_script(path, None, service, restart_timeout))
+        placed = yield from _staged_candidate(path, content)
+        yield StringCommand(install_script(path, None, service, restart_timeout, placed=placed,
+                                           keep_backups=keep_backups))
         return
-    yield FileUploadCommand(BytesIO(content.encode()), candidate_path(path))
-    yield StringCommand(install_script(path, validator, service, restart_timeout))
-
+    placed = yield from _staged_candidate(path, content)
+    yield StringCommand(install_script(path, validator, service, restart_timeout, placed=placed,
+                                       keep_backups=keep_backups))
 
 @operation(is_idempotent=False)
 def restart_after_interruption(path: str, service: str, restart_timeout: int = 30,

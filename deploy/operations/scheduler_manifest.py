@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
-from io import StringIO
 
 from pyinfra import host
-from pyinfra.api import FileUploadCommand, QuoteString, StringCommand, operation
+from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.facts.files import FileContents, Sha256File
 
 from deploy.facts.k8s import kubectl
@@ -27,6 +26,7 @@ from deploy.gpushare import (
     edit_scheduler_manifest,
 )
 from deploy.operations.failure import failing_command
+from deploy.operations.upload import Staging, Upload
 
 POLL_SECONDS = 3
 # The mirror pod's config hash (new manifest), our checksum annotation, and Ready.
@@ -75,13 +75,15 @@ def swap_in_command(
     pod_name: str,
     timeout: int,
     config_path: str | None = None,
+    placed: str = "",
 ) -> StringCommand:
     """
     One shell script: check the staged copy is the validated one, back up, move in, wait for
     the new scheduler pod (new config hash, our checksum, Ready) until ``timeout``; on timeout
     move the backup back in (atomically, through a copy outside the manifests folder) and fail.
     With ``config_path``: on timeout the config kept by ``keep_scheduler_config`` goes back in first
-    (the restored manifest loads it); on success that copy is dropped.
+    (the restored manifest loads it); on success that copy is dropped. ``placed``: the staging's
+    ``place_script``, which puts the staged copy in ``work_dir`` (made 0700) first.
     """
     paths = staging_paths(work_dir)
     config_success, config_rollback = "", ""
@@ -98,7 +100,9 @@ def swap_in_command(
         kubeconfig, "-n", NAMESPACE, "get", "pod", QuoteString(pod_name),
         "-o", QuoteString(f"go-template={POD_STATE_TEMPLATE}"),
     )
+    work = QuoteString(work_dir)
     return StringCommand(
+        "mkdir -p", work, "&& chmod 700", work, "|| exit 1;", placed,
         "_sha=$(sha256sum", staged, "| cut -d' ' -f1);",
         "if [ \"$_sha\" !=", QuoteString(staged_sha256), "]; then",
         "echo", QuoteString(f"{paths['staged']} is not the validated copy: not moved in"), ">&2; exit 1; fi;",
@@ -166,10 +170,10 @@ def configure_scheduler_manifest(
         yield failing_command(f"{manifest_path}: {error} (left unchanged)")
         return
 
-    staged = staging_paths(work_dir)["staged"]
-    yield StringCommand("mkdir -p", QuoteString(work_dir), "&& chmod 700", QuoteString(work_dir))
-    yield FileUploadCommand(StringIO(edited), staged)
+    staging = Staging.new(host, [Upload(staging_paths(work_dir)["staged"], edited.encode(), live=manifest_path)])
+    yield from staging.commands()
     yield swap_in_command(
+        placed=staging.place_script(),
         manifest_path=manifest_path,
         work_dir=work_dir,
         staged_sha256=hashlib.sha256(edited.encode()).hexdigest(),

@@ -83,5 +83,6 @@ def containerd_runtime(settings: Settings, family: Family, containerd_found: dic
         restart_timeout=settings.service_restart_timeout,
         restart_pending=restart_pending,
         before_restart=drain_ops.before_restart(drain),
+        keep_backups=settings.runtime_config_backups,
     )
     drain_ops.watch(drain, wired)

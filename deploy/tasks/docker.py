@@ -65,5 +65,6 @@ def docker_runtime(settings: Settings, family: Family, drain: DrainTarget | None
         restart_timeout=settings.service_restart_timeout,
         restart_pending=(pending_restarts or {}).get("docker") == settings.docker_daemon_config_path,
         before_restart=drain_ops.before_restart(drain),
+        keep_backups=settings.runtime_config_backups,
     )
     drain_ops.watch(drain, wired)

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
-from io import StringIO
 from pathlib import Path
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
-from pyinfra.operations import files
 
 from deploy.facts.k8s import GpuNode, GpuNodeIdentity, kube_node_name
 from deploy.gpushare import (
@@ -30,6 +28,7 @@ from deploy.gpushare import (
     scheduler_config_yaml,
 )
 from deploy.operations import download, kubectl
+from deploy.operations.files import put_text
 from deploy.operations.scheduler_manifest import configure_scheduler_manifest, keep_scheduler_config
 from deploy.settings import Settings
 
@@ -77,12 +76,10 @@ def point_scheduler_at_config(settings: Settings, config_text: str) -> None:
         config_sha256=config_sha256,
         work_dir=work_dir,
     )
-    files.put(
+    put_text(
         name="Write the gpushare kube-scheduler config",
-        src=StringIO(config_text),
         dest=config_path,
-        mode="0644",
-        create_remote_dir=True,
+        content=config_text,
     )
     configure_scheduler_manifest(
         name="Point the kube-scheduler static pod at the gpushare config",
@@ -138,11 +135,11 @@ def gpushare(settings: Settings, nodes: list[GpuNode]):
     if inspect_source is None:
         return
     if inspect_source.startswith("/"):
-        files.put(
+        put_text(
             name="Install kubectl-inspect-gpushare from a local file",
-            src=inspect_source,
             dest=settings.gpushare_inspect_path,
-            mode="0755",
+            content=Path(inspect_source).read_bytes(),
+            mode="755",
         )
     else:
         download.checked_executable(

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from plan import run_plan, settings_for
+from plan import placed_uploads, run_plan, settings_for
 from pyinfra.connectors.fake import FakeConnector
 
 from deploy.distros import detect_platform
@@ -71,7 +71,7 @@ def test_a_drop_in_passing_the_systemd_cgroup_flag_installs_a_daemon_json_withou
     plan = plan_for((UNITS / "installer/options-systemd.conf").read_text())
     assert failures(plan) == []
     assert plan.ran("dest=/etc/docker/daemon.json")
-    assert json.loads(uploads["/etc/docker/daemon.json.gpu-node-candidate"]) == {
+    assert json.loads(placed_uploads(plan.commands, uploads)["/etc/docker/daemon.json.gpu-node-candidate"]) == {
         "bridge": "none",
         "runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime", "runtimeArgs": []}},
         "default-runtime": "nvidia",
@@ -120,7 +120,8 @@ def test_docker_26_keeps_a_shim_name_default_runtime_and_validates_with_dockerd(
     plan = plan_26('{"bridge": "none", "default-runtime": "io.containerd.runsc.v1"}\n')
     assert failures(plan) == []
     assert plan.ran("--validate")
-    assert json.loads(uploads["/etc/docker/daemon.json.gpu-node-candidate"])["default-runtime"] == \
+    placed = placed_uploads(plan.commands, uploads)
+    assert json.loads(placed["/etc/docker/daemon.json.gpu-node-candidate"])["default-runtime"] == \
         "io.containerd.runsc.v1"
 
 

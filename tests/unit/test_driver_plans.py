@@ -369,7 +369,8 @@ def test_cuda_toolkit_installs_the_familys_package_and_puts_it_on_path():
     run = ok(run_deploy(node("debian-12", facts=DEBIAN_FILES), data={"cuda_toolkit_install": True}))
     assert any(c.endswith(" nvidia-cuda-toolkit") for c in install_lines(run, "apt-get"))
     assert "NVIDIA driver | Put the CUDA toolkit on PATH" in run.op_names()
-    assert run.ran("chmod 644 /etc/profile.d/cuda.sh.gpu-node-candidate && mv -f /etc/profile.d/cuda.sh.gpu-node-candidate /etc/profile.d/cuda.sh")
+    (swap,) = run.ran("mv -f /etc/profile.d/cuda.sh.gpu-node-candidate /etc/profile.d/cuda.sh")
+    assert swap.index("chmod 644 /etc/profile.d/cuda.sh.gpu-node-candidate") < swap.index("mv -f")
 
 
 def test_driver_install_false_runs_no_driver_operation():

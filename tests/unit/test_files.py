@@ -33,7 +33,7 @@ def test_fact_parses_stat_and_sha256sum_output_and_absence():
 
 def test_absent_file_is_created_with_owner_and_mode():
     plan = run_plan(put, facts=[(digest_read(DEST), "absent")])
-    assert plan.ran("mkdir -p /etc/modules-load.d")
+    assert plan.ran("mkdir -p -- /etc/modules-load.d")
     assert plan.ran("chown root:root /etc/modules-load.d/k8s.conf")
     assert plan.ran("chmod 644 /etc/modules-load.d/k8s.conf")
 

@@ -3,9 +3,10 @@ Plan tests of gpushare through deploy/k8s_gpu.py with pyinfra's @fake connector.
 
 No real cluster or control-plane host exists on the test machines: ``GpushareHost`` extends the
 Kubernetes layer's in-memory ``FakeCluster`` with the control plane's files (a kube-scheduler.yaml
-in kubeadm's layout, what ``files.put`` uploads, what the checked download installs) and a
-kubelet that swaps the scheduler's static pod when the swap script runs. The commands are the
-real ones the deploy sends; the scripts themselves run for real in test_gpushare_scripts.py.
+in kubeadm's layout, what ``put_text`` installs through its staged uploads, what the checked
+download installs) and a kubelet that swaps the scheduler's static pod when the swap script runs.
+The commands are the real ones the deploy sends; the scripts themselves run for real in
+test_gpushare_scripts.py and test_files.py.
 """
 
 from __future__ import annotations
@@ -53,12 +54,13 @@ class GpushareHost(FakeCluster):
     """The cluster plus control plane cp1's files and its kubelet's handling of static pods."""
 
     files: dict[str, bytes] = field(default_factory=lambda: {MANIFEST: SCHEDULER_POD.encode()})
-    modes: dict[str, str] = field(default_factory=dict)
+    modes: dict[str, str] = field(default_factory=dict)  # octal, "644" when not given
     pinned: dict[str, str] = field(default_factory=dict)  # installed downloads: path -> SHA-256
     scheduler_becomes_ready: bool = True
     scheduler_restarts: int = 0
 
     def answer(self, command: str):
+        self.place_uploads(command)
         if "nvidia-smi --query-gpu=name" in command:  # GpuNodeIdentity of the control plane
             return True, ["hostname cp1", "pci_gpus 0", "nvidia_smi missing"]
         if "kube-scheduler.yaml.new" in command and "sha256sum" in command:
@@ -73,10 +75,22 @@ class GpushareHost(FakeCluster):
             if path in self.files:
                 return True, self.files[path].decode().splitlines()
             return True, [f"__pyinfra_missing_{path}"]
+        match = re.match(r"if \[ -f " + WORD + r" \]; then stat -L", command)  # FileDigest
+        if match:
+            path = shlex.split(match.group(1))[0]
+            if path not in self.files:
+                return True, ["absent"]
+            return True, [f"{self.modes.get(path, '644')} root:root", f"{sha256(self.files[path])}  {path}"]
+        match = re.search(r"chmod (\d+) " + WORD + r" .* mv -f " + WORD + " " + WORD + " ", command)
+        if match and match.group(2).rstrip("'").endswith(".gpu-node-candidate"):  # put_text's swap
+            mode, candidate, dest = match.group(1), shlex.split(match.group(2))[0], shlex.split(match.group(4))[0]
+            self.files[dest] = self.files.pop(candidate)
+            self.modes[dest] = mode
+            return True, []
         if command.startswith("! (test -e"):  # File / Directory
             path = path_after("test -e ", command)
             if path in self.files:
-                mode = self.modes.get(path, "-rw-r--r--")
+                mode = "-rwxr-xr-x" if self.modes.get(path) == "755" else "-rw-r--r--"
                 return True, [f"user=root group=root mode={mode} atime=0 mtime=0 ctime=0 "
                               f"size={len(self.files[path])} '{path}'"]
             if any(name.startswith(path.rstrip("/") + "/") for name in self.files):
@@ -93,9 +107,16 @@ class GpushareHost(FakeCluster):
             return True, [f"{digest}  {path}"]
         match = re.match(r"chmod (\d+) " + WORD + "$", command)
         if match:
-            self.modes[shlex.split(match.group(2))[0]] = "-rw-r--r--" if match.group(1) == "644" else "-rwxr-xr-x"
+            self.modes[shlex.split(match.group(2))[0]] = match.group(1)
             return True, []
         return super().answer(command)
+
+    def place_uploads(self, command: str) -> None:
+        """deploy/operations/upload.py's place lines: each staged upload copied to its path."""
+        for line in command.splitlines():
+            if line.startswith("place "):
+                staged, path, _live = shlex.split(line)[1:]
+                self.files[path] = self.files.pop(staged)
 
     def swap(self, command: str):
         """The kubelet side: the staged manifest moved in restarts the scheduler pod."""
@@ -201,8 +222,8 @@ def test_cluster_upgrade_rewrites_config_and_restarts_scheduler_once_no_real_clu
     assert after == before  # only the checksum changed
     assert cluster.scheduler_restarts == 2
     # The config the scheduler ran with was kept for the swap's rollback before the new one was written.
-    (keep,) = [c for c in run.control_plane_commands() if c.startswith("mkdir -p") and "config.yaml.backup" in c]
-    assert f"cp -p {CONFIG} " in keep
+    (keep,) = [c for c in run.control_plane_commands() if c.startswith("mkdir -p") and f"cp -p {CONFIG} " in c]
+    assert "config.yaml.backup" in keep
     # 1.25 drops the old master label from the extender's placement: re-applied
     assert any("gpushare-schd-extender" in c for c in run.applies())
 
@@ -247,10 +268,10 @@ def test_local_inspect_file_with_the_pinned_checksum_is_installed_once(monkeypat
     data = {**DATA, "gpushare_inspect_source": str(binary), "gpushare_inspect_sha256": sha256(binary.read_bytes())}
     run = run_plan(monkeypatch, cluster, GPU, data=data)
     assert not run.failed
-    assert cluster.files[INSPECT] == binary.read_bytes()
-    assert f"chmod 755 {INSPECT}" in run.control_plane_commands()
+    assert cluster.files[INSPECT] == binary.read_bytes() and cluster.modes[INSPECT] == "755"
+    assert [c for c in run.control_plane_commands() if f"mv -f {INSPECT}.gpu-node-candidate {INSPECT}" in c]
     second = run_plan(monkeypatch, cluster, GPU, data=data)
-    assert f"chmod 755 {INSPECT}" not in second.control_plane_commands()
+    assert not [c for c in second.control_plane_commands() if INSPECT in c and not c.startswith("if [ -f")]
 
 
 def test_scheduler_manifest_with_another_config_is_left_unchanged(monkeypatch, cluster, caplog):

@@ -302,14 +302,24 @@ def test_report_paths_are_written_by_python_exactly_where_they_say(name, tmp_pat
 
 # --- manifests and files read back by their parsers ------------------------------------------------
 
+def yaml_documents(text) -> list[dict]:
+    try:
+        return [document for document in yaml.safe_load_all(text) if isinstance(document, dict)]
+    except yaml.YAMLError:  # a printf of something else than a manifest
+        return []
+
+
 def applied_documents(plan: list[tuple[str, bytes | None]]) -> list[dict]:
+    """What the plan sends as YAML: manifests fed to kubectl and helm by printf, and every upload (staged
+    under random names)."""
     documents = []
     for command, upload in plan:
-        words = shlex.split(command) if upload is None and "printf" in command else []
+        if upload is not None:
+            documents += yaml_documents(upload)
+            continue
+        words = shlex.split(command) if "printf" in command else []
         if "printf" in words and len(words) > words.index("printf") + 2:
-            documents += [doc for doc in yaml.safe_load_all(words[words.index("printf") + 2]) if isinstance(doc, dict)]
-        if upload is not None and command.endswith((".yaml", ".yaml.new")):
-            documents += [doc for doc in yaml.safe_load_all(upload) if isinstance(doc, dict)]
+            documents += yaml_documents(words[words.index("printf") + 2])
     return documents
 
 

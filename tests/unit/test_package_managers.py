@@ -188,7 +188,8 @@ def test_the_toolkit_stage_runs_dnf_only_after_a_bounded_wait_for_its_locks():
     dnf_runs = [(index, command) for index, command in enumerate(plan.commands) if RUNS_DNF.search(command)]
     assert [command for _, command in dnf_runs if "dnf install -y" in command], plan.commands
     for index, command in dnf_runs:
-        assert command.startswith(f"({wait};") or wait in plan.commands[:index], command
+        waits_first = f"({wait};" in command and command.index(f"({wait};") < RUNS_DNF.search(command).start()
+        assert waits_first or wait in plan.commands[:index], command
 
 
 def test_the_toolkit_stages_repository_check_waits_for_a_busy_manager():
@@ -196,8 +197,9 @@ def test_the_toolkit_stages_repository_check_waits_for_a_busy_manager():
     for distro_id, manager in (("rocky", DNF), ("opensuse-leap", ZYPPER)):
         plan = run_plan(toolkit, settings, platform(distro_id), unstated=DEFAULT)
         candidate = manager.repository_file.format(name="nvidia-container-toolkit") + ".gpu-node-candidate"
-        (check,) = plan.matching(f'cp {candidate} "$tmp/candidate.repo"')
-        assert check.startswith(repository_check(manager, settings.apt_lock_timeout).format(candidate=candidate))
+        (script,) = plan.matching(f'cp {candidate} "$tmp/candidate.repo"')
+        check = repository_check(manager, settings.apt_lock_timeout).format(candidate=candidate)
+        assert check in script and script.index(check) < script.index(f"mv -f {candidate}")
 
 
 def test_dnfs_versionlocks_are_read_from_its_lock_list_as_versionlock_list_prints_them():

@@ -5,18 +5,23 @@ from __future__ import annotations
 import subprocess
 
 import base64
+import json
 import logging
+import re
 
 import pytest
+from corpus import containerd_configs, docker_configs, file_params, read_text
 from plan import run_plan, settings_for
 from pyinfra.api import config as pyinfra_config
 
 from deploy import redact
+from deploy.containerd import layout
 from deploy.containerd.cri import merge_containerd_config, parse_config
 from deploy.containerd.layout import ConfigError
 from deploy.facts.containerd import config_read
 from deploy.distros import detect_platform
 from deploy.operations.docker import DaemonConfigError, parse_daemon_json, state_read
+from deploy.operations.failure import fail_host
 from deploy.settings import RuntimeWiring
 from deploy.tasks.containerd import containerd_runtime
 from deploy.tasks.docker import docker_runtime
@@ -267,3 +272,138 @@ def test_the_remote_scripts_sed_filter_masks_as_daemon_output_does(line):
     shown = subprocess.run(["sh", "-c", redact.shell_daemon_output_filter()], input=line + "\n",
                            capture_output=True, text=True, check=True).stdout.rstrip("\n")
     assert shown == redact.daemon_output(line)
+
+
+# --- URL user-info and header/token-like keys, wherever they show ------------------------------
+
+USERINFO_PASSWORD = "hunter2-MIRROR-pw"
+API_KEY = "k3y-API-VALUE-0123"
+
+
+@pytest.mark.parametrize(
+    "key, secret",
+    [("X-Api-Key", True), ("x-api-key", True), ("api_key", True), ("apiKey", True), ("X-Registry-Token", True),
+     ("Proxy-Authorization", True), ("bearer_token", True), ("aws_access_key_id", True), ("private_key", True),
+     ("Cookie", True), ("passphrase", True),
+     ("key_file", False), ("cert_file", False), ("X-Meta-Source-Client", False), ("http-proxy", False),
+     ("registry-mirrors", False), ("server", False)],
+)
+def test_header_and_token_like_key_names(key, secret):
+    assert redact.is_secret_key(key) is secret
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("https://bob:hunter2@mirror.example.internal/v2/", "https://***@mirror.example.internal/v2/"),
+    ("http://bob@proxy.example:3128", "http://***@proxy.example:3128"),
+    ("http://bob:p@ss@proxy.example:3128", "http://***@proxy.example:3128"),  # an unencoded @ in the password
+    ("socks5://u:%40pw@10.0.0.1:1080", "socks5://***@10.0.0.1:1080"),
+    ('endpoint = ["https://a:b@m1", "https://m2", "https://c:d@m3:5000"]',
+     'endpoint = ["https://***@m1", "https://m2", "https://***@m3:5000"]'),
+    ("Authorization: Bearer eyJhbGciOiJSUzI1NiJ9.payload", "Authorization: Bearer ***"),
+    ("a Basic Ym9iOnMzY3IzdA== header", "a Basic *** header"),
+    # what is not a credential stays
+    ("https://mirror.example.internal/v2/pause@sha256:abc", "https://mirror.example.internal/v2/pause@sha256:abc"),
+    ("robot@example.com wrote Basic auth", "robot@example.com wrote Basic auth"),
+])
+def test_url_user_info_and_http_credentials_are_masked_in_any_text(text, shown):
+    assert redact.mask_text(text) == shown
+
+
+# containerd 2.x registry hosts: /etc/containerd/certs.d/HOST/hosts.toml (containerd's docs' shape)
+HOSTS_TOML_WITH_USERINFO = f"""server = "https://robot:{USERINFO_PASSWORD}@registry.example.internal"
+
+[host."https://robot:{USERINFO_PASSWORD}@mirror.example.internal"]
+  capabilities = ["pull", "resolve"]
+  [host."https://robot:{USERINFO_PASSWORD}@mirror.example.internal".header]
+    X-Api-Key = ["{API_KEY}"]
+    Authorization = "Bearer {TOKEN}"
+    X-Request-Id = ["gpu-node"]
+"""
+
+
+def test_hosts_toml_server_and_host_urls_and_headers_are_masked_and_the_rest_kept():
+    masked = redact.mask_toml(HOSTS_TOML_WITH_USERINFO)
+    for secret in (USERINFO_PASSWORD, API_KEY, TOKEN, "robot"):
+        assert secret not in masked
+    assert 'server = "https://***@registry.example.internal"' in masked
+    assert '[host."https://***@mirror.example.internal".header]' in masked
+    assert 'X-Api-Key = "***"' in masked and 'X-Request-Id = ["gpu-node"]' in masked
+    assert len(masked.splitlines()) == len(HOSTS_TOML_WITH_USERINFO.splitlines())
+
+
+def with_user_info(text: str) -> str:
+    """Every http(s) URL of ``text`` given a user and password, as a site puts them in a mirror or a proxy."""
+    return re.sub(r"(https?://)", rf"\1robot:{USERINFO_PASSWORD}@", text)
+
+
+@pytest.mark.parametrize("path", file_params([path for path in containerd_configs()
+                                              if "endpoint = [" in path.read_text(errors="replace")]))
+def test_corpus_registry_mirror_endpoints_with_user_info_are_masked(path):
+    """containerd configs with registry mirrors (tests/corpus.py): each endpoint given user-info."""
+    original = read_text(path)
+    try:
+        layout.parse(original)
+    except Exception:
+        pytest.skip(f"{path.name} is a template gpu-node refuses to parse (its diff is withheld)")
+    seeded = with_user_info(original)
+    assert USERINFO_PASSWORD in seeded
+    masked = redact.mask_toml(seeded)
+    assert USERINFO_PASSWORD not in masked and "robot" not in masked
+    assert masked.count("://***@") >= seeded.count(f"robot:{USERINFO_PASSWORD}@")
+    assert len(masked.splitlines()) == len(seeded.splitlines())
+    lines = redact.masked_diff_lines(original, seeded, "toml")
+    assert lines and USERINFO_PASSWORD not in "\n".join(lines)
+
+
+@pytest.mark.parametrize("path", file_params([path for path in docker_configs()
+                                              if re.search(r'"(proxies|registry-mirrors)"', path.read_text())]))
+def test_corpus_docker_proxies_and_mirrors_with_user_info_are_masked_byte_for_byte_otherwise(path):
+    """daemon.json files with proxies or registry mirrors (tests/corpus.py): each URL given user-info,
+    and an https-proxy added where there was none."""
+    original = read_text(path)
+    seeded = with_user_info(original)
+    if '"proxies"' not in seeded:
+        seeded = seeded.replace("{", '{"proxies": {"https-proxy": "http://robot:'
+                                + USERINFO_PASSWORD + '@proxy.example:3128"}, ', 1)
+    json.loads(seeded)
+    masked = redact.mask_json(seeded)
+    assert USERINFO_PASSWORD not in masked
+    assert masked == seeded.replace(f"robot:{USERINFO_PASSWORD}@", "***@")
+    assert re.search(r'"https-proxy": "https?://\*\*\*@proxy', masked)
+
+
+def test_daemon_output_and_its_shell_filter_mask_user_info_and_api_keys_alike():
+    lines = [f'failed to resolve "https://robot:{USERINFO_PASSWORD}@mirror.example.internal/v2/"',
+             f'X-Api-Key = ["{API_KEY}"]', f"Authorization: Bearer {TOKEN}"]
+    for line in lines:
+        shown = subprocess.run(["sh", "-c", redact.shell_daemon_output_filter()], input=line + "\n",
+                               capture_output=True, text=True, check=True).stdout.rstrip("\n")
+        assert shown == redact.daemon_output(line)
+        for secret in (USERINFO_PASSWORD, API_KEY, TOKEN):
+            assert secret not in shown
+
+
+def test_a_failed_hosts_line_masks_the_user_info_it_quotes(caplog):
+    class Host:
+        def log_styled(self, message, fg=None, log_func=None):
+            log_func(message)
+
+    caplog.set_level(logging.INFO, logger="pyinfra")
+    fail_host(None, Host(), f"https://robot:{USERINFO_PASSWORD}@mirror.example.internal: unreachable")
+    assert "gpu-node: https://***@mirror.example.internal: unreachable" in caplog.text
+    assert USERINFO_PASSWORD not in caplog.text
+
+
+def test_the_verify_report_masks_a_mirror_url_the_runtime_quoted(tmp_path):
+    """crictl's real failure output (tests/fixtures/crictl), the sandbox image pulled through a
+    mirror whose URL carries a password: the report's reason shows the mirror, not the password."""
+    from test_verify_ladder import CRICTL_OUTPUT, containerd_dump, crictl_lines, node_lines, run_verify
+
+    output = (CRICTL_OUTPUT / "runp-sandbox-image-missing.txt").read_text().strip().replace(
+        'failed to get sandbox image \\"registry.k8s.io/pause:3.6\\"',
+        f'failed to get sandbox image \\"https://robot:{USERINFO_PASSWORD}@mirror.example.internal/pause:3.6\\"')
+    assert USERINFO_PASSWORD in output
+    _, record, steps, _ = run_verify(tmp_path, node_lines(dump=containerd_dump(), crictl=True),
+                                     crictl=crictl_lines(runp=(1, output)))
+    assert "https://***@mirror.example.internal/pause:3.6" in steps["cri_handler"]["reason"]
+    assert USERINFO_PASSWORD not in json.dumps(record)

@@ -36,6 +36,7 @@ DOCUMENTED_DEFAULTS = {
     "service_restart_timeout": 30,
     "drain_before_restart": False,
     "drain_timeout": 300,
+    "runtime_config_backups": 5,
     "nvidia_driver_install": True,
     "nvidia_driver_branch": None,
     "nvidia_driver_version": None,
@@ -159,6 +160,8 @@ def test_normalised_forms():
          "invalid setting service_restart_timeout=601: allowed: an integer >= 5 <= 600"),
         ({"service_restart_timeout": "soon"},
          "invalid setting service_restart_timeout='soon': allowed: an integer >= 5 <= 600"),
+        ({"runtime_config_backups": 0},
+         "invalid setting runtime_config_backups=0: allowed: an integer >= 1 <= 100"),
         # pyinfra reads --data x=true as True: a number must not take it for 1
         ({"download_timeout": True}, "invalid setting download_timeout=True: allowed: an integer >= 1 <= 600"),
         ({"min_free_disk_mb": -1}, "invalid setting min_free_disk_mb=-1: allowed: an integer >= 0"),
