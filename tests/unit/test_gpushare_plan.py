@@ -10,6 +10,7 @@ real ones the deploy sends; the scripts themselves run for real in test_gpushare
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -58,11 +59,11 @@ class GpushareHost(FakeCluster):
             self.files[INSPECT] = b"(the downloaded release)"
             self.pinned[INSPECT] = url_sha  # the script installs only a file with this SHA-256
             return True, []
-        if command.startswith("( test -e") and "&& cat" in command:  # FileContents
-            path = re.search(r"test -e (\S+)", command).group(1)
+        if command.startswith("if [ -f") and "base64 -w0" in command:  # FileText
+            path = re.search(r"if \[ -f (\S+) \]", command).group(1)
             if path in self.files:
-                return True, self.files[path].decode().splitlines()
-            return True, [f"__pyinfra_missing_{path}"]
+                return True, [f"text {base64.b64encode(self.files[path]).decode()}"]
+            return True, []
         if command.startswith("! (test -e"):  # File / Directory
             path = re.search(r"test -e (\S+)", command).group(1)
             if path in self.files:
