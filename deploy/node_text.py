@@ -107,18 +107,15 @@ def _check_shape(value, source: str, budget: int) -> None:
     """Refuse a value nested deeper than ``MAX_DEPTH``, or holding more values than ``budget``:
     text holds no more values than characters unless YAML aliases repeat them (a "billion laughs"
     document, whose expansion any later walk would pay for). Walked with a list, not recursion."""
+    if not isinstance(value, (dict, list)):
+        return
     pending = [(value, 1)]
     while pending:
         item, depth = pending.pop()
-        budget -= 1
+        children = list(item.values()) if isinstance(item, dict) else item
+        budget -= len(children)
         if budget < 0:
             raise UnreadableText(f"{source} repeats values through aliases into more than its text holds")
-        if isinstance(item, dict):
-            children = list(item.values())
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
         if children and depth >= MAX_DEPTH:
             raise UnreadableText(f"{source} nests values deeper than gpu-node reads ({MAX_DEPTH} levels)")
-        pending.extend((child, depth + 1) for child in children)
+        pending.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
