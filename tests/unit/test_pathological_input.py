@@ -17,7 +17,7 @@ import tomllib
 
 import pytest
 import yaml
-from plan import DEFAULT, Node, gpu_node, os_release, node_lines, run_deploy, run_inventory, run_plan, settings_for
+from plan import DEFAULT, REPO, Node, gpu_node, os_release, node_lines, run_deploy, run_inventory, run_plan, settings_for
 from pyinfra import host
 from pyinfra.api import Inventory, deploy
 from pyinfra.api.exceptions import FactProcessError
@@ -438,6 +438,15 @@ def test_a_number_of_5000_digits_in_the_nodes_own_output_refuses_the_host_in_pre
     line = one_line(plan, "the node's answer to HostState cannot be read", "ValueError: Exceeds the limit (4300 digits)")
     assert line.count("cannot be read") == 1, line
     assert plan.op_names() == ["Refuse this host (preflight)"]
+
+
+@pytest.mark.usefixtures("both_modes")
+def test_deploy_verify_refuses_a_host_whose_read_cannot_be_read_in_one_line():
+    lines = [line if not line.startswith("disk /var") else "disk /var " + "9" * 5000
+             for line in node_lines("6.1.0-18-amd64")]
+    plan = run_deploy(gpu_node(host_state=lines, unstated=DEFAULT), deploy_file=str(REPO / "deploy" / "verify.py"))
+    one_line(plan, "the node's answer to HostState cannot be read", "ValueError: Exceeds the limit (4300 digits)")
+    assert plan.op_names() == ["Refuse this host (its read)"]
 
 
 def test_a_fact_read_alone_fails_in_one_fact_error_never_another_exception():
