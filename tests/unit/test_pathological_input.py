@@ -473,30 +473,45 @@ def test_a_fact_read_alone_that_cannot_be_read_fails_that_host_and_the_run_goes_
 
 # --- a fleet: one poisoned host among good ones ----------------------------------------------------
 
-WIRED = "Wire the nvidia runtime into /etc/containerd/config.toml"
+def containerd_node(config: bytes) -> Node:
+    answer = f"binary_path /usr/bin/containerd\nversion containerd 1.6.20~ds1\nconfig {node_read(config)}"
+    return gpu_node(facts=[(config_read(CONTAINERD_CONFIG, None, "containerd"), answer)], unstated=DEFAULT)
+
+
+def docker_node(config: bytes) -> Node:
+    answer = ("dockerd /usr/sbin/dockerd\nversion Docker version 20.10.24+dfsg1, build 297e128\n"
+              f"config {node_read(config)}")
+    return gpu_node(facts=[(docker_state_read(DAEMON_JSON), answer)], unstated=DEFAULT)
+
+
+FLEETS = {  # the runtime, its config, a node holding a config, and a good config
+    "containerd": ("containerd", CONTAINERD_CONFIG, containerd_node, TOML,
+                   b'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  default_runtime_name = "runc"\n'),
+    "docker": ("docker", DAEMON_JSON, docker_node, JSON, b'{\n  "log-driver": "journald"\n}\n'),
+}
 
 
 @pytest.mark.usefixtures("both_modes")
-@pytest.mark.parametrize("case", ["nested 3,000 deep", "a number of 5,000 digits", "not UTF-8"])
-def test_one_poisoned_host_fails_in_one_line_and_the_others_are_wired(case):
-    content, says = TOML[case]
-    good = b'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  default_runtime_name = "runc"\n'
-
-    def node(config: bytes) -> Node:
-        answer = f"binary_path /usr/bin/containerd\nversion containerd 1.6.20~ds1\nconfig {node_read(config)}"
-        return gpu_node(facts=[(config_read(CONTAINERD_CONFIG, None, "containerd"), answer)], unstated=DEFAULT)
-
+@pytest.mark.parametrize("fleet", FLEETS)
+@pytest.mark.parametrize("case", ["nested", "a number of 5,000 digits", "not UTF-8"])
+def test_one_poisoned_host_fails_in_one_line_and_the_others_are_wired(fleet, case):
+    """The issue's run: one host's daemon.json nested 100,000 deep stopped every host, after the
+    others had swapped theirs in and restarted docker, with no host marked failed."""
+    runtime, path, node, cases, good = FLEETS[fleet]
+    content, says = next(value for name, value in cases.items() if name.startswith(case))
     names = ["@fake/good1", "@fake/poisoned", "@fake/good2"]
     nodes = dict(zip(names, [node(good), node(content), node(good)]))
     inventory = Inventory((names, {}), override_data={
         "fake_delay": 0, "fake_delay_jitter": 0, "kernel_modules_load": False, "reboot_allowed": False,
-        "stages": "runtimes"})
+        "stages": "runtimes", "container_runtimes": runtime})
     plan = run_inventory(inventory, nodes)
     assert plan.error is None, plan.error
     [line] = plan.failures
-    assert CONTAINERD_CONFIG in line and says in line and "\n" not in line
-    failed = {host.name for host in plan.state.failed_hosts}
-    assert failed == {"@fake/poisoned"}
-    wired = {host for host, command in plan.timeline if command.startswith("upload ") and CONTAINERD_CONFIG in command}
+    assert path in line and says in line and "\n" not in line
+    assert {host.name for host in plan.state.failed_hosts} == {"@fake/poisoned"}
+    wired = {host for host, command in plan.timeline if command.startswith("upload ") and path in command}
     assert wired == {"@fake/good1", "@fake/good2"}, plan.timeline
+    restarted = {host for host, command in plan.timeline  # the safe install's swap and restart
+                 if f"unit={runtime}\n" in command and 'systemctl restart "$unit"' in command}
+    assert restarted == {"@fake/good1", "@fake/good2"}, plan.timeline
     assert not [command for host, command in plan.timeline if host == "@fake/poisoned" and "upload" in command]
