@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 from tomlkit.exceptions import ParseError
 
+from deploy import node_text
 from deploy.containerd import layout
 from deploy.containerd.layout import TOMLKIT_FAULTS, ConfigError, Edits, tomllib
 from deploy.settings import RuntimeWiring
@@ -89,9 +90,11 @@ def runtime_mode_of(text: str | None) -> str:
     if text is None:
         return RUNTIME_DEFAULT_MODE
     try:
-        config = tomllib.loads(text)
+        config = node_text.parsed(tomllib.loads, text, RUNTIME_CONFIG)
+    except node_text.UnreadableText as error:
+        raise ConfigError(str(error)) from None
     except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{RUNTIME_CONFIG} is not valid TOML: {error}") from None
+        raise ConfigError(f"{RUNTIME_CONFIG} is not valid TOML: {node_text.syntax_error(error, text)}") from None
     section = config.get(RUNTIME_SECTION[0])
     mode = section.get("mode", RUNTIME_DEFAULT_MODE) if isinstance(section, dict) else RUNTIME_DEFAULT_MODE
     return str(mode)

@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pyinfra import host  # noqa: E402
 
 from deploy.entry import gpu_node_settings  # noqa: E402
+from deploy.facts.base import UnreadableOutput  # noqa: E402
 from deploy.operations.failure import HostRefusal, fail  # noqa: E402
 from deploy.stages import stages_for  # noqa: E402
 from deploy.tasks.drain import checked_drain_target  # noqa: E402
@@ -24,7 +25,7 @@ if settings is not None:
     stages = stages_for(settings)
     try:
         found = preflight(settings, stages)
-    except HostRefusal as refusal:
+    except (HostRefusal, UnreadableOutput) as refusal:
         # This host alone fails, before any change on it; the rest of the fleet goes on.
         fail(name="Refuse this host (preflight)", message=str(refusal))
     else:

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from pyinfra.api.exceptions import PyinfraError
 
-from deploy import templates
+from deploy import node_text, templates
 
 MANAGED_RESOURCE = "aliyun.com/gpu-mem"
 EXTENDER_NAME = "gpushare-schd-extender"
@@ -161,9 +161,11 @@ def device_plugin_manifest(image: str, memory_unit: str) -> str:
 
 def _scheduler_pod(text: str) -> dict:
     try:
-        pod = yaml.safe_load(text)
+        pod = node_text.parsed(yaml.safe_load, text, "it")
+    except node_text.UnreadableText as error:
+        raise ManifestError(str(error)) from None
     except yaml.YAMLError as error:
-        raise ManifestError(f"not valid YAML ({str(error).splitlines()[0]})") from None
+        raise ManifestError(f"not valid YAML ({node_text.syntax_error(error, text)})") from None
     if not isinstance(pod, dict) or pod.get("kind") != "Pod" or pod.get("apiVersion") != "v1":
         raise ManifestError("not a v1 Pod manifest")
     if not isinstance(pod.get("metadata"), dict) or not isinstance(pod.get("spec"), dict):

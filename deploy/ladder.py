@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import yaml
 from packaging.version import InvalidVersion, Version
 
-from deploy import redact
+from deploy import node_text, redact
 from deploy.cdi import RUNTIME_CONFIG, SPEC_PATH, CdiUnsupported, for_containerd, runtime_mode_of
 from deploy.fabric import fabric_of
 from deploy.facts.cdi import REFRESH_PATH_UNIT, spec_stale
@@ -108,7 +108,7 @@ def parse_cri_runtimes(dump: str) -> dict:
     """``containerd config dump`` -> the CRI plugin's runtimes and default runtime name."""
     # Read only: the standard library's reader, not tomlkit's round-trip parser (about ten times
     # slower, and a fleet's verification parses one dump per node on the controller).
-    config = tomllib.loads(dump)
+    config = node_text.parsed(tomllib.loads, dump, "`containerd config dump`")
     containerd = config.get("plugins", {}).get(dump_cri_plugin(config), {}).get("containerd", {})
     return {
         "default_runtime": containerd.get("default_runtime_name"),
@@ -143,7 +143,7 @@ def configured_binaries(readout: dict, cri: dict | None) -> set[str]:
 
 
 def kubelet_cgroup_driver(text: str) -> str:
-    config = yaml.safe_load(text) or {}
+    config = node_text.parsed(yaml.safe_load, text, KUBELET_CONFIG) or {}
     # The kubelet's own default when the file does not set it.
     return str(config.get("cgroupDriver") or "cgroupfs") if isinstance(config, dict) else "cgroupfs"
 
@@ -461,8 +461,11 @@ def cgroup_steps(readout: dict, options: VerifyOptions, cri: dict | None) -> lis
         return [Step("cgroup_driver", SKIP, f"no {KUBELET_CONFIG} (the kubelet is not configured yet)")]
     try:
         driver = kubelet_cgroup_driver(readout["kubelet_config"])
+    except node_text.UnreadableText as error:
+        return [Step("cgroup_driver", FAIL, str(error))]
     except yaml.YAMLError as error:
-        return [Step("cgroup_driver", FAIL, f"cannot parse {KUBELET_CONFIG}: {str(error).splitlines()[0]}")]
+        return [Step("cgroup_driver", FAIL, f"cannot parse {KUBELET_CONFIG}: "
+                                            f"{node_text.syntax_error(error, readout['kubelet_config'])}")]
     kubelet_systemd = driver == "systemd"
     checks = []
     if "containerd" in options.runtimes and cri:
@@ -569,7 +572,7 @@ def cri_cdi_probe(readout: dict, options: VerifyOptions) -> CdiProbe | None:
         cdi_spec_names(state["spec"])
     except ValueError:
         return None
-    spec = yaml.safe_load(state["spec"])
+    spec = node_text.parsed(yaml.safe_load, state["spec"], SPEC_PATH)
     devices = {str(device.get("name")): device for device in spec["devices"] if isinstance(device, dict)}
     uuids = [gpu["uuid"] for gpu in readout["smi"]["gpus"] if gpu.get("uuid")]
     name = uuids[0] if uuids and uuids[0] in devices else "all"
@@ -685,11 +688,11 @@ def cdi_expected(readout: dict, options: VerifyOptions) -> bool:
 def cdi_spec_names(text: str) -> list[str]:
     """The device names a CDI spec gives (raises ValueError when it is not a spec)."""
     try:
-        spec = yaml.safe_load(text)
+        spec = node_text.parsed(yaml.safe_load, text, SPEC_PATH)
     except yaml.YAMLError as error:
-        raise ValueError(f"not YAML: {_short(str(error))}") from None
+        raise ValueError(f"{SPEC_PATH} is not YAML: {_short(node_text.syntax_error(error, text))}") from None
     if not isinstance(spec, dict) or not isinstance(spec.get("devices"), list) or "kind" not in spec:
-        raise ValueError("not a CDI spec (no kind or devices)")
+        raise ValueError(f"{SPEC_PATH} is not a CDI spec (no kind or devices)")
     return [str(device.get("name")) for device in spec["devices"] if isinstance(device, dict)]
 
 
@@ -719,7 +722,7 @@ def cdi_step(readout: dict, options: VerifyOptions) -> Step:
     try:
         names = cdi_spec_names(state["spec"])
     except ValueError as error:
-        return Step("cdi", FAIL, f"{SPEC_PATH} is {error}: {regenerate}")
+        return Step("cdi", FAIL, f"{error}: {regenerate}")
     if spec_stale(state):
         return Step("cdi", FAIL, f"{SPEC_PATH} is older than the driver's module index or nvidia-ctk: {regenerate}")
     missing = [uuid for uuid in uuids if uuid not in names]

@@ -14,6 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pyinfra import host  # noqa: E402
 
 from deploy.entry import gpu_node_settings  # noqa: E402
+from deploy.facts.base import UnreadableOutput  # noqa: E402
+from deploy.operations.failure import fail  # noqa: E402
 from deploy.stages import read_only_stages  # noqa: E402
 from deploy.tasks.preflight import read_ahead  # noqa: E402
 
@@ -22,6 +24,11 @@ from deploy.tasks.preflight import read_ahead  # noqa: E402
 settings = gpu_node_settings(host)
 if settings is not None:
     stages = read_only_stages()
-    read_ahead(settings, stages)
-    for stage in stages:
-        stage.apply(settings, None, None)
+    try:
+        read_ahead(settings, stages)
+    except UnreadableOutput as unreadable:
+        # This host alone fails; the rest of the fleet is verified.
+        fail(name="Refuse this host (its read)", message=str(unreadable))
+    else:
+        for stage in stages:
+            stage.apply(settings, None, None)

@@ -30,6 +30,7 @@ cluster's kubectl on a control plane).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import inspect
 import json
@@ -242,14 +243,16 @@ class Node:
         return _output(found)
 
     def _combined(self, kwargs: Mapping, unstated: list[str]) -> list[str]:
-        """Preflight's one command: each section it asks for, from this node's own answers."""
+        """Preflight's one command: each section it asks for, from this node's own answers, in one
+        base64 line as the command prints them (a byte that is not UTF-8: a lone surrogate, "\udcff")."""
         entries = [(fact, {}, None) for fact in kwargs.get("facts", ())]
         entries += [(fact, call_kwargs, index) for index, (fact, call_kwargs) in enumerate(kwargs.get("calls", ()))]
         lines: list[str] = []
         for fact, call_kwargs, index in entries:
             # Each section's command runs in a subshell whose stderr is dropped: only its stdout shows.
             lines += [f"{MARKER}{section_name(fact, index)}", *self.answer_fact(fact, call_kwargs, unstated).stdout]
-        return lines
+        text = "".join(f"{line}\n" for line in lines)
+        return [base64.b64encode(text.encode("utf-8", "surrogateescape")).decode()]
 
 
 # --- stated nodes and their facts' output ----------------------------------------------------

@@ -26,7 +26,7 @@ import tomlkit
 from tomlkit.exceptions import ParseError
 from tomlkit.items import Array, Table
 
-from deploy import redact
+from deploy import node_text, redact
 from deploy.cdi import SPEC_DIRS, SPEC_PATH
 from deploy.containerd import layout
 from deploy.containerd.layout import TOMLKIT_FAULTS, ConfigError, Edits, TablePath, dotted, tomllib
@@ -61,10 +61,14 @@ class Merged:
 
 def parse_config(text: str, source: str) -> tomlkit.TOMLDocument:
     try:
-        return layout.parse(text)
+        return node_text.parsed(layout.parse, text, source)
+    except node_text.UnreadableText as error:
+        raise ConfigError(str(error)) from None
     except ParseError as error:
         try:
-            tomllib.loads(text)
+            node_text.parsed(tomllib.loads, text, source)
+        except node_text.UnreadableText as unreadable:
+            raise ConfigError(str(unreadable)) from None
         except tomllib.TOMLDecodeError:
             # tomlkit's message ends with "at line L col C"; the character it quotes may be a password's.
             raise ConfigError(f"{source} is not valid TOML: {redact.toml_error(error)}") from None
@@ -292,9 +296,11 @@ def effective_problems(dump: str, wiring: RuntimeWiring) -> tuple[str, list[str]
     (the runtime's table as TOML names it, the differences; none when it is wired).
     """
     try:
-        config = tomllib.loads(dump)
+        config = node_text.parsed(tomllib.loads, dump, "its output")
+    except node_text.UnreadableText as error:
+        return "containerd config dump", [str(error)]
     except tomllib.TOMLDecodeError as error:
-        return "containerd config dump", [f"its output is not TOML: {error}"]
+        return "containerd config dump", [f"its output is not TOML: {node_text.syntax_error(error, dump)}"]
     plugin = dump_cri_plugin(config)
     containerd = config.get("plugins", {}).get(plugin, {}).get("containerd", {})
     where = dotted(("plugins", plugin, "containerd"))

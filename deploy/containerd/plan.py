@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from pyinfra import host
 
-from deploy import templates
+from deploy import node_text, templates
 from deploy.cdi import CdiUnsupported, for_containerd
 from deploy.containerd.cri import (
     CRI_RUNTIME_PLUGIN,
@@ -80,7 +80,9 @@ def config_values(text: str, source: str) -> dict:
     an edit needs (the no-op reads every host's files). Where tomllib refuses the text, tomlkit's
     reading and its error, as every edit of the file gives them."""
     try:
-        return tomllib.loads(text)
+        return node_text.parsed(tomllib.loads, text, source)
+    except node_text.UnreadableText as error:
+        raise ConfigError(str(error)) from None
     except tomllib.TOMLDecodeError:
         return parse_config(text, source).unwrap()
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import base64
 import shlex
 
-from pyinfra.api import FactBase
+
+from deploy import node_text
+from deploy.facts.base import NodeFact
 
 REFRESH_PATH_UNIT = "nvidia-cdi-refresh.path"
 UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
@@ -27,8 +29,8 @@ for property in $(systemctl show -p UnitFileState -p ActiveState __PATH_UNIT__ 2
 done
 echo "refresh_enabled $enabled"
 echo "refresh_active $active"
-[ -f __ENV__ ] && echo "env $(base64 -w0 < __ENV__)"
-[ -f __RUNTIME_CONFIG__ ] && echo "runtime_config $(base64 -w0 < __RUNTIME_CONFIG__)"
+[ -f __ENV__ ] && echo "env $(__READ_ENV__)"
+[ -f __RUNTIME_CONFIG__ ] && echo "runtime_config $(__READ_RUNTIME_CONFIG__)"
 # the newest of their change times, in the shell (uname -r is the kernel's osrelease): one process
 read -r kernel < /proc/sys/kernel/osrelease
 newest=
@@ -37,7 +39,7 @@ for changed in $(stat -c %Z "/lib/modules/$kernel/modules.dep" $ctk 2>/dev/null)
 done
 echo "inputs_changed $newest"
 if [ -f __SPEC__ ]; then
-  spec=$(stat -c %Z __SPEC__); echo "spec_changed $spec"; echo "spec $(base64 -w0 < __SPEC__)"
+  spec=$(stat -c %Z __SPEC__); echo "spec_changed $spec"; echo "spec $(__READ_SPEC__)"
 else
   spec=0
 fi
@@ -52,7 +54,7 @@ true
 """
 
 
-class CdiState(FactBase):
+class CdiState(NodeFact):
     """
     The CDI spec at ``spec`` (its text, and when it was written), the refresh units the toolkit ships (where, enabled,
     active), their environment file's text, the nvidia runtime's config at ``runtime_config`` (its
@@ -76,6 +78,9 @@ class CdiState(FactBase):
 
     def command(self, spec, env, runtime_config):
         return (CDI_SCRIPT.strip()
+                .replace("__READ_SPEC__", node_text.base64_read("__SPEC__"))
+                .replace("__READ_ENV__", node_text.base64_read("__ENV__"))
+                .replace("__READ_RUNTIME_CONFIG__", node_text.base64_read("__RUNTIME_CONFIG__"))
                 .replace("__UNIT_DIRS__", " ".join(UNIT_DIRS)).replace("__PATH_UNIT__", REFRESH_PATH_UNIT)
                 .replace("__SPEC__", shlex.quote(spec)).replace("__ENV__", shlex.quote(env))
                 .replace("__RUNTIME_CONFIG__", shlex.quote(runtime_config)))
@@ -94,7 +99,7 @@ class CdiState(FactBase):
             if kind in ("ctk", "refresh_unit", "refresh_enabled", "refresh_active"):
                 state[kind] = rest or None
             elif kind in ("env", "spec", "runtime_config"):
-                state[kind] = base64.b64decode(rest).decode("utf-8", "replace") if rest else ""
+                state[kind] = node_text.decode(base64.b64decode(rest)) if rest else ""
             elif kind in ("inputs_changed", "spec_changed", "smi_exit_code", "smi_gpus") and rest.isdigit():
                 state[kind] = int(rest)
         return state

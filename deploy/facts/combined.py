@@ -11,10 +11,15 @@ older than the last change. (pyinfra itself caches no fact: each get_fact is a r
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 
 from pyinfra.api import FactBase, StringCommand
+from pyinfra.api.exceptions import FactProcessError
 
+from deploy import node_text
+from deploy.facts.base import NodeFact, UnreadableOutput, unreadable
 from deploy.run_state import per_run
 
 MARKER = "@@gpu-node-fact "
@@ -33,7 +38,7 @@ def section_name(fact: type[FactBase], index: int | None) -> str:
     return fact.__name__ if index is None else f"{fact.__name__}#{index}"
 
 
-class CombinedOutput(FactBase):
+class CombinedOutput(NodeFact):
     """
     The output lines of several facts' commands run in one remote command, each in a subshell of
     its own after a marker line; ``read_facts`` hands each its own lines. ``facts`` are
@@ -59,7 +64,10 @@ class CombinedOutput(FactBase):
                 command = StringCommand("if command -v", requires, ">/dev/null 2>&1; then", command, "; fi")
             marker = f"'{MARKER}{section_name(fact, index)}'"
             parts += ["{ echo", marker, "; (", command, f'); }} >"$_gn/{number}" 2>/dev/null </dev/null &']
-        parts += ["wait; cat", *(f'"$_gn/{number}"' for number in range(len(entries))), '; rm -rf "$_gn"; true']
+        # In base64: pyinfra's connector takes output as UTF-8 and stops at the first line that is not
+        # (a file's Latin-1 comment, a process's command line), losing every section after it.
+        parts += ["wait; cat", *(f'"$_gn/{number}"' for number in range(len(entries))),
+                  '| base64 -w0; echo; rm -rf "$_gn"; true']
         return StringCommand(*parts)
 
     @staticmethod
@@ -67,7 +75,12 @@ class CombinedOutput(FactBase):
         return []
 
     def process(self, output):
-        return list(output)
+        try:
+            data = base64.b64decode("".join(line.strip() for line in output), validate=True)
+        except binascii.Error as error:
+            raise FactProcessError(f"could not decode the node's read: {error}") from None
+        lines = node_text.decode(data).split("\n")
+        return lines[:-1] if lines and not lines[-1] else lines
 
 
 def split_sections(lines: list[str]) -> dict[str, list[str]]:
@@ -83,9 +96,16 @@ def split_sections(lines: list[str]) -> dict[str, list[str]]:
 
 
 def _value(fact: type[FactBase], lines: list[str] | None):
+    """What ``fact`` reads from its section; UnreadableOutput, in one line, where it cannot."""
     instance = fact()
     if lines:
-        return instance.process(lines)
+        try:
+            node_text.checked("\n".join(lines), f"the node's answer to {fact.__name__}", max_bytes=None)
+            return instance.process(lines)
+        except (node_text.UnreadableText, FactProcessError) as error:  # one line naming it already
+            raise UnreadableOutput(str(error)) from None
+        except Exception as error:  # noqa: BLE001 - pyinfra's facts too: whatever reading it raises is about the output
+            raise UnreadableOutput(unreadable(fact, error)) from None
     default = instance.default
     return default() if callable(default) else default
 

@@ -6,10 +6,13 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+import shlex
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 from pyinfra.api.exceptions import FactProcessError
 
+from deploy.facts.base import NodeFact
+from deploy import node_text
 from deploy.containerd.flavours import FLAVOUR_PATHS, FLAVOUR_UNITS, GENERATED_CONFIGS
 from deploy.containerd.layout import tomllib
 
@@ -28,9 +31,11 @@ def parse_containerd_version(line: str) -> dict:
 
 
 def decode_file(encoded: str, what: str) -> str:
+    """A file's text from ``node_text.base64_read``'s line: bytes that are not UTF-8 are kept, for
+    the parser's guard to name (deploy/node_text.py)."""
     try:
-        return base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError) as error:
+        return node_text.decode(base64.b64decode(encoded.strip(), validate=True))
+    except binascii.Error as error:
         raise FactProcessError(f"could not decode {what}: {error}") from None
 
 
@@ -38,7 +43,7 @@ def _if_file(path: str, then: StringCommand, otherwise: StringCommand | str) -> 
     return StringCommand("if [ -f", QuoteString(path), "]; then", then, "; else", otherwise, "; fi")
 
 
-class ContainerdConfig(FactBase):
+class ContainerdConfig(NodeFact):
     """
     The containerd binary, its version and the config file, read in one command. When the file
     is missing: ``base_path``'s text if given and present, else ``containerd config default``.
@@ -60,7 +65,7 @@ class ContainerdConfig(FactBase):
 
     def command(self, path, base_path=None, binary="containerd"):
         file_b64 = lambda label, name: StringCommand(  # noqa: E731
-            "echo", QuoteString(label), "$(base64 -w0 <", QuoteString(name), ")"
+            "echo", QuoteString(label), f"$({node_text.base64_read(shlex.quote(name))})"
         )
         default = StringCommand(
             'if [ -n "$bin" ]; then echo default_config $("$bin" config default 2>/dev/null | base64 -w0); fi'
@@ -69,14 +74,19 @@ class ContainerdConfig(FactBase):
         return StringCommand(
             "bin=$(command -v", QuoteString(binary), "2>/dev/null || true);",
             'echo "binary_path $bin";',
-            # beside the dump: each is a start of the Go binary, the slowest part of the node's read
-            'if [ -n "$bin" ]; then { echo "version $("$bin" --version 2>/dev/null | head -n1)"; } & fi;',
+            # beside the dump: each is a start of the Go binary, the slowest part of the node's read. Its
+            # line goes through a file: written into the fact's output while the config's line (larger
+            # than a pipe writes at once) is, it could land inside it.
+            '_v=$(mktemp 2>/dev/null || true);',
+            'if [ -n "$bin" ] && [ -n "$_v" ]; then { echo "version $("$bin" --version 2>/dev/null | head -n1)" >"$_v"; } &',
+            'elif [ -n "$bin" ]; then echo "version $("$bin" --version 2>/dev/null | head -n1)"; fi;',
             _if_file(path, StringCommand(
                 file_b64("config", path), ';',
                 'if [ -n "$bin" ]; then dump=$("$bin" --config', QuoteString(path), "config dump 2>&1);",
-                'echo "dump_exit_code $?"; echo dump $(printf %s "$dump" | base64 -w0); fi',
+                'echo "dump_exit_code $?"; echo dump $(printf %s "$dump" |',
+                f"head -c {node_text.MAX_FILE_BYTES + 1} | base64 -w0); fi",
             ), missing),
-            "; wait; true",
+            '; wait; if [ -n "$_v" ]; then cat "$_v"; rm -f "$_v"; fi; true',
         )
 
     @staticmethod
@@ -119,7 +129,7 @@ def config_read(path: str, base_path: str | None, binary: str) -> tuple[type[Fac
     return (ContainerdConfig, {"path": path, "base_path": base_path, "binary": binary})
 
 
-class ContainerdImports(FactBase):
+class ContainerdImports(NodeFact):
     """
     The files containerd imports: each pattern of ``imports`` globbed as containerd does
     (relative to the config's directory, matches in byte order), with their text.
@@ -137,7 +147,7 @@ class ContainerdImports(FactBase):
             *[QuoteString(pattern) for pattern in patterns],
             '; do for f in $pattern; do [ -f "$f" ] || continue;',
             'case $f in /*) p=$f ;; *) p=$PWD/$f ;; esac;',
-            'echo "file $(printf %s "$p" | base64 -w0) $(base64 -w0 < "$f")"; done; done; true',
+            'echo "file $(printf %s "$p" | base64 -w0) $(' + node_text.base64_read('"$f"') + ')"; done; done; true',
         )
 
     @staticmethod
@@ -159,7 +169,7 @@ UNIT_DIRS = ("/etc/systemd/system", "/usr/local/lib/systemd/system", "/lib/syste
              "/usr/lib/systemd/system")
 
 
-class ContainerdFlavour(FactBase):
+class ContainerdFlavour(NodeFact):
     """
     Which paths of the Kubernetes distributions that bring their own containerd exist, which of
     their units are installed (and their state), and the ``version`` line of their generated
@@ -187,7 +197,7 @@ class ContainerdFlavour(FactBase):
         for config in GENERATED_CONFIGS:
             parts.append(StringCommand(
                 "if [ -f", QuoteString(config), "]; then echo", QuoteString(f"generated {config}"),
-                "$(base64 -w0 <", QuoteString(config), "); fi;",
+                f"$({node_text.base64_read(shlex.quote(config))}); fi;",
             ))
         parts.append('echo "binary $(command -v containerd 2>/dev/null || true)"')
         return StringCommand(*parts)
@@ -219,7 +229,7 @@ def generated_config_version(text: str) -> int | None:
     """The top-level ``version`` of a config k3s/rke2 generated (1 when it has none), read by a TOML
     parser; None when the file does not parse (the template is then chosen by the default)."""
     try:
-        version = tomllib.loads(text).get("version", 1)
-    except tomllib.TOMLDecodeError:
+        version = node_text.parsed(tomllib.loads, text, "the generated config").get("version", 1)
+    except (tomllib.TOMLDecodeError, node_text.UnreadableText):
         return None
     return version if isinstance(version, int) else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shlex
 
-from pyinfra.api import FactBase
+from deploy.facts.base import NodeFact
 
 # Python 3.6 (RHEL 8's platform-python) and newer; every line is "<kind> <value>".
 CUDA_INIT_SCRIPT = r"""
@@ -90,7 +90,7 @@ def cuda_version(number: int) -> str:
     return f"{number // 1000}.{number % 1000 // 10}"
 
 
-class CudaInit(FactBase):
+class CudaInit(NodeFact):
     """
     ``cuInit(0)`` through the driver's ``libcuda.so.1``, by the node's python3 (or RHEL's
     ``/usr/libexec/platform-python``) with ctypes: the library the loader found, the CUDA version

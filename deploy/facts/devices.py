@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import shlex
 
-from pyinfra.api import FactBase
+from deploy.facts.base import NodeFact
+
 
 # Each NVIDIA character device under the dev dir, its major:minor, and where /dev/char/<major:minor>
 # leads (both resolved): systemd names a unit's allowed devices by these links when it re-applies
@@ -20,7 +21,7 @@ true
 """
 
 
-class NvidiaDeviceLinks(FactBase):
+class NvidiaDeviceLinks(NodeFact):
     """
     The NVIDIA character devices under ``dev_dir`` (``/dev``, or a driver root's), each with its
     ``major:minor`` and what ``/dev/char/<major:minor>`` resolves to (None: no link).

@@ -10,8 +10,10 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from pyinfra.api import FactBase, QuoteString, StringCommand
+from pyinfra.api import QuoteString, StringCommand
 
+from deploy.facts.base import NodeFact
+from deploy import node_text
 from deploy.facts.containerd import decode_file
 
 # "Docker version 20.10.24+dfsg1, build 5d6db84", "Docker version 27.3.1, build ce12230"
@@ -137,8 +139,16 @@ def _split(value: str, what: str) -> list[str]:
                              "tell dockerd's flags from it)") from None
 
 
+def _readable(text: str, source: str) -> str:
+    try:
+        return node_text.checked(text, source)
+    except node_text.UnreadableText as error:
+        raise UnitParseError(str(error)) from None
+
+
 def parse_environment_file(text: str, path: str) -> dict[str, str]:
     """KEY=VALUE lines as systemd's EnvironmentFile= reads them (quotes removed, # and ; comments)."""
+    _readable(text, path)
     values: dict[str, str] = {}
     pending = ""
     for raw in text.splitlines():
@@ -169,7 +179,11 @@ def parse_docker_unit(systemctl_cat: str, environment_files: dict[str, str]) -> 
     assignments: dict[str, tuple[str, str]] = {}
     files: list[str] = []
     exec_start: tuple[str, str] | None = None
-    for path, text in split_systemctl_cat(systemctl_cat):
+    fragments = split_systemctl_cat(systemctl_cat)
+    for path, text in fragments:
+        _readable(text, path)  # names the unit file and the line
+    _readable(systemctl_cat, "`systemctl cat docker.service`")  # all of them together, a file's path too
+    for path, text in fragments:
         for section, key, value in unit_directives(text):
             if section != "Service":
                 continue
@@ -252,7 +266,7 @@ def parse_dockerd_flags(words: list[tuple[str, str]]) -> list[DockerdFlag]:
         flags.append(DockerdFlag(name=name, value=value, written=written, origin=origin))
     return flags
 
-class DockerState(FactBase):
+class DockerState(NodeFact):
     """
     dockerd, daemon.json and the unit that starts dockerd, in one command.
 
@@ -279,8 +293,8 @@ class DockerState(FactBase):
             'if [ -n "$unit" ]; then echo "unit $(printf \'%s\\n\' "$unit" | base64 -w0)";',
             "printf '%s\\n' \"$unit\" | sed -n 's/^[[:space:]]*EnvironmentFile[[:space:]]*=[[:space:]]*-\\{0,1\\}//p'",
             '| while IFS= read -r file; do [ -f "$file" ] &&',
-            'echo "envfile $(printf %s "$file" | base64 -w0) $(base64 -w0 < "$file")"; done; fi; fi;',
-            "if [ -f", QuoteString(path), "]; then echo config $(base64 -w0 <", QuoteString(path), "); fi;",
+            'echo "envfile $(printf %s "$file" | base64 -w0) $(' + node_text.base64_read('"$file"') + ')"; done; fi; fi;',
+            "if [ -f", QuoteString(path), f"]; then echo config $({node_text.base64_read(shlex.quote(path))}); fi;",
             "true",
         )
 

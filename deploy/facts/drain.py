@@ -6,15 +6,15 @@ so a failing kubectl is an answer, not a failed fact).
 
 from __future__ import annotations
 
-import json
 
-from pyinfra.api import FactBase, QuoteString, StringCommand
+from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.exceptions import FactProcessError
 
-from deploy.facts.k8s import captured, first_error_line, kubectl, parse_captured
+from deploy.facts.base import NodeFact
+from deploy.facts.k8s import captured, cluster_json, first_error_line, kubectl, parse_captured
 
 
-class KubeNodeSchedule(FactBase):
+class KubeNodeSchedule(NodeFact):
     """
     Whether the API server answers with ``kubeconfig``, whether ``node`` is registered, and
     whether it is cordoned (``spec.unschedulable``).
@@ -51,7 +51,7 @@ class KubeNodeSchedule(FactBase):
             state["error"] = f"the API server did not answer: {first_error_line(err)}"
             return state
         try:
-            spec = json.loads(out).get("spec") or {}
+            spec = cluster_json(out, "kubectl get node").get("spec") or {}
         except (ValueError, AttributeError):
             raise FactProcessError(f"kubectl get node: not a JSON object: {out[:200]!r}") from None
         state.update(reachable=True, registered=True, unschedulable=bool(spec.get("unschedulable")), error=None)

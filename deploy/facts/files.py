@@ -1,11 +1,19 @@
-"""File state in one command: checksum, mode and owner."""
+"""File state in one command: checksum, mode and owner; a file's text."""
 
 from __future__ import annotations
 
-from pyinfra.api import FactBase, QuoteString, StringCommand
+import base64
+import binascii
+import shlex
+
+from pyinfra.api import QuoteString, StringCommand
+from pyinfra.api.exceptions import FactProcessError
+
+from deploy import node_text
+from deploy.facts.base import NodeFact
 
 
-class FileDigest(FactBase):
+class FileDigest(NodeFact):
     """
     sha256, octal mode and owner of a file (through a symbolic link: its target's, as the checksum
     is); None when it does not exist.
@@ -33,7 +41,7 @@ class FileDigest(FactBase):
         return {"mode": mode, "owner": owner, "sha256": output[1].split()[0]}
 
 
-class FileDigests(FactBase):
+class FileDigests(NodeFact):
     """
     FileDigest of several files in one command: {path: {"sha256", "mode", "owner"} or None}.
     """
@@ -63,3 +71,30 @@ class FileDigests(FactBase):
             else:
                 lines.append(line)
         return digests
+
+
+class FileText(NodeFact):
+    """
+    A file's text, byte for byte (bytes that are not UTF-8 kept for the parser's guard to name,
+    deploy/node_text.py; at most ``node_text.MAX_FILE_BYTES`` + 1 bytes read); None when it does
+    not exist. pyinfra's FileContents prints the file as it is, and its connector stops reading at
+    the first line that is not UTF-8: an edit would write back the lines before it.
+    """
+
+    def command(self, path):
+        return StringCommand("if [ -f", QuoteString(path), "]; then echo",
+                             f"\"text $({node_text.base64_read(shlex.quote(path))})\"; fi; true")
+
+    @staticmethod
+    def default():
+        return None
+
+    def process(self, output):
+        for line in output:
+            kind, _, encoded = line.strip().partition(" ")
+            if kind == "text":
+                try:
+                    return node_text.decode(base64.b64decode(encoded, validate=True))
+                except binascii.Error as error:
+                    raise FactProcessError(f"could not decode the file: {error}") from None
+        return None

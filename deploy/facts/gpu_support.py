@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pyinfra.api import FactBase
+from deploy.facts.base import NodeFact
+
 
 # Where the driver's supported-gpus.json lies: NVIDIA's installer, and the distributions' doc folders.
 SUPPORTED_GPUS_JSON = (
@@ -28,7 +29,7 @@ def _hex(text: str) -> int | None:
         return None
 
 
-class GpuSupportLists(FactBase):
+class GpuSupportLists(NodeFact):
     """
     The driver's supported-gpus.json (device ID -> whether the open kernel modules drive it, its
     ``kernelopen`` feature) and Debian's nvidia-detect lists (file name -> device IDs), where the

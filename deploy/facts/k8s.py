@@ -15,9 +15,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from pyinfra.api import FactBase, QuoteString, StringCommand
+from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.exceptions import FactProcessError
 
+from deploy import node_text
+from deploy.facts.base import NodeFact
 from deploy.cdi import SPEC_PATH as CDI_SPEC
 
 KUBECTL_REQUEST_TIMEOUT = "20s"
@@ -70,12 +72,23 @@ def parse_captured(lines: list[str], prefix: str = "") -> tuple[int, str, str]:
     return code, "\n".join(out), "\n".join(err)
 
 
+def cluster_json(text: str, what: str, parse=json.loads):
+    """``parse(text)`` of what kubectl or helm printed, through the guard of every parser
+    (deploy/node_text.py), a fact error in one line naming ``what``. Its size is not bounded: a
+    large cluster's answer is tens of MB, in memory already, and json reads it in well under a
+    second. A syntax error passes through for the fact to word."""
+    try:
+        return node_text.parsed(parse, text, what, max_bytes=None)
+    except node_text.UnreadableText as error:
+        raise FactProcessError(str(error)) from None
+
+
 def first_error_line(stderr: str) -> str:
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     return lines[-1] if lines else "no error output"
 
 
-class KubeCluster(FactBase):
+class KubeCluster(NodeFact):
     """
     Whether kubectl exists and the API server answers with the given kubeconfig, and its version.
 
@@ -112,17 +125,15 @@ class KubeCluster(FactBase):
             state["error"] = f"the API server did not answer: {first_error_line(err)}"
             return state
         try:
-            info = json.loads(out)
-            major = re.sub(r"\D", "", info["major"])
-            minor = re.sub(r"\D", "", info["minor"])
+            info = cluster_json(out, "the API server's /version")
+            major, minor = (int(re.sub(r"\D", "", info[part])) for part in ("major", "minor"))
         except (ValueError, KeyError, TypeError):
             raise FactProcessError(f"unexpected /version answer: {out[:200]!r}") from None
-        state.update(reachable=True, version=f"{int(major)}.{int(minor)}",
-                     git_version=info.get("gitVersion"), error=None)
+        state.update(reachable=True, version=f"{major}.{minor}", git_version=info.get("gitVersion"), error=None)
         return state
 
 
-class KubeNodes(FactBase):
+class KubeNodes(NodeFact):
     """
     The cluster's nodes and their labels (None when kubectl failed: see ``error``).
 
@@ -143,8 +154,8 @@ class KubeNodes(FactBase):
         if code != 0:
             return {"nodes": None, "error": first_error_line(err)}
         try:
-            items = json.loads(out).get("items", [])
-        except ValueError:
+            items = cluster_json(out, "kubectl get nodes").get("items", [])
+        except (ValueError, AttributeError):
             raise FactProcessError(f"kubectl get nodes: not JSON: {out[:200]!r}") from None
         return {
             "nodes": {
@@ -160,7 +171,7 @@ def object_key(obj: dict) -> tuple[str, str, str]:
     return (obj["kind"], metadata.get("namespace") or "", metadata["name"])
 
 
-class KubeLiveObjects(FactBase):
+class KubeLiveObjects(NodeFact):
     """
     The live objects a manifest names (missing ones left out), with their annotations.
     One ``kubectl get -f - --ignore-not-found -o json``.
@@ -184,7 +195,7 @@ class KubeLiveObjects(FactBase):
         if code != 0:
             return {"objects": None, "error": first_error_line(err)}
         objects = {}
-        for document in _json_documents(out):
+        for document in cluster_json(out, "kubectl get", _json_documents):
             items = document.get("items", []) if document.get("kind") == "List" else [document]
             for item in items:
                 annotations = (item.get("metadata") or {}).get("annotations") or {}
@@ -200,7 +211,7 @@ def _json_documents(text: str) -> list[dict]:
     while index < len(text):
         try:
             value, end = decoder.raw_decode(text, index)
-        except ValueError:
+        except json.JSONDecodeError:
             raise FactProcessError(f"kubectl get: not JSON: {text[index:index + 200]!r}") from None
         documents.append(value)
         index = end
@@ -209,7 +220,7 @@ def _json_documents(text: str) -> list[dict]:
     return documents
 
 
-class KubeServerSideDiff(FactBase):
+class KubeServerSideDiff(NodeFact):
     """
     ``kubectl diff --server-side`` of a manifest against the cluster: exit 0 no difference,
     1 a difference, anything else an error.
@@ -269,7 +280,7 @@ NVML_LIBRARY_DIRS = ("usr/lib64", "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-l
                      "lib64", "lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu")
 
 
-class GpuNodeIdentity(FactBase):
+class GpuNodeIdentity(NodeFact):
     """
     What a GPU node says about itself, for its Kubernetes labels: its hostname (the kubelet's
     default node name), NVIDIA display/3D controllers on the PCI bus, and the GPUs' product names.
@@ -402,7 +413,7 @@ class GpuNode:
         return accelerator_label(self.products[0]) if self.products else None
 
 
-class HelmRelease(FactBase):
+class HelmRelease(NodeFact):
     """
     A helm release: whether helm exists, the release's chart, status and user-supplied values.
 
@@ -438,11 +449,14 @@ class HelmRelease(FactBase):
             state["error"] = f"helm list: {first_error_line(err)}"
             return state
         state["error"] = None
-        releases = json.loads(out or "[]")
-        if not releases:
-            return state
-        state.update(exists=True, chart=releases[0].get("chart"), status=releases[0].get("status"))
-        code, out, err = parse_captured(output, "values-")
-        if code == 0:
-            state["values"] = json.loads(out or "{}") or {}
+        try:
+            releases = cluster_json(out or "[]", "helm list")
+            if not releases:
+                return state
+            state.update(exists=True, chart=releases[0].get("chart"), status=releases[0].get("status"))
+            code, out, err = parse_captured(output, "values-")
+            if code == 0:
+                state["values"] = cluster_json(out or "{}", "helm get values") or {}
+        except (ValueError, AttributeError, KeyError, TypeError):
+            raise FactProcessError(f"helm: not the JSON expected: {out[:200]!r}") from None
         return state

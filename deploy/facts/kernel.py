@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from pyinfra.api import FactBase, QuoteString, StringCommand
+from pyinfra.api import QuoteString, StringCommand
+
+from deploy.facts.base import NodeFact
 
 
-class KernelState(FactBase):
+class KernelState(NodeFact):
     """
     Modules present under ``/sys/module`` (loaded or built in), filesystems the kernel
     knows, and the current value of each sysctl asked for (None when it does not exist).

@@ -17,8 +17,9 @@ import json
 import re
 import shlex
 
-from pyinfra.api import FactBase
 
+from deploy import node_text
+from deploy.facts.base import NodeFact
 from deploy.containerd.flavours import PLAIN_SOCKET
 
 SMI_QUERY_FIELDS = ("index", "uuid", "name", "memory.total", "driver_version")
@@ -49,12 +50,15 @@ SMI_EXIT_CODES = {
 }
 
 
-def decode_b64(text: str, what: str) -> str:
-    """Base64 text a command printed, decoded; a note naming ``what`` when it is not base64."""
+def decode_b64(text: str, what: str, keep_bytes: bool = False) -> str:
+    """Base64 text a command printed, decoded; a note naming ``what`` when it is not base64.
+    ``keep_bytes``: a file a parser reads, whose bytes that are not UTF-8 its guard names
+    (deploy/node_text.py); else they read as U+FFFD."""
     try:
-        return base64.b64decode(text.strip(), validate=True).decode("utf-8", "replace")
+        data = base64.b64decode(text.strip(), validate=True)
     except (binascii.Error, ValueError):
         return f"(could not decode {what})"
+    return node_text.decode(data) if keep_bytes else data.decode("utf-8", "replace")
 
 
 def smi_value(raw: str) -> str | None:
@@ -123,6 +127,7 @@ def explain_smi_failure(exit_code: int, output: str) -> str:
 
 # Appended to the driver stage's node script (deploy/facts/nvidia.py): one command reads it all.
 VERIFY_SCRIPT = r"""
+_bg=$(mktemp 2>/dev/null) || _bg=/dev/stdout
 [ -r /proc/driver/nvidia/version ] && echo "kmod_version $(head -n 1 /proc/driver/nvidia/version)"
 echo "kmod_license $(modinfo -F license nvidia 2>/dev/null | head -n 1)"
 smi=$(command -v nvidia-smi 2>/dev/null || true)
@@ -145,18 +150,19 @@ if [ -n "$ctrd" ]; then
   ctr=$(command -v ctr 2>/dev/null || command -v "$(dirname "$ctrd")/ctr" 2>/dev/null || true)
   echo "ctr_path $ctr"
   if [ -n "$ctr" ] && [ -S __CONTAINERD_SOCKET__ ]; then
-    # in the background: the ctr client's start is the slowest read here (the lines are keyed)
-    { "$ctr" --address __CONTAINERD_SOCKET__ images ls -q 2>/dev/null | grep -qxF __IMAGE__ && echo "ctr_image 1" || echo "ctr_image 0"; } &
+    # in the background: the ctr client's start is the slowest read here (the lines are keyed); its
+    # line through a file, since one written while a long line is could land inside that one
+    { "$ctr" --address __CONTAINERD_SOCKET__ images ls -q 2>/dev/null | grep -qxF __IMAGE__ && echo "ctr_image 1" || echo "ctr_image 0"; } >>"$_bg" &
   fi
 fi
-[ -f __KUBELET_CONFIG__ ] && echo "kubelet_config $(base64 -w0 < __KUBELET_CONFIG__)"
+[ -f __KUBELET_CONFIG__ ] && echo "kubelet_config $(__READ_KUBELET_CONFIG__)"
 dk=$(command -v docker 2>/dev/null || true)
 echo "docker_path $dk"
 if [ -n "$dk" ]; then
   info=$("$dk" info --format '{{json .Runtimes}}|{{.DefaultRuntime}}|{{.CgroupDriver}}' 2>&1); rc=$?
   echo "docker_info_rc $rc"
   echo "docker_info $(printf '%s' "$info" | base64 -w0)"
-  { "$dk" image inspect __IMAGE__ >/dev/null 2>&1 && echo "docker_image 1" || echo "docker_image 0"; } &
+  { "$dk" image inspect __IMAGE__ >/dev/null 2>&1 && echo "docker_image 1" || echo "docker_image 0"; } >>"$_bg" &
 fi
 echo "crictl_path $(command -v crictl 2>/dev/null || true)"
 # One systemctl call for every unit read here (each call is a round trip to systemd): its blocks
@@ -172,6 +178,7 @@ awk -v keys="$keys" 'BEGIN { n = split(keys, key, " "); i = 1 }
   END { for (j = 1; j <= n; j++) if (key[j] ~ /^unit:/) print "unit " substr(key[j], 6) props[j]; else print key[j] " " active[j] }'
 __EXECUTABLE_CHECKS__
 wait
+[ "$_bg" = /dev/stdout ] || { cat "$_bg"; rm -f "$_bg"; }
 true
 """
 
@@ -198,7 +205,7 @@ def parse_executables(lines) -> dict[str, bool]:
     return found
 
 
-class Executables(FactBase):
+class Executables(NodeFact):
     """
     Whether each path resolves to an executable, as a runtime's exec would find it (a bare name is
     looked up on the PATH).
@@ -219,7 +226,7 @@ class Executables(FactBase):
         return parse_executables(output)
 
 
-class LadderReadout(FactBase):
+class LadderReadout(NodeFact):
     """
     What the verification ladder reads besides the node facts (``HostState``, deploy/facts/nvidia.py:
     PCI GPUs, modules, versions, read with it in one command): ``/proc/driver/nvidia/version``,
@@ -261,7 +268,8 @@ class LadderReadout(FactBase):
                            if containerd_service else "")
         watched = (PERSISTENCED_UNIT, FABRIC_MANAGER_UNIT)
         script = (
-            VERIFY_SCRIPT.replace("__SMI_QUERY__", SMI_QUERY)
+            VERIFY_SCRIPT.replace("__READ_KUBELET_CONFIG__", node_text.base64_read("__KUBELET_CONFIG__"))
+            .replace("__SMI_QUERY__", SMI_QUERY)
             .replace("__SMI_PERSISTENCE_QUERY__", SMI_PERSISTENCE_QUERY)
             .replace("__WATCHED_KEYS__", " ".join(f"unit:{unit}" for unit in watched))
             .replace("__WATCHED_UNITS__", " ".join(watched))
@@ -337,7 +345,7 @@ class LadderReadout(FactBase):
             elif kind == "ctr_image":
                 ctrd["image_present"] = rest == "1"
             elif kind == "kubelet_config":
-                state["kubelet_config"] = decode_b64(rest, KUBELET_CONFIG) if rest else ""
+                state["kubelet_config"] = decode_b64(rest, KUBELET_CONFIG, keep_bytes=True) if rest else ""
             elif kind == "docker_path":
                 docker["path"] = rest or None
             elif kind == "docker_active":
@@ -381,11 +389,13 @@ def parse_docker_info(text: str) -> dict:
     runtimes_json, _, rest = text.strip().rpartition("|")
     runtimes_json, _, default = runtimes_json.rpartition("|")
     try:
-        runtimes = json.loads(runtimes_json)
+        runtimes = node_text.parsed(json.loads, runtimes_json, "`docker info`") or {}
+        if not isinstance(runtimes, dict):
+            raise ValueError("not an object")
     except ValueError:
         return {"runtimes": {}, "default_runtime": None, "cgroup_driver": None, "info_error": text[:300]}
     return {
-        "runtimes": {name: (value or {}).get("path") for name, value in (runtimes or {}).items()},
+        "runtimes": {name: value.get("path") if isinstance(value, dict) else None for name, value in runtimes.items()},
         "default_runtime": default or None,
         "cgroup_driver": rest or None,
     }

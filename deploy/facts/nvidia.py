@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import shlex
 
-from pyinfra.api import FactBase
+from deploy.facts.base import NodeFact
+
 
 NVIDIA_PCI_VENDOR = "0x10de"
 # PCI class 0x03xx: display controllers (VGA, 3D). A GPU's HDMI audio function is 0x0403.
@@ -69,7 +70,7 @@ true
     "__SWITCH_MANAGEMENT_MARKER__", SWITCH_MANAGEMENT_MARKER).replace("__WATCHED_MODULES__", " ".join(WATCHED_MODULES))
 
 
-class HostState(FactBase):
+class HostState(NodeFact):
     """
     The host's GPUs, kernel, modules, disk and reboot state: what preflight, the driver stage
     and the driver report decide on, in one command:
@@ -171,7 +172,7 @@ class HostState(FactBase):
         return node
 
 
-class PackagesAvailable(FactBase):
+class PackagesAvailable(NodeFact):
     """
     Which of the named packages the package manager can install (from its current lists):
     ``check`` is its shell test for one {package} (the family's ``available_check``, deploy/distros.py).
@@ -202,7 +203,7 @@ class PackagesAvailable(FactBase):
         return found
 
 
-class IgnoredPackages(FactBase):
+class IgnoredPackages(NodeFact):
     """
     Packages a holding command lists (e.g. pacman's IgnorePkg lines).
 
@@ -222,7 +223,7 @@ class IgnoredPackages(FactBase):
         return sorted({name for line in output for name in line.split()})
 
 
-class RecommendedDriver(FactBase):
+class RecommendedDriver(NodeFact):
     """The output of the family's driver recommender (``ubuntu-drivers list --gpgpu``), as lines."""
 
     def command(self, recommend_command):

@@ -5,10 +5,12 @@ from __future__ import annotations
 import re
 import shlex
 
-from pyinfra.api import FactBase, QuoteString, StringCommand
+from pyinfra.api import QuoteString, StringCommand
+
+from deploy.facts.base import NodeFact
 
 
-class DebPackageStates(FactBase):
+class DebPackageStates(NodeFact):
     """
     Installed version and hold state of the named Debian packages (absent ones are left out).
 
@@ -47,7 +49,7 @@ VERSIONLOCK_LIST = "/etc/dnf/plugins/versionlock.list"
 LOCKLIST_SETTING = "s/^[[:space:]]*locklist[[:space:]]*=[[:space:]]*//p"
 
 
-class RpmPackageStates(FactBase):
+class RpmPackageStates(NodeFact):
     """
     Installed version (``version-release``) of the named RPM packages and whether dnf's
     versionlock holds them (from its lock list, as ``dnf versionlock list`` prints it: that command
@@ -88,7 +90,7 @@ class RpmPackageStates(FactBase):
         return states
 
 
-class MultiversionPackages(FactBase):
+class MultiversionPackages(NodeFact):
     """
     The installed packages zypper installs side by side, one per version, as it does kernels: those
     that provide ``multiversion(kernel)`` (zypp.conf's default), SUSE's kernel module packages
@@ -116,7 +118,7 @@ class MultiversionPackages(FactBase):
         return installed
 
 
-class ZypperLocks(FactBase):
+class ZypperLocks(NodeFact):
     """
     Package names zypper holds, from its locks file (``zypper addlock`` writes it; ``zypper locks``
     would need libzypp's lock, which another zypper may hold).
@@ -153,7 +155,7 @@ ZYPPER_SEARCH = ("zypper", "--quiet", "--non-interactive", "search", "--details"
 DNF_LIST = ("dnf", "-q", "list", "--showduplicates")
 
 
-class PackageVersions(FactBase):
+class PackageVersions(NodeFact):
     """
     Every version of the named packages the package manager's lists offer (and the installed one),
     newest first as the manager lists them: apt's ``apt-cache madison``, zypper's ``search --details``
@@ -204,7 +206,7 @@ def offered_versions(output) -> dict[str, list[str]]:
 
 
 
-class WaitedPackageVersions(FactBase):
+class WaitedPackageVersions(NodeFact):
     """
     PackageVersions of dnf (``dnf -q list --showduplicates``) or zypper (``search --details``), read
     after ``wait``: shell that waits, bounded, for another process holding the manager's lock and fails
@@ -284,7 +286,7 @@ def unreadable_repositories(listing: list[str], errors: list[str]) -> list[str]:
 DNF_MODULES_DIR = "/etc/dnf/modules.d"
 
 
-class DnfModuleStreams(FactBase):
+class DnfModuleStreams(NodeFact):
     """
     The enabled stream of each dnf module enabled on the node, from dnf's module state files
     (what ``dnf module list --enabled`` marks [e]), read without dnf.
@@ -315,7 +317,7 @@ class DnfModuleStreams(FactBase):
                 section[key.strip()] = value.strip()
         return streams
 
-class RepositoryPackageVersions(FactBase):
+class RepositoryPackageVersions(NodeFact):
     """
     The versions a flat apt repository (``deb URL /``) offers of the named packages, read from its
     Packages index without adding it to the node (downloaded to a temporary folder, then removed):

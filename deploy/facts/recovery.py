@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pyinfra.api import FactBase
+from deploy.facts.base import NodeFact
+
 
 # An interrupted run (lost connection, killed controller) can leave a new config in place with
 # the daemon still running the old one; the next run finds a mark here and restarts
@@ -27,7 +28,7 @@ def lock_holders_script() -> str:
     return LOCK_HOLDERS_SCRIPT.format(locks=" ".join(DPKG_LOCKS))
 
 
-class PackageManagerState(FactBase):
+class PackageManagerState(NodeFact):
     """
     dpkg's state on Debian-family nodes (empty elsewhere): who holds its locks, and whether an
     earlier dpkg run was interrupted (``dpkg --audit`` has something to say).
@@ -64,7 +65,7 @@ class PackageManagerState(FactBase):
         return state
 
 
-class PendingRestarts(FactBase):
+class PendingRestarts(NodeFact):
     """
     Units whose new config an interrupted run installed without restarting them:
     ``{unit: config path}``.

@@ -15,6 +15,7 @@ against what was meant before anything changes.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -22,7 +23,7 @@ from pyinfra import host
 from pyinfra.api import operation
 from pyinfra.api.command import PyinfraCommand
 
-from deploy import redact, templates
+from deploy import node_text, redact, templates
 from deploy.cdi import CdiUnsupported, for_docker
 from deploy.facts.combined import FactCall, read
 from deploy.facts.docker import DockerdFlag, DockerState, UnitParseError, parse_docker_unit
@@ -57,12 +58,27 @@ def _reject_constant(name: str):
     raise DaemonConfigError(f"{name} is not JSON")
 
 
+def _finite(number: str) -> float:
+    value = float(number)
+    if math.isinf(value):
+        # Rendered back it would read Infinity, which is not JSON.
+        raise DaemonConfigError(f"the number {number[:20]}... is too large for a 64-bit float")
+    return value
+
+
+def _strict_json(text: str):
+    return json.loads(text, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant,
+                      parse_float=_finite)
+
+
 def parse_daemon_json(text: str, source: str) -> dict:
     """Strict JSON (no duplicate keys, no NaN), an object at the top; empty text is an empty object."""
-    if not text.strip():
-        return {}
     try:
-        data = json.loads(text, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant)
+        if not node_text.checked(text, source).strip():
+            return {}
+        data = node_text.parsed(_strict_json, text, source)
+    except node_text.UnreadableText as error:
+        raise DaemonConfigError(str(error)) from None
     except json.JSONDecodeError as error:
         # error's message ends with "line L column C (char N)".
         raise DaemonConfigError(f"{source} is not valid JSON: {error}") from None

@@ -10,13 +10,14 @@ import re
 from typing import TYPE_CHECKING
 
 from pyinfra import host, logger
-from pyinfra.api import FactBase, FunctionCommand, QuoteString, StringCommand, operation
+from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
 
 from deploy.driver_versions import VersionRefusal, choose, matching, upstream_version
+from deploy.facts.base import NodeFact
 from deploy.facts.combined import known_fact, read
 from deploy.facts.nvidia import HostState, PackagesAvailable
 from deploy.facts.packages import PackageVersions
-from deploy import probes
+from deploy import node_text, probes
 from deploy.operations.failure import fail_host, failing_command
 from deploy.operations.files import put_text
 from deploy.operations.packages import (apt_lock_option, apt_sources_changed, deb_states_read, lock_wait_script,
@@ -31,7 +32,7 @@ REBOOT_MARKER = "/run/reboot-required"
 REBOOT_PACKAGES = "/run/reboot-required.pkgs"
 
 
-class AptSourceFiles(FactBase):
+class AptSourceFiles(NodeFact):
     """
     The host's apt source files, byte for byte: ``/etc/apt/sources.list``,
     ``sources.list.d/*.list`` (one-line format) and ``sources.list.d/*.sources`` (deb822).
@@ -45,7 +46,7 @@ class AptSourceFiles(FactBase):
         return (
             "for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list "
             "/etc/apt/sources.list.d/*.sources; do "
-            '[ -f "$f" ] && echo "$f $(base64 -w0 "$f")"; done; true'
+            '[ -f "$f" ] && echo "$f $(' + node_text.base64_read('"$f"') + ')"; done; true'
         )
 
     @staticmethod
@@ -57,7 +58,7 @@ class AptSourceFiles(FactBase):
         for line in output:
             path, _, encoded = line.strip().partition(" ")
             if path.startswith("/"):
-                sources[path] = base64.b64decode(encoded).decode("utf-8", "replace")
+                sources[path] = node_text.decode(base64.b64decode(encoded))
         return sources
 
 
@@ -165,6 +166,12 @@ def add_apt_components(sources: dict, codename: str, components) -> tuple[dict, 
 def enable_apt_components(codename: str, components: list):
     """Enable apt components for the release's Debian archive entries, without duplicating any."""
     sources = known_fact(host, AptSourceFiles)  # read ahead by the driver stage's preflight
+    try:
+        for path, text in sorted(sources.items()):
+            node_text.checked(text, path)
+    except node_text.UnreadableText as error:
+        yield failing_command(f"{error}: apt's sources were left as they are")
+        return
     changed, entries = add_apt_components(sources, codename, components)
     if not entries:
         yield failing_command(

@@ -15,8 +15,9 @@ import posixpath
 
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
-from pyinfra.facts.files import FileContents, Sha256File
+from pyinfra.facts.files import Sha256File
 
+from deploy.facts.files import FileText
 from deploy.facts.k8s import kubectl
 from deploy.gpushare import (
     CONFIG_CHECKSUM_ANNOTATION,
@@ -153,13 +154,12 @@ def configure_scheduler_manifest(
     if (posixpath.normpath(work_dir) + "/").startswith(manifests_dir + "/"):
         yield failing_command(f"{work_dir}: the staging folder must be outside {manifests_dir}")
         return
-    lines = host.get_fact(FileContents, path=manifest_path)
-    if lines is None:
+    current = host.get_fact(FileText, path=manifest_path)
+    if current is None:
         yield failing_command(
             f"{manifest_path} does not exist: not a kubeadm control-plane host (kube-scheduler as a static pod)"
         )
         return
-    current = "\n".join(lines) + "\n"
     try:
         edited = edit_scheduler_manifest(current, config_path, config_sha256)
         if edited is current:

@@ -16,6 +16,7 @@ from pyinfra.api import operation
 from deploy import probes
 from deploy.operations import cdi as cdi_ops
 from deploy.operations import devices
+from deploy.facts.base import UnreadableOutput
 from deploy.facts.combined import FactCall, known_fact, read_together
 from deploy.facts.cuda import CudaInit
 from deploy.facts.nvidia import HostState
@@ -98,9 +99,13 @@ def check_node(options: VerifyOptions, report_path: str):
     containerd = containerd_in_effect(options)
     # Read ahead by preflight (the node, and a plain containerd's ladder), reused while no operation
     # changed the host; otherwise read together in one command.
-    node, readout, config, cuda, cdi, links = read_together(
-        host, [NODE_READ, ladder_read(options, containerd), containerd_config_read(containerd), CUDA_READ,
-               cdi_ops.state_read(), devices.links_read(options.driver_root)])
+    try:
+        node, readout, config, cuda, cdi, links = read_together(
+            host, [NODE_READ, ladder_read(options, containerd), containerd_config_read(containerd), CUDA_READ,
+                   cdi_ops.state_read(), devices.links_read(options.driver_root)])
+    except UnreadableOutput as error:
+        yield failing_command(str(error))
+        return
     readout = {**with_containerd_config(readout, config), "node": node, "cuda": cuda, "cdi": cdi,
                "device_links": links}
     cri, cri_error = read_cri(readout)

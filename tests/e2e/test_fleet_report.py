@@ -2,7 +2,9 @@
 The fleet report on three real nodes in one pyinfra run: one left as it was (converged), one with
 a managed file edited by hand (changed: put back), one with a containerd config.toml that is not
 TOML (failed: the file is left byte for byte). The table is the run's last word and the JSON file
-holds the same rows.
+holds the same rows. A third run poisons that node's config.toml (nested 3,000 deep, which once
+stopped the whole run with a RecursionError before any report): it fails in one line, its file as
+it was, and the other two converge, verify and report.
 """
 
 from __future__ import annotations
@@ -80,3 +82,20 @@ def test_fleet_report_on_three_nodes_one_converged_one_changed_one_failed(start_
     assert cells[converged.target][4:6] == ["containerd", "1.6.20~ds1"]
     assert f"{broken.target} failed in: {WIRE}" in table
     assert f"--> Fleet report written to {report_path}" in table
+
+    broken.write(CONTAINERD_CONFIG, "version = 2\nx = " + "[" * 3000 + "]" * 3000 + "\n")
+    poisoned = broken.stat(CONTAINERD_CONFIG)
+    third = deploy_fleet(nodes, data)
+    assert third.returncode != 0, third.explain()
+    assert broken.stat(CONTAINERD_CONFIG) == poisoned, "a file the tool cannot read is left byte for byte"
+    assert "Traceback" not in third.output, third.explain()
+    [line] = [line for line in third.output.splitlines() if "gpu-node: " in line]
+    assert broken.target in line and CONTAINERD_CONFIG in line, line
+    assert "nests values deeper than gpu-node reads (64 levels)" in line, line
+    report = json.loads(report_path.read_text())
+    rows = {row["host"]: row for row in report["nodes"]}
+    assert report["counts"] == {"converged": 2, "changed": 0, "failed": 1}, report
+    assert rows[broken.target]["failed_operations"] == [WIRE]
+    for node in (converged, changed):
+        row = rows[node.target]
+        assert row["status"] == "converged" and row["verify"]["fail"] == 0 and row["verify"]["pass"] >= 3, row

@@ -11,6 +11,7 @@ test_gpushare_scripts.py and test_files.py.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
 import shlex
@@ -70,11 +71,11 @@ class GpushareHost(FakeCluster):
             self.files[INSPECT] = b"(the downloaded release)"
             self.pinned[INSPECT] = url_sha  # the script installs only a file with this SHA-256
             return True, []
-        if command.startswith("( test -e") and "&& cat" in command:  # FileContents
-            path = path_after("test -e ", command)
+        if command.startswith("if [ -f") and "base64 -w0" in command:  # FileText
+            path = path_after("if [ -f ", command)
             if path in self.files:
-                return True, self.files[path].decode().splitlines()
-            return True, [f"__pyinfra_missing_{path}"]
+                return True, [f"text {base64.b64encode(self.files[path]).decode()}"]
+            return True, []
         match = re.match(r"if \[ -f " + WORD + r" \]; then stat -L", command)  # FileDigest
         if match:
             path = shlex.split(match.group(1))[0]

@@ -146,7 +146,7 @@ def test_containerd_dump_without_the_annotations_is_a_problem_named_by_the_setti
 
 def test_the_cdi_read_carries_the_runtime_config_text():
     command = CdiState().command(**state_read()[1])
-    assert "runtime_config $(base64 -w0 < /etc/nvidia-container-runtime/config.toml)" in command
+    assert "runtime_config $(head -c 1048577 < /etc/nvidia-container-runtime/config.toml | base64 -w0)" in command
     state = CdiState().process([f"runtime_config {b64(PACKAGE_CONFIG)}", "ctk /usr/bin/nvidia-ctk"])
     assert state["runtime_config"] == PACKAGE_CONFIG
     assert CdiState().process(["ctk /usr/bin/nvidia-ctk"])["runtime_config"] is None

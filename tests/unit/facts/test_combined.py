@@ -59,4 +59,4 @@ def test_a_failing_fact_command_does_not_fail_the_others_or_the_host():
     command = CombinedOutput().command(facts=(Failing, Arch)).get_raw_value()
     result = subprocess.run(["sh", "-c", command], capture_output=True, text=True)
     assert result.returncode == 0  # a fact command that exits non-zero would fail the host
-    assert split_sections(result.stdout.splitlines())["Arch"] == [alone(Arch)]
+    assert split_sections(CombinedOutput().process(result.stdout.splitlines()))["Arch"] == [alone(Arch)]
