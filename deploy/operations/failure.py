@@ -11,6 +11,8 @@ State's ``operation_host_error`` callbacks and goes on with the others.
 - a task calls the ``fail`` operation;
 - planning code raises ``HostRefusal``, which the entry file turns into ``fail``;
 - a FunctionCommand body that finds a problem returns ``fail_host(state, host, message)``.
+
+The line is also kept for the fleet report (``FailureNotes``), beside the operation it failed.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from __future__ import annotations
 from pyinfra import logger
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import PyinfraError
+
+from deploy.report import FailureNotes
+from deploy.run_state import per_run
 
 
 class HostRefusal(PyinfraError):
@@ -27,9 +32,10 @@ class HostRefusal(PyinfraError):
 
 
 def fail_host(state, host, message: str) -> bool:
-    """Log ``message`` as ``host``'s error and return False: the failing result of a
-    FunctionCommand body (``state`` is unused; pyinfra passes it to such bodies)."""
+    """Log ``message`` as ``host``'s error, keep it for the fleet report, and return False: the
+    failing result of a FunctionCommand body (pyinfra passes ``state`` to such bodies)."""
     host.log_styled(f"gpu-node: {message}", fg="red", log_func=logger.error)
+    per_run(state, FailureNotes)[(host.name, host.executing_op_hash)] = message
     return False
 
 
