@@ -2,7 +2,8 @@
 Fleet benchmark over SSH (not a test: it asserts nothing; its figures go in docs/benchmark.md).
 
     .venv/bin/python bench/bench.py [--nodes 1,4,16,64] [--repeat 3] [--ansible-repeat N] [--json FILE]
-                                    [--markdown FILE] [--verbose]
+                                    [--markdown FILE] [--chart FILE] [--verbose]
+    .venv/bin/python bench/bench.py --from-json bench/results.json --chart docs/benchmark-scaling.svg
 
 For each fleet size N it starts N node containers, each with sshd on its own 127.0.0.1 port
 (bench/sshfleet.py), writes a pyinfra inventory of them (SSH connector, throwaway keys, a
@@ -44,6 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "bench"), str(REPO / "tests")]
 
 from harness import SAFE_DATA, ensure_docker, node_image  # noqa: E402
+from chart import scaling_svg  # noqa: E402
 from sshfleet import (  # noqa: E402
     Keys,
     SshNode,
@@ -357,7 +359,9 @@ def main() -> int:
                         "per container), where the machine cannot boot that many systemd containers")
     parser.add_argument("--json", default=str(REPO / "bench" / "results.json"))
     parser.add_argument("--markdown", help="also write the figures as markdown tables to this file")
-    parser.add_argument("--from-json", help="print (and --markdown) the figures of earlier runs (comma-separated "
+    parser.add_argument("--chart", help="also draw the scaling figures as an SVG chart to this file "
+                        "(docs/benchmark-scaling.svg; with --from-json, from stored results)")
+    parser.add_argument("--from-json", help="print (and --markdown, --chart) the figures of earlier runs (comma-separated "
                         "JSON files, merged into --json when several), measure nothing")
     args = parser.parse_args()
     if args.from_json:
@@ -368,8 +372,7 @@ def main() -> int:
         if len(runs) > 1:
             Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
         print(table(results))
-        if args.markdown:
-            Path(args.markdown).write_text(markdown(results))
+        write_outputs(args, results)
         return 0
 
     ensure_docker()
@@ -389,9 +392,17 @@ def main() -> int:
     print(f"\nmachine: {results['machine']}\nstages: {STAGES}; toolkit: {results['repository']}\n")
     print(table(results))
     print(f"\nJSON: {args.json}")
+    write_outputs(args, results)
+    return 0
+
+
+def write_outputs(args: argparse.Namespace, results: dict) -> None:
+    """The figures as markdown tables and as a chart, where asked for."""
     if args.markdown:
         Path(args.markdown).write_text(markdown(results))
-    return 0
+    if args.chart:
+        Path(args.chart).write_text(scaling_svg(results))
+        print(f"chart: {args.chart}")
 
 
 if __name__ == "__main__":

@@ -105,21 +105,26 @@ def _report_of(nodes: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def write_json_file(path: str | os.PathLike, data, indent: int | None = 2) -> Path:
-    """Write ``data`` as JSON atomically (same directory temp file, then rename); ``indent=None``:
-    compact, by json's C encoder (an indent makes json encode in Python, several times slower)."""
+def write_text_file(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` atomically: a temporary file in the same directory (mode 0600, as mkstemp
+    makes it), then a rename, so a reader never sees half a file."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     handle, temp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
-        with os.fdopen(handle, "w") as stream:
-            stream.write(json.dumps(data, indent=indent, sort_keys=True))
-            stream.write("\n")
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
         os.replace(temp, target)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
     return target
+
+
+def write_json_file(path: str | os.PathLike, data, indent: int | None = 2) -> Path:
+    """Write ``data`` as JSON atomically (``write_text_file``); ``indent=None``: compact, by json's
+    C encoder (an indent makes json encode in Python, several times slower)."""
+    return write_text_file(path, json.dumps(data, indent=indent, sort_keys=True) + "\n")
 
 
 class ReportStore:
@@ -174,6 +179,11 @@ class DriverNote:
 
 class DriverNotes(dict):
     """This run's driver notes: inventory host name -> DriverNote (deploy/run_state.py)."""
+
+
+class FailureNotes(dict):
+    """This run's failure lines: (inventory host name, operation hash) -> the one line the host
+    failed with (deploy/operations/failure.py), for the fleet report (deploy/run_state.py)."""
 
 
 class _ReportCallbacks(BaseStateCallback):

@@ -338,7 +338,8 @@ class VerifySettings(_Section):
     )
     fleet_report_path: ControllerPath = Field(
         "gpu-node-fleet.json",
-        description="where the controller writes the JSON fleet report (one row per node; the first host's value)",
+        description="where the controller writes the JSON fleet report (one row per node; the first host's value); "
+        "its HTML page goes beside it, .html for its suffix",
     )
     verify_image: ImageReference = Field(
         "docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04", description="image the verification runs nvidia-smi in"

@@ -11,6 +11,8 @@ State's ``operation_host_error`` callbacks and goes on with the others.
 - a task calls the ``fail`` operation;
 - planning code raises ``HostRefusal``, which the entry file turns into ``fail``;
 - a FunctionCommand body that finds a problem returns ``fail_host(state, host, message)``.
+
+The line is also kept for the fleet report (``FailureNotes``), beside the operation it failed.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import PyinfraError
 
 from deploy.redact import mask_text
+from deploy.report import FailureNotes
+from deploy.run_state import per_run
 
 
 class HostRefusal(PyinfraError):
@@ -29,11 +33,13 @@ class HostRefusal(PyinfraError):
 
 
 def fail_host(state, host, message: str) -> bool:
-    """Log ``message`` as ``host``'s error (URL user-info and Bearer/Basic credentials masked) and
-    return False: the failing result of a FunctionCommand body (``state`` is unused; pyinfra
-    passes it to such bodies)."""
+    """Log ``message`` as ``host``'s error (URL user-info and Bearer/Basic credentials masked), keep it
+    for the fleet report, and return False: the failing result of a FunctionCommand body (pyinfra
+    passes ``state`` to such bodies)."""
     # A line built from node content (a URL, a daemon's complaint) can carry a credential.
-    host.log_styled(f"gpu-node: {mask_text(message)}", fg="red", log_func=logger.error)
+    message = mask_text(message)
+    host.log_styled(f"gpu-node: {message}", fg="red", log_func=logger.error)
+    per_run(state, FailureNotes)[(host.name, host.executing_op_hash)] = message
     return False
 
 

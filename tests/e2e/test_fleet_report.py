@@ -1,14 +1,16 @@
 """
 The fleet report on three real nodes in one pyinfra run: one left as it was (converged), one with
 a managed file edited by hand (changed: put back), one with a containerd config.toml that is not
-TOML (failed: the file is left byte for byte). The table is the run's last word and the JSON file
-holds the same rows. A third run poisons that node's config.toml (nested 3,000 deep, which once
-stopped the whole run with a RecursionError before any report): it fails in one line, its file as
-it was, and the other two converge, verify and report.
+TOML (failed: the file is left byte for byte). The table is the run's last word, the JSON file
+holds the same rows, and the page beside it shows them failures first (read in a browser:
+tests/unit/test_fleet_report_page.py). A third run poisons that node's config.toml (nested 3,000
+deep, which once stopped the whole run with a RecursionError before any report): it fails in one
+line, its file as it was, and the other two converge, verify and report.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import sys
@@ -64,6 +66,8 @@ def test_fleet_report_on_three_nodes_one_converged_one_changed_one_failed(start_
     assert rows[changed.target]["changed_operations"] == ["Kernel prerequisites | Persist the Kubernetes sysctls"]
     assert rows[broken.target]["status"] == "failed"
     assert rows[broken.target]["failed_operations"] == [WIRE]
+    (line,) = rows[broken.target]["failure_lines"]
+    assert line.startswith(f"{CONTAINERD_CONFIG} is not valid TOML"), line
     # The failed node stopped at the containerd stage: no verification, no driver report.
     assert rows[broken.target]["verify"] is None
     for node in (converged, changed):
@@ -80,8 +84,14 @@ def test_fleet_report_on_three_nodes_one_converged_one_changed_one_failed(start_
     assert cells[changed.target][1:4] == ["changed", "no", "yes"]
     assert cells[broken.target][1:] == ["failed", "?", "?", "-", "not", "run"]
     assert cells[converged.target][4:6] == ["containerd", "1.6.20~ds1"]
-    assert f"{broken.target} failed in: {WIRE}" in table
+    assert f"{broken.target} failed in: {WIRE}: {line}" in table
     assert f"--> Fleet report written to {report_path}" in table
+    page_path = tmp_path / "fleet.html"
+    assert f"--> Fleet report page: {page_path}" in table
+    page = page_path.read_text()
+    assert page.index(f'data-host="{broken.target}"') < page.index(f'data-host="{changed.target}"') \
+        < page.index(f'data-host="{converged.target}"'), "failed, changed, converged"
+    assert line in html.unescape(page)
 
     broken.write(CONTAINERD_CONFIG, "version = 2\nx = " + "[" * 3000 + "]" * 3000 + "\n")
     poisoned = broken.stat(CONTAINERD_CONFIG)

@@ -1,10 +1,32 @@
-"""The fleet report's table and JSON file from rows (the e2e test on real nodes: tests/e2e/test_fleet_report.py)."""
+"""The fleet report's table, JSON file and page from rows, and the line each failed operation failed with (the
+e2e test on real nodes: tests/e2e/test_fleet_report.py; the page in a browser: test_fleet_report_page.py)."""
 
 from __future__ import annotations
 
+import io
 import json
+import stat
+from pathlib import Path
 
-from deploy.fleet_report import CHANGED, CONVERGED, FAILED, FleetRow, fleet_table, write_json
+from html_dom import DomTree
+from plan import Node, Output, run_pyinfra
+from pyinfra.api import Inventory, deploy
+from pyinfra.api.deploy import add_deploy
+from pyinfra.operations import server
+
+from deploy.fleet_report import (
+    CHANGED,
+    CONVERGED,
+    FAILED,
+    FleetReport,
+    FleetRow,
+    fleet_html,
+    fleet_rows,
+    fleet_table,
+    html_path,
+    write_json,
+)
+from deploy.operations import failure
 from deploy.report import FAIL, PASS, SKIP
 
 ROWS = [
@@ -60,3 +82,77 @@ def test_the_driver_table_lists_what_verify_found_on_each_node_it_ran_on(tmp_pat
 
 def test_no_driver_table_when_verify_ran_nowhere():
     assert "--> Driver (verify):" not in fleet_table([ROWS[2]])
+
+
+# A host's failure line is text from the host: markup and quotes in it must reach the page as text.
+HOSTILE_LINE = """config.toml line 3: "</span><script>document.title='ran'</script>' & <b>bold</b>"""
+
+
+@deploy("Fail one way or another")
+def _fail_by_host():
+    from pyinfra import host
+
+    # The same operations on every host (pyinfra's API orders them by their place on each host)
+    if host.name == "@fake/refused":
+        failure.fail(name="Check the config", message=HOSTILE_LINE)
+    else:
+        server.shell(name="Check the config", commands=["check-config"])
+    server.shell(name="Install the packages", commands=["apt-get install -y some-package"])
+
+
+def test_each_failed_operation_carries_the_line_its_host_failed_with(tmp_path):
+    """The project's refusal (failure.fail) and a shell command's own error output: both reach the
+    row, the table, the JSON and the page."""
+    quick = {"fake_delay": 0, "fake_delay_jitter": 0}
+    inventory = Inventory(([("@fake/refused", quick), ("@fake/apt-broken", quick), ("@fake/fine", quick)], {}))
+    apt_error = Output(stdout=["Reading package lists..."],
+                       stderr=["E: Unable to locate package some-package", "  "], success=False)
+    nodes = {"@fake/refused": Node(), "@fake/apt-broken": Node(commands={"apt-get install": apt_error}),
+             "@fake/fine": Node(commands={"apt-get install": "ok"})}
+    state, error = run_pyinfra(inventory, lambda state: add_deploy(state, _fail_by_host), nodes=nodes)
+    assert error is None, error
+
+    rows = {row.host: row for row in fleet_rows(state)}
+    assert rows["@fake/refused"].failures() == [("Fail one way or another | Check the config", HOSTILE_LINE)]
+    assert rows["@fake/apt-broken"].failures() == [
+        ("Fail one way or another | Install the packages", "E: Unable to locate package some-package")]
+    assert rows["@fake/fine"].status == CHANGED and rows["@fake/fine"].failures() == []
+
+    table = fleet_table(list(rows.values()))
+    assert ("@fake/apt-broken failed in: Fail one way or another | Install the packages: "
+            "E: Unable to locate package some-package") in table
+
+    report = FleetReport()
+    report.path = str(tmp_path / "fleet.json")
+    out = io.StringIO()
+    report.finish(state, stream=out)
+    nodes_json = {node["host"]: node for node in json.loads((tmp_path / "fleet.json").read_text())["nodes"]}
+    assert nodes_json["@fake/refused"]["failure_lines"] == [HOSTILE_LINE]
+    assert nodes_json["@fake/fine"]["failure_lines"] == []
+    assert f"--> Fleet report page: {tmp_path / 'fleet.html'}" in out.getvalue()
+    page = DomTree((tmp_path / "fleet.html").read_text()).root
+    rows_read = page.one("table", id="fleet").one("tbody").find("tr")
+    assert [row.attrs["data-host"] for row in rows_read] == ["@fake/apt-broken", "@fake/refused", "@fake/fine"], \
+        "failures first, then by name"
+    assert rows_read[1].one("span", **{"class": "line"}).text() == HOSTILE_LINE
+    assert not page.find("script") and not page.find("b")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["fleet.html", "fleet.json"], "no temporary file left"
+    assert [stat.S_IMODE(path.stat().st_mode) for path in sorted(tmp_path.iterdir())] == [0o600, 0o600], \
+        "readable by the operator only: a failure line can quote a host's config"
+
+
+def test_the_page_goes_beside_the_json_never_over_it():
+    assert html_path("/var/log/gpu-node/fleet.json") == Path("/var/log/gpu-node/fleet.html")
+    assert html_path("reports/run.fleet.json") == Path("reports/run.fleet.html")
+    assert html_path("fleet") == Path("fleet.html")
+    assert html_path("fleet.html") == Path("fleet.html.html")
+
+
+def test_the_page_escapes_host_names_in_text_and_attributes():
+    host = 'node-"a\' x=\'1\'<i>'
+    page = DomTree(fleet_html([FleetRow(host, FAILED, failed_operations=["op <1>"], failure_lines=[""])])).root
+    (row,) = page.one("table", id="fleet").one("tbody").find("tr")
+    assert row.attrs == {"class": "failed", "data-host": host}
+    assert row.one("td", **{"class": "host"}).text() == host and not page.find("i")
+    assert row.one("span", **{"class": "operation"}).text() == "op <1>"
+    assert row.one("span", **{"class": "line"}).text() == "(no line kept: see the run output)"

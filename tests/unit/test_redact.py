@@ -384,14 +384,24 @@ def test_daemon_output_and_its_shell_filter_mask_user_info_and_api_keys_alike():
 
 
 def test_a_failed_hosts_line_masks_the_user_info_it_quotes(caplog):
+    from pyinfra.api import State
+
+    from deploy.report import FailureNotes
+    from deploy.run_state import per_run
+
     class Host:
+        name, executing_op_hash = "gpu1", "op"
+
         def log_styled(self, message, fg=None, log_func=None):
             log_func(message)
 
     caplog.set_level(logging.INFO, logger="pyinfra")
-    fail_host(None, Host(), f"https://robot:{USERINFO_PASSWORD}@mirror.example.internal: unreachable")
+    state = State()
+    fail_host(state, Host(), f"https://robot:{USERINFO_PASSWORD}@mirror.example.internal: unreachable")
     assert "gpu-node: https://***@mirror.example.internal: unreachable" in caplog.text
     assert USERINFO_PASSWORD not in caplog.text
+    # the line the fleet report keeps is the masked one
+    assert per_run(state, FailureNotes)[("gpu1", "op")] == "https://***@mirror.example.internal: unreachable"
 
 
 def test_the_verify_report_masks_a_mirror_url_the_runtime_quoted(tmp_path):
