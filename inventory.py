@@ -9,6 +9,7 @@ An entry is a host name (SSH by default), any pyinfra connector target such as
 """
 
 import os
+import sys
 
 gpu_nodes = [
     # "gpu1.example.internal",
@@ -28,3 +29,8 @@ def _from_environment(variable, default):
 
 gpu_nodes = _from_environment("GPU_NODES", gpu_nodes)
 control_plane = _from_environment("CONTROL_PLANE", control_plane)
+
+if not gpu_nodes and not control_plane:
+    # pyinfra would run over no host and exit 0, as if all were well.
+    sys.exit("inventory.py: no hosts: set GPU_NODES (and CONTROL_PLANE) to comma-separated pyinfra host names, "
+             "or add them to the lists in inventory.py")

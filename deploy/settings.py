@@ -17,13 +17,14 @@ import re
 import types
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Annotated, Any, Literal, Mapping, Union, get_args, get_origin
+from typing import Annotated, Any, Callable, Collection, Literal, Mapping, Union, get_args, get_origin
 from urllib.parse import urlparse
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 from pydantic import ValidationError, model_validator
 from pydantic.fields import FieldInfo
 from pyinfra.api.exceptions import PyinfraError
+from pyinfra_cli.exceptions import CliError
 
 from deploy.run_state import per_run
 
@@ -57,8 +58,12 @@ class RuntimeWiring:
     container_annotations: tuple[str, ...] = ()
 
 
-class SettingsError(PyinfraError):
-    """An invalid setting: raised before any host is changed."""
+class SettingsError(PyinfraError, CliError):
+    """
+    An invalid setting: raised before any host is changed. Also pyinfra CLI's own error type, so the
+    CLI shows it as ``--> pyinfra error: MESSAGE``: its wrapper for other errors names the file and
+    line they were raised at, which would point into this file rather than at the value.
+    """
 
 
 @dataclass(frozen=True)
@@ -638,6 +643,7 @@ def parse_settings(data: Mapping[str, Any]) -> Settings:
 # service_name is likely someone else's, so only a close match (TYPO_CUTOFF) is pointed out.
 GENERIC_LEADING_WORDS = frozenset({"allow", "download", "min", "require", "service", "time"})
 TYPO_CUTOFF = 0.85
+LOOSE_CUTOFF = 0.6
 
 
 def setting_prefixes() -> frozenset[str]:
@@ -657,35 +663,67 @@ def pyinfra_data_keys() -> frozenset[str]:
     return frozenset(key for connector in get_all_connectors().values() for key in connector.data_meta)
 
 
-def closest_setting(key: str) -> str | None:
-    """The setting ``key`` most likely meant: among those with its prefix when it has one of ours."""
+def closest_setting(key: str, loose: bool = False) -> str | None:
+    """
+    The setting ``key`` most likely meant: among those with its prefix when it has one of ours.
+    ``loose`` (a key given on the command line, surely meant as a setting): also a setting that
+    holds it as whole words (driver_branch: nvidia_driver_branch; reboot: reboot_allowed), or a
+    more distant match.
+    """
     prefix = next((p for p in sorted(setting_prefixes(), key=len, reverse=True) if key.startswith(p)), None)
     if prefix is not None:
         candidates = [name for name in SETTING_FIELDS if name.startswith(prefix)]
         return max(candidates, key=lambda name: difflib.SequenceMatcher(None, key, name).ratio())
     close = difflib.get_close_matches(key, SETTING_FIELDS, n=1, cutoff=TYPO_CUTOFF)
+    if close or not loose:
+        return close[0] if close else None
+    words = [name for name in SETTING_FIELDS if f"_{key}_" in f"_{name}_"]
+    if words:
+        return min(words, key=len)
+    close = difflib.get_close_matches(key, SETTING_FIELDS, n=1, cutoff=LOOSE_CUTOFF)
     return close[0] if close else None
 
 
-def likely_typos(data: Mapping[str, Any]) -> list[str]:
+def likely_typos(data: Mapping[str, Any], command_line: Collection[str] = (),
+                 source: Callable[[str], str] | None = None) -> list[str]:
     """
     Keys in data that are not settings but look like one (a warning, not an error): any key
-    with one of our prefixes (nvidia_driver_brnach), and any key close to a setting name.
-    pyinfra's own keys (ssh_*, docker_identifier, _sudo ...) are left alone.
+    with one of our prefixes (nvidia_driver_brnach), and any key close to a setting name; and every
+    key of ``command_line`` (--data) that is not a setting, with the nearest one or none. pyinfra's
+    own keys (ssh_*, docker_identifier, _sudo ...) are left alone. ``source``: where a key was set
+    (``setting_source``), named in the note.
     """
     notes = []
     for key in data:
         key = str(key)
+        where = f" ({source(key)})" if source else ""
         if key in FOLDED_SETTINGS:
-            notes.append(f"setting {key!r} is now {FOLDED_SETTINGS[key]!r}: read as {FOLDED_SETTINGS[key]}="
+            notes.append(f"setting {key!r}{where} is now {FOLDED_SETTINGS[key]!r}: read as {FOLDED_SETTINGS[key]}="
                          f"{_shown(fold_old_settings({key: data[key]})[FOLDED_SETTINGS[key]])}")
             continue
         if key in SETTING_FIELDS or key.startswith("_") or key in pyinfra_data_keys():
             continue
-        close = closest_setting(key)
+        close = closest_setting(key, loose=key in command_line)
         if close:
-            notes.append(f"unknown setting {key!r}: did you mean {close!r}?")
+            notes.append(f"unknown setting {key!r}{where}: did you mean {close!r}?")
+        elif key in command_line:
+            notes.append(f"unknown setting {key!r}{where}: no setting is named like it (docs/settings.md lists them)")
     return notes
+
+
+def setting_source(host, key: str) -> str:
+    """Where ``host``'s value of ``key`` comes from, weakest last (docs/settings.md's order)."""
+    inventory = host.inventory
+    if key in inventory.get_override_data():
+        return "--data"
+    if key in inventory.get_host_data(host.name):
+        return "the inventory's host data"
+    for group in reversed(host.groups):
+        if key in inventory.get_group_data(group):
+            return f"group_data/{group}.py"
+    if key in inventory.get_data():
+        return "group_data/all.py"
+    return "the default"
 
 
 class ParsedSettings(dict):
@@ -708,6 +746,11 @@ def host_settings(host) -> Settings:
         by_values = per_run(host.state, SettingsByValues)
         key = repr(sorted(values.items()))
         if key not in by_values:
-            by_values[key] = parse_settings(values)
+            try:
+                by_values[key] = parse_settings(values)
+            except SettingsError as error:
+                named = re.match(r"invalid setting (\w+)=", str(error))
+                where = f", from {setting_source(host, named.group(1))}" if named else ""
+                raise SettingsError(f"{error} (host {host.name}{where})") from None
         cache[host.name] = by_values[key]
     return cache[host.name]

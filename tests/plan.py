@@ -56,6 +56,8 @@ from pyinfra.context import ctx_config, ctx_inventory, ctx_state
 from pyinfra.facts.server import Arch, LinuxDistribution
 from pyinfra_cli.util import load_deploy_file
 
+from deploy.distros import detect_platform
+from deploy.facts.access import HostAccess
 from deploy.facts.combined import MARKER, CombinedOutput, FactCall, section_name
 from deploy.facts.containerd import ContainerdFlavour
 from deploy.facts.nvidia import HostState, PackagesAvailable
@@ -275,6 +277,15 @@ def os_release(name: str) -> list[str]:
     return ["/etc/os-release", *(FIXTURES / "os-release" / name).read_text().splitlines(), "---"]
 
 
+def host_access(distro: str, uid: int = 0, systemd: bool = True) -> list[str]:
+    """``HostAccess``'s output on a Linux node of ``distro`` (an os-release fixture) with its family's
+    package manager installed: root (``uid``), systemd as PID 1 unless ``systemd`` is false."""
+    manager = detect_platform({"release_meta": {"ID": distro.split("-")[0]}}, "x86_64").family.package_manager
+    lines = [f"uid {uid}", f"user {'root' if uid == 0 else 'ubuntu'}", "kernel Linux",
+             f"init {'systemd' if systemd else 'bash'}", f"manager {manager.name}"]
+    return lines + (["systemd"] if systemd else [])
+
+
 def node_lines(kernel: str, pci=(), modules=(), secure_boot=None, free_mb=80000, pkgbases=(),
                loaded=None, built=None, reboot_packages=()) -> list[str]:
     """The ``HostState`` fact's output."""
@@ -308,11 +319,13 @@ def gpu_node(distro: str = "debian-12", *, arch: str = "x86_64", host_state: lis
     A node for deploy/gpu_node.py: its os-release (tests/fixtures/nvidia/os-release/<distro>), arch,
     ``host_state`` (HostState's output; a node without a GPU on Debian's 6.1 kernel unless given),
     no containerd of a Kubernetes distribution, an idle package manager, no restart left pending,
-    package lists carrying the running kernel's headers (Debian/Ubuntu and RPM names); then ``facts``.
+    package lists carrying the running kernel's headers (Debian/Ubuntu and RPM names); reached as
+    root, booted with systemd, its family's package manager installed; then ``facts``.
     """
     host_state = host_state if host_state is not None else node_lines("6.1.0-18-amd64")
     kernel = next(line.split(" ", 1)[1] for line in host_state if line.startswith("kernel "))
     baseline = [
+        (HostAccess, host_access(distro)),
         (LinuxDistribution, os_release(distro)),
         (Arch, arch),
         (HostState, host_state),

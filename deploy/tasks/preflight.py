@@ -11,13 +11,14 @@ from pyinfra.facts.server import Arch, LinuxDistribution
 
 from deploy.containerd.flavours import classify_flavour
 from deploy.distros import Platform, detect_platform
+from deploy.facts.access import HostAccess
 from deploy.facts.combined import FactCall, read_facts
 from deploy.facts.containerd import ContainerdFlavour
 from deploy.facts.nvidia import HostState
 from deploy.facts.recovery import PackageManagerState, PendingRestarts
 from deploy.operations import packages as package_ops
 from deploy.operations.failure import HostRefusal
-from deploy.settings import Settings, likely_typos
+from deploy.settings import Settings, likely_typos, setting_source
 
 if TYPE_CHECKING:
     from deploy.stages import Stage
@@ -90,6 +91,29 @@ def disk_findings(nvidia: dict, min_free_mb: int) -> list[str]:
     return errors
 
 
+def access_refusal(access: dict) -> str | None:
+    """Why gpu-node cannot work on this node at all (not Linux, not root, no systemd), in one line."""
+    if access["kernel"] != "Linux":
+        return (f"not a Linux host (uname -s: {access['kernel'] or 'nothing'}): gpu-node provisions Linux GPU "
+                "nodes")
+    if access["uid"] != 0:
+        return (f"commands run as {access['user'] or 'an unknown user'} (uid {access['uid']}), not as root: "
+                "gpu-node installs packages and edits /etc; run pyinfra with --sudo (passwordless sudo, or "
+                "--use-sudo-password), or connect as root")
+    if not access["systemd"]:
+        return (f"systemd is not running as PID 1 (PID 1 is {access['init'] or 'unknown'}): gpu-node enables "
+                "and restarts services through systemd; run it on a host booted with systemd")
+    return None
+
+
+def package_manager_refusal(access: dict, platform: Platform) -> str | None:
+    manager = platform.family.package_manager.name
+    if manager in access["managers"]:
+        return None
+    return (f"{platform.distro_id} installs packages with {manager}, which is not installed here: "
+            "install it, or check /etc/os-release")
+
+
 def stage_reads(settings: Settings, stages: Sequence[Stage]) -> list[FactCall]:
     return [call for stage in stages for call in stage.reads(settings)]
 
@@ -103,13 +127,20 @@ def read_ahead(settings: Settings, stages: Sequence[Stage]) -> None:
 def preflight(settings: Settings, stages: Sequence[Stage]) -> Findings:
     """Read the node once, refuse it before any change when it is unsupported or unsafe, and make
     each stage's plan (``stages``: the run's stages, deploy/stages.py)."""
-    for note in likely_typos(host.data.dict()):
+    for note in likely_typos(host.data.dict(), command_line=host.inventory.get_override_data(),
+                             source=lambda key: setting_source(host, key)):
         logger.warning(f"{host.print_prefix}{note}")
     # One remote command for what every node run needs first (re-runs from cron pay per command),
     # and for the facts the stages decide on (their ``reads``, see deploy/facts/combined.py).
-    facts = read_facts(host, LinuxDistribution, Arch, HostState, ContainerdFlavour, PackageManagerState,
+    facts = read_facts(host, HostAccess, LinuxDistribution, Arch, HostState, ContainerdFlavour, PackageManagerState,
                        PendingRestarts, read_ahead=stage_reads(settings, stages))
+    refusal = access_refusal(facts["HostAccess"])
+    if refusal:
+        raise PreflightError(refusal)
     platform = detect_platform(facts["LinuxDistribution"], facts["Arch"])
+    refusal = package_manager_refusal(facts["HostAccess"], platform)
+    if refusal:
+        raise PreflightError(refusal)
     logger.info(f"{host.print_prefix}platform: {platform.description}, family {platform.family.name}")
 
     nvidia = facts["HostState"]

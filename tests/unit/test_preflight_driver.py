@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
+import pwd
+import shutil
+import subprocess
 
 import pytest
 
 from plan import DEFAULT, PCI_WITH_GPU, carrying, every, gpu_node, node_lines, run_deploy
 
+from deploy.facts.access import PACKAGE_MANAGER_COMMANDS, HostAccess
 from deploy.facts.nvidia import PackagesAvailable
 from deploy.operations.driver import AptSourceFiles
 
@@ -109,3 +114,38 @@ def test_preflight_alone_changes_nothing():
                      data={"stages": "toolkit", "nvidia_toolkit_install": False})
     assert run.error is None
     assert not [c for c in run.commands if c.startswith(CHANGING) or "> /" in c]
+
+
+# --- who runs, and what runs the node ------------------------------------------------------------
+
+def with_access(*lines: str):
+    return debian_node(node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU), (HostAccess, list(lines)))
+
+
+@pytest.mark.parametrize("lines, refusal", [
+    (["uid 1000", "user ubuntu", "kernel Linux", "systemd", "init systemd", "manager apt"],
+     "commands run as ubuntu (uid 1000), not as root: gpu-node installs packages and edits /etc; run pyinfra "
+     "with --sudo (passwordless sudo, or --use-sudo-password), or connect as root"),
+    (["uid 0", "user root", "kernel Linux", "init bash", "manager apt"],
+     "systemd is not running as PID 1 (PID 1 is bash): gpu-node enables and restarts services through systemd; "
+     "run it on a host booted with systemd"),
+    (["uid 0", "user root", "kernel FreeBSD", "init init"],
+     "not a Linux host (uname -s: FreeBSD): gpu-node provisions Linux GPU nodes"),
+    (["uid 0", "user root", "kernel Linux", "systemd", "init systemd", "manager dnf"],
+     "debian installs packages with apt, which is not installed here: install it, or check /etc/os-release"),
+])
+def test_a_node_gpu_node_cannot_work_on_is_refused_in_one_line_before_any_change(lines, refusal):
+    run = run_deploy(with_access(*lines))
+    assert run.refusal == refusal
+    assert not [c for c in run.commands if c.startswith(CHANGING) or "upload" in c]
+    assert len(run.commands) == 1  # the one node read
+
+
+def test_host_access_reads_a_real_shell_as_the_node_gives_it():
+    """HostAccess's own command run by sh on this machine (root, Linux; no systemd as PID 1 here)."""
+    output = subprocess.run(["sh", "-c", HostAccess().command()], capture_output=True, text=True, check=True).stdout
+    access = HostAccess().process(output.splitlines())
+    assert (access["uid"], access["user"], access["kernel"]) == (os.getuid(), pwd.getpwuid(os.getuid()).pw_name, "Linux")
+    assert access["systemd"] == os.path.isdir("/run/systemd/system")
+    assert access["init"] == open("/proc/1/comm").read().strip()
+    assert access["managers"] == [name for name in PACKAGE_MANAGER_COMMANDS if shutil.which(name)]

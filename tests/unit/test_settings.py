@@ -378,3 +378,53 @@ def test_hosts_with_the_same_setting_values_share_one_validation_and_others_get_
     other = host_settings(host("c", ssh_port=2203, cdi="false"))
     assert first is second
     assert other is not first and (first.cdi, other.cdi) == ("true", "false")
+
+
+def pyinfra_lines(args: list[str], cwd: Path) -> tuple[int, list[str]]:
+    """pyinfra's CLI (--dry, @local: nothing changes): its exit code and output lines."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("GPU_NODES", None)
+    result = subprocess.run([sys.executable, "-m", "pyinfra", "--dry", *args], cwd=cwd, env=env,
+                            capture_output=True, text=True, timeout=120)
+    return result.returncode, [line.strip() for line in (result.stdout + result.stderr).splitlines()]
+
+
+@pytest.mark.parametrize("where, value, source", [
+    ("data", "5x5", "--data"),
+    ("host", "5x5", "the inventory's host data"),
+    ("group", "5x5", "group_data/gpu_nodes.py"),
+    ("all", "5x5", "group_data/all.py"),
+])
+def test_an_invalid_value_names_the_host_and_where_it_was_set_in_one_line(site, where, value, source):
+    if where == "host":
+        (site / "inventory.py").write_text(f'gpu_nodes = [("@local", {{"nvidia_driver_branch": "{value}"}})]\n')
+    if where == "all":
+        (site / "group_data" / "all.py").write_text(f'nvidia_driver_branch = "{value}"\n')
+        (site / "group_data" / "gpu_nodes.py").write_text("")
+    if where == "group":
+        (site / "group_data" / "gpu_nodes.py").write_text(f'nvidia_driver_branch = "{value}"\n')
+    flags = ["--data", f"nvidia_driver_branch={value}"] if where == "data" else []
+    code, lines = pyinfra_lines([str(site / "inventory.py"), str(site / "show.py"), *flags], cwd=site)
+    errors = [line for line in lines if "invalid setting" in line]
+    assert code == 1 and errors == [
+        f"--> pyinfra error: invalid setting nvidia_driver_branch='{value}': allowed: a driver branch number such as "
+        f"535 or 550 (host @local, from {source})"], lines
+
+
+def test_every_data_flag_that_is_no_setting_is_named_with_the_nearest_setting_or_none():
+    notes = likely_typos({"driver_branch": "550", "runtimes": "docker", "reboot": "true", "colour": "blue",
+                          "time_zone": "UTC"},
+                         command_line={"driver_branch", "runtimes", "reboot", "colour"}, source=lambda key: "--data")
+    assert notes == [
+        "unknown setting 'driver_branch' (--data): did you mean 'nvidia_driver_branch'?",
+        "unknown setting 'runtimes' (--data): did you mean 'container_runtimes'?",
+        "unknown setting 'reboot' (--data): did you mean 'reboot_allowed'?",
+        "unknown setting 'colour' (--data): no setting is named like it (docs/settings.md lists them)",
+    ]  # time_zone is a site's own key from its inventory, not from --data: left alone
+
+
+def test_the_shipped_inventory_with_no_hosts_stops_naming_what_to_set(tmp_path):
+    code, lines = pyinfra_lines([str(REPO / "inventory.py"), str(REPO / "deploy" / "gpu_node.py")], cwd=tmp_path)
+    assert code == 1
+    assert ("inventory.py: no hosts: set GPU_NODES (and CONTROL_PLANE) to comma-separated pyinfra host names, "
+            "or add them to the lists in inventory.py") in lines
