@@ -132,8 +132,15 @@ def preflight(settings: Settings, stages: Sequence[Stage]) -> Findings:
         logger.warning(f"{host.print_prefix}{note}")
     # One remote command for what every node run needs first (re-runs from cron pay per command),
     # and for the facts the stages decide on (their ``reads``, see deploy/facts/combined.py).
-    facts = read_facts(host, HostAccess, LinuxDistribution, Arch, HostState, ContainerdFlavour, PackageManagerState,
-                       PendingRestarts, read_ahead=stage_reads(settings, stages))
+    try:
+        facts = read_facts(host, HostAccess, LinuxDistribution, Arch, HostState, ContainerdFlavour,
+                           PackageManagerState, PendingRestarts, read_ahead=stage_reads(settings, stages))
+    except EOFError:
+        # pyinfra's SSH connector asks for the sudo password when sudo wants one: without a terminal,
+        # the prompt reads the end of the input.
+        user = host.data.get("ssh_user") or "the login user"
+        raise PreflightError(f"sudo wants a password for {user} and there is no terminal to type it into: allow "
+                             f"{user} sudo without a password, or run pyinfra from a terminal") from None
     refusal = access_refusal(facts["HostAccess"])
     if refusal:
         raise PreflightError(refusal)
