@@ -348,8 +348,11 @@ class KubernetesSettings(_Section):
     `none` with `mps`.
     """
 
-    kubeconfig: AbsolutePath = Field(
-        "/etc/kubernetes/admin.conf", description="kubeconfig kubectl uses on the control plane"
+    kubeconfig: AbsolutePath | None = Field(
+        None,
+        description="the kubeconfig kubectl and helm use on the control-plane host; unset: kubectl's own there, "
+                    "as kubectl reads it (the KUBECONFIG variable of the commands pyinfra runs there, a list of "
+                    "files merged, else ~/.kube/config), else kubeadm's /etc/kubernetes/admin.conf",
     )
     kube_node_names: NodeNames = Field(
         (), description="inventory host name -> Kubernetes node name, where they differ"

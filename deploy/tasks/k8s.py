@@ -242,7 +242,7 @@ def needs_device_plugin(settings: Settings, nodes: list[GpuNode]) -> bool:
 def gpu_cluster(settings: Settings) -> list[GpuNode]:
     """Check the cluster, label the GPU nodes, apply the RuntimeClass; returns the GPU nodes."""
     cluster = kubectl.require_cluster(settings.kubeconfig)
-    logger.info(f"{host.print_prefix}Kubernetes {cluster['git_version']} via {settings.kubeconfig}")
+    logger.info(f"{host.print_prefix}Kubernetes {cluster['git_version']} via kubeconfig {cluster['kubeconfig']}")
     nodes = gather_gpu_nodes(settings)
     live_nodes = host.get_fact(KubeNodes, kubeconfig=settings.kubeconfig)["nodes"] or {}
 

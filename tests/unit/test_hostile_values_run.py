@@ -68,6 +68,7 @@ STYLES = range(len(SUFFIXES) + 1)
 PLAIN = {
     "containerd_version": "1.6.20-5", "nvidia_driver_branch": "535", "nvidia_driver_version": "535.183.01",
     "nvidia_toolkit_version": "1.17.8-1", "gpushare_inspect_sha256": "5" * 64, "kube_node_names": "@fake/gpu1=gpu1",
+    "kubeconfig": "/etc/kubernetes/admin.conf",
     # not "/": a value read back as "/" would fold every path
     "nvidia_driver_root": "/run/nvidia/driver",
 }

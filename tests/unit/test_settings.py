@@ -59,7 +59,7 @@ DOCUMENTED_DEFAULTS = {
     "verify_report_path": "gpu-node-report.json",
     "fleet_report_path": "gpu-node-fleet.json",
     "verify_image": "docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
-    "kubeconfig": "/etc/kubernetes/admin.conf",
+    "kubeconfig": None,
     "kube_node_names": (),
     "device_plugin_version": "v0.17.0",
     "device_plugin_install_method": "static",
