@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pyinfra
 import yaml
-from plan import QUICK, Node, run_pyinfra
+from plan import QUICK, Node, every, run_pyinfra
 from pyinfra.api import Inventory, State
 from pyinfra_cli.util import load_deploy_file
 
@@ -106,8 +106,8 @@ class FakeCluster:
         return True, []
 
 
-# A GPU node's one read, with its driver at / (nvidia_driver_root's default)
-IDENTITY = (GpuNodeIdentity, {"driver_root": "/"})
+# A GPU node's one read, wherever its settings put the driver (nvidia_driver_root)
+IDENTITY = every(GpuNodeIdentity)
 
 
 def gpu_identity_lines(hostname: str, products: list[str], pci_gpus: int | None = None,

@@ -84,6 +84,9 @@ DOCUMENTED_DEFAULTS = {
     ),
     "gpushare_inspect_sha256": None,
     "gpushare_inspect_path": "/usr/local/bin/kubectl-inspect-gpushare",
+    "manifests_dir": "gpu-node-manifests",
+    "manifests_inventory": None,
+    "manifests_kubernetes_version": None,
 }
 
 
