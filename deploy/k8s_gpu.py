@@ -16,13 +16,13 @@ from pyinfra import host  # noqa: E402
 
 from deploy.entry import freeze_imported_objects  # noqa: E402
 from deploy.settings import CONTROL_PLANE_GROUP, host_settings  # noqa: E402
-from deploy.tasks.k8s import device_plugin, gpu_cluster, needs_device_plugin  # noqa: E402
+from deploy.tasks.k8s import device_plugin, gpu_cluster, needs_device_plugin, uses_gpushare  # noqa: E402
 
 freeze_imported_objects()
 if CONTROL_PLANE_GROUP in host.groups:
     settings = host_settings(host)
     gpu_nodes = gpu_cluster(settings)
-    if settings.gpu_sharing == "gpushare" or any(node.gpu_sharing == "gpushare" for node in gpu_nodes):
+    if uses_gpushare(settings, gpu_nodes):
         from deploy.tasks.gpushare import gpushare
 
         gpushare(settings, [node for node in gpu_nodes if node.gpu_sharing == "gpushare"])

@@ -160,6 +160,21 @@ ControllerPath = text(f"[^{CONTROL}]+", "a file path on the controller, without 
 DriverBranch = text("[0-9]{3}", "a driver branch number such as 535 or 550")
 PackageVersion = text("[0-9][0-9A-Za-z.+~:_-]*", "a package version such as 535.183.01 or 1.17.8-1")
 ImageReference = text("[a-z0-9][a-z0-9._/:@-]*", "a container image reference such as registry/name:tag")
+
+
+def _minor_from_number(value: Any) -> Any:
+    """pyinfra reads ``--data x=1.30`` as JSON, the number 1.3: a Kubernetes minor has two digits (1.10 on)."""
+    if isinstance(value, float):
+        major, _, minor = repr(value).partition(".")
+        return f"{major}.{minor.ljust(2, '0')}"
+    return value
+
+
+KubernetesMinor = Annotated[
+    text(r"v?1\.[1-9][0-9](\.[0-9]+)?", "a Kubernetes version such as 1.30 (1.10 or later)"),
+    BeforeValidator(_minor_from_number),
+    AfterValidator(lambda version: ".".join(version.lstrip("v").split(".")[:2])),
+]
 ReleaseTag = Annotated[
     text(r"v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.]+)?", "a release such as v0.17.0"),
     AfterValidator(lambda tag: tag if tag.startswith("v") else f"v{tag}"),
@@ -360,8 +375,11 @@ class KubernetesSettings(_Section):
     `none` with `mps`.
     """
 
-    kubeconfig: AbsolutePath = Field(
-        "/etc/kubernetes/admin.conf", description="kubeconfig kubectl uses on the control plane"
+    kubeconfig: AbsolutePath | None = Field(
+        None,
+        description="the kubeconfig kubectl and helm use on the control-plane host; unset: kubectl's own there, "
+                    "as kubectl reads it (the KUBECONFIG variable of the commands pyinfra runs there, a list of "
+                    "files merged, else ~/.kube/config), else kubeadm's /etc/kubernetes/admin.conf",
     )
     kube_node_names: NodeNames = Field(
         (), description="inventory host name -> Kubernetes node name, where they differ"
@@ -436,6 +454,30 @@ class GpushareSettings(_Section):
     )
 
 
+class GitOpsSettings(_Section):
+    """
+    GitOps files (deploy/render_cluster.py, on the controller)
+
+    What deploy/k8s_gpu.py would apply, written as files (docs/cluster.md, GitOps); the other
+    Kubernetes settings say what goes in them.
+    """
+
+    manifests_dir: ControllerPath = Field(
+        "gpu-node-manifests", description="the folder deploy/render_cluster.py writes on the controller"
+    )
+    manifests_inventory: ControllerPath | None = Field(
+        None,
+        description="an inventory file whose control_plane and gpu_nodes hosts' own settings (host data, "
+                    "group_data) the files follow, as `pyinfra INVENTORY deploy/k8s_gpu.py` would read them, "
+                    "connecting to none; unset: this run's settings alone",
+    )
+    manifests_kubernetes_version: KubernetesMinor | None = Field(
+        None,
+        description="the Kubernetes minor the files are for (e.g. 1.30), which deploy/k8s_gpu.py reads from the "
+                    "cluster: gpushare's scheduler config and extender depend on it (required with gpushare)",
+    )
+
+
 def unwrap(annotation: Any) -> tuple[Any, list[Any], bool]:
     """(the type inside ``X | None`` and ``Annotated[X, ...]``, the Annotated metadata, whether None is allowed)."""
     optional = False
@@ -501,7 +543,7 @@ def from_command_line(item: FieldInfo, value: Any) -> Any:
 
 
 class Settings(RuntimeSettings, PackageSettings, DataCenterSettings, HostSafetySettings, VerifySettings, KubernetesSettings,
-               GpushareSettings):
+               GpushareSettings, GitOpsSettings):
     """Every setting, typed; build it with ``parse_settings`` (which also checks how settings combine)."""
 
     @model_validator(mode="before")

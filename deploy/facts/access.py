@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from pyinfra.api import FactBase
+from deploy.facts.base import NodeFact
 
 # The package managers the family table knows (deploy/distros.py), by the binary named after each
 # (Debian's apt package ships apt beside apt-get).
 PACKAGE_MANAGER_COMMANDS = ("apt", "dnf", "zypper", "pacman")
 
 
-class HostAccess(FactBase):
+class HostAccess(NodeFact):
     """
     The user commands run as (after pyinfra's --sudo), the kernel, whether systemd is PID 1
     (``/run/systemd/system``, systemd's own test), PID 1's name, and the package managers installed.

@@ -11,12 +11,20 @@ from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.exceptions import FactProcessError
 
 from deploy.facts.base import NodeFact
-from deploy.facts.k8s import captured, cluster_json, first_error_line, kubectl, parse_captured
+from deploy.facts.k8s import (
+    captured,
+    cluster_json,
+    first_error_line,
+    kubeconfig_problem,
+    kubectl,
+    parse_captured,
+    unreadable_reason,
+)
 
 
 class KubeNodeSchedule(NodeFact):
     """
-    Whether the API server answers with ``kubeconfig``, whether ``node`` is registered, and
+    Whether the API server answers with ``kubeconfig`` (None: the one kubectl finds), whether ``node`` is registered, and
     whether it is cordoned (``spec.unschedulable``).
 
     .. code:: python
@@ -27,7 +35,8 @@ class KubeNodeSchedule(NodeFact):
     def command(self, kubeconfig, node):
         return StringCommand(
             "if ! command -v kubectl >/dev/null 2>&1; then echo kubectl-missing;",
-            "elif [ ! -r", QuoteString(kubeconfig), "]; then echo kubeconfig-unreadable;",
+            "elif _why=$(", kubeconfig_problem(kubeconfig), '); [ -n "$_why" ];',
+            'then echo "kubeconfig-unreadable $_why";',
             "else", captured(kubectl(kubeconfig, "get", "node", QuoteString(node), "-o", "json")), "; fi",
         )
 
@@ -40,8 +49,8 @@ class KubeNodeSchedule(NodeFact):
         if output and output[0] == "kubectl-missing":
             state["error"] = "kubectl is not installed (not on PATH)"
             return state
-        if output and output[0] == "kubeconfig-unreadable":
-            state["error"] = "the kubeconfig does not exist or is not readable"
+        if output and output[0].startswith("kubeconfig-unreadable"):
+            state["error"] = unreadable_reason(output[0])
             return state
         code, out, err = parse_captured(output)
         if code != 0:

@@ -28,11 +28,64 @@ FIELD_MANAGER = "gpu-node"
 LABEL_VALUE_MAX = 63
 
 
-def kubectl(kubeconfig: str, *args: Any) -> StringCommand:
+# kubeadm's cluster-admin kubeconfig: where the kubeconfig setting is unset and kubectl finds no
+# kubeconfig of its own (no KUBECONFIG, no ~/.kube/config), as on a kubeadm control plane run as root.
+KUBEADM_ADMIN_CONF = "/etc/kubernetes/admin.conf"
+# What kubectl (and helm) read with no --kubeconfig: client-go's loading rules.
+_OWN_KUBECONFIG = '[ -n "${KUBECONFIG-}" ] || [ -e "${HOME-}/.kube/config" ]'
+
+
+def kubeconfig_option(kubeconfig: str | None) -> StringCommand:
+    """
+    The option kubectl and helm get: ``--kubeconfig K`` for a set path; unset, none while the
+    host's kubectl has a kubeconfig of its own (KUBECONFIG there, else ~/.kube/config, read as
+    kubectl reads them, a list of files merged), else kubeadm's admin.conf.
+    """
+    if kubeconfig:
+        return StringCommand("--kubeconfig", QuoteString(kubeconfig))
+    return StringCommand(f"$({_OWN_KUBECONFIG} || echo --kubeconfig={KUBEADM_ADMIN_CONF})")
+
+
+def kubeconfig_problem(kubeconfig: str | None) -> StringCommand:
+    """Prints why kubectl has no kubeconfig it can read (one line), nothing when it has one."""
+    if kubeconfig:
+        return StringCommand("[ -r", QuoteString(kubeconfig), "] || echo",
+                             QuoteString("the kubeconfig does not exist or is not readable"))
+    # kubectl skips the files of a KUBECONFIG list that do not exist and merges the others.
+    return StringCommand(
+        'if [ -n "${KUBECONFIG-}" ]; then',
+        '( set -f; IFS=:; for _f in $KUBECONFIG; do [ -r "$_f" ] && exit 0; done;',
+        'echo "KUBECONFIG=$KUBECONFIG names no readable file" );',
+        'elif [ -e "${HOME-}/.kube/config" ]; then',
+        '[ -r "$HOME/.kube/config" ] || echo "$HOME/.kube/config is not readable";',
+        f"elif [ -e {KUBEADM_ADMIN_CONF} ]; then",
+        f"[ -r {KUBEADM_ADMIN_CONF} ] || echo '{KUBEADM_ADMIN_CONF} is not readable';",
+        f"else echo 'KUBECONFIG is unset, and neither ~/.kube/config nor {KUBEADM_ADMIN_CONF} exists'; fi",
+    )
+
+
+def kubeconfig_in_use(kubeconfig: str | None) -> StringCommand:
+    """Prints ``kubeconfig WHICH``: the file(s) kubectl reads under the rule of ``kubeconfig_option``."""
+    if kubeconfig:
+        return StringCommand("echo", QuoteString(f"kubeconfig {kubeconfig}"), ";")
+    return StringCommand(
+        'if [ -n "${KUBECONFIG-}" ]; then echo "kubeconfig KUBECONFIG=$KUBECONFIG";',
+        'elif [ -e "${HOME-}/.kube/config" ]; then echo "kubeconfig $HOME/.kube/config";',
+        f"else echo 'kubeconfig {KUBEADM_ADMIN_CONF}'; fi;",
+    )
+
+
+def kubeconfig_words(kubeconfig: str | None) -> str:
+    """How a message names the kubeconfig a setting gives."""
+    if kubeconfig:
+        return f"kubeconfig {kubeconfig}"
+    return f"the kubeconfig kubectl finds (KUBECONFIG, ~/.kube/config, else {KUBEADM_ADMIN_CONF})"
+
+
+def kubectl(kubeconfig: str | None, *args: Any) -> StringCommand:
     """``kubectl --kubeconfig K --request-timeout 20s ARGS``: every kubectl call goes through here."""
     return StringCommand(
-        "kubectl", "--kubeconfig", QuoteString(kubeconfig), f"--request-timeout={KUBECTL_REQUEST_TIMEOUT}",
-        *args,
+        "kubectl", kubeconfig_option(kubeconfig), f"--request-timeout={KUBECTL_REQUEST_TIMEOUT}", *args,
     )
 
 
@@ -88,26 +141,39 @@ def first_error_line(stderr: str) -> str:
     return lines[-1] if lines else "no error output"
 
 
+def unreadable_reason(line: str) -> str:
+    """The reason a ``kubeconfig-unreadable REASON`` line gives (kubeconfig_problem's words)."""
+    return line.partition(" ")[2].strip() or "the kubeconfig does not exist or is not readable"
+
+
+def kubeconfig_read(lines: list[str]) -> str | None:
+    """The kubeconfig a ``kubeconfig WHICH`` line (kubeconfig_in_use) names."""
+    return next((line.partition(" ")[2] for line in lines if line.startswith("kubeconfig ")), None)
+
+
 class KubeCluster(NodeFact):
     """
-    Whether kubectl exists and the API server answers with the given kubeconfig, and its version.
+    Whether kubectl exists and the API server answers with the given kubeconfig (None: the one
+    kubectl finds, see ``kubeconfig_option``), which kubeconfig that is, and the server's version.
 
     .. code:: python
 
         {"kubectl": True, "kubeconfig_readable": True, "reachable": True,
+         "kubeconfig": "/root/.kube/config",  # or "KUBECONFIG=/a:/b"; None when not readable
          "version": "1.30", "git_version": "v1.30.2", "error": None}
     """
 
     def command(self, kubeconfig):
         return StringCommand(
             "if ! command -v kubectl >/dev/null 2>&1; then echo kubectl-missing;",
-            "elif [ ! -r", QuoteString(kubeconfig), "]; then echo kubeconfig-unreadable;",
-            "else", captured(kubectl(kubeconfig, "get", "--raw", "/version")), "; fi",
+            "elif _why=$(", kubeconfig_problem(kubeconfig), '); [ -n "$_why" ];',
+            'then echo "kubeconfig-unreadable $_why";',
+            "else", kubeconfig_in_use(kubeconfig), captured(kubectl(kubeconfig, "get", "--raw", "/version")), "; fi",
         )
 
     @staticmethod
     def default():
-        return {"kubectl": False, "kubeconfig_readable": False, "reachable": False,
+        return {"kubectl": False, "kubeconfig_readable": False, "reachable": False, "kubeconfig": None,
                 "version": None, "git_version": None, "error": "no output"}
 
     def process(self, output):
@@ -116,10 +182,11 @@ class KubeCluster(NodeFact):
             state["error"] = "kubectl is not installed (not on PATH)"
             return state
         state["kubectl"] = True
-        if output[0] == "kubeconfig-unreadable":
-            state["error"] = "the kubeconfig does not exist or is not readable"
+        if output[0].startswith("kubeconfig-unreadable"):
+            state["error"] = unreadable_reason(output[0])
             return state
         state["kubeconfig_readable"] = True
+        state["kubeconfig"] = kubeconfig_read(output)
         code, out, err = parse_captured(output)
         if code != 0:
             state["error"] = f"the API server did not answer: {first_error_line(err)}"
@@ -424,7 +491,7 @@ class HelmRelease(NodeFact):
     """
 
     def command(self, kubeconfig, namespace, release):
-        helm = StringCommand("helm", "--kubeconfig", QuoteString(kubeconfig), "-n", QuoteString(namespace))
+        helm = StringCommand("helm", kubeconfig_option(kubeconfig), "-n", QuoteString(namespace))
         return StringCommand(
             "if ! command -v helm >/dev/null 2>&1; then echo helm-missing; else",
             captured(StringCommand(helm, "list", "--filter", QuoteString(f"^{release}$"), "-o", "json"),

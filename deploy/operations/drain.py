@@ -29,7 +29,7 @@ from pyinfra.api.exceptions import FactProcessError
 from pyinfra.api.state import BaseStateCallback
 
 from deploy.facts.drain import KubeNodeSchedule
-from deploy.facts.k8s import first_error_line, kubectl
+from deploy.facts.k8s import first_error_line, kubeconfig_words, kubectl
 from deploy.operations.failure import fail_host
 from deploy.run_state import per_run
 
@@ -40,7 +40,7 @@ class DrainTarget:
 
     node: str  # Kubernetes node name
     control_plane: str  # inventory name of the host kubectl runs on
-    kubeconfig: str  # on the control-plane host
+    kubeconfig: str | None  # on the control-plane host; None: the one kubectl finds there
     timeout: int  # seconds `kubectl drain` has
 
     def drain_command(self) -> StringCommand:
@@ -127,7 +127,7 @@ def _last_error(stderr_lines: list[str]) -> str:
 def drain_node(state, host, target: DrainTarget) -> bool:
     """The drain (a FunctionCommand body): True when the restart may go ahead."""
     record = drain_record(state, host.name, target)
-    node, where = target.node, f"kubeconfig {target.kubeconfig} on {target.control_plane}"
+    node, where = target.node, f"{kubeconfig_words(target.kubeconfig)} on {target.control_plane}"
     if record.drained:
         host.log_styled(f"Kubernetes node {node} was drained earlier in this run", fg="cyan")
         return True

@@ -25,6 +25,8 @@ from deploy.facts.k8s import (
     KubeLiveObjects,
     KubeNodes,
     KubeServerSideDiff,
+    kubeconfig_option,
+    kubeconfig_words,
     kubectl,
     object_key,
     with_stdin,
@@ -76,18 +78,20 @@ def stamp_manifest(text: str, bundle: str) -> tuple[str, str]:
     return dump_documents(documents), digest
 
 
-def unavailable_message(kubeconfig: str, error: str) -> str:
-    return f"cannot use the cluster with kubeconfig {kubeconfig}: {error}"
+def unavailable_message(kubeconfig: str | None, error: str) -> str:
+    return f"cannot use the cluster with {kubeconfig_words(kubeconfig)}: {error}"
 
 
-def require_cluster(kubeconfig: str) -> dict:
+def require_cluster(kubeconfig: str | None) -> dict:
     """
     The ``KubeCluster`` fact of the current host, or ``KubeUnavailableError`` naming the host
-    and the kubeconfig when kubectl is missing or the API server does not answer.
+    and the kubeconfig (the one kubectl read, where it found one) when kubectl is missing or the
+    API server does not answer.
     """
     cluster = host.get_fact(KubeCluster, kubeconfig=kubeconfig)
     if not cluster["reachable"]:
-        raise KubeUnavailableError(f"{host.name}: {unavailable_message(kubeconfig, cluster['error'])}")
+        raise KubeUnavailableError(
+            f"{host.name}: {unavailable_message(cluster['kubeconfig'] or kubeconfig, cluster['error'])}")
     return cluster
 
 
@@ -221,7 +225,7 @@ def helm_upgrade_device_plugin(kubeconfig: str, namespace: str, chart_version: s
         host.noop(f"helm release {HELM_RELEASE} is {HELM_CHART}-{chart_version} with these values")
         return
     yield with_stdin(values, StringCommand(
-        "helm", "--kubeconfig", QuoteString(kubeconfig), "upgrade", "--install", HELM_RELEASE, HELM_CHART,
+        "helm", kubeconfig_option(kubeconfig), "upgrade", "--install", HELM_RELEASE, HELM_CHART,
         "--repo", HELM_REPO_URL, "--version", QuoteString(chart_version),
         "--namespace", QuoteString(namespace), "--create-namespace", "--wait", "--values", "-",
     ))

@@ -72,7 +72,7 @@ def swap_in_command(
     work_dir: str,
     staged_sha256: str,
     config_sha256: str,
-    kubeconfig: str,
+    kubeconfig: str | None,
     pod_name: str,
     timeout: int,
     config_path: str | None = None,
@@ -135,7 +135,7 @@ def swap_in_command(
 def configure_scheduler_manifest(
     config_path: str,
     config_sha256: str,
-    kubeconfig: str,
+    kubeconfig: str | None,
     pod_name: str,
     work_dir: str,
     manifest_path: str = "/etc/kubernetes/manifests/kube-scheduler.yaml",

@@ -13,7 +13,7 @@ from pyinfra.api.exceptions import NoGroupError
 from pyinfra.facts.server import Hostname
 
 from deploy.facts.drain import KubeNodeSchedule
-from deploy.facts.k8s import kube_node_name
+from deploy.facts.k8s import kube_node_name, kubeconfig_words
 from deploy.operations import drain as drain_ops
 from deploy.operations import failure
 from deploy.operations.drain import DrainTarget
@@ -53,7 +53,7 @@ def checked_drain_target(settings: Settings) -> DrainTarget | None:
         schedule = {"reachable": False, "error": str(error)}
     if not schedule["reachable"]:
         _refuse(f"drain_before_restart=true but {control_plane.name} cannot reach the Kubernetes API with "
-                f"kubeconfig {kubeconfig}: {schedule['error']}; nothing was changed")
+                f"{kubeconfig_words(kubeconfig)}: {schedule['error']}; nothing was changed")
         return None
 
     where = f"Kubernetes node {node}, through {control_plane.name}"

@@ -33,6 +33,20 @@ from deploy.operations.scheduler_manifest import configure_scheduler_manifest, k
 from deploy.settings import Settings
 
 
+# The bundles apply_manifests applies (each object annotated with its bundle's name)
+EXTENDER_BUNDLE = "gpushare-extender"
+DEVICE_PLUGIN_BUNDLE = "gpushare-device-plugin"
+
+
+def gpushare_manifests(settings: Settings, version: str) -> dict[str, str]:
+    """Bundle name -> manifest: what gpushare applies with kubectl on a cluster of this version."""
+    return {
+        EXTENDER_BUNDLE: extender_manifest(version, settings.gpushare_extender_image),
+        DEVICE_PLUGIN_BUNDLE: device_plugin_manifest(settings.gpushare_device_plugin_image,
+                                                     settings.gpushare_memory_unit),
+    }
+
+
 def checked_inspect_source(settings: Settings) -> str | None:
     """
     Where kubectl-inspect-gpushare comes from, refused before any change when no checksum is
@@ -105,17 +119,18 @@ def gpushare(settings: Settings, nodes: list[GpuNode]):
     config_text = scheduler_config_yaml(version)  # refuses clusters older than 1.23
     inspect_source = checked_inspect_source(settings)
 
+    manifests = gpushare_manifests(settings, version)
     kubectl.apply_manifests(
         name="Apply the gpushare scheduler extender",
-        manifest=extender_manifest(version, settings.gpushare_extender_image),
+        manifest=manifests[EXTENDER_BUNDLE],
         kubeconfig=settings.kubeconfig,
-        bundle="gpushare-extender",
+        bundle=EXTENDER_BUNDLE,
     )
     kubectl.apply_manifests(
         name="Apply the gpushare device plugin",
-        manifest=device_plugin_manifest(settings.gpushare_device_plugin_image, settings.gpushare_memory_unit),
+        manifest=manifests[DEVICE_PLUGIN_BUNDLE],
         kubeconfig=settings.kubeconfig,
-        bundle="gpushare-device-plugin",
+        bundle=DEVICE_PLUGIN_BUNDLE,
     )
     for node in nodes:
         if not node.has_gpu and node.gpu_sharing == "gpushare":

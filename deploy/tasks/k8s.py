@@ -30,6 +30,9 @@ SMOKE_POD_NAMESPACE = "default"
 CONFIG_LABEL = "nvidia.com/device-plugin.config"
 RUNTIME_CLASS = "nvidia"
 CONTAINER_DRIVER_ROOT = "/driver-root"
+# The bundles apply_manifests applies (each object annotated with its bundle's name)
+RUNTIME_CLASS_BUNDLE = "runtimeclass"
+DEVICE_PLUGIN_BUNDLE = "nvidia-device-plugin"
 
 
 @dataclass(frozen=True)
@@ -153,13 +156,15 @@ def node_labels(node: GpuNode) -> dict[str, str | None]:
     labels: dict[str, str | None] = {"nvidia.com/gpu.present": "true"}
     if node.accelerator:
         labels["accelerator"] = node.accelerator
+    return {**labels, **sharing_labels(node)}
+
+
+def sharing_labels(node: GpuNode) -> dict[str, str | None]:
+    """The labels a GPU node's own sharing settings decide (its device plugin config); None: remove."""
     if node.gpu_sharing == "gpushare":
-        labels[CONFIG_LABEL] = None
-        labels["nvidia.com/mps.capable"] = None
-    else:
-        labels[CONFIG_LABEL] = SharingConfig.from_settings(node.settings, node.cdi).name
-        labels["nvidia.com/mps.capable"] = "true" if node.gpu_sharing == "mps" else None
-    return labels
+        return {CONFIG_LABEL: None, "nvidia.com/mps.capable": None}
+    return {CONFIG_LABEL: SharingConfig.from_settings(node.settings, node.cdi).name,
+            "nvidia.com/mps.capable": "true" if node.gpu_sharing == "mps" else None}
 
 
 def product_source(node: GpuNode) -> str:
@@ -215,6 +220,11 @@ def render_helm_values(settings: Settings, nodes: list[GpuNode]) -> str:
     return templates.render("k8s/device-plugin-values.yaml.j2", **device_plugin_context(settings, nodes))
 
 
+def helm_chart_version(settings: Settings) -> str:
+    """The nvdp/nvidia-device-plugin chart's version: the plugin's release without its v."""
+    return settings.device_plugin_version.lstrip("v")
+
+
 def render_runtime_class() -> str:
     return templates.render("k8s/runtimeclass.yaml.j2")
 
@@ -231,6 +241,11 @@ def render_smoke_pod(settings: Settings, nodes: list[GpuNode]) -> str:
     )
 
 
+def uses_gpushare(settings: Settings, nodes: list[GpuNode]) -> bool:
+    """Whether the control plane or any GPU node shares GPUs through gpushare (its extender is then set up)."""
+    return settings.gpu_sharing == "gpushare" or any(node.gpu_sharing == "gpushare" for node in nodes)
+
+
 def needs_device_plugin(settings: Settings, nodes: list[GpuNode]) -> bool:
     """False only when every GPU node (or, with none known, the control plane) uses gpushare."""
     if nodes:
@@ -242,7 +257,7 @@ def needs_device_plugin(settings: Settings, nodes: list[GpuNode]) -> bool:
 def gpu_cluster(settings: Settings) -> list[GpuNode]:
     """Check the cluster, label the GPU nodes, apply the RuntimeClass; returns the GPU nodes."""
     cluster = kubectl.require_cluster(settings.kubeconfig)
-    logger.info(f"{host.print_prefix}Kubernetes {cluster['git_version']} via {settings.kubeconfig}")
+    logger.info(f"{host.print_prefix}Kubernetes {cluster['git_version']} via kubeconfig {cluster['kubeconfig']}")
     nodes = gather_gpu_nodes(settings)
     live_nodes = host.get_fact(KubeNodes, kubeconfig=settings.kubeconfig)["nodes"] or {}
 
@@ -250,7 +265,7 @@ def gpu_cluster(settings: Settings) -> list[GpuNode]:
         name="Apply the nvidia RuntimeClass",
         manifest=render_runtime_class(),
         kubeconfig=settings.kubeconfig,
-        bundle="runtimeclass",
+        bundle=RUNTIME_CLASS_BUNDLE,
     )
     for node in nodes:
         report_node(node)
@@ -279,7 +294,7 @@ def device_plugin(settings: Settings, nodes: list[GpuNode]):
             name="Install the NVIDIA device plugin helm chart",
             kubeconfig=settings.kubeconfig,
             namespace=DEVICE_PLUGIN_NAMESPACE,
-            chart_version=settings.device_plugin_version.lstrip("v"),
+            chart_version=helm_chart_version(settings),
             values=render_helm_values(settings, nodes),
         )
     else:
@@ -287,7 +302,7 @@ def device_plugin(settings: Settings, nodes: list[GpuNode]):
             name="Apply the NVIDIA device plugin",
             manifest=render_device_plugin(settings, nodes),
             kubeconfig=settings.kubeconfig,
-            bundle="nvidia-device-plugin",
+            bundle=DEVICE_PLUGIN_BUNDLE,
         )
     if settings.smoke_test:
         kubectl.run_smoke_test(

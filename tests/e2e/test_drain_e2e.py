@@ -244,7 +244,7 @@ def test_control_plane_without_kubectl_stops_the_gpu_node_before_any_change(star
     result = pyinfra(inventory, "deploy/gpu_node.py", {"stages": "runtimes", "container_runtimes": "containerd",
                                                        "drain_before_restart": "true"}, yes=True)
     assert result.returncode != 0, result.explain()
-    assert (f"{kubectl_host.target} cannot reach the Kubernetes API with kubeconfig /etc/kubernetes/admin.conf: "
+    assert (f"{kubectl_host.target} cannot reach the Kubernetes API with the kubeconfig kubectl finds (KUBECONFIG, ~/.kube/config, else /etc/kubernetes/admin.conf): "
             "kubectl is not installed (not on PATH); nothing was changed; "
             "set drain_before_restart=false to restart without draining") in result.stderr
     # containerd was not installed: the run stopped before the runtimes stage

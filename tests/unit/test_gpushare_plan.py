@@ -175,7 +175,8 @@ def test_first_run_applies_extender_and_plugin_labels_node_configures_scheduler_
     assert not any(key[1] == "nvidia-device-plugin" for key in cluster.objects)
     assert cluster.nodes["gpu1"]["gpushare"] == "true"
     assert [c for c in run.labels() if "gpushare=true" in c] == [
-        "kubectl --kubeconfig /etc/kubernetes/admin.conf --request-timeout=20s label node gpu1 --overwrite gpushare=true"
+        'kubectl $([ -n "${KUBECONFIG-}" ] || [ -e "${HOME-}/.kube/config" ] || echo --kubeconfig=/etc/kubernetes/admin.conf) '
+        "--request-timeout=20s label node gpu1 --overwrite gpushare=true"
     ]
     # the scheduler config for 1.28, and the static pod pointing at it through a staged copy
     assert cluster.files[CONFIG].decode() == scheduler_config_yaml("1.28")

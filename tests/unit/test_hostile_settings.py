@@ -38,8 +38,8 @@ URL_KEYS = ("nvidia_toolkit_repo_url", "nvidia_toolkit_gpgkey_url", "gpushare_in
 # Keys whose values may hold spaces, quotes and ; (a path): they must be quoted wherever they go.
 PATH_KEYS = ("containerd_config_path", "docker_daemon_config_path", "kubeconfig",
              "gpushare_scheduler_config_path", "gpushare_inspect_path", "verify_report_path",
-             "fleet_report_path")
-CONTROLLER_PATH_KEYS = ("verify_report_path", "fleet_report_path")
+             "fleet_report_path", "manifests_dir", "manifests_inventory")
+CONTROLLER_PATH_KEYS = ("verify_report_path", "fleet_report_path", "manifests_dir")
 SHELL_SPECIAL = set(" \t'\"\\`$;|&<>()\n\r\x00")
 
 

@@ -68,6 +68,7 @@ STYLES = range(len(SUFFIXES) + 1)
 PLAIN = {
     "containerd_version": "1.6.20-5", "nvidia_driver_branch": "535", "nvidia_driver_version": "535.183.01",
     "nvidia_toolkit_version": "1.17.8-1", "gpushare_inspect_sha256": "5" * 64, "kube_node_names": "@fake/gpu1=gpu1",
+    "kubeconfig": "/etc/kubernetes/admin.conf", "manifests_inventory": "inventory.py", "manifests_kubernetes_version": "1.30",
     # not "/": a value read back as "/" would fold every path
     "nvidia_driver_root": "/run/nvidia/driver",
 }
@@ -109,6 +110,8 @@ PLANS = {
     "gpushare_scheduler_config_path": ("gpushare",), "gpushare_inspect_source": ("gpushare",),
     "gpushare_inspect_sha256": ("gpushare",), "gpushare_inspect_path": ("gpushare",),
     "verify_report_path": ("controller",), "fleet_report_path": ("controller",),
+    # deploy/render_cluster.py on @local: a real run of each style in test_render_cluster.py
+    "manifests_dir": ("render",), "manifests_inventory": ("render",), "manifests_kubernetes_version": ("render",),
 }
 KINDS = ("node", "cluster", "helm", "gpushare")
 # gpushare's control plane is stood in for by test_gpushare_plan's GpushareHost, which answers

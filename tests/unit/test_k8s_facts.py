@@ -8,6 +8,7 @@ No kube-apiserver exists on the test machines.
 from __future__ import annotations
 
 import ctypes.util
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -27,6 +28,7 @@ from deploy.facts.k8s import (
     accelerator_label,
     captured,
     kube_node_name,
+    kubectl,
     parse_captured,
 )
 from deploy.operations.kubectl import labels_to_change, stamp_manifest
@@ -88,10 +90,96 @@ def test_kube_cluster_api_server_unreachable_real_kubectl_no_cluster(tmp_path):
 
 
 def test_kube_cluster_version_parsed():
-    lines = ["rc 0", 'out {"major": "1", "minor": "31+", "gitVersion": "v1.31.4+k3s1", "platform": "linux/amd64"}']
+    lines = ["kubeconfig /root/.kube/config", "rc 0",
+             'out {"major": "1", "minor": "31+", "gitVersion": "v1.31.4+k3s1", "platform": "linux/amd64"}']
     state = KubeCluster().process(lines)
-    assert state == {"kubectl": True, "kubeconfig_readable": True, "reachable": True, "version": "1.31",
-                     "git_version": "v1.31.4+k3s1", "error": None}
+    assert state == {"kubectl": True, "kubeconfig_readable": True, "reachable": True,
+                     "kubeconfig": "/root/.kube/config", "version": "1.31", "git_version": "v1.31.4+k3s1",
+                     "error": None}
+
+
+# --- which kubeconfig kubectl reads where the setting is unset: the real kubectl, in a shell whose
+# HOME and KUBECONFIG the test sets; each kubeconfig points at its own closed port on 127.0.0.1, so
+# the port kubectl reports having tried names the file it read.
+
+def closed_port_kubeconfig(path: Path, port: int) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(UNREACHABLE_KUBECONFIG.replace("127.0.0.1:1", f"127.0.0.1:{port}"))
+    return str(path)
+
+
+def kube_cluster_in(env_home: Path, kubeconfig: str | None = None, **env: str) -> dict:
+    """KubeCluster read by a real shell with this HOME, PATH and ``env`` (KUBECONFIG) only."""
+    shell_env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(env_home), **env}
+    return KubeCluster().process(run(KubeCluster().command(kubeconfig), env=shell_env))
+
+
+def refused_port(state: dict) -> str:
+    found = re.search(r"The connection to the server 127\.0\.0\.1:(\d+) was refused", state["error"] or "")
+    assert found, state
+    return found.group(1)
+
+
+needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed on this machine")
+
+
+@needs_kubectl
+def test_unset_kubeconfig_reads_home_kube_config_real_kubectl(tmp_path):
+    closed_port_kubeconfig(tmp_path / "home" / ".kube" / "config", 2)
+    state = kube_cluster_in(tmp_path / "home")
+    assert refused_port(state) == "2"
+    assert state["kubeconfig"] == f"{tmp_path}/home/.kube/config"
+
+
+@needs_kubectl
+def test_unset_kubeconfig_reads_the_kubeconfig_variable_before_home_real_kubectl(tmp_path):
+    closed_port_kubeconfig(tmp_path / "home" / ".kube" / "config", 2)
+    named = closed_port_kubeconfig(tmp_path / "named.conf", 3)
+    state = kube_cluster_in(tmp_path / "home", KUBECONFIG=named)
+    assert refused_port(state) == "3"
+    assert state["kubeconfig"] == f"KUBECONFIG={named}"
+
+
+@needs_kubectl
+def test_unset_kubeconfig_reads_a_kubeconfig_list_as_kubectl_merges_it_real_kubectl(tmp_path):
+    """A KUBECONFIG list: kubectl skips the file that does not exist and reads the other."""
+    named = closed_port_kubeconfig(tmp_path / "second.conf", 4)
+    listed = f"{tmp_path}/absent.conf:{named}"
+    state = kube_cluster_in(tmp_path / "home", KUBECONFIG=listed)
+    assert refused_port(state) == "4"
+    assert state["kubeconfig"] == f"KUBECONFIG={listed}"
+
+
+@needs_kubectl
+def test_a_set_kubeconfig_wins_over_the_variable_and_home_real_kubectl(tmp_path):
+    closed_port_kubeconfig(tmp_path / "home" / ".kube" / "config", 2)
+    named = closed_port_kubeconfig(tmp_path / "named.conf", 3)
+    setting = closed_port_kubeconfig(tmp_path / "setting.conf", 5)
+    state = kube_cluster_in(tmp_path / "home", setting, KUBECONFIG=named)
+    assert refused_port(state) == "5"
+    assert state["kubeconfig"] == setting
+
+
+@needs_kubectl
+def test_unset_kubeconfig_without_variable_or_home_config_falls_back_to_kubeadms_admin_conf_real_kubectl(tmp_path):
+    """Neither KUBECONFIG nor ~/.kube/config: kubeadm's /etc/kubernetes/admin.conf, which this machine
+    lacks (no control plane here): the fact names all three, and kubectl itself is pointed at admin.conf."""
+    assert not Path("/etc/kubernetes/admin.conf").exists()
+    state = kube_cluster_in(tmp_path / "home")
+    assert state["kubectl"] and not state["kubeconfig_readable"]
+    assert state["error"] == "KUBECONFIG is unset, and neither ~/.kube/config nor /etc/kubernetes/admin.conf exists"
+    bare = subprocess.run(["/bin/sh", "-c", kubectl(None, "get", "--raw", "/version").get_raw_value()],
+                          env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path / "home")},
+                          capture_output=True, text=True, timeout=60)
+    assert bare.returncode != 0 and "/etc/kubernetes/admin.conf" in bare.stderr, bare.stderr
+
+
+@needs_kubectl
+def test_a_kubeconfig_variable_naming_no_readable_file_is_named_real_shell(tmp_path):
+    closed_port_kubeconfig(tmp_path / "home" / ".kube" / "config", 2)
+    listed = f"{tmp_path}/a.conf:{tmp_path}/b.conf"
+    state = kube_cluster_in(tmp_path / "home", KUBECONFIG=listed)
+    assert state["error"] == f"KUBECONFIG={listed} names no readable file"
 
 
 def test_gpu_node_identity_of_this_machine_real_shell_no_gpu():

@@ -9,13 +9,14 @@ sent, answers ``get -f -``/``diff --server-side``/``get nodes`` from that store 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyinfra
 import yaml
-from plan import QUICK, Node, run_pyinfra
+from plan import QUICK, Node, every, run_pyinfra
 from pyinfra.api import Inventory, State
 from pyinfra_cli.util import load_deploy_file
 
@@ -50,16 +51,25 @@ class FakeCluster:
         "log Test PASSED", "log Done", "deleted",
     ])
     helm_lines: list[str] | None = None
+    # The kubeconfig the control plane's kubectl finds where the setting is unset: a kubeadm control
+    # plane's, run as root with neither KUBECONFIG nor ~/.kube/config (test_k8s_facts.py runs the rule)
+    own_kubeconfig: str = "/etc/kubernetes/admin.conf"
+
+    def kubeconfig_line(self, command: str) -> str:
+        """What KubeCluster's ``kubeconfig_in_use`` prints here."""
+        explicit = re.search(r"echo 'kubeconfig ([^']*)'", command)
+        return f"kubeconfig {explicit.group(1) if explicit else self.own_kubeconfig}"
 
     def answer(self, command: str) -> tuple[bool, list[str]]:
         if "command -v kubectl" in command and "get --raw /version" in command:
             if not self.kubectl_installed:
                 return True, ["kubectl-missing"]
             if not self.reachable:
-                return True, ["rc 1", "err The connection to the server 127.0.0.1:6443 was refused - "
-                                      "did you specify the right host or port?"]
+                return True, [self.kubeconfig_line(command), "rc 1",
+                              "err The connection to the server 127.0.0.1:6443 was refused - "
+                              "did you specify the right host or port?"]
             major, minor = self.version
-            return True, ["rc 0", "out " + json.dumps(
+            return True, [self.kubeconfig_line(command), "rc 0", "out " + json.dumps(
                 {"major": major, "minor": minor, "gitVersion": f"v{major}.{minor}.2"})]
         if "gpu-node-smoke-test" in command and " create -f - " in command:
             return True, self.smoke_lines
@@ -96,8 +106,8 @@ class FakeCluster:
         return True, []
 
 
-# A GPU node's one read, with its driver at / (nvidia_driver_root's default)
-IDENTITY = (GpuNodeIdentity, {"driver_root": "/"})
+# A GPU node's one read, wherever its settings put the driver (nvidia_driver_root)
+IDENTITY = every(GpuNodeIdentity)
 
 
 def gpu_identity_lines(hostname: str, products: list[str], pci_gpus: int | None = None,
@@ -182,7 +192,8 @@ def test_first_run_applies_runtime_class_and_device_plugin_labels_node_and_passe
                    data={"gpu_sharing": "time-slicing", "gpu_sharing_replicas": "10"})
     assert not run.failed
     commands = run.control_plane_commands()
-    assert "get --raw /version" in commands[0] and "--kubeconfig /etc/kubernetes/admin.conf" in commands[0]
+    # kubeconfig unset: kubectl's own, else kubeadm's admin.conf (test_k8s_facts.py runs the rule for real)
+    assert "get --raw /version" in commands[0] and "|| echo --kubeconfig=/etc/kubernetes/admin.conf) " in commands[0]
     assert len(run.applies()) == 2
     assert "kind: RuntimeClass" in run.applies()[0]
     assert "kind: DaemonSet" in run.applies()[1] and "replicas: 10" in run.applies()[1]
@@ -363,7 +374,7 @@ def test_helm_path_plan_only_no_helm_binary_reachable_here_installs_the_pinned_c
     data = {"device_plugin_install_method": "helm", "smoke_test": "false"}
     gpu = {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])}
     run = run_plan(monkeypatch, cluster, gpu, data=data)
-    helm = [c for c in run.control_plane_commands() if "helm --kubeconfig" in c and " upgrade " in c]
+    helm = [c for c in run.control_plane_commands() if " upgrade --install nvdp " in c]
     assert len(helm) == 1
     assert "upgrade --install nvdp nvidia-device-plugin --repo https://nvidia.github.io/k8s-device-plugin " \
            "--version 0.17.0 --namespace nvidia-device-plugin" in helm[0]
@@ -382,7 +393,7 @@ def test_helm_path_plan_only_no_helm_binary_reachable_here_names_host_and_kubeco
     run = run_plan(monkeypatch, cluster, {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])},
                    data={"device_plugin_install_method": "helm", "smoke_test": "false"})
     assert run.failed
-    assert ("[@fake/cp1]  gpu-node: cannot use the cluster with kubeconfig /etc/kubernetes/admin.conf: "
+    assert ("[@fake/cp1]  gpu-node: cannot use the cluster with the kubeconfig kubectl finds (KUBECONFIG, ~/.kube/config, else /etc/kubernetes/admin.conf): "
             "helm: helm is not installed (not on PATH)") in caplog.text
 
 
@@ -404,7 +415,7 @@ def test_a_kubectl_failure_on_one_control_plane_fails_that_host_only(monkeypatch
     assert {host.name for host in run.state.failed_hosts} == {"@fake/cp2"}
     failures = [record.getMessage() for record in caplog.records if "gpu-node: " in record.getMessage()]
     assert failures == [  # pyinfra pads the host prefix to the longest name
-        "[@fake/cp2]  gpu-node: cannot use the cluster with kubeconfig /etc/kubernetes/admin.conf: Error from server "
+        "[@fake/cp2]  gpu-node: cannot use the cluster with the kubeconfig kubectl finds (KUBECONFIG, ~/.kube/config, else /etc/kubernetes/admin.conf): Error from server "
         '(Forbidden): runtimeclasses.node.k8s.io "nvidia" is forbidden: User "viewer" cannot get resource '
         '"runtimeclasses"'
     ]
@@ -445,3 +456,46 @@ def test_missing_objects_apply_without_a_server_side_diff(monkeypatch):
                    data={"smoke_test": "false"})
     assert not run.failed
     assert run.diffs() == [] and len(run.applies()) == 2
+
+
+# --- which kubeconfig kubectl and helm read --------------------------------------------------------
+
+def kubeconfig_options(command: str) -> list[list[str]]:
+    """The two words after each kubectl or helm the command runs (``command -v kubectl`` is no run)."""
+    words = shlex.split(command)
+    return [words[index + 1:index + 3] for index, word in enumerate(words)
+            if word in ("kubectl", "helm") and words[index - 1] != "-v"]
+
+
+HELM_NOT_YET = ["list-rc 0", "list-out []", "values-rc 1", "values-err Error: release: not found"]
+
+
+def test_kubeconfig_unset_every_kubectl_and_helm_finds_its_own_kubeconfig_no_real_cluster(monkeypatch, caplog):
+    """Unset (the default): no --kubeconfig while the host's kubectl has KUBECONFIG or ~/.kube/config, else
+    kubeadm's admin.conf; the rule itself runs for real in test_k8s_facts.py."""
+    caplog.set_level("INFO", logger="pyinfra")
+    cluster = two_gpu_node_cluster()
+    cluster.helm_lines = HELM_NOT_YET
+    run = run_plan(monkeypatch, cluster, {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])},
+                   data={"device_plugin_install_method": "helm", "smoke_test": "false"})
+    assert not run.failed
+    options = [option for command in run.control_plane_commands() for option in kubeconfig_options(command)]
+    runs = {word for command in run.control_plane_commands() for word in shlex.split(command)
+            if word in ("kubectl", "helm")}
+    assert runs == {"kubectl", "helm"} and len(options) >= 6
+    assert all(option == ["$([", "-n"] for option in options), options
+    assert "Kubernetes v1.30.2 via kubeconfig /etc/kubernetes/admin.conf" in caplog.text
+
+
+def test_a_set_kubeconfig_is_given_to_every_kubectl_and_helm_no_real_cluster(monkeypatch, caplog):
+    caplog.set_level("INFO", logger="pyinfra")
+    cluster = two_gpu_node_cluster()
+    cluster.helm_lines = HELM_NOT_YET
+    run = run_plan(monkeypatch, cluster, {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])},
+                   data={"device_plugin_install_method": "helm", "smoke_test": "false",
+                         "kubeconfig": "/etc/rancher/k3s/k3s.yaml"})
+    assert not run.failed
+    options = [option for command in run.control_plane_commands() for option in kubeconfig_options(command)]
+    assert len(options) >= 6 and all(option == ["--kubeconfig", "/etc/rancher/k3s/k3s.yaml"] for option in options)
+    assert not [command for command in run.control_plane_commands() if "KUBECONFIG" in command]
+    assert "Kubernetes v1.30.2 via kubeconfig /etc/rancher/k3s/k3s.yaml" in caplog.text

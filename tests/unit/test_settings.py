@@ -60,7 +60,7 @@ DOCUMENTED_DEFAULTS = {
     "verify_report_path": "gpu-node-report.json",
     "fleet_report_path": "gpu-node-fleet.json",
     "verify_image": "docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
-    "kubeconfig": "/etc/kubernetes/admin.conf",
+    "kubeconfig": None,
     "kube_node_names": (),
     "device_plugin_version": "v0.17.0",
     "device_plugin_install_method": "static",
@@ -85,6 +85,9 @@ DOCUMENTED_DEFAULTS = {
     ),
     "gpushare_inspect_sha256": None,
     "gpushare_inspect_path": "/usr/local/bin/kubectl-inspect-gpushare",
+    "manifests_dir": "gpu-node-manifests",
+    "manifests_inventory": None,
+    "manifests_kubernetes_version": None,
 }
 
 

@@ -1,0 +1,283 @@
+"""
+What deploy/k8s_gpu.py applies, written as files on the controller for GitOps (Argo CD, Flux) or
+``kubectl apply``: the deploy's own renderers and bundle stamps, from settings alone (no cluster,
+no GPU node is reached). Run by deploy/render_cluster.py.
+
+The folder (``manifests_dir``)::
+
+    README.md                                what is here, how to apply it, what is not here
+    manifests/<bundle>.yaml                  the API objects, one file per bundle the deploy applies
+    helm/values.yaml, helm/release.yaml      with device_plugin_install_method=helm: the chart's values
+                                             and which chart, version and release they are for
+    control-plane/kube-scheduler-config.yaml with gpushare: a file for kube-scheduler, no API object
+
+Only ``manifests/`` is for ``kubectl apply -f`` (Flux applies every YAML file under the path it is
+given, and the values are no Kubernetes object).
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from io import StringIO
+
+import yaml
+from pyinfra import host, logger
+from pyinfra.api import deploy
+from pyinfra.api.exceptions import NoGroupError, PyinfraError
+from pyinfra.operations import files
+from pyinfra_cli.inventory import make_inventory
+
+from deploy.facts.k8s import FIELD_MANAGER, GpuNode
+from deploy.gpushare import NODE_LABEL, GpushareError, scheduler_config_yaml
+from deploy.operations.kubectl import HELM_CHART, HELM_RELEASE, HELM_REPO_URL, stamp_manifest
+from deploy.settings import CONTROL_PLANE_GROUP, GPU_NODES_GROUP, Settings, SettingsError, parse_settings
+from deploy.tasks import gpushare as gpushare_task
+from deploy.tasks.k8s import (
+    CONFIG_LABEL,
+    DEVICE_PLUGIN_BUNDLE,
+    DEVICE_PLUGIN_NAMESPACE,
+    RUNTIME_CLASS_BUNDLE,
+    SharingConfig,
+    helm_chart_version,
+    needs_device_plugin,
+    render_device_plugin,
+    render_helm_values,
+    render_runtime_class,
+    sharing_labels,
+    uses_gpushare,
+)
+
+README = "README.md"
+MANIFESTS = "manifests"
+HELM_VALUES = "helm/values.yaml"
+HELM_RELEASE_FILE = "helm/release.yaml"
+SCHEDULER_CONFIG = "control-plane/kube-scheduler-config.yaml"
+BUNDLES = (RUNTIME_CLASS_BUNDLE, DEVICE_PLUGIN_BUNDLE, gpushare_task.EXTENDER_BUNDLE,
+           gpushare_task.DEVICE_PLUGIN_BUNDLE)
+WHAT_BUNDLES_HOLD = {
+    RUNTIME_CLASS_BUNDLE: "the RuntimeClass `nvidia`",
+    DEVICE_PLUGIN_BUNDLE: "NVIDIA's device plugin: its namespace, the sharing configs (ConfigMap), RBAC, "
+                          "the DaemonSet(s)",
+    gpushare_task.EXTENDER_BUNDLE: "gpushare's scheduler extender: RBAC, Deployment, NodePort Service",
+    gpushare_task.DEVICE_PLUGIN_BUNDLE: "gpushare's device plugin: RBAC, DaemonSet on nodes labelled `gpushare=true`",
+}
+
+
+def manifest_file(bundle: str) -> str:
+    return f"{MANIFESTS}/{bundle}.yaml"
+
+
+# Every file a render may write: one a new render no longer writes is removed (a stale bundle in
+# manifests/ would still be applied by whatever syncs the folder).
+EVERY_FILE = (README, *(manifest_file(bundle) for bundle in BUNDLES), HELM_VALUES, HELM_RELEASE_FILE,
+              SCHEDULER_CONFIG)
+
+
+class RenderError(PyinfraError):
+    """The files cannot be written as asked: raised with a one-line reason, before any file is written."""
+
+
+def settings_only_node(host_name: str, settings: Settings) -> GpuNode:
+    """
+    A GPU node as the files see it: its own settings, none of its facts. Its GPUs, hostname and
+    CDI spec are unknown, so cdi=auto counts as no spec (its config without CDI).
+    """
+    return GpuNode(host_name=host_name, node_name=host_name, products=(), pci_gpus=0, nvidia_smi="not read",
+                   gpu_sharing=settings.gpu_sharing, nvidia_runtime_default=settings.nvidia_runtime_default,
+                   settings=settings)
+
+
+def helm_release_text(settings: Settings) -> str:
+    release = {"repository": HELM_REPO_URL, "chart": HELM_CHART, "version": helm_chart_version(settings),
+               "release": HELM_RELEASE, "namespace": DEVICE_PLUGIN_NAMESPACE}
+    return ("# The Helm release deploy/k8s_gpu.py installs with values.yaml (helm upgrade --install "
+            "--create-namespace)\n" + yaml.safe_dump(release, sort_keys=True))
+
+
+def cluster_files(settings: Settings, nodes: list[GpuNode], kubernetes_minor: str | None) -> dict[str, str]:
+    """
+    Relative path -> text: what deploy/k8s_gpu.py applies on a control plane with ``settings``
+    for these GPU nodes on a cluster of ``kubernetes_minor`` (needed only with gpushare).
+    """
+    manifests: dict[str, str] = {RUNTIME_CLASS_BUNDLE: render_runtime_class()}
+    written: dict[str, str] = {}
+    if uses_gpushare(settings, nodes):
+        if kubernetes_minor is None:
+            raise RenderError("manifests_kubernetes_version is not set: gpushare's scheduler config and extender "
+                              "depend on the cluster's Kubernetes minor (e.g. --data manifests_kubernetes_version=1.30)")
+        try:
+            written[SCHEDULER_CONFIG] = scheduler_config_yaml(kubernetes_minor)  # refuses clusters older than 1.23
+        except GpushareError as error:
+            raise RenderError(f"manifests_kubernetes_version={kubernetes_minor}: {error}") from None
+        manifests.update(gpushare_task.gpushare_manifests(settings, kubernetes_minor))
+    if needs_device_plugin(settings, nodes):
+        if settings.device_plugin_install_method == "helm":
+            written[HELM_VALUES] = render_helm_values(settings, nodes)
+            written[HELM_RELEASE_FILE] = helm_release_text(settings)
+        else:
+            manifests[DEVICE_PLUGIN_BUNDLE] = render_device_plugin(settings, nodes)
+    for bundle, manifest in manifests.items():
+        # stamped as apply_manifests stamps them: a deploy run after this folder is applied changes nothing
+        written[manifest_file(bundle)] = stamp_manifest(manifest, bundle)[0]
+    written[README] = readme(settings, nodes, kubernetes_minor, written)
+    return dict(sorted(written.items()))
+
+
+def readme(settings: Settings, nodes: list[GpuNode], kubernetes_minor: str | None, written: dict[str, str]) -> str:
+    lines = [
+        "# The cluster's GPU objects, written by gpu-node",
+        "",
+        "`deploy/render_cluster.py` wrote these files from gpu-node's settings: what `deploy/k8s_gpu.py`",
+        "applies with the same settings, the same bytes. Change the settings and render again rather than",
+        "editing them; a new render rewrites this folder's files.",
+        "",
+        "| file | what |",
+        "|---|---|",
+    ]
+    for bundle in BUNDLES:
+        if manifest_file(bundle) in written:
+            lines.append(f"| `{manifest_file(bundle)}` | {WHAT_BUNDLES_HOLD[bundle]} |")
+    if HELM_VALUES in written:
+        lines.append(f"| `{HELM_VALUES}` | the values of NVIDIA's device plugin chart (not an API object) |")
+        lines.append(f"| `{HELM_RELEASE_FILE}` | the chart, its version and the release the values are for |")
+    if SCHEDULER_CONFIG in written:
+        lines.append(f"| `{SCHEDULER_CONFIG}` | gpushare's KubeSchedulerConfiguration: a file kube-scheduler "
+                     "reads, not an API object |")
+    lines += [
+        "",
+        "## Apply",
+        "",
+        "Only `manifests/` holds API objects. Apply it as the deploy does (server-side, its field manager):",
+        "",
+        f"    kubectl apply --server-side --field-manager={FIELD_MANAGER} -f manifests/",
+        "",
+        "or point Argo CD or Flux at `manifests/`. The objects carry the deploy's `gpu-node.io/bundle` and",
+        "`gpu-node.io/digest` annotations, so `deploy/k8s_gpu.py` run later with the same settings applies",
+        "nothing.",
+    ]
+    if HELM_VALUES in written:
+        lines += [
+            "",
+            "## The device plugin's Helm chart",
+            "",
+            f"Chart `{HELM_CHART}` version `{helm_chart_version(settings)}` from {HELM_REPO_URL}, release "
+            f"`{HELM_RELEASE}`",
+            f"in the namespace `{DEVICE_PLUGIN_NAMESPACE}` (created), with `{HELM_VALUES}`:",
+            "",
+            f"    helm upgrade --install {HELM_RELEASE} {HELM_CHART} --repo {HELM_REPO_URL} "
+            f"--version {helm_chart_version(settings)} \\",
+            f"      --namespace {DEVICE_PLUGIN_NAMESPACE} --create-namespace --values {HELM_VALUES}",
+        ]
+    if SCHEDULER_CONFIG in written:
+        lines += [
+            "",
+            f"## gpushare's kube-scheduler (Kubernetes {kubernetes_minor})",
+            "",
+            f"On each control-plane node, `{SCHEDULER_CONFIG}` goes to",
+            f"`{settings.gpushare_scheduler_config_path}`, and the kube-scheduler static pod runs with",
+            f"`--config={settings.gpushare_scheduler_config_path}` and that file mounted (hostPath). No `kubectl apply`",
+            "reaches a static pod: `deploy/k8s_gpu.py` edits it on the host, with a backup and a rollback.",
+        ]
+    lines += [
+        "",
+        "## Not here: each node's labels",
+        "",
+        "The labels come from each node's facts, which only `deploy/k8s_gpu.py` reads: `nvidia.com/gpu.present=true`",
+        "on nodes with an NVIDIA GPU (the device plugin runs only there) and `accelerator=<product>` from",
+        "the GPU's product name. Label the nodes yourself (`kubectl label node`), or let `deploy/k8s_gpu.py`",
+        "label them.",
+    ]
+    if nodes:
+        names = dict(settings.kube_node_names)
+        lines += [
+            "",
+            "The labels the GPU nodes' own settings decide:",
+            "",
+            "| inventory host | Kubernetes node | labels |",
+            "|---|---|---|",
+        ]
+        for node in sorted(nodes, key=lambda node: node.host_name):
+            labels = {key: value for key, value in sharing_labels(node).items() if value is not None}
+            if node.gpu_sharing == "gpushare":
+                labels[NODE_LABEL] = "true"
+            shown = ", ".join(f"`{key}={value}`" for key, value in sorted(labels.items()))
+            lines.append(f"| `{node.host_name}` | {names.get(node.host_name, 'its hostname, in lower case')} | "
+                         f"{shown} |")
+        if any(node.settings.cdi == "auto" and node.gpu_sharing != "gpushare" for node in nodes):
+            lines += ["", "With `cdi=auto` a node's config depends on whether its CDI spec exists, a fact: these",
+                      "files take it as absent (set `cdi=true` or `false` for a config that does not guess)."]
+    if needs_device_plugin(settings, nodes):
+        default = SharingConfig.from_settings(settings).name
+        lines += ["", f"A node without a `{CONFIG_LABEL}` label gets the config `{default}`."]
+    return "\n".join(lines) + "\n"
+
+
+def cluster_inputs(settings: Settings) -> tuple[list[tuple[str, Settings]], list[GpuNode]]:
+    """
+    The control planes' (name, settings) and the GPU nodes: from ``manifests_inventory``'s hosts
+    when it is set (none is connected to), else this run's own settings and no GPU node.
+    """
+    if settings.manifests_inventory is None:
+        return [(host.name, settings)], []
+    cwd = host.state.cwd or os.getcwd()
+    path = os.path.join(cwd, settings.manifests_inventory)
+    if not os.path.isfile(path):
+        raise RenderError(f"manifests_inventory={settings.manifests_inventory}: no such file")
+    # pyinfra's own loader, as `pyinfra INVENTORY ...` reads it: its groups, host data, the group_data
+    # beside it and in the working directory, and this run's --data over them; no host is connected.
+    inventory = make_inventory(path, override_data=dict(host.state.inventory.override_data), cwd=cwd)
+
+    def group(name: str) -> list[tuple[str, Settings]]:
+        try:
+            hosts = inventory.get_group(name)
+        except NoGroupError:
+            return []
+        found = []
+        for member in hosts:
+            try:
+                found.append((member.name, parse_settings(member.data.dict())))
+            except SettingsError as error:
+                raise SettingsError(f"{error} (host {member.name} of {settings.manifests_inventory})") from None
+        return found
+
+    control_planes = group(CONTROL_PLANE_GROUP) or [(host.name, settings)]
+    nodes = [settings_only_node(name, node_settings) for name, node_settings in group(GPU_NODES_GROUP)]
+    if not nodes:
+        logger.warning(f"{host.print_prefix}{settings.manifests_inventory} has no {GPU_NODES_GROUP} hosts: "
+                       "the files follow the control plane's settings alone")
+    return control_planes, nodes
+
+
+@deploy("GitOps files of the Kubernetes GPU layer")
+def write_cluster_files(settings: Settings):
+    """Write ``manifests_dir`` on the controller (this host must be @local)."""
+    if host.name != "@local":
+        raise RenderError(f"deploy/render_cluster.py writes on the controller, not on {host.name}: run it as "
+                          "pyinfra @local deploy/render_cluster.py")
+    control_planes, nodes = cluster_inputs(settings)
+    first, rendered = None, {}
+    for name, control_plane in control_planes:
+        found = cluster_files(control_plane, nodes, settings.manifests_kubernetes_version)
+        if first is not None and found != rendered:
+            differ = sorted(path for path in set(found) | set(rendered) if found.get(path) != rendered.get(path))
+            raise RenderError(f"control_plane hosts {first} and {name} have settings that render different "
+                              f"files ({', '.join(differ)}): give them the same Kubernetes settings")
+        first, rendered = first or name, found
+
+    folder = os.path.join(host.state.cwd or os.getcwd(), settings.manifests_dir)
+    for relative, text in rendered.items():
+        files.put(
+            name=f"Write {posixpath.join(settings.manifests_dir, relative)}",
+            src=StringIO(text),
+            dest=os.path.join(folder, relative),
+            mode="644",
+            create_remote_dir=True,
+        )
+    for relative in EVERY_FILE:
+        if relative not in rendered:
+            files.file(
+                name=f"Remove {posixpath.join(settings.manifests_dir, relative)} (not rendered for these settings)",
+                path=os.path.join(folder, relative),
+                present=False,
+            )

@@ -1,0 +1,400 @@
+"""
+deploy/render_cluster.py, the GitOps files: run for real on @local (this machine, into a temporary
+folder; no cluster and no GPU node is reached, none exists here), and compared with what
+deploy/k8s_gpu.py sends in its plan tests, where no real cluster exists either: test_k8s_plan.py's
+FakeCluster keeps what ``kubectl apply --server-side`` was sent and the helm command's values,
+test_gpushare_plan.py's GpushareHost the files the control plane was given. The objects the folder
+holds are checked strictly against the Kubernetes OpenAPI schemas of every supported minor with
+kubernetes-validate (test_k8s_schemas.py's check).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyinfra
+import pytest
+import yaml
+from plan import run_pyinfra
+from pyinfra.api import Inventory
+from pyinfra.connectors.fake import FakeConnector
+from pyinfra_cli.util import load_deploy_file
+from test_gpushare_plan import CONFIG as SCHEDULER_CONFIG_PATH
+from test_gpushare_plan import GpushareHost
+from test_hostile_values_run import PWNED, STYLES, accepted, hostile_value
+from test_k8s_plan import A100, FakeCluster, gpu_identity_lines, object_key, run_plan, stdin_manifest
+from test_k8s_schemas import VERSIONS, helm_values_as_objects, helm_values_problems, problems
+from test_k8s_schemas import schema_files_read_once  # noqa: F401 (its schema cache, for this module too)
+
+from deploy.operations.kubectl import manifest_documents
+from deploy.settings import parse_settings
+from deploy.tasks.gitops import EVERY_FILE, RenderError, cluster_files, settings_only_node
+
+REPO = Path(__file__).resolve().parents[2]
+RENDER = str(REPO / "deploy" / "render_cluster.py")
+INSPECT_SHA = "5" * 64
+
+
+def read_tree(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder``: relative path -> bytes."""
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+@dataclass
+class Rendered:
+    folder: Path
+    error: Exception | None
+
+    @property
+    def files(self) -> dict[str, bytes]:
+        return read_tree(self.folder) if self.folder.exists() else {}
+
+    def text(self, relative: str) -> str:
+        return (self.folder / relative).read_text()
+
+    def documents(self) -> list[dict]:
+        return [doc for path in sorted((self.folder / "manifests").glob("*.yaml"))
+                for doc in manifest_documents(path.read_text())]
+
+    def objects(self) -> dict[tuple[str, str, str], dict]:
+        """What ``kubectl apply -f manifests/`` creates: one object per kind, namespace and name."""
+        found = {}
+        for document in self.documents():
+            assert object_key(document) not in found, f"{object_key(document)} twice in the folder"
+            found[object_key(document)] = document
+        return found
+
+
+def inventory_text(gpu_hosts: list[str], host_data: dict[str, dict]) -> str:
+    """An inventory file for the render with plan test's hosts: control plane @fake/cp1 and the GPU nodes."""
+    control_plane = [("@fake/cp1", host_data.get("@fake/cp1", {}))]
+    gpu_nodes = [(name, host_data.get(name, {})) for name in gpu_hosts]
+    return f"control_plane = {control_plane!r}\ngpu_nodes = {gpu_nodes!r}\n"
+
+
+def render(monkeypatch, folder: Path, data: dict, inventory: str | None = None,
+           host_name: str = "@local") -> Rendered:
+    """``pyinfra -y @local deploy/render_cluster.py --data ...`` in ``folder``'s parent (its working directory),
+    through pyinfra's API in this process; ``inventory``: the text of the file manifests_inventory names."""
+    monkeypatch.chdir(folder.parent)
+    data = {"manifests_dir": folder.name, **data}
+    if inventory is not None:
+        (folder.parent / "inventory.py").write_text(inventory)
+        data["manifests_inventory"] = "inventory.py"
+    monkeypatch.setattr(pyinfra, "is_cli", True)
+    hosts = Inventory(([(host_name, {})], {}), override_data=data)
+    _, error = run_pyinfra(hosts, lambda state: load_deploy_file(state, RENDER))
+    return Rendered(folder, error)
+
+
+# --- what the deploy sends, what the folder holds ------------------------------------------------
+
+@dataclass(frozen=True)
+class Case:
+    data: dict
+    host_data: dict
+    gpu_hosts: tuple[str, ...] = ("@fake/gpu1",)
+    gpushare_version: tuple[str, str] | None = None  # the cluster's version where gpushare runs
+
+
+CASES = {
+    "static-no-sharing": Case({}, {}),
+    "static-sharing-per-node": Case(
+        {"smoke_test": "false"},
+        {"@fake/cp1": {"gpu_sharing": "time-slicing", "gpu_sharing_replicas": 4},
+         "@fake/gpu1": {"gpu_sharing": "mps", "gpu_sharing_replicas": 8},
+         "@fake/gpu2": {"gpu_sharing": "time-slicing", "gpu_sharing_replicas": 10,
+                        "time_slicing_rename_by_default": True, "nvidia_runtime_default": False},
+         "@fake/gpu3": {"mig_strategy": "mixed"}},
+        gpu_hosts=("@fake/gpu1", "@fake/gpu2", "@fake/gpu3")),
+    "static-cdi-driver-root": Case(
+        {"smoke_test": "false", "cdi": "true", "nvidia_driver_root": "/run/nvidia/driver"}, {}),
+    "helm-no-sharing": Case({"device_plugin_install_method": "helm", "smoke_test": "false"}, {}),
+    "helm-sharing": Case(
+        {"device_plugin_install_method": "helm", "smoke_test": "false", "gpu_sharing": "time-slicing",
+         "gpu_sharing_replicas": "6"},
+        {"@fake/gpu2": {"gpu_sharing": "mps"}}, gpu_hosts=("@fake/gpu1", "@fake/gpu2")),
+    "gpushare": Case({"gpu_sharing": "gpushare", "smoke_test": "false", "gpushare_inspect_sha256": INSPECT_SHA}, {},
+                     gpushare_version=("1", "28")),
+    "gpushare-1.23-beside-time-slicing": Case(
+        {"smoke_test": "false", "gpushare_inspect_sha256": INSPECT_SHA, "gpushare_memory_unit": "MiB"},
+        {"@fake/gpu1": {"gpu_sharing": "gpushare"}, "@fake/gpu2": {"gpu_sharing": "time-slicing"}},
+        gpu_hosts=("@fake/gpu1", "@fake/gpu2"), gpushare_version=("1", "23")),
+}
+HELM_NOT_YET = ["list-rc 0", "list-out []", "values-rc 1", "values-err Error: release: not found"]
+
+
+def stood_in_cluster(monkeypatch, case: Case) -> FakeCluster:
+    """The control plane's cluster for the case (no real one here); gpushare's keeps the files it is given."""
+    nodes = {name.removeprefix("@fake/"): {} for name in case.gpu_hosts}
+    if not case.gpushare_version:
+        return FakeCluster(nodes={**nodes, "cp1": {}}, helm_lines=HELM_NOT_YET)
+    cluster = GpushareHost(version=case.gpushare_version, nodes={**nodes, "cp1": {}})
+
+    def kept(connector, filename_or_io, remote_filename, *args, **kwargs):
+        filename_or_io.seek(0)  # as pyinfra's real connectors do (its sha1 check read it)
+        data = filename_or_io.read()
+        cluster.files[remote_filename] = data.encode() if isinstance(data, str) else data
+        return True
+
+    monkeypatch.setattr(FakeConnector, "put_file", kept)
+    return cluster
+
+
+def deploy_plan(monkeypatch, case: Case, cluster: FakeCluster | None = None):
+    """deploy/k8s_gpu.py's plan run for the case; the stood-in cluster then holds what it was sent."""
+    cluster = cluster or stood_in_cluster(monkeypatch, case)
+    gpu = {name: gpu_identity_lines(name.removeprefix("@fake/"), [A100]) for name in case.gpu_hosts}
+    run = run_plan(monkeypatch, cluster, gpu, data=case.data, host_data=case.host_data)
+    assert not run.failed
+    return cluster, run
+
+
+def render_case(monkeypatch, tmp_path: Path, case: Case) -> Rendered:
+    data = dict(case.data)
+    if case.gpushare_version:
+        data["manifests_kubernetes_version"] = ".".join(case.gpushare_version)
+    rendered = render(monkeypatch, tmp_path / "gitops", data, inventory_text(list(case.gpu_hosts), case.host_data))
+    assert rendered.error is None, rendered.error
+    return rendered
+
+
+def sent_text(command: str) -> str:
+    """The text a ``printf '%s\\n' TEXT | ...`` command feeds its program (less printf's newline)."""
+    words = shlex.split(command)
+    return words[words.index("printf") + 2]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_folder_holds_the_objects_the_deploy_applies_no_real_cluster(monkeypatch, tmp_path, name):
+    """Compared as objects (kind, namespace, name, every field), and byte for byte with the text kubectl
+    was sent for each bundle; the Helm values and chart as the helm command has them; gpushare's
+    scheduler config as the control plane was given it."""
+    case = CASES[name]
+    cluster, run = deploy_plan(monkeypatch, case)
+    rendered = render_case(monkeypatch, tmp_path, case)
+
+    assert rendered.objects() == cluster.objects
+    applied = {stdin_manifest(command)[0]["metadata"]["annotations"]["gpu-node.io/bundle"]: sent_text(command)
+               for command in run.applies()}
+    assert {f"manifests/{bundle}.yaml": text for bundle, text in applied.items()} == {
+        path: text.decode() for path, text in rendered.files.items() if path.startswith("manifests/")}
+
+    helm = [command for command in run.control_plane_commands() if " upgrade --install nvdp " in command]
+    if case.data.get("device_plugin_install_method") == "helm":
+        assert rendered.text("helm/values.yaml") == sent_text(helm[0])
+        words = shlex.split(helm[0])
+        chart = words[words.index("--install") + 1:]
+        release = yaml.safe_load(rendered.text("helm/release.yaml"))
+        assert chart[:8] == [release["release"], release["chart"], "--repo", release["repository"],
+                             "--version", release["version"], "--namespace", release["namespace"]]
+    else:
+        assert helm == [] and "helm/values.yaml" not in rendered.files
+
+    if case.gpushare_version:
+        assert rendered.files["control-plane/kube-scheduler-config.yaml"] == cluster.files[SCHEDULER_CONFIG_PATH]
+    else:
+        assert "control-plane/kube-scheduler-config.yaml" not in rendered.files
+
+
+@pytest.mark.parametrize("name", ["static-sharing-per-node", "static-cdi-driver-root",
+                                  "gpushare-1.23-beside-time-slicing"])
+def test_after_the_folder_is_applied_the_deploy_applies_nothing_no_real_cluster(monkeypatch, tmp_path, name):
+    """``kubectl apply --server-side -f manifests/`` into the stood-in cluster, then deploy/k8s_gpu.py with
+    the same settings: every bundle is at its digest, no apply and no diff; it labels the nodes."""
+    case = CASES[name]
+    rendered = render_case(monkeypatch, tmp_path, case)
+    cluster = stood_in_cluster(monkeypatch, case)
+    for path in sorted((rendered.folder / "manifests").glob("*.yaml")):
+        cluster.answer(f"printf '%s\\n' {shlex.quote(path.read_text())} | kubectl apply --server-side -f - ")
+    assert len(cluster.objects) == len(rendered.objects())
+    _, run = deploy_plan(monkeypatch, case, cluster)
+    assert run.applies() == [] and run.diffs() == []
+    assert run.labels()
+
+
+def test_the_readme_names_the_labels_the_deploy_sets_from_each_nodes_settings_no_real_cluster(monkeypatch, tmp_path):
+    case = CASES["static-sharing-per-node"]
+    cluster, _ = deploy_plan(monkeypatch, case)
+    readme = render_case(monkeypatch, tmp_path, case).text("README.md")
+    for host in case.gpu_hosts:
+        labels = cluster.nodes[host.removeprefix("@fake/")]
+        row = next(line for line in readme.splitlines() if line.startswith(f"| `{host}` |"))
+        for key in ("nvidia.com/device-plugin.config", "nvidia.com/mps.capable"):
+            assert (f"`{key}={labels.get(key)}`" in row) == (key in labels), (row, labels)
+    assert "gets the config `time-slicing-4`" in readme
+
+
+# --- strict schemas, for every supported minor ------------------------------------------------------
+
+def case_files(name: str, minor: str) -> dict[str, str]:
+    """What the render writes for the case on a cluster of ``minor`` (the pure function the task writes)."""
+    case = CASES[name]
+    control_plane = parse_settings({**case.data, **case.host_data.get("@fake/cp1", {})})
+    nodes = [settings_only_node(host, parse_settings({**case.host_data.get(host, {}), **case.data}))
+             for host in case.gpu_hosts]
+    return cluster_files(control_plane, nodes, minor)
+
+
+def test_the_render_writes_the_files_the_pure_function_gives(monkeypatch, tmp_path):
+    """What the schema matrix below checks (cluster_files) is what the command writes."""
+    rendered = render_case(monkeypatch, tmp_path, CASES["gpushare-1.23-beside-time-slicing"])
+    expected = case_files("gpushare-1.23-beside-time-slicing", "1.23")
+    assert rendered.files == {path: text.encode() for path, text in expected.items()}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_object_of_every_folder_is_valid_for_the_release(version):
+    found, values = [], []
+    for name in CASES:
+        written = case_files(name, version)
+        for path, text in written.items():
+            if path.startswith("manifests/"):
+                documents = manifest_documents(text)
+                assert documents, path
+                found += [f"{name}: {problem}" for problem in problems(documents, version)]
+        if "helm/values.yaml" in written:
+            values.append(written["helm/values.yaml"])
+            found += [f"{name}: {problem}" for problem in problems(helm_values_as_objects(written["helm/values.yaml"]),
+                                                                   version)]
+            found += [f"{name}: {problem}" for problem in helm_values_problems(yaml.safe_load(written["helm/values.yaml"]))]
+    assert values and not found, "\n".join(found)
+
+
+def test_the_schema_check_sees_the_folders_objects():
+    """The check above can fail: a misspelt field in a rendered DaemonSet is refused."""
+    text = case_files("static-no-sharing", VERSIONS[0])["manifests/nvidia-device-plugin.yaml"]
+    (daemonset,) = [doc for doc in manifest_documents(text) if doc["kind"] == "DaemonSet"]
+    daemonset["spec"]["template"]["spec"]["nodeSelectr"] = {}
+    assert problems([daemonset], VERSIONS[0])
+
+
+# --- the command as an operator runs it ------------------------------------------------------------
+
+def pyinfra_cli(cwd: Path, *data: str, seed: str = "0") -> subprocess.CompletedProcess:
+    arguments = [part for item in data for part in ("--data", item)]
+    return subprocess.run([sys.executable, "-m", "pyinfra", "-y", "@local", RENDER, *arguments], cwd=cwd,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONHASHSEED": seed})
+
+
+def test_the_command_writes_the_same_bytes_every_time_and_a_second_run_changes_nothing(tmp_path):
+    """The real CLI twice into two folders under different hash seeds (set and dict order would show),
+    then again into the first: the same bytes, and pyinfra reports no change."""
+    (tmp_path / "inventory.py").write_text(inventory_text(
+        ["@fake/gpu1", "@fake/gpu2"], {"@fake/cp1": {"gpu_sharing": "time-slicing"},
+                                       "@fake/gpu1": {"gpu_sharing": "gpushare"}, "@fake/gpu2": {"gpu_sharing": "mps"}}))
+    common = ("manifests_inventory=inventory.py", "manifests_kubernetes_version=1.30")
+    first = pyinfra_cli(tmp_path, "manifests_dir=one", *common, seed="1")
+    second = pyinfra_cli(tmp_path, "manifests_dir=two", *common, seed="2")
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert read_tree(tmp_path / "one") == read_tree(tmp_path / "two")
+    assert sorted(read_tree(tmp_path / "one")) == [
+        "README.md", "control-plane/kube-scheduler-config.yaml", "manifests/gpushare-device-plugin.yaml",
+        "manifests/gpushare-extender.yaml", "manifests/nvidia-device-plugin.yaml", "manifests/runtimeclass.yaml"]
+    again = pyinfra_cli(tmp_path, "manifests_dir=one", *common, seed="3")
+    assert again.returncode == 0, again.stderr
+    total = next(line for line in again.stderr.splitlines() if "Grand total" in line).split()
+    assert total[-4:] == [str(len(EVERY_FILE)), "-", "-", str(len(EVERY_FILE))]  # every operation: no change
+
+
+def test_dry_with_diff_shows_the_change_and_writes_nothing(tmp_path):
+    first = pyinfra_cli(tmp_path, "manifests_dir=gitops")
+    assert first.returncode == 0, first.stderr
+    before = read_tree(tmp_path / "gitops")
+    arguments = ["--dry", "--diff", "--data", "manifests_dir=gitops", "--data", "gpu_sharing=mps"]
+    dry = subprocess.run([sys.executable, "-m", "pyinfra", "@local", RENDER, *arguments], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert dry.returncode == 0, dry.stderr
+    assert f"Will modify {tmp_path}/gitops/manifests/nvidia-device-plugin.yaml" in dry.stderr
+    assert "+   mps-4: |" in dry.stderr and "-   no-sharing: |" in dry.stderr
+    assert read_tree(tmp_path / "gitops") == before
+
+
+@pytest.mark.parametrize("data, expected", [
+    ({"gpu_sharing": "gpushare"}, "manifests_kubernetes_version is not set: gpushare's scheduler config and extender "
+                                  "depend on the cluster's Kubernetes minor"),
+    ({"gpu_sharing": "gpushare", "manifests_kubernetes_version": "1.22"},
+     "manifests_kubernetes_version=1.22: gpushare needs Kubernetes >= 1.23"),
+    ({"manifests_kubernetes_version": "2.1"}, "invalid setting manifests_kubernetes_version='2.1': allowed: "
+                                              "a Kubernetes version such as 1.30"),
+    ({"manifests_inventory": "absent.py"}, "manifests_inventory=absent.py: no such file"),
+])
+def test_what_cannot_be_rendered_stops_in_one_line_before_any_file(monkeypatch, tmp_path, data, expected):
+    rendered = render(monkeypatch, tmp_path / "gitops", data)
+    assert rendered.error is not None and expected in str(rendered.error) and "\n" not in str(rendered.error)
+    assert not rendered.folder.exists()
+
+
+def test_control_planes_whose_settings_render_differently_are_refused(monkeypatch, tmp_path):
+    inventory = ("control_plane = [('cp1', {}), ('cp2', {'gpu_sharing': 'mps'})]\n"
+                 "gpu_nodes = [('gpu1', {})]\n")
+    rendered = render(monkeypatch, tmp_path / "gitops", {}, inventory)
+    assert isinstance(rendered.error, RenderError)
+    assert str(rendered.error) == ("control_plane hosts cp1 and cp2 have settings that render different files "
+                                   "(README.md, manifests/nvidia-device-plugin.yaml): give them the same "
+                                   "Kubernetes settings")
+    assert not rendered.folder.exists()
+
+
+def test_an_invalid_setting_of_an_inventory_host_names_the_host(monkeypatch, tmp_path):
+    inventory = "gpu_nodes = [('gpu1', {'gpu_sharing': 'sometimes'})]\n"
+    rendered = render(monkeypatch, tmp_path / "gitops", {}, inventory)
+    assert "invalid setting gpu_sharing='sometimes'" in str(rendered.error)
+    assert "(host gpu1 of inventory.py)" in str(rendered.error)
+
+
+def test_only_on_the_controller(monkeypatch, tmp_path):
+    rendered = render(monkeypatch, tmp_path / "gitops", {}, host_name="@fake/cp1")
+    assert str(rendered.error) == ("deploy/render_cluster.py writes on the controller, not on @fake/cp1: "
+                                   "run it as pyinfra @local deploy/render_cluster.py")
+
+
+def test_a_file_the_new_settings_do_not_render_is_removed_and_others_kept(monkeypatch, tmp_path):
+    folder = tmp_path / "gitops"
+    helm = render(monkeypatch, folder, {"device_plugin_install_method": "helm"})
+    assert {"helm/values.yaml", "helm/release.yaml"} <= set(helm.files)
+    (folder / "kustomization.yaml").write_text("resources: []\n")  # the operator's own file
+    static = render(monkeypatch, folder, {})
+    assert static.error is None
+    assert sorted(static.files) == ["README.md", "kustomization.yaml", "manifests/nvidia-device-plugin.yaml",
+                                    "manifests/runtimeclass.yaml"]
+
+
+# --- hostile paths: pyinfra's files operations quote them; a real run on this machine's shell -----
+
+# the styles the settings take (the others are refused in one line: test_hostile_values_run.py)
+TAKEN_STYLES = [style for style in STYLES if accepted("manifests_dir", hostile_value("manifests_dir", style))]
+
+
+@pytest.mark.parametrize("style", TAKEN_STYLES)
+def test_a_hostile_folder_name_is_written_exactly_there(monkeypatch, tmp_path, style):
+    value = hostile_value("manifests_dir", style)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setattr(pyinfra, "is_cli", True)
+    inventory_name = hostile_value("manifests_inventory", style)
+    inventory_path = work / inventory_name
+    inventory_path.parent.mkdir(parents=True, exist_ok=True)
+    inventory_path.write_text("gpu_nodes = [('gpu1', {'gpu_sharing': 'mps'})]\n")
+    hosts = Inventory((["@local"], {}), override_data={"manifests_dir": value, "manifests_inventory": inventory_name})
+    _, error = run_pyinfra(hosts, lambda state: load_deploy_file(state, RENDER))
+    assert error is None, error
+    assert not [path for path in tmp_path.rglob("*") if path.name == PWNED]
+    written = read_tree(work / value)
+    assert "manifests/runtimeclass.yaml" in written and b"mps-4" in written["manifests/nvidia-device-plugin.yaml"]
+
+
+@pytest.mark.parametrize("given, minor", [("1.30", "1.30"), ("1.20", "1.20"), ("1.31", "1.31"), ("v1.30", "1.30"),
+                                          ("v1.29.4", "1.29")])
+def test_a_minor_given_with_data_is_read_as_written(given, minor):
+    """pyinfra reads ``--data manifests_kubernetes_version=1.30`` as JSON, the number 1.3 (its own parser here)."""
+    from pyinfra_cli.util import parse_cli_arg
+
+    assert parse_settings({"manifests_kubernetes_version": parse_cli_arg(given)}).manifests_kubernetes_version == minor
