@@ -11,9 +11,9 @@ from functools import cache
 
 from pyinfra import logger
 
-from deploy.fleet_report import fleet_report_for
-from deploy.operations.failure import fail
-from deploy.settings import CONTROL_PLANE_GROUP, GPU_NODES_GROUP, Settings, host_settings
+from .fleet_report import fleet_report_for
+from .operations.failure import fail
+from .settings import CONTROL_PLANE_GROUP, GPU_NODES_GROUP, Settings, host_settings
 
 
 @cache

@@ -15,9 +15,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pyinfra import host  # noqa: E402
 
-from deploy.entry import freeze_imported_objects  # noqa: E402
-from deploy.settings import host_settings  # noqa: E402
-from deploy.tasks.gitops import write_cluster_files  # noqa: E402
+from .entry import freeze_imported_objects  # noqa: E402
+from .settings import host_settings  # noqa: E402
+from .tasks.gitops import write_cluster_files  # noqa: E402
 
 freeze_imported_objects()
 write_cluster_files(host_settings(host))

@@ -26,7 +26,7 @@ from pydantic.fields import FieldInfo
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra_cli.exceptions import CliError
 
-from deploy.run_state import per_run
+from .run_state import per_run
 
 # The NVIDIA device plugin refuses older drivers.
 # The inventory groups users put hosts in (inventory.py): GPU nodes, and where kubectl runs.
