@@ -7,8 +7,10 @@ deploy/gpu_node.py` run that now changes nothing, and (B) `pyinfra -y @docker/<i
 the least a pyinfra run against that node costs. Each run's wall time and its process tree's CPU
 (user + system, from wait4) are taken, and the ratio A/B per pair. Also the import time of the
 deploy's modules (`python -X importtime`). Asserts nothing; prints figures (docs/benchmark.md).
+With ``--package``, (A) is a site's own deploy file calling the package's ``provision_gpu_node()``
+(the checkout's package on PYTHONPATH, as an installed gpu_node is imported) instead of the entry file.
 
-    .venv/bin/python bench/noop.py --runs 7
+    .venv/bin/python bench/noop.py --runs 7 [--package]
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ STAGES = "kernel,toolkit,runtimes,verify"
 # As a user's runs go: Python writes the deploy's bytecode on the first and loads it after (an
 # environment that says not to write it would make every run compile the whole deploy again).
 RUN_ENV = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+# --package: a site's own deploy file, the package imported as an installed one would be
+SITE_DEPLOY = "import deploy\n\ndeploy.provision_gpu_node()\n"
 
 
 def timed(args: list[str]) -> tuple[float, float, int]:
@@ -68,6 +72,8 @@ def summary(values: list[float]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--runs", type=int, default=7, help="pairs to time (default 7)")
+    parser.add_argument("--package", action="store_true",
+                        help="time a site's deploy file calling provision_gpu_node() instead of deploy/gpu_node.py")
     args = parser.parse_args()
 
     ensure_docker()
@@ -77,7 +83,12 @@ def main() -> int:
         with toolkit_repo.served(workdir / "stable") as repo:
             data = {**SAFE_DATA, **repo.data(), "stages": STAGES,
                     "fleet_report_path": str(workdir / "fleet.json"), "verify_report_path": str(workdir / "verify.json")}
-            deploy = [sys.executable, "-m", "pyinfra", "-y", node.target, "deploy/gpu_node.py"]
+            entry = "deploy/gpu_node.py"
+            if args.package:
+                entry = str(workdir / "site_deploy.py")
+                Path(entry).write_text(SITE_DEPLOY)
+                RUN_ENV["PYTHONPATH"] = str(REPO)
+            deploy = [sys.executable, "-m", "pyinfra", "-y", node.target, entry]
             for key, value in data.items():
                 deploy += ["--data", f"{key}={value}"]
             floor = [sys.executable, "-m", "pyinfra", "-y", node.target, "exec", "--", "true"]
@@ -96,7 +107,9 @@ def main() -> int:
     finally:
         node.remove()
 
-    print(f"machine: {os.cpu_count()} cores; {args.runs} pairs, alternating; stages {STAGES}; toolkit: {repo.why}")
+    called = "a site's deploy file calling provision_gpu_node()" if args.package else "deploy/gpu_node.py"
+    print(f"machine: {os.cpu_count()} cores; {args.runs} pairs, alternating; stages {STAGES}; {called}; "
+          f"toolkit: {repo.why}")
     print(f"no-op   wall  {summary([a[0] for a, _ in pairs])}")
     print(f"no-op   cpu   {summary([a[1] for a, _ in pairs])}")
     print(f"floor   wall  {summary([b[0] for _, b in pairs])}")

@@ -10,10 +10,10 @@ from dataclasses import dataclass, replace
 
 from tomlkit.exceptions import ParseError
 
-from deploy import node_text
-from deploy.containerd import layout
-from deploy.containerd.layout import TOMLKIT_FAULTS, ConfigError, Edits, tomllib
-from deploy.settings import RuntimeWiring
+from . import node_text
+from .containerd import layout
+from .containerd.layout import TOMLKIT_FAULTS, ConfigError, Edits, tomllib
+from .settings import RuntimeWiring
 
 # Where the spec goes (containerd and Docker read /etc/cdi and /var/run/cdi by default), and the dirs
 # a containerd 1.7 config that names its own must keep.

@@ -18,8 +18,8 @@ from pyinfra.facts.pacman import PacmanPackages
 from pyinfra.facts.rpm import RpmPackages
 from pyinfra.operations import dnf, zypper
 
-from deploy.operations import packages as package_ops
-from deploy.operations.failure import HostRefusal
+from .operations import packages as package_ops
+from .operations.failure import HostRefusal
 
 
 class UnsupportedPlatform(HostRefusal):

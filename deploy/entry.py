@@ -1,6 +1,7 @@
 """
-The start the GPU node entry files (deploy/gpu_node.py, deploy/verify.py) share: which hosts they
-act on, their settings, and the run's fleet report.
+The GPU node deploys, as a site calls them from its own deploy file (``from gpu_node import
+provision_gpu_node``) and as deploy/gpu_node.py and deploy/verify.py run them: which hosts they act
+on, their settings, the run's fleet report, then the stages.
 """
 
 from __future__ import annotations
@@ -9,11 +10,16 @@ import difflib
 import gc
 from functools import cache
 
-from pyinfra import logger
+from pyinfra import host, logger
+from pyinfra.api import deploy
 
-from deploy.fleet_report import fleet_report_for
-from deploy.operations.failure import fail
-from deploy.settings import CONTROL_PLANE_GROUP, GPU_NODES_GROUP, Settings, host_settings
+from .facts.base import UnreadableOutput
+from .fleet_report import fleet_report_for
+from .operations.failure import HostRefusal, fail
+from .settings import CONTROL_PLANE_GROUP, DEFAULTS, GPU_NODES_GROUP, Settings, call_settings, host_settings
+from .stages import read_only_stages, stages_for
+from .tasks.drain import checked_drain_target
+from .tasks.preflight import preflight, read_ahead
 
 
 @cache
@@ -60,3 +66,49 @@ def gpu_node_settings(host) -> Settings | None:
     # One table and one JSON file for the whole run, after the last host disconnects.
     fleet_report_for(host.state, settings.fleet_report_path)
     return settings
+
+
+@deploy("GPU node", data_defaults=DEFAULTS)
+def provision_gpu_node(**settings):
+    """
+    Turn this host into a Kubernetes GPU node: preflight, then every stage its settings run
+    (kernel, driver, toolkit, runtimes, verify; docs/node-run.md). Settings are keyword arguments
+    (docs/settings.md) and win over the hosts' data; an unknown one stops the run before any change.
+    Hosts in control_plane only are skipped.
+    """
+    call_settings(host.state, settings, "provision_gpu_node")
+    node = gpu_node_settings(host)
+    if node is None:
+        return
+    stages = stages_for(node)
+    try:
+        found = preflight(node, stages)
+    except (HostRefusal, UnreadableOutput) as refusal:
+        # This host alone fails, before any change on it; the rest of the fleet goes on.
+        fail(name="Refuse this host (preflight)", message=str(refusal))
+        return
+    # drain_before_restart: the node to drain before a restart; its control plane checked now.
+    drain = checked_drain_target(node)
+    for stage in stages:
+        stage.apply(node, found, drain)
+
+
+@deploy("Verify GPU node", data_defaults=DEFAULTS)
+def verify_gpu_node(**settings):
+    """Verify this GPU node, read-only: the ladder and a report (deploy/verify.py), changing nothing.
+    Settings as ``provision_gpu_node`` takes them."""
+    call_settings(host.state, settings, "verify_gpu_node")
+    node = gpu_node_settings(host)
+    if node is None:
+        return
+    # No preflight: its refusals (disk, headers) are about installing, and verification must
+    # still report on a node that would not pass them.
+    stages = read_only_stages()
+    try:
+        read_ahead(node, stages)
+    except UnreadableOutput as unreadable:
+        # This host alone fails; the rest of the fleet is verified.
+        fail(name="Refuse this host (its read)", message=str(unreadable))
+        return
+    for stage in stages:
+        stage.apply(node, None, None)

@@ -21,7 +21,7 @@ from typing import Any
 
 from pyinfra.api.state import BaseStateCallback, StateStage
 
-from deploy.report import (
+from .report import (
     FAIL,
     PASS,
     SKIP,
@@ -32,7 +32,7 @@ from deploy.report import (
     write_json_file,
     write_text_file,
 )
-from deploy.run_state import per_run
+from .run_state import per_run
 
 FLEET_REPORT_VERSION = 1
 CONVERGED, CHANGED, FAILED, NOT_RUN = "converged", "changed", "failed", "not run"

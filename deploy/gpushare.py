@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from pyinfra.api.exceptions import PyinfraError
 
-from deploy import node_text, templates
+from . import node_text, templates
 
 MANAGED_RESOURCE = "aliyun.com/gpu-mem"
 EXTENDER_NAME = "gpushare-schd-extender"

@@ -5,26 +5,14 @@ the gpu_nodes hosts of the same run for their labels:
     pyinfra inventory.py deploy/k8s_gpu.py
 """
 
+import importlib
 import sys
 from pathlib import Path
 
-# pyinfra executes this file rather than importing it: make the `deploy` package
-# importable whatever the working directory.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from pyinfra import host  # noqa: E402
-
-from deploy.entry import freeze_imported_objects  # noqa: E402
-from deploy.settings import CONTROL_PLANE_GROUP, host_settings  # noqa: E402
-from deploy.tasks.k8s import device_plugin, gpu_cluster, needs_device_plugin, uses_gpushare  # noqa: E402
-
-freeze_imported_objects()
-if CONTROL_PLANE_GROUP in host.groups:
-    settings = host_settings(host)
-    gpu_nodes = gpu_cluster(settings)
-    if uses_gpushare(settings, gpu_nodes):
-        from deploy.tasks.gpushare import gpushare
-
-        gpushare(settings, [node for node in gpu_nodes if node.gpu_sharing == "gpushare"])
-    if needs_device_plugin(settings, gpu_nodes):
-        device_plugin(settings, gpu_nodes)
+# pyinfra executes this file rather than importing it: its package (deploy/ in a checkout,
+# gpu_node once installed) is imported by its folder's name, whatever the working directory.
+package = Path(__file__).resolve().parent
+sys.path.insert(0, str(package.parent))
+# The deploy's own body (_inner): the operations named as a run of this file names them, without the
+# "{deploy name} | " a site's call of the function puts in front.
+importlib.import_module(f"{package.name}.cluster").configure_cluster._inner()

@@ -15,19 +15,19 @@ from dataclasses import dataclass
 import yaml
 from packaging.version import InvalidVersion, Version
 
-from deploy import node_text, redact
-from deploy.cdi import RUNTIME_CONFIG, SPEC_PATH, CdiUnsupported, for_containerd, runtime_mode_of
-from deploy.fabric import fabric_of
-from deploy.facts.cdi import REFRESH_PATH_UNIT, spec_stale
-from deploy.facts.cuda import TIMED_OUT, TIMEOUT_SECONDS
-from deploy.facts.devices import missing_links
-from deploy.facts.ladder import (
+from . import node_text, redact
+from .cdi import RUNTIME_CONFIG, SPEC_PATH, CdiUnsupported, for_containerd, runtime_mode_of
+from .fabric import fabric_of
+from .facts.cdi import REFRESH_PATH_UNIT, spec_stale
+from .facts.cuda import TIMED_OUT, TIMEOUT_SECONDS
+from .facts.devices import missing_links
+from .facts.ladder import (
     FABRIC_MANAGER_UNIT, KUBELET_CONFIG, PERSISTENCED_UNIT, explain_smi_failure, unit_state,
 )
-from deploy.containerd.cri import dump_cri_plugin, effective_problems
-from deploy.containerd.layout import ConfigError, tomllib
-from deploy.report import FAIL, PASS, SKIP, NodeRecord, Step
-from deploy.settings import MIN_DRIVER_VERSION, RuntimeWiring, Settings
+from .containerd.cri import dump_cri_plugin, effective_problems
+from .containerd.layout import ConfigError, tomllib
+from .report import FAIL, PASS, SKIP, NodeRecord, Step
+from .settings import MIN_DRIVER_VERSION, RuntimeWiring, Settings
 
 NO_GPU = "no NVIDIA GPU"
 HANDLER = "nvidia"

@@ -39,10 +39,10 @@ from pyinfra import logger
 from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 
-from deploy.facts.k8s import kubectl, with_stdin
-from deploy.containerd.flavours import PLAIN_SOCKET
-from deploy.facts.ladder import decode_b64
-from deploy.ladder import CdiProbe
+from .facts.k8s import kubectl, with_stdin
+from .containerd.flavours import PLAIN_SOCKET
+from .facts.ladder import decode_b64
+from .ladder import CdiProbe
 
 T = TypeVar("T")
 

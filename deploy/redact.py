@@ -20,7 +20,7 @@ from typing import Callable
 import tomlkit
 from tomlkit.items import AoT, Array, InlineTable, Item, Table
 
-from deploy.containerd import layout
+from .containerd import layout
 
 MASK = "***"
 # A key whose name holds one of these words is a credential, and so is everything under it:

@@ -6,18 +6,14 @@ on the controller, reaching no cluster and no GPU node (docs/cluster.md, GitOps)
     pyinfra @local deploy/render_cluster.py --data manifests_dir=gitops --data manifests_inventory=inventory.py
 """
 
+import importlib
 import sys
 from pathlib import Path
 
-# pyinfra executes this file rather than importing it: make the `deploy` package
-# importable whatever the working directory.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from pyinfra import host  # noqa: E402
-
-from deploy.entry import freeze_imported_objects  # noqa: E402
-from deploy.settings import host_settings  # noqa: E402
-from deploy.tasks.gitops import write_cluster_files  # noqa: E402
-
-freeze_imported_objects()
-write_cluster_files(host_settings(host))
+# pyinfra executes this file rather than importing it: its package (deploy/ in a checkout,
+# gpu_node once installed) is imported by its folder's name, whatever the working directory.
+package = Path(__file__).resolve().parent
+sys.path.insert(0, str(package.parent))
+# The deploy's own body (_inner): the operations named as a run of this file names them, without the
+# "{deploy name} | " a site's call of the function puts in front.
+importlib.import_module(f"{package.name}.cluster").render_cluster_files._inner()

@@ -20,7 +20,7 @@ from typing import Any
 
 from pyinfra.api.state import BaseStateCallback
 
-from deploy.run_state import per_run
+from .run_state import per_run
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 STATUSES = (PASS, FAIL, SKIP)

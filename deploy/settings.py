@@ -26,7 +26,7 @@ from pydantic.fields import FieldInfo
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra_cli.exceptions import CliError
 
-from deploy.run_state import per_run
+from .run_state import per_run
 
 # The NVIDIA device plugin refuses older drivers.
 # The inventory groups users put hosts in (inventory.py): GPU nodes, and where kubectl runs.
@@ -753,8 +753,40 @@ def likely_typos(data: Mapping[str, Any], command_line: Collection[str] = (),
     return notes
 
 
+class ParsedSettings(dict):
+    """This run's validated settings: (inventory host name, the call's settings) -> Settings (deploy/run_state.py)."""
+
+
+class SettingsByValues(dict):
+    """This run's validated settings by the setting values they came from (deploy/run_state.py)."""
+
+
+class CallSettings(dict):
+    """The settings the run's deploy function was called with (``call_settings``), for every host."""
+
+
+def unknown_names(given: Mapping[str, Any], where: str) -> None:
+    """SettingsError in one line for the first name in ``given`` that is not a setting."""
+    for key in given:
+        if key not in SETTING_FIELDS and key not in FOLDED_SETTINGS:
+            close = closest_setting(key, loose=True)
+            hint = f": did you mean {close!r}?" if close else ": no setting is named like it (docs/settings.md lists them)"
+            raise SettingsError(f"unknown setting {key!r} given to {where}{hint}")
+
+
+def call_settings(state, given: Mapping[str, Any], where: str) -> None:
+    """Settings given as keyword arguments to a deploy function (``where``): they win over every host's
+    data for the rest of the run; a name that is not a setting stops the run before any change."""
+    unknown_names(given, where)
+    calls = per_run(state, CallSettings)
+    calls.clear()
+    calls.update(given)
+
+
 def setting_source(host, key: str) -> str:
     """Where ``host``'s value of ``key`` comes from, weakest last (docs/settings.md's order)."""
+    if key in per_run(host.state, CallSettings):
+        return "the deploy call's keyword arguments"
     inventory = host.inventory
     if key in inventory.get_override_data():
         return "--data"
@@ -768,23 +800,23 @@ def setting_source(host, key: str) -> str:
     return "the default"
 
 
-class ParsedSettings(dict):
-    """This run's validated settings: inventory host name -> Settings (deploy/run_state.py)."""
-
-
-class SettingsByValues(dict):
-    """This run's validated settings by the setting values they came from (deploy/run_state.py)."""
-
-
 def host_settings(host) -> Settings:
-    """The validated settings of one pyinfra host; the one place tasks read host.data from.
-    Parsed once per run, and once per distinct set of values: a fleet's hosts mostly share them,
-    and the model is frozen (validating is a few ms per host)."""
+    """The validated settings of one pyinfra host; the one place tasks read host.data from, with the
+    settings a deploy function was called with on top (``call_settings``). Parsed once per run, and
+    once per distinct set of values: a fleet's hosts mostly share them, and the model is frozen
+    (validating is a few ms per host)."""
+    given = per_run(host.state, CallSettings)
     cache = per_run(host.state, ParsedSettings)
-    if host.name not in cache:
-        # Only the settings' own keys: the connector's (ssh_port, ssh_hostname) differ per host.
+    cached = (host.name, repr(sorted(given.items())))
+    if cached not in cache:
+        # Only the settings' own keys (the connector's, ssh_port or ssh_hostname, differ per host), and
+        # only those a site set: a deploy function's data_defaults are the defaults the model has, and
+        # some checks tell a value given from one left alone (gpu_sharing_replicas).
+        defaults = getattr(host, "current_deploy_data", None) or {}
         values = {key: value for key, value in host.data.dict().items()
-                  if key in SETTING_FIELDS or key in FOLDED_SETTINGS}
+                  if (key in SETTING_FIELDS or key in FOLDED_SETTINGS)
+                  and (key not in defaults or setting_source(host, key) != "the default")}
+        values.update(given)
         by_values = per_run(host.state, SettingsByValues)
         key = repr(sorted(values.items()))
         if key not in by_values:
@@ -794,5 +826,5 @@ def host_settings(host) -> Settings:
                 named = re.match(r"invalid setting (\w+)=", str(error))
                 where = f", from {setting_source(host, named.group(1))}" if named else ""
                 raise SettingsError(f"{error} (host {host.name}{where})") from None
-        cache[host.name] = by_values[key]
-    return cache[host.name]
+        cache[cached] = by_values[key]
+    return cache[cached]

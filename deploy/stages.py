@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from deploy.distros import Platform
-from deploy.facts.combined import FactCall
-from deploy.operations.drain import DrainTarget
-from deploy.settings import Settings
-from deploy.tasks import cdi, containerd, devices, docker, driver, drain, kernel, toolkit, verification
-from deploy.tasks.preflight import Findings, StageCheck
+from .distros import Platform
+from .facts.combined import FactCall
+from .operations.drain import DrainTarget
+from .settings import Settings
+from .tasks import cdi, containerd, devices, docker, driver, drain, kernel, toolkit, verification
+from .tasks.preflight import Findings, StageCheck
 
 
 def _no_reads(settings: Settings) -> list[FactCall]:

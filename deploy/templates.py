@@ -13,7 +13,9 @@ from typing import Any
 
 import jinja2
 
-TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
+# templates/ beside the package in a checkout; in the wheel, the package's own copy (pyproject.toml)
+_HERE = Path(__file__).resolve().parent
+TEMPLATES = next(folder for folder in (_HERE / "template_files", _HERE.parent / "templates") if folder.is_dir())
 
 
 def to_json(value: Any, **options: Any) -> str:

@@ -26,11 +26,11 @@ import tomlkit
 from tomlkit.exceptions import ParseError
 from tomlkit.items import Array, Table
 
-from deploy import node_text, redact
-from deploy.cdi import SPEC_DIRS, SPEC_PATH
-from deploy.containerd import layout
-from deploy.containerd.layout import TOMLKIT_FAULTS, ConfigError, Edits, TablePath, dotted, tomllib
-from deploy.settings import RuntimeWiring
+from .. import node_text, redact
+from ..cdi import SPEC_DIRS, SPEC_PATH
+from . import layout
+from .layout import TOMLKIT_FAULTS, ConfigError, Edits, TablePath, dotted, tomllib
+from ..settings import RuntimeWiring
 
 RUNC_V2 = "io.containerd.runc.v2"
 

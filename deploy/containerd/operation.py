@@ -12,14 +12,14 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
 from pyinfra.api.command import PyinfraCommand
 
-from deploy import probes, redact
-from deploy.containerd.cri import effective_problems
-from deploy.containerd.layout import line_endings
-from deploy.containerd.plan import NodeWiringPlan, PlannedFile, still_current
-from deploy.operations import safe_install
-from deploy.operations.failure import failing_command
-from deploy.operations.upload import Staging, Upload
-from deploy.settings import RuntimeWiring
+from .. import probes, redact
+from .cri import effective_problems
+from .layout import line_endings
+from .plan import NodeWiringPlan, PlannedFile, still_current
+from ..operations import safe_install
+from ..operations.failure import failing_command
+from ..operations.upload import Staging, Upload
+from ..settings import RuntimeWiring
 
 
 @operation()

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 from pyinfra import host
 
-from deploy import node_text, templates
-from deploy.cdi import CdiUnsupported, for_containerd
-from deploy.containerd.cri import (
+from .. import node_text, templates
+from ..cdi import CdiUnsupported, for_containerd
+from .cri import (
     CRI_RUNTIME_PLUGIN,
     Merged,
     allow_cri,
@@ -25,11 +25,11 @@ from deploy.containerd.cri import (
     merge_containerd_config,
     parse_config,
 )
-from deploy.containerd.layout import ConfigError, line_endings
-from deploy.containerd.flavours import ConfigTarget
-from deploy.facts.combined import FactCall, changes_so_far, known_fact, read
-from deploy.facts.containerd import ContainerdImports, config_read
-from deploy.settings import RuntimeWiring
+from .layout import ConfigError, line_endings
+from .flavours import ConfigTarget
+from ..facts.combined import FactCall, changes_so_far, known_fact, read
+from ..facts.containerd import ContainerdImports, config_read
+from ..settings import RuntimeWiring
 
 
 @dataclass

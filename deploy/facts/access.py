@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from deploy.facts.base import NodeFact
+from .base import NodeFact
 
 # The package managers the family table knows (deploy/distros.py), by the binary named after each
 # (Debian's apt package ships apt beside apt-get).

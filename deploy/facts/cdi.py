@@ -6,8 +6,8 @@ import base64
 import shlex
 
 
-from deploy import node_text
-from deploy.facts.base import NodeFact
+from .. import node_text
+from .base import NodeFact
 
 REFRESH_PATH_UNIT = "nvidia-cdi-refresh.path"
 UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")

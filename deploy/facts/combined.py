@@ -18,9 +18,9 @@ import json
 from pyinfra.api import FactBase, StringCommand
 from pyinfra.api.exceptions import FactProcessError
 
-from deploy import node_text
-from deploy.facts.base import NodeFact, UnreadableOutput, unreadable
-from deploy.run_state import per_run
+from .. import node_text
+from .base import NodeFact, UnreadableOutput, unreadable
+from ..run_state import per_run
 
 MARKER = "@@gpu-node-fact "
 

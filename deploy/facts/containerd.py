@@ -11,10 +11,10 @@ import shlex
 from pyinfra.api import FactBase, QuoteString, StringCommand
 from pyinfra.api.exceptions import FactProcessError
 
-from deploy.facts.base import NodeFact
-from deploy import node_text
-from deploy.containerd.flavours import FLAVOUR_PATHS, FLAVOUR_UNITS, GENERATED_CONFIGS
-from deploy.containerd.layout import tomllib
+from .base import NodeFact
+from .. import node_text
+from ..containerd.flavours import FLAVOUR_PATHS, FLAVOUR_UNITS, GENERATED_CONFIGS
+from ..containerd.layout import tomllib
 
 # Version strings seen in the field: Debian "1.6.20~ds1", Docker's containerd.io "1.7.21",
 # sid "2.1.9+unknown", k3s "v1.7.23-k3s2".

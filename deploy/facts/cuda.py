@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shlex
 
-from deploy.facts.base import NodeFact
+from .base import NodeFact
 
 # Python 3.6 (RHEL 8's platform-python) and newer; every line is "<kind> <value>".
 CUDA_INIT_SCRIPT = r"""

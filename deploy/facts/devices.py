@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from deploy.facts.base import NodeFact
+from .base import NodeFact
 
 
 # Each NVIDIA character device under the dev dir, its major:minor, and where /dev/char/<major:minor>

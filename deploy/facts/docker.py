@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 from pyinfra.api import QuoteString, StringCommand
 
-from deploy.facts.base import NodeFact
-from deploy import node_text
-from deploy.facts.containerd import decode_file
+from .base import NodeFact
+from .. import node_text
+from .containerd import decode_file
 
 # "Docker version 20.10.24+dfsg1, build 5d6db84", "Docker version 27.3.1, build ce12230"
 DOCKER_VERSION_RE = re.compile(r"version\s+v?(\d+)\.(\d+)\.?(\d+)?([^\s,]*)")

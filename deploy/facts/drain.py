@@ -10,8 +10,8 @@ from __future__ import annotations
 from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.exceptions import FactProcessError
 
-from deploy.facts.base import NodeFact
-from deploy.facts.k8s import (
+from .base import NodeFact
+from .k8s import (
     captured,
     cluster_json,
     first_error_line,

@@ -9,8 +9,8 @@ import shlex
 from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.exceptions import FactProcessError
 
-from deploy import node_text
-from deploy.facts.base import NodeFact
+from .. import node_text
+from .base import NodeFact
 
 
 class FileDigest(NodeFact):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from deploy.facts.base import NodeFact
+from .base import NodeFact
 
 
 # Where the driver's supported-gpus.json lies: NVIDIA's installer, and the distributions' doc folders.

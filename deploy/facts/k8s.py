@@ -18,9 +18,9 @@ from typing import Any
 from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.exceptions import FactProcessError
 
-from deploy import node_text
-from deploy.facts.base import NodeFact
-from deploy.cdi import SPEC_PATH as CDI_SPEC
+from .. import node_text
+from .base import NodeFact
+from ..cdi import SPEC_PATH as CDI_SPEC
 
 KUBECTL_REQUEST_TIMEOUT = "20s"
 FIELD_MANAGER = "gpu-node"

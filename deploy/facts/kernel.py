@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyinfra.api import QuoteString, StringCommand
 
-from deploy.facts.base import NodeFact
+from .base import NodeFact
 
 
 class KernelState(NodeFact):

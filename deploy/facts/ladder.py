@@ -18,9 +18,9 @@ import re
 import shlex
 
 
-from deploy import node_text
-from deploy.facts.base import NodeFact
-from deploy.containerd.flavours import PLAIN_SOCKET
+from .. import node_text
+from .base import NodeFact
+from ..containerd.flavours import PLAIN_SOCKET
 
 SMI_QUERY_FIELDS = ("index", "uuid", "name", "memory.total", "driver_version")
 SMI_QUERY = f"--query-gpu={','.join(SMI_QUERY_FIELDS)} --format=csv,noheader,nounits"

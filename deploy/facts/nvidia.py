@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from deploy.facts.base import NodeFact
+from .base import NodeFact
 
 
 NVIDIA_PCI_VENDOR = "0x10de"

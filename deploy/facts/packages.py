@@ -7,7 +7,7 @@ import shlex
 
 from pyinfra.api import QuoteString, StringCommand
 
-from deploy.facts.base import NodeFact
+from .base import NodeFact
 
 
 class DebPackageStates(NodeFact):

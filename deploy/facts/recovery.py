@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from deploy.facts.base import NodeFact
+from .base import NodeFact
 
 
 # An interrupted run (lost connection, killed controller) can leave a new config in place with

@@ -12,18 +12,18 @@ from dataclasses import dataclass
 from pyinfra import host, logger
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from deploy.cdi import (
+from ..cdi import (
     RUNTIME_CONFIG, SPEC_PATH, for_containerd, for_docker, runtime_mode_of, runtime_mode_refusal, with_runtime_mode,
 )
-from deploy.containerd.layout import ConfigError
-from deploy.containerd.flavours import ConfigTarget
-from deploy.facts.cdi import REFRESH_PATH_UNIT, CdiState, spec_stale
-from deploy.facts.combined import FactCall, read
-from deploy.facts.containerd import config_read
-from deploy.operations import docker as docker_ops
-from deploy.operations.failure import failing_command
-from deploy.operations.files import put_text
-from deploy.settings import RuntimeWiring
+from ..containerd.layout import ConfigError
+from ..containerd.flavours import ConfigTarget
+from ..facts.cdi import REFRESH_PATH_UNIT, CdiState, spec_stale
+from ..facts.combined import FactCall, read
+from ..facts.containerd import config_read
+from . import docker as docker_ops
+from .failure import failing_command
+from .files import put_text
+from ..settings import RuntimeWiring
 
 # Where the toolkit's refresh service reads its settings (the driver root, for one).
 REFRESH_ENV = "/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env"

@@ -12,8 +12,8 @@ import shlex
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from deploy.facts.combined import FactCall, read
-from deploy.facts.devices import NvidiaDeviceLinks, missing_links
+from ..facts.combined import FactCall, read
+from ..facts.devices import NvidiaDeviceLinks, missing_links
 
 UDEV_RULE = "/etc/udev/rules.d/71-gpu-node-nvidia-dev-char.rules"
 LINKS_SCRIPT = "/usr/local/sbin/gpu-node-nvidia-dev-char"

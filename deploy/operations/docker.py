@@ -23,13 +23,13 @@ from pyinfra import host
 from pyinfra.api import operation
 from pyinfra.api.command import PyinfraCommand
 
-from deploy import node_text, redact, templates
-from deploy.cdi import CdiUnsupported, for_docker
-from deploy.facts.combined import FactCall, read
-from deploy.facts.docker import DockerdFlag, DockerState, UnitParseError, parse_docker_unit
-from deploy.operations import safe_install
-from deploy.operations.failure import failing_command
-from deploy.settings import RuntimeWiring
+from .. import node_text, redact, templates
+from ..cdi import CdiUnsupported, for_docker
+from ..facts.combined import FactCall, read
+from ..facts.docker import DockerdFlag, DockerState, UnitParseError, parse_docker_unit
+from . import safe_install
+from .failure import failing_command
+from ..settings import RuntimeWiring
 
 SYSTEMD_CGROUP_OPT = "native.cgroupdriver=systemd"
 

@@ -20,9 +20,9 @@ from pyinfra import host
 from pyinfra.api import OperationValueError, QuoteString, StringCommand, operation
 from pyinfra.facts.files import Sha256File
 
-from deploy.facts.combined import FactCall, read
-from deploy.facts.files import FileDigests
-from deploy.operations.packages import apt_lock_option, apt_sources_changed
+from ..facts.combined import FactCall, read
+from ..facts.files import FileDigests
+from .packages import apt_lock_option, apt_sources_changed
 
 APT_HELPER = "/usr/lib/apt/apt-helper"
 STAGED_SUFFIX = ".gpu-node-new"  # a verified file waiting for its rename into place

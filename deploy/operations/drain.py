@@ -28,10 +28,10 @@ from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 from pyinfra.api.exceptions import FactProcessError
 from pyinfra.api.state import BaseStateCallback
 
-from deploy.facts.drain import KubeNodeSchedule
-from deploy.facts.k8s import first_error_line, kubeconfig_words, kubectl
-from deploy.operations.failure import fail_host
-from deploy.run_state import per_run
+from ..facts.drain import KubeNodeSchedule
+from ..facts.k8s import first_error_line, kubeconfig_words, kubectl
+from .failure import fail_host
+from ..run_state import per_run
 
 
 @dataclass(frozen=True)

@@ -12,21 +12,21 @@ from typing import TYPE_CHECKING
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
 
-from deploy.driver_versions import VersionRefusal, choose, matching, upstream_version
-from deploy.facts.base import NodeFact
-from deploy.facts.combined import known_fact, read
-from deploy.facts.nvidia import HostState, PackagesAvailable
-from deploy.facts.packages import PackageVersions
-from deploy import node_text, probes
-from deploy.operations.failure import fail_host, failing_command
-from deploy.operations.files import put_text
-from deploy.operations.packages import (apt_lock_option, apt_sources_changed, deb_states_read, lock_wait_script,
+from ..driver_versions import VersionRefusal, choose, matching, upstream_version
+from ..facts.base import NodeFact
+from ..facts.combined import known_fact, read
+from ..facts.nvidia import HostState, PackagesAvailable
+from ..facts.packages import PackageVersions
+from .. import node_text, probes
+from .failure import fail_host, failing_command
+from .files import put_text
+from .packages import (apt_lock_option, apt_sources_changed, deb_states_read, lock_wait_script,
                                        refresh_apt_lists, released_holds)
-from deploy.report import DriverNote, DriverNotes
-from deploy.run_state import per_run
+from ..report import DriverNote, DriverNotes
+from ..run_state import per_run
 
 if TYPE_CHECKING:
-    from deploy.distros import PackageManager
+    from ..distros import PackageManager
 
 REBOOT_MARKER = "/run/reboot-required"
 REBOOT_PACKAGES = "/run/reboot-required.pkgs"

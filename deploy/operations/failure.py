@@ -21,9 +21,9 @@ from pyinfra import logger
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import PyinfraError
 
-from deploy.redact import mask_text
-from deploy.report import FailureNotes
-from deploy.run_state import per_run
+from ..redact import mask_text
+from ..report import FailureNotes
+from ..run_state import per_run
 
 
 class HostRefusal(PyinfraError):

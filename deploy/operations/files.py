@@ -9,10 +9,10 @@ import shlex
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from deploy.facts.combined import FactCall, read
-from deploy.facts.files import FileDigest
-from deploy.operations.safe_install import CANDIDATE_SUFFIX, FLUSH_FUNCTION
-from deploy.operations.upload import Staging, Upload
+from ..facts.combined import FactCall, read
+from ..facts.files import FileDigest
+from .safe_install import CANDIDATE_SUFFIX, FLUSH_FUNCTION
+from .upload import Staging, Upload
 
 
 def text_up_to_date(current: dict | None, content: str | bytes, mode: str = "644", owner: str = "root:root") -> bool:

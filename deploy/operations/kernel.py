@@ -5,8 +5,8 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from deploy.facts.combined import FactCall, read
-from deploy.facts.kernel import KernelState
+from ..facts.combined import FactCall, read
+from ..facts.kernel import KernelState
 
 
 def module_present(state: dict, module: str, filesystem: str | None, sysctl: str | None) -> bool:

@@ -17,8 +17,8 @@ from pyinfra import host, logger
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.api.exceptions import PyinfraError
 
-from deploy import probes
-from deploy.facts.k8s import (
+from .. import probes
+from ..facts.k8s import (
     FIELD_MANAGER,
     HelmRelease,
     KubeCluster,
@@ -31,7 +31,7 @@ from deploy.facts.k8s import (
     object_key,
     with_stdin,
 )
-from deploy.operations.failure import failing_command
+from .failure import failing_command
 
 BUNDLE_ANNOTATION = "gpu-node.io/bundle"
 DIGEST_ANNOTATION = "gpu-node.io/digest"

@@ -15,14 +15,14 @@ from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
 from pyinfra.facts.pacman import PacmanPackages
 from pyinfra.operations import apt
 
-from deploy import probes
-from deploy.facts.combined import FactCall, known_fact, read
-from deploy.facts.nvidia import IgnoredPackages
-from deploy.facts.packages import (DebPackageStates, DnfModuleStreams, MultiversionPackages, PackageVersions,
+from .. import probes
+from ..facts.combined import FactCall, known_fact, read
+from ..facts.nvidia import IgnoredPackages
+from ..facts.packages import (DebPackageStates, DnfModuleStreams, MultiversionPackages, PackageVersions,
                                    RpmPackageStates, ZypperLocks)
-from deploy.facts.recovery import lock_holders_script
-from deploy.operations.failure import fail_host
-from deploy.run_state import per_run
+from ..facts.recovery import lock_holders_script
+from .failure import fail_host
+from ..run_state import per_run
 
 # pacman holds with IgnorePkg lines of pacman.conf's [options]; it reads every one of them.
 PACMAN_HOLD_LIST = "sed -n 's/^[[:space:]]*IgnorePkg[[:space:]]*=//p' /etc/pacman.conf"

@@ -31,9 +31,9 @@ from pyinfra import host
 from pyinfra.api import StringCommand, operation
 from pyinfra.api.command import PyinfraCommand
 
-from deploy.facts.recovery import PENDING_RESTART_DIR
-from deploy.operations.upload import Staging, Upload
-from deploy.redact import shell_daemon_output_filter
+from ..facts.recovery import PENDING_RESTART_DIR
+from .upload import Staging, Upload
+from ..redact import shell_daemon_output_filter
 
 CANDIDATE_SUFFIX = ".gpu-node-candidate"
 BACKUP_INFIX = ".gpu-node-backup-"

@@ -17,17 +17,17 @@ from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.facts.files import Sha256File
 
-from deploy.facts.files import FileText
-from deploy.facts.k8s import kubectl
-from deploy.gpushare import (
+from ..facts.files import FileText
+from ..facts.k8s import kubectl
+from ..gpushare import (
     CONFIG_CHECKSUM_ANNOTATION,
     NAMESPACE,
     ManifestError,
     check_scheduler_manifest,
     edit_scheduler_manifest,
 )
-from deploy.operations.failure import failing_command
-from deploy.operations.upload import Staging, Upload
+from .failure import failing_command
+from .upload import Staging, Upload
 
 POLL_SECONDS = 3
 # The mirror pod's config hash (new manifest), our checksum annotation, and Ready.

@@ -13,21 +13,21 @@ import uuid
 from pyinfra import host, logger
 from pyinfra.api import operation
 
-from deploy import probes
-from deploy.operations import cdi as cdi_ops
-from deploy.operations import devices
-from deploy.facts.base import UnreadableOutput
-from deploy.facts.combined import FactCall, known_fact, read_together
-from deploy.facts.cuda import CudaInit
-from deploy.facts.nvidia import HostState
-from deploy.containerd.flavours import ConfigTarget, classify_flavour, config_target, plain_target
-from deploy.facts.containerd import ContainerdFlavour, config_read
-from deploy.facts.ladder import Executables, LadderReadout
-from deploy.ladder import (
+from .. import probes
+from . import cdi as cdi_ops
+from . import devices
+from ..facts.base import UnreadableOutput
+from ..facts.combined import FactCall, known_fact, read_together
+from ..facts.cuda import CudaInit
+from ..facts.nvidia import HostState
+from ..containerd.flavours import ConfigTarget, classify_flavour, config_target, plain_target
+from ..facts.containerd import ContainerdFlavour, config_read
+from ..facts.ladder import Executables, LadderReadout
+from ..ladder import (
     HANDLER, VerifyOptions, configured_binaries, cri_cdi_probe, gpu_usable, ladder, node_record, planned_runs, read_cri,
 )
-from deploy.operations.failure import failing_command
-from deploy.report import FAIL, PASS, SKIP, verify_report_store
+from .failure import failing_command
+from ..report import FAIL, PASS, SKIP, verify_report_store
 
 # The node's PCI GPUs, modules and versions (preflight reads it too): the ladder's first rungs.
 NODE_READ: FactCall = (HostState, {})

@@ -9,15 +9,15 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import deploy
 
-from deploy.cdi import RUNTIME_CONFIG
-from deploy.containerd.flavours import classify_flavour, config_target
-from deploy.distros import Platform
-from deploy.facts.cdi import spec_stale
-from deploy.facts.combined import FactCall, known_fact, read
-from deploy.facts.containerd import ContainerdFlavour
-from deploy.operations import cdi as cdi_ops
-from deploy.settings import Settings
-from deploy.tasks.preflight import StageCheck
+from ..cdi import RUNTIME_CONFIG
+from ..containerd.flavours import classify_flavour, config_target
+from ..distros import Platform
+from ..facts.cdi import spec_stale
+from ..facts.combined import FactCall, known_fact, read
+from ..facts.containerd import ContainerdFlavour
+from ..operations import cdi as cdi_ops
+from ..settings import Settings
+from .preflight import StageCheck
 
 
 def reads(settings: Settings) -> list[FactCall]:

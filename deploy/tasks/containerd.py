@@ -6,17 +6,17 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.operations import systemd
 
-from deploy.cdi import CdiUnsupported, for_containerd
-from deploy.containerd.flavours import config_target, plain_target
-from deploy.containerd.operation import configure_nvidia_runtime
-from deploy.containerd.plan import plan_node_wiring, target_read
-from deploy.distros import Family, Platform, add_repository, install_packages
-from deploy.facts.combined import FactCall, read
-from deploy.operations import drain as drain_ops
-from deploy.operations import failure
-from deploy.operations.drain import DrainTarget
-from deploy.settings import Settings
-from deploy.tasks.preflight import StageCheck
+from ..cdi import CdiUnsupported, for_containerd
+from ..containerd.flavours import config_target, plain_target
+from ..containerd.operation import configure_nvidia_runtime
+from ..containerd.plan import plan_node_wiring, target_read
+from ..distros import Family, Platform, add_repository, install_packages
+from ..facts.combined import FactCall, read
+from ..operations import drain as drain_ops
+from ..operations import failure
+from ..operations.drain import DrainTarget
+from ..settings import Settings
+from .preflight import StageCheck
 
 
 def reads(settings: Settings) -> list[FactCall]:

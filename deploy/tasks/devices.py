@@ -8,10 +8,10 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import deploy
 
-from deploy.facts.combined import FactCall, read
-from deploy.facts.devices import missing_links
-from deploy.operations import devices, files
-from deploy.settings import Settings
+from ..facts.combined import FactCall, read
+from ..facts.devices import missing_links
+from ..operations import devices, files
+from ..settings import Settings
 
 SCRIPT_MODE = "755"
 

@@ -6,14 +6,14 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import systemd
 
-from deploy.cdi import CdiUnsupported, for_docker
-from deploy.distros import Family, Platform, install_packages
-from deploy.facts.combined import FactCall, read
-from deploy.operations import docker, failure
-from deploy.operations import drain as drain_ops
-from deploy.operations.drain import DrainTarget
-from deploy.settings import Settings
-from deploy.tasks.preflight import StageCheck
+from ..cdi import CdiUnsupported, for_docker
+from ..distros import Family, Platform, install_packages
+from ..facts.combined import FactCall, read
+from ..operations import docker, failure
+from ..operations import drain as drain_ops
+from ..operations.drain import DrainTarget
+from ..settings import Settings
+from .preflight import StageCheck
 
 
 def reads(settings: Settings) -> list[FactCall]:

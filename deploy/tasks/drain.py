@@ -12,12 +12,12 @@ from pyinfra.api import deploy
 from pyinfra.api.exceptions import NoGroupError
 from pyinfra.facts.server import Hostname
 
-from deploy.facts.drain import KubeNodeSchedule
-from deploy.facts.k8s import kube_node_name, kubeconfig_words
-from deploy.operations import drain as drain_ops
-from deploy.operations import failure
-from deploy.operations.drain import DrainTarget
-from deploy.settings import CONTROL_PLANE_GROUP, Settings, host_settings
+from ..facts.drain import KubeNodeSchedule
+from ..facts.k8s import kube_node_name, kubeconfig_words
+from ..operations import drain as drain_ops
+from ..operations import failure
+from ..operations.drain import DrainTarget
+from ..settings import CONTROL_PLANE_GROUP, Settings, host_settings
 
 WITHOUT_DRAIN = "set drain_before_restart=false to restart without draining"
 

@@ -17,25 +17,25 @@ from pyinfra.api import deploy
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 from pyinfra.operations import server, systemd
 
-from deploy import gpus
-from deploy.distros import (APT, PackageManager, Platform, add_repository, by_distro_id, install_packages,
+from .. import gpus
+from ..distros import (APT, PackageManager, Platform, add_repository, by_distro_id, install_packages,
                             lock_bounded_checks, node_word)
-from deploy.driver_versions import VersionRefusal, choose, matching, upstream_version
-from deploy.fabric import fabric_of
-from deploy.facts.combined import FactCall, known_fact, read, read_together
-from deploy.facts.gpu_support import GpuSupportLists
-from deploy.facts.nvidia import PackagesAvailable, RecommendedDriver
-from deploy.facts.packages import DnfModuleStreams, PackageVersions, RepositoryPackageVersions, WaitedPackageVersions
-from deploy.operations import download
-from deploy.operations import drain as drain_ops
-from deploy.operations import driver as driver_ops
-from deploy.operations import files
-from deploy.operations.drain import DrainTarget
-from deploy.operations.failure import HostRefusal
-from deploy.operations.files import put_text
-from deploy.operations.packages import deb_states_read, lock_wait_script
-from deploy.settings import MIN_DRIVER_VERSION, Settings
-from deploy.tasks.preflight import StageCheck
+from ..driver_versions import VersionRefusal, choose, matching, upstream_version
+from ..fabric import fabric_of
+from ..facts.combined import FactCall, known_fact, read, read_together
+from ..facts.gpu_support import GpuSupportLists
+from ..facts.nvidia import PackagesAvailable, RecommendedDriver
+from ..facts.packages import DnfModuleStreams, PackageVersions, RepositoryPackageVersions, WaitedPackageVersions
+from ..operations import download
+from ..operations import drain as drain_ops
+from ..operations import driver as driver_ops
+from ..operations import files
+from ..operations.drain import DrainTarget
+from ..operations.failure import HostRefusal
+from ..operations.files import put_text
+from ..operations.packages import deb_states_read, lock_wait_script
+from ..settings import MIN_DRIVER_VERSION, Settings
+from .preflight import StageCheck
 
 CUDA_PROFILE_PATH = "/etc/profile.d/cuda.sh"
 REBOOT_DELAY = 10  # seconds before reconnecting

@@ -28,12 +28,12 @@ from pyinfra.api.exceptions import NoGroupError, PyinfraError
 from pyinfra.operations import files
 from pyinfra_cli.inventory import make_inventory
 
-from deploy.facts.k8s import FIELD_MANAGER, GpuNode
-from deploy.gpushare import NODE_LABEL, GpushareError, scheduler_config_yaml
-from deploy.operations.kubectl import HELM_CHART, HELM_RELEASE, HELM_REPO_URL, stamp_manifest
-from deploy.settings import CONTROL_PLANE_GROUP, GPU_NODES_GROUP, Settings, SettingsError, parse_settings
-from deploy.tasks import gpushare as gpushare_task
-from deploy.tasks.k8s import (
+from ..facts.k8s import FIELD_MANAGER, GpuNode
+from ..gpushare import NODE_LABEL, GpushareError, scheduler_config_yaml
+from ..operations.kubectl import HELM_CHART, HELM_RELEASE, HELM_REPO_URL, stamp_manifest
+from ..settings import CONTROL_PLANE_GROUP, GPU_NODES_GROUP, Settings, SettingsError, parse_settings
+from . import gpushare as gpushare_task
+from .k8s import (
     CONFIG_LABEL,
     DEVICE_PLUGIN_BUNDLE,
     DEVICE_PLUGIN_NAMESPACE,

@@ -18,8 +18,8 @@ from pathlib import Path
 from pyinfra import host, logger
 from pyinfra.api import deploy
 
-from deploy.facts.k8s import GpuNode, GpuNodeIdentity, kube_node_name
-from deploy.gpushare import (
+from ..facts.k8s import GpuNode, GpuNodeIdentity, kube_node_name
+from ..gpushare import (
     NODE_LABEL,
     SCHEDULER_MANIFEST,
     GpushareError,
@@ -27,10 +27,10 @@ from deploy.gpushare import (
     extender_manifest,
     scheduler_config_yaml,
 )
-from deploy.operations import download, kubectl
-from deploy.operations.files import put_text
-from deploy.operations.scheduler_manifest import configure_scheduler_manifest, keep_scheduler_config
-from deploy.settings import Settings
+from ..operations import download, kubectl
+from ..operations.files import put_text
+from ..operations.scheduler_manifest import configure_scheduler_manifest, keep_scheduler_config
+from ..settings import Settings
 
 
 # The bundles apply_manifests applies (each object annotated with its bundle's name)

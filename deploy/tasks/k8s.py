@@ -18,10 +18,10 @@ from pyinfra import host, inventory, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import NoGroupError
 
-from deploy.facts.k8s import GpuNode, GpuNodeIdentity, KubeNodes, kube_node_name
-from deploy import templates
-from deploy.operations import kubectl
-from deploy.settings import GPU_NODES_GROUP, Settings, host_settings
+from ..facts.k8s import GpuNode, GpuNodeIdentity, KubeNodes, kube_node_name
+from .. import templates
+from ..operations import kubectl
+from ..settings import GPU_NODES_GROUP, Settings, host_settings
 
 DEVICE_PLUGIN_NAMESPACE = "nvidia-device-plugin"
 DEVICE_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin"

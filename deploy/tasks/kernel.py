@@ -5,12 +5,12 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import deploy
 
-from deploy.distros import Platform
-from deploy.fabric import NVLINK5_MODULES_LOAD_PATH, Fabric, fabric_of
-from deploy.fabric import modules_load_text as fabric_modules_load_text
-from deploy.facts.combined import FactCall, read
-from deploy.operations import files, kernel
-from deploy.settings import Settings
+from ..distros import Platform
+from ..fabric import NVLINK5_MODULES_LOAD_PATH, Fabric, fabric_of
+from ..fabric import modules_load_text as fabric_modules_load_text
+from ..facts.combined import FactCall, read
+from ..operations import files, kernel
+from ..settings import Settings
 
 MODULES_LOAD_PATH = "/etc/modules-load.d/gpu-node-kubernetes.conf"
 SYSCTL_PATH = "/etc/sysctl.d/99-gpu-node-kubernetes.conf"

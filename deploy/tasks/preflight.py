@@ -9,19 +9,19 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.facts.server import Arch, LinuxDistribution
 
-from deploy.containerd.flavours import classify_flavour
-from deploy.distros import Platform, detect_platform
-from deploy.facts.access import HostAccess
-from deploy.facts.combined import FactCall, read_facts
-from deploy.facts.containerd import ContainerdFlavour
-from deploy.facts.nvidia import HostState
-from deploy.facts.recovery import PackageManagerState, PendingRestarts
-from deploy.operations import packages as package_ops
-from deploy.operations.failure import HostRefusal
-from deploy.settings import Settings, likely_typos, setting_source
+from ..containerd.flavours import classify_flavour
+from ..distros import Platform, detect_platform
+from ..facts.access import HostAccess
+from ..facts.combined import FactCall, read_facts
+from ..facts.containerd import ContainerdFlavour
+from ..facts.nvidia import HostState
+from ..facts.recovery import PackageManagerState, PendingRestarts
+from ..operations import packages as package_ops
+from ..operations.failure import HostRefusal
+from ..settings import Settings, likely_typos, setting_source
 
 if TYPE_CHECKING:
-    from deploy.stages import Stage
+    from ..stages import Stage
 
 DISK_MOUNTS = ("/", "/var")
 

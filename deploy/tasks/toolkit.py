@@ -5,13 +5,13 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import deploy
 
-from deploy.distros import APT, Platform, install_packages, repository_check
-from deploy.facts.combined import FactCall, read
-from deploy.operations import download, files
-from deploy.operations import packages as package_ops
-from deploy.operations.failure import HostRefusal
-from deploy.settings import Settings
-from deploy.tasks.preflight import StageCheck
+from ..distros import APT, Platform, install_packages, repository_check
+from ..facts.combined import FactCall, read
+from ..operations import download, files
+from ..operations import packages as package_ops
+from ..operations.failure import HostRefusal
+from ..settings import Settings
+from .preflight import StageCheck
 
 # Pinned together: the toolkit refuses mixed versions of its own parts.
 TOOLKIT_PACKAGES = (

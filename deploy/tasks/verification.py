@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pyinfra.api import deploy
 
-from deploy.ladder import VerifyOptions
-from deploy.facts.combined import FactCall
-from deploy.operations import verification
-from deploy.settings import Settings
+from ..ladder import VerifyOptions
+from ..facts.combined import FactCall
+from ..operations import verification
+from ..settings import Settings
 
 
 def reads(settings: Settings) -> list[FactCall]:

@@ -1,0 +1,49 @@
+"""
+The Kubernetes half as a site calls it from its own deploy file (``from gpu_node import
+configure_cluster``) and as deploy/k8s_gpu.py runs it: on the control_plane hosts only, reading the
+facts of the gpu_nodes hosts of the same run for their labels; and its files for GitOps
+(``render_cluster_files``, deploy/render_cluster.py).
+"""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import deploy
+
+from .entry import freeze_imported_objects
+from .settings import CONTROL_PLANE_GROUP, DEFAULTS, call_settings, host_settings
+from .tasks.gitops import write_cluster_files
+from .tasks.k8s import device_plugin, gpu_cluster, needs_device_plugin, uses_gpushare
+
+
+@deploy("GPU cluster", data_defaults=DEFAULTS)
+def configure_cluster(**settings):
+    """
+    Make the cluster schedule (and share) GPUs: the RuntimeClass, the device plugin or gpushare, the
+    GPU nodes' labels, the smoke pod (docs/cluster.md), through kubectl on this host when it is in
+    control_plane (other hosts are skipped). Settings as ``provision_gpu_node`` takes them.
+    """
+    call_settings(host.state, settings, "configure_cluster")
+    freeze_imported_objects()
+    if CONTROL_PLANE_GROUP not in host.groups:
+        return
+    cluster = host_settings(host)
+    gpu_nodes = gpu_cluster(cluster)
+    if uses_gpushare(cluster, gpu_nodes):
+        from .tasks.gpushare import gpushare
+
+        gpushare(cluster, [node for node in gpu_nodes if node.gpu_sharing == "gpushare"])
+    if needs_device_plugin(cluster, gpu_nodes):
+        device_plugin(cluster, gpu_nodes)
+
+
+@deploy("GPU cluster files", data_defaults=DEFAULTS)
+def render_cluster_files(**settings):
+    """
+    Write what ``configure_cluster`` would apply as files (``manifests_dir``), for GitOps or
+    ``kubectl apply``, on the controller (``@local``): no cluster and no GPU node reached
+    (docs/cluster.md, GitOps). Settings as ``provision_gpu_node`` takes them.
+    """
+    call_settings(host.state, settings, "render_cluster_files")
+    freeze_imported_objects()
+    write_cluster_files(host_settings(host))

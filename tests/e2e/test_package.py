@@ -1,0 +1,63 @@
+"""
+gpu-node as a pyinfra package, from outside the repository: the wheel built from this checkout,
+installed with its dependencies from PyPI into a fresh virtualenv in an empty folder, imported as
+``gpu_node`` by a site's own deploy file that sits beside the site's own ``deploy/`` package (the name
+the checkout's folder has), and run by that virtualenv's pyinfra against a real node container.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from harness import REPO, SAFE_DATA, DeployResult, assert_no_change, run
+
+SITE_DEPLOY = """\
+# A site's own deploy file: its own package named deploy, and gpu-node's from the wheel.
+from deploy.web import PORT
+
+from gpu_node import provision_gpu_node
+
+assert PORT == 8080
+provision_gpu_node(stages=["kernel", "runtimes"], container_runtimes=["containerd"], {settings})
+"""
+
+
+def site_with_the_wheel(tmp_path: Path) -> tuple[Path, Path]:
+    """(the site's folder, its virtualenv's python): the wheel built, installed in an empty folder."""
+    wheels, site = tmp_path / "wheels", tmp_path / "site"
+    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(REPO)], timeout=600)
+    (wheel,) = wheels.glob("gpu_node-*.whl")
+    (site / "deploy").mkdir(parents=True)
+    (site / "deploy" / "__init__.py").write_text("")
+    (site / "deploy" / "web.py").write_text("PORT = 8080\n")
+    run([sys.executable, "-m", "venv", str(site / ".venv")])
+    python = site / ".venv" / "bin" / "python"
+    run([str(python), "-m", "pip", "install", "-q", str(wheel)], timeout=900)
+    return site, python
+
+
+def test_the_wheel_runs_from_a_sites_own_deploy_beside_its_own_deploy_package_and_a_rerun_changes_nothing(
+    node, tmp_path
+):
+    site, python = site_with_the_wheel(tmp_path)
+    # Installed, not the checkout: the package imports from the virtualenv, whatever the folder.
+    where = run([str(python), "-c", "import gpu_node, deploy.web; print(gpu_node.__file__, gpu_node.__version__)"],
+                cwd=site).stdout
+    assert where.startswith(str(site / ".venv")) and "gpu_node/__init__.py" in where, where
+    settings = ", ".join(f"{key}={value == 'true'!r}" for key, value in SAFE_DATA.items())
+    (site / "site_deploy.py").write_text(SITE_DEPLOY.format(settings=settings))
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "GPU_NODES")}
+
+    def deploy() -> DeployResult:
+        args = [str(python), "-m", "pyinfra", "-y", "--json", node.target, "site_deploy.py"]
+        result = run(args, check=False, cwd=site, env=env, timeout=1500)
+        return DeployResult(result.returncode, result.stdout, result.stderr, args)
+
+    first = deploy()
+    assert first.returncode == 0, first.explain()
+    changed = first.changed_operations()
+    assert changed and all(name.startswith("GPU node | ") for name in changed), changed  # run inside the deploy
+    assert node.sh("containerd config dump").stdout.count('default_runtime_name = "nvidia"') == 1
+    assert_no_change(deploy())
