@@ -165,8 +165,9 @@ def stage_verified_source(
         *apt_timeout_options(timeout),
     ])
     lines = [
-        # A folder apt's unprivileged _apt user can read: apt checks signatures as _apt.
-        'stage=$(mktemp -d) || exit 1; trap \'rm -rf "$stage"\' EXIT; chmod 755 "$stage"; log="$stage/log"',
+        # root's own folder (nothing else can swap the key between its check and its use) that apt's
+        # unprivileged _apt user can pass through to the files it names: apt checks signatures as _apt.
+        'stage=$(mktemp -d) || exit 1; trap \'rm -rf "$stage"\' EXIT; chmod 711 "$stage"; log="$stage/log"',
         'fail() { echo "$*" >&2; exit 1; }',
         *_pinned_key(key_url, fingerprints, fingerprint_setting, timeout),
         f'chmod 644 {staged_key}; mkdir "$stage/parts"',
