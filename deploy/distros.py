@@ -16,10 +16,11 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.pacman import PacmanPackages
 from pyinfra.facts.rpm import RpmPackages
-from pyinfra.operations import dnf, zypper
 
+from .operations import download
 from .operations import packages as package_ops
 from .operations.failure import HostRefusal
+from .settings import KeyPin
 
 
 class UnsupportedPlatform(HostRefusal):
@@ -59,14 +60,16 @@ class PackageManager:
     # Where a repository file named {name} goes; None: no third-party repository (the distro's own).
     repository_file: str | None = None
     # apt: a repository is trusted through a signed-by keyring fetched beside its source; the RPM
-    # managers name the key's URL in the repository file instead.
+    # managers through the key imported into rpm's database, its checked copy kept at key_file
+    # (a repository {name}'s), which the repository file names.
     signed_by_keyring: bool = False
+    key_file: str | None = None
     # Shell that exits 0 when the repository file {candidate} works (its metadata signature verifies):
     # checked before the file goes where the manager reads it, so a refused one is not left behind;
     # run it as ``repository_check(manager, lock_timeout)`` words it, waiting for a busy manager.
+    # It trusts the keys rpm's database has (the repository's, checked and imported first) and
+    # imports none.
     repository_check: str | None = None
-    # pyinfra's operation adding a repository (name, baseurl, gpgkey), for NVIDIA's driver/CUDA ones.
-    repository_operation: Callable[..., Any] | None = None
     # The operation enabling a module stream (module, stream, lock_timeout), for DriverPackages.module.
     module_operation: Callable[..., Any] | None = None
 
@@ -86,11 +89,11 @@ DNF = PackageManager(
     installed_fact=RpmPackages,
     available_check="dnf -q list {package} >/dev/null 2>&1",
     repository_file="/etc/yum.repos.d/{name}.repo",
+    key_file="/etc/pki/rpm-gpg/gpu-node-{name}.asc",
     # skip_if_unavailable off: Fedora's and Amazon's dnf.conf skip a repository whose signature
     # fails, and makecache would then pass it
     repository_check=('tmp=$(mktemp -d) && cp {candidate} "$tmp/candidate.repo" && '
                       'dnf -y -q --setopt=reposdir="$tmp" --setopt=skip_if_unavailable=False makecache; status=$?; rm -rf "$tmp"; [ "$status" -eq 0 ]'),
-    repository_operation=dnf.repo,
     module_operation=package_ops.dnf_module_enable,
 )
 ZYPPER = PackageManager(
@@ -99,10 +102,10 @@ ZYPPER = PackageManager(
     installed_fact=RpmPackages,
     available_check="zypper --quiet search --match-exact {package} >/dev/null 2>&1",
     repository_file="/etc/zypp/repos.d/{name}.repo",
+    key_file="/etc/pki/rpm-gpg/gpu-node-{name}.asc",
     # zypper install skips a repository it refuses and goes on: a refresh of the candidate alone
     repository_check=('tmp=$(mktemp -d) && cp {candidate} "$tmp/candidate.repo" && zypper --non-interactive '
-                      '--gpg-auto-import-keys --reposd-dir "$tmp" refresh; status=$?; rm -rf "$tmp"; [ "$status" -eq 0 ]'),
-    repository_operation=zypper.repo,
+                      '--reposd-dir "$tmp" refresh; status=$?; rm -rf "$tmp"; [ "$status" -eq 0 ]'),
 )
 PACMAN = PackageManager(
     name="pacman",
@@ -151,12 +154,51 @@ def _after_lock_wait(manager: PackageManager, template: str, lock_timeout: int) 
     return f"({wait} {template})"
 
 
-def add_repository(manager: PackageManager, name: str, repository: Mapping[str, str]):
-    """Add an RPM repository (name, baseurl, gpgkey) with signature checks."""
-    if manager.repository_operation is None:
+def rpm_repository_text(header: str, name: str, baseurl: str, key_path: str, key_url: str,
+                        fingerprints: tuple[str, ...], *, package_check: bool = True,
+                        metadata_check: bool = False) -> str:
+    """A dnf/zypper repository file whose key is the checked copy at ``key_path`` of the key at
+    ``key_url``; both and the pinned fingerprints are in it, so that changing either checks the key
+    again. Packages' signatures checked with ``package_check``, the metadata's with ``metadata_check``."""
+    return header + f"# signing key: {key_url} ({', '.join(fingerprints)})\n" + "\n".join([
+        f"[{name}]",
+        f"name={name}",
+        f"baseurl={baseurl}",
+        f"repo_gpgcheck={int(metadata_check)}",
+        f"gpgcheck={int(package_check)}",
+        "enabled=1",
+        f"gpgkey=file://{key_path}",
+        "sslverify=1",
+        "",
+    ])
+
+
+RPM_REPOSITORY_HEADER = "# Managed by gpu-node\n"
+
+
+def add_repository(manager: PackageManager, name: str, repository: Mapping[str, str], pin: KeyPin, *,
+                   timeout: int, lock_timeout: int, header: str = RPM_REPOSITORY_HEADER,
+                   package_check: bool = True, metadata_check: bool = False):
+    """
+    Add an RPM repository (name, baseurl, gpgkey: its key's URL, which ``pin.url`` replaces when set)
+    whose key is checked against ``pin`` and imported alone, with signature checks
+    (deploy/operations/download.py ``signed_rpm_repository``).
+    """
+    if manager.key_file is None or manager.repository_file is None:
         raise PyinfraError(f"{manager.name} takes no repository of this kind: {repository['name']}")
-    return manager.repository_operation(
-        name=name, src=repository["name"], baseurl=repository["baseurl"], gpgcheck=True, gpgkey=repository["gpgkey"],
+    key_path = manager.key_file.format(name=repository["name"])
+    key_url = pin.url or repository["gpgkey"]
+    return download.signed_rpm_repository(
+        name=name,
+        path=manager.repository_file.format(name=repository["name"]),
+        content=rpm_repository_text(header, repository["name"], repository["baseurl"], key_path, key_url,
+                                    pin.fingerprints, package_check=package_check, metadata_check=metadata_check),
+        key_path=key_path,
+        key_url=key_url,
+        fingerprints=pin.fingerprints,
+        fingerprint_setting=pin.setting,
+        check=repository_check(manager, lock_timeout),
+        timeout=timeout,
     )
 
 
@@ -206,7 +248,8 @@ class DriverPackages:
     branch_detect: str | None = None
     recommend_command: str | None = None
     components: tuple[str, ...] = ()  # apt components enabled for the release's Debian entries
-    # NVIDIA's repository (name, baseurl, gpgkey; gpgkey may name {baseurl}), by os-release ID prefix
+    # NVIDIA's repository (name, baseurl, gpgkey: its key's URL, which may name {baseurl}; key: the
+    # settings that pin that key, settings.Settings.key_pin), by os-release ID prefix
     repositories: tuple[tuple[str, Mapping[str, str]], ...] = ()
     # {dist} of the repository templates, by os-release ID prefix
     repo_dist: tuple[tuple[str, str], ...] = ()
@@ -259,6 +302,7 @@ class Family:
     driver: DriverPackages
     # Repository of containerd.io when the distro ships no containerd (RHEL family).
     containerd_repo: Mapping[str, str] | None = None
+    containerd_repo_key: KeyPin | None = None  # what that repository's key must be
     # Where NVIDIA's toolkit tree keeps this family's packages, under the repository base URL;
     # None: the distro ships the toolkit itself.
     toolkit_repo_path: str | None = None
@@ -269,12 +313,17 @@ DOCKER_CE_RHEL_REPO = {
     "baseurl": "https://download.docker.com/linux/centos/$releasever/$basearch/stable",
     "gpgkey": "https://download.docker.com/linux/centos/gpg",
 }
+# Docker's key for its RPM repositories, as Docker's install guide gives it
+# (https://docs.docker.com/engine/install/centos/); no setting names Docker's repository, so none pins it.
+DOCKER_CE_RHEL_KEY = KeyPin(fingerprints=("060A61C51B558A7F742B77AAC52FEB6B621E9F35",),
+                            setting="Docker's install guide, deploy/distros.py")
 
 DEBIAN_KERNEL_FLAVOUR = r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+-(.+)$"
 CUDA_REPO = {
     "name": "cuda-{dist}-{arch}",
     "baseurl": "{cuda_repo_url}/{dist}/{arch}",
     "gpgkey": "{cuda_repo_url}/{dist}/{arch}/D42D0685.pub",
+    "key": "nvidia_cuda",  # the settings that pin its key (settings.Settings.key_pin)
 }
 APT_FABRIC_MANAGER = FabricManagerPackages(
     packages=("nvidia-fabricmanager-{branch}", "libnvidia-nscq-{branch}"),
@@ -348,11 +397,11 @@ SUSE_DRIVER_GPGKEY = "{baseurl}/repodata/repomd.xml.key"
 SUSE_DRIVER = DriverPackages(
     branch="unsupported",  # G06 is one branch line; pin with nvidia_driver_version
     repositories=(
-        ("opensuse-tumbleweed", {"name": "nvidia-{distro_id}", "gpgkey": SUSE_DRIVER_GPGKEY,
+        ("opensuse-tumbleweed", {"name": "nvidia-{distro_id}", "gpgkey": SUSE_DRIVER_GPGKEY, "key": "nvidia_driver",
                                  "baseurl": "{driver_repo_url}/opensuse/tumbleweed"}),
-        ("sle", {"name": "nvidia-{distro_id}", "gpgkey": SUSE_DRIVER_GPGKEY,
+        ("sle", {"name": "nvidia-{distro_id}", "gpgkey": SUSE_DRIVER_GPGKEY, "key": "nvidia_driver",
                  "baseurl": "{driver_repo_url}/suse/sle{major}sp{minor}"}),
-        ("", {"name": "nvidia-{distro_id}", "gpgkey": SUSE_DRIVER_GPGKEY,
+        ("", {"name": "nvidia-{distro_id}", "gpgkey": SUSE_DRIVER_GPGKEY, "key": "nvidia_driver",
               "baseurl": "{driver_repo_url}/opensuse/leap/{version_id}"}),
     ),
     packages=("nvidia-compute-utils-G06", "nvidia-compute-G06"),
@@ -412,6 +461,7 @@ FAMILIES: tuple[Family, ...] = (
         docker_package=None,
         initramfs_command="dracut -f",
         containerd_repo=DOCKER_CE_RHEL_REPO,
+        containerd_repo_key=DOCKER_CE_RHEL_KEY,
         toolkit_repo_path="rpm/$basearch",
         driver=DriverPackages(**RPM_DRIVER, repo_dist=(("", "rhel{major}"),), module_majors=(8, 9),
                               extra_packages=("epel-release",)),

@@ -41,6 +41,17 @@ NVIDIA_TOOLKIT_GPGKEY_URL = "https://nvidia.github.io/libnvidia-container/gpgkey
 NVIDIA_DRIVER_REPO_URL = "https://download.nvidia.com"
 # The base of NVIDIA's CUDA tree; the family adds "{dist}/{arch}".
 NVIDIA_CUDA_REPO_URL = "https://developer.download.nvidia.com/compute/cuda/repos"
+# The primary-key fingerprints of NVIDIA's repository keys, trusted only once the key served matches.
+# The toolkit's (key id f796ecb0, which https://nvidia.github.io/libnvidia-container/ names): read with
+# gpg from the key NVIDIA publishes at https://nvidia.github.io/libnvidia-container/gpgkey (NVIDIA's
+# install guide, https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html,
+# prints no fingerprint).
+NVIDIA_TOOLKIT_KEY_FINGERPRINT = "C95B321B61E88C1809C4F759DDCAE044F796ECB0"
+# The CUDA repository's: 3bf863cc (deb) and D42D0685 (rpm), as NVIDIA lists them at
+# https://docs.nvidia.com/datacenter/tesla/driver-installation-guide/gpg-keys-used-to-sign-the-packages.html,
+# whole as NVIDIA prints them in https://github.com/NVIDIA/cuda-repo-management/blob/main/SIGNATURES.md
+NVIDIA_CUDA_KEY_FINGERPRINTS = ("EB693B3035CD5710E231E123A4B469963BF863CC",
+                                "610C7B14E068A878070DA4E99CD0A493D42D0685")
 
 
 @dataclass(frozen=True)
@@ -56,6 +67,17 @@ class RuntimeWiring:
     # containerd passes a container's annotations matching these to the nvidia runtime (its CDI
     # mode reads cdi.k8s.io/ annotations); merged with the file's own
     container_annotations: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class KeyPin:
+    """What a repository's signing key must be before anything trusts it: one of ``fingerprints``
+    (primary keys, as ``gpg --with-colons`` prints them), which ``setting`` sets (a refusal names it);
+    ``url``: where the key is, when a setting says (None: beside the repository)."""
+
+    fingerprints: tuple[str, ...]
+    setting: str
+    url: str | None = None
 
 
 class SettingsError(PyinfraError, CliError):
@@ -119,6 +141,21 @@ def checked_url(value: str, allowed: str, schemes: tuple[str, ...]) -> str:
 
 def repository_url(value: str) -> str:
     return checked_url(value, REPOSITORY_URL, ("https", "http", "file"))
+
+
+FINGERPRINTS = "OpenPGP key fingerprints (40 hex digits each, spaces allowed), comma-separated"
+
+
+def fingerprint_list(value: Any) -> tuple[str, ...]:
+    """Fingerprints from a list or comma-separated text, as gpg --with-colons prints them: spaces
+    folded out, upper case."""
+    if value is None:
+        return ()
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    folded = tuple(dict.fromkeys(str(item).replace(" ", "").upper() for item in items if str(item).strip()))
+    if any(not re.fullmatch("[0-9A-F]{40}", each) for each in folded):
+        raise ValueError(FINGERPRINTS)
+    return folded
 
 
 def https_url_or_path(value: str) -> str:
@@ -185,6 +222,7 @@ Sha256 = Annotated[
 ]
 RepositoryUrl = Annotated[str, AfterValidator(repository_url), Allowed(REPOSITORY_URL)]
 UrlOrFile = Annotated[str, AfterValidator(https_url_or_path), Allowed(URL_OR_FILE)]
+Fingerprints = Annotated[tuple[str, ...], BeforeValidator(fingerprint_list), Allowed(FINGERPRINTS)]
 NodeNames = Annotated[
     tuple[tuple[str, str], ...],
     BeforeValidator(node_mapping),
@@ -294,6 +332,11 @@ class PackageSettings(_Section):
     nvidia_toolkit_gpgkey_url: RepositoryUrl = Field(
         NVIDIA_TOOLKIT_GPGKEY_URL, description="the key that signs that repository"
     )
+    nvidia_toolkit_gpgkey_fingerprint: Fingerprints = Field(
+        (NVIDIA_TOOLKIT_KEY_FINGERPRINT,), min_length=1,
+        description="the fingerprint the toolkit repository's key must have before it is trusted (NVIDIA's "
+                    "by default; a mirror that signs with its own key: its fingerprint)",
+    )
     allow_insecure_repositories: bool = Field(
         False, description="accept http:// repository and key URLs (local mirrors)"
     )
@@ -332,6 +375,25 @@ class DataCenterSettings(_Section):
         NVIDIA_CUDA_REPO_URL,
         description="NVIDIA's CUDA repository: Fabric Manager, and the RHEL family's driver and CUDA toolkit "
                     "(a mirror keeps its {dist}/{arch} layout)",
+    )
+    nvidia_cuda_gpgkey_url: RepositoryUrl | None = Field(
+        None,
+        description="the CUDA repository's key; unset: beside each repository, as NVIDIA publishes it "
+                    "(`3bf863cc.pub` on apt, `D42D0685.pub` on dnf and zypper)",
+    )
+    nvidia_cuda_gpgkey_fingerprint: Fingerprints = Field(
+        NVIDIA_CUDA_KEY_FINGERPRINTS, min_length=1,
+        description="the fingerprints the CUDA repository's key may have before it is trusted (NVIDIA's 3bf863cc "
+                    "and D42D0685 by default; a mirror that signs with its own key: its fingerprint)",
+    )
+    nvidia_driver_gpgkey_url: RepositoryUrl | None = Field(
+        None, description="the SUSE driver repository's key; unset: `repodata/repomd.xml.key` beside it"
+    )
+    nvidia_driver_gpgkey_fingerprint: Fingerprints = Field(
+        (),
+        description="the fingerprint the SUSE driver repository's key must have before it is trusted: required "
+                    "where the driver stage adds that repository, because NVIDIA publishes no fingerprint for it "
+                    "(check the key yourself, e.g. `gpg --show-keys` of the key file)",
     )
 
 
@@ -571,6 +633,11 @@ class Settings(RuntimeSettings, PackageSettings, DataCenterSettings, HostSafetyS
     def kube_node_name(self, host_name: str) -> str:
         return dict(self.kube_node_names).get(host_name, host_name)
 
+    def key_pin(self, repository: str) -> KeyPin:
+        """What the key of ``repository`` ("nvidia_toolkit", "nvidia_cuda", "nvidia_driver") must be."""
+        return KeyPin(fingerprints=getattr(self, f"{repository}_gpgkey_fingerprint"),
+                      setting=f"{repository}_gpgkey_fingerprint", url=getattr(self, f"{repository}_gpgkey_url"))
+
 
 SECTIONS: tuple[type[_Section], ...] = Settings.__bases__
 # In the order the sections declare them (pydantic's own order starts with the last base).
@@ -599,6 +666,26 @@ def _check_url_scheme(settings: Settings) -> None:
                 f"invalid setting {key}={_shown(value)}: allowed: an https:// URL "
                 "(set allow_insecure_repositories=true for an http:// or file:// mirror)"
             )
+
+
+KEY_URL_SETTINGS = ("nvidia_toolkit_gpgkey_url", "nvidia_cuda_gpgkey_url", "nvidia_driver_gpgkey_url")
+KEY_URL_ALLOWED = ("an https:// URL, or with allow_insecure_repositories=true a file:// path on the node (a key is "
+                   "never fetched over http://)")
+
+
+def key_url_allowed(url: str, allow_file: bool = True) -> bool:
+    """Whether a signing key may be fetched from ``url``: over https, or read from a file on the
+    node, never over plain http (its fingerprint is checked wherever it comes from; this keeps a
+    tampering network from even offering one)."""
+    scheme = urlparse(url).scheme
+    return scheme == "https" or (scheme == "file" and allow_file)
+
+
+def _check_key_urls(settings: Settings) -> None:
+    for key in KEY_URL_SETTINGS:
+        value = getattr(settings, key)
+        if value is not None and not key_url_allowed(value, allow_file=settings.allow_insecure_repositories):
+            raise SettingsError(f"invalid setting {key}={_shown(value)}: allowed: {KEY_URL_ALLOWED}")
 
 
 def _check_gpu_sharing(settings: Settings, data: Mapping[str, Any]) -> None:
@@ -675,6 +762,7 @@ def parse_settings(data: Mapping[str, Any]) -> Settings:
         key = str(error["loc"][0])
         allowed = str(error["ctx"]["error"]) if error["type"] == "value_error" else ALLOWED[key]
         raise SettingsError(f"invalid setting {key}={_shown(data[key])}: allowed: {allowed}") from None
+    _check_key_urls(settings)
     _check_url_scheme(settings)
     _check_gpu_sharing(settings, data)
     _check_runtime_mode(settings)

@@ -1,7 +1,7 @@
 """
 A local signed apt repository, as NVIDIA publishes its toolkit: a flat repository at
 ``<base>/deb/<arch>/`` and the armoured key at ``<base>/gpgkey``, signed by a throwaway GPG key and
-served on 127.0.0.1 only. The toolkit the tests install (tests/toolkit_repo.py) and the stand-in
+served on 127.0.0.1 only (the repository over http, the key over https: ``serve_keys``). The toolkit the tests install (tests/toolkit_repo.py) and the stand-in
 packages (tests/standin_toolkit.py) are published with it; apt, gpgv and the deploy's pins and
 holds then run for real against it.
 """
@@ -13,11 +13,14 @@ import functools
 import http.server
 import os
 import shutil
+import ssl
 import subprocess
 import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+
+from tls import authority as tls_authority
 
 
 def _run(*args: str, **kwargs) -> subprocess.CompletedProcess:
@@ -110,28 +113,41 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def serve(directory: Path):
-    """Serve a folder on 127.0.0.1 (a free port); yields the base URL."""
+def serve(directory: Path, tls: bool = False):
+    """Serve a folder on 127.0.0.1 (a free port), over https with ``tls`` (a certificate of
+    tests/tls.py's throwaway CA, which node containers trust); yields the base URL."""
     handler = functools.partial(_QuietHandler, directory=str(directory))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    if tls:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(tls_authority().certificate, tls_authority().key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
 
 
+def serve_keys(directory: Path):
+    """Serve a folder's signing keys on 127.0.0.1 over https (a key is never fetched over http, even
+    from a repository served over http); yields the base URL."""
+    return serve(directory, tls=True)
+
+
 def deploy_data(
-    base_url: str, *, version: str | None = None, key: str = "gpgkey",
+    base_url: str, *, keys_url: str, fingerprint: str, version: str | None = None, key: str = "gpgkey",
     repo_url: str | None = None, key_url: str | None = None,
 ) -> dict[str, str]:
-    """The settings that point the toolkit stage at a served repository (this one or the stand-in's):
-    ``key`` names another key file beside it; ``repo_url`` / ``key_url`` replace either URL whole."""
+    """The settings that point the toolkit stage at a served repository (this one or the stand-in's),
+    its key served over https at ``keys_url`` and pinned to ``fingerprint``: ``key`` names another key
+    file beside it; ``repo_url`` / ``key_url`` replace either URL whole."""
     data = {
         "nvidia_toolkit_repo_url": repo_url or base_url,
-        "nvidia_toolkit_gpgkey_url": key_url or f"{base_url}/{key}",
+        "nvidia_toolkit_gpgkey_url": key_url or f"{keys_url}/{key}",
+        "nvidia_toolkit_gpgkey_fingerprint": fingerprint,
         "allow_insecure_repositories": "true",  # http:// on 127.0.0.1; the signature is still checked
     }
     if version:

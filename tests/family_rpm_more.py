@@ -222,9 +222,14 @@ class DnfRepos(ServedUrls):
     toolkit_key: GpgKey
     distro_key: GpgKey
     url: str = ""
+    keys_url: str = ""
 
     def cuda_dir(self, dist: DnfDistribution) -> Path:
         return self.root / CUDA_PATH / dist.cuda_dist / standin_rpms.ARCH
+
+    def cuda_key_data(self, dist: DnfDistribution) -> dict[str, str]:
+        return self.key_data("nvidia_cuda", f"{CUDA_PATH}/{dist.cuda_dist}/{standin_rpms.ARCH}/{CUDA_KEY_FILE}",
+                             self.cuda_key)
 
     def publish_driver(self, dist: DnfDistribution, version: str) -> None:
         """Add one driver version to ``dist``'s CUDA repository (a newer release NVIDIA publishes)."""

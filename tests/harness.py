@@ -200,10 +200,18 @@ class Node:
             )
             if state not in ("running", "degraded"):
                 raise AssertionError(f"node {self.id[:12]} did not boot: {state}")
+            self.trust_test_ca()
         except BaseException:
             self.remove()
             raise
         return self
+
+    def trust_test_ca(self) -> None:
+        """The node trusts tests/tls.py's throwaway CA: the local repositories serve their keys over https."""
+        from tls import NODE_CA_BUNDLE, authority
+
+        run(["docker", "exec", "-i", self.id, "sh", "-c",
+             f"mkdir -p {os.path.dirname(NODE_CA_BUNDLE)} && cat >> {NODE_CA_BUNDLE}"], input=authority().ca_pem)
 
     def _booted_state(self) -> str | None:
         state = self.sh("systemctl is-system-running --wait", check=False, timeout=120).stdout.strip()

@@ -84,6 +84,11 @@ def both_modes(request):
     _mode["yes"] = True
 
 
+# A site's pin for NVIDIA's SUSE driver repository key, which NVIDIA publishes no fingerprint for
+# (the SUSE driver plan is refused without one): tests/fixtures/gpg's first key.
+SITE_DRIVER_KEY = {"nvidia_driver_gpgkey_fingerprint": "A4442DBE68F1FC72DB2D6DED445CA3AC12D6B699"}
+
+
 def settings_for(**data: Any) -> Settings:
     return parse_settings({key: value for key, value in data.items()})
 

@@ -14,7 +14,12 @@ One served root holds, for a Rocky Linux 9 node on x86_64:
   ``rocky/RPM-GPG-KEY-Rocky-9`` (installed on the node at /etc/pki/rpm-gpg/, as Rocky has it);
 - ``tampered/...``: a copy of the toolkit and CUDA repositories whose signatures do not verify
   (repomd.xml altered after signing; rpms signed by another key);
-- ``other-gpgkey``: a key that signed nothing here.
+- ``impostor/toolkit/stable/...``: a copy of the toolkit repository whose repomd.xml another valid key
+  signed, that key at ``impostor/toolkit/stable/gpgkey`` (what a hijacked mirror or key URL serves);
+- ``other-gpgkey``: that other key.
+
+The repositories are served over http, their keys over https (``serve_keys``: a key is never fetched
+over http); ``key_data`` gives the settings that point at a repository's key and pin its fingerprint.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import standin_rpms
-from apt_repo import GpgKey, _run, make_key, serve
+from apt_repo import GpgKey, _run, make_key, serve, serve_keys
 from family_images import RPM_TOOLS, family_image
 from harness import run
 
@@ -38,6 +43,7 @@ ROCKY_KEY_PATH = "rocky/RPM-GPG-KEY-Rocky-9"
 ROCKY_KEY_ON_NODE = "/etc/pki/rpm-gpg/RPM-GPG-KEY-Rocky-9"
 ROCKY_REPO_FILE = "/etc/yum.repos.d/rocky.repo"
 TAMPERED = "tampered"
+IMPOSTOR = "impostor"  # the served path of copies signed by another valid key, served beside them
 
 
 def index(repo_dir: Path, key: GpgKey, modules: str | None = None) -> None:
@@ -52,10 +58,23 @@ def index(repo_dir: Path, key: GpgKey, modules: str | None = None) -> None:
                   family_image(RPM_TOOLS), "sh", "-c", " && ".join(commands)], check=False, timeout=300)
     if result.returncode != 0:
         raise AssertionError(f"indexing {repo_dir} failed:\n{result.stdout}\n{result.stderr}")
+    sign_metadata(repo_dir, key)
+
+
+def sign_metadata(repo_dir: Path, key: GpgKey) -> None:
+    """repodata/repomd.xml.asc: repomd.xml's detached signature by ``key``."""
     repomd = repo_dir / "repodata" / "repomd.xml"
     _run("gpg", "--homedir", str(key.home), "--batch", "--yes", "--local-user", key.fingerprint,
          "--armor", "--detach-sign", "-o", f"{repomd}.asc", str(repomd))
     key.stop_agent()
+
+
+def impostor_copy(root: Path, path: str, repo_dir: str, key_file: str, key: GpgKey) -> None:
+    """``root/IMPOSTOR/path``: the repository at ``root/path`` with its metadata (``repo_dir`` under it)
+    signed by ``key``, whose public key is ``key_file`` beside it."""
+    shutil.copytree(root / path, root / IMPOSTOR / path)
+    sign_metadata(root / IMPOSTOR / path / repo_dir, key)
+    (root / IMPOSTOR / path / key_file).write_text(key.armored_public_key())
 
 
 def repo_file_text(name: str, baseurl: str, gpgkey: str, repo_gpgcheck: bool = True) -> str:
@@ -65,12 +84,14 @@ def repo_file_text(name: str, baseurl: str, gpgkey: str, repo_gpgcheck: bool = T
 
 
 class ServedUrls:
-    """The toolkit folder and the URLs of repositories under ``root`` served at ``url``, each with
-    a TAMPERED copy beside it (for the signature-refusal tests): the Rocky, the other dnf and the
-    SUSE families' repositories."""
+    """The toolkit folder and the URLs of repositories under ``root`` served at ``url`` (their keys at
+    ``keys_url``, over https), each with a TAMPERED copy beside it (for the signature-refusal tests):
+    the Rocky, the other dnf and the SUSE families' repositories."""
 
     root: Path
     url: str
+    keys_url: str
+    toolkit_key: GpgKey
 
     @property
     def toolkit_dir(self) -> Path:
@@ -86,6 +107,15 @@ class ServedUrls:
     def toolkit_url(self, tampered: bool = False) -> str:
         return self.served_url(TOOLKIT_PATH, tampered)
 
+    def key_data(self, repository: str, path: str, key: GpgKey) -> dict[str, str]:
+        """The settings that fetch ``repository``'s key (nvidia_toolkit, nvidia_cuda, nvidia_driver) from
+        ``path`` under ``root`` over https and pin ``key``'s fingerprint."""
+        return {f"{repository}_gpgkey_url": f"{self.keys_url}/{path}", f"{repository}_gpgkey_fingerprint": key.fingerprint}
+
+    def toolkit_key_data(self, tampered: bool = False) -> dict[str, str]:
+        return self.key_data("nvidia_toolkit", f"{TAMPERED}/{TOOLKIT_PATH}/gpgkey" if tampered else f"{TOOLKIT_PATH}/gpgkey",
+                             self.toolkit_key)
+
 
 @dataclass
 class RockyRepos(ServedUrls):
@@ -95,7 +125,12 @@ class RockyRepos(ServedUrls):
     rocky_key: GpgKey
     other_key: GpgKey
     url: str = ""
+    keys_url: str = ""
     module_version: int = 9030020240101
+
+    def cuda_key_data(self, tampered: bool = False) -> dict[str, str]:
+        path = f"{CUDA_PATH}/{CUDA_DIST}/{standin_rpms.ARCH}/{CUDA_KEY_FILE}"
+        return self.key_data("nvidia_cuda", f"{TAMPERED}/{path}" if tampered else path, self.cuda_key)
 
     @property
     def cuda_dir(self) -> Path:
@@ -154,6 +189,7 @@ def build(root: Path) -> RockyRepos:
     (root / ROCKY_KEY_PATH).write_text(repos.rocky_key.armored_public_key())
     (root / "other-gpgkey").write_text(repos.other_key.armored_public_key())
     _write_tampered(repos)
+    impostor_copy(root, TOOLKIT_PATH, f"rpm/{standin_rpms.ARCH}", "gpgkey", repos.other_key)
     return repos
 
 
@@ -174,9 +210,10 @@ def _write_tampered(repos: RockyRepos) -> None:
 
 @contextlib.contextmanager
 def serving(repos: ServedUrls, root: Path):
-    """``repos``, built under ``root``, served on 127.0.0.1: yields them with their ``url`` set."""
-    with serve(root) as url:
-        repos.url = url
+    """``repos``, built under ``root``, served on 127.0.0.1 (keys over https): yields them with their
+    ``url`` and ``keys_url`` set."""
+    with serve(root) as url, serve_keys(root) as keys_url:
+        repos.url, repos.keys_url = url, keys_url
         yield repos
 
 

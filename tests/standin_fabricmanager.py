@@ -31,7 +31,7 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apt_repo import build_deb, make_key, serve, sign_flat_repository
+from apt_repo import build_deb, make_key, serve, serve_keys, sign_flat_repository
 
 STANDIN_LOG = "/var/log/nvidia-fabricmanager-standin.log"
 UNIT = "nvidia-fabricmanager.service"
@@ -134,16 +134,21 @@ NVLSM = {"nvlsm": (NVLSM_VERSION, "", {"/opt/nvidia/nvlsm/sbin/nvlsm": NVLSM_SCR
 class StandinCudaRepo:
     root: Path  # served as the base, NVIDIA's ".../compute/cuda/repos"
     fabric_versions: tuple[str, ...]
+    fingerprint: str = ""  # of the throwaway key that signs it
     served: dict[str, list[str]] = field(default_factory=dict)  # package -> versions in the index
-    url: str = ""
+    url: str = ""  # over http
+    keys_url: str = ""  # the same tree over https, for its key (a key is never fetched over http)
 
     @property
     def repo_dir(self) -> Path:
         return self.root / DIST / REPO_ARCH
 
     def data(self) -> dict[str, str]:
-        """The --data that points the deploy's Fabric Manager at this repository once it is served."""
-        return {"nvidia_cuda_repo_url": self.url, "allow_insecure_repositories": "true"}
+        """The --data that points the deploy's Fabric Manager at this repository once it is served, its
+        key pinned."""
+        return {"nvidia_cuda_repo_url": self.url, "allow_insecure_repositories": "true",
+                "nvidia_cuda_gpgkey_url": f"{self.keys_url}/{DIST}/{REPO_ARCH}/{KEY_FILE}",
+                "nvidia_cuda_gpgkey_fingerprint": self.fingerprint}
 
 
 def build_repo(root: Path, fabric_versions: tuple[str, ...] = FABRIC_VERSIONS, arch: str = "amd64") -> StandinCudaRepo:
@@ -161,6 +166,7 @@ def build_repo(root: Path, fabric_versions: tuple[str, ...] = FABRIC_VERSIONS, a
     sign_flat_repository(repo.repo_dir, key, origin="gpu-node tests", label="NVIDIA CUDA repository STAND-IN")
     (repo.repo_dir / KEY_FILE).write_text(key.armored_public_key())
     key.stop_agent()
+    repo.fingerprint = key.fingerprint
     return repo
 
 
@@ -168,8 +174,8 @@ def build_repo(root: Path, fabric_versions: tuple[str, ...] = FABRIC_VERSIONS, a
 def served(root: Path, fabric_versions: tuple[str, ...] = FABRIC_VERSIONS, arch: str = "amd64"):
     """Build the repository and serve it on 127.0.0.1; yields the StandinCudaRepo with its ``url``."""
     repo = build_repo(root, fabric_versions, arch)
-    with serve(root) as url:
-        repo.url = url
+    with serve(root) as url, serve_keys(root) as keys_url:
+        repo.url, repo.keys_url = url, keys_url
         yield repo
 
 

@@ -12,9 +12,11 @@ repository), is signed with a throwaway GPG key and served on 127.0.0.1 only.
 
 The faults, for the failure tests: a key URL that serves an HTML error page or an empty body, the
 key served unarmoured, a key that did not sign the repository, a copy of the repository whose
-InRelease was altered after signing (``tampered``), a port with nothing listening (``refused_url``)
-and a server that accepts connections and never answers (``silent_server``). Every test that uses
-this module says "standin" in its name and STAND-IN in its docstring.
+InRelease was altered after signing (``tampered``), a copy signed by another valid key served
+beside it (``impostor``: what a hijacked mirror or key URL serves), a port with nothing listening
+(``refused_url``) and a server that accepts connections and never answers (``silent_server``). The
+repository is served over http, its keys over https (``serve_keys``: a key is never fetched over
+http). Every test that uses this module says "standin" in its name and STAND-IN in its docstring.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from apt_repo import GpgKey, build_deb, make_key, serve, sign_flat_repository
+from apt_repo import GpgKey, build_deb, make_key, serve, serve_keys, sign_flat_repository
 from apt_repo import deploy_data as _deploy_data
 
 STANDIN_LOG = "/var/log/nvidia-container-runtime-standin.log"
@@ -200,8 +202,15 @@ DESCRIPTION = (
 class StandinRepo:
     root: Path  # served as the repository base, NVIDIA's ".../stable"
     key: GpgKey
-    other_key: GpgKey  # a key that did not sign the repository
+    other_key: GpgKey  # a key that did not sign the repository (it signed the IMPOSTOR copy)
     versions: tuple[str, ...] = VERSIONS
+    url: str = ""  # where it is served (http), once it is
+    keys_url: str = ""  # where its keys are served (https)
+
+    def data(self, **kwargs) -> dict[str, str]:
+        """The --data that points the toolkit stage at this repository once it is served, its own key
+        pinned (``deploy_data``'s arguments)."""
+        return deploy_data(self.url, keys_url=self.keys_url, fingerprint=self.key.fingerprint, **kwargs)
 
 
 def build_repo(root: Path, arch: str = "amd64") -> StandinRepo:
@@ -219,7 +228,7 @@ def build_repo(root: Path, arch: str = "amd64") -> StandinRepo:
     (root / "wrong-gpgkey").write_text(other.armored_public_key())
     # The same key unarmoured, as some mirrors serve it.
     (root / "gpgkey.bin").write_bytes(key.binary_public_key())
-    _write_faults(root, repo_dir, arch)
+    _write_faults(root, repo_dir, arch, other)
     key.stop_agent()
     other.stop_agent()
     return StandinRepo(root=root, key=key, other_key=other)
@@ -227,10 +236,20 @@ def build_repo(root: Path, arch: str = "amd64") -> StandinRepo:
 
 GARBAGE_KEY_PAGE = "<html><head><title>502 Bad Gateway</title></head><body>proxy error</body></html>\n"
 TAMPERED = "tampered"  # the served path of the repository copy whose InRelease fails its signature
+# the served path of the copy signed by the other key, whose public key is ``<IMPOSTOR>/gpgkey``: a
+# valid signature by a valid key, just not the pinned one
+IMPOSTOR = "impostor"
 
 
-def _write_faults(root: Path, repo_dir: Path, arch: str) -> None:
-    """Key URLs that return no key, and a copy of the repository with a broken signature."""
+def _write_faults(root: Path, repo_dir: Path, arch: str, other: GpgKey) -> None:
+    """Key URLs that return no key, a copy of the repository with a broken signature, and one signed
+    by another key that is served beside it."""
+    impostor = root / IMPOSTOR / "deb" / arch
+    impostor.mkdir(parents=True, exist_ok=True)
+    for deb in repo_dir.glob("*.deb"):
+        shutil.copy2(deb, impostor / deb.name)
+    sign_flat_repository(impostor, other, origin="gpu-node stand-in", label="STAND-IN nvidia-container-toolkit")
+    (root / IMPOSTOR / "gpgkey").write_text(other.armored_public_key())
     (root / "garbage-gpgkey").write_text(GARBAGE_KEY_PAGE)
     (root / "empty-gpgkey").write_text("")
     tampered = root / TAMPERED / "deb" / arch
@@ -243,16 +262,26 @@ def _write_faults(root: Path, repo_dir: Path, arch: str) -> None:
     (tampered / "InRelease").write_text(signed.replace("Label: STAND-IN", "Label: ALTERED", 1))
 
 
-def refused_url() -> str:
+def refused_url(scheme: str = "http") -> str:
     """A URL on 127.0.0.1 whose port has nothing listening: connections are refused."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+        return f"{scheme}://127.0.0.1:{probe.getsockname()[1]}"
+
+
+def unfetched_keys() -> dict[str, str]:
+    """Key settings for runs that stop before any repository is added (preflight, ``--dry``) against a
+    repository mirror on http: the CUDA and SUSE driver keys' URLs (never http) on a port where nothing
+    listens, and a pin for the SUSE driver repository's key (NVIDIA publishes no fingerprint for it)."""
+    base = refused_url("https")
+    return {"nvidia_cuda_gpgkey_url": f"{base}/cuda.asc", "nvidia_driver_gpgkey_url": f"{base}/driver.asc",
+            "nvidia_driver_gpgkey_fingerprint": "A4442DBE68F1FC72DB2D6DED445CA3AC12D6B699"}
 
 
 @contextlib.contextmanager
-def silent_server():
-    """A server on 127.0.0.1 that accepts connections and never answers; yields its base URL."""
+def silent_server(scheme: str = "http"):
+    """A server on 127.0.0.1 that accepts connections and never answers (not even a TLS handshake);
+    yields its base URL."""
     listener = socket.create_server(("127.0.0.1", 0))
     listener.settimeout(0.5)
     held: list[socket.socket] = []
@@ -266,7 +295,7 @@ def silent_server():
     thread = threading.Thread(target=accept_and_hold, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+        yield f"{scheme}://127.0.0.1:{listener.getsockname()[1]}"
     finally:
         stop.set()
         thread.join()
@@ -276,16 +305,28 @@ def silent_server():
 
 
 def deploy_data(
-    base_url: str, *, wrong_key: bool = False, version: str | None = None,
+    base_url: str, *, keys_url: str, fingerprint: str, wrong_key: bool = False, version: str | None = None,
     key: str | None = None, repo_url: str | None = None, key_url: str | None = None,
 ) -> dict[str, str]:
     """
-    The settings that point the toolkit stage at a served stand-in repository: ``key`` names
-    another key file beside it (``wrong-gpgkey``, ``garbage-gpgkey``, ``empty-gpgkey``);
-    ``repo_url`` / ``key_url`` replace either URL whole (a tampered copy, a dead server).
+    The settings that point the toolkit stage at a served stand-in repository, its keys served at
+    ``keys_url`` and ``fingerprint`` pinned: ``key`` names another key file beside it
+    (``wrong-gpgkey``, ``garbage-gpgkey``, ``empty-gpgkey``, ``impostor/gpgkey``); ``repo_url`` /
+    ``key_url`` replace either URL whole (a tampered copy, a dead server).
     """
     key = key or ("wrong-gpgkey" if wrong_key else "gpgkey")
-    return _deploy_data(base_url, version=version, key=key, repo_url=repo_url, key_url=key_url)
+    return _deploy_data(base_url, keys_url=keys_url, fingerprint=fingerprint, version=version, key=key,
+                        repo_url=repo_url, key_url=key_url)
+
+
+@contextlib.contextmanager
+def served(root: Path, arch: str = "amd64"):
+    """Build the stand-in repository and serve it on 127.0.0.1 (keys over https); yields the
+    StandinRepo with its ``url`` and ``keys_url``."""
+    repo = build_repo(root, arch)
+    with serve(root) as url, serve_keys(root) as keys_url:
+        repo.url, repo.keys_url = url, keys_url
+        yield repo
 
 
 def runtime_calls(node) -> list[list[str]]:
@@ -310,9 +351,8 @@ if __name__ == "__main__":
     import time
 
     workdir = Path(tempfile.mkdtemp(prefix="standin-toolkit-"))
-    build_repo(workdir / "stable")
-    with serve(workdir / "stable") as url:
-        print(f"STAND-IN toolkit repository at {url} (Ctrl-C to stop)", flush=True)
+    with served(workdir / "stable") as repo:
+        print(f"STAND-IN toolkit repository at {repo.url}, keys at {repo.keys_url} (Ctrl-C to stop)", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             while True:
                 time.sleep(3600)

@@ -15,7 +15,12 @@ the real names NVIDIA's SUSE repository and its toolkit repository use:
   for), whose versions carry the kernel's;
 - ``toolkit/stable/rpm/x86_64/``: NVIDIA's toolkit layout, the key at ``toolkit/stable/gpgkey``
   (the toolkit's rpms are tests/standin_rpms.py's, its scripts tests/standin_toolkit.py's);
-- ``tampered/...``: copies of both whose repomd.xml was altered after signing.
+- ``tampered/...``: copies of both whose repomd.xml was altered after signing;
+- ``impostor/toolkit/stable/...``: a copy of the toolkit repository whose repomd.xml another valid key
+  signed, that key at ``impostor/toolkit/stable/gpgkey``.
+
+Keys are served over https (tests/rpm_repo.py ``serving``); ``driver_key_data`` and
+``toolkit_key_data`` give the settings that fetch a repository's key and pin its fingerprint.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from pathlib import Path
 
 import standin_rpms
 from apt_repo import GpgKey, make_key
-from rpm_repo import TAMPERED, TOOLKIT_PATH, ServedUrls, index, serving
+from rpm_repo import IMPOSTOR, TAMPERED, TOOLKIT_PATH, ServedUrls, impostor_copy, index, serving  # noqa: F401
 from standin_rpms import PERSISTENCED_UNIT, StandinRpm
 
 DRIVER_PATH = "opensuse/leap/15.6"  # the family table's baseurl path for Leap 15.6
@@ -85,8 +90,10 @@ class SuseRepos(ServedUrls):
     root: Path
     driver_key: GpgKey
     toolkit_key: GpgKey
+    other_key: GpgKey  # signed the IMPOSTOR copy only
     flavours: tuple[str, ...] = ("default",)
     url: str = ""
+    keys_url: str = ""
 
     @property
     def driver_dir(self) -> Path:
@@ -94,6 +101,12 @@ class SuseRepos(ServedUrls):
 
     def driver_url(self, tampered: bool = False) -> str:
         return self.served_url(DRIVER_PATH, tampered)
+
+    def driver_key_data(self, tampered: bool = False, path: str = DRIVER_PATH) -> dict[str, str]:
+        """The driver repository's key where it is published (``repodata/repomd.xml.key`` beside it),
+        over https, pinned: NVIDIA publishes no fingerprint for it, so a site pins the key it checked."""
+        key_path = f"{path}/{KEY_FILE}"
+        return self.key_data("nvidia_driver", f"{TAMPERED}/{key_path}" if tampered else key_path, self.driver_key)
 
     def publish_driver(self, version: str) -> None:
         """Add one driver version to the driver repository (a newer release NVIDIA publishes)."""
@@ -111,8 +124,9 @@ def build(root: Path, flavours: tuple[str, ...] = ("default",)) -> SuseRepos:
     keys = root.parent / f"{root.name}-gnupg"
     repos = SuseRepos(root=root, driver_key=make_key(keys / "driver", "standin-nvidia-suse"),
                       toolkit_key=make_key(keys / "toolkit", "standin-toolkit-rpm"),
+                      other_key=make_key(keys / "other", "standin-other"),
                       flavours=tuple(dict.fromkeys(flavours)))
-    for key in (repos.driver_key, repos.toolkit_key):
+    for key in (repos.driver_key, repos.toolkit_key, repos.other_key):
         key.stop_agent()
     driver = [rpm for version in DRIVER_VERSIONS for rpm in driver_packages(version, repos.flavours)]
     standin_rpms.build(driver, repos.driver_dir / standin_rpms.ARCH, repos.driver_key)
@@ -125,6 +139,7 @@ def build(root: Path, flavours: tuple[str, ...] = ("default",)) -> SuseRepos:
         # repomd.xml changed after signing: its .asc no longer verifies (the keys are the good ones)
         path = repomd / "repodata" / "repomd.xml"
         path.write_text(path.read_text().replace("<revision>", "<revision>1", 1))
+    impostor_copy(root, TOOLKIT_PATH, f"rpm/{standin_rpms.ARCH}", "gpgkey", repos.other_key)
     return repos
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import standin_toolkit
-from apt_repo import deploy_data, make_key, serve, sign_flat_repository  # noqa: F401 - serve: used via this module
+from apt_repo import deploy_data, make_key, serve, serve_keys, sign_flat_repository  # noqa: F401 - serve: used via this module
 from lab import LAB_ENV, LabMissing, lab_path
 
 from deploy.tasks.toolkit import TOOLKIT_PACKAGES
@@ -72,12 +72,14 @@ class ToolkitRepo:
     root: Path  # served as the repository base, NVIDIA's ".../stable"
     kind: str  # REAL or STANDIN
     why: str
+    fingerprint: str  # of the throwaway key that signs it
     version: str = VERSION
-    url: str = ""
+    url: str = ""  # the repository, over http
+    keys_url: str = ""  # its key, over https (a key is never fetched over http)
 
     def data(self, **kwargs) -> dict[str, str]:
-        """The --data that points the toolkit stage at this repository once it is served."""
-        return deploy_data(self.url, **kwargs)
+        """The --data that points the toolkit stage at this repository once it is served, its key pinned."""
+        return deploy_data(self.url, keys_url=self.keys_url, fingerprint=self.fingerprint, **kwargs)
 
     def enable_runtime_log(self, node) -> None:
         """Have the runtime log each call: the real one at debug level (as an admin would, with
@@ -105,8 +107,8 @@ def build_repo(root: Path, arch: str = "amd64") -> ToolkitRepo:
     with the armoured public key at ``root/gpgkey``."""
     kind, why = which_toolkit()
     if kind == STANDIN:
-        standin_toolkit.build_repo(root, arch)
-        return ToolkitRepo(root=root, kind=kind, why=why)
+        standin = standin_toolkit.build_repo(root, arch)
+        return ToolkitRepo(root=root, kind=kind, why=why, fingerprint=standin.key.fingerprint)
     repo_dir = root / "deb" / arch
     repo_dir.mkdir(parents=True, exist_ok=True)
     for deb in lab_debs(arch):
@@ -115,15 +117,16 @@ def build_repo(root: Path, arch: str = "amd64") -> ToolkitRepo:
     sign_flat_repository(repo_dir, key, origin="gpu-node tests", label=f"NVIDIA Container Toolkit {VERSION} (lab)")
     (root / "gpgkey").write_text(key.armored_public_key())
     key.stop_agent()
-    return ToolkitRepo(root=root, kind=kind, why=why)
+    return ToolkitRepo(root=root, kind=kind, why=why, fingerprint=key.fingerprint)
 
 
 @contextlib.contextmanager
 def served(root: Path, arch: str = "amd64"):
-    """Build the repository and serve it on 127.0.0.1; yields the ToolkitRepo with its ``url``."""
+    """Build the repository and serve it on 127.0.0.1 (its key over https); yields the ToolkitRepo
+    with its ``url`` and ``keys_url``."""
     repo = build_repo(root, arch)
-    with serve(root) as url:
-        repo.url = url
+    with serve(root) as url, serve_keys(root) as keys_url:
+        repo.url, repo.keys_url = url, keys_url
         yield repo
 
 

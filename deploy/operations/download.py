@@ -1,12 +1,14 @@
 """
 Downloads, each bounded by the ``download_timeout`` setting and naming the URL when it fails:
-an apt source with its signed-by keyring, changed as one transaction, and an executable checked
-against a pinned SHA-256 before it is put in place.
+repository sources whose signing key is checked against pinned fingerprints, each changed as one
+transaction, and an executable checked against a pinned SHA-256 before it is put in place.
 
-The key is fetched to a staging folder and checked to be an OpenPGP public key; apt then
-refreshes that one source against the staged key. Only when apt fetched and verified it are
-the keyring and the source staged beside their targets and renamed into place, so an
-unreachable repository, a garbage key or a bad signature leaves the node's apt exactly as it
+A repository's key is fetched to a private staging folder, checked to be an OpenPGP public key
+whose primary keys gpg reads all to be pinned ones, and only then used: apt refreshes that one
+source against the staged key; dnf and zypper get it imported into rpm's database (that key alone)
+and refresh that one repository. Only when the manager fetched and verified the repository are
+the key and the source staged beside their targets and renamed into place, so an unreachable
+repository, a garbage or foreign key or a bad signature leaves the node's package manager as it
 was. Every failure names the URL.
 """
 
@@ -14,7 +16,9 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
+import re
 import shlex
+from urllib.parse import urlparse
 
 from pyinfra import host
 from pyinfra.api import OperationValueError, QuoteString, StringCommand, operation
@@ -22,10 +26,13 @@ from pyinfra.facts.files import Sha256File
 
 from ..facts.combined import FactCall, read
 from ..facts.files import FileDigests
+from .failure import failing_command
 from .packages import apt_lock_option, apt_sources_changed
+from ..settings import key_url_allowed
 
 APT_HELPER = "/usr/lib/apt/apt-helper"
 STAGED_SUFFIX = ".gpu-node-new"  # a verified file waiting for its rename into place
+FINGERPRINT = re.compile("[0-9A-F]{40}")  # as settings.fingerprint_list folds them
 
 
 def apt_timeout_options(timeout: int) -> list[str]:
@@ -81,6 +88,51 @@ ARMOR_CHECKSUM = (
 )
 
 
+# The primary keys' fingerprints of an OpenPGP key file, one a line: gpg's machine-readable listing
+# gives each key a "pub" record followed by its "fpr" record (field 10), then its subkeys' "sub"/"fpr".
+# gpg gets a home of its own in the staging folder (no keyring of root's is read or created) and
+# starts no agent.
+PRIMARY_FINGERPRINTS = """awk -F: '$1 == "pub" { primary = 1; next } $1 == "fpr" && primary { print $10 } { primary = 0 }'"""
+GPG_PRIMARY_FINGERPRINTS = (
+    'gpg --homedir "$stage/gnupg" --batch --no-autostart --with-colons --show-keys "$stage/key" 2>>"$log"'
+    f" | {PRIMARY_FINGERPRINTS}"
+)
+
+
+def _pinned_key(key_url: str, fingerprints: tuple[str, ...], setting: str, timeout: int) -> list[str]:
+    """
+    Shell lines (after the staging folder ``$stage``, ``$log`` and ``fail`` exist) that download the
+    key at ``key_url``, check it is an OpenPGP public key and that gpg reads every primary key in it
+    to be one of ``fingerprints`` (``setting`` pins them), and leave it ASCII-armoured in
+    ``$stage/keyring.asc``; any other key stops the run in one line naming both fingerprints.
+    """
+    key_url_s = _sq(key_url)
+    expected = fingerprints[0] if len(fingerprints) == 1 else "one of " + ", ".join(fingerprints)
+    pinned = " ".join(fingerprints)
+    staged_key = '"$stage/keyring.asc"'
+    return [
+        _download_or_fail(key_url, '"$stage/key"', timeout, '"$log"', what="the signing key "),
+        # An OpenPGP public key: ASCII armour, or a binary public-key packet (tag 6, old or new format).
+        'if grep -q "^-----BEGIN PGP PUBLIC KEY BLOCK-----" "$stage/key"'
+        ' && grep -q "^-----END PGP PUBLIC KEY BLOCK-----" "$stage/key"; then kind=armored;'
+        ' else case "$(od -An -tx1 -N1 "$stage/key" | tr -d " \\n")" in 98|99|9a|c6) kind=binary;; *) kind=;; esac; fi',
+        'if [ -z "$kind" ]; then if [ -s "$stage/key" ]; then'
+        ' got="$(wc -c <"$stage/key") bytes starting $(head -c 60 "$stage/key" | tr -c "[:print:]" "?")";'
+        ' else got="an empty body"; fi;'
+        f' fail "{key_url_s} did not return an OpenPGP public key (got $got)"; fi',
+        'command -v gpg >/dev/null 2>&1 || fail "gpg is needed to check the signing key\'s fingerprint: install gnupg"',
+        f'mkdir -m 700 "$stage/gnupg" && served=$({GPG_PRIMARY_FINGERPRINTS} | tr "\\n" " " | sed "s/ *$//")',
+        f'[ -n "$served" ] || fail "gpg read no key from {key_url_s}: $(grep "^gpg:" "$log" | tail -n 1 | cut -c1-200)"',
+        f'for fingerprint in $served; do case " {pinned} " in *" $fingerprint "*) ;; *)'
+        f' fail "refusing the signing key from {key_url_s}: its fingerprint is $(echo "$served" | sed "s/ /, /g");'
+        f' {expected} is pinned ({setting})";; esac; done',
+        # Kept armoured (.asc): a binary key gets its armour and CRC-24 here.
+        f'if [ "$kind" = armored ]; then cp "$stage/key" {staged_key}; else'
+        f" {{ echo '-----BEGIN PGP PUBLIC KEY BLOCK-----'; echo; base64 -w 64 \"$stage/key\";"
+        f" {ARMOR_CHECKSUM}; echo '-----END PGP PUBLIC KEY BLOCK-----'; }} >{staged_key}; fi",
+    ]
+
+
 def _new_q(path: str) -> str:
     return shlex.quote(path + STAGED_SUFFIX)
 
@@ -90,11 +142,12 @@ def _dir_q(path: str) -> str:
 
 
 def stage_verified_source(
-    path: str, content: str, keyring: str, key_url: str, repository: str, timeout: int, lock_timeout: int
+    path: str, content: str, keyring: str, key_url: str, repository: str, timeout: int, lock_timeout: int,
+    fingerprints: tuple[str, ...], fingerprint_setting: str,
 ) -> StringCommand:
     """
-    Fetch and check the key, let apt refresh the new source alone against it (with ``timeout``,
-    waiting up to ``lock_timeout`` seconds for dpkg's lock),
+    Fetch the key and check it against ``fingerprints``, let apt refresh the new source alone
+    against it (with ``timeout``, waiting up to ``lock_timeout`` seconds for dpkg's lock),
     and only then stage the keyring and the source beside their targets (``<path>.gpu-node-new``).
     Any failure exits 1 with one line naming the URL and leaves the targets untouched.
     """
@@ -112,26 +165,11 @@ def stage_verified_source(
         *apt_timeout_options(timeout),
     ])
     lines = [
-        # A folder apt's unprivileged _apt user can read: apt checks signatures as _apt.
-        'stage=$(mktemp -d) || exit 1; trap \'rm -rf "$stage"\' EXIT; chmod 755 "$stage"; log="$stage/log"',
+        # root's own folder (nothing else can swap the key between its check and its use) that apt's
+        # unprivileged _apt user can pass through to the files it names: apt checks signatures as _apt.
+        'stage=$(mktemp -d) || exit 1; trap \'rm -rf "$stage"\' EXIT; chmod 711 "$stage"; log="$stage/log"',
         'fail() { echo "$*" >&2; exit 1; }',
-        _download_or_fail(key_url, '"$stage/key"', timeout, '"$log"', what="the signing key "),
-        # An OpenPGP public key: ASCII armour, or a binary public-key packet (tag 6, old or new format).
-        'if grep -q "^-----BEGIN PGP PUBLIC KEY BLOCK-----" "$stage/key"'
-        ' && grep -q "^-----END PGP PUBLIC KEY BLOCK-----" "$stage/key"; then kind=armored;'
-        ' else case "$(od -An -tx1 -N1 "$stage/key" | tr -d " \\n")" in 98|99|9a|c6) kind=binary;; *) kind=;; esac; fi',
-        'if [ -z "$kind" ]; then if [ -s "$stage/key" ]; then'
-        ' got="$(wc -c <"$stage/key") bytes starting $(head -c 60 "$stage/key" | tr -c "[:print:]" "?")";'
-        ' else got="an empty body"; fi;'
-        f' fail "{key_url_s} did not return an OpenPGP public key (got $got)"; fi',
-    ]
-    lines.append(
-        # The keyring is stored armoured (.asc): a binary key gets its armour and CRC-24 here.
-        f'if [ "$kind" = armored ]; then cp "$stage/key" {staged_key}; else'
-        f" {{ echo '-----BEGIN PGP PUBLIC KEY BLOCK-----'; echo; base64 -w 64 \"$stage/key\";"
-        f" {ARMOR_CHECKSUM}; echo '-----END PGP PUBLIC KEY BLOCK-----'; }} >{staged_key}; fi"
-    )
-    lines += [
+        *_pinned_key(key_url, fingerprints, fingerprint_setting, timeout),
         f'chmod 644 {staged_key}; mkdir "$stage/parts"',
         "printf %s " + " ".join([shlex.quote(first)] + [f"signed-by={staged_key} {shlex.quote(part)}" for part in rest])
         + ' >"$stage/trial.list"',
@@ -177,16 +215,31 @@ def source_state(digests: dict, path: str, content: str, keyring: str) -> str:
 
 
 def source_read(path: str, keyring: str) -> FactCall:
-    """What ``signed_apt_source`` reads (a stage reads it ahead with the same call)."""
+    """What ``signed_apt_source`` and ``signed_rpm_repository`` read (a stage reads it ahead with the same call)."""
     return (FileDigests, {"paths": [path, keyring]})
 
 
+def key_refusal(key_url: str, fingerprints: tuple[str, ...], fingerprint_setting: str) -> str | None:
+    """Why the key at ``key_url`` cannot be checked before use (None: it can): it would come over
+    plain http, or no fingerprint is pinned for it."""
+    if not key_url_allowed(key_url):
+        return (f"refusing to fetch the signing key {key_url} over {urlparse(key_url).scheme or 'no scheme'}: "
+                "a key is fetched over https:// or read from a file:// path on the node")
+    if not fingerprints:
+        return (f"{fingerprint_setting} is unset: the key at {key_url} is trusted only once its fingerprint is "
+                "pinned there (check it yourself, e.g. with gpg --show-keys of the key file)")
+    if not all(FINGERPRINT.fullmatch(each) for each in fingerprints):
+        raise OperationValueError(f"{fingerprint_setting}: fingerprints are 40 upper-case hex digits: {fingerprints}")
+    return None
+
+
 @operation()
-def signed_apt_source(path: str, content: str, keyring: str, key_url: str, *, lock_timeout: int, timeout: int,
-                      repository: str = ""):
+def signed_apt_source(path: str, content: str, keyring: str, key_url: str, *, fingerprints: tuple[str, ...],
+                      fingerprint_setting: str, lock_timeout: int, timeout: int, repository: str = ""):
     """
     An apt source that names a signed-by keyring. When the source is new or changed (so a changed
-    key URL takes effect) or the key is missing, fetch the key, check apt can fetch and verify the
+    key URL or pin takes effect) or the key is missing, fetch the key and check it against
+    ``fingerprints`` (which ``fingerprint_setting`` sets), check apt can fetch and verify the
     repository with it, then install both; any failure leaves the previous files untouched. One
     remote read decides; a source whose only drift is its mode or owner is repaired in place.
     ``lock_timeout``: apt's wait for dpkg's lock (settings.apt_lock_timeout).
@@ -197,14 +250,84 @@ def signed_apt_source(path: str, content: str, keyring: str, key_url: str, *, lo
         raise OperationValueError(f"keyring {keyring} must end in .asc: the key is stored ASCII-armoured")
     state = source_state(read(host, source_read(path, keyring)), path, content, keyring)
     if state == REPLACE:
+        refusal = key_refusal(key_url, fingerprints, fingerprint_setting)
+        if refusal:
+            yield failing_command(refusal)
+            return
         apt_sources_changed()
-        yield stage_verified_source(path, content, keyring, key_url, repository or path, timeout, lock_timeout)
+        yield stage_verified_source(path, content, keyring, key_url, repository or path, timeout, lock_timeout,
+                                    fingerprints, fingerprint_setting)
         yield commit_staged_source(path, keyring)
         return
     if state == REPAIR:
         yield StringCommand("chown", "root:root", QuoteString(path), "&&", "chmod", "644", QuoteString(path))
         return
     host.noop(f"{path} and its keyring {keyring} are in place")
+
+
+def stage_checked_rpm_repository(
+    path: str, content: str, key_path: str, key_url: str, timeout: int, fingerprints: tuple[str, ...],
+    fingerprint_setting: str, check: str,
+) -> StringCommand:
+    """
+    Fetch the key and check it against ``fingerprints``; import it (that key alone) into rpm's
+    database; run ``check`` (a shell test of the repository file ``{candidate}``, which reads only
+    that repository: distros.repository_check) on the repository file naming the staged key; and
+    only then stage the key and the file beside their targets. A refused repository takes the keys
+    it brought back out of rpm's database and leaves the targets untouched.
+    """
+    marker = f"gpgkey=file://{key_path}"
+    # The trial file is the real one naming the staged key.
+    first, *rest = content.split(marker)
+    staged_key = '"$stage/keyring.asc"'
+    imported = 'rpm -q gpg-pubkey --qf "%{NVR}\\n" 2>/dev/null | grep "^gpg-pubkey-" | sort'
+    lines = [
+        # mktemp's folder is root's alone: nothing else can swap the key between its check and its use.
+        'stage=$(mktemp -d) || exit 1; trap \'rm -rf "$stage"\' EXIT; log="$stage/log"',
+        'fail() { echo "$*" >&2; exit 1; }',
+        *_pinned_key(key_url, fingerprints, fingerprint_setting, timeout),
+        f'{imported} >"$stage/keys.before"',
+        f'rpm --import {staged_key} 2>>"$log" || fail "rpm could not import the checked key from {_sq(key_url)}:'
+        ' $(tail -n 1 "$log")"',
+        "printf %s " + " ".join([shlex.quote(first)] + [f"gpgkey=file://{staged_key}{shlex.quote(part)}" for part in rest])
+        + ' >"$stage/candidate.repo"',
+        f'if ! {check.format(candidate=chr(34) + "$stage/candidate.repo" + chr(34))}; then'
+        f' {imported} | comm -13 "$stage/keys.before" - | xargs -r rpm -e; exit 1; fi',
+        f"mkdir -p {_dir_q(key_path)} {_dir_q(path)} && cp {staged_key} {_new_q(key_path)}"
+        f" && printf %s {shlex.quote(content)} >{_new_q(path)} || {{ rm -f {_new_q(key_path)} {_new_q(path)}; exit 1; }}",
+    ]
+    return StringCommand("\n".join(lines))
+
+
+@operation()
+def signed_rpm_repository(path: str, content: str, key_path: str, key_url: str, *, fingerprints: tuple[str, ...],
+                          fingerprint_setting: str, check: str, timeout: int):
+    """
+    A dnf or zypper repository file whose ``gpgkey=file://`` names ``key_path``, the checked copy
+    of the key at ``key_url``. When the file is new or changed (a changed key URL or pin is part of
+    it) or the key is missing: fetch the key, check it against ``fingerprints``, import it into
+    rpm's database, check the manager can read the repository with it (``check``: see
+    ``stage_checked_rpm_repository``), then install both; any failure leaves the node's repositories
+    and rpm's keys as they were. One remote read decides, as ``signed_apt_source``'s.
+    """
+    if f"gpgkey=file://{key_path}" not in content:
+        raise OperationValueError(f"the repository file {path} must name gpgkey=file://{key_path}")
+    if not key_path.endswith(".asc"):
+        raise OperationValueError(f"key {key_path} must end in .asc: the key is stored ASCII-armoured")
+    state = source_state(read(host, source_read(path, key_path)), path, content, key_path)
+    if state == REPLACE:
+        refusal = key_refusal(key_url, fingerprints, fingerprint_setting)
+        if refusal:
+            yield failing_command(refusal)
+            return
+        yield stage_checked_rpm_repository(path, content, key_path, key_url, timeout, fingerprints,
+                                           fingerprint_setting, check)
+        yield commit_staged_source(path, key_path)
+        return
+    if state == REPAIR:
+        yield StringCommand("chown", "root:root", QuoteString(path), "&&", "chmod", "644", QuoteString(path))
+        return
+    host.noop(f"{path} and its key {key_path} are in place")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -286,14 +286,15 @@ def zypper_install(packages: dict, hold: bool = False, *, lock_timeout: int):
     """The zypper counterpart of dnf_install (``name=version`` pins, matched as zypper reads them, a
     SUSE kernel module package's ``VERSION_kKERNEL`` by its driver VERSION); refreshes the
     repositories first so that one whose signature zypper refuses stops the run there (zypper
-    install skips it and goes on); imports a new repository's signing key (--gpg-auto-import-keys);
-    holds with zypper locks."""
+    install skips it and goes on); imports no key (a repository's own is checked and imported when it
+    is added, deploy/operations/download.py: one whose key rpm's database lacks stops the run
+    here, in zypper's words); holds with zypper locks."""
     yield from lock_bounded("zypper", _zypper_commands(packages, hold, lock_timeout), lock_timeout)
 
 
 # zypper's own command, not pyinfra's zypper.packages: that cannot remove a package in the install's
 # transaction (``-name=edition``), which a KMP's new version needs
-ZYPPER_INSTALL = "zypper --non-interactive --gpg-auto-import-keys install -y"
+ZYPPER_INSTALL = "zypper --non-interactive install -y"
 
 
 def _zypper_commands(packages: dict, hold: bool, lock_timeout: int):
@@ -305,7 +306,7 @@ def _zypper_commands(packages: dict, hold: bool, lock_timeout: int):
         # A lock keeps the installed version: release it so the new pin can install.
         yield StringCommand("zypper", "--non-interactive", "removelock", *[QuoteString(name) for name in locked])
     if needed:
-        yield "zypper --non-interactive --gpg-auto-import-keys refresh"
+        yield "zypper --non-interactive refresh"
         pins = {name: packages[name] for name in needed if packages[name]}
         if pins:
             # zypper installs ``name=version`` only at a version it offers as written: a KMP's

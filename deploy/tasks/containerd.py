@@ -47,7 +47,8 @@ def install_containerd(settings: Settings, family: Family) -> None:
         logger.warning(f"{host.print_prefix}{manager.name} cannot pin containerd_version: installing the current one")
         version = None
     if family.containerd_repo:
-        add_repository(manager, "Add Docker's repository for containerd.io", family.containerd_repo)
+        add_repository(manager, "Add Docker's repository for containerd.io", family.containerd_repo, family.containerd_repo_key,
+                       timeout=settings.download_timeout, lock_timeout=settings.apt_lock_timeout)
     install_packages(manager, "Install containerd", {family.containerd_package: version},
                      lock_timeout=settings.apt_lock_timeout)
     systemd.service(name="Enable and start containerd", service="containerd", running=True, enabled=True)

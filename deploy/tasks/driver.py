@@ -34,7 +34,7 @@ from ..operations.drain import DrainTarget
 from ..operations.failure import HostRefusal
 from ..operations.files import put_text
 from ..operations.packages import deb_states_read, lock_wait_script
-from ..settings import MIN_DRIVER_VERSION, Settings
+from ..settings import MIN_DRIVER_VERSION, KeyPin, Settings, key_url_allowed
 from .preflight import StageCheck
 
 CUDA_PROFILE_PATH = "/etc/profile.d/cuda.sh"
@@ -82,7 +82,7 @@ class DriverPlan:
     # Fabric Manager: its packages are in ``packages`` (pinned to the driver's version)
     fabric_packages: tuple[str, ...] = ()
     fabric_service: str | None = None
-    fabric_repository: dict | None = None  # name, url, key_url (apt: signed-by source)
+    fabric_repository: dict | None = None  # name, url, key_url, pin (apt: signed-by source)
     state_names: tuple[str, ...] = ()  # what the install operation reads (read ahead by preflight)
     # apt: versions to choose when the install runs (preflight's lists did not have them yet)
     resolve: dict | None = None
@@ -130,12 +130,27 @@ def _render(templates, values: dict) -> tuple[str, ...]:
     return tuple(dict.fromkeys(rendered))
 
 
-def _render_repository(repository, values: dict) -> dict | None:
+def _render_repository(repository, values: dict, settings: Settings) -> dict | None:
+    """A family table's repository for this host: its key's URL (a setting's, else the table's) and the
+    pin that key must match (settings.KeyPin); a key that cannot be checked before use is refused."""
     if not repository:
         return None
     baseurl = repository["baseurl"].format(**values)
-    return {"name": repository["name"].format(**values), "baseurl": baseurl,
-            "gpgkey": repository["gpgkey"].format(**values, baseurl=baseurl)}
+    pin = settings.key_pin(repository["key"])
+    key_url = pin.url or repository["gpgkey"].format(**values, baseurl=baseurl)
+    return {"name": repository["name"].format(**values), "baseurl": baseurl, "gpgkey": checked_key_url(key_url, pin),
+            "pin": pin}
+
+
+def checked_key_url(key_url: str, pin: KeyPin) -> str:
+    """``key_url``, unless its key cannot be checked before use (deploy/operations/download.py
+    ``key_refusal``): refused before any change, naming the setting that fixes it."""
+    refusal = download.key_refusal(key_url, pin.fingerprints, pin.setting)
+    if refusal and not key_url_allowed(key_url):
+        refusal += f"; set {pin.setting.replace('_fingerprint', '_url')} to one"
+    if refusal:
+        raise DriverPlanError(refusal)
+    return key_url
 
 
 @dataclass(frozen=True)
@@ -333,8 +348,9 @@ def driver_plan(
                 f"version of {', '.join(pinned)}{unread_note(manager.name, readings.unreadable)}: "
                 f"set nvidia_driver_version ({fabric.evidence})")
         url = f"{settings.nvidia_cuda_repo_url.rstrip('/')}/{values['dist']}/{platform.cuda_arch}"
+        pin = settings.key_pin("nvidia_cuda")
         fabric_repository = {"name": f"cuda-{values['dist']}-{platform.cuda_arch}", "url": url,
-                             "key_url": f"{url}/{fabric_data.key_file}"}
+                             "key_url": checked_key_url(pin.url or f"{url}/{fabric_data.key_file}", pin), "pin": pin}
         if defer:
             deferred_fabric = fabric_data
         else:
@@ -381,10 +397,10 @@ def driver_plan(
         headers=_render(data.headers, values),
         components=data.components,
         codename=platform.codename,
-        repository=_render_repository(by_distro_id(data.repositories, platform.distro_id), {**values, **urls}),
+        repository=_render_repository(by_distro_id(data.repositories, platform.distro_id), {**values, **urls}, settings),
         module=module,
         cuda_packages=data.cuda_packages if settings.cuda_toolkit_install else (),
-        cuda_repository=_render_repository(data.cuda_repository, {**values, **urls})
+        cuda_repository=_render_repository(data.cuda_repository, {**values, **urls}, settings)
         if settings.cuda_toolkit_install else None,
         cuda_home=data.cuda_home,
         notes=notes,
@@ -417,8 +433,8 @@ def cuda_profile_text(cuda_home: str) -> str:
 
 
 def cuda_apt_source_text(repository: dict) -> str:
-    # The key URL is part of the file so that changing it re-downloads the key.
-    return (HEADER + f"# signing key: {repository['key_url']}\n"
+    # The key URL and its pin are part of the file so that changing either checks the key again.
+    return (HEADER + f"# signing key: {repository['key_url']} ({', '.join(repository['pin'].fingerprints)})\n"
             + f"deb [signed-by={CUDA_APT_KEYRING}] {repository['url']}/ /\n")
 
 
@@ -584,7 +600,8 @@ def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan, drai
             components=list(plan.components),
         )
     if plan.repository:
-        add_repository(manager, f"Add NVIDIA's repository {plan.repository['name']}", plan.repository)
+        add_repository(manager, f"Add NVIDIA's repository {plan.repository['name']}", plan.repository,
+                       plan.repository["pin"], timeout=settings.download_timeout, lock_timeout=lock_timeout)
     if plan.extra_packages:
         install_packages(manager, "Install the driver's companion packages", plan.extra_packages,
                          lock_timeout=lock_timeout)
@@ -631,7 +648,8 @@ def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan, drai
 
     if plan.cuda_packages:
         if plan.cuda_repository:
-            add_repository(manager, f"Add NVIDIA's CUDA repository {plan.cuda_repository['name']}", plan.cuda_repository)
+            add_repository(manager, f"Add NVIDIA's CUDA repository {plan.cuda_repository['name']}", plan.cuda_repository,
+                           plan.cuda_repository["pin"], timeout=settings.download_timeout, lock_timeout=lock_timeout)
         install_packages(manager, "Install the CUDA toolkit", plan.cuda_packages, lock_timeout=lock_timeout)
         put_text(name="Put the CUDA toolkit on PATH", dest=CUDA_PROFILE_PATH, content=cuda_profile_text(plan.cuda_home))
     return plan
@@ -652,7 +670,9 @@ def enable_service(manager: PackageManager, service: str, start: bool) -> None:
 
 def add_cuda_repository(settings: Settings, manager: PackageManager, repository: dict) -> None:
     """NVIDIA's CUDA repository for Fabric Manager: on apt a signed-by source as the toolkit's
-    (deploy/operations/download.py), elsewhere the family's repository file with the key's URL."""
+    (deploy/operations/download.py), elsewhere the family's repository file; its key checked
+    against its pin either way."""
+    pin = repository["pin"]
     if manager.signed_by_keyring:
         source_text = cuda_apt_source_text(repository)
         digests = read(host, download.source_read(CUDA_APT_SOURCE, CUDA_APT_KEYRING))
@@ -661,11 +681,13 @@ def add_cuda_repository(settings: Settings, manager: PackageManager, repository:
         download.signed_apt_source(
             name=f"Add NVIDIA's CUDA repository {repository['name']} (signed-by keyring)",
             path=CUDA_APT_SOURCE, content=source_text, keyring=CUDA_APT_KEYRING, key_url=repository["key_url"],
+            fingerprints=pin.fingerprints, fingerprint_setting=pin.setting,
             repository=repository["url"], timeout=settings.download_timeout, lock_timeout=settings.apt_lock_timeout,
         )
         return
     add_repository(manager, f"Add NVIDIA's CUDA repository {repository['name']}",
-                   {"name": repository["name"], "baseurl": repository["url"], "gpgkey": repository["key_url"]})
+                   {"name": repository["name"], "baseurl": repository["url"], "gpgkey": repository["key_url"]}, pin,
+                   timeout=settings.download_timeout, lock_timeout=settings.apt_lock_timeout)
 
 
 @deploy("Driver report")

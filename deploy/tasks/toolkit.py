@@ -5,9 +5,9 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import deploy
 
-from ..distros import APT, Platform, install_packages, repository_check
+from ..distros import APT, DNF, ZYPPER, Platform, add_repository, install_packages, rpm_repository_text
 from ..facts.combined import FactCall, read
-from ..operations import download, files
+from ..operations import download
 from ..operations import packages as package_ops
 from ..operations.failure import HostRefusal
 from ..settings import Settings
@@ -31,28 +31,27 @@ def repository_url(settings: Settings, platform: Platform) -> str:
 
 
 def apt_source_text(settings: Settings, platform: Platform) -> str:
-    # The key URL is part of the file so that changing it re-downloads the key.
+    # The key URL and its pin are part of the file so that changing either checks the key again.
     return (
         HEADER
-        + f"# signing key: {settings.nvidia_toolkit_gpgkey_url}\n"
+        + f"# signing key: {settings.nvidia_toolkit_gpgkey_url} ({', '.join(settings.nvidia_toolkit_gpgkey_fingerprint)})\n"
         + f"deb [signed-by={APT_KEYRING}] {repository_url(settings, platform)} /\n"
     )
 
 
+def rpm_repository(settings: Settings, platform: Platform) -> dict[str, str]:
+    """The toolkit's RPM repository (name, baseurl, gpgkey) as distros.add_repository takes it."""
+    return {"name": REPOSITORY_NAME, "baseurl": repository_url(settings, platform),
+            "gpgkey": settings.nvidia_toolkit_gpgkey_url}
+
+
 def rpm_repo_text(settings: Settings, platform: Platform) -> str:
-    return HEADER + "\n".join(
-        [
-            f"[{REPOSITORY_NAME}]",
-            f"name={REPOSITORY_NAME}",
-            f"baseurl={repository_url(settings, platform)}",
-            "repo_gpgcheck=1",
-            "gpgcheck=0",
-            "enabled=1",
-            f"gpgkey={settings.nvidia_toolkit_gpgkey_url}",
-            "sslverify=1",
-            "",
-        ]
-    )
+    """The toolkit's repository file as NVIDIA publishes it (metadata signature checked, packages not),
+    its key the checked copy."""
+    manager = platform.family.package_manager
+    return rpm_repository_text(HEADER, REPOSITORY_NAME, repository_url(settings, platform),
+                               manager.key_file.format(name=REPOSITORY_NAME), settings.nvidia_toolkit_gpgkey_url,
+                               settings.nvidia_toolkit_gpgkey_fingerprint, package_check=False, metadata_check=True)
 
 
 def wanted_packages(settings: Settings) -> dict[str, str | None]:
@@ -60,10 +59,12 @@ def wanted_packages(settings: Settings) -> dict[str, str | None]:
 
 
 def reads(settings: Settings) -> list[FactCall]:
-    """The facts the apt path decides on, for preflight to read ahead: the same calls its operations
-    make (harmless elsewhere: a missing file reads as absent, and without dpkg-query the package fact
-    reads nothing)."""
-    return [download.source_read(APT_SOURCE, APT_KEYRING), package_ops.deb_states_read(TOOLKIT_PACKAGES)]
+    """The facts the repository and apt paths decide on, for preflight to read ahead: the same calls
+    their operations make (harmless elsewhere: a missing file reads as absent, and without dpkg-query
+    the package fact reads nothing)."""
+    rpm_sources = [download.source_read(manager.repository_file.format(name=REPOSITORY_NAME),
+                                        manager.key_file.format(name=REPOSITORY_NAME)) for manager in (DNF, ZYPPER)]
+    return [download.source_read(APT_SOURCE, APT_KEYRING), *rpm_sources, package_ops.deb_states_read(TOOLKIT_PACKAGES)]
 
 
 def pin_findings(settings: Settings, platform: Platform) -> list[str]:
@@ -95,6 +96,7 @@ def toolkit(settings: Settings, platform: Platform):
                          [TOOLKIT_PACKAGES[0]], lock_timeout=lock_timeout)
         return
 
+    pin = settings.key_pin("nvidia_toolkit")
     if manager.signed_by_keyring:
         # Operations only for what differs (their own facts, read ahead by preflight): a fleet's
         # no-op re-run pays pyinfra's per-operation cost for nothing otherwise.
@@ -110,16 +112,15 @@ def toolkit(settings: Settings, platform: Platform):
             content=source_text,
             keyring=APT_KEYRING,
             key_url=settings.nvidia_toolkit_gpgkey_url,
+            fingerprints=pin.fingerprints,
+            fingerprint_setting=pin.setting,
             repository=repository_url(settings, platform),
             timeout=settings.download_timeout,
             lock_timeout=lock_timeout,
         )
     else:
-        files.put_text(
-            name="Add the NVIDIA container toolkit repository",
-            dest=manager.repository_file.format(name=REPOSITORY_NAME),
-            content=rpm_repo_text(settings, platform),
-            check=repository_check(manager, lock_timeout),
-        )
+        add_repository(manager, "Add the NVIDIA container toolkit repository", rpm_repository(settings, platform), pin,
+                       timeout=settings.download_timeout, lock_timeout=lock_timeout, header=HEADER,
+                       package_check=False, metadata_check=True)
     install_packages(manager, "Install the NVIDIA container toolkit", wanted_packages(settings), hold=pinned,
                      lock_timeout=lock_timeout)

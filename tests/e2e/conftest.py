@@ -86,13 +86,10 @@ def standin_toolkit_repo(tmp_path_factory):
     """The STAND-IN toolkit repository (tests/standin_toolkit.py), served on 127.0.0.1: two
     versions and the repository faults the real toolkit cannot show.
 
-    Yields an object with ``url`` and ``data(wrong_key=False, version=None, key=..., ...)``.
+    Yields the StandinRepo (``url``, ``keys_url``, ``key``, ``other_key``, ``data(wrong_key=False,
+    version=None, key=..., ...)``).
     """
     import standin_toolkit
 
-    root = tmp_path_factory.mktemp("standin-toolkit") / "stable"
-    repo = standin_toolkit.build_repo(root)
-    with standin_toolkit.serve(root) as url:
-        repo.url = url
-        repo.data = lambda **kwargs: standin_toolkit.deploy_data(url, **kwargs)
+    with standin_toolkit.served(tmp_path_factory.mktemp("standin-toolkit") / "stable") as repo:
         yield repo

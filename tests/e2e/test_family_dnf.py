@@ -23,7 +23,7 @@ import standin_rpms
 from family_images import ROCKY9_DNF, family_node, rpm_installed
 from harness import SAFE_DATA, assert_no_change, ensure_docker
 
-from deploy.distros import detect_platform
+from deploy.distros import DNF, detect_platform
 from deploy.settings import parse_settings
 from deploy.tasks import driver
 from deploy.tasks.toolkit import REPOSITORY_NAME, TOOLKIT_PACKAGES
@@ -33,15 +33,19 @@ PINNED_DRIVER = standin_rpms.DRIVER_VERSIONS[0]  # the older of the two publishe
 PINNED_TOOLKIT = standin_rpms.TOOLKIT_VERSIONS[0]
 RELEASE = standin_rpms.DRIVER_RELEASE
 CUDA_REPO_FILE = f"/etc/yum.repos.d/cuda-{rpm_repo.CUDA_DIST}-{standin_rpms.ARCH}.repo"
+CUDA_KEY_FILE = DNF.key_file.format(name=f"cuda-{rpm_repo.CUDA_DIST}-{standin_rpms.ARCH}")
 TOOLKIT_REPO_FILE = f"/etc/yum.repos.d/{REPOSITORY_NAME}.repo"
+TOOLKIT_KEY_FILE = DNF.key_file.format(name=REPOSITORY_NAME)
 REAL_HOSTS = ("developer.download.nvidia.com", "nvidia.github.io", "download.docker.com",
               "dl.rockylinux.org", "mirrors.rockylinux.org", "mirrors.fedoraproject.org")
 
 
 
-def cuda_repository_follows(url: str) -> bool:
-    """Whether the driver stage's NVIDIA repository for Rocky 9 is taken from nvidia_cuda_repo_url."""
-    settings = parse_settings({**SAFE_DATA, "nvidia_cuda_repo_url": url, "allow_insecure_repositories": "true"})
+def cuda_repository_follows(url: str, key_data: dict) -> bool:
+    """Whether the driver stage's NVIDIA repository for Rocky 9 is taken from nvidia_cuda_repo_url (its
+    key from ``key_data``'s)."""
+    settings = parse_settings({**SAFE_DATA, "nvidia_cuda_repo_url": url, "allow_insecure_repositories": "true",
+                               **key_data})
     platform = detect_platform({"name": "Rocky Linux", "major": 9,
                                 "release_meta": {"ID": "rocky", "VERSION_ID": "9.3"}}, "x86_64")
     plan = driver.driver_plan(settings, platform, {"kernel": "5.14.0-362.8.1.el9_3.x86_64", "gpus": []})
@@ -59,7 +63,7 @@ def repos(tmp_path_factory):
 def driver_stage(repos) -> bool:
     """Whether the driver stage can run here: only once its NVIDIA repository follows
     nvidia_cuda_repo_url (else it would name NVIDIA's real host)."""
-    return cuda_repository_follows(repos.cuda_url())
+    return cuda_repository_follows(repos.cuda_url(), repos.cuda_key_data())
 
 
 def needs_driver(driver_stage: bool) -> None:
@@ -68,14 +72,14 @@ def needs_driver(driver_stage: bool) -> None:
 
 
 def settings_data(repos, driver_stage: bool, *, tampered: bool = False, stages: str | None = None) -> dict:
-    toolkit_url = repos.toolkit_url(tampered)
     return {
         "stages": stages or ("kernel,driver,toolkit" if driver_stage else "kernel,toolkit"),
         "nvidia_cuda_repo_url": repos.cuda_url(tampered),
+        **repos.cuda_key_data(tampered),  # keys over https, pinned to the stand-in repositories' own
         "nvidia_driver_branch": standin_rpms.DRIVER_BRANCH,
         "nvidia_driver_version": PINNED_DRIVER,
-        "nvidia_toolkit_repo_url": toolkit_url,
-        "nvidia_toolkit_gpgkey_url": f"{toolkit_url}/gpgkey",
+        "nvidia_toolkit_repo_url": repos.toolkit_url(tampered),
+        **repos.toolkit_key_data(tampered),
         "nvidia_toolkit_version": PINNED_TOOLKIT,
         "allow_insecure_repositories": "true",  # http:// on 127.0.0.1; signatures are still checked
     }
@@ -112,14 +116,20 @@ def test_rocky9_dnf_standin_packages_first_run_in_default_mode_adds_repositories
     assert first.returncode == 0, first.explain()
     toolkit_repo = node.read(TOOLKIT_REPO_FILE)
     assert f"baseurl={repos.toolkit_url()}/rpm/$basearch\n" in toolkit_repo
-    assert "repo_gpgcheck=1\n" in toolkit_repo and f"gpgkey={repos.toolkit_url()}/gpgkey\n" in toolkit_repo
+    # the key dnf reads is the checked copy of the one at the key URL, never the URL
+    assert "repo_gpgcheck=1\n" in toolkit_repo and f"gpgkey=file://{TOOLKIT_KEY_FILE}\n" in toolkit_repo
+    assert node.read(TOOLKIT_KEY_FILE) == repos.toolkit_key.armored_public_key()
     assert node.sh("dnf -q repolist --enabled").returncode == 0
+    imported = node.sh("rpm -q gpg-pubkey --qf '%{VERSION}\\n'").stdout.split()
+    assert repos.toolkit_key.fingerprint[-8:].lower() in imported, imported
     if driver_stage:
         cuda_repo = node.read(CUDA_REPO_FILE)
         assert f"baseurl={repos.cuda_url()}/{rpm_repo.CUDA_DIST}/{standin_rpms.ARCH}\n" in cuda_repo, cuda_repo
-        assert "gpgcheck=1\n" in cuda_repo and f"/{rpm_repo.CUDA_KEY_FILE}\n" in cuda_repo, cuda_repo
-        imported = node.sh("rpm -q gpg-pubkey --qf '%{VERSION}\\n'").stdout.split()
+        assert "gpgcheck=1\n" in cuda_repo and f"gpgkey=file://{CUDA_KEY_FILE}\n" in cuda_repo, cuda_repo
         assert repos.cuda_key.fingerprint[-8:].lower() in imported, imported
+    # every key rpm's database holds is one this run checked (or Rocky's own, there before it)
+    own = {key.fingerprint[-8:].lower() for key in (repos.toolkit_key, repos.cuda_key, repos.rocky_key)}
+    assert set(imported) <= own, imported
 
 
 def test_rocky9_dnf_standin_packages_toolkit_installed_at_its_pin_and_versionlocked(deployed):
@@ -227,11 +237,41 @@ def test_rocky9_dnf_standin_toolkit_repository_whose_signature_does_not_verify_i
 
 def test_rocky9_dnf_standin_toolkit_repository_refused_leaves_the_nodes_own_dnf_working(toolkit_refused):
     """STAND-IN toolkit repository whose signature does not verify: after the refused run the
-    node's own dnf still reads its repositories (as apt-get update does after the apt refusal)."""
+    node's own dnf still reads its repositories (as apt-get update does after the apt refusal), and
+    neither the repository file, its key copy nor the key imported for the check are left."""
     node, refused = toolkit_refused
     assert refused.returncode != 0, refused.explain()
+    assert not node.exists(TOOLKIT_REPO_FILE) and not node.exists(TOOLKIT_KEY_FILE)
+    assert "gpg-pubkey-" not in node.sh("rpm -q gpg-pubkey", check=False).stdout
     own = node.sh("dnf -q makecache", check=False)
     assert own.returncode == 0, own.stdout + own.stderr
+
+
+def packages_and_trust(node) -> str:
+    """What a run could change of the node's software and what it trusts: dnf's repository files and
+    the key folder (checksums), rpm's database (every package, every imported key)."""
+    return node.sh("find /etc/yum.repos.d /etc/pki/rpm-gpg -type f -exec sha256sum {} + | sort; rpm -qa | sort").stdout
+
+
+def test_rocky9_dnf_standin_toolkit_key_url_serving_another_valid_key_that_signed_the_repository_is_refused(
+        rocky_node, repos, driver_stage):
+    """STAND-IN toolkit repository copy whose repomd.xml another valid key signed, that key served at the
+    key URL (a hijacked mirror or key URL): dnf -y would import it and verify the repository with it.
+    With -y the pinned fingerprint refuses it first, in one line naming both fingerprints: nothing
+    installed, no key imported, no repository file left."""
+    node = rocky_node
+    before = packages_and_trust(node)
+    impostor = f"{rpm_repo.IMPOSTOR}/{rpm_repo.TOOLKIT_PATH}"
+    key_url = f"{repos.keys_url}/{impostor}/gpgkey"
+    data = {**settings_data(repos, driver_stage, stages="toolkit"),
+            "nvidia_toolkit_repo_url": f"{repos.url}/{impostor}", "nvidia_toolkit_gpgkey_url": key_url}
+    refused = node.deploy(data=data, json_output=False)
+    assert refused.returncode != 0, refused.explain()
+    refusal = (f"refusing the signing key from {key_url}: its fingerprint is {repos.other_key.fingerprint}; "
+               f"{repos.toolkit_key.fingerprint} is pinned (nvidia_toolkit_gpgkey_fingerprint)")
+    assert len([line for line in refused.output.splitlines() if refusal in line]) == 1, refused.explain()
+    assert "Traceback" not in refused.output
+    assert packages_and_trust(node) == before
 
 
 def test_rocky9_dnf_standin_cuda_repository_whose_rpms_are_signed_by_another_key_is_refused_and_nothing_installed(

@@ -35,6 +35,7 @@ import suse_repo
 from family_images import rpm_installed
 from harness import assert_no_change, ensure_docker
 
+from deploy.distros import DNF, ZYPPER
 from deploy.tasks.toolkit import REPOSITORY_NAME, TOOLKIT_PACKAGES
 
 PINNED_DRIVER = standin_rpms.DRIVER_VERSIONS[0]  # the older of the two published
@@ -75,19 +76,21 @@ class Family:
         return node
 
     def settings(self, *, tampered: bool = False, stages: str = "kernel,driver,toolkit") -> dict:
-        toolkit_url = self.repos.toolkit_url(tampered)
         data = {
             "stages": stages,
             "nvidia_driver_version": PINNED_DRIVER,
             "nvidia_kernel_modules": "proprietary",
-            "nvidia_toolkit_repo_url": toolkit_url,
-            "nvidia_toolkit_gpgkey_url": f"{toolkit_url}/gpgkey",
+            "nvidia_toolkit_repo_url": self.repos.toolkit_url(tampered),
+            **self.repos.toolkit_key_data(tampered),  # keys over https, pinned to the stand-ins' own
             "nvidia_toolkit_version": PINNED_TOOLKIT,
             "allow_insecure_repositories": "true",  # http:// on 127.0.0.1; signatures are still checked
         }
         if self.dnf:
-            return {**data, "nvidia_cuda_repo_url": self.repos.cuda_url(tampered), "nvidia_driver_branch": BRANCH}
-        return {**data, "nvidia_driver_repo_url": f"{self.repos.url}/{suse_repo.TAMPERED}" if tampered else self.repos.url}
+            # the tampered CUDA copy is the Rocky node's (tests/rpm_repo.py): these dists' keys are the good ones
+            return {**data, "nvidia_cuda_repo_url": self.repos.cuda_url(tampered), "nvidia_driver_branch": BRANCH,
+                    **self.repos.cuda_key_data(self.dnf)}
+        return {**data, "nvidia_driver_repo_url": f"{self.repos.url}/{suse_repo.TAMPERED}" if tampered else self.repos.url,
+                **self.repos.driver_key_data(tampered, more.SLE_DRIVER_PATH)}
 
     @property
     def driver_release(self) -> str:
@@ -204,18 +207,21 @@ def imported_keys(node) -> list[str]:
 @pytest.mark.parametrize("family", FAMILIES, indirect=True)
 def test_standin_packages_first_run_in_default_mode_adds_repositories_with_signature_checks(family, deployed):
     """STAND-IN packages, first run in pyinfra's default mode: the toolkit's repository checks its
-    metadata's signature (repo_gpgcheck) with the key at the URL given; the driver's repository
-    (NVIDIA's CUDA repository for the dist, or NVIDIA's SLE 15 SP5 one) checks its packages', and its
-    key is the one the manager imported into rpm's database; the manager reads both afterwards."""
+    metadata's signature (repo_gpgcheck) with the checked copy of the key at the URL given; the driver's
+    repository (NVIDIA's CUDA repository for the dist, or NVIDIA's SLE 15 SP5 one) checks its packages',
+    and its key is the one the deploy checked against its pin and imported into rpm's database; the
+    manager reads both afterwards."""
     node, _ = deployed
     repos = family.repos
+    manager = (DNF if family.dnf else ZYPPER)
     toolkit_repo = node.read(family.toolkit_repo_file)
     assert f"baseurl={repos.toolkit_url()}/rpm/$basearch\n" in toolkit_repo, toolkit_repo
-    assert "repo_gpgcheck=1\n" in toolkit_repo and f"gpgkey={repos.toolkit_url()}/gpgkey\n" in toolkit_repo
+    toolkit_key_file = manager.key_file.format(name=REPOSITORY_NAME)
+    assert "repo_gpgcheck=1\n" in toolkit_repo and f"gpgkey=file://{toolkit_key_file}\n" in toolkit_repo
     driver_repo = node.read(family.driver_repo_file)
     assert f"baseurl={family.driver_url()}\n" in driver_repo and "gpgcheck=1\n" in driver_repo, driver_repo
-    key_name = "D42D0685.pub" if family.dnf else suse_repo.KEY_FILE
-    assert f"gpgkey={family.driver_url()}/{key_name}\n" in driver_repo, driver_repo
+    driver_name = family.driver_repo_file.rsplit("/", 1)[1].removesuffix(".repo")
+    assert f"gpgkey=file://{manager.key_file.format(name=driver_name)}\n" in driver_repo, driver_repo
     driver_key = repos.cuda_key if family.dnf else repos.driver_key
     assert driver_key.fingerprint[-8:].lower() in imported_keys(node)
     refreshed = family.refresh(node)

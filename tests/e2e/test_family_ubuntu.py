@@ -44,10 +44,8 @@ def archive(request, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def toolkit_repo(tmp_path_factory):
-    root = tmp_path_factory.mktemp("standin-toolkit") / "stable"
-    standin_toolkit.build_repo(root)
-    with standin_toolkit.serve(root) as url:
-        yield url
+    with standin_toolkit.served(tmp_path_factory.mktemp("standin-toolkit") / "stable") as repo:
+        yield repo
 
 
 def start_node(archive, tampered: bool = False):
@@ -63,12 +61,12 @@ def recommended_branch(node) -> str | None:
     return detect_branch(UBUNTU_DRIVER.branch_detect, lines)
 
 
-def settings_data(toolkit_url: str, *, driver_version: str, branch: str | None, stages: str = "driver,toolkit",
+def settings_data(toolkit_repo, *, driver_version: str, branch: str | None, stages: str = "driver,toolkit",
                   toolkit_base: str | None = None) -> dict:
     data = {
         "stages": stages,
         "nvidia_driver_version": driver_version,
-        **standin_toolkit.deploy_data(toolkit_url, version=PINNED_TOOLKIT, repo_url=toolkit_base),
+        **toolkit_repo.data(version=PINNED_TOOLKIT, repo_url=toolkit_base),
     }
     if branch:
         data["nvidia_driver_branch"] = branch
@@ -250,7 +248,7 @@ def test_ubuntu_apt_standin_toolkit_repository_whose_signature_does_not_verify_i
     with one line naming the bad signature; no toolkit package is in, no source is left."""
     node = start_node(archive)
     try:
-        base = f"{toolkit_repo}/{standin_toolkit.TAMPERED}"
+        base = f"{toolkit_repo.url}/{standin_toolkit.TAMPERED}"
         refused = node.deploy(data=settings_data(toolkit_repo, driver_version=pinned(archive), branch=BRANCH, stages="toolkit", toolkit_base=base),
                               json_output=False)
         assert refused.returncode != 0, refused.explain()

@@ -7,8 +7,9 @@ NVIDIA's SUSE driver repository (nvidia-compute-G06, nvidia-compute-utils-G06, t
 nvidia-driver-G06-kmp-default and nvidia-open-driver-G06-signed-kmp-default) and NVIDIA's toolkit
 repository.
 
-zypper, libzypp's signature checks (repo_gpgcheck on repomd.xml.asc, gpgcheck on the rpms), its key
-import (--gpg-auto-import-keys, as the deploy runs it) and its locks are real; the packages are
+zypper, libzypp's signature checks (repo_gpgcheck on repomd.xml.asc, gpgcheck on the rpms) against the
+keys rpm's database holds (each repository's own, checked against its pinned fingerprint and imported
+by the deploy: zypper imports none) and its locks are real; the packages are
 stand-ins (no driver is built or loaded). The runtimes stages are left out (SUSE's containerd comes
 from openSUSE's repositories, which no local stand-in serves). The real hosts of the family's
 repositories resolve to 127.0.0.1 on the node, so nothing leaves this machine whatever the deploy writes.
@@ -21,11 +22,13 @@ import platform as machine
 import pytest
 import standin_rpms
 import suse_repo
+from standin_rpms import StandinRpm
 from family_images import family_node, rpm_installed
+from family_rpm_more import installed_standin
 from family_zypper import LEAP156_ZYPPER
 from harness import SAFE_DATA, assert_no_change, ensure_docker
 
-from deploy.distros import detect_platform
+from deploy.distros import ZYPPER, detect_platform
 from deploy.settings import parse_settings
 from deploy.tasks import driver
 from deploy.tasks.toolkit import REPOSITORY_NAME, TOOLKIT_PACKAGES
@@ -40,10 +43,11 @@ DRIVER_SETTING = "nvidia_driver_repo_url"  # the setting the driver's repository
 REAL_HOSTS = ("download.nvidia.com", "developer.download.nvidia.com", "nvidia.github.io", "download.opensuse.org",
               "cdn.opensuse.org", "mirrorcache.opensuse.org", "updates.suse.com", "scc.suse.com")
 
-def driver_repository_follows(url: str) -> bool:
+def driver_repository_follows(url: str, key_data: dict) -> bool:
     """Whether the driver stage's NVIDIA repository for Leap 15.6 is taken from a setting (DRIVER_SETTING)."""
     settings = parse_settings({**SAFE_DATA, DRIVER_SETTING: url, "allow_insecure_repositories": "true",
-                               "nvidia_driver_version": PINNED_DRIVER, "nvidia_kernel_modules": "proprietary"})
+                               "nvidia_driver_version": PINNED_DRIVER, "nvidia_kernel_modules": "proprietary",
+                               **key_data})
     platform = detect_platform({"name": "openSUSE Leap", "major": 15,
                                 "release_meta": {"ID": "opensuse-leap", "VERSION_ID": "15.6"}}, "x86_64")
     plan = driver.driver_plan(settings, platform, {"kernel": "6.4.0-150600.23.25-default", "gpus": []})
@@ -61,7 +65,7 @@ def repos(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def driver_stage(repos) -> bool:
-    return driver_repository_follows(repos.url)
+    return driver_repository_follows(repos.url, repos.driver_key_data())
 
 
 def needs_driver(driver_stage: bool) -> None:
@@ -71,14 +75,16 @@ def needs_driver(driver_stage: bool) -> None:
 
 def settings_data(repos, driver_stage: bool, *, tampered: bool = False, stages: str | None = None,
                   toolkit_version: str = PINNED_TOOLKIT, modules: str = "proprietary") -> dict:
-    toolkit_url = repos.toolkit_url(tampered)
     return {
         "stages": stages or ("kernel,driver,toolkit" if driver_stage else "kernel,toolkit"),
         DRIVER_SETTING: repos.url if not tampered else f"{repos.url}/{suse_repo.TAMPERED}",
+        # keys over https, pinned to the stand-in repositories' own (NVIDIA publishes no fingerprint for
+        # its SUSE repository's key: a site pins the one it checked)
+        **repos.driver_key_data(tampered),
         "nvidia_driver_version": PINNED_DRIVER,
         "nvidia_kernel_modules": modules,
-        "nvidia_toolkit_repo_url": toolkit_url,
-        "nvidia_toolkit_gpgkey_url": f"{toolkit_url}/gpgkey",
+        "nvidia_toolkit_repo_url": repos.toolkit_url(tampered),
+        **repos.toolkit_key_data(tampered),
         "nvidia_toolkit_version": toolkit_version,
         "allow_insecure_repositories": "true",  # http:// on 127.0.0.1; signatures are still checked
     }
@@ -97,7 +103,9 @@ def locks(node) -> set[str]:
 
 
 def imported_keys(node) -> list[str]:
-    return node.sh("rpm -q gpg-pubkey --qf '%{VERSION}\\n'", check=False).stdout.split()
+    """The short ids of the keys rpm's database holds (rpm says "package gpg-pubkey is not installed" for none)."""
+    out = node.sh("rpm -q gpg-pubkey --qf '%{VERSION}\\n'", check=False).stdout
+    return [] if "not installed" in out else out.split()
 
 
 @pytest.fixture(scope="module")
@@ -114,13 +122,16 @@ def deployed(repos, driver_stage):
 def test_leap156_zypper_standin_packages_first_run_in_default_mode_adds_repositories_with_signature_checks(
         deployed, repos, driver_stage):
     """STAND-IN packages: the toolkit's repository checks its metadata's signature (zypper lists it
-    with the repository check on) with the key zypper imported from the URL given into rpm's database;
-    zypper refreshes it as trusted. The driver's repository checks its packages too."""
+    with the repository check on) with the key the deploy checked against its pin and imported into
+    rpm's database, whose checked copy the repository file names; zypper refreshes it as trusted
+    without importing anything. The driver's repository checks its packages too."""
     node, first, _ = deployed
     assert first.returncode == 0, first.explain()
     toolkit_repo = node.read(TOOLKIT_REPO_FILE)
+    toolkit_key_file = ZYPPER.key_file.format(name=REPOSITORY_NAME)
     assert f"baseurl={repos.toolkit_url()}/rpm/$basearch\n" in toolkit_repo, toolkit_repo
-    assert "repo_gpgcheck=1\n" in toolkit_repo and f"gpgkey={repos.toolkit_url()}/gpgkey\n" in toolkit_repo
+    assert "repo_gpgcheck=1\n" in toolkit_repo and f"gpgkey=file://{toolkit_key_file}\n" in toolkit_repo
+    assert node.read(toolkit_key_file) == repos.toolkit_key.armored_public_key()
     listed = node.sh("zypper --non-interactive repos --details").stdout
     row = next((line for line in listed.splitlines() if f"| {REPOSITORY_NAME} " in line), "")
     assert "(r" in row and "Yes" in row.split("|")[4], listed
@@ -128,9 +139,13 @@ def test_leap156_zypper_standin_packages_first_run_in_default_mode_adds_reposito
     assert node.sh("zypper --non-interactive refresh --force", check=False).returncode == 0
     if driver_stage:
         driver_repo = node.read(f"/etc/zypp/repos.d/{DRIVER_REPOSITORY}.repo")
+        driver_key_file = ZYPPER.key_file.format(name=DRIVER_REPOSITORY)
         assert f"baseurl={repos.driver_url()}\n" in driver_repo, driver_repo
-        assert "gpgcheck=1\n" in driver_repo and f"gpgkey={repos.driver_url()}/{suse_repo.KEY_FILE}\n" in driver_repo
+        assert "gpgcheck=1\n" in driver_repo and f"gpgkey=file://{driver_key_file}\n" in driver_repo
         assert repos.driver_key.fingerprint[-8:].lower() in imported_keys(node)
+    # rpm's database holds the keys the deploy checked, and no other
+    assert sorted(imported_keys(node)) == sorted(
+        key.fingerprint[-8:].lower() for key in ((repos.toolkit_key, repos.driver_key) if driver_stage else (repos.toolkit_key,)))
 
 
 def test_leap156_zypper_standin_packages_toolkit_installed_at_its_pin_and_locked(deployed):
@@ -233,12 +248,19 @@ def test_leap156_zypper_standin_toolkit_new_pin_moves_the_locked_packages_and_lo
     assert set(TOOLKIT_PACKAGES) <= locks(node)
 
 
+# An rpm in the node's database, as a real Leap's holds hundreds: with none but gpg-pubkeys, libsolv's
+# rpmdb2solv fails to refresh zypper's installed-packages cache once rpm's database changed (here: the
+# refused repository's key taken back out), a fault of the stand-in node (tests/family_rpm_more.py SLES155_ZYPPER).
+LEAP_RELEASE = StandinRpm("openSUSE-release", "15.6", "1", files={"/usr/share/doc/openSUSE-release/STAND-IN": "stand-in\n"})
+
+
 @pytest.fixture(scope="module")
 def toolkit_refused(repos, driver_stage):
-    """A Leap 15.6 node after a -y run of the toolkit stage against the toolkit repository whose
-    repomd.xml was altered after signing: (node, result)."""
+    """A Leap 15.6 node (its rpm database holding a stand-in openSUSE-release) after a -y run of the
+    toolkit stage against the toolkit repository whose repomd.xml was altered after signing: (node, result)."""
     node = start_leap_node()
     try:
+        node.sh(installed_standin(LEAP_RELEASE))
         data = settings_data(repos, driver_stage, tampered=True, stages="toolkit")
         yield node, node.deploy(data=data, json_output=False)
     finally:
@@ -275,14 +297,50 @@ def test_leap156_zypper_standin_toolkit_repository_refused_stops_the_run_at_the_
 def test_leap156_zypper_standin_toolkit_repository_refused_leaves_the_nodes_own_zypper_working(toolkit_refused, repos):
     """STAND-IN toolkit repository whose signature does not verify: after the refused run the
     node's own `zypper refresh` of its own (working) repository still succeeds (as apt-get update
-    does after the apt refusal): the refused .repo file was checked apart and never put in place."""
+    does after the apt refusal): the refused .repo file was checked apart and never put in place, and
+    the key imported for that check is out of rpm's database again."""
     node, refused = toolkit_refused
     assert refused.returncode != 0, refused.explain()
-    assert not node.exists(TOOLKIT_REPO_FILE)
-    # the node's own repository (the good toolkit tree, under another alias): the image has none
-    node.sh(f"zypper --non-interactive --gpg-auto-import-keys addrepo {repos.toolkit_url()}/rpm/x86_64 own")
-    own = node.sh("zypper --non-interactive --gpg-auto-import-keys refresh", check=False)
+    assert not node.exists(TOOLKIT_REPO_FILE) and not node.exists(ZYPPER.key_file.format(name=REPOSITORY_NAME))
+    assert imported_keys(node) == []  # the checked key imported for the refresh was taken back out
+    # the node's own repository (the good toolkit tree, under another alias; the image has none), its
+    # key trusted by the node's owner
+    node.write("/tmp/own.asc", repos.toolkit_key.armored_public_key())
+    node.sh(f"rpm --import /tmp/own.asc && zypper --non-interactive addrepo {repos.toolkit_url()}/rpm/x86_64 own")
+    own = node.sh("zypper --non-interactive refresh", check=False)
     assert own.returncode == 0, own.stdout + own.stderr
+
+
+def packages_and_trust(node) -> str:
+    """What a run could change of the node's software and what it trusts: zypper's repository files and
+    the key folder (checksums), rpm's database (every package, every imported key)."""
+    return node.sh("find /etc/zypp/repos.d /etc/pki/rpm-gpg -type f -exec sha256sum {} + 2>/dev/null | sort;"
+                   " rpm -qa | sort").stdout
+
+
+def test_leap156_zypper_standin_toolkit_key_url_serving_another_valid_key_that_signed_the_repository_is_refused(
+        repos, driver_stage):
+    """STAND-IN toolkit repository copy whose repomd.xml another valid key signed, that key served at the
+    key URL (a hijacked mirror or key URL, as NVIDIA's SUSE key comes from the repository it vouches
+    for): zypper --gpg-auto-import-keys would import it. With -y the pinned fingerprint refuses it
+    first, in one line naming both fingerprints: nothing installed, no key imported, no repository
+    file left."""
+    node = start_leap_node()
+    try:
+        before = packages_and_trust(node)
+        impostor = f"{suse_repo.IMPOSTOR}/{suse_repo.TOOLKIT_PATH}"
+        key_url = f"{repos.keys_url}/{impostor}/gpgkey"
+        data = {**settings_data(repos, driver_stage, stages="toolkit"),
+                "nvidia_toolkit_repo_url": f"{repos.url}/{impostor}", "nvidia_toolkit_gpgkey_url": key_url}
+        refused = node.deploy(data=data, json_output=False)
+        assert refused.returncode != 0, refused.explain()
+        refusal = (f"refusing the signing key from {key_url}: its fingerprint is {repos.other_key.fingerprint}; "
+                   f"{repos.toolkit_key.fingerprint} is pinned (nvidia_toolkit_gpgkey_fingerprint)")
+        assert len([line for line in refused.output.splitlines() if refusal in line]) == 1, refused.explain()
+        assert "Traceback" not in refused.output
+        assert packages_and_trust(node) == before
+    finally:
+        node.remove()
 
 
 @pytest.fixture

@@ -10,8 +10,9 @@ The holder is the real manager refreshing from a stalled mirror: an HTTP server 
 answers nothing until the test releases it, then 404, so the holder fails and lets go (dnf holds its
 metadata lock, zypper libzypp's /run/zypp.pid, pacman /var/lib/pacman/db.lck). The packages are
 STAND-IN toolkit packages (tests/standin_rpms.py, tests/family_pacman.py) from local signed
-repositories. The toolkit's repository file is put in place first, as the run writes it, so the run
-installs at once (the repository check's own wait is deploy/distros.py ``repository_check``).
+repositories. The toolkit's repository file and its checked key are put in place first, as the run
+writes them, so the run installs at once (the repository check's own wait is deploy/distros.py
+``repository_check``).
 The driver stage on the dnf and zypper nodes meets the holder already in preflight's read (the
 versions the manager offers, read after the same bounded wait): the run fails before any change.
 """
@@ -22,15 +23,17 @@ import contextlib
 import http.server
 import threading
 import time
+from dataclasses import dataclass
 
 import family_pacman
 import pytest
 import rpm_repo
 import standin_rpms
-from apt_repo import make_key, serve
+from apt_repo import GpgKey, make_key, serve, serve_keys
 from family_images import ROCKY9_DNF, family_node, rpm_installed
 from family_zypper import LEAP156_ZYPPER
 from harness import SAFE_DATA, ensure_docker, wait_for
+from standin_toolkit import unfetched_keys
 
 from deploy.distros import detect_platform
 from deploy.settings import parse_settings
@@ -84,9 +87,16 @@ def stalled_mirror():
         mirror.close()
 
 
+@dataclass
+class RpmToolkit:
+    url: str  # the repository, over http
+    key_url: str  # its key, over https
+    key: GpgKey
+
+
 @pytest.fixture(scope="module")
 def rpm_toolkit(tmp_path_factory):
-    """The STAND-IN toolkit rpms in a signed rpm-md repository (repomd.xml.asc), served: its URL."""
+    """The STAND-IN toolkit rpms in a signed rpm-md repository (repomd.xml.asc), served."""
     ensure_docker()
     root = tmp_path_factory.mktemp("toolkit-rpms")
     key = make_key(root.parent / f"{root.name}-gnupg", "standin-toolkit-rpm")
@@ -95,8 +105,8 @@ def rpm_toolkit(tmp_path_factory):
     standin_rpms.build(standin_rpms.toolkit_packages(standin_rpms.TOOLKIT_VERSIONS[0]), repo_dir, key)
     rpm_repo.index(repo_dir, key)
     (root / "stable" / "gpgkey").write_text(key.armored_public_key())
-    with serve(root) as url:
-        yield f"{url}/stable"
+    with serve(root) as url, serve_keys(root) as keys_url:
+        yield RpmToolkit(f"{url}/stable", f"{keys_url}/stable/gpgkey", key)
 
 
 @pytest.fixture(scope="module")
@@ -106,20 +116,26 @@ def arch_repos(tmp_path_factory):
         yield served
 
 
-def toolkit_data(url: str | None, lock_timeout: int) -> dict:
+def toolkit_data(toolkit: RpmToolkit | None, lock_timeout: int) -> dict:
     data = {"stages": "toolkit", "apt_lock_timeout": str(lock_timeout)}
-    if url:
-        data.update({"nvidia_toolkit_repo_url": url, "nvidia_toolkit_gpgkey_url": f"{url}/gpgkey",
+    if toolkit:
+        data.update({"nvidia_toolkit_repo_url": toolkit.url, "nvidia_toolkit_gpgkey_url": toolkit.key_url,
+                     "nvidia_toolkit_gpgkey_fingerprint": toolkit.key.fingerprint,
                      "allow_insecure_repositories": "true"})  # http:// on 127.0.0.1; signatures are checked
     return data
 
 
-def put_repository_file(node, url: str, distro_id: str, version_id: str, folder: str) -> None:
-    """The toolkit's repository file as the run writes it: the run finds it in place."""
-    settings = parse_settings({**SAFE_DATA, **toolkit_data(url, LONG)})
+def put_repository_file(node, toolkit: RpmToolkit, distro_id: str, version_id: str) -> None:
+    """The toolkit's repository file and its checked key as the run writes them, the key imported into
+    rpm's database: the run finds them in place."""
+    settings = parse_settings({**SAFE_DATA, **toolkit_data(toolkit, LONG)})
     platform = detect_platform({"name": distro_id, "major": int(version_id.split(".")[0]),
                                 "release_meta": {"ID": distro_id, "VERSION_ID": version_id}}, "x86_64")
-    node.write(f"{folder}/{REPOSITORY_NAME}.repo", rpm_repo_text(settings, platform))
+    manager = platform.family.package_manager
+    key_file = manager.key_file.format(name=REPOSITORY_NAME)
+    node.write(key_file, toolkit.key.armored_public_key())
+    node.sh(f"rpm --import {key_file}")
+    node.write(manager.repository_file.format(name=REPOSITORY_NAME), rpm_repo_text(settings, platform))
 
 
 def start_holder(node, command: str, held: str) -> str:
@@ -174,7 +190,7 @@ def test_dnf_standin_toolkit_waits_for_a_dnf_holding_its_lock_and_fails_naming_o
     """STAND-IN toolkit rpms, real dnf: a `dnf makecache` stalled on a mirror holds dnf's metadata lock."""
     node = family_node(ROCKY9_DNF).start()
     try:
-        put_repository_file(node, rpm_toolkit, "rocky", "9.3", "/etc/yum.repos.d")
+        put_repository_file(node, rpm_toolkit, "rocky", "9.3")
 
         def holder(mirror_url):
             node.write("/tmp/stalled/stalled.repo", f"[stalled]\nname=stalled\nbaseurl={mirror_url}\ngpgcheck=0\n")
@@ -192,7 +208,7 @@ def test_zypper_standin_toolkit_waits_for_a_zypper_holding_its_lock_and_fails_na
     zypper waits ZYPP_LOCK_TIMEOUT and names the holder itself."""
     node = family_node(LEAP156_ZYPPER).start()
     try:
-        put_repository_file(node, rpm_toolkit, "opensuse-leap", "15.6", "/etc/zypp/repos.d")
+        put_repository_file(node, rpm_toolkit, "opensuse-leap", "15.6")
 
         def holder(mirror_url):
             node.write("/tmp/stalled/stalled.repo", f"[stalled]\nname=stalled\nbaseurl={mirror_url}\n"
@@ -257,7 +273,7 @@ def test_dnf_driver_stage_fails_in_preflight_naming_a_dnf_that_holds_its_lock_pa
         assert_driver_stage_fails_in_preflight(
             node, "[stalled]\nname=stalled\nbaseurl={url}\ngpgcheck=0\n",
             "dnf -q --setopt=reposdir=/tmp/stalled --setopt=retries=0 makecache", "/var/cache/dnf/metadata_lock.pid",
-            lambda url: {"nvidia_driver_branch": "550", "nvidia_cuda_repo_url": url})
+            lambda url: {"nvidia_driver_branch": "550", "nvidia_cuda_repo_url": url, **unfetched_keys()})
         assert node.sh("ls /etc/yum.repos.d /etc/dnf/modules.d").stdout.split() == ["/etc/dnf/modules.d:", "/etc/yum.repos.d:"]
     finally:
         node.remove()
@@ -274,7 +290,7 @@ def test_zypper_driver_stage_fails_in_preflight_naming_a_zypper_that_holds_its_l
         assert_driver_stage_fails_in_preflight(
             node, "[stalled]\nname=stalled\nbaseurl={url}\nenabled=1\nautorefresh=1\ngpgcheck=0\n",
             "zypper --non-interactive --reposd-dir /tmp/stalled refresh", "/run/zypp.pid",
-            lambda url: {"nvidia_driver_repo_url": url, "nvidia_cuda_repo_url": url})
+            lambda url: {"nvidia_driver_repo_url": url, "nvidia_cuda_repo_url": url, **unfetched_keys()})
         assert node.sh("ls /etc/zypp/repos.d").stdout.split() == repositories
     finally:
         node.remove()

@@ -5,7 +5,8 @@ A stand-in because the real toolkit (tests/toolkit_repo.py) comes in one good re
 these faults are the repository's, not the package's. The repository, its keys and its faults
 are built by tests/standin_toolkit.py and served on 127.0.0.1 (a refused port, a server that
 never answers, an HTML page or an empty body where the key should be, a key that did not sign
-the repository, an InRelease altered after signing). apt, gpgv and the node are real. For each fault: the run fails naming the URL,
+the repository, an InRelease altered after signing, a copy signed by another valid key that the key
+URL serves). apt, gpg, gpgv and the node are real. For each fault: the run fails naming the URL,
 the source file and keyring are exactly as before (absent on a fresh node, the good ones on
 a converged node), the node's own `apt-get update` still succeeds, and the good repository
 then converges with a second run changing nothing.
@@ -29,15 +30,15 @@ FAULT_DATA = {"stages": "toolkit", "download_timeout": "3"}
 def fault_settings(fault: str, repo):
     """(settings that point at the faulty place, the URL the error must name, what apt or the check says)."""
     if fault == "key_port_refused":
-        url = f"{standin_toolkit.refused_url()}/gpgkey"
+        url = f"{standin_toolkit.refused_url('https')}/gpgkey"
         yield repo.data(key_url=url), url, "refused"
     elif fault == "key_server_never_answers":
-        with standin_toolkit.silent_server() as base:
+        with standin_toolkit.silent_server("https") as base:
             yield repo.data(key_url=f"{base}/gpgkey"), f"{base}/gpgkey", ""
     elif fault == "key_url_serves_an_html_page":
-        yield repo.data(key="garbage-gpgkey"), f"{repo.url}/garbage-gpgkey", "502 Bad Gateway"
+        yield repo.data(key="garbage-gpgkey"), f"{repo.keys_url}/garbage-gpgkey", "502 Bad Gateway"
     elif fault == "key_url_serves_an_empty_body":
-        yield repo.data(key="empty-gpgkey"), f"{repo.url}/empty-gpgkey", "an empty body"
+        yield repo.data(key="empty-gpgkey"), f"{repo.keys_url}/empty-gpgkey", "an empty body"
     elif fault == "repository_port_refused":
         base = standin_toolkit.refused_url()
         yield repo.data(repo_url=base), base, "refused"
@@ -45,7 +46,11 @@ def fault_settings(fault: str, repo):
         with standin_toolkit.silent_server() as base:
             yield repo.data(repo_url=base), base, ""
     elif fault == "repository_signed_by_another_key":
-        yield repo.data(key="wrong-gpgkey"), repo.url, "NO_PUBKEY"
+        # the other key pinned too: apt's own check refuses the repository it did not sign
+        yield ({**repo.data(key="wrong-gpgkey"),
+                "nvidia_toolkit_gpgkey_fingerprint": f"{repo.key.fingerprint},{repo.other_key.fingerprint}"},
+               repo.url, "NO_PUBKEY")
+
     elif fault == "repository_inrelease_altered_after_signing":
         base = f"{repo.url}/{standin_toolkit.TAMPERED}"
         yield repo.data(repo_url=base), base, "BADSIG"
@@ -115,3 +120,36 @@ def test_standin_key_served_unarmoured_is_accepted_and_converges(node, standin_t
     plain_update = node.sh("apt-get update -q --error-on=any", check=False)
     assert plain_update.returncode == 0, plain_update.stdout + plain_update.stderr
     assert_no_change(node.deploy(data=data))
+
+
+def apt_and_dpkg(node) -> str:
+    """What a run could change of apt's trust and the installed packages: every file under /etc/apt and
+    /usr/share/keyrings (name, mode, owner, size, mtime, checksum) and dpkg's package states."""
+    return node.sh("find /etc/apt /usr/share/keyrings -type f -exec stat -c '%n %a %U:%G %s %Y' {} + | sort;"
+                   " find /etc/apt /usr/share/keyrings -type f -exec sha256sum {} + | sort;"
+                   " dpkg-query -W -f '${Package} ${Version} ${Status}\\n' | sort").stdout
+
+
+def test_standin_key_url_serving_another_valid_key_that_signed_the_repository_is_refused_naming_both_fingerprints(
+        node, standin_toolkit_repo):
+    """A copy of the STAND-IN repository signed by another valid key, which the key URL serves (a
+    hijacked mirror or key URL): apt would verify the repository with that key, so only the pin stops
+    it. On a fresh node and on one the good repository converged: the run fails in one line naming
+    both fingerprints, before apt reads the repository; apt and dpkg as they were."""
+    repo = standin_toolkit_repo
+    key_path = f"{standin_toolkit.IMPOSTOR}/gpgkey"
+    impostor = {**FAULT_DATA, **repo.data(repo_url=f"{repo.url}/{standin_toolkit.IMPOSTOR}", key=key_path)}
+    refusal = (f"refusing the signing key from {repo.keys_url}/{key_path}: its fingerprint is "
+               f"{repo.other_key.fingerprint}; {repo.key.fingerprint} is pinned (nvidia_toolkit_gpgkey_fingerprint)")
+    for converged in (False, True):
+        if converged:
+            good = node.deploy(data={**FAULT_DATA, **repo.data()})
+            assert good.returncode == 0, good.explain()
+        before = apt_and_dpkg(node)
+        refused = node.deploy(data=impostor, json_output=False)
+        assert refused.returncode != 0, refused.explain()
+        assert len([line for line in refused.output.splitlines() if refusal in line]) == 1, refused.explain()
+        assert "apt could not" not in refused.output and "Traceback" not in refused.output, refused.explain()
+        assert apt_and_dpkg(node) == before
+        plain_update = node.sh("apt-get update -q --error-on=any", check=False)
+        assert plain_update.returncode == 0, plain_update.stdout + plain_update.stderr

@@ -73,7 +73,7 @@ def test_standin_toolkit_unreachable_then_wrong_key_then_right_key_converges_pin
     """STAND-IN repository: a key that did not sign it and two versions (1.17.7-1, 1.17.8-1) for a
     pin and a pin move, which the one real version cannot show."""
     toolkit_repo = standin_toolkit_repo
-    dead_url = f"{standin_toolkit.refused_url()}/stable"
+    dead_url = f"{standin_toolkit.refused_url('https')}/stable"
     unreachable = node.deploy(
         data={**TOOLKIT_ONLY, **toolkit_repo.data(), "nvidia_toolkit_gpgkey_url": f"{dead_url}/gpgkey"},
         json_output=False,
@@ -83,7 +83,9 @@ def test_standin_toolkit_unreachable_then_wrong_key_then_right_key_converges_pin
     assert installed(node) == {}
     assert not node.exists(APT_SOURCE) and not node.exists(APT_KEYRING), "a failed fetch leaves no source behind"
 
-    wrong_key = node.deploy(data={**TOOLKIT_ONLY, **toolkit_repo.data(wrong_key=True)}, json_output=False)
+    # a key that did not sign the repository, pinned: apt's own check refuses the repository
+    also_pinned = {"nvidia_toolkit_gpgkey_fingerprint": f"{toolkit_repo.key.fingerprint},{toolkit_repo.other_key.fingerprint}"}
+    wrong_key = node.deploy(data={**TOOLKIT_ONLY, **toolkit_repo.data(wrong_key=True), **also_pinned}, json_output=False)
     assert wrong_key.returncode != 0
     assert "NO_PUBKEY" in wrong_key.output or "not signed" in wrong_key.output, wrong_key.explain()
     assert toolkit_repo.url in wrong_key.output

@@ -14,16 +14,16 @@ import pytest
 from family_images import ROCKY9_DNF, family_node
 from family_zypper import LEAP156_ZYPPER
 from harness import ensure_docker
-from standin_toolkit import refused_url
+from standin_toolkit import refused_url, unfetched_keys
 
 REPOSITORY = "[mirror]\nname=mirror\nbaseurl={url}/repo\nenabled=1\nautorefresh=1\ngpgcheck=0\n"
 
 
 @pytest.mark.parametrize("image, folder, reason, settings", [
     (ROCKY9_DNF, "/etc/yum.repos.d", "Cannot download repomd.xml",
-     lambda url: {"nvidia_driver_branch": "550", "nvidia_cuda_repo_url": url}),
+     lambda url: {"nvidia_driver_branch": "550", "nvidia_cuda_repo_url": url, **unfetched_keys()}),
     (LEAP156_ZYPPER, "/etc/zypp/repos.d", "Couldn't connect to server",
-     lambda url: {"nvidia_driver_repo_url": url, "nvidia_cuda_repo_url": url}),
+     lambda url: {"nvidia_driver_repo_url": url, "nvidia_cuda_repo_url": url, **unfetched_keys()}),
 ], ids=["dnf", "zypper"])
 def test_the_driver_stages_preflight_names_a_repository_the_manager_cannot_read_and_why(image, folder, reason, settings):
     ensure_docker()

@@ -6,8 +6,8 @@ them (``lab/nvml_mock.py``: its library as each node's driver root, a100 profile
 
 Usage::
 
-    with toolkit_repo.serve(...) as url:
-        cluster = LabCluster(image, toolkit_data=toolkit_repo.deploy_data(url)).start()
+    with toolkit_repo.served(root) as repo:
+        cluster = LabCluster(image, toolkit_data=repo.data()).start()
         try:
             cluster.pyinfra("deploy/k8s_gpu.py", {"gpu_sharing": "time-slicing"})
         finally:

@@ -16,11 +16,11 @@ from pathlib import Path
 import debian_archive
 import pytest
 from corpus import corpus_file, read_text
-from plan import DEFAULT, run_plan, settings_for
+from plan import DEFAULT, SITE_DRIVER_KEY, run_plan, settings_for
 
 from deploy.distros import FAMILIES, UnsupportedPlatform, detect_platform
 from deploy.tasks.docker import docker_runtime
-from deploy.tasks.driver import driver_plan
+from deploy.tasks.driver import DriverPlanError, driver_plan
 from deploy.tasks.toolkit import APT_KEYRING, APT_SOURCE, apt_source_text, rpm_repo_text, toolkit
 
 
@@ -113,12 +113,18 @@ def repository_sections(text: str) -> dict[str, dict[str, str]]:
 @pytest.mark.parametrize("fixture", ["rocky-9", "fedora-40", "amzn-2023", "opensuse-leap-15.5", "sles-15.5"])
 def test_rpm_toolkit_repository_is_nvidias_published_stable_repository(fixture):
     """NVIDIA's own repository file (from the real-world corpus, GPU_NODE_CORPUS), which its install
-    guide puts in /etc/yum.repos.d/ (zypper: /etc/zypp/repos.d/ through `zypper ar`)."""
+    guide puts in /etc/yum.repos.d/ (zypper: /etc/zypp/repos.d/ through `zypper ar`), but for its
+    gpgkey: ours names the checked copy of the key at that URL (its fingerprint pinned), never the URL."""
     published = repository_sections(read_text(corpus_file("nvidia-container-toolkit/nvidia-container-toolkit.repo")))
     published = published["nvidia-container-toolkit"]
     platform = platform_of(fixture)
-    ours = repository_sections(rpm_repo_text(settings_for(), platform))["nvidia-container-toolkit"]
-    assert {key: ours.get(key) for key in published} == published
+    text = rpm_repo_text(settings_for(), platform)
+    ours = repository_sections(text)["nvidia-container-toolkit"]
+    assert {key: ours.get(key) for key in published if key != "gpgkey"} == {
+        key: value for key, value in published.items() if key != "gpgkey"}
+    key_file = platform.family.package_manager.key_file.format(name="nvidia-container-toolkit")
+    assert ours["gpgkey"] == f"file://{key_file}"
+    assert f"# signing key: {published['gpgkey']} (" in text
     folder = {"dnf": "/etc/yum.repos.d", "zypper": "/etc/zypp/repos.d"}[platform.family.package_manager.name]
     plan = run_plan(toolkit, settings_for(), platform, unstated=DEFAULT)  # a node with nothing of it yet
     assert plan.ran(f"{folder}/nvidia-container-toolkit.repo"), plan.commands
@@ -149,6 +155,8 @@ DRIVER_REPOSITORIES = {
     ("sles-15.5", "x86_64"): ("nvidia-sles", "https://download.nvidia.com/suse/sle15sp5",
                               "https://download.nvidia.com/suse/sle15sp5/repodata/repomd.xml.key"),
 }
+# NVIDIA's CUDA repository keys, 3bf863cc and D42D0685, as NVIDIA prints them (cuda-repo-management's SIGNATURES.md)
+NVIDIA_CUDA_KEYS = ("EB693B3035CD5710E231E123A4B469963BF863CC", "610C7B14E068A878070DA4E99CD0A493D42D0685")
 CUDA_REPOSITORIES = {
     "opensuse-leap-15.5": f"{CUDA}/opensuse15/x86_64",
     "sles-15.5": f"{CUDA}/sles15/x86_64",
@@ -157,17 +165,42 @@ CUDA_REPOSITORIES = {
 
 @pytest.mark.parametrize(("fixture", "arch"), sorted(DRIVER_REPOSITORIES))
 def test_driver_repository_is_the_one_nvidias_install_guide_names(fixture, arch):
-    plan = driver_plan(settings_for(cuda_toolkit_install="true"), platform_of(fixture, arch), {"kernel": "6.4.0-150600.23.7-default"})
+    plan = driver_plan(settings_for(cuda_toolkit_install="true", **SITE_DRIVER_KEY), platform_of(fixture, arch),
+                       {"kernel": "6.4.0-150600.23.7-default"})
     name, baseurl, gpgkey = DRIVER_REPOSITORIES[(fixture, arch)]
-    assert plan.repository == {"name": name, "baseurl": baseurl, "gpgkey": gpgkey}
-    if fixture in CUDA_REPOSITORIES:
+    assert {key: plan.repository[key] for key in ("name", "baseurl", "gpgkey")} == {
+        "name": name, "baseurl": baseurl, "gpgkey": gpgkey}
+    suse = fixture in CUDA_REPOSITORIES
+    # NVIDIA's CUDA keys (D42D0685 on RPM families) pin the CUDA repository; the site's key the SUSE one
+    assert plan.repository["pin"].fingerprints == (
+        SITE_DRIVER_KEY["nvidia_driver_gpgkey_fingerprint"],) if suse else NVIDIA_CUDA_KEYS
+    if suse:
         assert plan.cuda_repository["baseurl"] == CUDA_REPOSITORIES[fixture]
         assert plan.cuda_repository["gpgkey"] == CUDA_REPOSITORIES[fixture] + "/D42D0685.pub"
+        assert plan.cuda_repository["pin"].fingerprints == NVIDIA_CUDA_KEYS
+
+
+def test_nvidias_suse_driver_repository_is_refused_until_its_key_is_pinned():
+    """NVIDIA publishes no fingerprint for its SUSE repository's key: nothing trusts it on first sight."""
+    with pytest.raises(DriverPlanError, match="nvidia_driver_gpgkey_fingerprint is unset: the key at "
+                                              "https://download.nvidia.com/opensuse/leap/15.5/repodata/repomd.xml.key"):
+        driver_plan(settings_for(), platform_of("opensuse-leap-15.5"), {"kernel": "6.4.0-150600.23.7-default"})
+
+
+def test_a_key_beside_an_http_mirror_is_refused_until_a_key_url_that_is_not_http_is_set():
+    mirror = {"nvidia_cuda_repo_url": "http://mirror.internal/cuda", "allow_insecure_repositories": "true"}
+    with pytest.raises(DriverPlanError, match="refusing to fetch the signing key http://mirror.internal/cuda/rhel9/"
+                                              "x86_64/D42D0685.pub over http.*set nvidia_cuda_gpgkey_url"):
+        driver_plan(settings_for(**mirror), platform_of("rocky-9"), {"kernel": "5.14.0-427.el9.x86_64"})
+    key_url = "https://mirror.internal/keys/cuda.asc"
+    plan = driver_plan(settings_for(**mirror, nvidia_cuda_gpgkey_url=key_url), platform_of("rocky-9"),
+                       {"kernel": "5.14.0-427.el9.x86_64"})
+    assert plan.repository["baseurl"] == "http://mirror.internal/cuda/rhel9/x86_64" and plan.repository["gpgkey"] == key_url
 
 
 def test_tumbleweed_takes_nvidias_tumbleweed_repository():
     platform = detect_platform(distribution("opensuse-tumbleweed", VERSION_ID="20240601"), "x86_64")
-    plan = driver_plan(settings_for(), platform, {"kernel": "6.9.3-1-default"})
+    plan = driver_plan(settings_for(**SITE_DRIVER_KEY), platform, {"kernel": "6.9.3-1-default"})
     assert plan.repository["baseurl"] == "https://download.nvidia.com/opensuse/tumbleweed"
 
 
@@ -186,7 +219,7 @@ DOCKER_INSTALLS = {
                     " -o DPkg::Lock::Timeout=120 --allow-change-held-packages --allow-downgrades docker.io",
     "fedora-40": "dnf install -y moby-engine",
     "amzn-2023": "dnf install -y docker",
-    "opensuse-leap-15.5": "zypper --non-interactive --gpg-auto-import-keys install -y docker",
+    "opensuse-leap-15.5": "zypper --non-interactive install -y docker",
     "arch": "pacman --noconfirm -Syu --needed docker",
 }
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from plan import DEFAULT, PCI_WITH_GPU, carrying, every, gpu_node, node_lines, run_deploy
+from plan import DEFAULT, PCI_WITH_GPU, SITE_DRIVER_KEY, carrying, every, gpu_node, node_lines, run_deploy
 from test_read_ahead import digest_lines
 
 from deploy.operations.files import digest_read as files_digest
@@ -289,9 +289,9 @@ def test_amazon_linux_2023_uses_the_amzn2023_repository_on_arm():
 
 def test_opensuse_leap_adds_nvidias_repository_and_locks_g06_packages():
     run = ok(run_deploy(node("opensuse-leap-15.5", host_state=node_lines("5.14.21-150500.55.39-default")),
-                      data={"nvidia_driver_version": "550.54.14"}))
+                      data={"nvidia_driver_version": "550.54.14", **SITE_DRIVER_KEY}))
     assert "NVIDIA driver | Add NVIDIA's repository nvidia-opensuse-leap" in run.op_names()
-    install = single(run.ran("--gpg-auto-import-keys install -y"))
+    install = single(run.ran("zypper --non-interactive install -y"))
     assert "nvidia-compute-utils-G06=550.54.14" in install and "nvidia-compute-G06=550.54.14" in install
     # the KMP pinned with the userspace (its offered edition is read after the refresh: not stated here)
     assert install.rstrip().endswith("nvidia-driver-G06-kmp-default=550.54.14")
@@ -415,7 +415,7 @@ def test_switching_flavour_replaces_the_module_package_in_the_same_transaction()
      [(every(RpmPackageStates), ["installed kmod-nvidia-open-dkms 550.90.07-1.el9",
                                  "lock kmod-nvidia-open-dkms-3:550.90.07-1.el9.*"])],
      "dnf versionlock delete kmod-nvidia-open-dkms"),
-    ("opensuse-leap-15.5", "5.14.21-150500.55.39-default", {}, "nvidia-open-driver-G06-signed-kmp-default",
+    ("opensuse-leap-15.5", "5.14.21-150500.55.39-default", SITE_DRIVER_KEY, "nvidia-open-driver-G06-signed-kmp-default",
      [(every(ZypperLocks), ["type: package", "match_type: glob", "case_sensitive: on",
                             "solvable_name: nvidia-open-driver-G06-signed-kmp-default"])],
      "zypper --non-interactive removelock nvidia-open-driver-G06-signed-kmp-default"),
@@ -486,7 +486,7 @@ def test_debian_tesla_branch_has_no_open_modules_and_says_so():
 @pytest.mark.parametrize("distro, kernel, data, expected", [
     ("ubuntu-22.04", "5.15.0-91-generic", {"nvidia_driver_branch": "550"}, "nvidia-headless-550-server-open nvidia-utils-550-server nvidia-dkms-550-server-open"),
     ("rocky-9", "5.14.0-362.8.1.el9_3.x86_64", {"nvidia_driver_branch": "550"}, "nvidia-driver nvidia-driver-cuda kmod-nvidia-open-dkms"),
-    ("opensuse-leap-15.5", "5.14.21-150500.55.39-default", {}, "nvidia-open-driver-G06-signed-kmp-default"),
+    ("opensuse-leap-15.5", "5.14.21-150500.55.39-default", SITE_DRIVER_KEY, "nvidia-open-driver-G06-signed-kmp-default"),
 ])
 def test_each_family_installs_its_open_module_packages(distro, kernel, data, expected):
     run = ok(run_deploy(node(distro, host_state=node_lines(kernel, pci=B200)), data=data))
@@ -524,7 +524,7 @@ def test_nvswitch_node_gets_fabric_manager_at_the_drivers_version_in_the_drivers
     run = ok(run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=NVSWITCH), facts=[
         *DEBIAN_FILES, (every(PackageVersions), BOOKWORM_OFFERS),
         (every(RepositoryPackageVersions), []),
-    ]), data={"nvidia_cuda_repo_url": "http://127.0.0.1:8080/repos", "allow_insecure_repositories": True}))
+    ]), data=NVSWITCH_DATA))
     assert "NVIDIA driver | Add NVIDIA's CUDA repository cuda-debian12-x86_64 (signed-by keyring)" in run.op_names()
     driver = single([c for c in install_lines(run, "apt-get") if "nvidia-driver" in c])
     assert "nvidia-fabricmanager-535=535.309.01-1" in driver and "libnvidia-nscq-535=535.309.01-1" in driver
@@ -537,7 +537,7 @@ def test_fabric_manager_without_the_drivers_version_is_refused_before_any_change
         *DEBIAN_FILES, (every(PackageVersions), offering(nvidia_driver="535.309.01-0+deb12u1", nvidia_smi="535.309.01-0+deb12u1",
                                                          nvidia_kernel_dkms="535.309.01-0+deb12u1")),
         (every(RepositoryPackageVersions), ["nvidia-fabricmanager-535 535.274.02-1", "libnvidia-nscq-535 535.274.02-1"]),
-    ]), data={"nvidia_cuda_repo_url": "http://127.0.0.1:8080/repos", "allow_insecure_repositories": True})
+    ]), data=NVSWITCH_DATA)
     assert "Fabric Manager" in run.refusal and "nvidia-fabricmanager-535 535.274.02" in run.refusal and "535.309.01" in run.refusal
     assert not run.ran("apt-get") and not run.starting("mkdir -p")
 
@@ -556,7 +556,7 @@ def test_fabric_manager_moves_the_driver_to_the_newest_version_both_have():
         *DEBIAN_FILES, (every(PackageVersions), offers),
         (every(RepositoryPackageVersions), ["nvidia-fabricmanager-535 535.274.02-1", "nvidia-fabricmanager-535 535.261.03-1",
                                             "libnvidia-nscq-535 535.274.02-1", "libnvidia-nscq-535 535.261.03-1"]),
-    ]), data={"nvidia_cuda_repo_url": "http://127.0.0.1:8080/repos", "allow_insecure_repositories": True}))
+    ]), data=NVSWITCH_DATA))
     driver = single([c for c in install_lines(run, "apt-get") if "nvidia-driver" in c])
     for name in ("nvidia-driver", "nvidia-smi", "nvidia-kernel-dkms", "nvidia-fabricmanager-535", "libnvidia-nscq-535"):
         assert f"{name}=535.261.03-1" in driver, driver
@@ -577,7 +577,9 @@ def offering_after_refresh(offers):
     return answer, {" update": update}
 
 
-NVSWITCH_DATA = {"nvidia_cuda_repo_url": "http://127.0.0.1:8080/repos", "allow_insecure_repositories": True}
+# A CUDA mirror over http: its key over https (a key is never fetched over http)
+NVSWITCH_DATA = {"nvidia_cuda_repo_url": "http://127.0.0.1:8080/repos",
+                 "nvidia_cuda_gpgkey_url": "https://127.0.0.1:8443/keys/cuda.asc", "allow_insecure_repositories": True}
 FABRIC_OFFERS = offering(nvidia_driver="535.309.01-0+deb12u1 535.261.03-1", nvidia_smi="535.309.01-0+deb12u1 535.261.03-1",
                          nvidia_kernel_dkms="535.309.01-0+deb12u1 535.261.03-1",
                          nvidia_fabricmanager_535="535.274.02-1 535.261.03-1 535.247.01-1",

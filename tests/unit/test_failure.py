@@ -13,11 +13,13 @@ from pyinfra.operations import server
 from pyinfra_cli.util import load_deploy_file
 
 from deploy.operations import failure
-from deploy.operations.download import source_read
+from deploy.facts.files import FileDigests
 from deploy.operations.files import digest_read
 from deploy.operations.packages import deb_states_read
+from deploy.settings import parse_settings
 from deploy.tasks.kernel import read_files
-from deploy.tasks.toolkit import APT_KEYRING, APT_SOURCE, TOOLKIT_PACKAGES
+from deploy.tasks.toolkit import TOOLKIT_PACKAGES
+from deploy.tasks.toolkit import reads as toolkit_reads
 
 
 @deploy("Refuse, then change")
@@ -90,8 +92,9 @@ def test_a_toolkit_pin_the_family_cannot_honour_is_refused_in_preflight_before_a
             "stages": "kernel,toolkit", "nvidia_toolkit_version": "1.17.8-1"}
     node = gpu_node("arch", host_state=node_lines("6.9.7-arch1-1", pkgbases=["linux"]), facts=[
         *[(digest_read(path), "absent") for path in read_files()],
-        # What preflight reads ahead for the toolkit's apt path: no such files, and no dpkg-query to ask.
-        (source_read(APT_SOURCE, APT_KEYRING), [f"@@file {APT_SOURCE}", "absent", f"@@file {APT_KEYRING}", "absent"]),
+        # What preflight reads ahead for the toolkit's repository: no such files, and no dpkg-query to ask.
+        *[(call, [line for path in call[1]["paths"] for line in (f"@@file {path}", "absent")])
+          for call in toolkit_reads(parse_settings({})) if call[0] is FileDigests],
         (deb_states_read(TOOLKIT_PACKAGES), []),
     ])
     inventory = Inventory(([("@fake/arch", data)], {}))

@@ -71,12 +71,19 @@ PLAIN = {
     "kubeconfig": "/etc/kubernetes/admin.conf", "manifests_inventory": "inventory.py", "manifests_kubernetes_version": "1.30",
     # not "/": a value read back as "/" would fold every path
     "nvidia_driver_root": "/run/nvidia/driver",
+    "nvidia_cuda_gpgkey_url": "https://mirror.example.internal/cuda.pub",
+    "nvidia_driver_gpgkey_url": "https://mirror.example.internal/suse.key",
+    "nvidia_toolkit_gpgkey_fingerprint": "C95B321B61E88C1809C4F759DDCAE044F796ECB0",
+    "nvidia_cuda_gpgkey_fingerprint": "EB693B3035CD5710E231E123A4B469963BF863CC",
+    "nvidia_driver_gpgkey_fingerprint": "C95B321B61E88C1809C4F759DDCAE044F796ECB0",
 }
 
 
 def takes_text(name: str) -> bool:
+    """Text, or a list read from text on the command line (kube_node_names, key fingerprints)."""
     annotation, _, _ = unwrap(SETTING_FIELDS[name].annotation)
-    return annotation is str or get_origin(annotation) is tuple and name == "kube_node_names"
+    return annotation is str or get_origin(annotation) is tuple and (name == "kube_node_names"
+                                                                      or name.endswith("_fingerprint"))
 
 
 TEXT_SETTINGS = sorted(name for name in SETTING_FIELDS if takes_text(name))
@@ -103,6 +110,9 @@ PLANS = {
     "nvidia_driver_version": ("node",), "nvidia_driver_branch": ("node",), "nvidia_toolkit_version": ("node",),
     "nvidia_toolkit_repo_url": ("node",), "nvidia_toolkit_gpgkey_url": ("node",), "nvidia_driver_repo_url": ("node",),
     "nvidia_cuda_repo_url": ("node",), "verify_image": ("node",),
+    "nvidia_cuda_gpgkey_url": ("node",), "nvidia_driver_gpgkey_url": ("node",),
+    "nvidia_toolkit_gpgkey_fingerprint": ("node",), "nvidia_cuda_gpgkey_fingerprint": ("node",),
+    "nvidia_driver_gpgkey_fingerprint": ("node",),
     "nvidia_driver_root": ("node", "cluster", "helm"),
     "kubeconfig": ("cluster", "helm", "gpushare"), "kube_node_names": ("cluster",),
     "device_plugin_version": ("cluster", "helm"), "smoke_test_image": ("cluster",),

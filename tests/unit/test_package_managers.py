@@ -23,7 +23,7 @@ from deploy.facts.packages import (DnfModuleStreams, MultiversionPackages, Packa
 from deploy.operations.packages import BUSY, ZYPP_LOCK, _rpm_version_matches, lock_bounded, lock_wait_script
 from deploy.tasks.toolkit import toolkit
 from test_toolkit_plan import platform
-from plan import DEFAULT, PCI_WITH_GPU, every, gpu_node, node_lines, run_deploy, run_plan, settings_for
+from plan import DEFAULT, PCI_WITH_GPU, SITE_DRIVER_KEY, every, gpu_node, node_lines, run_deploy, run_plan, settings_for
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "packages"
 KMP = "nvidia-driver-G06-kmp-default"
@@ -150,9 +150,9 @@ def test_leap_pins_the_kmp_at_the_drivers_version_as_zypper_offers_it():
     kmp_edition = next(version for version in offered[KMP] if version.startswith("550.54.15_k"))
     run = run_deploy(gpu_node("opensuse-leap-15.5", host_state=node_lines("5.14.21-150500.55.39-default"), facts=[
         ((PackageVersions, {"manager": "zypper", "packages": sorted([*USERSPACE, KMP]), "lock_timeout": 120}), search),
-    ], unstated=DEFAULT), data={"nvidia_driver_version": "550.54.15", "stages": "driver"})
+    ], unstated=DEFAULT), data={"nvidia_driver_version": "550.54.15", "stages": "driver", **SITE_DRIVER_KEY})
     assert run.error is None and not run.failed, run.refusal
-    (install,) = run.ran("--gpg-auto-import-keys install -y")
+    (install,) = run.ran("zypper --non-interactive install -y")
     assert f"{KMP}={kmp_edition}" in install.split()
     assert "nvidia-compute-G06=550.54.15-lp156.1.1" in install.split()
 
@@ -170,9 +170,9 @@ def test_leap_replaces_an_installed_kmp_in_the_pins_transaction_and_may_go_back_
         ((PackageVersions, {"manager": "zypper", "packages": sorted([*USERSPACE, KMP]), "lock_timeout": 120}), search),
         (every(RpmPackageStates), [f"installed {KMP} {newer}"]),
         ((MultiversionPackages, {}), [f"{KMP} {newer}"]),
-    ], unstated=DEFAULT), data={"nvidia_driver_version": "550.54.15", "stages": "driver"})
+    ], unstated=DEFAULT), data={"nvidia_driver_version": "550.54.15", "stages": "driver", **SITE_DRIVER_KEY})
     assert run.error is None and not run.failed, run.refusal
-    (install,) = run.ran("--gpg-auto-import-keys install -y")
+    (install,) = run.ran("zypper --non-interactive install -y")
     words = install.split()
     assert words[words.index("-y") + 1:words.index("-y") + 3] == ["--oldpackage", "--"], install
     assert f"-{KMP}={newer}" in words and f"{KMP}={kmp_edition}" in words, install
@@ -188,18 +188,29 @@ def test_the_toolkit_stage_runs_dnf_only_after_a_bounded_wait_for_its_locks():
     dnf_runs = [(index, command) for index, command in enumerate(plan.commands) if RUNS_DNF.search(command)]
     assert [command for _, command in dnf_runs if "dnf install -y" in command], plan.commands
     for index, command in dnf_runs:
-        waits_first = f"({wait};" in command and command.index(f"({wait};") < RUNS_DNF.search(command).start()
-        assert waits_first or wait in plan.commands[:index], command
+        first_dnf = RUNS_DNF.search(command).start()
+        assert f"({wait};" in command[:first_dnf + 1] or wait in plan.commands[:index], command
 
 
 def test_the_toolkit_stages_repository_check_waits_for_a_busy_manager():
     settings = settings_for()
     for distro_id, manager in (("rocky", DNF), ("opensuse-leap", ZYPPER)):
         plan = run_plan(toolkit, settings, platform(distro_id), unstated=DEFAULT)
-        candidate = manager.repository_file.format(name="nvidia-container-toolkit") + ".gpu-node-candidate"
-        (script,) = plan.matching(f'cp {candidate} "$tmp/candidate.repo"')
-        check = repository_check(manager, settings.apt_lock_timeout).format(candidate=candidate)
-        assert check in script and script.index(check) < script.index(f"mv -f {candidate}")
+        candidate = '"$stage/candidate.repo"'  # the repository file naming the checked key (download.py)
+        (check,) = plan.matching(f'cp {candidate} "$tmp/candidate.repo"')
+        assert repository_check(manager, settings.apt_lock_timeout).format(candidate=candidate) in check
+
+
+def test_no_key_is_imported_on_zyppers_say_so_only_the_checked_one_by_rpm():
+    """zypper's --gpg-auto-import-keys imports whatever key any repository of the node offers: the
+    check, refresh and install run without it; the repository's own key goes in through rpm --import
+    of its checked copy (deploy/operations/download.py)."""
+    plan = run_plan(toolkit, settings_for(nvidia_toolkit_version="1.17.8-1"), platform("opensuse-leap"),
+                    unstated=DEFAULT)
+    assert [command for command in plan.commands if "zypper" in command]
+    assert not plan.ran("auto-import"), plan.commands
+    (added,) = plan.matching("rpm --import")
+    assert added.index("for fingerprint in $served") < added.index('rpm --import "$stage/keyring.asc"')
 
 
 def test_dnfs_versionlocks_are_read_from_its_lock_list_as_versionlock_list_prints_them():

@@ -45,6 +45,8 @@ DOCUMENTED_DEFAULTS = {
     "nvidia_toolkit_version": None,
     "nvidia_toolkit_repo_url": "https://nvidia.github.io/libnvidia-container/stable",
     "nvidia_toolkit_gpgkey_url": "https://nvidia.github.io/libnvidia-container/gpgkey",
+    # NVIDIA's toolkit key (its key id f796ecb0), as gpg prints the key NVIDIA serves at that URL
+    "nvidia_toolkit_gpgkey_fingerprint": ("C95B321B61E88C1809C4F759DDCAE044F796ECB0",),
     "allow_insecure_repositories": False,
     "download_timeout": 30,
     "apt_lock_timeout": 120,
@@ -53,6 +55,13 @@ DOCUMENTED_DEFAULTS = {
     "fabric_manager_install": True,
     "nvidia_driver_repo_url": "https://download.nvidia.com",
     "nvidia_cuda_repo_url": "https://developer.download.nvidia.com/compute/cuda/repos",
+    "nvidia_cuda_gpgkey_url": None,
+    # NVIDIA's CUDA repository keys 3bf863cc (deb) and D42D0685 (rpm), as NVIDIA's
+    # cuda-repo-management SIGNATURES.md prints their primary-key fingerprints
+    "nvidia_cuda_gpgkey_fingerprint": ("EB693B3035CD5710E231E123A4B469963BF863CC",
+                                       "610C7B14E068A878070DA4E99CD0A493D42D0685"),
+    "nvidia_driver_gpgkey_url": None,
+    "nvidia_driver_gpgkey_fingerprint": (),  # NVIDIA publishes none for its SUSE driver repository
     "kernel_modules_load": True,
     "reboot_allowed": False,
     "require_gpu": False,
@@ -204,8 +213,20 @@ def test_normalised_forms():
          "allow_insecure_repositories=true), with no whitespace, quotes, backslashes, backticks or $ ; | & < > # "
          "(percent-encode them)"),
         ({"nvidia_toolkit_gpgkey_url": "http://mirror/key"},
-         "invalid setting nvidia_toolkit_gpgkey_url='http://mirror/key': allowed: an https:// URL "
-         "(set allow_insecure_repositories=true for an http:// or file:// mirror)"),
+         "invalid setting nvidia_toolkit_gpgkey_url='http://mirror/key': allowed: an https:// URL, or with "
+         "allow_insecure_repositories=true a file:// path on the node (a key is never fetched over http://)"),
+        ({"nvidia_cuda_gpgkey_url": "http://mirror/key", "allow_insecure_repositories": "true"},
+         "invalid setting nvidia_cuda_gpgkey_url='http://mirror/key': allowed: an https:// URL, or with "
+         "allow_insecure_repositories=true a file:// path on the node (a key is never fetched over http://)"),
+        ({"nvidia_driver_gpgkey_url": "file:///etc/nvidia.asc"},
+         "invalid setting nvidia_driver_gpgkey_url='file:///etc/nvidia.asc': allowed: an https:// URL, or with "
+         "allow_insecure_repositories=true a file:// path on the node (a key is never fetched over http://)"),
+        ({"nvidia_toolkit_gpgkey_fingerprint": "C95B321B61E88C1809C4F759DDCAE044F796ECB"},
+         "invalid setting nvidia_toolkit_gpgkey_fingerprint='C95B321B61E88C1809C4F759DDCAE044F796ECB': allowed: "
+         "OpenPGP key fingerprints (40 hex digits each, spaces allowed), comma-separated"),
+        ({"nvidia_cuda_gpgkey_fingerprint": ""},
+         "invalid setting nvidia_cuda_gpgkey_fingerprint='': allowed: "
+         "OpenPGP key fingerprints (40 hex digits each, spaces allowed), comma-separated"),
         ({"gpushare_inspect_source": "relative/file"},
          "invalid setting gpushare_inspect_source='relative/file': allowed: an https:// URL or an absolute path "
          "to a file on the controller"),
@@ -233,6 +254,21 @@ def test_of_several_bad_values_one_is_named_in_one_line():
         parse_settings({"systemd_cgroup": "maybe", "drain_timeout": "1", "gpu_sharing": "x"})
     assert "\n" not in str(raised.value)
     assert str(raised.value).startswith("invalid setting systemd_cgroup='maybe': allowed: ")
+
+
+def test_fingerprints_are_read_as_gpg_prints_them_spaces_folded_out_and_upper_case():
+    spaced = "c95b 321b 61e8 8c18 09c4  f759 ddca e044 f796 ecb0"
+    assert parse_settings({"nvidia_toolkit_gpgkey_fingerprint": spaced}).nvidia_toolkit_gpgkey_fingerprint == (
+        "C95B321B61E88C1809C4F759DDCAE044F796ECB0",)
+    two = parse_settings({"nvidia_driver_gpgkey_fingerprint": f"{'a' * 40}, {'B' * 40},{'a' * 40}"})
+    assert two.nvidia_driver_gpgkey_fingerprint == ("A" * 40, "B" * 40)
+
+
+def test_a_key_is_never_fetched_over_http_even_where_repositories_may_be():
+    data = {"nvidia_toolkit_repo_url": "http://mirror.internal/stable", "allow_insecure_repositories": "true"}
+    assert parse_settings({**data, "nvidia_toolkit_gpgkey_url": "file:///etc/mirror.asc"}).nvidia_toolkit_gpgkey_url
+    with pytest.raises(SettingsError, match="nvidia_toolkit_gpgkey_url='http://mirror.internal/gpgkey'.*never"):
+        parse_settings({**data, "nvidia_toolkit_gpgkey_url": "http://mirror.internal/gpgkey"})
 
 
 def test_plain_http_repository_needs_an_explicit_opt_in():

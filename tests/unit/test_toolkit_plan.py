@@ -99,7 +99,9 @@ def test_rpm_repo_file_checks_the_repository_signature():
     text = rpm_repo_text(settings_for(), platform("rocky"))
     assert "baseurl=https://nvidia.github.io/libnvidia-container/stable/rpm/$basearch" in text
     assert "repo_gpgcheck=1" in text
-    assert "gpgkey=https://nvidia.github.io/libnvidia-container/gpgkey" in text
+    # dnf reads the checked copy of NVIDIA's key, never the URL (which dnf -y would import unchecked)
+    assert "gpgkey=file:///etc/pki/rpm-gpg/gpu-node-nvidia-container-toolkit.asc" in text
+    assert "# signing key: https://nvidia.github.io/libnvidia-container/gpgkey (C95B321B61E88C1809C4F759DDCAE044F796ECB0)" in text
     # NVIDIA's install guide: curl ... | sudo tee /etc/yum.repos.d/nvidia-container-toolkit.repo
     plan = run_plan(toolkit, settings_for(), platform("rocky"), unstated=DEFAULT)
     assert plan.ran("/etc/yum.repos.d/nvidia-container-toolkit.repo"), plan.commands
@@ -215,6 +217,20 @@ def test_dnf_checks_the_repository_file_before_it_goes_where_dnf_reads_it():
     """A repository dnf refuses must not stay in /etc/yum.repos.d: every later dnf command would fail
     on it (found by the Rocky 9 node, tests/e2e/test_family_dnf.py)."""
     plan = run_plan(toolkit, settings_for(nvidia_toolkit_version="1.17.8-1"), platform("rocky"), unstated=DEFAULT)
-    (script,) = plan.matching("makecache")
-    assert script.index("makecache") < script.index("mv -f /etc/yum.repos.d/nvidia-container-toolkit.repo")
-    assert "--setopt=reposdir=" in script and "|| { rm -f" in script
+    (check,) = plan.matching("makecache")
+    (swap,) = plan.matching("mv -f /etc/yum.repos.d/nvidia-container-toolkit.repo")
+    assert plan.commands.index(check) < plan.commands.index(swap)
+    assert "--setopt=reposdir=" in check and 'if ! (' in check and "xargs -r rpm -e; exit 1; fi" in check
+
+
+def test_a_changed_pin_checks_the_key_again():
+    """A mirror's new key (or NVIDIA's rotated one) is pinned: the key in place was checked against the
+    old pin, so the source changes and the key is fetched and checked again."""
+    from deploy.tasks.toolkit import apt_source_text
+
+    new = settings_for(nvidia_toolkit_gpgkey_fingerprint="A4442DBE68F1FC72DB2D6DED445CA3AC12D6B699")
+    plan = run_plan(toolkit, new, platform("debian"),
+                    facts=_source_and_key_present(new, source_text=apt_source_text(settings_for(), platform("debian"))),
+                    unstated=DEFAULT)
+    (fetch,) = plan.matching("download-file")
+    assert 'case " A4442DBE68F1FC72DB2D6DED445CA3AC12D6B699 " in' in fetch
