@@ -639,3 +639,19 @@ def test_a_dkms_build_failure_is_one_line_naming_the_kernel_the_log_and_the_unco
         "dpkg left nvidia-driver, nvidia-open-kernel-dkms unconfigured")
     other = ["Reading package lists...", "E: Unable to locate package nvidia-driver"]
     assert install_failure(other) == "apt-get install of the NVIDIA driver failed: E: Unable to locate package nvidia-driver"
+
+
+def test_the_long_steps_say_what_they_do_when_the_run_reaches_them(caplog):
+    """The driver's install (a DKMS build: minutes) announces itself at its turn, not while planning."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="pyinfra")
+    run = ok(run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU), facts=[
+        *DEBIAN_FILES, (every(PackagesAvailable), carrying("linux-headers-6.1.0-18-amd64")),
+    ])))
+    said = [record.getMessage() for record in caplog.records]
+    (line,) = [text for text in said if "installing the NVIDIA driver with apt" in text]
+    assert "typically 2 to 10 minutes" in line and "/var/lib/dkms/.../make.log" in line
+    # said once the run was executing, right before the install's own output
+    assert said.index(line) > next(index for index, text in enumerate(said) if "Starting operation" in text)
+    assert run.ran("apt-get")
