@@ -166,6 +166,15 @@ class DeployResult:
             return [name for name, _, failed in self._text_results() if failed]
         return [op["name"] for op in self.results()["operations"] if op["error"]]
 
+    @property
+    def run_output(self) -> str:
+        """The run itself: the fleet report after it repeats each host's failure line."""
+        return self.output.partition("--> Fleet report")[0]
+
+    def run_lines(self, text: str) -> list[str]:
+        """The lines of the run itself naming ``text``."""
+        return [line for line in self.run_output.splitlines() if text in line]
+
     def explain(self) -> str:
         return f"$ {shlex.join(self.args)}\nexit {self.returncode}\n{self.stderr[-6000:]}"
 

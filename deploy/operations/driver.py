@@ -386,8 +386,10 @@ def install_driver(manager: PackageManager, packages: dict, remove: list, state_
             yield StringCommand(lock_wait_script(manager.name, lock_timeout))
             yield StringCommand(*REMOVE_COMMANDS[manager.name], *[QuoteString(name) for name in gone])
             yield from releases
-        yield announcing(driver_install_message(manager.name, packages))
-        yield from manager.install._inner(packages=packages, hold=True, lock_timeout=lock_timeout)
+        commands = list(manager.install._inner(packages=packages, hold=True, lock_timeout=lock_timeout))
+        if commands:
+            yield announcing(driver_install_message(manager.name, packages))
+        yield from commands
         return
     states = read(host, deb_states_read(state_names))
     needed = [name for name, version in packages.items()

@@ -148,7 +148,7 @@ def test_standin_key_url_serving_another_valid_key_that_signed_the_repository_is
         before = apt_and_dpkg(node)
         refused = node.deploy(data=impostor, json_output=False)
         assert refused.returncode != 0, refused.explain()
-        assert len([line for line in refused.output.splitlines() if refusal in line]) == 1, refused.explain()
+        assert len(refused.run_lines(refusal)) == 1, refused.explain()
         assert "apt could not" not in refused.output and "Traceback" not in refused.output, refused.explain()
         assert apt_and_dpkg(node) == before
         plain_update = node.sh("apt-get update -q --error-on=any", check=False)
