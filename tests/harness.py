@@ -143,7 +143,10 @@ class DeployResult:
         return json.loads(self.stdout)["results"]
 
     def _text_results(self) -> list[tuple[str, int, int]]:
-        """(operation, hosts changed, hosts failed) from the "--> Results:" table a run without --json prints."""
+        """(operation, hosts changed, hosts failed) from the "--> Results:" table a run without --json
+        prints; a run that printed none did not execute, and is no answer (no change would pass it)."""
+        if "--> Results:" not in self.output:
+            raise AssertionError(f"pyinfra printed no results table: the run did not execute\n{self.explain()}")
         _, _, table = self.output.rpartition("--> Results:")
         rows = []
         for line in table.splitlines()[2:]:
