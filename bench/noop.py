@@ -94,7 +94,12 @@ def main() -> int:
             floor = [sys.executable, "-m", "pyinfra", "-y", node.target, "exec", "--", "true"]
             first = timed(deploy)
             if first[2] != 0:
-                print(f"provisioning failed (exit {first[2]}): run {' '.join(deploy)}", file=sys.stderr)
+                # once more, its output kept: what failed, in the deploy's own lines
+                again = subprocess.run(deploy, cwd=REPO, env=RUN_ENV, capture_output=True, text=True)
+                lines = [line.strip() for line in (again.stdout + again.stderr).splitlines() if "gpu-node:" in line
+                         or "rror" in line]
+                print(f"provisioning failed (exit {first[2]}, then {again.returncode}): {' '.join(deploy)}\n"
+                      + "\n".join(lines[-10:]), file=sys.stderr)
                 return 1
             timed(deploy)  # warm-up: the no-op itself, once
             pairs = []
