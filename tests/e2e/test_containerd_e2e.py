@@ -167,7 +167,7 @@ def test_unparsable_config_is_left_byte_for_byte_and_a_rejected_restart_rolls_ba
 
     result = node.deploy(data=RUNTIMES_ONLY, json_output=False)
     assert result.returncode != 0
-    error = [line for line in result.output.splitlines() if "is not valid TOML" in line]
+    error = [line for line in result.run_output.splitlines() if "is not valid TOML" in line]
     assert error and CONFIG in error[0] and re.search(r"line \d+ col \d+", error[0]), result.explain()
     assert {"file": node.stat(CONFIG), "service": node.service("containerd")} == before
     assert node.is_active("containerd")

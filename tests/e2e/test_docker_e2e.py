@@ -88,7 +88,7 @@ def test_containerd_and_docker_wired_on_one_node_keep_site_keys_run_through_the_
     untouched = {"file": node.stat(DAEMON_JSON), "docker": node.service("docker")}
     broken = node.deploy(data=data, json_output=False)
     assert broken.returncode != 0
-    error = [line for line in broken.output.splitlines() if "is not valid JSON" in line]
+    error = [line for line in broken.run_output.splitlines() if "is not valid JSON" in line]
     assert error and DAEMON_JSON in error[0] and re.search(r"line 4 column 1", error[0]), broken.explain()
     assert {"file": node.stat(DAEMON_JSON), "docker": node.service("docker")} == untouched
     assert node.is_active("docker")
@@ -97,7 +97,7 @@ def test_containerd_and_docker_wired_on_one_node_keep_site_keys_run_through_the_
 def test_docker_wired_but_not_installed_stops_with_what_to_do(node):
     result = node.deploy(data={"stages": "runtimes", "container_runtimes": "docker"}, json_output=False)
     assert result.returncode != 0
-    message = [line for line in result.output.splitlines() if "Docker is not installed" in line]
+    message = [line for line in result.run_output.splitlines() if "Docker is not installed" in line]
     assert message and "docker_install=true" in message[0] and "docker.io" in message[0], result.explain()
     assert not node.exists(DAEMON_JSON)
 
@@ -120,7 +120,7 @@ def install_docker_io_with_drop_in(node, drop_in: str | None, daemon_json: dict)
 
 
 def gpu_node_messages(result) -> list[str]:
-    return [line for line in result.output.splitlines() if "gpu-node:" in line]
+    return [line for line in result.run_output.splitlines() if "gpu-node:" in line]
 
 
 def test_a_drop_ins_systemd_cgroup_flag_is_left_to_the_flag_dockerd_starts_with_nvidia_and_rerun_unchanged(

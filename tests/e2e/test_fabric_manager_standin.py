@@ -110,7 +110,7 @@ def test_driver_version_without_matching_fabric_manager_is_refused_before_any_ch
         result = node.deploy(data={**STAGES, **DRIVER_PIN, **repo.data()}, json_output=False)
     assert result.returncode != 0
     assert "Traceback" not in result.output
-    lines = {line.strip() for line in result.output.splitlines() if "gpu-node:" in line and "Fabric Manager" in line}
+    lines = {line.strip() for line in result.run_output.splitlines() if "gpu-node:" in line and "Fabric Manager" in line}
     assert len(lines) == 1, result.output[-4000:]
     line = lines.pop()
     # names the driver's version and what the repository does offer: it was read, and did not match

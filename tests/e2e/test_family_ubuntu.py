@@ -252,7 +252,7 @@ def test_ubuntu_apt_standin_toolkit_repository_whose_signature_does_not_verify_i
         refused = node.deploy(data=settings_data(toolkit_repo, driver_version=pinned(archive), branch=BRANCH, stages="toolkit", toolkit_base=base),
                               json_output=False)
         assert refused.returncode != 0, refused.explain()
-        assert len(refusal_lines(refused.output, "BADSIG")) == 1, refused.output[-4000:]
+        assert len(refusal_lines(refused.run_output, "BADSIG")) == 1, refused.output[-4000:]
         assert "Traceback" not in refused.output
         assert installed(node, TOOLKIT_PACKAGES) == {}
         assert node.sh("apt-get update -q --error-on=any", check=False).returncode == 0
@@ -289,6 +289,6 @@ def test_ubuntu_apt_standin_archive_whose_signature_does_not_verify_is_refused_w
     naming the bad signature (as the toolkit's repository refusal does)."""
     node, refused = archive_refused
     assert refused.returncode != 0, refused.explain()
-    said = refusal_lines(refused.output, "gpu-node:")
+    said = refusal_lines(refused.run_output, "gpu-node:")
     assert len(said) == 1 and ("BADSIG" in said[0] or "is not signed" in said[0]), refused.output[-4000:]
-    assert len(refusal_lines(refused.output, "BADSIG")) == 1, refused.output[-4000:]
+    assert len(refusal_lines(refused.run_output, "BADSIG")) == 1, refused.output[-4000:]

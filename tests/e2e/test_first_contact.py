@@ -22,7 +22,7 @@ def test_a_container_without_systemd_as_pid_1_is_refused_in_one_line_before_any_
         before = node.sh(ETC_DIGESTS).stdout
         result = node.deploy(json_output=False)
         assert result.returncode != 0
-        lines = [line.strip() for line in result.output.splitlines() if "gpu-node:" in line or "Traceback" in line
+        lines = [line.strip() for line in result.run_output.splitlines() if "gpu-node:" in line or "Traceback" in line
                  or "could not load fact" in line]
         assert lines == [f"[{node.target}] gpu-node: systemd is not running as PID 1 (PID 1 is sleep): gpu-node "
                          "enables and restarts services through systemd; run it on a host booted with systemd"], \

@@ -99,7 +99,7 @@ def test_fleet_report_on_three_nodes_one_converged_one_changed_one_failed(start_
     assert third.returncode != 0, third.explain()
     assert broken.stat(CONTAINERD_CONFIG) == poisoned, "a file the tool cannot read is left byte for byte"
     assert "Traceback" not in third.output, third.explain()
-    [line] = [line for line in third.output.splitlines() if "gpu-node: " in line]
+    [line] = [line for line in third.run_output.splitlines() if "gpu-node: " in line]
     assert broken.target in line and CONTAINERD_CONFIG in line, line
     assert "nests values deeper than gpu-node reads (64 levels)" in line, line
     report = json.loads(report_path.read_text())

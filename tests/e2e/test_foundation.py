@@ -97,5 +97,5 @@ def test_a_first_runs_diff_names_every_file_the_run_then_writes(node):
                if path not in named and not any(path.startswith(f"{file}.gpu-node-backup-") for file in named)]
     assert unnamed == [], (unnamed, sorted(named))
     # the restart says so when the run reaches it, with its bound and where to look if it fails
-    assert ("gpu-node: installing the new /etc/containerd/config.toml and restarting containerd: it has 30 s "
+    assert ("installing the new /etc/containerd/config.toml and restarting containerd: it has 30 s "
             "(service_restart_timeout)") in result.output

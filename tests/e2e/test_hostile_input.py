@@ -74,7 +74,7 @@ def test_hostile_values_stop_the_run_naming_the_key_before_any_change(node, clea
     for key, value in HOSTILE:
         result = node.deploy(data={key: value, "stages": "kernel,driver,toolkit,runtimes"}, json_output=False)
         assert result.returncode != 0, result.explain()
-        errors = [line for line in result.output.splitlines() if f"invalid setting {key}=" in line]
+        errors = [line for line in result.run_output.splitlines() if f"invalid setting {key}=" in line]
         assert errors, f"{key}={value!r} was not refused by name:\n{result.explain()}"
         assert "allowed:" in errors[0]
         assert "Traceback" not in result.output

@@ -72,7 +72,7 @@ def test_open_flavour_on_bookworm_fails_in_one_line_and_switching_to_proprietary
     assert result.returncode != 0
     assert "Traceback" not in result.output
     kernel = headers_kernel(node)
-    lines = [line.strip() for line in result.output.splitlines() if "gpu-node:" in line and "DKMS" in line]
+    lines = [line.strip() for line in result.run_output.splitlines() if "gpu-node:" in line and "DKMS" in line]
     assert len(lines) == 1, result.output[-4000:]
     line = lines[0]
     assert f"DKMS could not build the NVIDIA kernel module for kernel {kernel}: see " in line, line

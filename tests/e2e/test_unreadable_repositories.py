@@ -35,7 +35,7 @@ def test_the_driver_stages_preflight_names_a_repository_the_manager_cannot_read_
         result = node.deploy(data={"stages": "driver", "allow_insecure_repositories": "true", **settings(url)},
                              json_output=False, extra_args=["--dry"])
         manager = "dnf" if image is ROCKY9_DNF else "zypper"
-        warnings = [line for line in result.output.splitlines() if f"{manager} cannot read repository 'mirror'" in line]
+        warnings = [line for line in result.run_output.splitlines() if f"{manager} cannot read repository 'mirror'" in line]
         assert len(warnings) == 1, result.explain()
         assert reason in warnings[0] and "an install would stop at it" in warnings[0], warnings[0]
         assert "Traceback" not in result.output

@@ -251,7 +251,7 @@ class Run:
         return record
 
     def fail_lines(self) -> list[tuple[str, str]]:
-        return [(match[1], match[2]) for line in self.result.output.splitlines() if (match := FAIL_LINE.search(line))]
+        return [(match[1], match[2]) for line in self.result.run_output.splitlines() if (match := FAIL_LINE.search(line))]
 
 
 @dataclass
