@@ -183,7 +183,7 @@ def mask_json(text: str) -> str:
     return mask_text("".join(out))
 
 
-MASKERS: dict[str, Callable[[str], str]] = {"toml": mask_toml, "json": mask_json}
+MASKERS: dict[str, Callable[[str], str]] = {"toml": mask_toml, "json": mask_json, "text": mask_text}
 
 
 def masked_diff_lines(current: str | None, desired: str, kind: str) -> list[str]:
@@ -204,6 +204,10 @@ def log_masked_diff(host, path: str, current: str | None, desired: str, kind: st
     from pyinfra.api.output import format_text
 
     verb = "create" if current is None else "modify"
+    if "\0" in desired:  # not text: what changes, without its bytes
+        host.log(f"Will {verb} {format_text(path, bold=True)} ({len(desired.encode('utf-8', 'surrogateescape'))} "
+                 "bytes, not text)", logger.info)
+        return
     try:
         lines = masked_diff_lines(current, desired, kind)
     except Exception:  # a text the masker cannot read: show nothing rather than a secret
@@ -214,3 +218,14 @@ def log_masked_diff(host, path: str, current: str | None, desired: str, kind: st
     for line in lines:
         logger.info("  %s", line)
     logger.info("")
+
+
+def log_file_note(host, path: str, what: str) -> None:
+    """With pyinfra's ``--diff``: one line for a file a run writes whose text it cannot show before
+    the run (a key fetched while it runs, a marker)."""
+    if not host.state.config.DIFF:
+        return
+    from pyinfra import logger
+    from pyinfra.api.output import format_text
+
+    host.log(f"Will write {format_text(path, bold=True)}: {mask_text(what)}", logger.info)

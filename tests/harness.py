@@ -143,7 +143,10 @@ class DeployResult:
         return json.loads(self.stdout)["results"]
 
     def _text_results(self) -> list[tuple[str, int, int]]:
-        """(operation, hosts changed, hosts failed) from the "--> Results:" table a run without --json prints."""
+        """(operation, hosts changed, hosts failed) from the "--> Results:" table a run without --json
+        prints; a run that printed none did not execute, and is no answer (no change would pass it)."""
+        if "--> Results:" not in self.output:
+            raise AssertionError(f"pyinfra printed no results table: the run did not execute\n{self.explain()}")
         _, _, table = self.output.rpartition("--> Results:")
         rows = []
         for line in table.splitlines()[2:]:
@@ -165,6 +168,15 @@ class DeployResult:
         if not self.stdout.lstrip().startswith("{"):
             return [name for name, _, failed in self._text_results() if failed]
         return [op["name"] for op in self.results()["operations"] if op["error"]]
+
+    @property
+    def run_output(self) -> str:
+        """The run itself: the fleet report after it repeats each host's failure line."""
+        return self.output.partition("--> Fleet report")[0]
+
+    def run_lines(self, text: str) -> list[str]:
+        """The lines of the run itself naming ``text``."""
+        return [line for line in self.run_output.splitlines() if text in line]
 
     def explain(self) -> str:
         return f"$ {shlex.join(self.args)}\nexit {self.returncode}\n{self.stderr[-6000:]}"

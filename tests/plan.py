@@ -438,16 +438,17 @@ def uploaded_bytes(filename_or_io) -> bytes:
 def run_pyinfra(inventory: Inventory, prepare: Callable[[State], None], execute: bool = True,
                 failures: list[str] | None = None, nodes: Mapping[str, Node] | None = None,
                 timeline: list[tuple[str, str]] | None = None,
-                uploads: dict[int, bytes] | None = None) -> tuple[State, Exception | None]:
+                uploads: dict[int, bytes] | None = None, diff: bool = False) -> tuple[State, Exception | None]:
     """
     Connect ``inventory`` (its hosts answering as ``nodes`` states them, by host name), ``prepare(state)``
     (load a deploy file or add a @deploy), then run the operations unless ``execute`` is false, as the
     CLI does with ``-y`` or, under ``both_modes``, also in its default mode. A raised error is returned
     for the test to judge; the lines hosts failed with are appended to ``failures``, every command of
     every host to ``timeline`` (the bytes of each upload to ``uploads``). A fact read no node states fails the test.
+    ``diff``: as ``pyinfra --diff``.
     """
     state = State(check_for_changes=not _mode["yes"])
-    config = Config()
+    config = Config(DIFF=True) if diff else Config()
     error = None
     answering = _Answering(nodes or {}, timeline if timeline is not None else [],
                            uploads if uploads is not None else {})
@@ -545,7 +546,8 @@ QUICK = {"fake_delay": 0, "fake_delay_jitter": 0}
 
 
 def run_plan(task: Callable[..., Any], *args: Any, facts: Iterable[tuple[FactKey, Any]] = (),
-             commands: Mapping | None = None, unstated: str = FAIL, data: dict | None = None, **kwargs: Any) -> Plan:
+             commands: Mapping | None = None, unstated: str = FAIL, data: dict | None = None, diff: bool = False,
+             **kwargs: Any) -> Plan:
     """
     Prepare and execute ``task(*args, **kwargs)`` (a @deploy) on one @fake host stated by ``facts``,
     ``commands`` (and the candidate check's answer) and ``unstated`` (see ``Node``). An error the run
@@ -558,7 +560,7 @@ def run_plan(task: Callable[..., Any], *args: Any, facts: Iterable[tuple[FactKey
     timeline: list[tuple[str, str]] = []
     uploads: dict[int, bytes] = {}
     state, error = run_pyinfra(inventory, lambda state: add_deploy(state, task, *args, **kwargs), failures=failures,
-                             nodes={"@fake/node": node}, timeline=timeline, uploads=uploads)
+                             nodes={"@fake/node": node}, timeline=timeline, uploads=uploads, diff=diff)
     if error is not None and not (isinstance(error, PyinfraError) and "No hosts remaining" in str(error)):
         raise error
     return Plan(state=state, error=error, failures=failures, timeline=timeline, uploads=uploads)

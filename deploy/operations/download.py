@@ -24,12 +24,13 @@ from pyinfra import host
 from pyinfra.api import OperationValueError, QuoteString, StringCommand, operation
 from pyinfra.facts.files import Sha256File
 
-from .. import node_records
+from .. import node_records, redact
 from ..facts.combined import FactCall, read
-from ..facts.files import FileDigests
-from .failure import failing_command
-from .packages import apt_lock_option, apt_sources_changed
+from ..facts.files import FileDigests, FileText
 from ..settings import key_url_allowed
+from .failure import failing_command
+from .progress import announcing
+from .packages import apt_lock_option, apt_sources_changed
 
 APT_HELPER = "/usr/lib/apt/apt-helper"
 STAGED_SUFFIX = ".gpu-node-new"  # a verified file waiting for its rename into place
@@ -247,6 +248,22 @@ def key_refusal(key_url: str, fingerprints: tuple[str, ...], fingerprint_setting
     return None
 
 
+def fetch_message(repository: str, key_url: str, timeout: int) -> str:
+    """What a repository's first fetch says as it starts (a slow mirror makes it long)."""
+    return (f"adding the repository {repository}: its key from {key_url}, checked, then its lists; each download "
+            f"has {timeout} s (download_timeout), and a failure names the URL")
+
+
+def log_source_change(path: str, content: str, key_path: str, key_url: str, fingerprints: tuple[str, ...]) -> None:
+    """With --diff: the repository file's change, and the key it will name (fetched while the run goes)."""
+    if not host.state.config.DIFF:
+        return
+    current = host.get_fact(FileText, path=path)
+    redact.log_masked_diff(host, path, current, content, "text")
+    redact.log_file_note(host, key_path, f"the key {key_url} serves, once its fingerprint is one of "
+                                         f"{', '.join(fingerprints)}")
+
+
 @operation()
 def signed_apt_source(path: str, content: str, keyring: str, key_url: str, *, fingerprints: tuple[str, ...],
                       fingerprint_setting: str, lock_timeout: int, timeout: int, repository: str = ""):
@@ -269,6 +286,8 @@ def signed_apt_source(path: str, content: str, keyring: str, key_url: str, *, fi
             yield failing_command(refusal)
             return
         apt_sources_changed()
+        log_source_change(path, content, keyring, key_url, fingerprints)
+        yield announcing(fetch_message(repository or path, key_url, timeout))
         yield stage_verified_source(path, content, keyring, key_url, repository or path, timeout, lock_timeout,
                                     fingerprints, fingerprint_setting)
         yield record_files_command(keyring, path)
@@ -340,6 +359,8 @@ def signed_rpm_repository(path: str, content: str, key_path: str, key_url: str, 
         if refusal:
             yield failing_command(refusal)
             return
+        log_source_change(path, content, key_path, key_url, fingerprints)
+        yield announcing(fetch_message(path, key_url, timeout))
         yield stage_checked_rpm_repository(path, content, key_path, key_url, timeout, fingerprints,
                                            fingerprint_setting, check)
         yield record_files_command(key_path, path)

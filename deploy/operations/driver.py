@@ -18,8 +18,9 @@ from ..facts.base import NodeFact
 from ..facts.combined import known_fact, read
 from ..facts.nvidia import HostState, PackagesAvailable
 from ..facts.packages import PackageVersions
-from .. import node_records, node_text, probes
+from .. import node_records, node_text, probes, redact
 from .failure import fail_host, failing_command
+from .progress import announcing
 from .files import put_text
 from .packages import (apt_holds, apt_lock_option, apt_sources_changed, deb_states_read,
                        lock_wait_script, recorded_install, refresh_apt_lists, released_holds)
@@ -231,6 +232,7 @@ def mark_reboot_required(packages: list):
     if module_current(node):
         host.noop(f"nvidia module {node['loaded_version']} is loaded")
         return
+    redact.log_file_note(host, REBOOT_MARKER, f"the reboot marker, naming {', '.join(packages)} in {REBOOT_PACKAGES}")
     yield StringCommand(
         "echo", QuoteString("*** System restart required ***"), ">", REBOOT_MARKER, "&&",
         "printf", QuoteString("%s\\n"), *[QuoteString(name) for name in packages], ">>", REBOOT_PACKAGES,
@@ -357,6 +359,13 @@ def resolved_versions(resolve: dict, states: dict) -> dict[str, str | None]:
     return {**pins, **matching(fabric_names, offered, upstream, "Fabric Manager")}
 
 
+def driver_install_message(manager: str, packages: dict) -> str:
+    """What the driver's install says as it starts (it can take minutes)."""
+    return (f"installing the NVIDIA driver with {manager} ({', '.join(sorted(packages))}): its kernel module is "
+            "built for the running kernel (DKMS or the distribution's module package), typically 2 to 10 minutes; "
+            "a failed build is named with its log (/var/lib/dkms/.../make.log)")
+
+
 @operation()
 def install_driver(manager: PackageManager, packages: dict, remove: list, state_names: list, lock_timeout: int,
                    resolve: dict | None = None):
@@ -378,7 +387,10 @@ def install_driver(manager: PackageManager, packages: dict, remove: list, state_
             yield StringCommand(lock_wait_script(manager.name, lock_timeout))
             yield StringCommand(*REMOVE_COMMANDS[manager.name], *[QuoteString(name) for name in gone])
             yield from releases
-        yield from manager.install._inner(packages=packages, hold=True, lock_timeout=lock_timeout)
+        commands = list(manager.install._inner(packages=packages, hold=True, lock_timeout=lock_timeout))
+        if commands:
+            yield announcing(driver_install_message(manager.name, packages))
+        yield from commands
         return
     states = read(host, deb_states_read(state_names))
     needed = [name for name, version in packages.items()
@@ -404,6 +416,7 @@ def install_driver(manager: PackageManager, packages: dict, remove: list, state_
         command = StringCommand(APT_INSTALL, apt_lock_option(lock_timeout), "--allow-change-held-packages",
                                 "--allow-downgrades", *[QuoteString(word) for word in words + [f"{name}-" for name in gone]])
         leftovers = tuple(name for name in remove if name not in gone)
+        yield announcing(driver_install_message(manager.name, packages))
         yield from recorded_install("apt", [FunctionCommand(_install_naming_dkms_failures, (command, leftovers), {})])
     else:
         host.noop("driver packages are installed: " + ", ".join(f"{n} {states[n]['version']}" for n in sorted(packages)))

@@ -9,9 +9,9 @@ import shlex
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from .. import node_records
+from .. import node_records, node_text, redact
 from ..facts.combined import FactCall, read
-from ..facts.files import FileDigest
+from ..facts.files import FileDigest, FileText
 from .safe_install import CANDIDATE_SUFFIX, FLUSH_FUNCTION
 from .upload import Staging, Upload
 
@@ -96,6 +96,9 @@ def put_text(dest: str, content: str | bytes, mode: str = "644", owner: str = "r
     current = read(host, digest_read(dest))
     target = QuoteString(dest)
     if current is None or current["sha256"] != wanted:
+        if host.state.config.DIFF:  # the text it replaces: read for --diff alone
+            before = host.get_fact(FileText, path=dest) if current is not None else None
+            redact.log_masked_diff(host, dest, before, node_text.decode(data), "text")
         # Placed beside it (0600 root until its chmod) and renamed over it: an interrupted run never
         # leaves half a file, nor one others can read.
         staging = Staging.new(host, [Upload(dest + CANDIDATE_SUFFIX, data, live=dest)])

@@ -33,6 +33,7 @@ from pyinfra.api.command import PyinfraCommand
 
 from .. import node_records
 from ..facts.recovery import PENDING_RESTART_DIR
+from .progress import announcing
 from .upload import Staging, Upload
 from ..redact import shell_daemon_output_filter
 
@@ -336,12 +337,21 @@ def install_file(
         yield from before_restart
         # The same bytes again: the checked candidate was removed in case the drain failed.
         placed = yield from _staged_candidate(path, content)
+        yield announcing(restart_message(path, service, restart_timeout))
         yield StringCommand(install_script(path, None, service, restart_timeout, placed=placed,
                                            keep_backups=keep_backups, record=record))
         return
     placed = yield from _staged_candidate(path, content)
+    if service:
+        yield announcing(restart_message(path, service, restart_timeout))
     yield StringCommand(install_script(path, validator, service, restart_timeout, placed=placed,
                                        keep_backups=keep_backups, record=record))
+
+
+def restart_message(path: str, service: str, timeout: int) -> str:
+    """What a runtime's swap and restart says as it starts (its daemon has a bounded time to come back)."""
+    return (f"installing the new {path} and restarting {service}: it has {timeout} s (service_restart_timeout) "
+            f"to be active again, else the previous {path} goes back; a failure quotes journalctl -u {service}")
 
 @operation(is_idempotent=False)
 def restart_after_interruption(path: str, service: str, restart_timeout: int = 30,

@@ -84,9 +84,11 @@ def assert_wired(node, plugin: str, comments: list[str]) -> None:
     assert node.is_active("containerd")
 
 
-def test_containerd_16_config_v2_keeps_site_settings_runs_through_real_nvidia_runtime_and_reruns_unchanged(
+def test_containerd_16_config_v2_keeps_site_settings_runs_through_the_nvidia_runtime_and_reruns_unchanged(
     start_node, toolkit_repo
 ):
+    """The toolkit is tests/toolkit_repo.py's: the STAND-IN packages (test id standin-toolkit), NVIDIA's own debs
+    only with GPU_NODE_LAB (real-toolkit); containerd, Docker, runc and systemd are Debian's, real. No GPU."""
     node = start_node()
     seeded = (FIXTURES / "v2-comments-mirrors" / "input.toml").read_text()
     node.write(CONFIG, seeded)
@@ -116,9 +118,11 @@ def test_containerd_16_config_v2_keeps_site_settings_runs_through_real_nvidia_ru
     assert {"service": node.service("containerd"), "file": node.stat(CONFIG)} == before
 
 
-def test_containerd_21_missing_config_created_from_its_own_default_v3_and_runs_through_real_nvidia_runtime(
+def test_containerd_21_missing_config_created_from_its_own_default_v3_and_runs_through_the_nvidia_runtime(
     start_node, toolkit_repo
 ):
+    """The toolkit is tests/toolkit_repo.py's: the STAND-IN packages (test id standin-toolkit), NVIDIA's own debs
+    only with GPU_NODE_LAB (real-toolkit); containerd, Docker, runc and systemd are Debian's, real. No GPU."""
     node = start_node()
     copy_in(node, sid_containerd_deb(), "/tmp/containerd-sid.deb")
     node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq /tmp/containerd-sid.deb",

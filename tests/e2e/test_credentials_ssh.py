@@ -254,7 +254,7 @@ def test_a_run_killed_right_after_its_upload_leaves_the_secret_readable_by_no_on
 
 
 def one_line_naming(result: DeployResult, text: str) -> str:
-    lines = [line for line in result.output.splitlines() if text in line]
+    lines = result.run_lines(text)
     assert len(lines) == 1, (lines, result.explain())
     return lines[0]
 

@@ -34,9 +34,11 @@ def docker_info(node) -> dict:
     return json.loads(node.sh("docker info --format '{{json .}}'").stdout)
 
 
-def test_containerd_and_docker_wired_on_one_node_keep_site_keys_run_through_real_nvidia_runtime_and_rerun_unchanged(
+def test_containerd_and_docker_wired_on_one_node_keep_site_keys_run_through_the_nvidia_runtime_and_rerun_unchanged(
     start_node, toolkit_repo
 ):
+    """The toolkit is tests/toolkit_repo.py's: the STAND-IN packages (test id standin-toolkit), NVIDIA's own debs
+    only with GPU_NODE_LAB (real-toolkit); containerd, Docker, runc and systemd are Debian's, real. No GPU."""
     node = start_node()
     node.write(DAEMON_JSON, json.dumps(SEEDED, indent=4) + "\n")
     data = {"stages": "toolkit,runtimes", "container_runtimes": "containerd,docker", "docker_install": "true",

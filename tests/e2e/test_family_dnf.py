@@ -229,7 +229,7 @@ def test_rocky9_dnf_standin_toolkit_repository_whose_signature_does_not_verify_i
     fails with dnf's one line naming the repository and the bad signature; no toolkit package is in."""
     node, refused = toolkit_refused
     assert refused.returncode != 0, refused.explain()
-    refusal = [line for line in refused.output.splitlines() if "GPG signature verification error" in line]
+    refusal = [line for line in refused.run_output.splitlines() if "GPG signature verification error" in line]
     assert len(refusal) == 1 and f"'{REPOSITORY_NAME}'" in refusal[0], refused.explain()
     assert "Traceback" not in refused.output
     assert rpm_installed(node, TOOLKIT_PACKAGES) == {}
@@ -269,7 +269,7 @@ def test_rocky9_dnf_standin_toolkit_key_url_serving_another_valid_key_that_signe
     assert refused.returncode != 0, refused.explain()
     refusal = (f"refusing the signing key from {key_url}: its fingerprint is {repos.other_key.fingerprint}; "
                f"{repos.toolkit_key.fingerprint} is pinned (nvidia_toolkit_gpgkey_fingerprint)")
-    assert len([line for line in refused.output.splitlines() if refusal in line]) == 1, refused.explain()
+    assert len(refused.run_lines(refusal)) == 1, refused.explain()
     assert "Traceback" not in refused.output
     assert packages_and_trust(node) == before
 
@@ -283,7 +283,7 @@ def test_rocky9_dnf_standin_cuda_repository_whose_rpms_are_signed_by_another_key
     node = rocky_node
     refused = node.deploy(data=settings_data(repos, driver_stage, tampered=True, stages="driver"), json_output=False)
     assert refused.returncode != 0, refused.explain()
-    refusal = [line for line in refused.output.splitlines() if "GPG check FAILED" in line]
+    refusal = [line for line in refused.run_output.splitlines() if "GPG check FAILED" in line]
     assert len(refusal) == 1, refused.explain()
     assert "Traceback" not in refused.output
     assert rpm_installed(node, [*DRIVER_PACKAGES, "nvidia-persistenced"]) == {}

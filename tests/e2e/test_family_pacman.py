@@ -155,7 +155,7 @@ def test_arch_pacman_standin_package_whose_signature_does_not_verify_is_refused_
     try:
         refused = node.deploy(data={"stages": "toolkit"}, json_output=False)
         assert refused.returncode != 0, refused.explain()
-        refusal = [line for line in refused.output.splitlines()
+        refusal = [line for line in refused.run_output.splitlines()
                    if "signature from" in line and "is invalid" in line]
         assert len(refusal) == 1 and "nvidia-container-toolkit" in refusal[0], refused.explain()
         assert "Traceback" not in refused.output

@@ -320,7 +320,7 @@ def test_standin_toolkit_repository_whose_signature_does_not_verify_is_refused_a
     run fails with the manager's one refusal naming the repository; no toolkit package is in."""
     node, refused = family.lab.refused_run(family, "toolkit")
     assert refused.returncode != 0, refused.explain()
-    refusals = family.refusals(refused.output)
+    refusals = family.refusals(refused.run_output)
     assert len(refusals) == 1 and f"'{REPOSITORY_NAME}'" in refusals[0], refused.explain()
     assert "Traceback" not in refused.output
     assert rpm_installed(node, TOOLKIT_PACKAGES) == {}
@@ -353,7 +353,7 @@ def test_standin_driver_repository_whose_signature_does_not_verify_is_refused_an
     with -y: the run fails with zypper's one refusal naming nvidia-sles, and no driver package is in."""
     node, refused = family.lab.refused_run(family, "driver")
     assert refused.returncode != 0, refused.explain()
-    assert family.refusals(refused.output) == [
+    assert family.refusals(refused.run_output) == [
         f"Signature verification failed for file 'repomd.xml' from repository '{SLES_DRIVER_REPOSITORY}'"], \
         refused.explain()
     assert "Traceback" not in refused.output

@@ -280,7 +280,7 @@ def test_leap156_zypper_standin_toolkit_repository_whose_signature_does_not_veri
     fails with zypper's one refusal, naming the repository's repomd.xml; no toolkit package is in."""
     node, refused = toolkit_refused
     assert refused.returncode != 0, refused.explain()
-    assert refusal_messages(refused.output) == {
+    assert refusal_messages(refused.run_output) == {
         f"Signature verification failed for file 'repomd.xml' from repository '{REPOSITORY_NAME}'"}, refused.explain()
     assert "Traceback" not in refused.output
     assert rpm_installed(node, TOOLKIT_PACKAGES) == {}
@@ -336,7 +336,7 @@ def test_leap156_zypper_standin_toolkit_key_url_serving_another_valid_key_that_s
         assert refused.returncode != 0, refused.explain()
         refusal = (f"refusing the signing key from {key_url}: its fingerprint is {repos.other_key.fingerprint}; "
                    f"{repos.toolkit_key.fingerprint} is pinned (nvidia_toolkit_gpgkey_fingerprint)")
-        assert len([line for line in refused.output.splitlines() if refusal in line]) == 1, refused.explain()
+        assert len(refused.run_lines(refusal)) == 1, refused.explain()
         assert "Traceback" not in refused.output
         assert packages_and_trust(node) == before
     finally:
@@ -358,7 +358,7 @@ def test_leap156_zypper_standin_driver_repository_whose_signature_does_not_verif
     refused = leap_node.deploy(data=settings_data(repos, driver_stage, tampered=True, stages="driver"),
                                json_output=False)
     assert refused.returncode != 0, refused.explain()
-    assert refusal_messages(refused.output) == {
+    assert refusal_messages(refused.run_output) == {
         f"Signature verification failed for file 'repomd.xml' from repository '{DRIVER_REPOSITORY}'"}, refused.explain()
     assert "Traceback" not in refused.output
     assert rpm_installed(leap_node, [*DRIVER_PACKAGES, suse_repo.PROPRIETARY_KMP, suse_repo.OPEN_KMP]) == {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,27 @@ def test_files_edited_by_hand_are_put_back(node, default_mode):
     assert repaired.returncode == 0, repaired.explain()
     assert repaired.changed_operations() == ["Kernel prerequisites | Persist the Kubernetes sysctls"]
     assert node.read(SYSCTL_PATH) == golden(SYSCTL_PATH)
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def test_a_first_runs_diff_names_every_file_the_run_then_writes(node):
+    """pyinfra's --diff on a node with Debian's containerd installed: each file the run then writes
+    itself (its kernel files, containerd's config with the backup of the one it replaces, the /dev/char
+    script and udev rule) was named in the diff, credentials masked (the config holds none here)."""
+    node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containerd", timeout=600)
+    node.sh("touch /run/gpu-node-test-before")
+    result = node.deploy(data={"stages": "kernel,runtimes", "container_runtimes": "containerd"}, json_output=False,
+                         extra_args=["--diff"])
+    assert result.returncode == 0, result.explain()
+    named = set(re.findall(r"Will (?:create|modify|write) (/\S+?):?$", ANSI.sub("", result.output), re.M))
+    written = node.sh("find /etc /usr/local /var/lib/gpu-node -xdev -type f -newer /run/gpu-node-test-before "
+                      "2>/dev/null; true").stdout.split()
+    assert len(written) >= 6, written
+    unnamed = [path for path in written
+               if path not in named and not any(path.startswith(f"{file}.gpu-node-backup-") for file in named)]
+    assert unnamed == [], (unnamed, sorted(named))
+    # the restart says so when the run reaches it, with its bound and where to look if it fails
+    assert ("gpu-node: installing the new /etc/containerd/config.toml and restarting containerd: it has 30 s "
+            "(service_restart_timeout)") in result.output

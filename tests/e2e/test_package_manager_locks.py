@@ -255,7 +255,7 @@ def assert_driver_stage_fails_in_preflight(node, repository: str, command: str, 
                                          "allow_insecure_repositories": "true", **settings(mirror.url)})
         still_held = node.sh(HOLDS.format(lock=lock), check=False).returncode == 0
     assert busy.returncode != 0, busy.explain()
-    failures = sorted({line[line.index("gpu-node: "):] for line in busy.output.splitlines() if "gpu-node: " in line})
+    failures = sorted({line[line.index("gpu-node: "):] for line in busy.run_output.splitlines() if "gpu-node: " in line})
     assert len(failures) == 1, busy.explain()
     for part in gpu_node_lines(lock)(pid, command):
         assert part in failures[0], busy.explain()

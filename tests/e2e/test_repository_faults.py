@@ -15,6 +15,7 @@ then converges with a second run changing nothing.
 from __future__ import annotations
 
 import contextlib
+import time
 
 import pytest
 import standin_toolkit
@@ -44,7 +45,7 @@ def fault_settings(fault: str, repo):
         yield repo.data(repo_url=base), base, "refused"
     elif fault == "repository_never_answers":
         with standin_toolkit.silent_server() as base:
-            yield repo.data(repo_url=base), base, ""
+            yield repo.data(repo_url=base), base, "(timeout 3 s)"
     elif fault == "repository_signed_by_another_key":
         # the other key pinned too: apt's own check refuses the repository it did not sign
         yield ({**repo.data(key="wrong-gpgkey"),
@@ -75,9 +76,17 @@ def apt_state(node) -> dict[str, str | None]:
     return {path: node.stat(path) if node.exists(path) else None for path in (APT_SOURCE, APT_KEYRING)}
 
 
+# A fault costs seconds with download_timeout=3; apt's own timeouts (what a run that ignored the
+# setting would wait for) are minutes.
+FAULT_RUN_SECONDS = 90
+
+
 def assert_fails_cleanly(node, data: dict, url: str, says: str, before: dict) -> None:
+    started = time.monotonic()
     result = node.deploy(data={**FAULT_DATA, **data}, json_output=False)
+    elapsed = time.monotonic() - started
     assert result.returncode != 0, result.explain()
+    assert elapsed < FAULT_RUN_SECONDS, f"the run took {elapsed:.0f} s: the timeout was not applied\n{result.explain()}"
     assert url in result.output, f"the error must name {url}\n{result.explain()}"
     assert says in result.output, f"the error must say {says!r}\n{result.explain()}"
     assert apt_state(node) == before, "the source file and keyring must be exactly as before"
@@ -148,7 +157,7 @@ def test_standin_key_url_serving_another_valid_key_that_signed_the_repository_is
         before = apt_and_dpkg(node)
         refused = node.deploy(data=impostor, json_output=False)
         assert refused.returncode != 0, refused.explain()
-        assert len([line for line in refused.output.splitlines() if refusal in line]) == 1, refused.explain()
+        assert len(refused.run_lines(refusal)) == 1, refused.explain()
         assert "apt could not" not in refused.output and "Traceback" not in refused.output, refused.explain()
         assert apt_and_dpkg(node) == before
         plain_update = node.sh("apt-get update -q --error-on=any", check=False)

@@ -60,9 +60,11 @@ def explain(result) -> str:
     return f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr[-6000:]}"
 
 
-def test_bad_toolkit_pin_against_real_toolkit_repo_stops_rollout_after_canary_batch_rest_untouched(
+def test_bad_toolkit_pin_against_the_toolkit_repo_stops_rollout_after_canary_batch_rest_untouched(
     start_node, toolkit_repo, tmp_path
 ):
+    """The toolkit is tests/toolkit_repo.py's: the STAND-IN packages (test id standin-toolkit), NVIDIA's own debs
+    only with GPU_NODE_LAB (real-toolkit); containerd, Docker, runc and systemd are Debian's, real. No GPU."""
     canary, second, third = start_node(), start_node(), start_node()
     inventory = write_inventory(tmp_path, [canary, second, third])
     before = {node.id: footprint(node) for node in (canary, second, third)}

@@ -17,6 +17,7 @@ from test_read_ahead import digest_lines
 from deploy.operations.files import digest_read as files_digest
 from deploy.tasks.driver import APT_PIN_PATH
 from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.pacman import PacmanPackages
 from pyinfra.facts.rpm import RpmPackages
 
 from deploy.facts.nvidia import IgnoredPackages, PackagesAvailable, RecommendedDriver
@@ -639,3 +640,38 @@ def test_a_dkms_build_failure_is_one_line_naming_the_kernel_the_log_and_the_unco
         "dpkg left nvidia-driver, nvidia-open-kernel-dkms unconfigured")
     other = ["Reading package lists...", "E: Unable to locate package nvidia-driver"]
     assert install_failure(other) == "apt-get install of the NVIDIA driver failed: E: Unable to locate package nvidia-driver"
+
+
+def test_the_long_steps_say_what_they_do_when_the_run_reaches_them(caplog):
+    """The driver's install (a DKMS build: minutes) announces itself at its turn, not while planning."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="pyinfra")
+    run = ok(run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU), facts=[
+        *DEBIAN_FILES, (every(PackagesAvailable), carrying("linux-headers-6.1.0-18-amd64")),
+    ])))
+    said = [record.getMessage() for record in caplog.records]
+    (line,) = [text for text in said if "installing the NVIDIA driver with apt" in text]
+    assert "typically 2 to 10 minutes" in line and "/var/lib/dkms/.../make.log" in line
+    # said once the run was executing, right before the install's own output
+    assert said.index(line) > next(index for index, text in enumerate(said) if "Starting operation" in text)
+    assert run.ran("apt-get")
+
+
+def test_an_installed_and_held_driver_says_nothing_and_changes_nothing_with_y(caplog):
+    """Red before: the install's announcement was a command of its own, so an rpm or pacman node whose driver
+    was already in place reported the install as a change on every -y run (no change detection there)."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="pyinfra")
+    run = ok(run_deploy(node("arch", host_state=node_lines("6.9.7-arch1-1", pkgbases=["linux"]), facts=[
+        (every(PacmanPackages), ["nvidia 550.90.07-1", "nvidia-utils 550.90.07-1"]),
+        ((IgnoredPackages, {"list_command": PACMAN_HOLD_LIST}), [" nvidia-utils nvidia"]),
+    ])))
+    said = [record.getMessage() for record in caplog.records]
+    assert not [text for text in said if "installing the NVIDIA driver" in text], said
+    assert not run.ran("pacman --noconfirm") and not run.ran("/a IgnorePkg")
+    start = next(index for index, text in enumerate(said) if "Starting operation" in text
+                 and "Install the NVIDIA driver" in text)
+    status = next(text for text in said[start + 1:] if "Success" in text or "No changes" in text)
+    assert "No changes" in status, said[start:]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
 import hashlib
+
+import click
+import pytest
 
 from plan import run_plan
 from pyinfra.api import deploy
@@ -56,3 +58,35 @@ def test_file_digests_read_several_files_from_one_output():
     output = ["@@file /a", "644 root:root", f"{DIGEST}  /a", "@@file /b", "absent"]
     assert FileDigests().process(output) == {
         "/a": {"mode": "644", "owner": "root:root", "sha256": DIGEST}, "/b": None}
+
+
+def test_diff_shows_a_new_file_and_a_changed_one_with_credentials_masked(caplog):
+    """pyinfra's --diff: a file put_text creates shows whole, one it changes shows its change (the old
+    text read for the diff alone), and a URL's user-info in either is masked."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="pyinfra")
+    new = "line https://robot:s3cret@mirror.example.internal/x\n"
+
+    @deploy("put")
+    def put_new():
+        put_text(name="Put the file", dest=DEST, content=new)
+
+    run_plan(put_new, facts=[(digest_read(DEST), ["absent"])], diff=True)
+    shown = click.unstyle(caplog.text)
+    assert f"Will create {DEST}" in shown and "+ line https://***@mirror.example.internal/x" in shown
+    caplog.clear()
+    old = "line https://robot:old@mirror.example.internal/x\nbr_netfilter\n"
+    from deploy.facts.files import FileText
+    import base64
+
+    run_plan(put_new, facts=[(digest_read(DEST), ["644 root:root", f"{hashlib.sha256(old.encode()).hexdigest()}  {DEST}"]),
+                             ((FileText, {"path": DEST}), [f"text {base64.b64encode(old.encode()).decode()}"])], diff=True)
+    shown = click.unstyle(caplog.text)
+    assert f"Will modify {DEST}" in shown and "- br_netfilter" in shown
+    assert "s3cret" not in shown and "old@" not in shown
+
+
+def test_without_diff_the_old_text_is_not_read():
+    run = run_plan(put, facts=[(digest_read(DEST), ["644 root:root", f"{'0' * 64}  {DEST}"])])
+    assert not [command for command in run.commands if "base64" in command]  # FileText unstated: not read either
