@@ -189,9 +189,18 @@ def reverse_toml(live: str, original: str, written: str, source: str) -> tuple[s
     if not same(means, result.result):
         raise ConfigError(f"{source}: its layout cannot be edited safely (the edit would mean more than "
                           "the values put back)")
+    # tomlkit keeps a comment in the table above it: one written under gpu-node's table would go with it.
+    lost = sorted(_comments(live) - _comments(written) - _comments(edited))
+    if lost:
+        raise ConfigError(f"{source}: its layout cannot be edited safely (a comment someone added would go with a "
+                          f"table gpu-node added: {lost[0]!r})")
     if not ended and edited.endswith("\n"):
         edited = edited[:-1]
     return (edited.replace("\n", newline) if newline != "\n" else edited), result
+
+
+def _comments(text: str) -> set[str]:
+    return {line.strip() for line in text.splitlines() if line.strip().startswith("#")}
 
 
 def described(result: Reverted) -> str:

@@ -146,7 +146,8 @@ if [ -e "$dest" ]; then
     case $live_mode in *[0-3]) mode=$live_mode ;; esac
 fi
 {mode_owner}chown "$owner" "$candidate" && chmod "$mode" "$candidate" || undo "could not set owner and mode of $candidate"
-if [ -e "$dest" ]; then
+# Recorded before this swap's own backup, which would read as a change before records were kept.
+{_record_part(record)}if [ -e "$dest" ]; then
     backup="$dest{BACKUP_INFIX}$stamp"
     # 0600: containerd configs can hold registry credentials.
     error=$(install -p -m 0600 -o root -g root "$dest" "$backup" 2>&1) || undo "could not back up $dest: $error"
@@ -157,7 +158,7 @@ if [ -n "$pending" ]; then
     error=$(mkdir -p "${{pending%/*}}" 2>&1 && printf '%s\\n' "$dest" 2>&1 >"$pending.new" \\
         && mv -f "$pending.new" "$pending" 2>&1) || {{ rm -f "$pending.new"; undo "could not write $pending: $error"; }}
 fi
-{_record_part(record)}error=$(flush "$candidate" ${{backup:+"$backup"}} ${{pending:+"$pending"}} 2>&1) \\
+error=$(flush "$candidate" ${{backup:+"$backup"}} ${{pending:+"$pending"}} 2>&1) \\
     || undo "could not flush $candidate to disk: $error"
 mv -f "$candidate" "$dest" || undo "could not move $candidate over $dest"
 flush "$(dirname "$dest")"
