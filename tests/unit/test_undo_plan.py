@@ -364,7 +364,10 @@ def test_a_unit_gpu_node_enabled_goes_back_to_its_state_before():
     answer = records("unit_record nvidia-cdi-refresh.path disabled inactive",
                      "unit_now nvidia-cdi-refresh.path enabled active",
                      "unit_record nvidia-persistenced.service enabled active",
-                     "unit_now nvidia-persistenced.service enabled active")
+                     "unit_now nvidia-persistenced.service enabled active",
+                     # not there before: it came with a package gpu-node installed, and goes with it
+                     "unit_record nvidia-fabricmanager.service not-found inactive",
+                     "unit_now nvidia-fabricmanager.service enabled active")
     plan = undo_plan(undo_node(answer))
     assert plan.starting("systemctl") == ["systemctl disable nvidia-cdi-refresh.path",
                                           "systemctl stop nvidia-cdi-refresh.path"]
