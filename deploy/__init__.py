@@ -5,9 +5,9 @@ is ``gpu_node``; a site calls its deploys from its own deploy file::
     from gpu_node import provision_gpu_node
     provision_gpu_node(container_runtimes=["containerd", "docker"], _sudo=True)
 
-``provision_gpu_node``, ``verify_gpu_node``, ``configure_cluster`` and ``render_cluster_files`` (README,
+``provision_gpu_node``, ``verify_gpu_node``, ``undo_gpu_node``, ``configure_cluster`` and ``render_cluster_files`` (README,
 "Using it from your own pyinfra deploy"). In a checkout the same code is the ``deploy`` folder, run by deploy/gpu_node.py,
-deploy/verify.py and deploy/k8s_gpu.py.
+deploy/verify.py, deploy/undo.py and deploy/k8s_gpu.py.
 """
 
 import importlib
@@ -15,9 +15,9 @@ import os
 import sys
 
 __version__ = "0.2.0"
-__all__ = ["provision_gpu_node", "verify_gpu_node", "configure_cluster", "render_cluster_files"]
-_DEPLOYS = {"provision_gpu_node": ".entry", "verify_gpu_node": ".entry", "configure_cluster": ".cluster",
-            "render_cluster_files": ".cluster"}
+__all__ = ["provision_gpu_node", "verify_gpu_node", "undo_gpu_node", "configure_cluster", "render_cluster_files"]
+_DEPLOYS = {"provision_gpu_node": ".entry", "verify_gpu_node": ".entry", "undo_gpu_node": ".entry",
+            "configure_cluster": ".cluster", "render_cluster_files": ".cluster"}
 
 
 def __getattr__(name: str):

@@ -20,6 +20,7 @@ from .settings import CONTROL_PLANE_GROUP, DEFAULTS, GPU_NODES_GROUP, Settings, 
 from .stages import read_only_stages, stages_for
 from .tasks.drain import checked_drain_target
 from .tasks.preflight import preflight, read_ahead
+from .tasks import undo
 
 
 @cache
@@ -112,3 +113,25 @@ def verify_gpu_node(**settings):
         return
     for stage in stages:
         stage.apply(node, None, None)
+
+
+@deploy("Undo GPU node", data_defaults=DEFAULTS)
+def undo_gpu_node(**settings):
+    """
+    Take gpu-node back off this host (deploy/undo.py): every file it changed back to what it held
+    before gpu-node, or its nvidia wiring taken out where someone changed it since; its own files,
+    the units it enabled, its holds and repositories back as they were; with
+    ``undo_remove_packages=True`` the packages it installed removed (docs/undo.md). Settings as
+    ``provision_gpu_node`` takes them; a node gpu-node never changed is left as it is.
+    """
+    call_settings(host.state, settings, "undo_gpu_node")
+    node = gpu_node_settings(host)
+    if node is None:
+        return
+    try:
+        found = undo.read_node(node)
+    except (HostRefusal, UnreadableOutput) as refusal:
+        # This host alone fails, before any change on it; the rest of the fleet goes on.
+        fail(name="Refuse this host (undo)", message=str(refusal))
+        return
+    undo.take_it_back_off(node, found)

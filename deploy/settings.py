@@ -311,6 +311,11 @@ class RuntimeSettings(_Section):
                     "beside it: after a swap the oldest beyond this number are removed (so are the kept "
                     "versions a failed restart rejected)",
     )
+    undo_remove_packages: bool = Field(
+        False,
+        description="deploy/undo.py also removes the packages gpu-node installed (named or pulled in; none the node "
+                    "had before), when nothing else needs them; false: they stay, their holds released",
+    )
 
 
 class PackageSettings(_Section):

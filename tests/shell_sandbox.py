@@ -125,6 +125,14 @@ class Sandbox:
     def run(self, command: str, timeout: int = 5) -> Ran:
         return self.replay([(command, None)], timeout)[0]
 
+    def output(self, command: str, timeout: int = 30) -> str:
+        """What ``command`` prints inside the root (a fact's read); it must succeed."""
+        result = subprocess.run([shutil.which("chroot") or "chroot", str(self.root), "/bin/sh", "-c", command],
+                                capture_output=True, text=True, cwd="/", timeout=timeout,
+                                env={"PATH": SEARCH_PATH, "HOME": "/root", "LC_ALL": "C"})
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
     def exists(self, path: str) -> bool:
         return os.path.lexists(self.root / path.lstrip("/"))
 

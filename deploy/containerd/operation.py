@@ -12,7 +12,7 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
 from pyinfra.api.command import PyinfraCommand
 
-from .. import probes, redact
+from .. import node_records, probes, redact
 from .cri import effective_problems
 from .layout import line_endings
 from .plan import NodeWiringPlan, PlannedFile, still_current
@@ -76,6 +76,7 @@ def configure_nvidia_runtime(
             restart_timeout=restart_timeout,
             before_restart=before_restart if last else (),
             keep_backups=keep_backups,
+            record=safe_install.FileRecord(unit=service, format=node_records.TOML),
         )
 
 

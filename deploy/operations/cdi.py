@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pyinfra import host, logger
 from pyinfra.api import QuoteString, StringCommand, operation
 
+from .. import node_records
 from ..cdi import (
     RUNTIME_CONFIG, SPEC_PATH, for_containerd, for_docker, runtime_mode_of, runtime_mode_refusal, with_runtime_mode,
 )
@@ -136,6 +137,7 @@ def configure_cdi(target: CdiTarget):
     unit = QuoteString(REFRESH_PATH_UNIT)
     if not cdi_on(target):
         if target.cdi == "false" and state["refresh_enabled"] == "enabled":
+            yield StringCommand(node_records.record_units([REFRESH_PATH_UNIT]))
             yield StringCommand("systemctl disable --now", unit)
         else:
             host.noop("CDI is off: no wired runtime of this node has it" if target.cdi == "auto" else "CDI is off")
@@ -152,6 +154,8 @@ def configure_cdi(target: CdiTarget):
         elif env_text is None and ours:
             yield StringCommand("rm -f", QuoteString(REFRESH_ENV))
         if state["refresh_enabled"] != "enabled" or state["refresh_active"] != "active":
+            # its state before recorded, for the undo run to put back
+            yield StringCommand(node_records.record_units([REFRESH_PATH_UNIT]))
             yield StringCommand("systemctl enable --now", unit)
     if not spec_stale(state):
         return
@@ -206,4 +210,5 @@ def configure_runtime_mode(target: CdiTarget):
         return
     # The runtime reads its config at each container start: nothing to restart.
     yield from put_text._inner(dest=RUNTIME_CONFIG, content=with_runtime_mode(state["runtime_config"],
-                                                                                target.runtime_mode))
+                                                                                target.runtime_mode),
+                               record_format=node_records.TOML)

@@ -23,7 +23,7 @@ from pyinfra import host
 from pyinfra.api import operation
 from pyinfra.api.command import PyinfraCommand
 
-from .. import node_text, redact, templates
+from .. import node_records, node_text, redact, templates
 from ..cdi import CdiUnsupported, for_docker
 from ..facts.combined import FactCall, read
 from ..facts.docker import DockerdFlag, DockerState, UnitParseError, parse_docker_unit
@@ -449,4 +449,5 @@ def configure_nvidia_runtime(path: str, wiring: RuntimeWiring, service: str = "d
         restart_timeout=restart_timeout,
         before_restart=before_restart,
         keep_backups=keep_backups,
+        record=safe_install.FileRecord(unit=service, format=node_records.JSON),
     )

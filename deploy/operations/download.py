@@ -24,7 +24,7 @@ from pyinfra import host
 from pyinfra.api import OperationValueError, QuoteString, StringCommand, operation
 from pyinfra.facts.files import Sha256File
 
-from .. import redact
+from .. import node_records, redact
 from ..facts.combined import FactCall, read
 from ..facts.files import FileDigests, FileText
 from ..settings import key_url_allowed
@@ -199,6 +199,19 @@ def commit_staged_source(path: str, keyring: str) -> StringCommand:
     )
 
 
+def record_files_command(*paths: str) -> StringCommand:
+    """The record of ``paths`` for the undo run before gpu-node's first change of them
+    (deploy/node_records.py), the command before the one that changes them."""
+    words = " ".join(shlex.quote(path) for path in paths)
+    return StringCommand(f"{node_records.LIBRARY}for path in {words}; do gn_record_file \"$path\" '' '' || exit 1; done")
+
+
+def wrote_files_command(*paths: str) -> StringCommand:
+    """What gpu-node has just written at ``paths``, for the undo run."""
+    words = " ".join(shlex.quote(path) for path in paths)
+    return StringCommand(f"{node_records.LIBRARY}for path in {words}; do gn_wrote_file \"$path\"; done")
+
+
 REPLACE, REPAIR, IN_PLACE = "replace", "repair", "in place"
 
 
@@ -277,10 +290,14 @@ def signed_apt_source(path: str, content: str, keyring: str, key_url: str, *, fi
         yield announcing(fetch_message(repository or path, key_url, timeout))
         yield stage_verified_source(path, content, keyring, key_url, repository or path, timeout, lock_timeout,
                                     fingerprints, fingerprint_setting)
+        yield record_files_command(keyring, path)
         yield commit_staged_source(path, keyring)
+        yield wrote_files_command(keyring, path)
         return
     if state == REPAIR:
+        yield record_files_command(path)
         yield StringCommand("chown", "root:root", QuoteString(path), "&&", "chmod", "644", QuoteString(path))
+        yield wrote_files_command(path)
         return
     host.noop(f"{path} and its keyring {keyring} are in place")
 
@@ -315,6 +332,8 @@ def stage_checked_rpm_repository(
         f' {imported} | comm -13 "$stage/keys.before" - | xargs -r rpm -e; exit 1; fi',
         f"mkdir -p {_dir_q(key_path)} {_dir_q(path)} && cp {staged_key} {_new_q(key_path)}"
         f" && printf %s {shlex.quote(content)} >{_new_q(path)} || {{ rm -f {_new_q(key_path)} {_new_q(path)}; exit 1; }}",
+        # the keys this import added to rpm's database, for the undo run to take back out
+        node_records.record_imported_rpm_keys('"$stage/keys.before"'),
     ]
     return StringCommand("\n".join(lines))
 
@@ -344,10 +363,14 @@ def signed_rpm_repository(path: str, content: str, key_path: str, key_url: str, 
         yield announcing(fetch_message(path, key_url, timeout))
         yield stage_checked_rpm_repository(path, content, key_path, key_url, timeout, fingerprints,
                                            fingerprint_setting, check)
+        yield record_files_command(key_path, path)
         yield commit_staged_source(path, key_path)
+        yield wrote_files_command(key_path, path)
         return
     if state == REPAIR:
+        yield record_files_command(path)
         yield StringCommand("chown", "root:root", QuoteString(path), "&&", "chmod", "644", QuoteString(path))
+        yield wrote_files_command(path)
         return
     host.noop(f"{path} and its key {key_path} are in place")
 

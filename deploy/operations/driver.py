@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import re
+import shlex
 from typing import TYPE_CHECKING
 
 from pyinfra import host, logger
@@ -17,12 +18,12 @@ from ..facts.base import NodeFact
 from ..facts.combined import known_fact, read
 from ..facts.nvidia import HostState, PackagesAvailable
 from ..facts.packages import PackageVersions
-from .. import node_text, probes, redact
+from .. import node_records, node_text, probes, redact
 from .failure import fail_host, failing_command
 from .progress import announcing
 from .files import put_text
-from .packages import (apt_lock_option, apt_sources_changed, deb_states_read, lock_wait_script,
-                                       refresh_apt_lists, released_holds)
+from .packages import (apt_holds, apt_lock_option, apt_sources_changed, deb_states_read,
+                       lock_wait_script, recorded_install, refresh_apt_lists, released_holds)
 from ..report import DriverNote, DriverNotes
 from ..run_state import per_run
 
@@ -408,15 +409,17 @@ def install_driver(manager: PackageManager, packages: dict, remove: list, state_
                       if name not in states or (version and states[name]["version"] != version)]
             text = apt_pin_text(resolve["pin_sources"], {name: pins[name] for name in resolve["names"]})
             if text:
+                yield StringCommand(node_records.record_file(shlex.quote(resolve["pin_path"])))
                 yield StringCommand("printf", "%s", QuoteString(text), ">", QuoteString(resolve["pin_path"]))
+                yield StringCommand(node_records.LIBRARY + "gn_wrote_file", QuoteString(resolve["pin_path"]))
         words = [f"{name}={packages[name]}" if packages[name] else name for name in needed]
         command = StringCommand(APT_INSTALL, apt_lock_option(lock_timeout), "--allow-change-held-packages",
                                 "--allow-downgrades", *[QuoteString(word) for word in words + [f"{name}-" for name in gone]])
         leftovers = tuple(name for name in remove if name not in gone)
         yield announcing(driver_install_message(manager.name, packages))
-        yield FunctionCommand(_install_naming_dkms_failures, (command, leftovers), {})
+        yield from recorded_install("apt", [FunctionCommand(_install_naming_dkms_failures, (command, leftovers), {})])
     else:
         host.noop("driver packages are installed: " + ", ".join(f"{n} {states[n]['version']}" for n in sorted(packages)))
     to_hold = sorted(name for name in packages if name in needed or not states[name]["held"])
     if to_hold:
-        yield StringCommand("apt-mark", "hold", *[QuoteString(name) for name in to_hold])
+        yield from apt_holds(to_hold, states)

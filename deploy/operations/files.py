@@ -9,7 +9,7 @@ import shlex
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from .. import node_text, redact
+from .. import node_records, node_text, redact
 from ..facts.combined import FactCall, read
 from ..facts.files import FileDigest, FileText
 from .safe_install import CANDIDATE_SUFFIX, FLUSH_FUNCTION
@@ -32,32 +32,61 @@ def digest_read(dest: str) -> FactCall:
     return (FileDigest, {"path": dest})
 
 
-def _swap_script(dest: str, mode: str, owner: str, check: str | None) -> str:
-    """Check the placed candidate, give it its owner and mode, flush it, rename it over ``dest``."""
+def record_script(dest: str, record_format: str | None) -> str:
+    """The record of ``dest`` for the undo run before its first change (deploy/node_records.py),
+    ending the script in one line when it cannot be written; "" when ``record_format`` is None."""
+    if record_format is None:
+        return ""
+    quoted = shlex.quote(dest)
+    return (f"{node_records.record_file(quoted, None, record_format)} || {{\n"
+            f"    printf 'gpu-node: could not record %s (under %s) before changing it; it was not changed\\n' "
+            f"{quoted} {shlex.quote(node_records.RECORDS_DIR)} >&2\n"
+            "    exit 1\n"
+            "}\n")
+
+
+def _swap_script(dest: str, mode: str, owner: str, check: str | None, record_format: str | None = None) -> str:
+    """Check the placed candidate, record ``dest`` for the undo run (unless ``record_format`` is None),
+    give the candidate its owner and mode, flush it, rename it over ``dest``."""
     quote = shlex.quote
     candidate = quote(dest + CANDIDATE_SUFFIX)
     folder = quote(posixpath.dirname(dest) or "/")
     checked = ""
     if check:
         checked = f"{check.format(candidate=candidate)} || {{ rm -f {candidate}; exit 1; }}\n"
+    recorded = record_script(dest, record_format)
+    if recorded:
+        recorded = recorded.replace("    exit 1\n", f"    rm -f {candidate}\n    exit 1\n", 1)
+    failed = (f"    rm -f {candidate}\n"
+              + ('    [ -z "$gn_new" ] || rm -rf -- "$gn_record"\n' if recorded else "")
+              + f"    printf 'gpu-node: could not install %s: %s; it was not changed\\n' {quote(dest)} \"$error\" >&2\n"
+              "    exit 1\n"
+              "}\n")
+    if not recorded:
+        return checked + FLUSH_FUNCTION + (
+            f"error=$(chown {quote(owner)} {candidate} 2>&1 && chmod {quote(mode)} {candidate} 2>&1"
+            f" && flush {candidate} 2>&1 && mv -f {candidate} {quote(dest)} 2>&1) || {{\n" + failed
+            + f"flush {folder}\n")
     return checked + FLUSH_FUNCTION + (
         f"error=$(chown {quote(owner)} {candidate} 2>&1 && chmod {quote(mode)} {candidate} 2>&1"
-        f" && flush {candidate} 2>&1 && mv -f {candidate} {quote(dest)} 2>&1) || {{\n"
-        f"    rm -f {candidate}\n"
-        f"    printf 'gpu-node: could not install %s: %s; it was not changed\\n' {quote(dest)} \"$error\" >&2\n"
-        "    exit 1\n"
-        "}\n"
-        f"flush {folder}\n"
+        f" && flush {candidate} 2>&1) || {{\n" + failed
+        + recorded
+        + f"error=$(mv -f {candidate} {quote(dest)} 2>&1) || {{\n" + failed
+        + f"flush {folder}\n"
+        + (f"gn_wrote_file {quote(dest)}\n" if recorded else "")
     )
 
 
 @operation()
 def put_text(dest: str, content: str | bytes, mode: str = "644", owner: str = "root:root",
-             check: str | None = None):
+             check: str | None = None, record_format: str | None = ""):
     """
     Make ``dest`` hold exactly ``content`` (text, or bytes as they are) with ``mode`` and ``owner``;
     ``check``: a shell test of the uploaded candidate (``{candidate}``), which must pass before it
-    replaces ``dest``. A ``dest`` that is a symbolic link is refused, not replaced.
+    replaces ``dest``. A ``dest`` that is a symbolic link is refused, not replaced. ``dest`` is
+    recorded for the undo run before gpu-node's first change of it (``record_format``: how a
+    changed file's wiring is taken back out, deploy/node_records.py; None: not recorded, a file on a
+    host the undo run does not take back).
 
     pyinfra's files.put needs two or three remote reads per file on a no-op run; fleets
     re-run this from cron, so one read (checksum, mode, owner together) is worth it here.
@@ -74,11 +103,18 @@ def put_text(dest: str, content: str | bytes, mode: str = "644", owner: str = "r
         # leaves half a file, nor one others can read.
         staging = Staging.new(host, [Upload(dest + CANDIDATE_SUFFIX, data, live=dest)])
         yield from staging.commands()
-        yield StringCommand(staging.place_script() + _swap_script(dest, mode, owner, check))
+        yield StringCommand(staging.place_script() + _swap_script(dest, mode, owner, check, record_format))
         return
+    repairs = []
     if current["owner"] != owner:
-        yield StringCommand("chown", QuoteString(owner), target)
+        repairs += ["chown", QuoteString(owner), target]
     if current["mode"] != mode.lstrip("0"):
-        yield StringCommand("chmod", QuoteString(mode), target)
-    if current["owner"] == owner and current["mode"] == mode.lstrip("0"):
+        repairs += ["&&"] * bool(repairs) + ["chmod", QuoteString(mode), target]
+    if not repairs:
         host.noop(f"{dest} is up to date")
+        return
+    recorded = record_script(dest, record_format)
+    # The owner or mode alone differ: recorded first (the same bytes stay).
+    if recorded:
+        yield StringCommand(recorded + "gn_wrote_file", target)
+    yield StringCommand(*repairs)

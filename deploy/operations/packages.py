@@ -15,7 +15,7 @@ from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
 from pyinfra.facts.pacman import PacmanPackages
 from pyinfra.operations import apt
 
-from .. import probes
+from .. import node_records, probes
 from ..facts.combined import FactCall, known_fact, read
 from ..facts.nvidia import IgnoredPackages
 from ..facts.packages import (DebPackageStates, DnfModuleStreams, MultiversionPackages, PackageVersions,
@@ -101,6 +101,14 @@ def apt_lock_option(lock_timeout: int) -> str:
     return f"-o DPkg::Lock::Timeout={int(lock_timeout)}"
 
 
+def recorded_install(manager: str, commands):
+    """``commands`` (an install by ``manager``) between the two halves of its record: the packages it
+    adds (named or pulled in, none the node had) are recorded for the undo run (deploy/node_records.py)."""
+    yield StringCommand(node_records.packages_before(manager))
+    yield from commands
+    yield StringCommand(node_records.packages_installed(manager))
+
+
 class AptListsRefreshed(set):
     """Hosts whose apt lists this run refreshed since their last apt source change (deploy/run_state.py)."""
 
@@ -184,18 +192,33 @@ def apt_install(packages: dict, hold: bool = False, *, lock_timeout: int):
     needed = _needed(states, packages)
     if needed:
         yield from refresh_apt_lists(lock_timeout)
-        yield from apt.packages._inner(
+        yield from recorded_install("apt", apt.packages._inner(
             packages=[f"{name}={packages[name]}" if packages[name] else name for name in needed],
             # We manage holds ourselves: a new pin must be able to move a held package.
             extra_install_args=f"{apt_lock_option(lock_timeout)} --allow-change-held-packages --allow-downgrades",
-        )
+        ))
     else:
         host.noop("packages are installed: " + ", ".join(f"{n} {states[n]['version']}" for n in sorted(packages)))
     if hold:
         # Installing a held package at another version releases its hold: hold again.
         to_hold = sorted(name for name in packages if name in needed or not states[name]["held"])
         if to_hold:
-            yield StringCommand("apt-mark", "hold", *[QuoteString(name) for name in to_hold])
+            yield from apt_holds(to_hold, states)
+
+
+def recorded_holds(names, held_before, command: StringCommand):
+    """``command`` (a hold of ``names``), after the record of those not in ``held_before`` for the undo
+    run to release (deploy/node_records.py)."""
+    newly = [name for name in names if name not in held_before]
+    if newly:
+        yield StringCommand(node_records.record_holds(newly))
+    yield command
+
+
+def apt_holds(names: list, states: dict):
+    """apt-mark hold of ``names``; those not held before (DebPackageStates ``states``) recorded first."""
+    held = {name for name, state in states.items() if state.get("held")}
+    yield from recorded_holds(names, held, StringCommand("apt-mark", "hold", *[QuoteString(name) for name in names]))
 
 
 def recovery_script(lock_timeout: int) -> str:
@@ -253,15 +276,18 @@ def _dnf_commands(packages: dict, hold: bool):
         # versionlock pins the old version: release it so the new pin can install.
         yield StringCommand("dnf", "versionlock", "delete", *[QuoteString(name) for name in locked])
     if needed:
-        yield StringCommand(DNF_INSTALL, *[QuoteString(f"{name}-{packages[name]}" if packages[name] else name)
-                                           for name in needed])
+        yield from recorded_install("dnf", [StringCommand(
+            DNF_INSTALL, *[QuoteString(f"{name}-{packages[name]}" if packages[name] else name) for name in needed])])
     else:
         host.noop("packages are installed: " + ", ".join(f"{n} {states[n]['version']}" for n in sorted(packages)))
     if hold:
         to_hold = sorted(name for name in packages if name in needed or not states[name]["held"])
         if to_hold:
-            yield StringCommand(f"rpm -q {DNF_VERSIONLOCK} >/dev/null 2>&1 || {DNF_INSTALL} {DNF_VERSIONLOCK}")
-            yield StringCommand("dnf", "versionlock", "add", *[QuoteString(name) for name in to_hold])
+            yield from recorded_install("dnf", [
+                StringCommand(f"rpm -q {DNF_VERSIONLOCK} >/dev/null 2>&1 || {DNF_INSTALL} {DNF_VERSIONLOCK}")])
+            held = {name for name in to_hold if states.get(name, {}).get("held")}
+            yield from recorded_holds(to_hold, held, StringCommand("dnf", "versionlock", "add",
+                                                                   *[QuoteString(name) for name in to_hold]))
 
 
 # dnf's own command, not pyinfra's dnf.module: that first reads `dnf module list --enabled`, where dnf
@@ -324,14 +350,16 @@ def _zypper_commands(packages: dict, hold: bool, lock_timeout: int):
         words = [f"{name}={pins[name]}" if name in pins else name for name in needed]
         # --oldpackage: without it zypper keeps a newer installed version, says so and exits 0
         # (apt's --allow-downgrades; dnf's install downgrades to the version named)
-        yield StringCommand(ZYPPER_INSTALL, *(["--oldpackage"] if pins else []), *(["--"] if replaced else []),
-                            *[QuoteString(word) for word in replaced + words])
+        yield from recorded_install("zypper", [StringCommand(
+            ZYPPER_INSTALL, *(["--oldpackage"] if pins else []), *(["--"] if replaced else []),
+            *[QuoteString(word) for word in replaced + words])])
     else:
         host.noop("packages are installed: " + ", ".join(f"{n} {states[n]['version']}" for n in sorted(packages)))
     if hold:
         to_lock = sorted(name for name in packages if name in locked or name not in held)
         if to_lock:
-            yield StringCommand("zypper", "--non-interactive", "addlock", *[QuoteString(name) for name in to_lock])
+            yield from recorded_holds(to_lock, held, StringCommand("zypper", "--non-interactive", "addlock",
+                                                                   *[QuoteString(name) for name in to_lock]))
 
 
 def released_holds(manager: str, names, lock_timeout: int) -> list:
@@ -369,8 +397,8 @@ def pacman_install(packages: dict, hold: bool = False, *, lock_timeout: int):
     if missing:
         # Arch supports no partial upgrade and its mirrors keep only the current files: an install
         # from old lists fails on 404s. pyinfra's update/upgrade would run on every call, no-op or not.
-        yield from lock_bounded("pacman", [StringCommand("pacman", "--noconfirm", "-Syu", "--needed",
-                                                         *[QuoteString(name) for name in missing])], lock_timeout)
+        yield from lock_bounded("pacman", recorded_install("pacman", [StringCommand(
+            "pacman", "--noconfirm", "-Syu", "--needed", *[QuoteString(name) for name in missing])]), lock_timeout)
     else:
         host.noop("packages are installed: " + ", ".join(sorted(packages)))
     if not hold:
@@ -380,4 +408,4 @@ def pacman_install(packages: dict, hold: bool = False, *, lock_timeout: int):
     if not missing:
         host.noop("held: " + ", ".join(packages))
         return
-    yield pacman_hold_command(missing)
+    yield from recorded_holds(missing, held, pacman_hold_command(missing))

@@ -31,6 +31,7 @@ from pyinfra import host
 from pyinfra.api import StringCommand, operation
 from pyinfra.api.command import PyinfraCommand
 
+from .. import node_records
 from ..facts.recovery import PENDING_RESTART_DIR
 from .progress import announcing
 from .upload import Staging, Upload
@@ -59,6 +60,16 @@ def candidate_path(path: str) -> str:
     return path + CANDIDATE_SUFFIX
 
 
+@dataclass(frozen=True)
+class FileRecord:
+    """How a swap records its file for the undo run (deploy/node_records.py): the unit that reads it
+    (restarted when the undo changes it) and its format (toml, json: the undo can take the nvidia
+    wiring back out of a file changed since)."""
+
+    unit: str | None = None
+    format: str = ""
+    records_dir: str = node_records.RECORDS_DIR
+
 
 
 def pending_restart_mark(service: str, directory: str = PENDING_RESTART_DIR) -> str:
@@ -75,6 +86,10 @@ timeout={int(timeout)}
 pending={quote(pending_restart_mark(service, pending_dir) if service else "")}
 stamp=$(date +%Y%m%dT%H%M%S)
 fail() {{ printf 'gpu-node: %s\\n' "$@" >&2; exit 1; }}
+gn_record=""
+record_new=""
+# what a swap that stays does last (the undo run's: its record and the backups go)
+finished() {{ :; }}
 """
 
 
@@ -97,22 +112,42 @@ FLUSH_FUNCTION = """flush() {
 """
 
 
-def _swap_part(keep_backups: int) -> str:
+def _record_part(record: FileRecord | None) -> str:
+    """The record of the live file before its first change, and the copy of what gpu-node last wrote
+    kept aside while this swap may still be rolled back."""
+    if record is None:
+        return ""
+    return (node_records.record_file('"$dest"', record.unit, record.format, record.records_dir)
+            + """ || undo "could not record $dest before changing it (under $gn_records)"
+record_new=$gn_new
+rm -f -- "$gn_record/written.previous"
+if [ -z "$record_new" ] && [ -e "$gn_record/written" ]; then
+    cp -p -- "$gn_record/written" "$gn_record/written.previous" || undo "could not record $dest before changing it"
+fi
+""")
+
+
+def _swap_part(keep_backups: int, record: FileRecord | None = None, mode_owner: tuple[str, str] | None = None) -> str:
+    mode_owner = (f"mode={shlex.quote(mode_owner[0])}\nowner={shlex.quote(mode_owner[1])}\n" if mode_owner else "")
     return f"""{FLUSH_FUNCTION}# What this swap wrote goes if it cannot finish: the live file stays as it was, alone.
 backup=""
 new_pending=""
 undo() {{
     rm -f -- "$candidate" ${{backup:+"$backup"}} ${{new_pending:+"$new_pending"}}
+    [ -z "$record_new" ] || rm -rf -- "$gn_record"
     fail "$1; $dest was not changed"
 }}
-# 0644, or the live file's mode when it denies others (it may hold registry credentials).
+# 0644, or the live file's mode when it denies others (it may hold registry credentials); the
+# undo run's restore gives the original's (mode_owner).
 mode=0644
+owner=root:root
 if [ -e "$dest" ]; then
     live_mode=$(stat -c %a "$dest") && live_owner=$(stat -c %u:%g "$dest") || undo "could not read $dest"
     case $live_mode in *[0-3]) mode=$live_mode ;; esac
 fi
-chown root:root "$candidate" && chmod "$mode" "$candidate" || undo "could not set owner and mode of $candidate"
-if [ -e "$dest" ]; then
+{mode_owner}chown "$owner" "$candidate" && chmod "$mode" "$candidate" || undo "could not set owner and mode of $candidate"
+# Recorded before this swap's own backup, which would read as a change before records were kept.
+{_record_part(record)}if [ -e "$dest" ]; then
     backup="$dest{BACKUP_INFIX}$stamp"
     # 0600: containerd configs can hold registry credentials.
     error=$(install -p -m 0600 -o root -g root "$dest" "$backup" 2>&1) || undo "could not back up $dest: $error"
@@ -127,6 +162,7 @@ error=$(flush "$candidate" ${{backup:+"$backup"}} ${{pending:+"$pending"}} 2>&1)
     || undo "could not flush $candidate to disk: $error"
 mv -f "$candidate" "$dest" || undo "could not move $candidate over $dest"
 flush "$(dirname "$dest")"
+[ -z "$gn_record" ] || {{ gn_wrote_file "$dest"; flush "$gn_record"/* "$gn_record"; }}
 prune() {{
     # The newest {keep_backups} of FILE$1TIMESTAMP stay (the names sort by time).
     set -- "$dest$1"*
@@ -137,7 +173,7 @@ prune() {{
 LC_ALL=C prune {BACKUP_INFIX}
 LC_ALL=C prune {REJECTED_INFIX}
 echo "installed $dest${{backup:+ (previous version kept as $backup, mode 0600)}}"
-[ -n "$unit" ] || exit 0
+[ -n "$unit" ] || {{ finished; exit 0; }}
 """
 
 
@@ -168,11 +204,12 @@ $journal"
 _RESTART_PART = f"""{_RESTART_FUNCTIONS}
 if restart; then
     rm -f "$pending"
+    finished
     echo "restarted $unit: active"
     exit 0
 fi
 first_error=$why
-install -p -m 0600 -o root -g root "$dest" "$dest{REJECTED_INFIX}$stamp"
+[ ! -e "$dest" ] || install -p -m 0600 -o root -g root "$dest" "$dest{REJECTED_INFIX}$stamp"
 if [ -n "$backup" ]; then
     cp -p "$backup" "$candidate" && chmod "$live_mode" "$candidate" && chown "$live_owner" "$candidate" \\
         && flush "$candidate" && mv -f "$candidate" "$dest" && flush "$(dirname "$dest")"
@@ -180,6 +217,12 @@ if [ -n "$backup" ]; then
 else
     rm -f "$dest"
     restored="removed the new $dest (there was none before)"
+fi
+# The undo run's record follows the file back: no record of a change that did not stay.
+if [ -n "$record_new" ]; then
+    rm -rf -- "$gn_record"
+elif [ -n "$gn_record" ] && [ -e "$gn_record/written.previous" ]; then
+    mv -f -- "$gn_record/written.previous" "$gn_record/written"
 fi
 if restart; then
     rm -f "$pending"
@@ -194,13 +237,43 @@ fail "$unit did not come back on the new $dest (kept as $dest{REJECTED_INFIX}$st
 
 def install_script(path: str, validator: Validator | None, service: str | None, timeout: int,
                    pending_dir: str = PENDING_RESTART_DIR, placed: str = "",
-                   keep_backups: int = KEEP_BACKUPS) -> str:
+                   keep_backups: int = KEEP_BACKUPS, record: FileRecord | None = None,
+                   mode_owner: tuple[str, str] | None = None, finished: str = "") -> str:
     """
     The remote half of the safe install: validate, back up, swap, restart, roll back. ``placed``:
-    the staging's ``place_script`` that puts the candidate in place first ("": it is there).
+    the staging's ``place_script`` that puts the candidate in place first ("": it is there);
+    ``record``: the file recorded for the undo run before its first change (None: not recorded);
+    ``mode_owner``: the mode and owner the file gets (None: 0644 root, or the live file's stricter
+    mode); ``finished``: shell run once the new file stays (installed, and its unit active again).
     """
-    return (_script_header(path, service, timeout, pending_dir) + placed + _validate_part(validator)
-            + _swap_part(keep_backups) + _RESTART_PART)
+    return (_script_header(path, service, timeout, pending_dir) + _finished(finished) + placed
+            + _validate_part(validator) + _swap_part(keep_backups, record, mode_owner) + _RESTART_PART)
+
+
+def _finished(finished: str) -> str:
+    return f"finished() {{\n{finished}\n}}\n" if finished else ""
+
+
+def removal_script(path: str, service: str | None, timeout: int, pending_dir: str = PENDING_RESTART_DIR,
+                   finished: str = "") -> str:
+    """
+    The safe install's removal of ``path`` (the undo run's, of a file gpu-node created): kept as a
+    backup (0600), removed, the unit restarted, and the file put back if the unit does not come back.
+    """
+    return (_script_header(path, service, timeout, pending_dir) + _finished(finished) + FLUSH_FUNCTION + """[ -e "$dest" ] || { finished; echo "$dest is not there"; exit 0; }
+backup="$dest""" + BACKUP_INFIX + """$stamp"
+live_mode=$(stat -c %a "$dest") && live_owner=$(stat -c %u:%g "$dest") || fail "could not read $dest; it was not removed"
+error=$(install -p -m 0600 -o root -g root "$dest" "$backup" 2>&1 && flush "$backup" 2>&1) \\
+    || { rm -f -- "$backup"; fail "could not back up $dest: $error; it was not removed"; }
+if [ -n "$pending" ]; then
+    error=$(mkdir -p "${pending%/*}" 2>&1 && printf '%s\\n' "$dest" 2>&1 >"$pending.new" \\
+        && mv -f "$pending.new" "$pending" 2>&1) || { rm -f "$pending.new" "$backup"; fail "could not write $pending: $error; $dest was not removed"; }
+fi
+rm -f -- "$dest" || { rm -f -- "$backup"; fail "could not remove $dest"; }
+flush "$(dirname "$dest")"
+echo "removed $dest (kept as $backup until the undo is done, mode 0600)"
+[ -n "$unit" ] || { finished; exit 0; }
+""" + _RESTART_PART)
 
 
 def validate_script(path: str, validator: Validator, placed: str = "") -> str:
@@ -241,6 +314,7 @@ def install_file(
     restart_timeout: int = 30,
     before_restart: Sequence[PyinfraCommand] = (),
     keep_backups: int = KEEP_BACKUPS,
+    record: FileRecord | None = None,
 ):
     """
     Replace ``path`` with ``content`` safely (see the module docstring). Callers decide that the
@@ -254,6 +328,7 @@ def install_file(
     + before_restart: commands run once the candidate passed its check, before the swap and
       restart (a drain); given only with a service
     + keep_backups: how many ``FILE.gpu-node-backup-*`` stay after a swap (the newest)
+    + record: how the file is recorded for the undo run before its first change (None: not recorded)
     """
     if service and before_restart:
         if validator:
@@ -265,13 +340,13 @@ def install_file(
         placed = yield from _staged_candidate(path, content)
         yield announcing(restart_message(path, service, restart_timeout))
         yield StringCommand(install_script(path, None, service, restart_timeout, placed=placed,
-                                           keep_backups=keep_backups))
+                                           keep_backups=keep_backups, record=record))
         return
     placed = yield from _staged_candidate(path, content)
     if service:
         yield announcing(restart_message(path, service, restart_timeout))
     yield StringCommand(install_script(path, validator, service, restart_timeout, placed=placed,
-                                       keep_backups=keep_backups))
+                                       keep_backups=keep_backups, record=record))
 
 
 def restart_message(path: str, service: str, timeout: int) -> str:

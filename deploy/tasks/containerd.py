@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
-from pyinfra.operations import systemd
 
 from ..cdi import CdiUnsupported, for_containerd
 from ..containerd.flavours import config_target, plain_target
@@ -13,7 +12,7 @@ from ..containerd.plan import plan_node_wiring, target_read
 from ..distros import Family, Platform, add_repository, install_packages
 from ..facts.combined import FactCall, read
 from ..operations import drain as drain_ops
-from ..operations import failure
+from ..operations import failure, units
 from ..operations.drain import DrainTarget
 from ..settings import Settings
 from .preflight import StageCheck
@@ -51,7 +50,7 @@ def install_containerd(settings: Settings, family: Family) -> None:
                        timeout=settings.download_timeout, lock_timeout=settings.apt_lock_timeout)
     install_packages(manager, "Install containerd", {family.containerd_package: version},
                      lock_timeout=settings.apt_lock_timeout)
-    systemd.service(name="Enable and start containerd", service="containerd", running=True, enabled=True)
+    units.enable_service(name="Enable and start containerd", service="containerd")
 
 
 @deploy("containerd")

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.operations import systemd
 
 from ..cdi import CdiUnsupported, for_docker
 from ..distros import Family, Platform, install_packages
 from ..facts.combined import FactCall, read
-from ..operations import docker, failure
+from ..operations import docker, failure, units
 from ..operations import drain as drain_ops
 from ..operations.drain import DrainTarget
 from ..settings import Settings
@@ -56,7 +55,7 @@ def docker_runtime(settings: Settings, family: Family, drain: DrainTarget | None
             return
         install_packages(family.package_manager, "Install Docker", [family.docker_package],
                          lock_timeout=settings.apt_lock_timeout)
-        systemd.service(name="Enable and start Docker", service="docker", running=True, enabled=True)
+        units.enable_service(name="Enable and start Docker", service="docker")
 
     wired = docker.configure_nvidia_runtime(
         name=f"Wire the nvidia runtime into {settings.docker_daemon_config_path}",

@@ -15,7 +15,7 @@ from packaging.version import InvalidVersion, Version
 from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
-from pyinfra.operations import server, systemd
+from pyinfra.operations import server
 
 from .. import gpus
 from ..distros import (APT, PackageManager, Platform, add_repository, by_distro_id, install_packages,
@@ -29,7 +29,7 @@ from ..facts.packages import DnfModuleStreams, PackageVersions, RepositoryPackag
 from ..operations import download
 from ..operations import drain as drain_ops
 from ..operations import driver as driver_ops
-from ..operations import files
+from ..operations import files, units
 from ..operations.drain import DrainTarget
 from ..operations.failure import HostRefusal
 from ..operations.files import put_text
@@ -664,8 +664,7 @@ def enable_service(manager: PackageManager, service: str, start: bool) -> None:
         running = read(host, (SystemdStatus, {"services": list(SERVICE_UNITS)})).get(unit)
         if enabled and (running or not start):
             return
-    systemd.service(name=f"Enable {service}" + (" and start it" if start else ""), service=unit,
-                    running=True if start else None, enabled=True)
+    units.enable_service(name=f"Enable {service}" + (" and start it" if start else ""), service=unit, start=start)
 
 
 def add_cuda_repository(settings: Settings, manager: PackageManager, repository: dict) -> None:

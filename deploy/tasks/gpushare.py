@@ -94,6 +94,7 @@ def point_scheduler_at_config(settings: Settings, config_text: str) -> None:
         name="Write the gpushare kube-scheduler config",
         dest=config_path,
         content=config_text,
+        record_format=None,  # the control plane's: no undo run takes it back
     )
     configure_scheduler_manifest(
         name="Point the kube-scheduler static pod at the gpushare config",
@@ -155,6 +156,7 @@ def gpushare(settings: Settings, nodes: list[GpuNode]):
             dest=settings.gpushare_inspect_path,
             content=Path(inspect_source).read_bytes(),
             mode="755",
+            record_format=None,
         )
     else:
         download.checked_executable(

@@ -204,6 +204,23 @@ def test_rocky9_dnf_standin_packages_second_run_with_y_changes_nothing(deployed)
     assert_no_change(node.deploy(data=data, json_output=False))
 
 
+def test_rocky9_dnf_standin_packages_undo_releases_the_versionlocks_repositories_and_keys_gpu_node_added(
+        deployed, repos, driver_stage):
+    """deploy/undo.py on the deployed node (its last use here): the versionlock entries, the repository
+    files and key copies gpu-node added and the keys it imported into rpm's database are gone; the
+    STAND-IN packages stay (undo_remove_packages is false)."""
+    node, first, _ = deployed
+    assert first.returncode == 0, first.explain()
+    undone = node.deploy(deploy_file="deploy/undo.py", json_output=False)
+    assert undone.returncode == 0, undone.explain()
+    assert not [lock for lock in version_locks(node) if lock.startswith(tuple(TOOLKIT_PACKAGES + DRIVER_PACKAGES))]
+    added = [TOOLKIT_REPO_FILE, TOOLKIT_KEY_FILE] + ([CUDA_REPO_FILE, CUDA_KEY_FILE] if driver_stage else [])
+    assert [path for path in added if node.exists(path)] == []
+    imported = node.sh("rpm -q gpg-pubkey --qf '%{VERSION}\\n'", check=False).stdout.split()
+    assert repos.toolkit_key.fingerprint[-8:].lower() not in imported, imported
+    assert set(rpm_installed(node, TOOLKIT_PACKAGES)) == set(TOOLKIT_PACKAGES)
+
+
 @pytest.fixture
 def rocky_node(repos):
     node = start_rocky_node(repos)

@@ -134,6 +134,17 @@ def test_arch_pacman_standin_plain_pacman_syu_leaves_the_held_driver(deployed, r
     assert installed(node, TOOLKIT_PACKAGES) == {name: family_pacman.TOOLKIT_UPDATE for name in TOOLKIT_PACKAGES}
 
 
+def test_arch_pacman_standin_undo_takes_the_driver_out_of_ignorepkg(deployed):
+    """deploy/undo.py on the deployed node (its last use here): IgnorePkg no longer holds the driver's
+    packages; the STAND-IN packages stay (undo_remove_packages is false)."""
+    node, first = deployed
+    assert first.returncode == 0, first.explain()
+    undone = node.deploy(deploy_file="deploy/undo.py", json_output=False)
+    assert undone.returncode == 0, undone.explain()
+    assert not set(DRIVER_PACKAGES) & set(ignored(node)), ignored(node)
+    assert set(installed(node, DRIVER_PACKAGES)) == set(DRIVER_PACKAGES)
+
+
 def test_arch_pacman_standin_first_run_after_the_mirror_moved_on_installs_its_current_driver(repos):
     """STAND-IN packages: a node whose databases were synced before its mirror moved on (the usual
     state of an Arch node) gets the driver and toolkit the mirror has now, with -y."""

@@ -248,6 +248,22 @@ def test_leap156_zypper_standin_toolkit_new_pin_moves_the_locked_packages_and_lo
     assert set(TOOLKIT_PACKAGES) <= locks(node)
 
 
+def test_leap156_zypper_standin_packages_undo_releases_the_locks_repositories_and_keys_gpu_node_added(
+        deployed, repos, driver_stage):
+    """deploy/undo.py on the deployed node (its last use here): the zypper locks, the repository files
+    and key copies gpu-node added and the keys it imported into rpm's database are gone; the STAND-IN
+    packages stay (undo_remove_packages is false)."""
+    node, first, _ = deployed
+    assert first.returncode == 0, first.explain()
+    undone = node.deploy(deploy_file="deploy/undo.py", json_output=False)
+    assert undone.returncode == 0, undone.explain()
+    assert not set(TOOLKIT_PACKAGES + DRIVER_PACKAGES) & locks(node), locks(node)
+    added = [TOOLKIT_REPO_FILE, ZYPPER.key_file.format(name=REPOSITORY_NAME)]
+    assert [path for path in added if node.exists(path)] == []
+    assert repos.toolkit_key.fingerprint[-8:].lower() not in imported_keys(node)
+    assert set(rpm_installed(node, TOOLKIT_PACKAGES)) == set(TOOLKIT_PACKAGES)
+
+
 # An rpm in the node's database, as a real Leap's holds hundreds: with none but gpg-pubkeys, libsolv's
 # rpmdb2solv fails to refresh zypper's installed-packages cache once rpm's database changed (here: the
 # refused repository's key taken back out), a fault of the stand-in node (tests/family_rpm_more.py SLES155_ZYPPER).

@@ -38,7 +38,8 @@ def call(function, tmp_path, *, host_data: dict | None = None, **kwargs):
 
 
 def test_the_deploys_are_the_package_attributes_and_load_on_first_use():
-    assert set(deploy.__all__) == {"provision_gpu_node", "verify_gpu_node", "configure_cluster", "render_cluster_files"}
+    assert set(deploy.__all__) == {"provision_gpu_node", "verify_gpu_node", "undo_gpu_node", "configure_cluster",
+                                  "render_cluster_files"}
     assert all(callable(getattr(deploy, name)) and getattr(deploy, name)._inner for name in deploy.__all__)
     with pytest.raises(AttributeError):
         deploy.provision  # noqa: B018

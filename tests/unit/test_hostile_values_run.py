@@ -36,6 +36,7 @@ from test_driver_plans import DEBIAN_FILES, node
 from test_gpushare_plan import GpushareHost
 from test_k8s_plan import ENTRY as K8S_ENTRY
 from test_k8s_plan import FakeCluster, gpu_identity_lines
+from test_undo_plan import ORIGINAL_TOML, WIRED_TOML, gpu_node_writes, read, undo_steps, write
 
 from deploy.facts.cdi import CdiState
 from deploy.facts.containerd import ContainerdConfig
@@ -289,6 +290,57 @@ def test_hostile_values_run_as_the_plain_values_would(kind, style, template, pla
             folds.append((posixpath.dirname(value), posixpath.dirname(plain_value(name))))
         for hostile, plain_text in folds:
             written = {tuple(text.replace(hostile, plain_text) for text in entry) for entry in written}
+    assert written == without_the_way_to(plain.tree(), [plain_value(name) for name in settings
+                                                        if plain_value(name).startswith("/")])
+
+
+def deployed_then_undone(settings: dict[str, str], box: Sandbox) -> Sandbox:
+    """The node plan replayed, then the undo run's plan made from the records it left there (read by
+    the undo's own fact in the root) with the same settings, replayed after it."""
+    replay(steps(settings, "node"), box)
+    # The runtimes' swaps roll back in the root (no systemctl to restart them): their configs at the
+    # settings' paths are recorded and written as gpu-node's safe install does, for the undo to take back.
+    for name, (unit, file_format, original, wired) in RUNTIME_CONFIGS.items():
+        path = settings.get(name, plain_value(name))
+        write(box, path, original)
+        gpu_node_writes(box, path, wired, unit, file_format)
+    _, undo = undo_steps(box, {**NODE_DATA, **settings, "undo_remove_packages": "true"})
+    replay(undo, box)
+    for name, (_, _, original, _) in RUNTIME_CONFIGS.items():
+        assert read(box, settings.get(name, plain_value(name))) == original, name
+    return box
+
+
+RUNTIME_CONFIGS = {
+    "containerd_config_path": ("containerd", "toml", ORIGINAL_TOML, WIRED_TOML),
+    "docker_daemon_config_path": ("docker", "json", '{"log-driver": "journald"}\n',
+                                  '{\n  "log-driver": "journald",\n  "default-runtime": "nvidia"\n}\n'),
+}
+
+
+@pytest.mark.parametrize("style", [style for kind, style in RUNS if kind == "node"])
+def test_hostile_values_run_through_the_undo_as_the_plain_values_would(style, template, tmp_path):
+    """The undo plan (deploy/undo.py) over what the node plan left: the paths it takes back come from
+    the node's records, the settings from the run. No payload runs, and the hostile run leaves what the
+    plain one leaves."""
+    settings = hostile_settings("node", style)
+    plain_settings = {name: plain_value(name) for name in settings}
+    boxes = {}
+    for name, values in (("hostile", settings), ("plain", plain_settings)):
+        boxes[name] = Sandbox.clone(template, tmp_path / name)
+        seed_devices(boxes[name], values.get("nvidia_driver_root", "/"))
+        deployed_then_undone(values, boxes[name])
+    hostile, plain = boxes["hostile"], boxes["plain"]
+    assert not [path for path, _ in hostile.tree() if path.rsplit("/", 1)[-1] == PWNED], f"the payload of {settings} ran"
+    assert [run.status for run in hostile.runs] == [run.status for run in plain.runs]
+    assert not hostile.exists(REFRESH_ENV) and not plain.exists(REFRESH_ENV)  # the undo took its files back
+    written = without_the_way_to(hostile.tree(), [value for value in settings.values() if value.startswith("/")])
+    for name, value in sorted(settings.items(), key=lambda item: -len(item[1])):
+        folds = [(value, plain_value(name))]
+        if value.startswith("/"):
+            folds.append((posixpath.dirname(value), posixpath.dirname(plain_value(name))))
+        for hostile_text, plain_text in folds:
+            written = {tuple(text.replace(hostile_text, plain_text) for text in entry) for entry in written}
     assert written == without_the_way_to(plain.tree(), [plain_value(name) for name in settings
                                                         if plain_value(name).startswith("/")])
 

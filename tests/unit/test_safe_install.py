@@ -90,7 +90,7 @@ def test_candidate_sits_next_to_the_live_file():
 
 
 def test_script_restarts_and_rolls_back_only_with_a_service():
-    assert "systemctl restart" not in install_script("/x", None, None, 5).split("[ -n \"$unit\" ] || exit 0")[0]
+    assert "systemctl restart" not in install_script("/x", None, None, 5).split("[ -n \"$unit\" ] || { finished; exit 0; }")[0]
     script = install_script("/etc/docker/daemon.json", None, "docker", 17)
     assert "unit=docker" in script and "timeout=17" in script
     assert subprocess.run(["sh", "-n", "-c", script]).returncode == 0

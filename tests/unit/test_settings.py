@@ -37,6 +37,7 @@ DOCUMENTED_DEFAULTS = {
     "drain_before_restart": False,
     "drain_timeout": 300,
     "runtime_config_backups": 5,
+    "undo_remove_packages": False,
     "nvidia_driver_install": True,
     "nvidia_driver_branch": None,
     "nvidia_driver_version": None,

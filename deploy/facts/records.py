@@ -1,0 +1,162 @@
+"""What gpu-node recorded on a node as it changed it (deploy/node_records.py), for the undo run."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import shlex
+
+from pyinfra.api.exceptions import FactProcessError
+
+from .. import node_records, node_text
+from .base import NodeFact
+
+# For each recorded file: its record's own files, and the live file's state now; the texts only where
+# the undo may have to take the wiring out of a changed file (a format), each read whole (bounded).
+RECORDS_SCRIPT = """records=__RECORDS__
+[ -d "$records" ] || exit 0
+echo records
+b64() { base64 -w0 <"$1" 2>/dev/null; }
+text() { __READ__; }
+for record in "$records"/files/*; do
+  [ -f "$record/path" ] || continue
+  echo "file ${record##*/}"
+  echo "path $(b64 "$record/path")"
+  echo "unit $(b64 "$record/unit")"
+  format=$(cat "$record/format" 2>/dev/null)
+  echo "format $format"
+  [ -e "$record/absent" ] && echo absent
+  [ -e "$record/earlier" ] && echo earlier
+  if [ -f "$record/original" ]; then
+    echo "original_stat $(cat "$record/original.stat")"
+    echo "original_sha256 $(sha256sum <"$record/original" | cut -c1-64)"
+  fi
+  [ -f "$record/written" ] && echo "written_sha256 $(sha256sum <"$record/written" | cut -c1-64)"
+  path=$(cat "$record/path"; echo x); path=${path%x}
+  if [ -L "$path" ]; then echo live_link
+  elif [ -f "$path" ]; then
+    echo "live_sha256 $(sha256sum <"$path" | cut -c1-64)"
+    echo "live_stat $(stat -c '%a %u:%g' -- "$path")"
+  elif [ -e "$path" ]; then echo live_other
+  fi
+  if [ -n "$format" ]; then
+    [ -f "$record/original" ] && echo "original_text $(text "$record/original")"
+    [ -f "$record/written" ] && echo "written_text $(text "$record/written")"
+    [ -f "$path" ] && [ ! -L "$path" ] && echo "live_text $(text "$path")"
+  fi
+  for leftover in "$path".gpu-node-backup-* "$path".gpu-node-rejected-*; do
+    [ -e "$leftover" ] && echo "leftover $(printf %s "$leftover" | base64 -w0)"
+  done
+done
+for unit in "$records"/units/*; do
+  name=${unit##*/}
+  case $name in *.new) continue ;; esac
+  [ -f "$unit" ] || continue
+  enabled=$(systemctl is-enabled -- "$name" 2>/dev/null)
+  active=$(systemctl is-active -- "$name" 2>/dev/null)
+  echo "unit_record $name $(head -n 1 "$unit")"
+  echo "unit_now $name ${enabled:-not-found} ${active:-inactive}"
+done
+for list in installed-packages:installed held-packages:held imported-rpm-keys:rpm_key; do
+  [ -f "$records/${list%%:*}" ] && LC_ALL=C sort -u "$records/${list%%:*}" | sed "/^$/d; s/^/${list#*:} /"
+done
+[ -e "$records/packages-before-install" ] && echo unfinished_install
+true"""
+
+# Before gpu-node kept records (0.1.0), its own files are known by their first line.
+OWN_SCRIPT = """for own in __OWN__; do
+  [ -f "$own" ] && [ ! -L "$own" ] && echo "own $(printf %s "$own" | base64 -w0) $(head -c 120 "$own" | base64 -w0)"
+done
+true"""
+
+
+def _text(encoded: str) -> str:
+    try:
+        return node_text.decode(base64.b64decode(encoded, validate=True))
+    except binascii.Error as error:
+        raise FactProcessError(f"could not decode a record: {error}") from None
+
+
+class NodeRecords(NodeFact):
+    """
+    gpu-node's records on the node (deploy/node_records.py) and, for each recorded file, what it
+    holds now; ``own``: the first bytes of those of ``own_files`` that exist (gpu-node's own files,
+    known by their first line where no record names them).
+
+    .. code:: python
+
+        {
+            "records": True,   # the records folder exists
+            "files": [{
+                "id": "5e8f...", "path": "/etc/containerd/config.toml", "unit": "containerd",
+                "format": "toml", "absent": False, "earlier": False,
+                "original_stat": "644 0:0", "original_sha256": "...", "written_sha256": "...",
+                "live": "file",              # file, link, other, or None: not there
+                "live_sha256": "...", "live_stat": "644 0:0",
+                "original_text": "...", "written_text": "...", "live_text": "...",  # with a format
+                "leftovers": ["/etc/containerd/config.toml.gpu-node-backup-20251128T101500"],
+            }],
+            "units": {"nvidia-cdi-refresh.path": {"recorded": "disabled inactive",
+                                                  "enabled": "enabled", "active": "active"}},
+            "installed": ["nvidia-container-toolkit"], "held": ["nvidia-container-toolkit"],
+            "rpm_keys": ["gpg-pubkey-f796ecb0-6412f5e3"], "unfinished_install": False,
+            "own": {"/etc/sysctl.d/99-gpu-node-kubernetes.conf": "# Managed by gpu-node ..."},
+        }
+    """
+
+    def command(self, own_files=(), records_dir=node_records.RECORDS_DIR):
+        script = (RECORDS_SCRIPT.replace("__RECORDS__", shlex.quote(records_dir))
+                  .replace("__READ__", node_text.base64_read('"$1"')))
+        own = " ".join(shlex.quote(path) for path in own_files)
+        return f"{OWN_SCRIPT.replace('__OWN__', own)}\n{script}" if own else script
+
+    @staticmethod
+    def default():
+        return {"records": False, "files": [], "units": {}, "installed": [], "held": [], "rpm_keys": [],
+                "unfinished_install": False, "own": {}}
+
+    def process(self, output):
+        found = self.default()
+        record = None
+        for line in output:
+            kind, _, rest = line.strip().partition(" ")
+            if kind == "records":
+                found["records"] = True
+            elif kind == "file":
+                record = {"id": rest, "path": None, "unit": "", "format": "", "absent": False, "earlier": False,
+                          "original_stat": None, "original_sha256": None, "written_sha256": None, "live": None,
+                          "live_sha256": None, "live_stat": None, "original_text": None, "written_text": None,
+                          "live_text": None, "leftovers": []}
+                found["files"].append(record)
+            elif kind in ("absent", "earlier") and record is not None:
+                record[kind] = True
+            elif kind in ("path", "unit") and record is not None:
+                record[kind] = _text(rest)
+            elif kind in ("format", "original_stat", "original_sha256", "written_sha256", "live_sha256",
+                          "live_stat") and record is not None:
+                record[kind] = rest or ("" if kind == "format" else None)
+            elif kind in ("original_text", "written_text", "live_text") and record is not None:
+                record[kind] = _text(rest)
+            elif kind in ("live_link", "live_other") and record is not None:
+                record["live"] = kind[len("live_"):]
+            elif kind == "leftover" and record is not None:
+                record["leftovers"].append(_text(rest))
+            elif kind == "unit_record":
+                name, _, recorded = rest.partition(" ")
+                found["units"].setdefault(name, {})["recorded"] = recorded
+            elif kind == "unit_now":
+                name, enabled, active = (rest.split(" ") + ["", ""])[:3]
+                found["units"].setdefault(name, {}).update(enabled=enabled, active=active)
+            elif kind in ("installed", "held", "rpm_key"):
+                found["installed" if kind == "installed" else "held" if kind == "held" else "rpm_keys"].append(rest)
+            elif kind == "unfinished_install":
+                found["unfinished_install"] = True
+            elif kind == "own":
+                path, _, head = rest.partition(" ")
+                found["own"][_text(path)] = _text(head)
+        for record in found["files"]:
+            if record["live_sha256"] is not None:
+                record["live"] = "file"
+            if record["path"] is None:
+                raise FactProcessError(f"the record {record['id']} names no file")
+        return found

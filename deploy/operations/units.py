@@ -1,0 +1,72 @@
+"""
+systemd units gpu-node enables, each one's state before recorded for the undo run; and the undo
+run's putting them back (deploy/node_records.py).
+"""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import QuoteString, StringCommand, operation
+from pyinfra.operations import systemd
+
+from .. import node_records
+
+
+def unit_name(service: str) -> str:
+    """``service`` as systemd names it (pyinfra's systemd.service adds ``.service`` the same way)."""
+    return service if "." in service else f"{service}.service"
+
+
+@operation()
+def enable_service(service: str, start: bool = True):
+    """
+    Enable ``service`` (and start it where ``start``) with pyinfra's ``systemd.service``; when that
+    changes anything, the unit's state before is recorded first (once: the state before gpu-node's
+    first change) for the undo run to put back.
+
+    + service: the unit (``.service`` when it names no type)
+    + start: start it now too
+    """
+    unit = unit_name(service)
+    commands = list(systemd.service._inner(service=unit, running=True if start else None, enabled=True))
+    if commands:
+        yield StringCommand(node_records.record_units([unit]))
+        yield from commands
+
+
+# What the undo run does to a unit whose state before gpu-node it recorded, by that state: systemctl's
+# is-enabled answer, and is-active's. A unit that did not exist then came with a package gpu-node
+# installed: it goes with the package (undo_remove_packages), and is left as its package set it up.
+def unit_commands(unit: str, recorded: str, now: dict) -> list[StringCommand]:
+    """The commands that put ``unit`` back to ``recorded`` ("ENABLED ACTIVE", as node_records writes
+    it) from ``now`` ({"enabled", "active"}, as the undo fact reads it); none when it is so already."""
+    enabled_before, _, active_before = recorded.partition(" ")
+    quoted = QuoteString(unit)
+    commands = []
+    if enabled_before in ("not-found", "") or now.get("enabled") in (None, "", "not-found"):
+        return []
+    if enabled_before == "masked" and now.get("enabled") != "masked":
+        commands.append(StringCommand("systemctl", "mask", quoted))
+    elif enabled_before in ("disabled", "static", "indirect", "generated", "transient") \
+            and now.get("enabled") == "enabled":
+        commands.append(StringCommand("systemctl", "disable", quoted))
+    elif enabled_before == "enabled" and now.get("enabled") != "enabled":
+        commands.append(StringCommand("systemctl", "enable", quoted))
+    if active_before != "active" and now.get("active") == "active":
+        commands.append(StringCommand("systemctl", "stop", quoted))
+    elif active_before == "active" and now.get("active") != "active":
+        commands.append(StringCommand("systemctl", "start", quoted))
+    return commands
+
+
+@operation()
+def put_unit_back(unit: str, recorded: str, now: dict):
+    """
+    Put ``unit`` back to its state before gpu-node first changed it (``recorded``: "ENABLED ACTIVE");
+    ``now``: its state as the undo run read it ({"enabled", "active"}).
+    """
+    commands = unit_commands(unit, recorded, now)
+    if not commands:
+        host.noop(f"{unit} is as it was before gpu-node ({recorded})")
+        return
+    yield from commands

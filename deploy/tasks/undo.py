@@ -1,0 +1,133 @@
+"""
+Take gpu-node back off a node (deploy/undo.py): from the records gpu-node kept as it changed the node
+(deploy/node_records.py), every file put back (deploy/operations/undo.py), the units it enabled put
+back to their state before, the holds it placed released, the keys it imported taken out, with
+``undo_remove_packages`` the packages it installed removed; then its records. One line per file
+says what happened to it and why. A node gpu-node never changed has no records: nothing happens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import groupby
+
+from pyinfra import host, logger
+from pyinfra.api import deploy
+from pyinfra.facts.server import Arch, LinuxDistribution
+
+from ..distros import Platform, detect_platform
+from ..facts.access import HostAccess
+from ..facts.combined import FactCall, read, read_facts
+from ..facts.records import NodeRecords
+from ..fabric import NVLINK5_MODULES_LOAD_PATH
+from ..operations import devices, kernel, units
+from ..operations import undo as undo_ops
+from ..operations.cdi import REFRESH_ENV
+from ..operations.failure import HostRefusal
+from ..settings import Settings
+from . import driver as driver_stage
+from . import kernel as kernel_stage
+from . import toolkit as toolkit_stage
+from .preflight import access_refusal
+
+# gpu-node's own files by path, known by their first line where no record names them (a run of
+# gpu-node before it kept records): the kernel stage's, the device links', the driver's apt pin and
+# CUDA profile, the CDI refresh's environment, the toolkit's apt source.
+OWN_FILES = (kernel_stage.MODULES_LOAD_PATH, kernel_stage.SYSCTL_PATH, kernel_stage.BLACKLIST_PATH,
+             NVLINK5_MODULES_LOAD_PATH, devices.LINKS_SCRIPT, devices.UDEV_RULE, driver_stage.APT_PIN_PATH,
+             driver_stage.CUDA_PROFILE_PATH, REFRESH_ENV, toolkit_stage.APT_SOURCE)
+OWN_HEADERS = ("# Managed by gpu-node", "#!/bin/sh\n# Managed by gpu-node")
+
+
+def records_read() -> FactCall:
+    return (NodeRecords, {"own_files": list(OWN_FILES)})
+
+
+@dataclass(frozen=True)
+class UndoFindings:
+    platform: Platform
+    records: dict  # NodeRecords
+    files: list = field(default_factory=list)  # FileUndo per recorded file
+
+
+def read_node(settings: Settings) -> UndoFindings:
+    """The node and gpu-node's records on it, in one remote command; HostRefusal (one line) for a
+    node gpu-node cannot work on (not Linux, not root, no systemd, an unsupported distribution)."""
+    facts = read_facts(host, HostAccess, LinuxDistribution, Arch, read_ahead=[records_read()])
+    refusal = access_refusal(facts["HostAccess"])
+    if refusal:
+        raise HostRefusal(refusal)
+    platform = detect_platform(facts["LinuxDistribution"], facts["Arch"])
+    records = read(host, records_read())
+    return UndoFindings(platform, records, [undo_ops.decide(record) for record in records["files"]])
+
+
+def own_files_without_records(records: dict) -> list[str]:
+    recorded = {record["path"] for record in records["files"]}
+    return sorted(path for path, head in records["own"].items()
+                  if path not in recorded and head.startswith(OWN_HEADERS))
+
+
+def say(line: str, kept: bool = False) -> None:
+    # Once, as the run prepares (default mode prepares once too: the same operations, not these lines).
+    (logger.warning if kept else logger.info)(f"{host.print_prefix}undo: {line}")
+
+
+@deploy("Take gpu-node back off")
+def take_it_back_off(settings: Settings, found: UndoFindings):
+    records, manager = found.records, found.platform.family.package_manager
+    own = own_files_without_records(records)
+    if not (records["records"] or own):
+        logger.info(f"{host.print_prefix}undo: no records of gpu-node on this node: nothing to take back off")
+        return
+    for undo in found.files:
+        say(undo.line, kept=undo.action == undo_ops.KEEP)
+
+    # The files, a unit's together, that unit restarted once, after its last changed file.
+    changes = [undo for undo in found.files if undo.action != undo_ops.KEEP]
+    blacklist = None
+    by_unit = lambda undo: undo.record["unit"] or ""  # noqa: E731
+    for unit, group in groupby(sorted(changes, key=by_unit), key=by_unit):
+        group = list(group)
+        changing = [undo for undo in group if undo.changes]
+        for undo in group:
+            put_back = undo_ops.put_back_file(
+                name=f"Put back {undo.path}" if undo.changes else f"Forget gpu-node's record of {undo.path}",
+                undo=undo, restart=bool(unit) and undo is (changing[-1] if changing else None),
+                restart_timeout=settings.service_restart_timeout,
+            )
+            if undo.path == kernel_stage.BLACKLIST_PATH and undo.changes:
+                blacklist = put_back
+    if own:
+        for path in own:
+            say(f"{path}: removed: gpu-node's own file (its first line says so), from a run before gpu-node kept records")
+        removed = undo_ops.remove_own_files(name="Remove gpu-node's own files", paths=own)
+        if kernel_stage.BLACKLIST_PATH in own:
+            blacklist = removed
+    if blacklist is not None:
+        kernel.rebuild_initramfs(name="Rebuild the initramfs after the nouveau blacklist went",
+                                 command=found.platform.family.initramfs_command, _if=blacklist.did_change)
+
+    for unit, state in sorted(records["units"].items()):
+        if "recorded" in state:
+            units.put_unit_back(name=f"Put {unit} back as it was before gpu-node ({state['recorded']})",
+                                unit=unit, recorded=state["recorded"], now=state)
+
+    if records["held"]:
+        undo_ops.release_holds(name="Release the holds gpu-node placed", manager=manager.name,
+                               names=records["held"], lock_timeout=settings.apt_lock_timeout)
+    if records["unfinished_install"]:
+        say("an install of gpu-node's did not finish: packages it added are not all known, and stay", kept=True)
+    if records["installed"]:
+        if settings.undo_remove_packages:
+            undo_ops.remove_packages(name="Remove the packages gpu-node installed", manager=manager.name,
+                                     installed_fact=manager.installed_fact, names=records["installed"],
+                                     lock_timeout=settings.apt_lock_timeout)
+        else:
+            say(f"the packages gpu-node installed stay (undo_remove_packages=false): {', '.join(records['installed'])}")
+    if records["rpm_keys"]:
+        undo_ops.remove_rpm_keys(name="Take the keys gpu-node imported out of rpm's database", keys=records["rpm_keys"])
+    if records["records"]:
+        kept = [undo.record["id"] for undo in found.files if undo.action == undo_ops.KEEP]
+        undo_ops.forget_records(name="Remove gpu-node's records" + (" (but those of the files left as they are)" if kept else ""),
+                                kept=kept)

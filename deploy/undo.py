@@ -1,0 +1,18 @@
+"""
+Take gpu-node back off every GPU node: what it changed put back as it was before gpu-node
+(docs/undo.md).
+
+    pyinfra inventory.py deploy/undo.py
+"""
+
+import importlib
+import sys
+from pathlib import Path
+
+# pyinfra executes this file rather than importing it: its package (deploy/ in a checkout,
+# gpu_node once installed) is imported by its folder's name, whatever the working directory.
+package = Path(__file__).resolve().parent
+sys.path.insert(0, str(package.parent))
+# The deploy's own body (_inner): the operations named as a run of this file names them, without the
+# "{deploy name} | " a site's call of the function puts in front.
+importlib.import_module(f"{package.name}.entry").undo_gpu_node._inner()

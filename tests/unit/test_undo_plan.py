@@ -1,0 +1,373 @@
+"""
+The undo run (deploy/undo.py), piece by piece. Where a piece changes files, it runs for real: the
+records are written by gpu-node's own recording shell (deploy/node_records.py) or by a replayed
+deploy plan in a scratch root (tests/shell_sandbox.py), the undo run reads them there with its own
+fact's command (deploy/facts/records.py), its plan is made on pyinfra's @fake connector from that
+answer, and replayed in the same root. The root has no systemctl, apt or rpm: a restart and a
+package manager's commands are read from the plan, not run (the Debian e2e test runs them:
+tests/e2e/test_undo_debian.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+from pathlib import Path
+
+import pytest
+from plan import DEFAULT, Node, every, host_access, os_release, run_deploy
+from pyinfra.facts.server import Arch, LinuxDistribution
+from shell_sandbox import Sandbox, build_template
+from test_driver_plans import DEBIAN_FILES, node as debian_node
+
+from deploy import node_records
+from deploy.facts.access import HostAccess
+from deploy.facts.packages import DebPackageStates
+from deploy.facts.records import NodeRecords
+from deploy.operations import safe_install
+from deploy.tasks import kernel as kernel_stage
+from deploy.tasks.undo import OWN_FILES, records_read
+
+REPO = Path(__file__).resolve().parents[2]
+UNDO = str(REPO / "deploy" / "undo.py")
+CONFIG = "/etc/containerd/config.toml"
+DAEMON_JSON = "/etc/docker/daemon.json"
+
+ORIGINAL_TOML = """# the site's containerd config
+version = 2
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.k8s.io/pause:3.9"
+"""
+WIRED_TOML = """# the site's containerd config
+version = 2
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.k8s.io/pause:3.9"
+
+[plugins."io.containerd.grpc.v1.cri".containerd]
+  default_runtime_name = "nvidia"
+
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+  runtime_type = "io.containerd.runc.v2"
+
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+  BinaryName = "/usr/bin/nvidia-container-runtime"
+  SystemdCgroup = true
+"""
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> Path:
+    return build_template(tmp_path_factory.mktemp("sandbox") / "template")
+
+
+@pytest.fixture
+def box(template, tmp_path) -> Sandbox:
+    return Sandbox.clone(template, tmp_path / "root")
+
+
+def write(box: Sandbox, path: str, text: str, mode: int = 0o644) -> None:
+    target = box.root / path.lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+    target.chmod(mode)
+
+
+def read(box: Sandbox, path: str) -> str:
+    return (box.root / path.lstrip("/")).read_text()
+
+
+def gpu_node_writes(box: Sandbox, path: str, text: str, unit: str = "", file_format: str = "") -> None:
+    """What gpu-node's safe install does around its write: the record before, the copy of what it wrote after."""
+    quoted = shlex.quote(path)
+    ran = box.run(f"{node_records.record_file(quoted, unit, file_format)} || exit 1\n"
+                  f"mkdir -p \"$(dirname {quoted})\" && printf %s {shlex.quote(text)} > {quoted}\n"
+                  f"{node_records.wrote_file(quoted)}")
+    assert ran.status == 0, ran.stderr
+
+
+def records_answer(box: Sandbox) -> list[str]:
+    """The undo fact's command run in the root: what it prints there."""
+    return box.output(NodeRecords().command(own_files=list(OWN_FILES))).splitlines()
+
+
+def undo_node(answer: list[str], distro: str = "debian-12", facts=()) -> Node:
+    return Node(facts=[(HostAccess, host_access(distro)), (LinuxDistribution, os_release(distro)), (Arch, "x86_64"),
+                       (records_read(), answer), *facts], unstated=DEFAULT)
+
+
+def undo_plan(node: Node, data: dict | None = None):
+    return run_deploy(node, data={**(data or {})}, deploy_file=UNDO)
+
+
+def undo_steps(box: Sandbox, data: dict | None = None, facts=()):
+    """The undo run planned from the root's records: (plan, its steps to replay)."""
+    plan = undo_plan(undo_node(records_answer(box), facts=facts), data)
+    assert not plan.failed, plan.refusal
+    return plan, [(command, plan.uploads.get(index)) for index, (_, command) in enumerate(plan.timeline)]
+
+
+def replay_undo(box: Sandbox, data: dict | None = None, facts=(), caplog=None):
+    """The undo run planned from the root's records, then replayed there; (plan, lines it said)."""
+    if caplog is not None:
+        caplog.clear()
+    plan, steps = undo_steps(box, data, facts)
+    for ran in box.replay(steps):
+        assert not ran.syntax_error, (ran.syntax_error, ran.step)
+    said = [record.getMessage() for record in caplog.records if "undo: " in record.getMessage()] if caplog else []
+    return plan, said
+
+
+def changing_commands(plan) -> list[str]:
+    """The commands of the plan that are no fact read (the undo's one combined read aside)."""
+    return [command for command in plan.commands if "records=" not in command and "uid" not in command
+            and not command.startswith(("sh -c 'command -v", "cat /etc/os-release", "uname"))]
+
+
+def stat(box: Sandbox, path: str) -> str:
+    info = os.stat(box.root / path.lstrip("/"))
+    return f"{info.st_mode & 0o7777:o} {info.st_uid}:{info.st_gid}"
+
+
+def tree_outside_records(box: Sandbox) -> set:
+    return {entry for entry in box.tree() if not entry[0].startswith(node_records.RECORDS_DIR)}
+
+
+# --- files ----------------------------------------------------------------------------------------
+
+def test_a_runtime_config_as_gpu_node_left_it_is_restored_byte_for_byte_with_its_mode(box, caplog):
+    caplog.set_level(logging.INFO)
+    write(box, CONFIG, ORIGINAL_TOML, 0o600)
+    gpu_node_writes(box, CONFIG, WIRED_TOML, unit="containerd", file_format="toml")
+    assert read(box, CONFIG) == WIRED_TOML
+
+    plan, said = replay_undo(box, caplog=caplog)
+    assert read(box, CONFIG) == ORIGINAL_TOML
+    assert stat(box, CONFIG) == "600 0:0"
+    assert [line for line in said if CONFIG in line] == [
+        f"[@fake/node] undo: {CONFIG}: restored byte for byte as it was before gpu-node (mode and owner 600 0:0): "
+        "it is as gpu-node last wrote it"]
+    # its unit is restarted through the safe install, when it is active (here no systemctl: it is not)
+    assert plan.matching("unit=containerd")
+    assert not box.exists(node_records.RECORDS_DIR)
+
+
+def test_a_runtime_config_someone_changed_since_loses_only_the_values_gpu_node_set(box, caplog):
+    caplog.set_level(logging.INFO)
+    write(box, CONFIG, ORIGINAL_TOML)
+    gpu_node_writes(box, CONFIG, WIRED_TOML, unit="containerd", file_format="toml")
+    site = '\n[plugins."io.containerd.grpc.v1.cri".registry]\n  # the site\'s own\n  config_path = "/etc/containerd/certs.d"\n'
+    write(box, CONFIG, WIRED_TOML.replace("version = 2\n", "version = 2\noom_score = -999\n") + site)
+
+    _, said = replay_undo(box, caplog=caplog)
+    assert read(box, CONFIG) == ORIGINAL_TOML.replace("version = 2\n", "version = 2\noom_score = -999\n") + site
+    (line,) = [line for line in said if CONFIG in line]
+    assert "changed since gpu-node last wrote it: the values gpu-node set taken back out" in line
+    assert "every other edit kept" in line
+
+
+def test_the_safe_install_records_a_live_config_before_its_own_backup_so_the_undo_restores_it(box, caplog):
+    """The node run's swap of a runtime config that was there (deploy/operations/safe_install.py, run
+    for real): its record holds the file before it, not marked as changed by an earlier gpu-node (the
+    swap's own backup is made after the record), and the undo restores it."""
+    caplog.set_level(logging.INFO)
+    write(box, CONFIG, ORIGINAL_TOML)
+    write(box, safe_install.candidate_path(CONFIG), WIRED_TOML)
+    swap = box.run(safe_install.install_script(CONFIG, None, None, 30, record=safe_install.FileRecord(
+        unit="containerd", format=node_records.TOML)))
+    assert swap.status == 0, swap.stderr
+    assert read(box, CONFIG) == WIRED_TOML
+    record = node_records.file_record(CONFIG)
+    assert read(box, f"{record}/{node_records.ORIGINAL}") == ORIGINAL_TOML
+    assert not box.exists(f"{record}/{node_records.EARLIER}")
+
+    replay_undo(box, caplog=caplog)
+    assert read(box, CONFIG) == ORIGINAL_TOML
+
+
+def test_a_changed_config_whose_site_comment_would_go_with_gpu_node_s_table_is_left_byte_for_byte(box, caplog):
+    """tomlkit keeps a comment with the table above it: a site's comment under gpu-node's last table
+    would go with it, so the file is left as it is, in one line."""
+    caplog.set_level(logging.INFO)
+    write(box, CONFIG, ORIGINAL_TOML)
+    gpu_node_writes(box, CONFIG, WIRED_TOML, unit="containerd", file_format="toml")
+    edited = WIRED_TOML + '\n# the site\'s mirrors\n[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "/etc/containerd/certs.d"\n'
+    write(box, CONFIG, edited)
+
+    _, said = replay_undo(box, caplog=caplog)
+    assert read(box, CONFIG) == edited
+    (line,) = [line for line in said if CONFIG in line]
+    assert "left as it is" in line and "a comment someone added would go" in line, line
+
+
+def test_a_daemon_json_gpu_node_created_and_someone_edited_keeps_the_edit_without_the_wiring(box, caplog):
+    caplog.set_level(logging.INFO)
+    wired = '{\n  "default-runtime": "nvidia",\n  "runtimes": {\n    "nvidia": {\n      "path": "nvidia-container-runtime"\n    }\n  }\n}\n'
+    gpu_node_writes(box, DAEMON_JSON, wired, unit="docker", file_format="json")
+    write(box, DAEMON_JSON, wired.replace('{\n  "default-runtime"', '{\n  "log-driver": "journald",\n  "default-runtime"'))
+
+    _, said = replay_undo(box, caplog=caplog)
+    assert read(box, DAEMON_JSON).replace(" ", "").replace("\n", "") == '{"log-driver":"journald"}'
+    assert [line for line in said if DAEMON_JSON in line and "taken back out" in line]
+
+
+def test_a_file_changed_since_that_is_no_runtime_config_is_left_byte_for_byte_with_one_line(box, caplog):
+    caplog.set_level(logging.INFO)
+    path = kernel_stage.SYSCTL_PATH
+    write(box, path, "net.ipv4.ip_forward = 0\n")
+    gpu_node_writes(box, path, "net.ipv4.ip_forward = 1\n")
+    write(box, path, "net.ipv4.ip_forward = 1\n# the site's\n")
+
+    plan, said = replay_undo(box, caplog=caplog)
+    assert read(box, path) == "net.ipv4.ip_forward = 1\n# the site's\n"
+    (line,) = [line for line in said if path in line]
+    assert "left as it is: changed since gpu-node last wrote it" in line and "its original is kept at" in line
+    # the original stays where the line says; the rest of the records go
+    kept = line.rsplit("kept at ", 1)[1]
+    assert read(box, kept) == "net.ipv4.ip_forward = 0\n"
+    # a second undo changes nothing and says the same
+    again, said_again = replay_undo(box, caplog=caplog)
+    assert [entry for entry in said_again if path in entry] == [line]
+    assert read(box, kept) == "net.ipv4.ip_forward = 0\n"
+
+
+def test_a_file_gpu_node_0_1_changed_before_it_kept_records_is_left_byte_for_byte_naming_its_oldest_backup(box, caplog):
+    """A backup of gpu-node's beside the file at its first record: a run of gpu-node 0.1 changed it, so
+    the record's "original" is not the file before gpu-node."""
+    caplog.set_level(logging.INFO)
+    write(box, CONFIG + ".gpu-node-backup-20250101T000000", ORIGINAL_TOML, 0o600)
+    write(box, CONFIG, WIRED_TOML)
+    gpu_node_writes(box, CONFIG, WIRED_TOML + "# again\n", unit="containerd", file_format="toml")
+
+    plan, said = replay_undo(box, caplog=caplog)
+    assert read(box, CONFIG) == WIRED_TOML + "# again\n"
+    (line,) = [line for line in said if CONFIG in line]
+    assert "left as it is: gpu-node changed it before it kept records" in line
+    assert line.endswith(f"its oldest backup is {CONFIG}.gpu-node-backup-20250101T000000")
+    assert read(box, CONFIG + ".gpu-node-backup-20250101T000000") == ORIGINAL_TOML
+
+
+def test_gpu_node_s_own_files_from_a_replayed_kernel_stage_are_removed_and_the_initramfs_rebuilt(box, caplog):
+    """The kernel stage's plan replayed (its own files and their records), then the undo: the root is
+    as before the deploy, and the initramfs is rebuilt because the nouveau blacklist went."""
+    caplog.set_level(logging.INFO)
+    for folder in ("/etc/modprobe.d", "/etc/sysctl.d", "/etc/modules-load.d", "/var/lib"):  # a node's own folders
+        (box.root / folder.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    before = box.tree()
+    deploy = run_deploy(debian_node("debian-12", facts=DEBIAN_FILES), data={"stages": "kernel"})
+    steps = [(command, deploy.uploads.get(index)) for index, (_, command) in enumerate(deploy.timeline)]
+    box.replay(steps)
+    for path in (kernel_stage.MODULES_LOAD_PATH, kernel_stage.SYSCTL_PATH, kernel_stage.BLACKLIST_PATH):
+        assert box.exists(path), path
+
+    plan, said = replay_undo(box, caplog=caplog)
+    for path in (kernel_stage.MODULES_LOAD_PATH, kernel_stage.SYSCTL_PATH, kernel_stage.BLACKLIST_PATH):
+        assert not box.exists(path), path
+        assert [line for line in said if f"{path}: removed: gpu-node created it" in line], said
+    assert plan.matching("update-initramfs")
+    assert box.tree() == before
+
+
+def test_own_files_from_a_run_before_records_are_known_by_their_first_line_and_removed(box, caplog):
+    caplog.set_level(logging.INFO)
+    write(box, kernel_stage.SYSCTL_PATH, "# Managed by gpu-node (deploy/tasks/kernel.py); local edits are overwritten.\n")
+    write(box, kernel_stage.MODULES_LOAD_PATH, "overlay\n")  # not gpu-node's header: someone's own
+    _, said = replay_undo(box, caplog=caplog)
+    assert not box.exists(kernel_stage.SYSCTL_PATH)
+    assert read(box, kernel_stage.MODULES_LOAD_PATH) == "overlay\n"
+    assert [line for line in said if "its first line says so" in line]
+
+
+# --- idempotence ----------------------------------------------------------------------------------
+
+def test_a_node_gpu_node_never_changed_gets_no_command(box, caplog):
+    caplog.set_level(logging.INFO)
+    write(box, CONFIG, ORIGINAL_TOML)
+    before = {(path, kind) for path, kind in box.tree()}
+    plan, said = replay_undo(box, caplog=caplog)
+    assert changing_commands(plan) == [], changing_commands(plan)
+    assert said == ["[@fake/node] undo: no records of gpu-node on this node: nothing to take back off"]
+    assert box.tree() == before and read(box, CONFIG) == ORIGINAL_TOML
+
+
+def test_a_second_undo_changes_nothing(box, caplog):
+    caplog.set_level(logging.INFO)
+    write(box, CONFIG, ORIGINAL_TOML)
+    gpu_node_writes(box, CONFIG, WIRED_TOML, unit="containerd", file_format="toml")
+    gpu_node_writes(box, kernel_stage.SYSCTL_PATH, "net.ipv4.ip_forward = 1\n")
+    replay_undo(box, caplog=caplog)
+    after_first = box.tree()
+    plan, _ = replay_undo(box, caplog=caplog)
+    assert changing_commands(plan) == []
+    assert box.tree() == after_first
+
+
+# --- holds, packages, units -----------------------------------------------------------------------
+
+def records(*lines: str) -> list[str]:
+    return ["records", *lines]
+
+
+HELD = records("held nvidia-container-toolkit", "held nvidia-container-toolkit-base")
+
+
+def test_apt_holds_gpu_node_placed_are_released_and_only_those_still_held():
+    states = (every(DebPackageStates), ["nvidia-container-toolkit 1.17.8-1 hold ok installed",
+                                        "nvidia-container-toolkit-base 1.17.8-1 install ok installed"])
+    plan = undo_plan(undo_node(HELD, facts=[states]))
+    assert plan.matching("apt-mark unhold") == ["apt-mark unhold nvidia-container-toolkit"]
+
+
+# Each family's fact of its holds, on a node where gpu-node's hold of the toolkit is still there and
+# that of its base package is gone
+@pytest.mark.parametrize("distro, answer, released", [
+    ("rocky-9", ["installed nvidia-container-toolkit 1.17.8-1", "installed nvidia-container-toolkit-base 1.17.8-1",
+                 "lock nvidia-container-toolkit-0:1.17.8-1.*"], "dnf versionlock delete nvidia-container-toolkit"),
+    ("opensuse-leap-15.6", ["type: package", "solvable_name: nvidia-container-toolkit"],
+     "zypper --non-interactive removelock nvidia-container-toolkit"),
+    ("arch", ["nvidia-container-toolkit"], "IgnorePkg"),
+])
+def test_holds_gpu_node_placed_are_released_on_every_family(distro, answer, released):
+    from deploy.facts.nvidia import IgnoredPackages
+    from deploy.facts.packages import RpmPackageStates, ZypperLocks
+
+    fact = {"rocky-9": RpmPackageStates, "opensuse-leap-15.6": ZypperLocks, "arch": IgnoredPackages}[distro]
+    plan = undo_plan(undo_node(HELD, distro=distro, facts=[(every(fact), answer)]))
+    assert plan.matching(released), plan.commands
+    releases = [command for command in plan.commands if released.split()[0] in command and "rpm -q" not in command]
+    assert not [command for command in releases if "nvidia-container-toolkit-base" in command], \
+        "a hold no longer there is not released again"
+
+
+INSTALLED = records("installed nvidia-container-toolkit", "installed nvidia-container-toolkit-base")
+
+
+def test_packages_gpu_node_installed_stay_unless_undo_remove_packages(caplog):
+    caplog.set_level(logging.INFO)
+    from pyinfra.facts.deb import DebPackages
+
+    installed = (DebPackages, ["ii  nvidia-container-toolkit  1.17.8-1  amd64  x",
+                               "ii  nvidia-container-toolkit-base  1.17.8-1  amd64  x"])
+    kept = undo_plan(undo_node(INSTALLED, facts=[installed]))
+    assert not kept.matching("purge")
+    assert [record for record in caplog.records if "the packages gpu-node installed stay" in record.getMessage()]
+    removed = undo_plan(undo_node(INSTALLED, facts=[installed]), data={"undo_remove_packages": "true"})
+    (purge,) = removed.matching("apt-get -y")
+    assert purge.endswith("purge nvidia-container-toolkit nvidia-container-toolkit-base")
+    # what apt would take with them, that gpu-node did not install, stops it in one line
+    assert "which gpu-node did not install" in purge
+
+
+def test_a_unit_gpu_node_enabled_goes_back_to_its_state_before():
+    answer = records("unit_record nvidia-cdi-refresh.path disabled inactive",
+                     "unit_now nvidia-cdi-refresh.path enabled active",
+                     "unit_record nvidia-persistenced.service enabled active",
+                     "unit_now nvidia-persistenced.service enabled active",
+                     # not there before: it came with a package gpu-node installed, and goes with it
+                     "unit_record nvidia-fabricmanager.service not-found inactive",
+                     "unit_now nvidia-fabricmanager.service enabled active")
+    plan = undo_plan(undo_node(answer))
+    assert plan.starting("systemctl") == ["systemctl disable nvidia-cdi-refresh.path",
+                                          "systemctl stop nvidia-cdi-refresh.path"]
