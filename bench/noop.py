@@ -92,13 +92,12 @@ def main() -> int:
             for key, value in data.items():
                 deploy += ["--data", f"{key}={value}"]
             floor = [sys.executable, "-m", "pyinfra", "-y", node.target, "exec", "--", "true"]
-            first = timed(deploy)
-            if first[2] != 0:
-                # once more, its output kept: what failed, in the deploy's own lines
-                again = subprocess.run(deploy, cwd=REPO, env=RUN_ENV, capture_output=True, text=True)
-                lines = [line.strip() for line in (again.stdout + again.stderr).splitlines() if "gpu-node:" in line
+            # provisioning is not timed: its output is kept, to name what failed
+            first = subprocess.run(deploy, cwd=REPO, env=RUN_ENV, capture_output=True, text=True)
+            if first.returncode != 0:
+                lines = [line.strip() for line in (first.stdout + first.stderr).splitlines() if "gpu-node:" in line
                          or "rror" in line]
-                print(f"provisioning failed (exit {first[2]}, then {again.returncode}): {' '.join(deploy)}\n"
+                print(f"provisioning failed (exit {first.returncode}): {' '.join(deploy)}\n"
                       + "\n".join(lines[-10:]), file=sys.stderr)
                 return 1
             timed(deploy)  # warm-up: the no-op itself, once
