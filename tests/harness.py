@@ -22,6 +22,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache"
+COMPILER_CACHE = CACHE / "ccache"
 # Data every test run uses: never touch the machine's kernel, never reboot.
 SAFE_DATA = {"kernel_modules_load": "false", "reboot_allowed": "false"}
 
@@ -196,7 +197,9 @@ class Node:
         volumes = []
         if self.share_apt_cache:
             self.apt_cache = AptCache()
-            volumes = self.apt_cache.volumes()
+            # the node image's compiler cache (scripts/build-node-image.sh): one for all nodes
+            COMPILER_CACHE.mkdir(parents=True, exist_ok=True)
+            volumes = [*self.apt_cache.volumes(), "-v", f"{COMPILER_CACHE}:/var/cache/gpu-node-tests-ccache"]
         self.id = run(
             ["docker", "run", "-d", *NODE_RUN_FLAGS, *volumes, *self.extra_run_args,
              self.image, *self.init]
