@@ -35,7 +35,7 @@ def fault_settings(fault: str, repo):
         yield repo.data(key_url=url), url, "refused"
     elif fault == "key_server_never_answers":
         with standin_toolkit.silent_server("https") as base:
-            yield repo.data(key_url=f"{base}/gpgkey"), f"{base}/gpgkey", ""
+            yield repo.data(key_url=f"{base}/gpgkey"), f"{base}/gpgkey", "(timeout 3 s)"
     elif fault == "key_url_serves_an_html_page":
         yield repo.data(key="garbage-gpgkey"), f"{repo.keys_url}/garbage-gpgkey", "502 Bad Gateway"
     elif fault == "key_url_serves_an_empty_body":
