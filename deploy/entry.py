@@ -15,7 +15,9 @@ from pyinfra.api import deploy
 
 from .facts.base import UnreadableOutput
 from .fleet_report import fleet_report_for
+from .node_records import RECORDS_DIR
 from .operations.failure import HostRefusal, fail
+from .redact import log_file_note
 from .settings import CONTROL_PLANE_GROUP, DEFAULTS, GPU_NODES_GROUP, Settings, call_settings, host_settings
 from .stages import read_only_stages, stages_for
 from .tasks.drain import checked_drain_target
@@ -90,6 +92,9 @@ def provision_gpu_node(**settings):
         return
     # drain_before_restart: the node to drain before a restart; its control plane checked now.
     drain = checked_drain_target(node)
+    log_file_note(host, f"{RECORDS_DIR}/", "gpu-node's records of what this run changes (each file as it was "
+                  "before gpu-node and as gpu-node left it, units, packages, holds, keys): root's alone, read by "
+                  "deploy/undo.py")
     for stage in stages:
         stage.apply(node, found, drain)
 
