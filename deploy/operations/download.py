@@ -290,16 +290,26 @@ def signed_apt_source(path: str, content: str, keyring: str, key_url: str, *, fi
         yield announcing(fetch_message(repository or path, key_url, timeout))
         yield stage_verified_source(path, content, keyring, key_url, repository or path, timeout, lock_timeout,
                                     fingerprints, fingerprint_setting)
-        yield record_files_command(keyring, path)
-        yield commit_staged_source(path, keyring)
-        yield wrote_files_command(keyring, path)
+        yield from _committed_source(path, keyring)
         return
     if state == REPAIR:
-        yield record_files_command(path)
-        yield StringCommand("chown", "root:root", QuoteString(path), "&&", "chmod", "644", QuoteString(path))
-        yield wrote_files_command(path)
+        yield from _repaired_source_mode(path)
         return
     host.noop(f"{path} and its keyring {keyring} are in place")
+
+
+def _committed_source(path: str, key: str):
+    """The staged source and its key put in place, recorded for the undo on either side."""
+    yield record_files_command(key, path)
+    yield commit_staged_source(path, key)
+    yield wrote_files_command(key, path)
+
+
+def _repaired_source_mode(path: str):
+    """A source file with the right text and the wrong owner or mode: root's, 0644."""
+    yield record_files_command(path)
+    yield StringCommand("chown", "root:root", QuoteString(path), "&&", "chmod", "644", QuoteString(path))
+    yield wrote_files_command(path)
 
 
 def stage_checked_rpm_repository(
@@ -363,14 +373,10 @@ def signed_rpm_repository(path: str, content: str, key_path: str, key_url: str, 
         yield announcing(fetch_message(path, key_url, timeout))
         yield stage_checked_rpm_repository(path, content, key_path, key_url, timeout, fingerprints,
                                            fingerprint_setting, check)
-        yield record_files_command(key_path, path)
-        yield commit_staged_source(path, key_path)
-        yield wrote_files_command(key_path, path)
+        yield from _committed_source(path, key_path)
         return
     if state == REPAIR:
-        yield record_files_command(path)
-        yield StringCommand("chown", "root:root", QuoteString(path), "&&", "chmod", "644", QuoteString(path))
-        yield wrote_files_command(path)
+        yield from _repaired_source_mode(path)
         return
     host.noop(f"{path} and its key {key_path} are in place")
 
