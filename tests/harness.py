@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -145,9 +146,9 @@ class DeployResult:
 
     def _text_results(self) -> list[tuple[str, int, int]]:
         """(operation, hosts changed, hosts failed) from the "--> Results:" table a run without --json
-        prints; a run that printed none did not execute, and is no answer (no change would pass it)."""
+        prints."""
         if "--> Results:" not in self.output:
-            raise AssertionError(f"pyinfra printed no results table: the run did not execute\n{self.explain()}")
+            return self._results_as_run()
         _, _, table = self.output.rpartition("--> Results:")
         rows = []
         for line in table.splitlines()[2:]:
@@ -159,6 +160,25 @@ class DeployResult:
             success, error = (0 if cell == "-" else int(cell) for cell in cells[-3:-1])
             rows.append((" ".join(cells[:-4]), success, error))
         return rows
+
+    def _results_as_run(self) -> list[tuple[str, int, int]]:
+        """The same rows from each operation's own lines, for a run every host failed (pyinfra prints no
+        table then); a run that never began executing is no answer (no change would pass it)."""
+        if "--> Beginning operation run..." not in self.output:
+            raise AssertionError(f"pyinfra printed no results table: the run did not execute\n{self.explain()}")
+        rows: dict[str, list[int]] = {}
+        operation = None
+        for line in re.sub(r"\x1b\[[0-9;]*m", "", self.run_output).splitlines():
+            if line.startswith("--> Starting operation: "):
+                operation = line.removeprefix("--> Starting operation: ").strip()
+                rows.setdefault(operation, [0, 0])
+            elif operation and line.startswith("    [") and "] " in line:
+                status = line.split("] ", 1)[1]
+                if status.startswith("Success"):
+                    rows[operation][0] += 1
+                elif status.startswith("Error"):
+                    rows[operation][1] += 1
+        return [(name, changed, failed) for name, (changed, failed) in rows.items()]
 
     def changed_operations(self) -> list[str]:
         if not self.stdout.lstrip().startswith("{"):
