@@ -1,9 +1,25 @@
-"""Hooks for every test: at the end of a run, how many tests skipped for want of the lab
-(GPU_NODE_LAB) or the corpus (GPU_NODE_CORPUS), one line each (tests/lab_assets.py)."""
+"""Hooks for every test: the e2e shard this pytest runs (tests/shards.py), and at the end of a run
+how many tests skipped for want of the lab (GPU_NODE_LAB) or the corpus (GPU_NODE_CORPUS), one line
+each (tests/lab_assets.py)."""
 
 from __future__ import annotations
 
+import shards
 from lab_assets import skip_summary
+
+
+def pytest_collection_modifyitems(config, items):
+    shard = shards.this_shard()
+    if shard is None:
+        return
+    index, count = shard
+    e2e_files = sorted({shards.file_key(item.path) for item in items if "e2e" in item.path.parts})
+    mine = set(shards.assign(e2e_files, count)[index - 1])
+    def runs_here(item) -> bool:
+        return "e2e" not in item.path.parts or shards.file_key(item.path) in mine
+
+    config.hook.pytest_deselected(items=[item for item in items if not runs_here(item)])
+    items[:] = [item for item in items if runs_here(item)]
 
 
 def pytest_terminal_summary(terminalreporter):

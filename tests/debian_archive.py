@@ -10,6 +10,7 @@ import subprocess
 from functools import cache
 from pathlib import Path
 
+from build_lock import built_once
 from containerd_releases import MIRROR, REPO, _apt_options, _checked
 
 LISTS_CACHE = REPO / ".cache" / "debian-lists"
@@ -25,8 +26,13 @@ def _options(directory: Path, arch: str) -> list[str]:
 def lists(suite: str, arch: str = "amd64") -> Path:
     """The apt folder holding ``suite``'s lists (every component, with -updates and -security)."""
     directory = LISTS_CACHE / f"{suite}-{arch}"
-    if (directory / "done").exists():
-        return directory
+    with built_once(f"debian-lists-{suite}-{arch}"):
+        if not (directory / "done").exists():
+            _update(directory, suite, arch)
+    return directory
+
+
+def _update(directory: Path, suite: str, arch: str) -> None:
     for sub in ("lists/partial", "cache/archives/partial"):
         (directory / sub).mkdir(parents=True, exist_ok=True)
     (directory / "status").write_text("")
@@ -37,7 +43,6 @@ def lists(suite: str, arch: str = "amd64") -> Path:
         f"deb {security} {suite}-security {components}\n")
     _checked(["apt-get", *_options(directory, arch), "update", "-q"])
     (directory / "done").write_text(suite + "\n")
-    return directory
 
 
 def missing(suite: str, packages, arch: str = "amd64") -> list[str]:

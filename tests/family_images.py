@@ -30,6 +30,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from build_lock import built_once
 from harness import REPO, Node, node_image, run
 
 OS_RELEASES = REPO / "tests" / "fixtures" / "nvidia" / "os-release"
@@ -113,8 +114,13 @@ def image_tag(spec: FamilyImage, base: str) -> str:
 
 def committed_image(tag: str, base: str, recipe: str, network: str = "host", timeout: int = 900) -> str:
     """``tag``, made the first time by running ``recipe`` in a container of ``base`` and committing it."""
-    if run(["docker", "image", "inspect", tag], check=False).returncode == 0:
-        return tag
+    with built_once(tag):
+        if run(["docker", "image", "inspect", tag], check=False).returncode != 0:
+            _commit_recipe(tag, base, recipe, network, timeout)
+    return tag
+
+
+def _commit_recipe(tag: str, base: str, recipe: str, network: str, timeout: int) -> None:
     container = run(["docker", "create", "--network", network, base, "sh", "-c", recipe]).stdout.strip()
     try:
         started = run(["docker", "start", "-a", container], check=False, timeout=timeout)
@@ -123,7 +129,6 @@ def committed_image(tag: str, base: str, recipe: str, network: str = "host", tim
         run(["docker", "commit", "-c", 'CMD ["/sbin/init"]', container, tag])
     finally:
         run(["docker", "rm", "-f", container], check=False)
-    return tag
 
 
 def family_image(spec: FamilyImage) -> str:

@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from build_lock import built_once
+
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache"
 COMPILER_CACHE = CACHE / "ccache"
@@ -59,7 +61,8 @@ def ensure_docker() -> None:
 
 
 def node_image() -> str:
-    return run(["bash", str(REPO / "scripts" / "build-node-image.sh")], stderr=None).stdout.strip()
+    with built_once("node-image"):
+        return run(["bash", str(REPO / "scripts" / "build-node-image.sh")], stderr=None).stdout.strip()
 
 
 class AptCache:
@@ -98,8 +101,13 @@ def busybox_image_tar(image: str, applets: tuple[str, ...], entrypoint: list[str
     """
     folder = CACHE / "images"
     tar = folder / (image.replace("/", "_").replace(":", "_") + ".tar")
-    if tar.exists():
-        return tar
+    with built_once(tar.name):
+        if not tar.exists():
+            _save_busybox_image(folder, tar, image, applets, entrypoint)
+    return tar
+
+
+def _save_busybox_image(folder: Path, tar: Path, image: str, applets: tuple[str, ...], entrypoint: list[str] | None) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     debs = sorted(folder.glob("busybox-static_*.deb"))
     if not debs:
@@ -118,7 +126,6 @@ def busybox_image_tar(image: str, applets: tuple[str, ...], entrypoint: list[str
     partial = tar.with_suffix(".partial")
     run(["docker", "save", "-o", str(partial), image])
     partial.rename(tar)
-    return tar
 
 
 def sid_containerd_deb() -> Path:

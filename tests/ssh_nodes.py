@@ -22,13 +22,15 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from build_lock import built_once
 from harness import CACHE, Node, run
+from shards import port_offset
 
 COMMAND_LOG = "/var/log/gpu-node-bench-commands.log"
 WRAPPER = "/usr/local/sbin/gpu-node-bench-logged-shell"
 HOST_KEY = "/etc/ssh/gpu_node_bench_host_key"
 PORT_CONFIG = "/etc/ssh/sshd_config.d/00-gpu-node-bench-port.conf"
-FIRST_PORT = 22600
+FIRST_PORT = 22600 + port_offset()
 # A user as the README's `--ssh-user ubuntu --sudo` has: not root, sudo without a password.
 LOGIN_USER = "gpu-node-login"
 
@@ -85,8 +87,13 @@ def ssh_node_image(base: str) -> str:
     """The node image plus openssh-server, sudo, inotify-tools and the login user, built once per base image and recipe."""
     base_id = run(["docker", "image", "inspect", "-f", "{{.Id}}", base]).stdout.strip()
     tag = "gpu-node-test/node-bookworm-ssh:" + hashlib.sha256((base_id + IMAGE_RECIPE).encode()).hexdigest()[:12]
-    if run(["docker", "image", "inspect", tag], check=False).returncode == 0:
-        return tag
+    with built_once(tag):
+        if run(["docker", "image", "inspect", tag], check=False).returncode != 0:
+            _build_ssh_node_image(base, tag)
+    return tag
+
+
+def _build_ssh_node_image(base: str, tag: str) -> None:
     debs = CACHE / "ssh-node-debs"
     (debs / "partial").mkdir(parents=True, exist_ok=True)
     container = run(["docker", "create", "--network", "host", "-v", f"{debs}:/var/cache/apt/archives",
@@ -98,7 +105,6 @@ def ssh_node_image(base: str) -> str:
         run(["docker", "commit", "-c", 'CMD ["/sbin/init"]', container, tag])
     finally:
         run(["docker", "rm", "-f", "-v", container], check=False)
-    return tag
 
 
 def free_ports(count: int, start: int = FIRST_PORT) -> list[int]:

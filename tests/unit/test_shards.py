@@ -1,0 +1,46 @@
+"""The e2e shards of scripts/test (tests/shards.py): every file runs in exactly one shard, the
+DKMS files together, and the loads come out even."""
+
+from __future__ import annotations
+
+import pytest
+import shards
+
+FILES = [f"test_{name}.py" for name in "abcdefgh"] + sorted(shards.SAME_SHARD[0])
+
+
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_every_file_runs_in_exactly_one_shard(count):
+    assigned = shards.assign(FILES, count)
+    assert len(assigned) == count
+    assert sorted(name for shard in assigned for name in shard) == sorted(FILES)
+
+
+def test_the_files_that_build_dkms_share_a_shard():
+    assigned = shards.assign(FILES, 3)
+    holding = [index for index, shard in enumerate(assigned) if set(shard) & shards.SAME_SHARD[0]]
+    assert len(holding) == 1
+    assert shards.SAME_SHARD[0] <= set(assigned[holding[0]])
+
+
+def test_the_longest_files_go_to_different_shards(monkeypatch):
+    monkeypatch.setattr(shards, "SECONDS", {"test_a.py": 900, "test_b.py": 800, "test_c.py": 100, "test_d.py": 100})
+    first, second = shards.assign(["test_a.py", "test_b.py", "test_c.py", "test_d.py"], 2)
+    assert "test_a.py" in first and "test_b.py" in second
+    loads = [sum(shards.SECONDS[name] for name in shard) for shard in (first, second)]
+    assert sorted(loads) == [900, 1000]
+
+
+@pytest.mark.parametrize("value, message", [("2/1", "between 1 and n"), ("x", "expected k/n"), ("0/2", "between 1 and n")])
+def test_a_bad_shard_setting_stops_in_one_line(monkeypatch, value, message):
+    monkeypatch.setenv("GPU_NODE_E2E_SHARD", value)
+    with pytest.raises(SystemExit, match=message):
+        shards.this_shard()
+
+
+def test_shards_probe_separate_port_ranges(monkeypatch):
+    offsets = []
+    for value in ("1/3", "2/3", "3/3"):
+        monkeypatch.setenv("GPU_NODE_E2E_SHARD", value)
+        offsets.append(shards.port_offset())
+    assert len(set(offsets)) == 3
