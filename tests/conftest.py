@@ -4,6 +4,8 @@ each (tests/lab_assets.py)."""
 
 from __future__ import annotations
 
+import json
+
 import shards
 from lab_assets import skip_summary
 
@@ -23,6 +25,11 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_terminal_summary(terminalreporter):
+    reports = [report for reports in terminalreporter.stats.values() for report in reports
+               if getattr(report, "when", None) in ("setup", "call", "teardown")]
+    seconds = shards.seconds_per_file(reports)
+    if seconds:
+        terminalreporter.write_line(f"e2e seconds per file (tests/shards.py SECONDS): {json.dumps(seconds)}")
     reasons = []
     for report in terminalreporter.stats.get("skipped", []):
         if isinstance(report.longrepr, tuple):

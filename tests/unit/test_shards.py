@@ -44,3 +44,13 @@ def test_shards_probe_separate_port_ranges(monkeypatch):
         monkeypatch.setenv("GPU_NODE_E2E_SHARD", value)
         offsets.append(shards.port_offset())
     assert len(set(offsets)) == 3
+
+
+def test_seconds_per_file_sums_an_e2e_files_phases_and_leaves_unit_tests_out():
+    class Report:
+        def __init__(self, nodeid, duration):
+            self.nodeid, self.duration = nodeid, duration
+
+    reports = [Report("tests/e2e/test_a.py::test_one", 10.4), Report("tests/e2e/test_a.py::test_two", 5.0),
+               Report("tests/e2e/test_b.py::test_one", 20.0), Report("tests/unit/test_c.py::test_one", 99.0)]
+    assert shards.seconds_per_file(reports) == {"test_b.py": 20, "test_a.py": 15}
