@@ -19,7 +19,7 @@ from .node_records import RECORDS_DIR
 from .operations.failure import HostRefusal, fail
 from .redact import log_file_note
 from .settings import CONTROL_PLANE_GROUP, DEFAULTS, GPU_NODES_GROUP, Settings, call_settings, host_settings
-from .stages import read_only_stages, stages_for
+from .stages import read_only_steps, steps_for
 from .tasks.drain import checked_drain_target
 from .tasks.preflight import preflight, read_ahead
 from .tasks import undo
@@ -83,9 +83,9 @@ def provision_gpu_node(**settings):
     node = gpu_node_settings(host)
     if node is None:
         return
-    stages = stages_for(node)
+    steps = steps_for(node)
     try:
-        found = preflight(node, stages)
+        found = preflight(node, steps)
     except (HostRefusal, UnreadableOutput) as refusal:
         # This host alone fails, before any change on it; the rest of the fleet goes on.
         fail(name="Refuse this host (preflight)", message=str(refusal))
@@ -95,8 +95,8 @@ def provision_gpu_node(**settings):
     log_file_note(host, f"{RECORDS_DIR}/", "gpu-node's records of what this run changes (each file as it was "
                   "before gpu-node and as gpu-node left it, units, packages, holds, keys): root's alone, read by "
                   "deploy/undo.py")
-    for stage in stages:
-        stage.apply(node, found, drain)
+    for step in steps:
+        step.apply(node, found, drain)
 
 
 @deploy("Verify GPU node", data_defaults=DEFAULTS)
@@ -109,15 +109,15 @@ def verify_gpu_node(**settings):
         return
     # No preflight: its refusals (disk, headers) are about installing, and verification must
     # still report on a node that would not pass them.
-    stages = read_only_stages()
+    steps = read_only_steps()
     try:
-        read_ahead(node, stages)
+        read_ahead(node, steps)
     except UnreadableOutput as unreadable:
         # This host alone fails; the rest of the fleet is verified.
         fail(name="Refuse this host (its read)", message=str(unreadable))
         return
-    for stage in stages:
-        stage.apply(node, None, None)
+    for step in steps:
+        step.apply(node, None, None)
 
 
 @deploy("Undo GPU node", data_defaults=DEFAULTS)

@@ -1,8 +1,9 @@
 """
-The stages of a GPU node run, in order, each declared once: whether it runs for these settings,
-what preflight reads ahead for it, what preflight checks on its behalf (a refusal fails the host
-before any change), and how it applies. deploy/gpu_node.py and deploy/verify.py loop over this
-table, and preflight asks the stages it is given.
+The steps of a GPU node run, in order, each declared once: the stage it belongs to (the `stages`
+setting picks stages: kernel, driver, toolkit, runtimes, verify), whether it runs for these
+settings, what preflight reads ahead for it, what preflight checks on its behalf (a refusal fails
+the host before any change), and how it applies. deploy/gpu_node.py and deploy/verify.py loop over
+this table, and preflight asks the steps it is given.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from typing import Callable
 
 from .distros import Platform
 from .facts.combined import FactCall
+from .findings import Findings, StepCheck
 from .operations.drain import DrainTarget
-from .settings import Settings
+from .settings import Settings, Stage
 from .tasks import cdi, containerd, devices, docker, driver, drain, kernel, toolkit, verification
-from .tasks.preflight import Findings, StageCheck
 
 
 def _no_reads(settings: Settings) -> list[FactCall]:
@@ -23,58 +24,68 @@ def _no_reads(settings: Settings) -> list[FactCall]:
 
 
 @dataclass(frozen=True)
-class Stage:
+class Step:
     name: str
-    runs: Callable[[Settings], bool]
+    # the stage of the `stages` setting it belongs to; None: runs whatever the setting says
+    stage: Stage | None
+    # whether it runs for these settings, its stage picked
+    wanted: Callable[[Settings], bool]
     apply: Callable[[Settings, Findings | None, DrainTarget | None], object]
     # the facts its decisions read, for preflight's one command
     reads: Callable[[Settings], list[FactCall]] = field(default=_no_reads)
     # what preflight checks for it: refusals, warnings, and the stage's plan (Findings.plans)
-    check: Callable[[Settings, Platform, dict], StageCheck] | None = None
+    check: Callable[[Settings, Platform, dict], StepCheck] | None = None
     # changes packages: preflight first waits for a busy package manager, finishes an interrupted one
     installs: bool = False
     # deploy/verify.py runs only these
     read_only: bool = False
 
+    def runs(self, settings: Settings) -> bool:
+        return (self.stage is None or settings.runs(self.stage)) and self.wanted(settings)
 
-STAGES: tuple[Stage, ...] = (
-    Stage("kernel", runs=lambda s: s.runs("kernel"), reads=kernel.reads,
-          apply=lambda s, found, target: kernel.kernel_prerequisites(s, found.platform, found.nvidia)),
-    Stage("driver", runs=lambda s: s.runs("driver") and s.nvidia_driver_install, check=driver.preflight_check, installs=True,
-          apply=lambda s, found, target: driver.nvidia_driver(s, found.platform, found.plans["driver"], drain=target)),
-    Stage("toolkit", runs=lambda s: s.runs("toolkit") and s.nvidia_toolkit_install, reads=toolkit.reads,
-          check=toolkit.preflight_check, installs=True,
-          apply=lambda s, found, target: toolkit.toolkit(s, found.platform)),
-    Stage("containerd", runs=lambda s: s.runs("runtimes") and s.wires("containerd"), reads=containerd.reads,
-          check=containerd.preflight_check, installs=True,
-          apply=lambda s, found, target: containerd.containerd_runtime(
-              s, found.platform.family, found.containerd, drain=target, pending_restarts=found.pending_restarts)),
-    Stage("docker", runs=lambda s: s.runs("runtimes") and s.wires("docker"), reads=docker.reads,
-          check=docker.preflight_check, installs=True,
-          apply=lambda s, found, target: docker.docker_runtime(
-              s, found.platform.family, drain=target, pending_restarts=found.pending_restarts)),
-    Stage("cdi", runs=lambda s: s.runs("runtimes"), reads=cdi.reads,
-          check=cdi.preflight_check, apply=lambda s, found, target: cdi.cdi(s, found.containerd)),
+
+def _always(settings: Settings) -> bool:
+    return True
+
+
+STEPS: tuple[Step, ...] = (
+    Step("kernel", "kernel", _always, reads=kernel.reads,
+         apply=lambda s, found, target: kernel.kernel_prerequisites(s, found.platform, found.nvidia)),
+    Step("driver", "driver", lambda s: s.nvidia_driver_install, check=driver.preflight_check, installs=True,
+         apply=lambda s, found, target: driver.nvidia_driver(s, found.platform, found.plans["driver"], drain=target)),
+    Step("toolkit", "toolkit", lambda s: s.nvidia_toolkit_install, reads=toolkit.reads,
+         check=toolkit.preflight_check, installs=True,
+         apply=lambda s, found, target: toolkit.toolkit(s, found.platform)),
+    Step("containerd", "runtimes", lambda s: s.wires("containerd"), reads=containerd.reads,
+         check=containerd.preflight_check, installs=True,
+         apply=lambda s, found, target: containerd.containerd_runtime(
+             s, found.platform.family, found.containerd, drain=target, pending_restarts=found.pending_restarts)),
+    Step("docker", "runtimes", lambda s: s.wires("docker"), reads=docker.reads,
+         check=docker.preflight_check, installs=True,
+         apply=lambda s, found, target: docker.docker_runtime(
+             s, found.platform.family, drain=target, pending_restarts=found.pending_restarts)),
+    Step("cdi", "runtimes", _always, reads=cdi.reads,
+         check=cdi.preflight_check, apply=lambda s, found, target: cdi.cdi(s, found.containerd)),
     # systemd re-applies containers' devices by their /dev/char names (the systemd cgroup driver)
-    Stage("device links", runs=lambda s: s.runs("runtimes") and s.systemd_cgroup, reads=devices.reads,
-          apply=lambda s, found, target: devices.device_links(s)),
-    Stage("verify", runs=lambda s: s.runs("verify"), reads=verification.reads, read_only=True,
-          apply=lambda s, found, target: verification.verify(s)),
+    Step("device links", "runtimes", lambda s: s.systemd_cgroup, reads=devices.reads,
+         apply=lambda s, found, target: devices.device_links(s)),
+    Step("verify", "verify", _always, reads=verification.reads, read_only=True,
+         apply=lambda s, found, target: verification.verify(s)),
     # After verify, which fails the host first when a step fails: the node then stays cordoned.
     # Without verify, after the restarted runtime came back active.
-    Stage("uncordon", runs=lambda s: s.drain_before_restart,
-          apply=lambda s, found, target: target and drain.uncordon_drained_node(target)),
+    Step("uncordon", None, lambda s: s.drain_before_restart,
+         apply=lambda s, found, target: target and drain.uncordon_drained_node(target)),
     # Last, so it ends the run's output: no GPU, reboot required.
-    Stage("driver report", runs=lambda s: True,
-          apply=lambda s, found, target: driver.driver_report(s, found.plans.get("driver"))),
+    Step("driver report", None, _always,
+         apply=lambda s, found, target: driver.driver_report(s, found.plans.get("driver"))),
 )
 
 
-def stages_for(settings: Settings) -> list[Stage]:
-    """The stages deploy/gpu_node.py runs for ``settings``, in order."""
-    return [stage for stage in STAGES if stage.runs(settings)]
+def steps_for(settings: Settings) -> list[Step]:
+    """The steps deploy/gpu_node.py runs for ``settings``, in order."""
+    return [step for step in STEPS if step.runs(settings)]
 
 
-def read_only_stages() -> list[Stage]:
-    """The stages deploy/verify.py runs, whatever ``stages`` says: it only reads."""
-    return [stage for stage in STAGES if stage.read_only]
+def read_only_steps() -> list[Step]:
+    """The steps deploy/verify.py runs, whatever ``stages`` says: it only reads."""
+    return [step for step in STEPS if step.read_only]

@@ -1,5 +1,5 @@
 """
-Stage 6's operation (read-only): verify the node. It reads the facts and runs the probes
+The verify stage's operation (read-only): verify the node. It reads the facts and runs the probes
 (deploy/probes.py: containers started through crictl, ctr and docker) at execution time, after the
 earlier stages ran, turns them into the ladder's steps (deploy/ladder.py) and records the node's
 report. It yields no command when every step holds (pyinfra reports "No changes"), so a re-run of

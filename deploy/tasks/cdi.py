@@ -1,5 +1,5 @@
 """
-Stage 5c: the Container Device Interface (deploy/operations/cdi.py): where CDI is on, the toolkit's
+The runtimes stage, CDI: the Container Device Interface (deploy/operations/cdi.py): where CDI is on, the toolkit's
 refresh units enabled and the spec generated once the driver answers; with cdi=false, the refresh
 units gpu-node enabled turned off; the nvidia runtime's mode as nvidia_runtime_mode asks.
 """
@@ -17,7 +17,7 @@ from ..facts.combined import FactCall, known_fact, read
 from ..facts.containerd import ContainerdFlavour
 from ..operations import cdi as cdi_ops
 from ..settings import Settings
-from .preflight import StageCheck
+from ..findings import StepCheck
 
 
 def reads(settings: Settings) -> list[FactCall]:
@@ -25,17 +25,17 @@ def reads(settings: Settings) -> list[FactCall]:
     return [cdi_ops.state_read()]
 
 
-def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StageCheck:
+def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StepCheck:
     """What preflight checks for this stage (deploy/stages.py): nvidia_runtime_mode=cdi where the
     installed runtimes have CDI off, and a runtime config that cannot be edited, are refused before
     any change (runtimes this run installs are checked by the operation)."""
     if settings.nvidia_runtime_mode is None:
-        return StageCheck()
+        return StepCheck()
     found = known_fact(host, ContainerdFlavour) if settings.wires("containerd") else None
     target = cdi_target(settings, {**found, "flavour": classify_flavour(found)} if found is not None else None)
     state = read(host, cdi_ops.state_read())
     problem = cdi_ops.runtime_mode_problem(target, state, cdi_decided=cdi_ops.runtime_versions_known(target))
-    return StageCheck(errors=[problem] if problem else [])
+    return StepCheck(errors=[problem] if problem else [])
 
 
 def cdi_target(settings: Settings, containerd_found: dict | None) -> cdi_ops.CdiTarget:

@@ -1,4 +1,4 @@
-"""Stage 5a: containerd installed when missing, and wired to the NVIDIA runtime."""
+"""The runtimes stage, containerd: installed when missing, and wired to the NVIDIA runtime."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from ..operations import drain as drain_ops
 from ..operations import failure, units
 from ..operations.drain import DrainTarget
 from ..settings import Settings
-from .preflight import StageCheck
+from ..findings import StepCheck
 
 
 def reads(settings: Settings) -> list[FactCall]:
@@ -27,15 +27,15 @@ def reads(settings: Settings) -> list[FactCall]:
     return [target_read(plain_target(settings.containerd_config_path))]
 
 
-def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StageCheck:
+def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StepCheck:
     """What preflight checks for this stage (deploy/stages.py): cdi=true on an installed containerd
     without CDI is refused before any change (a containerd this run installs is checked by its plan)."""
     state = read(host, target_read(plain_target(settings.containerd_config_path)))
     try:
         for_containerd(settings.runtime_wiring, state["major"], state["minor"], state["version"])
     except CdiUnsupported as error:
-        return StageCheck(errors=[str(error)])
-    return StageCheck()
+        return StepCheck(errors=[str(error)])
+    return StepCheck()
 
 
 def install_containerd(settings: Settings, family: Family) -> None:

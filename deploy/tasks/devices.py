@@ -1,5 +1,5 @@
 """
-Stage 5d: /dev/char links for NVIDIA's device nodes (deploy/operations/devices.py), made now and by a
+The runtimes stage, device links: /dev/char links for NVIDIA's device nodes (deploy/operations/devices.py), made now and by a
 udev rule whenever the driver binds a GPU, so that a systemd daemon-reload keeps containers' GPUs.
 """
 

@@ -1,4 +1,4 @@
-"""Stage 5b: Docker's daemon.json wired to the NVIDIA runtime."""
+"""The runtimes stage, Docker: its daemon.json wired to the NVIDIA runtime."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from ..operations import docker, failure, units
 from ..operations import drain as drain_ops
 from ..operations.drain import DrainTarget
 from ..settings import Settings
-from .preflight import StageCheck
+from ..findings import StepCheck
 
 
 def reads(settings: Settings) -> list[FactCall]:
@@ -20,15 +20,15 @@ def reads(settings: Settings) -> list[FactCall]:
     return [docker.state_read(settings.docker_daemon_config_path)]
 
 
-def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StageCheck:
+def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StepCheck:
     """What preflight checks for this stage (deploy/stages.py): cdi=true on an installed Docker
     without CDI is refused before any change."""
     state = read(host, docker.state_read(settings.docker_daemon_config_path))
     try:
         for_docker(settings.runtime_wiring, state["major"], state["version"])
     except CdiUnsupported as error:
-        return StageCheck(errors=[str(error)])
-    return StageCheck()
+        return StepCheck(errors=[str(error)])
+    return StepCheck()
 
 
 @deploy("Docker")

@@ -1,5 +1,5 @@
 """
-Stage 3: the NVIDIA driver from the distro's or NVIDIA's packages, pinned and held.
+The driver stage: the NVIDIA driver from the distro's or NVIDIA's packages, pinned and held.
 
 ``driver_plan`` turns the family's data (deploy/distros.py) and what preflight saw into the
 packages, repositories and holds of this host; ``nvidia_driver`` applies it with pyinfra's
@@ -35,7 +35,7 @@ from ..operations.failure import HostRefusal
 from ..operations.files import put_text
 from ..operations.packages import deb_states_read, lock_wait_script
 from ..settings import MIN_DRIVER_VERSION, KeyPin, Settings, key_url_allowed
-from .preflight import StageCheck
+from ..findings import StepCheck
 
 CUDA_PROFILE_PATH = "/etc/profile.d/cuda.sh"
 REBOOT_DELAY = 10  # seconds before reconnecting
@@ -569,7 +569,7 @@ def headers_findings(plan: DriverPlan | None, available: dict) -> list[str]:
     ]
 
 
-def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StageCheck:
+def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StepCheck:
     """What preflight checks for this stage (deploy/stages.py): the host's plan (its kernel module
     flavour and one driver version; a refusal fails the host before any change), and a warning
     when the running kernel's headers are not in the package lists."""
@@ -583,7 +583,7 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> Sta
         warnings.append(f"{plan.manager.name} cannot read {'; '.join(plan.unreadable)}: the versions it offers are "
                         "unknown to this run, and an install would stop at it: repair or disable the repository")
     logger.info(f"{host.print_prefix}NVIDIA kernel modules: {plan.flavour}")
-    return StageCheck(warnings=warnings, plan=plan)
+    return StepCheck(warnings=warnings, plan=plan)
 
 
 @deploy("NVIDIA driver")

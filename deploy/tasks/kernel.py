@@ -1,4 +1,4 @@
-"""Stage 2: kernel prerequisites for Kubernetes, and nouveau kept off the GPU."""
+"""The kernel stage: kernel prerequisites for Kubernetes, and nouveau kept off the GPU."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
-"""Stage 1 (read-only): what the node is, and whether it is safe to go on."""
+"""Preflight (read-only, before every run): what the node is, and whether it is safe to go on."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Sequence
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
@@ -18,41 +17,14 @@ from ..facts.nvidia import HostState
 from ..facts.recovery import PackageManagerState, PendingRestarts
 from ..operations import packages as package_ops
 from ..operations.failure import HostRefusal
+from ..findings import Findings, PreflightStep, StepCheck
 from ..settings import Settings, likely_typos, setting_source
-
-if TYPE_CHECKING:
-    from ..stages import Stage
 
 DISK_MOUNTS = ("/", "/var")
 
 
 class PreflightError(HostRefusal):
     """The node is not safe to change: raised before any change."""
-
-
-@dataclass(frozen=True)
-class StageCheck:
-    """What preflight found for one stage (deploy/stages.py): refusals, warnings, its plan."""
-
-    errors: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    plan: Any = None
-
-
-@dataclass(frozen=True)
-class Findings:
-    """What preflight found on the node, for the stages."""
-
-    platform: Platform
-    # deploy/facts/nvidia.py HostState: GPUs, Secure Boot, modules, kernel, free disk
-    nvidia: dict | None = None
-    # deploy/facts/containerd.py ContainerdFlavour plus "flavour": {"name", "service"}:
-    # who owns containerd (plain, k3s, rke2, k0s, microk8s)
-    containerd: dict | None = None
-    # deploy/facts/recovery.py PendingRestarts: {unit: config} an interrupted run did not restart
-    pending_restarts: dict | None = None
-    # stage name -> the plan its check made (the driver's DriverPlan)
-    plans: dict[str, Any] = field(default_factory=dict)
 
 
 def gpu_findings(nvidia: dict, require_gpu: bool) -> tuple[list[str], list[str]]:
@@ -114,27 +86,27 @@ def package_manager_refusal(access: dict, platform: Platform) -> str | None:
             "install it, or check /etc/os-release")
 
 
-def stage_reads(settings: Settings, stages: Sequence[Stage]) -> list[FactCall]:
-    return [call for stage in stages for call in stage.reads(settings)]
+def step_reads(settings: Settings, steps: Sequence[PreflightStep]) -> list[FactCall]:
+    return [call for step in steps for call in step.reads(settings)]
 
 
-def read_ahead(settings: Settings, stages: Sequence[Stage]) -> None:
-    """What ``stages`` read, in one remote command, for a run without preflight (deploy/verify.py)."""
-    read_facts(host, read_ahead=stage_reads(settings, stages))
+def read_ahead(settings: Settings, steps: Sequence[PreflightStep]) -> None:
+    """What ``steps`` read, in one remote command, for a run without preflight (deploy/verify.py)."""
+    read_facts(host, read_ahead=step_reads(settings, steps))
 
 
 @deploy("Preflight")
-def preflight(settings: Settings, stages: Sequence[Stage]) -> Findings:
+def preflight(settings: Settings, steps: Sequence[PreflightStep]) -> Findings:
     """Read the node once, refuse it before any change when it is unsupported or unsafe, and make
-    each stage's plan (``stages``: the run's stages, deploy/stages.py)."""
+    each step's plan (``steps``: the run's steps, deploy/stages.py)."""
     for note in likely_typos(host.data.dict(), command_line=host.inventory.get_override_data(),
                              source=lambda key: setting_source(host, key)):
         logger.warning(f"{host.print_prefix}{note}")
     # One remote command for what every node run needs first (re-runs from cron pay per command),
-    # and for the facts the stages decide on (their ``reads``, see deploy/facts/combined.py).
+    # and for the facts the steps decide on (their ``reads``, see deploy/facts/combined.py).
     try:
         facts = read_facts(host, HostAccess, LinuxDistribution, Arch, HostState, ContainerdFlavour,
-                           PackageManagerState, PendingRestarts, read_ahead=stage_reads(settings, stages))
+                           PackageManagerState, PendingRestarts, read_ahead=step_reads(settings, steps))
     except EOFError:
         # pyinfra's SSH connector asks for the sudo password when sudo wants one: without a terminal,
         # the prompt reads the end of the input.
@@ -154,20 +126,20 @@ def preflight(settings: Settings, stages: Sequence[Stage]) -> Findings:
     warnings, errors = gpu_findings(nvidia, settings.require_gpu)
     errors += disk_findings(nvidia, settings.min_free_disk_mb)
     plans = {}
-    for stage in stages:
-        if stage.check is not None:
-            check = stage.check(settings, platform, nvidia)
+    for step in steps:
+        if step.check is not None:
+            check = step.check(settings, platform, nvidia)
             errors += check.errors
             warnings += check.warnings
             if check.plan is not None:
-                plans[stage.name] = check.plan
+                plans[step.name] = check.plan
     for warning in warnings:
         logger.warning(f"{host.print_prefix}{warning}")
     if errors:
         raise PreflightError("; ".join(errors))
     containerd = facts["ContainerdFlavour"]
     containerd["flavour"] = classify_flavour(containerd)
-    if any(stage.installs for stage in stages):
+    if any(step.installs for step in steps):
         recover_package_manager(settings, facts["PackageManagerState"])
     pending = facts["PendingRestarts"]
     for unit, path in sorted(pending.items()):

@@ -1,4 +1,4 @@
-"""Stage 4: the NVIDIA container toolkit from NVIDIA's repository (or a mirror), pinned and held."""
+"""The toolkit stage: the NVIDIA container toolkit from NVIDIA's repository (or a mirror), pinned and held."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from ..operations import download
 from ..operations import packages as package_ops
 from ..operations.failure import HostRefusal
 from ..settings import Settings
-from .preflight import StageCheck
+from ..findings import StepCheck
 
 # Pinned together: the toolkit refuses mixed versions of its own parts.
 TOOLKIT_PACKAGES = (
@@ -77,9 +77,9 @@ def pin_findings(settings: Settings, platform: Platform) -> list[str]:
             f"{platform.distro_id}: {manager.name} installs only the current version; unset it (or hold it by hand)"]
 
 
-def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StageCheck:
+def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StepCheck:
     """What preflight checks for this stage (deploy/stages.py): a pin the family cannot honour."""
-    return StageCheck(errors=pin_findings(settings, platform))
+    return StepCheck(errors=pin_findings(settings, platform))
 
 
 @deploy("NVIDIA container toolkit")

@@ -1,4 +1,4 @@
-"""Stage 6 (read-only): the verification ladder and a report per node (deploy/ladder.py,
+"""The verify stage (read-only): the verification ladder and a report per node (deploy/ladder.py,
 deploy/operations/verification.py)."""
 
 from __future__ import annotations
