@@ -14,7 +14,7 @@ from .distros import Platform
 from .facts.combined import FactCall
 from .operations.drain import DrainTarget
 from .settings import Settings
-from .tasks import cdi, containerd, devices, docker, driver, drain, kernel, toolkit, verification
+from .tasks import cdi, containerd, devices, docker, dra, driver, drain, kernel, toolkit, verification
 from .tasks.preflight import Findings, StageCheck
 
 
@@ -58,8 +58,13 @@ STAGES: tuple[Stage, ...] = (
     # systemd re-applies containers' devices by their /dev/char names (the systemd cgroup driver)
     Stage("device links", runs=lambda s: s.runs("runtimes") and s.systemd_cgroup, reads=devices.reads,
           apply=lambda s, found, target: devices.device_links(s)),
+    # gpu_allocator=dra: the DRA driver's host prerequisites refused in preflight, IMEX handed over
+    Stage("dra", runs=dra.runs, reads=dra.reads, check=dra.preflight_check,
+          apply=lambda s, found, target: dra.dra_node(s)),
     Stage("verify", runs=lambda s: s.runs("verify"), reads=verification.reads, read_only=True,
           apply=lambda s, found, target: verification.verify(s)),
+    Stage("verify dra", runs=lambda s: s.runs("verify") and s.gpu_allocator == "dra", reads=dra.verify_reads,
+          read_only=True, apply=lambda s, found, target: dra.verify_dra(s)),
     # After verify, which fails the host first when a step fails: the node then stays cordoned.
     # Without verify, after the restarted runtime came back active.
     Stage("uncordon", runs=lambda s: s.drain_before_restart,
