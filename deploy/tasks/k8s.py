@@ -18,6 +18,7 @@ from pyinfra import host, inventory, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import NoGroupError
 
+from ..facts.combined import known_fact
 from ..facts.k8s import GpuNode, GpuNodeIdentity, KubeNodes, kube_node_name
 from .. import dra, templates
 from ..operations import kubectl
@@ -266,7 +267,7 @@ def gpu_cluster(settings: Settings) -> list[GpuNode]:
     cluster = kubectl.require_cluster(settings.kubeconfig)
     logger.info(f"{host.print_prefix}Kubernetes {cluster['git_version']} via kubeconfig {cluster['kubeconfig']}")
     nodes = gather_gpu_nodes(settings)
-    live_nodes = host.get_fact(KubeNodes, kubeconfig=settings.kubeconfig)["nodes"] or {}
+    live_nodes = known_fact(host, KubeNodes, kubeconfig=settings.kubeconfig)["nodes"] or {}
 
     kubectl.apply_manifests(
         name="Apply the nvidia RuntimeClass",
@@ -341,7 +342,7 @@ def node_move(node: GpuNode, live_nodes: dict) -> tuple[str, str | None, str, di
 def move_nodes(settings: Settings, nodes: list[GpuNode]):
     """Each node whose live allocator differs from its settings', one at a time in inventory order (the first a
     canary): cordoned, drained, relabelled, the other allocator gone from it, the new one offering its GPUs, uncordoned."""
-    live_nodes = host.get_fact(KubeNodes, kubeconfig=settings.kubeconfig)["nodes"] or {}
+    live_nodes = known_fact(host, KubeNodes, kubeconfig=settings.kubeconfig)["nodes"] or {}
     moves = [move for move in (node_move(node, live_nodes) for node in nodes) if move is not None]
     for step in dra.move_plan(moves):
         target = DrainTarget(node=step.node, control_plane=host.name, kubeconfig=settings.kubeconfig,
