@@ -139,3 +139,15 @@ def test_a_cluster_older_than_1_34_is_refused_in_one_line(server, refused):
     assert (refusal is not None) == refused
     if refusal:
         assert "\n" not in refusal and "1.34" in refusal
+
+
+def test_every_api_version_written_in_a_dra_template_is_rendered_and_so_checked():
+    """No DRA template branch with an apiVersion escapes the matrix above."""
+    from test_k8s_schemas import REPO, TEMPLATE_API
+
+    written = set()
+    for path in (REPO / "templates" / "k8s" / "dra").glob("*.j2"):
+        written |= set(TEMPLATE_API.findall(path.read_text()))
+    rendered = {(document["apiVersion"], document["kind"]) for case in CASES for document in documents(case)}
+    assert ("resource.k8s.io/v1", "DeviceClass") in written
+    assert written == rendered
