@@ -13,7 +13,8 @@ from pyinfra.api import deploy
 from .entry import freeze_imported_objects
 from .settings import CONTROL_PLANE_GROUP, DEFAULTS, call_settings, host_settings
 from .tasks.gitops import write_cluster_files
-from .tasks.k8s import device_plugin, gpu_cluster, needs_device_plugin, uses_gpushare
+from .tasks.dra_cluster import dra_driver, uses_dra
+from .tasks.k8s import device_plugin, gpu_cluster, move_nodes, needs_device_plugin, uses_gpushare
 
 
 @deploy("GPU cluster", data_defaults=DEFAULTS)
@@ -35,6 +36,9 @@ def configure_cluster(**settings):
         gpushare(cluster, [node for node in gpu_nodes if node.gpu_sharing == "gpushare"])
     if needs_device_plugin(cluster, gpu_nodes):
         device_plugin(cluster, gpu_nodes)
+    if uses_dra(cluster, gpu_nodes):
+        dra_driver(cluster, gpu_nodes)
+    move_nodes(cluster, gpu_nodes)
 
 
 @deploy("GPU cluster files", data_defaults=DEFAULTS)

@@ -545,6 +545,42 @@ class GitOpsSettings(_Section):
     )
 
 
+class DraSettings(_Section):
+    """
+    Dynamic Resource Allocation (gpu_allocator=dra; docs/cluster.md)
+
+    Per node group: a group's `gpu_allocator` says whether its nodes' GPUs go to pods through
+    NVIDIA's device plugin or through the DRA driver for NVIDIA GPUs (Kubernetes 1.34 or newer). A
+    DRA node needs CDI on in containerd, a driver of branch 565 or newer (570.158.01 with
+    ComputeDomains) and no gpushare or MIG strategy of the device plugin's.
+    """
+
+    gpu_allocator: Literal["device-plugin", "dra"] = Field(
+        "device-plugin",
+        description="how this node's GPUs reach pods: NVIDIA's device plugin (`nvidia.com/gpu`), or the DRA driver "
+                    "for NVIDIA GPUs (ResourceClaims of the DeviceClass `gpu-node.nvidia.com`); set it per node group",
+    )
+    dra_driver_version: ReleaseTag = Field(
+        "v0.5.0", description="the DRA driver for NVIDIA GPUs' release (image tag; its chart's version without the v)"
+    )
+    dra_driver_install_method: Literal["static", "helm"] = Field(
+        "static",
+        description="the DRA driver as gpu-node's own manifests (its GPU kubelet plugin), or its Helm chart "
+                    "(needed for ComputeDomains: their controller and custom resources come with the chart)",
+    )
+    dra_compute_domains: bool = Field(
+        False,
+        description="ComputeDomains (multi-node NVLink, e.g. GB200 NVL72): the chart's ComputeDomain part, a driver "
+                    "of 570.158.01 or newer, and IMEX handed over as `dra_imex` says",
+    )
+    dra_imex: Literal["driver-managed", "host-managed"] = Field(
+        "driver-managed",
+        description="with dra_compute_domains, who runs IMEX on nodes that have `nvidia-imex.service`: "
+                    "driver-managed masks and stops the host's unit so the driver's ComputeDomain daemons own IMEX; "
+                    "host-managed leaves it running for the driver's alpha host-managed mode",
+    )
+
+
 def unwrap(annotation: Any) -> tuple[Any, list[Any], bool]:
     """(the type inside ``X | None`` and ``Annotated[X, ...]``, the Annotated metadata, whether None is allowed)."""
     optional = False
@@ -610,7 +646,7 @@ def from_command_line(item: FieldInfo, value: Any) -> Any:
 
 
 class Settings(RuntimeSettings, PackageSettings, DataCenterSettings, HostSafetySettings, VerifySettings, KubernetesSettings,
-               GpushareSettings, GitOpsSettings):
+               GpushareSettings, GitOpsSettings, DraSettings):
     """Every setting, typed; build it with ``parse_settings`` (which also checks how settings combine)."""
 
     @model_validator(mode="before")
@@ -730,6 +766,29 @@ def _check_runtime_mode(settings: Settings) -> None:
             "off, and the runtime's cdi mode injects devices from the CDI spec the cdi stage keeps)")
 
 
+def _check_dra(settings: Settings) -> None:
+    """What a DRA node group cannot combine with: the option named is the one that does not fit."""
+    if settings.gpu_allocator != "dra":
+        return
+    if settings.gpu_sharing == "gpushare":
+        raise SettingsError("invalid setting gpu_sharing='gpushare': allowed only with gpu_allocator=device-plugin "
+                            "(gpushare brings its own device plugin; a DRA node shares GPUs through its claims)")
+    if settings.mig_strategy != "none":
+        raise SettingsError(f"invalid setting mig_strategy={_shown(settings.mig_strategy)}: allowed: none with "
+                            "gpu_allocator=dra (the device plugin's MIG strategy; the DRA driver has its own MIG devices)")
+    if settings.cdi == "false":
+        raise SettingsError("invalid setting cdi='false': allowed: auto or true with gpu_allocator=dra (the DRA driver "
+                            "hands GPUs to containers through CDI in containerd)")
+    if not settings.wires("containerd"):
+        raise SettingsError(f"invalid setting container_runtimes={_shown(','.join(settings.container_runtimes))}: "
+                            "allowed: a list with containerd with gpu_allocator=dra (the kubelet's runtime, whose "
+                            "CDI the DRA driver needs)")
+    if settings.dra_compute_domains and settings.dra_driver_install_method != "helm":
+        raise SettingsError("invalid setting dra_driver_install_method='static': allowed: helm with "
+                            "dra_compute_domains=true (the ComputeDomain controller and its custom resources come "
+                            "with the driver's chart)")
+
+
 def fold_old_settings(data: Mapping[str, Any]) -> Mapping[str, Any]:
     """``data`` with the settings of FOLDED_SETTINGS read as the one that took each over; values that
     disagree stop the run, naming both."""
@@ -771,6 +830,7 @@ def parse_settings(data: Mapping[str, Any]) -> Settings:
     _check_url_scheme(settings)
     _check_gpu_sharing(settings, data)
     _check_runtime_mode(settings)
+    _check_dra(settings)
     return settings
 
 

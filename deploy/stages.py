@@ -16,7 +16,7 @@ from .facts.combined import FactCall
 from .findings import Findings, StepCheck
 from .operations.drain import DrainTarget
 from .settings import Settings, Stage
-from .tasks import cdi, containerd, devices, docker, driver, drain, kernel, toolkit, verification
+from .tasks import cdi, containerd, devices, docker, dra, driver, drain, kernel, toolkit, verification
 
 
 def _no_reads(settings: Settings) -> list[FactCall]:
@@ -69,9 +69,14 @@ STEPS: tuple[Step, ...] = (
     # systemd re-applies containers' devices by their /dev/char names (the systemd cgroup driver)
     Step("device links", "runtimes", lambda s: s.systemd_cgroup, reads=devices.reads,
          apply=lambda s, found, target: devices.device_links(s)),
+    # gpu_allocator=dra: the DRA driver's host prerequisites refused in preflight, IMEX handed over
+    Step("dra", "runtimes", dra.wanted, reads=dra.reads, check=dra.preflight_check,
+         apply=lambda s, found, target: dra.dra_node(s)),
     Step("verify", "verify", _always, reads=verification.reads, read_only=True,
          apply=lambda s, found, target: verification.verify(s)),
-    # After verify, which fails the host first when a step fails: the node then stays cordoned.
+    Step("verify dra", "verify", dra.wanted, reads=dra.verify_reads, read_only=True,
+         apply=lambda s, found, target: dra.verify_dra(s)),
+   # After verify, which fails the host first when a step fails: the node then stays cordoned.
     # Without verify, after the restarted runtime came back active.
     Step("uncordon", None, lambda s: s.drain_before_restart,
          apply=lambda s, found, target: target and drain.uncordon_drained_node(target)),

@@ -211,21 +211,33 @@ def helm_upgrade_device_plugin(kubeconfig: str, namespace: str, chart_version: s
     ``helm upgrade --install`` the nvdp/nvidia-device-plugin chart at a pinned version with
     these values, unless the release is deployed at that version with exactly these values.
     """
-    release = host.get_fact(HelmRelease, kubeconfig=kubeconfig, namespace=namespace, release=HELM_RELEASE)
-    if not release["helm"] or release["error"]:
-        yield failing_command(unavailable_message(kubeconfig, f"helm: {release['error']}"))
+    yield from helm_upgrade._inner(kubeconfig=kubeconfig, namespace=namespace, release=HELM_RELEASE, chart=HELM_CHART,
+                                   repo=HELM_REPO_URL, chart_version=chart_version, values=values)
+
+
+@operation()
+def helm_upgrade(kubeconfig: str, namespace: str, release: str, chart: str, repo: str | None, chart_version: str,
+                 values: str):
+    """
+    ``helm upgrade --install`` ``chart`` (from ``repo``; None: ``chart`` is an oci:// reference) at a
+    pinned version with these values, unless ``release`` is deployed at that version with exactly these values.
+    """
+    found = host.get_fact(HelmRelease, kubeconfig=kubeconfig, namespace=namespace, release=release)
+    if not found["helm"] or found["error"]:
+        yield failing_command(unavailable_message(kubeconfig, f"helm: {found['error']}"))
         return
     wanted_values = yaml.safe_load(values) or {}
+    chart_name = chart.rsplit("/", 1)[-1]
     if (
-        release["exists"]
-        and release["chart"] == f"{HELM_CHART}-{chart_version}"
-        and release["status"] == "deployed"
-        and release["values"] == wanted_values
+        found["exists"]
+        and found["chart"] == f"{chart_name}-{chart_version}"
+        and found["status"] == "deployed"
+        and found["values"] == wanted_values
     ):
-        host.noop(f"helm release {HELM_RELEASE} is {HELM_CHART}-{chart_version} with these values")
+        host.noop(f"helm release {release} is {chart_name}-{chart_version} with these values")
         return
     yield with_stdin(values, StringCommand(
-        "helm", kubeconfig_option(kubeconfig), "upgrade", "--install", HELM_RELEASE, HELM_CHART,
-        "--repo", HELM_REPO_URL, "--version", QuoteString(chart_version),
+        "helm", kubeconfig_option(kubeconfig), "upgrade", "--install", QuoteString(release), QuoteString(chart),
+        *(("--repo", QuoteString(repo)) if repo else ()), "--version", QuoteString(chart_version),
         "--namespace", QuoteString(namespace), "--create-namespace", "--wait", "--values", "-",
     ))

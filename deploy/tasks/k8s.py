@@ -18,9 +18,12 @@ from pyinfra import host, inventory, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import NoGroupError
 
+from ..facts.combined import known_fact
 from ..facts.k8s import GpuNode, GpuNodeIdentity, KubeNodes, kube_node_name
-from .. import templates
+from .. import dra, templates
 from ..operations import kubectl
+from ..operations.allocator_move import move_step
+from ..operations.drain import DrainTarget
 from ..settings import GPU_NODES_GROUP, Settings, host_settings
 
 DEVICE_PLUGIN_NAMESPACE = "nvidia-device-plugin"
@@ -153,6 +156,11 @@ def node_labels(node: GpuNode) -> dict[str, str | None]:
     """The labels gpu-node manages on a GPU node; None: remove. Only what is known is set."""
     if not node.has_gpu:
         return {}
+    if node.settings.gpu_allocator == "dra":
+        # No nvidia.com/gpu.present: the device plugin's DaemonSet and the RuntimeClass select on it.
+        labels = {dra.ALLOCATOR_LABEL: "dra", "nvidia.com/gpu.present": None, CONFIG_LABEL: None,
+                  "nvidia.com/mps.capable": None}
+        return {**labels, **({"accelerator": node.accelerator} if node.accelerator else {})}
     labels: dict[str, str | None] = {"nvidia.com/gpu.present": "true"}
     if node.accelerator:
         labels["accelerator"] = node.accelerator
@@ -247,10 +255,10 @@ def uses_gpushare(settings: Settings, nodes: list[GpuNode]) -> bool:
 
 
 def needs_device_plugin(settings: Settings, nodes: list[GpuNode]) -> bool:
-    """False only when every GPU node (or, with none known, the control plane) uses gpushare."""
+    """False only when every GPU node (or, with none known, the control plane) uses gpushare or DRA."""
     if nodes:
-        return any(node.gpu_sharing != "gpushare" for node in nodes)
-    return settings.gpu_sharing != "gpushare"
+        return any(node.gpu_sharing != "gpushare" and node.settings.gpu_allocator != "dra" for node in nodes)
+    return settings.gpu_sharing != "gpushare" and settings.gpu_allocator != "dra"
 
 
 @deploy("Kubernetes GPU nodes: RuntimeClass and labels")
@@ -259,7 +267,7 @@ def gpu_cluster(settings: Settings) -> list[GpuNode]:
     cluster = kubectl.require_cluster(settings.kubeconfig)
     logger.info(f"{host.print_prefix}Kubernetes {cluster['git_version']} via kubeconfig {cluster['kubeconfig']}")
     nodes = gather_gpu_nodes(settings)
-    live_nodes = host.get_fact(KubeNodes, kubeconfig=settings.kubeconfig)["nodes"] or {}
+    live_nodes = known_fact(host, KubeNodes, kubeconfig=settings.kubeconfig)["nodes"] or {}
 
     kubectl.apply_manifests(
         name="Apply the nvidia RuntimeClass",
@@ -276,6 +284,8 @@ def gpu_cluster(settings: Settings) -> list[GpuNode]:
             logger.warning(f"{host.print_prefix}GPU node {node.host_name}: no Kubernetes node named "
                            f"{node.node_name!r}; set kube_node_names to map it; not labelled")
             continue
+        if node_move(node, live_nodes) is not None:
+            continue  # moved between the allocators after they are deployed (move_nodes)
         kubectl.label_node(
             name=f"Label GPU node {node.node_name}",
             kubeconfig=settings.kubeconfig,
@@ -313,3 +323,29 @@ def device_plugin(settings: Settings, nodes: list[GpuNode]):
             pod=SMOKE_POD_NAME,
             timeout=settings.smoke_test_timeout,
         )
+
+
+def node_move(node: GpuNode, live_nodes: dict) -> tuple[str, str | None, str, dict[str, str | None]] | None:
+    """``node``'s entry of dra.move_plan when its live allocator differs from the one it wants (None: none)."""
+    if not node.has_gpu or node.node_name not in live_nodes:
+        return None
+    current, wanted = dra.current_allocator(live_nodes[node.node_name]), node.settings.gpu_allocator
+    if current is None or current == wanted:
+        return None
+    labels = node_labels(node)
+    if wanted != "dra":
+        labels = {**labels, dra.ALLOCATOR_LABEL: None}
+    return node.node_name, current, wanted, labels
+
+
+@deploy("Move GPU nodes between the device plugin and DRA")
+def move_nodes(settings: Settings, nodes: list[GpuNode]):
+    """Each node whose live allocator differs from its settings', one at a time in inventory order (the first a
+    canary): cordoned, drained, relabelled, the other allocator gone from it, the new one offering its GPUs, uncordoned."""
+    live_nodes = known_fact(host, KubeNodes, kubeconfig=settings.kubeconfig)["nodes"] or {}
+    moves = [move for move in (node_move(node, live_nodes) for node in nodes) if move is not None]
+    for step in dra.move_plan(moves):
+        target = DrainTarget(node=step.node, control_plane=host.name, kubeconfig=settings.kubeconfig,
+                             timeout=settings.drain_timeout)
+        move_step(name=f"Move node {step.node} to the {step.allocator}: {step.kind}", target=target, kind=step.kind,
+                  allocator=step.allocator, labels=dict(step.labels))

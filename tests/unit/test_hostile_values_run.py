@@ -117,6 +117,8 @@ PLANS = {
     "nvidia_driver_root": ("node", "cluster", "helm"),
     "kubeconfig": ("cluster", "helm", "gpushare"), "kube_node_names": ("cluster",),
     "device_plugin_version": ("cluster", "helm"), "smoke_test_image": ("cluster",),
+    # a release tag: its pattern (v1.2.3) refuses every hostile value before any run
+    "dra_driver_version": ("cluster",),
     "gpushare_extender_image": ("gpushare",), "gpushare_device_plugin_image": ("gpushare",),
     "gpushare_scheduler_config_path": ("gpushare",), "gpushare_inspect_source": ("gpushare",),
     "gpushare_inspect_sha256": ("gpushare",), "gpushare_inspect_path": ("gpushare",),

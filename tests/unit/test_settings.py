@@ -98,6 +98,11 @@ DOCUMENTED_DEFAULTS = {
     "manifests_dir": "gpu-node-manifests",
     "manifests_inventory": None,
     "manifests_kubernetes_version": None,
+    "gpu_allocator": "device-plugin",
+    "dra_driver_version": "v0.5.0",
+    "dra_driver_install_method": "static",
+    "dra_compute_domains": False,
+    "dra_imex": "driver-managed",
 }
 
 

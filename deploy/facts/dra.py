@@ -1,0 +1,54 @@
+"""What a DRA node's host prerequisites are read from (deploy/dra.py decides): the driver root
+the kubelet plugin reads, and the host's IMEX unit."""
+
+from __future__ import annotations
+
+from pyinfra.api import QuoteString, StringCommand
+
+from ..dra import IMEX_UNIT
+from .base import NodeFact
+from .k8s import NVML_LIBRARY_DIRS
+
+
+class DraNodeState(NodeFact):
+    """
+    Whether ``driver_root`` is a folder and where its libnvidia-ml.so.1 is (relative to it; None:
+    none), and ``nvidia-imex.service``'s ``systemctl is-enabled`` and ``is-active`` answers
+    (``not-found`` where systemd has no such unit).
+
+    .. code:: python
+
+        {"root_exists": True, "nvml": "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+         "imex": {"enabled": "masked", "active": "inactive"}}
+    """
+
+    def command(self, driver_root):
+        return StringCommand(
+            StringCommand("_root=", QuoteString(driver_root.rstrip("/") or "/"), ";", _separator=""),
+            "[ -d \"$_root\" ] && echo root;",
+            f"for _d in {' '.join(NVML_LIBRARY_DIRS)}; do",
+            "[ -e \"${_root%/}/$_d/libnvidia-ml.so.1\" ] && { echo \"nvml $_d/libnvidia-ml.so.1\"; break; }; done;",
+            # is-enabled prints nothing on older systemd for a unit it does not know
+            "echo \"imex_enabled $(systemctl is-enabled", QuoteString(IMEX_UNIT), "2>/dev/null)\";",
+            "echo \"imex_active $(systemctl is-active", QuoteString(IMEX_UNIT), "2>/dev/null)\"",
+        )
+
+    @staticmethod
+    def default():
+        return {"root_exists": False, "nvml": None, "imex": {"enabled": "not-found", "active": "inactive"}}
+
+    def process(self, output):
+        state = self.default()
+        state["imex"] = dict(state["imex"])
+        for line in output:
+            kind, _, rest = line.strip().partition(" ")
+            rest = rest.strip()
+            if kind == "root":
+                state["root_exists"] = True
+            elif kind == "nvml":
+                state["nvml"] = rest
+            elif kind == "imex_enabled":
+                state["imex"]["enabled"] = rest or "not-found"
+            elif kind == "imex_active":
+                state["imex"]["active"] = rest or "inactive"
+        return state

@@ -1,0 +1,64 @@
+"""
+The DRA node stage (gpu_allocator=dra; deploy/dra.py decides): preflight refuses a node whose
+host cannot serve the DRA driver (the driver's branch, CDI in containerd, the driver root, IMEX)
+before any change; the run hands IMEX to the driver where dra_imex says; verify checks each
+prerequisite in one line. A device-plugin node runs none of it.
+"""
+
+from __future__ import annotations
+
+from pyinfra import host, logger
+from pyinfra.api import deploy
+
+from ..containerd.flavours import plain_target
+from ..containerd.plan import target_read
+from ..distros import Platform
+from ..dra import IMEX_UNIT, imex_action, node_prerequisites
+from ..facts.combined import FactCall, read
+from ..operations import dra as dra_ops
+from ..operations.verification import containerd_config_read, containerd_in_effect
+from ..ladder import VerifyOptions
+from ..findings import StepCheck
+from ..settings import Settings
+
+
+def wanted(settings: Settings) -> bool:
+    """The DRA steps run for a node of the DRA group (their stages picked: deploy/stages.py)."""
+    return settings.gpu_allocator == "dra"
+
+
+def reads(settings: Settings) -> list[FactCall]:
+    """What the stage decides on (HostState and the plain containerd's read are preflight's own)."""
+    return [dra_ops.node_read(settings), target_read(plain_target(settings.containerd_config_path))]
+
+
+def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StepCheck:
+    """Refuse, before any change, a node the DRA driver cannot serve; a prerequisite this run
+    decides later (a containerd it installs) is checked by verify."""
+    containerd = read(host, target_read(plain_target(settings.containerd_config_path)))
+    found = node_prerequisites(settings, installed_driver=dra_ops.installed_driver(nvidia),
+                               cdi_on=dra_ops.containerd_cdi(settings, containerd),
+                               containerd_version=containerd["version"], node=read(host, dra_ops.node_read(settings)),
+                               after_run=False)
+    for prerequisite in found:
+        logger.info(f"{host.print_prefix}dra {prerequisite.name}: {prerequisite.status}: {prerequisite.line}")
+    return StepCheck(errors=[p.line for p in found if p.status == "fail"])
+
+
+@deploy("DRA node")
+def dra_node(settings: Settings):
+    node = read(host, dra_ops.node_read(settings))
+    if imex_action(settings.dra_compute_domains, settings.dra_imex, node["imex"]) == "mask":
+        dra_ops.mask_service(name=f"Mask {IMEX_UNIT}: the DRA driver's ComputeDomain daemons own IMEX",
+                             service=IMEX_UNIT)
+
+
+def verify_reads(settings: Settings) -> list[FactCall]:
+    return [dra_ops.node_read(settings)]
+
+
+@deploy("Verify DRA")
+def verify_dra(settings: Settings):
+    containerd = containerd_in_effect(VerifyOptions.from_settings(settings))
+    dra_ops.check_prerequisites(name="Verify the DRA prerequisites (read-only)", settings=settings,
+                                containerd_read=containerd_config_read(containerd))
