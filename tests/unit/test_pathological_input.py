@@ -48,7 +48,7 @@ from deploy.verification.cdi import cdi_spec_names
 from deploy.verification.readout import read_cri
 from deploy.operations.cdi import state_read as cdi_state_read
 from deploy.operations.docker import state_read as docker_state_read
-from deploy.operations.driver import AptSourceFiles
+from deploy.facts.apt import AptSourceFiles
 from deploy.settings import parse_settings
 from deploy.tasks.cdi import cdi
 from deploy.tasks.containerd import containerd_runtime
