@@ -229,7 +229,7 @@ class FabricManagerPackages:
 class DriverPackages:
     """
     How a family installs the NVIDIA driver, read by deploy/tasks/driver.py. Templates may name
-    {branch} {kernel} {flavour} {dist} {arch} {deb_arch} {distro_id} {version_id} {major} {minor};
+    {branch} {kernel} {kernel_variant} {dist} {arch} {deb_arch} {distro_id} {version_id} {major} {minor};
     a template naming {branch} drops out when no branch is set.
     """
 
@@ -259,8 +259,10 @@ class DriverPackages:
     module_majors: tuple[int, ...] = ()
     module_packages: tuple[str, ...] = ()
     headers: tuple[str, ...] = ()  # header package candidates, the first one found wins
-    flavour_pattern: str | None = None  # {flavour}: group 1 of it over uname -r, else default_flavour
-    default_flavour: str = ""
+    # {kernel_variant}, the kernel's build (Debian's cloud-amd64, SUSE's default): group 1 of
+    # kernel_variant_pattern over uname -r, else default_kernel_variant
+    kernel_variant_pattern: str | None = None
+    default_kernel_variant: str = ""
     # Arch: a prebuilt module package per stock kernel package base, else DKMS and each kernel's headers
     kernel_modules: Mapping[str, str] | None = None
     dkms_package: str = ""
@@ -283,9 +285,9 @@ class DriverPackages:
     persistenced_service: str = "nvidia-persistenced"
     fabric_manager: FabricManagerPackages | None = None
 
-    def flavoured(self, flavour: str) -> DriverPackages:
-        """This record for the ``flavour`` of kernel modules (open or proprietary)."""
-        if flavour != "open" or self.open_modules is None:
+    def for_module_type(self, kernel_module_type: str) -> DriverPackages:
+        """This record for the ``kernel_module_type`` (open or proprietary)."""
+        if kernel_module_type != "open" or self.open_modules is None:
             return self
         return replace(self, **self.open_modules)
 
@@ -318,7 +320,7 @@ DOCKER_CE_RHEL_REPO = {
 DOCKER_CE_RHEL_KEY = KeyPin(fingerprints=("060A61C51B558A7F742B77AAC52FEB6B621E9F35",),
                             setting="Docker's install guide, deploy/distros.py")
 
-DEBIAN_KERNEL_FLAVOUR = r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+-(.+)$"
+DEBIAN_KERNEL_VARIANT = r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+-(.+)$"
 CUDA_REPO = {
     "name": "cuda-{dist}-{arch}",
     "baseurl": "{cuda_repo_url}/{dist}/{arch}",
@@ -357,9 +359,9 @@ DEBIAN_DRIVER = DriverPackages(
     dependencies=("nvidia-kernel-dkms",),
     branch_dependencies=("nvidia-tesla-{branch}-kernel-dkms",),
     extra_packages=("firmware-misc-nonfree",),
-    headers=("linux-headers-{kernel}", "linux-headers-{flavour}"),
-    flavour_pattern=DEBIAN_KERNEL_FLAVOUR,
-    default_flavour="{deb_arch}",
+    headers=("linux-headers-{kernel}", "linux-headers-{kernel_variant}"),
+    kernel_variant_pattern=DEBIAN_KERNEL_VARIANT,
+    default_kernel_variant="{deb_arch}",
     cuda_packages=("nvidia-cuda-toolkit",),
     cuda_home="/usr/lib/nvidia-cuda-toolkit",
     # contrib's open module (no nvidia-tesla-<branch>-open-kernel-dkms in bookworm or trixie)
@@ -378,9 +380,9 @@ UBUNTU_DRIVER = DriverPackages(
     recommend_command="ubuntu-drivers list --gpgpu",
     packages=("nvidia-headless-{branch}-server", "nvidia-utils-{branch}-server"),
     dependencies=("nvidia-dkms-{branch}-server",),
-    headers=("linux-headers-{kernel}", "linux-headers-{flavour}"),
-    flavour_pattern=DEBIAN_KERNEL_FLAVOUR,
-    default_flavour="generic",
+    headers=("linux-headers-{kernel}", "linux-headers-{kernel_variant}"),
+    kernel_variant_pattern=DEBIAN_KERNEL_VARIANT,
+    default_kernel_variant="generic",
     cuda_packages=("nvidia-cuda-toolkit",),
     cuda_home="/usr/lib/nvidia-cuda-toolkit",
     open_modules={"packages": ("nvidia-headless-{branch}-server-open", "nvidia-utils-{branch}-server"),
@@ -407,11 +409,11 @@ SUSE_DRIVER = DriverPackages(
     packages=("nvidia-compute-utils-G06", "nvidia-compute-G06"),
     # pinned at the driver's version (its own carries the kernel's too: VERSION_kKERNEL, which
     # zypper_install matches)
-    dependencies=("nvidia-driver-G06-kmp-{flavour}",),
-    flavour_pattern=r"-([a-z0-9]+)$",
-    default_flavour="default",
-    headers=(),  # KMP packages carry modules built for the flavour
-    open_modules={"dependencies": ("nvidia-open-driver-G06-signed-kmp-{flavour}",)},
+    dependencies=("nvidia-driver-G06-kmp-{kernel_variant}",),
+    kernel_variant_pattern=r"-([a-z0-9]+)$",
+    default_kernel_variant="default",
+    headers=(),  # KMP packages carry modules built for the kernel variant
+    open_modules={"dependencies": ("nvidia-open-driver-G06-signed-kmp-{kernel_variant}",)},
     fabric_manager=RPM_FABRIC_MANAGER,
     cuda_repository=CUDA_REPO,
     repo_dist=(("sle", "sles{major}"), ("", "opensuse{major}")),

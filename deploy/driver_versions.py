@@ -87,3 +87,12 @@ def choose(names, offered: dict | None, installed: dict, wanted: str | None, wha
             f"needs ({_found(names, offered)}): set nvidia_driver_version={example} to downgrade to it"
         )
     return {name: per_name[name][chosen] for name in names}
+
+
+def apt_pin_text(sources, pins: dict) -> str | None:
+    """apt preferences holding the driver's source packages at the pinned versions (None: none pinned)."""
+    versions = sorted({version for version in pins.values() if version})
+    if not sources or not versions:
+        return None
+    stanzas = [f"Package: {' '.join(sources)}\nPin: version {version}\nPin-Priority: 1001\n" for version in versions]
+    return "# Managed by gpu-node (deploy/tasks/driver.py): the NVIDIA driver's packages at one version\n" + "\n".join(stanzas)

@@ -101,7 +101,7 @@ def provision_gpu_node(**settings):
 
 @deploy("Verify GPU node", data_defaults=DEFAULTS)
 def verify_gpu_node(**settings):
-    """Verify this GPU node, read-only: the ladder and a report (deploy/verify.py), changing nothing.
+    """Verify this GPU node, read-only: every verify step and a report (deploy/verify.py), changing nothing.
     Settings as ``provision_gpu_node`` takes them."""
     call_settings(host.state, settings, "verify_gpu_node")
     node = gpu_node_settings(host)

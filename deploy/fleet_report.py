@@ -294,7 +294,7 @@ def fleet_rows(state) -> list[FleetRow]:
             status = CONVERGED
         note = notes.get(host.name)
         record = verified.get(host.name)
-        if note is None and record is not None:  # verify.py alone: the ladder saw the PCI bus
+        if note is None and record is not None:  # verify.py alone: verify saw the PCI bus
             gpu_step = next((step for step in record.steps if step.name == "gpu_pci"), None)
             note = DriverNote(no_gpu=gpu_step.status != PASS) if gpu_step else None
             reboot_unknown = True

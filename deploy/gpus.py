@@ -1,5 +1,6 @@
 """
-Which kernel module flavour (open or proprietary) the NVIDIA driver needs on a node, from the
+Which kernel module type (open or proprietary; the GPU Operator's ``kernelModuleType``) the NVIDIA
+driver needs on a node, from the
 GPUs on its PCI bus and the driver branch: pure, no host.
 
 The architecture of a GPU comes from its PCI device ID through ``ARCHITECTURE_RANGES``, written
@@ -15,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Literal
 
-Flavour = Literal["open", "proprietary"]
-OPEN: Flavour = "open"
-PROPRIETARY: Flavour = "proprietary"
+KernelModuleType = Literal["open", "proprietary"]
+OPEN: KernelModuleType = "open"
+PROPRIETARY: KernelModuleType = "proprietary"
 BOTH = frozenset({OPEN, PROPRIETARY})
 
 # From this branch on NVIDIA makes the open modules the default where the GPU allows both.
@@ -48,8 +49,8 @@ OPEN_ONLY = ("Blackwell", "Grace Hopper")
 PROPRIETARY_ONLY = ("Maxwell", "Pascal", "Volta")
 
 
-class FlavourRefusal(ValueError):
-    """The setting or the node's GPUs allow no kernel module flavour: one line naming why."""
+class KernelModuleTypeRefusal(ValueError):
+    """The setting or the node's GPUs allow no kernel module type: one line naming why."""
 
 
 def device_id(text: str | int) -> int | None:
@@ -70,7 +71,7 @@ def architecture(device: int) -> str | None:
     return next((name for first, last, name in ARCHITECTURE_RANGES if first <= device <= last), None)
 
 
-def flavours_of(arch: str) -> frozenset:
+def module_types_of(arch: str) -> frozenset:
     if arch in OPEN_ONLY:
         return frozenset({OPEN})
     if arch in PROPRIETARY_ONLY:
@@ -78,7 +79,7 @@ def flavours_of(arch: str) -> frozenset:
     return BOTH
 
 
-def branch_default(branch: int | None) -> Flavour:
+def branch_default(branch: int | None) -> KernelModuleType:
     return OPEN if branch is not None and branch >= OPEN_DEFAULT_BRANCH else PROPRIETARY
 
 
@@ -109,8 +110,8 @@ class Gpu:
 
 
 @dataclass(frozen=True)
-class FlavourDecision:
-    flavour: Flavour
+class KernelModuleTypeDecision:
+    kernel_module_type: KernelModuleType
     why: str
     warnings: list[str] = field(default_factory=list)
 
@@ -120,7 +121,7 @@ def _gpu(entry: dict, branch_list: BranchList | None) -> Gpu | None:
     if device is None:
         return None
     arch = architecture(device)
-    allowed = flavours_of(arch) if arch else None
+    allowed = module_types_of(arch) if arch else None
     if branch_list is not None and device in branch_list.supported:
         # The branch's own list wins on what its open modules drive.
         can_open = device in branch_list.open_ids or (not branch_list.open_known and allowed is not None
@@ -130,11 +131,11 @@ def _gpu(entry: dict, branch_list: BranchList | None) -> Gpu | None:
     return Gpu(device=device, slot=entry.get("slot", "?"), arch=arch, allowed=allowed)
 
 
-def decide_flavour(setting: str, gpus: Iterable[dict], branch: int | None,
-                   branch_list: BranchList | None = None) -> FlavourDecision:
+def decide_kernel_module_type(setting: str, gpus: Iterable[dict], branch: int | None,
+                              branch_list: BranchList | None = None) -> KernelModuleTypeDecision:
     """
-    The flavour for ``setting`` (auto, open, proprietary) on a node with ``gpus`` (HostState's
-    entries) and the driver ``branch``; raises FlavourRefusal when none fits.
+    The kernel module type for ``setting`` (auto, open, proprietary) on a node with ``gpus`` (HostState's
+    entries) and the driver ``branch``; raises KernelModuleTypeRefusal when none fits.
     """
     default = branch_default(branch)
     branch_shown = f"branch {branch}" if branch is not None else "the driver's branch"
@@ -156,27 +157,27 @@ def decide_flavour(setting: str, gpus: Iterable[dict], branch: int | None,
     for gpu in known:
         allowed &= gpu.allowed
     if not allowed:
-        needs = "; ".join(f"{gpu.shown} needs {' or '.join(sorted(gpu.allowed)) or 'a flavour none allows'}"
+        needs = "; ".join(f"{gpu.shown} needs {' or '.join(sorted(gpu.allowed)) or 'a type none allows'}"
                           for gpu in known)
-        raise FlavourRefusal(f"the GPUs on this node allow no common kernel module flavour: {needs}")
+        raise KernelModuleTypeRefusal(f"the GPUs on this node allow no common kernel module type: {needs}")
 
     if setting in (OPEN, PROPRIETARY):
         if setting not in allowed:
             blocking = next(gpu for gpu in known if setting not in gpu.allowed)
             other = next(iter(blocking.allowed))
-            raise FlavourRefusal(
+            raise KernelModuleTypeRefusal(
                 f"nvidia_kernel_modules={setting!r} does not drive GPU {blocking.shown}: it works only with the "
                 f"{other} kernel modules; set nvidia_kernel_modules={other} or auto"
             )
-        return FlavourDecision(setting, f"nvidia_kernel_modules={setting}", warnings)
+        return KernelModuleTypeDecision(setting, f"nvidia_kernel_modules={setting}", warnings)
 
     if not known:
-        return FlavourDecision(default, f"{branch_shown}'s default (no GPU it knows on the node)", warnings)
+        return KernelModuleTypeDecision(default, f"{branch_shown}'s default (no GPU it knows on the node)", warnings)
     if default in allowed:
-        return FlavourDecision(default, f"{branch_shown}'s default, which every GPU here allows", warnings)
+        return KernelModuleTypeDecision(default, f"{branch_shown}'s default, which every GPU here allows", warnings)
     chosen = next(iter(allowed))
     archs = ", ".join(sorted({gpu.arch for gpu in known if default not in gpu.allowed}))
-    return FlavourDecision(chosen, f"{archs} GPUs work only with the {chosen} kernel modules", warnings)
+    return KernelModuleTypeDecision(chosen, f"{archs} GPUs work only with the {chosen} kernel modules", warnings)
 
 
 def branch_list_from(lists: dict, branch: str | None, installed_branch: str | None) -> BranchList | None:

@@ -41,8 +41,8 @@ from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 
 from .facts.k8s import kubectl, with_stdin
 from .containerd.flavours import PLAIN_SOCKET
-from .facts.ladder import decode_b64
-from .ladder import CdiProbe
+from .facts.verification import decode_b64
+from .verification.cdi import CdiProbe
 
 T = TypeVar("T")
 
@@ -106,7 +106,7 @@ def run(host, probe: type[Probe[T]], **arguments: Any) -> T:
 
 
 # ---------------------------------------------------------------------------------------------
-# The verification ladder's runs (deploy/operations/verification.py)
+# Verify's runs (deploy/operations/verification.py)
 
 CRICTL_SCRIPT = r"""
 d=$(mktemp -d /tmp/gpu-node-verify.XXXXXX) || { echo "step setup 1"; exit 0; }

@@ -1,5 +1,5 @@
 """
-Verify every GPU node, read-only: the ladder and a report, changing nothing.
+Verify every GPU node, read-only: every verify step and a report, changing nothing.
 
     pyinfra inventory.py deploy/verify.py
 """

@@ -5,16 +5,16 @@ end-of-run report. Package installs go through the family's package manager (dep
 
 from __future__ import annotations
 
-import base64
-import re
 import shlex
 from typing import TYPE_CHECKING
 
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
 
-from ..driver_versions import VersionRefusal, choose, matching, upstream_version
-from ..facts.base import NodeFact
+from ..apt_components import add_apt_components
+from ..driver_failures import install_failure
+from ..driver_versions import VersionRefusal, apt_pin_text, choose, matching, upstream_version
+from ..facts.apt import AptSourceFiles
 from ..facts.combined import known_fact, read
 from ..facts.nvidia import HostState, PackagesAvailable
 from ..facts.packages import PackageVersions
@@ -32,136 +32,6 @@ if TYPE_CHECKING:
 
 REBOOT_MARKER = "/run/reboot-required"
 REBOOT_PACKAGES = "/run/reboot-required.pkgs"
-
-
-class AptSourceFiles(NodeFact):
-    """
-    The host's apt source files, byte for byte: ``/etc/apt/sources.list``,
-    ``sources.list.d/*.list`` (one-line format) and ``sources.list.d/*.sources`` (deb822).
-
-    .. code:: python
-
-        {"/etc/apt/sources.list.d/debian.sources": "Types: deb\\nURIs: ...\\n"}
-    """
-
-    def command(self):
-        return (
-            "for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list "
-            "/etc/apt/sources.list.d/*.sources; do "
-            '[ -f "$f" ] && echo "$f $(' + node_text.base64_read('"$f"') + ')"; done; true'
-        )
-
-    @staticmethod
-    def default():
-        return {}
-
-    def process(self, output):
-        sources = {}
-        for line in output:
-            path, _, encoded = line.strip().partition(" ")
-            if path.startswith("/"):
-                sources[path] = node_text.decode(base64.b64decode(encoded))
-        return sources
-
-
-def _release_suite(suite: str, codename: str) -> bool:
-    return suite == codename or suite.startswith(codename + "-")
-
-
-def _one_line_entries(text: str):
-    """(line index, uri, suites, components) of each ``deb`` line of a one-line sources file."""
-    for index, line in enumerate(text.split("\n")):
-        words = line.split("#", 1)[0].split()
-        if not words or words[0] != "deb":
-            continue
-        words = words[1:]
-        if words and words[0].startswith("["):
-            while words and not words[0].endswith("]"):
-                words = words[1:]
-            words = words[1:]
-        if len(words) >= 3:
-            yield index, words[0].rstrip("/"), [words[1]], words[2:]
-
-
-def _deb822_paragraphs(text: str):
-    """(start, end line index, fields, {field: (first line, last line)}) per paragraph."""
-    lines = text.split("\n")
-    start = None
-    for index in range(len(lines) + 1):
-        blank = index == len(lines) or not lines[index].strip()
-        if not blank and start is None:
-            start = index
-        if blank and start is not None:
-            fields, spans, key = {}, {}, None
-            for number in range(start, index):
-                line = lines[number]
-                if line.startswith("#"):
-                    continue
-                if line[:1] in (" ", "\t") and key:
-                    fields[key] += " " + line.strip()
-                    spans[key] = (spans[key][0], number)
-                elif ":" in line:
-                    key, _, value = line.partition(":")
-                    key = key.strip().lower()
-                    fields[key] = value.strip()
-                    spans[key] = (number, number)
-            yield start, index, fields, spans
-            start = None
-
-
-def add_apt_components(sources: dict, codename: str, components) -> tuple[dict, int]:
-    """
-    Add ``components`` to every Debian entry of the release (its suites are ``codename`` or
-    ``codename-*`` and it carries ``main``), unless an entry for the same URI and suite already
-    has them. Returns ({path: new text} for the files that change, number of release entries).
-    Files are edited in place, one line each; everything else stays byte for byte.
-    """
-    present: dict[tuple[str, str], set] = {}
-    edits = []  # (path, kind, where, uri, suites, components)
-    for path, text in sorted(sources.items()):
-        if path.endswith(".sources"):
-            for _start, _end, fields, spans in _deb822_paragraphs(text):
-                if "deb" not in fields.get("types", "").split() or fields.get("enabled", "yes").lower() == "no":
-                    continue
-                uris = [uri.rstrip("/") for uri in fields.get("uris", "").split()]
-                suites = fields.get("suites", "").split()
-                have = fields.get("components", "").split()
-                for uri in uris:
-                    for suite in suites:
-                        present.setdefault((uri, suite), set()).update(have)
-                edits.append((path, "deb822", spans.get("components"), uris, suites, have))
-        else:
-            for index, uri, suites, have in _one_line_entries(text):
-                present.setdefault((uri, suites[0]), set()).update(have)
-                edits.append((path, "line", index, [uri], suites, have))
-
-    changed: dict[str, list[str]] = {}
-    release_entries = 0
-    for path, kind, where, uris, suites, have in edits:
-        if "main" not in have or not suites or not all(_release_suite(s, codename) for s in suites):
-            continue
-        release_entries += 1
-        missing = [
-            component
-            for component in components
-            if any(component not in present[(uri, suite)] for uri in uris for suite in suites)
-        ]
-        if not missing or where is None:
-            continue
-        lines = changed.setdefault(path, sources[path].split("\n"))
-        if kind == "deb822":
-            first, last = where
-            lines[first] = "Components: " + " ".join(have + missing)
-            for number in range(first + 1, last + 1):
-                lines[number] = None
-        else:
-            line = lines[where]
-            code, hash_, comment = line.partition("#")
-            lines[where] = code.rstrip() + " " + " ".join(missing) + (" #" + comment if hash_ else "")
-        for uri in uris:
-            for suite in suites:
-                present[(uri, suite)].update(missing)
-    return {path: "\n".join(line for line in lines if line is not None) for path, lines in changed.items()}, release_entries
 
 
 @operation()
@@ -193,7 +63,7 @@ def enable_apt_components(codename: str, components: list):
 def install_first_available(manager: PackageManager, candidates: list, lock_timeout: int, what: str = "package"):
     """
     Install the first of ``candidates`` the package manager has (e.g. the running kernel's
-    headers, else the flavour's meta package); nothing when one of them is installed already.
+    headers, else the kernel variant's meta package); nothing when one of them is installed already.
     The choice is made when the operation runs, after the lists are refreshed.
     """
     installed = known_fact(host, manager.installed_fact)
@@ -277,50 +147,16 @@ def report_driver_state(require_gpu: bool, driver_packages: list):
     yield  # a generator that yields nothing
 
 
-def kernel_flavour(kernel: str, pattern: str | None, default: str) -> str:
-    match = re.match(pattern, kernel) if pattern else None
-    return match.group(1) if match else default
-
-
 APT_INSTALL = ('DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::="--force-confdef" '
                '-o Dpkg::Options::="--force-confold" install')
-# What removes the other flavour's module package on the managers that do it apart from the install
+# What removes the other kernel module type's package on the managers that do it apart from the install
 REMOVE_COMMANDS = {"dnf": ("rpm", "-e", "--nodeps"), "zypper": ("rpm", "-e", "--nodeps"),
                    "pacman": ("pacman", "-Rdd", "--noconfirm")}
 
 
-def apt_pin_text(sources, pins: dict) -> str | None:
-    """apt preferences holding the driver's source packages at the pinned versions (None: none pinned)."""
-    versions = sorted({version for version in pins.values() if version})
-    if not sources or not versions:
-        return None
-    stanzas = [f"Package: {' '.join(sources)}\nPin: version {version}\nPin-Priority: 1001\n" for version in versions]
-    return "# Managed by gpu-node (deploy/tasks/driver.py): the NVIDIA driver's packages at one version\n" + "\n".join(stanzas)
-
-
-DKMS_BUILD_FAILED = re.compile(r"Bad return status for module build on kernel: (\S+)")
-DKMS_LOG = re.compile(r"Consult (/\S+/make\.log)")
-DPKG_UNCONFIGURED = re.compile(r"dpkg: error processing package (\S+) \(--configure\)")
-
-
-def install_failure(lines: list[str]) -> str:
-    """One line naming why an apt-get install of the driver failed: DKMS's module build (the kernel
-    and the build's log on the node, and the packages dpkg left unconfigured), else apt's last error."""
-    text = "\n".join(lines)
-    kernel, log = DKMS_BUILD_FAILED.search(text), DKMS_LOG.search(text)
-    if kernel:
-        left = sorted(set(DPKG_UNCONFIGURED.findall(text)))
-        return (f"DKMS could not build the NVIDIA kernel module for kernel {kernel.group(1)}: see "
-                f"{log.group(1) if log else '/var/lib/dkms/*/*/build/make.log'} on the node"
-                + (f"; dpkg left {', '.join(left)} unconfigured" if left else ""))
-    errors = [line.strip() for line in lines if line.strip().startswith(("E:", "dpkg: error"))]
-    said = errors or [line.strip() for line in lines if line.strip()]
-    return "apt-get install of the NVIDIA driver failed: " + (said[-1] if said else "no error output")
-
-
 def _install_naming_dkms_failures(state, host, command: StringCommand, leftovers: tuple = ()) -> bool:
     """Run the driver's apt-get install; when it fails, fail the host with one line (install_failure).
-    ``leftovers``: the other flavour's packages not installed; one a failed install left half-configured
+    ``leftovers``: the other kernel module type's packages not installed; one a failed install left half-configured
     (not in DebPackageStates) is removed in this transaction too."""
     if leftovers:
         _, found = host.run_shell_command(
@@ -371,7 +207,7 @@ def install_driver(manager: PackageManager, packages: dict, remove: list, state_
                    resolve: dict | None = None):
     """
     Install the driver's ``packages`` ({name: version or None}) and hold them, removing the other
-    kernel module flavour's packages (``remove``) in the same apt transaction (``name-``), so the
+    kernel module type's packages (``remove``) in the same apt transaction (``name-``), so the
     node never has a mix of both. ``state_names``: the DebPackageStates read preflight made ahead.
     ``resolve`` (apt): the versions preflight could not know (lists it had not yet: components or a
     repository this run adds) are chosen here, after the refresh: {"names", "what", "pin_sources", "pin_path",

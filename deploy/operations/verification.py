@@ -1,7 +1,7 @@
 """
 The verify stage's operation (read-only): verify the node. It reads the facts and runs the probes
 (deploy/probes.py: containers started through crictl, ctr and docker) at execution time, after the
-earlier stages ran, turns them into the ladder's steps (deploy/ladder.py) and records the node's
+earlier stages ran, turns them into verify's steps (deploy/verification/) and records the node's
 report. It yields no command when every step holds (pyinfra reports "No changes"), so a re-run of
 the whole deploy stays change-free; a failing step makes the host fail after its report line.
 """
@@ -22,14 +22,16 @@ from ..facts.cuda import CudaInit
 from ..facts.nvidia import HostState
 from ..containerd.flavours import ConfigTarget, classify_flavour, config_target, plain_target
 from ..facts.containerd import ContainerdFlavour, config_read
-from ..facts.ladder import Executables, LadderReadout
-from ..ladder import (
-    HANDLER, VerifyOptions, configured_binaries, cri_cdi_probe, gpu_usable, ladder, node_record, planned_runs, read_cri,
-)
+from ..facts.verification import Executables, VerifyReadout
+from ..verification.cdi import cri_cdi_probe
+from ..verification.options import HANDLER, VerifyOptions
+from ..verification.readout import configured_binaries, gpu_usable, read_cri
+from ..verification.steps import all_steps, node_record
+from ..verification.toolkit_runtimes import planned_runs
 from .failure import failing_command
 from ..report import FAIL, PASS, SKIP, verify_report_store
 
-# The node's PCI GPUs, modules and versions (preflight reads it too): the ladder's first rungs.
+# The node's PCI GPUs, modules and versions (preflight reads it too): verify's first steps.
 NODE_READ: FactCall = (HostState, {})
 # cuInit through the driver's libcuda: read with the rest, it adds no remote command.
 CUDA_READ: FactCall = (CudaInit, {})
@@ -51,10 +53,10 @@ def containerd_of(options: VerifyOptions, found: dict | None) -> ConfigTarget:
     return config_target(options.containerd_config_path, {**found, "flavour": classify_flavour(found)})
 
 
-def ladder_read(options: VerifyOptions, containerd: ConfigTarget) -> FactCall:
-    """What the ladder reads of a node whose containerd is ``containerd`` (preflight reads it ahead
+def verify_read(options: VerifyOptions, containerd: ConfigTarget) -> FactCall:
+    """What verify reads of a node whose containerd is ``containerd`` (preflight reads it ahead
     for a plain containerd with the same call)."""
-    return (LadderReadout, {"image": options.image, "binaries": (options.wiring.binary,),
+    return (VerifyReadout, {"image": options.image, "binaries": (options.wiring.binary,),
                             "containerd_binary": containerd.binary, "containerd_service": containerd.service,
                             "containerd_socket": containerd.socket})
 
@@ -66,8 +68,8 @@ def containerd_config_read(containerd: ConfigTarget) -> FactCall:
 
 
 def with_containerd_config(readout: dict, config: dict) -> dict:
-    """The ladder's readout with containerd's version and dump from its ContainerdConfig reading
-    (a failed dump: what it printed, as the ladder names the failure by it)."""
+    """Verify's readout with containerd's version and dump from its ContainerdConfig reading
+    (a failed dump: what it printed, as verify names the failure by it)."""
     failed = config["dump_exit_code"] not in (0, None)
     return {**readout, "containerd": {
         **readout["containerd"], "version": config["version"], "major": config["major"], "minor": config["minor"],
@@ -76,32 +78,32 @@ def with_containerd_config(readout: dict, config: dict) -> dict:
 
 
 def reads(options: VerifyOptions) -> list[FactCall]:
-    """The reads preflight makes ahead for this operation: the flavour's, the ladder's of a plain
-    containerd (a node of another flavour reads the ladder's again, for its own containerd) and
+    """The reads preflight makes ahead for this operation: the flavour's, verify's of a plain
+    containerd (a node of another flavour reads verify's again, for its own containerd) and
     cuInit's."""
     plain = containerd_of(options, None)
-    return [(ContainerdFlavour, {}), NODE_READ, ladder_read(options, plain), containerd_config_read(plain), CUDA_READ,
+    return [(ContainerdFlavour, {}), NODE_READ, verify_read(options, plain), containerd_config_read(plain), CUDA_READ,
             cdi_ops.state_read(), devices.links_read(options.driver_root)]
 
 
 @operation()
 def check_node(options: VerifyOptions, report_path: str):
     """
-    Run the ladder on this host, record it for the report, and change nothing: no command is
+    Run verify's steps on this host, record it for the report, and change nothing: no command is
     yielded unless a step failed, and then only one that fails the host.
     """
     if not probes.executing(host):
         # Preparing (a dry run, or the change detection before a confirmation): facts now would
-        # predate the earlier stages, and the probes must run once. The ladder runs at execution.
+        # predate the earlier stages, and the probes must run once. The steps run at execution.
         host.noop("verification runs when the deploy executes")
         return
 
     containerd = containerd_in_effect(options)
-    # Read ahead by preflight (the node, and a plain containerd's ladder), reused while no operation
+    # Read ahead by preflight (the node, and a plain containerd's verify read), reused while no operation
     # changed the host; otherwise read together in one command.
     try:
         node, readout, config, cuda, cdi, links = read_together(
-            host, [NODE_READ, ladder_read(options, containerd), containerd_config_read(containerd), CUDA_READ,
+            host, [NODE_READ, verify_read(options, containerd), containerd_config_read(containerd), CUDA_READ,
                    cdi_ops.state_read(), devices.links_read(options.driver_root)])
     except UnreadableOutput as error:
         yield failing_command(str(error))
@@ -133,7 +135,7 @@ def check_node(options: VerifyOptions, report_path: str):
             host, probes.ContainerRun, tool="docker", image=options.image, container_name=f"gpu-node-verify-{token}"
         )
 
-    record = node_record(host.name, readout, options, ladder(readout, options, runs, cri, cri_error))
+    record = node_record(host.name, readout, options, all_steps(readout, options, runs, cri, cri_error))
     store = verify_report_store(host.state)
     store.verify_ops.add(host.current_op_hash)  # the table prints when this operation ends
     store.add(report_path, record)

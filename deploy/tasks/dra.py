@@ -17,7 +17,7 @@ from ..dra import IMEX_UNIT, imex_action, node_prerequisites
 from ..facts.combined import FactCall, read
 from ..operations import dra as dra_ops
 from ..operations.verification import containerd_config_read, containerd_in_effect
-from ..ladder import VerifyOptions
+from ..verification.options import VerifyOptions
 from ..findings import StepCheck
 from ..settings import Settings
 

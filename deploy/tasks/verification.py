@@ -1,11 +1,11 @@
-"""The verify stage (read-only): the verification ladder and a report per node (deploy/ladder.py,
+"""The verify stage (read-only): every verify step and a report per node (deploy/verification/,
 deploy/operations/verification.py)."""
 
 from __future__ import annotations
 
 from pyinfra.api import deploy
 
-from ..ladder import VerifyOptions
+from ..verification.options import VerifyOptions
 from ..facts.combined import FactCall
 from ..operations import verification
 from ..settings import Settings

@@ -25,7 +25,7 @@ from harness import SAFE_DATA, assert_no_change, ensure_docker
 
 from deploy.distros import DNF, detect_platform
 from deploy.settings import parse_settings
-from deploy.tasks import driver
+from deploy import driver_plan
 from deploy.tasks.toolkit import REPOSITORY_NAME, TOOLKIT_PACKAGES
 
 DRIVER_PACKAGES = ("nvidia-driver", "nvidia-driver-cuda", "kmod-nvidia-latest-dkms")
@@ -48,7 +48,7 @@ def cuda_repository_follows(url: str, key_data: dict) -> bool:
                                **key_data})
     platform = detect_platform({"name": "Rocky Linux", "major": 9,
                                 "release_meta": {"ID": "rocky", "VERSION_ID": "9.3"}}, "x86_64")
-    plan = driver.driver_plan(settings, platform, {"kernel": "5.14.0-362.8.1.el9_3.x86_64", "gpus": []})
+    plan = driver_plan.driver_plan(settings, platform, {"kernel": "5.14.0-362.8.1.el9_3.x86_64", "gpus": []})
     return bool(plan.repository) and plan.repository["baseurl"].startswith(url)
 
 

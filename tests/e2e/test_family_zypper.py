@@ -30,7 +30,7 @@ from harness import SAFE_DATA, assert_no_change, ensure_docker
 
 from deploy.distros import ZYPPER, detect_platform
 from deploy.settings import parse_settings
-from deploy.tasks import driver
+from deploy import driver_plan
 from deploy.tasks.toolkit import REPOSITORY_NAME, TOOLKIT_PACKAGES
 
 DRIVER_PACKAGES = ("nvidia-compute-G06", "nvidia-compute-utils-G06")
@@ -50,7 +50,7 @@ def driver_repository_follows(url: str, key_data: dict) -> bool:
                                **key_data})
     platform = detect_platform({"name": "openSUSE Leap", "major": 15,
                                 "release_meta": {"ID": "opensuse-leap", "VERSION_ID": "15.6"}}, "x86_64")
-    plan = driver.driver_plan(settings, platform, {"kernel": "6.4.0-150600.23.25-default", "gpus": []})
+    plan = driver_plan.driver_plan(settings, platform, {"kernel": "6.4.0-150600.23.25-default", "gpus": []})
     return bool(plan.repository) and plan.repository["baseurl"].startswith(url)
 
 

@@ -21,7 +21,8 @@ from lab import assets
 from lab_assets import lab_asset, needs_lab
 from test_verify_crictl import BUSYBOX, PAUSE, install_crictl, sandboxes
 
-from deploy.ladder import CdiProbe, cri_step
+from deploy.verification.cdi import CdiProbe
+from deploy.verification.toolkit_runtimes import cri_step
 from deploy.probes import CrictlRun
 
 CONFIG = "/etc/containerd/config.toml"

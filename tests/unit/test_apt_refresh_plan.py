@@ -7,7 +7,7 @@ import base64
 import pytest
 from plan import DEFAULT, gpu_node, run_deploy
 
-from deploy.operations.driver import AptSourceFiles
+from deploy.facts.apt import AptSourceFiles
 
 
 # The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).

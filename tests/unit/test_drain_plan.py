@@ -24,7 +24,7 @@ from deploy.facts.containerd import config_read
 from deploy.facts.containerd import ContainerdFlavour
 from deploy.facts.recovery import PendingRestarts
 from deploy.operations.docker import state_read
-from deploy.operations.driver import AptSourceFiles
+from deploy.facts.apt import AptSourceFiles
 
 
 # The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).

@@ -15,7 +15,7 @@ from plan import DEFAULT, PCI_WITH_GPU, SITE_DRIVER_KEY, carrying, every, gpu_no
 from test_read_ahead import digest_lines
 
 from deploy.operations.files import digest_read as files_digest
-from deploy.tasks.driver import APT_PIN_PATH
+from deploy.driver_plan import APT_PIN_PATH
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.pacman import PacmanPackages
 from pyinfra.facts.rpm import RpmPackages
@@ -23,7 +23,7 @@ from pyinfra.facts.rpm import RpmPackages
 from deploy.facts.nvidia import IgnoredPackages, PackagesAvailable, RecommendedDriver
 from deploy.facts.packages import (DebPackageStates, DnfModuleStreams, PackageVersions, RepositoryPackageVersions,
                                    RpmPackageStates, WaitedPackageVersions, ZypperLocks)
-from deploy.operations.driver import AptSourceFiles
+from deploy.facts.apt import AptSourceFiles
 from deploy.operations.packages import PACMAN_HOLD_LIST, deb_states_read, lock_wait_script
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
@@ -632,7 +632,7 @@ E: Sub-process /usr/bin/dpkg returned an error code (1)""".splitlines()
 
 
 def test_a_dkms_build_failure_is_one_line_naming_the_kernel_the_log_and_the_unconfigured_packages():
-    from deploy.operations.driver import install_failure
+    from deploy.driver_failures import install_failure
 
     assert install_failure(DKMS_FAILED_OUTPUT) == (
         "DKMS could not build the NVIDIA kernel module for kernel 6.1.0-56-amd64: see "

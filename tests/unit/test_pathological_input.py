@@ -29,8 +29,8 @@ from test_gpushare_plan import DATA as GPUSHARE_DATA
 from test_gpushare_plan import GPU as GPUSHARE_GPU
 from test_gpushare_plan import MANIFEST, cluster  # noqa: F401 - the fixture
 from test_gpushare_plan import run_plan as run_k8s_plan
-from test_verify_ladder import containerd_dump, run_verify
-from test_verify_ladder import node_lines as ladder_lines
+from test_verify_steps import containerd_dump, run_verify
+from test_verify_steps import node_lines as ladder_lines
 
 from deploy import node_text
 from deploy.cdi import RUNTIME_CONFIG, SPEC_PATH
@@ -42,12 +42,13 @@ from deploy.facts.docker import DockerState, UnitParseError, parse_docker_unit
 from deploy.facts.drain import KubeNodeSchedule
 from deploy.facts.files import FileText
 from deploy.facts.k8s import HelmRelease, KubeCluster, KubeLiveObjects, KubeNodes
-from deploy.facts.ladder import KUBELET_CONFIG, parse_docker_info
+from deploy.facts.verification import KUBELET_CONFIG, parse_docker_info
 from deploy.facts.nvidia import HostState
-from deploy.ladder import cdi_spec_names, read_cri
+from deploy.verification.cdi import cdi_spec_names
+from deploy.verification.readout import read_cri
 from deploy.operations.cdi import state_read as cdi_state_read
 from deploy.operations.docker import state_read as docker_state_read
-from deploy.operations.driver import AptSourceFiles
+from deploy.facts.apt import AptSourceFiles
 from deploy.settings import parse_settings
 from deploy.tasks.cdi import cdi
 from deploy.tasks.containerd import containerd_runtime

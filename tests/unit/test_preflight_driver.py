@@ -15,7 +15,7 @@ from plan import DEFAULT, PCI_WITH_GPU, carrying, every, gpu_node, node_lines, r
 
 from deploy.facts.access import PACKAGE_MANAGER_COMMANDS, HostAccess
 from deploy.facts.nvidia import PackagesAvailable
-from deploy.operations.driver import AptSourceFiles
+from deploy.facts.apt import AptSourceFiles
 
 
 # The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).

@@ -407,7 +407,7 @@ def test_a_failed_hosts_line_masks_the_user_info_it_quotes(caplog):
 def test_the_verify_report_masks_a_mirror_url_the_runtime_quoted(tmp_path):
     """crictl's real failure output (tests/fixtures/crictl), the sandbox image pulled through a
     mirror whose URL carries a password: the report's reason shows the mirror, not the password."""
-    from test_verify_ladder import CRICTL_OUTPUT, containerd_dump, crictl_lines, node_lines, run_verify
+    from test_verify_steps import CRICTL_OUTPUT, containerd_dump, crictl_lines, node_lines, run_verify
 
     output = (CRICTL_OUTPUT / "runp-sandbox-image-missing.txt").read_text().strip().replace(
         'failed to get sandbox image \\"registry.k8s.io/pause:3.6\\"',

@@ -2,7 +2,7 @@
 nvidia_runtime_mode: the nvidia runtime's own mode in /etc/nvidia-container-runtime/config.toml, the
 containerd annotations its cdi mode needs, the refusals, verify's runtime_mode step, and verify's
 CRI probe asking for a CDI device (deploy/settings.py, deploy/cdi.py, deploy/containerd/cri.py,
-deploy/tasks/cdi.py, deploy/operations/cdi.py, deploy/ladder.py, deploy/probes.py).
+deploy/tasks/cdi.py, deploy/operations/cdi.py, deploy/verification/, deploy/probes.py).
 
 The config texts below are written for these tests in the shape the toolkit's package ships (keys,
 commented-out keys, tables); tests/e2e/test_runtime_mode_e2e.py edits one on a node.
@@ -22,7 +22,7 @@ from pyinfra.api import deploy
 from standin_toolkit import STANDIN_RUNTIME_CONFIG
 from test_cdi_plan import CONFIG, PLAIN
 from test_cdi_plan import CONTAINERD as CDI_PLAN_CONTAINERD
-from test_verify_ladder import (
+from test_verify_steps import (
     CONTAINER_ID, NVIDIA_SMI_L, POD, SANDBOX_ID, STATE_TEMPLATE, calls, containerd_dump, crictl_standin, node_lines,
     run_verify, smi_output,
 )
@@ -32,7 +32,9 @@ from deploy.containerd.cri import effective_problems, merge_containerd_config
 from deploy.containerd.layout import ConfigError, tomllib
 from deploy.facts.cdi import CdiState
 from deploy.facts.containerd import ContainerdFlavour
-from deploy.ladder import CdiProbe, VerifyOptions, cdi_container_problem, cri_cdi_probe, cri_step, runtime_mode_step
+from deploy.verification.cdi import CdiProbe, cdi_container_problem, cri_cdi_probe, runtime_mode_step
+from deploy.verification.options import VerifyOptions
+from deploy.verification.toolkit_runtimes import cri_step
 from deploy.operations.cdi import state_read
 from deploy.probes import CrictlRun
 from deploy.settings import SettingsError, parse_settings
@@ -323,7 +325,7 @@ def test_the_cri_step_fails_naming_what_the_cdi_container_lacked(result, reason)
 
 def test_the_probe_script_runs_both_containers_in_the_sandbox_with_a_standin_crictl(tmp_path):
     """The script verify runs, by a real shell, against a STAND-IN crictl that answers only the exact
-    calls of the sequence (tests/unit/test_verify_ladder.py's): the CDI container after nvidia-smi's."""
+    calls of the sequence (tests/unit/test_verify_steps.py's): the CDI container after nvidia-smi's."""
     sequence = [
         (["runp", "--runtime", "nvidia", POD], 0, SANDBOX_ID),
         (["inspecti", "img"], 0, "{}"),

@@ -16,7 +16,7 @@ import pytest
 from standin_libcuda import STANDINS, standin_libcuda  # noqa: F401 (the fixture)
 
 from deploy.facts.cuda import CudaInit
-from deploy.facts.ladder import LadderReadout, parse_smi_persistence, unit_state
+from deploy.facts.verification import VerifyReadout, parse_smi_persistence, unit_state
 
 
 def read_cuda(library_dir, path: str | None = None) -> dict:
@@ -78,10 +78,10 @@ def test_units_and_persistence_mode_as_systemctl_and_nvidia_smi_print_them():
     # real systemctl's answer: tests/e2e/test_verify_cuda.py, nvidia-fabricmanager "not installed")
     lines = ["unit nvidia-persistenced LoadState=loaded ActiveState=failed ",
              "unit nvidia-fabricmanager LoadState=not-found ActiveState=inactive "]
-    readout = LadderReadout().process(lines)
+    readout = VerifyReadout().process(lines)
     assert unit_state(readout, "nvidia-persistenced") == "failed"
     assert unit_state(readout, "nvidia-fabricmanager") == "not installed"
-    assert unit_state(LadderReadout().process([]), "nvidia-persistenced") == "unknown"
+    assert unit_state(VerifyReadout().process([]), "nvidia-persistenced") == "unknown"
     # nvidia-smi --query-gpu=index,persistence_mode --format=csv,noheader
     assert parse_smi_persistence("0, Enabled\n1, Disabled\n") == {0: "Enabled", 1: "Disabled"}
     assert parse_smi_persistence("No devices were found\n") == {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from deploy.facts.ladder import VERIFY_SCRIPT, LadderReadout
+from deploy.facts.verification import VERIFY_SCRIPT, VerifyReadout
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia-container-toolkit"
 FIXTURE = FIXTURES / "nvidia-ctk-version-1.20.0.txt"
@@ -28,7 +28,7 @@ def test_real_nvidia_ctk_1_20_version_output_gives_toolkit_version_1_20_0(tmp_pa
     out = subprocess.run(["/bin/sh", "-c", toolkit_lines_of_the_script()], env={"PATH": f"{fake_bin}:/usr/bin:/bin"},
                          check=True, capture_output=True, text=True).stdout
     assert out == "ctk_version NVIDIA Container Toolkit CLI version 1.20.0\n"
-    assert LadderReadout().process(out.splitlines())["toolkit_version"] == "1.20.0"
+    assert VerifyReadout().process(out.splitlines())["toolkit_version"] == "1.20.0"
 
 
 def test_no_nvidia_ctk_gives_no_toolkit_version(tmp_path):
@@ -36,4 +36,4 @@ def test_no_nvidia_ctk_gives_no_toolkit_version(tmp_path):
     out = subprocess.run(["/bin/sh", "-c", toolkit_lines_of_the_script()], env={"PATH": str(tmp_path)},
                          check=False, capture_output=True, text=True).stdout
     assert out == ""
-    assert LadderReadout().process(out.splitlines())["toolkit_version"] is None
+    assert VerifyReadout().process(out.splitlines())["toolkit_version"] is None

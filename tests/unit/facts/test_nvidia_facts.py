@@ -11,7 +11,7 @@ import pytest
 from deploy.distros import APT, DNF
 from deploy.facts.nvidia import IgnoredPackages, HostState, PackagesAvailable, RecommendedDriver
 from deploy.operations.packages import PACMAN_HOLD_LIST, pacman_hold_command
-from deploy.operations.driver import AptSourceFiles
+from deploy.facts.apt import AptSourceFiles
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia" / "facts"
 

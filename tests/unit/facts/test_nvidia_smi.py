@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from deploy.facts.ladder import (
+from deploy.facts.verification import (
     SMI_QUERY,
-    LadderReadout,
+    VerifyReadout,
     explain_smi_failure,
     parse_smi_query,
 )
@@ -30,7 +30,7 @@ def fixture(name: str) -> tuple[int, str, str]:
 
 
 def verify_state(exit_code: int, output: str, listing: str = "") -> dict:
-    """LadderReadout.process on the lines its script prints for this nvidia-smi."""
+    """VerifyReadout.process on the lines its script prints for this nvidia-smi."""
     lines = [
         "pci 0000:01:00.0 0x20b0 0x030200",
         "smi_path /usr/bin/nvidia-smi",
@@ -39,7 +39,7 @@ def verify_state(exit_code: int, output: str, listing: str = "") -> dict:
     ]
     if listing:
         lines.append("smi_list " + base64.b64encode(listing.encode()).decode())
-    return LadderReadout().process(lines)
+    return VerifyReadout().process(lines)
 
 
 def test_fixtures_are_for_the_query_the_fact_runs():

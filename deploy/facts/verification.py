@@ -1,5 +1,5 @@
 """
-Verification facts: everything the ladder reads, in one command. The runs that prove a container
+Verification facts: everything verify reads, in one command. The runs that prove a container
 starts through the nvidia runtime (crictl, ctr, docker) change the node for a moment: they are
 probes (deploy/probes.py), not facts.
 
@@ -226,9 +226,9 @@ class Executables(NodeFact):
         return parse_executables(output)
 
 
-class LadderReadout(NodeFact):
+class VerifyReadout(NodeFact):
     """
-    What the verification ladder reads besides the node facts (``HostState``, deploy/facts/nvidia.py:
+    What verify reads besides the node facts (``HostState``, deploy/facts/nvidia.py:
     PCI GPUs, modules, versions, read with it in one command): ``/proc/driver/nvidia/version``,
     the installed module's license (``modinfo``: open or proprietary), ``nvidia-smi`` (query, exit
     code, ``-L``, persistence mode), the nvidia-persistenced and nvidia-fabricmanager units'

@@ -1,5 +1,5 @@
 """
-The kernel module flavour decision (deploy/gpus.py), the branch lists' fact (deploy/facts/
+The kernel module type decision (deploy/gpus.py), the branch lists' fact (deploy/facts/
 gpu_support.py) and the one-version choice (deploy/driver_versions.py), with the table checked
 against Debian's real nvidia-detect lists read from the archive at test time.
 """
@@ -31,35 +31,35 @@ def gpu(device: str, slot: str = "0000:3b:00.0") -> dict:
     (V100, 580, "proprietary"), (P100, 535, "proprietary"),
 ])
 def test_auto_follows_the_architecture_and_the_branch(device, branch, expected):
-    assert gpus.decide_flavour("auto", [gpu(device)], branch).flavour == expected
+    assert gpus.decide_kernel_module_type("auto", [gpu(device)], branch).kernel_module_type == expected
 
 
 def test_no_gpu_takes_the_branchs_default():
-    assert gpus.decide_flavour("auto", [], 535).flavour == "proprietary"
-    assert gpus.decide_flavour("auto", [], 570).flavour == "open"
+    assert gpus.decide_kernel_module_type("auto", [], 535).kernel_module_type == "proprietary"
+    assert gpus.decide_kernel_module_type("auto", [], 570).kernel_module_type == "open"
 
 
 @pytest.mark.parametrize("setting, device, named", [("proprietary", B200, "Blackwell"), ("proprietary", GH200, "Grace Hopper"),
                                                      ("open", V100, "Volta"), ("open", P100, "Pascal")])
-def test_an_explicit_flavour_the_gpu_cannot_use_is_refused_naming_it(setting, device, named):
-    with pytest.raises(gpus.FlavourRefusal) as refused:
-        gpus.decide_flavour(setting, [gpu(device)], 570)
+def test_an_explicit_kernel_module_type_the_gpu_cannot_use_is_refused_naming_it(setting, device, named):
+    with pytest.raises(gpus.KernelModuleTypeRefusal) as refused:
+        gpus.decide_kernel_module_type(setting, [gpu(device)], 570)
     assert f"0x{int(device, 16):04x} ({named})" in str(refused.value) and "\n" not in str(refused.value)
 
 
 @pytest.mark.parametrize("setting", ["open", "proprietary"])
 def test_turing_to_hopper_take_either_when_asked(setting):
-    assert gpus.decide_flavour(setting, [gpu(A100), gpu(H100, "0000:3c:00.0")], 535).flavour == setting
+    assert gpus.decide_kernel_module_type(setting, [gpu(A100), gpu(H100, "0000:3c:00.0")], 535).kernel_module_type == setting
 
 
-def test_gpus_with_no_common_flavour_are_refused():
-    with pytest.raises(gpus.FlavourRefusal, match="allow no common kernel module flavour"):
-        gpus.decide_flavour("auto", [gpu(B200), gpu(V100, "0000:3c:00.0")], 570)
+def test_gpus_with_no_common_kernel_module_type_are_refused():
+    with pytest.raises(gpus.KernelModuleTypeRefusal, match="allow no common kernel module type"):
+        gpus.decide_kernel_module_type("auto", [gpu(B200), gpu(V100, "0000:3c:00.0")], 570)
 
 
 def test_an_unknown_device_id_takes_the_branchs_default_with_a_warning_naming_it():
-    decision = gpus.decide_flavour("auto", [gpu(UNKNOWN)], 535)
-    assert decision.flavour == "proprietary"
+    decision = gpus.decide_kernel_module_type("auto", [gpu(UNKNOWN)], 535)
+    assert decision.kernel_module_type == "proprietary"
     assert any("0x0a00" in line for line in decision.warnings)
 
 
@@ -80,10 +80,10 @@ def test_the_branchs_own_json_wins_over_the_table():
     assert branch_list.open_known
     # an ID the table does not know, that the branch's list says the open modules drive
     own = gpus.BranchList(source="test", supported=frozenset({0x0A00}), open_ids=frozenset({0x0A00}), open_known=True)
-    assert gpus.decide_flavour("open", [gpu(UNKNOWN)], 535, own).flavour == "open"
+    assert gpus.decide_kernel_module_type("open", [gpu(UNKNOWN)], 535, own).kernel_module_type == "open"
     closed = gpus.BranchList(source="test", supported=frozenset({0x20B0}), open_known=True)
-    with pytest.raises(gpus.FlavourRefusal):
-        gpus.decide_flavour("open", [gpu(A100)], 535, closed)
+    with pytest.raises(gpus.KernelModuleTypeRefusal):
+        gpus.decide_kernel_module_type("open", [gpu(A100)], 535, closed)
 
 
 # The real bookworm case: nvidia-driver 535.309.01 in the security archive, the open module only at 535.261.03.
@@ -92,7 +92,7 @@ BOOKWORM = {"nvidia-driver": ["535.309.01-0+deb12u1", "535.261.03-1"], "nvidia-s
 OPEN = ["nvidia-driver", "nvidia-smi", "nvidia-open-kernel-dkms"]
 
 
-def test_the_open_flavour_pins_every_package_to_the_one_version_they_all_have():
+def test_the_open_kernel_modules_pin_every_package_to_the_one_version_they_all_have():
     assert choose(OPEN, BOOKWORM, {}, None, "open") == dict.fromkeys(OPEN, "535.261.03-1")
 
 
@@ -139,5 +139,5 @@ def test_the_table_knows_every_gpu_debians_535_driver_drives_and_its_open_list_a
     ids = debian_ids()
     unknown = [hex(device) for device in ids["nvidia.ids"] if gpus.architecture(device) is None]
     assert unknown == []
-    closed = [hex(device) for device in ids["nvidia-open.ids"] if "open" not in gpus.flavours_of(gpus.architecture(device))]
+    closed = [hex(device) for device in ids["nvidia-open.ids"] if "open" not in gpus.module_types_of(gpus.architecture(device))]
     assert closed == []

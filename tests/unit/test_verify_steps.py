@@ -25,11 +25,11 @@ from pyinfra.api.exceptions import PyinfraError
 from deploy.facts.containerd import ContainerdFlavour
 from deploy.facts.cuda import CudaInit
 from deploy.facts.nvidia import HostState
-from deploy.facts.ladder import Executables, LadderReadout
-from deploy.ladder import VerifyOptions
+from deploy.facts.verification import Executables, VerifyReadout
+from deploy.verification.options import VerifyOptions
 from deploy.operations.cdi import state_read as cdi_state_read
 from deploy.operations.devices import links_read
-from deploy.operations.verification import containerd_config_read, containerd_of, ladder_read
+from deploy.operations.verification import containerd_config_read, containerd_of, verify_read
 from deploy.probes import CrictlRun
 from deploy.report import FAIL, PASS, SKIP
 from deploy.tasks.verification import verify
@@ -195,7 +195,7 @@ def containerd_in(settings, flavour: list[str]):
 
 def ladder_call(settings, flavour: list[str]):
     """The ladder's read (deploy/operations/verification.py) of that containerd."""
-    return ladder_read(*containerd_in(settings, flavour))
+    return verify_read(*containerd_in(settings, flavour))
 
 
 def containerd_call(settings, flavour: list[str]):
@@ -527,7 +527,7 @@ def test_crictl_fact_parses_its_step_lines():
 
 
 def test_verify_state_command_is_one_command_that_always_exits_zero():
-    command = LadderReadout().command(image="x/y:1")
+    command = VerifyReadout().command(image="x/y:1")
     assert command.rstrip().endswith("true")
     assert "nvidia-smi" in command and "/var/lib/kubelet/config.yaml" in command
     # containerd's version and dump are ContainerdConfig's, read once with the runtimes stage's
@@ -635,13 +635,13 @@ def test_a_k3s_node_is_verified_through_k3s_own_containerd_unit_socket_and_gener
     flavour = (FIXTURES / "containerd" / "flavours" / "k3s-agent-v3.txt").read_text().splitlines()
     lines = node_lines(dump=containerd_dump())
     plan, _, steps, failed = run_verify(tmp_path, lines, flavour=flavour)
-    ladder_read = plan.commands[1]
+    verify_command = plan.commands[1]
     for expected in ("command -v /var/lib/rancher/k3s/data/current/bin/containerd",
                      'units="$units "k3s-agent',
                      "--config /var/lib/rancher/k3s/agent/etc/containerd/config.toml config dump",
                      "--address /run/k3s/containerd/containerd.sock"):
-        assert expected in ladder_read, expected
-    assert 'units="$units "containerd' not in ladder_read
+        assert expected in verify_command, expected
+    assert 'units="$units "containerd' not in verify_command
     assert steps["containerd_config"]["status"] == PASS and not failed
 
 

@@ -1,0 +1,75 @@
+"""
+Every verify step of a node, in order, from each subject's module, and the node's record. Pure.
+"""
+
+from __future__ import annotations
+
+from .. import redact
+from ..report import SKIP, NodeRecord, Step
+from .cdi import cdi_step, cdi_summary, cri_cdi_probe, runtime_mode_step
+from .cluster import cgroup_steps, dev_char_step
+from .gpu_driver import cuda_step, cuda_summary, gpu_steps
+from .module_fabric import (fabric_manager_step, fabric_manager_summary, module_type_step, module_type_summary,
+                            persistence_step, persistence_summary)
+from .options import VerifyOptions
+from .readout import driver_version, gpu_usable, gpus_on_pci
+from .toolkit_runtimes import containerd_steps, cri_step, docker_steps, planned_runs, run_step, toolkit_steps
+
+
+def all_steps(readout: dict, options: VerifyOptions, runs: dict[str, dict],
+              cri: dict | None, cri_error: str | None) -> list[Step]:
+    """Every step, in order, from the facts, containerd's parsed dump (``read_cri``) and the results
+    of the runs that were done."""
+    steps = gpu_steps(readout, options)
+    # the module's type, persistence, Fabric Manager and CUDA's own start
+    steps += [module_type_step(readout, options), persistence_step(readout, options),
+              fabric_manager_step(readout, options), cuda_step(readout, options)]
+    steps += toolkit_steps(readout, options, cri)
+    steps += containerd_steps(readout, options, cri, cri_error)
+    steps += cgroup_steps(readout, options, cri)
+    steps.append(cdi_step(readout, options))
+    steps.append(runtime_mode_step(readout, options))
+    steps.append(dev_char_step(readout, options))
+    plan = planned_runs(readout, options)
+    gpu = gpu_usable(readout)
+    if plan["cri_handler"] is not None:
+        steps.append(Step("cri_handler", SKIP, plan["cri_handler"]))
+    else:
+        steps.append(cri_step(runs.get("cri_handler", {}), gpu, options.image, cri_cdi_probe(readout, options)))
+    if plan["ctr_run"] is not None:
+        steps.append(Step("ctr_run", SKIP, plan["ctr_run"]))
+    else:
+        steps.append(run_step("ctr_run", runs["ctr_run"], "ctr run --gpus 0 nvidia-smi"))
+    steps += docker_steps(readout, options)
+    if plan["docker_run"] is not None:
+        steps.append(Step("docker_run", SKIP, plan["docker_run"]))
+    else:
+        steps.append(run_step("docker_run", runs["docker_run"], "docker run --gpus all nvidia-smi"))
+    return steps
+
+
+def node_record(name: str, readout: dict, options: VerifyOptions, steps: list[Step]) -> NodeRecord:
+    smi_gpus = readout["smi"]["gpus"]
+    if smi_gpus:
+        gpus = [f"{gpu['name'] or '?'} ({gpu['uuid'] or 'no UUID'})" for gpu in smi_gpus]
+    else:
+        gpus = [f"{gpu['slot']} 10de:{gpu['device'].removeprefix('0x')}" for gpu in gpus_on_pci(readout)]
+    runtime = []
+    if "containerd" in options.runtimes and readout["containerd"]["path"]:
+        runtime.append(f"containerd {readout['containerd']['version'] or '?'}")
+    if "docker" in options.runtimes and readout["docker"]["path"]:
+        runtime.append(f"docker (default {readout['docker']['default_runtime'] or '?'})")
+    return NodeRecord(
+        host=name,
+        gpus=gpus,
+        driver=driver_version(readout),
+        toolkit=readout["toolkit_version"],
+        runtime=", ".join(runtime) or None,
+        module_flavour=module_type_summary(readout),
+        persistence=persistence_summary(readout),
+        fabric_manager=fabric_manager_summary(readout),
+        cuda=cuda_summary(readout),
+        cdi=cdi_summary(readout, options),
+        # A reason quotes what the node printed, which can carry a URL's user-info.
+        steps=[Step(step.name, step.status, redact.mask_text(step.reason)) for step in steps],
+    )
