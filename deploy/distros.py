@@ -321,6 +321,8 @@ DOCKER_CE_RHEL_KEY = KeyPin(fingerprints=("060A61C51B558A7F742B77AAC52FEB6B621E9
                             setting="Docker's install guide, deploy/distros.py")
 
 DEBIAN_KERNEL_VARIANT = r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+-(.+)$"
+# SUSE: the word after the last dash (5.14.21-150500.55.39-default, 6.4.0-150600.23.7-azure)
+SUSE_KERNEL_VARIANT = r"^.*-([a-z][a-z0-9]*)$"
 CUDA_REPO = {
     "name": "cuda-{dist}-{arch}",
     "baseurl": "{cuda_repo_url}/{dist}/{arch}",
@@ -410,7 +412,7 @@ SUSE_DRIVER = DriverPackages(
     # pinned at the driver's version (its own carries the kernel's too: VERSION_kKERNEL, which
     # zypper_install matches)
     dependencies=("nvidia-driver-G06-kmp-{kernel_variant}",),
-    kernel_variant_pattern=r"-([a-z0-9]+)$",
+    kernel_variant_pattern=SUSE_KERNEL_VARIANT,
     default_kernel_variant="default",
     headers=(),  # KMP packages carry modules built for the kernel variant
     open_modules={"dependencies": ("nvidia-open-driver-G06-signed-kmp-{kernel_variant}",)},

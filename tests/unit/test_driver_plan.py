@@ -10,7 +10,7 @@ import pytest
 from plan import settings_for
 from test_distros import platform_of
 
-from deploy.distros import DEBIAN_KERNEL_VARIANT
+from deploy.distros import DEBIAN_KERNEL_VARIANT, SUSE_KERNEL_VARIANT
 from deploy.driver_names import kernel_variant, template_values
 from deploy.driver_plan import DriverPlanError, Readings, driver_plan, plan_branch
 
@@ -35,6 +35,9 @@ OFFERED = {"nvidia-driver": ["550.163.01-2", "535.261.03-1"], "nvidia-smi": ["55
     ("6.1.0-28-cloud-amd64", DEBIAN_KERNEL_VARIANT, "amd64", "cloud-amd64"),
     ("6.8.0-45-generic", DEBIAN_KERNEL_VARIANT, "generic", "generic"),
     ("6.1.0-custom", DEBIAN_KERNEL_VARIANT, "amd64", "amd64"),  # not Debian's shape: the table's default
+    ("6.4.0-150600.23.7-azure", SUSE_KERNEL_VARIANT, "default", "azure"),
+    ("5.14.21-150500.55.39-default", SUSE_KERNEL_VARIANT, "default", "default"),
+    ("5.14.21-150500.55.39", SUSE_KERNEL_VARIANT, "default", "default"),
 ])
 def test_the_kernel_variant_is_the_builds_name_in_the_kernels_release(kernel, pattern, default, variant):
     assert kernel_variant(kernel, pattern, default) == variant
