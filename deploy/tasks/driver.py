@@ -19,7 +19,7 @@ from pyinfra.operations import server
 
 from .. import gpus
 from ..distros import (APT, PackageManager, Platform, add_repository, by_distro_id, install_packages,
-                            lock_bounded_checks, node_word)
+                            lock_bounded_checks, node_word, version_listing)
 from ..driver_versions import VersionRefusal, choose, matching, upstream_version
 from ..fabric import fabric_of
 from ..facts.combined import FactCall, known_fact, read, read_together
@@ -463,11 +463,12 @@ def readings_calls(settings: Settings, platform: Platform, node: dict, branch: s
     everything = plan_names["driver"] + plan_names["fabric"]
     if manager.name in ("dnf", "zypper"):
         # dnf waits for a busy dnf's lock without end, zypper not at all: the read waits, bounded, first
-        calls.append((WaitedPackageVersions, {"manager": manager.name, "packages": everything,
-                                              "wait": lock_wait_script(manager.name, settings.apt_lock_timeout),
-                                              "lock_timeout": settings.apt_lock_timeout}))
+        calls.append((WaitedPackageVersions, {"listing": version_listing(manager, settings.apt_lock_timeout),
+                                              "packages": everything,
+                                              "wait": lock_wait_script(manager.name, settings.apt_lock_timeout)}))
     elif manager.can_pin:
-        calls.append((PackageVersions, {"manager": manager.name, "packages": everything}))
+        calls.append((PackageVersions, {"listing": version_listing(manager, settings.apt_lock_timeout),
+                                        "packages": everything}))
     if fabric_url and plan_names["fabric"]:
         calls.append((RepositoryPackageVersions, {"url": fabric_url, "packages": plan_names["fabric"],
                                                   "timeout": settings.download_timeout}))
