@@ -3,7 +3,8 @@ Every fact of deploy/facts/ read from its fixtures, in pyinfra's own shape: one 
 ``tests/facts/<module>.<Fact>/``, each JSON file one case:
 
     {"note": where the output was taken from,
-     "kwargs": {...} (or "arg": [...], positional: the fact's arguments, none when absent),
+     "kwargs": {...} (or "arg": [...], positional: the fact's arguments, none when absent; a fact
+               class among them as {"fact_class": "<module>.<Fact>"}),
      "command": the fact's command for them, as the node runs it,
      "requires_command": the program it needs (null: none),
      "output": [the lines the node printed],
@@ -63,6 +64,17 @@ def plain(value):
     return value
 
 
+def arguments(value):
+    """A fixture's arguments with each {"fact_class": "<module>.<Fact>"} made the class it names."""
+    if isinstance(value, dict):
+        if set(value) == {"fact_class"}:
+            return FACTS[value["fact_class"]]
+        return {key: arguments(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [arguments(item) for item in value]
+    return value
+
+
 def shell_text(command) -> str | None:
     if command is None:
         return None
@@ -84,7 +96,7 @@ def test_fact_fixture(path):
     assert case.get("note"), "each fixture says where its output was taken from"
     assert ("fact" in case) != ("error" in case), "a fixture expects a fact or an error, one of them"
     fact = FACTS[path.parent.name]()
-    args, kwargs = case.get("arg", []), case.get("kwargs", {})
+    args, kwargs = arguments(case.get("arg", [])), arguments(case.get("kwargs", {}))
 
     assert shell_text(fact.command(*args, **kwargs)) == case["command"]
     requires = fact.requires_command(*args, **kwargs) if callable(fact.requires_command) else fact.requires_command
