@@ -17,6 +17,7 @@ from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.pacman import PacmanPackages
 from pyinfra.facts.rpm import RpmPackages
 
+from .facts.packages import apt_listing, dnf_listing, zypper_listing
 from .operations import download
 from .operations import packages as package_ops
 from .operations.failure import HostRefusal
@@ -72,10 +73,15 @@ class PackageManager:
     repository_check: str | None = None
     # The operation enabling a module stream (module, stream, lock_timeout), for DriverPackages.module.
     module_operation: Callable[..., Any] | None = None
+    # The command words listing every version the lists offer of the packages named after them, as a
+    # function of the wait for a busy manager's lock (facts/packages.py, PackageVersions); None:
+    # nothing to read (a rolling distro installs the one version its repositories carry).
+    version_listing: Callable[[int], tuple[str, ...]] | None = None
 
 
 APT = PackageManager(
     name="apt",
+    version_listing=apt_listing,
     install=package_ops.apt_install,
     installed_fact=DebPackages,
     available_check="apt-cache show --no-all-versions {package} >/dev/null 2>&1",
@@ -85,6 +91,7 @@ APT = PackageManager(
 )
 DNF = PackageManager(
     name="dnf",
+    version_listing=dnf_listing,
     install=package_ops.dnf_install,
     installed_fact=RpmPackages,
     available_check="dnf -q list {package} >/dev/null 2>&1",
@@ -98,6 +105,7 @@ DNF = PackageManager(
 )
 ZYPPER = PackageManager(
     name="zypper",
+    version_listing=zypper_listing,
     install=package_ops.zypper_install,
     installed_fact=RpmPackages,
     available_check="zypper --quiet search --match-exact {package} >/dev/null 2>&1",
@@ -134,6 +142,13 @@ def repository_check(manager: PackageManager, lock_timeout: int) -> str | None:
         return None
     # a wait that gives up fails the check, whose caller then removes the candidate
     return _after_lock_wait(manager, manager.repository_check, lock_timeout)
+
+
+def version_listing(manager: PackageManager, lock_timeout: int) -> tuple[str, ...]:
+    """The words PackageVersions and WaitedPackageVersions list ``manager``'s offered versions with,
+    bounded by ``lock_timeout`` seconds (settings.apt_lock_timeout) where the manager has a bound;
+    () where it lists none."""
+    return manager.version_listing(lock_timeout) if manager.version_listing else ()
 
 
 def lock_bounded_checks(manager: PackageManager, lock_timeout: int) -> PackageManager:

@@ -28,6 +28,7 @@ from .report import (
     DriverNote,
     DriverNotes,
     FailureNotes,
+    NodeSummary,
     verify_report_store,
     write_json_file,
     write_text_file,
@@ -39,7 +40,9 @@ CONVERGED, CHANGED, FAILED, NOT_RUN = "converged", "changed", "failed", "not run
 
 
 @dataclass
-class FleetRow:
+class FleetRow(NodeSummary):
+    """One node's run; its NodeSummary fields: what verify found (None where it did not run)."""
+
     host: str
     status: str
     changed_operations: list[str] = field(default_factory=list)
@@ -50,15 +53,6 @@ class FleetRow:
     reboot_required: bool | None = None
     # {"pass": n, "fail": n, "skip": n, "failed_steps": [...]}, None when verification did not run
     verify: dict[str, Any] | None = None
-    # the runtimes verify found, e.g. "containerd 2.1.9", None when verification did not run
-    runtime: str | None = None
-    # what verify found of the driver (deploy/report.py's NodeRecord), None when it did not run:
-    # the module's flavour, persistence, Fabric Manager, cuInit's outcome
-    module_flavour: str | None = None
-    persistence: str | None = None
-    fabric_manager: str | None = None
-    cuda: str | None = None
-    cdi: str | None = None
 
     def failures(self) -> list[tuple[str, str]]:
         """Each failed operation with the line it failed with."""
@@ -308,13 +302,7 @@ def fleet_rows(state) -> list[FleetRow]:
             host=host.name, status=status, changed_operations=changed, failed_operations=failed, failure_lines=lines,
             no_gpu=note.no_gpu if note else None,
             reboot_required=note.reboot_required if note and not reboot_unknown else None,
-            verify=verify,
-            runtime=record.runtime if record is not None else None,
-            module_flavour=record.module_flavour if record is not None else None,
-            persistence=record.persistence if record is not None else None,
-            fabric_manager=record.fabric_manager if record is not None else None,
-            cuda=record.cuda if record is not None else None,
-            cdi=record.cdi if record is not None else None,
+            verify=verify, **(record.summary() if record is not None else {}),
         ))
     return rows
 

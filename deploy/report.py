@@ -14,7 +14,7 @@ import json
 import os
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +38,11 @@ class Step:
             raise ValueError(f"step {self.name}: status {self.status!r} is not one of {STATUSES}")
 
 
-@dataclass
-class NodeRecord:
-    host: str
-    gpus: list[str] = field(default_factory=list)
-    driver: str | None = None
-    toolkit: str | None = None
+@dataclass(kw_only=True)
+class NodeSummary:
+    """What verify found of a node's runtime and driver, one line each: the node report's summary
+    line and the fleet report's columns (deploy/fleet_report.py's FleetRow) carry these."""
+
     runtime: str | None = None
     # the loaded nvidia module's flavour ("open", "proprietary"; None: none loaded or installed)
     module_flavour: str | None = None
@@ -56,6 +55,18 @@ class NodeRecord:
     cuda: str | None = None
     # "off", "on, spec current", "on, spec stale", "on, no spec"
     cdi: str | None = None
+
+    def summary(self) -> dict[str, str | None]:
+        """The summary's fields alone (a FleetRow's from a NodeRecord)."""
+        return {item.name: getattr(self, item.name) for item in fields(NodeSummary)}
+
+
+@dataclass
+class NodeRecord(NodeSummary):
+    host: str
+    gpus: list[str] = field(default_factory=list)
+    driver: str | None = None
+    toolkit: str | None = None
     steps: list[Step] = field(default_factory=list)
 
     @property

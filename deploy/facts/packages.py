@@ -150,30 +150,46 @@ class ZypperLocks(NodeFact):
         return names
 
 
-# What each manager offers of the named packages, in the lines offered_versions reads
+# What each manager offers of the named packages, in the lines offered_versions reads: the
+# commands, by the parser of their output; the family table (deploy/distros.py) hands each fact its
+# manager's as ``listing``, a function of the wait for a busy manager's lock (settings.apt_lock_timeout).
 ZYPPER_SEARCH = ("zypper", "--quiet", "--non-interactive", "search", "--details", "--match-exact", "--type", "package")
 DNF_LIST = ("dnf", "-q", "list", "--showduplicates")
+
+
+def apt_listing(lock_timeout: int = 0) -> tuple[str, ...]:
+    """apt-cache reads the lists without apt's lock: nothing to wait for."""
+    return ("apt-cache", "madison")
+
+
+def dnf_listing(lock_timeout: int = 0) -> tuple[str, ...]:
+    """dnf has no bound of its own on the wait (WaitedPackageVersions waits, bounded, first)."""
+    return DNF_LIST
+
+
+def zypper_listing(lock_timeout: int = 0) -> tuple[str, ...]:
+    """zypper without ZYPP_LOCK_TIMEOUT gives up at once on libzypp's lock and would read as offering nothing."""
+    return (f"ZYPP_LOCK_TIMEOUT={int(lock_timeout)}", *ZYPPER_SEARCH)
 
 
 class PackageVersions(NodeFact):
     """
     Every version of the named packages the package manager's lists offer (and the installed one),
-    newest first as the manager lists them: apt's ``apt-cache madison``, zypper's ``search --details``
-    (``lock_timeout``: zypper's wait for libzypp's lock); preflight reads dnf's and zypper's with
-    WaitedPackageVersions. pacman reads nothing (it installs one version). Absent packages are left out.
+    newest first as the manager lists them, read with ``listing``: the command words its family
+    hands (deploy/distros.py ``version_listing``: apt's ``apt-cache madison``, zypper's ``search
+    --details``); preflight reads dnf's and zypper's with WaitedPackageVersions. No listing (pacman:
+    it installs one version) reads nothing. Absent packages are left out.
 
     .. code:: python
 
         {"nvidia-driver": ["535.309.01-0+deb12u1", "535.261.03-1"]}
     """
 
-    def command(self, manager="apt", packages=(), lock_timeout=0):
+    def command(self, listing=(), packages=()):
+        if not listing or not packages:
+            return "true"
         names = [QuoteString(name) for name in packages]
-        if manager == "apt" and names:
-            return StringCommand("apt-cache", "madison", *names, "2>/dev/null || true")
-        if manager == "zypper" and names:
-            return StringCommand(f"ZYPP_LOCK_TIMEOUT={int(lock_timeout)}", *ZYPPER_SEARCH, *names, "2>/dev/null || true")
-        return "true"
+        return StringCommand(*listing, *names, "2>/dev/null || true")
 
     @staticmethod
     def default():
@@ -208,11 +224,12 @@ def offered_versions(output) -> dict[str, list[str]]:
 
 class WaitedPackageVersions(NodeFact):
     """
-    PackageVersions of dnf (``dnf -q list --showduplicates``) or zypper (``search --details``), read
-    after ``wait``: shell that waits, bounded, for another process holding the manager's lock and fails
-    in one line when it gives up (deploy/operations/packages.py lock_wait_script). dnf waits for that
+    PackageVersions of dnf (``dnf -q list --showduplicates``) or zypper (``search --details``), the
+    ``listing`` its family hands (deploy/distros.py ``version_listing``), read after ``wait``: shell
+    that waits, bounded, for another process holding the manager's lock and fails in one line when
+    it gives up (deploy/operations/packages.py lock_wait_script). dnf waits for that
     lock without end, even cache-only (-C takes its metadata lock too); zypper, with no
-    ZYPP_LOCK_TIMEOUT (``lock_timeout``), gives up at once and would read as offering nothing.
+    ZYPP_LOCK_TIMEOUT (``zypper_listing``), gives up at once and would read as offering nothing.
     ``busy``: the wait's line when it gave up (the manager not run). ``unreadable``: the repositories
     the manager could not read (zypper skips one and lists the others; dnf lists nothing at all), each
     with its reason: what the versions miss, and where the install's own refresh would stop.
@@ -223,13 +240,10 @@ class WaitedPackageVersions(NodeFact):
          "unreadable": ["repository 'mirror' (Failed to connect to 10.0.0.5 port 80 after 3 ms: Couldn't connect to server)"]}
     """
 
-    def command(self, packages=(), wait="true", manager="dnf", lock_timeout=0):
-        if not packages:
+    def command(self, packages=(), wait="true", listing=()):
+        if not packages or not listing:
             return "true"
         names = [QuoteString(name) for name in packages]
-        # zypper's search waits too: a zypper that takes libzypp's lock after the wait (without
-        # ZYPP_LOCK_TIMEOUT the search gives up at once, reading as offering nothing)
-        listing = DNF_LIST if manager == "dnf" else (f"ZYPP_LOCK_TIMEOUT={int(lock_timeout)}", *ZYPPER_SEARCH)
         # The manager's error lines, marked, beside its listing (fd 3: the listing's own output)
         return StringCommand(f"if busy=$( ({wait}) 2>&1 ); then {{", *listing, *names,
                              f"2>&1 1>&3 3>&- | sed 's/^/{MANAGER_ERROR}/'; }} 3>&1;",

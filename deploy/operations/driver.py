@@ -17,7 +17,7 @@ from ..driver_versions import VersionRefusal, apt_pin_text, choose, matching, up
 from ..facts.apt import AptSourceFiles
 from ..facts.combined import known_fact, read
 from ..facts.nvidia import HostState, PackagesAvailable
-from ..facts.packages import PackageVersions
+from ..facts.packages import PackageVersions, apt_listing
 from .. import node_records, node_text, probes, redact
 from .failure import fail_host, failing_command
 from .progress import announcing
@@ -179,7 +179,7 @@ def resolved_versions(resolve: dict, states: dict) -> dict[str, str | None]:
     Manager's packages are named for the driver's branch and chosen at the driver's version, or
     VersionRefusal names what the lists offer."""
     names = list(resolve["names"])
-    offered = host.get_fact(PackageVersions, manager="apt", packages=names)
+    offered = host.get_fact(PackageVersions, listing=apt_listing(), packages=names)
     fabric = resolve.get("fabric")
     if not fabric:
         return choose(names, offered, states, None, resolve["what"])
@@ -189,7 +189,7 @@ def resolved_versions(resolve: dict, states: dict) -> dict[str, str | None]:
                              f"of {driver} (after enabling its components and refreshing them)")
     branch = int(upstream_version(offered[driver][0]).split(".")[0])
     fabric_names = [template.format(branch=branch) for template in fabric.names(branch)]
-    offered = {**offered, **host.get_fact(PackageVersions, manager="apt", packages=fabric_names)}
+    offered = {**offered, **host.get_fact(PackageVersions, listing=apt_listing(), packages=fabric_names)}
     pins = choose(names + fabric_names, offered, states, None, resolve["what"])
     upstream = upstream_version(pins[driver] or offered[driver][0])
     return {**pins, **matching(fabric_names, offered, upstream, "Fabric Manager")}

@@ -19,7 +19,7 @@ from .. import node_records, probes
 from ..facts.combined import FactCall, known_fact, read
 from ..facts.nvidia import IgnoredPackages
 from ..facts.packages import (DebPackageStates, DnfModuleStreams, MultiversionPackages, PackageVersions,
-                                   RpmPackageStates, ZypperLocks)
+                                   RpmPackageStates, ZypperLocks, zypper_listing)
 from ..facts.recovery import lock_holders_script
 from .failure import fail_host
 from ..run_state import per_run
@@ -338,7 +338,7 @@ def _zypper_commands(packages: dict, hold: bool, lock_timeout: int):
             # zypper installs ``name=version`` only at a version it offers as written: a KMP's
             # carries the kernel's, so a pin becomes the offered edition it matches, read after the
             # refresh (none matches: the pin as written, refused by zypper in its words).
-            offered = host.get_fact(PackageVersions, manager="zypper", packages=sorted(pins), lock_timeout=lock_timeout)
+            offered = host.get_fact(PackageVersions, listing=zypper_listing(lock_timeout), packages=sorted(pins))
             pins = {name: next((version for version in offered.get(name, ()) if _rpm_version_matches(version, wanted)),
                                wanted)
                     for name, wanted in pins.items()}

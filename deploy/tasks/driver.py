@@ -16,7 +16,8 @@ from pyinfra.api import deploy
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 from pyinfra.operations import server
 
-from ..distros import PackageManager, Platform, add_repository, install_packages, lock_bounded_checks
+from ..distros import (PackageManager, Platform, add_repository, install_packages, lock_bounded_checks,
+                       version_listing)
 from ..driver_names import candidate_names, render, template_values
 from ..driver_plan import (APT_PIN_PATH, CUDA_APT_KEYRING, CUDA_APT_SOURCE, CUDA_PROFILE_PATH, DriverPlan, Readings,
                            branch_number, cuda_apt_source_text, cuda_profile_text, detect_branch, driver_plan)
@@ -49,11 +50,12 @@ def readings_calls(settings: Settings, platform: Platform, node: dict, branch: s
     everything = plan_names["driver"] + plan_names["fabric"]
     if manager.name in ("dnf", "zypper"):
         # dnf waits for a busy dnf's lock without end, zypper not at all: the read waits, bounded, first
-        calls.append((WaitedPackageVersions, {"manager": manager.name, "packages": everything,
-                                              "wait": lock_wait_script(manager.name, settings.apt_lock_timeout),
-                                              "lock_timeout": settings.apt_lock_timeout}))
+        calls.append((WaitedPackageVersions, {"listing": version_listing(manager, settings.apt_lock_timeout),
+                                              "packages": everything,
+                                              "wait": lock_wait_script(manager.name, settings.apt_lock_timeout)}))
     elif manager.can_pin:
-        calls.append((PackageVersions, {"manager": manager.name, "packages": everything}))
+        calls.append((PackageVersions, {"listing": version_listing(manager, settings.apt_lock_timeout),
+                                        "packages": everything}))
     if fabric_url and plan_names["fabric"]:
         calls.append((RepositoryPackageVersions, {"url": fabric_url, "packages": plan_names["fabric"],
                                                   "timeout": settings.download_timeout}))

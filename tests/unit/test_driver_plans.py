@@ -61,7 +61,7 @@ def dpkg(**installed: str):
 
 def offering(**versions: str):
     """PackageVersions on a node whose apt lists offer ``versions`` (name -> "v1 v2", newest first)."""
-    def output(manager="apt", packages=(), lock_timeout=0):
+    def output(listing=(), packages=()):
         return [f" {name} | {version} | http://deb.debian.org/debian bookworm/main amd64 Packages"
                 for name in packages for version in versions.get(name.replace("-", "_"), "").split()]
     return output
@@ -569,8 +569,8 @@ def offering_after_refresh(offers):
     Returns (the fact's answer, the commands answering the refresh)."""
     refreshed = []
 
-    def answer(manager="apt", packages=(), lock_timeout=0):
-        return offers(manager, packages) if refreshed else []
+    def answer(listing=(), packages=()):
+        return offers(listing, packages) if refreshed else []
 
     def update(command):
         refreshed.append(command)

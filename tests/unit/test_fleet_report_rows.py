@@ -27,7 +27,7 @@ from deploy.fleet_report import (
     write_json,
 )
 from deploy.operations import failure
-from deploy.report import FAIL, PASS, SKIP
+from deploy.report import FAIL, PASS, SKIP, NodeRecord, Step, verify_report_store
 
 ROWS = [
     FleetRow("node-a", CONVERGED, no_gpu=True, reboot_required=False,
@@ -156,3 +156,33 @@ def test_the_page_escapes_host_names_in_text_and_attributes():
     assert row.one("td", **{"class": "host"}).text() == host and not page.find("i")
     assert row.one("span", **{"class": "operation"}).text() == "op <1>"
     assert row.one("span", **{"class": "line"}).text() == "(no line kept: see the run output)"
+
+
+@deploy("Verify")
+def _verified():
+    """A verify record for each host, as verify's operation stores it (deploy/ladder.py node_record)."""
+    from pyinfra import host
+    verify_report_store(host.state).add("verify.json", NodeRecord(
+        host=host.name, driver="550.54.15", runtime="containerd 1.7.24", module_flavour="open",
+        persistence="nvidia-persistenced active, mode on 8/8 GPU(s)", fabric_manager="active",
+        cuda="ok, 8 device(s), CUDA 12.4", cdi="on, spec current", steps=[Step("gpu_pci", PASS, "8 GPUs")]))
+    server.shell(name="Read the node", commands=["true"])
+
+
+def test_a_verified_nodes_row_carries_what_verify_found_in_the_table_and_the_json(tmp_path, monkeypatch):
+    """The row's summary is the verify record's (one declaration, NodeSummary): every field reaches
+    the row and the fleet JSON."""
+    monkeypatch.chdir(tmp_path)
+    quick = {"fake_delay": 0, "fake_delay_jitter": 0}
+    state, error = run_pyinfra(Inventory(([("@fake/hgx", quick)], {})),
+                               lambda state: add_deploy(state, _verified),
+                               nodes={"@fake/hgx": Node(commands={"true": ""})})
+    assert error is None, error
+    (row,) = fleet_rows(state)
+    expected = {"runtime": "containerd 1.7.24", "module_flavour": "open",
+                "persistence": "nvidia-persistenced active, mode on 8/8 GPU(s)", "fabric_manager": "active",
+                "cuda": "ok, 8 device(s), CUDA 12.4", "cdi": "on, spec current"}
+    assert {name: getattr(row, name) for name in expected} == expected
+    assert row.verify == {PASS: 1, FAIL: 0, SKIP: 0, "failed_steps": []}
+    (node,) = json.loads(write_json(tmp_path / "fleet.json", [row]).read_text())["nodes"]
+    assert node["host"] == "@fake/hgx" and {name: node[name] for name in expected} == expected

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from pyinfra.api import StringCommand
 
-from deploy.distros import DNF, PACMAN, ZYPPER, lock_bounded_checks, repository_check
+from deploy.distros import APT, DNF, PACMAN, ZYPPER, lock_bounded_checks, repository_check, version_listing
 from deploy.facts.packages import (DnfModuleStreams, MultiversionPackages, PackageVersions, RpmPackageStates,
                                    MANAGER_ERROR, WaitedPackageVersions, ZypperLocks)
 from deploy.operations.packages import BUSY, ZYPP_LOCK, _rpm_version_matches, lock_bounded, lock_wait_script
@@ -66,9 +66,11 @@ def test_zypper_offered_versions_are_read_from_its_search_table():
 
 
 def test_zypper_search_waits_for_libzypps_lock_only_when_asked():
-    assert str(PackageVersions().command("zypper", [KMP])).startswith("ZYPP_LOCK_TIMEOUT=0 zypper --quiet")
-    assert str(PackageVersions().command("zypper", [KMP], lock_timeout=9)).startswith("ZYPP_LOCK_TIMEOUT=9 zypper")
-    assert str(PackageVersions().command("pacman", ["nvidia-utils"])) == "true"
+    """The family table hands the fact its manager's listing: zypper's bounded by the lock wait, pacman none."""
+    assert str(PackageVersions().command(version_listing(ZYPPER, 0), [KMP])).startswith("ZYPP_LOCK_TIMEOUT=0 zypper --quiet")
+    assert str(PackageVersions().command(version_listing(ZYPPER, 9), [KMP])).startswith("ZYPP_LOCK_TIMEOUT=9 zypper")
+    assert str(PackageVersions().command(version_listing(APT, 9), [KMP])).startswith("apt-cache madison ")
+    assert str(PackageVersions().command(version_listing(PACMAN, 9), ["nvidia-utils"])) == "true"
 
 
 @pytest.mark.parametrize(("installed", "wanted", "matches"), [
@@ -149,7 +151,7 @@ def test_leap_pins_the_kmp_at_the_drivers_version_as_zypper_offers_it():
     offered = PackageVersions().process(search.splitlines())
     kmp_edition = next(version for version in offered[KMP] if version.startswith("550.54.15_k"))
     run = run_deploy(gpu_node("opensuse-leap-15.5", host_state=node_lines("5.14.21-150500.55.39-default"), facts=[
-        ((PackageVersions, {"manager": "zypper", "packages": sorted([*USERSPACE, KMP]), "lock_timeout": 120}), search),
+        ((PackageVersions, {"listing": version_listing(ZYPPER, 120), "packages": sorted([*USERSPACE, KMP])}), search),
     ], unstated=DEFAULT), data={"nvidia_driver_version": "550.54.15", "stages": "driver", **SITE_DRIVER_KEY})
     assert run.error is None and not run.failed, run.refusal
     (install,) = run.ran("zypper --non-interactive install -y")
@@ -167,7 +169,7 @@ def test_leap_replaces_an_installed_kmp_in_the_pins_transaction_and_may_go_back_
                        if version.startswith("550.54.15_k"))
     newer = "550.90.07_k5.14.21_150500.55.39-lp155.1.1"
     run = run_deploy(gpu_node("opensuse-leap-15.5", host_state=node_lines("5.14.21-150500.55.39-default"), facts=[
-        ((PackageVersions, {"manager": "zypper", "packages": sorted([*USERSPACE, KMP]), "lock_timeout": 120}), search),
+        ((PackageVersions, {"listing": version_listing(ZYPPER, 120), "packages": sorted([*USERSPACE, KMP])}), search),
         (every(RpmPackageStates), [f"installed {KMP} {newer}"]),
         ((MultiversionPackages, {}), [f"{KMP} {newer}"]),
     ], unstated=DEFAULT), data={"nvidia_driver_version": "550.54.15", "stages": "driver", **SITE_DRIVER_KEY})
@@ -285,8 +287,9 @@ def test_a_zypper_busy_past_the_timeout_in_preflights_read_fails_the_host_in_the
 def test_dnfs_offered_versions_are_read_after_the_wait_or_its_line_when_it_gave_up():
     """Run for real here: the command's shell with a wait that passes and one that gives up (this
     machine has no dnf: its list prints nothing); dnf's own list (the Rocky node's, fixture) parsed."""
-    passes, gives_up = WaitedPackageVersions().command(["nvidia-driver"], wait="true"), WaitedPackageVersions().command(
-        ["nvidia-driver"], wait="echo 'gpu-node: the package manager is busy: held' >&2; exit 1")
+    dnf = version_listing(DNF, 0)
+    passes, gives_up = WaitedPackageVersions().command(["nvidia-driver"], wait="true", listing=dnf), WaitedPackageVersions().command(
+        ["nvidia-driver"], wait="echo 'gpu-node: the package manager is busy: held' >&2; exit 1", listing=dnf)
     for command, lines in ((passes, []), (gives_up, ["busy gpu-node: the package manager is busy: held"])):
         done = subprocess.run(["sh", "-c", str(command)], capture_output=True, text=True, timeout=20)
         listing = [line for line in done.stdout.splitlines() if not line.startswith(MANAGER_ERROR)]
