@@ -1,6 +1,6 @@
 """
 The fleet report: after a run, one row per node (converged / changed / failed, reboot required,
-no GPU, the verification summary, and what verify found of the driver: module flavour,
+no GPU, the verification summary, and what verify found of the driver: kernel module type,
 persistence, Fabric Manager, CUDA), printed last and written as one JSON file on the controller,
 so an operator of many nodes reads one table instead of pyinfra's per-operation output; the same
 rows, failures first, as one self-contained HTML page beside it (``html_path``).
@@ -83,13 +83,13 @@ DRIVER_COLUMNS = ("node", "module", "persistence", "fabric manager", "CUDA", "CD
 
 
 def driver_table(rows: list[FleetRow]) -> list[str]:
-    """What verify found of the driver on each node it ran on: module flavour, persistence,
+    """What verify found of the driver on each node it ran on: kernel module type, persistence,
     Fabric Manager, CUDA, CDI."""
     verified = [row for row in rows if row.verify is not None]
     if not verified:
         return []
     table = [DRIVER_COLUMNS] + [
-        (row.host, row.module_flavour or "-", row.persistence or "-", row.fabric_manager or "-", row.cuda or "-",
+        (row.host, row.kernel_module_type or "-", row.persistence or "-", row.fabric_manager or "-", row.cuda or "-",
          row.cdi or "-")
         for row in verified
     ]
@@ -236,7 +236,7 @@ def fleet_html(rows: list[FleetRow]) -> str:
     if verified:
         driver = [f'<tr data-host="{escape(row.host)}">' + _td("host", escape(row.host)) + "".join(
                       f"<td>{escape(value or '-')}</td>" for value in
-                      (row.module_flavour, row.persistence, row.fabric_manager, row.cuda, row.cdi)) + "</tr>"
+                      (row.kernel_module_type, row.persistence, row.fabric_manager, row.cuda, row.cdi)) + "</tr>"
                   for row in verified]
         parts += ["<h2>Driver (verify)</h2>", _table("driver", DRIVER_COLUMNS, driver)]
     return "\n".join([*parts, "</body>", "</html>", ""])

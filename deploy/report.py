@@ -1,5 +1,5 @@
 """
-The node report: one record per node (host, GPUs, driver, toolkit, runtime, the module's flavour,
+The node report: one record per node (host, GPUs, driver, toolkit, runtime, the kernel module type,
 persistence, Fabric Manager, CUDA, each step), shown as a table at the end of the run and written
 as JSON on the controller.
 
@@ -44,8 +44,8 @@ class NodeSummary:
     line and the fleet report's columns (deploy/fleet_report.py's FleetRow) carry these."""
 
     runtime: str | None = None
-    # the loaded nvidia module's flavour ("open", "proprietary"; None: none loaded or installed)
-    module_flavour: str | None = None
+    # the loaded nvidia module's type ("open", "proprietary"; None: none loaded or installed)
+    kernel_module_type: str | None = None
     # nvidia-persistenced's state and the GPUs' persistence mode
     persistence: str | None = None
     # "not needed" (no NVSwitch), else nvidia-fabricmanager's state
@@ -89,7 +89,7 @@ def node_table(record: NodeRecord) -> str:
     lines = [
         f"{record.host}: {'OK' if record.ok else 'FAILED'}  GPUs: {gpus}  driver: {record.driver or '-'}  "
         f"toolkit: {record.toolkit or '-'}  runtime: {record.runtime or '-'}  "
-        f"module: {record.module_flavour or '-'}  persistence: {record.persistence or '-'}  "
+        f"module: {record.kernel_module_type or '-'}  persistence: {record.persistence or '-'}  "
         f"fabric manager: {record.fabric_manager or '-'}  CUDA: {record.cuda or '-'}  CDI: {record.cdi or '-'}"
     ]
     width = max((len(step.name) for step in record.steps), default=4)

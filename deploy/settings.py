@@ -361,7 +361,7 @@ class DataCenterSettings(_Section):
 
     nvidia_kernel_modules: Literal["auto", "open", "proprietary"] = Field(
         "auto",
-        description="the driver's kernel module flavour; auto: from the node's GPUs and the driver branch",
+        description="the driver's kernel module type (open or proprietary); auto: from the node's GPUs and the driver branch",
     )
     nvidia_persistenced: bool = Field(
         True, description="install and enable nvidia-persistenced (started where a GPU is present)"

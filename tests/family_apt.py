@@ -115,7 +115,7 @@ NOBLE = UbuntuRelease("24.04", "noble", "ubuntu-24.04", "/etc/apt/sources.list.d
 
 # Releases of the 550-server branch: an older one, the newest one (pinned), one published later
 OLDER_UPSTREAM, PINNED_UPSTREAM, UPDATE_UPSTREAM = "550.127.05", "550.144.03", "550.163.01"
-FLAVOURS = ("", "-open")  # the proprietary and open kernel module packages
+MODULE_TYPE_SUFFIXES = ("", "-open")  # the proprietary and open kernel module packages
 COMPONENTS = ("main", "restricted", "universe", "multiverse")
 
 
@@ -152,15 +152,15 @@ def driver_packages(version: str) -> dict[str, tuple[str, dict[str, str]]]:
             "/lib/systemd/system/nvidia-persistenced.service": PERSISTENCED_UNIT}),
         f"nvidia-utils-{BRANCH}-server": (f"libnvidia-compute-{BRANCH}-server {at}", {"/usr/bin/nvidia-smi": _smi(upstream)}),
     }
-    for flavour in FLAVOURS:
-        common[f"nvidia-headless-no-dkms-{BRANCH}-server{flavour}"] = (
+    for suffix in MODULE_TYPE_SUFFIXES:
+        common[f"nvidia-headless-no-dkms-{BRANCH}-server{suffix}"] = (
             f"nvidia-compute-utils-{BRANCH}-server {at}, libnvidia-compute-{BRANCH}-server {at}, "
             f"nvidia-kernel-common-{BRANCH}-server {at}", {})
-        common[f"nvidia-dkms-{BRANCH}-server{flavour}"] = (
+        common[f"nvidia-dkms-{BRANCH}-server{suffix}"] = (
             f"nvidia-kernel-common-{BRANCH}-server {at}",
-            {f"/usr/src/nvidia-{upstream}/STAND-IN": f"stand-in {'open' if flavour else 'proprietary'} module source\n"})
-        common[f"nvidia-headless-{BRANCH}-server{flavour}"] = (
-            f"nvidia-headless-no-dkms-{BRANCH}-server{flavour} {at}, nvidia-dkms-{BRANCH}-server{flavour} {at}", {})
+            {f"/usr/src/nvidia-{upstream}/STAND-IN": f"stand-in {'open' if suffix else 'proprietary'} module source\n"})
+        common[f"nvidia-headless-{BRANCH}-server{suffix}"] = (
+            f"nvidia-headless-no-dkms-{BRANCH}-server{suffix} {at}, nvidia-dkms-{BRANCH}-server{suffix} {at}", {})
     return common
 
 

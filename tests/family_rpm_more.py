@@ -308,10 +308,10 @@ class SlesRepos(suse_repo.SuseRepos):
 
 
 @contextlib.contextmanager
-def sles_served(root: Path, flavours: tuple[str, ...] = ("default",)):
+def sles_served(root: Path, variants: tuple[str, ...] = ("default",)):
     """tests/suse_repo.py's repositories on 127.0.0.1, the driver's (and its tampered copy) also at
     SLE 15 SP5's path, and SLES's own repository: the SlesRepos with its ``url``."""
-    repos = SlesRepos(**vars(suse_repo.build(root, flavours)),
+    repos = SlesRepos(**vars(suse_repo.build(root, variants)),
                       own_key=make_key(root.parent / f"{root.name}-gnupg" / "sle", "standin-sle"))
     repos.own_key.stop_agent()
     (root / SLES_OWN_PATH).mkdir(parents=True)

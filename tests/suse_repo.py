@@ -11,7 +11,7 @@ the real names NVIDIA's SUSE repository and its toolkit repository use:
 - ``opensuse/leap/15.6/``: NVIDIA's driver repository for Leap 15.6 (download.nvidia.com's layout):
   nvidia-compute-G06, nvidia-compute-utils-G06 (it carries nvidia-persistenced and its unit: the
   family table names no package of its own), the proprietary KMP nvidia-driver-G06-kmp-default and
-  the open one nvidia-open-driver-G06-signed-kmp-default (and both for other kernel flavours asked
+  the open one nvidia-open-driver-G06-signed-kmp-default (and both for other kernel variants asked
   for), whose versions carry the kernel's;
 - ``toolkit/stable/rpm/x86_64/``: NVIDIA's toolkit layout, the key at ``toolkit/stable/gpgkey``
   (the toolkit's rpms are tests/standin_rpms.py's, its scripts tests/standin_toolkit.py's);
@@ -41,10 +41,10 @@ RELEASE = "lp156.1.1"
 KMP_KERNEL = "k6.4.0_150600.21"
 DRIVER_VERSIONS = standin_rpms.DRIVER_VERSIONS
 DRIVER_UPDATE = standin_rpms.DRIVER_UPDATE
-KMP = "nvidia-driver-G06-kmp-{flavour}"
-OPEN_KMP_OF = "nvidia-open-driver-G06-signed-kmp-{flavour}"
-PROPRIETARY_KMP = KMP.format(flavour="default")
-OPEN_KMP = OPEN_KMP_OF.format(flavour="default")
+KMP = "nvidia-driver-G06-kmp-{variant}"
+OPEN_KMP_OF = "nvidia-open-driver-G06-signed-kmp-{variant}"
+PROPRIETARY_KMP = KMP.format(variant="default")
+OPEN_KMP = OPEN_KMP_OF.format(variant="default")
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,8 @@ class KmpRpm(StandinRpm):
         return super().spec(payload).replace("%description", lines + "%description", 1)
 
 
-def driver_packages(version: str, flavours: tuple[str, ...] = ("default",)) -> list[StandinRpm]:
-    """One G06 driver version's STAND-IN packages (both KMPs for each kernel flavour)."""
+def driver_packages(version: str, variants: tuple[str, ...] = ("default",)) -> list[StandinRpm]:
+    """One G06 driver version's STAND-IN packages (both KMPs for each kernel variant)."""
     def doc(name):
         return {f"/usr/share/doc/packages/{name}/STAND-IN": f"stand-in {version}\n"}
 
@@ -73,9 +73,9 @@ def driver_packages(version: str, flavours: tuple[str, ...] = ("default",)) -> l
             "/usr/bin/nvidia-persistenced": "#!/bin/sh\n# STAND-IN nvidia-persistenced\nexit 0\n",
             "/usr/lib/systemd/system/nvidia-persistenced.service": PERSISTENCED_UNIT}),
         # SUSE's KMPs require no userspace package (openSUSE's G06 KMPs list none): only a pin ties them
-        *[KmpRpm(kmp.format(flavour=flavour), kmp_version, RELEASE, files=doc(kmp.format(flavour=flavour)),
-                 provides=("multiversion(kernel)", f"{kmp.format(flavour='').rstrip('-')} = {kmp_version}"))
-          for flavour in flavours for kmp in (KMP, OPEN_KMP_OF)],
+        *[KmpRpm(kmp.format(variant=variant), kmp_version, RELEASE, files=doc(kmp.format(variant=variant)),
+                 provides=("multiversion(kernel)", f"{kmp.format(variant='').rstrip('-')} = {kmp_version}"))
+          for variant in variants for kmp in (KMP, OPEN_KMP_OF)],
     ]
 
 
@@ -91,7 +91,7 @@ class SuseRepos(ServedUrls):
     driver_key: GpgKey
     toolkit_key: GpgKey
     other_key: GpgKey  # signed the IMPOSTOR copy only
-    flavours: tuple[str, ...] = ("default",)
+    variants: tuple[str, ...] = ("default",)
     url: str = ""
     keys_url: str = ""
 
@@ -110,7 +110,7 @@ class SuseRepos(ServedUrls):
 
     def publish_driver(self, version: str) -> None:
         """Add one driver version to the driver repository (a newer release NVIDIA publishes)."""
-        standin_rpms.build(driver_packages(version, self.flavours), self.driver_dir / standin_rpms.ARCH, self.driver_key)
+        standin_rpms.build(driver_packages(version, self.variants), self.driver_dir / standin_rpms.ARCH, self.driver_key)
         sign_and_key(self.driver_dir, self.driver_key)
 
     def publish_toolkit(self, version: str) -> None:
@@ -118,17 +118,17 @@ class SuseRepos(ServedUrls):
         index(self.toolkit_dir, self.toolkit_key)
 
 
-def build(root: Path, flavours: tuple[str, ...] = ("default",)) -> SuseRepos:
+def build(root: Path, variants: tuple[str, ...] = ("default",)) -> SuseRepos:
     """Build both repositories and their tampered copies under ``root`` (not served yet), the KMPs
-    for each kernel flavour in ``flavours``."""
+    for each kernel variant in ``variants``."""
     keys = root.parent / f"{root.name}-gnupg"
     repos = SuseRepos(root=root, driver_key=make_key(keys / "driver", "standin-nvidia-suse"),
                       toolkit_key=make_key(keys / "toolkit", "standin-toolkit-rpm"),
                       other_key=make_key(keys / "other", "standin-other"),
-                      flavours=tuple(dict.fromkeys(flavours)))
+                      variants=tuple(dict.fromkeys(variants)))
     for key in (repos.driver_key, repos.toolkit_key, repos.other_key):
         key.stop_agent()
-    driver = [rpm for version in DRIVER_VERSIONS for rpm in driver_packages(version, repos.flavours)]
+    driver = [rpm for version in DRIVER_VERSIONS for rpm in driver_packages(version, repos.variants)]
     standin_rpms.build(driver, repos.driver_dir / standin_rpms.ARCH, repos.driver_key)
     sign_and_key(repos.driver_dir, repos.driver_key)
     toolkit = [rpm for version in standin_rpms.TOOLKIT_VERSIONS for rpm in standin_rpms.toolkit_packages(version)]
@@ -148,6 +148,6 @@ def _tampered_copy(root: Path, path: str) -> Path:
     return root / TAMPERED / path
 
 
-def served(root: Path, flavours: tuple[str, ...] = ("default",)):
+def served(root: Path, variants: tuple[str, ...] = ("default",)):
     """Build the repositories and serve them on 127.0.0.1; yields the SuseRepos with its ``url``."""
-    return serving(build(root, flavours), root)
+    return serving(build(root, variants), root)

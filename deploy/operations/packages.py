@@ -237,7 +237,7 @@ if [ -n "$(ls -A /var/lib/dpkg/updates 2>/dev/null)" ] || [ -n "$(dpkg --audit 2
     echo "an earlier dpkg run was interrupted: dpkg --configure -a"
     if ! DEBIAN_FRONTEND=noninteractive dpkg --force-confdef --force-confold --configure -a; then
         # dpkg's journal is replayed: what is left is a package whose own script fails (a DKMS build),
-        # which the run's install may replace (the other module flavour) or name in its own failure.
+        # which the run's install may replace (the other kernel module type) or name in its own failure.
         [ -z "$(ls -A /var/lib/dpkg/updates 2>/dev/null)" ] ||
             {{ echo "gpu-node: 'dpkg --configure -a' could not finish the interrupted dpkg run (above)" >&2; exit 1; }}
         echo "packages dpkg could not configure are left to this run's installs (above)"
@@ -296,7 +296,7 @@ def _dnf_commands(packages: dict, hold: bool):
 def dnf_module_enable(module: str, stream: str, *, lock_timeout: int):
     """Enable the dnf module stream ``module:stream``, unless dnf's module state has it enabled
     (DnfModuleStreams, read ahead by the driver stage's preflight). Another stream of the module
-    enabled (the other kernel module flavour) is reset first: dnf refuses to switch enabled streams,
+    enabled (the other kernel module type) is reset first: dnf refuses to switch enabled streams,
     and the driver's install then replaces the module's packages at their pins."""
     enabled = known_fact(host, DnfModuleStreams).get(module)
     if enabled == stream:

@@ -12,12 +12,12 @@ from ..report import FAIL, PASS, SKIP, Step
 from .options import NO_GPU, VerifyOptions
 from .readout import gpus_on_pci
 
-# modinfo's license of each flavour of the nvidia module
+# modinfo's license of each type of the nvidia module
 MODULE_LICENSES = {"Dual MIT/GPL": "open", "NVIDIA": "proprietary"}
 
 
 def loaded_module_type(readout: dict) -> str | None:
-    """The loaded module's flavour, from /proc/driver/nvidia/version ("... Open Kernel Module ...")."""
+    """The loaded module's type, from /proc/driver/nvidia/version ("... Open Kernel Module ...")."""
     text = readout["kernel_module"]
     if not text:
         return None
@@ -25,7 +25,7 @@ def loaded_module_type(readout: dict) -> str | None:
 
 
 def installed_module_type(readout: dict) -> str | None:
-    """The flavour of the module installed for the running kernel, from modinfo's license."""
+    """The type of the module installed for the running kernel, from modinfo's license."""
     license_ = readout["kernel_module_license"]
     return MODULE_LICENSES.get(license_, f"unknown (license {license_})") if license_ else None
 
@@ -44,22 +44,22 @@ def module_type_step(readout: dict, options: VerifyOptions) -> Step:
     license_note = f" (modinfo license {readout['kernel_module_license']})" if installed else ""
     if loaded:
         if wanted != "auto" and loaded != wanted:
-            return Step("module_flavour", FAIL,
+            return Step("kernel_module_type", FAIL,
                         f"the {loaded} nvidia kernel module is loaded but {setting}: run the driver stage, then reboot")
         if installed and installed != loaded:
-            return Step("module_flavour", FAIL,
+            return Step("kernel_module_type", FAIL,
                         f"the {loaded} nvidia kernel module is loaded but the {installed} one is installed"
                         f"{license_note}: reboot to load it")
-        return Step("module_flavour", PASS,
+        return Step("kernel_module_type", PASS,
                     f"{loaded} kernel module loaded (/proc/driver/nvidia/version; {setting})")
     if installed and wanted != "auto" and installed != wanted:
-        return Step("module_flavour", FAIL,
+        return Step("kernel_module_type", FAIL,
                     f"the {installed} nvidia kernel module is installed{license_note} but {setting}: run the driver stage")
     prefix = "" if gpus_on_pci(readout) else f"{NO_GPU}: "
     if installed:
-        return Step("module_flavour", SKIP,
+        return Step("kernel_module_type", SKIP,
                     f"{prefix}nvidia kernel module not loaded; the installed one is {installed}{license_note}")
-    return Step("module_flavour", SKIP, f"{prefix}no nvidia kernel module loaded or installed")
+    return Step("kernel_module_type", SKIP, f"{prefix}no nvidia kernel module loaded or installed")
 
 
 def persistence_modes(readout: dict) -> dict[int, str]:

@@ -65,7 +65,7 @@ def node_record(name: str, readout: dict, options: VerifyOptions, steps: list[St
         driver=driver_version(readout),
         toolkit=readout["toolkit_version"],
         runtime=", ".join(runtime) or None,
-        module_flavour=module_type_summary(readout),
+        kernel_module_type=module_type_summary(readout),
         persistence=persistence_summary(readout),
         fabric_manager=fabric_manager_summary(readout),
         cuda=cuda_summary(readout),

@@ -153,9 +153,9 @@ class Lab:
 
     @cached_property
     def sles_repos(self):
-        # the container runs the machine's kernel: its flavour's KMPs too, besides SLES's "default"
-        flavour = machine.release().rsplit("-", 1)[-1].lower()
-        return self.stack.enter_context(more.sles_served(self.tmp.mktemp("sles-repos") / "root", ("default", flavour)))
+        # the container runs the machine's kernel: its variant's KMPs too, besides SLES's "default"
+        variant = machine.release().rsplit("-", 1)[-1].lower()
+        return self.stack.enter_context(more.sles_served(self.tmp.mktemp("sles-repos") / "root", ("default", variant)))
 
     def node(self, family: Family):
         node = family.start_node()

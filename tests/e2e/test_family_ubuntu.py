@@ -121,11 +121,11 @@ def test_ubuntu_apt_standin_driver_branch_detected_from_ubuntu_drivers_list_gpgp
 
 
 def test_ubuntu_apt_standin_driver_installed_at_its_pin_and_held_by_apt_mark(deployed, archive):
-    """STAND-IN driver debs: the three -server packages of the proprietary flavour (branch 550's
+    """STAND-IN driver debs: the three -server packages of the proprietary module type (branch 550's
     default) at the pinned 550.144.03-0ubuntu0.22.04.1 (550.127.05-0ubuntu0.22.04.1 is offered too),
     each held with apt-mark; their exact-version dependencies (persistenced's
     nvidia-compute-utils-550-server) at the same version; linux-headers-generic (the machine's
-    kernel has no Ubuntu headers); the open flavour's packages not installed; nvidia-smi exits 9."""
+    kernel has no Ubuntu headers); the open module type's packages not installed; nvidia-smi exits 9."""
     node, first, _ = deployed
     assert first.returncode == 0, first.explain()
     assert installed(node, DRIVER_PACKAGES) == {name: pinned(archive) for name in DRIVER_PACKAGES}
@@ -196,7 +196,7 @@ PROPRIETARY_MODULE_PACKAGES = (f"nvidia-headless-{BRANCH}-server", f"nvidia-dkms
 
 
 def open_node(archive, toolkit_repo):
-    """A node after a -y run with nvidia_kernel_modules=open: (node, its settings without the flavour)."""
+    """A node after a -y run with nvidia_kernel_modules=open: (node, its settings without the module type)."""
     node = start_node(archive)
     data = settings_data(toolkit_repo, driver_version=pinned(archive), branch=BRANCH, stages="driver")
     opened = node.deploy(data={**data, "nvidia_kernel_modules": "open"}, json_output=False)
@@ -204,8 +204,8 @@ def open_node(archive, toolkit_repo):
     return node, data
 
 
-def test_ubuntu_apt_standin_open_flavour_installed_at_its_pin_held_and_rerun_unchanged(archive, toolkit_repo):
-    """STAND-IN driver debs of both flavours, with -y: nvidia_kernel_modules=open installs the -open
+def test_ubuntu_apt_standin_open_module_type_installed_at_its_pin_held_and_rerun_unchanged(archive, toolkit_repo):
+    """STAND-IN driver debs of both module types, with -y: nvidia_kernel_modules=open installs the -open
     headless and dkms packages at the pin and holds them, no proprietary module package; a re-run
     changes nothing. apt and apt-mark are real; no module is built (stand-in packages)."""
     node, data = open_node(archive, toolkit_repo)
@@ -220,7 +220,7 @@ def test_ubuntu_apt_standin_open_flavour_installed_at_its_pin_held_and_rerun_unc
 
 def test_ubuntu_apt_standin_open_node_switched_to_proprietary_replaces_the_packages_and_moves_the_holds(
         archive, toolkit_repo):
-    """STAND-IN driver debs of both flavours, with -y, on an open node: switching to proprietary
+    """STAND-IN driver debs of both module types, with -y, on an open node: switching to proprietary
     replaces the module packages in one transaction, moves the holds, reports "reboot required", and
     a re-run changes nothing."""
     node, data = open_node(archive, toolkit_repo)

@@ -57,9 +57,9 @@ def driver_repository_follows(url: str, key_data: dict) -> bool:
 @pytest.fixture(scope="module")
 def repos(tmp_path_factory):
     ensure_docker()
-    # the container runs the machine's kernel: its flavour's KMPs too, besides Leap's "default"
-    flavour = machine.release().rsplit("-", 1)[-1].lower()
-    with suse_repo.served(tmp_path_factory.mktemp("suse-repos") / "root", flavours=("default", flavour)) as served:
+    # the container runs the machine's kernel: its variant's KMPs too, besides Leap's "default"
+    variant = machine.release().rsplit("-", 1)[-1].lower()
+    with suse_repo.served(tmp_path_factory.mktemp("suse-repos") / "root", variants=("default", variant)) as served:
         yield served
 
 
@@ -380,7 +380,7 @@ def test_leap156_zypper_standin_driver_repository_whose_signature_does_not_verif
     assert rpm_installed(leap_node, [*DRIVER_PACKAGES, suse_repo.PROPRIETARY_KMP, suse_repo.OPEN_KMP]) == {}
 
 
-def test_leap156_zypper_standin_driver_open_flavour_installs_the_signed_open_kmp_and_locks_it(
+def test_leap156_zypper_standin_driver_open_module_type_installs_the_signed_open_kmp_and_locks_it(
         leap_node, repos, driver_stage):
     """STAND-IN G06 rpms with nvidia_kernel_modules=open, with -y: the open KMP
     (nvidia-open-driver-G06-signed-kmp-default) beside the pinned userspace, locked; no proprietary KMP

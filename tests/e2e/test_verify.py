@@ -1,5 +1,5 @@
 """
-The verification ladder on real bookworm node containers (no GPU on these machines).
+Verify on real bookworm node containers (no GPU on these machines).
 
 The toolkit is the one tests/toolkit_repo.py serves: the STAND-IN packages (test id
 `standin-toolkit`), or NVIDIA's own debs from the opt-in lab (`real-toolkit`); verify reads its

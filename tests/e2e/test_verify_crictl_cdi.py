@@ -7,7 +7,7 @@ Stand-ins: the GPUs (``/dev/nvidia0``, ``/dev/nvidia1``, ``/dev/nvidiactl`` made
 tests/e2e/test_cdi_e2e.py does) and the CDI spec naming them, a STAND-IN written by this test in the
 CDI format (NVIDIA's generator needs a GPU behind NVML). What this shows for real: the probe's second
 container asks for a device through the CRI's ``CDI_devices``, the real containerd injects what the
-spec gives that device and nothing else, and the ladder reads the real output.
+spec gives that device and nothing else, and verify reads the real output.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def test_the_cdi_container_gets_exactly_the_device_the_spec_gives_with_the_real_
     step = cri_step(steps, gpu=True, image=BUSYBOX, cdi=asked)
     assert step.status == "pass", step
     assert "CDI device nvidia.com/gpu=1 through the CRI: /dev/nvidia1, /dev/nvidiactl in the container" in step.reason
-    # nvidia0 is not the device asked for: the ladder reading the same output names it missing.
+    # nvidia0 is not the device asked for: verify reading the same output names it missing.
     wider = CdiProbe("nvidia.com/gpu=1", ("/dev/nvidia0", "/dev/nvidia1"))
     assert cri_step(steps, gpu=True, image=BUSYBOX, cdi=wider).reason.endswith(
         "lacks /dev/nvidia0 (the spec gives them): containerd did not inject it")

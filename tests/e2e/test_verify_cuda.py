@@ -43,7 +43,7 @@ def step(record: dict, name: str) -> dict:
 def test_debian_real_libcuda1_on_a_node_without_gpu_is_named_by_what_the_library_answers(node, tmp_path):
     """Before libcuda1 the library does not load; with Debian's real libcuda1 cuInit runs and fails
     with the library's own name for it: reported beside "no NVIDIA GPU", and a failure with
-    require_gpu. The module's flavour, persistence and Fabric Manager are reported as not there."""
+    require_gpu. The kernel module type, persistence and Fabric Manager are reported as not there."""
     before = verify(node, tmp_path / "before.json")
     assert step(before, "cuda") == {
         "name": "cuda", "status": "skip",
@@ -62,7 +62,7 @@ def test_debian_real_libcuda1_on_a_node_without_gpu_is_named_by_what_the_library
     answer = f"cuInit: CUDA error 100 CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected ({real})"
     assert step(record, "cuda") == {"name": "cuda", "status": "skip", "reason": f"no NVIDIA GPU ({answer})"}
     assert record["cuda"] == "error 100 CUDA_ERROR_NO_DEVICE"
-    assert step(record, "module_flavour")["reason"] == "no NVIDIA GPU: no nvidia kernel module loaded or installed"
+    assert step(record, "kernel_module_type")["reason"] == "no NVIDIA GPU: no nvidia kernel module loaded or installed"
     assert step(record, "persistence")["status"] == "skip"
     assert step(record, "fabric_manager")["status"] == "skip"
     assert record["fabric_manager"] == "not needed"

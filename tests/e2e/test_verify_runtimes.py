@@ -1,5 +1,5 @@
 """
-The whole verification ladder, end to end, on every runtime the deploy wires, each on its own real
+Every verify step, end to end, on every runtime the deploy wires, each on its own real
 bookworm node container: Debian's containerd 1.6 (bookworm), 1.7 (trixie), 2.1 (sid) with a
 version 2 and with a version 3 config, a k3s layout (a STAND-IN k3s unit: its containerd, config
 and template where k3s keeps them) and Docker (Debian's docker.io).

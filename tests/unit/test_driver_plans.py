@@ -390,7 +390,7 @@ BOOKWORM_OFFERS = offering(nvidia_driver="535.309.01-0+deb12u1 535.261.03-1", nv
                            nvidia_fabricmanager_535="535.309.01-1 535.261.03-1", libnvidia_nscq_535="535.309.01-1 535.261.03-1")
 
 
-def test_debian_open_flavour_pins_driver_and_open_module_to_the_version_both_have_with_an_apt_pin():
+def test_debian_open_module_type_pins_driver_and_open_module_to_the_version_both_have_with_an_apt_pin():
     run = ok(run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=H100), facts=[
         *DEBIAN_FILES, (every(PackageVersions), BOOKWORM_OFFERS)]), data={"nvidia_kernel_modules": "open"}))
     driver = single([c for c in install_lines(run, "apt-get") if "nvidia-driver" in c])
@@ -461,7 +461,7 @@ def test_switching_ubuntu_from_open_removes_every_open_package_in_the_same_trans
                            "nvidia-dkms-550-server-open- nvidia-headless-550-server-open-"), driver
 
 
-def test_a_running_newer_driver_is_not_downgraded_for_the_open_flavour():
+def test_a_running_newer_driver_is_not_downgraded_for_the_open_module_type():
     run = run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=H100), facts=[
         *DEBIAN_FILES, (every(PackageVersions), BOOKWORM_OFFERS),
         (every(DebPackageStates), dpkg(nvidia_driver="535.309.01-0+deb12u1 hold", nvidia_smi="535.309.01-0+deb12u1 hold",
@@ -494,13 +494,13 @@ def test_each_family_installs_its_open_module_packages(distro, kernel, data, exp
     assert any(c.endswith(expected) for c in run.commands), [c for c in run.commands if "install" in c]
 
 
-def test_rocky_open_flavour_enables_the_branchs_open_stream():
+def test_rocky_open_module_type_enables_the_branchs_open_stream():
     run = ok(run_deploy(node("rocky-9", host_state=node_lines("5.14.0-362.8.1.el9_3.x86_64", pci=B200)),
                         data={"nvidia_driver_branch": "570"}))
     assert "dnf module enable -y nvidia-driver:570-open" in run.commands
 
 
-def test_arch_open_flavour_takes_nvidia_open():
+def test_arch_open_module_type_takes_nvidia_open():
     run = ok(run_deploy(node("arch", host_state=node_lines("6.9.7-arch1-1", pkgbases=["linux"], pci=B200))))
     assert single(run.ran("pacman --noconfirm -Syu --needed")).endswith("--needed nvidia-utils nvidia-open")
 

@@ -70,7 +70,7 @@ def test_the_probe_script_marks_the_page_when_a_page_lets_it_run(chromium, tmp_p
 def test_chromium_reads_back_a_row_per_node_failures_first_each_with_its_line(chromium, tmp_path):
     rows = [
         FleetRow("gpu-a", CONVERGED, no_gpu=False, reboot_required=False, verify=VERIFIED,
-                 runtime="containerd 1.7.24", module_flavour="open"),
+                 runtime="containerd 1.7.24", kernel_module_type="open"),
         FleetRow("gpu-z", FAILED, failed_operations=[WIRE], failure_lines=[HOSTILE_LINE]),
         FleetRow("gpu-m", CHANGED, changed_operations=["Kernel prerequisites | Persist the Kubernetes sysctls"],
                  no_gpu=True, reboot_required=True, verify={**VERIFIED, FAIL: 1, "failed_steps": ["cuda"]},

@@ -58,10 +58,10 @@ def test_json_file_is_written_whole_with_the_counts_and_a_row_per_node(tmp_path)
 def test_the_driver_table_lists_what_verify_found_on_each_node_it_ran_on(tmp_path):
     rows = [
         FleetRow("hgx-1", FAILED, verify={PASS: 9, FAIL: 2, SKIP: 5, "failed_steps": ["fabric_manager", "cuda"]},
-                 module_flavour="open", persistence="nvidia-persistenced active, mode on 8/8 GPU(s)",
+                 kernel_module_type="open", persistence="nvidia-persistenced active, mode on 8/8 GPU(s)",
                  fabric_manager="not installed", cuda="error 802 CUDA_ERROR_SYSTEM_NOT_READY", cdi="on, spec current"),
         FleetRow("pcie-1", CONVERGED, verify={PASS: 12, FAIL: 0, SKIP: 4, "failed_steps": []},
-                 module_flavour="proprietary", persistence="nvidia-persistenced active, mode on 2/2 GPU(s)",
+                 kernel_module_type="proprietary", persistence="nvidia-persistenced active, mode on 2/2 GPU(s)",
                  fabric_manager="not needed", cuda="ok, 2 device(s), CUDA 12.2", cdi="off"),
         FleetRow("node-c", FAILED, failed_operations=["containerd | Wire the nvidia runtime"]),
     ]
@@ -76,7 +76,7 @@ def test_the_driver_table_lists_what_verify_found_on_each_node_it_ran_on(tmp_pat
     assert len(lines) == start + 4, "node-c was not verified: no driver row"
     nodes = json.loads(write_json(tmp_path / "fleet.json", rows).read_text())["nodes"]
     assert nodes[0]["fabric_manager"] == "not installed" and nodes[1]["cuda"] == "ok, 2 device(s), CUDA 12.2"
-    assert (nodes[2]["module_flavour"], nodes[2]["persistence"], nodes[2]["fabric_manager"], nodes[2]["cuda"],
+    assert (nodes[2]["kernel_module_type"], nodes[2]["persistence"], nodes[2]["fabric_manager"], nodes[2]["cuda"],
             nodes[2]["cdi"]) == (None, None, None, None, None)
 
 
@@ -163,7 +163,7 @@ def _verified():
     """A verify record for each host, as verify's operation stores it (deploy/ladder.py node_record)."""
     from pyinfra import host
     verify_report_store(host.state).add("verify.json", NodeRecord(
-        host=host.name, driver="550.54.15", runtime="containerd 1.7.24", module_flavour="open",
+        host=host.name, driver="550.54.15", runtime="containerd 1.7.24", kernel_module_type="open",
         persistence="nvidia-persistenced active, mode on 8/8 GPU(s)", fabric_manager="active",
         cuda="ok, 8 device(s), CUDA 12.4", cdi="on, spec current", steps=[Step("gpu_pci", PASS, "8 GPUs")]))
     server.shell(name="Read the node", commands=["true"])
@@ -179,7 +179,7 @@ def test_a_verified_nodes_row_carries_what_verify_found_in_the_table_and_the_jso
                                nodes={"@fake/hgx": Node(commands={"true": ""})})
     assert error is None, error
     (row,) = fleet_rows(state)
-    expected = {"runtime": "containerd 1.7.24", "module_flavour": "open",
+    expected = {"runtime": "containerd 1.7.24", "kernel_module_type": "open",
                 "persistence": "nvidia-persistenced active, mode on 8/8 GPU(s)", "fabric_manager": "active",
                 "cuda": "ok, 8 device(s), CUDA 12.4", "cdi": "on, spec current"}
     assert {name: getattr(row, name) for name in expected} == expected

@@ -69,7 +69,7 @@ def test_a_rerun_for_the_same_host_replaces_its_record(tmp_path):
 
 def test_the_driver_fields_show_on_the_summary_line_and_in_the_json():
     datacenter = NodeRecord(
-        host="hgx-1", gpus=["NVIDIA H100 80GB HBM3 (GPU-5d5ba0d6)"], driver="535.216.03", module_flavour="open",
+        host="hgx-1", gpus=["NVIDIA H100 80GB HBM3 (GPU-5d5ba0d6)"], driver="535.216.03", kernel_module_type="open",
         persistence="nvidia-persistenced active, mode on 8/8 GPU(s)", fabric_manager="inactive",
         cuda="error 802 CUDA_ERROR_SYSTEM_NOT_READY", cdi="on, spec current",
         steps=[Step("cuda", FAIL, "Fabric Manager not running")],
@@ -78,7 +78,7 @@ def test_the_driver_fields_show_on_the_summary_line_and_in_the_json():
     assert first.endswith("module: open  persistence: nvidia-persistenced active, mode on 8/8 GPU(s)  "
                           "fabric manager: inactive  CUDA: error 802 CUDA_ERROR_SYSTEM_NOT_READY  CDI: on, spec current")
     (node,) = report_json([datacenter])["nodes"]
-    assert (node["module_flavour"], node["persistence"], node["fabric_manager"], node["cuda"], node["cdi"]) == (
+    assert (node["kernel_module_type"], node["persistence"], node["fabric_manager"], node["cuda"], node["cdi"]) == (
         "open", "nvidia-persistenced active, mode on 8/8 GPU(s)", "inactive", "error 802 CUDA_ERROR_SYSTEM_NOT_READY",
         "on, spec current")
     # a record without them (verify read none) shows dashes

@@ -212,7 +212,7 @@ def test_node_without_gpu_wired_containerd_passes_runtime_steps_and_skips_gpu_st
     plan, record, steps, failed = run_verify(tmp_path, lines)
     assert statuses(steps) == {
         "gpu_pci": SKIP, "kernel_module": SKIP, "nvidia_smi": SKIP, "driver_version": SKIP,
-        "module_flavour": SKIP, "persistence": SKIP, "fabric_manager": SKIP, "cuda": SKIP,
+        "kernel_module_type": SKIP, "persistence": SKIP, "fabric_manager": SKIP, "cuda": SKIP,
         "toolkit": PASS, "runtime_binary": PASS, "containerd_config": PASS, "cgroup_driver": SKIP, "cdi": SKIP,
         "runtime_mode": SKIP, "dev_char": SKIP,
         "cri_handler": SKIP, "ctr_run": SKIP, "docker_config": SKIP, "docker_run": SKIP,
@@ -478,7 +478,7 @@ def test_the_table_is_printed_once_to_stderr_when_verification_ends(tmp_path, ca
     err = capsys.readouterr().err
     assert err.count("--> GPU node verification (1 node)") == 1
     assert "@fake/node: OK  GPUs: none  driver: -  toolkit: 1.17.8  runtime: containerd 1.6.20~ds1" in err
-    assert "  containerd_config  pass  containerd 1.6.20~ds1" in err
+    assert "  containerd_config   pass  containerd 1.6.20~ds1" in err
 
 
 def test_crictl_on_a_gpu_node_without_the_image_passes_the_handler_and_says_what_was_skipped(tmp_path):
@@ -688,15 +688,15 @@ ONE_GPU = dict(gpus=1, smi=SMI_535, dump=containerd_dump())
      "the proprietary nvidia kernel module is installed (modinfo license NVIDIA) but nvidia_kernel_modules = open: "
      "run the driver stage"),
 ])
-def test_module_flavour_is_read_from_the_loaded_module_then_modinfo_and_checked_against_the_setting(
+def test_kernel_module_type_is_read_from_the_loaded_module_then_modinfo_and_checked_against_the_setting(
     tmp_path, kmod, license_, setting, status, reason
 ):
     lines = node_lines(kmod=kmod, **ONE_GPU) + [f"kmod_license {license_}"]
     _, record, steps, _ = run_verify(tmp_path, lines, nvidia_kernel_modules=setting)
-    assert steps["module_flavour"] == {"name": "module_flavour", "status": status, "reason": reason}
+    assert steps["kernel_module_type"] == {"name": "kernel_module_type", "status": status, "reason": reason}
     installed = {"Dual MIT/GPL": "open", "NVIDIA": "proprietary"}[license_]
     expected = ("open" if "Open" in kmod else "proprietary") if kmod else f"{installed} (installed, not loaded)"
-    assert record["module_flavour"] == expected
+    assert record["kernel_module_type"] == expected
 
 
 def test_persistence_passes_with_nvidia_persistenced_active_and_the_mode_on_every_gpu(tmp_path):
@@ -887,7 +887,7 @@ def test_the_fleet_row_carries_what_verify_found_of_the_driver(tmp_path):
     lines = node_lines(kmod=OPEN_KMOD, switches=4, fabric_manager="active", cuda=cuda_lines(0, devices=1), **ONE_GPU)
     plan, _, _, failed = run_verify(tmp_path, lines)
     (row,) = fleet_rows(plan.state)
-    assert (row.module_flavour, row.persistence, row.fabric_manager, row.cuda) == (
+    assert (row.kernel_module_type, row.persistence, row.fabric_manager, row.cuda) == (
         "open", "nvidia-persistenced active, mode on 1/1 GPU(s)", "active", "ok, 1 device(s), CUDA 12.2")
     assert not failed
 
