@@ -24,8 +24,8 @@ from .facts.devices import missing_links
 from .facts.ladder import (
     FABRIC_MANAGER_UNIT, KUBELET_CONFIG, PERSISTENCED_UNIT, explain_smi_failure, unit_state,
 )
-from .containerd.cri import dump_cri_plugin, effective_problems
-from .containerd.layout import ConfigError, tomllib
+from .engines.containerd.cri import dump_cri_plugin, effective_problems
+from .toml_layout import ConfigError, tomllib
 from .report import FAIL, PASS, SKIP, NodeRecord, Step
 from .settings import MIN_DRIVER_VERSION, RuntimeWiring, Settings
 

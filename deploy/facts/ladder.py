@@ -20,7 +20,7 @@ import shlex
 
 from .. import node_text
 from .base import NodeFact
-from ..containerd.flavours import PLAIN_SOCKET
+from ..engines.containerd.installations import PLAIN_SOCKET
 
 SMI_QUERY_FIELDS = ("index", "uuid", "name", "memory.total", "driver_version")
 SMI_QUERY = f"--query-gpu={','.join(SMI_QUERY_FIELDS)} --format=csv,noheader,nounits"

@@ -20,8 +20,8 @@ from ..facts.base import UnreadableOutput
 from ..facts.combined import FactCall, known_fact, read_together
 from ..facts.cuda import CudaInit
 from ..facts.nvidia import HostState
-from ..containerd.flavours import ConfigTarget, classify_flavour, config_target, plain_target
-from ..facts.containerd import ContainerdFlavour, config_read
+from ..engines.containerd.installations import ConfigTarget, classify_installation, config_target, plain_target
+from ..facts.containerd import ContainerdInstallations, config_read
 from ..facts.ladder import Executables, LadderReadout
 from ..ladder import (
     HANDLER, VerifyOptions, configured_binaries, cri_cdi_probe, gpu_usable, ladder, node_record, planned_runs, read_cri,
@@ -40,15 +40,15 @@ def containerd_in_effect(options: VerifyOptions) -> ConfigTarget:
     socket and the config it runs with. Preflight's reading when nothing changed since, else read."""
     if "containerd" not in options.runtimes:
         return containerd_of(options, None)
-    return containerd_of(options, known_fact(host, ContainerdFlavour))
+    return containerd_of(options, known_fact(host, ContainerdInstallations))
 
 
 def containerd_of(options: VerifyOptions, found: dict | None) -> ConfigTarget:
-    """The containerd a node with this ContainerdFlavour reading runs (None: not asked, containerd
+    """The containerd a node with this ContainerdInstallations reading runs (None: not asked, containerd
     is not wired)."""
     if found is None:
         return plain_target(options.containerd_config_path)
-    return config_target(options.containerd_config_path, {**found, "flavour": classify_flavour(found)})
+    return config_target(options.containerd_config_path, {**found, "installation": classify_installation(found)})
 
 
 def ladder_read(options: VerifyOptions, containerd: ConfigTarget) -> FactCall:
@@ -80,7 +80,7 @@ def reads(options: VerifyOptions) -> list[FactCall]:
     containerd (a node of another flavour reads the ladder's again, for its own containerd) and
     cuInit's."""
     plain = containerd_of(options, None)
-    return [(ContainerdFlavour, {}), NODE_READ, ladder_read(options, plain), containerd_config_read(plain), CUDA_READ,
+    return [(ContainerdInstallations, {}), NODE_READ, ladder_read(options, plain), containerd_config_read(plain), CUDA_READ,
             cdi_ops.state_read(), devices.links_read(options.driver_root)]
 
 

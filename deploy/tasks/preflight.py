@@ -9,11 +9,11 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.facts.server import Arch, LinuxDistribution
 
-from ..containerd.flavours import classify_flavour
+from ..engines.containerd.installations import classify_installation
 from ..distros import Platform, detect_platform
 from ..facts.access import HostAccess
 from ..facts.combined import FactCall, read_facts
-from ..facts.containerd import ContainerdFlavour
+from ..facts.containerd import ContainerdInstallations
 from ..facts.nvidia import HostState
 from ..facts.recovery import PackageManagerState, PendingRestarts
 from ..operations import packages as package_ops
@@ -46,7 +46,7 @@ class Findings:
     platform: Platform
     # deploy/facts/nvidia.py HostState: GPUs, Secure Boot, modules, kernel, free disk
     nvidia: dict | None = None
-    # deploy/facts/containerd.py ContainerdFlavour plus "flavour": {"name", "service"}:
+    # deploy/facts/containerd.py ContainerdInstallations plus "installation": {"name", "service"}:
     # who owns containerd (plain, k3s, rke2, k0s, microk8s)
     containerd: dict | None = None
     # deploy/facts/recovery.py PendingRestarts: {unit: config} an interrupted run did not restart
@@ -133,7 +133,7 @@ def preflight(settings: Settings, stages: Sequence[Stage]) -> Findings:
     # One remote command for what every node run needs first (re-runs from cron pay per command),
     # and for the facts the stages decide on (their ``reads``, see deploy/facts/combined.py).
     try:
-        facts = read_facts(host, HostAccess, LinuxDistribution, Arch, HostState, ContainerdFlavour,
+        facts = read_facts(host, HostAccess, LinuxDistribution, Arch, HostState, ContainerdInstallations,
                            PackageManagerState, PendingRestarts, read_ahead=stage_reads(settings, stages))
     except EOFError:
         # pyinfra's SSH connector asks for the sudo password when sudo wants one: without a terminal,
@@ -165,8 +165,8 @@ def preflight(settings: Settings, stages: Sequence[Stage]) -> Findings:
         logger.warning(f"{host.print_prefix}{warning}")
     if errors:
         raise PreflightError("; ".join(errors))
-    containerd = facts["ContainerdFlavour"]
-    containerd["flavour"] = classify_flavour(containerd)
+    containerd = facts["ContainerdInstallations"]
+    containerd["installation"] = classify_installation(containerd)
     if any(stage.installs for stage in stages):
         recover_package_manager(settings, facts["PackageManagerState"])
     pending = facts["PendingRestarts"]

@@ -28,10 +28,10 @@ from test_verify_ladder import (
 )
 
 from deploy.cdi import RUNTIME_CONFIG, runtime_mode_of, with_runtime_mode
-from deploy.containerd.cri import effective_problems, merge_containerd_config
-from deploy.containerd.layout import ConfigError, tomllib
+from deploy.engines.containerd.cri import effective_problems, merge_containerd_config
+from deploy.toml_layout import ConfigError, tomllib
 from deploy.facts.cdi import CdiState
-from deploy.facts.containerd import ContainerdFlavour
+from deploy.facts.containerd import ContainerdInstallations
 from deploy.ladder import CdiProbe, VerifyOptions, cdi_container_problem, cri_cdi_probe, cri_step, runtime_mode_step
 from deploy.operations.cdi import state_read
 from deploy.probes import CrictlRun
@@ -197,7 +197,7 @@ def check_with(containerd: str, runtime_config: str | None = PACKAGE_CONFIG, **d
 
     flavour = "binary /usr/bin/containerd" if containerd != "none" else ""
     run_plan(check, settings_for(**data),
-             facts=[(ContainerdFlavour, flavour), (CONFIG, CONTAINERD[containerd]), (state_read(), state)],
+             facts=[(ContainerdInstallations, flavour), (CONFIG, CONTAINERD[containerd]), (state_read(), state)],
              unstated=DEFAULT)
     return errors
 

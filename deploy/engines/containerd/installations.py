@@ -2,8 +2,8 @@
 The one table of containerd's flavours: a plain containerd, and the Kubernetes distributions that
 bring their own (k3s, rke2, microk8s, k0s). For each: what shows it is installed, the units that
 run it, its containerd binary, the file the NVIDIA runtime is merged into, the config containerd
-runs with and its socket. The ContainerdFlavour fact looks for the table's paths and units;
-``classify_flavour`` and ``config_target`` read the table. Pure data.
+runs with and its socket. The ContainerdInstallations fact looks for the table's paths and units;
+``classify_installation`` and ``config_target`` read the table. Pure data.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ MICROK8S_TEMPLATE = "/var/snap/microk8s/current/args/containerd-template.toml"
 
 
 @dataclass(frozen=True)
-class Flavour:
+class ContainerdInstallation:
     """Who owns containerd on a node, and where the NVIDIA runtime goes for it."""
 
     name: str
@@ -64,22 +64,22 @@ class Flavour:
 
     @property
     def looked_for(self) -> tuple[str, ...]:
-        """The paths the ContainerdFlavour fact reports: its marks, its generated config and templates, its binary."""
+        """The paths the ContainerdInstallations fact reports: its marks, its generated config and templates, its binary."""
         files = (self.generated_config, *(self.templates or ()), self.binary)
         return tuple(dict.fromkeys(self.marks + tuple(path for path in files if path and path.startswith("/"))))
 
 
-def _rancher(name: str, directory: str, units: tuple[str, ...], binary: str) -> Flavour:
+def _rancher(name: str, directory: str, units: tuple[str, ...], binary: str) -> ContainerdInstallation:
     """k3s and rke2 keep containerd the same way, each under its own name."""
-    return Flavour(name=name, marks=(directory, f"/usr/local/bin/{name}"), units=units, binary=binary,
+    return ContainerdInstallation(name=name, marks=(directory, f"/usr/local/bin/{name}"), units=units, binary=binary,
                    template_dir=directory, socket=RANCHER_SOCKET)
 
 
 # In the order they are detected: the first whose marks a node shows owns its containerd.
-FLAVOURS: dict[str, Flavour] = {flavour.name: flavour for flavour in (
+INSTALLATIONS: dict[str, ContainerdInstallation] = {flavour.name: flavour for flavour in (
     _rancher("k3s", K3S_CONTAINERD_DIR, ("k3s", "k3s-agent"), "/var/lib/rancher/k3s/data/current/bin/containerd"),
     _rancher("rke2", RKE2_CONTAINERD_DIR, ("rke2-server", "rke2-agent"), "/var/lib/rancher/rke2/bin/containerd"),
-    Flavour(
+    ContainerdInstallation(
         name="microk8s",
         marks=(MICROK8S_TEMPLATE, "/snap/bin/microk8s"),
         units=("snap.microk8s.daemon-containerd",),
@@ -90,7 +90,7 @@ FLAVOURS: dict[str, Flavour] = {flavour.name: flavour for flavour in (
         running_config="/var/snap/microk8s/current/args/containerd.toml",
         socket="/var/snap/microk8s/common/run/containerd.sock",
     ),
-    Flavour(
+    ContainerdInstallation(
         name="k0s",
         marks=("/etc/k0s", "/usr/local/bin/k0s", "/var/lib/k0s/bin/containerd"),
         units=("k0sworker", "k0scontroller"),
@@ -101,19 +101,19 @@ FLAVOURS: dict[str, Flavour] = {flavour.name: flavour for flavour in (
         running_config="/etc/k0s/containerd.toml",  # k0s generates it, importing its drop-ins
         socket="/run/k0s/containerd.sock",
     ),
-    Flavour(name="plain", marks=(), units=("containerd",), unit_marks=False),
+    ContainerdInstallation(name="plain", marks=(), units=("containerd",), unit_marks=False),
 )}
-PLAIN = FLAVOURS["plain"]
+PLAIN = INSTALLATIONS["plain"]
 
-# What the ContainerdFlavour fact looks for.
-FLAVOUR_PATHS = tuple(dict.fromkeys(path for flavour in FLAVOURS.values() for path in flavour.looked_for))
-FLAVOUR_UNITS = tuple(dict.fromkeys(unit for flavour in FLAVOURS.values() for unit in flavour.units))
-GENERATED_CONFIGS = tuple(flavour.generated_config for flavour in FLAVOURS.values() if flavour.generated_config)
+# What the ContainerdInstallations fact looks for.
+INSTALLATION_PATHS = tuple(dict.fromkeys(path for flavour in INSTALLATIONS.values() for path in flavour.looked_for))
+INSTALLATION_UNITS = tuple(dict.fromkeys(unit for flavour in INSTALLATIONS.values() for unit in flavour.units))
+GENERATED_CONFIGS = tuple(flavour.generated_config for flavour in INSTALLATIONS.values() if flavour.generated_config)
 
 
-def classify_flavour(state: dict) -> dict:
+def classify_installation(state: dict) -> dict:
     """
-    The flavour that owns containerd on the node (``state``: the ContainerdFlavour fact), and the
+    The flavour that owns containerd on the node (``state``: the ContainerdInstallations fact), and the
     unit that runs it.
 
     .. code:: python
@@ -123,10 +123,10 @@ def classify_flavour(state: dict) -> dict:
     paths = set(state.get("paths", ()))
     units = state.get("units", {})
 
-    def installed(flavour: Flavour) -> list[str]:
+    def installed(flavour: ContainerdInstallation) -> list[str]:
         return [unit for unit in flavour.units if unit in units]
 
-    owner = next((flavour for flavour in FLAVOURS.values()
+    owner = next((flavour for flavour in INSTALLATIONS.values()
                   if paths.intersection(flavour.marks) or (flavour.unit_marks and installed(flavour))), PLAIN)
     if owner.reloads_itself:
         return {"name": owner.name, "service": None}
@@ -155,7 +155,7 @@ class ConfigTarget:
         return self.running_config or self.base_path or self.path
 
 
-def _template(flavour: Flavour, containerd_found: dict) -> str:
+def _template(flavour: ContainerdInstallation, containerd_found: dict) -> str:
     """The template k3s / rke2 reads: the one there, else the one of the generated config's version."""
     paths = set(containerd_found.get("paths", ()))
     v2_template, v3_template = flavour.templates
@@ -169,14 +169,14 @@ def _template(flavour: Flavour, containerd_found: dict) -> str:
 
 def plain_target(containerd_config_path: str) -> ConfigTarget:
     """The target of a plain containerd (what preflight reads ahead for, before it knows the flavour)."""
-    return config_target(containerd_config_path, {"flavour": {"name": PLAIN.name, "service": PLAIN.units[0]}})
+    return config_target(containerd_config_path, {"installation": {"name": PLAIN.name, "service": PLAIN.units[0]}})
 
 
 def config_target(containerd_config_path: str, containerd_found: dict) -> ConfigTarget:
-    """The file to merge into, per flavour (``containerd_found``: preflight's ContainerdFlavour reading);
+    """The file to merge into, per flavour (``containerd_found``: preflight's ContainerdInstallations reading);
     ``containerd_config_path`` is the setting, for a plain containerd."""
-    flavour = FLAVOURS[containerd_found["flavour"]["name"]]
-    service = containerd_found["flavour"]["service"]
+    flavour = INSTALLATIONS[containerd_found["installation"]["name"]]
+    service = containerd_found["installation"]["service"]
     if flavour.template_dir:
         # k3s / rke2 regenerate config.toml at every start: write their documented template instead.
         template = _template(flavour, containerd_found)
