@@ -1,5 +1,6 @@
-"""containerd facts: its version and config file, and which Kubernetes flavour owns it (the
-paths and units of deploy/containerd/flavours.py's table)."""
+"""containerd facts: its version and config file, and which installation owns it (a plain
+containerd, or the one a Kubernetes distribution brings: the paths and units of
+deploy/engines/containerd/installations.py's table)."""
 
 from __future__ import annotations
 
@@ -173,7 +174,7 @@ class ContainerdInstallations(NodeFact):
     """
     Which paths of the Kubernetes distributions that bring their own containerd exist, which of
     their units are installed (and their state), and the ``version`` line of their generated
-    config. ``classify_installation`` (deploy/containerd/flavours.py) turns it into plain / k3s / rke2 /
+    config. ``classify_installation`` (deploy/engines/containerd/installations.py) turns it into plain / k3s / rke2 /
     k0s / microk8s.
 
     .. code:: python

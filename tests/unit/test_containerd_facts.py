@@ -1,4 +1,4 @@
-"""containerd facts and the flavour -> config target table, from fixture command output."""
+"""containerd facts and the installation -> config target table, from fixture command output."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def test_config_fact_command_reads_base_then_default():
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_flavour_and_where_its_nvidia_runtime_goes(name):
+def test_installation_and_where_its_nvidia_runtime_goes(name):
     containerd_found = ContainerdInstallations().process((INSTALLATIONS / f"{name}.txt").read_text().splitlines())
     containerd_found["installation"] = classify_installation(containerd_found)
     assert containerd_found["installation"] == EXPECTED[name]["installation"]
