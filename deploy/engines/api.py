@@ -44,9 +44,7 @@ class RuntimeEngine(Protocol[Document, Running]):
     """A container runtime's config, as gpu-node edits it. Each method raises ``ConfigError`` (one
     line naming the file) for a config it cannot edit safely, which is then left as it is."""
 
-    # How gpu-node names the runtime, and the format of its config file ("toml", "json": how a diff
-    # is masked and how the undo run reads the file back).
-    name: str
+    # The format of its config file ("toml", "json": how a diff is masked, how the undo run reads it).
     file_format: str
 
     def parse(self, text: str, source: str) -> Document:

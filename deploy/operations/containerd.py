@@ -16,7 +16,7 @@ import tomlkit
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand
 
-from .. import node_records, probes, redact, templates
+from .. import probes, redact, templates
 from ..cdi import CdiUnsupported, for_containerd
 from ..engines.containerd.cri import (
     CRI_RUNTIME_PLUGIN,
@@ -100,7 +100,7 @@ def plan_node_wiring(target: ConfigTarget, wiring: RuntimeWiring) -> RuntimeConf
         base, source = state["default_config"], f"`{containerd_binary} config default`"
     else:
         base, source = default_config_text(state["major"]), "templates/containerd-config.toml.j2"
-    plan = RuntimeConfigPlan(node_records.TOML, target.service, [], "", changes)
+    plan = RuntimeConfigPlan(ContainerdEngine.file_format, target.service, [], "", changes)
     try:
         # cdi=auto decided for this containerd.
         cdi = for_containerd(wiring, state["major"], state["minor"], state["version"])

@@ -11,7 +11,6 @@ from functools import partial
 
 from pyinfra import host
 
-from .. import node_records
 from ..cdi import CdiUnsupported, for_docker
 from ..engines.docker.daemon_json import (
     DockerEngine,
@@ -40,7 +39,7 @@ def state_read(path: str, service: str = "docker") -> FactCall:
 
 def plan_docker_wiring(path: str, wiring: RuntimeWiring, service: str = "docker") -> RuntimeConfigPlan:
     """Read the node (the fact preflight read ahead) and plan daemon.json's wiring; nothing runs."""
-    plan = RuntimeConfigPlan(node_records.JSON, service, [], f"{path} already wires the nvidia runtime",
+    plan = RuntimeConfigPlan(ENGINE.file_format, service, [], f"{path} already wires the nvidia runtime",
                              changes_so_far(host))
     plan.refusal = _plan(plan, read(host, state_read(path, service)), path, wiring, service)
     return plan

@@ -374,7 +374,6 @@ class ContainerdEngine:
     config the installed binary does not read as it is: the file's own version decides)."""
 
     major: int | None = None
-    name: str = "containerd"
     file_format: str = node_records.TOML
 
     def parse(self, text: str, source: str) -> ContainerdConfig:

@@ -357,7 +357,6 @@ class DockerRunning:
 class DockerEngine:
     """Docker's daemon.json."""
 
-    name: str = "docker"
     file_format: str = node_records.JSON
 
     def parse(self, text: str, source: str) -> dict:
