@@ -632,7 +632,7 @@ def test_a_binary_the_config_names_elsewhere_is_checked_by_its_parsed_path_in_a_
 def test_a_k3s_node_is_verified_through_k3s_own_containerd_unit_socket_and_generated_config(tmp_path):
     """k3s runs its own containerd (not on the PATH) under its own unit, on the config.toml it
     generates from the template the deploy writes, behind its own socket: verify asks that one."""
-    flavour = (FIXTURES / "containerd" / "flavours" / "k3s-agent-v3.txt").read_text().splitlines()
+    flavour = (FIXTURES / "containerd" / "installations" / "k3s-agent-v3.txt").read_text().splitlines()
     lines = node_lines(dump=containerd_dump())
     plan, _, steps, failed = run_verify(tmp_path, lines, flavour=flavour)
     ladder_read = plan.commands[1]
