@@ -44,10 +44,10 @@ from config_checks import NVIDIA_BINARY, leaves  # noqa: E402
 from containerd_releases import READERS, config_dump, dockerd, dockerd_validate, release  # noqa: E402
 from corpus import corpus_root  # noqa: E402
 
-from deploy.containerd.cri import merge_containerd_config  # noqa: E402
-from deploy.containerd.layout import ConfigError  # noqa: E402
-from deploy.containerd.plan import ConfigFile, plan_wiring  # noqa: E402
-from deploy.operations.docker import (  # noqa: E402
+from deploy.engines.containerd.cri import merge_containerd_config  # noqa: E402
+from deploy.toml_layout import ConfigError  # noqa: E402
+from deploy.operations.containerd import ConfigFile, plan_wiring  # noqa: E402
+from deploy.engines.docker.daemon_json import (  # noqa: E402
     DaemonConfigError,
     merge_daemon_config,
     parse_daemon_json,
@@ -282,7 +282,7 @@ def run_gpu_node_containerd(source: Path, work: Path) -> Outcome:
             continue
         per_release = work / suite / "config.toml"
         per_release.parent.mkdir(parents=True, exist_ok=True)
-        per_release.write_text(planned[0].merged.text)
+        per_release.write_text(planned[0].text)
         found_effect = containerd_effect(per_release, text, suites=(suite,))
         for name in ("wired", "systemd", "refused"):
             getattr(outcome.effect, name).update(getattr(found_effect, name))

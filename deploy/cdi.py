@@ -11,8 +11,8 @@ from dataclasses import dataclass, replace
 from tomlkit.exceptions import ParseError
 
 from . import node_text
-from .containerd import layout
-from .containerd.layout import TOMLKIT_FAULTS, ConfigError, Edits, tomllib
+from . import toml_layout
+from .toml_layout import TOMLKIT_FAULTS, ConfigError, Edits, tomllib
 from .settings import RuntimeWiring
 
 # Where the spec goes (containerd and Docker read /etc/cdi and /var/run/cdi by default), and the dirs
@@ -107,7 +107,7 @@ def with_runtime_mode(text: str | None, mode: str) -> str:
 
     def parse(body: str):
         try:
-            return layout.parse(body)
+            return toml_layout.parse(body)
         except (ParseError, *TOMLKIT_FAULTS) as error:
             raise ConfigError(f"{RUNTIME_CONFIG}: its layout cannot be edited safely (tomlkit cannot read it: "
                               f"{type(error).__name__})") from None
@@ -115,7 +115,7 @@ def with_runtime_mode(text: str | None, mode: str) -> str:
     def apply(document, edits: Edits) -> None:
         edits.set(RUNTIME_SECTION, "mode", mode)
 
-    edited, _ = layout.edit(text if text is not None else RUNTIME_CONFIG_HEADER, RUNTIME_CONFIG, parse, apply)
+    edited, _ = toml_layout.edit(text if text is not None else RUNTIME_CONFIG_HEADER, RUNTIME_CONFIG, parse, apply)
     return edited
 
 

@@ -30,7 +30,7 @@ class Findings:
     platform: Platform
     # deploy/facts/nvidia.py HostState: GPUs, Secure Boot, modules, kernel, free disk
     nvidia: dict | None = None
-    # deploy/facts/containerd.py ContainerdFlavour plus "flavour": {"name", "service"}:
+    # deploy/facts/containerd.py ContainerdInstallations plus "installation": {"name", "service"}:
     # who owns containerd (plain, k3s, rke2, k0s, microk8s)
     containerd: dict | None = None
     # deploy/facts/recovery.py PendingRestarts: {unit: config} an interrupted run did not restart

@@ -19,7 +19,7 @@ import yaml
 
 if sys.version_info >= (3, 11):
     import tomllib
-else:  # as deploy/containerd/layout.py reads it
+else:  # as deploy/toml_layout.py reads it
     import tomli as tomllib
 
 # A file is read whole onto the controller, which parses it there for every host of the run, an

@@ -40,7 +40,7 @@ from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 
 from .facts.k8s import kubectl, with_stdin
-from .containerd.flavours import PLAIN_SOCKET
+from .engines.containerd.installations import PLAIN_SOCKET
 from .facts.verification import decode_b64
 from .verification.cdi import CdiProbe
 

@@ -20,7 +20,7 @@ from typing import Callable
 import tomlkit
 from tomlkit.items import AoT, Array, InlineTable, Item, Table
 
-from .containerd import layout
+from . import toml_layout
 
 MASK = "***"
 # A key whose name holds one of these words is a credential, and so is everything under it:
@@ -89,7 +89,7 @@ def _mask_toml_body(body: list, secret: bool) -> None:
 def mask_toml(text: str) -> str:
     """``text`` with every credential value replaced by ``"***"`` (and ``mask_text``'s); comments
     and layout kept."""
-    document = layout.parse(text)
+    document = toml_layout.parse(text)
     _mask_toml_body(document.body, False)
     return mask_text(document.as_string())
 

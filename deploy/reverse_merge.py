@@ -18,8 +18,8 @@ import tomlkit
 from tomlkit.exceptions import ParseError
 
 from . import node_text
-from .containerd import layout
-from .containerd.layout import TOMLKIT_FAULTS, ConfigError, tomllib
+from . import toml_layout
+from .toml_layout import TOMLKIT_FAULTS, ConfigError, tomllib
 
 Path = tuple[str, ...]
 
@@ -145,7 +145,7 @@ def _values(text: str, source: str) -> dict:
 
 def _remove(document, path: Path) -> None:
     """Remove the key or table ``path`` from wherever the document defines it."""
-    piece = layout.holder(document, path[:-1], path[-1]) if len(path) > 1 else document
+    piece = toml_layout.holder(document, path[:-1], path[-1]) if len(path) > 1 else document
     container = piece.value if isinstance(piece, tomlkit.items.Table) else piece
     if piece is None or path[-1] not in container:
         # a table under an implicit parent: walk the document's own proxies
@@ -166,10 +166,10 @@ def reverse_toml(live: str, original: str, written: str, source: str) -> tuple[s
                       _values(written, f"{source} (as gpu-node wrote it)"))
     if not result.changed:
         return live, result
-    body, newline, ended = layout.line_endings(live)
+    body, newline, ended = toml_layout.line_endings(live)
     try:
-        document = layout.parse(body)
-        edits = layout.Edits(document)
+        document = toml_layout.parse(body)
+        edits = toml_layout.Edits(document)
         for change in result.undone:
             if change.before is MISSING:
                 _remove(document, change.path)
@@ -205,6 +205,6 @@ def _comments(text: str) -> set[str]:
 
 def described(result: Reverted) -> str:
     """What the reverse merge did, in words: ``runtimes.nvidia`` ... (a few paths)."""
-    paths = [layout.dotted(change.path) for change in result.undone] + [layout.dotted(t) for t in result.removed_tables]
+    paths = [toml_layout.dotted(change.path) for change in result.undone] + [toml_layout.dotted(t) for t in result.removed_tables]
     shown = ", ".join(paths[:4]) + (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
     return shown

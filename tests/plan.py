@@ -59,7 +59,7 @@ from pyinfra_cli.util import load_deploy_file
 from deploy.distros import detect_platform
 from deploy.facts.access import HostAccess
 from deploy.facts.combined import MARKER, CombinedOutput, FactCall, section_name
-from deploy.facts.containerd import ContainerdFlavour
+from deploy.facts.containerd import ContainerdInstallations
 from deploy.facts.nvidia import HostState, PackagesAvailable
 from deploy.facts.recovery import PackageManagerState, PendingRestarts
 from deploy.settings import Settings, parse_settings
@@ -334,7 +334,7 @@ def gpu_node(distro: str = "debian-12", *, arch: str = "x86_64", host_state: lis
         (LinuxDistribution, os_release(distro)),
         (Arch, arch),
         (HostState, host_state),
-        (ContainerdFlavour, []),
+        (ContainerdInstallations, []),
         (PackageManagerState, []),
         (PendingRestarts, []),
         (every(PackagesAvailable), carrying(f"linux-headers-{kernel}", f"kernel-devel-{kernel}")),

@@ -1,5 +1,6 @@
-"""containerd facts: its version and config file, and which Kubernetes flavour owns it (the
-paths and units of deploy/containerd/flavours.py's table)."""
+"""containerd facts: its version and config file, and which installation owns it (a plain
+containerd, or the one a Kubernetes distribution brings: the paths and units of
+deploy/engines/containerd/installations.py's table)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from pyinfra.api.exceptions import FactProcessError
 
 from .base import NodeFact
 from .. import node_text
-from ..containerd.flavours import FLAVOUR_PATHS, FLAVOUR_UNITS, GENERATED_CONFIGS
-from ..containerd.layout import tomllib
+from ..engines.containerd.installations import INSTALLATION_PATHS, INSTALLATION_UNITS, GENERATED_CONFIGS
+from ..toml_layout import tomllib
 
 # Version strings seen in the field: Debian "1.6.20~ds1", Docker's containerd.io "1.7.21",
 # sid "2.1.9+unknown", k3s "v1.7.23-k3s2".
@@ -169,11 +170,11 @@ UNIT_DIRS = ("/etc/systemd/system", "/usr/local/lib/systemd/system", "/lib/syste
              "/usr/lib/systemd/system")
 
 
-class ContainerdFlavour(NodeFact):
+class ContainerdInstallations(NodeFact):
     """
     Which paths of the Kubernetes distributions that bring their own containerd exist, which of
     their units are installed (and their state), and the ``version`` line of their generated
-    config. ``classify_flavour`` (deploy/containerd/flavours.py) turns it into plain / k3s / rke2 /
+    config. ``classify_installation`` (deploy/engines/containerd/installations.py) turns it into plain / k3s / rke2 /
     k0s / microk8s.
 
     .. code:: python
@@ -188,9 +189,9 @@ class ContainerdFlavour(NodeFact):
 
     def command(self):
         parts = [
-            StringCommand("for p in", *[QuoteString(p) for p in FLAVOUR_PATHS],
+            StringCommand("for p in", *[QuoteString(p) for p in INSTALLATION_PATHS],
                           '; do [ -e "$p" ] && echo "path $p"; done;'),
-            StringCommand("for u in", *FLAVOUR_UNITS, "; do for d in", *UNIT_DIRS,
+            StringCommand("for u in", *INSTALLATION_UNITS, "; do for d in", *UNIT_DIRS,
                           '; do if [ -e "$d/$u.service" ]; then',
                           'echo "unit $u $(systemctl is-active "$u" 2>/dev/null)"; break; fi; done; done;'),
         ]

@@ -20,7 +20,7 @@ import shlex
 
 from .. import node_text
 from .base import NodeFact
-from ..containerd.flavours import PLAIN_SOCKET
+from ..engines.containerd.installations import PLAIN_SOCKET
 
 SMI_QUERY_FIELDS = ("index", "uuid", "name", "memory.total", "driver_version")
 SMI_QUERY = f"--query-gpu={','.join(SMI_QUERY_FIELDS)} --format=csv,noheader,nounits"
@@ -232,7 +232,7 @@ class VerifyReadout(NodeFact):
     PCI GPUs, modules, versions, read with it in one command): ``/proc/driver/nvidia/version``,
     the installed module's license (``modinfo``: open or proprietary), ``nvidia-smi`` (query, exit
     code, ``-L``, persistence mode), the nvidia-persistenced and nvidia-fabricmanager units'
-    states, the toolkit, the containerd the node's flavour runs (its binary, unit, socket and ctr;
+    states, the toolkit, the containerd the node's installation runs (its binary, unit, socket and ctr;
     its version and ``config dump`` are ContainerdConfig's, read with it), whether the given runtime
     ``binaries`` are executable, the kubelet config, ``docker info`` and crictl.
 
@@ -261,7 +261,7 @@ class VerifyReadout(NodeFact):
 
     def command(self, image, binaries=(), containerd_binary="containerd",
                 containerd_service="containerd", containerd_socket=PLAIN_SOCKET):
-        # A flavour without a unit of its own for containerd (k0s) is up when its socket is.
+        # An installation without a unit of its own for containerd (k0s) is up when its socket is.
         socket_active = ("" if containerd_service else
                          f'echo "ctrd_active $([ -S {shlex.quote(containerd_socket)} ] && echo active || echo inactive)"')
         containerd_unit = (f'[ -n "$ctrd" ] && {{ keys="$keys ctrd_active"; units="$units "{shlex.quote(containerd_service)}; }}'

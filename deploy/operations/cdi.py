@@ -16,8 +16,8 @@ from .. import node_records
 from ..cdi import (
     RUNTIME_CONFIG, SPEC_PATH, for_containerd, for_docker, runtime_mode_of, runtime_mode_refusal, with_runtime_mode,
 )
-from ..containerd.layout import ConfigError
-from ..containerd.flavours import ConfigTarget
+from ..toml_layout import ConfigError
+from ..engines.containerd.installations import ConfigTarget
 from ..facts.cdi import REFRESH_PATH_UNIT, CdiState, spec_stale
 from ..facts.combined import FactCall, read
 from ..facts.containerd import config_read

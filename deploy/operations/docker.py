@@ -1,350 +1,35 @@
 """
-Wire the NVIDIA runtime into Docker's daemon.json: a pure merge (data in, data out), its
-rendering through templates/daemon.json.j2, and the operation that installs it safely.
-
-Every key already in the file keeps its value and its place; the merge sets only
-``runtimes.nvidia``, ``default-runtime``, the systemd cgroup driver in ``exec-opts`` and,
-when asked, ``features.cdi``.
-
-dockerd refuses to start when a directive comes both as a flag (a systemd drop-in's
-``--exec-opt``, ``--default-runtime``, ...) and in daemon.json, so a setting the unit's flags
-already give is left to the flags; what dockerd will run with (flags + file) is then checked
-against what was meant before anything changes.
+Docker's wiring planned from the node: daemon.json and the unit that starts dockerd, read in one
+fact, wired by the engine (``deploy/engines/docker/``), held to what dockerd will run with its
+unit's flags, and checked by dockerd itself (``dockerd --validate``, Docker 23+) or, for an older
+dockerd, by the engine's schema. The generic operation (``runtime_config.py``) applies the plan.
 """
 
 from __future__ import annotations
 
-import json
-import math
-from dataclasses import dataclass, field
-from typing import Any, Sequence
+from functools import partial
 
 from pyinfra import host
-from pyinfra.api import operation
-from pyinfra.api.command import PyinfraCommand
 
-from .. import node_records, node_text, redact, templates
 from ..cdi import CdiUnsupported, for_docker
-from ..facts.combined import FactCall, read
-from ..facts.docker import DockerdFlag, DockerState, UnitParseError, parse_docker_unit
+from ..engines.docker.daemon_json import (
+    DockerEngine,
+    DockerRunning,
+    check_schema,
+    default_runtime_problem,
+    flag_conflicts,
+    leave_to_flags,
+)
+from ..engines.docker.unit import UnitParseError, parse_docker_unit
+from ..facts.combined import FactCall, changes_so_far, read
+from ..facts.docker import DockerState
+from ..settings import RuntimeWiring
+from ..toml_layout import ConfigError
 from . import safe_install
 from .failure import failing_command
-from ..settings import RuntimeWiring
+from .runtime_config import PlannedFile, RuntimeConfigPlan
 
-SYSTEMD_CGROUP_OPT = "native.cgroupdriver=systemd"
-
-
-class DaemonConfigError(ValueError):
-    """A daemon.json the merge cannot work on; the message names the file and the problem."""
-
-
-@dataclass
-class DockerMerged:
-    config: dict
-    changed: bool
-    notes: list[str] = field(default_factory=list)
-
-
-def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict:
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise DaemonConfigError(f"duplicate key {key!r}")
-        seen[key] = value
-    return seen
-
-
-def _reject_constant(name: str):
-    raise DaemonConfigError(f"{name} is not JSON")
-
-
-def _finite(number: str) -> float:
-    value = float(number)
-    if math.isinf(value):
-        # Rendered back it would read Infinity, which is not JSON.
-        raise DaemonConfigError(f"the number {number[:20]}... is too large for a 64-bit float")
-    return value
-
-
-def _strict_json(text: str):
-    return json.loads(text, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant,
-                      parse_float=_finite)
-
-
-def parse_daemon_json(text: str, source: str) -> dict:
-    """Strict JSON (no duplicate keys, no NaN), an object at the top; empty text is an empty object."""
-    try:
-        if not node_text.checked(text, source).strip():
-            return {}
-        data = node_text.parsed(_strict_json, text, source)
-    except node_text.UnreadableText as error:
-        raise DaemonConfigError(str(error)) from None
-    except json.JSONDecodeError as error:
-        # error's message ends with "line L column C (char N)".
-        raise DaemonConfigError(f"{source} is not valid JSON: {error}") from None
-    except DaemonConfigError as error:
-        raise DaemonConfigError(f"{source} is not valid JSON: {error}") from None
-    if not isinstance(data, dict):
-        raise DaemonConfigError(
-            f"{source} is not a JSON object: it holds a {type(data).__name__} at the top level"
-        )
-    return data
-
-
-# key -> (types, what) for the keys Docker reads with a fixed type; used when the installed
-# dockerd is older than 23.0 and cannot check a candidate itself (`dockerd --validate`).
-_STRING_LIST = (list, "a list of strings")
-SCHEMA = {
-    "runtimes": (dict, "an object of runtimes"),
-    "default-runtime": (str, "a string"),
-    "exec-opts": _STRING_LIST,
-    "features": (dict, "an object of booleans"),
-    "registry-mirrors": _STRING_LIST,
-    "insecure-registries": _STRING_LIST,
-    "storage-opts": _STRING_LIST,
-    "dns": _STRING_LIST,
-    "log-driver": (str, "a string"),
-    "log-opts": (dict, "an object of strings"),
-    "storage-driver": (str, "a string"),
-    "data-root": (str, "a string"),
-    "bridge": (str, "a string"),
-    "iptables": (bool, "true or false"),
-    "ip6tables": (bool, "true or false"),
-    "live-restore": (bool, "true or false"),
-    "debug": (bool, "true or false"),
-}
-
-
-# Runtimes every dockerd knows (moby daemon/config: builtinRuntimes; 20.10 also had the v1 shim).
-BUILTIN_RUNTIMES = ("runc", "io.containerd.runc.v2", "io.containerd.runtime.v1.linux")
-
-
-def is_containerd_shim_name(name: str) -> bool:
-    """
-    moby's isPermissibleC8dRuntimeName (Docker 23+): a name containerd resolves to a shim binary
-    on PATH, never a path: no `/`, and a non-empty part before a first `.`.
-    """
-    prefix, dot, _ = name.partition(".")
-    return "/" not in name and bool(dot) and bool(prefix)
-
-
-def default_runtime_problem(config: dict, docker_major: int | None = None,
-                            flag_runtimes: Sequence[str] = ()) -> str | None:
-    """
-    Whether dockerd can start with this ``default-runtime``: a built-in or configured runtime (file or
-    --add-runtime), or from Docker 23 on a containerd shim name. `dockerd --validate` does not check
-    this (dockerd only does when it starts), so it is checked here for every version.
-    """
-    default = config.get("default-runtime")
-    runtimes = config.get("runtimes") if isinstance(config.get("runtimes"), dict) else {}
-    if not isinstance(default, str) or default in (*BUILTIN_RUNTIMES, *runtimes, *flag_runtimes):
-        return None
-    if not is_containerd_shim_name(default):
-        return (f"default-runtime {default!r} is not a configured runtime (nor a containerd shim name like "
-                "io.containerd.runsc.v1): add it to \"runtimes\" or correct the name")
-    if docker_major is not None and docker_major < 23:
-        return (f"default-runtime {default!r} is a containerd shim name, which dockerd accepts from Docker 23 "
-                f"on; this dockerd is {docker_major}: name a runtime from \"runtimes\" or upgrade Docker")
-    return None
-
-
-def check_schema(config: dict, source: str, docker_major: int | None = None,
-                 flag_runtimes: Sequence[str] = ()) -> None:
-    """
-    The checks `dockerd --validate` would make on the keys this tool touches and the common ones,
-    for ``docker_major`` (None: assume a current dockerd); ``flag_runtimes``: --add-runtime names.
-    """
-    problems = []
-    for key, (kind, what) in SCHEMA.items():
-        if key not in config:
-            continue
-        value = config[key]
-        if not isinstance(value, kind) or (kind is list and not all(isinstance(v, str) for v in value)):
-            problems.append(f"{key} must be {what}")
-    for name, runtime in (config.get("runtimes") or {}).items() if isinstance(config.get("runtimes"), dict) else ():
-        if not isinstance(runtime, dict) or not isinstance(runtime.get("path", ""), str):
-            problems.append(f"runtimes.{name} must be an object with a string path")
-        elif "runtimeArgs" in runtime and not (
-            isinstance(runtime["runtimeArgs"], list) and all(isinstance(a, str) for a in runtime["runtimeArgs"])
-        ):
-            problems.append(f"runtimes.{name}.runtimeArgs must be a list of strings")
-    features = config.get("features")
-    if isinstance(features, dict):
-        problems += [f"features.{name} must be true or false"
-                     for name, value in features.items() if not isinstance(value, bool)]
-    default_problem = default_runtime_problem(config, docker_major, flag_runtimes)
-    if default_problem:
-        problems.append(default_problem)
-    drivers = [opt for opt in config.get("exec-opts") or () if isinstance(opt, str)
-               and opt.replace(" ", "").startswith("native.cgroupdriver=")]
-    if len(set(drivers)) > 1:
-        problems.append(f"exec-opts sets the cgroup driver twice: {drivers}")
-    if problems:
-        raise DaemonConfigError(f"{source}: " + "; ".join(problems))
-
-
-def merge_daemon_config(existing: dict, wiring: RuntimeWiring) -> DockerMerged:
-    """``existing`` with the NVIDIA runtime wired in; keys, values and order otherwise kept."""
-    config = json.loads(json.dumps(existing))  # a deep copy, same order
-    notes: list[str] = []
-
-    runtimes = config.setdefault("runtimes", {})
-    if not isinstance(runtimes, dict):
-        raise DaemonConfigError("runtimes must be an object")
-    nvidia = runtimes.get("nvidia") if isinstance(runtimes.get("nvidia"), dict) else {}
-    # Docker reads runtimeArgs (nvidia-ctk writes `args`, which Docker ignores).
-    runtimes["nvidia"] = {**nvidia, "path": wiring.binary, "runtimeArgs": nvidia.get("runtimeArgs", [])}
-
-    if wiring.make_default:
-        config["default-runtime"] = "nvidia"
-    elif config.get("default-runtime") == "nvidia":
-        config["default-runtime"] = "runc"
-        notes.append("default-runtime was nvidia: set back to runc (nvidia_runtime_default=false)")
-
-    if wiring.systemd_cgroup:
-        options = config.get("exec-opts", [])
-        if not isinstance(options, list):
-            raise DaemonConfigError("exec-opts must be a list of strings")
-        kept = []
-        for option in options:
-            is_driver = isinstance(option, str) and option.replace(" ", "").startswith("native.cgroupdriver=")
-            if is_driver and option != SYSTEMD_CGROUP_OPT:
-                notes.append(f"exec-opts: replaced {option!r} with {SYSTEMD_CGROUP_OPT!r} (systemd_cgroup=true)")
-                option = SYSTEMD_CGROUP_OPT
-            if option not in kept:
-                kept.append(option)
-        if SYSTEMD_CGROUP_OPT not in kept:
-            kept.append(SYSTEMD_CGROUP_OPT)
-        config["exec-opts"] = kept
-
-    if wiring.enable_cdi or (wiring.enable_cdi is False and (config.get("features") or {}).get("cdi") is True):
-        features = config.setdefault("features", {})
-        if not isinstance(features, dict):
-            raise DaemonConfigError("features must be an object")
-        features["cdi"] = wiring.enable_cdi
-
-    return DockerMerged(config=config, changed=config != existing, notes=notes)
-
-
-def render_daemon_json(config: dict) -> str:
-    return templates.render("daemon.json.j2", config=config)
-
-
-CGROUP_DRIVER_OPT = "native.cgroupdriver"
-
-
-def _cgroup_driver(option: str) -> str | None:
-    key, sep, value = option.replace(" ", "").partition("=")
-    return value if sep and key == CGROUP_DRIVER_OPT else None
-
-
-def flag_conflicts(config: dict, flags: Sequence[DockerdFlag], path: str) -> list[str]:
-    """
-    What moby's findConfigurationConflicts refuses: a key of daemon.json that a set flag also
-    gives (whatever the values); ``runtimes`` is exempt (dockerd merges --add-runtime with it).
-    """
-    conflicts = []
-    for flag in flags:
-        for key in flag.config_keys:
-            if key in config and key != "runtimes":
-                conflicts.append(f"{path} sets {key!r} and {flag.describe()} sets it too")
-                break
-    return conflicts
-
-
-def leave_to_flags(candidate: dict, existing: dict, flags: Sequence[DockerdFlag]) -> dict:
-    """
-    ``candidate`` without the keys the merge added that the unit's flags already give.
-    ``runtimes`` stays: dockerd merges --add-runtime with it, the file's entry winning a shared name.
-    """
-    given = {key for flag in flags for key in flag.config_keys} - {"runtimes"}
-    return {key: value for key, value in candidate.items() if key in existing or key not in given}
-
-
-@dataclass
-class Effective:
-    value: Any
-    source: str
-
-
-def effective_settings(config: dict, flags: Sequence[DockerdFlag], path: str) -> dict[str, Effective]:
-    """What dockerd will run with from flags and daemon.json: cgroup driver, default runtime, nvidia runtime."""
-    result: dict[str, Effective] = {}
-    exec_flags = [flag for flag in flags if flag.name == "exec-opt"]
-    if exec_flags:
-        drivers = [flag for flag in exec_flags if _cgroup_driver(flag.value)]
-        result["cgroup driver"] = (
-            Effective(_cgroup_driver(drivers[-1].value), drivers[-1].describe()) if drivers else
-            Effective(None, f"{exec_flags[0].describe()}, whose --exec-opt flags replace {path}'s "
-                            "exec-opts and set no cgroup driver")
-        )
-    else:
-        options = [option for option in config.get("exec-opts") or () if isinstance(option, str)
-                   and _cgroup_driver(option)]
-        result["cgroup driver"] = (Effective(_cgroup_driver(options[-1]), f"{path} exec-opts") if options
-                                   else Effective(None, f"neither {path} nor the unit's flags"))
-
-    default_flags = [flag for flag in flags if flag.name == "default-runtime"]
-    if default_flags:
-        result["default runtime"] = Effective(default_flags[-1].value, default_flags[-1].describe())
-    elif config.get("default-runtime"):
-        result["default runtime"] = Effective(config["default-runtime"], f"{path} default-runtime")
-    else:
-        result["default runtime"] = Effective("runc", "dockerd's own default")
-
-    # A runtime both files and flags name: the file's wins (moby's MergeDaemonConfigurations merges the
-    # flags into the file's config without overriding; measured on dockerd 20.10).
-    nvidia_flags = [flag for flag in flags if flag.name == "add-runtime" and flag.value.startswith("nvidia=")]
-    runtimes = config.get("runtimes") if isinstance(config.get("runtimes"), dict) else {}
-    in_file = runtimes.get("nvidia") if isinstance(runtimes.get("nvidia"), dict) else None
-    if in_file is None and nvidia_flags:
-        result["nvidia runtime"] = Effective(nvidia_flags[-1].value.partition("=")[2], nvidia_flags[-1].describe())
-    else:
-        result["nvidia runtime"] = Effective(in_file.get("path") if in_file else None, f"{path} runtimes.nvidia")
-
-    feature_flags = [flag for flag in flags if flag.name == "feature" and flag.value.partition("=")[0] == "cdi"]
-    if feature_flags:
-        value = feature_flags[-1].value.partition("=")[2] or "true"
-        result["cdi"] = Effective(value.lower() == "true", feature_flags[-1].describe())
-    else:
-        features = config.get("features") if isinstance(config.get("features"), dict) else {}
-        result["cdi"] = Effective(features.get("cdi") is True, f"{path} features.cdi")
-    return result
-
-
-def effective_problems(effective: dict[str, Effective], wiring: RuntimeWiring) -> list[str]:
-    """Where what dockerd would run differs from ``wiring``: each names the winning flag or file and what to do."""
-    problems = []
-    driver = effective["cgroup driver"]
-    if wiring.systemd_cgroup and driver.value != "systemd":
-        problems.append(
-            f"dockerd would run with cgroup driver {driver.value or '(not set)'}, decided by {driver.source}; "
-            "systemd_cgroup=true needs systemd: make that flag --exec-opt native.cgroupdriver=systemd or "
-            "remove the unit's --exec-opt flags (daemon.json then sets it), or set systemd_cgroup=false"
-        )
-    default = effective["default runtime"]
-    if wiring.make_default and default.value != "nvidia":
-        problems.append(
-            f"dockerd's default runtime would be {default.value}, set by {default.source}; "
-            "nvidia_runtime_default=true needs nvidia: make that flag --default-runtime=nvidia or remove it, "
-            "or set nvidia_runtime_default=false"
-        )
-    elif not wiring.make_default and default.value == "nvidia":
-        problems.append(
-            f"dockerd's default runtime would be nvidia, set by {default.source}, but "
-            "nvidia_runtime_default=false: remove that flag or set nvidia_runtime_default=true"
-        )
-    runtime = effective["nvidia runtime"]
-    if runtime.value != wiring.binary:
-        problems.append(
-            f"dockerd's nvidia runtime would be {runtime.value or '(undefined)'}, from {runtime.source}; "
-            f"gpu-node wires {wiring.binary}: point it there"
-        )
-    cdi = effective["cdi"]
-    if wiring.enable_cdi and not cdi.value:
-        problems.append(f"CDI would stay off, decided by {cdi.source}; cdi needs it on: "
-                        "make that flag --feature cdi=true or remove it, or set cdi=false")
-    return problems
+ENGINE = DockerEngine()
 
 
 def state_read(path: str, service: str = "docker") -> FactCall:
@@ -352,102 +37,74 @@ def state_read(path: str, service: str = "docker") -> FactCall:
     return (DockerState, {"path": path, "service": service})
 
 
-@operation()
-def configure_nvidia_runtime(path: str, wiring: RuntimeWiring, service: str = "docker",
-                             restart_timeout: int = 30, restart_pending: bool = False,
-                             before_restart: Sequence[PyinfraCommand] = (),
-                             keep_backups: int = safe_install.KEEP_BACKUPS):
-    """
-    Merge the NVIDIA runtime into daemon.json at ``path`` and install it safely.
+def plan_docker_wiring(path: str, wiring: RuntimeWiring, service: str = "docker") -> RuntimeConfigPlan:
+    """Read the node (the fact preflight read ahead) and plan daemon.json's wiring; nothing runs."""
+    plan = RuntimeConfigPlan(ENGINE.file_format, service, [], f"{path} already wires the nvidia runtime",
+                             changes_so_far(host))
+    plan.refusal = _plan(plan, read(host, state_read(path, service)), path, wiring, service)
+    return plan
 
-    + path: daemon.json
-    + wiring: what to set (``RuntimeWiring``)
-    + service: the unit restarted on change
-    + restart_timeout: seconds docker has to become active before rollback
-    + restart_pending: an interrupted run installed this config without restarting ``service``
-    + before_restart: commands run after the candidate's check, before the swap and restart (a drain)
-    + keep_backups: how many backups of daemon.json stay after a swap (the newest)
-    """
-    state = read(host, state_read(path, service))
+
+def _plan(plan: RuntimeConfigPlan, state: dict, path: str, wiring: RuntimeWiring, service: str) -> str:
+    """Fill ``plan`` in; the refusal, in one line, where daemon.json cannot or must not be wired."""
     if not state["dockerd"]:
-        yield failing_command(
-            "docker is in container_runtimes but dockerd is not installed: install Docker Engine, "
-            "or set docker_install=true to install the distribution's Docker package"
-        )
-        return
+        return ("docker is in container_runtimes but dockerd is not installed: install Docker Engine, "
+                "or set docker_install=true to install the distribution's Docker package")
     current = state["config"]
     try:
         wiring = for_docker(wiring, state["major"], state["version"]).wiring
     except CdiUnsupported as error:
-        yield failing_command(str(error))
-        return
+        return str(error)
     try:
-        existing = parse_daemon_json(current, path) if current is not None else {}
-        merged = merge_daemon_config(existing, wiring)
+        existing = ENGINE.parse(current, path) if current is not None else {}
+        wired = ENGINE.wire(existing, wiring, path)
         command_line = parse_docker_unit(state["unit"] or "", state["environment_files"])
-    except (DaemonConfigError, UnitParseError) as error:
+    except (ConfigError, UnitParseError) as error:
         message = str(error)
-        yield failing_command(message if message.startswith("/") else f"{path}: {message}")
-        return
+        return message if message.startswith("/") else f"{path}: {message}"
     if state["unit"] and not command_line.runs_dockerd:
         host.log_styled(f"{service}.service: ExecStart (in {command_line.exec_start_file}) does not run dockerd "
                         "directly: its flags are not checked against daemon.json", fg="yellow")
     flags = command_line.flags
     config_files = [flag for flag in flags if flag.name == "config-file" and flag.value != path]
     if config_files:
-        yield failing_command(
-            f"dockerd reads {config_files[-1].value}, not {path}: {config_files[-1].describe()}; "
-            f"set docker_daemon_config_path={config_files[-1].value}"
-        )
-        return
+        return (f"dockerd reads {config_files[-1].value}, not {path}: {config_files[-1].describe()}; "
+                f"set docker_daemon_config_path={config_files[-1].value}")
     conflicts = flag_conflicts(existing, flags, path)
     if conflicts:
-        yield failing_command(
-            "; ".join(conflicts) + ": dockerd refuses to start when a directive is given both as a flag and "
-            f"in daemon.json; remove it from {path} or from the unit, then run again"
-        )
-        return
-    merged.config = leave_to_flags(merged.config, existing, flags)
-    merged.changed = merged.config != existing
+        return ("; ".join(conflicts) + ": dockerd refuses to start when a directive is given both as a flag and "
+                f"in daemon.json; remove it from {path} or from the unit, then run again")
+    config = leave_to_flags(wired.document, existing, flags)
     for flag in flags:
         if flag.name == "add-runtime" and flag.value.startswith("nvidia=") and \
                 flag.value.partition("=")[2] != wiring.binary:
             host.log_styled(f"{flag.describe()} is overridden by {path} runtimes.nvidia: dockerd takes the "
                             "file's definition of a runtime both name", fg="yellow")
     flag_runtimes = [flag.value.partition("=")[0] for flag in flags if flag.name == "add-runtime"]
-    problems = effective_problems(effective_settings(merged.config, flags, path), wiring)
-    default_problem = default_runtime_problem(merged.config, state["major"], flag_runtimes)
+    problems = list(ENGINE.effective(DockerRunning(config, flags, path), wiring).problems)
+    default_problem = default_runtime_problem(config, state["major"], flag_runtimes)
     problems += [default_problem] if default_problem else []
     if problems:
-        yield failing_command(f"{path}: " + "; ".join(problems))
-        return
+        return f"{path}: " + "; ".join(problems)
 
-    if current is not None and not merged.changed:
-        yield from safe_install.file_in_place(path, service, restart_pending, restart_timeout, before_restart,
-                                              f"{path} already wires the nvidia runtime")
-        return
-    for note in merged.notes:
-        host.log_styled(f"{path}: {note}", fg="yellow")
-
-    content = render_daemon_json(merged.config)
-    redact.log_masked_diff(host, path, current, content, "json")
+    changed = current is None or config != existing
+    plan.files = [PlannedFile(path, current, ENGINE.render(config) if changed else current, changed, wired.notes)]
     if state["can_validate"]:
-        validator = safe_install.Validator(
+        plan.validator = safe_install.Validator(
             argv=[state["dockerd"], "--validate", "--config-file", "{candidate}"],
             what="dockerd --validate",
         )
     else:
         # dockerd older than 23.0: strict parse of what will be written, plus the schema checks.
-        validator = None
-        try:
-            check_schema(parse_daemon_json(content, path), path, state["major"], flag_runtimes)
-        except DaemonConfigError as error:
-            yield failing_command(str(error))
-            return
-    yield from safe_install.install_file._inner(
-        path=path, content=content, validator=validator, service=service,
-        restart_timeout=restart_timeout,
-        before_restart=before_restart,
-        keep_backups=keep_backups,
-        record=safe_install.FileRecord(unit=service, format=node_records.JSON),
-    )
+        plan.check = partial(_check_schema, docker_major=state["major"], flag_runtimes=flag_runtimes)
+    return ""
+
+
+def _check_schema(plan: RuntimeConfigPlan, docker_major: int | None, flag_runtimes: list[str]):
+    path = plan.path
+    try:
+        check_schema(ENGINE.parse(plan.files[0].text, path), path, docker_major, flag_runtimes)
+    except ConfigError as error:
+        yield failing_command(str(error))
+        return False
+    return True

@@ -19,9 +19,9 @@ from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
 from .. import node_records, reverse_merge
-from ..containerd.layout import ConfigError
+from ..toml_layout import ConfigError
 from . import safe_install
-from .docker import DaemonConfigError, parse_daemon_json, render_daemon_json
+from ..engines.docker.daemon_json import DaemonConfigError, parse_daemon_json, render_daemon_json
 from ..facts.packages import DebPackageStates
 from .packages import LOCK_HOLDERS, lock_wait_script, released_holds
 from .upload import symlink_refusal

@@ -20,8 +20,8 @@ from ..facts.base import UnreadableOutput
 from ..facts.combined import FactCall, known_fact, read_together
 from ..facts.cuda import CudaInit
 from ..facts.nvidia import HostState
-from ..containerd.flavours import ConfigTarget, classify_flavour, config_target, plain_target
-from ..facts.containerd import ContainerdFlavour, config_read
+from ..engines.containerd.installations import ConfigTarget, classify_installation, config_target, plain_target
+from ..facts.containerd import ContainerdInstallations, config_read
 from ..facts.verification import Executables, VerifyReadout
 from ..verification.cdi import cri_cdi_probe
 from ..verification.options import HANDLER, VerifyOptions
@@ -38,19 +38,19 @@ CUDA_READ: FactCall = (CudaInit, {})
 
 
 def containerd_in_effect(options: VerifyOptions) -> ConfigTarget:
-    """The containerd the node's flavour runs (plain, k3s, rke2, k0s, microk8s): its binary, unit,
+    """The containerd the node's installation runs (plain, k3s, rke2, k0s, microk8s): its binary, unit,
     socket and the config it runs with. Preflight's reading when nothing changed since, else read."""
     if "containerd" not in options.runtimes:
         return containerd_of(options, None)
-    return containerd_of(options, known_fact(host, ContainerdFlavour))
+    return containerd_of(options, known_fact(host, ContainerdInstallations))
 
 
 def containerd_of(options: VerifyOptions, found: dict | None) -> ConfigTarget:
-    """The containerd a node with this ContainerdFlavour reading runs (None: not asked, containerd
+    """The containerd a node with this ContainerdInstallations reading runs (None: not asked, containerd
     is not wired)."""
     if found is None:
         return plain_target(options.containerd_config_path)
-    return config_target(options.containerd_config_path, {**found, "flavour": classify_flavour(found)})
+    return config_target(options.containerd_config_path, {**found, "installation": classify_installation(found)})
 
 
 def verify_read(options: VerifyOptions, containerd: ConfigTarget) -> FactCall:
@@ -78,11 +78,11 @@ def with_containerd_config(readout: dict, config: dict) -> dict:
 
 
 def reads(options: VerifyOptions) -> list[FactCall]:
-    """The reads preflight makes ahead for this operation: the flavour's, verify's of a plain
-    containerd (a node of another flavour reads verify's again, for its own containerd) and
+    """The reads preflight makes ahead for this operation: the installation's, verify's of a plain
+    containerd (a node of another installation reads verify's again, for its own containerd) and
     cuInit's."""
     plain = containerd_of(options, None)
-    return [(ContainerdFlavour, {}), NODE_READ, verify_read(options, plain), containerd_config_read(plain), CUDA_READ,
+    return [(ContainerdInstallations, {}), NODE_READ, verify_read(options, plain), containerd_config_read(plain), CUDA_READ,
             cdi_ops.state_read(), devices.links_read(options.driver_root)]
 
 

@@ -10,11 +10,11 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 
 from ..cdi import RUNTIME_CONFIG
-from ..containerd.flavours import classify_flavour, config_target
+from ..engines.containerd.installations import classify_installation, config_target
 from ..distros import Platform
 from ..facts.cdi import spec_stale
 from ..facts.combined import FactCall, known_fact, read
-from ..facts.containerd import ContainerdFlavour
+from ..facts.containerd import ContainerdInstallations
 from ..operations import cdi as cdi_ops
 from ..settings import Settings
 from ..findings import StepCheck
@@ -31,8 +31,8 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> Ste
     any change (runtimes this run installs are checked by the operation)."""
     if settings.nvidia_runtime_mode is None:
         return StepCheck()
-    found = known_fact(host, ContainerdFlavour) if settings.wires("containerd") else None
-    target = cdi_target(settings, {**found, "flavour": classify_flavour(found)} if found is not None else None)
+    found = known_fact(host, ContainerdInstallations) if settings.wires("containerd") else None
+    target = cdi_target(settings, {**found, "installation": classify_installation(found)} if found is not None else None)
     state = read(host, cdi_ops.state_read())
     problem = cdi_ops.runtime_mode_problem(target, state, cdi_decided=cdi_ops.runtime_versions_known(target))
     return StepCheck(errors=[problem] if problem else [])

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from pyinfra import host, logger
 from pyinfra.api import deploy
 
 from ..cdi import CdiUnsupported, for_containerd
-from ..containerd.flavours import config_target, plain_target
-from ..containerd.operation import configure_nvidia_runtime
-from ..containerd.plan import plan_node_wiring, target_read
+from ..engines.containerd.installations import config_target, plain_target
+from ..operations.containerd import plan_node_wiring, target_read
+from ..operations.runtime_config import configure_nvidia_runtime
 from ..distros import Family, Platform, add_repository, install_packages
 from ..facts.combined import FactCall, read
 from ..operations import drain as drain_ops
@@ -21,7 +23,7 @@ from ..findings import StepCheck
 def reads(settings: Settings) -> list[FactCall]:
     """
     The fact the runtimes stage decides on, for preflight to read ahead: a plain containerd's
-    config, as the wiring reads it (the flavours' own files, known only after preflight, are read
+    config, as the wiring reads it (the other installations' files, known only after preflight, are read
     by the operation).
     """
     return [target_read(plain_target(settings.containerd_config_path))]
@@ -56,8 +58,8 @@ def install_containerd(settings: Settings, family: Family) -> None:
 @deploy("containerd")
 def containerd_runtime(settings: Settings, family: Family, containerd_found: dict, drain: DrainTarget | None = None,
                        pending_restarts: dict | None = None):
-    flavour = containerd_found["flavour"]["name"]
-    if flavour == "plain" and not containerd_found.get("binary"):
+    installation = containerd_found["installation"]["name"]
+    if installation == "plain" and not containerd_found.get("binary"):
         if not settings.containerd_install:
             failure.fail(
                 name="Check that containerd is installed",
@@ -66,8 +68,8 @@ def containerd_runtime(settings: Settings, family: Family, containerd_found: dic
             )
             return
         install_containerd(settings, family)
-    elif flavour != "plain":
-        logger.info(f"{host.print_prefix}containerd belongs to {flavour}: wiring its own config")
+    elif installation != "plain":
+        logger.info(f"{host.print_prefix}containerd belongs to {installation}: wiring its own config")
 
     target = config_target(settings.containerd_config_path, containerd_found)
     wiring = settings.runtime_wiring
@@ -79,6 +81,7 @@ def containerd_runtime(settings: Settings, family: Family, containerd_found: dic
         return
     wired = configure_nvidia_runtime(
         name=f"Wire the nvidia runtime into {target.path}",
+        make_plan=partial(plan_node_wiring, target, wiring),
         plan=plan,
         restart_timeout=settings.service_restart_timeout,
         restart_pending=restart_pending,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from pyinfra import host
 from pyinfra.api import deploy
 
@@ -11,6 +13,7 @@ from ..facts.combined import FactCall, read
 from ..operations import docker, failure, units
 from ..operations import drain as drain_ops
 from ..operations.drain import DrainTarget
+from ..operations.runtime_config import configure_nvidia_runtime
 from ..settings import Settings
 from ..findings import StepCheck
 
@@ -57,12 +60,13 @@ def docker_runtime(settings: Settings, family: Family, drain: DrainTarget | None
                          lock_timeout=settings.apt_lock_timeout)
         units.enable_service(name="Enable and start Docker", service="docker")
 
-    wired = docker.configure_nvidia_runtime(
-        name=f"Wire the nvidia runtime into {settings.docker_daemon_config_path}",
-        path=settings.docker_daemon_config_path,
-        wiring=settings.runtime_wiring,
+    path = settings.docker_daemon_config_path
+    wired = configure_nvidia_runtime(
+        name=f"Wire the nvidia runtime into {path}",
+        # Planned as the operation runs: its warnings show in the operation's place.
+        make_plan=partial(docker.plan_docker_wiring, path, settings.runtime_wiring),
         restart_timeout=settings.service_restart_timeout,
-        restart_pending=(pending_restarts or {}).get("docker") == settings.docker_daemon_config_path,
+        restart_pending=(pending_restarts or {}).get("docker") == path,
         before_restart=drain_ops.before_restart(drain),
         keep_backups=settings.runtime_config_backups,
     )

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import deploy
 
-from ..containerd.flavours import plain_target
-from ..containerd.plan import target_read
+from ..engines.containerd.installations import plain_target
+from ..operations.containerd import target_read
 from ..distros import Platform
 from ..dra import IMEX_UNIT, imex_action, node_prerequisites
 from ..facts.combined import FactCall, read

@@ -8,11 +8,11 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.facts.server import Arch, LinuxDistribution
 
-from ..containerd.flavours import classify_flavour
+from ..engines.containerd.installations import classify_installation
 from ..distros import Platform, detect_platform
 from ..facts.access import HostAccess
 from ..facts.combined import FactCall, read_facts
-from ..facts.containerd import ContainerdFlavour
+from ..facts.containerd import ContainerdInstallations
 from ..facts.nvidia import HostState
 from ..facts.recovery import PackageManagerState, PendingRestarts
 from ..operations import packages as package_ops
@@ -105,7 +105,7 @@ def preflight(settings: Settings, steps: Sequence[PreflightStep]) -> Findings:
     # One remote command for what every node run needs first (re-runs from cron pay per command),
     # and for the facts the steps decide on (their ``reads``, see deploy/facts/combined.py).
     try:
-        facts = read_facts(host, HostAccess, LinuxDistribution, Arch, HostState, ContainerdFlavour,
+        facts = read_facts(host, HostAccess, LinuxDistribution, Arch, HostState, ContainerdInstallations,
                            PackageManagerState, PendingRestarts, read_ahead=step_reads(settings, steps))
     except EOFError:
         # pyinfra's SSH connector asks for the sudo password when sudo wants one: without a terminal,
@@ -137,8 +137,8 @@ def preflight(settings: Settings, steps: Sequence[PreflightStep]) -> Findings:
         logger.warning(f"{host.print_prefix}{warning}")
     if errors:
         raise PreflightError("; ".join(errors))
-    containerd = facts["ContainerdFlavour"]
-    containerd["flavour"] = classify_flavour(containerd)
+    containerd = facts["ContainerdInstallations"]
+    containerd["installation"] = classify_installation(containerd)
     if any(step.installs for step in steps):
         recover_package_manager(settings, facts["PackageManagerState"])
     pending = facts["PendingRestarts"]

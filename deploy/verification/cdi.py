@@ -11,7 +11,7 @@ import yaml
 
 from .. import node_text
 from ..cdi import RUNTIME_CONFIG, SPEC_PATH, for_containerd, runtime_mode_of
-from ..containerd.layout import ConfigError
+from ..toml_layout import ConfigError
 from ..facts.cdi import REFRESH_PATH_UNIT, spec_stale
 from ..report import FAIL, PASS, SKIP, Step
 from .options import NO_GPU, VerifyOptions

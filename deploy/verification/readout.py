@@ -10,8 +10,8 @@ import json
 import re
 
 from .. import node_text, redact
-from ..containerd.cri import dump_cri_plugin
-from ..containerd.layout import tomllib
+from ..engines.containerd.cri import dump_cri_plugin
+from ..toml_layout import tomllib
 from .options import HANDLER
 
 

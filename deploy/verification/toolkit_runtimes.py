@@ -6,7 +6,7 @@ wiring, which container runs to do, and what the CRI sandbox and the containers 
 from __future__ import annotations
 
 from ..cdi import CdiUnsupported, for_containerd
-from ..containerd.cri import effective_problems
+from ..engines.containerd.cri import effective_problems
 from ..report import FAIL, PASS, SKIP, Step
 from .cdi import CdiProbe, cdi_container_problem
 from .options import HANDLER, NO_GPU, VerifyOptions

@@ -14,7 +14,7 @@ from deploy.tasks.cdi import cdi
 pytestmark = pytest.mark.usefixtures("both_modes")
 
 PLAIN = {"paths": [], "units": {}, "generated_versions": {}, "binary": "/usr/bin/containerd",
-         "flavour": {"name": "plain", "service": "containerd"}}
+         "installation": {"name": "plain", "service": "containerd"}}
 CONFIG = config_read("/etc/containerd/config.toml", None, "containerd")
 CONTAINERD = {
     "2.1": "binary_path /usr/bin/containerd\nversion containerd github.com/containerd/containerd/v2 2.1.9 x",

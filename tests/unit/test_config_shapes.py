@@ -42,11 +42,11 @@ from config_checks import (
 from containerd_releases import READERS, config_dump, dockerd, dockerd_validate, release
 from plan import run_plan, settings_for
 
-from deploy.containerd.cri import merge_containerd_config
-from deploy.containerd.plan import ConfigFile, plan_wiring
+from deploy.engines.containerd.cri import merge_containerd_config
+from deploy.operations.containerd import ConfigFile, plan_wiring
 from deploy.facts.containerd import config_read
 from deploy.distros import detect_platform
-from deploy.operations.docker import parse_daemon_json
+from deploy.engines.docker.daemon_json import parse_daemon_json
 from deploy.settings import RuntimeWiring
 from deploy.tasks.containerd import containerd_runtime
 
@@ -75,7 +75,7 @@ def test_containerd_shape_is_wired_and_kept_as_a_real_world_file_would_be(name, 
     for suite in READERS[read_version(merged.text)]:
         found = release(suite)
         planned, _ = plan_wiring([ConfigFile("config.toml", text, name)], WIRING, found.major, found.version)
-        candidate = write_candidate(tmp_path / suite, "config.toml", planned[0].merged.text)
+        candidate = write_candidate(tmp_path / suite, "config.toml", planned[0].text)
         lay_out_relative_imports(tmp_path / suite, text)
         dumped = config_dump(found.binary, candidate)
         assert dumped.returncode == 0, f"containerd {found.version} refuses the merged file: {dumped.stderr.strip()[-300:]}"
@@ -102,7 +102,7 @@ K3S_FOUND = {
     "units": {"k3s": "active"},
     "generated_versions": {f"{K3S_DIR}/config.toml": 2},
     "binary": "/var/lib/rancher/k3s/data/current/bin/containerd",
-    "flavour": {"name": "k3s", "service": "k3s"},
+    "installation": {"name": "k3s", "service": "k3s"},
 }
 
 

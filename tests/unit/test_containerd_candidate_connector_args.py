@@ -16,7 +16,7 @@ from deploy.distros import detect_platform
 from deploy.tasks.containerd import containerd_runtime
 
 PLAIN_PRESENT = {"paths": [], "units": {}, "generated_versions": {}, "binary": "/usr/bin/containerd",
-                 "flavour": {"name": "plain", "service": "containerd"}}
+                 "installation": {"name": "plain", "service": "containerd"}}
 
 
 def test_candidate_check_runs_with_sudo_when_the_run_uses_sudo(monkeypatch):

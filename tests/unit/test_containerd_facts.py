@@ -1,4 +1,4 @@
-"""containerd facts and the flavour -> config target table, from fixture command output."""
+"""containerd facts and the installation -> config target table, from fixture command output."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from deploy.containerd.flavours import K0S_DROPIN_BASE, classify_flavour, config_target
-from deploy.facts.containerd import ContainerdConfig, ContainerdFlavour, parse_containerd_version
+from deploy.engines.containerd.installations import K0S_DROPIN_BASE, classify_installation, config_target
+from deploy.facts.containerd import ContainerdConfig, ContainerdInstallations, parse_containerd_version
 from deploy.settings import parse_settings
 
-FLAVOURS = Path(__file__).resolve().parents[1] / "fixtures" / "containerd" / "flavours"
-EXPECTED = json.loads((FLAVOURS / "expected.json").read_text())
+INSTALLATIONS = Path(__file__).resolve().parents[1] / "fixtures" / "containerd" / "installations"
+EXPECTED = json.loads((INSTALLATIONS / "expected.json").read_text())
 
 
 @pytest.mark.parametrize(
@@ -64,10 +64,10 @@ def test_config_fact_command_reads_base_then_default():
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_flavour_and_where_its_nvidia_runtime_goes(name):
-    containerd_found = ContainerdFlavour().process((FLAVOURS / f"{name}.txt").read_text().splitlines())
-    containerd_found["flavour"] = classify_flavour(containerd_found)
-    assert containerd_found["flavour"] == EXPECTED[name]["flavour"]
+def test_installation_and_where_its_nvidia_runtime_goes(name):
+    containerd_found = ContainerdInstallations().process((INSTALLATIONS / f"{name}.txt").read_text().splitlines())
+    containerd_found["installation"] = classify_installation(containerd_found)
+    assert containerd_found["installation"] == EXPECTED[name]["installation"]
     target = config_target(parse_settings({}).containerd_config_path, containerd_found)
     shown = {key: getattr(target, key) for key in EXPECTED[name]["target"]}
     assert shown == EXPECTED[name]["target"]
@@ -75,19 +75,19 @@ def test_flavour_and_where_its_nvidia_runtime_goes(name):
 
 def test_k3s_and_rke2_never_touch_etc_containerd_and_k0s_starts_from_an_empty_dropin():
     for name in ("k3s-agent-v3", "k3s-server-existing-template", "rke2-agent-v2", "k0s-worker", "microk8s"):
-        containerd_found = ContainerdFlavour().process((FLAVOURS / f"{name}.txt").read_text().splitlines())
-        containerd_found["flavour"] = classify_flavour(containerd_found)
+        containerd_found = ContainerdInstallations().process((INSTALLATIONS / f"{name}.txt").read_text().splitlines())
+        containerd_found["installation"] = classify_installation(containerd_found)
         settings = parse_settings({"containerd_config_path": "/etc/containerd/config.toml"})
         target = config_target(settings.containerd_config_path, containerd_found)
         assert not target.path.startswith("/etc/containerd/")
-    k0s = ContainerdFlavour().process((FLAVOURS / "k0s-worker.txt").read_text().splitlines())
-    k0s["flavour"] = classify_flavour(k0s)
+    k0s = ContainerdInstallations().process((INSTALLATIONS / "k0s-worker.txt").read_text().splitlines())
+    k0s["installation"] = classify_installation(k0s)
     assert config_target(parse_settings({}).containerd_config_path, k0s).initial_text == K0S_DROPIN_BASE
 
 
 def test_plain_target_follows_the_setting():
     containerd_found = {"paths": [], "units": {}, "generated_versions": {}, "binary": None,
-             "flavour": {"name": "plain", "service": "containerd"}}
+             "installation": {"name": "plain", "service": "containerd"}}
     settings = parse_settings({"containerd_config_path": "/srv/ctr.toml"})
     assert config_target(settings.containerd_config_path, containerd_found).path == "/srv/ctr.toml"
 

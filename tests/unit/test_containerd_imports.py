@@ -14,9 +14,9 @@ import pytest
 from containerd_releases import config_dump, release
 from corpus import corpus_file, read_text
 
-from deploy.containerd.cri import effective_problems
-from deploy.containerd.layout import ConfigError
-from deploy.containerd.plan import ConfigFile, plan_wiring
+from deploy.engines.containerd.cri import effective_problems
+from deploy.toml_layout import ConfigError
+from deploy.operations.containerd import ConfigFile, plan_wiring
 from deploy.settings import RuntimeWiring
 
 MAIN, DROP_IN = "/etc/containerd/config.toml", "/etc/containerd/conf.d/99-nvidia.toml"
@@ -86,8 +86,8 @@ def test_a_drop_in_holding_the_cri_section_gets_the_wiring_and_config_toml_is_ke
     planned, holder = plan_wiring(files, RuntimeWiring(), major=1, containerd_version="1.6.20")
     assert holder == DROP_IN
     main, drop_in = planned
-    assert main.merged.text == files[0].text
-    wired = tomllib.loads(drop_in.merged.text)["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
+    assert main.text == files[0].text
+    wired = tomllib.loads(drop_in.text)["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
     assert wired["default_runtime_name"] == "nvidia"
     assert wired["runtimes"]["runc"]["options"]["SystemdCgroup"] is True
     assert wired["runtimes"]["nvidia"]["options"]["SystemdCgroup"] is True
@@ -102,8 +102,8 @@ def test_real_containerd_1x_runs_the_wiring_placed_in_the_drop_in(suite, layout,
     planned, _ = plan_wiring(files, RuntimeWiring(), found.major, found.version)
     (tmp_path / "conf.d").mkdir()
     main = tmp_path / "config.toml"
-    main.write_text(planned[0].merged.text.replace("/etc/containerd/conf.d", str(tmp_path / "conf.d")))
-    (tmp_path / "conf.d" / "99-nvidia.toml").write_text(planned[1].merged.text)
+    main.write_text(planned[0].text.replace("/etc/containerd/conf.d", str(tmp_path / "conf.d")))
+    (tmp_path / "conf.d" / "99-nvidia.toml").write_text(planned[1].text)
     dumped = config_dump(found.binary, main)
     assert dumped.returncode == 0, dumped.stderr
     assert effective_problems(dumped.stdout, RuntimeWiring()) == ('plugins."io.containerd.grpc.v1.cri".containerd', [])
@@ -118,7 +118,7 @@ def test_real_containerd_1x_ignores_a_wiring_in_config_toml_that_the_drop_in_ove
     planned, _ = plan_wiring(files[:1], RuntimeWiring(), found.major, found.version)
     (tmp_path / "conf.d").mkdir()
     main = tmp_path / "config.toml"
-    main.write_text(planned[0].merged.text.replace("/etc/containerd/conf.d", str(tmp_path / "conf.d")))
+    main.write_text(planned[0].text.replace("/etc/containerd/conf.d", str(tmp_path / "conf.d")))
     (tmp_path / "conf.d" / "99-nvidia.toml").write_text(files[1].text)
     _, problems = effective_problems(config_dump(found.binary, main).stdout, RuntimeWiring())
     # The drop-in's copy of the CRI section wins as a whole: no SystemdCgroup anywhere.
@@ -132,8 +132,8 @@ def test_a_drop_in_without_the_cri_section_leaves_the_wiring_in_config_toml():
     planned, holder = plan_wiring([ConfigFile(MAIN, main, MAIN), ConfigFile(DROP_IN, other, DROP_IN)],
                                   RuntimeWiring(), major=1)
     assert holder == MAIN
-    assert planned[1].merged.text == other
-    assert "runtimes.nvidia" in planned[0].merged.text
+    assert planned[1].text == other
+    assert "runtimes.nvidia" in planned[0].text
 
 
 def test_cri_disabled_in_an_imported_file_is_enabled_there_too():
@@ -142,7 +142,7 @@ def test_cri_disabled_in_an_imported_file_is_enabled_there_too():
     planned, holder = plan_wiring([ConfigFile(MAIN, main, MAIN), ConfigFile(DROP_IN, other, DROP_IN)],
                                   RuntimeWiring(), major=1)
     assert holder == MAIN
-    assert tomllib.loads(planned[1].merged.text)["disabled_plugins"] == []
+    assert tomllib.loads(planned[1].text)["disabled_plugins"] == []
 
 
 @pytest.mark.parametrize("text", ["", "version = 1\n", "[plugins.cri.containerd]\n  snapshotter = 'native'\n"])
@@ -161,7 +161,7 @@ def test_real_containerd_2_really_ignores_a_version_1_wiring(tmp_path):
     found = release("sid")
     planned, _ = plan_wiring([ConfigFile(MAIN, "version = 1\n", MAIN)], RuntimeWiring(), major=1)
     config = tmp_path / "config.toml"
-    config.write_text(planned[0].merged.text)
+    config.write_text(planned[0].text)
     dumped = config_dump(found.binary, config)
     assert dumped.returncode == 0, dumped.stderr
     assert "runtimes.nvidia is missing" in effective_problems(dumped.stdout, RuntimeWiring())[1]
@@ -198,10 +198,10 @@ oom_score = -500
 def test_version_2_file_with_2x_plugin_names_is_wired_where_containerd_2_reads_it(name, tmp_path):
     text = OWN_V2_WITH_2X_NAMES if name == "own" else read_text(corpus_file(f"containerd/{name}"))
     planned, _ = plan_wiring([ConfigFile(MAIN, text, name)], RuntimeWiring(), major=2, containerd_version="2.1.9")
-    merged = tomllib.loads(planned[0].merged.text)
+    merged = tomllib.loads(planned[0].text)
     assert "nvidia" in merged["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]
     config = tmp_path / "config.toml"
-    config.write_text(planned[0].merged.text)
+    config.write_text(planned[0].text)
     dumped = config_dump(release("sid").binary, config)
     assert dumped.returncode == 0, dumped.stderr
     assert effective_problems(dumped.stdout, RuntimeWiring())[1] == []

@@ -11,9 +11,9 @@ import pytest
 import tomlkit
 from harness import sid_containerd_deb
 
-from deploy.containerd.cri import CRI_RUNTIME_PLUGIN, merge_containerd_config
-from deploy.containerd.layout import ConfigError
-from deploy.containerd.plan import default_config_text
+from deploy.engines.containerd.cri import CRI_RUNTIME_PLUGIN, merge_containerd_config
+from deploy.toml_layout import ConfigError
+from deploy.operations.containerd import default_config_text
 from deploy.settings import RuntimeWiring
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "containerd"

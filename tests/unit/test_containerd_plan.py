@@ -18,7 +18,7 @@ from deploy.tasks.docker import docker_runtime
 pytestmark = pytest.mark.usefixtures("both_modes")
 
 PLAIN_MISSING = {"paths": [], "units": {}, "generated_versions": {}, "binary": None,
-                 "flavour": {"name": "plain", "service": "containerd"}}
+                 "installation": {"name": "plain", "service": "containerd"}}
 PLAIN_PRESENT = {**PLAIN_MISSING, "binary": "/usr/bin/containerd"}
 # The wiring's read of a plain containerd's config, and the Docker stage's of Docker
 CONFIG = config_read("/etc/containerd/config.toml", None, "containerd")

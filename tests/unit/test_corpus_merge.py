@@ -31,10 +31,10 @@ from config_checks import (
 from containerd_releases import READERS, config_dump, dockerd, dockerd_validate, release
 from corpus import containerd_configs, corpus_folder, docker_configs, file_params, read_text, sources
 
-from deploy.containerd.cri import merge_containerd_config
-from deploy.containerd.layout import ConfigError
-from deploy.containerd.plan import ConfigFile, plan_wiring
-from deploy.operations.docker import (
+from deploy.engines.containerd.cri import merge_containerd_config
+from deploy.toml_layout import ConfigError
+from deploy.operations.containerd import ConfigFile, plan_wiring
+from deploy.engines.docker.daemon_json import (
     DaemonConfigError,
     merge_daemon_config,
     parse_daemon_json,
@@ -125,7 +125,7 @@ def test_containerd_corpus_merge(path, tmp_path):
             assert_one_line_naming(str(error), name)
             assert not strict, f"{name}: refused for containerd {found.version}: {error}"
             continue
-        candidate = write_candidate(tmp_path / suite, "config.toml", for_release[0][0].merged.text)
+        candidate = write_candidate(tmp_path / suite, "config.toml", for_release[0][0].text)
         dumped = config_dump(found.binary, candidate)
         if dumped.returncode != 0 and not strict:
             original = write_candidate(tmp_path / suite / "original", "config.toml", text)

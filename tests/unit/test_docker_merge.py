@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from deploy.facts.docker import DockerState, parse_docker_version
-from deploy.operations.docker import (
+from deploy.settings import RuntimeWiring
+from deploy.engines.docker.daemon_json import (
     DaemonConfigError,
-    RuntimeWiring,
     check_schema,
     merge_daemon_config,
     parse_daemon_json,

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from deploy.facts.docker import DockerState, UnitParseError, parse_docker_unit
-from deploy.operations.docker import (
+from deploy.engines.docker.unit import UnitParseError, parse_docker_unit
+from deploy.facts.docker import DockerState
+from deploy.engines.docker.daemon_json import (
     DaemonConfigError,
     check_schema,
     effective_problems,

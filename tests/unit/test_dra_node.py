@@ -10,8 +10,8 @@ import pytest
 
 from plan import DEFAULT, PCI_WITH_GPU, gpu_node, node_lines, run_deploy
 
-from deploy.containerd.flavours import plain_target
-from deploy.containerd.plan import target_read
+from deploy.engines.containerd.installations import plain_target
+from deploy.operations.containerd import target_read
 from deploy.dra import (
     cdi_prerequisite, driver_prerequisite, driver_root_prerequisite, imex_action, imex_prerequisite,
 )

@@ -21,7 +21,7 @@ from pyinfra.api import Inventory, State
 from pyinfra.facts.server import Hostname, Uptime
 
 from deploy.facts.containerd import config_read
-from deploy.facts.containerd import ContainerdFlavour
+from deploy.facts.containerd import ContainerdInstallations
 from deploy.facts.recovery import PendingRestarts
 from deploy.operations.docker import state_read
 from deploy.facts.apt import AptSourceFiles
@@ -110,7 +110,7 @@ def gpu_host(config: str | None = UNWIRED, hostname: str = NODE, *facts) -> Node
             "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\n")),
         (config_read("/etc/containerd/config.toml", None, "containerd"),
          "binary_path /usr/bin/containerd" + (f"\nconfig {b64(config)}" if config is not None else "")),
-        (ContainerdFlavour, ["binary /usr/bin/containerd"]),  # containerd is installed
+        (ContainerdInstallations, ["binary /usr/bin/containerd"]),  # containerd is installed
         (Hostname, hostname),
         (Uptime, lambda: next(uptimes, "3")),
         *facts,

@@ -34,11 +34,12 @@ from test_verify_steps import node_lines as ladder_lines
 
 from deploy import node_text
 from deploy.cdi import RUNTIME_CONFIG, SPEC_PATH
-from deploy.containerd.cri import effective_problems
+from deploy.engines.containerd.cri import effective_problems
 from deploy.distros import detect_platform
 from deploy.facts.cdi import CdiState
-from deploy.facts.containerd import ContainerdConfig, ContainerdFlavour, ContainerdImports, config_read
-from deploy.facts.docker import DockerState, UnitParseError, parse_docker_unit
+from deploy.facts.containerd import ContainerdConfig, ContainerdInstallations, ContainerdImports, config_read
+from deploy.engines.docker.unit import UnitParseError, parse_docker_unit
+from deploy.facts.docker import DockerState
 from deploy.facts.drain import KubeNodeSchedule
 from deploy.facts.files import FileText
 from deploy.facts.k8s import HelmRelease, KubeCluster, KubeLiveObjects, KubeNodes
@@ -59,7 +60,7 @@ CONTAINERD_CONFIG = "/etc/containerd/config.toml"
 DAEMON_JSON = "/etc/docker/daemon.json"
 DEBIAN = detect_platform({"name": "debian", "major": None, "release_meta": {"ID": "debian"}}, "x86_64").family
 PLAIN_CONTAINERD = {"paths": [], "units": {}, "generated_versions": {}, "binary": "/usr/bin/containerd",
-                    "flavour": {"name": "plain", "service": "containerd"}}
+                    "installation": {"name": "plain", "service": "containerd"}}
 
 # (content, what the one line says): a TOML file, a JSON file, a YAML file of each kind
 TOML = {
@@ -239,7 +240,7 @@ def test_a_k3s_generated_config_that_cannot_be_read_leaves_its_version_unknown(c
     the template), and a file it cannot read leaves that to the default, without failing the read."""
     content, _ = TOML[case]
     path = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml"
-    found = ContainerdFlavour().process([f"generated {path} {node_read(content)}", "binary /usr/bin/containerd"])
+    found = ContainerdInstallations().process([f"generated {path} {node_read(content)}", "binary /usr/bin/containerd"])
     assert path not in found["generated_versions"]
 
 

@@ -15,12 +15,13 @@ from plan import run_plan, settings_for
 from pyinfra.api import config as pyinfra_config
 
 from deploy import redact
-from deploy.containerd import layout
-from deploy.containerd.cri import merge_containerd_config, parse_config
-from deploy.containerd.layout import ConfigError
+from deploy import toml_layout
+from deploy.engines.containerd.cri import merge_containerd_config, parse_config
+from deploy.toml_layout import ConfigError
 from deploy.facts.containerd import config_read
 from deploy.distros import detect_platform
-from deploy.operations.docker import DaemonConfigError, parse_daemon_json, state_read
+from deploy.engines.docker.daemon_json import DaemonConfigError, parse_daemon_json
+from deploy.operations.docker import state_read
 from deploy.operations.failure import fail_host
 from deploy.settings import RuntimeWiring
 from deploy.tasks.containerd import containerd_runtime
@@ -193,7 +194,7 @@ def diff_on(monkeypatch):
 
 def test_containerd_operation_with_diff_logs_the_masked_change(diff_on, caplog):
     containerd_found = {"paths": [], "units": {}, "generated_versions": {}, "binary": "/usr/bin/containerd",
-             "flavour": {"name": "plain", "service": "containerd"}}
+             "installation": {"name": "plain", "service": "containerd"}}
     caplog.set_level(logging.INFO, logger="pyinfra")
     run_plan(containerd_runtime, settings_for(), family("debian"), containerd_found,
              facts=[(config_read("/etc/containerd/config.toml", None, "containerd"),
@@ -207,7 +208,7 @@ def test_containerd_operation_with_diff_logs_the_masked_change(diff_on, caplog):
 
 def test_containerd_operation_without_diff_logs_no_diff(caplog):
     containerd_found = {"paths": [], "units": {}, "generated_versions": {}, "binary": "/usr/bin/containerd",
-             "flavour": {"name": "plain", "service": "containerd"}}
+             "installation": {"name": "plain", "service": "containerd"}}
     caplog.set_level(logging.INFO, logger="pyinfra")
     run_plan(containerd_runtime, settings_for(), family("debian"), containerd_found,
              facts=[(config_read("/etc/containerd/config.toml", None, "containerd"),
@@ -342,7 +343,7 @@ def test_corpus_registry_mirror_endpoints_with_user_info_are_masked(path):
     """containerd configs with registry mirrors (tests/corpus.py): each endpoint given user-info."""
     original = read_text(path)
     try:
-        layout.parse(original)
+        toml_layout.parse(original)
     except Exception:
         pytest.skip(f"{path.name} is a template gpu-node refuses to parse (its diff is withheld)")
     seeded = with_user_info(original)

@@ -1,7 +1,7 @@
 """
 nvidia_runtime_mode: the nvidia runtime's own mode in /etc/nvidia-container-runtime/config.toml, the
 containerd annotations its cdi mode needs, the refusals, verify's runtime_mode step, and verify's
-CRI probe asking for a CDI device (deploy/settings.py, deploy/cdi.py, deploy/containerd/cri.py,
+CRI probe asking for a CDI device (deploy/settings.py, deploy/cdi.py, deploy/engines/containerd/cri.py,
 deploy/tasks/cdi.py, deploy/operations/cdi.py, deploy/verification/, deploy/probes.py).
 
 The config texts below are written for these tests in the shape the toolkit's package ships (keys,
@@ -28,10 +28,10 @@ from test_verify_steps import (
 )
 
 from deploy.cdi import RUNTIME_CONFIG, runtime_mode_of, with_runtime_mode
-from deploy.containerd.cri import effective_problems, merge_containerd_config
-from deploy.containerd.layout import ConfigError, tomllib
+from deploy.engines.containerd.cri import effective_problems, merge_containerd_config
+from deploy.toml_layout import ConfigError, tomllib
 from deploy.facts.cdi import CdiState
-from deploy.facts.containerd import ContainerdFlavour
+from deploy.facts.containerd import ContainerdInstallations
 from deploy.verification.cdi import CdiProbe, cdi_container_problem, cri_cdi_probe, runtime_mode_step
 from deploy.verification.options import VerifyOptions
 from deploy.verification.toolkit_runtimes import cri_step
@@ -197,9 +197,9 @@ def check_with(containerd: str, runtime_config: str | None = PACKAGE_CONFIG, **d
         errors.extend(preflight_check(settings, None, {}).errors)
         host.noop("checked")
 
-    flavour = "binary /usr/bin/containerd" if containerd != "none" else ""
+    installation = "binary /usr/bin/containerd" if containerd != "none" else ""
     run_plan(check, settings_for(**data),
-             facts=[(ContainerdFlavour, flavour), (CONFIG, CONTAINERD[containerd]), (state_read(), state)],
+             facts=[(ContainerdInstallations, installation), (CONFIG, CONTAINERD[containerd]), (state_read(), state)],
              unstated=DEFAULT)
     return errors
 

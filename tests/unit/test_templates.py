@@ -8,7 +8,7 @@ import jinja2
 import pytest
 
 from deploy import templates
-from deploy.operations.docker import render_daemon_json
+from deploy.engines.docker.daemon_json import render_daemon_json
 
 
 def test_a_name_the_template_needs_and_is_not_given_is_an_error_not_an_empty_string():

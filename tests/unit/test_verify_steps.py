@@ -22,7 +22,7 @@ from pyinfra.api import Inventory
 from pyinfra.api.deploy import add_deploy
 from pyinfra.api.exceptions import PyinfraError
 
-from deploy.facts.containerd import ContainerdFlavour
+from deploy.facts.containerd import ContainerdInstallations
 from deploy.facts.cuda import CudaInit
 from deploy.facts.nvidia import HostState
 from deploy.facts.verification import Executables, VerifyReadout
@@ -39,7 +39,7 @@ from deploy.tasks.verification import verify
 pytestmark = pytest.mark.usefixtures("both_modes")
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-FLAVOUR_READ = "/var/lib/rancher/k3s/agent/etc/containerd"  # in ContainerdFlavour's command
+FLAVOUR_READ = "/var/lib/rancher/k3s/agent/etc/containerd"  # in ContainerdInstallations's command
 SMI = FIXTURES / "nvidia-smi"
 
 
@@ -156,7 +156,7 @@ CONTAINER_ID = "9a8b7c6d5e4f30211a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f7081
 
 def run_verify(tmp_path, lines, crictl=None, runs=None, facts=(), flavour=(), **data):
     """
-    The verify task on a node whose ladder read prints ``lines`` and whose ContainerdFlavour read
+    The verify task on a node whose ladder read prints ``lines`` and whose ContainerdInstallations read
     prints ``flavour`` (nothing: a plain containerd), with ``facts`` besides; ``crictl`` and ``runs``
     answer the probes (by a fragment of their command).
     """
@@ -169,7 +169,7 @@ def run_verify(tmp_path, lines, crictl=None, runs=None, facts=(), flavour=(), **
     settings = settings_for(verify_report_path=str(report), **data)
     # The node facts (PCI GPUs, kernel) and the ladder's read print their lines in the one command
     # they are read in: each fact takes its own kinds of line from them.
-    node = Node(facts=[(ContainerdFlavour, flavour), (HostState, lines), (ladder_call(settings, flavour), lines),
+    node = Node(facts=[(ContainerdInstallations, flavour), (HostState, lines), (ladder_call(settings, flavour), lines),
                        (containerd_call(settings, flavour), lines), (CudaInit, lines), (cdi_state_read(), lines),
                        (links_read(settings.nvidia_driver_root), lines), *facts], commands=commands)
     # tests/plan.py's run_plan, keeping the plan when the host fails (a failing step must fail it).
@@ -187,9 +187,9 @@ def run_verify(tmp_path, lines, crictl=None, runs=None, facts=(), flavour=(), **
 
 
 def containerd_in(settings, flavour: list[str]):
-    """The containerd a node whose ContainerdFlavour read prints ``flavour`` runs."""
+    """The containerd a node whose ContainerdInstallations read prints ``flavour`` runs."""
     options = VerifyOptions.from_settings(settings)
-    found = ContainerdFlavour().process(list(flavour)) if flavour else ContainerdFlavour.default()
+    found = ContainerdInstallations().process(list(flavour)) if flavour else ContainerdInstallations.default()
     return options, containerd_of(options, found if "containerd" in options.runtimes else None)
 
 
@@ -578,7 +578,7 @@ def test_each_real_containerds_dump_of_the_wired_config_passes_runtime_binary_an
     by that parsed path, so runtime_binary passes on every version, and fails when it is gone."""
     from containerd_releases import config_dump, release
 
-    from deploy.containerd.cri import merge_containerd_config
+    from deploy.engines.containerd.cri import merge_containerd_config
     from deploy.settings import RuntimeWiring
 
     from deploy.cdi import for_containerd
@@ -632,7 +632,7 @@ def test_a_binary_the_config_names_elsewhere_is_checked_by_its_parsed_path_in_a_
 def test_a_k3s_node_is_verified_through_k3s_own_containerd_unit_socket_and_generated_config(tmp_path):
     """k3s runs its own containerd (not on the PATH) under its own unit, on the config.toml it
     generates from the template the deploy writes, behind its own socket: verify asks that one."""
-    flavour = (FIXTURES / "containerd" / "flavours" / "k3s-agent-v3.txt").read_text().splitlines()
+    flavour = (FIXTURES / "containerd" / "installations" / "k3s-agent-v3.txt").read_text().splitlines()
     lines = node_lines(dump=containerd_dump())
     plan, _, steps, failed = run_verify(tmp_path, lines, flavour=flavour)
     verify_command = plan.commands[1]

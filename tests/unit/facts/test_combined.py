@@ -8,10 +8,10 @@ from pyinfra.api import Config, Inventory, State
 from pyinfra.facts.server import Arch, LinuxDistribution
 
 from deploy.facts.combined import CombinedOutput, read_facts, split_sections
-from deploy.facts.containerd import ContainerdFlavour
+from deploy.facts.containerd import ContainerdInstallations
 from deploy.facts.nvidia import HostState
 
-FACTS = (LinuxDistribution, Arch, HostState, ContainerdFlavour)
+FACTS = (LinuxDistribution, Arch, HostState, ContainerdInstallations)
 
 
 def shell(command) -> list[str]:
@@ -38,7 +38,7 @@ def alone(fact):
 
 def test_each_fact_from_the_combined_command_equals_the_fact_read_alone():
     together = read_facts(LocalHost(), *FACTS)
-    for fact in (LinuxDistribution, Arch, ContainerdFlavour):
+    for fact in (LinuxDistribution, Arch, ContainerdInstallations):
         assert together[fact.__name__] == alone(fact), fact.__name__
     node_alone, node_together = alone(HostState), together["HostState"]
     node_alone.pop("free_mb"), node_together.pop("free_mb")  # disk use moves between two reads
@@ -46,8 +46,8 @@ def test_each_fact_from_the_combined_command_equals_the_fact_read_alone():
 
 
 def test_a_fact_whose_command_prints_nothing_gets_its_default():
-    sections = split_sections(["@@gpu-node-fact Arch", "x86_64", "@@gpu-node-fact ContainerdFlavour"])
-    assert sections == {"Arch": ["x86_64"], "ContainerdFlavour": []}
+    sections = split_sections(["@@gpu-node-fact Arch", "x86_64", "@@gpu-node-fact ContainerdInstallations"])
+    assert sections == {"Arch": ["x86_64"], "ContainerdInstallations": []}
 
 
 class Failing(Arch):

@@ -1,9 +1,9 @@
 """
-The one table of containerd's flavours: a plain containerd, and the Kubernetes distributions that
+The one table of containerd's installations: a plain containerd, and the Kubernetes distributions that
 bring their own (k3s, rke2, microk8s, k0s). For each: what shows it is installed, the units that
 run it, its containerd binary, the file the NVIDIA runtime is merged into, the config containerd
-runs with and its socket. The ContainerdFlavour fact looks for the table's paths and units;
-``classify_flavour`` and ``config_target`` read the table. Pure data.
+runs with and its socket. The ContainerdInstallations fact looks for the table's paths and units;
+``classify_installation`` and ``config_target`` read the table. Pure data.
 """
 
 from __future__ import annotations
@@ -27,21 +27,21 @@ MICROK8S_TEMPLATE = "/var/snap/microk8s/current/args/containerd-template.toml"
 
 
 @dataclass(frozen=True)
-class Flavour:
+class ContainerdInstallation:
     """Who owns containerd on a node, and where the NVIDIA runtime goes for it."""
 
     name: str
-    # Paths that show the flavour is installed.
+    # Paths that show it is installed.
     marks: tuple[str, ...]
     # The units that run its containerd: the active one, else the installed one, else the first is restarted.
     units: tuple[str, ...]
-    # Whether an installed unit of it shows the flavour is installed, as its paths do.
+    # Whether an installed unit of it shows it is installed, as its paths do.
     unit_marks: bool = True
     # It watches its config and reloads containerd itself: no unit to restart.
     reloads_itself: bool = False
     binary: str = "containerd"
     # The file the runtime is merged into; None: the containerd_config_path setting, or the
-    # template of a flavour that regenerates its config (``template_dir``).
+    # template of an installation that regenerates its config (``template_dir``).
     config: str | None = None
     # k3s / rke2: config.toml is regenerated here at every start, from config-v3.toml.tmpl or
     # config.toml.tmpl when one exists; the runtime goes into that template, started from config.toml.
@@ -64,22 +64,22 @@ class Flavour:
 
     @property
     def looked_for(self) -> tuple[str, ...]:
-        """The paths the ContainerdFlavour fact reports: its marks, its generated config and templates, its binary."""
+        """The paths the ContainerdInstallations fact reports: its marks, its generated config and templates, its binary."""
         files = (self.generated_config, *(self.templates or ()), self.binary)
         return tuple(dict.fromkeys(self.marks + tuple(path for path in files if path and path.startswith("/"))))
 
 
-def _rancher(name: str, directory: str, units: tuple[str, ...], binary: str) -> Flavour:
+def _rancher(name: str, directory: str, units: tuple[str, ...], binary: str) -> ContainerdInstallation:
     """k3s and rke2 keep containerd the same way, each under its own name."""
-    return Flavour(name=name, marks=(directory, f"/usr/local/bin/{name}"), units=units, binary=binary,
+    return ContainerdInstallation(name=name, marks=(directory, f"/usr/local/bin/{name}"), units=units, binary=binary,
                    template_dir=directory, socket=RANCHER_SOCKET)
 
 
 # In the order they are detected: the first whose marks a node shows owns its containerd.
-FLAVOURS: dict[str, Flavour] = {flavour.name: flavour for flavour in (
+INSTALLATIONS: dict[str, ContainerdInstallation] = {installation.name: installation for installation in (
     _rancher("k3s", K3S_CONTAINERD_DIR, ("k3s", "k3s-agent"), "/var/lib/rancher/k3s/data/current/bin/containerd"),
     _rancher("rke2", RKE2_CONTAINERD_DIR, ("rke2-server", "rke2-agent"), "/var/lib/rancher/rke2/bin/containerd"),
-    Flavour(
+    ContainerdInstallation(
         name="microk8s",
         marks=(MICROK8S_TEMPLATE, "/snap/bin/microk8s"),
         units=("snap.microk8s.daemon-containerd",),
@@ -90,7 +90,7 @@ FLAVOURS: dict[str, Flavour] = {flavour.name: flavour for flavour in (
         running_config="/var/snap/microk8s/current/args/containerd.toml",
         socket="/var/snap/microk8s/common/run/containerd.sock",
     ),
-    Flavour(
+    ContainerdInstallation(
         name="k0s",
         marks=("/etc/k0s", "/usr/local/bin/k0s", "/var/lib/k0s/bin/containerd"),
         units=("k0sworker", "k0scontroller"),
@@ -101,19 +101,19 @@ FLAVOURS: dict[str, Flavour] = {flavour.name: flavour for flavour in (
         running_config="/etc/k0s/containerd.toml",  # k0s generates it, importing its drop-ins
         socket="/run/k0s/containerd.sock",
     ),
-    Flavour(name="plain", marks=(), units=("containerd",), unit_marks=False),
+    ContainerdInstallation(name="plain", marks=(), units=("containerd",), unit_marks=False),
 )}
-PLAIN = FLAVOURS["plain"]
+PLAIN = INSTALLATIONS["plain"]
 
-# What the ContainerdFlavour fact looks for.
-FLAVOUR_PATHS = tuple(dict.fromkeys(path for flavour in FLAVOURS.values() for path in flavour.looked_for))
-FLAVOUR_UNITS = tuple(dict.fromkeys(unit for flavour in FLAVOURS.values() for unit in flavour.units))
-GENERATED_CONFIGS = tuple(flavour.generated_config for flavour in FLAVOURS.values() if flavour.generated_config)
+# What the ContainerdInstallations fact looks for.
+INSTALLATION_PATHS = tuple(dict.fromkeys(path for installation in INSTALLATIONS.values() for path in installation.looked_for))
+INSTALLATION_UNITS = tuple(dict.fromkeys(unit for installation in INSTALLATIONS.values() for unit in installation.units))
+GENERATED_CONFIGS = tuple(installation.generated_config for installation in INSTALLATIONS.values() if installation.generated_config)
 
 
-def classify_flavour(state: dict) -> dict:
+def classify_installation(state: dict) -> dict:
     """
-    The flavour that owns containerd on the node (``state``: the ContainerdFlavour fact), and the
+    The installation that owns containerd on the node (``state``: the ContainerdInstallations fact), and the
     unit that runs it.
 
     .. code:: python
@@ -123,11 +123,11 @@ def classify_flavour(state: dict) -> dict:
     paths = set(state.get("paths", ()))
     units = state.get("units", {})
 
-    def installed(flavour: Flavour) -> list[str]:
-        return [unit for unit in flavour.units if unit in units]
+    def installed(installation: ContainerdInstallation) -> list[str]:
+        return [unit for unit in installation.units if unit in units]
 
-    owner = next((flavour for flavour in FLAVOURS.values()
-                  if paths.intersection(flavour.marks) or (flavour.unit_marks and installed(flavour))), PLAIN)
+    owner = next((installation for installation in INSTALLATIONS.values()
+                  if paths.intersection(installation.marks) or (installation.unit_marks and installed(installation))), PLAIN)
     if owner.reloads_itself:
         return {"name": owner.name, "service": None}
     active = [unit for unit in installed(owner) if units[unit] == "active"]
@@ -136,7 +136,7 @@ def classify_flavour(state: dict) -> dict:
 
 @dataclass(frozen=True)
 class ConfigTarget:
-    """Where the NVIDIA runtime goes for one flavour, and how the change is applied."""
+    """Where the NVIDIA runtime goes for one installation, and how the change is applied."""
 
     path: str
     service: str | None
@@ -145,7 +145,7 @@ class ConfigTarget:
     initial_text: str | None = None
     validate_with_binary: bool = True
     hint: str = ""
-    # What verify asks: the config containerd runs with (the file above, or the one the flavour
+    # What verify asks: the config containerd runs with (the file above, or the one the installation
     # generates from it) and the socket it serves.
     running_config: str = ""
     socket: str = PLAIN_SOCKET
@@ -155,42 +155,42 @@ class ConfigTarget:
         return self.running_config or self.base_path or self.path
 
 
-def _template(flavour: Flavour, containerd_found: dict) -> str:
+def _template(installation: ContainerdInstallation, containerd_found: dict) -> str:
     """The template k3s / rke2 reads: the one there, else the one of the generated config's version."""
     paths = set(containerd_found.get("paths", ()))
-    v2_template, v3_template = flavour.templates
+    v2_template, v3_template = installation.templates
     if v3_template in paths:
         return v3_template
     if v2_template in paths:
         return v2_template
-    version = containerd_found.get("generated_versions", {}).get(flavour.generated_config, 2)
+    version = containerd_found.get("generated_versions", {}).get(installation.generated_config, 2)
     return v3_template if version >= 3 else v2_template
 
 
 def plain_target(containerd_config_path: str) -> ConfigTarget:
-    """The target of a plain containerd (what preflight reads ahead for, before it knows the flavour)."""
-    return config_target(containerd_config_path, {"flavour": {"name": PLAIN.name, "service": PLAIN.units[0]}})
+    """The target of a plain containerd (what preflight reads ahead for, before it knows the installation)."""
+    return config_target(containerd_config_path, {"installation": {"name": PLAIN.name, "service": PLAIN.units[0]}})
 
 
 def config_target(containerd_config_path: str, containerd_found: dict) -> ConfigTarget:
-    """The file to merge into, per flavour (``containerd_found``: preflight's ContainerdFlavour reading);
+    """The file to merge into, per installation (``containerd_found``: preflight's ContainerdInstallations reading);
     ``containerd_config_path`` is the setting, for a plain containerd."""
-    flavour = FLAVOURS[containerd_found["flavour"]["name"]]
-    service = containerd_found["flavour"]["service"]
-    if flavour.template_dir:
+    installation = INSTALLATIONS[containerd_found["installation"]["name"]]
+    service = containerd_found["installation"]["service"]
+    if installation.template_dir:
         # k3s / rke2 regenerate config.toml at every start: write their documented template instead.
-        template = _template(flavour, containerd_found)
+        template = _template(installation, containerd_found)
         return ConfigTarget(
-            path=template, service=service, binary=flavour.binary, base_path=flavour.generated_config,
-            socket=flavour.socket,
+            path=template, service=service, binary=installation.binary, base_path=installation.generated_config,
+            socket=installation.socket,
             hint=(
-                f" {flavour.name} reads {template} as a Go template: if it uses template directives, add the "
-                f"nvidia runtime to it by hand (see {flavour.name}'s 'Configuring containerd' documentation) or "
+                f" {installation.name} reads {template} as a Go template: if it uses template directives, add the "
+                f"nvidia runtime to it by hand (see {installation.name}'s 'Configuring containerd' documentation) or "
                 "remove it so gpu-node can write it from the generated config.toml"
             ),
         )
     return ConfigTarget(
-        path=flavour.config or containerd_config_path, service=service, binary=flavour.binary,
-        initial_text=flavour.initial_text, validate_with_binary=flavour.validate_with_binary,
-        running_config=flavour.running_config, socket=flavour.socket,
+        path=installation.config or containerd_config_path, service=service, binary=installation.binary,
+        initial_text=installation.initial_text, validate_with_binary=installation.validate_with_binary,
+        running_config=installation.running_config, socket=installation.socket,
     )

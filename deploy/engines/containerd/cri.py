@@ -20,17 +20,17 @@ and the order stay as they were; only the keys below are set:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import tomlkit
 from tomlkit.exceptions import ParseError
 from tomlkit.items import Array, Table
 
-from .. import node_text, redact
-from ..cdi import SPEC_DIRS, SPEC_PATH
-from . import layout
-from .layout import TOMLKIT_FAULTS, ConfigError, Edits, TablePath, dotted, tomllib
-from ..settings import RuntimeWiring
+from ... import node_records, node_text, redact, toml_layout
+from ...cdi import SPEC_DIRS, SPEC_PATH
+from ...toml_layout import TOMLKIT_FAULTS, ConfigError, Edits, TablePath, dotted, tomllib
+from ...settings import RuntimeWiring
+from ..api import Effective, RuntimeEngine, Wired
 
 RUNC_V2 = "io.containerd.runc.v2"
 
@@ -61,7 +61,7 @@ class Merged:
 
 def parse_config(text: str, source: str) -> tomlkit.TOMLDocument:
     try:
-        return node_text.parsed(layout.parse, text, source)
+        return node_text.parsed(toml_layout.parse, text, source)
     except node_text.UnreadableText as error:
         raise ConfigError(str(error)) from None
     except ParseError as error:
@@ -78,6 +78,18 @@ def parse_config(text: str, source: str) -> tomlkit.TOMLDocument:
         # Legal TOML that tomlkit cannot keep (a table's keys after its sub-tables, say): refused.
         raise ConfigError(f"{source}: its layout cannot be edited safely "
                           f"(tomlkit cannot read it: {type(error).__name__})") from None
+
+
+def config_values(text: str, source: str) -> dict:
+    """A config's values, only read: by tomllib, several times faster than the layout-keeping parse
+    an edit needs (the no-op reads every host's files). Where tomllib refuses the text, tomlkit's
+    reading and its error, as every edit of the file gives them."""
+    try:
+        return node_text.parsed(tomllib.loads, text, source)
+    except node_text.UnreadableText as error:
+        raise ConfigError(str(error)) from None
+    except tomllib.TOMLDecodeError:
+        return parse_config(text, source).unwrap()
 
 
 def config_version(document, source: str) -> int:
@@ -141,7 +153,7 @@ def _wire_runtime(edits: Edits, runtimes_path: TablePath, name: str, binary: str
                   systemd_cgroup: bool, first_blank: bool | None) -> None:
     document = edits.document
     path = runtimes_path + (name,)
-    runtime = layout.holder(document, path)
+    runtime = toml_layout.holder(document, path)
     if runtime is None and edits.append_new:
         edits.set(path, "runtime_type", RUNC_V2)
         if binary:
@@ -149,28 +161,28 @@ def _wire_runtime(edits: Edits, runtimes_path: TablePath, name: str, binary: str
         edits.set(path + ("options",), "SystemdCgroup", systemd_cgroup)
         return
     if runtime is None:
-        runtimes = layout.ensure_table(document, runtimes_path, header=False)
-        style = layout.table_style(runtimes, "options")
+        runtimes = toml_layout.ensure_table(document, runtimes_path, header=False)
+        style = toml_layout.table_style(runtimes, "options")
         # Whether the file ends its tables with a blank line: read before inserting.
-        blank = layout.ends_with_blank_line(list(runtimes.values())[-1]) if len(runtimes) else first_blank
+        blank = toml_layout.ends_with_blank_line(list(runtimes.values())[-1]) if len(runtimes) else first_blank
         runtimes[name] = _new_runtime(binary, systemd_cgroup,
-                                      inline=layout.written_as_dotted_keys(runtimes))
-        layout.format_new(layout.holder(document, path), blank, *style)
+                                      inline=toml_layout.written_as_dotted_keys(runtimes))
+        toml_layout.format_new(toml_layout.holder(document, path), blank, *style)
         edits.assigned.append((path, tomllib.loads(tomlkit.dumps({"r": _new_runtime(binary, systemd_cgroup)}))["r"]))
         return
     if name == "nvidia":
         edits.set(path, "runtime_type", RUNC_V2)
     options_path = path + ("options",)
-    if (layout.holder(document, options_path) is None and isinstance(runtime, Table)
-            and not layout.written_as_dotted_keys(runtime) and not edits.append_new):
+    if (toml_layout.holder(document, options_path) is None and isinstance(runtime, Table)
+            and not toml_layout.written_as_dotted_keys(runtime) and not edits.append_new):
         # A runtime table with no options: add them in the runtime's own style.
-        runtimes = layout.holder(document, runtimes_path)
-        header, key_indent, step = layout.table_style(runtimes, "options")
-        blank = layout.ends_with_blank_line(runtime)
+        runtimes = toml_layout.holder(document, runtimes_path)
+        header, key_indent, step = toml_layout.table_style(runtimes, "options")
+        blank = toml_layout.ends_with_blank_line(runtime)
         runtime["options"] = _new_runtime(binary, systemd_cgroup)["options"]
         key_offset = key_indent[len(header):] if key_indent.startswith(header) else ""
-        options_header = layout.indent_of(runtime) + step
-        layout.format_new(runtime["options"], blank, options_header, options_header + key_offset, step)
+        options_header = toml_layout.indent_of(runtime) + step
+        toml_layout.format_new(runtime["options"], blank, options_header, options_header + key_offset, step)
         edits.assigned.append((options_path, _new_runtime(binary, systemd_cgroup).unwrap()["options"]))
         return
     if binary:
@@ -183,7 +195,7 @@ def _add_container_annotations(edits: Edits, runtime_path: TablePath, wanted: tu
     entries, their order and comments kept)."""
     if not wanted:
         return
-    runtime = layout.holder(edits.document, runtime_path, "container_annotations")
+    runtime = toml_layout.holder(edits.document, runtime_path, "container_annotations")
     current = runtime.get("container_annotations") if runtime is not None else None
     if current is None:
         edits.set(runtime_path, "container_annotations", list(wanted))
@@ -221,7 +233,7 @@ def _drop_disabled_cri(document, edits: Edits) -> None:
 
 
 def _edit(text: str, source: str, wire=None) -> Merged:
-    """CRI taken out of disabled_plugins, then ``wire(document, edits, version)``; see ``layout.edit``."""
+    """CRI taken out of disabled_plugins, then ``wire(document, edits, version)``; see ``toml_layout.edit``."""
 
     def parse_versioned(body: str):
         document = parse_config(body, source)
@@ -233,7 +245,7 @@ def _edit(text: str, source: str, wire=None) -> Merged:
         if wire is not None:
             wire(document, edits, config_version(document, source))
 
-    text, edits = layout.edit(text, source, parse_versioned, apply)
+    text, edits = toml_layout.edit(text, source, parse_versioned, apply)
     # The edits never touch `version`.
     return Merged(text=text, version=config_version(edits.document, source), notes=edits.notes)
 
@@ -251,12 +263,12 @@ def merge_containerd_config(text: str, wiring: RuntimeWiring, source: str = "con
         containerd = cri + ("containerd",)
         # Under a containerd table the file already had, a first new runtime needs its blank line.
         first_blank = False if any(isinstance(t, Table) and not t.is_super_table()
-                                   for t in layout.fragments(document, containerd)) else None
+                                   for t in toml_layout.fragments(document, containerd)) else None
         runtimes = containerd + ("runtimes",)
         _wire_runtime(edits, runtimes, "runc", None, wiring.systemd_cgroup, first_blank)
         _wire_runtime(edits, runtimes, "nvidia", wiring.binary, wiring.systemd_cgroup, first_blank)
         _add_container_annotations(edits, runtimes + ("nvidia",), wiring.container_annotations)
-        holder = layout.holder(document, containerd, "default_runtime_name")
+        holder = toml_layout.holder(document, containerd, "default_runtime_name")
         current_default = holder.get("default_runtime_name") if holder is not None else None
         if wiring.make_default:
             edits.set(containerd, "default_runtime_name", "nvidia")
@@ -268,7 +280,7 @@ def merge_containerd_config(text: str, wiring: RuntimeWiring, source: str = "con
                 edits.notes.append("containerd 2.x has CDI on: enable_cdi left as it is")
         elif wiring.enable_cdi:
             edits.set(cri, "enable_cdi", True)
-            cri_table = layout.holder(document, cri, "cdi_spec_dirs")
+            cri_table = toml_layout.holder(document, cri, "cdi_spec_dirs")
             spec_dirs = cri_table.get("cdi_spec_dirs") if cri_table is not None else None
             spec_dirs = spec_dirs.unwrap() if hasattr(spec_dirs, "unwrap") else spec_dirs
             if not isinstance(spec_dirs, list):
@@ -276,7 +288,7 @@ def merge_containerd_config(text: str, wiring: RuntimeWiring, source: str = "con
             elif SPEC_PATH.rsplit("/", 1)[0] not in spec_dirs:
                 edits.set(cri, "cdi_spec_dirs", spec_dirs + [SPEC_PATH.rsplit("/", 1)[0]])
         elif wiring.enable_cdi is False:
-            holder_table = layout.holder(document, cri, "enable_cdi")
+            holder_table = toml_layout.holder(document, cri, "enable_cdi")
             if holder_table is not None and holder_table.get("enable_cdi") is True:
                 edits.set(cri, "enable_cdi", False)
 
@@ -341,3 +353,48 @@ def effective_problems(dump: str, wiring: RuntimeWiring) -> tuple[str, list[str]
         if cdi is not None and cdi is not wiring.enable_cdi:
             problems.append(f"enable_cdi is {str(cdi).lower()}, not {str(wiring.enable_cdi).lower()} (cdi)")
     return where, problems
+
+
+# The engine. ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ContainerdConfig:
+    """A containerd config as the engine edits it: the text (the layout engine edits text, so the
+    file's layout survives), how messages name it, its values (read by tomllib) and version."""
+
+    text: str
+    source: str
+    values: dict
+    version: int
+
+
+@dataclass(frozen=True)
+class ContainerdEngine:
+    """containerd's config, for the containerd of major version ``major`` (None: not known, or a
+    config the installed binary does not read as it is: the file's own version decides)."""
+
+    major: int | None = None
+    file_format: str = node_records.TOML
+
+    def parse(self, text: str, source: str) -> ContainerdConfig:
+        values = config_values(toml_layout.line_endings(text)[0], source)
+        return ContainerdConfig(text, source, values, config_version(values, source))
+
+    def wire(self, document: ContainerdConfig, wiring: RuntimeWiring, source: str) -> Wired[ContainerdConfig]:
+        merged = merge_containerd_config(document.text, wiring, source=source, plugin=self.cri_plugin(document))
+        return Wired(replace(document, text=merged.text), merged.notes)
+
+    def render(self, document: ContainerdConfig) -> str:
+        return document.text
+
+    def effective(self, running: str, wiring: RuntimeWiring) -> Effective:
+        """``running``: what ``containerd config dump`` prints."""
+        where, problems = effective_problems(running, wiring)
+        return Effective(where, tuple(problems))
+
+    def cri_plugin(self, document: ContainerdConfig) -> str:
+        """The CRI section of ``document`` the installed containerd runs."""
+        return cri_plugin_for(document.values, document.version, self.major)
+
+
+_: RuntimeEngine[ContainerdConfig, str] = ContainerdEngine()

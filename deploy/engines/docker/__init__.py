@@ -1,0 +1,4 @@
+"""
+Docker's engine: ``daemon_json`` (daemon.json read, wired, rendered, and what dockerd will run)
+and ``unit`` (the flags docker.service passes to dockerd).
+"""
