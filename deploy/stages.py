@@ -14,7 +14,7 @@ from .distros import Platform
 from .facts.combined import FactCall
 from .operations.drain import DrainTarget
 from .settings import Settings
-from .tasks import cdi, containerd, devices, docker, driver, drain, kernel, toolkit, verification
+from .tasks import boot, cdi, containerd, devices, docker, driver, drain, kernel, toolkit, verification
 from .tasks.preflight import Findings, StageCheck
 
 
@@ -58,6 +58,9 @@ STAGES: tuple[Stage, ...] = (
     # systemd re-applies containers' devices by their /dev/char names (the systemd cgroup driver)
     Stage("device links", runs=lambda s: s.runs("runtimes") and s.systemd_cgroup, reads=devices.reads,
           apply=lambda s, found, target: devices.device_links(s)),
+    # The module, CDI spec and services at every boot (deploy/first_boot.py): installed, started by the next boot.
+    Stage("first boot", runs=lambda s: s.runs("driver") and s.first_boot_unit, reads=boot.reads,
+          apply=lambda s, found, target: boot.first_boot_unit(s)),
     Stage("verify", runs=lambda s: s.runs("verify"), reads=verification.reads, read_only=True,
           apply=lambda s, found, target: verification.verify(s)),
     # After verify, which fails the host first when a step fails: the node then stays cordoned.
