@@ -1,5 +1,5 @@
-"""Whether systemd units are enabled, in one command (offline too: ``systemctl is-enabled`` reads
-the unit files, so it answers in an image root without a running systemd)."""
+"""Whether systemd units are enabled, in one command (``systemctl --root=/ is-enabled`` reads the
+unit files, not the running systemd: it answers in an image root too)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ class UnitsEnabled(NodeFact):
     def command(self, units=()):
         parts = []
         for unit in units:
-            parts += ["echo", QuoteString(unit), "\"$(systemctl is-enabled --", QuoteString(unit), "2>/dev/null)\";"]
+            parts += ["echo", QuoteString(unit), "\"$(systemctl --root=/ is-enabled --", QuoteString(unit), "2>/dev/null)\";"]
         parts.append("true")
         return StringCommand(*parts)
 

@@ -89,9 +89,11 @@ def first_boot_unit(settings: Settings):
         files.put_text(name=f"Put {path} (the first-boot unit)", dest=path, content=content, mode=mode)
         changed_units |= path.startswith(UNIT_DIR)
     if changed_units:
-        # systemd reads a changed unit at its next reload (in an image root: at its first boot)
-        server.shell(name="Reload systemd's units (the first-boot unit changed)", commands=["systemctl daemon-reload"])
+        # systemd reads a changed unit at its next reload; an image root (a bake) has no running
+        # systemd (its own test: /run/systemd/system): the image's first boot reads it.
+        server.shell(name="Reload systemd's units (the first-boot unit changed)",
+                     commands=["if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi"])
     enabled = read(host, units_read())
-    for unit in (SERVICE, TARGET):
-        if enabled.get(unit) != "enabled":
-            units.enable_service(name=f"Enable {unit} (run at every boot, not now)", service=unit, start=False)
+    if any(enabled.get(unit) != "enabled" for unit in (SERVICE, TARGET)):
+        units.enable_unit_files(name=f"Enable {SERVICE} and {TARGET} (run at every boot, not now)",
+                                units=[SERVICE, TARGET], enabled=enabled)
