@@ -13,6 +13,7 @@ from functools import cache
 from pyinfra import host, logger
 from pyinfra.api import deploy
 
+from . import bake
 from .facts.base import UnreadableOutput
 from .fleet_report import fleet_report_for
 from .node_records import RECORDS_DIR
@@ -84,8 +85,12 @@ def provision_gpu_node(**settings):
     if node is None:
         return
     steps = steps_for(node)
+    # An image root (@chroot): only what an image holds; the rest said in one line each (deploy/bake.py).
+    baking = bake.is_image_root(host.connector)
+    if baking:
+        steps = bake.image_steps(steps, lambda line: logger.info(f"{host.print_prefix}{line}"))
     try:
-        found = preflight(node, steps)
+        found = preflight(node, steps, image_root=baking)
     except (HostRefusal, UnreadableOutput) as refusal:
         # This host alone fails, before any change on it; the rest of the fleet goes on.
         fail(name="Refuse this host (preflight)", message=str(refusal))
@@ -96,7 +101,7 @@ def provision_gpu_node(**settings):
                   "before gpu-node and as gpu-node left it, units, packages, holds, keys): root's alone, read by "
                   "deploy/undo.py")
     for step in steps:
-        step.apply(node, found, drain)
+        step.apply(bake.step_settings(node, step.name) if baking else node, found, drain)
 
 
 @deploy("Verify GPU node", data_defaults=DEFAULTS)

@@ -366,6 +366,12 @@ class DataCenterSettings(_Section):
     nvidia_persistenced: bool = Field(
         True, description="install and enable nvidia-persistenced (started where a GPU is present)"
     )
+    first_boot_unit: bool = Field(
+        True,
+        description="with the driver stage, install and enable gpu-node-boot.service: at every boot, before "
+                    "gpu-node-ready.target, the GPUs' kernel module checked and loaded, the CDI spec regenerated, "
+                    "persistenced and Fabric Manager started, the node verified (docs/without-controller.md)",
+    )
     fabric_manager_install: bool = Field(
         True,
         description="install NVIDIA Fabric Manager at the driver's version on NVSwitch nodes (with ib_umad and "

@@ -16,7 +16,7 @@ from .facts.combined import FactCall
 from .findings import Findings, StepCheck
 from .operations.drain import DrainTarget
 from .settings import Settings, Stage
-from .tasks import cdi, containerd, devices, docker, dra, driver, drain, kernel, toolkit, verification
+from .tasks import boot, cdi, containerd, devices, docker, dra, driver, drain, kernel, toolkit, verification
 
 
 def _no_reads(settings: Settings) -> list[FactCall]:
@@ -72,11 +72,14 @@ STEPS: tuple[Step, ...] = (
     # gpu_allocator=dra: the DRA driver's host prerequisites refused in preflight, IMEX handed over
     Step("dra", "runtimes", dra.wanted, reads=dra.reads, check=dra.preflight_check,
          apply=lambda s, found, target: dra.dra_node(s)),
+    # The module, CDI spec and services at every boot (deploy/first_boot.py): installed, started by the next boot.
+    Step("first boot", "driver", lambda s: s.first_boot_unit, reads=boot.reads,
+         apply=lambda s, found, target: boot.first_boot_unit(s)),
     Step("verify", "verify", _always, reads=verification.reads, read_only=True,
          apply=lambda s, found, target: verification.verify(s)),
     Step("verify dra", "verify", dra.wanted, reads=dra.verify_reads, read_only=True,
          apply=lambda s, found, target: dra.verify_dra(s)),
-   # After verify, which fails the host first when a step fails: the node then stays cordoned.
+    # After verify, which fails the host first when a step fails: the node then stays cordoned.
     # Without verify, after the restarted runtime came back active.
     Step("uncordon", None, lambda s: s.drain_before_restart,
          apply=lambda s, found, target: target and drain.uncordon_drained_node(target)),

@@ -70,3 +70,21 @@ def put_unit_back(unit: str, recorded: str, now: dict):
         host.noop(f"{unit} is as it was before gpu-node ({recorded})")
         return
     yield from commands
+
+
+@operation()
+def enable_unit_files(units: list[str], enabled: dict):
+    """
+    Enable ``units`` by their files alone (``systemctl --root=/ enable``: no running systemd asked,
+    so it works in an image root too), starting nothing; each one's state before recorded first
+    for the undo run.
+
+    + units: the units to enable
+    + enabled: their ``systemctl is-enabled`` answers as read (deploy/facts/units.py)
+    """
+    wanted = [unit for unit in units if enabled.get(unit) != "enabled"]
+    if not wanted:
+        host.noop(f"{', '.join(units)} enabled")
+        return
+    yield StringCommand(node_records.record_units(wanted))
+    yield StringCommand("systemctl --root=/ enable", *(QuoteString(unit) for unit in wanted))

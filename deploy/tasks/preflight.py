@@ -63,8 +63,9 @@ def disk_findings(nvidia: dict, min_free_mb: int) -> list[str]:
     return errors
 
 
-def access_refusal(access: dict) -> str | None:
-    """Why gpu-node cannot work on this node at all (not Linux, not root, no systemd), in one line."""
+def access_refusal(access: dict, image_root: bool = False) -> str | None:
+    """Why gpu-node cannot work on this node at all (not Linux, not root, no systemd), in one line;
+    an image root (a bake) has no running systemd: its units are enabled, not started."""
     if access["kernel"] != "Linux":
         return (f"not a Linux host (uname -s: {access['kernel'] or 'nothing'}): gpu-node provisions Linux GPU "
                 "nodes")
@@ -72,7 +73,7 @@ def access_refusal(access: dict) -> str | None:
         return (f"commands run as {access['user'] or 'an unknown user'} (uid {access['uid']}), not as root: "
                 "gpu-node installs packages and edits /etc; run pyinfra with --sudo (passwordless sudo, or "
                 "--use-sudo-password), or connect as root")
-    if not access["systemd"]:
+    if not access["systemd"] and not image_root:
         return (f"systemd is not running as PID 1 (PID 1 is {access['init'] or 'unknown'}): gpu-node enables "
                 "and restarts services through systemd; run it on a host booted with systemd")
     return None
@@ -96,9 +97,9 @@ def read_ahead(settings: Settings, steps: Sequence[PreflightStep]) -> None:
 
 
 @deploy("Preflight")
-def preflight(settings: Settings, steps: Sequence[PreflightStep]) -> Findings:
+def preflight(settings: Settings, steps: Sequence[PreflightStep], image_root: bool = False) -> Findings:
     """Read the node once, refuse it before any change when it is unsupported or unsafe, and make
-    each step's plan (``steps``: the run's steps, deploy/stages.py)."""
+    each step's plan (``steps``: the run's steps, deploy/stages.py; ``image_root``: a bake)."""
     for note in likely_typos(host.data.dict(), command_line=host.inventory.get_override_data(),
                              source=lambda key: setting_source(host, key)):
         logger.warning(f"{host.print_prefix}{note}")
@@ -113,7 +114,7 @@ def preflight(settings: Settings, steps: Sequence[PreflightStep]) -> Findings:
         user = host.data.get("ssh_user") or "the login user"
         raise PreflightError(f"sudo wants a password for {user} and there is no terminal to type it into: allow "
                              f"{user} sudo without a password, or run pyinfra from a terminal") from None
-    refusal = access_refusal(facts["HostAccess"])
+    refusal = access_refusal(facts["HostAccess"], image_root)
     if refusal:
         raise PreflightError(refusal)
     platform = detect_platform(facts["LinuxDistribution"], facts["Arch"])

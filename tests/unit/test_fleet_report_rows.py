@@ -160,7 +160,7 @@ def test_the_page_escapes_host_names_in_text_and_attributes():
 
 @deploy("Verify")
 def _verified():
-    """A verify record for each host, as verify's operation stores it (deploy/ladder.py node_record)."""
+    """A verify record for each host, as verify's operation stores it (deploy/verification/steps.py node_record)."""
     from pyinfra import host
     verify_report_store(host.state).add("verify.json", NodeRecord(
         host=host.name, driver="550.54.15", runtime="containerd 1.7.24", kernel_module_type="open",

@@ -54,6 +54,7 @@ DOCUMENTED_DEFAULTS = {
     "nvidia_kernel_modules": "auto",
     "nvidia_persistenced": True,
     "fabric_manager_install": True,
+    "first_boot_unit": True,
     "nvidia_driver_repo_url": "https://download.nvidia.com",
     "nvidia_cuda_repo_url": "https://developer.download.nvidia.com/compute/cuda/repos",
     "nvidia_cuda_gpgkey_url": None,

@@ -1,0 +1,38 @@
+"""Whether systemd units are enabled, in one command (``systemctl --root=/ is-enabled`` reads the
+unit files, not the running systemd: it answers in an image root too)."""
+
+from __future__ import annotations
+
+from pyinfra.api import QuoteString, StringCommand
+
+from .base import NodeFact
+
+
+class UnitsEnabled(NodeFact):
+    """
+    ``systemctl is-enabled`` of each unit: {unit: "enabled" / "disabled" / "static" / ... or "" when
+    systemd knows no such unit}.
+
+    .. code:: python
+
+        {"gpu-node-boot.service": "enabled", "gpu-node-ready.target": ""}
+    """
+
+    def command(self, units=()):
+        parts = []
+        for unit in units:
+            parts += ["echo", QuoteString(unit), "\"$(systemctl --root=/ is-enabled --", QuoteString(unit), "2>/dev/null)\";"]
+        parts.append("true")
+        return StringCommand(*parts)
+
+    @staticmethod
+    def default():
+        return {}
+
+    def process(self, output):
+        states = {}
+        for line in output:
+            unit, _, state = line.strip().partition(" ")
+            if unit:
+                states[unit] = state.strip()
+        return states

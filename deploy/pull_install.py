@@ -1,0 +1,56 @@
+"""
+Install pull mode's units on this node, from the installed package (docs/without-controller.md):
+
+    /opt/gpu-node/bin/python -m gpu_node.pull_install
+
+writes ``gpu-node-pull.service`` (the deploy run ``@local`` by this Python, from deploy/pull.py)
+and ``gpu-node-pull.timer``, and enables the timer. Run again after an upgrade: it rewrites them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from .report import write_text_file
+from .templates import render
+
+UNIT_DIR = "/etc/systemd/system"
+SERVICE, TIMER = "gpu-node-pull.service", "gpu-node-pull.timer"
+FIRST, EVERY, SPREAD = "5min", "30min", "5min"
+
+
+def exec_word(value: str) -> str:
+    """``value`` as one word of a unit's ExecStart: systemd splits on spaces and expands ``%`` and
+    ``$`` there, so anything but a plain path is double-quoted with those escaped."""
+    if re.fullmatch(r"[A-Za-z0-9_@+=:,./-]+", value):
+        return value
+    escaped = re.sub(r'(["\\])', r"\\\1", value).replace("%", "%%").replace("$", "$$")
+    return f'"{escaped}"'
+
+
+def unit_texts(python: str, entry: str) -> dict[str, str]:
+    return {
+        SERVICE: render("gpu-node-pull.service.j2", python=exec_word(python), entry=exec_word(entry)),
+        TIMER: render("gpu-node-pull.timer.j2", first=FIRST, every=EVERY, spread=SPREAD),
+    }
+
+
+def main(unit_dir: str = UNIT_DIR) -> int:
+    entry = str(Path(__file__).resolve().parent / "pull.py")
+    for name, text in unit_texts(sys.executable, entry).items():
+        os.chmod(write_text_file(Path(unit_dir) / name, text), 0o644)
+    for args in (["systemctl", "daemon-reload"], ["systemctl", "enable", "--now", TIMER]):
+        result = subprocess.run(args, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            print(f"gpu-node pull_install: {' '.join(args)} failed: {result.stderr.strip()}", file=sys.stderr)
+            return 1
+    print(f"gpu-node pull_install: {TIMER} enabled ({unit_dir}/{SERVICE} runs {entry})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

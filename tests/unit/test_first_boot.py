@@ -1,0 +1,183 @@
+"""
+The first-boot program (deploy/first_boot.py) over a sysfs PCI tree of a real topology
+(tests/pci_tree.py), a module tree with modules.dep, unit folders, and a command runner that
+answers modinfo, modprobe, systemctl and nvidia-smi as they answer on a node; and the zip
+application the stage installs (deploy/tasks/boot.py), run by this machine's python3.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pci_tree
+import pytest
+
+from deploy import first_boot
+from deploy.first_boot import Boot, BootSettings, Host
+from deploy.report import NodeRecord, Step, report_json
+from deploy.tasks import boot as boot_task
+
+KERNEL = "6.1.0-28-amd64"
+LICENSES = {"open": "Dual MIT/GPL", "proprietary": "NVIDIA"}
+
+
+class NodeCommands:
+    """What the node's commands answer; ``calls`` keeps each command run."""
+
+    def __init__(self, module_type="proprietary", version="535.261.03", smi_gpus=2, started_ok=True):
+        self.module_type, self.version, self.smi_gpus, self.started_ok = module_type, version, smi_gpus, started_ok
+        self.calls: list[list[str]] = []
+
+    def __call__(self, args):
+        self.calls.append(list(args))
+        out, code = "", 0
+        if args[0] == "modinfo":
+            out = {"version": self.version, "license": LICENSES.get(self.module_type, self.module_type)}[args[2]] + "\n"
+        elif args[0] == "nvidia-smi":
+            out = "".join(f"GPU {index}: NVIDIA H100 PCIe (UUID: GPU-{index})\n" for index in range(self.smi_gpus))
+        elif args[0] == "systemctl" and not self.started_ok:
+            code = 1
+        return subprocess.CompletedProcess(args, code, out, "failed" if code else "")
+
+
+def node(tmp_path: Path, topology: str | None, module: bool = True, units: tuple[str, ...] = (),
+         **answers) -> tuple[Host, NodeCommands]:
+    sys_root = tmp_path / "sys"
+    folder = sys_root / "bus" / "pci" / "devices"
+    if topology:
+        pci_tree.write(pci_tree.load(topology), folder)
+    else:
+        folder.mkdir(parents=True)
+    modules = tmp_path / "lib-modules" / KERNEL
+    modules.mkdir(parents=True)
+    dep = "kernel/fs/overlayfs/overlay.ko:\n" + ("updates/dkms/nvidia.ko.xz:\n" if module else "")
+    (modules / "modules.dep").write_text(dep)
+    unit_dir = tmp_path / "units"
+    unit_dir.mkdir()
+    for unit in units:
+        (unit_dir / unit).write_text("[Unit]\n")
+    commands = NodeCommands(**answers)
+    return Host(sys_root=str(sys_root), modules_root=str(tmp_path / "lib-modules"), kernel=KERNEL,
+                unit_dirs=(str(unit_dir),), run=commands), commands
+
+
+def boot(host: Host, **settings) -> tuple[bool, Boot]:
+    run = Boot(BootSettings(**{"kernel_modules_load": False, **settings}), host)
+    return run.run(), run
+
+
+def statuses(run: Boot) -> dict[str, str]:
+    return {step["name"]: step["status"] for step in run.steps}
+
+
+def test_a_pcie_node_with_the_module_its_gpus_need_passes_and_says_the_load_was_skipped(tmp_path):
+    host, commands = node(tmp_path, "pcie-only")
+    ok, run = boot(host)
+    assert ok, run.steps
+    assert statuses(run) == {"gpus": "pass", "kernel module": "pass", "module load": "skip", "cdi spec": "skip",
+                             "persistenced": "skip", "fabric manager": "skip", "verify": "skip"}
+    load = next(step for step in run.steps if step["name"] == "module load")
+    assert "kernel_modules_load=false" in load["reason"]
+    assert not any(call[0] == "modprobe" for call in commands.calls)
+    assert run.record["kernel_module_type"] == "proprietary" and run.record["driver"] == "535.261.03"
+
+
+def test_the_report_is_the_projects_node_report_format(tmp_path):
+    host, _ = node(tmp_path, "pcie-only")
+    _, run = boot(host)
+    report = run.report()
+    (node_json,) = report["nodes"]
+    fields = {key: value for key, value in node_json.items() if key not in ("ok", "steps")}
+    record = NodeRecord(**fields, steps=[Step(**step) for step in node_json["steps"]])
+    # deploy/report.py, the controller's report, makes the same JSON of the same record
+    assert report_json([record]) == report
+
+
+def test_no_module_for_the_running_kernel_fails_that_step_and_stops_the_boot(tmp_path):
+    host, _ = node(tmp_path, "pcie-only", module=False)
+    ok, run = boot(host)
+    assert not ok
+    assert run.steps[-1]["name"] == "kernel module" and run.steps[-1]["status"] == "fail"
+    assert f"no nvidia module for the running kernel {KERNEL}" in run.steps[-1]["reason"]
+    assert run.report()["ok"] is False
+
+
+def test_blackwell_gpus_with_the_proprietary_module_fail_naming_the_module_type_they_need(tmp_path):
+    host, _ = node(tmp_path, "hgx-b200", module_type="proprietary", version="570.86.10")
+    ok, run = boot(host)
+    assert not ok
+    assert run.steps[-1]["name"] == "kernel module"
+    assert "the GPUs need the open kernel modules" in run.steps[-1]["reason"]
+    assert "is proprietary" in run.steps[-1]["reason"]
+
+
+def test_an_nvswitch_node_without_fabric_manager_installed_fails_at_fabric_manager(tmp_path):
+    host, _ = node(tmp_path, "hgx-h100")
+    ok, run = boot(host)
+    assert not ok
+    assert run.steps[-1]["name"] == "fabric manager"
+    assert "NVSwitch" in run.steps[-1]["reason"] and "nvidia-fabricmanager.service is not installed" in run.steps[-1]["reason"]
+
+
+def test_with_modules_loaded_it_loads_starts_the_services_and_verifies_the_gpu_count(tmp_path):
+    units = (first_boot.PERSISTENCED, first_boot.FABRIC_MANAGER)
+    host, commands = node(tmp_path, "hgx-h100", units=units, smi_gpus=8)
+    ok, run = boot(host, kernel_modules_load=True, cdi="false")
+    assert ok, run.steps
+    assert ["modprobe", "nvidia"] in commands.calls and ["modprobe", "nvidia_uvm"] in commands.calls
+    assert ["systemctl", "start", first_boot.PERSISTENCED] in commands.calls
+    assert ["systemctl", "start", first_boot.FABRIC_MANAGER] in commands.calls
+    assert statuses(run)["verify"] == "pass"
+
+
+def test_fewer_gpus_answering_than_the_pci_bus_shows_fails_verify(tmp_path):
+    host, _ = node(tmp_path, "pcie-only", units=(first_boot.PERSISTENCED,), smi_gpus=1)
+    ok, run = boot(host, kernel_modules_load=True, cdi="false")
+    assert not ok
+    assert run.steps[-1]["name"] == "verify" and "answered 1 GPU(s) of the 2" in run.steps[-1]["reason"]
+
+
+def test_a_node_without_gpus_passes_unless_require_gpu(tmp_path):
+    host, _ = node(tmp_path, None)
+    assert boot(host)[0]
+    ok, run = boot(host, require_gpu=True)
+    assert not ok and run.steps[-1]["name"] == "gpus"
+
+
+def test_the_archive_is_the_same_bytes_each_time_and_runs_under_python3_isolated(tmp_path):
+    archive = boot_task.boot_archive()
+    assert archive == boot_task.boot_archive()
+    path = tmp_path / "boot.pyz"
+    path.write_bytes(archive)
+    report = tmp_path / "state" / "report.json"
+    config = tmp_path / "boot.json"
+    config.write_text(json.dumps({"kernel_modules_load": False, "report_path": str(report)}))
+    result = subprocess.run([sys.executable, "-I", str(path), str(config)], capture_output=True, text=True)
+    # this machine's PCI bus has no NVIDIA GPU: the boot passes, saying so, and writes its report
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "gpu-node boot: gpus: skip: no NVIDIA GPU on the PCI bus" in result.stdout
+    written = json.loads(report.read_text())
+    assert written["ok"] is True and written["version"] == 1
+    assert oct(report.stat().st_mode & 0o777) == "0o600"
+
+
+def test_an_unreadable_settings_file_fails_in_one_line(tmp_path, capsys):
+    config = tmp_path / "boot.json"
+    config.write_text("{not json")
+    assert first_boot.main([str(config)]) == 1
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith(f"gpu-node boot: settings: fail: cannot read {config}")
+
+
+@pytest.mark.parametrize("setting", ["auto", "open"])
+def test_the_config_the_stage_writes_is_read_back_by_the_boot(setting, tmp_path):
+    from plan import settings_for
+
+    config = tmp_path / "boot.json"
+    config.write_text(boot_task.boot_config(settings_for(nvidia_kernel_modules=setting, kernel_modules_load=False)))
+    read = BootSettings.from_file(str(config))
+    assert read.nvidia_kernel_modules == setting and read.kernel_modules_load is False
+    assert read.report_path == first_boot.REPORT_PATH
