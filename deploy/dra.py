@@ -59,6 +59,11 @@ class Prerequisite:
     status: Status
     line: str
 
+    @property
+    def step(self) -> str:
+        """Its step's name in verify's node report (deploy/report.py), beside the ladder's."""
+        return "dra_" + self.name.replace(" ", "_")
+
 
 def kubernetes_refusal(git_version: str | None) -> str | None:
     """Why a cluster of ``git_version`` (the server's, e.g. v1.33.4) cannot take the DRA objects; None: it can."""
@@ -114,9 +119,12 @@ def driver_prerequisite(*, installs: bool, branch: str | None, pinned: str | Non
     return Prerequisite("driver", "pass", f"driver: {source}, at least {floor}")
 
 
-def cdi_prerequisite(*, cdi_on: bool | None, containerd_version: str | None) -> Prerequisite:
+def cdi_prerequisite(*, cdi_on: bool | None, containerd_version: str | None, after_run: bool = False) -> Prerequisite:
     """CDI on in containerd (``cdi_on``: deploy/cdi.py's answer for its version; None: containerd is
-    not installed yet, this run installs it)."""
+    not installed, which the run may do; ``after_run``: it did not)."""
+    if cdi_on is None and after_run:
+        return Prerequisite("cdi", "fail", "gpu_allocator=dra needs CDI on in containerd, and no containerd is "
+                                           "installed: wire containerd (container_runtimes=containerd)")
     if cdi_on is None:
         return Prerequisite("cdi", "unknown", "CDI in containerd: containerd is not installed yet; verify checks it")
     if not cdi_on:
@@ -184,7 +192,7 @@ def node_prerequisites(settings: Settings, *, installed_driver: str | None, cdi_
         driver_prerequisite(installs=installs, branch=settings.nvidia_driver_branch,
                             pinned=settings.nvidia_driver_version, installed=installed_driver,
                             compute_domains=settings.dra_compute_domains),
-        cdi_prerequisite(cdi_on=cdi_on, containerd_version=containerd_version),
+        cdi_prerequisite(cdi_on=cdi_on, containerd_version=containerd_version, after_run=after_run),
         driver_root_prerequisite(settings.nvidia_driver_root, node, driver_expected=after_run or not installs),
         imex_prerequisite(settings.dra_compute_domains, settings.dra_imex, node["imex"], planned=not after_run),
     ]
