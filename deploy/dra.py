@@ -65,13 +65,14 @@ class Prerequisite:
         return "dra_" + self.name.replace(" ", "_")
 
 
-def kubernetes_refusal(git_version: str | None) -> str | None:
-    """Why a cluster of ``git_version`` (the server's, e.g. v1.33.4) cannot take the DRA objects; None: it can."""
+def kubernetes_refusal(git_version: str | None, source: str = "the server") -> str | None:
+    """Why a cluster of ``git_version`` (the server's, e.g. v1.33.4; or what ``source`` names, e.g.
+    manifests_kubernetes_version) cannot take the DRA objects; None: it can."""
     found = re.match(r"v?(\d+)\.(\d+)", git_version or "")
     if found is None:
         return f"the Kubernetes server's version {git_version!r} cannot be read: gpu_allocator=dra needs 1.34 or newer"
     if (int(found.group(1)), int(found.group(2))) < MIN_KUBERNETES:
-        return (f"gpu_allocator=dra needs Kubernetes 1.34 or newer (resource.k8s.io/v1), and the server is "
+        return (f"gpu_allocator=dra needs Kubernetes 1.34 or newer (resource.k8s.io/v1), and {source} is "
                 f"{git_version}: upgrade the cluster, or keep gpu_allocator=device-plugin")
     return None
 
