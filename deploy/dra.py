@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Literal
 
 from packaging.version import InvalidVersion, Version
 
+from .batches import split_batches
+
 if TYPE_CHECKING:
     from .settings import Settings
 
@@ -225,12 +227,15 @@ def feature_gates(sharing: str, compute_domains: bool, imex: str) -> dict[str, b
     return gates
 
 
-# Moving a node between the allocators. Each node in turn (the first one a canary: nothing else
-# moves until it serves GPUs the new way), and a failed step stops the move there, the node left
-# cordoned: the pods the old allocator placed are drained before the label moves, the old
-# allocator's plugin leaves the node with the label (its DaemonSet no longer selects it), and the
-# node returns to service only once the new allocator offers its GPUs.
+# Moving nodes between the allocators, batch by batch (allocator_move_batches, read as
+# scripts/rollout.py reads --batches; the first batch a canary: nothing else moves until its nodes
+# serve GPUs the new way), and a failed step stops the move there, its nodes left cordoned. Within
+# a batch each step is taken on every node before the next: all are cordoned before any drains, so
+# a drained pod never lands on a node about to move; the pods the old allocator placed are drained
+# before the label moves, the old allocator's plugin leaves the node with the label (its DaemonSet
+# no longer selects it), and the node returns to service only once the new allocator offers its GPUs.
 MoveKind = Literal["cordon", "drain", "relabel", "wait-gone", "wait-ready", "uncordon"]
+MOVE_KINDS: tuple[MoveKind, ...] = ("cordon", "drain", "relabel", "wait-gone", "wait-ready", "uncordon")
 
 
 @dataclass(frozen=True)
@@ -239,6 +244,7 @@ class MoveStep:
     kind: MoveKind
     allocator: str  # the allocator the node moves to
     labels: tuple[tuple[str, str | None], ...] = ()  # relabel: key -> value, None removes
+    batch: tuple[int, int] = (1, 1)  # (this batch, of how many)
 
 
 def current_allocator(labels: dict[str, str]) -> str | None:
@@ -250,19 +256,19 @@ def current_allocator(labels: dict[str, str]) -> str | None:
     return None
 
 
-def move_plan(nodes: list[tuple[str, str | None, str, dict[str, str | None]]]) -> list[MoveStep]:
+def move_plan(nodes: list[tuple[str, str | None, str, dict[str, str | None]]], batches: str = "1") -> list[MoveStep]:
     """
     The steps that move each node whose live allocator differs from the one its settings want,
-    in the order given: ``(node, current, wanted, labels)`` where ``labels`` are the labels the node
-    gets with ``wanted`` (deploy/tasks/k8s.py's node_labels; None removes one). A node not
-    labelled yet (``current`` None) serves no GPU pods to drain: it only gets its labels.
+    in batches of ``batches`` (as scripts/rollout.py's --batches, of the nodes that move) in the
+    order given: ``(node, current, wanted, labels)`` where ``labels`` are the labels the node gets
+    with ``wanted`` (deploy/tasks/k8s.py's node_labels; None removes one). A node not labelled yet
+    (``current`` None) serves no GPU pods to drain: it only gets its labels.
     """
-    steps: list[MoveStep] = []
-    for node, current, wanted, labels in nodes:
-        relabel = MoveStep(node, "relabel", wanted, tuple(sorted(labels.items())))
-        if current is None or current == wanted:
-            continue
-        steps += [MoveStep(node, "cordon", wanted), MoveStep(node, "drain", wanted), relabel,
-                  MoveStep(node, "wait-gone", wanted), MoveStep(node, "wait-ready", wanted),
-                  MoveStep(node, "uncordon", wanted)]
-    return steps
+    moving = [(node, wanted, labels) for node, current, wanted, labels in nodes
+              if current is not None and current != wanted]
+    groups = split_batches(moving, batches)
+    return [MoveStep(node, kind, wanted, tuple(sorted(labels.items())) if kind == "relabel" else (),
+                     (number, len(groups)))
+            for number, group in enumerate(groups, start=1)
+            for kind in MOVE_KINDS
+            for node, wanted, labels in group]
