@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Literal
 
 from packaging.version import InvalidVersion, Version
 
+from .batches import split_batches
+
 if TYPE_CHECKING:
     from .settings import Settings
 
@@ -59,14 +61,20 @@ class Prerequisite:
     status: Status
     line: str
 
+    @property
+    def step(self) -> str:
+        """Its step's name in verify's node report (deploy/report.py), beside verify's own."""
+        return "dra_" + self.name.replace(" ", "_")
 
-def kubernetes_refusal(git_version: str | None) -> str | None:
-    """Why a cluster of ``git_version`` (the server's, e.g. v1.33.4) cannot take the DRA objects; None: it can."""
+
+def kubernetes_refusal(git_version: str | None, source: str = "the server") -> str | None:
+    """Why a cluster of ``git_version`` (the server's, e.g. v1.33.4; or what ``source`` names, e.g.
+    manifests_kubernetes_version) cannot take the DRA objects; None: it can."""
     found = re.match(r"v?(\d+)\.(\d+)", git_version or "")
     if found is None:
         return f"the Kubernetes server's version {git_version!r} cannot be read: gpu_allocator=dra needs 1.34 or newer"
     if (int(found.group(1)), int(found.group(2))) < MIN_KUBERNETES:
-        return (f"gpu_allocator=dra needs Kubernetes 1.34 or newer (resource.k8s.io/v1), and the server is "
+        return (f"gpu_allocator=dra needs Kubernetes 1.34 or newer (resource.k8s.io/v1), and {source} is "
                 f"{git_version}: upgrade the cluster, or keep gpu_allocator=device-plugin")
     return None
 
@@ -114,9 +122,12 @@ def driver_prerequisite(*, installs: bool, branch: str | None, pinned: str | Non
     return Prerequisite("driver", "pass", f"driver: {source}, at least {floor}")
 
 
-def cdi_prerequisite(*, cdi_on: bool | None, containerd_version: str | None) -> Prerequisite:
+def cdi_prerequisite(*, cdi_on: bool | None, containerd_version: str | None, after_run: bool = False) -> Prerequisite:
     """CDI on in containerd (``cdi_on``: deploy/cdi.py's answer for its version; None: containerd is
-    not installed yet, this run installs it)."""
+    not installed, which the run may do; ``after_run``: it did not)."""
+    if cdi_on is None and after_run:
+        return Prerequisite("cdi", "fail", "gpu_allocator=dra needs CDI on in containerd, and no containerd is "
+                                           "installed: wire containerd (container_runtimes=containerd)")
     if cdi_on is None:
         return Prerequisite("cdi", "unknown", "CDI in containerd: containerd is not installed yet; verify checks it")
     if not cdi_on:
@@ -184,7 +195,7 @@ def node_prerequisites(settings: Settings, *, installed_driver: str | None, cdi_
         driver_prerequisite(installs=installs, branch=settings.nvidia_driver_branch,
                             pinned=settings.nvidia_driver_version, installed=installed_driver,
                             compute_domains=settings.dra_compute_domains),
-        cdi_prerequisite(cdi_on=cdi_on, containerd_version=containerd_version),
+        cdi_prerequisite(cdi_on=cdi_on, containerd_version=containerd_version, after_run=after_run),
         driver_root_prerequisite(settings.nvidia_driver_root, node, driver_expected=after_run or not installs),
         imex_prerequisite(settings.dra_compute_domains, settings.dra_imex, node["imex"], planned=not after_run),
     ]
@@ -216,12 +227,15 @@ def feature_gates(sharing: str, compute_domains: bool, imex: str) -> dict[str, b
     return gates
 
 
-# Moving a node between the allocators. Each node in turn (the first one a canary: nothing else
-# moves until it serves GPUs the new way), and a failed step stops the move there, the node left
-# cordoned: the pods the old allocator placed are drained before the label moves, the old
-# allocator's plugin leaves the node with the label (its DaemonSet no longer selects it), and the
-# node returns to service only once the new allocator offers its GPUs.
+# Moving nodes between the allocators, batch by batch (allocator_move_batches, read as
+# scripts/rollout.py reads --batches; the first batch a canary: nothing else moves until its nodes
+# serve GPUs the new way), and a failed step stops the move there, its nodes left cordoned. Within
+# a batch each step is taken on every node before the next: all are cordoned before any drains, so
+# a drained pod never lands on a node about to move; the pods the old allocator placed are drained
+# before the label moves, the old allocator's plugin leaves the node with the label (its DaemonSet
+# no longer selects it), and the node returns to service only once the new allocator offers its GPUs.
 MoveKind = Literal["cordon", "drain", "relabel", "wait-gone", "wait-ready", "uncordon"]
+MOVE_KINDS: tuple[MoveKind, ...] = ("cordon", "drain", "relabel", "wait-gone", "wait-ready", "uncordon")
 
 
 @dataclass(frozen=True)
@@ -230,6 +244,7 @@ class MoveStep:
     kind: MoveKind
     allocator: str  # the allocator the node moves to
     labels: tuple[tuple[str, str | None], ...] = ()  # relabel: key -> value, None removes
+    batch: tuple[int, int] = (1, 1)  # (this batch, of how many)
 
 
 def current_allocator(labels: dict[str, str]) -> str | None:
@@ -241,19 +256,19 @@ def current_allocator(labels: dict[str, str]) -> str | None:
     return None
 
 
-def move_plan(nodes: list[tuple[str, str | None, str, dict[str, str | None]]]) -> list[MoveStep]:
+def move_plan(nodes: list[tuple[str, str | None, str, dict[str, str | None]]], batches: str = "1") -> list[MoveStep]:
     """
     The steps that move each node whose live allocator differs from the one its settings want,
-    in the order given: ``(node, current, wanted, labels)`` where ``labels`` are the labels the node
-    gets with ``wanted`` (deploy/tasks/k8s.py's node_labels; None removes one). A node not
-    labelled yet (``current`` None) serves no GPU pods to drain: it only gets its labels.
+    in batches of ``batches`` (as scripts/rollout.py's --batches, of the nodes that move) in the
+    order given: ``(node, current, wanted, labels)`` where ``labels`` are the labels the node gets
+    with ``wanted`` (deploy/tasks/k8s.py's node_labels; None removes one). A node not labelled yet
+    (``current`` None) serves no GPU pods to drain: it only gets its labels.
     """
-    steps: list[MoveStep] = []
-    for node, current, wanted, labels in nodes:
-        relabel = MoveStep(node, "relabel", wanted, tuple(sorted(labels.items())))
-        if current is None or current == wanted:
-            continue
-        steps += [MoveStep(node, "cordon", wanted), MoveStep(node, "drain", wanted), relabel,
-                  MoveStep(node, "wait-gone", wanted), MoveStep(node, "wait-ready", wanted),
-                  MoveStep(node, "uncordon", wanted)]
-    return steps
+    moving = [(node, wanted, labels) for node, current, wanted, labels in nodes
+              if current is not None and current != wanted]
+    groups = split_batches(moving, batches)
+    return [MoveStep(node, kind, wanted, tuple(sorted(labels.items())) if kind == "relabel" else (),
+                     (number, len(groups)))
+            for number, group in enumerate(groups, start=1)
+            for kind in MOVE_KINDS
+            for node, wanted, labels in group]

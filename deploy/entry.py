@@ -114,7 +114,7 @@ def verify_gpu_node(**settings):
         return
     # No preflight: its refusals (disk, headers) are about installing, and verification must
     # still report on a node that would not pass them.
-    steps = read_only_steps()
+    steps = read_only_steps(node)
     try:
         read_ahead(node, steps)
     except UnreadableOutput as unreadable:

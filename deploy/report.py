@@ -146,8 +146,16 @@ class ReportStore:
         self.encoded: dict[str, dict[str, dict[str, Any]]] = {}  # each record's JSON, made once
         self.verify_ops: set[str] = set()
         self.printed = False
+        # host -> steps a verify operation before verify's steps found (the DRA prerequisites)
+        self.pending: dict[str, list[Step]] = {}
+
+    def add_steps(self, host: str, steps: list[Step]) -> None:
+        """Steps the host's record carries when verify adds it: one report, one table row and one
+        failure line per host, whichever operation checked the step."""
+        self.pending.setdefault(host, []).extend(steps)
 
     def add(self, path: str, record: NodeRecord) -> None:
+        record.steps.extend(self.pending.pop(record.host, ()))
         self.records.setdefault(path, {})[record.host] = record
         self.encoded.setdefault(path, {})[record.host] = record.as_json()
         # Rewritten per record too, so a run that dies later still leaves what it saw: compact, from

@@ -26,6 +26,7 @@ from pydantic.fields import FieldInfo
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra_cli.exceptions import CliError
 
+from . import batches
 from .run_state import per_run
 
 # The NVIDIA device plugin refuses older drivers.
@@ -216,6 +217,7 @@ ReleaseTag = Annotated[
     text(r"v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.]+)?", "a release such as v0.17.0"),
     AfterValidator(lambda tag: tag if tag.startswith("v") else f"v{tag}"),
 ]
+BatchSizes = Annotated[str, AfterValidator(batches.checked_spec), Allowed(batches.ALLOWED)]
 Sha256 = Annotated[
     text("[0-9a-f]{64}", "a SHA-256 digest (64 hex digits)"),
     BeforeValidator(lambda value: value.lower().removeprefix("sha256:") if isinstance(value, str) else value),
@@ -584,6 +586,13 @@ class DraSettings(_Section):
         description="with dra_compute_domains, who runs IMEX on nodes that have `nvidia-imex.service`: "
                     "driver-managed masks and stops the host's unit so the driver's ComputeDomain daemons own IMEX; "
                     "host-managed leaves it running for the driver's alpha host-managed mode",
+    )
+    allocator_move_batches: BatchSizes = Field(
+        "1",
+        description="how many GPU nodes deploy/k8s_gpu.py moves between the device plugin and DRA at a time (the "
+                    "control plane's setting), as scripts/rollout.py's --batches: successive sizes, counts or "
+                    "percentages of the nodes that move, the last repeating (1,5,25%); the first batch is the "
+                    "canary, and a failed step stops the move there",
     )
 
 

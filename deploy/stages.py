@@ -75,10 +75,11 @@ STEPS: tuple[Step, ...] = (
     # The module, CDI spec and services at every boot (deploy/first_boot.py): installed, started by the next boot.
     Step("first boot", "driver", lambda s: s.first_boot_unit, reads=boot.reads,
          apply=lambda s, found, target: boot.first_boot_unit(s)),
-    Step("verify", "verify", _always, reads=verification.reads, read_only=True,
-         apply=lambda s, found, target: verification.verify(s)),
+    # Before verify: its steps join the node's report, which verify adds and fails on.
     Step("verify dra", "verify", dra.wanted, reads=dra.verify_reads, read_only=True,
          apply=lambda s, found, target: dra.verify_dra(s)),
+    Step("verify", "verify", _always, reads=verification.reads, read_only=True,
+         apply=lambda s, found, target: verification.verify(s)),
     # After verify, which fails the host first when a step fails: the node then stays cordoned.
     # Without verify, after the restarted runtime came back active.
     Step("uncordon", None, lambda s: s.drain_before_restart,
@@ -94,6 +95,6 @@ def steps_for(settings: Settings) -> list[Step]:
     return [step for step in STEPS if step.runs(settings)]
 
 
-def read_only_steps() -> list[Step]:
-    """The steps deploy/verify.py runs, whatever ``stages`` says: it only reads."""
-    return [step for step in STEPS if step.read_only]
+def read_only_steps(settings: Settings) -> list[Step]:
+    """The steps deploy/verify.py runs for ``settings``, whatever ``stages`` says: it only reads."""
+    return [step for step in STEPS if step.read_only and step.wanted(settings)]

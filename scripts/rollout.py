@@ -35,6 +35,10 @@ from pyinfra.api import State
 from pyinfra.api.exceptions import NoGroupError
 from pyinfra.context import ctx_state
 
+# The batch sizes' one reading, which deploy/k8s_gpu.py's move between the allocators shares.
+sys.path[:0] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+from deploy import batches as batch_spec  # noqa: E402
+
 # pyinfra options the rollout decides per batch: given to pyinfra as well they would change
 # which hosts a batch touches or make it a dry run.
 OWNED_OPTIONS = ("--limit", "--exclude", "--fail-percent", "--dry")
@@ -46,32 +50,10 @@ class RolloutError(Exception):
 
 def batch_sizes(spec: str, total: int) -> list[int]:
     """Sizes of successive batches covering ``total`` hosts; "1,5,25%" -> 1, 5, then 25% repeated."""
-    sizes = []
-    for entry in spec.split(","):
-        entry = entry.strip()
-        try:
-            if entry.endswith("%"):
-                percent = float(entry[:-1])
-                if not 0 < percent <= 100:
-                    raise ValueError
-                sizes.append(max(1, int(total * percent / 100)))
-            else:
-                size = int(entry)
-                if size < 1:
-                    raise ValueError
-                sizes.append(size)
-        except ValueError:
-            raise RolloutError(
-                f"invalid batch size {entry!r} in {spec!r}: allowed: whole numbers from 1 "
-                "or percentages above 0 up to 100%, comma-separated (e.g. 1,5,25%)"
-            ) from None
-    result, covered = [], 0
-    while covered < total:
-        size = sizes[min(len(result), len(sizes) - 1)]
-        size = min(size, total - covered)
-        result.append(size)
-        covered += size
-    return result
+    try:
+        return batch_spec.batch_sizes(spec, total)
+    except batch_spec.BatchSpecError as error:
+        raise RolloutError(str(error)) from None
 
 
 def split_batches(hosts: list[str], spec: str) -> list[list[str]]:

@@ -1,11 +1,12 @@
 """
 A DRA node's host side (deploy/dra.py decides): the host's IMEX unit handed to the DRA driver's
-ComputeDomain daemons, and verify's check of each host prerequisite, one line each.
+ComputeDomain daemons, and verify's check of each host prerequisite, one step each of the node's
+report.
 """
 
 from __future__ import annotations
 
-from pyinfra import host, logger
+from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
 from .. import node_records, probes
@@ -15,6 +16,7 @@ from ..facts.base import UnreadableOutput
 from ..facts.combined import FactCall, read_together
 from ..facts.dra import DraNodeState
 from ..facts.nvidia import HostState
+from ..report import FAIL, PASS, Step, verify_report_store
 from ..settings import Settings
 from .failure import failing_command
 from .units import unit_name
@@ -57,8 +59,9 @@ def mask_service(service: str):
 @operation()
 def check_prerequisites(settings: Settings, containerd_read: FactCall):
     """
-    Verify each host prerequisite of a DRA node, one line each, at execution (after the earlier
-    stages ran); no command unless one fails, and then one that fails the host naming them.
+    Check each host prerequisite of a DRA node at execution (after the earlier stages ran), each a
+    step of the node's verify report: verify's operation, which runs next, adds them to the
+    host's record and fails the host on a failed one. A read that cannot be read fails the host here.
     """
     if not probes.executing(host):
         host.noop("the DRA prerequisites are checked when the deploy executes")
@@ -71,10 +74,7 @@ def check_prerequisites(settings: Settings, containerd_read: FactCall):
     found = node_prerequisites(settings, installed_driver=installed_driver(nvidia),
                                cdi_on=containerd_cdi(settings, containerd),
                                containerd_version=containerd["version"], node=node, after_run=True)
-    for prerequisite in found:
-        status = "pass" if prerequisite.status == "pass" else "fail"
-        logger.info(f"{host.print_prefix}dra {prerequisite.name}: {status}: {prerequisite.line}")
-    failed = [prerequisite for prerequisite in found if prerequisite.status != "pass"]
-    host.noop(f"DRA prerequisites: {len(found) - len(failed)} pass, {len(failed)} fail")
-    if failed:
-        yield failing_command("DRA prerequisites not met: " + "; ".join(p.line for p in failed))
+    steps = [Step(p.step, PASS if p.status == "pass" else FAIL, p.line) for p in found]
+    verify_report_store(host.state).add_steps(host.name, steps)
+    failed = sum(step.status == FAIL for step in steps)
+    host.noop(f"DRA prerequisites: {len(steps) - failed} pass, {failed} fail (steps of the node report)")

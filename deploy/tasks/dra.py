@@ -2,7 +2,7 @@
 The DRA node stage (gpu_allocator=dra; deploy/dra.py decides): preflight refuses a node whose
 host cannot serve the DRA driver (the driver's branch, CDI in containerd, the driver root, IMEX)
 before any change; the run hands IMEX to the driver where dra_imex says; verify checks each
-prerequisite in one line. A device-plugin node runs none of it.
+prerequisite, one step each of the node's report. A device-plugin node runs none of it.
 """
 
 from __future__ import annotations

@@ -10,6 +10,11 @@ The folder (``manifests_dir``)::
     helm/values.yaml, helm/release.yaml      with device_plugin_install_method=helm: the chart's values
                                              and which chart, version and release they are for
     control-plane/kube-scheduler-config.yaml with gpushare: a file for kube-scheduler, no API object
+    helm/dra-values.yaml, helm/dra-release.yaml
+                                             with gpu_allocator=dra and dra_driver_install_method=helm:
+                                             the DRA driver chart's values, and which chart and release
+    smoke/dra-smoke-pod.yaml                 with gpu_allocator=dra and smoke_test: the pod that asks for
+                                             one GPU through a claim, to create once (not to sync)
 
 Only ``manifests/`` is for ``kubectl apply -f`` (Flux applies every YAML file under the path it is
 given, and the values are no Kubernetes object).
@@ -28,10 +33,12 @@ from pyinfra.api.exceptions import NoGroupError, PyinfraError
 from pyinfra.operations import files
 from pyinfra_cli.inventory import make_inventory
 
+from .. import dra
 from ..facts.k8s import FIELD_MANAGER, GpuNode
 from ..gpushare import NODE_LABEL, GpushareError, scheduler_config_yaml
 from ..operations.kubectl import HELM_CHART, HELM_RELEASE, HELM_REPO_URL, stamp_manifest
 from ..settings import CONTROL_PLANE_GROUP, GPU_NODES_GROUP, Settings, SettingsError, parse_settings
+from . import dra_cluster
 from . import gpushare as gpushare_task
 from .k8s import (
     CONFIG_LABEL,
@@ -53,14 +60,21 @@ MANIFESTS = "manifests"
 HELM_VALUES = "helm/values.yaml"
 HELM_RELEASE_FILE = "helm/release.yaml"
 SCHEDULER_CONFIG = "control-plane/kube-scheduler-config.yaml"
+DRA_HELM_VALUES = "helm/dra-values.yaml"
+DRA_HELM_RELEASE_FILE = "helm/dra-release.yaml"
+DRA_SMOKE_POD = "smoke/dra-smoke-pod.yaml"
 BUNDLES = (RUNTIME_CLASS_BUNDLE, DEVICE_PLUGIN_BUNDLE, gpushare_task.EXTENDER_BUNDLE,
-           gpushare_task.DEVICE_PLUGIN_BUNDLE)
+           gpushare_task.DEVICE_PLUGIN_BUNDLE, dra_cluster.DRIVER_BUNDLE, dra_cluster.CLAIMS_BUNDLE)
 WHAT_BUNDLES_HOLD = {
     RUNTIME_CLASS_BUNDLE: "the RuntimeClass `nvidia`",
     DEVICE_PLUGIN_BUNDLE: "NVIDIA's device plugin: its namespace, the sharing configs (ConfigMap), RBAC, "
                           "the DaemonSet(s)",
     gpushare_task.EXTENDER_BUNDLE: "gpushare's scheduler extender: RBAC, Deployment, NodePort Service",
     gpushare_task.DEVICE_PLUGIN_BUNDLE: "gpushare's device plugin: RBAC, DaemonSet on nodes labelled `gpushare=true`",
+    dra_cluster.DRIVER_BUNDLE: f"NVIDIA's DRA driver for GPUs: its namespace, RBAC, the kubelet plugin's DaemonSet "
+                               f"on nodes labelled `{dra.ALLOCATOR_LABEL}=dra`",
+    dra_cluster.CLAIMS_BUNDLE: f"the DeviceClass `{dra.DEVICE_CLASS}` and the ResourceClaimTemplate "
+                               f"`{dra.CLAIM_TEMPLATE}` (one GPU; the sharing config the settings give)",
 }
 
 
@@ -71,7 +85,7 @@ def manifest_file(bundle: str) -> str:
 # Every file a render may write: one a new render no longer writes is removed (a stale bundle in
 # manifests/ would still be applied by whatever syncs the folder).
 EVERY_FILE = (README, *(manifest_file(bundle) for bundle in BUNDLES), HELM_VALUES, HELM_RELEASE_FILE,
-              SCHEDULER_CONFIG)
+              SCHEDULER_CONFIG, DRA_HELM_VALUES, DRA_HELM_RELEASE_FILE, DRA_SMOKE_POD)
 
 
 class RenderError(PyinfraError):
@@ -95,10 +109,37 @@ def helm_release_text(settings: Settings) -> str:
             "--create-namespace)\n" + yaml.safe_dump(release, sort_keys=True))
 
 
+def dra_release_text(settings: Settings) -> str:
+    release = {"chart": dra.HELM_CHART, "version": dra_cluster.helm_chart_version(settings),
+               "release": dra.HELM_RELEASE, "namespace": dra.NAMESPACE}
+    return ("# The Helm release deploy/k8s_gpu.py installs with dra-values.yaml (helm upgrade --install "
+            "--create-namespace)\n" + yaml.safe_dump(release, sort_keys=True))
+
+
+def dra_files(settings: Settings, nodes: list[GpuNode], kubernetes_minor: str | None) -> tuple[dict, dict]:
+    """The DRA driver's bundles and files (deploy/tasks/dra_cluster.py's), as its deploy applies them;
+    refused for a cluster older than 1.34 where ``kubernetes_minor`` says it."""
+    refusal = kubernetes_minor and dra.kubernetes_refusal(kubernetes_minor, source="manifests_kubernetes_version")
+    if refusal:
+        raise RenderError(refusal)
+    chosen = dra_cluster.dra_settings(settings, nodes)
+    manifests, written = {}, {}
+    if chosen.dra_driver_install_method == "helm":
+        written[DRA_HELM_VALUES] = dra_cluster.render_helm_values(chosen)
+        written[DRA_HELM_RELEASE_FILE] = dra_release_text(chosen)
+    else:
+        manifests[dra_cluster.DRIVER_BUNDLE] = dra_cluster.render_driver(chosen)
+    manifests[dra_cluster.CLAIMS_BUNDLE] = dra_cluster.render_claims(chosen)
+    if settings.smoke_test:
+        written[DRA_SMOKE_POD] = dra_cluster.render_smoke_pod(chosen)
+    return manifests, written
+
+
 def cluster_files(settings: Settings, nodes: list[GpuNode], kubernetes_minor: str | None) -> dict[str, str]:
     """
     Relative path -> text: what deploy/k8s_gpu.py applies on a control plane with ``settings``
-    for these GPU nodes on a cluster of ``kubernetes_minor`` (needed only with gpushare).
+    for these GPU nodes on a cluster of ``kubernetes_minor`` (needed only with gpushare; with DRA,
+    checked where given).
     """
     manifests: dict[str, str] = {RUNTIME_CLASS_BUNDLE: render_runtime_class()}
     written: dict[str, str] = {}
@@ -117,6 +158,10 @@ def cluster_files(settings: Settings, nodes: list[GpuNode], kubernetes_minor: st
             written[HELM_RELEASE_FILE] = helm_release_text(settings)
         else:
             manifests[DEVICE_PLUGIN_BUNDLE] = render_device_plugin(settings, nodes)
+    if dra_cluster.uses_dra(settings, nodes):
+        dra_manifests, dra_written = dra_files(settings, nodes, kubernetes_minor)
+        manifests.update(dra_manifests)
+        written.update(dra_written)
     for bundle, manifest in manifests.items():
         # stamped as apply_manifests stamps them: a deploy run after this folder is applied changes nothing
         written[manifest_file(bundle)] = stamp_manifest(manifest, bundle)[0]
@@ -144,6 +189,12 @@ def readme(settings: Settings, nodes: list[GpuNode], kubernetes_minor: str | Non
     if SCHEDULER_CONFIG in written:
         lines.append(f"| `{SCHEDULER_CONFIG}` | gpushare's KubeSchedulerConfiguration: a file kube-scheduler "
                      "reads, not an API object |")
+    if DRA_HELM_VALUES in written:
+        lines.append(f"| `{DRA_HELM_VALUES}` | the values of the DRA driver's chart (not an API object) |")
+        lines.append(f"| `{DRA_HELM_RELEASE_FILE}` | the chart, its version and the release the values are for |")
+    if DRA_SMOKE_POD in written:
+        lines.append(f"| `{DRA_SMOKE_POD}` | a pod asking for one GPU through a claim of `{dra.CLAIM_TEMPLATE}`: "
+                     "to create once, not to sync |")
     lines += [
         "",
         "## Apply",
@@ -169,6 +220,30 @@ def readme(settings: Settings, nodes: list[GpuNode], kubernetes_minor: str | Non
             f"--version {helm_chart_version(settings)} \\",
             f"      --namespace {DEVICE_PLUGIN_NAMESPACE} --create-namespace --values {HELM_VALUES}",
         ]
+    if dra_cluster.uses_dra(settings, nodes):
+        lines += ["", "## DRA (gpu_allocator=dra)", "",
+                  "The DRA objects are `resource.k8s.io/v1`: the cluster must run Kubernetes 1.34 or newer."]
+    if DRA_HELM_VALUES in written:
+        chosen = dra_cluster.dra_settings(settings, nodes)
+        lines += [
+            "",
+            f"The DRA driver is chart `{dra.HELM_CHART}` version `{dra_cluster.helm_chart_version(chosen)}`, "
+            f"release `{dra.HELM_RELEASE}` in the namespace `{dra.NAMESPACE}` (created), with `{DRA_HELM_VALUES}`:",
+            "",
+            f"    helm upgrade --install {dra.HELM_RELEASE} {dra.HELM_CHART} "
+            f"--version {dra_cluster.helm_chart_version(chosen)} \\",
+            f"      --namespace {dra.NAMESPACE} --create-namespace --values {DRA_HELM_VALUES}",
+        ]
+    if DRA_SMOKE_POD in written:
+        lines += [
+            "",
+            f"`{DRA_SMOKE_POD}` checks a claim reaches a GPU, as `deploy/k8s_gpu.py` does once the driver runs:",
+            "",
+            f"    kubectl create -f {DRA_SMOKE_POD}",
+            f"    kubectl wait --for=jsonpath='{{.status.phase}}'=Succeeded pod/{dra.SMOKE_POD} "
+            f"--namespace {dra_cluster.SMOKE_NAMESPACE}",
+            f"    kubectl delete -f {DRA_SMOKE_POD}",
+        ]
     if SCHEDULER_CONFIG in written:
         lines += [
             "",
@@ -188,6 +263,9 @@ def readme(settings: Settings, nodes: list[GpuNode], kubernetes_minor: str | Non
         "the GPU's product name. Label the nodes yourself (`kubectl label node`), or let `deploy/k8s_gpu.py`",
         "label them.",
     ]
+    if dra_cluster.uses_dra(settings, nodes):
+        lines += ["", f"A node of the DRA group carries `{dra.ALLOCATOR_LABEL}=dra` and no `nvidia.com/gpu.present`: "
+                      "the DRA kubelet", "plugin runs there and the device plugin does not."]
     if nodes:
         names = dict(settings.kube_node_names)
         lines += [
@@ -199,6 +277,8 @@ def readme(settings: Settings, nodes: list[GpuNode], kubernetes_minor: str | Non
         ]
         for node in sorted(nodes, key=lambda node: node.host_name):
             labels = {key: value for key, value in sharing_labels(node).items() if value is not None}
+            if node.settings.gpu_allocator == "dra":
+                labels = {dra.ALLOCATOR_LABEL: "dra"}
             if node.gpu_sharing == "gpushare":
                 labels[NODE_LABEL] = "true"
             shown = ", ".join(f"`{key}={value}`" for key, value in sorted(labels.items()))

@@ -340,12 +340,15 @@ def node_move(node: GpuNode, live_nodes: dict) -> tuple[str, str | None, str, di
 
 @deploy("Move GPU nodes between the device plugin and DRA")
 def move_nodes(settings: Settings, nodes: list[GpuNode]):
-    """Each node whose live allocator differs from its settings', one at a time in inventory order (the first a
-    canary): cordoned, drained, relabelled, the other allocator gone from it, the new one offering its GPUs, uncordoned."""
+    """Each node whose live allocator differs from its settings', in inventory order, batch by batch as
+    allocator_move_batches says (the first a canary): cordoned, drained, relabelled, the other allocator gone
+    from it, the new one offering its GPUs, uncordoned."""
     live_nodes = known_fact(host, KubeNodes, kubeconfig=settings.kubeconfig)["nodes"] or {}
     moves = [move for move in (node_move(node, live_nodes) for node in nodes) if move is not None]
-    for step in dra.move_plan(moves):
+    for step in dra.move_plan(moves, settings.allocator_move_batches):
         target = DrainTarget(node=step.node, control_plane=host.name, kubeconfig=settings.kubeconfig,
                              timeout=settings.drain_timeout)
-        move_step(name=f"Move node {step.node} to the {step.allocator}: {step.kind}", target=target, kind=step.kind,
-                  allocator=step.allocator, labels=dict(step.labels))
+        number, batches = step.batch
+        move_step(name=f"Move node {step.node} to the {step.allocator} (batch {number} of {batches}"
+                       f"{', the canary' if number == 1 and batches > 1 else ''}): {step.kind}",
+                  target=target, kind=step.kind, allocator=step.allocator, labels=dict(step.labels))

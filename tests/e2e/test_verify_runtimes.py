@@ -255,7 +255,7 @@ class Run:
 
 
 @dataclass
-class Ladder:
+class VerifyRuns:
     runs: dict[str, Run] = field(default_factory=dict)
     effects: dict[str, str] = field(default_factory=dict)  # fault -> the daemon's own view after it
     error: BaseException | None = None
@@ -272,15 +272,15 @@ def deploy_data(runtime: Runtime, toolkit_repo, report: Path, **extra) -> dict:
             **toolkit_repo.data(), **runtime.data, **extra}
 
 
-def exercise(runtime: Runtime, node: Node, toolkit_repo, folder: Path, ladder: Ladder) -> None:
+def exercise(runtime: Runtime, node: Node, toolkit_repo, folder: Path, verify_runs: VerifyRuns) -> None:
     """The whole sequence on one node; runs are recorded, the tests judge them."""
 
     def deploy(name: str, *, default_mode: bool = False, **extra) -> Run:
         report = folder / f"{name}.json"
         result = node.deploy(data=deploy_data(runtime, toolkit_repo, report, **extra), default_mode=default_mode,
                              json_output=False)
-        ladder.runs[name] = Run(result, json.loads(report.read_text()) if report.exists() else None)
-        return ladder.runs[name]
+        verify_runs.runs[name] = Run(result, json.loads(report.read_text()) if report.exists() else None)
+        return verify_runs.runs[name]
 
     deploy("first")
     deploy("rerun")
@@ -293,14 +293,14 @@ def exercise(runtime: Runtime, node: Node, toolkit_repo, folder: Path, ladder: L
 
     # (b) the nvidia handler gone from the config the daemon runs; a deploy in default mode puts it back
     remove_nvidia_handler(node, runtime)
-    ladder.effects["handler_removed"] = nvidia_in_effect(node, runtime)
+    verify_runs.effects["handler_removed"] = nvidia_in_effect(node, runtime)
     deploy("handler_removed", **verify_only)
     deploy("restored_default_mode", default_mode=True)
     deploy("rerun_default_mode", default_mode=True)
 
     # (c) the systemd cgroup driver off for the nvidia runtime (Docker: its cgroup driver)
     systemd_cgroup_off(node, runtime)
-    ladder.effects["cgroup_off"] = nvidia_in_effect(node, runtime)
+    verify_runs.effects["cgroup_off"] = nvidia_in_effect(node, runtime)
     deploy("cgroup_off", **verify_only)
 
 
@@ -325,9 +325,9 @@ def runtime_nodes(image):
 
 
 @pytest.fixture(scope="module")
-def ladders(runtime_nodes, toolkit_repo, tmp_path_factory) -> dict[str, Ladder]:
+def ladders(runtime_nodes, toolkit_repo, tmp_path_factory) -> dict[str, VerifyRuns]:
     """Every node's sequence, all at the same time (each test then checks its node's)."""
-    results = {runtime.id: Ladder() for runtime in RUNTIMES}
+    results = {runtime.id: VerifyRuns() for runtime in RUNTIMES}
     lock = threading.Lock()
 
     def one(runtime: Runtime) -> None:
@@ -343,11 +343,11 @@ def ladders(runtime_nodes, toolkit_repo, tmp_path_factory) -> dict[str, Ladder]:
     return results
 
 
-def ladder_of(ladders: dict[str, Ladder], runtime_id: str) -> Ladder:
-    ladder = ladders[runtime_id]
-    if ladder.error is not None and not ladder.runs:
-        raise ladder.error
-    return ladder
+def ladder_of(ladders: dict[str, VerifyRuns], runtime_id: str) -> VerifyRuns:
+    verify_runs = ladders[runtime_id]
+    if verify_runs.error is not None and not verify_runs.runs:
+        raise verify_runs.error
+    return verify_runs
 
 
 CONFIG_STEP = {True: "docker_config", False: "containerd_config"}
@@ -387,44 +387,44 @@ RUNTIME_PARAMS = [pytest.param(runtime.id, id=runtime.id) for runtime in RUNTIME
 
 @pytest.mark.parametrize("runtime_id", RUNTIME_PARAMS)
 def test_whole_ladder_passes_and_reruns_unchanged_with_y_and_in_default_mode(runtime_id, ladders):
-    runtime, ladder = BY_ID[runtime_id], ladder_of(ladders, runtime_id)
-    first = ladder["first"]
+    runtime, verify_runs = BY_ID[runtime_id], ladder_of(ladders, runtime_id)
+    first = verify_runs["first"]
     assert_ladder_passes(first, runtime)
     assert first.result.changed_operations(), "the first run wires the node"
-    assert_no_change(ladder["rerun"].result)
-    assert_ladder_passes(ladder["rerun"], runtime)
+    assert_no_change(verify_runs["rerun"].result)
+    assert_ladder_passes(verify_runs["rerun"], runtime)
 
     # Default mode: the changes are shown, confirmed, applied; then a re-run in that mode changes nothing.
-    restored = ladder["restored_default_mode"]
+    restored = verify_runs["restored_default_mode"]
     assert_ladder_passes(restored, runtime)
     wire = (f"Docker | Wire the nvidia runtime into {DAEMON_JSON}" if runtime.docker
             else f"containerd | Wire the nvidia runtime into {runtime.config}")
     assert wire in restored.result.changed_operations(), restored.result.explain()
-    assert_no_change(ladder["rerun_default_mode"].result)
-    assert_ladder_passes(ladder["rerun_default_mode"], runtime)
+    assert_no_change(verify_runs["rerun_default_mode"].result)
+    assert_ladder_passes(verify_runs["rerun_default_mode"], runtime)
 
 
 @pytest.mark.parametrize("runtime_id", RUNTIME_PARAMS)
 def test_each_fault_fails_verify_in_one_line_naming_its_step(runtime_id, ladders):
-    runtime, ladder = BY_ID[runtime_id], ladder_of(ladders, runtime_id)
+    runtime, verify_runs = BY_ID[runtime_id], ladder_of(ladders, runtime_id)
     config_step = CONFIG_STEP[runtime.docker]
 
-    assert_fails_one_line(ladder["binary_removed"], "runtime_binary", RUNTIME_BINARY)
+    assert_fails_one_line(verify_runs["binary_removed"], "runtime_binary", RUNTIME_BINARY)
 
     if runtime.docker:
-        assert ladder.effects["handler_removed"].startswith("nvidia=None default=runc"), ladder.effects
+        assert verify_runs.effects["handler_removed"].startswith("nvidia=None default=runc"), verify_runs.effects
     else:
-        assert ladder.effects["handler_removed"] == "no nvidia runtime", ladder.effects
-    assert_fails_one_line(ladder["handler_removed"], config_step, "nvidia")
+        assert verify_runs.effects["handler_removed"] == "no nvidia runtime", verify_runs.effects
+    assert_fails_one_line(verify_runs["handler_removed"], config_step, "nvidia")
 
     if runtime.docker:
-        assert ladder.effects["cgroup_off"].endswith("cgroup=cgroupfs"), ladder.effects
-        assert_fails_one_line(ladder["cgroup_off"], config_step, "cgroup")
+        assert verify_runs.effects["cgroup_off"].endswith("cgroup=cgroupfs"), verify_runs.effects
+        assert_fails_one_line(verify_runs["cgroup_off"], config_step, "cgroup")
     else:
-        assert ladder.effects["cgroup_off"] == "SystemdCgroup=False", ladder.effects
-        assert_fails_one_line(ladder["cgroup_off"], config_step, "runtimes.nvidia.options.SystemdCgroup is false")
-    if ladder.error is not None:
-        raise ladder.error
+        assert verify_runs.effects["cgroup_off"] == "SystemdCgroup=False", verify_runs.effects
+        assert_fails_one_line(verify_runs["cgroup_off"], config_step, "runtimes.nvidia.options.SystemdCgroup is false")
+    if verify_runs.error is not None:
+        raise verify_runs.error
 
 
 # ----------------------------------------------------------------------------------------------
@@ -442,7 +442,7 @@ def test_fleet_report_of_one_run_over_containerd_16_17_21(runtime_nodes, toolkit
     data = {**toolkit_repo.data(), "stages": "toolkit,runtimes,verify", "container_runtimes": "containerd",
             "fleet_report_path": str(fleet_path), "verify_report_path": str(verify_path)}
 
-    # Whatever the nodes went through before (the ladder tests leave a fault), this run wires them.
+    # Whatever the nodes went through before (verify tests leave a fault), this run wires them.
     settled = deploy_fleet(list(nodes.values()), data)
     assert settled.returncode == 0, settled.explain()
 

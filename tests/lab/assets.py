@@ -51,6 +51,8 @@ IMAGES = {
     "nvml-mock": "ghcr.io/nvidia/nvml-mock:latest",
     "gpushare-extender": "registry.cn-hangzhou.aliyuncs.com/acs/k8s-gpushare-schd-extender:1.11-d170d8a",
     "gpushare-plugin": "registry.cn-hangzhou.aliyuncs.com/acs/k8s-gpushare-plugin:v2-1.11-aff8a23",
+    # the DRA driver for NVIDIA GPUs at dra_driver_version's default (tests/lab/dra.py)
+    "dra-driver": "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.5.0",
 }
 DEVICE_PLUGIN_PATH = "usr/bin/nvidia-device-plugin"
 # nvml-mock's image keeps its libnvidia-ml under a full driver version (x.y.z).

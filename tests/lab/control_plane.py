@@ -20,6 +20,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from lab import assets
 
@@ -117,6 +118,8 @@ class ControlPlane:
     apiserver_port: int = 0
     etcd_port: int = 0
     started_seconds: float = 0.0
+    # where its binaries come from: the lab's 1.28 release, or another (tests/lab/dra.py)
+    kubernetes_binary: Callable[[str], Path] = assets.kubernetes_binary
 
     @property
     def server(self) -> str:
@@ -158,7 +161,7 @@ class ControlPlane:
         return self
 
     def _start(self, timeout: float) -> None:
-        binaries = {name: assets.kubernetes_binary(name) for name in
+        binaries = {name: self.kubernetes_binary(name) for name in
                     ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")}
         etcd = assets.etcd()
         self.bin_dir.mkdir(parents=True, exist_ok=True)

@@ -29,8 +29,9 @@ import json
 import shlex
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import tomlkit
 
@@ -94,7 +95,8 @@ WantedBy=multi-user.target
 """
 
 
-def kubelet_config(port: int, healthz_port: int) -> str:
+def kubelet_config(port: int, healthz_port: int, more: dict | None = None) -> str:
+    """The KubeletConfiguration; ``more``: what a release needs besides (tests/lab/dra.py)."""
     config = {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
@@ -118,6 +120,7 @@ def kubelet_config(port: int, healthz_port: int) -> str:
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
         "serializeImagePulls": False,
+        **(more or {}),
     }
     return json.dumps(config, indent=2) + "\n"
 
@@ -234,6 +237,9 @@ class KubeletNode:
     port: int = 0
     healthz_port: int = 0
     join_seconds: float = 0.0
+    # where its kubelet comes from: the lab's 1.28 release, or another (tests/lab/dra.py)
+    kubernetes_binary: Callable[[str], Path] = assets.kubernetes_binary
+    kubelet_settings: dict = field(default_factory=dict)  # kubelet_config's ``more``
 
     def sh(self, script: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
         return self.node.sh(script, check=check, **kwargs)
@@ -285,7 +291,7 @@ class KubeletNode:
         began = time.monotonic()
         self.port, self.healthz_port = free_port(), free_port()
         paths = self.containerd_config_paths()
-        self.copy_in(assets.kubernetes_binary("kubelet"), "/usr/local/bin/kubelet")
+        self.copy_in(self.kubernetes_binary("kubelet"), "/usr/local/bin/kubelet")
         self.copy_in(assets.crictl(), "/usr/local/bin/crictl")
         self.node.write("/etc/crictl.yaml", "runtime-endpoint: unix:///run/containerd/containerd.sock\n"
                         "image-endpoint: unix:///run/containerd/containerd.sock\n")
@@ -309,7 +315,7 @@ class KubeletNode:
 
         self.node.write("/etc/kubernetes/pki/ca.crt", control_plane.pki.ca.read_text())
         self.node.write("/etc/kubernetes/kubelet.conf", control_plane.issue_node_credentials(self.name), mode="600")
-        self.node.write("/var/lib/kubelet/config.yaml", kubelet_config(self.port, self.healthz_port))
+        self.node.write("/var/lib/kubelet/config.yaml", kubelet_config(self.port, self.healthz_port, self.kubelet_settings))
         self.node.write("/etc/systemd/system/kubelet.service", KUBELET_UNIT.format(name=self.name))
         self.sh("mkdir -p /etc/kubernetes/manifests && systemctl daemon-reload && systemctl enable --now kubelet")
         try:

@@ -2,15 +2,20 @@
 deploy/k8s_gpu.py with DRA node groups, on @fake hosts answered by test_k8s_plan's FakeCluster (no
 kube-apiserver here; the commands are the real ones): the DRA objects instead of, or beside, the
 device plugin; the refusal of a cluster older than 1.34; and a node group moved from the device
-plugin to DRA and back, node by node, each step in order.
+plugin to DRA and back, node by node or in the batches allocator_move_batches names (as
+scripts/rollout.py reads --batches, the first a canary), each step in order.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import pytest
 from test_k8s_plan import A100, FakeCluster, gpu_identity_lines, run_plan
+
+from deploy.dra import move_plan
+from deploy.settings import SettingsError, parse_settings
 
 pytestmark = pytest.mark.usefixtures("both_modes")
 
@@ -106,3 +111,71 @@ def test_a_moved_group_moves_nothing_on_the_next_run(monkeypatch):
     run_plan(monkeypatch, live, gpus("gpu1"), data={**NO_SMOKE, **DRA})
     again = run_plan(monkeypatch, live, gpus("gpu1"), data={**NO_SMOKE, **DRA})
     assert move_commands(again) == [] and again.applies() == [] and again.labels() == []
+
+
+# --- batch by batch, as scripts/rollout.py reads --batches ------------------------------------------
+
+STEPS = ["cordon", "drain", "relabel", "wait-allocatable", "wait-resourceslices", "uncordon"]
+
+
+def test_move_plan_takes_each_step_on_every_node_of_a_batch_before_the_next_and_batches_in_order():
+    moves = [(f"gpu{index}", "device-plugin", "dra", {"gpu-node.io/gpu-allocator": "dra"}) for index in range(1, 6)]
+    moves.insert(2, ("new", None, "dra", {}))  # not labelled yet: nothing to move, and no batch place taken
+    plan = move_plan(moves, "1,2")
+    kinds = ["cordon", "drain", "relabel", "wait-gone", "wait-ready", "uncordon"]
+    assert [(step.batch, step.node, step.kind) for step in plan] == (
+        [((1, 3), "gpu1", kind) for kind in kinds]
+        + [((2, 3), node, kind) for kind in kinds for node in ("gpu2", "gpu3")]
+        + [((3, 3), node, kind) for kind in kinds for node in ("gpu4", "gpu5")])
+    assert {step.labels for step in plan if step.kind == "relabel"} == {(("gpu-node.io/gpu-allocator", "dra"),)}
+
+
+def test_move_plan_sizes_percentages_of_the_nodes_that_move():
+    moves = [(f"gpu{index}", "dra", "device-plugin", {}) for index in range(10)]
+    sizes = [len({step.node for step in move_plan(moves, "1,50%") if step.batch[0] == number}) for number in (1, 2, 3)]
+    assert sizes == [1, 5, 4]
+
+
+def test_the_default_moves_one_node_at_a_time():
+    moves = [(f"gpu{index}", "dra", "device-plugin", {}) for index in range(3)]
+    assert [step.batch for step in move_plan(moves) if step.kind == "cordon"] == [(1, 3), (2, 3), (3, 3)]
+
+
+def test_a_group_moves_in_the_batches_the_control_plane_names_canary_first(monkeypatch):
+    live = cluster(gpu1=DEVICE_PLUGIN_LIVE, gpu2=DEVICE_PLUGIN_LIVE, gpu3=DEVICE_PLUGIN_LIVE)
+    run = run_plan(monkeypatch, live, gpus("gpu1", "gpu2", "gpu3"),
+                   data={**NO_SMOKE, **DRA, "allocator_move_batches": "1,100%"})
+    assert not run.failed
+    assert move_commands(run) == ([("gpu1", step) for step in STEPS]
+                                  + [(node, step) for step in STEPS for node in ("gpu2", "gpu3")])
+    assert all(live.nodes[node] == DRA_LIVE for node in ("gpu1", "gpu2", "gpu3"))
+    names = run.state.op_meta
+    assert any("Move node gpu1 to the dra (batch 1 of 2, the canary): cordon" in name
+               for meta in names.values() for name in meta.names)
+
+
+@dataclass
+class CanaryNeverReady(FakeCluster):
+    """The DRA driver never offers the canary's GPUs."""
+
+    def answer(self, command: str) -> tuple[bool, list[str]]:
+        if "resourceslices" in command and "spec.nodeName=gpu1" in command and "until [ -n" in command:
+            return False, ["gpu-node: the dra offers no GPU of node gpu1 after 300 s"]
+        return super().answer(command)
+
+
+def test_a_canary_that_fails_stops_the_move_before_the_next_batch_and_stays_cordoned(monkeypatch):
+    live = CanaryNeverReady(version=("1", "34"), nodes={"cp1": {}, "gpu1": dict(DEVICE_PLUGIN_LIVE),
+                                                        "gpu2": dict(DEVICE_PLUGIN_LIVE)})
+    run = run_plan(monkeypatch, live, gpus("gpu1", "gpu2"), data={**NO_SMOKE, **DRA, "allocator_move_batches": "1,100%"})
+    assert run.failed
+    assert move_commands(run) == [("gpu1", step) for step in STEPS[:5]]  # no uncordon, gpu2 untouched
+    assert live.nodes["gpu2"] == DEVICE_PLUGIN_LIVE
+
+
+@pytest.mark.parametrize("value", ["0", "1,0%", "x", "1,,2"])
+def test_batch_sizes_that_are_none_are_refused_in_one_line(value):
+    with pytest.raises(SettingsError) as refused:
+        parse_settings({"allocator_move_batches": value})
+    assert str(refused.value) == (f"invalid setting allocator_move_batches={value!r}: allowed: whole numbers from 1 "
+                                  "or percentages above 0 up to 100%, comma-separated (e.g. 1,5,25%)")

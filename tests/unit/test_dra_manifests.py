@@ -1,6 +1,7 @@
 """
 Every object of gpu_allocator=dra (deploy/tasks/dra_cluster.py), rendered by the deploy's own
-functions for every sharing mode and driver root, checked offline and strictly (unknown fields
+functions for every sharing mode and driver root, and every file of deploy/render_cluster.py's
+folder for a DRA group (deploy/tasks/gitops.py), checked offline and strictly (unknown fields
 refused) against the OpenAPI schemas kubernetes-validate ships for every Kubernetes minor from
 1.34 to the newest it has; and refused in one line for a cluster older than 1.34.
 """
@@ -19,6 +20,7 @@ from deploy import dra
 from deploy.operations.kubectl import manifest_documents, stamp_manifest
 from deploy.settings import parse_settings
 from deploy.tasks.dra_cluster import render_claims, render_driver, render_helm_values, render_smoke_pod
+from deploy.tasks.gitops import cluster_files, settings_only_node
 
 OLDEST = "1.34"
 VERSIONS = sorted({kubernetes_validate.utils.major_minor(version) for version in kubernetes_validate.utils.all_versions()
@@ -151,3 +153,51 @@ def test_every_api_version_written_in_a_dra_template_is_rendered_and_so_checked(
     rendered = {(document["apiVersion"], document["kind"]) for case in CASES for document in documents(case)}
     assert ("resource.k8s.io/v1", "DeviceClass") in written
     assert written == rendered
+
+
+def folder(case: str, minor: str, **more) -> dict[str, str]:
+    """What deploy/render_cluster.py writes for a DRA group with the case's settings (the pure function it writes)."""
+    chosen = settings(**CASES[case], **more)
+    return cluster_files(parse_settings({}), [settings_only_node("gpu1", chosen)], minor)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("method", ["static", "helm"])
+def test_every_file_of_the_gitops_folder_is_valid_strictly(method, version):
+    checked = 0
+    for case in sorted(CASES):
+        written = folder(case, version, dra_driver_install_method=method)
+        for path, text in written.items():
+            if path.startswith(("manifests/", "smoke/")):
+                for document in manifest_documents(text):
+                    kubernetes_validate.validate(document, version, strict=True)
+                    checked += 1
+        if method == "helm":
+            affinity = yaml.safe_load(written["helm/dra-values.yaml"])["kubeletPlugin"]["affinity"]
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},
+                   "spec": {"containers": [{"name": "x", "image": "x"}], "affinity": affinity}}
+            kubernetes_validate.validate(pod, version, strict=True)
+    kinds = {document["kind"] for text in folder("plain", version).values() if text.startswith("apiVersion")
+             for document in manifest_documents(text)}
+    assert checked and {"DeviceClass", "ResourceClaimTemplate", "DaemonSet", "Pod"} <= kinds, kinds
+
+
+def test_the_gitops_folder_is_refused_for_1_33_in_one_line():
+    from deploy.tasks.gitops import RenderError
+
+    with pytest.raises(RenderError) as refused:
+        folder("plain", "1.33")
+    assert "\n" not in str(refused.value) and "manifests_kubernetes_version is 1.33" in str(refused.value)
+
+
+def test_the_wheel_carries_every_template_folder_the_dra_templates_included():
+    """pyproject.toml's package data names each templates/ folder with a .j2 (red without k8s/dra)."""
+    import tomllib
+
+    from test_k8s_schemas import REPO
+
+    setup = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {path.parent.relative_to(REPO / "templates") for path in (REPO / "templates").rglob("*.j2")}
+    packages = {".".join(["gpu_node.template_files", *folder.parts]) for folder in folders}
+    assert {"gpu_node.template_files.k8s.dra"} <= packages
+    assert packages <= set(setup["packages"]) and packages <= set(setup["package-data"])

@@ -1,14 +1,17 @@
 """
 A DRA node's host side (gpu_allocator=dra): the prerequisites deploy/dra.py decides, each one line,
 and deploy/gpu_node.py on stated @fake hosts: refused in preflight before any change, IMEX masked
-as dra_imex says, and nothing of it on a device-plugin node.
+as dra_imex says, and nothing of it on a device-plugin node; deploy/verify.py reporting each
+prerequisite as a step of the node report (and the fleet report's row).
 """
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from plan import DEFAULT, PCI_WITH_GPU, gpu_node, node_lines, run_deploy
+from plan import DEFAULT, GPU_NODE, PCI_WITH_GPU, gpu_node, node_lines, run_deploy
 
 from deploy.engines.containerd.installations import plain_target
 from deploy.operations.containerd import target_read
@@ -16,6 +19,7 @@ from deploy.dra import (
     cdi_prerequisite, driver_prerequisite, driver_root_prerequisite, imex_action, imex_prerequisite,
 )
 from deploy.facts.dra import DraNodeState
+from deploy.fleet_report import fleet_rows
 
 pytestmark = pytest.mark.usefixtures("both_modes")
 
@@ -26,6 +30,7 @@ ROOT_WITH_NVML = ["root", "nvml usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"]
 IMEX_RUNNING = ["imex_enabled enabled", "imex_active active"]
 CHANGING = ("systemctl mask", "apt-get", "mkdir ", "mv ")
 DRA = {"stages": "runtimes", "gpu_allocator": "dra"}
+VERIFY = GPU_NODE.replace("gpu_node.py", "verify.py")
 
 
 def driver(**given):
@@ -141,3 +146,58 @@ def test_a_device_plugin_node_reads_nothing_of_dra_and_is_not_refused_for_an_old
     run = run_deploy(dra_node(CONTAINERD_2, [], built="550.54.15"), data={"stages": "runtimes"})
     assert run.error is None, run.refusal
     assert not run.ran("imex_enabled") and not run.ran("nvidia-imex")
+
+
+# --- verify: each prerequisite a step of the node's report ---------------------------------------
+
+def verify_dra_node(tmp_path, containerd: str, dra_state: list[str], built: str | None = "570.158.01", **data):
+    """deploy/verify.py on a DRA node: what the report at ``verify_report_path`` says of it, and the plan.
+    Verify's own reads print nothing (their defaults: no GPU, nothing installed)."""
+    report = tmp_path / "report.json"
+    settings = {**DRA, "verify_report_path": str(report), "fleet_report_path": str(tmp_path / "fleet.json"), **data}
+    plan = run_deploy(dra_node(containerd, dra_state, built), data=settings, deploy_file=VERIFY)
+    [record] = json.loads(report.read_text())["nodes"]
+    return plan, record, {step["name"]: step for step in record["steps"] if step["name"].startswith("dra_")}
+
+
+def test_verify_reports_each_dra_prerequisite_as_a_step_and_passes_a_node_that_has_them(tmp_path):
+    plan, record, steps = verify_dra_node(tmp_path, CONTAINERD_2, ROOT_WITH_NVML)
+    assert {name: step["status"] for name, step in steps.items()} == {
+        "dra_driver": "pass", "dra_cdi": "pass", "dra_driver_root": "pass", "dra_imex": "pass"}
+    assert steps["dra_driver"]["reason"] == "driver: the installed driver 570.158.01, at least 565"
+    assert steps["dra_cdi"]["reason"] == "CDI on in containerd 2.1.9"
+    assert not plan.failed_with("dra_"), plan.refusal
+    (row,) = fleet_rows(plan.state)
+    assert "dra_" not in " ".join(row.verify["failed_steps"])
+
+
+def test_verify_fails_the_host_naming_each_dra_prerequisite_the_node_lacks(tmp_path):
+    plan, record, steps = verify_dra_node(tmp_path, CONTAINERD_16, ["root"], built="550.54.15",
+                                          dra_compute_domains=True, dra_driver_install_method="helm")
+    assert {name: step["status"] for name, step in steps.items()} == {
+        "dra_driver": "fail", "dra_cdi": "fail", "dra_driver_root": "fail", "dra_imex": "pass"}
+    assert steps["dra_driver"]["reason"] == ("gpu_allocator=dra needs a driver of 570.158.01 or newer "
+                                             "(dra_compute_domains): the installed driver 550.54.15 is older")
+    assert "containerd 1.6.20~ds1 has none" in steps["dra_cdi"]["reason"]
+    assert record["ok"] is False
+    [line] = plan.failed_with("verification failed")
+    assert "dra_driver, dra_cdi, dra_driver_root" in line
+    (row,) = fleet_rows(plan.state)
+    assert {"dra_driver", "dra_cdi", "dra_driver_root"} <= set(row.verify["failed_steps"])
+
+
+def test_verify_after_the_run_fails_a_dra_node_without_containerd(tmp_path):
+    """Preflight leaves CDI to verify where the run installs containerd; verify has nothing to wait for."""
+    _, _, steps = verify_dra_node(tmp_path, "", ROOT_WITH_NVML)
+    assert steps["dra_cdi"]["status"] == "fail"
+    assert "no containerd is installed" in steps["dra_cdi"]["reason"]
+
+
+def test_verify_of_a_device_plugin_node_has_no_dra_step(tmp_path):
+    """deploy/verify.py runs the steps a node's settings want: nothing of DRA is read on this one."""
+    report = tmp_path / "report.json"
+    plan = run_deploy(dra_node(CONTAINERD_2, []), deploy_file=VERIFY,
+                      data={"verify_report_path": str(report), "fleet_report_path": str(tmp_path / "fleet.json")})
+    [record] = json.loads(report.read_text())["nodes"]
+    assert record["steps"] and not [step for step in record["steps"] if step["name"].startswith("dra_")]
+    assert not plan.ran("imex_enabled")

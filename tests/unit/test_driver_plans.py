@@ -109,10 +109,10 @@ def test_debian_default_plan_enables_components_installs_driver_headers_firmware
     assert not run.ran("reboot )")
 
 
-def test_debian_headers_fall_back_to_the_flavour_meta_package_when_the_running_kernels_are_missing():
+def test_debian_headers_fall_back_to_the_kernel_variants_meta_package_when_the_running_kernels_are_missing():
     run = ok(run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-cloud-amd64", pci=PCI_WITH_GPU), facts=[
         *DEBIAN_FILES,
-        # the lists carry the flavour's meta package, not the running kernel's headers
+        # the lists carry the kernel variant's meta package, not the running kernel's headers
         (every(PackagesAvailable), carrying("linux-headers-cloud-amd64")),
     ])))
     assert any(c.endswith(" install -o DPkg::Lock::Timeout=120 --allow-change-held-packages --allow-downgrades linux-headers-cloud-amd64") for c in install_lines(run, "apt-get"))
@@ -153,7 +153,7 @@ def test_debian_second_run_with_everything_installed_and_held_runs_no_package_co
     assert not run.ran("apt-mark hold")
     assert not run.ran("> /run/reboot-required")
     assert not [c for c in run.commands if c.startswith("systemctl")]
-    # no more remote commands than before the flavour and persistenced came: preflight's combined read,
+    # no more remote commands than before the kernel module type and persistenced came: preflight's combined read,
     # the driver's one read ahead, HostState for the reboot marker's check
     assert len(run.commands) <= 6, "\n".join(c[:4000].replace("\n", " ") for c in run.commands)
 
@@ -382,7 +382,7 @@ def test_driver_install_false_runs_no_driver_operation():
     assert not [name for name in run.op_names() if name.startswith("NVIDIA driver")]
 
 
-# Kernel module flavour, one version, nvidia-persistenced, Fabric Manager (docs/datacenter.md)
+# Kernel module type, one version, nvidia-persistenced, Fabric Manager (docs/datacenter.md)
 
 H100 = ["pci 0000:3b:00.0 0x2330 0x030200"]
 B200 = ["pci 0000:3b:00.0 0x2901 0x030200"]
@@ -402,7 +402,7 @@ def test_debian_open_module_type_pins_driver_and_open_module_to_the_version_both
     assert "NVIDIA driver | Pin the NVIDIA driver's packages at one version" in run.op_names()
 
 
-def test_switching_flavour_replaces_the_module_package_in_the_same_transaction():
+def test_switching_the_module_type_replaces_the_module_package_in_the_same_transaction():
     run = ok(run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=H100), facts=[
         *DEBIAN_FILES, (every(PackageVersions), BOOKWORM_OFFERS),
         (every(DebPackageStates), dpkg(nvidia_driver="535.261.03-1 hold", nvidia_smi="535.261.03-1 hold",
@@ -426,7 +426,7 @@ def test_switching_flavour_replaces_the_module_package_in_the_same_transaction()
 def test_switching_an_rpm_family_from_open_removes_its_module_after_the_bounded_wait_and_releases_its_hold(
         distro, kernel, branch, module, facts, release):
     """rpm -e waits without end for the rpm database a busy dnf or zypper holds: the removal of the
-    other flavour's module follows the same bounded wait as the managers' installs; its hold (read
+    other module type's module follows the same bounded wait as the managers' installs; its hold (read
     before the removal) is released after it, so no hold is left on a package that is gone."""
     manager = "dnf" if distro.startswith("rocky") else "zypper"
     installed = [(every(RpmPackages), [f"{module} 550.90.07-1"])]
@@ -437,9 +437,9 @@ def test_switching_an_rpm_family_from_open_removes_its_module_after_the_bounded_
     assert release in run.commands[at + 1:at + 3], run.commands[at:at + 3]
 
 
-def test_a_rocky_node_on_the_other_flavours_stream_resets_the_module_before_enabling_this_one():
+def test_a_rocky_node_on_the_other_module_types_stream_resets_the_module_before_enabling_this_one():
     """dnf refuses to switch a module's enabled stream (module_stream_switch): the switch to the open
-    flavour resets nvidia-driver first (tests/e2e/test_family_dnf.py shows it on the real dnf)."""
+    module type resets nvidia-driver first (tests/e2e/test_family_dnf.py shows it on the real dnf)."""
     streams = [(every(DnfModuleStreams), ["[nvidia-driver]", "name=nvidia-driver", "stream=570-dkms", "state=enabled"])]
     run = ok(run_deploy(node("rocky-9", host_state=node_lines("5.14.0-362.8.1.el9_3.x86_64", pci=B200), facts=streams),
                         data={"nvidia_driver_branch": "570"}))

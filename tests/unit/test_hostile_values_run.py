@@ -119,6 +119,8 @@ PLANS = {
     "device_plugin_version": ("cluster", "helm"), "smoke_test_image": ("cluster",),
     # a release tag: its pattern (v1.2.3) refuses every hostile value before any run
     "dra_driver_version": ("cluster",),
+    # batch sizes (deploy/batches.py): anything but numbers, % and commas is refused before any run
+    "allocator_move_batches": ("cluster",),
     "gpushare_extender_image": ("gpushare",), "gpushare_device_plugin_image": ("gpushare",),
     "gpushare_scheduler_config_path": ("gpushare",), "gpushare_inspect_source": ("gpushare",),
     "gpushare_inspect_sha256": ("gpushare",), "gpushare_inspect_path": ("gpushare",),

@@ -22,6 +22,7 @@ import lab
 import pytest
 import yaml
 from lab import assets, nvml_mock
+from lab import dra as dra_lab
 from lab_assets import needs_lab, skip_summary
 
 REPO = Path(__file__).resolve().parents[2]
@@ -329,6 +330,8 @@ def lab_checks():
         "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl")),
         assets.kubernetes_image("kube-scheduler")[0]]
     yield assets.CRICTL_TARBALL, lambda: [assets.crictl()]
+    yield f"{dra_lab.SERVER_FOLDER}/{assets.SERVER_TARBALL}", lambda: [*map(dra_lab.kubernetes_binary, (
+        "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl"))]
     yield "nvidia-container-toolkit/*.deb", lambda: sorted(lab.lab_path("nvidia-container-toolkit").glob("*.deb"))
     for key, image in assets.IMAGES.items():
         yield image, lambda key=key: [assets.image_archive(key)[0]]
@@ -362,6 +365,8 @@ def test_every_file_the_lab_holds_is_in_a_published_form_the_tests_read():
 
 def test_a_lab_of_every_listed_file_in_its_published_form_passes_the_check_and_one_in_another_form_fails(lab_dir):
     server_tarball(lab_dir)
+    (lab_dir / dra_lab.SERVER_FOLDER).mkdir()
+    server_tarball(lab_dir / dra_lab.SERVER_FOLDER, "v1.34.0")
     (lab_dir / assets.CRICTL_TARBALL).write_bytes(tar_bytes({"crictl": b"crictl"}, "gz"))
     (lab_dir / "nvidia-container-toolkit").mkdir()
     (lab_dir / "nvidia-container-toolkit" / "nvidia-container-toolkit_1.20.0-1_amd64.deb").write_bytes(b"deb")

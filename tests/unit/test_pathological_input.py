@@ -30,7 +30,7 @@ from test_gpushare_plan import GPU as GPUSHARE_GPU
 from test_gpushare_plan import MANIFEST, cluster  # noqa: F401 - the fixture
 from test_gpushare_plan import run_plan as run_k8s_plan
 from test_verify_steps import containerd_dump, run_verify
-from test_verify_steps import node_lines as ladder_lines
+from test_verify_steps import node_lines as verify_lines
 
 from deploy import node_text
 from deploy.cdi import RUNTIME_CONFIG, SPEC_PATH
@@ -375,7 +375,7 @@ def test_a_cdi_spec_that_cannot_be_read_is_named_in_one_line(case):
 @pytest.mark.parametrize("case", YAML)
 def test_the_kubelets_config_that_cannot_be_read_fails_the_cgroup_step_in_one_line(tmp_path, case):
     content, says = YAML[case]
-    lines = [line for line in ladder_lines(dump=containerd_dump(), kubelet="") if not line.startswith("kubelet_config")]
+    lines = [line for line in verify_lines(dump=containerd_dump(), kubelet="") if not line.startswith("kubelet_config")]
     lines.append(f"kubelet_config {node_read(content)}")
     _, _, steps, failed = run_verify(tmp_path, lines)
     step = steps["cgroup_driver"]

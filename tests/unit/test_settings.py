@@ -104,6 +104,7 @@ DOCUMENTED_DEFAULTS = {
     "dra_driver_install_method": "static",
     "dra_compute_domains": False,
     "dra_imex": "driver-managed",
+    "allocator_move_batches": "1",
 }
 
 

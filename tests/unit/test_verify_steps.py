@@ -1,7 +1,7 @@
 """
-The verification ladder as plan tests (pyinfra's @fake connector): given what a node's commands
+Verify's steps as plan tests (pyinfra's @fake connector): given what a node's commands
 print, which steps pass, fail or skip, which commands run (crictl's sequence), and that a
-failing step fails the host while a passing ladder yields no command (no change).
+failing step fails the host while a passing verify yields no command (no change).
 """
 
 from __future__ import annotations
@@ -154,10 +154,10 @@ SANDBOX_ID = "3f1a8c2b7d9e4f60a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718"
 CONTAINER_ID = "9a8b7c6d5e4f30211a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f7081"
 
 
-def run_verify(tmp_path, lines, crictl=None, runs=None, facts=(), flavour=(), **data):
+def run_verify(tmp_path, lines, crictl=None, runs=None, facts=(), installation=(), **data):
     """
-    The verify task on a node whose ladder read prints ``lines`` and whose ContainerdInstallations read
-    prints ``flavour`` (nothing: a plain containerd), with ``facts`` besides; ``crictl`` and ``runs``
+    The verify task on a node whose verify read prints ``lines`` and whose ContainerdInstallations read
+    prints ``installation`` (nothing: a plain containerd), with ``facts`` besides; ``crictl`` and ``runs``
     answer the probes (by a fragment of their command).
     """
     report = tmp_path / "report.json"
@@ -167,10 +167,10 @@ def run_verify(tmp_path, lines, crictl=None, runs=None, facts=(), flavour=(), **
     for key, value in (runs or {}).items():
         commands[key] = value
     settings = settings_for(verify_report_path=str(report), **data)
-    # The node facts (PCI GPUs, kernel) and the ladder's read print their lines in the one command
+    # The node facts (PCI GPUs, kernel) and verify's read print their lines in the one command
     # they are read in: each fact takes its own kinds of line from them.
-    node = Node(facts=[(ContainerdInstallations, flavour), (HostState, lines), (ladder_call(settings, flavour), lines),
-                       (containerd_call(settings, flavour), lines), (CudaInit, lines), (cdi_state_read(), lines),
+    node = Node(facts=[(ContainerdInstallations, installation), (HostState, lines), (verify_call(settings, installation), lines),
+                       (containerd_call(settings, installation), lines), (CudaInit, lines), (cdi_state_read(), lines),
                        (links_read(settings.nvidia_driver_root), lines), *facts], commands=commands)
     # tests/plan.py's run_plan, keeping the plan when the host fails (a failing step must fail it).
     inventory = Inventory(([("@fake/node", QUICK)], {}))
@@ -186,21 +186,21 @@ def run_verify(tmp_path, lines, crictl=None, runs=None, facts=(), flavour=(), **
     return plan, record, steps, failed
 
 
-def containerd_in(settings, flavour: list[str]):
-    """The containerd a node whose ContainerdInstallations read prints ``flavour`` runs."""
+def containerd_in(settings, installation: list[str]):
+    """The containerd a node whose ContainerdInstallations read prints ``installation`` runs."""
     options = VerifyOptions.from_settings(settings)
-    found = ContainerdInstallations().process(list(flavour)) if flavour else ContainerdInstallations.default()
+    found = ContainerdInstallations().process(list(installation)) if installation else ContainerdInstallations.default()
     return options, containerd_of(options, found if "containerd" in options.runtimes else None)
 
 
-def ladder_call(settings, flavour: list[str]):
-    """The ladder's read (deploy/operations/verification.py) of that containerd."""
-    return verify_read(*containerd_in(settings, flavour))
+def verify_call(settings, installation: list[str]):
+    """Verify's read (deploy/operations/verification.py) of that containerd."""
+    return verify_read(*containerd_in(settings, installation))
 
 
-def containerd_call(settings, flavour: list[str]):
+def containerd_call(settings, installation: list[str]):
     """The read of that containerd's version and config dump."""
-    return containerd_config_read(containerd_in(settings, flavour)[1])
+    return containerd_config_read(containerd_in(settings, installation)[1])
 
 
 def statuses(steps: dict) -> dict:
@@ -222,8 +222,8 @@ def test_node_without_gpu_wired_containerd_passes_runtime_steps_and_skips_gpu_st
     assert steps["cri_handler"]["reason"].startswith("crictl not installed")
     assert record["ok"] is True and not failed
     assert record["gpus"] == [] and record["toolkit"] == "1.17.8" and record["runtime"] == "containerd 1.6.20~ds1"
-    # Read-only: the only commands are the two reads (which containerd the node runs, then the ladder's
-    # facts of that containerd) and nothing the ladder yields.
+    # Read-only: the only commands are the two reads (which containerd the node runs, then verify's
+    # facts of that containerd) and nothing verify yields.
     assert len(plan.commands) == 2 and FLAVOUR_READ in plan.commands[0] and "kmod_version" in plan.commands[1]
 
 
@@ -383,7 +383,7 @@ sys.exit(1)
 
 def crictl_standin(tmp_path, answers: list[tuple[list[str], int, str]]) -> tuple[Callable[[str], Output], Path]:
     """verify's crictl script run by a real shell on this machine, with the stand-in as ``crictl``
-    on PATH; its output goes back to the ladder through the @fake host. Returns the answer for the
+    on PATH; its output goes back to verify through the @fake host. Returns the answer for the
     script's command (``run_verify``'s ``crictl``) and the call log."""
     bin_dir = tmp_path / "standin-bin"
     bin_dir.mkdir()
@@ -434,7 +434,7 @@ def test_the_read_and_the_crictl_probe_run_once_per_run_in_both_modes(tmp_path):
     crictl = crictl_lines(runp=(0, SANDBOX_ID), stopp=(0, "stopped"), rmp=(0, "removed"))
     plan, _, steps, failed = run_verify(tmp_path, lines, crictl=crictl)
     assert len(plan.matching("kmod_version")) == 1 and len(plan.matching("runp --runtime")) == 1
-    assert len(plan.commands) == 3  # the two reads and the probe: a passing ladder yields nothing
+    assert len(plan.commands) == 3  # the two reads and the probe: a passing verify yields nothing
     assert steps["cri_handler"]["status"] == PASS and not failed
 
 
@@ -598,7 +598,7 @@ def test_each_real_containerds_dump_of_the_wired_config_passes_runtime_binary_an
     plan, _, steps, failed = run_verify(tmp_path / "wired", lines)
     assert (steps["runtime_binary"]["status"], steps["containerd_config"]["status"]) == (PASS, PASS), steps
     assert steps["runtime_binary"]["reason"] == "/usr/bin/nvidia-container-runtime executable"
-    assert not failed and len(plan.commands) == 2, "the settings' binary is checked in the ladder's one read"
+    assert not failed and len(plan.commands) == 2, "the settings' binary is checked in verify's one read"
 
     gone = node_lines(smi=smi_output("exit-9.txt"), smi_exit=9, dump=dumped.stdout, ctrd_version=containerd.version,
                       runtime_executable=False)
@@ -632,9 +632,9 @@ def test_a_binary_the_config_names_elsewhere_is_checked_by_its_parsed_path_in_a_
 def test_a_k3s_node_is_verified_through_k3s_own_containerd_unit_socket_and_generated_config(tmp_path):
     """k3s runs its own containerd (not on the PATH) under its own unit, on the config.toml it
     generates from the template the deploy writes, behind its own socket: verify asks that one."""
-    flavour = (FIXTURES / "containerd" / "installations" / "k3s-agent-v3.txt").read_text().splitlines()
+    installation = (FIXTURES / "containerd" / "installations" / "k3s-agent-v3.txt").read_text().splitlines()
     lines = node_lines(dump=containerd_dump())
-    plan, _, steps, failed = run_verify(tmp_path, lines, flavour=flavour)
+    plan, _, steps, failed = run_verify(tmp_path, lines, installation=installation)
     verify_command = plan.commands[1]
     for expected in ("command -v /var/lib/rancher/k3s/data/current/bin/containerd",
                      'units="$units "k3s-agent',
@@ -663,7 +663,7 @@ def test_docker_with_another_cgroup_driver_than_systemd_cgroup_asks_fails_naming
 
 
 # ----------------------------------------------------------------------------------------------
-# Data-center steps: the module's flavour, persistence, Fabric Manager and CUDA's own start
+# Data-center steps: the module's installation, persistence, Fabric Manager and CUDA's own start
 
 OPEN_KMOD = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  535.216.03  Release Build  (dvs-builder@U16-T02-35-3)"
 PROPRIETARY_KMOD = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.216.03  Fri Oct 11 00:00:00 UTC 2024"
@@ -850,8 +850,8 @@ def test_cuda_without_python_on_the_node_is_not_checked_never_passed(tmp_path):
     assert record["cuda"] == "not checked (no python3)"
 
 
-def test_the_cuda_read_joins_the_ladders_one_read_and_the_table_shows_the_new_fields(tmp_path, capsys):
-    """cuInit adds no remote command: the no-op stays at the flavour's read and the ladder's."""
+def test_the_cuda_read_joins_verifys_one_read_and_the_table_shows_the_new_fields(tmp_path, capsys):
+    """cuInit adds no remote command: the no-op stays at the installation's read and verify's."""
     plan, _, _, failed = run_verify(tmp_path, node_lines(kmod=OPEN_KMOD, cuda=cuda_lines(0, devices=1), **ONE_GPU))
     assert len(plan.commands) == 2 and "cuInit" in plan.commands[1] and "kmod_version" in plan.commands[1]
     assert not failed
@@ -893,7 +893,7 @@ def test_the_fleet_row_carries_what_verify_found_of_the_driver(tmp_path):
 
 
 def test_a_failed_containerd_dump_fails_the_step_with_what_containerd_printed(tmp_path):
-    """The dump is ContainerdConfig's (one read with the runtimes stage): its failure reaches the ladder."""
+    """The dump is ContainerdConfig's (one read with the runtimes stage): its failure reaches verify."""
     error = 'containerd: failed to load TOML from /etc/containerd/config.toml: toml: line 3: expected "="'
     lines = node_lines(smi=smi_output("exit-9.txt"), smi_exit=9, dump=error, dump_exit=1)
     _, _, steps, failed = run_verify(tmp_path, lines)
