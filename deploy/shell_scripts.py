@@ -15,10 +15,13 @@ from typing import Iterable
 
 @cache
 def body(name: str) -> str:
-    """The text of ``deploy/shell/<name>.sh`` without its ``#!`` line, ending in a newline."""
+    """The text of ``deploy/shell/<name>.sh`` after its leading comment lines (the ``#!`` line, what the
+    file is, shellcheck's directives: for its readers, not for the node), ending in a newline."""
     text = resources.files(__package__).joinpath("shell", f"{name}.sh").read_text(encoding="utf-8")
-    if text.startswith("#!"):
-        text = text.partition("\n")[2]
+    lines = text.splitlines(keepends=True)
+    while lines and lines[0].startswith("#"):
+        del lines[0]
+    text = "".join(lines)
     return text if text.endswith("\n") else text + "\n"
 
 
