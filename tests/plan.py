@@ -587,3 +587,11 @@ def run_inventory(inventory: Inventory, nodes: Mapping[str, Node], deploy_file: 
     state, error = run_pyinfra(inventory, lambda state: load_deploy_file(state, deploy_file), execute, failures,
                              nodes, timeline, uploads=uploads)
     return Plan(state=state, error=error, failures=failures, timeline=timeline, uploads=uploads)
+
+
+def assigned(script: str, name: str) -> str:
+    """The value ``script`` gives the variable ``name`` before its body (deploy/shell_scripts.py's
+    quoted assignments, one line each), as sh reads it."""
+    (line,) = [line for line in script.splitlines() if line.startswith(f"{name}=")]
+    (value,) = shlex.split(line[len(name) + 1:]) or [""]
+    return value

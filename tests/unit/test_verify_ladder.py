@@ -9,14 +9,13 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Callable
 
 import pytest
-from plan import Output, Plan, QUICK, Node, run_pyinfra, settings_for
+from plan import Output, Plan, assigned, QUICK, Node, run_pyinfra, settings_for
 from standin_libcuda import standin_libcuda  # noqa: F401 (the fixture)
 from pyinfra.api import Inventory
 from pyinfra.api.deploy import add_deploy
@@ -419,7 +418,7 @@ def test_crictl_sequence_without_gpu_runs_a_host_network_sandbox_through_nvidia_
     plan, _, steps, failed = run_verify(tmp_path, lines, crictl=crictl)
     assert calls(log) == [["runp", "--runtime", "nvidia", POD], ["stopp", SANDBOX_ID], ["rmp", SANDBOX_ID]]
     (script,) = plan.matching("runp --runtime")
-    pod = json.loads(re.search(r"cat > \"\$d/pod.json\" <<'GPU_NODE_EOF'\n(.*?)\nGPU_NODE_EOF", script, re.S)[1])
+    pod = json.loads(assigned(script, "pod_json"))
     assert pod["linux"]["security_context"]["namespace_options"]["network"] == 2  # NODE: host network
     assert pod["linux"]["cgroup_parent"] == "gpunodeverify.slice"  # the systemd driver wants a slice
     assert steps["cri_handler"]["status"] == PASS
@@ -457,7 +456,7 @@ def test_crictl_sequence_on_a_gpu_node_runs_nvidia_smi_in_the_sandbox(tmp_path):
     plan, _, steps, failed = run_verify(tmp_path, lines, crictl=crictl)
     assert calls(log) == [call for call, _, _ in sequence]
     (script,) = plan.matching("runp --runtime")
-    container = json.loads(re.search(r"cat > \"\$d/container.json\" <<'GPU_NODE_EOF'\n(.*?)\nGPU_NODE_EOF", script, re.S)[1])
+    container = json.loads(assigned(script, "container_json"))
     assert container["command"] == ["nvidia-smi", "-L"]
     assert container["image"]["image"] == image
     assert steps["cri_handler"]["status"] == PASS and "GPU-36c9561a" in steps["cri_handler"]["reason"], \
@@ -469,7 +468,7 @@ def test_crictl_sandbox_cgroup_parent_is_a_path_with_the_cgroupfs_driver(tmp_pat
     lines = node_lines(dump=containerd_dump(systemd_cgroup=False), crictl=True)
     plan, _, _, _ = run_verify(tmp_path, lines, crictl=crictl_lines(runp=(0, SANDBOX_ID)), systemd_cgroup="false")
     (script,) = plan.matching("runp --runtime")
-    pod = json.loads(re.search(r"cat > \"\$d/pod.json\" <<'GPU_NODE_EOF'\n(.*?)\nGPU_NODE_EOF", script, re.S)[1])
+    pod = json.loads(assigned(script, "pod_json"))
     assert pod["linux"]["cgroup_parent"] == "/gpu-node-verify"
 
 
@@ -487,7 +486,7 @@ def test_crictl_on_a_gpu_node_without_the_image_passes_the_handler_and_says_what
     crictl = crictl_lines(runp=(0, SANDBOX_ID), image=(1, "image not present"), stopp=(0, ""), rmp=(0, ""))
     plan, _, steps, failed = run_verify(tmp_path, lines, crictl=crictl)
     (script,) = plan.matching("runp --runtime")
-    assert "inspecti docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04" in script
+    assert assigned(script, "image") == "docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
     assert steps["cri_handler"]["status"] == PASS
     assert "nvidia-smi container skipped: image docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04 not on the node" in \
         steps["cri_handler"]["reason"]
