@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# shellcheck for the node scripts' test (tests/unit/test_shell_scripts.py): install Debian's
+# The node scripts' test (tests/unit/test_shell_scripts.py) runs shellcheck: install Debian's
 # shellcheck package when missing. Where it cannot be installed (no apt, not root, no such package)
 # it exits non-zero with one line, and the test skips with that line.
 set -uo pipefail
