@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The node scripts' test (tests/unit/test_shell_scripts.py) runs shellcheck: install Debian's
-# shellcheck package when missing. Where it cannot be installed (no apt, not root, no such package)
-# it exits non-zero with one line, and the test skips with that line.
+# package of that name when missing. Where it cannot be installed (no apt, not root, no such
+# package) it exits non-zero with one line, and the test skips with that line.
 set -uo pipefail
 
 command -v shellcheck >/dev/null 2>&1 && exit 0
