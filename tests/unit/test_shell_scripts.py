@@ -29,6 +29,7 @@ from deploy import shell_scripts
 from deploy.facts.devices import NvidiaDeviceLinks
 from deploy.facts.nvidia import HostState
 from deploy.facts.records import NodeRecords
+from deploy.facts.recovery import PendingRestarts
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -38,7 +39,8 @@ else:
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted((REPO / "deploy").rglob("*.sh"))
 FIXTURES = REPO / "tests" / "fixtures" / "shell"
-FACTS = {"HostState": HostState, "NvidiaDeviceLinks": NvidiaDeviceLinks, "NodeRecords": NodeRecords}
+FACTS = {"HostState": HostState, "NvidiaDeviceLinks": NvidiaDeviceLinks, "NodeRecords": NodeRecords,
+         "PendingRestarts": PendingRestarts}
 
 
 @pytest.fixture(scope="module")
