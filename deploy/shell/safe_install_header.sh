@@ -1,6 +1,7 @@
 #!/bin/sh
 # The safe install's start (deploy/operations/safe_install.py); its values come before it: dest,
-# candidate, unit, timeout, pending. The later parts of the script read what it sets.
+# candidate, unit, timeout, pending, backup_infix, rejected_infix. The later parts of the script
+# read what it sets.
 # shellcheck disable=SC2034 # gn_record, record_new: read by the parts that follow
 set -u
 stamp=$(date +%Y%m%dT%H%M%S)
