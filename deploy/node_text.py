@@ -17,6 +17,8 @@ from typing import Callable, TypeVar
 
 import yaml
 
+from . import shell_scripts
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # as deploy/toml_layout.py reads it
@@ -43,6 +45,11 @@ def base64_read(quoted_path: str) -> str:
     byte survives pyinfra's connector (which takes command output as UTF-8), and a file too large to
     read costs one byte more than the bound to refuse."""
     return f"head -c {MAX_FILE_BYTES + 1} < {quoted_path} | base64 -w0"
+
+
+def base64_reader() -> str:
+    """Shell defining ``read_base64 FILE``: ``base64_read`` as a function, for deploy/shell/'s scripts."""
+    return shell_scripts.script("read_base64", max_bytes=MAX_FILE_BYTES + 1)
 
 
 def decode(data: bytes) -> str:

@@ -39,6 +39,7 @@ from pyinfra import logger
 from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 
+from . import shell_scripts
 from .facts.k8s import kubectl, with_stdin
 from .engines.containerd.installations import PLAIN_SOCKET
 from .facts.verification import decode_b64
@@ -108,52 +109,6 @@ def run(host, probe: type[Probe[T]], **arguments: Any) -> T:
 # ---------------------------------------------------------------------------------------------
 # Verify's runs (deploy/operations/verification.py)
 
-CRICTL_SCRIPT = r"""
-d=$(mktemp -d /tmp/gpu-node-verify.XXXXXX) || { echo "step setup 1"; exit 0; }
-cri="crictl"
-[ -f /etc/crictl.yaml ] || cri="crictl --runtime-endpoint unix://__SOCKET__ --image-endpoint unix://__SOCKET__"
-cat > "$d/pod.json" <<'GPU_NODE_EOF'
-__POD_JSON__
-GPU_NODE_EOF
-cat > "$d/container.json" <<'GPU_NODE_EOF'
-__CONTAINER_JSON__
-GPU_NODE_EOF
-cat > "$d/cdi.json" <<'GPU_NODE_EOF'
-__CDI_JSON__
-GPU_NODE_EOF
-report() { echo "step $1 $2 $(printf '%s' "$3" | head -c 2000 | base64 -w0)"; }
-# $1: the steps' prefix, $2: the container's config. Create, start, wait for, read and remove it.
-run_container() {
-  out=$($cri create "$pod" "$2" "$d/pod.json" 2>&1); rc=$?; report "${1}create" $rc "$out"
-  ctr=$(printf '%s' "$out" | tail -n 1)
-  [ "$rc" = 0 ] || return 0
-  out=$($cri start "$ctr" 2>&1); rc=$?; report "${1}start" $rc "$out"
-  i=0; state=""
-  while [ "$i" -lt __TIMEOUT__ ]; do
-    state=$($cri inspect -o go-template --template '{{.status.state}} {{.status.exitCode}}' "$ctr" 2>/dev/null)
-    case "$state" in CONTAINER_EXITED*) break;; esac
-    i=$((i + 1)); sleep 1
-  done
-  report "${1}state" 0 "$state"
-  out=$($cri logs "$ctr" 2>&1); rc=$?; report "${1}logs" $rc "$out"
-  out=$($cri rm -f "$ctr" 2>&1); rc=$?; report "${1}rm" $rc "$out"
-}
-out=$($cri runp --runtime __HANDLER__ "$d/pod.json" 2>&1); rc=$?; report runp $rc "$out"
-pod=""; [ "$rc" = 0 ] && pod=$(printf '%s' "$out" | tail -n 1)
-if [ "$rc" = 0 ] && [ __RUN_CONTAINER__ = 1 ] && ! $cri inspecti __IMAGE__ >/dev/null 2>&1; then
-  report image 1 "image not present"
-elif [ "$rc" = 0 ] && [ __RUN_CONTAINER__ = 1 ]; then
-  run_container "" "$d/container.json"
-  [ __RUN_CDI__ = 1 ] && run_container cdi_ "$d/cdi.json"
-fi
-if [ -n "$pod" ]; then
-  out=$($cri stopp "$pod" 2>&1); rc=$?; report stopp $rc "$out"
-  out=$($cri rmp "$pod" 2>&1); rc=$?; report rmp $rc "$out"
-fi
-rm -rf "$d"
-true
-"""
-
 SANDBOX_NAME = "gpu-node-verify"
 
 
@@ -213,18 +168,12 @@ class CrictlRun(Probe[dict]):
 
     def command(self, uid, handler="nvidia", image=None, command=("nvidia-smi", "-L"), timeout=60,
                 systemd_cgroup=True, socket=PLAIN_SOCKET, cdi: CdiProbe | None = None):
-        script = (
-            CRICTL_SCRIPT.replace("__SOCKET__", socket)
-            .replace("__HANDLER__", shlex.quote(handler))
-            .replace("__POD_JSON__", json.dumps(sandbox_config(uid, systemd_cgroup)))
-            .replace("__CONTAINER_JSON__", json.dumps(container_config(image or "", list(command))))
-            .replace("__CDI_JSON__", json.dumps(cdi_container_config(image or "", cdi)) if cdi else "{}")
-            .replace("__RUN_CONTAINER__", "1" if image else "0")
-            .replace("__RUN_CDI__", "1" if image and cdi else "0")
-            .replace("__IMAGE__", shlex.quote(image or "none"))
-            .replace("__TIMEOUT__", str(int(timeout)))
-        )
-        return script.strip()
+        return shell_scripts.script(
+            "crictl_run", socket=socket, handler=handler, image=image or "none", timeout=int(timeout),
+            pod_json=json.dumps(sandbox_config(uid, systemd_cgroup)),
+            container_json=json.dumps(container_config(image or "", list(command))),
+            cdi_json=json.dumps(cdi_container_config(image or "", cdi)) if cdi else "{}",
+            run_container=1 if image else 0, run_cdi=1 if image and cdi else 0).strip()
 
     @staticmethod
     def default():

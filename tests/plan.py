@@ -37,6 +37,7 @@ import json
 import logging
 import re
 import shlex
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, Union
@@ -531,15 +532,25 @@ def without_staging_names(commands: Iterable[str]) -> list[str]:
 def placed_uploads(commands: Iterable[str], uploads: Mapping[str, bytes]) -> dict[str, bytes]:
     """
     What staged ``uploads`` ({staging path: bytes}, as a recording connector saw them) became: their
-    bytes by the path each command's ``place STAGED PATH LIVE`` line copies them to.
+    bytes by the path each command's place script (deploy/shell/place_uploads.sh) copies them to.
     """
     placed = {}
     for command in commands:
-        for line in command.splitlines():
-            if line.startswith("place ") and STAGING_FOLDER.search(line):
-                staged, path, _live = shlex.split(line)[1:]
-                placed[path] = uploads[staged]
+        for staged, path, _live in staged_uploads(command):
+            placed[path] = uploads[staged]
     return placed
+
+
+def staged_uploads(command: str) -> list[tuple[str, str, str]]:
+    """The (staged, path, live) words ``command``'s place script (deploy/shell/place_uploads.sh) is
+    given as its positional parameters, as sh reads them; none without one."""
+    start = command.find("(staging=")
+    end = command.find("\nrefuse_link() {", start)
+    if start < 0 or end < 0:
+        return []
+    given = subprocess.run(["sh", "-c", command[start + 1:end] + '\nprintf "%s\\0" "$@"'], capture_output=True,
+                           check=True).stdout.decode("utf-8", "surrogateescape").split("\0")[:-1]
+    return list(zip(given[0::3], given[1::3], given[2::3]))
 
 
 QUICK = {"fake_delay": 0, "fake_delay_jitter": 0}
@@ -587,3 +598,11 @@ def run_inventory(inventory: Inventory, nodes: Mapping[str, Node], deploy_file: 
     state, error = run_pyinfra(inventory, lambda state: load_deploy_file(state, deploy_file), execute, failures,
                              nodes, timeline, uploads=uploads)
     return Plan(state=state, error=error, failures=failures, timeline=timeline, uploads=uploads)
+
+
+def assigned(script: str, name: str) -> str:
+    """The value ``script`` gives the variable ``name`` before its body (deploy/shell_scripts.py's
+    quoted assignments, one line each), as sh reads it."""
+    (line,) = [line for line in script.splitlines() if line.startswith(f"{name}=")]
+    (value,) = shlex.split(line[len(name) + 1:]) or [""]
+    return value

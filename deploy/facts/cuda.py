@@ -8,8 +8,7 @@ process ends with the read. A failure is named by the library itself (``cuGetErr
 
 from __future__ import annotations
 
-import shlex
-
+from .. import shell_scripts
 from .base import NodeFact
 
 # Python 3.6 (RHEL 8's platform-python) and newer; every line is "<kind> <value>".
@@ -70,19 +69,9 @@ elif code != 0:
 TIMEOUT_SECONDS = 60
 TIMED_OUT = 124  # coreutils' timeout
 
-CUDA_COMMAND = r"""
-py=$(command -v python3 2>/dev/null || { [ -x /usr/libexec/platform-python ] && echo /usr/libexec/platform-python; } || true)
-echo "cuda_python $py"
-if [ -n "$py" ]; then
-  limit=""; command -v timeout >/dev/null 2>&1 && limit="timeout __TIMEOUT__"
-  # -I -S: the node's PYTHON* variables and site-packages play no part (ctypes is all it needs)
-  # every device, whatever the caller's environment says (unset here: env would be one more process)
-  unset CUDA_VISIBLE_DEVICES
-  $limit "$py" -I -S -c __SCRIPT__ 2>/dev/null
-  echo "cuda_exit $?"
-fi
-true
-""".replace("__TIMEOUT__", str(TIMEOUT_SECONDS)).replace("__SCRIPT__", shlex.quote(CUDA_INIT_SCRIPT.strip()))
+def cuda_command() -> str:
+    """CudaInit's command (deploy/shell/cuda_init.sh), the Python script given to it as a value."""
+    return shell_scripts.script("cuda_init", timeout_seconds=TIMEOUT_SECONDS, cuda_init=CUDA_INIT_SCRIPT.strip())
 
 
 def cuda_version(number: int) -> str:
@@ -114,7 +103,7 @@ class CudaInit(NodeFact):
     """
 
     def command(self):
-        return CUDA_COMMAND.strip()
+        return cuda_command().strip()
 
     @staticmethod
     def default():

@@ -2,23 +2,8 @@
 
 from __future__ import annotations
 
-import shlex
-
+from .. import shell_scripts
 from .base import NodeFact
-
-
-# Each NVIDIA character device under the dev dir, its major:minor, and where /dev/char/<major:minor>
-# leads (both resolved): systemd names a unit's allowed devices by these links when it re-applies
-# them (a daemon-reload), and a device without one is dropped from running containers.
-DEV_CHAR_SCRIPT = """
-for node in __DEV__/nvidia* __DEV__/nvidia-caps/*; do
-  [ -c "$node" ] || continue
-  set -- $(stat -c '%t %T' "$node")
-  id="$((0x$1)):$((0x$2))"
-  echo "node $id $(readlink -f "$node") $(readlink -f "/dev/char/$id" 2>/dev/null)"
-done
-true
-"""
 
 
 class NvidiaDeviceLinks(NodeFact):
@@ -33,7 +18,7 @@ class NvidiaDeviceLinks(NodeFact):
     """
 
     def command(self, dev_dir):
-        return DEV_CHAR_SCRIPT.strip().replace("__DEV__", shlex.quote(dev_dir.rstrip("/")))
+        return shell_scripts.script("device_links", dev=dev_dir.rstrip("/")).strip()
 
     @staticmethod
     def default():

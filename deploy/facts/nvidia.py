@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 
+from .. import shell_scripts
 from .base import NodeFact
 
 
@@ -18,56 +19,11 @@ MELLANOX_PCI_VENDOR = "0x15b3"
 SWITCH_MANAGEMENT_MARKER = "SW_MNG"
 WATCHED_MODULES = ("nouveau", "nova_core", "nova_drm", "nvidia")
 
-NODE_SCRIPT = r"""
-# sysfs and procfs values are read with the shell's read, not cat (uname -r is the kernel's
-# osrelease): a GPU server has hundreds of PCI functions, and a process for each adds up.
-read -r kernel < /proc/sys/kernel/osrelease
-ids() { device=; class=; read -r device < "$1/device"; read -r class < "$1/class"; }
-if [ -d /sys/bus/pci/devices ]; then
-  for dev in /sys/bus/pci/devices/*; do
-    vendor=; read -r vendor < "$dev/vendor"
-    case "$vendor" in
-      __NVIDIA_PCI_VENDOR__)
-        ids "$dev"
-        echo "pci ${dev##*/} $device $class" ;;
-      __MELLANOX_PCI_VENDOR__)
-        # physical functions only: a virtual function has no VPD of its own
-        [ -e "$dev/physfn" ] && continue
-        ids "$dev"
-        role=-
-        grep -qa __SWITCH_MANAGEMENT_MARKER__ "$dev/vpd" 2>/dev/null && role=__SWITCH_MANAGEMENT_MARKER__
-        echo "mellanox ${dev##*/} $device $class $role" ;;
-    esac
-  done
-elif command -v lspci >/dev/null 2>&1; then
-  lspci -D -n -d 10de: 2>/dev/null | while read -r slot class ids rest; do
-    echo "pci $slot 0x${ids#*:} 0x${class%:}00"
-  done
-fi
-if command -v mokutil >/dev/null 2>&1; then
-  echo "secureboot mokutil $(mokutil --sb-state 2>&1 | head -n 1)"
-fi
-for var in /sys/firmware/efi/efivars/SecureBoot-*; do
-  [ -r "$var" ] && echo "secureboot efivar $(od -An -t u1 "$var" 2>/dev/null | awk '{print $NF}')"
-done
-for module in __WATCHED_MODULES__; do
-  [ -d "/sys/module/$module" ] && echo "module $module"
-done
-[ -r /sys/module/nvidia/version ] && read -r loaded < /sys/module/nvidia/version && echo "loaded_version $loaded"
-echo "built_version $(modinfo -F version nvidia 2>/dev/null | head -n 1)"
-echo "kernel $kernel"
-df -Pm / /var 2>/dev/null | awk 'NR == 2 {print "disk / " $4} NR == 3 {print "disk /var " $4}'
-# (a package's file may end without a newline: read then fails, having read the name)
-for base in /usr/lib/modules/*/pkgbase; do
-  name=; [ -r "$base" ] && { read -r name < "$base"; [ -n "$name" ]; } && echo "kernel_pkgbase $name"
-done
-name=; [ -r "/usr/lib/modules/$kernel/pkgbase" ] && { read -r name < "/usr/lib/modules/$kernel/pkgbase"; [ -n "$name" ]; } &&
-  echo "running_pkgbase $name"
-[ -e /run/reboot-required ] && echo "reboot_required"
-[ -r /run/reboot-required.pkgs ] && sed 's/^/reboot_package /' /run/reboot-required.pkgs
-true
-""".replace("__NVIDIA_PCI_VENDOR__", NVIDIA_PCI_VENDOR).replace("__MELLANOX_PCI_VENDOR__", MELLANOX_PCI_VENDOR).replace(
-    "__SWITCH_MANAGEMENT_MARKER__", SWITCH_MANAGEMENT_MARKER).replace("__WATCHED_MODULES__", " ".join(WATCHED_MODULES))
+
+def node_script() -> str:
+    """HostState's command (deploy/shell/host_state.sh)."""
+    return shell_scripts.script("host_state", WATCHED_MODULES, nvidia_vendor=NVIDIA_PCI_VENDOR,
+                                mellanox_vendor=MELLANOX_PCI_VENDOR, switch_marker=SWITCH_MANAGEMENT_MARKER)
 
 
 class HostState(NodeFact):
@@ -103,7 +59,7 @@ class HostState(NodeFact):
     """
 
     def command(self):
-        return NODE_SCRIPT.strip()
+        return node_script().strip()
 
     @staticmethod
     def default():

@@ -4,71 +4,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import shlex
 
 from pyinfra.api.exceptions import FactProcessError
 
-from .. import node_records, node_text
+from .. import node_records, node_text, shell_scripts
 from .base import NodeFact
-
-# For each recorded file: its record's own files, and the live file's state now; the texts only where
-# the undo may have to take the wiring out of a changed file (a format), each read whole (bounded).
-RECORDS_SCRIPT = """records=__RECORDS__
-[ -d "$records" ] || exit 0
-echo records
-b64() { base64 -w0 <"$1" 2>/dev/null; }
-text() { __READ__; }
-for record in "$records"/files/*; do
-  [ -f "$record/path" ] || continue
-  echo "file ${record##*/}"
-  echo "path $(b64 "$record/path")"
-  echo "unit $(b64 "$record/unit")"
-  format=$(cat "$record/format" 2>/dev/null)
-  echo "format $format"
-  [ -e "$record/absent" ] && echo absent
-  [ -e "$record/earlier" ] && echo earlier
-  if [ -f "$record/original" ]; then
-    echo "original_stat $(cat "$record/original.stat")"
-    echo "original_sha256 $(sha256sum <"$record/original" | cut -c1-64)"
-  fi
-  [ -f "$record/written" ] && echo "written_sha256 $(sha256sum <"$record/written" | cut -c1-64)"
-  path=$(cat "$record/path"; echo x); path=${path%x}
-  if [ -L "$path" ]; then echo live_link
-  elif [ -f "$path" ]; then
-    echo "live_sha256 $(sha256sum <"$path" | cut -c1-64)"
-    echo "live_stat $(stat -c '%a %u:%g' -- "$path")"
-  elif [ -e "$path" ]; then echo live_other
-  fi
-  if [ -n "$format" ]; then
-    [ -f "$record/original" ] && echo "original_text $(text "$record/original")"
-    [ -f "$record/written" ] && echo "written_text $(text "$record/written")"
-    [ -f "$path" ] && [ ! -L "$path" ] && echo "live_text $(text "$path")"
-  fi
-  for leftover in "$path".gpu-node-backup-* "$path".gpu-node-rejected-*; do
-    [ -e "$leftover" ] && echo "leftover $(printf %s "$leftover" | base64 -w0)"
-  done
-done
-for unit in "$records"/units/*; do
-  name=${unit##*/}
-  case $name in *.new) continue ;; esac
-  [ -f "$unit" ] || continue
-  enabled=$(systemctl is-enabled -- "$name" 2>/dev/null)
-  active=$(systemctl is-active -- "$name" 2>/dev/null)
-  echo "unit_record $name $(head -n 1 "$unit")"
-  echo "unit_now $name ${enabled:-not-found} ${active:-inactive}"
-done
-for list in installed-packages:installed held-packages:held imported-rpm-keys:rpm_key; do
-  [ -f "$records/${list%%:*}" ] && LC_ALL=C sort -u "$records/${list%%:*}" | sed "/^$/d; s/^/${list#*:} /"
-done
-[ -e "$records/packages-before-install" ] && echo unfinished_install
-true"""
-
-# Before gpu-node kept records (0.1.0), its own files are known by their first line.
-OWN_SCRIPT = """for own in __OWN__; do
-  [ -f "$own" ] && [ ! -L "$own" ] && echo "own $(printf %s "$own" | base64 -w0) $(head -c 120 "$own" | base64 -w0)"
-done
-true"""
-
 
 def _text(encoded: str) -> str:
     try:
@@ -105,10 +45,8 @@ class NodeRecords(NodeFact):
     """
 
     def command(self, own_files=(), records_dir=node_records.RECORDS_DIR):
-        script = (RECORDS_SCRIPT.replace("__RECORDS__", shlex.quote(records_dir))
-                  .replace("__READ__", node_text.base64_read('"$1"')))
-        own = " ".join(shlex.quote(path) for path in own_files)
-        return f"{OWN_SCRIPT.replace('__OWN__', own)}\n{script}" if own else script
+        script = node_text.base64_reader() + shell_scripts.script("node_records", records=records_dir)
+        return (shell_scripts.script("own_files", own_files) + script if own_files else script).strip()
 
     @staticmethod
     def default():

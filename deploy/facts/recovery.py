@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .. import shell_scripts
 from .base import NodeFact
 
 
@@ -14,18 +15,9 @@ PENDING_RESTART_DIR = "/var/lib/gpu-node/restart-pending"
 DPKG_LOCKS = ("/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock", "/var/cache/apt/archives/lock",
               "/var/lib/apt/lists/lock")
 
-# /proc/locks names the holder of every fcntl/flock lock by inode: no fuser or lsof on a minimal
-# node, and apt's locks are fcntl locks a shell cannot probe without taking them.
-# One stat and one awk for every lock (awk drops repeats): the no-op reads this on each run.
-LOCK_HOLDERS_SCRIPT = """stat -c '%i %n' {locks} 2>/dev/null |
-awk 'NR == FNR {{ lock[$1] = $2; next }} $2 != "->" {{ n = split($6, id, ":"); if (id[n] in lock) {{ held = lock[id[n]] " " $5; if (!(held in seen)) print held; seen[held] = 1 }} }}' - /proc/locks |
-while read -r lock pid; do
-    echo "held $lock $pid $(tr '\\0' ' ' </proc/$pid/cmdline 2>/dev/null | cut -c1-100)"
-done"""
-
-
 def lock_holders_script() -> str:
-    return LOCK_HOLDERS_SCRIPT.format(locks=" ".join(DPKG_LOCKS))
+    """Shell defining ``lock_holders LOCK...`` (deploy/shell/lock_holders.sh)."""
+    return shell_scripts.body("lock_holders")
 
 
 class PackageManagerState(NodeFact):
@@ -40,14 +32,7 @@ class PackageManagerState(NodeFact):
     """
 
     def command(self):
-        return (
-            "if command -v dpkg >/dev/null 2>&1; then "
-            + lock_holders_script()
-            # a glob, not ls: one process fewer on every run
-            + "; for update in /var/lib/dpkg/updates/* /var/lib/dpkg/updates/.[!.]*; do"
-            + " [ -e \"$update\" ] && { echo 'audit dpkg was interrupted'; break; }; done"
-            + "; dpkg --audit 2>/dev/null | sed 's/^/audit /'; fi"
-        )
+        return (lock_holders_script() + shell_scripts.script("package_manager_state", DPKG_LOCKS)).strip()
 
     @staticmethod
     def default():
@@ -72,10 +57,7 @@ class PendingRestarts(NodeFact):
     """
 
     def command(self):
-        return (
-            f"for mark in {PENDING_RESTART_DIR}/*; do [ -f \"$mark\" ] && "
-            "printf '%s %s\\n' \"${mark##*/}\" \"$(head -n 1 \"$mark\")\"; done; true"
-        )
+        return shell_scripts.script("pending_restarts", pending_dir=PENDING_RESTART_DIR).strip()
 
     @staticmethod
     def default():

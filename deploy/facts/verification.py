@@ -15,10 +15,9 @@ import binascii
 import csv
 import json
 import re
-import shlex
 
 
-from .. import node_text
+from .. import node_text, shell_scripts
 from .base import NodeFact
 from ..engines.containerd.installations import PLAIN_SOCKET
 
@@ -126,72 +125,13 @@ def explain_smi_failure(exit_code: int, output: str) -> str:
 
 
 # Appended to the driver stage's node script (deploy/facts/nvidia.py): one command reads it all.
-VERIFY_SCRIPT = r"""
-_bg=$(mktemp 2>/dev/null) || _bg=/dev/stdout
-[ -r /proc/driver/nvidia/version ] && echo "kmod_version $(head -n 1 /proc/driver/nvidia/version)"
-echo "kmod_license $(modinfo -F license nvidia 2>/dev/null | head -n 1)"
-smi=$(command -v nvidia-smi 2>/dev/null || true)
-echo "smi_path $smi"
-if [ -n "$smi" ]; then
-  out=$("$smi" __SMI_QUERY__ 2>&1); rc=$?
-  echo "smi_rc $rc"
-  echo "smi_out $(printf '%s' "$out" | base64 -w0)"
-  [ "$rc" = 0 ] && echo "smi_list $("$smi" -L 2>&1 | base64 -w0)"
-  [ "$rc" = 0 ] && echo "smi_persistence $("$smi" __SMI_PERSISTENCE_QUERY__ 2>&1 | base64 -w0)"
-fi
-ctk=$(command -v nvidia-ctk 2>/dev/null || true)
-[ -n "$ctk" ] && echo "ctk_version $("$ctk" --version 2>/dev/null | head -n 1)"
-ncr=$(command -v nvidia-container-runtime 2>/dev/null || true)
-echo "ncr_path $ncr"
-ctrd=$(command -v __CONTAINERD_BINARY__ 2>/dev/null || true)
-echo "ctrd_path $ctrd"
-if [ -n "$ctrd" ]; then
-  __CONTAINERD_SOCKET_ACTIVE__
-  ctr=$(command -v ctr 2>/dev/null || command -v "$(dirname "$ctrd")/ctr" 2>/dev/null || true)
-  echo "ctr_path $ctr"
-  if [ -n "$ctr" ] && [ -S __CONTAINERD_SOCKET__ ]; then
-    # in the background: the ctr client's start is the slowest read here (the lines are keyed); its
-    # line through a file, since one written while a long line is could land inside that one
-    { "$ctr" --address __CONTAINERD_SOCKET__ images ls -q 2>/dev/null | grep -qxF __IMAGE__ && echo "ctr_image 1" || echo "ctr_image 0"; } >>"$_bg" &
-  fi
-fi
-[ -f __KUBELET_CONFIG__ ] && echo "kubelet_config $(__READ_KUBELET_CONFIG__)"
-dk=$(command -v docker 2>/dev/null || true)
-echo "docker_path $dk"
-if [ -n "$dk" ]; then
-  info=$("$dk" info --format '{{json .Runtimes}}|{{.DefaultRuntime}}|{{.CgroupDriver}}' 2>&1); rc=$?
-  echo "docker_info_rc $rc"
-  echo "docker_info $(printf '%s' "$info" | base64 -w0)"
-  { "$dk" image inspect __IMAGE__ >/dev/null 2>&1 && echo "docker_image 1" || echo "docker_image 0"; } >>"$_bg" &
-fi
-echo "crictl_path $(command -v crictl 2>/dev/null || true)"
-# One systemctl call for every unit read here (each call is a round trip to systemd): its blocks
-# come in the order asked, each printed as "unit <name> <properties>" or as "<key> <ActiveState>".
-keys="__WATCHED_KEYS__"; units="__WATCHED_UNITS__"
-__CONTAINERD_UNIT__
-[ -n "$dk" ] && { keys="$keys docker_active"; units="$units docker"; }
-{ command -v systemctl >/dev/null 2>&1 && systemctl show -p LoadState -p ActiveState $units 2>/dev/null; } |
-awk -v keys="$keys" 'BEGIN { n = split(keys, key, " "); i = 1 }
-  /^$/ { i++; next }
-  { props[i] = props[i] " " $0 }
-  /^ActiveState=/ { active[i] = substr($0, 13) }
-  END { for (j = 1; j <= n; j++) if (key[j] ~ /^unit:/) print "unit " substr(key[j], 6) props[j]; else print key[j] " " active[j] }'
-__EXECUTABLE_CHECKS__
-wait
-[ "$_bg" = /dev/stdout ] || { cat "$_bg"; rm -f "$_bg"; }
-true
-"""
+VERIFY_SCRIPT = shell_scripts.body("verify_readout")
 
 
 def executable_checks(paths) -> str:
-    """Shell lines printing ``exec 1 <path>`` when ``path`` resolves to an executable as a runtime's
-    exec would find it (a bare name on the PATH), else ``exec 0 <path>``."""
-    lines = []
-    for path in paths:
-        quoted = shlex.quote(path)
-        lines.append(f'p=$(command -v {quoted} 2>/dev/null || true); '
-                     f'if [ -n "$p" ] && [ -x "$p" ]; then echo "exec 1 "{quoted}; else echo "exec 0 "{quoted}; fi')
-    return "\n".join(lines)
+    """Shell printing ``exec 1 <path>`` for each of ``paths`` that resolves to an executable as a
+    runtime's exec would find it (a bare name on the PATH), else ``exec 0 <path>``."""
+    return shell_scripts.script("executables", paths)
 
 
 def parse_executables(lines) -> dict[str, bool]:
@@ -216,7 +156,7 @@ class Executables(NodeFact):
     """
 
     def command(self, paths):
-        return executable_checks(paths) + "\ntrue"
+        return executable_checks(paths).strip()
 
     @staticmethod
     def default():
@@ -261,27 +201,14 @@ class VerifyReadout(NodeFact):
 
     def command(self, image, binaries=(), containerd_binary="containerd",
                 containerd_service="containerd", containerd_socket=PLAIN_SOCKET):
-        # An installation without a unit of its own for containerd (k0s) is up when its socket is.
-        socket_active = ("" if containerd_service else
-                         f'echo "ctrd_active $([ -S {shlex.quote(containerd_socket)} ] && echo active || echo inactive)"')
-        containerd_unit = (f'[ -n "$ctrd" ] && {{ keys="$keys ctrd_active"; units="$units "{shlex.quote(containerd_service)}; }}'
-                           if containerd_service else "")
         watched = (PERSISTENCED_UNIT, FABRIC_MANAGER_UNIT)
-        script = (
-            VERIFY_SCRIPT.replace("__READ_KUBELET_CONFIG__", node_text.base64_read("__KUBELET_CONFIG__"))
-            .replace("__SMI_QUERY__", SMI_QUERY)
-            .replace("__SMI_PERSISTENCE_QUERY__", SMI_PERSISTENCE_QUERY)
-            .replace("__WATCHED_KEYS__", " ".join(f"unit:{unit}" for unit in watched))
-            .replace("__WATCHED_UNITS__", " ".join(watched))
-            .replace("__CONTAINERD_BINARY__", shlex.quote(containerd_binary))
-            .replace("__CONTAINERD_SOCKET_ACTIVE__", socket_active or ":")
-            .replace("__CONTAINERD_UNIT__", containerd_unit or ":")
-            .replace("__CONTAINERD_SOCKET__", shlex.quote(containerd_socket))
-            .replace("__KUBELET_CONFIG__", KUBELET_CONFIG)
-            .replace("__IMAGE__", shlex.quote(image))
-            .replace("__EXECUTABLE_CHECKS__", executable_checks(binaries))
-        )
-        return script.strip()
+        readout = shell_scripts.script(
+            "verify_readout", smi_query=SMI_QUERY, smi_persistence_query=SMI_PERSISTENCE_QUERY,
+            keys=" ".join(f"unit:{unit}" for unit in watched), units=" ".join(watched),
+            containerd_binary=containerd_binary, containerd_service=containerd_service or "",
+            containerd_socket=containerd_socket, kubelet_config=KUBELET_CONFIG, image=image)
+        # the executables' lines after the rest: every line is keyed
+        return (node_text.base64_reader() + readout + executable_checks(binaries)).strip()
 
     @staticmethod
     def default():

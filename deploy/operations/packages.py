@@ -15,12 +15,12 @@ from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
 from pyinfra.facts.pacman import PacmanPackages
 from pyinfra.operations import apt
 
-from .. import node_records, probes
+from .. import node_records, probes, shell_scripts
 from ..facts.combined import FactCall, known_fact, read
 from ..facts.nvidia import IgnoredPackages
 from ..facts.packages import (DebPackageStates, DnfModuleStreams, MultiversionPackages, PackageVersions,
                                    RpmPackageStates, ZypperLocks, zypper_listing)
-from ..facts.recovery import lock_holders_script
+from ..facts.recovery import DPKG_LOCKS, lock_holders_script
 from .failure import fail_host
 from ..run_state import per_run
 
@@ -223,26 +223,8 @@ def apt_holds(names: list, states: dict):
 
 def recovery_script(lock_timeout: int) -> str:
     """Wait, bounded, for apt/dpkg locks held by others; then finish an interrupted dpkg run."""
-    return f"""deadline=$(( $(date +%s) + {int(lock_timeout)} ))
-while held=$({lock_holders_script()}); [ -n "$held" ]; do
-    if [ "$(date +%s)" -ge "$deadline" ]; then
-        printf 'gpu-node: %s\\n' "the package manager is busy: after waiting {int(lock_timeout)} s (apt_lock_timeout), \\
-$(printf '%s\\n' "$held" | sed 's/^held \\([^ ]*\\) \\([0-9]*\\) \\(.*\\)/\\1 is held by process \\2 (\\3)/' | tr '\\n' ';')\\
- nothing was changed: run again once it is done" >&2
-        exit 1
-    fi
-    sleep 1
-done
-if [ -n "$(ls -A /var/lib/dpkg/updates 2>/dev/null)" ] || [ -n "$(dpkg --audit 2>/dev/null)" ]; then
-    echo "an earlier dpkg run was interrupted: dpkg --configure -a"
-    if ! DEBIAN_FRONTEND=noninteractive dpkg --force-confdef --force-confold --configure -a; then
-        # dpkg's journal is replayed: what is left is a package whose own script fails (a DKMS build),
-        # which the run's install may replace (the other kernel module type) or name in its own failure.
-        [ -z "$(ls -A /var/lib/dpkg/updates 2>/dev/null)" ] ||
-            {{ echo "gpu-node: 'dpkg --configure -a' could not finish the interrupted dpkg run (above)" >&2; exit 1; }}
-        echo "packages dpkg could not configure are left to this run's installs (above)"
-    fi
-fi"""
+    return lock_holders_script() + shell_scripts.script("package_manager_recovery", DPKG_LOCKS,
+                                                        lock_timeout=int(lock_timeout))
 
 
 @operation(is_idempotent=False)

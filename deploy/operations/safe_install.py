@@ -23,7 +23,6 @@ leave a half-done swap, and so a no-change run costs no command at all.
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -31,7 +30,7 @@ from pyinfra import host
 from pyinfra.api import StringCommand, operation
 from pyinfra.api.command import PyinfraCommand
 
-from .. import node_records
+from .. import node_records, shell_scripts
 from ..facts.recovery import PENDING_RESTART_DIR
 from .progress import announcing
 from .upload import Staging, Upload
@@ -51,9 +50,9 @@ class Validator:
     argv: Sequence[str]
     what: str
 
-    def command(self, candidate: str) -> str:
-        """The shell command; ``candidate`` is inserted as given (e.g. a quoted variable)."""
-        return " ".join(candidate if arg == "{candidate}" else shlex.quote(arg) for arg in self.argv)
+    def argv_for(self, candidate: str) -> list[str]:
+        """The command's words for the candidate at ``candidate``."""
+        return [candidate if arg == "{candidate}" else arg for arg in self.argv]
 
 
 def candidate_path(path: str) -> str:
@@ -77,39 +76,22 @@ def pending_restart_mark(service: str, directory: str = PENDING_RESTART_DIR) -> 
 
 
 def _script_header(path: str, service: str | None, timeout: int, pending_dir: str) -> str:
-    quote = shlex.quote
-    return f"""set -u
-dest={quote(path)}
-candidate={quote(candidate_path(path))}
-unit={quote(service or "")}
-timeout={int(timeout)}
-pending={quote(pending_restart_mark(service, pending_dir) if service else "")}
-stamp=$(date +%Y%m%dT%H%M%S)
-fail() {{ printf 'gpu-node: %s\\n' "$@" >&2; exit 1; }}
-gn_record=""
-record_new=""
-# what a swap that stays does last (the undo run's: its record and the backups go)
-finished() {{ :; }}
-"""
+    return shell_scripts.script(
+        "safe_install_header", dest=path, candidate=candidate_path(path), unit=service or "", timeout=int(timeout),
+        pending=pending_restart_mark(service, pending_dir) if service else "",
+        backup_infix=BACKUP_INFIX, rejected_infix=REJECTED_INFIX)
 
 
-def _validate_part(validator: Validator | None) -> str:
+def _validate_part(validator: Validator | None, path: str) -> str:
     if not validator:
         return ""
-    return f"""if ! check_output=$({validator.command('"$candidate"')} 2>&1); then
-    rm -f "$candidate"
-    # The daemon's complaint can quote a credential from the file: withheld.
-    fail "$dest was not changed: {validator.what} rejected the new version:" \\
-        "$(printf '%s\\n' "$check_output" | {shell_daemon_output_filter()})"
-fi
-"""
+    return (f"daemon_output_filter() {{ {shell_daemon_output_filter()}; }}\n"
+            + shell_scripts.script("safe_install_validate", validator.argv_for(candidate_path(path)),
+                                   validator_what=validator.what))
 
 
-# coreutils' sync fsyncs the files it is given (8.24+); an older one takes none and flushes all.
-FLUSH_FUNCTION = """flush() {
-    if sync --help 2>/dev/null | grep -q -e --file-system; then sync -- "$@"; else sync; fi
-}
-"""
+# coreutils' sync, fsyncing the files it is given where it can (deploy/shell/flush.sh)
+FLUSH_FUNCTION = shell_scripts.body("flush")
 
 
 def _record_part(record: FileRecord | None) -> str:
@@ -117,122 +99,20 @@ def _record_part(record: FileRecord | None) -> str:
     kept aside while this swap may still be rolled back."""
     if record is None:
         return ""
-    return (node_records.record_file('"$dest"', record.unit, record.format, record.records_dir)
-            + """ || undo "could not record $dest before changing it (under $gn_records)"
-record_new=$gn_new
-rm -f -- "$gn_record/written.previous"
-if [ -z "$record_new" ] && [ -e "$gn_record/written" ]; then
-    cp -p -- "$gn_record/written" "$gn_record/written.previous" || undo "could not record $dest before changing it"
-fi
-""")
+    return node_records.library(record.records_dir) + shell_scripts.script(
+        "safe_install_record", record_unit=record.unit or "", record_format=record.format)
 
 
 def _swap_part(keep_backups: int, record: FileRecord | None = None, mode_owner: tuple[str, str] | None = None) -> str:
-    mode_owner = (f"mode={shlex.quote(mode_owner[0])}\nowner={shlex.quote(mode_owner[1])}\n" if mode_owner else "")
-    return f"""{FLUSH_FUNCTION}# What this swap wrote goes if it cannot finish: the live file stays as it was, alone.
-backup=""
-new_pending=""
-undo() {{
-    rm -f -- "$candidate" ${{backup:+"$backup"}} ${{new_pending:+"$new_pending"}}
-    [ -z "$record_new" ] || rm -rf -- "$gn_record"
-    fail "$1; $dest was not changed"
-}}
-# 0644, or the live file's mode when it denies others (it may hold registry credentials); the
-# undo run's restore gives the original's (mode_owner).
-mode=0644
-owner=root:root
-if [ -e "$dest" ]; then
-    live_mode=$(stat -c %a "$dest") && live_owner=$(stat -c %u:%g "$dest") || undo "could not read $dest"
-    case $live_mode in *[0-3]) mode=$live_mode ;; esac
-fi
-{mode_owner}chown "$owner" "$candidate" && chmod "$mode" "$candidate" || undo "could not set owner and mode of $candidate"
-# Recorded before this swap's own backup, which would read as a change before records were kept.
-{_record_part(record)}if [ -e "$dest" ]; then
-    backup="$dest{BACKUP_INFIX}$stamp"
-    # 0600: containerd configs can hold registry credentials.
-    error=$(install -p -m 0600 -o root -g root "$dest" "$backup" 2>&1) || undo "could not back up $dest: $error"
-fi
-if [ -n "$pending" ]; then
-    # A mark an interrupted run left stays if this swap is undone: its restart is still due.
-    [ -e "$pending" ] || new_pending=$pending
-    error=$(mkdir -p "${{pending%/*}}" 2>&1 && printf '%s\\n' "$dest" 2>&1 >"$pending.new" \\
-        && mv -f "$pending.new" "$pending" 2>&1) || {{ rm -f "$pending.new"; undo "could not write $pending: $error"; }}
-fi
-error=$(flush "$candidate" ${{backup:+"$backup"}} ${{pending:+"$pending"}} 2>&1) \\
-    || undo "could not flush $candidate to disk: $error"
-mv -f "$candidate" "$dest" || undo "could not move $candidate over $dest"
-flush "$(dirname "$dest")"
-[ -z "$gn_record" ] || {{ gn_wrote_file "$dest"; flush "$gn_record"/* "$gn_record"; }}
-prune() {{
-    # The newest {keep_backups} of FILE$1TIMESTAMP stay (the names sort by time).
-    set -- "$dest$1"*
-    [ -e "$1" ] || return 0
-    surplus=$(( $# - {int(keep_backups)} ))
-    while [ "$surplus" -gt 0 ]; do rm -f -- "$1"; shift; surplus=$(( surplus - 1 )); done
-}}
-LC_ALL=C prune {BACKUP_INFIX}
-LC_ALL=C prune {REJECTED_INFIX}
-echo "installed $dest${{backup:+ (previous version kept as $backup, mode 0600)}}"
-[ -n "$unit" ] || {{ finished; exit 0; }}
-"""
+    forced_mode, forced_owner = mode_owner or ("", "")
+    return (FLUSH_FUNCTION + shell_scripts.script("safe_install_prepare", forced_mode=forced_mode, forced_owner=forced_owner)
+            # Recorded before this swap's own backup, which would read as a change before records were kept.
+            + _record_part(record)
+            + shell_scripts.script("safe_install_swap", keep_backups=int(keep_backups)))
 
 
-_RESTART_FUNCTIONS = """wait_active() {
-    deadline=$(( $(date +%s) + timeout ))
-    while :; do
-        # Active twice a second apart: a daemon that dies right after start is not up.
-        if systemctl is-active --quiet "$unit" && sleep 1 && systemctl is-active --quiet "$unit"; then
-            return 0
-        fi
-        [ "$(date +%s)" -lt "$deadline" ] || return 1
-        sleep 1
-    done
-}
-restart() {
-    restart_output=$(timeout "$timeout" systemctl restart "$unit" 2>&1)
-    restart_status=$?
-    # A failed or killed restart leaves the old daemon active: that is not a restart.
-    [ "$restart_status" -eq 0 ] && wait_active && return 0
-    state=$(systemctl is-active "$unit" 2>&1)
-    journal=$(journalctl -u "$unit" -n 8 --no-pager -o cat 2>/dev/null)
-    why="$unit is $state, not active, ${timeout} s after 'systemctl restart' (exit $restart_status) $restart_output
-$journal"
-    return 1
-}
-"""
-
-_RESTART_PART = f"""{_RESTART_FUNCTIONS}
-if restart; then
-    rm -f "$pending"
-    finished
-    echo "restarted $unit: active"
-    exit 0
-fi
-first_error=$why
-[ ! -e "$dest" ] || install -p -m 0600 -o root -g root "$dest" "$dest{REJECTED_INFIX}$stamp"
-if [ -n "$backup" ]; then
-    cp -p "$backup" "$candidate" && chmod "$live_mode" "$candidate" && chown "$live_owner" "$candidate" \\
-        && flush "$candidate" && mv -f "$candidate" "$dest" && flush "$(dirname "$dest")"
-    restored="restored the previous $dest from $backup"
-else
-    rm -f "$dest"
-    restored="removed the new $dest (there was none before)"
-fi
-# The undo run's record follows the file back: no record of a change that did not stay.
-if [ -n "$record_new" ]; then
-    rm -rf -- "$gn_record"
-elif [ -n "$gn_record" ] && [ -e "$gn_record/written.previous" ]; then
-    mv -f -- "$gn_record/written.previous" "$gn_record/written"
-fi
-if restart; then
-    rm -f "$pending"
-    outcome="rollback: $restored; $unit is active again on it"
-else
-    outcome="rollback: $restored, but $why"
-fi
-fail "$unit did not come back on the new $dest (kept as $dest{REJECTED_INFIX}$stamp):" \\
-    "$first_error" "$outcome"
-"""
+_RESTART_FUNCTIONS = shell_scripts.body("safe_install_restart")
+_RESTART_PART = _RESTART_FUNCTIONS + shell_scripts.body("safe_install_rollback")
 
 
 def install_script(path: str, validator: Validator | None, service: str | None, timeout: int,
@@ -247,7 +127,7 @@ def install_script(path: str, validator: Validator | None, service: str | None, 
     mode); ``finished``: shell run once the new file stays (installed, and its unit active again).
     """
     return (_script_header(path, service, timeout, pending_dir) + _finished(finished) + placed
-            + _validate_part(validator) + _swap_part(keep_backups, record, mode_owner) + _RESTART_PART)
+            + _validate_part(validator, path) + _swap_part(keep_backups, record, mode_owner) + _RESTART_PART)
 
 
 def _finished(finished: str) -> str:
@@ -260,20 +140,8 @@ def removal_script(path: str, service: str | None, timeout: int, pending_dir: st
     The safe install's removal of ``path`` (the undo run's, of a file gpu-node created): kept as a
     backup (0600), removed, the unit restarted, and the file put back if the unit does not come back.
     """
-    return (_script_header(path, service, timeout, pending_dir) + _finished(finished) + FLUSH_FUNCTION + """[ -e "$dest" ] || { finished; echo "$dest is not there"; exit 0; }
-backup="$dest""" + BACKUP_INFIX + """$stamp"
-live_mode=$(stat -c %a "$dest") && live_owner=$(stat -c %u:%g "$dest") || fail "could not read $dest; it was not removed"
-error=$(install -p -m 0600 -o root -g root "$dest" "$backup" 2>&1 && flush "$backup" 2>&1) \\
-    || { rm -f -- "$backup"; fail "could not back up $dest: $error; it was not removed"; }
-if [ -n "$pending" ]; then
-    error=$(mkdir -p "${pending%/*}" 2>&1 && printf '%s\\n' "$dest" 2>&1 >"$pending.new" \\
-        && mv -f "$pending.new" "$pending" 2>&1) || { rm -f "$pending.new" "$backup"; fail "could not write $pending: $error; $dest was not removed"; }
-fi
-rm -f -- "$dest" || { rm -f -- "$backup"; fail "could not remove $dest"; }
-flush "$(dirname "$dest")"
-echo "removed $dest (kept as $backup until the undo is done, mode 0600)"
-[ -n "$unit" ] || { finished; exit 0; }
-""" + _RESTART_PART)
+    return (_script_header(path, service, timeout, pending_dir) + _finished(finished) + FLUSH_FUNCTION
+            + shell_scripts.body("safe_install_remove") + _RESTART_PART)
 
 
 def validate_script(path: str, validator: Validator, placed: str = "") -> str:
@@ -281,21 +149,15 @@ def validate_script(path: str, validator: Validator, placed: str = "") -> str:
     Only the check of the candidate, for a swap that waits on something (a drain) first; the
     candidate goes either way, so a drain that fails leaves nothing beside the live file.
     """
-    return (_script_header(path, None, 0, PENDING_RESTART_DIR) + placed + _validate_part(validator)
+    return (_script_header(path, None, 0, PENDING_RESTART_DIR) + placed + _validate_part(validator, path)
             + 'rm -f "$candidate"\n')
 
 
 def restart_pending_script(path: str, service: str, timeout: int,
                            pending_dir: str = PENDING_RESTART_DIR) -> str:
     """Restart a unit whose config an interrupted run installed without restarting it."""
-    return _script_header(path, service, timeout, pending_dir) + _RESTART_FUNCTIONS + """
-if restart; then
-    rm -f "$pending"
-    echo "restarted $unit: active on $dest (an interrupted run had installed it without a restart)"
-    exit 0
-fi
-fail "$unit did not come back after the restart an interrupted run left pending for $dest:" "$why"
-"""
+    return (_script_header(path, service, timeout, pending_dir) + _RESTART_FUNCTIONS
+            + shell_scripts.body("safe_install_restart_pending"))
 
 
 def _staged_candidate(path: str, content: str):

@@ -32,6 +32,8 @@ from typing import Iterator, Sequence
 from pyinfra.api import FileUploadCommand, StringCommand
 from pyinfra.api.command import PyinfraCommand
 
+from .. import shell_scripts
+
 # What an operation's ``_sudo``, ``_doas``, ``_dzdo`` and ``_su_user`` become for the staging
 # commands: they run as the login user, who owns the staging folder.
 AS_LOGIN_USER = {"_sudo": False, "_doas": False, "_dzdo": False, "_su_user": None}
@@ -49,16 +51,7 @@ class Upload:
 
 def symlink_refusal(live: str) -> str:
     """The shell lines that end a script in one line when ``live`` is a symbolic link."""
-    quoted = shlex.quote(live)
-    return (
-        f"if [ -L {quoted} ]; then\n"
-        f"    target=$(readlink -- {quoted})\n"
-        f"    printf 'gpu-node: %s is a symbolic link (to %s): not changed; gpu-node renames a new file over the "
-        "old one, which would replace the link with a regular file: point its path setting at the file it "
-        f"links to, or make it a regular file\\n' {quoted} \"$target\" >&2\n"
-        "    exit 1\n"
-        "fi\n"
-    )
+    return shell_scripts.body("refuse_link") + f"refuse_link {shlex.quote(live)}\n"
 
 
 @dataclass(frozen=True)
@@ -93,27 +86,10 @@ class Staging:
         """
         Root's part, the first lines of the script that consumes the uploads: each live file that
         is a symbolic link refused, then each upload copied to its path (0600 root) and the staging
-        folder removed; on a failure, the copies too, and one line. A subshell: its umask stays there.
+        folder removed; on a failure, the copies too, and one line (deploy/shell/place_uploads.sh).
+        A subshell: its umask stays there.
         """
-        quote = shlex.quote
-        paths = " ".join(quote(upload.path) for upload in self.uploads)
-        folders = " ".join(quote(folder) for folder in dict.fromkeys(
-            posixpath.dirname(upload.path) or "/" for upload in self.uploads))
-        lines = [f"(staging={quote(self.folder)}", 'trap \'rm -rf -- "$staging"\' EXIT']
-        lines += [symlink_refusal(upload.live) for upload in self.uploads if upload.live]
-        lines += [
-            f"mkdir -p -- {folders} || exit 1",
-            "umask 077",
-            "place() {",
-            '    rm -f -- "$2" && error=$(cp -- "$1" "$2" 2>&1) && return 0',
-            f"    rm -f -- {paths}",
-            "    error=$(printf '%s' \"${error:-cp failed}\" | tr '\\n' ' ')",
-            "    printf 'gpu-node: could not write %s: %s; %s was not changed\\n' \"$2\" \"$error\" \"$3\" >&2",
-            "    exit 1",
-            "}",
-        ]
-        for index, upload in enumerate(self.uploads):
-            lines.append(f"place {quote(self.staged(index))} {quote(upload.path)} {quote(upload.live or upload.path)}")
-        lines.append(") || exit 1")
-        return "\n".join(lines) + "\n"
-
+        uploads = [word for index, upload in enumerate(self.uploads)
+                   for word in (self.staged(index), upload.path, upload.live or "")]
+        return ("(" + shell_scripts.assignments(uploads, staging=self.folder) + shell_scripts.body("refuse_link")
+                + shell_scripts.body("place_uploads") + ") || exit 1\n")

@@ -110,7 +110,8 @@ def test_docker_install_on_rhel_says_there_is_no_distribution_package():
 def test_new_dockerd_validates_the_candidate_itself():
     state = "dockerd /usr/sbin/dockerd\nversion Docker version 26.1.5, build x\nvalidate"
     plan = run_plan(docker_runtime, settings_for(container_runtimes="docker"), family("debian"), facts=[(DOCKER, state)])
-    assert plan.ran("/usr/sbin/dockerd --validate --config-file \"$candidate\"")
+    # the check's words, the safe install's positional parameters (deploy/shell/safe_install_validate.sh)
+    assert plan.ran("set -- /usr/sbin/dockerd --validate --config-file /etc/docker/daemon.json.gpu-node-candidate\n")
     assert plan.ran("systemctl restart")
 
 

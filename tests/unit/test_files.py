@@ -7,7 +7,7 @@ import hashlib
 import click
 import pytest
 
-from plan import run_plan
+from plan import run_plan, staged_uploads
 from pyinfra.api import deploy
 
 from deploy.facts.files import FileDigest
@@ -35,7 +35,9 @@ def test_fact_parses_stat_and_sha256sum_output_and_absence():
 
 def test_absent_file_is_created_with_owner_and_mode():
     plan = run_plan(put, facts=[(digest_read(DEST), "absent")])
-    assert plan.ran("mkdir -p -- /etc/modules-load.d")
+    # placed beside it by the place script, which makes its folder (tests/unit/test_upload.py)
+    (placing,) = plan.matching("(staging=")
+    assert [(path, live) for _staged, path, live in staged_uploads(placing)] == [(DEST + ".gpu-node-candidate", DEST)]
     assert plan.ran("chown root:root /etc/modules-load.d/k8s.conf")
     assert plan.ran("chmod 644 /etc/modules-load.d/k8s.conf")
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 from pyinfra.connectors.fake import FakeConnector
+from plan import staged_uploads
 from test_k8s_plan import FakeCluster, gpu_identity_lines, run_plan
 
 from deploy.gpushare import CONFIG_CHECKSUM_ANNOTATION, GpushareError, scheduler_config_yaml
@@ -113,11 +114,9 @@ class GpushareHost(FakeCluster):
         return super().answer(command)
 
     def place_uploads(self, command: str) -> None:
-        """deploy/operations/upload.py's place lines: each staged upload copied to its path."""
-        for line in command.splitlines():
-            if line.startswith("place "):
-                staged, path, _live = shlex.split(line)[1:]
-                self.files[path] = self.files.pop(staged)
+        """deploy/operations/upload.py's place script: each staged upload copied to its path."""
+        for staged, path, _live in staged_uploads(command):
+            self.files[path] = self.files.pop(staged)
 
     def swap(self, command: str):
         """The kubelet side: the staged manifest moved in restarts the scheduler pod."""

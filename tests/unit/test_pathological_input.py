@@ -17,7 +17,8 @@ import tomllib
 
 import pytest
 import yaml
-from plan import DEFAULT, REPO, Node, gpu_node, os_release, node_lines, run_deploy, run_inventory, run_plan, settings_for
+from plan import (DEFAULT, REPO, Node, gpu_node, os_release, node_lines, run_deploy, run_inventory, run_plan, settings_for,
+                  staged_uploads)
 from pyinfra import host
 from pyinfra.api import Inventory, deploy
 from pyinfra.api.exceptions import FactProcessError
@@ -511,9 +512,9 @@ def test_one_poisoned_host_fails_in_one_line_and_the_others_are_wired(fleet, cas
     [line] = plan.failures
     assert path in line and says in line and "\n" not in line
     assert {host.name for host in plan.state.failed_hosts} == {"@fake/poisoned"}
-    # the staged upload placed beside the live file (deploy/operations/upload.py's place line)
+    # the staged upload placed beside the live file (deploy/operations/upload.py's place script)
     wired = {host for host, command in plan.timeline
-             if any(line.startswith("place ") and path in line for line in command.splitlines())}
+             if any(path in placed for _staged, placed, _live in staged_uploads(command))}
     assert wired == {"@fake/good1", "@fake/good2"}, plan.timeline
     restarted = {host for host, command in plan.timeline  # the safe install's swap and restart
                  if f"unit={runtime}\n" in command and 'systemctl restart "$unit"' in command}

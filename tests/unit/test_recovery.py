@@ -65,7 +65,7 @@ def test_a_held_lock_makes_the_wait_the_first_command_of_the_run():
     assert run.error is None, run.error
     waits = [index for index, command in enumerate(run.commands) if "apt_lock_timeout" in command]
     assert len(waits) == 1
-    assert "+ 7 ))" in run.commands[waits[0]] and "dpkg --force-confdef --force-confold --configure -a" in run.commands[waits[0]]
+    assert "lock_timeout=7\n" in run.commands[waits[0]] and "dpkg --force-confdef --force-confold --configure -a" in run.commands[waits[0]]
     assert waits[0] < first_change_index(run.commands)
     assert any("-o DPkg::Lock::Timeout=7" in command for command in run.commands if "apt-get" in command)
 

@@ -16,7 +16,7 @@ import re
 
 import pytest
 import yaml
-from plan import DEFAULT, run_plan, settings_for
+from plan import DEFAULT, assigned, run_plan, settings_for
 from pyinfra import host
 from pyinfra.api import deploy
 from standin_toolkit import STANDIN_RUNTIME_CONFIG
@@ -148,7 +148,8 @@ def test_containerd_dump_without_the_annotations_is_a_problem_named_by_the_setti
 
 def test_the_cdi_read_carries_the_runtime_config_text():
     command = CdiState().command(**state_read()[1])
-    assert "runtime_config $(head -c 1048577 < /etc/nvidia-container-runtime/config.toml | base64 -w0)" in command
+    assert assigned(command, "runtime_config") == "/etc/nvidia-container-runtime/config.toml"
+    assert 'echo "runtime_config $(read_base64 "$runtime_config")"' in command
     state = CdiState().process([f"runtime_config {b64(PACKAGE_CONFIG)}", "ctk /usr/bin/nvidia-ctk"])
     assert state["runtime_config"] == PACKAGE_CONFIG
     assert CdiState().process(["ctk /usr/bin/nvidia-ctk"])["runtime_config"] is None
@@ -284,13 +285,13 @@ def test_no_cdi_container_without_cdi_a_spec_or_a_usable_gpu(readout, data):
 def test_the_probes_cdi_container_asks_through_cdi_devices_with_the_runtimes_own_injection_off():
     probe = CdiProbe(f"nvidia.com/gpu={UUID0}", ("/dev/nvidia0", "/dev/nvidiactl"))
     script = CrictlRun().command(uid="u1", image="registry/cuda:1", cdi=probe)
-    config = json.loads(re.search(r"cat > \"\$d/cdi.json\" <<'GPU_NODE_EOF'\n(.*?)\nGPU_NODE_EOF", script, re.S)[1])
+    config = json.loads(assigned(script, "cdi_json"))
     assert config["CDI_devices"] == [{"name": f"nvidia.com/gpu={UUID0}"}]
     assert config["envs"] == [{"key": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
     assert config["image"] == {"image": "registry/cuda:1"}
     assert config["command"][:2] == ["sh", "-c"] and "/dev/nvidia0 /dev/nvidiactl" in config["command"][2]
-    assert "[ 1 = 1 ] && run_container cdi_" in script
-    assert "[ 0 = 1 ] && run_container cdi_" in CrictlRun().command(uid="u1", image="registry/cuda:1")
+    assert assigned(script, "run_cdi") == "1"
+    assert assigned(CrictlRun().command(uid="u1", image="registry/cuda:1"), "run_cdi") == "0"
 
 
 def cdi_result(logs: str, code: int = 0, state: str = "CONTAINER_EXITED 0") -> dict:
@@ -363,7 +364,7 @@ def test_verify_on_a_cdi_gpu_node_asks_crictl_for_the_first_gpus_cdi_device(tmp_
     run, log = crictl_standin(tmp_path, [])
     plan, _, steps, _ = run_verify(tmp_path, lines, crictl=run)
     (script,) = plan.matching("runp --runtime")
-    config = json.loads(re.search(r"cat > \"\$d/cdi.json\" <<'GPU_NODE_EOF'\n(.*?)\nGPU_NODE_EOF", script, re.S)[1])
+    config = json.loads(assigned(script, "cdi_json"))
     assert config["CDI_devices"] == [{"name": f"nvidia.com/gpu={uuid}"}]
 
 

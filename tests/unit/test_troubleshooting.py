@@ -38,7 +38,8 @@ def module_constants(trees) -> dict[str, str]:
 
 def code_strings() -> list[str]:
     """Every string literal of deploy/ and the shipped inventory.py, an f-string's fields that name a
-    module constant filled in and its other fields cut (a clause must not span one)."""
+    module constant filled in and its other fields cut (a clause must not span one); and the text of
+    every shell script the package ships (deploy/shell/*.sh)."""
     paths = [*sorted((ROOT / "deploy").rglob("*.py")), ROOT / "inventory.py"]
     trees = [ast.parse(path.read_text()) for path in paths]
     constants = module_constants(trees)
@@ -58,7 +59,7 @@ def code_strings() -> list[str]:
                     else:
                         parts.append("\0")
                 strings.append("".join(parts))
-    return strings
+    return strings + [path.read_text() for path in sorted((ROOT / "deploy").rglob("*.sh"))]
 
 
 def clauses(line: str) -> list[str]:

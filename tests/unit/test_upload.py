@@ -18,7 +18,7 @@ import stat
 import subprocess
 
 import pytest
-from plan import run_plan
+from plan import run_plan, staged_uploads
 from pyinfra.api import deploy
 from pyinfra.connectors.fake import FakeConnector
 
@@ -75,7 +75,8 @@ def test_under_sudo_the_bytes_go_as_the_login_user_into_a_private_folder_never_a
     assert not arguments.get("_sudo") and not arguments.get("_su_user")  # SFTP as the login user: no `sudo cp`
     (made, made_arguments), = [(text, args) for text, args in recorded.commands if f"mkdir -m 700 {folder}" in text]
     assert not made_arguments.get("_sudo") and f": > {remote}" in made
-    (placed, placed_arguments), = [(text, args) for text, args in recorded.commands if f"place {remote} " in text]
+    (placed, placed_arguments), = [(text, args) for text, args in recorded.commands
+                                   if [staged for staged, _path, _live in staged_uploads(text)] == [remote]]
     assert placed_arguments.get("_sudo") is True and "umask 077" in placed
 
 
@@ -132,6 +133,24 @@ def test_roots_copy_is_0600_from_its_first_byte_replaces_a_readable_leftover_and
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "600" and candidate.read_bytes() == SECRET
     assert not os.path.exists(staging.folder)
+
+
+def test_missing_folders_are_made_and_a_copy_that_fails_removes_every_copy_in_one_line(tmp_path):
+    """Two uploads into folders that are not there yet: both made; then a second copy that cannot be
+    made (its staged file is gone) takes the first copy with it, in one line naming cp's reason."""
+    first, second = tmp_path / "a" / "b" / "one.toml.new", tmp_path / "c" / "two.toml.new"
+    staging = Staging(str(tmp_path / "pyinfra-gpu-node-x"), (Upload(str(first), b"1", str(tmp_path / "a" / "b" / "one.toml")),
+                                                             Upload(str(second), b"2")))
+    login_users_part(staging)
+    result = run_as_root_would(staging.place_script() + "echo went on\n")
+    assert result.returncode == 0 and result.stdout == "went on\n", result.stderr
+    assert first.read_bytes() == b"" and second.read_bytes() == b"" and not os.path.exists(staging.folder)
+    login_users_part(staging)
+    os.unlink(staging.staged(1))
+    result = run_as_root_would(staging.place_script() + "echo went on\n")
+    assert result.returncode == 1 and result.stdout == "" and not first.exists() and not second.exists()
+    assert result.stderr.startswith(f"gpu-node: could not write {second}: cp: ") and result.stderr.count("\n") == 1
+    assert result.stderr.endswith(f"; {second} was not changed\n"), result.stderr
 
 
 def test_a_live_file_that_is_a_symbolic_link_is_refused_in_one_line_and_nothing_moves(tmp_path):

@@ -9,14 +9,13 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Callable
 
 import pytest
-from plan import Output, Plan, QUICK, Node, run_pyinfra, settings_for
+from plan import Output, Plan, assigned, QUICK, Node, run_pyinfra, settings_for
 from standin_libcuda import standin_libcuda  # noqa: F401 (the fixture)
 from pyinfra.api import Inventory
 from pyinfra.api.deploy import add_deploy
@@ -419,7 +418,7 @@ def test_crictl_sequence_without_gpu_runs_a_host_network_sandbox_through_nvidia_
     plan, _, steps, failed = run_verify(tmp_path, lines, crictl=crictl)
     assert calls(log) == [["runp", "--runtime", "nvidia", POD], ["stopp", SANDBOX_ID], ["rmp", SANDBOX_ID]]
     (script,) = plan.matching("runp --runtime")
-    pod = json.loads(re.search(r"cat > \"\$d/pod.json\" <<'GPU_NODE_EOF'\n(.*?)\nGPU_NODE_EOF", script, re.S)[1])
+    pod = json.loads(assigned(script, "pod_json"))
     assert pod["linux"]["security_context"]["namespace_options"]["network"] == 2  # NODE: host network
     assert pod["linux"]["cgroup_parent"] == "gpunodeverify.slice"  # the systemd driver wants a slice
     assert steps["cri_handler"]["status"] == PASS
@@ -457,7 +456,7 @@ def test_crictl_sequence_on_a_gpu_node_runs_nvidia_smi_in_the_sandbox(tmp_path):
     plan, _, steps, failed = run_verify(tmp_path, lines, crictl=crictl)
     assert calls(log) == [call for call, _, _ in sequence]
     (script,) = plan.matching("runp --runtime")
-    container = json.loads(re.search(r"cat > \"\$d/container.json\" <<'GPU_NODE_EOF'\n(.*?)\nGPU_NODE_EOF", script, re.S)[1])
+    container = json.loads(assigned(script, "container_json"))
     assert container["command"] == ["nvidia-smi", "-L"]
     assert container["image"]["image"] == image
     assert steps["cri_handler"]["status"] == PASS and "GPU-36c9561a" in steps["cri_handler"]["reason"], \
@@ -469,7 +468,7 @@ def test_crictl_sandbox_cgroup_parent_is_a_path_with_the_cgroupfs_driver(tmp_pat
     lines = node_lines(dump=containerd_dump(systemd_cgroup=False), crictl=True)
     plan, _, _, _ = run_verify(tmp_path, lines, crictl=crictl_lines(runp=(0, SANDBOX_ID)), systemd_cgroup="false")
     (script,) = plan.matching("runp --runtime")
-    pod = json.loads(re.search(r"cat > \"\$d/pod.json\" <<'GPU_NODE_EOF'\n(.*?)\nGPU_NODE_EOF", script, re.S)[1])
+    pod = json.loads(assigned(script, "pod_json"))
     assert pod["linux"]["cgroup_parent"] == "/gpu-node-verify"
 
 
@@ -487,7 +486,7 @@ def test_crictl_on_a_gpu_node_without_the_image_passes_the_handler_and_says_what
     crictl = crictl_lines(runp=(0, SANDBOX_ID), image=(1, "image not present"), stopp=(0, ""), rmp=(0, ""))
     plan, _, steps, failed = run_verify(tmp_path, lines, crictl=crictl)
     (script,) = plan.matching("runp --runtime")
-    assert "inspecti docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04" in script
+    assert assigned(script, "image") == "docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
     assert steps["cri_handler"]["status"] == PASS
     assert "nvidia-smi container skipped: image docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04 not on the node" in \
         steps["cri_handler"]["reason"]
@@ -619,7 +618,7 @@ def test_a_binary_the_config_names_elsewhere_is_checked_by_its_parsed_path_in_a_
     dump = containerd_dump().replace('BinaryName = "/usr/bin/nvidia-container-runtime"', f"BinaryName = '{elsewhere}'")
     second_read = ((Executables, {"paths": (elsewhere,)}), [f"exec {int(executable)} {elsewhere}"])
     plan, _, steps, failed = run_verify(tmp_path, node_lines(dump=dump), facts=[second_read])
-    assert len(plan.matching(f"command -v {elsewhere}")) == 1
+    assert len(plan.matching(f"set -- {elsewhere}\n")) == 1  # Executables' one read of it
     if executable:
         assert steps["runtime_binary"] == {"name": "runtime_binary", "status": PASS, "reason": f"{elsewhere} executable"}
     else:
@@ -636,12 +635,12 @@ def test_a_k3s_node_is_verified_through_k3s_own_containerd_unit_socket_and_gener
     lines = node_lines(dump=containerd_dump())
     plan, _, steps, failed = run_verify(tmp_path, lines, installation=installation)
     verify_command = plan.commands[1]
-    for expected in ("command -v /var/lib/rancher/k3s/data/current/bin/containerd",
-                     'units="$units "k3s-agent',
+    for expected in ("containerd_binary=/var/lib/rancher/k3s/data/current/bin/containerd\n",
+                     "containerd_service=k3s-agent\n",
                      "--config /var/lib/rancher/k3s/agent/etc/containerd/config.toml config dump",
-                     "--address /run/k3s/containerd/containerd.sock"):
+                     "containerd_socket=/run/k3s/containerd/containerd.sock\n"):
         assert expected in verify_command, expected
-    assert 'units="$units "containerd' not in verify_command
+    assert "containerd_service=containerd\n" not in verify_command
     assert steps["containerd_config"]["status"] == PASS and not failed
 
 

@@ -1,0 +1,54 @@
+#!/bin/sh
+# NodeRecords' read (deploy/facts/records.py): for each file gpu-node recorded
+# (deploy/node_records.py), its record's own files and the live file's state now; the texts only
+# where the undo may have to take the wiring out of a changed file (a format), each read whole
+# (read_base64: node_text.base64_reader's, bounded); then the units' and the package lists' records.
+# Given before it: records (the folder).
+# shellcheck disable=SC2154 # records: assigned before the script
+[ -d "$records" ] || exit 0
+echo records
+b64() { base64 -w0 <"$1" 2>/dev/null; }
+for record in "$records"/files/*; do
+  [ -f "$record/path" ] || continue
+  echo "file ${record##*/}"
+  echo "path $(b64 "$record/path")"
+  echo "unit $(b64 "$record/unit")"
+  format=$(cat "$record/format" 2>/dev/null)
+  echo "format $format"
+  [ -e "$record/absent" ] && echo absent
+  [ -e "$record/earlier" ] && echo earlier
+  if [ -f "$record/original" ]; then
+    echo "original_stat $(cat "$record/original.stat")"
+    echo "original_sha256 $(sha256sum <"$record/original" | cut -c1-64)"
+  fi
+  [ -f "$record/written" ] && echo "written_sha256 $(sha256sum <"$record/written" | cut -c1-64)"
+  path=$(cat "$record/path"; echo x); path=${path%x}
+  if [ -L "$path" ]; then echo live_link
+  elif [ -f "$path" ]; then
+    echo "live_sha256 $(sha256sum <"$path" | cut -c1-64)"
+    echo "live_stat $(stat -c '%a %u:%g' -- "$path")"
+  elif [ -e "$path" ]; then echo live_other
+  fi
+  if [ -n "$format" ]; then
+    [ -f "$record/original" ] && echo "original_text $(read_base64 "$record/original")"
+    [ -f "$record/written" ] && echo "written_text $(read_base64 "$record/written")"
+    [ -f "$path" ] && [ ! -L "$path" ] && echo "live_text $(read_base64 "$path")"
+  fi
+  for leftover in "$path".gpu-node-backup-* "$path".gpu-node-rejected-*; do
+    [ -e "$leftover" ] && echo "leftover $(printf %s "$leftover" | base64 -w0)"
+  done
+done
+for unit in "$records"/units/*; do
+  name=${unit##*/}
+  case $name in *.new) continue ;; esac
+  [ -f "$unit" ] || continue
+  enabled=$(systemctl is-enabled -- "$name" 2>/dev/null)
+  active=$(systemctl is-active -- "$name" 2>/dev/null)
+  echo "unit_record $name $(head -n 1 "$unit")"
+  echo "unit_now $name ${enabled:-not-found} ${active:-inactive}"
+done
+for list in installed-packages:installed held-packages:held imported-rpm-keys:rpm_key; do
+  [ -f "$records/${list%%:*}" ] && LC_ALL=C sort -u "$records/${list%%:*}" | sed "/^$/d; s/^/${list#*:} /"
+done
+[ -e "$records/packages-before-install" ] && echo unfinished_install
+true
