@@ -1,6 +1,6 @@
 """
 The driver stage's plan, pure: from the settings, the family's table (deploy/distros.py), what the
-node showed (HostState) and what preflight read ahead (``Readings``), the packages, versions,
+node showed (NodeSurvey) and what preflight read ahead (``Readings``), the packages, versions,
 repositories, holds and services of this host, or a ``DriverPlanError`` naming why none fits.
 No host and no facts: deploy/tasks/driver.py reads, then applies the plan.
 
@@ -72,7 +72,7 @@ class DriverPlan:
 
 @dataclass(frozen=True)
 class Readings:
-    """What the plan decides on beyond HostState, read ahead by preflight (deploy/tasks/driver.py)."""
+    """What the plan decides on beyond NodeSurvey, read ahead by preflight (deploy/tasks/driver.py)."""
 
     installed: dict | None = None     # the family's installed-packages fact (branch detection)
     recommended: list | None = None   # the recommender's output (branch detection)

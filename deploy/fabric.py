@@ -1,5 +1,5 @@
 """
-Which NVLink fabric a node has, from its PCI devices (HostState, deploy/facts/nvidia.py): what
+Which NVLink fabric a node has, from its PCI devices (NodeSurvey, deploy/facts/nvidia.py): what
 decides whether it needs NVIDIA Fabric Manager, and ib_umad with NVLSM as well.
 
 - **nvswitch** (NVLink 3/4: HGX A100, HGX H100/H200): the baseboard's NVSwitch chips are NVIDIA
@@ -57,7 +57,7 @@ class Fabric:
 
 
 def fabric_of(node: dict) -> Fabric:
-    """The fabric of a node, from HostState (deploy/facts/nvidia.py)."""
+    """The fabric of a node, from NodeSurvey (deploy/facts/nvidia.py)."""
     bridges = [device for device in node.get("mellanox") or [] if device.get("switch_management")]
     if bridges:
         slots = tuple(device["slot"] for device in bridges)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from .distros import Platform
-from .facts.combined import FactCall
+from .facts.read_ahead import FactCall
 from .settings import Settings
 
 
@@ -28,7 +28,7 @@ class Findings:
     """What preflight found on the node, for the stages."""
 
     platform: Platform
-    # deploy/facts/nvidia.py HostState: GPUs, Secure Boot, modules, kernel, free disk
+    # deploy/facts/nvidia.py NodeSurvey: GPUs, Secure Boot, modules, kernel, free disk
     nvidia: dict | None = None
     # deploy/facts/containerd.py ContainerdInstallations plus "installation": {"name", "service"}:
     # who owns containerd (plain, k3s, rke2, k0s, microk8s)

@@ -7,7 +7,7 @@ package to boot (python3 is the only requirement).
 The steps, in order; the first that fails stops the boot here, is named in the journal (this
 program's output) and in the node's report, and the service fails, so the target is not reached:
 
-1. gpus: the NVIDIA GPUs and NVSwitches on the PCI bus (sysfs, as the deploy's HostState reads it);
+1. gpus: the NVIDIA GPUs and NVSwitches on the PCI bus (sysfs, as the deploy's NodeSurvey reads it);
 2. kernel module: the kernel module type the GPUs need (deploy/gpus.py's decision, with the driver branch of
    the module built for the running kernel) and a module of that type for the running kernel;
 3. module load: ``modprobe`` of the driver's modules (unless kernel_modules_load is off);
@@ -95,7 +95,7 @@ class Host:
 
 
 def pci_devices(sys_root: str) -> dict:
-    """The NVIDIA GPUs (display class 0x03) and bridges (0x0680) on the PCI bus, in HostState's shape."""
+    """The NVIDIA GPUs (display class 0x03) and bridges (0x0680) on the PCI bus, in NodeSurvey's shape."""
     gpus, switches = [], []
     folder = Path(sys_root) / "bus" / "pci" / "devices"
     for device in sorted(folder.iterdir()) if folder.is_dir() else []:

@@ -134,7 +134,7 @@ def _gpu(entry: dict, branch_list: BranchList | None) -> Gpu | None:
 def decide_kernel_module_type(setting: str, gpus: Iterable[dict], branch: int | None,
                               branch_list: BranchList | None = None) -> KernelModuleTypeDecision:
     """
-    The kernel module type for ``setting`` (auto, open, proprietary) on a node with ``gpus`` (HostState's
+    The kernel module type for ``setting`` (auto, open, proprietary) on a node with ``gpus`` (NodeSurvey's
     entries) and the driver ``branch``; raises KernelModuleTypeRefusal when none fits.
     """
     default = branch_default(branch)

@@ -7,7 +7,7 @@ declares its record type beside the code that uses it, and asks ``per_run(state,
 
 - ``ParsedSettings`` and ``SettingsByValues`` (deploy/settings.py): each host's validated settings,
   parsed once, and once per distinct set of setting values;
-- ``KnownFacts`` (deploy/facts/combined.py): facts read ahead, reused while the host is unchanged;
+- ``KnownFacts`` (deploy/facts/read_ahead.py): facts read ahead, reused while the host is unchanged;
 - ``Drains`` (deploy/operations/drain.py): what this run did to each host's Kubernetes node;
 - ``DriverNotes`` (deploy/report.py): the driver's state for the fleet report;
 - ``FailureNotes`` (deploy/report.py): the line each host failed with, by operation, for the

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .distros import Platform
-from .facts.combined import FactCall
+from .facts.read_ahead import FactCall
 from .findings import Findings, StepCheck
 from .operations.drain import DrainTarget
 from .settings import Settings, Stage

@@ -1,7 +1,7 @@
 """
 A sysfs-like PCI device folder (``<root>/<slot>/{vendor,device,class,vpd,physfn}``, what
 ``/sys/bus/pci/devices`` shows) written from a topology fixture in tests/fixtures/fabric/. The unit
-tests run HostState's real command over it; the e2e tests bind-mount it read-only over a node
+tests run NodeSurvey's real command over it; the e2e tests bind-mount it read-only over a node
 container's ``/sys/bus/pci/devices`` (a container cannot be given PCI devices).
 
 A fixture's ``devices`` are ``{"slot", "vendor", "device", "class"}``, with ``"vpd"``

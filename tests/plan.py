@@ -59,9 +59,9 @@ from pyinfra_cli.util import load_deploy_file
 
 from deploy.distros import detect_platform
 from deploy.facts.access import HostAccess
-from deploy.facts.combined import MARKER, CombinedOutput, FactCall, section_name
+from deploy.facts.read_ahead import MARKER, CombinedOutput, FactCall, section_name
 from deploy.facts.containerd import ContainerdInstallations
-from deploy.facts.nvidia import HostState, PackagesAvailable
+from deploy.facts.nvidia import NodeSurvey, PackagesAvailable
 from deploy.facts.recovery import PackageManagerState, PendingRestarts
 from deploy.settings import Settings, parse_settings
 
@@ -294,7 +294,7 @@ def host_access(distro: str, uid: int = 0, systemd: bool = True) -> list[str]:
 
 def node_lines(kernel: str, pci=(), modules=(), secure_boot=None, free_mb=80000, pkgbases=(),
                loaded=None, built=None, reboot_packages=()) -> list[str]:
-    """The ``HostState`` fact's output."""
+    """The ``NodeSurvey`` fact's output."""
     lines = list(pci)
     if secure_boot is not None:
         lines.append(f"secureboot mokutil SecureBoot {'enabled' if secure_boot else 'disabled'}")
@@ -318,23 +318,23 @@ def carrying(*carried: str) -> Callable[..., list[str]]:
     return output
 
 
-def gpu_node(distro: str = "debian-12", *, arch: str = "x86_64", host_state: list[str] | None = None,
+def gpu_node(distro: str = "debian-12", *, arch: str = "x86_64", node_survey: list[str] | None = None,
              facts: Iterable[tuple[FactKey, Any]] = (), commands: Mapping | None = None,
              unstated: str = FAIL) -> Node:
     """
     A node for deploy/gpu_node.py: its os-release (tests/fixtures/nvidia/os-release/<distro>), arch,
-    ``host_state`` (HostState's output; a node without a GPU on Debian's 6.1 kernel unless given),
+    ``node_survey`` (NodeSurvey's output; a node without a GPU on Debian's 6.1 kernel unless given),
     no containerd of a Kubernetes distribution, an idle package manager, no restart left pending,
     package lists carrying the running kernel's headers (Debian/Ubuntu and RPM names); reached as
     root, booted with systemd, its family's package manager installed; then ``facts``.
     """
-    host_state = host_state if host_state is not None else node_lines("6.1.0-18-amd64")
-    kernel = next(line.split(" ", 1)[1] for line in host_state if line.startswith("kernel "))
+    node_survey = node_survey if node_survey is not None else node_lines("6.1.0-18-amd64")
+    kernel = next(line.split(" ", 1)[1] for line in node_survey if line.startswith("kernel "))
     baseline = [
         (HostAccess, host_access(distro)),
         (LinuxDistribution, os_release(distro)),
         (Arch, arch),
-        (HostState, host_state),
+        (NodeSurvey, node_survey),
         (ContainerdInstallations, []),
         (PackageManagerState, []),
         (PendingRestarts, []),

@@ -49,6 +49,6 @@ class NodeFact(FactBase):
 
 
 class UnreadableOutput(FactProcessError):
-    """A fact read in gpu-node's one command (deploy/facts/combined.py) could not read its part of
+    """A fact read in gpu-node's one command (deploy/facts/read_ahead.py) could not read its part of
     the output: the message says which, in one line. The code that reads (preflight, verify's
     operation) fails the host with it."""

@@ -21,12 +21,12 @@ WATCHED_MODULES = ("nouveau", "nova_core", "nova_drm", "nvidia")
 
 
 def node_script() -> str:
-    """HostState's command (deploy/shell/host_state.sh)."""
-    return shell_scripts.script("host_state", WATCHED_MODULES, nvidia_vendor=NVIDIA_PCI_VENDOR,
+    """NodeSurvey's command (deploy/shell/node_survey.sh)."""
+    return shell_scripts.script("node_survey", WATCHED_MODULES, nvidia_vendor=NVIDIA_PCI_VENDOR,
                                 mellanox_vendor=MELLANOX_PCI_VENDOR, switch_marker=SWITCH_MANAGEMENT_MARKER)
 
 
-class HostState(NodeFact):
+class NodeSurvey(NodeFact):
     """
     The host's GPUs, kernel, modules, disk and reboot state: what preflight, the driver stage
     and the driver report decide on, in one command:

@@ -168,7 +168,7 @@ class Executables(NodeFact):
 
 class VerifyReadout(NodeFact):
     """
-    What verify reads besides the node facts (``HostState``, deploy/facts/nvidia.py:
+    What verify reads besides the node facts (``NodeSurvey``, deploy/facts/nvidia.py:
     PCI GPUs, modules, versions, read with it in one command): ``/proc/driver/nvidia/version``,
     the installed module's license (``modinfo``: open or proprietary), ``nvidia-smi`` (query, exit
     code, ``-L``, persistence mode), the nvidia-persistenced and nvidia-fabricmanager units'

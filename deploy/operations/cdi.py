@@ -19,7 +19,7 @@ from ..cdi import (
 from ..toml_layout import ConfigError
 from ..engines.containerd.installations import ConfigTarget
 from ..facts.cdi import REFRESH_PATH_UNIT, CdiState, spec_stale
-from ..facts.combined import FactCall, read
+from ..facts.read_ahead import FactCall, read
 from ..facts.containerd import config_read
 from . import docker as docker_ops
 from .failure import failing_command

@@ -26,7 +26,7 @@ from ..engines.containerd.cri import (
     config_values,
 )
 from ..engines.containerd.installations import ConfigTarget
-from ..facts.combined import FactCall, changes_so_far, known_fact, read
+from ..facts.read_ahead import FactCall, changes_so_far, known_fact, read
 from ..facts.containerd import ContainerdImports, config_read
 from ..settings import RuntimeWiring
 from ..toml_layout import ConfigError, line_endings

@@ -12,7 +12,7 @@ import shlex
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from ..facts.combined import FactCall, read
+from ..facts.read_ahead import FactCall, read
 from ..facts.devices import NvidiaDeviceLinks, missing_links
 
 UDEV_RULE = "/etc/udev/rules.d/71-gpu-node-nvidia-dev-char.rules"

@@ -21,7 +21,7 @@ from ..engines.docker.daemon_json import (
     leave_to_flags,
 )
 from ..engines.docker.unit import UnitParseError, parse_docker_unit
-from ..facts.combined import FactCall, changes_so_far, read
+from ..facts.read_ahead import FactCall, changes_so_far, read
 from ..facts.docker import DockerState
 from ..settings import RuntimeWiring
 from ..toml_layout import ConfigError

@@ -25,7 +25,7 @@ from pyinfra.api import OperationValueError, QuoteString, StringCommand, operati
 from pyinfra.facts.files import Sha256File
 
 from .. import node_records, redact
-from ..facts.combined import FactCall, read
+from ..facts.read_ahead import FactCall, read
 from ..facts.files import FileDigests, FileText
 from ..settings import key_url_allowed
 from .failure import failing_command

@@ -13,9 +13,9 @@ from .. import node_records, probes
 from ..cdi import CdiUnsupported, for_containerd
 from ..dra import node_prerequisites
 from ..facts.base import UnreadableOutput
-from ..facts.combined import FactCall, read_together
+from ..facts.read_ahead import FactCall, read_together
 from ..facts.dra import DraNodeState
-from ..facts.nvidia import HostState
+from ..facts.nvidia import NodeSurvey
 from ..report import FAIL, PASS, Step, verify_report_store
 from ..settings import Settings
 from .failure import failing_command
@@ -27,7 +27,7 @@ def node_read(settings: Settings) -> FactCall:
 
 
 def installed_driver(nvidia: dict) -> str | None:
-    """The driver the node runs, else the one its module was built at (HostState)."""
+    """The driver the node runs, else the one its module was built at (NodeSurvey)."""
     return nvidia.get("loaded_version") or nvidia.get("built_version")
 
 
@@ -67,7 +67,7 @@ def check_prerequisites(settings: Settings, containerd_read: FactCall):
         host.noop("the DRA prerequisites are checked when the deploy executes")
         return
     try:
-        nvidia, containerd, node = read_together(host, [(HostState, {}), containerd_read, node_read(settings)])
+        nvidia, containerd, node = read_together(host, [(NodeSurvey, {}), containerd_read, node_read(settings)])
     except UnreadableOutput as error:
         yield failing_command(str(error))
         return

@@ -15,8 +15,8 @@ from ..apt_components import add_apt_components
 from ..driver_failures import install_failure
 from ..driver_versions import VersionRefusal, apt_pin_text, choose, matching, upstream_version
 from ..facts.apt import AptSourceFiles
-from ..facts.combined import known_fact, read
-from ..facts.nvidia import HostState, PackagesAvailable
+from ..facts.read_ahead import known_fact, read
+from ..facts.nvidia import NodeSurvey, PackagesAvailable
 from ..facts.packages import PackageVersions, apt_listing
 from .. import node_records, node_text, probes, redact
 from .failure import fail_host, failing_command
@@ -98,7 +98,7 @@ def mark_reboot_required(packages: list):
     After a driver change: unless the loaded nvidia module is the new one, mark the node as
     needing a reboot (Debian's /run/reboot-required convention, cleared by the reboot itself).
     """
-    node = host.get_fact(HostState)
+    node = host.get_fact(NodeSurvey)
     if module_current(node):
         host.noop(f"nvidia module {node['loaded_version']} is loaded")
         return
@@ -137,7 +137,7 @@ def driver_state_lines(node: dict, require_gpu: bool, driver_packages: list) -> 
 def report_driver_state(require_gpu: bool, driver_packages: list):
     """Log the driver's state (no GPU, reboot required) as the last word of the run; changes nothing.
     Preflight's reading serves unless something changed on the host since."""
-    node = known_fact(host, HostState)
+    node = known_fact(host, NodeSurvey)
     per_run(host.state, DriverNotes)[host.name] = DriverNote(
         no_gpu=not node["gpus"], reboot_required=reboot_required(node, driver_packages))
     for line in driver_state_lines(node, require_gpu, driver_packages):

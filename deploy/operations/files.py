@@ -10,7 +10,7 @@ from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
 from .. import node_records, node_text, redact
-from ..facts.combined import FactCall, read
+from ..facts.read_ahead import FactCall, read
 from ..facts.files import FileDigest, FileText
 from .safe_install import CANDIDATE_SUFFIX, FLUSH_FUNCTION
 from .upload import Staging, Upload

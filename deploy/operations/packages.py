@@ -16,7 +16,7 @@ from pyinfra.facts.pacman import PacmanPackages
 from pyinfra.operations import apt
 
 from .. import node_records, probes, shell_scripts
-from ..facts.combined import FactCall, known_fact, read
+from ..facts.read_ahead import FactCall, known_fact, read
 from ..facts.nvidia import IgnoredPackages
 from ..facts.packages import (DebPackageStates, DnfModuleStreams, MultiversionPackages, PackageVersions,
                                    RpmPackageStates, ZypperLocks, zypper_listing)

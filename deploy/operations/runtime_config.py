@@ -15,7 +15,7 @@ from pyinfra.api import operation
 from pyinfra.api.command import PyinfraCommand
 
 from .. import redact
-from ..facts.combined import changes_so_far
+from ..facts.read_ahead import changes_so_far
 from . import safe_install
 from .failure import failing_command
 

@@ -17,9 +17,9 @@ from .. import probes
 from . import cdi as cdi_ops
 from . import devices
 from ..facts.base import UnreadableOutput
-from ..facts.combined import FactCall, known_fact, read_together
+from ..facts.read_ahead import FactCall, known_fact, read_together
 from ..facts.cuda import CudaInit
-from ..facts.nvidia import HostState
+from ..facts.nvidia import NodeSurvey
 from ..engines.containerd.installations import ConfigTarget, classify_installation, config_target, plain_target
 from ..facts.containerd import ContainerdInstallations, config_read
 from ..facts.verification import Executables, VerifyReadout
@@ -32,7 +32,7 @@ from .failure import failing_command
 from ..report import FAIL, PASS, SKIP, verify_report_store
 
 # The node's PCI GPUs, modules and versions (preflight reads it too): verify's first steps.
-NODE_READ: FactCall = (HostState, {})
+NODE_READ: FactCall = (NodeSurvey, {})
 # cuInit through the driver's libcuda: read with the rest, it adds no remote command.
 CUDA_READ: FactCall = (CudaInit, {})
 

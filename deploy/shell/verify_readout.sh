@@ -1,5 +1,5 @@
 #!/bin/sh
-# VerifyReadout's read (deploy/facts/verification.py), run after HostState's in one command. Given before
+# VerifyReadout's read (deploy/facts/verification.py), run after NodeSurvey's in one command. Given before
 # it: smi_query and smi_persistence_query (nvidia-smi's arguments, words), keys and units (the
 # systemd units read, and their output keys), containerd_binary, containerd_service (empty: the
 # installation has no unit of its own), containerd_socket, kubelet_config, image; read_base64:

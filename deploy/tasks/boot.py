@@ -19,7 +19,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import server
 
 from .. import first_boot
-from ..facts.combined import FactCall, read
+from ..facts.read_ahead import FactCall, read
 from ..facts.units import UnitsEnabled
 from ..operations import files, units
 from ..settings import Settings

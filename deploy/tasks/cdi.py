@@ -13,7 +13,7 @@ from ..cdi import RUNTIME_CONFIG
 from ..engines.containerd.installations import classify_installation, config_target
 from ..distros import Platform
 from ..facts.cdi import spec_stale
-from ..facts.combined import FactCall, known_fact, read
+from ..facts.read_ahead import FactCall, known_fact, read
 from ..facts.containerd import ContainerdInstallations
 from ..operations import cdi as cdi_ops
 from ..settings import Settings

@@ -12,7 +12,7 @@ from ..engines.containerd.installations import config_target, plain_target
 from ..operations.containerd import plan_node_wiring, target_read
 from ..operations.runtime_config import configure_nvidia_runtime
 from ..distros import Family, Platform, add_repository, install_packages
-from ..facts.combined import FactCall, read
+from ..facts.read_ahead import FactCall, read
 from ..operations import drain as drain_ops
 from ..operations import failure, units
 from ..operations.drain import DrainTarget

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import deploy
 
-from ..facts.combined import FactCall, read
+from ..facts.read_ahead import FactCall, read
 from ..facts.devices import missing_links
 from ..operations import devices, files
 from ..settings import Settings

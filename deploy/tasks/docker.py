@@ -9,7 +9,7 @@ from pyinfra.api import deploy
 
 from ..cdi import CdiUnsupported, for_docker
 from ..distros import Family, Platform, install_packages
-from ..facts.combined import FactCall, read
+from ..facts.read_ahead import FactCall, read
 from ..operations import docker, failure, units
 from ..operations import drain as drain_ops
 from ..operations.drain import DrainTarget

@@ -14,7 +14,7 @@ from ..engines.containerd.installations import plain_target
 from ..operations.containerd import target_read
 from ..distros import Platform
 from ..dra import IMEX_UNIT, imex_action, node_prerequisites
-from ..facts.combined import FactCall, read
+from ..facts.read_ahead import FactCall, read
 from ..operations import dra as dra_ops
 from ..operations.verification import containerd_config_read, containerd_in_effect
 from ..verification.options import VerifyOptions
@@ -28,7 +28,7 @@ def wanted(settings: Settings) -> bool:
 
 
 def reads(settings: Settings) -> list[FactCall]:
-    """What the stage decides on (HostState and the plain containerd's read are preflight's own)."""
+    """What the stage decides on (NodeSurvey and the plain containerd's read are preflight's own)."""
     return [dra_ops.node_read(settings), target_read(plain_target(settings.containerd_config_path))]
 
 

@@ -23,7 +23,7 @@ from ..driver_plan import (APT_PIN_PATH, CUDA_APT_KEYRING, CUDA_APT_SOURCE, CUDA
                            branch_number, cuda_apt_source_text, cuda_profile_text, detect_branch, driver_plan)
 from ..fabric import fabric_of
 from ..facts.apt import AptSourceFiles
-from ..facts.combined import FactCall, known_fact, read, read_together
+from ..facts.read_ahead import FactCall, known_fact, read, read_together
 from ..facts.gpu_support import GpuSupportLists
 from ..facts.nvidia import PackagesAvailable, RecommendedDriver
 from ..facts.packages import DnfModuleStreams, PackageVersions, RepositoryPackageVersions, WaitedPackageVersions

@@ -18,7 +18,7 @@ from pyinfra import host, inventory, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import NoGroupError
 
-from ..facts.combined import known_fact
+from ..facts.read_ahead import known_fact
 from ..facts.k8s import GpuNode, GpuNodeIdentity, KubeNodes, kube_node_name
 from .. import dra, templates
 from ..operations import kubectl

@@ -8,7 +8,7 @@ from pyinfra.api import deploy
 from ..distros import Platform
 from ..fabric import NVLINK5_MODULES_LOAD_PATH, Fabric, fabric_of
 from ..fabric import modules_load_text as fabric_modules_load_text
-from ..facts.combined import FactCall, read
+from ..facts.read_ahead import FactCall, read
 from ..operations import files, kernel
 from ..settings import Settings
 
@@ -61,7 +61,7 @@ def read_files() -> list[str]:
 
 
 def node_fabric(settings: Settings, node: dict | None) -> Fabric | None:
-    """The node's NVLink fabric where Fabric Manager is installed (HostState, read by preflight)."""
+    """The node's NVLink fabric where Fabric Manager is installed (NodeSurvey, read by preflight)."""
     return fabric_of(node) if settings.fabric_manager_install and node is not None else None
 
 

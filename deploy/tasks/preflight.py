@@ -11,9 +11,9 @@ from pyinfra.facts.server import Arch, LinuxDistribution
 from ..engines.containerd.installations import classify_installation
 from ..distros import Platform, detect_platform
 from ..facts.access import HostAccess
-from ..facts.combined import FactCall, read_facts
+from ..facts.read_ahead import FactCall, read_facts
 from ..facts.containerd import ContainerdInstallations
-from ..facts.nvidia import HostState
+from ..facts.nvidia import NodeSurvey
 from ..facts.recovery import PackageManagerState, PendingRestarts
 from ..operations import packages as package_ops
 from ..operations.failure import HostRefusal
@@ -104,9 +104,9 @@ def preflight(settings: Settings, steps: Sequence[PreflightStep], image_root: bo
                              source=lambda key: setting_source(host, key)):
         logger.warning(f"{host.print_prefix}{note}")
     # One remote command for what every node run needs first (re-runs from cron pay per command),
-    # and for the facts the steps decide on (their ``reads``, see deploy/facts/combined.py).
+    # and for the facts the steps decide on (their ``reads``, see deploy/facts/read_ahead.py).
     try:
-        facts = read_facts(host, HostAccess, LinuxDistribution, Arch, HostState, ContainerdInstallations,
+        facts = read_facts(host, HostAccess, LinuxDistribution, Arch, NodeSurvey, ContainerdInstallations,
                            PackageManagerState, PendingRestarts, read_ahead=step_reads(settings, steps))
     except EOFError:
         # pyinfra's SSH connector asks for the sudo password when sudo wants one: without a terminal,
@@ -123,7 +123,7 @@ def preflight(settings: Settings, steps: Sequence[PreflightStep], image_root: bo
         raise PreflightError(refusal)
     logger.info(f"{host.print_prefix}platform: {platform.description}, family {platform.family.name}")
 
-    nvidia = facts["HostState"]
+    nvidia = facts["NodeSurvey"]
     warnings, errors = gpu_findings(nvidia, settings.require_gpu)
     errors += disk_findings(nvidia, settings.min_free_disk_mb)
     plans = {}

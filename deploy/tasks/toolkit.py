@@ -6,7 +6,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 
 from ..distros import APT, DNF, ZYPPER, Platform, add_repository, install_packages, rpm_repository_text
-from ..facts.combined import FactCall, read
+from ..facts.read_ahead import FactCall, read
 from ..operations import download
 from ..operations import packages as package_ops
 from ..operations.failure import HostRefusal

@@ -17,7 +17,7 @@ from pyinfra.facts.server import Arch, LinuxDistribution
 
 from ..distros import Platform, detect_platform
 from ..facts.access import HostAccess
-from ..facts.combined import FactCall, read, read_facts
+from ..facts.read_ahead import FactCall, read, read_facts
 from ..facts.records import NodeRecords
 from ..fabric import NVLINK5_MODULES_LOAD_PATH
 from ..operations import devices, kernel, units

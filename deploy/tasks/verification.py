@@ -6,7 +6,7 @@ from __future__ import annotations
 from pyinfra.api import deploy
 
 from ..verification.options import VerifyOptions
-from ..facts.combined import FactCall
+from ..facts.read_ahead import FactCall
 from ..operations import verification
 from ..settings import Settings
 

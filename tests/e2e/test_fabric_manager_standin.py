@@ -6,7 +6,7 @@ and pointed at with ``nvidia_cuda_repo_url``. The driver is Debian's real one (5
 
 A container cannot be given PCI devices: the node's PCI answer comes from our sysfs fixture of a
 real topology (tests/fixtures/fabric/, written by tests/pci_tree.py) bind-mounted read-only over
-``/sys/bus/pci/devices``, the folder HostState reads. Everything else (apt, signatures, pins,
+``/sys/bus/pci/devices``, the folder NodeSurvey reads. Everything else (apt, signatures, pins,
 holds, systemd) is real.
 """
 

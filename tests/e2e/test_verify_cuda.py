@@ -10,7 +10,7 @@ on real bookworm node containers, through deploy/verify.py as a user runs it.
 
 A container cannot be given PCI devices: where the outcome depends on the node's GPUs and
 NVSwitches, the PCI answer is a topology fixture (tests/fixtures/fabric/, written by
-tests/pci_tree.py) bind-mounted read-only over /sys/bus/pci/devices, the folder HostState reads.
+tests/pci_tree.py) bind-mounted read-only over /sys/bus/pci/devices, the folder NodeSurvey reads.
 """
 
 from __future__ import annotations

@@ -96,7 +96,7 @@ def test_imex_as_dra_imex_says(compute_domains, mode, unit, action, after):
 
 
 def dra_node(containerd: str, dra_state: list[str], built: str | None = "570.158.01"):
-    return gpu_node(host_state=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU, built=built),
+    return gpu_node(node_survey=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU, built=built),
                     facts=[(CONTAINERD, containerd),
                            ((DraNodeState, {"driver_root": "/"}), dra_state)], unstated=DEFAULT)
 

@@ -42,10 +42,10 @@ DEBIAN_FILES = [
 ]
 
 
-def node(distro: str, host_state: list[str] | None = None, facts=(), arch: str = "x86_64"):
+def node(distro: str, node_survey: list[str] | None = None, facts=(), arch: str = "x86_64"):
     """A node of ``distro``; what it does not state (the kernel stage's files, installed packages,
     repository files) reads as nothing there: the facts' defaults."""
-    return gpu_node(distro, arch=arch, host_state=host_state, facts=facts, unstated=DEFAULT)
+    return gpu_node(distro, arch=arch, node_survey=node_survey, facts=facts, unstated=DEFAULT)
 
 
 def dpkg(**installed: str):
@@ -92,7 +92,7 @@ def ok(run):
 
 
 def test_debian_default_plan_enables_components_installs_driver_headers_firmware_and_holds():
-    run = ok(run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU), facts=[
+    run = ok(run_deploy(node("debian-12", node_survey=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU), facts=[
         *DEBIAN_FILES, (every(PackagesAvailable), carrying("linux-headers-6.1.0-18-amd64")),
     ])))
     installs = install_lines(run, "apt-get")
@@ -110,7 +110,7 @@ def test_debian_default_plan_enables_components_installs_driver_headers_firmware
 
 
 def test_debian_headers_fall_back_to_the_kernel_variants_meta_package_when_the_running_kernels_are_missing():
-    run = ok(run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-cloud-amd64", pci=PCI_WITH_GPU), facts=[
+    run = ok(run_deploy(node("debian-12", node_survey=node_lines("6.1.0-18-cloud-amd64", pci=PCI_WITH_GPU), facts=[
         *DEBIAN_FILES,
         # the lists carry the kernel variant's meta package, not the running kernel's headers
         (every(PackagesAvailable), carrying("linux-headers-cloud-amd64")),
@@ -154,7 +154,7 @@ def test_debian_second_run_with_everything_installed_and_held_runs_no_package_co
     assert not run.ran("> /run/reboot-required")
     assert not [c for c in run.commands if c.startswith("systemctl")]
     # no more remote commands than before the kernel module type and persistenced came: preflight's combined read,
-    # the driver's one read ahead, HostState for the reboot marker's check
+    # the driver's one read ahead, NodeSurvey for the reboot marker's check
     assert len(run.commands) <= 6, "\n".join(c[:4000].replace("\n", " ") for c in run.commands)
 
 
@@ -175,7 +175,7 @@ def test_debian_without_a_release_entry_fails_the_host_naming_the_problem(caplog
 def test_ubuntu_branch_and_version_install_headless_server_packages_pinned_and_held():
     version = "550.90.07-0ubuntu0.22.04.1"
     run = ok(run_deploy(
-        node("ubuntu-22.04", host_state=node_lines("5.15.0-91-generic", pci=PCI_WITH_GPU)),
+        node("ubuntu-22.04", node_survey=node_lines("5.15.0-91-generic", pci=PCI_WITH_GPU)),
         data={"nvidia_driver_branch": "550", "nvidia_driver_version": version},
     ))
     driver = single([c for c in install_lines(run, "apt-get") if "nvidia-headless" in c])
@@ -186,7 +186,7 @@ def test_ubuntu_branch_and_version_install_headless_server_packages_pinned_and_h
 
 
 def test_ubuntu_branch_detected_from_ubuntu_drivers_recommendation():
-    run = ok(run_deploy(node("ubuntu-22.04", host_state=node_lines("5.15.0-91-generic", pci=PCI_WITH_GPU), facts=[
+    run = ok(run_deploy(node("ubuntu-22.04", node_survey=node_lines("5.15.0-91-generic", pci=PCI_WITH_GPU), facts=[
         ((RecommendedDriver, {"recommend_command": "ubuntu-drivers list --gpgpu"}),
          ["nvidia-driver-535-server, (kernel modules provided by nvidia-dkms-535-server)"]),
     ])))
@@ -195,7 +195,7 @@ def test_ubuntu_branch_detected_from_ubuntu_drivers_recommendation():
 
 
 def test_ubuntu_branch_detected_from_the_installed_driver():
-    run = ok(run_deploy(node("ubuntu-22.04", host_state=node_lines("5.15.0-91-generic"), facts=[
+    run = ok(run_deploy(node("ubuntu-22.04", node_survey=node_lines("5.15.0-91-generic"), facts=[
         (DebPackages, ["ii  nvidia-headless-470-server 470.239.06-0ubuntu0.22.04.1 amd64 NVIDIA headless"]),
         (every(DebPackageStates), dpkg(nvidia_headless_470_server="470.239.06-0ubuntu0.22.04.1")),
     ])))
@@ -206,7 +206,7 @@ def test_ubuntu_branch_detected_from_the_installed_driver():
 
 
 def test_ubuntu_without_branch_or_recommendation_stops_before_any_change():
-    run = run_deploy(node("ubuntu-22.04", host_state=node_lines("5.15.0-91-generic")))
+    run = run_deploy(node("ubuntu-22.04", node_survey=node_lines("5.15.0-91-generic")))
     assert "nvidia_driver_branch is required on ubuntu" in run.refusal
     assert not run.ran("apt-get") and not run.ran("mkdir -p /etc/modprobe.d")
 
@@ -216,7 +216,7 @@ def test_ubuntu_without_branch_or_recommendation_stops_before_any_change():
 
 def test_rocky_9_adds_cuda_repo_enables_module_stream_pins_and_versionlocks():
     run = ok(run_deploy(
-        node("rocky-9", host_state=node_lines("5.14.0-362.8.1.el9_3.x86_64", pci=PCI_WITH_GPU), facts=[
+        node("rocky-9", node_survey=node_lines("5.14.0-362.8.1.el9_3.x86_64", pci=PCI_WITH_GPU), facts=[
             (every(PackagesAvailable), carrying("kernel-devel-5.14.0-362.8.1.el9_3.x86_64")),
         ]),
         data={"nvidia_driver_branch": "550", "nvidia_driver_version": "550.54.15"},
@@ -243,7 +243,7 @@ def test_a_repository_dnf_cannot_read_is_named_in_a_preflight_warning_and_the_pl
     """dnf lists nothing when one repository cannot be read: preflight says which and why (the
     versions are unknown, and an install stops at it); the pinned plan itself goes on."""
     run = ok(run_deploy(
-        node("rocky-9", host_state=node_lines("5.14.0-362.8.1.el9_3.x86_64", pci=PCI_WITH_GPU), facts=[
+        node("rocky-9", node_survey=node_lines("5.14.0-362.8.1.el9_3.x86_64", pci=PCI_WITH_GPU), facts=[
             (every(WaitedPackageVersions), DNF_BROKEN_MIRROR),
             (every(PackagesAvailable), carrying("kernel-devel-5.14.0-362.8.1.el9_3.x86_64")),
         ]),
@@ -258,7 +258,7 @@ def test_fabric_managers_refusal_names_the_repository_dnf_could_not_read():
     """An NVSwitch node without a driver version pin: Fabric Manager needs the driver's version, and
     dnf named none. When dnf could not read a repository, the refusal says so (that is why), else not."""
     def refusal(listing):
-        run = run_deploy(node("rocky-9", host_state=node_lines("5.14.0-362.8.1.el9_3.x86_64", pci=NVSWITCH), facts=[
+        run = run_deploy(node("rocky-9", node_survey=node_lines("5.14.0-362.8.1.el9_3.x86_64", pci=NVSWITCH), facts=[
             (every(WaitedPackageVersions), listing)]), data={"nvidia_driver_branch": "550"})
         assert not run.ran("dnf install") and not run.ran("dnf module"), run.commands
         return run.refusal
@@ -268,12 +268,12 @@ def test_fabric_managers_refusal_names_the_repository_dnf_could_not_read():
 
 
 def test_rocky_9_without_branch_uses_the_latest_dkms_stream():
-    run = ok(run_deploy(node("rocky-9", host_state=node_lines("5.14.0-362.8.1.el9_3.x86_64"))))
+    run = ok(run_deploy(node("rocky-9", node_survey=node_lines("5.14.0-362.8.1.el9_3.x86_64"))))
     assert "dnf module enable -y nvidia-driver:latest-dkms" in run.commands
 
 
 def test_fedora_has_no_modules_and_installs_cuda_drivers_of_the_branch():
-    run = ok(run_deploy(node("fedora-40", host_state=node_lines("6.8.5-301.fc40.x86_64")),
+    run = ok(run_deploy(node("fedora-40", node_survey=node_lines("6.8.5-301.fc40.x86_64")),
                       data={"nvidia_driver_branch": "550"}))
     assert "NVIDIA driver | Add NVIDIA's repository cuda-fedora40-x86_64" in run.op_names()
     assert not run.ran("dnf module")
@@ -282,7 +282,7 @@ def test_fedora_has_no_modules_and_installs_cuda_drivers_of_the_branch():
 
 
 def test_amazon_linux_2023_uses_the_amzn2023_repository_on_arm():
-    run = ok(run_deploy(node("amzn-2023", arch="aarch64", host_state=node_lines("6.1.84-99.169.amzn2023.aarch64"))))
+    run = ok(run_deploy(node("amzn-2023", arch="aarch64", node_survey=node_lines("6.1.84-99.169.amzn2023.aarch64"))))
     assert "NVIDIA driver | Add NVIDIA's repository cuda-amzn2023-sbsa" in run.op_names()
     assert "dnf install -y cuda-drivers" in run.commands
 
@@ -291,7 +291,7 @@ def test_amazon_linux_2023_uses_the_amzn2023_repository_on_arm():
 
 
 def test_opensuse_leap_adds_nvidias_repository_and_locks_g06_packages():
-    run = ok(run_deploy(node("opensuse-leap-15.5", host_state=node_lines("5.14.21-150500.55.39-default")),
+    run = ok(run_deploy(node("opensuse-leap-15.5", node_survey=node_lines("5.14.21-150500.55.39-default")),
                       data={"nvidia_driver_version": "550.54.14", **SITE_DRIVER_KEY}))
     assert "NVIDIA driver | Add NVIDIA's repository nvidia-opensuse-leap" in run.op_names()
     install = single(run.ran("zypper --non-interactive install -y"))
@@ -303,7 +303,7 @@ def test_opensuse_leap_adds_nvidias_repository_and_locks_g06_packages():
 
 
 def test_opensuse_rejects_a_branch():
-    run = run_deploy(node("opensuse-leap-15.5", host_state=node_lines("5.14.21-150500.55.39-default")),
+    run = run_deploy(node("opensuse-leap-15.5", node_survey=node_lines("5.14.21-150500.55.39-default")),
                    data={"nvidia_driver_branch": "550"})
     assert "nvidia_driver_branch='550' is not supported on opensuse-leap" in run.refusal
 
@@ -318,7 +318,7 @@ def test_opensuse_rejects_a_branch():
     (["linux", "linux-zen"], "nvidia-utils nvidia-dkms linux-headers linux-zen-headers"),
 ])
 def test_arch_picks_the_module_package_for_its_kernels_and_holds_with_ignorepkg(kernels, expected):
-    run = ok(run_deploy(node("arch", host_state=node_lines("6.9.7-arch1-1", pkgbases=kernels))))
+    run = ok(run_deploy(node("arch", node_survey=node_lines("6.9.7-arch1-1", pkgbases=kernels))))
     # pacman installs from refreshed lists, as Arch upgrades: -Syu (tests/e2e/test_family_pacman.py)
     assert single(run.ran("pacman --noconfirm -Syu --needed")).endswith(f"--needed {expected}")
     hold = single(run.ran("IgnorePkg = "))
@@ -326,14 +326,14 @@ def test_arch_picks_the_module_package_for_its_kernels_and_holds_with_ignorepkg(
 
 
 def test_arch_already_ignored_packages_are_not_added_twice():
-    run = ok(run_deploy(node("arch", host_state=node_lines("6.9.7-arch1-1", pkgbases=["linux"]), facts=[
+    run = ok(run_deploy(node("arch", node_survey=node_lines("6.9.7-arch1-1", pkgbases=["linux"]), facts=[
         ((IgnoredPackages, {"list_command": PACMAN_HOLD_LIST}), [" nvidia-utils nvidia"]),
     ])))
     assert not run.ran("/a IgnorePkg")
 
 
 def test_arch_rejects_a_version_pin():
-    run = run_deploy(node("arch", host_state=node_lines("6.9.7-arch1-1", pkgbases=["linux"])),
+    run = run_deploy(node("arch", node_survey=node_lines("6.9.7-arch1-1", pkgbases=["linux"])),
                    data={"nvidia_driver_version": "550.78-1"})
     assert "nvidia_driver_version='550.78-1' cannot be pinned on arch" in run.refusal
 
@@ -353,7 +353,7 @@ def test_driver_below_the_device_plugins_floor_or_inconsistent_stops_before_any_
 
 
 def test_a_loaded_module_of_the_installed_version_needs_no_reboot():
-    run = ok(run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU,
+    run = ok(run_deploy(node("debian-12", node_survey=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU,
                                                                 loaded="535.216.03", built="535.216.03"), facts=DEBIAN_FILES)))
     assert run.ran("--allow-change-held-packages --allow-downgrades nvidia-driver")
     assert not run.ran("> /run/reboot-required")
@@ -362,7 +362,7 @@ def test_a_loaded_module_of_the_installed_version_needs_no_reboot():
 def test_reboot_allowed_reboots_after_the_driver_changed(monkeypatch):
     """The fake host cannot come back from the reboot; the reboot being issued is what is checked."""
     monkeypatch.setattr("deploy.tasks.driver.REBOOT_DELAY", 0)
-    run = run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU), facts=DEBIAN_FILES),
+    run = run_deploy(node("debian-12", node_survey=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU), facts=DEBIAN_FILES),
                      data={"reboot_allowed": True})
     assert run.ran("> /run/reboot-required")
     assert run.ran("( sleep 1 && reboot )")
@@ -393,7 +393,7 @@ BOOKWORM_OFFERS = offering(nvidia_driver="535.309.01-0+deb12u1 535.261.03-1", nv
 
 
 def test_debian_open_module_type_pins_driver_and_open_module_to_the_version_both_have_with_an_apt_pin():
-    run = ok(run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=H100), facts=[
+    run = ok(run_deploy(node("debian-12", node_survey=node_lines("6.1.0-18-amd64", pci=H100), facts=[
         *DEBIAN_FILES, (every(PackageVersions), BOOKWORM_OFFERS)]), data={"nvidia_kernel_modules": "open"}))
     driver = single([c for c in install_lines(run, "apt-get") if "nvidia-driver" in c])
     assert driver.endswith("nvidia-driver=535.261.03-1 nvidia-smi=535.261.03-1 nvidia-open-kernel-dkms=535.261.03-1")
@@ -403,7 +403,7 @@ def test_debian_open_module_type_pins_driver_and_open_module_to_the_version_both
 
 
 def test_switching_the_module_type_replaces_the_module_package_in_the_same_transaction():
-    run = ok(run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=H100), facts=[
+    run = ok(run_deploy(node("debian-12", node_survey=node_lines("6.1.0-18-amd64", pci=H100), facts=[
         *DEBIAN_FILES, (every(PackageVersions), BOOKWORM_OFFERS),
         (every(DebPackageStates), dpkg(nvidia_driver="535.261.03-1 hold", nvidia_smi="535.261.03-1 hold",
                                        nvidia_open_kernel_dkms="535.261.03-1 hold")),
@@ -430,7 +430,7 @@ def test_switching_an_rpm_family_from_open_removes_its_module_after_the_bounded_
     before the removal) is released after it, so no hold is left on a package that is gone."""
     manager = "dnf" if distro.startswith("rocky") else "zypper"
     installed = [(every(RpmPackages), [f"{module} 550.90.07-1"])]
-    run = ok(run_deploy(node(distro, host_state=node_lines(kernel, pci=H100), facts=installed + facts),
+    run = ok(run_deploy(node(distro, node_survey=node_lines(kernel, pci=H100), facts=installed + facts),
                         data={**branch, "nvidia_kernel_modules": "proprietary", "apt_lock_timeout": "13"}))
     at = run.commands.index(f"rpm -e --nodeps {module}")
     assert run.commands[at - 1] == lock_wait_script(manager, 13), run.commands[at - 2: at + 1]
@@ -441,11 +441,11 @@ def test_a_rocky_node_on_the_other_module_types_stream_resets_the_module_before_
     """dnf refuses to switch a module's enabled stream (module_stream_switch): the switch to the open
     module type resets nvidia-driver first (tests/e2e/test_family_dnf.py shows it on the real dnf)."""
     streams = [(every(DnfModuleStreams), ["[nvidia-driver]", "name=nvidia-driver", "stream=570-dkms", "state=enabled"])]
-    run = ok(run_deploy(node("rocky-9", host_state=node_lines("5.14.0-362.8.1.el9_3.x86_64", pci=B200), facts=streams),
+    run = ok(run_deploy(node("rocky-9", node_survey=node_lines("5.14.0-362.8.1.el9_3.x86_64", pci=B200), facts=streams),
                         data={"nvidia_driver_branch": "570"}))
     at = run.commands.index("dnf module enable -y nvidia-driver:570-open")
     assert run.commands[at - 1] == "dnf module reset -y nvidia-driver", run.commands[at - 2:at + 1]
-    same = ok(run_deploy(node("rocky-9", host_state=node_lines("5.14.0-362.8.1.el9_3.x86_64", pci=B200)),
+    same = ok(run_deploy(node("rocky-9", node_survey=node_lines("5.14.0-362.8.1.el9_3.x86_64", pci=B200)),
                          data={"nvidia_driver_branch": "570"}))
     assert not same.ran("dnf module reset")
 
@@ -454,7 +454,7 @@ def test_switching_ubuntu_from_open_removes_every_open_package_in_the_same_trans
     # The held -open headless package depends on its module package: left behind, it would block
     # the module's removal (apt: "generated breaks").
     version = "550.90.07-0ubuntu0.22.04.1"
-    run = ok(run_deploy(node("ubuntu-22.04", host_state=node_lines("5.15.0-91-generic", pci=PCI_WITH_GPU), facts=[
+    run = ok(run_deploy(node("ubuntu-22.04", node_survey=node_lines("5.15.0-91-generic", pci=PCI_WITH_GPU), facts=[
         (every(DebPackageStates), dpkg(**{name.replace("-", "_"): f"{version} hold" for name in (
             "nvidia-headless-550-server-open", "nvidia-utils-550-server", "nvidia-dkms-550-server-open")})),
     ]), data={"nvidia_driver_branch": "550", "nvidia_driver_version": version, "nvidia_kernel_modules": "proprietary"}))
@@ -464,7 +464,7 @@ def test_switching_ubuntu_from_open_removes_every_open_package_in_the_same_trans
 
 
 def test_a_running_newer_driver_is_not_downgraded_for_the_open_module_type():
-    run = run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=H100), facts=[
+    run = run_deploy(node("debian-12", node_survey=node_lines("6.1.0-18-amd64", pci=H100), facts=[
         *DEBIAN_FILES, (every(PackageVersions), BOOKWORM_OFFERS),
         (every(DebPackageStates), dpkg(nvidia_driver="535.309.01-0+deb12u1 hold", nvidia_smi="535.309.01-0+deb12u1 hold",
                                        nvidia_kernel_dkms="535.309.01-0+deb12u1 hold")),
@@ -474,14 +474,14 @@ def test_a_running_newer_driver_is_not_downgraded_for_the_open_module_type():
 
 
 def test_blackwell_with_proprietary_is_refused_in_preflight_naming_the_gpu():
-    run = run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=B200), facts=DEBIAN_FILES),
+    run = run_deploy(node("debian-12", node_survey=node_lines("6.1.0-18-amd64", pci=B200), facts=DEBIAN_FILES),
                      data={"nvidia_kernel_modules": "proprietary"})
     assert "GPU 0x2901 (Blackwell) at 0000:3b:00.0" in run.refusal
     assert not run.ran("apt-get") and not run.ran("mkdir -p /etc/modprobe.d")
 
 
 def test_debian_tesla_branch_has_no_open_modules_and_says_so():
-    run = run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=H100), facts=DEBIAN_FILES),
+    run = run_deploy(node("debian-12", node_survey=node_lines("6.1.0-18-amd64", pci=H100), facts=DEBIAN_FILES),
                      data={"nvidia_kernel_modules": "open", "nvidia_driver_branch": "535"})
     assert "packages no open kernel modules for nvidia_driver_branch='535'" in run.refusal
 
@@ -492,25 +492,25 @@ def test_debian_tesla_branch_has_no_open_modules_and_says_so():
     ("opensuse-leap-15.5", "5.14.21-150500.55.39-default", SITE_DRIVER_KEY, "nvidia-open-driver-G06-signed-kmp-default"),
 ])
 def test_each_family_installs_its_open_module_packages(distro, kernel, data, expected):
-    run = ok(run_deploy(node(distro, host_state=node_lines(kernel, pci=B200)), data=data))
+    run = ok(run_deploy(node(distro, node_survey=node_lines(kernel, pci=B200)), data=data))
     assert any(c.endswith(expected) for c in run.commands), [c for c in run.commands if "install" in c]
 
 
 def test_rocky_open_module_type_enables_the_branchs_open_stream():
-    run = ok(run_deploy(node("rocky-9", host_state=node_lines("5.14.0-362.8.1.el9_3.x86_64", pci=B200)),
+    run = ok(run_deploy(node("rocky-9", node_survey=node_lines("5.14.0-362.8.1.el9_3.x86_64", pci=B200)),
                         data={"nvidia_driver_branch": "570"}))
     assert "dnf module enable -y nvidia-driver:570-open" in run.commands
 
 
 def test_arch_open_module_type_takes_nvidia_open():
-    run = ok(run_deploy(node("arch", host_state=node_lines("6.9.7-arch1-1", pkgbases=["linux"], pci=B200))))
+    run = ok(run_deploy(node("arch", node_survey=node_lines("6.9.7-arch1-1", pkgbases=["linux"], pci=B200))))
     assert single(run.ran("pacman --noconfirm -Syu --needed")).endswith("--needed nvidia-utils nvidia-open")
 
 
 def test_persistenced_is_installed_and_enabled_and_started_only_with_a_gpu():
-    """HostState shows a GPU: nvidia-persistenced installed, enabled and started; no GPU: only
+    """NodeSurvey shows a GPU: nvidia-persistenced installed, enabled and started; no GPU: only
     enabled (started, it would only fail); nvidia_persistenced=false: neither."""
-    with_gpu = ok(run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=H100), facts=DEBIAN_FILES)))
+    with_gpu = ok(run_deploy(node("debian-12", node_survey=node_lines("6.1.0-18-amd64", pci=H100), facts=DEBIAN_FILES)))
     assert any(c.endswith(" nvidia-persistenced") for c in install_lines(with_gpu, "apt-get"))
     assert "systemctl enable nvidia-persistenced.service" in with_gpu.commands
     assert "systemctl start nvidia-persistenced.service" in with_gpu.commands
@@ -524,7 +524,7 @@ def test_persistenced_is_installed_and_enabled_and_started_only_with_a_gpu():
 
 
 def test_nvswitch_node_gets_fabric_manager_at_the_drivers_version_in_the_drivers_transaction():
-    run = ok(run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=NVSWITCH), facts=[
+    run = ok(run_deploy(node("debian-12", node_survey=node_lines("6.1.0-18-amd64", pci=NVSWITCH), facts=[
         *DEBIAN_FILES, (every(PackageVersions), BOOKWORM_OFFERS),
         (every(RepositoryPackageVersions), []),
     ]), data=NVSWITCH_DATA))
@@ -536,7 +536,7 @@ def test_nvswitch_node_gets_fabric_manager_at_the_drivers_version_in_the_drivers
 
 
 def test_fabric_manager_without_the_drivers_version_is_refused_before_any_change():
-    run = run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=NVSWITCH), facts=[
+    run = run_deploy(node("debian-12", node_survey=node_lines("6.1.0-18-amd64", pci=NVSWITCH), facts=[
         *DEBIAN_FILES, (every(PackageVersions), offering(nvidia_driver="535.309.01-0+deb12u1", nvidia_smi="535.309.01-0+deb12u1",
                                                          nvidia_kernel_dkms="535.309.01-0+deb12u1")),
         (every(RepositoryPackageVersions), ["nvidia-fabricmanager-535 535.274.02-1", "libnvidia-nscq-535 535.274.02-1"]),
@@ -546,7 +546,7 @@ def test_fabric_manager_without_the_drivers_version_is_refused_before_any_change
 
 
 def test_a_node_without_nvswitch_gets_no_fabric_manager():
-    run = ok(run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=H100), facts=DEBIAN_FILES)))
+    run = ok(run_deploy(node("debian-12", node_survey=node_lines("6.1.0-18-amd64", pci=H100), facts=DEBIAN_FILES)))
     assert not [c for c in install_lines(run, "apt-get") if "fabricmanager" in c or "nscq" in c]
     assert not [n for n in run.op_names() if "CUDA repository" in n or "fabricmanager" in n]
 
@@ -555,7 +555,7 @@ def test_fabric_manager_moves_the_driver_to_the_newest_version_both_have():
     """The CUDA repository has no Fabric Manager for the security archive's 535.309.01: both take 535.261.03."""
     offers = offering(nvidia_driver="535.309.01-0+deb12u1 535.261.03-1", nvidia_smi="535.309.01-0+deb12u1 535.261.03-1",
                       nvidia_kernel_dkms="535.309.01-0+deb12u1 535.261.03-1")
-    run = ok(run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=NVSWITCH), facts=[
+    run = ok(run_deploy(node("debian-12", node_survey=node_lines("6.1.0-18-amd64", pci=NVSWITCH), facts=[
         *DEBIAN_FILES, (every(PackageVersions), offers),
         (every(RepositoryPackageVersions), ["nvidia-fabricmanager-535 535.274.02-1", "nvidia-fabricmanager-535 535.261.03-1",
                                             "libnvidia-nscq-535 535.274.02-1", "libnvidia-nscq-535 535.261.03-1"]),
@@ -593,7 +593,7 @@ def test_fabric_manager_on_a_fresh_node_is_chosen_with_the_driver_after_the_refr
     """Preflight's lists name no driver: the install operation picks, after the refresh, the newest
     version the driver and Fabric Manager both have (not the security archive's 535.309.01)."""
     answer, refresh = offering_after_refresh(FABRIC_OFFERS)
-    run = ok(run_deploy(gpu_node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=NVSWITCH), unstated=DEFAULT,
+    run = ok(run_deploy(gpu_node("debian-12", node_survey=node_lines("6.1.0-18-amd64", pci=NVSWITCH), unstated=DEFAULT,
                                  facts=[*DEBIAN_FILES, (every(PackageVersions), answer)], commands=refresh),
                         data=NVSWITCH_DATA))
     driver = single([c for c in install_lines(run, "apt-get") if "nvidia-driver" in c])
@@ -610,7 +610,7 @@ def test_fabric_manager_on_a_fresh_node_without_the_drivers_version_fails_before
                       nvidia_kernel_dkms="535.309.01-0+deb12u1 535.261.03-1",
                       nvidia_fabricmanager_535="535.274.02-1", libnvidia_nscq_535="535.274.02-1")
     answer, refresh = offering_after_refresh(offers)
-    run = run_deploy(gpu_node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=NVSWITCH), unstated=DEFAULT,
+    run = run_deploy(gpu_node("debian-12", node_survey=node_lines("6.1.0-18-amd64", pci=NVSWITCH), unstated=DEFAULT,
                               facts=[*DEBIAN_FILES, (every(PackageVersions), answer)], commands=refresh),
                      data=NVSWITCH_DATA)
     failed = single(run.failed_with("Fabric Manager"))
@@ -649,7 +649,7 @@ def test_the_long_steps_say_what_they_do_when_the_run_reaches_them(caplog):
     import logging
 
     caplog.set_level(logging.INFO, logger="pyinfra")
-    run = ok(run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU), facts=[
+    run = ok(run_deploy(node("debian-12", node_survey=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU), facts=[
         *DEBIAN_FILES, (every(PackagesAvailable), carrying("linux-headers-6.1.0-18-amd64")),
     ])))
     said = [record.getMessage() for record in caplog.records]
@@ -666,7 +666,7 @@ def test_an_installed_and_held_driver_says_nothing_and_changes_nothing_with_y(ca
     import logging
 
     caplog.set_level(logging.INFO, logger="pyinfra")
-    run = ok(run_deploy(node("arch", host_state=node_lines("6.9.7-arch1-1", pkgbases=["linux"]), facts=[
+    run = ok(run_deploy(node("arch", node_survey=node_lines("6.9.7-arch1-1", pkgbases=["linux"]), facts=[
         (every(PacmanPackages), ["nvidia 550.90.07-1", "nvidia-utils 550.90.07-1"]),
         ((IgnoredPackages, {"list_command": PACMAN_HOLD_LIST}), [" nvidia-utils nvidia"]),
     ])))

@@ -1,8 +1,8 @@
 """
 Fabric detection (deploy/fabric.py) from our sysfs fixtures of real topologies
 (tests/fixtures/fabric/: HGX A100, HGX H100, HGX B200, a GB200 NVL72 compute tray, a PCIe-only
-server): each fixture is written as a PCI device folder, HostState's real command runs over it,
-and its output goes through HostState.process and fabric_of.
+server): each fixture is written as a PCI device folder, NodeSurvey's real command runs over it,
+and its output goes through NodeSurvey.process and fabric_of.
 """
 
 from __future__ import annotations
@@ -13,18 +13,18 @@ import pytest
 from pci_tree import load, topologies, write
 
 from deploy.fabric import NVLINK5_MODULES_LOAD_PATH, Fabric, fabric_of, modules_load_text
-from deploy.facts.nvidia import HostState
+from deploy.facts.nvidia import NodeSurvey
 
 SYSFS_PCI = "/sys/bus/pci/devices"
 
 
 def read_node(tree) -> dict:
-    """HostState's own command, its PCI folder pointed at ``tree``."""
-    command = HostState().command()
+    """NodeSurvey's own command, its PCI folder pointed at ``tree``."""
+    command = NodeSurvey().command()
     assert SYSFS_PCI in command
     result = subprocess.run(["sh", "-c", command.replace(SYSFS_PCI, str(tree))], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    return HostState().process(result.stdout.splitlines())
+    return NodeSurvey().process(result.stdout.splitlines())
 
 
 @pytest.mark.parametrize("path", topologies(), ids=lambda path: path.stem)
@@ -71,7 +71,7 @@ def test_nodes_without_nvswitch_need_none_of_it(name, tmp_path):
 
 def test_an_nvidia_bridge_that_is_no_known_nvswitch_does_not_count():
     # nForce-era NVIDIA functions (e.g. MCP55's Ethernet, 10de:0373) report class 0x0680 too
-    node = HostState().process(["pci 0000:00:08.0 0x0373 0x068000", "kernel 6.1.0-18-amd64"])
+    node = NodeSurvey().process(["pci 0000:00:08.0 0x0373 0x068000", "kernel 6.1.0-18-amd64"])
     assert node["switches"] and fabric_of(node).kind == "none"
     assert "10de:0373 is not a known NVSwitch" in fabric_of(node).evidence
 
@@ -83,6 +83,6 @@ def test_modules_load_text_for_nvlink5():
 
 
 def test_mellanox_lines_with_missing_fields_are_ignored():
-    node = HostState().process(["mellanox 0000:29:00.0 0x1021", "mellanox 0000:2a:00.0 0x1021 0x020700 SW_MNG"])
+    node = NodeSurvey().process(["mellanox 0000:29:00.0 0x1021", "mellanox 0000:2a:00.0 0x1021 0x020700 SW_MNG"])
     assert node["mellanox"] == [{"slot": "0000:2a:00.0", "device": "0x1021", "class": "0x020700",
                                  "switch_management": True}]

@@ -67,8 +67,8 @@ def test_a_host_refused_in_preflight_fails_alone_before_any_change_and_the_fleet
     data = {**common, "require_gpu": True}
     # The kernel stage's files are not there yet.
     kernel_files = [(digest_read(path), "absent") for path in read_files()]
-    nodes = {"@fake/no-gpu": gpu_node("debian-12", host_state=node_lines("6.1.0-18-amd64"), facts=kernel_files),
-             "@fake/gpu": gpu_node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU),
+    nodes = {"@fake/no-gpu": gpu_node("debian-12", node_survey=node_lines("6.1.0-18-amd64"), facts=kernel_files),
+             "@fake/gpu": gpu_node("debian-12", node_survey=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU),
                                    facts=kernel_files)}
     inventory = Inventory(([("@fake/no-gpu", data), ("@fake/gpu", data)], {}))
     failures: list[str] = []
@@ -90,7 +90,7 @@ def test_a_toolkit_pin_the_family_cannot_honour_is_refused_in_preflight_before_a
     kernel stage, planned before the toolkit's, changes nothing on that host."""
     data = {"fake_delay": 0, "fake_delay_jitter": 0, "kernel_modules_load": False, "reboot_allowed": False,
             "stages": "kernel,toolkit", "nvidia_toolkit_version": "1.17.8-1"}
-    node = gpu_node("arch", host_state=node_lines("6.9.7-arch1-1", pkgbases=["linux"]), facts=[
+    node = gpu_node("arch", node_survey=node_lines("6.9.7-arch1-1", pkgbases=["linux"]), facts=[
         *[(digest_read(path), "absent") for path in read_files()],
         # What preflight reads ahead for the toolkit's repository: no such files, and no dpkg-query to ask.
         *[(call, [line for path in call[1]["paths"] for line in (f"@@file {path}", "absent")])

@@ -187,7 +187,7 @@ def test_a_kernel_release_that_names_no_package_refuses_the_host_before_any_chan
     from plan import PCI_WITH_GPU, node_lines, run_deploy
     from test_driver_plans import DEBIAN_FILES, node
 
-    run = run_deploy(node("debian-12", host_state=node_lines("6.1.0-18-amd64 $(touch /tmp/pwned)", pci=PCI_WITH_GPU),
+    run = run_deploy(node("debian-12", node_survey=node_lines("6.1.0-18-amd64 $(touch /tmp/pwned)", pci=PCI_WITH_GPU),
                           facts=[*DEBIAN_FILES]))
     assert run.failed and "the running kernel's release is '6.1.0-18-amd64 $(touch /tmp/pwned)'" in run.refusal
     assert not [command for command in run.commands if "apt-get" in command or "mv -f" in command]
@@ -198,7 +198,7 @@ def test_an_arch_kernel_package_base_that_names_no_package_refuses_the_host():
     from test_driver_plans import node
 
     state = node_lines("6.6.8-arch1-1", pci=PCI_WITH_GPU, pkgbases=["linux-zen", "linux' ; touch /tmp/pwned ; '"])
-    run = run_deploy(node("arch", host_state=state))
+    run = run_deploy(node("arch", node_survey=state))
     assert run.failed and "a kernel's pkgbase is" in run.refusal
     assert not [command for command in run.commands if "pacman" in command and "-S" in command]
 

@@ -186,7 +186,7 @@ CDI = ["ctk /usr/bin/nvidia-ctk", "refresh_unit /usr/lib/systemd/system/nvidia-c
 
 
 def node_plan(settings: dict[str, str]):
-    debian = node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU),
+    debian = node("debian-12", node_survey=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU),
                   facts=[*DEBIAN_FILES, (every(DockerState), DOCKER), (every(CdiState), CDI)])
     return run_deploy(debian, data={**NODE_DATA, **settings})
 
@@ -432,7 +432,7 @@ def node_read_paths(folder: str) -> list:
 
 
 def node_paths_plan(folder: str) -> list[tuple[str, bytes | None]]:
-    debian = node("debian-12", host_state=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU),
+    debian = node("debian-12", node_survey=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU),
                   facts=[*DEBIAN_FILES, *node_read_paths(folder)])
     plan = run_deploy(debian, data={**NODE_DATA, "stages": "runtimes"})
     return [(command, plan.uploads.get(index)) for index, (_, command) in enumerate(plan.timeline)]

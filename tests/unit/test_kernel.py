@@ -83,10 +83,10 @@ def test_kernel_modules_load_false_never_touches_the_running_kernel():
 
 
 def nvlink5_node() -> dict:
-    """HostState of an HGX B200 node: ConnectX bridges marked SW_MNG (tests/fixtures/fabric/hgx-b200.json)."""
-    from deploy.facts.nvidia import HostState
+    """NodeSurvey of an HGX B200 node: ConnectX bridges marked SW_MNG (tests/fixtures/fabric/hgx-b200.json)."""
+    from deploy.facts.nvidia import NodeSurvey
 
-    return HostState().process(["pci 0000:1b:00.0 0x2901 0x030200",
+    return NodeSurvey().process(["pci 0000:1b:00.0 0x2901 0x030200",
                                 "mellanox 0000:ab:00.0 0x1021 0x060400 SW_MNG"])
 
 

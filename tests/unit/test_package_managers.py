@@ -31,7 +31,7 @@ USERSPACE = ("nvidia-compute-G06", "nvidia-compute-utils-G06")
 # a command that runs dnf (not a path with dnf in it)
 RUNS_DNF = re.compile(r"(^|[;&|(]\s*)dnf\s")
 # preflight's one command runs each read in a background subshell of its own, ended so
-# (deploy/facts/combined.py CombinedOutput)
+# (deploy/facts/read_ahead.py CombinedOutput)
 READ_SECTION_END = "</dev/null &"
 ROCKY_KERNEL = "5.14.0-362.8.1.el9_3.x86_64"
 
@@ -150,7 +150,7 @@ def test_leap_pins_the_kmp_at_the_drivers_version_as_zypper_offers_it():
     search = (FIXTURES / "zypper-search-g06.txt").read_text()
     offered = PackageVersions().process(search.splitlines())
     kmp_edition = next(version for version in offered[KMP] if version.startswith("550.54.15_k"))
-    run = run_deploy(gpu_node("opensuse-leap-15.5", host_state=node_lines("5.14.21-150500.55.39-default"), facts=[
+    run = run_deploy(gpu_node("opensuse-leap-15.5", node_survey=node_lines("5.14.21-150500.55.39-default"), facts=[
         ((PackageVersions, {"listing": version_listing(ZYPPER, 120), "packages": sorted([*USERSPACE, KMP])}), search),
     ], unstated=DEFAULT), data={"nvidia_driver_version": "550.54.15", "stages": "driver", **SITE_DRIVER_KEY})
     assert run.error is None and not run.failed, run.refusal
@@ -168,7 +168,7 @@ def test_leap_replaces_an_installed_kmp_in_the_pins_transaction_and_may_go_back_
     kmp_edition = next(version for version in PackageVersions().process(search.splitlines())[KMP]
                        if version.startswith("550.54.15_k"))
     newer = "550.90.07_k5.14.21_150500.55.39-lp155.1.1"
-    run = run_deploy(gpu_node("opensuse-leap-15.5", host_state=node_lines("5.14.21-150500.55.39-default"), facts=[
+    run = run_deploy(gpu_node("opensuse-leap-15.5", node_survey=node_lines("5.14.21-150500.55.39-default"), facts=[
         ((PackageVersions, {"listing": version_listing(ZYPPER, 120), "packages": sorted([*USERSPACE, KMP])}), search),
         (every(RpmPackageStates), [f"installed {KMP} {newer}"]),
         ((MultiversionPackages, {}), [f"{KMP} {newer}"]),
@@ -235,7 +235,7 @@ def test_the_driver_stage_runs_dnf_only_after_a_bounded_wait_for_its_locks():
     preflight's `dnf list --showduplicates` and pyinfra's dnf.module (its `dnf module list --enabled`)
     waiting first, without end."""
     settings = settings_for(apt_lock_timeout=17)
-    run = run_deploy(gpu_node("rocky-9", host_state=node_lines(ROCKY_KERNEL, pci=PCI_WITH_GPU), unstated=DEFAULT),
+    run = run_deploy(gpu_node("rocky-9", node_survey=node_lines(ROCKY_KERNEL, pci=PCI_WITH_GPU), unstated=DEFAULT),
                      data={"stages": "driver", "apt_lock_timeout": "17", "nvidia_driver_branch": "550",
                            "nvidia_driver_version": "550.54.15"})
     assert run.error is None and not run.failed, run.refusal
@@ -263,7 +263,7 @@ def test_a_dnf_busy_past_the_timeout_in_preflights_read_fails_the_host_in_the_wa
     """The wait that gave up in preflight's dnf read: its one line is the host's refusal, and nothing
     runs after preflight's two reads (the node's, then the driver plan's): no wait again, no dnf."""
     line = BUSY.format(timeout=17, holders="/var/cache/dnf/metadata_lock.pid is held by process 42 (dnf makecache)")
-    run = run_deploy(gpu_node("rocky-9", host_state=node_lines(ROCKY_KERNEL), unstated=DEFAULT, facts=[
+    run = run_deploy(gpu_node("rocky-9", node_survey=node_lines(ROCKY_KERNEL), unstated=DEFAULT, facts=[
         (every(WaitedPackageVersions), [f"busy gpu-node: {line}"]),
     ]), data={"stages": "driver", "apt_lock_timeout": "17"})
     assert run.failed and run.failures == [line]
@@ -275,7 +275,7 @@ def test_a_zypper_busy_past_the_timeout_in_preflights_read_fails_the_host_in_the
     offering nothing: preflight's read waits for it, bounded, as for dnf, and its line is the refusal.
     The search itself carries ZYPP_LOCK_TIMEOUT: a zypper that takes the lock after the wait is waited for."""
     line = BUSY.format(timeout=17, holders="/run/zypp.pid is held by process 42 (zypper refresh)")
-    run = run_deploy(gpu_node("opensuse-leap-15.5", host_state=node_lines("5.14.21-150500.55.39-default"), facts=[
+    run = run_deploy(gpu_node("opensuse-leap-15.5", node_survey=node_lines("5.14.21-150500.55.39-default"), facts=[
         (every(WaitedPackageVersions), [f"busy gpu-node: {line}"]),
     ], unstated=DEFAULT), data={"stages": "driver", "apt_lock_timeout": "17"})
     assert run.failed and run.failures == [line]
@@ -337,13 +337,13 @@ def test_dnfs_enabled_module_streams_are_read_from_its_module_state_files_withou
 
 def test_an_enabled_module_stream_is_left_alone():
     """The stream enabled already (dnf's module state file, as dnf wrote it): no dnf command for it."""
-    run = run_deploy(gpu_node("rocky-9", host_state=node_lines(ROCKY_KERNEL), unstated=DEFAULT, facts=[
+    run = run_deploy(gpu_node("rocky-9", node_survey=node_lines(ROCKY_KERNEL), unstated=DEFAULT, facts=[
         (DnfModuleStreams, (FIXTURES / "dnf-module-enabled.module").read_text()),
     ]), data={"stages": "driver", "nvidia_driver_branch": "550"})
     assert run.error is None and not run.failed, run.refusal
     assert not run.ran("dnf module")
     assert "dnf module enable -y nvidia-driver:550-dkms" in run_deploy(
-        gpu_node("rocky-9", host_state=node_lines(ROCKY_KERNEL), unstated=DEFAULT),
+        gpu_node("rocky-9", node_survey=node_lines(ROCKY_KERNEL), unstated=DEFAULT),
         data={"stages": "driver", "nvidia_driver_branch": "550"}).commands
 
 

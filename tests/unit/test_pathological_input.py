@@ -45,7 +45,7 @@ from deploy.facts.drain import KubeNodeSchedule
 from deploy.facts.files import FileText
 from deploy.facts.k8s import HelmRelease, KubeCluster, KubeLiveObjects, KubeNodes
 from deploy.facts.verification import KUBELET_CONFIG, parse_docker_info
-from deploy.facts.nvidia import HostState
+from deploy.facts.nvidia import NodeSurvey
 from deploy.verification.cdi import cdi_spec_names
 from deploy.verification.readout import read_cri
 from deploy.operations.cdi import state_read as cdi_state_read
@@ -437,8 +437,8 @@ def test_an_os_release_that_is_not_utf8_refuses_the_host_in_preflight_in_one_lin
 def test_a_number_of_5000_digits_in_the_nodes_own_output_refuses_the_host_in_preflight_in_one_line():
     lines = [line if not line.startswith("disk /var") else "disk /var " + "9" * 5000
              for line in node_lines("6.1.0-18-amd64")]
-    plan = run_deploy(gpu_node(host_state=lines, unstated=DEFAULT))
-    line = one_line(plan, "the node's answer to HostState cannot be read", "ValueError: Exceeds the limit (4300 digits)")
+    plan = run_deploy(gpu_node(node_survey=lines, unstated=DEFAULT))
+    line = one_line(plan, "the node's answer to NodeSurvey cannot be read", "ValueError: Exceeds the limit (4300 digits)")
     assert line.count("cannot be read") == 1, line
     assert plan.op_names() == ["Refuse this host (preflight)"]
 
@@ -447,8 +447,8 @@ def test_a_number_of_5000_digits_in_the_nodes_own_output_refuses_the_host_in_pre
 def test_deploy_verify_refuses_a_host_whose_read_cannot_be_read_in_one_line():
     lines = [line if not line.startswith("disk /var") else "disk /var " + "9" * 5000
              for line in node_lines("6.1.0-18-amd64")]
-    plan = run_deploy(gpu_node(host_state=lines, unstated=DEFAULT), deploy_file=str(REPO / "deploy" / "verify.py"))
-    one_line(plan, "the node's answer to HostState cannot be read", "ValueError: Exceeds the limit (4300 digits)")
+    plan = run_deploy(gpu_node(node_survey=lines, unstated=DEFAULT), deploy_file=str(REPO / "deploy" / "verify.py"))
+    one_line(plan, "the node's answer to NodeSurvey cannot be read", "ValueError: Exceeds the limit (4300 digits)")
     assert plan.op_names() == ["Refuse this host (its read)"]
 
 
@@ -457,8 +457,8 @@ def test_a_fact_read_alone_fails_in_one_fact_error_never_another_exception():
     FactProcessError and stops every host on anything else."""
     lines = [*node_lines("6.1.0-18-amd64")[:-2], "disk / " + "9" * 5000]
     with pytest.raises(FactProcessError) as raised:
-        HostState().process(lines)
-    assert str(raised.value).startswith("the node's answer to HostState cannot be read: ValueError: Exceeds the limit")
+        NodeSurvey().process(lines)
+    assert str(raised.value).startswith("the node's answer to NodeSurvey cannot be read: ValueError: Exceeds the limit")
     assert "\n" not in str(raised.value)
 
 
@@ -466,11 +466,11 @@ def test_a_fact_read_alone_fails_in_one_fact_error_never_another_exception():
 def test_a_fact_read_alone_that_cannot_be_read_fails_that_host_and_the_run_goes_on():
     @deploy("read alone")
     def read_alone():
-        host.get_fact(HostState)
+        host.get_fact(NodeSurvey)
         host.noop("read")
 
     lines = [*node_lines("6.1.0-18-amd64")[:-2], "disk / " + "9" * 5000]
-    plan = run_plan(read_alone, facts=[(HostState, lines)])
+    plan = run_plan(read_alone, facts=[(NodeSurvey, lines)])
     assert plan.failed and plan.error is not None and "No hosts remaining" in str(plan.error)
 
 

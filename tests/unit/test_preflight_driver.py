@@ -32,10 +32,10 @@ def warnings(caplog):
     return lambda: [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
 
 
-def debian_node(host_state, *facts):
+def debian_node(node_survey, *facts):
     """A Debian node; what it does not state (the kernel stage's files, installed packages) reads as
     nothing there: the facts' defaults."""
-    return gpu_node("debian-12", host_state=host_state, facts=[SOURCES, *facts], unstated=DEFAULT)
+    return gpu_node("debian-12", node_survey=node_survey, facts=[SOURCES, *facts], unstated=DEFAULT)
 
 
 def debian(node, **data):
@@ -110,7 +110,7 @@ def test_available_headers_are_not_reported(warnings):
 
 def test_preflight_alone_changes_nothing():
     """With every changing stage off, the run only reads: each command is a fact's."""
-    run = run_deploy(gpu_node("debian-12", host_state=node_lines("6.1.0-18-amd64", secure_boot=True, modules=["nouveau"])),
+    run = run_deploy(gpu_node("debian-12", node_survey=node_lines("6.1.0-18-amd64", secure_boot=True, modules=["nouveau"])),
                      data={"stages": "toolkit", "nvidia_toolkit_install": False})
     assert run.error is None
     assert not [c for c in run.commands if c.startswith(CHANGING) or "> /" in c]

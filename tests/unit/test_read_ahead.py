@@ -1,5 +1,5 @@
 """
-Facts read ahead in preflight's one command (deploy/facts/combined.py): each value is what the
+Facts read ahead in preflight's one command (deploy/facts/read_ahead.py): each value is what the
 fact alone gives (run for real in a local shell), an operation gets it without a remote command
 while nothing changed on the host, and reads again after a change; stages create no operation
 for what is already in place.
@@ -16,7 +16,7 @@ from pyinfra import host
 from pyinfra.api import Config, Inventory, State, deploy, operation
 
 from deploy.distros import detect_platform
-from deploy.facts.combined import known_fact, read_facts
+from deploy.facts.read_ahead import known_fact, read_facts
 from deploy.facts.files import FileDigest, FileDigests
 from deploy.facts.kernel import KernelState
 from deploy.operations import files

@@ -27,7 +27,7 @@ from shell_sandbox import Sandbox, build_template
 
 from deploy import shell_scripts
 from deploy.facts.devices import NvidiaDeviceLinks
-from deploy.facts.nvidia import HostState
+from deploy.facts.nvidia import NodeSurvey
 from deploy.facts.records import NodeRecords
 from deploy.facts.recovery import PendingRestarts
 
@@ -39,7 +39,7 @@ else:
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted((REPO / "deploy").rglob("*.sh"))
 FIXTURES = REPO / "tests" / "fixtures" / "shell"
-FACTS = {"HostState": HostState, "NvidiaDeviceLinks": NvidiaDeviceLinks, "NodeRecords": NodeRecords,
+FACTS = {"NodeSurvey": NodeSurvey, "NvidiaDeviceLinks": NvidiaDeviceLinks, "NodeRecords": NodeRecords,
          "PendingRestarts": PendingRestarts}
 
 

@@ -23,7 +23,7 @@ from pyinfra.api.exceptions import PyinfraError
 
 from deploy.facts.containerd import ContainerdInstallations
 from deploy.facts.cuda import CudaInit
-from deploy.facts.nvidia import HostState
+from deploy.facts.nvidia import NodeSurvey
 from deploy.facts.verification import Executables, VerifyReadout
 from deploy.verification.options import VerifyOptions
 from deploy.operations.cdi import state_read as cdi_state_read
@@ -168,7 +168,7 @@ def run_verify(tmp_path, lines, crictl=None, runs=None, facts=(), installation=(
     settings = settings_for(verify_report_path=str(report), **data)
     # The node facts (PCI GPUs, kernel) and verify's read print their lines in the one command
     # they are read in: each fact takes its own kinds of line from them.
-    node = Node(facts=[(ContainerdInstallations, installation), (HostState, lines), (verify_call(settings, installation), lines),
+    node = Node(facts=[(ContainerdInstallations, installation), (NodeSurvey, lines), (verify_call(settings, installation), lines),
                        (containerd_call(settings, installation), lines), (CudaInit, lines), (cdi_state_read(), lines),
                        (links_read(settings.nvidia_driver_root), lines), *facts], commands=commands)
     # tests/plan.py's run_plan, keeping the plan when the host fails (a failing step must fail it).

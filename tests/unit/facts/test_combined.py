@@ -7,11 +7,11 @@ import subprocess
 from pyinfra.api import Config, Inventory, State
 from pyinfra.facts.server import Arch, LinuxDistribution
 
-from deploy.facts.combined import CombinedOutput, read_facts, split_sections
+from deploy.facts.read_ahead import CombinedOutput, read_facts, split_sections
 from deploy.facts.containerd import ContainerdInstallations
-from deploy.facts.nvidia import HostState
+from deploy.facts.nvidia import NodeSurvey
 
-FACTS = (LinuxDistribution, Arch, HostState, ContainerdInstallations)
+FACTS = (LinuxDistribution, Arch, NodeSurvey, ContainerdInstallations)
 
 
 def shell(command) -> list[str]:
@@ -40,7 +40,7 @@ def test_each_fact_from_the_combined_command_equals_the_fact_read_alone():
     together = read_facts(LocalHost(), *FACTS)
     for fact in (LinuxDistribution, Arch, ContainerdInstallations):
         assert together[fact.__name__] == alone(fact), fact.__name__
-    node_alone, node_together = alone(HostState), together["HostState"]
+    node_alone, node_together = alone(NodeSurvey), together["NodeSurvey"]
     node_alone.pop("free_mb"), node_together.pop("free_mb")  # disk use moves between two reads
     assert node_together == node_alone
 

@@ -1,40 +1,40 @@
-"""The nvidia facts' commands run here, and their answers (HostState's fixtures: tests/facts/nvidia.HostState/)."""
+"""The nvidia facts' commands run here, and their answers (NodeSurvey's fixtures: tests/facts/nvidia.NodeSurvey/)."""
 
 from __future__ import annotations
 
 import subprocess
 
 from deploy.distros import APT, DNF
-from deploy.facts.nvidia import IgnoredPackages, HostState, PackagesAvailable, RecommendedDriver
+from deploy.facts.nvidia import IgnoredPackages, NodeSurvey, PackagesAvailable, RecommendedDriver
 from deploy.operations.packages import PACMAN_HOLD_LIST, pacman_hold_command
 from deploy.facts.apt import AptSourceFiles
 
 
 def test_nvidia_node_command_runs_here_exits_zero_and_parses_to_this_machines_state():
     """This machine has no GPU and no nvidia module: the real command says so."""
-    result = subprocess.run(["sh", "-c", HostState().command()], capture_output=True, text=True)
+    result = subprocess.run(["sh", "-c", NodeSurvey().command()], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    node = HostState().process(result.stdout.splitlines())
+    node = NodeSurvey().process(result.stdout.splitlines())
     assert node["gpus"] == [] and "nvidia" not in node["modules"]
     assert node["kernel"] == subprocess.run(["uname", "-r"], capture_output=True, text=True).stdout.strip()
     assert set(node["free_mb"]) == {"/", "/var"} and node["free_mb"]["/"] > 0
 
 
 def test_kernel_package_bases_are_read_with_or_without_a_final_newline(tmp_path):
-    """Arch's /usr/lib/modules/<release>/pkgbase, read by HostState's own command with the shell's read:
+    """Arch's /usr/lib/modules/<release>/pkgbase, read by NodeSurvey's own command with the shell's read:
     a file without a final newline (read then fails, having read the name) still counts."""
     modules = tmp_path / "modules"
     (modules / "6.1.1-arch1-1").mkdir(parents=True)
     (modules / "6.1.1-arch1-1" / "pkgbase").write_text("linux")
     (modules / "6.6.1-1-lts").mkdir()
     (modules / "6.6.1-1-lts" / "pkgbase").write_text("linux-lts\n")
-    command = HostState().command()
+    command = NodeSurvey().command()
     assert command.count("/usr/lib/modules") == 3 and "/proc/sys/kernel/osrelease" in command
     command = command.replace("/usr/lib/modules", str(modules)).replace(
         "read -r kernel < /proc/sys/kernel/osrelease", "kernel=6.1.1-arch1-1")
     result = subprocess.run(["sh", "-c", command], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    node = HostState().process(result.stdout.splitlines())
+    node = NodeSurvey().process(result.stdout.splitlines())
     assert (node["kernel_pkgbases"], node["running_pkgbase"], node["kernel"]) == (
         ["linux", "linux-lts"], "linux", "6.1.1-arch1-1")
 

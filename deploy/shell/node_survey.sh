@@ -1,5 +1,5 @@
 #!/bin/sh
-# HostState's read (deploy/facts/nvidia.py): the GPUs, switches and Mellanox functions on the PCI
+# NodeSurvey's read (deploy/facts/nvidia.py): the GPUs, switches and Mellanox functions on the PCI
 # bus, Secure Boot, kernel modules, versions, disk and reboot state, a line each. Given before it:
 # nvidia_vendor, mellanox_vendor (PCI vendor IDs), switch_marker (the VPD's NVLink5 mark); the
 # positional parameters: the modules watched under /sys/module.
