@@ -24,6 +24,7 @@ from .facts.devices import missing_links
 from .facts.ladder import (
     FABRIC_MANAGER_UNIT, KUBELET_CONFIG, PERSISTENCED_UNIT, explain_smi_failure, unit_state,
 )
+from .kernel_coverage import boot_kernels_step
 from .containerd.cri import dump_cri_plugin, effective_problems
 from .containerd.layout import ConfigError, tomllib
 from .report import FAIL, PASS, SKIP, NodeRecord, Step
@@ -769,6 +770,7 @@ def ladder(readout: dict, options: VerifyOptions, runs: dict[str, dict],
     of the runs that were done."""
     steps = gpu_steps(readout, options)
     steps += datacenter_steps(readout, options)
+    steps.append(boot_kernels_step(readout.get("kernels")))
     steps += toolkit_steps(readout, options, cri)
     steps += containerd_steps(readout, options, cri, cri_error)
     steps += cgroup_steps(readout, options, cri)

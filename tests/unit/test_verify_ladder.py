@@ -24,6 +24,7 @@ from pyinfra.api.exceptions import PyinfraError
 
 from deploy.facts.containerd import ContainerdFlavour
 from deploy.facts.cuda import CudaInit
+from deploy.facts.kernels import InstalledKernels
 from deploy.facts.nvidia import HostState
 from deploy.facts.ladder import Executables, LadderReadout
 from deploy.ladder import VerifyOptions
@@ -171,7 +172,8 @@ def run_verify(tmp_path, lines, crictl=None, runs=None, facts=(), flavour=(), **
     # they are read in: each fact takes its own kinds of line from them.
     node = Node(facts=[(ContainerdFlavour, flavour), (HostState, lines), (ladder_call(settings, flavour), lines),
                        (containerd_call(settings, flavour), lines), (CudaInit, lines), (cdi_state_read(), lines),
-                       (links_read(settings.nvidia_driver_root), lines), *facts], commands=commands)
+                       (links_read(settings.nvidia_driver_root), lines), (InstalledKernels, lines), *facts],
+                commands=commands)
     # tests/plan.py's run_plan, keeping the plan when the host fails (a failing step must fail it).
     inventory = Inventory(([("@fake/node", QUICK)], {}))
     state, error = run_pyinfra(inventory, lambda state: add_deploy(state, verify, settings), nodes={"@fake/node": node})
@@ -212,7 +214,7 @@ def test_node_without_gpu_wired_containerd_passes_runtime_steps_and_skips_gpu_st
     plan, record, steps, failed = run_verify(tmp_path, lines)
     assert statuses(steps) == {
         "gpu_pci": SKIP, "kernel_module": SKIP, "nvidia_smi": SKIP, "driver_version": SKIP,
-        "module_flavour": SKIP, "persistence": SKIP, "fabric_manager": SKIP, "cuda": SKIP,
+        "module_flavour": SKIP, "persistence": SKIP, "fabric_manager": SKIP, "cuda": SKIP, "boot_kernels": SKIP,
         "toolkit": PASS, "runtime_binary": PASS, "containerd_config": PASS, "cgroup_driver": SKIP, "cdi": SKIP,
         "runtime_mode": SKIP, "dev_char": SKIP,
         "cri_handler": SKIP, "ctr_run": SKIP, "docker_config": SKIP, "docker_run": SKIP,
