@@ -637,6 +637,7 @@ def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan, drai
             enable_service(manager, service, start)
 
     kernel_modules.cover_installed_kernels(settings, platform)
+    kernel_modules.reload_without_reboot(settings, driver)
     reboot = driver_ops.mark_reboot_required(
         name="Mark the node for a reboot after the driver change",
         packages=list(plan.packages),

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ..distros import Platform
-from ..operations import kernel_modules
+from ..operations import driver_reload, kernel_modules
 from ..settings import Settings
 
 
@@ -29,3 +29,9 @@ def refuse_reboot_without_module(**arguments) -> None:
 
 
 KERNELS_READ = kernel_modules.KERNELS_READ  # read ahead by the driver stage's preflight
+
+
+def reload_without_reboot(settings: Settings, driver) -> None:
+    """After a driver change (``driver``: its install operation): reload where nothing holds the GPU."""
+    driver_reload.reload_driver(name="Reload the NVIDIA modules where nothing holds the GPU",
+                                load=settings.kernel_modules_load, _if=driver.did_change)

@@ -15,11 +15,19 @@ no hold left on it; the proprietary one built by DKMS for the headers' kernel an
 against its 6.12 kernel, checked by hand on 26 November 2026: no Debian suite has an open module
 that builds today, so the open flavour's own success path waits for one.)
 
+The same node then gets a second kernel as an update brings one: Debian's cloud kernel
+(``linux-image-cloud-amd64`` from the real archive), its image without its headers. The switch run
+installs the headers metapackage that follows that kernel metapackage and builds the module for it
+with the real DKMS; verify's boot_kernels step passes; with that kernel's module removed it fails
+naming the kernel (it boots next: GRUB's first entry is the newest), in verify's one line and the
+fleet report.
+
 No GPU here, and nothing is loaded: DKMS only compiles, modinfo reads the built file.
 """
 
 from __future__ import annotations
 
+import json
 import time
 
 from harness import assert_no_change
@@ -64,7 +72,25 @@ def built_nvidia_modules(node, kernel: str) -> dict[str, str]:
     return {path: node.sh(f"modinfo -F license {path}").stdout.strip() for path in paths}
 
 
-def test_open_flavour_on_bookworm_fails_in_one_line_and_switching_to_proprietary_replaces_the_module_held(node):
+def install_second_kernel(node) -> str:
+    """Debian's cloud kernel image from the real archive (26 MB), without its headers; returns its release.
+    Its initramfs is not generated (update-initramfs diverted to true): no node container boots it, and
+    generating it twice cost 40 s here."""
+    node.sh("dpkg-divert --local --rename --add /usr/sbin/update-initramfs && ln -s /bin/true /usr/sbin/update-initramfs")
+    node.sh("DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends linux-image-cloud-amd64")
+    depends = node.sh("dpkg-query -W -f '${Depends}' linux-image-cloud-amd64").stdout
+    (package,) = [word.split()[0] for word in depends.split(",") if word.strip().startswith("linux-image-")]
+    return package.removeprefix("linux-image-")
+
+
+def boot_kernels(node, report) -> tuple[dict, object]:
+    """deploy/verify.py's boot_kernels step (its report on the controller) and the run."""
+    run = node.deploy(data={"verify_report_path": str(report)}, deploy_file="deploy/verify.py", json_output=False)
+    steps = {step["name"]: step for step in json.loads(report.read_text())["nodes"][0]["steps"]}
+    return steps["boot_kernels"], run
+
+
+def test_open_flavour_on_bookworm_fails_in_one_line_and_switching_to_proprietary_replaces_the_module_held(node, tmp_path):
     seconds = {}
     started = time.monotonic()
     result = node.deploy(data={**STAGES, "nvidia_kernel_modules": "open"}, json_output=False)
@@ -86,6 +112,11 @@ def test_open_flavour_on_bookworm_fails_in_one_line_and_switching_to_proprietary
     assert found[OPEN_MODULE].startswith("535.261.03-1 ") and found["nvidia-driver"].startswith("535.261.03-1 ")
     assert PROPRIETARY_MODULE not in found
 
+    # An update brings a second kernel, its image alone.
+    started = time.monotonic()
+    second = install_second_kernel(node)
+    seconds["second kernel's image"] = time.monotonic() - started
+
     # The way out: the proprietary flavour, at the driver's installed version (no upgrade nobody asked
     # for), which its module package has too.
     version = found["nvidia-driver"].split()[0]
@@ -100,6 +131,7 @@ def test_open_flavour_on_bookworm_fails_in_one_line_and_switching_to_proprietary
     changed = switch.changed_operations()
     assert "NVIDIA driver | Install the NVIDIA driver" in changed, changed
     assert "NVIDIA driver | Mark the node for a reboot after the driver change" in changed, changed
+    assert "NVIDIA driver | Build the NVIDIA module for every installed kernel" in changed, changed
     assert dpkg_states(node, *DRIVER, OPEN_MODULE, PROPRIETARY_MODULE) == {
         name: f"{version} installed" for name in (*DRIVER, PROPRIETARY_MODULE)}
     now_held = held(node)
@@ -107,6 +139,10 @@ def test_open_flavour_on_bookworm_fails_in_one_line_and_switching_to_proprietary
     status = node.sh("dkms status").stdout
     assert f"nvidia-current/{version.split('-')[0]}, {kernel}, x86_64: installed" in status, status
     assert "nvidia-current-open" not in status, status
+    # the second kernel: its headers metapackage follows its kernel metapackage, and DKMS built for it
+    assert f"nvidia-current/{version.split('-')[0]}, {second}, x86_64: installed" in status, status
+    assert "linux-headers-cloud-amd64" in dpkg_states(node, "linux-headers-cloud-amd64")
+    assert list(built_nvidia_modules(node, second).values()) == ["NVIDIA"]
     modules = built_nvidia_modules(node, kernel)
     assert list(modules.values()) == ["NVIDIA"], modules  # the proprietary module, and only it
     assert "nvidia-persistenced" in dpkg_states(node, "nvidia-persistenced")
@@ -120,3 +156,21 @@ def test_open_flavour_on_bookworm_fails_in_one_line_and_switching_to_proprietary
     before = node.stat(module_file), preferences(node), now_held
     assert_no_change(node.deploy(data={**STAGES, "nvidia_kernel_modules": "proprietary"}))
     assert (node.stat(module_file), preferences(node), held(node)) == before
+
+    # verify: the one installed kernel (the headers' kernel has no image here) has the module
+    started = time.monotonic()
+    step, _ = boot_kernels(node, tmp_path / "verify.json")
+    assert step["status"] == "pass", step
+    assert f"1 installed kernel(s) have the nvidia module {version.split('-')[0]}: {second} (DKMS); next boot {second}" \
+        in step["reason"], step
+    # its module removed: verify fails naming the kernel that would boot with no module
+    node.sh(f"rm /lib/modules/{second}/updates/dkms/nvidia-current*.ko*")
+    step, run = boot_kernels(node, tmp_path / "verify.json")
+    seconds["two verify runs"] = time.monotonic() - started
+    print(" ".join(f"{phase} {value:.0f} s;" for phase, value in seconds.items()))
+    line = (f"verify boot_kernels: fail: kernel {second} has no nvidia module of driver {version.split('-')[0]} "
+            "(boots next: the newest installed kernel, GRUB's first entry): booted, the node has no GPU; run the "
+            f"driver stage, which builds it with DKMS (dkms autoinstall -k {second})")
+    assert step["status"] == "fail" and line.endswith(step["reason"]), step
+    assert run.returncode != 0 and line in run.output, run.output[-3000:]
+    assert "boot_kernels" in run.output.split("--> Fleet report", 1)[1], run.output[-3000:]  # its verify column
