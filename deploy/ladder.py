@@ -25,6 +25,7 @@ from .facts.ladder import (
     FABRIC_MANAGER_UNIT, KUBELET_CONFIG, PERSISTENCED_UNIT, explain_smi_failure, unit_state,
 )
 from .kernel_coverage import boot_kernels_step
+from .driver_version_set import version_set_step
 from .containerd.cri import dump_cri_plugin, effective_problems
 from .containerd.layout import ConfigError, tomllib
 from .report import FAIL, PASS, SKIP, NodeRecord, Step
@@ -771,6 +772,7 @@ def ladder(readout: dict, options: VerifyOptions, runs: dict[str, dict],
     steps = gpu_steps(readout, options)
     steps += datacenter_steps(readout, options)
     steps.append(boot_kernels_step(readout.get("kernels")))
+    steps.append(version_set_step(readout["node"]["loaded_version"], readout.get("kernels")))
     steps += toolkit_steps(readout, options, cri)
     steps += containerd_steps(readout, options, cri, cri_error)
     steps += cgroup_steps(readout, options, cri)

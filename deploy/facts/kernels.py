@@ -38,6 +38,10 @@ done
 command -v grubby >/dev/null 2>&1 && echo "grubby $(grubby --default-kernel 2>/dev/null)"
 command -v dpkg-query >/dev/null 2>&1 && dpkg-query -W -f '${db:Status-Abbrev} ${db:Status-Want} ${Package}\n' \
   'linux-image-*' 'linux-headers-*' 2>/dev/null | awk '$1 ~ /^.i/ {print "deb " $2 " " $3}'
+command -v dpkg-query >/dev/null 2>&1 && dpkg-query -W -f '${db:Status-Abbrev} ${Package} ${Version}\n' \
+  'nvidia-fabricmanager*' 2>/dev/null | awk '$1 ~ /^.i/ {print "fabricmanager " $2 " " $3}'
+command -v rpm >/dev/null 2>&1 && rpm -q --qf 'fabricmanager %{NAME} %{VERSION}\n' nvidia-fabric-manager 2>/dev/null |
+  grep '^fabricmanager '
 true
 """
 
@@ -50,7 +54,8 @@ class InstalledKernels(NodeFact):
     a distribution's prebuilt package, a KMP's ``updates`` or ``extra``), whether ``dkms`` is there,
     the user-space driver's NVML library (``libnvidia-ml.so.<version>``, Debian's under ``nvidia/current``), what names the next
     boot (GRUB's environment block, ``GRUB_DEFAULT``, ``grubby --default-kernel``), and on Debian's
-    family the kernel and header packages installed and which are held.
+    family the kernel and header packages installed and which are held; Fabric Manager's package and
+    version (dpkg or rpm), which must be the driver's.
 
     .. code:: python
 
@@ -65,6 +70,7 @@ class InstalledKernels(NodeFact):
             "grub_default": "saved",
             "grubby": None,
             "packages": {"linux-image-amd64": {"held": False}},
+            "fabric_manager": {"nvidia-fabricmanager-535": "535.261.03-1"},
         }
     """
 
@@ -74,7 +80,7 @@ class InstalledKernels(NodeFact):
     @staticmethod
     def default():
         return {"running": "", "kernels": {}, "dkms": False, "library": None, "grubenv": {},
-                "grub_default": None, "grubby": None, "packages": {}}
+                "grub_default": None, "grubby": None, "packages": {}, "fabric_manager": {}}
 
     def process(self, output):
         found = self.default()
@@ -104,6 +110,10 @@ class InstalledKernels(NodeFact):
                 found["grub_default"] = rest.strip().strip("\"'") or None
             elif kind == "grubby":
                 found["grubby"] = rest.strip() or None
+            elif kind == "fabricmanager":
+                words = rest.split()
+                if len(words) == 2:
+                    found["fabric_manager"][words[0]] = words[1]
             elif kind == "deb":
                 want, _, name = rest.partition(" ")
                 if name:

@@ -214,7 +214,7 @@ def test_node_without_gpu_wired_containerd_passes_runtime_steps_and_skips_gpu_st
     plan, record, steps, failed = run_verify(tmp_path, lines)
     assert statuses(steps) == {
         "gpu_pci": SKIP, "kernel_module": SKIP, "nvidia_smi": SKIP, "driver_version": SKIP,
-        "module_flavour": SKIP, "persistence": SKIP, "fabric_manager": SKIP, "cuda": SKIP, "boot_kernels": SKIP,
+        "module_flavour": SKIP, "persistence": SKIP, "fabric_manager": SKIP, "cuda": SKIP, "boot_kernels": SKIP, "version_set": SKIP,
         "toolkit": PASS, "runtime_binary": PASS, "containerd_config": PASS, "cgroup_driver": SKIP, "cdi": SKIP,
         "runtime_mode": SKIP, "dev_char": SKIP,
         "cri_handler": SKIP, "ctr_run": SKIP, "docker_config": SKIP, "docker_run": SKIP,
