@@ -62,6 +62,9 @@ class ReloadPlan:
 def reload_plan(reading: dict) -> ReloadPlan:
     """``reading``: the DeviceHolders fact ({"fuser": bool, "holders": [Holder], "modules": [...],
     "active": [...]})."""
+    unload = [module for module in MODULES if module in reading["modules"]]
+    if not unload:
+        return ReloadPlan()  # nothing of the old driver runs: nothing to reload
     if not reading["fuser"]:
         return ReloadPlan(reboot="reboot required: fuser (psmisc) is not installed, so who holds /dev/nvidia* "
                                  "is unknown; install psmisc for a reload without a reboot")
@@ -70,9 +73,6 @@ def reload_plan(reading: dict) -> ReloadPlan:
         named = "; ".join(f"{holder.command} (pid {holder.pid}, {holder.user}) holds {holder.device}"
                           for holder in sorted(others, key=lambda holder: holder.pid))
         return ReloadPlan(reboot=f"reboot required: {named}: stop it (or drain the node) and rerun, or reboot")
-    unload = [module for module in MODULES if module in reading["modules"]]
-    if not unload:
-        return ReloadPlan()  # nothing of the old driver runs: nothing to reload
     stop = [unit for unit in SERVICES if unit in reading["active"]]
     return ReloadPlan(steps=(*(("stop", unit) for unit in stop), *(("unload", module) for module in unload),
                              *(("load", module) for module in reversed(unload)),

@@ -20,7 +20,8 @@ The same node then gets a second kernel as an update brings one: Debian's cloud 
 installs the headers metapackage that follows that kernel metapackage and builds the module for it
 with the real DKMS; verify's boot_kernels step passes; with that kernel's module removed it fails
 naming the kernel (it boots next: GRUB's first entry is the newest), in verify's one line and the
-fleet report.
+fleet report. Debian's real unattended-upgrades (dry run), whose default origins take bookworm-security
+with its newer driver, upgrades none of the held, pinned driver packages.
 
 No GPU here, and nothing is loaded: DKMS only compiles, modinfo reads the built file.
 """
@@ -156,6 +157,19 @@ def test_open_flavour_on_bookworm_fails_in_one_line_and_switching_to_proprietary
     before = node.stat(module_file), preferences(node), now_held
     assert_no_change(node.deploy(data={**STAGES, "nvidia_kernel_modules": "proprietary"}))
     assert (node.stat(module_file), preferences(node), held(node)) == before
+
+    # Debian's real unattended-upgrades, whose default origins take bookworm-security, which has a newer
+    # driver than the pinned one: it moves none of the held, pinned driver packages
+    started = time.monotonic()
+    node.sh("DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends unattended-upgrades")
+    assert "bookworm-security" in node.sh("apt-cache madison nvidia-driver | grep -v ' 535.261.03-1 '").stdout
+    updates = node.sh("unattended-upgrade --dry-run --debug 2>&1", timeout=900).stdout
+    seconds["unattended-upgrades"] = time.monotonic() - started
+    assert "Debian-Security" in updates, updates[-3000:]  # it looked at the security archive
+    will = [line for line in updates.splitlines() if line.startswith("Packages that will be upgraded:")]
+    assert not any("nvidia" in line for line in will), will
+    assert dpkg_states(node, *DRIVER, PROPRIETARY_MODULE) == {
+        name: f"{version} installed" for name in (*DRIVER, PROPRIETARY_MODULE)}
 
     # verify: the one installed kernel (the headers' kernel has no image here) has the module
     started = time.monotonic()
