@@ -78,7 +78,8 @@ def install_second_kernel(node) -> str:
     Its initramfs is not generated (update-initramfs diverted to true): no node container boots it, and
     generating it twice cost 40 s here."""
     node.sh("dpkg-divert --local --rename --add /usr/sbin/update-initramfs && ln -s /bin/true /usr/sbin/update-initramfs")
-    node.sh("DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends linux-image-cloud-amd64")
+    node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "
+            "linux-image-cloud-amd64")
     depends = node.sh("dpkg-query -W -f '${Depends}' linux-image-cloud-amd64").stdout
     (package,) = [word.split()[0] for word in depends.split(",") if word.strip().startswith("linux-image-")]
     return package.removeprefix("linux-image-")
