@@ -299,6 +299,10 @@ class DriverPackages:
     persistenced_with_driver: bool = False
     persistenced_service: str = "nvidia-persistenced"
     fabric_manager: FabricManagerPackages | None = None
+    # (pattern over an installed kernel metapackage's name, template of its headers metapackage from
+    # group 1): that headers metapackage is kept installed and held with it, so that DKMS finds the
+    # headers of each kernel an update brings (deploy/kernel_coverage.py); None: the family has none
+    headers_following: tuple[str, str] | None = None
 
     def for_module_type(self, kernel_module_type: str) -> DriverPackages:
         """This record for the ``kernel_module_type`` (open or proprietary)."""
@@ -338,6 +342,10 @@ DOCKER_CE_RHEL_KEY = KeyPin(fingerprints=("060A61C51B558A7F742B77AAC52FEB6B621E9
 DEBIAN_KERNEL_VARIANT = r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+-(.+)$"
 # SUSE: the word after the last dash (5.14.21-150500.55.39-default, 6.4.0-150600.23.7-azure)
 SUSE_KERNEL_VARIANT = r"^.*-([a-z][a-z0-9]*)$"
+# linux-image-amd64, -cloud-amd64, -generic, -generic-hwe-24.04 ...: not a release's own package
+# (linux-image-6.1.0-56-amd64), nor a debug, unsigned or signing-template one
+KERNEL_METAPACKAGE_HEADERS = (r"linux-image-((?![0-9])(?!unsigned-)(?!.*-(?:dbg|unsigned|signed-template)$)[a-z0-9.+-]+)",
+                              "linux-headers-{}")
 CUDA_REPO = {
     "name": "cuda-{dist}-{arch}",
     "baseurl": "{cuda_repo_url}/{dist}/{arch}",
@@ -389,6 +397,7 @@ DEBIAN_DRIVER = DriverPackages(
     persistenced_package="nvidia-persistenced",
     repo_dist=(("", "debian{major}"),),
     fabric_manager=APT_FABRIC_MANAGER,
+    headers_following=KERNEL_METAPACKAGE_HEADERS,
 )
 UBUNTU_DRIVER = DriverPackages(
     branch="required",
@@ -411,6 +420,7 @@ UBUNTU_DRIVER = DriverPackages(
     pin_sources=("src:nvidia-graphics-drivers-{branch}-server",),
     repo_dist=(("", "ubuntu{version_nodot}"),),
     fabric_manager=APT_FABRIC_MANAGER,
+    headers_following=KERNEL_METAPACKAGE_HEADERS,
 )
 SUSE_DRIVER_GPGKEY = "{baseurl}/repodata/repomd.xml.key"
 SUSE_DRIVER = DriverPackages(

@@ -46,7 +46,7 @@ FABRIC_MANAGER = "nvidia-fabricmanager.service"
 DRIVER_MODULES = ("nvidia", "nvidia_uvm")
 MODULE_FILES = tuple(f"nvidia.ko{suffix}" for suffix in ("", ".xz", ".zst", ".gz"))
 # modinfo's license field of each module type's nvidia.ko
-FLAVOUR_OF_LICENSE = {"Dual MIT/GPL": "open", "NVIDIA": "proprietary"}
+MODULE_TYPE_OF_LICENSE = {"Dual MIT/GPL": "open", "NVIDIA": "proprietary"}
 UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
@@ -173,7 +173,7 @@ class Boot:
         except KernelModuleTypeRefusal as refusal:
             raise StepFailed(str(refusal)) from None
         license_ = modinfo(self.host, path, "license")
-        built = FLAVOUR_OF_LICENSE.get(license_)
+        built = MODULE_TYPE_OF_LICENSE.get(license_)
         self.found["kernel_module_type"] = decision.kernel_module_type
         if built is None:
             raise StepFailed(f"cannot tell the module type of {path} (license {license_ or 'unreadable'!r}); "

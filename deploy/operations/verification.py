@@ -29,6 +29,7 @@ from ..verification.readout import configured_binaries, gpu_usable, read_cri
 from ..verification.steps import all_steps, node_record
 from ..verification.toolkit_runtimes import planned_runs
 from .failure import failing_command
+from .kernel_modules import KERNELS_READ
 from ..report import FAIL, PASS, SKIP, verify_report_store
 
 # The node's PCI GPUs, modules and versions (preflight reads it too): verify's first steps.
@@ -83,7 +84,7 @@ def reads(options: VerifyOptions) -> list[FactCall]:
     cuInit's."""
     plain = containerd_of(options, None)
     return [(ContainerdInstallations, {}), NODE_READ, verify_read(options, plain), containerd_config_read(plain), CUDA_READ,
-            cdi_ops.state_read(), devices.links_read(options.driver_root)]
+            cdi_ops.state_read(), devices.links_read(options.driver_root), KERNELS_READ]
 
 
 @operation()
@@ -102,14 +103,15 @@ def check_node(options: VerifyOptions, report_path: str):
     # Read ahead by preflight (the node, and a plain containerd's verify read), reused while no operation
     # changed the host; otherwise read together in one command.
     try:
-        node, readout, config, cuda, cdi, links = read_together(
+        node, readout, config, cuda, cdi, links, kernels = read_together(
             host, [NODE_READ, verify_read(options, containerd), containerd_config_read(containerd), CUDA_READ,
-                   cdi_ops.state_read(), devices.links_read(options.driver_root)])
+                   cdi_ops.state_read(), devices.links_read(options.driver_root), KERNELS_READ])
     except UnreadableOutput as error:
         yield failing_command(str(error))
         return
     readout = {**with_containerd_config(readout, config), "node": node, "cuda": cuda, "cdi": cdi,
-               "device_links": links}
+               "device_links": links,
+               "kernels": kernels}
     cri, cri_error = read_cri(readout)
     # The runtimes may name another binary than the one the settings wire: check it too (a second
     # read, only then), by the path the parsed configs give.

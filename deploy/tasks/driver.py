@@ -37,6 +37,7 @@ from ..operations.files import put_text
 from ..operations.packages import deb_states_read, lock_wait_script
 from ..findings import StepCheck
 from ..settings import Settings
+from . import kernel_modules
 
 REBOOT_DELAY = 10  # seconds before reconnecting
 # The units the stage enables, read ahead by preflight (the family's names on Debian and Ubuntu)
@@ -83,6 +84,7 @@ def plan_for_host(settings: Settings, platform: Platform, node: dict) -> tuple[D
         fabric_url = f"{settings.nvidia_cuda_repo_url.rstrip('/')}/{values['dist']}/{platform.cuda_arch}"
     calls = readings_calls(settings, platform, node, branch, names, fabric_url)
     ahead = operation_reads(settings, platform, node, names)
+    ahead.append(kernel_modules.KERNELS_READ)
     fabric_source = download.source_read(CUDA_APT_SOURCE, CUDA_APT_KEYRING)
     if fabric_url:
         ahead.append(fabric_source)
@@ -222,12 +224,15 @@ def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan, drai
         if service:
             enable_service(manager, service, start)
 
+    kernel_modules.cover_installed_kernels(settings, platform)
+    kernel_modules.reload_without_reboot(settings, driver)
     reboot = driver_ops.mark_reboot_required(
         name="Mark the node for a reboot after the driver change",
         packages=list(plan.packages),
         _if=driver.did_change,
     )
     if settings.reboot_allowed:
+        kernel_modules.refuse_reboot_without_module(_if=reboot.did_change)
         if drain:
             drain_ops.drain_before_reboot(name=f"Drain Kubernetes node {drain.node} before the reboot",
                                           target=drain, _if=reboot.did_change)

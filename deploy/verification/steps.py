@@ -5,6 +5,8 @@ Every verify step of a node, in order, from each subject's module, and the node'
 from __future__ import annotations
 
 from .. import redact
+from ..driver_version_set import version_set_step
+from ..kernel_coverage import boot_kernels_step
 from ..report import SKIP, NodeRecord, Step
 from .cdi import cdi_step, cdi_summary, cri_cdi_probe, runtime_mode_step
 from .cluster import cgroup_steps, dev_char_step
@@ -24,6 +26,9 @@ def all_steps(readout: dict, options: VerifyOptions, runs: dict[str, dict],
     # the module's type, persistence, Fabric Manager and CUDA's own start
     steps += [module_type_step(readout, options), persistence_step(readout, options),
               fabric_manager_step(readout, options), cuda_step(readout, options)]
+    # every installed kernel has a module, and the driver's parts are one version set
+    steps.append(boot_kernels_step(readout.get("kernels")))
+    steps.append(version_set_step(readout["node"]["loaded_version"], readout.get("kernels")))
     steps += toolkit_steps(readout, options, cri)
     steps += containerd_steps(readout, options, cri, cri_error)
     steps += cgroup_steps(readout, options, cri)

@@ -1,25 +1,34 @@
 """
-The kernel module flavours on a real bookworm node container, from Debian's real archive, with real
+The kernel module types on a real bookworm node container, from Debian's real archive, with real
 apt and real DKMS.
 
 bookworm's security archive has nvidia-driver 535.309.01 while contrib's nvidia-open-kernel-dkms
-exists only at 535.261.03, so the open flavour pins the driver and the open module to 535.261.03
+exists only at 535.261.03, so the open module type pins the driver and the open module to 535.261.03
 together (and the switch below keeps the driver there: no upgrade nobody asked for). That open module does not build against bookworm's current kernel (6.1.0-56): the
 kernel's pci_resize_resource() gained an argument in a stable update, and only 535.309.01's
 conftest knows it (the proprietary module builds). So on bookworm the open run must fail with one
 line naming the DKMS build failure and its log, never leave the half-configured packages behind
-silently; and the operator's way out, switching that node to the proprietary flavour, must replace
+silently; and the operator's way out, switching that node to the proprietary module type, must replace
 the module package in the driver's install transaction (the half-configured open module removed,
 no hold left on it; the proprietary one built by DKMS for the headers' kernel and held), report
 "reboot required", and a re-run must change nothing. (trixie's open 550.163.01 fails the same way
 against its 6.12 kernel, checked by hand on 26 November 2026: no Debian suite has an open module
-that builds today, so the open flavour's own success path waits for one.)
+that builds today, so the open module type's own success path waits for one.)
+
+The same node then gets a second kernel as an update brings one: Debian's cloud kernel
+(``linux-image-cloud-amd64`` from the real archive), its image without its headers. The switch run
+installs the headers metapackage that follows that kernel metapackage and builds the module for it
+with the real DKMS; verify's boot_kernels step passes; with that kernel's module removed it fails
+naming the kernel (it boots next: GRUB's first entry is the newest), in verify's one line and the
+fleet report. Debian's real unattended-upgrades (dry run), whose default origins take bookworm-security
+with its newer driver, upgrades none of the held, pinned driver packages.
 
 No GPU here, and nothing is loaded: DKMS only compiles, modinfo reads the built file.
 """
 
 from __future__ import annotations
 
+import json
 import time
 
 from harness import assert_no_change
@@ -64,8 +73,32 @@ def built_nvidia_modules(node, kernel: str) -> dict[str, str]:
     return {path: node.sh(f"modinfo -F license {path}").stdout.strip() for path in paths}
 
 
-def test_open_flavour_on_bookworm_fails_in_one_line_and_switching_to_proprietary_replaces_the_module_held(node):
+def install_second_kernel(node) -> str:
+    """Debian's cloud kernel image from the real archive (26 MB), without its headers; returns its release.
+    Its initramfs is not generated (update-initramfs diverted to true): no node container boots it, and
+    generating it twice cost 40 s here."""
+    node.sh("dpkg-divert --local --rename --add /usr/sbin/update-initramfs && ln -s /bin/true /usr/sbin/update-initramfs")
+    node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "
+            "linux-image-cloud-amd64")
+    depends = node.sh("dpkg-query -W -f '${Depends}' linux-image-cloud-amd64").stdout
+    (package,) = [word.split()[0] for word in depends.split(",") if word.strip().startswith("linux-image-")]
+    return package.removeprefix("linux-image-")
+
+
+def boot_kernels(node, report) -> tuple[dict, object]:
+    """deploy/verify.py's boot_kernels step (its report on the controller) and the run."""
+    run = node.deploy(data={"verify_report_path": str(report)}, deploy_file="deploy/verify.py", json_output=False)
+    steps = {step["name"]: step for step in json.loads(report.read_text())["nodes"][0]["steps"]}
+    return steps["boot_kernels"], run
+
+
+def test_open_module_type_on_bookworm_fails_in_one_line_and_switching_to_proprietary_replaces_the_module_held(node, tmp_path):
     seconds = {}
+    # An update has brought a second kernel, its image alone (installed first: any apt-get install after
+    # the failed open run would configure the half-configured open module again).
+    started = time.monotonic()
+    second = install_second_kernel(node)
+    seconds["second kernel's image"] = time.monotonic() - started
     started = time.monotonic()
     result = node.deploy(data={**STAGES, "nvidia_kernel_modules": "open"}, json_output=False)
     seconds["open (fails)"] = time.monotonic() - started
@@ -86,7 +119,7 @@ def test_open_flavour_on_bookworm_fails_in_one_line_and_switching_to_proprietary
     assert found[OPEN_MODULE].startswith("535.261.03-1 ") and found["nvidia-driver"].startswith("535.261.03-1 ")
     assert PROPRIETARY_MODULE not in found
 
-    # The way out: the proprietary flavour, at the driver's installed version (no upgrade nobody asked
+    # The way out: the proprietary module type, at the driver's installed version (no upgrade nobody asked
     # for), which its module package has too.
     version = found["nvidia-driver"].split()[0]
     started = time.monotonic()
@@ -100,6 +133,7 @@ def test_open_flavour_on_bookworm_fails_in_one_line_and_switching_to_proprietary
     changed = switch.changed_operations()
     assert "NVIDIA driver | Install the NVIDIA driver" in changed, changed
     assert "NVIDIA driver | Mark the node for a reboot after the driver change" in changed, changed
+    assert "NVIDIA driver | Build the NVIDIA module for every installed kernel" in changed, changed
     assert dpkg_states(node, *DRIVER, OPEN_MODULE, PROPRIETARY_MODULE) == {
         name: f"{version} installed" for name in (*DRIVER, PROPRIETARY_MODULE)}
     now_held = held(node)
@@ -107,6 +141,10 @@ def test_open_flavour_on_bookworm_fails_in_one_line_and_switching_to_proprietary
     status = node.sh("dkms status").stdout
     assert f"nvidia-current/{version.split('-')[0]}, {kernel}, x86_64: installed" in status, status
     assert "nvidia-current-open" not in status, status
+    # the second kernel: its headers metapackage follows its kernel metapackage, and DKMS built for it
+    assert f"nvidia-current/{version.split('-')[0]}, {second}, x86_64: installed" in status, status
+    assert "linux-headers-cloud-amd64" in dpkg_states(node, "linux-headers-cloud-amd64")
+    assert list(built_nvidia_modules(node, second).values()) == ["NVIDIA"]
     modules = built_nvidia_modules(node, kernel)
     assert list(modules.values()) == ["NVIDIA"], modules  # the proprietary module, and only it
     assert "nvidia-persistenced" in dpkg_states(node, "nvidia-persistenced")
@@ -120,3 +158,34 @@ def test_open_flavour_on_bookworm_fails_in_one_line_and_switching_to_proprietary
     before = node.stat(module_file), preferences(node), now_held
     assert_no_change(node.deploy(data={**STAGES, "nvidia_kernel_modules": "proprietary"}))
     assert (node.stat(module_file), preferences(node), held(node)) == before
+
+    # Debian's real unattended-upgrades, whose default origins take bookworm-security, which has a newer
+    # driver than the pinned one: it moves none of the held, pinned driver packages
+    started = time.monotonic()
+    node.sh("DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends unattended-upgrades")
+    assert "bookworm-security" in node.sh("apt-cache madison nvidia-driver | grep -v ' 535.261.03-1 '").stdout
+    updates = node.sh("unattended-upgrade --dry-run --debug 2>&1", timeout=900).stdout
+    seconds["unattended-upgrades"] = time.monotonic() - started
+    assert "Debian-Security" in updates, updates[-3000:]  # it looked at the security archive
+    will = [line for line in updates.splitlines() if "Packages that will be upgraded:" in line]
+    assert not any("nvidia" in line for line in will), will
+    assert dpkg_states(node, *DRIVER, PROPRIETARY_MODULE) == {
+        name: f"{version} installed" for name in (*DRIVER, PROPRIETARY_MODULE)}
+
+    # verify: the one installed kernel (the headers' kernel has no image here) has the module
+    started = time.monotonic()
+    step, _ = boot_kernels(node, tmp_path / "verify.json")
+    assert step["status"] == "pass", step
+    assert f"1 installed kernel(s) have the nvidia module {version.split('-')[0]}: {second} (DKMS); next boot {second}" \
+        in step["reason"], step
+    # its module removed: verify fails naming the kernel that would boot with no module
+    node.sh(f"rm /lib/modules/{second}/updates/dkms/nvidia-current*.ko*")
+    step, run = boot_kernels(node, tmp_path / "verify.json")
+    seconds["two verify runs"] = time.monotonic() - started
+    print(" ".join(f"{phase} {value:.0f} s;" for phase, value in seconds.items()))
+    line = (f"verify boot_kernels: fail: kernel {second} has no nvidia module of driver {version.split('-')[0]} "
+            "(boots next: the newest installed kernel, GRUB's first entry): booted, the node has no GPU; run the "
+            f"driver stage, which builds it with DKMS (dkms autoinstall -k {second})")
+    assert step["status"] == "fail" and line.endswith(step["reason"]), step
+    assert run.returncode != 0 and line in run.output, run.output[-3000:]
+    assert "boot_kernels" in run.output.split("--> Fleet report", 1)[1], run.output[-3000:]  # its verify column

@@ -23,6 +23,7 @@ from pyinfra.api.exceptions import PyinfraError
 
 from deploy.facts.containerd import ContainerdInstallations
 from deploy.facts.cuda import CudaInit
+from deploy.facts.kernels import InstalledKernels
 from deploy.facts.nvidia import NodeSurvey
 from deploy.facts.verification import Executables, VerifyReadout
 from deploy.verification.options import VerifyOptions
@@ -38,7 +39,7 @@ from deploy.tasks.verification import verify
 pytestmark = pytest.mark.usefixtures("both_modes")
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-FLAVOUR_READ = "/var/lib/rancher/k3s/agent/etc/containerd"  # in ContainerdInstallations's command
+INSTALLATION_READ = "/var/lib/rancher/k3s/agent/etc/containerd"  # in ContainerdInstallations's command
 SMI = FIXTURES / "nvidia-smi"
 
 
@@ -170,7 +171,8 @@ def run_verify(tmp_path, lines, crictl=None, runs=None, facts=(), installation=(
     # they are read in: each fact takes its own kinds of line from them.
     node = Node(facts=[(ContainerdInstallations, installation), (NodeSurvey, lines), (verify_call(settings, installation), lines),
                        (containerd_call(settings, installation), lines), (CudaInit, lines), (cdi_state_read(), lines),
-                       (links_read(settings.nvidia_driver_root), lines), *facts], commands=commands)
+                       (links_read(settings.nvidia_driver_root), lines), (InstalledKernels, lines), *facts],
+                commands=commands)
     # tests/plan.py's run_plan, keeping the plan when the host fails (a failing step must fail it).
     inventory = Inventory(([("@fake/node", QUICK)], {}))
     state, error = run_pyinfra(inventory, lambda state: add_deploy(state, verify, settings), nodes={"@fake/node": node})
@@ -211,7 +213,7 @@ def test_node_without_gpu_wired_containerd_passes_runtime_steps_and_skips_gpu_st
     plan, record, steps, failed = run_verify(tmp_path, lines)
     assert statuses(steps) == {
         "gpu_pci": SKIP, "kernel_module": SKIP, "nvidia_smi": SKIP, "driver_version": SKIP,
-        "kernel_module_type": SKIP, "persistence": SKIP, "fabric_manager": SKIP, "cuda": SKIP,
+        "kernel_module_type": SKIP, "persistence": SKIP, "fabric_manager": SKIP, "cuda": SKIP, "boot_kernels": SKIP, "version_set": SKIP,
         "toolkit": PASS, "runtime_binary": PASS, "containerd_config": PASS, "cgroup_driver": SKIP, "cdi": SKIP,
         "runtime_mode": SKIP, "dev_char": SKIP,
         "cri_handler": SKIP, "ctr_run": SKIP, "docker_config": SKIP, "docker_run": SKIP,
@@ -223,7 +225,7 @@ def test_node_without_gpu_wired_containerd_passes_runtime_steps_and_skips_gpu_st
     assert record["gpus"] == [] and record["toolkit"] == "1.17.8" and record["runtime"] == "containerd 1.6.20~ds1"
     # Read-only: the only commands are the two reads (which containerd the node runs, then verify's
     # facts of that containerd) and nothing verify yields.
-    assert len(plan.commands) == 2 and FLAVOUR_READ in plan.commands[0] and "kmod_version" in plan.commands[1]
+    assert len(plan.commands) == 2 and INSTALLATION_READ in plan.commands[0] and "kmod_version" in plan.commands[1]
 
 
 def test_require_gpu_without_gpu_fails_the_host(tmp_path):
