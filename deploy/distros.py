@@ -340,8 +340,9 @@ DOCKER_CE_RHEL_KEY = KeyPin(fingerprints=("060A61C51B558A7F742B77AAC52FEB6B621E9
                             setting="Docker's install guide, deploy/distros.py")
 
 DEBIAN_KERNEL_VARIANT = r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+-(.+)$"
-# SUSE: the word after the last dash (5.14.21-150500.55.39-default, 6.4.0-150600.23.7-azure)
-SUSE_KERNEL_VARIANT = r"^.*-([a-z][a-z0-9]*)$"
+# SUSE: the word after the package release (5.14.21-150500.55.39-default, 6.4.0-150600.23.7-azure,
+# Tumbleweed's 6.11.8-1-default); a release of another shape keeps the table's default
+SUSE_KERNEL_VARIANT = r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9][0-9.]*-([a-z][a-z0-9]*)$"
 # linux-image-amd64, -cloud-amd64, -generic, -generic-hwe-24.04 ...: not a release's own package
 # (linux-image-6.1.0-56-amd64), nor a debug, unsigned or signing-template one
 KERNEL_METAPACKAGE_HEADERS = (r"linux-image-((?![0-9])(?!unsigned-)(?!.*-(?:dbg|unsigned|signed-template)$)[a-z0-9.+-]+)",

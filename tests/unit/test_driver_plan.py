@@ -38,6 +38,8 @@ OFFERED = {"nvidia-driver": ["550.163.01-2", "535.261.03-1"], "nvidia-smi": ["55
     ("6.4.0-150600.23.7-azure", SUSE_KERNEL_VARIANT, "default", "azure"),
     ("5.14.21-150500.55.39-default", SUSE_KERNEL_VARIANT, "default", "default"),
     ("5.14.21-150500.55.39", SUSE_KERNEL_VARIANT, "default", "default"),
+    ("6.11.8-1-rt", SUSE_KERNEL_VARIANT, "default", "rt"),
+    ("6.18.44-fc-v782", SUSE_KERNEL_VARIANT, "default", "default"),  # not SUSE's shape (a CI machine's kernel)
 ])
 def test_the_kernel_variant_is_the_builds_name_in_the_kernels_release(kernel, pattern, default, variant):
     assert kernel_variant(kernel, pattern, default) == variant
