@@ -36,13 +36,26 @@ def enable_service(service: str, start: bool = True):
 
 # What the undo run does to a unit whose state before gpu-node it recorded, by that state: systemctl's
 # is-enabled answer, and is-active's. A unit that did not exist then came with a package gpu-node
-# installed: it goes with the package (undo_remove_packages), and is left as its package set it up.
-def unit_commands(unit: str, recorded: str, now: dict) -> list[StringCommand]:
+# installed: it goes with the package (undo_remove_packages), and is left as its package set it up;
+# but a unit whose file gpu-node wrote itself (``created``) goes: disabled, and stopped where it would
+# start something later (a timer, path or socket). A finished one-shot and a target stay active until
+# the next boot: stopping them would stop what a site made require them (its kubelet).
+TRIGGERS = (".timer", ".path", ".socket")
+
+
+def unit_commands(unit: str, recorded: str, now: dict, created: bool = False) -> list[StringCommand]:
     """The commands that put ``unit`` back to ``recorded`` ("ENABLED ACTIVE", as node_records writes
-    it) from ``now`` ({"enabled", "active"}, as the undo fact reads it); none when it is so already."""
+    it) from ``now`` ({"enabled", "active"}, as the undo fact reads it); none when it is so already.
+    ``created``: gpu-node wrote the unit's file, so before gpu-node there was no such unit."""
     enabled_before, _, active_before = recorded.partition(" ")
     quoted = QuoteString(unit)
     commands = []
+    if created:
+        if now.get("enabled") in ("enabled", "enabled-runtime"):
+            commands.append(StringCommand("systemctl", "disable", quoted))
+        if unit.endswith(TRIGGERS) and now.get("active") == "active":
+            commands.append(StringCommand("systemctl", "stop", quoted))
+        return commands
     if enabled_before in ("not-found", "") or now.get("enabled") in (None, "", "not-found"):
         return []
     if enabled_before == "masked" and now.get("enabled") != "masked":
@@ -60,14 +73,15 @@ def unit_commands(unit: str, recorded: str, now: dict) -> list[StringCommand]:
 
 
 @operation()
-def put_unit_back(unit: str, recorded: str, now: dict):
+def put_unit_back(unit: str, recorded: str, now: dict, created: bool = False):
     """
     Put ``unit`` back to its state before gpu-node first changed it (``recorded``: "ENABLED ACTIVE");
-    ``now``: its state as the undo run read it ({"enabled", "active"}).
+    ``now``: its state as the undo run read it ({"enabled", "active"}); ``created``: gpu-node wrote its
+    file (it goes: call this before the file is removed, while systemctl can still read it).
     """
-    commands = unit_commands(unit, recorded, now)
+    commands = unit_commands(unit, recorded, now, created)
     if not commands:
-        host.noop(f"{unit} is as it was before gpu-node ({recorded})")
+        host.noop(f"{unit} is disabled" if created else f"{unit} is as it was before gpu-node ({recorded})")
         return
     yield from commands
 
