@@ -9,7 +9,8 @@ from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.operations import systemd
 
-from .. import node_records
+from .. import bake, node_records
+from ..facts.units import UnitsEnabled
 
 
 def unit_name(service: str) -> str:
@@ -22,12 +23,16 @@ def enable_service(service: str, start: bool = True):
     """
     Enable ``service`` (and start it where ``start``) with pyinfra's ``systemd.service``; when that
     changes anything, the unit's state before is recorded first (once: the state before gpu-node's
-    first change) for the undo run to put back.
+    first change) for the undo run to put back. In an image root (a bake), enabled only, by its files.
 
     + service: the unit (``.service`` when it names no type)
     + start: start it now too
     """
     unit = unit_name(service)
+    if bake.is_image_root(host.connector):
+        # An image root (a bake) has no running systemd: enabled by its files, started by the image's boot.
+        yield from enable_unit_files._inner(units=[unit], enabled=host.get_fact(UnitsEnabled, units=(unit,)))
+        return
     commands = list(systemd.service._inner(service=unit, running=True if start else None, enabled=True))
     if commands:
         yield StringCommand(node_records.record_units([unit]))
