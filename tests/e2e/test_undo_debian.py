@@ -78,6 +78,7 @@ def test_undo_returns_a_debian_node_with_containerd_and_docker_to_its_snapshot_a
     assert "nvidia-container-toolkit" in node.sh("apt-mark showhold").stdout
     assert node.sh("systemctl is-enabled gpu-node-boot.service gpu-node-ready.target").stdout.split() == [
         "enabled", "enabled"]
+    assert not node.is_active("gpu-node-boot.service")  # enabled, not started: the next boot runs it
 
     undone = node.deploy(deploy_file=UNDO, data={"undo_remove_packages": "true"})
     assert undone.returncode == 0, undone.explain()
