@@ -12,10 +12,7 @@ from .settings import Settings
 # step -> why an image root does not run it (the booted node's first-boot unit, or a pull or
 # controller run after boot, does)
 SKIPPED_IN_AN_IMAGE = {
-    "containerd": "the runtime configs are merged on the booted node (a pull or controller run)",
-    "docker": "the runtime configs are merged on the booted node (a pull or controller run)",
     "cdi": "the CDI spec needs the driver loaded: the first-boot unit generates it at every boot",
-    "device links": "the device nodes exist only on the booted node (the udev rule links them there)",
     "verify": "verify needs the booted node: the first-boot unit verifies at every boot",
     "verify dra": "verify needs the booted node: the first-boot unit verifies at every boot",
     "uncordon": "an image is no Kubernetes node",

@@ -5,16 +5,20 @@ Install pull mode's units on this node, from the installed package (docs/without
 
 writes ``gpu-node-pull.service`` (the deploy run ``@local`` by this Python, from deploy/pull.py)
 and ``gpu-node-pull.timer``, and enables the timer. Run again after an upgrade: it rewrites them.
+Recorded as every change gpu-node makes (deploy/node_records.py), so the undo run (deploy/undo.py)
+takes them off again: the timer stopped and disabled, both files removed.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
+from . import node_records
 from .report import write_text_file
 from .templates import render
 
@@ -39,10 +43,35 @@ def unit_texts(python: str, entry: str) -> dict[str, str]:
     }
 
 
+def records_before(paths: list[str]) -> str:
+    """Shell: the timer's state and the unit files as they are before this writes them (once: a
+    later run keeps the first record)."""
+    return "\n".join([f"{node_records.record_units([TIMER])} || exit 1",
+                      *(f"{node_records.record_file(shlex.quote(path))} || exit 1" for path in paths)])
+
+
+def records_after(paths: list[str]) -> str:
+    """Shell: what this wrote, for the undo to know the files as gpu-node left them."""
+    return node_records.LIBRARY + "\n".join(f"{node_records.wrote_file(shlex.quote(path))} || exit 1" for path in paths)
+
+
+def shell(script: str, what: str) -> bool:
+    result = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        print(f"gpu-node pull_install: {what} failed: {result.stderr.strip()}", file=sys.stderr)
+    return result.returncode == 0
+
+
 def main(unit_dir: str = UNIT_DIR) -> int:
     entry = str(Path(__file__).resolve().parent / "pull.py")
-    for name, text in unit_texts(sys.executable, entry).items():
-        os.chmod(write_text_file(Path(unit_dir) / name, text), 0o644)
+    texts = unit_texts(sys.executable, entry)
+    paths = [str(Path(unit_dir) / name) for name in texts]
+    if not shell(records_before(paths), f"recording the units before the change ({node_records.RECORDS_DIR})"):
+        return 1
+    for path, text in zip(paths, texts.values()):
+        os.chmod(write_text_file(Path(path), text), 0o644)
+    if not shell(records_after(paths), f"recording the units written ({node_records.RECORDS_DIR})"):
+        return 1
     for args in (["systemctl", "daemon-reload"], ["systemctl", "enable", "--now", TIMER]):
         result = subprocess.run(args, capture_output=True, text=True, check=False)
         if result.returncode != 0:

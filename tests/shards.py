@@ -26,7 +26,7 @@ SECONDS: dict[str, float] = {
     "test_verify_crictl.py": 200, "test_interruptions.py": 200, "test_package_manager_locks.py": 150,
     "test_credentials_ssh.py": 150, "test_rollout_e2e.py": 150, "test_cdi_e2e.py": 150,
     "test_hostile_input.py": 120, "test_foundation.py": 120, "test_toolkit.py": 120, "test_undo_debian.py": 110,
-    "test_pull_e2e.py": 300, "test_bake_e2e.py": 110, "test_first_boot_e2e.py": 100, "test_dra_lab_e2e.py": 5,
+    "test_without_controller_e2e.py": 370, "test_package.py": 150, "test_dra_lab_e2e.py": 5,
     "test_driver_reload_decision.py": 60,
 }
 NEW_FILE_SECONDS = 60.0

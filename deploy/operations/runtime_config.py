@@ -2,7 +2,8 @@
 The one operation that wires the NVIDIA runtime into a container runtime's config, whatever the
 runtime: a plan made from the node's facts by the runtime's own planner (``operations/containerd.py``,
 ``operations/docker.py``, each over its engine in ``deploy/engines/``) applied through the safe
-install, the runtime's service restarted once, after the last file.
+install, the runtime's service restarted once, after the last file; in an image root (a bake,
+deploy/bake.py) checked by the runtime's own binary alike, and restarted by nothing.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pyinfra import host
 from pyinfra.api import operation
 from pyinfra.api.command import PyinfraCommand
 
-from .. import redact
+from .. import bake, redact
 from ..facts.read_ahead import changes_so_far
 from . import safe_install
 from .failure import failing_command
@@ -90,12 +91,18 @@ def configure_nvidia_runtime(
     + keep_backups: how many backups of each file stay after a swap (the newest)
     """
     plan = still_current(plan, make_plan)
+    if bake.is_image_root(host.connector):
+        # An image root (a bake): no daemon runs to restart; the check of the candidate by the
+        # runtime's own binary (config dump, dockerd --validate) still runs, offline.
+        restart_pending, before_restart, service = False, (), None
+    else:
+        service = plan.service
     if plan.refusal:
         yield failing_command(plan.refusal)
         return
     changed = plan.changed
     if not changed:
-        yield from safe_install.file_in_place(plan.path, plan.service, restart_pending, restart_timeout,
+        yield from safe_install.file_in_place(plan.path, service, restart_pending, restart_timeout,
                                               before_restart, plan.in_place_note)
         return
 
@@ -108,6 +115,8 @@ def configure_nvidia_runtime(
 
     if plan.check is not None and not (yield from plan.check(plan)):
         return
+    if plan.service and service is None:
+        host.log_styled(f"{plan.service} not restarted: an image root (its boot starts it on the new files)")
     for file in changed:
         last = file is changed[-1]
         # One restart, after the last file: the runtime reads them together.
@@ -115,7 +124,7 @@ def configure_nvidia_runtime(
             path=file.path,
             content=file.text,
             validator=plan.validator,
-            service=plan.service if last else None,
+            service=service if last else None,
             restart_timeout=restart_timeout,
             before_restart=before_restart if last else (),
             keep_backups=keep_backups,

@@ -9,7 +9,8 @@ from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.operations import systemd
 
-from .. import node_records
+from .. import bake, node_records
+from ..facts.units import UnitsEnabled
 
 
 def unit_name(service: str) -> str:
@@ -22,12 +23,16 @@ def enable_service(service: str, start: bool = True):
     """
     Enable ``service`` (and start it where ``start``) with pyinfra's ``systemd.service``; when that
     changes anything, the unit's state before is recorded first (once: the state before gpu-node's
-    first change) for the undo run to put back.
+    first change) for the undo run to put back. In an image root (a bake), enabled only, by its files.
 
     + service: the unit (``.service`` when it names no type)
     + start: start it now too
     """
     unit = unit_name(service)
+    if bake.is_image_root(host.connector):
+        # An image root (a bake) has no running systemd: enabled by its files, started by the image's boot.
+        yield from enable_unit_files._inner(units=[unit], enabled=host.get_fact(UnitsEnabled, units=(unit,)))
+        return
     commands = list(systemd.service._inner(service=unit, running=True if start else None, enabled=True))
     if commands:
         yield StringCommand(node_records.record_units([unit]))
@@ -36,13 +41,26 @@ def enable_service(service: str, start: bool = True):
 
 # What the undo run does to a unit whose state before gpu-node it recorded, by that state: systemctl's
 # is-enabled answer, and is-active's. A unit that did not exist then came with a package gpu-node
-# installed: it goes with the package (undo_remove_packages), and is left as its package set it up.
-def unit_commands(unit: str, recorded: str, now: dict) -> list[StringCommand]:
+# installed: it goes with the package (undo_remove_packages), and is left as its package set it up;
+# but a unit whose file gpu-node wrote itself (``created``) goes: disabled, and stopped where it would
+# start something later (a timer, path or socket). A finished one-shot and a target stay active until
+# the next boot: stopping them would stop what a site made require them (its kubelet).
+TRIGGERS = (".timer", ".path", ".socket")
+
+
+def unit_commands(unit: str, recorded: str, now: dict, created: bool = False) -> list[StringCommand]:
     """The commands that put ``unit`` back to ``recorded`` ("ENABLED ACTIVE", as node_records writes
-    it) from ``now`` ({"enabled", "active"}, as the undo fact reads it); none when it is so already."""
+    it) from ``now`` ({"enabled", "active"}, as the undo fact reads it); none when it is so already.
+    ``created``: gpu-node wrote the unit's file, so before gpu-node there was no such unit."""
     enabled_before, _, active_before = recorded.partition(" ")
     quoted = QuoteString(unit)
     commands = []
+    if created:
+        if now.get("enabled") in ("enabled", "enabled-runtime"):
+            commands.append(StringCommand("systemctl", "disable", quoted))
+        if unit.endswith(TRIGGERS) and now.get("active") == "active":
+            commands.append(StringCommand("systemctl", "stop", quoted))
+        return commands
     if enabled_before in ("not-found", "") or now.get("enabled") in (None, "", "not-found"):
         return []
     if enabled_before == "masked" and now.get("enabled") != "masked":
@@ -60,14 +78,15 @@ def unit_commands(unit: str, recorded: str, now: dict) -> list[StringCommand]:
 
 
 @operation()
-def put_unit_back(unit: str, recorded: str, now: dict):
+def put_unit_back(unit: str, recorded: str, now: dict, created: bool = False):
     """
     Put ``unit`` back to its state before gpu-node first changed it (``recorded``: "ENABLED ACTIVE");
-    ``now``: its state as the undo run read it ({"enabled", "active"}).
+    ``now``: its state as the undo run read it ({"enabled", "active"}); ``created``: gpu-node wrote its
+    file (it goes: call this before the file is removed, while systemctl can still read it).
     """
-    commands = unit_commands(unit, recorded, now)
+    commands = unit_commands(unit, recorded, now, created)
     if not commands:
-        host.noop(f"{unit} is as it was before gpu-node ({recorded})")
+        host.noop(f"{unit} is disabled" if created else f"{unit} is as it was before gpu-node ({recorded})")
         return
     yield from commands
 

@@ -1,7 +1,7 @@
 """
 Take gpu-node back off a node (deploy/undo.py): from the records gpu-node kept as it changed the node
 (deploy/node_records.py), every file put back (deploy/operations/undo.py), the units it enabled put
-back to their state before, the holds it placed released, the keys it imported taken out, with
+back to their state before (those it created itself disabled, their files gone), the holds it placed released, the keys it imported taken out, with
 ``undo_remove_packages`` the packages it installed removed; then its records. One line per file
 says what happened to it and why. A node gpu-node never changed has no records: nothing happens.
 """
@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import groupby
+from pathlib import PurePosixPath
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.facts.server import Arch, LinuxDistribution
+from pyinfra.operations import systemd
 
 from ..distros import Platform, detect_platform
 from ..facts.access import HostAccess
@@ -62,6 +64,23 @@ def read_node(settings: Settings) -> UndoFindings:
     return UndoFindings(platform, records, [undo_ops.decide(record) for record in records["files"]])
 
 
+# Where gpu-node writes units of its own (the first-boot unit, pull mode's timer and service).
+UNIT_FOLDERS = ("/etc/systemd/system",)
+
+
+def units_gpu_node_created(records: dict, files: list) -> dict:
+    """unit -> the FileUndo of its file, for each recorded unit whose file gpu-node created (nothing was
+    there before) and whose file the undo does not keep: the unit goes, whatever systemctl said of it
+    when it was recorded."""
+    created = {}
+    for undo in files:
+        path = PurePosixPath(undo.path)
+        if undo.record["absent"] and undo.action != undo_ops.KEEP and str(path.parent) in UNIT_FOLDERS \
+                and path.name in records["units"]:
+            created[path.name] = undo
+    return created
+
+
 def own_files_without_records(records: dict) -> list[str]:
     recorded = {record["path"] for record in records["files"]}
     return sorted(path for path, head in records["own"].items()
@@ -82,6 +101,13 @@ def take_it_back_off(settings: Settings, found: UndoFindings):
         return
     for undo in found.files:
         say(undo.line, kept=undo.action == undo_ops.KEEP)
+
+    # Units gpu-node created are disabled while their files are still there for systemctl to read.
+    created = units_gpu_node_created(records, found.files)
+    for unit in sorted(created):
+        state = records["units"][unit]
+        units.put_unit_back(name=f"Disable {unit} (gpu-node created it)", unit=unit,
+                            recorded=state.get("recorded", ""), now=state, created=True)
 
     # The files, a unit's together, that unit restarted once, after its last changed file.
     changes = [undo for undo in found.files if undo.action != undo_ops.KEEP]
@@ -108,8 +134,10 @@ def take_it_back_off(settings: Settings, found: UndoFindings):
         kernel.rebuild_initramfs(name="Rebuild the initramfs after the nouveau blacklist went",
                                  command=found.platform.family.initramfs_command, _if=blacklist.did_change)
 
+    if any(undo.changes for undo in created.values()):
+        systemd.daemon_reload(name="Reload systemd's units (gpu-node's own unit files went)")
     for unit, state in sorted(records["units"].items()):
-        if "recorded" in state:
+        if "recorded" in state and unit not in created:
             units.put_unit_back(name=f"Put {unit} back as it was before gpu-node ({state['recorded']})",
                                 unit=unit, recorded=state["recorded"], now=state)
 

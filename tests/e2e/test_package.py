@@ -1,6 +1,7 @@
 """
 gpu-node as a pyinfra package, from outside the repository: the wheel built from this checkout,
-installed with its dependencies from PyPI into a fresh virtualenv in an empty folder, imported as
+installed with its dependencies (PyPI's wheels, fetched once: tests/wheels.py) into a fresh
+virtualenv in an empty folder, with no index, imported as
 ``gpu_node`` by a site's own deploy file that sits beside the site's own ``deploy/`` package (the name
 the checkout's folder has), and run by that virtualenv's pyinfra against a real node container.
 """
@@ -11,7 +12,8 @@ import os
 import sys
 from pathlib import Path
 
-from harness import REPO, SAFE_DATA, DeployResult, assert_no_change, run
+from harness import SAFE_DATA, DeployResult, assert_no_change, run
+from wheels import dependency_wheels, gpu_node_wheel
 
 SITE_DEPLOY = """\
 # A site's own deploy file: its own package named deploy, and gpu-node's from the wheel.
@@ -26,15 +28,15 @@ provision_gpu_node(stages=["kernel", "runtimes"], container_runtimes=["container
 
 def site_with_the_wheel(tmp_path: Path) -> tuple[Path, Path]:
     """(the site's folder, its virtualenv's python): the wheel built, installed in an empty folder."""
-    wheels, site = tmp_path / "wheels", tmp_path / "site"
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(REPO)], timeout=600)
-    (wheel,) = wheels.glob("gpu_node-*.whl")
+    site = tmp_path / "site"
+    wheel, dependencies = gpu_node_wheel(), dependency_wheels()
     (site / "deploy").mkdir(parents=True)
     (site / "deploy" / "__init__.py").write_text("")
     (site / "deploy" / "web.py").write_text("PORT = 8080\n")
     run([sys.executable, "-m", "venv", str(site / ".venv")])
     python = site / ".venv" / "bin" / "python"
-    run([str(python), "-m", "pip", "install", "-q", str(wheel)], timeout=900)
+    run([str(python), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(dependencies), str(wheel)],
+        timeout=900)
     return site, python
 
 

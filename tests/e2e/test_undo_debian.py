@@ -1,6 +1,7 @@
 """
 The undo run (deploy/undo.py) on a real bookworm node with Debian's containerd and docker.io
-installed before gpu-node: snapshot, deploy (kernel, toolkit, runtimes: both wired), undo with
+installed before gpu-node: snapshot, deploy (kernel, the first-boot unit, toolkit, runtimes: both
+wired), undo with
 undo_remove_packages, the same snapshot. apt, dpkg, systemd, containerd and Docker are real; the
 toolkit is tests/toolkit_repo.py's (the STAND-IN packages, test id ``standin-toolkit``, unless the
 opt-in lab serves NVIDIA's debs). No GPU.
@@ -64,7 +65,9 @@ def test_undo_returns_a_debian_node_with_containerd_and_docker_to_its_snapshot_a
     assert snapshot(node) == before
     times["undo on a node never deployed"] = time.monotonic() - started
 
-    data = {"stages": "kernel,toolkit,runtimes", "container_runtimes": "containerd,docker",
+    # the driver stage without a driver: the first-boot unit and its target, gpu-node's own units
+    data = {"stages": "kernel,driver,toolkit,runtimes", "nvidia_driver_install": "false",
+            "container_runtimes": "containerd,docker",
             **toolkit_repo.data(version=toolkit_repo.version)}
     deployed = node.deploy(data=data)
     assert deployed.returncode == 0, deployed.explain()
@@ -73,6 +76,9 @@ def test_undo_returns_a_debian_node_with_containerd_and_docker_to_its_snapshot_a
     assert wired != before
     assert "nvidia" in node.read("/etc/docker/daemon.json") and "nvidia" in node.read("/etc/containerd/config.toml")
     assert "nvidia-container-toolkit" in node.sh("apt-mark showhold").stdout
+    assert node.sh("systemctl is-enabled gpu-node-boot.service gpu-node-ready.target").stdout.split() == [
+        "enabled", "enabled"]
+    assert not node.is_active("gpu-node-boot.service")  # enabled, not started: the next boot runs it
 
     undone = node.deploy(deploy_file=UNDO, data={"undo_remove_packages": "true"})
     assert undone.returncode == 0, undone.explain()
@@ -85,6 +91,8 @@ def test_undo_returns_a_debian_node_with_containerd_and_docker_to_its_snapshot_a
     assert differences(before, after) == [], "\n".join(differences(before, after)) + "\n" + undone.explain()
     assert not node.exists(RECORDS_DIR)
     assert node.is_active("containerd") and node.is_active("docker")
+    # gpu-node's own units: gone, not only their files (the snapshot holds the enablement links)
+    assert node.sh("systemctl is-enabled gpu-node-boot.service gpu-node-ready.target", check=False).returncode != 0
 
     again = node.deploy(deploy_file=UNDO, data={"undo_remove_packages": "true"})
     assert_no_change(again)

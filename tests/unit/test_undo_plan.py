@@ -120,6 +120,17 @@ def replay_undo(box: Sandbox, data: dict | None = None, facts=(), caplog=None):
     return plan, said
 
 
+def replay_undo_answer(box: Sandbox, answer: list[str]):
+    """The undo run planned from ``answer`` (the records' answer, edited where the root cannot say
+    what systemctl would), then replayed in the root; (plan, its commands)."""
+    plan = undo_plan(undo_node(answer))
+    assert not plan.failed, plan.refusal
+    steps = [(command, plan.uploads.get(index)) for index, (_, command) in enumerate(plan.timeline)]
+    for ran in box.replay(steps):
+        assert not ran.syntax_error, (ran.syntax_error, ran.step)
+    return plan, plan.commands
+
+
 def changing_commands(plan) -> list[str]:
     """The commands of the plan that are no fact read (the undo's one combined read aside)."""
     return [command for command in plan.commands if "records=" not in command and "uid" not in command
@@ -371,3 +382,61 @@ def test_a_unit_gpu_node_enabled_goes_back_to_its_state_before():
     plan = undo_plan(undo_node(answer))
     assert plan.starting("systemctl") == ["systemctl disable nvidia-cdi-refresh.path",
                                           "systemctl stop nvidia-cdi-refresh.path"]
+
+
+# The units gpu-node writes itself: the first-boot unit and its target (deploy/tasks/boot.py, recorded
+# after its files were written: "disabled"), pull mode's timer and service (deploy/pull_install.py,
+# recorded before: "not-found").
+OWN_UNITS = {"gpu-node-boot.service": "disabled inactive", "gpu-node-ready.target": "disabled inactive",
+             "gpu-node-pull.timer": "not-found inactive"}
+
+
+def test_units_gpu_node_created_are_disabled_before_their_files_go_and_a_timer_is_stopped(box):
+    """Their enablement links go with them (each unit's file is gpu-node's: nothing was there before,
+    whatever systemctl said when it was recorded), disabled while the file is still there for
+    systemctl to read; the timer is stopped so it does not fire again; the finished one-shot service
+    and its target are left active (stopping the target would stop what a site made require it)."""
+    for unit in (*OWN_UNITS, "gpu-node-pull.service"):
+        gpu_node_writes(box, f"/etc/systemd/system/{unit}", f"# Managed by gpu-node\n[Unit]\nDescription={unit}\n")
+    assert box.run(node_records.record_units(OWN_UNITS)).status == 0
+    answer = []
+    for line in records_answer(box):
+        kind, _, rest = line.partition(" ")
+        unit = rest.split(" ")[0]
+        if kind == "unit_record":
+            line = f"unit_record {unit} {OWN_UNITS[unit]}"
+        elif kind == "unit_now":  # the sandbox has no systemctl: the node's answer after the run
+            line = f"unit_now {unit} enabled active"
+        answer.append(line)
+    plan = undo_plan(undo_node(answer))
+    assert not plan.failed, plan.refusal
+    systemctl = plan.starting("systemctl")
+    assert systemctl == ["systemctl disable gpu-node-boot.service", "systemctl disable gpu-node-pull.timer",
+                         "systemctl stop gpu-node-pull.timer", "systemctl disable gpu-node-ready.target",
+                         "systemctl daemon-reload"], plan.commands
+    commands = plan.commands
+    for unit in OWN_UNITS:
+        (removal,) = [index for index, command in enumerate(commands) if f"/etc/systemd/system/{unit}" in command
+                      and not command.startswith("systemctl")]
+        assert commands.index(f"systemctl disable {unit}") < removal
+        assert removal < commands.index("systemctl daemon-reload")
+
+
+def test_pull_modes_units_as_pull_install_records_them_are_taken_off_by_the_undo(box):
+    """deploy/pull_install.py's own recording shell run in the root around its writes: the undo stops
+    and disables the timer, then removes both unit files."""
+    from deploy import pull_install
+
+    texts = pull_install.unit_texts("/opt/gpu-node/bin/python", "/opt/gpu-node/lib/gpu_node/pull.py")
+    paths = [f"{pull_install.UNIT_DIR}/{name}" for name in texts]
+    assert box.run(pull_install.records_before(paths)).status == 0
+    for path, text in zip(paths, texts.values()):
+        write(box, path, text)
+    assert box.run(pull_install.records_after(paths)).status == 0
+    answer = [f"unit_now {pull_install.TIMER} enabled active" if line.startswith("unit_now ") else line
+              for line in records_answer(box)]
+    assert f"unit_record {pull_install.TIMER} not-found inactive" in answer
+    plan, _ = replay_undo_answer(box, answer)
+    assert plan.starting("systemctl") == [f"systemctl disable {pull_install.TIMER}", f"systemctl stop {pull_install.TIMER}",
+                                          "systemctl daemon-reload"]
+    assert not any((box.root / path.lstrip("/")).exists() for path in paths)

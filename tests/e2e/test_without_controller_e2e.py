@@ -1,0 +1,265 @@
+"""
+Nodes without a controller (docs/without-controller.md), on one image and one node: an image root
+built as an image build makes one (the node image with Debian's containerd and python3-venv
+installed by apt in a container whose PID 1 is not systemd, so the packages enable
+their units and nothing starts; gpu-node installed from its wheel into /opt/gpu-node for pull mode),
+exported to a folder (``docker export``) and baked by pyinfra's real @chroot connector (no running
+systemd): kernel, the first-boot unit (the driver stage without installing a driver: Debian's DKMS
+build takes minutes and is not part of this test), the device links' files and containerd's config,
+merged and checked by the image's own containerd offline (Docker's daemon.json in an image root:
+tests/unit/test_bake.py; bookworm's dockerd 20.10 has no ``--validate`` to run offline).
+That root, imported as an image, boots as a node container with real systemd; then pull mode runs
+there, and the undo.
+
+A container cannot be given PCI devices nor load a module: the GPUs are our sysfs fixture of two
+H100 PCIe (tests/fixtures/fabric/pcie-only.json) bind-mounted over ``/sys/bus/pci/devices``, and the
+driver's module is a STAND-IN nvidia.ko (tests/standin_kmod.py: an ELF whose .modinfo the real
+modinfo reads) listed in the running kernel's modules.dep; kernel_modules_load=false, so the boot
+says it skips the load. The tests share the node, in this order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pci_tree
+import pytest
+import standin_kmod
+from harness import REPO, SAFE_DATA, DeployResult, Node, assert_no_change, run, wait_for
+from wheels import dependency_wheels, gpu_node_wheel
+
+DATA = {**SAFE_DATA, "stages": "kernel,driver,runtimes,verify", "nvidia_driver_install": "false",
+        "container_runtimes": "containerd"}
+# what the bake ran (verify needs the booted node: a normal run after boot does it)
+BAKED = {**DATA, "stages": "kernel,driver,runtimes"}
+CONFIG = "/etc/containerd/config.toml"
+REJECTED = b'oom_score = "high"\n'  # TOML gpu-node reads; containerd does not
+BOOT_REPORT = "/var/lib/gpu-node/boot-report.json"
+PYTHON = "/opt/gpu-node/bin/python"
+SETTINGS = "/etc/gpu-node/settings.toml"
+GOOD = """\
+stages = ["kernel", "runtimes"]
+container_runtimes = ["containerd"]
+kernel_modules_load = false
+reboot_allowed = false
+"""
+
+
+@dataclass
+class Baked:
+    node: Node
+    kernel: str
+    bakes: dict[str, DeployResult]
+    # containerd's config as the image shipped it, and after the bake its containerd rejected
+    shipped: bytes = b""
+    after_rejected: bytes = b""
+    merged: str = ""
+    wants: list[str] = field(default_factory=list)
+    times: dict[str, float] = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
+
+
+def bake(root: Path, tmp_path: Path) -> DeployResult:
+    args = [sys.executable, "-m", "pyinfra", "-y", "--json", f"@chroot/{root}", "deploy/gpu_node.py"]
+    for key, value in DATA.items():
+        args += ["--data", f"{key}={value}"]
+    # the fleet report goes to the test's folder, not the checkout
+    args += ["--data", f"fleet_report_path={tmp_path / 'fleet.json'}"]
+    result = run(args, check=False, cwd=REPO, timeout=900)
+    return DeployResult(result.returncode, result.stdout, result.stderr, args)
+
+
+def build_image_root(image: str, root: Path) -> None:
+    """The node image with the runtimes and gpu-node installed as an image build installs them,
+    exported to ``root``."""
+    wheel, dependencies = gpu_node_wheel(), dependency_wheels()
+    builder = Node(image=image, init=("sleep", "infinity"),
+                   extra_run_args=["-v", f"{wheel.parent}:/wheels:ro", "-v", f"{dependencies}:/dependencies:ro"]).start()
+    try:
+        builder.sh("DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
+                   "apt-get install -y -qq containerd python3-venv >/dev/null", timeout=900)
+        # --no-compile: the node compiles what it imports, as it runs it
+        builder.sh("python3 -m venv /opt/gpu-node && /opt/gpu-node/bin/pip install -q --no-compile --no-index "
+                   "--find-links /wheels --find-links /dependencies gpu-node", timeout=900)
+        run(["sh", "-c", f"docker export {builder.id} | tar -C {root} -x"], timeout=300)
+    finally:
+        builder.remove()
+
+
+def put_standin_module(root: Path, kernel: str) -> None:
+    """The STAND-IN nvidia.ko listed in modules.dep of the kernel the booted container will run (the
+    machine's own: a container has no kernel of its own)."""
+    modules = root / "lib" / "modules" / kernel
+    (modules / "updates" / "dkms").mkdir(parents=True, exist_ok=True)
+    (modules / "updates" / "dkms" / "nvidia.ko").write_bytes(
+        standin_kmod.nvidia_module(standin_kmod.PROPRIETARY_LICENSE, "535.261.03"))
+    with open(modules / "modules.dep", "a") as dep:
+        dep.write("updates/dkms/nvidia.ko:\n")
+
+
+@pytest.fixture(scope="module")
+def baked(image, tmp_path_factory):
+    started = time.monotonic()
+    tmp_path = tmp_path_factory.mktemp("bake")
+    root = tmp_path / "root"
+    root.mkdir()
+    build_image_root(image, root)
+    kernel = os.uname().release
+    put_standin_module(root, kernel)
+    result = Baked(node=Node(image=""), kernel=kernel, bakes={}, started=started)
+    result.times["image root"] = time.monotonic() - started
+
+    config = root / CONFIG.lstrip("/")
+    result.shipped = config.read_bytes()
+    config.write_bytes(REJECTED + result.shipped)
+    result.bakes["rejected"] = bake(root, tmp_path)
+    result.after_rejected = config.read_bytes()
+    config.write_bytes(result.shipped)
+    result.bakes["first"] = bake(root, tmp_path)
+    result.merged = (root / CONFIG.lstrip("/")).read_text()
+    wants = root / "etc" / "systemd" / "system" / "multi-user.target.wants"
+    result.wants = sorted(link.name for link in wants.iterdir() if link.is_symlink())
+    result.bakes["second"] = bake(root, tmp_path)
+    result.times["three bakes"] = time.monotonic() - started
+
+    tag = f"gpu-node-test/baked:{uuid.uuid4().hex[:12]}"
+    run(["sh", "-c", f"tar -C {root} -c . | docker import -c 'CMD [\"/sbin/init\"]' - {tag}"], timeout=300)
+    tree = pci_tree.write(pci_tree.load("pcie-only"), tmp_path / "pci" / "devices")
+    for path in [tmp_path / "pci", *(tmp_path / "pci").rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    result.node = Node(image=tag, extra_run_args=["-v", f"{tree}:/sys/bus/pci/devices:ro"])
+    try:
+        result.node.start()
+        result.times["booted"] = time.monotonic() - started
+        yield result
+    finally:
+        result.node.remove()
+        run(["docker", "rmi", tag], check=False)
+        print("without-controller e2e, seconds since the start:",
+              ", ".join(f"{name} {at:.0f}" for name, at in result.times.items()))
+
+
+def reboot(node: Node) -> None:
+    run(["docker", "restart", "-t", "5", node.id])
+    state = wait_for(node._booted_state, timeout=120, what=f"systemd in node {node.id[:12]} after a restart")
+    assert state in ("running", "degraded"), state
+
+
+def test_a_bake_merges_the_runtime_configs_offline_and_the_booted_image_is_ready_with_no_change_left(baked):
+    """A containerd config the image's own containerd rejects, offline, fails the bake naming
+    containerd's error and is left byte for byte; once fixed, the runtime configs are merged with no
+    daemon restarted, the skipped stages each said in one line, the units enabled (not started); a
+    second bake changes nothing. The image booted (STAND-IN module, PCI fixture) reaches
+    gpu-node-ready.target with a passing boot report, containerd runs the nvidia runtime by default,
+    and a normal @docker run of the stages the bake ran changes nothing."""
+    rejected = baked.bakes["rejected"]
+    assert rejected.returncode != 0
+    assert rejected.run_lines(f"{CONFIG} was not changed: /usr/bin/containerd config dump rejected the new "
+                              "version: containerd: failed to unmarshal TOML"), rejected.explain()
+    assert baked.after_rejected == REJECTED + baked.shipped
+
+    first = baked.bakes["first"]
+    assert first.returncode == 0, first.explain()
+    for stage in ("cdi", "verify"):
+        assert len(first.run_lines(f"bake: {stage} skipped in an image root: ")) == 1, first.explain()
+    assert len(first.run_lines("containerd not restarted: an image root")) == 1, first.explain()
+    assert 'default_runtime_name = "nvidia"' in baked.merged
+    assert {"gpu-node-boot.service", "gpu-node-ready.target", "containerd.service"} <= set(baked.wants)
+    assert_no_change(baked.bakes["second"])
+
+    node = baked.node
+    assert node.is_active("gpu-node-ready.target")
+    run_times = dict(line.split("=", 1) for line in node.sh(
+        "systemctl show gpu-node-boot.service -p ExecMainStartTimestampMonotonic -p ExecMainExitTimestampMonotonic"
+    ).stdout.splitlines())
+    seconds = (int(run_times["ExecMainExitTimestampMonotonic"]) - int(run_times["ExecMainStartTimestampMonotonic"])) / 1e6
+    print(f"first-boot unit at boot: {seconds:.2f} s wall")
+    report = json.loads(node.read(BOOT_REPORT))
+    assert report["ok"] is True, report
+    steps = {step["name"]: step for step in report["nodes"][0]["steps"]}
+    assert steps["kernel module"]["status"] == "pass" and "proprietary module 535.261.03" in steps["kernel module"]["reason"]
+    assert steps["module load"] == {"name": "module load", "status": "skip",
+                                    "reason": "kernel_modules_load=false: modules not loaded by this boot"}
+    assert node.is_active("containerd")
+    assert node.sh("containerd config dump").stdout.count('default_runtime_name = "nvidia"') == 1
+    assert_no_change(node.deploy(data=BAKED))
+    baked.times["normal run"] = time.monotonic() - baked.started
+
+
+def test_a_boot_without_the_module_fails_at_that_step_and_leaves_the_target_unreached_standin_module(baked):
+    """STAND-IN module gone from modules.dep: the next boot fails at "kernel module", named in the
+    journal and the report, and gpu-node-ready.target is not reached."""
+    node, kernel = baked.node, baked.kernel
+    node.sh(f"sed -i '/nvidia.ko/d' {shlex.quote(f'/lib/modules/{kernel}/modules.dep')}")
+    reboot(node)
+    assert not node.is_active("gpu-node-ready.target")
+    assert node.sh("systemctl is-failed gpu-node-boot.service", check=False).stdout.strip() == "failed"
+    journal = node.sh("journalctl -b -u gpu-node-boot.service --no-pager -o cat").stdout
+    assert f"gpu-node boot: kernel module: fail: no nvidia module for the running kernel {kernel}" in journal, journal
+    assert "failed at step 'kernel module': gpu-node-ready.target not reached" in journal
+    report = json.loads(node.read(BOOT_REPORT))
+    assert report["ok"] is False and report["nodes"][0]["steps"][-1]["name"] == "kernel module"
+    baked.times["failed boot"] = time.monotonic() - baked.started
+
+
+def pull(node: Node) -> tuple[int, str]:
+    """Run the pull service once, as its timer does; (exit code, the service's journal of this run)."""
+    cursor = node.sh("journalctl -n 0 --show-cursor -q | tail -n 1").stdout.strip().removeprefix("-- cursor: ")
+    result = node.sh("systemctl start gpu-node-pull.service", check=False, timeout=1200)
+    journal = node.sh(f"journalctl -u gpu-node-pull.service --no-pager -o cat --after-cursor='{cursor}'").stdout
+    return result.returncode, journal
+
+
+def test_pull_mode_from_the_image_converges_restores_drift_refuses_a_broken_setting_and_the_undo_takes_it_off(baked):
+    """gpu-node as the image installed it: its units installed (python -m gpu_node.pull_install), a run
+    of the pull service (what the timer starts) converges with no controller; a runtime config changed
+    by hand is restored by the next run, the report rewritten; a broken setting fails the run in one
+    line naming the file's line, and nothing changes. Then the undo, run @local by the same package,
+    takes gpu-node's own units off: the pull timer and the first-boot unit disabled, their files gone."""
+    started = time.monotonic()
+    node = baked.node
+    out = node.sh(f"{PYTHON} -m gpu_node.pull_install").stdout
+    assert "gpu-node-pull.timer enabled" in out
+    assert node.is_active("gpu-node-pull.timer")
+    node.write(SETTINGS, GOOD)
+
+    code, journal = pull(node)
+    assert code == 0, journal
+    assert node.sh("containerd config dump").stdout.count('default_runtime_name = "nvidia"') == 1
+    report = node.stat("/var/lib/gpu-node/fleet-report.json")
+
+    node.sh(f"sed -i 's/default_runtime_name = \"nvidia\"/default_runtime_name = \"runc\"/' {CONFIG}")
+    assert node.sh("containerd config dump").stdout.count('default_runtime_name = "nvidia"') == 0
+    code, journal = pull(node)
+    assert code == 0, journal
+    assert node.sh(f"grep -c 'default_runtime_name = \"nvidia\"' {CONFIG}").stdout.strip() == "1"
+    assert node.stat("/var/lib/gpu-node/fleet-report.json") != report  # the report rewritten
+
+    before = node.stat(CONFIG)
+    node.write(SETTINGS, GOOD.replace('["containerd"]', '["podman"]'))
+    code, journal = pull(node)
+    assert code != 0
+    lines = [line for line in journal.splitlines() if "invalid setting container_runtimes" in line]
+    assert len(lines) == 1 and f"({SETTINGS} line 2)" in lines[0], journal
+    assert "Traceback" not in journal, journal
+    assert node.stat(CONFIG) == before
+    print(f"pull: {time.monotonic() - started:.1f} s")
+
+    package = node.sh(f"{PYTHON} -c 'import gpu_node, os; print(os.path.dirname(gpu_node.__file__))'").stdout.strip()
+    undone = node.sh(f"cd /tmp && {PYTHON} -m pyinfra -y @local {package}/undo.py", check=False, timeout=900)
+    assert undone.returncode == 0, undone.stdout + undone.stderr
+    for unit in ("gpu-node-pull.timer", "gpu-node-boot.service", "gpu-node-ready.target"):
+        assert node.sh(f"systemctl is-enabled {unit}", check=False).returncode != 0, unit
+    assert node.sh("ls /etc/systemd/system/gpu-node-* /etc/systemd/system/*/gpu-node-* 2>/dev/null",
+                   check=False).stdout == ""
+    assert not node.is_active("gpu-node-pull.timer")
+    assert node.sh(f"cat {CONFIG}").stdout.encode() == baked.shipped  # put back as the image shipped it
+    print(f"pull and undo: {time.monotonic() - started:.1f} s")
+    baked.times["pull and undo"] = time.monotonic() - baked.started

@@ -1,0 +1,24 @@
+"""The wheel (pyproject.toml's [tool.setuptools]) holds every package of deploy/ and every folder of
+templates/: a folder added or renamed without its line there makes an installed gpu-node fail to
+import or to render (tests/e2e/test_package.py installs the wheel; this says which line is missing)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from deploy.toml_layout import tomllib
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_wheel_lists_every_package_of_deploy_and_every_template_folder():
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    code = {".".join(("gpu_node", *init.parent.relative_to(REPO / "deploy").parts))
+            for init in (REPO / "deploy").rglob("__init__.py")}
+    templates = {".".join(("gpu_node.template_files", *folder.relative_to(REPO / "templates").parts))
+                 for folder in {template.parent for template in (REPO / "templates").rglob("*.j2")}}
+    # deploy/shell/ holds the node's scripts, no Python: a data package (deploy/shell_scripts.py reads it)
+    scripts = {"gpu_node.shell"} if any((REPO / "deploy" / "shell").glob("*.sh")) else set()
+    assert sorted(setuptools["packages"]) == sorted(code | templates | scripts)
+    assert setuptools["package-data"].get("gpu_node.shell") == ["*.sh"]
+    assert {package for package, patterns in setuptools["package-data"].items() if "*.j2" in patterns} == templates
