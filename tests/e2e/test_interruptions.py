@@ -221,12 +221,19 @@ def test_a_held_dpkg_lock_is_waited_for_then_fails_naming_it_and_nothing_changes
 
 def test_a_dpkg_lock_released_within_the_bound_is_waited_for_and_the_run_converges(node):
     hold_dpkg_lock(node)
-    release = threading.Timer(4, lambda: node.sh("rm -f /run/gpu-node-test/hold-dpkg"))
+
+    def release_once_the_run_waits() -> None:
+        # The lock goes once the run's bounded wait is running on the node (its script carries
+        # lock_timeout=120; the bracket keeps pgrep's own shell from matching), not after a fixed delay a
+        # loaded machine could outlast before preflight reads.
+        wait_for(lambda: node.sh("pgrep -f 'lock_timeout=12[0]'", check=False).returncode == 0,
+                 timeout=600, what="the run to wait for dpkg's lock")
+        node.sh("rm -f /run/gpu-node-test/hold-dpkg")
+
+    release = threading.Thread(target=release_once_the_run_waits, daemon=True)
     release.start()
-    try:
-        waited = node.deploy(data={"stages": "kernel,runtimes", "apt_lock_timeout": "120"}, json_output=False)
-    finally:
-        release.cancel()
+    waited = node.deploy(data={"stages": "kernel,runtimes", "apt_lock_timeout": "120"}, json_output=False)
+    release.join(timeout=5)
     assert waited.returncode == 0, waited.explain()
     assert "waiting up to 120 s (apt_lock_timeout)" in waited.stderr
     assert node.sh(f"dpkg-query -W -f '${{Status}}' {SLOW_PACKAGE}").stdout == "install ok installed"
