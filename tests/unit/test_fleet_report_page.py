@@ -5,7 +5,7 @@ DOM. A failure line and a host name carry markup, quotes and a script that would
 if it ran; a control page proves that the same script does run, and marks the page, when a page
 lets it.
 
-Chromium comes from scripts/ensure-chromium.sh (scripts/test runs it); where it cannot be
+Chromium comes from scripts/ensure-debian-package.sh chromium (scripts/test runs it); where it cannot be
 installed the test skips with that script's one line.
 """
 
@@ -37,7 +37,7 @@ VERIFIED = {PASS: 7, FAIL: 0, SKIP: 5, "failed_steps": []}
 
 @pytest.fixture(scope="module")
 def chromium() -> str:
-    ensured = subprocess.run(["bash", str(REPO / "scripts" / "ensure-chromium.sh")], capture_output=True, text=True)
+    ensured = subprocess.run(["bash", str(REPO / "scripts" / "ensure-debian-package.sh"), "chromium"], capture_output=True, text=True)
     if ensured.returncode != 0:
         pytest.skip(ensured.stderr.strip().splitlines()[-1] if ensured.stderr.strip() else "chromium unavailable")
     return "chromium"

@@ -1,7 +1,7 @@
 """
 The node's shell scripts (deploy/shell/*.sh, read through deploy/shell_scripts.py):
 
-- shellcheck (Debian's package; scripts/ensure-shellcheck.sh installs it where it can, else the test
+- shellcheck (Debian's package; scripts/ensure-debian-package.sh installs it where it can, else the test
   skips with that script's line) finds nothing in any of them, read as POSIX sh, as the node's
   /bin/sh (dash) runs them;
 - the wheel's package data carries every one of them;
@@ -45,7 +45,7 @@ FACTS = {"NodeSurvey": NodeSurvey, "NvidiaDeviceLinks": NvidiaDeviceLinks, "Node
 
 @pytest.fixture(scope="module")
 def shellcheck() -> str:
-    ensured = subprocess.run(["bash", str(REPO / "scripts" / "ensure-shellcheck.sh")], capture_output=True, text=True)
+    ensured = subprocess.run(["bash", str(REPO / "scripts" / "ensure-debian-package.sh"), "shellcheck"], capture_output=True, text=True)
     if ensured.returncode != 0:
         pytest.skip(ensured.stderr.strip().splitlines()[-1] if ensured.stderr.strip() else "shellcheck unavailable")
     return "shellcheck"
