@@ -8,13 +8,12 @@ refused) against the OpenAPI schemas kubernetes-validate ships for every Kuberne
 
 from __future__ import annotations
 
-import functools
-
 import kubernetes_validate
 import kubernetes_validate.utils
 import pytest
 import yaml
 from packaging.version import Version
+from test_k8s_schemas import schema_files_read_once  # noqa: F401 (its schema cache, for this module too)
 
 from deploy import dra
 from deploy.operations.kubectl import manifest_documents, stamp_manifest
@@ -31,14 +30,6 @@ CASES = {
     "mps": {"gpu_sharing": "mps", "gpu_sharing_replicas": 4},
     "driver-container": {"nvidia_driver_root": "/run/nvidia/driver"},
 }
-
-
-@pytest.fixture(scope="module", autouse=True)
-def schema_files_read_once():
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(kubernetes_validate.utils, "schema_contents",
-                      functools.cache(kubernetes_validate.utils.schema_contents))
-        yield
 
 
 def settings(**data):
