@@ -12,6 +12,7 @@ reads; what it cannot show is NVML itself failing in the container ("Unknown Err
 from __future__ import annotations
 
 import json
+import time
 
 from harness import assert_no_change, busybox_image_tar, run
 
@@ -31,7 +32,16 @@ def opens_after_daemon_reload(node, name: str) -> tuple[str, str]:
                                        check=False).stderr
         before = read("before")
         node.sh("systemctl daemon-reload")
-        return before, read("after")
+        # systemd re-applies the cgroups from its event loop, possibly after daemon-reload returns:
+        # on a loaded machine the first read can come before it. Read until the device is dropped,
+        # or for 15 s, so "still allowed" means it stayed allowed.
+        deadline, attempt = time.monotonic() + 15, 0
+        after = read("after-0")
+        while DROPPED not in after and time.monotonic() < deadline:
+            time.sleep(1)
+            attempt += 1
+            after = read(f"after-{attempt}")
+        return before, after
     finally:
         node.sh(f"ctr -n k8s.io task kill -s KILL {name}; sleep 1; ctr -n k8s.io task rm -f {name}; "
                 f"ctr -n k8s.io container rm {name}", check=False)
