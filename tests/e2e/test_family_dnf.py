@@ -17,6 +17,8 @@ What the run shows wrong in the commands is marked ``xfail(strict=True)`` with t
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
 import rpm_repo
 import standin_rpms
@@ -35,6 +37,8 @@ RELEASE = standin_rpms.DRIVER_RELEASE
 CUDA_REPO_FILE = f"/etc/yum.repos.d/cuda-{rpm_repo.CUDA_DIST}-{standin_rpms.ARCH}.repo"
 CUDA_KEY_FILE = DNF.key_file.format(name=f"cuda-{rpm_repo.CUDA_DIST}-{standin_rpms.ARCH}")
 TOOLKIT_REPO_FILE = f"/etc/yum.repos.d/{REPOSITORY_NAME}.repo"
+AUTOMATIC_CONF = ("[commands]\nupgrade_type = default\nrandom_sleep = 0\ndownload_updates = yes\napply_updates = yes\n"
+                  "[emitters]\nemit_via = stdio\n")
 TOOLKIT_KEY_FILE = DNF.key_file.format(name=REPOSITORY_NAME)
 REAL_HOSTS = ("developer.download.nvidia.com", "nvidia.github.io", "download.docker.com",
               "dl.rockylinux.org", "mirrors.rockylinux.org", "mirrors.fedoraproject.org")
@@ -178,7 +182,8 @@ def test_rocky9_dnf_standin_packages_persistenced_at_the_pinned_drivers_version_
 
 def test_rocky9_dnf_standin_packages_stay_at_their_pins_through_a_plain_dnf_upgrade(deployed, repos, driver_stage):
     """STAND-IN packages: once a newer driver (550.127.05) and toolkit (1.20.1-1) are published,
-    the node's own `dnf upgrade` sees them and leaves the held packages where they were."""
+    the node's own `dnf upgrade` sees them and leaves the held packages where they were, and so
+    does dnf-automatic (Debian's real code) applying updates."""
     node, first, _ = deployed
     assert first.returncode == 0, first.explain()
     repos.publish_toolkit(standin_rpms.TOOLKIT_UPDATE)
@@ -193,6 +198,13 @@ def test_rocky9_dnf_standin_packages_stay_at_their_pins_through_a_plain_dnf_upgr
         assert f"{standin_rpms.DRIVER_EPOCH}:{standin_rpms.DRIVER_UPDATE}-{RELEASE}" in offered, offered
     upgrade = node.sh("dnf -y upgrade", check=False)
     assert upgrade.returncode == 0, upgrade.stdout + upgrade.stderr
+    assert rpm_installed(node, names) == before
+    # The family's automatic updater: dnf-automatic's own code from Debian's python3-dnf (its
+    # three-line launcher is not packaged there), told to download and apply every update.
+    automatic = node.sh(f"printf '%s' {shlex.quote(AUTOMATIC_CONF)} > /tmp/automatic.conf && python3 -c "
+                        "'import sys; from dnf.automatic.main import main; sys.exit(main(sys.argv[1:]))' "
+                        "/tmp/automatic.conf", check=False)
+    assert automatic.returncode == 0, automatic.stdout + automatic.stderr
     assert rpm_installed(node, names) == before
 
 
