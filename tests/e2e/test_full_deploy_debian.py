@@ -52,7 +52,7 @@ def test_full_deploy_from_a_plain_clone_by_the_readme_main_command_holds_the_dri
     env = {key: value for key, value in os.environ.items() if key not in SETTINGS_FROM_OUTSIDE}
     # one stream, in order: the runs' warnings (stderr) stay with the run that printed them
     demo = run(["./scripts/demo", "--keep", "--data", f"verify_report_path={report_path}"], cwd=clone, env=env,
-               check=False, timeout=2700, stderr=subprocess.STDOUT)
+               check=False, timeout=3600, stderr=subprocess.STDOUT)
     output = demo.stdout
     kept = re.search(r"^==> Node left running: docker rm -f -v (\w+)$", output, re.M)
     node = Node(image=image, share_apt_cache=False, id=kept.group(1) if kept else "")
