@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import shlex
 
 from pyinfra.api.exceptions import FactProcessError
 
-from .. import node_text
+from .. import node_text, shell_scripts
 from .base import NodeFact
 
 REPORTS_DIR = "/var/lib/gpu-node"
@@ -26,10 +25,7 @@ class NodeReports(NodeFact):
     """
 
     def command(self, folder=REPORTS_DIR):
-        read = node_text.base64_read('"$report"')
-        return (f'for report in {shlex.quote(folder)}/*.json; do [ -f "$report" ] && [ ! -L "$report" ] || continue; '
-                f'echo "report $(printf %s "${{report##*/}}" | base64 -w0) $(stat -c %Y -- "$report") $({read})"; '
-                "done; true")
+        return (node_text.base64_reader() + shell_scripts.script("node_reports", folder=folder)).strip()
 
     @staticmethod
     def default():
