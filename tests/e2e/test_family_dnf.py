@@ -17,8 +17,6 @@ What the run shows wrong in the commands is marked ``xfail(strict=True)`` with t
 
 from __future__ import annotations
 
-import shlex
-
 import pytest
 import rpm_repo
 import standin_rpms
@@ -201,8 +199,8 @@ def test_rocky9_dnf_standin_packages_stay_at_their_pins_through_a_plain_dnf_upgr
     assert rpm_installed(node, names) == before
     # The family's automatic updater: dnf-automatic's own code from Debian's python3-dnf (its
     # three-line launcher is not packaged there), told to download and apply every update.
-    automatic = node.sh(f"printf '%s' {shlex.quote(AUTOMATIC_CONF)} > /tmp/automatic.conf && python3 -c "
-                        "'import sys; from dnf.automatic.main import main; sys.exit(main(sys.argv[1:]))' "
+    node.write("/tmp/automatic.conf", AUTOMATIC_CONF)
+    automatic = node.sh("python3 -c 'import sys; from dnf.automatic.main import main; sys.exit(main(sys.argv[1:]))' "
                         "/tmp/automatic.conf", check=False)
     assert automatic.returncode == 0, automatic.stdout + automatic.stderr
     assert rpm_installed(node, names) == before
