@@ -9,7 +9,9 @@ existing):
   file: every test in it does), and one whose name says ``plan_only`` or whose docstring says
   "subset" (a test file: its module docstring);
 - the README's first paragraph says what the tests stand on and links docs/support.md;
-- aarch64, which no node container runs, is named as plan-tested.
+- aarch64, which no node container runs, is named as plan-tested;
+- no doc tells to install gpu-node by name from a package index, where it is not published;
+- the CHANGELOG's first section is the package's version.
 """
 
 from __future__ import annotations
@@ -154,3 +156,35 @@ def test_aarch64_is_named_as_plan_tested_only():
              if "aarch64" in sentence]
     assert named, "the README names its architectures"
     assert [line for line in named if not re.search(r"\bplan", line)] == []
+
+
+# `pip install gpu-node`, `pip install "gpu_node==0.3.0"`, `[pip, install, "gpu-node"]`: a name, not a path or a wheel file
+INSTALL_BY_NAME = re.compile(r"\bpip[3x]?\b[\s\",']{1,4}install\b[\s\",\[\]']+(?:-\S+\s+)*[\"']?gpu[-_]node(?:[=<>!~]=?[\w.*]+)?(?![\w./-])", re.I)
+
+
+def test_no_doc_tells_to_install_gpu_node_by_name_from_an_index():
+    """gpu-node is installed from its repository (`pip install .`) or a wheel built from it; no index publishes it."""
+    docs = [README, ROOT / "CHANGELOG.md", *sorted(path for path in (ROOT / "docs").rglob("*") if path.is_file()
+                                                   and path.suffix in (".md", ".yaml", ".yml", ".sh", ".toml"))]
+    told = [f"{path.relative_to(ROOT)}: {match.group(0).strip()}" for path in docs
+            for match in INSTALL_BY_NAME.finditer(path.read_text())]
+    assert told == []
+
+
+def test_install_by_name_is_what_the_check_reads():
+    for line in ("pip install gpu-node", "/opt/gpu-node/bin/pip install gpu-node` (or the wheel)",
+                 '[/opt/gpu-node/bin/pip, install, "gpu-node==0.2.0"]', "pip install -U gpu_node",
+                 "python3 -m pip install 'gpu-node>=0.3'"):
+        assert INSTALL_BY_NAME.search(line), line
+    for line in ("pip install .", "pip install gpu_node-0.3.0-py3-none-any.whl", "pip install dist/gpu_node-0.3.0.whl",
+                 "installs the package `gpu_node`", "pip install /opt/gpu-node", "## 0. Install gpu-node on the controller"):
+        assert not INSTALL_BY_NAME.search(line), line
+
+
+def test_the_changelogs_first_section_is_the_packages_version():
+    """What the CHANGELOG lists first is what the package built from this tree is: no "Unreleased"
+    changes in a wheel that calls itself the version before them."""
+    from deploy import __version__
+
+    headings = re.findall(r"^## (.+)$", (ROOT / "CHANGELOG.md").read_text(), re.M)
+    assert headings[0].split()[0] == __version__, headings[0]
