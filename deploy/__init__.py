@@ -14,7 +14,7 @@ import importlib
 import os
 import sys
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 __all__ = ["provision_gpu_node", "verify_gpu_node", "undo_gpu_node", "configure_cluster", "render_cluster_files"]
 _DEPLOYS = {"provision_gpu_node": ".entry", "verify_gpu_node": ".entry", "undo_gpu_node": ".entry",
             "configure_cluster": ".cluster", "render_cluster_files": ".cluster"}

@@ -1,7 +1,7 @@
 """
-Docker facts: dockerd, its version, whether it can validate a config, daemon.json, and the unit
+Docker facts: dockerd, its version, whether it can validate a config, daemon.json, the unit
 that starts dockerd with its EnvironmentFile=s (``deploy/engines/docker/unit.py`` reads the
-command line out of them).
+command line out of them), and how many containers run (what a dockerd restart would stop).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ class DockerState(NodeFact):
             "config": "{...}",                 # None: daemon.json does not exist
             "unit": "# /lib/systemd/...",      # `systemctl cat docker.service`; None: no unit
             "environment_files": {"/etc/default/docker": "..."},  # its EnvironmentFile=s that exist
+            "containers": 3,                   # running (`docker ps -q`); None: no docker CLI, or no answer
         }
     """
 
@@ -54,7 +55,10 @@ class DockerState(NodeFact):
             'if [ -n "$unit" ]; then echo "unit $(printf \'%s\\n\' "$unit" | base64 -w0)";',
             "printf '%s\\n' \"$unit\" | sed -n 's/^[[:space:]]*EnvironmentFile[[:space:]]*=[[:space:]]*-\\{0,1\\}//p'",
             '| while IFS= read -r file; do [ -f "$file" ] &&',
-            'echo "envfile $(printf %s "$file" | base64 -w0) $(' + node_text.base64_read('"$file"') + ')"; done; fi; fi;',
+            'echo "envfile $(printf %s "$file" | base64 -w0) $(' + node_text.base64_read('"$file"') + ')"; done; fi;',
+            # Bounded: a dockerd that does not answer must not hold the run's one read.
+            "if command -v docker >/dev/null 2>&1 && ids=$(timeout 10 docker ps -q 2>/dev/null); then",
+            "echo \"containers $(printf '%s\\n' \"$ids\" | grep -c .)\"; fi; fi;",
             "if [ -f", QuoteString(path), f"]; then echo config $({node_text.base64_read(shlex.quote(path))}); fi;",
             "true",
         )
@@ -62,7 +66,7 @@ class DockerState(NodeFact):
     @staticmethod
     def default():
         return {"dockerd": None, "version": None, "major": None, "can_validate": False, "config": None,
-                "unit": None, "environment_files": {}}
+                "unit": None, "environment_files": {}, "containers": None}
 
     def process(self, output):
         state = self.default()
@@ -78,6 +82,8 @@ class DockerState(NodeFact):
                 state["config"] = decode_file(rest, "daemon.json")
             elif kind == "unit":
                 state["unit"] = decode_file(rest, "the docker unit")
+            elif kind == "containers":
+                state["containers"] = int(rest) if rest.strip().isdigit() else None
             elif kind == "envfile":
                 name, _, content = rest.partition(" ")
                 file = decode_file(name, "an EnvironmentFile name")

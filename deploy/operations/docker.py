@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from functools import partial
 
-from pyinfra import host
+from pyinfra import host, logger
 
+from .. import bake
 from ..cdi import CdiUnsupported, for_docker
 from ..engines.docker.daemon_json import (
     DockerEngine,
@@ -20,7 +21,7 @@ from ..engines.docker.daemon_json import (
     flag_conflicts,
     leave_to_flags,
 )
-from ..engines.docker.unit import UnitParseError, parse_docker_unit
+from ..engines.docker.unit import DockerdFlag, UnitParseError, parse_docker_unit
 from ..facts.read_ahead import FactCall, changes_so_far, read
 from ..facts.docker import DockerState
 from ..settings import RuntimeWiring
@@ -30,6 +31,8 @@ from .failure import failing_command
 from .runtime_config import PlannedFile, RuntimeConfigPlan
 
 ENGINE = DockerEngine()
+# What Go's strconv.ParseBool reads as true: how dockerd reads --live-restore=VALUE.
+GO_TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
 
 
 def state_read(path: str, service: str = "docker") -> FactCall:
@@ -37,15 +40,27 @@ def state_read(path: str, service: str = "docker") -> FactCall:
     return (DockerState, {"path": path, "service": service})
 
 
-def plan_docker_wiring(path: str, wiring: RuntimeWiring, service: str = "docker") -> RuntimeConfigPlan:
-    """Read the node (the fact preflight read ahead) and plan daemon.json's wiring; nothing runs."""
+def plan_docker_wiring(path: str, wiring: RuntimeWiring, service: str = "docker",
+                       restart_pending: bool = False) -> RuntimeConfigPlan:
+    """Read the node (the fact preflight read ahead) and plan daemon.json's wiring; nothing runs.
+    ``restart_pending``: an interrupted run left dockerd's restart due (it restarts even unchanged)."""
     plan = RuntimeConfigPlan(ENGINE.file_format, service, [], f"{path} already wires the nvidia runtime",
                              changes_so_far(host))
-    plan.refusal = _plan(plan, read(host, state_read(path, service)), path, wiring, service)
+    plan.refusal = _plan(plan, read(host, state_read(path, service)), path, wiring, service, restart_pending)
     return plan
 
 
-def _plan(plan: RuntimeConfigPlan, state: dict, path: str, wiring: RuntimeWiring, service: str) -> str:
+def live_restore(config: dict, flags: list[DockerdFlag]) -> bool:
+    """Whether dockerd keeps its containers running through its own restart: the unit's
+    --live-restore flag, else daemon.json's key (dockerd refuses both at once); off by default."""
+    given = [flag for flag in flags if flag.name == "live-restore"]
+    if given:
+        return given[-1].value in GO_TRUE
+    return config.get("live-restore") is True
+
+
+def _plan(plan: RuntimeConfigPlan, state: dict, path: str, wiring: RuntimeWiring, service: str,
+          restart_pending: bool = False) -> str:
     """Fill ``plan`` in; the refusal, in one line, where daemon.json cannot or must not be wired."""
     if not state["dockerd"]:
         return ("docker is in container_runtimes but dockerd is not installed: install Docker Engine, "
@@ -89,6 +104,17 @@ def _plan(plan: RuntimeConfigPlan, state: dict, path: str, wiring: RuntimeWiring
 
     changed = current is None or config != existing
     plan.files = [PlannedFile(path, current, ENGINE.render(config) if changed else current, changed, wired.notes)]
+    running = state["containers"]
+    # Said once, where the operator sees it first: before the confirmation in pyinfra's default mode
+    # (its change detection makes this plan, execution makes it again), when executing with -y.
+    first_plan = not (host.state.is_executing and host.state.check_for_changes)
+    if first_plan and (changed or restart_pending) and running and not live_restore(config, flags) \
+            and not bake.is_image_root(host.connector):
+        logger.warning(
+            f"{host.print_prefix}{path}: live-restore is off and {running} container{'s' if running > 1 else ''} "
+            f"run: the dockerd restart that wires the nvidia runtime stops them all; to keep them running, set "
+            f'"live-restore": true there and run `systemctl reload {service}` before this run, or drain the node '
+            "first (drain_before_restart=true)")
     if state["can_validate"]:
         plan.validator = safe_install.Validator(
             argv=[state["dockerd"], "--validate", "--config-file", "{candidate}"],

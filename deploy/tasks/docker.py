@@ -61,12 +61,13 @@ def docker_runtime(settings: Settings, family: Family, drain: DrainTarget | None
         units.enable_service(name="Enable and start Docker", service="docker")
 
     path = settings.docker_daemon_config_path
+    restart_pending = (pending_restarts or {}).get("docker") == path
     wired = configure_nvidia_runtime(
         name=f"Wire the nvidia runtime into {path}",
-        # Planned as the operation runs: its warnings show in the operation's place.
-        make_plan=partial(docker.plan_docker_wiring, path, settings.runtime_wiring),
+        # Planned as the operation runs: its warnings (live-restore's too) show in the operation's place.
+        make_plan=partial(docker.plan_docker_wiring, path, settings.runtime_wiring, restart_pending=restart_pending),
         restart_timeout=settings.service_restart_timeout,
-        restart_pending=(pending_restarts or {}).get("docker") == path,
+        restart_pending=restart_pending,
         before_restart=drain_ops.before_restart(drain),
         keep_backups=settings.runtime_config_backups,
     )

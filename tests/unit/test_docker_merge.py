@@ -133,5 +133,5 @@ def test_docker_state_fact_output():
     ])
     assert state == {"dockerd": "/usr/sbin/dockerd", "version": "26.1.5+dfsg1", "major": 26,
                      "can_validate": True, "config": '{"bridge": "none"}\n', "unit": None,
-                     "environment_files": {}}
+                     "environment_files": {}, "containers": None}
     assert DockerState().process(["dockerd"]) == DockerState.default()
