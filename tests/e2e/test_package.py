@@ -58,12 +58,12 @@ def test_the_wheel_installs_the_operators_commands_and_each_prints_its_help(site
     assert installed == sorted(COMMANDS)
     bin_folder = python.parent
     env = {"PATH": str(bin_folder), "LANG": "C.UTF-8"}
+    wrong = []
     for command in COMMANDS:
-        assert (bin_folder / command).is_file(), f"{command} is not installed: {sorted(os.listdir(bin_folder))}"
         result = run([str(bin_folder / command), "--help"], check=False, cwd=site, env=env, timeout=120)
-        assert result.returncode == 0, f"{command} --help: exit {result.returncode}\n{result.stdout}{result.stderr}"
-        assert result.stdout.startswith(f"usage: {command} "), f"{command} --help:\n{result.stdout}"
-        assert result.stderr == "", f"{command} --help:\n{result.stderr}"
+        if result.returncode != 0 or not result.stdout.startswith(f"usage: {command} ") or result.stderr:
+            wrong.append(f"{command} --help: exit {result.returncode}\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
+    assert wrong == [], "\n".join(wrong)
 
 
 def test_the_wheel_runs_from_a_sites_own_deploy_beside_its_own_deploy_package_and_a_rerun_changes_nothing(
