@@ -1,6 +1,6 @@
 """
-Batch sizes as scripts/rollout.py's ``--batches`` takes them ("1,5,25%": one host, then five,
-then a quarter of them, the last size repeating until every one had its turn), for the rollout
+Batch sizes as deploy/rollout.py's ``--batches`` takes them ("1,5,25%": one host, then five, then
+a quarter of them, the last size repeating until every one had its turn), for the rollout
 over hosts and for deploy/k8s_gpu.py's move of GPU nodes between the device plugin and DRA.
 """
 

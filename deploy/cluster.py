@@ -12,11 +12,13 @@ from pyinfra.api import deploy
 
 from .entry import freeze_imported_objects
 from .settings import CONTROL_PLANE_GROUP, DEFAULTS, call_settings, host_settings
+from .signatures import document_settings
 from .tasks.gitops import write_cluster_files
 from .tasks.dra_cluster import dra_driver, uses_dra
 from .tasks.k8s import device_plugin, gpu_cluster, move_nodes, needs_device_plugin, uses_gpushare
 
 
+@document_settings
 @deploy("GPU cluster", data_defaults=DEFAULTS)
 def configure_cluster(**settings):
     """
@@ -41,6 +43,7 @@ def configure_cluster(**settings):
     move_nodes(cluster, gpu_nodes)
 
 
+@document_settings
 @deploy("GPU cluster files", data_defaults=DEFAULTS)
 def render_cluster_files(**settings):
     """

@@ -228,7 +228,7 @@ def feature_gates(sharing: str, compute_domains: bool, imex: str) -> dict[str, b
 
 
 # Moving nodes between the allocators, batch by batch (allocator_move_batches, read as
-# scripts/rollout.py reads --batches; the first batch a canary: nothing else moves until its nodes
+# deploy/rollout.py reads --batches; the first batch a canary: nothing else moves until its nodes
 # serve GPUs the new way), and a failed step stops the move there, its nodes left cordoned. Within
 # a batch each step is taken on every node before the next: all are cordoned before any drains, so
 # a drained pod never lands on a node about to move; the pods the old allocator placed are drained
@@ -259,7 +259,7 @@ def current_allocator(labels: dict[str, str]) -> str | None:
 def move_plan(nodes: list[tuple[str, str | None, str, dict[str, str | None]]], batches: str = "1") -> list[MoveStep]:
     """
     The steps that move each node whose live allocator differs from the one its settings want,
-    in batches of ``batches`` (as scripts/rollout.py's --batches, of the nodes that move) in the
+    in batches of ``batches`` (as deploy/rollout.py's --batches, of the nodes that move) in the
     order given: ``(node, current, wanted, labels)`` where ``labels`` are the labels the node gets
     with ``wanted`` (deploy/tasks/k8s.py's node_labels; None removes one). A node not labelled yet
     (``current`` None) serves no GPU pods to drain: it only gets its labels.

@@ -20,6 +20,7 @@ from .node_records import RECORDS_DIR
 from .operations.failure import HostRefusal, fail
 from .redact import log_file_note
 from .settings import CONTROL_PLANE_GROUP, DEFAULTS, GPU_NODES_GROUP, Settings, call_settings, host_settings
+from .signatures import document_settings
 from .stages import read_only_steps, steps_for
 from .tasks.drain import checked_drain_target
 from .tasks.preflight import preflight, read_ahead
@@ -72,6 +73,7 @@ def gpu_node_settings(host) -> Settings | None:
     return settings
 
 
+@document_settings
 @deploy("GPU node", data_defaults=DEFAULTS)
 def provision_gpu_node(**settings):
     """
@@ -104,6 +106,7 @@ def provision_gpu_node(**settings):
         step.apply(bake.step_settings(node, step.name) if baking else node, found, drain)
 
 
+@document_settings
 @deploy("Verify GPU node", data_defaults=DEFAULTS)
 def verify_gpu_node(**settings):
     """Verify this GPU node, read-only: every verify step and a report (deploy/verify.py), changing nothing.
@@ -125,6 +128,7 @@ def verify_gpu_node(**settings):
         step.apply(node, None, None)
 
 
+@document_settings
 @deploy("Undo GPU node", data_defaults=DEFAULTS)
 def undo_gpu_node(**settings):
     """

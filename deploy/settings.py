@@ -590,7 +590,7 @@ class DraSettings(_Section):
     allocator_move_batches: BatchSizes = Field(
         "1",
         description="how many GPU nodes deploy/k8s_gpu.py moves between the device plugin and DRA at a time (the "
-                    "control plane's setting), as scripts/rollout.py's --batches: successive sizes, counts or "
+                    "control plane's setting), as gpu-node-rollout's --batches: successive sizes, counts or "
                     "percentages of the nodes that move, the last repeating (1,5,25%); the first batch is the "
                     "canary, and a failed step stops the move there",
     )

@@ -1,6 +1,7 @@
 """
-Rolling out in batches on real node containers: a bad config stops after the first batch and the
-later batches stay untouched; a good one rolls through every batch, and again changes nothing.
+Rolling out in batches on real node containers (deploy/rollout.py, the console script
+gpu-node-rollout): a bad config stops after the first batch and the later batches stay untouched; a
+good one rolls through every batch, and again changes nothing.
 
 The "bad config" is real: ``nvidia_toolkit_version`` pinned to a version the repository of the
 toolkit tests/toolkit_repo.py serves on 127.0.0.1 (the stand-in, or NVIDIA's debs from the lab) does not
@@ -52,7 +53,7 @@ def data_args(data: dict) -> list[str]:
 
 
 def rollout(inventory: str, data: dict, *options: str):
-    args = [sys.executable, "scripts/rollout.py", *options, inventory, "deploy/gpu_node.py", *data_args(data)]
+    args = [sys.executable, "-m", "deploy.rollout", *options, inventory, "deploy/gpu_node.py", *data_args(data)]
     return run(args, check=False, cwd=REPO, env=pyinfra_env(), timeout=1500)
 
 

@@ -1,19 +1,13 @@
-"""scripts/rollout.py: batch splitting, reading pyinfra's --json results, when a batch stops the rollout."""
+"""deploy/rollout.py (gpu-node-rollout): batch splitting, reading pyinfra's --json results, when a batch
+stops the rollout, its command line."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "rollout.py"
-_spec = importlib.util.spec_from_file_location("rollout", SCRIPT)
-rollout = importlib.util.module_from_spec(_spec)
-sys.modules["rollout"] = rollout  # dataclasses look their module up there
-_spec.loader.exec_module(rollout)
+from deploy import rollout
 
 
 @pytest.mark.parametrize(
@@ -175,3 +169,30 @@ def test_an_inventory_that_does_not_load_is_one_line(tmp_path, monkeypatch):
     (tmp_path / "fleet.py").write_text("gpu_nodes = [\n")
     with pytest.raises(rollout.RolloutError, match="cannot load inventory"):
         rollout.inventory_hosts(str(tmp_path / "fleet.py"), [])
+
+
+def test_help_names_the_console_script_and_runs_nothing(capsys, monkeypatch):
+    monkeypatch.setattr(rollout, "run_batch", lambda *args: pytest.fail("--help ran a batch"))
+    with pytest.raises(SystemExit) as exit_info:
+        rollout.main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: gpu-node-rollout ") and "INVENTORY DEPLOY" in out
+
+
+@pytest.mark.parametrize(("inventory", "deploy", "named"), [
+    ("missing_inventory.py", "deploy/gpu_node.py", "inventory file missing_inventory.py: no such file"),
+    ("@local", "missing_deploy.py", "deploy file missing_deploy.py: no such file"),
+])
+def test_a_missing_inventory_or_deploy_file_is_one_line_naming_it_exit_2(inventory, deploy, named, capsys,
+                                                                          monkeypatch, tmp_path):
+    (tmp_path / "deploy").mkdir()
+    (tmp_path / "deploy" / "gpu_node.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    # pyinfra's loader would take a missing inventory file for a host name and look it up
+    monkeypatch.setattr(rollout, "make_inventory", lambda *args, **kwargs: pytest.fail("the inventory was loaded"))
+    monkeypatch.setattr(rollout, "run_batch", lambda *args: pytest.fail("a batch ran"))
+    assert rollout.main([inventory, deploy]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"gpu-node-rollout: error: {named}\n"
+    assert captured.out == ""

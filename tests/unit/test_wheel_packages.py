@@ -22,3 +22,22 @@ def test_the_wheel_lists_every_package_of_deploy_and_every_template_folder():
     assert sorted(setuptools["packages"]) == sorted(code | templates | scripts)
     assert setuptools["package-data"].get("gpu_node.shell") == ["*.sh"]
     assert {package for package, patterns in setuptools["package-data"].items() if "*.j2" in patterns} == templates
+
+
+def test_every_console_script_names_a_main_of_deploy_callable_with_no_arguments():
+    """[project.scripts]: each command runs ``gpu_node.<module>:main`` with no arguments (the console
+    script's wrapper; main reads sys.argv itself); a module renamed without its line here installs a
+    command that fails on import (tests/e2e/test_package.py runs them installed)."""
+    import importlib
+    import inspect
+
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert sorted(scripts) == ["gpu-node-drift", "gpu-node-fleet-report", "gpu-node-pull-install", "gpu-node-rollout"]
+    for command, target in scripts.items():
+        module, _, function = target.partition(":")
+        assert module.startswith("gpu_node.") and function == "main", f"{command} = {target}"
+        main = getattr(importlib.import_module("deploy." + module.removeprefix("gpu_node.")), function)
+        required = [name for name, parameter in inspect.signature(main).parameters.items()
+                    if parameter.default is parameter.empty and parameter.kind not in (parameter.VAR_POSITIONAL,
+                                                                                        parameter.VAR_KEYWORD)]
+        assert required == [], f"{command}: {target} needs {required}"

@@ -1,8 +1,10 @@
 """
 Roll a deploy out to a fleet in batches (canary first), stopping at the first failed batch.
 
-    python scripts/rollout.py [--batch-size N | --batches 1,5,25%] [--fail-percent P]
-                              [--limit GROUP_OR_GLOB ...] INVENTORY DEPLOY [pyinfra options...]
+    gpu-node-rollout [--batch-size N | --batches 1,5,25%] [--fail-percent P]
+                     [--limit GROUP_OR_GLOB ...] INVENTORY DEPLOY [pyinfra options...]
+
+(installed: the console script; in a checkout: ``python -m deploy.rollout``).
 
 pyinfra runs a deploy operation by operation across all its hosts, so a bad config reaches
 every host before pyinfra's own --fail-percent can stop it. This runs
@@ -13,7 +15,7 @@ inventory loading, in inventory order. ``--batches`` sizes are host counts or pe
 all hosts (rounded down, at least 1); the last size repeats until every host had its turn.
 
 Exit codes: 0 every host converged, 1 a host failed (the summary says which hosts converged,
-failed, or were not touched), 2 bad arguments.
+failed, or were not touched), 2 bad arguments (a missing inventory or deploy file among them).
 """
 
 from __future__ import annotations
@@ -36,8 +38,10 @@ from pyinfra.api.exceptions import NoGroupError
 from pyinfra.context import ctx_state
 
 # The batch sizes' one reading, which deploy/k8s_gpu.py's move between the allocators shares.
-sys.path[:0] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
-from deploy import batches as batch_spec  # noqa: E402
+from . import batches as batch_spec
+from .tool_args import add_pyinfra_run, missing_file
+
+PROG = "gpu-node-rollout"
 
 # pyinfra options the rollout decides per batch: given to pyinfra as well they would change
 # which hosts a batch touches or make it a dry run.
@@ -174,9 +178,10 @@ def summary(batches: list[list[str]], results: list[BatchResult], fail_percent: 
     return lines
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="rollout.py", description="Run a pyinfra deploy batch by batch; stop at the first failed batch.")
+        prog=PROG, description="Run a pyinfra deploy batch by batch; stop at the first failed batch.",
+        epilog="exit status: 0 every host converged, 1 a host failed, 2 bad arguments")
     sizes = parser.add_mutually_exclusive_group()
     sizes.add_argument("--batch-size", type=int, metavar="N", help="hosts per batch")
     sizes.add_argument("--batches", default="1,100%", metavar="SIZES",
@@ -186,9 +191,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                              "--fail-percent within the batch")
     parser.add_argument("--limit", action="append", default=[], metavar="GROUP_OR_GLOB",
                         help="roll out to these hosts only (repeatable; matched as pyinfra's --limit)")
-    parser.add_argument("inventory")
-    parser.add_argument("deploy")
-    parser.add_argument("pyinfra_args", nargs=argparse.REMAINDER, help="passed on to pyinfra (e.g. --data k=v)")
+    add_pyinfra_run(parser)
     args = parser.parse_args(argv)
     if args.batch_size is not None:
         if args.batch_size < 1:
@@ -199,17 +202,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     for arg in args.pyinfra_args:
         if arg.split("=", 1)[0] in OWNED_OPTIONS:
             parser.error(f"{arg}: the rollout sets this per batch; give --limit/--fail-percent "
-                         "to rollout.py before INVENTORY (--exclude and --dry are not supported)")
+                         f"to {PROG} before INVENTORY (--exclude and --dry are not supported)")
     return args
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
+        missing = missing_file(args.inventory, args.deploy)
+        if missing:
+            raise RolloutError(missing)
         hosts = inventory_hosts(args.inventory, args.limit)
         batches = split_batches(hosts, args.batches)
     except RolloutError as error:
-        print(f"rollout.py: error: {error}", file=sys.stderr)
+        print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
     print(f"rollout: {len(hosts)} host(s) in {len(batches)} batch(es) of "
           f"{', '.join(str(len(b)) for b in batches)}", flush=True)
@@ -224,4 +230,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())
