@@ -10,12 +10,6 @@
 # module: "driver reload failed: ...", exit 1.
 # shellcheck disable=SC2154 # modules, services, reboot_status: assigned before the script
 
-named() {  # gpu_holders' lines -> "COMMAND (pid N, user U) holds DEVICE; ..."
-    while read -r _ pid _ user device command; do
-        printf '%s (pid %s, user %s) holds %s; ' "$command" "$pid" "$user" "$device"
-    done | sed 's/; $//'
-}
-
 others() { driver_holders | awk '$3 == "-"'; }
 
 if ! command -v fuser >/dev/null 2>&1; then
@@ -30,7 +24,7 @@ if [ -z "$loaded" ]; then
 fi
 held=$(others)
 if [ -n "$held" ]; then
-    echo "reboot required: $(printf '%s\n' "$held" | named): stop it (or drain the node) and rerun, or reboot"
+    echo "reboot required: $(printf '%s\n' "$held" | gh_named): stop it (or drain the node) and rerun, or reboot"
     exit "$reboot_status"
 fi
 
@@ -61,11 +55,11 @@ for unit in $services; do
 done
 # A process that started since the read, or a service's process that outlived its stop
 held=$(driver_holders)
-[ -z "$held" ] || failed "$(printf '%s\n' "$held" | named) after the driver's services stopped"
+[ -z "$held" ] || failed "$(printf '%s\n' "$held" | gh_named) after the driver's services stopped"
 for module in $loaded; do
     out=$(modprobe -r "$module" 2>&1) || {
         held=$(driver_holders)
-        failed "modprobe -r $module: $(said "$out")${held:+ ($(printf '%s\n' "$held" | named))}"
+        failed "modprobe -r $module: $(said "$out")${held:+ ($(printf '%s\n' "$held" | gh_named))}"
     }
     unloaded="$module $unloaded"
 done

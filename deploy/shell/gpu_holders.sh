@@ -7,6 +7,7 @@
 # "nvidia-persistenced", and only root can put a process in a system unit's control group.
 # USER, DEVICE and COMMAND with every byte outside printable ASCII (USER and DEVICE: and spaces) as "?".
 # Read by DeviceHolders, DraNodeState and the reload and IMEX scripts (deploy/driver_updates.py).
+# gh_named turns gpu_holders' lines into "COMMAND (pid N, user U) holds DEVICE; ..." (Holder.named).
 # shellcheck disable=SC2154 # services: assigned before the script
 gh_units() {
     for gh_unit in $services; do
@@ -51,5 +52,19 @@ gpu_holders() {
     done
 }
 
+gh_named() {
+    while read -r _ gh_pid _ gh_user gh_device gh_command; do
+        printf '%s (pid %s, user %s) holds %s; ' "$gh_command" "$gh_pid" "$gh_user" "$gh_device"
+    done | sed 's/; $//'
+}
+
 # The devices the driver's modules serve: the GPUs, nvidiactl, UVM, modeset, MIG and IMEX capabilities
 driver_holders() { gpu_holders /dev/nvidia* /dev/nvidia-caps/* /dev/nvidia-caps-imex-channels/*; }
+
+# The IMEX channels a multi-node job's processes import each other's memory through: gpu_holders'
+# lines; "unknown" where a channel exists and fuser does not
+imex_holders() {
+    set -- /dev/nvidia-caps-imex-channels/channel*
+    [ -c "$1" ] || return 0
+    if command -v fuser >/dev/null 2>&1; then gpu_holders "$@"; else echo unknown; fi
+}

@@ -44,7 +44,7 @@ def test_a_process_named_as_the_drivers_daemon_is_not_the_service_reboot_require
     found = DeviceHolders().process(fact_case("services-and-an-impostor"))
     plan = reload_plan(found)
     assert plan.steps == ()
-    assert plan.line == ("reboot required: nvidia-persiste (pid 745, user nobody) holds /dev/nvidia0: stop it (or "
+    assert plan.line == ("reboot required: nvidia-persiste (pid 1165, user nobody) holds /dev/nvidia0: stop it (or "
                          "drain the node) and rerun, or reboot")
 
 
@@ -141,19 +141,28 @@ done
 exit $found
 """
 SYSTEMCTL = """#!/bin/sh
-# STAND-IN systemctl: units as folders /standin/units/<unit> (active, MainPID, KillMode, ControlGroup);
-# a stop ends the processes of its control group (/proc/<pid>/cgroup), unless the unit "lingers"
+# STAND-IN systemctl: units as folders /standin/units/<unit> (active, enabled, MainPID, KillMode,
+# ControlGroup); a stop ends the processes of its control group (/proc/<pid>/cgroup), unless the unit
+# "lingers"; the unit is the last word, a show's property the word after -p
 echo "systemctl $*" >> /standin/log
-case $1 in
-is-active) state=$(cat "/standin/units/$2/active" 2>/dev/null); echo "${state:-inactive}"; [ "$state" = active ];;
-show) cat "/standin/units/$5/$3" 2>/dev/null;;
-stop) [ -e "/standin/units/$2/fails" ] && { echo "Job for $2 failed." >&2; exit 1; }
-      echo inactive > "/standin/units/$2/active"
-      [ -e "/standin/units/$2/lingers" ] && exit 0
-      group=$(cat "/standin/units/$2/ControlGroup")
-      for proc in /proc/*; do grep -qx "0::$group" "$proc/cgroup" 2>/dev/null && rm -r "$proc"; done; exit 0;;
-start) echo active > "/standin/units/$2/active";;
+verb=$1 property=$3
+for unit in "$@"; do :; done
+folder=/standin/units/$unit
+stop() {
+    echo inactive > "$folder/active"
+    [ -e "$folder/lingers" ] && return
+    group=$(cat "$folder/ControlGroup")
+    for proc in /proc/*; do grep -qx "0::$group" "$proc/cgroup" 2>/dev/null && rm -r "$proc"; done
+}
+case $verb in
+is-active) state=$(cat "$folder/active" 2>/dev/null); echo "${state:-inactive}"; [ "$state" = active ];;
+is-enabled) state=$(cat "$folder/enabled" 2>/dev/null); echo "${state:-not-found}"; [ -n "$state" ];;
+show) cat "$folder/$property" 2>/dev/null;;
+stop) [ -e "$folder/fails" ] && { echo "Job for $unit failed." >&2; exit 1; }; stop;;
+start) echo active > "$folder/active";;
+mask) echo masked > "$folder/enabled"; [ "$2" = --now ] && stop;;
 esac
+exit 0
 """
 MODPROBE = """#!/bin/sh
 # STAND-IN modprobe: a loaded module is a folder /sys/module/<name>; one in /standin/in-use cannot unload
@@ -207,14 +216,15 @@ class Node:
         holders.write_text((holders.read_text() if holders.exists() else "") + f"{pid}\n")
 
     def service(self, unit: str, main: int, kill: str = "control-group", *flags: str) -> None:
-        values = {"active": "active", "MainPID": str(main), "KillMode": kill,
+        values = {"active": "active", "enabled": "enabled", "MainPID": str(main), "KillMode": kill,
                   "ControlGroup": f"/system.slice/{unit}", **{flag: "" for flag in flags}}
         for name, value in values.items():
             self.write(f"standin/units/{unit}/{name}", value + "\n")
 
     def log(self) -> list[str]:
+        """What the stand-ins were asked to change, in order (their reads left out)."""
         return [line for line in (self.box.root / "standin/log").read_text().splitlines()
-                if not re.match(r"systemctl (is-active|show) ", line)]
+                if not re.match(r"systemctl (is-active|is-enabled|show) ", line)]
 
     def active(self, unit: str) -> str:
         return (self.box.root / "standin/units" / unit / "active").read_text().strip()
