@@ -38,10 +38,11 @@ class Holder:
 def parse_holder(text: str, units=SERVICES) -> Holder | None:
     """One of gpu_holders.sh's lines without its "holder " ("PID UNIT USER DEVICE COMMAND"); None: not one.
     A UNIT other than ``units`` counts as no unit."""
+    # node text, shown to the operator: control characters as "?"
+    text = "".join(character if character.isprintable() else "?" for character in text)
     pid, unit, user, device, command = (text.split(" ", 4) + [""] * 5)[:5]
     if not pid.isdigit() or not device:
         return None
-    command = "".join(character if character.isprintable() else "?" for character in command)
     return Holder(pid=int(pid), user=user, command=command, device=device, unit=unit if unit in units else None)
 
 

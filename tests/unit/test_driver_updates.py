@@ -62,7 +62,7 @@ def test_the_services_own_processes_main_or_in_their_control_group_reload_servic
 
 def test_a_holder_line_with_another_unit_or_no_pid_is_no_service_of_the_driver():
     assert parse_holder("42 nvidia-imex.service root /dev/nvidia0 x").unit is None
-    assert parse_holder("42 - bob /dev/nvidia0 a b\x1b[2K") == Holder(42, "bob", "a b?[2K", "/dev/nvidia0")
+    assert parse_holder("42 - bob\x07 /dev/nvidia0 a b\x1b[2K") == Holder(42, "bob?", "a b?[2K", "/dev/nvidia0")
     assert parse_holder("x - bob /dev/nvidia0 a") is None and parse_holder("42") is None
 
 
@@ -100,13 +100,13 @@ def test_the_operation_never_reloads_when_a_process_holds_the_gpu_or_loading_is_
 
 
 @pytest.mark.usefixtures("both_modes")
-def test_a_failed_reload_fails_the_host_in_the_nodes_one_line():
+def test_a_failed_reload_fails_the_host_in_the_nodes_one_line_its_control_characters_escaped():
     line = ("driver reload failed: modprobe -r nvidia: modprobe: FATAL: Module nvidia is in use.; started again: "
             "nvidia-persistenced.service")
     plan = run_plan(reload, True, facts=[(DeviceHolders, fact_case("no-gpu") + ["module nvidia"])],
-                    commands={RELOAD_MARK: Output(stdout=["x"], stderr=["modprobe: FATAL: Module nvidia is in use.", line],
-                                                  success=False)})
-    assert plan.failures == [line]
+                    commands={RELOAD_MARK: Output(stdout=["x"], stderr=["modprobe: FATAL: Module nvidia is in use.",
+                                                                        line + "\x1b]0;x\x07"], success=False)})
+    assert plan.failures == [line + "?]0;x?"]
 
 
 @pytest.mark.usefixtures("both_modes")
