@@ -48,6 +48,10 @@ MIN_KUBERNETES = (1, 34)
 MIN_DRIVER_BRANCH = 565
 MIN_COMPUTE_DOMAIN_DRIVER = "570.158.01"
 IMEX_UNIT = "nvidia-imex.service"
+# The one line a mask refused because an IMEX channel is in use says, around who holds it
+IMEX_BUSY = (f"reboot/drain required: {IMEX_UNIT} not masked (dra_imex=driver-managed), an IMEX channel is in use: ",
+             ": a multi-node job runs on this node; drain it (drain_before_restart=true) or let the job end, and rerun")
+IMEX_UNKNOWN = "fuser (psmisc) is not installed, so whether a job holds an IMEX channel is unknown"
 
 Status = Literal["pass", "fail", "unknown"]
 
@@ -160,11 +164,32 @@ def imex_action(compute_domains: bool, mode: str, unit: dict) -> str | None:
     return "mask"
 
 
-def imex_prerequisite(compute_domains: bool, mode: str, unit: dict, planned: bool = False) -> Prerequisite:
-    """The host's IMEX unit as ``dra_imex`` wants it; ``planned``: before the run, which masks it."""
+def imex_in_use(unit: dict) -> str | None:
+    """Who holds an IMEX channel while the host's IMEX daemon runs (DraNodeState's ``imex``: its
+    ``holders``, each with ``unit`` and ``named``), the daemon's own processes aside; None: nobody,
+    so masking it stops no job."""
+    if unit["active"] != "active":
+        return None
+    if unit["holders_unknown"]:
+        return IMEX_UNKNOWN
+    return "; ".join(holder.named for holder in unit["holders"] if holder.unit is None) or None
+
+
+def imex_busy_line(in_use: str) -> str:
+    return IMEX_BUSY[0] + in_use + IMEX_BUSY[1]
+
+
+def imex_prerequisite(compute_domains: bool, mode: str, unit: dict, planned: bool = False,
+                      drain: bool = False) -> Prerequisite:
+    """The host's IMEX unit as ``dra_imex`` wants it; ``planned``: before the run, which masks it
+    where no IMEX channel is in use, or after the drain ``drain`` (drain_before_restart) allows."""
     enabled, active = unit["enabled"], unit["active"]
     if planned and imex_action(compute_domains, mode, unit) == "mask":
-        return Prerequisite("imex", "pass", f"IMEX: {IMEX_UNIT} is {enabled} and {active}: masked and stopped by "
+        in_use = imex_in_use(unit)
+        if in_use and not drain:
+            return Prerequisite("imex", "fail", imex_busy_line(in_use))
+        how = "the node drained first, then masked and stopped" if in_use else "masked and stopped"
+        return Prerequisite("imex", "pass", f"IMEX: {IMEX_UNIT} is {enabled} and {active}: {how} by "
                                             "this run (dra_imex=driver-managed)")
     if not compute_domains:
         return Prerequisite("imex", "pass", "IMEX: no ComputeDomains asked (dra_compute_domains=false), "
@@ -197,7 +222,8 @@ def node_prerequisites(settings: Settings, *, installed_driver: str | None, cdi_
                             compute_domains=settings.dra_compute_domains),
         cdi_prerequisite(cdi_on=cdi_on, containerd_version=containerd_version, after_run=after_run),
         driver_root_prerequisite(settings.nvidia_driver_root, node, driver_expected=after_run or not installs),
-        imex_prerequisite(settings.dra_compute_domains, settings.dra_imex, node["imex"], planned=not after_run),
+        imex_prerequisite(settings.dra_compute_domains, settings.dra_imex, node["imex"], planned=not after_run,
+                          drain=settings.drain_before_restart),
     ]
 
 

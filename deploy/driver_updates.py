@@ -1,22 +1,25 @@
 """
 A driver upgrade without a reboot where nothing holds the GPU, pure: from who holds /dev/nvidia*
-(``fuser -v``'s table, deploy/facts/gpu_holders.py), the loaded nvidia modules and the driver's own
-services, either the reload's steps in order (stop the services, unload the modules their users
-first, load, start the services again) or "reboot required" naming the process that holds a device.
+(deploy/shell/gpu_holders.sh's lines, read by deploy/facts/gpu_holders.py), the loaded nvidia
+modules and the driver's own services, either the reload's steps in order (stop the services, unload
+the modules their users first, load, start the services again) or "reboot required" naming the
+process that holds a device. The node decides again when the reload runs (deploy/shell/
+driver_reload.sh, the same rule in one command): this is what a run plans and ``--dry`` shows.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 # Unloaded in this order (each one's users before it), loaded in the reverse
 MODULES = ("nvidia_drm", "nvidia_modeset", "nvidia_uvm", "nvidia_peermem", "nvidia")
-# The driver's own clients, stopped before the unload and started after: persistenced, Fabric Manager, DCGM
+# The driver's own clients, stopped before the unload and started after: persistenced, Fabric Manager,
+# DCGM. A holder is theirs when their stop ends it (gpu_holders.sh: MainPID or control group), never by name.
 SERVICES = ("nvidia-persistenced.service", "nvidia-fabricmanager.service", "nvidia-dcgm.service")
-# Their processes as fuser names them (the kernel's comm: 15 characters at most)
-OWN_PROCESSES = {"nvidia-persiste", "nvidia-persistenced", "nv-fabricmanage", "nv-fabricmanager", "nv-hostengine"}
-FUSER_LINE = re.compile(r"^(?:(/\S+):)?\s+(\S+)\s+(\d+)\s+(\S+)\s+(.+?)\s*$")
+# driver_reload.sh's exit status when a process holds a device: nothing was stopped
+REBOOT_REQUIRED_STATUS = 3
+NO_FUSER = ("reboot required: fuser (psmisc) is not installed, so who holds /dev/nvidia* is unknown; install "
+            "psmisc for a reload without a reboot")
 
 
 @dataclass(frozen=True)
@@ -25,21 +28,26 @@ class Holder:
     user: str
     command: str
     device: str
+    unit: str | None = None  # the service whose stop ends it; None: any other process
+
+    @property
+    def named(self) -> str:
+        return f"{self.command} (pid {self.pid}, user {self.user}) holds {self.device}"
 
 
-def parse_fuser(lines) -> list[Holder]:
-    """``fuser -v /dev/nvidia*`` (its table, stdout and stderr together) -> who holds which device."""
-    holders, device = [], None
-    for line in lines:
-        match = FUSER_LINE.match(line.rstrip("\n"))
-        if not match:
-            named = re.match(r"^(/\S+):\s*$", line.strip())
-            device = named[1] if named else device
-            continue
-        device = match[1] or device
-        if device:
-            holders.append(Holder(pid=int(match[3]), user=match[2], command=match[5], device=device))
-    return holders
+def parse_holder(text: str, units=SERVICES) -> Holder | None:
+    """One of gpu_holders.sh's lines without its "holder " ("PID UNIT USER DEVICE COMMAND"); None: not one.
+    A UNIT other than ``units`` counts as no unit."""
+    # node text, shown to the operator: control characters as "?"
+    text = "".join(character if character.isprintable() else "?" for character in text)
+    pid, unit, user, device, command = (text.split(" ", 4) + [""] * 5)[:5]
+    if not pid.isdigit() or not device:
+        return None
+    return Holder(pid=int(pid), user=user, command=command, device=device, unit=unit if unit in units else None)
+
+
+def named(holders) -> str:
+    return "; ".join(holder.named for holder in holders)
 
 
 @dataclass(frozen=True)
@@ -66,21 +74,11 @@ def reload_plan(reading: dict) -> ReloadPlan:
     if not unload:
         return ReloadPlan()  # nothing of the old driver runs: nothing to reload
     if not reading["fuser"]:
-        return ReloadPlan(reboot="reboot required: fuser (psmisc) is not installed, so who holds /dev/nvidia* "
-                                 "is unknown; install psmisc for a reload without a reboot")
-    others = [holder for holder in reading["holders"] if holder.command not in OWN_PROCESSES]
+        return ReloadPlan(reboot=NO_FUSER)
+    others = [holder for holder in reading["holders"] if holder.unit is None]
     if others:
-        named = "; ".join(f"{holder.command} (pid {holder.pid}, {holder.user}) holds {holder.device}"
-                          for holder in sorted(others, key=lambda holder: holder.pid))
-        return ReloadPlan(reboot=f"reboot required: {named}: stop it (or drain the node) and rerun, or reboot")
+        return ReloadPlan(reboot=f"reboot required: {named(others)}: stop it (or drain the node) and rerun, or reboot")
     stop = [unit for unit in SERVICES if unit in reading["active"]]
     return ReloadPlan(steps=(*(("stop", unit) for unit in stop), *(("unload", module) for module in unload),
                              *(("load", module) for module in reversed(unload)),
                              *(("start", unit) for unit in reversed(stop))))
-
-
-def commands(plan: ReloadPlan) -> list[list[str]]:
-    """The reload's commands, in order (words; the names are the module's own constants)."""
-    verbs = {"stop": ["systemctl", "stop"], "start": ["systemctl", "start"], "unload": ["modprobe", "-r"],
-             "load": ["modprobe"]}
-    return [[*verbs[verb], name] for verb, name in plan.steps]

@@ -71,7 +71,7 @@ STEPS: tuple[Step, ...] = (
          apply=lambda s, found, target: devices.device_links(s)),
     # gpu_allocator=dra: the DRA driver's host prerequisites refused in preflight, IMEX handed over
     Step("dra", "runtimes", dra.wanted, reads=dra.reads, check=dra.preflight_check,
-         apply=lambda s, found, target: dra.dra_node(s)),
+         apply=lambda s, found, target: dra.dra_node(s, drain=target)),
     # The module, CDI spec and services at every boot (deploy/first_boot.py): installed, started by the next boot.
     Step("first boot", "driver", lambda s: s.first_boot_unit, reads=boot.reads,
          apply=lambda s, found, target: boot.first_boot_unit(s)),

@@ -6,20 +6,27 @@ from __future__ import annotations
 from pyinfra.api import QuoteString, StringCommand
 
 from ..dra import IMEX_UNIT
+from ..driver_updates import parse_holder
 from .base import NodeFact
+from .gpu_holders import holders_script
 from .k8s import NVML_LIBRARY_DIRS
 
 
 class DraNodeState(NodeFact):
     """
     Whether ``driver_root`` is a folder and where its libnvidia-ml.so.1 is (relative to it; None:
-    none), and ``nvidia-imex.service``'s ``systemctl is-enabled`` and ``is-active`` answers
-    (``not-found`` where systemd has no such unit).
+    none), ``nvidia-imex.service``'s ``systemctl is-enabled`` and ``is-active`` answers
+    (``not-found`` where systemd has no such unit), and who holds an IMEX channel
+    (/dev/nvidia-caps-imex-channels/channel*, fuser as the driver reload reads its devices:
+    deploy/shell/gpu_holders.sh; ``unit``: the IMEX unit's own process; ``holders_unknown``: a
+    channel exists and fuser does not).
 
     .. code:: python
 
         {"root_exists": True, "nvml": "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
-         "imex": {"enabled": "masked", "active": "inactive"}}
+         "imex": {"enabled": "enabled", "active": "active", "holders_unknown": False,
+                  "holders": [Holder(pid=4242, user="bob", command="python3",
+                                     device="/dev/nvidia-caps-imex-channels/channel0", unit=None)]}}
     """
 
     def command(self, driver_root):
@@ -30,16 +37,17 @@ class DraNodeState(NodeFact):
             "[ -e \"${_root%/}/$_d/libnvidia-ml.so.1\" ] && { echo \"nvml $_d/libnvidia-ml.so.1\"; break; }; done;",
             # is-enabled prints nothing on older systemd for a unit it does not know
             "echo \"imex_enabled $(systemctl is-enabled", QuoteString(IMEX_UNIT), "2>/dev/null)\";",
-            "echo \"imex_active $(systemctl is-active", QuoteString(IMEX_UNIT), "2>/dev/null)\"",
+            "echo \"imex_active $(systemctl is-active", QuoteString(IMEX_UNIT), "2>/dev/null)\"\n",
+            StringCommand(holders_script([IMEX_UNIT]) + "imex_holders | sed 's/^/imex_/'"),
         )
 
     @staticmethod
     def default():
-        return {"root_exists": False, "nvml": None, "imex": {"enabled": "not-found", "active": "inactive"}}
+        return {"root_exists": False, "nvml": None,
+                "imex": {"enabled": "not-found", "active": "inactive", "holders": [], "holders_unknown": False}}
 
     def process(self, output):
         state = self.default()
-        state["imex"] = dict(state["imex"])
         for line in output:
             kind, _, rest = line.strip().partition(" ")
             rest = rest.strip()
@@ -51,4 +59,10 @@ class DraNodeState(NodeFact):
                 state["imex"]["enabled"] = rest or "not-found"
             elif kind == "imex_active":
                 state["imex"]["active"] = rest or "inactive"
+            elif kind == "imex_holder":
+                holder = parse_holder(rest, units=(IMEX_UNIT,))
+                if holder:
+                    state["imex"]["holders"].append(holder)
+            elif kind == "imex_unknown":
+                state["imex"]["holders_unknown"] = True
         return state

@@ -4,24 +4,31 @@ from __future__ import annotations
 
 from .. import shell_scripts
 from .base import NodeFact
-from ..driver_updates import MODULES, SERVICES, parse_fuser
+from ..driver_updates import MODULES, SERVICES, parse_holder
 
+
+def holders_script(services) -> str:
+    """deploy/shell/gpu_holders.sh's functions, ``services`` the units whose own processes they name."""
+    return shell_scripts.assignments(services=" ".join(services)) + shell_scripts.body("gpu_holders")
 
 
 class DeviceHolders(NodeFact):
     """
-    The processes holding ``/dev/nvidia*`` (the node's own ``fuser -v``, from psmisc; ``fuser``:
-    False where it is missing), the loaded nvidia modules and the driver's own active services
-    (deploy/driver_updates.py decides on it).
+    The processes holding ``/dev/nvidia*`` (the node's own ``fuser``, from psmisc; ``fuser``: False
+    where it is missing), each with the driver's service whose stop ends it (``unit``: its MainPID
+    or its control group; None: another process), the loaded nvidia modules and the driver's own
+    active services (deploy/driver_updates.py decides on it).
 
     .. code:: python
 
-        {"fuser": True, "holders": [Holder(pid=4242, user="root", command="python3", device="/dev/nvidia0")],
+        {"fuser": True, "holders": [Holder(pid=4242, user="root", command="python3", device="/dev/nvidia0",
+                                           unit=None)],
          "modules": ["nvidia_uvm", "nvidia"], "active": ["nvidia-persistenced.service"]}
     """
 
     def command(self):
-        return shell_scripts.script("device_holders", modules=" ".join(MODULES), services=" ".join(SERVICES)).strip()
+        return (holders_script(SERVICES)
+                + shell_scripts.script("device_holders", modules=" ".join(MODULES))).strip()
 
     @staticmethod
     def default():
@@ -29,16 +36,16 @@ class DeviceHolders(NodeFact):
 
     def process(self, output):
         found = self.default()
-        held = []
         for line in output:
             kind, _, rest = line.rstrip("\n").partition(" ")
             if kind == "fuser":
                 found["fuser"] = True
-            elif kind == "held":
-                held.append(rest)
+            elif kind == "holder":
+                holder = parse_holder(rest)
+                if holder:
+                    found["holders"].append(holder)
             elif kind == "module" and rest in MODULES:
                 found["modules"].append(rest)
             elif kind == "active" and rest in SERVICES:
                 found["active"].append(rest)
-        found["holders"] = parse_fuser(held)
         return found

@@ -6,20 +6,23 @@ report.
 
 from __future__ import annotations
 
-from pyinfra import host
-from pyinfra.api import QuoteString, StringCommand, operation
+import shlex
 
-from .. import node_records, probes
+from pyinfra import host
+from pyinfra.api import FunctionCommand, StringCommand, operation
+
+from .. import node_records, probes, shell_scripts
 from ..cdi import CdiUnsupported, for_containerd
-from ..dra import node_prerequisites
+from ..dra import IMEX_BUSY, IMEX_UNIT, IMEX_UNKNOWN, node_prerequisites
 from ..facts.base import UnreadableOutput
+from ..facts.gpu_holders import holders_script
 from ..facts.read_ahead import FactCall, read_together
 from ..facts.dra import DraNodeState
 from ..facts.nvidia import NodeSurvey
 from ..report import FAIL, PASS, Step, verify_report_store
 from ..settings import Settings
-from .failure import failing_command
-from .units import unit_name
+from .drain import DrainTarget, before_restart
+from .failure import failing_command, run_script
 
 
 def node_read(settings: Settings) -> FactCall:
@@ -43,17 +46,35 @@ def containerd_cdi(settings: Settings, containerd: dict) -> bool | None:
         return False
 
 
-@operation()
-def mask_service(service: str):
-    """
-    Mask and stop ``service`` (its state before recorded for the undo run), so nothing starts it
-    again; nothing when it is masked already (the caller knows from its fact).
+# imex_mask_check.sh's exit status when an IMEX channel is in use: nothing masked
+IMEX_BUSY_STATUS = 3
 
-    + service: the unit (``.service`` when it names no type)
+
+def imex_mask_command() -> StringCommand:
+    """One command: no IMEX channel in use while the IMEX unit runs (deploy/shell/imex_mask_check.sh,
+    else it stops there), the unit's state before recorded for the undo run, the unit masked and stopped."""
+    check = shell_scripts.script("imex_mask_check", before=IMEX_BUSY[0], after=IMEX_BUSY[1], unknown=IMEX_UNKNOWN,
+                                 busy_status=IMEX_BUSY_STATUS)
+    return StringCommand(holders_script([IMEX_UNIT]) + check + node_records.record_units([IMEX_UNIT])
+                         + f" && systemctl mask --now {shlex.quote(IMEX_UNIT)}")
+
+
+def _mask(state, host) -> bool:
+    succeeded, _ = run_script(state, host, imex_mask_command())
+    return succeeded
+
+
+@operation()
+def mask_imex(drain: DrainTarget | None = None):
     """
-    unit = unit_name(service)
-    yield StringCommand(node_records.record_units([unit]))
-    yield StringCommand("systemctl", "mask", "--now", QuoteString(unit))
+    Mask and stop the host's IMEX unit (its state before recorded for the undo run), so nothing
+    starts it again and the DRA driver's ComputeDomain daemons own IMEX; only where no IMEX channel
+    is in use, read again in the mask's own command (a multi-node job's channel: "reboot/drain
+    required", the host fails, nothing masked), after ``drain`` (None: no drain). The caller calls
+    it only where the unit is not masked yet.
+    """
+    yield from before_restart(drain)
+    yield FunctionCommand(_mask, (), {})
 
 
 @operation()

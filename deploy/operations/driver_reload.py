@@ -3,10 +3,31 @@
 from __future__ import annotations
 
 from pyinfra import host, logger
-from pyinfra.api import QuoteString, StringCommand, operation
+from pyinfra.api import FunctionCommand, StringCommand, operation
 
-from .. import driver_updates
-from ..facts.gpu_holders import DeviceHolders
+from .. import driver_updates, shell_scripts
+from ..driver_updates import MODULES, REBOOT_REQUIRED_STATUS, SERVICES
+from ..facts.gpu_holders import DeviceHolders, holders_script
+from .failure import run_script
+
+
+def reload_command() -> StringCommand:
+    """deploy/shell/driver_reload.sh: who holds the GPU read, decided on and the reload done in one command."""
+    return StringCommand((holders_script(SERVICES) + shell_scripts.script(
+        "driver_reload", modules=" ".join(MODULES), reboot_status=REBOOT_REQUIRED_STATUS)).strip())
+
+
+def _reload(state, host) -> bool:
+    """The reload (a FunctionCommand body): a holder the node finds now is "reboot required" (nothing
+    stopped, the run goes on to the reboot marker); a failure fails the host with the node's line."""
+    succeeded, line = run_script(state, host, reload_command(), (0, REBOOT_REQUIRED_STATUS))
+    if not succeeded:
+        return False
+    if line.startswith("reboot required"):
+        logger.warning(f"{host.print_prefix}{line}")
+    else:
+        host.log_styled(line, fg="green")
+    return True
 
 
 @operation()
@@ -15,7 +36,8 @@ def reload_driver(load: bool):
     After a driver change: where an nvidia module is loaded and no process but the driver's own
     services holds /dev/nvidia*, stop those services, unload the modules (their users first), load
     the new ones and start the services again, so no reboot is needed; where a process holds a
-    device, name it ("reboot required"). ``load``: kernel_modules_load (false: only say what it would do).
+    device, name it ("reboot required"). The node reads the holders again in the reload's own
+    command. ``load``: kernel_modules_load (false: only say what it would do).
     """
     reading = host.get_fact(DeviceHolders)  # read now: the driver just changed
     plan = driver_updates.reload_plan(reading)
@@ -29,5 +51,4 @@ def reload_driver(load: bool):
     if not load:
         host.noop(f"{plan.line} (kernel_modules_load=false: not done)")
         return
-    for words in driver_updates.commands(plan):
-        yield StringCommand(*[QuoteString(word) for word in words])
+    yield FunctionCommand(_reload, (), {})

@@ -10,7 +10,9 @@ State's ``operation_host_error`` callbacks and goes on with the others.
 - an operation yields ``failing_command(message)`` (and nothing after it);
 - a task calls the ``fail`` operation;
 - planning code raises ``HostRefusal``, which the entry file turns into ``fail``;
-- a FunctionCommand body that finds a problem returns ``fail_host(state, host, message)``.
+- a FunctionCommand body that finds a problem returns ``fail_host(state, host, message)``;
+- a FunctionCommand body running a node script that ends in its one line (deploy/shell/) calls
+  ``run_script``: a failed script fails the host with that line.
 
 The line is also kept for the fleet report (``FailureNotes``), beside the operation it failed.
 """
@@ -21,6 +23,7 @@ from pyinfra import logger
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import PyinfraError
 
+from .. import probes
 from ..redact import mask_text
 from ..report import FailureNotes
 from ..run_state import per_run
@@ -41,6 +44,27 @@ def fail_host(state, host, message: str) -> bool:
     host.log_styled(f"gpu-node: {message}", fg="red", log_func=logger.error)
     per_run(state, FailureNotes)[(host.name, host.executing_op_hash)] = message
     return False
+
+
+def _last_line(lines) -> str:
+    return next((line.strip() for line in reversed(lines) if line.strip()), "")
+
+
+def run_script(state, host, command, success_statuses=(0,)) -> tuple[bool, str]:
+    """
+    Run ``command`` (a node script whose last line says what it did, or on stderr why it failed)
+    with the executing operation's connection arguments: (whether it exited with one of
+    ``success_statuses``, that line). A failure fails the host with the line (``fail_host``).
+    """
+    arguments = {**probes.connector_arguments(host), "_success_exit_codes": list(success_statuses)}
+    succeeded, output = host.run_shell_command(command, print_output=state.print_output,
+                                               print_input=state.print_input, **arguments)
+    first, second = (output.stdout_lines, output.stderr_lines) if succeeded else (output.stderr_lines, output.stdout_lines)
+    # the node's line reaches the operator's terminal: its control characters as "?"
+    line = "".join(character if character.isprintable() else "?" for character in _last_line(first) or _last_line(second))
+    if not succeeded:
+        fail_host(state, host, line or "the node's script failed and said nothing")
+    return succeeded, line
 
 
 def failing_command(message: str) -> FunctionCommand:

@@ -1,7 +1,8 @@
 """
 The DRA node stage (gpu_allocator=dra; deploy/dra.py decides): preflight refuses a node whose
 host cannot serve the DRA driver (the driver's branch, CDI in containerd, the driver root, IMEX)
-before any change; the run hands IMEX to the driver where dra_imex says; verify checks each
+before any change (a node where a job holds an IMEX channel, unless drain_before_restart drains it
+first); the run hands IMEX to the driver where dra_imex says; verify checks each
 prerequisite, one step each of the node's report. A device-plugin node runs none of it.
 """
 
@@ -13,9 +14,11 @@ from pyinfra.api import deploy
 from ..engines.containerd.installations import plain_target
 from ..operations.containerd import target_read
 from ..distros import Platform
-from ..dra import IMEX_UNIT, imex_action, node_prerequisites
+from ..dra import IMEX_UNIT, imex_action, imex_in_use, node_prerequisites
 from ..facts.read_ahead import FactCall, read
 from ..operations import dra as dra_ops
+from ..operations import drain as drain_ops
+from ..operations.drain import DrainTarget
 from ..operations.verification import containerd_config_read, containerd_in_effect
 from ..verification.options import VerifyOptions
 from ..findings import StepCheck
@@ -46,11 +49,16 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> Ste
 
 
 @deploy("DRA node")
-def dra_node(settings: Settings):
+def dra_node(settings: Settings, drain: DrainTarget | None = None):
+    """Hand IMEX to the DRA driver where dra_imex says: where a job holds an IMEX channel, only after
+    the drain ``drain`` (drain_before_restart) allows; preflight refused the node without one."""
     node = read(host, dra_ops.node_read(settings))
     if imex_action(settings.dra_compute_domains, settings.dra_imex, node["imex"]) == "mask":
-        dra_ops.mask_service(name=f"Mask {IMEX_UNIT}: the DRA driver's ComputeDomain daemons own IMEX",
-                             service=IMEX_UNIT)
+        drain = drain if imex_in_use(node["imex"]) else None
+        mask = dra_ops.mask_imex(name=f"Mask {IMEX_UNIT}: the DRA driver's ComputeDomain daemons own IMEX"
+                                      + (" (the node drained first: an IMEX channel is in use)" if drain else ""),
+                                 drain=drain)
+        drain_ops.watch(drain, mask)
 
 
 def verify_reads(settings: Settings) -> list[FactCall]:

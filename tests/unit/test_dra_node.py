@@ -8,18 +8,23 @@ prerequisite as a step of the node report (and the fleet report's row).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from plan import DEFAULT, GPU_NODE, PCI_WITH_GPU, gpu_node, node_lines, run_deploy
+from plan import DEFAULT, GPU_NODE, PCI_WITH_GPU, Output, gpu_node, node_lines, run_deploy
 
 from deploy.engines.containerd.installations import plain_target
 from deploy.operations.containerd import target_read
 from deploy.dra import (
-    cdi_prerequisite, driver_prerequisite, driver_root_prerequisite, imex_action, imex_prerequisite,
+    IMEX_UNKNOWN, cdi_prerequisite, driver_prerequisite, driver_root_prerequisite, imex_action, imex_busy_line,
+    imex_prerequisite,
 )
+from deploy.driver_updates import Holder
 from deploy.facts.dra import DraNodeState
+from deploy.facts.nvidia import NodeSurvey
 from deploy.fleet_report import fleet_rows
+from deploy.operations.dra import imex_mask_command
 
 pytestmark = pytest.mark.usefixtures("both_modes")
 
@@ -31,6 +36,8 @@ IMEX_RUNNING = ["imex_enabled enabled", "imex_active active"]
 CHANGING = ("systemctl mask", "apt-get", "mkdir ", "mv ")
 DRA = {"stages": "runtimes", "gpu_allocator": "dra"}
 VERIFY = GPU_NODE.replace("gpu_node.py", "verify.py")
+FACT_CASES = Path(__file__).resolve().parents[1] / "facts" / "dra.DraNodeState"
+COMPUTE_DOMAINS = {**DRA, "dra_compute_domains": True, "dra_driver_install_method": "helm"}
 
 
 def driver(**given):
@@ -88,17 +95,47 @@ def test_the_driver_root():
     (True, "host-managed", ("disabled", "inactive"), None, "fail"),
 ])
 def test_imex_as_dra_imex_says(compute_domains, mode, unit, action, after):
-    state = {"enabled": unit[0], "active": unit[1]}
+    state = {**DraNodeState.default()["imex"], "enabled": unit[0], "active": unit[1]}
     assert imex_action(compute_domains, mode, state) == action
     assert imex_prerequisite(compute_domains, mode, state).status == after
     planned = imex_prerequisite(compute_domains, mode, state, planned=True)
     assert planned.status == ("pass" if action == "mask" else after)
 
 
-def dra_node(containerd: str, dra_state: list[str], built: str | None = "570.158.01"):
+JOB = Holder(935, "nobody", "python3", "/dev/nvidia-caps-imex-channels/channel0")
+IMEX_OWN = Holder(906, "root", "nvidia-imex", "/dev/nvidia-caps-imex-channels/channel0", unit="nvidia-imex.service")
+JOB_LINE = ("reboot/drain required: nvidia-imex.service not masked (dra_imex=driver-managed), an IMEX channel is in use: "
+            "python3 (pid 935, user nobody) holds /dev/nvidia-caps-imex-channels/channel0: a multi-node job runs on this "
+            "node; drain it (drain_before_restart=true) or let the job end, and rerun")
+
+
+@pytest.mark.parametrize("holders, active, unknown, drain, status", [
+    ([JOB], "active", False, False, "fail"),  # a job's channel: the mask would stop its IMEX daemon
+    ([JOB], "active", False, True, "pass"),   # drained first
+    ([IMEX_OWN], "active", False, False, "pass"),  # the daemon's own process: stopped by the mask anyway
+    ([JOB], "inactive", False, False, "pass"),  # no IMEX daemon runs: masking stops nothing
+    ([], "active", True, False, "fail"),  # a channel and no fuser: unknown
+    ([], "active", False, False, "pass"),
+])
+def test_the_mask_only_where_no_imex_channel_is_in_use_or_after_the_drain(holders, active, unknown, drain, status):
+    state = {"enabled": "enabled", "active": active, "holders": holders, "holders_unknown": unknown}
+    found = imex_prerequisite(True, "driver-managed", state, planned=True, drain=drain)
+    assert found.status == status, found.line
+    if holders == [JOB] and status == "fail":
+        assert found.line == imex_busy_line("python3 (pid 935, user nobody) holds /dev/nvidia-caps-imex-channels/channel0")
+        assert found.line == JOB_LINE
+    if drain:
+        assert "the node drained first, then masked" in found.line
+
+
+def fact_output(name: str) -> list[str]:
+    return json.loads((FACT_CASES / f"{name}.json").read_text())["output"]
+
+
+def dra_node(containerd: str, dra_state: list[str], built: str | None = "570.158.01", commands=None):
     return gpu_node(node_survey=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU, built=built),
                     facts=[(CONTAINERD, containerd),
-                           ((DraNodeState, {"driver_root": "/"}), dra_state)], unstated=DEFAULT)
+                           ((DraNodeState, {"driver_root": "/"}), dra_state)], unstated=DEFAULT, commands=commands)
 
 
 def test_an_old_driver_is_refused_in_preflight_before_any_change():
@@ -115,14 +152,33 @@ def test_containerd_1_6_and_a_missing_driver_root_are_refused_together():
     assert not [command for command in run.commands if command.startswith(CHANGING)]
 
 
-def test_driver_managed_imex_masks_the_hosts_unit_and_records_it_first():
-    run = run_deploy(dra_node(CONTAINERD_2, ROOT_WITH_NVML + IMEX_RUNNING),
-                     data={**DRA, "dra_compute_domains": True, "dra_driver_install_method": "helm"})
+@pytest.mark.parametrize("case", ["imex-running-its-own-channel", "host-root-imex-masked"])
+def test_driver_managed_imex_masks_the_hosts_unit_in_one_command_checking_the_channels_and_recording_it_first(case):
+    output = fact_output(case)
+    run = run_deploy(dra_node(CONTAINERD_2, output if "masked" not in case else ROOT_WITH_NVML + IMEX_RUNNING),
+                     data=COMPUTE_DOMAINS)
     assert run.error is None, run.refusal
     [mask] = run.ran("systemctl mask --now nvidia-imex.service")
-    commands = run.commands
-    assert any("gn_record_units nvidia-imex.service" in command
-               for command in commands[:commands.index(mask)]), "the unit's state is recorded before the mask"
+    assert mask == imex_mask_command().get_raw_value()
+    # in that one command: the channels read, the unit's state recorded, then the mask
+    assert mask.index("imex_holders |") < mask.index("gn_record_units nvidia-imex.service") < mask.index("systemctl mask")
+
+
+@pytest.mark.parametrize("case, line", [("imex-channel-held-by-a-job", JOB_LINE),
+                                        ("imex-channel-without-fuser", imex_busy_line(IMEX_UNKNOWN))])
+def test_a_job_holding_an_imex_channel_is_refused_in_preflight_nothing_masked(case, line):
+    """Red before: the mask ran with --now under the job's IMEX channel."""
+    run = run_deploy(dra_node(CONTAINERD_2, fact_output(case)), data=COMPUTE_DOMAINS)
+    assert run.refusal == line
+    assert not [command for command in run.commands if command.startswith(CHANGING) or "systemctl mask" in command]
+
+
+def test_a_channel_the_node_finds_in_use_at_the_mask_fails_the_host_in_its_one_line():
+    """A job that starts after preflight's read: the mask's own command finds it and masks nothing."""
+    node = dra_node(CONTAINERD_2, fact_output("imex-running-its-own-channel"),
+                    commands={"systemctl mask --now": Output(stderr=[JOB_LINE], success=False)})
+    run = run_deploy(node, data=COMPUTE_DOMAINS)
+    assert run.failed_with("reboot/drain required") == [JOB_LINE]
 
 
 @pytest.mark.parametrize("data", [
@@ -201,3 +257,90 @@ def test_verify_of_a_device_plugin_node_has_no_dra_step(tmp_path):
     [record] = json.loads(report.read_text())["nodes"]
     assert record["steps"] and not [step for step in record["steps"] if step["name"].startswith("dra_")]
     assert not plan.ran("imex_enabled")
+
+
+@pytest.mark.parametrize("case, drained_for_the_mask", [("imex-channel-held-by-a-job", True),
+                                                         ("imex-running-its-own-channel", False)])
+def test_with_drain_before_restart_a_job_holding_an_imex_channel_is_drained_first_then_the_mask(
+        monkeypatch, caplog, case, drained_for_the_mask):
+    """deploy/gpu_node.py over a GPU node and a control plane (a stand-in cluster answers kubectl,
+    tests/unit/test_drain_plan.py): the runtimes stage's containerd restart drains the node first, and
+    the mask, where a job holds a channel, calls the drain again right before its one command (drained
+    earlier in this run: it says so); uncordoned at the end."""
+    import logging
+
+    from test_drain_plan import CP, GPU, NODE, StandInCluster, gpu_host, run_gpu_node
+
+    caplog.set_level(logging.INFO)
+    cluster = StandInCluster()
+    gpu = gpu_host("version = 3\n", NODE, (CONTAINERD, CONTAINERD_2),
+                   (NodeSurvey, node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU, built="570.158.01")),
+                   ((DraNodeState, {"driver_root": "/"}), fact_output(case)))
+    run = run_gpu_node(monkeypatch, cluster, data=COMPUTE_DOMAINS, gpu_answers=gpu)
+    assert run.error is None and not run.failed, run.error
+    assert run.kubectl_verbs() == ["get", "get", "cordon", "drain", "uncordon"]
+    assert run.index(CP, " drain ") < run.index(GPU, "systemctl mask --now") < run.index(CP, " uncordon ")
+    mask_op = [name for op in run.state.get_op_order() for name in run.state.op_meta[op].names if "Mask" in name]
+    assert [("drained first" in name) for name in mask_op] == [drained_for_the_mask]
+    assert ("Kubernetes node gpu1 was drained earlier in this run" in caplog.text) is drained_for_the_mask
+    assert cluster.nodes[NODE] is False
+
+
+# --- the mask's one command, for real in a scratch root (stand-in fuser and systemctl) ----------
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    from shell_sandbox import build_template
+
+    return build_template(tmp_path_factory.mktemp("sandbox") / "template")
+
+
+@pytest.fixture
+def imex_node(template, tmp_path):
+    """A scratch root (tests/shell_sandbox.py) with the stand-in fuser and systemctl of
+    tests/unit/test_driver_updates.py, an IMEX channel (the null device's numbers) and a running
+    nvidia-imex.service whose main process holds it."""
+    import os
+
+    from shell_sandbox import Sandbox
+    from test_driver_updates import Node
+
+    if os.geteuid() != 0:
+        pytest.skip("the scratch root is a chroot, and device nodes need root")
+    node = Node(Sandbox.clone(template, tmp_path / "root"))
+    (node.box.root / "dev/nvidia-caps-imex-channels").mkdir()
+    os.mknod(node.box.root / "dev/nvidia-caps-imex-channels/channel0", 0o20666, os.makedev(1, 3))
+    node.service("nvidia-imex.service", 906)
+    node.process(906, "nvidia-imex", "channel0", "/system.slice/nvidia-imex.service")
+    return node
+
+
+def mask_in(node) -> tuple[int, str]:
+    """The mask's one command run in the root: (its exit status, its last line on stderr)."""
+    ran = node.box.run(imex_mask_command().get_raw_value())
+    assert not ran.syntax_error, ran.syntax_error
+    return ran.status, (ran.stderr.strip().splitlines() or [""])[-1]
+
+
+def test_the_nodes_mask_command_masks_nothing_while_a_job_holds_a_channel(imex_node):
+    imex_node.process(935, "python3", "channel0", uid=65534)
+    assert mask_in(imex_node) == (3, JOB_LINE)
+    assert imex_node.log() == [] and not imex_node.box.exists("/var/lib/gpu-node/units")
+
+
+@pytest.mark.parametrize("job", [False, True])
+def test_the_nodes_mask_command_records_then_masks_where_no_channel_is_a_jobs(imex_node, job):
+    """Its own process holds the channel; or a job does, while the IMEX daemon does not run."""
+    if job:
+        imex_node.process(935, "python3", "channel0", uid=65534)
+        imex_node.write("standin/units/nvidia-imex.service/active", "inactive\n")
+    assert mask_in(imex_node) == (0, "")
+    assert imex_node.log() == ["systemctl mask --now nvidia-imex.service"]
+    recorded = imex_node.box.root / "var/lib/gpu-node/units/nvidia-imex.service"
+    assert recorded.read_text() == ("enabled inactive\n" if job else "enabled active\n")
+
+
+def test_the_nodes_mask_command_without_fuser_masks_nothing(imex_node):
+    (imex_node.box.root / "usr/bin/fuser").unlink()
+    status, line = mask_in(imex_node)
+    assert status == 3 and line == imex_busy_line(IMEX_UNKNOWN) and imex_node.log() == []

@@ -196,3 +196,17 @@ def test_a_reboot_into_a_kernel_without_the_module_is_refused_in_one_line():
     assert plan.refusal.startswith(f"reboot refused: the next boot starts kernel {K2} has no nvidia module")
     covered = lines + [f"module {K2} 535.261.03 /lib/modules/{K2}/updates/dkms/nvidia-current.ko"]
     assert not run_plan(refuse, facts=[(InstalledKernels, covered)]).failed
+
+
+def test_through_the_driver_stage_the_refusal_comes_before_any_drain_or_reboot(monkeypatch, both_modes, caplog):
+    """deploy/gpu_node.py with reboot_allowed and drain_before_restart (a stand-in cluster answers
+    kubectl, tests/unit/test_drain_plan.py): the driver changed, the next boot's kernel has no module."""
+    from test_drain_plan import GPU, NODE, StandInCluster, gpu_host, run_gpu_node
+
+    cluster = StandInCluster()
+    gpu = gpu_host(None, NODE, (InstalledKernels, (FIXTURES / DEBIAN).read_text().splitlines()))
+    run = run_gpu_node(monkeypatch, cluster, data={"stages": "driver", "reboot_allowed": True}, gpu_answers=gpu)
+    assert run.failed and f"reboot refused: the next boot starts kernel {K2} has no nvidia module" in caplog.text
+    assert run.index(GPU, "apt-get -y") >= 0, "the driver changed"
+    assert run.kubectl_verbs() == ["get"], "the drain's read while preparing, and no cordon or drain"
+    assert not [command for command in run.on(GPU) if "reboot )" in command]
