@@ -23,19 +23,18 @@ given, and the values are no Kubernetes object).
 from __future__ import annotations
 
 import os
-import posixpath
-from io import StringIO
 
 import yaml
 from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import NoGroupError, PyinfraError
-from pyinfra.operations import files
 from pyinfra_cli.inventory import make_inventory
 
 from .. import dra
 from ..facts.k8s import FIELD_MANAGER, GpuNode
 from ..gpushare import NODE_LABEL, GpushareError, scheduler_config_yaml
+from ..operations import controller_files
+from ..operations.controller_files import ControllerFile
 from ..operations.kubectl import HELM_CHART, HELM_RELEASE, HELM_REPO_URL, stamp_manifest
 from ..settings import CONTROL_PLANE_GROUP, GPU_NODES_GROUP, Settings, SettingsError, parse_settings
 from . import dra_cluster
@@ -345,19 +344,18 @@ def write_cluster_files(settings: Settings):
                               f"files ({', '.join(differ)}): give them the same Kubernetes settings")
         first, rendered = first or name, found
 
-    folder = os.path.join(host.state.cwd or os.getcwd(), settings.manifests_dir)
+    base = host.state.cwd or os.getcwd()
+    targets = {relative: ControllerFile(base, settings.manifests_dir, relative) for relative in EVERY_FILE}
+    try:
+        # every path checked before the first file is written: a link anywhere stops the run unchanged
+        stale = [relative for relative in EVERY_FILE if relative not in rendered
+                 and controller_files.check_path(targets[relative])]
+        for relative in rendered:
+            controller_files.check_path(targets[relative])
+    except controller_files.LinkRefusal as refused:
+        raise RenderError(str(refused)) from None
     for relative, text in rendered.items():
-        files.put(
-            name=f"Write {posixpath.join(settings.manifests_dir, relative)}",
-            src=StringIO(text),
-            dest=os.path.join(folder, relative),
-            mode="644",
-            create_remote_dir=True,
-        )
-    for relative in EVERY_FILE:
-        if relative not in rendered:
-            files.file(
-                name=f"Remove {posixpath.join(settings.manifests_dir, relative)} (not rendered for these settings)",
-                path=os.path.join(folder, relative),
-                present=False,
-            )
+        controller_files.put_text(name=f"Write {targets[relative].shown}", target=targets[relative], text=text)
+    for relative in stale:
+        controller_files.remove(name=f"Remove {targets[relative].shown} (not rendered for these settings)",
+                                target=targets[relative])

@@ -31,6 +31,8 @@ from test_k8s_plan import A100, FakeCluster, gpu_identity_lines, object_key, run
 from test_k8s_schemas import VERSIONS, helm_values_as_objects, helm_values_problems, problems
 from test_k8s_schemas import schema_files_read_once  # noqa: F401 (its schema cache, for this module too)
 
+from deploy.operations import controller_files
+from deploy.operations.controller_files import ControllerFile
 from deploy.operations.kubectl import manifest_documents
 from deploy.settings import parse_settings
 from deploy.tasks.gitops import EVERY_FILE, RenderError, cluster_files, settings_only_node
@@ -300,7 +302,8 @@ def test_the_command_writes_the_same_bytes_every_time_and_a_second_run_changes_n
     again = pyinfra_cli(tmp_path, "manifests_dir=one", *common, seed="3")
     assert again.returncode == 0, again.stderr
     total = next(line for line in again.stderr.splitlines() if "Grand total" in line).split()
-    assert total[-4:] == [str(len(EVERY_FILE)), "-", "-", str(len(EVERY_FILE))]  # every operation: no change
+    written = len(read_tree(tmp_path / "one"))
+    assert total[-4:] == [str(written), "-", "-", str(written)]  # one operation a file, none a change
 
 
 def test_dry_with_diff_shows_the_change_and_writes_nothing(tmp_path):
@@ -398,3 +401,178 @@ def test_a_minor_given_with_data_is_read_as_written(given, minor):
     from pyinfra_cli.util import parse_cli_arg
 
     assert parse_settings({"manifests_kubernetes_version": parse_cli_arg(given)}).manifests_kubernetes_version == minor
+
+
+# --- links in the folder: GitOps repositories carry them; none is followed ---------------------------
+
+@dataclass(frozen=True)
+class Victim:
+    """A file outside the folder a link points at: its bytes and mode must not change."""
+
+    path: Path
+
+    @classmethod
+    def made(cls, folder: Path, name: str = "victim") -> "Victim":
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / name
+        path.write_bytes(b"the operator's own file\n")
+        path.chmod(0o600)
+        return cls(path)
+
+    def unchanged(self) -> bool:
+        return self.path.read_bytes() == b"the operator's own file\n" and (self.path.stat().st_mode & 0o777) == 0o600
+
+
+def refused_naming(rendered: Rendered, link: str, target: Path) -> bool:
+    message = str(rendered.error)
+    return (isinstance(rendered.error, RenderError) and "\n" not in message
+            and message.startswith(f"{link} is a symbolic link (to {target}): no file is written or removed"))
+
+
+def test_a_link_at_a_rendered_file_is_refused_and_its_target_kept(monkeypatch, tmp_path):
+    folder = tmp_path / "gitops"
+    assert render(monkeypatch, folder, {}).error is None
+    before = read_tree(folder)
+    victim = Victim.made(tmp_path / "home")
+    (folder / "manifests" / "runtimeclass.yaml").unlink()
+    (folder / "manifests" / "runtimeclass.yaml").symlink_to(victim.path)
+    rendered = render(monkeypatch, folder, {"gpu_sharing": "mps"})  # README and the plugin would change
+    assert refused_naming(rendered, "gitops/manifests/runtimeclass.yaml", victim.path), rendered.error
+    assert victim.unchanged() and (folder / "manifests" / "runtimeclass.yaml").is_symlink()
+    # nothing else written either (read_tree reads the link's target)
+    assert read_tree(folder) == {**before, "manifests/runtimeclass.yaml": victim.path.read_bytes()}
+
+
+def test_a_linked_folder_is_refused_and_what_it_points_at_kept(monkeypatch, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    victim = Victim.made(elsewhere / "manifests", "runtimeclass.yaml")
+    (tmp_path / "gitops").symlink_to(elsewhere)
+    rendered = render(monkeypatch, tmp_path / "gitops", {})
+    assert refused_naming(rendered, "gitops", elsewhere), rendered.error
+    assert victim.unchanged() and sorted(read_tree(elsewhere)) == ["manifests/runtimeclass.yaml"]
+
+
+def test_a_linked_subfolder_is_refused_and_what_it_points_at_kept(monkeypatch, tmp_path):
+    folder = tmp_path / "gitops"
+    folder.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    victim = Victim.made(elsewhere, "nvidia-device-plugin.yaml")
+    (folder / "manifests").symlink_to(elsewhere)
+    rendered = render(monkeypatch, folder, {})
+    assert refused_naming(rendered, "gitops/manifests", elsewhere), rendered.error
+    assert victim.unchanged() and sorted(read_tree(elsewhere)) == ["nvidia-device-plugin.yaml"]
+    assert read_tree(folder) == {}
+
+
+def test_a_link_in_a_folder_on_the_way_to_the_folder_is_refused(monkeypatch, tmp_path):
+    """manifests_dir=repo/gitops with repo a link: every folder of the setting's path is opened without following."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "repo").symlink_to(elsewhere)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(pyinfra, "is_cli", True)
+    _, error = run_pyinfra(Inventory((["@local"], {}), override_data={"manifests_dir": "repo/gitops"}),
+                           lambda state: load_deploy_file(state, RENDER))
+    assert str(error).startswith(f"repo is a symbolic link (to {elsewhere}):"), error
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_stale_file_behind_a_link_is_not_removed(monkeypatch, tmp_path):
+    """The Helm files a static render no longer writes: their folder a link elsewhere, or the file itself a link."""
+    folder = tmp_path / "gitops"
+    assert render(monkeypatch, folder, {"device_plugin_install_method": "helm"}).error is None
+    elsewhere = tmp_path / "elsewhere"
+    victim = Victim.made(elsewhere, "values.yaml")
+    for path in sorted((folder / "helm").iterdir()):
+        path.unlink()
+    (folder / "helm").rmdir()
+    (folder / "helm").symlink_to(elsewhere)
+    rendered = render(monkeypatch, folder, {})
+    assert refused_naming(rendered, "gitops/helm", elsewhere), rendered.error
+    assert victim.unchanged()
+
+    (folder / "helm").unlink()
+    (folder / "helm").mkdir()
+    (folder / "helm" / "values.yaml").symlink_to(victim.path)
+    rendered = render(monkeypatch, folder, {})
+    assert refused_naming(rendered, "gitops/helm/values.yaml", victim.path), rendered.error
+    assert victim.unchanged() and (folder / "helm" / "values.yaml").is_symlink()
+
+
+def test_a_link_made_after_the_plan_is_refused_when_the_file_is_written(monkeypatch, tmp_path):
+    """The write itself opens each folder without following and refuses a link at the file: a link put
+    there between the plan and the run fails the run in one line, its target unchanged."""
+    folder = tmp_path / "gitops"
+    assert render(monkeypatch, folder, {}).error is None
+    victim = Victim.made(tmp_path / "home")
+    link = folder / "manifests" / "nvidia-device-plugin.yaml"
+
+    def plan_then_link(state):
+        load_deploy_file(state, RENDER)
+        link.unlink()
+        link.symlink_to(victim.path)
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(pyinfra, "is_cli", True)
+    failures: list[str] = []
+    _, error = run_pyinfra(Inventory((["@local"], {}), override_data={"manifests_dir": "gitops",
+                                                                       "gpu_sharing": "mps"}),
+                           plan_then_link, failures=failures)
+    assert failures == [f"gitops/manifests/nvidia-device-plugin.yaml is a symbolic link (to {victim.path}): no file "
+                        "is written or removed through a link; make it a folder or file of its own, or write elsewhere"]
+    assert victim.unchanged() and link.is_symlink()
+
+
+def test_each_file_is_replaced_by_a_rename_and_is_0644_whatever_the_umask(monkeypatch, tmp_path):
+    """A reader holding the old file keeps the old bytes (a new file renamed over it, no write in place); no
+    temporary file is left; the mode is 0644 under umask 077."""
+    folder = tmp_path / "gitops"
+    assert render(monkeypatch, folder, {}).error is None
+    plugin = folder / "manifests" / "nvidia-device-plugin.yaml"
+    with plugin.open("rb") as reader:
+        old = plugin.read_bytes()
+        previous = os.umask(0o077)
+        try:
+            assert render(monkeypatch, folder, {"gpu_sharing": "mps"}).error is None
+        finally:
+            os.umask(previous)
+        assert reader.read() == old and plugin.read_bytes() != old
+    assert {path.stat().st_mode & 0o777 for path in folder.rglob("*") if path.is_file()} == {0o644}
+    assert not [path for path in folder.rglob(".*")]
+
+
+class StoodInHost:
+    """What a FunctionCommand's body gets as its host: its name, and the lines it logs."""
+
+    name = "@local"
+    executing_op_hash = "write"
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def log_styled(self, message: str, **_) -> None:
+        self.lines.append(message)
+
+
+class StoodInState:
+    """A run's State, as far as the failure notes need it (one per test)."""
+
+
+@pytest.mark.parametrize("command", ["write", "remove"])
+def test_the_command_itself_refuses_a_link_at_the_file(tmp_path, command):
+    """A link made after the operation looked and before its command ran: the command fails in one line and
+    leaves the link and its target as they were (the rename would replace a link, never follow it)."""
+    victim = Victim.made(tmp_path / "home")
+    (tmp_path / "gitops" / "manifests").mkdir(parents=True)
+    link = tmp_path / "gitops" / "manifests" / "runtimeclass.yaml"
+    link.symlink_to(victim.path)
+    target = ControllerFile(str(tmp_path), "gitops", "manifests/runtimeclass.yaml")
+    host = StoodInHost()
+    if command == "write":
+        result = controller_files._write(StoodInState(), host, target, b"kind: RuntimeClass\n")
+    else:
+        result = controller_files._remove(StoodInState(), host, target)
+    assert result is False and host.lines == [
+        f"gpu-node: gitops/manifests/runtimeclass.yaml is a symbolic link (to {victim.path}): no file is written or "
+        "removed through a link; make it a folder or file of its own, or write elsewhere"]
+    assert link.is_symlink() and victim.unchanged()
