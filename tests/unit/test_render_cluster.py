@@ -51,6 +51,11 @@ def read_tree(folder: Path) -> dict[str, bytes]:
 class Rendered:
     folder: Path
     error: Exception | None
+    state: object = None
+
+    def operations(self) -> list[str]:
+        """The names of the operations the run planned, in order (without the deploy's name before them)."""
+        return [", ".join(self.state.op_meta[op_hash].names).split(" | ")[-1] for op_hash in self.state.get_op_order()]
 
     @property
     def files(self) -> dict[str, bytes]:
@@ -90,8 +95,8 @@ def render(monkeypatch, folder: Path, data: dict, inventory: str | None = None,
         data["manifests_inventory"] = "inventory.py"
     monkeypatch.setattr(pyinfra, "is_cli", True)
     hosts = Inventory(([(host_name, {})], {}), override_data=data)
-    _, error = run_pyinfra(hosts, lambda state: load_deploy_file(state, RENDER))
-    return Rendered(folder, error)
+    state, error = run_pyinfra(hosts, lambda state: load_deploy_file(state, RENDER))
+    return Rendered(folder, error, state)
 
 
 # --- what the deploy sends, what the folder holds ------------------------------------------------
@@ -356,6 +361,14 @@ def test_only_on_the_controller(monkeypatch, tmp_path):
     rendered = render(monkeypatch, tmp_path / "gitops", {}, host_name="@fake/cp1")
     assert str(rendered.error) == ("deploy/render_cluster.py writes on the controller, not on @fake/cp1: "
                                    "run it as pyinfra @local deploy/render_cluster.py")
+
+
+@pytest.mark.parametrize("data", [{}, {"device_plugin_install_method": "helm"}, {"gpu_allocator": "dra"}])
+def test_a_render_into_an_empty_folder_plans_only_writes(monkeypatch, tmp_path, data):
+    """No "Remove ... (not rendered)" where nothing is there to remove: one operation a file written."""
+    rendered = render(monkeypatch, tmp_path / "gitops", data)
+    assert rendered.error is None
+    assert rendered.operations() == [f"Write gitops/{relative}" for relative in sorted(rendered.files)]
 
 
 def test_a_file_the_new_settings_do_not_render_is_removed_and_others_kept(monkeypatch, tmp_path):
