@@ -273,6 +273,33 @@ def test_every_object_of_every_folder_is_valid_for_the_release(version):
     assert values and not found, "\n".join(found)
 
 
+def api_objects(written: dict[str, str]) -> list[tuple[str, dict]]:
+    """Every API object of a folder's files (a document with metadata: no Helm values, no scheduler config)."""
+    return [(path, document) for path, text in written.items() if path.endswith(".yaml")
+            for document in manifest_documents(text) if "metadata" in document]
+
+
+DRA_FOLDERS = {"dra-static": {"gpu_allocator": "dra"},
+               "dra-helm": {"gpu_allocator": "dra", "dra_driver_install_method": "helm"}}
+
+
+def every_folder(version: str = "1.34") -> dict[str, dict[str, str]]:
+    """The files of every case's folder, the DRA ones too, on a cluster of ``version``."""
+    folders = {name: case_files(name, version) for name in CASES}
+    folders.update({name: cluster_files(parse_settings(data), [], version) for name, data in DRA_FOLDERS.items()})
+    return folders
+
+
+def test_every_object_of_every_folder_says_gpu_node_manages_it():
+    unlabelled = [f"{name}: {path}: {document['kind']} {document['metadata']['name']}"
+                  for name, written in every_folder().items() for path, document in api_objects(written)
+                  if (document["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") != "gpu-node"]
+    assert not unlabelled, "\n".join(unlabelled)
+    assert {document["kind"] for written in every_folder().values() for _, document in api_objects(written)} >= {
+        "RuntimeClass", "Namespace", "ConfigMap", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet",
+        "Deployment", "Service", "DeviceClass", "ResourceClaimTemplate", "Pod"}
+
+
 def test_the_schema_check_sees_the_folders_objects():
     """The check above can fail: a misspelt field in a rendered DaemonSet is refused."""
     text = case_files("static-no-sharing", VERSIONS[0])["manifests/nvidia-device-plugin.yaml"]
