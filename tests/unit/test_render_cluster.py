@@ -10,6 +10,7 @@ kubernetes-validate (test_k8s_schemas.py's check).
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -195,11 +196,7 @@ def test_the_folder_holds_the_objects_the_deploy_applies_no_real_cluster(monkeyp
     helm = [command for command in run.control_plane_commands() if " upgrade --install nvdp " in command]
     if case.data.get("device_plugin_install_method") == "helm":
         assert rendered.text("helm/values.yaml") == sent_text(helm[0])
-        words = shlex.split(helm[0])
-        chart = words[words.index("--install") + 1:]
-        release = yaml.safe_load(rendered.text("helm/release.yaml"))
-        assert chart[:8] == [release["release"], release["chart"], "--repo", release["repository"],
-                             "--version", release["version"], "--namespace", release["namespace"]]
+        assert_the_gitops_tools_install_the_chart_helm_was_given(rendered, "nvidia-device-plugin", helm[0])
     else:
         assert helm == [] and "helm/values.yaml" not in rendered.files
 
@@ -207,6 +204,68 @@ def test_the_folder_holds_the_objects_the_deploy_applies_no_real_cluster(monkeyp
         assert rendered.files["control-plane/kube-scheduler-config.yaml"] == cluster.files[SCHEDULER_CONFIG_PATH]
     else:
         assert "control-plane/kube-scheduler-config.yaml" not in rendered.files
+
+
+def helm_command_chart(command: str) -> dict[str, str]:
+    """What ``helm upgrade --install RELEASE CHART [--repo URL] --version V --namespace NS ...`` installs."""
+    words = shlex.split(command)
+    release, reference = words[words.index("--install") + 1:words.index("--install") + 3]
+    if "--repo" in words:
+        repository, chart = words[words.index("--repo") + 1], reference
+    else:  # an oci:// reference names the chart's repository and the chart
+        repository, _, chart = reference.rpartition("/")
+    return {"release": release, "repository": repository, "chart": chart,
+            "version": words[words.index("--version") + 1], "namespace": words[words.index("--namespace") + 1],
+            "values": yaml.safe_load(sent_text(command)), "create_namespace": "--create-namespace" in words}
+
+
+def expected_flux_objects(chart: dict) -> list[dict]:
+    """Flux's HelmRepository and HelmRelease (source.toolkit.fluxcd.io/v1, helm.toolkit.fluxcd.io/v2) of the
+    chart the helm command installs, every field as Flux's API documents it: built here from the command, not
+    by the code under test."""
+    labels = {"app.kubernetes.io/managed-by": "gpu-node"}
+    name = chart["release"]
+    repository = {"url": chart["repository"], "interval": "1h"}
+    if chart["repository"].startswith("oci://"):
+        repository["type"] = "oci"
+    return [
+        {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "HelmRepository",
+         "metadata": {"name": name, "namespace": "flux-system", "labels": labels}, "spec": repository},
+        {"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+         "metadata": {"name": name, "namespace": "flux-system", "labels": labels},
+         "spec": {"interval": "1h", "releaseName": name, "targetNamespace": chart["namespace"],
+                  "storageNamespace": chart["namespace"], "install": {"createNamespace": chart["create_namespace"]},
+                  "chart": {"spec": {"chart": chart["chart"], "version": chart["version"],
+                                     "sourceRef": {"kind": "HelmRepository", "name": name, "namespace": "flux-system"}}},
+                  "values": chart["values"]}},
+    ]
+
+
+def expected_argocd_objects(chart: dict) -> list[dict]:
+    """Argo CD's Application (argoproj.io/v1alpha1) of the same chart, as Argo CD's Helm guide writes one (an
+    OCI repository without its oci:// prefix), the values as valuesObject."""
+    return [
+        {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+         "metadata": {"name": chart["release"], "namespace": "argocd",
+                      "labels": {"app.kubernetes.io/managed-by": "gpu-node"}},
+         "spec": {"project": "default",
+                  "source": {"repoURL": chart["repository"].removeprefix("oci://"), "chart": chart["chart"],
+                             "targetRevision": chart["version"],
+                             "helm": {"releaseName": chart["release"], "valuesObject": chart["values"]}},
+                  "destination": {"server": "https://kubernetes.default.svc", "namespace": chart["namespace"]},
+                  "syncPolicy": {"syncOptions": [*(["CreateNamespace=true"] if chart["create_namespace"] else []),
+                                                 "ServerSideApply=true"]}}},
+    ]
+
+
+def assert_the_gitops_tools_install_the_chart_helm_was_given(rendered: Rendered, name: str, command: str) -> None:
+    """flux/NAME.yaml and argocd/NAME.yaml hold exactly the fields of the expected objects (no field the test
+    does not read: no registry package here checks these CRDs' schemas, see docs/cluster.md), with the chart,
+    version, release, namespace and values of the helm command, the values as YAML."""
+    chart = helm_command_chart(command)
+    assert manifest_documents(rendered.text(f"flux/{name}.yaml")) == expected_flux_objects(chart)
+    assert manifest_documents(rendered.text(f"argocd/{name}.yaml")) == expected_argocd_objects(chart)
+    assert isinstance(chart["values"], dict)
 
 
 @pytest.mark.parametrize("name", ["static-sharing-per-node", "static-cdi-driver-root",
@@ -298,6 +357,19 @@ def test_every_object_of_every_folder_says_gpu_node_manages_it():
     assert {document["kind"] for written in every_folder().values() for _, document in api_objects(written)} >= {
         "RuntimeClass", "Namespace", "ConfigMap", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet",
         "Deployment", "Service", "DeviceClass", "ResourceClaimTemplate", "Pod"}
+
+
+def test_the_helm_values_are_yaml_the_config_files_blocks_of_it():
+    """config.map's config files as YAML block scalars, as an operator reads and diffs them, not one JSON string
+    with escaped newlines; the same text as the static manifests' ConfigMap holds for the same settings."""
+    text = case_files("helm-no-sharing", VERSIONS[0])["helm/values.yaml"]
+    assert "\\n" not in text
+    configs = yaml.safe_load(text)["config"]["map"]
+    assert configs and all(f"    {json.dumps(key)}: |\n" in text for key in configs)
+    static = parse_settings({"smoke_test": "false"})
+    (configmap,) = [doc for doc in manifest_documents(cluster_files(static, [], None)["manifests/nvidia-device-plugin.yaml"])
+                    if doc["kind"] == "ConfigMap"]
+    assert configs == configmap["data"]
 
 
 def test_the_schema_check_sees_the_folders_objects():
@@ -401,7 +473,7 @@ def test_a_render_into_an_empty_folder_plans_only_writes(monkeypatch, tmp_path, 
 def test_a_file_the_new_settings_do_not_render_is_removed_and_others_kept(monkeypatch, tmp_path):
     folder = tmp_path / "gitops"
     helm = render(monkeypatch, folder, {"device_plugin_install_method": "helm"})
-    assert {"helm/values.yaml", "helm/release.yaml"} <= set(helm.files)
+    assert {"helm/values.yaml", "flux/nvidia-device-plugin.yaml", "argocd/nvidia-device-plugin.yaml"} <= set(helm.files)
     (folder / "kustomization.yaml").write_text("resources: []\n")  # the operator's own file
     static = render(monkeypatch, folder, {})
     assert static.error is None
