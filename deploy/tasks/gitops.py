@@ -25,7 +25,7 @@ given, and the values are no Kubernetes object); ``flux/`` and ``argocd/`` are e
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import yaml
 from pyinfra import host, logger
@@ -50,10 +50,10 @@ from .k8s import (
     SharingConfig,
     helm_chart_version,
     needs_device_plugin,
+    node_labels,
     render_device_plugin,
     render_helm_values,
     render_runtime_class,
-    sharing_labels,
     uses_gpushare,
 )
 
@@ -73,8 +73,13 @@ ARGOCD_NAMESPACE = "argocd"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-node"}
 # How often Flux looks at the chart's repository and at the release again
 FLUX_INTERVAL = "1h"
+# A Node the folder labels is never pruned or deleted by Argo CD or Flux (the kubelet's, not the folder's)
+NODE_ANNOTATIONS = {"argocd.argoproj.io/sync-options": "Prune=false,Delete=false",
+                    "kustomize.toolkit.fluxcd.io/prune": "disabled"}
+# The GPU nodes' labels: a bundle of the folder alone (deploy/k8s_gpu.py labels from the nodes' facts)
+NODE_LABELS_BUNDLE = "node-labels"
 BUNDLES = (RUNTIME_CLASS_BUNDLE, DEVICE_PLUGIN_BUNDLE, gpushare_task.EXTENDER_BUNDLE,
-           gpushare_task.DEVICE_PLUGIN_BUNDLE, dra_cluster.DRIVER_BUNDLE, dra_cluster.CLAIMS_BUNDLE)
+           gpushare_task.DEVICE_PLUGIN_BUNDLE, dra_cluster.DRIVER_BUNDLE, dra_cluster.CLAIMS_BUNDLE, NODE_LABELS_BUNDLE)
 WHAT_BUNDLES_HOLD = {
     RUNTIME_CLASS_BUNDLE: "the RuntimeClass `nvidia`",
     DEVICE_PLUGIN_BUNDLE: "NVIDIA's device plugin: its namespace, the sharing configs (ConfigMap), RBAC, "
@@ -85,6 +90,8 @@ WHAT_BUNDLES_HOLD = {
                                f"on nodes labelled `{dra.ALLOCATOR_LABEL}=dra`",
     dra_cluster.CLAIMS_BUNDLE: f"the DeviceClass `{dra.DEVICE_CLASS}` and the ResourceClaimTemplate "
                                f"`{dra.CLAIM_TEMPLATE}` (one GPU; the sharing config the settings give)",
+    NODE_LABELS_BUNDLE: "the GPU nodes' labels: a Node object each, its name and the labels its settings decide "
+                        "alone (a server-side apply sets these and no other field)",
 }
 
 
@@ -169,6 +176,35 @@ def dra_chart(chosen: Settings) -> HelmChart:
                      version=dra_cluster.helm_chart_version(chosen), values=dra_cluster.render_helm_values(chosen))
 
 
+def settings_labels(node: GpuNode) -> dict[str, str]:
+    """
+    The labels deploy/k8s_gpu.py sets on a GPU node that the node's settings decide alone: its own
+    (node_labels, gpushare's) with a GPU present, as the gpu_nodes group says it has; no ``accelerator``
+    (the GPU's product, a fact), no label it removes.
+    """
+    labels = node_labels(replace(node, pci_gpus=max(node.pci_gpus, 1)))
+    if node.gpu_sharing == "gpushare":
+        labels[NODE_LABEL] = "true"
+    return {key: value for key, value in sorted(labels.items()) if value is not None and key != "accelerator"}
+
+
+def node_labels_manifest(settings: Settings, nodes: list[GpuNode]) -> str | None:
+    """The GPU nodes' labels as Node objects, for those whose Kubernetes name the settings give
+    (kube_node_names): a name guessed wrong would make a Node no kubelet runs. None: no node named."""
+    names = dict(settings.kube_node_names)
+    named = sorted((node for node in nodes if node.host_name in names), key=lambda node: names[node.host_name])
+    twice = sorted({names[node.host_name] for node in named
+                    if [names[other.host_name] for other in named].count(names[node.host_name]) > 1})
+    if twice:
+        raise RenderError(f"kube_node_names gives several GPU nodes the Kubernetes name {', '.join(twice)}: "
+                          "each node needs its own")
+    documents = [{"apiVersion": "v1", "kind": "Node",
+                  "metadata": {"name": names[node.host_name], "labels": {**settings_labels(node), **MANAGED_BY},
+                               "annotations": dict(NODE_ANNOTATIONS)}}
+                 for node in named]
+    return dump_documents(documents) if documents else None
+
+
 def dra_files(settings: Settings, nodes: list[GpuNode], kubernetes_minor: str | None) -> tuple[dict, dict]:
     """The DRA driver's bundles and files (deploy/tasks/dra_cluster.py's), as its deploy applies them;
     refused for a cluster older than 1.34 where ``kubernetes_minor`` says it."""
@@ -219,6 +255,9 @@ def cluster_files(settings: Settings, nodes: list[GpuNode], kubernetes_minor: st
         dra_manifests, dra_written = dra_files(settings, nodes, kubernetes_minor)
         manifests.update(dra_manifests)
         written.update(dra_written)
+    labels = node_labels_manifest(settings, nodes)
+    if labels:
+        manifests[NODE_LABELS_BUNDLE] = labels
     for bundle, manifest in manifests.items():
         # stamped as apply_manifests stamps them: a deploy run after this folder is applied changes nothing
         written[manifest_file(bundle)] = stamp_manifest(manifest, bundle)[0]
@@ -325,39 +364,36 @@ def readme(settings: Settings, nodes: list[GpuNode], kubernetes_minor: str | Non
             f"`--config={settings.gpushare_scheduler_config_path}` and that file mounted (hostPath). No `kubectl apply`",
             "reaches a static pod: `deploy/k8s_gpu.py` edits it on the host, with a backup and a rollback.",
         ]
+    names = dict(settings.kube_node_names)
     lines += [
         "",
-        "## Not here: each node's labels",
+        "## Each node's labels",
         "",
-        "The labels come from each node's facts, which only `deploy/k8s_gpu.py` reads: `nvidia.com/gpu.present=true`",
-        "on nodes with an NVIDIA GPU (the device plugin runs only there) and `accelerator=<product>` from",
-        "the GPU's product name. Label the nodes yourself (`kubectl label node`), or let `deploy/k8s_gpu.py`",
-        "label them.",
+        "The objects above run where the nodes' labels say: the device plugin and the RuntimeClass on",
+        "`nvidia.com/gpu.present=true`, the MPS daemon on `nvidia.com/mps.capable=true`, gpushare's plugin on",
+        f"`{NODE_LABEL}=true`, the DRA kubelet plugin on `{dra.ALLOCATOR_LABEL}=dra`. Each inventory GPU node",
+        f"that `kube_node_names` names has a Node object in `{manifest_file(NODE_LABELS_BUNDLE)}` with the labels",
+        "its settings decide, so syncing `manifests/` labels it. The labels from the node's facts are not",
+        "here: `accelerator=<product>` (nothing here selects on it) and, with `cdi=auto`, whether its config",
+        "uses CDI. `deploy/k8s_gpu.py` labels from the facts: let it or this folder label a node, not both.",
     ]
-    if dra_cluster.uses_dra(settings, nodes):
-        lines += ["", f"A node of the DRA group carries `{dra.ALLOCATOR_LABEL}=dra` and no `nvidia.com/gpu.present`: "
-                      "the DRA kubelet", "plugin runs there and the device plugin does not."]
     if nodes:
-        names = dict(settings.kube_node_names)
         lines += [
-            "",
-            "The labels the GPU nodes' own settings decide:",
             "",
             "| inventory host | Kubernetes node | labels |",
             "|---|---|---|",
         ]
         for node in sorted(nodes, key=lambda node: node.host_name):
-            labels = {key: value for key, value in sharing_labels(node).items() if value is not None}
-            if node.settings.gpu_allocator == "dra":
-                labels = {dra.ALLOCATOR_LABEL: "dra"}
-            if node.gpu_sharing == "gpushare":
-                labels[NODE_LABEL] = "true"
-            shown = ", ".join(f"`{key}={value}`" for key, value in sorted(labels.items()))
-            lines.append(f"| `{node.host_name}` | {names.get(node.host_name, 'its hostname, in lower case')} | "
-                         f"{shown} |")
+            shown = ", ".join(f"`{key}={value}`" for key, value in settings_labels(node).items())
+            where = (f"`{names[node.host_name]}`" if node.host_name in names
+                     else "not named in `kube_node_names`: its hostname, in lower case; not labelled by this folder")
+            lines.append(f"| `{node.host_name}` | {where} | {shown} |")
         if any(node.settings.cdi == "auto" and node.gpu_sharing != "gpushare" for node in nodes):
             lines += ["", "With `cdi=auto` a node's config depends on whether its CDI spec exists, a fact: these",
                       "files take it as absent (set `cdi=true` or `false` for a config that does not guess)."]
+    else:
+        lines += ["", "No GPU node is known to this render (`manifests_inventory` unset or without `gpu_nodes`):",
+                  "no node is labelled by this folder."]
     if needs_device_plugin(settings, nodes):
         default = SharingConfig.from_settings(settings).name
         lines += ["", f"A node without a `{CONFIG_LABEL}` label gets the config `{default}`."]

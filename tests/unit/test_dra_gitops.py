@@ -112,7 +112,8 @@ def test_after_the_folder_is_applied_the_deploy_applies_nothing_no_real_cluster(
 def test_the_readme_names_the_dra_files_and_the_dra_nodes_label(monkeypatch, tmp_path):
     readme = render_case(monkeypatch, tmp_path, CASES["dra-beside-the-device-plugin"]).text("README.md")
     assert "| `manifests/dra-claims.yaml` | the DeviceClass `gpu-node.nvidia.com`" in readme
-    assert "| `@fake/gpu2` | its hostname, in lower case | `gpu-node.io/gpu-allocator=dra` |" in readme
+    assert ("| `@fake/gpu2` | not named in `kube_node_names`: its hostname, in lower case; not labelled by this folder "
+            "| `gpu-node.io/gpu-allocator=dra` |") in readme
     assert "`nvidia.com/device-plugin.config=time-slicing-4" in readme  # gpu1 stays on the device plugin
     assert "Kubernetes 1.34 or newer" in readme
 

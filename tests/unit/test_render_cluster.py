@@ -29,7 +29,7 @@ from test_gpushare_plan import CONFIG as SCHEDULER_CONFIG_PATH
 from test_gpushare_plan import GpushareHost
 from test_hostile_values_run import PWNED, STYLES, accepted, hostile_value
 from test_k8s_plan import A100, FakeCluster, gpu_identity_lines, object_key, run_plan, stdin_manifest
-from test_k8s_schemas import VERSIONS, helm_values_as_objects, helm_values_problems, problems
+from test_k8s_schemas import HELM_POD_SPEC_VALUES, VERSIONS, helm_values_as_objects, helm_values_problems, problems
 from test_k8s_schemas import schema_files_read_once  # noqa: F401 (its schema cache, for this module too)
 
 from deploy.operations import controller_files
@@ -317,8 +317,10 @@ def test_the_render_writes_the_files_the_pure_function_gives(monkeypatch, tmp_pa
 @pytest.mark.parametrize("version", VERSIONS)
 def test_every_object_of_every_folder_is_valid_for_the_release(version):
     found, values = [], []
-    for name in CASES:
-        written = case_files(name, version)
+    folders = {name: case_files(name, version) for name in CASES}
+    folders["node-labels"] = node_labels_files(version)
+    assert "manifests/node-labels.yaml" in folders["node-labels"]
+    for name, written in folders.items():
         for path, text in written.items():
             if path.startswith("manifests/"):
                 documents = manifest_documents(text)
@@ -330,6 +332,15 @@ def test_every_object_of_every_folder_is_valid_for_the_release(version):
                                                                    version)]
             found += [f"{name}: {problem}" for problem in helm_values_problems(yaml.safe_load(written["helm/values.yaml"]))]
     assert values and not found, "\n".join(found)
+
+
+def node_labels_files(version: str) -> dict[str, str]:
+    """A folder with the GPU nodes' Node objects: the device plugin's nodes and gpushare's, each named."""
+    nodes = [settings_only_node(host, parse_settings({**settings, "gpushare_inspect_sha256": INSPECT_SHA}))
+             for host, (_, settings) in SYNC_NODES.items() if host != "@fake/dra"]
+    control_plane = parse_settings({key: value for key, value in SYNC_DATA.items()
+                                    if key != "manifests_kubernetes_version"})
+    return cluster_files(control_plane, nodes, version)
 
 
 def api_objects(written: dict[str, str]) -> list[tuple[str, dict]]:
@@ -346,6 +357,7 @@ def every_folder(version: str = "1.34") -> dict[str, dict[str, str]]:
     """The files of every case's folder, the DRA ones too, on a cluster of ``version``."""
     folders = {name: case_files(name, version) for name in CASES}
     folders.update({name: cluster_files(parse_settings(data), [], version) for name, data in DRA_FOLDERS.items()})
+    folders["node-labels"] = node_labels_files(version)
     return folders
 
 
@@ -688,3 +700,153 @@ def test_the_command_itself_refuses_a_link_at_the_file(tmp_path, command):
         f"gpu-node: gitops/manifests/runtimeclass.yaml is a symbolic link (to {victim.path}): no file is written or "
         "removed through a link; make it a folder or file of its own, or write elsewhere"]
     assert link.is_symlink() and victim.unchanged()
+
+
+# --- the folder synced as is: every GPU workload finds its nodes -------------------------------------
+
+SYNC_NODES = {  # inventory host -> (its Kubernetes name, its own settings)
+    "@fake/plain": ("gpu-plain", {}),
+    "@fake/mps": ("gpu-mps", {"gpu_sharing": "mps"}),
+    "@fake/share": ("gpu-share", {"gpu_sharing": "gpushare"}),
+    "@fake/dra": ("gpu-dra", {"gpu_allocator": "dra"}),
+}
+SYNC_DATA = {"smoke_test": "false", "gpushare_inspect_sha256": INSPECT_SHA, "manifests_kubernetes_version": "1.34",
+             "kube_node_names": ",".join(f"{host}={name}" for host, (name, _) in SYNC_NODES.items())}
+# Which workload each kind of node must run, from its settings alone (not from the code under test)
+EXPECTED_WORKLOADS = {
+    "gpu-plain": {"nvidia-device-plugin"},
+    "gpu-mps": {"nvidia-device-plugin", "nvidia-device-plugin-mps-control-daemon"},
+    "gpu-share": {"gpushare-device-plugin-ds"},
+    "gpu-dra": {"nvidia-dra-driver-gpu-kubelet-plugin"},
+}
+
+
+def expression_holds(expression: dict, labels: dict[str, str]) -> bool:
+    """One matchExpressions entry of a node selector term, as the scheduler reads it (the operators these
+    folders use; no library here evaluates node affinity)."""
+    key, operator, values = expression["key"], expression["operator"], expression.get("values", [])
+    return {"In": lambda: labels.get(key) in values, "NotIn": lambda: labels.get(key) not in values,
+            "Exists": lambda: key in labels, "DoesNotExist": lambda: key not in labels}[operator]()
+
+
+def runs_on(pod: dict, labels: dict[str, str], runtime_classes: dict[str, dict]) -> bool:
+    """Whether a pod spec fits an untainted node with ``labels``: its nodeSelector, the RuntimeClass's
+    nodeSelector (merged into the pod's by its admission; an unknown RuntimeClass rejects the pod) and the
+    required node affinity."""
+    selector = dict(pod.get("nodeSelector") or {})
+    if pod.get("runtimeClassName"):
+        if pod["runtimeClassName"] not in runtime_classes:
+            return False
+        selector.update(runtime_classes[pod["runtimeClassName"]].get("scheduling", {}).get("nodeSelector", {}))
+    if any(labels.get(key) != value for key, value in selector.items()):
+        return False
+    required = (pod.get("affinity") or {}).get("nodeAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+    return not required or any(all(expression_holds(expression, labels) for expression in term["matchExpressions"])
+                               for term in required["nodeSelectorTerms"])
+
+
+@dataclass
+class Synced:
+    """A cluster after a directory source (Argo CD) or a Flux Kustomization applied the folder's manifests/
+    server-side to GPU nodes that carry none of gpu-node's labels: every document of every YAML file there."""
+
+    nodes: dict[str, dict[str, str]]  # name -> labels
+    workloads: dict[str, dict]  # DaemonSet name (or the Helm chart's release) -> its pod spec
+    runtime_classes: dict[str, dict]
+    configs: dict[str, str]  # the device plugin's configs by name
+
+    @classmethod
+    def of(cls, rendered: Rendered) -> "Synced":
+        documents = rendered.documents()
+        nodes = {doc["metadata"]["name"]: dict(doc["metadata"].get("labels", {})) for doc in documents
+                 if doc["kind"] == "Node"}
+        workloads = {doc["metadata"]["name"]: doc["spec"]["template"]["spec"] for doc in documents
+                     if doc["kind"] == "DaemonSet"}
+        configs = {key: value for doc in documents if doc["kind"] == "ConfigMap"
+                   and doc["metadata"]["name"] == "nvidia-device-plugin-configs" for key, value in doc["data"].items()}
+        flux = rendered.folder / "flux" / "nvidia-device-plugin.yaml"
+        if flux.exists():  # the chart's DaemonSets take these values into their pod spec (HELM_POD_SPEC_VALUES)
+            (release,) = [doc for doc in manifest_documents(flux.read_text()) if doc["kind"] == "HelmRelease"]
+            values = release["spec"]["values"]
+            workloads["nvidia-device-plugin"] = {key: values[key] for key in HELM_POD_SPEC_VALUES if key in values}
+            configs = values["config"]["map"]
+        runtime_classes = {doc["metadata"]["name"]: doc for doc in documents if doc["kind"] == "RuntimeClass"}
+        return cls(nodes, workloads, runtime_classes, configs)
+
+    def running(self, node: str) -> set[str]:
+        return {name for name, pod in self.workloads.items()
+                if runs_on(pod, self.nodes[node], self.runtime_classes)}
+
+
+@pytest.mark.parametrize("method", ["static", "helm"])
+def test_the_synced_folder_runs_each_gpu_nodes_plugin_with_no_hand_step(monkeypatch, tmp_path, method):
+    """With kube_node_names naming the GPU nodes, manifests/ alone (plus flux/ for the Helm method) labels them,
+    and each node's plugin then fits it: NVIDIA's device plugin (and the MPS daemon where it shares by MPS) on
+    the device plugin's nodes, gpushare's on its node, the DRA kubelet plugin on the DRA node, each nowhere else;
+    the config label names a config of the plugin's; a pod of the nvidia RuntimeClass fits the GPU nodes the
+    runtime class serves. A plan test: no Argo CD, Flux or cluster runs here (the lab's is in
+    tests/e2e/test_cluster_e2e.py)."""
+    data = {**SYNC_DATA, **({"device_plugin_install_method": "helm"} if method == "helm" else {})}
+    inventory = inventory_text(list(SYNC_NODES), {host: settings for host, (_, settings) in SYNC_NODES.items()})
+    rendered = render(monkeypatch, tmp_path / "gitops", data, inventory)
+    assert rendered.error is None, rendered.error
+    synced = Synced.of(rendered)
+
+    assert set(synced.nodes) == set(EXPECTED_WORKLOADS)
+    for node, expected in EXPECTED_WORKLOADS.items():
+        if method == "helm":  # the chart's own MPS daemon is placed by the chart, which is not in the folder
+            expected = expected - {"nvidia-device-plugin-mps-control-daemon"}
+        assert synced.running(node) == expected, (node, synced.nodes[node])
+    for node in ("gpu-plain", "gpu-mps"):
+        assert synced.nodes[node]["nvidia.com/device-plugin.config"] in synced.configs
+    mps_config = yaml.safe_load(synced.configs[synced.nodes["gpu-mps"]["nvidia.com/device-plugin.config"]])
+    assert "mps" in mps_config["sharing"]
+    gpu_pod = {"runtimeClassName": "nvidia"}
+    assert {node for node in synced.nodes if runs_on(gpu_pod, synced.nodes[node], synced.runtime_classes)} == {
+        "gpu-plain", "gpu-mps", "gpu-share"}
+
+
+def test_the_placement_check_can_fail():
+    """runs_on refuses what the scheduler refuses: a missing label, a NotIn label, an unknown RuntimeClass."""
+    plugin = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]},
+                              {"key": "gpushare", "operator": "NotIn", "values": ["true"]}]}]}}}}
+    assert runs_on(plugin, {"nvidia.com/gpu.present": "true"}, {})
+    assert not runs_on(plugin, {}, {})
+    assert not runs_on(plugin, {"nvidia.com/gpu.present": "true", "gpushare": "true"}, {})
+    assert not runs_on({"runtimeClassName": "nvidia"}, {"nvidia.com/gpu.present": "true"}, {})
+
+
+def test_a_gpu_node_without_a_kubernetes_name_is_not_labelled_and_the_readme_says_so(monkeypatch, tmp_path):
+    """No Node object for a name guessed from the inventory (one no kubelet registers would become an empty Node)."""
+    rendered = render(monkeypatch, tmp_path / "gitops", {"kube_node_names": "@fake/plain=gpu-plain"},
+                      inventory_text(["@fake/plain", "@fake/mps"], {"@fake/mps": {"gpu_sharing": "mps"}}))
+    assert rendered.error is None
+    assert set(Synced.of(rendered).nodes) == {"gpu-plain"}
+    assert ("| `@fake/mps` | not named in `kube_node_names`: its hostname, in lower case; not labelled by this folder "
+            "| `nvidia.com/device-plugin.config=mps-4`, `nvidia.com/gpu.present=true`, `nvidia.com/mps.capable=true` |"
+            ) in rendered.text("README.md")
+
+
+def test_two_gpu_nodes_given_one_kubernetes_name_are_refused(monkeypatch, tmp_path):
+    rendered = render(monkeypatch, tmp_path / "gitops", {"kube_node_names": "@fake/a=gpu,@fake/b=gpu"},
+                      inventory_text(["@fake/a", "@fake/b"], {}))
+    assert str(rendered.error) == "kube_node_names gives several GPU nodes the Kubernetes name gpu: each node needs its own"
+    assert not rendered.folder.exists()
+
+
+@pytest.mark.parametrize("name", ["static-sharing-per-node", "gpushare-1.23-beside-time-slicing"])
+def test_the_folders_node_labels_are_the_ones_the_deploy_sets_no_real_cluster(monkeypatch, tmp_path, name):
+    """Each Node object's labels (but gpu-node's managed-by) are labels deploy/k8s_gpu.py gives that node from its
+    facts, with the same values; the deploy adds only what the facts alone know (accelerator)."""
+    case = CASES[name]
+    names = ",".join(f"{host}={host.removeprefix('@fake/')}" for host in case.gpu_hosts)
+    case = Case({**case.data, "kube_node_names": names}, case.host_data, case.gpu_hosts, case.gpushare_version)
+    cluster, _ = deploy_plan(monkeypatch, case)
+    synced = Synced.of(render_case(monkeypatch, tmp_path, case))
+    assert set(synced.nodes) == {host.removeprefix("@fake/") for host in case.gpu_hosts}
+    for node, labels in synced.nodes.items():
+        assert labels.pop("app.kubernetes.io/managed-by") == "gpu-node"
+        deployed = cluster.nodes[node]
+        assert {key: deployed.get(key) for key in labels} == labels
+        assert set(deployed) - set(labels) == {"accelerator"}
