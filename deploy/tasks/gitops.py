@@ -452,6 +452,10 @@ def write_cluster_files(settings: Settings):
                               f"files ({', '.join(differ)}): give them the same Kubernetes settings")
         first, rendered = first or name, found
 
+    unnamed = [node.host_name for node in nodes if node.host_name not in dict(control_planes[0][1].kube_node_names)]
+    if unnamed:
+        logger.warning(f"{host.print_prefix}kube_node_names does not name the GPU nodes {', '.join(unnamed)}: "
+                       f"{manifest_file(NODE_LABELS_BUNDLE)} does not label them")
     base = host.state.cwd or os.getcwd()
     targets = {relative: ControllerFile(base, settings.manifests_dir, relative) for relative in EVERY_FILE}
     try:

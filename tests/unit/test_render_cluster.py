@@ -817,8 +817,9 @@ def test_the_placement_check_can_fail():
     assert not runs_on({"runtimeClassName": "nvidia"}, {"nvidia.com/gpu.present": "true"}, {})
 
 
-def test_a_gpu_node_without_a_kubernetes_name_is_not_labelled_and_the_readme_says_so(monkeypatch, tmp_path):
-    """No Node object for a name guessed from the inventory (one no kubelet registers would become an empty Node)."""
+def test_a_gpu_node_without_a_kubernetes_name_is_not_labelled_and_the_readme_says_so(monkeypatch, tmp_path, caplog):
+    """No Node object for a name guessed from the inventory (one no kubelet registers would become an empty Node);
+    the run says so in one line."""
     rendered = render(monkeypatch, tmp_path / "gitops", {"kube_node_names": "@fake/plain=gpu-plain"},
                       inventory_text(["@fake/plain", "@fake/mps"], {"@fake/mps": {"gpu_sharing": "mps"}}))
     assert rendered.error is None
@@ -826,6 +827,8 @@ def test_a_gpu_node_without_a_kubernetes_name_is_not_labelled_and_the_readme_say
     assert ("| `@fake/mps` | not named in `kube_node_names`: its hostname, in lower case; not labelled by this folder "
             "| `nvidia.com/device-plugin.config=mps-4`, `nvidia.com/gpu.present=true`, `nvidia.com/mps.capable=true` |"
             ) in rendered.text("README.md")
+    assert [record.getMessage() for record in caplog.records if "kube_node_names" in record.getMessage()] == [
+        "[@local] kube_node_names does not name the GPU nodes @fake/mps: manifests/node-labels.yaml does not label them"]
 
 
 def test_two_gpu_nodes_given_one_kubernetes_name_are_refused(monkeypatch, tmp_path):
