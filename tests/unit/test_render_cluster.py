@@ -474,6 +474,18 @@ def test_only_on_the_controller(monkeypatch, tmp_path):
                                    "run it as pyinfra @local deploy/render_cluster.py")
 
 
+def test_the_release_files_of_earlier_renders_are_removed(monkeypatch, tmp_path):
+    """helm/release.yaml and helm/dra-release.yaml, our own shape before flux/ and argocd/: a sync would not read
+    them, an operator might."""
+    folder = tmp_path / "gitops"
+    (folder / "helm").mkdir(parents=True)
+    for name in ("release.yaml", "dra-release.yaml"):
+        (folder / "helm" / name).write_text("chart: nvidia-device-plugin\n")
+    rendered = render(monkeypatch, folder, {"device_plugin_install_method": "helm"})
+    assert rendered.error is None
+    assert sorted(path for path in rendered.files if path.startswith("helm/")) == ["helm/values.yaml"]
+
+
 @pytest.mark.parametrize("data", [{}, {"device_plugin_install_method": "helm"}, {"gpu_allocator": "dra"}])
 def test_a_render_into_an_empty_folder_plans_only_writes(monkeypatch, tmp_path, data):
     """No "Remove ... (not rendered)" where nothing is there to remove: one operation a file written."""
