@@ -36,7 +36,7 @@ from deploy.operations import controller_files
 from deploy.operations.controller_files import ControllerFile
 from deploy.operations.kubectl import manifest_documents
 from deploy.settings import parse_settings
-from deploy.tasks.gitops import EVERY_FILE, RenderError, cluster_files, settings_only_node
+from deploy.tasks.gitops import RenderError, cluster_files, settings_only_node
 
 REPO = Path(__file__).resolve().parents[2]
 RENDER = str(REPO / "deploy" / "render_cluster.py")
