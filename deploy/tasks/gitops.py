@@ -7,36 +7,38 @@ The folder (``manifests_dir``)::
 
     README.md                                what is here, how to apply it, what is not here
     manifests/<bundle>.yaml                  the API objects, one file per bundle the deploy applies
-    helm/values.yaml, helm/release.yaml      with device_plugin_install_method=helm: the chart's values
-                                             and which chart, version and release they are for
+    helm/values.yaml                         with device_plugin_install_method=helm: the chart's values,
+                                             as helm gets them
+    flux/nvidia-device-plugin.yaml           the same chart and values as Flux's HelmRepository and HelmRelease
+    argocd/nvidia-device-plugin.yaml         and as an Argo CD Application
     control-plane/kube-scheduler-config.yaml with gpushare: a file for kube-scheduler, no API object
-    helm/dra-values.yaml, helm/dra-release.yaml
+    helm/dra-values.yaml, flux/nvidia-dra-driver-gpu.yaml, argocd/nvidia-dra-driver-gpu.yaml
                                              with gpu_allocator=dra and dra_driver_install_method=helm:
-                                             the DRA driver chart's values, and which chart and release
+                                             the DRA driver chart's values, for helm, Flux and Argo CD
     smoke/dra-smoke-pod.yaml                 with gpu_allocator=dra and smoke_test: the pod that asks for
                                              one GPU through a claim, to create once (not to sync)
 
 Only ``manifests/`` is for ``kubectl apply -f`` (Flux applies every YAML file under the path it is
-given, and the values are no Kubernetes object).
+given, and the values are no Kubernetes object); ``flux/`` and ``argocd/`` are each for its own tool.
 """
 
 from __future__ import annotations
 
 import os
-import posixpath
-from io import StringIO
+from dataclasses import dataclass, replace
 
 import yaml
 from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import NoGroupError, PyinfraError
-from pyinfra.operations import files
 from pyinfra_cli.inventory import make_inventory
 
 from .. import dra
 from ..facts.k8s import FIELD_MANAGER, GpuNode
 from ..gpushare import NODE_LABEL, GpushareError, scheduler_config_yaml
-from ..operations.kubectl import HELM_CHART, HELM_RELEASE, HELM_REPO_URL, stamp_manifest
+from ..operations import controller_files
+from ..operations.controller_files import ControllerFile
+from ..operations.kubectl import HELM_CHART, HELM_RELEASE, HELM_REPO_URL, dump_documents, stamp_manifest
 from ..settings import CONTROL_PLANE_GROUP, GPU_NODES_GROUP, Settings, SettingsError, parse_settings
 from . import dra_cluster
 from . import gpushare as gpushare_task
@@ -48,23 +50,36 @@ from .k8s import (
     SharingConfig,
     helm_chart_version,
     needs_device_plugin,
+    node_labels,
     render_device_plugin,
     render_helm_values,
     render_runtime_class,
-    sharing_labels,
     uses_gpushare,
 )
 
 README = "README.md"
 MANIFESTS = "manifests"
 HELM_VALUES = "helm/values.yaml"
-HELM_RELEASE_FILE = "helm/release.yaml"
+FLUX_HELM = "flux/nvidia-device-plugin.yaml"
+ARGOCD_HELM = "argocd/nvidia-device-plugin.yaml"
 SCHEDULER_CONFIG = "control-plane/kube-scheduler-config.yaml"
 DRA_HELM_VALUES = "helm/dra-values.yaml"
-DRA_HELM_RELEASE_FILE = "helm/dra-release.yaml"
+DRA_FLUX_HELM = "flux/nvidia-dra-driver-gpu.yaml"
+DRA_ARGOCD_HELM = "argocd/nvidia-dra-driver-gpu.yaml"
 DRA_SMOKE_POD = "smoke/dra-smoke-pod.yaml"
+# The namespaces Flux's and Argo CD's own installs watch by default
+FLUX_NAMESPACE = "flux-system"
+ARGOCD_NAMESPACE = "argocd"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-node"}
+# How often Flux looks at the chart's repository and at the release again
+FLUX_INTERVAL = "1h"
+# A Node the folder labels is never pruned or deleted by Argo CD or Flux (the kubelet's, not the folder's)
+NODE_ANNOTATIONS = {"argocd.argoproj.io/sync-options": "Prune=false,Delete=false",
+                    "kustomize.toolkit.fluxcd.io/prune": "disabled"}
+# The GPU nodes' labels: a bundle of the folder alone (deploy/k8s_gpu.py labels from the nodes' facts)
+NODE_LABELS_BUNDLE = "node-labels"
 BUNDLES = (RUNTIME_CLASS_BUNDLE, DEVICE_PLUGIN_BUNDLE, gpushare_task.EXTENDER_BUNDLE,
-           gpushare_task.DEVICE_PLUGIN_BUNDLE, dra_cluster.DRIVER_BUNDLE, dra_cluster.CLAIMS_BUNDLE)
+           gpushare_task.DEVICE_PLUGIN_BUNDLE, dra_cluster.DRIVER_BUNDLE, dra_cluster.CLAIMS_BUNDLE, NODE_LABELS_BUNDLE)
 WHAT_BUNDLES_HOLD = {
     RUNTIME_CLASS_BUNDLE: "the RuntimeClass `nvidia`",
     DEVICE_PLUGIN_BUNDLE: "NVIDIA's device plugin: its namespace, the sharing configs (ConfigMap), RBAC, "
@@ -75,6 +90,8 @@ WHAT_BUNDLES_HOLD = {
                                f"on nodes labelled `{dra.ALLOCATOR_LABEL}=dra`",
     dra_cluster.CLAIMS_BUNDLE: f"the DeviceClass `{dra.DEVICE_CLASS}` and the ResourceClaimTemplate "
                                f"`{dra.CLAIM_TEMPLATE}` (one GPU; the sharing config the settings give)",
+    NODE_LABELS_BUNDLE: "the GPU nodes' labels: a Node object each, its name and the labels its settings decide "
+                        "alone (a server-side apply sets these and no other field)",
 }
 
 
@@ -84,8 +101,10 @@ def manifest_file(bundle: str) -> str:
 
 # Every file a render may write: one a new render no longer writes is removed (a stale bundle in
 # manifests/ would still be applied by whatever syncs the folder).
-EVERY_FILE = (README, *(manifest_file(bundle) for bundle in BUNDLES), HELM_VALUES, HELM_RELEASE_FILE,
-              SCHEDULER_CONFIG, DRA_HELM_VALUES, DRA_HELM_RELEASE_FILE, DRA_SMOKE_POD)
+# The last two: what earlier releases wrote instead of flux/ and argocd/.
+EVERY_FILE = (README, *(manifest_file(bundle) for bundle in BUNDLES), HELM_VALUES, FLUX_HELM, ARGOCD_HELM,
+              SCHEDULER_CONFIG, DRA_HELM_VALUES, DRA_FLUX_HELM, DRA_ARGOCD_HELM, DRA_SMOKE_POD,
+              "helm/release.yaml", "helm/dra-release.yaml")
 
 
 class RenderError(PyinfraError):
@@ -102,18 +121,88 @@ def settings_only_node(host_name: str, settings: Settings) -> GpuNode:
                    settings=settings)
 
 
-def helm_release_text(settings: Settings) -> str:
-    release = {"repository": HELM_REPO_URL, "chart": HELM_CHART, "version": helm_chart_version(settings),
-               "release": HELM_RELEASE, "namespace": DEVICE_PLUGIN_NAMESPACE}
-    return ("# The Helm release deploy/k8s_gpu.py installs with values.yaml (helm upgrade --install "
-            "--create-namespace)\n" + yaml.safe_dump(release, sort_keys=True))
+@dataclass(frozen=True)
+class HelmChart:
+    """A chart release as deploy/k8s_gpu.py installs it (helm upgrade --install --create-namespace)."""
+
+    release: str
+    namespace: str
+    repository: str  # https://... or oci://registry/path, the folder the chart is in
+    chart: str
+    version: str
+    values: str  # the values' text, as helm is given it
+
+    @property
+    def oci(self) -> bool:
+        return self.repository.startswith("oci://")
+
+    def flux_text(self) -> str:
+        """Flux's HelmRepository and HelmRelease of the chart: a release of the same name and namespace,
+        so helm and deploy/k8s_gpu.py see the release Flux installs as theirs."""
+        repository = {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "HelmRepository",
+                      "metadata": {"name": self.release, "namespace": FLUX_NAMESPACE, "labels": MANAGED_BY},
+                      "spec": {"url": self.repository, "interval": FLUX_INTERVAL, **({"type": "oci"} if self.oci else {})}}
+        release = {"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+                   "metadata": {"name": self.release, "namespace": FLUX_NAMESPACE, "labels": MANAGED_BY},
+                   "spec": {"interval": FLUX_INTERVAL, "releaseName": self.release, "targetNamespace": self.namespace,
+                            "storageNamespace": self.namespace, "install": {"createNamespace": True},
+                            "chart": {"spec": {"chart": self.chart, "version": self.version,
+                                               "sourceRef": {"kind": "HelmRepository", "name": self.release,
+                                                             "namespace": FLUX_NAMESPACE}}},
+                            "values": yaml.safe_load(self.values)}}
+        return dump_documents([repository, release])
+
+    def argocd_text(self) -> str:
+        """Argo CD's Application of the chart (Argo CD renders it and applies the objects: no Helm release)."""
+        source = {"repoURL": self.repository.removeprefix("oci://"), "chart": self.chart,
+                  "targetRevision": self.version,
+                  "helm": {"releaseName": self.release, "valuesObject": yaml.safe_load(self.values)}}
+        application = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+                       "metadata": {"name": self.release, "namespace": ARGOCD_NAMESPACE, "labels": MANAGED_BY},
+                       "spec": {"project": "default", "source": source,
+                                "destination": {"server": "https://kubernetes.default.svc", "namespace": self.namespace},
+                                "syncPolicy": {"syncOptions": ["CreateNamespace=true", "ServerSideApply=true"]}}}
+        return dump_documents([application])
 
 
-def dra_release_text(settings: Settings) -> str:
-    release = {"chart": dra.HELM_CHART, "version": dra_cluster.helm_chart_version(settings),
-               "release": dra.HELM_RELEASE, "namespace": dra.NAMESPACE}
-    return ("# The Helm release deploy/k8s_gpu.py installs with dra-values.yaml (helm upgrade --install "
-            "--create-namespace)\n" + yaml.safe_dump(release, sort_keys=True))
+def device_plugin_chart(settings: Settings, nodes: list[GpuNode]) -> HelmChart:
+    return HelmChart(release=HELM_RELEASE, namespace=DEVICE_PLUGIN_NAMESPACE, repository=HELM_REPO_URL,
+                     chart=HELM_CHART, version=helm_chart_version(settings), values=render_helm_values(settings, nodes))
+
+
+def dra_chart(chosen: Settings) -> HelmChart:
+    repository, _, chart = dra.HELM_CHART.rpartition("/")
+    return HelmChart(release=dra.HELM_RELEASE, namespace=dra.NAMESPACE, repository=repository, chart=chart,
+                     version=dra_cluster.helm_chart_version(chosen), values=dra_cluster.render_helm_values(chosen))
+
+
+def settings_labels(node: GpuNode) -> dict[str, str]:
+    """
+    The labels deploy/k8s_gpu.py sets on a GPU node that the node's settings decide alone: its own
+    (node_labels, gpushare's) with a GPU present, as the gpu_nodes group says it has; no ``accelerator``
+    (the GPU's product, a fact), no label it removes.
+    """
+    labels = node_labels(replace(node, pci_gpus=max(node.pci_gpus, 1)))
+    if node.gpu_sharing == "gpushare":
+        labels[NODE_LABEL] = "true"
+    return {key: value for key, value in sorted(labels.items()) if value is not None and key != "accelerator"}
+
+
+def node_labels_manifest(settings: Settings, nodes: list[GpuNode]) -> str | None:
+    """The GPU nodes' labels as Node objects, for those whose Kubernetes name the settings give
+    (kube_node_names): a name guessed wrong would make a Node no kubelet runs. None: no node named."""
+    names = dict(settings.kube_node_names)
+    named = sorted((node for node in nodes if node.host_name in names), key=lambda node: names[node.host_name])
+    twice = sorted({names[node.host_name] for node in named
+                    if [names[other.host_name] for other in named].count(names[node.host_name]) > 1})
+    if twice:
+        raise RenderError(f"kube_node_names gives several GPU nodes the Kubernetes name {', '.join(twice)}: "
+                          "each node needs its own")
+    documents = [{"apiVersion": "v1", "kind": "Node",
+                  "metadata": {"name": names[node.host_name], "labels": {**settings_labels(node), **MANAGED_BY},
+                               "annotations": dict(NODE_ANNOTATIONS)}}
+                 for node in named]
+    return dump_documents(documents) if documents else None
 
 
 def dra_files(settings: Settings, nodes: list[GpuNode], kubernetes_minor: str | None) -> tuple[dict, dict]:
@@ -125,8 +214,10 @@ def dra_files(settings: Settings, nodes: list[GpuNode], kubernetes_minor: str | 
     chosen = dra_cluster.dra_settings(settings, nodes)
     manifests, written = {}, {}
     if chosen.dra_driver_install_method == "helm":
-        written[DRA_HELM_VALUES] = dra_cluster.render_helm_values(chosen)
-        written[DRA_HELM_RELEASE_FILE] = dra_release_text(chosen)
+        chart = dra_chart(chosen)
+        written[DRA_HELM_VALUES] = chart.values
+        written[DRA_FLUX_HELM] = chart.flux_text()
+        written[DRA_ARGOCD_HELM] = chart.argocd_text()
     else:
         manifests[dra_cluster.DRIVER_BUNDLE] = dra_cluster.render_driver(chosen)
     manifests[dra_cluster.CLAIMS_BUNDLE] = dra_cluster.render_claims(chosen)
@@ -154,14 +245,19 @@ def cluster_files(settings: Settings, nodes: list[GpuNode], kubernetes_minor: st
         manifests.update(gpushare_task.gpushare_manifests(settings, kubernetes_minor))
     if needs_device_plugin(settings, nodes):
         if settings.device_plugin_install_method == "helm":
-            written[HELM_VALUES] = render_helm_values(settings, nodes)
-            written[HELM_RELEASE_FILE] = helm_release_text(settings)
+            chart = device_plugin_chart(settings, nodes)
+            written[HELM_VALUES] = chart.values
+            written[FLUX_HELM] = chart.flux_text()
+            written[ARGOCD_HELM] = chart.argocd_text()
         else:
             manifests[DEVICE_PLUGIN_BUNDLE] = render_device_plugin(settings, nodes)
     if dra_cluster.uses_dra(settings, nodes):
         dra_manifests, dra_written = dra_files(settings, nodes, kubernetes_minor)
         manifests.update(dra_manifests)
         written.update(dra_written)
+    labels = node_labels_manifest(settings, nodes)
+    if labels:
+        manifests[NODE_LABELS_BUNDLE] = labels
     for bundle, manifest in manifests.items():
         # stamped as apply_manifests stamps them: a deploy run after this folder is applied changes nothing
         written[manifest_file(bundle)] = stamp_manifest(manifest, bundle)[0]
@@ -184,14 +280,18 @@ def readme(settings: Settings, nodes: list[GpuNode], kubernetes_minor: str | Non
         if manifest_file(bundle) in written:
             lines.append(f"| `{manifest_file(bundle)}` | {WHAT_BUNDLES_HOLD[bundle]} |")
     if HELM_VALUES in written:
-        lines.append(f"| `{HELM_VALUES}` | the values of NVIDIA's device plugin chart (not an API object) |")
-        lines.append(f"| `{HELM_RELEASE_FILE}` | the chart, its version and the release the values are for |")
+        lines.append(f"| `{HELM_VALUES}` | the values of NVIDIA's device plugin chart, as helm gets them (not an API "
+                     "object) |")
+        lines.append(f"| `{FLUX_HELM}` | the chart, its version and values as Flux's HelmRepository and HelmRelease |")
+        lines.append(f"| `{ARGOCD_HELM}` | the same as an Argo CD Application |")
     if SCHEDULER_CONFIG in written:
         lines.append(f"| `{SCHEDULER_CONFIG}` | gpushare's KubeSchedulerConfiguration: a file kube-scheduler "
                      "reads, not an API object |")
     if DRA_HELM_VALUES in written:
-        lines.append(f"| `{DRA_HELM_VALUES}` | the values of the DRA driver's chart (not an API object) |")
-        lines.append(f"| `{DRA_HELM_RELEASE_FILE}` | the chart, its version and the release the values are for |")
+        lines.append(f"| `{DRA_HELM_VALUES}` | the values of the DRA driver's chart, as helm gets them (not an API "
+                     "object) |")
+        lines.append(f"| `{DRA_FLUX_HELM}` | the DRA driver's chart as Flux's HelmRepository and HelmRelease |")
+        lines.append(f"| `{DRA_ARGOCD_HELM}` | the same as an Argo CD Application |")
     if DRA_SMOKE_POD in written:
         lines.append(f"| `{DRA_SMOKE_POD}` | a pod asking for one GPU through a claim of `{dra.CLAIM_TEMPLATE}`: "
                      "to create once, not to sync |")
@@ -203,10 +303,20 @@ def readme(settings: Settings, nodes: list[GpuNode], kubernetes_minor: str | Non
         "",
         f"    kubectl apply --server-side --field-manager={FIELD_MANAGER} -f manifests/",
         "",
-        "or point Argo CD or Flux at `manifests/`. The objects carry the deploy's `gpu-node.io/bundle` and",
-        "`gpu-node.io/digest` annotations, so `deploy/k8s_gpu.py` run later with the same settings applies",
-        "nothing.",
+        "or point Argo CD (a directory source, sync option `ServerSideApply=true`) or a Flux Kustomization at",
+        "`manifests/`. The objects carry the deploy's `gpu-node.io/bundle` and `gpu-node.io/digest` annotations,",
+        "so `deploy/k8s_gpu.py` run later with the same settings applies nothing.",
     ]
+    if FLUX_HELM in written or DRA_FLUX_HELM in written:
+        lines += [
+            "",
+            "## The Helm charts through Flux or Argo CD",
+            "",
+            f"`flux/` holds Flux's objects (namespace `{FLUX_NAMESPACE}`): a second Kustomization with",
+            "`path: <this folder>/flux` installs the charts. `argocd/` holds Argo CD's Applications (namespace",
+            f"`{ARGOCD_NAMESPACE}`), for `kubectl apply -f argocd/` or an app of apps. Both carry the values of `helm/`",
+            "as YAML. Let one of helm, Flux, Argo CD or `deploy/k8s_gpu.py` install a chart, not two.",
+        ]
     if HELM_VALUES in written:
         lines += [
             "",
@@ -254,39 +364,36 @@ def readme(settings: Settings, nodes: list[GpuNode], kubernetes_minor: str | Non
             f"`--config={settings.gpushare_scheduler_config_path}` and that file mounted (hostPath). No `kubectl apply`",
             "reaches a static pod: `deploy/k8s_gpu.py` edits it on the host, with a backup and a rollback.",
         ]
+    names = dict(settings.kube_node_names)
     lines += [
         "",
-        "## Not here: each node's labels",
+        "## Each node's labels",
         "",
-        "The labels come from each node's facts, which only `deploy/k8s_gpu.py` reads: `nvidia.com/gpu.present=true`",
-        "on nodes with an NVIDIA GPU (the device plugin runs only there) and `accelerator=<product>` from",
-        "the GPU's product name. Label the nodes yourself (`kubectl label node`), or let `deploy/k8s_gpu.py`",
-        "label them.",
+        "The objects above run where the nodes' labels say: the device plugin and the RuntimeClass on",
+        "`nvidia.com/gpu.present=true`, the MPS daemon on `nvidia.com/mps.capable=true`, gpushare's plugin on",
+        f"`{NODE_LABEL}=true`, the DRA kubelet plugin on `{dra.ALLOCATOR_LABEL}=dra`. Each inventory GPU node",
+        f"that `kube_node_names` names has a Node object in `{manifest_file(NODE_LABELS_BUNDLE)}` with the labels",
+        "its settings decide, so syncing `manifests/` labels it. The labels from the node's facts are not",
+        "here: `accelerator=<product>` (nothing here selects on it) and, with `cdi=auto`, whether its config",
+        "uses CDI. `deploy/k8s_gpu.py` labels from the facts: let it or this folder label a node, not both.",
     ]
-    if dra_cluster.uses_dra(settings, nodes):
-        lines += ["", f"A node of the DRA group carries `{dra.ALLOCATOR_LABEL}=dra` and no `nvidia.com/gpu.present`: "
-                      "the DRA kubelet", "plugin runs there and the device plugin does not."]
     if nodes:
-        names = dict(settings.kube_node_names)
         lines += [
-            "",
-            "The labels the GPU nodes' own settings decide:",
             "",
             "| inventory host | Kubernetes node | labels |",
             "|---|---|---|",
         ]
         for node in sorted(nodes, key=lambda node: node.host_name):
-            labels = {key: value for key, value in sharing_labels(node).items() if value is not None}
-            if node.settings.gpu_allocator == "dra":
-                labels = {dra.ALLOCATOR_LABEL: "dra"}
-            if node.gpu_sharing == "gpushare":
-                labels[NODE_LABEL] = "true"
-            shown = ", ".join(f"`{key}={value}`" for key, value in sorted(labels.items()))
-            lines.append(f"| `{node.host_name}` | {names.get(node.host_name, 'its hostname, in lower case')} | "
-                         f"{shown} |")
+            shown = ", ".join(f"`{key}={value}`" for key, value in settings_labels(node).items())
+            where = (f"`{names[node.host_name]}`" if node.host_name in names
+                     else "not named in `kube_node_names`: its hostname, in lower case; not labelled by this folder")
+            lines.append(f"| `{node.host_name}` | {where} | {shown} |")
         if any(node.settings.cdi == "auto" and node.gpu_sharing != "gpushare" for node in nodes):
             lines += ["", "With `cdi=auto` a node's config depends on whether its CDI spec exists, a fact: these",
                       "files take it as absent (set `cdi=true` or `false` for a config that does not guess)."]
+    else:
+        lines += ["", "No GPU node is known to this render (`manifests_inventory` unset or without `gpu_nodes`):",
+                  "no node is labelled by this folder."]
     if needs_device_plugin(settings, nodes):
         default = SharingConfig.from_settings(settings).name
         lines += ["", f"A node without a `{CONFIG_LABEL}` label gets the config `{default}`."]
@@ -345,19 +452,22 @@ def write_cluster_files(settings: Settings):
                               f"files ({', '.join(differ)}): give them the same Kubernetes settings")
         first, rendered = first or name, found
 
-    folder = os.path.join(host.state.cwd or os.getcwd(), settings.manifests_dir)
+    unnamed = [node.host_name for node in nodes if node.host_name not in dict(control_planes[0][1].kube_node_names)]
+    if unnamed:
+        logger.warning(f"{host.print_prefix}kube_node_names does not name the GPU nodes {', '.join(unnamed)}: "
+                       f"{manifest_file(NODE_LABELS_BUNDLE)} does not label them")
+    base = host.state.cwd or os.getcwd()
+    targets = {relative: ControllerFile(base, settings.manifests_dir, relative) for relative in EVERY_FILE}
+    try:
+        # every path checked before the first file is written: a link anywhere stops the run unchanged
+        stale = [relative for relative in EVERY_FILE if relative not in rendered
+                 and controller_files.check_path(targets[relative])]
+        for relative in rendered:
+            controller_files.check_path(targets[relative])
+    except controller_files.LinkRefusal as refused:
+        raise RenderError(str(refused)) from None
     for relative, text in rendered.items():
-        files.put(
-            name=f"Write {posixpath.join(settings.manifests_dir, relative)}",
-            src=StringIO(text),
-            dest=os.path.join(folder, relative),
-            mode="644",
-            create_remote_dir=True,
-        )
-    for relative in EVERY_FILE:
-        if relative not in rendered:
-            files.file(
-                name=f"Remove {posixpath.join(settings.manifests_dir, relative)} (not rendered for these settings)",
-                path=os.path.join(folder, relative),
-                present=False,
-            )
+        controller_files.put_text(name=f"Write {targets[relative].shown}", target=targets[relative], text=text)
+    for relative in stale:
+        controller_files.remove(name=f"Remove {targets[relative].shown} (not rendered for these settings)",
+                                target=targets[relative])

@@ -13,12 +13,14 @@ went through it from one that did not.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 import toolkit_repo
 import yaml
 
-from harness import assert_no_change, wait_for
+from harness import REPO, assert_no_change, wait_for
 from lab import LabMissing, nvml_mock
 from lab.cluster import MOCK_DRIVER_ROOT, LabCluster
 from lab.control_plane import ADMIN_USER, WRITE_VERBS
@@ -210,6 +212,46 @@ def test_k8s_gpu_time_slicing_labels_the_real_nodes_from_nvml_advertises_count_t
     assert node_labels(cluster) == labels
 
 
+def plugin_nodes(cluster: LabCluster) -> list[str]:
+    """The nodes a device plugin pod (not being deleted) is bound to."""
+    items = cluster.control_plane.get_json("pods", "-n", "nvidia-device-plugin")["items"]
+    return sorted(pod["spec"]["nodeName"] for pod in items if not pod["metadata"].get("deletionTimestamp"))
+
+
+def test_the_gitops_folder_applied_as_flux_applies_it_labels_the_real_nodes_and_runs_the_plugin(cluster, tmp_path):
+    """deploy/render_cluster.py for the lab's two nodes (an inventory naming them, kube_node_names giving their
+    Kubernetes names), then its manifests/ applied server-side under Flux's field manager, as a Flux
+    Kustomization or an Argo CD directory source with ServerSideApply applies a folder (neither runs in the lab:
+    kubectl apply --server-side stands in for them), to nodes stripped of gpu-node's labels first: the folder's
+    Node objects label them, and the real device plugin runs on both and advertises the mock GPUs again, with no
+    step between the render and the apply."""
+    (tmp_path / "inventory.py").write_text("gpu_nodes = ['lab-gpu-1', 'lab-gpu-2']\n")
+    data = {**K8S_DATA, "manifests_dir": "gitops", "manifests_inventory": "inventory.py",
+            "kube_node_names": "lab-gpu-1=lab-gpu-1,lab-gpu-2=lab-gpu-2"}
+    arguments = [part for key, value in data.items() for part in ("--data", f"{key}={value}")]
+    render = subprocess.run([sys.executable, "-m", "pyinfra", "-y", "@local", str(REPO / "deploy" / "render_cluster.py"),
+                             *arguments], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert render.returncode == 0, render.stderr[-3000:]
+    wanted = {"lab-gpu-1": str(cluster.gpu_count * REPLICAS), "lab-gpu-2": str(cluster.gpu_count * REPLICAS)}
+
+    cluster.control_plane.kubectl("label", "node", "lab-gpu-1", "lab-gpu-2", "nvidia.com/gpu.present-",
+                                  "nvidia.com/device-plugin.config-")
+    try:
+        wait_for(lambda: plugin_nodes(cluster) == [], timeout=120, interval=1,
+                 what="no plugin pod on nodes without gpu-node's labels")
+    finally:
+        cluster.control_plane.kubectl("apply", "--server-side", "--field-manager=kustomize-controller",
+                                      "--force-conflicts", "-f", str(tmp_path / "gitops" / "manifests"))
+    labels = node_labels(cluster)
+    for name in ("lab-gpu-1", "lab-gpu-2"):
+        assert labels[name]["nvidia.com/gpu.present"] == "true"
+        assert labels[name]["nvidia.com/device-plugin.config"] == f"time-slicing-{REPLICAS}"
+    wait_for(lambda: plugin_nodes(cluster) == ["lab-gpu-1", "lab-gpu-2"], timeout=120, interval=1,
+             what="the plugin pods back on both nodes")
+    wait_for(lambda: gpu_capacity(cluster) == wanted, timeout=180, interval=2,
+             what=f"nvidia.com/gpu allocatable {wanted} again (now {gpu_capacity(cluster)})")
+
+
 GPU_POD = """\
 apiVersion: v1
 kind: Pod
@@ -297,17 +339,13 @@ def test_a_node_that_stops_being_a_gpu_node_loses_its_device_plugin_pod(cluster)
     seen leaving the kubelet with "no healthy devices" for a while.)"""
     wanted = {"lab-gpu-1": str(cluster.gpu_count * REPLICAS), "lab-gpu-2": str(cluster.gpu_count * REPLICAS)}
 
-    def plugin_nodes():
-        items = cluster.control_plane.get_json("pods", "-n", "nvidia-device-plugin")["items"]
-        return sorted(pod["spec"]["nodeName"] for pod in items if not pod["metadata"].get("deletionTimestamp"))
-
     cluster.control_plane.kubectl("label", "node", "lab-gpu-2", "nvidia.com/gpu.present-")
     try:
-        wait_for(lambda: plugin_nodes() == ["lab-gpu-1"], timeout=120, interval=1,
+        wait_for(lambda: plugin_nodes(cluster) == ["lab-gpu-1"], timeout=120, interval=1,
                  what="the plugin pod gone from a node without nvidia.com/gpu.present")
     finally:
         cluster.control_plane.kubectl("label", "node", "lab-gpu-2", "nvidia.com/gpu.present=true", "--overwrite")
-    wait_for(lambda: plugin_nodes() == ["lab-gpu-1", "lab-gpu-2"], timeout=120, interval=1,
+    wait_for(lambda: plugin_nodes(cluster) == ["lab-gpu-1", "lab-gpu-2"], timeout=120, interval=1,
              what="the plugin pod back on lab-gpu-2")
     # Allocatable counts healthy devices: back to 80 once the new plugin pod registered again.
     wait_for(lambda: gpu_capacity(cluster) == wanted, timeout=180, interval=2,

@@ -13,9 +13,8 @@ import shlex
 from dataclasses import dataclass
 
 import pytest
-import yaml
 from test_k8s_plan import A100, FakeCluster, gpu_identity_lines, run_plan, stdin_manifest
-from test_render_cluster import inventory_text, render, sent_text
+from test_render_cluster import assert_the_gitops_tools_install_the_chart_helm_was_given, inventory_text, render, sent_text
 
 from deploy import dra
 from deploy.tasks.gitops import EVERY_FILE
@@ -86,10 +85,7 @@ def test_the_folder_holds_the_dra_objects_the_deploy_applies_no_real_cluster(mon
     [helm] = [c for c in run.control_plane_commands() if f" upgrade --install {dra.HELM_RELEASE} " in c] or [None]
     if case.data.get("dra_driver_install_method") == "helm":
         assert rendered.text("helm/dra-values.yaml") == sent_text(helm)
-        words = shlex.split(helm)
-        release = yaml.safe_load(rendered.text("helm/dra-release.yaml"))
-        assert words[words.index("--install") + 1:][:6] == [
-            release["release"], release["chart"], "--version", release["version"], "--namespace", release["namespace"]]
+        assert_the_gitops_tools_install_the_chart_helm_was_given(rendered, "nvidia-dra-driver-gpu", helm)
         assert "manifests/nvidia-dra-driver-gpu.yaml" not in rendered.files
     else:
         assert helm is None and "helm/dra-values.yaml" not in rendered.files
@@ -116,7 +112,8 @@ def test_after_the_folder_is_applied_the_deploy_applies_nothing_no_real_cluster(
 def test_the_readme_names_the_dra_files_and_the_dra_nodes_label(monkeypatch, tmp_path):
     readme = render_case(monkeypatch, tmp_path, CASES["dra-beside-the-device-plugin"]).text("README.md")
     assert "| `manifests/dra-claims.yaml` | the DeviceClass `gpu-node.nvidia.com`" in readme
-    assert "| `@fake/gpu2` | its hostname, in lower case | `gpu-node.io/gpu-allocator=dra` |" in readme
+    assert ("| `@fake/gpu2` | not named in `kube_node_names`: its hostname, in lower case; not labelled by this folder "
+            "| `gpu-node.io/gpu-allocator=dra` |") in readme
     assert "`nvidia.com/device-plugin.config=time-slicing-4" in readme  # gpu1 stays on the device plugin
     assert "Kubernetes 1.34 or newer" in readme
 
@@ -142,7 +139,8 @@ def test_a_dra_node_in_the_inventory_is_refused_for_1_33_and_a_device_plugin_ren
 def test_the_dra_files_go_when_the_group_moves_back_to_the_device_plugin(monkeypatch, tmp_path):
     folder = tmp_path / "gitops"
     first = render(monkeypatch, folder, {**DRA, "dra_driver_install_method": "helm"})
-    assert {"helm/dra-values.yaml", "helm/dra-release.yaml", "smoke/dra-smoke-pod.yaml",
+    assert {"helm/dra-values.yaml", "flux/nvidia-dra-driver-gpu.yaml", "argocd/nvidia-dra-driver-gpu.yaml",
+            "smoke/dra-smoke-pod.yaml",
             "manifests/dra-claims.yaml"} <= set(first.files)
     assert set(first.files) <= set(EVERY_FILE)
     back = render(monkeypatch, folder, {})
