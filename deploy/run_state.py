@@ -14,6 +14,7 @@ declares its record type beside the code that uses it, and asks ``per_run(state,
   fleet report (deploy/operations/failure.py notes it);
 - ``PlannedRefusals`` (deploy/operations/failure.py): the refusals found while planning, printed
   then, for a run that executes nothing (deploy/fleet_report.py);
+- ``OverriddenData`` (deploy/settings.py): the ``--data`` values a deploy call overrides, warned once;
 - ``AptListsRefreshed`` (deploy/operations/packages.py): hosts whose apt lists this run refreshed
   since their last apt source change (apt keeps no refresh time);
 - ``ReportStore`` (deploy/report.py) and ``FleetReport`` (deploy/fleet_report.py): the end-of-run
