@@ -31,10 +31,11 @@ from pyinfra_cli.exceptions import CliError
 from . import batches
 from .run_state import per_run
 
-# The NVIDIA device plugin refuses older drivers.
-# The inventory groups users put hosts in (inventory.py): GPU nodes, and where kubectl runs.
+# The inventory groups users put hosts in (inventory.py) unless gpu_nodes_group / control_plane_group
+# name others: GPU nodes, and where kubectl runs.
 GPU_NODES_GROUP = "gpu_nodes"
 CONTROL_PLANE_GROUP = "control_plane"
+# The NVIDIA device plugin refuses older drivers.
 MIN_DRIVER_VERSION = "384.81"
 NVIDIA_CONTAINER_RUNTIME = "/usr/bin/nvidia-container-runtime"
 # The base of NVIDIA's tree; the family adds "deb/$(ARCH)" or "rpm/$basearch" (a mirror keeps that layout).
@@ -598,6 +599,30 @@ class DraSettings(_Section):
     )
 
 
+GroupName = text(r"[A-Za-z_][A-Za-z0-9_-]*", "an inventory group name: a letter or _, then letters, digits, _ or -")
+
+
+class InventorySettings(_Section):
+    """
+    Inventory groups
+
+    Which hosts of the inventory the deploys act on. A host named on the command line
+    (`pyinfra gpu1.example.internal deploy/gpu_node.py`), in no group of the inventory's, is a GPU
+    node; a host in other groups only is refused in one line; deploy/k8s_gpu.py and
+    `configure_cluster()` stop in one line when no host of the run is in the control-plane group.
+    Set them where every host reads them: `group_data/all.py`, `--data` or the deploy call.
+    """
+
+    gpu_nodes_group: GroupName = Field(
+        GPU_NODES_GROUP, description="the inventory group of the GPU nodes: the hosts the node deploys act on, and "
+                                     "whose labels deploy/k8s_gpu.py sets"
+    )
+    control_plane_group: GroupName = Field(
+        CONTROL_PLANE_GROUP, description="the inventory group of the hosts kubectl runs on (deploy/k8s_gpu.py, "
+                                         "drain_before_restart); a host only there is no GPU node"
+    )
+
+
 def unwrap(annotation: Any) -> tuple[Any, list[Any], bool]:
     """(the type inside ``X | None`` and ``Annotated[X, ...]``, the Annotated metadata, whether None is allowed)."""
     optional = False
@@ -663,7 +688,7 @@ def from_command_line(item: FieldInfo, value: Any) -> Any:
 
 
 class Settings(RuntimeSettings, PackageSettings, DataCenterSettings, HostSafetySettings, VerifySettings, KubernetesSettings,
-               GpushareSettings, GitOpsSettings, DraSettings):
+               GpushareSettings, GitOpsSettings, DraSettings, InventorySettings):
     """Every setting, typed; build it with ``parse_settings`` (which also checks how settings combine)."""
 
     @model_validator(mode="before")

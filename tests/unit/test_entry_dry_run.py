@@ -21,6 +21,7 @@ from deploy.tasks.undo import records_read
 pytestmark = pytest.mark.usefixtures("both_modes")
 
 UNDO = str(REPO / "deploy" / "undo.py")
+VERIFY = str(REPO / "deploy" / "verify.py")
 NO_SYSTEMD = ("systemd is not running as PID 1 (PID 1 is bash): gpu-node enables and restarts services through "
               "systemd; run it on a host booted with systemd")
 
@@ -43,6 +44,17 @@ def test_a_run_that_executes_nothing_prints_the_refusal_with_its_reason_and_chan
     assert plan.failures == [NO_SYSTEMD]
     # the one read, nothing else
     assert len(plan.commands) == 1 and "@@gpu-node-fact" in plan.commands[0]
+
+
+@pytest.mark.parametrize("deploy_file", [None, UNDO, VERIFY], ids=["gpu_node.py", "undo.py", "verify.py"])
+def test_a_host_outside_the_groups_is_refused_with_its_reason_while_planning(deploy_file):
+    inventory = Inventory((["@fake/gpu1"], {}), override_data=QUICK, gpu_node=(["@fake/gpu1"], {}))
+    plan = run_inventory(inventory, {"@fake/gpu1": Node()}, **({"deploy_file": deploy_file} if deploy_file else {}),
+                         execute=False)
+    assert plan.failures == ["in the inventory's groups gpu_node, not in gpu_nodes: gpu-node provisions the hosts of "
+                             "gpu_nodes (is 'gpu_node' meant to be 'gpu_nodes'?); add it there, or name the GPU "
+                             "nodes' group with gpu_nodes_group"]
+    assert plan.commands == []
 
 
 def test_the_fleet_report_of_a_run_that_executed_nothing_says_would_be_refused_and_the_status_is_a_failure(

@@ -105,6 +105,8 @@ DOCUMENTED_DEFAULTS = {
     "dra_compute_domains": False,
     "dra_imex": "driver-managed",
     "allocator_move_batches": "1",
+    "gpu_nodes_group": "gpu_nodes",
+    "control_plane_group": "control_plane",
 }
 
 
