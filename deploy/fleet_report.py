@@ -7,7 +7,8 @@ rows, failures first, as one self-contained HTML page beside it (``html_path``).
 
 pyinfra calls its state callbacks' ``host_disconnect`` for every host it connected to once the run
 is over (also when hosts failed): the report is made when the last one disconnects, and the run
-then exits with gpu-node's status (deploy/exit_status.py). A run that did not execute (``--dry``, a declined confirmation) writes no file: it prints the hosts
+then exits with gpu-node's status (deploy/exit_status.py: 3 when a GPU node awaits its reboot). A
+run that did not execute (``--dry``, a declined confirmation) writes no file: it prints the hosts
 that would be refused, and exits 1 if any would be.
 """
 
@@ -58,6 +59,12 @@ class FleetRow(NodeSummary):
     # {"pass": n, "fail": n, "skip": n, "failed_steps": [...]}, None when verification did not run
     verify: dict[str, Any] | None = None
 
+    @property
+    def awaits_reboot(self) -> bool:
+        """A GPU node whose driver changed and whose module loads at the next boot: its GPUs are
+        unusable until then (without a GPU, a reboot loads no module)."""
+        return bool(self.reboot_required) and self.no_gpu is False
+
     def failures(self) -> list[tuple[str, str]]:
         """Each failed operation with the line it failed with."""
         lines = self.failure_lines + [""] * (len(self.failed_operations) - len(self.failure_lines))
@@ -104,6 +111,9 @@ def fleet_table(rows: list[FleetRow]) -> str:
     counts = {status: sum(row.status == status for row in rows) for status in (CONVERGED, CHANGED, FAILED)}
     header = (f"--> Fleet report: {len(rows)} node{'s' if len(rows) != 1 else ''}: {counts[CONVERGED]} converged, "
               f"{counts[CHANGED]} changed, {counts[FAILED]} failed")
+    awaiting = sum(row.awaits_reboot for row in rows)
+    if awaiting:
+        header += f", {awaiting} awaiting a reboot (exit {exit_status.REBOOT_REQUIRED})"
     columns = ("node", "result", "reboot required", "no GPU", "runtime", "verify")
     table = [columns] + [
         (row.host, row.status, _flag(row.reboot_required), _flag(row.no_gpu), row.runtime or "-", row.verify_text())
@@ -119,15 +129,18 @@ def fleet_table(rows: list[FleetRow]) -> str:
 
 def run_status(rows: list[FleetRow]) -> int:
     """The run's exit status (deploy/exit_status.py) from its rows."""
-    failed = any(row.status in (FAILED, WOULD_BE_REFUSED) for row in rows)
-    return exit_status.FAILED if failed else exit_status.DONE
+    if any(row.status in (FAILED, WOULD_BE_REFUSED) for row in rows):
+        return exit_status.FAILED
+    return exit_status.REBOOT_REQUIRED if any(row.awaits_reboot for row in rows) else exit_status.DONE
 
 
 def fleet_json(rows: list[FleetRow]) -> dict[str, Any]:
     return {
         "version": FLEET_REPORT_VERSION,
         "ok": all(row.status != FAILED for row in rows),
+        "exit_status": run_status(rows),
         "counts": {status: sum(row.status == status for row in rows) for status in (CONVERGED, CHANGED, FAILED)},
+        "awaiting_reboot": [row.host for row in rows if row.awaits_reboot],
         "nodes": [vars(row) for row in rows],
     }
 
