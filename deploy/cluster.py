@@ -1,8 +1,8 @@
 """
 The Kubernetes half as a site calls it from its own deploy file (``from gpu_node import
-configure_cluster``) and as deploy/k8s_gpu.py runs it: on the control_plane hosts only, reading the
-facts of the gpu_nodes hosts of the same run for their labels; and its files for GitOps
-(``render_cluster_files``, deploy/render_cluster.py).
+configure_cluster``) and as deploy/k8s_gpu.py runs it: on the control-plane hosts only
+(``control_plane_group``), reading the facts of the GPU nodes of the same run for their labels;
+and its files for GitOps (``render_cluster_files``, deploy/render_cluster.py).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 
 from .entry import freeze_imported_objects
-from .settings import CONTROL_PLANE_GROUP, DEFAULTS, call_settings, host_settings
+from .settings import DEFAULTS, SettingsError, call_settings, host_settings
 from .signatures import document_settings
 from .tasks.gitops import write_cluster_files
 from .tasks.dra_cluster import dra_driver, uses_dra
@@ -24,13 +24,20 @@ def configure_cluster(**settings):
     """
     Make the cluster schedule (and share) GPUs: the RuntimeClass, the device plugin or gpushare, the
     GPU nodes' labels, the smoke pod (docs/cluster.md), through kubectl on this host when it is in
-    control_plane (other hosts are skipped). Settings as ``provision_gpu_node`` takes them.
+    the control-plane group (other hosts are skipped; a run with none stops in one line). Settings as
+    ``provision_gpu_node`` takes them.
     """
     call_settings(host.state, settings, "configure_cluster")
     freeze_imported_objects()
-    if CONTROL_PLANE_GROUP not in host.groups:
-        return
     cluster = host_settings(host)
+    if cluster.control_plane_group not in host.groups:
+        if not any(cluster.control_plane_group in other.groups for other in host.state.activated_hosts):
+            # Nothing would run anywhere: a run that cannot reach the cluster says so, not "0 changes".
+            raise SettingsError(
+                f"no host of this run is in {cluster.control_plane_group} (control_plane_group): the cluster "
+                f"deploy runs kubectl there; put the host kubectl runs on in {cluster.control_plane_group} (or "
+                "name its group with control_plane_group) and include it in the run")
+        return
     gpu_nodes = gpu_cluster(cluster)
     if uses_gpushare(cluster, gpu_nodes):
         from .tasks.gpushare import gpushare

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import difflib
 import gc
+import sys
 from functools import cache
+from pathlib import Path
 
+import click
+import pyinfra
 from pyinfra import host, logger
 from pyinfra.api import deploy
 
@@ -19,7 +23,7 @@ from .fleet_report import fleet_report_for
 from .node_records import RECORDS_DIR
 from .operations.failure import HostRefusal, fail
 from .redact import log_file_note
-from .settings import CONTROL_PLANE_GROUP, DEFAULTS, GPU_NODES_GROUP, Settings, call_settings, host_settings
+from .settings import DEFAULTS, Settings, call_settings, host_settings
 from .signatures import document_settings
 from .stages import read_only_steps, steps_for
 from .tasks.drain import checked_drain_target
@@ -39,17 +43,45 @@ def freeze_imported_objects() -> None:
     gc.freeze()
 
 
-def outside_the_groups(host) -> str | None:
-    """Why ``host`` is not a GPU node of this inventory, when it is in groups but not in gpu_nodes
-    (a misnamed group); None for a GPU node or a host named on the command line (in no group but
-    its connector's, ``@ssh``)."""
-    groups = [group for group in host.groups if not group.startswith("@")]
-    if not groups or GPU_NODES_GROUP in groups:
+def inventory_file_group() -> str | None:
+    """The group pyinfra's CLI puts every host of an inventory file in, named after the file
+    (``inventory`` for inventory.py); None outside the CLI or without a file. pyinfra keeps no note
+    of the file, and the deploy runs in a greenlet of its own, out of reach of the CLI's click
+    context: the command line is read again with pyinfra's own parser (no option acted on)."""
+    if not pyinfra.is_cli:
         return None
-    close = difflib.get_close_matches(GPU_NODES_GROUP, groups, n=1, cutoff=0.6)
-    hint = f" (is {close[0]!r} meant to be {GPU_NODES_GROUP!r}?)" if close else ""
-    return (f"in the inventory's groups {', '.join(dict.fromkeys(groups))}, not in {GPU_NODES_GROUP}: gpu-node "
-            f"provisions the hosts of {GPU_NODES_GROUP}{hint}; add it there")
+    from pyinfra_cli.cli import cli
+
+    try:
+        inventory = cli.make_context("pyinfra", sys.argv[1:], resilient_parsing=True).params.get("inventory")
+    except click.ClickException:
+        return None
+    return Path(inventory).name.rsplit(".", 1)[0] if isinstance(inventory, str) and Path(inventory).is_file() else None
+
+
+def automatic_groups(host) -> set[str]:
+    """The groups pyinfra puts hosts in on its own, which say nothing of what a host is for: a
+    connector's (``@ssh``, ``@docker``) and the inventory file's name."""
+    groups = {group for group in host.groups if group.startswith("@")}
+    file_group = inventory_file_group()
+    if file_group in host.groups and len(host.inventory.get_group(file_group)) == len(host.inventory):
+        groups.add(file_group)
+    return groups
+
+
+def outside_the_groups(host, settings: Settings) -> str | None:
+    """Why ``host`` is not a GPU node of this inventory, when it is in groups but not in
+    ``gpu_nodes_group`` (a misnamed group); None for a GPU node or a host named on the command line
+    (in none but pyinfra's own, ``automatic_groups``)."""
+    wanted = settings.gpu_nodes_group
+    automatic = automatic_groups(host)
+    groups = [group for group in dict.fromkeys(host.groups) if group not in automatic]
+    if not groups or wanted in groups:
+        return None
+    close = difflib.get_close_matches(wanted, groups, n=1, cutoff=0.6)
+    hint = f" (is {close[0]!r} meant to be {wanted!r}?)" if close else ""
+    return (f"in the inventory's groups {', '.join(groups)}, not in {wanted}: gpu-node provisions the hosts of "
+            f"{wanted}{hint}; add it there, or name the GPU nodes' group with gpu_nodes_group")
 
 
 def gpu_node_settings(host) -> Settings | None:
@@ -60,16 +92,16 @@ def gpu_node_settings(host) -> Settings | None:
     needs (``freeze_imported_objects``).
     """
     freeze_imported_objects()
-    if CONTROL_PLANE_GROUP in host.groups and GPU_NODES_GROUP not in host.groups:
-        logger.info(f"{host.print_prefix}in {CONTROL_PLANE_GROUP} only: not a GPU node, skipped")
-        return None
-    refusal = outside_the_groups(host)
-    if refusal:
-        fail(name="Refuse this host (not in gpu_nodes)", message=refusal)
-        return None
     settings = host_settings(host)
     # One table and one JSON file for the whole run, after the last host disconnects.
     fleet_report_for(host.state, settings.fleet_report_path)
+    if settings.control_plane_group in host.groups and settings.gpu_nodes_group not in host.groups:
+        logger.info(f"{host.print_prefix}in {settings.control_plane_group} only: not a GPU node, skipped")
+        return None
+    refusal = outside_the_groups(host, settings)
+    if refusal:
+        fail(name=f"Refuse this host (not in {settings.gpu_nodes_group})", message=refusal)
+        return None
     return settings
 
 
@@ -79,8 +111,8 @@ def provision_gpu_node(**settings):
     """
     Turn this host into a Kubernetes GPU node: preflight, then every stage its settings run
     (kernel, driver, toolkit, runtimes, verify; docs/node-run.md). Settings are keyword arguments
-    (docs/settings.md) and win over the hosts' data; an unknown one stops the run before any change.
-    Hosts in control_plane only are skipped.
+    (docs/settings.md) and win over the hosts' data and --data; an unknown one stops the run before
+    any change. Hosts in the control-plane group only are skipped.
     """
     call_settings(host.state, settings, "provision_gpu_node")
     node = gpu_node_settings(host)

@@ -6,8 +6,10 @@ so an operator of many nodes reads one table instead of pyinfra's per-operation 
 rows, failures first, as one self-contained HTML page beside it (``html_path``).
 
 pyinfra calls its state callbacks' ``host_disconnect`` for every host it connected to once the run
-is over (also when hosts failed): the report is made when the last one disconnects. A run that did
-not execute (``--dry``, a declined confirmation) has no report.
+is over (also when hosts failed): the report is made when the last one disconnects, and the run
+then exits with gpu-node's status (deploy/exit_status.py: 3 when a GPU node awaits its reboot). A
+run that did not execute (``--dry``, a declined confirmation) writes no file: it prints the hosts
+that would be refused, and exits 1 if any would be.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from typing import Any
 
 from pyinfra.api.state import BaseStateCallback, StateStage
 
+from . import exit_status
+from .operations.failure import PlannedRefusals
 from .report import (
     FAIL,
     PASS,
@@ -37,6 +41,7 @@ from .run_state import per_run
 
 FLEET_REPORT_VERSION = 1
 CONVERGED, CHANGED, FAILED, NOT_RUN = "converged", "changed", "failed", "not run"
+WOULD_BE_REFUSED = "would be refused"
 
 
 @dataclass
@@ -53,6 +58,12 @@ class FleetRow(NodeSummary):
     reboot_required: bool | None = None
     # {"pass": n, "fail": n, "skip": n, "failed_steps": [...]}, None when verification did not run
     verify: dict[str, Any] | None = None
+
+    @property
+    def awaits_reboot(self) -> bool:
+        """A GPU node whose driver changed and whose module loads at the next boot: its GPUs are
+        unusable until then (without a GPU, a reboot loads no module)."""
+        return bool(self.reboot_required) and self.no_gpu is False
 
     def failures(self) -> list[tuple[str, str]]:
         """Each failed operation with the line it failed with."""
@@ -100,6 +111,9 @@ def fleet_table(rows: list[FleetRow]) -> str:
     counts = {status: sum(row.status == status for row in rows) for status in (CONVERGED, CHANGED, FAILED)}
     header = (f"--> Fleet report: {len(rows)} node{'s' if len(rows) != 1 else ''}: {counts[CONVERGED]} converged, "
               f"{counts[CHANGED]} changed, {counts[FAILED]} failed")
+    awaiting = sum(row.awaits_reboot for row in rows)
+    if awaiting:
+        header += f", {awaiting} awaiting a reboot (exit {exit_status.REBOOT_REQUIRED})"
     columns = ("node", "result", "reboot required", "no GPU", "runtime", "verify")
     table = [columns] + [
         (row.host, row.status, _flag(row.reboot_required), _flag(row.no_gpu), row.runtime or "-", row.verify_text())
@@ -113,11 +127,20 @@ def fleet_table(rows: list[FleetRow]) -> str:
     return "\n".join(lines)
 
 
+def run_status(rows: list[FleetRow]) -> int:
+    """The run's exit status (deploy/exit_status.py) from its rows."""
+    if any(row.status in (FAILED, WOULD_BE_REFUSED) for row in rows):
+        return exit_status.FAILED
+    return exit_status.REBOOT_REQUIRED if any(row.awaits_reboot for row in rows) else exit_status.DONE
+
+
 def fleet_json(rows: list[FleetRow]) -> dict[str, Any]:
     return {
         "version": FLEET_REPORT_VERSION,
         "ok": all(row.status != FAILED for row in rows),
+        "exit_status": run_status(rows),
         "counts": {status: sum(row.status == status for row in rows) for status in (CONVERGED, CHANGED, FAILED)},
+        "awaiting_reboot": [row.host for row in rows if row.awaits_reboot],
         "nodes": [vars(row) for row in rows],
     }
 
@@ -307,6 +330,23 @@ def fleet_rows(state) -> list[FleetRow]:
     return rows
 
 
+def unexecuted_rows(state) -> list[FleetRow]:
+    """A row per host of a run that executed nothing: would be refused (the lines its deploy found
+    while planning), or not run."""
+    refusals = per_run(state, PlannedRefusals)
+    return [FleetRow(host=host.name, status=WOULD_BE_REFUSED if host.name in refusals else NOT_RUN,
+                     failure_lines=list(refusals.get(host.name, ())))
+            for host in sorted(state.activated_hosts, key=lambda host: host.name)]
+
+
+def unexecuted_table(rows: list[FleetRow]) -> str:
+    refused = [row for row in rows if row.status == WOULD_BE_REFUSED]
+    lines = [f"--> Fleet report, nothing executed (--dry, or the prompt declined): {_plural(len(rows), 'node')}: "
+             f"{len(refused)} {WOULD_BE_REFUSED}, {len(rows) - len(refused)} {NOT_RUN}"]
+    lines += [f"    {row.host} {WOULD_BE_REFUSED}: {line}" for row in refused for line in row.failure_lines]
+    return "\n".join(lines)
+
+
 class FleetReport(BaseStateCallback):
     """One per run (``fleet_report_for``): reports at the end."""
 
@@ -320,9 +360,11 @@ class FleetReport(BaseStateCallback):
         if self.done or len(self.disconnected) < len(state.activated_hosts):
             return
         self.done = True
-        if state.current_stage not in (StateStage.Execute, StateStage.Disconnect):
-            return  # nothing was executed: a dry run or a declined confirmation
-        self.finish(state)
+        if state.current_stage in (StateStage.Execute, StateStage.Disconnect):
+            rows = self.finish(state)
+        else:  # nothing was executed: a dry run or a declined confirmation
+            rows = self.finish_unexecuted(state)
+        exit_status.exit_with(run_status(rows))
 
     def finish(self, state, stream=None) -> list[FleetRow]:
         rows = fleet_rows(state)
@@ -331,6 +373,14 @@ class FleetReport(BaseStateCallback):
         out = stream or sys.stderr  # stdout stays pure JSON with --json
         out.write("\n" + fleet_table(rows) + f"\n--> Fleet report written to {written.resolve()}"
                   f"\n--> Fleet report page: {page.resolve()}\n")
+        out.flush()
+        return rows
+
+    def finish_unexecuted(self, state, stream=None) -> list[FleetRow]:
+        """The hosts that would be refused, printed; no file: the last executed run's report stays."""
+        rows = unexecuted_rows(state)
+        out = stream or sys.stderr
+        out.write("\n" + unexecuted_table(rows) + "\n")
         out.flush()
         return rows
 

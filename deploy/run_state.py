@@ -12,6 +12,9 @@ declares its record type beside the code that uses it, and asks ``per_run(state,
 - ``DriverNotes`` (deploy/report.py): the driver's state for the fleet report;
 - ``FailureNotes`` (deploy/report.py): the line each host failed with, by operation, for the
   fleet report (deploy/operations/failure.py notes it);
+- ``PlannedRefusals`` (deploy/operations/failure.py): the refusals found while planning, printed
+  then, for a run that executes nothing (deploy/fleet_report.py);
+- ``OverriddenData`` (deploy/settings.py): the ``--data`` values a deploy call overrides, warned once;
 - ``AptListsRefreshed`` (deploy/operations/packages.py): hosts whose apt lists this run refreshed
   since their last apt source change (apt keeps no refresh time);
 - ``ReportStore`` (deploy/report.py) and ``FleetReport`` (deploy/fleet_report.py): the end-of-run

@@ -2,7 +2,8 @@
 The settings users set: each one's type, default and description, declared once below, and one
 typed, validated view of ``host.data``.
 
-Values reach ``host.data`` the pyinfra way (docs/settings.md says in which order). Values from
+Values reach ``host.data`` the pyinfra way, and a deploy call's keyword arguments go over them
+(``call_settings``; docs/settings.md says in which order). Values from
 ``--data`` arrive as text or pyinfra's parse of it (``true`` -> True, ``535`` -> 535, JSON); every
 setting accepts both, and comma-separated text for lists. pydantic checks types, choices and
 bounds; an invalid value raises ``SettingsError`` while pyinfra prepares the run, so no host is
@@ -23,16 +24,18 @@ from urllib.parse import urlparse
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 from pydantic import ValidationError, model_validator
 from pydantic.fields import FieldInfo
+from pyinfra import logger
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra_cli.exceptions import CliError
 
 from . import batches
 from .run_state import per_run
 
-# The NVIDIA device plugin refuses older drivers.
-# The inventory groups users put hosts in (inventory.py): GPU nodes, and where kubectl runs.
+# The inventory groups users put hosts in (inventory.py) unless gpu_nodes_group / control_plane_group
+# name others: GPU nodes, and where kubectl runs.
 GPU_NODES_GROUP = "gpu_nodes"
 CONTROL_PLANE_GROUP = "control_plane"
+# The NVIDIA device plugin refuses older drivers.
 MIN_DRIVER_VERSION = "384.81"
 NVIDIA_CONTAINER_RUNTIME = "/usr/bin/nvidia-container-runtime"
 # The base of NVIDIA's tree; the family adds "deb/$(ARCH)" or "rpm/$basearch" (a mirror keeps that layout).
@@ -596,6 +599,30 @@ class DraSettings(_Section):
     )
 
 
+GroupName = text(r"[A-Za-z_][A-Za-z0-9_-]*", "an inventory group name: a letter or _, then letters, digits, _ or -")
+
+
+class InventorySettings(_Section):
+    """
+    Inventory groups
+
+    Which hosts of the inventory the deploys act on. A host named on the command line
+    (`pyinfra gpu1.example.internal deploy/gpu_node.py`), in no group of the inventory's, is a GPU
+    node; a host in other groups only is refused in one line; deploy/k8s_gpu.py and
+    `configure_cluster()` stop in one line when no host of the run is in the control-plane group.
+    Set them where every host reads them: `group_data/all.py`, `--data` or the deploy call.
+    """
+
+    gpu_nodes_group: GroupName = Field(
+        GPU_NODES_GROUP, description="the inventory group of the GPU nodes: the hosts the node deploys act on, and "
+                                     "whose labels deploy/k8s_gpu.py sets"
+    )
+    control_plane_group: GroupName = Field(
+        CONTROL_PLANE_GROUP, description="the inventory group of the hosts kubectl runs on (deploy/k8s_gpu.py, "
+                                         "drain_before_restart); a host only there is no GPU node"
+    )
+
+
 def unwrap(annotation: Any) -> tuple[Any, list[Any], bool]:
     """(the type inside ``X | None`` and ``Annotated[X, ...]``, the Annotated metadata, whether None is allowed)."""
     optional = False
@@ -661,7 +688,7 @@ def from_command_line(item: FieldInfo, value: Any) -> Any:
 
 
 class Settings(RuntimeSettings, PackageSettings, DataCenterSettings, HostSafetySettings, VerifySettings, KubernetesSettings,
-               GpushareSettings, GitOpsSettings, DraSettings):
+               GpushareSettings, GitOpsSettings, DraSettings, InventorySettings):
     """Every setting, typed; build it with ``parse_settings`` (which also checks how settings combine)."""
 
     @model_validator(mode="before")
@@ -829,11 +856,11 @@ def fold_old_settings(data: Mapping[str, Any]) -> Mapping[str, Any]:
     return folded
 
 
-def parse_settings(data: Mapping[str, Any]) -> Settings:
-    """Build the typed view of ``data`` (defaults filled in); raise SettingsError on any bad value."""
+def _typed(data: Mapping[str, Any]) -> Settings:
+    """``data`` (old settings folded) checked value by value: SettingsError in one line for the first bad one."""
     data = fold_old_settings(data)
     try:
-        settings = Settings.model_validate(data)
+        return Settings.model_validate(data)
     except ValidationError as invalid:
         # pydantic lists every error over several lines: the first in the documented order, in one line.
         order = list(SETTING_FIELDS)
@@ -841,6 +868,12 @@ def parse_settings(data: Mapping[str, Any]) -> Settings:
         key = str(error["loc"][0])
         allowed = str(error["ctx"]["error"]) if error["type"] == "value_error" else ALLOWED[key]
         raise SettingsError(f"invalid setting {key}={_shown(data[key])}: allowed: {allowed}") from None
+
+
+def parse_settings(data: Mapping[str, Any]) -> Settings:
+    """Build the typed view of ``data`` (defaults filled in); raise SettingsError on any bad value."""
+    data = fold_old_settings(data)
+    settings = _typed(data)
     _check_key_urls(settings)
     _check_url_scheme(settings)
     _check_gpu_sharing(settings, data)
@@ -942,10 +975,37 @@ def unknown_names(given: Mapping[str, Any], where: str) -> None:
             raise SettingsError(f"unknown setting {key!r} given to {where}{hint}")
 
 
+class OverriddenData(set):
+    """The --data keys this run's deploy calls override, once warned about (deploy/run_state.py)."""
+
+
+def overridden_data(state, given: Mapping[str, Any], where: str) -> None:
+    """The ``--data`` values a deploy call's keyword arguments ``given`` override: each still checked
+    (SettingsError in one line), and named in one warning per run, as they are not used."""
+    command_line = state.inventory.get_override_data()
+    overridden = {key: command_line[key] for key in given if key in command_line}
+    if not overridden:
+        return
+    try:
+        _typed(overridden)
+    except SettingsError as error:
+        raise SettingsError(f"{error} (from --data, which {where}'s keyword argument overrides)") from None
+    warned = per_run(state, OverriddenData)
+    if (where, *overridden) in warned:
+        return
+    warned.add((where, *overridden))
+    data = ", ".join(f"{key}={_shown(value)}" for key, value in overridden.items())
+    arguments = ", ".join(f"{key}={_shown(given[key])}" for key in overridden)
+    logger.warning(f"--data {data} is not used: {where}({arguments}) overrides it (a deploy call's keyword arguments "
+                   "win over --data, docs/settings.md)")
+
+
 def call_settings(state, given: Mapping[str, Any], where: str) -> None:
     """Settings given as keyword arguments to a deploy function (``where``): they win over every host's
-    data for the rest of the run; a name that is not a setting stops the run before any change."""
+    data, ``--data`` included (``overridden_data``), for the rest of the run; a name that is not a
+    setting stops the run before any change."""
     unknown_names(given, where)
+    overridden_data(state, given, where)
     calls = per_run(state, CallSettings)
     calls.clear()
     calls.update(given)

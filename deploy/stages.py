@@ -48,6 +48,12 @@ def _always(settings: Settings) -> bool:
     return True
 
 
+def _driver_packages(found: Findings | None) -> frozenset[str]:
+    """The packages this run's driver stage installs (none without it, or for deploy/verify.py)."""
+    plan = found.plans.get("driver") if found is not None else None
+    return frozenset(plan.packages) if plan is not None else frozenset()
+
+
 STEPS: tuple[Step, ...] = (
     Step("kernel", "kernel", _always, reads=kernel.reads,
          apply=lambda s, found, target: kernel.kernel_prerequisites(s, found.platform, found.nvidia)),
@@ -79,7 +85,7 @@ STEPS: tuple[Step, ...] = (
     Step("verify dra", "verify", dra.wanted, reads=dra.verify_reads, read_only=True,
          apply=lambda s, found, target: dra.verify_dra(s)),
     Step("verify", "verify", _always, reads=verification.reads, read_only=True,
-         apply=lambda s, found, target: verification.verify(s)),
+         apply=lambda s, found, target: verification.verify(s, _driver_packages(found))),
     # After verify, which fails the host first when a step fails: the node then stays cordoned.
     # Without verify, after the restarted runtime came back active.
     Step("uncordon", None, lambda s: s.drain_before_restart,

@@ -16,6 +16,7 @@ import binascii
 import json
 
 from pyinfra.api import FactBase, StringCommand
+from pyinfra.api.arguments import pop_global_arguments
 from pyinfra.api.exceptions import FactProcessError
 
 from .. import node_text
@@ -114,10 +115,39 @@ def _key(fact: type[FactBase], kwargs: dict) -> tuple[str, str]:
     return fact.__name__, json.dumps(kwargs, sort_keys=True, default=list)
 
 
+class ReadNotRun(UnreadableOutput):
+    """The node ran none of the read: the program pyinfra runs it through is missing, or sudo wants a
+    password no one can type. The message names it and the fix, in one line."""
+
+
+# The shell's "command not found". pyinfra puts sudo (su, doas, dzdo) in front of the read when the
+# run asks for it; where that program is missing, the shell exits so before the read starts, and
+# pyinfra would fail the host printing every argument of the read. Taken as an answer, that exit
+# leaves the answer empty, which the read itself never is (its base64 line always comes): the line
+# then names the program.
+NOT_FOUND = 127
+# pyinfra's global arguments that put a program in front of every command, and how a run sets them
+ELEVATIONS = (("_sudo", "sudo", "_sudo=True or --sudo"), ("_doas", "doas", "_doas=True"),
+              ("_dzdo", "dzdo", "_dzdo=True or --dzdo"), ("_su_user", "su", "_su_user or --su-user"))
+
+
+def missing_program(host) -> str:
+    """Why the read printed nothing, in one line: the program the run asks pyinfra to run it
+    through (as pyinfra reads its global arguments for a fact) is not on the node."""
+    arguments, _ = pop_global_arguments(host.state, host, dict(host.current_op_global_arguments or {}))
+    for key, program, given in ELEVATIONS:
+        if arguments.get(key):
+            return (f"{program} is not installed on this node, and the run asks for it ({given}): install {program}, "
+                    f"or connect as root and leave {program} out")
+    return (f"the node ran none of gpu-node's read: its shell exited {NOT_FOUND} (a command not found) before it; "
+            "check the shell pyinfra runs commands with (_shell_executable)")
+
+
 def read_facts(host, *facts: type[FactBase], read_ahead: tuple[FactCall, ...] | list[FactCall] = ()) -> dict:
     """
     Read argument-less ``facts`` from ``host`` in one remote command: {class name: value}.
     Each value is what the fact alone gives (its default when its command printed nothing).
+    ``ReadNotRun`` (one line) where the node ran none of it.
     The same command reads the ``read_ahead`` facts for ``known_fact``; the argument-less
     facts are kept for it too.
     """
@@ -128,7 +158,17 @@ def read_facts(host, *facts: type[FactBase], read_ahead: tuple[FactCall, ...] | 
             continue
         calls.append((fact, dict(kwargs)))
     calls = tuple(calls)
-    sections = split_sections(host.get_fact(CombinedOutput, facts=facts, calls=calls))
+    try:
+        lines = host.get_fact(CombinedOutput, facts=facts, calls=calls, _success_exit_codes=(0, NOT_FOUND))
+    except EOFError:
+        # pyinfra asks for the sudo password when sudo wants one: without a terminal, the prompt
+        # reads the end of the input.
+        user = host.data.get("ssh_user") or "the login user"
+        raise ReadNotRun(f"sudo wants a password for {user} and there is no terminal to type it into: allow {user} "
+                         "sudo without a password, or run pyinfra from a terminal") from None
+    if not lines:
+        raise ReadNotRun(missing_program(host))
+    sections = split_sections(lines)
     values = {fact.__name__: _value(fact, sections.get(fact.__name__)) for fact in facts}
     known, changes = _known(host), changes_so_far(host)
     for fact in facts:

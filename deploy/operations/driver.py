@@ -114,6 +114,12 @@ def reboot_required(node: dict, driver_packages: list) -> bool:
     return bool(node["reboot_required"] and set(node["reboot_packages"]) & set(driver_packages))
 
 
+def awaits_reboot(node: dict, driver_packages) -> bool:
+    """A GPU node whose driver changed (``reboot_required``): its module loads at the next boot, and
+    its GPUs are unusable until then. Without a GPU, a reboot loads no module."""
+    return bool(node["gpus"]) and reboot_required(node, driver_packages)
+
+
 def driver_state_lines(node: dict, require_gpu: bool, driver_packages: list) -> list[str]:
     """What the end-of-run report says about the driver on this node."""
     lines = []

@@ -8,18 +8,23 @@ round trip and a shell. So a refusal is a ``FunctionCommand`` running ``fail_hos
 State's ``operation_host_error`` callbacks and goes on with the others.
 
 - an operation yields ``failing_command(message)`` (and nothing after it);
-- a task calls the ``fail`` operation;
+- a task calls ``fail``;
 - planning code raises ``HostRefusal``, which the entry file turns into ``fail``;
 - a FunctionCommand body that finds a problem returns ``fail_host(state, host, message)``;
 - a FunctionCommand body running a node script that ends in its one line (deploy/shell/) calls
   ``run_script``: a failed script fails the host with that line.
+
+A refusal ``fail`` makes while planning is printed at once, before anything runs: pyinfra runs the
+failing command only when it executes, so ``--dry`` and the changes shown before its prompt would
+otherwise show the operation's name alone. It is kept for the dry run's fleet report and exit
+status (``PlannedRefusals``), and not printed again when the run executes it.
 
 The line is also kept for the fleet report (``FailureNotes``), beside the operation it failed.
 """
 
 from __future__ import annotations
 
-from pyinfra import logger
+from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import PyinfraError
 
@@ -35,13 +40,23 @@ class HostRefusal(PyinfraError):
     fails that host alone with ``fail``, before any change on it, and the run goes on."""
 
 
+class PlannedRefusals(dict):
+    """This run's refusals found while planning: inventory host name -> their lines, in order
+    (deploy/run_state.py)."""
+
+
+def _log_refusal(host, message: str) -> None:
+    host.log_styled(f"gpu-node: {message}", fg="red", log_func=logger.error)
+
+
 def fail_host(state, host, message: str) -> bool:
     """Log ``message`` as ``host``'s error (URL user-info and Bearer/Basic credentials masked), keep it
     for the fleet report, and return False: the failing result of a FunctionCommand body (pyinfra
     passes ``state`` to such bodies)."""
     # A line built from node content (a URL, a daemon's complaint) can carry a credential.
     message = mask_text(message)
-    host.log_styled(f"gpu-node: {message}", fg="red", log_func=logger.error)
+    if message not in per_run(state, PlannedRefusals).get(host.name, ()):
+        _log_refusal(host, message)
     per_run(state, FailureNotes)[(host.name, host.executing_op_hash)] = message
     return False
 
@@ -73,6 +88,16 @@ def failing_command(message: str) -> FunctionCommand:
 
 
 @operation(is_idempotent=False)
-def fail(message: str):
-    """Fail this host with ``message``: a precondition the deploy cannot meet (nothing changes)."""
+def refuse(message: str):
+    """The operation ``fail`` adds: it fails its host with ``message`` when it runs."""
     yield failing_command(message)
+
+
+def fail(name: str, message: str) -> None:
+    """Fail this host with ``message`` (the operation ``name``): a precondition the deploy cannot meet,
+    nothing changes. Found while planning, the line is printed now (see the module)."""
+    if not host.state.is_executing:
+        message = mask_text(message)
+        _log_refusal(host, message)
+        per_run(host.state, PlannedRefusals).setdefault(host.name, []).append(message)
+    refuse(name=name, message=message)

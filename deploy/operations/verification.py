@@ -28,6 +28,7 @@ from ..verification.options import HANDLER, VerifyOptions
 from ..verification.readout import configured_binaries, gpu_usable, read_cri
 from ..verification.steps import all_steps, node_record
 from ..verification.toolkit_runtimes import planned_runs
+from .driver import awaits_reboot
 from .failure import failing_command
 from .kernel_modules import KERNELS_READ
 from ..report import FAIL, PASS, SKIP, verify_report_store
@@ -88,10 +89,11 @@ def reads(options: VerifyOptions) -> list[FactCall]:
 
 
 @operation()
-def check_node(options: VerifyOptions, report_path: str):
+def check_node(options: VerifyOptions, report_path: str, driver_packages: tuple[str, ...] = ()):
     """
     Run verify's steps on this host, record it for the report, and change nothing: no command is
-    yielded unless a step failed, and then only one that fails the host.
+    yielded unless a step failed, and then only one that fails the host, except on a GPU node
+    awaiting the reboot its driver change needs (``driver_packages``: the driver stage's, this run).
     """
     if not probes.executing(host):
         # Preparing (a dry run, or the change detection before a confirmation): facts now would
@@ -148,4 +150,10 @@ def check_node(options: VerifyOptions, report_path: str):
         logger.warning(f"{host.print_prefix}verify {step.name}: fail: {step.reason}")
     if record.failed:
         names = ", ".join(step.name for step in record.failed)
-        yield failing_command(f"verification failed: {names}")
+        if awaits_reboot(node, driver_packages):
+            # Before that reboot no GPU step can pass: the run ends "reboot required" (exit 3,
+            # deploy/exit_status.py) rather than failed, and the run after the reboot verifies.
+            logger.warning(f"{host.print_prefix}verification failed: {names}: the NVIDIA driver awaits the node's "
+                           "reboot; verify again after it")
+        else:
+            yield failing_command(f"verification failed: {names}")

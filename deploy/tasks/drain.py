@@ -17,7 +17,7 @@ from ..facts.k8s import kube_node_name, kubeconfig_words
 from ..operations import drain as drain_ops
 from ..operations import failure
 from ..operations.drain import DrainTarget
-from ..settings import CONTROL_PLANE_GROUP, Settings, host_settings
+from ..settings import Settings, host_settings
 
 WITHOUT_DRAIN = "set drain_before_restart=false to restart without draining"
 
@@ -35,11 +35,12 @@ def checked_drain_target(settings: Settings) -> DrainTarget | None:
     if not settings.drain_before_restart:
         return None
     try:
-        control_planes = inventory.get_group(CONTROL_PLANE_GROUP)
+        control_planes = inventory.get_group(settings.control_plane_group)
     except NoGroupError:
         control_planes = []
     if not control_planes:
-        _refuse(f"drain_before_restart=true but the inventory has no {CONTROL_PLANE_GROUP} host to run kubectl on")
+        _refuse(f"drain_before_restart=true but the inventory has no {settings.control_plane_group} host to run "
+                "kubectl on")
         return None
     control_plane = control_planes[0]
     kubeconfig = host_settings(control_plane).kubeconfig

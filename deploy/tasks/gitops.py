@@ -39,7 +39,7 @@ from ..gpushare import NODE_LABEL, GpushareError, scheduler_config_yaml
 from ..operations import controller_files
 from ..operations.controller_files import ControllerFile
 from ..operations.kubectl import HELM_CHART, HELM_RELEASE, HELM_REPO_URL, dump_documents, stamp_manifest
-from ..settings import CONTROL_PLANE_GROUP, GPU_NODES_GROUP, Settings, SettingsError, parse_settings
+from ..settings import Settings, SettingsError, parse_settings
 from . import dra_cluster
 from . import gpushare as gpushare_task
 from .k8s import (
@@ -428,10 +428,10 @@ def cluster_inputs(settings: Settings) -> tuple[list[tuple[str, Settings]], list
                 raise SettingsError(f"{error} (host {member.name} of {settings.manifests_inventory})") from None
         return found
 
-    control_planes = group(CONTROL_PLANE_GROUP) or [(host.name, settings)]
-    nodes = [settings_only_node(name, node_settings) for name, node_settings in group(GPU_NODES_GROUP)]
+    control_planes = group(settings.control_plane_group) or [(host.name, settings)]
+    nodes = [settings_only_node(name, node_settings) for name, node_settings in group(settings.gpu_nodes_group)]
     if not nodes:
-        logger.warning(f"{host.print_prefix}{settings.manifests_inventory} has no {GPU_NODES_GROUP} hosts: "
+        logger.warning(f"{host.print_prefix}{settings.manifests_inventory} has no {settings.gpu_nodes_group} hosts: "
                        "the files follow the control plane's settings alone")
     return control_planes, nodes
 

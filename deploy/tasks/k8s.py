@@ -3,7 +3,7 @@ The Kubernetes GPU layer, run on control-plane hosts: RuntimeClass, GPU node lab
 NVIDIA device plugin (static manifests or the helm chart) with its sharing configs, and the
 vector-add smoke pod.
 
-The control plane learns about GPU nodes by reading facts of the ``gpu_nodes`` hosts of the
+The control plane learns about GPU nodes by reading facts of the GPU nodes (``gpu_nodes_group``) of the
 same pyinfra run (``gpu_host.get_fact(...)`` while preparing the control-plane host): their
 hostname (the default Kubernetes node name), the NVIDIA GPUs on their PCI bus and the product
 names nvidia-smi reports, and their own settings (how that node shares its GPUs).
@@ -24,7 +24,7 @@ from .. import dra, templates
 from ..operations import kubectl
 from ..operations.allocator_move import move_step
 from ..operations.drain import DrainTarget
-from ..settings import GPU_NODES_GROUP, Settings, host_settings
+from ..settings import Settings, host_settings
 
 DEVICE_PLUGIN_NAMESPACE = "nvidia-device-plugin"
 DEVICE_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin"
@@ -122,9 +122,9 @@ class SharingConfig:
 
 
 def gather_gpu_nodes(settings: Settings) -> list[GpuNode]:
-    """Read the facts of every gpu_nodes host of this run (from the control plane's context)."""
+    """Read the facts of every GPU node of this run (``gpu_nodes_group``, from the control plane's context)."""
     try:
-        hosts = inventory.get_group(GPU_NODES_GROUP)
+        hosts = inventory.get_group(settings.gpu_nodes_group)
     except NoGroupError:
         hosts = []
     node_names = dict(settings.kube_node_names)
@@ -293,7 +293,7 @@ def gpu_cluster(settings: Settings) -> list[GpuNode]:
             labels=labels,
         )
     if not nodes:
-        logger.warning(f"{host.print_prefix}no hosts in the {GPU_NODES_GROUP} group: no node labelled")
+        logger.warning(f"{host.print_prefix}no hosts in the {settings.gpu_nodes_group} group: no node labelled")
     return nodes
 
 

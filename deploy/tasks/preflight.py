@@ -105,15 +105,8 @@ def preflight(settings: Settings, steps: Sequence[PreflightStep], image_root: bo
         logger.warning(f"{host.print_prefix}{note}")
     # One remote command for what every node run needs first (re-runs from cron pay per command),
     # and for the facts the steps decide on (their ``reads``, see deploy/facts/read_ahead.py).
-    try:
-        facts = read_facts(host, HostAccess, LinuxDistribution, Arch, NodeSurvey, ContainerdInstallations,
-                           PackageManagerState, PendingRestarts, read_ahead=step_reads(settings, steps))
-    except EOFError:
-        # pyinfra's SSH connector asks for the sudo password when sudo wants one: without a terminal,
-        # the prompt reads the end of the input.
-        user = host.data.get("ssh_user") or "the login user"
-        raise PreflightError(f"sudo wants a password for {user} and there is no terminal to type it into: allow "
-                             f"{user} sudo without a password, or run pyinfra from a terminal") from None
+    facts = read_facts(host, HostAccess, LinuxDistribution, Arch, NodeSurvey, ContainerdInstallations,
+                       PackageManagerState, PendingRestarts, read_ahead=step_reads(settings, steps))
     refusal = access_refusal(facts["HostAccess"], image_root)
     if refusal:
         raise PreflightError(refusal)

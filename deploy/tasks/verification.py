@@ -3,6 +3,8 @@ deploy/operations/verification.py)."""
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from pyinfra.api import deploy
 
 from ..verification.options import VerifyOptions
@@ -17,9 +19,12 @@ def reads(settings: Settings) -> list[FactCall]:
 
 
 @deploy("Verify")
-def verify(settings: Settings):
+def verify(settings: Settings, driver_packages: Iterable[str] = ()):
+    """``driver_packages``: what this run's driver stage installs (a GPU node that awaits its reboot
+    for them fails no verify step before it)."""
     verification.check_node(
         name="Verify the node can run GPU containers (read-only)",
         options=VerifyOptions.from_settings(settings),
         report_path=settings.verify_report_path,
+        driver_packages=tuple(sorted(driver_packages)),
     )

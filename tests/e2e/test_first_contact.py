@@ -1,8 +1,9 @@
 """
 First contact: a host gpu-node cannot work on is refused by preflight, in one line naming the
-problem, before any change. Real: the node image started as a plain container, PID 1 not systemd
-(what `docker run` of a distribution image gives), reached by pyinfra's own @docker connector; and a
-node reached over a real sshd by a login user without sudo rights.
+problem, before any change; a dry run says it too, and exits 1. Real: the node image started as a
+plain container, PID 1 not systemd and no sudo (what `docker run` of a distribution image gives),
+reached by pyinfra's own @docker connector; and a node reached over a real sshd by a login user
+without sudo rights.
 """
 
 from __future__ import annotations
@@ -16,17 +17,35 @@ from ssh_nodes import LOGIN_USER, Keys, SshNode, free_ports, ssh_node_image, wri
 ETC_DIGESTS = "find /etc -xdev -type f -print0 | sort -z | xargs -0 sha256sum"
 
 
+NO_SYSTEMD = ("systemd is not running as PID 1 (PID 1 is sleep): gpu-node enables and restarts services through "
+              "systemd; run it on a host booted with systemd")
+
+
+def said(result) -> list[str]:
+    """The run's gpu-node lines, and anything that would be a dump or a traceback."""
+    return [line.strip() for line in result.run_output.splitlines()
+            if "gpu-node:" in line or "Traceback" in line or "could not load fact" in line or "calls=" in line]
+
+
 def test_a_container_without_systemd_as_pid_1_is_refused_in_one_line_before_any_change(image):
+    """Executed (-y), planned only (--dry, with and without -y: pyinfra's change detection), and with
+    --sudo where the container has no sudo: one line each, a failing exit status, /etc untouched."""
     node = Node(image=image, init=("sleep", "infinity")).start()
     try:
         before = node.sh(ETC_DIGESTS).stdout
         result = node.deploy(json_output=False)
         assert result.returncode != 0
-        lines = [line.strip() for line in result.run_output.splitlines() if "gpu-node:" in line or "Traceback" in line
-                 or "could not load fact" in line]
-        assert lines == [f"[{node.target}] gpu-node: systemd is not running as PID 1 (PID 1 is sleep): gpu-node "
-                         "enables and restarts services through systemd; run it on a host booted with systemd"], \
-            result.explain()
+        assert said(result) == [f"[{node.target}] gpu-node: {NO_SYSTEMD}"], result.explain()
+        for default_mode in (False, True):
+            dry = node.deploy(json_output=False, extra_args=["--dry"], default_mode=default_mode)
+            assert dry.returncode == 1, dry.explain()
+            assert said(dry) == [f"[{node.target}] gpu-node: {NO_SYSTEMD}"], dry.explain()
+            assert f"{node.target} would be refused: {NO_SYSTEMD}" in dry.output, dry.explain()
+        no_sudo = node.deploy(json_output=False, extra_args=["--sudo"])
+        assert no_sudo.returncode != 0
+        assert said(no_sudo) == [f"[{node.target}] gpu-node: sudo is not installed on this node, and the run asks for "
+                                 "it (_sudo=True or --sudo): install sudo, or connect as root and leave sudo out"], \
+            no_sudo.explain()
         assert node.sh(ETC_DIGESTS).stdout == before
     finally:
         node.remove()

@@ -123,6 +123,8 @@ PLANS = {
     "dra_driver_version": ("cluster",),
     # batch sizes (deploy/batches.py): anything but numbers, % and commas is refused before any run
     "allocator_move_batches": ("cluster",),
+    # inventory group names: anything but letters, digits, _ and - is refused before any run
+    "gpu_nodes_group": ("node", "cluster"), "control_plane_group": ("node", "cluster"),
     "gpushare_extender_image": ("gpushare",), "gpushare_device_plugin_image": ("gpushare",),
     "gpushare_scheduler_config_path": ("gpushare",), "gpushare_inspect_source": ("gpushare",),
     "gpushare_inspect_sha256": ("gpushare",), "gpushare_inspect_path": ("gpushare",),

@@ -46,6 +46,8 @@ class LocalHost:
 
     def get_fact(self, fact, **kwargs):
         self.reads.append(fact.__name__)
+        # pyinfra's global arguments (_success_exit_codes) are pyinfra's, not the fact's
+        kwargs = {key: value for key, value in kwargs.items() if not key.startswith("_")}
         lines = shell(fact().command(**kwargs))
         if not lines:
             return fact().default()

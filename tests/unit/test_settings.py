@@ -105,6 +105,8 @@ DOCUMENTED_DEFAULTS = {
     "dra_compute_domains": False,
     "dra_imex": "driver-managed",
     "allocator_move_batches": "1",
+    "gpu_nodes_group": "gpu_nodes",
+    "control_plane_group": "control_plane",
 }
 
 
@@ -475,3 +477,51 @@ def test_the_shipped_inventory_with_no_hosts_stops_naming_what_to_set(tmp_path):
     assert code == 1
     assert ("inventory.py: no hosts: set GPU_NODES (and CONTROL_PLANE) to comma-separated pyinfra host names, "
             "or add them to the lists in inventory.py") in lines
+
+
+def deploy_call_with_data(command_line: dict, caplog, hosts=("@fake/gpu1", "@fake/gpu2"), **keywords):
+    """``provision_gpu_node(**keywords)`` over @fake GPU nodes with ``command_line`` as --data (the inventory's
+    override data, as pyinfra's CLI builds it): (the run's error, the commands run, its warnings)."""
+    import logging
+
+    from plan import QUICK, gpu_node, run_pyinfra
+    from pyinfra.api import Inventory
+    from pyinfra.api.deploy import add_deploy
+
+    import deploy
+    from deploy.operations.files import digest_read
+    from deploy.tasks.kernel import read_files
+
+    inventory = Inventory((list(hosts), {}), override_data={**QUICK, **command_line}, gpu_nodes=(list(hosts), {}))
+    nodes = {name: gpu_node("debian-12", facts=[(digest_read(path), "absent") for path in read_files()])
+             for name in hosts}
+    caplog.set_level(logging.WARNING, logger="pyinfra")
+    _, error = run_pyinfra(inventory, lambda state: add_deploy(state, deploy.provision_gpu_node, **keywords),
+                           nodes=nodes)
+    commands = [command for host in inventory for command in host.connector.executed_commands]
+    return error, commands, [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+
+
+def test_a_data_flag_a_keyword_argument_overrides_is_named_in_one_warning_and_still_checked(caplog, tmp_path):
+    keywords = {"stages": "kernel", "kernel_modules_load": False, "container_runtimes": ["containerd"],
+                "fleet_report_path": str(tmp_path / "fleet.json")}
+    error, commands, warnings = deploy_call_with_data({"container_runtimes": "docker"}, caplog, **keywords)
+    assert error is None, error
+    # one warning for the run (two hosts), naming the value and what overrides it
+    assert [line for line in warnings if "--data" in line] == [
+        "--data container_runtimes='docker' is not used: provision_gpu_node(container_runtimes=['containerd']) "
+        "overrides it (a deploy call's keyword arguments win over --data, docs/settings.md)"]
+    assert commands  # the run went on, with the keyword's value
+
+    caplog.clear()
+    error, commands, _ = deploy_call_with_data({"container_runtimes": "podman"}, caplog, **keywords)
+    assert isinstance(error, SettingsError) and commands == []
+    assert str(error) == ("invalid setting container_runtimes='podman': allowed: a comma-separated list of containerd, "
+                          "docker (from --data, which provision_gpu_node's keyword argument overrides)")
+
+
+def test_a_data_flag_no_keyword_argument_overrides_gets_no_warning(caplog, tmp_path):
+    error, _, warnings = deploy_call_with_data(
+        {"container_runtimes": "docker"}, caplog, stages="kernel", kernel_modules_load=False,
+        fleet_report_path=str(tmp_path / "fleet.json"))
+    assert error is None and not [line for line in warnings if "--data" in line]

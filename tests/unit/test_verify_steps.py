@@ -154,11 +154,11 @@ SANDBOX_ID = "3f1a8c2b7d9e4f60a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718"
 CONTAINER_ID = "9a8b7c6d5e4f30211a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f7081"
 
 
-def run_verify(tmp_path, lines, crictl=None, runs=None, facts=(), installation=(), **data):
+def run_verify(tmp_path, lines, crictl=None, runs=None, facts=(), installation=(), driver_packages=(), **data):
     """
     The verify task on a node whose verify read prints ``lines`` and whose ContainerdInstallations read
     prints ``installation`` (nothing: a plain containerd), with ``facts`` besides; ``crictl`` and ``runs``
-    answer the probes (by a fragment of their command).
+    answer the probes (by a fragment of their command); ``driver_packages``: the run's driver stage's.
     """
     report = tmp_path / "report.json"
     commands = {}
@@ -175,7 +175,8 @@ def run_verify(tmp_path, lines, crictl=None, runs=None, facts=(), installation=(
                 commands=commands)
     # tests/plan.py's run_plan, keeping the plan when the host fails (a failing step must fail it).
     inventory = Inventory(([("@fake/node", QUICK)], {}))
-    state, error = run_pyinfra(inventory, lambda state: add_deploy(state, verify, settings), nodes={"@fake/node": node})
+    state, error = run_pyinfra(inventory, lambda state: add_deploy(state, verify, settings, driver_packages),
+                               nodes={"@fake/node": node})
     failed = error is not None
     if failed:
         assert isinstance(error, PyinfraError) and "No hosts remaining" in str(error), error
