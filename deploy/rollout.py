@@ -15,7 +15,9 @@ inventory loading, in inventory order. ``--batches`` sizes are host counts or pe
 all hosts (rounded down, at least 1); the last size repeats until every host had its turn.
 
 Exit codes: 0 every host converged, 1 a host failed (the summary says which hosts converged,
-failed, or were not touched), 2 bad arguments (a missing inventory or deploy file among them).
+failed, or were not touched), 2 bad arguments (a missing inventory or deploy file among them),
+3 every host done but a GPU node awaits the reboot its driver change needs (pyinfra's run exited
+3, deploy/exit_status.py): the batches go on, as a reboot is the operator's to schedule.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from pyinfra.context import ctx_state
 
 # The batch sizes' one reading, which deploy/k8s_gpu.py's move between the allocators shares.
 from . import batches as batch_spec
+from .exit_status import REBOOT_REQUIRED
 from .tool_args import add_pyinfra_run, missing_file
 
 PROG = "gpu-node-rollout"
@@ -107,6 +110,8 @@ class BatchResult:
     failed: list[str] = field(default_factory=list)
     changes: dict[str, int] = field(default_factory=dict)  # host -> operations that changed it
     stopped: str = ""  # why pyinfra ended the batch without results, if it did
+    # pyinfra exited REBOOT_REQUIRED: every host done, a GPU node among them awaits its reboot
+    reboot_required: bool = False
 
     def failed_percent(self) -> float:
         return 100 * len(self.failed) / len(self.hosts)
@@ -131,7 +136,9 @@ def read_batch_result(number: int, hosts: list[str], returncode: int, stdout: st
                           "these hosts failed or did not finish; pyinfra's error is above")
         return result
     result.failed = [name for name in hosts if name in failed]
-    if returncode != 0 and not result.failed:
+    if returncode == REBOOT_REQUIRED and not result.failed:
+        result.reboot_required = True
+    elif returncode != 0 and not result.failed:
         result.failed = list(hosts)
         result.stopped = f"pyinfra exited {returncode} without naming a failed host"
     for name in hosts:
@@ -172,6 +179,8 @@ def summary(batches: list[list[str]], results: list[BatchResult], fail_percent: 
             lines.append(f"  FAILED       {name}")
         if result.stopped:
             lines.append(f"  {result.stopped}")
+        if result.reboot_required:
+            lines.append("  a GPU node of this batch awaits the reboot its driver change needs (its fleet report names it)")
     for number, hosts in enumerate(batches[len(results):], start=len(results) + 1):
         lines.append(f"batch {number}: not started")
         lines.extend(f"  not touched  {name}" for name in hosts)
@@ -181,7 +190,8 @@ def summary(batches: list[list[str]], results: list[BatchResult], fail_percent: 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog=PROG, description="Run a pyinfra deploy batch by batch; stop at the first failed batch.",
-        epilog="exit status: 0 every host converged, 1 a host failed, 2 bad arguments")
+        epilog=f"exit status: 0 every host converged, 1 a host failed, 2 bad arguments, {REBOOT_REQUIRED} every host "
+               "done but a GPU node awaits its reboot")
     sizes = parser.add_mutually_exclusive_group()
     sizes.add_argument("--batch-size", type=int, metavar="N", help="hosts per batch")
     sizes.add_argument("--batches", default="1,100%", metavar="SIZES",
@@ -226,7 +236,9 @@ def main(argv: list[str] | None = None) -> int:
         if is_batch_failed(results[-1], args.fail_percent):
             break
     print("\n".join(summary(batches, results, args.fail_percent)), flush=True)
-    return 1 if any(result.failed for result in results) or len(results) < len(batches) else 0
+    if any(result.failed for result in results) or len(results) < len(batches):
+        return 1
+    return REBOOT_REQUIRED if any(result.reboot_required for result in results) else 0
 
 
 if __name__ == "__main__":

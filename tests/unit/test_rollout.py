@@ -75,6 +75,30 @@ def test_read_batch_result_nonzero_exit_without_a_failed_host_fails_the_batch():
     assert result.stopped
 
 
+def test_a_batch_awaiting_a_reboot_is_done_not_failed():
+    # pyinfra's run exits 3 (deploy/exit_status.py) when every host is done but a GPU node awaits the
+    # reboot its driver change needs: the batch is not failed, the rollout goes on and says it.
+    result = rollout.read_batch_result(1, ["a", "b"], 3, pyinfra_json([], failed_hosts=[]))
+    assert result.failed == [] and result.stopped == "" and result.reboot_required
+    assert rollout.is_batch_failed(result, 0) is False
+    assert "awaits the reboot" in "\n".join(rollout.summary([["a", "b"]], [result], 0))
+    failed = rollout.read_batch_result(1, ["a", "b"], 1, pyinfra_json([], failed_hosts=["b"]))
+    assert failed.failed == ["b"] and not failed.reboot_required
+
+
+def test_a_rollout_whose_hosts_await_a_reboot_exits_3_and_runs_every_batch(inventory_file, monkeypatch, tmp_path):
+    (tmp_path / "site.py").write_text("")
+    ran = []
+
+    def batch(number, hosts, *args):
+        ran.append(hosts)
+        return rollout.BatchResult(number, hosts, reboot_required=number == 1)
+
+    monkeypatch.setattr(rollout, "run_batch", batch)
+    assert rollout.main(["--batches", "1,100%", inventory_file, "site.py"]) == 3
+    assert ran == [["gpu3"], ["gpu1", "gpu2", "cp1"]]
+
+
 def test_a_batch_fails_above_fail_percent_not_at_it():
     one_of_four = rollout.BatchResult(1, ["a", "b", "c", "d"], failed=["b"])
     assert rollout.is_batch_failed(one_of_four, 25) is False
