@@ -89,7 +89,7 @@ STEPS: tuple[Step, ...] = (
     # After verify, which fails the host first when a step fails: the node then stays cordoned.
     # Without verify, after the restarted runtime came back active.
     Step("uncordon", None, lambda s: s.drain_before_restart,
-         apply=lambda s, found, target: target and drain.uncordon_drained_node(target)),
+         apply=lambda s, found, target: target and drain.uncordon_drained_node(target, _driver_packages(found))),
     # Last, so it ends the run's output: no GPU, reboot required.
     Step("driver report", None, _always,
          apply=lambda s, found, target: driver.driver_report(s, found.plans.get("driver"))),

@@ -30,7 +30,10 @@ from pyinfra.api.state import BaseStateCallback
 
 from ..facts.drain import KubeNodeSchedule
 from ..facts.k8s import first_error_line, kubeconfig_words, kubectl
+from .driver import awaits_reboot
 from .failure import fail_host
+from ..facts.nvidia import NodeSurvey
+from ..facts.read_ahead import known_fact
 from ..run_state import per_run
 
 
@@ -167,9 +170,16 @@ def drain_node(state, host, target: DrainTarget) -> bool:
     return True
 
 
-def uncordon(state, host, target: DrainTarget) -> bool:
-    """Uncordon a node this run cordoned (a FunctionCommand body)."""
+def uncordon(state, host, target: DrainTarget, driver_packages: tuple[str, ...] = ()) -> bool:
+    """Uncordon a node this run cordoned (a FunctionCommand body), unless it is a GPU node whose driver
+    change (``driver_packages``, this run's) awaits its reboot."""
     record = drain_record(state, host.name, target)
+    if awaits_reboot(known_fact(host, NodeSurvey), driver_packages):
+        # Its GPUs are unusable until the reboot loads the new module, and verify does not fail such a
+        # node (exit 3, deploy/exit_status.py): pods must not come back to it before then.
+        logger.warning(f"{host.print_prefix}Kubernetes node {target.node} left cordoned: its NVIDIA driver awaits "
+                       f"the node's reboot; after it, kubectl uncordon {target.node}")
+        return True
     command = kubectl(target.kubeconfig, "uncordon", QuoteString(target.node))
     ok, _, errors = _on_control_plane(state, target, command)
     if not ok:
@@ -187,21 +197,22 @@ def drain_before_reboot(target: DrainTarget):
 
 
 @operation()
-def uncordon_node(target: DrainTarget):
+def uncordon_node(target: DrainTarget, driver_packages: tuple[str, ...] = ()):
     """
-    Uncordon ``target`` if this run cordoned it. Yields no command on a run that restarts
+    Uncordon ``target`` if this run cordoned it, unless its driver change (``driver_packages``: this
+    run's driver stage's) awaits the node's reboot. Yields no command on a run that restarts
     nothing, so a no-op run stays change-free.
     """
     record = drain_record(host.state, host.name, target)
     if not host.state.is_executing:
         # Preparing: the drain happens only if a watched operation changes.
         if any(op.will_change for op in record.restart_ops):
-            yield FunctionCommand(uncordon, (target,), {})
+            yield FunctionCommand(uncordon, (target, driver_packages), {})
         else:
             host.noop(f"no restart planned: Kubernetes node {target.node} is not drained")
         return
     if record.cordoned_by_run:
-        yield FunctionCommand(uncordon, (target,), {})
+        yield FunctionCommand(uncordon, (target, driver_packages), {})
     elif record.was_cordoned:
         host.noop(f"Kubernetes node {target.node} was cordoned before this run: left cordoned")
     else:

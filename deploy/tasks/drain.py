@@ -67,7 +67,9 @@ def checked_drain_target(settings: Settings) -> DrainTarget | None:
 
 
 @deploy("Live node")
-def uncordon_drained_node(target: DrainTarget):
+def uncordon_drained_node(target: DrainTarget, driver_packages=()):
     """Uncordon the node if this run cordoned it: the node's last stage (after verify, or after the
-    restarts when verify does not run)."""
-    drain_ops.uncordon_node(name=f"Uncordon Kubernetes node {target.node} after the restart", target=target)
+    restarts when verify does not run); ``driver_packages``: this run's driver stage's (a GPU node
+    awaiting the reboot they need stays cordoned)."""
+    drain_ops.uncordon_node(name=f"Uncordon Kubernetes node {target.node} after the restart", target=target,
+                            driver_packages=tuple(sorted(driver_packages)))

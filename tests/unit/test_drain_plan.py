@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pyinfra
 import pytest
-from plan import DEFAULT, GPU_NODE, QUICK, Node, gpu_node, run_inventory, without_staging_names
+from plan import DEFAULT, GPU_NODE, PCI_WITH_GPU, QUICK, Node, gpu_node, node_lines, run_inventory, without_staging_names
 from pyinfra.api import Inventory, State
 from pyinfra.facts.server import Hostname, Uptime
 
@@ -100,11 +100,12 @@ def b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
-def gpu_host(config: str | None = UNWIRED, hostname: str = NODE, *facts) -> Node:
+def gpu_host(config: str | None = UNWIRED, hostname: str = NODE, *facts, node_survey: list[str] | None = None) -> Node:
     """The GPU node: containerd installed with ``config`` (None: no file), named ``hostname``, then
-    ``facts``; what it does not state (files, packages, units) reads as nothing there."""
+    ``facts``; what it does not state (files, packages, units) reads as nothing there; ``node_survey``:
+    NodeSurvey's output (tests/plan.py's gpu_node: no GPU unless given)."""
     uptimes = iter(["1000"])  # before server.reboot's reboot; after it, a fresh boot
-    return gpu_node("debian-12", facts=[
+    return gpu_node("debian-12", node_survey=node_survey, facts=[
         # Debian's archive entry, whose components the driver stage extends
         (AptSourceFiles, "/etc/apt/sources.list.d/debian.sources " + b64(
             "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\n")),
@@ -289,6 +290,21 @@ def test_reboot_after_a_driver_change_drains_first_and_a_later_runtime_restart_d
     assert run.index(GPU, "reboot )") < restart_index(run) < run.index(CP, " uncordon ")
     assert "Kubernetes node gpu1 was drained earlier in this run" in caplog.text
     assert cluster.nodes[NODE] is False
+
+
+def test_a_node_whose_driver_awaits_its_reboot_stays_cordoned_after_a_runtime_restart_no_real_cluster(
+    monkeypatch, caplog
+):
+    """The driver changed, reboot_allowed=false, and containerd's restart drained the node: verify does
+    not fail a GPU node awaiting its reboot (exit 3), so the uncordon must hold pods off it instead."""
+    cluster = StandInCluster()
+    awaiting = node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU, reboot_packages=("nvidia-driver",))
+    run = run_gpu_node(monkeypatch, cluster, data={"stages": "driver,runtimes", "reboot_allowed": False},
+                       gpu_answers=gpu_host(node_survey=awaiting))
+    assert run.error is None and not run.failed, run.error
+    assert run.kubectl_verbs() == ["get", "get", "cordon", "drain"]
+    assert cluster.nodes[NODE] is True
+    assert "Kubernetes node gpu1 left cordoned: its NVIDIA driver awaits the node's reboot" in caplog.text
 
 
 def test_reboot_without_reboot_allowed_drains_nothing(monkeypatch):
