@@ -8,6 +8,7 @@ description), so the reference cannot drift from the code.
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import sys
 from pathlib import Path
@@ -86,8 +87,11 @@ def render() -> str:
 
 
 def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/settings_doc.py", description=__doc__.strip().splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 when docs/settings.md is out of date; write nothing")
+    args = parser.parse_args(argv)
     text = render()
-    if "--check" in argv:
+    if args.check:
         if not DOC.exists() or DOC.read_text() != text:
             print(f"{DOC.relative_to(REPO)} is out of date: run {COMMAND}", file=sys.stderr)
             return 1
