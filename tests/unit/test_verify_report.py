@@ -55,7 +55,7 @@ def test_parallel_hosts_merge_into_one_file_and_the_table_prints_once(tmp_path):
     assert f"--> Report written to {tmp_path / 'out' / 'report.json'}" in stream.getvalue()
     # the end of verification writes it for people to read, indented, with every record
     final = (tmp_path / "out" / "report.json").read_text()
-    assert final.startswith('{\n  "nodes": [') and [node["host"] for node in json.loads(final)["nodes"]] == hosts
+    assert final.startswith('{\n  "gpu_node_version": ') and [node["host"] for node in json.loads(final)["nodes"]] == hosts
 
 
 def test_a_rerun_for_the_same_host_replaces_its_record(tmp_path):
