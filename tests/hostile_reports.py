@@ -12,6 +12,7 @@ import copy
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -99,6 +100,11 @@ def _fifo(folder: Path, name: str) -> None:
     os.mkfifo(folder / name)
 
 
+def _char_device(folder: Path, name: str) -> None:
+    """A character device: /dev/null's numbers, which opening does nothing to (another device's may)."""
+    os.mknod(folder / name, stat.S_IFCHR | 0o600, os.makedev(1, 3))
+
+
 def thirty_mb(folder: Path, name: str) -> None:
     # valid JSON all through, so only the bound refuses it
     (folder / name).write_text('{"version": 1, "pad": "' + "x" * (30 * 1024 * 1024) + '"}')
@@ -108,6 +114,7 @@ ENTRIES = [
     Entry("link-to-dev-zero", _link_to_dev_zero, "not a regular file"),
     Entry("link-to-a-report", _link_to_a_report, "not a regular file"),
     Entry("fifo", _fifo, "not a regular file"),
+    Entry("char-device", _char_device, "not a regular file"),
     Entry("30-mb", thirty_mb, "larger than gpu-node reads"),
 ]
 
