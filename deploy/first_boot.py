@@ -15,8 +15,8 @@ program's output) and in the node's report, and the service fails, so the target
 5. persistenced and fabric manager: started where installed (Fabric Manager where NVSwitches are);
 6. verify: the driver answers with as many GPUs as the PCI bus shows.
 
-The report is the project's node report (deploy/report.py's JSON: version, ok, nodes) with one
-node; it is written atomically (a temporary file, then a rename).
+The report is the project's node report (deploy/report.py's JSON: version, gpu_node_version, ok,
+nodes) with one node; it is written atomically (a temporary file, then a rename).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from . import __version__
 from .fabric import fabric_of
 from .gpus import KernelModuleTypeRefusal, decide_kernel_module_type
 
@@ -276,7 +277,7 @@ class Boot:
                 "kernel_module_type": None, "persistence": None, "fabric_manager": None, "cuda": None, "cdi": None,
                 **self.record, "steps": self.steps}
         node["ok"] = all(step["status"] != FAIL for step in self.steps)
-        return {"version": REPORT_VERSION, "ok": node["ok"], "nodes": [node]}
+        return {"version": REPORT_VERSION, "gpu_node_version": __version__, "ok": node["ok"], "nodes": [node]}
 
 
 def write_report(path: str, report: dict) -> None:

@@ -15,31 +15,34 @@ that would be refused, and exits 1 if any would be.
 from __future__ import annotations
 
 import os
-from html import escape
 import sys
 from dataclasses import dataclass, field
+from html import escape
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field
 from pyinfra.api.state import BaseStateCallback, StateStage
 
-from . import exit_status
+from . import __version__, exit_status, node_text
 from .operations.failure import PlannedRefusals
 from .report import (
     FAIL,
     PASS,
+    REPORT_FORMAT,
     SKIP,
     DriverNote,
     DriverNotes,
     FailureNotes,
     NodeSummary,
+    NodeSummaryFormat,
     verify_report_store,
     write_json_file,
     write_text_file,
 )
 from .run_state import per_run
 
-FLEET_REPORT_VERSION = 1
+FLEET_REPORT_VERSION = 1  # the format's version, as deploy/report.py's REPORT_VERSION
 CONVERGED, CHANGED, FAILED, NOT_RUN = "converged", "changed", "failed", "not run"
 WOULD_BE_REFUSED = "would be refused"
 
@@ -79,12 +82,68 @@ class FleetRow(NodeSummary):
         return text
 
 
+class VerifyCountsFormat(BaseModel):
+    """What verify found on a node: steps by status, and the names of those that failed."""
+
+    model_config = REPORT_FORMAT
+    passed: int = Field(alias=PASS, ge=0)
+    failed: int = Field(alias=FAIL, ge=0)
+    skipped: int = Field(alias=SKIP, ge=0)
+    failed_steps: list[str]
+
+
+class FleetNodeFormat(NodeSummaryFormat):
+    """One node's row (``FleetRow``)."""
+
+    host: str
+    status: Literal[CONVERGED, CHANGED, FAILED, NOT_RUN]
+    changed_operations: list[str]
+    failed_operations: list[str]
+    failure_lines: list[str]
+    """the line each of failed_operations failed with, in the same order ("" where none was kept)"""
+    no_gpu: bool | None
+    """null: not known"""
+    reboot_required: bool | None
+    """null: not known"""
+    verify: VerifyCountsFormat | None
+    """null: verification did not run"""
+
+
+class FleetCountsFormat(BaseModel):
+    model_config = REPORT_FORMAT
+    converged: int = Field(ge=0)
+    changed: int = Field(ge=0)
+    failed: int = Field(ge=0)
+
+
+class FleetReportFormat(BaseModel):
+    """A gpu-node fleet report (fleet_report_path; deploy/fleet_from_reports.py's FLEET.json):
+    one row per node of a run, or of the nodes' own reports."""
+
+    model_config = ConfigDict(REPORT_FORMAT, title="gpu-node fleet report",
+                              json_schema_extra={"$schema": "https://json-schema.org/draft/2020-12/schema"})
+    version: Literal[FLEET_REPORT_VERSION]
+    """the format's version"""
+    gpu_node_version: str
+    """the version of gpu-node that wrote it"""
+    ok: bool
+    """no node failed"""
+    exit_status: Literal[exit_status.DONE, exit_status.FAILED, exit_status.REBOOT_REQUIRED]
+    """the status the run exits with: 0 done, 1 a node failed, 3 done but a GPU node awaits its reboot"""
+    counts: FleetCountsFormat
+    awaiting_reboot: list[str]
+    """the GPU nodes whose driver change awaits their reboot"""
+    nodes: list[FleetNodeFormat]
+
+
 def _flag(value: bool | None) -> str:
     return "?" if value is None else ("yes" if value else "no")
 
 
 def _columns(table: list[tuple[str, ...]]) -> list[str]:
-    """Rows of cells, each column as wide as its widest cell (the last one as it is)."""
+    """Rows of cells, each column as wide as its widest cell (the last one as it is), each cell
+    ``node_text.printable``: a host name or a line a node gave never reaches the terminal raw."""
+    table = [tuple(map(node_text.printable, line)) for line in table]
     widths = [max(len(line[index]) for line in table) for index in range(len(table[0]) - 1)]
     return ["    " + "  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[-1]
             for line in table]
@@ -122,7 +181,7 @@ def fleet_table(rows: list[FleetRow]) -> str:
     lines = [header, *_columns(table)]
     for row in rows:
         for operation, line in row.failures():
-            lines.append(f"    {row.host} failed in: {operation}" + (f": {line}" if line else ""))
+            lines.append(node_text.printable(f"    {row.host} failed in: {operation}" + (f": {line}" if line else "")))
     lines += driver_table(rows)
     return "\n".join(lines)
 
@@ -137,6 +196,7 @@ def run_status(rows: list[FleetRow]) -> int:
 def fleet_json(rows: list[FleetRow]) -> dict[str, Any]:
     return {
         "version": FLEET_REPORT_VERSION,
+        "gpu_node_version": __version__,
         "ok": all(row.status != FAILED for row in rows),
         "exit_status": run_status(rows),
         "counts": {status: sum(row.status == status for row in rows) for status in (CONVERGED, CHANGED, FAILED)},
@@ -193,6 +253,12 @@ PAGE_POLICY = "default-src 'none'; style-src 'unsafe-inline'"
 FLEET_COLUMNS = ("node", "result", "failed step and its line", "reboot required", "no GPU", "runtime", "verify")
 
 
+def _page_text(text: str) -> str:
+    """Text for the page: markup and quotes escaped (html.escape), and control characters as the
+    table writes them (``node_text.printable``): the page's source may be read in a terminal too."""
+    return escape(node_text.printable(text))
+
+
 def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'s' if count != 1 else ''}"
 
@@ -209,35 +275,35 @@ def _flag_cell(css_class: str, value: bool | None) -> str:
 
 def _steps_cell(row: FleetRow) -> str:
     """Each failed operation with its line, then the operations that changed, folded."""
-    parts = [f'<div class="step"><span class="operation">{escape(operation)}</span>'
-             f'<span class="line">{escape(line or "(no line kept: see the run output)")}</span></div>'
+    parts = [f'<div class="step"><span class="operation">{_page_text(operation)}</span>'
+             f'<span class="line">{_page_text(line or "(no line kept: see the run output)")}</span></div>'
              for operation, line in row.failures()]
     if row.status == FAILED and not row.failed_operations:
         parts.append('<span class="none">failed before its first operation (see the run output)</span>')
     if row.changed_operations:
-        items = "".join(f"<li>{escape(operation)}</li>" for operation in row.changed_operations)
+        items = "".join(f"<li>{_page_text(operation)}</li>" for operation in row.changed_operations)
         parts.append(f"<details><summary>{_plural(len(row.changed_operations), 'operation')} changed</summary>"
                      f"<ul>{items}</ul></details>")
     return _td("failures", "".join(parts))
 
 
 def _table(table_id: str, columns: tuple[str, ...], body: list[str]) -> str:
-    head = "".join(f"<th>{escape(column)}</th>" for column in columns)
+    head = "".join(f"<th>{_page_text(column)}</th>" for column in columns)
     return f'<table id="{table_id}">\n<thead><tr>{head}</tr></thead>\n<tbody>\n' + "\n".join(body) + "\n</tbody>\n</table>"
 
 
 def fleet_html(rows: list[FleetRow]) -> str:
-    """The rows as one self-contained page, failures first: every value escaped (html.escape, quotes
-    included), inline CSS, no script."""
+    """The rows as one self-contained page, failures first: every value escaped (``_page_text``: html.escape,
+    quotes included, and control characters), inline CSS, no script."""
     ordered = sorted(rows, key=lambda row: (STATUS_ORDER.index(row.status), row.host))
     counts = {status: sum(row.status == status for row in rows) for status in STATUS_ORDER}
     summary = _plural(len(rows), "node") + ", " + ", ".join(f"{counts[status]} {status}" for status in STATUS_ORDER)
     badges = " ".join(f'<span class="count {status}">{counts[status]} {status}</span>' for status in STATUS_ORDER)
     fleet = [
-        f'<tr class="{escape(row.status)}" data-host="{escape(row.host)}">'
-        + _td("host", escape(row.host)) + _td("result", escape(row.status)) + _steps_cell(row)
+        f'<tr class="{_page_text(row.status)}" data-host="{_page_text(row.host)}">'
+        + _td("host", _page_text(row.host)) + _td("result", _page_text(row.status)) + _steps_cell(row)
         + _flag_cell("reboot", row.reboot_required) + _flag_cell("no-gpu", row.no_gpu)
-        + _td("runtime", escape(row.runtime or "-")) + _td("verify", escape(row.verify_text())) + "</tr>"
+        + _td("runtime", _page_text(row.runtime or "-")) + _td("verify", _page_text(row.verify_text())) + "</tr>"
         for row in ordered
     ]
     parts = [
@@ -247,7 +313,7 @@ def fleet_html(rows: list[FleetRow]) -> str:
         '<meta charset="utf-8">',
         f'<meta http-equiv="Content-Security-Policy" content="{PAGE_POLICY}">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>gpu-node fleet report: {escape(summary)}</title>",
+        f"<title>gpu-node fleet report: {_page_text(summary)}</title>",
         f"<style>{PAGE_STYLE}</style>",
         "</head>",
         "<body>",
@@ -257,8 +323,8 @@ def fleet_html(rows: list[FleetRow]) -> str:
     ]
     verified = [row for row in ordered if row.verify is not None]
     if verified:
-        driver = [f'<tr data-host="{escape(row.host)}">' + _td("host", escape(row.host)) + "".join(
-                      f"<td>{escape(value or '-')}</td>" for value in
+        driver = [f'<tr data-host="{_page_text(row.host)}">' + _td("host", _page_text(row.host)) + "".join(
+                      f"<td>{_page_text(value or '-')}</td>" for value in
                       (row.kernel_module_type, row.persistence, row.fabric_manager, row.cuda, row.cdi)) + "</tr>"
                   for row in verified]
         parts += ["<h2>Driver (verify)</h2>", _table("driver", DRIVER_COLUMNS, driver)]

@@ -2,7 +2,7 @@
 The fleet view without a controller run: each node's own reports (/var/lib/gpu-node/*.json, as the
 first-boot unit and pull runs write them) read over SSH, one remote command per node, into the
 fleet table, and its JSON and HTML page at fleet_report_path (docs/without-controller.md). It
-changes nothing on the nodes.
+changes nothing on the nodes; a node whose report failed, or whose files are no reports, fails.
 
     pyinfra inventory.py deploy/fleet_view.py --data fleet_report_path=fleet.json
 """

@@ -61,6 +61,18 @@ def decode(data: bytes) -> str:
 _NOT_UTF8 = re.compile("[\udc80-\udcff]")
 
 
+# C0 and C1 control characters (ESC, CR, BEL ending an OSC title, CSI as one byte: 0x9b) and the
+# lone surrogates ``decode`` keeps for bytes that are not UTF-8, which no UTF-8 terminal can print.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """``text`` for a terminal, each of those characters written as a Python string escape (``\\x1b``,
+    ``\\r``, ``\\udc80``): text a node sent can neither move the cursor, erase nor retitle what an
+    operator reads (the node and fleet reports' tables, the fleet view's lines)."""
+    return _UNPRINTABLE.sub(lambda match: repr(match.group())[1:-1], text)
+
+
 def checked(text: str, source: str, max_bytes: int | None = MAX_FILE_BYTES) -> str:
     """``text`` when a parser may read it: at most ``max_bytes`` bytes (None: the caller bounds it)
     and UTF-8 throughout (text from ``decode``)."""

@@ -1,7 +1,7 @@
 """
 The node report: one record per node (host, GPUs, driver, toolkit, runtime, the kernel module type,
 persistence, Fabric Manager, CUDA, each step), shown as a table at the end of the run and written
-as JSON on the controller.
+as JSON on the controller. Its format is ``NodeReportFormat`` (deploy/schemas/node-report.schema.json).
 
 Hosts run in parallel greenlets of one pyinfra process: records go into one in-memory store per
 run (deploy/run_state.py), and the JSON file is rewritten whole (temporary file, then rename) from it, so a
@@ -16,15 +16,89 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field
 from pyinfra.api.state import BaseStateCallback
 
+from . import __version__, node_text
 from .run_state import per_run
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 STATUSES = (PASS, FAIL, SKIP)
+# the format's version (a reader checks it: a report of another format is refused)
 REPORT_VERSION = 1
+
+# The report formats (this one and deploy/fleet_report.py's FleetReportFormat) are these models: the
+# schema files in deploy/schemas/ are generated from them (scripts/report_schemas.py) and the tests
+# hold the files equal to them and every report the code writes valid against the files. Strict: a
+# value of another type is refused, never converted; a key the format does not name is refused.
+REPORT_FORMAT = ConfigDict(strict=True, extra="forbid", use_attribute_docstrings=True)
+
+
+class StepFormat(BaseModel):
+    """One verification step."""
+
+    model_config = REPORT_FORMAT
+    name: str
+    status: Literal[STATUSES]
+    reason: str
+    """why it passed, failed or was skipped, in one line"""
+
+
+class NodeSummaryFormat(BaseModel):
+    """What verify found of a node's runtime and driver (``NodeSummary``); null where it did not look."""
+
+    model_config = REPORT_FORMAT
+    runtime: str | None
+    """the container runtime and its version"""
+    kernel_module_type: str | None
+    """the nvidia module's type: "open" or "proprietary" (null: none loaded or installed)"""
+    persistence: str | None
+    """nvidia-persistenced's state and the GPUs' persistence mode"""
+    fabric_manager: str | None
+    """nvidia-fabricmanager's state, or "not needed" (no NVSwitch)"""
+    cuda: str | None
+    """cuInit's outcome through the driver's libcuda ("ok, 8 device(s), CUDA 12.2", "error 802 ...")"""
+    cdi: str | None
+    """one of: off; on, spec current; on, spec stale; on, no spec"""
+
+
+class NodeFormat(NodeSummaryFormat):
+    """One node's record."""
+
+    host: str = Field(min_length=1)
+    """the node: its inventory name (verify, a pull run: "@local") or its hostname (the first-boot unit)"""
+    ok: bool
+    """no step failed"""
+    gpus: list[str]
+    """each NVIDIA GPU found on the PCI bus"""
+    driver: str | None
+    """the driver's version"""
+    toolkit: str | None
+    """the NVIDIA Container Toolkit's version"""
+    steps: list[StepFormat]
+
+
+class NodeReportFormat(BaseModel):
+    """A gpu-node node report: written by verify (verify_report_path), a pull run
+    (/var/lib/gpu-node/report.json) and the first-boot unit (/var/lib/gpu-node/boot-report.json)."""
+
+    model_config = ConfigDict(REPORT_FORMAT, title="gpu-node node report",
+                              json_schema_extra={"$schema": "https://json-schema.org/draft/2020-12/schema"})
+    version: Literal[REPORT_VERSION]
+    """the format's version"""
+    gpu_node_version: str
+    """the version of gpu-node that wrote it"""
+    ok: bool
+    """no node failed"""
+    nodes: list[NodeFormat]
+    """one per node (the first-boot unit's and a pull run's: one)"""
+
+
+def schema_text(model: type[BaseModel]) -> str:
+    """A format's JSON Schema as deploy/schemas/ ships it."""
+    return json.dumps(model.model_json_schema(), indent=2, sort_keys=True) + "\n"
 
 
 @dataclass(frozen=True)
@@ -41,19 +115,14 @@ class Step:
 @dataclass(kw_only=True)
 class NodeSummary:
     """What verify found of a node's runtime and driver, one line each: the node report's summary
-    line and the fleet report's columns (deploy/fleet_report.py's FleetRow) carry these."""
+    line and the fleet report's columns (deploy/fleet_report.py's FleetRow) carry these, each as
+    ``NodeFormat`` describes it."""
 
     runtime: str | None = None
-    # the loaded nvidia module's type ("open", "proprietary"; None: none loaded or installed)
     kernel_module_type: str | None = None
-    # nvidia-persistenced's state and the GPUs' persistence mode
     persistence: str | None = None
-    # "not needed" (no NVSwitch), else nvidia-fabricmanager's state
     fabric_manager: str | None = None
-    # cuInit's outcome through the driver's libcuda ("ok, 8 device(s), CUDA 12.2", "error 802 ...",
-    # "not checked (no python3)")
     cuda: str | None = None
-    # "off", "on, spec current", "on, spec stale", "on, no spec"
     cdi: str | None = None
 
     def summary(self) -> dict[str, str | None]:
@@ -84,17 +153,17 @@ class NodeRecord(NodeSummary):
 
 
 def node_table(record: NodeRecord) -> str:
-    """One node: a summary line, then one line per step."""
+    """One node: a summary line, then one line per step (what the node said escaped: ``node_text.printable``)."""
     gpus = ", ".join(record.gpus) if record.gpus else "none"
-    lines = [
+    lines = [node_text.printable(
         f"{record.host}: {'OK' if record.ok else 'FAILED'}  GPUs: {gpus}  driver: {record.driver or '-'}  "
         f"toolkit: {record.toolkit or '-'}  runtime: {record.runtime or '-'}  "
         f"module: {record.kernel_module_type or '-'}  persistence: {record.persistence or '-'}  "
-        f"fabric manager: {record.fabric_manager or '-'}  CUDA: {record.cuda or '-'}  CDI: {record.cdi or '-'}"
-    ]
-    width = max((len(step.name) for step in record.steps), default=4)
-    for step in record.steps:
-        lines.append(f"  {step.name:<{width}}  {step.status:<4}  {step.reason}")
+        f"fabric manager: {record.fabric_manager or '-'}  CUDA: {record.cuda or '-'}  CDI: {record.cdi or '-'}")]
+    names = [node_text.printable(step.name) for step in record.steps]
+    width = max(map(len, names), default=4)
+    for name, step in zip(names, record.steps):
+        lines.append(f"  {name:<{width}}  {step.status:<4}  {node_text.printable(step.reason)}")
     return "\n".join(lines)
 
 
@@ -111,6 +180,7 @@ def _report_of(nodes: list[dict[str, Any]]) -> dict[str, Any]:
     """The report of the records' JSON (``NodeRecord.as_json``)."""
     return {
         "version": REPORT_VERSION,
+        "gpu_node_version": __version__,
         "ok": all(node["ok"] for node in nodes),
         "nodes": sorted(nodes, key=lambda node: node["host"]),
     }

@@ -12,20 +12,29 @@ from .. import node_text, shell_scripts
 from .base import NodeFact
 
 REPORTS_DIR = "/var/lib/gpu-node"
+# gpu-node writes three there (boot-report.json, report.json, a pull run's fleet-report.json): a node
+# sends at most this many files of MAX_FILE_BYTES each, the rest named "not read".
+MAX_NODE_REPORTS = 8
+NOT_REGULAR = "not a regular file (a symbolic link, FIFO, device or folder): not read"
+TOO_MANY = f"more than {MAX_NODE_REPORTS} .json files in the folder: this one and those after it not read"
 
 
 class NodeReports(NodeFact):
     """
-    Each regular ``*.json`` file directly in ``folder`` (a symbolic link is not followed): its
-    name, its modification time (seconds since the epoch) and its text, in one command.
+    The ``*.json`` entries directly in ``folder``, in one command, at most ``MAX_NODE_REPORTS``: a
+    regular file's name, its modification time (seconds since the epoch) and its text; any other
+    entry (a symbolic link, not followed; a FIFO, device or folder) and the first one past the bound,
+    its name and why it was not read.
 
     .. code:: python
 
-        [{"name": "boot-report.json", "mtime": 1764331200, "text": "{\\"version\\": 1, ...}"}]
+        [{"name": "boot-report.json", "mtime": 1764331200, "text": "{\\"version\\": 1, ...}"},
+         {"name": "zero.json", "not_read": "not a regular file (...): not read"}]
     """
 
     def command(self, folder=REPORTS_DIR):
-        return (node_text.base64_reader() + shell_scripts.script("node_reports", folder=folder)).strip()
+        return (node_text.base64_reader()
+                + shell_scripts.script("node_reports", folder=folder, max_reports=MAX_NODE_REPORTS)).strip()
 
     @staticmethod
     def default():
@@ -35,11 +44,19 @@ class NodeReports(NodeFact):
         reports = []
         for line in output:
             kind, name, mtime, text = (line.strip().split(" ") + ["", "", ""])[:4]
-            if kind != "report":
+            if kind not in ("report", "other", "more"):
                 continue
             try:
-                reports.append({"name": node_text.decode(base64.b64decode(name, validate=True)), "mtime": int(mtime),
-                                "text": node_text.decode(base64.b64decode(text, validate=True))})
+                entry = {"name": node_text.decode(base64.b64decode(name, validate=True))}
+                if kind == "report":
+                    entry.update(mtime=int(mtime), text=node_text.decode(base64.b64decode(text, validate=True)))
+                else:
+                    entry["not_read"] = NOT_REGULAR if kind == "other" else TOO_MANY
             except (binascii.Error, ValueError) as error:
                 raise FactProcessError(f"could not read a report's line: {error}") from None
+            if len(reports) == MAX_NODE_REPORTS:  # as the script stops: a node that does not is held to it
+                entry = {"name": entry["name"], "not_read": TOO_MANY}
+            reports.append(entry)
+            if entry.get("not_read") == TOO_MANY:
+                break
         return reports

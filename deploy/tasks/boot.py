@@ -18,7 +18,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import server
 
-from .. import first_boot
+from .. import __version__, first_boot
 from ..facts.read_ahead import FactCall, read
 from ..facts.units import UnitsEnabled
 from ..operations import files, units
@@ -38,7 +38,8 @@ ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 def boot_archive() -> bytes:
     """The zip application ``python3 -I ARCHIVE`` runs: package gpu_node_boot, and its __main__."""
     here = Path(__file__).resolve().parent.parent
-    members = {"__main__.py": MAIN, "gpu_node_boot/__init__.py": ""}
+    # the package's version, which first_boot writes into its report as the wheel's __init__ gives it
+    members = {"__main__.py": MAIN, "gpu_node_boot/__init__.py": f"__version__ = {__version__!r}\n"}
     members.update({f"gpu_node_boot/{name}": (here / name).read_text(encoding="utf-8") for name in ARCHIVE_MODULES})
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:

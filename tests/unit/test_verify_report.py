@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import gevent
 import pytest
@@ -55,7 +56,7 @@ def test_parallel_hosts_merge_into_one_file_and_the_table_prints_once(tmp_path):
     assert f"--> Report written to {tmp_path / 'out' / 'report.json'}" in stream.getvalue()
     # the end of verification writes it for people to read, indented, with every record
     final = (tmp_path / "out" / "report.json").read_text()
-    assert final.startswith('{\n  "nodes": [') and [node["host"] for node in json.loads(final)["nodes"]] == hosts
+    assert final.startswith('{\n  "gpu_node_version": ') and [node["host"] for node in json.loads(final)["nodes"]] == hosts
 
 
 def test_a_rerun_for_the_same_host_replaces_its_record(tmp_path):
@@ -84,3 +85,14 @@ def test_the_driver_fields_show_on_the_summary_line_and_in_the_json():
     # a record without them (verify read none) shows dashes
     assert node_table(record("plain", PASS)).splitlines()[0].endswith(
         "module: -  persistence: -  fabric manager: -  CUDA: -  CDI: -")
+
+
+def test_the_table_escapes_control_characters_a_node_sent():
+    """A step's reason holds what a node's tool printed: an escape sequence in it (or in the host,
+    step or driver's text) is written escaped, never sent to the terminal (node_text.printable)."""
+    text = node_table(NodeRecord(host="node-\x1b]0;owned\x07", driver="535\x9b2K", steps=[
+        Step("cuda\r", FAIL, "cuInit: \x1b[2K\rall fine"), Step("gpu_pci", PASS, "1 GPU")]))
+    assert not re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f]", text), text
+    lines = text.splitlines()
+    assert lines[0].startswith(r"node-\x1b]0;owned\x07: FAILED") and r"driver: 535\x9b2K" in lines[0]
+    assert lines[1:] == [r"  cuda\r   fail  cuInit: \x1b[2K\rall fine", "  gpu_pci  pass  1 GPU"]

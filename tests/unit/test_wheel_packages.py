@@ -19,8 +19,11 @@ def test_the_wheel_lists_every_package_of_deploy_and_every_template_folder():
                  for folder in {template.parent for template in (REPO / "templates").rglob("*.j2")}}
     # deploy/shell/ holds the node's scripts, no Python: a data package (deploy/shell_scripts.py reads it)
     scripts = {"gpu_node.shell"} if any((REPO / "deploy" / "shell").glob("*.sh")) else set()
-    assert sorted(setuptools["packages"]) == sorted(code | templates | scripts)
+    # deploy/schemas/ holds the reports' JSON Schema files: a data package too
+    schemas = {"gpu_node.schemas"} if any((REPO / "deploy" / "schemas").glob("*.schema.json")) else set()
+    assert sorted(setuptools["packages"]) == sorted(code | templates | scripts | schemas)
     assert setuptools["package-data"].get("gpu_node.shell") == ["*.sh"]
+    assert setuptools["package-data"].get("gpu_node.schemas", []) == (["*.schema.json"] if schemas else [])
     assert {package for package, patterns in setuptools["package-data"].items() if "*.j2" in patterns} == templates
 
 
