@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import node_text
+
 # Unloaded in this order (each one's users before it), loaded in the reverse
 MODULES = ("nvidia_drm", "nvidia_modeset", "nvidia_uvm", "nvidia_peermem", "nvidia")
 # The driver's own clients, stopped before the unload and started after: persistenced, Fabric Manager,
@@ -38,8 +40,7 @@ class Holder:
 def parse_holder(text: str, units=SERVICES) -> Holder | None:
     """One of gpu_holders.sh's lines without its "holder " ("PID UNIT USER DEVICE COMMAND"); None: not one.
     A UNIT other than ``units`` counts as no unit."""
-    # node text, shown to the operator: control characters as "?"
-    text = "".join(character if character.isprintable() else "?" for character in text)
+    text = node_text.printable(text)  # node text, shown to the operator
     pid, unit, user, device, command = (text.split(" ", 4) + [""] * 5)[:5]
     if not pid.isdigit() or not device:
         return None

@@ -28,7 +28,7 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import PyinfraError
 
-from .. import probes
+from .. import node_text, probes
 from ..redact import mask_text
 from ..report import FailureNotes
 from ..run_state import per_run
@@ -75,8 +75,8 @@ def run_script(state, host, command, success_statuses=(0,)) -> tuple[bool, str]:
     succeeded, output = host.run_shell_command(command, print_output=state.print_output,
                                                print_input=state.print_input, **arguments)
     first, second = (output.stdout_lines, output.stderr_lines) if succeeded else (output.stderr_lines, output.stdout_lines)
-    # the node's line reaches the operator's terminal: its control characters as "?"
-    line = "".join(character if character.isprintable() else "?" for character in _last_line(first) or _last_line(second))
+    # the node's line reaches the operator's terminal
+    line = node_text.printable(_last_line(first) or _last_line(second))
     if not succeeded:
         fail_host(state, host, line or "the node's script failed and said nothing")
     return succeeded, line

@@ -62,7 +62,7 @@ def test_the_services_own_processes_main_or_in_their_control_group_reload_servic
 
 def test_a_holder_line_with_another_unit_or_no_pid_is_no_service_of_the_driver():
     assert parse_holder("42 nvidia-imex.service root /dev/nvidia0 x").unit is None
-    assert parse_holder("42 - bob\x07 /dev/nvidia0 a b\x1b[2K") == Holder(42, "bob?", "a b?[2K", "/dev/nvidia0")
+    assert parse_holder("42 - bob\x07 /dev/nvidia0 a b\x1b[2K") == Holder(42, "bob\\x07", "a b\\x1b[2K", "/dev/nvidia0")
     assert parse_holder("x - bob /dev/nvidia0 a") is None and parse_holder("42") is None
 
 
@@ -106,7 +106,7 @@ def test_a_failed_reload_fails_the_host_in_the_nodes_one_line_its_control_charac
     plan = run_plan(reload, True, facts=[(DeviceHolders, fact_case("no-gpu") + ["module nvidia"])],
                     commands={RELOAD_MARK: Output(stdout=["x"], stderr=["modprobe: FATAL: Module nvidia is in use.",
                                                                         line + "\x1b]0;x\x07"], success=False)})
-    assert plan.failures == [line + "?]0;x?"]
+    assert plan.failures == [line + "\\x1b]0;x\\x07"]
 
 
 @pytest.mark.usefixtures("both_modes")
