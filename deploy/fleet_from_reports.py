@@ -18,6 +18,7 @@ report (a pull run writes one of itself beside its node report) is no node's rep
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,6 +26,7 @@ from pathlib import Path
 from pyinfra.api.state import BaseStateCallback
 
 from . import node_text
+from .command_line import ArgumentParser
 from .facts.reports import REPORTS_DIR, NodeReports
 from .fleet_report import CONVERGED, FAILED, FleetRow, fleet_table, html_path, write_html, write_json
 from .report import FAIL, PASS, SKIP
@@ -140,17 +142,20 @@ def view_this_host(host) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if not args:
-        print("usage: python -m gpu_node.fleet_from_reports FOLDER [FLEET.json]", file=sys.stderr)
-        return 2
-    rows, problems = read_folder(args[0])
+    parser = ArgumentParser(prog=f"python -m {__package__}.fleet_from_reports", description=__doc__)
+    parser.add_argument("folder", metavar="FOLDER", help="the node reports gathered, each a file ending .json")
+    parser.add_argument("fleet", metavar="FLEET.json", nargs="?",
+                        help="where to write the fleet's JSON (and its HTML page beside it)")
+    args = parser.parse_args(argv)
+    if not os.path.isdir(args.folder):
+        parser.error(f"{args.folder}: no such folder")
+    rows, problems = read_folder(args.folder)
     for problem in problems:
         print(f"gpu-node: {problem}", file=sys.stderr)
     print(fleet_table(rows))
-    if len(args) > 1:
-        write_json(args[1], rows)
-        write_html(html_path(args[1]), rows)
+    if args.fleet:
+        write_json(args.fleet, rows)
+        write_html(html_path(args.fleet), rows)
     return 0 if rows and all(row.status != FAILED for row in rows) and not problems else 1
 
 

@@ -221,14 +221,21 @@ def test_pull_mode_from_the_image_converges_restores_drift_refuses_a_broken_sett
     """gpu-node as the image installed it: its units installed (python -m gpu_node.pull_install), a run
     of the pull service (what the timer starts) converges with no controller; a runtime config changed
     by hand is restored by the next run, the report rewritten; a broken setting fails the run in one
-    line naming the file's line, and nothing changes. Then the undo, run @local by the same package,
+    line naming the file's line, and a settings file its group may write in one line naming its mode,
+    and nothing changes. Before the settings file is there, pull_install refuses in one line and
+    enables nothing. Then the undo, run @local by the same package,
     takes gpu-node's own units off: the pull timer and the first-boot unit disabled, their files gone."""
     started = time.monotonic()
     node = baked.node
+    refused = node.sh(f"{PYTHON} -m gpu_node.pull_install", check=False)
+    assert refused.returncode == 1 and refused.stderr.splitlines() == [
+        f"gpu-node pull_install: {SETTINGS} does not exist: pull mode converges a node only with the settings "
+        f"written in {SETTINGS} (docs/without-controller.md), never with defaults; nothing changed"], refused.stderr
+    assert node.sh("systemctl is-enabled gpu-node-pull.timer", check=False).returncode != 0
+    node.write(SETTINGS, GOOD)
     out = node.sh(f"{PYTHON} -m gpu_node.pull_install").stdout
     assert "gpu-node-pull.timer enabled" in out
     assert node.is_active("gpu-node-pull.timer")
-    node.write(SETTINGS, GOOD)
 
     code, journal = pull(node)
     assert code == 0, journal
@@ -248,6 +255,14 @@ def test_pull_mode_from_the_image_converges_restores_drift_refuses_a_broken_sett
     assert code != 0
     lines = [line for line in journal.splitlines() if "invalid setting container_runtimes" in line]
     assert len(lines) == 1 and f"({SETTINGS} line 2)" in lines[0], journal
+    assert "Traceback" not in journal, journal
+    assert node.stat(CONFIG) == before
+
+    node.write(SETTINGS, GOOD, mode="664")  # valid, but its group may change it
+    code, journal = pull(node)
+    assert code != 0
+    lines = [line for line in journal.splitlines() if "writable by its group or others" in line]
+    assert len(lines) == 1 and f"{SETTINGS} is writable by its group or others (mode 0664)" in lines[0], journal
     assert "Traceback" not in journal, journal
     assert node.stat(CONFIG) == before
     print(f"pull: {time.monotonic() - started:.1f} s")

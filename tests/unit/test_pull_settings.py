@@ -16,6 +16,7 @@ import pickle
 import select
 import signal
 import stat
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -264,3 +265,31 @@ def test_the_cloud_init_examples_settings_pass_the_model_and_it_installs_the_tim
     assert parse_settings(settings_from_text(settings["content"])).container_runtimes == ("containerd",)
     assert ["/opt/gpu-node/bin/python", "-m", "gpu_node.pull_install"] in example["runcmd"]
 
+# --- deploy/pull_install.py: the units only once the settings are there and root's -------------------
+
+@pytest.mark.parametrize("case", ["absent", "below-tmp", "invalid"])
+def test_pull_install_without_trusted_valid_settings_writes_and_enables_nothing(case, tmp_path, monkeypatch, capsys):
+    """Its settings read through pull_settings (the file there, root's alone, valid) before the
+    recording shell, the unit files and systemctl: otherwise one line, exit 1, none of them."""
+    from deploy import pull_install
+
+    path = Path(f"/gpu-node-test-{os.urandom(8).hex()}/settings.toml") if case == "absent" else tmp_path / "settings.toml"
+    if case != "absent":
+        path.write_text(GOOD if case == "below-tmp" else GOOD.replace('["containerd"]', '["podman"]'))
+        path.chmod(0o644)
+    monkeypatch.setattr(pull_settings, "SETTINGS_FILE", str(path))
+    if case == "invalid":  # a trusted file whose setting is wrong: the owner check passes, the model refuses
+        monkeypatch.setattr(pull_settings, "read_settings_text", lambda path, owner=0: Path(path).read_text())
+    ran = []
+    monkeypatch.setattr(subprocess, "run", lambda args, **kwargs: ran.append(args))
+    units = tmp_path / "units"
+    units.mkdir()
+    assert pull_install.main([], unit_dir=str(units)) == 1
+    assert ran == [] and list(units.iterdir()) == []
+    captured = capsys.readouterr()
+    (line,) = captured.err.splitlines()
+    assert captured.out == ""
+    assert line.startswith("gpu-node pull_install: " + {
+        "absent": f"{path.parent} does not exist: pull mode converges a node only with the settings",
+        "below-tmp": "/tmp is writable by its group or others (mode 1777): pull mode applies settings as root",
+        "invalid": "invalid setting container_runtimes=['podman']"}[case]), line
