@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import select
+import shlex
 import signal
 import stat
 import subprocess
@@ -21,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import yaml
 from plan import DEFAULT, Node, run_deploy
 
 from deploy import pull_settings
@@ -254,16 +257,139 @@ def test_the_service_runs_pyinfra_local_with_the_entry_and_quotes_odd_paths():
     assert exec_word('a"b\\c%d$e') == '"a\\"b\\\\c%%d$$e"'
 
 
+EXAMPLE = REPO / "docs" / "examples" / "cloud-init-pull.yaml"
+
+
+def cloud_config(text: str | None = None) -> dict:
+    return yaml.safe_load(EXAMPLE.read_text() if text is None else text)
+
+
 def test_the_cloud_init_examples_settings_pass_the_model_and_it_installs_the_timer():
-    from pathlib import Path
-
-    import yaml
-
-    example = yaml.safe_load((Path(__file__).resolve().parents[2] / "docs" / "examples" / "cloud-init-pull.yaml")
-                             .read_text())
+    example = cloud_config()
     (settings,) = [entry for entry in example["write_files"] if entry["path"] == "/etc/gpu-node/settings.toml"]
     assert parse_settings(settings_from_text(settings["content"])).container_runtimes == ("containerd",)
     assert ["/opt/gpu-node/bin/python", "-m", "gpu_node.pull_install"] in example["runcmd"]
+
+
+# --- the example's install: pinned wheels from the site, never a name from an index -----------------
+
+PIP = re.compile(r"(?:.*/)?pip(?:3(?:\.\d+)?)?")
+SEPARATORS = {";", "&&", "||", "|", "&"}
+INDEXES = ("-i", "--index-url", "--extra-index-url")
+TAKES_A_VALUE = {"-r", "--requirement", "-f", "--find-links", "-c", "--constraint", "-t", "--target", "--prefix",
+                 "--root", "--python-version", "--platform", "--implementation", "--abi", "--progress-bar", *INDEXES}
+# A requirement pinned to one version and its SHA-256: name==version --hash=sha256:DIGEST
+PINNED = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*==[^\s;@]+(?:\s+--hash=sha256:\S+)+")
+
+
+def pip_installs(command) -> list[list[str]]:
+    """The words after ``install`` of each pip install a cloud-config command runs (an argument
+    list, or a line for the shell), up to a shell separator."""
+    if isinstance(command, str):
+        lexer = shlex.shlex(command, posix=True, punctuation_chars=";&|")
+        lexer.whitespace_split = True
+        words = list(lexer)
+    else:
+        words = [str(word) for word in command]
+    found = []
+    for index, word in enumerate(words):
+        rest = words[index + 1:]
+        if PIP.fullmatch(word) and rest[:1] == ["install"]:
+            rest = rest[1:]
+        elif word == "-m" and rest[:2] == ["pip", "install"]:
+            rest = rest[2:]
+        else:
+            continue
+        end = next((at for at, item in enumerate(rest) if item in SEPARATORS), len(rest))
+        found.append(rest[:end])
+    return found
+
+
+def unpinned(example: dict) -> list[str]:
+    """Why each pip install of the example is not pinned, one line each: run as root at boot, an install
+    by name from an index installs whatever the index serves under that name."""
+    files = {entry["path"]: entry.get("content", "") for entry in example.get("write_files", [])}
+    problems = []
+    for command in [*example.get("bootcmd", []), *example.get("runcmd", [])]:
+        for words in pip_installs(command):
+            said = f"pip install {' '.join(words)}"
+            for needed in ("--require-hashes", "--no-index"):
+                if needed not in words:
+                    problems.append(f"{said}: without {needed}")
+            index = 0
+            while index < len(words):
+                word, value = words[index], words[index + 1] if index + 1 < len(words) else ""
+                name = word.split("=", 1)[0]
+                if name in INDEXES:
+                    problems.append(f"{said}: from an index ({word})")
+                if name in TAKES_A_VALUE and "=" not in word:
+                    index += 1
+                value = word.split("=", 1)[1] if "=" in word else value
+                if name in ("-f", "--find-links") and not value.startswith(("https://", "/")):
+                    problems.append(f"{said}: wheels from {value}, neither https nor a local folder")
+                if name in ("-r", "--requirement"):
+                    problems += [f"{value}: {problem}" for problem in unpinned_requirements(files.get(value))]
+                if not word.startswith("-"):
+                    problems.append(f"{said}: installs {word} by name, not from hashed requirements")
+                index += 1
+    return problems
+
+
+def unpinned_requirements(text: str | None) -> list[str]:
+    if text is None:
+        return ["not written by the example: its pins are not known"]
+    lines = [line.split(" #", 1)[0].strip() for line in text.splitlines()]
+    return [f"{line!r} is not name==version --hash=sha256:DIGEST" for line in lines
+            if line and not line.startswith("#") and not PINNED.fullmatch(line)]
+
+
+def test_the_cloud_init_example_installs_gpu_node_only_from_hashed_wheels_without_an_index():
+    example = cloud_config()
+    assert unpinned(example) == []
+    installs = [words for command in example["runcmd"] for words in pip_installs(command)]
+    assert len(installs) == 1 and "-r" in installs[0]
+
+
+TODAYS = "/opt/gpu-node/bin/pip install gpu-node==0.2.0"  # the example before it pinned hashes
+
+
+@pytest.mark.parametrize("runcmd, requirements, problem", [
+    ([TODAYS.split()], None, "installs gpu-node==0.2.0 by name"),
+    ([TODAYS.split()], None, "without --require-hashes"),
+    ([TODAYS], None, "without --no-index"),
+    (["python3 -m pip install --require-hashes --no-index gpu-node"], None, "installs gpu-node by name"),
+    (["cd /tmp && pip3 install --require-hashes --no-index -r /r.txt; pip install x"], "a==1 --hash=sha256:ab\n",
+     "installs x by name"),
+    ([["pip", "install", "--require-hashes", "--no-index", "--index-url=https://pypi.org/simple", "-r", "/r.txt"]],
+     "a==1 --hash=sha256:ab\n", "from an index (--index-url=https://pypi.org/simple)"),
+    ([["pip", "install", "--require-hashes", "--no-index", "--extra-index-url", "https://x", "-r", "/r.txt"]],
+     "a==1 --hash=sha256:ab\n", "from an index (--extra-index-url)"),
+    ([["pip", "install", "--require-hashes", "--no-index", "-f", "http://wheels/", "-r", "/r.txt"]],
+     "a==1 --hash=sha256:ab\n", "wheels from http://wheels/, neither https nor a local folder"),
+    ([["pip", "install", "--require-hashes", "--no-index", "-r", "/r.txt"]], "gpu-node==0.2.0\n",
+     "'gpu-node==0.2.0' is not name==version --hash=sha256:DIGEST"),
+    ([["pip", "install", "--require-hashes", "--no-index", "-r", "/r.txt"]], "gpu-node --hash=sha256:ab\n",
+     "'gpu-node --hash=sha256:ab' is not name==version"),
+    ([["pip", "install", "--require-hashes", "--no-index", "-r", "/r.txt"]], "--index-url https://pypi.org/simple\n",
+     "'--index-url https://pypi.org/simple' is not name==version"),
+    ([["pip", "install", "--require-hashes", "--no-index", "-r", "/elsewhere.txt"]], None,
+     "/elsewhere.txt: not written by the example"),
+])
+def test_an_unpinned_install_line_is_refused(runcmd, requirements, problem):
+    """The check above can fail: today's example's line (a name from the public index) and each way
+    an install escapes the pins are named."""
+    example = {"runcmd": runcmd, "write_files": [] if requirements is None else [{"path": "/r.txt",
+                                                                                  "content": requirements}]}
+    assert [line for line in unpinned(example) if problem in line], unpinned(example)
+
+
+def test_the_docs_build_recipe_is_the_one_the_e2e_install_runs():
+    """docs/without-controller.md's lines that write requirements.txt are tests/wheels.py's, which the
+    pull e2e runs over the wheels it built, then installs from with --require-hashes and no index."""
+    from wheels import REQUIREMENTS_RECIPE
+
+    assert REQUIREMENTS_RECIPE in (REPO / "docs" / "without-controller.md").read_text()
+
 
 # --- deploy/pull_install.py: the units only once the settings are there and root's -------------------
 
