@@ -20,22 +20,17 @@ import json
 import subprocess
 import sys
 
+from .command_line import ArgumentParser
 from .tool_args import add_pyinfra_run, missing_file
 
 PROG = "gpu-node-drift"
 FAILED, DRIFT = 1, 2
 
 
-class DriftArgumentParser(argparse.ArgumentParser):
-    # argparse exits 2 on bad arguments; here 2 means drift.
-    def error(self, message: str):
-        self.print_usage(sys.stderr)
-        self.exit(FAILED, f"{self.prog}: error: {message}\n")
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = DriftArgumentParser(
-        prog=PROG, description="Plan a pyinfra deploy with --dry (nothing changes) and list what would change.",
+    # argparse exits 2 on bad arguments; here 2 means drift
+    parser = ArgumentParser(
+        error_status=FAILED, prog=PROG, description="Plan a pyinfra deploy with --dry (nothing changes) and list what would change.",
         epilog=f"exit status: 0 no drift, {DRIFT} drift, {FAILED} the plan failed or bad arguments")
     add_pyinfra_run(parser)
     return parser.parse_args(argv)

@@ -1,8 +1,8 @@
 """
 What a GPU node does at every boot, before ``gpu-node-ready.target``: run on the node by the
-``gpu-node-boot.service`` unit (deploy/tasks/boot.py installs it, with deploy/gpus.py and
-deploy/fabric.py beside it), from the standard library alone, so that a node needs no gpu-node
-package to boot (python3 is the only requirement).
+``gpu-node-boot.service`` unit (deploy/tasks/boot.py installs it, with deploy/gpus.py,
+deploy/fabric.py and deploy/command_line.py beside it), from the standard library alone, so that
+a node needs no gpu-node package to boot (python3 is the only requirement).
 
 The steps, in order; the first that fails stops the boot here, is named in the journal (this
 program's output) and in the node's report, and the service fails, so the target is not reached:
@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import __version__
+from .command_line import ArgumentParser
 from .fabric import fabric_of
 from .gpus import KernelModuleTypeRefusal, decide_kernel_module_type
 
@@ -295,8 +296,12 @@ def write_report(path: str, report: dict) -> None:
 
 
 def main(argv: list[str] | None = None, host: Host | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    config = args[0] if args else CONFIG_PATH
+    parser = ArgumentParser(description=__doc__)
+    parser.add_argument("config", metavar="CONFIG", nargs="?", default=CONFIG_PATH,
+                        help=f"the settings deploy/tasks/boot.py wrote (default: {CONFIG_PATH})")
+    config = parser.parse_args(argv).config
+    if not os.path.lexists(config):
+        parser.error(f"{config}: no such file")
     try:
         settings = BootSettings.from_file(config)
     except (OSError, ValueError, TypeError) as error:

@@ -34,6 +34,7 @@ from pydantic import ValidationError
 from pyinfra.api.state import BaseStateCallback
 
 from . import node_text
+from .command_line import ArgumentParser, program
 from .facts.reports import NOT_REGULAR, REPORTS_DIR, NodeReports
 from .fleet_report import (
     CONVERGED,
@@ -251,16 +252,11 @@ def _folder(text: str) -> Path:
     return Path(text)
 
 
-class _Arguments(argparse.ArgumentParser):
-    def error(self, message: str):
-        # argparse's own prints its usage before the line: a refusal is one line
-        self.exit(2, f"{self.prog}: {message} (see --help)\n")
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = _Arguments(description="The fleet table of the node reports gathered in FOLDER (one per node, any "
-                                    "name ending .json), and with FLEET.json its JSON and HTML page beside it. Exit "
-                                    "status 0 when every node converged and every file was a report, else 1.")
+    parser = ArgumentParser(prog=program(f"{__package__}.fleet_from_reports"),
+                            description="The fleet table of the node reports gathered in FOLDER (one per node, any "
+                                        "name ending .json), and with FLEET.json its JSON and HTML page beside it. "
+                                        "Exit status 0 when every node converged and every file was a report, else 1.")
     parser.add_argument("folder", metavar="FOLDER", type=_folder, help="a folder of node reports")
     parser.add_argument("fleet_json", metavar="FLEET.json", nargs="?",
                         help="write the fleet report there, and its page beside it (.html)")

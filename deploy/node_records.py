@@ -4,7 +4,9 @@ back off: for every file, what it held before gpu-node's first change and what g
 there; the state of every unit before gpu-node first enabled or disabled it; the packages gpu-node
 installed (those the node did not have before), the holds it placed, the keys it imported into
 rpm's database. Everything lives under ``RECORDS_DIR``, root's alone (folders 0700, files 0600:
-a runtime config's original can hold registry credentials).
+a runtime config's original can hold registry credentials). A records folder that is already there
+and that another user owns or may write is refused, not taken over: it may hold records they
+planted, which the undo would act on as root.
 
 The recording is shell, run as part of the command that makes the change (never a command of its
 own, so a run that changes nothing costs nothing more), before the change: a run killed right after
@@ -20,6 +22,9 @@ import shlex
 from . import shell_scripts
 
 RECORDS_DIR = "/var/lib/gpu-node"
+# The records folder's owner and mode (``stat -c '%u %a'``) as gpu-node keeps it: root's alone. The
+# undo reads records only from such a folder; the recording refuses one another user owns or may write.
+ROOT_ALONE = "0 700"
 FILES_DIR = f"{RECORDS_DIR}/files"
 UNITS_DIR = f"{RECORDS_DIR}/units"
 INSTALLED_PACKAGES = f"{RECORDS_DIR}/installed-packages"

@@ -4,8 +4,9 @@ Pull mode: the node converges itself, with no controller (docs/without-controlle
 
     pyinfra -y @local <package>/pull.py
 
-with the settings of /etc/gpu-node/settings.toml (deploy/pull_settings.py); an invalid setting
-stops the run in one line before any change.
+with the settings of /etc/gpu-node/settings.toml, read and validated by deploy/pull_settings.py
+only: no file, one root alone cannot change, or an invalid setting stops the run in one line
+before any change.
 """
 
 import importlib

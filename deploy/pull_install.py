@@ -3,10 +3,12 @@ Install pull mode's units on this node, from the installed package (docs/without
 
     /opt/gpu-node/bin/python -m gpu_node.pull_install
 
-writes ``gpu-node-pull.service`` (the deploy run ``@local`` by this Python, from deploy/pull.py)
-and ``gpu-node-pull.timer``, and enables the timer. Run again after an upgrade: it rewrites them.
-Recorded as every change gpu-node makes (deploy/node_records.py), so the undo run (deploy/undo.py)
-takes them off again: the timer stopped and disabled, both files removed.
+Once /etc/gpu-node/settings.toml is there, root's alone and valid (deploy/pull_settings.py;
+otherwise one line, and nothing is written or enabled), it writes gpu-node-pull.service (the
+deploy run @local by this Python, from deploy/pull.py) and gpu-node-pull.timer, and enables the
+timer. Run again after an upgrade: it rewrites them. Recorded as every change gpu-node makes
+(deploy/node_records.py), so the undo run (deploy/undo.py) takes them off again: the timer
+stopped and disabled, both files removed.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import node_records
+from . import node_records, pull_settings
+from .command_line import ArgumentParser, program
 from .report import write_text_file
+from .settings import SettingsError
 from .templates import render
 
 UNIT_DIR = "/etc/systemd/system"
@@ -62,7 +66,13 @@ def shell(script: str, what: str) -> bool:
     return result.returncode == 0
 
 
-def main(unit_dir: str = UNIT_DIR) -> int:
+def main(argv: list[str] | None = None, unit_dir: str = UNIT_DIR) -> int:
+    ArgumentParser(prog=program(f"{__package__}.pull_install"), description=__doc__).parse_args(argv)
+    try:
+        pull_settings.settings_from_file()
+    except SettingsError as refusal:
+        print(f"gpu-node pull_install: {refusal}", file=sys.stderr)
+        return 1
     entry = str(Path(__file__).resolve().parent / "pull.py")
     texts = unit_texts(sys.executable, entry)
     paths = [str(Path(unit_dir) / name) for name in texts]

@@ -41,6 +41,7 @@ from pyinfra.context import ctx_state
 
 # The batch sizes' one reading, which deploy/k8s_gpu.py's move between the allocators shares.
 from . import batches as batch_spec
+from .command_line import ArgumentParser
 from .exit_status import REBOOT_REQUIRED
 from .tool_args import add_pyinfra_run, missing_file
 
@@ -188,7 +189,7 @@ def summary(batches: list[list[str]], results: list[BatchResult], fail_percent: 
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=PROG, description="Run a pyinfra deploy batch by batch; stop at the first failed batch.",
         epilog=f"exit status: 0 every host converged, 1 a host failed, 2 bad arguments, {REBOOT_REQUIRED} every host "
                "done but a GPU node awaits its reboot")

@@ -18,6 +18,14 @@ from build_lock import built_once
 from harness import CACHE, REPO, run
 
 FOLDER = CACHE / "wheels"
+# docs/without-controller.md's recipe, word for word: requirements.txt of the wheels given as its
+# arguments, each pinned by its version and SHA-256 (pip install --require-hashes), run by the pull
+# e2e test over the wheels built here.
+REQUIREMENTS_RECIPE = """\
+for wheel in "$@"; do
+    file=${wheel##*/} && version=${file#*-}
+    echo "${file%%-*}==${version%%-*} --hash=sha256:$(sha256sum <"$wheel" | cut -c1-64)"
+done >requirements.txt"""
 # What the wheel is built from (pyproject.toml's package-dir, readme and license files).
 SOURCES = ("pyproject.toml", "README.md", "LICENSE", "deploy", "templates")
 

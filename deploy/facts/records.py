@@ -27,6 +27,8 @@ class NodeRecords(NodeFact):
 
         {
             "records": True,   # the records folder exists
+            "folder": "0 700", # its owner's uid and mode; "link": a symbolic link (its records not read
+                               # unless it is node_records.ROOT_ALONE)
             "files": [{
                 "id": "5e8f...", "path": "/etc/containerd/config.toml", "unit": "containerd",
                 "format": "toml", "absent": False, "earlier": False,
@@ -45,12 +47,13 @@ class NodeRecords(NodeFact):
     """
 
     def command(self, own_files=(), records_dir=node_records.RECORDS_DIR):
-        script = node_text.base64_reader() + shell_scripts.script("node_records", records=records_dir)
+        script = node_text.base64_reader() + shell_scripts.script("node_records", records=records_dir,
+                                                                   root_alone=node_records.ROOT_ALONE)
         return (shell_scripts.script("own_files", own_files) + script if own_files else script).strip()
 
     @staticmethod
     def default():
-        return {"records": False, "files": [], "units": {}, "installed": [], "held": [], "rpm_keys": [],
+        return {"records": False, "folder": None, "files": [], "units": {}, "installed": [], "held": [], "rpm_keys": [],
                 "unfinished_install": False, "own": {}}
 
     def process(self, output):
@@ -60,6 +63,7 @@ class NodeRecords(NodeFact):
             kind, _, rest = line.strip().partition(" ")
             if kind == "records":
                 found["records"] = True
+                found["folder"] = rest
             elif kind == "file":
                 record = {"id": rest, "path": None, "unit": "", "format": "", "absent": False, "earlier": False,
                           "original_stat": None, "original_sha256": None, "written_sha256": None, "live": None,

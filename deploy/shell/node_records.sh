@@ -3,10 +3,15 @@
 # (deploy/node_records.py), its record's own files and the live file's state now; the texts only
 # where the undo may have to take the wiring out of a changed file (a format), each read whole
 # (read_base64: node_text.base64_reader's, bounded); then the units' and the package lists' records.
-# Given before it: records (the folder).
-# shellcheck disable=SC2154 # records: assigned before the script
+# Given before it: records (the folder), root_alone (its owner and mode as gpu-node keeps it: uid 0,
+# 0700). A folder that is anything else is named by its owner and mode (or as a link) and not read
+# further: another user could have written what it holds.
+# shellcheck disable=SC2154 # records, root_alone: assigned before the script
+if [ -L "$records" ]; then echo "records link"; exit 0; fi
 [ -d "$records" ] || exit 0
-echo records
+owner_mode=$(stat -c '%u %a' -- "$records")
+echo "records $owner_mode"
+[ "$owner_mode" = "$root_alone" ] || exit 0
 b64() { base64 -w0 <"$1" 2>/dev/null; }
 for record in "$records"/files/*; do
   [ -f "$record/path" ] || continue

@@ -4,15 +4,44 @@
 # a file record's parts (original, original.stat, absent, written, earlier) are node_records.py's.
 # shellcheck disable=SC2154 # gn_records: assigned before the script
 # shellcheck disable=SC2034 # gn_new, gn_record: read by the commands that call these
-gn_folder() { mkdir -p "$gn_records/$1" && chmod 700 "$gn_records" "$gn_records/$1"; }
+# FOLDER: status 1 and one line unless it is a folder (not a link) root owns and no one else may write:
+# a folder another user owns or may write may hold records they planted, which the undo would act on
+# as root (refused rather than taken over: a chown would make what they planted root's).
+gn_owned() {
+    if [ -L "$1" ] || [ ! -d "$1" ]; then
+        echo "gpu-node: $1 is not a folder (a symbolic link or another kind): gpu-node keeps its records only in a folder root alone owns and writes; move it away" >&2
+        return 1
+    fi
+    gn_owner_mode=$(stat -c '%u %a' -- "$1") || return 1
+    gn_mode=${gn_owner_mode#* }
+    if [ "${gn_owner_mode%% *}" != 0 ]; then
+        echo "gpu-node: $1 is owned by uid ${gn_owner_mode%% *}, not root: gpu-node keeps its records only in a folder root alone owns and writes; move it away" >&2
+        return 1
+    fi
+    case ${gn_mode#"${gn_mode%??}"} in
+        *[2367]*) echo "gpu-node: $1 is writable by its group or others (mode $gn_mode): gpu-node keeps its records only in a folder root alone owns and writes; move it away" >&2
+                  return 1 ;;
+    esac
+}
+# SUBFOLDER: the records folder and SUBFOLDER in it (. for none), made root's alone (0700) where absent,
+# refused (gn_owned) where there already and not root's alone.
+gn_folder() {
+    for gn_dir in "$gn_records" "$gn_records/$1"; do
+        if [ ! -e "$gn_dir" ] && [ ! -L "$gn_dir" ]; then
+            mkdir -p -- "${gn_dir%/*}" && mkdir -m 700 -- "$gn_dir" || return 1
+        fi
+        gn_owned "$gn_dir" && chmod 700 -- "$gn_dir" || return 1
+    done
+}
 gn_file_record() { gn_record="$gn_records/files/$(printf %s "$1" | sha256sum | cut -c1-64)"; }
 # PATH UNIT FORMAT: what PATH holds before gpu-node's first change (its bytes, mode and owner, or that
 # there was none), once; gn_new=1 when this call made the record.
 gn_record_file() {
     gn_new=
+    gn_folder files || return 1
     gn_file_record "$1"
     [ -d "$gn_record" ] && return 0
-    gn_folder files && gn_temp=$(mktemp -d "$gn_record.XXXXXX") || return 1
+    gn_temp=$(mktemp -d "$gn_record.XXXXXX") || return 1
     if (umask 077 && printf %s "$1" >"$gn_temp/path" && printf %s "$2" >"$gn_temp/unit" \
             && printf %s "$3" >"$gn_temp/format" && if [ -e "$1" ]; then
                 cp -- "$1" "$gn_temp/original" && stat -L -c '%a %u:%g' -- "$1" >"$gn_temp/original.stat"
@@ -29,6 +58,7 @@ gn_record_file() {
 gn_wrote_file() {
     gn_file_record "$1"
     [ -d "$gn_record" ] || return 0
+    gn_folder files || return 1
     (umask 077 && cp -- "$1" "$gn_record/written.new") && mv -f -- "$gn_record/written.new" "$gn_record/written"
 }
 # UNIT...: each unit's enablement and activity before gpu-node's first change of it, once.

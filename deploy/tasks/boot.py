@@ -2,9 +2,10 @@
 The first-boot unit (deploy/first_boot.py, docs/without-controller.md): at every boot, before
 ``gpu-node-ready.target``, the node loads the kernel module its GPUs need, regenerates the CDI
 spec, starts persistenced and Fabric Manager, verifies and writes its report. This stage puts the
-program (one zip application: deploy/first_boot.py with the pure deploy/gpus.py and deploy/fabric.py
-it reuses), its settings (JSON) and the two units in place and enables them; it starts nothing (the
-next boot runs it; ``systemctl start gpu-node-ready.target`` runs it now).
+program (one zip application: deploy/first_boot.py with the pure deploy/gpus.py, deploy/fabric.py
+and deploy/command_line.py it reuses), its settings (JSON) and the two units in place and enables
+them; it starts nothing (the next boot runs it; ``systemctl start gpu-node-ready.target`` runs it
+now).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ ARCHIVE = "/usr/lib/gpu-node/gpu-node-boot.pyz"
 SERVICE, TARGET = "gpu-node-boot.service", "gpu-node-ready.target"
 UNIT_DIR = "/etc/systemd/system"
 # The modules the node runs, from this package: the decisions are the deploy's own (no twin).
-ARCHIVE_MODULES = ("first_boot.py", "gpus.py", "fabric.py")
+ARCHIVE_MODULES = ("first_boot.py", "gpus.py", "fabric.py", "command_line.py")
 MAIN = "import sys\nfrom gpu_node_boot.first_boot import main\nsys.exit(main())\n"
 # A fixed date and no compression: the same package gives the same bytes, so a re-run changes nothing.
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)

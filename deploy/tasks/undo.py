@@ -17,6 +17,7 @@ from pyinfra.api import deploy
 from pyinfra.facts.server import Arch, LinuxDistribution
 from pyinfra.operations import systemd
 
+from .. import node_records
 from ..distros import Platform, detect_platform
 from ..facts.access import HostAccess
 from ..facts.read_ahead import FactCall, read, read_facts
@@ -61,7 +62,22 @@ def read_node(settings: Settings) -> UndoFindings:
         raise HostRefusal(refusal)
     platform = detect_platform(facts["LinuxDistribution"], facts["Arch"])
     records = read(host, records_read())
+    refusal = records_refusal(records)
+    if refusal:
+        raise HostRefusal(refusal)
     return UndoFindings(platform, records, [undo_ops.decide(record) for record in records["files"]])
+
+
+def records_refusal(records: dict) -> str | None:
+    """One line when the records folder is not root's alone (node_records.ROOT_ALONE): another user
+    could have written records there, which the undo would act on as root."""
+    folder = records["folder"]
+    if not records["records"] or folder == node_records.ROOT_ALONE:
+        return None
+    uid, _, mode = (folder or "").partition(" ")
+    what = "a symbolic link" if folder == "link" else f"owned by uid {uid} with mode {mode}"
+    return (f"{node_records.RECORDS_DIR} is {what}: the undo acts only on records in a folder root owns with "
+            "mode 0700 (another user could have written these); nothing changed")
 
 
 # Where gpu-node writes units of its own (the first-boot unit, pull mode's timer and service).

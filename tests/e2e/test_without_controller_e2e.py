@@ -2,7 +2,8 @@
 Nodes without a controller (docs/without-controller.md), on one image and one node: an image root
 built as an image build makes one (the node image with Debian's containerd and python3-venv
 installed by apt in a container whose PID 1 is not systemd, so the packages enable
-their units and nothing starts; gpu-node installed from its wheel into /opt/gpu-node for pull mode),
+their units and nothing starts; gpu-node installed into /opt/gpu-node for pull mode from its wheel and
+its dependencies', each pinned by its SHA-256 as docs/without-controller.md builds them, no index),
 exported to a folder (``docker export``) and baked by pyinfra's real @chroot connector (no running
 systemd): kernel, the first-boot unit (the driver stage without installing a driver: Debian's DKMS
 build takes minutes and is not part of this test), the device links' files and containerd's config,
@@ -33,7 +34,7 @@ import pci_tree
 import pytest
 import standin_kmod
 from harness import REPO, SAFE_DATA, DeployResult, Node, assert_no_change, run, wait_for
-from wheels import dependency_wheels, gpu_node_wheel
+from wheels import REQUIREMENTS_RECIPE, dependency_wheels, gpu_node_wheel
 
 DATA = {**SAFE_DATA, "stages": "kernel,driver,runtimes,verify", "nvidia_driver_install": "false",
         "container_runtimes": "containerd"}
@@ -85,9 +86,12 @@ def build_image_root(image: str, root: Path) -> None:
     try:
         builder.sh("DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
                    "apt-get install -y -qq containerd python3-venv >/dev/null", timeout=900)
-        # --no-compile: the node compiles what it imports, as it runs it
-        builder.sh("python3 -m venv /opt/gpu-node && /opt/gpu-node/bin/pip install -q --no-compile --no-index "
-                   "--find-links /wheels --find-links /dependencies gpu-node", timeout=900)
+        # As docs/examples/cloud-init-pull.yaml installs it: requirements.txt written by the docs' recipe,
+        # every wheel pinned by its SHA-256, no index. --no-compile: the node compiles what it imports.
+        builder.sh(f"set -e\npython3 -m venv /opt/gpu-node && cd /tmp && set -- /wheels/*.whl /dependencies/*.whl\n"
+                   f"{REQUIREMENTS_RECIPE}\n"
+                   "/opt/gpu-node/bin/pip install -q --no-compile --require-hashes --no-index --find-links /wheels "
+                   "--find-links /dependencies -r requirements.txt && rm requirements.txt", timeout=900)
         run(["sh", "-c", f"docker export {builder.id} | tar -C {root} -x"], timeout=300)
     finally:
         builder.remove()
@@ -221,14 +225,21 @@ def test_pull_mode_from_the_image_converges_restores_drift_refuses_a_broken_sett
     """gpu-node as the image installed it: its units installed (python -m gpu_node.pull_install), a run
     of the pull service (what the timer starts) converges with no controller; a runtime config changed
     by hand is restored by the next run, the report rewritten; a broken setting fails the run in one
-    line naming the file's line, and nothing changes. Then the undo, run @local by the same package,
+    line naming the file's line, and a settings file its group may write in one line naming its mode,
+    and nothing changes. Before the settings file is there, pull_install refuses in one line and
+    enables nothing. Then the undo, run @local by the same package,
     takes gpu-node's own units off: the pull timer and the first-boot unit disabled, their files gone."""
     started = time.monotonic()
     node = baked.node
+    refused = node.sh(f"{PYTHON} -m gpu_node.pull_install", check=False)
+    assert refused.returncode == 1 and refused.stderr.splitlines() == [
+        f"gpu-node pull_install: {SETTINGS} does not exist: pull mode converges a node only with the settings "
+        f"written in {SETTINGS} (docs/without-controller.md), never with defaults; nothing changed"], refused.stderr
+    assert node.sh("systemctl is-enabled gpu-node-pull.timer", check=False).returncode != 0
+    node.write(SETTINGS, GOOD)
     out = node.sh(f"{PYTHON} -m gpu_node.pull_install").stdout
     assert "gpu-node-pull.timer enabled" in out
     assert node.is_active("gpu-node-pull.timer")
-    node.write(SETTINGS, GOOD)
 
     code, journal = pull(node)
     assert code == 0, journal
@@ -248,6 +259,14 @@ def test_pull_mode_from_the_image_converges_restores_drift_refuses_a_broken_sett
     assert code != 0
     lines = [line for line in journal.splitlines() if "invalid setting container_runtimes" in line]
     assert len(lines) == 1 and f"({SETTINGS} line 2)" in lines[0], journal
+    assert "Traceback" not in journal, journal
+    assert node.stat(CONFIG) == before
+
+    node.write(SETTINGS, GOOD, mode="664")  # valid, but its group may change it
+    code, journal = pull(node)
+    assert code != 0
+    lines = [line for line in journal.splitlines() if "writable by its group or others" in line]
+    assert len(lines) == 1 and f"{SETTINGS} is writable by its group or others (mode 0664)" in lines[0], journal
     assert "Traceback" not in journal, journal
     assert node.stat(CONFIG) == before
     print(f"pull: {time.monotonic() - started:.1f} s")

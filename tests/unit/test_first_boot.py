@@ -172,6 +172,16 @@ def test_an_unreadable_settings_file_fails_in_one_line(tmp_path, capsys):
     assert len(out) == 1 and out[0].startswith(f"gpu-node boot: settings: fail: cannot read {config}")
 
 
+def test_a_missing_settings_file_is_one_line_and_exit_2_writing_no_report(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exited:
+        first_boot.main([str(tmp_path / "absent.json")])
+    assert exited.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.splitlines() == [
+        f"{Path(sys.argv[0]).name}: {tmp_path / 'absent.json'}: no such file (see --help)"]
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("setting", ["auto", "open"])
 def test_the_config_the_stage_writes_is_read_back_by_the_boot(setting, tmp_path):
     from plan import settings_for

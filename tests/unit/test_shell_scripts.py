@@ -106,7 +106,7 @@ def template(tmp_path_factory) -> Path:
 
 def lay_out(root: Path, tree: dict) -> None:
     """The fixture's filesystem under ``root``: folders, files (text, or base64 bytes), symbolic
-    links, character devices, and a PCI topology (tests/fixtures/fabric/) at a folder."""
+    links, character devices, a PCI topology (tests/fixtures/fabric/) at a folder, and modes (octal)."""
     inside = lambda path: root / path.lstrip("/")
     for folder in tree.get("dirs", ()):
         inside(folder).mkdir(parents=True, exist_ok=True)
@@ -125,6 +125,8 @@ def lay_out(root: Path, tree: dict) -> None:
     for folder, name in tree.get("pci", {}).items():
         inside(folder).parent.mkdir(parents=True, exist_ok=True)
         write(load(name), inside(folder))
+    for path, mode in tree.get("modes", {}).items():
+        inside(path).chmod(int(mode, 8))
 
 
 CASES = sorted(FIXTURES.glob("*/*.json"))

@@ -291,6 +291,81 @@ def test_own_files_from_a_run_before_records_are_known_by_their_first_line_and_r
     assert [line for line in said if "its first line says so" in line]
 
 
+# --- the records folder: root's alone, or refused -----------------------------------------------------
+
+RECORDS = node_records.RECORDS_DIR
+REFUSED_TAIL = "gpu-node keeps its records only in a folder root alone owns and writes; move it away"
+
+
+def records_folder(box: Sandbox, kind: str) -> None:
+    """The records folder as someone left it before gpu-node's first record: another user's, root's
+    but writable by others, a link to root's own folder, or root's with its files folder another's."""
+    folder = box.root / RECORDS.lstrip("/")
+    if kind == "link":
+        (box.root / "srv" / "records").mkdir(parents=True, mode=0o700)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        folder.symlink_to("/srv/records")
+        return
+    folder.mkdir(parents=True)
+    folder.chmod({"other-user": 0o700, "others-write": 0o777, "group-writes": 0o770, "files-other-user": 0o700}[kind])
+    if kind == "other-user":
+        os.chown(folder, 4242, 4242)
+    if kind == "files-other-user":
+        (folder / "files").mkdir(mode=0o700)
+        os.chown(folder / "files", 4242, 4242)
+
+
+@pytest.mark.parametrize("kind, line", [
+    ("other-user", f"gpu-node: {RECORDS} is owned by uid 4242, not root: {REFUSED_TAIL}"),
+    ("others-write", f"gpu-node: {RECORDS} is writable by its group or others (mode 777): {REFUSED_TAIL}"),
+    ("group-writes", f"gpu-node: {RECORDS} is writable by its group or others (mode 770): {REFUSED_TAIL}"),
+    ("link", f"gpu-node: {RECORDS} is not a folder (a symbolic link or another kind): {REFUSED_TAIL}"),
+    ("files-other-user", f"gpu-node: {RECORDS}/files is owned by uid 4242, not root: {REFUSED_TAIL}"),
+])
+def test_a_records_folder_someone_else_may_write_is_refused_by_the_recording_and_the_file_is_not_changed(box, kind, line):
+    """Refused, not taken over (a chown would make what they planted root's): the record fails in one
+    line naming the folder, so the change it guards does not happen, and the folder is left as it was."""
+    write(box, CONFIG, ORIGINAL_TOML)
+    records_folder(box, kind)
+    before = box.tree(), stat(box, RECORDS) if kind != "link" else None
+    quoted = shlex.quote(CONFIG)
+    ran = box.run(f"{node_records.record_file(quoted, 'containerd', 'toml')} || exit 1\n"
+                  f"printf %s {shlex.quote(WIRED_TOML)} > {quoted}")
+    assert ran.status == 1 and ran.stderr.splitlines() == [line], ran.stderr
+    assert read(box, CONFIG) == ORIGINAL_TOML
+    assert (box.tree(), stat(box, RECORDS) if kind != "link" else None) == before
+
+
+def test_a_records_folder_root_owns_and_alone_may_write_is_kept_and_made_0700(box):
+    (box.root / RECORDS.lstrip("/")).mkdir(parents=True, mode=0o755)
+    gpu_node_writes(box, CONFIG, WIRED_TOML, unit="containerd", file_format="toml")
+    assert stat(box, RECORDS) == "700 0:0" and stat(box, node_records.FILES_DIR) == "700 0:0"
+
+
+@pytest.mark.parametrize("change, line", [
+    ("chown -R 4242:4242", f"{RECORDS} is owned by uid 4242 with mode 700"),
+    ("chmod 755", f"{RECORDS} is owned by uid 0 with mode 755"),
+    ("link", f"{RECORDS} is a symbolic link"),
+])
+def test_the_undo_acts_only_on_records_in_a_root_owned_0700_folder(box, change, line):
+    """Records gpu-node wrote, then the folder given to another user, opened to others, or replaced by a
+    link to it: the undo refuses the host in one line, reads nothing inside and changes nothing."""
+    write(box, CONFIG, ORIGINAL_TOML)
+    gpu_node_writes(box, CONFIG, WIRED_TOML, unit="containerd", file_format="toml")
+    if change == "link":
+        box.output(f"mv {RECORDS} /srv-records && ln -s /srv-records {RECORDS}")
+    else:
+        box.output(f"{change} {RECORDS}")
+    answer = records_answer(box)
+    assert not [entry for entry in answer if entry.startswith("file ")], answer
+    plan = undo_plan(undo_node(answer))
+    assert plan.failed
+    assert plan.refusal == (f"{line}: the undo acts only on records in a folder root owns with mode 0700 (another "
+                            "user could have written these); nothing changed")
+    assert changing_commands(plan) == []
+    assert read(box, CONFIG) == WIRED_TOML
+
+
 # --- idempotence ----------------------------------------------------------------------------------
 
 def test_a_node_gpu_node_never_changed_gets_no_command(box, caplog):
@@ -318,7 +393,7 @@ def test_a_second_undo_changes_nothing(box, caplog):
 # --- holds, packages, units -----------------------------------------------------------------------
 
 def records(*lines: str) -> list[str]:
-    return ["records", *lines]
+    return [f"records {node_records.ROOT_ALONE}", *lines]
 
 
 HELD = records("held nvidia-container-toolkit", "held nvidia-container-toolkit-base")
