@@ -1,8 +1,10 @@
 """
 What a GPU node does at every boot, before ``gpu-node-ready.target``: run on the node by the
 ``gpu-node-boot.service`` unit (deploy/tasks/boot.py installs it, with deploy/gpus.py,
-deploy/fabric.py and deploy/command_line.py beside it), from the standard library alone, so that
-a node needs no gpu-node package to boot (python3 is the only requirement).
+deploy/fabric.py, deploy/command_line.py and deploy/root_files.py beside it), from the standard
+library alone, so that a node needs no gpu-node package to boot (python3 is the only requirement).
+It runs as root and reads its settings (/etc/gpu-node/boot.json, which the deploy writes) only when
+root alone can have written that file and every folder above it, each setting of its type.
 
 The steps, in order; the first that fails stops the boot here, is named in the journal (this
 program's output) and in the node's report, and the service fails, so the target is not reached:
@@ -34,6 +36,7 @@ from typing import Callable
 
 from . import __version__
 from .command_line import ArgumentParser
+from .root_files import UntrustedFile, read_roots_file
 from .fabric import fabric_of
 from .gpus import KernelModuleTypeRefusal, decide_kernel_module_type
 
@@ -54,6 +57,12 @@ UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/sys
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 
 
+# The types of BootSettings' fields, as their annotations name them
+SETTING_TYPES = {"bool": bool, "str": str}
+# What deploy/tasks/boot.py writes is under 1 KiB
+MAX_SETTINGS_BYTES = 64 * 1024
+
+
 @dataclass(frozen=True)
 class BootSettings:
     """What the deploy decided for this node (deploy/tasks/boot.py writes it as JSON)."""
@@ -68,10 +77,40 @@ class BootSettings:
     report_path: str = REPORT_PATH
 
     @classmethod
-    def from_file(cls, path: str) -> "BootSettings":
-        known = cls.__dataclass_fields__
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        return cls(**{key: value for key, value in data.items() if key in known})
+    def from_text(cls, text: str, source: str) -> "BootSettings":
+        """The settings ``text`` (JSON, as deploy/tasks/boot.py writes it) holds, each of its type;
+        ValueError in one line naming ``source`` otherwise."""
+        try:
+            data = json.loads(text)
+        except RecursionError:
+            raise ValueError(f"{source} nests values deeper than JSON settings do") from None
+        except ValueError as error:
+            raise ValueError(f"{source} is not JSON: {error}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{source} holds {type(data).__name__}, not the boot settings")
+        fields = cls.__dataclass_fields__
+        for key, value in data.items():
+            if key not in fields:
+                raise ValueError(f"{source}: unknown setting {key!r}")
+            wanted = SETTING_TYPES[fields[key].type]
+            if type(value) is not wanted:  # not isinstance: a bool is an int, and no int is a setting here
+                raise ValueError(f"{source}: {key} is {type(value).__name__}, not {wanted.__name__}")
+        if not os.path.isabs(data.get("report_path", REPORT_PATH)):
+            raise ValueError(f"{source}: report_path is not an absolute path")
+        return cls(**data)
+
+    @classmethod
+    def from_file(cls, path: str, top: str = "/") -> "BootSettings":
+        """``from_text`` of ``path``, read only when root alone can have written it and every folder
+        above it (deploy/root_files.py; ``top``: where that walk starts); ValueError in one line."""
+        data = read_roots_file(path, MAX_SETTINGS_BYTES, top=top)
+        if len(data) > MAX_SETTINGS_BYTES:
+            raise ValueError(f"{path} is larger than the boot settings are ({MAX_SETTINGS_BYTES // 1024} KiB)")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ValueError(f"{path} is not UTF-8 text: {error.reason} at byte {error.start}") from None
+        return cls.from_text(text, path)
 
 
 class StepFailed(Exception):
@@ -295,16 +334,22 @@ def write_report(path: str, report: dict) -> None:
         raise
 
 
-def main(argv: list[str] | None = None, host: Host | None = None) -> int:
+def main(argv: list[str] | None = None, host: Host | None = None, top: str = "/") -> int:
+    """``top``: where the settings' owner check starts (``/``; a test gives a folder of its own)."""
     parser = ArgumentParser(description=__doc__)
     parser.add_argument("config", metavar="CONFIG", nargs="?", default=CONFIG_PATH,
-                        help=f"the settings deploy/tasks/boot.py wrote (default: {CONFIG_PATH})")
+                        help=f"the settings deploy/tasks/boot.py wrote (default: {CONFIG_PATH}); read only when "
+                             "root alone can have written it and every folder above it")
     config = parser.parse_args(argv).config
     if not os.path.lexists(config):
         parser.error(f"{config}: no such file")
     try:
-        settings = BootSettings.from_file(config)
-    except (OSError, ValueError, TypeError) as error:
+        settings = BootSettings.from_file(config, top=top)
+    except UntrustedFile as refusal:
+        print(f"gpu-node boot: settings: fail: {refusal}: the boot unit runs as root and reads its settings only "
+              "from a file root alone can change", flush=True)
+        return 1
+    except (OSError, ValueError) as error:
         print(f"gpu-node boot: settings: fail: cannot read {config}: {error}", flush=True)
         return 1
     boot = Boot(settings, host or Host())

@@ -12,20 +12,15 @@ converges a node with settings it did not find there.
 
 from __future__ import annotations
 
-import errno
-import os
 import re
-import stat
-from contextlib import ExitStack
-from pathlib import PurePosixPath
 from typing import Any
 
 from . import node_text
+from .root_files import ROOT_UID, MissingFile, UntrustedFile, read_roots_file
 from .settings import SettingsError, parse_settings, unknown_names
 from .toml_layout import tomllib
 
 SETTINGS_FILE = "/etc/gpu-node/settings.toml"
-ROOT_UID = 0
 # The reports a pull run rewrites on the node, unless the file says otherwise.
 PULL_DEFAULTS = {"verify_report_path": "/var/lib/gpu-node/report.json",
                  "fleet_report_path": "/var/lib/gpu-node/fleet-report.json"}
@@ -61,71 +56,17 @@ def settings_from_text(text: str, path: str = SETTINGS_FILE) -> dict[str, Any]:
     return values
 
 
-def unsafe(where: str, info: os.stat_result, owner: int = ROOT_UID) -> str | None:
-    """Why ``where`` (the settings file or a folder above it, as ``info`` stats it) may have been
-    written by another user than ``owner`` (root; a test gives its own uid), in one line; None when
-    it is ``owner``'s alone."""
-    if info.st_uid != owner:
-        return f"{where} is owned by uid {info.st_uid}, not {'root' if owner == ROOT_UID else f'uid {owner}'}"
-    if info.st_mode & 0o022:
-        return f"{where} is writable by its group or others (mode {stat.S_IMODE(info.st_mode):04o})"
-    return None
-
-
-def _refused(line: str) -> SettingsError:
-    return SettingsError(f"{line}: {ROOTS_ALONE}")
-
-
-def _open_below(folder: int, name: str, where: str, flags: int) -> int:
-    """``name`` in the open ``folder``, never through a symbolic link; SettingsError in one line."""
-    try:
-        return os.open(name, flags | os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, dir_fd=folder)
-    except FileNotFoundError:
-        raise SettingsError(f"{where} does not exist: pull mode converges a node only with the settings written "
-                            f"in {SETTINGS_FILE} (docs/without-controller.md), never with defaults; nothing "
-                            "changed") from None
-    except OSError as error:
-        if error.errno in (errno.ELOOP, errno.ENOTDIR):
-            link = stat.S_ISLNK(os.lstat(name, dir_fd=folder).st_mode)
-            raise _refused(f"{where} is {'a symbolic link (not followed)' if link else 'not a folder'}") from None
-        raise SettingsError(f"{where}: cannot read it: {error.strerror}") from None
-
-
 def read_settings_text(path: str, owner: int = ROOT_UID) -> str:
-    """
-    The text of ``path`` once it and every folder above it are ``owner``'s alone (``unsafe``).
-    Walked from ``/`` one open folder at a time, each opened without following a link: a link is
-    refused, not checked at its target, since whoever may change a link chooses what root reads
-    through it. The file is opened without blocking (a FIFO), must be a regular file, and is read
-    no further than node_text's bound plus one byte.
-    """
-    *folders, name = PurePosixPath(os.path.abspath(path)).parts
-    with ExitStack() as opened:
-        def owners_alone(where: str, handle: int) -> int:
-            opened.callback(os.close, handle)
-            problem = unsafe(where, os.fstat(handle), owner)
-            if problem:
-                raise _refused(problem)
-            return handle
-
-        where = folders[0]
-        folder = owners_alone(where, os.open(where, os.O_RDONLY | os.O_DIRECTORY))
-        for part in folders[1:]:
-            where = os.path.join(where, part)
-            folder = owners_alone(where, _open_below(folder, part, where, os.O_DIRECTORY))
-        handle = _open_below(folder, name, path, 0)
-        if not stat.S_ISREG(os.fstat(handle).st_mode):
-            os.close(handle)
-            raise _refused(f"{path} is not a regular file")
-        owners_alone(path, handle)
-        chunks, size = [], 0
-        while size <= node_text.MAX_FILE_BYTES:
-            chunk = os.read(handle, node_text.MAX_FILE_BYTES + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    return node_text.decode(b"".join(chunks))
+    """The text of ``path`` once root alone can have written it (deploy/root_files.py); SettingsError
+    in one line naming it otherwise."""
+    try:
+        return node_text.decode(read_roots_file(path, node_text.MAX_FILE_BYTES, owner))
+    except MissingFile as missing:
+        raise SettingsError(f"{missing}: pull mode converges a node only with the settings written in "
+                            f"{SETTINGS_FILE} (docs/without-controller.md), never with defaults; nothing "
+                            "changed") from None
+    except UntrustedFile as refusal:
+        raise SettingsError(f"{refusal}: {ROOTS_ALONE}") from None
 
 
 def settings_from_file(path: str | None = None, owner: int = ROOT_UID) -> dict[str, Any]:

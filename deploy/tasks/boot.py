@@ -30,7 +30,7 @@ ARCHIVE = "/usr/lib/gpu-node/gpu-node-boot.pyz"
 SERVICE, TARGET = "gpu-node-boot.service", "gpu-node-ready.target"
 UNIT_DIR = "/etc/systemd/system"
 # The modules the node runs, from this package: the decisions are the deploy's own (no twin).
-ARCHIVE_MODULES = ("first_boot.py", "gpus.py", "fabric.py", "command_line.py")
+ARCHIVE_MODULES = ("first_boot.py", "gpus.py", "fabric.py", "command_line.py", "root_files.py")
 MAIN = "import sys\nfrom gpu_node_boot.first_boot import main\nsys.exit(main())\n"
 # A fixed date and no compression: the same package gives the same bytes, so a re-run changes nothing.
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)

@@ -8,6 +8,8 @@ application the stage installs (deploy/tasks/boot.py), run by this machine's pyt
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -155,7 +157,11 @@ def test_the_archive_is_the_same_bytes_each_time_and_runs_under_python3_isolated
     report = tmp_path / "state" / "report.json"
     config = tmp_path / "boot.json"
     config.write_text(json.dumps({"kernel_modules_load": False, "report_path": str(report)}))
-    result = subprocess.run([sys.executable, "-I", str(path), str(config)], capture_output=True, text=True)
+    # as the unit runs it, but with the settings' owner check starting at the test's folder (this
+    # machine's /tmp, 1777, fails it: test_settings_root_alone_may_write_are_refused_in_one_line...)
+    run = (f"import sys; sys.path.insert(0, {str(path)!r}); from gpu_node_boot.first_boot import main; "
+           f"sys.exit(main([{str(config)!r}], top={str(tmp_path)!r}))")
+    result = subprocess.run([sys.executable, "-I", "-c", run], capture_output=True, text=True)
     # this machine's PCI bus has no NVIDIA GPU: the boot passes, saying so, and writes its report
     assert result.returncode == 0, result.stdout + result.stderr
     assert "gpu-node boot: gpus: skip: no NVIDIA GPU on the PCI bus" in result.stdout
@@ -167,7 +173,7 @@ def test_the_archive_is_the_same_bytes_each_time_and_runs_under_python3_isolated
 def test_an_unreadable_settings_file_fails_in_one_line(tmp_path, capsys):
     config = tmp_path / "boot.json"
     config.write_text("{not json")
-    assert first_boot.main([str(config)]) == 1
+    assert first_boot.main([str(config)], top=str(tmp_path)) == 1
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and out[0].startswith(f"gpu-node boot: settings: fail: cannot read {config}")
 
@@ -188,6 +194,85 @@ def test_the_config_the_stage_writes_is_read_back_by_the_boot(setting, tmp_path)
 
     config = tmp_path / "boot.json"
     config.write_text(boot_task.boot_config(settings_for(nvidia_kernel_modules=setting, kernel_modules_load=False)))
-    read = BootSettings.from_file(str(config))
+    read = BootSettings.from_file(str(config), top=str(tmp_path))
     assert read.nvidia_kernel_modules == setting and read.kernel_modules_load is False
     assert read.report_path == first_boot.REPORT_PATH
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ('{"kernel_modules_load": "false"}', "kernel_modules_load is str, not bool"),
+    ('{"require_gpu": 1}', "require_gpu is int, not bool"),
+    ('{"report_path": ["/etc/cron.d/x"]}', "report_path is list, not str"),
+    ('{"report_path": "var/lib/report.json"}', "report_path is not an absolute path"),
+    ('{"no_such_setting": true}', "unknown setting 'no_such_setting'"),
+    ("[]", "holds list, not the boot settings"),
+    ("[" * 50_000, "nests values deeper than JSON settings do"),
+])
+def test_boot_settings_of_the_wrong_shape_are_one_line_naming_the_setting(tmp_path, capsys, text, problem):
+    """Each setting of its type, nothing unknown, nesting bounded: the boot unit reads this file as root."""
+    config = tmp_path / "boot.json"
+    config.write_text(text)
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        BootSettings.from_text(text, str(config))
+    assert first_boot.main([str(config)], top=str(tmp_path)) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and problem in out[0]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["boot.json"]  # no report
+
+
+def test_boot_settings_larger_than_the_bound_or_not_utf8_are_one_line(tmp_path, capsys):
+    config = tmp_path / "boot.json"
+    config.write_bytes(b'{"cdi": "' + b"a" * first_boot.MAX_SETTINGS_BYTES + b'"}')
+    assert first_boot.main([str(config)], top=str(tmp_path)) == 1
+    assert "is larger than the boot settings are (64 KiB)" in capsys.readouterr().out
+    config.write_bytes(b'{"cdi": "\xff"}')
+    assert first_boot.main([str(config)], top=str(tmp_path)) == 1
+    assert "is not UTF-8 text" in capsys.readouterr().out
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
+
+
+@needs_root
+@pytest.mark.parametrize("layout", ["file of another user", "file group-writable", "folder others may write",
+                                    "file a symbolic link", "folder a symbolic link", "machine's /tmp"])
+def test_boot_settings_root_alone_may_not_write_are_refused_in_one_line_writing_no_report(tmp_path, capsys, layout):
+    """The boot unit runs as root at every boot: a settings file another user can write (or a link to
+    one) would choose its report_path and what the boot does; refused, naming it, nothing written."""
+    top = tmp_path / "root"
+    folder = top / "etc" / "gpu-node"
+    folder.mkdir(parents=True)
+    for each in (top, top / "etc", folder):
+        each.chmod(0o755)
+    report = top / "report.json"
+    config = folder / "boot.json"
+    config.write_text(json.dumps({"kernel_modules_load": False, "report_path": str(report)}))
+    config.chmod(0o644)
+    named = str(config)
+    if layout == "file of another user":
+        os.chown(config, 1000, 1000)
+        problem = f"{config} is owned by uid 1000, not root"
+    elif layout == "file group-writable":
+        config.chmod(0o664)
+        problem = f"{config} is writable by its group or others (mode 0664)"
+    elif layout == "folder others may write":
+        folder.chmod(0o777)
+        problem = f"{folder} is writable by its group or others (mode 0777)"
+    elif layout == "file a symbolic link":
+        (folder / "real.json").write_text(config.read_text())
+        config.unlink()
+        config.symlink_to(folder / "real.json")
+        problem = f"{config} is a symbolic link (not followed)"
+    elif layout == "folder a symbolic link":
+        (top / "elsewhere").mkdir(mode=0o755)
+        (folder / "boot.json").rename(top / "elsewhere" / "boot.json")
+        folder.rmdir()
+        folder.symlink_to(top / "elsewhere")
+        problem = f"{folder} is a symbolic link (not followed)"
+    else:  # the walk from the machine's own / meets /tmp (1777) above the test's folder
+        problem = "/tmp is writable by its group or others (mode 1777)"
+    result = first_boot.main([named], top=str(top) if layout != "machine's /tmp" else "/")
+    out = capsys.readouterr().out.splitlines()
+    assert result == 1 and len(out) == 1, out
+    assert problem in out[0] and "reads its settings only from a file root alone can change" in out[0]
+    assert not report.exists()

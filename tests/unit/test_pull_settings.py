@@ -28,7 +28,8 @@ from plan import DEFAULT, Node, run_deploy
 
 from deploy import pull_settings
 from deploy.pull_install import exec_word, unit_texts
-from deploy.pull_settings import PULL_DEFAULTS, SETTINGS_FILE, settings_from_file, settings_from_text, unsafe
+from deploy.pull_settings import PULL_DEFAULTS, SETTINGS_FILE, settings_from_file, settings_from_text
+from deploy.root_files import unsafe
 from deploy.settings import SettingsError, parse_settings
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,0 +1,86 @@
+"""
+Files root reads and acts on with no operator watching (pull mode's settings, read by its timer;
+the first-boot unit's settings, read at every boot): read only when root alone can have written
+them. The file and every folder above it owned by root and not writable by group or others (as
+sshd's StrictModes checks a user's keys), none of them a symbolic link (not followed: whoever may
+change a link chooses what root reads through it), the file a regular one, opened without blocking
+and read no further than a bound plus one byte. Standard library only: the first-boot archive
+(deploy/tasks/boot.py) carries it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from contextlib import ExitStack
+from pathlib import PurePosixPath
+
+ROOT_UID = 0
+
+
+class UntrustedFile(ValueError):
+    """A file root will not read: one line naming it and why."""
+
+
+class MissingFile(UntrustedFile):
+    """The file (or a folder above it) does not exist."""
+
+
+def unsafe(where: str, info: os.stat_result, owner: int = ROOT_UID) -> str | None:
+    """Why ``where`` (the file or a folder above it, as ``info`` stats it) may have been written by
+    another user than ``owner`` (root; a test gives its own uid), in one line; None when it is
+    ``owner``'s alone."""
+    if info.st_uid != owner:
+        return f"{where} is owned by uid {info.st_uid}, not {'root' if owner == ROOT_UID else f'uid {owner}'}"
+    if info.st_mode & 0o022:
+        return f"{where} is writable by its group or others (mode {stat.S_IMODE(info.st_mode):04o})"
+    return None
+
+
+def _open_below(folder: int, name: str, where: str, flags: int) -> int:
+    """``name`` in the open ``folder``, never through a symbolic link."""
+    try:
+        return os.open(name, flags | os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, dir_fd=folder)
+    except FileNotFoundError:
+        raise MissingFile(f"{where} does not exist") from None
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR):
+            link = stat.S_ISLNK(os.lstat(name, dir_fd=folder).st_mode)
+            raise UntrustedFile(f"{where} is {'a symbolic link (not followed)' if link else 'not a folder'}") from None
+        raise UntrustedFile(f"{where}: cannot read it: {error.strerror}") from None
+
+
+def read_roots_file(path: str, max_bytes: int, owner: int = ROOT_UID, top: str = "/") -> bytes:
+    """
+    The first ``max_bytes`` + 1 bytes of ``path`` once it and every folder above it are ``owner``'s
+    alone (``unsafe``), walked from ``top`` one open folder at a time (``/``; a test gives a folder of
+    its own, whose own folders above are then not checked); the caller refuses more than
+    ``max_bytes``. UntrustedFile (MissingFile where it does not exist) in one line otherwise.
+    """
+    below = PurePosixPath(os.path.abspath(path)).relative_to(os.path.abspath(top))
+    *folders, name = (os.path.abspath(top), *below.parts)
+    with ExitStack() as opened:
+        def owners_alone(where: str, handle: int) -> int:
+            opened.callback(os.close, handle)
+            problem = unsafe(where, os.fstat(handle), owner)
+            if problem:
+                raise UntrustedFile(problem)
+            return handle
+
+        where = folders[0]
+        folder = owners_alone(where, os.open(where, os.O_RDONLY | os.O_DIRECTORY))
+        for part in folders[1:]:
+            where = os.path.join(where, part)
+            folder = owners_alone(where, _open_below(folder, part, where, os.O_DIRECTORY))
+        handle = owners_alone(path, _open_below(folder, name, path, 0))
+        if not stat.S_ISREG(os.fstat(handle).st_mode):
+            raise UntrustedFile(f"{path} is not a regular file")
+        chunks, size = [], 0
+        while size <= max_bytes:
+            chunk = os.read(handle, max_bytes + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    return b"".join(chunks)
