@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import sys
 
 from pyinfra.api import FactBase, StringCommand
 from pyinfra.api.arguments import pop_global_arguments
@@ -162,7 +163,8 @@ def read_facts(host, *facts: type[FactBase], read_ahead: tuple[FactCall, ...] | 
         lines = host.get_fact(CombinedOutput, facts=facts, calls=calls, _success_exit_codes=(0, NOT_FOUND))
     except EOFError:
         # pyinfra asks for the sudo password when sudo wants one: without a terminal, the prompt
-        # reads the end of the input.
+        # reads the end of the input, leaving its line open (getpass writes it to stderr then).
+        sys.stderr.write("\n")
         user = host.data.get("ssh_user") or "the login user"
         raise ReadNotRun(f"sudo wants a password for {user} and there is no terminal to type it into: allow {user} "
                          "sudo without a password, or run pyinfra from a terminal") from None

@@ -28,7 +28,8 @@ class LocalHost:
         self.state = State(Inventory((["@local"], {})), Config())
 
     def get_fact(self, fact, **kwargs):
-        return fact().process(shell(fact().command(**kwargs)))
+        arguments = {key: value for key, value in kwargs.items() if not key.startswith("_")}  # pyinfra's own
+        return fact().process(shell(fact().command(**arguments)))
 
 
 def alone(fact):
