@@ -430,7 +430,7 @@ class FleetReport(BaseStateCallback):
             rows = self.finish(state)
         else:  # nothing was executed: a dry run or a declined confirmation
             rows = self.finish_unexecuted(state)
-        exit_status.exit_with(run_status(rows))
+        exit_status.exit_with(state, run_status(rows))
 
     def finish(self, state, stream=None) -> list[FleetRow]:
         rows = fleet_rows(state)

@@ -14,6 +14,7 @@ import sys
 from types import SimpleNamespace
 
 import pytest
+from pyinfra.api.state import StateStage
 from plan import REPO
 from test_verify_steps import containerd_dump, node_lines, run_verify
 
@@ -42,6 +43,24 @@ def test_the_fleet_report_says_which_nodes_await_a_reboot():
     assert fleet_table(rows).splitlines()[0] == (
         "--> Fleet report: 2 nodes: 1 converged, 1 changed, 0 failed, 1 awaiting a reboot (exit 3)")
     assert fleet_json(rows)["awaiting_reboot"] == ["gpu-changed"]
+
+
+@pytest.mark.parametrize("failed_hosts, stage, raises", [
+    (set(), StateStage.Disconnect, True),  # an executed run that reached its end: pyinfra's exit 0 replaced
+    (set(), StateStage.Prepare, True),  # --dry, or a declined prompt
+    ({"gpu1"}, StateStage.Disconnect, False),  # pyinfra exits 1 itself, with its own line
+    (set(), StateStage.Execute, False),  # run_ops raised (--fail-percent): its message and 1 stand
+])
+def test_the_status_replaces_pyinfras_only_where_pyinfra_would_exit_0(monkeypatch, failed_hosts, stage, raises):
+    monkeypatch.setattr(exit_status.pyinfra, "is_cli", True)
+    state = SimpleNamespace(failed_hosts=failed_hosts, current_stage=stage)
+    if raises:
+        with pytest.raises(SystemExit) as exited:
+            exit_status.exit_with(state, exit_status.REBOOT_REQUIRED)
+        assert exited.value.code == exit_status.REBOOT_REQUIRED
+    else:
+        exit_status.exit_with(state, exit_status.REBOOT_REQUIRED)
+    exit_status.exit_with(state, exit_status.DONE)  # 0: pyinfra's own, never raised
 
 
 # A stand-in for the driver stage's report: the note a GPU node's run leaves when its new driver
