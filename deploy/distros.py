@@ -301,7 +301,7 @@ class DriverPackages:
     fabric_manager: FabricManagerPackages | None = None
     # (pattern over an installed kernel metapackage's name, template of its headers metapackage from
     # group 1): that headers metapackage is kept installed and held with it, so that DKMS finds the
-    # headers of each kernel an update brings (deploy/kernel_coverage.py); None: the family has none
+    # headers of each kernel an update brings (deploy/driver/kernel_coverage.py); None: the family has none
     headers_following: tuple[str, str] | None = None
 
     def for_module_type(self, kernel_module_type: str) -> DriverPackages:

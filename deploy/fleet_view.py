@@ -17,4 +17,4 @@ from pyinfra import host
 # gpu_node once installed) is imported by its folder's name, whatever the working directory.
 package = Path(__file__).resolve().parent
 sys.path.insert(0, str(package.parent))
-importlib.import_module(f"{package.name}.fleet_from_reports").view_this_host(host)
+importlib.import_module(f"{package.name}.fleet.from_reports").view_this_host(host)

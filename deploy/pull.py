@@ -4,7 +4,7 @@ Pull mode: the node converges itself, with no controller (docs/without-controlle
 
     pyinfra -y @local <package>/pull.py
 
-with the settings of /etc/gpu-node/settings.toml, read and validated by deploy/pull_settings.py
+with the settings of /etc/gpu-node/settings.toml, read and validated by deploy/node/pull_settings.py
 only: no file, one root alone cannot change, or an invalid setting stops the run in one line
 before any change.
 """
@@ -17,5 +17,5 @@ from pathlib import Path
 # gpu_node once installed) is imported by its folder's name, whatever the working directory.
 package = Path(__file__).resolve().parent
 sys.path.insert(0, str(package.parent))
-settings = importlib.import_module(f"{package.name}.pull_settings").settings_from_file()
+settings = importlib.import_module(f"{package.name}.node.pull_settings").settings_from_file()
 importlib.import_module(f"{package.name}.entry").provision_gpu_node._inner(**settings)

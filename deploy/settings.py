@@ -28,8 +28,8 @@ from pyinfra import logger
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra_cli.exceptions import CliError
 
-from . import batches
-from .run_state import per_run
+from .foundations import batches
+from .foundations.run_state import per_run
 
 # The inventory groups users put hosts in (inventory.py) unless gpu_nodes_group / control_plane_group
 # name others: GPU nodes, and where kubectl runs.
@@ -66,7 +66,7 @@ class RuntimeWiring:
     make_default: bool = True
     systemd_cgroup: bool = True
     # CDI in the runtime's own config: True turned on, False turned off, None left as the runtime has
-    # it (cdi=auto until the runtime's version says whether it has CDI: deploy/cdi.py)
+    # it (cdi=auto until the runtime's version says whether it has CDI: deploy/runtimes/cdi.py)
     enable_cdi: bool | None = None
     # containerd passes a container's annotations matching these to the nvidia runtime (its CDI
     # mode reads cdi.k8s.io/ annotations); merged with the file's own
@@ -708,7 +708,7 @@ class Settings(RuntimeSettings, PackageSettings, DataCenterSettings, HostSafetyS
     @property
     def runtime_wiring(self) -> RuntimeWiring:
         """What the runtimes stage wires into containerd and Docker, and verify expects there; cdi=auto
-        is decided per runtime from its version (deploy/cdi.py)."""
+        is decided per runtime from its version (deploy/runtimes/cdi.py)."""
         return RuntimeWiring(make_default=self.nvidia_runtime_default, systemd_cgroup=self.systemd_cgroup,
                              enable_cdi={"true": True, "false": False}.get(self.cdi),
                              container_annotations=(CDI_ANNOTATIONS,) if self.nvidia_runtime_mode == "cdi" else ())
@@ -955,11 +955,11 @@ def likely_typos(data: Mapping[str, Any], command_line: Collection[str] = (),
 
 
 class ParsedSettings(dict):
-    """This run's validated settings: (inventory host name, the call's settings) -> Settings (deploy/run_state.py)."""
+    """This run's validated settings: (inventory host name, the call's settings) -> Settings (deploy/foundations/run_state.py)."""
 
 
 class SettingsByValues(dict):
-    """This run's validated settings by the setting values they came from (deploy/run_state.py)."""
+    """This run's validated settings by the setting values they came from (deploy/foundations/run_state.py)."""
 
 
 class CallSettings(dict):
@@ -976,7 +976,7 @@ def unknown_names(given: Mapping[str, Any], where: str) -> None:
 
 
 class OverriddenData(set):
-    """The --data keys this run's deploy calls override, once warned about (deploy/run_state.py)."""
+    """The --data keys this run's deploy calls override, once warned about (deploy/foundations/run_state.py)."""
 
 
 def overridden_data(state, given: Mapping[str, Any], where: str) -> None:

@@ -13,7 +13,7 @@ from typing import Callable
 
 from .distros import Platform
 from .facts.read_ahead import FactCall
-from .findings import Findings, StepCheck
+from .planning.findings import Findings, StepCheck
 from .operations.drain import DrainTarget
 from .settings import Settings, Stage
 from .tasks import boot, cdi, containerd, devices, docker, dra, driver, drain, kernel, toolkit, verification
@@ -78,7 +78,7 @@ STEPS: tuple[Step, ...] = (
     # gpu_allocator=dra: the DRA driver's host prerequisites refused in preflight, IMEX handed over
     Step("dra", "runtimes", dra.wanted, reads=dra.reads, check=dra.preflight_check,
          apply=lambda s, found, target: dra.dra_node(s, drain=target)),
-    # The module, CDI spec and services at every boot (deploy/first_boot.py): installed, started by the next boot.
+    # The module, CDI spec and services at every boot (deploy/node/first_boot.py): installed, started by the next boot.
     Step("first boot", "driver", lambda s: s.first_boot_unit, reads=boot.reads,
          apply=lambda s, found, target: boot.first_boot_unit(s)),
     # Before verify: its steps join the node's report, which verify adds and fails on.

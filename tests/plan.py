@@ -601,7 +601,7 @@ def run_inventory(inventory: Inventory, nodes: Mapping[str, Node], deploy_file: 
 
 
 def assigned(script: str, name: str) -> str:
-    """The value ``script`` gives the variable ``name`` before its body (deploy/shell_scripts.py's
+    """The value ``script`` gives the variable ``name`` before its body (deploy/foundations/shell_scripts.py's
     quoted assignments, one line each), as sh reads it."""
     (line,) = [line for line in script.splitlines() if line.startswith(f"{name}=")]
     (value,) = shlex.split(line[len(name) + 1:]) or [""]

@@ -18,9 +18,9 @@ from typing import Any
 from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.exceptions import FactProcessError
 
-from .. import node_text
+from ..foundations import node_text
 from .base import NodeFact
-from ..cdi import SPEC_PATH as CDI_SPEC
+from ..runtimes.cdi import SPEC_PATH as CDI_SPEC
 
 KUBECTL_REQUEST_TIMEOUT = "20s"
 FIELD_MANAGER = "gpu-node"
@@ -127,7 +127,7 @@ def parse_captured(lines: list[str], prefix: str = "") -> tuple[int, str, str]:
 
 def cluster_json(text: str, what: str, parse=json.loads):
     """``parse(text)`` of what kubectl or helm printed, through the guard of every parser
-    (deploy/node_text.py), a fact error in one line naming ``what``. Its size is not bounded: a
+    (deploy/foundations/node_text.py), a fact error in one line naming ``what``. Its size is not bounded: a
     large cluster's answer is tens of MB, in memory already, and json reads it in well under a
     second. A syntax error passes through for the fact to word."""
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from .. import shell_scripts
+from ..foundations import shell_scripts
 from .base import NodeFact
 
 

@@ -1,5 +1,5 @@
 """
-A DRA node's host side (deploy/dra.py decides): the host's IMEX unit handed to the DRA driver's
+A DRA node's host side (deploy/k8s/dra.py decides): the host's IMEX unit handed to the DRA driver's
 ComputeDomain daemons, and verify's check of each host prerequisite, one step each of the node's
 report.
 """
@@ -11,15 +11,17 @@ import shlex
 from pyinfra import host
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
-from .. import node_records, probes, shell_scripts
-from ..cdi import CdiUnsupported, for_containerd
-from ..dra import IMEX_BUSY, IMEX_UNIT, IMEX_UNKNOWN, node_prerequisites
+from ..node import records as node_records
+from . import probes
+from ..foundations import shell_scripts
+from ..runtimes.cdi import CdiUnsupported, for_containerd
+from ..k8s.dra import IMEX_BUSY, IMEX_UNIT, IMEX_UNKNOWN, node_prerequisites
 from ..facts.base import UnreadableOutput
 from ..facts.gpu_holders import holders_script
 from ..facts.read_ahead import FactCall, read_together
 from ..facts.dra import DraNodeState
 from ..facts.nvidia import NodeSurvey
-from ..report import FAIL, PASS, Step, verify_report_store
+from ..reports.node_report import FAIL, PASS, Step, verify_report_store
 from ..settings import Settings
 from .drain import DrainTarget, before_restart
 from .failure import failing_command, run_script

@@ -11,21 +11,23 @@ from typing import TYPE_CHECKING
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
 
-from ..apt_components import add_apt_components
-from ..driver_failures import install_failure
-from ..driver_versions import VersionRefusal, apt_pin_text, choose, matching, upstream_version
+from ..driver.apt_components import add_apt_components
+from ..driver.install_failures import install_failure
+from ..driver.versions import VersionRefusal, apt_pin_text, choose, matching, upstream_version
 from ..facts.apt import AptSourceFiles
 from ..facts.read_ahead import known_fact, read
 from ..facts.nvidia import NodeSurvey, PackagesAvailable
 from ..facts.packages import PackageVersions, apt_listing
-from .. import node_records, node_text, probes, redact
+from ..node import records as node_records
+from ..foundations import node_text, redact
+from . import probes
 from .failure import fail_host, failing_command
 from .progress import announcing
 from .files import put_text
 from .packages import (apt_holds, apt_lock_option, apt_sources_changed, deb_states_read,
                        lock_wait_script, recorded_install, refresh_apt_lists, released_holds)
-from ..report import DriverNote, DriverNotes
-from ..run_state import per_run
+from ..reports.node_report import DriverNote, DriverNotes
+from ..foundations.run_state import per_run
 
 if TYPE_CHECKING:
     from ..distros import PackageManager

@@ -9,15 +9,15 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import deploy
 
-from ..cdi import RUNTIME_CONFIG
-from ..engines.containerd.installations import classify_installation, config_target
+from ..runtimes.cdi import RUNTIME_CONFIG
+from ..runtimes.containerd.installations import classify_installation, config_target
 from ..distros import Platform
 from ..facts.cdi import spec_stale
 from ..facts.read_ahead import FactCall, known_fact, read
 from ..facts.containerd import ContainerdInstallations
 from ..operations import cdi as cdi_ops
 from ..settings import Settings
-from ..findings import StepCheck
+from ..planning.findings import StepCheck
 
 
 def reads(settings: Settings) -> list[FactCall]:

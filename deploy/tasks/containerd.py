@@ -7,8 +7,8 @@ from functools import partial
 from pyinfra import host, logger
 from pyinfra.api import deploy
 
-from ..cdi import CdiUnsupported, for_containerd
-from ..engines.containerd.installations import config_target, plain_target
+from ..runtimes.cdi import CdiUnsupported, for_containerd
+from ..runtimes.containerd.installations import config_target, plain_target
 from ..operations.containerd import plan_node_wiring, target_read
 from ..operations.runtime_config import configure_nvidia_runtime
 from ..distros import Family, Platform, add_repository, install_packages
@@ -17,7 +17,7 @@ from ..operations import drain as drain_ops
 from ..operations import failure, units
 from ..operations.drain import DrainTarget
 from ..settings import Settings
-from ..findings import StepCheck
+from ..planning.findings import StepCheck
 
 
 def reads(settings: Settings) -> list[FactCall]:

@@ -7,7 +7,7 @@ from functools import partial
 from pyinfra import host
 from pyinfra.api import deploy
 
-from ..cdi import CdiUnsupported, for_docker
+from ..runtimes.cdi import CdiUnsupported, for_docker
 from ..distros import Family, Platform, install_packages
 from ..facts.read_ahead import FactCall, read
 from ..operations import docker, failure, units
@@ -15,7 +15,7 @@ from ..operations import drain as drain_ops
 from ..operations.drain import DrainTarget
 from ..operations.runtime_config import configure_nvidia_runtime
 from ..settings import Settings
-from ..findings import StepCheck
+from ..planning.findings import StepCheck
 
 
 def reads(settings: Settings) -> list[FactCall]:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import deploy
 
-from .. import dra, templates
+from ..k8s import dra
+from ..foundations import templates
 from ..facts.k8s import GpuNode
 from ..operations import failure, kubectl
 from ..settings import Settings

@@ -33,9 +33,9 @@ from pyinfra.api import deploy
 from pyinfra.api.exceptions import NoGroupError, PyinfraError
 from pyinfra_cli.inventory import make_inventory
 
-from .. import dra
+from ..k8s import dra
 from ..facts.k8s import FIELD_MANAGER, GpuNode
-from ..gpushare import NODE_LABEL, GpushareError, scheduler_config_yaml
+from ..k8s.gpushare import NODE_LABEL, GpushareError, scheduler_config_yaml
 from ..operations import controller_files
 from ..operations.controller_files import ControllerFile
 from ..operations.kubectl import HELM_CHART, HELM_RELEASE, HELM_REPO_URL, dump_documents, stamp_manifest

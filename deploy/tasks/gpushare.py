@@ -19,7 +19,7 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 
 from ..facts.k8s import GpuNode, GpuNodeIdentity, kube_node_name
-from ..gpushare import (
+from ..k8s.gpushare import (
     NODE_LABEL,
     SCHEDULER_MANIFEST,
     GpushareError,

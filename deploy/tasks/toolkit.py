@@ -11,7 +11,7 @@ from ..operations import download
 from ..operations import packages as package_ops
 from ..operations.failure import HostRefusal
 from ..settings import Settings
-from ..findings import StepCheck
+from ..planning.findings import StepCheck
 
 # Pinned together: the toolkit refuses mixed versions of its own parts.
 TOOLKIT_PACKAGES = (

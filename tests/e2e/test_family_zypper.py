@@ -30,7 +30,7 @@ from harness import SAFE_DATA, assert_no_change, ensure_docker
 
 from deploy.distros import ZYPPER, detect_platform
 from deploy.settings import parse_settings
-from deploy import driver_plan
+from deploy.planning import driver_plan
 from deploy.tasks.toolkit import REPOSITORY_NAME, TOOLKIT_PACKAGES
 
 DRIVER_PACKAGES = ("nvidia-compute-G06", "nvidia-compute-utils-G06")

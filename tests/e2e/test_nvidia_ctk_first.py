@@ -22,7 +22,7 @@ from corpus import corpus_file, read_text
 from harness import assert_no_change
 from test_containerd_e2e import run_through_nvidia_handler
 
-from deploy.engines.containerd.cri import effective_problems
+from deploy.runtimes.containerd.cri import effective_problems
 from deploy.settings import RuntimeWiring
 
 CONFIG = "/etc/containerd/config.toml"

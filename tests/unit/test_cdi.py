@@ -1,10 +1,10 @@
-"""The cdi setting per runtime (deploy/cdi.py) and the settings it replaced."""
+"""The cdi setting per runtime (deploy/runtimes/cdi.py) and the settings it replaced."""
 
 from __future__ import annotations
 
 import pytest
 
-from deploy.cdi import CdiUnsupported, for_containerd, for_docker
+from deploy.runtimes.cdi import CdiUnsupported, for_containerd, for_docker
 from deploy.settings import RuntimeWiring, SettingsError, likely_typos, parse_settings
 
 AUTO, ON, OFF = RuntimeWiring(enable_cdi=None), RuntimeWiring(enable_cdi=True), RuntimeWiring(enable_cdi=False)

@@ -34,8 +34,8 @@ from hypothesis import HealthCheck, Phase, event, example, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from deploy.engines.containerd.cri import merge_containerd_config
-from deploy.toml_layout import ConfigError
+from deploy.runtimes.containerd.cri import merge_containerd_config
+from deploy.foundations.toml_layout import ConfigError
 from deploy.settings import RuntimeWiring
 
 REPO = Path(__file__).resolve().parents[2]

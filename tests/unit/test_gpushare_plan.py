@@ -24,7 +24,7 @@ from pyinfra.connectors.fake import FakeConnector
 from plan import staged_uploads
 from test_k8s_plan import FakeCluster, gpu_identity_lines, run_plan
 
-from deploy.gpushare import CONFIG_CHECKSUM_ANNOTATION, GpushareError, scheduler_config_yaml
+from deploy.k8s.gpushare import CONFIG_CHECKSUM_ANNOTATION, GpushareError, scheduler_config_yaml
 from deploy.settings import SettingsError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpushare"

@@ -1,8 +1,8 @@
 """
 nvidia_runtime_mode: the nvidia runtime's own mode in /etc/nvidia-container-runtime/config.toml, the
 containerd annotations its cdi mode needs, the refusals, verify's runtime_mode step, and verify's
-CRI probe asking for a CDI device (deploy/settings.py, deploy/cdi.py, deploy/engines/containerd/cri.py,
-deploy/tasks/cdi.py, deploy/operations/cdi.py, deploy/verification/, deploy/probes.py).
+CRI probe asking for a CDI device (deploy/settings.py, deploy/runtimes/cdi.py, deploy/runtimes/containerd/cri.py,
+deploy/tasks/cdi.py, deploy/operations/cdi.py, deploy/verification/, deploy/operations/probes.py).
 
 The config texts below are written for these tests in the shape the toolkit's package ships (keys,
 commented-out keys, tables); tests/e2e/test_runtime_mode_e2e.py edits one on a node.
@@ -27,16 +27,16 @@ from test_verify_steps import (
     run_verify, smi_output,
 )
 
-from deploy.cdi import RUNTIME_CONFIG, runtime_mode_of, with_runtime_mode
-from deploy.engines.containerd.cri import effective_problems, merge_containerd_config
-from deploy.toml_layout import ConfigError, tomllib
+from deploy.runtimes.cdi import RUNTIME_CONFIG, runtime_mode_of, with_runtime_mode
+from deploy.runtimes.containerd.cri import effective_problems, merge_containerd_config
+from deploy.foundations.toml_layout import ConfigError, tomllib
 from deploy.facts.cdi import CdiState
 from deploy.facts.containerd import ContainerdInstallations
 from deploy.verification.cdi import CdiProbe, cdi_container_problem, cri_cdi_probe, runtime_mode_step
 from deploy.verification.options import VerifyOptions
 from deploy.verification.toolkit_runtimes import cri_step
 from deploy.operations.cdi import state_read
-from deploy.probes import CrictlRun
+from deploy.operations.probes import CrictlRun
 from deploy.settings import SettingsError, parse_settings
 from deploy.tasks.cdi import cdi, preflight_check
 from deploy.tasks.k8s import SharingConfig
