@@ -53,7 +53,7 @@ from deploy.runtimes.docker.daemon_json import (  # noqa: E402
     parse_daemon_json,
     render_daemon_json,
 )
-from deploy.settings import RuntimeWiring  # noqa: E402
+from deploy.runtimes.wiring import RuntimeWiring  # noqa: E402
 
 CORPUS = corpus_root()  # the tests' one setting, GPU_NODE_CORPUS
 DOC = REPO / "docs" / "nvidia-ctk-comparison.md"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.facts.deb import DebPackages
@@ -21,7 +21,27 @@ from .facts.packages import apt_listing, dnf_listing, zypper_listing
 from .operations import download
 from .operations import packages as package_ops
 from .operations.failure import HostRefusal
-from .settings import KeyPin
+
+if TYPE_CHECKING:
+    from .settings import Settings
+
+
+@dataclass(frozen=True)
+class KeyPin:
+    """What a repository's signing key must be before anything trusts it: one of ``fingerprints``
+    (primary keys, as ``gpg --with-colons`` prints them), which ``setting`` sets (a refusal names it);
+    ``url``: where the key is, when a setting says (None: beside the repository)."""
+
+    fingerprints: tuple[str, ...]
+    setting: str
+    url: str | None = None
+
+
+def key_pin(settings: Settings, repository: str) -> KeyPin:
+    """What the key of ``repository`` ("nvidia_toolkit", "nvidia_cuda", "nvidia_driver") must be: the
+    fingerprints and key URL its settings give."""
+    return KeyPin(fingerprints=getattr(settings, f"{repository}_gpgkey_fingerprint"),
+                  setting=f"{repository}_gpgkey_fingerprint", url=getattr(settings, f"{repository}_gpgkey_url"))
 
 
 class UnsupportedPlatform(HostRefusal):
@@ -264,7 +284,7 @@ class DriverPackages:
     recommend_command: str | None = None
     components: tuple[str, ...] = ()  # apt components enabled for the release's Debian entries
     # NVIDIA's repository (name, baseurl, gpgkey: its key's URL, which may name {baseurl}; key: the
-    # settings that pin that key, settings.Settings.key_pin), by os-release ID prefix
+    # settings that pin that key, key_pin), by os-release ID prefix
     repositories: tuple[tuple[str, Mapping[str, str]], ...] = ()
     # {dist} of the repository templates, by os-release ID prefix
     repo_dist: tuple[tuple[str, str], ...] = ()
@@ -351,7 +371,7 @@ CUDA_REPO = {
     "name": "cuda-{dist}-{arch}",
     "baseurl": "{cuda_repo_url}/{dist}/{arch}",
     "gpgkey": "{cuda_repo_url}/{dist}/{arch}/D42D0685.pub",
-    "key": "nvidia_cuda",  # the settings that pin its key (settings.Settings.key_pin)
+    "key": "nvidia_cuda",  # the settings that pin its key (key_pin)
 }
 APT_FABRIC_MANAGER = FabricManagerPackages(
     packages=("nvidia-fabricmanager-{branch}", "libnvidia-nscq-{branch}"),

@@ -10,6 +10,9 @@ import re
 
 from packaging.version import InvalidVersion, Version
 
+# The NVIDIA device plugin refuses older drivers.
+MIN_DRIVER_VERSION = "384.81"
+
 
 class VersionRefusal(ValueError):
     """No version fits: one line naming the versions found."""

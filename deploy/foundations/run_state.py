@@ -5,7 +5,7 @@ pyinfra runs every host of an inventory in greenlets of one process, and an oper
 its arguments. A few things must outlive one operation all the same. The module that keeps one
 declares its record type beside the code that uses it, and asks ``per_run(state, RecordType)``:
 
-- ``ParsedSettings`` and ``SettingsByValues`` (deploy/settings.py): each host's validated settings,
+- ``ParsedSettings`` and ``SettingsByValues`` (deploy/settings/sources.py): each host's validated settings,
   parsed once, and once per distinct set of setting values;
 - ``KnownFacts`` (deploy/facts/read_ahead.py): facts read ahead, reused while the host is unchanged;
 - ``Drains`` (deploy/operations/drain.py): what this run did to each host's Kubernetes node;
@@ -14,7 +14,7 @@ declares its record type beside the code that uses it, and asks ``per_run(state,
   fleet report (deploy/operations/failure.py notes it);
 - ``PlannedRefusals`` (deploy/reports/node_report.py, kept by deploy/operations/failure.py): the refusals found while planning, printed
   then, for a run that executes nothing (deploy/reports/fleet_report.py);
-- ``OverriddenData`` (deploy/settings.py): the ``--data`` values a deploy call overrides, warned once;
+- ``OverriddenData`` (deploy/settings/sources.py): the ``--data`` values a deploy call overrides, warned once;
 - ``AptListsRefreshed`` (deploy/operations/packages.py): hosts whose apt lists this run refreshed
   since their last apt source change (apt keeps no refresh time);
 - ``ReportStore`` (deploy/reports/node_report.py) and ``FleetReport`` (deploy/reports/fleet_report.py): the end-of-run

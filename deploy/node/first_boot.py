@@ -65,16 +65,19 @@ MAX_SETTINGS_BYTES = 64 * 1024
 
 @dataclass(frozen=True)
 class BootSettings:
-    """What the deploy decided for this node (deploy/tasks/boot.py writes it as JSON)."""
+    """What the deploy decided for this node (deploy/tasks/boot.py writes it as JSON): the settings of
+    these names (``setting`` where the field's name is not the setting's) and where the report goes.
+    The boot archive carries the standard library alone, not the settings model:
+    tests/unit/test_first_boot.py holds each field's type and default to its setting's."""
 
     kernel_modules_load: bool = True
     nvidia_kernel_modules: str = "auto"
     cdi: str = "auto"
-    driver_root: str = "/"
+    driver_root: str = field(default="/", metadata={"setting": "nvidia_driver_root"})
     require_gpu: bool = False
     nvidia_persistenced: bool = True
     fabric_manager_install: bool = True
-    report_path: str = REPORT_PATH
+    report_path: str = field(default=REPORT_PATH, metadata={"setting": None})
 
     @classmethod
     def from_text(cls, text: str, source: str) -> "BootSettings":

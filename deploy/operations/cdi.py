@@ -24,7 +24,7 @@ from ..facts.containerd import config_read
 from . import docker as docker_ops
 from .failure import failing_command
 from .files import put_text
-from ..settings import RuntimeWiring
+from ..runtimes.wiring import RuntimeWiring
 
 # Where the toolkit's refresh service reads its settings (the driver root, for one).
 REFRESH_ENV = "/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env"

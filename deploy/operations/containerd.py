@@ -29,7 +29,7 @@ from ..runtimes.containerd.cri import (
 from ..runtimes.containerd.installations import ConfigTarget
 from ..facts.read_ahead import FactCall, changes_so_far, known_fact, read
 from ..facts.containerd import ContainerdImports, config_read
-from ..settings import RuntimeWiring
+from ..runtimes.wiring import RuntimeWiring
 from ..foundations.toml_layout import ConfigError, line_endings
 from .runtime_config import PlannedFile, RuntimeConfigPlan
 from .upload import Staging, Upload

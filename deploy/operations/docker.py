@@ -24,7 +24,7 @@ from ..runtimes.docker.daemon_json import (
 from ..runtimes.docker.unit import DockerdFlag, UnitParseError, parse_docker_unit
 from ..facts.read_ahead import FactCall, changes_so_far, read
 from ..facts.docker import DockerState
-from ..settings import RuntimeWiring
+from ..runtimes.wiring import RuntimeWiring
 from ..foundations.toml_layout import ConfigError
 from . import safe_install
 from .failure import failing_command

@@ -23,6 +23,7 @@ from ..facts.dra import DraNodeState
 from ..facts.nvidia import NodeSurvey
 from ..reports.node_report import FAIL, PASS, Step, verify_report_store
 from ..settings import Settings
+from ..runtimes.wiring import runtime_wiring
 from .drain import DrainTarget, before_restart
 from .failure import failing_command, run_script
 
@@ -42,7 +43,7 @@ def containerd_cdi(settings: Settings, containerd: dict) -> bool | None:
     if containerd["major"] is None:
         return None
     try:
-        return for_containerd(settings.runtime_wiring, containerd["major"], containerd["minor"],
+        return for_containerd(runtime_wiring(settings), containerd["major"], containerd["minor"],
                               containerd["version"]).on
     except CdiUnsupported:
         return False

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import re
 
-from ..distros import Platform, by_distro_id, node_word
+from ..distros import KeyPin, Platform, by_distro_id, key_pin, node_word
 from ..driver.fabric import fabric_of
 from ..driver.module_type import OPEN, PROPRIETARY
 from ..operations import download
 from ..operations.failure import HostRefusal
-from ..settings import KeyPin, Settings, key_url_allowed
+from ..settings import Settings, key_url_allowed
 
 
 class DriverPlanError(HostRefusal):
@@ -44,7 +44,7 @@ def render_repository(repository, values: dict, settings: Settings) -> dict | No
     if not repository:
         return None
     baseurl = repository["baseurl"].format(**values)
-    pin = settings.key_pin(repository["key"])
+    pin = key_pin(settings, repository["key"])
     key_url = pin.url or repository["gpgkey"].format(**values, baseurl=baseurl)
     return {"name": repository["name"].format(**values), "baseurl": baseurl, "gpgkey": checked_key_url(key_url, pin),
             "pin": pin}

@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from packaging.version import InvalidVersion, Version
 
 from ..driver import module_type
-from ..distros import APT, PackageManager, Platform, by_distro_id, lock_bounded_checks
+from ..distros import APT, PackageManager, Platform, by_distro_id, key_pin, lock_bounded_checks
 from .driver_names import (DriverPlanError, checked_key_url, package_names, render, render_repository, repository_urls,
                            template_values)
 from ..driver.versions import VersionRefusal, apt_pin_text, choose, matching, upstream_version
 from ..driver.fabric import Fabric, fabric_of
-from ..settings import MIN_DRIVER_VERSION, Settings
+from ..settings import Settings
+from ..driver.versions import MIN_DRIVER_VERSION
 
 # apt: the driver's source packages pinned at the plan's version (deploy/distros.py pin_sources)
 APT_PIN_PATH = "/etc/apt/preferences.d/gpu-node-nvidia-driver"
@@ -283,7 +284,7 @@ def fabric_manager(settings: Settings, platform: Platform, manager: PackageManag
             f"version of {', '.join(pinned)}{unread_note(manager.name, readings.unreadable)}: "
             f"set nvidia_driver_version ({fabric.evidence})")
     url = f"{settings.nvidia_cuda_repo_url.rstrip('/')}/{values['dist']}/{platform.cuda_arch}"
-    pin = settings.key_pin("nvidia_cuda")
+    pin = key_pin(settings, "nvidia_cuda")
     repository = {"name": f"cuda-{values['dist']}-{platform.cuda_arch}", "url": url,
                   "key_url": checked_key_url(pin.url or f"{url}/{fabric_data.key_file}", pin), "pin": pin}
     fabric_packages: tuple[str, ...] = ()

@@ -13,7 +13,7 @@ from tomlkit.exceptions import ParseError
 from ..foundations import node_text
 from ..foundations import toml_layout
 from ..foundations.toml_layout import TOMLKIT_FAULTS, ConfigError, Edits, tomllib
-from ..settings import RuntimeWiring
+from ..runtimes.wiring import RuntimeWiring
 
 # Where the spec goes (containerd and Docker read /etc/cdi and /var/run/cdi by default), and the dirs
 # a containerd 1.7 config that names its own must keep.

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
-from ..settings import RuntimeWiring
+from ..runtimes.wiring import RuntimeWiring
 from ..foundations.toml_layout import ConfigError
 
 __all__ = ["ConfigError", "Effective", "RuntimeEngine", "Wired"]

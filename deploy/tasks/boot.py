@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import json
 import zipfile
+from dataclasses import fields
 from pathlib import Path
 
 from pyinfra import host
@@ -59,13 +60,14 @@ def boot_archive() -> bytes:
 
 
 def boot_config(settings: Settings) -> str:
-    """deploy/node/first_boot.py's settings (``BootSettings``), written by json's serializer."""
-    return json.dumps({
-        "kernel_modules_load": settings.kernel_modules_load, "nvidia_kernel_modules": settings.nvidia_kernel_modules,
-        "cdi": settings.cdi, "driver_root": settings.nvidia_driver_root, "require_gpu": settings.require_gpu,
-        "nvidia_persistenced": settings.nvidia_persistenced,
-        "fabric_manager_install": settings.fabric_manager_install, "report_path": first_boot.REPORT_PATH,
-    }, indent=2, sort_keys=True) + "\n"
+    """deploy/node/first_boot.py's settings (``BootSettings``: each field the setting it names), written
+    by json's serializer."""
+    values: dict[str, object] = {"report_path": first_boot.REPORT_PATH}
+    for each in fields(first_boot.BootSettings):
+        setting = each.metadata.get("setting", each.name)
+        if setting is not None:
+            values[each.name] = getattr(settings, setting)
+    return json.dumps(values, indent=2, sort_keys=True) + "\n"
 
 
 def wanted_files(settings: Settings) -> dict[str, tuple[str | bytes, str]]:

@@ -17,6 +17,7 @@ from ..operations import drain as drain_ops
 from ..operations import failure, units
 from ..operations.drain import DrainTarget
 from ..settings import Settings
+from ..runtimes.wiring import runtime_wiring
 from ..planning.findings import StepCheck
 
 
@@ -34,7 +35,7 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> Ste
     without CDI is refused before any change (a containerd this run installs is checked by its plan)."""
     state = read(host, target_read(plain_target(settings.containerd_config_path)))
     try:
-        for_containerd(settings.runtime_wiring, state["major"], state["minor"], state["version"])
+        for_containerd(runtime_wiring(settings), state["major"], state["minor"], state["version"])
     except CdiUnsupported as error:
         return StepCheck(errors=[str(error)])
     return StepCheck()
@@ -72,7 +73,7 @@ def containerd_runtime(settings: Settings, family: Family, containerd_found: dic
         logger.info(f"{host.print_prefix}containerd belongs to {installation}: wiring its own config")
 
     target = config_target(settings.containerd_config_path, containerd_found)
-    wiring = settings.runtime_wiring
+    wiring = runtime_wiring(settings)
     restart_pending = bool(target.service) and (pending_restarts or {}).get(target.service) == target.path
     # Planned once: the operation applies this plan (and makes it again only if the host changed first).
     plan = plan_node_wiring(target, wiring)

@@ -47,7 +47,7 @@ from deploy.operations.containerd import ConfigFile, plan_wiring
 from deploy.facts.containerd import config_read
 from deploy.distros import detect_platform
 from deploy.runtimes.docker.daemon_json import parse_daemon_json
-from deploy.settings import RuntimeWiring
+from deploy.runtimes.wiring import RuntimeWiring
 from deploy.tasks.containerd import containerd_runtime
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

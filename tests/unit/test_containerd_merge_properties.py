@@ -36,7 +36,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 
 from deploy.runtimes.containerd.cri import merge_containerd_config
 from deploy.foundations.toml_layout import ConfigError
-from deploy.settings import RuntimeWiring
+from deploy.runtimes.wiring import RuntimeWiring
 
 REPO = Path(__file__).resolve().parents[2]
 RUNC_V2 = "io.containerd.runc.v2"

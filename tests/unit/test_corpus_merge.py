@@ -40,7 +40,7 @@ from deploy.runtimes.docker.daemon_json import (
     parse_daemon_json,
     render_daemon_json,
 )
-from deploy.settings import RuntimeWiring
+from deploy.runtimes.wiring import RuntimeWiring
 
 SOURCES = sources()
 

@@ -23,7 +23,7 @@ from deploy.runtimes.docker.daemon_json import (
     leave_to_flags,
     merge_daemon_config,
 )
-from deploy.settings import RuntimeWiring
+from deploy.runtimes.wiring import RuntimeWiring
 
 UNITS = Path(__file__).resolve().parents[1] / "fixtures" / "docker" / "units"
 DAEMON_JSON = "/etc/docker/daemon.json"

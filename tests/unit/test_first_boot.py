@@ -276,3 +276,28 @@ def test_boot_settings_root_alone_may_not_write_are_refused_in_one_line_writing_
     assert result == 1 and len(out) == 1, out
     assert problem in out[0] and "reads its settings only from a file root alone can change" in out[0]
     assert not report.exists()
+
+
+def test_the_boot_settings_are_the_settings_they_name_with_their_types_and_defaults():
+    """BootSettings is standard library only (the archive carries no settings model): each field is
+    the setting it names, of its type (text for a choice or a path) and with its default, and the
+    stage writes exactly those settings' values."""
+    from dataclasses import fields
+
+    from deploy.settings import DEFAULTS, SETTING_FIELDS, parse_settings
+    from deploy.settings.fields import unwrap
+
+    named = {each.name: each.metadata.get("setting", each.name) for each in fields(BootSettings)}
+    assert named.pop("report_path") is None
+    for name, setting in named.items():
+        annotation = unwrap(SETTING_FIELDS[setting].annotation)[0]
+        python_type = bool if annotation is bool else str
+        field_of = BootSettings.__dataclass_fields__[name]
+        assert (field_of.type, field_of.default) == (python_type.__name__, DEFAULTS[setting]), name
+    changed = parse_settings({"kernel_modules_load": False, "nvidia_kernel_modules": "open", "cdi": "false",
+                              "nvidia_driver_root": "/run/nvidia/driver", "require_gpu": True,
+                              "nvidia_persistenced": False, "fabric_manager_install": False})
+    written = BootSettings.from_text(boot_task.boot_config(changed), "boot.json")
+    assert {name: getattr(written, name) for name in named} == {name: getattr(changed, setting)
+                                                                for name, setting in named.items()}
+    assert written.report_path == first_boot.REPORT_PATH

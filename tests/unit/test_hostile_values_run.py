@@ -47,7 +47,8 @@ from deploy.facts.k8s import GpuNodeIdentity
 from deploy.operations.cdi import REFRESH_ENV
 from deploy.operations.devices import LINKS_SCRIPT
 from deploy.reports.node_report import write_json_file
-from deploy.settings import DEFAULTS, SETTING_FIELDS, SettingsError, parse_settings, unwrap
+from deploy.settings import DEFAULTS, SETTING_FIELDS, SettingsError, parse_settings
+from deploy.settings.fields import unwrap
 
 # Relative and without a slash: a value's own folders never end in a component "pwned", and
 # folding a value back to the plain one never cuts inside it.

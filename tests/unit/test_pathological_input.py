@@ -52,6 +52,7 @@ from deploy.operations.cdi import state_read as cdi_state_read
 from deploy.operations.docker import state_read as docker_state_read
 from deploy.facts.apt import AptSourceFiles
 from deploy.settings import parse_settings
+from deploy.runtimes.wiring import runtime_wiring
 from deploy.tasks.cdi import cdi
 from deploy.tasks.containerd import containerd_runtime
 from deploy.tasks.docker import docker_runtime
@@ -227,7 +228,7 @@ def test_a_drop_in_containerd_imports_fails_the_host_in_one_line_naming_the_drop
 def test_containerds_config_dump_is_a_problem_in_one_line_for_the_wiring_check_and_for_verify(case):
     content, says = TOML[case]
     dump = node_text.decode(content[: MIB + 1])
-    wiring = parse_settings({}).runtime_wiring
+    wiring = runtime_wiring(parse_settings({}))
     where, problems = effective_problems(dump, wiring)
     [problem] = problems
     assert "\n" not in problem and (says in problem or case == "cut short"), problem

@@ -23,7 +23,7 @@ from deploy.distros import detect_platform
 from deploy.runtimes.docker.daemon_json import DaemonConfigError, parse_daemon_json
 from deploy.operations.docker import state_read
 from deploy.operations.failure import fail_host
-from deploy.settings import RuntimeWiring
+from deploy.runtimes.wiring import RuntimeWiring
 from deploy.tasks.containerd import containerd_runtime
 from deploy.tasks.docker import docker_runtime
 

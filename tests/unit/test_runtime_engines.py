@@ -19,7 +19,7 @@ from deploy.runtimes.engine import ConfigError, Effective, RuntimeEngine, Wired
 from deploy.runtimes.containerd.cri import ContainerdEngine
 from deploy.runtimes.docker.daemon_json import DockerEngine, DockerRunning
 from deploy.node.records import JSON, TOML
-from deploy.settings import RuntimeWiring
+from deploy.runtimes.wiring import RuntimeWiring
 from deploy.foundations.toml_layout import tomllib
 
 WIRING = RuntimeWiring()

@@ -581,7 +581,7 @@ def test_each_real_containerds_dump_of_the_wired_config_passes_runtime_binary_an
     from containerd_releases import config_dump, release
 
     from deploy.runtimes.containerd.cri import merge_containerd_config
-    from deploy.settings import RuntimeWiring
+    from deploy.runtimes.wiring import RuntimeWiring
 
     from deploy.runtimes.cdi import for_containerd
 

@@ -30,7 +30,7 @@ from ...node import records as node_records
 from ...foundations import node_text, redact, toml_layout
 from ..cdi import SPEC_DIRS, SPEC_PATH
 from ...foundations.toml_layout import TOMLKIT_FAULTS, ConfigError, Edits, TablePath, dotted, tomllib
-from ...settings import RuntimeWiring
+from ...runtimes.wiring import RuntimeWiring
 from ..engine import Effective, RuntimeEngine, Wired
 
 RUNC_V2 = "io.containerd.runc.v2"

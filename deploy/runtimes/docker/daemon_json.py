@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 from ...node import records as node_records
 from ...foundations import node_text, templates
-from ...settings import RuntimeWiring
+from ...runtimes.wiring import RuntimeWiring
 from ...foundations.toml_layout import ConfigError
 from ..engine import Effective, RuntimeEngine, Wired
 from .unit import DockerdFlag
