@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .distros import Platform
+from .distros.families import Platform
 from .facts.read_ahead import FactCall
 from .planning.findings import Findings, StepCheck
 from .operations.drain import DrainTarget

@@ -57,7 +57,7 @@ from pyinfra.context import ctx_config, ctx_inventory, ctx_state
 from pyinfra.facts.server import Arch, LinuxDistribution
 from pyinfra_cli.util import load_deploy_file
 
-from deploy.distros import detect_platform
+from deploy.distros.families import detect_platform
 from deploy.facts.access import HostAccess
 from deploy.facts.read_ahead import MARKER, CombinedOutput, FactCall, section_name
 from deploy.facts.containerd import ContainerdInstallations

@@ -1,7 +1,7 @@
 """
 NVIDIA's package repositories: where the container toolkit, the SUSE driver and CUDA (Fabric Manager,
 the RHEL family's driver) come from, and the fingerprints their signing keys must have. The settings'
-defaults (a mirror sets its own); the family table (deploy/distros.py) adds each family's path.
+defaults (a mirror sets its own); the family table (deploy/distros/families.py) adds each family's path.
 """
 
 # The base of NVIDIA's tree; the family adds "deb/$(ARCH)" or "rpm/$basearch" (a mirror keeps that layout).

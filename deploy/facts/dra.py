@@ -9,7 +9,7 @@ from ..k8s.dra import IMEX_UNIT
 from ..driver.reload import parse_holder
 from .base import NodeFact
 from .gpu_holders import holders_script
-from .k8s import NVML_LIBRARY_DIRS
+from .gpu_node_identity import NVML_LIBRARY_DIRS
 
 
 class DraNodeState(NodeFact):

@@ -131,7 +131,7 @@ class NodeSurvey(NodeFact):
 class PackagesAvailable(NodeFact):
     """
     Which of the named packages the package manager can install (from its current lists):
-    ``check`` is its shell test for one {package} (the family's ``available_check``, deploy/distros.py).
+    ``check`` is its shell test for one {package} (the family's ``available_check``, deploy/distros/families.py).
 
     .. code:: python
 

@@ -12,7 +12,7 @@ or read over SSH where the nodes keep them, one remote command per node (deploy/
 
 A node whose report is ok is converged, one whose report failed is failed (with its failed steps).
 A report is text a node sent: read only from a regular file, at most node_text's bound, and checked
-against its format (deploy/reports/node_report.py's NodeReportFormat) before anything reads a field of it; a
+against its format (deploy/reports/formats.py's NodeReportFormat) before anything reads a field of it; a
 report holds one node, and a host that two files of a folder report is refused. A file that is no
 report is one line naming it and what is wrong, the others are still read, and the exit status is
 non-zero (over SSH: that host fails).
@@ -39,7 +39,6 @@ from ..facts.reports import NOT_REGULAR, REPORTS_DIR, NodeReports
 from ..reports.fleet_report import (
     CONVERGED,
     FAILED,
-    FleetReportFormat,
     FleetRow,
     fleet_table,
     html_path,
@@ -47,7 +46,8 @@ from ..reports.fleet_report import (
     write_json,
 )
 from ..operations.failure import fail
-from ..reports.node_report import FAIL, PASS, SKIP, NodeFormat, NodeReportFormat, NodeSummaryFormat
+from ..reports.formats import FleetReportFormat, NodeFormat, NodeReportFormat, NodeSummaryFormat
+from ..reports.node_report import FAIL, PASS, SKIP
 from ..foundations.run_state import per_run
 from ..settings import host_settings
 

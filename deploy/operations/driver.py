@@ -1,6 +1,6 @@
 """
 Operations of the driver stage: apt components, kernel headers, the reboot marker and the
-end-of-run report. Package installs go through the family's package manager (deploy/distros.py).
+end-of-run report. Package installs go through the family's package manager (deploy/distros/package_managers.py).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from ..reports.node_report import DriverNote, DriverNotes
 from ..foundations.run_state import per_run
 
 if TYPE_CHECKING:
-    from ..distros import PackageManager
+    from ..distros.package_managers import PackageManager
 
 REBOOT_MARKER = "/run/reboot-required"
 REBOOT_PACKAGES = "/run/reboot-required.pkgs"
@@ -183,7 +183,7 @@ def _install_naming_dkms_failures(state, host, command: StringCommand, leftovers
 
 def resolved_versions(resolve: dict, states: dict) -> dict[str, str | None]:
     """The versions the install operation chooses from the refreshed lists (``install_driver``'s
-    ``resolve``); with ``resolve["fabric"]`` (deploy/distros.py's FabricManagerPackages) Fabric
+    ``resolve``); with ``resolve["fabric"]`` (deploy/distros/families.py's FabricManagerPackages) Fabric
     Manager's packages are named for the driver's branch and chosen at the driver's version, or
     VersionRefusal names what the lists offer."""
     names = list(resolve["names"])

@@ -20,7 +20,7 @@ from .failure import fail_host, failing_command
 from .progress import announcing
 
 if TYPE_CHECKING:
-    from ..distros import PackageManager
+    from ..distros.package_managers import PackageManager
 
 # What these operations read (the driver stage's preflight and verify read it ahead)
 KERNELS_READ: FactCall = (InstalledKernels, {})

@@ -175,7 +175,7 @@ def apt_install_needed(states: dict, packages: dict[str, str | None], hold: bool
 
 
 # Every install operation takes the same arguments, so the package-manager table in
-# deploy/distros.py calls them alike: ``packages`` {name: version or None}, ``hold`` and
+# deploy/distros/package_managers.py calls them alike: ``packages`` {name: version or None}, ``hold`` and
 # ``lock_timeout`` (apt's wait for dpkg's lock, settings.apt_lock_timeout).
 
 

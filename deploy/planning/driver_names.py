@@ -1,5 +1,5 @@
 """
-The family table's templates (deploy/distros.py ``DriverPackages``) rendered for one host: the
+The family table's templates (deploy/distros/families.py ``DriverPackages``) rendered for one host: the
 values they may name ({kernel}, {kernel_variant}, {branch}, {dist} ...), the package names of each
 kernel module type, its repositories and their keys. Pure: data in, names out.
 """
@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import re
 
-from ..distros import KeyPin, Platform, by_distro_id, key_pin, node_word
+from ..distros.repositories import KeyPin, key_pin
+from ..distros.families import Platform, by_distro_id, node_word
 from ..driver.fabric import fabric_of
 from ..driver.module_type import OPEN, PROPRIETARY
 from ..operations import download

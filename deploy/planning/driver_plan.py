@@ -1,5 +1,5 @@
 """
-The driver stage's plan, pure: from the settings, the family's table (deploy/distros.py), what the
+The driver stage's plan, pure: from the settings, the family's table (deploy/distros/families.py), what the
 node showed (NodeSurvey) and what preflight read ahead (``Readings``), the packages, versions,
 repositories, holds and services of this host, or a ``DriverPlanError`` naming why none fits.
 No host and no facts: deploy/tasks/driver.py reads, then applies the plan.
@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from packaging.version import InvalidVersion, Version
 
 from ..driver import module_type
-from ..distros import APT, PackageManager, Platform, by_distro_id, key_pin, lock_bounded_checks
+from ..distros.package_managers import APT, PackageManager, lock_bounded_checks
+from ..distros.families import Platform, by_distro_id
+from ..distros.repositories import key_pin
 from .driver_names import (DriverPlanError, checked_key_url, package_names, render, render_repository, repository_urls,
                            template_values)
 from ..driver.versions import VersionRefusal, apt_pin_text, choose, matching, upstream_version
@@ -26,7 +28,7 @@ from ..driver.fabric import Fabric, fabric_of
 from ..settings import Settings
 from ..driver.versions import MIN_DRIVER_VERSION
 
-# apt: the driver's source packages pinned at the plan's version (deploy/distros.py pin_sources)
+# apt: the driver's source packages pinned at the plan's version (deploy/distros/families.py pin_sources)
 APT_PIN_PATH = "/etc/apt/preferences.d/gpu-node-nvidia-driver"
 CUDA_PROFILE_PATH = "/etc/profile.d/cuda.sh"
 # NVIDIA's CUDA repository, where Fabric Manager comes from (apt: signed-by, as the toolkit's)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from ..distros import Platform
+from ..distros.families import Platform
 from ..facts.read_ahead import FactCall
 from ..settings import Settings
 

@@ -19,9 +19,8 @@ import sys
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
 from pyinfra.api.state import BaseStateCallback, StateStage
 
 from .. import __version__
@@ -30,14 +29,12 @@ from ..foundations import node_text
 from .node_report import (
     FAIL,
     PASS,
-    REPORT_FORMAT,
     SKIP,
     DriverNote,
     DriverNotes,
     FailureNotes,
     PlannedRefusals,
     NodeSummary,
-    NodeSummaryFormat,
     verify_report_store,
     write_json_file,
     write_text_file,
@@ -82,60 +79,6 @@ class FleetRow(NodeSummary):
         if self.verify["failed_steps"]:
             text += ": " + ", ".join(self.verify["failed_steps"])
         return text
-
-
-class VerifyCountsFormat(BaseModel):
-    """What verify found on a node: steps by status, and the names of those that failed."""
-
-    model_config = REPORT_FORMAT
-    passed: int = Field(alias=PASS, ge=0)
-    failed: int = Field(alias=FAIL, ge=0)
-    skipped: int = Field(alias=SKIP, ge=0)
-    failed_steps: list[str]
-
-
-class FleetNodeFormat(NodeSummaryFormat):
-    """One node's row (``FleetRow``)."""
-
-    host: str
-    status: Literal[CONVERGED, CHANGED, FAILED, NOT_RUN]
-    changed_operations: list[str]
-    failed_operations: list[str]
-    failure_lines: list[str]
-    """the line each of failed_operations failed with, in the same order ("" where none was kept)"""
-    no_gpu: bool | None
-    """null: not known"""
-    reboot_required: bool | None
-    """null: not known"""
-    verify: VerifyCountsFormat | None
-    """null: verification did not run"""
-
-
-class FleetCountsFormat(BaseModel):
-    model_config = REPORT_FORMAT
-    converged: int = Field(ge=0)
-    changed: int = Field(ge=0)
-    failed: int = Field(ge=0)
-
-
-class FleetReportFormat(BaseModel):
-    """A gpu-node fleet report (fleet_report_path; deploy/fleet/from_reports.py's FLEET.json):
-    one row per node of a run, or of the nodes' own reports."""
-
-    model_config = ConfigDict(REPORT_FORMAT, title="gpu-node fleet report",
-                              json_schema_extra={"$schema": "https://json-schema.org/draft/2020-12/schema"})
-    version: Literal[FLEET_REPORT_VERSION]
-    """the format's version"""
-    gpu_node_version: str
-    """the version of gpu-node that wrote it"""
-    ok: bool
-    """no node failed"""
-    exit_status: Literal[exit_status.DONE, exit_status.FAILED, exit_status.REBOOT_REQUIRED]
-    """the status the run exits with: 0 done, 1 a node failed, 3 done but a GPU node awaits its reboot"""
-    counts: FleetCountsFormat
-    awaiting_reboot: list[str]
-    """the GPU nodes whose driver change awaits their reboot"""
-    nodes: list[FleetNodeFormat]
 
 
 def _flag(value: bool | None) -> str:

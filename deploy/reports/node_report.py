@@ -1,7 +1,8 @@
 """
 The node report: one record per node (host, GPUs, driver, toolkit, runtime, the kernel module type,
 persistence, Fabric Manager, CUDA, each step), shown as a table at the end of the run and written
-as JSON on the controller. Its format is ``NodeReportFormat`` (deploy/schemas/node-report.schema.json).
+as JSON on the controller. Its format is ``NodeReportFormat`` (deploy/reports/formats.py,
+deploy/schemas/node-report.schema.json).
 
 Hosts run in parallel greenlets of one pyinfra process: records go into one in-memory store per
 run (deploy/foundations/run_state.py), and the JSON file is rewritten whole (temporary file, then rename) from it, so a
@@ -16,9 +17,8 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
 from pyinfra.api.state import BaseStateCallback
 
 from .. import __version__
@@ -29,78 +29,6 @@ PASS, FAIL, SKIP = "pass", "fail", "skip"
 STATUSES = (PASS, FAIL, SKIP)
 # the format's version (a reader checks it: a report of another format is refused)
 REPORT_VERSION = 1
-
-# The report formats (this one and deploy/reports/fleet_report.py's FleetReportFormat) are these models: the
-# schema files in deploy/schemas/ are generated from them (scripts/report_schemas.py) and the tests
-# hold the files equal to them and every report the code writes valid against the files. Strict: a
-# value of another type is refused, never converted; a key the format does not name is refused.
-REPORT_FORMAT = ConfigDict(strict=True, extra="forbid", use_attribute_docstrings=True)
-
-
-class StepFormat(BaseModel):
-    """One verification step."""
-
-    model_config = REPORT_FORMAT
-    name: str
-    status: Literal[STATUSES]
-    reason: str
-    """why it passed, failed or was skipped, in one line"""
-
-
-class NodeSummaryFormat(BaseModel):
-    """What verify found of a node's runtime and driver (``NodeSummary``); null where it did not look."""
-
-    model_config = REPORT_FORMAT
-    runtime: str | None
-    """the container runtime and its version"""
-    kernel_module_type: str | None
-    """the nvidia module's type: "open" or "proprietary" (null: none loaded or installed)"""
-    persistence: str | None
-    """nvidia-persistenced's state and the GPUs' persistence mode"""
-    fabric_manager: str | None
-    """nvidia-fabricmanager's state, or "not needed" (no NVSwitch)"""
-    cuda: str | None
-    """cuInit's outcome through the driver's libcuda ("ok, 8 device(s), CUDA 12.2", "error 802 ...")"""
-    cdi: str | None
-    """one of: off; on, spec current; on, spec stale; on, no spec"""
-
-
-class NodeFormat(NodeSummaryFormat):
-    """One node's record."""
-
-    host: str = Field(min_length=1)
-    """the node: its inventory name (verify, a pull run: "@local") or its hostname (the first-boot unit)"""
-    ok: bool
-    """no step failed"""
-    gpus: list[str]
-    """each NVIDIA GPU found on the PCI bus"""
-    driver: str | None
-    """the driver's version"""
-    toolkit: str | None
-    """the NVIDIA Container Toolkit's version"""
-    steps: list[StepFormat]
-
-
-class NodeReportFormat(BaseModel):
-    """A gpu-node node report: written by verify (verify_report_path), a pull run
-    (/var/lib/gpu-node/report.json) and the first-boot unit (/var/lib/gpu-node/boot-report.json)."""
-
-    model_config = ConfigDict(REPORT_FORMAT, title="gpu-node node report",
-                              json_schema_extra={"$schema": "https://json-schema.org/draft/2020-12/schema"})
-    version: Literal[REPORT_VERSION]
-    """the format's version"""
-    gpu_node_version: str
-    """the version of gpu-node that wrote it"""
-    ok: bool
-    """no node failed"""
-    nodes: list[NodeFormat]
-    """one per node (the first-boot unit's and a pull run's: one)"""
-
-
-def schema_text(model: type[BaseModel]) -> str:
-    """A format's JSON Schema as deploy/schemas/ ships it."""
-    return json.dumps(model.model_json_schema(), indent=2, sort_keys=True) + "\n"
-
 
 @dataclass(frozen=True)
 class Step:

@@ -11,7 +11,7 @@ from pyinfra.api import deploy
 
 from ..runtimes.cdi import RUNTIME_CONFIG
 from ..runtimes.containerd.installations import classify_installation, config_target
-from ..distros import Platform
+from ..distros.families import Platform
 from ..facts.cdi import spec_stale
 from ..facts.read_ahead import FactCall, known_fact, read
 from ..facts.containerd import ContainerdInstallations

@@ -11,7 +11,9 @@ from ..runtimes.cdi import CdiUnsupported, for_containerd
 from ..runtimes.containerd.installations import config_target, plain_target
 from ..operations.containerd import plan_node_wiring, target_read
 from ..operations.runtime_config import configure_nvidia_runtime
-from ..distros import Family, Platform, add_repository, install_packages
+from ..distros.families import Family, Platform
+from ..distros.repositories import add_repository
+from ..distros.package_managers import install_packages
 from ..facts.read_ahead import FactCall, read
 from ..operations import drain as drain_ops
 from ..operations import failure, units

@@ -8,7 +8,8 @@ from pyinfra import host
 from pyinfra.api import deploy
 
 from ..runtimes.cdi import CdiUnsupported, for_docker
-from ..distros import Family, Platform, install_packages
+from ..distros.families import Family, Platform
+from ..distros.package_managers import install_packages
 from ..facts.read_ahead import FactCall, read
 from ..operations import docker, failure, units
 from ..operations import drain as drain_ops

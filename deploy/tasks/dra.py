@@ -13,7 +13,7 @@ from pyinfra.api import deploy
 
 from ..runtimes.containerd.installations import plain_target
 from ..operations.containerd import target_read
-from ..distros import Platform
+from ..distros.families import Platform
 from ..k8s.dra import IMEX_UNIT, imex_action, imex_in_use, node_prerequisites
 from ..facts.read_ahead import FactCall, read
 from ..operations import dra as dra_ops

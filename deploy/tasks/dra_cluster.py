@@ -13,7 +13,7 @@ from pyinfra.api import deploy
 
 from ..k8s import dra
 from ..foundations import templates
-from ..facts.k8s import GpuNode
+from ..facts.gpu_node_identity import GpuNode
 from ..operations import failure, kubectl
 from ..settings import Settings
 

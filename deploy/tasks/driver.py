@@ -16,8 +16,9 @@ from pyinfra.api import deploy
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 from pyinfra.operations import server
 
-from ..distros import (PackageManager, Platform, add_repository, install_packages, lock_bounded_checks,
-                       version_listing)
+from ..distros.package_managers import PackageManager, install_packages, lock_bounded_checks, version_listing
+from ..distros.families import Platform
+from ..distros.repositories import add_repository
 from ..planning.driver_names import candidate_names, render, template_values
 from ..planning.driver_plan import (APT_PIN_PATH, CUDA_APT_KEYRING, CUDA_APT_SOURCE, CUDA_PROFILE_PATH, DriverPlan, Readings,
                            branch_number, cuda_apt_source_text, cuda_profile_text, detect_branch, driver_plan)

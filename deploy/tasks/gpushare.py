@@ -18,7 +18,7 @@ from pathlib import Path
 from pyinfra import host, logger
 from pyinfra.api import deploy
 
-from ..facts.k8s import GpuNode, GpuNodeIdentity, kube_node_name
+from ..facts.gpu_node_identity import GpuNode, GpuNodeIdentity, kube_node_name
 from ..k8s.gpushare import (
     NODE_LABEL,
     SCHEDULER_MANIFEST,

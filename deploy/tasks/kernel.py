@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import deploy
 
-from ..distros import Platform
+from ..distros.families import Platform
 from ..driver.fabric import NVLINK5_MODULES_LOAD_PATH, Fabric, fabric_of
 from ..driver.fabric import modules_load_text as fabric_modules_load_text
 from ..facts.read_ahead import FactCall, read

@@ -9,7 +9,7 @@ from pyinfra.api import deploy
 from pyinfra.facts.server import Arch, LinuxDistribution
 
 from ..runtimes.containerd.installations import classify_installation
-from ..distros import Platform, detect_platform
+from ..distros.families import Platform, detect_platform
 from ..facts.access import HostAccess
 from ..facts.read_ahead import FactCall, read_facts
 from ..facts.containerd import ContainerdInstallations

@@ -5,7 +5,9 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import deploy
 
-from ..distros import APT, DNF, ZYPPER, Platform, add_repository, install_packages, key_pin, rpm_repository_text
+from ..distros.package_managers import APT, DNF, ZYPPER, install_packages
+from ..distros.families import Platform
+from ..distros.repositories import add_repository, key_pin, rpm_repository_text
 from ..facts.read_ahead import FactCall, read
 from ..operations import download
 from ..operations import packages as package_ops

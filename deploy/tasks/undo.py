@@ -18,7 +18,7 @@ from pyinfra.facts.server import Arch, LinuxDistribution
 from pyinfra.operations import systemd
 
 from ..node import records as node_records
-from ..distros import Platform, detect_platform
+from ..distros.families import Platform, detect_platform
 from ..facts.access import HostAccess
 from ..facts.read_ahead import FactCall, read, read_facts
 from ..facts.records import NodeRecords

@@ -23,7 +23,7 @@ from family_apt import BRANCH, JAMMY, NOBLE, OLDER_UPSTREAM, PINNED_UPSTREAM, UP
 from family_images import family_node
 from harness import assert_no_change, ensure_docker
 
-from deploy.distros import UBUNTU_DRIVER
+from deploy.distros.families import UBUNTU_DRIVER
 from deploy.planning.driver_plan import detect_branch
 from deploy.tasks.toolkit import TOOLKIT_PACKAGES
 

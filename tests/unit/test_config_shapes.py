@@ -45,7 +45,7 @@ from plan import run_plan, settings_for
 from deploy.runtimes.containerd.cri import merge_containerd_config
 from deploy.operations.containerd import ConfigFile, plan_wiring
 from deploy.facts.containerd import config_read
-from deploy.distros import detect_platform
+from deploy.distros.families import detect_platform
 from deploy.runtimes.docker.daemon_json import parse_daemon_json
 from deploy.runtimes.wiring import RuntimeWiring
 from deploy.tasks.containerd import containerd_runtime

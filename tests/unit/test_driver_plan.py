@@ -10,7 +10,7 @@ import pytest
 from plan import settings_for
 from test_distros import platform_of
 
-from deploy.distros import DEBIAN_KERNEL_VARIANT, SUSE_KERNEL_VARIANT
+from deploy.distros.families import DEBIAN_KERNEL_VARIANT, SUSE_KERNEL_VARIANT
 from deploy.planning.driver_names import kernel_variant, template_values
 from deploy.planning.driver_plan import DriverPlanError, Readings, driver_plan, plan_branch
 

@@ -43,7 +43,7 @@ from test_undo_plan import ORIGINAL_TOML, WIRED_TOML, gpu_node_writes, read, und
 from deploy.facts.cdi import CdiState
 from deploy.facts.containerd import ContainerdConfig
 from deploy.facts.docker import DockerState
-from deploy.facts.k8s import GpuNodeIdentity
+from deploy.facts.gpu_node_identity import GpuNodeIdentity
 from deploy.operations.cdi import REFRESH_ENV
 from deploy.operations.devices import LINKS_SCRIPT
 from deploy.reports.node_report import write_json_file

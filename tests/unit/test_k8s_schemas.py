@@ -21,7 +21,7 @@ import pytest
 import yaml
 from packaging.version import Version
 
-from deploy.facts.k8s import GpuNode
+from deploy.facts.gpu_node_identity import GpuNode
 from deploy.k8s.gpushare import (
     NODE_LABEL,
     check_scheduler_manifest,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from plan import run_plan, settings_for
 
-from deploy.distros import detect_platform
+from deploy.distros.families import detect_platform
 from deploy.facts.kernel_state import KernelState
 from deploy.operations.files import digest_read
 from deploy.operations.kernel import module_present, module_read, sysctls_read

@@ -36,7 +36,7 @@ from test_verify_steps import node_lines as verify_lines
 from deploy.foundations import node_text
 from deploy.runtimes.cdi import RUNTIME_CONFIG, SPEC_PATH
 from deploy.runtimes.containerd.cri import effective_problems
-from deploy.distros import detect_platform
+from deploy.distros.families import detect_platform
 from deploy.facts.cdi import CdiState
 from deploy.facts.containerd import ContainerdConfig, ContainerdInstallations, ContainerdImports, config_read
 from deploy.runtimes.docker.unit import UnitParseError, parse_docker_unit

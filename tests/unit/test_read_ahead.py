@@ -15,7 +15,7 @@ from plan import run_plan, settings_for
 from pyinfra import host
 from pyinfra.api import Config, Inventory, State, deploy, operation
 
-from deploy.distros import detect_platform
+from deploy.distros.families import detect_platform
 from deploy.facts.read_ahead import known_fact, read_facts
 from deploy.facts.files import FileDigest, FileDigests
 from deploy.facts.kernel_state import KernelState

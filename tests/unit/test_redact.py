@@ -19,7 +19,7 @@ from deploy.foundations import toml_layout
 from deploy.runtimes.containerd.cri import merge_containerd_config, parse_config
 from deploy.foundations.toml_layout import ConfigError
 from deploy.facts.containerd import config_read
-from deploy.distros import detect_platform
+from deploy.distros.families import detect_platform
 from deploy.runtimes.docker.daemon_json import DaemonConfigError, parse_daemon_json
 from deploy.operations.docker import state_read
 from deploy.operations.failure import fail_host

@@ -1,6 +1,6 @@
 """
 The node and fleet reports' formats, shipped as JSON Schema in the package (deploy/schemas/): the
-files are the models' schemas (deploy/reports/node_report.py's NodeReportFormat, deploy/reports/fleet_report.py's
+files are the models' schemas (deploy/reports/formats.py's NodeReportFormat and
 FleetReportFormat, the source), every report the code writes is valid against the files (checked by
 jsonschema, not by the models), each carries the gpu-node version that wrote it, and the files
 refuse the hostile reports the fleet view refuses.
@@ -24,7 +24,7 @@ import deploy
 from deploy import __version__
 from deploy.fleet import from_reports as fleet_from_reports
 from deploy.node.first_boot import write_report
-from deploy.reports.node_report import NodeReportFormat
+from deploy.reports.formats import NodeReportFormat
 
 REPO = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("report_schemas", REPO / "scripts" / "report_schemas.py")

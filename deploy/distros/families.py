@@ -1,47 +1,18 @@
 """
-The one table of per-distro-family facts: package managers, package names, repositories, commands.
-
-Tasks look a host up here (``detect_platform``) instead of branching on distro names: a stage
-says *what* to install (``install_packages``, ``add_repository``) and the family's
-``PackageManager`` says *how*.
+The one table of per-distro-family facts: each family's package manager, package names,
+repositories and commands (``FAMILIES``), and the host's platform looked up in it
+(``detect_platform``). Tasks look a host up here instead of branching on distro names.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+from typing import Any, Mapping
 
-from pyinfra.api.exceptions import PyinfraError
-from pyinfra.facts.deb import DebPackages
-from pyinfra.facts.pacman import PacmanPackages
-from pyinfra.facts.rpm import RpmPackages
-
-from .facts.packages import apt_listing, dnf_listing, zypper_listing
-from .operations import download
-from .operations import packages as package_ops
-from .operations.failure import HostRefusal
-
-if TYPE_CHECKING:
-    from .settings import Settings
-
-
-@dataclass(frozen=True)
-class KeyPin:
-    """What a repository's signing key must be before anything trusts it: one of ``fingerprints``
-    (primary keys, as ``gpg --with-colons`` prints them), which ``setting`` sets (a refusal names it);
-    ``url``: where the key is, when a setting says (None: beside the repository)."""
-
-    fingerprints: tuple[str, ...]
-    setting: str
-    url: str | None = None
-
-
-def key_pin(settings: Settings, repository: str) -> KeyPin:
-    """What the key of ``repository`` ("nvidia_toolkit", "nvidia_cuda", "nvidia_driver") must be: the
-    fingerprints and key URL its settings give."""
-    return KeyPin(fingerprints=getattr(settings, f"{repository}_gpgkey_fingerprint"),
-                  setting=f"{repository}_gpgkey_fingerprint", url=getattr(settings, f"{repository}_gpgkey_url"))
+from ..operations.failure import HostRefusal
+from .package_managers import APT, DNF, PACMAN, ZYPPER, PackageManager
+from .repositories import KeyPin
 
 
 class UnsupportedPlatform(HostRefusal):
@@ -60,181 +31,6 @@ def node_word(value: str, what: str) -> str:
         raise UnsupportedPlatform(f"{what} is {value!r}: gpu-node names packages and repositories after it, "
                                   "and takes only letters, digits and . _ + ~ - there")
     return value
-
-
-@dataclass(frozen=True)
-class PackageManager:
-    """How one package manager installs, pins, holds and finds packages."""
-
-    name: str  # apt, dnf, zypper, pacman
-    # The operation that installs {name: version or None} and holds them when asked; every one
-    # takes (packages, hold, lock_timeout: the wait for a busy manager), see deploy/operations/packages.py.
-    install: Callable[..., Any]
-    # pyinfra's fact of every installed package ({name: {versions}})
-    installed_fact: type
-    # Shell that exits 0 when the package manager can install {package} (from its current lists).
-    available_check: str
-    # Refreshes the package lists before a choice made from them (apt); None: the manager does it.
-    refresh_lists: Callable[[int], Iterator] | None = None
-    # False: installs only the repository's current version (a rolling distro).
-    can_pin: bool = True
-    # Where a repository file named {name} goes; None: no third-party repository (the distro's own).
-    repository_file: str | None = None
-    # apt: a repository is trusted through a signed-by keyring fetched beside its source; the RPM
-    # managers through the key imported into rpm's database, its checked copy kept at key_file
-    # (a repository {name}'s), which the repository file names.
-    signed_by_keyring: bool = False
-    key_file: str | None = None
-    # Shell that exits 0 when the repository file {candidate} works (its metadata signature verifies):
-    # checked before the file goes where the manager reads it, so a refused one is not left behind;
-    # run it as ``repository_check(manager, lock_timeout)`` words it, waiting for a busy manager.
-    # It trusts the keys rpm's database has (the repository's, checked and imported first) and
-    # imports none.
-    repository_check: str | None = None
-    # The operation enabling a module stream (module, stream, lock_timeout), for DriverPackages.module.
-    module_operation: Callable[..., Any] | None = None
-    # The command words listing every version the lists offer of the packages named after them, as a
-    # function of the wait for a busy manager's lock (facts/packages.py, PackageVersions); None:
-    # nothing to read (a rolling distro installs the one version its repositories carry).
-    version_listing: Callable[[int], tuple[str, ...]] | None = None
-
-
-APT = PackageManager(
-    name="apt",
-    version_listing=apt_listing,
-    install=package_ops.apt_install,
-    installed_fact=DebPackages,
-    available_check="apt-cache show --no-all-versions {package} >/dev/null 2>&1",
-    refresh_lists=package_ops.refresh_apt_lists,
-    repository_file="/etc/apt/sources.list.d/{name}.list",
-    signed_by_keyring=True,
-)
-DNF = PackageManager(
-    name="dnf",
-    version_listing=dnf_listing,
-    install=package_ops.dnf_install,
-    installed_fact=RpmPackages,
-    available_check="dnf -q list {package} >/dev/null 2>&1",
-    repository_file="/etc/yum.repos.d/{name}.repo",
-    key_file="/etc/pki/rpm-gpg/gpu-node-{name}.asc",
-    # skip_if_unavailable off: Fedora's and Amazon's dnf.conf skip a repository whose signature
-    # fails, and makecache would then pass it
-    repository_check=('tmp=$(mktemp -d) && cp {candidate} "$tmp/candidate.repo" && '
-                      'dnf -y -q --setopt=reposdir="$tmp" --setopt=skip_if_unavailable=False makecache; status=$?; rm -rf "$tmp"; [ "$status" -eq 0 ]'),
-    module_operation=package_ops.dnf_module_enable,
-)
-ZYPPER = PackageManager(
-    name="zypper",
-    version_listing=zypper_listing,
-    install=package_ops.zypper_install,
-    installed_fact=RpmPackages,
-    available_check="zypper --quiet search --match-exact {package} >/dev/null 2>&1",
-    repository_file="/etc/zypp/repos.d/{name}.repo",
-    key_file="/etc/pki/rpm-gpg/gpu-node-{name}.asc",
-    # zypper install skips a repository it refuses and goes on: a refresh of the candidate alone
-    repository_check=('tmp=$(mktemp -d) && cp {candidate} "$tmp/candidate.repo" && zypper --non-interactive '
-                      '--reposd-dir "$tmp" refresh; status=$?; rm -rf "$tmp"; [ "$status" -eq 0 ]'),
-)
-PACMAN = PackageManager(
-    name="pacman",
-    install=package_ops.pacman_install,
-    installed_fact=PacmanPackages,
-    available_check="pacman -Si {package} >/dev/null 2>&1",
-    can_pin=False,
-)
-
-
-def install_packages(manager: PackageManager, name: str, packages, *, hold: bool = False, lock_timeout: int):
-    """
-    The one way a stage installs: ``packages`` is {name: version or None} (or names, unpinned);
-    held when ``hold``. ``lock_timeout`` bounds the wait for another process holding the package
-    manager's lock (settings.apt_lock_timeout).
-    """
-    wanted = dict(packages) if isinstance(packages, Mapping) else {package: None for package in packages}
-    return manager.install(name=name, packages=wanted, hold=hold, lock_timeout=lock_timeout)
-
-
-def repository_check(manager: PackageManager, lock_timeout: int) -> str | None:
-    """``manager.repository_check`` (a template of {candidate}) waiting up to ``lock_timeout``
-    seconds (settings.apt_lock_timeout) for another process holding the manager's lock, as its
-    installs do (deploy/operations/packages.py)."""
-    if manager.repository_check is None:
-        return None
-    # a wait that gives up fails the check, whose caller then removes the candidate
-    return _after_lock_wait(manager, manager.repository_check, lock_timeout)
-
-
-def version_listing(manager: PackageManager, lock_timeout: int) -> tuple[str, ...]:
-    """The words PackageVersions and WaitedPackageVersions list ``manager``'s offered versions with,
-    bounded by ``lock_timeout`` seconds (settings.apt_lock_timeout) where the manager has a bound;
-    () where it lists none."""
-    return manager.version_listing(lock_timeout) if manager.version_listing else ()
-
-
-def lock_bounded_checks(manager: PackageManager, lock_timeout: int) -> PackageManager:
-    """``manager`` whose ``available_check`` waits first, up to ``lock_timeout`` seconds, for another
-    process holding dnf's lock, as its installs do: dnf itself waits for it without end (a wait that
-    gives up fails the check). The other managers' checks as they are."""
-    if manager.name != "dnf":
-        return manager
-    return replace(manager, available_check=_after_lock_wait(manager, manager.available_check, lock_timeout))
-
-
-def _after_lock_wait(manager: PackageManager, template: str, lock_timeout: int) -> str:
-    """``template`` (shell formatted later) in a subshell after the manager's bounded lock wait."""
-    if manager.name == "zypper":
-        wait = f"export ZYPP_LOCK_TIMEOUT={int(lock_timeout)};"
-    else:
-        wait = package_ops.lock_wait_script(manager.name, lock_timeout).replace("{", "{{").replace("}", "}}") + ";"
-    return f"({wait} {template})"
-
-
-def rpm_repository_text(header: str, name: str, baseurl: str, key_path: str, key_url: str,
-                        fingerprints: tuple[str, ...], *, package_check: bool = True,
-                        metadata_check: bool = False) -> str:
-    """A dnf/zypper repository file whose key is the checked copy at ``key_path`` of the key at
-    ``key_url``; both and the pinned fingerprints are in it, so that changing either checks the key
-    again. Packages' signatures checked with ``package_check``, the metadata's with ``metadata_check``."""
-    return header + f"# signing key: {key_url} ({', '.join(fingerprints)})\n" + "\n".join([
-        f"[{name}]",
-        f"name={name}",
-        f"baseurl={baseurl}",
-        f"repo_gpgcheck={int(metadata_check)}",
-        f"gpgcheck={int(package_check)}",
-        "enabled=1",
-        f"gpgkey=file://{key_path}",
-        "sslverify=1",
-        "",
-    ])
-
-
-RPM_REPOSITORY_HEADER = "# Managed by gpu-node\n"
-
-
-def add_repository(manager: PackageManager, name: str, repository: Mapping[str, str], pin: KeyPin, *,
-                   timeout: int, lock_timeout: int, header: str = RPM_REPOSITORY_HEADER,
-                   package_check: bool = True, metadata_check: bool = False):
-    """
-    Add an RPM repository (name, baseurl, gpgkey: its key's URL, which ``pin.url`` replaces when set)
-    whose key is checked against ``pin`` and imported alone, with signature checks
-    (deploy/operations/download.py ``signed_rpm_repository``).
-    """
-    if manager.key_file is None or manager.repository_file is None:
-        raise PyinfraError(f"{manager.name} takes no repository of this kind: {repository['name']}")
-    key_path = manager.key_file.format(name=repository["name"])
-    key_url = pin.url or repository["gpgkey"]
-    return download.signed_rpm_repository(
-        name=name,
-        path=manager.repository_file.format(name=repository["name"]),
-        content=rpm_repository_text(header, repository["name"], repository["baseurl"], key_path, key_url,
-                                    pin.fingerprints, package_check=package_check, metadata_check=metadata_check),
-        key_path=key_path,
-        key_url=key_url,
-        fingerprints=pin.fingerprints,
-        fingerprint_setting=pin.setting,
-        check=repository_check(manager, lock_timeout),
-        timeout=timeout,
-    )
 
 
 def by_distro_id(choices: tuple[tuple[str, Any], ...], distro_id: str) -> Any:
@@ -357,7 +153,7 @@ DOCKER_CE_RHEL_REPO = {
 # Docker's key for its RPM repositories, as Docker's install guide gives it
 # (https://docs.docker.com/engine/install/centos/); no setting names Docker's repository, so none pins it.
 DOCKER_CE_RHEL_KEY = KeyPin(fingerprints=("060A61C51B558A7F742B77AAC52FEB6B621E9F35",),
-                            setting="Docker's install guide, deploy/distros.py")
+                            setting="Docker's install guide, deploy/distros/families.py")
 
 DEBIAN_KERNEL_VARIANT = r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+-(.+)$"
 # SUSE: the word after the package release (5.14.21-150500.55.39-default, 6.4.0-150600.23.7-azure,
