@@ -2,8 +2,9 @@
 The steps of a GPU node run, in order, each declared once: the stage it belongs to (the `stages`
 setting picks stages: kernel, driver, toolkit, runtimes, verify), whether it runs for these
 settings, what preflight reads ahead for it, what preflight checks on its behalf (a refusal fails
-the host before any change), and how it applies. deploy/gpu_node.py and deploy/verify.py loop over
-this table, and preflight asks the steps it is given.
+the host before any change), and how it applies. deploy/entry.py's deploys loop over this table
+(``steps_for``: provision_gpu_node's steps; ``read_only_steps``: verify_gpu_node's), and preflight
+asks the steps it is given.
 """
 
 from __future__ import annotations
