@@ -12,8 +12,8 @@ declares its record type beside the code that uses it, and asks ``per_run(state,
 - ``DriverNotes`` (deploy/reports/node_report.py): the driver's state for the fleet report;
 - ``FailureNotes`` (deploy/reports/node_report.py): the line each host failed with, by operation, for the
   fleet report (deploy/operations/failure.py notes it);
-- ``PlannedRefusals`` (deploy/reports/node_report.py, kept by deploy/operations/failure.py): the refusals found while planning, printed
-  then, for a run that executes nothing (deploy/reports/fleet_report.py);
+- ``PlannedRefusals`` (deploy/reports/node_report.py, kept by deploy/operations/failure.py): the refusals
+  found while planning, printed then, for a run that executes nothing (deploy/reports/fleet_report.py);
 - ``OverriddenData`` (deploy/settings/sources.py): the ``--data`` values a deploy call overrides, warned once;
 - ``AptListsRefreshed`` (deploy/operations/packages.py): hosts whose apt lists this run refreshed
   since their last apt source change (apt keeps no refresh time);

@@ -17,7 +17,8 @@ State's ``operation_host_error`` callbacks and goes on with the others.
 A refusal ``fail`` makes while planning is printed at once, before anything runs: pyinfra runs the
 failing command only when it executes, so ``--dry`` and the changes shown before its prompt would
 otherwise show the operation's name alone. It is kept for the dry run's fleet report and exit
-status (``PlannedRefusals``, beside ``FailureNotes`` in deploy/reports/node_report.py), and not printed again when the run executes it.
+status (``PlannedRefusals``, beside ``FailureNotes`` in deploy/reports/node_report.py), and not printed
+again when the run executes it.
 
 The line is also kept for the fleet report (``FailureNotes``), beside the operation it failed.
 """

@@ -18,7 +18,8 @@ from .model import FOLDED_SETTINGS, SETTING_FIELDS, Settings, parse_settings, ty
 
 
 class ParsedSettings(dict):
-    """This run's validated settings: (inventory host name, the call's settings) -> Settings (deploy/foundations/run_state.py)."""
+    """This run's validated settings: (inventory host name, the call's settings) -> Settings
+    (deploy/foundations/run_state.py)."""
 
 
 class SettingsByValues(dict):

@@ -1,4 +1,7 @@
-"""The data-center GPUs section (docs/datacenter.md): the kernel module type, persistence, the first-boot unit, Fabric Manager, NVIDIA's driver and CUDA repositories."""
+"""
+The data-center GPUs section (docs/datacenter.md): the kernel module type, persistence, the first-boot
+unit, Fabric Manager, NVIDIA's driver and CUDA repositories.
+"""
 
 from __future__ import annotations
 

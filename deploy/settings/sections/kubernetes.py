@@ -1,4 +1,7 @@
-"""The Kubernetes section (deploy/k8s_gpu.py, on the control plane): kubectl's config, the device plugin and how pods share a GPU."""
+"""
+The Kubernetes section (deploy/k8s_gpu.py, on the control plane): kubectl's config, the device plugin
+and how pods share a GPU.
+"""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field, ValidationInfo, model_validator
 
-from ...driver.nvidia_repositories import NVIDIA_TOOLKIT_GPGKEY_URL, NVIDIA_TOOLKIT_KEY_FINGERPRINT, NVIDIA_TOOLKIT_REPO_URL
+from ...driver.nvidia_repositories import (NVIDIA_TOOLKIT_GPGKEY_URL, NVIDIA_TOOLKIT_KEY_FINGERPRINT,
+                                           NVIDIA_TOOLKIT_REPO_URL)
 from ..values import DriverBranch, Fingerprints, PackageVersion, RepositoryUrl
 from .base import Section, check_repository_urls, given_values
 
@@ -49,5 +50,6 @@ class PackageSettings(Section):
     @model_validator(mode="after")
     def _toolkit_urls_fit(self, info: ValidationInfo) -> PackageSettings:
         if given_values(info) is not None:
-            check_repository_urls(self, ("nvidia_toolkit_gpgkey_url",), ("nvidia_toolkit_repo_url", "nvidia_toolkit_gpgkey_url"))
+            check_repository_urls(self, ("nvidia_toolkit_gpgkey_url",),
+                                  ("nvidia_toolkit_repo_url", "nvidia_toolkit_gpgkey_url"))
         return self
