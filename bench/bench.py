@@ -12,7 +12,7 @@ known_hosts file of its own) and measures, with `pyinfra -y` as a cron job would
   - first provisioning: stages kernel, toolkit (from the local toolkit repository), runtimes,
     verify; no driver;
   - the no-op re-run of deploy/gpu_node.py (the same data), --repeat times, median;
-  - deploy/verify.py alone; the drift check (deploy/drift.py);
+  - deploy/verify.py alone; the drift check (deploy/fleet/drift.py);
   - the same no-op checks as an Ansible playbook (bench/ansible/noop.yml), on the same nodes.
 
 Per run: wall seconds, controller CPU (user+sys of the whole process tree, from wait4), controller
@@ -100,7 +100,7 @@ def pyinfra(inventory: Path, deploy_file: str, data: dict) -> list[str]:
 
 
 def drift(inventory: Path, data: dict) -> list[str]:
-    return [sys.executable, "-m", "deploy.drift", str(inventory), "deploy/gpu_node.py", *data_args(data)]
+    return [sys.executable, "-m", "deploy.fleet.drift", str(inventory), "deploy/gpu_node.py", *data_args(data)]
 
 
 def ansible(inventory: Path, expected: dict) -> list[str]:

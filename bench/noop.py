@@ -54,7 +54,7 @@ def import_times() -> list[tuple[str, float]]:
     """Cumulative import time (ms) of each deploy module the entry file imports, largest first."""
     code = "import sys; sys.path.insert(0, '.'); import pyinfra.api; import deploy.tasks.verification, deploy.tasks.driver"
     for entry in ("deploy.tasks.preflight", "deploy.tasks.kernel", "deploy.tasks.toolkit", "deploy.tasks.containerd",
-                  "deploy.tasks.docker", "deploy.tasks.drain", "deploy.fleet_report"):
+                  "deploy.tasks.docker", "deploy.tasks.drain", "deploy.reports.fleet_report"):
         code += f"; import {entry}"
     result = subprocess.run([sys.executable, "-X", "importtime", "-c", code], cwd=REPO, capture_output=True, text=True)
     times = []

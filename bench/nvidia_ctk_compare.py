@@ -44,16 +44,16 @@ from config_checks import NVIDIA_BINARY, leaves  # noqa: E402
 from containerd_releases import READERS, config_dump, dockerd, dockerd_validate, release  # noqa: E402
 from corpus import corpus_root  # noqa: E402
 
-from deploy.engines.containerd.cri import merge_containerd_config  # noqa: E402
-from deploy.toml_layout import ConfigError  # noqa: E402
+from deploy.runtimes.containerd.cri import merge_containerd_config  # noqa: E402
+from deploy.foundations.toml_layout import ConfigError  # noqa: E402
 from deploy.operations.containerd import ConfigFile, plan_wiring  # noqa: E402
-from deploy.engines.docker.daemon_json import (  # noqa: E402
+from deploy.runtimes.docker.daemon_json import (  # noqa: E402
     DaemonConfigError,
     merge_daemon_config,
     parse_daemon_json,
     render_daemon_json,
 )
-from deploy.settings import RuntimeWiring  # noqa: E402
+from deploy.runtimes.wiring import RuntimeWiring  # noqa: E402
 
 CORPUS = corpus_root()  # the tests' one setting, GPU_NODE_CORPUS
 DOC = REPO / "docs" / "nvidia-ctk-comparison.md"

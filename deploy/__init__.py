@@ -6,13 +6,17 @@ is ``gpu_node``; a site calls its deploys from its own deploy file::
     provision_gpu_node(container_runtimes=["containerd", "docker"], _sudo=True)
 
 ``provision_gpu_node``, ``verify_gpu_node``, ``undo_gpu_node``, ``configure_cluster`` and ``render_cluster_files`` (README,
-"Using it from your own pyinfra deploy"). In a checkout the same code is the ``deploy`` folder, run by deploy/gpu_node.py,
-deploy/verify.py, deploy/undo.py and deploy/k8s_gpu.py.
+"Using it from your own pyinfra deploy"). In a checkout the same code is the ``deploy`` folder, run by its entry
+files (deploy/gpu_node.py, verify.py, undo.py, k8s_gpu.py, render_cluster.py, pull.py, fleet_view.py:
+docs/architecture.md).
 """
 
 import importlib
 import os
 import sys
+from contextlib import contextmanager
+from types import ModuleType
+from typing import Any, Iterator
 
 __version__ = "0.3.0"
 __all__ = ["provision_gpu_node", "verify_gpu_node", "undo_gpu_node", "configure_cluster", "render_cluster_files"]
@@ -20,14 +24,29 @@ _DEPLOYS = {"provision_gpu_node": ".entry", "verify_gpu_node": ".entry", "undo_g
             "configure_cluster": ".cluster", "render_cluster_files": ".cluster"}
 
 
-def __getattr__(name: str):
+@contextmanager
+def _bytecode_written() -> Iterator[None]:
+    """pyinfra's CLI turns bytecode writing off for the whole process, so that the deploy files it
+    executes leave no .pyc; this package's modules are ordinary imports, and compiling them again
+    costs every run about 0.1 s of CPU. While they are imported they keep their bytecode as any import
+    does (unless the environment says otherwise); then the process's setting is back as it was."""
+    before = sys.dont_write_bytecode
+    sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
+    try:
+        yield
+    finally:
+        sys.dont_write_bytecode = before
+
+
+def load(module: str) -> ModuleType:
+    """``module`` of this package (``.entry``, ``.fleet.from_reports`` ...), imported with its bytecode
+    kept: what the entry files pyinfra executes run."""
+    with _bytecode_written():
+        return importlib.import_module(module, __name__)
+
+
+def __getattr__(name: str) -> Any:
     # Imported on first use: importing the package alone (its version, an entry file's start) stays cheap.
     if name in _DEPLOYS:
-        return getattr(importlib.import_module(_DEPLOYS[name], __name__), name)
+        return getattr(load(_DEPLOYS[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-# pyinfra's CLI turns bytecode writing off so that the files it executes leave no .pyc; this
-# package's modules are ordinary imports, and compiling them again costs every run about 0.1 s of
-# CPU. Unless the environment asks otherwise, they keep their bytecode as any import does.
-if not os.environ.get("PYTHONDONTWRITEBYTECODE"):
-    sys.dont_write_bytecode = False

@@ -17,12 +17,12 @@ import pyinfra
 from pyinfra import host, logger
 from pyinfra.api import deploy
 
-from . import bake
+from .node import bake
 from .facts.base import UnreadableOutput
-from .fleet_report import fleet_report_for
-from .node_records import RECORDS_DIR
+from .reports.fleet_report import fleet_report_for
+from .node.records import RECORDS_DIR
 from .operations.failure import HostRefusal, fail
-from .redact import log_file_note
+from .foundations.redact import log_file_note
 from .settings import DEFAULTS, Settings, call_settings, host_settings
 from .signatures import document_settings
 from .stages import read_only_steps, steps_for
@@ -119,7 +119,7 @@ def provision_gpu_node(**settings):
     if node is None:
         return
     steps = steps_for(node)
-    # An image root (@chroot): only what an image holds; the rest said in one line each (deploy/bake.py).
+    # An image root (@chroot): only what an image holds; the rest said in one line each (deploy/node/bake.py).
     baking = bake.is_image_root(host.connector)
     if baking:
         steps = bake.image_steps(steps, lambda line: logger.info(f"{host.print_prefix}{line}"))

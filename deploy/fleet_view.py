@@ -14,7 +14,8 @@ from pathlib import Path
 from pyinfra import host
 
 # pyinfra executes this file rather than importing it: its package (deploy/ in a checkout,
-# gpu_node once installed) is imported by its folder's name, whatever the working directory.
+# gpu_node once installed) is imported by its folder's name, whatever the working directory, and its
+# modules through its load(), which keeps their bytecode (deploy/__init__.py).
 package = Path(__file__).resolve().parent
 sys.path.insert(0, str(package.parent))
-importlib.import_module(f"{package.name}.fleet_from_reports").view_this_host(host)
+importlib.import_module(package.name).load(".fleet.from_reports").view_this_host(host)

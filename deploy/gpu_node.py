@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 
 # pyinfra executes this file rather than importing it: its package (deploy/ in a checkout,
-# gpu_node once installed) is imported by its folder's name, whatever the working directory.
+# gpu_node once installed) is imported by its folder's name, whatever the working directory, and its
+# modules through its load(), which keeps their bytecode (deploy/__init__.py).
 package = Path(__file__).resolve().parent
 sys.path.insert(0, str(package.parent))
 # The deploy's own body (_inner): the operations named as a run of this file names them, without the
 # "{deploy name} | " a site's call of the function puts in front.
-importlib.import_module(f"{package.name}.entry").provision_gpu_node._inner()
+importlib.import_module(package.name).load(".entry").provision_gpu_node._inner()

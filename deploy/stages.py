@@ -2,8 +2,9 @@
 The steps of a GPU node run, in order, each declared once: the stage it belongs to (the `stages`
 setting picks stages: kernel, driver, toolkit, runtimes, verify), whether it runs for these
 settings, what preflight reads ahead for it, what preflight checks on its behalf (a refusal fails
-the host before any change), and how it applies. deploy/gpu_node.py and deploy/verify.py loop over
-this table, and preflight asks the steps it is given.
+the host before any change), and how it applies. deploy/entry.py's deploys loop over this table
+(``steps_for``: provision_gpu_node's steps; ``read_only_steps``: verify_gpu_node's), and preflight
+asks the steps it is given.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .distros import Platform
+from .distros.families import Platform
 from .facts.read_ahead import FactCall
-from .findings import Findings, StepCheck
+from .planning.findings import Findings, StepCheck
 from .operations.drain import DrainTarget
 from .settings import Settings, Stage
 from .tasks import boot, cdi, containerd, devices, docker, dra, driver, drain, kernel, toolkit, verification
@@ -78,7 +79,7 @@ STEPS: tuple[Step, ...] = (
     # gpu_allocator=dra: the DRA driver's host prerequisites refused in preflight, IMEX handed over
     Step("dra", "runtimes", dra.wanted, reads=dra.reads, check=dra.preflight_check,
          apply=lambda s, found, target: dra.dra_node(s, drain=target)),
-    # The module, CDI spec and services at every boot (deploy/first_boot.py): installed, started by the next boot.
+    # The module, CDI spec and services at every boot (deploy/node/first_boot.py): installed, started by the next boot.
     Step("first boot", "driver", lambda s: s.first_boot_unit, reads=boot.reads,
          apply=lambda s, found, target: boot.first_boot_unit(s)),
     # Before verify: its steps join the node's report, which verify adds and fails on.

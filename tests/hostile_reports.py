@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from deploy.report import FAIL, PASS, NodeRecord, Step, report_json
+from deploy.reports.node_report import FAIL, PASS, NodeRecord, Step, report_json
 
 # What no terminal line gpu-node prints may hold raw: C0 (but the newline ending it), DEL, C1, and
 # lone surrogates (which a UTF-8 terminal cannot even be sent).
@@ -26,7 +26,7 @@ DELETE = object()  # a value in WRONG_TYPES: the key removed
 
 
 def passing_report(host: str) -> dict:
-    """A node report as verify and a pull run write it (deploy/report.py), of a node that passed."""
+    """A node report as verify and a pull run write it (deploy/reports/node_report.py), of a node that passed."""
     return report_json([NodeRecord(host=host, gpus=["0x2331 at 0000:01:00.0"], driver="535.261.03",
                                    toolkit="1.17.8", runtime="containerd 1.7.24", kernel_module_type="proprietary",
                                    steps=[Step("gpu_pci", PASS, "1 GPU"), Step("kernel_module", PASS, "loaded")])])

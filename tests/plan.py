@@ -57,7 +57,7 @@ from pyinfra.context import ctx_config, ctx_inventory, ctx_state
 from pyinfra.facts.server import Arch, LinuxDistribution
 from pyinfra_cli.util import load_deploy_file
 
-from deploy.distros import detect_platform
+from deploy.distros.families import detect_platform
 from deploy.facts.access import HostAccess
 from deploy.facts.read_ahead import MARKER, CombinedOutput, FactCall, section_name
 from deploy.facts.containerd import ContainerdInstallations
@@ -601,7 +601,7 @@ def run_inventory(inventory: Inventory, nodes: Mapping[str, Node], deploy_file: 
 
 
 def assigned(script: str, name: str) -> str:
-    """The value ``script`` gives the variable ``name`` before its body (deploy/shell_scripts.py's
+    """The value ``script`` gives the variable ``name`` before its body (deploy/foundations/shell_scripts.py's
     quoted assignments, one line each), as sh reads it."""
     (line,) = [line for line in script.splitlines() if line.startswith(f"{name}=")]
     (value,) = shlex.split(line[len(name) + 1:]) or [""]

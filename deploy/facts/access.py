@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .base import NodeFact
 
-# The package managers the family table knows (deploy/distros.py), by the binary named after each
+# The package managers the family table knows (deploy/distros/package_managers.py), by the binary named after each
 # (Debian's apt package ships apt beside apt-get).
 PACKAGE_MANAGER_COMMANDS = ("apt", "dnf", "zypper", "pacman")
 

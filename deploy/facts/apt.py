@@ -1,10 +1,10 @@
-"""The host's apt source files, read for the driver stage's components (deploy/apt_components.py)."""
+"""The host's apt source files, read for the driver stage's components (deploy/driver/apt_components.py)."""
 
 from __future__ import annotations
 
 import base64
 
-from .. import node_text
+from ..foundations import node_text
 from .base import NodeFact
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 
-from .. import node_text, shell_scripts
+from ..foundations import node_text, shell_scripts
 from .base import NodeFact
 
 REFRESH_PATH_UNIT = "nvidia-cdi-refresh.path"

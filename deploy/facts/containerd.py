@@ -1,6 +1,6 @@
 """containerd facts: its version and config file, and which installation owns it (a plain
 containerd, or the one a Kubernetes distribution brings: the paths and units of
-deploy/engines/containerd/installations.py's table)."""
+deploy/runtimes/containerd/installations.py's table)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pyinfra.api import FactBase, QuoteString, StringCommand
 from pyinfra.api.exceptions import FactProcessError
 
 from .base import NodeFact
-from .. import node_text
-from ..engines.containerd.installations import INSTALLATION_PATHS, INSTALLATION_UNITS, GENERATED_CONFIGS
-from ..toml_layout import tomllib
+from ..foundations import node_text
+from ..runtimes.containerd.installations import INSTALLATION_PATHS, INSTALLATION_UNITS, GENERATED_CONFIGS
+from ..foundations.toml_layout import tomllib
 
 # Version strings seen in the field: Debian "1.6.20~ds1", Docker's containerd.io "1.7.21",
 # sid "2.1.9+unknown", k3s "v1.7.23-k3s2".
@@ -33,7 +33,7 @@ def parse_containerd_version(line: str) -> dict:
 
 def decode_file(encoded: str, what: str) -> str:
     """A file's text from ``node_text.base64_read``'s line: bytes that are not UTF-8 are kept, for
-    the parser's guard to name (deploy/node_text.py)."""
+    the parser's guard to name (deploy/foundations/node_text.py)."""
     try:
         return node_text.decode(base64.b64decode(encoded.strip(), validate=True))
     except binascii.Error as error:
@@ -174,7 +174,7 @@ class ContainerdInstallations(NodeFact):
     """
     Which paths of the Kubernetes distributions that bring their own containerd exist, which of
     their units are installed (and their state), and the ``version`` line of their generated
-    config. ``classify_installation`` (deploy/engines/containerd/installations.py) turns it into plain / k3s / rke2 /
+    config. ``classify_installation`` (deploy/runtimes/containerd/installations.py) turns it into plain / k3s / rke2 /
     k0s / microk8s.
 
     .. code:: python

@@ -8,7 +8,7 @@ process ends with the read. A failure is named by the library itself (``cuGetErr
 
 from __future__ import annotations
 
-from .. import shell_scripts
+from ..foundations import shell_scripts
 from .base import NodeFact
 
 # Python 3.6 (RHEL 8's platform-python) and newer; every line is "<kind> <value>".

@@ -1,6 +1,6 @@
 """
 Docker facts: dockerd, its version, whether it can validate a config, daemon.json, the unit
-that starts dockerd with its EnvironmentFile=s (``deploy/engines/docker/unit.py`` reads the
+that starts dockerd with its EnvironmentFile=s (``deploy/runtimes/docker/unit.py`` reads the
 command line out of them), and how many containers run (what a dockerd restart would stop).
 """
 
@@ -12,7 +12,7 @@ import shlex
 from pyinfra.api import QuoteString, StringCommand
 
 from .base import NodeFact
-from .. import node_text
+from ..foundations import node_text
 from .containerd import decode_file
 
 # "Docker version 20.10.24+dfsg1, build 5d6db84", "Docker version 27.3.1, build ce12230"

@@ -1,15 +1,15 @@
-"""What a DRA node's host prerequisites are read from (deploy/dra.py decides): the driver root
+"""What a DRA node's host prerequisites are read from (deploy/k8s/dra.py decides): the driver root
 the kubelet plugin reads, and the host's IMEX unit."""
 
 from __future__ import annotations
 
 from pyinfra.api import QuoteString, StringCommand
 
-from ..dra import IMEX_UNIT
-from ..driver_updates import parse_holder
+from ..k8s.dra import IMEX_UNIT
+from ..driver.reload import parse_holder
 from .base import NodeFact
 from .gpu_holders import holders_script
-from .k8s import NVML_LIBRARY_DIRS
+from .gpu_node_identity import NVML_LIBRARY_DIRS
 
 
 class DraNodeState(NodeFact):

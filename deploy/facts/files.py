@@ -9,7 +9,7 @@ import shlex
 from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.exceptions import FactProcessError
 
-from .. import node_text
+from ..foundations import node_text
 from .base import NodeFact
 
 
@@ -76,7 +76,7 @@ class FileDigests(NodeFact):
 class FileText(NodeFact):
     """
     A file's text, byte for byte (bytes that are not UTF-8 kept for the parser's guard to name,
-    deploy/node_text.py; at most ``node_text.MAX_FILE_BYTES`` + 1 bytes read); None when it does
+    deploy/foundations/node_text.py; at most ``node_text.MAX_FILE_BYTES`` + 1 bytes read); None when it does
     not exist. pyinfra's FileContents prints the file as it is, and its connector stops reading at
     the first line that is not UTF-8: an edit would write back the lines before it.
     """

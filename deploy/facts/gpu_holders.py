@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .. import shell_scripts
+from ..foundations import shell_scripts
 from .base import NodeFact
-from ..driver_updates import MODULES, SERVICES, parse_holder
+from ..driver.reload import MODULES, SERVICES, parse_holder
 
 
 def holders_script(services) -> str:
@@ -17,7 +17,7 @@ class DeviceHolders(NodeFact):
     The processes holding ``/dev/nvidia*`` (the node's own ``fuser``, from psmisc; ``fuser``: False
     where it is missing), each with the driver's service whose stop ends it (``unit``: its MainPID
     or its control group; None: another process), the loaded nvidia modules and the driver's own
-    active services (deploy/driver_updates.py decides on it).
+    active services (deploy/driver/reload.py decides on it).
 
     .. code:: python
 

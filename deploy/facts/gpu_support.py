@@ -1,4 +1,4 @@
-"""The installed driver branch's own lists of the GPUs it drives (read by deploy/gpus.py's decision)."""
+"""The installed driver branch's own lists of the GPUs it drives (read by deploy/driver/module_type.py's decision)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from .. import shell_scripts
+from ..foundations import shell_scripts
 from .base import NodeFact
 
 
@@ -131,7 +131,7 @@ class NodeSurvey(NodeFact):
 class PackagesAvailable(NodeFact):
     """
     Which of the named packages the package manager can install (from its current lists):
-    ``check`` is its shell test for one {package} (the family's ``available_check``, deploy/distros.py).
+    ``check`` is its shell test for one {package} (the family's ``available_check``, deploy/distros/families.py).
 
     .. code:: python
 

@@ -151,7 +151,7 @@ class ZypperLocks(NodeFact):
 
 
 # What each manager offers of the named packages, in the lines offered_versions reads: the
-# commands, by the parser of their output; the family table (deploy/distros.py) hands each fact its
+# commands, by the parser of their output; the family table (deploy/distros/families.py) hands each fact its
 # manager's as ``listing``, a function of the wait for a busy manager's lock (settings.apt_lock_timeout).
 ZYPPER_SEARCH = ("zypper", "--quiet", "--non-interactive", "search", "--details", "--match-exact", "--type", "package")
 DNF_LIST = ("dnf", "-q", "list", "--showduplicates")
@@ -176,7 +176,7 @@ class PackageVersions(NodeFact):
     """
     Every version of the named packages the package manager's lists offer (and the installed one),
     newest first as the manager lists them, read with ``listing``: the command words its family
-    hands (deploy/distros.py ``version_listing``: apt's ``apt-cache madison``, zypper's ``search
+    hands (deploy/distros/package_managers.py ``version_listing``: apt's ``apt-cache madison``, zypper's ``search
     --details``); preflight reads dnf's and zypper's with WaitedPackageVersions. No listing (pacman:
     it installs one version) reads nothing. Absent packages are left out.
 
@@ -225,7 +225,7 @@ def offered_versions(output) -> dict[str, list[str]]:
 class WaitedPackageVersions(NodeFact):
     """
     PackageVersions of dnf (``dnf -q list --showduplicates``) or zypper (``search --details``), the
-    ``listing`` its family hands (deploy/distros.py ``version_listing``), read after ``wait``: shell
+    ``listing`` its family hands (deploy/distros/package_managers.py ``version_listing``), read after ``wait``: shell
     that waits, bounded, for another process holding the manager's lock and fails in one line when
     it gives up (deploy/operations/packages.py lock_wait_script). dnf waits for that
     lock without end, even cache-only (-C takes its metadata lock too); zypper, with no

@@ -20,15 +20,15 @@ from pyinfra.api import FactBase, StringCommand
 from pyinfra.api.arguments import pop_global_arguments
 from pyinfra.api.exceptions import FactProcessError
 
-from .. import node_text
+from ..foundations import node_text
 from .base import NodeFact, UnreadableOutput, unreadable
-from ..run_state import per_run
+from ..foundations.run_state import per_run
 
 MARKER = "@@gpu-node-fact "
 
 class KnownFacts(dict):
     """This run's facts by host: host name -> (fact name, its arguments as JSON) -> (value, the
-    host's changes when it was read) (deploy/run_state.py)."""
+    host's changes when it was read) (deploy/foundations/run_state.py)."""
 
 
 # (fact class, its keyword arguments): a fact to read ahead

@@ -1,4 +1,4 @@
-"""What gpu-node recorded on a node as it changed it (deploy/node_records.py), for the undo run."""
+"""What gpu-node recorded on a node as it changed it (deploy/node/records.py), for the undo run."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import binascii
 
 from pyinfra.api.exceptions import FactProcessError
 
-from .. import node_records, node_text, shell_scripts
+from ..node import records as node_records
+from ..foundations import node_text, shell_scripts
 from .base import NodeFact
 
 def _text(encoded: str) -> str:
@@ -19,7 +20,7 @@ def _text(encoded: str) -> str:
 
 class NodeRecords(NodeFact):
     """
-    gpu-node's records on the node (deploy/node_records.py) and, for each recorded file, what it
+    gpu-node's records on the node (deploy/node/records.py) and, for each recorded file, what it
     holds now; ``own``: the first bytes of those of ``own_files`` that exist (gpu-node's own files,
     known by their first line where no record names them).
 

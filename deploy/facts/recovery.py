@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import shell_scripts
+from ..foundations import shell_scripts
 from .base import NodeFact
 
 

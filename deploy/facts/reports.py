@@ -1,5 +1,5 @@
 """The reports a node wrote itself (the first-boot unit's, a pull run's), for the fleet view read
-over SSH (deploy/fleet_from_reports.py)."""
+over SSH (deploy/fleet/from_reports.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import binascii
 
 from pyinfra.api.exceptions import FactProcessError
 
-from .. import node_text, shell_scripts
+from ..foundations import node_text, shell_scripts
 from .base import NodeFact
 
 REPORTS_DIR = "/var/lib/gpu-node"

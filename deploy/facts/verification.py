@@ -1,7 +1,7 @@
 """
 Verification facts: everything verify reads, in one command. The runs that prove a container
 starts through the nvidia runtime (crictl, ctr, docker) change the node for a moment: they are
-probes (deploy/probes.py), not facts.
+probes (deploy/operations/probes.py), not facts.
 
 Every command exits 0 and reports status in its output (a failing fact would fail the host
 before the report is written). ``nvidia-smi`` parsing lives here: the driver stage's facts
@@ -17,9 +17,9 @@ import json
 import re
 
 
-from .. import node_text, shell_scripts
+from ..foundations import node_text, shell_scripts
 from .base import NodeFact
-from ..engines.containerd.installations import PLAIN_SOCKET
+from ..runtimes.containerd.installations import PLAIN_SOCKET
 
 SMI_QUERY_FIELDS = ("index", "uuid", "name", "memory.total", "driver_version")
 SMI_QUERY = f"--query-gpu={','.join(SMI_QUERY_FIELDS)} --format=csv,noheader,nounits"
@@ -52,7 +52,7 @@ SMI_EXIT_CODES = {
 def decode_b64(text: str, what: str, keep_bytes: bool = False) -> str:
     """Base64 text a command printed, decoded; a note naming ``what`` when it is not base64.
     ``keep_bytes``: a file a parser reads, whose bytes that are not UTF-8 its guard names
-    (deploy/node_text.py); else they read as U+FFFD."""
+    (deploy/foundations/node_text.py); else they read as U+FFFD."""
     try:
         data = base64.b64decode(text.strip(), validate=True)
     except (binascii.Error, ValueError):

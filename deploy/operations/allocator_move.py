@@ -1,5 +1,5 @@
 """
-The steps that move one Kubernetes node between the device plugin and DRA (deploy/dra.py's
+The steps that move one Kubernetes node between the device plugin and DRA (deploy/k8s/dra.py's
 move_plan orders them), through kubectl on the control plane: each an operation, so the first that
 fails stops the host, and with it every later node's move (the node stays cordoned, as the drain
 leaves a node whose restart failed).
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from ..dra import DRIVER
+from ..k8s.dra import DRIVER
 from ..facts.k8s import kubectl
 from .drain import DrainTarget
 
@@ -37,7 +37,7 @@ def _wait(condition: StringCommand, until: str, timeout: int, what: str) -> Stri
 @operation()
 def move_step(target: DrainTarget, kind: str, allocator: str, labels: dict[str, str | None]):
     """
-    One step of ``target.node``'s move to ``allocator`` (deploy/dra.py MoveStep): cordon, drain,
+    One step of ``target.node``'s move to ``allocator`` (deploy/k8s/dra.py MoveStep): cordon, drain,
     relabel (``labels``; None removes), wait-gone (the other allocator no longer offers the
     node's GPUs), wait-ready (``allocator`` offers them), uncordon.
     """

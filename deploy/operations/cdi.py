@@ -1,6 +1,6 @@
 """
 The Container Device Interface on a node: whether it is on (the cdi setting and the wired runtimes'
-versions, deploy/cdi.py), the toolkit's refresh units, the spec nvidia-ctk generates, and the
+versions, deploy/runtimes/cdi.py), the toolkit's refresh units, the spec nvidia-ctk generates, and the
 nvidia runtime's own mode (nvidia_runtime_mode) in its config.toml.
 """
 
@@ -12,19 +12,19 @@ from dataclasses import dataclass
 from pyinfra import host, logger
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from .. import node_records
-from ..cdi import (
+from ..node import records as node_records
+from ..runtimes.cdi import (
     RUNTIME_CONFIG, SPEC_PATH, for_containerd, for_docker, runtime_mode_of, runtime_mode_refusal, with_runtime_mode,
 )
-from ..toml_layout import ConfigError
-from ..engines.containerd.installations import ConfigTarget
+from ..foundations.toml_layout import ConfigError
+from ..runtimes.containerd.installations import ConfigTarget
 from ..facts.cdi import REFRESH_PATH_UNIT, CdiState, spec_stale
 from ..facts.read_ahead import FactCall, read
 from ..facts.containerd import config_read
 from . import docker as docker_ops
 from .failure import failing_command
 from .files import put_text
-from ..settings import RuntimeWiring
+from ..runtimes.wiring import RuntimeWiring
 
 # Where the toolkit's refresh service reads its settings (the driver root, for one).
 REFRESH_ENV = "/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env"

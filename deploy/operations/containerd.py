@@ -1,7 +1,7 @@
 """
 containerd's wiring planned from the node: which file of the main config and the files it imports
 (drop-ins) holds the CRI section containerd runs with, each file's merged text (the engine's,
-``deploy/engines/containerd/``), and the candidate check by the node's own containerd, which
+``deploy/runtimes/containerd/``), and the candidate check by the node's own containerd, which
 reads the new files before any is installed. The generic operation (``runtime_config.py``) applies
 the plan.
 """
@@ -16,20 +16,21 @@ import tomlkit
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand
 
-from .. import probes, redact, templates
-from ..cdi import CdiUnsupported, for_containerd
-from ..engines.containerd.cri import (
+from . import probes
+from ..foundations import redact, templates
+from ..runtimes.cdi import CdiUnsupported, for_containerd
+from ..runtimes.containerd.cri import (
     CRI_RUNTIME_PLUGIN,
     ContainerdEngine,
     allow_cri,
     check_version_fits,
     config_values,
 )
-from ..engines.containerd.installations import ConfigTarget
+from ..runtimes.containerd.installations import ConfigTarget
 from ..facts.read_ahead import FactCall, changes_so_far, known_fact, read
 from ..facts.containerd import ContainerdImports, config_read
-from ..settings import RuntimeWiring
-from ..toml_layout import ConfigError, line_endings
+from ..runtimes.wiring import RuntimeWiring
+from ..foundations.toml_layout import ConfigError, line_endings
 from .runtime_config import PlannedFile, RuntimeConfigPlan
 from .upload import Staging, Upload
 

@@ -8,7 +8,7 @@ Each folder is opened from the one above it by its file descriptor with ``O_NOFO
 resolved again by every call that takes one, a link included); a file is written to a temporary
 file in its own folder, mode 0644, and renamed over the old one (a reader sees the old bytes or the
 new, never half); a link found anywhere is refused in one line naming it, and nothing is changed.
-deploy/report.py's ``write_text_file`` (also a temporary file and a rename) goes by path, through
+deploy/reports/node_report.py's ``write_text_file`` (also a temporary file and a rename) goes by path, through
 links, and leaves 0600: it does not fit here.
 
 The operations run their command in the controller's own process (a ``FunctionCommand``): they are

@@ -1,6 +1,6 @@
 """
 Docker's wiring planned from the node: daemon.json and the unit that starts dockerd, read in one
-fact, wired by the engine (``deploy/engines/docker/``), held to what dockerd will run with its
+fact, wired by the engine (``deploy/runtimes/docker/``), held to what dockerd will run with its
 unit's flags, and checked by dockerd itself (``dockerd --validate``, Docker 23+) or, for an older
 dockerd, by the engine's schema. The generic operation (``runtime_config.py``) applies the plan.
 """
@@ -11,9 +11,9 @@ from functools import partial
 
 from pyinfra import host, logger
 
-from .. import bake
-from ..cdi import CdiUnsupported, for_docker
-from ..engines.docker.daemon_json import (
+from ..node import bake
+from ..runtimes.cdi import CdiUnsupported, for_docker
+from ..runtimes.docker.daemon_json import (
     DockerEngine,
     DockerRunning,
     check_schema,
@@ -21,11 +21,11 @@ from ..engines.docker.daemon_json import (
     flag_conflicts,
     leave_to_flags,
 )
-from ..engines.docker.unit import DockerdFlag, UnitParseError, parse_docker_unit
+from ..runtimes.docker.unit import DockerdFlag, UnitParseError, parse_docker_unit
 from ..facts.read_ahead import FactCall, changes_so_far, read
 from ..facts.docker import DockerState
-from ..settings import RuntimeWiring
-from ..toml_layout import ConfigError
+from ..runtimes.wiring import RuntimeWiring
+from ..foundations.toml_layout import ConfigError
 from . import safe_install
 from .failure import failing_command
 from .runtime_config import PlannedFile, RuntimeConfigPlan

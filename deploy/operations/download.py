@@ -24,7 +24,8 @@ from pyinfra import host
 from pyinfra.api import OperationValueError, QuoteString, StringCommand, operation
 from pyinfra.facts.files import Sha256File
 
-from .. import node_records, redact
+from ..node import records as node_records
+from ..foundations import redact
 from ..facts.read_ahead import FactCall, read
 from ..facts.files import FileDigests, FileText
 from ..settings import key_url_allowed
@@ -201,7 +202,7 @@ def commit_staged_source(path: str, keyring: str) -> StringCommand:
 
 def record_files_command(*paths: str) -> StringCommand:
     """The record of ``paths`` for the undo run before gpu-node's first change of them
-    (deploy/node_records.py), the command before the one that changes them."""
+    (deploy/node/records.py), the command before the one that changes them."""
     words = " ".join(shlex.quote(path) for path in paths)
     return StringCommand(f"{node_records.LIBRARY}for path in {words}; do gn_record_file \"$path\" '' '' || exit 1; done")
 

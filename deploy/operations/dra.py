@@ -1,5 +1,5 @@
 """
-A DRA node's host side (deploy/dra.py decides): the host's IMEX unit handed to the DRA driver's
+A DRA node's host side (deploy/k8s/dra.py decides): the host's IMEX unit handed to the DRA driver's
 ComputeDomain daemons, and verify's check of each host prerequisite, one step each of the node's
 report.
 """
@@ -11,16 +11,19 @@ import shlex
 from pyinfra import host
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
-from .. import node_records, probes, shell_scripts
-from ..cdi import CdiUnsupported, for_containerd
-from ..dra import IMEX_BUSY, IMEX_UNIT, IMEX_UNKNOWN, node_prerequisites
+from ..node import records as node_records
+from . import probes
+from ..foundations import shell_scripts
+from ..runtimes.cdi import CdiUnsupported, for_containerd
+from ..k8s.dra import IMEX_BUSY, IMEX_UNIT, IMEX_UNKNOWN, node_prerequisites
 from ..facts.base import UnreadableOutput
 from ..facts.gpu_holders import holders_script
 from ..facts.read_ahead import FactCall, read_together
 from ..facts.dra import DraNodeState
 from ..facts.nvidia import NodeSurvey
-from ..report import FAIL, PASS, Step, verify_report_store
+from ..reports.node_report import FAIL, PASS, Step, verify_report_store
 from ..settings import Settings
+from ..runtimes.wiring import runtime_wiring
 from .drain import DrainTarget, before_restart
 from .failure import failing_command, run_script
 
@@ -40,7 +43,7 @@ def containerd_cdi(settings: Settings, containerd: dict) -> bool | None:
     if containerd["major"] is None:
         return None
     try:
-        return for_containerd(settings.runtime_wiring, containerd["major"], containerd["minor"],
+        return for_containerd(runtime_wiring(settings), containerd["major"], containerd["minor"],
                               containerd["version"]).on
     except CdiUnsupported:
         return False

@@ -34,7 +34,7 @@ from .driver import awaits_reboot
 from .failure import fail_host
 from ..facts.nvidia import NodeSurvey
 from ..facts.read_ahead import known_fact
-from ..run_state import per_run
+from ..foundations.run_state import per_run
 
 
 @dataclass(frozen=True)
@@ -64,11 +64,11 @@ class DrainRecord:
 
 
 class Drains(dict):
-    """This run's drain records: inventory host name -> DrainRecord (deploy/run_state.py)."""
+    """This run's drain records: inventory host name -> DrainRecord (deploy/foundations/run_state.py)."""
 
 
 def drain_record(state, host_name: str, target: DrainTarget) -> DrainRecord:
-    """This run's record of ``host_name``'s node (deploy/run_state.py), created on first use; the
+    """This run's record of ``host_name``'s node (deploy/foundations/run_state.py), created on first use; the
     run's first record hooks the failure message into the State's callbacks."""
     drains = per_run(state, Drains, created=lambda drains: state.add_callback_handler(_StaysCordoned(drains)))
     if host_name not in drains:
@@ -176,7 +176,7 @@ def uncordon(state, host, target: DrainTarget, driver_packages: tuple[str, ...] 
     record = drain_record(state, host.name, target)
     if awaits_reboot(known_fact(host, NodeSurvey), driver_packages):
         # Its GPUs are unusable until the reboot loads the new module, and verify does not fail such a
-        # node (exit 3, deploy/exit_status.py): pods must not come back to it before then.
+        # node (exit 3, deploy/reports/exit_status.py): pods must not come back to it before then.
         logger.warning(f"{host.print_prefix}Kubernetes node {target.node} left cordoned: its NVIDIA driver awaits "
                        f"the node's reboot; after it, kubectl uncordon {target.node}")
         return True

@@ -1,6 +1,6 @@
 """
 Operations of the driver stage: apt components, kernel headers, the reboot marker and the
-end-of-run report. Package installs go through the family's package manager (deploy/distros.py).
+end-of-run report. Package installs go through the family's package manager (deploy/distros/package_managers.py).
 """
 
 from __future__ import annotations
@@ -11,24 +11,26 @@ from typing import TYPE_CHECKING
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
 
-from ..apt_components import add_apt_components
-from ..driver_failures import install_failure
-from ..driver_versions import VersionRefusal, apt_pin_text, choose, matching, upstream_version
+from ..driver.apt_components import add_apt_components
+from ..driver.install_failures import install_failure
+from ..driver.versions import VersionRefusal, apt_pin_text, choose, matching, upstream_version
 from ..facts.apt import AptSourceFiles
 from ..facts.read_ahead import known_fact, read
 from ..facts.nvidia import NodeSurvey, PackagesAvailable
 from ..facts.packages import PackageVersions, apt_listing
-from .. import node_records, node_text, probes, redact
+from ..node import records as node_records
+from ..foundations import node_text, redact
+from . import probes
 from .failure import fail_host, failing_command
 from .progress import announcing
 from .files import put_text
 from .packages import (apt_holds, apt_lock_option, apt_sources_changed, deb_states_read,
                        lock_wait_script, recorded_install, refresh_apt_lists, released_holds)
-from ..report import DriverNote, DriverNotes
-from ..run_state import per_run
+from ..reports.node_report import DriverNote, DriverNotes
+from ..foundations.run_state import per_run
 
 if TYPE_CHECKING:
-    from ..distros import PackageManager
+    from ..distros.package_managers import PackageManager
 
 REBOOT_MARKER = "/run/reboot-required"
 REBOOT_PACKAGES = "/run/reboot-required.pkgs"
@@ -181,7 +183,7 @@ def _install_naming_dkms_failures(state, host, command: StringCommand, leftovers
 
 def resolved_versions(resolve: dict, states: dict) -> dict[str, str | None]:
     """The versions the install operation chooses from the refreshed lists (``install_driver``'s
-    ``resolve``); with ``resolve["fabric"]`` (deploy/distros.py's FabricManagerPackages) Fabric
+    ``resolve``); with ``resolve["fabric"]`` (deploy/distros/families.py's FabricManagerPackages) Fabric
     Manager's packages are named for the driver's branch and chosen at the driver's version, or
     VersionRefusal names what the lists offer."""
     names = list(resolve["names"])

@@ -1,12 +1,12 @@
-"""The driver upgrade's reload without a reboot, where nothing holds the GPU (deploy/driver_updates.py)."""
+"""The driver upgrade's reload without a reboot, where nothing holds the GPU (deploy/driver/reload.py)."""
 
 from __future__ import annotations
 
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
-from .. import driver_updates, shell_scripts
-from ..driver_updates import MODULES, REBOOT_REQUIRED_STATUS, SERVICES
+from ..foundations import shell_scripts
+from ..driver.reload import MODULES, REBOOT_REQUIRED_STATUS, SERVICES, reload_plan
 from ..facts.gpu_holders import DeviceHolders, holders_script
 from .failure import run_script
 
@@ -40,7 +40,7 @@ def reload_driver(load: bool):
     command. ``load``: kernel_modules_load (false: only say what it would do).
     """
     reading = host.get_fact(DeviceHolders)  # read now: the driver just changed
-    plan = driver_updates.reload_plan(reading)
+    plan = reload_plan(reading)
     if plan.reboot:
         logger.warning(f"{host.print_prefix}{plan.line}")
         host.noop(plan.line)

@@ -17,7 +17,8 @@ State's ``operation_host_error`` callbacks and goes on with the others.
 A refusal ``fail`` makes while planning is printed at once, before anything runs: pyinfra runs the
 failing command only when it executes, so ``--dry`` and the changes shown before its prompt would
 otherwise show the operation's name alone. It is kept for the dry run's fleet report and exit
-status (``PlannedRefusals``), and not printed again when the run executes it.
+status (``PlannedRefusals``, beside ``FailureNotes`` in deploy/reports/node_report.py), and not printed
+again when the run executes it.
 
 The line is also kept for the fleet report (``FailureNotes``), beside the operation it failed.
 """
@@ -28,21 +29,17 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import PyinfraError
 
-from .. import node_text, probes
-from ..redact import mask_text
-from ..report import FailureNotes
-from ..run_state import per_run
+from ..foundations import node_text
+from . import probes
+from ..foundations.redact import mask_text
+from ..reports.node_report import FailureNotes, PlannedRefusals
+from ..foundations.run_state import per_run
 
 
 class HostRefusal(PyinfraError):
     """A refusal found while planning one host (unsupported, unsafe, or settings that do not fit
     it). Raised during planning it would stop every host of the run: the entry file catches it and
     fails that host alone with ``fail``, before any change on it, and the run goes on."""
-
-
-class PlannedRefusals(dict):
-    """This run's refusals found while planning: inventory host name -> their lines, in order
-    (deploy/run_state.py)."""
 
 
 def _log_refusal(host, message: str) -> None:

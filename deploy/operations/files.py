@@ -9,7 +9,8 @@ import shlex
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from .. import node_records, node_text, redact
+from ..node import records as node_records
+from ..foundations import node_text, redact
 from ..facts.read_ahead import FactCall, read
 from ..facts.files import FileDigest, FileText
 from .safe_install import CANDIDATE_SUFFIX, FLUSH_FUNCTION
@@ -33,7 +34,7 @@ def digest_read(dest: str) -> FactCall:
 
 
 def record_script(dest: str, record_format: str | None) -> str:
-    """The record of ``dest`` for the undo run before its first change (deploy/node_records.py),
+    """The record of ``dest`` for the undo run before its first change (deploy/node/records.py),
     ending the script in one line when it cannot be written; "" when ``record_format`` is None."""
     if record_format is None:
         return ""
@@ -85,7 +86,7 @@ def put_text(dest: str, content: str | bytes, mode: str = "644", owner: str = "r
     ``check``: a shell test of the uploaded candidate (``{candidate}``), which must pass before it
     replaces ``dest``. A ``dest`` that is a symbolic link is refused, not replaced. ``dest`` is
     recorded for the undo run before gpu-node's first change of it (``record_format``: how a
-    changed file's wiring is taken back out, deploy/node_records.py; None: not recorded, a file on a
+    changed file's wiring is taken back out, deploy/node/records.py; None: not recorded, a file on a
     host the undo run does not take back).
 
     pyinfra's files.put needs two or three remote reads per file on a no-op run; fleets

@@ -6,7 +6,7 @@ from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
 from ..facts.read_ahead import FactCall, read
-from ..facts.kernel import KernelState
+from ..facts.kernel_state import KernelState
 
 
 def module_present(state: dict, module: str, filesystem: str | None, sysctl: str | None) -> bool:

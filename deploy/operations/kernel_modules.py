@@ -1,5 +1,5 @@
 """
-Operations keeping an NVIDIA module for every installed kernel (deploy/kernel_coverage.py decides):
+Operations keeping an NVIDIA module for every installed kernel (deploy/driver/kernel_coverage.py decides):
 the headers metapackage kept in step with the kernel metapackage, each kernel's headers and a DKMS
 build where one lacks the module, and the refusal of a reboot into a kernel that has none.
 """
@@ -11,15 +11,16 @@ from typing import TYPE_CHECKING
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
 
-from .. import kernel_coverage, probes
+from ..driver import kernel_coverage
+from . import probes
 from ..facts.read_ahead import FactCall, known_fact
-from ..facts.kernels import InstalledKernels
+from ..facts.installed_kernels import InstalledKernels
 from ..facts.nvidia import PackagesAvailable
 from .failure import fail_host, failing_command
 from .progress import announcing
 
 if TYPE_CHECKING:
-    from ..distros import PackageManager
+    from ..distros.package_managers import PackageManager
 
 # What these operations read (the driver stage's preflight and verify read it ahead)
 KERNELS_READ: FactCall = (InstalledKernels, {})

@@ -17,7 +17,7 @@ from pyinfra import host, logger
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.api.exceptions import PyinfraError
 
-from .. import probes
+from . import probes
 from ..facts.k8s import (
     FIELD_MANAGER,
     HelmRelease,

@@ -15,14 +15,16 @@ from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
 from pyinfra.facts.pacman import PacmanPackages
 from pyinfra.operations import apt
 
-from .. import node_records, probes, shell_scripts
+from ..node import records as node_records
+from . import probes
+from ..foundations import shell_scripts
 from ..facts.read_ahead import FactCall, known_fact, read
 from ..facts.nvidia import IgnoredPackages
 from ..facts.packages import (DebPackageStates, DnfModuleStreams, MultiversionPackages, PackageVersions,
                                    RpmPackageStates, ZypperLocks, zypper_listing)
 from ..facts.recovery import DPKG_LOCKS, lock_holders_script
 from .failure import fail_host
-from ..run_state import per_run
+from ..foundations.run_state import per_run
 
 # pacman holds with IgnorePkg lines of pacman.conf's [options]; it reads every one of them.
 PACMAN_HOLD_LIST = "sed -n 's/^[[:space:]]*IgnorePkg[[:space:]]*=//p' /etc/pacman.conf"
@@ -103,14 +105,14 @@ def apt_lock_option(lock_timeout: int) -> str:
 
 def recorded_install(manager: str, commands):
     """``commands`` (an install by ``manager``) between the two halves of its record: the packages it
-    adds (named or pulled in, none the node had) are recorded for the undo run (deploy/node_records.py)."""
+    adds (named or pulled in, none the node had) are recorded for the undo run (deploy/node/records.py)."""
     yield StringCommand(node_records.packages_before(manager))
     yield from commands
     yield StringCommand(node_records.packages_installed(manager))
 
 
 class AptListsRefreshed(set):
-    """Hosts whose apt lists this run refreshed since their last apt source change (deploy/run_state.py)."""
+    """Hosts whose apt lists this run refreshed since their last apt source change (deploy/foundations/run_state.py)."""
 
 
 def refresh_apt_lists(lock_timeout: int):
@@ -173,7 +175,7 @@ def apt_install_needed(states: dict, packages: dict[str, str | None], hold: bool
 
 
 # Every install operation takes the same arguments, so the package-manager table in
-# deploy/distros.py calls them alike: ``packages`` {name: version or None}, ``hold`` and
+# deploy/distros/package_managers.py calls them alike: ``packages`` {name: version or None}, ``hold`` and
 # ``lock_timeout`` (apt's wait for dpkg's lock, settings.apt_lock_timeout).
 
 
@@ -208,7 +210,7 @@ def apt_install(packages: dict, hold: bool = False, *, lock_timeout: int):
 
 def recorded_holds(names, held_before, command: StringCommand):
     """``command`` (a hold of ``names``), after the record of those not in ``held_before`` for the undo
-    run to release (deploy/node_records.py)."""
+    run to release (deploy/node/records.py)."""
     newly = [name for name in names if name not in held_before]
     if newly:
         yield StringCommand(node_records.record_holds(newly))

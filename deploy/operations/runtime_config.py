@@ -1,9 +1,9 @@
 """
 The one operation that wires the NVIDIA runtime into a container runtime's config, whatever the
 runtime: a plan made from the node's facts by the runtime's own planner (``operations/containerd.py``,
-``operations/docker.py``, each over its engine in ``deploy/engines/``) applied through the safe
+``operations/docker.py``, each over its engine in ``deploy/runtimes/``) applied through the safe
 install, the runtime's service restarted once, after the last file; in an image root (a bake,
-deploy/bake.py) checked by the runtime's own binary alike, and restarted by nothing.
+deploy/node/bake.py) checked by the runtime's own binary alike, and restarted by nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from pyinfra import host
 from pyinfra.api import operation
 from pyinfra.api.command import PyinfraCommand
 
-from .. import bake, redact
+from ..node import bake
+from ..foundations import redact
 from ..facts.read_ahead import changes_so_far
 from . import safe_install
 from .failure import failing_command

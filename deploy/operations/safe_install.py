@@ -30,11 +30,12 @@ from pyinfra import host
 from pyinfra.api import StringCommand, operation
 from pyinfra.api.command import PyinfraCommand
 
-from .. import node_records, shell_scripts
+from ..node import records as node_records
+from ..foundations import shell_scripts
 from ..facts.recovery import PENDING_RESTART_DIR
 from .progress import announcing
 from .upload import Staging, Upload
-from ..redact import shell_daemon_output_filter
+from ..foundations.redact import shell_daemon_output_filter
 
 CANDIDATE_SUFFIX = ".gpu-node-candidate"
 BACKUP_INFIX = ".gpu-node-backup-"
@@ -61,7 +62,7 @@ def candidate_path(path: str) -> str:
 
 @dataclass(frozen=True)
 class FileRecord:
-    """How a swap records its file for the undo run (deploy/node_records.py): the unit that reads it
+    """How a swap records its file for the undo run (deploy/node/records.py): the unit that reads it
     (restarted when the undo changes it) and its format (toml, json: the undo can take the nvidia
     wiring back out of a file changed since)."""
 

@@ -19,7 +19,7 @@ from pyinfra.facts.files import Sha256File
 
 from ..facts.files import FileText
 from ..facts.k8s import kubectl
-from ..gpushare import (
+from ..k8s.gpushare import (
     CONFIG_CHECKSUM_ANNOTATION,
     NAMESPACE,
     ManifestError,

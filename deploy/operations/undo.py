@@ -5,7 +5,7 @@ its record and the node hold now (deploy/facts/records.py), and the records forg
 A file still holding what gpu-node last wrote gets its original back byte for byte (copied on the
 node from its record, with its mode and owner), or goes where gpu-node created it. A file changed
 since keeps every edit: a runtime config (TOML, JSON) loses only the values gpu-node set that it
-still holds (deploy/reverse_merge.py); any other file is left byte for byte, its original kept in
+still holds (deploy/runtimes/reverse_merge.py); any other file is left byte for byte, its original kept in
 its record. Runtime configs change through the safe install (deploy/operations/safe_install.py):
 backed up, swapped, their unit restarted and watched, rolled back if it does not come back.
 """
@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from .. import node_records, reverse_merge
-from ..toml_layout import ConfigError
+from ..node import records as node_records
+from ..runtimes import reverse_merge
+from ..foundations.toml_layout import ConfigError
 from . import safe_install
-from ..engines.docker.daemon_json import DaemonConfigError, parse_daemon_json, render_daemon_json
+from ..runtimes.docker.daemon_json import DaemonConfigError, parse_daemon_json, render_daemon_json
 from ..facts.packages import DebPackageStates
 from .packages import LOCK_HOLDERS, lock_wait_script, released_holds
 from .upload import symlink_refusal
@@ -250,7 +251,7 @@ def remove_own_files(paths: list):
 @operation()
 def forget_records(kept: list):
     """
-    Remove gpu-node's records (deploy/node_records.py) once the undo is done, but the records of the
+    Remove gpu-node's records (deploy/node/records.py) once the undo is done, but the records of the
     files it left as they are (``kept``: their record folders' names), whose originals stay there.
     """
     records = shlex.quote(node_records.RECORDS_DIR)

@@ -1,6 +1,6 @@
 """
 systemd units gpu-node enables, each one's state before recorded for the undo run; and the undo
-run's putting them back (deploy/node_records.py).
+run's putting them back (deploy/node/records.py).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.operations import systemd
 
-from .. import bake, node_records
+from ..node import bake, records as node_records
 from ..facts.units import UnitsEnabled
 
 

@@ -32,7 +32,7 @@ from typing import Iterator, Sequence
 from pyinfra.api import FileUploadCommand, StringCommand
 from pyinfra.api.command import PyinfraCommand
 
-from .. import shell_scripts
+from ..foundations import shell_scripts
 
 # What an operation's ``_sudo``, ``_doas``, ``_dzdo`` and ``_su_user`` become for the staging
 # commands: they run as the login user, who owns the staging folder.

@@ -1,6 +1,6 @@
 """
 The verify stage's operation (read-only): verify the node. It reads the facts and runs the probes
-(deploy/probes.py: containers started through crictl, ctr and docker) at execution time, after the
+(deploy/operations/probes.py: containers started through crictl, ctr and docker) at execution time, after the
 earlier stages ran, turns them into verify's steps (deploy/verification/) and records the node's
 report. It yields no command when every step holds (pyinfra reports "No changes"), so a re-run of
 the whole deploy stays change-free; a failing step makes the host fail after its report line.
@@ -13,14 +13,14 @@ import uuid
 from pyinfra import host, logger
 from pyinfra.api import operation
 
-from .. import probes
+from . import probes
 from . import cdi as cdi_ops
 from . import devices
 from ..facts.base import UnreadableOutput
 from ..facts.read_ahead import FactCall, known_fact, read_together
 from ..facts.cuda import CudaInit
 from ..facts.nvidia import NodeSurvey
-from ..engines.containerd.installations import ConfigTarget, classify_installation, config_target, plain_target
+from ..runtimes.containerd.installations import ConfigTarget, classify_installation, config_target, plain_target
 from ..facts.containerd import ContainerdInstallations, config_read
 from ..facts.verification import Executables, VerifyReadout
 from ..verification.cdi import cri_cdi_probe
@@ -31,7 +31,7 @@ from ..verification.toolkit_runtimes import planned_runs
 from .driver import awaits_reboot
 from .failure import failing_command
 from .kernel_modules import KERNELS_READ
-from ..report import FAIL, PASS, SKIP, verify_report_store
+from ..reports.node_report import FAIL, PASS, SKIP, verify_report_store
 
 # The node's PCI GPUs, modules and versions (preflight reads it too): verify's first steps.
 NODE_READ: FactCall = (NodeSurvey, {})
@@ -152,7 +152,7 @@ def check_node(options: VerifyOptions, report_path: str, driver_packages: tuple[
         names = ", ".join(step.name for step in record.failed)
         if awaits_reboot(node, driver_packages):
             # Before that reboot no GPU step can pass: the run ends "reboot required" (exit 3,
-            # deploy/exit_status.py) rather than failed, and the run after the reboot verifies.
+            # deploy/reports/exit_status.py) rather than failed, and the run after the reboot verifies.
             logger.warning(f"{host.print_prefix}verification failed: {names}: the NVIDIA driver awaits the node's "
                            "reboot; verify again after it")
         else:

@@ -1,5 +1,5 @@
 #!/bin/sh
-# CrictlRun's probe (deploy/probes.py): through the CRI, a sandbox run with the runtime handler,
+# CrictlRun's probe (deploy/operations/probes.py): through the CRI, a sandbox run with the runtime handler,
 # then (run_container=1) a container in it, and (run_cdi=1) one given a CDI device; each step
 # printed as "step <name> <exit code> <output, base64>". Given before it: socket, handler, image,
 # timeout (seconds a container has to exit), pod_json, container_json, cdi_json (the CRI configs).

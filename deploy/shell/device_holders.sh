@@ -1,6 +1,6 @@
 #!/bin/sh
 # DeviceHolders' read (deploy/facts/gpu_holders.py). Given before it: modules, services (space
-# separated names, deploy/driver_updates.py's); gpu_holders.sh before it. Who holds /dev/nvidia*
+# separated names, deploy/driver/reload.py's); gpu_holders.sh before it. Who holds /dev/nvidia*
 # and whether the driver's services' stop ends it (fuser from psmisc, where installed), which
 # nvidia modules are loaded, which of the driver's services are active.
 # shellcheck disable=SC2154 # modules, services: assigned before the script

@@ -6,7 +6,7 @@
 # helpers, DCGM's diagnostics). Never a process name: any user can name a process
 # "nvidia-persistenced", and only root can put a process in a system unit's control group.
 # USER, DEVICE and COMMAND with every byte outside printable ASCII (USER and DEVICE: and spaces) as "?".
-# Read by DeviceHolders, DraNodeState and the reload and IMEX scripts (deploy/driver_updates.py).
+# Read by DeviceHolders, DraNodeState and the reload and IMEX scripts (deploy/driver/reload.py).
 # gh_named turns gpu_holders' lines into "COMMAND (pid N, user U) holds DEVICE; ..." (Holder.named).
 # shellcheck disable=SC2154 # services: assigned before the script
 gh_units() {

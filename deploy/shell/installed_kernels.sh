@@ -1,5 +1,5 @@
 #!/bin/sh
-# InstalledKernels' read (deploy/facts/kernels.py): the running kernel, each installed kernel
+# InstalledKernels' read (deploy/facts/installed_kernels.py): the running kernel, each installed kernel
 # (its image, its headers, its nvidia modules and their versions), DKMS, the NVML library, what the
 # boot loader starts next, the kernel and header packages, Fabric Manager's package.
 # Every place a family keeps a kernel's image: Debian, Ubuntu and SUSE /boot/vmlinuz-<release>;

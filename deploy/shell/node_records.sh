@@ -1,6 +1,6 @@
 #!/bin/sh
 # NodeRecords' read (deploy/facts/records.py): for each file gpu-node recorded
-# (deploy/node_records.py), its record's own files and the live file's state now; the texts only
+# (deploy/node/records.py), its record's own files and the live file's state now; the texts only
 # where the undo may have to take the wiring out of a changed file (a format), each read whole
 # (read_base64: node_text.base64_reader's, bounded); then the units' and the package lists' records.
 # Given before it: records (the folder), root_alone (its owner and mode as gpu-node keeps it: uid 0,

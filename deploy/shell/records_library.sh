@@ -1,7 +1,7 @@
 #!/bin/sh
 # The shell functions a command that changes the node defines first, to record the change for the
-# undo run (deploy/node_records.py). Given before it: gn_records (the records folder). The names of
-# a file record's parts (original, original.stat, absent, written, earlier) are node_records.py's.
+# undo run (deploy/node/records.py). Given before it: gn_records (the records folder). The names of
+# a file record's parts (original, original.stat, absent, written, earlier) are deploy/node/records.py's.
 # shellcheck disable=SC2154 # gn_records: assigned before the script
 # shellcheck disable=SC2034 # gn_new, gn_record: read by the commands that call these
 # FOLDER: status 1 and one line unless it is a folder (not a link) root owns and no one else may write:

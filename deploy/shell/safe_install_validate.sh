@@ -1,6 +1,6 @@
 #!/bin/sh
 # The daemon's check of the candidate: the positional parameters are its command, validator_what
-# names it; daemon_output_filter (deploy/redact.py's) withholds what its complaint may quote.
+# names it; daemon_output_filter (deploy/foundations/redact.py's) withholds what its complaint may quote.
 # shellcheck disable=SC2154 # dest, candidate, validator_what: assigned before this part
 if ! check_output=$("$@" 2>&1); then
     rm -f "$candidate"

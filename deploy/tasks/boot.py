@@ -1,9 +1,10 @@
 """
-The first-boot unit (deploy/first_boot.py, docs/without-controller.md): at every boot, before
+The first-boot unit (deploy/node/first_boot.py, docs/without-controller.md): at every boot, before
 ``gpu-node-ready.target``, the node loads the kernel module its GPUs need, regenerates the CDI
 spec, starts persistenced and Fabric Manager, verifies and writes its report. This stage puts the
-program (one zip application: deploy/first_boot.py with the pure deploy/gpus.py, deploy/fabric.py
-and deploy/command_line.py it reuses), its settings (JSON) and the two units in place and enables
+program (one zip application: deploy/node/first_boot.py with the standard-library modules it
+reuses: deploy/node/root_files.py, the pure deploy/driver/module_type.py and deploy/driver/fabric.py,
+deploy/foundations/command_line.py), its settings (JSON) and the two units in place and enables
 them; it starts nothing (the next boot runs it; ``systemctl start gpu-node-ready.target`` runs it
 now).
 """
@@ -13,25 +14,30 @@ from __future__ import annotations
 import io
 import json
 import zipfile
+from dataclasses import fields
 from pathlib import Path
 
 from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import server
 
-from .. import __version__, first_boot
+from .. import __version__
+from ..node import first_boot
 from ..facts.read_ahead import FactCall, read
 from ..facts.units import UnitsEnabled
 from ..operations import files, units
 from ..settings import Settings
-from ..templates import render
+from ..foundations.templates import render
 
 ARCHIVE = "/usr/lib/gpu-node/gpu-node-boot.pyz"
 SERVICE, TARGET = "gpu-node-boot.service", "gpu-node-ready.target"
 UNIT_DIR = "/etc/systemd/system"
-# The modules the node runs, from this package: the decisions are the deploy's own (no twin).
-ARCHIVE_MODULES = ("first_boot.py", "gpus.py", "fabric.py", "command_line.py", "root_files.py")
-MAIN = "import sys\nfrom gpu_node_boot.first_boot import main\nsys.exit(main())\n"
+# The modules the node runs, from this package: the decisions are the deploy's own (no twin). Each
+# keeps its folder under gpu_node_boot/ (with an empty __init__.py: the archive carries no package's
+# own), so their relative imports of each other hold as in the package.
+ARCHIVE_MODULES = ("node/first_boot.py", "node/root_files.py", "driver/module_type.py", "driver/fabric.py",
+                   "foundations/command_line.py")
+MAIN = "import sys\nfrom gpu_node_boot.node.first_boot import main\nsys.exit(main())\n"
 # A fixed date and no compression: the same package gives the same bytes, so a re-run changes nothing.
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
@@ -41,6 +47,8 @@ def boot_archive() -> bytes:
     here = Path(__file__).resolve().parent.parent
     # the package's version, which first_boot writes into its report as the wheel's __init__ gives it
     members = {"__main__.py": MAIN, "gpu_node_boot/__init__.py": f"__version__ = {__version__!r}\n"}
+    members.update({f"gpu_node_boot/{folder}/__init__.py": "" for folder in sorted(
+        {name.rpartition("/")[0] for name in ARCHIVE_MODULES})})
     members.update({f"gpu_node_boot/{name}": (here / name).read_text(encoding="utf-8") for name in ARCHIVE_MODULES})
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
@@ -52,13 +60,14 @@ def boot_archive() -> bytes:
 
 
 def boot_config(settings: Settings) -> str:
-    """deploy/first_boot.py's settings (``BootSettings``), written by json's serializer."""
-    return json.dumps({
-        "kernel_modules_load": settings.kernel_modules_load, "nvidia_kernel_modules": settings.nvidia_kernel_modules,
-        "cdi": settings.cdi, "driver_root": settings.nvidia_driver_root, "require_gpu": settings.require_gpu,
-        "nvidia_persistenced": settings.nvidia_persistenced,
-        "fabric_manager_install": settings.fabric_manager_install, "report_path": first_boot.REPORT_PATH,
-    }, indent=2, sort_keys=True) + "\n"
+    """deploy/node/first_boot.py's settings (``BootSettings``: each field the setting it names), written
+    by json's serializer."""
+    values: dict[str, object] = {"report_path": first_boot.REPORT_PATH}
+    for each in fields(first_boot.BootSettings):
+        setting = each.metadata.get("setting", each.name)
+        if setting is not None:
+            values[each.name] = getattr(settings, setting)
+    return json.dumps(values, indent=2, sort_keys=True) + "\n"
 
 
 def wanted_files(settings: Settings) -> dict[str, tuple[str | bytes, str]]:

@@ -9,15 +9,16 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import deploy
 
-from ..cdi import RUNTIME_CONFIG
-from ..engines.containerd.installations import classify_installation, config_target
-from ..distros import Platform
+from ..runtimes.cdi import RUNTIME_CONFIG
+from ..runtimes.containerd.installations import classify_installation, config_target
+from ..distros.families import Platform
 from ..facts.cdi import spec_stale
 from ..facts.read_ahead import FactCall, known_fact, read
 from ..facts.containerd import ContainerdInstallations
 from ..operations import cdi as cdi_ops
 from ..settings import Settings
-from ..findings import StepCheck
+from ..runtimes.wiring import runtime_wiring
+from ..planning.findings import StepCheck
 
 
 def reads(settings: Settings) -> list[FactCall]:
@@ -43,7 +44,7 @@ def cdi_target(settings: Settings, containerd_found: dict | None) -> cdi_ops.Cdi
     if settings.wires("containerd") and containerd_found is not None:
         containerd = config_target(settings.containerd_config_path, containerd_found)
     return cdi_ops.CdiTarget(
-        cdi=settings.cdi, wiring=settings.runtime_wiring, driver_root=settings.nvidia_driver_root,
+        cdi=settings.cdi, wiring=runtime_wiring(settings), driver_root=settings.nvidia_driver_root,
         containerd=containerd, docker_config=settings.docker_daemon_config_path if settings.wires("docker") else None,
         runtime_mode=settings.nvidia_runtime_mode,
     )

@@ -7,17 +7,20 @@ from functools import partial
 from pyinfra import host, logger
 from pyinfra.api import deploy
 
-from ..cdi import CdiUnsupported, for_containerd
-from ..engines.containerd.installations import config_target, plain_target
+from ..runtimes.cdi import CdiUnsupported, for_containerd
+from ..runtimes.containerd.installations import config_target, plain_target
 from ..operations.containerd import plan_node_wiring, target_read
 from ..operations.runtime_config import configure_nvidia_runtime
-from ..distros import Family, Platform, add_repository, install_packages
+from ..distros.families import Family, Platform
+from ..distros.repositories import add_repository
+from ..distros.package_managers import install_packages
 from ..facts.read_ahead import FactCall, read
 from ..operations import drain as drain_ops
 from ..operations import failure, units
 from ..operations.drain import DrainTarget
 from ..settings import Settings
-from ..findings import StepCheck
+from ..runtimes.wiring import runtime_wiring
+from ..planning.findings import StepCheck
 
 
 def reads(settings: Settings) -> list[FactCall]:
@@ -34,7 +37,7 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> Ste
     without CDI is refused before any change (a containerd this run installs is checked by its plan)."""
     state = read(host, target_read(plain_target(settings.containerd_config_path)))
     try:
-        for_containerd(settings.runtime_wiring, state["major"], state["minor"], state["version"])
+        for_containerd(runtime_wiring(settings), state["major"], state["minor"], state["version"])
     except CdiUnsupported as error:
         return StepCheck(errors=[str(error)])
     return StepCheck()
@@ -72,7 +75,7 @@ def containerd_runtime(settings: Settings, family: Family, containerd_found: dic
         logger.info(f"{host.print_prefix}containerd belongs to {installation}: wiring its own config")
 
     target = config_target(settings.containerd_config_path, containerd_found)
-    wiring = settings.runtime_wiring
+    wiring = runtime_wiring(settings)
     restart_pending = bool(target.service) and (pending_restarts or {}).get(target.service) == target.path
     # Planned once: the operation applies this plan (and makes it again only if the host changed first).
     plan = plan_node_wiring(target, wiring)

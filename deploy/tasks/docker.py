@@ -7,15 +7,17 @@ from functools import partial
 from pyinfra import host
 from pyinfra.api import deploy
 
-from ..cdi import CdiUnsupported, for_docker
-from ..distros import Family, Platform, install_packages
+from ..runtimes.cdi import CdiUnsupported, for_docker
+from ..distros.families import Family, Platform
+from ..distros.package_managers import install_packages
 from ..facts.read_ahead import FactCall, read
 from ..operations import docker, failure, units
 from ..operations import drain as drain_ops
 from ..operations.drain import DrainTarget
 from ..operations.runtime_config import configure_nvidia_runtime
 from ..settings import Settings
-from ..findings import StepCheck
+from ..runtimes.wiring import runtime_wiring
+from ..planning.findings import StepCheck
 
 
 def reads(settings: Settings) -> list[FactCall]:
@@ -28,7 +30,7 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> Ste
     without CDI is refused before any change."""
     state = read(host, docker.state_read(settings.docker_daemon_config_path))
     try:
-        for_docker(settings.runtime_wiring, state["major"], state["version"])
+        for_docker(runtime_wiring(settings), state["major"], state["version"])
     except CdiUnsupported as error:
         return StepCheck(errors=[str(error)])
     return StepCheck()
@@ -65,7 +67,7 @@ def docker_runtime(settings: Settings, family: Family, drain: DrainTarget | None
     wired = configure_nvidia_runtime(
         name=f"Wire the nvidia runtime into {path}",
         # Planned as the operation runs: its warnings (live-restore's too) show in the operation's place.
-        make_plan=partial(docker.plan_docker_wiring, path, settings.runtime_wiring, restart_pending=restart_pending),
+        make_plan=partial(docker.plan_docker_wiring, path, runtime_wiring(settings), restart_pending=restart_pending),
         restart_timeout=settings.service_restart_timeout,
         restart_pending=restart_pending,
         before_restart=drain_ops.before_restart(drain),

@@ -1,5 +1,5 @@
 """
-The DRA node stage (gpu_allocator=dra; deploy/dra.py decides): preflight refuses a node whose
+The DRA node stage (gpu_allocator=dra; deploy/k8s/dra.py decides): preflight refuses a node whose
 host cannot serve the DRA driver (the driver's branch, CDI in containerd, the driver root, IMEX)
 before any change (a node where a job holds an IMEX channel, unless drain_before_restart drains it
 first); the run hands IMEX to the driver where dra_imex says; verify checks each
@@ -11,17 +11,17 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import deploy
 
-from ..engines.containerd.installations import plain_target
+from ..runtimes.containerd.installations import plain_target
 from ..operations.containerd import target_read
-from ..distros import Platform
-from ..dra import IMEX_UNIT, imex_action, imex_in_use, node_prerequisites
+from ..distros.families import Platform
+from ..k8s.dra import IMEX_UNIT, imex_action, imex_in_use, node_prerequisites
 from ..facts.read_ahead import FactCall, read
 from ..operations import dra as dra_ops
 from ..operations import drain as drain_ops
 from ..operations.drain import DrainTarget
 from ..operations.verification import containerd_config_read, containerd_in_effect
 from ..verification.options import VerifyOptions
-from ..findings import StepCheck
+from ..planning.findings import StepCheck
 from ..settings import Settings
 
 

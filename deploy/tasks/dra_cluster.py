@@ -11,8 +11,9 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import deploy
 
-from .. import dra, templates
-from ..facts.k8s import GpuNode
+from ..k8s import dra
+from ..foundations import templates
+from ..facts.gpu_node_identity import GpuNode
 from ..operations import failure, kubectl
 from ..settings import Settings
 

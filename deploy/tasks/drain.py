@@ -13,7 +13,8 @@ from pyinfra.api.exceptions import NoGroupError
 from pyinfra.facts.server import Hostname
 
 from ..facts.drain import KubeNodeSchedule
-from ..facts.k8s import kube_node_name, kubeconfig_words
+from ..facts.k8s import kubeconfig_words
+from ..facts.gpu_node_identity import kube_node_name
 from ..operations import drain as drain_ops
 from ..operations import failure
 from ..operations.drain import DrainTarget

@@ -2,7 +2,7 @@
 The driver stage: the NVIDIA driver from the distro's or NVIDIA's packages, pinned and held.
 
 Preflight reads what the plan decides on, in one remote command (``plan_for_host``); the pure
-plan (deploy/driver_plan.py) turns it and the family's table into this host's packages,
+plan (deploy/planning/driver_plan.py) turns it and the family's table into this host's packages,
 repositories and holds; ``nvidia_driver`` applies it with the package operations. The nouveau /
 nova blacklist lives in the kernel stage.
 """
@@ -16,12 +16,13 @@ from pyinfra.api import deploy
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 from pyinfra.operations import server
 
-from ..distros import (PackageManager, Platform, add_repository, install_packages, lock_bounded_checks,
-                       version_listing)
-from ..driver_names import candidate_names, render, template_values
-from ..driver_plan import (APT_PIN_PATH, CUDA_APT_KEYRING, CUDA_APT_SOURCE, CUDA_PROFILE_PATH, DriverPlan, Readings,
+from ..distros.package_managers import PackageManager, install_packages, lock_bounded_checks, version_listing
+from ..distros.families import Platform
+from ..distros.repositories import add_repository
+from ..planning.driver_names import candidate_names, render, template_values
+from ..planning.driver_plan import (APT_PIN_PATH, CUDA_APT_KEYRING, CUDA_APT_SOURCE, CUDA_PROFILE_PATH, DriverPlan, Readings,
                            branch_number, cuda_apt_source_text, cuda_profile_text, detect_branch, driver_plan)
-from ..fabric import fabric_of
+from ..driver.fabric import fabric_of
 from ..facts.apt import AptSourceFiles
 from ..facts.read_ahead import FactCall, known_fact, read, read_together
 from ..facts.gpu_support import GpuSupportLists
@@ -35,7 +36,7 @@ from ..operations.drain import DrainTarget
 from ..operations.failure import HostRefusal
 from ..operations.files import put_text
 from ..operations.packages import deb_states_read, lock_wait_script
-from ..findings import StepCheck
+from ..planning.findings import StepCheck
 from ..settings import Settings
 from . import kernel_modules
 

@@ -25,7 +25,7 @@ given, and the values are no Kubernetes object); ``flux/`` and ``argocd/`` are e
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import yaml
 from pyinfra import host, logger
@@ -33,15 +33,17 @@ from pyinfra.api import deploy
 from pyinfra.api.exceptions import NoGroupError, PyinfraError
 from pyinfra_cli.inventory import make_inventory
 
-from .. import dra
-from ..facts.k8s import FIELD_MANAGER, GpuNode
-from ..gpushare import NODE_LABEL, GpushareError, scheduler_config_yaml
+from ..k8s import dra
+from ..facts.k8s import FIELD_MANAGER
+from ..facts.gpu_node_identity import GpuNode
+from ..k8s.gpushare import NODE_LABEL, GpushareError, scheduler_config_yaml
 from ..operations import controller_files
 from ..operations.controller_files import ControllerFile
 from ..operations.kubectl import HELM_CHART, HELM_RELEASE, HELM_REPO_URL, dump_documents, stamp_manifest
 from ..settings import Settings, SettingsError, parse_settings
 from . import dra_cluster
 from . import gpushare as gpushare_task
+from .gitops_charts import ARGOCD_NAMESPACE, FLUX_NAMESPACE, MANAGED_BY, device_plugin_chart, dra_chart
 from .k8s import (
     CONFIG_LABEL,
     DEVICE_PLUGIN_BUNDLE,
@@ -52,7 +54,6 @@ from .k8s import (
     needs_device_plugin,
     node_labels,
     render_device_plugin,
-    render_helm_values,
     render_runtime_class,
     uses_gpushare,
 )
@@ -67,12 +68,6 @@ DRA_HELM_VALUES = "helm/dra-values.yaml"
 DRA_FLUX_HELM = "flux/nvidia-dra-driver-gpu.yaml"
 DRA_ARGOCD_HELM = "argocd/nvidia-dra-driver-gpu.yaml"
 DRA_SMOKE_POD = "smoke/dra-smoke-pod.yaml"
-# The namespaces Flux's and Argo CD's own installs watch by default
-FLUX_NAMESPACE = "flux-system"
-ARGOCD_NAMESPACE = "argocd"
-MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-node"}
-# How often Flux looks at the chart's repository and at the release again
-FLUX_INTERVAL = "1h"
 # A Node the folder labels is never pruned or deleted by Argo CD or Flux (the kubelet's, not the folder's)
 NODE_ANNOTATIONS = {"argocd.argoproj.io/sync-options": "Prune=false,Delete=false",
                     "kustomize.toolkit.fluxcd.io/prune": "disabled"}
@@ -119,61 +114,6 @@ def settings_only_node(host_name: str, settings: Settings) -> GpuNode:
     return GpuNode(host_name=host_name, node_name=host_name, products=(), pci_gpus=0, nvidia_smi="not read",
                    gpu_sharing=settings.gpu_sharing, nvidia_runtime_default=settings.nvidia_runtime_default,
                    settings=settings)
-
-
-@dataclass(frozen=True)
-class HelmChart:
-    """A chart release as deploy/k8s_gpu.py installs it (helm upgrade --install --create-namespace)."""
-
-    release: str
-    namespace: str
-    repository: str  # https://... or oci://registry/path, the folder the chart is in
-    chart: str
-    version: str
-    values: str  # the values' text, as helm is given it
-
-    @property
-    def oci(self) -> bool:
-        return self.repository.startswith("oci://")
-
-    def flux_text(self) -> str:
-        """Flux's HelmRepository and HelmRelease of the chart: a release of the same name and namespace,
-        so helm and deploy/k8s_gpu.py see the release Flux installs as theirs."""
-        repository = {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "HelmRepository",
-                      "metadata": {"name": self.release, "namespace": FLUX_NAMESPACE, "labels": MANAGED_BY},
-                      "spec": {"url": self.repository, "interval": FLUX_INTERVAL, **({"type": "oci"} if self.oci else {})}}
-        release = {"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
-                   "metadata": {"name": self.release, "namespace": FLUX_NAMESPACE, "labels": MANAGED_BY},
-                   "spec": {"interval": FLUX_INTERVAL, "releaseName": self.release, "targetNamespace": self.namespace,
-                            "storageNamespace": self.namespace, "install": {"createNamespace": True},
-                            "chart": {"spec": {"chart": self.chart, "version": self.version,
-                                               "sourceRef": {"kind": "HelmRepository", "name": self.release,
-                                                             "namespace": FLUX_NAMESPACE}}},
-                            "values": yaml.safe_load(self.values)}}
-        return dump_documents([repository, release])
-
-    def argocd_text(self) -> str:
-        """Argo CD's Application of the chart (Argo CD renders it and applies the objects: no Helm release)."""
-        source = {"repoURL": self.repository.removeprefix("oci://"), "chart": self.chart,
-                  "targetRevision": self.version,
-                  "helm": {"releaseName": self.release, "valuesObject": yaml.safe_load(self.values)}}
-        application = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
-                       "metadata": {"name": self.release, "namespace": ARGOCD_NAMESPACE, "labels": MANAGED_BY},
-                       "spec": {"project": "default", "source": source,
-                                "destination": {"server": "https://kubernetes.default.svc", "namespace": self.namespace},
-                                "syncPolicy": {"syncOptions": ["CreateNamespace=true", "ServerSideApply=true"]}}}
-        return dump_documents([application])
-
-
-def device_plugin_chart(settings: Settings, nodes: list[GpuNode]) -> HelmChart:
-    return HelmChart(release=HELM_RELEASE, namespace=DEVICE_PLUGIN_NAMESPACE, repository=HELM_REPO_URL,
-                     chart=HELM_CHART, version=helm_chart_version(settings), values=render_helm_values(settings, nodes))
-
-
-def dra_chart(chosen: Settings) -> HelmChart:
-    repository, _, chart = dra.HELM_CHART.rpartition("/")
-    return HelmChart(release=dra.HELM_RELEASE, namespace=dra.NAMESPACE, repository=repository, chart=chart,
-                     version=dra_cluster.helm_chart_version(chosen), values=dra_cluster.render_helm_values(chosen))
 
 
 def settings_labels(node: GpuNode) -> dict[str, str]:

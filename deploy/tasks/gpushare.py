@@ -6,7 +6,7 @@ the cluster's version loaded by the kube-scheduler static pod, the node labels, 
 ``kubectl-inspect-gpushare`` plugin checked against a pinned SHA-256.
 
 Its nodes need nvidia as the default runtime: the settings refuse ``gpu_sharing=gpushare`` with
-``nvidia_runtime_default=false`` (deploy/settings.py says why).
+``nvidia_runtime_default=false`` (deploy/settings/sections/gpushare.py says why).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 from pyinfra import host, logger
 from pyinfra.api import deploy
 
-from ..facts.k8s import GpuNode, GpuNodeIdentity, kube_node_name
-from ..gpushare import (
+from ..facts.gpu_node_identity import GpuNode, GpuNodeIdentity, kube_node_name
+from ..k8s.gpushare import (
     NODE_LABEL,
     SCHEDULER_MANIFEST,
     GpushareError,

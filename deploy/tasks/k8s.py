@@ -19,8 +19,10 @@ from pyinfra.api import deploy
 from pyinfra.api.exceptions import NoGroupError
 
 from ..facts.read_ahead import known_fact
-from ..facts.k8s import GpuNode, GpuNodeIdentity, KubeNodes, kube_node_name
-from .. import dra, templates
+from ..facts.k8s import KubeNodes
+from ..facts.gpu_node_identity import GpuNode, GpuNodeIdentity, kube_node_name
+from ..k8s import dra
+from ..foundations import templates
 from ..operations import kubectl
 from ..operations.allocator_move import move_step
 from ..operations.drain import DrainTarget

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import deploy
 
-from ..distros import Platform
-from ..fabric import NVLINK5_MODULES_LOAD_PATH, Fabric, fabric_of
-from ..fabric import modules_load_text as fabric_modules_load_text
+from ..distros.families import Platform
+from ..driver.fabric import NVLINK5_MODULES_LOAD_PATH, Fabric, fabric_of
+from ..driver.fabric import modules_load_text as fabric_modules_load_text
 from ..facts.read_ahead import FactCall, read
 from ..operations import files, kernel
 from ..settings import Settings

@@ -1,9 +1,9 @@
 """The driver stage's part for kernel updates: an NVIDIA module for every installed kernel
-(deploy/operations/kernel_modules.py), from the family's table (deploy/distros.py)."""
+(deploy/operations/kernel_modules.py), from the family's table (deploy/distros/families.py)."""
 
 from __future__ import annotations
 
-from ..distros import Platform
+from ..distros.families import Platform
 from ..operations import driver_reload, kernel_modules
 from ..settings import Settings
 

@@ -8,8 +8,8 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.facts.server import Arch, LinuxDistribution
 
-from ..engines.containerd.installations import classify_installation
-from ..distros import Platform, detect_platform
+from ..runtimes.containerd.installations import classify_installation
+from ..distros.families import Platform, detect_platform
 from ..facts.access import HostAccess
 from ..facts.read_ahead import FactCall, read_facts
 from ..facts.containerd import ContainerdInstallations
@@ -17,7 +17,7 @@ from ..facts.nvidia import NodeSurvey
 from ..facts.recovery import PackageManagerState, PendingRestarts
 from ..operations import packages as package_ops
 from ..operations.failure import HostRefusal
-from ..findings import Findings, PreflightStep, StepCheck
+from ..planning.findings import Findings, PreflightStep, StepCheck
 from ..settings import Settings, likely_typos, setting_source
 
 DISK_MOUNTS = ("/", "/var")

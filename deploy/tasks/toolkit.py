@@ -5,13 +5,15 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import deploy
 
-from ..distros import APT, DNF, ZYPPER, Platform, add_repository, install_packages, rpm_repository_text
+from ..distros.package_managers import APT, DNF, ZYPPER, install_packages
+from ..distros.families import Platform
+from ..distros.repositories import add_repository, key_pin, rpm_repository_text
 from ..facts.read_ahead import FactCall, read
 from ..operations import download
 from ..operations import packages as package_ops
 from ..operations.failure import HostRefusal
 from ..settings import Settings
-from ..findings import StepCheck
+from ..planning.findings import StepCheck
 
 # Pinned together: the toolkit refuses mixed versions of its own parts.
 TOOLKIT_PACKAGES = (
@@ -96,7 +98,7 @@ def toolkit(settings: Settings, platform: Platform):
                          [TOOLKIT_PACKAGES[0]], lock_timeout=lock_timeout)
         return
 
-    pin = settings.key_pin("nvidia_toolkit")
+    pin = key_pin(settings, "nvidia_toolkit")
     if manager.signed_by_keyring:
         # Operations only for what differs (their own facts, read ahead by preflight): a fleet's
         # no-op re-run pays pyinfra's per-operation cost for nothing otherwise.

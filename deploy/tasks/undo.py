@@ -1,6 +1,6 @@
 """
 Take gpu-node back off a node (deploy/undo.py): from the records gpu-node kept as it changed the node
-(deploy/node_records.py), every file put back (deploy/operations/undo.py), the units it enabled put
+(deploy/node/records.py), every file put back (deploy/operations/undo.py), the units it enabled put
 back to their state before (those it created itself disabled, their files gone), the holds it placed released, the keys it imported taken out, with
 ``undo_remove_packages`` the packages it installed removed; then its records. One line per file
 says what happened to it and why. A node gpu-node never changed has no records: nothing happens.
@@ -17,12 +17,12 @@ from pyinfra.api import deploy
 from pyinfra.facts.server import Arch, LinuxDistribution
 from pyinfra.operations import systemd
 
-from .. import node_records
-from ..distros import Platform, detect_platform
+from ..node import records as node_records
+from ..distros.families import Platform, detect_platform
 from ..facts.access import HostAccess
 from ..facts.read_ahead import FactCall, read, read_facts
 from ..facts.records import NodeRecords
-from ..fabric import NVLINK5_MODULES_LOAD_PATH
+from ..driver.fabric import NVLINK5_MODULES_LOAD_PATH
 from ..operations import devices, kernel, units
 from ..operations import undo as undo_ops
 from ..operations.cdi import REFRESH_ENV

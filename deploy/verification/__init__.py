@@ -1,7 +1,7 @@
 """
 Verify's steps, pure, one module per subject: from what verify read on a node
 (deploy/facts/verification.py), what it compares against (``options.VerifyOptions``, from the
-settings) and the results of the runs it did (deploy/probes.py), every step with its status and
+settings) and the results of the runs it did (deploy/operations/probes.py), every step with its status and
 one-line reason. No host, no commands: deploy/operations/verification.py reads, runs and records.
 
 - ``gpu_driver``: the GPUs on the PCI bus, the kernel module, nvidia-smi, the driver's version, cuInit

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 
 import yaml
 
-from .. import node_text
-from ..cdi import RUNTIME_CONFIG, SPEC_PATH, for_containerd, runtime_mode_of
-from ..toml_layout import ConfigError
+from ..foundations import node_text
+from ..runtimes.cdi import RUNTIME_CONFIG, SPEC_PATH, for_containerd, runtime_mode_of
+from ..foundations.toml_layout import ConfigError
 from ..facts.cdi import REFRESH_PATH_UNIT, spec_stale
-from ..report import FAIL, PASS, SKIP, Step
+from ..reports.node_report import FAIL, PASS, SKIP, Step
 from .options import NO_GPU, VerifyOptions
 from .readout import crictl_message, gpu_usable, short, without_crictl_warnings
 

@@ -9,10 +9,10 @@ import posixpath
 
 import yaml
 
-from .. import node_text
+from ..foundations import node_text
 from ..facts.devices import missing_links
 from ..facts.verification import KUBELET_CONFIG
-from ..report import FAIL, PASS, SKIP, Step
+from ..reports.node_report import FAIL, PASS, SKIP, Step
 from .options import HANDLER, VerifyOptions
 
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from packaging.version import InvalidVersion, Version
 
-from ..fabric import fabric_of
+from ..driver.fabric import fabric_of
 from ..facts.cuda import TIMED_OUT, TIMEOUT_SECONDS
 from ..facts.verification import FABRIC_MANAGER_UNIT, explain_smi_failure, unit_state
-from ..report import FAIL, PASS, SKIP, Step
+from ..reports.node_report import FAIL, PASS, SKIP, Step
 from .options import NO_GPU, VerifyOptions
 from .readout import driver_version, gpus_on_pci, kernel_module_version
 

@@ -6,9 +6,9 @@ it. Pure.
 
 from __future__ import annotations
 
-from ..fabric import fabric_of
+from ..driver.fabric import fabric_of
 from ..facts.verification import FABRIC_MANAGER_UNIT, PERSISTENCED_UNIT, unit_state
-from ..report import FAIL, PASS, SKIP, Step
+from ..reports.node_report import FAIL, PASS, SKIP, Step
 from .options import NO_GPU, VerifyOptions
 from .readout import gpus_on_pci
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import re
 
-from .. import node_text, redact
-from ..engines.containerd.cri import dump_cri_plugin
-from ..toml_layout import tomllib
+from ..foundations import node_text, redact
+from ..runtimes.containerd.cri import dump_cri_plugin
+from ..foundations.toml_layout import tomllib
 from .options import HANDLER
 
 

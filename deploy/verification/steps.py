@@ -4,10 +4,10 @@ Every verify step of a node, in order, from each subject's module, and the node'
 
 from __future__ import annotations
 
-from .. import redact
-from ..driver_version_set import version_set_step
-from ..kernel_coverage import boot_kernels_step
-from ..report import SKIP, NodeRecord, Step
+from ..foundations import redact
+from .version_set import version_set_step
+from ..driver.kernel_coverage import boot_kernels_step
+from ..reports.node_report import SKIP, NodeRecord, Step
 from .cdi import cdi_step, cdi_summary, cri_cdi_probe, runtime_mode_step
 from .cluster import cgroup_steps, dev_char_step
 from .gpu_driver import cuda_step, cuda_summary, gpu_steps

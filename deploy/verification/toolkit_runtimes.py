@@ -5,9 +5,9 @@ wiring, which container runs to do, and what the CRI sandbox and the containers 
 
 from __future__ import annotations
 
-from ..cdi import CdiUnsupported, for_containerd
-from ..engines.containerd.cri import effective_problems
-from ..report import FAIL, PASS, SKIP, Step
+from ..runtimes.cdi import CdiUnsupported, for_containerd
+from ..runtimes.containerd.cri import effective_problems
+from ..reports.node_report import FAIL, PASS, SKIP, Step
 from .cdi import CdiProbe, cdi_container_problem
 from .options import HANDLER, NO_GPU, VerifyOptions
 from .readout import cleaned_up, configured_binaries, crictl_message, gpu_usable, gpus_on_pci, short, without_crictl_warnings

@@ -21,7 +21,7 @@ from lab.assets import IMAGES
 from lab.nvml_mock import MOCK_DRIVER_ROOT
 from lab_assets import needs_lab
 
-from deploy import dra
+from deploy.k8s import dra
 from deploy.settings import parse_settings
 from deploy.tasks.dra_cluster import SMOKE_NAMESPACE, render_smoke_pod
 

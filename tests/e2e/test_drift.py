@@ -1,4 +1,4 @@
-"""Drift mode (deploy/drift.py, the console script gpu-node-drift) on a real node: silent when the
+"""Drift mode (deploy/fleet/drift.py, the console script gpu-node-drift) on a real node: silent when the
 node matches, names the change when it does not, changes nothing."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ KERNEL_ONLY = {**SAFE_DATA, "stages": "kernel"}
 
 
 def drift(node) -> subprocess.CompletedProcess:
-    args = [sys.executable, "-m", "deploy.drift", node.target, "deploy/gpu_node.py"]
+    args = [sys.executable, "-m", "deploy.fleet.drift", node.target, "deploy/gpu_node.py"]
     for key, value in KERNEL_ONLY.items():
         args += ["--data", f"{key}={value}"]
     return subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)

@@ -19,7 +19,7 @@ import time
 import pytest
 from harness import Node
 
-from deploy.driver_updates import reload_plan
+from deploy.driver.reload import reload_plan
 from deploy.facts.gpu_holders import DeviceHolders
 from deploy.operations.driver_reload import reload_command
 

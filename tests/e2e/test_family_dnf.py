@@ -23,9 +23,10 @@ import standin_rpms
 from family_images import ROCKY9_DNF, family_node, rpm_installed
 from harness import SAFE_DATA, assert_no_change, ensure_docker
 
-from deploy.distros import DNF, detect_platform
+from deploy.distros.package_managers import DNF
+from deploy.distros.families import detect_platform
 from deploy.settings import parse_settings
-from deploy import driver_plan
+from deploy.planning import driver_plan
 from deploy.tasks.toolkit import REPOSITORY_NAME, TOOLKIT_PACKAGES
 
 DRIVER_PACKAGES = ("nvidia-driver", "nvidia-driver-cuda", "kmod-nvidia-latest-dkms")
@@ -70,7 +71,7 @@ def driver_stage(repos) -> bool:
 
 def needs_driver(driver_stage: bool) -> None:
     # Never run a deploy that would name NVIDIA's real host: fail instead.
-    assert driver_stage, "the driver's NVIDIA repository does not follow nvidia_cuda_repo_url (deploy/distros.py CUDA_REPO)"
+    assert driver_stage, "the driver's NVIDIA repository does not follow nvidia_cuda_repo_url (deploy/distros/families.py CUDA_REPO)"
 
 
 def settings_data(repos, driver_stage: bool, *, tampered: bool = False, stages: str | None = None) -> dict:

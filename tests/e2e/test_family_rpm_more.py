@@ -35,7 +35,7 @@ import suse_repo
 from family_images import rpm_installed
 from harness import assert_no_change, ensure_docker
 
-from deploy.distros import DNF, ZYPPER
+from deploy.distros.package_managers import DNF, ZYPPER
 from deploy.tasks.toolkit import REPOSITORY_NAME, TOOLKIT_PACKAGES
 
 PINNED_DRIVER = standin_rpms.DRIVER_VERSIONS[0]  # the older of the two published

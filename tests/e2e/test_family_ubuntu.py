@@ -23,8 +23,8 @@ from family_apt import BRANCH, JAMMY, NOBLE, OLDER_UPSTREAM, PINNED_UPSTREAM, UP
 from family_images import family_node
 from harness import assert_no_change, ensure_docker
 
-from deploy.distros import UBUNTU_DRIVER
-from deploy.driver_plan import detect_branch
+from deploy.distros.families import UBUNTU_DRIVER
+from deploy.planning.driver_plan import detect_branch
 from deploy.tasks.toolkit import TOOLKIT_PACKAGES
 
 PINNED_TOOLKIT = standin_toolkit.VERSIONS[1]  # 1.17.8-1, while 1.20.0-1 is offered

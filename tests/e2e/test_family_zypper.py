@@ -28,9 +28,10 @@ from family_rpm_more import installed_standin
 from family_zypper import LEAP156_ZYPPER
 from harness import SAFE_DATA, assert_no_change, ensure_docker
 
-from deploy.distros import ZYPPER, detect_platform
+from deploy.distros.package_managers import ZYPPER
+from deploy.distros.families import detect_platform
 from deploy.settings import parse_settings
-from deploy import driver_plan
+from deploy.planning import driver_plan
 from deploy.tasks.toolkit import REPOSITORY_NAME, TOOLKIT_PACKAGES
 
 DRIVER_PACKAGES = ("nvidia-compute-G06", "nvidia-compute-utils-G06")
@@ -70,7 +71,7 @@ def driver_stage(repos) -> bool:
 
 def needs_driver(driver_stage: bool) -> None:
     # Never run a deploy that would name NVIDIA's real host: fail instead.
-    assert driver_stage, f"the SUSE driver's NVIDIA repository does not follow {DRIVER_SETTING} (deploy/distros.py)"
+    assert driver_stage, f"the SUSE driver's NVIDIA repository does not follow {DRIVER_SETTING} (deploy/distros/families.py)"
 
 
 def settings_data(repos, driver_stage: bool, *, tampered: bool = False, stages: str | None = None,

@@ -18,7 +18,7 @@ import yaml
 from lab import assets
 from lab_assets import lab_asset, needs_lab
 
-from deploy.gpushare import (
+from deploy.k8s.gpushare import (
     EXTENDER_URL_PREFIX,
     MANAGED_RESOURCE,
     SCHEDULER_CONFIG_GROUP,

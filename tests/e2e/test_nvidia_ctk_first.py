@@ -22,8 +22,8 @@ from corpus import corpus_file, read_text
 from harness import assert_no_change
 from test_containerd_e2e import run_through_nvidia_handler
 
-from deploy.engines.containerd.cri import effective_problems
-from deploy.settings import RuntimeWiring
+from deploy.runtimes.containerd.cri import effective_problems
+from deploy.runtimes.wiring import RuntimeWiring
 
 CONFIG = "/etc/containerd/config.toml"
 DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"

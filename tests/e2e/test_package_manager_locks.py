@@ -11,7 +11,7 @@ answers nothing until the test releases it, then 404, so the holder fails and le
 metadata lock, zypper libzypp's /run/zypp.pid, pacman /var/lib/pacman/db.lck). The packages are
 STAND-IN toolkit packages (tests/standin_rpms.py, tests/family_pacman.py) from local signed
 repositories. The toolkit's repository file and its checked key are put in place first, as the run
-writes them, so the run installs at once (the repository check's own wait is deploy/distros.py
+writes them, so the run installs at once (the repository check's own wait is deploy/distros/package_managers.py
 ``repository_check``).
 The driver stage on the dnf and zypper nodes meets the holder already in preflight's read (the
 versions the manager offers, read after the same bounded wait): the run fails before any change.
@@ -35,7 +35,7 @@ from family_zypper import LEAP156_ZYPPER
 from harness import SAFE_DATA, ensure_docker, wait_for
 from standin_toolkit import unfetched_keys
 
-from deploy.distros import detect_platform
+from deploy.distros.families import detect_platform
 from deploy.settings import parse_settings
 from deploy.tasks.toolkit import REPOSITORY_NAME, TOOLKIT_PACKAGES, rpm_repo_text
 

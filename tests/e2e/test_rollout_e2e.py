@@ -1,5 +1,5 @@
 """
-Rolling out in batches on real node containers (deploy/rollout.py, the console script
+Rolling out in batches on real node containers (deploy/fleet/rollout.py, the console script
 gpu-node-rollout): a bad config stops after the first batch and the later batches stay untouched; a
 good one rolls through every batch, and again changes nothing.
 
@@ -53,7 +53,7 @@ def data_args(data: dict) -> list[str]:
 
 
 def rollout(inventory: str, data: dict, *options: str):
-    args = [sys.executable, "-m", "deploy.rollout", *options, inventory, "deploy/gpu_node.py", *data_args(data)]
+    args = [sys.executable, "-m", "deploy.fleet.rollout", *options, inventory, "deploy/gpu_node.py", *data_args(data)]
     return run(args, check=False, cwd=REPO, env=pyinfra_env(), timeout=1500)
 
 

@@ -22,7 +22,7 @@ from standin_toolkit import STANDIN_RUNTIME_CONFIG
 from test_cdi_e2e import containerd_21_node
 from toolkit_repo import STANDIN
 
-from deploy.toml_layout import tomllib
+from deploy.foundations.toml_layout import tomllib
 
 RUNTIME_CONFIG = "/etc/nvidia-container-runtime/config.toml"
 CONFIG = "/etc/containerd/config.toml"

@@ -19,7 +19,7 @@ import time
 
 from harness import assert_no_change
 
-from deploy.node_records import RECORDS_DIR
+from deploy.node.records import RECORDS_DIR
 
 # Batched (find's own printf, one sha256sum for many files): a process per file would cost seconds per snapshot.
 SNAPSHOT = r"""

@@ -25,7 +25,7 @@ from lab import assets
 from lab_assets import lab_asset, needs_lab
 from toolkit_repo import BUNDLE, RUNTIME_DEBUG_LOG, real_runtime_created, real_runtime_records
 
-from deploy.probes import CrictlRun
+from deploy.operations.probes import CrictlRun
 from deploy.verification.toolkit_runtimes import cri_step
 
 CONFIG = "/etc/containerd/config.toml"

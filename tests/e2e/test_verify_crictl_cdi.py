@@ -23,7 +23,7 @@ from test_verify_crictl import BUSYBOX, PAUSE, install_crictl, sandboxes
 
 from deploy.verification.cdi import CdiProbe
 from deploy.verification.toolkit_runtimes import cri_step
-from deploy.probes import CrictlRun
+from deploy.operations.probes import CrictlRun
 
 CONFIG = "/etc/containerd/config.toml"
 STANDIN_SPEC = "/etc/cdi/gpu-node-test-standin.yaml"

@@ -39,7 +39,7 @@ CRI_V3 = "io.containerd.cri.v1.runtime"
 VERIFY_OP = "Verify | Verify the node can run GPU containers (read-only)"
 FAIL_LINE = re.compile(r"verify (\w+): fail: (.*)")
 
-# What k3s keeps where (its documented layout, as deploy/engines/containerd/installations.py models it).
+# What k3s keeps where (its documented layout, as deploy/runtimes/containerd/installations.py models it).
 K3S_DIR = "/var/lib/rancher/k3s/agent/etc/containerd"
 K3S_CONFIG = f"{K3S_DIR}/config.toml"
 K3S_TEMPLATE = f"{K3S_DIR}/config.toml.tmpl"

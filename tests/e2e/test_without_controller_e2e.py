@@ -222,7 +222,7 @@ def pull(node: Node) -> tuple[int, str]:
 
 
 def test_pull_mode_from_the_image_converges_restores_drift_refuses_a_broken_setting_and_the_undo_takes_it_off(baked):
-    """gpu-node as the image installed it: its units installed (python -m gpu_node.pull_install), a run
+    """gpu-node as the image installed it: its units installed (python -m gpu_node.node.pull_install), a run
     of the pull service (what the timer starts) converges with no controller; a runtime config changed
     by hand is restored by the next run, the report rewritten; a broken setting fails the run in one
     line naming the file's line, and a settings file its group may write in one line naming its mode,
@@ -231,13 +231,13 @@ def test_pull_mode_from_the_image_converges_restores_drift_refuses_a_broken_sett
     takes gpu-node's own units off: the pull timer and the first-boot unit disabled, their files gone."""
     started = time.monotonic()
     node = baked.node
-    refused = node.sh(f"{PYTHON} -m gpu_node.pull_install", check=False)
+    refused = node.sh(f"{PYTHON} -m gpu_node.node.pull_install", check=False)
     assert refused.returncode == 1 and refused.stderr.splitlines() == [
         f"gpu-node pull_install: {SETTINGS} does not exist: pull mode converges a node only with the settings "
         f"written in {SETTINGS} (docs/without-controller.md), never with defaults; nothing changed"], refused.stderr
     assert node.sh("systemctl is-enabled gpu-node-pull.timer", check=False).returncode != 0
     node.write(SETTINGS, GOOD)
-    out = node.sh(f"{PYTHON} -m gpu_node.pull_install").stdout
+    out = node.sh(f"{PYTHON} -m gpu_node.node.pull_install").stdout
     assert "gpu-node-pull.timer enabled" in out
     assert node.is_active("gpu-node-pull.timer")
 

@@ -8,7 +8,7 @@
  *   -DSTANDIN_DEVICE_COUNT=4    how many devices cuDeviceGetCount reports after a successful cuInit
  *   -DSTANDIN_DRIVER_VERSION=12020  what cuDriverGetVersion reports (1000 * major + 10 * minor)
  *
- * Built by tests/standin_libcuda/build.py (gcc -shared) and put where the driver's library lives.
+ * Built by tests/standin_libcuda/__init__.py (gcc -shared, once per test session) and put where the driver's library lives.
  */
 
 #include <stddef.h>

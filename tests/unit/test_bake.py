@@ -1,4 +1,4 @@
-"""What a bake (deploy/bake.py) runs in an image root, and with which settings."""
+"""What a bake (deploy/node/bake.py) runs in an image root, and with which settings."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from plan import DEFAULT, run_plan, settings_for
 from test_containerd_plan import CONFIG, DOCKER, PLAIN_MISSING, PLAIN_PRESENT, family
 
-from deploy import bake
+from deploy.node import bake
 from deploy.tasks.containerd import containerd_runtime
 from deploy.tasks.docker import docker_runtime
 from deploy.stages import steps_for

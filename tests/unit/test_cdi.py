@@ -1,11 +1,12 @@
-"""The cdi setting per runtime (deploy/cdi.py) and the settings it replaced."""
+"""The cdi setting per runtime (deploy/runtimes/cdi.py) and the settings it replaced."""
 
 from __future__ import annotations
 
 import pytest
 
-from deploy.cdi import CdiUnsupported, for_containerd, for_docker
-from deploy.settings import RuntimeWiring, SettingsError, likely_typos, parse_settings
+from deploy.runtimes.cdi import CdiUnsupported, for_containerd, for_docker
+from deploy.settings import SettingsError, likely_typos, parse_settings
+from deploy.runtimes.wiring import RuntimeWiring, runtime_wiring
 
 AUTO, ON, OFF = RuntimeWiring(enable_cdi=None), RuntimeWiring(enable_cdi=True), RuntimeWiring(enable_cdi=False)
 
@@ -54,7 +55,7 @@ def test_cdi_true_on_docker_20_is_refused_naming_its_version():
 def test_cdi_is_read_from_it_or_from_the_settings_it_replaced(given, cdi):
     settings = parse_settings(given)
     assert settings.cdi == cdi
-    assert settings.runtime_wiring.enable_cdi is {"auto": None, "true": True, "false": False}[cdi]
+    assert runtime_wiring(settings).enable_cdi is {"auto": None, "true": True, "false": False}[cdi]
 
 
 @pytest.mark.parametrize(("given", "message"), [

@@ -42,12 +42,12 @@ from config_checks import (
 from containerd_releases import READERS, config_dump, dockerd, dockerd_validate, release
 from plan import run_plan, settings_for
 
-from deploy.engines.containerd.cri import merge_containerd_config
+from deploy.runtimes.containerd.cri import merge_containerd_config
 from deploy.operations.containerd import ConfigFile, plan_wiring
 from deploy.facts.containerd import config_read
-from deploy.distros import detect_platform
-from deploy.engines.docker.daemon_json import parse_daemon_json
-from deploy.settings import RuntimeWiring
+from deploy.distros.families import detect_platform
+from deploy.runtimes.docker.daemon_json import parse_daemon_json
+from deploy.runtimes.wiring import RuntimeWiring
 from deploy.tasks.containerd import containerd_runtime
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -12,7 +12,7 @@ from plan import run_plan, settings_for
 from pyinfra.connectors.fake import FakeConnector
 
 from deploy.facts.containerd import config_read
-from deploy.distros import detect_platform
+from deploy.distros.families import detect_platform
 from deploy.tasks.containerd import containerd_runtime
 
 PLAIN_PRESENT = {"paths": [], "units": {}, "generated_versions": {}, "binary": "/usr/bin/containerd",

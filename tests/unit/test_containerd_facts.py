@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.engines.containerd.installations import K0S_DROPIN_BASE, classify_installation, config_target
+from deploy.runtimes.containerd.installations import K0S_DROPIN_BASE, classify_installation, config_target
 from deploy.facts.containerd import ContainerdConfig, ContainerdInstallations, parse_containerd_version
 from deploy.settings import parse_settings
 

@@ -34,9 +34,9 @@ from hypothesis import HealthCheck, Phase, event, example, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from deploy.engines.containerd.cri import merge_containerd_config
-from deploy.toml_layout import ConfigError
-from deploy.settings import RuntimeWiring
+from deploy.runtimes.containerd.cri import merge_containerd_config
+from deploy.foundations.toml_layout import ConfigError
+from deploy.runtimes.wiring import RuntimeWiring
 
 REPO = Path(__file__).resolve().parents[2]
 RUNC_V2 = "io.containerd.runc.v2"

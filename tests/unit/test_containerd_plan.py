@@ -8,7 +8,7 @@ import pytest
 from plan import DEFAULT, run_plan, settings_for
 
 from deploy.facts.containerd import config_read
-from deploy.distros import detect_platform
+from deploy.distros.families import detect_platform
 from deploy.operations.docker import state_read
 from deploy.tasks.containerd import containerd_runtime
 from deploy.tasks.docker import docker_runtime

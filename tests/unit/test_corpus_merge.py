@@ -31,16 +31,16 @@ from config_checks import (
 from containerd_releases import READERS, config_dump, dockerd, dockerd_validate, release
 from corpus import containerd_configs, corpus_folder, docker_configs, file_params, read_text, sources
 
-from deploy.engines.containerd.cri import merge_containerd_config
-from deploy.toml_layout import ConfigError
+from deploy.runtimes.containerd.cri import merge_containerd_config
+from deploy.foundations.toml_layout import ConfigError
 from deploy.operations.containerd import ConfigFile, plan_wiring
-from deploy.engines.docker.daemon_json import (
+from deploy.runtimes.docker.daemon_json import (
     DaemonConfigError,
     merge_daemon_config,
     parse_daemon_json,
     render_daemon_json,
 )
-from deploy.settings import RuntimeWiring
+from deploy.runtimes.wiring import RuntimeWiring
 
 SOURCES = sources()
 

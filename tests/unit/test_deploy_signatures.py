@@ -47,7 +47,7 @@ def test_help_shows_the_settings_not_a_bare_keyword_mapping():
 def test_every_setting_of_the_signature_at_its_default_runs_as_if_none_were_given(tmp_path):
     """The signature's defaults are the deploy's: all of them passed (the kernel stage alone) plan the
     same commands as the call that passes none of them. gpu_sharing_replicas aside: given at all, it
-    asks for time-slicing or MPS, and without either the run stops (deploy/settings.py's check)."""
+    asks for time-slicing or MPS, and without either the run stops (deploy/settings/sections/kubernetes.py's rule)."""
     keywords = {name: parameter.default for name, parameter in inspect.signature(deploy.provision_gpu_node).parameters.items()
                 if parameter.kind is parameter.KEYWORD_ONLY and name != "gpu_sharing_replicas"}
     assert keywords.keys() >= KERNEL_ONLY.keys()

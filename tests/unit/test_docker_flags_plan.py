@@ -15,8 +15,8 @@ import pytest
 from plan import assigned, placed_uploads, run_plan, settings_for
 from pyinfra.connectors.fake import FakeConnector
 
-from deploy import bake
-from deploy.distros import detect_platform
+from deploy.node import bake
+from deploy.distros.families import detect_platform
 from deploy.operations.docker import state_read
 from deploy.tasks.docker import docker_runtime
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from deploy.facts.docker import DockerState, parse_docker_version
-from deploy.settings import RuntimeWiring
-from deploy.engines.docker.daemon_json import (
+from deploy.runtimes.wiring import RuntimeWiring
+from deploy.runtimes.docker.daemon_json import (
     DaemonConfigError,
     check_schema,
     merge_daemon_config,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from deploy.engines.docker.unit import UnitParseError, parse_docker_unit
+from deploy.runtimes.docker.unit import UnitParseError, parse_docker_unit
 from deploy.facts.docker import DockerState
-from deploy.engines.docker.daemon_json import (
+from deploy.runtimes.docker.daemon_json import (
     DaemonConfigError,
     check_schema,
     effective_problems,
@@ -23,7 +23,7 @@ from deploy.engines.docker.daemon_json import (
     leave_to_flags,
     merge_daemon_config,
 )
-from deploy.settings import RuntimeWiring
+from deploy.runtimes.wiring import RuntimeWiring
 
 UNITS = Path(__file__).resolve().parents[1] / "fixtures" / "docker" / "units"
 DAEMON_JSON = "/etc/docker/daemon.json"

@@ -11,7 +11,7 @@ import shlex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deploy.engines.docker.unit import BOOLEAN_FLAGS, UnitParseError, parse_docker_unit
+from deploy.runtimes.docker.unit import BOOLEAN_FLAGS, UnitParseError, parse_docker_unit
 
 UNIT = "/lib/systemd/system/docker.service"
 DROP_IN = "/etc/systemd/system/docker.service.d/50-options.conf"

@@ -3,7 +3,7 @@ deploy/k8s_gpu.py with DRA node groups, on @fake hosts answered by test_k8s_plan
 kube-apiserver here; the commands are the real ones): the DRA objects instead of, or beside, the
 device plugin; the refusal of a cluster older than 1.34; and a node group moved from the device
 plugin to DRA and back, node by node or in the batches allocator_move_batches names (as
-deploy/rollout.py reads --batches, the first a canary), each step in order.
+deploy/fleet/rollout.py reads --batches, the first a canary), each step in order.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pytest
 from test_k8s_plan import A100, FakeCluster, gpu_identity_lines, run_plan
 
-from deploy.dra import move_plan
+from deploy.k8s.dra import move_plan
 from deploy.settings import SettingsError, parse_settings
 
 pytestmark = pytest.mark.usefixtures("both_modes")
@@ -113,7 +113,7 @@ def test_a_moved_group_moves_nothing_on_the_next_run(monkeypatch):
     assert move_commands(again) == [] and again.applies() == [] and again.labels() == []
 
 
-# --- batch by batch, as deploy/rollout.py reads --batches ------------------------------------------
+# --- batch by batch, as deploy/fleet/rollout.py reads --batches ------------------------------------------
 
 STEPS = ["cordon", "drain", "relabel", "wait-allocatable", "wait-resourceslices", "uncordon"]
 

@@ -15,7 +15,7 @@ import yaml
 from packaging.version import Version
 from test_k8s_schemas import schema_files_read_once  # noqa: F401 (its schema cache, for this module too)
 
-from deploy import dra
+from deploy.k8s import dra
 from deploy.operations.kubectl import manifest_documents, stamp_manifest
 from deploy.settings import parse_settings
 from deploy.tasks.dra_cluster import render_claims, render_driver, render_helm_values, render_smoke_pod

@@ -1,5 +1,5 @@
 """
-A DRA node's host side (gpu_allocator=dra): the prerequisites deploy/dra.py decides, each one line,
+A DRA node's host side (gpu_allocator=dra): the prerequisites deploy/k8s/dra.py decides, each one line,
 and deploy/gpu_node.py on stated @fake hosts: refused in preflight before any change, IMEX masked
 as dra_imex says, and nothing of it on a device-plugin node; deploy/verify.py reporting each
 prerequisite as a step of the node report (and the fleet report's row).
@@ -14,16 +14,16 @@ import pytest
 
 from plan import DEFAULT, GPU_NODE, PCI_WITH_GPU, Output, gpu_node, node_lines, run_deploy
 
-from deploy.engines.containerd.installations import plain_target
+from deploy.runtimes.containerd.installations import plain_target
 from deploy.operations.containerd import target_read
-from deploy.dra import (
+from deploy.k8s.dra import (
     IMEX_UNKNOWN, cdi_prerequisite, driver_prerequisite, driver_root_prerequisite, imex_action, imex_busy_line,
     imex_prerequisite,
 )
-from deploy.driver_updates import Holder
+from deploy.driver.reload import Holder
 from deploy.facts.dra import DraNodeState
 from deploy.facts.nvidia import NodeSurvey
-from deploy.fleet_report import fleet_rows
+from deploy.reports.fleet_report import fleet_rows
 from deploy.operations.dra import imex_mask_command
 
 pytestmark = pytest.mark.usefixtures("both_modes")

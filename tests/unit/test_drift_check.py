@@ -1,4 +1,4 @@
-"""deploy/drift.py (gpu-node-drift): its command line, and its exit status kept apart from drift's.
+"""deploy/fleet/drift.py (gpu-node-drift): its command line, and its exit status kept apart from drift's.
 What it reports on a real node: tests/e2e/test_drift.py."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from deploy import drift
+from deploy.fleet import drift
 
 
 @pytest.fixture

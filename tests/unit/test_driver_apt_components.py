@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from deploy.apt_components import add_apt_components
+from deploy.driver.apt_components import add_apt_components
 
 COMPONENTS = ("contrib", "non-free", "non-free-firmware")
 BOOKWORM_DEB822 = """\

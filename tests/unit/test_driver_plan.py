@@ -1,5 +1,5 @@
 """
-The driver plan as a pure function (deploy/driver_plan.py, deploy/driver_names.py): settings, a
+The driver plan as a pure function (deploy/planning/driver_plan.py, deploy/planning/driver_names.py): settings, a
 family's table, what the node showed and what preflight read in; the packages, versions, pins and
 refusals out. No pyinfra host: the plan tests through the @deploy are tests/unit/test_driver_plans.py.
 """
@@ -10,9 +10,9 @@ import pytest
 from plan import settings_for
 from test_distros import platform_of
 
-from deploy.distros import DEBIAN_KERNEL_VARIANT, SUSE_KERNEL_VARIANT
-from deploy.driver_names import kernel_variant, template_values
-from deploy.driver_plan import DriverPlanError, Readings, driver_plan, plan_branch
+from deploy.distros.families import DEBIAN_KERNEL_VARIANT, SUSE_KERNEL_VARIANT
+from deploy.planning.driver_names import kernel_variant, template_values
+from deploy.planning.driver_plan import DriverPlanError, Readings, driver_plan, plan_branch
 
 B200, A100 = "0x2901", "0x20b0"  # Blackwell: open modules only; Ampere: either
 CLOUD_KERNEL = "6.1.0-28-cloud-amd64"

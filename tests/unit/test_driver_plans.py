@@ -16,7 +16,7 @@ from test_boot_plan import BOOT_UNIT_IN_PLACE
 from test_read_ahead import digest_lines
 
 from deploy.operations.files import digest_read as files_digest
-from deploy.driver_plan import APT_PIN_PATH
+from deploy.planning.driver_plan import APT_PIN_PATH
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.pacman import PacmanPackages
 from pyinfra.facts.rpm import RpmPackages
@@ -634,7 +634,7 @@ E: Sub-process /usr/bin/dpkg returned an error code (1)""".splitlines()
 
 
 def test_a_dkms_build_failure_is_one_line_naming_the_kernel_the_log_and_the_unconfigured_packages():
-    from deploy.driver_failures import install_failure
+    from deploy.driver.install_failures import install_failure
 
     assert install_failure(DKMS_FAILED_OUTPUT) == (
         "DKMS could not build the NVIDIA kernel module for kernel 6.1.0-56-amd64: see "

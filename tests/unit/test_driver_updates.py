@@ -20,7 +20,7 @@ from pyinfra.api import deploy
 from shell_sandbox import Sandbox, build_template
 from test_driver_plans import DEBIAN_FILES
 
-from deploy.driver_updates import Holder, ReloadPlan, parse_holder, reload_plan
+from deploy.driver.reload import Holder, ReloadPlan, parse_holder, reload_plan
 from deploy.facts.gpu_holders import DeviceHolders
 from deploy.facts.nvidia import PackagesAvailable
 from deploy.operations.driver_reload import reload_command, reload_driver

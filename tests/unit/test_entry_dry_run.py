@@ -1,7 +1,7 @@
 """
 A run that executes nothing (``--dry``, or pyinfra's prompt without ``-y``) shows each host's refusal
 with its reason, one line each, while planning, before anything would run; its fleet report says
-"would be refused" and its exit status is a failure's (deploy/exit_status.py). Node, undo and
+"would be refused" and its exit status is a failure's (deploy/reports/exit_status.py). Node, undo and
 verify runs alike; in -y runs the line is still said once.
 """
 
@@ -13,9 +13,9 @@ from pyinfra.api import Inventory
 from pyinfra.api.connect import disconnect_all
 from pyinfra.facts.server import Arch, LinuxDistribution
 
-from deploy import exit_status
+from deploy.reports import exit_status
 from deploy.facts.access import HostAccess
-from deploy.fleet_report import NOT_RUN, WOULD_BE_REFUSED, run_status, unexecuted_rows
+from deploy.reports.fleet_report import NOT_RUN, WOULD_BE_REFUSED, run_status, unexecuted_rows
 from deploy.tasks.undo import records_read
 
 pytestmark = pytest.mark.usefixtures("both_modes")

@@ -1,5 +1,5 @@
 """
-The run's exit status (deploy/exit_status.py): 3 when every host is done but a GPU node awaits the
+The run's exit status (deploy/reports/exit_status.py): 3 when every host is done but a GPU node awaits the
 reboot its driver change needs, distinct from 1 (a host failed) and 0; the fleet report says it. A
 GPU node before that reboot cannot pass verify's GPU steps: they are reported, and the host does
 not fail for them.
@@ -18,9 +18,9 @@ from pyinfra.api.state import StateStage
 from plan import REPO
 from test_verify_steps import containerd_dump, node_lines, run_verify
 
-from deploy import exit_status
-from deploy.fleet_report import CHANGED, CONVERGED, FAILED, FleetRow, fleet_json, fleet_table, run_status
-from deploy.report import FAIL
+from deploy.reports import exit_status
+from deploy.reports.fleet_report import CHANGED, CONVERGED, FAILED, FleetRow, fleet_json, fleet_table, run_status
+from deploy.reports.node_report import FAIL
 
 
 def row(status: str = CHANGED, *, no_gpu: bool | None = False, reboot_required: bool | None = True) -> FleetRow:
@@ -68,9 +68,9 @@ def test_the_status_replaces_pyinfras_only_where_pyinfra_would_exit_0(monkeypatc
 STAND_IN_DRIVER_REPORT = """\
 import os
 from pyinfra import host
-from deploy.fleet_report import fleet_report_for
-from deploy.report import DriverNote, DriverNotes
-from deploy.run_state import per_run
+from deploy.reports.fleet_report import fleet_report_for
+from deploy.reports.node_report import DriverNote, DriverNotes
+from deploy.foundations.run_state import per_run
 fleet_report_for(host.state, os.environ["FLEET_REPORT"])
 per_run(host.state, DriverNotes)[host.name] = DriverNote(no_gpu=os.environ["NO_GPU"] == "1", reboot_required=True)
 """

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.toml_layout import tomllib
+from deploy.foundations.toml_layout import tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "deploy"
@@ -63,7 +63,7 @@ COMMANDS = commands()
 
 def test_discovery_finds_the_modules_known_to_run_from_a_shell():
     """The discovery can fail: these three have a __main__ block today, and it finds them."""
-    assert {"deploy.pull_install", "deploy.first_boot", "deploy.fleet_from_reports"} <= set(modules_with_main())
+    assert {"deploy.node.pull_install", "deploy.node.first_boot", "deploy.fleet.from_reports"} <= set(modules_with_main())
 
 
 def tree(folder: Path) -> dict[str, tuple]:
@@ -108,7 +108,7 @@ def test_help_prints_the_help_and_changes_nothing(name, tmp_path):
 
 
 # The drift check's 2 means drift, so a cron job can tell it from a check that could not run (1).
-BAD_ARGUMENT_STATUS = {"gpu-node-drift": 1, "python -m deploy.drift": 1}
+BAD_ARGUMENT_STATUS = {"gpu-node-drift": 1, "python -m deploy.fleet.drift": 1}
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))

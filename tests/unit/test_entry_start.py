@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -41,3 +42,37 @@ def test_the_imports_are_frozen_once_and_what_the_run_makes_later_is_still_colle
     assert int(frozen) > 10_000
     # a second host's start freezes nothing more, and a cycle made after the first is freed
     assert (int(again), collected) == (int(frozen), "True")
+
+
+# pyinfra's CLI turns bytecode writing off for the whole process before it executes an entry file.
+BYTECODE = """
+import sys
+sys.dont_write_bytecode = {setting}
+import deploy
+after_import = sys.dont_write_bytecode
+deploy.load(".foundations.batches")
+print(after_import, sys.dont_write_bytecode)
+"""
+
+
+def test_importing_the_package_leaves_the_interpreters_bytecode_setting_alone(tmp_path):
+    """A library does not change its host's global state: the package's import leaves
+    sys.dont_write_bytecode as it was, whichever it was, and so does load()."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+    for setting in (True, False):
+        result = subprocess.run([sys.executable, "-c", BYTECODE.format(setting=setting)], cwd=REPO,
+                                capture_output=True, text=True, env={**env, "PYTHONPYCACHEPREFIX": str(tmp_path)})
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split() == [str(setting), str(setting)]
+
+
+def test_the_modules_an_entry_file_loads_keep_their_bytecode_under_pyinfras_setting(tmp_path):
+    """deploy.load(), as the entry files import the package's modules: written though the process
+    says not to write bytecode (pyinfra's CLI), unless PYTHONDONTWRITEBYTECODE asks it."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+    for extra, written in (({}, True), ({"PYTHONDONTWRITEBYTECODE": "1"}, False)):
+        cache = tmp_path / str(written)
+        result = subprocess.run([sys.executable, "-c", BYTECODE.format(setting=True)], cwd=REPO, capture_output=True,
+                                text=True, env={**env, **extra, "PYTHONPYCACHEPREFIX": str(cache)})
+        assert result.returncode == 0, result.stderr
+        assert bool(list(cache.rglob("batches.*.pyc"))) is written

@@ -1,5 +1,5 @@
 """
-Fabric detection (deploy/fabric.py) from our sysfs fixtures of real topologies
+Fabric detection (deploy/driver/fabric.py) from our sysfs fixtures of real topologies
 (tests/fixtures/fabric/: HGX A100, HGX H100, HGX B200, a GB200 NVL72 compute tray, a PCIe-only
 server): each fixture is written as a PCI device folder, NodeSurvey's real command runs over it,
 and its output goes through NodeSurvey.process and fabric_of.
@@ -12,7 +12,7 @@ import subprocess
 import pytest
 from pci_tree import load, topologies, write
 
-from deploy.fabric import NVLINK5_MODULES_LOAD_PATH, Fabric, fabric_of, modules_load_text
+from deploy.driver.fabric import NVLINK5_MODULES_LOAD_PATH, Fabric, fabric_of, modules_load_text
 from deploy.facts.nvidia import NodeSurvey
 
 SYSFS_PCI = "/sys/bus/pci/devices"

@@ -1,5 +1,5 @@
 """
-The first-boot program (deploy/first_boot.py) over a sysfs PCI tree of a real topology
+The first-boot program (deploy/node/first_boot.py) over a sysfs PCI tree of a real topology
 (tests/pci_tree.py), a module tree with modules.dep, unit folders, and a command runner that
 answers modinfo, modprobe, systemctl and nvidia-smi as they answer on a node; and the zip
 application the stage installs (deploy/tasks/boot.py), run by this machine's python3.
@@ -17,9 +17,9 @@ from pathlib import Path
 import pci_tree
 import pytest
 
-from deploy import first_boot
-from deploy.first_boot import Boot, BootSettings, Host
-from deploy.report import NodeRecord, Step, report_json
+from deploy.node import first_boot
+from deploy.node.first_boot import Boot, BootSettings, Host
+from deploy.reports.node_report import NodeRecord, Step, report_json
 from deploy.tasks import boot as boot_task
 
 KERNEL = "6.1.0-28-amd64"
@@ -94,7 +94,7 @@ def test_the_report_is_the_projects_node_report_format(tmp_path):
     (node_json,) = report["nodes"]
     fields = {key: value for key, value in node_json.items() if key not in ("ok", "steps")}
     record = NodeRecord(**fields, steps=[Step(**step) for step in node_json["steps"]])
-    # deploy/report.py, the controller's report, makes the same JSON of the same record
+    # deploy/reports/node_report.py, the controller's report, makes the same JSON of the same record
     assert report_json([record]) == report
 
 
@@ -159,7 +159,7 @@ def test_the_archive_is_the_same_bytes_each_time_and_runs_under_python3_isolated
     config.write_text(json.dumps({"kernel_modules_load": False, "report_path": str(report)}))
     # as the unit runs it, but with the settings' owner check starting at the test's folder (this
     # machine's /tmp, 1777, fails it: test_settings_root_alone_may_write_are_refused_in_one_line...)
-    run = (f"import sys; sys.path.insert(0, {str(path)!r}); from gpu_node_boot.first_boot import main; "
+    run = (f"import sys; sys.path.insert(0, {str(path)!r}); from gpu_node_boot.node.first_boot import main; "
            f"sys.exit(main([{str(config)!r}], top={str(tmp_path)!r}))")
     result = subprocess.run([sys.executable, "-I", "-c", run], capture_output=True, text=True)
     # this machine's PCI bus has no NVIDIA GPU: the boot passes, saying so, and writes its report
@@ -276,3 +276,28 @@ def test_boot_settings_root_alone_may_not_write_are_refused_in_one_line_writing_
     assert result == 1 and len(out) == 1, out
     assert problem in out[0] and "reads its settings only from a file root alone can change" in out[0]
     assert not report.exists()
+
+
+def test_the_boot_settings_are_the_settings_they_name_with_their_types_and_defaults():
+    """BootSettings is standard library only (the archive carries no settings model): each field is
+    the setting it names, of its type (text for a choice or a path) and with its default, and the
+    stage writes exactly those settings' values."""
+    from dataclasses import fields
+
+    from deploy.settings import DEFAULTS, SETTING_FIELDS, parse_settings
+    from deploy.settings.fields import unwrap
+
+    named = {each.name: each.metadata.get("setting", each.name) for each in fields(BootSettings)}
+    assert named.pop("report_path") is None
+    for name, setting in named.items():
+        annotation = unwrap(SETTING_FIELDS[setting].annotation)[0]
+        python_type = bool if annotation is bool else str
+        field_of = BootSettings.__dataclass_fields__[name]
+        assert (field_of.type, field_of.default) == (python_type.__name__, DEFAULTS[setting]), name
+    changed = parse_settings({"kernel_modules_load": False, "nvidia_kernel_modules": "open", "cdi": "false",
+                              "nvidia_driver_root": "/run/nvidia/driver", "require_gpu": True,
+                              "nvidia_persistenced": False, "fabric_manager_install": False})
+    written = BootSettings.from_text(boot_task.boot_config(changed), "boot.json")
+    assert {name: getattr(written, name) for name in named} == {name: getattr(changed, setting)
+                                                                for name, setting in named.items()}
+    assert written.report_path == first_boot.REPORT_PATH

@@ -11,7 +11,7 @@ import hashlib
 import pytest
 from plan import run_plan, settings_for
 
-from deploy.distros import detect_platform
+from deploy.distros.families import detect_platform
 from deploy.operations.files import digest_read
 from deploy.stages import steps_for
 from deploy.tasks.kernel import BLACKLIST_PATH, kernel_prerequisites, managed_files, read_files

@@ -1,5 +1,5 @@
-"""The fleet view from a folder of node reports (deploy/fleet_from_reports.py): reports the
-first-boot program and deploy/report.py wrote, and a file that is not one."""
+"""The fleet view from a folder of node reports (deploy/fleet/from_reports.py): reports the
+first-boot program and deploy/reports/node_report.py wrote, and a file that is not one."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 
 from test_first_boot import boot, node
 
-from deploy import fleet_from_reports
-from deploy.fleet_report import FAILED, FleetRow, write_json
-from deploy.report import NodeRecord, Step, report_json
+from deploy.fleet import from_reports as fleet_from_reports
+from deploy.reports.fleet_report import FAILED, FleetRow, write_json
+from deploy.reports.node_report import NodeRecord, Step, report_json
 
 REPO = Path(__file__).resolve().parents[2]
 

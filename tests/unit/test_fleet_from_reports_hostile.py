@@ -1,6 +1,6 @@
 """
 The fleet view reads what nodes sent as untrusted input (issue 44), in both its modes: the folder
-mode (``python -m gpu_node.fleet_from_reports FOLDER FLEET.json``: main() over a real folder) and the
+mode (``python -m gpu_node.fleet.from_reports FOLDER FLEET.json``: main() over a real folder) and the
 SSH mode (deploy/fleet_view.py over @fake nodes whose NodeReports answer is what the fact's own
 command prints over a real folder). Each hostile report (tests/hostile_reports.py) is one line naming
 its file and what is wrong; every other node's row is still printed, written and paged; the exit
@@ -35,7 +35,8 @@ from pyinfra.api import Inventory
 from pyinfra.api.connect import disconnect_all
 from test_fleet_from_reports import REPO, reports_folder_output
 
-from deploy import fleet_from_reports, node_text
+from deploy.fleet import from_reports as fleet_from_reports
+from deploy.foundations import node_text
 from deploy.facts.reports import MAX_NODE_REPORTS, NodeReports
 
 FIELD_CASES = [pytest.param(wrong_type_file(where, value), where.split(".")[-1], id=case_id(where, value))

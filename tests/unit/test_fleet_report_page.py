@@ -1,5 +1,5 @@
 """
-The fleet report's page (deploy/fleet_report.py, ``write_html``) as a browser shows it: Debian's
+The fleet report's page (deploy/reports/fleet_report.py, ``write_html``) as a browser shows it: Debian's
 Chromium, headless, loads the file and dumps the DOM it built; the table is read back from that
 DOM. A failure line and a host name carry markup, quotes and a script that would mark the page
 if it ran; a control page proves that the same script does run, and marks the page, when a page
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from html_dom import DomTree, Element
 
-from deploy.fleet_report import CHANGED, CONVERGED, FAILED, FleetRow, html_path, write_html
-from deploy.report import FAIL, PASS, SKIP
+from deploy.reports.fleet_report import CHANGED, CONVERGED, FAILED, FleetRow, html_path, write_html
+from deploy.reports.node_report import FAIL, PASS, SKIP
 
 REPO = Path(__file__).resolve().parents[2]
 # What Chromium needs on a test machine: no sandbox (root, in a container), no GPU, nothing fetched

@@ -14,7 +14,7 @@ from pyinfra.api import Inventory, deploy
 from pyinfra.api.deploy import add_deploy
 from pyinfra.operations import server
 
-from deploy.fleet_report import (
+from deploy.reports.fleet_report import (
     CHANGED,
     CONVERGED,
     FAILED,
@@ -27,7 +27,7 @@ from deploy.fleet_report import (
     write_json,
 )
 from deploy.operations import failure
-from deploy.report import FAIL, PASS, SKIP, NodeRecord, Step, verify_report_store
+from deploy.reports.node_report import FAIL, PASS, SKIP, NodeRecord, Step, verify_report_store
 
 ROWS = [
     FleetRow("node-a", CONVERGED, no_gpu=True, reboot_required=False,

@@ -24,7 +24,7 @@ from pyinfra.connectors.fake import FakeConnector
 from plan import staged_uploads
 from test_k8s_plan import FakeCluster, gpu_identity_lines, run_plan
 
-from deploy.gpushare import CONFIG_CHECKSUM_ANNOTATION, GpushareError, scheduler_config_yaml
+from deploy.k8s.gpushare import CONFIG_CHECKSUM_ANNOTATION, GpushareError, scheduler_config_yaml
 from deploy.settings import SettingsError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpushare"
@@ -238,7 +238,7 @@ def test_cluster_older_than_1_23_is_refused_before_any_change(monkeypatch, clust
 
 
 def test_gpushare_node_without_nvidia_default_runtime_is_refused_naming_it(monkeypatch, cluster):
-    """The node's own settings refuse it (deploy/settings.py): nothing applied, no file touched."""
+    """The node's own settings refuse it (deploy/settings/sections/gpushare.py): nothing applied, no file touched."""
     with pytest.raises(SettingsError, match=r"^invalid setting nvidia_runtime_default=false: allowed only true "
                                             r"with gpu_sharing=gpushare \(the gpushare device plugin drops"):
         run_plan(monkeypatch, cluster, GPU, data=DATA,

@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 import yaml
 
-from deploy.gpushare import (
+from deploy.k8s.gpushare import (
     EXTENDER_URL_PREFIX,
     MANAGED_RESOURCE,
     GpushareError,

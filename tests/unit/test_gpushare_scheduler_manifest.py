@@ -16,7 +16,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from deploy.gpushare import (
+from deploy.k8s.gpushare import (
     CONFIG_CHECKSUM_ANNOTATION,
     CONFIG_VOLUME,
     ManifestError,

@@ -21,7 +21,7 @@ import pytest
 import standin_toolkit
 from toolkit_repo import serve
 
-from deploy.gpushare import edit_scheduler_manifest
+from deploy.k8s.gpushare import edit_scheduler_manifest
 from deploy.operations.scheduler_manifest import staging_paths, swap_in_command
 from deploy.operations.download import checked_download_command
 

@@ -15,7 +15,7 @@ import pytest
 from plan import QUICK, Node, run_inventory
 from pyinfra.api import Inventory
 
-from deploy.distros import UnsupportedPlatform, detect_platform
+from deploy.distros.families import UnsupportedPlatform, detect_platform
 from deploy.settings import DEFAULTS, SETTING_FIELDS, Settings, SettingsError, parse_settings
 
 REPO = Path(__file__).resolve().parents[2]

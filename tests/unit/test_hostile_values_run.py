@@ -43,11 +43,12 @@ from test_undo_plan import ORIGINAL_TOML, WIRED_TOML, gpu_node_writes, read, und
 from deploy.facts.cdi import CdiState
 from deploy.facts.containerd import ContainerdConfig
 from deploy.facts.docker import DockerState
-from deploy.facts.k8s import GpuNodeIdentity
+from deploy.facts.gpu_node_identity import GpuNodeIdentity
 from deploy.operations.cdi import REFRESH_ENV
 from deploy.operations.devices import LINKS_SCRIPT
-from deploy.report import write_json_file
-from deploy.settings import DEFAULTS, SETTING_FIELDS, SettingsError, parse_settings, unwrap
+from deploy.reports.node_report import write_json_file
+from deploy.settings import DEFAULTS, SETTING_FIELDS, SettingsError, parse_settings
+from deploy.settings.fields import unwrap
 
 # Relative and without a slash: a value's own folders never end in a component "pwned", and
 # folding a value back to the plain one never cuts inside it.
@@ -121,7 +122,7 @@ PLANS = {
     "device_plugin_version": ("cluster", "helm"), "smoke_test_image": ("cluster",),
     # a release tag: its pattern (v1.2.3) refuses every hostile value before any run
     "dra_driver_version": ("cluster",),
-    # batch sizes (deploy/batches.py): anything but numbers, % and commas is refused before any run
+    # batch sizes (deploy/foundations/batches.py): anything but numbers, % and commas is refused before any run
     "allocator_move_batches": ("cluster",),
     # inventory group names: anything but letters, digits, _ and - is refused before any run
     "gpu_nodes_group": ("node", "cluster"), "control_plane_group": ("node", "cluster"),

@@ -114,7 +114,7 @@ def test_cdi_hands_gpus_out_by_cdi_name_through_the_cri():
     ("auto", True, "cdi-cri"), ("auto", False, "envvar"), ("true", False, "cdi-cri"), ("false", True, "envvar"),
 ])
 def test_a_node_s_config_follows_its_cdi_setting_and_its_spec(cdi, spec, strategy):
-    from deploy.facts.k8s import GpuNode
+    from deploy.facts.gpu_node_identity import GpuNode
 
     node = GpuNode(host_name="gpu-1", node_name="gpu-1", products=("NVIDIA A100",), pci_gpus=1, nvidia_smi="ok",
                    gpu_sharing="none", nvidia_runtime_default=True, settings=parse_settings({"cdi": cdi}),

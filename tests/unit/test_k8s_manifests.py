@@ -15,7 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from deploy.facts.k8s import GpuNode
+from deploy.facts.gpu_node_identity import GpuNode
 from deploy.operations.kubectl import manifest_documents, stamp_manifest
 from deploy.settings import parse_settings
 from deploy.tasks.k8s import (

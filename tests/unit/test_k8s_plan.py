@@ -20,7 +20,7 @@ from plan import QUICK, Node, every, run_pyinfra
 from pyinfra.api import Inventory, State
 from pyinfra_cli.util import load_deploy_file
 
-from deploy.facts.k8s import GpuNodeIdentity
+from deploy.facts.gpu_node_identity import GpuNodeIdentity
 
 REPO = Path(__file__).resolve().parents[2]
 ENTRY = str(REPO / "deploy" / "k8s_gpu.py")

@@ -1,6 +1,6 @@
 """
 Every object the Kubernetes half applies, rendered by the deploy's own functions (deploy/tasks/k8s.py,
-deploy/gpushare.py, the kube-scheduler static pod edit), checked offline against the Kubernetes
+deploy/k8s/gpushare.py, the kube-scheduler static pod edit), checked offline against the Kubernetes
 OpenAPI schemas kubernetes-validate ships, for every minor from 1.28 to the newest that package
 has: strict, so an unknown field is an error. No API server runs here.
 
@@ -21,8 +21,8 @@ import pytest
 import yaml
 from packaging.version import Version
 
-from deploy.facts.k8s import GpuNode
-from deploy.gpushare import (
+from deploy.facts.gpu_node_identity import GpuNode
+from deploy.k8s.gpushare import (
     NODE_LABEL,
     check_scheduler_manifest,
     device_plugin_manifest,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from plan import run_plan, settings_for
 
-from deploy.distros import detect_platform
-from deploy.facts.kernel import KernelState
+from deploy.distros.families import detect_platform
+from deploy.facts.kernel_state import KernelState
 from deploy.operations.files import digest_read
 from deploy.operations.kernel import module_present, module_read, sysctls_read
 from deploy.tasks.kernel import KUBERNETES_MODULES, KUBERNETES_SYSCTLS, kernel_prerequisites, read_files
@@ -91,7 +91,7 @@ def nvlink5_node() -> dict:
 
 
 def test_an_nvlink5_node_persists_and_loads_ib_umad_for_fabric_manager():
-    from deploy.fabric import NVLINK5_MODULES_LOAD_PATH
+    from deploy.driver.fabric import NVLINK5_MODULES_LOAD_PATH
 
     facts = [*files_absent(), (digest_read(NVLINK5_MODULES_LOAD_PATH), "absent"),
              (module_read("ib_umad", None), ["module ib_umad 0"]),

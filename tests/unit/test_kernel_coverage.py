@@ -13,11 +13,11 @@ import pytest
 from plan import DEFAULT, Output, run_plan, settings_for
 from pyinfra.api import deploy
 
-from deploy import kernel_coverage
-from deploy.distros import DEBIAN_DRIVER, KERNEL_METAPACKAGE_HEADERS, detect_platform
-from deploy.facts.kernels import InstalledKernels
+from deploy.driver import kernel_coverage
+from deploy.distros.families import DEBIAN_DRIVER, KERNEL_METAPACKAGE_HEADERS, detect_platform
+from deploy.facts.installed_kernels import InstalledKernels
 from deploy.facts.nvidia import PackagesAvailable
-from deploy.report import FAIL, PASS, SKIP
+from deploy.reports.node_report import FAIL, PASS, SKIP
 from deploy.tasks import kernel_modules as kernel_tasks
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kernels"

@@ -1,6 +1,6 @@
 """
-The kernel module type decision (deploy/gpus.py), the branch lists' fact (deploy/facts/
-gpu_support.py) and the one-version choice (deploy/driver_versions.py), with the table checked
+The kernel module type decision (deploy/driver/module_type.py), the branch lists' fact (deploy/facts/
+gpu_support.py) and the one-version choice (deploy/driver/versions.py), with the table checked
 against Debian's real nvidia-detect lists read from the archive at test time.
 """
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import debian_archive
 import pytest
 
-from deploy import gpus
-from deploy.driver_versions import VersionRefusal, choose, matching
+from deploy.driver import module_type
+from deploy.driver.versions import VersionRefusal, choose, matching
 from deploy.facts.gpu_support import GpuSupportLists
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpus"
@@ -31,34 +31,34 @@ def gpu(device: str, slot: str = "0000:3b:00.0") -> dict:
     (V100, 580, "proprietary"), (P100, 535, "proprietary"),
 ])
 def test_auto_follows_the_architecture_and_the_branch(device, branch, expected):
-    assert gpus.decide_kernel_module_type("auto", [gpu(device)], branch).kernel_module_type == expected
+    assert module_type.decide_kernel_module_type("auto", [gpu(device)], branch).kernel_module_type == expected
 
 
 def test_no_gpu_takes_the_branchs_default():
-    assert gpus.decide_kernel_module_type("auto", [], 535).kernel_module_type == "proprietary"
-    assert gpus.decide_kernel_module_type("auto", [], 570).kernel_module_type == "open"
+    assert module_type.decide_kernel_module_type("auto", [], 535).kernel_module_type == "proprietary"
+    assert module_type.decide_kernel_module_type("auto", [], 570).kernel_module_type == "open"
 
 
 @pytest.mark.parametrize("setting, device, named", [("proprietary", B200, "Blackwell"), ("proprietary", GH200, "Grace Hopper"),
                                                      ("open", V100, "Volta"), ("open", P100, "Pascal")])
 def test_an_explicit_kernel_module_type_the_gpu_cannot_use_is_refused_naming_it(setting, device, named):
-    with pytest.raises(gpus.KernelModuleTypeRefusal) as refused:
-        gpus.decide_kernel_module_type(setting, [gpu(device)], 570)
+    with pytest.raises(module_type.KernelModuleTypeRefusal) as refused:
+        module_type.decide_kernel_module_type(setting, [gpu(device)], 570)
     assert f"0x{int(device, 16):04x} ({named})" in str(refused.value) and "\n" not in str(refused.value)
 
 
 @pytest.mark.parametrize("setting", ["open", "proprietary"])
 def test_turing_to_hopper_take_either_when_asked(setting):
-    assert gpus.decide_kernel_module_type(setting, [gpu(A100), gpu(H100, "0000:3c:00.0")], 535).kernel_module_type == setting
+    assert module_type.decide_kernel_module_type(setting, [gpu(A100), gpu(H100, "0000:3c:00.0")], 535).kernel_module_type == setting
 
 
 def test_gpus_with_no_common_kernel_module_type_are_refused():
-    with pytest.raises(gpus.KernelModuleTypeRefusal, match="allow no common kernel module type"):
-        gpus.decide_kernel_module_type("auto", [gpu(B200), gpu(V100, "0000:3c:00.0")], 570)
+    with pytest.raises(module_type.KernelModuleTypeRefusal, match="allow no common kernel module type"):
+        module_type.decide_kernel_module_type("auto", [gpu(B200), gpu(V100, "0000:3c:00.0")], 570)
 
 
 def test_an_unknown_device_id_takes_the_branchs_default_with_a_warning_naming_it():
-    decision = gpus.decide_kernel_module_type("auto", [gpu(UNKNOWN)], 535)
+    decision = module_type.decide_kernel_module_type("auto", [gpu(UNKNOWN)], 535)
     assert decision.kernel_module_type == "proprietary"
     assert any("0x0a00" in line for line in decision.warnings)
 
@@ -76,14 +76,14 @@ def test_the_fact_reads_the_json_open_feature_and_the_ids_files():
 
 def test_the_branchs_own_json_wins_over_the_table():
     # the fixture's json says its branch drives H100 only with... the open modules where it says so
-    branch_list = gpus.branch_list_from(lists(), None, "535")
+    branch_list = module_type.branch_list_from(lists(), None, "535")
     assert branch_list.open_known
     # an ID the table does not know, that the branch's list says the open modules drive
-    own = gpus.BranchList(source="test", supported=frozenset({0x0A00}), open_ids=frozenset({0x0A00}), open_known=True)
-    assert gpus.decide_kernel_module_type("open", [gpu(UNKNOWN)], 535, own).kernel_module_type == "open"
-    closed = gpus.BranchList(source="test", supported=frozenset({0x20B0}), open_known=True)
-    with pytest.raises(gpus.KernelModuleTypeRefusal):
-        gpus.decide_kernel_module_type("open", [gpu(A100)], 535, closed)
+    own = module_type.BranchList(source="test", supported=frozenset({0x0A00}), open_ids=frozenset({0x0A00}), open_known=True)
+    assert module_type.decide_kernel_module_type("open", [gpu(UNKNOWN)], 535, own).kernel_module_type == "open"
+    closed = module_type.BranchList(source="test", supported=frozenset({0x20B0}), open_known=True)
+    with pytest.raises(module_type.KernelModuleTypeRefusal):
+        module_type.decide_kernel_module_type("open", [gpu(A100)], 535, closed)
 
 
 # The real bookworm case: nvidia-driver 535.309.01 in the security archive, the open module only at 535.261.03.
@@ -131,13 +131,13 @@ def debian_ids(suite: str = "bookworm") -> dict[str, list[int]]:
                        cwd=folder, check=True, capture_output=True)
         [deb] = Path(folder).glob("nvidia-detect_*.deb")
         subprocess.run(["dpkg-deb", "-x", str(deb), f"{folder}/x"], check=True)
-        return {path.name: [gpus.device_id(line) for line in path.read_text().split() if line]
+        return {path.name: [module_type.device_id(line) for line in path.read_text().split() if line]
                 for path in Path(folder, "x/usr/share/nvidia").glob("*.ids")}
 
 
 def test_the_table_knows_every_gpu_debians_535_driver_drives_and_its_open_list_allows_open():
     ids = debian_ids()
-    unknown = [hex(device) for device in ids["nvidia.ids"] if gpus.architecture(device) is None]
+    unknown = [hex(device) for device in ids["nvidia.ids"] if module_type.architecture(device) is None]
     assert unknown == []
-    closed = [hex(device) for device in ids["nvidia-open.ids"] if "open" not in gpus.module_types_of(gpus.architecture(device))]
+    closed = [hex(device) for device in ids["nvidia-open.ids"] if "open" not in module_type.module_types_of(module_type.architecture(device))]
     assert closed == []

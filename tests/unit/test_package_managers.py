@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from pyinfra.api import StringCommand
 
-from deploy.distros import APT, DNF, PACMAN, ZYPPER, lock_bounded_checks, repository_check, version_listing
+from deploy.distros.package_managers import APT, DNF, PACMAN, ZYPPER, lock_bounded_checks, repository_check, version_listing
 from deploy.facts.packages import (DnfModuleStreams, MultiversionPackages, PackageVersions, RpmPackageStates,
                                    MANAGER_ERROR, WaitedPackageVersions, ZypperLocks)
 from deploy.operations.packages import BUSY, ZYPP_LOCK, _rpm_version_matches, lock_bounded, lock_wait_script

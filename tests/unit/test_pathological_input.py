@@ -1,5 +1,5 @@
 """
-Pathological input to every parser of text gpu-node did not write itself (deploy/node_text.py):
+Pathological input to every parser of text gpu-node did not write itself (deploy/foundations/node_text.py):
 values nested 3,000 deep (100,000 for JSON), a 50 MB file (as the node's read cuts it: the first
 1 MiB and one byte), a number of 5,000 digits, bytes that are not UTF-8, and a file cut short.
 The host fails in one line naming the file (and the line, where there is one) through the
@@ -33,13 +33,13 @@ from test_gpushare_plan import run_plan as run_k8s_plan
 from test_verify_steps import containerd_dump, run_verify
 from test_verify_steps import node_lines as verify_lines
 
-from deploy import node_text
-from deploy.cdi import RUNTIME_CONFIG, SPEC_PATH
-from deploy.engines.containerd.cri import effective_problems
-from deploy.distros import detect_platform
+from deploy.foundations import node_text
+from deploy.runtimes.cdi import RUNTIME_CONFIG, SPEC_PATH
+from deploy.runtimes.containerd.cri import effective_problems
+from deploy.distros.families import detect_platform
 from deploy.facts.cdi import CdiState
 from deploy.facts.containerd import ContainerdConfig, ContainerdInstallations, ContainerdImports, config_read
-from deploy.engines.docker.unit import UnitParseError, parse_docker_unit
+from deploy.runtimes.docker.unit import UnitParseError, parse_docker_unit
 from deploy.facts.docker import DockerState
 from deploy.facts.drain import KubeNodeSchedule
 from deploy.facts.files import FileText
@@ -52,6 +52,7 @@ from deploy.operations.cdi import state_read as cdi_state_read
 from deploy.operations.docker import state_read as docker_state_read
 from deploy.facts.apt import AptSourceFiles
 from deploy.settings import parse_settings
+from deploy.runtimes.wiring import runtime_wiring
 from deploy.tasks.cdi import cdi
 from deploy.tasks.containerd import containerd_runtime
 from deploy.tasks.docker import docker_runtime
@@ -227,7 +228,7 @@ def test_a_drop_in_containerd_imports_fails_the_host_in_one_line_naming_the_drop
 def test_containerds_config_dump_is_a_problem_in_one_line_for_the_wiring_check_and_for_verify(case):
     content, says = TOML[case]
     dump = node_text.decode(content[: MIB + 1])
-    wiring = parse_settings({}).runtime_wiring
+    wiring = runtime_wiring(parse_settings({}))
     where, problems = effective_problems(dump, wiring)
     [problem] = problems
     assert "\n" not in problem and (says in problem or case == "cut short"), problem

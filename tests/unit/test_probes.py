@@ -1,5 +1,5 @@
 """
-Probes (deploy/probes.py): the calling convention on pyinfra's @fake connector, driven through
+Probes (deploy/operations/probes.py): the calling convention on pyinfra's @fake connector, driven through
 pyinfra's own API in both of its modes (``both_modes``: ``-y``, execution only; the default mode,
 change detection while preparing, then execution), and the smoke pod probe's parser on kubectl
 output fixtures.
@@ -14,9 +14,9 @@ from plan import QUICK, Node, run_pyinfra
 from pyinfra.api import Inventory, deploy
 from pyinfra.api.deploy import add_deploy
 
-from deploy import probes
+from deploy.operations import probes
 from deploy.operations.kubectl import run_smoke_test, smoke_test_report
-from deploy.probes import SmokeTestRun
+from deploy.operations.probes import SmokeTestRun
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "k8s"
 CREATE = "create -f -"

@@ -1,6 +1,6 @@
 """
-Pull mode's settings file (deploy/pull_settings.py), its entry file (deploy/pull.py) and its units
-(deploy/pull_install.py).
+Pull mode's settings file (deploy/node/pull_settings.py), its entry file (deploy/pull.py) and its units
+(deploy/node/pull_install.py).
 
 The file is read only when it and every folder above it are root's alone. That walk starts at
 ``/``, and this machine's temporary folder (``/tmp``, mode 1777) fails it, as it should: the walk is
@@ -26,10 +26,10 @@ import pytest
 import yaml
 from plan import DEFAULT, Node, run_deploy
 
-from deploy import pull_settings
-from deploy.pull_install import exec_word, unit_texts
-from deploy.pull_settings import PULL_DEFAULTS, SETTINGS_FILE, settings_from_file, settings_from_text
-from deploy.root_files import unsafe
+from deploy.node import pull_settings
+from deploy.node.pull_install import exec_word, unit_texts
+from deploy.node.pull_settings import PULL_DEFAULTS, SETTINGS_FILE, settings_from_file, settings_from_text
+from deploy.node.root_files import unsafe
 from deploy.settings import SettingsError, parse_settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -269,7 +269,7 @@ def test_the_cloud_init_examples_settings_pass_the_model_and_it_installs_the_tim
     example = cloud_config()
     (settings,) = [entry for entry in example["write_files"] if entry["path"] == "/etc/gpu-node/settings.toml"]
     assert parse_settings(settings_from_text(settings["content"])).container_runtimes == ("containerd",)
-    assert ["/opt/gpu-node/bin/python", "-m", "gpu_node.pull_install"] in example["runcmd"]
+    assert ["/opt/gpu-node/bin/python", "-m", "gpu_node.node.pull_install"] in example["runcmd"]
 
 
 # --- the example's install: pinned wheels from the site, never a name from an index -----------------
@@ -392,13 +392,13 @@ def test_the_docs_build_recipe_is_the_one_the_e2e_install_runs():
     assert REQUIREMENTS_RECIPE in (REPO / "docs" / "without-controller.md").read_text()
 
 
-# --- deploy/pull_install.py: the units only once the settings are there and root's -------------------
+# --- deploy/node/pull_install.py: the units only once the settings are there and root's -------------------
 
 @pytest.mark.parametrize("case", ["absent", "below-tmp", "invalid"])
 def test_pull_install_without_trusted_valid_settings_writes_and_enables_nothing(case, tmp_path, monkeypatch, capsys):
     """Its settings read through pull_settings (the file there, root's alone, valid) before the
     recording shell, the unit files and systemctl: otherwise one line, exit 1, none of them."""
-    from deploy import pull_install
+    from deploy.node import pull_install
 
     path = Path(f"/gpu-node-test-{os.urandom(8).hex()}/settings.toml") if case == "absent" else tmp_path / "settings.toml"
     if case != "absent":

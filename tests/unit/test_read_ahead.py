@@ -15,10 +15,10 @@ from plan import run_plan, settings_for
 from pyinfra import host
 from pyinfra.api import Config, Inventory, State, deploy, operation
 
-from deploy.distros import detect_platform
+from deploy.distros.families import detect_platform
 from deploy.facts.read_ahead import known_fact, read_facts
 from deploy.facts.files import FileDigest, FileDigests
-from deploy.facts.kernel import KernelState
+from deploy.facts.kernel_state import KernelState
 from deploy.operations import files
 from deploy.tasks import containerd as containerd_stage
 from deploy.tasks import kernel as kernel_stage

@@ -77,7 +77,7 @@ def test_no_tracked_file_cites_a_design_file_or_folder_outside_the_repository():
 
 
 def test_the_readme_distribution_table_names_real_families_and_every_family():
-    from deploy.distros import FAMILIES
+    from deploy.distros.families import FAMILIES
 
     section = README.read_text().split("## Supported distributions", 1)[1].split("\n## ", 1)[0]
     rows = [line.split("|")[1:-1] for line in section.splitlines() if line.startswith("| ") and "`" in line]

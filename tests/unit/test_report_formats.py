@@ -1,6 +1,6 @@
 """
 The node and fleet reports' formats, shipped as JSON Schema in the package (deploy/schemas/): the
-files are the models' schemas (deploy/report.py's NodeReportFormat, deploy/fleet_report.py's
+files are the models' schemas (deploy/reports/formats.py's NodeReportFormat and
 FleetReportFormat, the source), every report the code writes is valid against the files (checked by
 jsonschema, not by the models), each carries the gpu-node version that wrote it, and the files
 refuse the hostile reports the fleet view refuses.
@@ -21,9 +21,10 @@ from test_dra_node import CONTAINERD_16, verify_dra_node
 from test_first_boot import boot, node
 
 import deploy
-from deploy import __version__, fleet_from_reports
-from deploy.first_boot import write_report
-from deploy.report import NodeReportFormat
+from deploy import __version__
+from deploy.fleet import from_reports as fleet_from_reports
+from deploy.node.first_boot import write_report
+from deploy.reports.formats import NodeReportFormat
 
 REPO = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("report_schemas", REPO / "scripts" / "report_schemas.py")

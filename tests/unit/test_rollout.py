@@ -1,4 +1,4 @@
-"""deploy/rollout.py (gpu-node-rollout): batch splitting, reading pyinfra's --json results, when a batch
+"""deploy/fleet/rollout.py (gpu-node-rollout): batch splitting, reading pyinfra's --json results, when a batch
 stops the rollout, its command line."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from deploy import rollout
+from deploy.fleet import rollout
 
 
 @pytest.mark.parametrize(
@@ -76,7 +76,7 @@ def test_read_batch_result_nonzero_exit_without_a_failed_host_fails_the_batch():
 
 
 def test_a_batch_awaiting_a_reboot_is_done_not_failed():
-    # pyinfra's run exits 3 (deploy/exit_status.py) when every host is done but a GPU node awaits the
+    # pyinfra's run exits 3 (deploy/reports/exit_status.py) when every host is done but a GPU node awaits the
     # reboot its driver change needs: the batch is not failed, the rollout goes on and says it.
     result = rollout.read_batch_result(1, ["a", "b"], 3, pyinfra_json([], failed_hosts=[]))
     assert result.failed == [] and result.stopped == "" and result.reboot_required

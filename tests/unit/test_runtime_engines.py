@@ -1,5 +1,5 @@
 """
-The runtime-engine contract (deploy/engines/api.py), the same checks over every engine: containerd
+The runtime-engine contract (deploy/runtimes/engine.py), the same checks over every engine: containerd
 and Docker each read their config, wire the NVIDIA runtime in keeping what else the file holds,
 render it back, and say what the runtime will run. What "the runtime will run" is made of differs
 (containerd's ``config dump``, daemon.json plus dockerd's flags): each case says how the file alone
@@ -15,12 +15,12 @@ from typing import Any, Callable
 
 import pytest
 
-from deploy.engines.api import ConfigError, Effective, RuntimeEngine, Wired
-from deploy.engines.containerd.cri import ContainerdEngine
-from deploy.engines.docker.daemon_json import DockerEngine, DockerRunning
-from deploy.node_records import JSON, TOML
-from deploy.settings import RuntimeWiring
-from deploy.toml_layout import tomllib
+from deploy.runtimes.engine import ConfigError, Effective, RuntimeEngine, Wired
+from deploy.runtimes.containerd.cri import ContainerdEngine
+from deploy.runtimes.docker.daemon_json import DockerEngine, DockerRunning
+from deploy.node.records import JSON, TOML
+from deploy.runtimes.wiring import RuntimeWiring
+from deploy.foundations.toml_layout import tomllib
 
 WIRING = RuntimeWiring()
 

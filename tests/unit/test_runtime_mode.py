@@ -1,8 +1,8 @@
 """
 nvidia_runtime_mode: the nvidia runtime's own mode in /etc/nvidia-container-runtime/config.toml, the
 containerd annotations its cdi mode needs, the refusals, verify's runtime_mode step, and verify's
-CRI probe asking for a CDI device (deploy/settings.py, deploy/cdi.py, deploy/engines/containerd/cri.py,
-deploy/tasks/cdi.py, deploy/operations/cdi.py, deploy/verification/, deploy/probes.py).
+CRI probe asking for a CDI device (deploy/settings/sections/runtimes.py, deploy/runtimes/cdi.py, deploy/runtimes/containerd/cri.py,
+deploy/tasks/cdi.py, deploy/operations/cdi.py, deploy/verification/, deploy/operations/probes.py).
 
 The config texts below are written for these tests in the shape the toolkit's package ships (keys,
 commented-out keys, tables); tests/e2e/test_runtime_mode_e2e.py edits one on a node.
@@ -27,16 +27,17 @@ from test_verify_steps import (
     run_verify, smi_output,
 )
 
-from deploy.cdi import RUNTIME_CONFIG, runtime_mode_of, with_runtime_mode
-from deploy.engines.containerd.cri import effective_problems, merge_containerd_config
-from deploy.toml_layout import ConfigError, tomllib
+from deploy.runtimes.cdi import RUNTIME_CONFIG, runtime_mode_of, with_runtime_mode
+from deploy.runtimes.containerd.cri import effective_problems, merge_containerd_config
+from deploy.foundations.toml_layout import ConfigError, tomllib
 from deploy.facts.cdi import CdiState
 from deploy.facts.containerd import ContainerdInstallations
 from deploy.verification.cdi import CdiProbe, cdi_container_problem, cri_cdi_probe, runtime_mode_step
 from deploy.verification.options import VerifyOptions
+from deploy.runtimes.wiring import runtime_wiring
 from deploy.verification.toolkit_runtimes import cri_step
 from deploy.operations.cdi import state_read
-from deploy.probes import CrictlRun
+from deploy.operations.probes import CrictlRun
 from deploy.settings import SettingsError, parse_settings
 from deploy.tasks.cdi import cdi, preflight_check
 from deploy.tasks.k8s import SharingConfig
@@ -73,7 +74,7 @@ def test_cdi_mode_with_cdi_false_stops_the_run_in_one_line():
 @pytest.mark.parametrize("mode, annotations", [("cdi", ("cdi.k8s.io/*",)), ("auto", ()), ("legacy", ()), (None, ())])
 def test_only_cdi_mode_asks_containerd_to_pass_the_cdi_annotations_on(mode, annotations):
     data = {"nvidia_runtime_mode": mode} if mode else {}
-    assert parse_settings(data).runtime_wiring.container_annotations == annotations
+    assert runtime_wiring(parse_settings(data)).container_annotations == annotations
 
 
 # --- the runtime's config ------------------------------------------------------------------------
@@ -111,7 +112,7 @@ def test_a_file_that_is_not_toml_is_refused_in_one_line(text):
 
 # --- containerd's nvidia runtime ----------------------------------------------------------------
 
-CDI_WIRING = parse_settings({"nvidia_runtime_mode": "cdi"}).runtime_wiring
+CDI_WIRING = runtime_wiring(parse_settings({"nvidia_runtime_mode": "cdi"}))
 V2_NVIDIA = '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]'
 
 
@@ -134,11 +135,11 @@ def test_the_sites_own_annotations_and_their_comments_are_kept():
 def test_annotations_already_passed_leave_the_file_as_it_is_and_another_mode_removes_nothing():
     wired = merge_containerd_config("version = 2\n", CDI_WIRING).text
     assert merge_containerd_config(wired, CDI_WIRING).text == wired
-    assert merge_containerd_config(wired, parse_settings({}).runtime_wiring).text == wired
+    assert merge_containerd_config(wired, runtime_wiring(parse_settings({}))).text == wired
 
 
 def test_containerd_dump_without_the_annotations_is_a_problem_named_by_the_setting():
-    wired = merge_containerd_config("version = 2\n", parse_settings({}).runtime_wiring).text
+    wired = merge_containerd_config("version = 2\n", runtime_wiring(parse_settings({}))).text
     where, problems = effective_problems(wired, CDI_WIRING)
     assert problems == ["runtimes.nvidia.container_annotations lacks 'cdi.k8s.io/*' (nvidia_runtime_mode=cdi)"]
     assert effective_problems(merge_containerd_config(wired, CDI_WIRING).text, CDI_WIRING)[1] == []

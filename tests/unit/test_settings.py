@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy import settings as settings_module
+from deploy.settings import hints as settings_hints
 from deploy.settings import DEFAULTS, SETTING_FIELDS, Settings, SettingsError, likely_typos, parse_settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -330,7 +330,7 @@ def test_pyinfra_keys_and_unrelated_user_keys_get_no_warning():
 
 
 def test_setting_prefixes_come_from_the_setting_names():
-    prefixes = settings_module.setting_prefixes()
+    prefixes = settings_hints.setting_prefixes()
     for prefix in ("nvidia_", "containerd_", "docker_", "gpu_", "gpushare_", "drain_", "kube_", "verify_"):
         assert prefix in prefixes
     assert all(any(name.startswith(prefix) for name in SETTING_FIELDS) for prefix in prefixes)

@@ -1,4 +1,4 @@
-"""docs/settings.md is generated from deploy/settings.py: it must be current, and say what the code does."""
+"""docs/settings.md is generated from deploy/settings/sections/: it must be current, and say what the code does."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """
-The node's shell scripts (deploy/shell/*.sh, read through deploy/shell_scripts.py):
+The node's shell scripts (deploy/shell/*.sh, read through deploy/foundations/shell_scripts.py):
 
 - shellcheck (Debian's package; scripts/ensure-debian-package.sh installs it where it can, else the test
   skips with that script's line) finds nothing in any of them, read as POSIX sh, as the node's
@@ -25,7 +25,7 @@ import pytest
 from pci_tree import load, write
 from shell_sandbox import Sandbox, build_template
 
-from deploy import shell_scripts
+from deploy.foundations import shell_scripts
 from deploy.facts.devices import NvidiaDeviceLinks
 from deploy.facts.nvidia import NodeSurvey
 from deploy.facts.records import NodeRecords

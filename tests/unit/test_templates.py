@@ -1,4 +1,4 @@
-"""The one Jinja environment (deploy/templates.py): strict, and its to_json filter is json.dumps."""
+"""The one Jinja environment (deploy/foundations/templates.py): strict, and its to_json filter is json.dumps."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import jinja2
 import pytest
 
-from deploy import templates
-from deploy.engines.docker.daemon_json import render_daemon_json
+from deploy.foundations import templates
+from deploy.runtimes.docker.daemon_json import render_daemon_json
 
 
 def test_a_name_the_template_needs_and_is_not_given_is_an_error_not_an_empty_string():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from plan import DEFAULT, run_plan, settings_for
 
-from deploy.distros import detect_platform
+from deploy.distros.families import detect_platform
 from deploy.facts.packages import RpmPackageStates
 from deploy.operations.download import source_read
 from deploy.operations.packages import deb_states_read

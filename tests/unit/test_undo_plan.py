@@ -1,6 +1,6 @@
 """
 The undo run (deploy/undo.py), piece by piece. Where a piece changes files, it runs for real: the
-records are written by gpu-node's own recording shell (deploy/node_records.py) or by a replayed
+records are written by gpu-node's own recording shell (deploy/node/records.py) or by a replayed
 deploy plan in a scratch root (tests/shell_sandbox.py), the undo run reads them there with its own
 fact's command (deploy/facts/records.py), its plan is made on pyinfra's @fake connector from that
 answer, and replayed in the same root. The root has no systemctl, apt or rpm: a restart and a
@@ -21,7 +21,7 @@ from pyinfra.facts.server import Arch, LinuxDistribution
 from shell_sandbox import Sandbox, build_template
 from test_driver_plans import DEBIAN_FILES, node as debian_node
 
-from deploy import node_records
+from deploy.node import records as node_records
 from deploy.facts.access import HostAccess
 from deploy.facts.packages import DebPackageStates
 from deploy.facts.records import NodeRecords
@@ -460,7 +460,7 @@ def test_a_unit_gpu_node_enabled_goes_back_to_its_state_before():
 
 
 # The units gpu-node writes itself: the first-boot unit and its target (deploy/tasks/boot.py, recorded
-# after its files were written: "disabled"), pull mode's timer and service (deploy/pull_install.py,
+# after its files were written: "disabled"), pull mode's timer and service (deploy/node/pull_install.py,
 # recorded before: "not-found").
 OWN_UNITS = {"gpu-node-boot.service": "disabled inactive", "gpu-node-ready.target": "disabled inactive",
              "gpu-node-pull.timer": "not-found inactive"}
@@ -498,9 +498,9 @@ def test_units_gpu_node_created_are_disabled_before_their_files_go_and_a_timer_i
 
 
 def test_pull_modes_units_as_pull_install_records_them_are_taken_off_by_the_undo(box):
-    """deploy/pull_install.py's own recording shell run in the root around its writes: the undo stops
+    """deploy/node/pull_install.py's own recording shell run in the root around its writes: the undo stops
     and disables the timer, then removes both unit files."""
-    from deploy import pull_install
+    from deploy.node import pull_install
 
     texts = pull_install.unit_texts("/opt/gpu-node/bin/python", "/opt/gpu-node/lib/gpu_node/pull.py")
     paths = [f"{pull_install.UNIT_DIR}/{name}" for name in texts]

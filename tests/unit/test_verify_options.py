@@ -33,3 +33,19 @@ def test_every_field_takes_the_value_of_the_setting_it_names():
     for setting in CHANGED:  # the changed value arrived, not a default
         assert getattr(options, named[setting]) != getattr(default, named[setting]), setting
     assert options.kernel_module_type == "open" and options.runtimes == ("docker",)
+
+
+def test_every_field_has_the_type_of_the_setting_it_names():
+    """VerifyOptions declares no type or default of its own: each field's is the setting's (a default
+    verify is from_settings of the defaults)."""
+    from typing import get_type_hints
+
+    from deploy.settings import SETTING_FIELDS
+    from deploy.settings.fields import unwrap
+
+    hints = get_type_hints(VerifyOptions)
+    for each in fields(VerifyOptions):
+        if "setting" in each.metadata:
+            inner, _, optional = unwrap(hints[each.name])
+            setting_inner, _, setting_optional = unwrap(SETTING_FIELDS[each.metadata["setting"]].annotation)
+            assert (inner, optional) == (setting_inner, setting_optional), each.name

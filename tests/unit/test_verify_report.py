@@ -9,7 +9,7 @@ import re
 import gevent
 import pytest
 
-from deploy.report import FAIL, PASS, SKIP, NodeRecord, ReportStore, Step, node_table, report_json
+from deploy.reports.node_report import FAIL, PASS, SKIP, NodeRecord, ReportStore, Step, node_table, report_json
 
 
 def record(host: str, *statuses: str) -> NodeRecord:

@@ -23,15 +23,15 @@ from pyinfra.api.exceptions import PyinfraError
 
 from deploy.facts.containerd import ContainerdInstallations
 from deploy.facts.cuda import CudaInit
-from deploy.facts.kernels import InstalledKernels
+from deploy.facts.installed_kernels import InstalledKernels
 from deploy.facts.nvidia import NodeSurvey
 from deploy.facts.verification import Executables, VerifyReadout
 from deploy.verification.options import VerifyOptions
 from deploy.operations.cdi import state_read as cdi_state_read
 from deploy.operations.devices import links_read
 from deploy.operations.verification import containerd_config_read, containerd_of, verify_read
-from deploy.probes import CrictlRun
-from deploy.report import FAIL, PASS, SKIP
+from deploy.operations.probes import CrictlRun
+from deploy.reports.node_report import FAIL, PASS, SKIP
 from deploy.tasks.verification import verify
 
 
@@ -580,10 +580,10 @@ def test_each_real_containerds_dump_of_the_wired_config_passes_runtime_binary_an
     by that parsed path, so runtime_binary passes on every version, and fails when it is gone."""
     from containerd_releases import config_dump, release
 
-    from deploy.engines.containerd.cri import merge_containerd_config
-    from deploy.settings import RuntimeWiring
+    from deploy.runtimes.containerd.cri import merge_containerd_config
+    from deploy.runtimes.wiring import RuntimeWiring
 
-    from deploy.cdi import for_containerd
+    from deploy.runtimes.cdi import for_containerd
 
     containerd = release(suite)
     default = subprocess.run([str(containerd.binary), "config", "default"], capture_output=True, text=True, check=True)
@@ -884,7 +884,7 @@ def test_the_cuda_reads_real_command_against_the_802_standin_names_fabric_manage
 
 
 def test_the_fleet_row_carries_what_verify_found_of_the_driver(tmp_path):
-    from deploy.fleet_report import fleet_rows
+    from deploy.reports.fleet_report import fleet_rows
 
     lines = node_lines(kmod=OPEN_KMOD, switches=4, fabric_manager="active", cuda=cuda_lines(0, devices=1), **ONE_GPU)
     plan, _, _, failed = run_verify(tmp_path, lines)

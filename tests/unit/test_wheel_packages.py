@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from deploy.toml_layout import tomllib
+from deploy.foundations.toml_layout import tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -17,7 +17,7 @@ def test_the_wheel_lists_every_package_of_deploy_and_every_template_folder():
             for init in (REPO / "deploy").rglob("__init__.py")}
     templates = {".".join(("gpu_node.template_files", *folder.relative_to(REPO / "templates").parts))
                  for folder in {template.parent for template in (REPO / "templates").rglob("*.j2")}}
-    # deploy/shell/ holds the node's scripts, no Python: a data package (deploy/shell_scripts.py reads it)
+    # deploy/shell/ holds the node's scripts, no Python: a data package (deploy/foundations/shell_scripts.py reads it)
     scripts = {"gpu_node.shell"} if any((REPO / "deploy" / "shell").glob("*.sh")) else set()
     # deploy/schemas/ holds the reports' JSON Schema files: a data package too
     schemas = {"gpu_node.schemas"} if any((REPO / "deploy" / "schemas").glob("*.schema.json")) else set()

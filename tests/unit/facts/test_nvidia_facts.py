@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from deploy.distros import APT, DNF
+from deploy.distros.package_managers import APT, DNF
 from deploy.facts.nvidia import IgnoredPackages, NodeSurvey, PackagesAvailable, RecommendedDriver
 from deploy.operations.packages import PACMAN_HOLD_LIST, pacman_hold_command
 from deploy.facts.apt import AptSourceFiles

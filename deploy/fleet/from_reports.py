@@ -1,0 +1,279 @@
+"""
+The fleet view without a controller (docs/without-controller.md): the node reports the nodes wrote
+themselves (the first-boot unit's boot-report.json, a pull run's report.json) read into the fleet
+table and its JSON and HTML page (deploy/reports/fleet_report.py's), either gathered into one folder (each
+node uploads its own, under any name ending .json):
+
+    python -m gpu_node.fleet.from_reports FOLDER [FLEET.json]
+
+or read over SSH where the nodes keep them, one remote command per node (deploy/fleet_view.py):
+
+    pyinfra inventory.py deploy/fleet_view.py [--data fleet_report_path=FLEET.json]
+
+A node whose report is ok is converged, one whose report failed is failed (with its failed steps).
+A report is text a node sent: read only from a regular file, at most node_text's bound, and checked
+against its format (deploy/reports/formats.py's NodeReportFormat) before anything reads a field of it; a
+report holds one node, and a host that two files of a folder report is refused. A file that is no
+report is one line naming it and what is wrong, the others are still read, and the exit status is
+non-zero (over SSH: that host fails).
+A fleet report (a pull run writes one of itself beside its node report) is no node's report: passed over.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import os
+import stat
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from pydantic import ValidationError
+from pyinfra.api.state import BaseStateCallback
+
+from ..foundations import node_text
+from ..foundations.command_line import ArgumentParser, program
+from ..facts.reports import NOT_REGULAR, REPORTS_DIR, NodeReports
+from ..reports.fleet_report import (
+    CONVERGED,
+    FAILED,
+    FleetRow,
+    fleet_table,
+    html_path,
+    write_html,
+    write_json,
+)
+from ..operations.failure import fail
+from ..reports.formats import FleetReportFormat, NodeFormat, NodeReportFormat, NodeSummaryFormat
+from ..reports.node_report import FAIL, PASS, SKIP
+from ..foundations.run_state import per_run
+from ..settings import host_settings
+
+# A folder holds one report per node: more .json files than this and it is not read at all (the
+# files are read one at a time, each at most node_text.MAX_FILE_BYTES; this bounds the whole).
+MAX_FOLDER_REPORTS = 10_000
+# What a validation error says: its first few problems (a hostile file may hold thousands), each
+# place no longer than a host name may be (a key of the file's own is part of it).
+SHOWN_ERRORS, SHOWN_PLACE = 3, 64
+
+
+class NotAReport(ValueError):
+    """Text that is no gpu-node report: what is wrong, in one line."""
+
+
+def _what_is_wrong(error: ValidationError) -> str:
+    """A validation error in one line: where and what, for its first few problems (pydantic's own
+    text spans lines and repeats the values the file holds)."""
+    problems = error.errors(include_url=False, include_input=False)
+    said = []
+    for problem in problems[:SHOWN_ERRORS]:
+        place = ".".join(str(part) for part in problem["loc"]) or "the report"
+        said.append(f"{place[:SHOWN_PLACE]}{'...' if len(place) > SHOWN_PLACE else ''}: {problem['msg']}")
+    more = len(problems) - SHOWN_ERRORS
+    return "; ".join(said) + (f" (and {more} more)" if more > 0 else "")
+
+
+def node_of(text: str, source: str) -> NodeFormat | None:
+    """The node a report's ``text`` holds, checked against the format; None for a fleet report.
+    NotAReport or node_text.UnreadableText for text that is no report."""
+    try:
+        report = node_text.parsed(json.loads, text, source)
+    except json.JSONDecodeError as error:
+        raise NotAReport(f"not a gpu-node report: not JSON: {error}") from None
+    try:
+        if isinstance(report, dict) and "counts" in report:
+            FleetReportFormat.model_validate(report)
+            return None
+        nodes = NodeReportFormat.model_validate(report).nodes
+    except ValidationError as error:
+        raise NotAReport(f"not a gpu-node report: {_what_is_wrong(error)}") from None
+    if len(nodes) != 1:
+        raise NotAReport(f"not a node report of one node: it holds {len(nodes)} (one node, one file)")
+    return nodes[0]
+
+
+def _problem(source: str, error: Exception) -> str:
+    """One line naming ``source`` and what is wrong with it, control characters escaped."""
+    if isinstance(error, node_text.UnreadableText):
+        return node_text.printable(str(error))  # it names its source
+    what = f"cannot read it: {error.strerror}" if isinstance(error, OSError) else str(error)
+    return node_text.printable(f"{source}: {what}")
+
+
+def row_of(node: NodeFormat, source: str) -> FleetRow:
+    verify = {status: sum(step.status == status for step in node.steps) for status in (PASS, FAIL, SKIP)}
+    verify["failed_steps"] = [step.name for step in node.steps if step.status == FAIL]
+    ok = node.ok and not verify["failed_steps"]
+    return FleetRow(host=node.host, status=CONVERGED if ok else FAILED,
+                    failed_operations=[] if ok else [f"report {source}"],
+                    failure_lines=[] if ok else [", ".join(verify["failed_steps"]) or "the report says not ok"],
+                    no_gpu=not node.gpus, verify=verify, **node.model_dump(include=set(NodeSummaryFormat.model_fields)))
+
+
+def read_report(folder: Path, entry: os.DirEntry) -> str:
+    """A report file's text: a regular file only (a link is not followed, a FIFO or device not
+    opened), opened without following a link or blocking (should it be swapped since it was listed)
+    and read no further than one byte past node_text's bound."""
+    if entry.is_symlink() or not entry.is_file(follow_symlinks=False):
+        raise NotAReport(NOT_REGULAR)
+    try:
+        handle = os.open(folder / entry.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as error:
+        if error.errno == errno.ELOOP:  # a link now
+            raise NotAReport(NOT_REGULAR) from None
+        raise
+    with os.fdopen(handle, "rb") as stream:
+        if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+            raise NotAReport(NOT_REGULAR)
+        return node_text.decode(stream.read(node_text.MAX_FILE_BYTES + 1))
+
+
+def report_entries(folder: Path) -> list[os.DirEntry]:
+    """The folder's ``*.json`` entries by name (hidden ones aside, as a shell's ``*.json``); NotAReport
+    when there are more than ``MAX_FOLDER_REPORTS``."""
+    entries = []
+    with os.scandir(folder) as listing:
+        for entry in listing:
+            if entry.name.endswith(".json") and not entry.name.startswith("."):
+                entries.append(entry)
+                if len(entries) > MAX_FOLDER_REPORTS:
+                    raise NotAReport(f"holds more than {MAX_FOLDER_REPORTS} .json files: "
+                                     f"not read (a fleet's folder holds one report per node)")
+    return sorted(entries, key=lambda entry: entry.name)
+
+
+def read_folder(folder: str) -> tuple[list[FleetRow], list[str]]:
+    """(a row per node, sorted by host; one line per file that is not a node report, and per host
+    that two or more files report: neither is read, the host's row says so)."""
+    found: dict[str, list[tuple[str, NodeFormat]]] = {}
+    problems = []
+    for entry in report_entries(Path(folder)):
+        source = str(Path(folder) / entry.name)
+        try:
+            node = node_of(read_report(Path(folder), entry), source)
+        except (OSError, NotAReport, node_text.UnreadableText) as error:
+            problems.append(_problem(source, error))
+            continue
+        if node is not None:
+            found.setdefault(node.host, []).append((entry.name, node))
+    rows = []
+    for host, reports in sorted(found.items()):
+        if len(reports) == 1:
+            rows.append(row_of(reports[0][1], reports[0][0]))
+            continue
+        files = ", ".join(str(Path(folder) / name) for name, _ in reports)
+        problems.append(node_text.printable(f"{host} is reported by {len(reports)} files ({files}): "
+                                            "one node, one file: none of them read"))
+        rows.append(FleetRow(host=host, status=FAILED, failed_operations=["read its report"],
+                             failure_lines=[f"reported by {len(reports)} files: {files}"]))
+    return rows, problems
+
+
+def node_row(host_name: str, reports: list[dict]) -> tuple[FleetRow, list[str]]:
+    """One node's row from the reports it keeps (the NodeReports fact): its newest node report, under
+    the name the inventory gives the node; one line per file that is not a node report, or not read."""
+    newest, problems = None, []
+    for report in sorted(reports, key=lambda report: (report.get("mtime", 0), report["name"])):
+        source = f"{host_name}: {REPORTS_DIR}/{report['name']}"
+        try:
+            if "not_read" in report:
+                raise NotAReport(report["not_read"])
+            node = node_of(report["text"], source)
+        except (NotAReport, node_text.UnreadableText) as error:
+            problems.append(_problem(source, error))
+            continue
+        newest = (node, report["name"]) if node is not None else newest
+    if newest is None:
+        return FleetRow(host=host_name, status=FAILED, failed_operations=["read the node's reports"],
+                        failure_lines=[f"no node report in {REPORTS_DIR} (neither a first boot nor a pull run wrote one)"]), problems
+    return replace(row_of(*newest), host=host_name), problems
+
+
+@dataclass
+class ReportsView(BaseStateCallback):
+    """The run's fleet view (deploy/foundations/run_state.py): a row per node as its reports are read, the table
+    printed (and written) once the last host disconnected; a host never reached is a failed row."""
+
+    path: str = ""
+    rows: dict[str, FleetRow] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    disconnected: set = field(default_factory=set)
+    done: bool = False
+
+    def host_disconnect(self, state, host) -> None:
+        self.disconnected.add(host.name)
+        if self.done or len(self.disconnected) < len(state.activated_hosts):
+            return
+        self.done = True
+        self.finish(state)
+
+    def finish(self, state, stream=None) -> list[FleetRow]:
+        rows = dict(self.rows)
+        for host in state.inventory:
+            if host.name not in rows:
+                rows[host.name] = FleetRow(host=host.name, status=FAILED, failed_operations=["read the node's reports"],
+                                           failure_lines=["not reached (see the run output)"])
+        ordered = [rows[name] for name in sorted(rows)]
+        out = stream or sys.stdout
+        for problem in self.problems:
+            print(f"gpu-node: {problem}", file=sys.stderr)
+        print(fleet_table(ordered), file=out)
+        if self.path:
+            write_json(self.path, ordered)
+            write_html(html_path(self.path), ordered)
+            print(f"--> Fleet view written to {self.path} and {html_path(self.path)}", file=out)
+        return ordered
+
+
+def view_this_host(host) -> None:
+    """deploy/fleet_view.py's body for one host: its reports read (one command), its row kept; a
+    host whose reports fail or cannot be read fails (nothing runs on it), so the run's exit status
+    says so, as the folder mode's does."""
+    settings = host_settings(host)
+
+    def hook(view: ReportsView) -> None:
+        view.path = settings.fleet_report_path
+        host.state.add_callback_handler(view)
+
+    view = per_run(host.state, ReportsView, created=hook)
+    row, problems = node_row(host.name, host.get_fact(NodeReports))
+    view.rows[host.name] = row
+    view.problems += problems
+    failures = problems + [node_text.printable(f"{operation}: {line}") for operation, line in row.failures()]
+    if failures:
+        fail(name="Refuse this node's reports", message="; ".join(failures))
+
+
+def _folder(text: str) -> Path:
+    if not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: no such folder")
+    return Path(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = ArgumentParser(prog=program(f"{__package__}.from_reports"),
+                            description="The fleet table of the node reports gathered in FOLDER (one per node, any "
+                                        "name ending .json), and with FLEET.json its JSON and HTML page beside it. "
+                                        "Exit status 0 when every node converged and every file was a report, else 1.")
+    parser.add_argument("folder", metavar="FOLDER", type=_folder, help="a folder of node reports")
+    parser.add_argument("fleet_json", metavar="FLEET.json", nargs="?",
+                        help="write the fleet report there, and its page beside it (.html)")
+    args = parser.parse_args(argv)
+    try:
+        rows, problems = read_folder(args.folder)
+    except (OSError, NotAReport) as error:
+        print(f"gpu-node: {_problem(str(args.folder), error)}", file=sys.stderr)
+        return 1
+    for problem in problems:
+        print(f"gpu-node: {problem}", file=sys.stderr)
+    print(fleet_table(rows))
+    if args.fleet_json:
+        write_json(args.fleet_json, rows)
+        write_html(html_path(args.fleet_json), rows)
+    return 0 if rows and all(row.status != FAILED for row in rows) and not problems else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

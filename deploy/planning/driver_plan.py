@@ -1,0 +1,402 @@
+"""
+The driver stage's plan, pure: from the settings, the family's table (deploy/distros/families.py), what the
+node showed (NodeSurvey) and what preflight read ahead (``Readings``), the packages, versions,
+repositories, holds and services of this host, or a ``DriverPlanError`` naming why none fits.
+No host and no facts: deploy/tasks/driver.py reads, then applies the plan.
+
+The plan is made in steps, each taking what the one before decided: the branch
+(``plan_branch``), the kernel module type and its packages (``module_packages``), one driver
+version for them (``driver_versions``), Fabric Manager at that version (``fabric_manager``), and
+what only the install can choose, after its refresh (``resolve_at_install``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from packaging.version import InvalidVersion, Version
+
+from ..driver import module_type
+from ..distros.package_managers import APT, PackageManager, lock_bounded_checks
+from ..distros.families import Platform, by_distro_id
+from ..distros.repositories import key_pin
+from .driver_names import (DriverPlanError, checked_key_url, package_names, render, render_repository, repository_urls,
+                           template_values)
+from ..driver.versions import VersionRefusal, apt_pin_text, choose, matching, upstream_version
+from ..driver.fabric import Fabric, fabric_of
+from ..settings import Settings
+from ..driver.versions import MIN_DRIVER_VERSION
+
+# apt: the driver's source packages pinned at the plan's version (deploy/distros/families.py pin_sources)
+APT_PIN_PATH = "/etc/apt/preferences.d/gpu-node-nvidia-driver"
+CUDA_PROFILE_PATH = "/etc/profile.d/cuda.sh"
+# NVIDIA's CUDA repository, where Fabric Manager comes from (apt: signed-by, as the toolkit's)
+CUDA_REPOSITORY_NAME = "nvidia-cuda"
+CUDA_APT_SOURCE = APT.repository_file.format(name=CUDA_REPOSITORY_NAME)
+CUDA_APT_KEYRING = "/usr/share/keyrings/nvidia-cuda-keyring.asc"
+HEADER = "# Managed by gpu-node (deploy/tasks/driver.py)\n"
+
+
+@dataclass(frozen=True)
+class DriverPlan:
+    manager: PackageManager
+    branch: str | None
+    # name -> exact version or None; installed and held
+    packages: dict[str, str | None]
+    extra_packages: tuple[str, ...] = ()
+    headers: tuple[str, ...] = ()
+    components: tuple[str, ...] = ()
+    codename: str = ""
+    repository: dict | None = None
+    module: tuple[str, str] | None = None
+    cuda_packages: tuple[str, ...] = ()
+    cuda_repository: dict | None = None
+    cuda_home: str = ""
+    notes: list[str] = field(default_factory=list)
+    kernel_module_type: str = module_type.PROPRIETARY
+    # the other kernel module type's packages, removed in the driver's install transaction
+    remove: tuple[str, ...] = ()
+    # apt preferences keeping the driver's dependencies at the pinned version (None: nothing pinned)
+    apt_pin: str | None = None
+    persistenced_package: str | None = None
+    persistenced_with_driver: bool = False  # pinned and held with the driver (distros.DriverPackages)
+    persistenced_service: str | None = None
+    persistenced_start: bool = False
+    # Fabric Manager: its packages are in ``packages`` (pinned to the driver's version)
+    fabric_packages: tuple[str, ...] = ()
+    fabric_service: str | None = None
+    fabric_repository: dict | None = None  # name, url, key_url, pin (apt: signed-by source)
+    state_names: tuple[str, ...] = ()  # what the install operation reads (read ahead by preflight)
+    # apt: versions to choose when the install runs (preflight's lists did not have them yet)
+    resolve: dict | None = None
+    unreadable: tuple[str, ...] = ()  # Readings.unreadable: preflight warns with them
+
+
+@dataclass(frozen=True)
+class Readings:
+    """What the plan decides on beyond NodeSurvey, read ahead by preflight (deploy/tasks/driver.py)."""
+
+    installed: dict | None = None     # the family's installed-packages fact (branch detection)
+    recommended: list | None = None   # the recommender's output (branch detection)
+    states: dict = field(default_factory=dict)       # DebPackageStates of every package the plan may name
+    offered: dict | None = None       # PackageVersions: {name: versions} from the lists (None: not read)
+    fabric_offered: dict | None = None  # RepositoryPackageVersions of the CUDA repository not added yet
+    gpu_lists: dict | None = None     # GpuSupportLists
+    # dnf's and zypper's repositories they could not read, with the reason (WaitedPackageVersions)
+    unreadable: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ModulePackages:
+    """The kernel module type's record of the family table and the packages it names."""
+
+    decision: module_type.KernelModuleTypeDecision
+    data: object  # distros.DriverPackages for this kernel module type
+    names: tuple[str, ...]
+    dependencies: tuple[str, ...]
+    module: tuple[str, str] | None
+    notes: list[str]
+    remove: tuple[str, ...]  # the other type's packages this one does not name
+
+    @property
+    def pinned(self) -> list[str]:
+        return [*self.names, *(self.dependencies if self.data.pin_dependencies else ())]
+
+    @property
+    def what(self) -> str:
+        return f"the {self.decision.kernel_module_type} kernel modules"
+
+
+@dataclass(frozen=True)
+class FabricManagerPlan:
+    packages: tuple[str, ...] = ()
+    repository: dict | None = None
+    # Fabric Manager's packages, named by the install operation (apt lists unknown)
+    deferred: object | None = None
+
+
+def check_minimum(settings: Settings) -> None:
+    floor = Version(MIN_DRIVER_VERSION)
+    if settings.nvidia_driver_branch and int(settings.nvidia_driver_branch) < floor.major:
+        raise DriverPlanError(
+            f"nvidia_driver_branch={settings.nvidia_driver_branch!r} is older than {MIN_DRIVER_VERSION}, "
+            "the oldest driver the NVIDIA device plugin accepts"
+        )
+    if settings.nvidia_driver_version:
+        try:
+            too_old = Version(upstream_version(settings.nvidia_driver_version)) < floor
+        except InvalidVersion:
+            too_old = False
+        if too_old:
+            raise DriverPlanError(
+                f"nvidia_driver_version={settings.nvidia_driver_version!r} is older than {MIN_DRIVER_VERSION}, "
+                "the oldest driver the NVIDIA device plugin accepts"
+            )
+        branch = settings.nvidia_driver_branch
+        if branch and not upstream_version(settings.nvidia_driver_version).startswith(branch + "."):
+            raise DriverPlanError(
+                f"nvidia_driver_version={settings.nvidia_driver_version!r} is not in "
+                f"nvidia_driver_branch={branch!r}: set one of them, or both consistently"
+            )
+
+
+def detect_branch(pattern: str, names) -> str | None:
+    branches = sorted({m.group(1) for name in names for m in [re.search(pattern, name)] if m}, reverse=True)
+    return branches[0] if branches else None
+
+
+def plan_branch(settings: Settings, platform: Platform, manager: PackageManager, readings: Readings) -> str | None:
+    """The driver branch: the setting's, or (where the family needs one) the installed or recommended
+    one; refused where the family cannot pin or has no branches."""
+    base = platform.family.driver
+    check_minimum(settings)
+    version = settings.nvidia_driver_version
+    if version and not manager.can_pin:
+        raise DriverPlanError(
+            f"nvidia_driver_version={version!r} cannot be pinned on {platform.distro_id}: its package "
+            "manager installs only the repository's version; unset it (the driver is still held)"
+        )
+    branch = settings.nvidia_driver_branch
+    if branch and base.branch == "unsupported":
+        raise DriverPlanError(
+            f"nvidia_driver_branch={branch!r} is not supported on {platform.distro_id}: it ships one "
+            "driver branch; unset it" + (" or pin nvidia_driver_version" if manager.can_pin else "")
+        )
+    if base.branch == "required" and not branch:
+        branch = detect_branch(base.branch_detect,
+                               list(readings.installed or {}) + list(readings.recommended or []))
+        if not branch:
+            raise DriverPlanError(
+                f"nvidia_driver_branch is required on {platform.distro_id}: none is installed and "
+                f"`{base.recommend_command or 'the recommender'}` recommends none; "
+                "set it, e.g. nvidia_driver_branch=535"
+            )
+    return branch
+
+
+def branch_number(settings: Settings, branch: str | None, names, readings: Readings, node: dict) -> int | None:
+    """The driver branch the kernel module type goes by: set, pinned, installed, else the lists' candidate."""
+    for version in (branch, settings.nvidia_driver_version,
+                    *(readings.states.get(name, {}).get("version") for name in names),
+                    node.get("built_version"),
+                    *((readings.offered or {}).get(name, [None])[0] for name in names)):
+        if version:
+            head = upstream_version(str(version)).split(".")[0]
+            if head.isdigit():
+                return int(head)
+    return None
+
+
+def kernel_module_type_for(settings: Settings, platform: Platform, node: dict, branch: str | None, names,
+                           readings: Readings) -> module_type.KernelModuleTypeDecision:
+    """The kernel module type of this node (deploy/driver/module_type.py), refused with one line when none fits."""
+    number = branch_number(settings, branch, names, readings, node)
+    installed = node.get("built_version")
+    branch_list = module_type.branch_list_from(readings.gpu_lists or {}, branch,
+                                        upstream_version(installed).split(".")[0] if installed else None)
+    try:
+        decision = module_type.decide_kernel_module_type(settings.nvidia_kernel_modules, node.get("gpus") or [], number,
+                                                  branch_list)
+    except module_type.KernelModuleTypeRefusal as refusal:
+        raise DriverPlanError(str(refusal)) from None
+    data = platform.family.driver
+    if decision.kernel_module_type == module_type.OPEN and data.open_modules is None:
+        raise DriverPlanError(f"the open kernel modules are not packaged for {platform.distro_id} ({decision.why}): "
+                              "set nvidia_kernel_modules=proprietary where the GPUs allow it")
+    if decision.kernel_module_type == module_type.OPEN and branch and not data.open_with_branch:
+        raise DriverPlanError(
+            f"{platform.distro_id} packages no open kernel modules for nvidia_driver_branch={branch!r} "
+            f"({decision.why}): unset nvidia_driver_branch (the default driver has them) or set "
+            "nvidia_kernel_modules=proprietary")
+    return decision
+
+
+def module_packages(settings: Settings, platform: Platform, node: dict, branch: str | None, values: dict,
+                    readings: Readings) -> ModulePackages:
+    """The kernel module type of this node and the packages of its record; the other type's are removed."""
+    base = platform.family.driver
+    proprietary_names = package_names(base, values, platform, branch, node)
+    decision = kernel_module_type_for(settings, platform, node, branch, proprietary_names[0], readings)
+    data = base.for_module_type(decision.kernel_module_type)
+    names, dependencies, module, notes = package_names(data, values, platform, branch, node)
+    other = base.for_module_type(module_type.PROPRIETARY if decision.kernel_module_type == module_type.OPEN else module_type.OPEN)
+    # All of the other type's packages this one does not name: Ubuntu's -open headless package
+    # depends on its module package, so a held one left behind would block the module's removal.
+    other_names, other_dependencies, _, _ = package_names(other, values, platform, branch, node)
+    remove = tuple(sorted((set(other_names) | set(other_dependencies)) - set(names) - set(dependencies)))
+    return ModulePackages(decision, data, names, dependencies, module, notes + list(decision.warnings), remove)
+
+
+def offered_together(readings: Readings) -> dict:
+    """The versions the lists offer, the CUDA repository's not added yet among them."""
+    return {**(readings.offered or {}), **(readings.fabric_offered or {})}
+
+
+def driver_versions(settings: Settings, manager: PackageManager, chosen: ModulePackages, branch: str | None,
+                    values: dict, readings: Readings, node: dict, wants_fabric: bool) -> tuple[dict[str, str | None], list[str]]:
+    """One version for every pinned package ({name: version or None}, dependencies unpinned), and
+    Fabric Manager's names where its versions chose the driver's with it (apt lists known)."""
+    version = settings.nvidia_driver_version
+    pinned = chosen.pinned
+    fabric_data = chosen.data.fabric_manager
+    offered_all = offered_together(readings)
+    together: list[str] = []
+    if wants_fabric and fabric_data is not None and manager.name == "apt" and not version:
+        number = branch_number(settings, branch, pinned, readings, node)
+        together = list(render(fabric_data.names(number), {**values, "branch": str(number)})) if number else []
+        if not all(offered_all.get(name) for name in together):
+            together = []
+    packages: dict[str, str | None] = {}
+    try:
+        if together:
+            picked = choose(pinned + together, offered_all, readings.states, None, chosen.what + " and Fabric Manager")
+            packages.update({name: picked[name] for name in pinned})
+        else:
+            packages.update(choose(pinned, readings.offered, readings.states, version, chosen.what) if manager.can_pin
+                            else {name: None for name in pinned})
+    except VersionRefusal as refusal:
+        raise DriverPlanError(str(refusal)) from None
+    packages.update({name: None for name in chosen.dependencies if name not in packages})
+    return packages, together
+
+
+def fabric_manager(settings: Settings, platform: Platform, manager: PackageManager, chosen: ModulePackages,
+                   packages: dict, values: dict, readings: Readings, fabric: Fabric) -> FabricManagerPlan:
+    """Fabric Manager's packages at the driver's version (added to ``packages``) and NVIDIA's CUDA
+    repository they come from; deferred to the install where the apt lists are not known yet."""
+    fabric_data = chosen.data.fabric_manager
+    if fabric_data is None:
+        raise DriverPlanError(f"Fabric Manager is not packaged for {platform.distro_id} ({fabric.evidence}): "
+                              "set fabric_manager_install=false to go on without it")
+    version = settings.nvidia_driver_version
+    pinned = chosen.pinned
+    driver_version = next((v for v in (packages.get(name) for name in pinned) if v), None)
+    driver_version = driver_version or next(
+        (readings.states[name]["version"] for name in pinned if name in readings.states), None)
+    if driver_version is None and readings.offered and all(readings.offered.get(name) for name in pinned):
+        driver_version = readings.offered[pinned[0]][0]
+    # apt lists the run has yet to enable (contrib, non-free) or refresh: the install operation
+    # chooses the driver's version and Fabric Manager's names with it, after the refresh
+    defer = driver_version is None and manager.name == "apt" and not version \
+        and not any((readings.offered or {}).get(name) for name in pinned)
+    if driver_version is None and not defer:
+        raise DriverPlanError(
+            f"Fabric Manager must be pinned to the driver's version, and the {manager.name} lists name no "
+            f"version of {', '.join(pinned)}{unread_note(manager.name, readings.unreadable)}: "
+            f"set nvidia_driver_version ({fabric.evidence})")
+    url = f"{settings.nvidia_cuda_repo_url.rstrip('/')}/{values['dist']}/{platform.cuda_arch}"
+    pin = key_pin(settings, "nvidia_cuda")
+    repository = {"name": f"cuda-{values['dist']}-{platform.cuda_arch}", "url": url,
+                  "key_url": checked_key_url(pin.url or f"{url}/{fabric_data.key_file}", pin), "pin": pin}
+    fabric_packages: tuple[str, ...] = ()
+    if not defer:
+        upstream = upstream_version(driver_version)
+        fabric_values = {**values, "branch": upstream.split(".")[0]}
+        fabric_packages = render(fabric_data.names(int(upstream.split(".")[0])), fabric_values)
+        try:
+            if manager is APT or manager.name == "apt":
+                packages.update(matching(fabric_packages, offered_together(readings), upstream, "Fabric Manager"))
+            else:
+                # dnf and zypper take name-version without the release
+                packages.update({name: upstream for name in fabric_packages})
+        except VersionRefusal as refusal:
+            raise DriverPlanError(str(refusal)) from None
+    nvlsm = render(fabric_data.nvlsm_packages, values) if fabric.needs_nvlsm else ()
+    packages.update({name: None for name in nvlsm})  # NVLSM has versions of its own
+    return FabricManagerPlan(fabric_packages + nvlsm, repository, fabric_data if defer else None)
+
+
+def resolve_at_install(settings: Settings, manager: PackageManager, chosen: ModulePackages, packages: dict,
+                       together: list[str], fabric: FabricManagerPlan, values: dict, readings: Readings,
+                       wants_fabric: bool) -> dict | None:
+    """apt: what the install operation chooses after its refresh, where preflight's lists did not
+    name every pinned package's versions (None: all chosen now)."""
+    pinned = chosen.pinned
+    unknown = [name for name in pinned + list(together or ()) if not offered_together(readings).get(name)]
+    if manager.name != "apt" or settings.nvidia_driver_version or not unknown \
+            or all(packages.get(name) for name in pinned):
+        return None
+    fabric_names = [name for name in fabric.packages if name in packages and packages[name]] if wants_fabric else []
+    return {"names": [*pinned, *fabric_names],
+            "what": chosen.what + (" and Fabric Manager" if fabric_names or fabric.deferred else ""),
+            "pin_sources": list(render(chosen.data.pin_sources, values)), "pin_path": APT_PIN_PATH,
+            "fabric": fabric.deferred}
+
+
+def driver_plan(
+    settings: Settings,
+    platform: Platform,
+    node: dict,
+    installed: dict | None = None,
+    recommended: list | None = None,
+    readings: Readings | None = None,
+) -> DriverPlan:
+    """What the driver stage installs on this host: packages, pins, holds, repositories."""
+    readings = readings or Readings(installed=installed, recommended=recommended)
+    manager = lock_bounded_checks(platform.family.package_manager, settings.apt_lock_timeout)
+    branch = plan_branch(settings, platform, manager, readings)
+    values = template_values(platform, platform.family.driver, node.get("kernel") or "", branch)
+    chosen = module_packages(settings, platform, node, branch, values, readings)
+    data = chosen.data
+    fabric = fabric_of(node)
+    wants_fabric = settings.fabric_manager_install and fabric.needs_fabric_manager
+    packages, together = driver_versions(settings, manager, chosen, branch, values, readings, node, wants_fabric)
+    fabric_plan = (fabric_manager(settings, platform, manager, chosen, packages, values, readings, fabric)
+                   if wants_fabric else FabricManagerPlan())
+    apt_pin = None
+    if manager.name == "apt":
+        apt_pin = apt_pin_text(render(data.pin_sources, values),
+                               {name: packages[name] for name in chosen.pinned if name in packages})
+    persistenced_package = None
+    if settings.nvidia_persistenced and data.persistenced_package:
+        persistenced_package = (render([data.persistenced_package], values) or (None,))[0]
+    urls = repository_urls(settings)
+    return DriverPlan(
+        manager=manager,
+        branch=branch,
+        packages=packages,
+        extra_packages=render(data.extra_packages, values),
+        headers=render(data.headers, values),
+        components=data.components,
+        codename=platform.codename,
+        repository=render_repository(by_distro_id(data.repositories, platform.distro_id), {**values, **urls}, settings),
+        module=chosen.module,
+        cuda_packages=data.cuda_packages if settings.cuda_toolkit_install else (),
+        cuda_repository=render_repository(data.cuda_repository, {**values, **urls}, settings)
+        if settings.cuda_toolkit_install else None,
+        cuda_home=data.cuda_home,
+        notes=chosen.notes,
+        kernel_module_type=chosen.decision.kernel_module_type,
+        remove=chosen.remove,
+        apt_pin=apt_pin,
+        persistenced_package=persistenced_package,
+        persistenced_with_driver=data.persistenced_with_driver,
+        persistenced_service=data.persistenced_service if settings.nvidia_persistenced else None,
+        persistenced_start=bool(node.get("gpus")),
+        fabric_packages=fabric_plan.packages,
+        fabric_service=data.fabric_manager.service if wants_fabric and data.fabric_manager else None,
+        fabric_repository=fabric_plan.repository,
+        resolve=resolve_at_install(settings, manager, chosen, packages, together, fabric_plan, values, readings,
+                                   wants_fabric),
+        unreadable=readings.unreadable,
+    )
+
+
+def unread_note(manager: str, unreadable: tuple[str, ...]) -> str:
+    """", which {manager} could not read all of: ..." when it could not (Readings.unreadable)."""
+    return f", which {manager} could not read all of: {'; '.join(unreadable)}" if unreadable else ""
+
+
+def cuda_profile_text(cuda_home: str) -> str:
+    bin_dir = f"{cuda_home}/bin"
+    return (
+        "# Managed by gpu-node (deploy/tasks/driver.py): the CUDA toolkit's tools on PATH.\n"
+        f'case ":$PATH:" in\n  *":{bin_dir}:"*) ;;\n  *) export PATH="$PATH:{bin_dir}" ;;\nesac\n'
+    )
+
+
+def cuda_apt_source_text(repository: dict) -> str:
+    # The key URL and its pin are part of the file so that changing either checks the key again.
+    return (HEADER + f"# signing key: {repository['key_url']} ({', '.join(repository['pin'].fingerprints)})\n"
+            + f"deb [signed-by={CUDA_APT_KEYRING}] {repository['url']}/ /\n")

@@ -1,0 +1,48 @@
+"""
+What preflight hands the steps of a run (deploy/stages.py): each step's check (StepCheck) and the
+node's findings. Below the tasks, so the tasks and the step table both import it and preflight
+needs nothing from the table but the shape of a step (PreflightStep).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from ..distros.families import Platform
+from ..facts.read_ahead import FactCall
+from ..settings import Settings
+
+
+@dataclass(frozen=True)
+class StepCheck:
+    """What preflight found for one step (deploy/stages.py): refusals, warnings, its plan."""
+
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    plan: Any = None
+
+
+@dataclass(frozen=True)
+class Findings:
+    """What preflight found on the node, for the stages."""
+
+    platform: Platform
+    # deploy/facts/nvidia.py NodeSurvey: GPUs, Secure Boot, modules, kernel, free disk
+    nvidia: dict | None = None
+    # deploy/facts/containerd.py ContainerdInstallations plus "installation": {"name", "service"}:
+    # who owns containerd (plain, k3s, rke2, k0s, microk8s)
+    containerd: dict | None = None
+    # deploy/facts/recovery.py PendingRestarts: {unit: config} an interrupted run did not restart
+    pending_restarts: dict | None = None
+    # step name -> the plan its check made (the driver's DriverPlan)
+    plans: dict[str, Any] = field(default_factory=dict)
+
+
+class PreflightStep(Protocol):
+    """What preflight reads of a step (deploy/stages.py Step)."""
+
+    name: str
+    reads: Callable[[Settings], list[FactCall]]
+    check: Callable[[Settings, Platform, dict], StepCheck] | None
+    installs: bool

@@ -1,0 +1,191 @@
+"""
+The value types of the settings: what each allows, in words for the error line and docs/settings.md
+(``Allowed``), and the checks behind them (URLs, paths, fingerprints, node names, versions). Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Mapping, get_args
+from urllib.parse import urlparse
+
+from pydantic import AfterValidator, BeforeValidator, StringConstraints
+
+from ..foundations import batches
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """What a value type allows, in words: the error message and docs/settings.md show it."""
+
+    text: str
+
+
+# C0 controls, DEL and the C1 range: a newline in a value would start a new line in a config
+# file or a shell script, NUL truncates arguments.
+CONTROL = r"\x00-\x1f\x7f-\x9f"
+CONTROL_CHARACTERS = re.compile(f"[{CONTROL}]")
+# Characters a URL setting may not hold (besides control characters): whitespace and everything
+# a shell, an apt source line or a .repo file gives a meaning to ('#' starts a comment there).
+URL_FORBIDDEN = re.compile(r"[\s'\"\\`$;|&<>#]")
+URL_ALLOWED = "no whitespace, quotes, backslashes, backticks or $ ; | & < > # (percent-encode them)"
+NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def text(pattern: str, allowed: str) -> Any:
+    """A string matching ``pattern`` as a whole; ``allowed`` says what that is."""
+    return Annotated[str, StringConstraints(pattern=f"^(?:{pattern})$"), Allowed(allowed)]
+
+
+REPOSITORY_URL = "an https:// URL (http:// needs allow_insecure_repositories=true)"
+URL_OR_FILE = "an https:// URL or an absolute path to a file on the controller"
+# Credentials in a URL land in files others read (apt sources, .repo files), in process lists and
+# in logs: a mirror's credentials belong in the package manager's own auth files.
+NO_USER_INFO = "without user:password@ (put a mirror's credentials in the package manager's own auth file)"
+
+
+def checked_url(value: str, allowed: str, schemes: tuple[str, ...]) -> str:
+    """``value`` as a URL with one of ``schemes``: a host for http(s), a path for file, no user-info."""
+    if URL_FORBIDDEN.search(value) or CONTROL_CHARACTERS.search(value):
+        raise ValueError(f"{allowed}, with {URL_ALLOWED}")
+    try:
+        parsed = urlparse(value)
+        parsed.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError as error:
+        raise ValueError(f"{allowed} ({error})") from None
+    if parsed.scheme not in schemes:
+        raise ValueError(allowed)
+    if "@" in parsed.netloc:
+        raise ValueError(f"{allowed}, {NO_USER_INFO}")
+    if parsed.scheme == "file":
+        if parsed.netloc not in ("", "localhost") or not parsed.path.startswith("/"):
+            raise ValueError(f"{allowed} (file:///absolute/path)")
+    elif not parsed.hostname:
+        raise ValueError(f"{allowed} (with a host: https://host/path)")
+    return value
+
+
+def repository_url(value: str) -> str:
+    return checked_url(value, REPOSITORY_URL, ("https", "http", "file"))
+
+
+FINGERPRINTS = "OpenPGP key fingerprints (40 hex digits each, spaces allowed), comma-separated"
+
+
+def fingerprint_list(value: Any) -> tuple[str, ...]:
+    """Fingerprints from a list or comma-separated text, as gpg --with-colons prints them: spaces
+    folded out, upper case."""
+    if value is None:
+        return ()
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    folded = tuple(dict.fromkeys(str(item).replace(" ", "").upper() for item in items if str(item).strip()))
+    if any(not re.fullmatch("[0-9A-F]{40}", each) for each in folded):
+        raise ValueError(FINGERPRINTS)
+    return folded
+
+
+def https_url_or_path(value: str) -> str:
+    if value.startswith("/"):
+        if CONTROL_CHARACTERS.search(value):
+            raise ValueError(f"{URL_OR_FILE} (a path without control characters)")
+        return value
+    return checked_url(value, URL_OR_FILE, ("https",))
+
+
+NODE_MAPPING = "a mapping such as host1=node-a,host2=node-b"
+
+
+def node_mapping(value: Any) -> tuple[tuple[str, str], ...]:
+    """
+    Inventory host name -> Kubernetes node name, from a dict or ``a=b,c=d`` on the command
+    line; kept as sorted pairs (hashable). Node names reach kubectl: they must be node names.
+    """
+    if value is None or value == "":
+        return ()
+    if isinstance(value, (list, tuple)) and all(isinstance(pair, (list, tuple)) and len(pair) == 2 for pair in value):
+        value = dict(value)  # the pairs this returns
+    if isinstance(value, Mapping):
+        items = [(str(key).strip(), str(node).strip()) for key, node in value.items()]
+    else:
+        if any("=" not in item for item in str(value).split(",")):
+            raise ValueError(NODE_MAPPING)
+        items = [(key.strip(), node.strip()) for key, _, node in
+                 (item.partition("=") for item in str(value).split(","))]
+    if any(not key or CONTROL_CHARACTERS.search(key) for key, _ in items):
+        raise ValueError(f"{NODE_MAPPING} (host names without control characters)")
+    if any(len(node) > 253 or not NODE_NAME.fullmatch(node) for _, node in items):
+        raise ValueError("host=node pairs whose node is a Kubernetes node name (lower case letters, digits, '-', '.')")
+    return tuple(sorted(dict(items).items()))
+
+
+AbsolutePath = text(f"/[^{CONTROL}]*", "an absolute path without control characters")
+ControllerPath = text(f"[^{CONTROL}]+", "a file path on the controller, without control characters")
+DriverBranch = text("[0-9]{3}", "a driver branch number such as 535 or 550")
+PackageVersion = text("[0-9][0-9A-Za-z.+~:_-]*", "a package version such as 535.183.01 or 1.17.8-1")
+ImageReference = text("[a-z0-9][a-z0-9._/:@-]*", "a container image reference such as registry/name:tag")
+
+
+def _minor_from_number(value: Any) -> Any:
+    """pyinfra reads ``--data x=1.30`` as JSON, the number 1.3: a Kubernetes minor has two digits (1.10 on)."""
+    if isinstance(value, float):
+        major, _, minor = repr(value).partition(".")
+        return f"{major}.{minor.ljust(2, '0')}"
+    return value
+
+
+KubernetesMinor = Annotated[
+    text(r"v?1\.[1-9][0-9](\.[0-9]+)?", "a Kubernetes version such as 1.30 (1.10 or later)"),
+    BeforeValidator(_minor_from_number),
+    AfterValidator(lambda version: ".".join(version.lstrip("v").split(".")[:2])),
+]
+ReleaseTag = Annotated[
+    text(r"v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.]+)?", "a release such as v0.17.0"),
+    AfterValidator(lambda tag: tag if tag.startswith("v") else f"v{tag}"),
+]
+BatchSizes = Annotated[str, AfterValidator(batches.checked_spec), Allowed(batches.ALLOWED)]
+Sha256 = Annotated[
+    text("[0-9a-f]{64}", "a SHA-256 digest (64 hex digits)"),
+    BeforeValidator(lambda value: value.lower().removeprefix("sha256:") if isinstance(value, str) else value),
+]
+RepositoryUrl = Annotated[str, AfterValidator(repository_url), Allowed(REPOSITORY_URL)]
+UrlOrFile = Annotated[str, AfterValidator(https_url_or_path), Allowed(URL_OR_FILE)]
+Fingerprints = Annotated[tuple[str, ...], BeforeValidator(fingerprint_list), Allowed(FINGERPRINTS)]
+NodeNames = Annotated[
+    tuple[tuple[str, str], ...],
+    BeforeValidator(node_mapping),
+    Allowed(f"{NODE_MAPPING}, each node a Kubernetes node name"),
+]
+
+# A tri-state setting: pyinfra reads --data cdi=true as True.
+Cdi = Annotated[
+    Literal["auto", "true", "false"],
+    BeforeValidator(lambda value: str(value).lower() if isinstance(value, bool) else value),
+    Allowed("auto, true or false"),
+]
+# The nvidia runtime's modes (`[nvidia-container-runtime] mode` in its config.toml).
+RuntimeMode = Literal["auto", "cdi", "legacy", "csv"]
+
+# Which runtimes gpu-node wires to the nvidia runtime.
+ContainerRuntime = Literal["containerd", "docker"]
+# The driver's kernel module type (open or proprietary); auto: from the node's GPUs and the branch.
+KernelModules = Literal["auto", "open", "proprietary"]
+
+Stage = Literal["kernel", "driver", "toolkit", "runtimes", "verify"]
+STAGES: tuple[str, ...] = get_args(Stage)
+
+
+GroupName = text(r"[A-Za-z_][A-Za-z0-9_-]*", "an inventory group name: a letter or _, then letters, digits, _ or -")
+
+
+KEY_URL_SETTINGS = ("nvidia_toolkit_gpgkey_url", "nvidia_cuda_gpgkey_url", "nvidia_driver_gpgkey_url")
+KEY_URL_ALLOWED = ("an https:// URL, or with allow_insecure_repositories=true a file:// path on the node (a key is "
+                   "never fetched over http://)")
+
+
+def key_url_allowed(url: str, allow_file: bool = True) -> bool:
+    """Whether a signing key may be fetched from ``url``: over https, or read from a file on the
+    node, never over plain http (its fingerprint is checked wherever it comes from; this keeps a
+    tampering network from even offering one)."""
+    scheme = urlparse(url).scheme
+    return scheme == "https" or (scheme == "file" and allow_file)
