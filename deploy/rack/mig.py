@@ -161,6 +161,17 @@ class LayoutChange:
     refusal: str | None = None
 
 
+# The one line a change refused because a process holds the GPU says, around who holds it (the run's
+# plan and deploy/shell/mig_apply.sh's own check at the change)
+BUSY = ("drain required: MIG layout {layout} changes the GPUs' partitions and ",
+        ": drain the node (drain_before_restart=true) or stop it, and rerun")
+UNKNOWN = "fuser (psmisc) is not installed, so who holds /dev/nvidia* is unknown"
+
+
+def busy_line(layout: MigLayout, holders_text: str) -> str:
+    return BUSY[0].format(layout=layout.name) + holders_text + BUSY[1]
+
+
 def layout_change(layout: MigLayout, module_loaded: bool, fuser: bool, holders: list[Holder],
                   drain: bool) -> LayoutChange:
     """A changed layout applied now (the unit restarted: its hooks stop and start the clients) where
@@ -168,12 +179,6 @@ def layout_change(layout: MigLayout, module_loaded: bool, fuser: bool, holders: 
     if not module_loaded:
         return LayoutChange(False, f"MIG layout {layout.name}: no nvidia module loaded, applied at the next boot")
     others = [holder for holder in holders if holder.unit is None]
-    if not fuser:
-        others_text = "fuser (psmisc) is not installed, so who holds /dev/nvidia* is unknown"
-    else:
-        others_text = named(others)
     if (others or not fuser) and not drain:
-        return LayoutChange(False, "", refusal=f"drain required: MIG layout {layout.name} changes the GPUs' "
-                                               f"partitions and {others_text}: drain the node "
-                                               "(drain_before_restart=true) or stop it, and rerun")
+        return LayoutChange(False, "", refusal=busy_line(layout, named(others) if fuser else UNKNOWN))
     return LayoutChange(True, f"MIG layout {layout.name}: applied now by {MIG_UNIT}")
