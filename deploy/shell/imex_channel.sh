@@ -12,4 +12,4 @@ fi
 if [ -c "$channel" ] && [ "$(stat -c %t "$channel")" = "$(printf %x "$major")" ]; then
     exit 0
 fi
-mkdir -p "${channel%/*}" && rm -f "$channel" && mknod -m 666 "$channel" c "$major" 0
+mkdir -p "${channel%/*}" && rm -f "$channel" && mknod "$channel" c "$major" 0 && chmod 666 "$channel"

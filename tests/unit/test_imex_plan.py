@@ -156,3 +156,17 @@ def test_verify_names_the_member_its_domain_is_missing_in_each_members_report(tm
         "nvidia-imex-ctl -N (exit 0) named no member of IMEX domain rack-a: Failed to connect to the IMEX daemon")
     assert "imex_domain" not in steps["@fake/cpu1"]
     assert not [command for name, command in plan.timeline if name == "@fake/cpu1" and "nvidia-imex-ctl" in command]
+
+
+def test_device_node_channels_put_the_boot_unit_and_its_script_and_take_the_module_option_away():
+    """imex_channels=device-node on a host that had the module option: the unit and its script (the node's
+    channel0 made at every boot) are put and the unit enabled, the option's file removed."""
+    option = (digest_read(imex.CHANNEL_OPTION_PATH), digest_lines("# an earlier run's\n"))
+    hosts = {"gpu1": {**DOMAIN["gpu1"], "imex_channels": "device-node"}}
+    plan = run_inventory(inventory(hosts), {"@fake/gpu1": rhel_node(option)})
+    assert plan.error is None and not plan.failures, (plan.error, plan.failures)
+    names = plan.op_names()
+    assert f"IMEX domain | Put {imex.CHANNEL_SCRIPT} (imex_channels=device-node)" in names
+    assert "IMEX domain | Put /etc/systemd/system/gpu-node-imex-channel.service (imex_channels=device-node)" in names
+    assert f"IMEX domain | Remove {imex.CHANNEL_OPTION_PATH} (imex_channels=device-node)" in names
+    assert "IMEX domain | Enable gpu-node-imex-channel.service (at every boot)" in names
