@@ -17,7 +17,8 @@ from .facts.read_ahead import FactCall
 from .planning.findings import Findings, StepCheck
 from .operations.drain import DrainTarget
 from .settings import Settings, Stage
-from .tasks import boot, cdi, containerd, devices, docker, dra, driver, drain, kernel, toolkit, verification
+from .tasks import (boot, cdi, containerd, devices, docker, dra, driver, drain, gpudirect, imex, kernel, mig, rack,
+                    toolkit, verification)
 
 
 def _no_reads(settings: Settings) -> list[FactCall]:
@@ -60,6 +61,16 @@ STEPS: tuple[Step, ...] = (
          apply=lambda s, found, target: kernel.kernel_prerequisites(s, found.platform, found.nvidia)),
     Step("driver", "driver", lambda s: s.nvidia_driver_install, check=driver.preflight_check, installs=True,
          apply=lambda s, found, target: driver.nvidia_driver(s, found.platform, found.plans["driver"], drain=target)),
+    # The rack's parts beside the driver (deploy/rack/): an IMEX domain's daemon and members, nvidia-peermem
+    # after the RDMA stack, the MIG layout mig-parted applies at boot
+    Step("imex", "driver", lambda s: s.imex_domain is not None, reads=imex.reads, check=imex.preflight_check,
+         installs=True, apply=lambda s, found, target: imex.imex_domain(s, found.platform, found.plans["imex"])),
+    Step("gpudirect rdma", "driver", lambda s: s.gpudirect_rdma != "false", reads=gpudirect.reads,
+         check=gpudirect.preflight_check,
+         apply=lambda s, found, target: gpudirect.gpudirect_rdma(s, found.plans["gpudirect rdma"], found.nvidia)),
+    Step("mig layout", "driver", lambda s: s.mig_layout is not None, reads=mig.reads, check=mig.preflight_check,
+         installs=True, apply=lambda s, found, target: mig.mig_layout(s, found.platform, found.plans["mig layout"],
+                                                                      drain=target)),
     Step("toolkit", "toolkit", lambda s: s.nvidia_toolkit_install, reads=toolkit.reads,
          check=toolkit.preflight_check, installs=True,
          apply=lambda s, found, target: toolkit.toolkit(s, found.platform)),
@@ -85,6 +96,8 @@ STEPS: tuple[Step, ...] = (
     # Before verify: its steps join the node's report, which verify adds and fails on.
     Step("verify dra", "verify", dra.wanted, reads=dra.verify_reads, read_only=True,
          apply=lambda s, found, target: dra.verify_dra(s)),
+    Step("verify rack", "verify", rack.wanted, reads=rack.verify_reads, read_only=True,
+         apply=lambda s, found, target: rack.verify_rack(s)),
     Step("verify", "verify", _always, reads=verification.reads, read_only=True,
          apply=lambda s, found, target: verification.verify(s, _driver_packages(found))),
     # After verify, which fails the host first when a step fails: the node then stays cordoned.

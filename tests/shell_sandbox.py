@@ -23,7 +23,7 @@ from pathlib import Path
 # edits, checks); the rest stays absent on purpose.
 TOOLS = (
     "awk", "base64", "basename", "cat", "chmod", "chown", "cmp", "cp", "cut", "date", "dirname", "echo",
-    "env", "false", "find", "grep", "head", "id", "install", "ln", "ls", "mkdir", "mktemp", "mv", "od",
+    "env", "false", "find", "grep", "head", "id", "install", "ln", "ls", "mkdir", "mknod", "mktemp", "mv", "od",
     "printf", "readlink", "realpath", "rm", "rmdir", "sed", "sha256sum", "sleep", "sort", "stat", "sync",
     "tail", "tee", "test", "timeout", "touch", "tr", "true", "uniq", "wc", "xargs",
 )

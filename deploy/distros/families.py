@@ -39,21 +39,38 @@ def by_distro_id(choices: tuple[tuple[str, Any], ...], distro_id: str) -> Any:
 
 
 @dataclass(frozen=True)
-class FabricManagerPackages:
-    """NVIDIA Fabric Manager for NVSwitch nodes, from NVIDIA's CUDA repository at the driver's exact
-    version; templates as DriverPackages's."""
+class DriverCompanion:
+    """NVIDIA's packages that come from its CUDA repository at the driver's exact version and are held
+    with it (Fabric Manager, IMEX); templates as DriverPackages's."""
 
     packages: tuple[str, ...]
     # NVIDIA drops the branch from the names from branch ``renamed_from`` on
     renamed_packages: tuple[str, ...] = ()
     renamed_from: int = 580
-    nvlsm_packages: tuple[str, ...] = ("nvlsm",)  # NVLink5 nodes' subnet manager
     service: str = "nvidia-fabricmanager"
+    what: str = "Fabric Manager"  # in the plan's refusals
     # the CUDA repository's signing key, beside its packages
     key_file: str = "3bf863cc.pub"
 
     def names(self, branch: int) -> tuple[str, ...]:
         return self.renamed_packages if self.renamed_packages and branch >= self.renamed_from else self.packages
+
+
+@dataclass(frozen=True)
+class FabricManagerPackages(DriverCompanion):
+    """NVIDIA Fabric Manager for NVSwitch nodes (with NVLSM on NVLink5 nodes)."""
+
+    nvlsm_packages: tuple[str, ...] = ("nvlsm",)  # NVLink5 nodes' subnet manager
+
+
+@dataclass(frozen=True)
+class ImexPackages(DriverCompanion):
+    """NVIDIA IMEX for the hosts of a multi-node NVLink domain (imex_domain): packaged from branch
+    ``first_branch`` on, as NVIDIA's driver container installs it."""
+
+    service: str = "nvidia-imex"
+    what: str = "IMEX"
+    first_branch: int = 550
 
 
 @dataclass(frozen=True)
@@ -115,6 +132,7 @@ class DriverPackages:
     persistenced_with_driver: bool = False
     persistenced_service: str = "nvidia-persistenced"
     fabric_manager: FabricManagerPackages | None = None
+    imex: ImexPackages | None = None
     # (pattern over an installed kernel metapackage's name, template of its headers metapackage from
     # group 1): that headers metapackage is kept installed and held with it, so that DKMS finds the
     # headers of each kernel an update brings (deploy/driver/kernel_coverage.py); None: the family has none
@@ -177,6 +195,8 @@ RPM_FABRIC_MANAGER = FabricManagerPackages(
     packages=("nvidia-fabric-manager", "libnvidia-nscq"),
     key_file="D42D0685.pub",
 )
+APT_IMEX = ImexPackages(packages=("nvidia-imex-{branch}",), renamed_packages=("nvidia-imex",))
+RPM_IMEX = ImexPackages(packages=("nvidia-imex-{branch}",), renamed_packages=("nvidia-imex",), key_file="D42D0685.pub")
 RPM_DRIVER = dict(
     repositories=(("", CUDA_REPO),),
     module=("nvidia-driver", "{branch}-dkms", "latest-dkms"),
@@ -193,6 +213,7 @@ RPM_DRIVER = dict(
     persistenced_package="nvidia-persistenced",
     persistenced_with_driver=True,
     fabric_manager=RPM_FABRIC_MANAGER,
+    imex=RPM_IMEX,
 )
 DEBIAN_DRIVER = DriverPackages(
     components=("contrib", "non-free", "non-free-firmware"),
@@ -214,6 +235,7 @@ DEBIAN_DRIVER = DriverPackages(
     persistenced_package="nvidia-persistenced",
     repo_dist=(("", "debian{major}"),),
     fabric_manager=APT_FABRIC_MANAGER,
+    imex=APT_IMEX,
     headers_following=KERNEL_METAPACKAGE_HEADERS,
 )
 UBUNTU_DRIVER = DriverPackages(
@@ -237,6 +259,7 @@ UBUNTU_DRIVER = DriverPackages(
     pin_sources=("src:nvidia-graphics-drivers-{branch}-server",),
     repo_dist=(("", "ubuntu{version_nodot}"),),
     fabric_manager=APT_FABRIC_MANAGER,
+    imex=APT_IMEX,
     headers_following=KERNEL_METAPACKAGE_HEADERS,
 )
 SUSE_DRIVER_GPGKEY = "{baseurl}/repodata/repomd.xml.key"
@@ -259,6 +282,7 @@ SUSE_DRIVER = DriverPackages(
     headers=(),  # KMP packages carry modules built for the kernel variant
     open_modules={"dependencies": ("nvidia-open-driver-G06-signed-kmp-{kernel_variant}",)},
     fabric_manager=RPM_FABRIC_MANAGER,
+    imex=RPM_IMEX,
     cuda_repository=CUDA_REPO,
     repo_dist=(("sle", "sles{major}"), ("", "opensuse{major}")),
     cuda_packages=("cuda-toolkit",),

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Literal
 from packaging.version import InvalidVersion, Version
 
 from ..foundations.batches import split_batches
+from ..rack.imex import IMEX_UNIT
 
 if TYPE_CHECKING:
     from ..settings import Settings
@@ -47,7 +48,6 @@ CONFIG_API = "resource.nvidia.com/v1beta1"
 MIN_KUBERNETES = (1, 34)
 MIN_DRIVER_BRANCH = 565
 MIN_COMPUTE_DOMAIN_DRIVER = "570.158.01"
-IMEX_UNIT = "nvidia-imex.service"
 # The one line a mask refused because an IMEX channel is in use says, around who holds it
 IMEX_BUSY = (f"reboot/drain required: {IMEX_UNIT} not masked (dra_imex=driver-managed), an IMEX channel is in use: ",
              ": a multi-node job runs on this node; drain it (drain_before_restart=true) or let the job end, and rerun")

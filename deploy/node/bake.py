@@ -15,6 +15,8 @@ SKIPPED_IN_AN_IMAGE = {
     "cdi": "the CDI spec needs the driver loaded: the first-boot unit generates it at every boot",
     "verify": "verify needs the booted node: the first-boot unit verifies at every boot",
     "verify dra": "verify needs the booted node: the first-boot unit verifies at every boot",
+    "verify rack": "verify needs the booted node: run deploy/verify.py on it",
+    "imex": "an IMEX domain's members and addresses are the booted hosts': run gpu-node on the node",
     "uncordon": "an image is no Kubernetes node",
 }
 # Settings an image root must not act on now: no module loaded into, no sysctl written to, and no

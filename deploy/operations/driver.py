@@ -183,24 +183,28 @@ def _install_naming_dkms_failures(state, host, command: StringCommand, leftovers
 
 def resolved_versions(resolve: dict, states: dict) -> dict[str, str | None]:
     """The versions the install operation chooses from the refreshed lists (``install_driver``'s
-    ``resolve``); with ``resolve["fabric"]`` (deploy/distros/families.py's FabricManagerPackages) Fabric
-    Manager's packages are named for the driver's branch and chosen at the driver's version, or
-    VersionRefusal names what the lists offer."""
+    ``resolve``); with ``resolve["fabric"]`` (deploy/distros/families.py's DriverCompanion records:
+    Fabric Manager, IMEX) their packages are named for the driver's branch and chosen at the driver's
+    version, or VersionRefusal names what the lists offer."""
     names = list(resolve["names"])
     offered = host.get_fact(PackageVersions, listing=apt_listing(), packages=names)
-    fabric = resolve.get("fabric")
-    if not fabric:
+    companions = resolve.get("fabric")
+    if not companions:
         return choose(names, offered, states, None, resolve["what"])
     driver = names[0]
+    what = " and ".join(record.what for record in companions)
     if not offered.get(driver):
-        raise VersionRefusal(f"Fabric Manager must be at the driver's version, and the apt lists name no version "
+        raise VersionRefusal(f"{what} must be at the driver's version, and the apt lists name no version "
                              f"of {driver} (after enabling its components and refreshing them)")
     branch = int(upstream_version(offered[driver][0]).split(".")[0])
-    fabric_names = [template.format(branch=branch) for template in fabric.names(branch)]
-    offered = {**offered, **host.get_fact(PackageVersions, listing=apt_listing(), packages=fabric_names)}
-    pins = choose(names + fabric_names, offered, states, None, resolve["what"])
+    named = {record.what: [template.format(branch=branch) for template in record.names(branch)] for record in companions}
+    every_name = [name for record_names in named.values() for name in record_names]
+    offered = {**offered, **host.get_fact(PackageVersions, listing=apt_listing(), packages=every_name)}
+    pins = choose(names + every_name, offered, states, None, resolve["what"])
     upstream = upstream_version(pins[driver] or offered[driver][0])
-    return {**pins, **matching(fabric_names, offered, upstream, "Fabric Manager")}
+    for record_what, record_names in named.items():
+        pins.update(matching(record_names, offered, upstream, record_what))
+    return pins
 
 
 def driver_install_message(manager: str, packages: dict) -> str:

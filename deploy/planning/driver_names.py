@@ -125,9 +125,19 @@ def candidate_names(settings: Settings, platform: Platform, node: dict, branch: 
         driver, dependencies, module, _ = package_names(data, values, platform, branch, node)
         names += [*driver, *dependencies]
     fabric = []
-    if settings.fabric_manager_install and fabric_of(node).needs_fabric_manager and base.fabric_manager:
-        data = base.fabric_manager
-        if branch:
-            fabric += render(data.names(int(branch)), {**values, "branch": branch})
-            fabric += list(data.nvlsm_packages)
+    if branch:
+        for record in companion_records(settings, base, node):
+            fabric += render(record.names(int(branch)), {**values, "branch": branch})
+            fabric += list(getattr(record, "nvlsm_packages", ()))
     return {"driver": list(dict.fromkeys(names)), "fabric": list(dict.fromkeys(fabric))}
+
+
+def companion_records(settings: Settings, data, node: dict) -> list:
+    """The family's companion records this host may be planned with (Fabric Manager on an NVSwitch node,
+    IMEX with imex_domain), for reading their names ahead; the plan refuses a missing one."""
+    records = []
+    if settings.fabric_manager_install and fabric_of(node).needs_fabric_manager and data.fabric_manager:
+        records.append(data.fabric_manager)
+    if settings.imex_domain and data.imex:
+        records.append(data.imex)
+    return records

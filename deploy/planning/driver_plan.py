@@ -6,8 +6,9 @@ No host and no facts: deploy/tasks/driver.py reads, then applies the plan.
 
 The plan is made in steps, each taking what the one before decided: the branch
 (``plan_branch``), the kernel module type and its packages (``module_packages``), one driver
-version for them (``driver_versions``), Fabric Manager at that version (``fabric_manager``), and
-what only the install can choose, after its refresh (``resolve_at_install``).
+version for them (``driver_versions``), its companions at that version, Fabric Manager and IMEX
+(``companion_packages``), and what only the install can choose, after its refresh
+(``resolve_at_install``).
 """
 
 from __future__ import annotations
@@ -19,19 +20,18 @@ from packaging.version import InvalidVersion, Version
 
 from ..driver import module_type
 from ..distros.package_managers import APT, PackageManager, lock_bounded_checks
-from ..distros.families import Platform, by_distro_id
-from ..distros.repositories import key_pin
-from .driver_names import (DriverPlanError, checked_key_url, package_names, render, render_repository, repository_urls,
-                           template_values)
-from ..driver.versions import VersionRefusal, apt_pin_text, choose, matching, upstream_version
-from ..driver.fabric import Fabric, fabric_of
+from ..distros.families import DriverCompanion, Platform, by_distro_id
+from .driver_companions import CompanionPlan, companion_names, companion_packages, companions_wanted, companions_what
+from .driver_names import DriverPlanError, package_names, render, render_repository, repository_urls, template_values
+from ..driver.versions import VersionRefusal, apt_pin_text, choose, upstream_version
+from ..driver.fabric import fabric_of
 from ..settings import Settings
 from ..driver.versions import MIN_DRIVER_VERSION
 
 # apt: the driver's source packages pinned at the plan's version (deploy/distros/families.py pin_sources)
 APT_PIN_PATH = "/etc/apt/preferences.d/gpu-node-nvidia-driver"
 CUDA_PROFILE_PATH = "/etc/profile.d/cuda.sh"
-# NVIDIA's CUDA repository, where Fabric Manager comes from (apt: signed-by, as the toolkit's)
+# NVIDIA's CUDA repository, where Fabric Manager and IMEX come from (apt: signed-by, as the toolkit's)
 CUDA_REPOSITORY_NAME = "nvidia-cuda"
 CUDA_APT_SOURCE = APT.repository_file.format(name=CUDA_REPOSITORY_NAME)
 CUDA_APT_KEYRING = "/usr/share/keyrings/nvidia-cuda-keyring.asc"
@@ -63,10 +63,11 @@ class DriverPlan:
     persistenced_with_driver: bool = False  # pinned and held with the driver (distros.DriverPackages)
     persistenced_service: str | None = None
     persistenced_start: bool = False
-    # Fabric Manager: its packages are in ``packages`` (pinned to the driver's version)
+    # Fabric Manager and IMEX: their packages are in ``packages`` (pinned to the driver's version)
     fabric_packages: tuple[str, ...] = ()
     fabric_service: str | None = None
-    fabric_repository: dict | None = None  # name, url, key_url, pin (apt: signed-by source)
+    imex_packages: tuple[str, ...] = ()
+    fabric_repository: dict | None = None  # NVIDIA's CUDA repository: name, url, key_url, pin (apt: signed-by source)
     state_names: tuple[str, ...] = ()  # what the install operation reads (read ahead by preflight)
     # apt: versions to choose when the install runs (preflight's lists did not have them yet)
     resolve: dict | None = None
@@ -106,14 +107,6 @@ class ModulePackages:
     @property
     def what(self) -> str:
         return f"the {self.decision.kernel_module_type} kernel modules"
-
-
-@dataclass(frozen=True)
-class FabricManagerPlan:
-    packages: tuple[str, ...] = ()
-    repository: dict | None = None
-    # Fabric Manager's packages, named by the install operation (apt lists unknown)
-    deferred: object | None = None
 
 
 def check_minimum(settings: Settings) -> None:
@@ -234,23 +227,24 @@ def offered_together(readings: Readings) -> dict:
 
 
 def driver_versions(settings: Settings, manager: PackageManager, chosen: ModulePackages, branch: str | None,
-                    values: dict, readings: Readings, node: dict, wants_fabric: bool) -> tuple[dict[str, str | None], list[str]]:
+                    values: dict, readings: Readings, node: dict,
+                    companions: tuple[DriverCompanion, ...]) -> tuple[dict[str, str | None], list[str]]:
     """One version for every pinned package ({name: version or None}, dependencies unpinned), and
-    Fabric Manager's names where its versions chose the driver's with it (apt lists known)."""
+    the companions' names where their versions chose the driver's with them (apt lists known)."""
     version = settings.nvidia_driver_version
     pinned = chosen.pinned
-    fabric_data = chosen.data.fabric_manager
     offered_all = offered_together(readings)
     together: list[str] = []
-    if wants_fabric and fabric_data is not None and manager.name == "apt" and not version:
+    if companions and manager.name == "apt" and not version:
         number = branch_number(settings, branch, pinned, readings, node)
-        together = list(render(fabric_data.names(number), {**values, "branch": str(number)})) if number else []
+        together = list(companion_names(companions, number, values)) if number else []
         if not all(offered_all.get(name) for name in together):
             together = []
     packages: dict[str, str | None] = {}
     try:
         if together:
-            picked = choose(pinned + together, offered_all, readings.states, None, chosen.what + " and Fabric Manager")
+            picked = choose(pinned + together, offered_all, readings.states, None,
+                            f"{chosen.what} and {companions_what(companions)}")
             packages.update({name: picked[name] for name in pinned})
         else:
             packages.update(choose(pinned, readings.offered, readings.states, version, chosen.what) if manager.can_pin
@@ -261,55 +255,23 @@ def driver_versions(settings: Settings, manager: PackageManager, chosen: ModuleP
     return packages, together
 
 
-def fabric_manager(settings: Settings, platform: Platform, manager: PackageManager, chosen: ModulePackages,
-                   packages: dict, values: dict, readings: Readings, fabric: Fabric) -> FabricManagerPlan:
-    """Fabric Manager's packages at the driver's version (added to ``packages``) and NVIDIA's CUDA
-    repository they come from; deferred to the install where the apt lists are not known yet."""
-    fabric_data = chosen.data.fabric_manager
-    if fabric_data is None:
-        raise DriverPlanError(f"Fabric Manager is not packaged for {platform.distro_id} ({fabric.evidence}): "
-                              "set fabric_manager_install=false to go on without it")
-    version = settings.nvidia_driver_version
-    pinned = chosen.pinned
-    driver_version = next((v for v in (packages.get(name) for name in pinned) if v), None)
-    driver_version = driver_version or next(
-        (readings.states[name]["version"] for name in pinned if name in readings.states), None)
-    if driver_version is None and readings.offered and all(readings.offered.get(name) for name in pinned):
-        driver_version = readings.offered[pinned[0]][0]
-    # apt lists the run has yet to enable (contrib, non-free) or refresh: the install operation
-    # chooses the driver's version and Fabric Manager's names with it, after the refresh
-    defer = driver_version is None and manager.name == "apt" and not version \
+def driver_version_known(settings: Settings, manager: PackageManager, pinned: list[str], packages: dict,
+                         readings: Readings) -> tuple[str | None, bool]:
+    """The driver's version the companions are pinned at (chosen, installed, else the lists' newest),
+    and whether the install operation chooses it instead (apt lists the run has yet to enable or
+    refresh: ``defer``)."""
+    version = next((v for v in (packages.get(name) for name in pinned) if v), None)
+    version = version or next((readings.states[name]["version"] for name in pinned if name in readings.states), None)
+    if version is None and readings.offered and all(readings.offered.get(name) for name in pinned):
+        version = readings.offered[pinned[0]][0]
+    defer = version is None and manager.name == "apt" and not settings.nvidia_driver_version \
         and not any((readings.offered or {}).get(name) for name in pinned)
-    if driver_version is None and not defer:
-        raise DriverPlanError(
-            f"Fabric Manager must be pinned to the driver's version, and the {manager.name} lists name no "
-            f"version of {', '.join(pinned)}{unread_note(manager.name, readings.unreadable)}: "
-            f"set nvidia_driver_version ({fabric.evidence})")
-    url = f"{settings.nvidia_cuda_repo_url.rstrip('/')}/{values['dist']}/{platform.cuda_arch}"
-    pin = key_pin(settings, "nvidia_cuda")
-    repository = {"name": f"cuda-{values['dist']}-{platform.cuda_arch}", "url": url,
-                  "key_url": checked_key_url(pin.url or f"{url}/{fabric_data.key_file}", pin), "pin": pin}
-    fabric_packages: tuple[str, ...] = ()
-    if not defer:
-        upstream = upstream_version(driver_version)
-        fabric_values = {**values, "branch": upstream.split(".")[0]}
-        fabric_packages = render(fabric_data.names(int(upstream.split(".")[0])), fabric_values)
-        try:
-            if manager is APT or manager.name == "apt":
-                packages.update(matching(fabric_packages, offered_together(readings), upstream, "Fabric Manager"))
-            else:
-                # dnf and zypper take name-version without the release
-                packages.update({name: upstream for name in fabric_packages})
-        except VersionRefusal as refusal:
-            raise DriverPlanError(str(refusal)) from None
-    nvlsm = render(fabric_data.nvlsm_packages, values) if fabric.needs_nvlsm else ()
-    packages.update({name: None for name in nvlsm})  # NVLSM has versions of its own
-    return FabricManagerPlan(fabric_packages + nvlsm, repository, fabric_data if defer else None)
+    return version, defer
 
 
 def resolve_at_install(settings: Settings, manager: PackageManager, chosen: ModulePackages, packages: dict,
-                       together: list[str], fabric: FabricManagerPlan, values: dict, readings: Readings,
-                       wants_fabric: bool) -> dict | None:
+                       together: list[str], companions: CompanionPlan, records: tuple[DriverCompanion, ...],
+                       values: dict, readings: Readings) -> dict | None:
     """apt: what the install operation chooses after its refresh, where preflight's lists did not
     name every pinned package's versions (None: all chosen now)."""
     pinned = chosen.pinned
@@ -317,11 +279,12 @@ def resolve_at_install(settings: Settings, manager: PackageManager, chosen: Modu
     if manager.name != "apt" or settings.nvidia_driver_version or not unknown \
             or all(packages.get(name) for name in pinned):
         return None
-    fabric_names = [name for name in fabric.packages if name in packages and packages[name]] if wants_fabric else []
-    return {"names": [*pinned, *fabric_names],
-            "what": chosen.what + (" and Fabric Manager" if fabric_names or fabric.deferred else ""),
+    companion_pins = [name for name in companions.packages if name in packages and packages[name]]
+    named = companions_what(records) if companion_pins or companions.deferred else ""
+    return {"names": [*pinned, *companion_pins],
+            "what": chosen.what + (f" and {named}" if named else ""),
             "pin_sources": list(render(chosen.data.pin_sources, values)), "pin_path": APT_PIN_PATH,
-            "fabric": fabric.deferred}
+            "fabric": companions.deferred}
 
 
 def driver_plan(
@@ -340,10 +303,14 @@ def driver_plan(
     chosen = module_packages(settings, platform, node, branch, values, readings)
     data = chosen.data
     fabric = fabric_of(node)
-    wants_fabric = settings.fabric_manager_install and fabric.needs_fabric_manager
-    packages, together = driver_versions(settings, manager, chosen, branch, values, readings, node, wants_fabric)
-    fabric_plan = (fabric_manager(settings, platform, manager, chosen, packages, values, readings, fabric)
-                   if wants_fabric else FabricManagerPlan())
+    records = companions_wanted(settings, platform, data, fabric)
+    packages, together = driver_versions(settings, manager, chosen, branch, values, readings, node, records)
+    companions = CompanionPlan()
+    if records:
+        driver_version, defer = driver_version_known(settings, manager, chosen.pinned, packages, readings)
+        companions = companion_packages(settings, platform, manager, chosen.pinned, (driver_version, defer), packages,
+                                        values, offered_together(readings),
+                                        unread_note(manager.name, readings.unreadable), fabric, records)
     apt_pin = None
     if manager.name == "apt":
         apt_pin = apt_pin_text(render(data.pin_sources, values),
@@ -374,11 +341,12 @@ def driver_plan(
         persistenced_with_driver=data.persistenced_with_driver,
         persistenced_service=data.persistenced_service if settings.nvidia_persistenced else None,
         persistenced_start=bool(node.get("gpus")),
-        fabric_packages=fabric_plan.packages,
-        fabric_service=data.fabric_manager.service if wants_fabric and data.fabric_manager else None,
-        fabric_repository=fabric_plan.repository,
-        resolve=resolve_at_install(settings, manager, chosen, packages, together, fabric_plan, values, readings,
-                                   wants_fabric),
+        fabric_packages=companions.fabric_packages,
+        fabric_service=data.fabric_manager.service if data.fabric_manager in records else None,
+        imex_packages=companions.imex_packages,
+        fabric_repository=companions.repository,
+        resolve=resolve_at_install(settings, manager, chosen, packages, together, companions, records, values,
+                                   readings),
         unreadable=readings.unreadable,
     )
 

@@ -23,6 +23,7 @@ from .sections.host_safety import HostSafetySettings
 from .sections.inventory import InventorySettings
 from .sections.kubernetes import KubernetesSettings
 from .sections.packages import PackageSettings
+from .sections.rack import RackSettings
 from .sections.runtimes import RuntimeSettings
 from .sections.verification import VerifySettings
 
@@ -30,8 +31,8 @@ from .sections.verification import VerifySettings
 FOLDED_SETTINGS = {"containerd_enable_cdi": "cdi", "docker_enable_cdi": "cdi"}
 
 
-class Settings(RuntimeSettings, PackageSettings, DataCenterSettings, HostSafetySettings, VerifySettings, KubernetesSettings,
-               GpushareSettings, GitOpsSettings, DraSettings, InventorySettings):
+class Settings(RuntimeSettings, PackageSettings, DataCenterSettings, RackSettings, HostSafetySettings, VerifySettings,
+               KubernetesSettings, GpushareSettings, GitOpsSettings, DraSettings, InventorySettings):
     """Every setting, typed; build it with ``parse_settings`` (which also checks how settings combine)."""
 
     @model_validator(mode="before")

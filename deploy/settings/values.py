@@ -13,6 +13,7 @@ from urllib.parse import urlparse
 from pydantic import AfterValidator, BeforeValidator, StringConstraints
 
 from ..foundations import batches
+from ..rack import imex as rack_imex, mig as rack_mig
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,17 @@ KernelModules = Literal["auto", "open", "proprietary"]
 Stage = Literal["kernel", "driver", "toolkit", "runtimes", "verify"]
 STAGES: tuple[str, ...] = get_args(Stage)
 
+
+def ip_address(value: Any) -> str:
+    address = rack_imex.ip_address(str(value).strip()) if value is not None else None
+    if address is None:
+        raise ValueError("an IPv4 or IPv6 address")
+    return address
+
+
+IpAddress = Annotated[str, BeforeValidator(ip_address), Allowed("an IPv4 or IPv6 address")]
+DomainName = text(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", "a name: letters, digits, . _ -, at most 63")
+MigLayout = Annotated[rack_mig.MigLayout, BeforeValidator(rack_mig.mig_layout), Allowed(rack_mig.ALLOWED)]
 
 GroupName = text(r"[A-Za-z_][A-Za-z0-9_-]*", "an inventory group name: a letter or _, then letters, digits, _ or -")
 

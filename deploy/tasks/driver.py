@@ -19,10 +19,9 @@ from pyinfra.operations import server
 from ..distros.package_managers import PackageManager, install_packages, lock_bounded_checks, version_listing
 from ..distros.families import Platform
 from ..distros.repositories import add_repository
-from ..planning.driver_names import candidate_names, render, template_values
+from ..planning.driver_names import candidate_names, companion_records, render, template_values
 from ..planning.driver_plan import (APT_PIN_PATH, CUDA_APT_KEYRING, CUDA_APT_SOURCE, CUDA_PROFILE_PATH, DriverPlan, Readings,
                            branch_number, cuda_apt_source_text, cuda_profile_text, detect_branch, driver_plan)
-from ..driver.fabric import fabric_of
 from ..facts.apt import AptSourceFiles
 from ..facts.read_ahead import FactCall, known_fact, read, read_together
 from ..facts.gpu_support import GpuSupportLists
@@ -79,8 +78,8 @@ def plan_for_host(settings: Settings, platform: Platform, node: dict) -> tuple[D
         branch = settings.nvidia_driver_branch
     names = candidate_names(settings, platform, node, branch)
     fabric_url = None
-    wants_fabric = settings.fabric_manager_install and fabric_of(node).needs_fabric_manager and data.fabric_manager
-    if wants_fabric and manager.name == "apt":
+    companions = companion_records(settings, data, node)
+    if companions and manager.name == "apt":
         values = template_values(platform, data, node.get("kernel") or "", branch)
         fabric_url = f"{settings.nvidia_cuda_repo_url.rstrip('/')}/{values['dist']}/{platform.cuda_arch}"
     calls = readings_calls(settings, platform, node, branch, names, fabric_url)
@@ -99,13 +98,15 @@ def plan_for_host(settings: Settings, platform: Platform, node: dict) -> tuple[D
         found[PackageVersions.__name__] = waited["versions"]
         unreadable = tuple(waited["unreadable"])
     states = read(host, deb_states_read(names["driver"] + names["fabric"])) if manager.name == "apt" else {}
-    if fabric_url and not names["fabric"] and data.fabric_manager:
-        # Fabric Manager's names carry the branch, known now from the driver's versions: one more read,
-        # on NVSwitch nodes only
+    if fabric_url and not names["fabric"]:
+        # The companions' names carry the branch, known now from the driver's versions: one more read, on
+        # NVSwitch nodes and IMEX domains' hosts only
         number = branch_number(settings, None, names["driver"], Readings(states=states, offered=found.get("PackageVersions")), node)
         if number:
             values_now = template_values(platform, data, node.get("kernel") or "", str(number))
-            names["fabric"] = [*render(data.fabric_manager.names(number), values_now), *data.fabric_manager.nvlsm_packages]
+            names["fabric"] = [name for record in companions
+                               for name in (*render(record.names(number), values_now),
+                                            *getattr(record, "nvlsm_packages", ()))]
             more = readings_calls(settings, platform, node, str(number), {"driver": [], "fabric": names["fabric"]}, fabric_url)[1:]
             driver_offered = found.get("PackageVersions") or {}
             found.update(zip((fact.__name__ for fact, _ in more), read_together(host, more)))

@@ -1,8 +1,11 @@
 """
-Fabric Manager on NVSwitch nodes, end to end on bookworm node containers, with STAND-IN Fabric
-Manager packages (tests/standin_fabricmanager.py: NVIDIA's package names, versions, paths and
-unit name; our own content) from a local signed repository laid out like NVIDIA's CUDA repository
-and pointed at with ``nvidia_cuda_repo_url``. The driver is Debian's real one (535.261.03).
+Fabric Manager on NVSwitch nodes and IMEX on the hosts of a multi-node NVLink domain, end to end on
+bookworm node containers, with STAND-IN Fabric Manager and IMEX packages (tests/standin_fabricmanager.py:
+NVIDIA's package names, versions, paths and unit names; our own content) from a local signed repository
+laid out like NVIDIA's CUDA repository and pointed at with ``nvidia_cuda_repo_url``. Fabric Manager's
+driver is Debian's real one (535.261.03); the IMEX domain's nodes have a STAND-IN driver module
+(tests/standin_kmod.py, 550.163.01: IMEX is packaged from 550 on) and run the driver stage without
+installing a driver (nvidia_driver_install=false), so no DKMS build.
 
 A container cannot be given PCI devices: the node's PCI answer comes from our sysfs fixture of a
 real topology (tests/fixtures/fabric/, written by tests/pci_tree.py) bind-mounted read-only over
@@ -12,11 +15,17 @@ holds, systemd) is real.
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
+import sys
+from pathlib import Path
 
+import pci_tree
 import pytest
 import standin_fabricmanager
-from harness import assert_no_change
+import standin_kmod
+from harness import REPO, SAFE_DATA, DeployResult, assert_no_change, run, wait_for
 
 # nvidia-persistenced off: the fixture's GPUs are PCI IDs only, there is no GPU for it to hold
 STAGES = {"stages": "kernel,driver", "nvidia_persistenced": "false"}
@@ -119,3 +128,113 @@ def test_driver_version_without_matching_fabric_manager_is_refused_before_any_ch
              "packages": node.sh("dpkg-query -W -f '${Package} ${Version}\\n'").stdout,
              "held": node.sh("apt-mark showhold").stdout}
     assert after == before
+
+
+# --- an IMEX domain of three nodes -----------------------------------------------------------------
+
+IMEX_DATA = {"stages": "driver", "nvidia_driver_install": "false", "first_boot_unit": "false",
+             "imex_domain": "rack-e2e"}
+IMEX_ADDRESSES = ("127.0.0.12", "127.0.0.13", "127.0.0.14")  # loopback: node containers share the machine's
+
+
+def put_standin_driver(node, version: str) -> None:
+    """The STAND-IN nvidia.ko of ``version`` indexed by the node's own depmod for the running kernel (the
+    machine's: a container has none of its own), what NodeSurvey reads as the built driver (modinfo); never
+    loaded (kernel_modules_load=false)."""
+    kernel = os.uname().release
+    folder = f"/lib/modules/{kernel}/updates/dkms"
+    run(["docker", "exec", "-i", node.id, "sh", "-c", f"mkdir -p {folder} && cat > {folder}/nvidia.ko"],
+        input=standin_kmod.nvidia_module(standin_kmod.PROPRIETARY_LICENSE, version), text=False)
+    node.sh(f"depmod {shlex.quote(kernel)} 2>/dev/null")
+
+
+def imex_run(inventory: Path, data: dict, deploy_file: str = "deploy/gpu_node.py") -> DeployResult:
+    args = [sys.executable, "-m", "pyinfra", "-y", "--json", str(inventory), deploy_file]
+    for key, value in {**SAFE_DATA, **data}.items():
+        args += ["--data", f"{key}={value}"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("GPU_NODES", None)
+    result = run(args, check=False, cwd=REPO, env=env, timeout=1500)
+    return DeployResult(result.returncode, result.stdout, result.stderr, args)
+
+
+def write_imex_inventory(path: Path, nodes, addresses) -> Path:
+    hosts = [(node.target, {"imex_address": address}) for node, address in zip(nodes, addresses)]
+    path.write_text(f"gpu_nodes = {hosts!r}\n")
+    return path
+
+
+def imex_steps(report: Path) -> dict[str, dict]:
+    return {record["host"]: {step["name"]: step for step in record["steps"]}["imex_domain"]
+            for record in json.loads(report.read_text())["nodes"]}
+
+
+def imex_events(node, index: int) -> list[tuple[int, str, int]]:
+    """The stand-in daemon's log on node ``index``: (monotonic ns, start/stop, index)."""
+    lines = node.sh(f"cat {standin_fabricmanager.IMEX_LOG} 2>/dev/null || true").stdout.splitlines()
+    return [(int(time), event, index) for time, event, *_ in (line.split() for line in lines)]
+
+
+def test_a_three_node_imex_domain_gets_imex_at_the_drivers_version_its_members_and_a_serial_restart_standin_imex(
+    start_node, fabric_repo, tmp_path
+):
+    """STAND-IN IMEX, three GB200 NVL72 compute trays (PCI fixture) with a STAND-IN 550.163.01 driver module:
+    each gets nvidia-imex-550 at exactly 550.163.01-1 (the repository has a newer 550 too), held, the
+    channel option, nodes_config.cfg listing the three, IMEX enabled and running; verify passes the domain
+    on each, and names the member whose IMEX is stopped; a second run changes nothing; a member's new
+    address restarts IMEX on the three, one host at a time (the stand-in daemons' stop/start log, one
+    kernel clock for all containers, never interleaves)."""
+    tree = tmp_path / "pci"
+    nodes = []
+    for index in range(3):
+        devices = pci_tree.write(pci_tree.load("gb200-nvl72-compute-tray"), tree / str(index) / "devices")
+        for path in [tree, *tree.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        nodes.append(start_node(["-v", f"{devices}:/sys/bus/pci/devices:ro"]))
+    for node, address in zip(nodes, IMEX_ADDRESSES):
+        put_standin_driver(node, standin_fabricmanager.IMEX_DRIVER_VERSION)
+        node.write(standin_fabricmanager.IMEX_ADDRESS_FILE, address + "\n")
+    inventory = write_imex_inventory(tmp_path / "inventory.py", nodes, IMEX_ADDRESSES)
+    data = {**IMEX_DATA, **fabric_repo.data(), "fleet_report_path": str(tmp_path / "fleet.json")}
+
+    first = imex_run(inventory, data)
+    assert first.returncode == 0, first.explain()
+    members = "".join(f"{address}\n" for address in IMEX_ADDRESSES)
+    for node in nodes:
+        assert installed_versions(node, "nvidia-imex-550") == {"nvidia-imex-550": "550.163.01-1"}
+        assert "nvidia-imex-550" in node.sh("apt-mark showhold").stdout.split()
+        assert node.read("/etc/nvidia-imex/nodes_config.cfg") == members
+        assert "NVreg_CreateImexChannel0=1" in node.read("/etc/modprobe.d/gpu-node-imex-channel.conf")
+        assert node.sh(f"systemctl is-enabled {standin_fabricmanager.IMEX_UNIT}").stdout.strip() == "enabled"
+        wait_for(lambda node=node: node.is_active(standin_fabricmanager.IMEX_UNIT), what="the stand-in IMEX daemon")
+
+    report = tmp_path / "verify.json"
+    verify_data = {**data, "verify_report_path": str(report)}
+    imex_run(inventory, verify_data, "deploy/verify.py")
+    steps = imex_steps(report)
+    assert {step["status"] for step in steps.values()} == {"pass"}, steps
+    assert steps[nodes[0].target]["reason"] == (
+        f"IMEX domain rack-e2e UP: 3/3 members READY ({', '.join(IMEX_ADDRESSES)})")
+
+    nodes[2].sh(f"systemctl stop {standin_fabricmanager.IMEX_UNIT}")
+    imex_run(inventory, verify_data, "deploy/verify.py")
+    missing = imex_steps(report)[nodes[0].target]
+    assert missing["status"] == "fail"
+    assert f"{nodes[2].target} ({IMEX_ADDRESSES[2]}) UNAVAILABLE" in missing["reason"], missing
+    nodes[2].sh(f"systemctl start {standin_fabricmanager.IMEX_UNIT}")
+
+    assert_no_change(imex_run(inventory, data))
+
+    moved = (*IMEX_ADDRESSES[:2], "127.0.0.15")
+    for node in nodes:
+        node.sh(f"cat /dev/null > {standin_fabricmanager.IMEX_LOG}")
+    nodes[2].write(standin_fabricmanager.IMEX_ADDRESS_FILE, moved[2] + "\n")
+    changed = imex_run(write_imex_inventory(tmp_path / "inventory.py", nodes, moved), data)
+    assert changed.returncode == 0, changed.explain()
+    events = sorted(event for index, node in enumerate(nodes) for event in imex_events(node, index))
+    # each member stopped and started again, the next one only after: stop, start, stop, start, stop, start
+    assert [event for _, event, _ in events] == ["stop", "start"] * 3, events
+    stopped, started = [index for _, _, index in events[::2]], [index for _, _, index in events[1::2]]
+    assert stopped == started and sorted(stopped) == [0, 1, 2], events
+    for node in nodes:
+        assert node.read("/etc/nvidia-imex/nodes_config.cfg") == "".join(f"{address}\n" for address in moved)

@@ -105,3 +105,56 @@ def test_an_nvswitch_node_pins_fabric_manager_at_the_drivers_version():
     assert plan.fabric_service == "nvidia-fabricmanager"
     assert {name: plan.packages[name] for name in plan.fabric_packages} == {
         "nvidia-fabric-manager": "550.163.01", "libnvidia-nscq": "550.163.01"}
+
+
+RHEL_NODE = {"kernel": "5.14.0-427.el9.x86_64", "gpus": [gpu(B200)]}
+NVIDIA_CUDA_KEY = {"nvidia_cuda_gpgkey_fingerprint": "610C7B14E068A878070D4F45C5D5ED2A2C8A0E71"}
+
+
+def rhel_driver_at(version: str) -> Readings:
+    return Readings(states={"kmod-nvidia-open-dkms": {"version": f"3:{version}-1.el9"}})
+
+
+@pytest.mark.parametrize(("driver", "package"), [("570.172.08", "nvidia-imex-570"), ("580.95.05", "nvidia-imex")])
+def test_an_imex_domains_host_pins_imex_at_the_drivers_version_under_the_branchs_name(driver, package):
+    """NVIDIA names IMEX's package after the branch up to 575 and drops the branch from 580 on, as Fabric
+    Manager's; the plan pins it at the driver's own version, beside no Fabric Manager (no NVSwitch)."""
+    plan = driver_plan(settings_for(imex_domain="rack-a", **NVIDIA_CUDA_KEY), platform_of("rocky-9"), RHEL_NODE,
+                       readings=rhel_driver_at(driver))
+    assert plan.imex_packages == (package,)
+    assert plan.packages[package] == driver
+    assert plan.fabric_packages == () and plan.fabric_service is None
+    assert plan.fabric_repository["url"].endswith("/rhel9/x86_64")  # NVIDIA's CUDA repository, as Fabric Manager's
+
+
+def test_a_host_without_imex_domain_gets_no_imex():
+    plan = driver_plan(settings_for(**NVIDIA_CUDA_KEY), platform_of("rocky-9"), RHEL_NODE,
+                       readings=rhel_driver_at("570.172.08"))
+    assert plan.imex_packages == () and not [name for name in plan.packages if "imex" in name]
+    assert plan.fabric_repository is None
+
+
+def test_imex_with_a_driver_older_than_its_first_branch_is_refused_in_one_line():
+    with pytest.raises(DriverPlanError, match="IMEX is packaged from driver branch 550 on, and the driver is 535.261.03"):
+        driver_plan(settings_for(imex_domain="rack-a", **NVIDIA_CUDA_KEY), platform_of("rocky-9"), RHEL_NODE,
+                    readings=rhel_driver_at("535.261.03"))
+
+
+def test_imex_on_a_family_that_packages_none_is_refused_naming_the_setting():
+    node = {"kernel": "6.9.7-arch1-1", "gpus": [gpu(B200)], "kernel_pkgbases": ["linux"]}
+    with pytest.raises(DriverPlanError, match="IMEX is not packaged for arch: unset imex_domain"):
+        driver_plan(settings_for(imex_domain="rack-a"), platform_of("arch"), node)
+
+
+def test_ubuntu_imex_comes_at_the_version_the_driver_and_imex_both_have():
+    """apt: the lists offer a newer driver than the CUDA repository has IMEX for; driver and IMEX both take the
+    newest version they share, in one choice."""
+    offered = {"nvidia-headless-570-server-open": ["570.195.03-0ubuntu1", "570.172.08-0ubuntu1"],
+               "nvidia-utils-570-server": ["570.195.03-0ubuntu1", "570.172.08-0ubuntu1"],
+               "nvidia-dkms-570-server-open": ["570.195.03-0ubuntu1", "570.172.08-0ubuntu1"]}
+    imex = {"nvidia-imex-570": ["570.172.08-1", "570.148.08-1"]}
+    node = {"kernel": "6.8.0-45-generic", "gpus": [gpu(B200)]}
+    plan = driver_plan(settings_for(imex_domain="rack-a", nvidia_driver_branch="570", **NVIDIA_CUDA_KEY),
+                       platform_of("ubuntu-24.04"), node, readings=Readings(offered=offered, fabric_offered=imex))
+    assert plan.packages["nvidia-imex-570"] == "570.172.08-1"
+    assert plan.packages["nvidia-headless-570-server-open"] == "570.172.08-0ubuntu1"

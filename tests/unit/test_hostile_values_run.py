@@ -80,6 +80,7 @@ PLAIN = {
     "nvidia_toolkit_gpgkey_fingerprint": "C95B321B61E88C1809C4F759DDCAE044F796ECB0",
     "nvidia_cuda_gpgkey_fingerprint": "EB693B3035CD5710E231E123A4B469963BF863CC",
     "nvidia_driver_gpgkey_fingerprint": "C95B321B61E88C1809C4F759DDCAE044F796ECB0",
+    "imex_domain": "rack-a", "imex_address": "10.0.0.1",
 }
 
 
@@ -126,6 +127,8 @@ PLANS = {
     "allocator_move_batches": ("cluster",),
     # inventory group names: anything but letters, digits, _ and - is refused before any run
     "gpu_nodes_group": ("node", "cluster"), "control_plane_group": ("node", "cluster"),
+    # a name (letters, digits, . _ -) or an IP address: every hostile value is refused before any run
+    "imex_domain": ("node",), "imex_address": ("node",), "mig_manager_package": ("node",),
     "gpushare_extender_image": ("gpushare",), "gpushare_device_plugin_image": ("gpushare",),
     "gpushare_scheduler_config_path": ("gpushare",), "gpushare_inspect_source": ("gpushare",),
     "gpushare_inspect_sha256": ("gpushare",), "gpushare_inspect_path": ("gpushare",),

@@ -107,6 +107,12 @@ DOCUMENTED_DEFAULTS = {
     "allocator_move_batches": "1",
     "gpu_nodes_group": "gpu_nodes",
     "control_plane_group": "control_plane",
+    "imex_domain": None,
+    "imex_address": None,
+    "imex_channels": "module-option",
+    "gpudirect_rdma": "false",
+    "mig_layout": None,
+    "mig_manager_package": "nvidia-mig-manager",
 }
 
 
