@@ -108,8 +108,8 @@ def quarantine_gpu_nodes(settings: Settings):
     bound = quarantine.Bound(settings.quarantine_max_nodes, settings.quarantine_max_percent,
                              settings.quarantine_release_after)
     planned = quarantine.plan(nodes, live["nodes"], devices, bound)
-    for note in planned.notes:
-        logger.info(f"{host.print_prefix}quarantine: {note}")
+    for note in planned.notes:  # what is left as it is: the operator's to look at
+        logger.warning(f"{host.print_prefix}quarantine: {note}")
     for node, gpus, gpu_host in resets:
         logger.info(f"{host.print_prefix}quarantine_reset=plan: {reset_note(node, gpus, gpu_host.get_fact(DeviceHolders))}")
     for step in planned.steps:

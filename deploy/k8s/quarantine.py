@@ -42,7 +42,10 @@ RULE_NODE_ANNOTATION = "gpu-node.nvidia.com/node"
 # The attribute NVIDIA's DRA driver gives each GPU (Kubernetes' standard one): its PCI address.
 PCI_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
 DEVICE_TAINT_VERSIONS = ("resource.k8s.io/v1", "resource.k8s.io/v1beta2")
-SEVERITY_RANK = {"fatal": 0, "needs reset": 1, "informational": 2}
+# The health check's severities, worst first; the first three make a node unhealthy (the others: a reading
+# not made, a fact that needs nothing)
+SEVERITY_RANK = {"fatal": 0, "needs reset": 1, "needs attention": 2, "not read": 3, "informational": 4}
+ACTED_ON = ("fatal", "needs reset", "needs attention")
 PCI_ADDRESS = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]"
 LINE = 240  # a problem's line, a record's reason: what one line of kubectl describe shows
 
@@ -56,7 +59,7 @@ class HealthProblem(BaseModel):
 
     kind: str = Field(max_length=64)
     gpu: str | None = Field(None, pattern=f"^{PCI_ADDRESS}$")
-    severity: Literal["fatal", "needs reset", "informational"]
+    severity: Literal["fatal", "needs reset", "needs attention", "not read", "informational"]
     line: str = Field(max_length=1024)
 
 
@@ -70,12 +73,12 @@ class HealthReport(BaseModel):
     problems: tuple[HealthProblem, ...] = Field((), max_length=256)
 
     def worst(self) -> HealthProblem | None:
-        acted_on = [problem for problem in self.problems if problem.severity != "informational"]
+        acted_on = [problem for problem in self.problems if problem.severity in ACTED_ON]
         return min(acted_on, key=lambda problem: SEVERITY_RANK[problem.severity], default=None)
 
     def failed_gpus(self) -> set[str] | None:
         """The PCI addresses of the GPUs its problems name; None when one is about no single GPU."""
-        acted_on = [problem for problem in self.problems if problem.severity != "informational"]
+        acted_on = [problem for problem in self.problems if problem.severity in ACTED_ON]
         if not acted_on or any(problem.gpu is None for problem in acted_on):
             return None
         return {pci_key(problem.gpu) for problem in acted_on}
@@ -359,7 +362,8 @@ def plan(gpus: list[GpuHealth], live: dict[str, LiveNode], devices: DeviceApi | 
         if ours.devices and report.status == "unhealthy":
             result.steps += _missing_rules(gpu, node, ours, devices)
     result.steps += _orphans(group, live, devices)
-    candidates.sort(key=lambda gpu: (SEVERITY_RANK[gpu.report.worst().severity] if gpu.report.worst() else 3, gpu.node))
+    candidates.sort(key=lambda gpu: (SEVERITY_RANK[gpu.report.worst().severity] if gpu.report.worst() else len(
+        SEVERITY_RANK), gpu.node))
     for gpu in candidates:
         if len(quarantined) >= limit:
             result.notes.append(f"{gpu.node}: unhealthy ({reason(gpu.report)}) but not quarantined: {len(quarantined)} "

@@ -239,6 +239,22 @@ def test_never_more_than_quarantine_max_nodes_the_worst_first_counting_others_ta
                in line for line in quarantine_lines(caplog))
 
 
+def test_a_problem_needing_attention_about_no_single_gpu_taints_the_node_a_reading_not_made_does_not_no_real_cluster(
+        monkeypatch):
+    """The health check's other severities: needs attention (a service down, a module missing) makes a node
+    unhealthy, about no GPU; not read (a reading that could not be made) leaves its status unknown."""
+    cluster = StandInGpuCluster()
+    cluster.node("gpu1")
+    cluster.node("gpu2")
+    down = problem(kind="service", gpu=None, severity="needs attention", line="nvidia-fabricmanager.service is failed")
+    not_read = problem(kind="reading", gpu=None, severity="not read", line="nvidia-smi timed out")
+    run_view(monkeypatch, cluster, {"gpu1": health("unhealthy", problems=[down]),
+                                    "gpu2": health("unknown", problems=[not_read])}, data=ONE_NODE)
+    assert cluster.taints("gpu1") == [{"key": TAINT_KEY, "value": "service", "effect": "NoSchedule"}]
+    assert cluster.record("gpu1")["reason"] == "nvidia-fabricmanager.service is failed"
+    assert cluster.taints("gpu2") == []
+
+
 def test_the_share_of_the_group_is_rounded_down_no_real_cluster(monkeypatch):
     cluster = StandInGpuCluster()
     for name in ("gpu1", "gpu2", "gpu3"):
