@@ -15,7 +15,8 @@ from .settings import DEFAULTS, SettingsError, call_settings, host_settings
 from .signatures import document_settings
 from .tasks.gitops import write_cluster_files
 from .tasks.dra_cluster import dra_driver, uses_dra
-from .tasks.k8s import device_plugin, gpu_cluster, move_nodes, needs_device_plugin, uses_gpushare
+from .tasks.k8s import (device_plugin, gpu_cluster, gpu_health_monitor, move_nodes, needs_device_plugin,
+                        uses_gpushare)
 
 
 @document_settings
@@ -23,9 +24,9 @@ from .tasks.k8s import device_plugin, gpu_cluster, move_nodes, needs_device_plug
 def configure_cluster(**settings):
     """
     Make the cluster schedule (and share) GPUs: the RuntimeClass, the device plugin or gpushare, the
-    GPU nodes' labels, the smoke pod (docs/cluster.md), through kubectl on this host when it is in
-    the control-plane group (other hosts are skipped; a run with none stops in one line). Settings as
-    ``provision_gpu_node`` takes them.
+    GPU nodes' labels, the smoke pod, node-problem-detector's GPU condition (docs/cluster.md), through
+    kubectl on this host when it is in the control-plane group (other hosts are skipped; a run with
+    none stops in one line). Settings as ``provision_gpu_node`` takes them.
     """
     call_settings(host.state, settings, "configure_cluster")
     freeze_imported_objects()
@@ -48,6 +49,8 @@ def configure_cluster(**settings):
     if uses_dra(cluster, gpu_nodes):
         dra_driver(cluster, gpu_nodes)
     move_nodes(cluster, gpu_nodes)
+    if cluster.gpu_health_monitor == "npd":
+        gpu_health_monitor(cluster)
 
 
 @document_settings

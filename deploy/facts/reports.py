@@ -12,6 +12,8 @@ from ..foundations import node_text, shell_scripts
 from .base import NodeFact
 
 REPORTS_DIR = "/var/lib/gpu-node"
+# The node's health check's report there (no node report: the fleet view's quarantine reads it)
+HEALTH_REPORT = "health.json"
 # gpu-node writes three there (boot-report.json, report.json, a pull run's fleet-report.json): a node
 # sends at most this many files of MAX_FILE_BYTES each, the rest named "not read".
 MAX_NODE_REPORTS = 8

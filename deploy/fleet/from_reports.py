@@ -10,6 +10,9 @@ or read over SSH where the nodes keep them, one remote command per node (deploy/
 
     pyinfra inventory.py deploy/fleet_view.py [--data fleet_report_path=FLEET.json]
 
+and with ``--data fleet_quarantine=true`` (an inventory with its control_plane host) it also quarantines
+the GPU nodes whose health report says unhealthy (deploy/fleet/quarantine.py).
+
 A node whose report is ok is converged, one whose report failed is failed (with its failed steps).
 A report is text a node sent: read only from a regular file, at most node_text's bound, and checked
 against its format (deploy/reports/formats.py's NodeReportFormat) before anything reads a field of it; a
@@ -35,7 +38,7 @@ from pyinfra.api.state import BaseStateCallback
 
 from ..foundations import node_text
 from ..foundations.command_line import ArgumentParser, program
-from ..facts.reports import NOT_REGULAR, REPORTS_DIR, NodeReports
+from ..facts.reports import HEALTH_REPORT, NOT_REGULAR, REPORTS_DIR, NodeReports
 from ..reports.fleet_report import (
     CONVERGED,
     FAILED,
@@ -50,6 +53,7 @@ from ..reports.formats import FleetReportFormat, NodeFormat, NodeReportFormat, N
 from ..reports.node_report import FAIL, PASS, SKIP
 from ..foundations.run_state import per_run
 from ..settings import host_settings
+from .quarantine import control_plane, quarantine_gpu_nodes
 
 # A folder holds one report per node: more .json files than this and it is not read at all (the
 # files are read one at a time, each at most node_text.MAX_FILE_BYTES; this bounds the whole).
@@ -176,6 +180,8 @@ def node_row(host_name: str, reports: list[dict]) -> tuple[FleetRow, list[str]]:
     the name the inventory gives the node; one line per file that is not a node report, or not read."""
     newest, problems = None, []
     for report in sorted(reports, key=lambda report: (report.get("mtime", 0), report["name"])):
+        if report["name"] == HEALTH_REPORT:
+            continue  # the health check's, no node report (the quarantine reads it)
         source = f"{host_name}: {REPORTS_DIR}/{report['name']}"
         try:
             if "not_read" in report:
@@ -201,6 +207,8 @@ class ReportsView(BaseStateCallback):
     problems: list[str] = field(default_factory=list)
     disconnected: set = field(default_factory=set)
     done: bool = False
+    # hosts of the run that are no GPU node of the view (the quarantine's control plane): no row
+    not_nodes: set = field(default_factory=set)
 
     def host_disconnect(self, state, host) -> None:
         self.disconnected.add(host.name)
@@ -212,7 +220,7 @@ class ReportsView(BaseStateCallback):
     def finish(self, state, stream=None) -> list[FleetRow]:
         rows = dict(self.rows)
         for host in state.inventory:
-            if host.name not in rows:
+            if host.name not in rows and host.name not in self.not_nodes:
                 rows[host.name] = FleetRow(host=host.name, status=FAILED, failed_operations=["read the node's reports"],
                                            failure_lines=["not reached (see the run output)"])
         ordered = [rows[name] for name in sorted(rows)]
@@ -238,6 +246,12 @@ def view_this_host(host) -> None:
         host.state.add_callback_handler(view)
 
     view = per_run(host.state, ReportsView, created=hook)
+    if settings.fleet_quarantine:
+        if host.name == control_plane(settings).name:
+            quarantine_gpu_nodes(settings)
+        if settings.gpu_nodes_group not in host.groups:
+            view.not_nodes.add(host.name)
+            return
     row, problems = node_row(host.name, host.get_fact(NodeReports))
     view.rows[host.name] = row
     view.problems += problems

@@ -19,6 +19,7 @@ from .sections.data_center import DataCenterSettings
 from .sections.dra import DraSettings
 from .sections.gitops import GitOpsSettings
 from .sections.gpushare import GpushareSettings
+from .sections.health_cluster import HealthClusterSettings
 from .sections.host_safety import HostSafetySettings
 from .sections.inventory import InventorySettings
 from .sections.kubernetes import KubernetesSettings
@@ -32,7 +33,7 @@ FOLDED_SETTINGS = {"containerd_enable_cdi": "cdi", "docker_enable_cdi": "cdi"}
 
 
 class Settings(RuntimeSettings, PackageSettings, DataCenterSettings, RackSettings, HostSafetySettings, VerifySettings,
-               KubernetesSettings, GpushareSettings, GitOpsSettings, DraSettings, InventorySettings):
+               KubernetesSettings, GpushareSettings, GitOpsSettings, DraSettings, HealthClusterSettings, InventorySettings):
     """Every setting, typed; build it with ``parse_settings`` (which also checks how settings combine)."""
 
     @model_validator(mode="before")

@@ -125,6 +125,10 @@ ControllerPath = text(f"[^{CONTROL}]+", "a file path on the controller, without 
 DriverBranch = text("[0-9]{3}", "a driver branch number such as 535 or 550")
 PackageVersion = text("[0-9][0-9A-Za-z.+~:_-]*", "a package version such as 535.183.01 or 1.17.8-1")
 ImageReference = text("[a-z0-9][a-z0-9._/:@-]*", "a container image reference such as registry/name:tag")
+# A tag after the last "/" (a registry's port is no tag), then an optional digest: what a site pins.
+PinnedImage = text(r"[a-z0-9][a-z0-9._/:-]*:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}(@sha256:[0-9a-f]{64})?",
+                   "an image pinned by its tag, optionally with its digest, such as "
+                   "registry/name:v1.2@sha256:<64 hex digits>")
 
 
 def _minor_from_number(value: Any) -> Any:

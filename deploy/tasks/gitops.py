@@ -18,6 +18,8 @@ The folder (``manifests_dir``)::
     smoke/dra-smoke-pod.yaml                 with gpu_allocator=dra and smoke_test: the pod that asks for
                                              one GPU through a claim, to create once (not to sync)
 
+``manifests/gpu-health-monitor.yaml`` is there with gpu_health_monitor=npd (node-problem-detector).
+
 Only ``manifests/`` is for ``kubectl apply -f`` (Flux applies every YAML file under the path it is
 given, and the values are no Kubernetes object); ``flux/`` and ``argocd/`` are each for its own tool.
 """
@@ -33,7 +35,7 @@ from pyinfra.api import deploy
 from pyinfra.api.exceptions import NoGroupError, PyinfraError
 from pyinfra_cli.inventory import make_inventory
 
-from ..k8s import dra
+from ..k8s import dra, health_monitor
 from ..facts.k8s import FIELD_MANAGER
 from ..facts.gpu_node_identity import GpuNode
 from ..k8s.gpushare import NODE_LABEL, GpushareError, scheduler_config_yaml
@@ -74,7 +76,8 @@ NODE_ANNOTATIONS = {"argocd.argoproj.io/sync-options": "Prune=false,Delete=false
 # The GPU nodes' labels: a bundle of the folder alone (deploy/k8s_gpu.py labels from the nodes' facts)
 NODE_LABELS_BUNDLE = "node-labels"
 BUNDLES = (RUNTIME_CLASS_BUNDLE, DEVICE_PLUGIN_BUNDLE, gpushare_task.EXTENDER_BUNDLE,
-           gpushare_task.DEVICE_PLUGIN_BUNDLE, dra_cluster.DRIVER_BUNDLE, dra_cluster.CLAIMS_BUNDLE, NODE_LABELS_BUNDLE)
+           gpushare_task.DEVICE_PLUGIN_BUNDLE, dra_cluster.DRIVER_BUNDLE, dra_cluster.CLAIMS_BUNDLE,
+           health_monitor.BUNDLE, NODE_LABELS_BUNDLE)
 WHAT_BUNDLES_HOLD = {
     RUNTIME_CLASS_BUNDLE: "the RuntimeClass `nvidia`",
     DEVICE_PLUGIN_BUNDLE: "NVIDIA's device plugin: its namespace, the sharing configs (ConfigMap), RBAC, "
@@ -85,6 +88,9 @@ WHAT_BUNDLES_HOLD = {
                                f"on nodes labelled `{dra.ALLOCATOR_LABEL}=dra`",
     dra_cluster.CLAIMS_BUNDLE: f"the DeviceClass `{dra.DEVICE_CLASS}` and the ResourceClaimTemplate "
                                f"`{dra.CLAIM_TEMPLATE}` (one GPU; the sharing config the settings give)",
+    health_monitor.BUNDLE: f"node-problem-detector on every GPU node (gpu_health_monitor=npd): its namespace, "
+                           f"account bound to `{health_monitor.CLUSTER_ROLE}`, its config (a custom plugin running "
+                           f"gpu-node's health check) and DaemonSet; it sets the node condition `{health_monitor.CONDITION}`",
     NODE_LABELS_BUNDLE: "the GPU nodes' labels: a Node object each, its name and the labels its settings decide "
                         "alone (a server-side apply sets these and no other field)",
 }
@@ -195,6 +201,8 @@ def cluster_files(settings: Settings, nodes: list[GpuNode], kubernetes_minor: st
         dra_manifests, dra_written = dra_files(settings, nodes, kubernetes_minor)
         manifests.update(dra_manifests)
         written.update(dra_written)
+    if settings.gpu_health_monitor == "npd":
+        manifests[health_monitor.BUNDLE] = health_monitor.render(settings)
     labels = node_labels_manifest(settings, nodes)
     if labels:
         manifests[NODE_LABELS_BUNDLE] = labels

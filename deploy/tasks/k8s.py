@@ -1,7 +1,7 @@
 """
 The Kubernetes GPU layer, run on control-plane hosts: RuntimeClass, GPU node labels, the
-NVIDIA device plugin (static manifests or the helm chart) with its sharing configs, and the
-vector-add smoke pod.
+NVIDIA device plugin (static manifests or the helm chart) with its sharing configs, the
+vector-add smoke pod, and with gpu_health_monitor=npd node-problem-detector's GPU health condition.
 
 The control plane learns about GPU nodes by reading facts of the GPU nodes (``gpu_nodes_group``) of the
 same pyinfra run (``gpu_host.get_fact(...)`` while preparing the control-plane host): their
@@ -21,7 +21,7 @@ from pyinfra.api.exceptions import NoGroupError
 from ..facts.read_ahead import known_fact
 from ..facts.k8s import KubeNodes
 from ..facts.gpu_node_identity import GpuNode, GpuNodeIdentity, kube_node_name
-from ..k8s import dra
+from ..k8s import dra, health_monitor
 from ..foundations import templates
 from ..operations import kubectl
 from ..operations.allocator_move import move_step
@@ -325,6 +325,17 @@ def device_plugin(settings: Settings, nodes: list[GpuNode]):
             pod=SMOKE_POD_NAME,
             timeout=settings.smoke_test_timeout,
         )
+
+
+@deploy("GPU health monitor: node-problem-detector")
+def gpu_health_monitor(settings: Settings):
+    """node-problem-detector on the GPU nodes, its condition from the nodes' health check (gpu_health_monitor=npd)."""
+    kubectl.apply_manifests(
+        name="Apply node-problem-detector's GPU health monitor",
+        manifest=health_monitor.render(settings),
+        kubeconfig=settings.kubeconfig,
+        bundle=health_monitor.BUNDLE,
+    )
 
 
 def node_move(node: GpuNode, live_nodes: dict) -> tuple[str, str | None, str, dict[str, str | None]] | None:

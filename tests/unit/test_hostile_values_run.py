@@ -129,6 +129,8 @@ PLANS = {
     "gpu_nodes_group": ("node", "cluster"), "control_plane_group": ("node", "cluster"),
     # a name (letters, digits, . _ -) or an IP address: every hostile value is refused before any run
     "imex_domain": ("node",), "imex_address": ("node",), "mig_manager_package": ("node",),
+    # a pinned image (its tag, optionally its digest): its pattern refuses every hostile value before any run
+    "npd_image": ("cluster",),
     "gpushare_extender_image": ("gpushare",), "gpushare_device_plugin_image": ("gpushare",),
     "gpushare_scheduler_config_path": ("gpushare",), "gpushare_inspect_source": ("gpushare",),
     "gpushare_inspect_sha256": ("gpushare",), "gpushare_inspect_path": ("gpushare",),
@@ -207,10 +209,10 @@ def cluster_plan(settings: dict[str, str], kind: str):
         data = {"gpu_sharing": "gpushare", "gpushare_inspect_sha256": "5" * 64, "smoke_test": "false"}
     else:
         control_plane = FakeCluster(nodes={"gpu1": {}, "cp1": {}})
-        data = {}
+        data = {"gpu_health_monitor": "npd"}  # node-problem-detector's bundle too (npd_image)
         if kind == "helm":  # helm's answers, as test_k8s_plan's helm tests state them: no release yet
             control_plane.helm_lines = ["list-rc 0", "list-out []", "values-rc 1", "values-err Error: release: not found"]
-            data = {"device_plugin_install_method": "helm"}
+            data = {**data, "device_plugin_install_method": "helm"}
     nodes = {"@fake/cp1": Node(stand_in=control_plane.answer),
              "@fake/gpu1": Node(facts=[(every(GpuNodeIdentity), gpu_identity_lines("gpu1", ["NVIDIA A100-SXM4-40GB"]))])}
     inventory = Inventory(([("@fake/cp1", QUICK), ("@fake/gpu1", QUICK)], {}), override_data={**data, **settings},

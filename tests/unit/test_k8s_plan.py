@@ -499,3 +499,23 @@ def test_a_set_kubeconfig_is_given_to_every_kubectl_and_helm_no_real_cluster(mon
     assert len(options) >= 6 and all(option == ["--kubeconfig", "/etc/rancher/k3s/k3s.yaml"] for option in options)
     assert not [command for command in run.control_plane_commands() if "KUBECONFIG" in command]
     assert "Kubernetes v1.30.2 via kubeconfig /etc/rancher/k3s/k3s.yaml" in caplog.text
+
+
+def test_the_health_monitor_is_applied_with_gpu_health_monitor_npd_alone_once_no_real_cluster(monkeypatch, both_modes):
+    """gpu_health_monitor=npd: node-problem-detector's bundle (its DaemonSet, config, account and binding)
+    applied as one more bundle; a second run applies nothing; off (the default): never sent."""
+    gpu = {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])}
+    without = run_plan(monkeypatch, two_gpu_node_cluster(), gpu, data={"smoke_test": "false"})
+    assert not [command for command in without.control_plane_commands() if "node-problem-detector" in command]
+
+    cluster = two_gpu_node_cluster()
+    data = {"smoke_test": "false", "gpu_health_monitor": "npd"}
+    first = run_plan(monkeypatch, cluster, gpu, data=data)
+    assert not first.failed and len(first.applies()) == 3
+    (applied,) = [command for command in first.applies() if "node-problem-detector" in command]
+    assert {(document["kind"], document["metadata"]["name"]) for document in stdin_manifest(applied)} == {
+        ("Namespace", "gpu-node-health"), ("ServiceAccount", "gpu-node-health-monitor"),
+        ("ClusterRoleBinding", "gpu-node-health-monitor"), ("ConfigMap", "gpu-node-health-monitor"),
+        ("DaemonSet", "gpu-node-health-monitor")}
+    second = run_plan(monkeypatch, cluster, gpu, data=data)
+    assert second.applies() == [] and second.diffs() == []

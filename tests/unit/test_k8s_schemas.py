@@ -1,8 +1,8 @@
 """
 Every object the Kubernetes half applies, rendered by the deploy's own functions (deploy/tasks/k8s.py,
-deploy/k8s/gpushare.py, the kube-scheduler static pod edit), checked offline against the Kubernetes
-OpenAPI schemas kubernetes-validate ships, for every minor from 1.28 to the newest that package
-has: strict, so an unknown field is an error. No API server runs here.
+deploy/k8s/gpushare.py, deploy/k8s/health_monitor.py, the kube-scheduler static pod edit), checked
+offline against the Kubernetes OpenAPI schemas kubernetes-validate ships, for every minor from 1.28
+to the newest that package has: strict, so an unknown field is an error. No API server runs here.
 
 An object in an API group/version a release no longer serves has no schema in that release's set.
 The deploy itself has no check for that (kubectl apply would meet the API server's "no matches for
@@ -30,6 +30,7 @@ from deploy.k8s.gpushare import (
     extender_manifest,
     scheduler_config,
 )
+from deploy.k8s import health_monitor
 from deploy.operations.kubectl import manifest_documents, stamp_manifest
 from deploy.settings import DEFAULTS, parse_settings
 from deploy.tasks.k8s import (
@@ -203,6 +204,11 @@ def template_bundles() -> dict:
     for variant in ("no-sharing", "time-slicing", "mps-runtimeclass"):
         bundles[f"smoke-pod/{variant}"] = functools.partial(
             lambda variant, version: manifest_documents(render_smoke_pod(*plugin_inputs(variant))), variant)
+    for interval in ("30", "3600"):
+        bundles[f"gpu-health-monitor/{interval}s"] = functools.partial(
+            lambda interval, version: applied(health_monitor.render(parse_settings(
+                {"gpu_health_monitor": "npd", "gpu_health_monitor_interval": interval})), health_monitor.BUNDLE),
+            interval)
     bundles["gpushare-extender"] = lambda version: applied(
         extender_manifest(f"v{version}.0", DEFAULTS["gpushare_extender_image"]), "gpushare-extender")
     for unit in ("GiB", "MiB"):

@@ -123,6 +123,7 @@ CASES = {
     "static-cdi-driver-root": Case(
         {"smoke_test": "false", "cdi": "true", "nvidia_driver_root": "/run/nvidia/driver"}, {}),
     "helm-no-sharing": Case({"device_plugin_install_method": "helm", "smoke_test": "false"}, {}),
+    "health-monitor": Case({"gpu_health_monitor": "npd", "gpu_health_monitor_interval": 90, "smoke_test": "false"}, {}),
     "helm-sharing": Case(
         {"device_plugin_install_method": "helm", "smoke_test": "false", "gpu_sharing": "time-slicing",
          "gpu_sharing_replicas": "6"},
@@ -269,7 +270,7 @@ def assert_the_gitops_tools_install_the_chart_helm_was_given(rendered: Rendered,
 
 
 @pytest.mark.parametrize("name", ["static-sharing-per-node", "static-cdi-driver-root",
-                                  "gpushare-1.23-beside-time-slicing"])
+                                  "gpushare-1.23-beside-time-slicing", "health-monitor"])
 def test_after_the_folder_is_applied_the_deploy_applies_nothing_no_real_cluster(monkeypatch, tmp_path, name):
     """``kubectl apply --server-side -f manifests/`` into the stood-in cluster, then deploy/k8s_gpu.py with
     the same settings: every bundle is at its digest, no apply and no diff; it labels the nodes."""
@@ -865,3 +866,11 @@ def test_the_folders_node_labels_are_the_ones_the_deploy_sets_no_real_cluster(mo
         deployed = cluster.nodes[node]
         assert {key: deployed.get(key) for key in labels} == labels
         assert set(deployed) - set(labels) == {"accelerator"}
+
+
+def test_the_readme_names_the_health_monitor_bundle_where_it_is_rendered():
+    with_monitor = case_files("health-monitor", VERSIONS[0])
+    assert "manifests/gpu-health-monitor.yaml" in with_monitor
+    assert "| `manifests/gpu-health-monitor.yaml` | node-problem-detector" in with_monitor["README.md"]
+    without = case_files("static-no-sharing", VERSIONS[0])
+    assert "manifests/gpu-health-monitor.yaml" not in without and "node-problem-detector" not in without["README.md"]

@@ -113,6 +113,14 @@ DOCUMENTED_DEFAULTS = {
     "gpudirect_rdma": "false",
     "mig_layout": None,
     "mig_manager_package": "nvidia-mig-manager",
+    "gpu_health_monitor": "off",
+    "npd_image": "registry.k8s.io/node-problem-detector/node-problem-detector:v0.8.21",
+    "gpu_health_monitor_interval": 60,
+    "fleet_quarantine": False,
+    "quarantine_max_nodes": 1,
+    "quarantine_max_percent": 50,
+    "quarantine_release_after": 3600,
+    "quarantine_reset": "off",
 }
 
 
@@ -172,6 +180,8 @@ def test_normalised_forms():
     assert parse_settings({"kube_node_names": "b=node-b, a=node-a"}).kube_node_names == (("a", "node-a"), ("b", "node-b"))
     assert parse_settings({"kube_node_names": {"a": "node-a"}}).kube_node_names == (("a", "node-a"),)
     assert parse_settings({"containerd_config_path": " /srv/ctr.toml "}).containerd_config_path == "/srv/ctr.toml"
+    pinned = "mirror.example:5000/npd:v0.8.21@sha256:" + "0a" * 32
+    assert parse_settings({"npd_image": pinned}).npd_image == pinned
 
 
 # --- one line for each kind of bad value ------------------------------------------------------
@@ -251,6 +261,14 @@ def test_normalised_forms():
         ({"kube_node_names": "gpu1=Node A"},
          "invalid setting kube_node_names='gpu1=Node A': allowed: host=node pairs whose node is a Kubernetes "
          "node name (lower case letters, digits, '-', '.')"),
+        ({"npd_image": "registry.k8s.io/node-problem-detector/node-problem-detector"},
+         "invalid setting npd_image='registry.k8s.io/node-problem-detector/node-problem-detector': allowed: an "
+         "image pinned by its tag, optionally with its digest, such as registry/name:v1.2@sha256:<64 hex digits>"),
+        ({"npd_image": "localhost:5000/npd@sha256:" + "a" * 64},
+         "invalid setting npd_image='localhost:5000/npd@sha256:" + "a" * 64 + "': allowed: an image pinned by its "
+         "tag, optionally with its digest, such as registry/name:v1.2@sha256:<64 hex digits>"),
+        ({"quarantine_max_percent": 101},
+         "invalid setting quarantine_max_percent=101: allowed: an integer >= 0 <= 100"),
         ({"gpu_sharing_replicas": "8"},
          "invalid setting gpu_sharing_replicas='8': allowed only with gpu_sharing=time-slicing or mps "
          "(gpu_sharing is 'none')"),

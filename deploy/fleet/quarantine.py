@@ -1,0 +1,119 @@
+"""
+The fleet view's quarantine mode (``--data fleet_quarantine=true``; docs/cluster.md): on the first
+control-plane host of the inventory, the run's GPU nodes' health reports (health.json, read by the
+NodeReports fact the fleet view reads anyway) and the cluster's nodes (kubectl there, read first) turn
+into deploy/k8s/quarantine.py's plan, applied one node at a time (deploy/operations/quarantine.py).
+With ``quarantine_reset=plan`` it also says, for each GPU whose problem needs a reset, whether the node
+could reset it now (nothing holds /dev/nvidia*, the driver reload's holder check); it resets nothing.
+"""
+
+from __future__ import annotations
+
+from pyinfra import host, inventory, logger
+from pyinfra.api import deploy
+from pyinfra.api.exceptions import NoGroupError
+from pyinfra.facts.server import Hostname
+
+from ..driver.reload import named
+from ..facts.gpu_holders import DeviceHolders
+from ..facts.gpu_node_identity import kube_node_name
+from ..facts.quarantine import KubeDeviceTaints, KubeQuarantineNodes
+from ..facts.reports import HEALTH_REPORT, REPORTS_DIR, NodeReports
+from ..foundations import node_text
+from ..k8s import quarantine
+from ..operations import failure
+from ..operations import quarantine as quarantine_ops
+from ..operations.kubectl import unavailable_message
+from ..settings import Settings, SettingsError, host_settings
+
+
+def control_plane(settings: Settings):
+    """The host the quarantine runs kubectl on: the inventory's first control-plane host; SettingsError
+    (before any host changes) where there is none."""
+    try:
+        hosts = inventory.get_group(settings.control_plane_group)
+    except NoGroupError:
+        hosts = []
+    if not hosts:
+        raise SettingsError(f"fleet_quarantine=true but the inventory has no {settings.control_plane_group} host "
+                            "(control_plane_group) to run kubectl on: add the control-plane host to the inventory")
+    return hosts[0]
+
+
+def gpu_hosts(settings: Settings) -> list:
+    try:
+        return list(inventory.get_group(settings.gpu_nodes_group))
+    except NoGroupError:
+        return []
+
+
+def health_of_reports(reports: list[dict], host_name: str) -> tuple[quarantine.HealthReport | None, str | None]:
+    """The health report among a node's reports (the NodeReports fact), or None and why not."""
+    source = f"{host_name}: {REPORTS_DIR}/{HEALTH_REPORT}"
+    entry = next((report for report in reports if report["name"] == HEALTH_REPORT), None)
+    if entry is None:
+        return None, f"no {REPORTS_DIR}/{HEALTH_REPORT} (the node's health check has not run)"
+    if "not_read" in entry:
+        return None, node_text.printable(f"{source}: {entry['not_read']}")
+    try:
+        return quarantine.health_of(entry["text"], source), None
+    except (quarantine.NotHealth, node_text.UnreadableText) as error:
+        return None, node_text.printable(str(error))
+
+
+def needing_reset(report: quarantine.HealthReport | None) -> list[str]:
+    """The GPUs of an unhealthy report whose problem needs a reset."""
+    if report is None or report.status != "unhealthy":
+        return []
+    return sorted({problem.gpu for problem in report.problems if problem.severity == "needs reset" and problem.gpu})
+
+
+def reset_note(node: str, gpus: list[str], holders: dict) -> str:
+    """What quarantine_reset=plan says of a node whose ``gpus`` need a reset, from its DeviceHolders."""
+    if not holders["fuser"]:
+        return f"{node}: GPU {', '.join(gpus)} needs a reset; whether anything holds it is unknown (no fuser): not now"
+    if holders["holders"]:
+        return f"{node}: GPU {', '.join(gpus)} needs a reset; not now: {named(holders['holders'])}"
+    commands = "; ".join(f"nvidia-smi -r -i {gpu}" for gpu in gpus)
+    return f"{node}: GPU {', '.join(gpus)} needs a reset and nothing holds /dev/nvidia*: `{commands}` would reset it " \
+           "(gpu-node resets nothing)"
+
+
+@deploy("Quarantine GPU nodes")
+def quarantine_gpu_nodes(settings: Settings):
+    """The quarantine's reads, plan and steps, from this control-plane host's context."""
+    names = dict(settings.kube_node_names)
+    nodes, resets = [], []
+    for gpu_host in gpu_hosts(settings):
+        node_settings = host_settings(gpu_host)
+        try:
+            reports = gpu_host.get_fact(NodeReports)
+            node = kube_node_name(names, gpu_host.name, None if gpu_host.name in names else gpu_host.get_fact(Hostname))
+        except Exception as error:  # an unreachable GPU node must not stop the others
+            nodes.append(quarantine.GpuHealth(node=names.get(gpu_host.name, gpu_host.name), report=None,
+                                              unreadable=f"not reached ({error})"))
+            continue
+        report, unreadable = health_of_reports(reports, gpu_host.name)
+        nodes.append(quarantine.GpuHealth(node=node, report=report, unreadable=unreadable,
+                                          dra=node_settings.gpu_allocator == "dra"))
+        if settings.quarantine_reset == "plan" and needing_reset(report):
+            resets.append((node, needing_reset(report), gpu_host))
+
+    live = host.get_fact(KubeQuarantineNodes, kubeconfig=settings.kubeconfig)
+    if live["nodes"] is None:
+        failure.fail(name="Read the cluster's GPU nodes", message=unavailable_message(settings.kubeconfig, live["error"]))
+        return
+    devices = host.get_fact(KubeDeviceTaints, kubeconfig=settings.kubeconfig) if any(
+        node.dra for node in nodes) else None
+    bound = quarantine.Bound(settings.quarantine_max_nodes, settings.quarantine_max_percent,
+                             settings.quarantine_release_after)
+    planned = quarantine.plan(nodes, live["nodes"], devices, bound)
+    for note in planned.notes:  # what is left as it is: the operator's to look at
+        logger.warning(f"{host.print_prefix}quarantine: {note}")
+    for node, gpus, gpu_host in resets:
+        logger.info(f"{host.print_prefix}quarantine_reset=plan: {reset_note(node, gpus, gpu_host.get_fact(DeviceHolders))}")
+    for step in planned.steps:
+        quarantine_ops.apply_step(name=f"Quarantine: {step.node}: {step.verb}: {step.says}", kubeconfig=settings.kubeconfig,
+                                  step=step)
+    if not planned.steps:
+        logger.info(f"{host.print_prefix}quarantine: nothing to change on the {len(nodes)} GPU nodes of the run")

@@ -1,0 +1,375 @@
+"""
+The fleet view's quarantine (fleet_quarantine=true), pure: from each GPU node's health report
+(/var/lib/gpu-node/health.json) and what the cluster holds, what to taint and what to release.
+
+- A node whose report says unhealthy gets the taint ``gpu-node.nvidia.com/gpu-unhealthy:NoSchedule``
+  and the annotation ``gpu-node.nvidia.com/quarantine`` (gpu-node's record: since when, why, since when
+  healthy again), in one JSON patch that first tests the node's resourceVersion: a node changed since it
+  was read is not patched (the patch fails, the next run reads it again). On a DRA node whose failed
+  GPUs each map to a device of its ResourceSlices, and where the cluster serves DeviceTaintRule
+  (resource.k8s.io/v1 or v1beta2), a DeviceTaintRule per failed GPU instead of the node taint.
+- Bounded: at most ``quarantine_max_nodes`` and ``quarantine_max_percent`` (rounded down) of the run's
+  GPU nodes at once, counting every taint of the key the cluster holds, gpu-node's or anyone's; the
+  worst first (fatal, then needs reset), then by name.
+- Released once its reports have said healthy for ``quarantine_release_after`` seconds (by their own
+  checked_at, so a silent node's old report never counts as time healthy): the record's healthy_since
+  is set at the first healthy report and cleared by any other.
+- Never touched: a taint of the key without gpu-node's record (someone else's), any other taint, the
+  node's cordon (spec.unschedulable), any annotation but the record, any DeviceTaintRule not labelled
+  as gpu-node's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+
+from ..foundations import node_text
+from . import dra
+
+TAINT_KEY = "gpu-node.nvidia.com/gpu-unhealthy"
+EFFECT = "NoSchedule"
+RECORD_ANNOTATION = "gpu-node.nvidia.com/quarantine"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-node"}
+RULE_NODE_ANNOTATION = "gpu-node.nvidia.com/node"
+# The attribute NVIDIA's DRA driver gives each GPU (Kubernetes' standard one): its PCI address.
+PCI_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
+DEVICE_TAINT_VERSIONS = ("resource.k8s.io/v1", "resource.k8s.io/v1beta2")
+# The health check's severities, worst first; the first three make a node unhealthy (the others: a reading
+# not made, a fact that needs nothing)
+SEVERITY_RANK = {"fatal": 0, "needs reset": 1, "needs attention": 2, "not read": 3, "informational": 4}
+ACTED_ON = ("fatal", "needs reset", "needs attention")
+PCI_ADDRESS = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]"
+LINE = 240  # a problem's line, a record's reason: what one line of kubectl describe shows
+
+
+class NotHealth(ValueError):
+    """Text that is no health report gpu-node can act on: what is wrong, in one line."""
+
+
+class HealthProblem(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    kind: str = Field(max_length=64)
+    gpu: str | None = Field(None, pattern=f"^{PCI_ADDRESS}$")
+    severity: Literal["fatal", "needs reset", "needs attention", "not read", "informational"]
+    line: str = Field(max_length=1024)
+
+
+class HealthReport(BaseModel):
+    """What the quarantine reads of a node's health.json (its other fields are the health check's)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    status: Literal["healthy", "unhealthy", "unknown"]
+    checked_at: AwareDatetime
+    problems: tuple[HealthProblem, ...] = Field((), max_length=256)
+
+    def worst(self) -> HealthProblem | None:
+        acted_on = [problem for problem in self.problems if problem.severity in ACTED_ON]
+        return min(acted_on, key=lambda problem: SEVERITY_RANK[problem.severity], default=None)
+
+    def failed_gpus(self) -> set[str] | None:
+        """The PCI addresses of the GPUs its problems name; None when one is about no single GPU."""
+        acted_on = [problem for problem in self.problems if problem.severity in ACTED_ON]
+        if not acted_on or any(problem.gpu is None for problem in acted_on):
+            return None
+        return {pci_key(problem.gpu) for problem in acted_on}
+
+
+def pci_key(address: str) -> str:
+    """A PCI address as one spelling (NVML's 00000000:3B:00.0 and sysfs' 0000:3b:00.0 alike)."""
+    domain, rest = address.lower().split(":", 1)
+    return f"{int(domain, 16):04x}:{rest}"
+
+
+def health_of(text: str, source: str) -> HealthReport:
+    """A node's health report from its text; NotHealth or node_text.UnreadableText in one line."""
+    try:
+        report = node_text.parsed(json.loads, text, source)
+        return HealthReport.model_validate(report)
+    except json.JSONDecodeError as error:
+        raise NotHealth(f"{source}: not JSON: {error}") from None
+    except ValidationError as error:
+        first = error.errors(include_url=False, include_input=False)[0]
+        place = ".".join(str(part) for part in first["loc"]) or "the report"
+        raise NotHealth(f"{source}: not a health report: {place[:64]}: {first['msg']}") from None
+
+
+class QuarantineRecord(BaseModel):
+    """gpu-node's annotation on a node it quarantined: what marks the taint (and rules) as its own."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    by: Literal["gpu-node"] = "gpu-node"
+    since: AwareDatetime
+    reason: str = Field(max_length=LINE)
+    healthy_since: AwareDatetime | None = None
+    devices: tuple[str, ...] = Field((), max_length=64)  # DeviceTaintRules' names; none: the node taint
+
+    def text(self) -> str:
+        return self.model_dump_json(exclude_none=True, exclude=None if self.devices else {"devices"})
+
+
+def record_of(text: str) -> QuarantineRecord | None:
+    """The record an annotation's value holds; None when it is no gpu-node record."""
+    try:
+        return QuarantineRecord.model_validate(node_text.parsed(json.loads, text, RECORD_ANNOTATION))
+    except (ValueError, ValidationError):
+        return None
+
+
+@dataclass(frozen=True)
+class LiveNode:
+    """One node as the cluster holds it (the quarantine's fact)."""
+
+    name: str
+    resource_version: str
+    taints: tuple[dict, ...] = ()
+    annotations: bool = False  # whether metadata.annotations exists at all
+    record_text: str | None = None  # the value of RECORD_ANNOTATION, if any
+
+    def taint_index(self) -> int | None:
+        return next((index for index, taint in enumerate(self.taints)
+                     if taint.get("key") == TAINT_KEY and taint.get("effect") == EFFECT), None)
+
+
+@dataclass(frozen=True)
+class GpuHealth:
+    """One GPU node of the run: its Kubernetes name, its report (or why none), whether its group is DRA."""
+
+    node: str
+    report: HealthReport | None
+    unreadable: str | None = None
+    dra: bool = False
+
+
+@dataclass(frozen=True)
+class DeviceApi:
+    """DeviceTaintRule as the cluster serves it: its apiVersion (None: not served), each DRA node's GPUs
+    (PCI key -> (pool, device)) from NVIDIA's ResourceSlices, and gpu-node's own rules (name -> node)."""
+
+    version: str | None = None
+    gpus: dict[str, dict[str, tuple[str, str]]] = field(default_factory=dict)
+    rules: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Bound:
+    max_nodes: int
+    max_percent: int
+    release_after: int  # seconds
+
+    def limit(self, group: int) -> int:
+        return min(self.max_nodes, math.floor(group * self.max_percent / 100))
+
+
+@dataclass(frozen=True)
+class Step:
+    """One change to one node: a JSON patch of the Node, DeviceTaintRules to create or delete."""
+
+    node: str
+    verb: str
+    says: str
+    patch: tuple[dict, ...] = ()
+    create: tuple[dict, ...] = ()
+    delete: tuple[str, ...] = ()
+
+
+@dataclass
+class QuarantinePlan:
+    steps: list[Step] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what is left as it is, and why
+
+
+def stamp(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ") if moment.utcoffset().total_seconds() == 0 else moment.isoformat()
+
+
+def taint_value(report: HealthReport) -> str:
+    """The worst problem's kind as a label value (what `kubectl describe node` shows beside the key)."""
+    worst = report.worst()
+    value = re.sub(r"[^A-Za-z0-9_.-]+", "-", worst.kind if worst else "")[:63].strip("-_.")
+    return value or "unhealthy"
+
+
+def reason(report: HealthReport) -> str:
+    worst = report.worst()
+    return node_text.printable(worst.line if worst else f"status {report.status}")[:LINE]
+
+
+def _pointer(key: str) -> str:
+    """A JSON pointer's segment (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _tested(node: LiveNode) -> list[dict]:
+    return [{"op": "test", "path": "/metadata/resourceVersion", "value": node.resource_version}]
+
+
+def _record_op(node: LiveNode, record: QuarantineRecord | None) -> dict:
+    path = f"/metadata/annotations/{_pointer(RECORD_ANNOTATION)}"
+    if record is None:
+        return {"op": "remove", "path": path}
+    if not node.annotations:
+        return {"op": "add", "path": "/metadata/annotations", "value": {RECORD_ANNOTATION: record.text()}}
+    return {"op": "replace" if node.record_text is not None else "add", "path": path, "value": record.text()}
+
+
+def rule_name(node: str, device: str) -> str:
+    """A DeviceTaintRule's name: readable, unique per node and device, a DNS subdomain of at most 253."""
+    name = f"gpu-node-{node}-{device}".lower()
+    if len(name) <= 253 and re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name):
+        return name
+    return f"gpu-node-{hashlib.sha256(f'{node}/{device}'.encode()).hexdigest()[:32]}"
+
+
+def device_rule(version: str, node: str, pool: str, device: str, value: str) -> dict:
+    return {"apiVersion": version, "kind": "DeviceTaintRule",
+            "metadata": {"name": rule_name(node, device), "labels": dict(MANAGED_BY),
+                         "annotations": {RULE_NODE_ANNOTATION: node}},
+            "spec": {"deviceSelector": {"driver": dra.DRIVER, "pool": pool, "device": device},
+                     "taint": {"key": TAINT_KEY, "value": value, "effect": EFFECT}}}
+
+
+def _device_rules(gpu: GpuHealth, devices: DeviceApi | None) -> tuple[list[dict] | None, str]:
+    """The DeviceTaintRules for ``gpu``'s failed GPUs alone, or None and why the node is tainted instead."""
+    if not gpu.dra:
+        return None, ""
+    if devices is None or devices.version is None:
+        return None, "the cluster serves no DeviceTaintRule (resource.k8s.io/v1 or v1beta2): the node tainted"
+    failed = gpu.report.failed_gpus()
+    if failed is None:
+        return None, "a problem is about no single GPU: the node tainted"
+    known = devices.gpus.get(gpu.node, {})
+    missing = sorted(failed - set(known))
+    if missing:
+        return None, f"GPU {', '.join(missing)} is in none of the node's ResourceSlices: the node tainted"
+    value = taint_value(gpu.report)
+    return [device_rule(devices.version, gpu.node, *known[pci], value) for pci in sorted(failed)], ""
+
+
+def _quarantine(gpu: GpuHealth, node: LiveNode, devices: DeviceApi | None) -> Step:
+    report = gpu.report
+    rules, why = _device_rules(gpu, devices)
+    record = QuarantineRecord(since=report.checked_at, reason=reason(report),
+                              devices=tuple(rule["metadata"]["name"] for rule in rules or ()))
+    if rules:
+        names = ", ".join(rule["spec"]["deviceSelector"]["device"] for rule in rules)
+        return Step(node.name, "quarantine devices", f"DeviceTaintRule for {names}: {record.reason}",
+                    patch=(*_tested(node), _record_op(node, record)), create=tuple(rules))
+    taint = {"key": TAINT_KEY, "value": taint_value(report), "effect": EFFECT}
+    add = ({"op": "add", "path": "/spec/taints/-", "value": taint} if node.taints
+           else {"op": "add", "path": "/spec/taints", "value": [taint]})
+    says = f"tainted {TAINT_KEY}={taint['value']}:{EFFECT}: {record.reason}" + (f" ({why})" if why else "")
+    return Step(node.name, "quarantine", says, patch=(*_tested(node), add, _record_op(node, record)))
+
+
+def _release(node: LiveNode, record: QuarantineRecord, healthy_for: float) -> Step:
+    patch = _tested(node)
+    index = node.taint_index()
+    if not record.devices and index is not None:
+        patch.append({"op": "remove", "path": f"/spec/taints/{index}"})
+    patch.append(_record_op(node, None))
+    what = f"DeviceTaintRule {', '.join(record.devices)}" if record.devices else f"taint {TAINT_KEY}"
+    return Step(node.name, "release", f"healthy for {int(healthy_for)}s: {what} removed", patch=tuple(patch),
+                delete=record.devices)
+
+
+def _missing_rules(gpu: GpuHealth, node: LiveNode, ours: QuarantineRecord, devices: DeviceApi | None) -> list[Step]:
+    """A device-quarantined node still unhealthy: the rules its failed GPUs need that the cluster lacks (one
+    a step stopped before, a GPU failed since), the record naming them all."""
+    rules, _ = _device_rules(gpu, devices)
+    if rules is None:
+        return []  # its report now names no single GPU: its rules stay, as its record says
+    wanted = {rule["metadata"]["name"]: rule for rule in rules}
+    missing = [rule for name, rule in wanted.items() if name not in devices.rules]
+    if not missing:
+        return []
+    names = tuple(dict.fromkeys((*ours.devices, *wanted)))
+    patch = (*_tested(node), _record_op(node, ours.model_copy(update={"devices": names}))) \
+        if names != ours.devices else ()
+    shown = ", ".join(rule["spec"]["deviceSelector"]["device"] for rule in missing)
+    return [Step(node.name, "quarantine devices", f"DeviceTaintRule for {shown}: {reason(gpu.report)}",
+                 patch=patch, create=tuple(missing))]
+
+
+def _orphans(group: set[str], live: dict[str, LiveNode], devices: DeviceApi | None) -> list[Step]:
+    """gpu-node's DeviceTaintRules of the group's nodes that no record of theirs names (a release whose
+    delete failed after the node's record was removed): deleted."""
+    steps = []
+    for name, node in sorted((devices.rules if devices else {}).items()):
+        record = record_of(live[node].record_text or "") if node in live else None
+        if node in group and (record is None or name not in record.devices):
+            steps.append(Step(node, "delete orphan", f"DeviceTaintRule {name} no gpu-node record names: deleted",
+                              delete=(name,)))
+    return steps
+
+
+def plan(gpus: list[GpuHealth], live: dict[str, LiveNode], devices: DeviceApi | None, bound: Bound) -> QuarantinePlan:
+    """What the quarantine does to the run's GPU nodes ``gpus`` (the group its bound counts)."""
+    result = QuarantinePlan()
+    limit = bound.limit(len(gpus))
+    group = {gpu.node for gpu in gpus}
+    quarantined = {name for name in group if name in live
+                   and (live[name].taint_index() is not None or record_of(live[name].record_text or "") is not None)}
+    candidates = []
+    for gpu in sorted(gpus, key=lambda gpu: gpu.node):
+        node = live.get(gpu.node)
+        if node is None:
+            result.notes.append(f"{gpu.node}: no such Kubernetes node: left as it is")
+            continue
+        if gpu.report is None:
+            result.notes.append(f"{gpu.node}: {gpu.unreadable or 'no health report'}: left as it is")
+            continue
+        ours = record_of(node.record_text) if node.record_text is not None else None
+        if node.record_text is not None and ours is None:
+            result.notes.append(f"{gpu.node}: its {RECORD_ANNOTATION} annotation is no gpu-node record: left as it is")
+            continue
+        report = gpu.report
+        if ours is None:
+            if node.taint_index() is not None:
+                result.notes.append(f"{gpu.node}: tainted {TAINT_KEY} by someone else (no gpu-node record): "
+                                    "left as it is")
+            elif report.status == "unhealthy":
+                candidates.append(gpu)
+            continue
+        if report.status == "healthy":
+            since = ours.healthy_since or report.checked_at
+            healthy_for = (report.checked_at - since).total_seconds()
+            if healthy_for >= bound.release_after:
+                result.steps.append(_release(node, ours, healthy_for))
+                quarantined.discard(gpu.node)
+            elif ours.healthy_since is None:
+                marked = ours.model_copy(update={"healthy_since": report.checked_at})
+                result.steps.append(Step(gpu.node, "mark healthy", f"healthy at {stamp(report.checked_at)}: released "
+                                         f"after {bound.release_after}s of healthy reports",
+                                         patch=(*_tested(node), _record_op(node, marked))))
+            else:
+                result.notes.append(f"{gpu.node}: healthy for {int(healthy_for)}s of the {bound.release_after}s "
+                                    "before its release")
+        elif ours.healthy_since is not None:
+            cleared = ours.model_copy(update={"healthy_since": None})
+            result.steps.append(Step(gpu.node, "unmark healthy", f"{report.status} again: its healthy time starts over",
+                                     patch=(*_tested(node), _record_op(node, cleared))))
+        if ours.devices and report.status == "unhealthy":
+            result.steps += _missing_rules(gpu, node, ours, devices)
+    result.steps += _orphans(group, live, devices)
+    candidates.sort(key=lambda gpu: (SEVERITY_RANK[gpu.report.worst().severity] if gpu.report.worst() else len(
+        SEVERITY_RANK), gpu.node))
+    for gpu in candidates:
+        if len(quarantined) >= limit:
+            result.notes.append(f"{gpu.node}: unhealthy ({reason(gpu.report)}) but not quarantined: {len(quarantined)} "
+                                f"of the run's {len(gpus)} GPU nodes are, the most quarantine_max_nodes="
+                                f"{bound.max_nodes} and quarantine_max_percent={bound.max_percent} allow ({limit})")
+            continue
+        result.steps.append(_quarantine(gpu, live[gpu.node], devices))
+        quarantined.add(gpu.node)
+    return result
