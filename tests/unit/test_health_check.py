@@ -333,3 +333,32 @@ def test_the_check_never_writes_anything_but_its_report_and_state(tmp_path, caps
     assert sorted(path.name for path in (tmp_path / "state").iterdir()) == ["health.json", "health.state"]
     assert after - before == set(node.root.glob("bin/*.log")) - before
     assert os.stat(node.report_path).st_mode & 0o777 == 0o600
+
+
+def test_the_docs_xid_table_is_the_checks():
+    from deploy.health.xids import XIDS
+
+    page = (REPO / "docs" / "health.md").read_text()
+    table = page[page.index("| Xid | severity | meaning |"):].split("\n\n")[0].splitlines()[2:]
+    rows = {int(cells[0]): (cells[1], cells[2]) for cells in
+            ([cell.strip() for cell in line.strip("|").split("|")] for line in table)}
+    assert rows == {xid: (found.severity, found.meaning) for xid, found in XIDS.items()}
+
+
+def test_two_runs_never_at_once_the_second_waits_for_the_lock_then_says_unknown(tmp_path, capsys, monkeypatch):
+    import fcntl
+
+    monkeypatch.setattr(check, "LOCK_SECONDS", 0.3)
+    node = stand_in_node(tmp_path)
+    config = node.root / "etc" / "health-check.json"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(json.dumps({"report_path": node.settings.report_path, "state_path": node.settings.state_path}))
+    held = os.open(Path(node.settings.state_path).parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert check.main(["--npd", "--config", str(config)], host=node.host, top=str(node.root)) == 2
+    finally:
+        os.close(held)
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("another health check has held ") and not node.report_path.exists()
+    assert check.main(["--npd", "--config", str(config)], host=node.host, top=str(node.root)) == 0

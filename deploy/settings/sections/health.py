@@ -18,9 +18,10 @@ class HealthSettings(Section):
 
     health_check: bool = Field(
         True,
-        description="install and enable the node's health check (gpu-node-health.timer, also run by the first-boot "
-                    "unit): Xid events, GPUs the driver lost, ECC and row remaps, driver/library mismatches, the "
-                    "next boot's module, the driver's services; it writes /var/lib/gpu-node/health.json",
+        description="with every run that makes a GPU node (as first_boot_unit), install and enable the node's health "
+                    "check (gpu-node-health.timer, also run by the first-boot unit): Xid events, GPUs the driver lost, "
+                    "ECC and row remaps, driver/library mismatches, the next boot's module, the driver's services; it "
+                    "writes /var/lib/gpu-node/health.json",
     )
     health_check_interval: TimeSpan = Field(
         "1min", description="how often the health check runs (a systemd time span, 10s or longer)"
