@@ -77,6 +77,17 @@ def test_an_xid_79_makes_the_node_unhealthy_until_the_next_boot_read_once_from_t
     assert run(node, capsys, "--npd")[:2] == (0, ["healthy: 2 GPU(s)"])
 
 
+def test_forget_xids_after_a_gpu_reset_forgets_this_boots_xids_until_now_and_keeps_those_after(tmp_path, capsys):
+    node = stand_in_node(tmp_path)
+    node.log_kernel(xid_message(PCIE[0], 48, "DBE"))
+    assert run(node, capsys)[0] == 1
+    node.log_kernel(xid_message(PCIE[0], 48, "DBE"))  # before the reset, not yet read
+    assert run(node, capsys, "--forget-xids")[:1] == (0,)
+    assert run(node, capsys)[0] == 0
+    node.log_kernel(xid_message(PCIE[1], 79, FALLEN))
+    assert lines(run(node, capsys)[2]) == [("fatal", "Xid 79 on 0000:ca:00.0: GPU fallen off the bus")]
+
+
 @pytest.mark.parametrize(("xid", "text", "severity", "status"), [
     (48, "An uncorrectable double bit error (DBE) has been detected", "needs reset", 1),
     (94, "Contained: SM (0x1). RST: No, D-RST: No", "needs reset", 1),
@@ -362,3 +373,18 @@ def test_two_runs_never_at_once_the_second_waits_for_the_lock_then_says_unknown(
     (line,) = capsys.readouterr().out.splitlines()
     assert line.startswith("another health check has held ") and not node.report_path.exists()
     assert check.main(["--npd", "--config", str(config)], host=node.host, top=str(node.root)) == 0
+
+
+def test_a_failure_no_reading_foresaw_is_unknown_in_one_line_never_a_traceback(tmp_path, capsys, monkeypatch):
+    from deploy.health import readings
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a reading no test foresaw")
+
+    monkeypatch.setattr(readings, "units", broken)
+    node = stand_in_node(tmp_path)
+    config = node.root / "etc" / "health-check.json"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(json.dumps({"report_path": node.settings.report_path, "state_path": node.settings.state_path}))
+    assert check.main(["--npd", "--config", str(config)], host=node.host, top=str(node.root)) == 2
+    assert capsys.readouterr().out.splitlines() == ["the check failed: RuntimeError: a reading no test foresaw"]
