@@ -17,6 +17,7 @@ from ..facts.read_ahead import FactCall, read
 from ..facts.units import UnitsEnabled
 from ..foundations.templates import render
 from ..health.check import CONFIG_PATH, STATE_PATH, HealthSettings
+from ..node import bake
 from ..operations import files, units
 from ..reports.health_report import HEALTH_REPORT_PATH
 from ..settings import Settings
@@ -64,5 +65,6 @@ def health_check_units(settings: Settings):
         server.shell(name="Reload systemd's units (the health check's units changed)",
                      commands=["if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi"])
     if read(host, units_read()).get(TIMER) != "enabled":
-        units.enable_service(name=f"Enable and start {TIMER} (the health check every {settings.health_check_interval})",
+        how = "started by the image's boot" if bake.is_image_root(host.connector) else "started now"
+        units.enable_service(name=f"Enable {TIMER} (the health check every {settings.health_check_interval}; {how})",
                              service=TIMER)
