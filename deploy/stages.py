@@ -17,8 +17,8 @@ from .facts.read_ahead import FactCall
 from .planning.findings import Findings, StepCheck
 from .operations.drain import DrainTarget
 from .settings import Settings, Stage
-from .tasks import (boot, cdi, containerd, devices, docker, dra, driver, drain, gpudirect, imex, kernel, mig, rack,
-                    toolkit, verification)
+from .tasks import (boot, cdi, containerd, devices, docker, dra, driver, drain, gpudirect, health, imex, kernel, mig,
+                    rack, toolkit, verification)
 
 
 def _no_reads(settings: Settings) -> list[FactCall]:
@@ -48,6 +48,15 @@ class Step:
 
 def _always(settings: Settings) -> bool:
     return True
+
+
+def _makes_a_node(settings: Settings) -> bool:
+    """Whether the run makes a GPU node (a bake included), and so brings the first-boot unit and the
+    health check: the driver stage (installing the driver, or with one an image's pipeline installs),
+    the runtimes', the toolkit's where it installs the toolkit. The kernel stage alone prepares the
+    kernel for a driver yet to come; verify only reads."""
+    return settings.runs("driver") or settings.runs("runtimes") or (settings.runs("toolkit") and
+                                                                      settings.nvidia_toolkit_install)
 
 
 def _driver_packages(found: Findings | None) -> frozenset[str]:
@@ -91,8 +100,11 @@ STEPS: tuple[Step, ...] = (
     Step("dra", "runtimes", dra.wanted, reads=dra.reads, check=dra.preflight_check,
          apply=lambda s, found, target: dra.dra_node(s, drain=target)),
     # The module, CDI spec and services at every boot (deploy/node/first_boot.py): installed, started by the next boot.
-    Step("first boot", "driver", lambda s: s.first_boot_unit, reads=boot.reads,
+    Step("first boot", None, lambda s: s.first_boot_unit and _makes_a_node(s), reads=boot.reads,
          apply=lambda s, found, target: boot.first_boot_unit(s)),
+    # The node's health check every health_check_interval (deploy/health/check.py): installed and started.
+    Step("health check", None, lambda s: s.health_check and _makes_a_node(s), reads=health.reads,
+         apply=lambda s, found, target: health.health_check_units(s)),
     # Before verify: its steps join the node's report, which verify adds and fails on.
     Step("verify dra", "verify", dra.wanted, reads=dra.verify_reads, read_only=True,
          apply=lambda s, found, target: dra.verify_dra(s)),

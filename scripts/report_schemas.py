@@ -1,6 +1,6 @@
 """
-Write deploy/schemas/*.schema.json, the node and fleet reports' formats as JSON Schema, from their
-models (deploy/reports/formats.py's NodeReportFormat and FleetReportFormat): the
+Write deploy/schemas/*.schema.json, the node, fleet and health reports' formats as JSON Schema, from
+their models (deploy/reports/formats.py's NodeReportFormat, FleetReportFormat and HealthReportFormat): the
 models are the source, the files what the package ships for other tools to read.
 
     .venv/bin/python scripts/report_schemas.py           # rewrite the files
@@ -16,10 +16,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO)]
 
-from deploy.reports.formats import FleetReportFormat, NodeReportFormat, schema_text  # noqa: E402
+from deploy.reports.formats import FleetReportFormat, HealthReportFormat, NodeReportFormat, schema_text  # noqa: E402
 
 SCHEMAS = {REPO / "deploy" / "schemas" / "node-report.schema.json": NodeReportFormat,
-           REPO / "deploy" / "schemas" / "fleet-report.schema.json": FleetReportFormat}
+           REPO / "deploy" / "schemas" / "fleet-report.schema.json": FleetReportFormat,
+           REPO / "deploy" / "schemas" / "health-report.schema.json": HealthReportFormat}
 COMMAND = ".venv/bin/python scripts/report_schemas.py"
 
 

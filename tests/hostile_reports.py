@@ -131,3 +131,37 @@ def evil_report(host: str = EVIL_HOST) -> dict:
     """A report of the format (every type right) whose host, runtime and failed step carry control characters."""
     return report_json([NodeRecord(host=host, runtime=f"containerd{C1_CSI}", cuda=f"ok{TITLE}",
                                    steps=[Step(EVIL_STEP, FAIL, f"no module{ERASE_LINE}all fine")])])
+
+
+# --- health reports (deploy/health/check.py's health.json, docs/health.md) -------------------------
+
+def health_report(host: str, status: str = "healthy", problems: tuple[dict, ...] = (),
+                  gpus: tuple[str, ...] = ("0000:17:00.0",), checked_at: str = "2030-01-01T00:00:00+00:00") -> dict:
+    """A health report as the check writes it (its format: HealthReportFormat)."""
+    return {"version": 1, "gpu_node_version": "0.3.0", "host": host, "checked_at": checked_at,
+            "healthy": status == "healthy", "status": status, "problems": list(problems),
+            "gpus": [{"pci": pci, "name": "NVIDIA H100 PCIe", "seen_by_driver": True, "ecc_uncorrected": 0,
+                      "retired_pages": None, "retired_pages_pending": None, "pending_row_remap": False,
+                      "row_remap_failure": False} for pci in gpus]}
+
+
+XID_79 = {"kind": "xid", "gpu": "0000:17:00.0", "severity": "fatal", "line": "Xid 79 on 0000:17:00.0: GPU fallen off the bus"}
+
+# (where in a healthy report, the value put there): each makes it no health report of the format.
+HEALTH_WRONG_TYPES: list[tuple[str, Any]] = [
+    ("version", 2), ("host", ""), ("host", 17), ("checked_at", "yesterday"), ("checked_at", 1_893_456_000),
+    ("checked_at", "2030-01-01T00:00:00+02:00"),  # not UTC
+    ("healthy", "yes"), ("status", "sick"), ("status", "silent"),  # the fleet view's word, not a node's
+    ("problems", "none"), ("problems", [{**XID_79, "severity": "bad"}]), ("problems", [{**XID_79, "gpu": 17}]),
+    ("problems", [{**XID_79, "line": ["x"]}]), ("problems", [{**XID_79, "line": "x" * 1001}]),
+    ("problems", [{**XID_79, "kind": "gossip"}]), ("problems", [XID_79] * 1025), ("gpus", [{"pci": ""}]),
+    ("gpus.0.ecc_uncorrected", -1), ("gpus.0.ecc_uncorrected", "3"), ("gpus.0.seen_by_driver", 1),
+    ("gpus.0.pci", ""), ("gpus.0.name", DELETE), ("evil", "extra key"),
+]
+
+
+def evil_health_report(host: str = EVIL_HOST) -> dict:
+    """A health report of the format whose host, problem line and GPU name carry control characters."""
+    report = health_report(host, "unhealthy", problems=({**XID_79, "line": f"Xid 79{ERASE_LINE}all fine{TITLE}"},))
+    report["gpus"][0]["name"] = f"H100{C1_CSI}{CURSOR_UP}"
+    return report

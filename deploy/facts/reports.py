@@ -1,5 +1,5 @@
-"""The reports a node wrote itself (the first-boot unit's, a pull run's), for the fleet view read
-over SSH (deploy/fleet/from_reports.py)."""
+"""The reports a node wrote itself (the first-boot unit's, a pull run's, the health check's), for the
+fleet view read over SSH (deploy/fleet/from_reports.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ from ..foundations import node_text, shell_scripts
 from .base import NodeFact
 
 REPORTS_DIR = "/var/lib/gpu-node"
-# The node's health check's report there (no node report: the fleet view's quarantine reads it)
+# The node's health check's report there (the fleet view shows it beside the node report; the
+# quarantine reads it)
 HEALTH_REPORT = "health.json"
-# gpu-node writes three there (boot-report.json, report.json, a pull run's fleet-report.json): a node
-# sends at most this many files of MAX_FILE_BYTES each, the rest named "not read".
+# gpu-node writes four there (boot-report.json, report.json, a pull run's fleet-report.json, the health
+# check's health.json; its state is health.state, no report): a node sends at most this many files of
+# MAX_FILE_BYTES each, the rest named "not read".
 MAX_NODE_REPORTS = 8
 NOT_REGULAR = "not a regular file (a symbolic link, FIFO, device or folder): not read"
 TOO_MANY = f"more than {MAX_NODE_REPORTS} .json files in the folder: this one and those after it not read"

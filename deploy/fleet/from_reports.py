@@ -14,6 +14,10 @@ and with ``--data fleet_quarantine=true`` (an inventory with its control_plane h
 the GPU nodes whose health report says unhealthy (deploy/fleet/quarantine.py).
 
 A node whose report is ok is converged, one whose report failed is failed (with its failed steps).
+A node's health report (its health check's health.json, docs/health.md) is shown beside its row,
+per node and per GPU; one older than health_silent_after (``--silent-after`` in the folder mode) is
+silent. Health does not change a row's result nor the exit status: the run's result is the node
+reports'; health is what the node saw since.
 A report is text a node sent: read only from a regular file, at most node_text's bound, and checked
 against its format (deploy/reports/formats.py's NodeReportFormat) before anything reads a field of it; a
 report holds one node, and a host that two files of a folder report is refused. A file that is no
@@ -31,9 +35,10 @@ import os
 import stat
 import sys
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 from pyinfra.api.state import BaseStateCallback
 
 from ..foundations import node_text
@@ -49,10 +54,12 @@ from ..reports.fleet_report import (
     write_json,
 )
 from ..operations.failure import fail
-from ..reports.formats import FleetReportFormat, NodeFormat, NodeReportFormat, NodeSummaryFormat
+from ..reports.formats import FleetReportFormat, HealthReportFormat, NodeFormat, NodeReportFormat, NodeSummaryFormat
+from ..reports.health_table import fleet_health
 from ..reports.node_report import FAIL, PASS, SKIP
 from ..foundations.run_state import per_run
-from ..settings import host_settings
+from ..settings import ALLOWED, DEFAULTS, host_settings
+from ..settings.values import TimeSpan, time_span_seconds
 from .quarantine import control_plane, quarantine_gpu_nodes
 
 # A folder holds one report per node: more .json files than this and it is not read at all (the
@@ -79,9 +86,9 @@ def _what_is_wrong(error: ValidationError) -> str:
     return "; ".join(said) + (f" (and {more} more)" if more > 0 else "")
 
 
-def node_of(text: str, source: str) -> NodeFormat | None:
-    """The node a report's ``text`` holds, checked against the format; None for a fleet report.
-    NotAReport or node_text.UnreadableText for text that is no report."""
+def report_of(text: str, source: str) -> NodeFormat | HealthReportFormat | None:
+    """The node a node report's ``text`` holds, or the health report it is, checked against its
+    format; None for a fleet report. NotAReport or node_text.UnreadableText for text that is no report."""
     try:
         report = node_text.parsed(json.loads, text, source)
     except json.JSONDecodeError as error:
@@ -90,6 +97,8 @@ def node_of(text: str, source: str) -> NodeFormat | None:
         if isinstance(report, dict) and "counts" in report:
             FleetReportFormat.model_validate(report)
             return None
+        if isinstance(report, dict) and "checked_at" in report:
+            return HealthReportFormat.model_validate(report)
         nodes = NodeReportFormat.model_validate(report).nodes
     except ValidationError as error:
         raise NotAReport(f"not a gpu-node report: {_what_is_wrong(error)}") from None
@@ -148,53 +157,78 @@ def report_entries(folder: Path) -> list[os.DirEntry]:
     return sorted(entries, key=lambda entry: entry.name)
 
 
-def read_folder(folder: str) -> tuple[list[FleetRow], list[str]]:
-    """(a row per node, sorted by host; one line per file that is not a node report, and per host
-    that two or more files report: neither is read, the host's row says so)."""
+def _reported_twice(host: str, what: str, folder: str, names: list[str]) -> str:
+    files = ", ".join(str(Path(folder) / name) for name in names)
+    return node_text.printable(f"{host} is reported by {len(names)} {what} ({files}): one node, one file: "
+                               "none of them read")
+
+
+def read_folder(folder: str, silent_after: int = time_span_seconds(DEFAULTS["health_silent_after"]),
+                now: datetime | None = None) -> tuple[list[FleetRow], list[str]]:
+    """(a row per node, sorted by host, with its health; one line per file that is not a report,
+    and per host that two or more files report: neither is read, the host's row says so). A host
+    with a health report and no node report: a failed row (as over SSH), with its health."""
     found: dict[str, list[tuple[str, NodeFormat]]] = {}
+    healths: dict[str, list[tuple[str, HealthReportFormat]]] = {}
     problems = []
     for entry in report_entries(Path(folder)):
         source = str(Path(folder) / entry.name)
         try:
-            node = node_of(read_report(Path(folder), entry), source)
+            report = report_of(read_report(Path(folder), entry), source)
         except (OSError, NotAReport, node_text.UnreadableText) as error:
             problems.append(_problem(source, error))
             continue
-        if node is not None:
-            found.setdefault(node.host, []).append((entry.name, node))
+        if isinstance(report, HealthReportFormat):
+            healths.setdefault(report.host, []).append((entry.name, report))
+        elif report is not None:
+            found.setdefault(report.host, []).append((entry.name, report))
     rows = []
-    for host, reports in sorted(found.items()):
+    for host in sorted(found.keys() | healths.keys()):
+        reports, health = found.get(host, []), healths.get(host, [])
         if len(reports) == 1:
-            rows.append(row_of(reports[0][1], reports[0][0]))
-            continue
-        files = ", ".join(str(Path(folder) / name) for name, _ in reports)
-        problems.append(node_text.printable(f"{host} is reported by {len(reports)} files ({files}): "
-                                            "one node, one file: none of them read"))
-        rows.append(FleetRow(host=host, status=FAILED, failed_operations=["read its report"],
-                             failure_lines=[f"reported by {len(reports)} files: {files}"]))
+            row = row_of(reports[0][1], reports[0][0])
+        elif not reports:  # as over SSH: a node that keeps no node report
+            row = FleetRow(host=host, status=FAILED, failed_operations=["read its report"],
+                           failure_lines=["no node report in the folder, only its health report"])
+        else:
+            problems.append(_reported_twice(host, "files", folder, [name for name, _ in reports]))
+            row = FleetRow(host=host, status=FAILED, failed_operations=["read its report"],
+                           failure_lines=[f"reported by {len(reports)} files: "
+                                          + ", ".join(str(Path(folder) / name) for name, _ in reports)])
+        if len(health) == 1:
+            row.health = fleet_health(health[0][1], silent_after, now)
+        elif health:
+            problems.append(_reported_twice(host, "health report files", folder, [name for name, _ in health]))
+        rows.append(row)
     return rows, problems
 
 
-def node_row(host_name: str, reports: list[dict]) -> tuple[FleetRow, list[str]]:
+def node_row(host_name: str, reports: list[dict], silent_after: int = time_span_seconds(DEFAULTS["health_silent_after"]),
+             now: datetime | None = None) -> tuple[FleetRow, list[str]]:
     """One node's row from the reports it keeps (the NodeReports fact): its newest node report, under
-    the name the inventory gives the node; one line per file that is not a node report, or not read."""
-    newest, problems = None, []
+    the name the inventory gives the node, with its health report's health; one line per file that
+    is not a report, or not read."""
+    newest, health, problems = None, None, []
     for report in sorted(reports, key=lambda report: (report.get("mtime", 0), report["name"])):
-        if report["name"] == HEALTH_REPORT:
-            continue  # the health check's, no node report (the quarantine reads it)
         source = f"{host_name}: {REPORTS_DIR}/{report['name']}"
         try:
             if "not_read" in report:
                 raise NotAReport(report["not_read"])
-            node = node_of(report["text"], source)
+            found = report_of(report["text"], source)
         except (NotAReport, node_text.UnreadableText) as error:
             problems.append(_problem(source, error))
             continue
-        newest = (node, report["name"]) if node is not None else newest
+        if isinstance(found, HealthReportFormat):
+            health = fleet_health(found, silent_after, now)
+        elif found is not None:
+            newest = (found, report["name"])
     if newest is None:
-        return FleetRow(host=host_name, status=FAILED, failed_operations=["read the node's reports"],
-                        failure_lines=[f"no node report in {REPORTS_DIR} (neither a first boot nor a pull run wrote one)"]), problems
-    return replace(row_of(*newest), host=host_name), problems
+        row = FleetRow(host=host_name, status=FAILED, failed_operations=["read the node's reports"],
+                       failure_lines=[f"no node report in {REPORTS_DIR} (neither a first boot nor a pull run wrote one)"])
+    else:
+        row = replace(row_of(*newest), host=host_name)
+    row.health = health
+    return row, problems
 
 
 @dataclass
@@ -252,7 +286,7 @@ def view_this_host(host) -> None:
         if settings.gpu_nodes_group not in host.groups:
             view.not_nodes.add(host.name)
             return
-    row, problems = node_row(host.name, host.get_fact(NodeReports))
+    row, problems = node_row(host.name, host.get_fact(NodeReports), time_span_seconds(settings.health_silent_after))
     view.rows[host.name] = row
     view.problems += problems
     failures = problems + [node_text.printable(f"{operation}: {line}") for operation, line in row.failures()]
@@ -266,6 +300,14 @@ def _folder(text: str) -> Path:
     return Path(text)
 
 
+def _silent_after(text: str) -> int:
+    """A value of health_silent_after's type, in seconds."""
+    try:
+        return time_span_seconds(TypeAdapter(TimeSpan).validate_python(text))
+    except ValidationError:
+        raise argparse.ArgumentTypeError(f"{text!r}: allowed: {ALLOWED['health_silent_after']}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog=program(f"{__package__}.from_reports"),
                             description="The fleet table of the node reports gathered in FOLDER (one per node, any "
@@ -274,9 +316,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("folder", metavar="FOLDER", type=_folder, help="a folder of node reports")
     parser.add_argument("fleet_json", metavar="FLEET.json", nargs="?",
                         help="write the fleet report there, and its page beside it (.html)")
+    parser.add_argument("--silent-after", metavar="SPAN", type=_silent_after,
+                        default=time_span_seconds(DEFAULTS["health_silent_after"]),
+                        help="a node whose last health report is older than this is shown as silent (a systemd time "
+                             f"span, as the setting health_silent_after; default {DEFAULTS['health_silent_after']})")
     args = parser.parse_args(argv)
     try:
-        rows, problems = read_folder(args.folder)
+        rows, problems = read_folder(args.folder, args.silent_after, datetime.now(timezone.utc))
     except (OSError, NotAReport) as error:
         print(f"gpu-node: {_problem(str(args.folder), error)}", file=sys.stderr)
         return 1

@@ -36,7 +36,7 @@ from typing import Callable
 
 from .. import __version__
 from ..foundations.command_line import ArgumentParser
-from .root_files import UntrustedFile, read_roots_file
+from .root_files import UntrustedFile, settings_from_file, settings_from_text
 from ..driver.fabric import fabric_of
 from ..driver.module_type import KernelModuleTypeRefusal, decide_kernel_module_type
 
@@ -55,12 +55,6 @@ MODULE_TYPE_OF_LICENSE = {"Dual MIT/GPL": "open", "NVIDIA": "proprietary"}
 UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
-
-
-# The types of BootSettings' fields, as their annotations name them
-SETTING_TYPES = {"bool": bool, "str": str}
-# What deploy/tasks/boot.py writes is under 1 KiB
-MAX_SETTINGS_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -83,37 +77,13 @@ class BootSettings:
     def from_text(cls, text: str, source: str) -> "BootSettings":
         """The settings ``text`` (JSON, as deploy/tasks/boot.py writes it) holds, each of its type;
         ValueError in one line naming ``source`` otherwise."""
-        try:
-            data = json.loads(text)
-        except RecursionError:
-            raise ValueError(f"{source} nests values deeper than JSON settings do") from None
-        except ValueError as error:
-            raise ValueError(f"{source} is not JSON: {error}") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"{source} holds {type(data).__name__}, not the boot settings")
-        fields = cls.__dataclass_fields__
-        for key, value in data.items():
-            if key not in fields:
-                raise ValueError(f"{source}: unknown setting {key!r}")
-            wanted = SETTING_TYPES[fields[key].type]
-            if type(value) is not wanted:  # not isinstance: a bool is an int, and no int is a setting here
-                raise ValueError(f"{source}: {key} is {type(value).__name__}, not {wanted.__name__}")
-        if not os.path.isabs(data.get("report_path", REPORT_PATH)):
-            raise ValueError(f"{source}: report_path is not an absolute path")
-        return cls(**data)
+        return settings_from_text(cls, text, source, "the boot settings", paths=("report_path",))
 
     @classmethod
     def from_file(cls, path: str, top: str = "/") -> "BootSettings":
         """``from_text`` of ``path``, read only when root alone can have written it and every folder
         above it (deploy/node/root_files.py; ``top``: where that walk starts); ValueError in one line."""
-        data = read_roots_file(path, MAX_SETTINGS_BYTES, top=top)
-        if len(data) > MAX_SETTINGS_BYTES:
-            raise ValueError(f"{path} is larger than the boot settings are ({MAX_SETTINGS_BYTES // 1024} KiB)")
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise ValueError(f"{path} is not UTF-8 text: {error.reason} at byte {error.start}") from None
-        return cls.from_text(text, path)
+        return settings_from_file(cls, path, "the boot settings", top=top, paths=("report_path",))
 
 
 class StepFailed(Exception):

@@ -11,12 +11,20 @@ and read no further than a bound plus one byte. Standard library only: the first
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 from contextlib import ExitStack
+from dataclasses import fields
 from pathlib import PurePosixPath
+from typing import TypeVar
 
 ROOT_UID = 0
+# The types a settings dataclass's fields may have, as their annotations name them
+SETTING_TYPES = {"bool": bool, "str": str}
+# What the deploy writes (deploy/tasks/boot.py, deploy/tasks/health.py) is under 1 KiB
+MAX_SETTINGS_BYTES = 64 * 1024
+Settings = TypeVar("Settings")
 
 
 class UntrustedFile(ValueError):
@@ -84,3 +92,42 @@ def read_roots_file(path: str, max_bytes: int, owner: int = ROOT_UID, top: str =
             chunks.append(chunk)
             size += len(chunk)
     return b"".join(chunks)
+
+
+def settings_from_text(cls: type[Settings], text: str, source: str, what: str, paths: tuple[str, ...] = ()) -> Settings:
+    """The settings dataclass ``cls`` (``what``: its name for a line) of the JSON ``text`` (as the
+    deploy writes it), each field of its type (SETTING_TYPES), nothing unknown, each of ``paths``
+    absolute; ValueError in one line naming ``source`` otherwise."""
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"{source} nests values deeper than JSON settings do") from None
+    except ValueError as error:
+        raise ValueError(f"{source} is not JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{source} holds {type(data).__name__}, not {what}")
+    types = {item.name: item.type for item in fields(cls)}
+    for key, value in data.items():
+        if key not in types:
+            raise ValueError(f"{source}: unknown setting {key!r}")
+        wanted = SETTING_TYPES[types[key]]
+        if type(value) is not wanted:  # not isinstance: a bool is an int, and no int is a setting here
+            raise ValueError(f"{source}: {key} is {type(value).__name__}, not {wanted.__name__}")
+    for key in paths:
+        if key in data and not os.path.isabs(data[key]):
+            raise ValueError(f"{source}: {key} is not an absolute path")
+    return cls(**data)
+
+
+def settings_from_file(cls: type[Settings], path: str, what: str, top: str = "/", paths: tuple[str, ...] = ()) -> Settings:
+    """``settings_from_text`` of ``path``, read only when root alone can have written it and every
+    folder above it (``read_roots_file``; ``top``: where that walk starts); UntrustedFile or
+    ValueError in one line."""
+    data = read_roots_file(path, MAX_SETTINGS_BYTES, top=top)
+    if len(data) > MAX_SETTINGS_BYTES:
+        raise ValueError(f"{path} is larger than {what} are ({MAX_SETTINGS_BYTES // 1024} KiB)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path} is not UTF-8 text: {error.reason} at byte {error.start}") from None
+    return settings_from_text(cls, text, path, what, paths)

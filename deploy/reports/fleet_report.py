@@ -26,6 +26,7 @@ from pyinfra.api.state import BaseStateCallback, StateStage
 from .. import __version__
 from . import exit_status
 from ..foundations import node_text
+from .health_table import health_page, health_tables
 from .node_report import (
     FAIL,
     PASS,
@@ -60,6 +61,8 @@ class FleetRow(NodeSummary):
     reboot_required: bool | None = None
     # {"pass": n, "fail": n, "skip": n, "failed_steps": [...]}, None when verification did not run
     verify: dict[str, Any] | None = None
+    # what the node's own health check last said (FleetHealthFormat), None where none was read
+    health: dict[str, Any] | None = None
 
     @property
     def awaits_reboot(self) -> bool:
@@ -128,6 +131,7 @@ def fleet_table(rows: list[FleetRow]) -> str:
         for operation, line in row.failures():
             lines.append(node_text.printable(f"    {row.host} failed in: {operation}" + (f": {line}" if line else "")))
     lines += driver_table(rows)
+    lines += health_tables(rows, _columns)
     return "\n".join(lines)
 
 
@@ -191,6 +195,8 @@ tr.failed { background: #ffebe9; }
 .line { display: block; font-family: ui-monospace, "SFMono-Regular", Menlo, monospace; font-size: .85rem;
         white-space: pre-wrap; overflow-wrap: anywhere; max-width: 60rem; }
 .yes { font-weight: 600; }
+tr.health-unhealthy td:first-child { border-left: .35rem solid #cf222e; }
+tr.health-silent td:first-child, tr.health-unknown td:first-child { border-left: .35rem solid #bf8700; }
 .unknown, .none { color: #6e7781; }
 """
 # No script and nothing fetched: the policy makes the browser hold the page to that too.
@@ -273,6 +279,7 @@ def fleet_html(rows: list[FleetRow]) -> str:
                       (row.kernel_module_type, row.persistence, row.fabric_manager, row.cuda, row.cdi)) + "</tr>"
                   for row in verified]
         parts += ["<h2>Driver (verify)</h2>", _table("driver", DRIVER_COLUMNS, driver)]
+    parts += health_page(ordered, _table)
     return "\n".join([*parts, "</body>", "</html>", ""])
 
 

@@ -1,5 +1,5 @@
 """
-The node and fleet reports' formats, as pydantic models: the JSON Schema files in deploy/schemas/ are
+The node, fleet and health reports' formats, as pydantic models: the JSON Schema files in deploy/schemas/ are
 generated from them (scripts/report_schemas.py), and a report read back (deploy/fleet/from_reports.py)
 is checked against them before anything reads a field of it. A run writes its reports without them:
 they are built only where a report is read or a schema written.
@@ -12,11 +12,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import exit_status
+from . import exit_status, health_report
 from .fleet_report import CHANGED, CONVERGED, FAILED, FLEET_REPORT_VERSION, NOT_RUN
 from .node_report import FAIL, PASS, REPORT_VERSION, SKIP, STATUSES
 
-# The report formats (NodeReportFormat, FleetReportFormat) are these models: the
+# The report formats (NodeReportFormat, FleetReportFormat, HealthReportFormat) are these models: the
 # schema files in deploy/schemas/ are generated from them (scripts/report_schemas.py) and the tests
 # hold the files equal to them and every report the code writes valid against the files. Strict: a
 # value of another type is refused, never converted; a key the format does not name is refused.
@@ -88,6 +88,81 @@ def schema_text(model: type[BaseModel]) -> str:
     return json.dumps(model.model_json_schema(), indent=2, sort_keys=True) + "\n"
 
 
+class HealthProblemFormat(BaseModel):
+    """One problem the health check found."""
+
+    model_config = REPORT_FORMAT
+    kind: Literal[health_report.KINDS]
+    """what it is about: an Xid, a GPU the driver does not see, the driver, ECC, row remaps, retired pages,
+    a kernel's module, a service, a reading the check could not make"""
+    gpu: str | None
+    """the GPU's PCI address (0000:3b:00.0); null: the node's"""
+    severity: Literal[health_report.SEVERITIES]
+    """fatal (a reboot or service), needs reset (a GPU reset), needs attention (an operator or a gpu-node
+    run), not read (the check could not tell), informational (nothing to do)"""
+    line: str = Field(max_length=health_report.MAX_LINE)
+    """the problem in one line"""
+
+
+class HealthGpuFormat(BaseModel):
+    """One NVIDIA GPU on the PCI bus; null where the check could not read the value."""
+
+    model_config = REPORT_FORMAT
+    pci: str = Field(min_length=1)
+    """its PCI address, as sysfs names it"""
+    name: str | None
+    """its product name, as NVML gives it"""
+    seen_by_driver: bool
+    """the loaded nvidia module initialised it"""
+    ecc_uncorrected: int | None = Field(ge=0)
+    """uncorrectable ECC errors since the driver loaded (volatile)"""
+    retired_pages: int | None = Field(ge=0)
+    """pages retired for ECC errors (GPUs before Ampere)"""
+    retired_pages_pending: bool | None
+    """a page retirement waits for a GPU reset"""
+    pending_row_remap: bool | None
+    """a row remap waits for a GPU reset (Ampere and newer)"""
+    row_remap_failure: bool | None
+    """row remapping failed: the GPU needs service"""
+
+
+class HealthReportFormat(BaseModel):
+    """A gpu-node health report: written by the node's health check (/var/lib/gpu-node/health.json,
+    docs/health.md) every health_check_interval."""
+
+    model_config = ConfigDict(REPORT_FORMAT, title="gpu-node health report",
+                              json_schema_extra={"$schema": "https://json-schema.org/draft/2020-12/schema"})
+    version: Literal[health_report.HEALTH_REPORT_VERSION]
+    """the format's version"""
+    gpu_node_version: str
+    """the version of gpu-node that wrote it"""
+    host: str = Field(min_length=1)
+    """the node's hostname"""
+    checked_at: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?\+00:00$")
+    """when the check ran, UTC (ISO 8601)"""
+    healthy: bool
+    """status is healthy"""
+    status: Literal[health_report.STATUSES]
+    """unhealthy: a problem of severity fatal, needs reset or needs attention; unknown: else a reading
+    not made; healthy: neither (the check's exit status: 0 healthy, 1 unhealthy, 2 unknown)"""
+    problems: list[HealthProblemFormat] = Field(max_length=health_report.MAX_PROBLEMS)
+    """worst first"""
+    gpus: list[HealthGpuFormat] = Field(max_length=health_report.MAX_GPUS)
+    """each NVIDIA GPU on the PCI bus"""
+
+
+class FleetHealthFormat(BaseModel):
+    """What a node's health report said, as the fleet view read it."""
+
+    model_config = REPORT_FORMAT
+    status: Literal[(*health_report.STATUSES, health_report.SILENT)]
+    """the report's status, or silent: its last report is older than health_silent_after"""
+    checked_at: str
+    """when the node's check ran (its own clock)"""
+    problems: list[HealthProblemFormat] = Field(max_length=health_report.MAX_PROBLEMS)
+    gpus: list[HealthGpuFormat] = Field(max_length=health_report.MAX_GPUS)
+
+
 class VerifyCountsFormat(BaseModel):
     """What verify found on a node: steps by status, and the names of those that failed."""
 
@@ -113,6 +188,8 @@ class FleetNodeFormat(NodeSummaryFormat):
     """null: not known"""
     verify: VerifyCountsFormat | None
     """null: verification did not run"""
+    health: FleetHealthFormat | None = None
+    """null: no health report read (a run's own fleet report, or a node without one)"""
 
 
 class FleetCountsFormat(BaseModel):

@@ -19,6 +19,7 @@ from .sections.data_center import DataCenterSettings
 from .sections.dra import DraSettings
 from .sections.gitops import GitOpsSettings
 from .sections.gpushare import GpushareSettings
+from .sections.health import HealthSettings
 from .sections.health_cluster import HealthClusterSettings
 from .sections.host_safety import HostSafetySettings
 from .sections.inventory import InventorySettings
@@ -32,8 +33,9 @@ from .sections.verification import VerifySettings
 FOLDED_SETTINGS = {"containerd_enable_cdi": "cdi", "docker_enable_cdi": "cdi"}
 
 
-class Settings(RuntimeSettings, PackageSettings, DataCenterSettings, RackSettings, HostSafetySettings, VerifySettings,
-               KubernetesSettings, GpushareSettings, GitOpsSettings, DraSettings, HealthClusterSettings, InventorySettings):
+class Settings(RuntimeSettings, PackageSettings, DataCenterSettings, RackSettings, HealthSettings, HostSafetySettings,
+               VerifySettings, KubernetesSettings, GpushareSettings, GitOpsSettings, DraSettings, HealthClusterSettings,
+               InventorySettings):
     """Every setting, typed; build it with ``parse_settings`` (which also checks how settings combine)."""
 
     @model_validator(mode="before")

@@ -149,6 +149,26 @@ ReleaseTag = Annotated[
     AfterValidator(lambda tag: tag if tag.startswith("v") else f"v{tag}"),
 ]
 BatchSizes = Annotated[str, AfterValidator(batches.checked_spec), Allowed(batches.ALLOWED)]
+# systemd.time(7)'s time span units from seconds to weeks (what a check interval or an age needs)
+TIME_SPAN_UNITS = {**dict.fromkeys(("s", "sec", "second", "seconds"), 1),
+                   **dict.fromkeys(("m", "min", "minute", "minutes"), 60),
+                   **dict.fromkeys(("h", "hr", "hour", "hours"), 3600), **dict.fromkeys(("d", "day", "days"), 86400),
+                   **dict.fromkeys(("w", "week", "weeks"), 604800)}
+_TIME_SPAN_PART = r"[0-9]{1,6} ?(?:" + "|".join(sorted(TIME_SPAN_UNITS, key=len, reverse=True)) + ")"
+
+
+def time_span_seconds(span: str) -> int:
+    """A systemd time span's seconds (``1h 30min``: 5400; a bare number is seconds)."""
+    if span.strip().isdigit():
+        return int(span)
+    return sum(int(number) * TIME_SPAN_UNITS[unit] for number, unit in re.findall(r"([0-9]+) ?([a-z]+)", span))
+
+
+TimeSpan = Annotated[
+    text(f"[0-9]{{1,6}}|{_TIME_SPAN_PART}( {_TIME_SPAN_PART})*",
+         "a systemd time span such as 1min, 90s or 1h 30min (units s, min, h, d, w)"),
+    BeforeValidator(lambda value: str(value) if type(value) is int else value),
+]
 Sha256 = Annotated[
     text("[0-9a-f]{64}", "a SHA-256 digest (64 hex digits)"),
     BeforeValidator(lambda value: value.lower().removeprefix("sha256:") if isinstance(value, str) else value),

@@ -1,22 +1,26 @@
 """
 Nodes without a controller (docs/without-controller.md), on one image and one node: an image root
-built as an image build makes one (the node image with Debian's containerd and python3-venv
-installed by apt in a container whose PID 1 is not systemd, so the packages enable
-their units and nothing starts; gpu-node installed into /opt/gpu-node for pull mode from its wheel and
-its dependencies', each pinned by its SHA-256 as docs/without-controller.md builds them, no index),
-exported to a folder (``docker export``) and baked by pyinfra's real @chroot connector (no running
-systemd): kernel, the first-boot unit (the driver stage without installing a driver: Debian's DKMS
-build takes minutes and is not part of this test), the device links' files and containerd's config,
-merged and checked by the image's own containerd offline (Docker's daemon.json in an image root:
-tests/unit/test_bake.py; bookworm's dockerd 20.10 has no ``--validate`` to run offline).
-That root, imported as an image, boots as a node container with real systemd; then pull mode runs
-there, and the undo.
+built as an image build makes one (the node image with Debian's containerd, python3-venv and
+systemd-journal-remote installed by apt in a container whose PID 1 is not systemd, so the packages
+enable their units and nothing starts; gpu-node installed into /opt/gpu-node for pull mode from its
+wheel and its dependencies', each pinned by its SHA-256 as docs/without-controller.md builds them, no
+index), exported to a folder (``docker export``) and baked by pyinfra's real @chroot connector (no
+running systemd) with the stages kernel and runtimes, as for an image whose own pipeline installs the
+driver (Debian's DKMS build takes minutes and is not part of this test): kernel, the device links'
+files and containerd's config, merged and checked by the image's own containerd offline (Docker's
+daemon.json in an image root: tests/unit/test_bake.py; bookworm's dockerd 20.10 has no
+``--validate`` to run offline), and the first-boot unit and the health check, which every run that
+makes a GPU node brings. That root, imported as an image, boots as a node container with real
+systemd; its health check runs (STAND-IN nvidia-smi and Xid lines, below); then pull mode runs there,
+and the undo.
 
 A container cannot be given PCI devices nor load a module: the GPUs are our sysfs fixture of two
 H100 PCIe (tests/fixtures/fabric/pcie-only.json) bind-mounted over ``/sys/bus/pci/devices``, and the
 driver's module is a STAND-IN nvidia.ko (tests/standin_kmod.py: an ELF whose .modinfo the real
 modinfo reads) listed in the running kernel's modules.dep; kernel_modules_load=false, so the boot
-says it skips the load. The tests share the node, in this order.
+says it skips the load. The health check's Xid lines are STAND-IN kernel entries written into the
+node's own journal by systemd-journal-remote (never the machine's kernel log), its NVML answers a
+STAND-IN nvidia-smi's (tests/standin_nvidia_smi.py). The tests share the node, in this order.
 """
 
 from __future__ import annotations
@@ -30,19 +34,23 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import jsonschema
 import pci_tree
 import pytest
 import standin_kmod
+import standin_nvidia_smi
 from harness import REPO, SAFE_DATA, DeployResult, Node, assert_no_change, run, wait_for
 from wheels import REQUIREMENTS_RECIPE, dependency_wheels, gpu_node_wheel
 
-DATA = {**SAFE_DATA, "stages": "kernel,driver,runtimes,verify", "nvidia_driver_install": "false",
-        "container_runtimes": "containerd"}
+DATA = {**SAFE_DATA, "stages": "kernel,runtimes,verify", "container_runtimes": "containerd"}
 # what the bake ran (verify needs the booted node: a normal run after boot does it)
-BAKED = {**DATA, "stages": "kernel,driver,runtimes"}
+BAKED = {**DATA, "stages": "kernel,runtimes"}
 CONFIG = "/etc/containerd/config.toml"
 REJECTED = b'oom_score = "high"\n'  # TOML gpu-node reads; containerd does not
 BOOT_REPORT = "/var/lib/gpu-node/boot-report.json"
+HEALTH_REPORT = "/var/lib/gpu-node/health.json"
+HEALTH_ARCHIVE = "/usr/lib/gpu-node/gpu-node-health.pyz"
+HEALTH_SCHEMA = json.loads((REPO / "deploy" / "schemas" / "health-report.schema.json").read_text())
 PYTHON = "/opt/gpu-node/bin/python"
 SETTINGS = "/etc/gpu-node/settings.toml"
 GOOD = """\
@@ -62,7 +70,7 @@ class Baked:
     shipped: bytes = b""
     after_rejected: bytes = b""
     merged: str = ""
-    wants: list[str] = field(default_factory=list)
+    wants: list[str] = field(default_factory=list)  # multi-user.target's and timers.target's
     times: dict[str, float] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
 
@@ -85,7 +93,7 @@ def build_image_root(image: str, root: Path) -> None:
                    extra_run_args=["-v", f"{wheel.parent}:/wheels:ro", "-v", f"{dependencies}:/dependencies:ro"]).start()
     try:
         builder.sh("DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
-                   "apt-get install -y -qq containerd python3-venv >/dev/null", timeout=900)
+                   "apt-get install -y -qq containerd python3-venv systemd-journal-remote >/dev/null", timeout=900)
         # As docs/examples/cloud-init-pull.yaml installs it: requirements.txt written by the docs' recipe,
         # every wheel pinned by its SHA-256, no index. --no-compile: the node compiles what it imports.
         builder.sh(f"set -e\npython3 -m venv /opt/gpu-node && cd /tmp && set -- /wheels/*.whl /dependencies/*.whl\n"
@@ -128,8 +136,8 @@ def baked(image, tmp_path_factory):
     config.write_bytes(result.shipped)
     result.bakes["first"] = bake(root, tmp_path)
     result.merged = (root / CONFIG.lstrip("/")).read_text()
-    wants = root / "etc" / "systemd" / "system" / "multi-user.target.wants"
-    result.wants = sorted(link.name for link in wants.iterdir() if link.is_symlink())
+    result.wants = sorted(link.name for target in ("multi-user.target.wants", "timers.target.wants")
+                          for link in (root / "etc" / "systemd" / "system" / target).iterdir() if link.is_symlink())
     result.bakes["second"] = bake(root, tmp_path)
     result.times["three bakes"] = time.monotonic() - started
 
@@ -159,10 +167,12 @@ def reboot(node: Node) -> None:
 def test_a_bake_merges_the_runtime_configs_offline_and_the_booted_image_is_ready_with_no_change_left(baked):
     """A containerd config the image's own containerd rejects, offline, fails the bake naming
     containerd's error and is left byte for byte; once fixed, the runtime configs are merged with no
-    daemon restarted, the skipped stages each said in one line, the units enabled (not started); a
-    second bake changes nothing. The image booted (STAND-IN module, PCI fixture) reaches
-    gpu-node-ready.target with a passing boot report, containerd runs the nvidia runtime by default,
-    and a normal @docker run of the stages the bake ran changes nothing."""
+    daemon restarted, the skipped stages each said in one line, the units enabled (not started): the
+    first-boot unit and the health check's timer too, though the bake ran no driver stage; a second
+    bake changes nothing. The image booted (STAND-IN module, PCI fixture) reaches
+    gpu-node-ready.target with a passing boot report, the first-boot unit ran the health check (no
+    driver loaded: unhealthy, without failing the boot), its timer runs, containerd runs the nvidia
+    runtime by default, and a normal @docker run of the stages the bake ran changes nothing."""
     rejected = baked.bakes["rejected"]
     assert rejected.returncode != 0
     assert rejected.run_lines(f"{CONFIG} was not changed: /usr/bin/containerd config dump rejected the new "
@@ -175,7 +185,8 @@ def test_a_bake_merges_the_runtime_configs_offline_and_the_booted_image_is_ready
         assert len(first.run_lines(f"bake: {stage} skipped in an image root: ")) == 1, first.explain()
     assert len(first.run_lines("containerd not restarted: an image root")) == 1, first.explain()
     assert 'default_runtime_name = "nvidia"' in baked.merged
-    assert {"gpu-node-boot.service", "gpu-node-ready.target", "containerd.service"} <= set(baked.wants)
+    assert {"gpu-node-boot.service", "gpu-node-ready.target", "gpu-node-health.timer",
+            "containerd.service"} <= set(baked.wants)
     assert_no_change(baked.bakes["second"])
 
     node = baked.node
@@ -191,10 +202,86 @@ def test_a_bake_merges_the_runtime_configs_offline_and_the_booted_image_is_ready
     assert steps["kernel module"]["status"] == "pass" and "proprietary module 535.261.03" in steps["kernel module"]["reason"]
     assert steps["module load"] == {"name": "module load", "status": "skip",
                                     "reason": "kernel_modules_load=false: modules not loaded by this boot"}
+    health = json.loads(node.read(HEALTH_REPORT))
+    assert not list(jsonschema.Draft202012Validator(HEALTH_SCHEMA).iter_errors(health))
+    assert health["status"] == "unhealthy" and health["problems"][0]["line"] == (
+        "the nvidia module is not loaded: 2 GPU(s) on the PCI bus unused")
+    boot_journal = node.sh("journalctl -b -u gpu-node-boot.service --no-pager -o cat").stdout
+    assert "gpu-node health: unhealthy: the nvidia module is not loaded: 2 GPU(s) on the PCI bus unused" in boot_journal
+    assert node.is_active("gpu-node-health.timer")
     assert node.is_active("containerd")
     assert node.sh("containerd config dump").stdout.count('default_runtime_name = "nvidia"') == 1
     assert_no_change(node.deploy(data=BAKED))
     baked.times["normal run"] = time.monotonic() - baked.started
+
+
+def standin_xid(node: Node, message: str, name: str) -> None:
+    """A STAND-IN kernel entry of this boot in the node's own journal: journal export format piped
+    to systemd-journal-remote, which keeps its trusted fields (_TRANSPORT=kernel: what journalctl -k
+    shows), into a file of the node's journal folder. The machine's kernel log is not written."""
+    node.sh(f"""set -e
+machine=$(cat /etc/machine-id); boot=$(tr -d - < /proc/sys/kernel/random/boot_id)
+since_boot=$(cut -d ' ' -f 1 /proc/uptime | tr -d .)0000
+printf '__REALTIME_TIMESTAMP=%s\n__MONOTONIC_TIMESTAMP=%s\n_BOOT_ID=%s\n_MACHINE_ID=%s\n_TRANSPORT=kernel\nPRIORITY=3\nSYSLOG_IDENTIFIER=kernel\nMESSAGE=%s\n\n' \
+  "$(date +%s%6N)" "$since_boot" "$boot" "$machine" {shlex.quote(message)} |
+  /lib/systemd/systemd-journal-remote -o "/var/log/journal/$machine/{name}.journal" - 2>/dev/null""")
+
+
+def health_run(node: Node) -> tuple[dict, list[str]]:
+    """The health service run once, as its timer runs it: (health.json, the check's lines of this run)."""
+    cursor = node.sh("journalctl -n 0 --show-cursor -q | tail -n 1").stdout.strip().removeprefix("-- cursor: ")
+    node.sh("systemctl start gpu-node-health.service")
+    said = node.sh(f"journalctl -u gpu-node-health.service --no-pager -o cat --after-cursor='{cursor}'").stdout
+    return json.loads(node.read(HEALTH_REPORT)), [line for line in said.splitlines() if line.startswith("gpu-node health")]
+
+
+def test_the_health_check_finds_a_lost_gpu_an_xid_and_a_moved_library_and_the_fleet_view_shows_it_standins(
+        baked, tmp_path):
+    """STAND-IN nvidia-smi answers for one of the PCI fixture's two GPUs, a STAND-IN Xid 48 for that
+    one: the health service (what its timer starts) says the node is unhealthy in one journal line
+    naming the GPU the driver lost, health.json has both problems, node-problem-detector's call
+    exits 1 with that line; an update that put NVML 550.54.15 in place (the stand-in now refusing as
+    NVML does) is a mismatch, and the running kernel's module (535.261.03) is named. The fleet view
+    (deploy/fleet_view.py over @docker) shows the node's health per node and per GPU."""
+    node = baked.node
+    smi = standin_nvidia_smi.script(Path("/run"), gpus=[standin_nvidia_smi.StandInGpu("0000:17:00.0")])
+    node.write("/usr/local/bin/nvidia-smi", smi, mode="755")
+    standin_xid(node, "NVRM: Xid (PCI:0000:17:00): 48, pid=1234, name=python3, An uncorrectable double bit error", "xid-48")
+    assert "NVRM: Xid (PCI:0000:17:00): 48" in node.sh("journalctl -k --no-pager -o cat").stdout
+    health, said = health_run(node)
+    assert said == [f"gpu-node health: unhealthy: GPU 0000:ca:00.0 is on the PCI bus but not seen by the driver (and 1 "
+                    f"more) ({HEALTH_REPORT})"], said
+    assert [(problem["severity"], problem["line"]) for problem in health["problems"]] == [
+        ("fatal", "GPU 0000:ca:00.0 is on the PCI bus but not seen by the driver"),
+        ("needs reset", "Xid 48 on 0000:17:00.0: uncorrectable (double-bit) ECC error")]
+    npd = node.sh(f"python3 -I {HEALTH_ARCHIVE} --npd", check=False)
+    assert (npd.returncode, npd.stdout) == (1, "GPU 0000:ca:00.0 is on the PCI bus but not seen by the driver (and 1 "
+                                               "more)\n")
+    cpu = node.sh(f"python3 -c 'import resource, subprocess; subprocess.run([\"python3\", \"-I\", \"{HEALTH_ARCHIVE}\"]); "
+                  "usage = resource.getrusage(resource.RUSAGE_CHILDREN); print(usage.ru_utime + usage.ru_stime)'").stdout
+    print(f"health check on the node container: {float(cpu.split()[-1]):.3f} s CPU")
+
+    view = tmp_path / "fleet.json"
+    result = node.deploy(deploy_file="deploy/fleet_view.py", data={"fleet_report_path": str(view)})
+    assert result.returncode == 0, result.explain()
+    (row,) = json.loads(view.read_text())["nodes"]
+    assert row["status"] == "converged" and row["health"]["status"] == "unhealthy"
+    assert [(gpu["pci"], gpu["seen_by_driver"]) for gpu in row["health"]["gpus"]] == [
+        ("0000:17:00.0", True), ("0000:ca:00.0", False)]
+    assert "--> Health (the nodes' own checks): 1 unhealthy" in result.stdout + result.stderr
+
+    # an unattended update: NVML 550.54.15 in place of 535.261.03's, the module not rebuilt
+    node.sh("touch /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15 && "
+            "ln -sf libnvidia-ml.so.550.54.15 /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1")
+    node.write("/usr/local/bin/nvidia-smi", standin_nvidia_smi.script(
+        Path("/run"), failure=(standin_nvidia_smi.MISMATCH_EXIT, standin_nvidia_smi.MISMATCH)), mode="755")
+    health, _ = health_run(node)
+    lines = [problem["line"] for problem in health["problems"]]
+    assert "NVML refuses the loaded module: driver/library version mismatch" in lines
+    assert f"the running kernel {baked.kernel}'s nvidia module is 535.261.03, the driver 550.54.15" in lines
+    node.sh("rm -f /usr/local/bin/nvidia-smi /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 "
+            "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15")
+    baked.times["health"] = time.monotonic() - baked.started
 
 
 def test_a_boot_without_the_module_fails_at_that_step_and_leaves_the_target_unreached_standin_module(baked):
@@ -274,11 +361,11 @@ def test_pull_mode_from_the_image_converges_restores_drift_refuses_a_broken_sett
     package = node.sh(f"{PYTHON} -c 'import gpu_node, os; print(os.path.dirname(gpu_node.__file__))'").stdout.strip()
     undone = node.sh(f"cd /tmp && {PYTHON} -m pyinfra -y @local {package}/undo.py", check=False, timeout=900)
     assert undone.returncode == 0, undone.stdout + undone.stderr
-    for unit in ("gpu-node-pull.timer", "gpu-node-boot.service", "gpu-node-ready.target"):
+    for unit in ("gpu-node-pull.timer", "gpu-node-boot.service", "gpu-node-ready.target", "gpu-node-health.timer"):
         assert node.sh(f"systemctl is-enabled {unit}", check=False).returncode != 0, unit
     assert node.sh("ls /etc/systemd/system/gpu-node-* /etc/systemd/system/*/gpu-node-* 2>/dev/null",
                    check=False).stdout == ""
-    assert not node.is_active("gpu-node-pull.timer")
+    assert not node.is_active("gpu-node-pull.timer") and not node.is_active("gpu-node-health.timer")
     assert node.sh(f"cat {CONFIG}").stdout.encode() == baked.shipped  # put back as the image shipped it
     print(f"pull and undo: {time.monotonic() - started:.1f} s")
     baked.times["pull and undo"] = time.monotonic() - baked.started

@@ -19,8 +19,26 @@ def test_an_image_root_runs_what_an_image_holds_and_says_each_stage_it_skips():
     said = []
     kept = bake.image_steps(steps_for(settings_for(container_runtimes="containerd,docker")), said.append)
     assert [stage.name for stage in kept] == ["kernel", "driver", "toolkit", "containerd", "docker", "device links",
-                                              "first boot", "driver report"]
+                                              "first boot", "health check", "driver report"]
     assert [line.split(" skipped")[0] for line in said] == ["bake: cdi", "bake: verify"]
+
+
+def test_a_bake_of_an_image_whose_pipeline_installs_the_driver_still_gets_the_first_boot_unit_and_the_health_check():
+    """The stages kernel and runtimes alone (the driver comes from the image's own pipeline): the
+    first-boot unit, which generates the CDI spec the bake skips, and the health check come with it;
+    a run of verify or of the kernel stage alone puts no GPU software on a node and installs neither;
+    each goes with its switch."""
+    def kept(**settings) -> list[str]:
+        return [step.name for step in bake.image_steps(steps_for(settings_for(**settings)), lambda line: None)]
+
+    assert kept(stages="kernel,runtimes") == ["kernel", "containerd", "device links", "first boot", "health check",
+                                              "driver report"]
+    assert [step.name for step in steps_for(settings_for(stages="verify"))] == ["verify", "driver report"]
+    assert [step.name for step in steps_for(settings_for(stages="kernel"))] == ["kernel", "driver report"]
+    assert "first boot" not in kept(stages="kernel,runtimes", first_boot_unit=False)
+    assert "health check" not in kept(stages="runtimes", health_check=False)
+    assert {"first boot", "health check"} <= set(kept(stages="toolkit"))
+    assert {"first boot", "health check"}.isdisjoint(kept(stages="toolkit", nvidia_toolkit_install=False))
 
 
 def test_no_stage_loads_modules_or_reboots_the_builder_but_the_first_boot_unit_keeps_the_sites_values():

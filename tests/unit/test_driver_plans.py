@@ -13,6 +13,7 @@ import pytest
 
 from plan import DEFAULT, PCI_WITH_GPU, SITE_DRIVER_KEY, carrying, every, gpu_node, node_lines, run_deploy
 from test_boot_plan import BOOT_UNIT_IN_PLACE
+from test_health_task import HEALTH_CHECK_IN_PLACE
 from test_read_ahead import digest_lines
 
 from deploy.operations.files import digest_read as files_digest
@@ -145,7 +146,7 @@ def test_debian_second_run_with_everything_installed_and_held_runs_no_package_co
             (DebPackages, ["ii  linux-headers-6.1.0-18-amd64 6.1.76-1 amd64 Header files"]),
             (files_digest(APT_PIN_PATH), digest_lines(pin)),
             *SERVICES_UP,
-            *BOOT_UNIT_IN_PLACE,
+            *BOOT_UNIT_IN_PLACE, *HEALTH_CHECK_IN_PLACE,
         ]),
         data={"nvidia_driver_branch": "535", "nvidia_driver_version": version, "stages": "driver"},
     ))

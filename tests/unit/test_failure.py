@@ -17,6 +17,7 @@ from deploy.facts.files import FileDigests
 from deploy.operations.files import digest_read
 from deploy.operations.packages import deb_states_read
 from deploy.settings import parse_settings
+from deploy.tasks import boot, health
 from deploy.tasks.kernel import read_files
 from deploy.tasks.toolkit import TOOLKIT_PACKAGES
 from deploy.tasks.toolkit import reads as toolkit_reads
@@ -92,6 +93,9 @@ def test_a_toolkit_pin_the_family_cannot_honour_is_refused_in_preflight_before_a
             "stages": "kernel,toolkit", "nvidia_toolkit_version": "1.17.8-1"}
     node = gpu_node("arch", node_survey=node_lines("6.9.7-arch1-1", pkgbases=["linux"]), facts=[
         *[(digest_read(path), "absent") for path in read_files()],
+        # the first-boot unit and the health check, which a run that installs the toolkit brings
+        *[(digest_read(path), "absent") for task in (boot, health) for path in task.wanted_files(parse_settings({}))],
+        (boot.units_read(), []), (health.units_read(), []),
         # What preflight reads ahead for the toolkit's repository: no such files, and no dpkg-query to ask.
         *[(call, [line for path in call[1]["paths"] for line in (f"@@file {path}", "absent")])
           for call in toolkit_reads(parse_settings({})) if call[0] is FileDigests],

@@ -17,7 +17,7 @@ from pathlib import Path
 import pci_tree
 import pytest
 
-from deploy.node import first_boot
+from deploy.node import first_boot, root_files
 from deploy.node.first_boot import Boot, BootSettings, Host
 from deploy.reports.node_report import NodeRecord, Step, report_json
 from deploy.tasks import boot as boot_task
@@ -222,7 +222,7 @@ def test_boot_settings_of_the_wrong_shape_are_one_line_naming_the_setting(tmp_pa
 
 def test_boot_settings_larger_than_the_bound_or_not_utf8_are_one_line(tmp_path, capsys):
     config = tmp_path / "boot.json"
-    config.write_bytes(b'{"cdi": "' + b"a" * first_boot.MAX_SETTINGS_BYTES + b'"}')
+    config.write_bytes(b'{"cdi": "' + b"a" * root_files.MAX_SETTINGS_BYTES + b'"}')
     assert first_boot.main([str(config)], top=str(tmp_path)) == 1
     assert "is larger than the boot settings are (64 KiB)" in capsys.readouterr().out
     config.write_bytes(b'{"cdi": "\xff"}')

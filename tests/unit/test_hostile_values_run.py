@@ -135,6 +135,9 @@ PLANS = {
     "gpushare_scheduler_config_path": ("gpushare",), "gpushare_inspect_source": ("gpushare",),
     "gpushare_inspect_sha256": ("gpushare",), "gpushare_inspect_path": ("gpushare",),
     "verify_report_path": ("controller",), "fleet_report_path": ("controller",),
+    # systemd time spans (the health timer's interval; the fleet view's silence): their pattern refuses
+    # every hostile value before any run
+    "health_check_interval": ("node",), "health_silent_after": ("node",),
     # deploy/render_cluster.py on @local: a real run of each style in test_render_cluster.py
     "manifests_dir": ("render",), "manifests_inventory": ("render",), "manifests_kubernetes_version": ("render",),
 }

@@ -39,7 +39,7 @@ def shipped(name: str) -> jsonschema.Validator:
     return validator(schema)
 
 
-NODE_REPORT, FLEET_REPORT = "node-report.schema.json", "fleet-report.schema.json"
+NODE_REPORT, FLEET_REPORT, HEALTH_REPORT = "node-report.schema.json", "fleet-report.schema.json", "health-report.schema.json"
 
 
 def assert_valid(name: str, path: Path) -> dict:
@@ -52,7 +52,7 @@ def assert_valid(name: str, path: Path) -> dict:
 
 def test_the_shipped_schema_files_are_the_models_schemas():
     assert not report_schemas.stale(), f"out of date: run {report_schemas.COMMAND} and commit the result"
-    assert {path.name for path in (REPO / "deploy" / "schemas").glob("*.schema.json")} == {NODE_REPORT, FLEET_REPORT}
+    assert {path.name for path in (REPO / "deploy" / "schemas").glob("*.schema.json")} == {NODE_REPORT, FLEET_REPORT, HEALTH_REPORT}
 
 
 def test_verify_writes_a_node_report_and_a_fleet_report_valid_against_the_schemas(tmp_path):

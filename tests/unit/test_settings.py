@@ -55,6 +55,9 @@ DOCUMENTED_DEFAULTS = {
     "nvidia_persistenced": True,
     "fabric_manager_install": True,
     "first_boot_unit": True,
+    "health_check": True,
+    "health_check_interval": "1min",
+    "health_silent_after": "10min",
     "nvidia_driver_repo_url": "https://download.nvidia.com",
     "nvidia_cuda_repo_url": "https://developer.download.nvidia.com/compute/cuda/repos",
     "nvidia_cuda_gpgkey_url": None,
@@ -229,6 +232,16 @@ def test_normalised_forms():
          "invalid setting verify_image='Ubuntu Latest': allowed: a container image reference such as registry/name:tag"),
         ({"device_plugin_version": "latest"},
          "invalid setting device_plugin_version='latest': allowed: a release such as v0.17.0"),
+        ({"health_check_interval": "every minute"},
+         "invalid setting health_check_interval='every minute': allowed: a systemd time span such as 1min, 90s or "
+         "1h 30min (units s, min, h, d, w)"),
+        ({"health_check_interval": "1min; rm -rf /"},
+         "invalid setting health_check_interval='1min; rm -rf /': allowed: a systemd time span such as 1min, 90s or "
+         "1h 30min (units s, min, h, d, w)"),
+        ({"health_check_interval": "5s"}, "invalid setting health_check_interval='5s': allowed: 10s or longer"),
+        ({"health_check_interval": "10min"},
+         "invalid setting health_silent_after='10min': allowed: longer than health_check_interval (10min), or every "
+         "node would be silent between two checks"),
         ({"gpushare_inspect_sha256": "abc"},
          "invalid setting gpushare_inspect_sha256='abc': allowed: a SHA-256 digest (64 hex digits)"),
         ({"nvidia_toolkit_repo_url": "ftp://mirror/stable"},

@@ -460,10 +460,10 @@ def test_a_unit_gpu_node_enabled_goes_back_to_its_state_before():
 
 
 # The units gpu-node writes itself: the first-boot unit and its target (deploy/tasks/boot.py, recorded
-# after its files were written: "disabled"), pull mode's timer and service (deploy/node/pull_install.py,
-# recorded before: "not-found").
+# after its files were written: "disabled"), the health check's timer (deploy/tasks/health.py, the same)
+# and pull mode's timer and service (deploy/node/pull_install.py, recorded before: "not-found").
 OWN_UNITS = {"gpu-node-boot.service": "disabled inactive", "gpu-node-ready.target": "disabled inactive",
-             "gpu-node-pull.timer": "not-found inactive"}
+             "gpu-node-health.timer": "disabled inactive", "gpu-node-pull.timer": "not-found inactive"}
 
 
 def test_units_gpu_node_created_are_disabled_before_their_files_go_and_a_timer_is_stopped(box):
@@ -471,7 +471,7 @@ def test_units_gpu_node_created_are_disabled_before_their_files_go_and_a_timer_i
     whatever systemctl said when it was recorded), disabled while the file is still there for
     systemctl to read; the timer is stopped so it does not fire again; the finished one-shot service
     and its target are left active (stopping the target would stop what a site made require it)."""
-    for unit in (*OWN_UNITS, "gpu-node-pull.service"):
+    for unit in (*OWN_UNITS, "gpu-node-pull.service", "gpu-node-health.service"):
         gpu_node_writes(box, f"/etc/systemd/system/{unit}", f"# Managed by gpu-node\n[Unit]\nDescription={unit}\n")
     assert box.run(node_records.record_units(OWN_UNITS)).status == 0
     answer = []
@@ -486,7 +486,8 @@ def test_units_gpu_node_created_are_disabled_before_their_files_go_and_a_timer_i
     plan = undo_plan(undo_node(answer))
     assert not plan.failed, plan.refusal
     systemctl = plan.starting("systemctl")
-    assert systemctl == ["systemctl disable gpu-node-boot.service", "systemctl disable gpu-node-pull.timer",
+    assert systemctl == ["systemctl disable gpu-node-boot.service", "systemctl disable gpu-node-health.timer",
+                         "systemctl stop gpu-node-health.timer", "systemctl disable gpu-node-pull.timer",
                          "systemctl stop gpu-node-pull.timer", "systemctl disable gpu-node-ready.target",
                          "systemctl daemon-reload"], plan.commands
     commands = plan.commands
@@ -495,6 +496,9 @@ def test_units_gpu_node_created_are_disabled_before_their_files_go_and_a_timer_i
                       and not command.startswith("systemctl")]
         assert commands.index(f"systemctl disable {unit}") < removal
         assert removal < commands.index("systemctl daemon-reload")
+    for service in ("gpu-node-pull.service", "gpu-node-health.service"):  # not enabled: their files go
+        assert [command for command in commands if f"/etc/systemd/system/{service}" in command
+                and not command.startswith("systemctl")], service
 
 
 def test_pull_modes_units_as_pull_install_records_them_are_taken_off_by_the_undo(box):

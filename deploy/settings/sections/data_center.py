@@ -32,7 +32,8 @@ class DataCenterSettings(Section):
     )
     first_boot_unit: bool = Field(
         True,
-        description="with the driver stage, install and enable gpu-node-boot.service: at every boot, before "
+        description="with every run that makes a GPU node (the driver or runtimes stage, the toolkit stage where it "
+                    "installs the toolkit; a bake too), install and enable gpu-node-boot.service: at every boot, before "
                     "gpu-node-ready.target, the GPUs' kernel module checked and loaded, the CDI spec regenerated, "
                     "persistenced and Fabric Manager started, the node verified (docs/without-controller.md)",
     )

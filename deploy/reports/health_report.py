@@ -1,0 +1,44 @@
+"""
+The health report's names: what the node's health check (deploy/health/check.py) writes to
+/var/lib/gpu-node/health.json and what the fleet view reads back. Its format is
+``HealthReportFormat`` (deploy/reports/formats.py, deploy/schemas/health-report.schema.json);
+docs/health.md explains each field. Standard library only and no import of the package: the health
+archive (deploy/tasks/health.py) carries it to the node.
+"""
+
+from __future__ import annotations
+
+HEALTH_REPORT_VERSION = 1
+HEALTH_REPORT_PATH = "/var/lib/gpu-node/health.json"
+# What a report holds at most (a node has a few dozen GPUs, each a few problems, and the Xids the
+# check keeps for a boot): the check writes no more, a reader refuses more.
+MAX_GPUS, MAX_PROBLEMS, MAX_LINE = 256, 1024, 1000
+
+HEALTHY, UNHEALTHY, UNKNOWN = "healthy", "unhealthy", "unknown"
+STATUSES = (HEALTHY, UNHEALTHY, UNKNOWN)
+# the fleet view's word for a node whose last health report is older than health_silent_after
+SILENT = "silent"
+# node-problem-detector's custom plugin protocol: 0 OK, 1 NonOK, anything else Unknown
+EXIT_STATUS = {HEALTHY: 0, UNHEALTHY: 1, UNKNOWN: 2}
+
+# How bad a problem is, worst first: the GPU or node needs a reboot or service; the GPU needs a
+# reset; the node needs an operator or a gpu-node run (a service down, a module missing, a
+# mismatch); a reading that could not be made; a fact worth showing that needs nothing.
+FATAL, NEEDS_RESET, NEEDS_ATTENTION, NOT_READ, INFORMATIONAL = (
+    "fatal", "needs reset", "needs attention", "not read", "informational")
+SEVERITIES = (FATAL, NEEDS_RESET, NEEDS_ATTENTION, NOT_READ, INFORMATIONAL)
+UNHEALTHY_SEVERITIES = (FATAL, NEEDS_RESET, NEEDS_ATTENTION)
+
+# What a problem is about
+XID, GPU_MISSING, DRIVER, ECC, ROW_REMAP, RETIRED_PAGES, KERNEL_MODULE, SERVICE, READING = (
+    "xid", "gpu missing", "driver", "ecc", "row remap", "retired pages", "kernel module", "service", "reading")
+KINDS = (XID, GPU_MISSING, DRIVER, ECC, ROW_REMAP, RETIRED_PAGES, KERNEL_MODULE, SERVICE, READING)
+
+
+def status_of(severities) -> str:
+    """unhealthy when a problem is of an unhealthy severity, else unknown when a reading could not
+    be made, else healthy."""
+    severities = set(severities)
+    if severities & set(UNHEALTHY_SEVERITIES):
+        return UNHEALTHY
+    return UNKNOWN if NOT_READ in severities else HEALTHY
