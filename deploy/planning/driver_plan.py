@@ -242,7 +242,7 @@ def driver_versions(settings: Settings, manager: PackageManager, chosen: ModuleP
     fabric_data = chosen.data.fabric_manager
     offered_all = offered_together(readings)
     together: list[str] = []
-    if wants_fabric and fabric_data is not None and manager.name == "apt" and not version:
+    if wants_fabric and fabric_data is not None and manager.pins_exact_versions and not version:
         number = branch_number(settings, branch, pinned, readings, node)
         together = list(render(fabric_data.names(number), {**values, "branch": str(number)})) if number else []
         if not all(offered_all.get(name) for name in together):
@@ -278,7 +278,7 @@ def fabric_manager(settings: Settings, platform: Platform, manager: PackageManag
         driver_version = readings.offered[pinned[0]][0]
     # apt lists the run has yet to enable (contrib, non-free) or refresh: the install operation
     # chooses the driver's version and Fabric Manager's names with it, after the refresh
-    defer = driver_version is None and manager.name == "apt" and not version \
+    defer = driver_version is None and manager.resolves_at_install and not version \
         and not any((readings.offered or {}).get(name) for name in pinned)
     if driver_version is None and not defer:
         raise DriverPlanError(
@@ -295,10 +295,10 @@ def fabric_manager(settings: Settings, platform: Platform, manager: PackageManag
         fabric_values = {**values, "branch": upstream.split(".")[0]}
         fabric_packages = render(fabric_data.names(int(upstream.split(".")[0])), fabric_values)
         try:
-            if manager is APT or manager.name == "apt":
+            if manager.pins_exact_versions:
                 packages.update(matching(fabric_packages, offered_together(readings), upstream, "Fabric Manager"))
             else:
-                # dnf and zypper take name-version without the release
+                # name-version without the release (dnf, zypper)
                 packages.update({name: upstream for name in fabric_packages})
         except VersionRefusal as refusal:
             raise DriverPlanError(str(refusal)) from None
@@ -314,7 +314,7 @@ def resolve_at_install(settings: Settings, manager: PackageManager, chosen: Modu
     name every pinned package's versions (None: all chosen now)."""
     pinned = chosen.pinned
     unknown = [name for name in pinned + list(together or ()) if not offered_together(readings).get(name)]
-    if manager.name != "apt" or settings.nvidia_driver_version or not unknown \
+    if not manager.resolves_at_install or settings.nvidia_driver_version or not unknown \
             or all(packages.get(name) for name in pinned):
         return None
     fabric_names = [name for name in fabric.packages if name in packages and packages[name]] if wants_fabric else []
@@ -344,10 +344,9 @@ def driver_plan(
     packages, together = driver_versions(settings, manager, chosen, branch, values, readings, node, wants_fabric)
     fabric_plan = (fabric_manager(settings, platform, manager, chosen, packages, values, readings, fabric)
                    if wants_fabric else FabricManagerPlan())
-    apt_pin = None
-    if manager.name == "apt":
-        apt_pin = apt_pin_text(render(data.pin_sources, values),
-                               {name: packages[name] for name in chosen.pinned if name in packages})
+    # the families whose driver's source packages apt pins name them (DriverPackages.pin_sources)
+    apt_pin = apt_pin_text(render(data.pin_sources, values),
+                           {name: packages[name] for name in chosen.pinned if name in packages})
     persistenced_package = None
     if settings.nvidia_persistenced and data.persistenced_package:
         persistenced_package = (render([data.persistenced_package], values) or (None,))[0]
