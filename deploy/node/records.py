@@ -20,6 +20,8 @@ import hashlib
 import shlex
 
 from ..foundations import shell_scripts
+# a file record's ``format``, named as the runtimes' engines name their configs' (read from here too)
+from ..runtimes.engine import JSON, TOML  # noqa: F401
 
 RECORDS_DIR = "/var/lib/gpu-node"
 # The records folder's owner and mode (``stat -c '%u %a'``) as gpu-node keeps it: root's alone. The
@@ -39,7 +41,6 @@ PACKAGES_BEFORE = f"{RECORDS_DIR}/packages-before-install"
 # ``earlier``: gpu-node had changed the file before it kept records (its backups were there), so the
 # original is not the file before gpu-node.
 ORIGINAL, ORIGINAL_STAT, ABSENT, WRITTEN, EARLIER = "original", "original.stat", "absent", "written", "earlier"
-TOML, JSON = "toml", "json"
 
 def library(records_dir: str = RECORDS_DIR) -> str:
     """The shell functions recording under ``records_dir`` (tests: a folder of their own;
