@@ -16,6 +16,7 @@ from .distros.families import Platform
 from .facts.read_ahead import FactCall
 from .planning.findings import Findings, StepCheck
 from .operations.drain import DrainTarget
+from .operations.runtime_config import WiredRuntime
 from .settings import Settings, Stage
 from .tasks import (boot, cdi, containerd, devices, docker, dra, driver, drain, gpudirect, health, imex, kernel, mig,
                     rack, toolkit, verification)
@@ -41,6 +42,9 @@ class Step:
     installs: bool = False
     # deploy/verify.py runs only these
     read_only: bool = False
+    # a runtime's stage (its name the runtime's in deploy/runtimes/registry.py): the runtime as this run
+    # wires it, from what preflight read (Findings.runtimes; the CDI stage decides on their versions)
+    wired: Callable[[Settings], WiredRuntime] | None = None
 
     def runs(self, settings: Settings) -> bool:
         return (self.stage is None or settings.runs(self.stage)) and self.wanted(settings)
@@ -84,15 +88,17 @@ STEPS: tuple[Step, ...] = (
          check=toolkit.preflight_check, installs=True,
          apply=lambda s, found, target: toolkit.toolkit(s, found.platform)),
     Step("containerd", "runtimes", lambda s: s.wires("containerd"), reads=containerd.reads,
-         check=containerd.preflight_check, installs=True,
+         check=containerd.preflight_check, installs=True, wired=containerd.wired,
          apply=lambda s, found, target: containerd.containerd_runtime(
-             s, found.platform.family, found.containerd, drain=target, pending_restarts=found.pending_restarts)),
+             s, found.platform.family, found.runtimes["containerd"].found, drain=target,
+             pending_restarts=found.pending_restarts)),
     Step("docker", "runtimes", lambda s: s.wires("docker"), reads=docker.reads,
-         check=docker.preflight_check, installs=True,
+         check=docker.preflight_check, installs=True, wired=docker.wired,
          apply=lambda s, found, target: docker.docker_runtime(
              s, found.platform.family, drain=target, pending_restarts=found.pending_restarts)),
     Step("cdi", "runtimes", _always, reads=cdi.reads,
-         check=cdi.preflight_check, apply=lambda s, found, target: cdi.cdi(s, found.containerd)),
+         check=lambda s, platform, nvidia: cdi.preflight_check(s, platform, nvidia, wired_runtimes(s)),
+         apply=lambda s, found, target: cdi.cdi(s, tuple(found.runtimes.values()))),
     # systemd re-applies containers' devices by their /dev/char names (the systemd cgroup driver)
     Step("device links", "runtimes", lambda s: s.systemd_cgroup, reads=devices.reads,
          apply=lambda s, found, target: devices.device_links(s)),
@@ -120,6 +126,11 @@ STEPS: tuple[Step, ...] = (
     Step("driver report", None, _always,
          apply=lambda s, found, target: driver.driver_report(s, found.plans.get("driver"))),
 )
+
+
+def wired_runtimes(settings: Settings) -> tuple[WiredRuntime, ...]:
+    """The runtimes ``settings`` wire, as their stages know them on the node (from preflight's read)."""
+    return tuple(step.wired(settings) for step in STEPS if step.wired is not None and step.wanted(settings))
 
 
 def steps_for(settings: Settings) -> list[Step]:

@@ -227,7 +227,7 @@ class WaitedPackageVersions(NodeFact):
     PackageVersions of dnf (``dnf -q list --showduplicates``) or zypper (``search --details``), the
     ``listing`` its family hands (deploy/distros/package_managers.py ``version_listing``), read after ``wait``: shell
     that waits, bounded, for another process holding the manager's lock and fails in one line when
-    it gives up (deploy/operations/packages.py lock_wait_script). dnf waits for that
+    it gives up (deploy/operations/package_manager.py LockWait.script). dnf waits for that
     lock without end, even cache-only (-C takes its metadata lock too); zypper, with no
     ZYPP_LOCK_TIMEOUT (``zypper_listing``), gives up at once and would read as offering nothing.
     ``busy``: the wait's line when it gave up (the manager not run). ``unreadable``: the repositories

@@ -10,16 +10,13 @@ before the report is written). ``nvidia-smi`` parsing lives here: the driver sta
 
 from __future__ import annotations
 
-import base64
-import binascii
 import csv
-import json
 import re
 
 
 from ..foundations import node_text, shell_scripts
 from .base import NodeFact
-from ..runtimes.containerd.installations import PLAIN_SOCKET
+from ..runtimes import registry
 
 SMI_QUERY_FIELDS = ("index", "uuid", "name", "memory.total", "driver_version")
 SMI_QUERY = f"--query-gpu={','.join(SMI_QUERY_FIELDS)} --format=csv,noheader,nounits"
@@ -47,17 +44,6 @@ SMI_EXIT_CODES = {
     127: "nvidia-smi could not be run",
     255: "other error or internal driver error",
 }
-
-
-def decode_b64(text: str, what: str, keep_bytes: bool = False) -> str:
-    """Base64 text a command printed, decoded; a note naming ``what`` when it is not base64.
-    ``keep_bytes``: a file a parser reads, whose bytes that are not UTF-8 its guard names
-    (deploy/foundations/node_text.py); else they read as U+FFFD."""
-    try:
-        data = base64.b64decode(text.strip(), validate=True)
-    except (binascii.Error, ValueError):
-        return f"(could not decode {what})"
-    return node_text.decode(data) if keep_bytes else data.decode("utf-8", "replace")
 
 
 def smi_value(raw: str) -> str | None:
@@ -124,7 +110,7 @@ def explain_smi_failure(exit_code: int, output: str) -> str:
     return f"exit {exit_code}: {meaning}{detail}"
 
 
-# Appended to the driver stage's node script (deploy/facts/nvidia.py): one command reads it all.
+# What verify reads beside the runtimes' parts (deploy/runtimes/registry.py RuntimeReadout)
 VERIFY_SCRIPT = shell_scripts.body("verify_readout")
 
 
@@ -172,9 +158,10 @@ class VerifyReadout(NodeFact):
     PCI GPUs, modules, versions, read with it in one command): ``/proc/driver/nvidia/version``,
     the installed module's license (``modinfo``: open or proprietary), ``nvidia-smi`` (query, exit
     code, ``-L``, persistence mode), the nvidia-persistenced and nvidia-fabricmanager units'
-    states, the toolkit, the containerd the node's installation runs (its binary, unit, socket and ctr;
-    its version and ``config dump`` are ContainerdConfig's, read with it), whether the given runtime
-    ``binaries`` are executable, the kubelet config, ``docker info`` and crictl.
+    states, the toolkit, whether the given runtime ``binaries`` are executable, the kubelet config,
+    crictl, and each runtime's part under its name (deploy/runtimes/registry.py: the containerd the
+    node's installation runs, its binary, unit and ctr, its version and ``config dump`` being
+    ContainerdConfig's, read with it; ``docker info``).
 
     .. code:: python
 
@@ -199,14 +186,18 @@ class VerifyReadout(NodeFact):
         }
     """
 
-    def command(self, image, binaries=(), containerd_binary="containerd",
-                containerd_service="containerd", containerd_socket=PLAIN_SOCKET):
+    def command(self, image, binaries=(), runtime_values=None):
+        """``runtime_values``: {runtime: {variable: value}} for a runtime installed another way than the
+        plain one (containerd's installation in effect: its binary, unit and socket)."""
         watched = (PERSISTENCED_UNIT, FABRIC_MANAGER_UNIT)
-        readout = shell_scripts.script(
-            "verify_readout", smi_query=SMI_QUERY, smi_persistence_query=SMI_PERSISTENCE_QUERY,
+        values = {name: value for runtime in registry.RUNTIMES
+                  for name, value in {**runtime.readout.values, **(runtime_values or {}).get(runtime.name, {})}.items()}
+        readout = (shell_scripts.assignments(
+            smi_query=SMI_QUERY, smi_persistence_query=SMI_PERSISTENCE_QUERY,
             keys=" ".join(f"unit:{unit}" for unit in watched), units=" ".join(watched),
-            containerd_binary=containerd_binary, containerd_service=containerd_service or "",
-            containerd_socket=containerd_socket, kubelet_config=KUBELET_CONFIG, image=image)
+            kubelet_config=KUBELET_CONFIG, image=image, **values)
+            + VERIFY_SCRIPT + "".join(shell_scripts.body(runtime.readout.script) for runtime in registry.RUNTIMES)
+            + shell_scripts.body("verify_readout_end"))
         # the executables' lines after the rest: every line is keyed
         return (node_text.base64_reader() + readout + executable_checks(binaries)).strip()
 
@@ -220,30 +211,27 @@ class VerifyReadout(NodeFact):
             "toolkit_version": None,
             "runtime_path": None,
             "executables": {},
-            "containerd": {
-                "path": None, "version": None, "major": None, "minor": None, "active": None,
-                "dump_exit_code": None, "dump": None, "image_present": False, "ctr_path": None,
-            },
+            **{runtime.name: runtime.readout.default() for runtime in registry.RUNTIMES},
             "kubelet_config": None,
-            "docker": {
-                "path": None, "active": None, "info_exit_code": None, "runtimes": {},
-                "default_runtime": None, "cgroup_driver": None, "image_present": False,
-            },
             "crictl_path": None,
         }
 
     def process(self, output):
         state = self.default()
-        smi, ctrd, docker = state["smi"], state["containerd"], state["docker"]
+        smi = state["smi"]
+        readings = {key: state[runtime.name] for runtime in registry.RUNTIMES for key in runtime.readout.keys}
+        readers = {key: runtime.readout.read_line for runtime in registry.RUNTIMES for key in runtime.readout.keys}
         for line in output:
             kind, _, rest = line.strip().partition(" ")
             rest = rest.strip()
-            if kind == "kmod_version":
+            if kind in readers:
+                readers[kind](readings[kind], kind, rest)
+            elif kind == "kmod_version":
                 state["kernel_module"] = rest or None
             elif kind == "kmod_license":
                 state["kernel_module_license"] = rest or None
             elif kind == "smi_persistence":
-                smi["persistence"] = parse_smi_persistence(decode_b64(rest, "nvidia-smi persistence_mode") if rest else "")
+                smi["persistence"] = parse_smi_persistence(node_text.decode_b64(rest, "nvidia-smi persistence_mode") if rest else "")
             elif kind == "unit":
                 unit, _, properties = rest.partition(" ")
                 if unit:
@@ -255,34 +243,16 @@ class VerifyReadout(NodeFact):
             elif kind == "smi_rc" and rest.lstrip("-").isdigit():
                 smi["exit_code"] = int(rest)
             elif kind == "smi_out":
-                smi["output"] = decode_b64(rest, "nvidia-smi output") if rest else ""
+                smi["output"] = node_text.decode_b64(rest, "nvidia-smi output") if rest else ""
             elif kind == "smi_list":
-                smi["list"] = parse_smi_list((decode_b64(rest, "nvidia-smi -L") if rest else "").splitlines())
+                smi["list"] = parse_smi_list((node_text.decode_b64(rest, "nvidia-smi -L") if rest else "").splitlines())
             elif kind == "ctk_version":
                 match = re.search(r"version\s+v?([0-9][^\s,]*)", rest)
                 state["toolkit_version"] = match[1] if match else (rest or None)
             elif kind == "ncr_path":
                 state["runtime_path"] = rest or None
-            elif kind == "ctrd_path":
-                ctrd["path"] = rest or None
-            elif kind == "ctrd_active":
-                ctrd["active"] = rest or "unknown"
-            elif kind == "ctr_path":
-                ctrd["ctr_path"] = rest or None
-            elif kind == "ctr_image":
-                ctrd["image_present"] = rest == "1"
             elif kind == "kubelet_config":
-                state["kubelet_config"] = decode_b64(rest, KUBELET_CONFIG, keep_bytes=True) if rest else ""
-            elif kind == "docker_path":
-                docker["path"] = rest or None
-            elif kind == "docker_active":
-                docker["active"] = rest or "unknown"
-            elif kind == "docker_info_rc" and rest.isdigit():
-                docker["info_exit_code"] = int(rest)
-            elif kind == "docker_info":
-                docker.update(parse_docker_info(decode_b64(rest, "docker info") if rest else ""))
-            elif kind == "docker_image":
-                docker["image_present"] = rest == "1"
+                state["kubelet_config"] = node_text.decode_b64(rest, KUBELET_CONFIG, keep_bytes=True) if rest else ""
             elif kind == "crictl_path":
                 state["crictl_path"] = rest or None
         state["executables"] = parse_executables(output)
@@ -309,20 +279,3 @@ def unit_state(readout: dict, unit: str) -> str:
     if properties.get("LoadState") == "not-found":
         return "not installed"
     return properties.get("ActiveState") or "unknown"
-
-
-def parse_docker_info(text: str) -> dict:
-    """``docker info --format '{{json .Runtimes}}|{{.DefaultRuntime}}|{{.CgroupDriver}}'``."""
-    runtimes_json, _, rest = text.strip().rpartition("|")
-    runtimes_json, _, default = runtimes_json.rpartition("|")
-    try:
-        runtimes = node_text.parsed(json.loads, runtimes_json, "`docker info`") or {}
-        if not isinstance(runtimes, dict):
-            raise ValueError("not an object")
-    except ValueError:
-        return {"runtimes": {}, "default_runtime": None, "cgroup_driver": None, "info_error": text[:300]}
-    return {
-        "runtimes": {name: value.get("path") if isinstance(value, dict) else None for name, value in runtimes.items()},
-        "default_runtime": default or None,
-        "cgroup_driver": rest or None,
-    }

@@ -11,6 +11,8 @@ Pure: text in, value out.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 import sys
 from typing import Callable, TypeVar
@@ -138,3 +140,20 @@ def _check_shape(value, source: str, budget: int) -> None:
         if children and depth >= MAX_DEPTH:
             raise UnreadableText(f"{source} nests values deeper than gpu-node reads ({MAX_DEPTH} levels)")
         pending.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+
+
+def decode_b64(text: str, what: str, keep_bytes: bool = False) -> str:
+    """Base64 text a command printed, decoded; a note naming ``what`` when it is not base64.
+    ``keep_bytes``: a file a parser reads, whose bytes that are not UTF-8 its guard names
+    (``decode``); else they read as U+FFFD."""
+    try:
+        data = base64.b64decode(text.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        return f"(could not decode {what})"
+    return decode(data) if keep_bytes else data.decode("utf-8", "replace")
+
+
+def short(text: str, limit: int = 200) -> str:
+    """``text`` on one line, cut to ``limit`` characters: what a step's reason quotes of a node's output."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."

@@ -20,6 +20,8 @@ import hashlib
 import shlex
 
 from ..foundations import shell_scripts
+# a file record's ``format``, named as the runtimes' engines name their configs' (read from here too)
+from ..runtimes.engine import JSON, TOML  # noqa: F401
 
 RECORDS_DIR = "/var/lib/gpu-node"
 # The records folder's owner and mode (``stat -c '%u %a'``) as gpu-node keeps it: root's alone. The
@@ -39,16 +41,6 @@ PACKAGES_BEFORE = f"{RECORDS_DIR}/packages-before-install"
 # ``earlier``: gpu-node had changed the file before it kept records (its backups were there), so the
 # original is not the file before gpu-node.
 ORIGINAL, ORIGINAL_STAT, ABSENT, WRITTEN, EARLIER = "original", "original.stat", "absent", "written", "earlier"
-TOML, JSON = "toml", "json"
-
-# The installed packages, one name a line, sorted as comm and grep -x read them.
-PACKAGE_LISTS = {
-    "apt": "dpkg-query -W -f '${Status} ${Package}\\n' 2>/dev/null | awk '$3 == \"installed\" { print $4 }'",
-    # rpm lists the keys it imported as packages named gpg-pubkey
-    "dnf": "rpm -qa --qf '%{NAME}\\n' | grep -vx gpg-pubkey",
-    "zypper": "rpm -qa --qf '%{NAME}\\n' | grep -vx gpg-pubkey",
-    "pacman": "pacman -Qq",
-}
 
 def library(records_dir: str = RECORDS_DIR) -> str:
     """The shell functions recording under ``records_dir`` (tests: a folder of their own;
@@ -85,18 +77,19 @@ def record_holds(names) -> str:
     return f"{LIBRARY}gn_record_names held-packages {' '.join(shlex.quote(name) for name in names)}"
 
 
-def packages_before(manager: str) -> str:
-    """Shell, before an install: the installed packages' names, unless an install this left
-    unfinished (a failed or killed one) kept its list already."""
+def packages_before(installed_listing: str) -> str:
+    """Shell, before an install: the installed packages' names (``installed_listing``, the package
+    manager's shell listing them one a line), unless an install this left unfinished (a failed or
+    killed one) kept its list already. Sorted as comm and grep -x read them."""
     before = shlex.quote(PACKAGES_BEFORE)
-    return (f"{LIBRARY}[ -e {before} ] || {{ gn_folder . && ({PACKAGE_LISTS[manager]}) | LC_ALL=C sort -u "
+    return (f"{LIBRARY}[ -e {before} ] || {{ gn_folder . && ({installed_listing}) | LC_ALL=C sort -u "
             f"| (umask 077 && cat >{before}.new) && mv -f {before}.new {before}; }}")
 
 
-def packages_installed(manager: str) -> str:
+def packages_installed(installed_listing: str) -> str:
     """Shell, after the install: the packages it added (not in the list ``packages_before`` kept)."""
     before = shlex.quote(PACKAGES_BEFORE)
-    return (f"{LIBRARY}if [ -e {before} ]; then ({PACKAGE_LISTS[manager]}) | LC_ALL=C sort -u | grep -vxFf {before} "
+    return (f"{LIBRARY}if [ -e {before} ]; then ({installed_listing}) | LC_ALL=C sort -u | grep -vxFf {before} "
             f"| (umask 077 && cat >>{shlex.quote(INSTALLED_PACKAGES)}); rm -f {before}; fi")
 
 

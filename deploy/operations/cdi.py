@@ -13,17 +13,14 @@ from pyinfra import host, logger
 from pyinfra.api import QuoteString, StringCommand, operation
 
 from ..node import records as node_records
-from ..runtimes.cdi import (
-    RUNTIME_CONFIG, SPEC_PATH, for_containerd, for_docker, runtime_mode_of, runtime_mode_refusal, with_runtime_mode,
-)
+from ..runtimes.cdi import RUNTIME_CONFIG, SPEC_PATH, runtime_mode_of, runtime_mode_refusal, with_runtime_mode
+from ..runtimes import registry
 from ..foundations.toml_layout import ConfigError
-from ..runtimes.containerd.installations import ConfigTarget
 from ..facts.cdi import REFRESH_PATH_UNIT, CdiState, spec_stale
 from ..facts.read_ahead import FactCall, read
-from ..facts.containerd import config_read
-from . import docker as docker_ops
 from .failure import failing_command
 from .files import put_text
+from .runtime_config import WiredRuntime
 from ..runtimes.wiring import RuntimeWiring
 
 # Where the toolkit's refresh service reads its settings (the driver root, for one).
@@ -38,39 +35,27 @@ def state_read() -> FactCall:
 
 @dataclass(frozen=True)
 class CdiTarget:
-    """What decides CDI on a node: the setting, the wiring, and the runtimes wired (None: not wired)."""
+    """What decides CDI on a node: the setting, the wiring, and the runtimes wired."""
 
     cdi: str  # auto, true, false
     wiring: RuntimeWiring
     driver_root: str
-    containerd: ConfigTarget | None = None
-    docker_config: str | None = None
+    runtimes: tuple[WiredRuntime, ...] = ()
     runtime_mode: str | None = None  # nvidia_runtime_mode; None: the runtime's config left alone
 
 
 def runtime_versions_known(target: CdiTarget) -> bool:
     """Whether every wired runtime is installed (its version decides cdi=auto)."""
-    known = True
-    if target.containerd is not None:
-        known &= read(host, _containerd_read(target.containerd))["major"] is not None
-    if target.docker_config is not None:
-        known &= read(host, docker_ops.state_read(target.docker_config))["major"] is not None
-    return known
+    versions = [read(host, wired.version_read) for wired in target.runtimes]  # each read, as the stage reads them
+    return all(version["major"] is not None for version in versions)
 
 
 def cdi_on(target: CdiTarget) -> bool:
     """Whether CDI is on: asked, or (auto) some wired runtime's version has it."""
     if target.cdi != "auto":
         return target.cdi == "true"
-    if target.containerd is not None:
-        state = read(host, _containerd_read(target.containerd))
-        if for_containerd(target.wiring, state["major"], state["minor"], state["version"]).on:
-            return True
-    if target.docker_config is not None:
-        state = read(host, docker_ops.state_read(target.docker_config))
-        if for_docker(target.wiring, state["major"], state["version"]).on:
-            return True
-    return False
+    return any(registry.runtime_named(wired.name).cdi(target.wiring, read(host, wired.version_read)).on
+               for wired in target.runtimes)
 
 
 def systemd_environment_value(value: str) -> str:
@@ -111,10 +96,6 @@ def no_spec_message(state: dict) -> str:
 def generate_command(ctk: str, driver_root: str) -> StringCommand:
     root = ["--driver-root", QuoteString(driver_root)] if driver_root != "/" else []
     return StringCommand(QuoteString(ctk), "cdi", "generate", "--output", QuoteString(SPEC_PATH), *root)
-
-
-def _containerd_read(containerd: ConfigTarget) -> FactCall:
-    return config_read(containerd.path, containerd.base_path, containerd.binary)
 
 
 def _say(message: str) -> None:
@@ -176,7 +157,8 @@ def runtime_mode_problem(target: CdiTarget, state: dict, cdi_decided: bool = Tru
         return str(error)
     if not cdi_decided and target.cdi == "auto":
         return None
-    return runtime_mode_refusal(target.runtime_mode, cdi_on(target), target.cdi)
+    return runtime_mode_refusal(target.runtime_mode, cdi_on(target), target.cdi,
+                                [runtime.cdi_since for runtime in registry.RUNTIMES])
 
 
 def runtime_mode_in_place(target: CdiTarget, state: dict) -> bool:

@@ -6,8 +6,6 @@ end-of-run report. Package installs go through the family's package manager (dep
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING
-
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
 
@@ -24,13 +22,10 @@ from . import probes
 from .failure import fail_host, failing_command
 from .progress import announcing
 from .files import put_text
-from .packages import (apt_holds, apt_lock_option, apt_sources_changed, deb_states_read,
-                       lock_wait_script, recorded_install, refresh_apt_lists, released_holds)
+from .package_manager import PackageManager
+from .packages import apt_holds, apt_lock_option, apt_sources_changed, recorded_install, refresh_apt_lists
 from ..reports.node_report import DriverNote, DriverNotes
 from ..foundations.run_state import per_run
-
-if TYPE_CHECKING:
-    from ..distros.package_managers import PackageManager
 
 REBOOT_MARKER = "/run/reboot-required"
 REBOOT_PACKAGES = "/run/reboot-required.pkgs"
@@ -157,9 +152,6 @@ def report_driver_state(require_gpu: bool, driver_packages: list):
 
 APT_INSTALL = ('DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::="--force-confdef" '
                '-o Dpkg::Options::="--force-confold" install')
-# What removes the other kernel module type's package on the managers that do it apart from the install
-REMOVE_COMMANDS = {"dnf": ("rpm", "-e", "--nodeps"), "zypper": ("rpm", "-e", "--nodeps"),
-                   "pacman": ("pacman", "-Rdd", "--noconfirm")}
 
 
 def _install_naming_dkms_failures(state, host, command: StringCommand, leftovers: tuple = ()) -> bool:
@@ -225,22 +217,23 @@ def install_driver(manager: PackageManager, packages: dict, remove: list, state_
     repository this run adds) are chosen here, after the refresh: {"names", "what", "pin_sources", "pin_path",
     "fabric"} (``resolved_versions``); a refusal fails the host before anything is installed.
     """
-    if manager.name != "apt":
+    if manager.forced_removal is not None:
         installed = host.get_fact(manager.installed_fact)
         gone = sorted(name for name in remove if name in installed)
         if gone:
-            releases = released_holds(manager.name, gone, lock_timeout)
+            releases = manager.released_holds(gone, lock_timeout)
             # rpm waits without end for a busy dnf's or zypper's transaction, pacman fails at once: the
             # bounded wait first, as before their installs
-            yield StringCommand(lock_wait_script(manager.name, lock_timeout))
-            yield StringCommand(*REMOVE_COMMANDS[manager.name], *[QuoteString(name) for name in gone])
+            yield StringCommand(manager.lock.script(lock_timeout))
+            yield StringCommand(*manager.forced_removal, *[QuoteString(name) for name in gone])
             yield from releases
         commands = list(manager.install._inner(packages=packages, hold=True, lock_timeout=lock_timeout))
         if commands:
             yield announcing(driver_install_message(manager.name, packages))
         yield from commands
         return
-    states = read(host, deb_states_read(state_names))
+    # apt: the other type's packages go in the install's own transaction (``name-``)
+    states = read(host, manager.states_read(state_names))
     needed = [name for name, version in packages.items()
               if name not in states or (version and states[name]["version"] != version)]
     gone = sorted(name for name in remove if name in states)
@@ -265,7 +258,7 @@ def install_driver(manager: PackageManager, packages: dict, remove: list, state_
                                 "--allow-downgrades", *[QuoteString(word) for word in words + [f"{name}-" for name in gone]])
         leftovers = tuple(name for name in remove if name not in gone)
         yield announcing(driver_install_message(manager.name, packages))
-        yield from recorded_install("apt", [FunctionCommand(_install_naming_dkms_failures, (command, leftovers), {})])
+        yield from recorded_install(manager.installed_listing, [FunctionCommand(_install_naming_dkms_failures, (command, leftovers), {})])
     else:
         host.noop("driver packages are installed: " + ", ".join(f"{n} {states[n]['version']}" for n in sorted(packages)))
     to_hold = sorted(name for name in packages if name in needed or not states[name]["held"])

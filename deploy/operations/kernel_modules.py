@@ -6,8 +6,6 @@ build where one lacks the module, and the refusal of a reboot into a kernel that
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
 
@@ -17,10 +15,8 @@ from ..facts.read_ahead import FactCall, known_fact
 from ..facts.installed_kernels import InstalledKernels
 from ..facts.nvidia import PackagesAvailable
 from .failure import fail_host, failing_command
+from .package_manager import PackageManager
 from .progress import announcing
-
-if TYPE_CHECKING:
-    from ..distros.package_managers import PackageManager
 
 # What these operations read (the driver stage's preflight and verify read it ahead)
 KERNELS_READ: FactCall = (InstalledKernels, {})

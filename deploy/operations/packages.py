@@ -9,6 +9,7 @@ is missing or at another version, so a no-op re-run stays a single read.
 from __future__ import annotations
 
 import re
+import shlex
 
 from pyinfra import host
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
@@ -24,6 +25,7 @@ from ..facts.packages import (DebPackageStates, DnfModuleStreams, MultiversionPa
                                    RpmPackageStates, ZypperLocks, zypper_listing)
 from ..facts.recovery import DPKG_LOCKS, lock_holders_script
 from .failure import fail_host
+from .package_manager import DNF_LOCK_WAIT, PACMAN_LOCK_WAIT, ZYPPER_LOCK_WAIT
 from ..foundations.run_state import per_run
 
 # pacman holds with IgnorePkg lines of pacman.conf's [options]; it reads every one of them.
@@ -39,76 +41,27 @@ PACMAN_UNHOLD_EXPRESSION = "s/([=[:space:]]){name}([[:space:]]|$)/\\1/"
 PACMAN_EMPTY_HOLD_LINE = "/^[[:space:]]*IgnorePkg[[:space:]]*=[[:space:]]*$/d"
 
 
-# How long another process may hold a package manager's lock before gpu-node gives up
-# (settings.apt_lock_timeout, for every family): apt's own option, zypper's own ZYPP_LOCK_TIMEOUT
-# (without it zypper fails at once); dnf waits for its lock without end and pacman not at all, so
-# for those two a bounded shell loop over the lock's holder runs before the manager does.
-BUSY = ("the package manager is busy: after waiting {timeout} s (apt_lock_timeout), {holders}: "
-        "run again once it is done")
-ZYPP_LOCK = "/run/zypp.pid"  # libzypp's lock: the holder's pid
-# dnf's process locks: each holds its holder's pid while that process lives
-DNF_LOCKS = ("/var/lib/dnf/rpmdb_lock.pid", "/var/cache/dnf/metadata_lock.pid", "/var/cache/dnf/download_lock.pid")
-PACMAN_LOCK = "/var/lib/pacman/db.lck"  # created by pacman, held open while it runs, then removed
-_HOLDER = 'echo "{lock} is held by process $pid ($(tr \'\\0\' \' \' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-100 | sed \'s/ *$//\'))"'
-DNF_HOLDERS = (f"for lock in {' '.join(DNF_LOCKS)}; do pid=$(cat \"$lock\" 2>/dev/null) && [ -n \"$pid\" ] && "
-               f"[ -e \"/proc/$pid/stat\" ] && {_HOLDER.format(lock='$lock')}; done; true")
-PACMAN_HOLDERS = (f"if [ -e {PACMAN_LOCK} ]; then held=; for pid in $(find /proc/[0-9]*/fd -maxdepth 1 -lname "
-                  f"{PACMAN_LOCK} 2>/dev/null | cut -d/ -f3 | sort -u); do held=1; {_HOLDER.format(lock=PACMAN_LOCK)}; "
-                  f"done; [ -n \"$held\" ] || ! [ -e {PACMAN_LOCK} ] || echo \"{PACMAN_LOCK} is held by no running "
-                  f"process (left by a pacman that was killed: remove it once no pacman runs)\"; fi")
-ZYPPER_HOLDERS = (f"pid=$(cat {ZYPP_LOCK} 2>/dev/null) && [ -n \"$pid\" ] && [ -e \"/proc/$pid/stat\" ] && "
-                  f"{_HOLDER.format(lock=ZYPP_LOCK)}; true")
-LOCK_HOLDERS = {"dnf": DNF_HOLDERS, "zypper": ZYPPER_HOLDERS, "pacman": PACMAN_HOLDERS}
-
-
-def lock_wait_script(manager: str, lock_timeout: int) -> str:
-    """Shell that waits up to ``lock_timeout`` seconds while another process holds ``manager``'s
-    lock (dnf, zypper, pacman), then fails in one line naming the lock and its holder."""
-    message = BUSY.format(timeout=int(lock_timeout), holders="%s")
-    # Seconds slept, counted: a deadline in whole seconds of the clock ends up to one second early,
-    # and the line says how long it waited.
-    return (f"slept=0; "
-            f"while held=$({LOCK_HOLDERS[manager]}); [ -n \"$held\" ]; do "
-            f"if [ \"$slept\" -ge {int(lock_timeout)} ]; then "
-            f"printf 'gpu-node: {message}\\n' \"$(printf '%s\\n' \"$held\" | awk 'NR > 1 {{ printf \"; \" }} {{ printf \"%s\", $0 }}')\" >&2; exit 1; fi; "
-            "sleep 1; slept=$((slept + 1)); done")
-
-
-def zypper_lock_env(lock_timeout: int) -> dict:
-    """zypper's own wait for libzypp's lock (it names the holder when it gives up)."""
-    return {"ZYPP_LOCK_TIMEOUT": str(int(lock_timeout))}
-
-
-def lock_bounded(manager: str, commands, lock_timeout: int):
-    """``commands`` (a manager's, e.g. pyinfra's operation's) with the wait for the manager's lock:
-    zypper's commands carry ZYPP_LOCK_TIMEOUT, dnf's and pacman's follow one bounded wait."""
-    waited = False
-    for command in commands:
-        if isinstance(command, str):
-            command = StringCommand(command)
-        if not isinstance(command, StringCommand):
-            yield command
-        elif manager == "zypper":
-            yield StringCommand(command, _env=zypper_lock_env(lock_timeout))
-        else:
-            if not waited and manager in LOCK_HOLDERS:
-                yield StringCommand(lock_wait_script(manager, lock_timeout))
-                waited = True
-            yield command
-
-
 def apt_lock_option(lock_timeout: int) -> str:
     """apt's wait for dpkg's lock (settings.apt_lock_timeout): its own default is none, so a node
     where unattended-upgrades runs would fail at once."""
     return f"-o DPkg::Lock::Timeout={int(lock_timeout)}"
 
 
-def recorded_install(manager: str, commands):
-    """``commands`` (an install by ``manager``) between the two halves of its record: the packages it
-    adds (named or pulled in, none the node had) are recorded for the undo run (deploy/node/records.py)."""
-    yield StringCommand(node_records.packages_before(manager))
+# Every installed package's name, one a line, as each manager's installs record what they add
+# (PackageManager.installed_listing).
+DPKG_INSTALLED = "dpkg-query -W -f '${Status} ${Package}\\n' 2>/dev/null | awk '$3 == \"installed\" { print $4 }'"
+# rpm lists the keys it imported as packages named gpg-pubkey
+RPM_INSTALLED = "rpm -qa --qf '%{NAME}\\n' | grep -vx gpg-pubkey"
+PACMAN_INSTALLED = "pacman -Qq"
+
+
+def recorded_install(installed_listing: str, commands):
+    """``commands`` (an install by the manager whose ``installed_listing`` this is) between the two
+    halves of its record: the packages it adds (named or pulled in, none the node had) are recorded
+    for the undo run (deploy/node/records.py)."""
+    yield StringCommand(node_records.packages_before(installed_listing))
     yield from commands
-    yield StringCommand(node_records.packages_installed(manager))
+    yield StringCommand(node_records.packages_installed(installed_listing))
 
 
 class AptListsRefreshed(set):
@@ -194,7 +147,7 @@ def apt_install(packages: dict, hold: bool = False, *, lock_timeout: int):
     needed = _needed(states, packages)
     if needed:
         yield from refresh_apt_lists(lock_timeout)
-        yield from recorded_install("apt", apt.packages._inner(
+        yield from recorded_install(DPKG_INSTALLED, apt.packages._inner(
             packages=[f"{name}={packages[name]}" if packages[name] else name for name in needed],
             # We manage holds ourselves: a new pin must be able to move a held package.
             extra_install_args=f"{apt_lock_option(lock_timeout)} --allow-change-held-packages --allow-downgrades",
@@ -242,7 +195,7 @@ def recover_package_manager(lock_timeout: int):
 @operation()
 def dnf_install(packages: dict, hold: bool = False, *, lock_timeout: int):
     """The dnf counterpart of apt_install; holds with dnf's versionlock plugin."""
-    yield from lock_bounded("dnf", _dnf_commands(packages, hold), lock_timeout)
+    yield from DNF_LOCK_WAIT.bounded(_dnf_commands(packages, hold), lock_timeout)
 
 
 # dnf's own command, not pyinfra's dnf.packages: that reads `dnf repoquery --whatprovides` of each
@@ -260,14 +213,14 @@ def _dnf_commands(packages: dict, hold: bool):
         # versionlock pins the old version: release it so the new pin can install.
         yield StringCommand("dnf", "versionlock", "delete", *[QuoteString(name) for name in locked])
     if needed:
-        yield from recorded_install("dnf", [StringCommand(
+        yield from recorded_install(RPM_INSTALLED, [StringCommand(
             DNF_INSTALL, *[QuoteString(f"{name}-{packages[name]}" if packages[name] else name) for name in needed])])
     else:
         host.noop("packages are installed: " + ", ".join(f"{n} {states[n]['version']}" for n in sorted(packages)))
     if hold:
         to_hold = sorted(name for name in packages if name in needed or not states[name]["held"])
         if to_hold:
-            yield from recorded_install("dnf", [
+            yield from recorded_install(RPM_INSTALLED, [
                 StringCommand(f"rpm -q {DNF_VERSIONLOCK} >/dev/null 2>&1 || {DNF_INSTALL} {DNF_VERSIONLOCK}")])
             held = {name for name in to_hold if states.get(name, {}).get("held")}
             yield from recorded_holds(to_hold, held, StringCommand("dnf", "versionlock", "add",
@@ -288,7 +241,7 @@ def dnf_module_enable(module: str, stream: str, *, lock_timeout: int):
         return
     commands = [StringCommand("dnf module reset -y", QuoteString(module))] if enabled else []
     commands.append(StringCommand("dnf module enable -y", QuoteString(f"{module}:{stream}")))
-    yield from lock_bounded("dnf", commands, lock_timeout)
+    yield from DNF_LOCK_WAIT.bounded(commands, lock_timeout)
 
 
 @operation()
@@ -299,7 +252,7 @@ def zypper_install(packages: dict, hold: bool = False, *, lock_timeout: int):
     install skips it and goes on); imports no key (a repository's own is checked and imported when it
     is added, deploy/operations/download.py: one whose key rpm's database lacks stops the run
     here, in zypper's words); holds with zypper locks."""
-    yield from lock_bounded("zypper", _zypper_commands(packages, hold, lock_timeout), lock_timeout)
+    yield from ZYPPER_LOCK_WAIT.bounded(_zypper_commands(packages, hold, lock_timeout), lock_timeout)
 
 
 # zypper's own command, not pyinfra's zypper.packages: that cannot remove a package in the install's
@@ -334,7 +287,7 @@ def _zypper_commands(packages: dict, hold: bool, lock_timeout: int):
         words = [f"{name}={pins[name]}" if name in pins else name for name in needed]
         # --oldpackage: without it zypper keeps a newer installed version, says so and exits 0
         # (apt's --allow-downgrades; dnf's install downgrades to the version named)
-        yield from recorded_install("zypper", [StringCommand(
+        yield from recorded_install(RPM_INSTALLED, [StringCommand(
             ZYPPER_INSTALL, *(["--oldpackage"] if pins else []), *(["--"] if replaced else []),
             *[QuoteString(word) for word in replaced + words])])
     else:
@@ -346,30 +299,69 @@ def _zypper_commands(packages: dict, hold: bool, lock_timeout: int):
                                                                    *[QuoteString(name) for name in to_lock]))
 
 
-def released_holds(manager: str, names, lock_timeout: int) -> list:
-    """The commands that release ``manager``'s holds on ``names``, the packages about to be removed,
-    read now (before the removal): a hold left on a package that is gone keeps an operator's own
-    install of it back later (zypper refuses a locked package; dnf versionlock and IgnorePkg list it)."""
+# What releases each manager's holds on packages (PackageManager.released_holds): the holds read now,
+# before a removal; a hold left on a package that is gone keeps an operator's own install of it back
+# later (zypper refuses a locked package; dnf versionlock and IgnorePkg list it).
+
+def apt_released_holds(names, lock_timeout: int) -> list:
+    """``apt-mark unhold`` of those of ``names`` held now."""
+    states = host.get_fact(DebPackageStates, packages=sorted(names))
+    held = sorted(name for name in names if states.get(name, {}).get("held"))
+    return [StringCommand("apt-mark", "unhold", *[QuoteString(name) for name in held])] if held else []
+
+
+def dnf_released_holds(names, lock_timeout: int) -> list:
+    """``dnf versionlock delete`` of those of ``names`` locked now, after the bounded wait."""
     names = sorted(names)
-    if manager == "dnf":
-        states = host.get_fact(RpmPackageStates, packages=names)
-        held = [name for name in names if states.get(name, {}).get("held")]
-        commands = [StringCommand("dnf", "versionlock", "delete", *[QuoteString(name) for name in held])]
-    elif manager == "zypper":
-        locked = set(host.get_fact(ZypperLocks))
-        held = [name for name in names if name in locked]
-        commands = [StringCommand("zypper", "--non-interactive", "removelock", *[QuoteString(name) for name in held])]
-    elif manager == "pacman":
-        ignored = set(host.get_fact(IgnoredPackages, list_command=PACMAN_HOLD_LIST))
-        held = [name for name in names if name in ignored]
-        expressions = [PACMAN_UNHOLD_EXPRESSION.format(name=re.escape(name)) for name in held]
-        arguments = [word for expression in expressions
-                     for word in ("-e", QuoteString(f"/^[[:space:]]*IgnorePkg[[:space:]]*=/{expression}"))]
-        commands = [StringCommand("sed", "-i", "-E", *arguments, "-e", QuoteString(PACMAN_EMPTY_HOLD_LINE),
-                                  "/etc/pacman.conf")]
-    else:
-        return []
-    return list(lock_bounded(manager, commands, lock_timeout)) if held else []
+    states = host.get_fact(RpmPackageStates, packages=names)
+    held = [name for name in names if states.get(name, {}).get("held")]
+    commands = [StringCommand("dnf", "versionlock", "delete", *[QuoteString(name) for name in held])]
+    return list(DNF_LOCK_WAIT.bounded(commands, lock_timeout)) if held else []
+
+
+def zypper_released_holds(names, lock_timeout: int) -> list:
+    """``zypper removelock`` of those of ``names`` locked now, with zypper's bounded wait."""
+    names = sorted(names)
+    locked = set(host.get_fact(ZypperLocks))
+    held = [name for name in names if name in locked]
+    commands = [StringCommand("zypper", "--non-interactive", "removelock", *[QuoteString(name) for name in held])]
+    return list(ZYPPER_LOCK_WAIT.bounded(commands, lock_timeout)) if held else []
+
+
+def pacman_released_holds(names, lock_timeout: int) -> list:
+    """Those of ``names`` pacman.conf's IgnorePkg lines list now taken off them, after the bounded wait."""
+    names = sorted(names)
+    ignored = set(host.get_fact(IgnoredPackages, list_command=PACMAN_HOLD_LIST))
+    held = [name for name in names if name in ignored]
+    expressions = [PACMAN_UNHOLD_EXPRESSION.format(name=re.escape(name)) for name in held]
+    arguments = [word for expression in expressions
+                 for word in ("-e", QuoteString(f"/^[[:space:]]*IgnorePkg[[:space:]]*=/{expression}"))]
+    commands = [StringCommand("sed", "-i", "-E", *arguments, "-e", QuoteString(PACMAN_EMPTY_HOLD_LINE),
+                              "/etc/pacman.conf")]
+    return list(PACMAN_LOCK_WAIT.bounded(commands, lock_timeout)) if held else []
+
+
+# How each manager removes packages without taking any other with it (PackageManager.removal, the
+# undo's): apt's removal is simulated first (apt-get would remove what depends on them), rpm and
+# pacman refuse to break a dependency.
+
+def apt_removal(names: list, lock_timeout: int) -> StringCommand:
+    words = " ".join(shlex.quote(name) for name in names)
+    allowed = " ".join(f"-e {shlex.quote(name)}" for name in names)
+    return StringCommand(
+        f"others=$(apt-get -s -o DPkg::Lock::Timeout={int(lock_timeout)} purge {words} 2>&1 "
+        f"| awk '$1 == \"Purg\" || $1 == \"Remv\" {{ print $2 }}' | grep -vxF {allowed} | tr '\\n' ' ')\n"
+        'if [ -n "$others" ]; then echo "gpu-node: the packages gpu-node installed were not removed: '
+        'removing them would also remove ${others% }, which gpu-node did not install" >&2; exit 1; fi\n'
+        f"DEBIAN_FRONTEND=noninteractive apt-get -y -o DPkg::Lock::Timeout={int(lock_timeout)} purge {words}")
+
+
+def rpm_removal(names: list, lock_timeout: int) -> StringCommand:
+    return StringCommand(f"rpm -e {' '.join(shlex.quote(name) for name in names)}")
+
+
+def pacman_removal(names: list, lock_timeout: int) -> StringCommand:
+    return StringCommand(f"pacman -Rn --noconfirm {' '.join(shlex.quote(name) for name in names)}")
 
 
 @operation()
@@ -381,7 +373,7 @@ def pacman_install(packages: dict, hold: bool = False, *, lock_timeout: int):
     if missing:
         # Arch supports no partial upgrade and its mirrors keep only the current files: an install
         # from old lists fails on 404s. pyinfra's update/upgrade would run on every call, no-op or not.
-        yield from lock_bounded("pacman", recorded_install("pacman", [StringCommand(
+        yield from PACMAN_LOCK_WAIT.bounded(recorded_install(PACMAN_INSTALLED, [StringCommand(
             "pacman", "--noconfirm", "-Syu", "--needed", *[QuoteString(name) for name in missing])]), lock_timeout)
     else:
         host.noop("packages are installed: " + ", ".join(sorted(packages)))

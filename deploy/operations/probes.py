@@ -1,7 +1,8 @@
 """
 Probes: commands that change a host for a moment to prove something works, undo the change and
 report. ``CrictlRun`` runs a sandbox (and a container in it) through the CRI, ``ContainerRun`` a
-throwaway ``ctr``/``docker`` container with the GPUs, ``SmokeTestRun`` the vector-add pod.
+throwaway container with the GPUs (``ctr``, ``docker``: as its runtime starts one), ``SmokeTestRun``
+the vector-add pod.
 
 A probe is not a fact. A fact (``deploy/facts/``) only reads, so pyinfra may run it whenever it
 likes: while it prepares the plan, during change detection, again at execution. A probe starts
@@ -39,10 +40,9 @@ from pyinfra import logger
 from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 
-from ..foundations import shell_scripts
+from ..foundations import node_text, shell_scripts
 from ..facts.k8s import kubectl, with_stdin
 from ..runtimes.containerd.installations import PLAIN_SOCKET
-from ..facts.verification import decode_b64
 from ..verification.cdi import CdiProbe
 
 T = TypeVar("T")
@@ -184,30 +184,26 @@ class CrictlRun(Probe[dict]):
         for line in output:
             parts = line.strip().split(" ", 3)
             if len(parts) >= 3 and parts[0] == "step" and parts[2].lstrip("-").isdigit():
-                text = decode_b64(parts[3], parts[1]) if len(parts) == 4 and parts[3] else ""
+                text = node_text.decode_b64(parts[3], parts[1]) if len(parts) == 4 and parts[3] else ""
                 steps[parts[1]] = {"exit_code": int(parts[2]), "output": text}
         return steps
 
 
 class ContainerRun(Probe[dict]):
     """
-    Run a throwaway container with the GPUs and report exit code and output: ``ctr run --rm
-    --gpus 0 IMAGE ID nvidia-smi`` (as NVIDIA's guides do) or ``docker run --rm --gpus all
-    IMAGE nvidia-smi``. One command, always exit 0.
+    Run a throwaway container with the GPUs and report exit code and output: ``run``, the words that
+    start it as its runtime says (deploy/runtimes/registry.py GpuRun: ``ctr run --rm --gpus 0 IMAGE
+    ID``, as NVIDIA's guides do, or ``docker run --rm --gpus all --name ID IMAGE``), then ``command``.
+    One command, always exit 0.
 
     .. code:: python
 
         {"exit_code": 0, "output": "GPU 0: ..."}
     """
 
-    def command(self, tool, image, container_name, command=("nvidia-smi",), ctr="ctr", socket=PLAIN_SOCKET):
-        args = [QuoteString(part) for part in command]
-        if tool == "ctr":
-            run = StringCommand(QuoteString(ctr), "--address", QuoteString(socket), "run --rm --gpus 0",
-                                QuoteString(image), QuoteString(container_name), *args)
-        else:
-            run = StringCommand("docker run --rm --gpus all --name", QuoteString(container_name), QuoteString(image), *args)
-        return StringCommand("out=$(", run, "2>&1); rc=$?;",
+    def command(self, run, command=("nvidia-smi",)):
+        started = StringCommand(*[QuoteString(word) for word in (*run, *command)])
+        return StringCommand("out=$(", started, "2>&1); rc=$?;",
                              'echo "rc $rc"; printf \'%s\\n\' "$out" | head -n 40; true')
 
     @staticmethod

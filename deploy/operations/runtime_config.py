@@ -9,7 +9,7 @@ deploy/node/bake.py) checked by the runtime's own binary alike, and restarted by
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Generator, Sequence
+from typing import Any, Callable, Generator, Sequence
 
 from pyinfra import host
 from pyinfra.api import operation
@@ -17,9 +17,20 @@ from pyinfra.api.command import PyinfraCommand
 
 from ..node import bake
 from ..foundations import redact
-from ..facts.read_ahead import changes_so_far
+from ..facts.read_ahead import FactCall, changes_so_far
 from . import safe_install
 from .failure import failing_command
+
+
+@dataclass(frozen=True)
+class WiredRuntime:
+    """A runtime this run wires (its ``name`` in deploy/runtimes/registry.py), as its stage knows it on
+    the node: what preflight found of it (containerd: which installation runs it) and the read of its
+    version, on which CDI's cdi=auto is decided (deploy/operations/cdi.py)."""
+
+    name: str
+    version_read: FactCall
+    found: Any = None
 
 
 @dataclass

@@ -23,8 +23,7 @@ from ..runtimes import reverse_merge
 from ..foundations.toml_layout import ConfigError
 from . import safe_install
 from ..runtimes.docker.daemon_json import DaemonConfigError, parse_daemon_json, render_daemon_json
-from ..facts.packages import DebPackageStates
-from .packages import LOCK_HOLDERS, lock_wait_script, released_holds
+from .package_manager import PackageManager
 from .upload import symlink_refusal
 
 RESTORE, REMOVE, MERGE, KEEP, FORGET = "restore", "remove", "merge", "keep", "forget"
@@ -182,57 +181,36 @@ def _guarded(script: str, undo: FileUndo, service: str | None) -> str:
 # Packages, holds, keys. -----------------------------------------------------------------------------
 
 @operation()
-def release_holds(manager: str, names: list, lock_timeout: int):
+def release_holds(manager: PackageManager, names: list, lock_timeout: int):
     """
-    Release the holds gpu-node placed (``names``, those it recorded) that are still there:
-    ``apt-mark unhold``, ``dnf versionlock delete``, ``zypper removelock``, pacman's IgnorePkg.
+    Release the holds gpu-node placed (``names``, those it recorded) that are still there, as the
+    family's ``manager`` holds (``apt-mark unhold``, ``dnf versionlock delete``, ``zypper removelock``,
+    pacman's IgnorePkg).
     """
-    if manager == "apt":
-        states = host.get_fact(DebPackageStates, packages=sorted(names))
-        held = sorted(name for name in names if states.get(name, {}).get("held"))
-        commands = [StringCommand("apt-mark", "unhold", *[QuoteString(name) for name in held])] if held else []
-    else:
-        commands = released_holds(manager, names, lock_timeout)
+    commands = manager.released_holds(names, lock_timeout)
     if not commands:
         host.noop("no hold gpu-node placed is left")
         return
     yield from commands
 
 
-# How each manager removes packages without taking any other with it: apt's removal is simulated
-# first (apt-get would remove what depends on them), rpm and pacman refuse to break a dependency.
-def removal_command(manager: str, names: list, lock_timeout: int) -> StringCommand:
-    words = " ".join(shlex.quote(name) for name in names)
-    if manager == "apt":
-        allowed = " ".join(f"-e {shlex.quote(name)}" for name in names)
-        return StringCommand(
-            f"others=$(apt-get -s -o DPkg::Lock::Timeout={int(lock_timeout)} purge {words} 2>&1 "
-            f"| awk '$1 == \"Purg\" || $1 == \"Remv\" {{ print $2 }}' | grep -vxF {allowed} | tr '\\n' ' ')\n"
-            'if [ -n "$others" ]; then echo "gpu-node: the packages gpu-node installed were not removed: '
-            'removing them would also remove ${others% }, which gpu-node did not install" >&2; exit 1; fi\n'
-            f"DEBIAN_FRONTEND=noninteractive apt-get -y -o DPkg::Lock::Timeout={int(lock_timeout)} purge {words}")
-    if manager in ("dnf", "zypper"):
-        return StringCommand(f"rpm -e {words}")
-    return StringCommand(f"pacman -Rn --noconfirm {words}")
-
-
 @operation()
-def remove_packages(manager: str, installed_fact: type, names: list, lock_timeout: int):
+def remove_packages(manager: PackageManager, names: list, lock_timeout: int):
     """
     Remove the packages gpu-node installed (``names``, those it recorded: named or pulled in, none
-    the node had before) that are still installed (``installed_fact``: the family's fact of them), and
+    the node had before) that are still installed (the family's ``manager``'s fact of them), and
     nothing else: a removal that would take another package with it fails the host in one line,
     nothing removed.
     """
-    installed = host.get_fact(installed_fact)
+    installed = host.get_fact(manager.installed_fact)
     present = sorted(name for name in names if name in installed)
     if not present:
         host.noop("none of the packages gpu-node installed is left")
         return
-    if manager in LOCK_HOLDERS:
+    if manager.lock.holders is not None:
         # rpm and pacman do not wait for a busy manager's lock (apt-get does, bounded, by its option)
-        yield StringCommand(lock_wait_script(manager, lock_timeout))
-    yield removal_command(manager, present, lock_timeout)
+        yield StringCommand(manager.lock.script(lock_timeout))
+    yield manager.removal(present, lock_timeout)
 
 
 @operation()

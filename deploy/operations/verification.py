@@ -23,9 +23,12 @@ from ..facts.nvidia import NodeSurvey
 from ..runtimes.containerd.installations import ConfigTarget, classify_installation, config_target, plain_target
 from ..facts.containerd import ContainerdInstallations, config_read
 from ..facts.verification import Executables, VerifyReadout
+from ..runtimes import registry
+from ..runtimes.registry import CONTAINERD, CRI
+from ..runtimes.wiring import HANDLER
 from ..verification.cdi import cri_cdi_probe
-from ..verification.options import HANDLER, VerifyOptions
-from ..verification.readout import configured_binaries, gpu_usable, read_cri
+from ..verification.options import VerifyOptions
+from ..verification.readout import configured_binaries, gpu_usable, prepared
 from ..verification.steps import all_steps, node_record
 from ..verification.toolkit_runtimes import planned_runs
 from .driver import awaits_reboot
@@ -42,7 +45,7 @@ CUDA_READ: FactCall = (CudaInit, {})
 def containerd_in_effect(options: VerifyOptions) -> ConfigTarget:
     """The containerd the node's installation runs (plain, k3s, rke2, k0s, microk8s): its binary, unit,
     socket and the config it runs with. Preflight's reading when nothing changed since, else read."""
-    if "containerd" not in options.runtimes:
+    if CONTAINERD.name not in options.runtimes:
         return containerd_of(options, None)
     return containerd_of(options, known_fact(host, ContainerdInstallations))
 
@@ -58,9 +61,10 @@ def containerd_of(options: VerifyOptions, found: dict | None) -> ConfigTarget:
 def verify_read(options: VerifyOptions, containerd: ConfigTarget) -> FactCall:
     """What verify reads of a node whose containerd is ``containerd`` (preflight reads it ahead
     for a plain containerd with the same call)."""
+    values = {"containerd_binary": containerd.binary, "containerd_service": containerd.service or "",
+              "containerd_socket": containerd.socket}
     return (VerifyReadout, {"image": options.image, "binaries": (options.wiring.binary,),
-                            "containerd_binary": containerd.binary, "containerd_service": containerd.service,
-                            "containerd_socket": containerd.socket})
+                            "runtime_values": {CONTAINERD.name: values}})
 
 
 def containerd_config_read(containerd: ConfigTarget) -> FactCall:
@@ -73,8 +77,8 @@ def with_containerd_config(readout: dict, config: dict) -> dict:
     """Verify's readout with containerd's version and dump from its ContainerdConfig reading
     (a failed dump: what it printed, as verify names the failure by it)."""
     failed = config["dump_exit_code"] not in (0, None)
-    return {**readout, "containerd": {
-        **readout["containerd"], "version": config["version"], "major": config["major"], "minor": config["minor"],
+    return {**readout, CONTAINERD.name: {
+        **readout[CONTAINERD.name], "version": config["version"], "major": config["major"], "minor": config["minor"],
         "dump_exit_code": config["dump_exit_code"], "dump": config["dump_error"] if failed else config["dump"],
     }}
 
@@ -86,6 +90,26 @@ def reads(options: VerifyOptions) -> list[FactCall]:
     plain = containerd_of(options, None)
     return [(ContainerdInstallations, {}), NODE_READ, verify_read(options, plain), containerd_config_read(plain), CUDA_READ,
             cdi_ops.state_read(), devices.links_read(options.driver_root), KERNELS_READ]
+
+
+def gpu_runs(readout: dict, options: VerifyOptions, plan: dict[str, str | None], token: str) -> dict[str, dict]:
+    """Each runtime's planned GPU runs done, by their probes (deploy/runtimes/registry.py GpuRun)."""
+    runs: dict[str, dict] = {}
+    for runtime in registry.RUNTIMES:
+        reading = readout[runtime.name]
+        for run in runtime.runs:
+            if plan[run.name] is not None:
+                continue
+            if run.probe == CRI:
+                runs[run.name] = probes.run(
+                    host, probes.CrictlRun, uid=token, handler=HANDLER,
+                    image=options.image if gpu_usable(readout) else None,
+                    systemd_cgroup=options.wiring.systemd_cgroup, socket=reading["socket"],
+                    cdi=cri_cdi_probe(readout, options))
+            elif run.command is not None:
+                runs[run.name] = probes.run(host, probes.ContainerRun,
+                                            run=run.command(reading, options.image, f"gpu-node-verify-{token}"))
+    return runs
 
 
 @operation()
@@ -111,35 +135,18 @@ def check_node(options: VerifyOptions, report_path: str, driver_packages: tuple[
     except UnreadableOutput as error:
         yield failing_command(str(error))
         return
-    readout = {**with_containerd_config(readout, config), "node": node, "cuda": cuda, "cdi": cdi,
-               "device_links": links,
-               "kernels": kernels}
-    cri, cri_error = read_cri(readout)
+    readout = with_containerd_config(readout, config)
+    readout = prepared({**readout, CONTAINERD.name: {**readout[CONTAINERD.name], "socket": containerd.socket},
+                        "node": node, "cuda": cuda, "cdi": cdi, "device_links": links, "kernels": kernels})
     # The runtimes may name another binary than the one the settings wire: check it too (a second
     # read, only then), by the path the parsed configs give.
-    unchecked = configured_binaries(readout, cri) - readout["executables"].keys()
+    unchecked = configured_binaries(readout) - readout["executables"].keys()
     if unchecked:
         checked = host.get_fact(Executables, paths=tuple(sorted(unchecked)))
         readout = {**readout, "executables": {**readout["executables"], **checked}}
-    plan = planned_runs(readout, options)
-    runs: dict[str, dict] = {}
-    token = uuid.uuid4().hex[:12]
-    if plan["cri_handler"] is None:
-        runs["cri_handler"] = probes.run(
-            host, probes.CrictlRun, uid=token, handler=HANDLER, image=options.image if gpu_usable(readout) else None,
-            systemd_cgroup=options.wiring.systemd_cgroup, socket=containerd.socket,
-            cdi=cri_cdi_probe(readout, options),
-        )
-    if plan["ctr_run"] is None:
-        runs["ctr_run"] = probes.run(host, probes.ContainerRun, tool="ctr", image=options.image,
-                                     container_name=f"gpu-node-verify-{token}",
-                                     ctr=readout["containerd"]["ctr_path"] or "ctr", socket=containerd.socket)
-    if plan["docker_run"] is None:
-        runs["docker_run"] = probes.run(
-            host, probes.ContainerRun, tool="docker", image=options.image, container_name=f"gpu-node-verify-{token}"
-        )
+    runs = gpu_runs(readout, options, planned_runs(readout, options), token=uuid.uuid4().hex[:12])
 
-    record = node_record(host.name, readout, options, all_steps(readout, options, runs, cri, cri_error))
+    record = node_record(host.name, readout, options, all_steps(readout, options, runs))
     store = verify_report_store(host.state)
     store.verify_ops.add(host.current_op_hash)  # the table prints when this operation ends
     store.add(report_path, record)

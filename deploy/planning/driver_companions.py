@@ -85,7 +85,7 @@ def companion_packages(settings: Settings, platform: Platform, manager: PackageM
                                       f"is {upstream}: set nvidia_driver_branch to {record.first_branch} or newer")
             named[record] = companion_names((record,), branch, values)
             try:
-                if manager.name == "apt":
+                if manager.pins_exact_versions:
                     packages.update(matching(named[record], offered, upstream, record.what))
                 else:
                     # dnf and zypper take name-version without the release

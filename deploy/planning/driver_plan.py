@@ -235,7 +235,7 @@ def driver_versions(settings: Settings, manager: PackageManager, chosen: ModuleP
     pinned = chosen.pinned
     offered_all = offered_together(readings)
     together: list[str] = []
-    if companions and manager.name == "apt" and not version:
+    if companions and manager.pins_exact_versions and not version:
         number = branch_number(settings, branch, pinned, readings, node)
         together = list(companion_names(companions, number, values)) if number else []
         if not all(offered_all.get(name) for name in together):
@@ -264,7 +264,7 @@ def driver_version_known(settings: Settings, manager: PackageManager, pinned: li
     version = version or next((readings.states[name]["version"] for name in pinned if name in readings.states), None)
     if version is None and readings.offered and all(readings.offered.get(name) for name in pinned):
         version = readings.offered[pinned[0]][0]
-    defer = version is None and manager.name == "apt" and not settings.nvidia_driver_version \
+    defer = version is None and manager.resolves_at_install and not settings.nvidia_driver_version \
         and not any((readings.offered or {}).get(name) for name in pinned)
     return version, defer
 
@@ -276,7 +276,7 @@ def resolve_at_install(settings: Settings, manager: PackageManager, chosen: Modu
     name every pinned package's versions (None: all chosen now)."""
     pinned = chosen.pinned
     unknown = [name for name in pinned + list(together or ()) if not offered_together(readings).get(name)]
-    if manager.name != "apt" or settings.nvidia_driver_version or not unknown \
+    if not manager.resolves_at_install or settings.nvidia_driver_version or not unknown \
             or all(packages.get(name) for name in pinned):
         return None
     companion_pins = [name for name in companions.packages if name in packages and packages[name]]
@@ -311,10 +311,9 @@ def driver_plan(
         companions = companion_packages(settings, platform, manager, chosen.pinned, (driver_version, defer), packages,
                                         values, offered_together(readings),
                                         unread_note(manager.name, readings.unreadable), fabric, records)
-    apt_pin = None
-    if manager.name == "apt":
-        apt_pin = apt_pin_text(render(data.pin_sources, values),
-                               {name: packages[name] for name in chosen.pinned if name in packages})
+    # the families whose driver's source packages apt pins name them (DriverPackages.pin_sources)
+    apt_pin = apt_pin_text(render(data.pin_sources, values),
+                           {name: packages[name] for name in chosen.pinned if name in packages})
     persistenced_package = None
     if settings.nvidia_persistenced and data.persistenced_package:
         persistenced_package = (render([data.persistenced_package], values) or (None,))[0]

@@ -11,6 +11,7 @@ from typing import Any, Callable, Protocol
 
 from ..distros.families import Platform
 from ..facts.read_ahead import FactCall
+from ..operations.runtime_config import WiredRuntime
 from ..settings import Settings
 
 
@@ -30,9 +31,10 @@ class Findings:
     platform: Platform
     # deploy/facts/nvidia.py NodeSurvey: GPUs, Secure Boot, modules, kernel, free disk
     nvidia: dict | None = None
-    # deploy/facts/containerd.py ContainerdInstallations plus "installation": {"name", "service"}:
-    # who owns containerd (plain, k3s, rke2, k0s, microk8s)
-    containerd: dict | None = None
+    # the runtimes this run wires (deploy/runtimes/registry.py), by name, as their stages found them
+    # (containerd: deploy/facts/containerd.py ContainerdInstallations plus "installation": {"name",
+    # "service"}, who owns it: plain, k3s, rke2, k0s, microk8s)
+    runtimes: dict[str, WiredRuntime] = field(default_factory=dict)
     # deploy/facts/recovery.py PendingRestarts: {unit: config} an interrupted run did not restart
     pending_restarts: dict | None = None
     # step name -> the plan its check made (the driver's DriverPlan)
@@ -46,3 +48,5 @@ class PreflightStep(Protocol):
     reads: Callable[[Settings], list[FactCall]]
     check: Callable[[Settings, Platform, dict], StepCheck] | None
     installs: bool
+    # a runtime's stage: the runtime as this run wires it (Findings.runtimes)
+    wired: Callable[[Settings], WiredRuntime] | None

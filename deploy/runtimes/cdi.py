@@ -119,12 +119,13 @@ def with_runtime_mode(text: str | None, mode: str) -> str:
     return edited
 
 
-def runtime_mode_refusal(mode: str | None, cdi_on: bool, cdi: str) -> str | None:
-    """Why ``nvidia_runtime_mode`` cannot be had where CDI is ``cdi_on`` (None: it can)."""
+def runtime_mode_refusal(mode: str | None, cdi_on: bool, cdi: str, first_releases: list[str]) -> str | None:
+    """Why ``nvidia_runtime_mode`` cannot be had where CDI is ``cdi_on`` (None: it can);
+    ``first_releases``: each runtime's first release with CDI (deploy/runtimes/registry.py)."""
     if mode != "cdi" or cdi_on:
         return None
     return ("nvidia_runtime_mode=cdi, but CDI is off on this node "
             + ("(cdi=false)" if cdi == "false" else "(cdi=auto, and no wired runtime of this version has CDI: "
-               "containerd 1.7 or Docker 25 at least)")
+               f"{' or '.join(first_releases)} at least)")
             + ": the runtime's cdi mode injects devices from the CDI spec, which only a node with CDI on gets; "
             "leave nvidia_runtime_mode unset or auto, or use a runtime with CDI")

@@ -15,7 +15,11 @@ from typing import Generic, Protocol, TypeVar
 from ..runtimes.wiring import RuntimeWiring
 from ..foundations.toml_layout import ConfigError
 
-__all__ = ["ConfigError", "Effective", "RuntimeEngine", "Wired"]
+__all__ = ["ConfigError", "Effective", "JSON", "RuntimeEngine", "TOML", "Wired"]
+
+# The formats of the runtimes' configs (RuntimeEngine.file_format): how a diff is masked, and how the
+# undo run takes the wiring back out of a changed file (deploy/node/records.py keeps it per file).
+TOML, JSON = "toml", "json"
 
 Document = TypeVar("Document")
 # What the runtime runs with, as the engine reads it: the daemon's own dump (containerd), or the
@@ -44,7 +48,7 @@ class RuntimeEngine(Protocol[Document, Running]):
     """A container runtime's config, as gpu-node edits it. Each method raises ``ConfigError`` (one
     line naming the file) for a config it cannot edit safely, which is then left as it is."""
 
-    # The format of its config file ("toml", "json": how a diff is masked, how the undo run reads it).
+    # The format of its config file (TOML, JSON: how a diff is masked, how the undo run reads it).
     file_format: str
 
     def parse(self, text: str, source: str) -> Document:

@@ -6,15 +6,14 @@ it and verify expects it: from the settings, with CDI per runtime decided by dep
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ..settings import Settings
+from typing import Protocol
 
 NVIDIA_CONTAINER_RUNTIME = "/usr/bin/nvidia-container-runtime"
 # What containerd must pass on for the runtime's cdi mode to see the CDI annotations (as NVIDIA's
 # GPU Operator writes it on the nvidia runtime when CDI is on).
 CDI_ANNOTATIONS = "cdi.k8s.io/*"
+# The runtime handler the wiring adds to every runtime (CRI's runtime handler, Docker's runtime name).
+HANDLER = "nvidia"
 
 
 @dataclass(frozen=True)
@@ -32,7 +31,16 @@ class RuntimeWiring:
     container_annotations: tuple[str, ...] = ()
 
 
-def runtime_wiring(settings: Settings) -> RuntimeWiring:
+class WiringSettings(Protocol):
+    """The settings the wiring is made from (deploy/settings/, below which it sits)."""
+
+    nvidia_runtime_default: bool
+    systemd_cgroup: bool
+    cdi: str
+    nvidia_runtime_mode: str | None
+
+
+def runtime_wiring(settings: WiringSettings) -> RuntimeWiring:
     """What the runtimes stage wires into containerd and Docker, and verify expects there; cdi=auto
     is decided per runtime from its version (deploy/runtimes/cdi.py)."""
     return RuntimeWiring(make_default=settings.nvidia_runtime_default, systemd_cgroup=settings.systemd_cgroup,

@@ -14,6 +14,7 @@ from pydantic import AfterValidator, BeforeValidator, StringConstraints
 
 from ..foundations import batches
 from ..rack import imex as rack_imex, mig as rack_mig
+from ..runtimes.registry import runtime_names
 
 
 @dataclass(frozen=True)
@@ -191,8 +192,8 @@ Cdi = Annotated[
 # The nvidia runtime's modes (`[nvidia-container-runtime] mode` in its config.toml).
 RuntimeMode = Literal["auto", "cdi", "legacy", "csv"]
 
-# Which runtimes gpu-node wires to the nvidia runtime.
-ContainerRuntime = Literal["containerd", "docker"]
+# Which runtimes gpu-node wires to the nvidia runtime: the runtimes' table's (deploy/runtimes/registry.py).
+ContainerRuntime = Literal[runtime_names()]  # type: ignore[valid-type]
 # The driver's kernel module type (open or proprietary); auto: from the node's GPUs and the branch.
 KernelModules = Literal["auto", "open", "proprietary"]
 

@@ -6,16 +6,17 @@ units gpu-node enabled turned off; the nvidia runtime's mode as nvidia_runtime_m
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from pyinfra import host, logger
 from pyinfra.api import deploy
 
 from ..runtimes.cdi import RUNTIME_CONFIG
-from ..runtimes.containerd.installations import classify_installation, config_target
 from ..distros.families import Platform
 from ..facts.cdi import spec_stale
-from ..facts.read_ahead import FactCall, known_fact, read
-from ..facts.containerd import ContainerdInstallations
+from ..facts.read_ahead import FactCall, read
 from ..operations import cdi as cdi_ops
+from ..operations.runtime_config import WiredRuntime
 from ..settings import Settings
 from ..runtimes.wiring import runtime_wiring
 from ..planning.findings import StepCheck
@@ -26,33 +27,27 @@ def reads(settings: Settings) -> list[FactCall]:
     return [cdi_ops.state_read()]
 
 
-def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StepCheck:
+def preflight_check(settings: Settings, platform: Platform, nvidia: dict, runtimes: Sequence[WiredRuntime]) -> StepCheck:
     """What preflight checks for this stage (deploy/stages.py): nvidia_runtime_mode=cdi where the
-    installed runtimes have CDI off, and a runtime config that cannot be edited, are refused before
-    any change (runtimes this run installs are checked by the operation)."""
+    installed ``runtimes`` (those wired) have CDI off, and a runtime config that cannot be edited, are
+    refused before any change (runtimes this run installs are checked by the operation)."""
     if settings.nvidia_runtime_mode is None:
         return StepCheck()
-    found = known_fact(host, ContainerdInstallations) if settings.wires("containerd") else None
-    target = cdi_target(settings, {**found, "installation": classify_installation(found)} if found is not None else None)
+    target = cdi_target(settings, runtimes)
     state = read(host, cdi_ops.state_read())
     problem = cdi_ops.runtime_mode_problem(target, state, cdi_decided=cdi_ops.runtime_versions_known(target))
     return StepCheck(errors=[problem] if problem else [])
 
 
-def cdi_target(settings: Settings, containerd_found: dict | None) -> cdi_ops.CdiTarget:
-    containerd = None
-    if settings.wires("containerd") and containerd_found is not None:
-        containerd = config_target(settings.containerd_config_path, containerd_found)
-    return cdi_ops.CdiTarget(
-        cdi=settings.cdi, wiring=runtime_wiring(settings), driver_root=settings.nvidia_driver_root,
-        containerd=containerd, docker_config=settings.docker_daemon_config_path if settings.wires("docker") else None,
-        runtime_mode=settings.nvidia_runtime_mode,
-    )
+def cdi_target(settings: Settings, runtimes: Sequence[WiredRuntime]) -> cdi_ops.CdiTarget:
+    return cdi_ops.CdiTarget(cdi=settings.cdi, wiring=runtime_wiring(settings), driver_root=settings.nvidia_driver_root,
+                             runtimes=tuple(runtimes), runtime_mode=settings.nvidia_runtime_mode)
 
 
 @deploy("CDI")
-def cdi(settings: Settings, containerd_found: dict | None):
-    target = cdi_target(settings, containerd_found)
+def cdi(settings: Settings, runtimes: Sequence[WiredRuntime]):
+    """``runtimes``: the runtimes this run wires (Findings.runtimes)."""
+    target = cdi_target(settings, runtimes)
     state = read(host, cdi_ops.state_read())
     # No operation for what is in place (a fleet's no-op pays pyinfra's cost per operation); a node
     # whose toolkit or runtimes this run installs is decided by the operation when it runs.

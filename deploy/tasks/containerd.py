@@ -8,13 +8,15 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 
 from ..runtimes.cdi import CdiUnsupported, for_containerd
-from ..runtimes.containerd.installations import config_target, plain_target
+from ..runtimes.containerd.installations import classify_installation, config_target, plain_target
+from ..runtimes.registry import CONTAINERD
 from ..operations.containerd import plan_node_wiring, target_read
-from ..operations.runtime_config import configure_nvidia_runtime
+from ..operations.runtime_config import WiredRuntime, configure_nvidia_runtime
 from ..distros.families import Family, Platform
 from ..distros.repositories import add_repository
 from ..distros.package_managers import install_packages
-from ..facts.read_ahead import FactCall, read
+from ..facts.containerd import ContainerdInstallations, config_read
+from ..facts.read_ahead import FactCall, known_fact, read
 from ..operations import drain as drain_ops
 from ..operations import failure, units
 from ..operations.drain import DrainTarget
@@ -25,11 +27,21 @@ from ..planning.findings import StepCheck
 
 def reads(settings: Settings) -> list[FactCall]:
     """
-    The fact the runtimes stage decides on, for preflight to read ahead: a plain containerd's
-    config, as the wiring reads it (the other installations' files, known only after preflight, are read
-    by the operation).
+    The facts the runtimes stage decides on, for preflight to read ahead: which installation runs
+    containerd, and a plain containerd's config, as the wiring reads it (the other installations'
+    files, known only after preflight, are read by the operation).
     """
-    return [target_read(plain_target(settings.containerd_config_path))]
+    return [(ContainerdInstallations, {}), target_read(plain_target(settings.containerd_config_path))]
+
+
+def wired(settings: Settings) -> WiredRuntime:
+    """containerd as this run wires it (preflight's reading, Findings.runtimes): who owns it (plain,
+    k3s, rke2, k0s, microk8s: ContainerdInstallations and its "installation") and the read of the
+    version of the containerd that installation runs."""
+    found = known_fact(host, ContainerdInstallations)
+    found = {**found, "installation": classify_installation(found)}
+    target = config_target(settings.containerd_config_path, found)
+    return WiredRuntime(CONTAINERD.name, config_read(target.path, target.base_path, target.binary), found)
 
 
 def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StepCheck:

@@ -8,13 +8,14 @@ from pyinfra import host
 from pyinfra.api import deploy
 
 from ..runtimes.cdi import CdiUnsupported, for_docker
+from ..runtimes.registry import DOCKER
 from ..distros.families import Family, Platform
 from ..distros.package_managers import install_packages
 from ..facts.read_ahead import FactCall, read
 from ..operations import docker, failure, units
 from ..operations import drain as drain_ops
 from ..operations.drain import DrainTarget
-from ..operations.runtime_config import configure_nvidia_runtime
+from ..operations.runtime_config import WiredRuntime, configure_nvidia_runtime
 from ..settings import Settings
 from ..runtimes.wiring import runtime_wiring
 from ..planning.findings import StepCheck
@@ -23,6 +24,11 @@ from ..planning.findings import StepCheck
 def reads(settings: Settings) -> list[FactCall]:
     """What this stage decides on, for preflight to read ahead: the same call the wiring makes."""
     return [docker.state_read(settings.docker_daemon_config_path)]
+
+
+def wired(settings: Settings) -> WiredRuntime:
+    """Docker as this run wires it: the read of its version (and its daemon.json's state)."""
+    return WiredRuntime(DOCKER.name, docker.state_read(settings.docker_daemon_config_path))
 
 
 def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StepCheck:

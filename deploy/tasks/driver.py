@@ -34,7 +34,6 @@ from ..operations import files, units
 from ..operations.drain import DrainTarget
 from ..operations.failure import HostRefusal
 from ..operations.files import put_text
-from ..operations.packages import deb_states_read, lock_wait_script
 from ..planning.findings import StepCheck
 from ..settings import Settings
 from . import kernel_modules
@@ -49,11 +48,11 @@ def readings_calls(settings: Settings, platform: Platform, node: dict, branch: s
     manager = platform.family.package_manager
     calls: list[FactCall] = [(GpuSupportLists, {})]
     everything = plan_names["driver"] + plan_names["fabric"]
-    if manager.name in ("dnf", "zypper"):
+    if manager.version_listing and manager.lock.holders is not None:
         # dnf waits for a busy dnf's lock without end, zypper not at all: the read waits, bounded, first
         calls.append((WaitedPackageVersions, {"listing": version_listing(manager, settings.apt_lock_timeout),
                                               "packages": everything,
-                                              "wait": lock_wait_script(manager.name, settings.apt_lock_timeout)}))
+                                              "wait": manager.lock.script(settings.apt_lock_timeout)}))
     elif manager.can_pin:
         calls.append((PackageVersions, {"listing": version_listing(manager, settings.apt_lock_timeout),
                                         "packages": everything}))
@@ -79,7 +78,7 @@ def plan_for_host(settings: Settings, platform: Platform, node: dict) -> tuple[D
     names = candidate_names(settings, platform, node, branch)
     fabric_url = None
     companions = companion_records(settings, data, node)
-    if companions and manager.name == "apt":
+    if companions and manager.pins_exact_versions:
         values = template_values(platform, data, node.get("kernel") or "", branch)
         fabric_url = f"{settings.nvidia_cuda_repo_url.rstrip('/')}/{values['dist']}/{platform.cuda_arch}"
     calls = readings_calls(settings, platform, node, branch, names, fabric_url)
@@ -97,7 +96,7 @@ def plan_for_host(settings: Settings, platform: Platform, node: dict) -> tuple[D
             raise HostRefusal(waited["busy"])  # the wait's line: the manager's lock and its holder
         found[PackageVersions.__name__] = waited["versions"]
         unreadable = tuple(waited["unreadable"])
-    states = read(host, deb_states_read(names["driver"] + names["fabric"])) if manager.name == "apt" else {}
+    states = read(host, manager.states_read(names["driver"] + names["fabric"])) if manager.states_read else {}
     if fabric_url and not names["fabric"]:
         # The companions' names carry the branch, known now from the driver's versions: one more read, on
         # NVSwitch nodes and IMEX domains' hosts only
@@ -122,8 +121,9 @@ def plan_for_host(settings: Settings, platform: Platform, node: dict) -> tuple[D
 
 
 def operation_reads(settings: Settings, platform: Platform, node: dict, names: dict[str, list[str]]) -> list[FactCall]:
-    """What the stage's operations read, read ahead in the plan's one command (Debian family: all of
-    it, so that a run that changes nothing reads nothing more)."""
+    """What the stage's operations read, read ahead in the plan's one command (where the family's
+    installs read a state fact the plan can name, all of it: a run that changes nothing then reads
+    nothing more)."""
     data = platform.family.driver
     manager = lock_bounded_checks(platform.family.package_manager, settings.apt_lock_timeout)
     values = template_values(platform, data, node.get("kernel") or "", settings.nvidia_driver_branch)
@@ -133,15 +133,15 @@ def operation_reads(settings: Settings, platform: Platform, node: dict, names: d
         calls.append((PackagesAvailable, {"check": manager.available_check, "packages": list(headers[:1])}))
     if data.module and platform.major in data.module_majors:
         calls.append((DnfModuleStreams, {}))
-    if manager.name != "apt":
+    if manager.states_read is None:
         return calls
     extra = render(data.extra_packages, values)
     return calls + [
-        (AptSourceFiles, {}),
+        (AptSourceFiles, {}),  # enable_apt_components's (absent elsewhere: read as none)
         (manager.installed_fact, {}),
-        *([deb_states_read(extra)] if extra else []),
-        *([deb_states_read([data.persistenced_package])] if data.persistenced_package and "{" not in data.persistenced_package else []),
-        deb_states_read(names["driver"] + names["fabric"]),
+        *([manager.states_read(extra)] if extra else []),
+        *([manager.states_read([data.persistenced_package])] if data.persistenced_package and "{" not in data.persistenced_package else []),
+        manager.states_read(names["driver"] + names["fabric"]),
         files.digest_read(APT_PIN_PATH),
         (SystemdEnabled, {"services": list(SERVICE_UNITS)}),
         (SystemdStatus, {"services": list(SERVICE_UNITS)}),
@@ -224,7 +224,7 @@ def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan, drai
                          hold=with_driver, lock_timeout=lock_timeout)
     for service, start in ((plan.persistenced_service, plan.persistenced_start), (plan.fabric_service, True)):
         if service:
-            enable_service(manager, service, start)
+            enable_service(service, start, read_ahead=manager.states_read is not None)
 
     kernel_modules.cover_installed_kernels(settings, platform)
     kernel_modules.reload_without_reboot(settings, driver)
@@ -250,11 +250,12 @@ def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan, drai
     return plan
 
 
-def enable_service(manager: PackageManager, service: str, start: bool) -> None:
+def enable_service(service: str, start: bool, read_ahead: bool) -> None:
     """Enable ``service`` (and start it where ``start``: a GPU is present) with pyinfra's operation,
-    unless preflight's reading shows it is so already (a no-op run then reads nothing more)."""
+    unless preflight's reading shows it is so already (a no-op run then reads nothing more;
+    ``read_ahead``: preflight read the units, ``operation_reads``)."""
     unit = f"{service}.service"
-    if manager.name == "apt" and unit in SERVICE_UNITS:
+    if read_ahead and unit in SERVICE_UNITS:
         enabled = read(host, (SystemdEnabled, {"services": list(SERVICE_UNITS)})).get(unit)
         running = read(host, (SystemdStatus, {"services": list(SERVICE_UNITS)})).get(unit)
         if enabled and (running or not start):

@@ -118,7 +118,7 @@ def installed_driver_packages(settings: Settings, platform: Platform, nvidia: di
     values = template_values(platform, data, nvidia.get("kernel") or "", branch)
     names = [name.format(branch=branch) for name in data.imex.names(int(branch))]
     offered: dict = {}
-    if manager.name == "apt":
+    if manager.pins_exact_versions:  # its pins name the release: the exact versions the lists offer
         offered = dict(read(host, (PackageVersions, {"listing": version_listing(manager, settings.apt_lock_timeout),
                                                        "packages": names})) or {})
         if read(host, download.source_read(CUDA_APT_SOURCE, CUDA_APT_KEYRING)).get(CUDA_APT_SOURCE) is None:

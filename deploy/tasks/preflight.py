@@ -8,11 +8,9 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.facts.server import Arch, LinuxDistribution
 
-from ..runtimes.containerd.installations import classify_installation
 from ..distros.families import Platform, detect_platform
 from ..facts.access import HostAccess
 from ..facts.read_ahead import FactCall, read_facts
-from ..facts.containerd import ContainerdInstallations
 from ..facts.nvidia import NodeSurvey
 from ..facts.recovery import PackageManagerState, PendingRestarts
 from ..operations import packages as package_ops
@@ -105,8 +103,8 @@ def preflight(settings: Settings, steps: Sequence[PreflightStep], image_root: bo
         logger.warning(f"{host.print_prefix}{note}")
     # One remote command for what every node run needs first (re-runs from cron pay per command),
     # and for the facts the steps decide on (their ``reads``, see deploy/facts/read_ahead.py).
-    facts = read_facts(host, HostAccess, LinuxDistribution, Arch, NodeSurvey, ContainerdInstallations,
-                       PackageManagerState, PendingRestarts, read_ahead=step_reads(settings, steps))
+    facts = read_facts(host, HostAccess, LinuxDistribution, Arch, NodeSurvey, PackageManagerState, PendingRestarts,
+                       read_ahead=step_reads(settings, steps))
     refusal = access_refusal(facts["HostAccess"], image_root)
     if refusal:
         raise PreflightError(refusal)
@@ -131,15 +129,14 @@ def preflight(settings: Settings, steps: Sequence[PreflightStep], image_root: bo
         logger.warning(f"{host.print_prefix}{warning}")
     if errors:
         raise PreflightError("; ".join(errors))
-    containerd = facts["ContainerdInstallations"]
-    containerd["installation"] = classify_installation(containerd)
     if any(step.installs for step in steps):
         recover_package_manager(settings, facts["PackageManagerState"])
     pending = facts["PendingRestarts"]
     for unit, path in sorted(pending.items()):
         logger.warning(f"{host.print_prefix}an earlier run installed {path} but was interrupted before "
                        f"{unit} restarted: restarting it")
-    return Findings(platform=platform, nvidia=nvidia, containerd=containerd, pending_restarts=pending, plans=plans)
+    runtimes = {wired.name: wired for wired in (step.wired(settings) for step in steps if step.wired is not None)}
+    return Findings(platform=platform, nvidia=nvidia, runtimes=runtimes, pending_restarts=pending, plans=plans)
 
 
 def recover_package_manager(settings: Settings, state: dict) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import deploy
 
-from ..distros.package_managers import APT, DNF, ZYPPER, install_packages
+from ..distros.package_managers import APT, PACKAGE_MANAGERS, install_packages
 from ..distros.families import Platform
 from ..distros.repositories import add_repository, key_pin, rpm_repository_text
 from ..facts.read_ahead import FactCall, read
@@ -65,7 +65,8 @@ def reads(settings: Settings) -> list[FactCall]:
     their operations make (harmless elsewhere: a missing file reads as absent, and without dpkg-query
     the package fact reads nothing)."""
     rpm_sources = [download.source_read(manager.repository_file.format(name=REPOSITORY_NAME),
-                                        manager.key_file.format(name=REPOSITORY_NAME)) for manager in (DNF, ZYPPER)]
+                                        manager.key_file.format(name=REPOSITORY_NAME))
+                   for manager in PACKAGE_MANAGERS if manager.repository_file and manager.key_file]
     return [download.source_read(APT_SOURCE, APT_KEYRING), *rpm_sources, package_ops.deb_states_read(TOOLKIT_PACKAGES)]
 
 

@@ -158,14 +158,14 @@ def take_it_back_off(settings: Settings, found: UndoFindings):
                                 unit=unit, recorded=state["recorded"], now=state)
 
     if records["held"]:
-        undo_ops.release_holds(name="Release the holds gpu-node placed", manager=manager.name,
+        undo_ops.release_holds(name="Release the holds gpu-node placed", manager=manager,
                                names=records["held"], lock_timeout=settings.apt_lock_timeout)
     if records["unfinished_install"]:
         say("an install of gpu-node's did not finish: packages it added are not all known, and stay", kept=True)
     if records["installed"]:
         if settings.undo_remove_packages:
-            undo_ops.remove_packages(name="Remove the packages gpu-node installed", manager=manager.name,
-                                     installed_fact=manager.installed_fact, names=records["installed"],
+            undo_ops.remove_packages(name="Remove the packages gpu-node installed", manager=manager,
+                                     names=records["installed"],
                                      lock_timeout=settings.apt_lock_timeout)
         else:
             say(f"the packages gpu-node installed stay (undo_remove_packages=false): {', '.join(records['installed'])}")

@@ -10,12 +10,14 @@ from dataclasses import dataclass
 import yaml
 
 from ..foundations import node_text
-from ..runtimes.cdi import RUNTIME_CONFIG, SPEC_PATH, for_containerd, runtime_mode_of
+from ..runtimes.cdi import RUNTIME_CONFIG, SPEC_PATH, runtime_mode_of
+from ..runtimes import registry
 from ..foundations.toml_layout import ConfigError
 from ..facts.cdi import REFRESH_PATH_UNIT, spec_stale
 from ..reports.node_report import FAIL, PASS, SKIP, Step
 from .options import NO_GPU, VerifyOptions
-from .readout import crictl_message, gpu_usable, short, without_crictl_warnings
+from ..foundations.node_text import short
+from .readout import crictl_message, gpu_usable, without_crictl_warnings
 
 
 @dataclass(frozen=True)
@@ -30,13 +32,12 @@ class CdiProbe:
 
 
 def cdi_expected(readout: dict, options: VerifyOptions) -> bool:
-    """Whether the node should run CDI: asked, or (auto) its containerd has it (as the CDI stage decides;
-    Docker's version is not read here)."""
+    """Whether the node should run CDI: asked, or (auto) a wired runtime's version has it, as the CDI
+    stage decides (a runtime whose reading holds no version, Docker's, counts as without)."""
     if options.cdi != "auto":
         return options.cdi == "true"
-    ctrd = readout["containerd"]
-    return ("containerd" in options.runtimes and bool(ctrd["path"])
-            and for_containerd(options.wiring, ctrd["major"], ctrd["minor"], ctrd["version"]).on)
+    return any(runtime.name in options.runtimes and readout[runtime.name]["path"]
+               and runtime.cdi(options.wiring, readout[runtime.name]).on for runtime in registry.RUNTIMES)
 
 
 def cdi_spec_names(text: str) -> list[str]:

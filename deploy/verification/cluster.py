@@ -1,6 +1,6 @@
 """
-Verify's cluster steps: the kubelet's cgroup driver against containerd's runtimes, and the
-/dev/char links the systemd cgroup driver needs. Pure.
+Verify's cluster steps: the kubelet's cgroup driver against the runtimes it starts pods with through
+a wired runtime's CRI (containerd's), and the /dev/char links the systemd cgroup driver needs. Pure.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from ..foundations import node_text
 from ..facts.devices import missing_links
 from ..facts.verification import KUBELET_CONFIG
 from ..reports.node_report import FAIL, PASS, SKIP, Step
-from .options import HANDLER, VerifyOptions
+from ..runtimes import registry
+from .options import VerifyOptions
 
 
 def kubelet_cgroup_driver(text: str) -> str:
@@ -22,7 +23,7 @@ def kubelet_cgroup_driver(text: str) -> str:
     return str(config.get("cgroupDriver") or "cgroupfs") if isinstance(config, dict) else "cgroupfs"
 
 
-def cgroup_steps(readout: dict, options: VerifyOptions, cri: dict | None) -> list[Step]:
+def cgroup_steps(readout: dict, options: VerifyOptions) -> list[Step]:
     if readout["kubelet_config"] is None:
         return [Step("cgroup_driver", SKIP, f"no {KUBELET_CONFIG} (the kubelet is not configured yet)")]
     try:
@@ -33,17 +34,15 @@ def cgroup_steps(readout: dict, options: VerifyOptions, cri: dict | None) -> lis
         return [Step("cgroup_driver", FAIL, f"cannot parse {KUBELET_CONFIG}: "
                                             f"{node_text.syntax_error(error, readout['kubelet_config'])}")]
     kubelet_systemd = driver == "systemd"
-    checks = []
-    if "containerd" in options.runtimes and cri:
-        for name in (HANDLER, cri["default_runtime"] or "runc"):
-            runtime = cri["runtimes"].get(name)
-            if runtime is not None and name not in (label for label, _ in checks):
-                checks.append((name, bool((runtime.get("options") or {}).get("SystemdCgroup", False))))
+    cri_runtimes = [runtime for runtime in registry.RUNTIMES if runtime.kubelet_cgroups is not None]
+    checks = [(runtime.title, name, systemd) for runtime in cri_runtimes if runtime.name in options.runtimes
+              for name, systemd in runtime.kubelet_cgroups(readout[runtime.name])]
     if not checks:
-        return [Step("cgroup_driver", SKIP, f"kubelet cgroupDriver: {driver}; no containerd runtime to compare with")]
-    wrong = [(name, value) for name, value in checks if value != kubelet_systemd]
+        titles = " or ".join(runtime.title for runtime in cri_runtimes)
+        return [Step("cgroup_driver", SKIP, f"kubelet cgroupDriver: {driver}; no {titles} runtime to compare with")]
+    wrong = [(title, name, value) for title, name, value in checks if value != kubelet_systemd]
     if wrong:
-        listed = ", ".join(f"containerd runtime {name} SystemdCgroup = {str(value).lower()}" for name, value in wrong)
+        listed = ", ".join(f"{title} runtime {name} SystemdCgroup = {str(value).lower()}" for title, name, value in wrong)
         fix = "systemd_cgroup=true" if kubelet_systemd else "systemd_cgroup=false"
         return [Step("cgroup_driver", FAIL,
                      f"{listed} but kubelet cgroupDriver: {driver} ({KUBELET_CONFIG}): set {fix} and re-run "

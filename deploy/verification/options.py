@@ -14,7 +14,6 @@ from ..settings import Settings
 from ..settings.values import Cdi, ContainerRuntime, KernelModules, RuntimeMode
 
 NO_GPU = "no NVIDIA GPU"
-HANDLER = "nvidia"
 
 
 def _setting(name: str) -> Any:

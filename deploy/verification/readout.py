@@ -1,7 +1,7 @@
 """
 Reading what verify read on a node (deploy/facts/verification.py) for every subject's steps: the
-GPUs, the driver's version, containerd's parsed dump, the configured runtime binaries, what crictl
-said. Pure.
+GPUs, the driver's version, each runtime's reading prepared once (deploy/runtimes/registry.py), the
+configured runtime binaries, what crictl said. Pure.
 """
 
 from __future__ import annotations
@@ -9,10 +9,7 @@ from __future__ import annotations
 import json
 import re
 
-from ..foundations import node_text, redact
-from ..runtimes.containerd.cri import dump_cri_plugin
-from ..foundations.toml_layout import tomllib
-from .options import HANDLER
+from ..runtimes import registry
 
 
 def gpus_on_pci(readout: dict) -> list[dict]:
@@ -34,47 +31,15 @@ def driver_version(readout: dict) -> str | None:
     return versions[0] if versions else kernel_module_version(readout["kernel_module"])
 
 
-def parse_cri_runtimes(dump: str) -> dict:
-    """``containerd config dump`` -> the CRI plugin's runtimes and default runtime name."""
-    # Read only: the standard library's reader, not tomlkit's round-trip parser (about ten times
-    # slower, and a fleet's verification parses one dump per node on the controller).
-    config = node_text.parsed(tomllib.loads, dump, "`containerd config dump`")
-    containerd = config.get("plugins", {}).get(dump_cri_plugin(config), {}).get("containerd", {})
-    return {
-        "default_runtime": containerd.get("default_runtime_name"),
-        "runtimes": containerd.get("runtimes", {}) or {},
-        "imports": [path for path in config.get("imports", []) if isinstance(path, str)],
-    }
+def prepared(readout: dict) -> dict:
+    """The readout with each runtime's reading prepared for its steps, once (containerd's dump parsed)."""
+    return {**readout, **{runtime.name: runtime.prepared(readout[runtime.name]) for runtime in registry.RUNTIMES}}
 
 
-def read_cri(readout: dict) -> tuple[dict | None, str | None]:
-    """The one reading of ``containerd config dump``: (the CRI runtimes, None) or (None, why not)."""
-    dump = readout["containerd"]["dump"]
-    if readout["containerd"]["dump_exit_code"] == 0 and dump:
-        try:
-            return parse_cri_runtimes(dump), None
-        except Exception as error:  # a TOML error or an unexpected shape; the reason is what matters
-            return None, f"cannot parse its output: {error}"
-    if readout["containerd"]["path"]:
-        return None, short(redact.daemon_output(dump or "no output"))
-    return None, None
-
-
-def configured_binaries(readout: dict, cri: dict | None) -> set[str]:
-    """The nvidia runtime's binary as containerd's parsed dump and ``docker info`` name it."""
-    binaries = set()
-    if cri:
-        binary = ((cri["runtimes"].get(HANDLER) or {}).get("options") or {}).get("BinaryName")
-        if binary:
-            binaries.add(binary)
-    if readout["docker"]["runtimes"].get(HANDLER):
-        binaries.add(readout["docker"]["runtimes"][HANDLER])
-    return binaries
-
-
-def short(text: str, limit: int = 200) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+def configured_binaries(readout: dict) -> set[str]:
+    """The nvidia runtime's binary as each runtime's (prepared) reading names it: containerd's parsed
+    dump, ``docker info``."""
+    return {binary for runtime in registry.RUNTIMES if (binary := runtime.configured_binary(readout[runtime.name]))}
 
 
 # crictl logs through logrus (`time=... level=fatal msg="..."`) and klog (`E1123 14:34:14 ...`);

@@ -7,21 +7,21 @@ from __future__ import annotations
 from ..foundations import redact
 from .version_set import version_set_step
 from ..driver.kernel_coverage import boot_kernels_step
-from ..reports.node_report import SKIP, NodeRecord, Step
+from ..reports.node_report import NodeRecord, Step
 from .cdi import cdi_step, cdi_summary, cri_cdi_probe, runtime_mode_step
 from .cluster import cgroup_steps, dev_char_step
 from .gpu_driver import cuda_step, cuda_summary, gpu_steps
 from .module_fabric import (fabric_manager_step, fabric_manager_summary, module_type_step, module_type_summary,
                             persistence_step, persistence_summary)
 from .options import VerifyOptions
-from .readout import driver_version, gpu_usable, gpus_on_pci
-from .toolkit_runtimes import containerd_steps, cri_step, docker_steps, planned_runs, run_step, toolkit_steps
+from .readout import driver_version, gpus_on_pci
+from .toolkit_runtimes import run_steps, runtime_config_steps, toolkit_steps
+from ..runtimes import registry
 
 
-def all_steps(readout: dict, options: VerifyOptions, runs: dict[str, dict],
-              cri: dict | None, cri_error: str | None) -> list[Step]:
-    """Every step, in order, from the facts, containerd's parsed dump (``read_cri``) and the results
-    of the runs that were done."""
+def all_steps(readout: dict, options: VerifyOptions, runs: dict[str, dict]) -> list[Step]:
+    """Every step, in order, from the facts (each runtime's reading prepared: readout.prepared) and
+    the results of the runs that were done."""
     steps = gpu_steps(readout, options)
     # the module's type, persistence, Fabric Manager and CUDA's own start
     steps += [module_type_step(readout, options), persistence_step(readout, options),
@@ -29,27 +29,13 @@ def all_steps(readout: dict, options: VerifyOptions, runs: dict[str, dict],
     # every installed kernel has a module, and the driver's parts are one version set
     steps.append(boot_kernels_step(readout.get("kernels")))
     steps.append(version_set_step(readout["node"]["loaded_version"], readout.get("kernels")))
-    steps += toolkit_steps(readout, options, cri)
-    steps += containerd_steps(readout, options, cri, cri_error)
-    steps += cgroup_steps(readout, options, cri)
+    steps += toolkit_steps(readout, options)
+    steps += runtime_config_steps(readout, options)
+    steps += cgroup_steps(readout, options)
     steps.append(cdi_step(readout, options))
     steps.append(runtime_mode_step(readout, options))
     steps.append(dev_char_step(readout, options))
-    plan = planned_runs(readout, options)
-    gpu = gpu_usable(readout)
-    if plan["cri_handler"] is not None:
-        steps.append(Step("cri_handler", SKIP, plan["cri_handler"]))
-    else:
-        steps.append(cri_step(runs.get("cri_handler", {}), gpu, options.image, cri_cdi_probe(readout, options)))
-    if plan["ctr_run"] is not None:
-        steps.append(Step("ctr_run", SKIP, plan["ctr_run"]))
-    else:
-        steps.append(run_step("ctr_run", runs["ctr_run"], "ctr run --gpus 0 nvidia-smi"))
-    steps += docker_steps(readout, options)
-    if plan["docker_run"] is not None:
-        steps.append(Step("docker_run", SKIP, plan["docker_run"]))
-    else:
-        steps.append(run_step("docker_run", runs["docker_run"], "docker run --gpus all nvidia-smi"))
+    steps += run_steps(readout, options, runs, cri_cdi_probe(readout, options))
     return steps
 
 
@@ -59,11 +45,8 @@ def node_record(name: str, readout: dict, options: VerifyOptions, steps: list[St
         gpus = [f"{gpu['name'] or '?'} ({gpu['uuid'] or 'no UUID'})" for gpu in smi_gpus]
     else:
         gpus = [f"{gpu['slot']} 10de:{gpu['device'].removeprefix('0x')}" for gpu in gpus_on_pci(readout)]
-    runtime = []
-    if "containerd" in options.runtimes and readout["containerd"]["path"]:
-        runtime.append(f"containerd {readout['containerd']['version'] or '?'}")
-    if "docker" in options.runtimes and readout["docker"]["path"]:
-        runtime.append(f"docker (default {readout['docker']['default_runtime'] or '?'})")
+    runtime = [each.summary(readout[each.name]) for each in registry.RUNTIMES
+               if each.name in options.runtimes and readout[each.name]["path"]]
     return NodeRecord(
         host=name,
         gpus=gpus,

@@ -9,13 +9,16 @@ from plan import DEFAULT, run_plan, settings_for
 
 from deploy.facts.containerd import config_read
 from deploy.operations.cdi import HEADER, state_read
+from deploy.operations.runtime_config import WiredRuntime
 from deploy.tasks.cdi import cdi
 
 pytestmark = pytest.mark.usefixtures("both_modes")
 
-PLAIN = {"paths": [], "units": {}, "generated_versions": {}, "binary": "/usr/bin/containerd",
-         "installation": {"name": "plain", "service": "containerd"}}
 CONFIG = config_read("/etc/containerd/config.toml", None, "containerd")
+# A plain containerd, as its stage hands it to the CDI stage (deploy/stages.py wired_runtimes)
+PLAIN = (WiredRuntime("containerd", CONFIG, {"paths": [], "units": {}, "generated_versions": {},
+                                             "binary": "/usr/bin/containerd",
+                                             "installation": {"name": "plain", "service": "containerd"}}),)
 CONTAINERD = {
     "2.1": "binary_path /usr/bin/containerd\nversion containerd github.com/containerd/containerd/v2 2.1.9 x",
     "1.7": "binary_path /usr/bin/containerd\nversion containerd github.com/containerd/containerd 1.7.24~ds1 x",

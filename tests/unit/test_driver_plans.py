@@ -26,7 +26,8 @@ from deploy.facts.nvidia import IgnoredPackages, PackagesAvailable, RecommendedD
 from deploy.facts.packages import (DebPackageStates, DnfModuleStreams, PackageVersions, RepositoryPackageVersions,
                                    RpmPackageStates, WaitedPackageVersions, ZypperLocks)
 from deploy.facts.apt import AptSourceFiles
-from deploy.operations.packages import PACMAN_HOLD_LIST, deb_states_read, lock_wait_script
+from deploy.distros.package_managers import DNF, ZYPPER
+from deploy.operations.packages import PACMAN_HOLD_LIST, deb_states_read
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 
@@ -429,12 +430,12 @@ def test_switching_an_rpm_family_from_open_removes_its_module_after_the_bounded_
     """rpm -e waits without end for the rpm database a busy dnf or zypper holds: the removal of the
     other module type's module follows the same bounded wait as the managers' installs; its hold (read
     before the removal) is released after it, so no hold is left on a package that is gone."""
-    manager = "dnf" if distro.startswith("rocky") else "zypper"
+    manager = DNF if distro.startswith("rocky") else ZYPPER
     installed = [(every(RpmPackages), [f"{module} 550.90.07-1"])]
     run = ok(run_deploy(node(distro, node_survey=node_lines(kernel, pci=H100), facts=installed + facts),
                         data={**branch, "nvidia_kernel_modules": "proprietary", "apt_lock_timeout": "13"}))
     at = run.commands.index(f"rpm -e --nodeps {module}")
-    assert run.commands[at - 1] == lock_wait_script(manager, 13), run.commands[at - 2: at + 1]
+    assert run.commands[at - 1] == manager.lock.script(13), run.commands[at - 2: at + 1]
     assert release in run.commands[at + 1:at + 3], run.commands[at:at + 3]
 
 

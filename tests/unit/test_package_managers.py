@@ -20,7 +20,8 @@ from pyinfra.api import StringCommand
 from deploy.distros.package_managers import APT, DNF, PACMAN, ZYPPER, lock_bounded_checks, repository_check, version_listing
 from deploy.facts.packages import (DnfModuleStreams, MultiversionPackages, PackageVersions, RpmPackageStates,
                                    MANAGER_ERROR, WaitedPackageVersions, ZypperLocks)
-from deploy.operations.packages import BUSY, ZYPP_LOCK, _rpm_version_matches, lock_bounded, lock_wait_script
+from deploy.operations.package_manager import BUSY, ZYPP_LOCK
+from deploy.operations.packages import _rpm_version_matches
 from deploy.tasks.toolkit import toolkit
 from test_toolkit_plan import platform
 from plan import DEFAULT, PCI_WITH_GPU, SITE_DRIVER_KEY, every, gpu_node, node_lines, run_deploy, run_plan, settings_for
@@ -34,6 +35,16 @@ RUNS_DNF = re.compile(r"(^|[;&|(]\s*)dnf\s")
 # (deploy/facts/read_ahead.py CombinedOutput)
 READ_SECTION_END = "</dev/null &"
 ROCKY_KERNEL = "5.14.0-362.8.1.el9_3.x86_64"
+MANAGERS = {manager.name: manager for manager in (APT, DNF, ZYPPER, PACMAN)}
+
+
+def lock_wait_script(manager: str, lock_timeout: int) -> str:
+    """The named manager's bounded wait for its lock (its LockWait in the family table)."""
+    return MANAGERS[manager].lock.script(lock_timeout)
+
+
+def lock_bounded(manager: str, commands, lock_timeout: int):
+    return MANAGERS[manager].lock.bounded(commands, lock_timeout)
 
 
 def dnf_runs_without_the_wait(commands: list[str], wait: str) -> list[str]:

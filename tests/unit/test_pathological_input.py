@@ -44,10 +44,11 @@ from deploy.facts.docker import DockerState
 from deploy.facts.drain import KubeNodeSchedule
 from deploy.facts.files import FileText
 from deploy.facts.k8s import HelmRelease, KubeCluster, KubeLiveObjects, KubeNodes
-from deploy.facts.verification import KUBELET_CONFIG, parse_docker_info
+from deploy.facts.verification import KUBELET_CONFIG
+from deploy.runtimes.docker.verify import parse_docker_info
 from deploy.facts.nvidia import NodeSurvey
 from deploy.verification.cdi import cdi_spec_names
-from deploy.verification.readout import read_cri
+from deploy.runtimes.containerd.verify import read_cri
 from deploy.operations.cdi import state_read as cdi_state_read
 from deploy.operations.docker import state_read as docker_state_read
 from deploy.facts.apt import AptSourceFiles
@@ -232,7 +233,7 @@ def test_containerds_config_dump_is_a_problem_in_one_line_for_the_wiring_check_a
     where, problems = effective_problems(dump, wiring)
     [problem] = problems
     assert "\n" not in problem and (says in problem or case == "cut short"), problem
-    _, reason = read_cri({"containerd": {"dump": dump, "dump_exit_code": 0, "path": "/usr/bin/containerd"}})
+    _, reason = read_cri({"dump": dump, "dump_exit_code": 0, "path": "/usr/bin/containerd"})
     assert reason.startswith("cannot parse its output") and "\n" not in reason, reason
 
 

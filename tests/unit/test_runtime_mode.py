@@ -40,6 +40,7 @@ from deploy.operations.cdi import state_read
 from deploy.operations.probes import CrictlRun
 from deploy.settings import SettingsError, parse_settings
 from deploy.tasks.cdi import cdi, preflight_check
+from deploy.stages import wired_runtimes
 from deploy.tasks.k8s import SharingConfig
 
 PACKAGE_CONFIG = STANDIN_RUNTIME_CONFIG
@@ -196,7 +197,7 @@ def check_with(containerd: str, runtime_config: str | None = PACKAGE_CONFIG, **d
 
     @deploy("check")
     def check(settings):
-        errors.extend(preflight_check(settings, None, {}).errors)
+        errors.extend(preflight_check(settings, None, {}, wired_runtimes(settings)).errors)
         host.noop("checked")
 
     installation = "binary /usr/bin/containerd" if containerd != "none" else ""

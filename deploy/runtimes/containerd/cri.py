@@ -26,12 +26,11 @@ import tomlkit
 from tomlkit.exceptions import ParseError
 from tomlkit.items import Array, Table
 
-from ...node import records as node_records
 from ...foundations import node_text, redact, toml_layout
 from ..cdi import SPEC_DIRS, SPEC_PATH
 from ...foundations.toml_layout import TOMLKIT_FAULTS, ConfigError, Edits, TablePath, dotted, tomllib
 from ...runtimes.wiring import RuntimeWiring
-from ..engine import Effective, RuntimeEngine, Wired
+from ..engine import TOML, Effective, RuntimeEngine, Wired
 
 RUNC_V2 = "io.containerd.runc.v2"
 
@@ -375,7 +374,7 @@ class ContainerdEngine:
     config the installed binary does not read as it is: the file's own version decides)."""
 
     major: int | None = None
-    file_format: str = node_records.TOML
+    file_format: str = TOML
 
     def parse(self, text: str, source: str) -> ContainerdConfig:
         values = config_values(toml_layout.line_endings(text)[0], source)

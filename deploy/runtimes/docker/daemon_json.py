@@ -20,11 +20,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ...node import records as node_records
 from ...foundations import node_text, templates
 from ...runtimes.wiring import RuntimeWiring
 from ...foundations.toml_layout import ConfigError
-from ..engine import Effective, RuntimeEngine, Wired
+from ..engine import JSON, Effective, RuntimeEngine, Wired
 from .unit import DockerdFlag
 
 SYSTEMD_CGROUP_OPT = "native.cgroupdriver=systemd"
@@ -358,7 +357,7 @@ class DockerRunning:
 class DockerEngine:
     """Docker's daemon.json."""
 
-    file_format: str = node_records.JSON
+    file_format: str = JSON
 
     def parse(self, text: str, source: str) -> dict:
         return parse_daemon_json(text, source)
