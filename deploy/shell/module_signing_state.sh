@@ -10,7 +10,7 @@ for file in "$key" "$cert"; do
   else echo "file missing - $file"; fi
 done
 if [ -f "$cert" ] && command -v openssl >/dev/null 2>&1; then
-  # DER, as mokutil --import takes it; PEM is named so that the plan can say how to convert it
+  # DER, as mokutil takes it; PEM is named so that the plan can say how to convert it
   if serial=$(openssl x509 -inform DER -in "$cert" -noout -serial 2>/dev/null); then
     echo "cert der ${serial#serial=}"
     echo "subject $(openssl x509 -inform DER -in "$cert" -noout -subject -nameopt utf8,sep_comma_plus 2>/dev/null | sed 's/^subject=//')"
