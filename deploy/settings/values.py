@@ -126,8 +126,15 @@ PackageVersion = text("[0-9][0-9A-Za-z.+~:_-]*", "a package version such as 535.
 # DKMS reads its framework config by sourcing it in bash: a path there holds no quote, space or $
 SigningPath = text("/[A-Za-z0-9._+/-]+", "an absolute path of letters, digits and . _ + - /")
 # A secret: pydantic shows it as '**********', and an error line never shows it (model.typed)
-MokPassword = Annotated[SecretStr, StringConstraints(min_length=1, max_length=256),
-                        Allowed("1 to 256 characters (mokutil's bounds)")]
+def _typeable(secret: SecretStr) -> SecretStr:
+    """A password someone types at the MOK manager's prompt: no control character (a newline would end it)."""
+    if CONTROL_CHARACTERS.search(secret.get_secret_value()):
+        raise ValueError("1 to 256 characters without control characters (mokutil's bounds)")
+    return secret
+
+
+MokPassword = Annotated[SecretStr, StringConstraints(min_length=1, max_length=256), AfterValidator(_typeable),
+                        Allowed("1 to 256 characters without control characters (mokutil's bounds)")]
 ImageReference = text("[a-z0-9][a-z0-9._/:@-]*", "a container image reference such as registry/name:tag")
 
 
