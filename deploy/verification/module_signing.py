@@ -1,16 +1,13 @@
 """
-Verify's module signing and driver branch steps: who signed each NVIDIA kernel module and whether the
-key is enrolled (ModuleSigningState), and the driver branch's end of life. Pure.
+Verify's module signing step: who signed each NVIDIA kernel module and whether the key is enrolled
+(ModuleSigningState). Pure.
 """
 
 from __future__ import annotations
 
-from ..driver.branches import branch_summary, end_of_life_warning
 from ..driver.signing import signing_wanted
-from ..driver.versions import upstream_version
 from ..reports.node_report import FAIL, PASS, SKIP, Step
 from .options import VerifyOptions
-from .readout import driver_version
 
 ENROLLED = {"enrolled": "yes", "pending": "pending next boot", "no": "no"}
 
@@ -51,16 +48,3 @@ def module_signing_step(readout: dict, options: VerifyOptions) -> Step:
         return Step("module_signing", FAIL, reason + ": the kernel will not load it; stage the enrollment "
                                                      "(module_signing_mok_password) or mokutil --import the certificate")
     return Step("module_signing", PASS, reason)
-
-
-def lifecycle_step(readout: dict, options: VerifyOptions) -> Step:
-    """The driver branch's kind and end of life; one past it is named with what to move to, as a
-    pass: the driver works, and a refusal would fail every node of that branch at once."""
-    kernels = (readout.get("kernels") or {}).get("kernels") or {}
-    version = driver_version(readout) or readout["node"]["built_version"] or next(
-        (module["version"] for kernel in kernels.values() for module in kernel["modules"] if module["version"]), None)
-    head = upstream_version(version).split(".")[0] if version else ""
-    if not head.isdigit():
-        return Step("driver_branch", SKIP, "no NVIDIA driver installed")
-    warning = end_of_life_warning(int(head), options.today, f"the node's driver {version}")
-    return Step("driver_branch", PASS, warning or branch_summary(int(head), options.today))

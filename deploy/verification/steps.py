@@ -13,7 +13,8 @@ from .cluster import cgroup_steps, dev_char_step
 from .gpu_driver import cuda_step, cuda_summary, gpu_steps
 from .module_fabric import (fabric_manager_step, fabric_manager_summary, module_type_step, module_type_summary,
                             persistence_step, persistence_summary)
-from .module_signing import lifecycle_step, module_signing_step
+from .driver_branch import lifecycle_step
+from .module_signing import module_signing_step
 from .options import VerifyOptions
 from .readout import driver_version, gpu_usable, gpus_on_pci
 from .toolkit_runtimes import containerd_steps, cri_step, docker_steps, planned_runs, run_step, toolkit_steps

@@ -12,7 +12,7 @@ from test_driver_plans import DEBIAN_FILES
 from deploy.driver.branches import BY_NUMBER, LTSB, NEW_FEATURE, PRODUCTION, branch_summary, end_of_life_warning
 from deploy.facts.nvidia import NodeSurvey
 from deploy.settings import parse_settings
-from deploy.verification.module_signing import lifecycle_step
+from deploy.verification.driver_branch import lifecycle_step
 from deploy.verification.options import VerifyOptions
 
 BOOKWORM_TODAY = date(2026, 11, 28)
