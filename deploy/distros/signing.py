@@ -33,8 +33,10 @@ class ModuleSigning:
     dkms_with_site_key: bool = True
     # DKMS 3's drop-in beside framework.conf, where mok_signing_key and mok_certificate are read
     dkms_config: str = "/etc/dkms/framework.conf.d/gpu-node-module-signing.conf"
-    # what generating the key and staging its enrollment run
-    tools: tuple[str, ...] = ("openssl", "mokutil")
+    # what generates the key (installed before the driver, whose install DKMS builds in) and what stages
+    # its enrollment (after it: an install before the driver's would trip over a half-configured module)
+    key_tools: tuple[str, ...] = ("openssl",)
+    enroll_tools: tuple[str, ...] = ("mokutil",)
 
 
 # Canonical's linux-modules-nvidia-<branch>-server-<flavour> follow the flavour's kernel metapackage,

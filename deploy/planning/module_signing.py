@@ -30,7 +30,8 @@ class SigningPlan:
     cert: str | None = None   # DKMS: its certificate (DER), the MOK to enroll
     generated: bool = False   # DKMS: gpu-node generates the key where it is missing
     dkms_config: str | None = None
-    tools: tuple[str, ...] = ()
+    key_tools: tuple[str, ...] = ()
+    enroll_tools: tuple[str, ...] = ()
     # the DriverPackages fields the signed packages replace (the family table's, None: none)
     packages: Mapping[str, Any] | None = None
 
@@ -72,7 +73,8 @@ def signing_plan(settings: Settings, platform: Platform, kernel_module_type: str
             f"come built and signed by {signer} (no DKMS to sign them with that key): unset module_signing_key")
     key, cert = key_paths(settings.module_signing_key, settings.module_signing_cert)
     return SigningPlan(why, DKMS_SIGNER, secure_boot, key=key, cert=cert, generated=not site_key,
-                       dkms_config=signing.dkms_config, tools=signing.tools,
+                       dkms_config=signing.dkms_config, key_tools=signing.key_tools,
+                       enroll_tools=signing.enroll_tools,
                        packages=signing.packages.get(kernel_module_type) if signer == DKMS_SIGNER else None)
 
 

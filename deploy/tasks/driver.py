@@ -237,7 +237,7 @@ def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan, drai
 
     kernel_modules.cover_installed_kernels(settings, platform)
     if plan.signing:
-        module_signing.after_install(settings, plan.signing)
+        module_signing.after_install(settings, manager, plan.signing, lock_timeout)
     kernel_modules.reload_without_reboot(settings, driver)
     reboot = driver_ops.mark_reboot_required(
         name="Mark the node for a reboot after the driver change",

@@ -45,7 +45,7 @@ def before_install(manager: PackageManager, plan: SigningPlan, lock_timeout: int
     """The signing tools, the key (generated where gpu-node owns it) and DKMS's drop-in naming it."""
     if not plan.by_dkms:
         return
-    install_packages(manager, "Install the module signing tools", plan.tools, lock_timeout=lock_timeout)
+    install_packages(manager, "Install what generates the module signing key", plan.key_tools, lock_timeout=lock_timeout)
     if plan.generated:
         signing_ops.generate_key(name="Generate the module signing key on the node", folder=plan.folder,
                                  key=plan.key, cert=plan.cert)
@@ -55,7 +55,7 @@ def before_install(manager: PackageManager, plan: SigningPlan, lock_timeout: int
              content=dkms_config_text(plan))
 
 
-def after_install(settings: Settings, plan: SigningPlan) -> None:
+def after_install(settings: Settings, manager: PackageManager, plan: SigningPlan, lock_timeout: int) -> None:
     """Rebuild what DKMS built before the key (read by preflight, before this run's changes), and stage
     the key's enrollment where Secure Boot is on."""
     if not plan.by_dkms:
@@ -64,6 +64,7 @@ def after_install(settings: Settings, plan: SigningPlan) -> None:
     signing_ops.rebuild_unsigned(name="Rebuild the NVIDIA modules DKMS built before the signing key",
                                  cert=plan.cert, kernels=kernels_to_sign(plan, state))
     if plan.secure_boot:
+        install_packages(manager, "Install what stages the key's enrollment", plan.enroll_tools, lock_timeout=lock_timeout)
         password = settings.module_signing_mok_password
         signing_ops.stage_enrollment(name="Stage the module signing key's enrollment (mokutil --import)",
                                      key=plan.key, cert=plan.cert,

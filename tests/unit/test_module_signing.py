@@ -64,10 +64,12 @@ def order(run, *fragments: str) -> list[int]:
 
 def test_secure_boot_node_gets_a_generated_key_and_dkms_config_before_the_driver_install_and_its_enrollment_staged():
     run = ok(debian(module_signing_mok_password=PASSWORD))
-    assert single([c for c in install_lines(run, "apt-get") if c.endswith(" openssl mokutil")])
-    key_made, config, driver, staged = order(run, "openssl req -new -x509", f"mv -f {DKMS_CONFIG}.gpu-node-candidate",
-                                             "--allow-downgrades nvidia-driver nvidia-smi nvidia-kernel-dkms", ENROLL)
-    assert key_made < config < driver < staged  # DKMS builds at the driver's install: the key is named first
+    openssl, key_made, config, driver, mokutil, staged = order(
+        run, "--allow-downgrades openssl", "openssl req -new -x509", f"mv -f {DKMS_CONFIG}.gpu-node-candidate",
+        "--allow-downgrades nvidia-driver nvidia-smi nvidia-kernel-dkms", "--allow-downgrades mokutil", ENROLL)
+    # DKMS builds at the driver's install: the key is named first; mokutil comes after it (an install
+    # before it would configure a half-configured module package on its own)
+    assert openssl < key_made < config < driver < mokutil < staged
     generate = run.commands[key_made]
     assert "umask 077" in generate and generate.index("umask 077") < generate.index("openssl req")
     assert f"key={GENERATED_KEY}" in generate and f"cert={GENERATED_CERT}" in generate
