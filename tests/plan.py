@@ -61,6 +61,7 @@ from deploy.distros.families import detect_platform
 from deploy.facts.access import HostAccess
 from deploy.facts.read_ahead import MARKER, CombinedOutput, FactCall, section_name
 from deploy.facts.containerd import ContainerdInstallations
+from deploy.facts.module_signing import ModuleSigningState
 from deploy.facts.nvidia import NodeSurvey, PackagesAvailable
 from deploy.facts.recovery import PackageManagerState, PendingRestarts
 from deploy.settings import Settings, parse_settings
@@ -339,6 +340,8 @@ def gpu_node(distro: str = "debian-12", *, arch: str = "x86_64", node_survey: li
         (PackageManagerState, []),
         (PendingRestarts, []),
         (every(PackagesAvailable), carrying(f"linux-headers-{kernel}", f"kernel-devel-{kernel}")),
+        # no NVIDIA module built, no module signing key (verify reads it; the driver stage where it signs)
+        (every(ModuleSigningState), []),
     ]
     return Node(facts=[*baseline, *facts], commands=_with_candidate_check(commands), unstated=unstated)
 

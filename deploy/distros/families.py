@@ -13,6 +13,7 @@ from typing import Any, Mapping
 from ..operations.failure import HostRefusal
 from .package_managers import APT, DNF, PACMAN, ZYPPER, PackageManager
 from .repositories import KeyPin
+from .signing import ARCH_SIGNING, SUSE_SIGNING, UBUNTU_SIGNING, ModuleSigning
 
 
 class UnsupportedPlatform(HostRefusal):
@@ -161,6 +162,7 @@ class Family:
     # Where NVIDIA's toolkit tree keeps this family's packages, under the repository base URL;
     # None: the distro ships the toolkit itself.
     toolkit_repo_path: str | None = None
+    module_signing: ModuleSigning = ModuleSigning()
 
 
 DOCKER_CE_RHEL_REPO = {
@@ -322,6 +324,7 @@ FAMILIES: tuple[Family, ...] = (
         initramfs_command="update-initramfs -u",
         toolkit_repo_path="deb/$(ARCH)",
         driver=UBUNTU_DRIVER,
+        module_signing=UBUNTU_SIGNING,
     ),
     Family(
         name="rhel",
@@ -365,6 +368,7 @@ FAMILIES: tuple[Family, ...] = (
         initramfs_command="dracut -f",
         toolkit_repo_path="rpm/$basearch",
         driver=SUSE_DRIVER,
+        module_signing=SUSE_SIGNING,
     ),
     Family(
         name="arch",
@@ -375,6 +379,7 @@ FAMILIES: tuple[Family, ...] = (
         initramfs_command="mkinitcpio -P",
         toolkit_repo_path=None,
         driver=ARCH_DRIVER,
+        module_signing=ARCH_SIGNING,
     ),
 )
 

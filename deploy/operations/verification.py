@@ -19,6 +19,8 @@ from . import devices
 from ..facts.base import UnreadableOutput
 from ..facts.read_ahead import FactCall, known_fact, read_together
 from ..facts.cuda import CudaInit
+from ..facts.module_signing import ModuleSigningState
+from ..driver.signing import key_paths
 from ..facts.nvidia import NodeSurvey
 from ..runtimes.containerd.installations import ConfigTarget, classify_installation, config_target, plain_target
 from ..facts.containerd import ContainerdInstallations, config_read
@@ -40,6 +42,12 @@ from ..reports.node_report import FAIL, PASS, SKIP, verify_report_store
 NODE_READ: FactCall = (NodeSurvey, {})
 # cuInit through the driver's libcuda: read with the rest, it adds no remote command.
 CUDA_READ: FactCall = (CudaInit, {})
+
+
+def signing_read(options: VerifyOptions) -> FactCall:
+    """Who signed the NVIDIA modules, and the signing key's state (the driver stage reads the same)."""
+    key, cert = key_paths(options.signing_key, options.signing_cert)
+    return (ModuleSigningState, {"key": key, "cert": cert})
 
 
 def containerd_in_effect(options: VerifyOptions) -> ConfigTarget:
@@ -89,7 +97,7 @@ def reads(options: VerifyOptions) -> list[FactCall]:
     cuInit's."""
     plain = containerd_of(options, None)
     return [(ContainerdInstallations, {}), NODE_READ, verify_read(options, plain), containerd_config_read(plain), CUDA_READ,
-            cdi_ops.state_read(), devices.links_read(options.driver_root), KERNELS_READ]
+            cdi_ops.state_read(), devices.links_read(options.driver_root), KERNELS_READ, signing_read(options)]
 
 
 def gpu_runs(readout: dict, options: VerifyOptions, plan: dict[str, str | None], token: str) -> dict[str, dict]:
@@ -129,15 +137,16 @@ def check_node(options: VerifyOptions, report_path: str, driver_packages: tuple[
     # Read ahead by preflight (the node, and a plain containerd's verify read), reused while no operation
     # changed the host; otherwise read together in one command.
     try:
-        node, readout, config, cuda, cdi, links, kernels = read_together(
+        node, readout, config, cuda, cdi, links, kernels, signing = read_together(
             host, [NODE_READ, verify_read(options, containerd), containerd_config_read(containerd), CUDA_READ,
-                   cdi_ops.state_read(), devices.links_read(options.driver_root), KERNELS_READ])
+                   cdi_ops.state_read(), devices.links_read(options.driver_root), KERNELS_READ, signing_read(options)])
     except UnreadableOutput as error:
         yield failing_command(str(error))
         return
     readout = with_containerd_config(readout, config)
     readout = prepared({**readout, CONTAINERD.name: {**readout[CONTAINERD.name], "socket": containerd.socket},
-                        "node": node, "cuda": cuda, "cdi": cdi, "device_links": links, "kernels": kernels})
+                        "node": node, "cuda": cuda, "cdi": cdi, "device_links": links, "kernels": kernels,
+                        "signing": signing})
     # The runtimes may name another binary than the one the settings wire: check it too (a second
     # read, only then), by the path the parsed configs give.
     unchecked = configured_binaries(readout) - readout["executables"].keys()

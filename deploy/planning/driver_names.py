@@ -7,11 +7,13 @@ kernel module type, its repositories and their keys. Pure: data in, names out.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from ..distros.repositories import KeyPin, key_pin
 from ..distros.families import Platform, by_distro_id, node_word
 from ..driver.fabric import fabric_of
 from ..driver.module_type import OPEN, PROPRIETARY
+from ..driver.signing import signing_wanted
 from ..operations import download
 from ..operations.failure import HostRefusal
 from ..settings import Settings, key_url_allowed
@@ -120,10 +122,14 @@ def candidate_names(settings: Settings, platform: Platform, node: dict, branch: 
     base = platform.family.driver
     values = template_values(platform, base, node.get("kernel") or "", branch)
     names: list[str] = []
+    # the signed packages' too where the modules must be signed (deploy/planning/module_signing.py)
+    signed = platform.family.module_signing.packages if signing_wanted(settings.module_signing, node.get("secure_boot")) else {}
     for module_type in (PROPRIETARY, OPEN):
         data = base.for_module_type(module_type)
-        driver, dependencies, module, _ = package_names(data, values, platform, branch, node)
-        names += [*driver, *dependencies]
+        records = [data] + ([replace(data, **signed[module_type])] if module_type in signed else [])
+        for record in records:
+            driver, dependencies, module, _ = package_names(record, values, platform, branch, node)
+            names += [*driver, *dependencies]
     fabric = []
     if branch:
         for record in companion_records(settings, base, node):

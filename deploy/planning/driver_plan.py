@@ -14,7 +14,7 @@ version for them (``driver_versions``), its companions at that version, Fabric M
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from packaging.version import InvalidVersion, Version
 
@@ -27,6 +27,7 @@ from ..driver.versions import VersionRefusal, apt_pin_text, choose, upstream_ver
 from ..driver.fabric import fabric_of
 from ..settings import Settings
 from ..driver.versions import MIN_DRIVER_VERSION
+from .module_signing import SigningPlan, signing_plan
 
 # apt: the driver's source packages pinned at the plan's version (deploy/distros/families.py pin_sources)
 APT_PIN_PATH = "/etc/apt/preferences.d/gpu-node-nvidia-driver"
@@ -72,6 +73,7 @@ class DriverPlan:
     # apt: versions to choose when the install runs (preflight's lists did not have them yet)
     resolve: dict | None = None
     unreadable: tuple[str, ...] = ()  # Readings.unreadable: preflight warns with them
+    signing: SigningPlan | None = None  # how the modules get signed (None: they need not be)
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,7 @@ class ModulePackages:
     module: tuple[str, str] | None
     notes: list[str]
     remove: tuple[str, ...]  # the other type's packages this one does not name
+    signing: SigningPlan | None = None
 
     @property
     def pinned(self) -> list[str]:
@@ -211,14 +214,20 @@ def module_packages(settings: Settings, platform: Platform, node: dict, branch: 
     base = platform.family.driver
     proprietary_names = package_names(base, values, platform, branch, node)
     decision = kernel_module_type_for(settings, platform, node, branch, proprietary_names[0], readings)
-    data = base.for_module_type(decision.kernel_module_type)
+    unsigned = base.for_module_type(decision.kernel_module_type)
+    signing = signing_plan(settings, platform, decision.kernel_module_type, node.get("secure_boot"))
+    data = replace(unsigned, **signing.packages) if signing and signing.packages else unsigned
     names, dependencies, module, notes = package_names(data, values, platform, branch, node)
     other = base.for_module_type(module_type.PROPRIETARY if decision.kernel_module_type == module_type.OPEN else module_type.OPEN)
     # All of the other type's packages this one does not name: Ubuntu's -open headless package
     # depends on its module package, so a held one left behind would block the module's removal.
-    other_names, other_dependencies, _, _ = package_names(other, values, platform, branch, node)
-    remove = tuple(sorted((set(other_names) | set(other_dependencies)) - set(names) - set(dependencies)))
-    return ModulePackages(decision, data, names, dependencies, module, notes + list(decision.warnings), remove)
+    # The same for the unsigned packages the signed ones replace (Ubuntu's DKMS, Arch's prebuilt).
+    replaced = [other] + ([unsigned] if data is not unsigned else [])
+    left = {name for record in replaced for part in package_names(record, values, platform, branch, node)[:2]
+            for name in part}
+    remove = tuple(sorted(left - set(names) - set(dependencies)))
+    return ModulePackages(decision, data, names, dependencies, module, notes + list(decision.warnings), remove,
+                          signing)
 
 
 def offered_together(readings: Readings) -> dict:
@@ -347,7 +356,21 @@ def driver_plan(
         resolve=resolve_at_install(settings, manager, chosen, packages, together, companions, records, values,
                                    readings),
         unreadable=readings.unreadable,
+        signing=chosen.signing,
     )
+
+
+def planned_branch(plan: DriverPlan, node: dict) -> tuple[int | None, str]:
+    """The driver branch the node is left on, and what says so (deploy/driver/branches.py names one past
+    its end of life): the plan's branch, the version it installs, else the node's built module."""
+    if plan.branch:
+        return int(plan.branch), f"the driver this run installs (nvidia_driver_branch {plan.branch})"
+    for version, what in [*((version, "the driver this run installs") for version in plan.packages.values()),
+                          (node.get("built_version"), "the node's installed driver")]:
+        head = upstream_version(str(version)).split(".")[0] if version else ""
+        if head.isdigit():
+            return int(head), f"{what} ({upstream_version(str(version))})"
+    return None, ""
 
 
 def unread_note(manager: str, unreadable: tuple[str, ...]) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, get_args
 
-from pydantic import ValidationError, model_validator
+from pydantic import SecretStr, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 
 from .errors import SettingsError, shown
@@ -27,15 +27,16 @@ from .sections.kubernetes import KubernetesSettings
 from .sections.packages import PackageSettings
 from .sections.rack import RackSettings
 from .sections.runtimes import RuntimeSettings
+from .sections.signing import ModuleSigningSettings
 from .sections.verification import VerifySettings
 
 # Settings an older release had, and the one that took each over (a value given to one is read as it).
 FOLDED_SETTINGS = {"containerd_enable_cdi": "cdi", "docker_enable_cdi": "cdi"}
 
 
-class Settings(RuntimeSettings, PackageSettings, DataCenterSettings, RackSettings, HealthSettings, HostSafetySettings,
-               VerifySettings, KubernetesSettings, GpushareSettings, GitOpsSettings, DraSettings, HealthClusterSettings,
-               InventorySettings):
+class Settings(RuntimeSettings, PackageSettings, DataCenterSettings, ModuleSigningSettings, RackSettings, HealthSettings,
+               HostSafetySettings, VerifySettings, KubernetesSettings, GpushareSettings, GitOpsSettings, DraSettings,
+               HealthClusterSettings, InventorySettings):
     """Every setting, typed; build it with ``parse_settings`` (which also checks how settings combine)."""
 
     @model_validator(mode="before")
@@ -102,7 +103,8 @@ def typed(data: Mapping[str, Any], combined: bool = False) -> Settings:
         error = min(invalid.errors(), key=lambda error: order.index(error["loc"][0]))
         key = str(error["loc"][0])
         allowed = str(error["ctx"]["error"]) if error["type"] == "value_error" else ALLOWED[key]
-        raise SettingsError(f"invalid setting {key}={shown(data[key])}: allowed: {allowed}") from None
+        value = "(not shown: a secret)" if unwrap(SETTING_FIELDS[key].annotation)[0] is SecretStr else shown(data[key])
+        raise SettingsError(f"invalid setting {key}={value}: allowed: {allowed}") from None
 
 
 def parse_settings(data: Mapping[str, Any]) -> Settings:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Mapping, get_args
 from urllib.parse import urlparse
 
-from pydantic import AfterValidator, BeforeValidator, StringConstraints
+from pydantic import AfterValidator, BeforeValidator, SecretStr, StringConstraints
 
 from ..foundations import batches
 from ..rack import imex as rack_imex, mig as rack_mig
@@ -125,6 +125,18 @@ AbsolutePath = text(f"/[^{CONTROL}]*", "an absolute path without control charact
 ControllerPath = text(f"[^{CONTROL}]+", "a file path on the controller, without control characters")
 DriverBranch = text("[0-9]{3}", "a driver branch number such as 535 or 550")
 PackageVersion = text("[0-9][0-9A-Za-z.+~:_-]*", "a package version such as 535.183.01 or 1.17.8-1")
+# DKMS reads its framework config by sourcing it in bash: a path there holds no quote, space or $
+SigningPath = text("/[A-Za-z0-9._+/-]+", "an absolute path of letters, digits and . _ + - /")
+# A secret: pydantic shows it as '**********', and an error line never shows it (model.typed)
+def _typeable(secret: SecretStr) -> SecretStr:
+    """A password someone types at the MOK manager's prompt: no control character (a newline would end it)."""
+    if CONTROL_CHARACTERS.search(secret.get_secret_value()):
+        raise ValueError("1 to 256 characters without control characters (mokutil's bounds)")
+    return secret
+
+
+MokPassword = Annotated[SecretStr, StringConstraints(min_length=1, max_length=256), AfterValidator(_typeable),
+                        Allowed("1 to 256 characters without control characters (mokutil's bounds)")]
 ImageReference = text("[a-z0-9][a-z0-9._/:@-]*", "a container image reference such as registry/name:tag")
 # A tag after the last "/" (a registry's port is no tag), then an optional digest: what a site pins.
 PinnedImage = text(r"[a-z0-9][a-z0-9._/:-]*:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}(@sha256:[0-9a-f]{64})?",
@@ -189,6 +201,7 @@ Cdi = Annotated[
     BeforeValidator(lambda value: str(value).lower() if isinstance(value, bool) else value),
     Allowed("auto, true or false"),
 ]
+AutoTrueFalse = Cdi  # the same tri-state for other settings (module_signing)
 # The nvidia runtime's modes (`[nvidia-container-runtime] mode` in its config.toml).
 RuntimeMode = Literal["auto", "cdi", "legacy", "csv"]
 

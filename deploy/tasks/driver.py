@@ -10,6 +10,7 @@ nova blacklist lives in the kernel stage.
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import date
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
@@ -21,7 +22,9 @@ from ..distros.families import Platform
 from ..distros.repositories import add_repository
 from ..planning.driver_names import candidate_names, companion_records, render, template_values
 from ..planning.driver_plan import (APT_PIN_PATH, CUDA_APT_KEYRING, CUDA_APT_SOURCE, CUDA_PROFILE_PATH, DriverPlan, Readings,
-                           branch_number, cuda_apt_source_text, cuda_profile_text, detect_branch, driver_plan)
+                           branch_number, cuda_apt_source_text, cuda_profile_text, detect_branch, driver_plan,
+                           planned_branch)
+from ..driver.branches import end_of_life_warning
 from ..facts.apt import AptSourceFiles
 from ..facts.read_ahead import FactCall, known_fact, read, read_together
 from ..facts.gpu_support import GpuSupportLists
@@ -36,7 +39,7 @@ from ..operations.failure import HostRefusal
 from ..operations.files import put_text
 from ..planning.findings import StepCheck
 from ..settings import Settings
-from . import kernel_modules
+from . import kernel_modules, module_signing
 
 REBOOT_DELAY = 10  # seconds before reconnecting
 # The units the stage enables, read ahead by preflight (the family's names on Debian and Ubuntu)
@@ -128,7 +131,7 @@ def operation_reads(settings: Settings, platform: Platform, node: dict, names: d
     manager = lock_bounded_checks(platform.family.package_manager, settings.apt_lock_timeout)
     values = template_values(platform, data, node.get("kernel") or "", settings.nvidia_driver_branch)
     headers = render(data.headers, values)
-    calls: list[FactCall] = []
+    calls: list[FactCall] = module_signing.reads(settings, platform, node)
     if headers:
         calls.append((PackagesAvailable, {"check": manager.available_check, "packages": list(headers[:1])}))
     if data.module and platform.major in data.module_majors:
@@ -174,8 +177,13 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> Ste
     if plan.unreadable:
         warnings.append(f"{plan.manager.name} cannot read {'; '.join(plan.unreadable)}: the versions it offers are "
                         "unknown to this run, and an install would stop at it: repair or disable the repository")
-    logger.info(f"{host.print_prefix}NVIDIA kernel modules: {plan.kernel_module_type}")
-    return StepCheck(warnings=warnings, plan=plan)
+    number, where = planned_branch(plan, nvidia)
+    lifecycle = end_of_life_warning(number, date.today(), where)
+    warnings += [lifecycle] if lifecycle else []
+    refusal = module_signing.refusal(plan.signing)
+    logger.info(f"{host.print_prefix}NVIDIA kernel modules: {plan.kernel_module_type}"
+                + (f", signed by {module_signing.signer_name(plan.signing)} ({plan.signing.why})" if plan.signing else ""))
+    return StepCheck(warnings=warnings, errors=[refusal] if refusal else [], plan=plan)
 
 
 @deploy("NVIDIA driver")
@@ -212,6 +220,8 @@ def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan, drai
         add_cuda_repository(settings, manager, plan.fabric_repository)
     if plan.apt_pin:
         put_text(name="Pin the NVIDIA driver's packages at one version", dest=APT_PIN_PATH, content=plan.apt_pin)
+    if plan.signing:
+        module_signing.before_install(manager, plan.signing, lock_timeout)
     driver = driver_ops.install_driver(
         name="Install the NVIDIA driver",
         manager=manager, packages=plan.packages, remove=list(plan.remove), state_names=list(plan.state_names),
@@ -227,6 +237,8 @@ def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan, drai
             enable_service(service, start, read_ahead=manager.states_read is not None)
 
     kernel_modules.cover_installed_kernels(settings, platform)
+    if plan.signing:
+        module_signing.after_install(settings, manager, plan.signing, lock_timeout)
     kernel_modules.reload_without_reboot(settings, driver)
     reboot = driver_ops.mark_reboot_required(
         name="Mark the node for a reboot after the driver change",

@@ -25,7 +25,7 @@ class PreflightError(HostRefusal):
     """The node is not safe to change: raised before any change."""
 
 
-def gpu_findings(nvidia: dict, require_gpu: bool) -> tuple[list[str], list[str]]:
+def gpu_findings(nvidia: dict, require_gpu: bool, module_signing: str = "auto") -> tuple[list[str], list[str]]:
     """(warnings, errors) about the GPUs, Secure Boot and the modules holding them."""
     warnings, errors = [], []
     if not nvidia["gpus"]:
@@ -34,11 +34,12 @@ def gpu_findings(nvidia: dict, require_gpu: bool) -> tuple[list[str], list[str]]
             errors.append(message + ": require_gpu=true")
         else:
             warnings.append(message + ": the node is prepared, but has no GPU to offer")
-    if nvidia["secure_boot"]:
+    if nvidia["secure_boot"] and module_signing == "false":
+        # otherwise the driver stage signs the modules (module_signing, deploy/planning/module_signing.py)
         warnings.append(
-            "Secure Boot is enabled: an unsigned NVIDIA kernel module will not load. Enroll the DKMS "
-            "signing key (mokutil --import /var/lib/dkms/mok.pub, confirm at the next boot) or use "
-            "signed modules, or disable Secure Boot in the firmware"
+            "Secure Boot is enabled and module_signing=false: an unsigned NVIDIA kernel module will not load. "
+            "Set module_signing=auto for the driver stage to sign it and stage its key's enrollment "
+            "(mokutil --import), or disable Secure Boot in the firmware"
         )
     for module in ("nouveau", "nova_core"):
         if module in nvidia["modules"]:
@@ -115,7 +116,7 @@ def preflight(settings: Settings, steps: Sequence[PreflightStep], image_root: bo
     logger.info(f"{host.print_prefix}platform: {platform.description}, family {platform.family.name}")
 
     nvidia = facts["NodeSurvey"]
-    warnings, errors = gpu_findings(nvidia, settings.require_gpu)
+    warnings, errors = gpu_findings(nvidia, settings.require_gpu, settings.module_signing)
     errors += disk_findings(nvidia, settings.min_free_disk_mb)
     plans = {}
     for step in steps:

@@ -6,12 +6,13 @@ subject's steps share. Pure.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from datetime import date
 from typing import Any
 
 from ..driver.versions import MIN_DRIVER_VERSION
 from ..runtimes.wiring import RuntimeWiring, runtime_wiring
 from ..settings import Settings
-from ..settings.values import Cdi, ContainerRuntime, KernelModules, RuntimeMode
+from ..settings.values import AutoTrueFalse, Cdi, ContainerRuntime, KernelModules, RuntimeMode
 
 NO_GPU = "no NVIDIA GPU"
 
@@ -39,9 +40,15 @@ class VerifyOptions:
     cdi: Cdi = _setting("cdi")
     driver_root: str = _setting("nvidia_driver_root")
     runtime_mode: RuntimeMode | None = _setting("nvidia_runtime_mode")
+    # the modules' signing and its key (deploy/driver/signing.py: the generated key where these are unset)
+    module_signing: AutoTrueFalse = _setting("module_signing")
+    signing_key: str | None = _setting("module_signing_key")
+    signing_cert: str | None = _setting("module_signing_cert")
     # what the runtimes stage wires into containerd (deploy/runtimes/wiring.py)
     wiring: RuntimeWiring = field(default_factory=RuntimeWiring)
     min_driver: str = MIN_DRIVER_VERSION
+    # the day the driver branch's end of life is compared with (deploy/driver/branches.py)
+    today: date = field(default_factory=date.today)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "VerifyOptions":

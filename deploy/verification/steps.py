@@ -13,6 +13,8 @@ from .cluster import cgroup_steps, dev_char_step
 from .gpu_driver import cuda_step, cuda_summary, gpu_steps
 from .module_fabric import (fabric_manager_step, fabric_manager_summary, module_type_step, module_type_summary,
                             persistence_step, persistence_summary)
+from .driver_branch import lifecycle_step
+from .module_signing import module_signing_step
 from .options import VerifyOptions
 from .readout import driver_version, gpus_on_pci
 from .toolkit_runtimes import run_steps, runtime_config_steps, toolkit_steps
@@ -29,6 +31,8 @@ def all_steps(readout: dict, options: VerifyOptions, runs: dict[str, dict]) -> l
     # every installed kernel has a module, and the driver's parts are one version set
     steps.append(boot_kernels_step(readout.get("kernels")))
     steps.append(version_set_step(readout["node"]["loaded_version"], readout.get("kernels")))
+    # who signed the modules and whether the key is enrolled; the driver branch's end of life
+    steps += [module_signing_step(readout, options), lifecycle_step(readout, options)]
     steps += toolkit_steps(readout, options)
     steps += runtime_config_steps(readout, options)
     steps += cgroup_steps(readout, options)

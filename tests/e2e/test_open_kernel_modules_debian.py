@@ -23,6 +23,14 @@ naming the kernel (it boots next: GRUB's first entry is the newest), in verify's
 fleet report. Debian's real unattended-upgrades (dry run), whose default origins take bookworm-security
 with its newer driver, upgrades none of the held, pinned driver packages.
 
+The switch runs on a node whose Secure Boot is on, as a STAND-IN mokutil (tests/standin_mokutil.py:
+no EFI variables in a container) says, with module_signing=true and a MOK password: gpu-node
+generates the module signing key on the node (root's, 0600), has the real DKMS sign both kernels'
+modules with it (the real modinfo names it as their signer), stages the key's enrollment through the
+stand-in with the password's SHA-512 crypt hash (checked against the real openssl's), and verify says
+"enrolled: pending next boot", then "yes" once the stand-in's next boot confirms it. The re-run keeps
+the key and rebuilds nothing. The signing rides on the switch's DKMS builds: no build of its own.
+
 No GPU here, and nothing is loaded: DKMS only compiles, modinfo reads the built file.
 """
 
@@ -31,11 +39,14 @@ from __future__ import annotations
 import json
 import time
 
+import standin_mokutil
 from harness import assert_no_change
 
 STAGES = {"stages": "kernel,driver"}
 DRIVER = ("nvidia-driver", "nvidia-smi")
 OPEN_MODULE, PROPRIETARY_MODULE = "nvidia-open-kernel-dkms", "nvidia-kernel-dkms"
+SIGNING = {"module_signing": "true", "module_signing_mok_password": "e2e-only one-time password"}
+KEY, CERT = "/var/lib/gpu-node/module-signing/signing.key", "/var/lib/gpu-node/module-signing/signing.der"
 REBOOT_LINE = ("reboot required: the NVIDIA driver changed ({packages}) and its kernel module is not loaded; "
                "reboot the node (or rerun with reboot_allowed=true)")
 
@@ -85,14 +96,21 @@ def install_second_kernel(node) -> str:
     return package.removeprefix("linux-image-")
 
 
-def boot_kernels(node, report) -> tuple[dict, object]:
-    """deploy/verify.py's boot_kernels step (its report on the controller) and the run."""
-    run = node.deploy(data={"verify_report_path": str(report)}, deploy_file="deploy/verify.py", json_output=False)
-    steps = {step["name"]: step for step in json.loads(report.read_text())["nodes"][0]["steps"]}
-    return steps["boot_kernels"], run
+def verify_steps(node, report) -> tuple[dict, object]:
+    """deploy/verify.py's steps (its report on the controller) and the run."""
+    run = node.deploy(data={"verify_report_path": str(report), **SIGNING}, deploy_file="deploy/verify.py",
+                      json_output=False)
+    return {step["name"]: step for step in json.loads(report.read_text())["nodes"][0]["steps"]}, run
 
 
-def test_open_module_type_on_bookworm_fails_in_one_line_and_switching_to_proprietary_replaces_the_module_held(node, tmp_path):
+def signatures(node, modules) -> set[tuple[str, str]]:
+    """(signer, sig_key) of each module file, as the real modinfo reads them."""
+    return {(node.sh(f"modinfo -F signer {path}").stdout.strip(), node.sh(f"modinfo -F sig_key {path}").stdout.strip())
+            for path in modules}
+
+
+def test_open_module_type_on_bookworm_fails_in_one_line_and_switching_to_proprietary_replaces_the_module_held_signed_standin_mokutil(
+        node, tmp_path):
     seconds = {}
     # An update has brought a second kernel, its image alone (installed first: any apt-get install after
     # the failed open run would configure the half-configured open module again).
@@ -122,8 +140,10 @@ def test_open_module_type_on_bookworm_fails_in_one_line_and_switching_to_proprie
     # The way out: the proprietary module type, at the driver's installed version (no upgrade nobody asked
     # for), which its module package has too.
     version = found["nvidia-driver"].split()[0]
+    # Secure Boot on, as the stand-in mokutil says (no EFI variables in a container)
+    standin_mokutil.install(node)
     started = time.monotonic()
-    switch = node.deploy(data={**STAGES, "nvidia_kernel_modules": "proprietary"}, default_mode=True,
+    switch = node.deploy(data={**STAGES, **SIGNING, "nvidia_kernel_modules": "proprietary"}, default_mode=True,
                          json_output=False)
     seconds["switch to proprietary"] = time.monotonic() - started
     print(" ".join(f"{phase} {value:.0f} s;" for phase, value in seconds.items()))
@@ -153,11 +173,29 @@ def test_open_module_type_on_bookworm_fails_in_one_line_and_switching_to_proprie
     assert reboot_line in switch.output, switch.output[-4000:]
     assert PROPRIETARY_MODULE in node.read("/run/reboot-required.pkgs").split()
 
-    # A -y re-run changes nothing: no rebuild, no hold or apt preference touched.
+    # Signed: both kernels' modules, by the key gpu-node generated on the node (root's alone), the
+    # real DKMS signing them with it; its enrollment staged with the password's hash, never the password
+    assert node.sh(f"stat -c '%U:%G %a' {KEY} {CERT} $(dirname {KEY})").stdout.split("\n")[:3] == [
+        "root:root 600", "root:root 600", "root:root 700"]
+    hostname = node.sh("hostname").stdout.strip()
+    serial = node.sh(f"openssl x509 -inform DER -in {CERT} -noout -serial").stdout.strip().removeprefix("serial=")
+    all_modules = node.sh(f"find /lib/modules/{kernel} /lib/modules/{second} -name 'nvidia*.ko*'").stdout.split()
+    assert len(all_modules) >= 8, all_modules  # nvidia, -modeset, -drm, -uvm ... for each kernel
+    [(signer, sig_key)] = signatures(node, all_modules)
+    assert signer == f"gpu-node module signing key ({hostname})"
+    assert sig_key.replace(":", "").lstrip("0") == serial.lstrip("0")
+    assert node.sh(f"cmp {CERT} {standin_mokutil.STATE}/new/signing.der", check=False).returncode == 0
+    staged = node.read(f"{standin_mokutil.STATE}/new.hash").strip()
+    salt = staged.split("$")[2]
+    assert staged == node.sh(f"openssl passwd -6 -salt {salt} '{SIGNING['module_signing_mok_password']}'").stdout.strip()
+    assert not node.exists("/var/lib/gpu-node/module-signing/.mok-password.hash")
+    assert SIGNING["module_signing_mok_password"] not in switch.output + switch.stderr
+
+    # A -y re-run changes nothing: the key kept, no rebuild, no hold or apt preference touched.
     (module_file,) = modules
-    before = node.stat(module_file), preferences(node), now_held
-    assert_no_change(node.deploy(data={**STAGES, "nvidia_kernel_modules": "proprietary"}))
-    assert (node.stat(module_file), preferences(node), held(node)) == before
+    before = node.stat(module_file), node.stat(KEY), preferences(node), now_held
+    assert_no_change(node.deploy(data={**STAGES, **SIGNING, "nvidia_kernel_modules": "proprietary"}))
+    assert (node.stat(module_file), node.stat(KEY), preferences(node), held(node)) == before
 
     # Debian's real unattended-upgrades, whose default origins take bookworm-security, which has a newer
     # driver than the pinned one: it moves none of the held, pinned driver packages
@@ -174,13 +212,20 @@ def test_open_module_type_on_bookworm_fails_in_one_line_and_switching_to_proprie
 
     # verify: the one installed kernel (the headers' kernel has no image here) has the module
     started = time.monotonic()
-    step, _ = boot_kernels(node, tmp_path / "verify.json")
+    steps, _ = verify_steps(node, tmp_path / "verify.json")
+    step = steps["boot_kernels"]
     assert step["status"] == "pass", step
+    assert steps["module_signing"] == {"name": "module_signing", "status": "pass", "reason": (
+        f"module signed by gpu-node module signing key ({hostname}), enrolled: pending next boot (Secure Boot on)")}
     assert f"1 installed kernel(s) have the nvidia module {version.split('-')[0]}: {second} (DKMS); next boot {second}" \
         in step["reason"], step
     # its module removed: verify fails naming the kernel that would boot with no module
     node.sh(f"rm /lib/modules/{second}/updates/dkms/nvidia-current*.ko*")
-    step, run = boot_kernels(node, tmp_path / "verify.json")
+    standin_mokutil.boot_confirming(node)  # the MOK manager took the key at that boot
+    steps, run = verify_steps(node, tmp_path / "verify.json")
+    step = steps["boot_kernels"]
+    assert steps["module_signing"]["reason"].startswith(
+        f"module signed by gpu-node module signing key ({hostname}), enrolled: yes"), steps["module_signing"]
     seconds["two verify runs"] = time.monotonic() - started
     print(" ".join(f"{phase} {value:.0f} s;" for phase, value in seconds.items()))
     line = (f"verify boot_kernels: fail: kernel {second} has no nvidia module of driver {version.split('-')[0]} "

@@ -81,6 +81,7 @@ PLAIN = {
     "nvidia_cuda_gpgkey_fingerprint": "EB693B3035CD5710E231E123A4B469963BF863CC",
     "nvidia_driver_gpgkey_fingerprint": "C95B321B61E88C1809C4F759DDCAE044F796ECB0",
     "imex_domain": "rack-a", "imex_address": "10.0.0.1",
+    "module_signing_key": "/etc/site/mok.key", "module_signing_cert": "/etc/site/mok.der",
 }
 
 
@@ -118,6 +119,8 @@ PLANS = {
     "nvidia_cuda_gpgkey_url": ("node",), "nvidia_driver_gpgkey_url": ("node",),
     "nvidia_toolkit_gpgkey_fingerprint": ("node",), "nvidia_cuda_gpgkey_fingerprint": ("node",),
     "nvidia_driver_gpgkey_fingerprint": ("node",),
+    # paths DKMS sources in bash: anything but letters, digits and . _ + - / is refused before any run
+    "module_signing_key": ("node",), "module_signing_cert": ("node",),
     "nvidia_driver_root": ("node", "cluster", "helm"),
     "kubeconfig": ("cluster", "helm", "gpushare"), "kube_node_names": ("cluster",),
     "device_plugin_version": ("cluster", "helm"), "smoke_test_image": ("cluster",),

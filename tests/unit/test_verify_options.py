@@ -20,6 +20,9 @@ CHANGED = {
     "cdi": "false",
     "nvidia_driver_root": "/run/nvidia/driver",
     "nvidia_runtime_mode": "legacy",
+    "module_signing": "true",
+    "module_signing_key": "/etc/site/mok.key",
+    "module_signing_cert": "/etc/site/mok.der",
 }
 
 

@@ -29,7 +29,7 @@ from deploy.facts.verification import Executables, VerifyReadout
 from deploy.verification.options import VerifyOptions
 from deploy.operations.cdi import state_read as cdi_state_read
 from deploy.operations.devices import links_read
-from deploy.operations.verification import containerd_config_read, containerd_of, verify_read
+from deploy.operations.verification import containerd_config_read, containerd_of, signing_read, verify_read
 from deploy.operations.probes import CrictlRun
 from deploy.reports.node_report import FAIL, PASS, SKIP
 from deploy.tasks.verification import verify
@@ -171,7 +171,8 @@ def run_verify(tmp_path, lines, crictl=None, runs=None, facts=(), installation=(
     # they are read in: each fact takes its own kinds of line from them.
     node = Node(facts=[(ContainerdInstallations, installation), (NodeSurvey, lines), (verify_call(settings, installation), lines),
                        (containerd_call(settings, installation), lines), (CudaInit, lines), (cdi_state_read(), lines),
-                       (links_read(settings.nvidia_driver_root), lines), (InstalledKernels, lines), *facts],
+                       (links_read(settings.nvidia_driver_root), lines), (InstalledKernels, lines),
+                       (signing_read(VerifyOptions.from_settings(settings)), lines), *facts],
                 commands=commands)
     # tests/plan.py's run_plan, keeping the plan when the host fails (a failing step must fail it).
     inventory = Inventory(([("@fake/node", QUICK)], {}))
@@ -215,6 +216,7 @@ def test_node_without_gpu_wired_containerd_passes_runtime_steps_and_skips_gpu_st
     assert statuses(steps) == {
         "gpu_pci": SKIP, "kernel_module": SKIP, "nvidia_smi": SKIP, "driver_version": SKIP,
         "kernel_module_type": SKIP, "persistence": SKIP, "fabric_manager": SKIP, "cuda": SKIP, "boot_kernels": SKIP, "version_set": SKIP,
+        "module_signing": SKIP, "driver_branch": SKIP,
         "toolkit": PASS, "runtime_binary": PASS, "containerd_config": PASS, "cgroup_driver": SKIP, "cdi": SKIP,
         "runtime_mode": SKIP, "dev_char": SKIP,
         "cri_handler": SKIP, "ctr_run": SKIP, "docker_config": SKIP, "docker_run": SKIP,

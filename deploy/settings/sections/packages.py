@@ -15,7 +15,11 @@ class PackageSettings(Section):
 
     nvidia_driver_install: bool = Field(True, description="install the NVIDIA driver")
     nvidia_driver_branch: DriverBranch | None = Field(
-        None, description="driver branch, e.g. 535 or 550 (default: distro's)"
+        None,
+        description="driver branch, e.g. 580 (default: distro's). Pick a long term support branch NVIDIA still "
+                    "supports: R580 (to June 2028) or R620 (to September 2029); R595, a production branch, ends in "
+                    "March 2027; R535 ended in June 2026 (preflight and verify name a branch past its end of life: "
+                    "docs/datacenter.md, deploy/driver/branches.py)",
     )
     nvidia_driver_version: PackageVersion | None = Field(None, description="exact driver package version")
     cuda_toolkit_install: bool = Field(False, description="install the CUDA toolkit")
