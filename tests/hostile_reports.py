@@ -155,6 +155,9 @@ HEALTH_WRONG_TYPES: list[tuple[str, Any]] = [
     ("problems", "none"), ("problems", [{**XID_79, "severity": "bad"}]), ("problems", [{**XID_79, "gpu": 17}]),
     ("problems", [{**XID_79, "line": ["x"]}]), ("problems", [{**XID_79, "line": "x" * 1001}]),
     ("problems", [{**XID_79, "kind": "gossip"}]), ("problems", [XID_79] * 1025), ("gpus", [{"pci": ""}]),
+    # a GPU is a PCI address (the quarantine matches it to a DRA device by it)
+    ("problems", [{**XID_79, "gpu": "0000:17:00.0 --all"}]), ("problems", [{**XID_79, "gpu": "GPU-0b11d014"}]),
+    ("gpus.0.pci", "../../sys"),
     ("gpus.0.ecc_uncorrected", -1), ("gpus.0.ecc_uncorrected", "3"), ("gpus.0.seen_by_driver", 1),
     ("gpus.0.pci", ""), ("gpus.0.name", DELETE), ("evil", "extra key"),
 ]

@@ -18,13 +18,13 @@ from ..k8s.quarantine import (
     DEVICE_TAINT_VERSIONS,
     MANAGED_BY,
     PCI_ATTRIBUTE,
-    PCI_ADDRESS,
     RECORD_ANNOTATION,
     RULE_NODE_ANNOTATION,
     DeviceApi,
     LiveNode,
     pci_key,
 )
+from ..reports.health_report import PCI_ADDRESS
 from .base import NodeFact
 from .k8s import captured, cluster_json, first_error_line, kubeconfig_problem, kubectl, parse_captured, unreadable_reason
 

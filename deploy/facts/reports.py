@@ -12,9 +12,6 @@ from ..foundations import node_text, shell_scripts
 from .base import NodeFact
 
 REPORTS_DIR = "/var/lib/gpu-node"
-# The node's health check's report there (the fleet view shows it beside the node report; the
-# quarantine reads it)
-HEALTH_REPORT = "health.json"
 # gpu-node writes four there (boot-report.json, report.json, a pull run's fleet-report.json, the health
 # check's health.json; its state is health.state, no report): a node sends at most this many files of
 # MAX_FILE_BYTES each, the rest named "not read".

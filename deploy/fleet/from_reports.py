@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import json
 import os
 import stat
 import sys
@@ -43,7 +42,7 @@ from pyinfra.api.state import BaseStateCallback
 
 from ..foundations import node_text
 from ..foundations.command_line import ArgumentParser, program
-from ..facts.reports import HEALTH_REPORT, NOT_REGULAR, REPORTS_DIR, NodeReports
+from ..facts.reports import NOT_REGULAR, REPORTS_DIR, NodeReports
 from ..reports.fleet_report import (
     CONVERGED,
     FAILED,
@@ -54,9 +53,10 @@ from ..reports.fleet_report import (
     write_json,
 )
 from ..operations.failure import fail
-from ..reports.formats import FleetReportFormat, HealthReportFormat, NodeFormat, NodeReportFormat, NodeSummaryFormat
+from ..reports.formats import HealthReportFormat, NodeFormat, NodeSummaryFormat
 from ..reports.health_table import fleet_health
 from ..reports.node_report import FAIL, PASS, SKIP
+from ..reports.read_back import NotAReport, report_of
 from ..foundations.run_state import per_run
 from ..settings import ALLOWED, DEFAULTS, host_settings
 from ..settings.values import TimeSpan, time_span_seconds
@@ -65,46 +65,6 @@ from .quarantine import control_plane, quarantine_gpu_nodes
 # A folder holds one report per node: more .json files than this and it is not read at all (the
 # files are read one at a time, each at most node_text.MAX_FILE_BYTES; this bounds the whole).
 MAX_FOLDER_REPORTS = 10_000
-# What a validation error says: its first few problems (a hostile file may hold thousands), each
-# place no longer than a host name may be (a key of the file's own is part of it).
-SHOWN_ERRORS, SHOWN_PLACE = 3, 64
-
-
-class NotAReport(ValueError):
-    """Text that is no gpu-node report: what is wrong, in one line."""
-
-
-def _what_is_wrong(error: ValidationError) -> str:
-    """A validation error in one line: where and what, for its first few problems (pydantic's own
-    text spans lines and repeats the values the file holds)."""
-    problems = error.errors(include_url=False, include_input=False)
-    said = []
-    for problem in problems[:SHOWN_ERRORS]:
-        place = ".".join(str(part) for part in problem["loc"]) or "the report"
-        said.append(f"{place[:SHOWN_PLACE]}{'...' if len(place) > SHOWN_PLACE else ''}: {problem['msg']}")
-    more = len(problems) - SHOWN_ERRORS
-    return "; ".join(said) + (f" (and {more} more)" if more > 0 else "")
-
-
-def report_of(text: str, source: str) -> NodeFormat | HealthReportFormat | None:
-    """The node a node report's ``text`` holds, or the health report it is, checked against its
-    format; None for a fleet report. NotAReport or node_text.UnreadableText for text that is no report."""
-    try:
-        report = node_text.parsed(json.loads, text, source)
-    except json.JSONDecodeError as error:
-        raise NotAReport(f"not a gpu-node report: not JSON: {error}") from None
-    try:
-        if isinstance(report, dict) and "counts" in report:
-            FleetReportFormat.model_validate(report)
-            return None
-        if isinstance(report, dict) and "checked_at" in report:
-            return HealthReportFormat.model_validate(report)
-        nodes = NodeReportFormat.model_validate(report).nodes
-    except ValidationError as error:
-        raise NotAReport(f"not a gpu-node report: {_what_is_wrong(error)}") from None
-    if len(nodes) != 1:
-        raise NotAReport(f"not a node report of one node: it holds {len(nodes)} (one node, one file)")
-    return nodes[0]
 
 
 def _problem(source: str, error: Exception) -> str:

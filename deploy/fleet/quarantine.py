@@ -18,13 +18,17 @@ from ..driver.reload import named
 from ..facts.gpu_holders import DeviceHolders
 from ..facts.gpu_node_identity import kube_node_name
 from ..facts.quarantine import KubeDeviceTaints, KubeQuarantineNodes
-from ..facts.reports import HEALTH_REPORT, REPORTS_DIR, NodeReports
+from ..facts.reports import REPORTS_DIR, NodeReports
 from ..foundations import node_text
 from ..k8s import quarantine
 from ..operations import failure
 from ..operations import quarantine as quarantine_ops
 from ..operations.kubectl import unavailable_message
+from ..reports.formats import HealthReportFormat
+from ..reports.health_report import HEALTH_CHECK_COMMAND, HEALTH_REPORT_PATH, NEEDS_RESET, UNHEALTHY
+from ..reports.read_back import NotAReport, health_report_of
 from ..settings import Settings, SettingsError, host_settings
+from ..settings.values import time_span_seconds
 
 
 def control_plane(settings: Settings):
@@ -47,25 +51,28 @@ def gpu_hosts(settings: Settings) -> list:
         return []
 
 
-def health_of_reports(reports: list[dict], host_name: str) -> tuple[quarantine.HealthReport | None, str | None]:
-    """The health report among a node's reports (the NodeReports fact), or None and why not."""
-    source = f"{host_name}: {REPORTS_DIR}/{HEALTH_REPORT}"
-    entry = next((report for report in reports if report["name"] == HEALTH_REPORT), None)
+def health_of_reports(reports: list[dict], host_name: str) -> tuple[HealthReportFormat | None, str | None]:
+    """The health report among a node's reports (the NodeReports fact), checked against its format as the
+    fleet view checks it, or None and why not."""
+    source = f"{host_name}: {HEALTH_REPORT_PATH}"
+    entry = next((report for report in reports if f"{REPORTS_DIR}/{report['name']}" == HEALTH_REPORT_PATH), None)
     if entry is None:
-        return None, f"no {REPORTS_DIR}/{HEALTH_REPORT} (the node's health check has not run)"
+        return None, f"no {HEALTH_REPORT_PATH} (the node's health check has not run)"
     if "not_read" in entry:
         return None, node_text.printable(f"{source}: {entry['not_read']}")
     try:
-        return quarantine.health_of(entry["text"], source), None
-    except (quarantine.NotHealth, node_text.UnreadableText) as error:
-        return None, node_text.printable(str(error))
+        return health_report_of(entry["text"], source), None
+    except NotAReport as error:
+        return None, node_text.printable(f"{source}: {error}")
+    except node_text.UnreadableText as error:
+        return None, node_text.printable(str(error))  # it names its source
 
 
-def needing_reset(report: quarantine.HealthReport | None) -> list[str]:
+def needing_reset(report: HealthReportFormat | None) -> list[str]:
     """The GPUs of an unhealthy report whose problem needs a reset."""
-    if report is None or report.status != "unhealthy":
+    if report is None or report.status != UNHEALTHY:
         return []
-    return sorted({problem.gpu for problem in report.problems if problem.severity == "needs reset" and problem.gpu})
+    return sorted({problem.gpu for problem in report.problems if problem.severity == NEEDS_RESET and problem.gpu})
 
 
 def reset_note(node: str, gpus: list[str], holders: dict) -> str:
@@ -74,9 +81,11 @@ def reset_note(node: str, gpus: list[str], holders: dict) -> str:
         return f"{node}: GPU {', '.join(gpus)} needs a reset; whether anything holds it is unknown (no fuser): not now"
     if holders["holders"]:
         return f"{node}: GPU {', '.join(gpus)} needs a reset; not now: {named(holders['holders'])}"
-    commands = "; ".join(f"nvidia-smi -r -i {gpu}" for gpu in gpus)
+    # the check keeps a boot's Xids until told they were reset away: else the node stays unhealthy
+    forget = " ".join((*HEALTH_CHECK_COMMAND, "--forget-xids"))
+    commands = "; ".join([*(f"nvidia-smi -r -i {gpu}" for gpu in gpus), forget])
     return f"{node}: GPU {', '.join(gpus)} needs a reset and nothing holds /dev/nvidia*: `{commands}` would reset it " \
-           "(gpu-node resets nothing)"
+           "and tell the health check (gpu-node resets nothing)"
 
 
 @deploy("Quarantine GPU nodes")
@@ -106,7 +115,7 @@ def quarantine_gpu_nodes(settings: Settings):
     devices = host.get_fact(KubeDeviceTaints, kubeconfig=settings.kubeconfig) if any(
         node.dra for node in nodes) else None
     bound = quarantine.Bound(settings.quarantine_max_nodes, settings.quarantine_max_percent,
-                             settings.quarantine_release_after)
+                             time_span_seconds(settings.quarantine_release_after))
     planned = quarantine.plan(nodes, live["nodes"], devices, bound)
     for note in planned.notes:  # what is left as it is: the operator's to look at
         logger.warning(f"{host.print_prefix}quarantine: {note}")

@@ -43,6 +43,7 @@ from ..reports.health_report import (
     INFORMATIONAL,
     MAX_GPUS,
     MAX_PROBLEMS,
+    NPD_LINE,
     SEVERITIES,
     UNKNOWN,
     status_of,
@@ -58,7 +59,6 @@ STATE_VERSION = 1
 MAX_STATE_BYTES = 256 * 1024
 # distinct (GPU, Xid) pairs kept for a boot; more are counted in one informational problem
 MAX_KEPT_XIDS = 64
-NPD_LINE = 80
 LOCK_SECONDS = 30
 SAID = "gpu-node health"
 

@@ -1,9 +1,9 @@
 """
 node-problem-detector (NPD) on the GPU nodes, pure: its custom plugin monitor runs gpu-node's health
-check on the host every ``gpu_health_monitor_interval`` seconds and sets the node condition
-``GPUUnhealthy`` from its exit status (NPD's plugin protocol: 0 OK, 1 NonOK, any other Unknown) and
-its one line of output (the worst problem). deploy/tasks/health_monitor.py applies the bundle;
-deploy/tasks/gitops.py writes it.
+check on the host every ``gpu_health_monitor_interval`` (a time span, given NPD as Go's "60s") and sets
+the node condition ``GPUUnhealthy`` from its exit status (NPD's plugin protocol: 0 OK, 1 NonOK, any
+other Unknown) and its one line of output (the worst problem). deploy/tasks/k8s.py applies the
+bundle; deploy/tasks/gitops.py writes it.
 
 The plugin runs in the host's namespaces, not the image's: ``nsenter`` (util-linux, in NPD's
 official image) into PID 1's mount, UTS, IPC and PID namespaces (the pod shares the host's PID
@@ -18,6 +18,8 @@ import json
 from typing import TYPE_CHECKING
 
 from ..foundations import templates
+from ..reports.health_report import HEALTH_CHECK_COMMAND, NPD_LINE
+from ..settings.values import time_span_seconds
 from . import dra
 
 if TYPE_CHECKING:
@@ -33,9 +35,9 @@ CONFIG_DIR = "/config"
 # Kubernetes' own ClusterRole for NPD (read its node, patch its status, write events): no role of ours.
 CLUSTER_ROLE = "system:node-problem-detector"
 NSENTER = "/usr/bin/nsenter"
-HEALTH_CHECK = ("python3", "-I", "/usr/lib/gpu-node/gpu-node-health.pyz", "--npd")
-# NPD's own bounds: the check's one line is at most this long, and it must end within the timeout.
-MAX_OUTPUT = 80
+# As the node's own gpu-node-health.service runs it (deploy/tasks/health.py), with its --npd line
+HEALTH_CHECK = (*HEALTH_CHECK_COMMAND, "--npd")
+# NPD's own bound: the check must end within it.
 PLUGIN_TIMEOUT_SECONDS = 30
 # The labels deploy/tasks/k8s.py's node_labels gives a GPU node, one or the other: the DaemonSet's
 # node affinity (a term each, either matches).
@@ -56,7 +58,7 @@ def plugin_config(interval_seconds: int) -> dict:
         "pluginConfig": {
             "invoke_interval": f"{int(interval_seconds)}s",
             "timeout": timeout,
-            "max_output_length": MAX_OUTPUT,
+            "max_output_length": NPD_LINE,
             "concurrency": 1,
             # a new worst problem updates the condition's message, not only a change of status
             "enable_message_change_based_condition_update": True,
@@ -76,6 +78,6 @@ def render(settings: Settings) -> str:
         "k8s/health-monitor.yaml.j2",
         namespace=NAMESPACE, app=APP, image=settings.npd_image, cluster_role=CLUSTER_ROLE,
         config_dir=CONFIG_DIR, config_file=CONFIG_FILE,
-        config_text=json.dumps(plugin_config(settings.gpu_health_monitor_interval), indent=2) + "\n",
+        config_text=json.dumps(plugin_config(time_span_seconds(settings.gpu_health_monitor_interval)), indent=2) + "\n",
         node_labels=GPU_NODE_LABELS,
     )

@@ -11,7 +11,7 @@ The fleet view's quarantine (fleet_quarantine=true), pure: from each GPU node's 
 - Bounded: at most ``quarantine_max_nodes`` and ``quarantine_max_percent`` (rounded down) of the run's
   GPU nodes at once, counting every taint of the key the cluster holds, gpu-node's or anyone's; the
   worst first (fatal, then needs reset), then by name.
-- Released once its reports have said healthy for ``quarantine_release_after`` seconds (by their own
+- Released once its reports have said healthy for ``quarantine_release_after`` (by their own
   checked_at, so a silent node's old report never counts as time healthy): the record's healthy_since
   is set at the first healthy report and cleared by any other.
 - Never touched: a taint of the key without gpu-node's record (someone else's), any other taint, the
@@ -32,6 +32,8 @@ from typing import Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 from ..foundations import node_text
+from ..reports.formats import HealthProblemFormat, HealthReportFormat
+from ..reports.health_report import HEALTHY, SEVERITIES, UNHEALTHY, UNHEALTHY_SEVERITIES
 from . import dra
 
 TAINT_KEY = "gpu-node.nvidia.com/gpu-unhealthy"
@@ -42,65 +44,34 @@ RULE_NODE_ANNOTATION = "gpu-node.nvidia.com/node"
 # The attribute NVIDIA's DRA driver gives each GPU (Kubernetes' standard one): its PCI address.
 PCI_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
 DEVICE_TAINT_VERSIONS = ("resource.k8s.io/v1", "resource.k8s.io/v1beta2")
-# The health check's severities, worst first; the first three make a node unhealthy (the others: a reading
-# not made, a fact that needs nothing)
-SEVERITY_RANK = {"fatal": 0, "needs reset": 1, "needs attention": 2, "not read": 3, "informational": 4}
-ACTED_ON = ("fatal", "needs reset", "needs attention")
-PCI_ADDRESS = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]"
 LINE = 240  # a problem's line, a record's reason: what one line of kubectl describe shows
 
 
-class NotHealth(ValueError):
-    """Text that is no health report gpu-node can act on: what is wrong, in one line."""
+def acted_on(report: HealthReportFormat) -> list[HealthProblemFormat]:
+    """The report's problems that make a node unhealthy."""
+    return [problem for problem in report.problems if problem.severity in UNHEALTHY_SEVERITIES]
 
 
-class HealthProblem(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    kind: str = Field(max_length=64)
-    gpu: str | None = Field(None, pattern=f"^{PCI_ADDRESS}$")
-    severity: Literal["fatal", "needs reset", "needs attention", "not read", "informational"]
-    line: str = Field(max_length=1024)
+def worst(report: HealthReportFormat) -> HealthProblemFormat | None:
+    return min(acted_on(report), key=lambda problem: SEVERITIES.index(problem.severity), default=None)
 
 
-class HealthReport(BaseModel):
-    """What the quarantine reads of a node's health.json (its other fields are the health check's)."""
+def failed_gpus(report: HealthReportFormat) -> set[str] | None:
+    """The PCI addresses of the GPUs its problems name; None when one is about no single GPU."""
+    problems = acted_on(report)
+    if not problems or any(problem.gpu is None for problem in problems):
+        return None
+    return {pci_key(problem.gpu) for problem in problems}
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
 
-    status: Literal["healthy", "unhealthy", "unknown"]
-    checked_at: AwareDatetime
-    problems: tuple[HealthProblem, ...] = Field((), max_length=256)
-
-    def worst(self) -> HealthProblem | None:
-        acted_on = [problem for problem in self.problems if problem.severity in ACTED_ON]
-        return min(acted_on, key=lambda problem: SEVERITY_RANK[problem.severity], default=None)
-
-    def failed_gpus(self) -> set[str] | None:
-        """The PCI addresses of the GPUs its problems name; None when one is about no single GPU."""
-        acted_on = [problem for problem in self.problems if problem.severity in ACTED_ON]
-        if not acted_on or any(problem.gpu is None for problem in acted_on):
-            return None
-        return {pci_key(problem.gpu) for problem in acted_on}
+def checked_at(report: HealthReportFormat) -> datetime:
+    return datetime.fromisoformat(report.checked_at)  # UTC, as its format holds it
 
 
 def pci_key(address: str) -> str:
     """A PCI address as one spelling (NVML's 00000000:3B:00.0 and sysfs' 0000:3b:00.0 alike)."""
     domain, rest = address.lower().split(":", 1)
     return f"{int(domain, 16):04x}:{rest}"
-
-
-def health_of(text: str, source: str) -> HealthReport:
-    """A node's health report from its text; NotHealth or node_text.UnreadableText in one line."""
-    try:
-        report = node_text.parsed(json.loads, text, source)
-        return HealthReport.model_validate(report)
-    except json.JSONDecodeError as error:
-        raise NotHealth(f"{source}: not JSON: {error}") from None
-    except ValidationError as error:
-        first = error.errors(include_url=False, include_input=False)[0]
-        place = ".".join(str(part) for part in first["loc"]) or "the report"
-        raise NotHealth(f"{source}: not a health report: {place[:64]}: {first['msg']}") from None
 
 
 class QuarantineRecord(BaseModel):
@@ -146,7 +117,7 @@ class GpuHealth:
     """One GPU node of the run: its Kubernetes name, its report (or why none), whether its group is DRA."""
 
     node: str
-    report: HealthReport | None
+    report: HealthReportFormat | None
     unreadable: str | None = None
     dra: bool = False
 
@@ -165,7 +136,7 @@ class DeviceApi:
 class Bound:
     max_nodes: int
     max_percent: int
-    release_after: int  # seconds
+    release_after: int  # seconds (quarantine_release_after's)
 
     def limit(self, group: int) -> int:
         return min(self.max_nodes, math.floor(group * self.max_percent / 100))
@@ -193,16 +164,16 @@ def stamp(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ") if moment.utcoffset().total_seconds() == 0 else moment.isoformat()
 
 
-def taint_value(report: HealthReport) -> str:
+def taint_value(report: HealthReportFormat) -> str:
     """The worst problem's kind as a label value (what `kubectl describe node` shows beside the key)."""
-    worst = report.worst()
-    value = re.sub(r"[^A-Za-z0-9_.-]+", "-", worst.kind if worst else "")[:63].strip("-_.")
+    found = worst(report)
+    value = re.sub(r"[^A-Za-z0-9_.-]+", "-", found.kind if found else "")[:63].strip("-_.")
     return value or "unhealthy"
 
 
-def reason(report: HealthReport) -> str:
-    worst = report.worst()
-    return node_text.printable(worst.line if worst else f"status {report.status}")[:LINE]
+def reason(report: HealthReportFormat) -> str:
+    found = worst(report)
+    return node_text.printable(found.line if found else f"status {report.status}")[:LINE]
 
 
 def _pointer(key: str) -> str:
@@ -245,7 +216,7 @@ def _device_rules(gpu: GpuHealth, devices: DeviceApi | None) -> tuple[list[dict]
         return None, ""
     if devices is None or devices.version is None:
         return None, "the cluster serves no DeviceTaintRule (resource.k8s.io/v1 or v1beta2): the node tainted"
-    failed = gpu.report.failed_gpus()
+    failed = failed_gpus(gpu.report)
     if failed is None:
         return None, "a problem is about no single GPU: the node tainted"
     known = devices.gpus.get(gpu.node, {})
@@ -259,7 +230,7 @@ def _device_rules(gpu: GpuHealth, devices: DeviceApi | None) -> tuple[list[dict]
 def _quarantine(gpu: GpuHealth, node: LiveNode, devices: DeviceApi | None) -> Step:
     report = gpu.report
     rules, why = _device_rules(gpu, devices)
-    record = QuarantineRecord(since=report.checked_at, reason=reason(report),
+    record = QuarantineRecord(since=checked_at(report), reason=reason(report),
                               devices=tuple(rule["metadata"]["name"] for rule in rules or ()))
     if rules:
         names = ", ".join(rule["spec"]["deviceSelector"]["device"] for rule in rules)
@@ -338,18 +309,19 @@ def plan(gpus: list[GpuHealth], live: dict[str, LiveNode], devices: DeviceApi | 
             if node.taint_index() is not None:
                 result.notes.append(f"{gpu.node}: tainted {TAINT_KEY} by someone else (no gpu-node record): "
                                     "left as it is")
-            elif report.status == "unhealthy":
+            elif report.status == UNHEALTHY:
                 candidates.append(gpu)
             continue
-        if report.status == "healthy":
-            since = ours.healthy_since or report.checked_at
-            healthy_for = (report.checked_at - since).total_seconds()
+        if report.status == HEALTHY:
+            now = checked_at(report)
+            since = ours.healthy_since or now
+            healthy_for = (now - since).total_seconds()
             if healthy_for >= bound.release_after:
                 result.steps.append(_release(node, ours, healthy_for))
                 quarantined.discard(gpu.node)
             elif ours.healthy_since is None:
-                marked = ours.model_copy(update={"healthy_since": report.checked_at})
-                result.steps.append(Step(gpu.node, "mark healthy", f"healthy at {stamp(report.checked_at)}: released "
+                marked = ours.model_copy(update={"healthy_since": now})
+                result.steps.append(Step(gpu.node, "mark healthy", f"healthy at {stamp(now)}: released "
                                          f"after {bound.release_after}s of healthy reports",
                                          patch=(*_tested(node), _record_op(node, marked))))
             else:
@@ -359,11 +331,11 @@ def plan(gpus: list[GpuHealth], live: dict[str, LiveNode], devices: DeviceApi | 
             cleared = ours.model_copy(update={"healthy_since": None})
             result.steps.append(Step(gpu.node, "unmark healthy", f"{report.status} again: its healthy time starts over",
                                      patch=(*_tested(node), _record_op(node, cleared))))
-        if ours.devices and report.status == "unhealthy":
+        if ours.devices and report.status == UNHEALTHY:
             result.steps += _missing_rules(gpu, node, ours, devices)
     result.steps += _orphans(group, live, devices)
-    candidates.sort(key=lambda gpu: (SEVERITY_RANK[gpu.report.worst().severity] if gpu.report.worst() else len(
-        SEVERITY_RANK), gpu.node))
+    candidates.sort(key=lambda gpu: (SEVERITIES.index(worst(gpu.report).severity) if worst(gpu.report) else len(
+        SEVERITIES), gpu.node))
     for gpu in candidates:
         if len(quarantined) >= limit:
             result.notes.append(f"{gpu.node}: unhealthy ({reason(gpu.report)}) but not quarantined: {len(quarantined)} "

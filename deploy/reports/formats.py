@@ -95,7 +95,7 @@ class HealthProblemFormat(BaseModel):
     kind: Literal[health_report.KINDS]
     """what it is about: an Xid, a GPU the driver does not see, the driver, ECC, row remaps, retired pages,
     a kernel's module, a service, a reading the check could not make"""
-    gpu: str | None
+    gpu: str | None = Field(pattern=f"^{health_report.PCI_ADDRESS}$")
     """the GPU's PCI address (0000:3b:00.0); null: the node's"""
     severity: Literal[health_report.SEVERITIES]
     """fatal (a reboot or service), needs reset (a GPU reset), needs attention (an operator or a gpu-node
@@ -108,7 +108,7 @@ class HealthGpuFormat(BaseModel):
     """One NVIDIA GPU on the PCI bus; null where the check could not read the value."""
 
     model_config = REPORT_FORMAT
-    pci: str = Field(min_length=1)
+    pci: str = Field(pattern=f"^{health_report.PCI_ADDRESS}$")
     """its PCI address, as sysfs names it"""
     name: str | None
     """its product name, as NVML gives it"""

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 HEALTH_REPORT_VERSION = 1
 HEALTH_REPORT_PATH = "/var/lib/gpu-node/health.json"
+# Where every GPU node keeps the check (deploy/tasks/archives.py puts it there), and how its units
+# run it: node-problem-detector's plugin (deploy/k8s/health_monitor.py) and a reset's follow-up too
+HEALTH_CHECK_PROGRAM = "/usr/lib/gpu-node/gpu-node-health.pyz"
+HEALTH_CHECK_COMMAND = ("/usr/bin/python3", "-I", HEALTH_CHECK_PROGRAM)
 # What a report holds at most (a node has a few dozen GPUs, each a few problems, and the Xids the
 # check keeps for a boot): the check writes no more, a reader refuses more.
 MAX_GPUS, MAX_PROBLEMS, MAX_LINE = 256, 1024, 1000
@@ -18,8 +22,12 @@ HEALTHY, UNHEALTHY, UNKNOWN = "healthy", "unhealthy", "unknown"
 STATUSES = (HEALTHY, UNHEALTHY, UNKNOWN)
 # the fleet view's word for a node whose last health report is older than health_silent_after
 SILENT = "silent"
-# node-problem-detector's custom plugin protocol: 0 OK, 1 NonOK, anything else Unknown
+# node-problem-detector's custom plugin protocol: 0 OK, 1 NonOK, anything else Unknown; the check's
+# --npd line is at most NPD_LINE characters (the plugin's max_output_length)
 EXIT_STATUS = {HEALTHY: 0, UNHEALTHY: 1, UNKNOWN: 2}
+NPD_LINE = 80
+# A GPU as sysfs names it (0000:3b:00.0; a VMD domain has more digits): a problem's gpu, a GPU's pci
+PCI_ADDRESS = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]"
 
 # How bad a problem is, worst first: the GPU or node needs a reboot or service; the GPU needs a
 # reset; the node needs an operator or a gpu-node run (a service down, a module missing, a

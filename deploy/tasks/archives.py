@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from .. import __version__
+from ..reports.health_report import HEALTH_CHECK_PROGRAM
 from ..settings import Settings
 
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)
@@ -50,7 +51,7 @@ class Archive:
 _BOOT_MODULES = ("node/first_boot.py", "node/root_files.py", "driver/module_type.py", "driver/fabric.py",
                  "foundations/command_line.py")
 BOOT = Archive(f"{LIBRARY}/gpu-node-boot.pyz", "gpu_node_boot", _BOOT_MODULES, "node.first_boot")
-HEALTH = Archive(f"{LIBRARY}/gpu-node-health.pyz", "gpu_node_health",
+HEALTH = Archive(HEALTH_CHECK_PROGRAM, "gpu_node_health",
                  (*_BOOT_MODULES, "driver/next_boot.py", "reports/health_report.py", "health/check.py",
                   "health/journal.py", "health/node.py", "health/problems.py", "health/readings.py", "health/xids.py"),
                  "health.check")

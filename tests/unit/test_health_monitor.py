@@ -18,9 +18,11 @@ import pytest
 import yaml
 
 from deploy.facts.gpu_node_identity import GpuNode
+from deploy.health import check
 from deploy.k8s import health_monitor
 from deploy.operations.kubectl import manifest_documents
 from deploy.settings import parse_settings
+from deploy.tasks import archives, boot, health
 from deploy.tasks.k8s import node_labels
 
 # Go's time.ParseDuration, as NPD reads invoke_interval and timeout: a sequence of number+unit.
@@ -122,18 +124,38 @@ def test_the_config_check_can_fail(broken, says):
 
 
 def test_the_plugin_runs_the_health_check_in_the_hosts_namespaces_and_sets_one_condition():
-    config = plugin_config(gpu_health_monitor_interval=120)
+    config = plugin_config(gpu_health_monitor_interval="2min")
     (rule,) = config["rules"]
     assert [rule["path"], *rule["args"]] == [
         "/usr/bin/nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--pid", "--",
-        "python3", "-I", "/usr/lib/gpu-node/gpu-node-health.pyz", "--npd"]
+        "/usr/bin/python3", "-I", "/usr/lib/gpu-node/gpu-node-health.pyz", "--npd"]
     assert rule["type"] == "permanent" and rule["condition"] == "GPUUnhealthy"
     assert config["conditions"] == [{"type": "GPUUnhealthy", "reason": "GPUsHealthy",
                                      "message": "gpu-node's health check finds no problem"}]
+    # a systemd time span in the settings, Go's duration in NPD's config
     assert config["pluginConfig"]["invoke_interval"] == "120s"
     pod = bundle()["DaemonSet"]["spec"]["template"]["spec"]
     # PID 1 is the host's only where the pod shares the host's PID namespace; nsenter needs privilege
     assert pod["hostPID"] is True and pod["containers"][0]["securityContext"] == {"privileged": True}
+
+
+def exec_lines(unit: str, key: str) -> list[list[str]]:
+    return [line.split("=", 1)[1].lstrip("-").split() for line in unit.splitlines() if line.startswith(f"{key}=")]
+
+
+def test_the_plugin_runs_the_check_every_gpu_node_installs_as_the_nodes_own_units_run_it():
+    """The command after nsenter's ``--`` is what deploy/tasks/health.py's service and the first-boot unit
+    run (interpreter, -I, the archive deploy/tasks/archives.py puts), with --npd; without --config, the
+    check reads the settings file the health stage writes; NPD keeps as much of its output as --npd prints."""
+    settings = parse_settings({})
+    files = health.wanted_files(settings)
+    ((*service, config_flag, config),) = exec_lines(files[f"{health.UNIT_DIR}/{health.SERVICE}"][0], "ExecStart")
+    ((*at_boot, _, _),) = exec_lines(boot.wanted_files(settings)[f"{boot.UNIT_DIR}/{boot.SERVICE}"][0], "ExecStartPost")
+    (rule,) = plugin_config()["rules"]
+    npd = rule["args"][rule["args"].index("--") + 1:]
+    assert npd == [*service, "--npd"] and service == at_boot and service[2] == archives.HEALTH.path
+    assert (config_flag, config) == ("--config", check.CONFIG_PATH) and check.CONFIG_PATH in files
+    assert plugin_config()["pluginConfig"]["max_output_length"] == check.NPD_LINE
 
 
 def test_the_daemonset_runs_the_pinned_image_with_the_custom_plugin_monitor_alone():

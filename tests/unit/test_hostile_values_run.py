@@ -141,6 +141,9 @@ PLANS = {
     # systemd time spans (the health timer's interval; the fleet view's silence): their pattern refuses
     # every hostile value before any run
     "health_check_interval": ("node",), "health_silent_after": ("node",),
+    # the same type for node-problem-detector's interval (NPD's config gets its seconds) and the quarantine's
+    # release (compared in seconds)
+    "gpu_health_monitor_interval": ("cluster",), "quarantine_release_after": ("cluster",),
     # deploy/render_cluster.py on @local: a real run of each style in test_render_cluster.py
     "manifests_dir": ("render",), "manifests_inventory": ("render",), "manifests_kubernetes_version": ("render",),
 }

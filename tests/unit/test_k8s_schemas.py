@@ -204,8 +204,8 @@ def template_bundles() -> dict:
     for variant in ("no-sharing", "time-slicing", "mps-runtimeclass"):
         bundles[f"smoke-pod/{variant}"] = functools.partial(
             lambda variant, version: manifest_documents(render_smoke_pod(*plugin_inputs(variant))), variant)
-    for interval in ("30", "3600"):
-        bundles[f"gpu-health-monitor/{interval}s"] = functools.partial(
+    for interval in ("30s", "1h"):  # the bounds of gpu_health_monitor_interval
+        bundles[f"gpu-health-monitor/{interval}"] = functools.partial(
             lambda interval, version: applied(health_monitor.render(parse_settings(
                 {"gpu_health_monitor": "npd", "gpu_health_monitor_interval": interval})), health_monitor.BUNDLE),
             interval)

@@ -19,6 +19,7 @@ import jsonpatch
 import pyinfra
 import pytest
 import yaml
+from hostile_reports import health_report
 from plan import QUICK, Node, run_inventory
 from pyinfra.api import Inventory
 from pyinfra.facts.server import Hostname
@@ -49,14 +50,12 @@ DEDICATED = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
 ONE_NODE = {"quarantine_max_percent": 100}
 
 
-def health(status: str, checked_at: str = "2026-05-01T10:00:00Z", problems=()) -> dict:
-    """A health report as the node's health check writes it (its documented fields)."""
-    return {"version": 1, "gpu_node_version": "0.4.0", "host": "node", "checked_at": checked_at,
-            "healthy": status == "healthy", "status": status, "problems": list(problems),
-            "gpus": [{"pci": GPU_A, "seen_by_driver": status == "healthy"}]}
+def health(status: str, checked_at: str = "2026-05-01T10:00:00+00:00", problems=()) -> dict:
+    """A health report as the node's health check writes it (HealthReportFormat: the fleet view refuses any other)."""
+    return health_report("node", status, tuple(problems), gpus=(GPU_A, GPU_B), checked_at=checked_at)
 
 
-def problem(kind="xid-79", gpu=GPU_A, severity="fatal", line="Xid 79: GPU has fallen off the bus") -> dict:
+def problem(kind="xid", gpu=GPU_A, severity="fatal", line="Xid 79 on 0000:3b:00.0: GPU fallen off the bus") -> dict:
     return {"kind": kind, "gpu": gpu, "severity": severity, "line": line}
 
 
@@ -197,11 +196,11 @@ def test_an_unhealthy_node_is_tainted_and_recorded_its_cordon_taints_and_annotat
     reports = {"gpu1": health("unhealthy", problems=[problem()]), "gpu2": health("healthy")}
     run = run_view(monkeypatch, cluster, reports)
     assert run.failed == [] and run.plan.error is None, run.plan.error
-    assert cluster.taints("gpu1") == [CORDONED, DEDICATED, {"key": TAINT_KEY, "value": "xid-79", "effect": "NoSchedule"}]
+    assert cluster.taints("gpu1") == [CORDONED, DEDICATED, {"key": TAINT_KEY, "value": "xid", "effect": "NoSchedule"}]
     assert cluster.objects["gpu1"]["spec"]["unschedulable"] is True
     assert cluster.objects["gpu1"]["metadata"]["annotations"]["team"] == "vision"
     assert cluster.record("gpu1") == {"by": "gpu-node", "since": "2026-05-01T10:00:00Z",
-                                      "reason": "Xid 79: GPU has fallen off the bus"}
+                                      "reason": "Xid 79 on 0000:3b:00.0: GPU fallen off the bus"}
     (patch,) = cluster.writes
     assert json.loads(shlex.split(patch)[-1])[0] == {"op": "test", "path": "/metadata/resourceVersion", "value": "1"}
     assert cluster.objects["gpu2"]["spec"] == {} and cluster.record("gpu2") is None
@@ -214,10 +213,10 @@ def test_never_more_than_quarantine_max_nodes_the_worst_first_counting_others_ta
     cluster = StandInGpuCluster()
     for name in ("gpu1", "gpu2", "gpu3", "gpu4", "gpu5"):
         cluster.node(name)
-    reports = {"gpu1": health("unhealthy", problems=[problem(kind="ecc-pending", severity="needs reset",
+    reports = {"gpu1": health("unhealthy", problems=[problem(kind="row remap", severity="needs reset",
                                                              line="rows pending remapping")]),
                "gpu2": health("unhealthy", problems=[problem()]),
-               "gpu3": health("unhealthy", problems=[problem(kind="xid-94", line="Xid 94: contained ECC error")]),
+               "gpu3": health("unhealthy", problems=[problem(line="Xid 79 on 0000:3b:00.0: GPU fallen off the bus (2 times this boot)")]),
                "gpu4": health("healthy"), "gpu5": health("healthy")}
     run = run_view(monkeypatch, cluster, reports, data={"quarantine_max_nodes": 2, "quarantine_max_percent": 100})
     assert run.failed == []
@@ -235,7 +234,7 @@ def test_never_more_than_quarantine_max_nodes_the_worst_first_counting_others_ta
                                          "gpu2": health("healthy"), "gpu3": health("healthy")},
                    data={"quarantine_max_nodes": 1})
     assert run.failed == [] and others.writes == []
-    assert any("gpu1: unhealthy (Xid 79: GPU has fallen off the bus) but not quarantined: 1 of the run's 3 GPU nodes"
+    assert any("gpu1: unhealthy (Xid 79 on 0000:3b:00.0: GPU fallen off the bus) but not quarantined: 1 of the run's 3 GPU nodes"
                in line for line in quarantine_lines(caplog))
 
 
@@ -272,22 +271,22 @@ def test_the_share_of_the_group_is_rounded_down_no_real_cluster(monkeypatch):
 def test_released_after_healthy_reports_for_the_set_time_its_own_taint_only_no_real_cluster(monkeypatch):
     cluster = StandInGpuCluster()
     cluster.node("gpu1")
-    data = {**ONE_NODE, "quarantine_release_after": 600}
-    run_view(monkeypatch, cluster, {"gpu1": health("unhealthy", "2026-05-01T10:00:00Z", [problem()])}, data=data)
+    data = {**ONE_NODE, "quarantine_release_after": "10min"}
+    run_view(monkeypatch, cluster, {"gpu1": health("unhealthy", "2026-05-01T10:00:00+00:00", [problem()])}, data=data)
     # the operator cordons it and adds a taint of theirs while it is quarantined
     node = cluster.objects["gpu1"]
     node["spec"]["unschedulable"] = True
     node["spec"]["taints"] = [CORDONED, *node["spec"]["taints"], DEDICATED]
 
-    run_view(monkeypatch, cluster, {"gpu1": health("healthy", "2026-05-01T11:00:00Z")}, data=data)
+    run_view(monkeypatch, cluster, {"gpu1": health("healthy", "2026-05-01T11:00:00+00:00")}, data=data)
     assert cluster.record("gpu1")["healthy_since"] == "2026-05-01T11:00:00Z" and len(cluster.taints("gpu1")) == 3
     # unknown in between: its healthy time starts over
-    run_view(monkeypatch, cluster, {"gpu1": health("unknown", "2026-05-01T11:05:00Z")}, data=data)
+    run_view(monkeypatch, cluster, {"gpu1": health("unknown", "2026-05-01T11:05:00+00:00")}, data=data)
     assert "healthy_since" not in cluster.record("gpu1")
-    run_view(monkeypatch, cluster, {"gpu1": health("healthy", "2026-05-01T11:06:00Z")}, data=data)
-    run_view(monkeypatch, cluster, {"gpu1": health("healthy", "2026-05-01T11:15:00Z")}, data=data)
+    run_view(monkeypatch, cluster, {"gpu1": health("healthy", "2026-05-01T11:06:00+00:00")}, data=data)
+    run_view(monkeypatch, cluster, {"gpu1": health("healthy", "2026-05-01T11:15:00+00:00")}, data=data)
     assert cluster.record("gpu1")["healthy_since"] == "2026-05-01T11:06:00Z"  # 540 s: not yet
-    run_view(monkeypatch, cluster, {"gpu1": health("healthy", "2026-05-01T11:16:00Z")}, data=data)
+    run_view(monkeypatch, cluster, {"gpu1": health("healthy", "2026-05-01T11:16:00+00:00")}, data=data)
     assert cluster.record("gpu1") is None
     assert cluster.taints("gpu1") == [CORDONED, DEDICATED] and cluster.objects["gpu1"]["spec"]["unschedulable"] is True
 
@@ -296,7 +295,7 @@ def test_a_taint_of_the_key_someone_else_set_is_never_removed_no_real_cluster(mo
     cluster = StandInGpuCluster()
     manual = {"key": TAINT_KEY, "value": "manual", "effect": "NoSchedule"}
     cluster.node("gpu1", taints=[manual])
-    for checked_at in ("2026-05-01T10:00:00Z", "2026-05-09T10:00:00Z"):
+    for checked_at in ("2026-05-01T10:00:00+00:00", "2026-05-09T10:00:00+00:00"):
         run = run_view(monkeypatch, cluster, {"gpu1": health("healthy", checked_at)},
                        data={"quarantine_release_after": 0})
         assert run.failed == []
@@ -330,10 +329,10 @@ def test_on_a_dra_node_the_failed_gpu_alone_gets_a_device_taint_rule_and_its_rel
     assert list(cluster.rules) == ["gpu-node-gpu1-gpu-1"]
     assert cluster.rules["gpu-node-gpu1-gpu-1"]["spec"] == {
         "deviceSelector": {"driver": "gpu.nvidia.com", "pool": "gpu1", "device": "gpu-1"},
-        "taint": {"key": TAINT_KEY, "value": "xid-79", "effect": "NoSchedule"}}
+        "taint": {"key": TAINT_KEY, "value": "xid", "effect": "NoSchedule"}}
     assert cluster.record("gpu1")["devices"] == ["gpu-node-gpu1-gpu-1"]
 
-    run_view(monkeypatch, cluster, {"gpu1": health("healthy", "2026-05-01T11:00:00Z")}, data=data, host_data=dra)
+    run_view(monkeypatch, cluster, {"gpu1": health("healthy", "2026-05-01T11:00:00+00:00")}, data=data, host_data=dra)
     assert cluster.rules == {} and cluster.record("gpu1") is None
 
 
@@ -360,14 +359,16 @@ def test_without_device_taint_rules_served_a_dra_node_is_tainted_whole_no_real_c
 @pytest.mark.parametrize("version, api", [("1.36", "resource.k8s.io/v1beta2"), ("1.37", "resource.k8s.io/v1beta2"),
                                           ("1.37", "resource.k8s.io/v1")])
 def test_the_device_taint_rule_is_valid_where_the_release_serves_its_api(version, api):
-    rule = device_rule(api, "gpu1", "gpu1", "gpu-0", "xid-79")
+    rule = device_rule(api, "gpu1", "gpu1", "gpu-0", "xid")
     assert schema_problem(rule, version) is None
     assert schema_problem(rule, "1.35") == f"DeviceTaintRule {api} is not served by Kubernetes 1.35"
 
 
 @pytest.mark.parametrize("holders, says", [
-    (["fuser"], "gpu1: GPU 0000:3b:00.0 needs a reset and nothing holds /dev/nvidia*: `nvidia-smi -r -i 0000:3b:00.0` "
-                "would reset it (gpu-node resets nothing)"),
+    # then the health check forgets the Xids the reset cleared (else the node stays unhealthy until its next boot)
+    (["fuser"], "gpu1: GPU 0000:3b:00.0 needs a reset and nothing holds /dev/nvidia*: `nvidia-smi -r -i 0000:3b:00.0; "
+                "/usr/bin/python3 -I /usr/lib/gpu-node/gpu-node-health.pyz --forget-xids` would reset it and tell the "
+                "health check (gpu-node resets nothing)"),
     (["fuser", "holder 4242 - alice /dev/nvidia0 python3"],
      "gpu1: GPU 0000:3b:00.0 needs a reset; not now: python3 (pid 4242, user alice) holds /dev/nvidia0"),
 ])
@@ -376,7 +377,7 @@ def test_quarantine_reset_plan_says_what_a_reset_would_need_and_runs_none_no_rea
     cluster = StandInGpuCluster()
     cluster.node("gpu1")
     cluster.node("gpu2")
-    needs_reset = health("unhealthy", problems=[problem(kind="xid-48", severity="needs reset", line="Xid 48: DBE")])
+    needs_reset = health("unhealthy", problems=[problem(severity="needs reset", line="Xid 48 on 0000:3b:00.0: uncorrectable (double-bit) ECC error")])
     run = run_view(monkeypatch, cluster, {"gpu1": needs_reset, "gpu2": health("healthy")},
                    data={"quarantine_reset": "plan"}, holders=holders)
     assert run.failed == []
@@ -385,18 +386,29 @@ def test_quarantine_reset_plan_says_what_a_reset_would_need_and_runs_none_no_rea
     assert not [command for command in gpu_commands if "nvidia-smi" in command]
 
 
+# A report the health check's format refuses: control characters in a field; a report of another shape
+# (a Z timestamp, a kind the check does not write, a GPU without its readings) the quarantine must refuse
+# as the fleet view does, one format for both
+NOT_HEALTH_REPORTS = {
+    "hostile": ({**health("unhealthy", problems=[problem()]), "checked_at": "yesterday\x1b[2J"}, "checked_at"),
+    "another-shape": ({**health("unhealthy", problems=[problem(kind="xid-79")]), "checked_at": "2026-05-01T10:00:00Z",
+                       "gpus": [{"pci": GPU_A, "seen_by_driver": False}]}, "checked_at"),
+}
+
+
+@pytest.mark.parametrize("case", NOT_HEALTH_REPORTS)
 def test_a_health_report_that_is_no_health_report_is_one_line_and_the_node_left_alone_no_real_cluster(monkeypatch,
-                                                                                                      caplog):
+                                                                                                      caplog, case):
     cluster = StandInGpuCluster()
     cluster.node("gpu1")
     cluster.node("gpu2")
-    hostile = json.dumps({**health("unhealthy", problems=[problem()]), "checked_at": "yesterday\x1b[2J"})
-    run = run_view(monkeypatch, cluster, {"gpu1": hostile, "gpu2": health("healthy")})
+    report, field_named = NOT_HEALTH_REPORTS[case]
+    run = run_view(monkeypatch, cluster, {"gpu1": json.dumps(report), "gpu2": health("healthy")}, data=ONE_NODE)
     assert cluster.writes == []
-    # the fleet view's rows are not failed by the health report beside the node report
-    assert run.failed == []
+    # the fleet view refuses it too, as any file of the node's that is no report (docs/health.md): that host fails
+    assert run.failed == ["@fake/gpu1"]
     lines = [line for line in quarantine_lines(caplog) if "gpu1" in line]
-    assert lines and "not a health report: checked_at" in lines[0] and "\x1b" not in lines[0]
+    assert lines and f"health.json: not a gpu-node report: {field_named}" in lines[0] and "\x1b" not in lines[0]
 
 
 def test_quarantine_without_a_control_plane_in_the_inventory_stops_in_one_line(monkeypatch):

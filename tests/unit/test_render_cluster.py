@@ -123,7 +123,7 @@ CASES = {
     "static-cdi-driver-root": Case(
         {"smoke_test": "false", "cdi": "true", "nvidia_driver_root": "/run/nvidia/driver"}, {}),
     "helm-no-sharing": Case({"device_plugin_install_method": "helm", "smoke_test": "false"}, {}),
-    "health-monitor": Case({"gpu_health_monitor": "npd", "gpu_health_monitor_interval": 90, "smoke_test": "false"}, {}),
+    "health-monitor": Case({"gpu_health_monitor": "npd", "gpu_health_monitor_interval": "90s", "smoke_test": "false"}, {}),
     "helm-sharing": Case(
         {"device_plugin_install_method": "helm", "smoke_test": "false", "gpu_sharing": "time-slicing",
          "gpu_sharing_replicas": "6"},

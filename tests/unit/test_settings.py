@@ -123,11 +123,11 @@ DOCUMENTED_DEFAULTS = {
     "mig_manager_package": "nvidia-mig-manager",
     "gpu_health_monitor": "off",
     "npd_image": "registry.k8s.io/node-problem-detector/node-problem-detector:v0.8.21",
-    "gpu_health_monitor_interval": 60,
+    "gpu_health_monitor_interval": "1min",
     "fleet_quarantine": False,
     "quarantine_max_nodes": 1,
     "quarantine_max_percent": 50,
-    "quarantine_release_after": 3600,
+    "quarantine_release_after": "1h",
     "quarantine_reset": "off",
 }
 
@@ -287,6 +287,12 @@ def test_normalised_forms():
          "tag, optionally with its digest, such as registry/name:v1.2@sha256:<64 hex digits>"),
         ({"quarantine_max_percent": 101},
          "invalid setting quarantine_max_percent=101: allowed: an integer >= 0 <= 100"),
+        ({"gpu_health_monitor_interval": "10s"},
+         "invalid setting gpu_health_monitor_interval='10s': allowed: 30s to 1h"),
+        ({"gpu_health_monitor_interval": "a minute"},
+         "invalid setting gpu_health_monitor_interval='a minute': allowed: a systemd time span such as 1min, 90s or "
+         "1h 30min (units s, min, h, d, w)"),
+        ({"quarantine_release_after": "31d"}, "invalid setting quarantine_release_after='31d': allowed: 0 to 30d"),
         ({"gpu_sharing_replicas": "8"},
          "invalid setting gpu_sharing_replicas='8': allowed only with gpu_sharing=time-slicing or mps "
          "(gpu_sharing is 'none')"),
@@ -299,6 +305,16 @@ def test_a_bad_value_stops_the_run_in_one_line_naming_key_value_and_what_is_allo
     with pytest.raises(SettingsError) as raised:
         parse_settings(data)
     assert str(raised.value) == message
+
+
+def test_no_two_sections_name_a_method_alike_so_each_sections_checks_run():
+    """Settings inherits every section: a section's validator named as another's would hide it (its checks never run)."""
+    named: dict[str, str] = {}
+    for section in Settings.__bases__:
+        for name in (name for name, value in vars(section).items() if not name.startswith("__") and (
+                callable(value) or isinstance(value, (classmethod, staticmethod)) or hasattr(value, "decorator_info"))):
+            assert name not in named, f"{section.__name__} and {named[name]} both define {name}"
+            named[name] = section.__name__
 
 
 def test_of_several_bad_values_one_is_named_in_one_line():

@@ -5,10 +5,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from ..values import PinnedImage
+from ..errors import SettingsError, shown
+from ..values import PinnedImage, TimeSpan, time_span_seconds
 from .base import Section
+
+# (low, high) in seconds, and in words: node-problem-detector's runs no closer than its plugin's
+# timeout, a release at most a month out
+SPANS = {"gpu_health_monitor_interval": (30, 3600, "30s to 1h"),
+         "quarantine_release_after": (0, 30 * 86400, "0 to 30d")}
 
 
 class HealthClusterSettings(Section):
@@ -32,8 +38,9 @@ class HealthClusterSettings(Section):
         description="node-problem-detector's image (its official one by default; a mirror's, pinned by tag and "
                     "optionally digest)",
     )
-    gpu_health_monitor_interval: int = Field(
-        60, ge=30, le=3600, description="seconds between node-problem-detector's runs of the health check"
+    gpu_health_monitor_interval: TimeSpan = Field(
+        "1min", description="how often node-problem-detector runs the health check (a systemd time span, 30s to 1h; "
+                            "its config gets it in seconds)"
     )
     fleet_quarantine: bool = Field(
         False,
@@ -52,13 +59,20 @@ class HealthClusterSettings(Section):
         description="and at most this share of the run's GPU nodes (rounded down: a group of one is never "
                     "quarantined at 50)",
     )
-    quarantine_release_after: int = Field(
-        3600, ge=0, le=30 * 24 * 3600,
-        description="seconds a quarantined node's health reports must say healthy (by their checked_at) before "
-                    "the quarantine removes its own taint",
+    quarantine_release_after: TimeSpan = Field(
+        "1h",
+        description="how long a quarantined node's health reports must say healthy (by their checked_at) before "
+                    "the quarantine removes its own taint (a systemd time span, 0 to 30d)",
     )
     quarantine_reset: Literal["off", "plan"] = Field(
         "off",
         description="plan: for a quarantined GPU whose problem needs a reset, say whether it could be reset now "
                     "(nothing holds /dev/nvidia*: the driver reload's holder check); gpu-node resets nothing",
     )
+
+    @model_validator(mode="after")
+    def _cluster_spans_fit(self) -> "HealthClusterSettings":  # a name of its own: Settings inherits every section
+        for name, (low, high, allowed) in SPANS.items():
+            if not low <= time_span_seconds(getattr(self, name)) <= high:
+                raise SettingsError(f"invalid setting {name}={shown(getattr(self, name))}: allowed: {allowed}")
+        return self
