@@ -128,7 +128,7 @@ def run_verify_with_standin(tmp_path, lines: list[str], runs: dict) -> dict:
     node = Node(facts=[(ContainerdInstallations, []), (NodeSurvey, lines), (verification.verify_read(options, plain), lines),
                        (verification.containerd_config_read(plain), lines), (CudaInit, lines),
                        (cdi_state_read(), lines), (links_read(settings.nvidia_driver_root), lines),
-                       (InstalledKernels, lines)],
+                       (InstalledKernels, lines), (verification.signing_read(options), lines)],
                 commands=runs)
 
     @deploy("Verify with the stand-in")
