@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 
 import pytest
-from plan import DEFAULT, run_plan, settings_for
+from plan import DEFAULT, gpu_node, run_deploy, run_plan, settings_for
 
 from deploy.facts.containerd import config_read
 from deploy.distros.families import detect_platform
@@ -167,3 +167,20 @@ def test_cdi_true_on_docker_20_fails_the_host_naming_it_and_writes_nothing():
                     facts=[(DOCKER, state)])
     assert plan.failed_with("cdi=true, but Docker 20.10.24+dfsg1 has no CDI"), plan.failures
     assert not plan.ran("systemctl restart")
+
+
+DOCKER_20 = "dockerd /usr/sbin/dockerd\nversion Docker version 20.10.24+dfsg1, build 297e128"
+
+
+@pytest.mark.parametrize("runtime, read, line", [
+    ("containerd", (CONFIG, f"binary_path /usr/bin/containerd\n{CONTAINERD_1_6}\nconfig {b64('version = 2')}"),
+     "cdi=true, but containerd 1.6.20~ds1 has no CDI"),
+    ("docker", (DOCKER, DOCKER_20), "cdi=true, but Docker 20.10.24+dfsg1 has no CDI"),
+])
+def test_through_the_deploy_a_runtime_without_cdi_is_refused_in_preflight_before_the_kernel_stage(runtime, read, line):
+    """deploy/gpu_node.py with the kernel and runtimes stages: cdi=true on an installed runtime that has
+    no CDI fails the host in preflight, so not even the kernel stage (which runs first) changes anything."""
+    run = run_deploy(gpu_node("debian-12", facts=[read], unstated=DEFAULT),
+                     data={"stages": "kernel,runtimes", "cdi": "true", "container_runtimes": runtime})
+    assert line in run.refusal, run.failures
+    assert [name for name in run.op_names() if not name.startswith(("Preflight", "Refuse this host"))] == []
