@@ -106,22 +106,25 @@ class Coverage:
         return [test for test in found if test not in self.failing]
 
 
-def measure(scratch: Path, tests: list[str]) -> Coverage:
-    """One run of ``tests`` under coverage in ``scratch``, each test its own context."""
-    report = scratch / "mutation-baseline.xml"
-    started = time.monotonic()
-    subprocess.run([*PYTEST[:3], *PYTEST[4:], "--cov=deploy", "--cov-context=test", "--cov-report=",
-                    f"--junitxml={report}", *tests], cwd=scratch, env=test_env(), stdout=subprocess.DEVNULL)
-    failing = failed_tests(report)
-    print(f"coverage of {len(tests)} test files: {time.monotonic() - started:.0f} s; failing unmutated "
-          f"(left out): {', '.join(failing) or 'none'}", flush=True)
+def measure(scratch: Path, tests: list[str], earlier: Path | None = None) -> Coverage:
+    """One run of ``tests`` under coverage in ``scratch``, each test its own context; or an ``earlier``
+    run's (the scratch copy it kept, with --keep: the checkout unchanged since)."""
+    measured_in = earlier or scratch
+    if earlier is None:
+        started = time.monotonic()
+        subprocess.run([*PYTEST[:3], *PYTEST[4:], "--cov=deploy", "--cov-context=test", "--cov-report=",
+                        f"--junitxml={scratch / 'mutation-baseline.xml'}", *tests], cwd=scratch, env=test_env(),
+                       stdout=subprocess.DEVNULL)
+        print(f"coverage of {len(tests)} test files: {time.monotonic() - started:.0f} s", flush=True)
+    failing = failed_tests(measured_in / "mutation-baseline.xml")
+    print(f"failing unmutated (left out): {', '.join(failing) or 'none'}", flush=True)
     from coverage import CoverageData
 
-    data = CoverageData(basename=str(scratch / ".coverage"))
+    data = CoverageData(basename=str(measured_in / ".coverage"))
     data.read()
     lines: dict[str, dict[int, list[str]]] = {}
     for measured in data.measured_files():
-        path = str(Path(measured).resolve().relative_to(scratch.resolve()))
+        path = str(Path(measured).resolve().relative_to(measured_in.resolve()))
         by_line = data.contexts_by_lineno(measured)
         lines[path] = {line: sorted({context.rsplit("|", 1)[0] for context in contexts if context})
                        for line, contexts in by_line.items()}
@@ -273,12 +276,17 @@ def pre_mutation(context):
 '''
 
 
-def run_mutmut(scratch: Path, coverage: Coverage, files: list[str], only: dict[str, list[int]] | None,
+def run_mutmut(scratch: Path, coverage: Coverage, files: list[str], only: dict[str, dict[int, tuple[str, ...]]] | None,
                minutes: float) -> None:
+    """mutmut over ``files`` (``only``: the lines of each to mutate, with the tests named for them)."""
     tests = {path: {str(line): coverage.tests_for(path, [line]) for line in coverage.lines.get(path, {})}
              for path in files}
+    for path, named in (only or {}).items():
+        for line, extra in named.items():
+            tests[path][str(line)] = list(dict.fromkeys([*extra, *tests[path].get(str(line), [])]))
     (scratch / "mutation-tests.json").write_text(json.dumps({
-        "tests": tests, "lines": only or {}, "only_listed": only is not None,
+        "tests": tests, "lines": {path: sorted(lines) for path, lines in (only or {}).items()},
+        "only_listed": only is not None,
         "pytest": " ".join(shlex.quote(word) for word in PYTEST)}))
     (scratch / "mutmut_config.py").write_text(HOOK)
     mutmut = Path(sys.executable).with_name("mutmut")
@@ -342,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=60, help="mutmut's bound (default 60)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds one mutant's tests may take")
     parser.add_argument("--keep", action="store_true", help="keep the scratch copy (its path is printed)")
+    parser.add_argument("--coverage", type=Path, help="the scratch copy an earlier run kept (--keep): its "
+                        "coverage of the tests, for a checkout unchanged since")
     args = parser.parse_args(argv)
 
     scratch = scratch_copy()
@@ -350,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.mode == "calls" and args.safety:
             return safety_calls_held(scratch, args.timeout)
         files = args.files or target_files(scratch)
-        coverage = measure(scratch, plan_test_files())
+        coverage = measure(scratch, plan_test_files(), args.coverage)
         if args.mode == "calls":
             removals = [removal for path in files for removal in statement_removals(scratch, path)]
             results = run_removals(scratch, coverage, removals, args.timeout)
@@ -360,9 +370,12 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         only = None
         if args.safety:
+            from safety_calls import SAFETY_CALLS
+
             only = {}
-            for removal in safety_removals(scratch):
-                only.setdefault(removal.path, []).extend(range(removal.first, removal.last + 1))
+            for call, removal in zip(SAFETY_CALLS, safety_removals(scratch)):
+                for line in range(removal.first, removal.last + 1):
+                    only.setdefault(removal.path, {})[line] = call.tests
             files = sorted(only)
         run_mutmut(scratch, coverage, files, only, args.minutes)
         return 0

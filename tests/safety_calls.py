@@ -26,6 +26,7 @@ def _unit(name: str) -> str:
     return f"tests/unit/{name}"
 
 
+RELOAD_THROUGH_THE_STAGE = "test_the_driver_stage_runs_the_reload_only_where_its_holders_read_finds_no_other_process"
 RUNTIME_WITHOUT_CDI = "test_through_the_deploy_a_runtime_without_cdi_is_refused_in_preflight_before_the_kernel_stage"
 DRIVER, PREFLIGHT, ENTRY, STAGES = "deploy/tasks/driver.py", "deploy/tasks/preflight.py", "deploy/entry.py", "deploy/stages.py"
 
@@ -37,9 +38,12 @@ SAFETY_CALLS: tuple[SafetyCall, ...] = (
     SafetyCall("driver: the module built for every installed kernel", DRIVER,
                "kernel_modules.cover_installed_kernels(settings, platform)",
                (_unit("test_kernel_coverage.py::test_through_the_driver_stage_every_installed_kernel_gets_its_headers_and_a_dkms_build"),)),
-    SafetyCall("driver: the reload only where no other process holds the GPU", "deploy/operations/driver_reload.py",
-               "if plan.reboot:",
-               (_unit("test_driver_updates.py::test_the_driver_stage_runs_the_reload_only_where_its_holders_read_finds_no_other_process"),)),
+    SafetyCall("driver: the reload decided on the holders the node reads", "deploy/operations/driver_reload.py",
+               "plan = reload_plan(reading)", (_unit(f"test_driver_updates.py::{RELOAD_THROUGH_THE_STAGE}"),),
+               replacement='plan = reload_plan({**reading, "holders": []})'),
+    SafetyCall("driver: no reload while a process other than the driver's services holds the GPU",
+               "deploy/driver/reload.py", "    if others:\n        return ReloadPlan(reboot=",
+               (_unit(f"test_driver_updates.py::{RELOAD_THROUGH_THE_STAGE}"),)),
     SafetyCall("driver: the node drained before the reboot", DRIVER, "drain_ops.drain_before_reboot(",
                (_unit("test_drain_plan.py::test_reboot_after_a_driver_change_drains_first_and_a_later_runtime_restart_does_not_drain_again"),)),
     SafetyCall("driver: a package manager still busy after the bounded wait refuses the host", DRIVER,
@@ -68,7 +72,8 @@ SAFETY_CALLS: tuple[SafetyCall, ...] = (
                (_unit("test_driver_plans.py::test_ubuntu_without_branch_or_recommendation_stops_before_any_change"),),
                replacement=""),
     SafetyCall("stages: the toolkit's pin refusal asked in preflight", STAGES, "check=toolkit.preflight_check, ",
-               (_unit("test_toolkit_plan.py::test_arch_installs_the_distro_package_and_refuses_a_pin"),), replacement=""),
+               (_unit("test_toolkit_plan.py::test_through_the_deploy_a_pin_arch_cannot_honour_is_refused_in_preflight_before_the_kernel_stage"),),
+               replacement=""),
     SafetyCall("stages: containerd's CDI refusal asked in preflight", STAGES, "check=containerd.preflight_check, ",
                (_unit(f"test_containerd_plan.py::{RUNTIME_WITHOUT_CDI}"),),
                replacement=""),
@@ -76,13 +81,14 @@ SAFETY_CALLS: tuple[SafetyCall, ...] = (
                (_unit(f"test_containerd_plan.py::{RUNTIME_WITHOUT_CDI}"),),
                replacement=""),
     SafetyCall("stages: the runtime mode's refusal asked in preflight", STAGES, "check=cdi.preflight_check, ",
-               (_unit("test_runtime_mode.py::test_preflight_refuses_cdi_mode_where_auto_leaves_cdi_off_in_one_line"),),
+               (_unit("test_runtime_mode.py::test_through_the_deploy_cdi_mode_where_the_runtime_has_cdi_off_is_refused_in_preflight_"
+                      "before_the_kernel_stage"),),
                replacement=""),
     SafetyCall("stages: the DRA node's refusals asked in preflight", STAGES, "check=dra.preflight_check,",
                (_unit("test_dra_node.py::test_an_old_driver_is_refused_in_preflight_before_any_change"),), replacement=""),
     SafetyCall("stages: the driver stage waits for a busy package manager first", STAGES,
                "check=driver.preflight_check, installs=True,",
-               (_unit("test_recovery.py::test_a_held_lock_makes_the_wait_the_first_command_of_the_run"),),
+               (_unit("test_recovery.py::test_the_driver_stage_alone_waits_for_a_held_lock_before_its_first_change"),),
                replacement="check=driver.preflight_check,"),
     # --- the entry file's deploy
     SafetyCall("entry: a host preflight refused fails, before any change", ENTRY,

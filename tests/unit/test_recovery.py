@@ -78,3 +78,16 @@ def test_no_wait_when_the_package_manager_is_idle_or_no_package_stage_runs():
                              data={"stages": "kernel"})
     assert verify_only.error is None, verify_only.error
     assert not [command for command in verify_only.commands if "apt_lock_timeout" in command]
+
+
+def test_the_driver_stage_alone_waits_for_a_held_lock_before_its_first_change():
+    """The driver stage installs packages too (deploy/stages.py: installs): run alone on a node whose
+    dpkg lock another process holds, its first command is still the bounded wait."""
+    from test_driver_plans import DEBIAN_FILES
+
+    run = run_deploy(debian((PackageManagerState, (FIXTURES / "dpkg-lock-held.txt").read_text()), *DEBIAN_FILES),
+                     data={"stages": "driver", "apt_lock_timeout": "7"})
+    assert run.error is None, run.error
+    waits = [index for index, command in enumerate(run.commands) if "apt_lock_timeout" in command]
+    assert len(waits) == 1 and "lock_timeout=7\n" in run.commands[waits[0]]
+    assert waits[0] < first_change_index(run.commands)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from plan import DEFAULT, run_plan, settings_for
+from plan import DEFAULT, gpu_node, node_lines, run_deploy, run_plan, settings_for
 from test_download import apt_guard, run_shell, served  # noqa: F401 (fixtures)
 
 from deploy.distros.families import detect_platform
@@ -259,3 +259,13 @@ def test_through_the_toolkit_stage_a_key_whose_fingerprint_is_not_pinned_is_refu
         f"{key.fingerprint} is pinned (nvidia_toolkit_gpgkey_fingerprint)")
     assert not (apt_guard / "called").exists(), "apt was asked to use the key"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["guard"]
+
+
+def test_through_the_deploy_a_pin_arch_cannot_honour_is_refused_in_preflight_before_the_kernel_stage():
+    """deploy/gpu_node.py with the kernel and toolkit stages on Arch, whose toolkit is the distribution's
+    one current package: nvidia_toolkit_version fails the host in preflight, so not even the kernel
+    stage (which runs first) changes anything."""
+    run = run_deploy(gpu_node("arch", node_survey=node_lines("6.9.7-arch1-1", pkgbases=["linux"]), unstated=DEFAULT),
+                     data={"stages": "kernel,toolkit", "nvidia_toolkit_version": "1.17.8-1"})
+    assert run.refusal.startswith("nvidia_toolkit_version='1.17.8-1' cannot be pinned on arch"), run.failures
+    assert [name for name in run.op_names() if not name.startswith(("Preflight", "Refuse this host"))] == []
