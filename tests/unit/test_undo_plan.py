@@ -376,6 +376,7 @@ def test_the_undo_refuses_a_node_it_cannot_work_on_before_any_change(box):
     not_root = ["uid 1000", "user ubuntu", "kernel Linux", "systemd", "init systemd", "manager apt"]
     plan = undo_plan(undo_node(records_answer(box), facts=[(HostAccess, not_root)]))
     assert plan.refusal.startswith("commands run as ubuntu (uid 1000), not as root"), plan.refusal
+    assert plan.op_names() == ["Refuse this host (undo)"]
     assert changing_commands(plan) == []
 
 
