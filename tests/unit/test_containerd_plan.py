@@ -61,8 +61,10 @@ def test_present_containerd_is_used_as_it_is():
 
 def test_missing_containerd_without_install_fails_with_what_to_do():
     plan = run_plan(containerd_runtime, settings_for(containerd_install="false"), family("debian"), PLAIN_MISSING)
-    failed = plan.failed_with("containerd is not installed and containerd_install=false")
-    assert failed and "set containerd_install=true" in failed[0]
+    assert plan.failed and plan.failures == [
+        "containerd is not installed and containerd_install=false: install containerd, or set containerd_install=true "
+        "to install the distribution's package"]
+    assert plan.op_names() == ["containerd | Check that containerd is installed"]
     assert not plan.ran("apt-get")
 
 
@@ -87,12 +89,15 @@ def test_unparsable_config_fails_the_host_with_the_parse_error_and_uploads_nothi
     assert not plan.ran("gpu-node-candidate")
 
 
-def test_docker_missing_without_install_names_the_setting_and_the_package():
-    plan = run_plan(docker_runtime, settings_for(container_runtimes="docker"), family("debian"),
+@pytest.mark.parametrize("distro, package", [("debian", " (docker.io)"), ("rhel", "")])
+def test_docker_missing_without_install_names_the_setting_and_the_package(distro, package):
+    plan = run_plan(docker_runtime, settings_for(container_runtimes="docker"), family(distro),
                     facts=[(DOCKER, "dockerd")])
-    failed = plan.failed_with("Docker is not installed")
-    assert failed and "docker_install=true" in failed[0] and "docker.io" in failed[0]
-    assert not plan.ran("apt-get")
+    assert plan.failed and plan.failures == [
+        "docker is in container_runtimes but Docker is not installed: install Docker Engine, or set "
+        f"docker_install=true to install the distribution's package{package}"]
+    assert plan.op_names() == ["Docker | Check that Docker is installed"]
+    assert not plan.ran("apt-get") and not plan.ran("dnf")
 
 
 def test_docker_install_takes_the_distribution_package():
@@ -104,7 +109,10 @@ def test_docker_install_takes_the_distribution_package():
 def test_docker_install_on_rhel_says_there_is_no_distribution_package():
     plan = run_plan(docker_runtime, settings_for(container_runtimes="docker", docker_install="true"),
                     family("rhel"), facts=[(DOCKER, "dockerd")])
-    assert plan.failed_with("rhel ships no Docker package")
+    assert plan.failed and plan.failures == [
+        "docker_install=true, but rhel ships no Docker package: install Docker Engine (docker-ce) from Docker's "
+        "repository first"]
+    assert plan.op_names() == ["Docker | Check that Docker can be installed"]
 
 
 def test_new_dockerd_validates_the_candidate_itself():
