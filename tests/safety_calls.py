@@ -103,7 +103,8 @@ SAFETY_CALLS: tuple[SafetyCall, ...] = (
                replacement="drain = None"),
     SafetyCall("entry: a host the undo refused fails, before any change", ENTRY,
                'fail(name="Refuse this host (undo)", message=str(refusal))',
-               (_unit("test_undo_plan.py::test_the_undo_acts_only_on_records_in_a_root_owned_0700_folder"),)),
+               (_unit("test_undo_plan.py::test_the_undo_acts_only_on_records_in_a_root_owned_0700_folder"),
+                _unit("test_undo_plan.py::test_the_undo_refuses_a_node_it_cannot_work_on_before_any_change"))),
     # --- live nodes: the drain
     SafetyCall("drain: no control-plane host to drain through refuses the host", "deploy/tasks/drain.py",
                '_refuse(f"drain_before_restart=true but the inventory has no',
