@@ -106,6 +106,10 @@ SAFETY_CALLS: tuple[SafetyCall, ...] = (
                'fail(name="Refuse this host (undo)", message=str(refusal))',
                (_unit("test_undo_plan.py::test_the_undo_acts_only_on_records_in_a_root_owned_0700_folder"),
                 _unit("test_undo_plan.py::test_the_undo_refuses_a_node_it_cannot_work_on_before_any_change"))),
+    *(SafetyCall(f"entry: {function}'s keyword settings checked before any change", ENTRY,
+                 f'call_settings(host.state, settings, "{function}")',
+                 (_unit("test_api.py::test_an_unknown_keyword_stops_the_run_in_one_line_before_any_command"),))
+      for function in ("provision_gpu_node", "undo_gpu_node")),
     # --- live nodes: the drain
     SafetyCall("drain: no control-plane host to drain through refuses the host", "deploy/tasks/drain.py",
                '_refuse(f"drain_before_restart=true but the inventory has no',
@@ -165,6 +169,9 @@ SAFETY_CALLS: tuple[SafetyCall, ...] = (
                'refusal = access_refusal(facts["HostAccess"])',
                (_unit("test_undo_plan.py::test_the_undo_refuses_a_node_it_cannot_work_on_before_any_change"),),
                replacement="refusal = None"),
+    SafetyCall("undo: the keys gpu-node imported taken back out of rpm's database", "deploy/tasks/undo.py",
+               "undo_ops.remove_rpm_keys(",
+               (_unit("test_undo_plan.py::test_the_keys_gpu_node_imported_into_rpms_database_are_taken_back_out_and_only_those"),)),
     SafetyCall("undo: a file changed after the undo read it is left as it is", "deploy/operations/undo.py",
                "header + _unchanged_since_read(undo) + active + rest",
                (_unit("test_undo_plan.py::test_a_file_changed_after_the_undo_read_it_is_left_as_it_is_in_one_line"),),

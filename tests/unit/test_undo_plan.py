@@ -434,6 +434,15 @@ def test_apt_holds_gpu_node_placed_are_released_and_only_those_still_held():
     assert plan.matching("apt-mark unhold") == ["apt-mark unhold nvidia-container-toolkit"]
 
 
+def test_the_keys_gpu_node_imported_into_rpms_database_are_taken_back_out_and_only_those():
+    plan = undo_plan(undo_node(records("rpm_key gpg-pubkey-f796ecb0-6412f5e3"), distro="rocky-9"))
+    assert not plan.failed, plan.refusal
+    (removal,) = plan.matching("rpm -e")
+    assert removal.startswith("for key in gpg-pubkey-f796ecb0-6412f5e3; do if rpm -q")
+    assert plan.op_names() == ["Take gpu-node back off | Take the keys gpu-node imported out of rpm's database",
+                              "Take gpu-node back off | Remove gpu-node's records"]
+
+
 # Each family's fact of its holds, on a node where gpu-node's hold of the toolkit is still there and
 # that of its base package is gone
 @pytest.mark.parametrize("distro, answer, released", [
