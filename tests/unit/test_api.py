@@ -68,6 +68,7 @@ def test_pyinfra_global_arguments_pass_through_to_every_operation(tmp_path):
 
 @pytest.mark.parametrize("function, name", [("provision_gpu_node", "provision_gpu_node"),
                                             ("verify_gpu_node", "verify_gpu_node"),
+                                            ("undo_gpu_node", "undo_gpu_node"),
                                             ("configure_cluster", "configure_cluster"),
                                             ("render_cluster_files", "render_cluster_files")])
 def test_an_unknown_keyword_stops_the_run_in_one_line_before_any_command(tmp_path, function, name):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 
 import pytest
-from plan import DEFAULT, run_plan, settings_for
+from plan import DEFAULT, gpu_node, run_deploy, run_plan, settings_for
 
 from deploy.facts.containerd import config_read
 from deploy.distros.families import detect_platform
@@ -61,8 +61,10 @@ def test_present_containerd_is_used_as_it_is():
 
 def test_missing_containerd_without_install_fails_with_what_to_do():
     plan = run_plan(containerd_runtime, settings_for(containerd_install="false"), family("debian"), PLAIN_MISSING)
-    failed = plan.failed_with("containerd is not installed and containerd_install=false")
-    assert failed and "set containerd_install=true" in failed[0]
+    assert plan.failed and plan.failures == [
+        "containerd is not installed and containerd_install=false: install containerd, or set containerd_install=true "
+        "to install the distribution's package"]
+    assert plan.op_names() == ["containerd | Check that containerd is installed"]
     assert not plan.ran("apt-get")
 
 
@@ -87,12 +89,15 @@ def test_unparsable_config_fails_the_host_with_the_parse_error_and_uploads_nothi
     assert not plan.ran("gpu-node-candidate")
 
 
-def test_docker_missing_without_install_names_the_setting_and_the_package():
-    plan = run_plan(docker_runtime, settings_for(container_runtimes="docker"), family("debian"),
+@pytest.mark.parametrize("distro, package", [("debian", " (docker.io)"), ("rhel", "")])
+def test_docker_missing_without_install_names_the_setting_and_the_package(distro, package):
+    plan = run_plan(docker_runtime, settings_for(container_runtimes="docker"), family(distro),
                     facts=[(DOCKER, "dockerd")])
-    failed = plan.failed_with("Docker is not installed")
-    assert failed and "docker_install=true" in failed[0] and "docker.io" in failed[0]
-    assert not plan.ran("apt-get")
+    assert plan.failed and plan.failures == [
+        "docker is in container_runtimes but Docker is not installed: install Docker Engine, or set "
+        f"docker_install=true to install the distribution's package{package}"]
+    assert plan.op_names() == ["Docker | Check that Docker is installed"]
+    assert not plan.ran("apt-get") and not plan.ran("dnf")
 
 
 def test_docker_install_takes_the_distribution_package():
@@ -104,7 +109,10 @@ def test_docker_install_takes_the_distribution_package():
 def test_docker_install_on_rhel_says_there_is_no_distribution_package():
     plan = run_plan(docker_runtime, settings_for(container_runtimes="docker", docker_install="true"),
                     family("rhel"), facts=[(DOCKER, "dockerd")])
-    assert plan.failed_with("rhel ships no Docker package")
+    assert plan.failed and plan.failures == [
+        "docker_install=true, but rhel ships no Docker package: install Docker Engine (docker-ce) from Docker's "
+        "repository first"]
+    assert plan.op_names() == ["Docker | Check that Docker can be installed"]
 
 
 def test_new_dockerd_validates_the_candidate_itself():
@@ -167,3 +175,20 @@ def test_cdi_true_on_docker_20_fails_the_host_naming_it_and_writes_nothing():
                     facts=[(DOCKER, state)])
     assert plan.failed_with("cdi=true, but Docker 20.10.24+dfsg1 has no CDI"), plan.failures
     assert not plan.ran("systemctl restart")
+
+
+DOCKER_20 = "dockerd /usr/sbin/dockerd\nversion Docker version 20.10.24+dfsg1, build 297e128"
+
+
+@pytest.mark.parametrize("runtime, read, line", [
+    ("containerd", (CONFIG, f"binary_path /usr/bin/containerd\n{CONTAINERD_1_6}\nconfig {b64('version = 2')}"),
+     "cdi=true, but containerd 1.6.20~ds1 has no CDI"),
+    ("docker", (DOCKER, DOCKER_20), "cdi=true, but Docker 20.10.24+dfsg1 has no CDI"),
+])
+def test_through_the_deploy_a_runtime_without_cdi_is_refused_in_preflight_before_the_kernel_stage(runtime, read, line):
+    """deploy/gpu_node.py with the kernel and runtimes stages: cdi=true on an installed runtime that has
+    no CDI fails the host in preflight, so not even the kernel stage (which runs first) changes anything."""
+    run = run_deploy(gpu_node("debian-12", facts=[read], unstated=DEFAULT),
+                     data={"stages": "kernel,runtimes", "cdi": "true", "container_runtimes": runtime})
+    assert line in run.refusal, run.failures
+    assert [name for name in run.op_names() if not name.startswith(("Preflight", "Refuse this host"))] == []

@@ -63,6 +63,8 @@ def test_a_cluster_older_than_1_34_is_refused_in_one_line(monkeypatch, caplog):
     assert "nvidia-dra-driver-gpu" not in bundles(run) and "dra-claims" not in bundles(run)
     [line] = [record.getMessage() for record in caplog.records if "needs Kubernetes 1.34" in record.getMessage()]
     assert "the server is v1.33.2" in line and "\n" not in line
+    names = [", ".join(run.state.op_meta[op_hash].names) for op_hash in run.state.get_op_order()]
+    assert [name for name in names if name.endswith("Check the cluster serves DRA (resource.k8s.io/v1)")], names
 
 
 def move_commands(run) -> list[tuple[str, str]]:

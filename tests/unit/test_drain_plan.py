@@ -290,6 +290,8 @@ def test_reboot_after_a_driver_change_drains_first_and_a_later_runtime_restart_d
     assert run.index(GPU, "reboot )") < restart_index(run) < run.index(CP, " uncordon ")
     assert "Kubernetes node gpu1 was drained earlier in this run" in caplog.text
     assert cluster.nodes[NODE] is False
+    names = [", ".join(run.state.op_meta[op_hash].names) for op_hash in run.state.get_op_order()]
+    assert "NVIDIA driver | Drain Kubernetes node gpu1 before the reboot" in names, names
 
 
 def test_a_node_whose_driver_awaits_its_reboot_stays_cordoned_after_a_runtime_restart_no_real_cluster(

@@ -269,6 +269,17 @@ def test_fabric_managers_refusal_names_the_repository_dnf_could_not_read():
     assert "Fabric Manager must be pinned" in healthy and "could not read" not in healthy
 
 
+def test_through_the_driver_stage_a_package_manager_still_busy_refuses_the_host():
+    """dnf waits without end for another dnf's lock: the driver stage's read waits for it, bounded, and
+    when the lock is still held then, preflight refuses the host in the wait's one line, before any change."""
+    busy = "the package manager is busy: after waiting 120 s (apt_lock_timeout), dnf (pid 4242) holds its lock"
+    run = run_deploy(node("rocky-9", node_survey=node_lines("5.14.0-362.8.1.el9_3.x86_64", pci=PCI_WITH_GPU), facts=[
+        (every(WaitedPackageVersions), [f"busy gpu-node: {busy}"])]),
+        data={"nvidia_driver_branch": "550", "nvidia_driver_version": "550.54.15"})
+    assert run.refusal == busy
+    assert not run.ran("dnf install") and not run.ran("dnf module") and not run.ran("mkdir -p /etc/modprobe.d")
+
+
 def test_rocky_9_without_branch_uses_the_latest_dkms_stream():
     run = ok(run_deploy(node("rocky-9", node_survey=node_lines("5.14.0-362.8.1.el9_3.x86_64"))))
     assert "dnf module enable -y nvidia-driver:latest-dkms" in run.commands

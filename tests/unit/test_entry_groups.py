@@ -56,6 +56,8 @@ def test_a_host_in_a_misnamed_group_is_refused_in_one_line_and_others_go_on(capl
     assert run.failures == ["in the inventory's groups gpu_node, not in gpu_nodes: gpu-node provisions the hosts of "
                             "gpu_nodes (is 'gpu_node' meant to be 'gpu_nodes'?); add it there, or name the GPU nodes' "
                             "group with gpu_nodes_group"]
+    # the operation that fails it says why in pyinfra's own output (the hosts' first operations share a place)
+    assert "Refuse this host (not in gpu_nodes)" in ", ".join(run.op_names()).split(", ")
     commands = {host.name: host.connector.executed_commands for host in inventory}
     assert commands["@fake/gpu1"] == []  # not even read
     assert any("/etc/sysctl.d/99-gpu-node-kubernetes.conf" in command for command in commands["@fake/gpu2"])

@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from plan import DEFAULT, Output, run_plan, settings_for
+from plan import (DEFAULT, PCI_WITH_GPU, Output, carrying, every, node_lines, run_deploy, run_plan,
+                  settings_for)
 from pyinfra.api import deploy
 
 from deploy.driver import kernel_coverage
@@ -210,3 +211,22 @@ def test_through_the_driver_stage_the_refusal_comes_before_any_drain_or_reboot(m
     assert run.index(GPU, "apt-get -y") >= 0, "the driver changed"
     assert run.kubectl_verbs() == ["get"], "the drain's read while preparing, and no cordon or drain"
     assert not [command for command in run.on(GPU) if "reboot )" in command]
+
+
+def test_through_the_driver_stage_every_installed_kernel_gets_its_headers_and_a_dkms_build(both_modes):
+    """deploy/gpu_node.py's driver stage (the driver installed, so changed; no reboot asked): the second
+    installed kernel, which has no module, gets its headers and a DKMS build in the same run, and the
+    kernel that has one is left alone."""
+    from test_driver_plans import DEBIAN_FILES, node
+
+    lines = (FIXTURES / DEBIAN).read_text().splitlines()
+    run = run_deploy(node("debian-12", node_survey=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU), facts=[
+        *DEBIAN_FILES, (InstalledKernels, lines),
+        (every(PackagesAvailable), carrying("linux-headers-6.1.0-18-amd64", "linux-headers-cloud-amd64"))]),
+        data={"stages": "driver"})
+    assert run.error is None and not run.failed, run.refusal
+    installs = run.matching("apt-get -y")
+    assert any(f"linux-headers-{K2}" in command for command in installs), installs
+    assert run.ran(f"dkms autoinstall -k {K2}") and not run.ran(f"dkms autoinstall -k {K1}")
+    builds = [name for name in run.op_names() if "for every installed kernel" in name]
+    assert builds == ["NVIDIA driver | Build the NVIDIA module for every installed kernel"], run.op_names()

@@ -99,6 +99,16 @@ def test_too_little_free_disk_stops_before_any_change():
     assert not [c for c in run.commands if c.startswith(CHANGING)]
 
 
+def test_every_reason_to_stop_is_in_the_one_refusal_line():
+    run = debian(node_lines("6.1.0-18-amd64", free_mb=1000), require_gpu=True)
+    assert run.refusal == ("no NVIDIA GPU on the PCI bus (vendor 0x10de, display class): require_gpu=true; "
+                           "only 1000 MiB free on /, less than min_free_disk_mb=2048: free some space (the driver and "
+                           "its DKMS build need it) or lower the setting; only 1000 MiB free on /var, less than "
+                           "min_free_disk_mb=2048: free some space (the driver and its DKMS build need it) or lower "
+                           "the setting")
+    assert not [c for c in run.commands if c.startswith(CHANGING)]
+
+
 def test_min_free_disk_zero_disables_the_check():
     assert debian(node_lines("6.1.0-18-amd64", free_mb=10), min_free_disk_mb=0).error is None
 

@@ -78,3 +78,22 @@ def test_no_wait_when_the_package_manager_is_idle_or_no_package_stage_runs():
                              data={"stages": "kernel"})
     assert verify_only.error is None, verify_only.error
     assert not [command for command in verify_only.commands if "apt_lock_timeout" in command]
+
+
+@pytest.mark.parametrize("data", [{"stages": "driver"}, {"stages": "toolkit"}, {"stages": "runtimes"},
+                                  {"stages": "runtimes", "container_runtimes": "docker"}],
+                         ids=["driver", "toolkit", "containerd", "docker"])
+def test_each_stage_that_installs_waits_alone_for_a_held_lock_before_its_first_change(data):
+    """Each stage that installs packages (deploy/stages.py: installs), run alone on a node whose dpkg
+    lock another process holds: its first operation is still the bounded wait (Docker installed, its
+    daemon.json to wire: the wait comes first whether or not this run installs a package)."""
+    from test_containerd_plan import DOCKER, DOCKER_20
+    from test_driver_plans import DEBIAN_FILES
+
+    run = run_deploy(debian((PackageManagerState, (FIXTURES / "dpkg-lock-held.txt").read_text()), *DEBIAN_FILES,
+                            (DOCKER, DOCKER_20)),
+                     data={**data, "apt_lock_timeout": "7"})
+    assert run.error is None, run.error
+    waits = [index for index, command in enumerate(run.commands) if "apt_lock_timeout" in command]
+    assert len(waits) == 1 and "lock_timeout=7\n" in run.commands[waits[0]]
+    assert run.op_names()[0] == "Preflight | Wait for other package managers and finish interrupted dpkg runs"

@@ -16,7 +16,7 @@ import re
 
 import pytest
 import yaml
-from plan import DEFAULT, assigned, run_plan, settings_for
+from plan import DEFAULT, assigned, gpu_node, run_deploy, run_plan, settings_for
 from pyinfra import host
 from pyinfra.api import deploy
 from standin_toolkit import STANDIN_RUNTIME_CONFIG
@@ -378,3 +378,14 @@ def test_the_device_plugin_keeps_cdi_cri_whatever_the_runtimes_mode(mode):
     config = SharingConfig.from_settings(parse_settings(data))
     assert config.document()["flags"]["plugin"]["deviceListStrategy"] == "cdi-cri"
     assert yaml.safe_load(config.text())["flags"]["plugin"]["deviceListStrategy"] == "cdi-cri"
+
+
+def test_through_the_deploy_cdi_mode_where_the_runtime_has_cdi_off_is_refused_in_preflight_before_the_kernel_stage():
+    """deploy/gpu_node.py with the kernel and runtimes stages on containerd 1.6 (cdi=auto: off there):
+    nvidia_runtime_mode=cdi fails the host in preflight, so not even the kernel stage changes anything."""
+    state = CURRENT + f"\nruntime_config {b64(PACKAGE_CONFIG)}"
+    node = gpu_node("debian-12", unstated=DEFAULT, facts=[
+        (ContainerdInstallations, "binary /usr/bin/containerd"), (CONFIG, CONTAINERD["1.6"]), (state_read(), state)])
+    run = run_deploy(node, data={"stages": "kernel,runtimes", "nvidia_runtime_mode": "cdi"})
+    assert run.refusal.startswith("nvidia_runtime_mode=cdi, but CDI is off on this node"), run.failures
+    assert [name for name in run.op_names() if not name.startswith(("Preflight", "Refuse this host"))] == []

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
-from plan import DEFAULT, run_plan, settings_for
+from plan import DEFAULT, gpu_node, node_lines, run_deploy, run_plan, settings_for
+from test_download import apt_guard, run_shell, served  # noqa: F401 (fixtures)
 
 from deploy.distros.families import detect_platform
 from deploy.facts.packages import RpmPackageStates
@@ -234,3 +237,35 @@ def test_a_changed_pin_checks_the_key_again():
                     unstated=DEFAULT)
     (fetch,) = plan.matching("download-file")
     assert 'case " A4442DBE68F1FC72DB2D6DED445CA3AC12D6B699 " in' in fetch
+
+
+def test_through_the_toolkit_stage_a_key_whose_fingerprint_is_not_pinned_is_refused(served, apt_guard, tmp_path):
+    """The toolkit stage's own command for a new source, run for real (real gpg; its key URL pointed
+    at the key served on 127.0.0.1, tests/unit/test_download.py, and its paths under tmp_path;
+    apt-get a guard that fails): a key other than the one nvidia_toolkit_gpgkey_fingerprint pins
+    stops it in one line, before apt is asked to trust it."""
+    url, key, other = served
+    key_url = "https://keys.example.invalid/other"
+    plan = run_plan(toolkit, settings_for(nvidia_toolkit_gpgkey_url=key_url,
+                                          nvidia_toolkit_gpgkey_fingerprint=key.fingerprint),
+                    platform("debian"), unstated=DEFAULT)
+    (command,) = [command for command in plan.commands if "stage=$(mktemp -d)" in command]
+    script = (command.replace(key_url, f"{url}/other").replace(APT_SOURCE, str(tmp_path / "toolkit.list"))
+              .replace(APT_KEYRING, str(tmp_path / "key.asc")))
+    result = run_shell(script, env={"PATH": f"{apt_guard}:{os.environ['PATH']}"})
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"refusing the signing key from {url}/other: its fingerprint is {other.fingerprint}; "
+        f"{key.fingerprint} is pinned (nvidia_toolkit_gpgkey_fingerprint)")
+    assert not (apt_guard / "called").exists(), "apt was asked to use the key"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["guard"]
+
+
+def test_through_the_deploy_a_pin_arch_cannot_honour_is_refused_in_preflight_before_the_kernel_stage():
+    """deploy/gpu_node.py with the kernel and toolkit stages on Arch, whose toolkit is the distribution's
+    one current package: nvidia_toolkit_version fails the host in preflight, so not even the kernel
+    stage (which runs first) changes anything."""
+    run = run_deploy(gpu_node("arch", node_survey=node_lines("6.9.7-arch1-1", pkgbases=["linux"]), unstated=DEFAULT),
+                     data={"stages": "kernel,toolkit", "nvidia_toolkit_version": "1.17.8-1"})
+    assert run.refusal.startswith("nvidia_toolkit_version='1.17.8-1' cannot be pinned on arch"), run.failures
+    assert [name for name in run.op_names() if not name.startswith(("Preflight", "Refuse this host"))] == []

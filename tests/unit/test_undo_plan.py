@@ -368,6 +368,34 @@ def test_the_undo_acts_only_on_records_in_a_root_owned_0700_folder(box, change, 
 
 # --- idempotence ----------------------------------------------------------------------------------
 
+def test_the_undo_refuses_a_node_it_cannot_work_on_before_any_change(box):
+    """Records gpu-node wrote, read by a login that is not root: the undo refuses the host in the one
+    line preflight gives, and changes nothing."""
+    write(box, CONFIG, ORIGINAL_TOML)
+    gpu_node_writes(box, CONFIG, WIRED_TOML, unit="containerd", file_format="toml")
+    not_root = ["uid 1000", "user ubuntu", "kernel Linux", "systemd", "init systemd", "manager apt"]
+    plan = undo_plan(undo_node(records_answer(box), facts=[(HostAccess, not_root)]))
+    assert plan.refusal.startswith("commands run as ubuntu (uid 1000), not as root"), plan.refusal
+    assert plan.op_names() == ["Refuse this host (undo)"]
+    assert changing_commands(plan) == []
+
+
+def test_a_file_changed_after_the_undo_read_it_is_left_as_it_is_in_one_line(box):
+    """The undo planned from what it read, then the file edited before its put-back runs: the put-back
+    stops in one line naming the file, and the edit stays."""
+    write(box, CONFIG, ORIGINAL_TOML)
+    gpu_node_writes(box, CONFIG, WIRED_TOML, unit="containerd", file_format="toml")
+    _, steps = undo_steps(box)
+    edited = WIRED_TOML + "# edited while the undo ran\n"
+    write(box, CONFIG, edited)
+    # the put-back: the original copied from its record beside the file, then swapped in
+    put_back = [(command, upload) for command, upload in steps if CONFIG in command and "/original" in command]
+    (ran,) = box.replay(put_back)
+    assert ran.status != 0
+    assert ran.stderr.strip().splitlines()[-1].endswith(f"{CONFIG} changed while the undo ran: not changed; run it again")
+    assert read(box, CONFIG) == edited
+
+
 def test_a_node_gpu_node_never_changed_gets_no_command(box, caplog):
     caplog.set_level(logging.INFO)
     write(box, CONFIG, ORIGINAL_TOML)
@@ -404,6 +432,15 @@ def test_apt_holds_gpu_node_placed_are_released_and_only_those_still_held():
                                         "nvidia-container-toolkit-base 1.17.8-1 install ok installed"])
     plan = undo_plan(undo_node(HELD, facts=[states]))
     assert plan.matching("apt-mark unhold") == ["apt-mark unhold nvidia-container-toolkit"]
+
+
+def test_the_keys_gpu_node_imported_into_rpms_database_are_taken_back_out_and_only_those():
+    plan = undo_plan(undo_node(records("rpm_key gpg-pubkey-f796ecb0-6412f5e3"), distro="rocky-9"))
+    assert not plan.failed, plan.refusal
+    (removal,) = plan.matching("rpm -e")
+    assert removal.startswith("for key in gpg-pubkey-f796ecb0-6412f5e3; do if rpm -q")
+    assert plan.op_names() == ["Take gpu-node back off | Take the keys gpu-node imported out of rpm's database",
+                              "Take gpu-node back off | Remove gpu-node's records"]
 
 
 # Each family's fact of its holds, on a node where gpu-node's hold of the toolkit is still there and
