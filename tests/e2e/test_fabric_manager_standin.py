@@ -18,6 +18,8 @@ import pytest
 import standin_fabricmanager
 from harness import assert_no_change
 
+# deploy/exit_status.py's REBOOT_REQUIRED: the fixture's node has GPUs, and the driver's change awaits a reboot
+REBOOT_REQUIRED = 3
 # nvidia-persistenced off: the fixture's GPUs are PCI IDs only, there is no GPU for it to hold
 STAGES = {"stages": "kernel,driver", "nvidia_persistenced": "false"}
 # Debian's driver release the stand-in repository has Fabric Manager for (bookworm's own; its
@@ -57,7 +59,8 @@ def test_nvswitch_node_gets_fabric_manager_at_the_drivers_version_held_enabled_r
     node = start_topology_node("hgx-h100")
     data = {**STAGES, **DRIVER_PIN, **fabric_repo.data()}
     first = node.deploy(data=data)
-    assert first.returncode == 0, first.explain()
+    # a GPU node whose driver changed awaits its reboot (reboot_allowed=false): exit 3, done
+    assert first.returncode == REBOOT_REQUIRED, first.explain()
 
     driver = driver_upstream_version(node)
     assert driver == standin_fabricmanager.DRIVER_VERSION
@@ -69,7 +72,7 @@ def test_nvswitch_node_gets_fabric_manager_at_the_drivers_version_held_enabled_r
     assert installed_versions(node, "nvlsm") == {}
     assert not node.exists("/etc/modules-load.d/gpu-node-nvlink5.conf")
 
-    assert_no_change(node.deploy(data=data))
+    assert_no_change(node.deploy(data=data), status=REBOOT_REQUIRED)
     assert installed_versions(node, fabric_manager) == {fabric_manager: f"{driver}-1"}
 
 
