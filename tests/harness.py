@@ -128,6 +128,45 @@ def _save_busybox_image(folder: Path, tar: Path, image: str, applets: tuple[str,
     partial.rename(tar)
 
 
+# The kernel DKMS builds for in a Debian node: the one whose headers the metapackage the driver stage
+# installs (linux-headers-amd64) brings.
+DEBIAN_HEADERS_KERNEL = ("dpkg-query -W -f '${Depends}' linux-headers-amd64 2>/dev/null | tr ',' '\\n' "
+                         "| sed -n 's/^ *linux-headers-\\([^ ]*\\).*/\\1/p'")
+
+
+def keep_dkms_builds(node: "Node", folder: Path) -> list[Path]:
+    """
+    DKMS's own tarball (``dkms mktarball --binaries-only``) of each module the node built for the kernel
+    of Debian's headers metapackage, into ``folder/<module>/<module>-<version>.dkms.tar.gz``: the name a
+    DKMS package's postinst loads prebuilt modules from (load_dkms_builds). What was kept before stays.
+    """
+    script = (f"kernel=$({DEBIAN_HEADERS_KERNEL}); [ -n \"$kernel\" ] || exit 0; "
+              "for built in /var/lib/dkms/*/*/\"$kernel\"/*/module; do [ -d \"$built\" ] || continue; "
+              "version=${built%/\"$kernel\"/*}; module=${version%/*}; echo \"${module##*/} ${version##*/} $kernel\"; done")
+    kept = []
+    for line in node.sh(script).stdout.splitlines():
+        module, version, kernel = line.split()
+        tarball = folder / module / f"{module}-{version}.dkms.tar.gz"
+        if not tarball.exists():
+            inside = f"/tmp/{tarball.name}"
+            node.sh(f"dkms mktarball -m {shlex.quote(module)} -v {shlex.quote(version)} -k {shlex.quote(kernel)} "
+                    f"--binaries-only --archive {shlex.quote(inside)} >/dev/null")
+            tarball.parent.mkdir(parents=True, exist_ok=True)
+            run(["docker", "cp", f"{node.id}:{inside}", str(tarball)])
+        kept.append(tarball)
+    return kept
+
+
+def load_dkms_builds(node: "Node", folder: Path) -> None:
+    """The tarballs keep_dkms_builds kept, where a DKMS package's postinst looks for prebuilt modules
+    (``/usr/share/<module>-dkms/``, dh_dkms' TARBALL_ROOT): installing the package then loads that build
+    (``dkms ldtarball``) instead of compiling the same module for the same kernel again."""
+    for tarball in sorted(folder.glob("*/*.dkms.tar.gz")):
+        root = f"/usr/share/{tarball.parent.name}-dkms"
+        node.sh(f"mkdir -p {shlex.quote(root)}")
+        run(["docker", "cp", str(tarball), f"{node.id}:{root}/{tarball.name}"])
+
+
 def sid_containerd_deb() -> Path:
     """sid's containerd 2.x .deb, fetched once with a throwaway apt config (the machine's sources untouched)."""
     from containerd_releases import containerd_deb

@@ -5,9 +5,9 @@ The e2e tests mostly wait (apt downloads, DKMS, daemons starting), and one pytes
 workers here (pyinfra's CLI patches threads with gevent, which breaks pytest-xdist's), so several
 pytest processes each take whole test files. Files go to the shard with the least expected time,
 longest first; a file's expected time is what it took in CI on a fresh machine, node images built
-by it included (SECONDS below), and NEW_FILE_SECONDS for a file not measured yet. Files that have
-DKMS build the same driver stay in one shard (SAME_SHARD), one after another: the second build then
-finds the first one's objects in the shared compiler cache, where two at once would both compile.
+by it included (SECONDS below), and NEW_FILE_SECONDS for a file not measured yet. Files whose nodes
+install the same driver for the same kernel stay in one shard and run in a set order (SAME_SHARD): the
+first has DKMS build it (its subject), the others load that build (tests/e2e/conftest.py).
 """
 
 from __future__ import annotations
@@ -63,10 +63,14 @@ SECONDS: dict[str, float] = {
     "test_verify_crictl_cdi.py": 0,
 }
 NEW_FILE_SECONDS = 60.0
-SAME_SHARD: tuple[frozenset[str], ...] = (
-    # Debian's driver 535.261.03 for the Debian kernel: the Fabric Manager file builds it first
-    # (files run in name order), the open-module file's switch to the proprietary module then finds it
-    frozenset({"test_fabric_manager_standin.py", "test_open_kernel_modules_debian.py"}),
+# Files whose nodes install the same driver for the same kernel, in the order they run (one shard). The
+# first file's subject is DKMS's build, and its nodes keep what DKMS built; the others' subject is not the
+# build, and their nodes load that build through DKMS's own prebuilt-module tarball rather than compile the
+# same module again (harness.keep_dkms_builds, load_dkms_builds).
+SAME_SHARD: tuple[tuple[str, ...], ...] = (
+    # Debian's driver 535.261.03 for the Debian kernel: the open-module file's switch to the proprietary
+    # module builds it, the Fabric Manager file installs it
+    ("test_open_kernel_modules_debian.py", "test_fabric_manager_standin.py"),
 )
 
 
@@ -87,7 +91,7 @@ def this_shard() -> tuple[int, int] | None:
 
 def assign(files: list[str], count: int) -> list[list[str]]:
     """``files`` in ``count`` shards: longest expected first, each to the least loaded shard."""
-    units = [sorted(group & set(files)) for group in SAME_SHARD if group & set(files)]
+    units = [[name for name in group if name in files] for group in SAME_SHARD if set(group) & set(files)]
     grouped = {name for unit in units for name in unit}
     units += [[name] for name in files if name not in grouped]
     seconds = {tuple(unit): sum(SECONDS.get(name, NEW_FILE_SECONDS) for name in unit) for unit in units}
@@ -98,6 +102,32 @@ def assign(files: list[str], count: int) -> list[list[str]]:
         shards[lightest] += unit
         loads[lightest] += seconds[tuple(unit)]
     return shards
+
+
+def run_order(paths: list[Path]) -> list[Path]:
+    """Test files in the order they run: as collected, but each SAME_SHARD group's e2e files in the
+    group's order, where its first collected file stands."""
+    def group_of(path: Path) -> tuple[str, ...] | None:
+        return next((group for group in SAME_SHARD if "e2e" in path.parts and path.name in group), None)
+
+    rank = {}
+    for index, path in enumerate(paths):
+        group = group_of(path)
+        if group is None:
+            rank[path] = (index, 0)
+        else:
+            first = min(place for place, other in enumerate(paths) if group_of(other) == group)
+            rank[path] = (first, group.index(path.name))
+    return sorted(paths, key=rank.__getitem__)
+
+
+def dkms_builds(path: Path) -> str | None:
+    """"keeps" for the e2e file whose nodes' DKMS builds are kept for the run, "loads" for a file whose
+    nodes load them (SAME_SHARD), None for any other."""
+    for group in SAME_SHARD:
+        if "e2e" in path.parts and path.name in group:
+            return "keeps" if path.name == group[0] else "loads"
+    return None
 
 
 def port_offset() -> int:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pci_tree
 import pytest
+import shards
 import toolkit_repo as toolkit_repo_module
-from harness import Node, ensure_docker, node_image
+from harness import Node, ensure_docker, keep_dkms_builds, load_dkms_builds, node_image
 
 
 def pytest_collection_modifyitems(items):
@@ -20,19 +23,37 @@ def image() -> str:
     return node_image()
 
 
+@pytest.fixture(scope="session")
+def kept_dkms_builds(tmp_path_factory) -> Path:
+    """The DKMS builds this pytest keeps for the files that install the same driver after (tests/shards.py
+    SAME_SHARD)."""
+    return tmp_path_factory.mktemp("dkms-builds")
+
+
 @pytest.fixture
-def start_node(image):
-    """Start node containers for one test; each is removed by id afterwards."""
+def start_node(image, request, kept_dkms_builds):
+    """Start node containers for one test; each is removed by id afterwards. In a SAME_SHARD file the
+    nodes keep what DKMS built there for the run, or load what was kept (tests/shards.py)."""
     started: list[Node] = []
+    booted: list[Node] = []
+    builds = shards.dkms_builds(request.path)
 
     def start(extra_run_args: list[str] | None = None) -> Node:
         node = Node(image=image, extra_run_args=extra_run_args or [])
         started.append(node)
-        return node.start()
+        booted.append(node.start())
+        if builds == "loads":
+            load_dkms_builds(node, kept_dkms_builds)
+        return node
 
     yield start
-    for node in started:
-        node.remove()
+    try:
+        if builds == "keeps":
+            for node in booted:
+                keep_dkms_builds(node, kept_dkms_builds)
+    finally:
+        for node in started:
+            node.remove()
 
 
 @pytest.fixture

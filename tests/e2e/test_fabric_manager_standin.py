@@ -2,7 +2,10 @@
 Fabric Manager on NVSwitch nodes, end to end on bookworm node containers, with STAND-IN Fabric
 Manager packages (tests/standin_fabricmanager.py: NVIDIA's package names, versions, paths and
 unit name; our own content) from a local signed repository laid out like NVIDIA's CUDA repository
-and pointed at with ``nvidia_cuda_repo_url``. The driver is Debian's real one (535.261.03).
+and pointed at with ``nvidia_cuda_repo_url``. The driver is Debian's real one (535.261.03). Its kernel
+module is not the subject here: after the open-module file in one pytest (tests/shards.py SAME_SHARD),
+the node's DKMS loads the module that file's DKMS built for the same kernel (DKMS's prebuilt-module
+tarball, tests/harness.py load_dkms_builds) instead of compiling it again; run alone, DKMS builds it.
 
 A container cannot be given PCI devices: the node's PCI answer comes from our sysfs fixture of a
 real topology (tests/fixtures/fabric/, written by tests/pci_tree.py) bind-mounted read-only over
