@@ -106,6 +106,11 @@ RPM_TOOLS = FamilyImage(
     packages=("rpm", "createrepo-c", "gnupg"),
 )
 
+# Not a family: the bookworm node image with Debian's containerd 1.6 (and runc) installed, as
+# `apt-get install containerd` leaves a node (enabled; it starts when the node boots), for the tests whose
+# subject is not containerd's install: one install per run instead of one per test.
+BOOKWORM_CONTAINERD = FamilyImage(name="bookworm-containerd", packages=("containerd",))
+
 
 def image_tag(spec: FamilyImage, base: str) -> str:
     digest = hashlib.sha256("\n".join([spec.recipe(), base]).encode()).hexdigest()[:12]
@@ -151,5 +156,5 @@ def rpm_installed(node: Node, names) -> dict[str, str]:
 
 if __name__ == "__main__":
     # Build (or find) the images by hand: python tests/family_images.py
-    for each in (ROCKY9_DNF, RPM_TOOLS):
+    for each in (ROCKY9_DNF, RPM_TOOLS, BOOKWORM_CONTAINERD):
         print(family_image(each))

@@ -8,7 +8,8 @@ import pci_tree
 import pytest
 import shards
 import toolkit_repo as toolkit_repo_module
-from harness import Node, ensure_docker, keep_dkms_builds, load_dkms_builds, node_image
+from family_images import BOOKWORM_CONTAINERD, family_image
+from harness import Node, ensure_docker, keep_dkms_builds, load_dkms_builds, node_image, wait_for
 
 
 def pytest_collection_modifyitems(items):
@@ -38,7 +39,7 @@ def start_node(image, request, kept_dkms_builds):
     booted: list[Node] = []
     builds = shards.dkms_builds(request.path)
 
-    def start(extra_run_args: list[str] | None = None) -> Node:
+    def start(extra_run_args: list[str] | None = None, image: str = image) -> Node:
         node = Node(image=image, extra_run_args=extra_run_args or [])
         started.append(node)
         booted.append(node.start())
@@ -59,6 +60,20 @@ def start_node(image, request, kept_dkms_builds):
 @pytest.fixture
 def node(start_node) -> Node:
     return start_node()
+
+
+@pytest.fixture(scope="session")
+def containerd_image(image) -> str:
+    """The node image with Debian's containerd 1.6 installed (tests/family_images.py BOOKWORM_CONTAINERD)."""
+    return family_image(BOOKWORM_CONTAINERD)
+
+
+@pytest.fixture
+def containerd_node(start_node, containerd_image) -> Node:
+    """A node with Debian's containerd 1.6 installed and running, for a test whose subject is not its install."""
+    node = start_node(image=containerd_image)
+    wait_for(lambda: node.is_active("containerd"), timeout=60, what="containerd active")
+    return node
 
 
 @pytest.fixture

@@ -222,13 +222,13 @@ OUT_OF_ORDER = {
 
 
 @pytest.mark.parametrize("shape", sorted(OUT_OF_ORDER))
-def test_out_of_order_configs_are_wired_verified_and_rerun_unchanged(shape, start_node, toolkit_repo, tmp_path):
+def test_out_of_order_configs_are_wired_verified_and_rerun_unchanged(shape, start_node, containerd_image, toolkit_repo,
+                                                                    tmp_path):
     """A child table before its parent (with an `imports` glob, as the EKS AL2 AMI writes it) and a
     table's keys split from its sub-tables (as k3s generates it), on Debian's containerd 1.6: wired,
     containerd's own dump and verify agree, a re-run changes nothing."""
     text = OUT_OF_ORDER[shape]()
-    node = start_node()
-    node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containerd", timeout=600)
+    node = start_node(image=containerd_image)
     node.write(CONFIG, text)
     node.sh("systemctl restart containerd")
     assert node.is_active("containerd"), f"containerd does not start on {shape} as written"
