@@ -142,7 +142,8 @@ def keep_dkms_builds(node: "Node", folder: Path) -> list[Path]:
     """
     script = (f"kernel=$({DEBIAN_HEADERS_KERNEL}); [ -n \"$kernel\" ] || exit 0; "
               "for built in /var/lib/dkms/*/*/\"$kernel\"/*/module; do [ -d \"$built\" ] || continue; "
-              "version=${built%/\"$kernel\"/*}; module=${version%/*}; echo \"${module##*/} ${version##*/} $kernel\"; done")
+              "version=${built%/\"$kernel\"/*}; module=${version%/*}; "
+              "echo \"${module##*/} ${version##*/} $kernel\"; done")
     kept = []
     for line in node.sh(script).stdout.splitlines():
         module, version, kernel = line.split()

@@ -4,8 +4,8 @@ Verify on real bookworm node containers (no GPU on these machines).
 The toolkit is the one tests/toolkit_repo.py serves: the STAND-IN packages (test id
 `standin-toolkit`), or NVIDIA's own debs from the opt-in lab (`real-toolkit`); verify reads its
 `nvidia-ctk --version`, and the runtime's log proves which containers went through it. containerd is Debian's, in
-the node image (its install is tests/e2e/test_containerd_e2e.py's subject), wired by the runtimes stage. The CRI path (runtime handler `nvidia`, the kubelet's path) with the real crictl
-is tests/e2e/test_verify_crictl.py.
+the node image (its install is tests/e2e/test_containerd_e2e.py's subject), wired by the runtimes stage. The
+CRI path (runtime handler `nvidia`, the kubelet's path) with the real crictl is tests/e2e/test_verify_crictl.py.
 """
 
 from __future__ import annotations
