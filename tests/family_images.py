@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from build_lock import built_once
-from harness import REPO, Node, node_image, run
+from harness import REPO, Node, node_image, run, sid_containerd_deb
 
 OS_RELEASES = REPO / "tests" / "fixtures" / "nvidia" / "os-release"
 
@@ -117,17 +117,21 @@ def image_tag(spec: FamilyImage, base: str) -> str:
     return f"gpu-node-test/node-{spec.name}:{digest}"
 
 
-def committed_image(tag: str, base: str, recipe: str, network: str = "host", timeout: int = 900) -> str:
-    """``tag``, made the first time by running ``recipe`` in a container of ``base`` and committing it."""
+def committed_image(tag: str, base: str, recipe: str, network: str = "host", timeout: int = 900,
+                    copy_in: dict[Path, str] | None = None) -> str:
+    """``tag``, made the first time by running ``recipe`` in a container of ``base`` (``copy_in``: files of
+    this machine put there first, path -> path inside) and committing it."""
     with built_once(tag):
         if run(["docker", "image", "inspect", tag], check=False).returncode != 0:
-            _commit_recipe(tag, base, recipe, network, timeout)
+            _commit_recipe(tag, base, recipe, network, timeout, copy_in or {})
     return tag
 
 
-def _commit_recipe(tag: str, base: str, recipe: str, network: str, timeout: int) -> None:
+def _commit_recipe(tag: str, base: str, recipe: str, network: str, timeout: int, copy_in: dict[Path, str]) -> None:
     container = run(["docker", "create", "--network", network, base, "sh", "-c", recipe]).stdout.strip()
     try:
+        for source, inside in copy_in.items():
+            run(["docker", "cp", str(source), f"{container}:{inside}"])
         started = run(["docker", "start", "-a", container], check=False, timeout=timeout)
         if started.returncode != 0:
             raise AssertionError(f"building {tag} failed:\n{started.stdout[-3000:]}\n{started.stderr[-3000:]}")
@@ -140,6 +144,17 @@ def family_image(spec: FamilyImage) -> str:
     """The image of ``spec``, built on the node image the first time (about a minute); its tag."""
     base = node_image()
     return committed_image(image_tag(spec, base), base, spec.recipe())
+
+
+def sid_containerd_image() -> str:
+    """The node image with sid's containerd 2.1 installed from its .deb (tests/containerd_releases.py; runc
+    and the rest from bookworm), as `apt-get install ./containerd_2.1….deb` leaves a node, for the tests
+    whose subject is not that install. The .deb's name (its version) is part of the recipe, so of the tag."""
+    deb = sid_containerd_deb()
+    inside = f"/tmp/{deb.name}"
+    spec = FamilyImage(name="bookworm-sid-containerd", packages=(inside,), setup=f"rm {shlex.quote(inside)}")
+    base = node_image()
+    return committed_image(image_tag(spec, base), base, spec.recipe(), copy_in={deb: inside})
 
 
 def family_node(spec: FamilyImage) -> Node:

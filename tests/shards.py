@@ -19,9 +19,9 @@ from pathlib import Path
 # `.ci/run` printed (each shard ends with an "e2e seconds per file" line) on a 2-core machine like
 # CI's, three shards beside the unit tests; the open-module file ran mostly alone at the end there
 # (its figure here is scaled to the others' pace) and the full deploy is the fresh-clone demo's
-# figure (one file now). The files the shared DKMS build and the containerd node image changed (the open-
-# module, Fabric Manager, containerd, interruptions, verify, file modes, fleet report, hostile input and
-# foundation files) are those figures scaled by what each measured before and after the change
+# figure (one file now). The files the shared DKMS build and the containerd node images changed (the open-
+# module, Fabric Manager, containerd, CDI, runtime mode, interruptions, verify, file modes, fleet report,
+# hostile input and foundation files) are those figures scaled by what each measured before and after
 # (docs/contributing.md, "The tests' time"). Refresh from a CI run's lines.
 SECONDS: dict[str, float] = {
     "test_open_kernel_modules_debian.py": 1510,
@@ -29,8 +29,8 @@ SECONDS: dict[str, float] = {
     "test_full_deploy_debian.py": 1000,
     "test_family_dnf.py": 602,
     "test_docker_e2e.py": 426,
-    "test_containerd_e2e.py": 324,
-    "test_cdi_e2e.py": 349,
+    "test_containerd_e2e.py": 286,
+    "test_cdi_e2e.py": 291,
     "test_family_ubuntu.py": 293,
     "test_cdi_runtimes_e2e.py": 293,
     "test_repository_faults.py": 249,
@@ -46,7 +46,7 @@ SECONDS: dict[str, float] = {
     "test_fleet_report.py": 76,
     "test_without_controller_e2e.py": 109,
     "test_interruptions.py": 81,
-    "test_runtime_mode_e2e.py": 103,
+    "test_runtime_mode_e2e.py": 94,
     "test_undo_debian.py": 96,
     "test_hostile_input.py": 60,
     "test_file_modes.py": 67,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import family_images
 import pci_tree
 import pytest
 import shards
 import toolkit_repo as toolkit_repo_module
-from family_images import BOOKWORM_CONTAINERD, family_image
 from harness import Node, ensure_docker, keep_dkms_builds, load_dkms_builds, node_image, wait_for
 
 
@@ -65,7 +65,13 @@ def node(start_node) -> Node:
 @pytest.fixture(scope="session")
 def containerd_image(image) -> str:
     """The node image with Debian's containerd 1.6 installed (tests/family_images.py BOOKWORM_CONTAINERD)."""
-    return family_image(BOOKWORM_CONTAINERD)
+    return family_images.family_image(family_images.BOOKWORM_CONTAINERD)
+
+
+@pytest.fixture(scope="session")
+def sid_containerd_image(image) -> str:
+    """The node image with sid's containerd 2.1 installed (tests/family_images.py sid_containerd_image)."""
+    return family_images.sid_containerd_image()
 
 
 @pytest.fixture
