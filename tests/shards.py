@@ -19,9 +19,9 @@ from pathlib import Path
 # `.ci/run` printed (each shard ends with an "e2e seconds per file" line) on a 2-core machine like
 # CI's, three shards beside the unit tests; the open-module file ran mostly alone at the end there
 # (its figure here is scaled to the others' pace) and the full deploy is the fresh-clone demo's
-# figure (one file now). The files the shared DKMS build and the containerd node images changed (the open-
-# module, Fabric Manager, containerd, CDI, runtime mode, interruptions, verify, file modes, fleet report,
-# hostile input and foundation files) are those figures scaled by what each measured before and after
+# figure (one file now). The files the shared DKMS build and the containerd node images changed (open
+# modules, Fabric Manager, containerd, CDI, runtime mode, interruptions, verify, file modes, fleet report,
+# hostile input, foundation) are those figures scaled by what each measured before and after
 # (docs/contributing.md, "The tests' time"). Refresh from a CI run's lines.
 SECONDS: dict[str, float] = {
     "test_open_kernel_modules_debian.py": 1510,
