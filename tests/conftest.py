@@ -11,6 +11,9 @@ from lab_assets import skip_summary
 
 
 def pytest_collection_modifyitems(config, items):
+    # the files that share a driver's build run in their set order (tests/shards.py SAME_SHARD)
+    order = {path: rank for rank, path in enumerate(shards.run_order(list(dict.fromkeys(item.path for item in items))))}
+    items.sort(key=lambda item: order[item.path])
     shard = shards.this_shard()
     if shard is None:
         return

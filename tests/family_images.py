@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from build_lock import built_once
-from harness import REPO, Node, node_image, run
+from harness import REPO, Node, node_image, run, sid_containerd_deb
 
 OS_RELEASES = REPO / "tests" / "fixtures" / "nvidia" / "os-release"
 
@@ -106,23 +106,32 @@ RPM_TOOLS = FamilyImage(
     packages=("rpm", "createrepo-c", "gnupg"),
 )
 
+# Not a family: the bookworm node image with Debian's containerd 1.6 (and runc) installed, as
+# `apt-get install containerd` leaves a node (enabled; it starts when the node boots), for the tests whose
+# subject is not containerd's install: one install per run instead of one per test.
+BOOKWORM_CONTAINERD = FamilyImage(name="bookworm-containerd", packages=("containerd",))
+
 
 def image_tag(spec: FamilyImage, base: str) -> str:
     digest = hashlib.sha256("\n".join([spec.recipe(), base]).encode()).hexdigest()[:12]
     return f"gpu-node-test/node-{spec.name}:{digest}"
 
 
-def committed_image(tag: str, base: str, recipe: str, network: str = "host", timeout: int = 900) -> str:
-    """``tag``, made the first time by running ``recipe`` in a container of ``base`` and committing it."""
+def committed_image(tag: str, base: str, recipe: str, network: str = "host", timeout: int = 900,
+                    copy_in: dict[Path, str] | None = None) -> str:
+    """``tag``, made the first time by running ``recipe`` in a container of ``base`` (``copy_in``: files of
+    this machine put there first, path -> path inside) and committing it."""
     with built_once(tag):
         if run(["docker", "image", "inspect", tag], check=False).returncode != 0:
-            _commit_recipe(tag, base, recipe, network, timeout)
+            _commit_recipe(tag, base, recipe, network, timeout, copy_in or {})
     return tag
 
 
-def _commit_recipe(tag: str, base: str, recipe: str, network: str, timeout: int) -> None:
+def _commit_recipe(tag: str, base: str, recipe: str, network: str, timeout: int, copy_in: dict[Path, str]) -> None:
     container = run(["docker", "create", "--network", network, base, "sh", "-c", recipe]).stdout.strip()
     try:
+        for source, inside in copy_in.items():
+            run(["docker", "cp", str(source), f"{container}:{inside}"])
         started = run(["docker", "start", "-a", container], check=False, timeout=timeout)
         if started.returncode != 0:
             raise AssertionError(f"building {tag} failed:\n{started.stdout[-3000:]}\n{started.stderr[-3000:]}")
@@ -135,6 +144,17 @@ def family_image(spec: FamilyImage) -> str:
     """The image of ``spec``, built on the node image the first time (about a minute); its tag."""
     base = node_image()
     return committed_image(image_tag(spec, base), base, spec.recipe())
+
+
+def sid_containerd_image() -> str:
+    """The node image with sid's containerd 2.1 installed from its .deb (tests/containerd_releases.py; runc
+    and the rest from bookworm), as `apt-get install ./containerd_2.1….deb` leaves a node, for the tests
+    whose subject is not that install. The .deb's name (its version) is part of the recipe, so of the tag."""
+    deb = sid_containerd_deb()
+    inside = f"/tmp/{deb.name}"
+    spec = FamilyImage(name="bookworm-sid-containerd", packages=(inside,), setup=f"rm {shlex.quote(inside)}")
+    base = node_image()
+    return committed_image(image_tag(spec, base), base, spec.recipe(), copy_in={deb: inside})
 
 
 def family_node(spec: FamilyImage) -> Node:
@@ -151,5 +171,5 @@ def rpm_installed(node: Node, names) -> dict[str, str]:
 
 if __name__ == "__main__":
     # Build (or find) the images by hand: python tests/family_images.py
-    for each in (ROCKY9_DNF, RPM_TOOLS):
+    for each in (ROCKY9_DNF, RPM_TOOLS, BOOKWORM_CONTAINERD):
         print(family_image(each))

@@ -5,9 +5,9 @@ The e2e tests mostly wait (apt downloads, DKMS, daemons starting), and one pytes
 workers here (pyinfra's CLI patches threads with gevent, which breaks pytest-xdist's), so several
 pytest processes each take whole test files. Files go to the shard with the least expected time,
 longest first; a file's expected time is what it took in CI on a fresh machine, node images built
-by it included (SECONDS below), and NEW_FILE_SECONDS for a file not measured yet. Files that have
-DKMS build the same driver stay in one shard (SAME_SHARD), one after another: the second build then
-finds the first one's objects in the shared compiler cache, where two at once would both compile.
+by it included (SECONDS below), and NEW_FILE_SECONDS for a file not measured yet. Files whose nodes
+install the same driver for the same kernel stay in one shard and run in a set order (SAME_SHARD): the
+first has DKMS build it (its subject), the others load that build (tests/e2e/conftest.py).
 """
 
 from __future__ import annotations
@@ -19,16 +19,19 @@ from pathlib import Path
 # `.ci/run` printed (each shard ends with an "e2e seconds per file" line) on a 2-core machine like
 # CI's, three shards beside the unit tests; the open-module file ran mostly alone at the end there
 # (its figure here is scaled to the others' pace) and the full deploy is the fresh-clone demo's
-# figure (one file now). Refresh from a CI run's lines.
+# figure (one file now). The files the shared DKMS build and the containerd node images changed (open
+# modules, Fabric Manager, containerd, CDI, runtime mode, interruptions, verify, file modes, fleet report,
+# hostile input, foundation) are those figures scaled by what each measured before and after
+# (docs/contributing.md, "The tests' time"). Refresh from a CI run's lines.
 SECONDS: dict[str, float] = {
-    "test_open_kernel_modules_debian.py": 1300,
-    # with the IMEX domain test's 83 s (measured alone, stand-in driver, no DKMS), added to the CI figure
-    "test_fabric_manager_standin.py": 1257,
+    "test_open_kernel_modules_debian.py": 1510,
+    # with the IMEX domain test's 83 s (measured alone, stand-in driver, no DKMS)
+    "test_fabric_manager_standin.py": 283,
     "test_full_deploy_debian.py": 1000,
     "test_family_dnf.py": 602,
     "test_docker_e2e.py": 426,
-    "test_containerd_e2e.py": 372,
-    "test_cdi_e2e.py": 349,
+    "test_containerd_e2e.py": 286,
+    "test_cdi_e2e.py": 291,
     "test_family_ubuntu.py": 293,
     "test_cdi_runtimes_e2e.py": 293,
     "test_repository_faults.py": 249,
@@ -40,16 +43,16 @@ SECONDS: dict[str, float] = {
     "test_nvidia_ctk_first.py": 171,
     "test_rollout_e2e.py": 165,
     "test_family_pacman.py": 157,
-    "test_verify.py": 118,
-    "test_fleet_report.py": 110,
+    "test_verify.py": 101,
+    "test_fleet_report.py": 76,
     "test_without_controller_e2e.py": 109,
-    "test_interruptions.py": 105,
-    "test_runtime_mode_e2e.py": 103,
+    "test_interruptions.py": 81,
+    "test_runtime_mode_e2e.py": 94,
     "test_undo_debian.py": 96,
-    "test_hostile_input.py": 94,
-    "test_file_modes.py": 93,
+    "test_hostile_input.py": 60,
+    "test_file_modes.py": 67,
     "test_package.py": 87,
-    "test_foundation.py": 75,
+    "test_foundation.py": 59,
     "test_toolkit.py": 68,
     "test_device_links_e2e.py": 48,
     "test_verify_cuda.py": 32,
@@ -64,10 +67,14 @@ SECONDS: dict[str, float] = {
     "test_verify_crictl_cdi.py": 0,
 }
 NEW_FILE_SECONDS = 60.0
-SAME_SHARD: tuple[frozenset[str], ...] = (
-    # Debian's driver 535.261.03 for the Debian kernel: the Fabric Manager file builds it first
-    # (files run in name order), the open-module file's switch to the proprietary module then finds it
-    frozenset({"test_fabric_manager_standin.py", "test_open_kernel_modules_debian.py"}),
+# Files whose nodes install the same driver for the same kernel, in the order they run (one shard). The
+# first file's subject is DKMS's build, and its nodes keep what DKMS built; the others' subject is not the
+# build, and their nodes load that build through DKMS's own prebuilt-module tarball rather than compile the
+# same module again (harness.keep_dkms_builds, load_dkms_builds).
+SAME_SHARD: tuple[tuple[str, ...], ...] = (
+    # Debian's driver 535.261.03 for the Debian kernel: the open-module file's switch to the proprietary
+    # module builds it, the Fabric Manager file installs it
+    ("test_open_kernel_modules_debian.py", "test_fabric_manager_standin.py"),
 )
 
 
@@ -88,7 +95,7 @@ def this_shard() -> tuple[int, int] | None:
 
 def assign(files: list[str], count: int) -> list[list[str]]:
     """``files`` in ``count`` shards: longest expected first, each to the least loaded shard."""
-    units = [sorted(group & set(files)) for group in SAME_SHARD if group & set(files)]
+    units = [[name for name in group if name in files] for group in SAME_SHARD if set(group) & set(files)]
     grouped = {name for unit in units for name in unit}
     units += [[name] for name in files if name not in grouped]
     seconds = {tuple(unit): sum(SECONDS.get(name, NEW_FILE_SECONDS) for name in unit) for unit in units}
@@ -99,6 +106,32 @@ def assign(files: list[str], count: int) -> list[list[str]]:
         shards[lightest] += unit
         loads[lightest] += seconds[tuple(unit)]
     return shards
+
+
+def run_order(paths: list[Path]) -> list[Path]:
+    """Test files in the order they run: as collected, but each SAME_SHARD group's e2e files in the
+    group's order, where its first collected file stands."""
+    def group_of(path: Path) -> tuple[str, ...] | None:
+        return next((group for group in SAME_SHARD if "e2e" in path.parts and path.name in group), None)
+
+    rank = {}
+    for index, path in enumerate(paths):
+        group = group_of(path)
+        if group is None:
+            rank[path] = (index, 0)
+        else:
+            first = min(place for place, other in enumerate(paths) if group_of(other) == group)
+            rank[path] = (first, group.index(path.name))
+    return sorted(paths, key=rank.__getitem__)
+
+
+def dkms_builds(path: Path) -> str | None:
+    """"keeps" for the e2e file whose nodes' DKMS builds are kept for the run, "loads" for a file whose
+    nodes load them (SAME_SHARD), None for any other."""
+    for group in SAME_SHARD:
+        if "e2e" in path.parts and path.name in group:
+            return "keeps" if path.name == group[0] else "loads"
+    return None
 
 
 def port_offset() -> int:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import family_images
 import pci_tree
 import pytest
+import shards
 import toolkit_repo as toolkit_repo_module
-from harness import Node, ensure_docker, node_image
+from harness import Node, ensure_docker, keep_dkms_builds, load_dkms_builds, node_image, wait_for
 
 
 def pytest_collection_modifyitems(items):
@@ -20,24 +24,62 @@ def image() -> str:
     return node_image()
 
 
-@pytest.fixture
-def start_node(image):
-    """Start node containers for one test; each is removed by id afterwards."""
-    started: list[Node] = []
+@pytest.fixture(scope="session")
+def kept_dkms_builds(tmp_path_factory) -> Path:
+    """The DKMS builds this pytest keeps for the files that install the same driver after (tests/shards.py
+    SAME_SHARD)."""
+    return tmp_path_factory.mktemp("dkms-builds")
 
-    def start(extra_run_args: list[str] | None = None) -> Node:
+
+@pytest.fixture
+def start_node(image, request, kept_dkms_builds):
+    """Start node containers for one test; each is removed by id afterwards. In a SAME_SHARD file the
+    nodes keep what DKMS built there for the run, or load what was kept (tests/shards.py)."""
+    started: list[Node] = []
+    booted: list[Node] = []
+    builds = shards.dkms_builds(request.path)
+
+    def start(extra_run_args: list[str] | None = None, image: str = image) -> Node:
         node = Node(image=image, extra_run_args=extra_run_args or [])
         started.append(node)
-        return node.start()
+        booted.append(node.start())
+        if builds == "loads":
+            load_dkms_builds(node, kept_dkms_builds)
+        return node
 
     yield start
-    for node in started:
-        node.remove()
+    try:
+        if builds == "keeps":
+            for node in booted:
+                keep_dkms_builds(node, kept_dkms_builds)
+    finally:
+        for node in started:
+            node.remove()
 
 
 @pytest.fixture
 def node(start_node) -> Node:
     return start_node()
+
+
+@pytest.fixture(scope="session")
+def containerd_image(image) -> str:
+    """The node image with Debian's containerd 1.6 installed (tests/family_images.py BOOKWORM_CONTAINERD)."""
+    return family_images.family_image(family_images.BOOKWORM_CONTAINERD)
+
+
+@pytest.fixture(scope="session")
+def sid_containerd_image(image) -> str:
+    """The node image with sid's containerd 2.1 installed (tests/family_images.py sid_containerd_image)."""
+    return family_images.sid_containerd_image()
+
+
+@pytest.fixture
+def containerd_node(start_node, containerd_image) -> Node:
+    """A node with Debian's containerd 1.6 installed and running, for a test whose subject is not its install."""
+    node = start_node(image=containerd_image)
+    wait_for(lambda: node.is_active("containerd"), timeout=60, what="containerd active")
+    return node
 
 
 @pytest.fixture

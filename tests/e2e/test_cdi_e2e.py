@@ -19,7 +19,7 @@ import shlex
 import time
 
 import yaml
-from harness import assert_no_change, busybox_image_tar, run, sid_containerd_deb
+from harness import assert_no_change, busybox_image_tar, run
 
 SPEC = "/var/run/cdi/nvidia.yaml"
 CONFIG = "/etc/containerd/config.toml"
@@ -37,13 +37,10 @@ def standin_gpus(node) -> None:
     node.write("/usr/bin/nvidia-smi", STANDIN_SMI, mode="755")
 
 
-def containerd_21_node(start_node, own_defaults: bool = True):
-    """A node with sid's real containerd 2.1.9 and stand-in GPUs; ``own_defaults``: its config file
-    removed, so containerd runs on its own defaults."""
-    node = start_node()
-    run(["docker", "cp", str(sid_containerd_deb()), f"{node.id}:/tmp/containerd-sid.deb"])
-    node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq /tmp/containerd-sid.deb",
-            timeout=600)
+def containerd_21_node(start_node, sid_containerd_image: str, own_defaults: bool = True):
+    """A node with sid's real containerd 2.1.9 (in its image: its install is not the subject here) and
+    stand-in GPUs; ``own_defaults``: its config file removed, so containerd runs on its own defaults."""
+    node = start_node(image=sid_containerd_image)
     if own_defaults:
         node.sh(f"rm {CONFIG} && systemctl restart containerd")
     standin_gpus(node)
@@ -63,10 +60,10 @@ def cdi_verified(node, data: dict, report) -> tuple[str, dict]:
 
 
 def test_cdi_on_containerd_2_1_with_standin_gpus_and_standin_toolkit_spec_refresh_and_injection(
-    start_node, toolkit_repo, tmp_path
+    start_node, sid_containerd_image, toolkit_repo, tmp_path
 ):
     """STAND-IN GPU device nodes and toolkit; real containerd 2.1.9 injects the CDI device asked for."""
-    node = containerd_21_node(start_node)
+    node = containerd_21_node(start_node, sid_containerd_image)
     data = {"stages": "toolkit,runtimes", "container_runtimes": "containerd", **toolkit_repo.data()}
 
     first = node.deploy(data=data)
@@ -141,11 +138,11 @@ def test_cdi_true_on_containerd_1_6_is_refused_in_preflight_and_nothing_changes(
 
 
 def test_a_provisioned_node_turned_to_cdi_and_back_changes_only_what_cdi_needs_standin_toolkit(
-    start_node, toolkit_repo
+    start_node, sid_containerd_image, toolkit_repo
 ):
     """STAND-IN toolkit and GPU device nodes, real containerd 2.1.9 and systemd: a node provisioned
     with cdi=false, then cdi=true, then false again."""
-    node = containerd_21_node(start_node, own_defaults=False)
+    node = containerd_21_node(start_node, sid_containerd_image, own_defaults=False)
     data = {"stages": "toolkit,runtimes", "container_runtimes": "containerd", **toolkit_repo.data()}
     legacy = node.deploy(data={**data, "cdi": "false"})
     assert legacy.returncode == 0, legacy.explain()

@@ -19,7 +19,6 @@ import tomlkit
 from corpus import corpus_file
 from harness import REPO, assert_no_change, run, wait_for
 from harness import busybox_image_tar as harness_busybox_image_tar
-from harness import sid_containerd_deb
 
 from deploy.operations.safe_install import BACKUP_INFIX
 
@@ -119,14 +118,12 @@ def test_containerd_16_config_v2_keeps_site_settings_runs_through_the_nvidia_run
 
 
 def test_containerd_21_missing_config_created_from_its_own_default_v3_and_runs_through_the_nvidia_runtime(
-    start_node, toolkit_repo
+    start_node, sid_containerd_image, toolkit_repo
 ):
     """The toolkit is tests/toolkit_repo.py's: the STAND-IN packages (test id standin-toolkit), NVIDIA's own debs
-    only with GPU_NODE_LAB (real-toolkit); containerd, Docker, runc and systemd are Debian's, real. No GPU."""
-    node = start_node()
-    copy_in(node, sid_containerd_deb(), "/tmp/containerd-sid.deb")
-    node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq /tmp/containerd-sid.deb",
-            timeout=600)
+    only with GPU_NODE_LAB (real-toolkit); containerd, Docker, runc and systemd are Debian's, real (sid's
+    containerd in the node image). No GPU."""
+    node = start_node(image=sid_containerd_image)
     # Debian ships a version 2 config.toml even with 2.1: remove it, so the deploy takes the
     # binary's own `containerd config default` (version 3).
     node.sh(f"rm {CONFIG} && systemctl restart containerd")
@@ -190,14 +187,12 @@ def test_unparsable_config_is_left_byte_for_byte_and_a_rejected_restart_rolls_ba
     assert len(kept) == 1 and "nvidia" in node.read(kept[0])
 
 
-def test_containerd_21_with_a_version_1_config_is_refused_naming_the_version_file_untouched(start_node, toolkit_repo):
+def test_containerd_21_with_a_version_1_config_is_refused_naming_the_version_file_untouched(
+        start_node, sid_containerd_image, toolkit_repo):
     """A node upgraded to containerd 2.x that kept its version 1 config (no `version`, CRI settings
     under plugins.cri, as older k3s templates wrote it): 2.x ignores plugins.cri, so wiring it would
-    never run. Refused before any change."""
-    node = start_node()
-    copy_in(node, sid_containerd_deb(), "/tmp/containerd-sid.deb")
-    node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq /tmp/containerd-sid.deb",
-            timeout=600)
+    never run. Refused before any change. sid's containerd is in the node image."""
+    node = start_node(image=sid_containerd_image)
     version_1 = VERSION_1_CONFIG
     node.write(CONFIG, version_1)
     node.sh("systemctl restart containerd")
@@ -222,13 +217,13 @@ OUT_OF_ORDER = {
 
 
 @pytest.mark.parametrize("shape", sorted(OUT_OF_ORDER))
-def test_out_of_order_configs_are_wired_verified_and_rerun_unchanged(shape, start_node, toolkit_repo, tmp_path):
+def test_out_of_order_configs_are_wired_verified_and_rerun_unchanged(shape, start_node, containerd_image, toolkit_repo,
+                                                                    tmp_path):
     """A child table before its parent (with an `imports` glob, as the EKS AL2 AMI writes it) and a
     table's keys split from its sub-tables (as k3s generates it), on Debian's containerd 1.6: wired,
     containerd's own dump and verify agree, a re-run changes nothing."""
     text = OUT_OF_ORDER[shape]()
-    node = start_node()
-    node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containerd", timeout=600)
+    node = start_node(image=containerd_image)
     node.write(CONFIG, text)
     node.sh("systemctl restart containerd")
     assert node.is_active("containerd"), f"containerd does not start on {shape} as written"

@@ -3,9 +3,12 @@ Fabric Manager on NVSwitch nodes and IMEX on the hosts of a multi-node NVLink do
 bookworm node containers, with STAND-IN Fabric Manager and IMEX packages (tests/standin_fabricmanager.py:
 NVIDIA's package names, versions, paths and unit names; our own content) from a local signed repository
 laid out like NVIDIA's CUDA repository and pointed at with ``nvidia_cuda_repo_url``. Fabric Manager's
-driver is Debian's real one (535.261.03); the IMEX domain's nodes have a STAND-IN driver module
-(tests/standin_kmod.py, 550.163.01: IMEX is packaged from 550 on) and run the driver stage without
-installing a driver (nvidia_driver_install=false), so no DKMS build.
+driver is Debian's real one (535.261.03). Its kernel module is not the subject here: after the
+open-module file in one pytest (tests/shards.py SAME_SHARD), the node's DKMS loads the module that
+file's DKMS built for the same kernel (DKMS's prebuilt-module tarball, tests/harness.py
+load_dkms_builds) instead of compiling it again; run alone, DKMS builds it. The IMEX domain's nodes have
+a STAND-IN driver module (tests/standin_kmod.py, 550.163.01: IMEX is packaged from 550 on) and run the
+driver stage without installing a driver (nvidia_driver_install=false), so no DKMS build.
 
 A container cannot be given PCI devices: the node's PCI answer comes from our sysfs fixture of a
 real topology (tests/fixtures/fabric/, written by tests/pci_tree.py) bind-mounted read-only over
@@ -27,6 +30,8 @@ import standin_fabricmanager
 import standin_kmod
 from harness import REPO, SAFE_DATA, DeployResult, assert_no_change, run, wait_for
 
+# deploy/exit_status.py's REBOOT_REQUIRED: the fixture's node has GPUs, and the driver's change awaits a reboot
+REBOOT_REQUIRED = 3
 # nvidia-persistenced off: the fixture's GPUs are PCI IDs only, there is no GPU for it to hold
 STAGES = {"stages": "kernel,driver", "nvidia_persistenced": "false"}
 # Debian's driver release the stand-in repository has Fabric Manager for (bookworm's own; its
@@ -66,7 +71,8 @@ def test_nvswitch_node_gets_fabric_manager_at_the_drivers_version_held_enabled_r
     node = start_topology_node("hgx-h100")
     data = {**STAGES, **DRIVER_PIN, **fabric_repo.data()}
     first = node.deploy(data=data)
-    assert first.returncode == 0, first.explain()
+    # a GPU node whose driver changed awaits its reboot (reboot_allowed=false): exit 3, done
+    assert first.returncode == REBOOT_REQUIRED, first.explain()
 
     driver = driver_upstream_version(node)
     assert driver == standin_fabricmanager.DRIVER_VERSION
@@ -78,7 +84,7 @@ def test_nvswitch_node_gets_fabric_manager_at_the_drivers_version_held_enabled_r
     assert installed_versions(node, "nvlsm") == {}
     assert not node.exists("/etc/modules-load.d/gpu-node-nvlink5.conf")
 
-    assert_no_change(node.deploy(data=data))
+    assert_no_change(node.deploy(data=data), status=REBOOT_REQUIRED)
     assert installed_versions(node, fabric_manager) == {fabric_manager: f"{driver}-1"}
 
 

@@ -2,7 +2,8 @@
 Modes and owners of what the deploy writes, on a real bookworm node container: configs and
 keyrings 0644 root:root, backups 0600 (a containerd config can hold registry credentials), and a
 config the site had made unreadable to others stays so. The toolkit is the one
-tests/toolkit_repo.py serves (the STAND-IN packages, or NVIDIA's debs from the opt-in lab).
+tests/toolkit_repo.py serves (the STAND-IN packages, or NVIDIA's debs from the opt-in lab); containerd
+is Debian's, in the node image (its install is tests/e2e/test_containerd_e2e.py's subject).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def backups(node) -> list[str]:
     return node.sh(f"ls {CONFIG}{BACKUP_INFIX}* 2>/dev/null || true").stdout.split()
 
 
-def test_configs_and_keyrings_are_0644_root_and_backups_0600(node, toolkit_repo):
+def test_configs_and_keyrings_are_0644_root_and_backups_0600(containerd_node, toolkit_repo):
+    node = containerd_node
     node.write(CONFIG, CREDENTIALS, mode="664")
     data = {"stages": "kernel,toolkit,runtimes", **toolkit_repo.data()}
     result = node.deploy(data=data)
@@ -44,7 +46,8 @@ def test_configs_and_keyrings_are_0644_root_and_backups_0600(node, toolkit_repo)
     assert_no_change(node.deploy(data=data))
 
 
-def test_a_config_the_site_made_private_stays_private(node, toolkit_repo):
+def test_a_config_the_site_made_private_stays_private(containerd_node, toolkit_repo):
+    node = containerd_node
     node.write(CONFIG, CREDENTIALS, mode="600")
     data = {"stages": "toolkit,runtimes", **toolkit_repo.data()}
     result = node.deploy(data=data)

@@ -5,7 +5,8 @@ TOML (failed: the file is left byte for byte). The table is the run's last word,
 holds the same rows, and the page beside it shows them failures first (read in a browser:
 tests/unit/test_fleet_report_page.py). A third run poisons that node's config.toml (nested 3,000
 deep, which once stopped the whole run with a RecursionError before any report): it fails in one
-line, its file as it was, and the other two converge, verify and report.
+line, its file as it was, and the other two converge, verify and report. containerd is Debian's, in the
+node image (its install is tests/e2e/test_containerd_e2e.py's subject).
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ def deploy_fleet(nodes, data: dict) -> DeployResult:
     return DeployResult(result.returncode, result.stdout, result.stderr, args)
 
 
-def test_fleet_report_on_three_nodes_one_converged_one_changed_one_failed(start_node, toolkit_repo, tmp_path):
-    nodes = [start_node() for _ in range(3)]
+def test_fleet_report_on_three_nodes_one_converged_one_changed_one_failed(start_node, containerd_image, toolkit_repo,
+                                                                          tmp_path):
+    nodes = [start_node(image=containerd_image) for _ in range(3)]
     converged, changed, broken = nodes
     report_path = tmp_path / "fleet.json"
     data = {**toolkit_repo.data(), "stages": STAGES, "fleet_report_path": str(report_path)}

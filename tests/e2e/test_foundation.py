@@ -80,11 +80,11 @@ def test_files_edited_by_hand_are_put_back(node, default_mode):
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def test_a_first_runs_diff_names_every_file_the_run_then_writes(node):
+def test_a_first_runs_diff_names_every_file_the_run_then_writes(containerd_node):
     """pyinfra's --diff on a node with Debian's containerd installed: each file the run then writes
     itself (its kernel files, containerd's config with the backup of the one it replaces, the /dev/char
     script and udev rule) was named in the diff, credentials masked (the config holds none here)."""
-    node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containerd", timeout=600)
+    node = containerd_node
     node.sh("touch /run/gpu-node-test-before")
     result = node.deploy(data={"stages": "kernel,runtimes", "container_runtimes": "containerd"}, json_output=False,
                          extra_args=["--diff"])

@@ -82,8 +82,8 @@ def test_hostile_values_stop_the_run_naming_the_key_before_any_change(node, clea
         assert node_fingerprint(node) == before, f"{key}={value!r} changed the node"
 
 
-def test_credentials_never_reach_diff_output_and_stay_in_the_file(node, clean_controller):
-    node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containerd", timeout=600)
+def test_credentials_never_reach_diff_output_and_stay_in_the_file(containerd_node, clean_controller):
+    node = containerd_node
     node.write(CONFIG, CREDENTIALS_CONFIG)
     node.sh("systemctl restart containerd")
     assert node.is_active("containerd")
@@ -109,9 +109,9 @@ def test_credentials_never_reach_diff_output_and_stay_in_the_file(node, clean_co
     assert {"service": node.service("containerd"), "file": node.stat(CONFIG)} == before
 
 
-def test_a_path_with_shell_metacharacters_is_used_quoted_never_run(node, clean_controller):
+def test_a_path_with_shell_metacharacters_is_used_quoted_never_run(containerd_node, clean_controller):
     """A path may hold ; ' $ and spaces: validation lets it through, every command quotes it."""
-    node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containerd", timeout=600)
+    node = containerd_node
     path = "/etc/containerd/it's $(touch /tmp/pwned); `touch /tmp/pwned`.toml"
     result = node.deploy(data={"stages": "runtimes", "containerd_config_path": path})
     assert result.returncode == 0, result.explain()

@@ -95,13 +95,9 @@ def wires_nvidia(config: dict) -> bool:
     return "nvidia" in cri.get("containerd", {}).get("runtimes", {})
 
 
-def install_containerd(node) -> None:
-    node.sh("apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q containerd", timeout=900)
-    wait_for(lambda: node.is_active("containerd"), timeout=60, what="containerd active")
-
-
-def test_killed_between_config_write_and_restart_the_next_run_restarts_and_the_one_after_changes_nothing(node):
-    install_containerd(node)
+def test_killed_between_config_write_and_restart_the_next_run_restarts_and_the_one_after_changes_nothing(
+        containerd_node):
+    node = containerd_node
     before = node.service("containerd")
     install_interruption_device(node)
 
@@ -131,8 +127,8 @@ def test_killed_between_config_write_and_restart_the_next_run_restarts_and_the_o
     assert node.service("containerd") == restarted
 
 
-def test_killed_during_the_restart_the_next_run_restarts_and_the_one_after_changes_nothing(node):
-    install_containerd(node)
+def test_killed_during_the_restart_the_next_run_restarts_and_the_one_after_changes_nothing(containerd_node):
+    node = containerd_node
     node.write(HOLD_START_DROPIN, "[Service]\nExecStartPre=/bin/sh -c 'while [ -e /run/gpu-node-test/hold-start ]; "
                "do sleep 0.2; done'\n")
     node.sh("mkdir -p /run/gpu-node-test && touch /run/gpu-node-test/hold-start && systemctl daemon-reload")

@@ -50,10 +50,10 @@ def verified(node, data: dict, report) -> dict:
 
 
 def test_the_runtimes_cdi_mode_on_containerd_2_1_with_standin_toolkit_and_standin_gpus(
-    start_node, toolkit_repo, tmp_path
+    start_node, sid_containerd_image, toolkit_repo, tmp_path
 ):
     """STAND-IN toolkit (and its config file) and GPU device nodes; real containerd 2.1.9 and systemd."""
-    node = containerd_21_node(start_node)
+    node = containerd_21_node(start_node, sid_containerd_image)
     data = {"stages": "toolkit,runtimes", "container_runtimes": "containerd", **toolkit_repo.data()}
 
     # Unset: the runtime's config is the site's; the deploy does not touch it.

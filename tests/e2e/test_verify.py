@@ -3,9 +3,9 @@ Verify on real bookworm node containers (no GPU on these machines).
 
 The toolkit is the one tests/toolkit_repo.py serves: the STAND-IN packages (test id
 `standin-toolkit`), or NVIDIA's own debs from the opt-in lab (`real-toolkit`); verify reads its
-`nvidia-ctk --version`, and the runtime's log proves which containers went through it. containerd is Debian's, installed and wired by the
-runtimes stage. The CRI path (runtime handler `nvidia`, the kubelet's path) with the real crictl
-is tests/e2e/test_verify_crictl.py.
+`nvidia-ctk --version`, and the runtime's log proves which containers went through it. containerd is Debian's, in
+the node image (its install is tests/e2e/test_containerd_e2e.py's subject), wired by the runtimes stage. The
+CRI path (runtime handler `nvidia`, the kubelet's path) with the real crictl is tests/e2e/test_verify_crictl.py.
 """
 
 from __future__ import annotations
@@ -56,9 +56,9 @@ def dry_run_plan(node, data) -> list:
     return json.loads(json.dumps(plan, sort_keys=True).replace(node.id, "NODE"))
 
 
-def test_verify_without_gpu_reports_runtime_pass_gpu_skip_and_changes_nothing(start_node, toolkit_repo, tmp_path):
+def test_verify_without_gpu_reports_runtime_pass_gpu_skip_and_changes_nothing(containerd_node, toolkit_repo, tmp_path):
     """No GPU here: GPU steps skip with "no NVIDIA GPU"; the runtime steps pass on the real node."""
-    node = start_node()
+    node = containerd_node
     report = tmp_path / "report.json"
     data = deploy_data(toolkit_repo, report)
 
@@ -127,11 +127,12 @@ def test_verify_without_gpu_reports_runtime_pass_gpu_skip_and_changes_nothing(st
     assert "verification failed: cgroup_driver" in mismatch.stderr
 
 
-def test_docker_and_containerd_with_nvidia_as_a_handler_only_report_their_wiring(start_node, toolkit_repo, tmp_path):
+def test_docker_and_containerd_with_nvidia_as_a_handler_only_report_their_wiring(containerd_node, toolkit_repo,
+                                                                                   tmp_path):
     """containerd and Docker on one node, nvidia_runtime_default=false: both steps pass with runc
     still the default (a real dockerd's `docker info`, a real `containerd config dump`). The CRI
     path with the real crictl is tests/e2e/test_verify_crictl.py."""
-    node = start_node()
+    node = containerd_node
     node.write("/etc/docker/daemon.json", '{"bridge": "none", "iptables": false}\n')
     report = tmp_path / "report.json"
     first = node.deploy(data=deploy_data(toolkit_repo, report, nvidia_runtime_default="false",

@@ -19,6 +19,7 @@ driver root's systemd environment file by the node's real systemd in the CDI e2e
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import posixpath
 import shlex
@@ -242,10 +243,16 @@ def cluster_plan(settings: dict[str, str], kind: str):
 
 def steps(settings: dict[str, str], kind: str) -> list[tuple[str, bytes | None]]:
     """(command, None) or (``upload PATH``, bytes), in the order the plan ran them."""
+    return list(_planned_steps(kind, tuple(sorted(settings.items()))))
+
+
+@functools.cache
+def _planned_steps(kind: str, settings: tuple[tuple[str, str], ...]) -> tuple[tuple[str, bytes | None], ...]:
+    # Planned once per module: the run and the undo test replay the same node plan of each style.
     if kind == "node":
-        plan = node_plan(settings)
-        return [(command, plan.uploads.get(index)) for index, (_, command) in enumerate(plan.timeline)]
-    return cluster_plan(settings, kind)
+        plan = node_plan(dict(settings))
+        return tuple((command, plan.uploads.get(index)) for index, (_, command) in enumerate(plan.timeline))
+    return tuple(cluster_plan(dict(settings), kind))
 
 
 # --- running them --------------------------------------------------------------------------------
@@ -341,19 +348,32 @@ RUNTIME_CONFIGS = {
 }
 
 
+@pytest.fixture(scope="module")
+def plain_undone(template, tmp_path_factory):
+    """The node plan and the undo with the plain values of the settings named, replayed: once per module
+    (the styles the node takes name the same settings)."""
+    boxes: dict[frozenset, Sandbox] = {}
+
+    def replayed(names) -> Sandbox:
+        if frozenset(names) not in boxes:
+            plain = {name: plain_value(name) for name in names}
+            box = Sandbox.clone(template, tmp_path_factory.mktemp("plain-undone") / "root")
+            seed_devices(box, plain.get("nvidia_driver_root", "/"))
+            boxes[frozenset(names)] = deployed_then_undone(plain, box)
+        return boxes[frozenset(names)]
+    return replayed
+
+
 @pytest.mark.parametrize("style", [style for kind, style in RUNS if kind == "node"])
-def test_hostile_values_run_through_the_undo_as_the_plain_values_would(style, template, tmp_path):
+def test_hostile_values_run_through_the_undo_as_the_plain_values_would(style, template, plain_undone, tmp_path):
     """The undo plan (deploy/undo.py) over what the node plan left: the paths it takes back come from
     the node's records, the settings from the run. No payload runs, and the hostile run leaves what the
     plain one leaves."""
     settings = hostile_settings("node", style)
-    plain_settings = {name: plain_value(name) for name in settings}
-    boxes = {}
-    for name, values in (("hostile", settings), ("plain", plain_settings)):
-        boxes[name] = Sandbox.clone(template, tmp_path / name)
-        seed_devices(boxes[name], values.get("nvidia_driver_root", "/"))
-        deployed_then_undone(values, boxes[name])
-    hostile, plain = boxes["hostile"], boxes["plain"]
+    hostile = Sandbox.clone(template, tmp_path / "hostile")
+    seed_devices(hostile, settings.get("nvidia_driver_root", "/"))
+    deployed_then_undone(settings, hostile)
+    plain = plain_undone(settings)
     assert not [path for path, _ in hostile.tree() if path.rsplit("/", 1)[-1] == PWNED], f"the payload of {settings} ran"
     assert [run.status for run in hostile.runs] == [run.status for run in plain.runs]
     assert not hostile.exists(REFRESH_ENV) and not plain.exists(REFRESH_ENV)  # the undo took its files back

@@ -1,7 +1,9 @@
 """The e2e shards of scripts/test (tests/shards.py): every file runs in exactly one shard, the
-DKMS files together, and the loads come out even."""
+DKMS files together and in their order, and the loads come out even."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import shards
@@ -18,9 +20,20 @@ def test_every_file_runs_in_exactly_one_shard(count):
 
 def test_the_files_that_build_dkms_share_a_shard():
     assigned = shards.assign(FILES, 3)
-    holding = [index for index, shard in enumerate(assigned) if set(shard) & shards.SAME_SHARD[0]]
+    holding = [index for index, shard in enumerate(assigned) if set(shard) & set(shards.SAME_SHARD[0])]
     assert len(holding) == 1
-    assert shards.SAME_SHARD[0] <= set(assigned[holding[0]])
+    assert set(shards.SAME_SHARD[0]) <= set(assigned[holding[0]])
+
+
+def test_the_file_that_builds_the_driver_runs_before_the_files_that_load_its_build(monkeypatch):
+    monkeypatch.setattr(shards, "SAME_SHARD", (("test_y.py", "test_b.py"),))
+    e2e, unit = Path("tests/e2e"), Path("tests/unit")
+    collected = [unit / "test_y.py", e2e / "test_a.py", e2e / "test_b.py", e2e / "test_c.py", e2e / "test_y.py",
+                 e2e / "test_z.py"]
+    assert shards.run_order(collected) == [unit / "test_y.py", e2e / "test_a.py", e2e / "test_y.py",
+                                           e2e / "test_b.py", e2e / "test_c.py", e2e / "test_z.py"]
+    assert [shards.dkms_builds(path) for path in (e2e / "test_y.py", e2e / "test_b.py", unit / "test_y.py",
+                                                  e2e / "test_c.py")] == ["keeps", "loads", None, None]
 
 
 def test_the_longest_files_go_to_different_shards(monkeypatch):
