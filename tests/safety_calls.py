@@ -81,7 +81,8 @@ SAFETY_CALLS: tuple[SafetyCall, ...] = (
     SafetyCall("stages: Docker's CDI refusal asked in preflight", STAGES, "check=docker.preflight_check, ",
                (_unit(f"test_containerd_plan.py::{RUNTIME_WITHOUT_CDI}"),),
                replacement=""),
-    SafetyCall("stages: the runtime mode's refusal asked in preflight", STAGES, "check=cdi.preflight_check, ",
+    SafetyCall("stages: the runtime mode's refusal asked in preflight", STAGES,
+               "check=lambda s, platform, nvidia: cdi.preflight_check(s, platform, nvidia, wired_runtimes(s)),",
                (_unit("test_runtime_mode.py::test_through_the_deploy_cdi_mode_where_the_runtime_has_cdi_off_is_refused_in_preflight_"
                       "before_the_kernel_stage"),),
                replacement=""),
