@@ -10,7 +10,7 @@ asks the steps it is given.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from .distros.families import Platform
 from .facts.read_ahead import FactCall
@@ -37,7 +37,7 @@ class Step:
     # the facts its decisions read, for preflight's one command
     reads: Callable[[Settings], list[FactCall]] = field(default=_no_reads)
     # what preflight checks for it: refusals, warnings, and the stage's plan (Findings.plans)
-    check: Callable[[Settings, Platform, dict], StepCheck] | None = None
+    check: Callable[[Settings, Platform, dict[str, Any]], StepCheck] | None = None
     # changes packages: preflight first waits for a busy package manager, finishes an interrupted one
     installs: bool = False
     # deploy/verify.py runs only these

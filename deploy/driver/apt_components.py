@@ -7,6 +7,8 @@ file as it was, which a parser that writes the file back from its model would no
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def _release_suite(suite: str, codename: str) -> bool:
     return suite == codename or suite.startswith(codename + "-")
@@ -53,7 +55,7 @@ def _deb822_paragraphs(text: str):
             start = None
 
 
-def add_apt_components(sources: dict, codename: str, components) -> tuple[dict, int]:
+def add_apt_components(sources: dict[str, Any], codename: str, components) -> tuple[dict, int]:
     """
     Add ``components`` to every Debian entry of the release (its suites are ``codename`` or
     ``codename-*`` and it carries ``main``), unless an entry for the same URI and suite already

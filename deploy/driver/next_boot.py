@@ -7,6 +7,8 @@ archive carries) on the node.
 
 from __future__ import annotations
 
+from typing import Any
+
 import re
 from dataclasses import dataclass
 
@@ -42,7 +44,7 @@ def _named(text: str, releases: list[str]) -> str | None:
     return max(found, key=len) if found else None
 
 
-def next_boot(fact: dict) -> NextBoot:
+def next_boot(fact: dict[str, Any]) -> NextBoot:
     """The kernel the boot loader starts next: GRUB's one-time next_entry, grubby's default (Fedora,
     RHEL), GRUB_DEFAULT=saved with its saved_entry, a GRUB_DEFAULT naming an entry, else the newest
     installed kernel (grub-mkconfig puts it first and GRUB_DEFAULT=0 starts it). ``fact``: the

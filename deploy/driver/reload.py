@@ -9,6 +9,8 @@ driver_reload.sh, the same rule in one command): this is what a run plans and ``
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass
 
 from ..foundations import node_text
@@ -68,7 +70,7 @@ class ReloadPlan:
             f"{verb} {name}" for verb, name in self.steps)
 
 
-def reload_plan(reading: dict) -> ReloadPlan:
+def reload_plan(reading: dict[str, Any]) -> ReloadPlan:
     """``reading``: the DeviceHolders fact ({"fuser": bool, "holders": [Holder], "modules": [...],
     "active": [...]})."""
     unload = [module for module in MODULES if module in reading["modules"]]

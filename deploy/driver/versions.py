@@ -6,6 +6,8 @@ what preflight could not know yet (a repository the run adds), by its install op
 
 from __future__ import annotations
 
+from typing import Any
+
 import re
 
 from packaging.version import InvalidVersion, Version
@@ -38,12 +40,12 @@ def _by_upstream(versions) -> dict[str, str]:
     return found
 
 
-def _found(names, offered: dict) -> str:
+def _found(names, offered: dict[str, Any]) -> str:
     return "; ".join(f"{name} {', '.join(sorted(_by_upstream(offered.get(name, ())), key=_key, reverse=True)) or 'none'}"
                      for name in names)
 
 
-def matching(names, offered: dict, upstream: str, what: str) -> dict[str, str]:
+def matching(names, offered: dict[str, Any], upstream: str, what: str) -> dict[str, str]:
     """Each of ``names`` at its offered version of ``upstream``; refuses when one has none."""
     pins = {}
     for name in names:
@@ -55,7 +57,7 @@ def matching(names, offered: dict, upstream: str, what: str) -> dict[str, str]:
     return pins
 
 
-def choose(names, offered: dict | None, installed: dict, wanted: str | None, what: str) -> dict[str, str | None]:
+def choose(names, offered: dict[str, Any] | None, installed: dict, wanted: str | None, what: str) -> dict[str, str | None]:
     """
     The version of each of ``names`` (None: leave it to the package manager, whose candidates agree):
     ``wanted`` (nvidia_driver_version) when set; the installed one while every package is installed
@@ -92,7 +94,7 @@ def choose(names, offered: dict | None, installed: dict, wanted: str | None, wha
     return {name: per_name[name][chosen] for name in names}
 
 
-def apt_pin_text(sources, pins: dict) -> str | None:
+def apt_pin_text(sources, pins: dict[str, Any]) -> str | None:
     """apt preferences holding the driver's source packages at the pinned versions (None: none pinned)."""
     versions = sorted({version for version in pins.values() if version})
     if not sources or not versions:

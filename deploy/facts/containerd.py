@@ -4,6 +4,10 @@ deploy/runtimes/containerd/installations.py's table)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from typing import Any
+
 import base64
 import binascii
 import re
@@ -22,7 +26,7 @@ from ..foundations.toml_layout import tomllib
 VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?\S*$")
 
 
-def parse_containerd_version(line: str) -> dict:
+def parse_containerd_version(line: str) -> dict[str, Any]:
     """``containerd --version`` -> {"version": "1.6.20~ds1", "major": 1, "minor": 6} (None when unknown)."""
     for token in line.split()[1:]:
         match = VERSION_RE.match(token)
@@ -44,7 +48,7 @@ def _if_file(path: str, then: StringCommand, otherwise: StringCommand | str) -> 
     return StringCommand("if [ -f", QuoteString(path), "]; then", then, "; else", otherwise, "; fi")
 
 
-class ContainerdConfig(NodeFact):
+class ContainerdConfig(NodeFact[dict[str, Any]]):
     """
     The containerd binary, its version and the config file, read in one command. When the file
     is missing: ``base_path``'s text if given and present, else ``containerd config default``.
@@ -64,7 +68,7 @@ class ContainerdConfig(NodeFact):
         }
     """
 
-    def command(self, path, base_path=None, binary="containerd"):
+    def command(self, path: str, base_path=None, binary: str = "containerd") -> StringCommand:
         file_b64 = lambda label, name: StringCommand(  # noqa: E731
             "echo", QuoteString(label), f"$({node_text.base64_read(shlex.quote(name))})"
         )
@@ -91,7 +95,7 @@ class ContainerdConfig(NodeFact):
         )
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {
             "binary_path": None,
             "version": None,
@@ -105,7 +109,7 @@ class ContainerdConfig(NodeFact):
             "dump_error": None,
         }
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()
         for line in output:
             kind, _, rest = line.strip().partition(" ")
@@ -125,12 +129,12 @@ class ContainerdConfig(NodeFact):
         return state
 
 
-def config_read(path: str, base_path: str | None, binary: str) -> tuple[type[FactBase], dict]:
+def config_read(path: str, base_path: str | None, binary: str) -> tuple[type[FactBase], dict[str, Any]]:
     """What the wiring and verify read of containerd's config (preflight reads it ahead with the same call)."""
     return (ContainerdConfig, {"path": path, "base_path": base_path, "binary": binary})
 
 
-class ContainerdImports(NodeFact):
+class ContainerdImports(NodeFact[list[Any]]):
     """
     The files containerd imports: each pattern of ``imports`` globbed as containerd does
     (relative to the config's directory, matches in byte order), with their text.
@@ -140,7 +144,7 @@ class ContainerdImports(NodeFact):
         [{"path": "/etc/containerd/conf.d/99-nvidia.toml", "text": "version = 2\\n..."}]
     """
 
-    def command(self, directory, patterns):
+    def command(self, directory: str, patterns: Iterable[str]) -> StringCommand:
         # Unquoted $pattern: the shell globs it (a pattern that matches nothing stays as is); IFS empty
         # so a path with a space stays one. The path goes base64 like the text: it may hold anything.
         return StringCommand(
@@ -152,10 +156,10 @@ class ContainerdImports(NodeFact):
         )
 
     @staticmethod
-    def default():
+    def default() -> list[Any]:
         return []
 
-    def process(self, output):
+    def process(self, output: list[str]) -> list[Any]:
         files = []
         for line in output:
             kind, _, rest = line.strip().partition(" ")
@@ -170,7 +174,7 @@ UNIT_DIRS = ("/etc/systemd/system", "/usr/local/lib/systemd/system", "/lib/syste
              "/usr/lib/systemd/system")
 
 
-class ContainerdInstallations(NodeFact):
+class ContainerdInstallations(NodeFact[dict[str, Any]]):
     """
     Which paths of the Kubernetes distributions that bring their own containerd exist, which of
     their units are installed (and their state), and the ``version`` line of their generated
@@ -187,7 +191,7 @@ class ContainerdInstallations(NodeFact):
         }
     """
 
-    def command(self):
+    def command(self) -> StringCommand:
         parts = [
             StringCommand("for p in", *[QuoteString(p) for p in INSTALLATION_PATHS],
                           '; do [ -e "$p" ] && echo "path $p"; done;'),
@@ -204,10 +208,10 @@ class ContainerdInstallations(NodeFact):
         return StringCommand(*parts)
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"paths": [], "units": {}, "generated_versions": {}, "binary": None}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()
         for line in output:
             kind, _, rest = line.strip().partition(" ")

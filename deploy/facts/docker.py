@@ -6,6 +6,8 @@ command line out of them), and how many containers run (what a dockerd restart w
 
 from __future__ import annotations
 
+from typing import Any
+
 import re
 import shlex
 
@@ -19,7 +21,7 @@ from .containerd import decode_file
 DOCKER_VERSION_RE = re.compile(r"version\s+v?(\d+)\.(\d+)\.?(\d+)?([^\s,]*)")
 
 
-def parse_docker_version(line: str) -> dict:
+def parse_docker_version(line: str) -> dict[str, Any]:
     match = DOCKER_VERSION_RE.search(line)
     if not match:
         return {"version": None, "major": None}
@@ -27,7 +29,7 @@ def parse_docker_version(line: str) -> dict:
     return {"version": version, "major": int(match[1])}
 
 
-class DockerState(NodeFact):
+class DockerState(NodeFact[dict[str, Any]]):
     """
     dockerd, daemon.json and the unit that starts dockerd, in one command.
 
@@ -44,7 +46,7 @@ class DockerState(NodeFact):
         }
     """
 
-    def command(self, path, service="docker"):
+    def command(self, path: str, service: str = "docker") -> StringCommand:
         unit = QuoteString(f"{service}.service")
         return StringCommand(
             "bin=$(command -v dockerd 2>/dev/null || true);",
@@ -64,11 +66,11 @@ class DockerState(NodeFact):
         )
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"dockerd": None, "version": None, "major": None, "can_validate": False, "config": None,
                 "unit": None, "environment_files": {}, "containers": None}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()
         for line in output:
             kind, _, rest = line.strip().partition(" ")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pyinfra.api import StringCommand
+
+from typing import Any
+
 from .base import NodeFact
 
 
@@ -29,7 +33,7 @@ def _hex(text: str) -> int | None:
         return None
 
 
-class GpuSupportLists(NodeFact):
+class GpuSupportLists(NodeFact[dict[str, Any]]):
     """
     The driver's supported-gpus.json (device ID -> whether the open kernel modules drive it, its
     ``kernelopen`` feature) and Debian's nvidia-detect lists (file name -> device IDs), where the
@@ -41,14 +45,14 @@ class GpuSupportLists(NodeFact):
          "ids": {"nvidia.ids": [0x1340, 0x20b0], "nvidia-open.ids": [0x20b0]}}
     """
 
-    def command(self):
+    def command(self) -> str | StringCommand:
         return SCRIPT
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"json": {}, "ids": {}}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         lists = self.default()
         current = None
         last_device = None

@@ -8,6 +8,8 @@ own DeviceTaintRules.
 
 from __future__ import annotations
 
+from typing import Any
+
 import re
 
 from pyinfra.api import StringCommand
@@ -49,7 +51,7 @@ def _refusal(output: list[str]) -> str | None:
     return None
 
 
-def _items(out: str, what: str) -> list[dict]:
+def _items(out: str, what: str) -> list[dict[str, Any]]:
     try:
         items = cluster_json(out, what).get("items") or []
     except (ValueError, AttributeError):
@@ -59,7 +61,7 @@ def _items(out: str, what: str) -> list[dict]:
     return items
 
 
-class KubeQuarantineNodes(NodeFact):
+class KubeQuarantineNodes(NodeFact[dict[str, Any]]):
     """
     The cluster's nodes as the quarantine reads them (None when kubectl failed: see ``error``): each
     node's resourceVersion, its taints, whether it has annotations, and gpu-node's record annotation.
@@ -70,14 +72,14 @@ class KubeQuarantineNodes(NodeFact):
                                     annotations=True, record_text=None)}, "error": None}
     """
 
-    def command(self, kubeconfig):
+    def command(self, kubeconfig) -> str | StringCommand:
         return _guarded(kubeconfig, captured(kubectl(kubeconfig, "get", "nodes", "-o", "json")))
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"nodes": None, "error": "no output"}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         refused = _refusal(output)
         if refused:
             return {"nodes": None, "error": refused}
@@ -99,7 +101,7 @@ class KubeQuarantineNodes(NodeFact):
         return {"nodes": nodes, "error": None}
 
 
-class KubeDeviceTaints(NodeFact):
+class KubeDeviceTaints(NodeFact[Any]):
     """
     DeviceTaintRule as the cluster serves it (``kubectl api-resources``: its preferred apiVersion when that is
     resource.k8s.io/v1 or v1beta2, else None), the GPUs of NVIDIA's ResourceSlices per node (PCI address ->
@@ -112,7 +114,7 @@ class KubeDeviceTaints(NodeFact):
                   rules={"gpu-node-gpu1-gpu-0": "gpu1"})
     """
 
-    def command(self, kubeconfig):
+    def command(self, kubeconfig) -> str | StringCommand:
         selector = ",".join(f"{key}={value}" for key, value in MANAGED_BY.items())
         return _guarded(
             kubeconfig,
@@ -123,10 +125,10 @@ class KubeDeviceTaints(NodeFact):
         )
 
     @staticmethod
-    def default():
+    def default() -> Any:
         return DeviceApi()
 
-    def process(self, output):
+    def process(self, output: list[str]) -> Any:
         if _refusal(output):
             return DeviceApi()
         code, out, _ = parse_captured(output, "api-")

@@ -11,6 +11,8 @@ older than the last change. (pyinfra itself caches no fact: each get_fact is a r
 
 from __future__ import annotations
 
+from typing import Any
+
 import base64
 import binascii
 import json
@@ -26,13 +28,13 @@ from ..foundations.run_state import per_run
 
 MARKER = "@@gpu-node-fact "
 
-class KnownFacts(dict):
+class KnownFacts(dict[str, Any]):
     """This run's facts by host: host name -> (fact name, its arguments as JSON) -> (value, the
     host's changes when it was read) (deploy/foundations/run_state.py)."""
 
 
 # (fact class, its keyword arguments): a fact to read ahead
-FactCall = tuple[type[FactBase], dict]
+FactCall = tuple[type[FactBase], dict[str, Any]]
 
 
 def section_name(fact: type[FactBase], index: int | None) -> str:
@@ -40,14 +42,14 @@ def section_name(fact: type[FactBase], index: int | None) -> str:
     return fact.__name__ if index is None else f"{fact.__name__}#{index}"
 
 
-class CombinedOutput(NodeFact):
+class CombinedOutput(NodeFact[list[Any]]):
     """
     The output lines of several facts' commands run in one remote command, each in a subshell of
     its own after a marker line; ``read_facts`` hands each its own lines. ``facts`` are
     argument-less fact classes; ``calls`` are (fact class, keyword arguments) pairs.
     """
 
-    def command(self, facts=(), calls=()):
+    def command(self, facts=(), calls=()) -> StringCommand:
         # The reads only read, so they run side by side, each into a file of its own (its marker
         # line first), printed in order by one cat once all are done: the node's wall time is the
         # slowest read's, not their sum, and the printing one process, not one per read.
@@ -73,10 +75,10 @@ class CombinedOutput(NodeFact):
         return StringCommand(*parts)
 
     @staticmethod
-    def default():
+    def default() -> list[Any]:
         return []
 
-    def process(self, output):
+    def process(self, output: list[str]) -> list[Any]:
         try:
             data = base64.b64decode("".join(line.strip() for line in output), validate=True)
         except binascii.Error as error:
@@ -112,7 +114,7 @@ def _value(fact: type[FactBase], lines: list[str] | None):
     return default() if callable(default) else default
 
 
-def _key(fact: type[FactBase], kwargs: dict) -> tuple[str, str]:
+def _key(fact: type[FactBase], kwargs: dict[str, Any]) -> tuple[str, str]:
     return fact.__name__, json.dumps(kwargs, sort_keys=True, default=list)
 
 
@@ -144,7 +146,7 @@ def missing_program(host) -> str:
             "check the shell pyinfra runs commands with (_shell_executable)")
 
 
-def read_facts(host, *facts: type[FactBase], read_ahead: tuple[FactCall, ...] | list[FactCall] = ()) -> dict:
+def read_facts(host, *facts: type[FactBase], read_ahead: tuple[FactCall, ...] | list[FactCall] = ()) -> dict[str, Any]:
     """
     Read argument-less ``facts`` from ``host`` in one remote command: {class name: value}.
     Each value is what the fact alone gives (its default when its command printed nothing).
@@ -184,7 +186,7 @@ def read_facts(host, *facts: type[FactBase], read_ahead: tuple[FactCall, ...] | 
     return values
 
 
-def _known(host) -> dict:
+def _known(host) -> dict[str, Any]:
     """(fact name, arguments) -> (value, changes_so_far when it was read), kept in the run's state"""
     return per_run(host.state, KnownFacts).setdefault(host.name, {})
 

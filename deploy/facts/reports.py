@@ -3,6 +3,8 @@ fleet view read over SSH (deploy/fleet/from_reports.py)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import base64
 import binascii
 
@@ -20,7 +22,7 @@ NOT_REGULAR = "not a regular file (a symbolic link, FIFO, device or folder): not
 TOO_MANY = f"more than {MAX_NODE_REPORTS} .json files in the folder: this one and those after it not read"
 
 
-class NodeReports(NodeFact):
+class NodeReports(NodeFact[list[Any]]):
     """
     The ``*.json`` entries directly in ``folder``, in one command, at most ``MAX_NODE_REPORTS``: a
     regular file's name, its modification time (seconds since the epoch) and its text; any other
@@ -33,15 +35,15 @@ class NodeReports(NodeFact):
          {"name": "zero.json", "not_read": "not a regular file (...): not read"}]
     """
 
-    def command(self, folder=REPORTS_DIR):
+    def command(self, folder: str = REPORTS_DIR) -> str:
         return (node_text.base64_reader()
                 + shell_scripts.script("node_reports", folder=folder, max_reports=MAX_NODE_REPORTS)).strip()
 
     @staticmethod
-    def default():
+    def default() -> list[Any]:
         return []
 
-    def process(self, output):
+    def process(self, output: list[str]) -> list[Any]:
         reports = []
         for line in output:
             kind, name, mtime, text = (line.strip().split(" ") + ["", "", ""])[:4]

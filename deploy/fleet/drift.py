@@ -15,6 +15,8 @@ its plan.
 
 from __future__ import annotations
 
+from typing import Any
+
 import argparse
 import json
 import subprocess
@@ -36,7 +38,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def drifted_operations(plan: list[dict]) -> list[tuple[str, str]]:
+def drifted_operations(plan: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """(host, operation) pairs that would change; follow-up steps (restarts, rebuilds)
     guarded by another operation's change are not drift on their own."""
     return [(host, op["name"]) for op in plan for host in op["hosts_with_change"]]

@@ -28,6 +28,8 @@ A fleet report (a pull run writes one of itself beside its node report) is no no
 
 from __future__ import annotations
 
+from typing import Any
+
 import argparse
 import errno
 import os
@@ -163,7 +165,7 @@ def read_folder(folder: str, silent_after: int = time_span_seconds(DEFAULTS["hea
     return rows, problems
 
 
-def node_row(host_name: str, reports: list[dict], silent_after: int = time_span_seconds(DEFAULTS["health_silent_after"]),
+def node_row(host_name: str, reports: list[dict[str, Any]], silent_after: int = time_span_seconds(DEFAULTS["health_silent_after"]),
              now: datetime | None = None) -> tuple[FleetRow, list[str]]:
     """One node's row from the reports it keeps (the NodeReports fact): its newest node report, under
     the name the inventory gives the node, with its health report's health; one line per file that

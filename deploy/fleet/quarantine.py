@@ -9,6 +9,8 @@ could reset it now (nothing holds /dev/nvidia*, the driver reload's holder check
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyinfra import host, inventory, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import NoGroupError
@@ -51,7 +53,7 @@ def gpu_hosts(settings: Settings) -> list:
         return []
 
 
-def health_of_reports(reports: list[dict], host_name: str) -> tuple[HealthReportFormat | None, str | None]:
+def health_of_reports(reports: list[dict[str, Any]], host_name: str) -> tuple[HealthReportFormat | None, str | None]:
     """The health report among a node's reports (the NodeReports fact), checked against its format as the
     fleet view checks it, or None and why not."""
     source = f"{host_name}: {HEALTH_REPORT_PATH}"
@@ -75,7 +77,7 @@ def needing_reset(report: HealthReportFormat | None) -> list[str]:
     return sorted({problem.gpu for problem in report.problems if problem.severity == NEEDS_RESET and problem.gpu})
 
 
-def reset_note(node: str, gpus: list[str], holders: dict) -> str:
+def reset_note(node: str, gpus: list[str], holders: dict[str, Any]) -> str:
     """What quarantine_reset=plan says of a node whose ``gpus`` need a reset, from its DeviceHolders."""
     if not holders["fuser"]:
         return f"{node}: GPU {', '.join(gpus)} needs a reset; whether anything holds it is unknown (no fuser): not now"

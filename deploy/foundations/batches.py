@@ -36,7 +36,8 @@ def batch_sizes(spec: str, total: int) -> list[int]:
                 sizes.append(size)
         except ValueError:
             raise BatchSpecError(f"invalid batch size {entry!r} in {spec!r}: allowed: {ALLOWED}") from None
-    result, covered = [], 0
+    result: list[int] = []
+    covered = 0
     while covered < total:
         size = min(sizes[min(len(result), len(sizes) - 1)], total - covered)
         result.append(size)

@@ -124,7 +124,7 @@ def syntax_error(error: Exception, text: str) -> str:
     return message
 
 
-def _check_shape(value, source: str, budget: int) -> None:
+def _check_shape(value: object, source: str, budget: int) -> None:
     """Refuse a value nested deeper than ``MAX_DEPTH``, or holding more values than ``budget``:
     text holds no more values than characters unless YAML aliases repeat them (a "billion laughs"
     document, whose expansion any later walk would pay for). Walked with a list, not recursion."""

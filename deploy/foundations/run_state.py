@@ -47,4 +47,5 @@ def per_run(state: State, record_type: type[Record],
         record = records[record_type] = record_type()
         if created is not None:
             created(record)
-    return records[record_type]
+    kept: Record = records[record_type]
+    return kept

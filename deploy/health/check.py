@@ -21,6 +21,8 @@ Exit status (node-problem-detector's custom plugin protocol): 0 healthy, 1 unhea
 
 from __future__ import annotations
 
+from typing import Any
+
 import fcntl
 import json
 import os
@@ -103,7 +105,7 @@ class State:
     dropped_xids: int = 0
     logged: str | None = None
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, Any]:
         return {"version": STATE_VERSION, "boot_id": self.boot_id, "cursor": self.cursor, "read_until": self.read_until,
                 "xids": [vars(kept) for kept in self.xids], "dropped_xids": self.dropped_xids, "logged": self.logged}
 
@@ -178,7 +180,7 @@ def read_node(settings: HealthSettings, host: HealthHost, state: State, forget_x
         nvidia_persistenced=settings.nvidia_persistenced, fabric_manager_install=settings.fabric_manager_install)
 
 
-def health_report(found: Readings, state: State, now: datetime | None = None) -> dict:
+def health_report(found: Readings, state: State, now: datetime | None = None) -> dict[str, Any]:
     gpus, problems = assess(found)
     if state.dropped_xids:
         problems.append(Problem("xid", None, INFORMATIONAL, f"{state.dropped_xids} Xid event(s) of GPU/Xid pairs past "
@@ -191,7 +193,7 @@ def health_report(found: Readings, state: State, now: datetime | None = None) ->
             "problems": [problem.as_json() for problem in problems[:MAX_PROBLEMS]], "gpus": gpus[:MAX_GPUS]}
 
 
-def worst_line(report: dict, limit: int = NPD_LINE) -> str:
+def worst_line(report: dict[str, Any], limit: int = NPD_LINE) -> str:
     """The report in one line: its worst problem (one that makes its status), or that all is well."""
     if report["status"] == HEALTHY:
         count = len(report["gpus"])
@@ -203,7 +205,7 @@ def worst_line(report: dict, limit: int = NPD_LINE) -> str:
     return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
-def signature(report: dict) -> str:
+def signature(report: dict[str, Any]) -> str:
     """What a change of state is: the status and the problems, not how often an Xid repeated."""
     return json.dumps([report["status"], [[problem["kind"], problem["gpu"], problem["severity"],
                                            re.sub(r" \(\d+ times this boot\)$", "", problem["line"])]

@@ -8,6 +8,8 @@ boot's kernel has, and the services' states. Standard library only: the health a
 
 from __future__ import annotations
 
+from typing import Any
+
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -174,10 +176,10 @@ def _grub_values(text: str | None, names: tuple[str, ...]) -> dict[str, str]:
     return values
 
 
-def installed_kernels(host: HealthHost) -> dict[str, dict]:
+def installed_kernels(host: HealthHost) -> dict[str, dict[str, Any]]:
     """{release: {"image": bool}} of each folder under the module trees, as the InstalledKernels fact
     reads them (deploy/shell/installed_kernels.sh)."""
-    kernels: dict[str, dict] = {}
+    kernels: dict[str, dict[str, Any]] = {}
     for tree in dict.fromkeys(map(os.path.realpath, host.module_trees)):
         for release in host.listing(tree, limit=64):
             images = (os.path.join(host.boot_root, f"vmlinuz-{release}"), os.path.join(host.boot_root, f"Image-{release}"),
@@ -228,7 +230,7 @@ def units(host: HealthHost, names: tuple[str, ...]) -> dict[str, Unit] | None:
     return found
 
 
-def bus(host: HealthHost) -> dict:
+def bus(host: HealthHost) -> dict[str, Any]:
     """The NVIDIA GPUs and NVSwitches on the PCI bus (the first-boot unit's reading)."""
     try:
         return pci_devices(host.sys_root)

@@ -27,7 +27,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
@@ -103,7 +103,7 @@ class LiveNode:
 
     name: str
     resource_version: str
-    taints: tuple[dict, ...] = ()
+    taints: tuple[dict[str, Any], ...] = ()
     annotations: bool = False  # whether metadata.annotations exists at all
     record_text: str | None = None  # the value of RECORD_ANNOTATION, if any
 
@@ -149,8 +149,8 @@ class Step:
     node: str
     verb: str
     says: str
-    patch: tuple[dict, ...] = ()
-    create: tuple[dict, ...] = ()
+    patch: tuple[dict[str, Any], ...] = ()
+    create: tuple[dict[str, Any], ...] = ()
     delete: tuple[str, ...] = ()
 
 
@@ -181,11 +181,11 @@ def _pointer(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def _tested(node: LiveNode) -> list[dict]:
+def _tested(node: LiveNode) -> list[dict[str, Any]]:
     return [{"op": "test", "path": "/metadata/resourceVersion", "value": node.resource_version}]
 
 
-def _record_op(node: LiveNode, record: QuarantineRecord | None) -> dict:
+def _record_op(node: LiveNode, record: QuarantineRecord | None) -> dict[str, Any]:
     path = f"/metadata/annotations/{_pointer(RECORD_ANNOTATION)}"
     if record is None:
         return {"op": "remove", "path": path}
@@ -202,7 +202,7 @@ def rule_name(node: str, device: str) -> str:
     return f"gpu-node-{hashlib.sha256(f'{node}/{device}'.encode()).hexdigest()[:32]}"
 
 
-def device_rule(version: str, node: str, pool: str, device: str, value: str) -> dict:
+def device_rule(version: str, node: str, pool: str, device: str, value: str) -> dict[str, Any]:
     return {"apiVersion": version, "kind": "DeviceTaintRule",
             "metadata": {"name": rule_name(node, device), "labels": dict(MANAGED_BY),
                          "annotations": {RULE_NODE_ANNOTATION: node}},
@@ -210,7 +210,7 @@ def device_rule(version: str, node: str, pool: str, device: str, value: str) -> 
                      "taint": {"key": TAINT_KEY, "value": value, "effect": EFFECT}}}
 
 
-def _device_rules(gpu: GpuHealth, devices: DeviceApi | None) -> tuple[list[dict] | None, str]:
+def _device_rules(gpu: GpuHealth, devices: DeviceApi | None) -> tuple[list[dict[str, Any]] | None, str]:
     """The DeviceTaintRules for ``gpu``'s failed GPUs alone, or None and why the node is tainted instead."""
     if not gpu.dra:
         return None, ""

@@ -32,7 +32,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from .. import __version__
 from ..foundations.command_line import ArgumentParser
@@ -108,7 +108,7 @@ class Host:
         return shutil.which(name)
 
 
-def pci_devices(sys_root: str) -> dict:
+def pci_devices(sys_root: str) -> dict[str, Any]:
     """The NVIDIA GPUs (display class 0x03) and bridges (0x0680) on the PCI bus, in NodeSurvey's shape."""
     gpus, switches = [], []
     folder = Path(sys_root) / "bus" / "pci" / "devices"
@@ -151,9 +151,9 @@ def modinfo(host: Host, path: str, name: str) -> str:
 class Boot:
     settings: BootSettings
     host: Host = field(default_factory=Host)
-    steps: list[dict] = field(default_factory=list)
-    record: dict = field(default_factory=dict)
-    found: dict = field(default_factory=dict)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    record: dict[str, Any] = field(default_factory=dict)
+    found: dict[str, Any] = field(default_factory=dict)
 
     def say(self, name: str, status: str, reason: str) -> None:
         self.steps.append({"name": name, "status": status, "reason": reason})
@@ -285,7 +285,7 @@ class Boot:
             self.say(name, status, reason)
         return True
 
-    def report(self) -> dict:
+    def report(self) -> dict[str, Any]:
         node = {"host": socket.gethostname(), "gpus": [], "driver": None, "toolkit": None, "runtime": None,
                 "kernel_module_type": None, "persistence": None, "fabric_manager": None, "cuda": None, "cdi": None,
                 **self.record, "steps": self.steps}
@@ -293,7 +293,7 @@ class Boot:
         return {"version": REPORT_VERSION, "gpu_node_version": __version__, "ok": node["ok"], "nodes": [node]}
 
 
-def write_report(path: str, report: dict) -> None:
+def write_report(path: str, report: dict[str, Any]) -> None:
     """Atomically: a temporary file beside it (0600, as mkstemp makes it), then a rename."""
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, mode=0o700, exist_ok=True)

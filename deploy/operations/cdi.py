@@ -6,6 +6,8 @@ nvidia runtime's own mode (nvidia_runtime_mode) in its config.toml.
 
 from __future__ import annotations
 
+from typing import Any
+
 import re
 from dataclasses import dataclass
 
@@ -72,7 +74,7 @@ def refresh_env_text(driver_root: str) -> str | None:
     return f"{HEADER}NVIDIA_CTK_DRIVER_ROOT={systemd_environment_value(driver_root)}\n"
 
 
-def in_place(target: CdiTarget, state: dict) -> bool:
+def in_place(target: CdiTarget, state: dict[str, Any]) -> bool:
     """Whether nothing is to do, from what the node holds (the operation decides the same way)."""
     if not cdi_on(target):
         return not (target.cdi == "false" and state["refresh_enabled"] == "enabled")
@@ -83,12 +85,12 @@ def in_place(target: CdiTarget, state: dict) -> bool:
         not state["refresh_unit"] or (refresh_on and env == refresh_env_text(target.driver_root)))
 
 
-def driver_answers(state: dict) -> bool:
+def driver_answers(state: dict[str, Any]) -> bool:
     """Whether nvidia-smi -L answered with GPUs (asked only for a missing or stale spec)."""
     return state["smi_exit_code"] == 0 and bool(state["smi_gpus"])
 
 
-def no_spec_message(state: dict) -> str:
+def no_spec_message(state: dict[str, Any]) -> str:
     return ("no spec written: the driver does not answer with a GPU (nvidia-smi -L); "
             + ("the refresh unit writes it once it does" if state["refresh_unit"] else "run again once it does"))
 
@@ -146,7 +148,7 @@ def configure_cdi(target: CdiTarget):
         _say(no_spec_message(state))
 
 
-def runtime_mode_problem(target: CdiTarget, state: dict, cdi_decided: bool = True) -> str | None:
+def runtime_mode_problem(target: CdiTarget, state: dict[str, Any], cdi_decided: bool = True) -> str | None:
     """Why the runtime's mode cannot be set (one line), from what the node holds; None: it can.
     ``cdi_decided``: false while a wired runtime is not installed yet (CDI is decided by its version)."""
     if target.runtime_mode is None:
@@ -161,7 +163,7 @@ def runtime_mode_problem(target: CdiTarget, state: dict, cdi_decided: bool = Tru
                                 [runtime.cdi_since for runtime in registry.RUNTIMES])
 
 
-def runtime_mode_in_place(target: CdiTarget, state: dict) -> bool:
+def runtime_mode_in_place(target: CdiTarget, state: dict[str, Any]) -> bool:
     """Whether the runtime's config says the mode asked (or none is asked)."""
     if target.runtime_mode is None:
         return True

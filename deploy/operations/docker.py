@@ -7,6 +7,8 @@ dockerd, by the engine's schema. The generic operation (``runtime_config.py``) a
 
 from __future__ import annotations
 
+from typing import Any
+
 from functools import partial
 
 from pyinfra import host, logger
@@ -50,7 +52,7 @@ def plan_docker_wiring(path: str, wiring: RuntimeWiring, service: str = "docker"
     return plan
 
 
-def live_restore(config: dict, flags: list[DockerdFlag]) -> bool:
+def live_restore(config: dict[str, Any], flags: list[DockerdFlag]) -> bool:
     """Whether dockerd keeps its containers running through its own restart: the unit's
     --live-restore flag, else daemon.json's key (dockerd refuses both at once); off by default."""
     given = [flag for flag in flags if flag.name == "live-restore"]
@@ -59,7 +61,7 @@ def live_restore(config: dict, flags: list[DockerdFlag]) -> bool:
     return config.get("live-restore") is True
 
 
-def _plan(plan: RuntimeConfigPlan, state: dict, path: str, wiring: RuntimeWiring, service: str,
+def _plan(plan: RuntimeConfigPlan, state: dict[str, Any], path: str, wiring: RuntimeWiring, service: str,
           restart_pending: bool = False) -> str:
     """Fill ``plan`` in; the refusal, in one line, where daemon.json cannot or must not be wired."""
     if not state["dockerd"]:

@@ -14,6 +14,8 @@ was. Every failure names the URL.
 
 from __future__ import annotations
 
+from typing import Any
+
 import hashlib
 import posixpath
 import re
@@ -216,7 +218,7 @@ def wrote_files_command(*paths: str) -> StringCommand:
 REPLACE, REPAIR, IN_PLACE = "replace", "repair", "in place"
 
 
-def source_state(digests: dict, path: str, content: str, keyring: str) -> str:
+def source_state(digests: dict[str, Any], path: str, content: str, keyring: str) -> str:
     """From FileDigests of the source and its keyring: REPLACE when the source is new or changed
     (so a changed key URL takes effect) or the keyring is missing, REPAIR when only the source's
     mode or owner drifted, else IN_PLACE."""

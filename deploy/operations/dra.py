@@ -6,6 +6,8 @@ report.
 
 from __future__ import annotations
 
+from typing import Any
+
 import shlex
 
 from pyinfra import host
@@ -32,12 +34,12 @@ def node_read(settings: Settings) -> FactCall:
     return (DraNodeState, {"driver_root": settings.nvidia_driver_root})
 
 
-def installed_driver(nvidia: dict) -> str | None:
+def installed_driver(nvidia: dict[str, Any]) -> str | None:
     """The driver the node runs, else the one its module was built at (NodeSurvey)."""
     return nvidia.get("loaded_version") or nvidia.get("built_version")
 
 
-def containerd_cdi(settings: Settings, containerd: dict) -> bool | None:
+def containerd_cdi(settings: Settings, containerd: dict[str, Any]) -> bool | None:
     """Whether CDI is on in this containerd (ContainerdConfig's version) with the settings' wiring;
     None: no containerd installed."""
     if containerd["major"] is None:

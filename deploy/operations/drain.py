@@ -20,6 +20,8 @@ to recover it.
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass, field
 
 from pyinfra import host, logger
@@ -63,7 +65,7 @@ class DrainRecord:
     was_cordoned: bool = False  # an operator had cordoned it before this run
 
 
-class Drains(dict):
+class Drains(dict[str, Any]):
     """This run's drain records: inventory host name -> DrainRecord (deploy/foundations/run_state.py)."""
 
 

@@ -5,6 +5,8 @@ end-of-run report. Package installs go through the family's package manager (dep
 
 from __future__ import annotations
 
+from typing import Any
+
 import shlex
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
@@ -84,7 +86,7 @@ def install_first_available(manager: PackageManager, candidates: list, lock_time
     yield from manager.install._inner(packages={chosen: None}, lock_timeout=lock_timeout)
 
 
-def module_current(node: dict) -> bool:
+def module_current(node: dict[str, Any]) -> bool:
     """The loaded nvidia module is the one the installed driver built."""
     return bool(node["loaded_version"]) and node["loaded_version"] == node["built_version"]
 
@@ -106,18 +108,18 @@ def mark_reboot_required(packages: list):
     )
 
 
-def reboot_required(node: dict, driver_packages: list) -> bool:
+def reboot_required(node: dict[str, Any], driver_packages: list) -> bool:
     """The system asks for a reboot because of one of our driver packages."""
     return bool(node["reboot_required"] and set(node["reboot_packages"]) & set(driver_packages))
 
 
-def awaits_reboot(node: dict, driver_packages) -> bool:
+def awaits_reboot(node: dict[str, Any], driver_packages) -> bool:
     """A GPU node whose driver changed (``reboot_required``): its module loads at the next boot, and
     its GPUs are unusable until then. Without a GPU, a reboot loads no module."""
     return bool(node["gpus"]) and reboot_required(node, driver_packages)
 
 
-def driver_state_lines(node: dict, require_gpu: bool, driver_packages: list) -> list[str]:
+def driver_state_lines(node: dict[str, Any], require_gpu: bool, driver_packages: list) -> list[str]:
     """What the end-of-run report says about the driver on this node."""
     lines = []
     if not node["gpus"]:
@@ -173,7 +175,7 @@ def _install_naming_dkms_failures(state, host, command: StringCommand, leftovers
     return fail_host(state, host, install_failure(output.output_lines))
 
 
-def resolved_versions(resolve: dict, states: dict) -> dict[str, str | None]:
+def resolved_versions(resolve: dict[str, Any], states: dict) -> dict[str, str | None]:
     """The versions the install operation chooses from the refreshed lists (``install_driver``'s
     ``resolve``); with ``resolve["fabric"]`` (deploy/distros/families.py's DriverCompanion records:
     Fabric Manager, IMEX) their packages are named for the driver's branch and chosen at the driver's
@@ -199,7 +201,7 @@ def resolved_versions(resolve: dict, states: dict) -> dict[str, str | None]:
     return pins
 
 
-def driver_install_message(manager: str, packages: dict) -> str:
+def driver_install_message(manager: str, packages: dict[str, Any]) -> str:
     """What the driver's install says as it starts (it can take minutes)."""
     return (f"installing the NVIDIA driver with {manager} ({', '.join(sorted(packages))}): its kernel module is "
             "built for the running kernel (DKMS or the distribution's module package), typically 2 to 10 minutes; "
@@ -207,8 +209,8 @@ def driver_install_message(manager: str, packages: dict) -> str:
 
 
 @operation()
-def install_driver(manager: PackageManager, packages: dict, remove: list, state_names: list, lock_timeout: int,
-                   resolve: dict | None = None):
+def install_driver(manager: PackageManager, packages: dict[str, Any], remove: list, state_names: list, lock_timeout: int,
+                   resolve: dict[str, Any] | None = None):
     """
     Install the driver's ``packages`` ({name: version or None}) and hold them, removing the other
     kernel module type's packages (``remove``) in the same apt transaction (``name-``), so the

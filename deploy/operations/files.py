@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import hashlib
 import posixpath
 import shlex
@@ -17,7 +19,7 @@ from .safe_install import CANDIDATE_SUFFIX, FLUSH_FUNCTION
 from .upload import Staging, Upload
 
 
-def text_up_to_date(current: dict | None, content: str | bytes, mode: str = "644", owner: str = "root:root") -> bool:
+def text_up_to_date(current: dict[str, Any] | None, content: str | bytes, mode: str = "644", owner: str = "root:root") -> bool:
     """Whether a file's FileDigest shows exactly ``content`` with ``mode`` and ``owner``."""
     data = content.encode() if isinstance(content, str) else content
     return (

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
@@ -9,7 +11,7 @@ from ..facts.read_ahead import FactCall, read
 from ..facts.kernel_state import KernelState
 
 
-def module_present(state: dict, module: str, filesystem: str | None, sysctl: str | None) -> bool:
+def module_present(state: dict[str, Any], module: str, filesystem: str | None, sysctl: str | None) -> bool:
     """Loaded or built in: /sys/module, or the filesystem / sysctl the module provides."""
     if state["modules"].get(module):
         return True
@@ -23,7 +25,7 @@ def module_read(module: str, provides_sysctl: str | None) -> FactCall:
     return (KernelState, {"modules": [module], "sysctls": [provides_sysctl] if provides_sysctl else []})
 
 
-def sysctls_read(values: dict) -> FactCall:
+def sysctls_read(values: dict[str, Any]) -> FactCall:
     """What ``apply_sysctls`` reads (a stage reads it ahead with the same call)."""
     return (KernelState, {"modules": [], "sysctls": sorted(values)})
 
@@ -41,12 +43,12 @@ def load_module(module: str, provides_filesystem: str | None = None, provides_sy
     yield StringCommand("modprobe", QuoteString(module))
 
 
-def differing_sysctls(state: dict, values: dict) -> dict:
+def differing_sysctls(state: dict[str, Any], values: dict) -> dict:
     return {key: str(value) for key, value in values.items() if state["sysctls"].get(key) != str(value)}
 
 
 @operation()
-def apply_sysctls(values: dict):
+def apply_sysctls(values: dict[str, Any]):
     """Set sysctl values now, only those that differ from the running kernel's."""
     state = read(host, sysctls_read(values))
     differing = differing_sysctls(state, values)

@@ -10,6 +10,8 @@ no change; a difference is one apply.
 
 from __future__ import annotations
 
+from typing import Any
+
 import hashlib
 
 import yaml
@@ -41,7 +43,7 @@ class KubeUnavailableError(PyinfraError):
     """kubectl missing, kubeconfig unreadable or the API server unreachable on a control-plane host."""
 
 
-def manifest_documents(text: str) -> list[dict]:
+def manifest_documents(text: str) -> list[dict[str, Any]]:
     """The non-empty YAML documents of a rendered manifest."""
     return [document for document in yaml.safe_load_all(text) if document]
 
@@ -58,7 +60,7 @@ _BlockStyleDumper.add_representer(
 )
 
 
-def dump_documents(documents: list[dict]) -> str:
+def dump_documents(documents: list[dict[str, Any]]) -> str:
     return yaml.dump_all(documents, Dumper=_BlockStyleDumper, sort_keys=False,
                          default_flow_style=False, width=1000)
 
@@ -82,7 +84,7 @@ def unavailable_message(kubeconfig: str | None, error: str) -> str:
     return f"cannot use the cluster with {kubeconfig_words(kubeconfig)}: {error}"
 
 
-def require_cluster(kubeconfig: str | None) -> dict:
+def require_cluster(kubeconfig: str | None) -> dict[str, Any]:
     """
     The ``KubeCluster`` fact of the current host, or ``KubeUnavailableError`` naming the host
     and the kubeconfig (the one kubectl read, where it found one) when kubectl is missing or the
@@ -163,7 +165,7 @@ def label_node(kubeconfig: str, node: str, labels: dict[str, str | None]):
     yield kubectl(kubeconfig, "label", "node", QuoteString(node), "--overwrite", *arguments)
 
 
-def smoke_test_report(run: dict) -> str:
+def smoke_test_report(run: dict[str, Any]) -> str:
     """One line saying what happened to the smoke pod (and why, when it did not pass)."""
     if not run["created"]:
         return f"smoke pod not created: {run['create_error']}"

@@ -63,7 +63,7 @@ class LockWait:
                 f"printf 'gpu-node: {message}\\n' \"$(printf '%s\\n' \"$held\" | awk 'NR > 1 {{ printf \"; \" }} {{ printf \"%s\", $0 }}')\" >&2; exit 1; fi; "
                 "sleep 1; slept=$((slept + 1)); done")
 
-    def environment(self, lock_timeout: int) -> dict:
+    def environment(self, lock_timeout: int) -> dict[str, Any]:
         """The manager's own bounded wait, as its commands' environment (empty: none)."""
         return {self.timeout_variable: str(int(lock_timeout))} if self.timeout_variable else {}
 

@@ -8,6 +8,8 @@ is missing or at another version, so a no-op re-run stays a single read.
 
 from __future__ import annotations
 
+from typing import Any
+
 import re
 import shlex
 
@@ -100,7 +102,7 @@ def apt_sources_changed() -> None:
     per_run(host.state, AptListsRefreshed).discard(host.name)
 
 
-def _needed(states: dict, packages: dict[str, str | None]) -> list[str]:
+def _needed(states: dict[str, Any], packages: dict[str, str | None]) -> list[str]:
     return [
         name
         for name, version in packages.items()
@@ -117,12 +119,12 @@ def _rpm_version_matches(installed: str, wanted: str) -> bool:
     return installed == wanted or installed.startswith((wanted + "-", wanted + "_k"))
 
 
-def _rpm_needed(states: dict, packages: dict[str, str | None]) -> list[str]:
+def _rpm_needed(states: dict[str, Any], packages: dict[str, str | None]) -> list[str]:
     return [name for name, version in packages.items()
             if name not in states or (version and not _rpm_version_matches(states[name]["version"], version))]
 
 
-def apt_install_needed(states: dict, packages: dict[str, str | None], hold: bool = False) -> bool:
+def apt_install_needed(states: dict[str, Any], packages: dict[str, str | None], hold: bool = False) -> bool:
     """Whether apt_install would change anything, from its DebPackageStates fact."""
     return bool(_needed(states, packages)) or (hold and not all(states[name]["held"] for name in packages))
 
@@ -138,7 +140,7 @@ def deb_states_read(packages) -> FactCall:
 
 
 @operation()
-def apt_install(packages: dict, hold: bool = False, *, lock_timeout: int):
+def apt_install(packages: dict[str, Any], hold: bool = False, *, lock_timeout: int):
     """
     Ensure Debian packages are installed, at ``version`` where one is given ({name: version or None}),
     refreshing the lists first only when something must be installed; hold them when asked.
@@ -170,7 +172,7 @@ def recorded_holds(names, held_before, command: StringCommand):
     yield command
 
 
-def apt_holds(names: list, states: dict):
+def apt_holds(names: list, states: dict[str, Any]):
     """apt-mark hold of ``names``; those not held before (DebPackageStates ``states``) recorded first."""
     held = {name for name, state in states.items() if state.get("held")}
     yield from recorded_holds(names, held, StringCommand("apt-mark", "hold", *[QuoteString(name) for name in names]))
@@ -193,7 +195,7 @@ def recover_package_manager(lock_timeout: int):
 
 
 @operation()
-def dnf_install(packages: dict, hold: bool = False, *, lock_timeout: int):
+def dnf_install(packages: dict[str, Any], hold: bool = False, *, lock_timeout: int):
     """The dnf counterpart of apt_install; holds with dnf's versionlock plugin."""
     yield from DNF_LOCK_WAIT.bounded(_dnf_commands(packages, hold), lock_timeout)
 
@@ -205,7 +207,7 @@ DNF_INSTALL = "dnf install -y"
 DNF_VERSIONLOCK = "python3-dnf-plugin-versionlock"
 
 
-def _dnf_commands(packages: dict, hold: bool):
+def _dnf_commands(packages: dict[str, Any], hold: bool):
     states = host.get_fact(RpmPackageStates, packages=sorted(packages))
     needed = _rpm_needed(states, packages)
     locked = sorted(name for name in needed if states.get(name, {}).get("held"))
@@ -245,7 +247,7 @@ def dnf_module_enable(module: str, stream: str, *, lock_timeout: int):
 
 
 @operation()
-def zypper_install(packages: dict, hold: bool = False, *, lock_timeout: int):
+def zypper_install(packages: dict[str, Any], hold: bool = False, *, lock_timeout: int):
     """The zypper counterpart of dnf_install (``name=version`` pins, matched as zypper reads them, a
     SUSE kernel module package's ``VERSION_kKERNEL`` by its driver VERSION); refreshes the
     repositories first so that one whose signature zypper refuses stops the run there (zypper
@@ -260,7 +262,7 @@ def zypper_install(packages: dict, hold: bool = False, *, lock_timeout: int):
 ZYPPER_INSTALL = "zypper --non-interactive install -y"
 
 
-def _zypper_commands(packages: dict, hold: bool, lock_timeout: int):
+def _zypper_commands(packages: dict[str, Any], hold: bool, lock_timeout: int):
     states = host.get_fact(RpmPackageStates, packages=sorted(packages))
     held = set(host.get_fact(ZypperLocks))
     needed = _rpm_needed(states, packages)
@@ -365,7 +367,7 @@ def pacman_removal(names: list, lock_timeout: int) -> StringCommand:
 
 
 @operation()
-def pacman_install(packages: dict, hold: bool = False, *, lock_timeout: int):
+def pacman_install(packages: dict[str, Any], hold: bool = False, *, lock_timeout: int):
     """Install the repository's version (pacman cannot pin) of the packages not installed yet; hold
     with IgnorePkg in pacman.conf, for the packages not listed there yet."""
     installed = host.get_fact(PacmanPackages)

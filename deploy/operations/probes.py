@@ -72,7 +72,7 @@ def executing(host) -> bool:
     return bool(host.state.is_executing)
 
 
-def connector_arguments(host) -> dict:
+def connector_arguments(host) -> dict[str, Any]:
     """The connection arguments (``_sudo``, ``_su_user``...) of the operation being executed: pyinfra
     applies them to the commands an operation yields, not to commands it runs itself."""
     operation_arguments = host.current_op_global_arguments or {}
@@ -112,7 +112,7 @@ def run(host, probe: type[Probe[T]], **arguments: Any) -> T:
 SANDBOX_NAME = "gpu-node-verify"
 
 
-def sandbox_config(uid: str, systemd_cgroup: bool = True) -> dict:
+def sandbox_config(uid: str, systemd_cgroup: bool = True) -> dict[str, Any]:
     """A host-network pod sandbox (as the device plugin's pods run), logging under /tmp. Its cgroup
     parent has the form the kubelet passes for the cgroup driver (runc refuses a path for systemd)."""
     parent = "gpunodeverify.slice" if systemd_cgroup else f"/{SANDBOX_NAME}"
@@ -123,7 +123,7 @@ def sandbox_config(uid: str, systemd_cgroup: bool = True) -> dict:
     }
 
 
-def container_config(image: str, command: list[str]) -> dict:
+def container_config(image: str, command: list[str]) -> dict[str, Any]:
     return {
         "metadata": {"name": "nvidia-smi"},
         "image": {"image": image},
@@ -133,7 +133,7 @@ def container_config(image: str, command: list[str]) -> dict:
     }
 
 
-def cdi_container_config(image: str, cdi: CdiProbe) -> dict:
+def cdi_container_config(image: str, cdi: CdiProbe) -> dict[str, Any]:
     """A container given ``cdi.device`` through the CRI's ``CDI_devices`` (as the kubelet passes the
     device plugin's cdi-cri answer), printing which of ``cdi.paths`` it has as device nodes.
     NVIDIA_VISIBLE_DEVICES=void: the nvidia runtime injects nothing of its own, in any mode, so what
@@ -150,7 +150,7 @@ def cdi_container_config(image: str, cdi: CdiProbe) -> dict:
     }
 
 
-class CrictlRun(Probe[dict]):
+class CrictlRun(Probe[dict[str, Any]]):
     """
     Through the CRI, the path the kubelet takes: ``crictl runp --runtime nvidia`` a host-network
     sandbox, then (when ``image`` is given) create, start, wait for, read the logs of and remove a
@@ -189,7 +189,7 @@ class CrictlRun(Probe[dict]):
         return steps
 
 
-class ContainerRun(Probe[dict]):
+class ContainerRun(Probe[dict[str, Any]]):
     """
     Run a throwaway container with the GPUs and report exit code and output: ``run``, the words that
     start it as its runtime says (deploy/runtimes/registry.py GpuRun: ``ctr run --rm --gpus 0 IMAGE
@@ -225,7 +225,7 @@ class ContainerRun(Probe[dict]):
 # The cluster's smoke pod (deploy/operations/kubectl.py run_smoke_test, from deploy/tasks/k8s.py)
 
 
-class SmokeTestRun(Probe[dict]):
+class SmokeTestRun(Probe[dict[str, Any]]):
     """
     Run the smoke pod once and report, leaving the cluster as it was: delete any old pod,
     create it, wait at most ``timeout`` seconds for Succeeded/Failed, read why it is not

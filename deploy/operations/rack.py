@@ -6,6 +6,8 @@ same command), and verify's check of the rack's parts, each a step of the node's
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyinfra import host
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
@@ -50,7 +52,7 @@ def apply_mig_layout(layout: mig.MigLayout, drain: DrainTarget | None = None):
     yield FunctionCommand(_apply, (layout,), {})
 
 
-def _driver_branch(nvidia: dict) -> int | None:
+def _driver_branch(nvidia: dict[str, Any]) -> int | None:
     head = (nvidia.get("loaded_version") or nvidia.get("built_version") or "").split(".")[0]
     return int(head) if head.isdigit() else None
 

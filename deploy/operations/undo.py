@@ -12,6 +12,8 @@ backed up, swapped, their unit restarted and watched, rolled back if it does not
 
 from __future__ import annotations
 
+from typing import Any
+
 import shlex
 from dataclasses import dataclass
 
@@ -33,7 +35,7 @@ RESTORE, REMOVE, MERGE, KEEP, FORGET = "restore", "remove", "merge", "keep", "fo
 class FileUndo:
     """What the undo run does to one recorded file, and its one line saying so and why."""
 
-    record: dict  # deploy/facts/records.py NodeRecords's, for this file
+    record: dict[str, Any]  # deploy/facts/records.py NodeRecords's, for this file
     action: str   # RESTORE, REMOVE, MERGE (``content``), KEEP (left byte for byte), FORGET (nothing to change)
     line: str
     content: str | None = None
@@ -52,7 +54,7 @@ class FileUndo:
         return self.action in (RESTORE, REMOVE, MERGE)
 
 
-def _merged(record: dict) -> tuple[str | None, str]:
+def _merged(record: dict[str, Any]) -> tuple[str | None, str]:
     """The live file with gpu-node's values taken out (None: none left in it), and what was taken
     out; ConfigError/DaemonConfigError when that cannot be done safely."""
     path, live = record["path"], record["live_text"]
@@ -74,7 +76,7 @@ def _merged(record: dict) -> tuple[str | None, str]:
     return (render_daemon_json(result.result) if result.changed else None), reverse_merge.described(result)
 
 
-def decide(record: dict) -> FileUndo:
+def decide(record: dict[str, Any]) -> FileUndo:
     """What to do with one recorded file (see the module), and the line that says it."""
     path = record["path"]
     kept_at = f"{node_records.FILES_DIR}/{record['id']}/{node_records.ORIGINAL}"

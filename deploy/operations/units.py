@@ -5,6 +5,8 @@ run's putting them back (deploy/node/records.py).
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.operations import systemd
@@ -48,7 +50,7 @@ def enable_service(service: str, start: bool = True):
 TRIGGERS = (".timer", ".path", ".socket")
 
 
-def unit_commands(unit: str, recorded: str, now: dict, created: bool = False) -> list[StringCommand]:
+def unit_commands(unit: str, recorded: str, now: dict[str, Any], created: bool = False) -> list[StringCommand]:
     """The commands that put ``unit`` back to ``recorded`` ("ENABLED ACTIVE", as node_records writes
     it) from ``now`` ({"enabled", "active"}, as the undo fact reads it); none when it is so already.
     ``created``: gpu-node wrote the unit's file, so before gpu-node there was no such unit."""
@@ -78,7 +80,7 @@ def unit_commands(unit: str, recorded: str, now: dict, created: bool = False) ->
 
 
 @operation()
-def put_unit_back(unit: str, recorded: str, now: dict, created: bool = False):
+def put_unit_back(unit: str, recorded: str, now: dict[str, Any], created: bool = False):
     """
     Put ``unit`` back to its state before gpu-node first changed it (``recorded``: "ENABLED ACTIVE");
     ``now``: its state as the undo run read it ({"enabled", "active"}); ``created``: gpu-node wrote its
@@ -92,7 +94,7 @@ def put_unit_back(unit: str, recorded: str, now: dict, created: bool = False):
 
 
 @operation()
-def enable_unit_files(units: list[str], enabled: dict):
+def enable_unit_files(units: list[str], enabled: dict[str, Any]):
     """
     Enable ``units`` by their files alone (``systemctl --root=/ enable``: no running systemd asked,
     so it works in an image root too), starting nothing; each one's state before recorded first

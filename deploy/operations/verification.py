@@ -8,6 +8,8 @@ the whole deploy stays change-free; a failing step makes the host fail after its
 
 from __future__ import annotations
 
+from typing import Any
+
 import uuid
 
 from pyinfra import host, logger
@@ -58,7 +60,7 @@ def containerd_in_effect(options: VerifyOptions) -> ConfigTarget:
     return containerd_of(options, known_fact(host, ContainerdInstallations))
 
 
-def containerd_of(options: VerifyOptions, found: dict | None) -> ConfigTarget:
+def containerd_of(options: VerifyOptions, found: dict[str, Any] | None) -> ConfigTarget:
     """The containerd a node with this ContainerdInstallations reading runs (None: not asked, containerd
     is not wired)."""
     if found is None:
@@ -81,7 +83,7 @@ def containerd_config_read(containerd: ConfigTarget) -> FactCall:
     return config_read(containerd.config_in_effect, None, containerd.binary)
 
 
-def with_containerd_config(readout: dict, config: dict) -> dict:
+def with_containerd_config(readout: dict[str, Any], config: dict) -> dict:
     """Verify's readout with containerd's version and dump from its ContainerdConfig reading
     (a failed dump: what it printed, as verify names the failure by it)."""
     failed = config["dump_exit_code"] not in (0, None)
@@ -100,9 +102,9 @@ def reads(options: VerifyOptions) -> list[FactCall]:
             cdi_ops.state_read(), devices.links_read(options.driver_root), KERNELS_READ, signing_read(options)]
 
 
-def gpu_runs(readout: dict, options: VerifyOptions, plan: dict[str, str | None], token: str) -> dict[str, dict]:
+def gpu_runs(readout: dict[str, Any], options: VerifyOptions, plan: dict[str, str | None], token: str) -> dict[str, dict]:
     """Each runtime's planned GPU runs done, by their probes (deploy/runtimes/registry.py GpuRun)."""
-    runs: dict[str, dict] = {}
+    runs: dict[str, dict[str, Any]] = {}
     for runtime in registry.RUNTIMES:
         reading = readout[runtime.name]
         for run in runtime.runs:

@@ -7,6 +7,8 @@ exact version and are held with it (deploy/distros/families.py ``DriverCompanion
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass
 
 from ..distros.families import DriverCompanion, FabricManagerPackages, ImexPackages, Platform
@@ -24,7 +26,7 @@ class CompanionPlan:
 
     fabric_packages: tuple[str, ...] = ()  # Fabric Manager's, and NVLSM's
     imex_packages: tuple[str, ...] = ()
-    repository: dict | None = None  # NVIDIA's CUDA repository: name, url, key_url, pin
+    repository: dict[str, Any] | None = None  # NVIDIA's CUDA repository: name, url, key_url, pin
     # the companions whose packages the install operation names (apt lists unknown)
     deferred: tuple[DriverCompanion, ...] | None = None
 
@@ -50,7 +52,7 @@ def companions_wanted(settings: Settings, platform: Platform, data, fabric: Fabr
     return tuple(records)
 
 
-def companion_names(records, branch: int, values: dict) -> tuple[str, ...]:
+def companion_names(records, branch: int, values: dict[str, Any]) -> tuple[str, ...]:
     """The companions' package names for the driver ``branch``."""
     return tuple(name for record in records for name in render(record.names(branch), {**values, "branch": str(branch)}))
 
@@ -60,7 +62,7 @@ def companions_what(records) -> str:
 
 
 def companion_packages(settings: Settings, platform: Platform, manager: PackageManager, pinned: list[str],
-                       driver: tuple[str | None, bool], packages: dict, values: dict, offered: dict, unread: str,
+                       driver: tuple[str | None, bool], packages: dict[str, Any], values: dict, offered: dict, unread: str,
                        fabric: Fabric, companions: tuple[DriverCompanion, ...]) -> CompanionPlan:
     """The companions' packages at the driver's version (added to ``packages``) and NVIDIA's CUDA
     repository they come from; ``driver``: (the driver's version, whether the install operation chooses

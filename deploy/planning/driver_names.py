@@ -6,6 +6,8 @@ kernel module type, its repositories and their keys. Pure: data in, names out.
 
 from __future__ import annotations
 
+from typing import Any
+
 import re
 from dataclasses import replace
 
@@ -30,7 +32,7 @@ def kernel_variant(kernel: str, pattern: str | None, default: str) -> str:
     return match.group(1) if match else default
 
 
-def render(templates, values: dict) -> tuple[str, ...]:
+def render(templates, values: dict[str, Any]) -> tuple[str, ...]:
     """Render templates; those naming a value that is not set ({branch} without a branch) drop out."""
     rendered = []
     for template in templates or ():
@@ -41,7 +43,7 @@ def render(templates, values: dict) -> tuple[str, ...]:
     return tuple(dict.fromkeys(rendered))
 
 
-def render_repository(repository, values: dict, settings: Settings) -> dict | None:
+def render_repository(repository, values: dict[str, Any], settings: Settings) -> dict | None:
     """A family table's repository for this host: its key's URL (a setting's, else the table's) and the
     pin that key must match (settings.KeyPin); a key that cannot be checked before use is refused."""
     if not repository:
@@ -70,7 +72,7 @@ def repository_urls(settings: Settings) -> dict[str, str]:
             "driver_repo_url": settings.nvidia_driver_repo_url.rstrip("/")}
 
 
-def template_values(platform: Platform, data, kernel: str, branch: str | None) -> dict:
+def template_values(platform: Platform, data, kernel: str, branch: str | None) -> dict[str, Any]:
     """The values the family table's templates may name, on this host."""
     values = {
         "kernel": node_word(kernel, "the running kernel's release"),
@@ -90,7 +92,7 @@ def template_values(platform: Platform, data, kernel: str, branch: str | None) -
     return values
 
 
-def package_names(data, values: dict, platform: Platform, branch: str | None, node: dict):
+def package_names(data, values: dict[str, Any], platform: Platform, branch: str | None, node: dict):
     """(driver package names, module package names, dnf module stream, notes) of one kernel module
     type's record."""
     if data.module and platform.major in data.module_majors:
@@ -116,7 +118,7 @@ def package_names(data, values: dict, platform: Platform, branch: str | None, no
     return names, dependencies, None, notes
 
 
-def candidate_names(settings: Settings, platform: Platform, node: dict, branch: str | None) -> dict[str, list[str]]:
+def candidate_names(settings: Settings, platform: Platform, node: dict[str, Any], branch: str | None) -> dict[str, list[str]]:
     """Every package name either kernel module type's plan may name, for reading their state and
     versions ahead."""
     base = platform.family.driver
@@ -138,7 +140,7 @@ def candidate_names(settings: Settings, platform: Platform, node: dict, branch: 
     return {"driver": list(dict.fromkeys(names)), "fabric": list(dict.fromkeys(fabric))}
 
 
-def companion_records(settings: Settings, data, node: dict) -> list:
+def companion_records(settings: Settings, data, node: dict[str, Any]) -> list:
     """The family's companion records this host may be planned with (Fabric Manager on an NVSwitch node,
     IMEX with imex_domain), for reading their names ahead; the plan refuses a missing one."""
     records = []

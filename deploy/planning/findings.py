@@ -30,13 +30,13 @@ class Findings:
 
     platform: Platform
     # deploy/facts/nvidia.py NodeSurvey: GPUs, Secure Boot, modules, kernel, free disk
-    nvidia: dict | None = None
+    nvidia: dict[str, Any] | None = None
     # the runtimes this run wires (deploy/runtimes/registry.py), by name, as their stages found them
     # (containerd: deploy/facts/containerd.py ContainerdInstallations plus "installation": {"name",
     # "service"}, who owns it: plain, k3s, rke2, k0s, microk8s)
     runtimes: dict[str, WiredRuntime] = field(default_factory=dict)
     # deploy/facts/recovery.py PendingRestarts: {unit: config} an interrupted run did not restart
-    pending_restarts: dict | None = None
+    pending_restarts: dict[str, Any] | None = None
     # step name -> the plan its check made (the driver's DriverPlan)
     plans: dict[str, Any] = field(default_factory=dict)
 
@@ -46,7 +46,7 @@ class PreflightStep(Protocol):
 
     name: str
     reads: Callable[[Settings], list[FactCall]]
-    check: Callable[[Settings, Platform, dict], StepCheck] | None
+    check: Callable[[Settings, Platform, dict[str, Any]], StepCheck] | None
     installs: bool
     # a runtime's stage: the runtime as this run wires it (Findings.runtimes)
     wired: Callable[[Settings], WiredRuntime] | None

@@ -140,7 +140,7 @@ def hooks_text(enabled_units: Mapping[str, Any]) -> str:
         spec, sort_keys=False)
 
 
-def _systemctl(verb: str, units: list[str]) -> dict:
+def _systemctl(verb: str, units: list[str]) -> dict[str, Any]:
     return {"workdir": "/", "command": SYSTEMCTL, "args": [verb, *units]}
 
 

@@ -8,6 +8,8 @@ node_text.printable, the page's html.escape too).
 
 from __future__ import annotations
 
+from typing import Any
+
 from datetime import datetime, timezone
 from html import escape
 
@@ -20,7 +22,7 @@ NODE_COLUMNS = ("node", "health", "checked at", "problems")
 GPU_COLUMNS = ("node", "GPU", "name", "driver sees it", "ECC uncorrected", "retired pages", "row remap pending", "problems")
 
 
-def fleet_health(report, silent_after: int, now: datetime | None = None) -> dict:
+def fleet_health(report, silent_after: int, now: datetime | None = None) -> dict[str, Any]:
     """A fleet row's ``health`` (FleetHealthFormat) of a node's health report (HealthReportFormat,
     checked): its status, silent when ``checked_at`` is more than ``silent_after`` seconds ago."""
     checked = datetime.fromisoformat(report.checked_at)
@@ -34,7 +36,7 @@ def _flag(value) -> str:
     return "?" if value is None else ("yes" if value is True else "no" if value is False else str(value))
 
 
-def problem_text(problems: list[dict], gpu: str | None = None) -> str:
+def problem_text(problems: list[dict[str, Any]], gpu: str | None = None) -> str:
     """The first few problems (of ``gpu`` where given), worst first, and how many more there are."""
     mine = [problem for problem in problems if gpu is None or problem["gpu"] == gpu]
     if not mine:

@@ -195,16 +195,16 @@ class DriverNote:
     reboot_required: bool = False
 
 
-class DriverNotes(dict):
+class DriverNotes(dict[str, Any]):
     """This run's driver notes: inventory host name -> DriverNote (deploy/foundations/run_state.py)."""
 
 
-class FailureNotes(dict):
+class FailureNotes(dict[str, Any]):
     """This run's failure lines: (inventory host name, operation hash) -> the one line the host
     failed with (deploy/operations/failure.py), for the fleet report (deploy/foundations/run_state.py)."""
 
 
-class PlannedRefusals(dict):
+class PlannedRefusals(dict[str, Any]):
     """This run's refusals found while planning (deploy/operations/failure.py): inventory host name ->
     their lines, in order, for a dry run's fleet report (deploy/foundations/run_state.py)."""
 

@@ -53,7 +53,7 @@ def _tables(value: Any) -> bool:
     return isinstance(value, dict)
 
 
-def changes(original: dict, written: dict, path: Path = ()) -> list[Change]:
+def changes(original: dict[str, Any], written: dict, path: Path = ()) -> list[Change]:
     """Every value where ``original`` and ``written`` differ, leaf by leaf (tables are followed;
     arrays and a value that is a table on one side only are whole values)."""
     found = []
@@ -71,7 +71,7 @@ def changes(original: dict, written: dict, path: Path = ()) -> list[Change]:
     return found
 
 
-def added_tables(original: dict, written: dict, path: Path = ()) -> list[Path]:
+def added_tables(original: dict[str, Any], written: dict, path: Path = ()) -> list[Path]:
     """The tables ``written`` holds that ``original`` does not (gpu-node added them), deepest first."""
     found = []
     for key, value in written.items():
@@ -93,7 +93,7 @@ def value_at(tree: Any, path: Path) -> Any:
     return tree
 
 
-def _put(tree: dict, path: Path, value: Any) -> None:
+def _put(tree: dict[str, Any], path: Path, value: Any) -> None:
     for key in path[:-1]:
         tree = tree.setdefault(key, {})
     if value is MISSING:
@@ -106,7 +106,7 @@ def _put(tree: dict, path: Path, value: Any) -> None:
 class Reverted:
     """``live`` with gpu-node's values put back: the result, the changes undone, the tables removed."""
 
-    result: dict
+    result: dict[str, Any]
     undone: list[Change]
     removed_tables: list[Path]
 
@@ -115,7 +115,7 @@ class Reverted:
         return bool(self.undone or self.removed_tables)
 
 
-def reverted(live: dict, original: dict, written: dict) -> Reverted:
+def reverted(live: dict[str, Any], original: dict, written: dict) -> Reverted:
     """``live`` with each value gpu-node set that it still holds put back to the original's."""
     result = copy.deepcopy(live)
     undone = []
@@ -134,7 +134,7 @@ def reverted(live: dict, original: dict, written: dict) -> Reverted:
 
 # TOML, its layout kept. ---------------------------------------------------------------------------
 
-def _values(text: str, source: str) -> dict:
+def _values(text: str, source: str) -> dict[str, Any]:
     try:
         return node_text.parsed(tomllib.loads, text, source)
     except node_text.UnreadableText as error:

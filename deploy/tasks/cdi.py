@@ -6,7 +6,7 @@ units gpu-node enabled turned off; the nvidia runtime's mode as nvidia_runtime_m
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
@@ -27,7 +27,7 @@ def reads(settings: Settings) -> list[FactCall]:
     return [cdi_ops.state_read()]
 
 
-def preflight_check(settings: Settings, platform: Platform, nvidia: dict, runtimes: Sequence[WiredRuntime]) -> StepCheck:
+def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, Any], runtimes: Sequence[WiredRuntime]) -> StepCheck:
     """What preflight checks for this stage (deploy/stages.py): nvidia_runtime_mode=cdi where the
     installed ``runtimes`` (those wired) have CDI off, and a runtime config that cannot be edited, are
     refused before any change (runtimes this run installs are checked by the operation)."""

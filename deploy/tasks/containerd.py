@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from functools import partial
 
 from pyinfra import host, logger
@@ -44,7 +46,7 @@ def wired(settings: Settings) -> WiredRuntime:
     return WiredRuntime(CONTAINERD.name, config_read(target.path, target.base_path, target.binary), found)
 
 
-def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StepCheck:
+def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, Any]) -> StepCheck:
     """What preflight checks for this stage (deploy/stages.py): cdi=true on an installed containerd
     without CDI is refused before any change (a containerd this run installs is checked by its plan)."""
     state = read(host, target_read(plain_target(settings.containerd_config_path)))
@@ -71,8 +73,8 @@ def install_containerd(settings: Settings, family: Family) -> None:
 
 
 @deploy("containerd")
-def containerd_runtime(settings: Settings, family: Family, containerd_found: dict, drain: DrainTarget | None = None,
-                       pending_restarts: dict | None = None):
+def containerd_runtime(settings: Settings, family: Family, containerd_found: dict[str, Any], drain: DrainTarget | None = None,
+                       pending_restarts: dict[str, Any] | None = None):
     installation = containerd_found["installation"]["name"]
     if installation == "plain" and not containerd_found.get("binary"):
         if not settings.containerd_install:

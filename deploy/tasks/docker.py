@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from functools import partial
 
 from pyinfra import host
@@ -31,7 +33,7 @@ def wired(settings: Settings) -> WiredRuntime:
     return WiredRuntime(DOCKER.name, docker.state_read(settings.docker_daemon_config_path))
 
 
-def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StepCheck:
+def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, Any]) -> StepCheck:
     """What preflight checks for this stage (deploy/stages.py): cdi=true on an installed Docker
     without CDI is refused before any change."""
     state = read(host, docker.state_read(settings.docker_daemon_config_path))
@@ -44,7 +46,7 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> Ste
 
 @deploy("Docker")
 def docker_runtime(settings: Settings, family: Family, drain: DrainTarget | None = None,
-                   pending_restarts: dict | None = None):
+                   pending_restarts: dict[str, Any] | None = None):
     # Installing Docker Engine is the site's business; docker_install=true takes the distribution's
     # own package (Debian/Ubuntu docker.io, Fedora moby-engine, ...), never Docker's repository.
     installed = read(host, docker.state_read(settings.docker_daemon_config_path))["dockerd"]

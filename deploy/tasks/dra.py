@@ -8,6 +8,8 @@ prerequisite, one step each of the node's report. A device-plugin node runs none
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyinfra import host, logger
 from pyinfra.api import deploy
 
@@ -35,7 +37,7 @@ def reads(settings: Settings) -> list[FactCall]:
     return [dra_ops.node_read(settings), target_read(plain_target(settings.containerd_config_path))]
 
 
-def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StepCheck:
+def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, Any]) -> StepCheck:
     """Refuse, before any change, a node the DRA driver cannot serve; a prerequisite this run
     decides later (a containerd it installs) is checked by verify."""
     containerd = read(host, target_read(plain_target(settings.containerd_config_path)))

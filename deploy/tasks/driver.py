@@ -9,6 +9,8 @@ nova blacklist lives in the kernel stage.
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import replace
 from datetime import date
 
@@ -46,7 +48,7 @@ REBOOT_DELAY = 10  # seconds before reconnecting
 SERVICE_UNITS = ("nvidia-fabricmanager.service", "nvidia-persistenced.service")
 
 
-def readings_calls(settings: Settings, platform: Platform, node: dict, branch: str | None,
+def readings_calls(settings: Settings, platform: Platform, node: dict[str, Any], branch: str | None,
                    plan_names: dict[str, list[str]], fabric_url: str | None) -> list[FactCall]:
     manager = platform.family.package_manager
     calls: list[FactCall] = [(GpuSupportLists, {})]
@@ -65,7 +67,7 @@ def readings_calls(settings: Settings, platform: Platform, node: dict, branch: s
     return calls
 
 
-def plan_for_host(settings: Settings, platform: Platform, node: dict) -> tuple[DriverPlan, list]:
+def plan_for_host(settings: Settings, platform: Platform, node: dict[str, Any]) -> tuple[DriverPlan, list]:
     """The plan of the current host, reading what it decides on in one remote command (read-only);
     also returns the calls its operations make, read in the same command."""
     data = platform.family.driver
@@ -123,7 +125,7 @@ def plan_for_host(settings: Settings, platform: Platform, node: dict) -> tuple[D
     return replace(plan, state_names=tuple(names["driver"] + names["fabric"])), ahead
 
 
-def operation_reads(settings: Settings, platform: Platform, node: dict, names: dict[str, list[str]]) -> list[FactCall]:
+def operation_reads(settings: Settings, platform: Platform, node: dict[str, Any], names: dict[str, list[str]]) -> list[FactCall]:
     """What the stage's operations read, read ahead in the plan's one command (where the family's
     installs read a state fact the plan can name, all of it: a run that changes nothing then reads
     nothing more)."""
@@ -151,7 +153,7 @@ def operation_reads(settings: Settings, platform: Platform, node: dict, names: d
     ]
 
 
-def headers_findings(plan: DriverPlan | None, available: dict) -> list[str]:
+def headers_findings(plan: DriverPlan | None, available: dict[str, Any]) -> list[str]:
     if not plan or not plan.headers:
         return []
     exact = plan.headers[0]
@@ -164,7 +166,7 @@ def headers_findings(plan: DriverPlan | None, available: dict) -> list[str]:
     ]
 
 
-def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StepCheck:
+def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, Any]) -> StepCheck:
     """What preflight checks for this stage (deploy/stages.py): the host's plan (its kernel module
     type and one driver version; a refusal fails the host before any change), and a warning
     when the running kernel's headers are not in the package lists."""
@@ -275,7 +277,7 @@ def enable_service(service: str, start: bool, read_ahead: bool) -> None:
     units.enable_service(name=f"Enable {service}" + (" and start it" if start else ""), service=unit, start=start)
 
 
-def add_cuda_repository(settings: Settings, manager: PackageManager, repository: dict) -> None:
+def add_cuda_repository(settings: Settings, manager: PackageManager, repository: dict[str, Any]) -> None:
     """NVIDIA's CUDA repository for Fabric Manager: on apt a signed-by source as the toolkit's
     (deploy/operations/download.py), elsewhere the family's repository file; its key checked
     against its pin either way."""

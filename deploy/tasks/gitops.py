@@ -26,6 +26,8 @@ given, and the values are no Kubernetes object); ``flux/`` and ``argocd/`` are e
 
 from __future__ import annotations
 
+from typing import Any
+
 import os
 from dataclasses import replace
 
@@ -151,7 +153,7 @@ def node_labels_manifest(settings: Settings, nodes: list[GpuNode]) -> str | None
     return dump_documents(documents) if documents else None
 
 
-def dra_files(settings: Settings, nodes: list[GpuNode], kubernetes_minor: str | None) -> tuple[dict, dict]:
+def dra_files(settings: Settings, nodes: list[GpuNode], kubernetes_minor: str | None) -> tuple[dict[str, Any], dict]:
     """The DRA driver's bundles and files (deploy/tasks/dra_cluster.py's), as its deploy applies them;
     refused for a cluster older than 1.34 where ``kubernetes_minor`` says it."""
     refusal = kubernetes_minor and dra.kubernetes_refusal(kubernetes_minor, source="manifests_kubernetes_version")

@@ -8,6 +8,8 @@ support in one line.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyinfra import host, logger
 from pyinfra.api import deploy
 
@@ -38,13 +40,13 @@ def reads(settings: Settings) -> list[FactCall]:
     return calls + ([module_read()] if settings.kernel_modules_load else [])
 
 
-def driver_branch(nvidia: dict) -> int | None:
+def driver_branch(nvidia: dict[str, Any]) -> int | None:
     version = nvidia.get("loaded_version") or nvidia.get("built_version") or ""
     head = version.split(".")[0]
     return int(head) if head.isdigit() else None
 
 
-def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StepCheck:
+def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, Any]) -> StepCheck:
     """Whether this node gets nvidia-peermem (gpudirect_rdma, auto: a GPU and a ConnectX RDMA NIC), and a
     warning naming an OFED / driver pairing outside NVIDIA's published support."""
     wanted = peermem.wants_peermem(settings.gpudirect_rdma, nvidia.get("mellanox") or [], nvidia.get("gpus") or [])
@@ -58,7 +60,7 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> Ste
 
 
 @deploy("GPUDirect RDMA")
-def gpudirect_rdma(settings: Settings, wanted: bool, nvidia: dict):
+def gpudirect_rdma(settings: Settings, wanted: bool, nvidia: dict[str, Any]):
     if not wanted:
         return
     for path, text in managed_files().items():

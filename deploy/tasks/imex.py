@@ -12,6 +12,8 @@ member at once; a host whose file did not change is not restarted, so another do
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass, field
 
 from pyinfra import host
@@ -52,7 +54,7 @@ class ImexPlan:
     start: bool  # a GPU is present: the daemon is started, not only enabled
     # nvidia_driver_install=false: IMEX's packages at the installed driver's version, and their repository
     packages: dict[str, str | None] = field(default_factory=dict)
-    repository: dict | None = None
+    repository: dict[str, Any] | None = None
 
 
 def members_of(settings: Settings) -> tuple[imex.Member, ...]:
@@ -103,7 +105,7 @@ def reads(settings: Settings) -> list[FactCall]:
             units_read(), *service_reads()]
 
 
-def installed_driver_packages(settings: Settings, platform: Platform, nvidia: dict) -> tuple[dict, dict | None]:
+def installed_driver_packages(settings: Settings, platform: Platform, nvidia: dict[str, Any]) -> tuple[dict, dict | None]:
     """IMEX's packages at the installed driver's version, and NVIDIA's CUDA repository (where the driver
     stage does not install the driver, so not IMEX with it)."""
     data = platform.family.driver
@@ -117,7 +119,7 @@ def installed_driver_packages(settings: Settings, platform: Platform, nvidia: di
     branch = driver.split(".")[0]
     values = template_values(platform, data, nvidia.get("kernel") or "", branch)
     names = [name.format(branch=branch) for name in data.imex.names(int(branch))]
-    offered: dict = {}
+    offered: dict[str, Any] = {}
     if manager.pins_exact_versions:  # its pins name the release: the exact versions the lists offer
         offered = dict(read(host, (PackageVersions, {"listing": version_listing(manager, settings.apt_lock_timeout),
                                                        "packages": names})) or {})
@@ -125,7 +127,7 @@ def installed_driver_packages(settings: Settings, platform: Platform, nvidia: di
             url = f"{settings.nvidia_cuda_repo_url.rstrip('/')}/{values['dist']}/{platform.cuda_arch}"
             offered.update(read(host, (RepositoryPackageVersions, {"url": url, "packages": names,
                                                                     "timeout": settings.download_timeout})) or {})
-    packages: dict = {}
+    packages: dict[str, Any] = {}
     try:
         plan = companion_packages(settings, platform, manager, [], (driver, False), packages, values, offered, "",
                                   fabric_of(nvidia), (data.imex,))
@@ -134,7 +136,7 @@ def installed_driver_packages(settings: Settings, platform: Platform, nvidia: di
     return packages, plan.repository
 
 
-def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StepCheck:
+def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, Any]) -> StepCheck:
     """The domain's members (a member without an address, two at one, refused before any change) and,
     without the driver stage's install, IMEX's packages at the installed driver's version."""
     try:

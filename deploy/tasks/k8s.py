@@ -11,6 +11,8 @@ names nvidia-smi reports, and their own settings (how that node shares its GPUs)
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass
 
 import yaml
@@ -83,8 +85,8 @@ class SharingConfig:
             parts.append("cdi")
         return "-".join(parts)
 
-    def document(self) -> dict:
-        config: dict = {
+    def document(self) -> dict[str, Any]:
+        config: dict[str, Any] = {
             "version": "v1",
             "flags": {
                 "migStrategy": self.mig_strategy,
@@ -198,7 +200,7 @@ def report_node(node: GpuNode) -> None:
                     f"({product_source(node)})")
 
 
-def device_plugin_context(settings: Settings, nodes: list[GpuNode]) -> dict:
+def device_plugin_context(settings: Settings, nodes: list[GpuNode]) -> dict[str, Any]:
     """Template context shared by the static manifests and the helm values."""
     default = SharingConfig.from_settings(settings)
     configs = {default.name: default}
@@ -338,7 +340,7 @@ def gpu_health_monitor(settings: Settings):
     )
 
 
-def node_move(node: GpuNode, live_nodes: dict) -> tuple[str, str | None, str, dict[str, str | None]] | None:
+def node_move(node: GpuNode, live_nodes: dict[str, Any]) -> tuple[str, str | None, str, dict[str, str | None]] | None:
     """``node``'s entry of dra.move_plan when its live allocator differs from the one it wants (None: none)."""
     if not node.has_gpu or node.node_name not in live_nodes:
         return None

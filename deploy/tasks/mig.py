@@ -9,6 +9,8 @@ drain_before_restart drains it first; the change's own command checks again.
 
 from __future__ import annotations
 
+from typing import Any
+
 import shlex
 from dataclasses import dataclass
 
@@ -42,7 +44,7 @@ class MigPlan:
     line: str
 
 
-def wanted_files(layout: mig.MigLayout, enabled_clients: dict) -> dict[str, str]:
+def wanted_files(layout: mig.MigLayout, enabled_clients: dict[str, Any]) -> dict[str, str]:
     return {mig.CONFIG_PATH: mig.config_text(layout), mig.HOOKS_PATH: mig.hooks_text(enabled_clients),
             mig.DROP_IN_PATH: mig.drop_in_text(layout)}
 
@@ -53,7 +55,7 @@ def reads(settings: Settings) -> list[FactCall]:
             *(files.digest_read(path) for path in (mig.CONFIG_PATH, mig.HOOKS_PATH, mig.DROP_IN_PATH))]
 
 
-def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StepCheck:
+def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, Any]) -> StepCheck:
     """The files that change, and whether the change is applied now: refused ("drain required") where a
     process other than the driver's own services holds the GPU and no drain is set."""
     layout = settings.mig_layout

@@ -8,6 +8,8 @@ need none of this (the driver plan installs them instead of DKMS's).
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyinfra import host
 from pyinfra.operations import files as pyinfra_files
 
@@ -21,7 +23,7 @@ from ..planning.module_signing import SigningPlan, dkms_config_text, enrollment_
 from ..settings import Settings
 
 
-def reads(settings: Settings, platform: Platform, node: dict) -> list[FactCall]:
+def reads(settings: Settings, platform: Platform, node: dict[str, Any]) -> list[FactCall]:
     """What these steps read where the modules must be signed, for preflight's one command (the plan
     decides after it: a family that installs signed packages reads the key's state for nothing)."""
     if signing_wanted(settings.module_signing, node.get("secure_boot")) is None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyinfra import host
 from pyinfra.api import deploy
 
@@ -80,7 +82,7 @@ def pin_findings(settings: Settings, platform: Platform) -> list[str]:
             f"{platform.distro_id}: {manager.name} installs only the current version; unset it (or hold it by hand)"]
 
 
-def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StepCheck:
+def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, Any]) -> StepCheck:
     """What preflight checks for this stage (deploy/stages.py): a pin the family cannot honour."""
     return StepCheck(errors=pin_findings(settings, platform))
 

@@ -8,6 +8,8 @@ says what happened to it and why. A node gpu-node never changed has no records: 
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import PurePosixPath
@@ -49,7 +51,7 @@ def records_read() -> FactCall:
 @dataclass(frozen=True)
 class UndoFindings:
     platform: Platform
-    records: dict  # NodeRecords
+    records: dict[str, Any]  # NodeRecords
     files: list = field(default_factory=list)  # FileUndo per recorded file
 
 
@@ -68,7 +70,7 @@ def read_node(settings: Settings) -> UndoFindings:
     return UndoFindings(platform, records, [undo_ops.decide(record) for record in records["files"]])
 
 
-def records_refusal(records: dict) -> str | None:
+def records_refusal(records: dict[str, Any]) -> str | None:
     """One line when the records folder is not root's alone (node_records.ROOT_ALONE): another user
     could have written records there, which the undo would act on as root."""
     folder = records["folder"]
@@ -84,7 +86,7 @@ def records_refusal(records: dict) -> str | None:
 UNIT_FOLDERS = ("/etc/systemd/system",)
 
 
-def units_gpu_node_created(records: dict, files: list) -> dict:
+def units_gpu_node_created(records: dict[str, Any], files: list) -> dict:
     """unit -> the FileUndo of its file, for each recorded unit whose file gpu-node created (nothing was
     there before) and whose file the undo does not keep: the unit goes, whatever systemctl said of it
     when it was recorded."""
@@ -97,7 +99,7 @@ def units_gpu_node_created(records: dict, files: list) -> dict:
     return created
 
 
-def own_files_without_records(records: dict) -> list[str]:
+def own_files_without_records(records: dict[str, Any]) -> list[str]:
     recorded = {record["path"] for record in records["files"]}
     return sorted(path for path, head in records["own"].items()
                   if path not in recorded and head.startswith(OWN_HEADERS))

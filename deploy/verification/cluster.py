@@ -5,6 +5,8 @@ a wired runtime's CRI (containerd's), and the /dev/char links the systemd cgroup
 
 from __future__ import annotations
 
+from typing import Any
+
 import posixpath
 
 import yaml
@@ -23,7 +25,7 @@ def kubelet_cgroup_driver(text: str) -> str:
     return str(config.get("cgroupDriver") or "cgroupfs") if isinstance(config, dict) else "cgroupfs"
 
 
-def cgroup_steps(readout: dict, options: VerifyOptions) -> list[Step]:
+def cgroup_steps(readout: dict[str, Any], options: VerifyOptions) -> list[Step]:
     if readout["kubelet_config"] is None:
         return [Step("cgroup_driver", SKIP, f"no {KUBELET_CONFIG} (the kubelet is not configured yet)")]
     try:
@@ -51,7 +53,7 @@ def cgroup_steps(readout: dict, options: VerifyOptions) -> list[Step]:
                  f"kubelet cgroupDriver: {driver} matches SystemdCgroup = {str(kubelet_systemd).lower()}")]
 
 
-def dev_char_step(readout: dict, options: VerifyOptions) -> Step:
+def dev_char_step(readout: dict[str, Any], options: VerifyOptions) -> Step:
     """Every NVIDIA device node linked in /dev/char, where the systemd cgroup driver needs it."""
     if not options.wiring.systemd_cgroup:
         return Step("dev_char", SKIP, "systemd_cgroup is false: systemd does not manage the containers' devices")

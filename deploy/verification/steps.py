@@ -4,6 +4,8 @@ Every verify step of a node, in order, from each subject's module, and the node'
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..foundations import redact
 from .version_set import version_set_step
 from ..driver.kernel_coverage import boot_kernels_step
@@ -21,7 +23,7 @@ from .toolkit_runtimes import run_steps, runtime_config_steps, toolkit_steps
 from ..runtimes import registry
 
 
-def all_steps(readout: dict, options: VerifyOptions, runs: dict[str, dict]) -> list[Step]:
+def all_steps(readout: dict[str, Any], options: VerifyOptions, runs: dict[str, dict]) -> list[Step]:
     """Every step, in order, from the facts (each runtime's reading prepared: readout.prepared) and
     the results of the runs that were done."""
     steps = gpu_steps(readout, options)
@@ -43,7 +45,7 @@ def all_steps(readout: dict, options: VerifyOptions, runs: dict[str, dict]) -> l
     return steps
 
 
-def node_record(name: str, readout: dict, options: VerifyOptions, steps: list[Step]) -> NodeRecord:
+def node_record(name: str, readout: dict[str, Any], options: VerifyOptions, steps: list[Step]) -> NodeRecord:
     smi_gpus = readout["smi"]["gpus"]
     if smi_gpus:
         gpus = [f"{gpu['name'] or '?'} ({gpu['uuid'] or 'no UUID'})" for gpu in smi_gpus]

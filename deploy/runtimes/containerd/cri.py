@@ -20,6 +20,8 @@ and the order stay as they were; only the keys below are set:
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass, field, replace
 
 import tomlkit
@@ -80,7 +82,7 @@ def parse_config(text: str, source: str) -> tomlkit.TOMLDocument:
                           f"(tomlkit cannot read it: {type(error).__name__})") from None
 
 
-def config_values(text: str, source: str) -> dict:
+def config_values(text: str, source: str) -> dict[str, Any]:
     """A config's values, only read: by tomllib, several times faster than the layout-keeping parse
     an edit needs (the no-op reads every host's files). Where tomllib refuses the text, tomlkit's
     reading and its error, as every edit of the file gives them."""
@@ -121,7 +123,7 @@ def check_version_fits(version: int, major: int | None, containerd_version: str 
         )
 
 
-def cri_plugin_for(data: dict, version: int, major: int | None) -> str:
+def cri_plugin_for(data: dict[str, Any], version: int, major: int | None) -> str:
     """The CRI section a file of ``version`` must hold for the installed containerd to run it."""
     plugins = data.get("plugins") if isinstance(data.get("plugins"), dict) else {}
     # containerd 2.x reads a version 2 file's 2.x-named section over the migrated 1.x one, key by key.
@@ -130,7 +132,7 @@ def cri_plugin_for(data: dict, version: int, major: int | None) -> str:
     return CRI_RUNTIME_PLUGIN[version]
 
 
-def dump_cri_plugin(config: dict) -> str:
+def dump_cri_plugin(config: dict[str, Any]) -> str:
     """The plugin that holds the CRI runtimes in a parsed ``containerd config dump``: containerd
     dumps version 2 (1.x) or 3 (2.x)."""
     return CRI_RUNTIME_PLUGIN.get(config.get("version", 2), CRI_PLUGIN_2X)
@@ -364,7 +366,7 @@ class ContainerdConfig:
 
     text: str
     source: str
-    values: dict
+    values: dict[str, Any]
     version: int
 
 

@@ -8,6 +8,8 @@ runs with and its socket. The ContainerdInstallations fact looks for the table's
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass
 
 PLAIN_SOCKET = "/run/containerd/containerd.sock"
@@ -111,7 +113,7 @@ INSTALLATION_UNITS = tuple(dict.fromkeys(unit for installation in INSTALLATIONS.
 GENERATED_CONFIGS = tuple(installation.generated_config for installation in INSTALLATIONS.values() if installation.generated_config)
 
 
-def classify_installation(state: dict) -> dict:
+def classify_installation(state: dict[str, Any]) -> dict:
     """
     The installation that owns containerd on the node (``state``: the ContainerdInstallations fact), and the
     unit that runs it.
@@ -155,7 +157,7 @@ class ConfigTarget:
         return self.running_config or self.base_path or self.path
 
 
-def _template(installation: ContainerdInstallation, containerd_found: dict) -> str:
+def _template(installation: ContainerdInstallation, containerd_found: dict[str, Any]) -> str:
     """The template k3s / rke2 reads: the one there, else the one of the generated config's version."""
     paths = set(containerd_found.get("paths", ()))
     v2_template, v3_template = installation.templates
@@ -172,7 +174,7 @@ def plain_target(containerd_config_path: str) -> ConfigTarget:
     return config_target(containerd_config_path, {"installation": {"name": PLAIN.name, "service": PLAIN.units[0]}})
 
 
-def config_target(containerd_config_path: str, containerd_found: dict) -> ConfigTarget:
+def config_target(containerd_config_path: str, containerd_found: dict[str, Any]) -> ConfigTarget:
     """The file to merge into, per installation (``containerd_found``: preflight's ContainerdInstallations reading);
     ``containerd_config_path`` is the setting, for a plain containerd."""
     installation = INSTALLATIONS[containerd_found["installation"]["name"]]

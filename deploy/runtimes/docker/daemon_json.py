@@ -35,12 +35,12 @@ class DaemonConfigError(ConfigError):
 
 @dataclass
 class DockerMerged:
-    config: dict
+    config: dict[str, Any]
     changed: bool
     notes: list[str] = field(default_factory=list)
 
 
-def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict:
+def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     seen: dict[str, Any] = {}
     for key, value in pairs:
         if key in seen:
@@ -66,7 +66,7 @@ def _strict_json(text: str):
                       parse_float=_finite)
 
 
-def parse_daemon_json(text: str, source: str) -> dict:
+def parse_daemon_json(text: str, source: str) -> dict[str, Any]:
     """Strict JSON (no duplicate keys, no NaN), an object at the top; empty text is an empty object."""
     try:
         if not node_text.checked(text, source).strip():
@@ -123,7 +123,7 @@ def is_containerd_shim_name(name: str) -> bool:
     return "/" not in name and bool(dot) and bool(prefix)
 
 
-def default_runtime_problem(config: dict, docker_major: int | None = None,
+def default_runtime_problem(config: dict[str, Any], docker_major: int | None = None,
                             flag_runtimes: Sequence[str] = ()) -> str | None:
     """
     Whether dockerd can start with this ``default-runtime``: a built-in or configured runtime (file or
@@ -143,7 +143,7 @@ def default_runtime_problem(config: dict, docker_major: int | None = None,
     return None
 
 
-def check_schema(config: dict, source: str, docker_major: int | None = None,
+def check_schema(config: dict[str, Any], source: str, docker_major: int | None = None,
                  flag_runtimes: Sequence[str] = ()) -> None:
     """
     The checks `dockerd --validate` would make on the keys this tool touches and the common ones,
@@ -178,7 +178,7 @@ def check_schema(config: dict, source: str, docker_major: int | None = None,
         raise DaemonConfigError(f"{source}: " + "; ".join(problems))
 
 
-def merge_daemon_config(existing: dict, wiring: RuntimeWiring) -> DockerMerged:
+def merge_daemon_config(existing: dict[str, Any], wiring: RuntimeWiring) -> DockerMerged:
     """``existing`` with the NVIDIA runtime wired in; keys, values and order otherwise kept."""
     config = json.loads(json.dumps(existing))  # a deep copy, same order
     notes: list[str] = []
@@ -221,7 +221,7 @@ def merge_daemon_config(existing: dict, wiring: RuntimeWiring) -> DockerMerged:
     return DockerMerged(config=config, changed=config != existing, notes=notes)
 
 
-def render_daemon_json(config: dict) -> str:
+def render_daemon_json(config: dict[str, Any]) -> str:
     return templates.render("daemon.json.j2", config=config)
 
 
@@ -233,7 +233,7 @@ def _cgroup_driver(option: str) -> str | None:
     return value if sep and key == CGROUP_DRIVER_OPT else None
 
 
-def flag_conflicts(config: dict, flags: Sequence[DockerdFlag], path: str) -> list[str]:
+def flag_conflicts(config: dict[str, Any], flags: Sequence[DockerdFlag], path: str) -> list[str]:
     """
     What moby's findConfigurationConflicts refuses: a key of daemon.json that a set flag also
     gives (whatever the values); ``runtimes`` is exempt (dockerd merges --add-runtime with it).
@@ -247,7 +247,7 @@ def flag_conflicts(config: dict, flags: Sequence[DockerdFlag], path: str) -> lis
     return conflicts
 
 
-def leave_to_flags(candidate: dict, existing: dict, flags: Sequence[DockerdFlag]) -> dict:
+def leave_to_flags(candidate: dict[str, Any], existing: dict, flags: Sequence[DockerdFlag]) -> dict:
     """
     ``candidate`` without the keys the merge added that the unit's flags already give.
     ``runtimes`` stays: dockerd merges --add-runtime with it, the file's entry winning a shared name.
@@ -262,7 +262,7 @@ class EffectiveSetting:
     source: str
 
 
-def effective_settings(config: dict, flags: Sequence[DockerdFlag], path: str) -> dict[str, EffectiveSetting]:
+def effective_settings(config: dict[str, Any], flags: Sequence[DockerdFlag], path: str) -> dict[str, EffectiveSetting]:
     """What dockerd will run with from flags and daemon.json: cgroup driver, default runtime, nvidia runtime."""
     result: dict[str, EffectiveSetting] = {}
     exec_flags = [flag for flag in flags if flag.name == "exec-opt"]
@@ -348,7 +348,7 @@ def effective_problems(effective: dict[str, EffectiveSetting], wiring: RuntimeWi
 class DockerRunning:
     """What dockerd runs with: its daemon.json (``path``, as parsed) and the flags its unit passes."""
 
-    config: dict
+    config: dict[str, Any]
     flags: Sequence[DockerdFlag]
     path: str
 
@@ -359,17 +359,17 @@ class DockerEngine:
 
     file_format: str = JSON
 
-    def parse(self, text: str, source: str) -> dict:
+    def parse(self, text: str, source: str) -> dict[str, Any]:
         return parse_daemon_json(text, source)
 
-    def wire(self, document: dict, wiring: RuntimeWiring, source: str) -> Wired[dict]:
+    def wire(self, document: dict[str, Any], wiring: RuntimeWiring, source: str) -> Wired[dict]:
         try:
             merged = merge_daemon_config(document, wiring)
         except DaemonConfigError as error:
             raise DaemonConfigError(f"{source}: {error}") from None
         return Wired(merged.config, merged.notes)
 
-    def render(self, document: dict) -> str:
+    def render(self, document: dict[str, Any]) -> str:
         return render_daemon_json(document)
 
     def effective(self, running: DockerRunning, wiring: RuntimeWiring) -> Effective:
@@ -377,4 +377,4 @@ class DockerEngine:
                          tuple(effective_problems(effective_settings(running.config, running.flags, running.path), wiring)))
 
 
-_: RuntimeEngine[dict, DockerRunning] = DockerEngine()
+_: RuntimeEngine[dict[str, Any], DockerRunning] = DockerEngine()
