@@ -176,7 +176,8 @@ def decide_kernel_module_type(setting: str, gpus: Iterable[dict[str, Any]], bran
     if default in allowed:
         return KernelModuleTypeDecision(default, f"{branch_shown}'s default, which every GPU here allows", warnings)
     chosen = next(iter(allowed))
-    archs = ", ".join(sorted({gpu.arch for gpu, allows in known if default not in allows}))
+    # a GPU the branch's list knows and the architecture table does not: named by its device ID
+    archs = ", ".join(sorted({gpu.arch or f"0x{gpu.device:04x}" for gpu, allows in known if default not in allows}))
     return KernelModuleTypeDecision(chosen, f"{archs} GPUs work only with the {chosen} kernel modules", warnings)
 
 
