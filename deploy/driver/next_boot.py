@@ -26,7 +26,7 @@ def library_version(path: str | None) -> str | None:
     return match[1] if match else None
 
 
-def release_key(release: str) -> tuple:
+def release_key(release: str) -> tuple[tuple[int, int, str], ...]:
     """Kernel releases in GRUB's order (grub-mkconfig's version sort: runs of digits as numbers).
     Own code: packaging's Version refuses releases such as 6.1.0-56-amd64."""
     return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.findall(r"\d+|[^\d]+", release))

@@ -9,6 +9,8 @@ driver_reload.sh, the same rule in one command): this is what a run plans and ``
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from typing import Any
 
 from dataclasses import dataclass
@@ -39,7 +41,7 @@ class Holder:
         return f"{self.command} (pid {self.pid}, user {self.user}) holds {self.device}"
 
 
-def parse_holder(text: str, units=SERVICES) -> Holder | None:
+def parse_holder(text: str, units: Iterable[str] = SERVICES) -> Holder | None:
     """One of gpu_holders.sh's lines without its "holder " ("PID UNIT USER DEVICE COMMAND"); None: not one.
     A UNIT other than ``units`` counts as no unit."""
     text = node_text.printable(text)  # node text, shown to the operator
@@ -49,7 +51,7 @@ def parse_holder(text: str, units=SERVICES) -> Holder | None:
     return Holder(pid=int(pid), user=user, command=command, device=device, unit=unit if unit in units else None)
 
 
-def named(holders) -> str:
+def named(holders: Iterable[Holder]) -> str:
     return "; ".join(holder.named for holder in holders)
 
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from pyinfra import host, inventory, logger
-from pyinfra.api import deploy
 from pyinfra.api.exceptions import NoGroupError
 from pyinfra.facts.server import Hostname
 
+from ..foundations.deploys import deploy
 from ..driver.reload import named
 from ..facts.gpu_holders import DeviceHolders
 from ..facts.gpu_node_identity import kube_node_name

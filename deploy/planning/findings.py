@@ -42,11 +42,16 @@ class Findings:
 
 
 class PreflightStep(Protocol):
-    """What preflight reads of a step (deploy/stages.py Step)."""
+    """What preflight reads of a step (deploy/stages.py Step: a frozen dataclass, so read-only here)."""
 
-    name: str
-    reads: Callable[[Settings], list[FactCall]]
-    check: Callable[[Settings, Platform, dict[str, Any]], StepCheck] | None
-    installs: bool
+    @property
+    def name(self) -> str: ...
+    @property
+    def reads(self) -> Callable[[Settings], list[FactCall]]: ...
+    @property
+    def check(self) -> Callable[[Settings, Platform, dict[str, Any]], StepCheck] | None: ...
+    @property
+    def installs(self) -> bool: ...
     # a runtime's stage: the runtime as this run wires it (Findings.runtimes)
-    wired: Callable[[Settings], WiredRuntime] | None
+    @property
+    def wired(self) -> Callable[[Settings], WiredRuntime] | None: ...

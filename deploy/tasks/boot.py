@@ -13,9 +13,9 @@ gpu-node-ready.target`` runs it now). With health_check, the unit runs the node'
 from __future__ import annotations
 
 from pyinfra import host
-from pyinfra.api import deploy
 from pyinfra.operations import server
 
+from ..foundations.deploys import deploy
 from ..health.check import CONFIG_PATH as HEALTH_CONFIG
 from ..node import first_boot
 from ..facts.read_ahead import FactCall, read

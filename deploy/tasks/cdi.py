@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from pyinfra import host, logger
-from pyinfra.api import deploy
 
+from ..foundations.deploys import deploy
 from ..runtimes.cdi import RUNTIME_CONFIG
 from ..distros.families import Platform
 from ..facts.cdi import spec_stale

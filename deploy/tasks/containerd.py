@@ -7,8 +7,8 @@ from typing import Any
 from functools import partial
 
 from pyinfra import host, logger
-from pyinfra.api import deploy
 
+from ..foundations.deploys import deploy
 from ..runtimes.cdi import CdiUnsupported, for_containerd
 from ..runtimes.containerd.installations import classify_installation, config_target, plain_target
 from ..runtimes.registry import CONTAINERD

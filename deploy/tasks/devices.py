@@ -6,8 +6,8 @@ udev rule whenever the driver binds a GPU, so that a systemd daemon-reload keeps
 from __future__ import annotations
 
 from pyinfra import host
-from pyinfra.api import deploy
 
+from ..foundations.deploys import deploy
 from ..facts.read_ahead import FactCall, read
 from ..facts.devices import missing_links
 from ..operations import devices, files

@@ -7,8 +7,8 @@ from typing import Any
 from functools import partial
 
 from pyinfra import host
-from pyinfra.api import deploy
 
+from ..foundations.deploys import deploy
 from ..runtimes.cdi import CdiUnsupported, for_docker
 from ..runtimes.registry import DOCKER
 from ..distros.families import Family, Platform

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from pyinfra import host, logger
-from pyinfra.api import deploy
 
+from ..foundations.deploys import deploy
 from ..runtimes.containerd.installations import plain_target
 from ..operations.containerd import target_read
 from ..distros.families import Platform

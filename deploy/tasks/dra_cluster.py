@@ -9,9 +9,9 @@ cluster older than 1.34, read from the server's version.
 from __future__ import annotations
 
 from pyinfra import host
-from pyinfra.api import deploy
 
 from ..k8s import dra
+from ..foundations.deploys import deploy
 from ..foundations import templates
 from ..facts.gpu_node_identity import GpuNode
 from ..operations import failure, kubectl

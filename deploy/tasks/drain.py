@@ -8,10 +8,10 @@ restart (deploy/operations/drain.py). With the setting off, none of this runs a 
 from __future__ import annotations
 
 from pyinfra import host, inventory, logger
-from pyinfra.api import deploy
 from pyinfra.api.exceptions import NoGroupError
 from pyinfra.facts.server import Hostname
 
+from ..foundations.deploys import deploy
 from ..facts.drain import KubeNodeSchedule
 from ..facts.k8s import kubeconfig_words
 from ..facts.gpu_node_identity import kube_node_name

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from pyinfra import host, logger
-from pyinfra.api import deploy
 
+from ..foundations.deploys import deploy
 from ..distros.families import Platform
 from ..facts.rack import PeermemState
 from ..facts.read_ahead import FactCall, read
@@ -60,13 +60,13 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, An
 
 
 @deploy("GPUDirect RDMA")
-def gpudirect_rdma(settings: Settings, wanted: bool, nvidia: dict[str, Any]):
+def gpudirect_rdma(settings: Settings, wanted: bool, nvidia: dict[str, Any] | None) -> None:
     if not wanted:
         return
     for path, text in managed_files().items():
         if not files.text_up_to_date(read(host, files.digest_read(path)), text):
             files.put_text(name=f"Put {path} (nvidia-peermem after the RDMA stack)", dest=path, content=text)
-    if not settings.kernel_modules_load or not nvidia.get("loaded_version"):
+    if not settings.kernel_modules_load or not (nvidia or {}).get("loaded_version"):
         return  # loaded with the driver at the next boot
     if not read(host, module_read())["modules"].get(peermem.MODULE):
         kernel.load_module(name="Load nvidia-peermem (after the RDMA stack: its soft dependency)",

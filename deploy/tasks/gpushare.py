@@ -16,8 +16,8 @@ import posixpath
 from pathlib import Path
 
 from pyinfra import host, logger
-from pyinfra.api import deploy
 
+from ..foundations.deploys import deploy
 from ..facts.gpu_node_identity import GpuNode, GpuNodeIdentity, kube_node_name
 from ..k8s.gpushare import (
     NODE_LABEL,

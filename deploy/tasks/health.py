@@ -10,9 +10,9 @@ node installs it (deploy/stages.py), unless health_check=false.
 from __future__ import annotations
 
 from pyinfra import host
-from pyinfra.api import deploy
 from pyinfra.operations import server
 
+from ..foundations.deploys import deploy
 from ..facts.read_ahead import FactCall, read
 from ..facts.units import UnitsEnabled
 from ..foundations.templates import render

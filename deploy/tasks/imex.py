@@ -17,11 +17,11 @@ from typing import Any
 from dataclasses import dataclass, field
 
 from pyinfra import host
-from pyinfra.api import deploy
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 from pyinfra.operations import files as pyinfra_files
 from pyinfra.operations import systemd
 
+from ..foundations.deploys import deploy
 from ..distros.families import Platform
 from ..distros.package_managers import install_packages
 from ..driver.fabric import fabric_of

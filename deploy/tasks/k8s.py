@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import yaml
 from pyinfra import host, inventory, logger
-from pyinfra.api import deploy
 from pyinfra.api.exceptions import NoGroupError
 
+from ..foundations.deploys import deploy
 from ..facts.read_ahead import known_fact
 from ..facts.k8s import KubeNodes
 from ..facts.gpu_node_identity import GpuNode, GpuNodeIdentity, kube_node_name

@@ -15,9 +15,9 @@ import shlex
 from dataclasses import dataclass
 
 from pyinfra import host, logger
-from pyinfra.api import deploy
 from pyinfra.operations import server
 
+from ..foundations.deploys import deploy
 from ..distros.families import Platform
 from ..distros.package_managers import install_packages
 from ..facts.gpu_holders import DeviceHolders

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from pyinfra import host, logger
-from pyinfra.api import deploy
 from pyinfra.facts.server import Arch, LinuxDistribution
 
+from ..foundations.deploys import deploy
 from ..distros.families import Platform, detect_platform
 from ..facts.access import HostAccess
 from ..facts.read_ahead import FactCall, read_facts

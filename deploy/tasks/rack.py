@@ -7,8 +7,8 @@ settings ask for any of them.
 from __future__ import annotations
 
 from pyinfra import host
-from pyinfra.api import deploy
 
+from ..foundations.deploys import deploy
 from ..facts.nvidia import NodeSurvey
 from ..facts.rack import ImexState, MigState, PeermemState
 from ..facts.read_ahead import FactCall, known_fact

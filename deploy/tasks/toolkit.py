@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from pyinfra import host
-from pyinfra.api import deploy
 
+from ..foundations.deploys import deploy
 from ..distros.package_managers import APT, PACKAGE_MANAGERS, install_packages
 from ..distros.families import Platform
 from ..distros.repositories import add_repository, key_pin, rpm_repository_text

@@ -15,10 +15,10 @@ from itertools import groupby
 from pathlib import PurePosixPath
 
 from pyinfra import host, logger
-from pyinfra.api import deploy
 from pyinfra.facts.server import Arch, LinuxDistribution
 from pyinfra.operations import systemd
 
+from ..foundations.deploys import deploy
 from ..node import records as node_records
 from ..distros.families import Platform, detect_platform
 from ..facts.access import HostAccess

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from pyinfra.api import deploy
 
+from ..foundations.deploys import deploy
 from ..verification.options import VerifyOptions
 from ..facts.read_ahead import FactCall
 from ..operations import verification
