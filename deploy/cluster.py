@@ -11,7 +11,7 @@ from typing import Any
 
 from pyinfra import host
 
-from .foundations.deploys import deploy
+from .foundations.pyinfra_api import deploy
 from .entry import freeze_imported_objects
 from .settings import DEFAULTS, SettingsError, call_settings, host_settings
 from .signatures import document_settings

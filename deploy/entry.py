@@ -18,7 +18,7 @@ import click
 import pyinfra
 from pyinfra import host, logger
 
-from .foundations.deploys import deploy
+from .foundations.pyinfra_api import deploy
 from .node import bake
 from .facts.base import UnreadableOutput
 from .reports.fleet_report import fleet_report_for

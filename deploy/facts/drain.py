@@ -34,7 +34,7 @@ class KubeNodeSchedule(NodeFact[dict[str, Any]]):
         {"reachable": True, "registered": True, "unschedulable": False, "error": None}
     """
 
-    def command(self, kubeconfig, node: str) -> StringCommand:
+    def command(self, kubeconfig: str | None, node: str) -> StringCommand:
         return StringCommand(
             "if ! command -v kubectl >/dev/null 2>&1; then echo kubectl-missing;",
             "elif _why=$(", kubeconfig_problem(kubeconfig), '); [ -n "$_why" ];',

@@ -159,7 +159,7 @@ class KubeCluster(NodeFact[dict[str, Any]]):
          "version": "1.30", "git_version": "v1.30.2", "error": None}
     """
 
-    def command(self, kubeconfig) -> StringCommand:
+    def command(self, kubeconfig: str | None) -> StringCommand:
         return StringCommand(
             "if ! command -v kubectl >/dev/null 2>&1; then echo kubectl-missing;",
             "elif _why=$(", kubeconfig_problem(kubeconfig), '); [ -n "$_why" ];',
@@ -205,7 +205,7 @@ class KubeNodes(NodeFact[dict[str, Any]]):
         {"nodes": {"gpu1": {"kubernetes.io/hostname": "gpu1", ...}}, "error": None}
     """
 
-    def command(self, kubeconfig) -> str | StringCommand:
+    def command(self, kubeconfig: str | None) -> str | StringCommand:
         return captured(kubectl(kubeconfig, "get", "nodes", "-o", "json"))
 
     @staticmethod
@@ -245,7 +245,7 @@ class KubeLiveObjects(NodeFact[dict[str, Any]]):
                      {"gpu-node.io/digest": "..."}}, "error": None}
     """
 
-    def command(self, kubeconfig, manifest: str) -> str | StringCommand:
+    def command(self, kubeconfig: str | None, manifest: str) -> str | StringCommand:
         return captured(with_stdin(manifest, kubectl(kubeconfig, "get", "-f", "-", "--ignore-not-found",
                                                      "-o", "json")))
 
@@ -293,7 +293,7 @@ class KubeServerSideDiff(NodeFact[dict[str, Any]]):
         {"changed": True, "diff": "...", "error": None}
     """
 
-    def command(self, kubeconfig, manifest: str, field_manager: str = FIELD_MANAGER) -> str | StringCommand:
+    def command(self, kubeconfig: str | None, manifest: str, field_manager: str = FIELD_MANAGER) -> str | StringCommand:
         return captured(with_stdin(manifest, kubectl(
             kubeconfig, "diff", "--server-side", f"--field-manager={field_manager}", "--force-conflicts",
             "-f", "-",
@@ -322,7 +322,7 @@ class HelmRelease(NodeFact[dict[str, Any]]):
          "status": "deployed", "values": {...}, "error": None}
     """
 
-    def command(self, kubeconfig, namespace: str, release: str) -> StringCommand:
+    def command(self, kubeconfig: str | None, namespace: str, release: str) -> StringCommand:
         helm = StringCommand("helm", kubeconfig_option(kubeconfig), "-n", QuoteString(namespace))
         return StringCommand(
             "if ! command -v helm >/dev/null 2>&1; then echo helm-missing; else",

@@ -72,7 +72,7 @@ class KubeQuarantineNodes(NodeFact[dict[str, Any]]):
                                     annotations=True, record_text=None)}, "error": None}
     """
 
-    def command(self, kubeconfig) -> str | StringCommand:
+    def command(self, kubeconfig: str | None) -> str | StringCommand:
         return _guarded(kubeconfig, captured(kubectl(kubeconfig, "get", "nodes", "-o", "json")))
 
     @staticmethod
@@ -114,7 +114,7 @@ class KubeDeviceTaints(NodeFact[Any]):
                   rules={"gpu-node-gpu1-gpu-0": "gpu1"})
     """
 
-    def command(self, kubeconfig) -> str | StringCommand:
+    def command(self, kubeconfig: str | None) -> str | StringCommand:
         selector = ",".join(f"{key}={value}" for key, value in MANAGED_BY.items())
         return _guarded(
             kubeconfig,

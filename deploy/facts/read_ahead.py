@@ -11,7 +11,7 @@ older than the last change. (pyinfra itself caches no fact: each get_fact is a r
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import base64
 import binascii
@@ -25,6 +25,9 @@ from pyinfra.api.exceptions import FactProcessError
 from ..foundations import node_text
 from .base import NodeFact, UnreadableOutput, unreadable
 from ..foundations.run_state import per_run
+
+if TYPE_CHECKING:
+    from pyinfra.api import Host
 
 MARKER = "@@gpu-node-fact "
 
@@ -134,7 +137,7 @@ ELEVATIONS = (("_sudo", "sudo", "_sudo=True or --sudo"), ("_doas", "doas", "_doa
               ("_dzdo", "dzdo", "_dzdo=True or --dzdo"), ("_su_user", "su", "_su_user or --su-user"))
 
 
-def missing_program(host) -> str:
+def missing_program(host: Host) -> str:
     """Why the read printed nothing, in one line: the program the run asks pyinfra to run it
     through (as pyinfra reads its global arguments for a fact) is not on the node."""
     arguments, _ = pop_global_arguments(host.state, host, dict(host.current_op_global_arguments or {}))
@@ -146,7 +149,7 @@ def missing_program(host) -> str:
             "check the shell pyinfra runs commands with (_shell_executable)")
 
 
-def read_facts(host, *facts: type[FactBase], read_ahead: tuple[FactCall, ...] | list[FactCall] = ()) -> dict[str, Any]:
+def read_facts(host: Host, *facts: type[FactBase], read_ahead: tuple[FactCall, ...] | list[FactCall] = ()) -> dict[str, Any]:
     """
     Read argument-less ``facts`` from ``host`` in one remote command: {class name: value}.
     Each value is what the fact alone gives (its default when its command printed nothing).
@@ -186,12 +189,12 @@ def read_facts(host, *facts: type[FactBase], read_ahead: tuple[FactCall, ...] | 
     return values
 
 
-def _known(host) -> dict[str, Any]:
+def _known(host: Host) -> dict[str, Any]:
     """(fact name, arguments) -> (value, changes_so_far when it was read), kept in the run's state"""
     return per_run(host.state, KnownFacts).setdefault(host.name, {})
 
 
-def changes_so_far(host) -> int:
+def changes_so_far(host: Host) -> int:
     """How many operations have changed something on ``host`` in this run."""
     count = 0
     for op_data in host.state.ops.get(host, {}).values():
@@ -201,20 +204,20 @@ def changes_so_far(host) -> int:
     return count
 
 
-def _current(host, key: tuple[str, str]) -> tuple | None:
+def _current(host: Host, key: tuple[str, str]) -> tuple | None:
     """(value,) when ``key`` was read since the host's last change, else None."""
     known = _known(host).get(key)
     return (known[0],) if known is not None and known[1] == changes_so_far(host) else None
 
 
-def read(host, call: FactCall):
+def read(host: Host, call: FactCall):
     """``known_fact`` of a (fact, arguments) pair: the same pair a stage reads ahead
     (``Stage.reads``) and its operation then asks, so the two cannot drift apart."""
     fact, kwargs = call
     return known_fact(host, fact, **kwargs)
 
 
-def read_together(host, calls: list[FactCall]) -> list:
+def read_together(host: Host, calls: list[FactCall]) -> list:
     """The values of ``calls``: those not known yet (read ahead, or read since the host's last
     change) read together in one remote command, the others reused."""
     unknown = [call for call in calls if _current(host, _key(*call)) is None]
@@ -223,7 +226,7 @@ def read_together(host, calls: list[FactCall]) -> list:
     return [read(host, call) for call in calls]
 
 
-def known_fact(host, fact: type[FactBase], **kwargs):
+def known_fact(host: Host, fact: type[FactBase], **kwargs):
     """
     ``host.get_fact(fact, **kwargs)``, answered from a value read earlier in this run (read ahead,
     or by an earlier call) when no operation changed anything on the host since that read. Call it

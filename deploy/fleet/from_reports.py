@@ -28,7 +28,7 @@ A fleet report (a pull run writes one of itself beside its node report) is no no
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import argparse
 import errno
@@ -63,6 +63,10 @@ from ..foundations.run_state import per_run
 from ..settings import ALLOWED, DEFAULTS, host_settings
 from ..settings.values import TimeSpan, time_span_seconds
 from .quarantine import control_plane, quarantine_gpu_nodes
+
+if TYPE_CHECKING:
+    from pyinfra.api import Host
+    from pyinfra.api import State
 
 # A folder holds one report per node: more .json files than this and it is not read at all (the
 # files are read one at a time, each at most node_text.MAX_FILE_BYTES; this bounds the whole).
@@ -206,14 +210,14 @@ class ReportsView(BaseStateCallback):
     # hosts of the run that are no GPU node of the view (the quarantine's control plane): no row
     not_nodes: set = field(default_factory=set)
 
-    def host_disconnect(self, state, host) -> None:
+    def host_disconnect(self, state: State, host: Host) -> None:
         self.disconnected.add(host.name)
         if self.done or len(self.disconnected) < len(state.activated_hosts):
             return
         self.done = True
         self.finish(state)
 
-    def finish(self, state, stream=None) -> list[FleetRow]:
+    def finish(self, state: State, stream=None) -> list[FleetRow]:
         rows = dict(self.rows)
         for host in state.inventory:
             if host.name not in rows and host.name not in self.not_nodes:
@@ -231,7 +235,7 @@ class ReportsView(BaseStateCallback):
         return ordered
 
 
-def view_this_host(host) -> None:
+def view_this_host(host: Host) -> None:
     """deploy/fleet_view.py's body for one host: its reports read (one command), its row kept; a
     host whose reports fail or cannot be read fails (nothing runs on it), so the run's exit status
     says so, as the folder mode's does."""

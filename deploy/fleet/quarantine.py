@@ -15,7 +15,7 @@ from pyinfra import host, inventory, logger
 from pyinfra.api.exceptions import NoGroupError
 from pyinfra.facts.server import Hostname
 
-from ..foundations.deploys import deploy
+from ..foundations.pyinfra_api import deploy
 from ..driver.reload import named
 from ..facts.gpu_holders import DeviceHolders
 from ..facts.gpu_node_identity import kube_node_name

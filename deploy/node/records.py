@@ -21,7 +21,7 @@ import shlex
 
 from ..foundations import shell_scripts
 # a file record's ``format``, named as the runtimes' engines name their configs' (read from here too)
-from ..runtimes.engine import JSON, TOML  # noqa: F401
+from ..runtimes.engine import JSON as JSON, TOML as TOML
 
 RECORDS_DIR = "/var/lib/gpu-node"
 # The records folder's owner and mode (``stat -c '%u %a'``) as gpu-node keeps it: root's alone. The

@@ -6,6 +6,8 @@ nvidia runtime's own mode (nvidia_runtime_mode) in its config.toml.
 
 from __future__ import annotations
 
+from ..foundations.pyinfra_api import Commands
+
 from typing import Any
 
 import re
@@ -107,7 +109,7 @@ def _say(message: str) -> None:
 
 
 @operation()
-def configure_cdi(target: CdiTarget):
+def configure_cdi(target: CdiTarget) -> Commands:
     """
     CDI as the setting and the runtimes' versions say, decided from what the node holds when this
     runs (after the toolkit and the runtimes are installed): the refresh units enabled, pointed at the
@@ -175,7 +177,7 @@ def runtime_mode_in_place(target: CdiTarget, state: dict[str, Any]) -> bool:
 
 
 @operation()
-def configure_runtime_mode(target: CdiTarget):
+def configure_runtime_mode(target: CdiTarget) -> Commands:
     """
     The nvidia runtime's mode in its config.toml as ``nvidia_runtime_mode`` asks, the file's
     comments and layout kept, decided from what the node holds when this runs (after the toolkit
@@ -189,10 +191,10 @@ def configure_runtime_mode(target: CdiTarget):
     if problem is not None:
         yield failing_command(problem)
         return
-    if runtime_mode_in_place(target, state):
-        host.noop(f"{RUNTIME_CONFIG} has mode {target.runtime_mode}")
+    mode = target.runtime_mode
+    if mode is None or runtime_mode_in_place(target, state):
+        host.noop(f"{RUNTIME_CONFIG} has mode {mode}")
         return
     # The runtime reads its config at each container start: nothing to restart.
-    yield from put_text._inner(dest=RUNTIME_CONFIG, content=with_runtime_mode(state["runtime_config"],
-                                                                                target.runtime_mode),
+    yield from put_text._inner(dest=RUNTIME_CONFIG, content=with_runtime_mode(state["runtime_config"], mode),
                                record_format=node_records.TOML)

@@ -8,6 +8,12 @@ the plan.
 
 from __future__ import annotations
 
+from pyinfra.api.command import PyinfraCommand
+
+from ..foundations.pyinfra_api import Commands
+
+from typing import Any, Generator, TYPE_CHECKING
+
 import posixpath
 from dataclasses import dataclass
 from functools import partial
@@ -33,6 +39,10 @@ from ..runtimes.wiring import RuntimeWiring
 from ..foundations.toml_layout import ConfigError, line_endings
 from .runtime_config import PlannedFile, RuntimeConfigPlan
 from .upload import Staging, Upload
+
+if TYPE_CHECKING:
+    from pyinfra.api import Host
+    from pyinfra.api import State
 
 
 @dataclass
@@ -93,7 +103,7 @@ def plan_node_wiring(target: ConfigTarget, wiring: RuntimeWiring) -> RuntimeConf
     current = state["config"]
     if current is not None:
         base, source = current, path
-    elif state["base_config"] is not None:
+    elif state["base_config"] is not None and base_path is not None:
         base, source = state["base_config"], base_path
     elif initial_text is not None:
         base, source = initial_text, "an empty drop-in"
@@ -149,7 +159,8 @@ def imported_files(path: str, current: str | None, source: str) -> list[ConfigFi
 CHECK_SUFFIX = ".gpu-node-check"
 
 
-def _check_candidates(binary: str, wiring: RuntimeWiring, holder: str, plan: RuntimeConfigPlan):
+def _check_candidates(binary: str, wiring: RuntimeWiring, holder: str, plan: RuntimeConfigPlan
+                      ) -> Generator[str | PyinfraCommand, Any, bool]:
     """
     Ask the node's containerd what it would run with the new files, before any is installed:
     copies beside the live files (relative imports resolve the same), the main one importing
@@ -174,7 +185,7 @@ def _check_candidates(binary: str, wiring: RuntimeWiring, holder: str, plan: Run
     return True
 
 
-def _run_candidate_check(state, host, binary: str, config: str, copies: list[str], wiring: RuntimeWiring,
+def _run_candidate_check(state: State, host: Host, binary: str, config: str, copies: list[str], wiring: RuntimeWiring,
                          changed: str, holder: str, placed: str) -> bool:
     command = StringCommand(placed, QuoteString(binary), "--config", QuoteString(config),
                             "config dump; status=$?; rm -f", *[QuoteString(copy) for copy in copies], "; exit $status")

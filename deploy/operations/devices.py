@@ -6,6 +6,8 @@ cannot find there: the container loses its GPU ("Failed to initialize NVML: Unkn
 
 from __future__ import annotations
 
+from ..foundations.pyinfra_api import Commands
+
 import posixpath
 import shlex
 
@@ -53,7 +55,7 @@ def udev_rule_text() -> str:
 
 
 @operation()
-def nvidia_dev_char_links(driver_root: str):
+def nvidia_dev_char_links(driver_root: str) -> Commands:
     """
     Link ``/dev/char/<major:minor>`` to each NVIDIA device node under the driver root that lacks it.
 

@@ -7,7 +7,11 @@ dockerd, by the engine's schema. The generic operation (``runtime_config.py``) a
 
 from __future__ import annotations
 
-from typing import Any
+from pyinfra.api.command import PyinfraCommand
+
+from ..foundations.pyinfra_api import Commands
+
+from typing import Any, Generator
 
 from functools import partial
 
@@ -128,7 +132,8 @@ def _plan(plan: RuntimeConfigPlan, state: dict[str, Any], path: str, wiring: Run
     return ""
 
 
-def _check_schema(plan: RuntimeConfigPlan, docker_major: int | None, flag_runtimes: list[str]):
+def _check_schema(plan: RuntimeConfigPlan, docker_major: int | None, flag_runtimes: list[str]
+                  ) -> Generator[str | PyinfraCommand, Any, bool]:
     path = plan.path
     try:
         check_schema(ENGINE.parse(plan.files[0].text, path), path, docker_major, flag_runtimes)

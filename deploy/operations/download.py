@@ -14,6 +14,8 @@ was. Every failure names the URL.
 
 from __future__ import annotations
 
+from ..foundations.pyinfra_api import Commands
+
 from typing import Any
 
 import hashlib
@@ -269,7 +271,7 @@ def log_source_change(path: str, content: str, key_path: str, key_url: str, fing
 
 @operation()
 def signed_apt_source(path: str, content: str, keyring: str, key_url: str, *, fingerprints: tuple[str, ...],
-                      fingerprint_setting: str, lock_timeout: int, timeout: int, repository: str = ""):
+                      fingerprint_setting: str, lock_timeout: int, timeout: int, repository: str = "") -> Commands:
     """
     An apt source that names a signed-by keyring. When the source is new or changed (so a changed
     key URL or pin takes effect) or the key is missing, fetch the key and check it against
@@ -301,14 +303,14 @@ def signed_apt_source(path: str, content: str, keyring: str, key_url: str, *, fi
     host.noop(f"{path} and its keyring {keyring} are in place")
 
 
-def _committed_source(path: str, key: str):
+def _committed_source(path: str, key: str) -> Commands:
     """The staged source and its key put in place, recorded for the undo on either side."""
     yield record_files_command(key, path)
     yield commit_staged_source(path, key)
     yield wrote_files_command(key, path)
 
 
-def _repaired_source_mode(path: str):
+def _repaired_source_mode(path: str) -> Commands:
     """A source file with the right text and the wrong owner or mode: root's, 0644."""
     yield record_files_command(path)
     yield StringCommand("chown", "root:root", QuoteString(path), "&&", "chmod", "644", QuoteString(path))
@@ -353,7 +355,7 @@ def stage_checked_rpm_repository(
 
 @operation()
 def signed_rpm_repository(path: str, content: str, key_path: str, key_url: str, *, fingerprints: tuple[str, ...],
-                          fingerprint_setting: str, check: str, timeout: int):
+                          fingerprint_setting: str, check: str, timeout: int) -> Commands:
     """
     A dnf or zypper repository file whose ``gpgkey=file://`` names ``key_path``, the checked copy
     of the key at ``key_url``. When the file is new or changed (a changed key URL or pin is part of
@@ -411,7 +413,7 @@ def checked_download_command(url: str, dest: str, sha256: str, timeout: int) -> 
 
 
 @operation()
-def checked_executable(url: str, dest: str, sha256: str, timeout: int):
+def checked_executable(url: str, dest: str, sha256: str, timeout: int) -> Commands:
     """Install the file at ``url`` as an executable ``dest`` only if its SHA-256 is ``sha256``."""
     if host.get_fact(Sha256File, path=dest) == sha256:
         host.noop(f"{dest} is installed with SHA-256 {sha256}")

@@ -6,7 +6,9 @@ report.
 
 from __future__ import annotations
 
-from typing import Any
+from ..foundations.pyinfra_api import Commands
+
+from typing import Any, TYPE_CHECKING
 
 import shlex
 
@@ -17,7 +19,8 @@ from ..node import records as node_records
 from . import probes
 from ..foundations import shell_scripts
 from ..runtimes.cdi import CdiUnsupported, for_containerd
-from ..k8s.dra import IMEX_BUSY, IMEX_UNIT, IMEX_UNKNOWN, node_prerequisites
+from ..k8s.dra import IMEX_BUSY, IMEX_UNKNOWN, node_prerequisites
+from ..rack.imex import IMEX_UNIT
 from ..facts.base import UnreadableOutput
 from ..facts.gpu_holders import holders_script
 from ..facts.read_ahead import FactCall, read_together
@@ -28,6 +31,10 @@ from ..settings import Settings
 from ..runtimes.wiring import runtime_wiring
 from .drain import DrainTarget, before_restart
 from .failure import failing_command, run_script
+
+if TYPE_CHECKING:
+    from pyinfra.api import Host
+    from pyinfra.api import State
 
 
 def node_read(settings: Settings) -> FactCall:
@@ -64,13 +71,13 @@ def imex_mask_command() -> StringCommand:
                          + f" && systemctl mask --now {shlex.quote(IMEX_UNIT)}")
 
 
-def _mask(state, host) -> bool:
+def _mask(state: State, host: Host) -> bool:
     succeeded, _ = run_script(state, host, imex_mask_command())
     return succeeded
 
 
 @operation()
-def mask_imex(drain: DrainTarget | None = None):
+def mask_imex(drain: DrainTarget | None = None) -> Commands:
     """
     Mask and stop the host's IMEX unit (its state before recorded for the undo run), so nothing
     starts it again and the DRA driver's ComputeDomain daemons own IMEX; only where no IMEX channel
@@ -83,7 +90,7 @@ def mask_imex(drain: DrainTarget | None = None):
 
 
 @operation()
-def check_prerequisites(settings: Settings, containerd_read: FactCall):
+def check_prerequisites(settings: Settings, containerd_read: FactCall) -> Commands:
     """
     Check each host prerequisite of a DRA node at execution (after the earlier stages ran), each a
     step of the node's verify report: verify's operation, which runs next, adds them to the

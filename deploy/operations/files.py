@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..foundations.pyinfra_api import Commands
+
 from typing import Any
 
 import hashlib
@@ -82,7 +84,7 @@ def _swap_script(dest: str, mode: str, owner: str, check: str | None, record_for
 
 @operation()
 def put_text(dest: str, content: str | bytes, mode: str = "644", owner: str = "root:root",
-             check: str | None = None, record_format: str | None = ""):
+             check: str | None = None, record_format: str | None = "") -> Commands:
     """
     Make ``dest`` hold exactly ``content`` (text, or bytes as they are) with ``mode`` and ``owner``;
     ``check``: a shell test of the uploaded candidate (``{candidate}``), which must pass before it

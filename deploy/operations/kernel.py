@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..foundations.pyinfra_api import Commands
+
 from typing import Any
 
 from pyinfra import host
@@ -31,7 +33,7 @@ def sysctls_read(values: dict[str, Any]) -> FactCall:
 
 
 @operation()
-def load_module(module: str, provides_filesystem: str | None = None, provides_sysctl: str | None = None):
+def load_module(module: str, provides_filesystem: str | None = None, provides_sysctl: str | None = None) -> Commands:
     """
     Load a kernel module unless it is already present; a built-in module (absent from
     lsmod, but its filesystem or sysctl exists) counts as present.
@@ -43,12 +45,12 @@ def load_module(module: str, provides_filesystem: str | None = None, provides_sy
     yield StringCommand("modprobe", QuoteString(module))
 
 
-def differing_sysctls(state: dict[str, Any], values: dict) -> dict:
+def differing_sysctls(state: dict[str, Any], values: dict[str, Any]) -> dict[str, str]:
     return {key: str(value) for key, value in values.items() if state["sysctls"].get(key) != str(value)}
 
 
 @operation()
-def apply_sysctls(values: dict[str, Any]):
+def apply_sysctls(values: dict[str, Any]) -> Commands:
     """Set sysctl values now, only those that differ from the running kernel's."""
     state = read(host, sysctls_read(values))
     differing = differing_sysctls(state, values)
@@ -60,7 +62,7 @@ def apply_sysctls(values: dict[str, Any]):
 
 
 @operation(is_idempotent=False)
-def rebuild_initramfs(command: str):
+def rebuild_initramfs(command: str) -> Commands:
     """Rebuild the initramfs with the family's tool; a host without that tool has none to rebuild."""
     tool = command.split()[0]
     yield StringCommand(

@@ -31,9 +31,11 @@ How it reports
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import json
 import shlex
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TYPE_CHECKING, TypeVar
 
 from paramiko import SSHException
 from pyinfra import logger
@@ -44,6 +46,9 @@ from ..foundations import node_text, shell_scripts
 from ..facts.k8s import kubectl, with_stdin
 from ..runtimes.containerd.installations import PLAIN_SOCKET
 from ..verification.cdi import CdiProbe
+
+if TYPE_CHECKING:
+    from pyinfra.api import Host
 
 T = TypeVar("T")
 
@@ -67,19 +72,19 @@ class Probe(Generic[T]):
         raise NotImplementedError
 
 
-def executing(host) -> bool:
+def executing(host: Host) -> bool:
     """Whether pyinfra is executing operations now: the only time a probe may run."""
     return bool(host.state.is_executing)
 
 
-def connector_arguments(host) -> dict[str, Any]:
+def connector_arguments(host: Host) -> dict[str, Any]:
     """The connection arguments (``_sudo``, ``_su_user``...) of the operation being executed: pyinfra
     applies them to the commands an operation yields, not to commands it runs itself."""
-    operation_arguments = host.current_op_global_arguments or {}
+    operation_arguments: dict[str, Any] = dict(host.current_op_global_arguments or {})
     return {key: operation_arguments[key] for key in CONNECTOR_ARGUMENT_KEYS if key in operation_arguments}
 
 
-def run(host, probe: type[Probe[T]], **arguments: Any) -> T:
+def run(host: Host, probe: type[Probe[T]], **arguments: Any) -> T:
     """
     Run ``probe`` on ``host`` now, from inside the operation being executed, with that
     operation's connection arguments (``_sudo`` and the like), and return its processed result.
@@ -166,8 +171,9 @@ class CrictlRun(Probe[dict[str, Any]]):
          "stopp": {...}, "rmp": {...}}
     """
 
-    def command(self, uid, handler="nvidia", image=None, command=("nvidia-smi", "-L"), timeout=60,
-                systemd_cgroup=True, socket=PLAIN_SOCKET, cdi: CdiProbe | None = None):
+    def command(self, uid: str, handler: str = "nvidia", image: str | None = None,
+                command: Iterable[str] = ("nvidia-smi", "-L"), timeout: int = 60, systemd_cgroup: bool = True,
+                socket: str = PLAIN_SOCKET, cdi: CdiProbe | None = None) -> str:
         return shell_scripts.script(
             "crictl_run", socket=socket, handler=handler, image=image or "none", timeout=int(timeout),
             pod_json=json.dumps(sandbox_config(uid, systemd_cgroup)),
@@ -176,10 +182,10 @@ class CrictlRun(Probe[dict[str, Any]]):
             run_container=1 if image else 0, run_cdi=1 if image and cdi else 0).strip()
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         steps = {}
         for line in output:
             parts = line.strip().split(" ", 3)
@@ -201,16 +207,16 @@ class ContainerRun(Probe[dict[str, Any]]):
         {"exit_code": 0, "output": "GPU 0: ..."}
     """
 
-    def command(self, run, command=("nvidia-smi",)):
+    def command(self, run: Iterable[str], command: Iterable[str] = ("nvidia-smi",)) -> StringCommand:
         started = StringCommand(*[QuoteString(word) for word in (*run, *command)])
         return StringCommand("out=$(", started, "2>&1); rc=$?;",
                              'echo "rc $rc"; printf \'%s\\n\' "$out" | head -n 40; true')
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"exit_code": None, "output": ""}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         result = self.default()
         lines = list(output)
         if lines and lines[0].startswith("rc "):
@@ -239,7 +245,7 @@ class SmokeTestRun(Probe[dict[str, Any]]):
          "passed": True, "deleted": True}
     """
 
-    def command(self, kubeconfig, manifest, namespace, pod, timeout):
+    def command(self, kubeconfig: str | None, manifest: str, namespace: str, pod: str, timeout: int) -> StringCommand:
         k = kubectl(kubeconfig, "-n", QuoteString(namespace))
         conditions = (
             '{range .status.conditions[?(@.type=="PodScheduled")]}{"scheduled "}{.status}{" "}'
@@ -266,11 +272,11 @@ class SmokeTestRun(Probe[dict[str, Any]]):
         )
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"created": False, "create_error": "no output", "phase": None, "scheduled": None,
                 "waiting": [], "log": [], "passed": False, "deleted": False}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()
         details = []
         for line in output:

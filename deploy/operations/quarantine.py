@@ -9,6 +9,8 @@ record names.
 
 from __future__ import annotations
 
+from ..foundations.pyinfra_api import Commands
+
 import json
 
 from pyinfra.api import QuoteString, operation
@@ -19,7 +21,7 @@ from .kubectl import dump_documents
 
 
 @operation(is_idempotent=False)
-def apply_step(kubeconfig: str | None, step: Step):
+def apply_step(kubeconfig: str | None, step: Step) -> Commands:
     """One node's step: the node patched, rules created, rules deleted."""
     if step.patch:
         yield kubectl(kubeconfig, "patch", "node", QuoteString(step.node), "--type=json", "-p",

@@ -8,6 +8,8 @@ deploy/node/bake.py) checked by the runtime's own binary alike, and restarted by
 
 from __future__ import annotations
 
+from ..foundations.pyinfra_api import Commands
+
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, Sequence
 
@@ -47,7 +49,7 @@ class PlannedFile:
 
 # The runtime's own check of the new files before any is installed (the daemon asked what it would
 # run); it yields its commands and returns False when the files must not be installed.
-CandidateCheck = Callable[["RuntimeConfigPlan"], Generator[PyinfraCommand, None, bool]]
+CandidateCheck = Callable[["RuntimeConfigPlan"], Generator["str | PyinfraCommand", Any, bool]]
 
 
 @dataclass
@@ -91,7 +93,7 @@ def configure_nvidia_runtime(
     restart_pending: bool = False,
     before_restart: Sequence[PyinfraCommand] = (),
     keep_backups: int = safe_install.KEEP_BACKUPS,
-):
+) -> Commands:
     """
     Apply a runtime's wiring plan: the changed files installed safely, the service restarted on change.
 

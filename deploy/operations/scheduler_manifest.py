@@ -10,6 +10,8 @@ beside the backup before a new one is written, and goes back in with it.
 
 from __future__ import annotations
 
+from ..foundations.pyinfra_api import Commands
+
 import hashlib
 import posixpath
 
@@ -51,7 +53,7 @@ def staging_paths(work_dir: str) -> dict[str, str]:
 
 
 @operation()
-def keep_scheduler_config(config_path: str, config_sha256: str, work_dir: str):
+def keep_scheduler_config(config_path: str, config_sha256: str, work_dir: str) -> Commands:
     """
     Before ``config_path`` is replaced by a config with SHA-256 ``config_sha256``: copy the one the
     scheduler runs with beside the manifest's backup (none yet: no copy), for the swap's rollback.
@@ -87,7 +89,8 @@ def swap_in_command(
     ``place_script``, which puts the staged copy in ``work_dir`` (made 0700) first.
     """
     paths = staging_paths(work_dir)
-    config_success, config_rollback = "", ""
+    config_success: str | StringCommand = ""
+    config_rollback: str | StringCommand = ""
     if config_path:
         kept, kept_restore = QuoteString(paths["config_backup"]), QuoteString(paths["config_restore"])
         config_success = StringCommand("rm -f", kept, ";")
@@ -140,7 +143,7 @@ def configure_scheduler_manifest(
     work_dir: str,
     manifest_path: str = "/etc/kubernetes/manifests/kube-scheduler.yaml",
     timeout: int = 180,
-):
+) -> Commands:
     """
     Point the kube-scheduler static pod at ``config_path`` (flag, hostPath volume and mount, each
     once, and the config's checksum so a new config restarts it), keeping every other field.

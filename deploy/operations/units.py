@@ -5,6 +5,8 @@ run's putting them back (deploy/node/records.py).
 
 from __future__ import annotations
 
+from ..foundations.pyinfra_api import Commands
+
 from typing import Any
 
 from pyinfra import host
@@ -21,7 +23,7 @@ def unit_name(service: str) -> str:
 
 
 @operation()
-def enable_service(service: str, start: bool = True):
+def enable_service(service: str, start: bool = True) -> Commands:
     """
     Enable ``service`` (and start it where ``start``) with pyinfra's ``systemd.service``; when that
     changes anything, the unit's state before is recorded first (once: the state before gpu-node's
@@ -80,7 +82,7 @@ def unit_commands(unit: str, recorded: str, now: dict[str, Any], created: bool =
 
 
 @operation()
-def put_unit_back(unit: str, recorded: str, now: dict[str, Any], created: bool = False):
+def put_unit_back(unit: str, recorded: str, now: dict[str, Any], created: bool = False) -> Commands:
     """
     Put ``unit`` back to its state before gpu-node first changed it (``recorded``: "ENABLED ACTIVE");
     ``now``: its state as the undo run read it ({"enabled", "active"}); ``created``: gpu-node wrote its
@@ -94,7 +96,7 @@ def put_unit_back(unit: str, recorded: str, now: dict[str, Any], created: bool =
 
 
 @operation()
-def enable_unit_files(units: list[str], enabled: dict[str, Any]):
+def enable_unit_files(units: list[str], enabled: dict[str, Any]) -> Commands:
     """
     Enable ``units`` by their files alone (``systemctl --root=/ enable``: no running systemd asked,
     so it works in an image root too), starting nothing; each one's state before recorded first

@@ -8,6 +8,8 @@ the whole deploy stays change-free; a failing step makes the host fail after its
 
 from __future__ import annotations
 
+from ..foundations.pyinfra_api import Commands
+
 from typing import Any
 
 import uuid
@@ -83,7 +85,7 @@ def containerd_config_read(containerd: ConfigTarget) -> FactCall:
     return config_read(containerd.config_in_effect, None, containerd.binary)
 
 
-def with_containerd_config(readout: dict[str, Any], config: dict) -> dict:
+def with_containerd_config(readout: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     """Verify's readout with containerd's version and dump from its ContainerdConfig reading
     (a failed dump: what it printed, as verify names the failure by it)."""
     failed = config["dump_exit_code"] not in (0, None)
@@ -102,7 +104,7 @@ def reads(options: VerifyOptions) -> list[FactCall]:
             cdi_ops.state_read(), devices.links_read(options.driver_root), KERNELS_READ, signing_read(options)]
 
 
-def gpu_runs(readout: dict[str, Any], options: VerifyOptions, plan: dict[str, str | None], token: str) -> dict[str, dict]:
+def gpu_runs(readout: dict[str, Any], options: VerifyOptions, plan: dict[str, str | None], token: str) -> dict[str, dict[str, Any]]:
     """Each runtime's planned GPU runs done, by their probes (deploy/runtimes/registry.py GpuRun)."""
     runs: dict[str, dict[str, Any]] = {}
     for runtime in registry.RUNTIMES:
@@ -123,7 +125,7 @@ def gpu_runs(readout: dict[str, Any], options: VerifyOptions, plan: dict[str, st
 
 
 @operation()
-def check_node(options: VerifyOptions, report_path: str, driver_packages: tuple[str, ...] = ()):
+def check_node(options: VerifyOptions, report_path: str, driver_packages: tuple[str, ...] = ()) -> Commands:
     """
     Run verify's steps on this host, record it for the report, and change nothing: no command is
     yielded unless a step failed, and then only one that fails the host, except on a GPU node

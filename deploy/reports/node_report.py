@@ -148,7 +148,7 @@ class ReportStore:
     def __init__(self) -> None:
         self.records: dict[str, dict[str, NodeRecord]] = {}
         self.encoded: dict[str, dict[str, dict[str, Any]]] = {}  # each record's JSON, made once
-        self.verify_ops: set[str] = set()
+        self.verify_ops: set[str | None] = set()
         self.printed = False
         # host -> steps a verify operation before verify's steps found (the DRA prerequisites)
         self.pending: dict[str, list[Step]] = {}
@@ -204,7 +204,7 @@ class DriverNotes(dict[str, DriverNote]):
     """This run's driver notes: inventory host name -> DriverNote (deploy/foundations/run_state.py)."""
 
 
-class FailureNotes(dict[tuple[str, str], str]):
+class FailureNotes(dict[tuple[str, str | None], str]):
     """This run's failure lines: (inventory host name, operation hash) -> the one line the host
     failed with (deploy/operations/failure.py), for the fleet report (deploy/foundations/run_state.py)."""
 

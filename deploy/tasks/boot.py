@@ -15,7 +15,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.operations import server
 
-from ..foundations.deploys import deploy
+from ..foundations.pyinfra_api import deploy
 from ..health.check import CONFIG_PATH as HEALTH_CONFIG
 from ..node import first_boot
 from ..facts.read_ahead import FactCall, read

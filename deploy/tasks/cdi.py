@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from pyinfra import host, logger
 
-from ..foundations.deploys import deploy
+from ..foundations.pyinfra_api import deploy
 from ..runtimes.cdi import RUNTIME_CONFIG
 from ..distros.families import Platform
 from ..facts.cdi import spec_stale

@@ -8,7 +8,7 @@ from functools import partial
 
 from pyinfra import host, logger
 
-from ..foundations.deploys import deploy
+from ..foundations.pyinfra_api import deploy
 from ..runtimes.cdi import CdiUnsupported, for_containerd
 from ..runtimes.containerd.installations import classify_installation, config_target, plain_target
 from ..runtimes.registry import CONTAINERD

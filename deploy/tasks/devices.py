@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pyinfra import host
 
-from ..foundations.deploys import deploy
+from ..foundations.pyinfra_api import deploy
 from ..facts.read_ahead import FactCall, read
 from ..facts.devices import missing_links
 from ..operations import devices, files

@@ -8,7 +8,7 @@ from functools import partial
 
 from pyinfra import host
 
-from ..foundations.deploys import deploy
+from ..foundations.pyinfra_api import deploy
 from ..runtimes.cdi import CdiUnsupported, for_docker
 from ..runtimes.registry import DOCKER
 from ..distros.families import Family, Platform

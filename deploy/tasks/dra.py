@@ -12,7 +12,7 @@ from typing import Any
 
 from pyinfra import host, logger
 
-from ..foundations.deploys import deploy
+from ..foundations.pyinfra_api import deploy
 from ..runtimes.containerd.installations import plain_target
 from ..operations.containerd import target_read
 from ..distros.families import Platform

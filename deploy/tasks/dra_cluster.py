@@ -11,7 +11,7 @@ from __future__ import annotations
 from pyinfra import host
 
 from ..k8s import dra
-from ..foundations.deploys import deploy
+from ..foundations.pyinfra_api import deploy
 from ..foundations import templates
 from ..facts.gpu_node_identity import GpuNode
 from ..operations import failure, kubectl

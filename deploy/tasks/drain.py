@@ -11,7 +11,7 @@ from pyinfra import host, inventory, logger
 from pyinfra.api.exceptions import NoGroupError
 from pyinfra.facts.server import Hostname
 
-from ..foundations.deploys import deploy
+from ..foundations.pyinfra_api import deploy
 from ..facts.drain import KubeNodeSchedule
 from ..facts.k8s import kubeconfig_words
 from ..facts.gpu_node_identity import kube_node_name

@@ -18,7 +18,7 @@ from pyinfra import host, logger
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 from pyinfra.operations import server
 
-from ..foundations.deploys import deploy
+from ..foundations.pyinfra_api import deploy
 from ..distros.package_managers import PackageManager, install_packages, lock_bounded_checks, version_listing
 from ..distros.families import Platform
 from ..distros.repositories import add_repository

@@ -38,7 +38,7 @@ from pyinfra_cli.inventory import make_inventory
 
 from ..k8s import dra, health_monitor
 from ..facts.k8s import FIELD_MANAGER
-from ..foundations.deploys import deploy
+from ..foundations.pyinfra_api import deploy
 from ..facts.gpu_node_identity import GpuNode
 from ..k8s.gpushare import NODE_LABEL, GpushareError, scheduler_config_yaml
 from ..operations import controller_files

@@ -12,7 +12,7 @@ from typing import Any
 
 from pyinfra import host, logger
 
-from ..foundations.deploys import deploy
+from ..foundations.pyinfra_api import deploy
 from ..distros.families import Platform
 from ..facts.rack import PeermemState
 from ..facts.read_ahead import FactCall, read

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pyinfra import host, logger
 
-from ..foundations.deploys import deploy
+from ..foundations.pyinfra_api import deploy
 from ..facts.gpu_node_identity import GpuNode, GpuNodeIdentity, kube_node_name
 from ..k8s.gpushare import (
     NODE_LABEL,

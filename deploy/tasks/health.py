@@ -12,7 +12,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.operations import server
 
-from ..foundations.deploys import deploy
+from ..foundations.pyinfra_api import deploy
 from ..facts.read_ahead import FactCall, read
 from ..facts.units import UnitsEnabled
 from ..foundations.templates import render

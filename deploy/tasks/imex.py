@@ -21,7 +21,7 @@ from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 from pyinfra.operations import files as pyinfra_files
 from pyinfra.operations import systemd
 
-from ..foundations.deploys import deploy
+from ..foundations.pyinfra_api import deploy
 from ..distros.families import Platform
 from ..distros.package_managers import install_packages
 from ..driver.fabric import fabric_of

@@ -19,7 +19,7 @@ import yaml
 from pyinfra import host, inventory, logger
 from pyinfra.api.exceptions import NoGroupError
 
-from ..foundations.deploys import deploy
+from ..foundations.pyinfra_api import deploy
 from ..facts.read_ahead import known_fact
 from ..facts.k8s import KubeNodes
 from ..facts.gpu_node_identity import GpuNode, GpuNodeIdentity, kube_node_name

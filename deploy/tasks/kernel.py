@@ -6,7 +6,7 @@ from typing import Any
 
 from pyinfra import host, logger
 
-from ..foundations.deploys import deploy
+from ..foundations.pyinfra_api import deploy
 from ..distros.families import Platform
 from ..driver.fabric import NVLINK5_MODULES_LOAD_PATH, Fabric, fabric_of
 from ..driver.fabric import modules_load_text as fabric_modules_load_text

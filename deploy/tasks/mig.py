@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pyinfra import host, logger
 from pyinfra.operations import server
 
-from ..foundations.deploys import deploy
+from ..foundations.pyinfra_api import deploy
 from ..distros.families import Platform
 from ..distros.package_managers import install_packages
 from ..facts.gpu_holders import DeviceHolders

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 from pyinfra import host, logger
 from pyinfra.facts.server import Arch, LinuxDistribution
 
-from ..foundations.deploys import deploy
+from ..foundations.pyinfra_api import deploy
 from ..distros.families import Platform, detect_platform
 from ..facts.access import HostAccess
 from ..facts.read_ahead import FactCall, read_facts

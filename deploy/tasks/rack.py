@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pyinfra import host
 
-from ..foundations.deploys import deploy
+from ..foundations.pyinfra_api import deploy
 from ..facts.nvidia import NodeSurvey
 from ..facts.rack import ImexState, MigState, PeermemState
 from ..facts.read_ahead import FactCall, known_fact

@@ -6,7 +6,7 @@ from typing import Any
 
 from pyinfra import host
 
-from ..foundations.deploys import deploy
+from ..foundations.pyinfra_api import deploy
 from ..distros.package_managers import APT, PACKAGE_MANAGERS, install_packages
 from ..distros.families import Platform
 from ..distros.repositories import add_repository, key_pin, rpm_repository_text

@@ -18,7 +18,7 @@ from pyinfra import host, logger
 from pyinfra.facts.server import Arch, LinuxDistribution
 from pyinfra.operations import systemd
 
-from ..foundations.deploys import deploy
+from ..foundations.pyinfra_api import deploy
 from ..node import records as node_records
 from ..distros.families import Platform, detect_platform
 from ..facts.access import HostAccess
@@ -29,8 +29,8 @@ from ..operations import devices, kernel, units
 from ..operations import undo as undo_ops
 from ..operations.cdi import REFRESH_ENV
 from ..operations.failure import HostRefusal
+from ..planning.driver_plan import APT_PIN_PATH, CUDA_PROFILE_PATH
 from ..settings import Settings
-from . import driver as driver_stage
 from . import kernel as kernel_stage
 from . import toolkit as toolkit_stage
 from .preflight import access_refusal
@@ -39,8 +39,8 @@ from .preflight import access_refusal
 # gpu-node before it kept records): the kernel stage's, the device links', the driver's apt pin and
 # CUDA profile, the CDI refresh's environment, the toolkit's apt source.
 OWN_FILES = (kernel_stage.MODULES_LOAD_PATH, kernel_stage.SYSCTL_PATH, kernel_stage.BLACKLIST_PATH,
-             NVLINK5_MODULES_LOAD_PATH, devices.LINKS_SCRIPT, devices.UDEV_RULE, driver_stage.APT_PIN_PATH,
-             driver_stage.CUDA_PROFILE_PATH, REFRESH_ENV, toolkit_stage.APT_SOURCE)
+             NVLINK5_MODULES_LOAD_PATH, devices.LINKS_SCRIPT, devices.UDEV_RULE, APT_PIN_PATH,
+             CUDA_PROFILE_PATH, REFRESH_ENV, toolkit_stage.APT_SOURCE)
 OWN_HEADERS = ("# Managed by gpu-node", "#!/bin/sh\n# Managed by gpu-node")
 
 

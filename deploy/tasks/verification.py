@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Iterable
 
 
-from ..foundations.deploys import deploy
+from ..foundations.pyinfra_api import deploy
 from ..verification.options import VerifyOptions
 from ..facts.read_ahead import FactCall
 from ..operations import verification

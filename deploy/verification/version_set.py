@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..driver.versions import upstream_version
-from ..driver.kernel_coverage import library_version
+from ..driver.next_boot import library_version
 from ..reports.node_report import FAIL, PASS, SKIP, Step
 
 STEP = "version_set"
