@@ -4,6 +4,8 @@ deploy/runtimes/containerd/installations.py's table)."""
 
 from __future__ import annotations
 
+from .read_ahead import FactCall
+
 from collections.abc import Iterable
 
 from typing import Any
@@ -68,10 +70,9 @@ class ContainerdConfig(NodeFact[dict[str, Any]]):
         }
     """
 
-    def command(self, path: str, base_path=None, binary: str = "containerd") -> StringCommand:
-        file_b64 = lambda label, name: StringCommand(  # noqa: E731
-            "echo", QuoteString(label), f"$({node_text.base64_read(shlex.quote(name))})"
-        )
+    def command(self, path: str, base_path: str | None = None, binary: str = "containerd") -> StringCommand:
+        def file_b64(label: str, name: str) -> StringCommand:
+            return StringCommand("echo", QuoteString(label), f"$({node_text.base64_read(shlex.quote(name))})")
         default = StringCommand(
             'if [ -n "$bin" ]; then echo default_config $("$bin" config default 2>/dev/null | base64 -w0); fi'
         )
@@ -129,7 +130,7 @@ class ContainerdConfig(NodeFact[dict[str, Any]]):
         return state
 
 
-def config_read(path: str, base_path: str | None, binary: str) -> tuple[type[FactBase], dict[str, Any]]:
+def config_read(path: str, base_path: str | None, binary: str) -> FactCall:
     """What the wiring and verify read of containerd's config (preflight reads it ahead with the same call)."""
     return (ContainerdConfig, {"path": path, "base_path": base_path, "binary": binary})
 
@@ -192,7 +193,7 @@ class ContainerdInstallations(NodeFact[dict[str, Any]]):
     """
 
     def command(self) -> StringCommand:
-        parts = [
+        parts: list[str | StringCommand] = [
             StringCommand("for p in", *[QuoteString(p) for p in INSTALLATION_PATHS],
                           '; do [ -e "$p" ] && echo "path $p"; done;'),
             StringCommand("for u in", *INSTALLATION_UNITS, "; do for d in", *UNIT_DIRS,

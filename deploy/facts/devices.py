@@ -35,6 +35,6 @@ class NvidiaDeviceLinks(NodeFact[list[Any]]):
         return devices
 
 
-def missing_links(devices: list[dict[str, Any]]) -> list[dict]:
+def missing_links(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The devices whose /dev/char link is missing or leads elsewhere."""
     return [device for device in devices if device["link"] != device["node"]]

@@ -17,7 +17,7 @@ from ..foundations import node_text
 from .base import NodeFact
 
 
-class FileDigest(NodeFact[str | None]):
+class FileDigest(NodeFact[dict[str, str] | None]):
     """
     sha256, octal mode and owner of a file (through a symbolic link: its target's, as the checksum
     is); None when it does not exist.
@@ -35,10 +35,10 @@ class FileDigest(NodeFact[str | None]):
         )
 
     @staticmethod
-    def default() -> str | None:
+    def default() -> dict[str, str] | None:
         return None
 
-    def process(self, output: list[str]) -> str | None:
+    def process(self, output: list[str]) -> dict[str, str] | None:
         if not output or output[0].strip() == "absent":
             return None
         mode, owner = output[0].split()
@@ -66,7 +66,9 @@ class FileDigests(NodeFact[dict[str, Any]]):
         return {}
 
     def process(self, output: list[str]) -> dict[str, Any]:
-        digests, current, lines = {}, None, []
+        digests: dict[str, Any] = {}
+        current: str | None = None
+        lines: list[str] = []
         for line in [*output, "@@file "]:
             if line.startswith("@@file "):
                 if current is not None:

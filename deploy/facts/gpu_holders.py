@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from typing import Any
 
 from ..foundations import shell_scripts
@@ -9,7 +11,7 @@ from .base import NodeFact
 from ..driver.reload import MODULES, SERVICES, parse_holder
 
 
-def holders_script(services) -> str:
+def holders_script(services: Iterable[str]) -> str:
     """deploy/shell/gpu_holders.sh's functions, ``services`` the units whose own processes they name."""
     return shell_scripts.assignments(services=" ".join(services)) + shell_scripts.body("gpu_holders")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Callable
 
 from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.exceptions import FactProcessError
@@ -121,7 +121,7 @@ def parse_captured(lines: list[str], prefix: str = "") -> tuple[int, str, str]:
     return code, "\n".join(out), "\n".join(err)
 
 
-def cluster_json(text: str, what: str, parse=json.loads):
+def cluster_json(text: str, what: str, parse: Callable[[str], Any] = json.loads) -> Any:
     """``parse(text)`` of what kubectl or helm printed, through the guard of every parser
     (deploy/foundations/node_text.py), a fact error in one line naming ``what``. Its size is not bounded: a
     large cluster's answer is tens of MB, in memory already, and json reads it in well under a

@@ -27,7 +27,7 @@ class KernelState(NodeFact[dict[str, Any]]):
     """
 
     def command(self, modules: Iterable[str] = (), sysctls: Iterable[str] = ()) -> StringCommand:
-        parts = []
+        parts: list[str | StringCommand] = []
         for module in modules:
             path = QuoteString(f"/sys/module/{module}")
             parts.append(

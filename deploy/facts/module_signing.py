@@ -53,7 +53,7 @@ class ModuleSigningState(NodeFact[dict[str, Any]]):
 
     def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()
-        files = []
+        files: list[str | dict[str, str] | None] = []
         for line in output:
             kind, _, rest = line.strip().partition(" ")
             if kind == "file":

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from collections.abc import Iterable
 
@@ -12,6 +12,9 @@ import shlex
 from pyinfra.api import QuoteString, StringCommand
 
 from .base import NodeFact
+
+if TYPE_CHECKING:
+    from packaging.version import Version
 
 
 class DebPackageStates(NodeFact[dict[str, Any]]):
@@ -23,7 +26,7 @@ class DebPackageStates(NodeFact[dict[str, Any]]):
         {"nvidia-container-toolkit": {"version": "1.17.8-1", "held": True}}
     """
 
-    def requires_command(self, packages=()):
+    def requires_command(self, packages: Iterable[str] = ()) -> str:
         return "dpkg-query"
 
     def command(self, packages: Iterable[str] = ()) -> StringCommand:
@@ -203,7 +206,7 @@ class PackageVersions(NodeFact[dict[str, Any]]):
         return offered_versions(output)
 
 
-def offered_versions(output) -> dict[str, list[str]]:
+def offered_versions(output: Iterable[str]) -> dict[str, list[str]]:
     """{name: versions} from the lines of apt-cache madison, zypper search --details or dnf list."""
     versions: dict[str, list[str]] = {}
     for line in output:
@@ -373,7 +376,7 @@ class RepositoryPackageVersions(NodeFact[dict[str, Any]]):
         return {name: sorted(found, key=_version_key, reverse=True) for name, found in versions.items()}
 
 
-def _version_key(version: str):
+def _version_key(version: str) -> tuple[int, Version | str, str]:
     from packaging.version import InvalidVersion, Version
 
     upstream = version.split(":", 1)[-1].split("-", 1)[0]

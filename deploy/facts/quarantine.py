@@ -33,7 +33,7 @@ from .k8s import captured, cluster_json, first_error_line, kubeconfig_problem, k
 _PCI = re.compile(f"^{PCI_ADDRESS}$")
 
 
-def _guarded(kubeconfig, *commands) -> StringCommand:
+def _guarded(kubeconfig: str | None, *commands: str | StringCommand) -> StringCommand:
     """``commands`` where kubectl exists and its kubeconfig can be read, else one line saying why not."""
     return StringCommand(
         "if ! command -v kubectl >/dev/null 2>&1; then echo kubectl-missing;",

@@ -11,7 +11,9 @@ older than the last change. (pyinfra itself caches no fact: each get_fact is a r
 
 from __future__ import annotations
 
-from typing import Any, TYPE_CHECKING
+from collections.abc import Sequence
+
+from typing import Any, TYPE_CHECKING, TypeVar
 
 import base64
 import binascii
@@ -31,16 +33,17 @@ if TYPE_CHECKING:
 
 MARKER = "@@gpu-node-fact "
 
-class KnownFacts(dict[str, Any]):
+class KnownFacts(dict[str, dict[tuple[str, str], tuple[Any, int]]]):
     """This run's facts by host: host name -> (fact name, its arguments as JSON) -> (value, the
     host's changes when it was read) (deploy/foundations/run_state.py)."""
 
 
 # (fact class, its keyword arguments): a fact to read ahead
-FactCall = tuple[type[FactBase], dict[str, Any]]
+FactCall = tuple[type[FactBase[Any]], dict[str, Any]]
+Reading = TypeVar("Reading")
 
 
-def section_name(fact: type[FactBase], index: int | None) -> str:
+def section_name(fact: type[FactBase[Any]], index: int | None) -> str:
     """The marker name of one fact's section in CombinedOutput's output."""
     return fact.__name__ if index is None else f"{fact.__name__}#{index}"
 
@@ -52,15 +55,15 @@ class CombinedOutput(NodeFact[list[Any]]):
     argument-less fact classes; ``calls`` are (fact class, keyword arguments) pairs.
     """
 
-    def command(self, facts=(), calls=()) -> StringCommand:
+    def command(self, facts: Sequence[type[FactBase[Any]]] = (), calls: Sequence[FactCall] = ()) -> StringCommand:
         # The reads only read, so they run side by side, each into a file of its own (its marker
         # line first), printed in order by one cat once all are done: the node's wall time is the
         # slowest read's, not their sum, and the printing one process, not one per read.
         # Without a writable temporary directory the read fails aloud: empty sections would read as
         # facts' defaults (a missing config, no package), and the stages would act on them.
-        parts = ['_gn=$(mktemp -d 2>/dev/null || mktemp -d -p /dev/shm 2>/dev/null) || { echo "gpu-node:',
+        parts: list[str | StringCommand] = ['_gn=$(mktemp -d 2>/dev/null || mktemp -d -p /dev/shm 2>/dev/null) || { echo "gpu-node:',
                  'mktemp -d failed: no writable temporary directory for the node read" >&2; exit 1; };']
-        entries = [(fact, {}, None) for fact in facts]
+        entries: list[tuple[type[FactBase[Any]], dict[str, Any], int | None]] = [(fact, {}, None) for fact in facts]
         entries += [(fact, kwargs, index) for index, (fact, kwargs) in enumerate(calls)]
         for number, (fact, kwargs, index) in enumerate(entries):
             instance = fact()
@@ -102,7 +105,7 @@ def split_sections(lines: list[str]) -> dict[str, list[str]]:
     return sections
 
 
-def _value(fact: type[FactBase], lines: list[str] | None):
+def _value(fact: type[FactBase[Reading]], lines: list[str] | None) -> Reading:
     """What ``fact`` reads from its section; UnreadableOutput, in one line, where it cannot."""
     instance = fact()
     if lines:
@@ -117,7 +120,7 @@ def _value(fact: type[FactBase], lines: list[str] | None):
     return default() if callable(default) else default
 
 
-def _key(fact: type[FactBase], kwargs: dict[str, Any]) -> tuple[str, str]:
+def _key(fact: type[FactBase[Any]], kwargs: dict[str, Any]) -> tuple[str, str]:
     return fact.__name__, json.dumps(kwargs, sort_keys=True, default=list)
 
 
@@ -149,7 +152,7 @@ def missing_program(host: Host) -> str:
             "check the shell pyinfra runs commands with (_shell_executable)")
 
 
-def read_facts(host: Host, *facts: type[FactBase], read_ahead: tuple[FactCall, ...] | list[FactCall] = ()) -> dict[str, Any]:
+def read_facts(host: Host, *facts: type[FactBase[Any]], read_ahead: tuple[FactCall, ...] | list[FactCall] = ()) -> dict[str, Any]:
     """
     Read argument-less ``facts`` from ``host`` in one remote command: {class name: value}.
     Each value is what the fact alone gives (its default when its command printed nothing).
@@ -163,9 +166,8 @@ def read_facts(host: Host, *facts: type[FactBase], read_ahead: tuple[FactCall, .
         if (fact in facts and not kwargs) or (fact, dict(kwargs)) in calls:
             continue
         calls.append((fact, dict(kwargs)))
-    calls = tuple(calls)
     try:
-        lines = host.get_fact(CombinedOutput, facts=facts, calls=calls, _success_exit_codes=(0, NOT_FOUND))
+        lines = host.get_fact(CombinedOutput, facts=facts, calls=tuple(calls), _success_exit_codes=(0, NOT_FOUND))
     except EOFError:
         # pyinfra asks for the sudo password when sudo wants one: without a terminal, the prompt
         # reads the end of the input, leaving its line open (getpass writes it to stderr then).
@@ -189,7 +191,7 @@ def read_facts(host: Host, *facts: type[FactBase], read_ahead: tuple[FactCall, .
     return values
 
 
-def _known(host: Host) -> dict[str, Any]:
+def _known(host: Host) -> dict[tuple[str, str], tuple[Any, int]]:
     """(fact name, arguments) -> (value, changes_so_far when it was read), kept in the run's state"""
     return per_run(host.state, KnownFacts).setdefault(host.name, {})
 
@@ -204,20 +206,20 @@ def changes_so_far(host: Host) -> int:
     return count
 
 
-def _current(host: Host, key: tuple[str, str]) -> tuple | None:
+def _current(host: Host, key: tuple[str, str]) -> tuple[Any] | None:
     """(value,) when ``key`` was read since the host's last change, else None."""
     known = _known(host).get(key)
     return (known[0],) if known is not None and known[1] == changes_so_far(host) else None
 
 
-def read(host: Host, call: FactCall):
+def read(host: Host, call: FactCall) -> Any:
     """``known_fact`` of a (fact, arguments) pair: the same pair a stage reads ahead
     (``Stage.reads``) and its operation then asks, so the two cannot drift apart."""
     fact, kwargs = call
     return known_fact(host, fact, **kwargs)
 
 
-def read_together(host: Host, calls: list[FactCall]) -> list:
+def read_together(host: Host, calls: list[FactCall]) -> list[Any]:
     """The values of ``calls``: those not known yet (read ahead, or read since the host's last
     change) read together in one remote command, the others reused."""
     unknown = [call for call in calls if _current(host, _key(*call)) is None]
@@ -226,7 +228,7 @@ def read_together(host: Host, calls: list[FactCall]) -> list:
     return [read(host, call) for call in calls]
 
 
-def known_fact(host: Host, fact: type[FactBase], **kwargs):
+def known_fact(host: Host, fact: type[FactBase[Reading]], **kwargs: Any) -> Reading:
     """
     ``host.get_fact(fact, **kwargs)``, answered from a value read earlier in this run (read ahead,
     or by an earlier call) when no operation changed anything on the host since that read. Call it
@@ -235,7 +237,8 @@ def known_fact(host: Host, fact: type[FactBase], **kwargs):
     key = _key(fact, kwargs)
     current = _current(host, key)
     if current is not None:
-        return current[0]
+        known: Reading = current[0]
+        return known
     value = host.get_fact(fact, **kwargs)
     _known(host)[key] = (value, changes_so_far(host))
     return value

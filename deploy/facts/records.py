@@ -63,7 +63,7 @@ class NodeRecords(NodeFact[dict[str, Any]]):
 
     def process(self, output: list[str]) -> dict[str, Any]:
         found = self.default()
-        record = None
+        record: dict[str, Any] | None = None
         for line in output:
             kind, _, rest = line.strip().partition(" ")
             if kind == "records":

@@ -44,13 +44,13 @@ class NodeReports(NodeFact[list[Any]]):
         return []
 
     def process(self, output: list[str]) -> list[Any]:
-        reports = []
+        reports: list[dict[str, Any]] = []
         for line in output:
             kind, name, mtime, text = (line.strip().split(" ") + ["", "", ""])[:4]
             if kind not in ("report", "other", "more"):
                 continue
             try:
-                entry = {"name": node_text.decode(base64.b64decode(name, validate=True))}
+                entry: dict[str, Any] = {"name": node_text.decode(base64.b64decode(name, validate=True))}
                 if kind == "report":
                     entry.update(mtime=int(mtime), text=node_text.decode(base64.b64decode(text, validate=True)))
                 else:

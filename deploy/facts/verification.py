@@ -118,13 +118,13 @@ def explain_smi_failure(exit_code: int, output: str) -> str:
 VERIFY_SCRIPT = shell_scripts.body("verify_readout")
 
 
-def executable_checks(paths) -> str:
+def executable_checks(paths: Iterable[str]) -> str:
     """Shell printing ``exec 1 <path>`` for each of ``paths`` that resolves to an executable as a
     runtime's exec would find it (a bare name on the PATH), else ``exec 0 <path>``."""
     return shell_scripts.script("executables", paths)
 
 
-def parse_executables(lines) -> dict[str, bool]:
+def parse_executables(lines: Iterable[str]) -> dict[str, bool]:
     """``exec 1 <path>`` / ``exec 0 <path>`` lines -> {path: executable}."""
     found = {}
     for line in lines:
@@ -190,7 +190,7 @@ class VerifyReadout(NodeFact[dict[str, Any]]):
         }
     """
 
-    def command(self, image: str, binaries: Iterable[str] = (), runtime_values=None) -> str:
+    def command(self, image: str, binaries: Iterable[str] = (), runtime_values: dict[str, dict[str, str]] | None = None) -> str:
         """``runtime_values``: {runtime: {variable: value}} for a runtime installed another way than the
         plain one (containerd's installation in effect: its binary, unit and socket)."""
         watched = (PERSISTENCED_UNIT, FABRIC_MANAGER_UNIT)
