@@ -72,7 +72,7 @@ class Runtime:
     summary: Callable[[dict[str, Any]], str]  # the report's runtime column
     runs: tuple[GpuRun, ...] = ()
     # its reading with what its steps derive from it, made once (containerd's parsed dump)
-    prepared: Callable[[dict[str, Any]], dict] = lambda reading: reading
+    prepared: Callable[[dict[str, Any]], dict[str, Any]] = lambda reading: reading
     # the runtimes the kubelet starts pods with through its CRI, each with whether it has the systemd
     # cgroup driver (compared with the kubelet's); None: not a CRI runtime
     kubelet_cgroups: Callable[[dict[str, Any]], list[tuple[str, bool]]] | None = None

@@ -53,7 +53,7 @@ def _tables(value: Any) -> bool:
     return isinstance(value, dict)
 
 
-def changes(original: dict[str, Any], written: dict, path: Path = ()) -> list[Change]:
+def changes(original: dict[str, Any], written: dict[str, Any], path: Path = ()) -> list[Change]:
     """Every value where ``original`` and ``written`` differ, leaf by leaf (tables are followed;
     arrays and a value that is a table on one side only are whole values)."""
     found = []
@@ -71,7 +71,7 @@ def changes(original: dict[str, Any], written: dict, path: Path = ()) -> list[Ch
     return found
 
 
-def added_tables(original: dict[str, Any], written: dict, path: Path = ()) -> list[Path]:
+def added_tables(original: dict[str, Any], written: dict[str, Any], path: Path = ()) -> list[Path]:
     """The tables ``written`` holds that ``original`` does not (gpu-node added them), deepest first."""
     found = []
     for key, value in written.items():
@@ -115,7 +115,7 @@ class Reverted:
         return bool(self.undone or self.removed_tables)
 
 
-def reverted(live: dict[str, Any], original: dict, written: dict) -> Reverted:
+def reverted(live: dict[str, Any], original: dict[str, Any], written: dict[str, Any]) -> Reverted:
     """``live`` with each value gpu-node set that it still holds put back to the original's."""
     result = copy.deepcopy(live)
     undone = []
@@ -143,7 +143,7 @@ def _values(text: str, source: str) -> dict[str, Any]:
         raise ConfigError(f"{source} is not valid TOML: {node_text.syntax_error(error, text)}") from None
 
 
-def _remove(document, path: Path) -> None:
+def _remove(document: Any, path: Path) -> None:
     """Remove the key or table ``path`` from wherever the document defines it."""
     piece = toml_layout.holder(document, path[:-1], path[-1]) if len(path) > 1 else document
     container = piece.value if isinstance(piece, tomlkit.items.Table) else piece

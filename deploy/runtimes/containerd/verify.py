@@ -65,20 +65,20 @@ def parse_cri_runtimes(dump: str) -> dict[str, Any]:
     }
 
 
-def read_cri(reading: dict[str, Any]) -> tuple[dict | None, str | None]:
+def read_cri(reading: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
     """The one reading of ``containerd config dump``: (the CRI runtimes, None) or (None, why not)."""
     dump = reading["dump"]
     if reading["dump_exit_code"] == 0 and dump:
         try:
             return parse_cri_runtimes(dump), None
-        except Exception as error:  # a TOML error or an unexpected shape; the reason is what matters
+        except Exception as error:  # noqa: BLE001 - a TOML error or an unexpected shape; the reason is what matters
             return None, f"cannot parse its output: {error}"
     if reading["path"]:
         return None, node_text.short(redact.daemon_output(dump or "no output"))
     return None, None
 
 
-def prepared(reading: dict[str, Any]) -> dict:
+def prepared(reading: dict[str, Any]) -> dict[str, Any]:
     """The reading with its dump parsed, once for every step (``cri``, or why not: ``cri_error``)."""
     cri, error = read_cri(reading)
     return {**reading, "cri": cri, "cri_error": error}

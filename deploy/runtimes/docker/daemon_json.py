@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 from ...foundations import node_text, templates
 from ...runtimes.wiring import RuntimeWiring
@@ -49,7 +49,7 @@ def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
-def _reject_constant(name: str):
+def _reject_constant(name: str) -> NoReturn:
     raise DaemonConfigError(f"{name} is not JSON")
 
 
@@ -61,7 +61,7 @@ def _finite(number: str) -> float:
     return value
 
 
-def _strict_json(text: str):
+def _strict_json(text: str) -> Any:
     return json.loads(text, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant,
                       parse_float=_finite)
 
@@ -131,7 +131,7 @@ def default_runtime_problem(config: dict[str, Any], docker_major: int | None = N
     this (dockerd only does when it starts), so it is checked here for every version.
     """
     default = config.get("default-runtime")
-    runtimes = config.get("runtimes") if isinstance(config.get("runtimes"), dict) else {}
+    runtimes = found if isinstance(found := config.get("runtimes"), dict) else {}
     if not isinstance(default, str) or default in (*BUILTIN_RUNTIMES, *runtimes, *flag_runtimes):
         return None
     if not is_containerd_shim_name(default):
@@ -154,7 +154,7 @@ def check_schema(config: dict[str, Any], source: str, docker_major: int | None =
         if key not in config:
             continue
         value = config[key]
-        if not isinstance(value, kind) or (kind is list and not all(isinstance(v, str) for v in value)):
+        if not isinstance(value, kind) or (isinstance(value, list) and not all(isinstance(v, str) for v in value)):
             problems.append(f"{key} must be {what}")
     for name, runtime in (config.get("runtimes") or {}).items() if isinstance(config.get("runtimes"), dict) else ():
         if not isinstance(runtime, dict) or not isinstance(runtime.get("path", ""), str):
@@ -186,7 +186,7 @@ def merge_daemon_config(existing: dict[str, Any], wiring: RuntimeWiring) -> Dock
     runtimes = config.setdefault("runtimes", {})
     if not isinstance(runtimes, dict):
         raise DaemonConfigError("runtimes must be an object")
-    nvidia = runtimes.get("nvidia") if isinstance(runtimes.get("nvidia"), dict) else {}
+    nvidia = found if isinstance(found := runtimes.get("nvidia"), dict) else {}
     # Docker reads runtimeArgs (nvidia-ctk writes `args`, which Docker ignores).
     runtimes["nvidia"] = {**nvidia, "path": wiring.binary, "runtimeArgs": nvidia.get("runtimeArgs", [])}
 
@@ -247,7 +247,7 @@ def flag_conflicts(config: dict[str, Any], flags: Sequence[DockerdFlag], path: s
     return conflicts
 
 
-def leave_to_flags(candidate: dict[str, Any], existing: dict, flags: Sequence[DockerdFlag]) -> dict:
+def leave_to_flags(candidate: dict[str, Any], existing: dict[str, Any], flags: Sequence[DockerdFlag]) -> dict[str, Any]:
     """
     ``candidate`` without the keys the merge added that the unit's flags already give.
     ``runtimes`` stays: dockerd merges --add-runtime with it, the file's entry winning a shared name.
@@ -290,8 +290,8 @@ def effective_settings(config: dict[str, Any], flags: Sequence[DockerdFlag], pat
     # A runtime both files and flags name: the file's wins (moby's MergeDaemonConfigurations merges the
     # flags into the file's config without overriding; measured on dockerd 20.10).
     nvidia_flags = [flag for flag in flags if flag.name == "add-runtime" and flag.value.startswith("nvidia=")]
-    runtimes = config.get("runtimes") if isinstance(config.get("runtimes"), dict) else {}
-    in_file = runtimes.get("nvidia") if isinstance(runtimes.get("nvidia"), dict) else None
+    runtimes = found if isinstance(found := config.get("runtimes"), dict) else {}
+    in_file = nvidia if isinstance(nvidia := runtimes.get("nvidia"), dict) else None
     if in_file is None and nvidia_flags:
         result["nvidia runtime"] = EffectiveSetting(nvidia_flags[-1].value.partition("=")[2], nvidia_flags[-1].describe())
     else:
@@ -302,7 +302,7 @@ def effective_settings(config: dict[str, Any], flags: Sequence[DockerdFlag], pat
         value = feature_flags[-1].value.partition("=")[2] or "true"
         result["cdi"] = EffectiveSetting(value.lower() == "true", feature_flags[-1].describe())
     else:
-        features = config.get("features") if isinstance(config.get("features"), dict) else {}
+        features = found if isinstance(found := config.get("features"), dict) else {}
         result["cdi"] = EffectiveSetting(features.get("cdi") is True, f"{path} features.cdi")
     return result
 
@@ -362,7 +362,7 @@ class DockerEngine:
     def parse(self, text: str, source: str) -> dict[str, Any]:
         return parse_daemon_json(text, source)
 
-    def wire(self, document: dict[str, Any], wiring: RuntimeWiring, source: str) -> Wired[dict]:
+    def wire(self, document: dict[str, Any], wiring: RuntimeWiring, source: str) -> Wired[dict[str, Any]]:
         try:
             merged = merge_daemon_config(document, wiring)
         except DaemonConfigError as error:

@@ -6,6 +6,8 @@ ways) and decide what dockerd runs. Pure: text in, flags out.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import os
 import re
 import shlex
@@ -90,7 +92,7 @@ def split_systemctl_cat(text: str) -> list[tuple[str, str]]:
     return [(path, "\n".join(lines)) for path, lines in fragments]
 
 
-def unit_directives(text: str):
+def unit_directives(text: str) -> Iterator[tuple[str | None, str, str]]:
     """(section, key, value) of a unit file: comments skipped, backslash continuations joined."""
     section, pending = None, None
     for raw in text.splitlines():
@@ -204,7 +206,7 @@ def parse_docker_unit(systemctl_cat: str, environment_files: dict[str, str]) -> 
             continue
         used: list[str] = []
 
-        def expand(match: re.Match) -> str:
+        def expand(match: re.Match[str]) -> str:
             if match[0] == "$$":
                 return "$"
             used.append(match[1])

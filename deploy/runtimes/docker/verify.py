@@ -60,7 +60,8 @@ LINE_KEYS = ("docker_path", "docker_active", "docker_info_rc", "docker_info", "d
 
 def configured_binary(reading: dict[str, Any]) -> str | None:
     """The nvidia runtime's binary as ``docker info`` names it."""
-    return reading["runtimes"].get(HANDLER)
+    binary: str | None = reading["runtimes"].get(HANDLER)
+    return binary
 
 
 def config_step(reading: dict[str, Any], options: DockerOptions) -> Step:
