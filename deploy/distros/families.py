@@ -199,7 +199,7 @@ RPM_FABRIC_MANAGER = FabricManagerPackages(
 )
 APT_IMEX = ImexPackages(packages=("nvidia-imex-{branch}",), renamed_packages=("nvidia-imex",))
 RPM_IMEX = ImexPackages(packages=("nvidia-imex-{branch}",), renamed_packages=("nvidia-imex",), key_file="D42D0685.pub")
-RPM_DRIVER = dict(
+RPM_DRIVER: dict[str, Any] = dict(
     repositories=(("", CUDA_REPO),),
     module=("nvidia-driver", "{branch}-dkms", "latest-dkms"),
     module_packages=("nvidia-driver", "nvidia-driver-cuda", "kmod-nvidia-latest-dkms"),

@@ -13,6 +13,8 @@ version for them (``driver_versions``), its companions at that version, Fabric M
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 from typing import Any
 
 import re
@@ -21,8 +23,8 @@ from dataclasses import dataclass, field, replace
 from packaging.version import InvalidVersion, Version
 
 from ..driver import module_type
-from ..distros.package_managers import APT, PackageManager, lock_bounded_checks
-from ..distros.families import DriverCompanion, Platform, by_distro_id
+from ..distros.package_managers import APT_REPOSITORY_FILE, PackageManager, lock_bounded_checks
+from ..distros.families import DriverCompanion, DriverPackages, Platform, by_distro_id
 from .driver_companions import CompanionPlan, companion_names, companion_packages, companions_wanted, companions_what
 from .driver_names import DriverPlanError, package_names, render, render_repository, repository_urls, template_values
 from ..driver.versions import VersionRefusal, apt_pin_text, choose, upstream_version
@@ -36,7 +38,7 @@ APT_PIN_PATH = "/etc/apt/preferences.d/gpu-node-nvidia-driver"
 CUDA_PROFILE_PATH = "/etc/profile.d/cuda.sh"
 # NVIDIA's CUDA repository, where Fabric Manager and IMEX come from (apt: signed-by, as the toolkit's)
 CUDA_REPOSITORY_NAME = "nvidia-cuda"
-CUDA_APT_SOURCE = APT.repository_file.format(name=CUDA_REPOSITORY_NAME)
+CUDA_APT_SOURCE = APT_REPOSITORY_FILE.format(name=CUDA_REPOSITORY_NAME)
 CUDA_APT_KEYRING = "/usr/share/keyrings/nvidia-cuda-keyring.asc"
 HEADER = "# Managed by gpu-node (deploy/tasks/driver.py)\n"
 
@@ -83,7 +85,7 @@ class Readings:
     """What the plan decides on beyond NodeSurvey, read ahead by preflight (deploy/tasks/driver.py)."""
 
     installed: dict[str, Any] | None = None     # the family's installed-packages fact (branch detection)
-    recommended: list | None = None   # the recommender's output (branch detection)
+    recommended: list[str] | None = None   # the recommender's output (branch detection)
     states: dict[str, Any] = field(default_factory=dict)       # DebPackageStates of every package the plan may name
     offered: dict[str, Any] | None = None       # PackageVersions: {name: versions} from the lists (None: not read)
     fabric_offered: dict[str, Any] | None = None  # RepositoryPackageVersions of the CUDA repository not added yet
@@ -97,7 +99,7 @@ class ModulePackages:
     """The kernel module type's record of the family table and the packages it names."""
 
     decision: module_type.KernelModuleTypeDecision
-    data: object  # distros.DriverPackages for this kernel module type
+    data: DriverPackages  # for this kernel module type
     names: tuple[str, ...]
     dependencies: tuple[str, ...]
     module: tuple[str, str] | None
@@ -139,7 +141,7 @@ def check_minimum(settings: Settings) -> None:
             )
 
 
-def detect_branch(pattern: str, names) -> str | None:
+def detect_branch(pattern: str, names: Iterable[str]) -> str | None:
     branches = sorted({m.group(1) for name in names for m in [re.search(pattern, name)] if m}, reverse=True)
     return branches[0] if branches else None
 
@@ -161,7 +163,7 @@ def plan_branch(settings: Settings, platform: Platform, manager: PackageManager,
             f"nvidia_driver_branch={branch!r} is not supported on {platform.distro_id}: it ships one "
             "driver branch; unset it" + (" or pin nvidia_driver_version" if manager.can_pin else "")
         )
-    if base.branch == "required" and not branch:
+    if base.branch == "required" and not branch and base.branch_detect:
         branch = detect_branch(base.branch_detect,
                                list(readings.installed or {}) + list(readings.recommended or []))
         if not branch:
@@ -173,7 +175,7 @@ def plan_branch(settings: Settings, platform: Platform, manager: PackageManager,
     return branch
 
 
-def branch_number(settings: Settings, branch: str | None, names, readings: Readings, node: dict[str, Any]) -> int | None:
+def branch_number(settings: Settings, branch: str | None, names: Sequence[str], readings: Readings, node: dict[str, Any]) -> int | None:
     """The driver branch the kernel module type goes by: set, pinned, installed, else the lists' candidate."""
     for version in (branch, settings.nvidia_driver_version,
                     *(readings.states.get(name, {}).get("version") for name in names),
@@ -186,7 +188,8 @@ def branch_number(settings: Settings, branch: str | None, names, readings: Readi
     return None
 
 
-def kernel_module_type_for(settings: Settings, platform: Platform, node: dict[str, Any], branch: str | None, names,
+def kernel_module_type_for(settings: Settings, platform: Platform, node: dict[str, Any], branch: str | None,
+                           names: Sequence[str],
                            readings: Readings) -> module_type.KernelModuleTypeDecision:
     """The kernel module type of this node (deploy/driver/module_type.py), refused with one line when none fits."""
     number = branch_number(settings, branch, names, readings, node)
@@ -210,7 +213,7 @@ def kernel_module_type_for(settings: Settings, platform: Platform, node: dict[st
     return decision
 
 
-def module_packages(settings: Settings, platform: Platform, node: dict[str, Any], branch: str | None, values: dict,
+def module_packages(settings: Settings, platform: Platform, node: dict[str, Any], branch: str | None, values: dict[str, Any],
                     readings: Readings) -> ModulePackages:
     """The kernel module type of this node and the packages of its record; the other type's are removed."""
     base = platform.family.driver
@@ -238,7 +241,7 @@ def offered_together(readings: Readings) -> dict[str, Any]:
 
 
 def driver_versions(settings: Settings, manager: PackageManager, chosen: ModulePackages, branch: str | None,
-                    values: dict[str, Any], readings: Readings, node: dict,
+                    values: dict[str, Any], readings: Readings, node: dict[str, Any],
                     companions: tuple[DriverCompanion, ...]) -> tuple[dict[str, str | None], list[str]]:
     """One version for every pinned package ({name: version or None}, dependencies unpinned), and
     the companions' names where their versions chose the driver's with them (apt lists known)."""
@@ -282,7 +285,7 @@ def driver_version_known(settings: Settings, manager: PackageManager, pinned: li
 
 def resolve_at_install(settings: Settings, manager: PackageManager, chosen: ModulePackages, packages: dict[str, Any],
                        together: list[str], companions: CompanionPlan, records: tuple[DriverCompanion, ...],
-                       values: dict[str, Any], readings: Readings) -> dict | None:
+                       values: dict[str, Any], readings: Readings) -> dict[str, Any] | None:
     """apt: what the install operation chooses after its refresh, where preflight's lists did not
     name every pinned package's versions (None: all chosen now)."""
     pinned = chosen.pinned
@@ -303,7 +306,7 @@ def driver_plan(
     platform: Platform,
     node: dict[str, Any],
     installed: dict[str, Any] | None = None,
-    recommended: list | None = None,
+    recommended: list[str] | None = None,
     readings: Readings | None = None,
 ) -> DriverPlan:
     """What the driver stage installs on this host: packages, pins, holds, repositories."""

@@ -7,7 +7,7 @@ from typing import Any
 from pyinfra import host
 
 from ..foundations.pyinfra_api import deploy
-from ..distros.package_managers import APT, PACKAGE_MANAGERS, install_packages
+from ..distros.package_managers import APT_REPOSITORY_FILE, PACKAGE_MANAGERS, install_packages
 from ..distros.families import Platform
 from ..distros.repositories import add_repository, key_pin, rpm_repository_text
 from ..facts.read_ahead import FactCall, read
@@ -26,7 +26,7 @@ TOOLKIT_PACKAGES = (
 )
 REPOSITORY_NAME = "nvidia-container-toolkit"
 APT_KEYRING = "/usr/share/keyrings/nvidia-container-toolkit-keyring.asc"
-APT_SOURCE = APT.repository_file.format(name=REPOSITORY_NAME)
+APT_SOURCE = APT_REPOSITORY_FILE.format(name=REPOSITORY_NAME)
 HEADER = "# Managed by gpu-node (deploy/tasks/toolkit.py)\n"
 
 
