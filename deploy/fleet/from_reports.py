@@ -28,7 +28,7 @@ A fleet report (a pull run writes one of itself beside its node report) is no no
 
 from __future__ import annotations
 
-from typing import Any, TYPE_CHECKING
+from typing import Any, TYPE_CHECKING, TextIO
 
 import argparse
 import errno
@@ -82,16 +82,17 @@ def _problem(source: str, error: Exception) -> str:
 
 
 def row_of(node: NodeFormat, source: str) -> FleetRow:
-    verify = {status: sum(step.status == status for step in node.steps) for status in (PASS, FAIL, SKIP)}
-    verify["failed_steps"] = [step.name for step in node.steps if step.status == FAIL]
-    ok = node.ok and not verify["failed_steps"]
+    failed_steps = [step.name for step in node.steps if step.status == FAIL]
+    verify: dict[str, Any] = {status: sum(step.status == status for step in node.steps) for status in (PASS, FAIL, SKIP)}
+    verify["failed_steps"] = failed_steps
+    ok = node.ok and not failed_steps
     return FleetRow(host=node.host, status=CONVERGED if ok else FAILED,
                     failed_operations=[] if ok else [f"report {source}"],
-                    failure_lines=[] if ok else [", ".join(verify["failed_steps"]) or "the report says not ok"],
+                    failure_lines=[] if ok else [", ".join(failed_steps) or "the report says not ok"],
                     no_gpu=not node.gpus, verify=verify, **node.model_dump(include=set(NodeSummaryFormat.model_fields)))
 
 
-def read_report(folder: Path, entry: os.DirEntry) -> str:
+def read_report(folder: Path, entry: os.DirEntry[str]) -> str:
     """A report file's text: a regular file only (a link is not followed, a FIFO or device not
     opened), opened without following a link or blocking (should it be swapped since it was listed)
     and read no further than one byte past node_text's bound."""
@@ -109,7 +110,7 @@ def read_report(folder: Path, entry: os.DirEntry) -> str:
         return node_text.decode(stream.read(node_text.MAX_FILE_BYTES + 1))
 
 
-def report_entries(folder: Path) -> list[os.DirEntry]:
+def report_entries(folder: Path) -> list[os.DirEntry[str]]:
     """The folder's ``*.json`` entries by name (hidden ones aside, as a shell's ``*.json``); NotAReport
     when there are more than ``MAX_FOLDER_REPORTS``."""
     entries = []
@@ -205,19 +206,20 @@ class ReportsView(BaseStateCallback):
     path: str = ""
     rows: dict[str, FleetRow] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
-    disconnected: set = field(default_factory=set)
+    disconnected: set[str] = field(default_factory=set)
     done: bool = False
     # hosts of the run that are no GPU node of the view (the quarantine's control plane): no row
-    not_nodes: set = field(default_factory=set)
+    not_nodes: set[str] = field(default_factory=set)
 
-    def host_disconnect(self, state: State, host: Host) -> None:
+    # pyinfra declares its callbacks static, and calls them on the handler it is given: this is a method
+    def host_disconnect(self, state: State, host: Host) -> None:  # type: ignore[override]
         self.disconnected.add(host.name)
         if self.done or len(self.disconnected) < len(state.activated_hosts):
             return
         self.done = True
         self.finish(state)
 
-    def finish(self, state: State, stream=None) -> list[FleetRow]:
+    def finish(self, state: State, stream: TextIO | None = None) -> list[FleetRow]:
         rows = dict(self.rows)
         for host in state.inventory:
             if host.name not in rows and host.name not in self.not_nodes:

@@ -9,7 +9,7 @@ could reset it now (nothing holds /dev/nvidia*, the driver reload's holder check
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from pyinfra import host, inventory, logger
 from pyinfra.api.exceptions import NoGroupError
@@ -32,8 +32,11 @@ from ..reports.read_back import NotAReport, health_report_of
 from ..settings import Settings, SettingsError, host_settings
 from ..settings.values import time_span_seconds
 
+if TYPE_CHECKING:
+    from pyinfra.api import Host
 
-def control_plane(settings: Settings):
+
+def control_plane(settings: Settings) -> Host:
     """The host the quarantine runs kubectl on: the inventory's first control-plane host; SettingsError
     (before any host changes) where there is none."""
     try:
@@ -46,7 +49,7 @@ def control_plane(settings: Settings):
     return hosts[0]
 
 
-def gpu_hosts(settings: Settings) -> list:
+def gpu_hosts(settings: Settings) -> list[Host]:
     try:
         return list(inventory.get_group(settings.gpu_nodes_group))
     except NoGroupError:
@@ -91,7 +94,7 @@ def reset_note(node: str, gpus: list[str], holders: dict[str, Any]) -> str:
 
 
 @deploy("Quarantine GPU nodes")
-def quarantine_gpu_nodes(settings: Settings):
+def quarantine_gpu_nodes(settings: Settings) -> None:
     """The quarantine's reads, plan and steps, from this control-plane host's context."""
     names = dict(settings.kube_node_names)
     nodes, resets = [], []

@@ -21,6 +21,8 @@ Exit status (node-problem-detector's custom plugin protocol): 0 healthy, 1 unhea
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from typing import Any
 
 import fcntl
@@ -110,7 +112,7 @@ class State:
                 "xids": [vars(kept) for kept in self.xids], "dropped_xids": self.dropped_xids, "logged": self.logged}
 
 
-def _text(value, limit: int) -> str | None:
+def _text(value: object, limit: int) -> str | None:
     return value if isinstance(value, str) and len(value) <= limit else None
 
 
@@ -130,13 +132,13 @@ def load_state(path: str) -> State:
                 and item.get("severity") in SEVERITIES and _text(item.get("meaning"), 200)
                 and type(item.get("count")) is int and item["count"] > 0):
             kept.append(KeptXid(item["gpu"], item["xid"], item["severity"], item["meaning"], item["count"]))
-    counts = {key: data.get(key) if type(data.get(key)) is int and data[key] >= 0 else 0
+    counts = {key: number if type(number := data.get(key)) is int and number >= 0 else 0
               for key in ("read_until", "dropped_xids")}
     return State(_text(data.get("boot_id"), 32), _text(data.get("cursor"), journal.MAX_CURSOR), counts["read_until"],
                  kept, counts["dropped_xids"], _text(data.get("logged"), 65536))
 
 
-def keep_xids(state: State, messages) -> None:
+def keep_xids(state: State, messages: Iterable[str]) -> None:
     """The Xid events of ``messages`` added to the boot's, one record per (GPU, Xid) with its count."""
     by_key = {(kept.gpu, kept.xid): kept for kept in state.xids}
     for message in messages:

@@ -122,7 +122,7 @@ def _gpu_records(found: Readings, problems: list[Problem]) -> list[dict[str, Any
     return records
 
 
-def _memory_problems(slot: str, answer) -> list[Problem]:
+def _memory_problems(slot: str, answer: Any) -> list[Problem]:
     found = []
     if answer.row_remap_failure:
         found.append(Problem(ROW_REMAP, slot, FATAL, f"GPU {slot}: row remapping failed (the GPU needs service)"))

@@ -145,7 +145,7 @@ def library(host: HealthHost, driver_root: str = "/") -> tuple[str | None, str |
         link = os.path.join(folder, "libnvidia-ml.so.1")
         target = os.path.realpath(link) if os.path.lexists(link) else None
         match = LIBRARY_VERSION.search(target or "")
-        if match and os.path.isfile(target):
+        if match and target is not None and os.path.isfile(target):
             return match[1], target
     for folder in folders:
         for name in host.listing(folder, limit=4096):
@@ -217,7 +217,8 @@ def units(host: HealthHost, names: tuple[str, ...]) -> dict[str, Unit] | None:
                                    "--", *names], max_lines=8 * len(names))
     if answer.code != 0:
         return None
-    found, block = {}, {}
+    found: dict[str, Unit] = {}
+    block: dict[str, str] = {}
     for line in [*answer.lines, ""]:
         if not line.strip():
             if block.get("Id") in names:

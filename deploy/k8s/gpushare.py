@@ -173,7 +173,7 @@ def _scheduler_pod(text: str) -> dict[str, Any]:
     return pod
 
 
-def _scheduler_container(pod: dict[str, Any]) -> dict:
+def _scheduler_container(pod: dict[str, Any]) -> dict[str, Any]:
     containers = pod["spec"].get("containers")
     if not isinstance(containers, list):
         raise ManifestError("spec.containers is not a list")
@@ -183,7 +183,7 @@ def _scheduler_container(pod: dict[str, Any]) -> dict:
     return named[0]
 
 
-def _argument_list(container: dict[str, Any]) -> list:
+def _argument_list(container: dict[str, Any]) -> list[Any]:
     key = "command" if isinstance(container.get("command"), list) else "args"
     arguments = container.get(key)
     if not isinstance(arguments, list) or not all(isinstance(item, str) for item in arguments):
@@ -200,7 +200,7 @@ def _config_flags(container: dict[str, Any]) -> list[str]:
     return flags
 
 
-def _list_field(parent: dict[str, Any], key: str, where: str) -> list:
+def _list_field(parent: dict[str, Any], key: str, where: str) -> list[Any]:
     value = parent.setdefault(key, [])
     if not isinstance(value, list):
         raise ManifestError(f"{where}.{key} is not a list")

@@ -32,7 +32,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from .. import __version__
 from ..foundations.command_line import ArgumentParser
@@ -98,7 +98,7 @@ class Host:
     modules_root: str = "/lib/modules"
     kernel: str = field(default_factory=lambda: os.uname().release)
     unit_dirs: tuple[str, ...] = UNIT_DIRS
-    run: Callable[[list[str]], subprocess.CompletedProcess] = field(
+    run: Callable[[list[str]], subprocess.CompletedProcess[str]] = field(
         default=lambda args: subprocess.run(args, capture_output=True, text=True, check=False))
 
     def has_unit(self, unit: str) -> bool:
@@ -127,7 +127,16 @@ def pci_devices(sys_root: str) -> dict[str, Any]:
     return {"gpus": gpus, "switches": switches}
 
 
-def module_path(host: Host) -> str | None:
+class KernelTree(Protocol):
+    """Where a kernel's modules are: a Host's, or the health check's HealthHost's."""
+
+    @property
+    def modules_root(self) -> str: ...
+    @property
+    def kernel(self) -> str: ...
+
+
+def module_path(host: KernelTree) -> str | None:
     """The nvidia module modules.dep lists for the running kernel (what the toolkit's refresh
     service checks too); None when it lists none."""
     base = os.path.join(host.modules_root, host.kernel)

@@ -16,6 +16,8 @@ first original. Pure: paths and the shell text of the records.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import hashlib
 import shlex
 
@@ -67,12 +69,12 @@ def wrote_file(path_word: str) -> str:
     return f"gn_wrote_file {path_word}"
 
 
-def record_units(units) -> str:
+def record_units(units: Iterable[str]) -> str:
     """Shell: each of ``units``' state before the change that follows."""
     return f"{LIBRARY}gn_record_units {' '.join(shlex.quote(unit) for unit in units)}"
 
 
-def record_holds(names) -> str:
+def record_holds(names: Iterable[str]) -> str:
     """Shell: the packages gpu-node is about to hold (those not held before)."""
     return f"{LIBRARY}gn_record_names held-packages {' '.join(shlex.quote(name) for name in names)}"
 

@@ -128,8 +128,8 @@ def cri_cdi_probe(readout: dict[str, Any], options: VerifyOptions) -> CdiProbe |
 
 def _device_node_paths(holder: dict[str, Any]) -> list[str]:
     """The container paths of the device nodes a spec's or a device's ``containerEdits`` give."""
-    edits = holder.get("containerEdits") if isinstance(holder.get("containerEdits"), dict) else {}
-    nodes = edits.get("deviceNodes") if isinstance(edits.get("deviceNodes"), list) else []
+    edits = found if isinstance(found := holder.get("containerEdits"), dict) else {}
+    nodes = listed if isinstance(listed := edits.get("deviceNodes"), list) else []
     return [str(node["path"]) for node in nodes if isinstance(node, dict) and node.get("path")]
 
 

@@ -36,11 +36,11 @@ def cgroup_steps(readout: dict[str, Any], options: VerifyOptions) -> list[Step]:
         return [Step("cgroup_driver", FAIL, f"cannot parse {KUBELET_CONFIG}: "
                                             f"{node_text.syntax_error(error, readout['kubelet_config'])}")]
     kubelet_systemd = driver == "systemd"
-    cri_runtimes = [runtime for runtime in registry.RUNTIMES if runtime.kubelet_cgroups is not None]
-    checks = [(runtime.title, name, systemd) for runtime in cri_runtimes if runtime.name in options.runtimes
-              for name, systemd in runtime.kubelet_cgroups(readout[runtime.name])]
+    cri_runtimes = [(runtime, cgroups) for runtime in registry.RUNTIMES if (cgroups := runtime.kubelet_cgroups) is not None]
+    checks = [(runtime.title, name, systemd) for runtime, cgroups in cri_runtimes if runtime.name in options.runtimes
+              for name, systemd in cgroups(readout[runtime.name])]
     if not checks:
-        titles = " or ".join(runtime.title for runtime in cri_runtimes)
+        titles = " or ".join(runtime.title for runtime, _ in cri_runtimes)
         return [Step("cgroup_driver", SKIP, f"kubelet cgroupDriver: {driver}; no {titles} runtime to compare with")]
     wrong = [(title, name, value) for title, name, value in checks if value != kubelet_systemd]
     if wrong:

@@ -14,8 +14,9 @@ import re
 from ..runtimes import registry
 
 
-def gpus_on_pci(readout: dict[str, Any]) -> list[dict]:
-    return readout["node"]["gpus"]
+def gpus_on_pci(readout: dict[str, Any]) -> list[dict[str, Any]]:
+    gpus: list[dict[str, Any]] = readout["node"]["gpus"]
+    return gpus
 
 
 def gpu_usable(readout: dict[str, Any]) -> bool:
@@ -33,7 +34,7 @@ def driver_version(readout: dict[str, Any]) -> str | None:
     return versions[0] if versions else kernel_module_version(readout["kernel_module"])
 
 
-def prepared(readout: dict[str, Any]) -> dict:
+def prepared(readout: dict[str, Any]) -> dict[str, Any]:
     """The readout with each runtime's reading prepared for its steps, once (containerd's dump parsed)."""
     return {**readout, **{runtime.name: runtime.prepared(readout[runtime.name]) for runtime in registry.RUNTIMES}}
 

@@ -23,7 +23,7 @@ from .toolkit_runtimes import run_steps, runtime_config_steps, toolkit_steps
 from ..runtimes import registry
 
 
-def all_steps(readout: dict[str, Any], options: VerifyOptions, runs: dict[str, dict]) -> list[Step]:
+def all_steps(readout: dict[str, Any], options: VerifyOptions, runs: dict[str, dict[str, Any]]) -> list[Step]:
     """Every step, in order, from the facts (each runtime's reading prepared: readout.prepared) and
     the results of the runs that were done."""
     steps = gpu_steps(readout, options)

@@ -75,7 +75,7 @@ def planned_runs(readout: dict[str, Any], options: VerifyOptions) -> dict[str, s
     return plan
 
 
-def run_skipped(run: GpuRun, readout: dict[str, Any], reading: dict, gpu: bool, no_gpu: str, image: str) -> str | None:
+def run_skipped(run: GpuRun, readout: dict[str, Any], reading: dict[str, Any], gpu: bool, no_gpu: str, image: str) -> str | None:
     """Why ``run`` cannot be done on its running runtime, or None when it can."""
     if run.probe == CRI:
         return None if readout["crictl_path"] else (
@@ -94,14 +94,15 @@ def gpu_run_skipped(gpu: bool, no_gpu: str, image_present: bool, image: str, pul
     return None
 
 
-def run_steps(readout: dict[str, Any], options: VerifyOptions, runs: dict[str, dict], cdi: CdiProbe | None) -> list[Step]:
+def run_steps(readout: dict[str, Any], options: VerifyOptions, runs: dict[str, dict[str, Any]], cdi: CdiProbe | None) -> list[Step]:
     """Each runtime's GPU runs' steps: what the run showed, or why it was skipped (``planned_runs``)."""
     plan = planned_runs(readout, options)
     steps = []
     for runtime in registry.RUNTIMES:
         for run in runtime.runs:
-            if plan[run.name] is not None:
-                steps.append(Step(run.name, SKIP, plan[run.name]))
+            skipped = plan[run.name]
+            if skipped is not None:
+                steps.append(Step(run.name, SKIP, skipped))
             elif run.probe == CRI:
                 steps.append(cri_step(runs.get(run.name, {}), gpu_usable(readout), options.image, cdi, run.name))
             elif run.probe == CONTAINER:
