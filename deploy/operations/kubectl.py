@@ -100,7 +100,7 @@ def require_cluster(kubeconfig: str | None) -> dict[str, Any]:
 
 
 @operation()
-def apply_manifests(manifest: str, kubeconfig: str, bundle: str, field_manager: str = FIELD_MANAGER) -> Commands:
+def apply_manifests(manifest: str, kubeconfig: str | None, bundle: str, field_manager: str = FIELD_MANAGER) -> Commands:
     """
     Server-side apply a rendered manifest (several YAML documents) as one named bundle.
 
@@ -145,7 +145,7 @@ def labels_to_change(current: dict[str, str], wanted: dict[str, str | None]) -> 
 
 
 @operation()
-def label_node(kubeconfig: str, node: str, labels: dict[str, str | None]) -> Commands:
+def label_node(kubeconfig: str | None, node: str, labels: dict[str, str | None]) -> Commands:
     """
     Set (or, for a None value, remove) labels on one node, only those that differ;
     one ``kubectl label`` for all of them.
@@ -183,7 +183,7 @@ def smoke_test_report(run: dict[str, Any]) -> str:
 
 
 @operation()
-def run_smoke_test(kubeconfig: str, manifest: str, namespace: str, pod: str, timeout: int) -> Commands:
+def run_smoke_test(kubeconfig: str | None, manifest: str, namespace: str, pod: str, timeout: int) -> Commands:
     """
     Run the vector-add pod once (bounded wait), check its log for ``Test PASSED``, delete it.
     The pod is transient (the cluster ends as it was), so a pass is no change; anything else
@@ -210,7 +210,7 @@ HELM_REPO_URL = "https://nvidia.github.io/k8s-device-plugin"
 
 
 @operation()
-def helm_upgrade_device_plugin(kubeconfig: str, namespace: str, chart_version: str, values: str) -> Commands:
+def helm_upgrade_device_plugin(kubeconfig: str | None, namespace: str, chart_version: str, values: str) -> Commands:
     """
     ``helm upgrade --install`` the nvdp/nvidia-device-plugin chart at a pinned version with
     these values, unless the release is deployed at that version with exactly these values.
@@ -220,7 +220,7 @@ def helm_upgrade_device_plugin(kubeconfig: str, namespace: str, chart_version: s
 
 
 @operation()
-def helm_upgrade(kubeconfig: str, namespace: str, release: str, chart: str, repo: str | None, chart_version: str,
+def helm_upgrade(kubeconfig: str | None, namespace: str, release: str, chart: str, repo: str | None, chart_version: str,
                  values: str) -> Commands:
     """
     ``helm upgrade --install`` ``chart`` (from ``repo``; None: ``chart`` is an oci:// reference) at a

@@ -43,6 +43,13 @@ class SigningPlan:
     def folder(self) -> str:
         return posixpath.dirname(self.key or GENERATED_KEY)
 
+    @property
+    def dkms_files(self) -> tuple[str, str, str]:
+        """(key, cert, dkms_config) of a DKMS plan (``by_dkms``), which sets all three."""
+        if self.key is None or self.cert is None or self.dkms_config is None:
+            raise ValueError(f"a plan signed by {self.signer} has no DKMS key")
+        return self.key, self.cert, self.dkms_config
+
 
 def signing_plan(settings: Settings, platform: Platform, kernel_module_type: str,
                  secure_boot: bool | None) -> SigningPlan | None:

@@ -62,7 +62,7 @@ def reads(settings: Settings) -> list[FactCall]:
 
 
 @deploy("First-boot unit")
-def first_boot_unit(settings: Settings):
+def first_boot_unit(settings: Settings) -> None:
     # Operations only for what differs: a fleet's no-op pays pyinfra's cost per operation.
     changed_units = False
     for path, (content, mode) in wanted_files(settings).items():

@@ -45,7 +45,7 @@ def cdi_target(settings: Settings, runtimes: Sequence[WiredRuntime]) -> cdi_ops.
 
 
 @deploy("CDI")
-def cdi(settings: Settings, runtimes: Sequence[WiredRuntime]):
+def cdi(settings: Settings, runtimes: Sequence[WiredRuntime]) -> None:
     """``runtimes``: the runtimes this run wires (Findings.runtimes)."""
     target = cdi_target(settings, runtimes)
     state = read(host, cdi_ops.state_read())

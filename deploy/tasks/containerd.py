@@ -64,7 +64,7 @@ def install_containerd(settings: Settings, family: Family) -> None:
     if version and not manager.can_pin:
         logger.warning(f"{host.print_prefix}{manager.name} cannot pin containerd_version: installing the current one")
         version = None
-    if family.containerd_repo:
+    if family.containerd_repo and family.containerd_repo_key is not None:  # (the table gives a repository its key)
         add_repository(manager, "Add Docker's repository for containerd.io", family.containerd_repo, family.containerd_repo_key,
                        timeout=settings.download_timeout, lock_timeout=settings.apt_lock_timeout)
     install_packages(manager, "Install containerd", {family.containerd_package: version},
@@ -74,7 +74,7 @@ def install_containerd(settings: Settings, family: Family) -> None:
 
 @deploy("containerd")
 def containerd_runtime(settings: Settings, family: Family, containerd_found: dict[str, Any], drain: DrainTarget | None = None,
-                       pending_restarts: dict[str, Any] | None = None):
+                       pending_restarts: dict[str, Any] | None = None) -> None:
     installation = containerd_found["installation"]["name"]
     if installation == "plain" and not containerd_found.get("binary"):
         if not settings.containerd_install:
@@ -90,7 +90,7 @@ def containerd_runtime(settings: Settings, family: Family, containerd_found: dic
 
     target = config_target(settings.containerd_config_path, containerd_found)
     wiring = runtime_wiring(settings)
-    restart_pending = bool(target.service) and (pending_restarts or {}).get(target.service) == target.path
+    restart_pending = bool(target.service and (pending_restarts or {}).get(target.service) == target.path)
     # Planned once: the operation applies this plan (and makes it again only if the host changed first).
     plan = plan_node_wiring(target, wiring)
     if plan.in_place() and not restart_pending:

@@ -23,7 +23,7 @@ def reads(settings: Settings) -> list[FactCall]:
 
 
 @deploy("NVIDIA device links")
-def device_links(settings: Settings):
+def device_links(settings: Settings) -> None:
     root = settings.nvidia_driver_root
     # Operations only for what differs: a fleet's no-op pays pyinfra's cost per operation.
     script = devices.links_script(root)

@@ -46,7 +46,7 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, An
 
 @deploy("Docker")
 def docker_runtime(settings: Settings, family: Family, drain: DrainTarget | None = None,
-                   pending_restarts: dict[str, Any] | None = None):
+                   pending_restarts: dict[str, Any] | None = None) -> None:
     # Installing Docker Engine is the site's business; docker_install=true takes the distribution's
     # own package (Debian/Ubuntu docker.io, Fedora moby-engine, ...), never Docker's repository.
     installed = read(host, docker.state_read(settings.docker_daemon_config_path))["dockerd"]

@@ -16,7 +16,8 @@ from ..foundations.pyinfra_api import deploy
 from ..runtimes.containerd.installations import plain_target
 from ..operations.containerd import target_read
 from ..distros.families import Platform
-from ..k8s.dra import IMEX_UNIT, imex_action, imex_in_use, node_prerequisites
+from ..k8s.dra import imex_action, imex_in_use, node_prerequisites
+from ..rack.imex import IMEX_UNIT
 from ..facts.read_ahead import FactCall, read
 from ..operations import dra as dra_ops
 from ..operations import drain as drain_ops
@@ -51,7 +52,7 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, An
 
 
 @deploy("DRA node")
-def dra_node(settings: Settings, drain: DrainTarget | None = None):
+def dra_node(settings: Settings, drain: DrainTarget | None = None) -> None:
     """Hand IMEX to the DRA driver where dra_imex says: where a job holds an IMEX channel, only after
     the drain ``drain`` (drain_before_restart) allows; preflight refused the node without one."""
     node = read(host, dra_ops.node_read(settings))
@@ -68,7 +69,7 @@ def verify_reads(settings: Settings) -> list[FactCall]:
 
 
 @deploy("Verify DRA")
-def verify_dra(settings: Settings):
+def verify_dra(settings: Settings) -> None:
     containerd = containerd_in_effect(VerifyOptions.from_settings(settings))
     dra_ops.check_prerequisites(name="Verify the DRA prerequisites (read-only)", settings=settings,
                                 containerd_read=containerd_config_read(containerd))

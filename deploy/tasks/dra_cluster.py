@@ -78,7 +78,7 @@ def render_smoke_pod(settings: Settings) -> str:
 
 
 @deploy("NVIDIA DRA driver")
-def dra_driver(settings: Settings, nodes: list[GpuNode]):
+def dra_driver(settings: Settings, nodes: list[GpuNode]) -> None:
     cluster = kubectl.require_cluster(settings.kubeconfig)
     refusal = dra.kubernetes_refusal(cluster["git_version"])
     if refusal:

@@ -7,6 +7,8 @@ restart (deploy/operations/drain.py). With the setting off, none of this runs a 
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from pyinfra import host, inventory, logger
 from pyinfra.api.exceptions import NoGroupError
 from pyinfra.facts.server import Hostname
@@ -68,7 +70,7 @@ def checked_drain_target(settings: Settings) -> DrainTarget | None:
 
 
 @deploy("Live node")
-def uncordon_drained_node(target: DrainTarget, driver_packages=()):
+def uncordon_drained_node(target: DrainTarget, driver_packages: Collection[str] = ()) -> None:
     """Uncordon the node if this run cordoned it: the node's last stage (after verify, or after the
     restarts when verify does not run); ``driver_packages``: this run's driver stage's (a GPU node
     awaiting the reboot they need stays cordoned)."""

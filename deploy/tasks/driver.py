@@ -67,7 +67,7 @@ def readings_calls(settings: Settings, platform: Platform, node: dict[str, Any],
     return calls
 
 
-def plan_for_host(settings: Settings, platform: Platform, node: dict[str, Any]) -> tuple[DriverPlan, list]:
+def plan_for_host(settings: Settings, platform: Platform, node: dict[str, Any]) -> tuple[DriverPlan, list[FactCall]]:
     """The plan of the current host, reading what it decides on in one remote command (read-only);
     also returns the calls its operations make, read in the same command."""
     data = platform.family.driver
@@ -77,7 +77,8 @@ def plan_for_host(settings: Settings, platform: Platform, node: dict[str, Any]) 
         installed = host.get_fact(manager.installed_fact)
         if data.recommend_command:
             recommended = host.get_fact(RecommendedDriver, recommend_command=data.recommend_command)
-        branch = detect_branch(data.branch_detect, list(installed or {}) + list(recommended or []))
+        branch = detect_branch(data.branch_detect, list(installed or {}) + list(recommended or [])) \
+            if data.branch_detect else None
     else:
         branch = settings.nvidia_driver_branch
     names = candidate_names(settings, platform, node, branch)
@@ -92,8 +93,7 @@ def plan_for_host(settings: Settings, platform: Platform, node: dict[str, Any]) 
     fabric_source = download.source_read(CUDA_APT_SOURCE, CUDA_APT_KEYRING)
     if fabric_url:
         ahead.append(fabric_source)
-    values = read_together(host, calls + ahead)[: len(calls)]
-    found = dict(zip((fact.__name__ for fact, _ in calls), values))
+    found: dict[str, Any] = dict(zip((fact.__name__ for fact, _ in calls), read_together(host, calls + ahead)[: len(calls)]))
     waited = found.pop(WaitedPackageVersions.__name__, None)
     unreadable: tuple[str, ...] = ()
     if waited is not None:
@@ -189,7 +189,7 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, An
 
 
 @deploy("NVIDIA driver")
-def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan, drain: DrainTarget | None = None):
+def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan, drain: DrainTarget | None = None) -> DriverPlan:
     manager = plan.manager
     lock_timeout = settings.apt_lock_timeout
     for note in plan.notes:
@@ -207,7 +207,7 @@ def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan, drai
     if plan.extra_packages:
         install_packages(manager, "Install the driver's companion packages", plan.extra_packages,
                          lock_timeout=lock_timeout)
-    if plan.module:
+    if plan.module and manager.module_operation is not None:  # (a manager with module streams has their operation)
         manager.module_operation(name=f"Enable the {manager.name} module stream {':'.join(plan.module)}",
                                  module=plan.module[0], stream=plan.module[1], lock_timeout=lock_timeout)
     if plan.headers:
@@ -300,7 +300,7 @@ def add_cuda_repository(settings: Settings, manager: PackageManager, repository:
 
 
 @deploy("Driver report")
-def driver_report(settings: Settings, plan: DriverPlan | None):
+def driver_report(settings: Settings, plan: DriverPlan | None) -> None:
     driver_ops.report_driver_state(
         name="Report the NVIDIA driver's state",
         require_gpu=settings.require_gpu,

@@ -153,7 +153,7 @@ def node_labels_manifest(settings: Settings, nodes: list[GpuNode]) -> str | None
     return dump_documents(documents) if documents else None
 
 
-def dra_files(settings: Settings, nodes: list[GpuNode], kubernetes_minor: str | None) -> tuple[dict[str, Any], dict]:
+def dra_files(settings: Settings, nodes: list[GpuNode], kubernetes_minor: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """The DRA driver's bundles and files (deploy/tasks/dra_cluster.py's), as its deploy applies them;
     refused for a cluster older than 1.34 where ``kubernetes_minor`` says it."""
     refusal = kubernetes_minor and dra.kubernetes_refusal(kubernetes_minor, source="manifests_kubernetes_version")
@@ -387,7 +387,7 @@ def cluster_inputs(settings: Settings) -> tuple[list[tuple[str, Settings]], list
 
 
 @deploy("GitOps files of the Kubernetes GPU layer")
-def write_cluster_files(settings: Settings):
+def write_cluster_files(settings: Settings) -> None:
     """Write ``manifests_dir`` on the controller (this host must be @local)."""
     if host.name != "@local":
         raise RenderError(f"deploy/render_cluster.py writes on the controller, not on {host.name}: run it as "

@@ -53,7 +53,7 @@ def reads(settings: Settings) -> list[FactCall]:
 
 
 @deploy("Health check")
-def health_check_units(settings: Settings):
+def health_check_units(settings: Settings) -> None:
     changed_units = False
     for path, (content, mode) in wanted_files(settings).items():
         if files.text_up_to_date(read(host, files.digest_read(path)), content, mode=mode):

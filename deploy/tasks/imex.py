@@ -60,6 +60,9 @@ class ImexPlan:
 def members_of(settings: Settings) -> tuple[imex.Member, ...]:
     """The members of this host's domain: every host of the inventory (this run's or not: --limit runs
     fewer, and the file lists them all) whose settings name the same imex_domain."""
+    domain = settings.imex_domain
+    if domain is None:
+        return ()
     rows = []
     for other in host.inventory:
         try:
@@ -71,7 +74,7 @@ def members_of(settings: Settings) -> tuple[imex.Member, ...]:
             continue
         rows.append((other.name, theirs.imex_domain, theirs.imex_address, other.data.get("ssh_hostname") or other.name))
     try:
-        return imex.domain_members(settings.imex_domain, rows)
+        return imex.domain_members(domain, rows)
     except imex.DomainRefusal as refusal:
         raise HostRefusal(str(refusal)) from None
 
@@ -105,7 +108,8 @@ def reads(settings: Settings) -> list[FactCall]:
             units_read(), *service_reads()]
 
 
-def installed_driver_packages(settings: Settings, platform: Platform, nvidia: dict[str, Any]) -> tuple[dict, dict | None]:
+def installed_driver_packages(settings: Settings, platform: Platform,
+                              nvidia: dict[str, Any]) -> tuple[dict[str, str | None], dict[str, Any] | None]:
     """IMEX's packages at the installed driver's version, and NVIDIA's CUDA repository (where the driver
     stage does not install the driver, so not IMEX with it)."""
     data = platform.family.driver
@@ -139,6 +143,8 @@ def installed_driver_packages(settings: Settings, platform: Platform, nvidia: di
 def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, Any]) -> StepCheck:
     """The domain's members (a member without an address, two at one, refused before any change) and,
     without the driver stage's install, IMEX's packages at the installed driver's version."""
+    if settings.imex_domain is None:  # the step runs only with a domain (deploy/stages.py)
+        return StepCheck()
     try:
         members = members_of(settings)
         packages, repository = ({}, None) if settings.nvidia_driver_install else \
@@ -149,7 +155,7 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, An
 
 
 @deploy("IMEX domain")
-def imex_domain(settings: Settings, platform: Platform, plan: ImexPlan):
+def imex_domain(settings: Settings, platform: Platform, plan: ImexPlan) -> None:
     manager = platform.family.package_manager
     if plan.packages:
         if plan.repository:

@@ -162,9 +162,9 @@ def node_labels(node: GpuNode) -> dict[str, str | None]:
         return {}
     if node.settings.gpu_allocator == "dra":
         # No nvidia.com/gpu.present: the device plugin's DaemonSet and the RuntimeClass select on it.
-        labels = {dra.ALLOCATOR_LABEL: "dra", "nvidia.com/gpu.present": None, CONFIG_LABEL: None,
-                  "nvidia.com/mps.capable": None}
-        return {**labels, **({"accelerator": node.accelerator} if node.accelerator else {})}
+        dra_labels: dict[str, str | None] = {dra.ALLOCATOR_LABEL: "dra", "nvidia.com/gpu.present": None,
+                                             CONFIG_LABEL: None, "nvidia.com/mps.capable": None}
+        return {**dra_labels, **({"accelerator": node.accelerator} if node.accelerator else {})}
     labels: dict[str, str | None] = {"nvidia.com/gpu.present": "true"}
     if node.accelerator:
         labels["accelerator"] = node.accelerator
@@ -302,7 +302,7 @@ def gpu_cluster(settings: Settings) -> list[GpuNode]:
 
 
 @deploy("NVIDIA device plugin")
-def device_plugin(settings: Settings, nodes: list[GpuNode]):
+def device_plugin(settings: Settings, nodes: list[GpuNode]) -> None:
     if settings.device_plugin_install_method == "helm":
         kubectl.helm_upgrade_device_plugin(
             name="Install the NVIDIA device plugin helm chart",
@@ -330,7 +330,7 @@ def device_plugin(settings: Settings, nodes: list[GpuNode]):
 
 
 @deploy("GPU health monitor: node-problem-detector")
-def gpu_health_monitor(settings: Settings):
+def gpu_health_monitor(settings: Settings) -> None:
     """node-problem-detector on the GPU nodes, its condition from the nodes' health check (gpu_health_monitor=npd)."""
     kubectl.apply_manifests(
         name="Apply node-problem-detector's GPU health monitor",
@@ -354,7 +354,7 @@ def node_move(node: GpuNode, live_nodes: dict[str, Any]) -> tuple[str, str | Non
 
 
 @deploy("Move GPU nodes between the device plugin and DRA")
-def move_nodes(settings: Settings, nodes: list[GpuNode]):
+def move_nodes(settings: Settings, nodes: list[GpuNode]) -> None:
     """Each node whose live allocator differs from its settings', in inventory order, batch by batch as
     allocator_move_batches says (the first a canary): cordoned, drained, relabelled, the other allocator gone
     from it, the new one offering its GPUs, uncordoned."""

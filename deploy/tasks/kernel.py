@@ -78,7 +78,7 @@ def reads(settings: Settings) -> list[FactCall]:
 
 
 @deploy("Kernel prerequisites")
-def kernel_prerequisites(settings: Settings, platform: Platform, node: dict[str, Any] | None = None):
+def kernel_prerequisites(settings: Settings, platform: Platform, node: dict[str, Any] | None = None) -> None:
     # An operation only for what differs: a fleet's no-op re-run pays pyinfra's per-operation
     # cost for nothing otherwise. The facts are the ones the operations themselves read.
     fabric = node_fabric(settings, node)

@@ -59,6 +59,8 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, An
     """The files that change, and whether the change is applied now: refused ("drain required") where a
     process other than the driver's own services holds the GPU and no drain is set."""
     layout = settings.mig_layout
+    if layout is None:  # the step runs only with a layout (deploy/stages.py)
+        return StepCheck()
     texts = wanted_files(layout, read(host, CLIENTS_READ))
     changing = {path: text for path, text in texts.items()
                 if not files.text_up_to_date(read(host, files.digest_read(path)), text)}
@@ -73,7 +75,7 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, An
 
 
 @deploy("MIG layout")
-def mig_layout(settings: Settings, platform: Platform, plan: MigPlan, drain: DrainTarget | None = None):
+def mig_layout(settings: Settings, platform: Platform, plan: MigPlan, drain: DrainTarget | None = None) -> None:
     package = settings.mig_manager_package
     install_packages(platform.family.package_manager, f"Install NVIDIA's mig-parted service ({package})", [package],
                      lock_timeout=settings.apt_lock_timeout)

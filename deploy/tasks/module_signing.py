@@ -40,20 +40,22 @@ def refusal(plan: SigningPlan | None) -> str | None:
     """Why the node's key cannot sign (read ahead by preflight), in one line; None: it can."""
     if plan is None or not plan.by_dkms:
         return None
-    return key_refusal(plan, read(host, signing_ops.state_read(plan.key, plan.cert)))
+    key, cert, _ = plan.dkms_files
+    return key_refusal(plan, read(host, signing_ops.state_read(key, cert)))
 
 
 def before_install(manager: PackageManager, plan: SigningPlan, lock_timeout: int) -> None:
     """The signing tools, the key (generated where gpu-node owns it) and DKMS's drop-in naming it."""
     if not plan.by_dkms:
         return
+    key, cert, dkms_config = plan.dkms_files
     install_packages(manager, "Install what generates the module signing key", plan.key_tools, lock_timeout=lock_timeout)
     if plan.generated:
         signing_ops.generate_key(name="Generate the module signing key on the node", folder=plan.folder,
-                                 key=plan.key, cert=plan.cert)
-    folder = plan.dkms_config.rpartition("/")[0]
+                                 key=key, cert=cert)
+    folder = dkms_config.rpartition("/")[0]
     pyinfra_files.directory(name=f"Create {folder}", path=folder, present=True)
-    put_text(name="Have DKMS sign the modules it builds with the module signing key", dest=plan.dkms_config,
+    put_text(name="Have DKMS sign the modules it builds with the module signing key", dest=dkms_config,
              content=dkms_config_text(plan))
 
 
@@ -62,13 +64,14 @@ def after_install(settings: Settings, manager: PackageManager, plan: SigningPlan
     the key's enrollment where Secure Boot is on."""
     if not plan.by_dkms:
         return
-    state = read(host, signing_ops.state_read(plan.key, plan.cert))
+    key, cert, _ = plan.dkms_files
+    state = read(host, signing_ops.state_read(key, cert))
     signing_ops.rebuild_unsigned(name="Rebuild the NVIDIA modules DKMS built before the signing key",
-                                 cert=plan.cert, kernels=kernels_to_sign(plan, state))
+                                 cert=cert, kernels=kernels_to_sign(plan, state))
     if plan.secure_boot:
         install_packages(manager, "Install what stages the key's enrollment", plan.enroll_tools, lock_timeout=lock_timeout)
         password = settings.module_signing_mok_password
         signing_ops.stage_enrollment(name="Stage the module signing key's enrollment (mokutil --import)",
-                                     key=plan.key, cert=plan.cert,
+                                     key=key, cert=cert,
                                      password=password.get_secret_value() if password is not None else None,
-                                     hash_file=f"{GENERATED_FOLDER}/.mok-password.hash", steps=enrollment_steps(plan.cert))
+                                     hash_file=f"{GENERATED_FOLDER}/.mok-password.hash", steps=enrollment_steps(cert))

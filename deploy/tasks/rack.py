@@ -15,6 +15,7 @@ from ..facts.read_ahead import FactCall, known_fact
 from ..operations import rack
 from ..operations.failure import HostRefusal, fail
 from ..rack import peermem
+from ..rack.imex import Member
 from ..settings import Settings
 from .imex import members_of
 
@@ -32,8 +33,8 @@ def verify_reads(settings: Settings) -> list[FactCall]:
 
 
 @deploy("Verify the rack")
-def verify_rack(settings: Settings):
-    members = ()
+def verify_rack(settings: Settings) -> None:
+    members: tuple[Member, ...] = ()
     if settings.imex_domain:
         try:
             members = members_of(settings)

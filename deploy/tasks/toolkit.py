@@ -52,9 +52,11 @@ def rpm_repository(settings: Settings, platform: Platform) -> dict[str, str]:
 def rpm_repo_text(settings: Settings, platform: Platform) -> str:
     """The toolkit's repository file as NVIDIA publishes it (metadata signature checked, packages not),
     its key the checked copy."""
-    manager = platform.family.package_manager
+    key_file = platform.family.package_manager.key_file
+    if key_file is None:  # (every RPM manager has one)
+        raise ValueError(f"{platform.family.package_manager.name} takes no repository key")
     return rpm_repository_text(HEADER, REPOSITORY_NAME, repository_url(settings, platform),
-                               manager.key_file.format(name=REPOSITORY_NAME), settings.nvidia_toolkit_gpgkey_url,
+                               key_file.format(name=REPOSITORY_NAME), settings.nvidia_toolkit_gpgkey_url,
                                settings.nvidia_toolkit_gpgkey_fingerprint, package_check=False, metadata_check=True)
 
 
@@ -88,7 +90,7 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, An
 
 
 @deploy("NVIDIA container toolkit")
-def toolkit(settings: Settings, platform: Platform):
+def toolkit(settings: Settings, platform: Platform) -> None:
     manager = platform.family.package_manager
     pinned = settings.nvidia_toolkit_version is not None
     lock_timeout = settings.apt_lock_timeout

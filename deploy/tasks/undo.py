@@ -27,6 +27,7 @@ from ..facts.records import NodeRecords
 from ..driver.fabric import NVLINK5_MODULES_LOAD_PATH
 from ..operations import devices, kernel, units
 from ..operations import undo as undo_ops
+from ..operations.undo import FileUndo
 from ..operations.cdi import REFRESH_ENV
 from ..operations.failure import HostRefusal
 from ..planning.driver_plan import APT_PIN_PATH, CUDA_PROFILE_PATH
@@ -52,7 +53,7 @@ def records_read() -> FactCall:
 class UndoFindings:
     platform: Platform
     records: dict[str, Any]  # NodeRecords
-    files: list = field(default_factory=list)  # FileUndo per recorded file
+    files: list[FileUndo] = field(default_factory=list)  # per recorded file
 
 
 def read_node(settings: Settings) -> UndoFindings:
@@ -86,7 +87,7 @@ def records_refusal(records: dict[str, Any]) -> str | None:
 UNIT_FOLDERS = ("/etc/systemd/system",)
 
 
-def units_gpu_node_created(records: dict[str, Any], files: list) -> dict:
+def units_gpu_node_created(records: dict[str, Any], files: list[FileUndo]) -> dict[str, FileUndo]:
     """unit -> the FileUndo of its file, for each recorded unit whose file gpu-node created (nothing was
     there before) and whose file the undo does not keep: the unit goes, whatever systemctl said of it
     when it was recorded."""
@@ -111,7 +112,7 @@ def say(line: str, kept: bool = False) -> None:
 
 
 @deploy("Take gpu-node back off")
-def take_it_back_off(settings: Settings, found: UndoFindings):
+def take_it_back_off(settings: Settings, found: UndoFindings) -> None:
     records, manager = found.records, found.platform.family.package_manager
     own = own_files_without_records(records)
     if not (records["records"] or own):
@@ -130,9 +131,11 @@ def take_it_back_off(settings: Settings, found: UndoFindings):
     # The files, a unit's together, that unit restarted once, after its last changed file.
     changes = [undo for undo in found.files if undo.action != undo_ops.KEEP]
     blacklist = None
-    by_unit = lambda undo: undo.record["unit"] or ""  # noqa: E731
-    for unit, group in groupby(sorted(changes, key=by_unit), key=by_unit):
-        group = list(group)
+    def by_unit(undo: FileUndo) -> str:
+        return undo.record["unit"] or ""
+
+    for unit, grouped in groupby(sorted(changes, key=by_unit), key=by_unit):
+        group = list(grouped)
         changing = [undo for undo in group if undo.changes]
         for undo in group:
             put_back = undo_ops.put_back_file(

@@ -19,7 +19,7 @@ def reads(settings: Settings) -> list[FactCall]:
 
 
 @deploy("Verify")
-def verify(settings: Settings, driver_packages: Iterable[str] = ()):
+def verify(settings: Settings, driver_packages: Iterable[str] = ()) -> None:
     """``driver_packages``: what this run's driver stage installs (a GPU node that awaits its reboot
     for them fails no verify step before it)."""
     verification.check_node(
