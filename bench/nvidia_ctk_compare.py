@@ -216,7 +216,7 @@ def run_ctk(command: list[str], outcome) -> bool:
     done = subprocess.run(command, capture_output=True, text=True)
     outcome.seconds = time.perf_counter() - started
     if done.returncode != 0:
-        outcome.failed = (done.stderr.strip().splitlines() or ["exit %d" % done.returncode])[-1][:200]
+        outcome.failed = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1][:200]
     return done.returncode == 0
 
 

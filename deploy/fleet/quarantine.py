@@ -103,7 +103,7 @@ def quarantine_gpu_nodes(settings: Settings) -> None:
         try:
             reports = gpu_host.get_fact(NodeReports)
             node = kube_node_name(names, gpu_host.name, None if gpu_host.name in names else gpu_host.get_fact(Hostname))
-        except Exception as error:  # an unreachable GPU node must not stop the others
+        except Exception as error:  # noqa: BLE001 - an unreachable GPU node must not stop the others
             nodes.append(quarantine.GpuHealth(node=names.get(gpu_host.name, gpu_host.name), report=None,
                                               unreadable=f"not reached ({error})"))
             continue

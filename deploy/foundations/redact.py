@@ -110,7 +110,7 @@ def toml_error(error: Exception) -> str:
 # containerd 1.6 (go-toml v1) quotes a mistyped value: "Can't convert 987654321(int64) to string".
 _GO_TOML_CONVERT = re.compile(r"(Can't convert ).*")
 _SECRET_ASSIGNMENT = re.compile(
-    r"""(["']?[\w.-]*(?:%s)[\w.-]*["']?\s*[=:]\s*).+""" % "|".join(SECRET_WORDS), re.IGNORECASE
+    r"""(["']?[\w.-]*(?:""" + "|".join(SECRET_WORDS) + r""")[\w.-]*["']?\s*[=:]\s*).+""", re.IGNORECASE
 )
 
 

@@ -201,7 +201,7 @@ def ensure_table(document: Any, path: TablePath, header: bool = True) -> Any:
 def table_style(parent: Any, nested: str) -> tuple[str, str, str]:
     """Header indent, key indent and nesting step of the tables under ``parent`` (a runtimes table:
     the first runtime, and its ``nested`` sub-table for the step)."""
-    for name, child in parent.items():
+    for child in parent.values():
         if not isinstance(child, Table) or child.is_super_table():
             continue
         header = indent_of(child)

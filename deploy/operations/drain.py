@@ -130,7 +130,7 @@ def _on_control_plane(state: State, target: DrainTarget, command: StringCommand)
         ok, output = control_plane.run_shell_command(
             command, print_output=state.print_output, print_input=state.print_input, **connector_arguments,
         )
-    except Exception as error:  # a lost control plane is a failed drain, never a crash
+    except Exception as error:  # noqa: BLE001 - a lost control plane is a failed drain, never a crash
         return False, [], [f"{control_plane.name}: {error}"]
     return ok, output.stdout_lines, output.stderr_lines
 

@@ -53,7 +53,7 @@ def checked_drain_target(settings: Settings) -> DrainTarget | None:
 
     try:
         schedule = control_plane.get_fact(KubeNodeSchedule, kubeconfig=kubeconfig, node=node)
-    except Exception as error:  # the control plane itself is unreachable
+    except Exception as error:  # noqa: BLE001 - the control plane itself is unreachable
         schedule = {"reachable": False, "error": str(error)}
     if not schedule["reachable"]:
         _refuse(f"drain_before_restart=true but {control_plane.name} cannot reach the Kubernetes API with "

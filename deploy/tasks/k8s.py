@@ -137,7 +137,7 @@ def gather_gpu_nodes(settings: Settings) -> list[GpuNode]:
         node_settings = host_settings(gpu_host)
         try:
             identity = gpu_host.get_fact(GpuNodeIdentity, driver_root=node_settings.nvidia_driver_root)
-        except Exception as error:  # an unreachable GPU node must not stop the other nodes
+        except Exception as error:  # noqa: BLE001 - an unreachable GPU node must not stop the other nodes
             logger.warning(f"{host.print_prefix}cannot read facts of GPU node {gpu_host.name}: {error}; "
                            "not labelled")
             continue

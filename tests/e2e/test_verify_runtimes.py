@@ -335,7 +335,7 @@ def ladders(runtime_nodes, toolkit_repo, tmp_path_factory) -> dict[str, VerifyRu
             folder = tmp_path_factory.mktemp(runtime.id)
         try:
             exercise(runtime, runtime_nodes[runtime.id], toolkit_repo, folder, results[runtime.id])
-        except BaseException as error:  # judged by that runtime's tests, not the others'
+        except BaseException as error:  # noqa: BLE001 - judged by that runtime's tests, not the others'
             results[runtime.id].error = error
 
     with ThreadPoolExecutor(max_workers=len(RUNTIMES)) as pool:

@@ -398,7 +398,7 @@ def _is_array_of_tables(value) -> bool:
 
 
 @st.composite
-def rendered_configs(draw, models=containerd_models(), inline_ok=lambda path: True) -> Case:
+def rendered_configs(draw, models=containerd_models(), inline_ok=lambda path: True) -> Case:  # noqa: B008 - a strategy
     """A model rendered in a random layout; ``inline_ok(path)`` says which tables may be inline."""
     model = draw(models)
     layout = Layout(

@@ -8,6 +8,7 @@ import os
 import pwd
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -155,5 +156,5 @@ def test_host_access_reads_a_real_shell_as_the_node_gives_it():
     access = HostAccess().process(output.splitlines())
     assert (access["uid"], access["user"], access["kernel"]) == (os.getuid(), pwd.getpwuid(os.getuid()).pw_name, "Linux")
     assert access["systemd"] == os.path.isdir("/run/systemd/system")
-    assert access["init"] == open("/proc/1/comm").read().strip()
+    assert access["init"] == Path("/proc/1/comm").read_text().strip()
     assert access["managers"] == [name for name in PACKAGE_MANAGER_COMMANDS if shutil.which(name)]

@@ -120,7 +120,7 @@ def test_neither_step_runs_without_its_setting():
 # (tests/unit/test_driver_updates.py's) ---------------------------------------------------------------
 
 @pytest.fixture
-def sandbox_node(template, tmp_path):
+def sandbox_node(template, tmp_path):  # noqa: F811 - the fixture
     if os.geteuid() != 0:
         pytest.skip("the scratch root is a chroot, and device nodes need root")
     return SandboxNode(Sandbox.clone(template, tmp_path / "root"))

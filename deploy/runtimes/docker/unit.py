@@ -209,7 +209,7 @@ def parse_docker_unit(systemctl_cat: str, environment_files: dict[str, str]) -> 
         def expand(match: re.Match[str]) -> str:
             if match[0] == "$$":
                 return "$"
-            used.append(match[1])
+            used.append(match[1])  # noqa: B023 - sub() calls it in this iteration
             return assignments.get(match[1], ("", path))[0]
 
         expanded = _BRACED_VARIABLE.sub(expand, word)
