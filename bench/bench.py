@@ -44,8 +44,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "bench"), str(REPO / "tests")]
 
-from harness import SAFE_DATA, ensure_docker, node_image  # noqa: E402
+import toolkit_repo  # noqa: E402
 from chart import scaling_svg  # noqa: E402
+from harness import SAFE_DATA, ensure_docker, node_image  # noqa: E402
 from sshfleet import (  # noqa: E402
     Keys,
     SshNode,
@@ -60,11 +61,15 @@ from sshfleet import (  # noqa: E402
     write_inventory,
 )
 
-from deploy.tasks.kernel import BLACKLIST_PATH, MODULES_LOAD_PATH, SYSCTL_PATH  # noqa: E402
-from deploy.tasks.kernel import blacklist_text, modules_load_text, sysctl_text  # noqa: E402
+from deploy.tasks.kernel import (  # noqa: E402  # noqa: E402
+    BLACKLIST_PATH,
+    MODULES_LOAD_PATH,
+    SYSCTL_PATH,
+    blacklist_text,
+    modules_load_text,
+    sysctl_text,
+)
 from deploy.tasks.toolkit import APT_KEYRING, APT_SOURCE, TOOLKIT_PACKAGES  # noqa: E402
-
-import toolkit_repo  # noqa: E402
 
 STAGES = "kernel,toolkit,runtimes,verify"
 PLAYBOOK = REPO / "bench" / "ansible" / "noop.yml"

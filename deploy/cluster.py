@@ -11,14 +11,13 @@ from typing import Any
 
 from pyinfra import host
 
-from .foundations.pyinfra_api import deploy
 from .entry import freeze_imported_objects
+from .foundations.pyinfra_api import deploy
 from .settings import DEFAULTS, SettingsError, call_settings, host_settings
 from .signatures import document_settings
-from .tasks.gitops import write_cluster_files
 from .tasks.dra_cluster import dra_driver, uses_dra
-from .tasks.k8s import (device_plugin, gpu_cluster, gpu_health_monitor, move_nodes, needs_device_plugin,
-                        uses_gpushare)
+from .tasks.gitops import write_cluster_files
+from .tasks.k8s import device_plugin, gpu_cluster, gpu_health_monitor, move_nodes, needs_device_plugin, uses_gpushare
 
 
 @document_settings

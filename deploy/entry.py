@@ -6,31 +6,30 @@ on, their settings, the run's fleet report, then the stages.
 
 from __future__ import annotations
 
-from typing import Any, TYPE_CHECKING
-
 import difflib
 import gc
 import sys
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 import pyinfra
 from pyinfra import host, logger
 
-from .foundations.pyinfra_api import deploy
-from .node import bake
 from .facts.base import UnreadableOutput
-from .reports.fleet_report import fleet_report_for
+from .foundations.pyinfra_api import deploy
+from .foundations.redact import log_file_note
+from .node import bake
 from .node.records import RECORDS_DIR
 from .operations.failure import HostRefusal, fail
-from .foundations.redact import log_file_note
+from .reports.fleet_report import fleet_report_for
 from .settings import DEFAULTS, Settings, call_settings, host_settings
 from .signatures import document_settings
 from .stages import read_only_steps, steps_for
+from .tasks import undo
 from .tasks.drain import checked_drain_target
 from .tasks.preflight import preflight, read_ahead
-from .tasks import undo
 
 if TYPE_CHECKING:
     from pyinfra.api import Host

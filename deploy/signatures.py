@@ -7,8 +7,9 @@ scripts/settings_doc.py writes docs/settings.md from them): ``help(provision_gpu
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from functools import cache
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from .settings import DEFAULTS, SETTING_FIELDS
 

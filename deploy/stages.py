@@ -9,17 +9,34 @@ asks the steps it is given.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .distros.families import Platform
 from .facts.read_ahead import FactCall
-from .planning.findings import Findings, StepCheck
 from .operations.drain import DrainTarget
 from .operations.runtime_config import WiredRuntime
+from .planning.findings import Findings, StepCheck
 from .settings import Settings, Stage
-from .tasks import (boot, cdi, containerd, devices, docker, dra, driver, drain, gpudirect, health, imex, kernel, mig,
-                    rack, toolkit, verification)
+from .tasks import (
+    boot,
+    cdi,
+    containerd,
+    devices,
+    docker,
+    dra,
+    drain,
+    driver,
+    gpudirect,
+    health,
+    imex,
+    kernel,
+    mig,
+    rack,
+    toolkit,
+    verification,
+)
 
 
 def _no_reads(settings: Settings) -> list[FactCall]:

@@ -220,7 +220,7 @@ class Node:
     # PID 1: systemd, as a node boots; anything else makes a plain container (no boot to wait for)
     init: tuple[str, ...] = ("/sbin/init",)
 
-    def start(self) -> "Node":
+    def start(self) -> Node:
         volumes = []
         if self.share_apt_cache:
             self.apt_cache = AptCache()

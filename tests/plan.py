@@ -38,9 +38,10 @@ import logging
 import re
 import shlex
 import subprocess
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import click
 import pytest
@@ -59,10 +60,10 @@ from pyinfra_cli.util import load_deploy_file
 
 from deploy.distros.families import detect_platform
 from deploy.facts.access import HostAccess
-from deploy.facts.read_ahead import MARKER, CombinedOutput, FactCall, section_name
 from deploy.facts.containerd import ContainerdInstallations
 from deploy.facts.module_signing import ModuleSigningState
 from deploy.facts.nvidia import NodeSurvey, PackagesAvailable
+from deploy.facts.read_ahead import MARKER, CombinedOutput, FactCall, section_name
 from deploy.facts.recovery import PackageManagerState, PendingRestarts
 from deploy.settings import Settings, parse_settings
 

@@ -94,7 +94,7 @@ class Sandbox:
     runs: list[Ran] = field(default_factory=list)
 
     @classmethod
-    def clone(cls, template: Path, root: Path) -> "Sandbox":
+    def clone(cls, template: Path, root: Path) -> Sandbox:
         # Hard links: the tools are shared, the folders (and whatever a command writes) are its own.
         subprocess.run(["cp", "-al", str(template), str(root)], check=True)
         return cls(root)

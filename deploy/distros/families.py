@@ -7,8 +7,9 @@ repositories and commands (``FAMILIES``), and the host's platform looked up in i
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 from ..operations.failure import HostRefusal
 from .package_managers import APT, DNF, PACMAN, ZYPPER, PackageManager

@@ -5,10 +5,9 @@ one way a stage installs through its family's (``install_packages``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import Mapping, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.pacman import PacmanPackages

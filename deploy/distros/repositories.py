@@ -5,8 +5,9 @@ it), and an RPM repository added with its key checked first (dnf, zypper).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 from pyinfra.api.exceptions import PyinfraError
 
@@ -14,8 +15,9 @@ from ..operations import download
 from .package_managers import PackageManager, repository_check
 
 if TYPE_CHECKING:
-    from ..settings import Settings
     from pyinfra.api.operation import OperationMeta
+
+    from ..settings import Settings
 
 
 @dataclass(frozen=True)

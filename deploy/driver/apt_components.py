@@ -7,8 +7,7 @@ file as it was, which a parser that writes the file back from its model would no
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 

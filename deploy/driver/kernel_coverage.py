@@ -7,10 +7,9 @@ that would boot with no module, and a reboot into one is refused.
 
 from __future__ import annotations
 
-from typing import Any
-
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from ..reports.node_report import FAIL, PASS, SKIP, Step
 from .next_boot import NextBoot, library_version, next_boot, release_key

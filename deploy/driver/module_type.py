@@ -13,8 +13,9 @@ branch: see ``BranchList``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
 KernelModuleType = Literal["open", "proprietary"]
 OPEN: KernelModuleType = "open"

@@ -7,10 +7,9 @@ archive carries) on the node.
 
 from __future__ import annotations
 
-from typing import Any
-
 import re
 from dataclasses import dataclass
+from typing import Any
 
 LIBRARY_VERSION = re.compile(r"libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)?)$")
 # Where the NVML library lies (Debian's under nvidia/current); deploy/shell/installed_kernels.sh

@@ -10,10 +10,8 @@ driver_reload.sh, the same rule in one command): this is what a run plans and ``
 from __future__ import annotations
 
 from collections.abc import Iterable
-
-from typing import Any
-
 from dataclasses import dataclass
+from typing import Any
 
 from ..foundations import node_text
 

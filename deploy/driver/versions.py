@@ -6,11 +6,9 @@ what preflight could not know yet (a repository the run adds), by its install op
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from typing import Any
-
 import re
+from collections.abc import Iterable
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 

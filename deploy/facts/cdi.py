@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import base64
+from typing import Any
 
 from ..foundations import node_text, shell_scripts
 from .base import NodeFact

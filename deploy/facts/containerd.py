@@ -4,24 +4,21 @@ deploy/runtimes/containerd/installations.py's table)."""
 
 from __future__ import annotations
 
-from .read_ahead import FactCall
-
-from collections.abc import Iterable
-
-from typing import Any
-
 import base64
 import binascii
 import re
 import shlex
+from collections.abc import Iterable
+from typing import Any
 
-from pyinfra.api import FactBase, QuoteString, StringCommand
+from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.exceptions import FactProcessError
 
-from .base import NodeFact
 from ..foundations import node_text
-from ..runtimes.containerd.installations import INSTALLATION_PATHS, INSTALLATION_UNITS, GENERATED_CONFIGS
 from ..foundations.toml_layout import tomllib
+from ..runtimes.containerd.installations import GENERATED_CONFIGS, INSTALLATION_PATHS, INSTALLATION_UNITS
+from .base import NodeFact
+from .read_ahead import FactCall
 
 # Version strings seen in the field: Debian "1.6.20~ds1", Docker's containerd.io "1.7.21",
 # sid "2.1.9+unknown", k3s "v1.7.23-k3s2".

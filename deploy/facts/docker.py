@@ -6,15 +6,14 @@ command line out of them), and how many containers run (what a dockerd restart w
 
 from __future__ import annotations
 
-from typing import Any
-
 import re
 import shlex
+from typing import Any
 
 from pyinfra.api import QuoteString, StringCommand
 
-from .base import NodeFact
 from ..foundations import node_text
+from .base import NodeFact
 from .containerd import decode_file
 
 # "Docker version 20.10.24+dfsg1, build 5d6db84", "Docker version 27.3.1, build ce12230"

@@ -7,8 +7,8 @@ from typing import Any
 
 from pyinfra.api import QuoteString, StringCommand
 
-from ..rack.imex import IMEX_UNIT
 from ..driver.reload import parse_holder
+from ..rack.imex import IMEX_UNIT
 from .base import NodeFact
 from .gpu_holders import holders_script
 from .gpu_node_identity import NVML_LIBRARY_DIRS

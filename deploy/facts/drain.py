@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.exceptions import FactProcessError
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from collections.abc import Iterable
-
 import base64
 import binascii
 import shlex
+from collections.abc import Iterable
+from typing import Any
 
 from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.exceptions import FactProcessError

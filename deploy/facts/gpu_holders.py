@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-
 from typing import Any
 
+from ..driver.reload import MODULES, SERVICES, parse_holder
 from ..foundations import shell_scripts
 from .base import NodeFact
-from ..driver.reload import MODULES, SERVICES, parse_holder
 
 
 def holders_script(services: Iterable[str]) -> str:

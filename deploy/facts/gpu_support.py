@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pyinfra.api import StringCommand
-
 from typing import Any
 
-from .base import NodeFact
+from pyinfra.api import StringCommand
 
+from .base import NodeFact
 
 # Where the driver's supported-gpus.json lies: NVIDIA's installer, and the distributions' doc folders.
 SUPPORTED_GPUS_JSON = (

@@ -8,7 +8,6 @@ from ..foundations import shell_scripts
 from .base import NodeFact
 
 
-
 class InstalledKernels(NodeFact[dict[str, Any]]):
     """
     The kernels installed on the node (a folder under ``/usr/lib/modules`` or ``/lib/modules``;

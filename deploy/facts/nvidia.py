@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from pyinfra.api import StringCommand
-
+import shlex
+from collections.abc import Iterable
 from typing import Any
 
-from collections.abc import Iterable
-
-import shlex
+from pyinfra.api import StringCommand
 
 from ..foundations import shell_scripts
 from .base import NodeFact
-
 
 NVIDIA_PCI_VENDOR = "0x10de"
 # PCI class 0x03xx: display controllers (VGA, 3D). A GPU's HDMI audio function is 0x0403.

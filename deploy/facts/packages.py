@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, TYPE_CHECKING
-
-from collections.abc import Iterable
-
 import re
 import shlex
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from pyinfra.api import QuoteString, StringCommand
 

@@ -8,9 +8,8 @@ own DeviceTaintRules.
 
 from __future__ import annotations
 
-from typing import Any
-
 import re
+from typing import Any
 
 from pyinfra.api import StringCommand
 from pyinfra.api.exceptions import FactProcessError
@@ -28,7 +27,15 @@ from ..k8s.quarantine import (
 )
 from ..reports.health_report import PCI_ADDRESS
 from .base import NodeFact
-from .k8s import captured, cluster_json, first_error_line, kubeconfig_problem, kubectl, parse_captured, unreadable_reason
+from .k8s import (
+    captured,
+    cluster_json,
+    first_error_line,
+    kubeconfig_problem,
+    kubectl,
+    parse_captured,
+    unreadable_reason,
+)
 
 _PCI = re.compile(f"^{PCI_ADDRESS}$")
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..foundations import node_text, shell_scripts
+from ..foundations.node_text import decode_b64
 from ..rack import imex, mig, peermem
 from .base import NodeFact
-from ..foundations.node_text import decode_b64
 
 # nvidia-imex-ctl -N waits for its daemon: bounded, so a hung daemon is a reading, not a hung verify
 CTL_TIMEOUT = 15

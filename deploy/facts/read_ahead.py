@@ -11,22 +11,20 @@ older than the last change. (pyinfra itself caches no fact: each get_fact is a r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from typing import Any, TYPE_CHECKING, TypeVar
-
 import base64
 import binascii
 import json
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyinfra.api import FactBase, StringCommand
 from pyinfra.api.arguments import pop_global_arguments
 from pyinfra.api.exceptions import FactProcessError
 
 from ..foundations import node_text
-from .base import NodeFact, UnreadableOutput, unreadable
 from ..foundations.run_state import per_run
+from .base import NodeFact, UnreadableOutput, unreadable
 
 if TYPE_CHECKING:
     from pyinfra.api import Host

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from collections.abc import Iterable
-
 import base64
 import binascii
+from collections.abc import Iterable
+from typing import Any
 
 from pyinfra.api.exceptions import FactProcessError
 
-from ..node import records as node_records
 from ..foundations import node_text, shell_scripts
+from ..node import records as node_records
 from .base import NodeFact
+
 
 def _text(encoded: str) -> str:
     try:

@@ -7,7 +7,6 @@ from typing import Any
 from ..foundations import shell_scripts
 from .base import NodeFact
 
-
 # An interrupted run (lost connection, killed controller) can leave a new config in place with
 # the daemon still running the old one; the next run finds a mark here and restarts
 # (deploy/operations/safe_install.py writes it).

@@ -3,10 +3,9 @@ fleet view read over SSH (deploy/fleet/from_reports.py)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import base64
 import binascii
+from typing import Any
 
 from pyinfra.api.exceptions import FactProcessError
 

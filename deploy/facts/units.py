@@ -3,9 +3,8 @@ unit files, not the running systemd: it answers in an image root too)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from collections.abc import Iterable
+from typing import Any
 
 from pyinfra.api import QuoteString, StringCommand
 

@@ -10,17 +10,14 @@ before the report is written). ``nvidia-smi`` parsing lives here: the driver sta
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from typing import Any
-
 import csv
 import re
-
+from collections.abc import Iterable
+from typing import Any
 
 from ..foundations import node_text, shell_scripts
-from .base import NodeFact
 from ..runtimes import registry
+from .base import NodeFact
 
 SMI_QUERY_FIELDS = ("index", "uuid", "name", "memory.total", "driver_version")
 SMI_QUERY = f"--query-gpu={','.join(SMI_QUERY_FIELDS)} --format=csv,noheader,nounits"

@@ -15,12 +15,11 @@ its plan.
 
 from __future__ import annotations
 
-from typing import Any
-
 import argparse
 import json
 import subprocess
 import sys
+from typing import Any
 
 from ..foundations.command_line import ArgumentParser
 from .tool_args import add_pyinfra_run, missing_file

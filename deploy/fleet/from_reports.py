@@ -28,8 +28,6 @@ A fleet report (a pull run writes one of itself beside its node report) is no no
 
 from __future__ import annotations
 
-from typing import Any, TYPE_CHECKING, TextIO
-
 import argparse
 import errno
 import os
@@ -38,13 +36,16 @@ import sys
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
 
 from pydantic import TypeAdapter, ValidationError
 from pyinfra.api.state import BaseStateCallback
 
+from ..facts.reports import NOT_REGULAR, REPORTS_DIR, NodeReports
 from ..foundations import node_text
 from ..foundations.command_line import ArgumentParser, program
-from ..facts.reports import NOT_REGULAR, REPORTS_DIR, NodeReports
+from ..foundations.run_state import per_run
+from ..operations.failure import fail
 from ..reports.fleet_report import (
     CONVERGED,
     FAILED,
@@ -54,19 +55,16 @@ from ..reports.fleet_report import (
     write_html,
     write_json,
 )
-from ..operations.failure import fail
 from ..reports.formats import HealthReportFormat, NodeFormat, NodeSummaryFormat
 from ..reports.health_table import fleet_health
 from ..reports.node_report import FAIL, PASS, SKIP
 from ..reports.read_back import NotAReport, report_of
-from ..foundations.run_state import per_run
 from ..settings import ALLOWED, DEFAULTS, host_settings
 from ..settings.values import TimeSpan, time_span_seconds
 from .quarantine import control_plane, quarantine_gpu_nodes
 
 if TYPE_CHECKING:
-    from pyinfra.api import Host
-    from pyinfra.api import State
+    from pyinfra.api import Host, State
 
 # A folder holds one report per node: more .json files than this and it is not read at all (the
 # files are read one at a time, each at most node_text.MAX_FILE_BYTES; this bounds the whole).

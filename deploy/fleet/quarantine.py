@@ -9,19 +9,19 @@ could reset it now (nothing holds /dev/nvidia*, the driver reload's holder check
 
 from __future__ import annotations
 
-from typing import Any, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyinfra import host, inventory, logger
 from pyinfra.api.exceptions import NoGroupError
 from pyinfra.facts.server import Hostname
 
-from ..foundations.pyinfra_api import deploy
 from ..driver.reload import named
 from ..facts.gpu_holders import DeviceHolders
 from ..facts.gpu_node_identity import kube_node_name
 from ..facts.quarantine import KubeDeviceTaints, KubeQuarantineNodes
 from ..facts.reports import REPORTS_DIR, NodeReports
 from ..foundations import node_text
+from ..foundations.pyinfra_api import deploy
 from ..k8s import quarantine
 from ..operations import failure
 from ..operations import quarantine as quarantine_ops

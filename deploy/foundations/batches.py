@@ -6,7 +6,8 @@ over hosts and for deploy/k8s_gpu.py's move of GPU nodes between the device plug
 
 from __future__ import annotations
 
-from typing import Sequence, TypeVar
+from collections.abc import Sequence
+from typing import TypeVar
 
 T = TypeVar("T")
 

@@ -15,7 +15,8 @@ import base64
 import binascii
 import re
 import sys
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import yaml
 

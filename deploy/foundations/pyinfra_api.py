@@ -8,7 +8,8 @@ operation's function yields, as pyinfra's ``@operation`` runs it.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Generator, ParamSpec, TypeVar, cast
+from collections.abc import Callable, Generator
+from typing import Any, ParamSpec, TypeVar, cast
 
 from pyinfra.api import deploy as pyinfra_deploy
 from pyinfra.api.command import PyinfraCommand

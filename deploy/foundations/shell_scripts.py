@@ -8,9 +8,9 @@ written into its text.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterable
 from functools import cache
 from importlib import resources
-from typing import Iterable
 
 # deploy/shell/ is the package's own data (deploy in a checkout, gpu_node once installed)
 PACKAGE = __package__.rpartition(".")[0]

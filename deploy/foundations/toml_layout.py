@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import tomlkit
 from tomlkit.container import _emits_header

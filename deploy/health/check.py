@@ -21,10 +21,6 @@ Exit status (node-problem-detector's custom plugin protocol): 0 healthy, 1 unhea
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from typing import Any
-
 import fcntl
 import json
 import os
@@ -32,8 +28,10 @@ import re
 import socket
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from typing import Any
 
 from .. import __version__
 from ..foundations.command_line import ArgumentParser
@@ -83,13 +81,13 @@ class HealthSettings:
     state_path: str = field(default=STATE_PATH, metadata={"setting": None})
 
     @classmethod
-    def from_text(cls, text: str, source: str) -> "HealthSettings":
+    def from_text(cls, text: str, source: str) -> HealthSettings:
         """The settings ``text`` (JSON, as deploy/tasks/health.py writes it) holds, each of its type;
         ValueError in one line naming ``source`` otherwise."""
         return settings_from_text(cls, text, source, WHAT, paths=PATHS)
 
     @classmethod
-    def from_file(cls, path: str, top: str = "/") -> "HealthSettings":
+    def from_file(cls, path: str, top: str = "/") -> HealthSettings:
         """``from_text`` of ``path``, read only when root alone can have written it and every folder
         above it (deploy/node/root_files.py; ``top``: where that walk starts)."""
         return settings_from_file(cls, path, WHAT, top=top, paths=PATHS)

@@ -10,9 +10,8 @@ boot's GPU's state). Standard library only: the health archive carries it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .node import HealthHost, said

@@ -12,8 +12,9 @@ import re
 import shutil
 import subprocess
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, Callable
+from typing import IO
 
 from ..driver.next_boot import NVML_LIBRARY_FOLDERS
 

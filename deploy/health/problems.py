@@ -6,9 +6,8 @@ the worst first. Pure: readings in, records out. Standard library only: the heal
 
 from __future__ import annotations
 
-from typing import Any
-
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..driver.fabric import fabric_of
 from ..reports.health_report import (

@@ -8,11 +8,10 @@ boot's kernel has, and the services' states. Standard library only: the health a
 
 from __future__ import annotations
 
-from typing import Any
-
 import os
 import re
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ..driver.next_boot import LIBRARY_VERSION, next_boot
 from ..node.first_boot import module_path, pci_devices

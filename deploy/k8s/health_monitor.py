@@ -15,7 +15,7 @@ docs/custom_plugin_monitor.md and config types); tests/unit/test_health_monitor.
 from __future__ import annotations
 
 import json
-from typing import Any, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..foundations import templates
 from ..reports.health_report import HEALTH_CHECK_COMMAND, NPD_LINE

@@ -7,7 +7,8 @@ node. Pure: which steps run, and with which settings.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol, TYPE_CHECKING, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from ..settings import Settings
 

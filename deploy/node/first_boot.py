@@ -30,15 +30,16 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from .. import __version__
-from ..foundations.command_line import ArgumentParser
-from .root_files import UntrustedFile, settings_from_file, settings_from_text
 from ..driver.fabric import fabric_of
 from ..driver.module_type import KernelModuleTypeRefusal, decide_kernel_module_type
+from ..foundations.command_line import ArgumentParser
+from .root_files import UntrustedFile, settings_from_file, settings_from_text
 
 CONFIG_PATH = "/etc/gpu-node/boot.json"
 REPORT_PATH = "/var/lib/gpu-node/boot-report.json"
@@ -74,13 +75,13 @@ class BootSettings:
     report_path: str = field(default=REPORT_PATH, metadata={"setting": None})
 
     @classmethod
-    def from_text(cls, text: str, source: str) -> "BootSettings":
+    def from_text(cls, text: str, source: str) -> BootSettings:
         """The settings ``text`` (JSON, as deploy/tasks/boot.py writes it) holds, each of its type;
         ValueError in one line naming ``source`` otherwise."""
         return settings_from_text(cls, text, source, "the boot settings", paths=("report_path",))
 
     @classmethod
-    def from_file(cls, path: str, top: str = "/") -> "BootSettings":
+    def from_file(cls, path: str, top: str = "/") -> BootSettings:
         """``from_text`` of ``path``, read only when root alone can have written it and every folder
         above it (deploy/node/root_files.py; ``top``: where that walk starts); ValueError in one line."""
         return settings_from_file(cls, path, "the boot settings", top=top, paths=("report_path",))

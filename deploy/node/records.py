@@ -16,14 +16,15 @@ first original. Pure: paths and the shell text of the records.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import hashlib
 import shlex
+from collections.abc import Iterable
 
 from ..foundations import shell_scripts
+
 # a file record's ``format``, named as the runtimes' engines name their configs' (read from here too)
-from ..runtimes.engine import JSON as JSON, TOML as TOML
+from ..runtimes.engine import JSON as JSON
+from ..runtimes.engine import TOML as TOML
 
 RECORDS_DIR = "/var/lib/gpu-node"
 # The records folder's owner and mode (``stat -c '%u %a'``) as gpu-node keeps it: root's alone. The

@@ -7,12 +7,11 @@ leaves a node whose restart failed).
 
 from __future__ import annotations
 
-from ..foundations.pyinfra_api import Commands
-
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from ..k8s.dra import DRIVER
 from ..facts.k8s import kubectl
+from ..foundations.pyinfra_api import Commands
+from ..k8s.dra import DRIVER
 from .drain import DrainTarget
 
 

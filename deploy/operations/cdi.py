@@ -6,26 +6,24 @@ nvidia runtime's own mode (nvidia_runtime_mode) in its config.toml.
 
 from __future__ import annotations
 
-from ..foundations.pyinfra_api import Commands
-
-from typing import Any
-
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from pyinfra import host, logger
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from ..node import records as node_records
-from ..runtimes.cdi import RUNTIME_CONFIG, SPEC_PATH, runtime_mode_of, runtime_mode_refusal, with_runtime_mode
-from ..runtimes import registry
-from ..foundations.toml_layout import ConfigError
 from ..facts.cdi import REFRESH_PATH_UNIT, CdiState, spec_stale
 from ..facts.read_ahead import FactCall, read
+from ..foundations.pyinfra_api import Commands
+from ..foundations.toml_layout import ConfigError
+from ..node import records as node_records
+from ..runtimes import registry
+from ..runtimes.cdi import RUNTIME_CONFIG, SPEC_PATH, runtime_mode_of, runtime_mode_refusal, with_runtime_mode
+from ..runtimes.wiring import RuntimeWiring
 from .failure import failing_command
 from .files import put_text
 from .runtime_config import WiredRuntime
-from ..runtimes.wiring import RuntimeWiring
 
 # Where the toolkit's refresh service reads its settings (the driver root, for one).
 REFRESH_ENV = "/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env"

@@ -8,22 +8,21 @@ the plan.
 
 from __future__ import annotations
 
-from pyinfra.api.command import PyinfraCommand
-
-from ..foundations.pyinfra_api import Commands
-
-from typing import Any, Generator, TYPE_CHECKING
-
 import posixpath
+from collections.abc import Generator
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import tomlkit
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand
+from pyinfra.api.command import PyinfraCommand
 
-from . import probes
+from ..facts.containerd import ContainerdImports, config_read
+from ..facts.read_ahead import FactCall, changes_so_far, known_fact, read
 from ..foundations import redact, templates
+from ..foundations.toml_layout import ConfigError, line_endings
 from ..runtimes.cdi import CdiUnsupported, for_containerd
 from ..runtimes.containerd.cri import (
     CRI_RUNTIME_PLUGIN,
@@ -33,16 +32,13 @@ from ..runtimes.containerd.cri import (
     config_values,
 )
 from ..runtimes.containerd.installations import ConfigTarget
-from ..facts.read_ahead import FactCall, changes_so_far, known_fact, read
-from ..facts.containerd import ContainerdImports, config_read
 from ..runtimes.wiring import RuntimeWiring
-from ..foundations.toml_layout import ConfigError, line_endings
+from . import probes
 from .runtime_config import PlannedFile, RuntimeConfigPlan
 from .upload import Staging, Upload
 
 if TYPE_CHECKING:
-    from pyinfra.api import Host
-    from pyinfra.api import State
+    from pyinfra.api import Host, State
 
 
 @dataclass

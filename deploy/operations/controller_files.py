@@ -17,27 +17,26 @@ for ``@local`` alone, and read the files they compare while planning from the sa
 
 from __future__ import annotations
 
-from ..foundations.pyinfra_api import Commands
-
 import errno
 import os
 import posixpath
 import secrets
 import stat
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from typing import Iterator, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.output import format_text
 from pyinfra.operations.util.files import generate_color_diff
 
+from ..foundations.pyinfra_api import Commands
 from .failure import fail_host, failing_command
 
 if TYPE_CHECKING:
-    from pyinfra.api import Host
-    from pyinfra.api import State
+    from pyinfra.api import Host, State
 
 FILE_MODE = 0o644
 FOLDER_MODE = 0o755

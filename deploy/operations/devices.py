@@ -6,16 +6,15 @@ cannot find there: the container loses its GPU ("Failed to initialize NVML: Unkn
 
 from __future__ import annotations
 
-from ..foundations.pyinfra_api import Commands
-
 import posixpath
 import shlex
 
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from ..facts.read_ahead import FactCall, read
 from ..facts.devices import NvidiaDeviceLinks, missing_links
+from ..facts.read_ahead import FactCall, read
+from ..foundations.pyinfra_api import Commands
 
 UDEV_RULE = "/etc/udev/rules.d/71-gpu-node-nvidia-dev-char.rules"
 LINKS_SCRIPT = "/usr/local/sbin/gpu-node-nvidia-dev-char"

@@ -7,16 +7,16 @@ dockerd, by the engine's schema. The generic operation (``runtime_config.py``) a
 
 from __future__ import annotations
 
-from pyinfra.api.command import PyinfraCommand
-
-from ..foundations.pyinfra_api import Commands
-
-from typing import Any, Generator
-
+from collections.abc import Generator
 from functools import partial
+from typing import Any
 
 from pyinfra import host, logger
+from pyinfra.api.command import PyinfraCommand
 
+from ..facts.docker import DockerState
+from ..facts.read_ahead import FactCall, changes_so_far, read
+from ..foundations.toml_layout import ConfigError
 from ..node import bake
 from ..runtimes.cdi import CdiUnsupported, for_docker
 from ..runtimes.docker.daemon_json import (
@@ -28,10 +28,7 @@ from ..runtimes.docker.daemon_json import (
     leave_to_flags,
 )
 from ..runtimes.docker.unit import DockerdFlag, UnitParseError, parse_docker_unit
-from ..facts.read_ahead import FactCall, changes_so_far, read
-from ..facts.docker import DockerState
 from ..runtimes.wiring import RuntimeWiring
-from ..foundations.toml_layout import ConfigError
 from . import safe_install
 from .failure import failing_command
 from .runtime_config import PlannedFile, RuntimeConfigPlan

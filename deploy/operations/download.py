@@ -14,28 +14,26 @@ was. Every failure names the URL.
 
 from __future__ import annotations
 
-from ..foundations.pyinfra_api import Commands
-
-from typing import Any
-
 import hashlib
 import posixpath
 import re
 import shlex
+from typing import Any
 from urllib.parse import urlparse
 
 from pyinfra import host
 from pyinfra.api import OperationValueError, QuoteString, StringCommand, operation
 from pyinfra.facts.files import Sha256File
 
-from ..node import records as node_records
-from ..foundations import redact
-from ..facts.read_ahead import FactCall, read
 from ..facts.files import FileDigests, FileText
+from ..facts.read_ahead import FactCall, read
+from ..foundations import redact
+from ..foundations.pyinfra_api import Commands
+from ..node import records as node_records
 from ..settings import key_url_allowed
 from .failure import failing_command
-from .progress import announcing
 from .packages import apt_lock_option, apt_sources_changed
+from .progress import announcing
 
 APT_HELPER = "/usr/lib/apt/apt-helper"
 STAGED_SUFFIX = ".gpu-node-new"  # a verified file waiting for its rename into place

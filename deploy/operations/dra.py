@@ -6,35 +6,32 @@ report.
 
 from __future__ import annotations
 
-from ..foundations.pyinfra_api import Commands
-
-from typing import Any, TYPE_CHECKING
-
 import shlex
+from typing import TYPE_CHECKING, Any
 
 from pyinfra import host
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
-from ..node import records as node_records
-from . import probes
-from ..foundations import shell_scripts
-from ..runtimes.cdi import CdiUnsupported, for_containerd
-from ..k8s.dra import IMEX_BUSY, IMEX_UNKNOWN, node_prerequisites
-from ..rack.imex import IMEX_UNIT
 from ..facts.base import UnreadableOutput
-from ..facts.gpu_holders import holders_script
-from ..facts.read_ahead import FactCall, read_together
 from ..facts.dra import DraNodeState
+from ..facts.gpu_holders import holders_script
 from ..facts.nvidia import NodeSurvey
+from ..facts.read_ahead import FactCall, read_together
+from ..foundations import shell_scripts
+from ..foundations.pyinfra_api import Commands
+from ..k8s.dra import IMEX_BUSY, IMEX_UNKNOWN, node_prerequisites
+from ..node import records as node_records
+from ..rack.imex import IMEX_UNIT
 from ..reports.node_report import FAIL, PASS, Step, verify_report_store
-from ..settings import Settings
+from ..runtimes.cdi import CdiUnsupported, for_containerd
 from ..runtimes.wiring import runtime_wiring
+from ..settings import Settings
+from . import probes
 from .drain import DrainTarget, before_restart
 from .failure import failing_command, run_script
 
 if TYPE_CHECKING:
-    from pyinfra.api import Host
-    from pyinfra.api import State
+    from pyinfra.api import Host, State
 
 
 def node_read(settings: Settings) -> FactCall:

@@ -20,11 +20,8 @@ to recover it.
 
 from __future__ import annotations
 
-from ..foundations.pyinfra_api import Commands
-
-from typing import Any, TYPE_CHECKING
-
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
@@ -34,16 +31,16 @@ from pyinfra.api.state import BaseStateCallback
 
 from ..facts.drain import KubeNodeSchedule
 from ..facts.k8s import first_error_line, kubeconfig_words, kubectl
-from .driver import awaits_reboot
-from .failure import fail_host
 from ..facts.nvidia import NodeSurvey
 from ..facts.read_ahead import known_fact
+from ..foundations.pyinfra_api import Commands
 from ..foundations.run_state import per_run
+from .driver import awaits_reboot
+from .failure import fail_host
 
 if TYPE_CHECKING:
-    from pyinfra.api import Host
+    from pyinfra.api import Host, State
     from pyinfra.api.operation import OperationMeta
-    from pyinfra.api import State
 
 
 @dataclass(frozen=True)

@@ -5,13 +5,10 @@ end-of-run report. Package installs go through the family's package manager (dep
 
 from __future__ import annotations
 
-from collections.abc import Collection, Container, Sequence
-
-from ..foundations.pyinfra_api import Commands
-
-from typing import Any, TYPE_CHECKING
-
 import shlex
+from collections.abc import Collection, Container, Sequence
+from typing import TYPE_CHECKING, Any
+
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
 
@@ -19,23 +16,23 @@ from ..driver.apt_components import add_apt_components
 from ..driver.install_failures import install_failure
 from ..driver.versions import VersionRefusal, apt_pin_text, choose, matching, upstream_version
 from ..facts.apt import AptSourceFiles
-from ..facts.read_ahead import known_fact, read
 from ..facts.nvidia import NodeSurvey, PackagesAvailable
 from ..facts.packages import PackageVersions, apt_listing
-from ..node import records as node_records
+from ..facts.read_ahead import known_fact, read
 from ..foundations import node_text, redact
+from ..foundations.pyinfra_api import Commands
+from ..foundations.run_state import per_run
+from ..node import records as node_records
+from ..reports.node_report import DriverNote, DriverNotes
 from . import probes
 from .failure import fail_host, failing_command
-from .progress import announcing
 from .files import put_text
 from .package_manager import PackageManager
 from .packages import apt_holds, apt_lock_option, apt_sources_changed, recorded_install, refresh_apt_lists
-from ..reports.node_report import DriverNote, DriverNotes
-from ..foundations.run_state import per_run
+from .progress import announcing
 
 if TYPE_CHECKING:
-    from pyinfra.api import Host
-    from pyinfra.api import State
+    from pyinfra.api import Host, State
 
 REBOOT_MARKER = "/run/reboot-required"
 REBOOT_PACKAGES = "/run/reboot-required.pkgs"

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..foundations.pyinfra_api import Commands
-
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
-from ..foundations import shell_scripts
 from ..driver.reload import MODULES, REBOOT_REQUIRED_STATUS, SERVICES, reload_plan
 from ..facts.gpu_holders import DeviceHolders, holders_script
+from ..foundations import shell_scripts
+from ..foundations.pyinfra_api import Commands
 from .failure import run_script
 
 if TYPE_CHECKING:
-    from pyinfra.api import Host
-    from pyinfra.api import State
+    from pyinfra.api import Host, State
 
 
 def reload_command() -> StringCommand:

@@ -26,24 +26,21 @@ The line is also kept for the fleet report (``FailureNotes``), beside the operat
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-
 from typing import TYPE_CHECKING
-
-from ..foundations.pyinfra_api import Commands
 
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.api.exceptions import PyinfraError
 
 from ..foundations import node_text
-from . import probes
+from ..foundations.pyinfra_api import Commands
 from ..foundations.redact import mask_text
-from ..reports.node_report import FailureNotes, PlannedRefusals
 from ..foundations.run_state import per_run
+from ..reports.node_report import FailureNotes, PlannedRefusals
+from . import probes
 
 if TYPE_CHECKING:
-    from pyinfra.api import Host
-    from pyinfra.api import State
+    from pyinfra.api import Host, State
 
 
 class HostRefusal(PyinfraError):

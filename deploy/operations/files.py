@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-from ..foundations.pyinfra_api import Commands
-
-from typing import Any
-
 import hashlib
 import posixpath
 import shlex
+from typing import Any
 
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from ..node import records as node_records
-from ..foundations import node_text, redact
-from ..facts.read_ahead import FactCall, read
 from ..facts.files import FileDigest, FileText
+from ..facts.read_ahead import FactCall, read
+from ..foundations import node_text, redact
+from ..foundations.pyinfra_api import Commands
+from ..node import records as node_records
 from .safe_install import CANDIDATE_SUFFIX, FLUSH_FUNCTION
 from .upload import Staging, Upload
 

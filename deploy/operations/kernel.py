@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from ..foundations.pyinfra_api import Commands
-
 from typing import Any
 
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from ..facts.read_ahead import FactCall, read
 from ..facts.kernel_state import KernelState
+from ..facts.read_ahead import FactCall, read
+from ..foundations.pyinfra_api import Commands
 
 
 def module_present(state: dict[str, Any], module: str, filesystem: str | None, sysctl: str | None) -> bool:

@@ -8,23 +8,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..foundations.pyinfra_api import Commands
-
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
 
 from ..driver import kernel_coverage
-from . import probes
-from ..facts.read_ahead import FactCall, known_fact
 from ..facts.installed_kernels import InstalledKernels
 from ..facts.nvidia import PackagesAvailable
+from ..facts.read_ahead import FactCall, known_fact
+from ..foundations.pyinfra_api import Commands
+from . import probes
 from .failure import fail_host, failing_command
 from .package_manager import PackageManager
 from .progress import announcing
 
 if TYPE_CHECKING:
-    from pyinfra.api import Host
-    from pyinfra.api import State
+    from pyinfra.api import Host, State
 
 # What these operations read (the driver stage's preflight and verify read it ahead)
 KERNELS_READ: FactCall = (InstalledKernels, {})

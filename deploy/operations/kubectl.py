@@ -10,18 +10,14 @@ no change; a difference is one apply.
 
 from __future__ import annotations
 
-from ..foundations.pyinfra_api import Commands
-
-from typing import Any
-
 import hashlib
+from typing import Any
 
 import yaml
 from pyinfra import host, logger
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.api.exceptions import PyinfraError
 
-from . import probes
 from ..facts.k8s import (
     FIELD_MANAGER,
     HelmRelease,
@@ -35,6 +31,8 @@ from ..facts.k8s import (
     object_key,
     with_stdin,
 )
+from ..foundations.pyinfra_api import Commands
+from . import probes
 from .failure import failing_command
 
 BUNDLE_ANNOTATION = "gpu-node.io/bundle"

@@ -7,15 +7,14 @@ the MOK password only its crypt hash goes there, as a root-only file.
 
 from __future__ import annotations
 
-from ..foundations.pyinfra_api import Commands
-
+from passlib.hash import sha512_crypt
 from pyinfra import host, logger
 from pyinfra.api import StringCommand, operation
-from passlib.hash import sha512_crypt
 
 from ..facts.module_signing import ModuleSigningState
 from ..facts.read_ahead import FactCall, read
 from ..foundations import shell_scripts
+from ..foundations.pyinfra_api import Commands
 from .progress import announcing
 from .upload import Staging, Upload
 

@@ -7,16 +7,16 @@ capabilities from its record and never ask for its name.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from pyinfra.api import FactBase, StringCommand
 from pyinfra.api.arguments_typed import PyinfraOperation
 from pyinfra.api.command import PyinfraCommand
 
-from ..foundations.pyinfra_api import Commands
-
 from ..facts.read_ahead import FactCall
+from ..foundations.pyinfra_api import Commands
 
 # How long another process may hold a package manager's lock before gpu-node gives up
 # (settings.apt_lock_timeout, for every family): apt's own option, zypper's own ZYPP_LOCK_TIMEOUT

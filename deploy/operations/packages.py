@@ -8,14 +8,10 @@ is missing or at another version, so a no-op re-run stays a single read.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Iterator
-
-from ..foundations.pyinfra_api import Commands
-
-from typing import Any, TYPE_CHECKING
-
 import re
 import shlex
+from collections.abc import Container, Iterable
+from typing import TYPE_CHECKING, Any
 
 from pyinfra import host
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
@@ -23,21 +19,28 @@ from pyinfra.api.command import PyinfraCommand
 from pyinfra.facts.pacman import PacmanPackages
 from pyinfra.operations import apt
 
+from ..facts.nvidia import IgnoredPackages
+from ..facts.packages import (
+    DebPackageStates,
+    DnfModuleStreams,
+    MultiversionPackages,
+    PackageVersions,
+    RpmPackageStates,
+    ZypperLocks,
+    zypper_listing,
+)
+from ..facts.read_ahead import FactCall, known_fact, read
+from ..facts.recovery import DPKG_LOCKS, lock_holders_script
+from ..foundations import shell_scripts
+from ..foundations.pyinfra_api import Commands
+from ..foundations.run_state import per_run
 from ..node import records as node_records
 from . import probes
-from ..foundations import shell_scripts
-from ..facts.read_ahead import FactCall, known_fact, read
-from ..facts.nvidia import IgnoredPackages
-from ..facts.packages import (DebPackageStates, DnfModuleStreams, MultiversionPackages, PackageVersions,
-                                   RpmPackageStates, ZypperLocks, zypper_listing)
-from ..facts.recovery import DPKG_LOCKS, lock_holders_script
 from .failure import fail_host
 from .package_manager import DNF_LOCK_WAIT, PACMAN_LOCK_WAIT, ZYPPER_LOCK_WAIT
-from ..foundations.run_state import per_run
 
 if TYPE_CHECKING:
-    from pyinfra.api import Host
-    from pyinfra.api import State
+    from pyinfra.api import Host, State
 
 # pacman holds with IgnorePkg lines of pacman.conf's [options]; it reads every one of them.
 PACMAN_HOLD_LIST = "sed -n 's/^[[:space:]]*IgnorePkg[[:space:]]*=//p' /etc/pacman.conf"

@@ -31,19 +31,18 @@ How it reports
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import json
 import shlex
-from typing import Any, Generic, TYPE_CHECKING, TypeVar
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from paramiko import SSHException
 from pyinfra import logger
 from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 
-from ..foundations import node_text, shell_scripts
 from ..facts.k8s import kubectl, with_stdin
+from ..foundations import node_text, shell_scripts
 from ..runtimes.containerd.installations import PLAIN_SOCKET
 from ..verification.cdi import CdiProbe
 

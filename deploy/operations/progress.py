@@ -11,8 +11,7 @@ from pyinfra import logger
 from pyinfra.api import FunctionCommand
 
 if TYPE_CHECKING:
-    from pyinfra.api import Host
-    from pyinfra.api import State
+    from pyinfra.api import Host, State
 
 
 def _say(state: State, host: Host, message: str) -> bool:

@@ -9,13 +9,12 @@ record names.
 
 from __future__ import annotations
 
-from ..foundations.pyinfra_api import Commands
-
 import json
 
 from pyinfra.api import QuoteString, operation
 
 from ..facts.k8s import kubectl, with_stdin
+from ..foundations.pyinfra_api import Commands
 from ..k8s.quarantine import Step
 from .kubectl import dump_documents
 

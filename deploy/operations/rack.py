@@ -6,9 +6,7 @@ same command), and verify's check of the rack's parts, each a step of the node's
 
 from __future__ import annotations
 
-from ..foundations.pyinfra_api import Commands
-
-from typing import Any, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyinfra import host
 from pyinfra.api import FunctionCommand, StringCommand, operation
@@ -20,6 +18,7 @@ from ..facts.nvidia import NodeSurvey
 from ..facts.rack import ImexState, MigState, PeermemState
 from ..facts.read_ahead import FactCall, read_together
 from ..foundations import shell_scripts
+from ..foundations.pyinfra_api import Commands
 from ..rack import mig
 from ..rack.imex import Member
 from ..reports.node_report import FAIL, PASS, verify_report_store
@@ -29,8 +28,7 @@ from .drain import DrainTarget, before_restart
 from .failure import failing_command, run_script
 
 if TYPE_CHECKING:
-    from pyinfra.api import Host
-    from pyinfra.api import State
+    from pyinfra.api import Host, State
 
 # mig_apply.sh's exit status when a process holds the GPU: nothing restarted
 MIG_BUSY_STATUS = 3

@@ -8,18 +8,18 @@ deploy/node/bake.py) checked by the runtime's own binary alike, and restarted by
 
 from __future__ import annotations
 
-from ..foundations.pyinfra_api import Commands
-
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generator, Sequence
+from typing import Any
 
 from pyinfra import host
 from pyinfra.api import operation
 from pyinfra.api.command import PyinfraCommand
 
-from ..node import bake
-from ..foundations import redact
 from ..facts.read_ahead import FactCall, changes_so_far
+from ..foundations import redact
+from ..foundations.pyinfra_api import Commands
+from ..node import bake
 from . import safe_install
 from .failure import failing_command
 

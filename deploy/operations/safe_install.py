@@ -23,21 +23,21 @@ leave a half-done swap, and so a no-change run costs no command at all.
 
 from __future__ import annotations
 
-from ..foundations.pyinfra_api import Commands
-
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, Generator, Sequence
+from typing import Any
 
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
 from pyinfra.api.command import PyinfraCommand
 
-from ..node import records as node_records
-from ..foundations import shell_scripts
 from ..facts.recovery import PENDING_RESTART_DIR
+from ..foundations import shell_scripts
+from ..foundations.pyinfra_api import Commands
+from ..foundations.redact import shell_daemon_output_filter
+from ..node import records as node_records
 from .progress import announcing
 from .upload import Staging, Upload
-from ..foundations.redact import shell_daemon_output_filter
 
 CANDIDATE_SUFFIX = ".gpu-node-candidate"
 BACKUP_INFIX = ".gpu-node-backup-"

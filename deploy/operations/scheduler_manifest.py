@@ -10,8 +10,6 @@ beside the backup before a new one is written, and goes back in with it.
 
 from __future__ import annotations
 
-from ..foundations.pyinfra_api import Commands
-
 import hashlib
 import posixpath
 
@@ -21,6 +19,7 @@ from pyinfra.facts.files import Sha256File
 
 from ..facts.files import FileText
 from ..facts.k8s import kubectl
+from ..foundations.pyinfra_api import Commands
 from ..k8s.gpushare import (
     CONFIG_CHECKSUM_ANNOTATION,
     NAMESPACE,

@@ -12,23 +12,20 @@ backed up, swapped, their unit restarted and watched, rolled back if it does not
 
 from __future__ import annotations
 
-from collections.abc import Container
-
-from ..foundations.pyinfra_api import Commands
-
-from typing import Any
-
 import shlex
+from collections.abc import Container
 from dataclasses import dataclass
+from typing import Any
 
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
+from ..foundations.pyinfra_api import Commands
+from ..foundations.toml_layout import ConfigError
 from ..node import records as node_records
 from ..runtimes import reverse_merge
-from ..foundations.toml_layout import ConfigError
-from . import safe_install
 from ..runtimes.docker.daemon_json import DaemonConfigError, parse_daemon_json, render_daemon_json
+from . import safe_install
 from .package_manager import PackageManager
 from .upload import symlink_refusal
 

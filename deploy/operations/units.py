@@ -5,16 +5,16 @@ run's putting them back (deploy/node/records.py).
 
 from __future__ import annotations
 
-from ..foundations.pyinfra_api import Commands
-
 from typing import Any
 
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.operations import systemd
 
-from ..node import bake, records as node_records
 from ..facts.units import UnitsEnabled
+from ..foundations.pyinfra_api import Commands
+from ..node import bake
+from ..node import records as node_records
 
 
 def unit_name(service: str) -> str:

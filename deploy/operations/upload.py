@@ -25,9 +25,10 @@ from __future__ import annotations
 import posixpath
 import secrets
 import shlex
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from io import BytesIO
-from typing import Any, Iterator, Sequence, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyinfra.api import FileUploadCommand, StringCommand
 from pyinfra.api.arguments import ConnectorArguments
@@ -69,7 +70,7 @@ class Staging:
     uploads: tuple[Upload, ...]
 
     @classmethod
-    def new(cls, host: Host, uploads: Sequence[Upload]) -> "Staging":
+    def new(cls, host: Host, uploads: Sequence[Upload]) -> Staging:
         """A staging folder for ``uploads`` with an unpredictable name in pyinfra's temp directory
         (the operation's ``_temp_dir``, else the config's ``TEMP_DIR``, else /tmp)."""
         arguments: dict[str, Any] = dict(host.current_op_global_arguments or {})

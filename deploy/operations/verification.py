@@ -8,28 +8,24 @@ the whole deploy stays change-free; a failing step makes the host fail after its
 
 from __future__ import annotations
 
-from ..foundations.pyinfra_api import Commands
-
-from typing import Any
-
 import uuid
+from typing import Any
 
 from pyinfra import host, logger
 from pyinfra.api import operation
 
-from . import probes
-from . import cdi as cdi_ops
-from . import devices
+from ..driver.signing import key_paths
 from ..facts.base import UnreadableOutput
-from ..facts.read_ahead import FactCall, known_fact, read_together
+from ..facts.containerd import ContainerdInstallations, config_read
 from ..facts.cuda import CudaInit
 from ..facts.module_signing import ModuleSigningState
-from ..driver.signing import key_paths
 from ..facts.nvidia import NodeSurvey
-from ..runtimes.containerd.installations import ConfigTarget, classify_installation, config_target, plain_target
-from ..facts.containerd import ContainerdInstallations, config_read
+from ..facts.read_ahead import FactCall, known_fact, read_together
 from ..facts.verification import Executables, VerifyReadout
+from ..foundations.pyinfra_api import Commands
+from ..reports.node_report import FAIL, PASS, SKIP, verify_report_store
 from ..runtimes import registry
+from ..runtimes.containerd.installations import ConfigTarget, classify_installation, config_target, plain_target
 from ..runtimes.registry import CONTAINERD, CRI
 from ..runtimes.wiring import HANDLER
 from ..verification.cdi import cri_cdi_probe
@@ -37,10 +33,11 @@ from ..verification.options import VerifyOptions
 from ..verification.readout import configured_binaries, gpu_usable, prepared
 from ..verification.steps import all_steps, node_record
 from ..verification.toolkit_runtimes import planned_runs
+from . import cdi as cdi_ops
+from . import devices, probes
 from .driver import awaits_reboot
 from .failure import failing_command
 from .kernel_modules import KERNELS_READ
-from ..reports.node_report import FAIL, PASS, SKIP, verify_report_store
 
 # The node's PCI GPUs, modules and versions (preflight reads it too): verify's first steps.
 NODE_READ: FactCall = (NodeSurvey, {})

@@ -8,10 +8,8 @@ exact version and are held with it (deploy/distros/families.py ``DriverCompanion
 from __future__ import annotations
 
 from collections.abc import Iterable
-
-from typing import Any
-
 from dataclasses import dataclass
+from typing import Any
 
 from ..distros.families import DriverCompanion, DriverPackages, FabricManagerPackages, ImexPackages, Platform
 from ..distros.package_managers import PackageManager

@@ -6,15 +6,13 @@ kernel module type, its repositories and their keys. Pure: data in, names out.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
-
+from dataclasses import replace
 from typing import Any
 
-import re
-from dataclasses import replace
-
-from ..distros.repositories import KeyPin, key_pin
 from ..distros.families import DriverCompanion, DriverPackages, Platform, by_distro_id, node_word
+from ..distros.repositories import KeyPin, key_pin
 from ..driver.fabric import fabric_of
 from ..driver.module_type import OPEN, PROPRIETARY
 from ..driver.signing import signing_wanted

@@ -13,24 +13,21 @@ version for them (``driver_versions``), its companions at that version, Fabric M
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-
-from typing import Any
-
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from ..driver import module_type
-from ..distros.package_managers import APT_REPOSITORY_FILE, PackageManager, lock_bounded_checks
 from ..distros.families import DriverCompanion, DriverPackages, Platform, by_distro_id
+from ..distros.package_managers import APT_REPOSITORY_FILE, PackageManager, lock_bounded_checks
+from ..driver import module_type
+from ..driver.fabric import fabric_of
+from ..driver.versions import MIN_DRIVER_VERSION, VersionRefusal, apt_pin_text, choose, upstream_version
+from ..settings import Settings
 from .driver_companions import CompanionPlan, companion_names, companion_packages, companions_wanted, companions_what
 from .driver_names import DriverPlanError, package_names, render, render_repository, repository_urls, template_values
-from ..driver.versions import VersionRefusal, apt_pin_text, choose, upstream_version
-from ..driver.fabric import fabric_of
-from ..settings import Settings
-from ..driver.versions import MIN_DRIVER_VERSION
 from .module_signing import SigningPlan, signing_plan
 
 # apt: the driver's source packages pinned at the plan's version (deploy/distros/families.py pin_sources)

@@ -6,8 +6,9 @@ needs nothing from the table but the shape of a step (PreflightStep).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from ..distros.families import Platform
 from ..facts.read_ahead import FactCall

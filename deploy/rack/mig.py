@@ -18,12 +18,11 @@ the next boot.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import json
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 

@@ -14,10 +14,9 @@ NVIDIA recommends DMA-BUF over nvidia-peermem where the kernel and the open kern
 
 from __future__ import annotations
 
-from typing import Any
-
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 

@@ -14,7 +14,7 @@ status here where it differs.
 
 from __future__ import annotations
 
-from typing import Literal, TYPE_CHECKING, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 import pyinfra
 from pyinfra.api.state import StateStage

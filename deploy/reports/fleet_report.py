@@ -14,20 +14,20 @@ that would be refused, and exits 1 if any would be.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
-from typing import Any, Literal, TYPE_CHECKING, TextIO, get_args
+from typing import TYPE_CHECKING, Any, Literal, TextIO, get_args
 
 from pyinfra.api.state import BaseStateCallback, StateStage
 
 from .. import __version__
-from . import exit_status
 from ..foundations import node_text
+from ..foundations.run_state import per_run
+from . import exit_status
 from .health_table import health_page, health_tables
 from .node_report import (
     FAIL,
@@ -36,13 +36,12 @@ from .node_report import (
     DriverNote,
     DriverNotes,
     FailureNotes,
-    PlannedRefusals,
     NodeSummary,
+    PlannedRefusals,
     verify_report_store,
     write_json_file,
     write_text_file,
 )
-from ..foundations.run_state import per_run
 
 if TYPE_CHECKING:
     from pyinfra.api import Host, State

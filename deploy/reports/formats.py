@@ -8,7 +8,6 @@ they are built only where a report is read or a schema written.
 from __future__ import annotations
 
 import json
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 

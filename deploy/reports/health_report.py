@@ -9,7 +9,6 @@ archive (deploy/tasks/health.py) carries it to the node.
 from __future__ import annotations
 
 from collections.abc import Iterable
-
 from typing import Literal, get_args
 
 HealthReportVersion = Literal[1]

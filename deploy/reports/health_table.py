@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
-from typing import Any, Protocol
 from html import escape
+from typing import Any, Protocol
 
 from ..foundations import node_text
 from .health_report import HEALTHY, SILENT, STATUSES, UNHEALTHY

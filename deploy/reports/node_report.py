@@ -17,7 +17,7 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, TYPE_CHECKING, TextIO, get_args
+from typing import TYPE_CHECKING, Any, Literal, TextIO, get_args
 
 from pyinfra.api.state import BaseStateCallback
 

@@ -6,15 +6,13 @@ The Container Device Interface per runtime: whether a runtime of this version ha
 
 from __future__ import annotations
 
-from typing import Any
-
 from dataclasses import dataclass, replace
+from typing import Any
 
 import tomlkit
 from tomlkit.exceptions import ParseError
 
-from ..foundations import node_text
-from ..foundations import toml_layout
+from ..foundations import node_text, toml_layout
 from ..foundations.toml_layout import TOMLKIT_FAULTS, ConfigError, Edits, tomllib
 from ..runtimes.wiring import RuntimeWiring
 

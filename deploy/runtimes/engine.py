@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
-from ..runtimes.wiring import RuntimeWiring
 from ..foundations.toml_layout import ConfigError
+from ..runtimes.wiring import RuntimeWiring
 
 __all__ = ["ConfigError", "Effective", "JSON", "RuntimeEngine", "TOML", "Wired"]
 

@@ -9,8 +9,9 @@ docs/contributing.md. Pure.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ..reports.node_report import Step
 from .cdi import CONTAINERD_CDI_SINCE, DOCKER_CDI_SINCE, RuntimeCdi, for_containerd, for_docker

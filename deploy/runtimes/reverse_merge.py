@@ -17,8 +17,7 @@ from typing import Any
 import tomlkit
 from tomlkit.exceptions import ParseError
 
-from ..foundations import node_text
-from ..foundations import toml_layout
+from ..foundations import node_text, toml_layout
 from ..foundations.toml_layout import TOMLKIT_FAULTS, ConfigError, tomllib
 
 Path = tuple[str, ...]

@@ -7,7 +7,8 @@ The settings of an older release are read as the ones that took them over.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, get_args
+from collections.abc import Mapping
+from typing import Any, get_args
 
 from pydantic import SecretStr, ValidationError, model_validator
 from pydantic.fields import FieldInfo

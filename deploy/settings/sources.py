@@ -7,7 +7,8 @@ and per distinct set of values (docs/settings.md says in which order they win).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from pyinfra import logger
 

@@ -6,14 +6,16 @@ The value types of the settings: what each allows, in words for the error line a
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Mapping, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 from urllib.parse import urlparse
 
 from pydantic import AfterValidator, BeforeValidator, SecretStr, StringConstraints
 
 from ..foundations import batches
-from ..rack import imex as rack_imex, mig as rack_mig
+from ..rack import imex as rack_imex
+from ..rack import mig as rack_mig
 from ..runtimes.registry import runtime_names
 
 

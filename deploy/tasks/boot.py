@@ -15,14 +15,14 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.operations import server
 
-from ..foundations.pyinfra_api import deploy
-from ..health.check import CONFIG_PATH as HEALTH_CONFIG
-from ..node import first_boot
 from ..facts.read_ahead import FactCall, read
 from ..facts.units import UnitsEnabled
+from ..foundations.pyinfra_api import deploy
+from ..foundations.templates import render
+from ..health.check import CONFIG_PATH as HEALTH_CONFIG
+from ..node import first_boot
 from ..operations import files, units
 from ..settings import Settings
-from ..foundations.templates import render
 from . import archives
 
 ARCHIVE = archives.BOOT.path

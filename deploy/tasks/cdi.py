@@ -6,20 +6,21 @@ units gpu-node enabled turned off; the nvidia runtime's mode as nvidia_runtime_m
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from pyinfra import host, logger
 
-from ..foundations.pyinfra_api import deploy
-from ..runtimes.cdi import RUNTIME_CONFIG
 from ..distros.families import Platform
 from ..facts.cdi import spec_stale
 from ..facts.read_ahead import FactCall, read
+from ..foundations.pyinfra_api import deploy
 from ..operations import cdi as cdi_ops
 from ..operations.runtime_config import WiredRuntime
-from ..settings import Settings
-from ..runtimes.wiring import runtime_wiring
 from ..planning.findings import StepCheck
+from ..runtimes.cdi import RUNTIME_CONFIG
+from ..runtimes.wiring import runtime_wiring
+from ..settings import Settings
 
 
 def reads(settings: Settings) -> list[FactCall]:

@@ -2,29 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from functools import partial
+from typing import Any
 
 from pyinfra import host, logger
 
+from ..distros.families import Family, Platform
+from ..distros.package_managers import install_packages
+from ..distros.repositories import add_repository
+from ..facts.containerd import ContainerdInstallations, config_read
+from ..facts.read_ahead import FactCall, known_fact, read
 from ..foundations.pyinfra_api import deploy
+from ..operations import drain as drain_ops
+from ..operations import failure, units
+from ..operations.containerd import plan_node_wiring, target_read
+from ..operations.drain import DrainTarget
+from ..operations.runtime_config import WiredRuntime, configure_nvidia_runtime
+from ..planning.findings import StepCheck
 from ..runtimes.cdi import CdiUnsupported, for_containerd
 from ..runtimes.containerd.installations import classify_installation, config_target, plain_target
 from ..runtimes.registry import CONTAINERD
-from ..operations.containerd import plan_node_wiring, target_read
-from ..operations.runtime_config import WiredRuntime, configure_nvidia_runtime
-from ..distros.families import Family, Platform
-from ..distros.repositories import add_repository
-from ..distros.package_managers import install_packages
-from ..facts.containerd import ContainerdInstallations, config_read
-from ..facts.read_ahead import FactCall, known_fact, read
-from ..operations import drain as drain_ops
-from ..operations import failure, units
-from ..operations.drain import DrainTarget
-from ..settings import Settings
 from ..runtimes.wiring import runtime_wiring
-from ..planning.findings import StepCheck
+from ..settings import Settings
 
 
 def reads(settings: Settings) -> list[FactCall]:

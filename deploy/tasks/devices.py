@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pyinfra import host
 
-from ..foundations.pyinfra_api import deploy
-from ..facts.read_ahead import FactCall, read
 from ..facts.devices import missing_links
+from ..facts.read_ahead import FactCall, read
+from ..foundations.pyinfra_api import deploy
 from ..operations import devices, files
 from ..settings import Settings
 

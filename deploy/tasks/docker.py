@@ -2,25 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from functools import partial
+from typing import Any
 
 from pyinfra import host
 
-from ..foundations.pyinfra_api import deploy
-from ..runtimes.cdi import CdiUnsupported, for_docker
-from ..runtimes.registry import DOCKER
 from ..distros.families import Family, Platform
 from ..distros.package_managers import install_packages
 from ..facts.read_ahead import FactCall, read
+from ..foundations.pyinfra_api import deploy
 from ..operations import docker, failure, units
 from ..operations import drain as drain_ops
 from ..operations.drain import DrainTarget
 from ..operations.runtime_config import WiredRuntime, configure_nvidia_runtime
-from ..settings import Settings
-from ..runtimes.wiring import runtime_wiring
 from ..planning.findings import StepCheck
+from ..runtimes.cdi import CdiUnsupported, for_docker
+from ..runtimes.registry import DOCKER
+from ..runtimes.wiring import runtime_wiring
+from ..settings import Settings
 
 
 def reads(settings: Settings) -> list[FactCall]:

@@ -12,20 +12,20 @@ from typing import Any
 
 from pyinfra import host, logger
 
-from ..foundations.pyinfra_api import deploy
-from ..runtimes.containerd.installations import plain_target
-from ..operations.containerd import target_read
 from ..distros.families import Platform
-from ..k8s.dra import imex_action, imex_in_use, node_prerequisites
-from ..rack.imex import IMEX_UNIT
 from ..facts.read_ahead import FactCall, read
+from ..foundations.pyinfra_api import deploy
+from ..k8s.dra import imex_action, imex_in_use, node_prerequisites
 from ..operations import dra as dra_ops
 from ..operations import drain as drain_ops
+from ..operations.containerd import target_read
 from ..operations.drain import DrainTarget
 from ..operations.verification import containerd_config_read, containerd_in_effect
-from ..verification.options import VerifyOptions
 from ..planning.findings import StepCheck
+from ..rack.imex import IMEX_UNIT
+from ..runtimes.containerd.installations import plain_target
 from ..settings import Settings
+from ..verification.options import VerifyOptions
 
 
 def wanted(settings: Settings) -> bool:

@@ -8,12 +8,10 @@ cluster older than 1.34, read from the server's version.
 
 from __future__ import annotations
 
-from pyinfra import host
-
-from ..k8s import dra
-from ..foundations.pyinfra_api import deploy
-from ..foundations import templates
 from ..facts.gpu_node_identity import GpuNode
+from ..foundations import templates
+from ..foundations.pyinfra_api import deploy
+from ..k8s import dra
 from ..operations import failure, kubectl
 from ..settings import Settings
 

@@ -13,10 +13,10 @@ from pyinfra import host, inventory, logger
 from pyinfra.api.exceptions import NoGroupError
 from pyinfra.facts.server import Hostname
 
-from ..foundations.pyinfra_api import deploy
 from ..facts.drain import KubeNodeSchedule
-from ..facts.k8s import kubeconfig_words
 from ..facts.gpu_node_identity import kube_node_name
+from ..facts.k8s import kubeconfig_words
+from ..foundations.pyinfra_api import deploy
 from ..operations import drain as drain_ops
 from ..operations import failure
 from ..operations.drain import DrainTarget

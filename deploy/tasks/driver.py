@@ -9,36 +9,45 @@ nova blacklist lives in the kernel stage.
 
 from __future__ import annotations
 
-from typing import Any
-
 from dataclasses import replace
 from datetime import date
+from typing import Any
 
 from pyinfra import host, logger
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 from pyinfra.operations import server
 
-from ..foundations.pyinfra_api import deploy
-from ..distros.package_managers import PackageManager, install_packages, lock_bounded_checks, version_listing
 from ..distros.families import Platform
+from ..distros.package_managers import PackageManager, install_packages, lock_bounded_checks, version_listing
 from ..distros.repositories import add_repository
-from ..planning.driver_names import candidate_names, companion_records, render, template_values
-from ..planning.driver_plan import (APT_PIN_PATH, CUDA_APT_KEYRING, CUDA_APT_SOURCE, CUDA_PROFILE_PATH, DriverPlan, Readings,
-                           branch_number, cuda_apt_source_text, cuda_profile_text, detect_branch, driver_plan,
-                           planned_branch)
 from ..driver.branches import end_of_life_warning
 from ..facts.apt import AptSourceFiles
-from ..facts.read_ahead import FactCall, known_fact, read, read_together
 from ..facts.gpu_support import GpuSupportLists
 from ..facts.nvidia import PackagesAvailable, RecommendedDriver
 from ..facts.packages import DnfModuleStreams, PackageVersions, RepositoryPackageVersions, WaitedPackageVersions
-from ..operations import download
+from ..facts.read_ahead import FactCall, known_fact, read, read_together
+from ..foundations.pyinfra_api import deploy
+from ..operations import download, files, units
 from ..operations import drain as drain_ops
 from ..operations import driver as driver_ops
-from ..operations import files, units
 from ..operations.drain import DrainTarget
 from ..operations.failure import HostRefusal
 from ..operations.files import put_text
+from ..planning.driver_names import candidate_names, companion_records, render, template_values
+from ..planning.driver_plan import (
+    APT_PIN_PATH,
+    CUDA_APT_KEYRING,
+    CUDA_APT_SOURCE,
+    CUDA_PROFILE_PATH,
+    DriverPlan,
+    Readings,
+    branch_number,
+    cuda_apt_source_text,
+    cuda_profile_text,
+    detect_branch,
+    driver_plan,
+    planned_branch,
+)
 from ..planning.findings import StepCheck
 from ..settings import Settings
 from . import kernel_modules, module_signing

@@ -26,20 +26,18 @@ given, and the values are no Kubernetes object); ``flux/`` and ``argocd/`` are e
 
 from __future__ import annotations
 
-from typing import Any
-
 import os
 from dataclasses import replace
+from typing import Any
 
-import yaml
 from pyinfra import host, logger
 from pyinfra.api.exceptions import NoGroupError, PyinfraError
 from pyinfra_cli.inventory import make_inventory
 
-from ..k8s import dra, health_monitor
+from ..facts.gpu_node_identity import GpuNode
 from ..facts.k8s import FIELD_MANAGER
 from ..foundations.pyinfra_api import deploy
-from ..facts.gpu_node_identity import GpuNode
+from ..k8s import dra, health_monitor
 from ..k8s.gpushare import NODE_LABEL, GpushareError, scheduler_config_yaml
 from ..operations import controller_files
 from ..operations.controller_files import ControllerFile

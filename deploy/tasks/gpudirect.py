@@ -12,10 +12,10 @@ from typing import Any
 
 from pyinfra import host, logger
 
-from ..foundations.pyinfra_api import deploy
 from ..distros.families import Platform
 from ..facts.rack import PeermemState
 from ..facts.read_ahead import FactCall, read
+from ..foundations.pyinfra_api import deploy
 from ..operations import files, kernel
 from ..planning.findings import StepCheck
 from ..rack import peermem

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from pyinfra import host, logger
 
-from ..foundations.pyinfra_api import deploy
 from ..facts.gpu_node_identity import GpuNode, GpuNodeIdentity, kube_node_name
+from ..foundations.pyinfra_api import deploy
 from ..k8s.gpushare import (
     NODE_LABEL,
     SCHEDULER_MANIFEST,
@@ -31,7 +31,6 @@ from ..operations import download, kubectl
 from ..operations.files import put_text
 from ..operations.scheduler_manifest import configure_scheduler_manifest, keep_scheduler_config
 from ..settings import Settings
-
 
 # The bundles apply_manifests applies (each object annotated with its bundle's name)
 EXTENDER_BUNDLE = "gpushare-extender"

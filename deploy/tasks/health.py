@@ -12,9 +12,9 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.operations import server
 
-from ..foundations.pyinfra_api import deploy
 from ..facts.read_ahead import FactCall, read
 from ..facts.units import UnitsEnabled
+from ..foundations.pyinfra_api import deploy
 from ..foundations.templates import render
 from ..health.check import CONFIG_PATH, STATE_PATH, HealthSettings
 from ..node import bake

@@ -12,23 +12,22 @@ member at once; a host whose file did not change is not restarted, so another do
 
 from __future__ import annotations
 
-from typing import Any
-
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyinfra import host
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 from pyinfra.operations import files as pyinfra_files
 from pyinfra.operations import systemd
 
-from ..foundations.pyinfra_api import deploy
 from ..distros.families import Platform
-from ..distros.package_managers import install_packages
+from ..distros.package_managers import install_packages, version_listing
 from ..driver.fabric import fabric_of
 from ..facts.packages import PackageVersions, RepositoryPackageVersions
 from ..facts.read_ahead import FactCall, read
 from ..facts.units import UnitsEnabled
 from ..foundations import shell_scripts
+from ..foundations.pyinfra_api import deploy
 from ..foundations.templates import render
 from ..operations import download, files, units
 from ..operations.failure import HostRefusal
@@ -38,7 +37,6 @@ from ..planning.driver_plan import CUDA_APT_KEYRING, CUDA_APT_SOURCE
 from ..planning.findings import StepCheck
 from ..rack import imex
 from ..settings import Settings, SettingsError, host_settings
-from ..distros.package_managers import version_listing
 from .driver import add_cuda_repository
 
 HEADER = "# Managed by gpu-node (deploy/tasks/imex.py)\n"

@@ -11,20 +11,19 @@ names nvidia-smi reports, and their own settings (how that node shares its GPUs)
 
 from __future__ import annotations
 
-from typing import Any
-
 from dataclasses import dataclass
+from typing import Any
 
 import yaml
 from pyinfra import host, inventory, logger
 from pyinfra.api.exceptions import NoGroupError
 
-from ..foundations.pyinfra_api import deploy
-from ..facts.read_ahead import known_fact
-from ..facts.k8s import KubeNodes
 from ..facts.gpu_node_identity import GpuNode, GpuNodeIdentity, kube_node_name
-from ..k8s import dra, health_monitor
+from ..facts.k8s import KubeNodes
+from ..facts.read_ahead import known_fact
 from ..foundations import templates
+from ..foundations.pyinfra_api import deploy
+from ..k8s import dra, health_monitor
 from ..operations import kubectl
 from ..operations.allocator_move import move_step
 from ..operations.drain import DrainTarget
@@ -56,7 +55,7 @@ class SharingConfig:
     cdi: bool = False
 
     @classmethod
-    def from_settings(cls, settings: Settings, cdi: bool | None = None) -> "SharingConfig":
+    def from_settings(cls, settings: Settings, cdi: bool | None = None) -> SharingConfig:
         """One host's config; ``cdi``: the node's (GpuNode.cdi), else what the settings alone say."""
         sharing = settings.gpu_sharing if settings.gpu_sharing in ("time-slicing", "mps") else "none"
         return cls(

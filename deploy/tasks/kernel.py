@@ -6,11 +6,11 @@ from typing import Any
 
 from pyinfra import host, logger
 
-from ..foundations.pyinfra_api import deploy
 from ..distros.families import Platform
 from ..driver.fabric import NVLINK5_MODULES_LOAD_PATH, Fabric, fabric_of
 from ..driver.fabric import modules_load_text as fabric_modules_load_text
 from ..facts.read_ahead import FactCall, read
+from ..foundations.pyinfra_api import deploy
 from ..operations import files, kernel
 from ..settings import Settings
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..distros.families import Platform
 from ..operations import driver_reload, kernel_modules

@@ -9,20 +9,19 @@ drain_before_restart drains it first; the change's own command checks again.
 
 from __future__ import annotations
 
-from typing import Any
-
 import shlex
 from dataclasses import dataclass
+from typing import Any
 
 from pyinfra import host, logger
 from pyinfra.operations import server
 
-from ..foundations.pyinfra_api import deploy
 from ..distros.families import Platform
 from ..distros.package_managers import install_packages
 from ..facts.gpu_holders import DeviceHolders
 from ..facts.read_ahead import FactCall, read
 from ..facts.units import UnitsEnabled
+from ..foundations.pyinfra_api import deploy
 from ..operations import drain as drain_ops
 from ..operations import files, rack, units
 from ..operations.drain import DrainTarget

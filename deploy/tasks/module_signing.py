@@ -13,13 +13,13 @@ from typing import Any
 from pyinfra import host
 from pyinfra.operations import files as pyinfra_files
 
+from ..distros.families import Platform
 from ..distros.package_managers import PackageManager, install_packages
+from ..driver.signing import GENERATED_FOLDER, key_paths, signing_wanted
 from ..facts.read_ahead import FactCall, read
 from ..operations import module_signing as signing_ops
 from ..operations.files import digest_read, put_text
-from ..distros.families import Platform
-from ..driver.signing import GENERATED_FOLDER, key_paths, signing_wanted
-from ..planning.module_signing import SigningPlan, dkms_config_text, enrollment_steps, key_refusal, kernels_to_sign
+from ..planning.module_signing import SigningPlan, dkms_config_text, enrollment_steps, kernels_to_sign, key_refusal
 from ..settings import Settings
 
 

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from pyinfra import host, logger
 from pyinfra.facts.server import Arch, LinuxDistribution
 
-from ..foundations.pyinfra_api import deploy
 from ..distros.families import Platform, detect_platform
 from ..facts.access import HostAccess
-from ..facts.read_ahead import FactCall, read_facts
 from ..facts.nvidia import NodeSurvey
+from ..facts.read_ahead import FactCall, read_facts
 from ..facts.recovery import PackageManagerState, PendingRestarts
+from ..foundations.pyinfra_api import deploy
 from ..operations import packages as package_ops
 from ..operations.failure import HostRefusal
-from ..planning.findings import Findings, PreflightStep, StepCheck
+from ..planning.findings import Findings, PreflightStep
 from ..settings import Settings, likely_typos, setting_source
 
 DISK_MOUNTS = ("/", "/var")

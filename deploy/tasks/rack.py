@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pyinfra import host
 
-from ..foundations.pyinfra_api import deploy
 from ..facts.nvidia import NodeSurvey
 from ..facts.rack import ImexState, MigState, PeermemState
 from ..facts.read_ahead import FactCall, known_fact
+from ..foundations.pyinfra_api import deploy
 from ..operations import rack
 from ..operations.failure import HostRefusal, fail
 from ..rack import peermem

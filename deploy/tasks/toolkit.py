@@ -6,16 +6,16 @@ from typing import Any
 
 from pyinfra import host
 
-from ..foundations.pyinfra_api import deploy
-from ..distros.package_managers import APT_REPOSITORY_FILE, PACKAGE_MANAGERS, install_packages
 from ..distros.families import Platform
+from ..distros.package_managers import APT_REPOSITORY_FILE, PACKAGE_MANAGERS, install_packages
 from ..distros.repositories import add_repository, key_pin, rpm_repository_text
 from ..facts.read_ahead import FactCall, read
+from ..foundations.pyinfra_api import deploy
 from ..operations import download
 from ..operations import packages as package_ops
 from ..operations.failure import HostRefusal
-from ..settings import Settings
 from ..planning.findings import StepCheck
+from ..settings import Settings
 
 # Pinned together: the toolkit refuses mixed versions of its own parts.
 TOOLKIT_PACKAGES = (

@@ -8,28 +8,27 @@ says what happened to it and why. A node gpu-node never changed has no records: 
 
 from __future__ import annotations
 
-from typing import Any
-
 from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import PurePosixPath
+from typing import Any
 
 from pyinfra import host, logger
 from pyinfra.facts.server import Arch, LinuxDistribution
 from pyinfra.operations import systemd
 
-from ..foundations.pyinfra_api import deploy
-from ..node import records as node_records
 from ..distros.families import Platform, detect_platform
+from ..driver.fabric import NVLINK5_MODULES_LOAD_PATH
 from ..facts.access import HostAccess
 from ..facts.read_ahead import FactCall, read, read_facts
 from ..facts.records import NodeRecords
-from ..driver.fabric import NVLINK5_MODULES_LOAD_PATH
+from ..foundations.pyinfra_api import deploy
+from ..node import records as node_records
 from ..operations import devices, kernel, units
 from ..operations import undo as undo_ops
-from ..operations.undo import FileUndo
 from ..operations.cdi import REFRESH_ENV
 from ..operations.failure import HostRefusal
+from ..operations.undo import FileUndo
 from ..planning.driver_plan import APT_PIN_PATH, CUDA_PROFILE_PATH
 from ..settings import Settings
 from . import kernel as kernel_stage

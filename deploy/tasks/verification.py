@@ -3,14 +3,13 @@ deploy/operations/verification.py)."""
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
-
-from ..foundations.pyinfra_api import deploy
-from ..verification.options import VerifyOptions
 from ..facts.read_ahead import FactCall
+from ..foundations.pyinfra_api import deploy
 from ..operations import verification
 from ..settings import Settings
+from ..verification.options import VerifyOptions
 
 
 def reads(settings: Settings) -> list[FactCall]:

@@ -5,20 +5,19 @@ the nvidia runtime's mode, and the device the CRI probe's CDI container asks for
 
 from __future__ import annotations
 
-from typing import Any
-
 from dataclasses import dataclass
+from typing import Any
 
 import yaml
 
-from ..foundations import node_text
-from ..runtimes.cdi import RUNTIME_CONFIG, SPEC_PATH, runtime_mode_of
-from ..runtimes import registry
-from ..foundations.toml_layout import ConfigError
 from ..facts.cdi import REFRESH_PATH_UNIT, spec_stale
-from ..reports.node_report import FAIL, PASS, SKIP, Step
-from .options import NO_GPU, VerifyOptions
+from ..foundations import node_text
 from ..foundations.node_text import short
+from ..foundations.toml_layout import ConfigError
+from ..reports.node_report import FAIL, PASS, SKIP, Step
+from ..runtimes import registry
+from ..runtimes.cdi import RUNTIME_CONFIG, SPEC_PATH, runtime_mode_of
+from .options import NO_GPU, VerifyOptions
 from .readout import crictl_message, gpu_usable, without_crictl_warnings
 
 

@@ -5,15 +5,14 @@ a wired runtime's CRI (containerd's), and the /dev/char links the systemd cgroup
 
 from __future__ import annotations
 
-from typing import Any
-
 import posixpath
+from typing import Any
 
 import yaml
 
-from ..foundations import node_text
 from ..facts.devices import missing_links
 from ..facts.verification import KUBELET_CONFIG
+from ..foundations import node_text
 from ..reports.node_report import FAIL, PASS, SKIP, Step
 from ..runtimes import registry
 from .options import VerifyOptions

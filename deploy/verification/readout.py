@@ -6,10 +6,9 @@ configured runtime binaries, what crictl said. Pure.
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import re
+from typing import Any
 
 from ..runtimes import registry
 

@@ -6,21 +6,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..foundations import redact
-from .version_set import version_set_step
 from ..driver.kernel_coverage import boot_kernels_step
+from ..foundations import redact
 from ..reports.node_report import NodeRecord, Step
+from ..runtimes import registry
 from .cdi import cdi_step, cdi_summary, cri_cdi_probe, runtime_mode_step
 from .cluster import cgroup_steps, dev_char_step
-from .gpu_driver import cuda_step, cuda_summary, gpu_steps
-from .module_fabric import (fabric_manager_step, fabric_manager_summary, module_type_step, module_type_summary,
-                            persistence_step, persistence_summary)
 from .driver_branch import lifecycle_step
+from .gpu_driver import cuda_step, cuda_summary, gpu_steps
+from .module_fabric import (
+    fabric_manager_step,
+    fabric_manager_summary,
+    module_type_step,
+    module_type_summary,
+    persistence_step,
+    persistence_summary,
+)
 from .module_signing import module_signing_step
 from .options import VerifyOptions
 from .readout import driver_version, gpus_on_pci
 from .toolkit_runtimes import run_steps, runtime_config_steps, toolkit_steps
-from ..runtimes import registry
+from .version_set import version_set_step
 
 
 def all_steps(readout: dict[str, Any], options: VerifyOptions, runs: dict[str, dict[str, Any]]) -> list[Step]:

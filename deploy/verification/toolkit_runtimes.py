@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..foundations.node_text import short
+from ..reports.node_report import FAIL, PASS, SKIP, Step
 from ..runtimes import registry
 from ..runtimes.registry import CONTAINER, CRI, GpuRun
 from ..runtimes.wiring import HANDLER
-from ..reports.node_report import FAIL, PASS, SKIP, Step
 from .cdi import CdiProbe, cdi_container_problem
 from .options import NO_GPU, VerifyOptions
 from .readout import cleaned_up, configured_binaries, crictl_message, gpu_usable, gpus_on_pci, without_crictl_warnings

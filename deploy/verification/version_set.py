@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..driver.versions import upstream_version
 from ..driver.next_boot import library_version
+from ..driver.versions import upstream_version
 from ..reports.node_report import FAIL, PASS, SKIP, Step
 
 STEP = "version_set"

@@ -19,7 +19,6 @@ import sys
 import pytest
 import toolkit_repo
 import yaml
-
 from harness import REPO, assert_no_change, wait_for
 from lab import LabMissing, nvml_mock
 from lab.cluster import MOCK_DRIVER_ROOT, LabCluster

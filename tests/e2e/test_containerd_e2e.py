@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 import tomlkit
 from corpus import corpus_file
-from harness import REPO, assert_no_change, run, wait_for
+from harness import REPO, assert_no_change, run, sid_containerd_deb, wait_for
 from harness import busybox_image_tar as harness_busybox_image_tar
-from harness import sid_containerd_deb
 
 from deploy.operations.safe_install import BACKUP_INFIX
 

@@ -18,9 +18,9 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from lab import assets
 
@@ -150,7 +150,7 @@ class ControlPlane:
         """A folder holding the lab's kubectl (put it first on PATH for the tool's kubectl calls)."""
         return self.workdir / "bin"
 
-    def start(self, timeout: float = 120) -> "ControlPlane":
+    def start(self, timeout: float = 120) -> ControlPlane:
         began = time.monotonic()
         try:
             self._start(timeout)

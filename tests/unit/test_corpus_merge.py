@@ -16,10 +16,10 @@ behaviour, not from the merge's code: they read the dump (or the JSON) with the 
 from __future__ import annotations
 
 import json
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 from config_checks import (
     NVIDIA_BINARY,
     assert_wired,
@@ -31,9 +31,9 @@ from config_checks import (
 from containerd_releases import READERS, config_dump, dockerd, dockerd_validate, release
 from corpus import containerd_configs, corpus_folder, docker_configs, file_params, read_text, sources
 
-from deploy.runtimes.containerd.cri import merge_containerd_config
 from deploy.foundations.toml_layout import ConfigError
 from deploy.operations.containerd import ConfigFile, plan_wiring
+from deploy.runtimes.containerd.cri import merge_containerd_config
 from deploy.runtimes.docker.daemon_json import (
     DaemonConfigError,
     merge_daemon_config,

@@ -35,9 +35,9 @@ from pyinfra.api import Inventory
 from pyinfra.api.connect import disconnect_all
 from test_fleet_from_reports import REPO, reports_folder_output
 
+from deploy.facts.reports import MAX_NODE_REPORTS, NodeReports
 from deploy.fleet import from_reports as fleet_from_reports
 from deploy.foundations import node_text
-from deploy.facts.reports import MAX_NODE_REPORTS, NodeReports
 
 FIELD_CASES = [pytest.param(wrong_type_file(where, value), where.split(".")[-1], id=case_id(where, value))
                for where, value in WRONG_TYPES]

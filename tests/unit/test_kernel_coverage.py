@@ -13,8 +13,8 @@ import pytest
 from plan import DEFAULT, Output, run_plan, settings_for
 from pyinfra.api import deploy
 
-from deploy.driver import kernel_coverage
 from deploy.distros.families import DEBIAN_DRIVER, KERNEL_METAPACKAGE_HEADERS, detect_platform
+from deploy.driver import kernel_coverage
 from deploy.facts.installed_kernels import InstalledKernels
 from deploy.facts.nvidia import PackagesAvailable
 from deploy.reports.node_report import FAIL, PASS, SKIP

@@ -11,13 +11,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from plan import DEFAULT, PCI_WITH_GPU, carrying, every, gpu_node, node_lines, run_deploy
 
 from deploy.facts.access import PACKAGE_MANAGER_COMMANDS, HostAccess
-from deploy.facts.nvidia import PackagesAvailable
 from deploy.facts.apt import AptSourceFiles
-
+from deploy.facts.nvidia import PackagesAvailable
 
 # The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")

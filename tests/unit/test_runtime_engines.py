@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import inspect
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
-from deploy.runtimes.engine import ConfigError, Effective, RuntimeEngine, Wired
+from deploy.foundations.toml_layout import tomllib
+from deploy.node.records import JSON, TOML
 from deploy.runtimes.containerd.cri import ContainerdEngine
 from deploy.runtimes.docker.daemon_json import DockerEngine, DockerRunning
-from deploy.node.records import JSON, TOML
+from deploy.runtimes.engine import ConfigError, Effective, RuntimeEngine, Wired
 from deploy.runtimes.wiring import RuntimeWiring
-from deploy.foundations.toml_layout import tomllib
 
 WIRING = RuntimeWiring()
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from deploy.settings import hints as settings_hints
 from deploy.settings import DEFAULTS, SETTING_FIELDS, Settings, SettingsError, likely_typos, parse_settings
+from deploy.settings import hints as settings_hints
 
 REPO = Path(__file__).resolve().parents[2]
 

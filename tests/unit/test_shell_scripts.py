@@ -25,11 +25,11 @@ import pytest
 from pci_tree import load, write
 from shell_sandbox import Sandbox, build_template
 
-from deploy.foundations import shell_scripts
 from deploy.facts.devices import NvidiaDeviceLinks
 from deploy.facts.nvidia import NodeSurvey
 from deploy.facts.records import NodeRecords
 from deploy.facts.recovery import PendingRestarts
+from deploy.foundations import shell_scripts
 
 if sys.version_info >= (3, 11):
     import tomllib

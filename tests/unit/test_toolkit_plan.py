@@ -11,7 +11,6 @@ from deploy.operations.download import source_read
 from deploy.operations.packages import deb_states_read
 from deploy.tasks.toolkit import APT_KEYRING, APT_SOURCE, TOOLKIT_PACKAGES, toolkit
 
-
 # The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")
 

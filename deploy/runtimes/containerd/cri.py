@@ -20,18 +20,18 @@ and the order stay as they were; only the keys below are set:
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import tomlkit
 from tomlkit.exceptions import ParseError
 from tomlkit.items import Array, InlineTable, Table
 
 from ...foundations import node_text, redact, toml_layout
-from ..cdi import SPEC_DIRS, SPEC_PATH
 from ...foundations.toml_layout import TOMLKIT_FAULTS, ConfigError, Edits, TablePath, dotted, tomllib
 from ...runtimes.wiring import RuntimeWiring
+from ..cdi import SPEC_DIRS, SPEC_PATH
 from ..engine import TOML, Effective, RuntimeEngine, Wired
 
 RUNC_V2 = "io.containerd.runc.v2"

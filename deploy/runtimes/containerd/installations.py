@@ -8,9 +8,8 @@ runs with and its socket. The ContainerdInstallations fact looks for the table's
 
 from __future__ import annotations
 
-from typing import Any
-
 from dataclasses import dataclass
+from typing import Any
 
 PLAIN_SOCKET = "/run/containerd/containerd.sock"
 RANCHER_SOCKET = "/run/k3s/containerd/containerd.sock"  # k3s and rke2 alike

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, Sequence
+from typing import Any, NoReturn
 
 from ...foundations import node_text, templates
-from ...runtimes.wiring import RuntimeWiring
 from ...foundations.toml_layout import ConfigError
+from ...runtimes.wiring import RuntimeWiring
 from ..engine import JSON, Effective, RuntimeEngine, Wired
 from .unit import DockerdFlag
 

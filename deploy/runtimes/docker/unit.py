@@ -6,11 +6,10 @@ ways) and decide what dockerd runs. Pure: text in, flags out.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import os
 import re
 import shlex
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ...foundations import node_text
