@@ -395,9 +395,12 @@ def test_mig_strategy_runs_the_real_plugin_on_whole_mock_gpus_mig_devices_not_sh
     labels = node_labels(cluster)
     for node in ("lab-gpu-1", "lab-gpu-2"):
         assert labels[node]["nvidia.com/device-plugin.config"] == name
-        wait_for(lambda: f'"migStrategy": "{strategy}"' in latest_config_log(
-                     cluster, node, "nvidia-device-plugin", "nvidia-device-plugin-ctr"),  # noqa: B023 - waited for here
-                 timeout=240, interval=3, what=f"the plugin on {node} running with migStrategy {strategy}")
+
+        def running(node: str = node) -> bool:
+            return f'"migStrategy": "{strategy}"' in latest_config_log(
+                cluster, node, "nvidia-device-plugin", "nvidia-device-plugin-ctr")
+
+        wait_for(running, timeout=240, interval=3, what=f"the plugin on {node} running with migStrategy {strategy}")
     wanted = {"lab-gpu-1": str(cluster.gpu_count), "lab-gpu-2": str(cluster.gpu_count)}
     wait_for(lambda: gpu_capacity(cluster) == wanted, timeout=240, interval=2,
              what=f"nvidia.com/gpu allocatable {wanted} (now {gpu_capacity(cluster)})")

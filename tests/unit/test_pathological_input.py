@@ -400,8 +400,12 @@ def test_the_kubelets_config_that_cannot_be_read_fails_the_cgroup_step_in_one_li
 # --- the scheduler's static pod (control plane) --------------------------------------------------
 
 @pytest.mark.parametrize("case", YAML)
-def test_the_scheduler_manifest_fails_the_host_in_one_line_and_is_left_byte_for_byte(monkeypatch, cluster, caplog,  # noqa: F811 - the fixture
-                                                                                     case):
+def test_the_scheduler_manifest_fails_the_host_in_one_line_and_is_left_byte_for_byte(
+    monkeypatch,
+    cluster,  # noqa: F811 - the fixture
+    caplog,
+    case,
+):
     content, says = YAML[case]
     cluster.files[MANIFEST] = content
     run = run_k8s_plan(monkeypatch, cluster, GPUSHARE_GPU, data=GPUSHARE_DATA)
