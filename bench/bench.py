@@ -44,8 +44,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "bench"), str(REPO / "tests")]
 
-from harness import SAFE_DATA, ensure_docker, node_image  # noqa: E402
+import toolkit_repo  # noqa: E402
 from chart import scaling_svg  # noqa: E402
+from harness import SAFE_DATA, ensure_docker, node_image  # noqa: E402
 from sshfleet import (  # noqa: E402
     Keys,
     SshNode,
@@ -60,11 +61,15 @@ from sshfleet import (  # noqa: E402
     write_inventory,
 )
 
-from deploy.tasks.kernel import BLACKLIST_PATH, MODULES_LOAD_PATH, SYSCTL_PATH  # noqa: E402
-from deploy.tasks.kernel import blacklist_text, modules_load_text, sysctl_text  # noqa: E402
+from deploy.tasks.kernel import (  # noqa: E402  # noqa: E402
+    BLACKLIST_PATH,
+    MODULES_LOAD_PATH,
+    SYSCTL_PATH,
+    blacklist_text,
+    modules_load_text,
+    sysctl_text,
+)
 from deploy.tasks.toolkit import APT_KEYRING, APT_SOURCE, TOOLKIT_PACKAGES  # noqa: E402
-
-import toolkit_repo  # noqa: E402
 
 STAGES = "kernel,toolkit,runtimes,verify"
 PLAYBOOK = REPO / "bench" / "ansible" / "noop.yml"
@@ -135,7 +140,7 @@ def start_fleet(image: str, count: int, keys: Keys, hosts_per_node: int = 1) -> 
         # Boots slow down with the machine's load (other jobs' e2e tests): one more try.
         try:
             node.start_ssh(keys)
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 - a boot that fails on a loaded machine gets one more try
             print(f"{node.name} did not boot ({str(error)[:200]}): trying again", file=sys.stderr)
             node.id = ""
             node.start_ssh(keys)
@@ -328,7 +333,7 @@ def markdown(results: dict) -> str:
             small, large = measured[0], measured[-1]
             added = large["nodes"] - small["nodes"]
             def per_node(key):
-                return (large[name][key] - small[name][key]) / added
+                return (large[name][key] - small[name][key]) / added  # noqa: B023 - called in this iteration
             out += ["", f"Per added node ({small['nodes']} to {large['nodes']}): wall +{per_node('wall_s'):.3f} s, "
                         f"controller CPU +{per_node('cpu_s'):.3f} s, nodes' CPU +{per_node('nodes_cpu_s'):.3f} s, "
                         f"controller peak +{per_node('peak_mb'):.2f} MB."]

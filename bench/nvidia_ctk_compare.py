@@ -33,9 +33,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
@@ -44,9 +45,9 @@ from config_checks import NVIDIA_BINARY, leaves  # noqa: E402
 from containerd_releases import READERS, config_dump, dockerd, dockerd_validate, release  # noqa: E402
 from corpus import corpus_root  # noqa: E402
 
-from deploy.runtimes.containerd.cri import merge_containerd_config  # noqa: E402
 from deploy.foundations.toml_layout import ConfigError  # noqa: E402
 from deploy.operations.containerd import ConfigFile, plan_wiring  # noqa: E402
+from deploy.runtimes.containerd.cri import merge_containerd_config  # noqa: E402
 from deploy.runtimes.docker.daemon_json import (  # noqa: E402
     DaemonConfigError,
     merge_daemon_config,
@@ -216,7 +217,7 @@ def run_ctk(command: list[str], outcome) -> bool:
     done = subprocess.run(command, capture_output=True, text=True)
     outcome.seconds = time.perf_counter() - started
     if done.returncode != 0:
-        outcome.failed = (done.stderr.strip().splitlines() or ["exit %d" % done.returncode])[-1][:200]
+        outcome.failed = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1][:200]
     return done.returncode == 0
 
 

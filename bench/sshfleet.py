@@ -93,7 +93,7 @@ def remove_all(nodes: list[Node]) -> None:
     for node in nodes:
         try:
             node.remove()
-        except Exception as error:  # keep removing the others
+        except Exception as error:  # noqa: BLE001 - keep removing the others
             print(f"removing {node.id[:12]} failed: {error}", file=sys.stderr)
 
 

@@ -14,9 +14,10 @@ docs/architecture.md).
 import importlib
 import os
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
-from typing import Any, Iterator
+from typing import Any
 
 __version__ = "0.3.0"
 __all__ = ["provision_gpu_node", "verify_gpu_node", "undo_gpu_node", "configure_cluster", "render_cluster_files"]

@@ -7,21 +7,22 @@ and its files for GitOps (``render_cluster_files``, deploy/render_cluster.py).
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyinfra import host
-from pyinfra.api import deploy
 
 from .entry import freeze_imported_objects
+from .foundations.pyinfra_api import deploy
 from .settings import DEFAULTS, SettingsError, call_settings, host_settings
 from .signatures import document_settings
-from .tasks.gitops import write_cluster_files
 from .tasks.dra_cluster import dra_driver, uses_dra
-from .tasks.k8s import (device_plugin, gpu_cluster, gpu_health_monitor, move_nodes, needs_device_plugin,
-                        uses_gpushare)
+from .tasks.gitops import write_cluster_files
+from .tasks.k8s import device_plugin, gpu_cluster, gpu_health_monitor, move_nodes, needs_device_plugin, uses_gpushare
 
 
 @document_settings
 @deploy("GPU cluster", data_defaults=DEFAULTS)
-def configure_cluster(**settings):
+def configure_cluster(**settings: Any) -> None:
     """
     Make the cluster schedule (and share) GPUs: the RuntimeClass, the device plugin or gpushare, the
     GPU nodes' labels, the smoke pod, node-problem-detector's GPU condition (docs/cluster.md), through
@@ -55,7 +56,7 @@ def configure_cluster(**settings):
 
 @document_settings
 @deploy("GPU cluster files", data_defaults=DEFAULTS)
-def render_cluster_files(**settings):
+def render_cluster_files(**settings: Any) -> None:
     """
     Write what ``configure_cluster`` would apply as files (``manifests_dir``), for GitOps or
     ``kubectl apply``, on the controller (``@local``): no cluster and no GPU node reached

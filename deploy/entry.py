@@ -11,24 +11,28 @@ import gc
 import sys
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 import pyinfra
 from pyinfra import host, logger
-from pyinfra.api import deploy
 
-from .node import bake
 from .facts.base import UnreadableOutput
-from .reports.fleet_report import fleet_report_for
+from .foundations.pyinfra_api import deploy
+from .foundations.redact import log_file_note
+from .node import bake
 from .node.records import RECORDS_DIR
 from .operations.failure import HostRefusal, fail
-from .foundations.redact import log_file_note
+from .reports.fleet_report import fleet_report_for
 from .settings import DEFAULTS, Settings, call_settings, host_settings
 from .signatures import document_settings
 from .stages import read_only_steps, steps_for
+from .tasks import undo
 from .tasks.drain import checked_drain_target
 from .tasks.preflight import preflight, read_ahead
-from .tasks import undo
+
+if TYPE_CHECKING:
+    from pyinfra.api import Host
 
 
 @cache
@@ -59,17 +63,18 @@ def inventory_file_group() -> str | None:
     return Path(inventory).name.rsplit(".", 1)[0] if isinstance(inventory, str) and Path(inventory).is_file() else None
 
 
-def automatic_groups(host) -> set[str]:
+def automatic_groups(host: Host) -> set[str]:
     """The groups pyinfra puts hosts in on its own, which say nothing of what a host is for: a
     connector's (``@ssh``, ``@docker``) and the inventory file's name."""
     groups = {group for group in host.groups if group.startswith("@")}
     file_group = inventory_file_group()
-    if file_group in host.groups and len(host.inventory.get_group(file_group)) == len(host.inventory):
+    if file_group is not None and file_group in host.groups and len(host.inventory.get_group(file_group)) == len(
+            host.inventory):
         groups.add(file_group)
     return groups
 
 
-def outside_the_groups(host, settings: Settings) -> str | None:
+def outside_the_groups(host: Host, settings: Settings) -> str | None:
     """Why ``host`` is not a GPU node of this inventory, when it is in groups but not in
     ``gpu_nodes_group`` (a misnamed group); None for a GPU node or a host named on the command line
     (in none but pyinfra's own, ``automatic_groups``)."""
@@ -84,7 +89,7 @@ def outside_the_groups(host, settings: Settings) -> str | None:
             f"{wanted}{hint}; add it there, or name the GPU nodes' group with gpu_nodes_group")
 
 
-def gpu_node_settings(host) -> Settings | None:
+def gpu_node_settings(host: Host) -> Settings | None:
     """
     The settings of a host the GPU node entry files act on, with the run's fleet report hooked;
     None for a control-plane-only host, which is deploy/k8s_gpu.py's business, and for a host in
@@ -107,7 +112,7 @@ def gpu_node_settings(host) -> Settings | None:
 
 @document_settings
 @deploy("GPU node", data_defaults=DEFAULTS)
-def provision_gpu_node(**settings):
+def provision_gpu_node(**settings: Any) -> None:
     """
     Turn this host into a Kubernetes GPU node: preflight, then every stage its settings run
     (kernel, driver, toolkit, runtimes, verify; docs/node-run.md). Settings are keyword arguments
@@ -140,7 +145,7 @@ def provision_gpu_node(**settings):
 
 @document_settings
 @deploy("Verify GPU node", data_defaults=DEFAULTS)
-def verify_gpu_node(**settings):
+def verify_gpu_node(**settings: Any) -> None:
     """Verify this GPU node, read-only: every verify step and a report (deploy/verify.py), changing nothing.
     Settings as ``provision_gpu_node`` takes them."""
     call_settings(host.state, settings, "verify_gpu_node")
@@ -162,7 +167,7 @@ def verify_gpu_node(**settings):
 
 @document_settings
 @deploy("Undo GPU node", data_defaults=DEFAULTS)
-def undo_gpu_node(**settings):
+def undo_gpu_node(**settings: Any) -> None:
     """
     Take gpu-node back off this host (deploy/undo.py): every file it changed back to what it held
     before gpu-node, or its nvidia wiring taken out where someone changed it since; its own files,

@@ -7,12 +7,13 @@ scripts/settings_doc.py writes docs/settings.md from them): ``help(provision_gpu
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from functools import cache
-from typing import Callable, TypeVar
+from typing import Any, TypeVar
 
 from .settings import DEFAULTS, SETTING_FIELDS
 
-F = TypeVar("F", bound=Callable)
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @cache
@@ -38,6 +39,6 @@ def document_settings(deploy_function: F) -> F:
     """``deploy_function`` (a pyinfra @deploy, which takes ``**settings``) given the settings' signature
     and its docstring followed by the settings' list. pyinfra's wrapper is what the package exports:
     set on it, both are what help() and inspect.signature read."""
-    deploy_function.__signature__ = settings_signature()
+    deploy_function.__signature__ = settings_signature()  # type: ignore[attr-defined]  # what inspect reads first
     deploy_function.__doc__ = f"{inspect.cleandoc(deploy_function.__doc__ or '')}\n\n{settings_list()}"
     return deploy_function

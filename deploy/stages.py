@@ -9,17 +9,34 @@ asks the steps it is given.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any
 
 from .distros.families import Platform
 from .facts.read_ahead import FactCall
-from .planning.findings import Findings, StepCheck
 from .operations.drain import DrainTarget
 from .operations.runtime_config import WiredRuntime
+from .planning.findings import Findings, StepCheck
 from .settings import Settings, Stage
-from .tasks import (boot, cdi, containerd, devices, docker, dra, driver, drain, gpudirect, health, imex, kernel, mig,
-                    rack, toolkit, verification)
+from .tasks import (
+    boot,
+    cdi,
+    containerd,
+    devices,
+    docker,
+    dra,
+    drain,
+    driver,
+    gpudirect,
+    health,
+    imex,
+    kernel,
+    mig,
+    rack,
+    toolkit,
+    verification,
+)
 
 
 def _no_reads(settings: Settings) -> list[FactCall]:
@@ -37,7 +54,7 @@ class Step:
     # the facts its decisions read, for preflight's one command
     reads: Callable[[Settings], list[FactCall]] = field(default=_no_reads)
     # what preflight checks for it: refusals, warnings, and the stage's plan (Findings.plans)
-    check: Callable[[Settings, Platform, dict], StepCheck] | None = None
+    check: Callable[[Settings, Platform, dict[str, Any]], StepCheck] | None = None
     # changes packages: preflight first waits for a busy package manager, finishes an interrupted one
     installs: bool = False
     # deploy/verify.py runs only these
@@ -48,6 +65,17 @@ class Step:
 
     def runs(self, settings: Settings) -> bool:
         return (self.stage is None or settings.runs(self.stage)) and self.wanted(settings)
+
+
+def _after_preflight(
+    apply: Callable[[Settings, Findings, DrainTarget | None], object],
+) -> Callable[[Settings, Findings | None, DrainTarget | None], object]:
+    """A step's ``apply`` that reads preflight's findings, which every step is given but verify.py's read-only ones."""
+    def applied(settings: Settings, found: Findings | None, target: DrainTarget | None) -> object:
+        if found is None:
+            raise ValueError("a step that reads preflight's findings ran without them")
+        return apply(settings, found, target)
+    return applied
 
 
 def _always(settings: Settings) -> bool:
@@ -71,34 +99,34 @@ def _driver_packages(found: Findings | None) -> frozenset[str]:
 
 STEPS: tuple[Step, ...] = (
     Step("kernel", "kernel", _always, reads=kernel.reads,
-         apply=lambda s, found, target: kernel.kernel_prerequisites(s, found.platform, found.nvidia)),
+         apply=_after_preflight(lambda s, found, target: kernel.kernel_prerequisites(s, found.platform, found.nvidia))),
     Step("driver", "driver", lambda s: s.nvidia_driver_install, check=driver.preflight_check, installs=True,
-         apply=lambda s, found, target: driver.nvidia_driver(s, found.platform, found.plans["driver"], drain=target)),
+         apply=_after_preflight(lambda s, found, target: driver.nvidia_driver(s, found.platform, found.plans["driver"], drain=target))),
     # The rack's parts beside the driver (deploy/rack/): an IMEX domain's daemon and members, nvidia-peermem
     # after the RDMA stack, the MIG layout mig-parted applies at boot
     Step("imex", "driver", lambda s: s.imex_domain is not None, reads=imex.reads, check=imex.preflight_check,
-         installs=True, apply=lambda s, found, target: imex.imex_domain(s, found.platform, found.plans["imex"])),
+         installs=True, apply=_after_preflight(lambda s, found, target: imex.imex_domain(s, found.platform, found.plans["imex"]))),
     Step("gpudirect rdma", "driver", lambda s: s.gpudirect_rdma != "false", reads=gpudirect.reads,
          check=gpudirect.preflight_check,
-         apply=lambda s, found, target: gpudirect.gpudirect_rdma(s, found.plans["gpudirect rdma"], found.nvidia)),
+         apply=_after_preflight(lambda s, found, target: gpudirect.gpudirect_rdma(s, found.plans["gpudirect rdma"], found.nvidia))),
     Step("mig layout", "driver", lambda s: s.mig_layout is not None, reads=mig.reads, check=mig.preflight_check,
-         installs=True, apply=lambda s, found, target: mig.mig_layout(s, found.platform, found.plans["mig layout"],
-                                                                      drain=target)),
+         installs=True, apply=_after_preflight(lambda s, found, target: mig.mig_layout(s, found.platform, found.plans["mig layout"],
+                                                                      drain=target))),
     Step("toolkit", "toolkit", lambda s: s.nvidia_toolkit_install, reads=toolkit.reads,
          check=toolkit.preflight_check, installs=True,
-         apply=lambda s, found, target: toolkit.toolkit(s, found.platform)),
+         apply=_after_preflight(lambda s, found, target: toolkit.toolkit(s, found.platform))),
     Step("containerd", "runtimes", lambda s: s.wires("containerd"), reads=containerd.reads,
          check=containerd.preflight_check, installs=True, wired=containerd.wired,
-         apply=lambda s, found, target: containerd.containerd_runtime(
+         apply=_after_preflight(lambda s, found, target: containerd.containerd_runtime(
              s, found.platform.family, found.runtimes["containerd"].found, drain=target,
-             pending_restarts=found.pending_restarts)),
+             pending_restarts=found.pending_restarts))),
     Step("docker", "runtimes", lambda s: s.wires("docker"), reads=docker.reads,
          check=docker.preflight_check, installs=True, wired=docker.wired,
-         apply=lambda s, found, target: docker.docker_runtime(
-             s, found.platform.family, drain=target, pending_restarts=found.pending_restarts)),
+         apply=_after_preflight(lambda s, found, target: docker.docker_runtime(
+             s, found.platform.family, drain=target, pending_restarts=found.pending_restarts))),
     Step("cdi", "runtimes", _always, reads=cdi.reads,
          check=lambda s, platform, nvidia: cdi.preflight_check(s, platform, nvidia, wired_runtimes(s)),
-         apply=lambda s, found, target: cdi.cdi(s, tuple(found.runtimes.values()))),
+         apply=_after_preflight(lambda s, found, target: cdi.cdi(s, tuple(found.runtimes.values())))),
     # systemd re-applies containers' devices by their /dev/char names (the systemd cgroup driver)
     Step("device links", "runtimes", lambda s: s.systemd_cgroup, reads=devices.reads,
          apply=lambda s, found, target: devices.device_links(s)),
@@ -124,7 +152,7 @@ STEPS: tuple[Step, ...] = (
          apply=lambda s, found, target: target and drain.uncordon_drained_node(target, _driver_packages(found))),
     # Last, so it ends the run's output: no GPU, reboot required.
     Step("driver report", None, _always,
-         apply=lambda s, found, target: driver.driver_report(s, found.plans.get("driver"))),
+         apply=_after_preflight(lambda s, found, target: driver.driver_report(s, found.plans.get("driver")))),
 )
 
 

@@ -79,7 +79,6 @@ def allow_sandboxes_without_cap_sys_resource(node) -> None:
     The tool's merge keeps the key on later runs. (A kubelet node gets it from tests/lab's join.)
     """
     import tomlkit
-
     from harness import wait_for
 
     path = "/etc/containerd/config.toml"

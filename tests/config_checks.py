@@ -7,8 +7,9 @@ own config shapes (tests/unit/test_config_shapes.py).
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 NVIDIA_BINARY = "/usr/bin/nvidia-container-runtime"
 # Every name under which containerd 1.x / 2.x can have CRI switched off.

@@ -9,10 +9,10 @@ the setting when it is not there.
 from __future__ import annotations
 
 import os
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS_ENV = "GPU_NODE_CORPUS"

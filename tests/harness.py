@@ -134,7 +134,7 @@ DEBIAN_HEADERS_KERNEL = ("dpkg-query -W -f '${Depends}' linux-headers-amd64 2>/d
                          "| sed -n 's/^ *linux-headers-\\([^ ]*\\).*/\\1/p'")
 
 
-def keep_dkms_builds(node: "Node", folder: Path) -> list[Path]:
+def keep_dkms_builds(node: Node, folder: Path) -> list[Path]:
     """
     DKMS's own tarball (``dkms mktarball --binaries-only``) of each module the node built for the kernel
     of Debian's headers metapackage, into ``folder/<module>/<module>-<version>.dkms.tar.gz``: the name a
@@ -158,7 +158,7 @@ def keep_dkms_builds(node: "Node", folder: Path) -> list[Path]:
     return kept
 
 
-def load_dkms_builds(node: "Node", folder: Path) -> None:
+def load_dkms_builds(node: Node, folder: Path) -> None:
     """The tarballs keep_dkms_builds kept, where a DKMS package's postinst looks for prebuilt modules
     (``/usr/share/<module>-dkms/``, dh_dkms' TARBALL_ROOT): installing the package then loads that build
     (``dkms ldtarball``) instead of compiling the same module for the same kernel again."""
@@ -260,7 +260,7 @@ class Node:
     # PID 1: systemd, as a node boots; anything else makes a plain container (no boot to wait for)
     init: tuple[str, ...] = ("/sbin/init",)
 
-    def start(self) -> "Node":
+    def start(self) -> Node:
         volumes = []
         if self.share_apt_cache:
             self.apt_cache = AptCache()

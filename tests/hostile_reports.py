@@ -13,9 +13,10 @@ import json
 import os
 import re
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from deploy.reports.node_report import FAIL, PASS, NodeRecord, Step, report_json
 

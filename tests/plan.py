@@ -38,9 +38,10 @@ import logging
 import re
 import shlex
 import subprocess
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence, Union
+from typing import Any
 
 import click
 import pytest
@@ -59,10 +60,10 @@ from pyinfra_cli.util import load_deploy_file
 
 from deploy.distros.families import detect_platform
 from deploy.facts.access import HostAccess
-from deploy.facts.read_ahead import MARKER, CombinedOutput, FactCall, section_name
 from deploy.facts.containerd import ContainerdInstallations
 from deploy.facts.module_signing import ModuleSigningState
 from deploy.facts.nvidia import NodeSurvey, PackagesAvailable
+from deploy.facts.read_ahead import MARKER, CombinedOutput, FactCall, section_name
 from deploy.facts.recovery import PackageManagerState, PendingRestarts
 from deploy.settings import Settings, parse_settings
 
@@ -118,9 +119,9 @@ def every(fact: type[FactBase]) -> Every:
 
 
 # A fact read: a class alone (read without arguments), a (fact, arguments) call, or every read of a class
-FactKey = Union[type[FactBase], FactCall, Every]
+FactKey = type[FactBase] | FactCall | Every
 # What a command prints: its stdout (a str or lines), or an Output
-Answer = Union[str, Sequence[str], Output]
+Answer = str | Sequence[str] | Output
 
 FAIL = "fail"        # a fact the node does not state fails the test
 DEFAULT = "default"  # it prints nothing: the fact's default
@@ -468,7 +469,7 @@ def run_pyinfra(inventory: Inventory, prepare: Callable[[State], None], execute:
             if execute:
                 state.set_stage(StateStage.Execute)
                 run_ops(state)
-        except Exception as exc:  # the test decides whether an error is expected
+        except Exception as exc:  # noqa: BLE001 - the test decides whether an error is expected
             error = exc
         finally:
             logging.getLogger("pyinfra").removeHandler(failure_lines)

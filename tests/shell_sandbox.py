@@ -94,7 +94,7 @@ class Sandbox:
     runs: list[Ran] = field(default_factory=list)
 
     @classmethod
-    def clone(cls, template: Path, root: Path) -> "Sandbox":
+    def clone(cls, template: Path, root: Path) -> Sandbox:
         # Hard links: the tools are shared, the folders (and whatever a command writes) are its own.
         subprocess.run(["cp", "-al", str(template), str(root)], check=True)
         return cls(root)
@@ -115,9 +115,10 @@ class Sandbox:
                        check=True, cwd="/", env={"PATH": SEARCH_PATH, "HOME": "/root", "LC_ALL": "C"},
                        timeout=timeout * (len(steps) + 2))
         runs = []
-        for index, (step, upload) in enumerate(steps):
-            read = lambda suffix: (folder / f"{index}{suffix}").read_text(errors="replace") \
-                if (folder / f"{index}{suffix}").exists() else ""
+        for index, (step, _) in enumerate(steps):
+            def read(suffix: str, index: int = index) -> str:
+                path = folder / f"{index}{suffix}"
+                return path.read_text(errors="replace") if path.exists() else ""
             runs.append(Ran(step, int(read(".status")), read(".stderr"), read(".syntax").strip()))
         self.runs += runs
         return runs

@@ -153,7 +153,7 @@ class SshNode(Node):
     # runs only; see bench.py's --hosts-per-node).
     extra_ports: list[int] = field(default_factory=list)
 
-    def start_ssh(self, keys: Keys, user: str = "root") -> "SshNode":
+    def start_ssh(self, keys: Keys, user: str = "root") -> SshNode:
         """Boot the node (harness), then its sshd on its own port(s), ``user`` logging in with the run's key."""
         self.start()
         try:

@@ -36,7 +36,7 @@ def _pem(key) -> bytes:
                              serialization.NoEncryption())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def authority() -> Authority:
     folder = Path(tempfile.mkdtemp(prefix="gpu-node-test-ca-"))
     now = datetime.datetime.now(datetime.timezone.utc)

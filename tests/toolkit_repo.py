@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import standin_toolkit
-from apt_repo import deploy_data, make_key, serve, serve_keys, sign_flat_repository  # noqa: F401 - serve: used via this module
+from apt_repo import deploy_data, make_key, serve, serve_keys, sign_flat_repository
 from lab import LAB_ENV, LabMissing, lab_path
 
 from deploy.tasks.toolkit import TOOLKIT_PACKAGES

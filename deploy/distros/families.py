@@ -7,8 +7,9 @@ repositories and commands (``FAMILIES``), and the host's platform looked up in i
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 from ..operations.failure import HostRefusal
 from .package_managers import APT, DNF, PACMAN, ZYPPER, PackageManager
@@ -199,7 +200,7 @@ RPM_FABRIC_MANAGER = FabricManagerPackages(
 )
 APT_IMEX = ImexPackages(packages=("nvidia-imex-{branch}",), renamed_packages=("nvidia-imex",))
 RPM_IMEX = ImexPackages(packages=("nvidia-imex-{branch}",), renamed_packages=("nvidia-imex",), key_file="D42D0685.pub")
-RPM_DRIVER = dict(
+RPM_DRIVER: dict[str, Any] = dict(
     repositories=(("", CUDA_REPO),),
     module=("nvidia-driver", "{branch}-dkms", "latest-dkms"),
     module_packages=("nvidia-driver", "nvidia-driver-cuda", "kmod-nvidia-latest-dkms"),

@@ -5,8 +5,9 @@ one way a stage installs through its family's (``install_packages``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import Mapping
+from typing import TYPE_CHECKING
 
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.pacman import PacmanPackages
@@ -16,9 +17,14 @@ from ..facts.packages import apt_listing, dnf_listing, zypper_listing
 from ..operations import packages as package_ops
 from ..operations.package_manager import DNF_LOCK_WAIT, PACMAN_LOCK_WAIT, ZYPPER_LOCK_WAIT, PackageManager
 
-__all__ = ["APT", "DNF", "PACKAGE_MANAGERS", "PACMAN", "ZYPPER", "PackageManager", "install_packages",
+if TYPE_CHECKING:
+    from pyinfra.api.operation import OperationMeta
+
+__all__ = ["APT", "APT_REPOSITORY_FILE", "DNF", "PACKAGE_MANAGERS", "PACMAN", "ZYPPER", "PackageManager", "install_packages",
            "lock_bounded_checks", "repository_check", "version_listing"]
 
+# Where apt's third-party sources go, {name} theirs (the toolkit's and NVIDIA's CUDA repository's are named)
+APT_REPOSITORY_FILE = "/etc/apt/sources.list.d/{name}.list"
 # The rows: what each capability means is said where the record is declared
 # (deploy/operations/package_manager.py, PackageManager), beside the operations that read it.
 APT = PackageManager(
@@ -34,7 +40,7 @@ APT = PackageManager(
     pins_exact_versions=True,
     resolves_at_install=True,
     states_read=package_ops.deb_states_read,
-    repository_file="/etc/apt/sources.list.d/{name}.list",
+    repository_file=APT_REPOSITORY_FILE,
     signed_by_keyring=True,
 )
 DNF = PackageManager(
@@ -88,7 +94,8 @@ PACMAN = PackageManager(
 PACKAGE_MANAGERS: tuple[PackageManager, ...] = (APT, DNF, ZYPPER, PACMAN)
 
 
-def install_packages(manager: PackageManager, name: str, packages, *, hold: bool = False, lock_timeout: int):
+def install_packages(manager: PackageManager, name: str, packages: Mapping[str, str | None] | Iterable[str], *,
+                     hold: bool = False, lock_timeout: int) -> OperationMeta:
     """
     The one way a stage installs: ``packages`` is {name: version or None} (or names, unpinned);
     held when ``hold``. ``lock_timeout`` bounds the wait for another process holding the package

@@ -5,8 +5,9 @@ it), and an RPM repository added with its key checked first (dnf, zypper).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 from pyinfra.api.exceptions import PyinfraError
 
@@ -14,6 +15,8 @@ from ..operations import download
 from .package_managers import PackageManager, repository_check
 
 if TYPE_CHECKING:
+    from pyinfra.api.operation import OperationMeta
+
     from ..settings import Settings
 
 
@@ -59,13 +62,14 @@ RPM_REPOSITORY_HEADER = "# Managed by gpu-node\n"
 
 def add_repository(manager: PackageManager, name: str, repository: Mapping[str, str], pin: KeyPin, *,
                    timeout: int, lock_timeout: int, header: str = RPM_REPOSITORY_HEADER,
-                   package_check: bool = True, metadata_check: bool = False):
+                   package_check: bool = True, metadata_check: bool = False) -> OperationMeta:
     """
     Add an RPM repository (name, baseurl, gpgkey: its key's URL, which ``pin.url`` replaces when set)
     whose key is checked against ``pin`` and imported alone, with signature checks
     (deploy/operations/download.py ``signed_rpm_repository``).
     """
-    if manager.key_file is None or manager.repository_file is None:
+    check = repository_check(manager, lock_timeout)
+    if manager.key_file is None or manager.repository_file is None or check is None:
         raise PyinfraError(f"{manager.name} takes no repository of this kind: {repository['name']}")
     key_path = manager.key_file.format(name=repository["name"])
     key_url = pin.url or repository["gpgkey"]
@@ -78,7 +82,7 @@ def add_repository(manager: PackageManager, name: str, repository: Mapping[str, 
         key_url=key_url,
         fingerprints=pin.fingerprints,
         fingerprint_setting=pin.setting,
-        check=repository_check(manager, lock_timeout),
+        check=check,
         timeout=timeout,
     )
 

@@ -6,8 +6,9 @@ table (families.py) gives each family its record.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 DKMS_SIGNER = "dkms"
 

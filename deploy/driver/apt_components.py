@@ -7,12 +7,15 @@ file as it was, which a parser that writes the file back from its model would no
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from typing import Any
+
 
 def _release_suite(suite: str, codename: str) -> bool:
     return suite == codename or suite.startswith(codename + "-")
 
 
-def _one_line_entries(text: str):
+def _one_line_entries(text: str) -> Iterator[tuple[int, str, list[str], list[str]]]:
     """(line index, uri, suites, components) of each ``deb`` line of a one-line sources file."""
     for index, line in enumerate(text.split("\n")):
         words = line.split("#", 1)[0].split()
@@ -27,7 +30,7 @@ def _one_line_entries(text: str):
             yield index, words[0].rstrip("/"), [words[1]], words[2:]
 
 
-def _deb822_paragraphs(text: str):
+def _deb822_paragraphs(text: str) -> Iterator[tuple[int, int, dict[str, str], dict[str, tuple[int, int]]]]:
     """(start, end line index, fields, {field: (first line, last line)}) per paragraph."""
     lines = text.split("\n")
     start = None
@@ -53,15 +56,18 @@ def _deb822_paragraphs(text: str):
             start = None
 
 
-def add_apt_components(sources: dict, codename: str, components) -> tuple[dict, int]:
+def add_apt_components(sources: dict[str, Any], codename: str,
+                       components: Sequence[str]) -> tuple[dict[str, str], int]:
     """
     Add ``components`` to every Debian entry of the release (its suites are ``codename`` or
     ``codename-*`` and it carries ``main``), unless an entry for the same URI and suite already
     has them. Returns ({path: new text} for the files that change, number of release entries).
     Files are edited in place, one line each; everything else stays byte for byte.
     """
-    present: dict[tuple[str, str], set] = {}
-    edits = []  # (path, kind, where, uri, suites, components)
+    present: dict[tuple[str, str], set[str]] = {}
+    # (path, where: a deb822 paragraph's Components lines (first, last) or a one-line entry's line, uris, suites,
+    # components)
+    edits: list[tuple[str, tuple[int, int] | int | None, list[str], list[str], list[str]]] = []
     for path, text in sorted(sources.items()):
         if path.endswith(".sources"):
             for _start, _end, fields, spans in _deb822_paragraphs(text):
@@ -73,15 +79,15 @@ def add_apt_components(sources: dict, codename: str, components) -> tuple[dict, 
                 for uri in uris:
                     for suite in suites:
                         present.setdefault((uri, suite), set()).update(have)
-                edits.append((path, "deb822", spans.get("components"), uris, suites, have))
+                edits.append((path, spans.get("components"), uris, suites, have))
         else:
             for index, uri, suites, have in _one_line_entries(text):
                 present.setdefault((uri, suites[0]), set()).update(have)
-                edits.append((path, "line", index, [uri], suites, have))
+                edits.append((path, index, [uri], suites, have))
 
-    changed: dict[str, list[str]] = {}
+    changed: dict[str, list[str | None]] = {}
     release_entries = 0
-    for path, kind, where, uris, suites, have in edits:
+    for path, where, uris, suites, have in edits:
         if "main" not in have or not suites or not all(_release_suite(s, codename) for s in suites):
             continue
         release_entries += 1
@@ -93,14 +99,13 @@ def add_apt_components(sources: dict, codename: str, components) -> tuple[dict, 
         if not missing or where is None:
             continue
         lines = changed.setdefault(path, sources[path].split("\n"))
-        if kind == "deb822":
+        if isinstance(where, tuple):
             first, last = where
             lines[first] = "Components: " + " ".join(have + missing)
             for number in range(first + 1, last + 1):
                 lines[number] = None
         else:
-            line = lines[where]
-            code, hash_, comment = line.partition("#")
+            code, hash_, comment = str(lines[where]).partition("#")
             lines[where] = code.rstrip() + " " + " ".join(missing) + (" #" + comment if hash_ else "")
         for uri in uris:
             for suite in suites:

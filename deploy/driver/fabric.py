@@ -19,7 +19,7 @@ decides whether it needs NVIDIA Fabric Manager, and ib_umad with NVLSM as well.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 FabricKind = Literal["none", "nvswitch", "nvlink5"]
 
@@ -56,7 +56,7 @@ class Fabric:
         return NVLINK5_MODULES if self.kind == "nvlink5" else ()
 
 
-def fabric_of(node: dict) -> Fabric:
+def fabric_of(node: dict[str, Any]) -> Fabric:
     """The fabric of a node, from NodeSurvey (deploy/facts/nvidia.py)."""
     bridges = [device for device in node.get("mellanox") or [] if device.get("switch_management")]
     if bridges:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from ..reports.node_report import FAIL, PASS, SKIP, Step
 from .next_boot import NextBoot, library_version, next_boot, release_key
@@ -52,7 +53,7 @@ class Coverage:
         return tuple(kernel for kernel in self.kernels if not kernel.covered) if self.applies else ()
 
 
-def coverage(fact: dict) -> Coverage:
+def coverage(fact: dict[str, Any]) -> Coverage:
     driver = library_version(fact["library"])
     boot = next_boot(fact)
     kernels = []
@@ -79,7 +80,7 @@ def _why_next(found: Coverage) -> str:
     return f"boots next: {found.next_boot.how}"
 
 
-def boot_kernels_step(fact: dict | None) -> Step:
+def boot_kernels_step(fact: dict[str, Any] | None) -> Step:
     """verify's step: every installed kernel has a module of the driver's version, in one line."""
     if fact is None:
         return Step(STEP, SKIP, "installed kernels not read")
@@ -102,7 +103,7 @@ def boot_kernels_step(fact: dict | None) -> Step:
                             f"next boot {found.next_boot.release} ({found.next_boot.how})")
 
 
-def reboot_refusal(fact: dict) -> str | None:
+def reboot_refusal(fact: dict[str, Any]) -> str | None:
     """The line refusing a reboot into a kernel without the module (None: the next boot's has it)."""
     found = coverage(fact)
     kernel = next((kernel for kernel in found.missing if kernel.boots_next), None)
@@ -122,7 +123,7 @@ class BuildPlan:
     unbuildable: tuple[str, ...] = ()  # kernels without the module and without DKMS on the node
 
 
-def build_plan(fact: dict, headers_template: str | None) -> BuildPlan:
+def build_plan(fact: dict[str, Any], headers_template: str | None) -> BuildPlan:
     """``headers_template``: the family's headers package of one kernel ({kernel}), None: none."""
     missing = coverage(fact).missing
     if not missing:
@@ -134,7 +135,7 @@ def build_plan(fact: dict, headers_template: str | None) -> BuildPlan:
     return BuildPlan(headers=headers, builds=tuple(kernel.release for kernel in missing))
 
 
-def following_headers(packages: dict[str, dict], rule: tuple[str, str] | None) -> dict[str, bool]:
+def following_headers(packages: dict[str, dict[str, Any]], rule: tuple[str, str] | None) -> dict[str, bool]:
     """The headers metapackages that follow the installed kernel metapackages (``rule``: the family's
     (pattern over the kernel metapackage's name, headers template of its group 1)) and are not in
     step: {headers package: hold}, to install or hold, held where its kernel metapackage is."""

@@ -13,8 +13,9 @@ branch: see ``BranchList``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable, Literal
+from typing import Any, Literal
 
 KernelModuleType = Literal["open", "proprietary"]
 OPEN: KernelModuleType = "open"
@@ -71,7 +72,7 @@ def architecture(device: int) -> str | None:
     return next((name for first, last, name in ARCHITECTURE_RANGES if first <= device <= last), None)
 
 
-def module_types_of(arch: str) -> frozenset:
+def module_types_of(arch: str) -> frozenset[KernelModuleType]:
     if arch in OPEN_ONLY:
         return frozenset({OPEN})
     if arch in PROPRIETARY_ONLY:
@@ -92,8 +93,8 @@ class BranchList:
     """
 
     source: str
-    supported: frozenset
-    open_ids: frozenset = frozenset()
+    supported: frozenset[int]
+    open_ids: frozenset[int] = frozenset()
     open_known: bool = False
 
 
@@ -102,7 +103,7 @@ class Gpu:
     device: int
     slot: str
     arch: str | None
-    allowed: frozenset | None  # None: nothing says (unknown ID): no constraint
+    allowed: frozenset[KernelModuleType] | None  # None: nothing says (unknown ID): no constraint
 
     @property
     def shown(self) -> str:
@@ -116,7 +117,7 @@ class KernelModuleTypeDecision:
     warnings: list[str] = field(default_factory=list)
 
 
-def _gpu(entry: dict, branch_list: BranchList | None) -> Gpu | None:
+def _gpu(entry: dict[str, Any], branch_list: BranchList | None) -> Gpu | None:
     device = device_id(entry.get("device", ""))
     if device is None:
         return None
@@ -131,7 +132,7 @@ def _gpu(entry: dict, branch_list: BranchList | None) -> Gpu | None:
     return Gpu(device=device, slot=entry.get("slot", "?"), arch=arch, allowed=allowed)
 
 
-def decide_kernel_module_type(setting: str, gpus: Iterable[dict], branch: int | None,
+def decide_kernel_module_type(setting: str, gpus: Iterable[dict[str, Any]], branch: int | None,
                               branch_list: BranchList | None = None) -> KernelModuleTypeDecision:
     """
     The kernel module type for ``setting`` (auto, open, proprietary) on a node with ``gpus`` (NodeSurvey's
@@ -140,7 +141,7 @@ def decide_kernel_module_type(setting: str, gpus: Iterable[dict], branch: int | 
     default = branch_default(branch)
     branch_shown = f"branch {branch}" if branch is not None else "the driver's branch"
     warnings = []
-    known = []
+    known: list[tuple[Gpu, frozenset[KernelModuleType]]] = []  # (a GPU, the types it allows)
     for entry in gpus:
         gpu = _gpu(entry, branch_list)
         if gpu is None:
@@ -151,20 +152,20 @@ def decide_kernel_module_type(setting: str, gpus: Iterable[dict], branch: int | 
             warnings.append(f"GPU device ID 0x{gpu.device:04x} at {gpu.slot} is not in gpu-node's table of NVIDIA "
                             f"GPUs: using {branch_shown}'s default kernel modules ({default})")
             continue
-        known.append(gpu)
+        known.append((gpu, gpu.allowed))
 
     allowed = frozenset(BOTH)
-    for gpu in known:
-        allowed &= gpu.allowed
+    for _, gpu_allows in known:
+        allowed &= gpu_allows
     if not allowed:
-        needs = "; ".join(f"{gpu.shown} needs {' or '.join(sorted(gpu.allowed)) or 'a type none allows'}"
-                          for gpu in known)
+        needs = "; ".join(f"{gpu.shown} needs {' or '.join(sorted(gpu_allows)) or 'a type none allows'}"
+                          for gpu, gpu_allows in known)
         raise KernelModuleTypeRefusal(f"the GPUs on this node allow no common kernel module type: {needs}")
 
     if setting in (OPEN, PROPRIETARY):
         if setting not in allowed:
-            blocking = next(gpu for gpu in known if setting not in gpu.allowed)
-            other = next(iter(blocking.allowed))
+            blocking, blocking_allows = next((gpu, allows) for gpu, allows in known if setting not in allows)
+            other = next(iter(blocking_allows))
             raise KernelModuleTypeRefusal(
                 f"nvidia_kernel_modules={setting!r} does not drive GPU {blocking.shown}: it works only with the "
                 f"{other} kernel modules; set nvidia_kernel_modules={other} or auto"
@@ -176,11 +177,12 @@ def decide_kernel_module_type(setting: str, gpus: Iterable[dict], branch: int | 
     if default in allowed:
         return KernelModuleTypeDecision(default, f"{branch_shown}'s default, which every GPU here allows", warnings)
     chosen = next(iter(allowed))
-    archs = ", ".join(sorted({gpu.arch for gpu in known if default not in gpu.allowed}))
+    # a GPU the branch's list knows and the architecture table does not: named by its device ID
+    archs = ", ".join(sorted({gpu.arch or f"0x{gpu.device:04x}" for gpu, allows in known if default not in allows}))
     return KernelModuleTypeDecision(chosen, f"{archs} GPUs work only with the {chosen} kernel modules", warnings)
 
 
-def branch_list_from(lists: dict, branch: str | None, installed_branch: str | None) -> BranchList | None:
+def branch_list_from(lists: dict[str, Any], branch: str | None, installed_branch: str | None) -> BranchList | None:
     """
     The list that speaks for the driver ``branch`` out of the GpuSupportLists fact: the driver's
     supported-gpus.json when the installed driver is of that branch, else Debian's nvidia-detect

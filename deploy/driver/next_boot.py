@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 LIBRARY_VERSION = re.compile(r"libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)?)$")
 # Where the NVML library lies (Debian's under nvidia/current); deploy/shell/installed_kernels.sh
@@ -24,7 +25,7 @@ def library_version(path: str | None) -> str | None:
     return match[1] if match else None
 
 
-def release_key(release: str) -> tuple:
+def release_key(release: str) -> tuple[tuple[int, int, str], ...]:
     """Kernel releases in GRUB's order (grub-mkconfig's version sort: runs of digits as numbers).
     Own code: packaging's Version refuses releases such as 6.1.0-56-amd64."""
     return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.findall(r"\d+|[^\d]+", release))
@@ -42,7 +43,7 @@ def _named(text: str, releases: list[str]) -> str | None:
     return max(found, key=len) if found else None
 
 
-def next_boot(fact: dict) -> NextBoot:
+def next_boot(fact: dict[str, Any]) -> NextBoot:
     """The kernel the boot loader starts next: GRUB's one-time next_entry, grubby's default (Fedora,
     RHEL), GRUB_DEFAULT=saved with its saved_entry, a GRUB_DEFAULT naming an entry, else the newest
     installed kernel (grub-mkconfig puts it first and GRUB_DEFAULT=0 starts it). ``fact``: the

@@ -9,7 +9,9 @@ driver_reload.sh, the same rule in one command): this is what a run plans and ``
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from ..foundations import node_text
 
@@ -37,7 +39,7 @@ class Holder:
         return f"{self.command} (pid {self.pid}, user {self.user}) holds {self.device}"
 
 
-def parse_holder(text: str, units=SERVICES) -> Holder | None:
+def parse_holder(text: str, units: Iterable[str] = SERVICES) -> Holder | None:
     """One of gpu_holders.sh's lines without its "holder " ("PID UNIT USER DEVICE COMMAND"); None: not one.
     A UNIT other than ``units`` counts as no unit."""
     text = node_text.printable(text)  # node text, shown to the operator
@@ -47,7 +49,7 @@ def parse_holder(text: str, units=SERVICES) -> Holder | None:
     return Holder(pid=int(pid), user=user, command=command, device=device, unit=unit if unit in units else None)
 
 
-def named(holders) -> str:
+def named(holders: Iterable[Holder]) -> str:
     return "; ".join(holder.named for holder in holders)
 
 
@@ -68,7 +70,7 @@ class ReloadPlan:
             f"{verb} {name}" for verb, name in self.steps)
 
 
-def reload_plan(reading: dict) -> ReloadPlan:
+def reload_plan(reading: dict[str, Any]) -> ReloadPlan:
     """``reading``: the DeviceHolders fact ({"fuser": bool, "holders": [Holder], "modules": [...],
     "active": [...]})."""
     unload = [module for module in MODULES if module in reading["modules"]]

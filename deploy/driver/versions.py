@@ -7,6 +7,8 @@ what preflight could not know yet (a repository the run adds), by its install op
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -23,14 +25,14 @@ def upstream_version(version: str) -> str:
     return re.split(r"[-_~+]", version.split(":", 1)[-1], maxsplit=1)[0]
 
 
-def _key(upstream: str):
+def _key(upstream: str) -> tuple[int, Version | str]:
     try:
         return (1, Version(upstream))
     except InvalidVersion:
         return (0, upstream)
 
 
-def _by_upstream(versions) -> dict[str, str]:
+def _by_upstream(versions: Iterable[str]) -> dict[str, str]:
     """upstream -> the first (newest listed) full version of it"""
     found: dict[str, str] = {}
     for version in versions:
@@ -38,12 +40,12 @@ def _by_upstream(versions) -> dict[str, str]:
     return found
 
 
-def _found(names, offered: dict) -> str:
+def _found(names: Iterable[str], offered: dict[str, Any]) -> str:
     return "; ".join(f"{name} {', '.join(sorted(_by_upstream(offered.get(name, ())), key=_key, reverse=True)) or 'none'}"
                      for name in names)
 
 
-def matching(names, offered: dict, upstream: str, what: str) -> dict[str, str]:
+def matching(names: Iterable[str], offered: dict[str, Any], upstream: str, what: str) -> dict[str, str]:
     """Each of ``names`` at its offered version of ``upstream``; refuses when one has none."""
     pins = {}
     for name in names:
@@ -55,7 +57,7 @@ def matching(names, offered: dict, upstream: str, what: str) -> dict[str, str]:
     return pins
 
 
-def choose(names, offered: dict | None, installed: dict, wanted: str | None, what: str) -> dict[str, str | None]:
+def choose(names: Iterable[str], offered: dict[str, Any] | None, installed: dict[str, Any], wanted: str | None, what: str) -> dict[str, str | None]:
     """
     The version of each of ``names`` (None: leave it to the package manager, whose candidates agree):
     ``wanted`` (nvidia_driver_version) when set; the installed one while every package is installed
@@ -92,7 +94,7 @@ def choose(names, offered: dict | None, installed: dict, wanted: str | None, wha
     return {name: per_name[name][chosen] for name in names}
 
 
-def apt_pin_text(sources, pins: dict) -> str | None:
+def apt_pin_text(sources: Iterable[str], pins: dict[str, Any]) -> str | None:
     """apt preferences holding the driver's source packages at the pinned versions (None: none pinned)."""
     versions = sorted({version for version in pins.values() if version})
     if not sources or not versions:

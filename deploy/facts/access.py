@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .base import NodeFact
 
 # The package managers the family table knows (deploy/distros/package_managers.py), by the binary named after each
@@ -9,7 +11,7 @@ from .base import NodeFact
 PACKAGE_MANAGER_COMMANDS = ("apt", "dnf", "zypper", "pacman")
 
 
-class HostAccess(NodeFact):
+class HostAccess(NodeFact[dict[str, Any]]):
     """
     The user commands run as (after pyinfra's --sudo), the kernel, whether systemd is PID 1
     (``/run/systemd/system``, systemd's own test), PID 1's name, and the package managers installed.
@@ -20,7 +22,7 @@ class HostAccess(NodeFact):
          "managers": ["apt"]}
     """
 
-    def command(self):
+    def command(self) -> str:
         managers = " ".join(PACKAGE_MANAGER_COMMANDS)
         return (
             'echo "uid $(id -u)"; echo "user $(id -un)"; echo "kernel $(uname -s)";'
@@ -31,10 +33,10 @@ class HostAccess(NodeFact):
         )
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"uid": None, "user": None, "kernel": None, "systemd": False, "init": None, "managers": []}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         access = self.default()
         for line in output:
             kind, _, rest = line.strip().partition(" ")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 from ..foundations import node_text
 from .base import NodeFact
 
 
-class AptSourceFiles(NodeFact):
+class AptSourceFiles(NodeFact[dict[str, Any]]):
     """
     The host's apt source files, byte for byte: ``/etc/apt/sources.list``,
     ``sources.list.d/*.list`` (one-line format) and ``sources.list.d/*.sources`` (deb822).
@@ -18,7 +19,7 @@ class AptSourceFiles(NodeFact):
         {"/etc/apt/sources.list.d/debian.sources": "Types: deb\\nURIs: ...\\n"}
     """
 
-    def command(self):
+    def command(self) -> str:
         return (
             "for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list "
             "/etc/apt/sources.list.d/*.sources; do "
@@ -26,10 +27,10 @@ class AptSourceFiles(NodeFact):
         )
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         sources = {}
         for line in output:
             path, _, encoded = line.strip().partition(" ")

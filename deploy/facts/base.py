@@ -10,6 +10,7 @@ stops every host of the run. ``NodeFact`` turns what its subclasses' ``process``
 from __future__ import annotations
 
 import functools
+from typing import Any, TypeVar
 
 from pyinfra.api import FactBase
 from pyinfra.api.exceptions import FactProcessError
@@ -21,13 +22,17 @@ def one_line(error: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def unreadable(fact: type[FactBase], error: BaseException) -> str:
+def unreadable(fact: type[FactBase[Any]], error: BaseException) -> str:
     """Why ``fact`` could not read what the node printed, in one line."""
     return f"the node's answer to {fact.__name__} cannot be read: {one_line(error)}"
 
 
-class NodeFact(FactBase):
-    """A fact whose ``process`` raises nothing but a one-line ``FactProcessError`` (see the module)."""
+Reading = TypeVar("Reading")
+
+
+class NodeFact(FactBase[Reading]):
+    """A fact whose ``process`` raises nothing but a one-line ``FactProcessError`` (see the module);
+    ``Reading``: what ``host.get_fact`` returns of it."""
 
     def __init_subclass__(cls) -> None:
         super().__init_subclass__()
@@ -36,7 +41,7 @@ class NodeFact(FactBase):
             return
 
         @functools.wraps(process)
-        def guarded(self, output):
+        def guarded(self: FactBase[Any], output: list[str]) -> Any:
             try:
                 return process(self, output)
             except FactProcessError:
@@ -44,8 +49,8 @@ class NodeFact(FactBase):
             except Exception as error:  # noqa: BLE001 - whatever reading a node's output raises is about that output
                 raise FactProcessError(unreadable(cls, error)) from None
 
-        guarded.one_line_errors = True
-        cls.process = guarded
+        guarded.one_line_errors = True  # type: ignore[attr-defined]  # a mark on the function, read above
+        cls.process = guarded  # type: ignore[method-assign]  # the subclass's own process, replaced by its guard
 
 
 class UnreadableOutput(FactProcessError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 from ..foundations import node_text, shell_scripts
 from .base import NodeFact
@@ -11,7 +12,7 @@ REFRESH_PATH_UNIT = "nvidia-cdi-refresh.path"
 UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
 
 
-class CdiState(NodeFact):
+class CdiState(NodeFact[dict[str, Any]]):
     """
     The CDI spec at ``spec`` (its text, and when it was written), the refresh units the toolkit ships (where, enabled,
     active), their environment file's text, the nvidia runtime's config at ``runtime_config`` (its
@@ -33,17 +34,17 @@ class CdiState(NodeFact):
         }
     """
 
-    def command(self, spec, env, runtime_config):
+    def command(self, spec: str, env: str, runtime_config: str) -> str:
         return (node_text.base64_reader() + shell_scripts.script(
             "cdi_state", UNIT_DIRS, spec_file=spec, env=env, runtime_config=runtime_config, path_unit=REFRESH_PATH_UNIT)).strip()
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"ctk": None, "refresh_unit": None, "refresh_enabled": None, "refresh_active": None, "env": None,
                 "runtime_config": None, "inputs_changed": None, "spec_changed": None, "spec": None,
                 "smi_exit_code": None, "smi_gpus": 0}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()
         for line in output:
             kind, _, rest = line.strip().partition(" ")
@@ -57,6 +58,6 @@ class CdiState(NodeFact):
         return state
 
 
-def spec_stale(state: dict) -> bool:
+def spec_stale(state: dict[str, Any]) -> bool:
     """Whether the spec is missing or older than the driver's module index or nvidia-ctk."""
     return state["spec_changed"] is None or (state["inputs_changed"] or 0) > state["spec_changed"]

@@ -8,21 +8,24 @@ import base64
 import binascii
 import re
 import shlex
+from collections.abc import Iterable
+from typing import Any
 
-from pyinfra.api import FactBase, QuoteString, StringCommand
+from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.exceptions import FactProcessError
 
-from .base import NodeFact
 from ..foundations import node_text
-from ..runtimes.containerd.installations import INSTALLATION_PATHS, INSTALLATION_UNITS, GENERATED_CONFIGS
 from ..foundations.toml_layout import tomllib
+from ..runtimes.containerd.installations import GENERATED_CONFIGS, INSTALLATION_PATHS, INSTALLATION_UNITS
+from .base import NodeFact
+from .read_ahead import FactCall
 
 # Version strings seen in the field: Debian "1.6.20~ds1", Docker's containerd.io "1.7.21",
 # sid "2.1.9+unknown", k3s "v1.7.23-k3s2".
 VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?\S*$")
 
 
-def parse_containerd_version(line: str) -> dict:
+def parse_containerd_version(line: str) -> dict[str, Any]:
     """``containerd --version`` -> {"version": "1.6.20~ds1", "major": 1, "minor": 6} (None when unknown)."""
     for token in line.split()[1:]:
         match = VERSION_RE.match(token)
@@ -44,7 +47,7 @@ def _if_file(path: str, then: StringCommand, otherwise: StringCommand | str) -> 
     return StringCommand("if [ -f", QuoteString(path), "]; then", then, "; else", otherwise, "; fi")
 
 
-class ContainerdConfig(NodeFact):
+class ContainerdConfig(NodeFact[dict[str, Any]]):
     """
     The containerd binary, its version and the config file, read in one command. When the file
     is missing: ``base_path``'s text if given and present, else ``containerd config default``.
@@ -64,10 +67,9 @@ class ContainerdConfig(NodeFact):
         }
     """
 
-    def command(self, path, base_path=None, binary="containerd"):
-        file_b64 = lambda label, name: StringCommand(  # noqa: E731
-            "echo", QuoteString(label), f"$({node_text.base64_read(shlex.quote(name))})"
-        )
+    def command(self, path: str, base_path: str | None = None, binary: str = "containerd") -> StringCommand:
+        def file_b64(label: str, name: str) -> StringCommand:
+            return StringCommand("echo", QuoteString(label), f"$({node_text.base64_read(shlex.quote(name))})")
         default = StringCommand(
             'if [ -n "$bin" ]; then echo default_config $("$bin" config default 2>/dev/null | base64 -w0); fi'
         )
@@ -91,7 +93,7 @@ class ContainerdConfig(NodeFact):
         )
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {
             "binary_path": None,
             "version": None,
@@ -105,7 +107,7 @@ class ContainerdConfig(NodeFact):
             "dump_error": None,
         }
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()
         for line in output:
             kind, _, rest = line.strip().partition(" ")
@@ -125,12 +127,12 @@ class ContainerdConfig(NodeFact):
         return state
 
 
-def config_read(path: str, base_path: str | None, binary: str) -> tuple[type[FactBase], dict]:
+def config_read(path: str, base_path: str | None, binary: str) -> FactCall:
     """What the wiring and verify read of containerd's config (preflight reads it ahead with the same call)."""
     return (ContainerdConfig, {"path": path, "base_path": base_path, "binary": binary})
 
 
-class ContainerdImports(NodeFact):
+class ContainerdImports(NodeFact[list[Any]]):
     """
     The files containerd imports: each pattern of ``imports`` globbed as containerd does
     (relative to the config's directory, matches in byte order), with their text.
@@ -140,7 +142,7 @@ class ContainerdImports(NodeFact):
         [{"path": "/etc/containerd/conf.d/99-nvidia.toml", "text": "version = 2\\n..."}]
     """
 
-    def command(self, directory, patterns):
+    def command(self, directory: str, patterns: Iterable[str]) -> StringCommand:
         # Unquoted $pattern: the shell globs it (a pattern that matches nothing stays as is); IFS empty
         # so a path with a space stays one. The path goes base64 like the text: it may hold anything.
         return StringCommand(
@@ -152,10 +154,10 @@ class ContainerdImports(NodeFact):
         )
 
     @staticmethod
-    def default():
+    def default() -> list[Any]:
         return []
 
-    def process(self, output):
+    def process(self, output: list[str]) -> list[Any]:
         files = []
         for line in output:
             kind, _, rest = line.strip().partition(" ")
@@ -170,7 +172,7 @@ UNIT_DIRS = ("/etc/systemd/system", "/usr/local/lib/systemd/system", "/lib/syste
              "/usr/lib/systemd/system")
 
 
-class ContainerdInstallations(NodeFact):
+class ContainerdInstallations(NodeFact[dict[str, Any]]):
     """
     Which paths of the Kubernetes distributions that bring their own containerd exist, which of
     their units are installed (and their state), and the ``version`` line of their generated
@@ -187,8 +189,8 @@ class ContainerdInstallations(NodeFact):
         }
     """
 
-    def command(self):
-        parts = [
+    def command(self) -> StringCommand:
+        parts: list[str | StringCommand] = [
             StringCommand("for p in", *[QuoteString(p) for p in INSTALLATION_PATHS],
                           '; do [ -e "$p" ] && echo "path $p"; done;'),
             StringCommand("for u in", *INSTALLATION_UNITS, "; do for d in", *UNIT_DIRS,
@@ -204,10 +206,10 @@ class ContainerdInstallations(NodeFact):
         return StringCommand(*parts)
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"paths": [], "units": {}, "generated_versions": {}, "binary": None}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()
         for line in output:
             kind, _, rest = line.strip().partition(" ")

@@ -8,6 +8,8 @@ process ends with the read. A failure is named by the library itself (``cuGetErr
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..foundations import shell_scripts
 from .base import NodeFact
 
@@ -79,7 +81,7 @@ def cuda_version(number: int) -> str:
     return f"{number // 1000}.{number % 1000 // 10}"
 
 
-class CudaInit(NodeFact):
+class CudaInit(NodeFact[dict[str, Any]]):
     """
     ``cuInit(0)`` through the driver's ``libcuda.so.1``, by the node's python3 (or RHEL's
     ``/usr/libexec/platform-python``) with ctypes: the library the loader found, the CUDA version
@@ -102,18 +104,18 @@ class CudaInit(NodeFact):
         }
     """
 
-    def command(self):
+    def command(self) -> str:
         return cuda_command().strip()
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {
             "python": None, "exit_code": None, "library": None, "load_error": None, "missing": [],
             "driver_version": None, "init_result": None, "error_name": None, "error_string": None,
             "device_count": None,
         }
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()
         for line in output:
             kind, _, rest = line.strip().partition(" ")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..foundations import shell_scripts
 from .base import NodeFact
 
 
-class NvidiaDeviceLinks(NodeFact):
+class NvidiaDeviceLinks(NodeFact[list[Any]]):
     """
     The NVIDIA character devices under ``dev_dir`` (``/dev``, or a driver root's), each with its
     ``major:minor`` and what ``/dev/char/<major:minor>`` resolves to (None: no link).
@@ -17,14 +19,14 @@ class NvidiaDeviceLinks(NodeFact):
          {"id": "195:255", "node": "/dev/nvidiactl", "link": None}]
     """
 
-    def command(self, dev_dir):
+    def command(self, dev_dir: str) -> str:
         return shell_scripts.script("device_links", dev=dev_dir.rstrip("/")).strip()
 
     @staticmethod
-    def default():
+    def default() -> list[Any]:
         return []
 
-    def process(self, output):
+    def process(self, output: list[str]) -> list[Any]:
         devices = []
         for line in output:
             kind, *fields = line.split()
@@ -33,6 +35,6 @@ class NvidiaDeviceLinks(NodeFact):
         return devices
 
 
-def missing_links(devices: list[dict]) -> list[dict]:
+def missing_links(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The devices whose /dev/char link is missing or leads elsewhere."""
     return [device for device in devices if device["link"] != device["node"]]

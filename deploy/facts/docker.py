@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import re
 import shlex
+from typing import Any
 
 from pyinfra.api import QuoteString, StringCommand
 
-from .base import NodeFact
 from ..foundations import node_text
+from .base import NodeFact
 from .containerd import decode_file
 
 # "Docker version 20.10.24+dfsg1, build 5d6db84", "Docker version 27.3.1, build ce12230"
 DOCKER_VERSION_RE = re.compile(r"version\s+v?(\d+)\.(\d+)\.?(\d+)?([^\s,]*)")
 
 
-def parse_docker_version(line: str) -> dict:
+def parse_docker_version(line: str) -> dict[str, Any]:
     match = DOCKER_VERSION_RE.search(line)
     if not match:
         return {"version": None, "major": None}
@@ -27,7 +28,7 @@ def parse_docker_version(line: str) -> dict:
     return {"version": version, "major": int(match[1])}
 
 
-class DockerState(NodeFact):
+class DockerState(NodeFact[dict[str, Any]]):
     """
     dockerd, daemon.json and the unit that starts dockerd, in one command.
 
@@ -44,7 +45,7 @@ class DockerState(NodeFact):
         }
     """
 
-    def command(self, path, service="docker"):
+    def command(self, path: str, service: str = "docker") -> StringCommand:
         unit = QuoteString(f"{service}.service")
         return StringCommand(
             "bin=$(command -v dockerd 2>/dev/null || true);",
@@ -64,11 +65,11 @@ class DockerState(NodeFact):
         )
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"dockerd": None, "version": None, "major": None, "can_validate": False, "config": None,
                 "unit": None, "environment_files": {}, "containers": None}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()
         for line in output:
             kind, _, rest = line.strip().partition(" ")

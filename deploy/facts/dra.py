@@ -3,16 +3,18 @@ the kubelet plugin reads, and the host's IMEX unit."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyinfra.api import QuoteString, StringCommand
 
-from ..k8s.dra import IMEX_UNIT
 from ..driver.reload import parse_holder
+from ..rack.imex import IMEX_UNIT
 from .base import NodeFact
 from .gpu_holders import holders_script
 from .gpu_node_identity import NVML_LIBRARY_DIRS
 
 
-class DraNodeState(NodeFact):
+class DraNodeState(NodeFact[dict[str, Any]]):
     """
     Whether ``driver_root`` is a folder and where its libnvidia-ml.so.1 is (relative to it; None:
     none), ``nvidia-imex.service``'s ``systemctl is-enabled`` and ``is-active`` answers
@@ -29,7 +31,7 @@ class DraNodeState(NodeFact):
                                      device="/dev/nvidia-caps-imex-channels/channel0", unit=None)]}}
     """
 
-    def command(self, driver_root):
+    def command(self, driver_root: str) -> StringCommand:
         return StringCommand(
             StringCommand("_root=", QuoteString(driver_root.rstrip("/") or "/"), ";", _separator=""),
             "[ -d \"$_root\" ] && echo root;",
@@ -42,11 +44,11 @@ class DraNodeState(NodeFact):
         )
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"root_exists": False, "nvml": None,
                 "imex": {"enabled": "not-found", "active": "inactive", "holders": [], "holders_unknown": False}}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()
         for line in output:
             kind, _, rest = line.strip().partition(" ")

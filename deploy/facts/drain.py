@@ -6,6 +6,7 @@ so a failing kubectl is an answer, not a failed fact).
 
 from __future__ import annotations
 
+from typing import Any
 
 from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.exceptions import FactProcessError
@@ -22,7 +23,7 @@ from .k8s import (
 )
 
 
-class KubeNodeSchedule(NodeFact):
+class KubeNodeSchedule(NodeFact[dict[str, Any]]):
     """
     Whether the API server answers with ``kubeconfig`` (None: the one kubectl finds), whether ``node`` is registered, and
     whether it is cordoned (``spec.unschedulable``).
@@ -32,7 +33,7 @@ class KubeNodeSchedule(NodeFact):
         {"reachable": True, "registered": True, "unschedulable": False, "error": None}
     """
 
-    def command(self, kubeconfig, node):
+    def command(self, kubeconfig: str | None, node: str) -> StringCommand:
         return StringCommand(
             "if ! command -v kubectl >/dev/null 2>&1; then echo kubectl-missing;",
             "elif _why=$(", kubeconfig_problem(kubeconfig), '); [ -n "$_why" ];',
@@ -41,10 +42,10 @@ class KubeNodeSchedule(NodeFact):
         )
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"reachable": False, "registered": False, "unschedulable": False, "error": "no output"}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()
         if output and output[0] == "kubectl-missing":
             state["error"] = "kubectl is not installed (not on PATH)"

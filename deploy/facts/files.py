@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import binascii
 import shlex
+from collections.abc import Iterable
+from typing import Any
 
 from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.exceptions import FactProcessError
@@ -13,7 +15,7 @@ from ..foundations import node_text
 from .base import NodeFact
 
 
-class FileDigest(NodeFact):
+class FileDigest(NodeFact[dict[str, str] | None]):
     """
     sha256, octal mode and owner of a file (through a symbolic link: its target's, as the checksum
     is); None when it does not exist.
@@ -23,7 +25,7 @@ class FileDigest(NodeFact):
         {"sha256": "9f86d0...", "mode": "644", "owner": "root:root"}
     """
 
-    def command(self, path):
+    def command(self, path: str) -> StringCommand:
         quoted = QuoteString(path)
         return StringCommand(
             "if [ -f", quoted, "]; then stat -L -c '%a %U:%G'", quoted, "&& sha256sum", quoted,
@@ -31,22 +33,22 @@ class FileDigest(NodeFact):
         )
 
     @staticmethod
-    def default():
+    def default() -> dict[str, str] | None:
         return None
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, str] | None:
         if not output or output[0].strip() == "absent":
             return None
         mode, owner = output[0].split()
         return {"mode": mode, "owner": owner, "sha256": output[1].split()[0]}
 
 
-class FileDigests(NodeFact):
+class FileDigests(NodeFact[dict[str, Any]]):
     """
     FileDigest of several files in one command: {path: {"sha256", "mode", "owner"} or None}.
     """
 
-    def command(self, paths=()):
+    def command(self, paths: Iterable[str] = ()) -> StringCommand:
         parts = []
         for path in paths:
             quoted = QuoteString(path)
@@ -58,11 +60,13 @@ class FileDigests(NodeFact):
         return StringCommand(*parts)
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {}
 
-    def process(self, output):
-        digests, current, lines = {}, None, []
+    def process(self, output: list[str]) -> dict[str, Any]:
+        digests: dict[str, Any] = {}
+        current: str | None = None
+        lines: list[str] = []
         for line in [*output, "@@file "]:
             if line.startswith("@@file "):
                 if current is not None:
@@ -73,7 +77,7 @@ class FileDigests(NodeFact):
         return digests
 
 
-class FileText(NodeFact):
+class FileText(NodeFact[str | None]):
     """
     A file's text, byte for byte (bytes that are not UTF-8 kept for the parser's guard to name,
     deploy/foundations/node_text.py; at most ``node_text.MAX_FILE_BYTES`` + 1 bytes read); None when it does
@@ -81,15 +85,15 @@ class FileText(NodeFact):
     the first line that is not UTF-8: an edit would write back the lines before it.
     """
 
-    def command(self, path):
+    def command(self, path: str) -> StringCommand:
         return StringCommand("if [ -f", QuoteString(path), "]; then echo",
                              f"\"text $({node_text.base64_read(shlex.quote(path))})\"; fi; true")
 
     @staticmethod
-    def default():
+    def default() -> str | None:
         return None
 
-    def process(self, output):
+    def process(self, output: list[str]) -> str | None:
         for line in output:
             kind, _, encoded = line.strip().partition(" ")
             if kind == "text":

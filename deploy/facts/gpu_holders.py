@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
+from ..driver.reload import MODULES, SERVICES, parse_holder
 from ..foundations import shell_scripts
 from .base import NodeFact
-from ..driver.reload import MODULES, SERVICES, parse_holder
 
 
-def holders_script(services) -> str:
+def holders_script(services: Iterable[str]) -> str:
     """deploy/shell/gpu_holders.sh's functions, ``services`` the units whose own processes they name."""
     return shell_scripts.assignments(services=" ".join(services)) + shell_scripts.body("gpu_holders")
 
 
-class DeviceHolders(NodeFact):
+class DeviceHolders(NodeFact[dict[str, Any]]):
     """
     The processes holding ``/dev/nvidia*`` (the node's own ``fuser``, from psmisc; ``fuser``: False
     where it is missing), each with the driver's service whose stop ends it (``unit``: its MainPID
@@ -26,15 +29,15 @@ class DeviceHolders(NodeFact):
          "modules": ["nvidia_uvm", "nvidia"], "active": ["nvidia-persistenced.service"]}
     """
 
-    def command(self):
+    def command(self) -> str:
         return (holders_script(SERVICES)
                 + shell_scripts.script("device_holders", modules=" ".join(MODULES))).strip()
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"fuser": False, "holders": [], "modules": [], "active": []}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         found = self.default()
         for line in output:
             kind, _, rest = line.rstrip("\n").partition(" ")

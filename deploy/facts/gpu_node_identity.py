@@ -50,7 +50,7 @@ NVML_LIBRARY_DIRS = ("usr/lib64", "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-l
                      "lib64", "lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu")
 
 
-class GpuNodeIdentity(NodeFact):
+class GpuNodeIdentity(NodeFact[dict[str, Any]]):
     """
     What a GPU node says about itself, for its Kubernetes labels: its hostname (the kubelet's
     default node name), NVIDIA display/3D controllers on the PCI bus, and the GPUs' product names.
@@ -66,7 +66,7 @@ class GpuNodeIdentity(NodeFact):
          "cdi_spec": True}       # the node has NVIDIA's CDI spec (the deploy's CDI stage wrote it)
     """
 
-    def command(self, driver_root):
+    def command(self, driver_root: str) -> StringCommand:
         root = driver_root.rstrip("/")
         library_dirs = " ".join(NVML_LIBRARY_DIRS)
         return StringCommand(
@@ -100,11 +100,11 @@ class GpuNodeIdentity(NodeFact):
         )
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"hostname": None, "pci_gpus": 0, "products": [], "nvidia_smi": "missing", "nvml": None,
                 "cdi_spec": False}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()
         for line in output:
             key, _, value = line.partition(" ")

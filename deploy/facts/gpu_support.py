@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from .base import NodeFact
+from typing import Any
 
+from pyinfra.api import StringCommand
+
+from .base import NodeFact
 
 # Where the driver's supported-gpus.json lies: NVIDIA's installer, and the distributions' doc folders.
 SUPPORTED_GPUS_JSON = (
@@ -29,7 +32,7 @@ def _hex(text: str) -> int | None:
         return None
 
 
-class GpuSupportLists(NodeFact):
+class GpuSupportLists(NodeFact[dict[str, Any]]):
     """
     The driver's supported-gpus.json (device ID -> whether the open kernel modules drive it, its
     ``kernelopen`` feature) and Debian's nvidia-detect lists (file name -> device IDs), where the
@@ -41,14 +44,14 @@ class GpuSupportLists(NodeFact):
          "ids": {"nvidia.ids": [0x1340, 0x20b0], "nvidia-open.ids": [0x20b0]}}
     """
 
-    def command(self):
+    def command(self) -> str | StringCommand:
         return SCRIPT
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"json": {}, "ids": {}}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         lists = self.default()
         current = None
         last_device = None

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..foundations import shell_scripts
 from .base import NodeFact
 
 
-
-class InstalledKernels(NodeFact):
+class InstalledKernels(NodeFact[dict[str, Any]]):
     """
     The kernels installed on the node (a folder under ``/usr/lib/modules`` or ``/lib/modules``;
     ``image``: the boot loader has its image, ``headers``: its ``build/Makefile`` is there for DKMS),
@@ -35,15 +36,15 @@ class InstalledKernels(NodeFact):
         }
     """
 
-    def command(self):
+    def command(self) -> str:
         return shell_scripts.script("installed_kernels").strip()
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"running": "", "kernels": {}, "dkms": False, "library": None, "grubenv": {},
                 "grub_default": None, "grubby": None, "packages": {}, "fabric_manager": {}}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         found = self.default()
         for line in output:
             kind, _, rest = line.rstrip("\n").partition(" ")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from pyinfra.api import QuoteString, StringCommand
@@ -121,7 +122,7 @@ def parse_captured(lines: list[str], prefix: str = "") -> tuple[int, str, str]:
     return code, "\n".join(out), "\n".join(err)
 
 
-def cluster_json(text: str, what: str, parse=json.loads):
+def cluster_json(text: str, what: str, parse: Callable[[str], Any] = json.loads) -> Any:
     """``parse(text)`` of what kubectl or helm printed, through the guard of every parser
     (deploy/foundations/node_text.py), a fact error in one line naming ``what``. Its size is not bounded: a
     large cluster's answer is tens of MB, in memory already, and json reads it in well under a
@@ -147,7 +148,7 @@ def kubeconfig_read(lines: list[str]) -> str | None:
     return next((line.partition(" ")[2] for line in lines if line.startswith("kubeconfig ")), None)
 
 
-class KubeCluster(NodeFact):
+class KubeCluster(NodeFact[dict[str, Any]]):
     """
     Whether kubectl exists and the API server answers with the given kubeconfig (None: the one
     kubectl finds, see ``kubeconfig_option``), which kubeconfig that is, and the server's version.
@@ -159,7 +160,7 @@ class KubeCluster(NodeFact):
          "version": "1.30", "git_version": "v1.30.2", "error": None}
     """
 
-    def command(self, kubeconfig):
+    def command(self, kubeconfig: str | None) -> StringCommand:
         return StringCommand(
             "if ! command -v kubectl >/dev/null 2>&1; then echo kubectl-missing;",
             "elif _why=$(", kubeconfig_problem(kubeconfig), '); [ -n "$_why" ];',
@@ -168,11 +169,11 @@ class KubeCluster(NodeFact):
         )
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"kubectl": False, "kubeconfig_readable": False, "reachable": False, "kubeconfig": None,
                 "version": None, "git_version": None, "error": "no output"}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()
         if output[0] == "kubectl-missing":
             state["error"] = "kubectl is not installed (not on PATH)"
@@ -196,7 +197,7 @@ class KubeCluster(NodeFact):
         return state
 
 
-class KubeNodes(NodeFact):
+class KubeNodes(NodeFact[dict[str, Any]]):
     """
     The cluster's nodes and their labels (None when kubectl failed: see ``error``).
 
@@ -205,14 +206,14 @@ class KubeNodes(NodeFact):
         {"nodes": {"gpu1": {"kubernetes.io/hostname": "gpu1", ...}}, "error": None}
     """
 
-    def command(self, kubeconfig):
+    def command(self, kubeconfig: str | None) -> str | StringCommand:
         return captured(kubectl(kubeconfig, "get", "nodes", "-o", "json"))
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"nodes": None, "error": "no output"}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         code, out, err = parse_captured(output)
         if code != 0:
             return {"nodes": None, "error": first_error_line(err)}
@@ -228,13 +229,13 @@ class KubeNodes(NodeFact):
         }
 
 
-def object_key(obj: dict) -> tuple[str, str, str]:
+def object_key(obj: dict[str, Any]) -> tuple[str, str, str]:
     """(kind, namespace, name) of a manifest or live object; namespace '' when cluster-scoped."""
     metadata = obj.get("metadata") or {}
     return (obj["kind"], metadata.get("namespace") or "", metadata["name"])
 
 
-class KubeLiveObjects(NodeFact):
+class KubeLiveObjects(NodeFact[dict[str, Any]]):
     """
     The live objects a manifest names (missing ones left out), with their annotations.
     One ``kubectl get -f - --ignore-not-found -o json``.
@@ -245,15 +246,15 @@ class KubeLiveObjects(NodeFact):
                      {"gpu-node.io/digest": "..."}}, "error": None}
     """
 
-    def command(self, kubeconfig, manifest):
+    def command(self, kubeconfig: str | None, manifest: str) -> str | StringCommand:
         return captured(with_stdin(manifest, kubectl(kubeconfig, "get", "-f", "-", "--ignore-not-found",
                                                      "-o", "json")))
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"objects": None, "error": "no output"}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         code, out, err = parse_captured(output)
         if code != 0:
             return {"objects": None, "error": first_error_line(err)}
@@ -266,7 +267,7 @@ class KubeLiveObjects(NodeFact):
         return {"objects": objects, "error": None}
 
 
-def _json_documents(text: str) -> list[dict]:
+def _json_documents(text: str) -> list[dict[str, Any]]:
     """kubectl prints one JSON value per object found, or one List: read them all."""
     decoder = json.JSONDecoder()
     documents, index = [], 0
@@ -283,7 +284,7 @@ def _json_documents(text: str) -> list[dict]:
     return documents
 
 
-class KubeServerSideDiff(NodeFact):
+class KubeServerSideDiff(NodeFact[dict[str, Any]]):
     """
     ``kubectl diff --server-side`` of a manifest against the cluster: exit 0 no difference,
     1 a difference, anything else an error.
@@ -293,17 +294,17 @@ class KubeServerSideDiff(NodeFact):
         {"changed": True, "diff": "...", "error": None}
     """
 
-    def command(self, kubeconfig, manifest, field_manager=FIELD_MANAGER):
+    def command(self, kubeconfig: str | None, manifest: str, field_manager: str = FIELD_MANAGER) -> str | StringCommand:
         return captured(with_stdin(manifest, kubectl(
             kubeconfig, "diff", "--server-side", f"--field-manager={field_manager}", "--force-conflicts",
             "-f", "-",
         )))
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"changed": None, "diff": "", "error": "no output"}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         code, out, err = parse_captured(output)
         if code == 0:
             return {"changed": False, "diff": "", "error": None}
@@ -312,7 +313,7 @@ class KubeServerSideDiff(NodeFact):
         return {"changed": None, "diff": out, "error": first_error_line(err)}
 
 
-class HelmRelease(NodeFact):
+class HelmRelease(NodeFact[dict[str, Any]]):
     """
     A helm release: whether helm exists, the release's chart, status and user-supplied values.
 
@@ -322,7 +323,7 @@ class HelmRelease(NodeFact):
          "status": "deployed", "values": {...}, "error": None}
     """
 
-    def command(self, kubeconfig, namespace, release):
+    def command(self, kubeconfig: str | None, namespace: str, release: str) -> StringCommand:
         helm = StringCommand("helm", kubeconfig_option(kubeconfig), "-n", QuoteString(namespace))
         return StringCommand(
             "if ! command -v helm >/dev/null 2>&1; then echo helm-missing; else",
@@ -333,11 +334,11 @@ class HelmRelease(NodeFact):
         )
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"helm": False, "exists": False, "chart": None, "status": None, "values": None,
                 "error": "no output"}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()
         if output[0] == "helm-missing":
             state["error"] = "helm is not installed (not on PATH)"

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from pyinfra.api import QuoteString, StringCommand
 
 from .base import NodeFact
 
 
-class KernelState(NodeFact):
+class KernelState(NodeFact[dict[str, Any]]):
     """
     Modules present under ``/sys/module`` (loaded or built in), filesystems the kernel
     knows, and the current value of each sysctl asked for (None when it does not exist).
@@ -22,8 +25,8 @@ class KernelState(NodeFact):
         }
     """
 
-    def command(self, modules=(), sysctls=()):
-        parts = []
+    def command(self, modules: Iterable[str] = (), sysctls: Iterable[str] = ()) -> StringCommand:
+        parts: list[str | StringCommand] = []
         for module in modules:
             path = QuoteString(f"/sys/module/{module}")
             parts.append(
@@ -43,10 +46,10 @@ class KernelState(NodeFact):
         return StringCommand(*parts)
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"modules": {}, "filesystems": [], "sysctls": {}}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()
         for line in output:
             kind, _, rest = line.partition(" ")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..foundations import node_text, shell_scripts
 from .base import NodeFact
 
@@ -16,7 +18,7 @@ def normal_serial(text: str) -> str:
     return text.replace(":", "").upper().lstrip("0") or "0"
 
 
-class ModuleSigningState(NodeFact):
+class ModuleSigningState(NodeFact[dict[str, Any]]):
     """
     The module signing ``key`` and ``cert`` (paths on the node): each file's owner and mode (None:
     missing; "link": a symbolic link), the certificate's format, serial and subject (openssl),
@@ -41,17 +43,17 @@ class ModuleSigningState(NodeFact):
         }
     """
 
-    def command(self, key: str, cert: str):
+    def command(self, key: str, cert: str) -> str:
         return shell_scripts.script("module_signing_state", key=key, cert=cert).strip()
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"key": None, "cert": None, "cert_format": None, "serial": None, "subject": None, "mokutil": None,
                 "enrollment": None, "modules": []}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()
-        files = []
+        files: list[str | dict[str, str] | None] = []
         for line in output:
             kind, _, rest = line.strip().partition(" ")
             if kind == "file":

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterable
+from typing import Any
+
+from pyinfra.api import StringCommand
 
 from ..foundations import shell_scripts
 from .base import NodeFact
-
 
 NVIDIA_PCI_VENDOR = "0x10de"
 # PCI class 0x03xx: display controllers (VGA, 3D). A GPU's HDMI audio function is 0x0403.
@@ -26,7 +29,7 @@ def node_script() -> str:
                                 mellanox_vendor=MELLANOX_PCI_VENDOR, switch_marker=SWITCH_MANAGEMENT_MARKER)
 
 
-class NodeSurvey(NodeFact):
+class NodeSurvey(NodeFact[dict[str, Any]]):
     """
     The host's GPUs, kernel, modules, disk and reboot state: what preflight, the driver stage
     and the driver report decide on, in one command:
@@ -58,11 +61,11 @@ class NodeSurvey(NodeFact):
         }
     """
 
-    def command(self):
+    def command(self) -> str:
         return node_script().strip()
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {
             "gpus": [],
             "switches": [],
@@ -79,7 +82,7 @@ class NodeSurvey(NodeFact):
             "reboot_packages": [],
         }
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         node = self.default()
         efivar = None
         mokutil = None
@@ -128,7 +131,7 @@ class NodeSurvey(NodeFact):
         return node
 
 
-class PackagesAvailable(NodeFact):
+class PackagesAvailable(NodeFact[dict[str, Any]]):
     """
     Which of the named packages the package manager can install (from its current lists):
     ``check`` is its shell test for one {package} (the family's ``available_check``, deploy/distros/families.py).
@@ -138,7 +141,7 @@ class PackagesAvailable(NodeFact):
         {"linux-headers-6.1.0-18-amd64": False, "linux-headers-amd64": True}
     """
 
-    def command(self, check, packages=()):
+    def command(self, check: str, packages: Iterable[str] = ()) -> str | StringCommand:
         parts = ["echo package-availability;"]
         for package in packages:
             quoted = shlex.quote(package)
@@ -147,10 +150,10 @@ class PackagesAvailable(NodeFact):
         return " ".join(parts)
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         found = {}
         for line in output:
             answer, _, package = line.strip().partition(" ")
@@ -159,7 +162,7 @@ class PackagesAvailable(NodeFact):
         return found
 
 
-class IgnoredPackages(NodeFact):
+class IgnoredPackages(NodeFact[list[Any]]):
     """
     Packages a holding command lists (e.g. pacman's IgnorePkg lines).
 
@@ -168,26 +171,26 @@ class IgnoredPackages(NodeFact):
         ["nvidia", "nvidia-utils"]
     """
 
-    def command(self, list_command):
+    def command(self, list_command: str) -> str:
         return f"({list_command}) 2>/dev/null || true"
 
     @staticmethod
-    def default():
+    def default() -> list[Any]:
         return []
 
-    def process(self, output):
+    def process(self, output: list[str]) -> list[Any]:
         return sorted({name for line in output for name in line.split()})
 
 
-class RecommendedDriver(NodeFact):
+class RecommendedDriver(NodeFact[list[Any]]):
     """The output of the family's driver recommender (``ubuntu-drivers list --gpgpu``), as lines."""
 
-    def command(self, recommend_command):
+    def command(self, recommend_command: str) -> str:
         return f"({recommend_command}) 2>/dev/null || true"
 
     @staticmethod
-    def default():
+    def default() -> list[Any]:
         return []
 
-    def process(self, output):
+    def process(self, output: list[str]) -> list[Any]:
         return [line.strip() for line in output if line.strip()]

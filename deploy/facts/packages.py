@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from pyinfra.api import QuoteString, StringCommand
 
 from .base import NodeFact
 
+if TYPE_CHECKING:
+    from packaging.version import Version
 
-class DebPackageStates(NodeFact):
+
+class DebPackageStates(NodeFact[dict[str, Any]]):
     """
     Installed version and hold state of the named Debian packages (absent ones are left out).
 
@@ -19,10 +24,10 @@ class DebPackageStates(NodeFact):
         {"nvidia-container-toolkit": {"version": "1.17.8-1", "held": True}}
     """
 
-    def requires_command(self, packages=()):
+    def requires_command(self, packages: Iterable[str] = ()) -> str:
         return "dpkg-query"
 
-    def command(self, packages=()):
+    def command(self, packages: Iterable[str] = ()) -> StringCommand:
         names = [QuoteString(name) for name in packages]
         return StringCommand(
             "dpkg-query", "-W", "-f", QuoteString("${Package} ${Version} ${Status}\\n"), *names,
@@ -30,10 +35,10 @@ class DebPackageStates(NodeFact):
         )
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         states = {}
         for line in output:
             parts = line.split()
@@ -49,7 +54,7 @@ VERSIONLOCK_LIST = "/etc/dnf/plugins/versionlock.list"
 LOCKLIST_SETTING = "s/^[[:space:]]*locklist[[:space:]]*=[[:space:]]*//p"
 
 
-class RpmPackageStates(NodeFact):
+class RpmPackageStates(NodeFact[dict[str, Any]]):
     """
     Installed version (``version-release``) of the named RPM packages and whether dnf's
     versionlock holds them (from its lock list, as ``dnf versionlock list`` prints it: that command
@@ -60,7 +65,7 @@ class RpmPackageStates(NodeFact):
         {"nvidia-container-toolkit": {"version": "1.17.8-1", "held": False}}
     """
 
-    def command(self, packages=()):
+    def command(self, packages: Iterable[str] = ()) -> StringCommand:
         names = [QuoteString(name) for name in packages]
         return StringCommand(
             "rpm", "-q", "--qf", QuoteString("installed %{NAME} %{VERSION}-%{RELEASE}\\n"), *names,
@@ -70,10 +75,10 @@ class RpmPackageStates(NodeFact):
         )
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         states = {}
         locks = []
         for line in output:
@@ -90,7 +95,7 @@ class RpmPackageStates(NodeFact):
         return states
 
 
-class MultiversionPackages(NodeFact):
+class MultiversionPackages(NodeFact[dict[str, Any]]):
     """
     The installed packages zypper installs side by side, one per version, as it does kernels: those
     that provide ``multiversion(kernel)`` (zypp.conf's default), SUSE's kernel module packages
@@ -101,15 +106,15 @@ class MultiversionPackages(NodeFact):
         {"nvidia-driver-G06-kmp-default": ["550.54.15_k6.4.0_150600.21-lp156.1.1"]}
     """
 
-    def command(self):
+    def command(self) -> str:
         return ("rpm -q --whatprovides 'multiversion(kernel)' --qf '%{NAME} %{VERSION}-%{RELEASE}\\n' 2>/dev/null "
                 "| grep -v '^no package provides'; true")
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         installed: dict[str, list[str]] = {}
         for line in output:
             name, _, edition = line.strip().partition(" ")
@@ -118,7 +123,7 @@ class MultiversionPackages(NodeFact):
         return installed
 
 
-class ZypperLocks(NodeFact):
+class ZypperLocks(NodeFact[list[Any]]):
     """
     Package names zypper holds, from its locks file (``zypper addlock`` writes it; ``zypper locks``
     would need libzypp's lock, which another zypper may hold).
@@ -128,14 +133,14 @@ class ZypperLocks(NodeFact):
         ["nvidia-container-toolkit", "libnvidia-container1"]
     """
 
-    def command(self):
+    def command(self) -> str:
         return "cat /etc/zypp/locks 2>/dev/null || true"
 
     @staticmethod
-    def default():
+    def default() -> list[Any]:
         return []
 
-    def process(self, output):
+    def process(self, output: list[str]) -> list[Any]:
         # blank-line separated entries of "key: value" lines; a lock without a type is a package's
         names = []
         entry: dict[str, str] = {}
@@ -172,7 +177,7 @@ def zypper_listing(lock_timeout: int = 0) -> tuple[str, ...]:
     return (f"ZYPP_LOCK_TIMEOUT={int(lock_timeout)}", *ZYPPER_SEARCH)
 
 
-class PackageVersions(NodeFact):
+class PackageVersions(NodeFact[dict[str, Any]]):
     """
     Every version of the named packages the package manager's lists offer (and the installed one),
     newest first as the manager lists them, read with ``listing``: the command words its family
@@ -185,21 +190,21 @@ class PackageVersions(NodeFact):
         {"nvidia-driver": ["535.309.01-0+deb12u1", "535.261.03-1"]}
     """
 
-    def command(self, listing=(), packages=()):
+    def command(self, listing: Iterable[str] = (), packages: Iterable[str] = ()) -> StringCommand | str:
         if not listing or not packages:
             return "true"
         names = [QuoteString(name) for name in packages]
         return StringCommand(*listing, *names, "2>/dev/null || true")
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         return offered_versions(output)
 
 
-def offered_versions(output) -> dict[str, list[str]]:
+def offered_versions(output: Iterable[str]) -> dict[str, list[str]]:
     """{name: versions} from the lines of apt-cache madison, zypper search --details or dnf list."""
     versions: dict[str, list[str]] = {}
     for line in output:
@@ -222,7 +227,7 @@ def offered_versions(output) -> dict[str, list[str]]:
 
 
 
-class WaitedPackageVersions(NodeFact):
+class WaitedPackageVersions(NodeFact[dict[str, Any]]):
     """
     PackageVersions of dnf (``dnf -q list --showduplicates``) or zypper (``search --details``), the
     ``listing`` its family hands (deploy/distros/package_managers.py ``version_listing``), read after ``wait``: shell
@@ -240,7 +245,7 @@ class WaitedPackageVersions(NodeFact):
          "unreadable": ["repository 'mirror' (Failed to connect to 10.0.0.5 port 80 after 3 ms: Couldn't connect to server)"]}
     """
 
-    def command(self, packages=(), wait="true", listing=()):
+    def command(self, packages: Iterable[str] = (), wait: str = "true", listing: Iterable[str] = ()) -> StringCommand | str:
         if not packages or not listing:
             return "true"
         names = [QuoteString(name) for name in packages]
@@ -250,10 +255,10 @@ class WaitedPackageVersions(NodeFact):
                              "else printf 'busy %s\\n' \"$busy\"; fi")
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"versions": {}, "busy": None, "unreadable": []}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         busy = [line.split(" ", 1)[1] for line in output if line.startswith("busy ")]
         errors = [line[len(MANAGER_ERROR):] for line in output if line.startswith(MANAGER_ERROR)]
         listing = [line for line in output if not line.startswith(("busy ", MANAGER_ERROR))]
@@ -300,7 +305,7 @@ def unreadable_repositories(listing: list[str], errors: list[str]) -> list[str]:
 DNF_MODULES_DIR = "/etc/dnf/modules.d"
 
 
-class DnfModuleStreams(NodeFact):
+class DnfModuleStreams(NodeFact[dict[str, Any]]):
     """
     The enabled stream of each dnf module enabled on the node, from dnf's module state files
     (what ``dnf module list --enabled`` marks [e]), read without dnf.
@@ -310,14 +315,14 @@ class DnfModuleStreams(NodeFact):
         {"nvidia-driver": "550-dkms"}
     """
 
-    def command(self):
+    def command(self) -> str:
         return f"cat {DNF_MODULES_DIR}/*.module 2>/dev/null; true"
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         streams: dict[str, str] = {}
         section: dict[str, str] = {}
         for line in [*output, "[]"]:
@@ -331,7 +336,7 @@ class DnfModuleStreams(NodeFact):
                 section[key.strip()] = value.strip()
         return streams
 
-class RepositoryPackageVersions(NodeFact):
+class RepositoryPackageVersions(NodeFact[dict[str, Any]]):
     """
     The versions a flat apt repository (``deb URL /``) offers of the named packages, read from its
     Packages index without adding it to the node (downloaded to a temporary folder, then removed):
@@ -343,7 +348,7 @@ class RepositoryPackageVersions(NodeFact):
         {"nvidia-fabricmanager-535": ["535.261.03-1", "535.274.02-1"]}
     """
 
-    def command(self, url, packages=(), timeout=30):
+    def command(self, url: str, packages: Iterable[str] = (), timeout: int = 30) -> StringCommand:
         wanted = shlex.quote(" " + " ".join(packages) + " ")
         base = shlex.quote(url.rstrip("/"))
         seconds = int(timeout)
@@ -357,10 +362,10 @@ class RepositoryPackageVersions(NodeFact):
         )
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         versions: dict[str, list[str]] = {}
         for line in output:
             words = line.split()
@@ -369,7 +374,7 @@ class RepositoryPackageVersions(NodeFact):
         return {name: sorted(found, key=_version_key, reverse=True) for name, found in versions.items()}
 
 
-def _version_key(version: str):
+def _version_key(version: str) -> tuple[int, Version | str, str]:
     from packaging.version import InvalidVersion, Version
 
     upstream = version.split(":", 1)[-1].split("-", 1)[0]

@@ -9,6 +9,7 @@ own DeviceTaintRules.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from pyinfra.api import StringCommand
 from pyinfra.api.exceptions import FactProcessError
@@ -26,12 +27,20 @@ from ..k8s.quarantine import (
 )
 from ..reports.health_report import PCI_ADDRESS
 from .base import NodeFact
-from .k8s import captured, cluster_json, first_error_line, kubeconfig_problem, kubectl, parse_captured, unreadable_reason
+from .k8s import (
+    captured,
+    cluster_json,
+    first_error_line,
+    kubeconfig_problem,
+    kubectl,
+    parse_captured,
+    unreadable_reason,
+)
 
 _PCI = re.compile(f"^{PCI_ADDRESS}$")
 
 
-def _guarded(kubeconfig, *commands) -> StringCommand:
+def _guarded(kubeconfig: str | None, *commands: str | StringCommand) -> StringCommand:
     """``commands`` where kubectl exists and its kubeconfig can be read, else one line saying why not."""
     return StringCommand(
         "if ! command -v kubectl >/dev/null 2>&1; then echo kubectl-missing;",
@@ -49,7 +58,7 @@ def _refusal(output: list[str]) -> str | None:
     return None
 
 
-def _items(out: str, what: str) -> list[dict]:
+def _items(out: str, what: str) -> list[dict[str, Any]]:
     try:
         items = cluster_json(out, what).get("items") or []
     except (ValueError, AttributeError):
@@ -59,7 +68,7 @@ def _items(out: str, what: str) -> list[dict]:
     return items
 
 
-class KubeQuarantineNodes(NodeFact):
+class KubeQuarantineNodes(NodeFact[dict[str, Any]]):
     """
     The cluster's nodes as the quarantine reads them (None when kubectl failed: see ``error``): each
     node's resourceVersion, its taints, whether it has annotations, and gpu-node's record annotation.
@@ -70,14 +79,14 @@ class KubeQuarantineNodes(NodeFact):
                                     annotations=True, record_text=None)}, "error": None}
     """
 
-    def command(self, kubeconfig):
+    def command(self, kubeconfig: str | None) -> str | StringCommand:
         return _guarded(kubeconfig, captured(kubectl(kubeconfig, "get", "nodes", "-o", "json")))
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"nodes": None, "error": "no output"}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         refused = _refusal(output)
         if refused:
             return {"nodes": None, "error": refused}
@@ -99,7 +108,7 @@ class KubeQuarantineNodes(NodeFact):
         return {"nodes": nodes, "error": None}
 
 
-class KubeDeviceTaints(NodeFact):
+class KubeDeviceTaints(NodeFact[Any]):
     """
     DeviceTaintRule as the cluster serves it (``kubectl api-resources``: its preferred apiVersion when that is
     resource.k8s.io/v1 or v1beta2, else None), the GPUs of NVIDIA's ResourceSlices per node (PCI address ->
@@ -112,7 +121,7 @@ class KubeDeviceTaints(NodeFact):
                   rules={"gpu-node-gpu1-gpu-0": "gpu1"})
     """
 
-    def command(self, kubeconfig):
+    def command(self, kubeconfig: str | None) -> str | StringCommand:
         selector = ",".join(f"{key}={value}" for key, value in MANAGED_BY.items())
         return _guarded(
             kubeconfig,
@@ -123,10 +132,10 @@ class KubeDeviceTaints(NodeFact):
         )
 
     @staticmethod
-    def default():
+    def default() -> Any:
         return DeviceApi()
 
-    def process(self, output):
+    def process(self, output: list[str]) -> Any:
         if _refusal(output):
             return DeviceApi()
         code, out, _ = parse_captured(output, "api-")

@@ -6,17 +6,19 @@ deploy/shell/; every command exits 0 and reports in its lines.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..foundations import node_text, shell_scripts
+from ..foundations.node_text import decode_b64
 from ..rack import imex, mig, peermem
 from .base import NodeFact
-from ..foundations.node_text import decode_b64
 
 # nvidia-imex-ctl -N waits for its daemon: bounded, so a hung daemon is a reading, not a hung verify
 CTL_TIMEOUT = 15
 PEERMEM_MODULES = ("nvidia", peermem.MODULE, *peermem.RDMA_MODULES)
 
 
-def _unit_lines(state: dict, kind: str, rest: str) -> bool:
+def _unit_lines(state: dict[str, Any], kind: str, rest: str) -> bool:
     """systemctl's is-enabled / is-active answers; True when the line was one of them."""
     if kind == "enabled":
         state["enabled"] = rest or "not-found"
@@ -27,7 +29,7 @@ def _unit_lines(state: dict, kind: str, rest: str) -> bool:
     return True
 
 
-class ImexState(NodeFact):
+class ImexState(NodeFact[dict[str, Any]]):
     """
     The IMEX unit (``systemctl is-enabled`` / ``is-active``), whether the nvidia module is loaded and
     ``/dev/nvidia-caps-imex-channels/channel0`` exists, ``nodes_config.cfg`` (None: no file), and what
@@ -39,17 +41,17 @@ class ImexState(NodeFact):
          "nodes_config": "10.0.0.1\\n10.0.0.2\\n", "ctl_status": 0, "ctl": ["Nodes:", "Node #0 - ..."]}
     """
 
-    def command(self):
+    def command(self) -> str:
         return (node_text.base64_reader() + shell_scripts.script(
             "imex_state", unit=imex.IMEX_UNIT, nodes_config=imex.NODES_CONFIG, channel=imex.CHANNEL_DEVICE,
             ctl_timeout=CTL_TIMEOUT)).strip()
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"enabled": "not-found", "active": "inactive", "module": False, "channel": False,
                 "nodes_config": None, "ctl_status": None, "ctl": []}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()
         for line in output:
             kind, _, rest = line.rstrip("\n").partition(" ")
@@ -67,7 +69,7 @@ class ImexState(NodeFact):
         return state
 
 
-class PeermemState(NodeFact):
+class PeermemState(NodeFact[dict[str, Any]]):
     """
     Which of nvidia, nvidia_peermem, ib_core, mlx5_ib are loaded (``/sys/module``), the OFED's
     ``ofed_info -s`` line (None: no ofed_info, the kernel's inbox stack), whether gpu-node's soft
@@ -80,14 +82,14 @@ class PeermemState(NodeFact):
          "built": {"nvidia-peermem": 1756000000, "ib_core": 1757000000}}
     """
 
-    def command(self):
+    def command(self) -> str:
         return shell_scripts.script("peermem_state", PEERMEM_MODULES, softdep=peermem.SOFTDEP_PATH).strip()
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"loaded": [], "ofed": None, "softdep": False, "built": {}}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()
         for line in output:
             kind, _, rest = line.strip().partition(" ")
@@ -104,7 +106,7 @@ class PeermemState(NodeFact):
         return state
 
 
-class MigState(NodeFact):
+class MigState(NodeFact[dict[str, Any]]):
     """
     nvidia-mig-manager.service's state, whether the nvidia module is loaded, and what
     ``nvidia-mig-parted assert`` answers of the ``layout`` in gpu-node's config (its exit status and
@@ -116,14 +118,14 @@ class MigState(NodeFact):
          "assert": ["Selected MIG configuration currently applied"]}
     """
 
-    def command(self, layout):
+    def command(self, layout: str) -> str:
         return shell_scripts.script("mig_state", unit=mig.MIG_UNIT, config=mig.CONFIG_PATH, layout=layout).strip()
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"enabled": "not-found", "active": "inactive", "module": False, "assert_status": None, "assert": []}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()
         for line in output:
             kind, _, rest = line.rstrip("\n").partition(" ")

@@ -15,47 +15,53 @@ import base64
 import binascii
 import json
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyinfra.api import FactBase, StringCommand
 from pyinfra.api.arguments import pop_global_arguments
 from pyinfra.api.exceptions import FactProcessError
 
 from ..foundations import node_text
-from .base import NodeFact, UnreadableOutput, unreadable
 from ..foundations.run_state import per_run
+from .base import NodeFact, UnreadableOutput, unreadable
+
+if TYPE_CHECKING:
+    from pyinfra.api import Host
 
 MARKER = "@@gpu-node-fact "
 
-class KnownFacts(dict):
+class KnownFacts(dict[str, dict[tuple[str, str], tuple[Any, int]]]):
     """This run's facts by host: host name -> (fact name, its arguments as JSON) -> (value, the
     host's changes when it was read) (deploy/foundations/run_state.py)."""
 
 
 # (fact class, its keyword arguments): a fact to read ahead
-FactCall = tuple[type[FactBase], dict]
+FactCall = tuple[type[FactBase[Any]], dict[str, Any]]
+Reading = TypeVar("Reading")
 
 
-def section_name(fact: type[FactBase], index: int | None) -> str:
+def section_name(fact: type[FactBase[Any]], index: int | None) -> str:
     """The marker name of one fact's section in CombinedOutput's output."""
     return fact.__name__ if index is None else f"{fact.__name__}#{index}"
 
 
-class CombinedOutput(NodeFact):
+class CombinedOutput(NodeFact[list[Any]]):
     """
     The output lines of several facts' commands run in one remote command, each in a subshell of
     its own after a marker line; ``read_facts`` hands each its own lines. ``facts`` are
     argument-less fact classes; ``calls`` are (fact class, keyword arguments) pairs.
     """
 
-    def command(self, facts=(), calls=()):
+    def command(self, facts: Sequence[type[FactBase[Any]]] = (), calls: Sequence[FactCall] = ()) -> StringCommand:
         # The reads only read, so they run side by side, each into a file of its own (its marker
         # line first), printed in order by one cat once all are done: the node's wall time is the
         # slowest read's, not their sum, and the printing one process, not one per read.
         # Without a writable temporary directory the read fails aloud: empty sections would read as
         # facts' defaults (a missing config, no package), and the stages would act on them.
-        parts = ['_gn=$(mktemp -d 2>/dev/null || mktemp -d -p /dev/shm 2>/dev/null) || { echo "gpu-node:',
+        parts: list[str | StringCommand] = ['_gn=$(mktemp -d 2>/dev/null || mktemp -d -p /dev/shm 2>/dev/null) || { echo "gpu-node:',
                  'mktemp -d failed: no writable temporary directory for the node read" >&2; exit 1; };']
-        entries = [(fact, {}, None) for fact in facts]
+        entries: list[tuple[type[FactBase[Any]], dict[str, Any], int | None]] = [(fact, {}, None) for fact in facts]
         entries += [(fact, kwargs, index) for index, (fact, kwargs) in enumerate(calls)]
         for number, (fact, kwargs, index) in enumerate(entries):
             instance = fact()
@@ -73,10 +79,10 @@ class CombinedOutput(NodeFact):
         return StringCommand(*parts)
 
     @staticmethod
-    def default():
+    def default() -> list[Any]:
         return []
 
-    def process(self, output):
+    def process(self, output: list[str]) -> list[Any]:
         try:
             data = base64.b64decode("".join(line.strip() for line in output), validate=True)
         except binascii.Error as error:
@@ -97,7 +103,7 @@ def split_sections(lines: list[str]) -> dict[str, list[str]]:
     return sections
 
 
-def _value(fact: type[FactBase], lines: list[str] | None):
+def _value(fact: type[FactBase[Reading]], lines: list[str] | None) -> Reading:
     """What ``fact`` reads from its section; UnreadableOutput, in one line, where it cannot."""
     instance = fact()
     if lines:
@@ -112,7 +118,7 @@ def _value(fact: type[FactBase], lines: list[str] | None):
     return default() if callable(default) else default
 
 
-def _key(fact: type[FactBase], kwargs: dict) -> tuple[str, str]:
+def _key(fact: type[FactBase[Any]], kwargs: dict[str, Any]) -> tuple[str, str]:
     return fact.__name__, json.dumps(kwargs, sort_keys=True, default=list)
 
 
@@ -132,7 +138,7 @@ ELEVATIONS = (("_sudo", "sudo", "_sudo=True or --sudo"), ("_doas", "doas", "_doa
               ("_dzdo", "dzdo", "_dzdo=True or --dzdo"), ("_su_user", "su", "_su_user or --su-user"))
 
 
-def missing_program(host) -> str:
+def missing_program(host: Host) -> str:
     """Why the read printed nothing, in one line: the program the run asks pyinfra to run it
     through (as pyinfra reads its global arguments for a fact) is not on the node."""
     arguments, _ = pop_global_arguments(host.state, host, dict(host.current_op_global_arguments or {}))
@@ -144,7 +150,7 @@ def missing_program(host) -> str:
             "check the shell pyinfra runs commands with (_shell_executable)")
 
 
-def read_facts(host, *facts: type[FactBase], read_ahead: tuple[FactCall, ...] | list[FactCall] = ()) -> dict:
+def read_facts(host: Host, *facts: type[FactBase[Any]], read_ahead: tuple[FactCall, ...] | list[FactCall] = ()) -> dict[str, Any]:
     """
     Read argument-less ``facts`` from ``host`` in one remote command: {class name: value}.
     Each value is what the fact alone gives (its default when its command printed nothing).
@@ -158,9 +164,8 @@ def read_facts(host, *facts: type[FactBase], read_ahead: tuple[FactCall, ...] | 
         if (fact in facts and not kwargs) or (fact, dict(kwargs)) in calls:
             continue
         calls.append((fact, dict(kwargs)))
-    calls = tuple(calls)
     try:
-        lines = host.get_fact(CombinedOutput, facts=facts, calls=calls, _success_exit_codes=(0, NOT_FOUND))
+        lines = host.get_fact(CombinedOutput, facts=facts, calls=tuple(calls), _success_exit_codes=(0, NOT_FOUND))
     except EOFError:
         # pyinfra asks for the sudo password when sudo wants one: without a terminal, the prompt
         # reads the end of the input, leaving its line open (getpass writes it to stderr then).
@@ -184,12 +189,12 @@ def read_facts(host, *facts: type[FactBase], read_ahead: tuple[FactCall, ...] | 
     return values
 
 
-def _known(host) -> dict:
+def _known(host: Host) -> dict[tuple[str, str], tuple[Any, int]]:
     """(fact name, arguments) -> (value, changes_so_far when it was read), kept in the run's state"""
     return per_run(host.state, KnownFacts).setdefault(host.name, {})
 
 
-def changes_so_far(host) -> int:
+def changes_so_far(host: Host) -> int:
     """How many operations have changed something on ``host`` in this run."""
     count = 0
     for op_data in host.state.ops.get(host, {}).values():
@@ -199,20 +204,20 @@ def changes_so_far(host) -> int:
     return count
 
 
-def _current(host, key: tuple[str, str]) -> tuple | None:
+def _current(host: Host, key: tuple[str, str]) -> tuple[Any] | None:
     """(value,) when ``key`` was read since the host's last change, else None."""
     known = _known(host).get(key)
     return (known[0],) if known is not None and known[1] == changes_so_far(host) else None
 
 
-def read(host, call: FactCall):
+def read(host: Host, call: FactCall) -> Any:
     """``known_fact`` of a (fact, arguments) pair: the same pair a stage reads ahead
     (``Stage.reads``) and its operation then asks, so the two cannot drift apart."""
     fact, kwargs = call
     return known_fact(host, fact, **kwargs)
 
 
-def read_together(host, calls: list[FactCall]) -> list:
+def read_together(host: Host, calls: list[FactCall]) -> list[Any]:
     """The values of ``calls``: those not known yet (read ahead, or read since the host's last
     change) read together in one remote command, the others reused."""
     unknown = [call for call in calls if _current(host, _key(*call)) is None]
@@ -221,7 +226,7 @@ def read_together(host, calls: list[FactCall]) -> list:
     return [read(host, call) for call in calls]
 
 
-def known_fact(host, fact: type[FactBase], **kwargs):
+def known_fact(host: Host, fact: type[FactBase[Reading]], **kwargs: Any) -> Reading:
     """
     ``host.get_fact(fact, **kwargs)``, answered from a value read earlier in this run (read ahead,
     or by an earlier call) when no operation changed anything on the host since that read. Call it
@@ -230,7 +235,8 @@ def known_fact(host, fact: type[FactBase], **kwargs):
     key = _key(fact, kwargs)
     current = _current(host, key)
     if current is not None:
-        return current[0]
+        known: Reading = current[0]
+        return known
     value = host.get_fact(fact, **kwargs)
     _known(host)[key] = (value, changes_so_far(host))
     return value

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Iterable
+from typing import Any
 
 from pyinfra.api.exceptions import FactProcessError
 
-from ..node import records as node_records
 from ..foundations import node_text, shell_scripts
+from ..node import records as node_records
 from .base import NodeFact
+
 
 def _text(encoded: str) -> str:
     try:
@@ -18,7 +21,7 @@ def _text(encoded: str) -> str:
         raise FactProcessError(f"could not decode a record: {error}") from None
 
 
-class NodeRecords(NodeFact):
+class NodeRecords(NodeFact[dict[str, Any]]):
     """
     gpu-node's records on the node (deploy/node/records.py) and, for each recorded file, what it
     holds now; ``own``: the first bytes of those of ``own_files`` that exist (gpu-node's own files,
@@ -47,19 +50,19 @@ class NodeRecords(NodeFact):
         }
     """
 
-    def command(self, own_files=(), records_dir=node_records.RECORDS_DIR):
+    def command(self, own_files: Iterable[str] = (), records_dir: str = node_records.RECORDS_DIR) -> str:
         script = node_text.base64_reader() + shell_scripts.script("node_records", records=records_dir,
                                                                    root_alone=node_records.ROOT_ALONE)
         return (shell_scripts.script("own_files", own_files) + script if own_files else script).strip()
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"records": False, "folder": None, "files": [], "units": {}, "installed": [], "held": [], "rpm_keys": [],
                 "unfinished_install": False, "own": {}}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         found = self.default()
-        record = None
+        record: dict[str, Any] | None = None
         for line in output:
             kind, _, rest = line.strip().partition(" ")
             if kind == "records":

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..foundations import shell_scripts
 from .base import NodeFact
-
 
 # An interrupted run (lost connection, killed controller) can leave a new config in place with
 # the daemon still running the old one; the next run finds a mark here and restarts
@@ -20,7 +21,7 @@ def lock_holders_script() -> str:
     return shell_scripts.body("lock_holders")
 
 
-class PackageManagerState(NodeFact):
+class PackageManagerState(NodeFact[dict[str, Any]]):
     """
     dpkg's state on Debian-family nodes (empty elsewhere): who holds its locks, and whether an
     earlier dpkg run was interrupted (``dpkg --audit`` has something to say).
@@ -31,14 +32,14 @@ class PackageManagerState(NodeFact):
          "interrupted": ["The following packages are only half configured, ..."]}
     """
 
-    def command(self):
+    def command(self) -> str:
         return (lock_holders_script() + shell_scripts.script("package_manager_state", DPKG_LOCKS)).strip()
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"held": [], "interrupted": []}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()
         for line in output:
             kind, _, rest = line.partition(" ")
@@ -50,20 +51,20 @@ class PackageManagerState(NodeFact):
         return state
 
 
-class PendingRestarts(NodeFact):
+class PendingRestarts(NodeFact[dict[str, Any]]):
     """
     Units whose new config an interrupted run installed without restarting them:
     ``{unit: config path}``.
     """
 
-    def command(self):
+    def command(self) -> str:
         return shell_scripts.script("pending_restarts", pending_dir=PENDING_RESTART_DIR).strip()
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         pending = {}
         for line in output:
             unit, _, path = line.strip().partition(" ")

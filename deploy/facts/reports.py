@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from typing import Any
 
 from pyinfra.api.exceptions import FactProcessError
 
@@ -20,7 +21,7 @@ NOT_REGULAR = "not a regular file (a symbolic link, FIFO, device or folder): not
 TOO_MANY = f"more than {MAX_NODE_REPORTS} .json files in the folder: this one and those after it not read"
 
 
-class NodeReports(NodeFact):
+class NodeReports(NodeFact[list[Any]]):
     """
     The ``*.json`` entries directly in ``folder``, in one command, at most ``MAX_NODE_REPORTS``: a
     regular file's name, its modification time (seconds since the epoch) and its text; any other
@@ -33,22 +34,22 @@ class NodeReports(NodeFact):
          {"name": "zero.json", "not_read": "not a regular file (...): not read"}]
     """
 
-    def command(self, folder=REPORTS_DIR):
+    def command(self, folder: str = REPORTS_DIR) -> str:
         return (node_text.base64_reader()
                 + shell_scripts.script("node_reports", folder=folder, max_reports=MAX_NODE_REPORTS)).strip()
 
     @staticmethod
-    def default():
+    def default() -> list[Any]:
         return []
 
-    def process(self, output):
-        reports = []
+    def process(self, output: list[str]) -> list[Any]:
+        reports: list[dict[str, Any]] = []
         for line in output:
             kind, name, mtime, text = (line.strip().split(" ") + ["", "", ""])[:4]
             if kind not in ("report", "other", "more"):
                 continue
             try:
-                entry = {"name": node_text.decode(base64.b64decode(name, validate=True))}
+                entry: dict[str, Any] = {"name": node_text.decode(base64.b64decode(name, validate=True))}
                 if kind == "report":
                     entry.update(mtime=int(mtime), text=node_text.decode(base64.b64decode(text, validate=True)))
                 else:

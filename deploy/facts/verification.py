@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import csv
 import re
-
+from collections.abc import Iterable
+from typing import Any
 
 from ..foundations import node_text, shell_scripts
-from .base import NodeFact
 from ..runtimes import registry
+from .base import NodeFact
 
 SMI_QUERY_FIELDS = ("index", "uuid", "name", "memory.total", "driver_version")
 SMI_QUERY = f"--query-gpu={','.join(SMI_QUERY_FIELDS)} --format=csv,noheader,nounits"
@@ -51,7 +52,7 @@ def smi_value(raw: str) -> str | None:
     return None if value.lower() in SMI_MISSING else value
 
 
-def parse_smi_query(lines: list[str]) -> list[dict]:
+def parse_smi_query(lines: list[str]) -> list[dict[str, Any]]:
     """Lines of ``nvidia-smi --query-gpu=index,uuid,name,memory.total,driver_version
     --format=csv,noheader,nounits`` -> one dict per GPU; ``[N/A]`` / ``[Not Supported]`` -> None."""
     gpus = []
@@ -77,9 +78,9 @@ LIST_GPU_RE = re.compile(r"^GPU (\d+): (.+?) \(UUID: (GPU-[^)]+)\)")
 LIST_MIG_RE = re.compile(r"^\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[^)]+)\)")
 
 
-def parse_smi_list(lines: list[str]) -> list[dict]:
+def parse_smi_list(lines: list[str]) -> list[dict[str, Any]]:
     """``nvidia-smi -L`` -> GPUs with their MIG devices (empty when MIG is off)."""
-    gpus: list[dict] = []
+    gpus: list[dict[str, Any]] = []
     for line in lines:
         gpu = LIST_GPU_RE.match(line)
         if gpu:
@@ -114,13 +115,13 @@ def explain_smi_failure(exit_code: int, output: str) -> str:
 VERIFY_SCRIPT = shell_scripts.body("verify_readout")
 
 
-def executable_checks(paths) -> str:
+def executable_checks(paths: Iterable[str]) -> str:
     """Shell printing ``exec 1 <path>`` for each of ``paths`` that resolves to an executable as a
     runtime's exec would find it (a bare name on the PATH), else ``exec 0 <path>``."""
     return shell_scripts.script("executables", paths)
 
 
-def parse_executables(lines) -> dict[str, bool]:
+def parse_executables(lines: Iterable[str]) -> dict[str, bool]:
     """``exec 1 <path>`` / ``exec 0 <path>`` lines -> {path: executable}."""
     found = {}
     for line in lines:
@@ -131,7 +132,7 @@ def parse_executables(lines) -> dict[str, bool]:
     return found
 
 
-class Executables(NodeFact):
+class Executables(NodeFact[dict[str, Any]]):
     """
     Whether each path resolves to an executable, as a runtime's exec would find it (a bare name is
     looked up on the PATH).
@@ -141,18 +142,18 @@ class Executables(NodeFact):
         {"/usr/bin/nvidia-container-runtime": True, "nvidia-container-runtime-experimental": False}
     """
 
-    def command(self, paths):
+    def command(self, paths: Iterable[str]) -> str:
         return executable_checks(paths).strip()
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         return parse_executables(output)
 
 
-class VerifyReadout(NodeFact):
+class VerifyReadout(NodeFact[dict[str, Any]]):
     """
     What verify reads besides the node facts (``NodeSurvey``, deploy/facts/nvidia.py:
     PCI GPUs, modules, versions, read with it in one command): ``/proc/driver/nvidia/version``,
@@ -186,7 +187,7 @@ class VerifyReadout(NodeFact):
         }
     """
 
-    def command(self, image, binaries=(), runtime_values=None):
+    def command(self, image: str, binaries: Iterable[str] = (), runtime_values: dict[str, dict[str, str]] | None = None) -> str:
         """``runtime_values``: {runtime: {variable: value}} for a runtime installed another way than the
         plain one (containerd's installation in effect: its binary, unit and socket)."""
         watched = (PERSISTENCED_UNIT, FABRIC_MANAGER_UNIT)
@@ -202,7 +203,7 @@ class VerifyReadout(NodeFact):
         return (node_text.base64_reader() + readout + executable_checks(binaries)).strip()
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {
             "kernel_module": None,
             "kernel_module_license": None,
@@ -216,7 +217,7 @@ class VerifyReadout(NodeFact):
             "crictl_path": None,
         }
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()
         smi = state["smi"]
         readings = {key: state[runtime.name] for runtime in registry.RUNTIMES for key in runtime.readout.keys}
@@ -270,7 +271,7 @@ def parse_smi_persistence(text: str) -> dict[int, str]:
     return modes
 
 
-def unit_state(readout: dict, unit: str) -> str:
+def unit_state(readout: dict[str, Any], unit: str) -> str:
     """A systemd unit's state in one word: "active", "inactive", "failed", ..., "not installed",
     or "unknown" (no systemctl answer)."""
     properties = readout["units"].get(unit)

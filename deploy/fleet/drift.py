@@ -19,6 +19,7 @@ import argparse
 import json
 import subprocess
 import sys
+from typing import Any
 
 from ..foundations.command_line import ArgumentParser
 from .tool_args import add_pyinfra_run, missing_file
@@ -36,7 +37,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def drifted_operations(plan: list[dict]) -> list[tuple[str, str]]:
+def drifted_operations(plan: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """(host, operation) pairs that would change; follow-up steps (restarts, rebuilds)
     guarded by another operation's change are not drift on their own."""
     return [(host, op["name"]) for op in plan for host in op["hosts_with_change"]]

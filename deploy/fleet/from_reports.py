@@ -36,13 +36,16 @@ import sys
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
 
 from pydantic import TypeAdapter, ValidationError
 from pyinfra.api.state import BaseStateCallback
 
+from ..facts.reports import NOT_REGULAR, REPORTS_DIR, NodeReports
 from ..foundations import node_text
 from ..foundations.command_line import ArgumentParser, program
-from ..facts.reports import NOT_REGULAR, REPORTS_DIR, NodeReports
+from ..foundations.run_state import per_run
+from ..operations.failure import fail
 from ..reports.fleet_report import (
     CONVERGED,
     FAILED,
@@ -52,15 +55,16 @@ from ..reports.fleet_report import (
     write_html,
     write_json,
 )
-from ..operations.failure import fail
 from ..reports.formats import HealthReportFormat, NodeFormat, NodeSummaryFormat
 from ..reports.health_table import fleet_health
 from ..reports.node_report import FAIL, PASS, SKIP
 from ..reports.read_back import NotAReport, report_of
-from ..foundations.run_state import per_run
 from ..settings import ALLOWED, DEFAULTS, host_settings
 from ..settings.values import TimeSpan, time_span_seconds
 from .quarantine import control_plane, quarantine_gpu_nodes
+
+if TYPE_CHECKING:
+    from pyinfra.api import Host, State
 
 # A folder holds one report per node: more .json files than this and it is not read at all (the
 # files are read one at a time, each at most node_text.MAX_FILE_BYTES; this bounds the whole).
@@ -76,16 +80,17 @@ def _problem(source: str, error: Exception) -> str:
 
 
 def row_of(node: NodeFormat, source: str) -> FleetRow:
-    verify = {status: sum(step.status == status for step in node.steps) for status in (PASS, FAIL, SKIP)}
-    verify["failed_steps"] = [step.name for step in node.steps if step.status == FAIL]
-    ok = node.ok and not verify["failed_steps"]
+    failed_steps = [step.name for step in node.steps if step.status == FAIL]
+    verify: dict[str, Any] = {status: sum(step.status == status for step in node.steps) for status in (PASS, FAIL, SKIP)}
+    verify["failed_steps"] = failed_steps
+    ok = node.ok and not failed_steps
     return FleetRow(host=node.host, status=CONVERGED if ok else FAILED,
                     failed_operations=[] if ok else [f"report {source}"],
-                    failure_lines=[] if ok else [", ".join(verify["failed_steps"]) or "the report says not ok"],
+                    failure_lines=[] if ok else [", ".join(failed_steps) or "the report says not ok"],
                     no_gpu=not node.gpus, verify=verify, **node.model_dump(include=set(NodeSummaryFormat.model_fields)))
 
 
-def read_report(folder: Path, entry: os.DirEntry) -> str:
+def read_report(folder: Path, entry: os.DirEntry[str]) -> str:
     """A report file's text: a regular file only (a link is not followed, a FIFO or device not
     opened), opened without following a link or blocking (should it be swapped since it was listed)
     and read no further than one byte past node_text's bound."""
@@ -103,7 +108,7 @@ def read_report(folder: Path, entry: os.DirEntry) -> str:
         return node_text.decode(stream.read(node_text.MAX_FILE_BYTES + 1))
 
 
-def report_entries(folder: Path) -> list[os.DirEntry]:
+def report_entries(folder: Path) -> list[os.DirEntry[str]]:
     """The folder's ``*.json`` entries by name (hidden ones aside, as a shell's ``*.json``); NotAReport
     when there are more than ``MAX_FOLDER_REPORTS``."""
     entries = []
@@ -163,7 +168,7 @@ def read_folder(folder: str, silent_after: int = time_span_seconds(DEFAULTS["hea
     return rows, problems
 
 
-def node_row(host_name: str, reports: list[dict], silent_after: int = time_span_seconds(DEFAULTS["health_silent_after"]),
+def node_row(host_name: str, reports: list[dict[str, Any]], silent_after: int = time_span_seconds(DEFAULTS["health_silent_after"]),
              now: datetime | None = None) -> tuple[FleetRow, list[str]]:
     """One node's row from the reports it keeps (the NodeReports fact): its newest node report, under
     the name the inventory gives the node, with its health report's health; one line per file that
@@ -199,19 +204,20 @@ class ReportsView(BaseStateCallback):
     path: str = ""
     rows: dict[str, FleetRow] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
-    disconnected: set = field(default_factory=set)
+    disconnected: set[str] = field(default_factory=set)
     done: bool = False
     # hosts of the run that are no GPU node of the view (the quarantine's control plane): no row
-    not_nodes: set = field(default_factory=set)
+    not_nodes: set[str] = field(default_factory=set)
 
-    def host_disconnect(self, state, host) -> None:
+    # pyinfra declares its callbacks static, and calls them on the handler it is given: this is a method
+    def host_disconnect(self, state: State, host: Host) -> None:  # type: ignore[override]
         self.disconnected.add(host.name)
         if self.done or len(self.disconnected) < len(state.activated_hosts):
             return
         self.done = True
         self.finish(state)
 
-    def finish(self, state, stream=None) -> list[FleetRow]:
+    def finish(self, state: State, stream: TextIO | None = None) -> list[FleetRow]:
         rows = dict(self.rows)
         for host in state.inventory:
             if host.name not in rows and host.name not in self.not_nodes:
@@ -229,7 +235,7 @@ class ReportsView(BaseStateCallback):
         return ordered
 
 
-def view_this_host(host) -> None:
+def view_this_host(host: Host) -> None:
     """deploy/fleet_view.py's body for one host: its reports read (one command), its row kept; a
     host whose reports fail or cannot be read fails (nothing runs on it), so the run's exit status
     says so, as the folder mode's does."""

@@ -9,8 +9,9 @@ could reset it now (nothing holds /dev/nvidia*, the driver reload's holder check
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from pyinfra import host, inventory, logger
-from pyinfra.api import deploy
 from pyinfra.api.exceptions import NoGroupError
 from pyinfra.facts.server import Hostname
 
@@ -20,6 +21,7 @@ from ..facts.gpu_node_identity import kube_node_name
 from ..facts.quarantine import KubeDeviceTaints, KubeQuarantineNodes
 from ..facts.reports import REPORTS_DIR, NodeReports
 from ..foundations import node_text
+from ..foundations.pyinfra_api import deploy
 from ..k8s import quarantine
 from ..operations import failure
 from ..operations import quarantine as quarantine_ops
@@ -30,8 +32,11 @@ from ..reports.read_back import NotAReport, health_report_of
 from ..settings import Settings, SettingsError, host_settings
 from ..settings.values import time_span_seconds
 
+if TYPE_CHECKING:
+    from pyinfra.api import Host
 
-def control_plane(settings: Settings):
+
+def control_plane(settings: Settings) -> Host:
     """The host the quarantine runs kubectl on: the inventory's first control-plane host; SettingsError
     (before any host changes) where there is none."""
     try:
@@ -44,14 +49,14 @@ def control_plane(settings: Settings):
     return hosts[0]
 
 
-def gpu_hosts(settings: Settings) -> list:
+def gpu_hosts(settings: Settings) -> list[Host]:
     try:
         return list(inventory.get_group(settings.gpu_nodes_group))
     except NoGroupError:
         return []
 
 
-def health_of_reports(reports: list[dict], host_name: str) -> tuple[HealthReportFormat | None, str | None]:
+def health_of_reports(reports: list[dict[str, Any]], host_name: str) -> tuple[HealthReportFormat | None, str | None]:
     """The health report among a node's reports (the NodeReports fact), checked against its format as the
     fleet view checks it, or None and why not."""
     source = f"{host_name}: {HEALTH_REPORT_PATH}"
@@ -75,7 +80,7 @@ def needing_reset(report: HealthReportFormat | None) -> list[str]:
     return sorted({problem.gpu for problem in report.problems if problem.severity == NEEDS_RESET and problem.gpu})
 
 
-def reset_note(node: str, gpus: list[str], holders: dict) -> str:
+def reset_note(node: str, gpus: list[str], holders: dict[str, Any]) -> str:
     """What quarantine_reset=plan says of a node whose ``gpus`` need a reset, from its DeviceHolders."""
     if not holders["fuser"]:
         return f"{node}: GPU {', '.join(gpus)} needs a reset; whether anything holds it is unknown (no fuser): not now"
@@ -89,7 +94,7 @@ def reset_note(node: str, gpus: list[str], holders: dict) -> str:
 
 
 @deploy("Quarantine GPU nodes")
-def quarantine_gpu_nodes(settings: Settings):
+def quarantine_gpu_nodes(settings: Settings) -> None:
     """The quarantine's reads, plan and steps, from this control-plane host's context."""
     names = dict(settings.kube_node_names)
     nodes, resets = [], []
@@ -98,7 +103,7 @@ def quarantine_gpu_nodes(settings: Settings):
         try:
             reports = gpu_host.get_fact(NodeReports)
             node = kube_node_name(names, gpu_host.name, None if gpu_host.name in names else gpu_host.get_fact(Hostname))
-        except Exception as error:  # an unreachable GPU node must not stop the others
+        except Exception as error:  # noqa: BLE001 - an unreachable GPU node must not stop the others
             nodes.append(quarantine.GpuHealth(node=names.get(gpu_host.name, gpu_host.name), report=None,
                                               unreadable=f"not reached ({error})"))
             continue

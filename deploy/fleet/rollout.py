@@ -81,7 +81,7 @@ def inventory_hosts(inventory: str, limits: list[str]) -> list[str]:
     try:
         with ctx_state.use(state):
             loaded = make_inventory(inventory, cwd=state.cwd)
-    except Exception as error:  # the inventory is user code: report, do not trace back
+    except Exception as error:  # noqa: BLE001 - the inventory is user code: report, do not trace back
         raise RolloutError(f"cannot load inventory {inventory}: {error}") from None
     hosts = [host.name for host in loaded]
     if not hosts:

@@ -6,7 +6,8 @@ over hosts and for deploy/k8s_gpu.py's move of GPU nodes between the device plug
 
 from __future__ import annotations
 
-from typing import Sequence, TypeVar
+from collections.abc import Sequence
+from typing import TypeVar
 
 T = TypeVar("T")
 
@@ -36,7 +37,8 @@ def batch_sizes(spec: str, total: int) -> list[int]:
                 sizes.append(size)
         except ValueError:
             raise BatchSpecError(f"invalid batch size {entry!r} in {spec!r}: allowed: {ALLOWED}") from None
-    result, covered = [], 0
+    result: list[int] = []
+    covered = 0
     while covered < total:
         size = min(sizes[min(len(result), len(sizes) - 1)], total - covered)
         result.append(size)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 
 def program(module: str) -> str:
@@ -24,7 +24,7 @@ class ArgumentParser(argparse.ArgumentParser):
     """``error_status``: the status of a bad argument (2 as argparse's, unless the program's 2 means
     something else: the drift check's drift)."""
 
-    def __init__(self, error_status: int = 2, **kwargs) -> None:
+    def __init__(self, error_status: int = 2, **kwargs: Any) -> None:
         self.error_status = error_status
         # the module's docstring keeps its own lines in --help
         super().__init__(formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs)

@@ -15,7 +15,8 @@ import base64
 import binascii
 import re
 import sys
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import yaml
 
@@ -124,7 +125,7 @@ def syntax_error(error: Exception, text: str) -> str:
     return message
 
 
-def _check_shape(value, source: str, budget: int) -> None:
+def _check_shape(value: object, source: str, budget: int) -> None:
     """Refuse a value nested deeper than ``MAX_DEPTH``, or holding more values than ``budget``:
     text holds no more values than characters unless YAML aliases repeat them (a "billion laughs"
     document, whose expansion any later walk would pay for). Walked with a list, not recursion."""

@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import tomlkit
 from tomlkit.items import AoT, Array, InlineTable, Item, Table
 
 from . import toml_layout
+
+if TYPE_CHECKING:
+    from pyinfra.api import Host
 
 MASK = "***"
 # A key whose name holds one of these words is a credential, and so is everything under it:
@@ -66,7 +70,7 @@ def _mask_array(array: Array, secret: bool) -> None:
             _mask_array(value, secret)
 
 
-def _mask_toml_body(body: list, secret: bool) -> None:
+def _mask_toml_body(body: list[tuple[Any, Item]], secret: bool) -> None:
     """
     Walk a tomlkit body (the list of (key, item) pairs it renders from) and swap masked items
     in place: going around tomlkit's mapping interface keeps it from re-indenting tables.
@@ -107,7 +111,7 @@ def toml_error(error: Exception) -> str:
 # containerd 1.6 (go-toml v1) quotes a mistyped value: "Can't convert 987654321(int64) to string".
 _GO_TOML_CONVERT = re.compile(r"(Can't convert ).*")
 _SECRET_ASSIGNMENT = re.compile(
-    r"""(["']?[\w.-]*(?:%s)[\w.-]*["']?\s*[=:]\s*).+""" % "|".join(SECRET_WORDS), re.IGNORECASE
+    r"""(["']?[\w.-]*(?:""" + "|".join(SECRET_WORDS) + r""")[\w.-]*["']?\s*[=:]\s*).+""", re.IGNORECASE
 )
 
 
@@ -148,7 +152,7 @@ def mask_json(text: str) -> str:
     """
     out: list[str] = []
     # frames: [kind, secret, current key, expecting a key]
-    stack: list[list] = []
+    stack: list[list[Any]] = []
 
     def value_is_secret() -> bool:
         if not stack:
@@ -196,7 +200,7 @@ def masked_diff_lines(current: str | None, desired: str, kind: str) -> list[str]
     return list(generate_color_diff(current_lines, desired_lines))
 
 
-def log_masked_diff(host, path: str, current: str | None, desired: str, kind: str) -> None:
+def log_masked_diff(host: Host, path: str, current: str | None, desired: str, kind: str) -> None:
     """With pyinfra's ``--diff``: log the change to ``path`` as files.put does, credentials masked."""
     if not host.state.config.DIFF:
         return
@@ -210,7 +214,7 @@ def log_masked_diff(host, path: str, current: str | None, desired: str, kind: st
         return
     try:
         lines = masked_diff_lines(current, desired, kind)
-    except Exception:  # a text the masker cannot read: show nothing rather than a secret
+    except Exception:  # noqa: BLE001 - a text the masker cannot read: show nothing rather than a secret
         host.log(f"Will {verb} {format_text(path, bold=True)} (diff withheld: its credentials "
                  "could not be masked)", logger.info)
         return
@@ -220,7 +224,7 @@ def log_masked_diff(host, path: str, current: str | None, desired: str, kind: st
     logger.info("")
 
 
-def log_file_note(host, path: str, what: str) -> None:
+def log_file_note(host: Host, path: str, what: str) -> None:
     """With pyinfra's ``--diff``: one line for a file a run writes whose text it cannot show before
     the run (a key fetched while it runs, a marker)."""
     if not host.state.config.DIFF:

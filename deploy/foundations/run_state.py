@@ -27,7 +27,8 @@ it is the bottom of every import chain.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 from weakref import WeakKeyDictionary
 
 if TYPE_CHECKING:
@@ -47,4 +48,5 @@ def per_run(state: State, record_type: type[Record],
         record = records[record_type] = record_type()
         if created is not None:
             created(record)
-    return records[record_type]
+    kept: Record = records[record_type]
+    return kept

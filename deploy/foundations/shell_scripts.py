@@ -8,9 +8,9 @@ written into its text.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterable
 from functools import cache
 from importlib import resources
-from typing import Iterable
 
 # deploy/shell/ is the package's own data (deploy in a checkout, gpu_node once installed)
 PACKAGE = __package__.rpartition(".")[0]
@@ -20,7 +20,7 @@ PACKAGE = __package__.rpartition(".")[0]
 def body(name: str) -> str:
     """The text of ``deploy/shell/<name>.sh`` after its leading comment lines (the ``#!`` line, what the
     file is, shellcheck's directives: for its readers, not for the node), ending in a newline."""
-    text = resources.files(PACKAGE).joinpath("shell", f"{name}.sh").read_text(encoding="utf-8")
+    text = resources.files(PACKAGE).joinpath("shell").joinpath(f"{name}.sh").read_text(encoding="utf-8")
     lines = text.splitlines(keepends=True)
     while lines and lines[0].startswith("#"):
         del lines[0]

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import tomlkit
 from tomlkit.container import _emits_header
@@ -33,7 +34,7 @@ else:  # the same reader, from PyPI (pyproject.toml); read-only parses import it
 HEADER_LINE = re.compile(r"^([ \t]*)(\[\[?[^\]\n]*\]\]?)[ \t]*(?:#.*)?$", re.M)
 
 
-def _header_tables(body: list, key=None, table=None):
+def _header_tables(body: list[tuple[Any, Any]], key: Any = None, table: Any = None) -> Iterator[Any]:
     """The tables of a tomlkit body that render a [header] line, in the order they render."""
     if table is not None and (table.is_aot_element() or _emits_header(key, table)):
         yield table
@@ -67,10 +68,11 @@ def parse(text: str) -> tomlkit.TOMLDocument:
     """tomlkit.parse (raising its ParseError), header indents as written."""
     try:
         document = tomlkit.parse(text)
-    except Exception as error:  # noqa: BLE001 - tomlkit's own faults on legal TOML, see below
-        document = _parse_dedented(text)
-        if document is None:
+    except Exception as error:  # tomlkit's own faults on legal TOML, see below
+        dedented = _parse_dedented(text)
+        if dedented is None:
             raise error
+        document = dedented
     _repair_header_indents(document, text)
     return document
 
@@ -107,11 +109,12 @@ TablePath = tuple[str, ...]
 TABLES = (Table, InlineTable)
 
 
-def indent_of(item) -> str:
-    return item.trivia.indent.lstrip("\n")
+def indent_of(item: Any) -> str:
+    indent: str = item.trivia.indent
+    return indent.lstrip("\n")
 
 
-def fragments(container, path: TablePath, prefix: TablePath = ()) -> list:
+def fragments(container: Any, path: TablePath, prefix: TablePath = ()) -> list[Any]:
     """
     Every table of the document whose full path is ``path``, in text order.
 
@@ -119,7 +122,7 @@ def fragments(container, path: TablePath, prefix: TablePath = ()) -> list:
     ``[...containerd]`` and ``[...containerd.runtimes.runc]`` apart, EKS writes a child before
     its parent), so edits go to the concrete pieces its body holds instead.
     """
-    found = []
+    found: list[Any] = []
     for key, item in container.body:
         if key is None or not isinstance(item, TABLES):
             continue
@@ -131,7 +134,7 @@ def fragments(container, path: TablePath, prefix: TablePath = ()) -> list:
     return found
 
 
-def written_as_dotted_keys(fragment) -> bool:
+def written_as_dotted_keys(fragment: Any) -> bool:
     """
     An inline table, or a header-less table holding values (``containerd.snapshotter = ...``):
     a child of it must be a dotted key or inline table, a [header] would name the wrong table.
@@ -149,14 +152,14 @@ def dotted(path: TablePath) -> str:
     return ".".join(name if name.replace("_", "").replace("-", "").isalnum() else f'"{name}"' for name in path)
 
 
-def _rank(fragment) -> int:
+def _rank(fragment: Any) -> int:
     """Where a new key goes first: a [header] table, an inline table, a dotted-key table."""
     if isinstance(fragment, InlineTable):
         return 1
     return 2 if fragment.is_super_table() else 0
 
 
-def holder(document, path: TablePath, key: str | None = None):
+def holder(document: Any, path: TablePath, key: str | None = None) -> Any:
     """The piece of table ``path`` that defines ``key``, else the one a new key belongs in; None: no such table."""
     pieces = fragments(document, path)
     for piece in pieces:
@@ -165,7 +168,7 @@ def holder(document, path: TablePath, key: str | None = None):
     return min(pieces, key=_rank) if pieces else None
 
 
-def ensure_table(document, path: TablePath, header: bool = True):
+def ensure_table(document: Any, path: TablePath, header: bool = True) -> Any:
     """
     Table ``path``, created under its deepest existing ancestor when missing: header-less
     parents, and a [header] for the table itself unless ``header`` is false.
@@ -196,10 +199,10 @@ def ensure_table(document, path: TablePath, header: bool = True):
     return parent
 
 
-def table_style(parent, nested: str) -> tuple[str, str, str]:
+def table_style(parent: Any, nested: str) -> tuple[str, str, str]:
     """Header indent, key indent and nesting step of the tables under ``parent`` (a runtimes table:
     the first runtime, and its ``nested`` sub-table for the step)."""
-    for name, child in parent.items():
+    for child in parent.values():
         if not isinstance(child, Table) or child.is_super_table():
             continue
         header = indent_of(child)
@@ -215,7 +218,7 @@ def table_style(parent, nested: str) -> tuple[str, str, str]:
     return "", "", ""
 
 
-def ends_with_blank_line(table) -> bool:
+def ends_with_blank_line(table: Any) -> bool:
     body = table.value.body if isinstance(table, Table) else []
     if not body:
         return False
@@ -274,15 +277,15 @@ class Edits:
     fully named [headers]; the way out for layouts where tomlkit renders a placed table wrongly.
     """
 
-    def __init__(self, document, append_new: bool = False):
+    def __init__(self, document: Any, append_new: bool = False) -> None:
         self.document = document
         self.append_new = append_new
-        self.appended: dict[TablePath, dict] = {}
+        self.appended: dict[TablePath, dict[str, Any]] = {}
         self.assigned: list[tuple[TablePath, object]] = []
-        self.dropped: dict[str, list] = {}
+        self.dropped: dict[str, list[Any]] = {}
         self.notes: list[str] = []
 
-    def table(self, path: TablePath, header: bool = True):
+    def table(self, path: TablePath, header: bool = True) -> Any:
         """Table ``path`` to add keys to: the document's own, else a new one (see ``ensure_table``)."""
         existing = holder(self.document, path)
         if existing is not None:
@@ -291,7 +294,7 @@ class Edits:
             return self.appended.setdefault(path, {})
         return ensure_table(self.document, path, header)
 
-    def set(self, path: TablePath, key: str, value) -> None:
+    def set(self, path: TablePath, key: str, value: Any) -> None:
         """Set only a value that differs, so an equal value keeps its formatting and comment."""
         table = holder(self.document, path, key) or self.table(path)
         current = table.get(key)
@@ -309,14 +312,15 @@ class Edits:
                     if name is not None and not isinstance(item, (Table, Whitespace))]
         table[key] = value
         if current is None and isinstance(table, Table):
+            new: Any = table.value.item(key)  # the item just set (typed with a split table's proxy, which it is not)
             if siblings:
                 # A new key lines up with the keys already there.
-                table.value.item(key).trivia.indent = indent_of(siblings[0])
+                new.trivia.indent = indent_of(siblings[0])
             elif not table.is_super_table() and indent_of(table):
                 # The first key of an indented [header]: one step in, as its sub-tables are.
-                table.value.item(key).trivia.indent = indent_of(table) + "  "
+                new.trivia.indent = indent_of(table) + "  "
 
-    def drop(self, key: str, values: list) -> None:
+    def drop(self, key: str, values: list[Any]) -> None:
         """Take ``values`` out of the document's top-level array ``key`` (one item per value listed)."""
         array = self.document.get(key)
         for value in values:
@@ -354,7 +358,7 @@ def _check_result(before: str, after: str, edits: Edits, source: str) -> None:
         raise ConfigError(f"{source}: its layout cannot be edited safely: {_first_difference(expected, actual)}")
 
 
-def _first_difference(expected, actual, path: TablePath = ()) -> str:
+def _first_difference(expected: Any, actual: Any, path: TablePath = ()) -> str:
     if isinstance(expected, dict) and isinstance(actual, dict):
         for key in list(expected) + [k for k in actual if k not in expected]:
             if expected.get(key) != actual.get(key):

@@ -28,8 +28,10 @@ import re
 import socket
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from typing import Any
 
 from .. import __version__
 from ..foundations.command_line import ArgumentParser
@@ -79,13 +81,13 @@ class HealthSettings:
     state_path: str = field(default=STATE_PATH, metadata={"setting": None})
 
     @classmethod
-    def from_text(cls, text: str, source: str) -> "HealthSettings":
+    def from_text(cls, text: str, source: str) -> HealthSettings:
         """The settings ``text`` (JSON, as deploy/tasks/health.py writes it) holds, each of its type;
         ValueError in one line naming ``source`` otherwise."""
         return settings_from_text(cls, text, source, WHAT, paths=PATHS)
 
     @classmethod
-    def from_file(cls, path: str, top: str = "/") -> "HealthSettings":
+    def from_file(cls, path: str, top: str = "/") -> HealthSettings:
         """``from_text`` of ``path``, read only when root alone can have written it and every folder
         above it (deploy/node/root_files.py; ``top``: where that walk starts)."""
         return settings_from_file(cls, path, WHAT, top=top, paths=PATHS)
@@ -103,12 +105,12 @@ class State:
     dropped_xids: int = 0
     logged: str | None = None
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, Any]:
         return {"version": STATE_VERSION, "boot_id": self.boot_id, "cursor": self.cursor, "read_until": self.read_until,
                 "xids": [vars(kept) for kept in self.xids], "dropped_xids": self.dropped_xids, "logged": self.logged}
 
 
-def _text(value, limit: int) -> str | None:
+def _text(value: object, limit: int) -> str | None:
     return value if isinstance(value, str) and len(value) <= limit else None
 
 
@@ -128,13 +130,13 @@ def load_state(path: str) -> State:
                 and item.get("severity") in SEVERITIES and _text(item.get("meaning"), 200)
                 and type(item.get("count")) is int and item["count"] > 0):
             kept.append(KeptXid(item["gpu"], item["xid"], item["severity"], item["meaning"], item["count"]))
-    counts = {key: data.get(key) if type(data.get(key)) is int and data[key] >= 0 else 0
+    counts = {key: number if type(number := data.get(key)) is int and number >= 0 else 0
               for key in ("read_until", "dropped_xids")}
     return State(_text(data.get("boot_id"), 32), _text(data.get("cursor"), journal.MAX_CURSOR), counts["read_until"],
                  kept, counts["dropped_xids"], _text(data.get("logged"), 65536))
 
 
-def keep_xids(state: State, messages) -> None:
+def keep_xids(state: State, messages: Iterable[str]) -> None:
     """The Xid events of ``messages`` added to the boot's, one record per (GPU, Xid) with its count."""
     by_key = {(kept.gpu, kept.xid): kept for kept in state.xids}
     for message in messages:
@@ -178,7 +180,7 @@ def read_node(settings: HealthSettings, host: HealthHost, state: State, forget_x
         nvidia_persistenced=settings.nvidia_persistenced, fabric_manager_install=settings.fabric_manager_install)
 
 
-def health_report(found: Readings, state: State, now: datetime | None = None) -> dict:
+def health_report(found: Readings, state: State, now: datetime | None = None) -> dict[str, Any]:
     gpus, problems = assess(found)
     if state.dropped_xids:
         problems.append(Problem("xid", None, INFORMATIONAL, f"{state.dropped_xids} Xid event(s) of GPU/Xid pairs past "
@@ -191,7 +193,7 @@ def health_report(found: Readings, state: State, now: datetime | None = None) ->
             "problems": [problem.as_json() for problem in problems[:MAX_PROBLEMS]], "gpus": gpus[:MAX_GPUS]}
 
 
-def worst_line(report: dict, limit: int = NPD_LINE) -> str:
+def worst_line(report: dict[str, Any], limit: int = NPD_LINE) -> str:
     """The report in one line: its worst problem (one that makes its status), or that all is well."""
     if report["status"] == HEALTHY:
         count = len(report["gpus"])
@@ -203,7 +205,7 @@ def worst_line(report: dict, limit: int = NPD_LINE) -> str:
     return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
-def signature(report: dict) -> str:
+def signature(report: dict[str, Any]) -> str:
     """What a change of state is: the status and the problems, not how often an Xid repeated."""
     return json.dumps([report["status"], [[problem["kind"], problem["gpu"], problem["severity"],
                                            re.sub(r" \(\d+ times this boot\)$", "", problem["line"])]

@@ -11,6 +11,7 @@ boot's GPU's state). Standard library only: the health archive carries it.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .node import HealthHost, said
@@ -35,7 +36,7 @@ def journal_command(cursor: str | None) -> list[str]:
             "_TRANSPORT=kernel"]
 
 
-def message_of(value) -> str | None:
+def message_of(value: object) -> str | None:
     """An entry's MESSAGE: text, or the list of byte values journalctl prints for text that is not
     UTF-8; None for anything else (a field journalctl left out as too large is null)."""
     if isinstance(value, str):
@@ -45,11 +46,11 @@ def message_of(value) -> str | None:
     return None
 
 
-def _microseconds(value) -> int | None:
+def _microseconds(value: object) -> int | None:
     return int(value) if isinstance(value, str) and value.isdigit() and len(value) <= 20 else None
 
 
-def entries(lines, boot_id: str | None, read_until: int = 0) -> tuple[list[str], str | None, int]:
+def entries(lines: Iterable[str], boot_id: str | None, read_until: int = 0) -> tuple[list[str], str | None, int]:
     """(this boot's messages after ``read_until``, the last cursor, the last entry's time since
     boot) of journalctl's JSON lines; a line that is no entry is passed over."""
     messages, cursor = [], None

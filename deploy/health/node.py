@@ -12,8 +12,9 @@ import re
 import shutil
 import subprocess
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import IO
 
 from ..driver.next_boot import NVML_LIBRARY_FOLDERS
 
@@ -51,7 +52,7 @@ class Output:
     missing: bool = False
 
 
-def _drain(stream, kept: list, limit: int) -> None:
+def _drain(stream: IO[bytes], kept: list[bytes], limit: int) -> None:
     while chunk := stream.read(4096):
         if sum(map(len, kept)) < limit:
             kept.append(chunk)
@@ -70,16 +71,19 @@ def run_bounded(args: list[str], max_lines: int = 10_000, timeout: float = COMMA
     errors: list[bytes] = []
     reader = threading.Thread(target=_drain, args=(process.stderr, errors, 4096), daemon=True)
     reader.start()
-    lines, size, more = [], 0, False
+    lines: list[str] = []
+    size, more = 0, False
+    stdout = process.stdout
+    assert stdout is not None  # stdout=PIPE
     try:
-        while line := process.stdout.readline(MAX_OUTPUT_BYTES - size + 1):
+        while line := stdout.readline(MAX_OUTPUT_BYTES - size + 1):
             size += len(line)
             if len(lines) == max_lines or size > MAX_OUTPUT_BYTES:
                 more = True
                 process.kill()
                 break
             lines.append(line.decode("utf-8", "backslashreplace").rstrip("\n"))
-        process.stdout.close()
+        stdout.close()
         code = process.wait()
     finally:
         timer.cancel()

@@ -7,6 +7,7 @@ the worst first. Pure: readings in, records out. Standard library only: the heal
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..driver.fabric import fabric_of
 from ..reports.health_report import (
@@ -42,7 +43,7 @@ class Problem:
     severity: str
     line: str
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "gpu": self.gpu, "severity": self.severity, "line": printable(self.line)[:MAX_LINE]}
 
 
@@ -67,7 +68,7 @@ class Readings:
     """What one run read. ``running`` and ``next_boot``: (kernel release, its module's version, the
     module's path); ``next_boot`` None where it is the running kernel or not known."""
 
-    bus: dict
+    bus: dict[str, Any]
     driver: Driver
     smi: Smi
     library: str | None = None
@@ -81,7 +82,7 @@ class Readings:
     fabric_manager_install: bool = True
 
 
-def services_wanted(readings_bus: dict, nvidia_persistenced: bool, fabric_manager_install: bool) -> tuple[str, ...]:
+def services_wanted(readings_bus: dict[str, Any], nvidia_persistenced: bool, fabric_manager_install: bool) -> tuple[str, ...]:
     """The units whose state the check asks systemd for (IMEX always: it counts where enabled)."""
     wanted = [PERSISTENCED] if nvidia_persistenced else []
     if fabric_manager_install and fabric_of({"switches": readings_bus["switches"]}).needs_fabric_manager:
@@ -89,7 +90,7 @@ def services_wanted(readings_bus: dict, nvidia_persistenced: bool, fabric_manage
     return (*wanted, IMEX)
 
 
-def _gpu_records(found: Readings, problems: list[Problem]) -> list[dict]:
+def _gpu_records(found: Readings, problems: list[Problem]) -> list[dict[str, Any]]:
     driver, smi = found.driver, found.smi
     loaded = bool(driver.loaded) or smi.answered
     seen = driver.gpus if driver.gpus is not None else (frozenset(smi.gpus) if smi.answered else None)
@@ -120,7 +121,7 @@ def _gpu_records(found: Readings, problems: list[Problem]) -> list[dict]:
     return records
 
 
-def _memory_problems(slot: str, answer) -> list[Problem]:
+def _memory_problems(slot: str, answer: Any) -> list[Problem]:
     found = []
     if answer.row_remap_failure:
         found.append(Problem(ROW_REMAP, slot, FATAL, f"GPU {slot}: row remapping failed (the GPU needs service)"))
@@ -191,7 +192,7 @@ def _service_problems(found: Readings) -> list[Problem]:
     return problems
 
 
-def assess(found: Readings) -> tuple[list[dict], list[Problem]]:
+def assess(found: Readings) -> tuple[list[dict[str, Any]], list[Problem]]:
     """(a record per GPU on the PCI bus, the problems worst first)."""
     problems: list[Problem] = []
     if found.bus.get("unreadable"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ..driver.next_boot import LIBRARY_VERSION, next_boot
 from ..node.first_boot import module_path, pci_devices
@@ -143,7 +144,7 @@ def library(host: HealthHost, driver_root: str = "/") -> tuple[str | None, str |
         link = os.path.join(folder, "libnvidia-ml.so.1")
         target = os.path.realpath(link) if os.path.lexists(link) else None
         match = LIBRARY_VERSION.search(target or "")
-        if match and os.path.isfile(target):
+        if match and target is not None and os.path.isfile(target):
             return match[1], target
     for folder in folders:
         for name in host.listing(folder, limit=4096):
@@ -174,10 +175,10 @@ def _grub_values(text: str | None, names: tuple[str, ...]) -> dict[str, str]:
     return values
 
 
-def installed_kernels(host: HealthHost) -> dict[str, dict]:
+def installed_kernels(host: HealthHost) -> dict[str, dict[str, Any]]:
     """{release: {"image": bool}} of each folder under the module trees, as the InstalledKernels fact
     reads them (deploy/shell/installed_kernels.sh)."""
-    kernels: dict[str, dict] = {}
+    kernels: dict[str, dict[str, Any]] = {}
     for tree in dict.fromkeys(map(os.path.realpath, host.module_trees)):
         for release in host.listing(tree, limit=64):
             images = (os.path.join(host.boot_root, f"vmlinuz-{release}"), os.path.join(host.boot_root, f"Image-{release}"),
@@ -215,7 +216,8 @@ def units(host: HealthHost, names: tuple[str, ...]) -> dict[str, Unit] | None:
                                    "--", *names], max_lines=8 * len(names))
     if answer.code != 0:
         return None
-    found, block = {}, {}
+    found: dict[str, Unit] = {}
+    block: dict[str, str] = {}
     for line in [*answer.lines, ""]:
         if not line.strip():
             if block.get("Id") in names:
@@ -228,7 +230,7 @@ def units(host: HealthHost, names: tuple[str, ...]) -> dict[str, Unit] | None:
     return found
 
 
-def bus(host: HealthHost) -> dict:
+def bus(host: HealthHost) -> dict[str, Any]:
     """The NVIDIA GPUs and NVSwitches on the PCI bus (the first-boot unit's reading)."""
     try:
         return pci_devices(host.sys_root)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from packaging.version import InvalidVersion, Version
 
@@ -141,7 +141,7 @@ def cdi_prerequisite(*, cdi_on: bool | None, containerd_version: str | None, aft
     return Prerequisite("cdi", "pass", f"CDI on in containerd {containerd_version}")
 
 
-def driver_root_prerequisite(root: str, state: dict, driver_expected: bool) -> Prerequisite:
+def driver_root_prerequisite(root: str, state: dict[str, Any], driver_expected: bool) -> Prerequisite:
     """The driver root the kubelet plugin reads (``nvidia_driver_root``), from DraNodeState:
     a folder, and once the driver is there (``driver_expected``), NVML in it."""
     if not state["root_exists"]:
@@ -156,7 +156,7 @@ def driver_root_prerequisite(root: str, state: dict, driver_expected: bool) -> P
                                                "plugin finds no driver there; set nvidia_driver_root")
 
 
-def imex_action(compute_domains: bool, mode: str, unit: dict) -> str | None:
+def imex_action(compute_domains: bool, mode: str, unit: dict[str, Any]) -> str | None:
     """What to do with the host's nvidia-imex.service (DraNodeState's ``imex``): "mask" where the
     driver's ComputeDomain daemons own IMEX and the unit is not masked yet; None: nothing."""
     if not compute_domains or mode != "driver-managed" or unit["enabled"] in ("not-found", "masked"):
@@ -164,7 +164,7 @@ def imex_action(compute_domains: bool, mode: str, unit: dict) -> str | None:
     return "mask"
 
 
-def imex_in_use(unit: dict) -> str | None:
+def imex_in_use(unit: dict[str, Any]) -> str | None:
     """Who holds an IMEX channel while the host's IMEX daemon runs (DraNodeState's ``imex``: its
     ``holders``, each with ``unit`` and ``named``), the daemon's own processes aside; None: nobody,
     so masking it stops no job."""
@@ -179,7 +179,7 @@ def imex_busy_line(in_use: str) -> str:
     return IMEX_BUSY[0] + in_use + IMEX_BUSY[1]
 
 
-def imex_prerequisite(compute_domains: bool, mode: str, unit: dict, planned: bool = False,
+def imex_prerequisite(compute_domains: bool, mode: str, unit: dict[str, Any], planned: bool = False,
                       drain: bool = False) -> Prerequisite:
     """The host's IMEX unit as ``dra_imex`` wants it; ``planned``: before the run, which masks it
     where no IMEX channel is in use, or after the drain ``drain`` (drain_before_restart) allows."""
@@ -209,7 +209,7 @@ def imex_prerequisite(compute_domains: bool, mode: str, unit: dict, planned: boo
 
 
 def node_prerequisites(settings: Settings, *, installed_driver: str | None, cdi_on: bool | None,
-                       containerd_version: str | None, node: dict, after_run: bool) -> list[Prerequisite]:
+                       containerd_version: str | None, node: dict[str, Any], after_run: bool) -> list[Prerequisite]:
     """
     Every host prerequisite of a DRA node, in order: the driver, CDI, the driver root, IMEX.
     ``node``: DraNodeState; ``after_run``: judged on what the node has now (verify), not on what
@@ -227,7 +227,7 @@ def node_prerequisites(settings: Settings, *, installed_driver: str | None, cdi_
     ]
 
 
-def gpu_config(sharing: str, replicas: int) -> dict | None:
+def gpu_config(sharing: str, replicas: int) -> dict[str, Any] | None:
     """The opaque ``GpuConfig`` a claim gives the driver for ``gpu_sharing`` (None: none, the
     driver's default of one container per GPU). MPS: each of ``replicas`` clients gets an even
     share of the GPU's threads."""

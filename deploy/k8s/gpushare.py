@@ -72,7 +72,7 @@ def scheduler_config_api_version(version: Any) -> str:
 
 def scheduler_config(
     version: Any, url_prefix: str = EXTENDER_URL_PREFIX, kubeconfig: str = SCHEDULER_KUBECONFIG
-) -> dict:
+) -> dict[str, Any]:
     """The kube-scheduler config that calls the gpushare extender for filter and bind."""
     return {
         "apiVersion": scheduler_config_api_version(version),
@@ -101,7 +101,7 @@ def scheduler_config_yaml(version: Any, **kwargs: Any) -> str:
     return dump_yaml(scheduler_config(version, **kwargs))
 
 
-def control_plane_placement(version: Any) -> dict:
+def control_plane_placement(version: Any) -> dict[str, Any]:
     """
     nodeSelector / affinity and tolerations that put the extender on a control-plane node.
     Clusters older than 1.24 may carry only the old ``master`` label, so they select either label.
@@ -159,7 +159,7 @@ def device_plugin_manifest(image: str, memory_unit: str) -> str:
 # The kube-scheduler static pod.
 
 
-def _scheduler_pod(text: str) -> dict:
+def _scheduler_pod(text: str) -> dict[str, Any]:
     try:
         pod = node_text.parsed(yaml.safe_load, text, "it")
     except node_text.UnreadableText as error:
@@ -173,7 +173,7 @@ def _scheduler_pod(text: str) -> dict:
     return pod
 
 
-def _scheduler_container(pod: dict) -> dict:
+def _scheduler_container(pod: dict[str, Any]) -> dict[str, Any]:
     containers = pod["spec"].get("containers")
     if not isinstance(containers, list):
         raise ManifestError("spec.containers is not a list")
@@ -183,7 +183,7 @@ def _scheduler_container(pod: dict) -> dict:
     return named[0]
 
 
-def _argument_list(container: dict) -> list:
+def _argument_list(container: dict[str, Any]) -> list[Any]:
     key = "command" if isinstance(container.get("command"), list) else "args"
     arguments = container.get(key)
     if not isinstance(arguments, list) or not all(isinstance(item, str) for item in arguments):
@@ -191,7 +191,7 @@ def _argument_list(container: dict) -> list:
     return arguments
 
 
-def _config_flags(container: dict) -> list[str]:
+def _config_flags(container: dict[str, Any]) -> list[str]:
     flags = []
     for key in ("command", "args"):
         for item in container.get(key) or []:
@@ -200,7 +200,7 @@ def _config_flags(container: dict) -> list[str]:
     return flags
 
 
-def _list_field(parent: dict, key: str, where: str) -> list:
+def _list_field(parent: dict[str, Any], key: str, where: str) -> list[Any]:
     value = parent.setdefault(key, [])
     if not isinstance(value, list):
         raise ManifestError(f"{where}.{key} is not a list")

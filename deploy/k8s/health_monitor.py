@@ -15,7 +15,7 @@ docs/custom_plugin_monitor.md and config types); tests/unit/test_health_monitor.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..foundations import templates
 from ..reports.health_report import HEALTH_CHECK_COMMAND, NPD_LINE
@@ -49,7 +49,7 @@ def plugin_command() -> list[str]:
     return [NSENTER, "--target", "1", "--mount", "--uts", "--ipc", "--pid", "--", *HEALTH_CHECK]
 
 
-def plugin_config(interval_seconds: int) -> dict:
+def plugin_config(interval_seconds: int) -> dict[str, Any]:
     """The custom plugin monitor's config: one permanent rule setting ``CONDITION``."""
     timeout = f"{PLUGIN_TIMEOUT_SECONDS}s"
     path, *args = plugin_command()

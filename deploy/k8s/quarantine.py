@@ -27,7 +27,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
@@ -59,9 +59,10 @@ def worst(report: HealthReportFormat) -> HealthProblemFormat | None:
 def failed_gpus(report: HealthReportFormat) -> set[str] | None:
     """The PCI addresses of the GPUs its problems name; None when one is about no single GPU."""
     problems = acted_on(report)
-    if not problems or any(problem.gpu is None for problem in problems):
+    gpus = [problem.gpu for problem in problems]
+    if not gpus or None in gpus:
         return None
-    return {pci_key(problem.gpu) for problem in problems}
+    return {pci_key(gpu) for gpu in gpus if gpu is not None}
 
 
 def checked_at(report: HealthReportFormat) -> datetime:
@@ -103,7 +104,7 @@ class LiveNode:
 
     name: str
     resource_version: str
-    taints: tuple[dict, ...] = ()
+    taints: tuple[dict[str, Any], ...] = ()
     annotations: bool = False  # whether metadata.annotations exists at all
     record_text: str | None = None  # the value of RECORD_ANNOTATION, if any
 
@@ -149,8 +150,8 @@ class Step:
     node: str
     verb: str
     says: str
-    patch: tuple[dict, ...] = ()
-    create: tuple[dict, ...] = ()
+    patch: tuple[dict[str, Any], ...] = ()
+    create: tuple[dict[str, Any], ...] = ()
     delete: tuple[str, ...] = ()
 
 
@@ -161,7 +162,8 @@ class QuarantinePlan:
 
 
 def stamp(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ") if moment.utcoffset().total_seconds() == 0 else moment.isoformat()
+    offset = moment.utcoffset()
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ") if offset is not None and not offset else moment.isoformat()
 
 
 def taint_value(report: HealthReportFormat) -> str:
@@ -181,11 +183,11 @@ def _pointer(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def _tested(node: LiveNode) -> list[dict]:
+def _tested(node: LiveNode) -> list[dict[str, Any]]:
     return [{"op": "test", "path": "/metadata/resourceVersion", "value": node.resource_version}]
 
 
-def _record_op(node: LiveNode, record: QuarantineRecord | None) -> dict:
+def _record_op(node: LiveNode, record: QuarantineRecord | None) -> dict[str, Any]:
     path = f"/metadata/annotations/{_pointer(RECORD_ANNOTATION)}"
     if record is None:
         return {"op": "remove", "path": path}
@@ -202,7 +204,7 @@ def rule_name(node: str, device: str) -> str:
     return f"gpu-node-{hashlib.sha256(f'{node}/{device}'.encode()).hexdigest()[:32]}"
 
 
-def device_rule(version: str, node: str, pool: str, device: str, value: str) -> dict:
+def device_rule(version: str, node: str, pool: str, device: str, value: str) -> dict[str, Any]:
     return {"apiVersion": version, "kind": "DeviceTaintRule",
             "metadata": {"name": rule_name(node, device), "labels": dict(MANAGED_BY),
                          "annotations": {RULE_NODE_ANNOTATION: node}},
@@ -210,26 +212,27 @@ def device_rule(version: str, node: str, pool: str, device: str, value: str) -> 
                      "taint": {"key": TAINT_KEY, "value": value, "effect": EFFECT}}}
 
 
-def _device_rules(gpu: GpuHealth, devices: DeviceApi | None) -> tuple[list[dict] | None, str]:
-    """The DeviceTaintRules for ``gpu``'s failed GPUs alone, or None and why the node is tainted instead."""
+def _device_rules(gpu: GpuHealth, report: HealthReportFormat,
+                  devices: DeviceApi | None) -> tuple[list[dict[str, Any]] | None, str]:
+    """The DeviceTaintRules for ``gpu``'s failed GPUs alone (its ``report``'s), or None and why the node is tainted
+    instead."""
     if not gpu.dra:
         return None, ""
     if devices is None or devices.version is None:
         return None, "the cluster serves no DeviceTaintRule (resource.k8s.io/v1 or v1beta2): the node tainted"
-    failed = failed_gpus(gpu.report)
+    failed = failed_gpus(report)
     if failed is None:
         return None, "a problem is about no single GPU: the node tainted"
     known = devices.gpus.get(gpu.node, {})
     missing = sorted(failed - set(known))
     if missing:
         return None, f"GPU {', '.join(missing)} is in none of the node's ResourceSlices: the node tainted"
-    value = taint_value(gpu.report)
+    value = taint_value(report)
     return [device_rule(devices.version, gpu.node, *known[pci], value) for pci in sorted(failed)], ""
 
 
-def _quarantine(gpu: GpuHealth, node: LiveNode, devices: DeviceApi | None) -> Step:
-    report = gpu.report
-    rules, why = _device_rules(gpu, devices)
+def _quarantine(gpu: GpuHealth, report: HealthReportFormat, node: LiveNode, devices: DeviceApi | None) -> Step:
+    rules, why = _device_rules(gpu, report, devices)
     record = QuarantineRecord(since=checked_at(report), reason=reason(report),
                               devices=tuple(rule["metadata"]["name"] for rule in rules or ()))
     if rules:
@@ -254,11 +257,12 @@ def _release(node: LiveNode, record: QuarantineRecord, healthy_for: float) -> St
                 delete=record.devices)
 
 
-def _missing_rules(gpu: GpuHealth, node: LiveNode, ours: QuarantineRecord, devices: DeviceApi | None) -> list[Step]:
+def _missing_rules(gpu: GpuHealth, report: HealthReportFormat, node: LiveNode, ours: QuarantineRecord,
+                   devices: DeviceApi | None) -> list[Step]:
     """A device-quarantined node still unhealthy: the rules its failed GPUs need that the cluster lacks (one
     a step stopped before, a GPU failed since), the record naming them all."""
-    rules, _ = _device_rules(gpu, devices)
-    if rules is None:
+    rules, _ = _device_rules(gpu, report, devices)
+    if rules is None or devices is None:
         return []  # its report now names no single GPU: its rules stay, as its record says
     wanted = {rule["metadata"]["name"]: rule for rule in rules}
     missing = [rule for name, rule in wanted.items() if name not in devices.rules]
@@ -268,7 +272,7 @@ def _missing_rules(gpu: GpuHealth, node: LiveNode, ours: QuarantineRecord, devic
     patch = (*_tested(node), _record_op(node, ours.model_copy(update={"devices": names}))) \
         if names != ours.devices else ()
     shown = ", ".join(rule["spec"]["deviceSelector"]["device"] for rule in missing)
-    return [Step(node.name, "quarantine devices", f"DeviceTaintRule for {shown}: {reason(gpu.report)}",
+    return [Step(node.name, "quarantine devices", f"DeviceTaintRule for {shown}: {reason(report)}",
                  patch=patch, create=tuple(missing))]
 
 
@@ -291,7 +295,7 @@ def plan(gpus: list[GpuHealth], live: dict[str, LiveNode], devices: DeviceApi | 
     group = {gpu.node for gpu in gpus}
     quarantined = {name for name in group if name in live
                    and (live[name].taint_index() is not None or record_of(live[name].record_text or "") is not None)}
-    candidates = []
+    candidates: list[tuple[GpuHealth, HealthReportFormat]] = []
     for gpu in sorted(gpus, key=lambda gpu: gpu.node):
         node = live.get(gpu.node)
         if node is None:
@@ -310,7 +314,7 @@ def plan(gpus: list[GpuHealth], live: dict[str, LiveNode], devices: DeviceApi | 
                 result.notes.append(f"{gpu.node}: tainted {TAINT_KEY} by someone else (no gpu-node record): "
                                     "left as it is")
             elif report.status == UNHEALTHY:
-                candidates.append(gpu)
+                candidates.append((gpu, report))
             continue
         if report.status == HEALTHY:
             now = checked_at(report)
@@ -332,16 +336,16 @@ def plan(gpus: list[GpuHealth], live: dict[str, LiveNode], devices: DeviceApi | 
             result.steps.append(Step(gpu.node, "unmark healthy", f"{report.status} again: its healthy time starts over",
                                      patch=(*_tested(node), _record_op(node, cleared))))
         if ours.devices and report.status == UNHEALTHY:
-            result.steps += _missing_rules(gpu, node, ours, devices)
+            result.steps += _missing_rules(gpu, report, node, ours, devices)
     result.steps += _orphans(group, live, devices)
-    candidates.sort(key=lambda gpu: (SEVERITIES.index(worst(gpu.report).severity) if worst(gpu.report) else len(
-        SEVERITIES), gpu.node))
-    for gpu in candidates:
+    candidates.sort(key=lambda candidate: (SEVERITIES.index(problem.severity) if (problem := worst(candidate[1]))
+                                           else len(SEVERITIES), candidate[0].node))
+    for gpu, report in candidates:
         if len(quarantined) >= limit:
-            result.notes.append(f"{gpu.node}: unhealthy ({reason(gpu.report)}) but not quarantined: {len(quarantined)} "
+            result.notes.append(f"{gpu.node}: unhealthy ({reason(report)}) but not quarantined: {len(quarantined)} "
                                 f"of the run's {len(gpus)} GPU nodes are, the most quarantine_max_nodes="
                                 f"{bound.max_nodes} and quarantine_max_percent={bound.max_percent} allow ({limit})")
             continue
-        result.steps.append(_quarantine(gpu, live[gpu.node], devices))
+        result.steps.append(_quarantine(gpu, report, live[gpu.node], devices))
         quarantined.add(gpu.node)
     return result

@@ -7,7 +7,13 @@ node. Pure: which steps run, and with which settings.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
 from ..settings import Settings
+
+if TYPE_CHECKING:
+    from pyinfra.connectors.base import BaseConnector
 
 # step -> why an image root does not run it (the booted node's first-boot unit, or a pull or
 # controller run after boot, does)
@@ -25,14 +31,22 @@ IMAGE_OVERRIDES = {"kernel_modules_load": False, "reboot_allowed": False}
 KEEPS_SITE_SETTINGS = ("first boot",)
 
 
-def is_image_root(connector) -> bool:
+def is_image_root(connector: BaseConnector) -> bool:
     """Whether pyinfra runs this host through its @chroot connector: an image root, not a node."""
     from pyinfra.connectors.chroot import ChrootConnector
 
     return isinstance(connector, ChrootConnector)
 
 
-def image_steps(steps: list, say) -> list:
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+NamedStep = TypeVar("NamedStep", bound=_Named)  # deploy/stages.py's Step, a layer above
+
+
+def image_steps(steps: list[NamedStep], say: Callable[[str], object]) -> list[NamedStep]:
     """The steps a bake runs, in order; ``say`` gets one line for each it skips."""
     kept = []
     for step in steps:

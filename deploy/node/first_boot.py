@@ -30,15 +30,16 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Protocol
 
 from .. import __version__
-from ..foundations.command_line import ArgumentParser
-from .root_files import UntrustedFile, settings_from_file, settings_from_text
 from ..driver.fabric import fabric_of
 from ..driver.module_type import KernelModuleTypeRefusal, decide_kernel_module_type
+from ..foundations.command_line import ArgumentParser
+from .root_files import UntrustedFile, settings_from_file, settings_from_text
 
 CONFIG_PATH = "/etc/gpu-node/boot.json"
 REPORT_PATH = "/var/lib/gpu-node/boot-report.json"
@@ -74,13 +75,13 @@ class BootSettings:
     report_path: str = field(default=REPORT_PATH, metadata={"setting": None})
 
     @classmethod
-    def from_text(cls, text: str, source: str) -> "BootSettings":
+    def from_text(cls, text: str, source: str) -> BootSettings:
         """The settings ``text`` (JSON, as deploy/tasks/boot.py writes it) holds, each of its type;
         ValueError in one line naming ``source`` otherwise."""
         return settings_from_text(cls, text, source, "the boot settings", paths=("report_path",))
 
     @classmethod
-    def from_file(cls, path: str, top: str = "/") -> "BootSettings":
+    def from_file(cls, path: str, top: str = "/") -> BootSettings:
         """``from_text`` of ``path``, read only when root alone can have written it and every folder
         above it (deploy/node/root_files.py; ``top``: where that walk starts); ValueError in one line."""
         return settings_from_file(cls, path, "the boot settings", top=top, paths=("report_path",))
@@ -98,7 +99,7 @@ class Host:
     modules_root: str = "/lib/modules"
     kernel: str = field(default_factory=lambda: os.uname().release)
     unit_dirs: tuple[str, ...] = UNIT_DIRS
-    run: Callable[[list[str]], subprocess.CompletedProcess] = field(
+    run: Callable[[list[str]], subprocess.CompletedProcess[str]] = field(
         default=lambda args: subprocess.run(args, capture_output=True, text=True, check=False))
 
     def has_unit(self, unit: str) -> bool:
@@ -108,7 +109,7 @@ class Host:
         return shutil.which(name)
 
 
-def pci_devices(sys_root: str) -> dict:
+def pci_devices(sys_root: str) -> dict[str, Any]:
     """The NVIDIA GPUs (display class 0x03) and bridges (0x0680) on the PCI bus, in NodeSurvey's shape."""
     gpus, switches = [], []
     folder = Path(sys_root) / "bus" / "pci" / "devices"
@@ -127,7 +128,16 @@ def pci_devices(sys_root: str) -> dict:
     return {"gpus": gpus, "switches": switches}
 
 
-def module_path(host: Host) -> str | None:
+class KernelTree(Protocol):
+    """Where a kernel's modules are: a Host's, or the health check's HealthHost's."""
+
+    @property
+    def modules_root(self) -> str: ...
+    @property
+    def kernel(self) -> str: ...
+
+
+def module_path(host: KernelTree) -> str | None:
     """The nvidia module modules.dep lists for the running kernel (what the toolkit's refresh
     service checks too); None when it lists none."""
     base = os.path.join(host.modules_root, host.kernel)
@@ -151,9 +161,9 @@ def modinfo(host: Host, path: str, name: str) -> str:
 class Boot:
     settings: BootSettings
     host: Host = field(default_factory=Host)
-    steps: list[dict] = field(default_factory=list)
-    record: dict = field(default_factory=dict)
-    found: dict = field(default_factory=dict)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    record: dict[str, Any] = field(default_factory=dict)
+    found: dict[str, Any] = field(default_factory=dict)
 
     def say(self, name: str, status: str, reason: str) -> None:
         self.steps.append({"name": name, "status": status, "reason": reason})
@@ -285,7 +295,7 @@ class Boot:
             self.say(name, status, reason)
         return True
 
-    def report(self) -> dict:
+    def report(self) -> dict[str, Any]:
         node = {"host": socket.gethostname(), "gpus": [], "driver": None, "toolkit": None, "runtime": None,
                 "kernel_module_type": None, "persistence": None, "fabric_manager": None, "cuda": None, "cdi": None,
                 **self.record, "steps": self.steps}
@@ -293,7 +303,7 @@ class Boot:
         return {"version": REPORT_VERSION, "gpu_node_version": __version__, "ok": node["ok"], "nodes": [node]}
 
 
-def write_report(path: str, report: dict) -> None:
+def write_report(path: str, report: dict[str, Any]) -> None:
     """Atomically: a temporary file beside it (0600, as mkstemp makes it), then a rename."""
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, mode=0o700, exist_ok=True)

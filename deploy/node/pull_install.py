@@ -20,11 +20,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import records as node_records, pull_settings
 from ..foundations.command_line import ArgumentParser, program
+from ..foundations.templates import render
 from ..reports.node_report import write_text_file
 from ..settings import SettingsError
-from ..foundations.templates import render
+from . import pull_settings
+from . import records as node_records
 
 UNIT_DIR = "/etc/systemd/system"
 SERVICE, TIMER = "gpu-node-pull.service", "gpu-node-pull.timer"

@@ -16,9 +16,9 @@ import re
 from typing import Any
 
 from ..foundations import node_text
-from .root_files import ROOT_UID, MissingFile, UntrustedFile, read_roots_file
-from ..settings import SettingsError, parse_settings, unknown_names
 from ..foundations.toml_layout import tomllib
+from ..settings import SettingsError, parse_settings, unknown_names
+from .root_files import ROOT_UID, MissingFile, UntrustedFile, read_roots_file
 
 SETTINGS_FILE = "/etc/gpu-node/settings.toml"
 # The reports a pull run rewrites on the node, unless the file says otherwise.

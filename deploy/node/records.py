@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import hashlib
 import shlex
+from collections.abc import Iterable
 
 from ..foundations import shell_scripts
+
 # a file record's ``format``, named as the runtimes' engines name their configs' (read from here too)
-from ..runtimes.engine import JSON, TOML  # noqa: F401
+from ..runtimes.engine import JSON as JSON
+from ..runtimes.engine import TOML as TOML
 
 RECORDS_DIR = "/var/lib/gpu-node"
 # The records folder's owner and mode (``stat -c '%u %a'``) as gpu-node keeps it: root's alone. The
@@ -67,12 +70,12 @@ def wrote_file(path_word: str) -> str:
     return f"gn_wrote_file {path_word}"
 
 
-def record_units(units) -> str:
+def record_units(units: Iterable[str]) -> str:
     """Shell: each of ``units``' state before the change that follows."""
     return f"{LIBRARY}gn_record_units {' '.join(shlex.quote(unit) for unit in units)}"
 
 
-def record_holds(names) -> str:
+def record_holds(names: Iterable[str]) -> str:
     """Shell: the packages gpu-node is about to hold (those not held before)."""
     return f"{LIBRARY}gn_record_names held-packages {' '.join(shlex.quote(name) for name in names)}"
 

@@ -17,14 +17,17 @@ import stat
 from contextlib import ExitStack
 from dataclasses import fields
 from pathlib import PurePosixPath
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 ROOT_UID = 0
 # The types a settings dataclass's fields may have, as their annotations name them
 SETTING_TYPES = {"bool": bool, "str": str}
 # What the deploy writes (deploy/tasks/boot.py, deploy/tasks/health.py) is under 1 KiB
 MAX_SETTINGS_BYTES = 64 * 1024
-Settings = TypeVar("Settings")
+Settings = TypeVar("Settings", bound="DataclassInstance")
 
 
 class UntrustedFile(ValueError):
@@ -106,7 +109,7 @@ def settings_from_text(cls: type[Settings], text: str, source: str, what: str, p
         raise ValueError(f"{source} is not JSON: {error}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{source} holds {type(data).__name__}, not {what}")
-    types = {item.name: item.type for item in fields(cls)}
+    types: dict[str, Any] = {item.name: item.type for item in fields(cls)}  # the annotations' text: "bool", "str"
     for key, value in data.items():
         if key not in types:
             raise ValueError(f"{source}: unknown setting {key!r}")

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from ..k8s.dra import DRIVER
 from ..facts.k8s import kubectl
+from ..foundations.pyinfra_api import Commands
+from ..k8s.dra import DRIVER
 from .drain import DrainTarget
 
 
@@ -35,7 +36,7 @@ def _wait(condition: StringCommand, until: str, timeout: int, what: str) -> Stri
 
 
 @operation()
-def move_step(target: DrainTarget, kind: str, allocator: str, labels: dict[str, str | None]):
+def move_step(target: DrainTarget, kind: str, allocator: str, labels: dict[str, str | None]) -> Commands:
     """
     One step of ``target.node``'s move to ``allocator`` (deploy/k8s/dra.py MoveStep): cordon, drain,
     relabel (``labels``; None removes), wait-gone (the other allocator no longer offers the

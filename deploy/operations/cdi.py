@@ -8,20 +8,22 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from pyinfra import host, logger
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from ..node import records as node_records
-from ..runtimes.cdi import RUNTIME_CONFIG, SPEC_PATH, runtime_mode_of, runtime_mode_refusal, with_runtime_mode
-from ..runtimes import registry
-from ..foundations.toml_layout import ConfigError
 from ..facts.cdi import REFRESH_PATH_UNIT, CdiState, spec_stale
 from ..facts.read_ahead import FactCall, read
+from ..foundations.pyinfra_api import Commands
+from ..foundations.toml_layout import ConfigError
+from ..node import records as node_records
+from ..runtimes import registry
+from ..runtimes.cdi import RUNTIME_CONFIG, SPEC_PATH, runtime_mode_of, runtime_mode_refusal, with_runtime_mode
+from ..runtimes.wiring import RuntimeWiring
 from .failure import failing_command
 from .files import put_text
 from .runtime_config import WiredRuntime
-from ..runtimes.wiring import RuntimeWiring
 
 # Where the toolkit's refresh service reads its settings (the driver root, for one).
 REFRESH_ENV = "/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env"
@@ -72,7 +74,7 @@ def refresh_env_text(driver_root: str) -> str | None:
     return f"{HEADER}NVIDIA_CTK_DRIVER_ROOT={systemd_environment_value(driver_root)}\n"
 
 
-def in_place(target: CdiTarget, state: dict) -> bool:
+def in_place(target: CdiTarget, state: dict[str, Any]) -> bool:
     """Whether nothing is to do, from what the node holds (the operation decides the same way)."""
     if not cdi_on(target):
         return not (target.cdi == "false" and state["refresh_enabled"] == "enabled")
@@ -83,12 +85,12 @@ def in_place(target: CdiTarget, state: dict) -> bool:
         not state["refresh_unit"] or (refresh_on and env == refresh_env_text(target.driver_root)))
 
 
-def driver_answers(state: dict) -> bool:
+def driver_answers(state: dict[str, Any]) -> bool:
     """Whether nvidia-smi -L answered with GPUs (asked only for a missing or stale spec)."""
     return state["smi_exit_code"] == 0 and bool(state["smi_gpus"])
 
 
-def no_spec_message(state: dict) -> str:
+def no_spec_message(state: dict[str, Any]) -> str:
     return ("no spec written: the driver does not answer with a GPU (nvidia-smi -L); "
             + ("the refresh unit writes it once it does" if state["refresh_unit"] else "run again once it does"))
 
@@ -105,7 +107,7 @@ def _say(message: str) -> None:
 
 
 @operation()
-def configure_cdi(target: CdiTarget):
+def configure_cdi(target: CdiTarget) -> Commands:
     """
     CDI as the setting and the runtimes' versions say, decided from what the node holds when this
     runs (after the toolkit and the runtimes are installed): the refresh units enabled, pointed at the
@@ -146,7 +148,7 @@ def configure_cdi(target: CdiTarget):
         _say(no_spec_message(state))
 
 
-def runtime_mode_problem(target: CdiTarget, state: dict, cdi_decided: bool = True) -> str | None:
+def runtime_mode_problem(target: CdiTarget, state: dict[str, Any], cdi_decided: bool = True) -> str | None:
     """Why the runtime's mode cannot be set (one line), from what the node holds; None: it can.
     ``cdi_decided``: false while a wired runtime is not installed yet (CDI is decided by its version)."""
     if target.runtime_mode is None:
@@ -161,7 +163,7 @@ def runtime_mode_problem(target: CdiTarget, state: dict, cdi_decided: bool = Tru
                                 [runtime.cdi_since for runtime in registry.RUNTIMES])
 
 
-def runtime_mode_in_place(target: CdiTarget, state: dict) -> bool:
+def runtime_mode_in_place(target: CdiTarget, state: dict[str, Any]) -> bool:
     """Whether the runtime's config says the mode asked (or none is asked)."""
     if target.runtime_mode is None:
         return True
@@ -173,7 +175,7 @@ def runtime_mode_in_place(target: CdiTarget, state: dict) -> bool:
 
 
 @operation()
-def configure_runtime_mode(target: CdiTarget):
+def configure_runtime_mode(target: CdiTarget) -> Commands:
     """
     The nvidia runtime's mode in its config.toml as ``nvidia_runtime_mode`` asks, the file's
     comments and layout kept, decided from what the node holds when this runs (after the toolkit
@@ -187,10 +189,10 @@ def configure_runtime_mode(target: CdiTarget):
     if problem is not None:
         yield failing_command(problem)
         return
-    if runtime_mode_in_place(target, state):
-        host.noop(f"{RUNTIME_CONFIG} has mode {target.runtime_mode}")
+    mode = target.runtime_mode
+    if mode is None or runtime_mode_in_place(target, state):
+        host.noop(f"{RUNTIME_CONFIG} has mode {mode}")
         return
     # The runtime reads its config at each container start: nothing to restart.
-    yield from put_text._inner(dest=RUNTIME_CONFIG, content=with_runtime_mode(state["runtime_config"],
-                                                                                target.runtime_mode),
+    yield from put_text._inner(dest=RUNTIME_CONFIG, content=with_runtime_mode(state["runtime_config"], mode),
                                record_format=node_records.TOML)

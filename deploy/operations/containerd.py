@@ -9,15 +9,20 @@ the plan.
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Generator
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import tomlkit
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand
+from pyinfra.api.command import PyinfraCommand
 
-from . import probes
+from ..facts.containerd import ContainerdImports, config_read
+from ..facts.read_ahead import FactCall, changes_so_far, known_fact, read
 from ..foundations import redact, templates
+from ..foundations.toml_layout import ConfigError, line_endings
 from ..runtimes.cdi import CdiUnsupported, for_containerd
 from ..runtimes.containerd.cri import (
     CRI_RUNTIME_PLUGIN,
@@ -27,12 +32,13 @@ from ..runtimes.containerd.cri import (
     config_values,
 )
 from ..runtimes.containerd.installations import ConfigTarget
-from ..facts.read_ahead import FactCall, changes_so_far, known_fact, read
-from ..facts.containerd import ContainerdImports, config_read
 from ..runtimes.wiring import RuntimeWiring
-from ..foundations.toml_layout import ConfigError, line_endings
+from . import probes
 from .runtime_config import PlannedFile, RuntimeConfigPlan
 from .upload import Staging, Upload
+
+if TYPE_CHECKING:
+    from pyinfra.api import Host, State
 
 
 @dataclass
@@ -93,7 +99,7 @@ def plan_node_wiring(target: ConfigTarget, wiring: RuntimeWiring) -> RuntimeConf
     current = state["config"]
     if current is not None:
         base, source = current, path
-    elif state["base_config"] is not None:
+    elif state["base_config"] is not None and base_path is not None:
         base, source = state["base_config"], base_path
     elif initial_text is not None:
         base, source = initial_text, "an empty drop-in"
@@ -149,7 +155,8 @@ def imported_files(path: str, current: str | None, source: str) -> list[ConfigFi
 CHECK_SUFFIX = ".gpu-node-check"
 
 
-def _check_candidates(binary: str, wiring: RuntimeWiring, holder: str, plan: RuntimeConfigPlan):
+def _check_candidates(binary: str, wiring: RuntimeWiring, holder: str, plan: RuntimeConfigPlan
+                      ) -> Generator[str | PyinfraCommand, Any, bool]:
     """
     Ask the node's containerd what it would run with the new files, before any is installed:
     copies beside the live files (relative imports resolve the same), the main one importing
@@ -174,7 +181,7 @@ def _check_candidates(binary: str, wiring: RuntimeWiring, holder: str, plan: Run
     return True
 
 
-def _run_candidate_check(state, host, binary: str, config: str, copies: list[str], wiring: RuntimeWiring,
+def _run_candidate_check(state: State, host: Host, binary: str, config: str, copies: list[str], wiring: RuntimeWiring,
                          changed: str, holder: str, placed: str) -> bool:
     command = StringCommand(placed, QuoteString(binary), "--config", QuoteString(config),
                             "config dump; status=$?; rm -f", *[QuoteString(copy) for copy in copies], "; exit $status")

@@ -22,16 +22,21 @@ import os
 import posixpath
 import secrets
 import stat
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING
 
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.output import format_text
 from pyinfra.operations.util.files import generate_color_diff
 
+from ..foundations.pyinfra_api import Commands
 from .failure import fail_host, failing_command
+
+if TYPE_CHECKING:
+    from pyinfra.api import Host, State
 
 FILE_MODE = 0o644
 FOLDER_MODE = 0o755
@@ -154,9 +159,10 @@ def check_path(target: ControllerFile) -> bool:
         return folder is not None and file_state(folder, target) is not None
 
 
-def _write(state, host, target: ControllerFile, data: bytes) -> bool:
+def _write(state: State, host: Host, target: ControllerFile, data: bytes) -> bool:
     try:
         with opened_folder(target, create=True) as folder:
+            assert folder is not None  # made where it was missing (create=True)
             file_state(folder, target)
             temporary = f".{target.name}.{secrets.token_hex(8)}"
             descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -177,7 +183,7 @@ def _write(state, host, target: ControllerFile, data: bytes) -> bool:
     return True
 
 
-def _remove(state, host, target: ControllerFile) -> bool:
+def _remove(state: State, host: Host, target: ControllerFile) -> bool:
     try:
         with opened_folder(target, create=False) as folder:
             if folder is not None and file_state(folder, target) is not None:
@@ -199,7 +205,7 @@ def show_diff(target: ControllerFile, old: bytes | None, text: str) -> None:
 
 
 @operation()
-def put_text(target: ControllerFile, text: str):
+def put_text(target: ControllerFile, text: str) -> Commands:
     """``text`` as the controller file ``target``, mode 0644, through a temporary file and a rename."""
     data = text.encode()
     try:
@@ -216,7 +222,7 @@ def put_text(target: ControllerFile, text: str):
 
 
 @operation()
-def remove(target: ControllerFile):
+def remove(target: ControllerFile) -> Commands:
     """Remove the controller file ``target`` (a link on the way refused, not followed)."""
     try:
         present = check_path(target)

@@ -12,8 +12,9 @@ import shlex
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from ..facts.read_ahead import FactCall, read
 from ..facts.devices import NvidiaDeviceLinks, missing_links
+from ..facts.read_ahead import FactCall, read
+from ..foundations.pyinfra_api import Commands
 
 UDEV_RULE = "/etc/udev/rules.d/71-gpu-node-nvidia-dev-char.rules"
 LINKS_SCRIPT = "/usr/local/sbin/gpu-node-nvidia-dev-char"
@@ -53,7 +54,7 @@ def udev_rule_text() -> str:
 
 
 @operation()
-def nvidia_dev_char_links(driver_root: str):
+def nvidia_dev_char_links(driver_root: str) -> Commands:
     """
     Link ``/dev/char/<major:minor>`` to each NVIDIA device node under the driver root that lacks it.
 

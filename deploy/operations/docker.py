@@ -7,10 +7,16 @@ dockerd, by the engine's schema. The generic operation (``runtime_config.py``) a
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from functools import partial
+from typing import Any
 
 from pyinfra import host, logger
+from pyinfra.api.command import PyinfraCommand
 
+from ..facts.docker import DockerState
+from ..facts.read_ahead import FactCall, changes_so_far, read
+from ..foundations.toml_layout import ConfigError
 from ..node import bake
 from ..runtimes.cdi import CdiUnsupported, for_docker
 from ..runtimes.docker.daemon_json import (
@@ -22,10 +28,7 @@ from ..runtimes.docker.daemon_json import (
     leave_to_flags,
 )
 from ..runtimes.docker.unit import DockerdFlag, UnitParseError, parse_docker_unit
-from ..facts.read_ahead import FactCall, changes_so_far, read
-from ..facts.docker import DockerState
 from ..runtimes.wiring import RuntimeWiring
-from ..foundations.toml_layout import ConfigError
 from . import safe_install
 from .failure import failing_command
 from .runtime_config import PlannedFile, RuntimeConfigPlan
@@ -50,7 +53,7 @@ def plan_docker_wiring(path: str, wiring: RuntimeWiring, service: str = "docker"
     return plan
 
 
-def live_restore(config: dict, flags: list[DockerdFlag]) -> bool:
+def live_restore(config: dict[str, Any], flags: list[DockerdFlag]) -> bool:
     """Whether dockerd keeps its containers running through its own restart: the unit's
     --live-restore flag, else daemon.json's key (dockerd refuses both at once); off by default."""
     given = [flag for flag in flags if flag.name == "live-restore"]
@@ -59,7 +62,7 @@ def live_restore(config: dict, flags: list[DockerdFlag]) -> bool:
     return config.get("live-restore") is True
 
 
-def _plan(plan: RuntimeConfigPlan, state: dict, path: str, wiring: RuntimeWiring, service: str,
+def _plan(plan: RuntimeConfigPlan, state: dict[str, Any], path: str, wiring: RuntimeWiring, service: str,
           restart_pending: bool = False) -> str:
     """Fill ``plan`` in; the refusal, in one line, where daemon.json cannot or must not be wired."""
     if not state["dockerd"]:
@@ -126,7 +129,8 @@ def _plan(plan: RuntimeConfigPlan, state: dict, path: str, wiring: RuntimeWiring
     return ""
 
 
-def _check_schema(plan: RuntimeConfigPlan, docker_major: int | None, flag_runtimes: list[str]):
+def _check_schema(plan: RuntimeConfigPlan, docker_major: int | None, flag_runtimes: list[str]
+                  ) -> Generator[str | PyinfraCommand, Any, bool]:
     path = plan.path
     try:
         check_schema(ENGINE.parse(plan.files[0].text, path), path, docker_major, flag_runtimes)

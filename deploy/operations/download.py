@@ -18,20 +18,22 @@ import hashlib
 import posixpath
 import re
 import shlex
+from typing import Any
 from urllib.parse import urlparse
 
 from pyinfra import host
 from pyinfra.api import OperationValueError, QuoteString, StringCommand, operation
 from pyinfra.facts.files import Sha256File
 
-from ..node import records as node_records
-from ..foundations import redact
-from ..facts.read_ahead import FactCall, read
 from ..facts.files import FileDigests, FileText
+from ..facts.read_ahead import FactCall, read
+from ..foundations import redact
+from ..foundations.pyinfra_api import Commands
+from ..node import records as node_records
 from ..settings import key_url_allowed
 from .failure import failing_command
-from .progress import announcing
 from .packages import apt_lock_option, apt_sources_changed
+from .progress import announcing
 
 APT_HELPER = "/usr/lib/apt/apt-helper"
 STAGED_SUFFIX = ".gpu-node-new"  # a verified file waiting for its rename into place
@@ -216,7 +218,7 @@ def wrote_files_command(*paths: str) -> StringCommand:
 REPLACE, REPAIR, IN_PLACE = "replace", "repair", "in place"
 
 
-def source_state(digests: dict, path: str, content: str, keyring: str) -> str:
+def source_state(digests: dict[str, Any], path: str, content: str, keyring: str) -> str:
     """From FileDigests of the source and its keyring: REPLACE when the source is new or changed
     (so a changed key URL takes effect) or the keyring is missing, REPAIR when only the source's
     mode or owner drifted, else IN_PLACE."""
@@ -267,7 +269,7 @@ def log_source_change(path: str, content: str, key_path: str, key_url: str, fing
 
 @operation()
 def signed_apt_source(path: str, content: str, keyring: str, key_url: str, *, fingerprints: tuple[str, ...],
-                      fingerprint_setting: str, lock_timeout: int, timeout: int, repository: str = ""):
+                      fingerprint_setting: str, lock_timeout: int, timeout: int, repository: str = "") -> Commands:
     """
     An apt source that names a signed-by keyring. When the source is new or changed (so a changed
     key URL or pin takes effect) or the key is missing, fetch the key and check it against
@@ -299,14 +301,14 @@ def signed_apt_source(path: str, content: str, keyring: str, key_url: str, *, fi
     host.noop(f"{path} and its keyring {keyring} are in place")
 
 
-def _committed_source(path: str, key: str):
+def _committed_source(path: str, key: str) -> Commands:
     """The staged source and its key put in place, recorded for the undo on either side."""
     yield record_files_command(key, path)
     yield commit_staged_source(path, key)
     yield wrote_files_command(key, path)
 
 
-def _repaired_source_mode(path: str):
+def _repaired_source_mode(path: str) -> Commands:
     """A source file with the right text and the wrong owner or mode: root's, 0644."""
     yield record_files_command(path)
     yield StringCommand("chown", "root:root", QuoteString(path), "&&", "chmod", "644", QuoteString(path))
@@ -351,7 +353,7 @@ def stage_checked_rpm_repository(
 
 @operation()
 def signed_rpm_repository(path: str, content: str, key_path: str, key_url: str, *, fingerprints: tuple[str, ...],
-                          fingerprint_setting: str, check: str, timeout: int):
+                          fingerprint_setting: str, check: str, timeout: int) -> Commands:
     """
     A dnf or zypper repository file whose ``gpgkey=file://`` names ``key_path``, the checked copy
     of the key at ``key_url``. When the file is new or changed (a changed key URL or pin is part of
@@ -409,7 +411,7 @@ def checked_download_command(url: str, dest: str, sha256: str, timeout: int) -> 
 
 
 @operation()
-def checked_executable(url: str, dest: str, sha256: str, timeout: int):
+def checked_executable(url: str, dest: str, sha256: str, timeout: int) -> Commands:
     """Install the file at ``url`` as an executable ``dest`` only if its SHA-256 is ``sha256``."""
     if host.get_fact(Sha256File, path=dest) == sha256:
         host.noop(f"{dest} is installed with SHA-256 {sha256}")

@@ -7,37 +7,43 @@ report.
 from __future__ import annotations
 
 import shlex
+from typing import TYPE_CHECKING, Any
 
 from pyinfra import host
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
-from ..node import records as node_records
-from . import probes
-from ..foundations import shell_scripts
-from ..runtimes.cdi import CdiUnsupported, for_containerd
-from ..k8s.dra import IMEX_BUSY, IMEX_UNIT, IMEX_UNKNOWN, node_prerequisites
 from ..facts.base import UnreadableOutput
-from ..facts.gpu_holders import holders_script
-from ..facts.read_ahead import FactCall, read_together
 from ..facts.dra import DraNodeState
+from ..facts.gpu_holders import holders_script
 from ..facts.nvidia import NodeSurvey
+from ..facts.read_ahead import FactCall, read_together
+from ..foundations import shell_scripts
+from ..foundations.pyinfra_api import Commands
+from ..k8s.dra import IMEX_BUSY, IMEX_UNKNOWN, node_prerequisites
+from ..node import records as node_records
+from ..rack.imex import IMEX_UNIT
 from ..reports.node_report import FAIL, PASS, Step, verify_report_store
-from ..settings import Settings
+from ..runtimes.cdi import CdiUnsupported, for_containerd
 from ..runtimes.wiring import runtime_wiring
+from ..settings import Settings
+from . import probes
 from .drain import DrainTarget, before_restart
 from .failure import failing_command, run_script
+
+if TYPE_CHECKING:
+    from pyinfra.api import Host, State
 
 
 def node_read(settings: Settings) -> FactCall:
     return (DraNodeState, {"driver_root": settings.nvidia_driver_root})
 
 
-def installed_driver(nvidia: dict) -> str | None:
+def installed_driver(nvidia: dict[str, Any]) -> str | None:
     """The driver the node runs, else the one its module was built at (NodeSurvey)."""
     return nvidia.get("loaded_version") or nvidia.get("built_version")
 
 
-def containerd_cdi(settings: Settings, containerd: dict) -> bool | None:
+def containerd_cdi(settings: Settings, containerd: dict[str, Any]) -> bool | None:
     """Whether CDI is on in this containerd (ContainerdConfig's version) with the settings' wiring;
     None: no containerd installed."""
     if containerd["major"] is None:
@@ -62,13 +68,13 @@ def imex_mask_command() -> StringCommand:
                          + f" && systemctl mask --now {shlex.quote(IMEX_UNIT)}")
 
 
-def _mask(state, host) -> bool:
+def _mask(state: State, host: Host) -> bool:
     succeeded, _ = run_script(state, host, imex_mask_command())
     return succeeded
 
 
 @operation()
-def mask_imex(drain: DrainTarget | None = None):
+def mask_imex(drain: DrainTarget | None = None) -> Commands:
     """
     Mask and stop the host's IMEX unit (its state before recorded for the undo run), so nothing
     starts it again and the DRA driver's ComputeDomain daemons own IMEX; only where no IMEX channel
@@ -81,7 +87,7 @@ def mask_imex(drain: DrainTarget | None = None):
 
 
 @operation()
-def check_prerequisites(settings: Settings, containerd_read: FactCall):
+def check_prerequisites(settings: Settings, containerd_read: FactCall) -> Commands:
     """
     Check each host prerequisite of a DRA node at execution (after the earlier stages ran), each a
     step of the node's verify report: verify's operation, which runs next, adds them to the

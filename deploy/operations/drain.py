@@ -21,6 +21,7 @@ to recover it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
@@ -30,11 +31,16 @@ from pyinfra.api.state import BaseStateCallback
 
 from ..facts.drain import KubeNodeSchedule
 from ..facts.k8s import first_error_line, kubeconfig_words, kubectl
-from .driver import awaits_reboot
-from .failure import fail_host
 from ..facts.nvidia import NodeSurvey
 from ..facts.read_ahead import known_fact
+from ..foundations.pyinfra_api import Commands
 from ..foundations.run_state import per_run
+from .driver import awaits_reboot
+from .failure import fail_host
+
+if TYPE_CHECKING:
+    from pyinfra.api import Host, State
+    from pyinfra.api.operation import OperationMeta
 
 
 @dataclass(frozen=True)
@@ -57,17 +63,17 @@ class DrainRecord:
 
     target: DrainTarget
     # Operations whose change may restart a runtime or reboot (for the prepare-time plan).
-    restart_ops: list = field(default_factory=list)
+    restart_ops: list[OperationMeta] = field(default_factory=list)
     drained: bool = False  # drained (or nothing to drain) earlier in this run
     cordoned_by_run: bool = False  # this run cordoned it and has not uncordoned it yet
     was_cordoned: bool = False  # an operator had cordoned it before this run
 
 
-class Drains(dict):
+class Drains(dict[str, DrainRecord]):
     """This run's drain records: inventory host name -> DrainRecord (deploy/foundations/run_state.py)."""
 
 
-def drain_record(state, host_name: str, target: DrainTarget) -> DrainRecord:
+def drain_record(state: State, host_name: str, target: DrainTarget) -> DrainRecord:
     """This run's record of ``host_name``'s node (deploy/foundations/run_state.py), created on first use; the
     run's first record hooks the failure message into the State's callbacks."""
     drains = per_run(state, Drains, created=lambda drains: state.add_callback_handler(_StaysCordoned(drains)))
@@ -76,14 +82,14 @@ def drain_record(state, host_name: str, target: DrainTarget) -> DrainRecord:
     return drains[host_name]
 
 
-def watch(target: DrainTarget | None, operation_meta) -> None:
+def watch(target: DrainTarget | None, operation_meta: OperationMeta) -> None:
     """An operation of the current host whose change restarts a runtime or reboots (before which
     ``target`` is drained; None: no drain)."""
     if target is not None and operation_meta is not None:
         drain_record(host.state, host.name, target).restart_ops.append(operation_meta)
 
 
-def before_restart(target: DrainTarget | None) -> tuple:
+def before_restart(target: DrainTarget | None) -> tuple[FunctionCommand, ...]:
     """The commands the runtime operations yield right before a restart: the drain, if any."""
     if target is None:
         return ()
@@ -94,7 +100,10 @@ class _StaysCordoned(BaseStateCallback):
     def __init__(self, store: dict[str, DrainRecord]) -> None:
         self.store = store
 
-    def operation_host_error(self, state, host, op_hash, retry_count=0, max_retries=0):
+    # pyinfra declares its callbacks static, and calls them on the handler it is given: this is a method
+    def operation_host_error(  # type: ignore[override]
+        self, state: State, host: Host, op_hash: str, retry_count: int = 0, max_retries: int = 0,
+    ) -> None:
         record = self.store.get(host.name)
         if record is None or state.get_op_data_for_host(host, op_hash).global_arguments.get("_ignore_errors"):
             return
@@ -107,7 +116,7 @@ class _StaysCordoned(BaseStateCallback):
                          "before this run")
 
 
-def _on_control_plane(state, target: DrainTarget, command: StringCommand) -> tuple[bool, list[str], list[str]]:
+def _on_control_plane(state: State, target: DrainTarget, command: StringCommand) -> tuple[bool, list[str], list[str]]:
     """Run ``command`` on the control-plane host with its own connector arguments (sudo, ...)."""
     control_plane = state.inventory.get_host(target.control_plane)
     arguments, _ = pop_global_arguments(state, control_plane, {})
@@ -118,7 +127,7 @@ def _on_control_plane(state, target: DrainTarget, command: StringCommand) -> tup
         ok, output = control_plane.run_shell_command(
             command, print_output=state.print_output, print_input=state.print_input, **connector_arguments,
         )
-    except Exception as error:  # a lost control plane is a failed drain, never a crash
+    except Exception as error:  # noqa: BLE001 - a lost control plane is a failed drain, never a crash
         return False, [], [f"{control_plane.name}: {error}"]
     return ok, output.stdout_lines, output.stderr_lines
 
@@ -127,7 +136,7 @@ def _last_error(stderr_lines: list[str]) -> str:
     return first_error_line("\n".join(stderr_lines))
 
 
-def drain_node(state, host, target: DrainTarget) -> bool:
+def drain_node(state: State, host: Host, target: DrainTarget) -> bool:
     """The drain (a FunctionCommand body): True when the restart may go ahead."""
     record = drain_record(state, host.name, target)
     node, where = target.node, f"{kubeconfig_words(target.kubeconfig)} on {target.control_plane}"
@@ -170,7 +179,7 @@ def drain_node(state, host, target: DrainTarget) -> bool:
     return True
 
 
-def uncordon(state, host, target: DrainTarget, driver_packages: tuple[str, ...] = ()) -> bool:
+def uncordon(state: State, host: Host, target: DrainTarget, driver_packages: tuple[str, ...] = ()) -> bool:
     """Uncordon a node this run cordoned (a FunctionCommand body), unless it is a GPU node whose driver
     change (``driver_packages``, this run's) awaits its reboot."""
     record = drain_record(state, host.name, target)
@@ -191,13 +200,13 @@ def uncordon(state, host, target: DrainTarget, driver_packages: tuple[str, ...] 
 
 
 @operation(is_idempotent=False)
-def drain_before_reboot(target: DrainTarget):
+def drain_before_reboot(target: DrainTarget) -> Commands:
     """Cordon and drain ``target`` (gate it with ``_if=`` on what decides the reboot)."""
     yield from before_restart(target)
 
 
 @operation()
-def uncordon_node(target: DrainTarget, driver_packages: tuple[str, ...] = ()):
+def uncordon_node(target: DrainTarget, driver_packages: tuple[str, ...] = ()) -> Commands:
     """
     Uncordon ``target`` if this run cordoned it, unless its driver change (``driver_packages``: this
     run's driver stage's) awaits the node's reboot. Yields no command on a run that restarts

@@ -6,6 +6,9 @@ end-of-run report. Package installs go through the family's package manager (dep
 from __future__ import annotations
 
 import shlex
+from collections.abc import Collection, Container, Sequence
+from typing import TYPE_CHECKING, Any
+
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
 
@@ -13,26 +16,30 @@ from ..driver.apt_components import add_apt_components
 from ..driver.install_failures import install_failure
 from ..driver.versions import VersionRefusal, apt_pin_text, choose, matching, upstream_version
 from ..facts.apt import AptSourceFiles
-from ..facts.read_ahead import known_fact, read
 from ..facts.nvidia import NodeSurvey, PackagesAvailable
 from ..facts.packages import PackageVersions, apt_listing
-from ..node import records as node_records
+from ..facts.read_ahead import known_fact, read
 from ..foundations import node_text, redact
+from ..foundations.pyinfra_api import Commands
+from ..foundations.run_state import per_run
+from ..node import records as node_records
+from ..reports.node_report import DriverNote, DriverNotes
 from . import probes
 from .failure import fail_host, failing_command
-from .progress import announcing
 from .files import put_text
 from .package_manager import PackageManager
 from .packages import apt_holds, apt_lock_option, apt_sources_changed, recorded_install, refresh_apt_lists
-from ..reports.node_report import DriverNote, DriverNotes
-from ..foundations.run_state import per_run
+from .progress import announcing
+
+if TYPE_CHECKING:
+    from pyinfra.api import Host, State
 
 REBOOT_MARKER = "/run/reboot-required"
 REBOOT_PACKAGES = "/run/reboot-required.pkgs"
 
 
 @operation()
-def enable_apt_components(codename: str, components: list):
+def enable_apt_components(codename: str, components: Sequence[str]) -> Commands:
     """Enable apt components for the release's Debian archive entries, without duplicating any."""
     sources = known_fact(host, AptSourceFiles)  # read ahead by the driver stage's preflight
     try:
@@ -57,7 +64,7 @@ def enable_apt_components(codename: str, components: list):
 
 
 @operation()
-def install_first_available(manager: PackageManager, candidates: list, lock_timeout: int, what: str = "package"):
+def install_first_available(manager: PackageManager, candidates: Sequence[str], lock_timeout: int, what: str = "package") -> Commands:
     """
     Install the first of ``candidates`` the package manager has (e.g. the running kernel's
     headers, else the kernel variant's meta package); nothing when one of them is installed already.
@@ -84,13 +91,13 @@ def install_first_available(manager: PackageManager, candidates: list, lock_time
     yield from manager.install._inner(packages={chosen: None}, lock_timeout=lock_timeout)
 
 
-def module_current(node: dict) -> bool:
+def module_current(node: dict[str, Any]) -> bool:
     """The loaded nvidia module is the one the installed driver built."""
     return bool(node["loaded_version"]) and node["loaded_version"] == node["built_version"]
 
 
 @operation()
-def mark_reboot_required(packages: list):
+def mark_reboot_required(packages: Sequence[str]) -> Commands:
     """
     After a driver change: unless the loaded nvidia module is the new one, mark the node as
     needing a reboot (Debian's /run/reboot-required convention, cleared by the reboot itself).
@@ -106,18 +113,18 @@ def mark_reboot_required(packages: list):
     )
 
 
-def reboot_required(node: dict, driver_packages: list) -> bool:
+def reboot_required(node: dict[str, Any], driver_packages: Collection[str]) -> bool:
     """The system asks for a reboot because of one of our driver packages."""
     return bool(node["reboot_required"] and set(node["reboot_packages"]) & set(driver_packages))
 
 
-def awaits_reboot(node: dict, driver_packages) -> bool:
+def awaits_reboot(node: dict[str, Any], driver_packages: Collection[str]) -> bool:
     """A GPU node whose driver changed (``reboot_required``): its module loads at the next boot, and
     its GPUs are unusable until then. Without a GPU, a reboot loads no module."""
     return bool(node["gpus"]) and reboot_required(node, driver_packages)
 
 
-def driver_state_lines(node: dict, require_gpu: bool, driver_packages: list) -> list[str]:
+def driver_state_lines(node: dict[str, Any], require_gpu: bool, driver_packages: Collection[str]) -> list[str]:
     """What the end-of-run report says about the driver on this node."""
     lines = []
     if not node["gpus"]:
@@ -137,7 +144,7 @@ def driver_state_lines(node: dict, require_gpu: bool, driver_packages: list) -> 
 
 
 @operation()
-def report_driver_state(require_gpu: bool, driver_packages: list):
+def report_driver_state(require_gpu: bool, driver_packages: Collection[str]) -> Commands:
     """Log the driver's state (no GPU, reboot required) as the last word of the run; changes nothing.
     Preflight's reading serves unless something changed on the host since."""
     node = known_fact(host, NodeSurvey)
@@ -154,7 +161,7 @@ APT_INSTALL = ('DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::="--
                '-o Dpkg::Options::="--force-confold" install')
 
 
-def _install_naming_dkms_failures(state, host, command: StringCommand, leftovers: tuple = ()) -> bool:
+def _install_naming_dkms_failures(state: State, host: Host, command: StringCommand, leftovers: tuple[str, ...] = ()) -> bool:
     """Run the driver's apt-get install; when it fails, fail the host with one line (install_failure).
     ``leftovers``: the other kernel module type's packages not installed; one a failed install left half-configured
     (not in DebPackageStates) is removed in this transaction too."""
@@ -173,7 +180,7 @@ def _install_naming_dkms_failures(state, host, command: StringCommand, leftovers
     return fail_host(state, host, install_failure(output.output_lines))
 
 
-def resolved_versions(resolve: dict, states: dict) -> dict[str, str | None]:
+def resolved_versions(resolve: dict[str, Any], states: dict[str, Any]) -> dict[str, str | None]:
     """The versions the install operation chooses from the refreshed lists (``install_driver``'s
     ``resolve``); with ``resolve["fabric"]`` (deploy/distros/families.py's DriverCompanion records:
     Fabric Manager, IMEX) their packages are named for the driver's branch and chosen at the driver's
@@ -191,7 +198,8 @@ def resolved_versions(resolve: dict, states: dict) -> dict[str, str | None]:
     branch = int(upstream_version(offered[driver][0]).split(".")[0])
     named = {record.what: [template.format(branch=branch) for template in record.names(branch)] for record in companions}
     every_name = [name for record_names in named.values() for name in record_names]
-    offered = {**offered, **host.get_fact(PackageVersions, listing=apt_listing(), packages=every_name)}
+    companions_offered = host.get_fact(PackageVersions, listing=apt_listing(), packages=every_name)
+    offered = {**offered, **companions_offered}
     pins = choose(names + every_name, offered, states, None, resolve["what"])
     upstream = upstream_version(pins[driver] or offered[driver][0])
     for record_what, record_names in named.items():
@@ -199,7 +207,7 @@ def resolved_versions(resolve: dict, states: dict) -> dict[str, str | None]:
     return pins
 
 
-def driver_install_message(manager: str, packages: dict) -> str:
+def driver_install_message(manager: str, packages: dict[str, Any]) -> str:
     """What the driver's install says as it starts (it can take minutes)."""
     return (f"installing the NVIDIA driver with {manager} ({', '.join(sorted(packages))}): its kernel module is "
             "built for the running kernel (DKMS or the distribution's module package), typically 2 to 10 minutes; "
@@ -207,8 +215,8 @@ def driver_install_message(manager: str, packages: dict) -> str:
 
 
 @operation()
-def install_driver(manager: PackageManager, packages: dict, remove: list, state_names: list, lock_timeout: int,
-                   resolve: dict | None = None):
+def install_driver(manager: PackageManager, packages: dict[str, Any], remove: Sequence[str], state_names: Sequence[str], lock_timeout: int,
+                   resolve: dict[str, Any] | None = None) -> Commands:
     """
     Install the driver's ``packages`` ({name: version or None}) and hold them, removing the other
     kernel module type's packages (``remove``) in the same apt transaction (``name-``), so the
@@ -218,7 +226,7 @@ def install_driver(manager: PackageManager, packages: dict, remove: list, state_
     "fabric"} (``resolved_versions``); a refusal fails the host before anything is installed.
     """
     if manager.forced_removal is not None:
-        installed = host.get_fact(manager.installed_fact)
+        installed: Container[str] = host.get_fact(manager.installed_fact)
         gone = sorted(name for name in remove if name in installed)
         if gone:
             releases = manager.released_holds(gone, lock_timeout)
@@ -233,6 +241,8 @@ def install_driver(manager: PackageManager, packages: dict, remove: list, state_
         yield from commands
         return
     # apt: the other type's packages go in the install's own transaction (``name-``)
+    if manager.states_read is None:  # every manager without a forced removal reads its states ahead (apt)
+        raise TypeError(f"{manager.name}: no forced removal and no read of its packages' states")
     states = read(host, manager.states_read(state_names))
     needed = [name for name, version in packages.items()
               if name not in states or (version and states[name]["version"] != version)]

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
-from ..foundations import shell_scripts
 from ..driver.reload import MODULES, REBOOT_REQUIRED_STATUS, SERVICES, reload_plan
 from ..facts.gpu_holders import DeviceHolders, holders_script
+from ..foundations import shell_scripts
+from ..foundations.pyinfra_api import Commands
 from .failure import run_script
+
+if TYPE_CHECKING:
+    from pyinfra.api import Host, State
 
 
 def reload_command() -> StringCommand:
@@ -17,7 +23,7 @@ def reload_command() -> StringCommand:
         "driver_reload", modules=" ".join(MODULES), reboot_status=REBOOT_REQUIRED_STATUS)).strip())
 
 
-def _reload(state, host) -> bool:
+def _reload(state: State, host: Host) -> bool:
     """The reload (a FunctionCommand body): a holder the node finds now is "reboot required" (nothing
     stopped, the run goes on to the reboot marker); a failure fails the host with the node's line."""
     succeeded, line = run_script(state, host, reload_command(), (0, REBOOT_REQUIRED_STATUS))
@@ -31,7 +37,7 @@ def _reload(state, host) -> bool:
 
 
 @operation()
-def reload_driver(load: bool):
+def reload_driver(load: bool) -> Commands:
     """
     After a driver change: where an nvidia module is loaded and no process but the driver's own
     services holds /dev/nvidia*, stop those services, unload the modules (their users first), load

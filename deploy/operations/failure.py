@@ -25,15 +25,22 @@ The line is also kept for the fleet report (``FailureNotes``), beside the operat
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
 from pyinfra import host, logger
-from pyinfra.api import FunctionCommand, operation
+from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.api.exceptions import PyinfraError
 
 from ..foundations import node_text
-from . import probes
+from ..foundations.pyinfra_api import Commands
 from ..foundations.redact import mask_text
-from ..reports.node_report import FailureNotes, PlannedRefusals
 from ..foundations.run_state import per_run
+from ..reports.node_report import FailureNotes, PlannedRefusals
+from . import probes
+
+if TYPE_CHECKING:
+    from pyinfra.api import Host, State
 
 
 class HostRefusal(PyinfraError):
@@ -42,11 +49,11 @@ class HostRefusal(PyinfraError):
     fails that host alone with ``fail``, before any change on it, and the run goes on."""
 
 
-def _log_refusal(host, message: str) -> None:
+def _log_refusal(host: Host, message: str) -> None:
     host.log_styled(f"gpu-node: {message}", fg="red", log_func=logger.error)
 
 
-def fail_host(state, host, message: str) -> bool:
+def fail_host(state: State, host: Host, message: str) -> bool:
     """Log ``message`` as ``host``'s error (URL user-info and Bearer/Basic credentials masked), keep it
     for the fleet report, and return False: the failing result of a FunctionCommand body (pyinfra
     passes ``state`` to such bodies)."""
@@ -58,11 +65,12 @@ def fail_host(state, host, message: str) -> bool:
     return False
 
 
-def _last_line(lines) -> str:
+def _last_line(lines: Sequence[str]) -> str:
     return next((line.strip() for line in reversed(lines) if line.strip()), "")
 
 
-def run_script(state, host, command, success_statuses=(0,)) -> tuple[bool, str]:
+def run_script(state: State, host: Host, command: str | StringCommand,
+               success_statuses: Iterable[int] = (0,)) -> tuple[bool, str]:
     """
     Run ``command`` (a node script whose last line says what it did, or on stderr why it failed)
     with the executing operation's connection arguments: (whether it exited with one of
@@ -85,7 +93,7 @@ def failing_command(message: str) -> FunctionCommand:
 
 
 @operation(is_idempotent=False)
-def refuse(message: str):
+def refuse(message: str) -> Commands:
     """The operation ``fail`` adds: it fails its host with ``message`` when it runs."""
     yield failing_command(message)
 

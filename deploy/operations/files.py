@@ -5,19 +5,21 @@ from __future__ import annotations
 import hashlib
 import posixpath
 import shlex
+from typing import Any
 
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from ..node import records as node_records
-from ..foundations import node_text, redact
-from ..facts.read_ahead import FactCall, read
 from ..facts.files import FileDigest, FileText
+from ..facts.read_ahead import FactCall, read
+from ..foundations import node_text, redact
+from ..foundations.pyinfra_api import Commands
+from ..node import records as node_records
 from .safe_install import CANDIDATE_SUFFIX, FLUSH_FUNCTION
 from .upload import Staging, Upload
 
 
-def text_up_to_date(current: dict | None, content: str | bytes, mode: str = "644", owner: str = "root:root") -> bool:
+def text_up_to_date(current: dict[str, Any] | None, content: str | bytes, mode: str = "644", owner: str = "root:root") -> bool:
     """Whether a file's FileDigest shows exactly ``content`` with ``mode`` and ``owner``."""
     data = content.encode() if isinstance(content, str) else content
     return (
@@ -80,7 +82,7 @@ def _swap_script(dest: str, mode: str, owner: str, check: str | None, record_for
 
 @operation()
 def put_text(dest: str, content: str | bytes, mode: str = "644", owner: str = "root:root",
-             check: str | None = None, record_format: str | None = ""):
+             check: str | None = None, record_format: str | None = "") -> Commands:
     """
     Make ``dest`` hold exactly ``content`` (text, or bytes as they are) with ``mode`` and ``owner``;
     ``check``: a shell test of the uploaded candidate (``{candidate}``), which must pass before it

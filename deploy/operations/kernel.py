@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from ..facts.read_ahead import FactCall, read
 from ..facts.kernel_state import KernelState
+from ..facts.read_ahead import FactCall, read
+from ..foundations.pyinfra_api import Commands
 
 
-def module_present(state: dict, module: str, filesystem: str | None, sysctl: str | None) -> bool:
+def module_present(state: dict[str, Any], module: str, filesystem: str | None, sysctl: str | None) -> bool:
     """Loaded or built in: /sys/module, or the filesystem / sysctl the module provides."""
     if state["modules"].get(module):
         return True
@@ -23,13 +26,13 @@ def module_read(module: str, provides_sysctl: str | None) -> FactCall:
     return (KernelState, {"modules": [module], "sysctls": [provides_sysctl] if provides_sysctl else []})
 
 
-def sysctls_read(values: dict) -> FactCall:
+def sysctls_read(values: dict[str, Any]) -> FactCall:
     """What ``apply_sysctls`` reads (a stage reads it ahead with the same call)."""
     return (KernelState, {"modules": [], "sysctls": sorted(values)})
 
 
 @operation()
-def load_module(module: str, provides_filesystem: str | None = None, provides_sysctl: str | None = None):
+def load_module(module: str, provides_filesystem: str | None = None, provides_sysctl: str | None = None) -> Commands:
     """
     Load a kernel module unless it is already present; a built-in module (absent from
     lsmod, but its filesystem or sysctl exists) counts as present.
@@ -41,12 +44,12 @@ def load_module(module: str, provides_filesystem: str | None = None, provides_sy
     yield StringCommand("modprobe", QuoteString(module))
 
 
-def differing_sysctls(state: dict, values: dict) -> dict:
+def differing_sysctls(state: dict[str, Any], values: dict[str, Any]) -> dict[str, str]:
     return {key: str(value) for key, value in values.items() if state["sysctls"].get(key) != str(value)}
 
 
 @operation()
-def apply_sysctls(values: dict):
+def apply_sysctls(values: dict[str, Any]) -> Commands:
     """Set sysctl values now, only those that differ from the running kernel's."""
     state = read(host, sysctls_read(values))
     differing = differing_sysctls(state, values)
@@ -58,7 +61,7 @@ def apply_sysctls(values: dict):
 
 
 @operation(is_idempotent=False)
-def rebuild_initramfs(command: str):
+def rebuild_initramfs(command: str) -> Commands:
     """Rebuild the initramfs with the family's tool; a host without that tool has none to rebuild."""
     tool = command.split()[0]
     yield StringCommand(

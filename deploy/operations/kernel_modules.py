@@ -6,17 +6,23 @@ build where one lacks the module, and the refusal of a reboot into a kernel that
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
 
 from ..driver import kernel_coverage
-from . import probes
-from ..facts.read_ahead import FactCall, known_fact
 from ..facts.installed_kernels import InstalledKernels
 from ..facts.nvidia import PackagesAvailable
+from ..facts.read_ahead import FactCall, known_fact
+from ..foundations.pyinfra_api import Commands
+from . import probes
 from .failure import fail_host, failing_command
 from .package_manager import PackageManager
 from .progress import announcing
+
+if TYPE_CHECKING:
+    from pyinfra.api import Host, State
 
 # What these operations read (the driver stage's preflight and verify read it ahead)
 KERNELS_READ: FactCall = (InstalledKernels, {})
@@ -29,7 +35,7 @@ def dkms_failure(release: str, lines: list[str]) -> str:
             f"{release}): {said[-1] if said else 'no output'}; see /var/lib/dkms/*/*/build/make.log on the node")
 
 
-def _dkms_build(state, host, release: str) -> bool:
+def _dkms_build(state: State, host: Host, release: str) -> bool:
     succeeded, output = host.run_shell_command(
         StringCommand("dkms", "autoinstall", "-k", QuoteString(release)), print_output=state.print_output,
         print_input=state.print_input, **probes.connector_arguments(host))
@@ -38,7 +44,7 @@ def _dkms_build(state, host, release: str) -> bool:
 
 @operation()
 def cover_installed_kernels(manager: PackageManager, headers_template: str | None,
-                            following: tuple[str, str] | None, lock_timeout: int):
+                            following: tuple[str, str] | None, lock_timeout: int) -> Commands:
     """
     Every installed kernel gets the driver's module: the headers metapackage following each kernel
     metapackage installed (held where the kernel's is: ``following``, the family's rule), each
@@ -73,7 +79,7 @@ def cover_installed_kernels(manager: PackageManager, headers_template: str | Non
 
 
 @operation()
-def refuse_reboot_without_module():
+def refuse_reboot_without_module() -> Commands:
     """Fail the host instead of rebooting it into a kernel without the NVIDIA module (read now, after
     the run's changes)."""
     refusal = kernel_coverage.reboot_refusal(known_fact(host, InstalledKernels))

@@ -11,13 +11,13 @@ no change; a difference is one apply.
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import yaml
 from pyinfra import host, logger
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.api.exceptions import PyinfraError
 
-from . import probes
 from ..facts.k8s import (
     FIELD_MANAGER,
     HelmRelease,
@@ -31,6 +31,8 @@ from ..facts.k8s import (
     object_key,
     with_stdin,
 )
+from ..foundations.pyinfra_api import Commands
+from . import probes
 from .failure import failing_command
 
 BUNDLE_ANNOTATION = "gpu-node.io/bundle"
@@ -41,7 +43,7 @@ class KubeUnavailableError(PyinfraError):
     """kubectl missing, kubeconfig unreadable or the API server unreachable on a control-plane host."""
 
 
-def manifest_documents(text: str) -> list[dict]:
+def manifest_documents(text: str) -> list[dict[str, Any]]:
     """The non-empty YAML documents of a rendered manifest."""
     return [document for document in yaml.safe_load_all(text) if document]
 
@@ -58,7 +60,7 @@ _BlockStyleDumper.add_representer(
 )
 
 
-def dump_documents(documents: list[dict]) -> str:
+def dump_documents(documents: list[dict[str, Any]]) -> str:
     return yaml.dump_all(documents, Dumper=_BlockStyleDumper, sort_keys=False,
                          default_flow_style=False, width=1000)
 
@@ -82,7 +84,7 @@ def unavailable_message(kubeconfig: str | None, error: str) -> str:
     return f"cannot use the cluster with {kubeconfig_words(kubeconfig)}: {error}"
 
 
-def require_cluster(kubeconfig: str | None) -> dict:
+def require_cluster(kubeconfig: str | None) -> dict[str, Any]:
     """
     The ``KubeCluster`` fact of the current host, or ``KubeUnavailableError`` naming the host
     and the kubeconfig (the one kubectl read, where it found one) when kubectl is missing or the
@@ -96,7 +98,7 @@ def require_cluster(kubeconfig: str | None) -> dict:
 
 
 @operation()
-def apply_manifests(manifest: str, kubeconfig: str, bundle: str, field_manager: str = FIELD_MANAGER):
+def apply_manifests(manifest: str, kubeconfig: str | None, bundle: str, field_manager: str = FIELD_MANAGER) -> Commands:
     """
     Server-side apply a rendered manifest (several YAML documents) as one named bundle.
 
@@ -141,7 +143,7 @@ def labels_to_change(current: dict[str, str], wanted: dict[str, str | None]) -> 
 
 
 @operation()
-def label_node(kubeconfig: str, node: str, labels: dict[str, str | None]):
+def label_node(kubeconfig: str | None, node: str, labels: dict[str, str | None]) -> Commands:
     """
     Set (or, for a None value, remove) labels on one node, only those that differ;
     one ``kubectl label`` for all of them.
@@ -163,7 +165,7 @@ def label_node(kubeconfig: str, node: str, labels: dict[str, str | None]):
     yield kubectl(kubeconfig, "label", "node", QuoteString(node), "--overwrite", *arguments)
 
 
-def smoke_test_report(run: dict) -> str:
+def smoke_test_report(run: dict[str, Any]) -> str:
     """One line saying what happened to the smoke pod (and why, when it did not pass)."""
     if not run["created"]:
         return f"smoke pod not created: {run['create_error']}"
@@ -179,7 +181,7 @@ def smoke_test_report(run: dict) -> str:
 
 
 @operation()
-def run_smoke_test(kubeconfig: str, manifest: str, namespace: str, pod: str, timeout: int):
+def run_smoke_test(kubeconfig: str | None, manifest: str, namespace: str, pod: str, timeout: int) -> Commands:
     """
     Run the vector-add pod once (bounded wait), check its log for ``Test PASSED``, delete it.
     The pod is transient (the cluster ends as it was), so a pass is no change; anything else
@@ -206,7 +208,7 @@ HELM_REPO_URL = "https://nvidia.github.io/k8s-device-plugin"
 
 
 @operation()
-def helm_upgrade_device_plugin(kubeconfig: str, namespace: str, chart_version: str, values: str):
+def helm_upgrade_device_plugin(kubeconfig: str | None, namespace: str, chart_version: str, values: str) -> Commands:
     """
     ``helm upgrade --install`` the nvdp/nvidia-device-plugin chart at a pinned version with
     these values, unless the release is deployed at that version with exactly these values.
@@ -216,8 +218,8 @@ def helm_upgrade_device_plugin(kubeconfig: str, namespace: str, chart_version: s
 
 
 @operation()
-def helm_upgrade(kubeconfig: str, namespace: str, release: str, chart: str, repo: str | None, chart_version: str,
-                 values: str):
+def helm_upgrade(kubeconfig: str | None, namespace: str, release: str, chart: str, repo: str | None, chart_version: str,
+                 values: str) -> Commands:
     """
     ``helm upgrade --install`` ``chart`` (from ``repo``; None: ``chart`` is an oci:// reference) at a
     pinned version with these values, unless ``release`` is deployed at that version with exactly these values.

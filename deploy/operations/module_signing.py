@@ -7,13 +7,14 @@ the MOK password only its crypt hash goes there, as a root-only file.
 
 from __future__ import annotations
 
+from passlib.hash import sha512_crypt
 from pyinfra import host, logger
 from pyinfra.api import StringCommand, operation
-from passlib.hash import sha512_crypt
 
 from ..facts.module_signing import ModuleSigningState
 from ..facts.read_ahead import FactCall, read
 from ..foundations import shell_scripts
+from ..foundations.pyinfra_api import Commands
 from .progress import announcing
 from .upload import Staging, Upload
 
@@ -29,11 +30,12 @@ def state_read(key: str, cert: str) -> FactCall:
 
 def password_hash(password: str) -> str:
     """The SHA-512 crypt hash ``mokutil --hash-file`` reads (what ``mokutil --generate-hash`` prints)."""
-    return sha512_crypt.using(rounds=MOK_HASH_ROUNDS).hash(password)
+    hashed: str = sha512_crypt.using(rounds=MOK_HASH_ROUNDS).hash(password)
+    return hashed
 
 
 @operation()
-def generate_key(folder: str, key: str, cert: str):
+def generate_key(folder: str, key: str, cert: str) -> Commands:
     """The module signing key and its certificate (DER) at ``key`` and ``cert``, generated on the node
     where they are missing (deploy/shell/module_signing_key.sh); kept where they are."""
     state = read(host, state_read(key, cert))
@@ -44,7 +46,7 @@ def generate_key(folder: str, key: str, cert: str):
 
 
 @operation()
-def rebuild_unsigned(cert: str, kernels: list[str]):
+def rebuild_unsigned(cert: str, kernels: list[str]) -> Commands:
     """DKMS rebuilds (and so signs) the NVIDIA modules of ``kernels``, which it built before the key;
     the script skips a kernel whose modules the key signs by the time it runs."""
     if not kernels:
@@ -56,7 +58,7 @@ def rebuild_unsigned(cert: str, kernels: list[str]):
 
 
 @operation()
-def stage_enrollment(key: str, cert: str, password: str | None, hash_file: str, steps: str):
+def stage_enrollment(key: str, cert: str, password: str | None, hash_file: str, steps: str) -> Commands:
     """``mokutil --import`` of ``cert`` with the one-time ``password`` (its hash, root's copy at
     ``hash_file`` while mokutil reads it), unless mokutil finds it enrolled or already requested;
     without a password the ``steps`` are printed."""

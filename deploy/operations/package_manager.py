@@ -7,12 +7,16 @@ capabilities from its record and never ask for its name.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
-from pyinfra.api import StringCommand
+from pyinfra.api import FactBase, StringCommand
+from pyinfra.api.arguments_typed import PyinfraOperation
+from pyinfra.api.command import PyinfraCommand
 
 from ..facts.read_ahead import FactCall
+from ..foundations.pyinfra_api import Commands
 
 # How long another process may hold a package manager's lock before gpu-node gives up
 # (settings.apt_lock_timeout, for every family): apt's own option, zypper's own ZYPP_LOCK_TIMEOUT
@@ -63,11 +67,11 @@ class LockWait:
                 f"printf 'gpu-node: {message}\\n' \"$(printf '%s\\n' \"$held\" | awk 'NR > 1 {{ printf \"; \" }} {{ printf \"%s\", $0 }}')\" >&2; exit 1; fi; "
                 "sleep 1; slept=$((slept + 1)); done")
 
-    def environment(self, lock_timeout: int) -> dict:
+    def environment(self, lock_timeout: int) -> dict[str, Any]:
         """The manager's own bounded wait, as its commands' environment (empty: none)."""
         return {self.timeout_variable: str(int(lock_timeout))} if self.timeout_variable else {}
 
-    def bounded(self, commands: Iterable, lock_timeout: int) -> Iterator:
+    def bounded(self, commands: Iterable[str | PyinfraCommand], lock_timeout: int) -> Commands:
         """``commands`` (the manager's, e.g. pyinfra's operation's) with the wait for its lock: with
         the manager's own bound on each, else after one bounded wait."""
         waited = False
@@ -106,9 +110,9 @@ class PackageManager:
     name: str  # apt, dnf, zypper, pacman: as messages name it
     # The operation that installs {name: version or None} and holds them when asked; every one
     # takes (packages, hold, lock_timeout: the wait for a busy manager), see deploy/operations/packages.py.
-    install: Callable[..., Any]
+    install: PyinfraOperation[...]
     # pyinfra's fact of every installed package ({name: {versions}})
-    installed_fact: type
+    installed_fact: type[FactBase[Any]]
     # Shell that exits 0 when the package manager can install {package} (from its current lists).
     available_check: str
     # Shell listing every installed package's name, one a line: what an install added is what the
@@ -116,14 +120,14 @@ class PackageManager:
     installed_listing: str
     # The commands releasing its holds on the named packages that are held now (read when called),
     # as (names, lock_timeout) -> commands: "holds by" apt-mark, dnf versionlock, zypper locks, pacman's IgnorePkg.
-    released_holds: Callable[[list, int], list]
+    released_holds: Callable[[list[str], int], list[str | PyinfraCommand]]
     # The command removing the named packages and no other, as (names, lock_timeout) -> command: one
     # that would take another package with it fails, nothing removed (the undo's removal).
-    removal: Callable[[list, int], StringCommand]
+    removal: Callable[[list[str], int], StringCommand]
     # How its commands wait for another process holding its lock.
     lock: LockWait = LockWait()
     # Refreshes the package lists before a choice made from them (apt); None: the manager does it.
-    refresh_lists: Callable[[int], Iterator] | None = None
+    refresh_lists: Callable[[int], Commands] | None = None
     # False: installs only the repository's current version (a rolling distro).
     can_pin: bool = True
     # True: a pin names a version the lists offer, release and all (apt's 580.95.05-1); False: its

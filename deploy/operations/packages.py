@@ -10,30 +10,44 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Container, Iterable
+from typing import TYPE_CHECKING, Any
 
 from pyinfra import host
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
+from pyinfra.api.command import PyinfraCommand
 from pyinfra.facts.pacman import PacmanPackages
 from pyinfra.operations import apt
 
+from ..facts.nvidia import IgnoredPackages
+from ..facts.packages import (
+    DebPackageStates,
+    DnfModuleStreams,
+    MultiversionPackages,
+    PackageVersions,
+    RpmPackageStates,
+    ZypperLocks,
+    zypper_listing,
+)
+from ..facts.read_ahead import FactCall, known_fact, read
+from ..facts.recovery import DPKG_LOCKS, lock_holders_script
+from ..foundations import shell_scripts
+from ..foundations.pyinfra_api import Commands
+from ..foundations.run_state import per_run
 from ..node import records as node_records
 from . import probes
-from ..foundations import shell_scripts
-from ..facts.read_ahead import FactCall, known_fact, read
-from ..facts.nvidia import IgnoredPackages
-from ..facts.packages import (DebPackageStates, DnfModuleStreams, MultiversionPackages, PackageVersions,
-                                   RpmPackageStates, ZypperLocks, zypper_listing)
-from ..facts.recovery import DPKG_LOCKS, lock_holders_script
 from .failure import fail_host
 from .package_manager import DNF_LOCK_WAIT, PACMAN_LOCK_WAIT, ZYPPER_LOCK_WAIT
-from ..foundations.run_state import per_run
+
+if TYPE_CHECKING:
+    from pyinfra.api import Host, State
 
 # pacman holds with IgnorePkg lines of pacman.conf's [options]; it reads every one of them.
 PACMAN_HOLD_LIST = "sed -n 's/^[[:space:]]*IgnorePkg[[:space:]]*=//p' /etc/pacman.conf"
 PACMAN_CONF = "/etc/pacman.conf"
 
 
-def pacman_hold_command(names, conf: str = PACMAN_CONF) -> StringCommand:
+def pacman_hold_command(names: Iterable[str], conf: str = PACMAN_CONF) -> StringCommand:
     """One IgnorePkg line of ``names`` under pacman.conf's [options] (sed's script one quoted word)."""
     return StringCommand("sed", "-i", QuoteString(f"/^\\[options\\]/a IgnorePkg = {' '.join(names)}"), QuoteString(conf))
 # One name off every IgnorePkg line (a line left with none goes)
@@ -55,7 +69,7 @@ RPM_INSTALLED = "rpm -qa --qf '%{NAME}\\n' | grep -vx gpg-pubkey"
 PACMAN_INSTALLED = "pacman -Qq"
 
 
-def recorded_install(installed_listing: str, commands):
+def recorded_install(installed_listing: str, commands: Iterable[str | PyinfraCommand]) -> Commands:
     """``commands`` (an install by the manager whose ``installed_listing`` this is) between the two
     halves of its record: the packages it adds (named or pulled in, none the node had) are recorded
     for the undo run (deploy/node/records.py)."""
@@ -64,11 +78,11 @@ def recorded_install(installed_listing: str, commands):
     yield StringCommand(node_records.packages_installed(installed_listing))
 
 
-class AptListsRefreshed(set):
+class AptListsRefreshed(set[str]):
     """Hosts whose apt lists this run refreshed since their last apt source change (deploy/foundations/run_state.py)."""
 
 
-def refresh_apt_lists(lock_timeout: int):
+def refresh_apt_lists(lock_timeout: int) -> Commands:
     """
     ``apt-get update``, unless this run refreshed the lists already and no apt source changed since.
     """
@@ -79,7 +93,7 @@ def refresh_apt_lists(lock_timeout: int):
     yield FunctionCommand(_update_apt_lists, (StringCommand("apt-get", apt_lock_option(lock_timeout), "update"),), {})
 
 
-def _update_apt_lists(state, host, command: StringCommand) -> bool:
+def _update_apt_lists(state: State, host: Host, command: StringCommand) -> bool:
     """Run ``apt-get update``; a failure (a bad signature, an unreachable mirror) fails the host in one
     line: apt's last error."""
     succeeded, output = host.run_shell_command(command, print_output=state.print_output,
@@ -100,7 +114,7 @@ def apt_sources_changed() -> None:
     per_run(host.state, AptListsRefreshed).discard(host.name)
 
 
-def _needed(states: dict, packages: dict[str, str | None]) -> list[str]:
+def _needed(states: dict[str, Any], packages: dict[str, str | None]) -> list[str]:
     return [
         name
         for name, version in packages.items()
@@ -117,12 +131,12 @@ def _rpm_version_matches(installed: str, wanted: str) -> bool:
     return installed == wanted or installed.startswith((wanted + "-", wanted + "_k"))
 
 
-def _rpm_needed(states: dict, packages: dict[str, str | None]) -> list[str]:
+def _rpm_needed(states: dict[str, Any], packages: dict[str, str | None]) -> list[str]:
     return [name for name, version in packages.items()
             if name not in states or (version and not _rpm_version_matches(states[name]["version"], version))]
 
 
-def apt_install_needed(states: dict, packages: dict[str, str | None], hold: bool = False) -> bool:
+def apt_install_needed(states: dict[str, Any], packages: dict[str, str | None], hold: bool = False) -> bool:
     """Whether apt_install would change anything, from its DebPackageStates fact."""
     return bool(_needed(states, packages)) or (hold and not all(states[name]["held"] for name in packages))
 
@@ -132,13 +146,13 @@ def apt_install_needed(states: dict, packages: dict[str, str | None], hold: bool
 # ``lock_timeout`` (apt's wait for dpkg's lock, settings.apt_lock_timeout).
 
 
-def deb_states_read(packages) -> FactCall:
+def deb_states_read(packages: Iterable[str]) -> FactCall:
     """What ``apt_install`` reads of ``packages`` (a stage reads it ahead with the same call)."""
     return (DebPackageStates, {"packages": sorted(packages)})
 
 
 @operation()
-def apt_install(packages: dict, hold: bool = False, *, lock_timeout: int):
+def apt_install(packages: dict[str, Any], hold: bool = False, *, lock_timeout: int) -> Commands:
     """
     Ensure Debian packages are installed, at ``version`` where one is given ({name: version or None}),
     refreshing the lists first only when something must be installed; hold them when asked.
@@ -161,7 +175,7 @@ def apt_install(packages: dict, hold: bool = False, *, lock_timeout: int):
             yield from apt_holds(to_hold, states)
 
 
-def recorded_holds(names, held_before, command: StringCommand):
+def recorded_holds(names: Iterable[str], held_before: Container[str], command: StringCommand) -> Commands:
     """``command`` (a hold of ``names``), after the record of those not in ``held_before`` for the undo
     run to release (deploy/node/records.py)."""
     newly = [name for name in names if name not in held_before]
@@ -170,7 +184,7 @@ def recorded_holds(names, held_before, command: StringCommand):
     yield command
 
 
-def apt_holds(names: list, states: dict):
+def apt_holds(names: list[str], states: dict[str, Any]) -> Commands:
     """apt-mark hold of ``names``; those not held before (DebPackageStates ``states``) recorded first."""
     held = {name for name, state in states.items() if state.get("held")}
     yield from recorded_holds(names, held, StringCommand("apt-mark", "hold", *[QuoteString(name) for name in names]))
@@ -183,7 +197,7 @@ def recovery_script(lock_timeout: int) -> str:
 
 
 @operation(is_idempotent=False)
-def recover_package_manager(lock_timeout: int):
+def recover_package_manager(lock_timeout: int) -> Commands:
     """
     Before any change: wait up to ``lock_timeout`` seconds for another apt or dpkg (unattended-upgrades,
     an operator) to release its locks, failing with the lock and its holder; then finish what an
@@ -193,7 +207,7 @@ def recover_package_manager(lock_timeout: int):
 
 
 @operation()
-def dnf_install(packages: dict, hold: bool = False, *, lock_timeout: int):
+def dnf_install(packages: dict[str, Any], hold: bool = False, *, lock_timeout: int) -> Commands:
     """The dnf counterpart of apt_install; holds with dnf's versionlock plugin."""
     yield from DNF_LOCK_WAIT.bounded(_dnf_commands(packages, hold), lock_timeout)
 
@@ -205,7 +219,7 @@ DNF_INSTALL = "dnf install -y"
 DNF_VERSIONLOCK = "python3-dnf-plugin-versionlock"
 
 
-def _dnf_commands(packages: dict, hold: bool):
+def _dnf_commands(packages: dict[str, Any], hold: bool) -> Commands:
     states = host.get_fact(RpmPackageStates, packages=sorted(packages))
     needed = _rpm_needed(states, packages)
     locked = sorted(name for name in needed if states.get(name, {}).get("held"))
@@ -230,7 +244,7 @@ def _dnf_commands(packages: dict, hold: bool):
 # dnf's own command, not pyinfra's dnf.module: that first reads `dnf module list --enabled`, where dnf
 # waits without end for a busy dnf's metadata lock, before any bounded wait.
 @operation()
-def dnf_module_enable(module: str, stream: str, *, lock_timeout: int):
+def dnf_module_enable(module: str, stream: str, *, lock_timeout: int) -> Commands:
     """Enable the dnf module stream ``module:stream``, unless dnf's module state has it enabled
     (DnfModuleStreams, read ahead by the driver stage's preflight). Another stream of the module
     enabled (the other kernel module type) is reset first: dnf refuses to switch enabled streams,
@@ -245,7 +259,7 @@ def dnf_module_enable(module: str, stream: str, *, lock_timeout: int):
 
 
 @operation()
-def zypper_install(packages: dict, hold: bool = False, *, lock_timeout: int):
+def zypper_install(packages: dict[str, Any], hold: bool = False, *, lock_timeout: int) -> Commands:
     """The zypper counterpart of dnf_install (``name=version`` pins, matched as zypper reads them, a
     SUSE kernel module package's ``VERSION_kKERNEL`` by its driver VERSION); refreshes the
     repositories first so that one whose signature zypper refuses stops the run there (zypper
@@ -260,9 +274,10 @@ def zypper_install(packages: dict, hold: bool = False, *, lock_timeout: int):
 ZYPPER_INSTALL = "zypper --non-interactive install -y"
 
 
-def _zypper_commands(packages: dict, hold: bool, lock_timeout: int):
+def _zypper_commands(packages: dict[str, Any], hold: bool, lock_timeout: int) -> Commands:
     states = host.get_fact(RpmPackageStates, packages=sorted(packages))
-    held = set(host.get_fact(ZypperLocks))
+    locks = host.get_fact(ZypperLocks)
+    held = set(locks)
     needed = _rpm_needed(states, packages)
     locked = sorted(name for name in needed if name in held)
     if locked:
@@ -303,14 +318,14 @@ def _zypper_commands(packages: dict, hold: bool, lock_timeout: int):
 # before a removal; a hold left on a package that is gone keeps an operator's own install of it back
 # later (zypper refuses a locked package; dnf versionlock and IgnorePkg list it).
 
-def apt_released_holds(names, lock_timeout: int) -> list:
+def apt_released_holds(names: list[str], lock_timeout: int) -> list[str | PyinfraCommand]:
     """``apt-mark unhold`` of those of ``names`` held now."""
     states = host.get_fact(DebPackageStates, packages=sorted(names))
     held = sorted(name for name in names if states.get(name, {}).get("held"))
     return [StringCommand("apt-mark", "unhold", *[QuoteString(name) for name in held])] if held else []
 
 
-def dnf_released_holds(names, lock_timeout: int) -> list:
+def dnf_released_holds(names: list[str], lock_timeout: int) -> list[str | PyinfraCommand]:
     """``dnf versionlock delete`` of those of ``names`` locked now, after the bounded wait."""
     names = sorted(names)
     states = host.get_fact(RpmPackageStates, packages=names)
@@ -319,19 +334,21 @@ def dnf_released_holds(names, lock_timeout: int) -> list:
     return list(DNF_LOCK_WAIT.bounded(commands, lock_timeout)) if held else []
 
 
-def zypper_released_holds(names, lock_timeout: int) -> list:
+def zypper_released_holds(names: list[str], lock_timeout: int) -> list[str | PyinfraCommand]:
     """``zypper removelock`` of those of ``names`` locked now, with zypper's bounded wait."""
     names = sorted(names)
-    locked = set(host.get_fact(ZypperLocks))
+    locks = host.get_fact(ZypperLocks)
+    locked = set(locks)
     held = [name for name in names if name in locked]
     commands = [StringCommand("zypper", "--non-interactive", "removelock", *[QuoteString(name) for name in held])]
     return list(ZYPPER_LOCK_WAIT.bounded(commands, lock_timeout)) if held else []
 
 
-def pacman_released_holds(names, lock_timeout: int) -> list:
+def pacman_released_holds(names: list[str], lock_timeout: int) -> list[str | PyinfraCommand]:
     """Those of ``names`` pacman.conf's IgnorePkg lines list now taken off them, after the bounded wait."""
     names = sorted(names)
-    ignored = set(host.get_fact(IgnoredPackages, list_command=PACMAN_HOLD_LIST))
+    listed = host.get_fact(IgnoredPackages, list_command=PACMAN_HOLD_LIST)
+    ignored = set(listed)
     held = [name for name in names if name in ignored]
     expressions = [PACMAN_UNHOLD_EXPRESSION.format(name=re.escape(name)) for name in held]
     arguments = [word for expression in expressions
@@ -345,7 +362,7 @@ def pacman_released_holds(names, lock_timeout: int) -> list:
 # undo's): apt's removal is simulated first (apt-get would remove what depends on them), rpm and
 # pacman refuse to break a dependency.
 
-def apt_removal(names: list, lock_timeout: int) -> StringCommand:
+def apt_removal(names: list[str], lock_timeout: int) -> StringCommand:
     words = " ".join(shlex.quote(name) for name in names)
     allowed = " ".join(f"-e {shlex.quote(name)}" for name in names)
     return StringCommand(
@@ -356,16 +373,16 @@ def apt_removal(names: list, lock_timeout: int) -> StringCommand:
         f"DEBIAN_FRONTEND=noninteractive apt-get -y -o DPkg::Lock::Timeout={int(lock_timeout)} purge {words}")
 
 
-def rpm_removal(names: list, lock_timeout: int) -> StringCommand:
+def rpm_removal(names: list[str], lock_timeout: int) -> StringCommand:
     return StringCommand(f"rpm -e {' '.join(shlex.quote(name) for name in names)}")
 
 
-def pacman_removal(names: list, lock_timeout: int) -> StringCommand:
+def pacman_removal(names: list[str], lock_timeout: int) -> StringCommand:
     return StringCommand(f"pacman -Rn --noconfirm {' '.join(shlex.quote(name) for name in names)}")
 
 
 @operation()
-def pacman_install(packages: dict, hold: bool = False, *, lock_timeout: int):
+def pacman_install(packages: dict[str, Any], hold: bool = False, *, lock_timeout: int) -> Commands:
     """Install the repository's version (pacman cannot pin) of the packages not installed yet; hold
     with IgnorePkg in pacman.conf, for the packages not listed there yet."""
     installed = host.get_fact(PacmanPackages)
@@ -379,7 +396,8 @@ def pacman_install(packages: dict, hold: bool = False, *, lock_timeout: int):
         host.noop("packages are installed: " + ", ".join(sorted(packages)))
     if not hold:
         return
-    held = set(host.get_fact(IgnoredPackages, list_command=PACMAN_HOLD_LIST))
+    listed = host.get_fact(IgnoredPackages, list_command=PACMAN_HOLD_LIST)
+    held = set(listed)
     missing = [name for name in packages if name not in held]
     if not missing:
         host.noop("held: " + ", ".join(packages))

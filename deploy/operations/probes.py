@@ -33,17 +33,21 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Any, Generic, TypeVar
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from paramiko import SSHException
 from pyinfra import logger
 from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 
-from ..foundations import node_text, shell_scripts
 from ..facts.k8s import kubectl, with_stdin
+from ..foundations import node_text, shell_scripts
 from ..runtimes.containerd.installations import PLAIN_SOCKET
 from ..verification.cdi import CdiProbe
+
+if TYPE_CHECKING:
+    from pyinfra.api import Host
 
 T = TypeVar("T")
 
@@ -67,19 +71,19 @@ class Probe(Generic[T]):
         raise NotImplementedError
 
 
-def executing(host) -> bool:
+def executing(host: Host) -> bool:
     """Whether pyinfra is executing operations now: the only time a probe may run."""
     return bool(host.state.is_executing)
 
 
-def connector_arguments(host) -> dict:
+def connector_arguments(host: Host) -> dict[str, Any]:
     """The connection arguments (``_sudo``, ``_su_user``...) of the operation being executed: pyinfra
     applies them to the commands an operation yields, not to commands it runs itself."""
-    operation_arguments = host.current_op_global_arguments or {}
+    operation_arguments: dict[str, Any] = dict(host.current_op_global_arguments or {})
     return {key: operation_arguments[key] for key in CONNECTOR_ARGUMENT_KEYS if key in operation_arguments}
 
 
-def run(host, probe: type[Probe[T]], **arguments: Any) -> T:
+def run(host: Host, probe: type[Probe[T]], **arguments: Any) -> T:
     """
     Run ``probe`` on ``host`` now, from inside the operation being executed, with that
     operation's connection arguments (``_sudo`` and the like), and return its processed result.
@@ -112,7 +116,7 @@ def run(host, probe: type[Probe[T]], **arguments: Any) -> T:
 SANDBOX_NAME = "gpu-node-verify"
 
 
-def sandbox_config(uid: str, systemd_cgroup: bool = True) -> dict:
+def sandbox_config(uid: str, systemd_cgroup: bool = True) -> dict[str, Any]:
     """A host-network pod sandbox (as the device plugin's pods run), logging under /tmp. Its cgroup
     parent has the form the kubelet passes for the cgroup driver (runc refuses a path for systemd)."""
     parent = "gpunodeverify.slice" if systemd_cgroup else f"/{SANDBOX_NAME}"
@@ -123,7 +127,7 @@ def sandbox_config(uid: str, systemd_cgroup: bool = True) -> dict:
     }
 
 
-def container_config(image: str, command: list[str]) -> dict:
+def container_config(image: str, command: list[str]) -> dict[str, Any]:
     return {
         "metadata": {"name": "nvidia-smi"},
         "image": {"image": image},
@@ -133,7 +137,7 @@ def container_config(image: str, command: list[str]) -> dict:
     }
 
 
-def cdi_container_config(image: str, cdi: CdiProbe) -> dict:
+def cdi_container_config(image: str, cdi: CdiProbe) -> dict[str, Any]:
     """A container given ``cdi.device`` through the CRI's ``CDI_devices`` (as the kubelet passes the
     device plugin's cdi-cri answer), printing which of ``cdi.paths`` it has as device nodes.
     NVIDIA_VISIBLE_DEVICES=void: the nvidia runtime injects nothing of its own, in any mode, so what
@@ -150,7 +154,7 @@ def cdi_container_config(image: str, cdi: CdiProbe) -> dict:
     }
 
 
-class CrictlRun(Probe[dict]):
+class CrictlRun(Probe[dict[str, Any]]):
     """
     Through the CRI, the path the kubelet takes: ``crictl runp --runtime nvidia`` a host-network
     sandbox, then (when ``image`` is given) create, start, wait for, read the logs of and remove a
@@ -166,8 +170,9 @@ class CrictlRun(Probe[dict]):
          "stopp": {...}, "rmp": {...}}
     """
 
-    def command(self, uid, handler="nvidia", image=None, command=("nvidia-smi", "-L"), timeout=60,
-                systemd_cgroup=True, socket=PLAIN_SOCKET, cdi: CdiProbe | None = None):
+    def command(self, uid: str, handler: str = "nvidia", image: str | None = None,
+                command: Iterable[str] = ("nvidia-smi", "-L"), timeout: int = 60, systemd_cgroup: bool = True,
+                socket: str = PLAIN_SOCKET, cdi: CdiProbe | None = None) -> str:
         return shell_scripts.script(
             "crictl_run", socket=socket, handler=handler, image=image or "none", timeout=int(timeout),
             pod_json=json.dumps(sandbox_config(uid, systemd_cgroup)),
@@ -176,10 +181,10 @@ class CrictlRun(Probe[dict]):
             run_container=1 if image else 0, run_cdi=1 if image and cdi else 0).strip()
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         steps = {}
         for line in output:
             parts = line.strip().split(" ", 3)
@@ -189,7 +194,7 @@ class CrictlRun(Probe[dict]):
         return steps
 
 
-class ContainerRun(Probe[dict]):
+class ContainerRun(Probe[dict[str, Any]]):
     """
     Run a throwaway container with the GPUs and report exit code and output: ``run``, the words that
     start it as its runtime says (deploy/runtimes/registry.py GpuRun: ``ctr run --rm --gpus 0 IMAGE
@@ -201,16 +206,16 @@ class ContainerRun(Probe[dict]):
         {"exit_code": 0, "output": "GPU 0: ..."}
     """
 
-    def command(self, run, command=("nvidia-smi",)):
+    def command(self, run: Iterable[str], command: Iterable[str] = ("nvidia-smi",)) -> StringCommand:
         started = StringCommand(*[QuoteString(word) for word in (*run, *command)])
         return StringCommand("out=$(", started, "2>&1); rc=$?;",
                              'echo "rc $rc"; printf \'%s\\n\' "$out" | head -n 40; true')
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"exit_code": None, "output": ""}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         result = self.default()
         lines = list(output)
         if lines and lines[0].startswith("rc "):
@@ -225,7 +230,7 @@ class ContainerRun(Probe[dict]):
 # The cluster's smoke pod (deploy/operations/kubectl.py run_smoke_test, from deploy/tasks/k8s.py)
 
 
-class SmokeTestRun(Probe[dict]):
+class SmokeTestRun(Probe[dict[str, Any]]):
     """
     Run the smoke pod once and report, leaving the cluster as it was: delete any old pod,
     create it, wait at most ``timeout`` seconds for Succeeded/Failed, read why it is not
@@ -239,7 +244,7 @@ class SmokeTestRun(Probe[dict]):
          "passed": True, "deleted": True}
     """
 
-    def command(self, kubeconfig, manifest, namespace, pod, timeout):
+    def command(self, kubeconfig: str | None, manifest: str, namespace: str, pod: str, timeout: int) -> StringCommand:
         k = kubectl(kubeconfig, "-n", QuoteString(namespace))
         conditions = (
             '{range .status.conditions[?(@.type=="PodScheduled")]}{"scheduled "}{.status}{" "}'
@@ -266,11 +271,11 @@ class SmokeTestRun(Probe[dict]):
         )
 
     @staticmethod
-    def default():
+    def default() -> dict[str, Any]:
         return {"created": False, "create_error": "no output", "phase": None, "scheduled": None,
                 "waiting": [], "log": [], "passed": False, "deleted": False}
 
-    def process(self, output):
+    def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()
         details = []
         for line in output:

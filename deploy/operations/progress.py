@@ -5,11 +5,16 @@ where its log is, in one line of the run's output (a DKMS build is minutes of si
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pyinfra import logger
 from pyinfra.api import FunctionCommand
 
+if TYPE_CHECKING:
+    from pyinfra.api import Host, State
 
-def _say(state, host, message: str) -> bool:
+
+def _say(state: State, host: Host, message: str) -> bool:
     # no "gpu-node:" prefix: that marks the lines a host failed with, which operators and tests look for
     host.log(message, logger.info)
     return True

@@ -14,12 +14,13 @@ import json
 from pyinfra.api import QuoteString, operation
 
 from ..facts.k8s import kubectl, with_stdin
+from ..foundations.pyinfra_api import Commands
 from ..k8s.quarantine import Step
 from .kubectl import dump_documents
 
 
 @operation(is_idempotent=False)
-def apply_step(kubeconfig: str | None, step: Step):
+def apply_step(kubeconfig: str | None, step: Step) -> Commands:
     """One node's step: the node patched, rules created, rules deleted."""
     if step.patch:
         yield kubectl(kubeconfig, "patch", "node", QuoteString(step.node), "--type=json", "-p",

@@ -6,6 +6,8 @@ same command), and verify's check of the rack's parts, each a step of the node's
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from pyinfra import host
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
@@ -14,14 +16,19 @@ from ..facts.base import UnreadableOutput
 from ..facts.gpu_holders import holders_script
 from ..facts.nvidia import NodeSurvey
 from ..facts.rack import ImexState, MigState, PeermemState
-from ..facts.read_ahead import read_together
+from ..facts.read_ahead import FactCall, read_together
 from ..foundations import shell_scripts
+from ..foundations.pyinfra_api import Commands
 from ..rack import mig
+from ..rack.imex import Member
 from ..reports.node_report import FAIL, PASS, verify_report_store
 from ..verification.rack import imex_step, mig_step, peermem_step
 from . import probes
 from .drain import DrainTarget, before_restart
 from .failure import failing_command, run_script
+
+if TYPE_CHECKING:
+    from pyinfra.api import Host, State
 
 # mig_apply.sh's exit status when a process holds the GPU: nothing restarted
 MIG_BUSY_STATUS = 3
@@ -33,13 +40,13 @@ def mig_apply_command(layout: mig.MigLayout) -> StringCommand:
         "mig_apply", unit=mig.MIG_UNIT, before=before, after=after, unknown=mig.UNKNOWN, busy_status=MIG_BUSY_STATUS))
 
 
-def _apply(state, host, layout: mig.MigLayout) -> bool:
+def _apply(state: State, host: Host, layout: mig.MigLayout) -> bool:
     succeeded, _ = run_script(state, host, mig_apply_command(layout))
     return succeeded
 
 
 @operation(is_idempotent=False)
-def apply_mig_layout(layout: mig.MigLayout, drain: DrainTarget | None = None):
+def apply_mig_layout(layout: mig.MigLayout, drain: DrainTarget | None = None) -> Commands:
     """
     Apply a changed MIG layout now: systemd reads the unit's drop-in again and nvidia-mig-manager.service
     runs once more (its hooks stop and start the GPU's clients), after ``drain`` (None: no drain); only
@@ -50,13 +57,13 @@ def apply_mig_layout(layout: mig.MigLayout, drain: DrainTarget | None = None):
     yield FunctionCommand(_apply, (layout,), {})
 
 
-def _driver_branch(nvidia: dict) -> int | None:
+def _driver_branch(nvidia: dict[str, Any]) -> int | None:
     head = (nvidia.get("loaded_version") or nvidia.get("built_version") or "").split(".")[0]
     return int(head) if head.isdigit() else None
 
 
 @operation()
-def check_rack(domain: str | None, members: tuple, peermem_wanted: bool, layout: mig.MigLayout | None):
+def check_rack(domain: str | None, members: tuple[Member, ...], peermem_wanted: bool, layout: mig.MigLayout | None) -> Commands:
     """
     Check the rack's parts at execution (after the stages ran), each a step of the node's verify report:
     the IMEX domain (``domain`` and its ``members``), nvidia-peermem, the MIG ``layout``; verify's
@@ -65,7 +72,7 @@ def check_rack(domain: str | None, members: tuple, peermem_wanted: bool, layout:
     if not probes.executing(host):
         host.noop("the rack's parts are checked when the deploy executes")
         return
-    calls = [(NodeSurvey, {})]
+    calls: list[FactCall] = [(NodeSurvey, {})]
     calls += [(ImexState, {})] if domain else []
     calls += [(PeermemState, {})] if peermem_wanted else []
     calls += [(MigState, {"layout": layout.name})] if layout else []

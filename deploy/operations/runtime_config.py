@@ -8,16 +8,18 @@ deploy/node/bake.py) checked by the runtime's own binary alike, and restarted by
 
 from __future__ import annotations
 
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generator, Sequence
+from typing import Any
 
 from pyinfra import host
 from pyinfra.api import operation
 from pyinfra.api.command import PyinfraCommand
 
-from ..node import bake
-from ..foundations import redact
 from ..facts.read_ahead import FactCall, changes_so_far
+from ..foundations import redact
+from ..foundations.pyinfra_api import Commands
+from ..node import bake
 from . import safe_install
 from .failure import failing_command
 
@@ -47,7 +49,7 @@ class PlannedFile:
 
 # The runtime's own check of the new files before any is installed (the daemon asked what it would
 # run); it yields its commands and returns False when the files must not be installed.
-CandidateCheck = Callable[["RuntimeConfigPlan"], Generator[PyinfraCommand, None, bool]]
+CandidateCheck = Callable[["RuntimeConfigPlan"], Generator["str | PyinfraCommand", Any, bool]]
 
 
 @dataclass
@@ -91,7 +93,7 @@ def configure_nvidia_runtime(
     restart_pending: bool = False,
     before_restart: Sequence[PyinfraCommand] = (),
     keep_backups: int = safe_install.KEEP_BACKUPS,
-):
+) -> Commands:
     """
     Apply a runtime's wiring plan: the changed files installed safely, the service restarted on change.
 

@@ -23,19 +23,21 @@ leave a half-done swap, and so a no-change run costs no command at all.
 
 from __future__ import annotations
 
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any
 
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
 from pyinfra.api.command import PyinfraCommand
 
-from ..node import records as node_records
-from ..foundations import shell_scripts
 from ..facts.recovery import PENDING_RESTART_DIR
+from ..foundations import shell_scripts
+from ..foundations.pyinfra_api import Commands
+from ..foundations.redact import shell_daemon_output_filter
+from ..node import records as node_records
 from .progress import announcing
 from .upload import Staging, Upload
-from ..foundations.redact import shell_daemon_output_filter
 
 CANDIDATE_SUFFIX = ".gpu-node-candidate"
 BACKUP_INFIX = ".gpu-node-backup-"
@@ -161,7 +163,7 @@ def restart_pending_script(path: str, service: str, timeout: int,
             + shell_scripts.body("safe_install_restart_pending"))
 
 
-def _staged_candidate(path: str, content: str):
+def _staged_candidate(path: str, content: str) -> Generator[str | PyinfraCommand, Any, str]:
     """The candidate's upload commands, and the script lines that put it in place."""
     staging = Staging.new(host, [Upload(candidate_path(path), content.encode(), live=path)])
     yield from staging.commands()
@@ -178,7 +180,7 @@ def install_file(
     before_restart: Sequence[PyinfraCommand] = (),
     keep_backups: int = KEEP_BACKUPS,
     record: FileRecord | None = None,
-):
+) -> Commands:
     """
     Replace ``path`` with ``content`` safely (see the module docstring). Callers decide that the
     content differs and check it in Python when there is no ``validator``.
@@ -219,14 +221,14 @@ def restart_message(path: str, service: str, timeout: int) -> str:
 
 @operation(is_idempotent=False)
 def restart_after_interruption(path: str, service: str, restart_timeout: int = 30,
-                    before_restart: Sequence[PyinfraCommand] = ()):
+                    before_restart: Sequence[PyinfraCommand] = ()) -> Commands:
     """Restart ``service``, which an interrupted run left running on an old ``path``."""
     yield from before_restart
     yield StringCommand(restart_pending_script(path, service, restart_timeout))
 
 
 def file_in_place(path: str, service: str | None, restart_pending: bool, restart_timeout: int,
-                  before_restart: Sequence[PyinfraCommand], noop_message: str):
+                  before_restart: Sequence[PyinfraCommand], noop_message: str) -> Commands:
     """``path`` already holds what it should: restart only what an interrupted run left pending."""
     if restart_pending and service:
         yield from restart_after_interruption._inner(

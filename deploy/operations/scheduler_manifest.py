@@ -19,6 +19,7 @@ from pyinfra.facts.files import Sha256File
 
 from ..facts.files import FileText
 from ..facts.k8s import kubectl
+from ..foundations.pyinfra_api import Commands
 from ..k8s.gpushare import (
     CONFIG_CHECKSUM_ANNOTATION,
     NAMESPACE,
@@ -51,7 +52,7 @@ def staging_paths(work_dir: str) -> dict[str, str]:
 
 
 @operation()
-def keep_scheduler_config(config_path: str, config_sha256: str, work_dir: str):
+def keep_scheduler_config(config_path: str, config_sha256: str, work_dir: str) -> Commands:
     """
     Before ``config_path`` is replaced by a config with SHA-256 ``config_sha256``: copy the one the
     scheduler runs with beside the manifest's backup (none yet: no copy), for the swap's rollback.
@@ -87,7 +88,8 @@ def swap_in_command(
     ``place_script``, which puts the staged copy in ``work_dir`` (made 0700) first.
     """
     paths = staging_paths(work_dir)
-    config_success, config_rollback = "", ""
+    config_success: str | StringCommand = ""
+    config_rollback: str | StringCommand = ""
     if config_path:
         kept, kept_restore = QuoteString(paths["config_backup"]), QuoteString(paths["config_restore"])
         config_success = StringCommand("rm -f", kept, ";")
@@ -140,7 +142,7 @@ def configure_scheduler_manifest(
     work_dir: str,
     manifest_path: str = "/etc/kubernetes/manifests/kube-scheduler.yaml",
     timeout: int = 180,
-):
+) -> Commands:
     """
     Point the kube-scheduler static pod at ``config_path`` (flag, hostPath volume and mount, each
     once, and the config's checksum so a new config restarts it), keeping every other field.

@@ -13,16 +13,19 @@ backed up, swapped, their unit restarted and watched, rolled back if it does not
 from __future__ import annotations
 
 import shlex
+from collections.abc import Container
 from dataclasses import dataclass
+from typing import Any
 
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
+from ..foundations.pyinfra_api import Commands
+from ..foundations.toml_layout import ConfigError
 from ..node import records as node_records
 from ..runtimes import reverse_merge
-from ..foundations.toml_layout import ConfigError
-from . import safe_install
 from ..runtimes.docker.daemon_json import DaemonConfigError, parse_daemon_json, render_daemon_json
+from . import safe_install
 from .package_manager import PackageManager
 from .upload import symlink_refusal
 
@@ -33,14 +36,15 @@ RESTORE, REMOVE, MERGE, KEEP, FORGET = "restore", "remove", "merge", "keep", "fo
 class FileUndo:
     """What the undo run does to one recorded file, and its one line saying so and why."""
 
-    record: dict  # deploy/facts/records.py NodeRecords's, for this file
+    record: dict[str, Any]  # deploy/facts/records.py NodeRecords's, for this file
     action: str   # RESTORE, REMOVE, MERGE (``content``), KEEP (left byte for byte), FORGET (nothing to change)
     line: str
     content: str | None = None
 
     @property
     def path(self) -> str:
-        return self.record["path"]
+        path: str = self.record["path"]
+        return path
 
     @property
     def folder(self) -> str:
@@ -52,7 +56,7 @@ class FileUndo:
         return self.action in (RESTORE, REMOVE, MERGE)
 
 
-def _merged(record: dict) -> tuple[str | None, str]:
+def _merged(record: dict[str, Any]) -> tuple[str | None, str]:
     """The live file with gpu-node's values taken out (None: none left in it), and what was taken
     out; ConfigError/DaemonConfigError when that cannot be done safely."""
     path, live = record["path"], record["live_text"]
@@ -61,7 +65,7 @@ def _merged(record: dict) -> tuple[str | None, str]:
     if live is None or written is None or (original is None and not record["absent"]):
         raise ConfigError(f"{path}: its record does not hold the texts to compare")
     if record["format"] == node_records.TOML:
-        if record["absent"]:
+        if original is None:  # absent (checked above)
             # gpu-node wrote it whole (containerd's default config and the wiring): which values were the
             # wiring is not known.
             raise ConfigError(f"{path}: gpu-node created it (from the runtime's default config), so the values "
@@ -74,7 +78,7 @@ def _merged(record: dict) -> tuple[str | None, str]:
     return (render_daemon_json(result.result) if result.changed else None), reverse_merge.described(result)
 
 
-def decide(record: dict) -> FileUndo:
+def decide(record: dict[str, Any]) -> FileUndo:
     """What to do with one recorded file (see the module), and the line that says it."""
     path = record["path"]
     kept_at = f"{node_records.FILES_DIR}/{record['id']}/{node_records.ORIGINAL}"
@@ -130,7 +134,7 @@ def _unchanged_since_read(undo: FileUndo) -> str:
 
 
 @operation(is_idempotent=False)
-def put_back_file(undo: FileUndo, restart: bool = True, restart_timeout: int = 30):
+def put_back_file(undo: FileUndo, restart: bool = True, restart_timeout: int = 30) -> Commands:
     """
     Put one recorded file back as ``undo`` decided (``decide``): restored from its record, removed,
     or its wiring taken out, through the safe install; then its backups and its record go. With
@@ -154,6 +158,7 @@ def put_back_file(undo: FileUndo, restart: bool = True, restart_timeout: int = 3
                                      undo, service))
         return
     if undo.action == MERGE:
+        assert undo.content is not None  # a merge's text (merged_text)
         placed = yield from safe_install._staged_candidate(undo.path, undo.content)
         mode_owner = None
     else:
@@ -181,7 +186,7 @@ def _guarded(script: str, undo: FileUndo, service: str | None) -> str:
 # Packages, holds, keys. -----------------------------------------------------------------------------
 
 @operation()
-def release_holds(manager: PackageManager, names: list, lock_timeout: int):
+def release_holds(manager: PackageManager, names: list[str], lock_timeout: int) -> Commands:
     """
     Release the holds gpu-node placed (``names``, those it recorded) that are still there, as the
     family's ``manager`` holds (``apt-mark unhold``, ``dnf versionlock delete``, ``zypper removelock``,
@@ -195,14 +200,14 @@ def release_holds(manager: PackageManager, names: list, lock_timeout: int):
 
 
 @operation()
-def remove_packages(manager: PackageManager, names: list, lock_timeout: int):
+def remove_packages(manager: PackageManager, names: list[str], lock_timeout: int) -> Commands:
     """
     Remove the packages gpu-node installed (``names``, those it recorded: named or pulled in, none
     the node had before) that are still installed (the family's ``manager``'s fact of them), and
     nothing else: a removal that would take another package with it fails the host in one line,
     nothing removed.
     """
-    installed = host.get_fact(manager.installed_fact)
+    installed: Container[str] = host.get_fact(manager.installed_fact)
     present = sorted(name for name in names if name in installed)
     if not present:
         host.noop("none of the packages gpu-node installed is left")
@@ -214,20 +219,20 @@ def remove_packages(manager: PackageManager, names: list, lock_timeout: int):
 
 
 @operation()
-def remove_rpm_keys(keys: list):
+def remove_rpm_keys(keys: list[str]) -> Commands:
     """Take the keys gpu-node imported into rpm's database (``keys``: gpg-pubkey-KEYID-DATE) back out."""
     words = " ".join(shlex.quote(key) for key in keys)
     yield StringCommand(f"for key in {words}; do if rpm -q \"$key\" >/dev/null 2>&1; then rpm -e \"$key\" || exit 1; fi; done")
 
 
 @operation()
-def remove_own_files(paths: list):
+def remove_own_files(paths: list[str]) -> Commands:
     """Remove gpu-node's own files from a run before it kept records (known by their first line)."""
     yield StringCommand("rm", "-f", "--", *[QuoteString(path) for path in paths])
 
 
 @operation()
-def forget_records(kept: list):
+def forget_records(kept: list[str]) -> Commands:
     """
     Remove gpu-node's records (deploy/node/records.py) once the undo is done, but the records of the
     files it left as they are (``kept``: their record folders' names), whose originals stay there.

@@ -5,12 +5,16 @@ run's putting them back (deploy/node/records.py).
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.operations import systemd
 
-from ..node import bake, records as node_records
 from ..facts.units import UnitsEnabled
+from ..foundations.pyinfra_api import Commands
+from ..node import bake
+from ..node import records as node_records
 
 
 def unit_name(service: str) -> str:
@@ -19,7 +23,7 @@ def unit_name(service: str) -> str:
 
 
 @operation()
-def enable_service(service: str, start: bool = True):
+def enable_service(service: str, start: bool = True) -> Commands:
     """
     Enable ``service`` (and start it where ``start``) with pyinfra's ``systemd.service``; when that
     changes anything, the unit's state before is recorded first (once: the state before gpu-node's
@@ -48,7 +52,7 @@ def enable_service(service: str, start: bool = True):
 TRIGGERS = (".timer", ".path", ".socket")
 
 
-def unit_commands(unit: str, recorded: str, now: dict, created: bool = False) -> list[StringCommand]:
+def unit_commands(unit: str, recorded: str, now: dict[str, Any], created: bool = False) -> list[StringCommand]:
     """The commands that put ``unit`` back to ``recorded`` ("ENABLED ACTIVE", as node_records writes
     it) from ``now`` ({"enabled", "active"}, as the undo fact reads it); none when it is so already.
     ``created``: gpu-node wrote the unit's file, so before gpu-node there was no such unit."""
@@ -78,7 +82,7 @@ def unit_commands(unit: str, recorded: str, now: dict, created: bool = False) ->
 
 
 @operation()
-def put_unit_back(unit: str, recorded: str, now: dict, created: bool = False):
+def put_unit_back(unit: str, recorded: str, now: dict[str, Any], created: bool = False) -> Commands:
     """
     Put ``unit`` back to its state before gpu-node first changed it (``recorded``: "ENABLED ACTIVE");
     ``now``: its state as the undo run read it ({"enabled", "active"}); ``created``: gpu-node wrote its
@@ -92,7 +96,7 @@ def put_unit_back(unit: str, recorded: str, now: dict, created: bool = False):
 
 
 @operation()
-def enable_unit_files(units: list[str], enabled: dict):
+def enable_unit_files(units: list[str], enabled: dict[str, Any]) -> Commands:
     """
     Enable ``units`` by their files alone (``systemctl --root=/ enable``: no running systemd asked,
     so it works in an image root too), starting nothing; each one's state before recorded first

@@ -25,18 +25,26 @@ from __future__ import annotations
 import posixpath
 import secrets
 import shlex
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from io import BytesIO
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pyinfra.api import FileUploadCommand, StringCommand
+from pyinfra.api.arguments import ConnectorArguments
 from pyinfra.api.command import PyinfraCommand
 
 from ..foundations import shell_scripts
 
+if TYPE_CHECKING:
+    from pyinfra.api import Host
+
 # What an operation's ``_sudo``, ``_doas``, ``_dzdo`` and ``_su_user`` become for the staging
 # commands: they run as the login user, who owns the staging folder.
-AS_LOGIN_USER = {"_sudo": False, "_doas": False, "_dzdo": False, "_su_user": None}
+AS_LOGIN_USER: ConnectorArguments = {
+    "_sudo": False, "_doas": False, "_dzdo": False,
+    "_su_user": None,  # type: ignore[typeddict-item]  # pyinfra's own default, which its TypedDict leaves out
+}
 STAGING_PREFIX = "gpu-node-"
 
 
@@ -62,10 +70,10 @@ class Staging:
     uploads: tuple[Upload, ...]
 
     @classmethod
-    def new(cls, host, uploads: Sequence[Upload]) -> "Staging":
+    def new(cls, host: Host, uploads: Sequence[Upload]) -> Staging:
         """A staging folder for ``uploads`` with an unpredictable name in pyinfra's temp directory
         (the operation's ``_temp_dir``, else the config's ``TEMP_DIR``, else /tmp)."""
-        arguments = host.current_op_global_arguments or {}
+        arguments: dict[str, Any] = dict(host.current_op_global_arguments or {})
         config = host.state.config
         directory = arguments.get("_temp_dir") or config.TEMP_DIR or config.DEFAULT_TEMP_DIR
         name = STAGING_PREFIX + secrets.token_hex(16)

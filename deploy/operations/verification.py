@@ -9,23 +9,23 @@ the whole deploy stays change-free; a failing step makes the host fail after its
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from pyinfra import host, logger
 from pyinfra.api import operation
 
-from . import probes
-from . import cdi as cdi_ops
-from . import devices
+from ..driver.signing import key_paths
 from ..facts.base import UnreadableOutput
-from ..facts.read_ahead import FactCall, known_fact, read_together
+from ..facts.containerd import ContainerdInstallations, config_read
 from ..facts.cuda import CudaInit
 from ..facts.module_signing import ModuleSigningState
-from ..driver.signing import key_paths
 from ..facts.nvidia import NodeSurvey
-from ..runtimes.containerd.installations import ConfigTarget, classify_installation, config_target, plain_target
-from ..facts.containerd import ContainerdInstallations, config_read
+from ..facts.read_ahead import FactCall, known_fact, read_together
 from ..facts.verification import Executables, VerifyReadout
+from ..foundations.pyinfra_api import Commands
+from ..reports.node_report import FAIL, PASS, SKIP, verify_report_store
 from ..runtimes import registry
+from ..runtimes.containerd.installations import ConfigTarget, classify_installation, config_target, plain_target
 from ..runtimes.registry import CONTAINERD, CRI
 from ..runtimes.wiring import HANDLER
 from ..verification.cdi import cri_cdi_probe
@@ -33,10 +33,11 @@ from ..verification.options import VerifyOptions
 from ..verification.readout import configured_binaries, gpu_usable, prepared
 from ..verification.steps import all_steps, node_record
 from ..verification.toolkit_runtimes import planned_runs
+from . import cdi as cdi_ops
+from . import devices, probes
 from .driver import awaits_reboot
 from .failure import failing_command
 from .kernel_modules import KERNELS_READ
-from ..reports.node_report import FAIL, PASS, SKIP, verify_report_store
 
 # The node's PCI GPUs, modules and versions (preflight reads it too): verify's first steps.
 NODE_READ: FactCall = (NodeSurvey, {})
@@ -58,7 +59,7 @@ def containerd_in_effect(options: VerifyOptions) -> ConfigTarget:
     return containerd_of(options, known_fact(host, ContainerdInstallations))
 
 
-def containerd_of(options: VerifyOptions, found: dict | None) -> ConfigTarget:
+def containerd_of(options: VerifyOptions, found: dict[str, Any] | None) -> ConfigTarget:
     """The containerd a node with this ContainerdInstallations reading runs (None: not asked, containerd
     is not wired)."""
     if found is None:
@@ -81,7 +82,7 @@ def containerd_config_read(containerd: ConfigTarget) -> FactCall:
     return config_read(containerd.config_in_effect, None, containerd.binary)
 
 
-def with_containerd_config(readout: dict, config: dict) -> dict:
+def with_containerd_config(readout: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     """Verify's readout with containerd's version and dump from its ContainerdConfig reading
     (a failed dump: what it printed, as verify names the failure by it)."""
     failed = config["dump_exit_code"] not in (0, None)
@@ -100,9 +101,9 @@ def reads(options: VerifyOptions) -> list[FactCall]:
             cdi_ops.state_read(), devices.links_read(options.driver_root), KERNELS_READ, signing_read(options)]
 
 
-def gpu_runs(readout: dict, options: VerifyOptions, plan: dict[str, str | None], token: str) -> dict[str, dict]:
+def gpu_runs(readout: dict[str, Any], options: VerifyOptions, plan: dict[str, str | None], token: str) -> dict[str, dict[str, Any]]:
     """Each runtime's planned GPU runs done, by their probes (deploy/runtimes/registry.py GpuRun)."""
-    runs: dict[str, dict] = {}
+    runs: dict[str, dict[str, Any]] = {}
     for runtime in registry.RUNTIMES:
         reading = readout[runtime.name]
         for run in runtime.runs:
@@ -121,7 +122,7 @@ def gpu_runs(readout: dict, options: VerifyOptions, plan: dict[str, str | None],
 
 
 @operation()
-def check_node(options: VerifyOptions, report_path: str, driver_packages: tuple[str, ...] = ()):
+def check_node(options: VerifyOptions, report_path: str, driver_packages: tuple[str, ...] = ()) -> Commands:
     """
     Run verify's steps on this host, record it for the report, and change nothing: no command is
     yielded unless a step failed, and then only one that fails the host, except on a GPU node

@@ -7,9 +7,11 @@ exact version and are held with it (deploy/distros/families.py ``DriverCompanion
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from ..distros.families import DriverCompanion, FabricManagerPackages, ImexPackages, Platform
+from ..distros.families import DriverCompanion, DriverPackages, FabricManagerPackages, ImexPackages, Platform
 from ..distros.package_managers import PackageManager
 from ..distros.repositories import key_pin
 from ..driver.fabric import Fabric
@@ -24,7 +26,7 @@ class CompanionPlan:
 
     fabric_packages: tuple[str, ...] = ()  # Fabric Manager's, and NVLSM's
     imex_packages: tuple[str, ...] = ()
-    repository: dict | None = None  # NVIDIA's CUDA repository: name, url, key_url, pin
+    repository: dict[str, Any] | None = None  # NVIDIA's CUDA repository: name, url, key_url, pin
     # the companions whose packages the install operation names (apt lists unknown)
     deferred: tuple[DriverCompanion, ...] | None = None
 
@@ -33,7 +35,7 @@ class CompanionPlan:
         return self.fabric_packages + self.imex_packages
 
 
-def companions_wanted(settings: Settings, platform: Platform, data, fabric: Fabric) -> tuple[DriverCompanion, ...]:
+def companions_wanted(settings: Settings, platform: Platform, data: DriverPackages, fabric: Fabric) -> tuple[DriverCompanion, ...]:
     """The companions this host's driver comes with, each refused where the family packages none: Fabric
     Manager on an NVSwitch node (fabric_manager_install), IMEX in an IMEX domain (imex_domain)."""
     records: list[DriverCompanion] = []
@@ -50,17 +52,17 @@ def companions_wanted(settings: Settings, platform: Platform, data, fabric: Fabr
     return tuple(records)
 
 
-def companion_names(records, branch: int, values: dict) -> tuple[str, ...]:
+def companion_names(records: Iterable[DriverCompanion], branch: int, values: dict[str, Any]) -> tuple[str, ...]:
     """The companions' package names for the driver ``branch``."""
     return tuple(name for record in records for name in render(record.names(branch), {**values, "branch": str(branch)}))
 
 
-def companions_what(records) -> str:
+def companions_what(records: Iterable[DriverCompanion]) -> str:
     return " and ".join(record.what for record in records)
 
 
 def companion_packages(settings: Settings, platform: Platform, manager: PackageManager, pinned: list[str],
-                       driver: tuple[str | None, bool], packages: dict, values: dict, offered: dict, unread: str,
+                       driver: tuple[str | None, bool], packages: dict[str, Any], values: dict[str, Any], offered: dict[str, Any], unread: str,
                        fabric: Fabric, companions: tuple[DriverCompanion, ...]) -> CompanionPlan:
     """The companions' packages at the driver's version (added to ``packages``) and NVIDIA's CUDA
     repository they come from; ``driver``: (the driver's version, whether the install operation chooses
@@ -76,7 +78,7 @@ def companion_packages(settings: Settings, platform: Platform, manager: PackageM
     repository = {"name": f"cuda-{values['dist']}-{platform.cuda_arch}", "url": url,
                   "key_url": checked_key_url(pin.url or f"{url}/{companions[0].key_file}", pin), "pin": pin}
     named: dict[DriverCompanion, tuple[str, ...]] = {}
-    if not defer:
+    if driver_version is not None and not defer:  # (None without defer is refused above)
         upstream = upstream_version(driver_version)
         branch = int(upstream.split(".")[0])
         for record in companions:

@@ -7,10 +7,12 @@ kernel module type, its repositories and their keys. Pure: data in, names out.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from typing import Any
 
+from ..distros.families import DriverCompanion, DriverPackages, Platform, by_distro_id, node_word
 from ..distros.repositories import KeyPin, key_pin
-from ..distros.families import Platform, by_distro_id, node_word
 from ..driver.fabric import fabric_of
 from ..driver.module_type import OPEN, PROPRIETARY
 from ..driver.signing import signing_wanted
@@ -30,7 +32,7 @@ def kernel_variant(kernel: str, pattern: str | None, default: str) -> str:
     return match.group(1) if match else default
 
 
-def render(templates, values: dict) -> tuple[str, ...]:
+def render(templates: Iterable[str] | None, values: dict[str, Any]) -> tuple[str, ...]:
     """Render templates; those naming a value that is not set ({branch} without a branch) drop out."""
     rendered = []
     for template in templates or ():
@@ -41,7 +43,8 @@ def render(templates, values: dict) -> tuple[str, ...]:
     return tuple(dict.fromkeys(rendered))
 
 
-def render_repository(repository, values: dict, settings: Settings) -> dict | None:
+def render_repository(repository: Mapping[str, str] | None, values: dict[str, Any],
+                      settings: Settings) -> dict[str, Any] | None:
     """A family table's repository for this host: its key's URL (a setting's, else the table's) and the
     pin that key must match (settings.KeyPin); a key that cannot be checked before use is refused."""
     if not repository:
@@ -70,7 +73,7 @@ def repository_urls(settings: Settings) -> dict[str, str]:
             "driver_repo_url": settings.nvidia_driver_repo_url.rstrip("/")}
 
 
-def template_values(platform: Platform, data, kernel: str, branch: str | None) -> dict:
+def template_values(platform: Platform, data: DriverPackages, kernel: str, branch: str | None) -> dict[str, Any]:
     """The values the family table's templates may name, on this host."""
     values = {
         "kernel": node_word(kernel, "the running kernel's release"),
@@ -90,7 +93,8 @@ def template_values(platform: Platform, data, kernel: str, branch: str | None) -
     return values
 
 
-def package_names(data, values: dict, platform: Platform, branch: str | None, node: dict):
+def package_names(data: DriverPackages, values: dict[str, Any], platform: Platform, branch: str | None,
+                  node: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, str] | None, list[str]]:
     """(driver package names, module package names, dnf module stream, notes) of one kernel module
     type's record."""
     if data.module and platform.major in data.module_majors:
@@ -116,7 +120,7 @@ def package_names(data, values: dict, platform: Platform, branch: str | None, no
     return names, dependencies, None, notes
 
 
-def candidate_names(settings: Settings, platform: Platform, node: dict, branch: str | None) -> dict[str, list[str]]:
+def candidate_names(settings: Settings, platform: Platform, node: dict[str, Any], branch: str | None) -> dict[str, list[str]]:
     """Every package name either kernel module type's plan may name, for reading their state and
     versions ahead."""
     base = platform.family.driver
@@ -130,18 +134,18 @@ def candidate_names(settings: Settings, platform: Platform, node: dict, branch: 
         for record in records:
             driver, dependencies, module, _ = package_names(record, values, platform, branch, node)
             names += [*driver, *dependencies]
-    fabric = []
+    fabric: list[str] = []
     if branch:
-        for record in companion_records(settings, base, node):
-            fabric += render(record.names(int(branch)), {**values, "branch": branch})
-            fabric += list(getattr(record, "nvlsm_packages", ()))
+        for companion in companion_records(settings, base, node):
+            fabric += render(companion.names(int(branch)), {**values, "branch": branch})
+            fabric += list(getattr(companion, "nvlsm_packages", ()))
     return {"driver": list(dict.fromkeys(names)), "fabric": list(dict.fromkeys(fabric))}
 
 
-def companion_records(settings: Settings, data, node: dict) -> list:
+def companion_records(settings: Settings, data: DriverPackages, node: dict[str, Any]) -> list[DriverCompanion]:
     """The family's companion records this host may be planned with (Fabric Manager on an NVSwitch node,
     IMEX with imex_domain), for reading their names ahead; the plan refuses a missing one."""
-    records = []
+    records: list[DriverCompanion] = []
     if settings.fabric_manager_install and fabric_of(node).needs_fabric_manager and data.fabric_manager:
         records.append(data.fabric_manager)
     if settings.imex_domain and data.imex:

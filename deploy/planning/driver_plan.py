@@ -14,19 +14,20 @@ version for them (``driver_versions``), its companions at that version, Fabric M
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from ..distros.families import DriverCompanion, DriverPackages, Platform, by_distro_id
+from ..distros.package_managers import APT_REPOSITORY_FILE, PackageManager, lock_bounded_checks
 from ..driver import module_type
-from ..distros.package_managers import APT, PackageManager, lock_bounded_checks
-from ..distros.families import DriverCompanion, Platform, by_distro_id
+from ..driver.fabric import fabric_of
+from ..driver.versions import MIN_DRIVER_VERSION, VersionRefusal, apt_pin_text, choose, upstream_version
+from ..settings import Settings
 from .driver_companions import CompanionPlan, companion_names, companion_packages, companions_wanted, companions_what
 from .driver_names import DriverPlanError, package_names, render, render_repository, repository_urls, template_values
-from ..driver.versions import VersionRefusal, apt_pin_text, choose, upstream_version
-from ..driver.fabric import fabric_of
-from ..settings import Settings
-from ..driver.versions import MIN_DRIVER_VERSION
 from .module_signing import SigningPlan, signing_plan
 
 # apt: the driver's source packages pinned at the plan's version (deploy/distros/families.py pin_sources)
@@ -34,7 +35,7 @@ APT_PIN_PATH = "/etc/apt/preferences.d/gpu-node-nvidia-driver"
 CUDA_PROFILE_PATH = "/etc/profile.d/cuda.sh"
 # NVIDIA's CUDA repository, where Fabric Manager and IMEX come from (apt: signed-by, as the toolkit's)
 CUDA_REPOSITORY_NAME = "nvidia-cuda"
-CUDA_APT_SOURCE = APT.repository_file.format(name=CUDA_REPOSITORY_NAME)
+CUDA_APT_SOURCE = APT_REPOSITORY_FILE.format(name=CUDA_REPOSITORY_NAME)
 CUDA_APT_KEYRING = "/usr/share/keyrings/nvidia-cuda-keyring.asc"
 HEADER = "# Managed by gpu-node (deploy/tasks/driver.py)\n"
 
@@ -49,10 +50,10 @@ class DriverPlan:
     headers: tuple[str, ...] = ()
     components: tuple[str, ...] = ()
     codename: str = ""
-    repository: dict | None = None
+    repository: dict[str, Any] | None = None
     module: tuple[str, str] | None = None
     cuda_packages: tuple[str, ...] = ()
-    cuda_repository: dict | None = None
+    cuda_repository: dict[str, Any] | None = None
     cuda_home: str = ""
     notes: list[str] = field(default_factory=list)
     kernel_module_type: str = module_type.PROPRIETARY
@@ -68,10 +69,10 @@ class DriverPlan:
     fabric_packages: tuple[str, ...] = ()
     fabric_service: str | None = None
     imex_packages: tuple[str, ...] = ()
-    fabric_repository: dict | None = None  # NVIDIA's CUDA repository: name, url, key_url, pin (apt: signed-by source)
+    fabric_repository: dict[str, Any] | None = None  # NVIDIA's CUDA repository: name, url, key_url, pin (apt: signed-by source)
     state_names: tuple[str, ...] = ()  # what the install operation reads (read ahead by preflight)
     # apt: versions to choose when the install runs (preflight's lists did not have them yet)
-    resolve: dict | None = None
+    resolve: dict[str, Any] | None = None
     unreadable: tuple[str, ...] = ()  # Readings.unreadable: preflight warns with them
     signing: SigningPlan | None = None  # how the modules get signed (None: they need not be)
 
@@ -80,12 +81,12 @@ class DriverPlan:
 class Readings:
     """What the plan decides on beyond NodeSurvey, read ahead by preflight (deploy/tasks/driver.py)."""
 
-    installed: dict | None = None     # the family's installed-packages fact (branch detection)
-    recommended: list | None = None   # the recommender's output (branch detection)
-    states: dict = field(default_factory=dict)       # DebPackageStates of every package the plan may name
-    offered: dict | None = None       # PackageVersions: {name: versions} from the lists (None: not read)
-    fabric_offered: dict | None = None  # RepositoryPackageVersions of the CUDA repository not added yet
-    gpu_lists: dict | None = None     # GpuSupportLists
+    installed: dict[str, Any] | None = None     # the family's installed-packages fact (branch detection)
+    recommended: list[str] | None = None   # the recommender's output (branch detection)
+    states: dict[str, Any] = field(default_factory=dict)       # DebPackageStates of every package the plan may name
+    offered: dict[str, Any] | None = None       # PackageVersions: {name: versions} from the lists (None: not read)
+    fabric_offered: dict[str, Any] | None = None  # RepositoryPackageVersions of the CUDA repository not added yet
+    gpu_lists: dict[str, Any] | None = None     # GpuSupportLists
     # dnf's and zypper's repositories they could not read, with the reason (WaitedPackageVersions)
     unreadable: tuple[str, ...] = ()
 
@@ -95,7 +96,7 @@ class ModulePackages:
     """The kernel module type's record of the family table and the packages it names."""
 
     decision: module_type.KernelModuleTypeDecision
-    data: object  # distros.DriverPackages for this kernel module type
+    data: DriverPackages  # for this kernel module type
     names: tuple[str, ...]
     dependencies: tuple[str, ...]
     module: tuple[str, str] | None
@@ -137,7 +138,7 @@ def check_minimum(settings: Settings) -> None:
             )
 
 
-def detect_branch(pattern: str, names) -> str | None:
+def detect_branch(pattern: str, names: Iterable[str]) -> str | None:
     branches = sorted({m.group(1) for name in names for m in [re.search(pattern, name)] if m}, reverse=True)
     return branches[0] if branches else None
 
@@ -159,7 +160,7 @@ def plan_branch(settings: Settings, platform: Platform, manager: PackageManager,
             f"nvidia_driver_branch={branch!r} is not supported on {platform.distro_id}: it ships one "
             "driver branch; unset it" + (" or pin nvidia_driver_version" if manager.can_pin else "")
         )
-    if base.branch == "required" and not branch:
+    if base.branch == "required" and not branch and base.branch_detect:
         branch = detect_branch(base.branch_detect,
                                list(readings.installed or {}) + list(readings.recommended or []))
         if not branch:
@@ -171,7 +172,7 @@ def plan_branch(settings: Settings, platform: Platform, manager: PackageManager,
     return branch
 
 
-def branch_number(settings: Settings, branch: str | None, names, readings: Readings, node: dict) -> int | None:
+def branch_number(settings: Settings, branch: str | None, names: Sequence[str], readings: Readings, node: dict[str, Any]) -> int | None:
     """The driver branch the kernel module type goes by: set, pinned, installed, else the lists' candidate."""
     for version in (branch, settings.nvidia_driver_version,
                     *(readings.states.get(name, {}).get("version") for name in names),
@@ -184,7 +185,8 @@ def branch_number(settings: Settings, branch: str | None, names, readings: Readi
     return None
 
 
-def kernel_module_type_for(settings: Settings, platform: Platform, node: dict, branch: str | None, names,
+def kernel_module_type_for(settings: Settings, platform: Platform, node: dict[str, Any], branch: str | None,
+                           names: Sequence[str],
                            readings: Readings) -> module_type.KernelModuleTypeDecision:
     """The kernel module type of this node (deploy/driver/module_type.py), refused with one line when none fits."""
     number = branch_number(settings, branch, names, readings, node)
@@ -208,7 +210,7 @@ def kernel_module_type_for(settings: Settings, platform: Platform, node: dict, b
     return decision
 
 
-def module_packages(settings: Settings, platform: Platform, node: dict, branch: str | None, values: dict,
+def module_packages(settings: Settings, platform: Platform, node: dict[str, Any], branch: str | None, values: dict[str, Any],
                     readings: Readings) -> ModulePackages:
     """The kernel module type of this node and the packages of its record; the other type's are removed."""
     base = platform.family.driver
@@ -230,13 +232,13 @@ def module_packages(settings: Settings, platform: Platform, node: dict, branch: 
                           signing)
 
 
-def offered_together(readings: Readings) -> dict:
+def offered_together(readings: Readings) -> dict[str, Any]:
     """The versions the lists offer, the CUDA repository's not added yet among them."""
     return {**(readings.offered or {}), **(readings.fabric_offered or {})}
 
 
 def driver_versions(settings: Settings, manager: PackageManager, chosen: ModulePackages, branch: str | None,
-                    values: dict, readings: Readings, node: dict,
+                    values: dict[str, Any], readings: Readings, node: dict[str, Any],
                     companions: tuple[DriverCompanion, ...]) -> tuple[dict[str, str | None], list[str]]:
     """One version for every pinned package ({name: version or None}, dependencies unpinned), and
     the companions' names where their versions chose the driver's with them (apt lists known)."""
@@ -264,7 +266,7 @@ def driver_versions(settings: Settings, manager: PackageManager, chosen: ModuleP
     return packages, together
 
 
-def driver_version_known(settings: Settings, manager: PackageManager, pinned: list[str], packages: dict,
+def driver_version_known(settings: Settings, manager: PackageManager, pinned: list[str], packages: dict[str, Any],
                          readings: Readings) -> tuple[str | None, bool]:
     """The driver's version the companions are pinned at (chosen, installed, else the lists' newest),
     and whether the install operation chooses it instead (apt lists the run has yet to enable or
@@ -278,9 +280,9 @@ def driver_version_known(settings: Settings, manager: PackageManager, pinned: li
     return version, defer
 
 
-def resolve_at_install(settings: Settings, manager: PackageManager, chosen: ModulePackages, packages: dict,
+def resolve_at_install(settings: Settings, manager: PackageManager, chosen: ModulePackages, packages: dict[str, Any],
                        together: list[str], companions: CompanionPlan, records: tuple[DriverCompanion, ...],
-                       values: dict, readings: Readings) -> dict | None:
+                       values: dict[str, Any], readings: Readings) -> dict[str, Any] | None:
     """apt: what the install operation chooses after its refresh, where preflight's lists did not
     name every pinned package's versions (None: all chosen now)."""
     pinned = chosen.pinned
@@ -299,9 +301,9 @@ def resolve_at_install(settings: Settings, manager: PackageManager, chosen: Modu
 def driver_plan(
     settings: Settings,
     platform: Platform,
-    node: dict,
-    installed: dict | None = None,
-    recommended: list | None = None,
+    node: dict[str, Any],
+    installed: dict[str, Any] | None = None,
+    recommended: list[str] | None = None,
     readings: Readings | None = None,
 ) -> DriverPlan:
     """What the driver stage installs on this host: packages, pins, holds, repositories."""
@@ -360,7 +362,7 @@ def driver_plan(
     )
 
 
-def planned_branch(plan: DriverPlan, node: dict) -> tuple[int | None, str]:
+def planned_branch(plan: DriverPlan, node: dict[str, Any]) -> tuple[int | None, str]:
     """The driver branch the node is left on, and what says so (deploy/driver/branches.py names one past
     its end of life): the plan's branch, the version it installs, else the node's built module."""
     if plan.branch:
@@ -386,7 +388,7 @@ def cuda_profile_text(cuda_home: str) -> str:
     )
 
 
-def cuda_apt_source_text(repository: dict) -> str:
+def cuda_apt_source_text(repository: dict[str, Any]) -> str:
     # The key URL and its pin are part of the file so that changing either checks the key again.
     return (HEADER + f"# signing key: {repository['key_url']} ({', '.join(repository['pin'].fingerprints)})\n"
             + f"deb [signed-by={CUDA_APT_KEYRING}] {repository['url']}/ /\n")

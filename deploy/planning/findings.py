@@ -6,8 +6,9 @@ needs nothing from the table but the shape of a step (PreflightStep).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from ..distros.families import Platform
 from ..facts.read_ahead import FactCall
@@ -30,23 +31,28 @@ class Findings:
 
     platform: Platform
     # deploy/facts/nvidia.py NodeSurvey: GPUs, Secure Boot, modules, kernel, free disk
-    nvidia: dict | None = None
+    nvidia: dict[str, Any] | None = None
     # the runtimes this run wires (deploy/runtimes/registry.py), by name, as their stages found them
     # (containerd: deploy/facts/containerd.py ContainerdInstallations plus "installation": {"name",
     # "service"}, who owns it: plain, k3s, rke2, k0s, microk8s)
     runtimes: dict[str, WiredRuntime] = field(default_factory=dict)
     # deploy/facts/recovery.py PendingRestarts: {unit: config} an interrupted run did not restart
-    pending_restarts: dict | None = None
+    pending_restarts: dict[str, Any] | None = None
     # step name -> the plan its check made (the driver's DriverPlan)
     plans: dict[str, Any] = field(default_factory=dict)
 
 
 class PreflightStep(Protocol):
-    """What preflight reads of a step (deploy/stages.py Step)."""
+    """What preflight reads of a step (deploy/stages.py Step: a frozen dataclass, so read-only here)."""
 
-    name: str
-    reads: Callable[[Settings], list[FactCall]]
-    check: Callable[[Settings, Platform, dict], StepCheck] | None
-    installs: bool
+    @property
+    def name(self) -> str: ...
+    @property
+    def reads(self) -> Callable[[Settings], list[FactCall]]: ...
+    @property
+    def check(self) -> Callable[[Settings, Platform, dict[str, Any]], StepCheck] | None: ...
+    @property
+    def installs(self) -> bool: ...
     # a runtime's stage: the runtime as this run wires it (Findings.runtimes)
-    wired: Callable[[Settings], WiredRuntime] | None
+    @property
+    def wired(self) -> Callable[[Settings], WiredRuntime] | None: ...

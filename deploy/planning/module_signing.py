@@ -8,14 +8,14 @@ settings, the family's table (deploy/distros/signing.py) and what the node showe
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from ..distros.families import Platform
 from ..distros.signing import DKMS_SIGNER
-from ..driver.signing import GENERATED_KEY, key_paths
+from ..driver.signing import GENERATED_KEY, key_paths, signing_wanted
 from ..settings import Settings
-from ..driver.signing import signing_wanted
 from .driver_names import DriverPlanError
 
 HEADER = "# Managed by gpu-node (deploy/tasks/module_signing.py): DKMS signs each module it builds with this key.\n"
@@ -42,6 +42,13 @@ class SigningPlan:
     @property
     def folder(self) -> str:
         return posixpath.dirname(self.key or GENERATED_KEY)
+
+    @property
+    def dkms_files(self) -> tuple[str, str, str]:
+        """(key, cert, dkms_config) of a DKMS plan (``by_dkms``), which sets all three."""
+        if self.key is None or self.cert is None or self.dkms_config is None:
+            raise ValueError(f"a plan signed by {self.signer} has no DKMS key")
+        return self.key, self.cert, self.dkms_config
 
 
 def signing_plan(settings: Settings, platform: Platform, kernel_module_type: str,

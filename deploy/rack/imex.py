@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 IMEX_UNIT = "nvidia-imex.service"
 NODES_CONFIG = "/etc/nvidia-imex/nodes_config.cfg"

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -125,11 +126,11 @@ def config_text(layout: MigLayout) -> str:
 def hooks_text(enabled_units: Mapping[str, Any]) -> str:
     """mig-parted's hooks file (v1): the node's enabled GPU clients stopped before a MIG mode or device
     change and started again at the end (``enabled_units``: systemctl is-enabled by unit)."""
-    def enabled(units):
+    def enabled(units: Iterable[str]) -> list[str]:
         return [unit for unit in units if enabled_units.get(unit) in ("enabled", "enabled-runtime", "static")]
 
     clients, mode_clients = enabled(CLIENT_UNITS), enabled(MODE_CLIENT_UNITS)
-    hooks: dict[str, list] = {}
+    hooks: dict[str, list[dict[str, Any]]] = {}
     if clients or mode_clients:
         hooks["pre-apply-mode"] = [_systemctl("stop", clients + mode_clients)]
         hooks["apply-exit"] = [_systemctl("start", list(reversed(clients + mode_clients)))]
@@ -140,7 +141,7 @@ def hooks_text(enabled_units: Mapping[str, Any]) -> str:
         spec, sort_keys=False)
 
 
-def _systemctl(verb: str, units: list[str]) -> dict:
+def _systemctl(verb: str, units: list[str]) -> dict[str, Any]:
     return {"workdir": "/", "command": SYSTEMCTL, "args": [verb, *units]}
 
 

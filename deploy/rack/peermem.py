@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -79,7 +80,7 @@ class RdmaStack:
         return f"OFED {self.ofed}" if self.ofed else "the inbox RDMA stack"
 
 
-def wants_peermem(setting: str, mellanox: list, gpus: list) -> bool:
+def wants_peermem(setting: str, mellanox: list[dict[str, Any]], gpus: list[dict[str, Any]]) -> bool:
     """gpudirect_rdma: true, or auto where the node has an NVIDIA GPU and a ConnectX RDMA function (not an
     NVLink5 switch-management bridge, NodeSurvey's ``mellanox``)."""
     if setting != "auto":

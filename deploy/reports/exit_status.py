@@ -14,13 +14,20 @@ status here where it differs.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Literal, get_args
+
 import pyinfra
 from pyinfra.api.state import StateStage
 
-DONE, FAILED, REBOOT_REQUIRED = 0, 1, 3
+if TYPE_CHECKING:
+    from pyinfra.api import State
+
+ExitStatus = Literal[0, 1, 3]
+EXIT_STATUSES: tuple[ExitStatus, ...] = get_args(ExitStatus)
+DONE, FAILED, REBOOT_REQUIRED = EXIT_STATUSES
 
 
-def exit_with(state, status: int) -> None:
+def exit_with(state: State, status: int) -> None:
     """End pyinfra's CLI run with ``status`` where pyinfra's own would be 0; under pyinfra's API
     nothing: the caller's program goes on."""
     # pyinfra's CLI raises its SystemExit before it disconnects the hosts, and offers no hook to change

@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, TextIO, get_args
 
 from pyinfra.api.state import BaseStateCallback, StateStage
 
 from .. import __version__
-from . import exit_status
 from ..foundations import node_text
+from ..foundations.run_state import per_run
+from . import exit_status
 from .health_table import health_page, health_tables
 from .node_report import (
     FAIL,
@@ -34,16 +36,22 @@ from .node_report import (
     DriverNote,
     DriverNotes,
     FailureNotes,
-    PlannedRefusals,
     NodeSummary,
+    PlannedRefusals,
     verify_report_store,
     write_json_file,
     write_text_file,
 )
-from ..foundations.run_state import per_run
 
-FLEET_REPORT_VERSION = 1  # the format's version, as deploy/reports/node_report.py's REPORT_VERSION
-CONVERGED, CHANGED, FAILED, NOT_RUN = "converged", "changed", "failed", "not run"
+if TYPE_CHECKING:
+    from pyinfra.api import Host, State
+    from pyinfra.api.operation import OperationMeta
+
+FleetReportVersion = Literal[1]
+FLEET_REPORT_VERSION: FleetReportVersion = 1  # the format's version, as deploy/reports/node_report.py's REPORT_VERSION
+HostOutcome = Literal["converged", "changed", "failed", "not run"]
+OUTCOMES: tuple[HostOutcome, ...] = get_args(HostOutcome)
+CONVERGED, CHANGED, FAILED, NOT_RUN = OUTCOMES
 WOULD_BE_REFUSED = "would be refused"
 
 
@@ -88,7 +96,7 @@ def _flag(value: bool | None) -> str:
     return "?" if value is None else ("yes" if value else "no")
 
 
-def _columns(table: list[tuple[str, ...]]) -> list[str]:
+def _columns(table: Sequence[tuple[str, ...]]) -> list[str]:
     """Rows of cells, each column as wide as its widest cell (the last one as it is), each cell
     ``node_text.printable``: a host name or a line a node gave never reaches the terminal raw."""
     table = [tuple(map(node_text.printable, line)) for line in table]
@@ -154,14 +162,14 @@ def fleet_json(rows: list[FleetRow]) -> dict[str, Any]:
     }
 
 
-def write_json(path: str | os.PathLike, rows: list[FleetRow]) -> Path:
+def write_json(path: str | os.PathLike[str], rows: list[FleetRow]) -> Path:
     return write_json_file(path, fleet_json(rows))
 
 
 STATUS_ORDER = (FAILED, CHANGED, CONVERGED)
 
 
-def html_path(json_path: str | os.PathLike) -> Path:
+def html_path(json_path: str | os.PathLike[str]) -> Path:
     """Where the page goes: beside the JSON file, its suffix replaced by .html (``fleet.json`` ->
     ``fleet.html``), or .html added where that would be the JSON file itself."""
     path = Path(json_path)
@@ -283,15 +291,15 @@ def fleet_html(rows: list[FleetRow]) -> str:
     return "\n".join([*parts, "</body>", "</html>", ""])
 
 
-def write_html(path: str | os.PathLike, rows: list[FleetRow]) -> Path:
+def write_html(path: str | os.PathLike[str], rows: list[FleetRow]) -> Path:
     return write_text_file(path, fleet_html(rows))
 
 
-def _op_name(state, op_hash: str) -> str:
+def _op_name(state: State, op_hash: str) -> str:
     return ", ".join(state.op_meta[op_hash].names)
 
 
-def _last_output_line(meta) -> str:
+def _last_output_line(meta: OperationMeta) -> str:
     """A failed shell command's last line of error output (else of output): what the host said last."""
     for output in (meta.stderr_lines, meta.stdout_lines):
         line = next((text.strip() for text in reversed(output) if text.strip()), "")
@@ -300,7 +308,7 @@ def _last_output_line(meta) -> str:
     return ""
 
 
-def fleet_rows(state) -> list[FleetRow]:
+def fleet_rows(state: State) -> list[FleetRow]:
     """A row per host pyinfra connected to, from its operations' results and the driver notes
     and verification records of this run."""
     notes = per_run(state, DriverNotes)
@@ -308,7 +316,9 @@ def fleet_rows(state) -> list[FleetRow]:
     verified = {record.host: record for record in verify_report_store(state).all_records()}
     rows = []
     for host in sorted(state.activated_hosts, key=lambda host: host.name):
-        changed, failed, lines = [], [], []
+        changed: list[str] = []
+        failed: list[str] = []
+        lines: list[str] = []
         for op_hash in state.get_op_order():
             op_data = state.ops.get(host, {}).get(op_hash)
             if op_data is None:
@@ -335,7 +345,7 @@ def fleet_rows(state) -> list[FleetRow]:
             reboot_unknown = True
         else:
             reboot_unknown = False
-        verify = None
+        verify: dict[str, Any] | None = None
         if record is not None:
             verify = {status_: sum(step.status == status_ for step in record.steps) for status_ in (PASS, FAIL, SKIP)}
             verify["failed_steps"] = [step.name for step in record.failed]
@@ -348,7 +358,7 @@ def fleet_rows(state) -> list[FleetRow]:
     return rows
 
 
-def unexecuted_rows(state) -> list[FleetRow]:
+def unexecuted_rows(state: State) -> list[FleetRow]:
     """A row per host of a run that executed nothing: would be refused (the lines its deploy found
     while planning), or not run."""
     refusals = per_run(state, PlannedRefusals)
@@ -373,7 +383,8 @@ class FleetReport(BaseStateCallback):
         self.disconnected: set[str] = set()
         self.done = False
 
-    def host_disconnect(self, state, host) -> None:
+    # pyinfra declares its callbacks static, and calls them on the handler it is given: this is a method
+    def host_disconnect(self, state: State, host: Host) -> None:  # type: ignore[override]
         self.disconnected.add(host.name)
         if self.done or len(self.disconnected) < len(state.activated_hosts):
             return
@@ -384,7 +395,7 @@ class FleetReport(BaseStateCallback):
             rows = self.finish_unexecuted(state)
         exit_status.exit_with(state, run_status(rows))
 
-    def finish(self, state, stream=None) -> list[FleetRow]:
+    def finish(self, state: State, stream: TextIO | None = None) -> list[FleetRow]:
         rows = fleet_rows(state)
         written = write_json(self.path, rows)
         page = write_html(html_path(self.path), rows)
@@ -394,7 +405,7 @@ class FleetReport(BaseStateCallback):
         out.flush()
         return rows
 
-    def finish_unexecuted(self, state, stream=None) -> list[FleetRow]:
+    def finish_unexecuted(self, state: State, stream: TextIO | None = None) -> list[FleetRow]:
         """The hosts that would be refused, printed; no file: the last executed run's report stays."""
         rows = unexecuted_rows(state)
         out = stream or sys.stderr
@@ -403,7 +414,7 @@ class FleetReport(BaseStateCallback):
         return rows
 
 
-def fleet_report_for(state, path: str) -> FleetReport:
+def fleet_report_for(state: State, path: str) -> FleetReport:
     """The run's fleet report (deploy/foundations/run_state.py), hooked into the State's callbacks on the
     first call, written to the first caller's ``path``."""
     def hook(report: FleetReport) -> None:

@@ -8,13 +8,12 @@ they are built only where a report is read or a schema written.
 from __future__ import annotations
 
 import json
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import exit_status, health_report
-from .fleet_report import CHANGED, CONVERGED, FAILED, FLEET_REPORT_VERSION, NOT_RUN
-from .node_report import FAIL, PASS, REPORT_VERSION, SKIP, STATUSES
+from .fleet_report import FleetReportVersion, HostOutcome
+from .node_report import FAIL, PASS, SKIP, ReportVersion, StepStatus
 
 # The report formats (NodeReportFormat, FleetReportFormat, HealthReportFormat) are these models: the
 # schema files in deploy/schemas/ are generated from them (scripts/report_schemas.py) and the tests
@@ -28,7 +27,7 @@ class StepFormat(BaseModel):
 
     model_config = REPORT_FORMAT
     name: str
-    status: Literal[STATUSES]
+    status: StepStatus
     reason: str
     """why it passed, failed or was skipped, in one line"""
 
@@ -71,9 +70,9 @@ class NodeReportFormat(BaseModel):
     """A gpu-node node report: written by verify (verify_report_path), a pull run
     (/var/lib/gpu-node/report.json) and the first-boot unit (/var/lib/gpu-node/boot-report.json)."""
 
-    model_config = ConfigDict(REPORT_FORMAT, title="gpu-node node report",
+    model_config = ConfigDict(**REPORT_FORMAT, title="gpu-node node report",
                               json_schema_extra={"$schema": "https://json-schema.org/draft/2020-12/schema"})
-    version: Literal[REPORT_VERSION]
+    version: ReportVersion
     """the format's version"""
     gpu_node_version: str
     """the version of gpu-node that wrote it"""
@@ -92,12 +91,12 @@ class HealthProblemFormat(BaseModel):
     """One problem the health check found."""
 
     model_config = REPORT_FORMAT
-    kind: Literal[health_report.KINDS]
+    kind: health_report.ProblemKind
     """what it is about: an Xid, a GPU the driver does not see, the driver, ECC, row remaps, retired pages,
     a kernel's module, a service, a reading the check could not make"""
     gpu: str | None = Field(pattern=f"^{health_report.PCI_ADDRESS}$")
     """the GPU's PCI address (0000:3b:00.0); null: the node's"""
-    severity: Literal[health_report.SEVERITIES]
+    severity: health_report.Severity
     """fatal (a reboot or service), needs reset (a GPU reset), needs attention (an operator or a gpu-node
     run), not read (the check could not tell), informational (nothing to do)"""
     line: str = Field(max_length=health_report.MAX_LINE)
@@ -130,9 +129,9 @@ class HealthReportFormat(BaseModel):
     """A gpu-node health report: written by the node's health check (/var/lib/gpu-node/health.json,
     docs/health.md) every health_check_interval."""
 
-    model_config = ConfigDict(REPORT_FORMAT, title="gpu-node health report",
+    model_config = ConfigDict(**REPORT_FORMAT, title="gpu-node health report",
                               json_schema_extra={"$schema": "https://json-schema.org/draft/2020-12/schema"})
-    version: Literal[health_report.HEALTH_REPORT_VERSION]
+    version: health_report.HealthReportVersion
     """the format's version"""
     gpu_node_version: str
     """the version of gpu-node that wrote it"""
@@ -142,7 +141,7 @@ class HealthReportFormat(BaseModel):
     """when the check ran, UTC (ISO 8601)"""
     healthy: bool
     """status is healthy"""
-    status: Literal[health_report.STATUSES]
+    status: health_report.HealthStatus
     """unhealthy: a problem of severity fatal, needs reset or needs attention; unknown: else a reading
     not made; healthy: neither (the check's exit status: 0 healthy, 1 unhealthy, 2 unknown)"""
     problems: list[HealthProblemFormat] = Field(max_length=health_report.MAX_PROBLEMS)
@@ -155,7 +154,7 @@ class FleetHealthFormat(BaseModel):
     """What a node's health report said, as the fleet view read it."""
 
     model_config = REPORT_FORMAT
-    status: Literal[(*health_report.STATUSES, health_report.SILENT)]
+    status: health_report.FleetHealthStatus
     """the report's status, or silent: its last report is older than health_silent_after"""
     checked_at: str
     """when the node's check ran (its own clock)"""
@@ -177,7 +176,7 @@ class FleetNodeFormat(NodeSummaryFormat):
     """One node's row (``FleetRow``)."""
 
     host: str
-    status: Literal[CONVERGED, CHANGED, FAILED, NOT_RUN]
+    status: HostOutcome
     changed_operations: list[str]
     failed_operations: list[str]
     failure_lines: list[str]
@@ -203,15 +202,15 @@ class FleetReportFormat(BaseModel):
     """A gpu-node fleet report (fleet_report_path; deploy/fleet/from_reports.py's FLEET.json):
     one row per node of a run, or of the nodes' own reports."""
 
-    model_config = ConfigDict(REPORT_FORMAT, title="gpu-node fleet report",
+    model_config = ConfigDict(**REPORT_FORMAT, title="gpu-node fleet report",
                               json_schema_extra={"$schema": "https://json-schema.org/draft/2020-12/schema"})
-    version: Literal[FLEET_REPORT_VERSION]
+    version: FleetReportVersion
     """the format's version"""
     gpu_node_version: str
     """the version of gpu-node that wrote it"""
     ok: bool
     """no node failed"""
-    exit_status: Literal[exit_status.DONE, exit_status.FAILED, exit_status.REBOOT_REQUIRED]
+    exit_status: exit_status.ExitStatus
     """the status the run exits with: 0 done, 1 a node failed, 3 done but a GPU node awaits its reboot"""
     counts: FleetCountsFormat
     awaiting_reboot: list[str]

@@ -8,7 +8,11 @@ archive (deploy/tasks/health.py) carries it to the node.
 
 from __future__ import annotations
 
-HEALTH_REPORT_VERSION = 1
+from collections.abc import Iterable
+from typing import Literal, get_args
+
+HealthReportVersion = Literal[1]
+HEALTH_REPORT_VERSION: HealthReportVersion = 1
 HEALTH_REPORT_PATH = "/var/lib/gpu-node/health.json"
 # Where every GPU node keeps the check (deploy/tasks/archives.py puts it there), and how its units
 # run it: node-problem-detector's plugin (deploy/k8s/health_monitor.py) and a reset's follow-up too
@@ -18,10 +22,12 @@ HEALTH_CHECK_COMMAND = ("/usr/bin/python3", "-I", HEALTH_CHECK_PROGRAM)
 # check keeps for a boot): the check writes no more, a reader refuses more.
 MAX_GPUS, MAX_PROBLEMS, MAX_LINE = 256, 1024, 1000
 
-HEALTHY, UNHEALTHY, UNKNOWN = "healthy", "unhealthy", "unknown"
-STATUSES = (HEALTHY, UNHEALTHY, UNKNOWN)
+HealthStatus = Literal["healthy", "unhealthy", "unknown"]
+STATUSES: tuple[HealthStatus, ...] = get_args(HealthStatus)
+HEALTHY, UNHEALTHY, UNKNOWN = STATUSES
 # the fleet view's word for a node whose last health report is older than health_silent_after
-SILENT = "silent"
+FleetHealthStatus = Literal[HealthStatus, "silent"]
+SILENT: FleetHealthStatus = "silent"
 # node-problem-detector's custom plugin protocol: 0 OK, 1 NonOK, anything else Unknown; the check's
 # --npd line is at most NPD_LINE characters (the plugin's max_output_length)
 EXIT_STATUS = {HEALTHY: 0, UNHEALTHY: 1, UNKNOWN: 2}
@@ -32,18 +38,19 @@ PCI_ADDRESS = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]"
 # How bad a problem is, worst first: the GPU or node needs a reboot or service; the GPU needs a
 # reset; the node needs an operator or a gpu-node run (a service down, a module missing, a
 # mismatch); a reading that could not be made; a fact worth showing that needs nothing.
-FATAL, NEEDS_RESET, NEEDS_ATTENTION, NOT_READ, INFORMATIONAL = (
-    "fatal", "needs reset", "needs attention", "not read", "informational")
-SEVERITIES = (FATAL, NEEDS_RESET, NEEDS_ATTENTION, NOT_READ, INFORMATIONAL)
+Severity = Literal["fatal", "needs reset", "needs attention", "not read", "informational"]
+SEVERITIES: tuple[Severity, ...] = get_args(Severity)
+FATAL, NEEDS_RESET, NEEDS_ATTENTION, NOT_READ, INFORMATIONAL = SEVERITIES
 UNHEALTHY_SEVERITIES = (FATAL, NEEDS_RESET, NEEDS_ATTENTION)
 
 # What a problem is about
-XID, GPU_MISSING, DRIVER, ECC, ROW_REMAP, RETIRED_PAGES, KERNEL_MODULE, SERVICE, READING = (
-    "xid", "gpu missing", "driver", "ecc", "row remap", "retired pages", "kernel module", "service", "reading")
-KINDS = (XID, GPU_MISSING, DRIVER, ECC, ROW_REMAP, RETIRED_PAGES, KERNEL_MODULE, SERVICE, READING)
+ProblemKind = Literal["xid", "gpu missing", "driver", "ecc", "row remap", "retired pages", "kernel module", "service",
+                      "reading"]
+KINDS: tuple[ProblemKind, ...] = get_args(ProblemKind)
+XID, GPU_MISSING, DRIVER, ECC, ROW_REMAP, RETIRED_PAGES, KERNEL_MODULE, SERVICE, READING = KINDS
 
 
-def status_of(severities) -> str:
+def status_of(severities: Iterable[str]) -> HealthStatus:
     """unhealthy when a problem is of an unhealthy severity, else unknown when a reading could not
     be made, else healthy."""
     severities = set(severities)

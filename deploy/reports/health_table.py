@@ -8,8 +8,10 @@ node_text.printable, the page's html.escape too).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from html import escape
+from typing import Any, Protocol
 
 from ..foundations import node_text
 from .health_report import HEALTHY, SILENT, STATUSES, UNHEALTHY
@@ -20,7 +22,14 @@ NODE_COLUMNS = ("node", "health", "checked at", "problems")
 GPU_COLUMNS = ("node", "GPU", "name", "driver sees it", "ECC uncorrected", "retired pages", "row remap pending", "problems")
 
 
-def fleet_health(report, silent_after: int, now: datetime | None = None) -> dict:
+class HealthRow(Protocol):
+    """What of a fleet row (fleet_report.FleetRow, which imports this module) the health section reads."""
+
+    host: str
+    health: dict[str, Any] | None
+
+
+def fleet_health(report: Any, silent_after: int, now: datetime | None = None) -> dict[str, Any]:
     """A fleet row's ``health`` (FleetHealthFormat) of a node's health report (HealthReportFormat,
     checked): its status, silent when ``checked_at`` is more than ``silent_after`` seconds ago."""
     checked = datetime.fromisoformat(report.checked_at)
@@ -30,11 +39,11 @@ def fleet_health(report, silent_after: int, now: datetime | None = None) -> dict
             "gpus": [gpu.model_dump() for gpu in report.gpus]}
 
 
-def _flag(value) -> str:
+def _flag(value: object) -> str:
     return "?" if value is None else ("yes" if value is True else "no" if value is False else str(value))
 
 
-def problem_text(problems: list[dict], gpu: str | None = None) -> str:
+def problem_text(problems: list[dict[str, Any]], gpu: str | None = None) -> str:
     """The first few problems (of ``gpu`` where given), worst first, and how many more there are."""
     mine = [problem for problem in problems if gpu is None or problem["gpu"] == gpu]
     if not mine:
@@ -43,32 +52,32 @@ def problem_text(problems: list[dict], gpu: str | None = None) -> str:
     return shown + (f" (and {len(mine) - SHOWN_PROBLEMS} more)" if len(mine) > SHOWN_PROBLEMS else "")
 
 
-def counts(rows) -> dict[str, int]:
+def counts(rows: Sequence[HealthRow]) -> dict[str, int]:
     statuses = [row.health["status"] for row in rows if row.health is not None]
     return {status: statuses.count(status) for status in (*STATUSES, SILENT)} | {
         "no report": sum(row.health is None for row in rows)}
 
 
-def node_cells(row) -> tuple[str, ...]:
+def node_cells(row: HealthRow) -> tuple[str, ...]:
     health = row.health
     if health is None:
         return (row.host, "no report", "-", "-")
     return (row.host, health["status"], health["checked_at"], problem_text(health["problems"]))
 
 
-def gpu_cells(row) -> list[tuple[str, ...]]:
+def gpu_cells(row: HealthRow) -> list[tuple[str, ...]]:
     health = row.health or {"gpus": [], "problems": []}
     return [(row.host, gpu["pci"], gpu["name"] or "-", _flag(gpu["seen_by_driver"]), _flag(gpu["ecc_uncorrected"]),
              _flag(gpu["retired_pages"]), _flag(gpu["pending_row_remap"]), problem_text(health["problems"], gpu["pci"]))
             for gpu in health["gpus"]]
 
 
-def summary(rows) -> str:
+def summary(rows: Sequence[HealthRow]) -> str:
     found = counts(rows)
     return ", ".join(f"{count} {status}" for status, count in found.items() if count)
 
 
-def health_tables(rows, columns) -> list[str]:
+def health_tables(rows: Sequence[HealthRow], columns: Callable[[Sequence[tuple[str, ...]]], list[str]]) -> list[str]:
     """The terminal's health section (``columns``: fleet_report's column layout), none where no node
     sent a health report."""
     if all(row.health is None for row in rows):
@@ -84,7 +93,7 @@ def _cell(text: str) -> str:
     return f"<td>{escape(node_text.printable(text))}</td>"
 
 
-def health_page(rows, table) -> list[str]:
+def health_page(rows: Sequence[HealthRow], table: Callable[[str, tuple[str, ...], list[str]], str]) -> list[str]:
     """The page's health section (``table``: fleet_report's table markup), none where no node sent
     a health report; unhealthy and silent nodes first."""
     if all(row.health is None for row in rows):

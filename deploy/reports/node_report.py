@@ -17,7 +17,7 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, TextIO, get_args
 
 from pyinfra.api.state import BaseStateCallback
 
@@ -25,10 +25,15 @@ from .. import __version__
 from ..foundations import node_text
 from ..foundations.run_state import per_run
 
-PASS, FAIL, SKIP = "pass", "fail", "skip"
-STATUSES = (PASS, FAIL, SKIP)
+if TYPE_CHECKING:
+    from pyinfra.api import State
+
+StepStatus = Literal["pass", "fail", "skip"]
+STATUSES: tuple[StepStatus, ...] = get_args(StepStatus)
+PASS, FAIL, SKIP = STATUSES
 # the format's version (a reader checks it: a report of another format is refused)
-REPORT_VERSION = 1
+ReportVersion = Literal[1]
+REPORT_VERSION: ReportVersion = 1
 
 @dataclass(frozen=True)
 class Step:
@@ -36,7 +41,7 @@ class Step:
     status: str
     reason: str
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"step {self.name}: status {self.status!r} is not one of {STATUSES}")
 
@@ -54,7 +59,7 @@ class NodeSummary:
     cuda: str | None = None
     cdi: str | None = None
 
-    def summary(self) -> dict[str, str | None]:
+    def summary(self) -> dict[str, Any]:
         """The summary's fields alone (a FleetRow's from a NodeRecord)."""
         return {item.name: getattr(self, item.name) for item in fields(NodeSummary)}
 
@@ -115,7 +120,7 @@ def _report_of(nodes: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def write_text_file(path: str | os.PathLike, text: str) -> Path:
+def write_text_file(path: str | os.PathLike[str], text: str) -> Path:
     """Write ``text`` atomically: a temporary file in the same directory (mode 0600, as mkstemp
     makes it), then a rename, so a reader never sees half a file."""
     target = Path(path)
@@ -131,7 +136,7 @@ def write_text_file(path: str | os.PathLike, text: str) -> Path:
     return target
 
 
-def write_json_file(path: str | os.PathLike, data, indent: int | None = 2) -> Path:
+def write_json_file(path: str | os.PathLike[str], data: object, indent: int | None = 2) -> Path:
     """Write ``data`` as JSON atomically (``write_text_file``); ``indent=None``: compact, by json's
     C encoder (an indent makes json encode in Python, several times slower)."""
     return write_text_file(path, json.dumps(data, indent=indent, sort_keys=True) + "\n")
@@ -143,7 +148,7 @@ class ReportStore:
     def __init__(self) -> None:
         self.records: dict[str, dict[str, NodeRecord]] = {}
         self.encoded: dict[str, dict[str, dict[str, Any]]] = {}  # each record's JSON, made once
-        self.verify_ops: set[str] = set()
+        self.verify_ops: set[str | None] = set()
         self.printed = False
         # host -> steps a verify operation before verify's steps found (the DRA prerequisites)
         self.pending: dict[str, list[Step]] = {}
@@ -167,7 +172,7 @@ class ReportStore:
             merged.update(by_host)
         return [merged[name] for name in sorted(merged)]
 
-    def finish(self, stream=None) -> None:
+    def finish(self, stream: TextIO | None = None) -> None:
         """Print the table (stderr: `--json` keeps stdout pure JSON) and write every report."""
         if self.printed or not self.records:
             return
@@ -181,7 +186,7 @@ class ReportStore:
         out.flush()
 
 
-def verify_report_store(state) -> ReportStore:
+def verify_report_store(state: State) -> ReportStore:
     """The run's verification report (deploy/foundations/run_state.py); the first call hooks its end into the
     State's callbacks."""
     return per_run(state, ReportStore, created=lambda store: state.add_callback_handler(_ReportCallbacks(store)))
@@ -195,16 +200,16 @@ class DriverNote:
     reboot_required: bool = False
 
 
-class DriverNotes(dict):
+class DriverNotes(dict[str, DriverNote]):
     """This run's driver notes: inventory host name -> DriverNote (deploy/foundations/run_state.py)."""
 
 
-class FailureNotes(dict):
+class FailureNotes(dict[tuple[str, str | None], str]):
     """This run's failure lines: (inventory host name, operation hash) -> the one line the host
     failed with (deploy/operations/failure.py), for the fleet report (deploy/foundations/run_state.py)."""
 
 
-class PlannedRefusals(dict):
+class PlannedRefusals(dict[str, list[str]]):
     """This run's refusals found while planning (deploy/operations/failure.py): inventory host name ->
     their lines, in order, for a dry run's fleet report (deploy/foundations/run_state.py)."""
 
@@ -216,6 +221,7 @@ class _ReportCallbacks(BaseStateCallback):
     def __init__(self, store: ReportStore) -> None:
         self.store = store
 
-    def operation_end(self, state, op_hash) -> None:
+    # pyinfra declares its callbacks static, and calls them on the handler it is given: these are methods
+    def operation_end(self, state: State, op_hash: str) -> None:  # type: ignore[override]
         if op_hash in self.store.verify_ops:
             self.store.finish()

@@ -7,11 +7,12 @@ The Container Device Interface per runtime: whether a runtime of this version ha
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
+import tomlkit
 from tomlkit.exceptions import ParseError
 
-from ..foundations import node_text
-from ..foundations import toml_layout
+from ..foundations import node_text, toml_layout
 from ..foundations.toml_layout import TOMLKIT_FAULTS, ConfigError, Edits, tomllib
 from ..runtimes.wiring import RuntimeWiring
 
@@ -105,14 +106,14 @@ def with_runtime_mode(text: str | None, mode: str) -> str:
     raises ConfigError (one line) for a file that cannot be edited safely."""
     runtime_mode_of(text)  # not TOML: refused with the reader's line and column
 
-    def parse(body: str):
+    def parse(body: str) -> tomlkit.TOMLDocument:
         try:
             return toml_layout.parse(body)
         except (ParseError, *TOMLKIT_FAULTS) as error:
             raise ConfigError(f"{RUNTIME_CONFIG}: its layout cannot be edited safely (tomlkit cannot read it: "
                               f"{type(error).__name__})") from None
 
-    def apply(document, edits: Edits) -> None:
+    def apply(document: Any, edits: Edits) -> None:
         edits.set(RUNTIME_SECTION, "mode", mode)
 
     edited, _ = toml_layout.edit(text if text is not None else RUNTIME_CONFIG_HEADER, RUNTIME_CONFIG, parse, apply)

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
-from ..runtimes.wiring import RuntimeWiring
 from ..foundations.toml_layout import ConfigError
+from ..runtimes.wiring import RuntimeWiring
 
 __all__ = ["ConfigError", "Effective", "JSON", "RuntimeEngine", "TOML", "Wired"]
 
@@ -48,8 +48,11 @@ class RuntimeEngine(Protocol[Document, Running]):
     """A container runtime's config, as gpu-node edits it. Each method raises ``ConfigError`` (one
     line naming the file) for a config it cannot edit safely, which is then left as it is."""
 
-    # The format of its config file (TOML, JSON: how a diff is masked, how the undo run reads it).
-    file_format: str
+    @property
+    def file_format(self) -> str:
+        """The format of its config file (TOML, JSON: how a diff is masked, how the undo run reads it); read-only,
+        as the engines are frozen."""
+        ...
 
     def parse(self, text: str, source: str) -> Document:
         """The config ``text`` (``source`` names it in messages), checked for what the engine edits."""

@@ -9,8 +9,9 @@ docs/contributing.md. Pure.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ..reports.node_report import Step
 from .cdi import CONTAINERD_CDI_SINCE, DOCKER_CDI_SINCE, RuntimeCdi, for_containerd, for_docker
@@ -33,9 +34,9 @@ class RuntimeReadout:
 
     script: str
     keys: tuple[str, ...]
-    default: Callable[[], dict]
+    default: Callable[[], dict[str, Any]]
     # (reading, key, the rest of the line): one of its lines read into its reading
-    read_line: Callable[[dict, str, str], None]
+    read_line: Callable[[dict[str, Any], str, str], None]
     values: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -50,7 +51,7 @@ class GpuRun:
     what: str = ""  # how its step names the run
     pull: str = ""  # what puts the image on the node, named when it is missing
     # (reading, image, container name) -> the words that start the container
-    command: Callable[[dict, str, str], tuple[str, ...]] | None = None
+    command: Callable[[dict[str, Any], str, str], tuple[str, ...]] | None = None
 
 
 @dataclass(frozen=True)
@@ -61,28 +62,28 @@ class Runtime:
     title: str  # as messages name it
     # CDI: the wiring decided for it from its version reading ({"major", "minor", "version"}; an
     # unknown version reads as no CDI), or CdiUnsupported for cdi=true where it has none
-    cdi: Callable[[RuntimeWiring, dict], RuntimeCdi]
+    cdi: Callable[[RuntimeWiring, dict[str, Any]], RuntimeCdi]
     cdi_since: str  # its first release with CDI, as a refusal names it
     readout: RuntimeReadout
     # Verify: an installed, wired runtime's ``<name>_config`` step, from its reading and the options
     # (deploy/verification/options.py VerifyOptions)
-    config_step: Callable[[dict, Any], Step]
+    config_step: Callable[[dict[str, Any], Any], Step]
     # the nvidia runtime's binary its config names (verify checks it is executable)
-    configured_binary: Callable[[dict], str | None]
-    summary: Callable[[dict], str]  # the report's runtime column
+    configured_binary: Callable[[dict[str, Any]], str | None]
+    summary: Callable[[dict[str, Any]], str]  # the report's runtime column
     runs: tuple[GpuRun, ...] = ()
     # its reading with what its steps derive from it, made once (containerd's parsed dump)
-    prepared: Callable[[dict], dict] = lambda reading: reading
+    prepared: Callable[[dict[str, Any]], dict[str, Any]] = lambda reading: reading
     # the runtimes the kubelet starts pods with through its CRI, each with whether it has the systemd
     # cgroup driver (compared with the kubelet's); None: not a CRI runtime
-    kubelet_cgroups: Callable[[dict], list[tuple[str, bool]]] | None = None
+    kubelet_cgroups: Callable[[dict[str, Any]], list[tuple[str, bool]]] | None = None
 
 
-def _containerd_cdi(wiring: RuntimeWiring, reading: dict) -> RuntimeCdi:
+def _containerd_cdi(wiring: RuntimeWiring, reading: dict[str, Any]) -> RuntimeCdi:
     return for_containerd(wiring, reading.get("major"), reading.get("minor"), reading.get("version"))
 
 
-def _docker_cdi(wiring: RuntimeWiring, reading: dict) -> RuntimeCdi:
+def _docker_cdi(wiring: RuntimeWiring, reading: dict[str, Any]) -> RuntimeCdi:
     return for_docker(wiring, reading.get("major"), reading.get("version"))
 
 

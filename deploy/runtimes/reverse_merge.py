@@ -17,8 +17,7 @@ from typing import Any
 import tomlkit
 from tomlkit.exceptions import ParseError
 
-from ..foundations import node_text
-from ..foundations import toml_layout
+from ..foundations import node_text, toml_layout
 from ..foundations.toml_layout import TOMLKIT_FAULTS, ConfigError, tomllib
 
 Path = tuple[str, ...]
@@ -53,7 +52,7 @@ def _tables(value: Any) -> bool:
     return isinstance(value, dict)
 
 
-def changes(original: dict, written: dict, path: Path = ()) -> list[Change]:
+def changes(original: dict[str, Any], written: dict[str, Any], path: Path = ()) -> list[Change]:
     """Every value where ``original`` and ``written`` differ, leaf by leaf (tables are followed;
     arrays and a value that is a table on one side only are whole values)."""
     found = []
@@ -71,7 +70,7 @@ def changes(original: dict, written: dict, path: Path = ()) -> list[Change]:
     return found
 
 
-def added_tables(original: dict, written: dict, path: Path = ()) -> list[Path]:
+def added_tables(original: dict[str, Any], written: dict[str, Any], path: Path = ()) -> list[Path]:
     """The tables ``written`` holds that ``original`` does not (gpu-node added them), deepest first."""
     found = []
     for key, value in written.items():
@@ -93,7 +92,7 @@ def value_at(tree: Any, path: Path) -> Any:
     return tree
 
 
-def _put(tree: dict, path: Path, value: Any) -> None:
+def _put(tree: dict[str, Any], path: Path, value: Any) -> None:
     for key in path[:-1]:
         tree = tree.setdefault(key, {})
     if value is MISSING:
@@ -106,7 +105,7 @@ def _put(tree: dict, path: Path, value: Any) -> None:
 class Reverted:
     """``live`` with gpu-node's values put back: the result, the changes undone, the tables removed."""
 
-    result: dict
+    result: dict[str, Any]
     undone: list[Change]
     removed_tables: list[Path]
 
@@ -115,7 +114,7 @@ class Reverted:
         return bool(self.undone or self.removed_tables)
 
 
-def reverted(live: dict, original: dict, written: dict) -> Reverted:
+def reverted(live: dict[str, Any], original: dict[str, Any], written: dict[str, Any]) -> Reverted:
     """``live`` with each value gpu-node set that it still holds put back to the original's."""
     result = copy.deepcopy(live)
     undone = []
@@ -134,7 +133,7 @@ def reverted(live: dict, original: dict, written: dict) -> Reverted:
 
 # TOML, its layout kept. ---------------------------------------------------------------------------
 
-def _values(text: str, source: str) -> dict:
+def _values(text: str, source: str) -> dict[str, Any]:
     try:
         return node_text.parsed(tomllib.loads, text, source)
     except node_text.UnreadableText as error:
@@ -143,7 +142,7 @@ def _values(text: str, source: str) -> dict:
         raise ConfigError(f"{source} is not valid TOML: {node_text.syntax_error(error, text)}") from None
 
 
-def _remove(document, path: Path) -> None:
+def _remove(document: Any, path: Path) -> None:
     """Remove the key or table ``path`` from wherever the document defines it."""
     piece = toml_layout.holder(document, path[:-1], path[-1]) if len(path) > 1 else document
     container = piece.value if isinstance(piece, tomlkit.items.Table) else piece

@@ -32,12 +32,16 @@ class RuntimeWiring:
 
 
 class WiringSettings(Protocol):
-    """The settings the wiring is made from (deploy/settings/, below which it sits)."""
+    """The settings the wiring is made from (deploy/settings/, below which it sits; frozen, so read-only here)."""
 
-    nvidia_runtime_default: bool
-    systemd_cgroup: bool
-    cdi: str
-    nvidia_runtime_mode: str | None
+    @property
+    def nvidia_runtime_default(self) -> bool: ...
+    @property
+    def systemd_cgroup(self) -> bool: ...
+    @property
+    def cdi(self) -> str: ...
+    @property
+    def nvidia_runtime_mode(self) -> str | None: ...
 
 
 def runtime_wiring(settings: WiringSettings) -> RuntimeWiring:

@@ -12,7 +12,7 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra_cli.exceptions import CliError
 
 
-class SettingsError(PyinfraError, CliError):
+class SettingsError(PyinfraError, CliError):  # type: ignore[misc]  # pyinfra_cli ships no types: CliError is Any
     """
     An invalid setting: raised before any host is changed. Also pyinfra CLI's own error type, so the
     CLI shows it as ``--> pyinfra error: MESSAGE``: its wrapper for other errors names the file and

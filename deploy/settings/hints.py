@@ -7,8 +7,9 @@ one line that stops the run). pyinfra's own keys are left alone.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable, Collection, Mapping
 from functools import lru_cache
-from typing import Any, Callable, Collection, Mapping
+from typing import Any
 
 from .errors import SettingsError, shown
 from .model import FOLDED_SETTINGS, SETTING_FIELDS, fold_old_settings

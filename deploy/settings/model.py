@@ -7,7 +7,8 @@ The settings of an older release are read as the ones that took them over.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, get_args
+from collections.abc import Mapping
+from typing import Any, get_args
 
 from pydantic import SecretStr, ValidationError, model_validator
 from pydantic.fields import FieldInfo
@@ -72,7 +73,7 @@ def fold_old_settings(data: Mapping[str, Any]) -> Mapping[str, Any]:
     if not FOLDED_SETTINGS.keys() & data.keys():
         return data
     folded = {key: value for key, value in data.items() if key not in FOLDED_SETTINGS}
-    given = {}
+    given: dict[str, tuple[str, str]] = {}
     for old, new in FOLDED_SETTINGS.items():
         if old not in data:
             continue
@@ -100,7 +101,7 @@ def typed(data: Mapping[str, Any], combined: bool = False) -> Settings:
     except ValidationError as invalid:
         # pydantic lists every error over several lines: the first in the documented order, in one line.
         order = list(SETTING_FIELDS)
-        error = min(invalid.errors(), key=lambda error: order.index(error["loc"][0]))
+        error = min(invalid.errors(), key=lambda error: order.index(str(error["loc"][0])))
         key = str(error["loc"][0])
         allowed = str(error["ctx"]["error"]) if error["type"] == "value_error" else ALLOWED[key]
         value = "(not shown: a secret)" if unwrap(SETTING_FIELDS[key].annotation)[0] is SecretStr else shown(data[key])

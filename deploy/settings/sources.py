@@ -7,7 +7,8 @@ and per distinct set of values (docs/settings.md says in which order they win).
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from pyinfra import logger
 
@@ -16,25 +17,28 @@ from .errors import SettingsError, shown
 from .hints import unknown_names
 from .model import FOLDED_SETTINGS, SETTING_FIELDS, Settings, parse_settings, typed
 
+if TYPE_CHECKING:
+    from pyinfra.api import Host, State
 
-class ParsedSettings(dict):
+
+class ParsedSettings(dict[tuple[str, str], Settings]):
     """This run's validated settings: (inventory host name, the call's settings) -> Settings
     (deploy/foundations/run_state.py)."""
 
 
-class SettingsByValues(dict):
+class SettingsByValues(dict[str, Settings]):
     """This run's validated settings by the setting values they came from (deploy/foundations/run_state.py)."""
 
 
-class CallSettings(dict):
+class CallSettings(dict[str, Any]):
     """The settings the run's deploy function was called with (``call_settings``), for every host."""
 
 
-class OverriddenData(set):
+class OverriddenData(set[tuple[str, ...]]):
     """The --data keys this run's deploy calls override, once warned about (deploy/foundations/run_state.py)."""
 
 
-def overridden_data(state, given: Mapping[str, Any], where: str) -> None:
+def overridden_data(state: State, given: Mapping[str, Any], where: str) -> None:
     """The ``--data`` values a deploy call's keyword arguments ``given`` override: each still checked
     (SettingsError in one line), and named in one warning per run, as they are not used."""
     command_line = state.inventory.get_override_data()
@@ -55,7 +59,7 @@ def overridden_data(state, given: Mapping[str, Any], where: str) -> None:
                    "win over --data, docs/settings.md)")
 
 
-def call_settings(state, given: Mapping[str, Any], where: str) -> None:
+def call_settings(state: State, given: Mapping[str, Any], where: str) -> None:
     """Settings given as keyword arguments to a deploy function (``where``): they win over every host's
     data, ``--data`` included (``overridden_data``), for the rest of the run; a name that is not a
     setting stops the run before any change."""
@@ -66,7 +70,7 @@ def call_settings(state, given: Mapping[str, Any], where: str) -> None:
     calls.update(given)
 
 
-def setting_source(host, key: str) -> str:
+def setting_source(host: Host, key: str) -> str:
     """Where ``host``'s value of ``key`` comes from, weakest last (docs/settings.md's order)."""
     if key in per_run(host.state, CallSettings):
         return "the deploy call's keyword arguments"
@@ -83,7 +87,7 @@ def setting_source(host, key: str) -> str:
     return "the default"
 
 
-def host_settings(host) -> Settings:
+def host_settings(host: Host) -> Settings:
     """The validated settings of one pyinfra host; the one place tasks read host.data from, with the
     settings a deploy function was called with on top (``call_settings``). Parsed once per run, and
     once per distinct set of values: a fleet's hosts mostly share them, and the model is frozen

@@ -6,14 +6,16 @@ The value types of the settings: what each allows, in words for the error line a
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Mapping, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 from urllib.parse import urlparse
 
 from pydantic import AfterValidator, BeforeValidator, SecretStr, StringConstraints
 
 from ..foundations import batches
-from ..rack import imex as rack_imex, mig as rack_mig
+from ..rack import imex as rack_imex
+from ..rack import mig as rack_mig
 from ..runtimes.registry import runtime_names
 
 
@@ -35,9 +37,9 @@ URL_ALLOWED = "no whitespace, quotes, backslashes, backticks or $ ; | & < > # (p
 NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
-def text(pattern: str, allowed: str) -> Any:
-    """A string matching ``pattern`` as a whole; ``allowed`` says what that is."""
-    return Annotated[str, StringConstraints(pattern=f"^(?:{pattern})$"), Allowed(allowed)]
+def whole(pattern: str) -> StringConstraints:
+    """A string's constraint: it matches ``pattern`` as a whole."""
+    return StringConstraints(pattern=f"^(?:{pattern})$")
 
 
 REPOSITORY_URL = "an https:// URL (http:// needs allow_insecure_repositories=true)"
@@ -121,12 +123,15 @@ def node_mapping(value: Any) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(dict(items).items()))
 
 
-AbsolutePath = text(f"/[^{CONTROL}]*", "an absolute path without control characters")
-ControllerPath = text(f"[^{CONTROL}]+", "a file path on the controller, without control characters")
-DriverBranch = text("[0-9]{3}", "a driver branch number such as 535 or 550")
-PackageVersion = text("[0-9][0-9A-Za-z.+~:_-]*", "a package version such as 535.183.01 or 1.17.8-1")
+AbsolutePath = Annotated[str, whole(f"/[^{CONTROL}]*"), Allowed("an absolute path without control characters")]
+ControllerPath = Annotated[str, whole(f"[^{CONTROL}]+"),
+                           Allowed("a file path on the controller, without control characters")]
+DriverBranch = Annotated[str, whole("[0-9]{3}"), Allowed("a driver branch number such as 535 or 550")]
+PackageVersion = Annotated[str, whole("[0-9][0-9A-Za-z.+~:_-]*"),
+                           Allowed("a package version such as 535.183.01 or 1.17.8-1")]
 # DKMS reads its framework config by sourcing it in bash: a path there holds no quote, space or $
-SigningPath = text("/[A-Za-z0-9._+/-]+", "an absolute path of letters, digits and . _ + - /")
+SigningPath = Annotated[str, whole("/[A-Za-z0-9._+/-]+"),
+                        Allowed("an absolute path of letters, digits and . _ + - /")]
 # A secret: pydantic shows it as '**********', and an error line never shows it (model.typed)
 def _typeable(secret: SecretStr) -> SecretStr:
     """A password someone types at the MOK manager's prompt: no control character (a newline would end it)."""
@@ -137,11 +142,12 @@ def _typeable(secret: SecretStr) -> SecretStr:
 
 MokPassword = Annotated[SecretStr, StringConstraints(min_length=1, max_length=256), AfterValidator(_typeable),
                         Allowed("1 to 256 characters without control characters (mokutil's bounds)")]
-ImageReference = text("[a-z0-9][a-z0-9._/:@-]*", "a container image reference such as registry/name:tag")
+ImageReference = Annotated[str, whole("[a-z0-9][a-z0-9._/:@-]*"),
+                           Allowed("a container image reference such as registry/name:tag")]
 # A tag after the last "/" (a registry's port is no tag), then an optional digest: what a site pins.
-PinnedImage = text(r"[a-z0-9][a-z0-9._/:-]*:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}(@sha256:[0-9a-f]{64})?",
-                   "an image pinned by its tag, optionally with its digest, such as "
-                   "registry/name:v1.2@sha256:<64 hex digits>")
+PinnedImage = Annotated[str, whole(r"[a-z0-9][a-z0-9._/:-]*:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}(@sha256:[0-9a-f]{64})?"),
+                        Allowed("an image pinned by its tag, optionally with its digest, such as "
+                                "registry/name:v1.2@sha256:<64 hex digits>")]
 
 
 def _minor_from_number(value: Any) -> Any:
@@ -153,12 +159,16 @@ def _minor_from_number(value: Any) -> Any:
 
 
 KubernetesMinor = Annotated[
-    text(r"v?1\.[1-9][0-9](\.[0-9]+)?", "a Kubernetes version such as 1.30 (1.10 or later)"),
+    str,
+    whole(r"v?1\.[1-9][0-9](\.[0-9]+)?"),
+    Allowed("a Kubernetes version such as 1.30 (1.10 or later)"),
     BeforeValidator(_minor_from_number),
     AfterValidator(lambda version: ".".join(version.lstrip("v").split(".")[:2])),
 ]
 ReleaseTag = Annotated[
-    text(r"v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.]+)?", "a release such as v0.17.0"),
+    str,
+    whole(r"v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.]+)?"),
+    Allowed("a release such as v0.17.0"),
     AfterValidator(lambda tag: tag if tag.startswith("v") else f"v{tag}"),
 ]
 BatchSizes = Annotated[str, AfterValidator(batches.checked_spec), Allowed(batches.ALLOWED)]
@@ -178,12 +188,15 @@ def time_span_seconds(span: str) -> int:
 
 
 TimeSpan = Annotated[
-    text(f"[0-9]{{1,6}}|{_TIME_SPAN_PART}( {_TIME_SPAN_PART})*",
-         "a systemd time span such as 1min, 90s or 1h 30min (units s, min, h, d, w)"),
+    str,
+    whole(f"[0-9]{{1,6}}|{_TIME_SPAN_PART}( {_TIME_SPAN_PART})*"),
+    Allowed("a systemd time span such as 1min, 90s or 1h 30min (units s, min, h, d, w)"),
     BeforeValidator(lambda value: str(value) if type(value) is int else value),
 ]
 Sha256 = Annotated[
-    text("[0-9a-f]{64}", "a SHA-256 digest (64 hex digits)"),
+    str,
+    whole("[0-9a-f]{64}"),
+    Allowed("a SHA-256 digest (64 hex digits)"),
     BeforeValidator(lambda value: value.lower().removeprefix("sha256:") if isinstance(value, str) else value),
 ]
 RepositoryUrl = Annotated[str, AfterValidator(repository_url), Allowed(REPOSITORY_URL)]
@@ -206,12 +219,15 @@ AutoTrueFalse = Cdi  # the same tri-state for other settings (module_signing)
 RuntimeMode = Literal["auto", "cdi", "legacy", "csv"]
 
 # Which runtimes gpu-node wires to the nvidia runtime: the runtimes' table's (deploy/runtimes/registry.py).
-ContainerRuntime = Literal[runtime_names()]  # type: ignore[valid-type]
+if TYPE_CHECKING:
+    ContainerRuntime = str  # a Literal built from a table at run time is no type a checker can read
+else:
+    ContainerRuntime = Literal[runtime_names()]
 # The driver's kernel module type (open or proprietary); auto: from the node's GPUs and the branch.
 KernelModules = Literal["auto", "open", "proprietary"]
 
 Stage = Literal["kernel", "driver", "toolkit", "runtimes", "verify"]
-STAGES: tuple[str, ...] = get_args(Stage)
+STAGES: tuple[Stage, ...] = get_args(Stage)
 
 
 def ip_address(value: Any) -> str:
@@ -222,10 +238,12 @@ def ip_address(value: Any) -> str:
 
 
 IpAddress = Annotated[str, BeforeValidator(ip_address), Allowed("an IPv4 or IPv6 address")]
-DomainName = text(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", "a name: letters, digits, . _ -, at most 63")
+DomainName = Annotated[str, whole(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"),
+                       Allowed("a name: letters, digits, . _ -, at most 63")]
 MigLayout = Annotated[rack_mig.MigLayout, BeforeValidator(rack_mig.mig_layout), Allowed(rack_mig.ALLOWED)]
 
-GroupName = text(r"[A-Za-z_][A-Za-z0-9_-]*", "an inventory group name: a letter or _, then letters, digits, _ or -")
+GroupName = Annotated[str, whole(r"[A-Za-z_][A-Za-z0-9_-]*"),
+                      Allowed("an inventory group name: a letter or _, then letters, digits, _ or -")]
 
 
 KEY_URL_SETTINGS = ("nvidia_toolkit_gpgkey_url", "nvidia_cuda_gpgkey_url", "nvidia_driver_gpgkey_url")

@@ -13,16 +13,16 @@ gpu-node-ready.target`` runs it now). With health_check, the unit runs the node'
 from __future__ import annotations
 
 from pyinfra import host
-from pyinfra.api import deploy
 from pyinfra.operations import server
 
-from ..health.check import CONFIG_PATH as HEALTH_CONFIG
-from ..node import first_boot
 from ..facts.read_ahead import FactCall, read
 from ..facts.units import UnitsEnabled
+from ..foundations.pyinfra_api import deploy
+from ..foundations.templates import render
+from ..health.check import CONFIG_PATH as HEALTH_CONFIG
+from ..node import first_boot
 from ..operations import files, units
 from ..settings import Settings
-from ..foundations.templates import render
 from . import archives
 
 ARCHIVE = archives.BOOT.path
@@ -62,7 +62,7 @@ def reads(settings: Settings) -> list[FactCall]:
 
 
 @deploy("First-boot unit")
-def first_boot_unit(settings: Settings):
+def first_boot_unit(settings: Settings) -> None:
     # Operations only for what differs: a fleet's no-op pays pyinfra's cost per operation.
     changed_units = False
     for path, (content, mode) in wanted_files(settings).items():

@@ -6,20 +6,21 @@ units gpu-node enabled turned off; the nvidia runtime's mode as nvidia_runtime_m
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from pyinfra import host, logger
-from pyinfra.api import deploy
 
-from ..runtimes.cdi import RUNTIME_CONFIG
 from ..distros.families import Platform
 from ..facts.cdi import spec_stale
 from ..facts.read_ahead import FactCall, read
+from ..foundations.pyinfra_api import deploy
 from ..operations import cdi as cdi_ops
 from ..operations.runtime_config import WiredRuntime
-from ..settings import Settings
-from ..runtimes.wiring import runtime_wiring
 from ..planning.findings import StepCheck
+from ..runtimes.cdi import RUNTIME_CONFIG
+from ..runtimes.wiring import runtime_wiring
+from ..settings import Settings
 
 
 def reads(settings: Settings) -> list[FactCall]:
@@ -27,7 +28,7 @@ def reads(settings: Settings) -> list[FactCall]:
     return [cdi_ops.state_read()]
 
 
-def preflight_check(settings: Settings, platform: Platform, nvidia: dict, runtimes: Sequence[WiredRuntime]) -> StepCheck:
+def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, Any], runtimes: Sequence[WiredRuntime]) -> StepCheck:
     """What preflight checks for this stage (deploy/stages.py): nvidia_runtime_mode=cdi where the
     installed ``runtimes`` (those wired) have CDI off, and a runtime config that cannot be edited, are
     refused before any change (runtimes this run installs are checked by the operation)."""
@@ -45,7 +46,7 @@ def cdi_target(settings: Settings, runtimes: Sequence[WiredRuntime]) -> cdi_ops.
 
 
 @deploy("CDI")
-def cdi(settings: Settings, runtimes: Sequence[WiredRuntime]):
+def cdi(settings: Settings, runtimes: Sequence[WiredRuntime]) -> None:
     """``runtimes``: the runtimes this run wires (Findings.runtimes)."""
     target = cdi_target(settings, runtimes)
     state = read(host, cdi_ops.state_read())

@@ -3,26 +3,27 @@
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 from pyinfra import host, logger
-from pyinfra.api import deploy
 
+from ..distros.families import Family, Platform
+from ..distros.package_managers import install_packages
+from ..distros.repositories import add_repository
+from ..facts.containerd import ContainerdInstallations, config_read
+from ..facts.read_ahead import FactCall, known_fact, read
+from ..foundations.pyinfra_api import deploy
+from ..operations import drain as drain_ops
+from ..operations import failure, units
+from ..operations.containerd import plan_node_wiring, target_read
+from ..operations.drain import DrainTarget
+from ..operations.runtime_config import WiredRuntime, configure_nvidia_runtime
+from ..planning.findings import StepCheck
 from ..runtimes.cdi import CdiUnsupported, for_containerd
 from ..runtimes.containerd.installations import classify_installation, config_target, plain_target
 from ..runtimes.registry import CONTAINERD
-from ..operations.containerd import plan_node_wiring, target_read
-from ..operations.runtime_config import WiredRuntime, configure_nvidia_runtime
-from ..distros.families import Family, Platform
-from ..distros.repositories import add_repository
-from ..distros.package_managers import install_packages
-from ..facts.containerd import ContainerdInstallations, config_read
-from ..facts.read_ahead import FactCall, known_fact, read
-from ..operations import drain as drain_ops
-from ..operations import failure, units
-from ..operations.drain import DrainTarget
-from ..settings import Settings
 from ..runtimes.wiring import runtime_wiring
-from ..planning.findings import StepCheck
+from ..settings import Settings
 
 
 def reads(settings: Settings) -> list[FactCall]:
@@ -44,7 +45,7 @@ def wired(settings: Settings) -> WiredRuntime:
     return WiredRuntime(CONTAINERD.name, config_read(target.path, target.base_path, target.binary), found)
 
 
-def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StepCheck:
+def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, Any]) -> StepCheck:
     """What preflight checks for this stage (deploy/stages.py): cdi=true on an installed containerd
     without CDI is refused before any change (a containerd this run installs is checked by its plan)."""
     state = read(host, target_read(plain_target(settings.containerd_config_path)))
@@ -62,7 +63,7 @@ def install_containerd(settings: Settings, family: Family) -> None:
     if version and not manager.can_pin:
         logger.warning(f"{host.print_prefix}{manager.name} cannot pin containerd_version: installing the current one")
         version = None
-    if family.containerd_repo:
+    if family.containerd_repo and family.containerd_repo_key is not None:  # (the table gives a repository its key)
         add_repository(manager, "Add Docker's repository for containerd.io", family.containerd_repo, family.containerd_repo_key,
                        timeout=settings.download_timeout, lock_timeout=settings.apt_lock_timeout)
     install_packages(manager, "Install containerd", {family.containerd_package: version},
@@ -71,8 +72,8 @@ def install_containerd(settings: Settings, family: Family) -> None:
 
 
 @deploy("containerd")
-def containerd_runtime(settings: Settings, family: Family, containerd_found: dict, drain: DrainTarget | None = None,
-                       pending_restarts: dict | None = None):
+def containerd_runtime(settings: Settings, family: Family, containerd_found: dict[str, Any], drain: DrainTarget | None = None,
+                       pending_restarts: dict[str, Any] | None = None) -> None:
     installation = containerd_found["installation"]["name"]
     if installation == "plain" and not containerd_found.get("binary"):
         if not settings.containerd_install:
@@ -88,7 +89,7 @@ def containerd_runtime(settings: Settings, family: Family, containerd_found: dic
 
     target = config_target(settings.containerd_config_path, containerd_found)
     wiring = runtime_wiring(settings)
-    restart_pending = bool(target.service) and (pending_restarts or {}).get(target.service) == target.path
+    restart_pending = bool(target.service and (pending_restarts or {}).get(target.service) == target.path)
     # Planned once: the operation applies this plan (and makes it again only if the host changed first).
     plan = plan_node_wiring(target, wiring)
     if plan.in_place() and not restart_pending:

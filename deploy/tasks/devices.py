@@ -6,10 +6,10 @@ udev rule whenever the driver binds a GPU, so that a systemd daemon-reload keeps
 from __future__ import annotations
 
 from pyinfra import host
-from pyinfra.api import deploy
 
-from ..facts.read_ahead import FactCall, read
 from ..facts.devices import missing_links
+from ..facts.read_ahead import FactCall, read
+from ..foundations.pyinfra_api import deploy
 from ..operations import devices, files
 from ..settings import Settings
 
@@ -23,7 +23,7 @@ def reads(settings: Settings) -> list[FactCall]:
 
 
 @deploy("NVIDIA device links")
-def device_links(settings: Settings):
+def device_links(settings: Settings) -> None:
     root = settings.nvidia_driver_root
     # Operations only for what differs: a fleet's no-op pays pyinfra's cost per operation.
     script = devices.links_script(root)

@@ -3,22 +3,23 @@
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 from pyinfra import host
-from pyinfra.api import deploy
 
-from ..runtimes.cdi import CdiUnsupported, for_docker
-from ..runtimes.registry import DOCKER
 from ..distros.families import Family, Platform
 from ..distros.package_managers import install_packages
 from ..facts.read_ahead import FactCall, read
+from ..foundations.pyinfra_api import deploy
 from ..operations import docker, failure, units
 from ..operations import drain as drain_ops
 from ..operations.drain import DrainTarget
 from ..operations.runtime_config import WiredRuntime, configure_nvidia_runtime
-from ..settings import Settings
-from ..runtimes.wiring import runtime_wiring
 from ..planning.findings import StepCheck
+from ..runtimes.cdi import CdiUnsupported, for_docker
+from ..runtimes.registry import DOCKER
+from ..runtimes.wiring import runtime_wiring
+from ..settings import Settings
 
 
 def reads(settings: Settings) -> list[FactCall]:
@@ -31,7 +32,7 @@ def wired(settings: Settings) -> WiredRuntime:
     return WiredRuntime(DOCKER.name, docker.state_read(settings.docker_daemon_config_path))
 
 
-def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StepCheck:
+def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, Any]) -> StepCheck:
     """What preflight checks for this stage (deploy/stages.py): cdi=true on an installed Docker
     without CDI is refused before any change."""
     state = read(host, docker.state_read(settings.docker_daemon_config_path))
@@ -44,7 +45,7 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> Ste
 
 @deploy("Docker")
 def docker_runtime(settings: Settings, family: Family, drain: DrainTarget | None = None,
-                   pending_restarts: dict | None = None):
+                   pending_restarts: dict[str, Any] | None = None) -> None:
     # Installing Docker Engine is the site's business; docker_install=true takes the distribution's
     # own package (Debian/Ubuntu docker.io, Fedora moby-engine, ...), never Docker's repository.
     installed = read(host, docker.state_read(settings.docker_daemon_config_path))["dockerd"]

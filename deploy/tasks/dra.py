@@ -8,21 +8,24 @@ prerequisite, one step each of the node's report. A device-plugin node runs none
 
 from __future__ import annotations
 
-from pyinfra import host, logger
-from pyinfra.api import deploy
+from typing import Any
 
-from ..runtimes.containerd.installations import plain_target
-from ..operations.containerd import target_read
+from pyinfra import host, logger
+
 from ..distros.families import Platform
-from ..k8s.dra import IMEX_UNIT, imex_action, imex_in_use, node_prerequisites
 from ..facts.read_ahead import FactCall, read
+from ..foundations.pyinfra_api import deploy
+from ..k8s.dra import imex_action, imex_in_use, node_prerequisites
 from ..operations import dra as dra_ops
 from ..operations import drain as drain_ops
+from ..operations.containerd import target_read
 from ..operations.drain import DrainTarget
 from ..operations.verification import containerd_config_read, containerd_in_effect
-from ..verification.options import VerifyOptions
 from ..planning.findings import StepCheck
+from ..rack.imex import IMEX_UNIT
+from ..runtimes.containerd.installations import plain_target
 from ..settings import Settings
+from ..verification.options import VerifyOptions
 
 
 def wanted(settings: Settings) -> bool:
@@ -35,7 +38,7 @@ def reads(settings: Settings) -> list[FactCall]:
     return [dra_ops.node_read(settings), target_read(plain_target(settings.containerd_config_path))]
 
 
-def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StepCheck:
+def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, Any]) -> StepCheck:
     """Refuse, before any change, a node the DRA driver cannot serve; a prerequisite this run
     decides later (a containerd it installs) is checked by verify."""
     containerd = read(host, target_read(plain_target(settings.containerd_config_path)))
@@ -49,7 +52,7 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> Ste
 
 
 @deploy("DRA node")
-def dra_node(settings: Settings, drain: DrainTarget | None = None):
+def dra_node(settings: Settings, drain: DrainTarget | None = None) -> None:
     """Hand IMEX to the DRA driver where dra_imex says: where a job holds an IMEX channel, only after
     the drain ``drain`` (drain_before_restart) allows; preflight refused the node without one."""
     node = read(host, dra_ops.node_read(settings))
@@ -66,7 +69,7 @@ def verify_reads(settings: Settings) -> list[FactCall]:
 
 
 @deploy("Verify DRA")
-def verify_dra(settings: Settings):
+def verify_dra(settings: Settings) -> None:
     containerd = containerd_in_effect(VerifyOptions.from_settings(settings))
     dra_ops.check_prerequisites(name="Verify the DRA prerequisites (read-only)", settings=settings,
                                 containerd_read=containerd_config_read(containerd))

@@ -8,12 +8,10 @@ cluster older than 1.34, read from the server's version.
 
 from __future__ import annotations
 
-from pyinfra import host
-from pyinfra.api import deploy
-
-from ..k8s import dra
-from ..foundations import templates
 from ..facts.gpu_node_identity import GpuNode
+from ..foundations import templates
+from ..foundations.pyinfra_api import deploy
+from ..k8s import dra
 from ..operations import failure, kubectl
 from ..settings import Settings
 
@@ -78,7 +76,7 @@ def render_smoke_pod(settings: Settings) -> str:
 
 
 @deploy("NVIDIA DRA driver")
-def dra_driver(settings: Settings, nodes: list[GpuNode]):
+def dra_driver(settings: Settings, nodes: list[GpuNode]) -> None:
     cluster = kubectl.require_cluster(settings.kubeconfig)
     refusal = dra.kubernetes_refusal(cluster["git_version"])
     if refusal:

@@ -7,14 +7,16 @@ restart (deploy/operations/drain.py). With the setting off, none of this runs a 
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from pyinfra import host, inventory, logger
-from pyinfra.api import deploy
 from pyinfra.api.exceptions import NoGroupError
 from pyinfra.facts.server import Hostname
 
 from ..facts.drain import KubeNodeSchedule
-from ..facts.k8s import kubeconfig_words
 from ..facts.gpu_node_identity import kube_node_name
+from ..facts.k8s import kubeconfig_words
+from ..foundations.pyinfra_api import deploy
 from ..operations import drain as drain_ops
 from ..operations import failure
 from ..operations.drain import DrainTarget
@@ -51,7 +53,7 @@ def checked_drain_target(settings: Settings) -> DrainTarget | None:
 
     try:
         schedule = control_plane.get_fact(KubeNodeSchedule, kubeconfig=kubeconfig, node=node)
-    except Exception as error:  # the control plane itself is unreachable
+    except Exception as error:  # noqa: BLE001 - the control plane itself is unreachable
         schedule = {"reachable": False, "error": str(error)}
     if not schedule["reachable"]:
         _refuse(f"drain_before_restart=true but {control_plane.name} cannot reach the Kubernetes API with "
@@ -68,7 +70,7 @@ def checked_drain_target(settings: Settings) -> DrainTarget | None:
 
 
 @deploy("Live node")
-def uncordon_drained_node(target: DrainTarget, driver_packages=()):
+def uncordon_drained_node(target: DrainTarget, driver_packages: Collection[str] = ()) -> None:
     """Uncordon the node if this run cordoned it: the node's last stage (after verify, or after the
     restarts when verify does not run); ``driver_packages``: this run's driver stage's (a GPU node
     awaiting the reboot they need stays cordoned)."""

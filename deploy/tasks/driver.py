@@ -11,32 +11,43 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import date
+from typing import Any
 
 from pyinfra import host, logger
-from pyinfra.api import deploy
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 from pyinfra.operations import server
 
-from ..distros.package_managers import PackageManager, install_packages, lock_bounded_checks, version_listing
 from ..distros.families import Platform
+from ..distros.package_managers import PackageManager, install_packages, lock_bounded_checks, version_listing
 from ..distros.repositories import add_repository
-from ..planning.driver_names import candidate_names, companion_records, render, template_values
-from ..planning.driver_plan import (APT_PIN_PATH, CUDA_APT_KEYRING, CUDA_APT_SOURCE, CUDA_PROFILE_PATH, DriverPlan, Readings,
-                           branch_number, cuda_apt_source_text, cuda_profile_text, detect_branch, driver_plan,
-                           planned_branch)
 from ..driver.branches import end_of_life_warning
 from ..facts.apt import AptSourceFiles
-from ..facts.read_ahead import FactCall, known_fact, read, read_together
 from ..facts.gpu_support import GpuSupportLists
 from ..facts.nvidia import PackagesAvailable, RecommendedDriver
 from ..facts.packages import DnfModuleStreams, PackageVersions, RepositoryPackageVersions, WaitedPackageVersions
-from ..operations import download
+from ..facts.read_ahead import FactCall, known_fact, read, read_together
+from ..foundations.pyinfra_api import deploy
+from ..operations import download, files, units
 from ..operations import drain as drain_ops
 from ..operations import driver as driver_ops
-from ..operations import files, units
 from ..operations.drain import DrainTarget
 from ..operations.failure import HostRefusal
 from ..operations.files import put_text
+from ..planning.driver_names import candidate_names, companion_records, render, template_values
+from ..planning.driver_plan import (
+    APT_PIN_PATH,
+    CUDA_APT_KEYRING,
+    CUDA_APT_SOURCE,
+    CUDA_PROFILE_PATH,
+    DriverPlan,
+    Readings,
+    branch_number,
+    cuda_apt_source_text,
+    cuda_profile_text,
+    detect_branch,
+    driver_plan,
+    planned_branch,
+)
 from ..planning.findings import StepCheck
 from ..settings import Settings
 from . import kernel_modules, module_signing
@@ -46,7 +57,7 @@ REBOOT_DELAY = 10  # seconds before reconnecting
 SERVICE_UNITS = ("nvidia-fabricmanager.service", "nvidia-persistenced.service")
 
 
-def readings_calls(settings: Settings, platform: Platform, node: dict, branch: str | None,
+def readings_calls(settings: Settings, platform: Platform, node: dict[str, Any], branch: str | None,
                    plan_names: dict[str, list[str]], fabric_url: str | None) -> list[FactCall]:
     manager = platform.family.package_manager
     calls: list[FactCall] = [(GpuSupportLists, {})]
@@ -65,7 +76,7 @@ def readings_calls(settings: Settings, platform: Platform, node: dict, branch: s
     return calls
 
 
-def plan_for_host(settings: Settings, platform: Platform, node: dict) -> tuple[DriverPlan, list]:
+def plan_for_host(settings: Settings, platform: Platform, node: dict[str, Any]) -> tuple[DriverPlan, list[FactCall]]:
     """The plan of the current host, reading what it decides on in one remote command (read-only);
     also returns the calls its operations make, read in the same command."""
     data = platform.family.driver
@@ -75,7 +86,8 @@ def plan_for_host(settings: Settings, platform: Platform, node: dict) -> tuple[D
         installed = host.get_fact(manager.installed_fact)
         if data.recommend_command:
             recommended = host.get_fact(RecommendedDriver, recommend_command=data.recommend_command)
-        branch = detect_branch(data.branch_detect, list(installed or {}) + list(recommended or []))
+        branch = detect_branch(data.branch_detect, list(installed or {}) + list(recommended or [])) \
+            if data.branch_detect else None
     else:
         branch = settings.nvidia_driver_branch
     names = candidate_names(settings, platform, node, branch)
@@ -90,8 +102,7 @@ def plan_for_host(settings: Settings, platform: Platform, node: dict) -> tuple[D
     fabric_source = download.source_read(CUDA_APT_SOURCE, CUDA_APT_KEYRING)
     if fabric_url:
         ahead.append(fabric_source)
-    values = read_together(host, calls + ahead)[: len(calls)]
-    found = dict(zip((fact.__name__ for fact, _ in calls), values))
+    found: dict[str, Any] = dict(zip((fact.__name__ for fact, _ in calls), read_together(host, calls + ahead)[: len(calls)]))
     waited = found.pop(WaitedPackageVersions.__name__, None)
     unreadable: tuple[str, ...] = ()
     if waited is not None:
@@ -123,7 +134,7 @@ def plan_for_host(settings: Settings, platform: Platform, node: dict) -> tuple[D
     return replace(plan, state_names=tuple(names["driver"] + names["fabric"])), ahead
 
 
-def operation_reads(settings: Settings, platform: Platform, node: dict, names: dict[str, list[str]]) -> list[FactCall]:
+def operation_reads(settings: Settings, platform: Platform, node: dict[str, Any], names: dict[str, list[str]]) -> list[FactCall]:
     """What the stage's operations read, read ahead in the plan's one command (where the family's
     installs read a state fact the plan can name, all of it: a run that changes nothing then reads
     nothing more)."""
@@ -151,7 +162,7 @@ def operation_reads(settings: Settings, platform: Platform, node: dict, names: d
     ]
 
 
-def headers_findings(plan: DriverPlan | None, available: dict) -> list[str]:
+def headers_findings(plan: DriverPlan | None, available: dict[str, Any]) -> list[str]:
     if not plan or not plan.headers:
         return []
     exact = plan.headers[0]
@@ -164,7 +175,7 @@ def headers_findings(plan: DriverPlan | None, available: dict) -> list[str]:
     ]
 
 
-def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StepCheck:
+def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, Any]) -> StepCheck:
     """What preflight checks for this stage (deploy/stages.py): the host's plan (its kernel module
     type and one driver version; a refusal fails the host before any change), and a warning
     when the running kernel's headers are not in the package lists."""
@@ -187,7 +198,7 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> Ste
 
 
 @deploy("NVIDIA driver")
-def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan, drain: DrainTarget | None = None):
+def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan, drain: DrainTarget | None = None) -> DriverPlan:
     manager = plan.manager
     lock_timeout = settings.apt_lock_timeout
     for note in plan.notes:
@@ -205,7 +216,7 @@ def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan, drai
     if plan.extra_packages:
         install_packages(manager, "Install the driver's companion packages", plan.extra_packages,
                          lock_timeout=lock_timeout)
-    if plan.module:
+    if plan.module and manager.module_operation is not None:  # (a manager with module streams has their operation)
         manager.module_operation(name=f"Enable the {manager.name} module stream {':'.join(plan.module)}",
                                  module=plan.module[0], stream=plan.module[1], lock_timeout=lock_timeout)
     if plan.headers:
@@ -275,7 +286,7 @@ def enable_service(service: str, start: bool, read_ahead: bool) -> None:
     units.enable_service(name=f"Enable {service}" + (" and start it" if start else ""), service=unit, start=start)
 
 
-def add_cuda_repository(settings: Settings, manager: PackageManager, repository: dict) -> None:
+def add_cuda_repository(settings: Settings, manager: PackageManager, repository: dict[str, Any]) -> None:
     """NVIDIA's CUDA repository for Fabric Manager: on apt a signed-by source as the toolkit's
     (deploy/operations/download.py), elsewhere the family's repository file; its key checked
     against its pin either way."""
@@ -298,7 +309,7 @@ def add_cuda_repository(settings: Settings, manager: PackageManager, repository:
 
 
 @deploy("Driver report")
-def driver_report(settings: Settings, plan: DriverPlan | None):
+def driver_report(settings: Settings, plan: DriverPlan | None) -> None:
     driver_ops.report_driver_state(
         name="Report the NVIDIA driver's state",
         require_gpu=settings.require_gpu,

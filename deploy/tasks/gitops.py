@@ -28,16 +28,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from typing import Any
 
-import yaml
 from pyinfra import host, logger
-from pyinfra.api import deploy
 from pyinfra.api.exceptions import NoGroupError, PyinfraError
 from pyinfra_cli.inventory import make_inventory
 
-from ..k8s import dra, health_monitor
-from ..facts.k8s import FIELD_MANAGER
 from ..facts.gpu_node_identity import GpuNode
+from ..facts.k8s import FIELD_MANAGER
+from ..foundations.pyinfra_api import deploy
+from ..k8s import dra, health_monitor
 from ..k8s.gpushare import NODE_LABEL, GpushareError, scheduler_config_yaml
 from ..operations import controller_files
 from ..operations.controller_files import ControllerFile
@@ -151,7 +151,7 @@ def node_labels_manifest(settings: Settings, nodes: list[GpuNode]) -> str | None
     return dump_documents(documents) if documents else None
 
 
-def dra_files(settings: Settings, nodes: list[GpuNode], kubernetes_minor: str | None) -> tuple[dict, dict]:
+def dra_files(settings: Settings, nodes: list[GpuNode], kubernetes_minor: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """The DRA driver's bundles and files (deploy/tasks/dra_cluster.py's), as its deploy applies them;
     refused for a cluster older than 1.34 where ``kubernetes_minor`` says it."""
     refusal = kubernetes_minor and dra.kubernetes_refusal(kubernetes_minor, source="manifests_kubernetes_version")
@@ -385,7 +385,7 @@ def cluster_inputs(settings: Settings) -> tuple[list[tuple[str, Settings]], list
 
 
 @deploy("GitOps files of the Kubernetes GPU layer")
-def write_cluster_files(settings: Settings):
+def write_cluster_files(settings: Settings) -> None:
     """Write ``manifests_dir`` on the controller (this host must be @local)."""
     if host.name != "@local":
         raise RenderError(f"deploy/render_cluster.py writes on the controller, not on {host.name}: run it as "

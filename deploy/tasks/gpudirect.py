@@ -8,12 +8,14 @@ support in one line.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyinfra import host, logger
-from pyinfra.api import deploy
 
 from ..distros.families import Platform
 from ..facts.rack import PeermemState
 from ..facts.read_ahead import FactCall, read
+from ..foundations.pyinfra_api import deploy
 from ..operations import files, kernel
 from ..planning.findings import StepCheck
 from ..rack import peermem
@@ -38,13 +40,13 @@ def reads(settings: Settings) -> list[FactCall]:
     return calls + ([module_read()] if settings.kernel_modules_load else [])
 
 
-def driver_branch(nvidia: dict) -> int | None:
+def driver_branch(nvidia: dict[str, Any]) -> int | None:
     version = nvidia.get("loaded_version") or nvidia.get("built_version") or ""
     head = version.split(".")[0]
     return int(head) if head.isdigit() else None
 
 
-def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StepCheck:
+def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, Any]) -> StepCheck:
     """Whether this node gets nvidia-peermem (gpudirect_rdma, auto: a GPU and a ConnectX RDMA NIC), and a
     warning naming an OFED / driver pairing outside NVIDIA's published support."""
     wanted = peermem.wants_peermem(settings.gpudirect_rdma, nvidia.get("mellanox") or [], nvidia.get("gpus") or [])
@@ -58,13 +60,13 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> Ste
 
 
 @deploy("GPUDirect RDMA")
-def gpudirect_rdma(settings: Settings, wanted: bool, nvidia: dict):
+def gpudirect_rdma(settings: Settings, wanted: bool, nvidia: dict[str, Any] | None) -> None:
     if not wanted:
         return
     for path, text in managed_files().items():
         if not files.text_up_to_date(read(host, files.digest_read(path)), text):
             files.put_text(name=f"Put {path} (nvidia-peermem after the RDMA stack)", dest=path, content=text)
-    if not settings.kernel_modules_load or not nvidia.get("loaded_version"):
+    if not settings.kernel_modules_load or not (nvidia or {}).get("loaded_version"):
         return  # loaded with the driver at the next boot
     if not read(host, module_read())["modules"].get(peermem.MODULE):
         kernel.load_module(name="Load nvidia-peermem (after the RDMA stack: its soft dependency)",

@@ -16,9 +16,9 @@ import posixpath
 from pathlib import Path
 
 from pyinfra import host, logger
-from pyinfra.api import deploy
 
 from ..facts.gpu_node_identity import GpuNode, GpuNodeIdentity, kube_node_name
+from ..foundations.pyinfra_api import deploy
 from ..k8s.gpushare import (
     NODE_LABEL,
     SCHEDULER_MANIFEST,
@@ -31,7 +31,6 @@ from ..operations import download, kubectl
 from ..operations.files import put_text
 from ..operations.scheduler_manifest import configure_scheduler_manifest, keep_scheduler_config
 from ..settings import Settings
-
 
 # The bundles apply_manifests applies (each object annotated with its bundle's name)
 EXTENDER_BUNDLE = "gpushare-extender"
@@ -47,14 +46,16 @@ def gpushare_manifests(settings: Settings, version: str) -> dict[str, str]:
     }
 
 
-def checked_inspect_source(settings: Settings) -> str | None:
+def checked_inspect_source(settings: Settings) -> tuple[str, str] | None:
     """
-    Where kubectl-inspect-gpushare comes from, refused before any change when no checksum is
-    pinned or a local file does not match it; None when the plugin is not to be installed.
+    Where kubectl-inspect-gpushare comes from and the SHA-256 pinned for it, refused before any change
+    when no checksum is pinned or a local file does not match it; None when the plugin is not to be
+    installed.
     """
+    pinned = settings.gpushare_inspect_sha256
     if not settings.gpushare_inspect_install:
         return None
-    if not settings.gpushare_inspect_sha256:
+    if not pinned:
         raise GpushareError(
             "gpushare_inspect_sha256 is not set: pin the SHA-256 of the kubectl-inspect-gpushare "
             f"you trust ({settings.gpushare_inspect_source}), or set gpushare_inspect_install=false"
@@ -65,12 +66,9 @@ def checked_inspect_source(settings: Settings) -> str | None:
         if not path.is_file():
             raise GpushareError(f"gpushare_inspect_source={source}: no such file on the controller")
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        if digest != settings.gpushare_inspect_sha256:
-            raise GpushareError(
-                f"refusing {source}: its SHA-256 is {digest}, gpushare_inspect_sha256 pins "
-                f"{settings.gpushare_inspect_sha256}"
-            )
-    return source
+        if digest != pinned:
+            raise GpushareError(f"refusing {source}: its SHA-256 is {digest}, gpushare_inspect_sha256 pins {pinned}")
+    return source, pinned
 
 
 def scheduler_pod_name(settings: Settings) -> str:
@@ -109,7 +107,7 @@ def point_scheduler_at_config(settings: Settings, config_text: str) -> None:
 
 
 @deploy("GPU memory sharing with the gpushare scheduler extender")
-def gpushare(settings: Settings, nodes: list[GpuNode]):
+def gpushare(settings: Settings, nodes: list[GpuNode]) -> None:
     """
     + nodes: GPU nodes of this run (deploy/k8s_gpu.py passes those with ``gpu_sharing=gpushare``);
       each is labelled ``gpushare=true`` (a node given with another sharing loses the label).
@@ -118,7 +116,7 @@ def gpushare(settings: Settings, nodes: list[GpuNode]):
     cluster = kubectl.require_cluster(settings.kubeconfig)
     version = cluster["version"]
     config_text = scheduler_config_yaml(version)  # refuses clusters older than 1.23
-    inspect_source = checked_inspect_source(settings)
+    inspect = checked_inspect_source(settings)
 
     manifests = gpushare_manifests(settings, version)
     kubectl.apply_manifests(
@@ -148,8 +146,9 @@ def gpushare(settings: Settings, nodes: list[GpuNode]):
 
     point_scheduler_at_config(settings, config_text)
 
-    if inspect_source is None:
+    if inspect is None:
         return
+    inspect_source, inspect_sha256 = inspect
     if inspect_source.startswith("/"):
         put_text(
             name="Install kubectl-inspect-gpushare from a local file",
@@ -163,6 +162,6 @@ def gpushare(settings: Settings, nodes: list[GpuNode]):
             name="Install kubectl-inspect-gpushare",
             url=inspect_source,
             dest=settings.gpushare_inspect_path,
-            sha256=settings.gpushare_inspect_sha256,
+            sha256=inspect_sha256,
             timeout=settings.download_timeout,
         )

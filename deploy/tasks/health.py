@@ -10,11 +10,11 @@ node installs it (deploy/stages.py), unless health_check=false.
 from __future__ import annotations
 
 from pyinfra import host
-from pyinfra.api import deploy
 from pyinfra.operations import server
 
 from ..facts.read_ahead import FactCall, read
 from ..facts.units import UnitsEnabled
+from ..foundations.pyinfra_api import deploy
 from ..foundations.templates import render
 from ..health.check import CONFIG_PATH, STATE_PATH, HealthSettings
 from ..node import bake
@@ -53,7 +53,7 @@ def reads(settings: Settings) -> list[FactCall]:
 
 
 @deploy("Health check")
-def health_check_units(settings: Settings):
+def health_check_units(settings: Settings) -> None:
     changed_units = False
     for path, (content, mode) in wanted_files(settings).items():
         if files.text_up_to_date(read(host, files.digest_read(path)), content, mode=mode):

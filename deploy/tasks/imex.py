@@ -13,20 +13,21 @@ member at once; a host whose file did not change is not restarted, so another do
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyinfra import host
-from pyinfra.api import deploy
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 from pyinfra.operations import files as pyinfra_files
 from pyinfra.operations import systemd
 
 from ..distros.families import Platform
-from ..distros.package_managers import install_packages
+from ..distros.package_managers import install_packages, version_listing
 from ..driver.fabric import fabric_of
 from ..facts.packages import PackageVersions, RepositoryPackageVersions
 from ..facts.read_ahead import FactCall, read
 from ..facts.units import UnitsEnabled
 from ..foundations import shell_scripts
+from ..foundations.pyinfra_api import deploy
 from ..foundations.templates import render
 from ..operations import download, files, units
 from ..operations.failure import HostRefusal
@@ -36,7 +37,6 @@ from ..planning.driver_plan import CUDA_APT_KEYRING, CUDA_APT_SOURCE
 from ..planning.findings import StepCheck
 from ..rack import imex
 from ..settings import Settings, SettingsError, host_settings
-from ..distros.package_managers import version_listing
 from .driver import add_cuda_repository
 
 HEADER = "# Managed by gpu-node (deploy/tasks/imex.py)\n"
@@ -52,12 +52,15 @@ class ImexPlan:
     start: bool  # a GPU is present: the daemon is started, not only enabled
     # nvidia_driver_install=false: IMEX's packages at the installed driver's version, and their repository
     packages: dict[str, str | None] = field(default_factory=dict)
-    repository: dict | None = None
+    repository: dict[str, Any] | None = None
 
 
 def members_of(settings: Settings) -> tuple[imex.Member, ...]:
     """The members of this host's domain: every host of the inventory (this run's or not: --limit runs
     fewer, and the file lists them all) whose settings name the same imex_domain."""
+    domain = settings.imex_domain
+    if domain is None:
+        return ()
     rows = []
     for other in host.inventory:
         try:
@@ -69,7 +72,7 @@ def members_of(settings: Settings) -> tuple[imex.Member, ...]:
             continue
         rows.append((other.name, theirs.imex_domain, theirs.imex_address, other.data.get("ssh_hostname") or other.name))
     try:
-        return imex.domain_members(settings.imex_domain, rows)
+        return imex.domain_members(domain, rows)
     except imex.DomainRefusal as refusal:
         raise HostRefusal(str(refusal)) from None
 
@@ -103,7 +106,8 @@ def reads(settings: Settings) -> list[FactCall]:
             units_read(), *service_reads()]
 
 
-def installed_driver_packages(settings: Settings, platform: Platform, nvidia: dict) -> tuple[dict, dict | None]:
+def installed_driver_packages(settings: Settings, platform: Platform,
+                              nvidia: dict[str, Any]) -> tuple[dict[str, str | None], dict[str, Any] | None]:
     """IMEX's packages at the installed driver's version, and NVIDIA's CUDA repository (where the driver
     stage does not install the driver, so not IMEX with it)."""
     data = platform.family.driver
@@ -117,7 +121,7 @@ def installed_driver_packages(settings: Settings, platform: Platform, nvidia: di
     branch = driver.split(".")[0]
     values = template_values(platform, data, nvidia.get("kernel") or "", branch)
     names = [name.format(branch=branch) for name in data.imex.names(int(branch))]
-    offered: dict = {}
+    offered: dict[str, Any] = {}
     if manager.pins_exact_versions:  # its pins name the release: the exact versions the lists offer
         offered = dict(read(host, (PackageVersions, {"listing": version_listing(manager, settings.apt_lock_timeout),
                                                        "packages": names})) or {})
@@ -125,7 +129,7 @@ def installed_driver_packages(settings: Settings, platform: Platform, nvidia: di
             url = f"{settings.nvidia_cuda_repo_url.rstrip('/')}/{values['dist']}/{platform.cuda_arch}"
             offered.update(read(host, (RepositoryPackageVersions, {"url": url, "packages": names,
                                                                     "timeout": settings.download_timeout})) or {})
-    packages: dict = {}
+    packages: dict[str, Any] = {}
     try:
         plan = companion_packages(settings, platform, manager, [], (driver, False), packages, values, offered, "",
                                   fabric_of(nvidia), (data.imex,))
@@ -134,9 +138,11 @@ def installed_driver_packages(settings: Settings, platform: Platform, nvidia: di
     return packages, plan.repository
 
 
-def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StepCheck:
+def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, Any]) -> StepCheck:
     """The domain's members (a member without an address, two at one, refused before any change) and,
     without the driver stage's install, IMEX's packages at the installed driver's version."""
+    if settings.imex_domain is None:  # the step runs only with a domain (deploy/stages.py)
+        return StepCheck()
     try:
         members = members_of(settings)
         packages, repository = ({}, None) if settings.nvidia_driver_install else \
@@ -147,7 +153,7 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> Ste
 
 
 @deploy("IMEX domain")
-def imex_domain(settings: Settings, platform: Platform, plan: ImexPlan):
+def imex_domain(settings: Settings, platform: Platform, plan: ImexPlan) -> None:
     manager = platform.family.package_manager
     if plan.packages:
         if plan.repository:

@@ -12,17 +12,18 @@ names nvidia-smi reports, and their own settings (how that node shares its GPUs)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import yaml
 from pyinfra import host, inventory, logger
-from pyinfra.api import deploy
 from pyinfra.api.exceptions import NoGroupError
 
-from ..facts.read_ahead import known_fact
-from ..facts.k8s import KubeNodes
 from ..facts.gpu_node_identity import GpuNode, GpuNodeIdentity, kube_node_name
-from ..k8s import dra, health_monitor
+from ..facts.k8s import KubeNodes
+from ..facts.read_ahead import known_fact
 from ..foundations import templates
+from ..foundations.pyinfra_api import deploy
+from ..k8s import dra, health_monitor
 from ..operations import kubectl
 from ..operations.allocator_move import move_step
 from ..operations.drain import DrainTarget
@@ -54,7 +55,7 @@ class SharingConfig:
     cdi: bool = False
 
     @classmethod
-    def from_settings(cls, settings: Settings, cdi: bool | None = None) -> "SharingConfig":
+    def from_settings(cls, settings: Settings, cdi: bool | None = None) -> SharingConfig:
         """One host's config; ``cdi``: the node's (GpuNode.cdi), else what the settings alone say."""
         sharing = settings.gpu_sharing if settings.gpu_sharing in ("time-slicing", "mps") else "none"
         return cls(
@@ -83,8 +84,8 @@ class SharingConfig:
             parts.append("cdi")
         return "-".join(parts)
 
-    def document(self) -> dict:
-        config: dict = {
+    def document(self) -> dict[str, Any]:
+        config: dict[str, Any] = {
             "version": "v1",
             "flags": {
                 "migStrategy": self.mig_strategy,
@@ -135,7 +136,7 @@ def gather_gpu_nodes(settings: Settings) -> list[GpuNode]:
         node_settings = host_settings(gpu_host)
         try:
             identity = gpu_host.get_fact(GpuNodeIdentity, driver_root=node_settings.nvidia_driver_root)
-        except Exception as error:  # an unreachable GPU node must not stop the other nodes
+        except Exception as error:  # noqa: BLE001 - an unreachable GPU node must not stop the other nodes
             logger.warning(f"{host.print_prefix}cannot read facts of GPU node {gpu_host.name}: {error}; "
                            "not labelled")
             continue
@@ -160,9 +161,9 @@ def node_labels(node: GpuNode) -> dict[str, str | None]:
         return {}
     if node.settings.gpu_allocator == "dra":
         # No nvidia.com/gpu.present: the device plugin's DaemonSet and the RuntimeClass select on it.
-        labels = {dra.ALLOCATOR_LABEL: "dra", "nvidia.com/gpu.present": None, CONFIG_LABEL: None,
-                  "nvidia.com/mps.capable": None}
-        return {**labels, **({"accelerator": node.accelerator} if node.accelerator else {})}
+        dra_labels: dict[str, str | None] = {dra.ALLOCATOR_LABEL: "dra", "nvidia.com/gpu.present": None,
+                                             CONFIG_LABEL: None, "nvidia.com/mps.capable": None}
+        return {**dra_labels, **({"accelerator": node.accelerator} if node.accelerator else {})}
     labels: dict[str, str | None] = {"nvidia.com/gpu.present": "true"}
     if node.accelerator:
         labels["accelerator"] = node.accelerator
@@ -198,7 +199,7 @@ def report_node(node: GpuNode) -> None:
                     f"({product_source(node)})")
 
 
-def device_plugin_context(settings: Settings, nodes: list[GpuNode]) -> dict:
+def device_plugin_context(settings: Settings, nodes: list[GpuNode]) -> dict[str, Any]:
     """Template context shared by the static manifests and the helm values."""
     default = SharingConfig.from_settings(settings)
     configs = {default.name: default}
@@ -300,7 +301,7 @@ def gpu_cluster(settings: Settings) -> list[GpuNode]:
 
 
 @deploy("NVIDIA device plugin")
-def device_plugin(settings: Settings, nodes: list[GpuNode]):
+def device_plugin(settings: Settings, nodes: list[GpuNode]) -> None:
     if settings.device_plugin_install_method == "helm":
         kubectl.helm_upgrade_device_plugin(
             name="Install the NVIDIA device plugin helm chart",
@@ -328,7 +329,7 @@ def device_plugin(settings: Settings, nodes: list[GpuNode]):
 
 
 @deploy("GPU health monitor: node-problem-detector")
-def gpu_health_monitor(settings: Settings):
+def gpu_health_monitor(settings: Settings) -> None:
     """node-problem-detector on the GPU nodes, its condition from the nodes' health check (gpu_health_monitor=npd)."""
     kubectl.apply_manifests(
         name="Apply node-problem-detector's GPU health monitor",
@@ -338,7 +339,7 @@ def gpu_health_monitor(settings: Settings):
     )
 
 
-def node_move(node: GpuNode, live_nodes: dict) -> tuple[str, str | None, str, dict[str, str | None]] | None:
+def node_move(node: GpuNode, live_nodes: dict[str, Any]) -> tuple[str, str | None, str, dict[str, str | None]] | None:
     """``node``'s entry of dra.move_plan when its live allocator differs from the one it wants (None: none)."""
     if not node.has_gpu or node.node_name not in live_nodes:
         return None
@@ -352,7 +353,7 @@ def node_move(node: GpuNode, live_nodes: dict) -> tuple[str, str | None, str, di
 
 
 @deploy("Move GPU nodes between the device plugin and DRA")
-def move_nodes(settings: Settings, nodes: list[GpuNode]):
+def move_nodes(settings: Settings, nodes: list[GpuNode]) -> None:
     """Each node whose live allocator differs from its settings', in inventory order, batch by batch as
     allocator_move_batches says (the first a canary): cordoned, drained, relabelled, the other allocator gone
     from it, the new one offering its GPUs, uncordoned."""

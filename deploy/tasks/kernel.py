@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyinfra import host, logger
-from pyinfra.api import deploy
 
 from ..distros.families import Platform
 from ..driver.fabric import NVLINK5_MODULES_LOAD_PATH, Fabric, fabric_of
 from ..driver.fabric import modules_load_text as fabric_modules_load_text
 from ..facts.read_ahead import FactCall, read
+from ..foundations.pyinfra_api import deploy
 from ..operations import files, kernel
 from ..settings import Settings
 
@@ -60,7 +62,7 @@ def read_files() -> list[str]:
     return [*managed_files(), NVLINK5_MODULES_LOAD_PATH]
 
 
-def node_fabric(settings: Settings, node: dict | None) -> Fabric | None:
+def node_fabric(settings: Settings, node: dict[str, Any] | None) -> Fabric | None:
     """The node's NVLink fabric where Fabric Manager is installed (NodeSurvey, read by preflight)."""
     return fabric_of(node) if settings.fabric_manager_install and node is not None else None
 
@@ -76,7 +78,7 @@ def reads(settings: Settings) -> list[FactCall]:
 
 
 @deploy("Kernel prerequisites")
-def kernel_prerequisites(settings: Settings, platform: Platform, node: dict | None = None):
+def kernel_prerequisites(settings: Settings, platform: Platform, node: dict[str, Any] | None = None) -> None:
     # An operation only for what differs: a fleet's no-op re-run pays pyinfra's per-operation
     # cost for nothing otherwise. The facts are the ones the operations themselves read.
     fabric = node_fabric(settings, node)

@@ -3,9 +3,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ..distros.families import Platform
 from ..operations import driver_reload, kernel_modules
 from ..settings import Settings
+
+if TYPE_CHECKING:
+    from pyinfra.api.operation import OperationMeta
 
 
 def kernel_headers_template(platform: Platform) -> str | None:
@@ -23,7 +28,7 @@ def cover_installed_kernels(settings: Settings, platform: Platform) -> None:
     )
 
 
-def refuse_reboot_without_module(**arguments) -> None:
+def refuse_reboot_without_module(**arguments: Any) -> None:
     kernel_modules.refuse_reboot_without_module(
         name="Refuse a reboot into a kernel without the NVIDIA module", **arguments)
 
@@ -31,7 +36,7 @@ def refuse_reboot_without_module(**arguments) -> None:
 KERNELS_READ = kernel_modules.KERNELS_READ  # read ahead by the driver stage's preflight
 
 
-def reload_without_reboot(settings: Settings, driver) -> None:
+def reload_without_reboot(settings: Settings, driver: OperationMeta) -> None:
     """After a driver change (``driver``: its install operation): reload where nothing holds the GPU."""
     driver_reload.reload_driver(name="Reload the NVIDIA modules where nothing holds the GPU",
                                 load=settings.kernel_modules_load, _if=driver.did_change)

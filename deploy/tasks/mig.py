@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from typing import Any
 
 from pyinfra import host, logger
-from pyinfra.api import deploy
 from pyinfra.operations import server
 
 from ..distros.families import Platform
@@ -21,6 +21,7 @@ from ..distros.package_managers import install_packages
 from ..facts.gpu_holders import DeviceHolders
 from ..facts.read_ahead import FactCall, read
 from ..facts.units import UnitsEnabled
+from ..foundations.pyinfra_api import deploy
 from ..operations import drain as drain_ops
 from ..operations import files, rack, units
 from ..operations.drain import DrainTarget
@@ -42,7 +43,7 @@ class MigPlan:
     line: str
 
 
-def wanted_files(layout: mig.MigLayout, enabled_clients: dict) -> dict[str, str]:
+def wanted_files(layout: mig.MigLayout, enabled_clients: dict[str, Any]) -> dict[str, str]:
     return {mig.CONFIG_PATH: mig.config_text(layout), mig.HOOKS_PATH: mig.hooks_text(enabled_clients),
             mig.DROP_IN_PATH: mig.drop_in_text(layout)}
 
@@ -53,10 +54,12 @@ def reads(settings: Settings) -> list[FactCall]:
             *(files.digest_read(path) for path in (mig.CONFIG_PATH, mig.HOOKS_PATH, mig.DROP_IN_PATH))]
 
 
-def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StepCheck:
+def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, Any]) -> StepCheck:
     """The files that change, and whether the change is applied now: refused ("drain required") where a
     process other than the driver's own services holds the GPU and no drain is set."""
     layout = settings.mig_layout
+    if layout is None:  # the step runs only with a layout (deploy/stages.py)
+        return StepCheck()
     texts = wanted_files(layout, read(host, CLIENTS_READ))
     changing = {path: text for path, text in texts.items()
                 if not files.text_up_to_date(read(host, files.digest_read(path)), text)}
@@ -71,7 +74,7 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> Ste
 
 
 @deploy("MIG layout")
-def mig_layout(settings: Settings, platform: Platform, plan: MigPlan, drain: DrainTarget | None = None):
+def mig_layout(settings: Settings, platform: Platform, plan: MigPlan, drain: DrainTarget | None = None) -> None:
     package = settings.mig_manager_package
     install_packages(platform.family.package_manager, f"Install NVIDIA's mig-parted service ({package})", [package],
                      lock_timeout=settings.apt_lock_timeout)

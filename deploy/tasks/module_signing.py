@@ -8,20 +8,22 @@ need none of this (the driver plan installs them instead of DKMS's).
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyinfra import host
 from pyinfra.operations import files as pyinfra_files
 
+from ..distros.families import Platform
 from ..distros.package_managers import PackageManager, install_packages
+from ..driver.signing import GENERATED_FOLDER, key_paths, signing_wanted
 from ..facts.read_ahead import FactCall, read
 from ..operations import module_signing as signing_ops
 from ..operations.files import digest_read, put_text
-from ..distros.families import Platform
-from ..driver.signing import GENERATED_FOLDER, key_paths, signing_wanted
-from ..planning.module_signing import SigningPlan, dkms_config_text, enrollment_steps, key_refusal, kernels_to_sign
+from ..planning.module_signing import SigningPlan, dkms_config_text, enrollment_steps, kernels_to_sign, key_refusal
 from ..settings import Settings
 
 
-def reads(settings: Settings, platform: Platform, node: dict) -> list[FactCall]:
+def reads(settings: Settings, platform: Platform, node: dict[str, Any]) -> list[FactCall]:
     """What these steps read where the modules must be signed, for preflight's one command (the plan
     decides after it: a family that installs signed packages reads the key's state for nothing)."""
     if signing_wanted(settings.module_signing, node.get("secure_boot")) is None:
@@ -38,20 +40,22 @@ def refusal(plan: SigningPlan | None) -> str | None:
     """Why the node's key cannot sign (read ahead by preflight), in one line; None: it can."""
     if plan is None or not plan.by_dkms:
         return None
-    return key_refusal(plan, read(host, signing_ops.state_read(plan.key, plan.cert)))
+    key, cert, _ = plan.dkms_files
+    return key_refusal(plan, read(host, signing_ops.state_read(key, cert)))
 
 
 def before_install(manager: PackageManager, plan: SigningPlan, lock_timeout: int) -> None:
     """The signing tools, the key (generated where gpu-node owns it) and DKMS's drop-in naming it."""
     if not plan.by_dkms:
         return
+    key, cert, dkms_config = plan.dkms_files
     install_packages(manager, "Install what generates the module signing key", plan.key_tools, lock_timeout=lock_timeout)
     if plan.generated:
         signing_ops.generate_key(name="Generate the module signing key on the node", folder=plan.folder,
-                                 key=plan.key, cert=plan.cert)
-    folder = plan.dkms_config.rpartition("/")[0]
+                                 key=key, cert=cert)
+    folder = dkms_config.rpartition("/")[0]
     pyinfra_files.directory(name=f"Create {folder}", path=folder, present=True)
-    put_text(name="Have DKMS sign the modules it builds with the module signing key", dest=plan.dkms_config,
+    put_text(name="Have DKMS sign the modules it builds with the module signing key", dest=dkms_config,
              content=dkms_config_text(plan))
 
 
@@ -60,13 +64,14 @@ def after_install(settings: Settings, manager: PackageManager, plan: SigningPlan
     the key's enrollment where Secure Boot is on."""
     if not plan.by_dkms:
         return
-    state = read(host, signing_ops.state_read(plan.key, plan.cert))
+    key, cert, _ = plan.dkms_files
+    state = read(host, signing_ops.state_read(key, cert))
     signing_ops.rebuild_unsigned(name="Rebuild the NVIDIA modules DKMS built before the signing key",
-                                 cert=plan.cert, kernels=kernels_to_sign(plan, state))
+                                 cert=cert, kernels=kernels_to_sign(plan, state))
     if plan.secure_boot:
         install_packages(manager, "Install what stages the key's enrollment", plan.enroll_tools, lock_timeout=lock_timeout)
         password = settings.module_signing_mok_password
         signing_ops.stage_enrollment(name="Stage the module signing key's enrollment (mokutil --import)",
-                                     key=plan.key, cert=plan.cert,
+                                     key=key, cert=cert,
                                      password=password.get_secret_value() if password is not None else None,
-                                     hash_file=f"{GENERATED_FOLDER}/.mok-password.hash", steps=enrollment_steps(plan.cert))
+                                     hash_file=f"{GENERATED_FOLDER}/.mok-password.hash", steps=enrollment_steps(cert))

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from pyinfra import host, logger
-from pyinfra.api import deploy
 from pyinfra.facts.server import Arch, LinuxDistribution
 
 from ..distros.families import Platform, detect_platform
 from ..facts.access import HostAccess
-from ..facts.read_ahead import FactCall, read_facts
 from ..facts.nvidia import NodeSurvey
+from ..facts.read_ahead import FactCall, read_facts
 from ..facts.recovery import PackageManagerState, PendingRestarts
+from ..foundations.pyinfra_api import deploy
 from ..operations import packages as package_ops
 from ..operations.failure import HostRefusal
-from ..planning.findings import Findings, PreflightStep, StepCheck
+from ..planning.findings import Findings, PreflightStep
 from ..settings import Settings, likely_typos, setting_source
 
 DISK_MOUNTS = ("/", "/var")
@@ -25,7 +26,7 @@ class PreflightError(HostRefusal):
     """The node is not safe to change: raised before any change."""
 
 
-def gpu_findings(nvidia: dict, require_gpu: bool, module_signing: str = "auto") -> tuple[list[str], list[str]]:
+def gpu_findings(nvidia: dict[str, Any], require_gpu: bool, module_signing: str = "auto") -> tuple[list[str], list[str]]:
     """(warnings, errors) about the GPUs, Secure Boot and the modules holding them."""
     warnings, errors = [], []
     if not nvidia["gpus"]:
@@ -50,7 +51,7 @@ def gpu_findings(nvidia: dict, require_gpu: bool, module_signing: str = "auto") 
     return warnings, errors
 
 
-def disk_findings(nvidia: dict, min_free_mb: int) -> list[str]:
+def disk_findings(nvidia: dict[str, Any], min_free_mb: int) -> list[str]:
     errors = []
     for mount in DISK_MOUNTS:
         free = nvidia["free_mb"].get(mount)
@@ -62,7 +63,7 @@ def disk_findings(nvidia: dict, min_free_mb: int) -> list[str]:
     return errors
 
 
-def access_refusal(access: dict, image_root: bool = False) -> str | None:
+def access_refusal(access: dict[str, Any], image_root: bool = False) -> str | None:
     """Why gpu-node cannot work on this node at all (not Linux, not root, no systemd), in one line;
     an image root (a bake) has no running systemd: its units are enabled, not started."""
     if access["kernel"] != "Linux":
@@ -78,7 +79,7 @@ def access_refusal(access: dict, image_root: bool = False) -> str | None:
     return None
 
 
-def package_manager_refusal(access: dict, platform: Platform) -> str | None:
+def package_manager_refusal(access: dict[str, Any], platform: Platform) -> str | None:
     manager = platform.family.package_manager.name
     if manager in access["managers"]:
         return None
@@ -140,7 +141,7 @@ def preflight(settings: Settings, steps: Sequence[PreflightStep], image_root: bo
     return Findings(platform=platform, nvidia=nvidia, runtimes=runtimes, pending_restarts=pending, plans=plans)
 
 
-def recover_package_manager(settings: Settings, state: dict) -> None:
+def recover_package_manager(settings: Settings, state: dict[str, Any]) -> None:
     """Busy or interrupted dpkg: wait for it (bounded) and finish it before the first change."""
     if not (state["held"] or state["interrupted"]):
         return

@@ -7,14 +7,15 @@ settings ask for any of them.
 from __future__ import annotations
 
 from pyinfra import host
-from pyinfra.api import deploy
 
 from ..facts.nvidia import NodeSurvey
 from ..facts.rack import ImexState, MigState, PeermemState
 from ..facts.read_ahead import FactCall, known_fact
+from ..foundations.pyinfra_api import deploy
 from ..operations import rack
 from ..operations.failure import HostRefusal, fail
 from ..rack import peermem
+from ..rack.imex import Member
 from ..settings import Settings
 from .imex import members_of
 
@@ -32,8 +33,8 @@ def verify_reads(settings: Settings) -> list[FactCall]:
 
 
 @deploy("Verify the rack")
-def verify_rack(settings: Settings):
-    members = ()
+def verify_rack(settings: Settings) -> None:
+    members: tuple[Member, ...] = ()
     if settings.imex_domain:
         try:
             members = members_of(settings)

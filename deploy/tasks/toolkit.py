@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from pyinfra import host
-from pyinfra.api import deploy
+from typing import Any
 
-from ..distros.package_managers import APT, PACKAGE_MANAGERS, install_packages
+from pyinfra import host
+
 from ..distros.families import Platform
+from ..distros.package_managers import APT_REPOSITORY_FILE, PACKAGE_MANAGERS, install_packages
 from ..distros.repositories import add_repository, key_pin, rpm_repository_text
 from ..facts.read_ahead import FactCall, read
+from ..foundations.pyinfra_api import deploy
 from ..operations import download
 from ..operations import packages as package_ops
 from ..operations.failure import HostRefusal
-from ..settings import Settings
 from ..planning.findings import StepCheck
+from ..settings import Settings
 
 # Pinned together: the toolkit refuses mixed versions of its own parts.
 TOOLKIT_PACKAGES = (
@@ -24,7 +26,7 @@ TOOLKIT_PACKAGES = (
 )
 REPOSITORY_NAME = "nvidia-container-toolkit"
 APT_KEYRING = "/usr/share/keyrings/nvidia-container-toolkit-keyring.asc"
-APT_SOURCE = APT.repository_file.format(name=REPOSITORY_NAME)
+APT_SOURCE = APT_REPOSITORY_FILE.format(name=REPOSITORY_NAME)
 HEADER = "# Managed by gpu-node (deploy/tasks/toolkit.py)\n"
 
 
@@ -50,9 +52,11 @@ def rpm_repository(settings: Settings, platform: Platform) -> dict[str, str]:
 def rpm_repo_text(settings: Settings, platform: Platform) -> str:
     """The toolkit's repository file as NVIDIA publishes it (metadata signature checked, packages not),
     its key the checked copy."""
-    manager = platform.family.package_manager
+    key_file = platform.family.package_manager.key_file
+    if key_file is None:  # (every RPM manager has one)
+        raise ValueError(f"{platform.family.package_manager.name} takes no repository key")
     return rpm_repository_text(HEADER, REPOSITORY_NAME, repository_url(settings, platform),
-                               manager.key_file.format(name=REPOSITORY_NAME), settings.nvidia_toolkit_gpgkey_url,
+                               key_file.format(name=REPOSITORY_NAME), settings.nvidia_toolkit_gpgkey_url,
                                settings.nvidia_toolkit_gpgkey_fingerprint, package_check=False, metadata_check=True)
 
 
@@ -80,13 +84,13 @@ def pin_findings(settings: Settings, platform: Platform) -> list[str]:
             f"{platform.distro_id}: {manager.name} installs only the current version; unset it (or hold it by hand)"]
 
 
-def preflight_check(settings: Settings, platform: Platform, nvidia: dict) -> StepCheck:
+def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, Any]) -> StepCheck:
     """What preflight checks for this stage (deploy/stages.py): a pin the family cannot honour."""
     return StepCheck(errors=pin_findings(settings, platform))
 
 
 @deploy("NVIDIA container toolkit")
-def toolkit(settings: Settings, platform: Platform):
+def toolkit(settings: Settings, platform: Platform) -> None:
     manager = platform.family.package_manager
     pinned = settings.nvidia_toolkit_version is not None
     lock_timeout = settings.apt_lock_timeout

@@ -11,24 +11,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import PurePosixPath
+from typing import Any
 
 from pyinfra import host, logger
-from pyinfra.api import deploy
 from pyinfra.facts.server import Arch, LinuxDistribution
 from pyinfra.operations import systemd
 
-from ..node import records as node_records
 from ..distros.families import Platform, detect_platform
+from ..driver.fabric import NVLINK5_MODULES_LOAD_PATH
 from ..facts.access import HostAccess
 from ..facts.read_ahead import FactCall, read, read_facts
 from ..facts.records import NodeRecords
-from ..driver.fabric import NVLINK5_MODULES_LOAD_PATH
+from ..foundations.pyinfra_api import deploy
+from ..node import records as node_records
 from ..operations import devices, kernel, units
 from ..operations import undo as undo_ops
 from ..operations.cdi import REFRESH_ENV
 from ..operations.failure import HostRefusal
+from ..operations.undo import FileUndo
+from ..planning.driver_plan import APT_PIN_PATH, CUDA_PROFILE_PATH
 from ..settings import Settings
-from . import driver as driver_stage
 from . import kernel as kernel_stage
 from . import toolkit as toolkit_stage
 from .preflight import access_refusal
@@ -37,8 +39,8 @@ from .preflight import access_refusal
 # gpu-node before it kept records): the kernel stage's, the device links', the driver's apt pin and
 # CUDA profile, the CDI refresh's environment, the toolkit's apt source.
 OWN_FILES = (kernel_stage.MODULES_LOAD_PATH, kernel_stage.SYSCTL_PATH, kernel_stage.BLACKLIST_PATH,
-             NVLINK5_MODULES_LOAD_PATH, devices.LINKS_SCRIPT, devices.UDEV_RULE, driver_stage.APT_PIN_PATH,
-             driver_stage.CUDA_PROFILE_PATH, REFRESH_ENV, toolkit_stage.APT_SOURCE)
+             NVLINK5_MODULES_LOAD_PATH, devices.LINKS_SCRIPT, devices.UDEV_RULE, APT_PIN_PATH,
+             CUDA_PROFILE_PATH, REFRESH_ENV, toolkit_stage.APT_SOURCE)
 OWN_HEADERS = ("# Managed by gpu-node", "#!/bin/sh\n# Managed by gpu-node")
 
 
@@ -49,8 +51,8 @@ def records_read() -> FactCall:
 @dataclass(frozen=True)
 class UndoFindings:
     platform: Platform
-    records: dict  # NodeRecords
-    files: list = field(default_factory=list)  # FileUndo per recorded file
+    records: dict[str, Any]  # NodeRecords
+    files: list[FileUndo] = field(default_factory=list)  # per recorded file
 
 
 def read_node(settings: Settings) -> UndoFindings:
@@ -68,7 +70,7 @@ def read_node(settings: Settings) -> UndoFindings:
     return UndoFindings(platform, records, [undo_ops.decide(record) for record in records["files"]])
 
 
-def records_refusal(records: dict) -> str | None:
+def records_refusal(records: dict[str, Any]) -> str | None:
     """One line when the records folder is not root's alone (node_records.ROOT_ALONE): another user
     could have written records there, which the undo would act on as root."""
     folder = records["folder"]
@@ -84,7 +86,7 @@ def records_refusal(records: dict) -> str | None:
 UNIT_FOLDERS = ("/etc/systemd/system",)
 
 
-def units_gpu_node_created(records: dict, files: list) -> dict:
+def units_gpu_node_created(records: dict[str, Any], files: list[FileUndo]) -> dict[str, FileUndo]:
     """unit -> the FileUndo of its file, for each recorded unit whose file gpu-node created (nothing was
     there before) and whose file the undo does not keep: the unit goes, whatever systemctl said of it
     when it was recorded."""
@@ -97,7 +99,7 @@ def units_gpu_node_created(records: dict, files: list) -> dict:
     return created
 
 
-def own_files_without_records(records: dict) -> list[str]:
+def own_files_without_records(records: dict[str, Any]) -> list[str]:
     recorded = {record["path"] for record in records["files"]}
     return sorted(path for path, head in records["own"].items()
                   if path not in recorded and head.startswith(OWN_HEADERS))
@@ -109,7 +111,7 @@ def say(line: str, kept: bool = False) -> None:
 
 
 @deploy("Take gpu-node back off")
-def take_it_back_off(settings: Settings, found: UndoFindings):
+def take_it_back_off(settings: Settings, found: UndoFindings) -> None:
     records, manager = found.records, found.platform.family.package_manager
     own = own_files_without_records(records)
     if not (records["records"] or own):
@@ -128,9 +130,11 @@ def take_it_back_off(settings: Settings, found: UndoFindings):
     # The files, a unit's together, that unit restarted once, after its last changed file.
     changes = [undo for undo in found.files if undo.action != undo_ops.KEEP]
     blacklist = None
-    by_unit = lambda undo: undo.record["unit"] or ""  # noqa: E731
-    for unit, group in groupby(sorted(changes, key=by_unit), key=by_unit):
-        group = list(group)
+    def by_unit(undo: FileUndo) -> str:
+        return undo.record["unit"] or ""
+
+    for unit, grouped in groupby(sorted(changes, key=by_unit), key=by_unit):
+        group = list(grouped)
         changing = [undo for undo in group if undo.changes]
         for undo in group:
             put_back = undo_ops.put_back_file(

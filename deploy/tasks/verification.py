@@ -3,14 +3,13 @@ deploy/operations/verification.py)."""
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
-from pyinfra.api import deploy
-
-from ..verification.options import VerifyOptions
 from ..facts.read_ahead import FactCall
+from ..foundations.pyinfra_api import deploy
 from ..operations import verification
 from ..settings import Settings
+from ..verification.options import VerifyOptions
 
 
 def reads(settings: Settings) -> list[FactCall]:
@@ -19,7 +18,7 @@ def reads(settings: Settings) -> list[FactCall]:
 
 
 @deploy("Verify")
-def verify(settings: Settings, driver_packages: Iterable[str] = ()):
+def verify(settings: Settings, driver_packages: Iterable[str] = ()) -> None:
     """``driver_packages``: what this run's driver stage installs (a GPU node that awaits its reboot
     for them fails no verify step before it)."""
     verification.check_node(

@@ -6,17 +6,18 @@ the nvidia runtime's mode, and the device the CRI probe's CDI container asks for
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import yaml
 
-from ..foundations import node_text
-from ..runtimes.cdi import RUNTIME_CONFIG, SPEC_PATH, runtime_mode_of
-from ..runtimes import registry
-from ..foundations.toml_layout import ConfigError
 from ..facts.cdi import REFRESH_PATH_UNIT, spec_stale
-from ..reports.node_report import FAIL, PASS, SKIP, Step
-from .options import NO_GPU, VerifyOptions
+from ..foundations import node_text
 from ..foundations.node_text import short
+from ..foundations.toml_layout import ConfigError
+from ..reports.node_report import FAIL, PASS, SKIP, Step
+from ..runtimes import registry
+from ..runtimes.cdi import RUNTIME_CONFIG, SPEC_PATH, runtime_mode_of
+from .options import NO_GPU, VerifyOptions
 from .readout import crictl_message, gpu_usable, without_crictl_warnings
 
 
@@ -31,7 +32,7 @@ class CdiProbe:
     paths: tuple[str, ...]
 
 
-def cdi_expected(readout: dict, options: VerifyOptions) -> bool:
+def cdi_expected(readout: dict[str, Any], options: VerifyOptions) -> bool:
     """Whether the node should run CDI: asked, or (auto) a wired runtime's version has it, as the CDI
     stage decides (a runtime whose reading holds no version, Docker's, counts as without)."""
     if options.cdi != "auto":
@@ -51,7 +52,7 @@ def cdi_spec_names(text: str) -> list[str]:
     return [str(device.get("name")) for device in spec["devices"] if isinstance(device, dict)]
 
 
-def cdi_summary(readout: dict, options: VerifyOptions) -> str:
+def cdi_summary(readout: dict[str, Any], options: VerifyOptions) -> str:
     if not cdi_expected(readout, options):
         return "off"
     state = readout["cdi"]
@@ -60,7 +61,7 @@ def cdi_summary(readout: dict, options: VerifyOptions) -> str:
     return "on, spec stale" if spec_stale(state) else "on, spec current"
 
 
-def cdi_step(readout: dict, options: VerifyOptions) -> Step:
+def cdi_step(readout: dict[str, Any], options: VerifyOptions) -> Step:
     """The CDI spec: there, current, naming every GPU the driver sees by UUID; the refresh running."""
     if not cdi_expected(readout, options):
         return Step("cdi", SKIP, f"CDI is off (cdi={options.cdi})")
@@ -87,7 +88,7 @@ def cdi_step(readout: dict, options: VerifyOptions) -> Step:
                 + (f"; {REFRESH_PATH_UNIT} active" if state["refresh_unit"] else ""))
 
 
-def runtime_mode_step(readout: dict, options: VerifyOptions) -> Step:
+def runtime_mode_step(readout: dict[str, Any], options: VerifyOptions) -> Step:
     """The nvidia runtime's mode in its config.toml is the one nvidia_runtime_mode asks."""
     if options.runtime_mode is None:
         return Step("runtime_mode", SKIP, f"nvidia_runtime_mode is unset: {RUNTIME_CONFIG} is left as it is")
@@ -103,7 +104,7 @@ def runtime_mode_step(readout: dict, options: VerifyOptions) -> Step:
     return Step("runtime_mode", PASS, f"{where}: mode {mode!r}")
 
 
-def cri_cdi_probe(readout: dict, options: VerifyOptions) -> CdiProbe | None:
+def cri_cdi_probe(readout: dict[str, Any], options: VerifyOptions) -> CdiProbe | None:
     """The CDI device the CRI probe's second container asks for: on a CDI node with a usable GPU and a
     spec, the first GPU the driver sees by its UUID where the spec names it, else ``all``; None: no
     such container (the cdi step says why)."""
@@ -124,14 +125,14 @@ def cri_cdi_probe(readout: dict, options: VerifyOptions) -> CdiProbe | None:
     return CdiProbe(f"{spec['kind']}={name}", tuple(dict.fromkeys(paths))) if paths else None
 
 
-def _device_node_paths(holder: dict) -> list[str]:
+def _device_node_paths(holder: dict[str, Any]) -> list[str]:
     """The container paths of the device nodes a spec's or a device's ``containerEdits`` give."""
-    edits = holder.get("containerEdits") if isinstance(holder.get("containerEdits"), dict) else {}
-    nodes = edits.get("deviceNodes") if isinstance(edits.get("deviceNodes"), list) else []
+    edits = found if isinstance(found := holder.get("containerEdits"), dict) else {}
+    nodes = listed if isinstance(listed := edits.get("deviceNodes"), list) else []
     return [str(node["path"]) for node in nodes if isinstance(node, dict) and node.get("path")]
 
 
-def cdi_container_problem(result: dict, cdi: CdiProbe) -> str | None:
+def cdi_container_problem(result: dict[str, Any], cdi: CdiProbe) -> str | None:
     """What went wrong with the CRI probe's CDI container (None: it had every device node the spec
     gives ``cdi.device``)."""
     for name in ("create", "start", "logs"):

@@ -6,12 +6,13 @@ a wired runtime's CRI (containerd's), and the /dev/char links the systemd cgroup
 from __future__ import annotations
 
 import posixpath
+from typing import Any
 
 import yaml
 
-from ..foundations import node_text
 from ..facts.devices import missing_links
 from ..facts.verification import KUBELET_CONFIG
+from ..foundations import node_text
 from ..reports.node_report import FAIL, PASS, SKIP, Step
 from ..runtimes import registry
 from .options import VerifyOptions
@@ -23,7 +24,7 @@ def kubelet_cgroup_driver(text: str) -> str:
     return str(config.get("cgroupDriver") or "cgroupfs") if isinstance(config, dict) else "cgroupfs"
 
 
-def cgroup_steps(readout: dict, options: VerifyOptions) -> list[Step]:
+def cgroup_steps(readout: dict[str, Any], options: VerifyOptions) -> list[Step]:
     if readout["kubelet_config"] is None:
         return [Step("cgroup_driver", SKIP, f"no {KUBELET_CONFIG} (the kubelet is not configured yet)")]
     try:
@@ -34,11 +35,11 @@ def cgroup_steps(readout: dict, options: VerifyOptions) -> list[Step]:
         return [Step("cgroup_driver", FAIL, f"cannot parse {KUBELET_CONFIG}: "
                                             f"{node_text.syntax_error(error, readout['kubelet_config'])}")]
     kubelet_systemd = driver == "systemd"
-    cri_runtimes = [runtime for runtime in registry.RUNTIMES if runtime.kubelet_cgroups is not None]
-    checks = [(runtime.title, name, systemd) for runtime in cri_runtimes if runtime.name in options.runtimes
-              for name, systemd in runtime.kubelet_cgroups(readout[runtime.name])]
+    cri_runtimes = [(runtime, cgroups) for runtime in registry.RUNTIMES if (cgroups := runtime.kubelet_cgroups) is not None]
+    checks = [(runtime.title, name, systemd) for runtime, cgroups in cri_runtimes if runtime.name in options.runtimes
+              for name, systemd in cgroups(readout[runtime.name])]
     if not checks:
-        titles = " or ".join(runtime.title for runtime in cri_runtimes)
+        titles = " or ".join(runtime.title for runtime, _ in cri_runtimes)
         return [Step("cgroup_driver", SKIP, f"kubelet cgroupDriver: {driver}; no {titles} runtime to compare with")]
     wrong = [(title, name, value) for title, name, value in checks if value != kubelet_systemd]
     if wrong:
@@ -51,7 +52,7 @@ def cgroup_steps(readout: dict, options: VerifyOptions) -> list[Step]:
                  f"kubelet cgroupDriver: {driver} matches SystemdCgroup = {str(kubelet_systemd).lower()}")]
 
 
-def dev_char_step(readout: dict, options: VerifyOptions) -> Step:
+def dev_char_step(readout: dict[str, Any], options: VerifyOptions) -> Step:
     """Every NVIDIA device node linked in /dev/char, where the systemd cgroup driver needs it."""
     if not options.wiring.systemd_cgroup:
         return Step("dev_char", SKIP, "systemd_cgroup is false: systemd does not manage the containers' devices")

@@ -5,6 +5,8 @@ Verify's driver branch step: the node's driver branch, its kind and end of life
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..driver.branches import branch_summary, end_of_life_warning
 from ..driver.versions import upstream_version
 from ..reports.node_report import PASS, SKIP, Step
@@ -12,7 +14,7 @@ from .options import VerifyOptions
 from .readout import driver_version
 
 
-def lifecycle_step(readout: dict, options: VerifyOptions) -> Step:
+def lifecycle_step(readout: dict[str, Any], options: VerifyOptions) -> Step:
     """The driver branch's kind and end of life; one past it is named with what to move to, as a
     pass: the driver works, and a refusal would fail every node of that branch at once."""
     kernels = (readout.get("kernels") or {}).get("kernels") or {}

@@ -5,6 +5,8 @@ driver's version, and CUDA's own start (cuInit). Pure.
 
 from __future__ import annotations
 
+from typing import Any
+
 from packaging.version import InvalidVersion, Version
 
 from ..driver.fabric import fabric_of
@@ -15,7 +17,7 @@ from .options import NO_GPU, VerifyOptions
 from .readout import driver_version, gpus_on_pci, kernel_module_version
 
 
-def gpu_steps(readout: dict, options: VerifyOptions) -> list[Step]:
+def gpu_steps(readout: dict[str, Any], options: VerifyOptions) -> list[Step]:
     steps = []
     pci = gpus_on_pci(readout)
     if pci:
@@ -80,7 +82,7 @@ def gpu_steps(readout: dict, options: VerifyOptions) -> list[Step]:
 SYSTEM_NOT_READY = 802
 
 
-def cuda_summary(readout: dict) -> str:
+def cuda_summary(readout: dict[str, Any]) -> str:
     cuda = readout["cuda"]
     if cuda["python"] is None:
         return "not checked (no python3)"
@@ -97,14 +99,14 @@ def cuda_summary(readout: dict) -> str:
     return f"error {code} {cuda['error_name'] or ''}".strip()
 
 
-def cuda_error(cuda: dict) -> str:
+def cuda_error(cuda: dict[str, Any]) -> str:
     """cuInit's failure as the library itself names it."""
     code = cuda["init_result"]
     named = f"CUDA error {code} {cuda['error_name'] or '(the library gives it no name)'}"
     return named + (f": {cuda['error_string']}" if cuda["error_string"] else "")
 
 
-def cuda_step(readout: dict, options: VerifyOptions) -> Step:
+def cuda_step(readout: dict[str, Any], options: VerifyOptions) -> Step:
     """cuInit through the driver's libcuda.so.1 (deploy/facts/cuda.py): CUDA starts, not only nvidia-smi."""
     cuda = readout["cuda"]
     fabric = fabric_of(readout["node"])

@@ -6,6 +6,8 @@ it. Pure.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..driver.fabric import fabric_of
 from ..facts.verification import FABRIC_MANAGER_UNIT, PERSISTENCED_UNIT, unit_state
 from ..reports.node_report import FAIL, PASS, SKIP, Step
@@ -16,7 +18,7 @@ from .readout import gpus_on_pci
 MODULE_LICENSES = {"Dual MIT/GPL": "open", "NVIDIA": "proprietary"}
 
 
-def loaded_module_type(readout: dict) -> str | None:
+def loaded_module_type(readout: dict[str, Any]) -> str | None:
     """The loaded module's type, from /proc/driver/nvidia/version ("... Open Kernel Module ...")."""
     text = readout["kernel_module"]
     if not text:
@@ -24,20 +26,20 @@ def loaded_module_type(readout: dict) -> str | None:
     return "open" if "Open Kernel Module" in text else "proprietary"
 
 
-def installed_module_type(readout: dict) -> str | None:
+def installed_module_type(readout: dict[str, Any]) -> str | None:
     """The type of the module installed for the running kernel, from modinfo's license."""
     license_ = readout["kernel_module_license"]
     return MODULE_LICENSES.get(license_, f"unknown (license {license_})") if license_ else None
 
 
-def module_type_summary(readout: dict) -> str | None:
+def module_type_summary(readout: dict[str, Any]) -> str | None:
     loaded, installed = loaded_module_type(readout), installed_module_type(readout)
     if loaded:
         return loaded
     return f"{installed} (installed, not loaded)" if installed else None
 
 
-def module_type_step(readout: dict, options: VerifyOptions) -> Step:
+def module_type_step(readout: dict[str, Any], options: VerifyOptions) -> Step:
     loaded, installed = loaded_module_type(readout), installed_module_type(readout)
     wanted = options.kernel_module_type
     setting = f"nvidia_kernel_modules = {wanted}"
@@ -62,11 +64,11 @@ def module_type_step(readout: dict, options: VerifyOptions) -> Step:
     return Step("kernel_module_type", SKIP, f"{prefix}no nvidia kernel module loaded or installed")
 
 
-def persistence_modes(readout: dict) -> dict[int, str]:
+def persistence_modes(readout: dict[str, Any]) -> dict[int, str]:
     return readout["smi"]["persistence"] if readout["smi"]["exit_code"] == 0 else {}
 
 
-def persistence_summary(readout: dict) -> str:
+def persistence_summary(readout: dict[str, Any]) -> str:
     modes = persistence_modes(readout)
     text = f"{PERSISTENCED_UNIT} {unit_state(readout, PERSISTENCED_UNIT)}"
     if modes:
@@ -75,7 +77,7 @@ def persistence_summary(readout: dict) -> str:
     return text
 
 
-def persistence_step(readout: dict, options: VerifyOptions) -> Step:
+def persistence_step(readout: dict[str, Any], options: VerifyOptions) -> Step:
     state = unit_state(readout, PERSISTENCED_UNIT)
     modes = persistence_modes(readout)
     disabled = sorted(index for index, mode in modes.items() if mode != "Enabled")
@@ -96,13 +98,13 @@ def persistence_step(readout: dict, options: VerifyOptions) -> Step:
     return Step("persistence", PASS, f"{seen}; persistence mode Enabled on {len(modes)} GPU(s)")
 
 
-def fabric_manager_summary(readout: dict) -> str:
+def fabric_manager_summary(readout: dict[str, Any]) -> str:
     if not fabric_of(readout["node"]).needs_fabric_manager:
         return "not needed"
     return unit_state(readout, FABRIC_MANAGER_UNIT)
 
 
-def fabric_manager_step(readout: dict, options: VerifyOptions) -> Step:
+def fabric_manager_step(readout: dict[str, Any], options: VerifyOptions) -> Step:
     fabric = fabric_of(readout["node"])
     state = unit_state(readout, FABRIC_MANAGER_UNIT)
     if not fabric.needs_fabric_manager:

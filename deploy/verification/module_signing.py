@@ -5,6 +5,8 @@ Verify's module signing step: who signed each NVIDIA kernel module and whether t
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..driver.signing import signing_wanted
 from ..reports.node_report import FAIL, PASS, SKIP, Step
 from .options import VerifyOptions
@@ -12,7 +14,7 @@ from .options import VerifyOptions
 ENROLLED = {"enrolled": "yes", "pending": "pending next boot", "no": "no"}
 
 
-def module_signing_step(readout: dict, options: VerifyOptions) -> Step:
+def module_signing_step(readout: dict[str, Any], options: VerifyOptions) -> Step:
     """"module signed by <key>, enrolled: yes / pending next boot / no"; a failure where Secure Boot is
     on and a module is unsigned, or signed by gpu-node's key that is not enrolled nor requested."""
     state = readout["signing"]

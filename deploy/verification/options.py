@@ -51,6 +51,6 @@ class VerifyOptions:
     today: date = field(default_factory=date.today)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "VerifyOptions":
+    def from_settings(cls, settings: Settings) -> VerifyOptions:
         return cls(wiring=runtime_wiring(settings), **{each.name: getattr(settings, each.metadata["setting"])
                                                       for each in fields(cls) if "setting" in each.metadata})

@@ -7,11 +7,13 @@ deploy/facts/rack.py; each a step of the node's report.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..rack import imex, mig, peermem
 from ..reports.node_report import FAIL, PASS, SKIP, Step
 
 
-def imex_step(domain: str, members: tuple[imex.Member, ...], reading: dict) -> Step:
+def imex_step(domain: str, members: tuple[imex.Member, ...], reading: dict[str, Any]) -> Step:
     """The host's IMEX domain as verify finds it; a member not READY is named with its host."""
     name, unit = "imex_domain", imex.IMEX_UNIT
     addresses = ", ".join(member.address for member in members)
@@ -42,7 +44,7 @@ def imex_step(domain: str, members: tuple[imex.Member, ...], reading: dict) -> S
     return Step(name, PASS, f"IMEX domain {domain} UP: {len(members)}/{len(members)} members READY ({addresses})")
 
 
-def peermem_step(reading: dict, driver_branch: int | None) -> Step:
+def peermem_step(reading: dict[str, Any], driver_branch: int | None) -> Step:
     """nvidia-peermem loaded after the node's RDMA stack, in a pairing NVIDIA supports."""
     name = "gpudirect_rdma"
     stack = peermem.RdmaStack(peermem.ofed_version(reading["ofed"]))
@@ -68,7 +70,7 @@ def peermem_step(reading: dict, driver_branch: int | None) -> Step:
     return Step(name, PASS, f"{peermem.MODULE} loaded after {stack.name} ({', '.join(peermem.RDMA_MODULES)})")
 
 
-def mig_step(layout: mig.MigLayout, reading: dict) -> Step:
+def mig_step(layout: mig.MigLayout, reading: dict[str, Any]) -> Step:
     """The layout applied, as NVIDIA's own mig-parted asserts it."""
     name, unit = "mig_layout", mig.MIG_UNIT
     if reading["enabled"] == "not-found":

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from ..runtimes import registry
 
 
-def gpus_on_pci(readout: dict) -> list[dict]:
-    return readout["node"]["gpus"]
+def gpus_on_pci(readout: dict[str, Any]) -> list[dict[str, Any]]:
+    gpus: list[dict[str, Any]] = readout["node"]["gpus"]
+    return gpus
 
 
-def gpu_usable(readout: dict) -> bool:
+def gpu_usable(readout: dict[str, Any]) -> bool:
     """A GPU is there and nvidia-smi talks to it: the runs with --gpus make sense."""
     return bool(gpus_on_pci(readout)) and readout["smi"]["exit_code"] == 0 and bool(readout["smi"]["gpus"])
 
@@ -26,17 +28,17 @@ def kernel_module_version(text: str | None) -> str | None:
     return match[1] if match else None
 
 
-def driver_version(readout: dict) -> str | None:
+def driver_version(readout: dict[str, Any]) -> str | None:
     versions = [gpu["driver_version"] for gpu in readout["smi"]["gpus"] if gpu["driver_version"]]
     return versions[0] if versions else kernel_module_version(readout["kernel_module"])
 
 
-def prepared(readout: dict) -> dict:
+def prepared(readout: dict[str, Any]) -> dict[str, Any]:
     """The readout with each runtime's reading prepared for its steps, once (containerd's dump parsed)."""
     return {**readout, **{runtime.name: runtime.prepared(readout[runtime.name]) for runtime in registry.RUNTIMES}}
 
 
-def configured_binaries(readout: dict) -> set[str]:
+def configured_binaries(readout: dict[str, Any]) -> set[str]:
     """The nvidia runtime's binary as each runtime's (prepared) reading names it: containerd's parsed
     dump, ``docker info``."""
     return {binary for runtime in registry.RUNTIMES if (binary := runtime.configured_binary(readout[runtime.name]))}
@@ -72,7 +74,7 @@ def without_crictl_warnings(text: str) -> str:
                              and logged[1] == "warning"))
 
 
-def cleaned_up(step: dict) -> bool:
+def cleaned_up(step: dict[str, Any]) -> bool:
     """Done, or the sandbox is gone already: on a kubelet node the kubelet may remove it first."""
     output = step.get("output", "")
     return step.get("exit_code", 1) == 0 or "code = NotFound" in output or "not found" in output

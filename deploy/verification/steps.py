@@ -4,24 +4,32 @@ Every verify step of a node, in order, from each subject's module, and the node'
 
 from __future__ import annotations
 
-from ..foundations import redact
-from .version_set import version_set_step
+from typing import Any
+
 from ..driver.kernel_coverage import boot_kernels_step
+from ..foundations import redact
 from ..reports.node_report import NodeRecord, Step
+from ..runtimes import registry
 from .cdi import cdi_step, cdi_summary, cri_cdi_probe, runtime_mode_step
 from .cluster import cgroup_steps, dev_char_step
-from .gpu_driver import cuda_step, cuda_summary, gpu_steps
-from .module_fabric import (fabric_manager_step, fabric_manager_summary, module_type_step, module_type_summary,
-                            persistence_step, persistence_summary)
 from .driver_branch import lifecycle_step
+from .gpu_driver import cuda_step, cuda_summary, gpu_steps
+from .module_fabric import (
+    fabric_manager_step,
+    fabric_manager_summary,
+    module_type_step,
+    module_type_summary,
+    persistence_step,
+    persistence_summary,
+)
 from .module_signing import module_signing_step
 from .options import VerifyOptions
 from .readout import driver_version, gpus_on_pci
 from .toolkit_runtimes import run_steps, runtime_config_steps, toolkit_steps
-from ..runtimes import registry
+from .version_set import version_set_step
 
 
-def all_steps(readout: dict, options: VerifyOptions, runs: dict[str, dict]) -> list[Step]:
+def all_steps(readout: dict[str, Any], options: VerifyOptions, runs: dict[str, dict[str, Any]]) -> list[Step]:
     """Every step, in order, from the facts (each runtime's reading prepared: readout.prepared) and
     the results of the runs that were done."""
     steps = gpu_steps(readout, options)
@@ -43,7 +51,7 @@ def all_steps(readout: dict, options: VerifyOptions, runs: dict[str, dict]) -> l
     return steps
 
 
-def node_record(name: str, readout: dict, options: VerifyOptions, steps: list[Step]) -> NodeRecord:
+def node_record(name: str, readout: dict[str, Any], options: VerifyOptions, steps: list[Step]) -> NodeRecord:
     smi_gpus = readout["smi"]["gpus"]
     if smi_gpus:
         gpus = [f"{gpu['name'] or '?'} ({gpu['uuid'] or 'no UUID'})" for gpu in smi_gpus]

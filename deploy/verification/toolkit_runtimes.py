@@ -6,17 +6,19 @@ containers showed. Pure.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..foundations.node_text import short
+from ..reports.node_report import FAIL, PASS, SKIP, Step
 from ..runtimes import registry
 from ..runtimes.registry import CONTAINER, CRI, GpuRun
 from ..runtimes.wiring import HANDLER
-from ..reports.node_report import FAIL, PASS, SKIP, Step
 from .cdi import CdiProbe, cdi_container_problem
 from .options import NO_GPU, VerifyOptions
 from .readout import cleaned_up, configured_binaries, crictl_message, gpu_usable, gpus_on_pci, without_crictl_warnings
 
 
-def toolkit_steps(readout: dict, options: VerifyOptions) -> list[Step]:
+def toolkit_steps(readout: dict[str, Any], options: VerifyOptions) -> list[Step]:
     steps = []
     if readout["toolkit_version"]:
         steps.append(Step("toolkit", PASS, f"NVIDIA container toolkit {readout['toolkit_version']} (nvidia-ctk)"))
@@ -42,7 +44,7 @@ def toolkit_steps(readout: dict, options: VerifyOptions) -> list[Step]:
     return steps
 
 
-def runtime_config_steps(readout: dict, options: VerifyOptions) -> list[Step]:
+def runtime_config_steps(readout: dict[str, Any], options: VerifyOptions) -> list[Step]:
     """Each runtime's ``<name>_config`` step: its own view against the wiring, where it is wired."""
     steps = []
     for runtime in registry.RUNTIMES:
@@ -56,7 +58,7 @@ def runtime_config_steps(readout: dict, options: VerifyOptions) -> list[Step]:
     return steps
 
 
-def planned_runs(readout: dict, options: VerifyOptions) -> dict[str, str | None]:
+def planned_runs(readout: dict[str, Any], options: VerifyOptions) -> dict[str, str | None]:
     """Which runs to do (each runtime's GpuRuns): name -> None (run it) or the reason it is skipped."""
     gpu = gpu_usable(readout)
     no_gpu = NO_GPU if not gpus_on_pci(readout) else "the GPU is not usable (see nvidia_smi)"
@@ -73,7 +75,7 @@ def planned_runs(readout: dict, options: VerifyOptions) -> dict[str, str | None]
     return plan
 
 
-def run_skipped(run: GpuRun, readout: dict, reading: dict, gpu: bool, no_gpu: str, image: str) -> str | None:
+def run_skipped(run: GpuRun, readout: dict[str, Any], reading: dict[str, Any], gpu: bool, no_gpu: str, image: str) -> str | None:
     """Why ``run`` cannot be done on its running runtime, or None when it can."""
     if run.probe == CRI:
         return None if readout["crictl_path"] else (
@@ -92,14 +94,15 @@ def gpu_run_skipped(gpu: bool, no_gpu: str, image_present: bool, image: str, pul
     return None
 
 
-def run_steps(readout: dict, options: VerifyOptions, runs: dict[str, dict], cdi: CdiProbe | None) -> list[Step]:
+def run_steps(readout: dict[str, Any], options: VerifyOptions, runs: dict[str, dict[str, Any]], cdi: CdiProbe | None) -> list[Step]:
     """Each runtime's GPU runs' steps: what the run showed, or why it was skipped (``planned_runs``)."""
     plan = planned_runs(readout, options)
     steps = []
     for runtime in registry.RUNTIMES:
         for run in runtime.runs:
-            if plan[run.name] is not None:
-                steps.append(Step(run.name, SKIP, plan[run.name]))
+            skipped = plan[run.name]
+            if skipped is not None:
+                steps.append(Step(run.name, SKIP, skipped))
             elif run.probe == CRI:
                 steps.append(cri_step(runs.get(run.name, {}), gpu_usable(readout), options.image, cdi, run.name))
             elif run.probe == CONTAINER:
@@ -107,7 +110,7 @@ def run_steps(readout: dict, options: VerifyOptions, runs: dict[str, dict], cdi:
     return steps
 
 
-def cri_step(result: dict, gpu: bool, image: str, cdi: CdiProbe | None = None, name: str = "cri_handler") -> Step:
+def cri_step(result: dict[str, Any], gpu: bool, image: str, cdi: CdiProbe | None = None, name: str = "cri_handler") -> Step:
     """The CRI run ``name``: the sandbox through the handler, its nvidia-smi container and CDI's."""
     runp = result.get("runp")
     if not runp:
@@ -145,7 +148,7 @@ def cri_step(result: dict, gpu: bool, image: str, cdi: CdiProbe | None = None, n
                 f"{sandbox}; nvidia-smi -L: {short(logs, 120)}{cdi_note}{note}")
 
 
-def run_step(name: str, result: dict, what: str) -> Step:
+def run_step(name: str, result: dict[str, Any], what: str) -> Step:
     if result["exit_code"] == 0:
         return Step(name, PASS, f"{what}: {short(result['output'], 120)}")
     return Step(name, FAIL, f"{what} exited {result['exit_code']}: {short(result['output'])}")

@@ -6,14 +6,16 @@ out of step, why, and the fix, in one line.
 
 from __future__ import annotations
 
+from typing import Any
+
+from ..driver.next_boot import library_version
 from ..driver.versions import upstream_version
-from ..driver.kernel_coverage import library_version
 from ..reports.node_report import FAIL, PASS, SKIP, Step
 
 STEP = "version_set"
 
 
-def version_set_step(loaded: str | None, kernels: dict | None) -> Step:
+def version_set_step(loaded: str | None, kernels: dict[str, Any] | None) -> Step:
     """``loaded``: the running nvidia module's version (/sys/module/nvidia/version); ``kernels``: the
     InstalledKernels reading (the NVML library's file, Fabric Manager's package)."""
     library = library_version((kernels or {}).get("library"))

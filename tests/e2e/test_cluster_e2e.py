@@ -19,7 +19,6 @@ import sys
 import pytest
 import toolkit_repo
 import yaml
-
 from harness import REPO, assert_no_change, wait_for
 from lab import LabMissing, nvml_mock
 from lab.cluster import MOCK_DRIVER_ROOT, LabCluster
@@ -183,7 +182,7 @@ def test_k8s_gpu_time_slicing_labels_the_real_nodes_from_nvml_advertises_count_t
         assert labels[name]["accelerator"] == accelerator
         assert labels[name]["nvidia.com/device-plugin.config"] == f"time-slicing-{REPLICAS}"
         assert "nvidia.com/mps.capable" not in labels[name]
-    print(f"labels on the real nodes: {json.dumps({n: {k: v for k, v in l.items() if 'nvidia' in k or k == 'accelerator'} for n, l in labels.items()})}")
+    print(f"labels on the real nodes: {json.dumps({n: {k: v for k, v in found.items() if 'nvidia' in k or k == 'accelerator'} for n, found in labels.items()})}")
     print(f"first run: {len(writes)} write calls by the tool: {writes}")
 
     wanted = {"lab-gpu-1": str(cluster.gpu_count * REPLICAS), "lab-gpu-2": str(cluster.gpu_count * REPLICAS)}
@@ -396,9 +395,12 @@ def test_mig_strategy_runs_the_real_plugin_on_whole_mock_gpus_mig_devices_not_sh
     labels = node_labels(cluster)
     for node in ("lab-gpu-1", "lab-gpu-2"):
         assert labels[node]["nvidia.com/device-plugin.config"] == name
-        wait_for(lambda: f'"migStrategy": "{strategy}"' in latest_config_log(
-                     cluster, node, "nvidia-device-plugin", "nvidia-device-plugin-ctr"),
-                 timeout=240, interval=3, what=f"the plugin on {node} running with migStrategy {strategy}")
+
+        def running(node: str = node) -> bool:
+            return f'"migStrategy": "{strategy}"' in latest_config_log(
+                cluster, node, "nvidia-device-plugin", "nvidia-device-plugin-ctr")
+
+        wait_for(running, timeout=240, interval=3, what=f"the plugin on {node} running with migStrategy {strategy}")
     wanted = {"lab-gpu-1": str(cluster.gpu_count), "lab-gpu-2": str(cluster.gpu_count)}
     wait_for(lambda: gpu_capacity(cluster) == wanted, timeout=240, interval=2,
              what=f"nvidia.com/gpu allocatable {wanted} (now {gpu_capacity(cluster)})")
@@ -427,7 +429,7 @@ def test_mps_applies_its_config_labels_and_control_daemon_but_mps_is_not_shown_t
              timeout=120, interval=2, what="the MPS control daemon scheduled on both mps.capable nodes")
     for node in ("lab-gpu-1", "lab-gpu-2"):
         def refused() -> str | None:
-            log = latest_config_log(cluster, node, "nvidia-device-plugin", "nvidia-device-plugin-ctr")
+            log = latest_config_log(cluster, node, "nvidia-device-plugin", "nvidia-device-plugin-ctr")  # noqa: B023 - waited for here
             return log if '"mps"' in log and "error waiting for MPS daemon" in log else None
         log = wait_for(refused, timeout=240, interval=3, what=f"the plugin on {node} loading MPS and refusing")
         assert "nvidia-cuda-mps-control" in log, log[-2000:]

@@ -105,7 +105,7 @@ class Watcher:
     def __init__(self, node: SshNode):
         self.node = node
 
-    def __enter__(self) -> "Watcher":
+    def __enter__(self) -> Watcher:
         self.node.sh(f"mkdir -p {TEST_DIR}")
         run(["docker", "exec", "-d", self.node.id, "sh", "-c", WATCHER])
         wait_for(lambda: "Watches established" in self.node.sh(f"cat {TEST_DIR}/inotify.err 2>/dev/null",

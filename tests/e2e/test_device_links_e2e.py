@@ -28,8 +28,9 @@ def opens_after_daemon_reload(node, name: str) -> tuple[str, str]:
     node.sh(f"ctr -n k8s.io run -d --runc-systemd-cgroup --cgroup system.slice:gpu-node-test:{name} "
             f"--device /dev/nvidia0 docker.io/{IMAGE} {name} sh -c 'while true; do sleep 1; done'", timeout=120)
     try:
-        read = lambda exec_id: node.sh(f"ctr -n k8s.io task exec --exec-id {exec_id} {name} cat /dev/nvidia0",  # noqa: E731
-                                       check=False).stderr
+        def read(exec_id: str) -> str:
+            return node.sh(f"ctr -n k8s.io task exec --exec-id {exec_id} {name} cat /dev/nvidia0", check=False).stderr
+
         before = read("before")
         node.sh("systemctl daemon-reload")
         # systemd re-applies the cgroups from its event loop, possibly after daemon-reload returns:

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from lab import LabMissing, assets, nvml_mock
+from lab_assets import needs_lab
 
 from deploy.settings import SettingsError, parse_settings
 from deploy.tasks.k8s import SharingConfig
-from lab import LabMissing, assets, nvml_mock
-from lab_assets import needs_lab
 
 ACCEPTED = "Running with config:"
 REFUSED = ("unable to validate flags", "unable to load config")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from harness import wait_for
 from lab import LabMissing
 from lab import dra as dra_lab

@@ -23,10 +23,10 @@ import standin_rpms
 from family_images import ROCKY9_DNF, family_node, rpm_installed
 from harness import SAFE_DATA, assert_no_change, ensure_docker
 
-from deploy.distros.package_managers import DNF
 from deploy.distros.families import detect_platform
-from deploy.settings import parse_settings
+from deploy.distros.package_managers import DNF
 from deploy.planning import driver_plan
+from deploy.settings import parse_settings
 from deploy.tasks.toolkit import REPOSITORY_NAME, TOOLKIT_PACKAGES
 
 DRIVER_PACKAGES = ("nvidia-driver", "nvidia-driver-cuda", "kmod-nvidia-latest-dkms")

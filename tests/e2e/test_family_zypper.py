@@ -22,16 +22,16 @@ import platform as machine
 import pytest
 import standin_rpms
 import suse_repo
-from standin_rpms import StandinRpm
 from family_images import family_node, rpm_installed
 from family_rpm_more import installed_standin
 from family_zypper import LEAP156_ZYPPER
 from harness import SAFE_DATA, assert_no_change, ensure_docker
+from standin_rpms import StandinRpm
 
-from deploy.distros.package_managers import ZYPPER
 from deploy.distros.families import detect_platform
-from deploy.settings import parse_settings
+from deploy.distros.package_managers import ZYPPER
 from deploy.planning import driver_plan
+from deploy.settings import parse_settings
 from deploy.tasks.toolkit import REPOSITORY_NAME, TOOLKIT_PACKAGES
 
 DRIVER_PACKAGES = ("nvidia-compute-G06", "nvidia-compute-utils-G06")

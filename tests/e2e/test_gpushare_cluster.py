@@ -222,7 +222,7 @@ def test_gpushare_deployed_by_the_tool_binds_a_gpu_mem_pod_through_the_extender(
         wait_for(lambda: allocatable(control_plane, GPU).get("aliyun.com/gpu-mem") == "16", timeout=180,
                  interval=2, what="lab-gpu to advertise aliyun.com/gpu-mem 16 (one mock T4)")
     except AssertionError as error:
-        raise AssertionError(f"{error}: {allocatable(control_plane, GPU)}\n{diagnose(control_plane, lab['gpu'])}")
+        raise AssertionError(f"{error}: {allocatable(control_plane, GPU)}\n{diagnose(control_plane, lab['gpu'])}") from None
     assert allocatable(control_plane, GPU).get("aliyun.com/gpu-count") == "1"
     wait_for(lambda: control_plane.get_json("-n", NAMESPACE, "deployment", EXTENDER_NAME)["status"].get(
         "readyReplicas") == 1, timeout=180, interval=2, what="the extender Ready")

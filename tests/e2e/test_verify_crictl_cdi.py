@@ -21,9 +21,9 @@ from lab import assets
 from lab_assets import lab_asset, needs_lab
 from test_verify_crictl import BUSYBOX, PAUSE, install_crictl, sandboxes
 
+from deploy.operations.probes import CrictlRun
 from deploy.verification.cdi import CdiProbe
 from deploy.verification.toolkit_runtimes import cri_step
-from deploy.operations.probes import CrictlRun
 
 CONFIG = "/etc/containerd/config.toml"
 STANDIN_SPEC = "/etc/cdi/gpu-node-test-standin.yaml"

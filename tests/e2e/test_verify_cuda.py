@@ -83,7 +83,13 @@ def test_debian_real_libcuda1_on_a_node_without_gpu_is_named_by_what_the_library
      f"cuInit: CUDA error 100 CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected ({DRIVER_LIBRARY})"),
 ])
 def test_standin_libcuda_where_the_drivers_library_lives_is_loaded_called_and_named(
-    start_topology_node, standin_libcuda, tmp_path, topology, standin, status, reason  # noqa: F811
+    start_topology_node,
+    standin_libcuda,  # noqa: F811 - the fixture
+    tmp_path,
+    topology,
+    standin,
+    status,
+    reason,
 ):
     """The read loads whatever libcuda.so.1 the node's loader finds: the STAND-IN, copied to the
     driver's place (ldconfig run, as the package's trigger does)."""

@@ -20,10 +20,10 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import tomlkit
@@ -335,7 +335,7 @@ def ladders(runtime_nodes, toolkit_repo, tmp_path_factory) -> dict[str, VerifyRu
             folder = tmp_path_factory.mktemp(runtime.id)
         try:
             exercise(runtime, runtime_nodes[runtime.id], toolkit_repo, folder, results[runtime.id])
-        except BaseException as error:  # judged by that runtime's tests, not the others'
+        except BaseException as error:  # noqa: BLE001 - judged by that runtime's tests, not the others'
             results[runtime.id].error = error
 
     with ThreadPoolExecutor(max_workers=len(RUNTIMES)) as pool:

@@ -242,7 +242,7 @@ def image_files(archive: Path, layers: tuple[str, ...], wanted: Callable[[str], 
         for layer_name in layers:
             with outer.extractfile(members[_plain(layer_name)]) as stream:
                 try:
-                    layer = tarfile.open(fileobj=stream, mode="r:*")
+                    layer = tarfile.open(fileobj=stream, mode="r:*")  # noqa: SIM115 - over the stream closed above
                 except tarfile.TarError:
                     raise LabMissing(f"{archive}: layer {layer_name} is no tar Python reads (zstd?): "
                                      "save the image with docker save") from None

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 
 from harness import REPO, SAFE_DATA, DeployResult, Node, run
+
 from lab import nvml_mock
 from lab.control_plane import ControlPlane
 from lab.kubelet import KubeletNode, machine_kernel_settings
@@ -53,7 +54,7 @@ class LabCluster:
     kernel_before: dict[str, str] = field(default_factory=dict)
     gpu_count: int = 0  # per GPU node, once the mock is laid out
 
-    def start(self) -> "LabCluster":
+    def start(self) -> LabCluster:
         self.kernel_before = machine_kernel_settings()
         began = time.monotonic()
         try:

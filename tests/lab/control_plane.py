@@ -18,9 +18,9 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from lab import assets
 
@@ -150,7 +150,7 @@ class ControlPlane:
         """A folder holding the lab's kubectl (put it first on PATH for the tool's kubectl calls)."""
         return self.workdir / "bin"
 
-    def start(self, timeout: float = 120) -> "ControlPlane":
+    def start(self, timeout: float = 120) -> ControlPlane:
         began = time.monotonic()
         try:
             self._start(timeout)
@@ -263,11 +263,11 @@ class ControlPlane:
         return {**os.environ, "PATH": f"{self.bin_dir}:{os.environ.get('PATH', '')}",
                 "KUBECONFIG": str(self.kubeconfig)}
 
-    def kubectl(self, *args: str, check: bool = True, input: str | None = None,
+    def kubectl(self, *args: str, check: bool = True, input: str | None = None,  # noqa: A002 - subprocess.run's name
                 timeout: float = 60) -> subprocess.CompletedProcess:
         result = subprocess.run(
             [str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
-            input=input, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout,
+            input=input, capture_output=True, text=True, timeout=timeout,
         )
         if check and result.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
@@ -289,7 +289,7 @@ class ControlPlane:
             process = self.processes[name]
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGTERM)
-        for name, process in list(self.processes.items()):
+        for process in list(self.processes.values()):
             try:
                 process.wait(timeout=15)
             except subprocess.TimeoutExpired:

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import tomlkit
+from harness import Node, run, sid_containerd_deb, wait_for
 from packaging.version import InvalidVersion, Version
 
-from harness import Node, run, sid_containerd_deb, wait_for
 from lab import LAB_DOC, LabMissing, assets, lab_path, nvml_mock
 from lab.cluster import LabCluster
 from lab.control_plane import ControlPlane

@@ -29,13 +29,13 @@ import json
 import shlex
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import tomlkit
-
 from harness import Node, run, wait_for
+
 from lab import assets
 from lab.control_plane import LOOPBACK, ControlPlane, free_port
 
@@ -287,7 +287,7 @@ class KubeletNode:
                 raise AssertionError(f"ctr images import {archive.name} failed: {result.stderr}")
 
     def join(self, control_plane: ControlPlane, images: tuple[str, ...] = ("pause",),
-             timeout: float = 120) -> "KubeletNode":
+             timeout: float = 120) -> KubeletNode:
         began = time.monotonic()
         self.port, self.healthz_port = free_port(), free_port()
         paths = self.containerd_config_paths()

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import yaml
 from corpus import CORPUS_ENV, corpus_root
+
 from lab import LabMissing
 
 MOCK_DRIVER_ROOT = "/var/lib/nvml-mock/driver"
@@ -93,6 +94,7 @@ def device_nodes_script(root: str, gpus: int) -> str:
 def install(node, profile: str, gpus: int | None = None) -> int:
     """The mock driver root at MOCK_DRIVER_ROOT on a node container; returns its GPU count."""
     from harness import run
+
     from lab import assets
 
     local = assets.scratch_dir("nvml-mock-")

@@ -9,7 +9,6 @@ from plan import DEFAULT, gpu_node, run_deploy
 
 from deploy.facts.apt import AptSourceFiles
 
-
 # The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")
 

@@ -9,9 +9,9 @@ from plan import DEFAULT, run_plan, settings_for
 from test_containerd_plan import CONFIG, DOCKER, PLAIN_MISSING, PLAIN_PRESENT, family
 
 from deploy.node import bake
+from deploy.stages import steps_for
 from deploy.tasks.containerd import containerd_runtime
 from deploy.tasks.docker import docker_runtime
-from deploy.stages import steps_for
 from deploy.tasks.preflight import access_refusal
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from deploy.runtimes.cdi import CdiUnsupported, for_containerd, for_docker
-from deploy.settings import SettingsError, likely_typos, parse_settings
 from deploy.runtimes.wiring import RuntimeWiring, runtime_wiring
+from deploy.settings import SettingsError, likely_typos, parse_settings
 
 AUTO, ON, OFF = RuntimeWiring(enable_cdi=None), RuntimeWiring(enable_cdi=True), RuntimeWiring(enable_cdi=False)
 

@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import base64
 import json
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 from config_checks import (
     NVIDIA_BINARY,
     assert_wired,
@@ -42,10 +42,10 @@ from config_checks import (
 from containerd_releases import READERS, config_dump, dockerd, dockerd_validate, release
 from plan import run_plan, settings_for
 
-from deploy.runtimes.containerd.cri import merge_containerd_config
-from deploy.operations.containerd import ConfigFile, plan_wiring
-from deploy.facts.containerd import config_read
 from deploy.distros.families import detect_platform
+from deploy.facts.containerd import config_read
+from deploy.operations.containerd import ConfigFile, plan_wiring
+from deploy.runtimes.containerd.cri import merge_containerd_config
 from deploy.runtimes.docker.daemon_json import parse_daemon_json
 from deploy.runtimes.wiring import RuntimeWiring
 from deploy.tasks.containerd import containerd_runtime

@@ -11,8 +11,8 @@ import base64
 from plan import run_plan, settings_for
 from pyinfra.connectors.fake import FakeConnector
 
-from deploy.facts.containerd import config_read
 from deploy.distros.families import detect_platform
+from deploy.facts.containerd import config_read
 from deploy.tasks.containerd import containerd_runtime
 
 PLAIN_PRESENT = {"paths": [], "units": {}, "generated_versions": {}, "binary": "/usr/bin/containerd",

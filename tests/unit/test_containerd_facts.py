@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.runtimes.containerd.installations import K0S_DROPIN_BASE, classify_installation, config_target
 from deploy.facts.containerd import ContainerdConfig, ContainerdInstallations, parse_containerd_version
+from deploy.runtimes.containerd.installations import K0S_DROPIN_BASE, classify_installation, config_target
 from deploy.settings import parse_settings
 
 INSTALLATIONS = Path(__file__).resolve().parents[1] / "fixtures" / "containerd" / "installations"

@@ -8,15 +8,14 @@ AKS wrote.
 
 from __future__ import annotations
 
-import tomllib
-
 import pytest
+import tomllib
 from containerd_releases import config_dump, release
 from corpus import corpus_file, read_text
 
-from deploy.runtimes.containerd.cri import effective_problems
 from deploy.foundations.toml_layout import ConfigError
 from deploy.operations.containerd import ConfigFile, plan_wiring
+from deploy.runtimes.containerd.cri import effective_problems
 from deploy.runtimes.wiring import RuntimeWiring
 
 MAIN, DROP_IN = "/etc/containerd/config.toml", "/etc/containerd/conf.d/99-nvidia.toml"

@@ -11,9 +11,9 @@ import pytest
 import tomlkit
 from harness import sid_containerd_deb
 
-from deploy.runtimes.containerd.cri import CRI_RUNTIME_PLUGIN, merge_containerd_config
 from deploy.foundations.toml_layout import ConfigError
 from deploy.operations.containerd import default_config_text
+from deploy.runtimes.containerd.cri import CRI_RUNTIME_PLUGIN, merge_containerd_config
 from deploy.runtimes.wiring import RuntimeWiring
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "containerd"

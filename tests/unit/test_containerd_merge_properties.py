@@ -24,18 +24,18 @@ import re
 import shutil
 import subprocess
 import tempfile
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import tomlkit
+import tomllib
 from hypothesis import HealthCheck, Phase, event, example, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from deploy.runtimes.containerd.cri import merge_containerd_config
 from deploy.foundations.toml_layout import ConfigError
+from deploy.runtimes.containerd.cri import merge_containerd_config
 from deploy.runtimes.wiring import RuntimeWiring
 
 REPO = Path(__file__).resolve().parents[2]
@@ -398,7 +398,7 @@ def _is_array_of_tables(value) -> bool:
 
 
 @st.composite
-def rendered_configs(draw, models=containerd_models(), inline_ok=lambda path: True) -> Case:
+def rendered_configs(draw, models=containerd_models(), inline_ok=lambda path: True) -> Case:  # noqa: B008 - a strategy
     """A model rendered in a random layout; ``inline_ok(path)`` says which tables may be inline."""
     model = draw(models)
     layout = Layout(

@@ -7,12 +7,11 @@ import base64
 import pytest
 from plan import DEFAULT, gpu_node, run_deploy, run_plan, settings_for
 
-from deploy.facts.containerd import config_read
 from deploy.distros.families import detect_platform
+from deploy.facts.containerd import config_read
 from deploy.operations.docker import state_read
 from deploy.tasks.containerd import containerd_runtime
 from deploy.tasks.docker import docker_runtime
-
 
 # The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")

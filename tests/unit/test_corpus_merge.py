@@ -16,10 +16,10 @@ behaviour, not from the merge's code: they read the dump (or the JSON) with the 
 from __future__ import annotations
 
 import json
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 from config_checks import (
     NVIDIA_BINARY,
     assert_wired,
@@ -31,9 +31,9 @@ from config_checks import (
 from containerd_releases import READERS, config_dump, dockerd, dockerd_validate, release
 from corpus import containerd_configs, corpus_folder, docker_configs, file_params, read_text, sources
 
-from deploy.runtimes.containerd.cri import merge_containerd_config
 from deploy.foundations.toml_layout import ConfigError
 from deploy.operations.containerd import ConfigFile, plan_wiring
+from deploy.runtimes.containerd.cri import merge_containerd_config
 from deploy.runtimes.docker.daemon_json import (
     DaemonConfigError,
     merge_daemon_config,
@@ -166,8 +166,8 @@ def test_docker_corpus_merge(path, tmp_path):
         assert dockerd_validate(dockerd(), original).returncode != 0, f"{name} is listed as refused by dockerd, but it is accepted"
         return
     checked = dockerd_validate(dockerd(), write_candidate(tmp_path, "daemon.json", rendered))
-    if checked.returncode != 0 and not strict:
-        if dockerd_validate(dockerd(), write_candidate(tmp_path / "original", "daemon.json", text)).returncode != 0:
-            return  # dockerd refuses the file as its project wrote it: nothing to ask
+    if checked.returncode != 0 and not strict and dockerd_validate(
+            dockerd(), write_candidate(tmp_path / "original", "daemon.json", text)).returncode != 0:
+        return  # dockerd refuses the file as its project wrote it: nothing to ask
     assert checked.returncode == 0, f"{name}: dockerd 26 refuses the merged file: {(checked.stderr or checked.stdout).strip()[-300:]}"
 

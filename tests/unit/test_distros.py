@@ -19,8 +19,8 @@ from corpus import corpus_file, read_text
 from plan import DEFAULT, SITE_DRIVER_KEY, run_plan, settings_for
 
 from deploy.distros.families import FAMILIES, UnsupportedPlatform, detect_platform
-from deploy.tasks.docker import docker_runtime
 from deploy.planning.driver_plan import DriverPlanError, driver_plan
+from deploy.tasks.docker import docker_runtime
 from deploy.tasks.toolkit import APT_KEYRING, APT_SOURCE, apt_source_text, rpm_repo_text, toolkit
 
 

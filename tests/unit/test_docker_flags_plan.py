@@ -15,11 +15,10 @@ import pytest
 from plan import assigned, placed_uploads, run_plan, settings_for
 from pyinfra.connectors.fake import FakeConnector
 
-from deploy.node import bake
 from deploy.distros.families import detect_platform
+from deploy.node import bake
 from deploy.operations.docker import state_read
 from deploy.tasks.docker import docker_runtime
-
 
 # The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from deploy.facts.docker import DockerState, parse_docker_version
-from deploy.runtimes.wiring import RuntimeWiring
 from deploy.runtimes.docker.daemon_json import (
     DaemonConfigError,
     check_schema,
@@ -16,6 +15,7 @@ from deploy.runtimes.docker.daemon_json import (
     parse_daemon_json,
     render_daemon_json,
 )
+from deploy.runtimes.wiring import RuntimeWiring
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "docker" / "merge"
 CASES = sorted(path.name for path in FIXTURES.iterdir() if path.is_dir())

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from deploy.runtimes.docker.unit import UnitParseError, parse_docker_unit
 from deploy.facts.docker import DockerState
 from deploy.runtimes.docker.daemon_json import (
     DaemonConfigError,
@@ -23,6 +22,7 @@ from deploy.runtimes.docker.daemon_json import (
     leave_to_flags,
     merge_daemon_config,
 )
+from deploy.runtimes.docker.unit import UnitParseError, parse_docker_unit
 from deploy.runtimes.wiring import RuntimeWiring
 
 UNITS = Path(__file__).resolve().parents[1] / "fixtures" / "docker" / "units"

@@ -14,7 +14,12 @@ from dataclasses import dataclass
 
 import pytest
 from test_k8s_plan import A100, FakeCluster, gpu_identity_lines, run_plan, stdin_manifest
-from test_render_cluster import assert_the_gitops_tools_install_the_chart_helm_was_given, inventory_text, render, sent_text
+from test_render_cluster import (
+    assert_the_gitops_tools_install_the_chart_helm_was_given,
+    inventory_text,
+    render,
+    sent_text,
+)
 
 from deploy.k8s import dra
 from deploy.tasks.gitops import EVERY_FILE

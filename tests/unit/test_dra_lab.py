@@ -42,14 +42,14 @@ def test_without_gpu_node_lab_the_e2e_skips_in_one_line_naming_the_setting():
     assert any(line.startswith("SKIPPED [1]") and line.endswith(lab.UNSET) for line in lines), result.stdout
 
 
-def dra_tarball(lab_dir: Path, version: str | None) -> Path:
+def dra_tarball(lab_dir: Path, version: str | None) -> Path:  # noqa: F811 - the fixture's value
     folder = lab_dir / dra_lab.SERVER_FOLDER
     folder.mkdir(exist_ok=True)
     return server_tarball(folder, version)
 
 
 @pytest.mark.parametrize("version", ["v1.34.0", "v1.37.2"])
-def test_the_dra_release_is_unpacked_from_its_own_folder(lab_dir, version):
+def test_the_dra_release_is_unpacked_from_its_own_folder(lab_dir, version):  # noqa: F811 - the fixture
     dra_tarball(lab_dir, version)
     kubelet = dra_lab.kubernetes_binary("kubelet")
     assert kubelet.read_bytes().startswith(b"#!/bin/sh\necho kubelet") and os.access(kubelet, os.X_OK)
@@ -61,14 +61,14 @@ def test_the_dra_release_is_unpacked_from_its_own_folder(lab_dir, version):
     (None, "kubernetes-server-linux-amd64.tar.gz holds no kubernetes/server/bin/kube-apiserver.docker_tag"),
     ("nightly", "records the release 'nightly', which is no version"),
 ])
-def test_a_release_that_cannot_serve_dra_is_named_in_one_line(lab_dir, version, named):
+def test_a_release_that_cannot_serve_dra_is_named_in_one_line(lab_dir, version, named):  # noqa: F811 - the fixture
     dra_tarball(lab_dir, version)
     with pytest.raises(lab.LabMissing) as missing:
         dra_lab.kubernetes_binary("kube-apiserver")
     assert named in str(missing.value) and "\n" not in str(missing.value)
 
 
-def test_a_lab_without_the_dra_release_names_its_place_and_the_setting(lab_dir):
+def test_a_lab_without_the_dra_release_names_its_place_and_the_setting(lab_dir):  # noqa: F811 - the fixture
     server_tarball(lab_dir)  # the 1.28 release alone
     with pytest.raises(lab.LabFileMissing, match=r"kubernetes-dra/kubernetes-server-linux-amd64\.tar\.gz is missing "
                                                  r"from the lab \(GPU_NODE_LAB="):

@@ -184,7 +184,6 @@ def test_the_gitops_folder_is_refused_for_1_33_in_one_line():
 def test_the_wheel_carries_every_template_folder_the_dra_templates_included():
     """pyproject.toml's package data names each templates/ folder with a .j2 (red without k8s/dra)."""
     import tomllib
-
     from test_k8s_schemas import REPO
 
     setup = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]

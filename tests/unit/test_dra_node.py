@@ -11,20 +11,24 @@ import json
 from pathlib import Path
 
 import pytest
-
 from plan import DEFAULT, GPU_NODE, PCI_WITH_GPU, Output, gpu_node, node_lines, run_deploy
 
-from deploy.runtimes.containerd.installations import plain_target
-from deploy.operations.containerd import target_read
-from deploy.k8s.dra import (
-    IMEX_UNKNOWN, cdi_prerequisite, driver_prerequisite, driver_root_prerequisite, imex_action, imex_busy_line,
-    imex_prerequisite,
-)
 from deploy.driver.reload import Holder
 from deploy.facts.dra import DraNodeState
 from deploy.facts.nvidia import NodeSurvey
-from deploy.reports.fleet_report import fleet_rows
+from deploy.k8s.dra import (
+    IMEX_UNKNOWN,
+    cdi_prerequisite,
+    driver_prerequisite,
+    driver_root_prerequisite,
+    imex_action,
+    imex_busy_line,
+    imex_prerequisite,
+)
+from deploy.operations.containerd import target_read
 from deploy.operations.dra import imex_mask_command
+from deploy.reports.fleet_report import fleet_rows
+from deploy.runtimes.containerd.installations import plain_target
 
 pytestmark = pytest.mark.usefixtures("both_modes")
 

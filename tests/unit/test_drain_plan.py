@@ -16,16 +16,24 @@ from dataclasses import dataclass, field
 
 import pyinfra
 import pytest
-from plan import DEFAULT, GPU_NODE, PCI_WITH_GPU, QUICK, Node, gpu_node, node_lines, run_inventory, without_staging_names
+from plan import (
+    DEFAULT,
+    GPU_NODE,
+    PCI_WITH_GPU,
+    QUICK,
+    Node,
+    gpu_node,
+    node_lines,
+    run_inventory,
+    without_staging_names,
+)
 from pyinfra.api import Inventory, State
 from pyinfra.facts.server import Hostname, Uptime
 
-from deploy.facts.containerd import config_read
-from deploy.facts.containerd import ContainerdInstallations
+from deploy.facts.apt import AptSourceFiles
+from deploy.facts.containerd import ContainerdInstallations, config_read
 from deploy.facts.recovery import PendingRestarts
 from deploy.operations.docker import state_read
-from deploy.facts.apt import AptSourceFiles
-
 
 # The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")

@@ -10,26 +10,30 @@ import base64
 from pathlib import Path
 
 import pytest
-
 from plan import DEFAULT, PCI_WITH_GPU, SITE_DRIVER_KEY, carrying, every, gpu_node, node_lines, run_deploy
+from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.pacman import PacmanPackages
+from pyinfra.facts.rpm import RpmPackages
+from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 from test_boot_plan import BOOT_UNIT_IN_PLACE
 from test_health_task import HEALTH_CHECK_IN_PLACE
 from test_read_ahead import digest_lines
 
-from deploy.operations.files import digest_read as files_digest
-from deploy.planning.driver_plan import APT_PIN_PATH
-from pyinfra.facts.deb import DebPackages
-from pyinfra.facts.pacman import PacmanPackages
-from pyinfra.facts.rpm import RpmPackages
-
-from deploy.facts.nvidia import IgnoredPackages, PackagesAvailable, RecommendedDriver
-from deploy.facts.packages import (DebPackageStates, DnfModuleStreams, PackageVersions, RepositoryPackageVersions,
-                                   RpmPackageStates, WaitedPackageVersions, ZypperLocks)
-from deploy.facts.apt import AptSourceFiles
 from deploy.distros.package_managers import DNF, ZYPPER
-from deploy.operations.packages import PACMAN_HOLD_LIST, deb_states_read
-from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
-
+from deploy.facts.apt import AptSourceFiles
+from deploy.facts.nvidia import IgnoredPackages, PackagesAvailable, RecommendedDriver
+from deploy.facts.packages import (
+    DebPackageStates,
+    DnfModuleStreams,
+    PackageVersions,
+    RepositoryPackageVersions,
+    RpmPackageStates,
+    WaitedPackageVersions,
+    ZypperLocks,
+)
+from deploy.operations.files import digest_read as files_digest
+from deploy.operations.packages import PACMAN_HOLD_LIST
+from deploy.planning.driver_plan import APT_PIN_PATH
 
 # The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")

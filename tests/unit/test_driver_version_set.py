@@ -3,9 +3,9 @@ driver's NVML library, Fabric Manager against the driver (InstalledKernels' read
 
 from __future__ import annotations
 
-from deploy.verification.version_set import version_set_step
 from deploy.facts.installed_kernels import InstalledKernels
 from deploy.reports.node_report import FAIL, PASS, SKIP
+from deploy.verification.version_set import version_set_step
 
 LIBRARY = "library /usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.535.261.03"
 

@@ -13,8 +13,8 @@ from pyinfra.api import Inventory
 from pyinfra.api.connect import disconnect_all
 from pyinfra.facts.server import Arch, LinuxDistribution
 
-from deploy.reports import exit_status
 from deploy.facts.access import HostAccess
+from deploy.reports import exit_status
 from deploy.reports.fleet_report import NOT_RUN, WOULD_BE_REFUSED, run_status, unexecuted_rows
 from deploy.tasks.undo import records_read
 

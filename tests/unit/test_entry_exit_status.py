@@ -14,8 +14,8 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-from pyinfra.api.state import StateStage
 from plan import REPO
+from pyinfra.api.state import StateStage
 from test_verify_steps import containerd_dump, node_lines, run_verify
 
 from deploy.reports import exit_status

@@ -19,7 +19,6 @@ from deploy.operations.files import digest_read
 from deploy.settings import parse_settings
 from deploy.tasks.kernel import read_files
 
-
 # The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 both_modes = pytest.mark.usefixtures("both_modes")
 

@@ -12,8 +12,8 @@ from pyinfra.api.deploy import add_deploy
 from pyinfra.operations import server
 from pyinfra_cli.util import load_deploy_file
 
-from deploy.operations import failure
 from deploy.facts.files import FileDigests
+from deploy.operations import failure
 from deploy.operations.files import digest_read
 from deploy.operations.packages import deb_states_read
 from deploy.settings import parse_settings

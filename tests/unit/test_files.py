@@ -6,13 +6,11 @@ import hashlib
 
 import click
 import pytest
-
 from plan import run_plan, staged_uploads
 from pyinfra.api import deploy
 
 from deploy.facts.files import FileDigest
 from deploy.operations.files import digest_read, put_text
-
 
 # The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")
@@ -79,8 +77,9 @@ def test_diff_shows_a_new_file_and_a_changed_one_with_credentials_masked(caplog)
     assert f"Will create {DEST}" in shown and "+ line https://***@mirror.example.internal/x" in shown
     caplog.clear()
     old = "line https://robot:old@mirror.example.internal/x\nbr_netfilter\n"
-    from deploy.facts.files import FileText
     import base64
+
+    from deploy.facts.files import FileText
 
     run_plan(put_new, facts=[(digest_read(DEST), ["644 root:root", f"{hashlib.sha256(old.encode()).hexdigest()}  {DEST}"]),
                              ((FileText, {"path": DEST}), [f"text {base64.b64encode(old.encode()).decode()}"])], diff=True)

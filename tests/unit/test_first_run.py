@@ -16,6 +16,7 @@ from deploy.operations.files import digest_read
 from deploy.stages import steps_for
 from deploy.tasks.kernel import BLACKLIST_PATH, kernel_prerequisites, managed_files, read_files
 
+
 def platform(distro_id: str):
     return detect_platform({"name": distro_id, "major": 9, "release_meta": {"ID": distro_id}}, "x86_64")
 

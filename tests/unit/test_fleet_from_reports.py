@@ -9,7 +9,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from test_first_boot import boot, node
 
 from deploy.fleet import from_reports as fleet_from_reports
@@ -60,11 +59,11 @@ def test_the_nodes_own_reports_read_over_ssh_one_command_each_become_the_fleet_t
     prints over real folders: a node whose newest report passed (its pull run's fleet report beside it
     passed over), one whose boot failed, one that keeps no report; one command per node, the table,
     the JSON and the page; the two nodes that did not pass fail, in one line each, the run goes on."""
+    from plan import Node, run_inventory
     from pyinfra.api import Inventory
     from pyinfra.api.connect import disconnect_all
 
     from deploy.facts.reports import NodeReports
-    from plan import Node, run_inventory
 
     folders = {}
     for name, module in (("gpu-a", True), ("gpu-b", False)):

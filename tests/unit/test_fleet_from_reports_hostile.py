@@ -35,9 +35,9 @@ from pyinfra.api import Inventory
 from pyinfra.api.connect import disconnect_all
 from test_fleet_from_reports import REPO, reports_folder_output
 
+from deploy.facts.reports import MAX_NODE_REPORTS, NodeReports
 from deploy.fleet import from_reports as fleet_from_reports
 from deploy.foundations import node_text
-from deploy.facts.reports import MAX_NODE_REPORTS, NodeReports
 
 FIELD_CASES = [pytest.param(wrong_type_file(where, value), where.split(".")[-1], id=case_id(where, value))
                for where, value in WRONG_TYPES]
@@ -152,7 +152,7 @@ def test_a_file_swapped_for_a_link_or_a_fifo_after_the_listing_is_neither_follow
     os.symlink(tmp_path / "elsewhere.json", folder / "link.json")
     (folder / "fifo.json").unlink()
     os.mkfifo(folder / "fifo.json")
-    for name, entry in entries.items():
+    for entry in entries.values():
         assert entry.is_file(follow_symlinks=False), "the listing's view, as it was"
         with pytest.raises(fleet_from_reports.NotAReport, match="^not a regular file"):
             fleet_from_reports.read_report(folder, entry)

@@ -14,6 +14,7 @@ from pyinfra.api import Inventory, deploy
 from pyinfra.api.deploy import add_deploy
 from pyinfra.operations import server
 
+from deploy.operations import failure
 from deploy.reports.fleet_report import (
     CHANGED,
     CONVERGED,
@@ -26,7 +27,6 @@ from deploy.reports.fleet_report import (
     html_path,
     write_json,
 )
-from deploy.operations import failure
 from deploy.reports.node_report import FAIL, PASS, SKIP, NodeRecord, Step, verify_report_store
 
 ROWS = [

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from pyinfra.connectors.fake import FakeConnector
 from plan import staged_uploads
+from pyinfra.connectors.fake import FakeConnector
 from test_k8s_plan import FakeCluster, gpu_identity_lines, run_plan
 
 from deploy.k8s.gpushare import CONFIG_CHECKSUM_ANNOTATION, GpushareError, scheduler_config_yaml

@@ -24,7 +24,6 @@ from deploy.k8s.gpushare import (
     scheduler_config_yaml,
 )
 
-
 # The KubeSchedulerConfiguration versions each kube-scheduler release serves, from the Kubernetes
 # changelog and KEP-785 (sig-scheduling/785-scheduler-component-config-api): v1beta1 was removed in
 # 1.23 (kubernetes/kubernetes#104782), v1beta2 arrived in 1.22 and was removed in 1.28 (#117649),

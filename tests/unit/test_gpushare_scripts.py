@@ -22,8 +22,8 @@ import standin_toolkit
 from toolkit_repo import serve
 
 from deploy.k8s.gpushare import edit_scheduler_manifest
-from deploy.operations.scheduler_manifest import staging_paths, swap_in_command
 from deploy.operations.download import checked_download_command
+from deploy.operations.scheduler_manifest import staging_paths, swap_in_command
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpushare"
 SCHEDULER_POD = (FIXTURES / "kube-scheduler-static-pod.yaml").read_text()

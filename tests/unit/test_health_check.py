@@ -18,9 +18,9 @@ import pytest
 from standin_health_node import DRIVER, KERNEL, PCIE, StandInNode, stand_in_node, xid_message
 from standin_nvidia_smi import MISMATCH, MISMATCH_EXIT, StandInGpu
 
+from deploy.foundations import node_text
 from deploy.health import check, journal
 from deploy.health.node import printable
-from deploy.foundations import node_text
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((REPO / "deploy" / "schemas" / "health-report.schema.json").read_text())

@@ -23,16 +23,16 @@ import functools
 import json
 import posixpath
 import shlex
-from unittest import mock
 from pathlib import Path
 from typing import get_origin
+from unittest import mock
 
 import pyinfra
 import pytest
 import yaml
-from plan import PCI_WITH_GPU, QUICK, Node, every, uploaded_bytes, node_lines, run_deploy, run_pyinfra
-from pyinfra.connectors.fake import FakeConnector
+from plan import PCI_WITH_GPU, QUICK, Node, every, node_lines, run_deploy, run_pyinfra, uploaded_bytes
 from pyinfra.api import Inventory
+from pyinfra.connectors.fake import FakeConnector
 from pyinfra_cli.util import load_deploy_file
 from shell_sandbox import Sandbox, build_template
 from test_driver_plans import DEBIAN_FILES, node

@@ -13,10 +13,9 @@ import json
 
 import pyinfra
 import pytest
+from plan import DEFAULT, GPU_NODE, PCI_WITH_GPU, QUICK, every, gpu_node, node_lines, run_inventory
 from pyinfra.api import Inventory
 from pyinfra.facts.systemd import SystemdStatus
-
-from plan import DEFAULT, GPU_NODE, PCI_WITH_GPU, QUICK, every, gpu_node, node_lines, run_inventory
 from test_read_ahead import digest_lines
 
 from deploy.facts.rack import ImexState

@@ -18,8 +18,17 @@ from lab import LabMissing, nvml_mock
 from lab_assets import needs_lab
 from pyinfra.api import StringCommand
 
-from deploy.facts.k8s import HelmRelease, KubeCluster, KubeLiveObjects, KubeNodes, KubeServerSideDiff, captured, kubectl, parse_captured
 from deploy.facts.gpu_node_identity import GpuNodeIdentity, accelerator_label, kube_node_name
+from deploy.facts.k8s import (
+    HelmRelease,
+    KubeCluster,
+    KubeLiveObjects,
+    KubeNodes,
+    KubeServerSideDiff,
+    captured,
+    kubectl,
+    parse_captured,
+)
 from deploy.operations.kubectl import labels_to_change, stamp_manifest
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "k8s"

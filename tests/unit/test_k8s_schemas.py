@@ -22,6 +22,7 @@ import yaml
 from packaging.version import Version
 
 from deploy.facts.gpu_node_identity import GpuNode
+from deploy.k8s import health_monitor
 from deploy.k8s.gpushare import (
     NODE_LABEL,
     check_scheduler_manifest,
@@ -30,7 +31,6 @@ from deploy.k8s.gpushare import (
     extender_manifest,
     scheduler_config,
 )
-from deploy.k8s import health_monitor
 from deploy.operations.kubectl import manifest_documents, stamp_manifest
 from deploy.settings import DEFAULTS, parse_settings
 from deploy.tasks.k8s import (
@@ -238,7 +238,7 @@ def test_the_matrix_runs_from_1_28_to_at_least_the_pinned_floor():
     """kubernetes-validate>=1.33 (pyproject.toml): its schemas must cover 1.28 up to 1.33 at least."""
     assert VERSIONS[0] == OLDEST
     assert Version(VERSIONS[-1]) >= Version("1.33")
-    assert VERSIONS == [f"1.{minor}" for minor in range(28, int(VERSIONS[-1].split(".")[1]) + 1)]
+    assert [f"1.{minor}" for minor in range(28, int(VERSIONS[-1].split(".")[1]) + 1)] == VERSIONS
 
 
 @pytest.mark.parametrize(

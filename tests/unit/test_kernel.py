@@ -11,7 +11,6 @@ from deploy.operations.files import digest_read
 from deploy.operations.kernel import module_present, module_read, sysctls_read
 from deploy.tasks.kernel import KUBERNETES_MODULES, KUBERNETES_SYSCTLS, kernel_prerequisites, read_files
 
-
 # The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")
 

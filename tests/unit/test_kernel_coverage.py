@@ -10,12 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from plan import (DEFAULT, PCI_WITH_GPU, Output, carrying, every, node_lines, run_deploy, run_plan,
-                  settings_for)
+from plan import DEFAULT, PCI_WITH_GPU, Output, carrying, every, node_lines, run_deploy, run_plan, settings_for
 from pyinfra.api import deploy
 
-from deploy.driver import kernel_coverage
 from deploy.distros.families import DEBIAN_DRIVER, KERNEL_METAPACKAGE_HEADERS, detect_platform
+from deploy.driver import kernel_coverage
 from deploy.facts.installed_kernels import InstalledKernels
 from deploy.facts.nvidia import PackagesAvailable
 from deploy.reports.node_report import FAIL, PASS, SKIP

@@ -141,3 +141,12 @@ def test_the_table_knows_every_gpu_debians_535_driver_drives_and_its_open_list_a
     assert unknown == []
     closed = [hex(device) for device in ids["nvidia-open.ids"] if "open" not in module_type.module_types_of(module_type.architecture(device))]
     assert closed == []
+
+
+def test_a_gpu_only_the_branchs_list_knows_is_named_by_its_id_where_it_decides_the_type():
+    # 0x0a00 is in no architecture range of the table; the branch's list drives it with the proprietary modules
+    # only, against the branch's default (open): the reason names the GPU, where it had no architecture to name.
+    closed = module_type.BranchList(source="test", supported=frozenset({0x0A00}), open_known=True)
+    decision = module_type.decide_kernel_module_type("auto", [gpu(UNKNOWN)], 580, closed)
+    assert decision.kernel_module_type == "proprietary"
+    assert decision.why == "0x0a00 GPUs work only with the proprietary kernel modules"

@@ -191,7 +191,8 @@ def test_the_control_plane_image_is_named_by_the_tag_its_archive_records(lab_dir
     server_tarball(lab_dir)
     archive, image = assets.kubernetes_image("kube-scheduler")
     assert image == "registry.k8s.io/kube-scheduler-amd64:v1.28.7"
-    assert archive.name == "kube-scheduler.tar" and "manifest.json" in tarfile.open(archive).getnames()
+    with tarfile.open(archive) as tar:
+        assert archive.name == "kube-scheduler.tar" and "manifest.json" in tar.getnames()
 
 
 def test_crictl_comes_out_of_its_release_tarball(lab_dir):

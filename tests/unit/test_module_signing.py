@@ -13,16 +13,15 @@ import pytest
 from plan import DEFAULT, PCI_WITH_GPU, SITE_DRIVER_KEY, every, gpu_node, node_lines, run_deploy
 from test_driver_plans import DEBIAN_FILES, install_lines, ok, single
 
-from deploy.distros.families import FAMILIES
+from deploy.distros.families import FAMILIES, detect_platform
 from deploy.driver.signing import GENERATED_CERT, GENERATED_KEY
 from deploy.facts.module_signing import ModuleSigningState
 from deploy.facts.nvidia import NodeSurvey
-from deploy.planning.driver_plan import driver_plan
 from deploy.operations.module_signing import password_hash
 from deploy.planning.driver_names import DriverPlanError
+from deploy.planning.driver_plan import driver_plan
 from deploy.planning.module_signing import SigningPlan, dkms_config_text, kernels_to_sign, key_refusal, signing_plan
 from deploy.settings import SettingsError, parse_settings
-from deploy.distros.families import detect_platform
 
 pytestmark = pytest.mark.usefixtures("both_modes")
 

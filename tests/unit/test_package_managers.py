@@ -15,16 +15,31 @@ import time
 from pathlib import Path
 
 import pytest
+from plan import DEFAULT, PCI_WITH_GPU, SITE_DRIVER_KEY, every, gpu_node, node_lines, run_deploy, run_plan, settings_for
 from pyinfra.api import StringCommand
+from test_toolkit_plan import platform
 
-from deploy.distros.package_managers import APT, DNF, PACMAN, ZYPPER, lock_bounded_checks, repository_check, version_listing
-from deploy.facts.packages import (DnfModuleStreams, MultiversionPackages, PackageVersions, RpmPackageStates,
-                                   MANAGER_ERROR, WaitedPackageVersions, ZypperLocks)
+from deploy.distros.package_managers import (
+    APT,
+    DNF,
+    PACMAN,
+    ZYPPER,
+    lock_bounded_checks,
+    repository_check,
+    version_listing,
+)
+from deploy.facts.packages import (
+    MANAGER_ERROR,
+    DnfModuleStreams,
+    MultiversionPackages,
+    PackageVersions,
+    RpmPackageStates,
+    WaitedPackageVersions,
+    ZypperLocks,
+)
 from deploy.operations.package_manager import BUSY, ZYPP_LOCK
 from deploy.operations.packages import _rpm_version_matches
 from deploy.tasks.toolkit import toolkit
-from test_toolkit_plan import platform
-from plan import DEFAULT, PCI_WITH_GPU, SITE_DRIVER_KEY, every, gpu_node, node_lines, run_deploy, run_plan, settings_for
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "packages"
 KMP = "nvidia-driver-G06-kmp-default"

@@ -13,12 +13,23 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
-import tomllib
 
 import pytest
+import tomllib
 import yaml
-from plan import (DEFAULT, REPO, Node, gpu_node, os_release, node_lines, run_deploy, run_inventory, run_plan, settings_for,
-                  staged_uploads)
+from plan import (
+    DEFAULT,
+    REPO,
+    Node,
+    gpu_node,
+    node_lines,
+    os_release,
+    run_deploy,
+    run_inventory,
+    run_plan,
+    settings_for,
+    staged_uploads,
+)
 from pyinfra import host
 from pyinfra.api import Inventory, deploy
 from pyinfra.api.exceptions import FactProcessError
@@ -33,30 +44,30 @@ from test_gpushare_plan import run_plan as run_k8s_plan
 from test_verify_steps import containerd_dump, run_verify
 from test_verify_steps import node_lines as verify_lines
 
-from deploy.foundations import node_text
-from deploy.runtimes.cdi import RUNTIME_CONFIG, SPEC_PATH
-from deploy.runtimes.containerd.cri import effective_problems
 from deploy.distros.families import detect_platform
+from deploy.facts.apt import AptSourceFiles
 from deploy.facts.cdi import CdiState
-from deploy.facts.containerd import ContainerdConfig, ContainerdInstallations, ContainerdImports, config_read
-from deploy.runtimes.docker.unit import UnitParseError, parse_docker_unit
+from deploy.facts.containerd import ContainerdConfig, ContainerdImports, ContainerdInstallations, config_read
 from deploy.facts.docker import DockerState
 from deploy.facts.drain import KubeNodeSchedule
 from deploy.facts.files import FileText
 from deploy.facts.k8s import HelmRelease, KubeCluster, KubeLiveObjects, KubeNodes
-from deploy.facts.verification import KUBELET_CONFIG
-from deploy.runtimes.docker.verify import parse_docker_info
 from deploy.facts.nvidia import NodeSurvey
-from deploy.verification.cdi import cdi_spec_names
-from deploy.runtimes.containerd.verify import read_cri
+from deploy.facts.verification import KUBELET_CONFIG
+from deploy.foundations import node_text
 from deploy.operations.cdi import state_read as cdi_state_read
 from deploy.operations.docker import state_read as docker_state_read
-from deploy.facts.apt import AptSourceFiles
-from deploy.settings import parse_settings
+from deploy.runtimes.cdi import RUNTIME_CONFIG, SPEC_PATH
+from deploy.runtimes.containerd.cri import effective_problems
+from deploy.runtimes.containerd.verify import read_cri
+from deploy.runtimes.docker.unit import UnitParseError, parse_docker_unit
+from deploy.runtimes.docker.verify import parse_docker_info
 from deploy.runtimes.wiring import runtime_wiring
+from deploy.settings import parse_settings
 from deploy.tasks.cdi import cdi
 from deploy.tasks.containerd import containerd_runtime
 from deploy.tasks.docker import docker_runtime
+from deploy.verification.cdi import cdi_spec_names
 
 MIB = 1024 * 1024
 CONTAINERD_CONFIG = "/etc/containerd/config.toml"
@@ -389,7 +400,12 @@ def test_the_kubelets_config_that_cannot_be_read_fails_the_cgroup_step_in_one_li
 # --- the scheduler's static pod (control plane) --------------------------------------------------
 
 @pytest.mark.parametrize("case", YAML)
-def test_the_scheduler_manifest_fails_the_host_in_one_line_and_is_left_byte_for_byte(monkeypatch, cluster, caplog, case):
+def test_the_scheduler_manifest_fails_the_host_in_one_line_and_is_left_byte_for_byte(
+    monkeypatch,
+    cluster,  # noqa: F811 - the fixture
+    caplog,
+    case,
+):
     content, says = YAML[case]
     cluster.files[MANIFEST] = content
     run = run_k8s_plan(monkeypatch, cluster, GPUSHARE_GPU, data=GPUSHARE_DATA)

@@ -8,15 +8,14 @@ import os
 import pwd
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
-
 from plan import DEFAULT, PCI_WITH_GPU, carrying, every, gpu_node, node_lines, run_deploy
 
 from deploy.facts.access import PACKAGE_MANAGER_COMMANDS, HostAccess
-from deploy.facts.nvidia import PackagesAvailable
 from deploy.facts.apt import AptSourceFiles
-
+from deploy.facts.nvidia import PackagesAvailable
 
 # The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")
@@ -165,5 +164,5 @@ def test_host_access_reads_a_real_shell_as_the_node_gives_it():
     access = HostAccess().process(output.splitlines())
     assert (access["uid"], access["user"], access["kernel"]) == (os.getuid(), pwd.getpwuid(os.getuid()).pw_name, "Linux")
     assert access["systemd"] == os.path.isdir("/run/systemd/system")
-    assert access["init"] == open("/proc/1/comm").read().strip()
+    assert access["init"] == Path("/proc/1/comm").read_text().strip()
     assert access["managers"] == [name for name in PACKAGE_MANAGER_COMMANDS if shutil.which(name)]

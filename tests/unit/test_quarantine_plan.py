@@ -24,8 +24,10 @@ from plan import QUICK, Node, run_inventory
 from pyinfra.api import Inventory
 from pyinfra.facts.server import Hostname
 from test_drain_plan import StandInCluster, kubectl_verb
-from test_k8s_schemas import schema_problem
-from test_k8s_schemas import schema_files_read_once  # noqa: F401 (its schema cache, for this module too)
+from test_k8s_schemas import (
+    schema_files_read_once,  # noqa: F401 (its schema cache, for this module too)
+    schema_problem,
+)
 
 from deploy.facts.gpu_holders import DeviceHolders
 from deploy.facts.reports import NodeReports

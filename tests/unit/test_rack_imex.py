@@ -12,8 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from deploy.rack.imex import (DomainRefusal, Member, domain_members, domain_status, member_address, missing_peers,
-                              nodes_config_text)
+from deploy.rack.imex import (
+    DomainRefusal,
+    Member,
+    domain_members,
+    domain_status,
+    member_address,
+    missing_peers,
+    nodes_config_text,
+)
 
 UP = (Path(__file__).resolve().parents[1] / "fixtures" / "imex" / "ctl-N-up.txt").read_text().splitlines()
 

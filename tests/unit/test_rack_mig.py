@@ -15,8 +15,7 @@ import pytest
 import yaml
 
 from deploy.driver.reload import Holder
-from deploy.rack.mig import (CONFIG_PATH, HOOKS_PATH, config_text, drop_in_text, hooks_text, layout_change,
-                             mig_layout)
+from deploy.rack.mig import CONFIG_PATH, HOOKS_PATH, config_text, drop_in_text, hooks_text, layout_change, mig_layout
 
 # mig-parted's v1 config, as its spec documents the fields (our own schema of them)
 CONFIG_SCHEMA = {

@@ -11,11 +11,10 @@ import logging
 import os
 
 import pytest
+from plan import DEFAULT, PCI_WITH_GPU, gpu_node, node_lines, run_deploy
 from shell_sandbox import Sandbox
 from test_driver_updates import Node as SandboxNode
 from test_driver_updates import template, with_driver_services  # noqa: F401 - template: the sandbox fixture
-
-from plan import DEFAULT, PCI_WITH_GPU, gpu_node, node_lines, run_deploy
 from test_read_ahead import digest_lines
 
 from deploy.facts.gpu_holders import DeviceHolders
@@ -120,7 +119,7 @@ def test_neither_step_runs_without_its_setting():
 # (tests/unit/test_driver_updates.py's) ---------------------------------------------------------------
 
 @pytest.fixture
-def sandbox_node(template, tmp_path):
+def sandbox_node(template, tmp_path):  # noqa: F811 - the fixture
     if os.geteuid() != 0:
         pytest.skip("the scratch root is a chroot, and device nodes need root")
     return SandboxNode(Sandbox.clone(template, tmp_path / "root"))

@@ -7,23 +7,22 @@ for what is already in place.
 
 from __future__ import annotations
 
-import pytest
 import hashlib
 import subprocess
 
+import pytest
 from plan import run_plan, settings_for
 from pyinfra import host
 from pyinfra.api import Config, Inventory, State, deploy, operation
 
 from deploy.distros.families import detect_platform
-from deploy.facts.read_ahead import known_fact, read_facts
 from deploy.facts.files import FileDigest, FileDigests
 from deploy.facts.kernel_state import KernelState
+from deploy.facts.read_ahead import known_fact, read_facts
 from deploy.operations import files
 from deploy.tasks import containerd as containerd_stage
 from deploy.tasks import kernel as kernel_stage
 from deploy.tasks.kernel import BLACKLIST_PATH, MODULES_LOAD_PATH, SYSCTL_PATH, kernel_prerequisites
-
 
 # The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")

@@ -6,14 +6,14 @@ a `dpkg -i` held its locks (tests/e2e/test_interruptions.py runs the same on rea
 
 from __future__ import annotations
 
-import pytest
 import subprocess
 from pathlib import Path
 
-from deploy.facts.recovery import PackageManagerState, PendingRestarts
-from deploy.operations.packages import recovery_script
+import pytest
 from plan import DEFAULT, gpu_node, run_deploy
 
+from deploy.facts.recovery import PackageManagerState, PendingRestarts
+from deploy.operations.packages import recovery_script
 
 # The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")

@@ -2,27 +2,25 @@
 
 from __future__ import annotations
 
-import subprocess
-
 import base64
 import json
 import logging
 import re
+import subprocess
 
 import pytest
 from corpus import containerd_configs, docker_configs, file_params, read_text
 from plan import run_plan, settings_for
 from pyinfra.api import config as pyinfra_config
 
-from deploy.foundations import redact
-from deploy.foundations import toml_layout
-from deploy.runtimes.containerd.cri import merge_containerd_config, parse_config
-from deploy.foundations.toml_layout import ConfigError
-from deploy.facts.containerd import config_read
 from deploy.distros.families import detect_platform
-from deploy.runtimes.docker.daemon_json import DaemonConfigError, parse_daemon_json
+from deploy.facts.containerd import config_read
+from deploy.foundations import redact, toml_layout
+from deploy.foundations.toml_layout import ConfigError
 from deploy.operations.docker import state_read
 from deploy.operations.failure import fail_host
+from deploy.runtimes.containerd.cri import merge_containerd_config, parse_config
+from deploy.runtimes.docker.daemon_json import DaemonConfigError, parse_daemon_json
 from deploy.runtimes.wiring import RuntimeWiring
 from deploy.tasks.containerd import containerd_runtime
 from deploy.tasks.docker import docker_runtime
@@ -344,7 +342,7 @@ def test_corpus_registry_mirror_endpoints_with_user_info_are_masked(path):
     original = read_text(path)
     try:
         toml_layout.parse(original)
-    except Exception:
+    except Exception:  # noqa: BLE001 - any of tomlkit's faults: the template is refused, so skipped
         pytest.skip(f"{path.name} is a template gpu-node refuses to parse (its diff is withheld)")
     seeded = with_user_info(original)
     assert USERINFO_PASSWORD in seeded
@@ -387,8 +385,8 @@ def test_daemon_output_and_its_shell_filter_mask_user_info_and_api_keys_alike():
 def test_a_failed_hosts_line_masks_the_user_info_it_quotes(caplog):
     from pyinfra.api import State
 
-    from deploy.reports.node_report import FailureNotes
     from deploy.foundations.run_state import per_run
+    from deploy.reports.node_report import FailureNotes
 
     class Host:
         name, executing_op_hash = "gpu1", "op"

@@ -29,8 +29,14 @@ from test_gpushare_plan import CONFIG as SCHEDULER_CONFIG_PATH
 from test_gpushare_plan import GpushareHost
 from test_hostile_values_run import PWNED, STYLES, accepted, hostile_value
 from test_k8s_plan import A100, FakeCluster, gpu_identity_lines, object_key, run_plan, stdin_manifest
-from test_k8s_schemas import HELM_POD_SPEC_VALUES, VERSIONS, helm_values_as_objects, helm_values_problems, problems
-from test_k8s_schemas import schema_files_read_once  # noqa: F401 (its schema cache, for this module too)
+from test_k8s_schemas import (
+    HELM_POD_SPEC_VALUES,
+    VERSIONS,
+    helm_values_as_objects,
+    helm_values_problems,
+    problems,
+    schema_files_read_once,  # noqa: F401 (its schema cache, for this module too)
+)
 
 from deploy.operations import controller_files
 from deploy.operations.controller_files import ControllerFile
@@ -549,7 +555,7 @@ class Victim:
     path: Path
 
     @classmethod
-    def made(cls, folder: Path, name: str = "victim") -> "Victim":
+    def made(cls, folder: Path, name: str = "victim") -> Victim:
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / name
         path.write_bytes(b"the operator's own file\n")
@@ -769,7 +775,7 @@ class Synced:
     configs: dict[str, str]  # the device plugin's configs by name
 
     @classmethod
-    def of(cls, rendered: Rendered) -> "Synced":
+    def of(cls, rendered: Rendered) -> Synced:
         documents = rendered.documents()
         nodes = {doc["metadata"]["name"]: dict(doc["metadata"].get("labels", {})) for doc in documents
                  if doc["kind"] == "Node"}

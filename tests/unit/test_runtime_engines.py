@@ -16,19 +16,20 @@ import json
 import os
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
-
 from containerd_releases import config_dump, dockerd, dockerd_validate, release
-from deploy.runtimes.engine import ConfigError, Effective, RuntimeEngine, Wired
+
+from deploy.foundations.toml_layout import tomllib
+from deploy.node.records import JSON, TOML
 from deploy.runtimes.containerd.cri import ContainerdEngine
 from deploy.runtimes.docker.daemon_json import DockerEngine, DockerRunning
-from deploy.node.records import JSON, TOML
+from deploy.runtimes.engine import ConfigError, Effective, RuntimeEngine, Wired
 from deploy.runtimes.wiring import RuntimeWiring
-from deploy.foundations.toml_layout import tomllib
 
 WIRING = RuntimeWiring()
 

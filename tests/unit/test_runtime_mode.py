@@ -23,25 +23,34 @@ from standin_toolkit import STANDIN_RUNTIME_CONFIG
 from test_cdi_plan import CONFIG, PLAIN
 from test_cdi_plan import CONTAINERD as CDI_PLAN_CONTAINERD
 from test_verify_steps import (
-    CONTAINER_ID, NVIDIA_SMI_L, POD, SANDBOX_ID, STATE_TEMPLATE, calls, containerd_dump, crictl_standin, node_lines,
-    run_verify, smi_output,
+    CONTAINER_ID,
+    NVIDIA_SMI_L,
+    POD,
+    SANDBOX_ID,
+    STATE_TEMPLATE,
+    calls,
+    containerd_dump,
+    crictl_standin,
+    node_lines,
+    run_verify,
+    smi_output,
 )
 
-from deploy.runtimes.cdi import RUNTIME_CONFIG, runtime_mode_of, with_runtime_mode
-from deploy.runtimes.containerd.cri import effective_problems, merge_containerd_config
-from deploy.foundations.toml_layout import ConfigError, tomllib
 from deploy.facts.cdi import CdiState
 from deploy.facts.containerd import ContainerdInstallations
-from deploy.verification.cdi import CdiProbe, cdi_container_problem, cri_cdi_probe, runtime_mode_step
-from deploy.verification.options import VerifyOptions
-from deploy.runtimes.wiring import runtime_wiring
-from deploy.verification.toolkit_runtimes import cri_step
+from deploy.foundations.toml_layout import ConfigError, tomllib
 from deploy.operations.cdi import state_read
 from deploy.operations.probes import CrictlRun
+from deploy.runtimes.cdi import RUNTIME_CONFIG, runtime_mode_of, with_runtime_mode
+from deploy.runtimes.containerd.cri import effective_problems, merge_containerd_config
+from deploy.runtimes.wiring import runtime_wiring
 from deploy.settings import SettingsError, parse_settings
-from deploy.tasks.cdi import cdi, preflight_check
 from deploy.stages import wired_runtimes
+from deploy.tasks.cdi import cdi, preflight_check
 from deploy.tasks.k8s import SharingConfig
+from deploy.verification.cdi import CdiProbe, cdi_container_problem, cri_cdi_probe, runtime_mode_step
+from deploy.verification.options import VerifyOptions
+from deploy.verification.toolkit_runtimes import cri_step
 
 PACKAGE_CONFIG = STANDIN_RUNTIME_CONFIG
 

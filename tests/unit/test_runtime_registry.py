@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from plan import QUICK, Node, Plan, run_pyinfra, run_plan, settings_for, DEFAULT
+from plan import DEFAULT, QUICK, Node, Plan, run_plan, run_pyinfra, settings_for
 from pyinfra.api import Inventory
 from pyinfra.api.deploy import add_deploy, deploy
 from test_verify_steps import containerd_dump, node_lines

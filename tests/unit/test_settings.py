@@ -13,9 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
-from deploy.settings import hints as settings_hints
 from deploy.settings import DEFAULTS, SETTING_FIELDS, Settings, SettingsError, likely_typos, parse_settings
+from deploy.settings import hints as settings_hints
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -349,7 +350,7 @@ def test_plain_http_repository_needs_an_explicit_opt_in():
 
 
 def test_settings_are_immutable():
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="frozen"):
         Settings().systemd_cgroup = False  # type: ignore[misc]
 
 

@@ -25,11 +25,11 @@ import pytest
 from pci_tree import load, write
 from shell_sandbox import Sandbox, build_template
 
-from deploy.foundations import shell_scripts
 from deploy.facts.devices import NvidiaDeviceLinks
 from deploy.facts.nvidia import NodeSurvey
 from deploy.facts.records import NodeRecords
 from deploy.facts.recovery import PendingRestarts
+from deploy.foundations import shell_scripts
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -107,7 +107,8 @@ def template(tmp_path_factory) -> Path:
 def lay_out(root: Path, tree: dict) -> None:
     """The fixture's filesystem under ``root``: folders, files (text, or base64 bytes), symbolic
     links, character devices, a PCI topology (tests/fixtures/fabric/) at a folder, and modes (octal)."""
-    inside = lambda path: root / path.lstrip("/")
+    def inside(path: str) -> Path:
+        return root / path.lstrip("/")
     for folder in tree.get("dirs", ()):
         inside(folder).mkdir(parents=True, exist_ok=True)
     for path, text in tree.get("files", {}).items():

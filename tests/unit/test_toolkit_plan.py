@@ -14,7 +14,6 @@ from deploy.operations.download import source_read
 from deploy.operations.packages import deb_states_read
 from deploy.tasks.toolkit import APT_KEYRING, APT_SOURCE, TOOLKIT_PACKAGES, toolkit
 
-
 # The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")
 
@@ -239,7 +238,7 @@ def test_a_changed_pin_checks_the_key_again():
     assert 'case " A4442DBE68F1FC72DB2D6DED445CA3AC12D6B699 " in' in fetch
 
 
-def test_through_the_toolkit_stage_a_key_whose_fingerprint_is_not_pinned_is_refused(served, apt_guard, tmp_path):
+def test_through_the_toolkit_stage_a_key_whose_fingerprint_is_not_pinned_is_refused(served, apt_guard, tmp_path):  # noqa: F811 (the fixtures)
     """The toolkit stage's own command for a new source, run for real (real gpg; its key URL pointed
     at the key served on 127.0.0.1, tests/unit/test_download.py, and its paths under tmp_path;
     apt-get a guard that fails): a key other than the one nvidia_toolkit_gpgkey_fingerprint pins

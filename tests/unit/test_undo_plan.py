@@ -19,12 +19,13 @@ import pytest
 from plan import DEFAULT, Node, every, host_access, os_release, run_deploy
 from pyinfra.facts.server import Arch, LinuxDistribution
 from shell_sandbox import Sandbox, build_template
-from test_driver_plans import DEBIAN_FILES, node as debian_node
+from test_driver_plans import DEBIAN_FILES
+from test_driver_plans import node as debian_node
 
-from deploy.node import records as node_records
 from deploy.facts.access import HostAccess
 from deploy.facts.packages import DebPackageStates
 from deploy.facts.records import NodeRecords
+from deploy.node import records as node_records
 from deploy.operations import safe_install
 from deploy.tasks import kernel as kernel_stage
 from deploy.tasks.undo import OWN_FILES, records_read

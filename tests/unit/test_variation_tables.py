@@ -10,8 +10,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from deploy.distros.families import FAMILIES
 from deploy.distros import package_managers
+from deploy.distros.families import FAMILIES
 from deploy.distros.package_managers import PACKAGE_MANAGERS
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -43,9 +43,7 @@ def name_checks(source: str) -> list[tuple[int, str]]:
                 found.append(node)
         elif isinstance(node, ast.match_case) and _named(getattr(node.pattern, "value", None), MANAGER_NAMES | FAMILY_NAMES):
             found.append(node.pattern)
-        elif isinstance(node, ast.Dict) and any(key is not None and _named(key, MANAGER_NAMES) for key in node.keys):
-            found.append(node)
-        elif isinstance(node, ast.Subscript) and _named(node.slice, MANAGER_NAMES):
+        elif isinstance(node, ast.Dict) and any(key is not None and _named(key, MANAGER_NAMES) for key in node.keys) or isinstance(node, ast.Subscript) and _named(node.slice, MANAGER_NAMES):
             found.append(node)
     return sorted((node.lineno, ast.unparse(node)[:100]) for node in found)
 

@@ -11,29 +11,28 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
-from plan import Output, Plan, assigned, QUICK, Node, run_pyinfra, settings_for
-from standin_libcuda import standin_libcuda  # noqa: F401 (the fixture)
+from plan import QUICK, Node, Output, Plan, assigned, run_pyinfra, settings_for
 from pyinfra.api import Inventory
 from pyinfra.api.deploy import add_deploy
 from pyinfra.api.exceptions import PyinfraError
+from standin_libcuda import standin_libcuda  # noqa: F401 (the fixture)
 
 from deploy.facts.containerd import ContainerdInstallations
 from deploy.facts.cuda import CudaInit
 from deploy.facts.installed_kernels import InstalledKernels
 from deploy.facts.nvidia import NodeSurvey
 from deploy.facts.verification import Executables, VerifyReadout
-from deploy.verification.options import VerifyOptions
 from deploy.operations.cdi import state_read as cdi_state_read
 from deploy.operations.devices import links_read
-from deploy.operations.verification import containerd_config_read, containerd_of, signing_read, verify_read
 from deploy.operations.probes import CrictlRun
+from deploy.operations.verification import containerd_config_read, containerd_of, signing_read, verify_read
 from deploy.reports.node_report import FAIL, PASS, SKIP
 from deploy.tasks.verification import verify
-
+from deploy.verification.options import VerifyOptions
 
 # The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")
@@ -582,10 +581,9 @@ def test_each_real_containerds_dump_of_the_wired_config_passes_runtime_binary_an
     by that parsed path, so runtime_binary passes on every version, and fails when it is gone."""
     from containerd_releases import config_dump, release
 
+    from deploy.runtimes.cdi import for_containerd
     from deploy.runtimes.containerd.cri import merge_containerd_config
     from deploy.runtimes.wiring import RuntimeWiring
-
-    from deploy.runtimes.cdi import for_containerd
 
     containerd = release(suite)
     default = subprocess.run([str(containerd.binary), "config", "default"], capture_output=True, text=True, check=True)

@@ -20,16 +20,18 @@ and the order stay as they were; only the keys below are set:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import tomlkit
 from tomlkit.exceptions import ParseError
-from tomlkit.items import Array, Table
+from tomlkit.items import Array, InlineTable, Table
 
 from ...foundations import node_text, redact, toml_layout
-from ..cdi import SPEC_DIRS, SPEC_PATH
 from ...foundations.toml_layout import TOMLKIT_FAULTS, ConfigError, Edits, TablePath, dotted, tomllib
 from ...runtimes.wiring import RuntimeWiring
+from ..cdi import SPEC_DIRS, SPEC_PATH
 from ..engine import TOML, Effective, RuntimeEngine, Wired
 
 RUNC_V2 = "io.containerd.runc.v2"
@@ -80,7 +82,7 @@ def parse_config(text: str, source: str) -> tomlkit.TOMLDocument:
                           f"(tomlkit cannot read it: {type(error).__name__})") from None
 
 
-def config_values(text: str, source: str) -> dict:
+def config_values(text: str, source: str) -> dict[str, Any]:
     """A config's values, only read: by tomllib, several times faster than the layout-keeping parse
     an edit needs (the no-op reads every host's files). Where tomllib refuses the text, tomlkit's
     reading and its error, as every edit of the file gives them."""
@@ -92,7 +94,7 @@ def config_values(text: str, source: str) -> dict:
         return parse_config(text, source).unwrap()
 
 
-def config_version(document, source: str) -> int:
+def config_version(document: Any, source: str) -> int:
     """containerd reads a file without ``version`` as version 1."""
     version = document.get("version", 1)
     if isinstance(version, bool) or not isinstance(version, int) or version not in CRI_RUNTIME_PLUGIN:
@@ -121,16 +123,16 @@ def check_version_fits(version: int, major: int | None, containerd_version: str 
         )
 
 
-def cri_plugin_for(data: dict, version: int, major: int | None) -> str:
+def cri_plugin_for(data: dict[str, Any], version: int, major: int | None) -> str:
     """The CRI section a file of ``version`` must hold for the installed containerd to run it."""
-    plugins = data.get("plugins") if isinstance(data.get("plugins"), dict) else {}
+    plugins = found if isinstance(found := data.get("plugins"), dict) else {}
     # containerd 2.x reads a version 2 file's 2.x-named section over the migrated 1.x one, key by key.
     if (major or 0) >= 2 and version == 2 and CRI_PLUGIN_2X in plugins:
         return CRI_PLUGIN_2X
     return CRI_RUNTIME_PLUGIN[version]
 
 
-def dump_cri_plugin(config: dict) -> str:
+def dump_cri_plugin(config: dict[str, Any]) -> str:
     """The plugin that holds the CRI runtimes in a parsed ``containerd config dump``: containerd
     dumps version 2 (1.x) or 3 (2.x)."""
     return CRI_RUNTIME_PLUGIN.get(config.get("version", 2), CRI_PLUGIN_2X)
@@ -138,7 +140,7 @@ def dump_cri_plugin(config: dict) -> str:
 
 # The merge. -------------------------------------------------------------------------------
 
-def _new_runtime(binary: str | None, systemd_cgroup: bool, inline: bool = False):
+def _new_runtime(binary: str | None, systemd_cgroup: bool, inline: bool = False) -> Table | InlineTable:
     runtime = tomlkit.inline_table() if inline else tomlkit.table()
     runtime["runtime_type"] = RUNC_V2
     options = tomlkit.inline_table() if inline else tomlkit.table()
@@ -214,11 +216,11 @@ def _add_container_annotations(edits: Edits, runtime_path: TablePath, wanted: tu
         edits.set(runtime_path, "container_annotations", values)
 
 
-def _drop_disabled_cri(document, edits: Edits) -> None:
+def _drop_disabled_cri(document: Any, edits: Edits) -> None:
     disabled = document.get("disabled_plugins")
     if disabled is None:
         return
-    if not isinstance(disabled, list):
+    if not isinstance(disabled, Array):  # tomlkit's list
         raise ConfigError("disabled_plugins is not a list")
     removed = [name for name in disabled if name in CRI_PLUGIN_IDS]
     if not removed:
@@ -232,15 +234,15 @@ def _drop_disabled_cri(document, edits: Edits) -> None:
     edits.notes.append(f"removed {shown} from disabled_plugins: Kubernetes needs containerd's CRI plugin")
 
 
-def _edit(text: str, source: str, wire=None) -> Merged:
+def _edit(text: str, source: str, wire: Callable[[Any, Edits, int], None] | None = None) -> Merged:
     """CRI taken out of disabled_plugins, then ``wire(document, edits, version)``; see ``toml_layout.edit``."""
 
-    def parse_versioned(body: str):
+    def parse_versioned(body: str) -> tomlkit.TOMLDocument:
         document = parse_config(body, source)
         config_version(document, source)  # an unsupported version is refused before any edit
         return document
 
-    def apply(document, edits: Edits) -> None:
+    def apply(document: Any, edits: Edits) -> None:
         _drop_disabled_cri(document, edits)
         if wire is not None:
             wire(document, edits, config_version(document, source))
@@ -258,7 +260,7 @@ def merge_containerd_config(text: str, wiring: RuntimeWiring, source: str = "con
     ``plugin``: the CRI plugin section to wire (default: the one of the file's version).
     """
 
-    def wire(document, edits: Edits, version: int) -> None:
+    def wire(document: Any, edits: Edits, version: int) -> None:
         cri = ("plugins", plugin or CRI_RUNTIME_PLUGIN[version])
         containerd = cri + ("containerd",)
         # Under a containerd table the file already had, a first new runtime needs its blank line.
@@ -281,7 +283,7 @@ def merge_containerd_config(text: str, wiring: RuntimeWiring, source: str = "con
         elif wiring.enable_cdi:
             edits.set(cri, "enable_cdi", True)
             cri_table = toml_layout.holder(document, cri, "cdi_spec_dirs")
-            spec_dirs = cri_table.get("cdi_spec_dirs") if cri_table is not None else None
+            spec_dirs: Any = cri_table.get("cdi_spec_dirs") if cri_table is not None else None
             spec_dirs = spec_dirs.unwrap() if hasattr(spec_dirs, "unwrap") else spec_dirs
             if not isinstance(spec_dirs, list):
                 edits.set(cri, "cdi_spec_dirs", list(SPEC_DIRS))
@@ -364,7 +366,7 @@ class ContainerdConfig:
 
     text: str
     source: str
-    values: dict
+    values: dict[str, Any]
     version: int
 
 

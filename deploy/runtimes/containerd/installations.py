@@ -9,6 +9,7 @@ runs with and its socket. The ContainerdInstallations fact looks for the table's
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 PLAIN_SOCKET = "/run/containerd/containerd.sock"
 RANCHER_SOCKET = "/run/k3s/containerd/containerd.sock"  # k3s and rke2 alike
@@ -111,7 +112,7 @@ INSTALLATION_UNITS = tuple(dict.fromkeys(unit for installation in INSTALLATIONS.
 GENERATED_CONFIGS = tuple(installation.generated_config for installation in INSTALLATIONS.values() if installation.generated_config)
 
 
-def classify_installation(state: dict) -> dict:
+def classify_installation(state: dict[str, Any]) -> dict[str, Any]:
     """
     The installation that owns containerd on the node (``state``: the ContainerdInstallations fact), and the
     unit that runs it.
@@ -155,10 +156,11 @@ class ConfigTarget:
         return self.running_config or self.base_path or self.path
 
 
-def _template(installation: ContainerdInstallation, containerd_found: dict) -> str:
-    """The template k3s / rke2 reads: the one there, else the one of the generated config's version."""
+def _template(installation: ContainerdInstallation, templates: tuple[str, str], containerd_found: dict[str, Any]) -> str:
+    """The template k3s / rke2 reads (of ``installation``'s ``templates``): the one there, else the one of the
+    generated config's version."""
     paths = set(containerd_found.get("paths", ()))
-    v2_template, v3_template = installation.templates
+    v2_template, v3_template = templates
     if v3_template in paths:
         return v3_template
     if v2_template in paths:
@@ -172,14 +174,15 @@ def plain_target(containerd_config_path: str) -> ConfigTarget:
     return config_target(containerd_config_path, {"installation": {"name": PLAIN.name, "service": PLAIN.units[0]}})
 
 
-def config_target(containerd_config_path: str, containerd_found: dict) -> ConfigTarget:
+def config_target(containerd_config_path: str, containerd_found: dict[str, Any]) -> ConfigTarget:
     """The file to merge into, per installation (``containerd_found``: preflight's ContainerdInstallations reading);
     ``containerd_config_path`` is the setting, for a plain containerd."""
     installation = INSTALLATIONS[containerd_found["installation"]["name"]]
     service = containerd_found["installation"]["service"]
-    if installation.template_dir:
+    templates = installation.templates
+    if templates is not None:
         # k3s / rke2 regenerate config.toml at every start: write their documented template instead.
-        template = _template(installation, containerd_found)
+        template = _template(installation, templates, containerd_found)
         return ConfigTarget(
             path=template, service=service, binary=installation.binary, base_path=installation.generated_config,
             socket=installation.socket,

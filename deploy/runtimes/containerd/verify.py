@@ -7,7 +7,7 @@ starts pods with through it, and what the report says of it. Pure.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from ...foundations import node_text, redact
 from ...foundations.toml_layout import tomllib
@@ -30,7 +30,7 @@ class ContainerdOptions(Protocol):
     containerd_config_path: str
 
 
-def default_reading() -> dict:
+def default_reading() -> dict[str, Any]:
     """containerd's reading before any line: ``version`` to ``dump`` are ContainerdConfig's (its version and
     ``config dump``, read with it), which deploy/operations/verification.py adds with the installation's
     ``socket``."""
@@ -38,7 +38,7 @@ def default_reading() -> dict:
             "dump_exit_code": None, "dump": None, "image_present": False, "ctr_path": None}
 
 
-def read_line(reading: dict, key: str, rest: str) -> None:
+def read_line(reading: dict[str, Any], key: str, rest: str) -> None:
     if key == "ctrd_path":
         reading["path"] = rest or None
     elif key == "ctrd_active":
@@ -52,7 +52,7 @@ def read_line(reading: dict, key: str, rest: str) -> None:
 LINE_KEYS = ("ctrd_path", "ctrd_active", "ctr_path", "ctr_image")
 
 
-def parse_cri_runtimes(dump: str) -> dict:
+def parse_cri_runtimes(dump: str) -> dict[str, Any]:
     """``containerd config dump`` -> the CRI plugin's runtimes and default runtime name."""
     # Read only: the standard library's reader, not tomlkit's round-trip parser (about ten times
     # slower, and a fleet's verification parses one dump per node on the controller).
@@ -65,32 +65,32 @@ def parse_cri_runtimes(dump: str) -> dict:
     }
 
 
-def read_cri(reading: dict) -> tuple[dict | None, str | None]:
+def read_cri(reading: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
     """The one reading of ``containerd config dump``: (the CRI runtimes, None) or (None, why not)."""
     dump = reading["dump"]
     if reading["dump_exit_code"] == 0 and dump:
         try:
             return parse_cri_runtimes(dump), None
-        except Exception as error:  # a TOML error or an unexpected shape; the reason is what matters
+        except Exception as error:  # noqa: BLE001 - a TOML error or an unexpected shape; the reason is what matters
             return None, f"cannot parse its output: {error}"
     if reading["path"]:
         return None, node_text.short(redact.daemon_output(dump or "no output"))
     return None, None
 
 
-def prepared(reading: dict) -> dict:
+def prepared(reading: dict[str, Any]) -> dict[str, Any]:
     """The reading with its dump parsed, once for every step (``cri``, or why not: ``cri_error``)."""
     cri, error = read_cri(reading)
     return {**reading, "cri": cri, "cri_error": error}
 
 
-def configured_binary(reading: dict) -> str | None:
+def configured_binary(reading: dict[str, Any]) -> str | None:
     """The nvidia runtime's binary as the parsed dump names it."""
     nvidia = ((reading.get("cri") or {}).get("runtimes") or {}).get(HANDLER) or {}
     return (nvidia.get("options") or {}).get("BinaryName")
 
 
-def kubelet_cgroups(reading: dict) -> list[tuple[str, bool]]:
+def kubelet_cgroups(reading: dict[str, Any]) -> list[tuple[str, bool]]:
     """The runtimes the kubelet starts pods with through containerd's CRI (nvidia and the default),
     and whether each has SystemdCgroup on."""
     cri = reading.get("cri")
@@ -104,7 +104,7 @@ def kubelet_cgroups(reading: dict) -> list[tuple[str, bool]]:
     return checks
 
 
-def _imports_note(cri: dict, options: ContainerdOptions) -> str:
+def _imports_note(cri: dict[str, Any], options: ContainerdOptions) -> str:
     """Which other files containerd reads: one of them overrides what config.toml says."""
     others = [path for path in cri.get("imports", []) if path != options.containerd_config_path]
     if not others:
@@ -113,7 +113,7 @@ def _imports_note(cri: dict, options: ContainerdOptions) -> str:
             f"overrides {options.containerd_config_path})")
 
 
-def config_step(reading: dict, options: ContainerdOptions) -> Step:
+def config_step(reading: dict[str, Any], options: ContainerdOptions) -> Step:
     """An installed containerd's own view (its dump) against the wiring."""
     cri = reading["cri"]
     if cri is None:
@@ -139,11 +139,11 @@ def config_step(reading: dict, options: ContainerdOptions) -> Step:
                 f"SystemdCgroup={str(bool(opts.get('SystemdCgroup'))).lower()}, default runtime {cri['default_runtime']}")
 
 
-def summary(reading: dict) -> str:
+def summary(reading: dict[str, Any]) -> str:
     return f"containerd {reading['version'] or '?'}"
 
 
-def ctr_run(reading: dict, image: str, container_name: str) -> tuple[str, ...]:
+def ctr_run(reading: dict[str, Any], image: str, container_name: str) -> tuple[str, ...]:
     """``ctr run`` of a throwaway container with the first GPU, as NVIDIA's guides do."""
     return (reading["ctr_path"] or "ctr", "--address", reading.get("socket") or PLAIN_SOCKET,
             "run", "--rm", "--gpus", "0", image, container_name)

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, NoReturn
 
 from ...foundations import node_text, templates
-from ...runtimes.wiring import RuntimeWiring
 from ...foundations.toml_layout import ConfigError
+from ...runtimes.wiring import RuntimeWiring
 from ..engine import JSON, Effective, RuntimeEngine, Wired
 from .unit import DockerdFlag
 
@@ -35,12 +36,12 @@ class DaemonConfigError(ConfigError):
 
 @dataclass
 class DockerMerged:
-    config: dict
+    config: dict[str, Any]
     changed: bool
     notes: list[str] = field(default_factory=list)
 
 
-def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict:
+def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     seen: dict[str, Any] = {}
     for key, value in pairs:
         if key in seen:
@@ -49,7 +50,7 @@ def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict:
     return seen
 
 
-def _reject_constant(name: str):
+def _reject_constant(name: str) -> NoReturn:
     raise DaemonConfigError(f"{name} is not JSON")
 
 
@@ -61,12 +62,12 @@ def _finite(number: str) -> float:
     return value
 
 
-def _strict_json(text: str):
+def _strict_json(text: str) -> Any:
     return json.loads(text, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant,
                       parse_float=_finite)
 
 
-def parse_daemon_json(text: str, source: str) -> dict:
+def parse_daemon_json(text: str, source: str) -> dict[str, Any]:
     """Strict JSON (no duplicate keys, no NaN), an object at the top; empty text is an empty object."""
     try:
         if not node_text.checked(text, source).strip():
@@ -123,7 +124,7 @@ def is_containerd_shim_name(name: str) -> bool:
     return "/" not in name and bool(dot) and bool(prefix)
 
 
-def default_runtime_problem(config: dict, docker_major: int | None = None,
+def default_runtime_problem(config: dict[str, Any], docker_major: int | None = None,
                             flag_runtimes: Sequence[str] = ()) -> str | None:
     """
     Whether dockerd can start with this ``default-runtime``: a built-in or configured runtime (file or
@@ -131,7 +132,7 @@ def default_runtime_problem(config: dict, docker_major: int | None = None,
     this (dockerd only does when it starts), so it is checked here for every version.
     """
     default = config.get("default-runtime")
-    runtimes = config.get("runtimes") if isinstance(config.get("runtimes"), dict) else {}
+    runtimes = found if isinstance(found := config.get("runtimes"), dict) else {}
     if not isinstance(default, str) or default in (*BUILTIN_RUNTIMES, *runtimes, *flag_runtimes):
         return None
     if not is_containerd_shim_name(default):
@@ -143,7 +144,7 @@ def default_runtime_problem(config: dict, docker_major: int | None = None,
     return None
 
 
-def check_schema(config: dict, source: str, docker_major: int | None = None,
+def check_schema(config: dict[str, Any], source: str, docker_major: int | None = None,
                  flag_runtimes: Sequence[str] = ()) -> None:
     """
     The checks `dockerd --validate` would make on the keys this tool touches and the common ones,
@@ -154,7 +155,7 @@ def check_schema(config: dict, source: str, docker_major: int | None = None,
         if key not in config:
             continue
         value = config[key]
-        if not isinstance(value, kind) or (kind is list and not all(isinstance(v, str) for v in value)):
+        if not isinstance(value, kind) or (isinstance(value, list) and not all(isinstance(v, str) for v in value)):
             problems.append(f"{key} must be {what}")
     for name, runtime in (config.get("runtimes") or {}).items() if isinstance(config.get("runtimes"), dict) else ():
         if not isinstance(runtime, dict) or not isinstance(runtime.get("path", ""), str):
@@ -178,7 +179,7 @@ def check_schema(config: dict, source: str, docker_major: int | None = None,
         raise DaemonConfigError(f"{source}: " + "; ".join(problems))
 
 
-def merge_daemon_config(existing: dict, wiring: RuntimeWiring) -> DockerMerged:
+def merge_daemon_config(existing: dict[str, Any], wiring: RuntimeWiring) -> DockerMerged:
     """``existing`` with the NVIDIA runtime wired in; keys, values and order otherwise kept."""
     config = json.loads(json.dumps(existing))  # a deep copy, same order
     notes: list[str] = []
@@ -186,7 +187,7 @@ def merge_daemon_config(existing: dict, wiring: RuntimeWiring) -> DockerMerged:
     runtimes = config.setdefault("runtimes", {})
     if not isinstance(runtimes, dict):
         raise DaemonConfigError("runtimes must be an object")
-    nvidia = runtimes.get("nvidia") if isinstance(runtimes.get("nvidia"), dict) else {}
+    nvidia = found if isinstance(found := runtimes.get("nvidia"), dict) else {}
     # Docker reads runtimeArgs (nvidia-ctk writes `args`, which Docker ignores).
     runtimes["nvidia"] = {**nvidia, "path": wiring.binary, "runtimeArgs": nvidia.get("runtimeArgs", [])}
 
@@ -221,7 +222,7 @@ def merge_daemon_config(existing: dict, wiring: RuntimeWiring) -> DockerMerged:
     return DockerMerged(config=config, changed=config != existing, notes=notes)
 
 
-def render_daemon_json(config: dict) -> str:
+def render_daemon_json(config: dict[str, Any]) -> str:
     return templates.render("daemon.json.j2", config=config)
 
 
@@ -233,7 +234,7 @@ def _cgroup_driver(option: str) -> str | None:
     return value if sep and key == CGROUP_DRIVER_OPT else None
 
 
-def flag_conflicts(config: dict, flags: Sequence[DockerdFlag], path: str) -> list[str]:
+def flag_conflicts(config: dict[str, Any], flags: Sequence[DockerdFlag], path: str) -> list[str]:
     """
     What moby's findConfigurationConflicts refuses: a key of daemon.json that a set flag also
     gives (whatever the values); ``runtimes`` is exempt (dockerd merges --add-runtime with it).
@@ -247,7 +248,7 @@ def flag_conflicts(config: dict, flags: Sequence[DockerdFlag], path: str) -> lis
     return conflicts
 
 
-def leave_to_flags(candidate: dict, existing: dict, flags: Sequence[DockerdFlag]) -> dict:
+def leave_to_flags(candidate: dict[str, Any], existing: dict[str, Any], flags: Sequence[DockerdFlag]) -> dict[str, Any]:
     """
     ``candidate`` without the keys the merge added that the unit's flags already give.
     ``runtimes`` stays: dockerd merges --add-runtime with it, the file's entry winning a shared name.
@@ -262,7 +263,7 @@ class EffectiveSetting:
     source: str
 
 
-def effective_settings(config: dict, flags: Sequence[DockerdFlag], path: str) -> dict[str, EffectiveSetting]:
+def effective_settings(config: dict[str, Any], flags: Sequence[DockerdFlag], path: str) -> dict[str, EffectiveSetting]:
     """What dockerd will run with from flags and daemon.json: cgroup driver, default runtime, nvidia runtime."""
     result: dict[str, EffectiveSetting] = {}
     exec_flags = [flag for flag in flags if flag.name == "exec-opt"]
@@ -290,8 +291,8 @@ def effective_settings(config: dict, flags: Sequence[DockerdFlag], path: str) ->
     # A runtime both files and flags name: the file's wins (moby's MergeDaemonConfigurations merges the
     # flags into the file's config without overriding; measured on dockerd 20.10).
     nvidia_flags = [flag for flag in flags if flag.name == "add-runtime" and flag.value.startswith("nvidia=")]
-    runtimes = config.get("runtimes") if isinstance(config.get("runtimes"), dict) else {}
-    in_file = runtimes.get("nvidia") if isinstance(runtimes.get("nvidia"), dict) else None
+    runtimes = found if isinstance(found := config.get("runtimes"), dict) else {}
+    in_file = nvidia if isinstance(nvidia := runtimes.get("nvidia"), dict) else None
     if in_file is None and nvidia_flags:
         result["nvidia runtime"] = EffectiveSetting(nvidia_flags[-1].value.partition("=")[2], nvidia_flags[-1].describe())
     else:
@@ -302,7 +303,7 @@ def effective_settings(config: dict, flags: Sequence[DockerdFlag], path: str) ->
         value = feature_flags[-1].value.partition("=")[2] or "true"
         result["cdi"] = EffectiveSetting(value.lower() == "true", feature_flags[-1].describe())
     else:
-        features = config.get("features") if isinstance(config.get("features"), dict) else {}
+        features = found if isinstance(found := config.get("features"), dict) else {}
         result["cdi"] = EffectiveSetting(features.get("cdi") is True, f"{path} features.cdi")
     return result
 
@@ -348,7 +349,7 @@ def effective_problems(effective: dict[str, EffectiveSetting], wiring: RuntimeWi
 class DockerRunning:
     """What dockerd runs with: its daemon.json (``path``, as parsed) and the flags its unit passes."""
 
-    config: dict
+    config: dict[str, Any]
     flags: Sequence[DockerdFlag]
     path: str
 
@@ -359,17 +360,17 @@ class DockerEngine:
 
     file_format: str = JSON
 
-    def parse(self, text: str, source: str) -> dict:
+    def parse(self, text: str, source: str) -> dict[str, Any]:
         return parse_daemon_json(text, source)
 
-    def wire(self, document: dict, wiring: RuntimeWiring, source: str) -> Wired[dict]:
+    def wire(self, document: dict[str, Any], wiring: RuntimeWiring, source: str) -> Wired[dict[str, Any]]:
         try:
             merged = merge_daemon_config(document, wiring)
         except DaemonConfigError as error:
             raise DaemonConfigError(f"{source}: {error}") from None
         return Wired(merged.config, merged.notes)
 
-    def render(self, document: dict) -> str:
+    def render(self, document: dict[str, Any]) -> str:
         return render_daemon_json(document)
 
     def effective(self, running: DockerRunning, wiring: RuntimeWiring) -> Effective:
@@ -377,4 +378,4 @@ class DockerEngine:
                          tuple(effective_problems(effective_settings(running.config, running.flags, running.path), wiring)))
 
 
-_: RuntimeEngine[dict, DockerRunning] = DockerEngine()
+_: RuntimeEngine[dict[str, Any], DockerRunning] = DockerEngine()

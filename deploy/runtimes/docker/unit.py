@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ...foundations import node_text
@@ -90,7 +91,7 @@ def split_systemctl_cat(text: str) -> list[tuple[str, str]]:
     return [(path, "\n".join(lines)) for path, lines in fragments]
 
 
-def unit_directives(text: str):
+def unit_directives(text: str) -> Iterator[tuple[str | None, str, str]]:
     """(section, key, value) of a unit file: comments skipped, backslash continuations joined."""
     section, pending = None, None
     for raw in text.splitlines():
@@ -204,10 +205,10 @@ def parse_docker_unit(systemctl_cat: str, environment_files: dict[str, str]) -> 
             continue
         used: list[str] = []
 
-        def expand(match: re.Match) -> str:
+        def expand(match: re.Match[str]) -> str:
             if match[0] == "$$":
                 return "$"
-            used.append(match[1])
+            used.append(match[1])  # noqa: B023 - sub() calls it in this iteration
             return assignments.get(match[1], ("", path))[0]
 
         expanded = _BRACED_VARIABLE.sub(expand, word)

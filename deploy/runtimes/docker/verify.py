@@ -7,7 +7,7 @@ the wiring, the nvidia runtime's binary it names, and what the report says of it
 from __future__ import annotations
 
 import json
-from typing import Protocol
+from typing import Any, Protocol
 
 from ...foundations import node_text
 from ...reports.node_report import FAIL, PASS, Step
@@ -20,12 +20,12 @@ class DockerOptions(Protocol):
     wiring: RuntimeWiring
 
 
-def default_reading() -> dict:
+def default_reading() -> dict[str, Any]:
     return {"path": None, "active": None, "info_exit_code": None, "runtimes": {},
             "default_runtime": None, "cgroup_driver": None, "image_present": False}
 
 
-def parse_docker_info(text: str) -> dict:
+def parse_docker_info(text: str) -> dict[str, Any]:
     """``docker info --format '{{json .Runtimes}}|{{.DefaultRuntime}}|{{.CgroupDriver}}'``."""
     runtimes_json, _, rest = text.strip().rpartition("|")
     runtimes_json, _, default = runtimes_json.rpartition("|")
@@ -42,7 +42,7 @@ def parse_docker_info(text: str) -> dict:
     }
 
 
-def read_line(reading: dict, key: str, rest: str) -> None:
+def read_line(reading: dict[str, Any], key: str, rest: str) -> None:
     if key == "docker_path":
         reading["path"] = rest or None
     elif key == "docker_active":
@@ -58,12 +58,13 @@ def read_line(reading: dict, key: str, rest: str) -> None:
 LINE_KEYS = ("docker_path", "docker_active", "docker_info_rc", "docker_info", "docker_image")
 
 
-def configured_binary(reading: dict) -> str | None:
+def configured_binary(reading: dict[str, Any]) -> str | None:
     """The nvidia runtime's binary as ``docker info`` names it."""
-    return reading["runtimes"].get(HANDLER)
+    binary: str | None = reading["runtimes"].get(HANDLER)
+    return binary
 
 
-def config_step(reading: dict, options: DockerOptions) -> Step:
+def config_step(reading: dict[str, Any], options: DockerOptions) -> Step:
     """An installed Docker's own view (``docker info``) against the wiring."""
     if reading["info_exit_code"] != 0 or reading.get("info_error"):
         return Step("docker_config", FAIL, f"docker info failed (dockerd {reading['active'] or 'not running'})")
@@ -82,10 +83,10 @@ def config_step(reading: dict, options: DockerOptions) -> Step:
                 f"cgroup driver {reading['cgroup_driver']}")
 
 
-def summary(reading: dict) -> str:
+def summary(reading: dict[str, Any]) -> str:
     return f"docker (default {reading['default_runtime'] or '?'})"
 
 
-def docker_run(reading: dict, image: str, container_name: str) -> tuple[str, ...]:
+def docker_run(reading: dict[str, Any], image: str, container_name: str) -> tuple[str, ...]:
     """``docker run`` of a throwaway container with every GPU."""
     return ("docker", "run", "--rm", "--gpus", "all", "--name", container_name, image)

@@ -5,7 +5,8 @@ where text is wanted, built on first use) and what its rules of how settings com
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo

@@ -33,7 +33,7 @@ class HealthSettings(Section):
     )
 
     @model_validator(mode="after")
-    def _spans_fit(self) -> "HealthSettings":
+    def _spans_fit(self) -> HealthSettings:
         interval = time_span_seconds(self.health_check_interval)
         if interval < MIN_INTERVAL_SECONDS:
             raise SettingsError(f"invalid setting health_check_interval={shown(self.health_check_interval)}: allowed: "

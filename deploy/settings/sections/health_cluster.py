@@ -71,7 +71,7 @@ class HealthClusterSettings(Section):
     )
 
     @model_validator(mode="after")
-    def _cluster_spans_fit(self) -> "HealthClusterSettings":  # a name of its own: Settings inherits every section
+    def _cluster_spans_fit(self) -> HealthClusterSettings:  # a name of its own: Settings inherits every section
         for name, (low, high, allowed) in SPANS.items():
             if not low <= time_span_seconds(getattr(self, name)) <= high:
                 raise SettingsError(f"invalid setting {name}={shown(getattr(self, name))}: allowed: {allowed}")

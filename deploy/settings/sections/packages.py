@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pydantic import Field, ValidationInfo, model_validator
 
-from ...driver.nvidia_repositories import (NVIDIA_TOOLKIT_GPGKEY_URL, NVIDIA_TOOLKIT_KEY_FINGERPRINT,
-                                           NVIDIA_TOOLKIT_REPO_URL)
+from ...driver.nvidia_repositories import (
+    NVIDIA_TOOLKIT_GPGKEY_URL,
+    NVIDIA_TOOLKIT_KEY_FINGERPRINT,
+    NVIDIA_TOOLKIT_REPO_URL,
+)
 from ..values import DriverBranch, Fingerprints, PackageVersion, RepositoryUrl
 from .base import Section, check_repository_urls, given_values
 

@@ -7,9 +7,9 @@ import subprocess
 from pyinfra.api import Config, Inventory, State
 from pyinfra.facts.server import Arch, LinuxDistribution
 
-from deploy.facts.read_ahead import CombinedOutput, read_facts, split_sections
 from deploy.facts.containerd import ContainerdInstallations
 from deploy.facts.nvidia import NodeSurvey
+from deploy.facts.read_ahead import CombinedOutput, read_facts, split_sections
 
 FACTS = (LinuxDistribution, Arch, NodeSurvey, ContainerdInstallations)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import subprocess
 
 from deploy.distros.package_managers import APT, DNF
+from deploy.facts.apt import AptSourceFiles
 from deploy.facts.nvidia import IgnoredPackages, NodeSurvey, PackagesAvailable, RecommendedDriver
 from deploy.operations.packages import PACMAN_HOLD_LIST, pacman_hold_command
-from deploy.facts.apt import AptSourceFiles
 
 
 def test_nvidia_node_command_runs_here_exits_zero_and_parses_to_this_machines_state():
