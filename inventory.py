@@ -32,5 +32,7 @@ control_plane = _from_environment("CONTROL_PLANE", control_plane)
 
 if not gpu_nodes and not control_plane:
     # pyinfra would run over no host and exit 0, as if all were well.
-    sys.exit("inventory.py: no hosts: set GPU_NODES (and CONTROL_PLANE) to comma-separated pyinfra host names, "
-             "or add them to the lists in inventory.py")
+    sys.exit(
+        "inventory.py: no hosts: set GPU_NODES (and CONTROL_PLANE) to comma-separated pyinfra host names, "
+        "or add them to the lists in inventory.py"
+    )

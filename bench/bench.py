@@ -79,8 +79,14 @@ def measure(command: list[str], env: dict | None = None) -> dict:
     """Run a command: wall time, CPU of its process tree and its largest RSS (wait4), its output."""
     load = os.getloadavg()[0]
     started = time.monotonic()
-    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env={**os.environ, **(env or {})})
+    process = subprocess.Popen(
+        command,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
     output = process.stdout.read()
     _, status, usage = os.wait4(process.pid, 0)
     return {
@@ -109,8 +115,14 @@ def drift(inventory: Path, data: dict) -> list[str]:
 
 
 def ansible(inventory: Path, expected: dict) -> list[str]:
-    return [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(PLAYBOOK),
-            "-e", json.dumps(expected)]
+    return [
+        str(Path(sys.executable).parent / "ansible-playbook"),
+        "-i",
+        str(inventory),
+        str(PLAYBOOK),
+        "-e",
+        json.dumps(expected),
+    ]
 
 
 def ansible_expected() -> dict:
@@ -121,8 +133,11 @@ def ansible_expected() -> dict:
         return hashlib.sha256(text.encode()).hexdigest()
 
     return {
-        "managed_files": {MODULES_LOAD_PATH: sha(modules_load_text()), SYSCTL_PATH: sha(sysctl_text()),
-                          BLACKLIST_PATH: sha(blacklist_text())},
+        "managed_files": {
+            MODULES_LOAD_PATH: sha(modules_load_text()),
+            SYSCTL_PATH: sha(sysctl_text()),
+            BLACKLIST_PATH: sha(blacklist_text()),
+        },
         "apt_files": [APT_SOURCE, APT_KEYRING],
         "packages": [*TOOLKIT_PACKAGES, "containerd"],
     }
@@ -130,9 +145,15 @@ def ansible_expected() -> dict:
 
 def start_fleet(image: str, count: int, keys: Keys, hosts_per_node: int = 1) -> list[SshNode]:
     ports = free_ports(count * hosts_per_node)
-    nodes = [SshNode(image=image, port=ports[index * hosts_per_node], name=f"node-{index:02d}",
-                     extra_ports=ports[index * hosts_per_node + 1:(index + 1) * hosts_per_node])
-             for index in range(count)]
+    nodes = [
+        SshNode(
+            image=image,
+            port=ports[index * hosts_per_node],
+            name=f"node-{index:02d}",
+            extra_ports=ports[index * hosts_per_node + 1 : (index + 1) * hosts_per_node],
+        )
+        for index in range(count)
+    ]
     for port in ports:
         keys.trust(port)
 
@@ -204,28 +225,49 @@ def profile_noop(inventory: Path, data: dict, workdir: Path, count: int) -> dict
     rows = sorted(stats.stats.items(), key=lambda item: item[1][2], reverse=True)[:25]
     return {
         "total_s": stats.total_tt,
-        "own_time": [{"function": f"{Path(file).name}:{line}({name})", "calls": calls, "own_s": round(own, 3),
-                      "cumulative_s": round(cumulative, 3)}
-                     for (file, line, name), (_, calls, own, cumulative, _) in rows],
+        "own_time": [
+            {
+                "function": f"{Path(file).name}:{line}({name})",
+                "calls": calls,
+                "own_s": round(own, 3),
+                "cumulative_s": round(cumulative, 3),
+            }
+            for (file, line, name), (_, calls, own, cumulative, _) in rows
+        ],
     }
 
 
-def bench_fleet(image: str, count: int, data: dict, repeat: int, workdir: Path, ansible_repeat: int,
-                verbose: bool, profile: bool = False, hosts_per_node: int = 1) -> dict:
+def bench_fleet(
+    image: str,
+    count: int,
+    data: dict,
+    repeat: int,
+    workdir: Path,
+    ansible_repeat: int,
+    verbose: bool,
+    profile: bool = False,
+    hosts_per_node: int = 1,
+) -> dict:
     """``count`` inventory hosts: ``count / hosts_per_node`` node containers, each with that many
     sshd ports. Provisioning runs once per container; the read-only runs on every host."""
     containers = count // hosts_per_node
     keys = Keys(workdir / f"keys-{count}")
     nodes = start_fleet(image, containers, keys, hosts_per_node)
     try:
-        one_each = write_inventory(workdir / f"inventory-{count}-containers.py",
-                                   [node.endpoints()[0] for node in nodes], keys)
-        inventory = write_inventory(workdir / f"inventory-{count}.py",
-                                    [endpoint for node in nodes for endpoint in node.endpoints()], keys)
+        one_each = write_inventory(
+            workdir / f"inventory-{count}-containers.py", [node.endpoints()[0] for node in nodes], keys
+        )
+        inventory = write_inventory(
+            workdir / f"inventory-{count}.py", [endpoint for node in nodes for endpoint in node.endpoints()], keys
+        )
         idle = memory_mb(nodes)
         first = timed(nodes, pyinfra(one_each, "deploy/gpu_node.py", data))
-        result = {"nodes": count, "containers": containers, "hosts_per_container": hosts_per_node,
-                  "first": summary([first])}
+        result = {
+            "nodes": count,
+            "containers": containers,
+            "hosts_per_container": hosts_per_node,
+            "first": summary([first]),
+        }
         if hosts_per_node > 1:
             result["first"]["nodes_provisioned"] = containers
         if not first["ok"]:
@@ -245,7 +287,8 @@ def bench_fleet(image: str, count: int, data: dict, repeat: int, workdir: Path, 
         result["drift"] = summary(runs(drift(inventory, data), repeat))
         if ansible_repeat:
             ansible_inventory = write_ansible_inventory(
-                workdir / f"ansible-{count}.ini", [endpoint for node in nodes for endpoint in node.endpoints()], keys)
+                workdir / f"ansible-{count}.ini", [endpoint for node in nodes for endpoint in node.endpoints()], keys
+            )
             env = ansible_environment(keys, workdir)
             ansible_runs = runs(ansible(ansible_inventory, ansible_expected()), ansible_repeat, env)
             result["ansible_noop"] = summary(ansible_runs)
@@ -268,8 +311,14 @@ def bench_fleet(image: str, count: int, data: dict, repeat: int, workdir: Path, 
 
 
 def machine() -> str:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
     memory_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return f"{os.cpu_count()} cores ({cpu}), {memory_gb:.0f} GiB, Python {platform.python_version()}"
 
@@ -277,29 +326,50 @@ def machine() -> str:
 def table(results: dict) -> str:
     header = ("nodes", "run", "wall s", "x 1 node", "CPU s", "nodes CPU s", "peak MB", "cmds/node", "load 1m")
     lines = ["  ".join(f"{name:>10}" for name in header)]
-    single = {name: fleet[name]["wall_s"] for fleet in results["fleets"] if fleet["nodes"] == 1
-              for name in fleet if isinstance(fleet[name], dict) and "wall_s" in fleet[name]}
+    single = {
+        name: fleet[name]["wall_s"]
+        for fleet in results["fleets"]
+        if fleet["nodes"] == 1
+        for name in fleet
+        if isinstance(fleet[name], dict) and "wall_s" in fleet[name]
+    }
     for fleet in results["fleets"]:
         for name in ("first", "noop", "verify", "drift", "ansible_noop"):
             if name not in fleet:
                 continue
             run = fleet[name]
             ratio = f"{run['wall_s'] / single[name]:.2f}" if single.get(name) else "-"
-            row = (fleet["nodes"], name, f"{run['wall_s']:.2f}", ratio, f"{run['cpu_s']:.2f}", f"{run['nodes_cpu_s']:.2f}",
-                   f"{run['peak_mb']:.0f}", f"{run['commands_per_node']:g}",
-                   "/".join(f"{load:.1f}" for load in run["load_1m"]))
+            row = (
+                fleet["nodes"],
+                name,
+                f"{run['wall_s']:.2f}",
+                ratio,
+                f"{run['cpu_s']:.2f}",
+                f"{run['nodes_cpu_s']:.2f}",
+                f"{run['peak_mb']:.0f}",
+                f"{run['commands_per_node']:g}",
+                "/".join(f"{load:.1f}" for load in run["load_1m"]),
+            )
             lines.append("  ".join(f"{value:>10}" for value in row) + ("" if run["ok"] else "  FAILED"))
         memory = fleet["node_memory_mb"]
-        lines.append(f"{'':>10}  node memory: {memory['booted_median']:.0f} MB booted, "
-                     f"{memory['provisioned_median']:.0f} MB provisioned (median), max {memory['provisioned_max']:.0f}")
+        lines.append(
+            f"{'':>10}  node memory: {memory['booted_median']:.0f} MB booted, "
+            f"{memory['provisioned_median']:.0f} MB provisioned (median), max {memory['provisioned_max']:.0f}"
+        )
         if "ansible_noop" in fleet:
-            lines.append(f"{'':>10}  Ansible / pyinfra no-op: "
-                         f"{fleet['ansible_noop']['wall_s'] / fleet['noop']['wall_s']:.2f}x")
+            lines.append(
+                f"{'':>10}  Ansible / pyinfra no-op: {fleet['ansible_noop']['wall_s'] / fleet['noop']['wall_s']:.2f}x"
+            )
     return "\n".join(lines)
 
 
-RUN_NAMES = {"first": "first provisioning", "noop": "no-op re-run", "verify": "verify.py alone",
-             "drift": "drift check", "ansible_noop": "Ansible no-op playbook"}
+RUN_NAMES = {
+    "first": "first provisioning",
+    "noop": "no-op re-run",
+    "verify": "verify.py alone",
+    "drift": "drift check",
+    "ansible_noop": "Ansible no-op playbook",
+}
 
 
 def markdown(results: dict) -> str:
@@ -311,44 +381,66 @@ def markdown(results: dict) -> str:
         measured = [fleet for fleet in fleets if name in fleet]
         if not measured:
             continue
-        out += [f"**{title}**", "",
-                "| nodes | wall s (median) | wall s (min) | x 1 node (min) | controller CPU s | nodes' CPU s "
-                "| controller peak MB | remote commands / node | load (1 min) at start |",
-                "|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+        out += [
+            f"**{title}**",
+            "",
+            "| nodes | wall s (median) | wall s (min) | x 1 node (min) | controller CPU s | nodes' CPU s "
+            "| controller peak MB | remote commands / node | load (1 min) at start |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        ]
         base = min(measured[0][name]["wall_s_runs"])
         for fleet in measured:
             run = fleet[name]
             fastest = min(run["wall_s_runs"])
             hosts = str(fleet["nodes"])
             if fleet.get("hosts_per_container", 1) > 1:
-                hosts += f" ({fleet['containers']} containers)" if name == "first" else \
-                    f" ({fleet['containers']} x {fleet['hosts_per_container']})"
+                hosts += (
+                    f" ({fleet['containers']} containers)"
+                    if name == "first"
+                    else f" ({fleet['containers']} x {fleet['hosts_per_container']})"
+                )
             out.append(
                 f"| {hosts} | {run['wall_s']:.2f} | {fastest:.2f} | {fastest / base:.2f} | {run['cpu_s']:.2f} "
                 f"| {run['nodes_cpu_s']:.2f} | {run['peak_mb']:.0f} | {run['commands_per_node']:g} "
-                f"| {', '.join(f'{load:.1f}' for load in run['load_1m'])} |"
-                + ("" if run["ok"] else " FAILED")
+                f"| {', '.join(f'{load:.1f}' for load in run['load_1m'])} |" + ("" if run["ok"] else " FAILED")
             )
         if len(measured) > 1:
             small, large = measured[0], measured[-1]
             added = large["nodes"] - small["nodes"]
+
             def per_node(key):
                 return (large[name][key] - small[name][key]) / added  # noqa: B023 - called in this iteration
-            out += ["", f"Per added node ({small['nodes']} to {large['nodes']}): wall +{per_node('wall_s'):.3f} s, "
-                        f"controller CPU +{per_node('cpu_s'):.3f} s, nodes' CPU +{per_node('nodes_cpu_s'):.3f} s, "
-                        f"controller peak +{per_node('peak_mb'):.2f} MB."]
+
+            out += [
+                "",
+                f"Per added node ({small['nodes']} to {large['nodes']}): wall +{per_node('wall_s'):.3f} s, "
+                f"controller CPU +{per_node('cpu_s'):.3f} s, nodes' CPU +{per_node('nodes_cpu_s'):.3f} s, "
+                f"controller peak +{per_node('peak_mb'):.2f} MB.",
+            ]
         out.append("")
-    out += ["**node container memory** (cgroup usage less inactive file cache)", "",
-            "| nodes | booted, median MB | provisioned, median MB | provisioned, max MB |", "|---:|---:|---:|---:|"]
+    out += [
+        "**node container memory** (cgroup usage less inactive file cache)",
+        "",
+        "| nodes | booted, median MB | provisioned, median MB | provisioned, max MB |",
+        "|---:|---:|---:|---:|",
+    ]
     for fleet in fleets:
         memory = fleet["node_memory_mb"]
-        out.append(f"| {fleet['nodes']} | {memory['booted_median']:.0f} | {memory['provisioned_median']:.0f} "
-                   f"| {memory['provisioned_max']:.0f} |")
-    ratios = [(fleet["nodes"], fleet["ansible_noop"]["wall_s"] / fleet["noop"]["wall_s"])
-              for fleet in fleets if "ansible_noop" in fleet]
+        out.append(
+            f"| {fleet['nodes']} | {memory['booted_median']:.0f} | {memory['provisioned_median']:.0f} "
+            f"| {memory['provisioned_max']:.0f} |"
+        )
+    ratios = [
+        (fleet["nodes"], fleet["ansible_noop"]["wall_s"] / fleet["noop"]["wall_s"])
+        for fleet in fleets
+        if "ansible_noop" in fleet
+    ]
     if ratios:
-        out += ["", "**Ansible / pyinfra (gpu-node) no-op wall time**: "
-                + ", ".join(f"{nodes} node{'s' if nodes > 1 else ''}: {ratio:.2f}x" for nodes, ratio in ratios)]
+        out += [
+            "",
+            "**Ansible / pyinfra (gpu-node) no-op wall time**: "
+            + ", ".join(f"{nodes} node{'s' if nodes > 1 else ''}: {ratio:.2f}x" for nodes, ratio in ratios),
+        ]
     return "\n".join(out) + "\n"
 
 
@@ -358,22 +450,36 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--ansible-repeat", type=int, help="Ansible runs per fleet (default: --repeat; 0: none)")
     parser.add_argument("--verbose", action="store_true", help="list the remote commands of a no-op run")
-    parser.add_argument("--profile", action="store_true", help="profile one more no-op per fleet (cProfile, in the JSON)")
-    parser.add_argument("--hosts-per-node", default="", help="fleet:hosts pairs, e.g. 64:4: that fleet's hosts are "
-                        "fleet/hosts containers with hosts sshd ports each (the read-only runs; provisioning once "
-                        "per container), where the machine cannot boot that many systemd containers")
+    parser.add_argument(
+        "--profile", action="store_true", help="profile one more no-op per fleet (cProfile, in the JSON)"
+    )
+    parser.add_argument(
+        "--hosts-per-node",
+        default="",
+        help="fleet:hosts pairs, e.g. 64:4: that fleet's hosts are "
+        "fleet/hosts containers with hosts sshd ports each (the read-only runs; provisioning once "
+        "per container), where the machine cannot boot that many systemd containers",
+    )
     parser.add_argument("--json", default=str(REPO / "bench" / "results.json"))
     parser.add_argument("--markdown", help="also write the figures as markdown tables to this file")
-    parser.add_argument("--chart", help="also draw the scaling figures as an SVG chart to this file "
-                        "(docs/benchmark-scaling.svg; with --from-json, from stored results)")
-    parser.add_argument("--from-json", help="print (and --markdown, --chart) the figures of earlier runs (comma-separated "
-                        "JSON files, merged into --json when several), measure nothing")
+    parser.add_argument(
+        "--chart",
+        help="also draw the scaling figures as an SVG chart to this file "
+        "(docs/benchmark-scaling.svg; with --from-json, from stored results)",
+    )
+    parser.add_argument(
+        "--from-json",
+        help="print (and --markdown, --chart) the figures of earlier runs (comma-separated "
+        "JSON files, merged into --json when several), measure nothing",
+    )
     args = parser.parse_args()
     if args.from_json:
         # Several runs (e.g. 1,4,16 then 64 on its own) merge into one set of figures.
         runs = [json.loads(Path(name).read_text()) for name in args.from_json.split(",")]
-        results = {**runs[0], "fleets": sorted((fleet for run in runs for fleet in run["fleets"]),
-                                               key=lambda fleet: fleet["nodes"])}
+        results = {
+            **runs[0],
+            "fleets": sorted((fleet for run in runs for fleet in run["fleets"]), key=lambda fleet: fleet["nodes"]),
+        }
         if len(runs) > 1:
             Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
         print(table(results))
@@ -384,14 +490,30 @@ def main() -> int:
     image = ssh_node_image(node_image())
     workdir = Path(tempfile.mkdtemp(prefix="gpu-node-bench-"))
     with toolkit_repo.served(workdir / "stable") as repository:
-        results: dict = {"machine": machine(), "stages": STAGES, "repository": repository.why, "connector": "ssh",
-                         "fleets": []}
+        results: dict = {
+            "machine": machine(),
+            "stages": STAGES,
+            "repository": repository.why,
+            "connector": "ssh",
+            "fleets": [],
+        }
         data = {**repository.data(), "stages": STAGES}
         for count in (int(n) for n in args.nodes.split(",")):
             ansible_repeat = args.repeat if args.ansible_repeat is None else args.ansible_repeat
             per_node = dict(tuple(map(int, pair.split(":"))) for pair in args.hosts_per_node.split(",") if pair)
-            results["fleets"].append(bench_fleet(image, count, data, args.repeat, workdir, ansible_repeat,
-                                                 args.verbose, args.profile, per_node.get(count, 1)))
+            results["fleets"].append(
+                bench_fleet(
+                    image,
+                    count,
+                    data,
+                    args.repeat,
+                    workdir,
+                    ansible_repeat,
+                    args.verbose,
+                    args.profile,
+                    per_node.get(count, 1),
+                )
+            )
             Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
 
     print(f"\nmachine: {results['machine']}\nstages: {STAGES}; toolkit: {results['repository']}\n")

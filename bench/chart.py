@@ -35,15 +35,21 @@ PANEL_TOP, PANEL_LEFTS = 100, (80, 560)
 
 def points(results: dict, run_kind: str, figure) -> list[tuple[int, float, bool]]:
     """(hosts, figure, provisioned once per container) for each fleet that measured ``run_kind``."""
-    return [(fleet["nodes"], figure(fleet[run_kind]),
-             run_kind == "first" and fleet[run_kind].get("nodes_provisioned", fleet["nodes"]) != fleet["nodes"])
-            for fleet in results["fleets"] if run_kind in fleet]
+    return [
+        (
+            fleet["nodes"],
+            figure(fleet[run_kind]),
+            run_kind == "first" and fleet[run_kind].get("nodes_provisioned", fleet["nodes"]) != fleet["nodes"],
+        )
+        for fleet in results["fleets"]
+        if run_kind in fleet
+    ]
 
 
 def log_ticks(low: float, high: float) -> list[float]:
     """1, 2 and 5 times the powers of ten from below ``low`` to above ``high``."""
     first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
-    ticks = [step * 10 ** exponent for exponent in range(first, last + 1) for step in (1, 2, 5)]
+    ticks = [step * 10**exponent for exponent in range(first, last + 1) for step in (1, 2, 5)]
     below = max((tick for tick in ticks if tick <= low), default=ticks[0])
     above = min((tick for tick in ticks if tick >= high), default=ticks[-1])
     return [tick for tick in ticks if below <= tick <= above]
@@ -58,8 +64,9 @@ def _tick_label(value: float) -> str:
 
 
 def _add(parent: ET.Element, tag: str, text: str | None = None, **attributes) -> ET.Element:
-    element = ET.SubElement(parent, tag, {name.rstrip("_").replace("_", "-"): str(value)
-                                          for name, value in attributes.items()})
+    element = ET.SubElement(
+        parent, tag, {name.rstrip("_").replace("_", "-"): str(value) for name, value in attributes.items()}
+    )
     if text is not None:
         element.text = text
     return element
@@ -85,27 +92,66 @@ def _panel(svg: ET.Element, results: dict, title: str, figure, left: float) -> N
     group = _add(svg, "g", class_="panel", data_figure=title)
     _add(group, "text", title, x=left, y=PANEL_TOP - 14, font_size=15, font_weight="bold")
     for tick in y_ticks:
-        _add(group, "line", x1=left, x2=left + PANEL_WIDTH, y1=y(tick), y2=y(tick), stroke="#d8dee4",
-             stroke_width=1)
-        _add(group, "text", _tick_label(tick), x=left - 8, y=y(tick) + 4, text_anchor="end", font_size=12,
-             fill="#57606a")
+        _add(group, "line", x1=left, x2=left + PANEL_WIDTH, y1=y(tick), y2=y(tick), stroke="#d8dee4", stroke_width=1)
+        _add(
+            group, "text", _tick_label(tick), x=left - 8, y=y(tick) + 4, text_anchor="end", font_size=12, fill="#57606a"
+        )
     for count in hosts:
-        _add(group, "line", x1=x(count), x2=x(count), y1=PANEL_TOP, y2=PANEL_TOP + PANEL_HEIGHT, stroke="#eaeef2",
-             stroke_width=1)
-        _add(group, "text", str(count), x=x(count), y=PANEL_TOP + PANEL_HEIGHT + 18, text_anchor="middle",
-             font_size=12, fill="#57606a")
-    _add(group, "text", "hosts", x=left + PANEL_WIDTH / 2, y=PANEL_TOP + PANEL_HEIGHT + 38, text_anchor="middle",
-         font_size=13)
+        _add(
+            group,
+            "line",
+            x1=x(count),
+            x2=x(count),
+            y1=PANEL_TOP,
+            y2=PANEL_TOP + PANEL_HEIGHT,
+            stroke="#eaeef2",
+            stroke_width=1,
+        )
+        _add(
+            group,
+            "text",
+            str(count),
+            x=x(count),
+            y=PANEL_TOP + PANEL_HEIGHT + 18,
+            text_anchor="middle",
+            font_size=12,
+            fill="#57606a",
+        )
+    _add(
+        group,
+        "text",
+        "hosts",
+        x=left + PANEL_WIDTH / 2,
+        y=PANEL_TOP + PANEL_HEIGHT + 38,
+        text_anchor="middle",
+        font_size=13,
+    )
     for kind, found in series.items():
         if not found:
             continue
         name, colour = SERIES[kind]
         line = _add(group, "g", class_="series", data_run=kind)
-        _add(line, "polyline", points=" ".join(f"{x(count)},{y(value)}" for count, value, _ in found), fill="none",
-             stroke=colour, stroke_width=2.5)
+        _add(
+            line,
+            "polyline",
+            points=" ".join(f"{x(count)},{y(value)}" for count, value, _ in found),
+            fill="none",
+            stroke=colour,
+            stroke_width=2.5,
+        )
         for count, value, per_container in found:
-            point = _add(line, "circle", cx=x(count), cy=y(value), r=4.5, fill="white" if per_container else colour,
-                         stroke=colour, stroke_width=2, data_hosts=count, data_value=f"{value:.3f}")
+            point = _add(
+                line,
+                "circle",
+                cx=x(count),
+                cy=y(value),
+                r=4.5,
+                fill="white" if per_container else colour,
+                stroke=colour,
+                stroke_width=2,
+                data_hosts=count,
+                data_value=f"{value:.3f}",
+            )
             note = f" ({results_containers(results, count)} containers provisioned)" if per_container else ""
             _add(point, "title", f"{name}, {count} host{'s' if count != 1 else ''}: {_number(value)} s{note}")
 
@@ -116,12 +162,27 @@ def results_containers(results: dict, count: int) -> int:
 
 def scaling_svg(results: dict) -> str:
     """The chart of ``results`` (bench.py's JSON) as an SVG document."""
-    svg = ET.Element("svg", {"xmlns": SVG_NS, "width": str(WIDTH), "height": str(HEIGHT),
-                             "viewBox": f"0 0 {WIDTH} {HEIGHT}", "font-family": "sans-serif"})
+    svg = ET.Element(
+        "svg",
+        {
+            "xmlns": SVG_NS,
+            "width": str(WIDTH),
+            "height": str(HEIGHT),
+            "viewBox": f"0 0 {WIDTH} {HEIGHT}",
+            "font-family": "sans-serif",
+        },
+    )
     _add(svg, "title", "gpu-node fleet benchmark: how each run grows with the number of hosts")
     _add(svg, "rect", width=WIDTH, height=HEIGHT, fill="white")
-    _add(svg, "text", "How each run grows with the fleet (both axes logarithmic)", x=PANEL_LEFTS[0], y=28,
-         font_size=17, font_weight="bold")
+    _add(
+        svg,
+        "text",
+        "How each run grows with the fleet (both axes logarithmic)",
+        x=PANEL_LEFTS[0],
+        y=28,
+        font_size=17,
+        font_weight="bold",
+    )
     legend_x = PANEL_LEFTS[0]
     for kind, (name, colour) in SERIES.items():
         if not any(kind in fleet for fleet in results["fleets"]):
@@ -131,8 +192,10 @@ def scaling_svg(results: dict) -> str:
         legend_x += 40 + 7.2 * len(name)
     for (title, figure), left in zip(PANELS.items(), PANEL_LEFTS):
         _panel(svg, results, title, figure, left)
-    notes = [f"{results.get('machine', '')}; toolkit: {results.get('repository', '')}",
-             "bench/bench.py's bench/results.json; hollow: provisioned once per container, not per host"]
+    notes = [
+        f"{results.get('machine', '')}; toolkit: {results.get('repository', '')}",
+        "bench/bench.py's bench/results.json; hollow: provisioned once per container, not per host",
+    ]
     for index, note in enumerate(notes):
         _add(svg, "text", note, x=PANEL_LEFTS[0], y=HEIGHT - 30 + 16 * index, font_size=11, fill="#57606a")
     ET.indent(svg)

@@ -78,17 +78,35 @@ def main() -> None:
             path.chmod(0o755 if path.is_dir() else 0o644)
         node = Node(image=node_image(), extra_run_args=["-v", f"{tree}:/sys/bus/pci/devices:ro"]).start()
         try:
-            node.sh("DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
-                    "apt-get install -y -qq systemd-journal-remote >/dev/null", timeout=900)
+            node.sh(
+                "DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
+                "apt-get install -y -qq systemd-journal-remote >/dev/null",
+                timeout=900,
+            )
             modules = f"/lib/modules/{os.uname().release}"
             node.sh(f"mkdir -p {modules}/updates/dkms && printf 'updates/dkms/nvidia.ko:\\n' >> {modules}/modules.dep")
-            run(["docker", "exec", "-i", node.id, "sh", "-c", f"cat > {modules}/updates/dkms/nvidia.ko"],
-                input=standin_kmod.nvidia_module(standin_kmod.PROPRIETARY_LICENSE, "535.261.03"), text=False)
-            smi = standin_nvidia_smi.script(Path("/run"), gpus=[standin_nvidia_smi.StandInGpu(pci)
-                                                                for pci in ("0000:17:00.0", "0000:ca:00.0")])
+            run(
+                ["docker", "exec", "-i", node.id, "sh", "-c", f"cat > {modules}/updates/dkms/nvidia.ko"],
+                input=standin_kmod.nvidia_module(standin_kmod.PROPRIETARY_LICENSE, "535.261.03"),
+                text=False,
+            )
+            smi = standin_nvidia_smi.script(
+                Path("/run"), gpus=[standin_nvidia_smi.StandInGpu(pci) for pci in ("0000:17:00.0", "0000:ca:00.0")]
+            )
             node.write("/usr/local/bin/nvidia-smi", smi, mode="755")
-            run(["docker", "exec", "-i", node.id, "sh", "-c", f"mkdir -p /usr/lib/gpu-node && cat > {archives.HEALTH.path}"],
-                input=archives.HEALTH.content(), text=False)
+            run(
+                [
+                    "docker",
+                    "exec",
+                    "-i",
+                    node.id,
+                    "sh",
+                    "-c",
+                    f"mkdir -p /usr/lib/gpu-node && cat > {archives.HEALTH.path}",
+                ],
+                input=archives.HEALTH.content(),
+                text=False,
+            )
             check = ["python3", "-I", archives.HEALTH.path]
             measure(node, check, 1)  # the first run reads this boot's kernel log from its start
             load = Path("/proc/loadavg").read_text().split()[0]
@@ -99,14 +117,22 @@ def main() -> None:
                 node.sh(f"sh -c {shlex.quote(ENTRIES)} bench {index}")
                 busy.append(measure(node, check, 1))
             report = json.loads(node.read("/var/lib/gpu-node/health.json"))
-            print(f"health check on a node container (load {load}), {args.runs} runs; status {report['status']}, "
-                  f"{len(report['gpus'])} GPUs")
+            print(
+                f"health check on a node container (load {load}), {args.runs} runs; status {report['status']}, "
+                f"{len(report['gpus'])} GPUs"
+            )
             print("| run | CPU s (median) | CPU s (max) | wall s (median) |")
             print("|---|---:|---:|---:|")
-            print(f"| python3 -I -c pass (the floor) | {floor['cpu']:.3f} | {floor['cpu_max']:.3f} | {floor['wall']:.3f} |")
-            print(f"| the check, quiet kernel log | {quiet['cpu']:.3f} | {quiet['cpu_max']:.3f} | {quiet['wall']:.3f} |")
-            print(f"| the check after 5000 new kernel entries (3 runs) | {sorted(r['cpu'] for r in busy)[1]:.3f} | "
-                  f"{max(r['cpu'] for r in busy):.3f} | {sorted(r['wall'] for r in busy)[1]:.3f} |")
+            print(
+                f"| python3 -I -c pass (the floor) | {floor['cpu']:.3f} | {floor['cpu_max']:.3f} | {floor['wall']:.3f} |"
+            )
+            print(
+                f"| the check, quiet kernel log | {quiet['cpu']:.3f} | {quiet['cpu_max']:.3f} | {quiet['wall']:.3f} |"
+            )
+            print(
+                f"| the check after 5000 new kernel entries (3 runs) | {sorted(r['cpu'] for r in busy)[1]:.3f} | "
+                f"{max(r['cpu'] for r in busy):.3f} | {sorted(r['wall'] for r in busy)[1]:.3f} |"
+            )
         finally:
             node.remove()
 

@@ -52,9 +52,18 @@ def timed(args: list[str]) -> tuple[float, float, int]:
 
 def import_times() -> list[tuple[str, float]]:
     """Cumulative import time (ms) of each deploy module the entry file imports, largest first."""
-    code = "import sys; sys.path.insert(0, '.'); import pyinfra.api; import deploy.tasks.verification, deploy.tasks.driver"
-    for entry in ("deploy.tasks.preflight", "deploy.tasks.kernel", "deploy.tasks.toolkit", "deploy.tasks.containerd",
-                  "deploy.tasks.docker", "deploy.tasks.drain", "deploy.reports.fleet_report"):
+    code = (
+        "import sys; sys.path.insert(0, '.'); import pyinfra.api; import deploy.tasks.verification, deploy.tasks.driver"
+    )
+    for entry in (
+        "deploy.tasks.preflight",
+        "deploy.tasks.kernel",
+        "deploy.tasks.toolkit",
+        "deploy.tasks.containerd",
+        "deploy.tasks.docker",
+        "deploy.tasks.drain",
+        "deploy.reports.fleet_report",
+    ):
         code += f"; import {entry}"
     result = subprocess.run([sys.executable, "-X", "importtime", "-c", code], cwd=REPO, capture_output=True, text=True)
     times = []
@@ -72,8 +81,11 @@ def summary(values: list[float]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--runs", type=int, default=7, help="pairs to time (default 7)")
-    parser.add_argument("--package", action="store_true",
-                        help="time a site's deploy file calling provision_gpu_node() instead of deploy/gpu_node.py")
+    parser.add_argument(
+        "--package",
+        action="store_true",
+        help="time a site's deploy file calling provision_gpu_node() instead of deploy/gpu_node.py",
+    )
     args = parser.parse_args()
 
     ensure_docker()
@@ -81,8 +93,13 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="gpu-node-noop-"))
     try:
         with toolkit_repo.served(workdir / "stable") as repo:
-            data = {**SAFE_DATA, **repo.data(), "stages": STAGES,
-                    "fleet_report_path": str(workdir / "fleet.json"), "verify_report_path": str(workdir / "verify.json")}
+            data = {
+                **SAFE_DATA,
+                **repo.data(),
+                "stages": STAGES,
+                "fleet_report_path": str(workdir / "fleet.json"),
+                "verify_report_path": str(workdir / "verify.json"),
+            }
             entry = "deploy/gpu_node.py"
             if args.package:
                 entry = str(workdir / "site_deploy.py")
@@ -95,10 +112,15 @@ def main() -> int:
             # provisioning is not timed: its output is kept, to name what failed
             first = subprocess.run(deploy, cwd=REPO, env=RUN_ENV, capture_output=True, text=True)
             if first.returncode != 0:
-                lines = [line.strip() for line in (first.stdout + first.stderr).splitlines() if "gpu-node:" in line
-                         or "rror" in line]
-                print(f"provisioning failed (exit {first.returncode}): {' '.join(deploy)}\n"
-                      + "\n".join(lines[-10:]), file=sys.stderr)
+                lines = [
+                    line.strip()
+                    for line in (first.stdout + first.stderr).splitlines()
+                    if "gpu-node:" in line or "rror" in line
+                ]
+                print(
+                    f"provisioning failed (exit {first.returncode}): {' '.join(deploy)}\n" + "\n".join(lines[-10:]),
+                    file=sys.stderr,
+                )
                 return 1
             timed(deploy)  # warm-up: the no-op itself, once
             pairs = []
@@ -112,8 +134,10 @@ def main() -> int:
         node.remove()
 
     called = "a site's deploy file calling provision_gpu_node()" if args.package else "deploy/gpu_node.py"
-    print(f"machine: {os.cpu_count()} cores; {args.runs} pairs, alternating; stages {STAGES}; {called}; "
-          f"toolkit: {repo.why}")
+    print(
+        f"machine: {os.cpu_count()} cores; {args.runs} pairs, alternating; stages {STAGES}; {called}; "
+        f"toolkit: {repo.why}"
+    )
     print(f"no-op   wall  {summary([a[0] for a, _ in pairs])}")
     print(f"no-op   cpu   {summary([a[1] for a, _ in pairs])}")
     print(f"floor   wall  {summary([b[0] for _, b in pairs])}")

@@ -66,8 +66,10 @@ COMMAND = ".venv/bin/python bench/nvidia_ctk_compare.py"
 
 def corpus_files(folder: str, pattern: str) -> list[Path]:
     if not (CORPUS / folder).is_dir():
-        sys.exit(f"real-world corpus not found: set GPU_NODE_CORPUS to a folder of other projects' configs "
-                 f"(default ../shared/corpus; {CORPUS}/{folder} is not a folder)")
+        sys.exit(
+            f"real-world corpus not found: set GPU_NODE_CORPUS to a folder of other projects' configs "
+            f"(default ../shared/corpus; {CORPUS}/{folder} is not a folder)"
+        )
     return sorted((CORPUS / folder).glob(pattern))
 
 
@@ -88,6 +90,7 @@ def nvidia_ctk() -> Path:
 
 
 # ---------------------------------------------------------------- what is measured
+
 
 def comment_lines(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip().startswith("#")]
@@ -124,9 +127,10 @@ def toml_version(text: str) -> int:
 @dataclass
 class Effect:
     """What containerd's own dump shows, per release that reads the main config's version."""
-    wired: dict = field(default_factory=dict)      # suite -> nvidia runtime + default in effect
-    systemd: dict = field(default_factory=dict)    # suite -> SystemdCgroup true on runc and nvidia
-    refused: dict = field(default_factory=dict)    # suite -> containerd's error
+
+    wired: dict = field(default_factory=dict)  # suite -> nvidia runtime + default in effect
+    systemd: dict = field(default_factory=dict)  # suite -> SystemdCgroup true on runc and nvidia
+    refused: dict = field(default_factory=dict)  # suite -> containerd's error
     input_refused: list = field(default_factory=list)  # suites that refuse the untouched input too
 
 
@@ -151,20 +155,23 @@ def containerd_effect(main: Path, original: str, suites=None) -> Effect:
         nvidia, runc = runtimes.get("nvidia", {}), runtimes.get("runc", {})
         cri_on = not (set(dump.get("disabled_plugins", [])) & CRI_PLUGIN_IDS)
         effect.wired[suite] = bool(
-            cri_on and nvidia.get("runtime_type") == "io.containerd.runc.v2"
+            cri_on
+            and nvidia.get("runtime_type") == "io.containerd.runc.v2"
             and nvidia.get("options", {}).get("BinaryName") == NVIDIA_BINARY
             and containerd.get("default_runtime_name") == "nvidia"
         )
-        effect.systemd[suite] = (nvidia.get("options", {}).get("SystemdCgroup") is True
-                                 and runc.get("options", {}).get("SystemdCgroup") is True)
+        effect.systemd[suite] = (
+            nvidia.get("options", {}).get("SystemdCgroup") is True
+            and runc.get("options", {}).get("SystemdCgroup") is True
+        )
     return effect
 
 
 @dataclass
 class Outcome:
     name: str
-    failed: str = ""               # the tool's own error (exit status, exception)
-    crashed: bool = False          # a traceback/unexpected exception rather than a clean refusal
+    failed: str = ""  # the tool's own error (exit status, exception)
+    crashed: bool = False  # a traceback/unexpected exception rather than a clean refusal
     comments_in: int = 0
     comments_kept: int = 0
     reordered: bool = False
@@ -172,9 +179,9 @@ class Outcome:
     seconds: float = 0.0
     version: int = 0
     effect: Effect = field(default_factory=Effect)
-    v1_on_2x: bool | None = None   # a version-1 input: is the result in effect on containerd 2.1?
+    v1_on_2x: bool | None = None  # a version-1 input: is the result in effect on containerd 2.1?
     files_written: int = 0
-    why: str = ""                  # a likely reason, read from the files written, when not in effect
+    why: str = ""  # a likely reason, read from the files written, when not in effect
 
 
 def diagnose(main: Path, dropin: Path | None) -> str:
@@ -191,16 +198,20 @@ def diagnose(main: Path, dropin: Path | None) -> str:
         covering = [i for i, entry in enumerate(imports) if Path(entry).parent == dropin.parent]
         if not covering:
             reasons.append("drop-in written, but config.toml does not import it")
-        elif any(not any(c in entry for c in "*?[") and not Path(entry).exists() for entry in imports[:covering[0]]):
+        elif any(not any(c in entry for c in "*?[") and not Path(entry).exists() for entry in imports[: covering[0]]):
             reasons.append("an import listed before the drop-in does not exist: containerd 2.1 skips the rest")
     plugins = document.get("plugins", {})
     for written in (main, dropin):
         if written is not None and written.exists():
             for plugin in tomllib.loads(written.read_text()).get("plugins", {}).values():
-                runtime_type = (plugin.get("containerd", {}).get("runtimes", {}).get("nvidia") or {}).get("runtime_type")
+                runtime_type = (plugin.get("containerd", {}).get("runtimes", {}).get("nvidia") or {}).get(
+                    "runtime_type"
+                )
                 if runtime_type not in (None, "io.containerd.runc.v2"):
                     reasons.append(f"nvidia runtime_type {runtime_type} (copied from runc's)")
-    if document.get("version", 1) == 2 and {"io.containerd.cri.v1.runtime", "io.containerd.cri.v1.images"} & set(plugins):
+    if document.get("version", 1) == 2 and {"io.containerd.cri.v1.runtime", "io.containerd.cri.v1.images"} & set(
+        plugins
+    ):
         reasons.append("version 2 file that already uses 2.x plugin IDs (io.containerd.cri.v1.*)")
     if document.get("version", 1) == 1:
         reasons.append("version 1 file")
@@ -226,8 +237,15 @@ def run_nvidia_ctk_containerd(ctk: Path, source: Path, work: Path) -> Outcome:
     main, dropin = work / "config.toml", work / "conf.d" / "99-nvidia.toml"
     shutil.copyfile(source, main)
     text = main.read_text()
-    command = [str(ctk), "runtime", "configure", "--runtime=containerd", f"--config={main}",
-               f"--drop-in-config={dropin}", "--set-as-default"]
+    command = [
+        str(ctk),
+        "runtime",
+        "configure",
+        "--runtime=containerd",
+        f"--config={main}",
+        f"--drop-in-config={dropin}",
+        "--set-as-default",
+    ]
     if not run_ctk(command, outcome):
         return outcome
     written = "".join(p.read_text() for p in (main, dropin) if p.exists())
@@ -235,8 +253,10 @@ def run_nvidia_ctk_containerd(ctk: Path, source: Path, work: Path) -> Outcome:
     outcome.comments_in = len(comment_lines(text))
     kept = set(comment_lines(written))
     outcome.comments_kept = sum(1 for line in comment_lines(text) if line in kept)
-    outcome.reordered = reordered(toml_key_order(text), toml_key_order(main.read_text()) + toml_key_order(
-        dropin.read_text() if dropin.exists() else ""))
+    outcome.reordered = reordered(
+        toml_key_order(text),
+        toml_key_order(main.read_text()) + toml_key_order(dropin.read_text() if dropin.exists() else ""),
+    )
     outcome.version = toml_version(main.read_text())
     outcome.effect = containerd_effect(main, text)
     if toml_version(text) == 1:
@@ -300,6 +320,7 @@ def run_gpu_node_containerd(source: Path, work: Path) -> Outcome:
 
 # ---------------------------------------------------------------- Docker
 
+
 @dataclass
 class DockerOutcome:
     name: str
@@ -309,14 +330,17 @@ class DockerOutcome:
     indent: str = ""
     wired: bool = False
     systemd_driver: bool = False
-    validated: str = ""            # "ok", "refused: ...", "input refused"
+    validated: str = ""  # "ok", "refused: ...", "input refused"
     changed_on_rerun: bool = False
     seconds: float = 0.0
 
 
 def docker_unrelated(config: dict) -> dict:
-    return {path: value for path, value in leaves(config).items()
-            if path not in {("default-runtime",), ("exec-opts",)} and path[:2] != ("runtimes", "nvidia")}
+    return {
+        path: value
+        for path, value in leaves(config).items()
+        if path not in {("default-runtime",), ("exec-opts",)} and path[:2] != ("runtimes", "nvidia")
+    }
 
 
 def judge_docker(outcome: DockerOutcome, original_text: str, result_text: str, work: Path, input_valid: bool) -> None:
@@ -328,7 +352,9 @@ def judge_docker(outcome: DockerOutcome, original_text: str, result_text: str, w
     indent = re.search(r"\n([ \t]+)\"", result_text)
     outcome.indent = repr(indent.group(1)) if indent else "none"
     nvidia = (result.get("runtimes") or {}).get("nvidia") or {}
-    outcome.wired = nvidia.get("path") in (NVIDIA_BINARY, "nvidia-container-runtime") and result.get("default-runtime") == "nvidia"
+    outcome.wired = (
+        nvidia.get("path") in (NVIDIA_BINARY, "nvidia-container-runtime") and result.get("default-runtime") == "nvidia"
+    )
     outcome.systemd_driver = "native.cgroupdriver=systemd" in (result.get("exec-opts") or [])
     if not input_valid:
         outcome.validated = "input refused"
@@ -336,7 +362,9 @@ def judge_docker(outcome: DockerOutcome, original_text: str, result_text: str, w
     candidate = work / "validate.json"
     candidate.write_text(result_text)
     checked = dockerd_validate(dockerd(), candidate)
-    outcome.validated = "ok" if checked.returncode == 0 else "refused: " + (checked.stderr or checked.stdout).strip()[-160:]
+    outcome.validated = (
+        "ok" if checked.returncode == 0 else "refused: " + (checked.stderr or checked.stdout).strip()[-160:]
+    )
 
 
 def docker_input_valid(source: Path, work: Path) -> bool:
@@ -378,6 +406,7 @@ def run_gpu_node_docker(source: Path, work: Path, input_valid: bool) -> DockerOu
 
 # ---------------------------------------------------------------- report
 
+
 def share(count: int, total: int) -> str:
     return f"{count}/{total}"
 
@@ -388,19 +417,22 @@ def containerd_rows(results: dict[str, list[Outcome]], v1_names: set[str]) -> li
         total = len(outcomes)
         done = [o for o in outcomes if not o.failed]
         pairs = [(o, s) for o in done for s in o.effect.wired]
-        rows.append((
-            tool,
-            share(len(done), total) + (f" ({sum(o.crashed for o in outcomes)} tracebacks)" if any(o.crashed for o in outcomes) else ""),
-            share(sum(o.comments_kept for o in done), sum(o.comments_in for o in done)),
-            share(sum(o.reordered for o in done), len(done)),
-            share(sum(o.effect.wired[s] for o, s in pairs), len(pairs)),
-            share(sum(o.effect.systemd[s] for o, s in pairs), len(pairs)),
-            share(sum(bool(o.effect.refused) for o in done), len(done)),
-            f"{sum(1 for o in done if o.name in v1_names and o.effect.wired and all(o.effect.wired.values()))} / "
-            f"{sum(1 for o in done if o.v1_on_2x)} of {len(v1_names)}",
-            share(sum(o.changed_on_rerun for o in done), len(done)),
-            f"{1000 * sum(o.seconds for o in outcomes) / max(total, 1):.1f} ms",
-        ))
+        rows.append(
+            (
+                tool,
+                share(len(done), total)
+                + (f" ({sum(o.crashed for o in outcomes)} tracebacks)" if any(o.crashed for o in outcomes) else ""),
+                share(sum(o.comments_kept for o in done), sum(o.comments_in for o in done)),
+                share(sum(o.reordered for o in done), len(done)),
+                share(sum(o.effect.wired[s] for o, s in pairs), len(pairs)),
+                share(sum(o.effect.systemd[s] for o, s in pairs), len(pairs)),
+                share(sum(bool(o.effect.refused) for o in done), len(done)),
+                f"{sum(1 for o in done if o.name in v1_names and o.effect.wired and all(o.effect.wired.values()))} / "
+                f"{sum(1 for o in done if o.v1_on_2x)} of {len(v1_names)}",
+                share(sum(o.changed_on_rerun for o in done), len(done)),
+                f"{1000 * sum(o.seconds for o in outcomes) / max(total, 1):.1f} ms",
+            )
+        )
     return rows
 
 
@@ -410,18 +442,20 @@ def docker_rows(results: dict[str, list[DockerOutcome]]) -> list[tuple[str, ...]
         total = len(outcomes)
         done = [o for o in outcomes if not o.failed]
         judged = [o for o in done if o.validated != "input refused"]
-        rows.append((
-            tool,
-            share(len(done), total),
-            share(sum(o.keys_kept for o in done), len(done)),
-            share(sum(o.reordered for o in done), len(done)),
-            ", ".join(sorted({o.indent for o in done})),
-            share(sum(o.wired for o in done), len(done)),
-            share(sum(o.systemd_driver for o in done), len(done)),
-            share(sum(o.validated == "ok" for o in judged), len(judged)),
-            share(sum(o.changed_on_rerun for o in done), len(done)),
-            f"{1000 * sum(o.seconds for o in outcomes) / max(total, 1):.1f} ms",
-        ))
+        rows.append(
+            (
+                tool,
+                share(len(done), total),
+                share(sum(o.keys_kept for o in done), len(done)),
+                share(sum(o.reordered for o in done), len(done)),
+                ", ".join(sorted({o.indent for o in done})),
+                share(sum(o.wired for o in done), len(done)),
+                share(sum(o.systemd_driver for o in done), len(done)),
+                share(sum(o.validated == "ok" for o in judged), len(judged)),
+                share(sum(o.changed_on_rerun for o in done), len(done)),
+                f"{1000 * sum(o.seconds for o in outcomes) / max(total, 1):.1f} ms",
+            )
+        )
     return rows
 
 
@@ -431,13 +465,30 @@ def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     return "\n".join(lines)
 
 
-CONTAINERD_HEADER = ("tool", "files handled", "comment lines kept", "files with keys reordered",
-                     "wiring in effect (file × release)", "SystemdCgroup on runc+nvidia (file × release)",
-                     "result refused by a containerd", "v1 files wired (1.6+1.7 / 2.1)", "second run changes files",
-                     "time per file")
-DOCKER_HEADER = ("tool", "files handled", "unrelated keys kept", "keys reordered", "indent",
-                 "nvidia default", "systemd cgroup driver", "dockerd 26 --validate ok",
-                 "second run changes file", "time per file")
+CONTAINERD_HEADER = (
+    "tool",
+    "files handled",
+    "comment lines kept",
+    "files with keys reordered",
+    "wiring in effect (file × release)",
+    "SystemdCgroup on runc+nvidia (file × release)",
+    "result refused by a containerd",
+    "v1 files wired (1.6+1.7 / 2.1)",
+    "second run changes files",
+    "time per file",
+)
+DOCKER_HEADER = (
+    "tool",
+    "files handled",
+    "unrelated keys kept",
+    "keys reordered",
+    "indent",
+    "nvidia default",
+    "systemd cgroup driver",
+    "dockerd 26 --validate ok",
+    "second run changes file",
+    "time per file",
+)
 
 
 def details(results: dict[str, list[Outcome]]) -> str:
@@ -484,8 +535,11 @@ def main() -> None:
             for tool in containerd_results:
                 work = root / f"c{index}-{tool.split()[0]}"
                 work.mkdir()
-                outcome = (run_gpu_node_containerd(source, work) if tool.startswith("gpu-node")
-                           else run_nvidia_ctk_containerd(ctk, source, work))
+                outcome = (
+                    run_gpu_node_containerd(source, work)
+                    if tool.startswith("gpu-node")
+                    else run_nvidia_ctk_containerd(ctk, source, work)
+                )
                 containerd_results[tool].append(outcome)
         for index, source in enumerate(docker_files):
             probe = root / f"d{index}-probe"
@@ -494,8 +548,11 @@ def main() -> None:
             for tool in docker_results:
                 work = root / f"d{index}-{tool.split()[0]}"
                 work.mkdir()
-                outcome = (run_gpu_node_docker(source, work, valid) if tool.startswith("gpu-node")
-                           else run_nvidia_ctk_docker(ctk, source, work, valid))
+                outcome = (
+                    run_gpu_node_docker(source, work, valid)
+                    if tool.startswith("gpu-node")
+                    else run_nvidia_ctk_docker(ctk, source, work, valid)
+                )
                 docker_results[tool].append(outcome)
 
     containerd_table = table(CONTAINERD_HEADER, containerd_rows(containerd_results, v1_names))

@@ -39,9 +39,11 @@ def write_ansible_inventory(path: Path, endpoints: list[tuple[str, int]], keys: 
 
 def ansible_environment(keys: Keys, workdir: Path) -> dict:
     """Ansible's own files in the run's folder; OpenSSH with the run's known_hosts, ~/.ssh untouched."""
-    ssh_args = (f"-F /dev/null -o UserKnownHostsFile={shlex.quote(str(keys.known_hosts))} "
-                "-o StrictHostKeyChecking=yes -o IdentitiesOnly=yes "
-                "-o ControlMaster=auto -o ControlPersist=60s")
+    ssh_args = (
+        f"-F /dev/null -o UserKnownHostsFile={shlex.quote(str(keys.known_hosts))} "
+        "-o StrictHostKeyChecking=yes -o IdentitiesOnly=yes "
+        "-o ControlMaster=auto -o ControlPersist=60s"
+    )
     return {
         "ANSIBLE_HOME": str(workdir / "ansible-home"),
         "ANSIBLE_LOCAL_TEMP": str(workdir / "ansible-tmp"),
@@ -100,7 +102,27 @@ def remove_all(nodes: list[Node]) -> None:
 def ssh_ok(node: SshNode, keys: Keys) -> bool:
     """One ssh login (OpenSSH) to prove the node answers before pyinfra is timed."""
     result = subprocess.run(
-        ["ssh", "-F", "/dev/null", "-o", f"UserKnownHostsFile={keys.known_hosts}", "-o", "StrictHostKeyChecking=yes",
-         "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes", "-i", str(keys.client), "-p", str(node.port),
-         "root@127.0.0.1", "true"], capture_output=True, text=True, timeout=60)
+        [
+            "ssh",
+            "-F",
+            "/dev/null",
+            "-o",
+            f"UserKnownHostsFile={keys.known_hosts}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "BatchMode=yes",
+            "-i",
+            str(keys.client),
+            "-p",
+            str(node.port),
+            "root@127.0.0.1",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return result.returncode == 0

@@ -36,10 +36,16 @@ import pci_tree  # noqa: E402
 import standin_kmod  # noqa: E402
 from harness import SAFE_DATA, Node, ensure_docker, node_image, run  # noqa: E402
 
-DATA = {**SAFE_DATA, "stages": "kernel,driver,runtimes", "nvidia_driver_install": "false",
-        "container_runtimes": "containerd"}
-INSTALL_CONTAINERD = ("DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
-                      "apt-get install -y -qq containerd >/dev/null")
+DATA = {
+    **SAFE_DATA,
+    "stages": "kernel,driver,runtimes",
+    "nvidia_driver_install": "false",
+    "container_runtimes": "containerd",
+}
+INSTALL_CONTAINERD = (
+    "DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
+    "apt-get install -y -qq containerd >/dev/null"
+)
 
 
 def load() -> str:
@@ -48,8 +54,16 @@ def load() -> str:
 
 def timed_run(target: str, data: dict, report: Path) -> tuple[float, float, int]:
     """(wall seconds, CPU seconds of the pyinfra process tree, exit code) of one run."""
-    args = [sys.executable, "-m", "pyinfra", "-y", target, "deploy/gpu_node.py",
-            "--data", f"fleet_report_path={report}"]
+    args = [
+        sys.executable,
+        "-m",
+        "pyinfra",
+        "-y",
+        target,
+        "deploy/gpu_node.py",
+        "--data",
+        f"fleet_report_path={report}",
+    ]
     for key, value in data.items():
         args += ["--data", f"{key}={value}"]
     start = time.monotonic()
@@ -66,8 +80,11 @@ def first_boot_unit(image: str, runs: int, folder: Path) -> None:
     try:
         modules = f"/lib/modules/{os.uname().release}"
         node.sh(f"mkdir -p {modules}/updates/dkms && printf 'updates/dkms/nvidia.ko:\\n' >> {modules}/modules.dep")
-        run(["docker", "exec", "-i", node.id, "sh", "-c", f"cat > {modules}/updates/dkms/nvidia.ko"],
-            input=standin_kmod.nvidia_module(standin_kmod.PROPRIETARY_LICENSE, "535.261.03"), text=False)
+        run(
+            ["docker", "exec", "-i", node.id, "sh", "-c", f"cat > {modules}/updates/dkms/nvidia.ko"],
+            input=standin_kmod.nvidia_module(standin_kmod.PROPRIETARY_LICENSE, "535.261.03"),
+            text=False,
+        )
         wall, _, code = timed_run(node.target, {**DATA, "stages": "kernel,driver"}, folder / "fleet.json")
         print(f"provisioned (kernel, driver: the first-boot unit) in {wall:.1f} s, exit {code}")
         walls, loads = [], []
@@ -75,13 +92,21 @@ def first_boot_unit(image: str, runs: int, folder: Path) -> None:
             loads.append(load())
             # reset-failed: systemd refuses a sixth start within 10 s (its start limit)
             node.sh("systemctl reset-failed gpu-node-boot.service; systemctl restart gpu-node-boot.service")
-            shown = dict(line.split("=", 1) for line in node.sh(
-                "systemctl show gpu-node-boot.service -p ExecMainStartTimestampMonotonic "
-                "-p ExecMainExitTimestampMonotonic -p Result").stdout.splitlines())
-            walls.append((int(shown["ExecMainExitTimestampMonotonic"]) - int(shown["ExecMainStartTimestampMonotonic"])) / 1e6)
-        print(f"first-boot unit on a converged node, {runs} runs: wall s median {statistics.median(walls):.2f}, "
-              f"min {min(walls):.2f}, max {max(walls):.2f}; "
-              f"result {shown['Result']}; load (1 min) at the starts {min(loads)} to {max(loads)}")
+            shown = dict(
+                line.split("=", 1)
+                for line in node.sh(
+                    "systemctl show gpu-node-boot.service -p ExecMainStartTimestampMonotonic "
+                    "-p ExecMainExitTimestampMonotonic -p Result"
+                ).stdout.splitlines()
+            )
+            walls.append(
+                (int(shown["ExecMainExitTimestampMonotonic"]) - int(shown["ExecMainStartTimestampMonotonic"])) / 1e6
+            )
+        print(
+            f"first-boot unit on a converged node, {runs} runs: wall s median {statistics.median(walls):.2f}, "
+            f"min {min(walls):.2f}, max {max(walls):.2f}; "
+            f"result {shown['Result']}; load (1 min) at the starts {min(loads)} to {max(loads)}"
+        )
     finally:
         node.remove()
 

@@ -21,8 +21,13 @@ from typing import Any
 
 __version__ = "0.3.0"
 __all__ = ["provision_gpu_node", "verify_gpu_node", "undo_gpu_node", "configure_cluster", "render_cluster_files"]
-_DEPLOYS = {"provision_gpu_node": ".entry", "verify_gpu_node": ".entry", "undo_gpu_node": ".entry",
-            "configure_cluster": ".cluster", "render_cluster_files": ".cluster"}
+_DEPLOYS = {
+    "provision_gpu_node": ".entry",
+    "verify_gpu_node": ".entry",
+    "undo_gpu_node": ".entry",
+    "configure_cluster": ".cluster",
+    "render_cluster_files": ".cluster",
+}
 
 
 @contextmanager

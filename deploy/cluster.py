@@ -38,7 +38,8 @@ def configure_cluster(**settings: Any) -> None:
             raise SettingsError(
                 f"no host of this run is in {cluster.control_plane_group} (control_plane_group): the cluster "
                 f"deploy runs kubectl there; put the host kubectl runs on in {cluster.control_plane_group} (or "
-                "name its group with control_plane_group) and include it in the run")
+                "name its group with control_plane_group) and include it in the run"
+            )
         return
     gpu_nodes = gpu_cluster(cluster)
     if uses_gpushare(cluster, gpu_nodes):

@@ -68,8 +68,11 @@ def automatic_groups(host: Host) -> set[str]:
     connector's (``@ssh``, ``@docker``) and the inventory file's name."""
     groups = {group for group in host.groups if group.startswith("@")}
     file_group = inventory_file_group()
-    if file_group is not None and file_group in host.groups and len(host.inventory.get_group(file_group)) == len(
-            host.inventory):
+    if (
+        file_group is not None
+        and file_group in host.groups
+        and len(host.inventory.get_group(file_group)) == len(host.inventory)
+    ):
         groups.add(file_group)
     return groups
 
@@ -85,8 +88,10 @@ def outside_the_groups(host: Host, settings: Settings) -> str | None:
         return None
     close = difflib.get_close_matches(wanted, groups, n=1, cutoff=0.6)
     hint = f" (is {close[0]!r} meant to be {wanted!r}?)" if close else ""
-    return (f"in the inventory's groups {', '.join(groups)}, not in {wanted}: gpu-node provisions the hosts of "
-            f"{wanted}{hint}; add it there, or name the GPU nodes' group with gpu_nodes_group")
+    return (
+        f"in the inventory's groups {', '.join(groups)}, not in {wanted}: gpu-node provisions the hosts of "
+        f"{wanted}{hint}; add it there, or name the GPU nodes' group with gpu_nodes_group"
+    )
 
 
 def gpu_node_settings(host: Host) -> Settings | None:
@@ -136,9 +141,13 @@ def provision_gpu_node(**settings: Any) -> None:
         return
     # drain_before_restart: the node to drain before a restart; its control plane checked now.
     drain = checked_drain_target(node)
-    log_file_note(host, f"{RECORDS_DIR}/", "gpu-node's records of what this run changes (each file as it was "
-                  "before gpu-node and as gpu-node left it, units, packages, holds, keys): root's alone, read by "
-                  "deploy/undo.py")
+    log_file_note(
+        host,
+        f"{RECORDS_DIR}/",
+        "gpu-node's records of what this run changes (each file as it was "
+        "before gpu-node and as gpu-node left it, units, packages, holds, keys): root's alone, read by "
+        "deploy/undo.py",
+    )
     for step in steps:
         step.apply(bake.step_settings(node, step.name) if baking else node, found, drain)
 

@@ -19,17 +19,22 @@ F = TypeVar("F", bound=Callable[..., Any])
 @cache
 def settings_signature() -> inspect.Signature:
     keyword = inspect.Parameter.KEYWORD_ONLY
-    return inspect.Signature([
-        *(inspect.Parameter(name, keyword, default=DEFAULTS[name]) for name in SETTING_FIELDS),
-        # _sudo, _serial ...: pyinfra takes them off before the deploy's body sees its settings
-        inspect.Parameter("pyinfra_arguments", inspect.Parameter.VAR_KEYWORD),
-    ])
+    return inspect.Signature(
+        [
+            *(inspect.Parameter(name, keyword, default=DEFAULTS[name]) for name in SETTING_FIELDS),
+            # _sudo, _serial ...: pyinfra takes them off before the deploy's body sees its settings
+            inspect.Parameter("pyinfra_arguments", inspect.Parameter.VAR_KEYWORD),
+        ]
+    )
 
 
 @cache
 def settings_list() -> str:
-    lines = ["Settings (keyword arguments, each also a pyinfra data key; docs/settings.md), with their defaults;",
-             "pyinfra's global arguments (_sudo, _serial, ...) go to every operation inside:", ""]
+    lines = [
+        "Settings (keyword arguments, each also a pyinfra data key; docs/settings.md), with their defaults;",
+        "pyinfra's global arguments (_sudo, _serial, ...) go to every operation inside:",
+        "",
+    ]
     for name, item in SETTING_FIELDS.items():
         lines += [f"    {name}={DEFAULTS[name]!r}", f"        {item.description or ''}"]
     return "\n".join(lines)

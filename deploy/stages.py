@@ -71,10 +71,12 @@ def _after_preflight(
     apply: Callable[[Settings, Findings, DrainTarget | None], object],
 ) -> Callable[[Settings, Findings | None, DrainTarget | None], object]:
     """A step's ``apply`` that reads preflight's findings, which every step is given but verify.py's read-only ones."""
+
     def applied(settings: Settings, found: Findings | None, target: DrainTarget | None) -> object:
         if found is None:
             raise ValueError("a step that reads preflight's findings ran without them")
         return apply(settings, found, target)
+
     return applied
 
 
@@ -87,8 +89,11 @@ def _makes_a_node(settings: Settings) -> bool:
     health check: the driver stage (installing the driver, or with one an image's pipeline installs),
     the runtimes', the toolkit's where it installs the toolkit. The kernel stage alone prepares the
     kernel for a driver yet to come; verify only reads."""
-    return settings.runs("driver") or settings.runs("runtimes") or (settings.runs("toolkit") and
-                                                                      settings.nvidia_toolkit_install)
+    return (
+        settings.runs("driver")
+        or settings.runs("runtimes")
+        or (settings.runs("toolkit") and settings.nvidia_toolkit_install)
+    )
 
 
 def _driver_packages(found: Findings | None) -> frozenset[str]:
@@ -98,61 +103,177 @@ def _driver_packages(found: Findings | None) -> frozenset[str]:
 
 
 STEPS: tuple[Step, ...] = (
-    Step("kernel", "kernel", _always, reads=kernel.reads,
-         apply=_after_preflight(lambda s, found, target: kernel.kernel_prerequisites(s, found.platform, found.nvidia))),
-    Step("driver", "driver", lambda s: s.nvidia_driver_install, check=driver.preflight_check, installs=True,
-         apply=_after_preflight(lambda s, found, target: driver.nvidia_driver(s, found.platform, found.plans["driver"], drain=target))),
+    Step(
+        "kernel",
+        "kernel",
+        _always,
+        reads=kernel.reads,
+        apply=_after_preflight(lambda s, found, target: kernel.kernel_prerequisites(s, found.platform, found.nvidia)),
+    ),
+    Step(
+        "driver",
+        "driver",
+        lambda s: s.nvidia_driver_install,
+        check=driver.preflight_check,
+        installs=True,
+        apply=_after_preflight(
+            lambda s, found, target: driver.nvidia_driver(s, found.platform, found.plans["driver"], drain=target)
+        ),
+    ),
     # The rack's parts beside the driver (deploy/rack/): an IMEX domain's daemon and members, nvidia-peermem
     # after the RDMA stack, the MIG layout mig-parted applies at boot
-    Step("imex", "driver", lambda s: s.imex_domain is not None, reads=imex.reads, check=imex.preflight_check,
-         installs=True, apply=_after_preflight(lambda s, found, target: imex.imex_domain(s, found.platform, found.plans["imex"]))),
-    Step("gpudirect rdma", "driver", lambda s: s.gpudirect_rdma != "false", reads=gpudirect.reads,
-         check=gpudirect.preflight_check,
-         apply=_after_preflight(lambda s, found, target: gpudirect.gpudirect_rdma(s, found.plans["gpudirect rdma"], found.nvidia))),
-    Step("mig layout", "driver", lambda s: s.mig_layout is not None, reads=mig.reads, check=mig.preflight_check,
-         installs=True, apply=_after_preflight(lambda s, found, target: mig.mig_layout(s, found.platform, found.plans["mig layout"],
-                                                                      drain=target))),
-    Step("toolkit", "toolkit", lambda s: s.nvidia_toolkit_install, reads=toolkit.reads,
-         check=toolkit.preflight_check, installs=True,
-         apply=_after_preflight(lambda s, found, target: toolkit.toolkit(s, found.platform))),
-    Step("containerd", "runtimes", lambda s: s.wires("containerd"), reads=containerd.reads,
-         check=containerd.preflight_check, installs=True, wired=containerd.wired,
-         apply=_after_preflight(lambda s, found, target: containerd.containerd_runtime(
-             s, found.platform.family, found.runtimes["containerd"].found, drain=target,
-             pending_restarts=found.pending_restarts))),
-    Step("docker", "runtimes", lambda s: s.wires("docker"), reads=docker.reads,
-         check=docker.preflight_check, installs=True, wired=docker.wired,
-         apply=_after_preflight(lambda s, found, target: docker.docker_runtime(
-             s, found.platform.family, drain=target, pending_restarts=found.pending_restarts))),
-    Step("cdi", "runtimes", _always, reads=cdi.reads,
-         check=lambda s, platform, nvidia: cdi.preflight_check(s, platform, nvidia, wired_runtimes(s)),
-         apply=_after_preflight(lambda s, found, target: cdi.cdi(s, tuple(found.runtimes.values())))),
+    Step(
+        "imex",
+        "driver",
+        lambda s: s.imex_domain is not None,
+        reads=imex.reads,
+        check=imex.preflight_check,
+        installs=True,
+        apply=_after_preflight(lambda s, found, target: imex.imex_domain(s, found.platform, found.plans["imex"])),
+    ),
+    Step(
+        "gpudirect rdma",
+        "driver",
+        lambda s: s.gpudirect_rdma != "false",
+        reads=gpudirect.reads,
+        check=gpudirect.preflight_check,
+        apply=_after_preflight(
+            lambda s, found, target: gpudirect.gpudirect_rdma(s, found.plans["gpudirect rdma"], found.nvidia)
+        ),
+    ),
+    Step(
+        "mig layout",
+        "driver",
+        lambda s: s.mig_layout is not None,
+        reads=mig.reads,
+        check=mig.preflight_check,
+        installs=True,
+        apply=_after_preflight(
+            lambda s, found, target: mig.mig_layout(s, found.platform, found.plans["mig layout"], drain=target)
+        ),
+    ),
+    Step(
+        "toolkit",
+        "toolkit",
+        lambda s: s.nvidia_toolkit_install,
+        reads=toolkit.reads,
+        check=toolkit.preflight_check,
+        installs=True,
+        apply=_after_preflight(lambda s, found, target: toolkit.toolkit(s, found.platform)),
+    ),
+    Step(
+        "containerd",
+        "runtimes",
+        lambda s: s.wires("containerd"),
+        reads=containerd.reads,
+        check=containerd.preflight_check,
+        installs=True,
+        wired=containerd.wired,
+        apply=_after_preflight(
+            lambda s, found, target: containerd.containerd_runtime(
+                s,
+                found.platform.family,
+                found.runtimes["containerd"].found,
+                drain=target,
+                pending_restarts=found.pending_restarts,
+            )
+        ),
+    ),
+    Step(
+        "docker",
+        "runtimes",
+        lambda s: s.wires("docker"),
+        reads=docker.reads,
+        check=docker.preflight_check,
+        installs=True,
+        wired=docker.wired,
+        apply=_after_preflight(
+            lambda s, found, target: docker.docker_runtime(
+                s, found.platform.family, drain=target, pending_restarts=found.pending_restarts
+            )
+        ),
+    ),
+    Step(
+        "cdi",
+        "runtimes",
+        _always,
+        reads=cdi.reads,
+        check=lambda s, platform, nvidia: cdi.preflight_check(s, platform, nvidia, wired_runtimes(s)),
+        apply=_after_preflight(lambda s, found, target: cdi.cdi(s, tuple(found.runtimes.values()))),
+    ),
     # systemd re-applies containers' devices by their /dev/char names (the systemd cgroup driver)
-    Step("device links", "runtimes", lambda s: s.systemd_cgroup, reads=devices.reads,
-         apply=lambda s, found, target: devices.device_links(s)),
+    Step(
+        "device links",
+        "runtimes",
+        lambda s: s.systemd_cgroup,
+        reads=devices.reads,
+        apply=lambda s, found, target: devices.device_links(s),
+    ),
     # gpu_allocator=dra: the DRA driver's host prerequisites refused in preflight, IMEX handed over
-    Step("dra", "runtimes", dra.wanted, reads=dra.reads, check=dra.preflight_check,
-         apply=lambda s, found, target: dra.dra_node(s, drain=target)),
+    Step(
+        "dra",
+        "runtimes",
+        dra.wanted,
+        reads=dra.reads,
+        check=dra.preflight_check,
+        apply=lambda s, found, target: dra.dra_node(s, drain=target),
+    ),
     # The module, CDI spec and services at every boot (deploy/node/first_boot.py): installed, started by the next boot.
-    Step("first boot", None, lambda s: s.first_boot_unit and _makes_a_node(s), reads=boot.reads,
-         apply=lambda s, found, target: boot.first_boot_unit(s)),
+    Step(
+        "first boot",
+        None,
+        lambda s: s.first_boot_unit and _makes_a_node(s),
+        reads=boot.reads,
+        apply=lambda s, found, target: boot.first_boot_unit(s),
+    ),
     # The node's health check every health_check_interval (deploy/health/check.py): installed and started.
-    Step("health check", None, lambda s: s.health_check and _makes_a_node(s), reads=health.reads,
-         apply=lambda s, found, target: health.health_check_units(s)),
+    Step(
+        "health check",
+        None,
+        lambda s: s.health_check and _makes_a_node(s),
+        reads=health.reads,
+        apply=lambda s, found, target: health.health_check_units(s),
+    ),
     # Before verify: its steps join the node's report, which verify adds and fails on.
-    Step("verify dra", "verify", dra.wanted, reads=dra.verify_reads, read_only=True,
-         apply=lambda s, found, target: dra.verify_dra(s)),
-    Step("verify rack", "verify", rack.wanted, reads=rack.verify_reads, read_only=True,
-         apply=lambda s, found, target: rack.verify_rack(s)),
-    Step("verify", "verify", _always, reads=verification.reads, read_only=True,
-         apply=lambda s, found, target: verification.verify(s, _driver_packages(found))),
+    Step(
+        "verify dra",
+        "verify",
+        dra.wanted,
+        reads=dra.verify_reads,
+        read_only=True,
+        apply=lambda s, found, target: dra.verify_dra(s),
+    ),
+    Step(
+        "verify rack",
+        "verify",
+        rack.wanted,
+        reads=rack.verify_reads,
+        read_only=True,
+        apply=lambda s, found, target: rack.verify_rack(s),
+    ),
+    Step(
+        "verify",
+        "verify",
+        _always,
+        reads=verification.reads,
+        read_only=True,
+        apply=lambda s, found, target: verification.verify(s, _driver_packages(found)),
+    ),
     # After verify, which fails the host first when a step fails: the node then stays cordoned.
     # Without verify, after the restarted runtime came back active.
-    Step("uncordon", None, lambda s: s.drain_before_restart,
-         apply=lambda s, found, target: target and drain.uncordon_drained_node(target, _driver_packages(found))),
+    Step(
+        "uncordon",
+        None,
+        lambda s: s.drain_before_restart,
+        apply=lambda s, found, target: target and drain.uncordon_drained_node(target, _driver_packages(found)),
+    ),
     # Last, so it ends the run's output: no GPU, reboot required.
-    Step("driver report", None, _always,
-         apply=_after_preflight(lambda s, found, target: driver.driver_report(s, found.plans.get("driver")))),
+    Step(
+        "driver report",
+        None,
+        _always,
+        apply=_after_preflight(lambda s, found, target: driver.driver_report(s, found.plans.get("driver"))),
+    ),
 )
 
 

@@ -48,8 +48,10 @@ spec:
       limits:
         nvidia.com/gpu: 1
 """
-NEEDS = ("cluster demo: needs GPU_NODE_LAB (a folder of the release files docs/lab.md lists) "
-         "or KUBECONFIG naming a reachable cluster")
+NEEDS = (
+    "cluster demo: needs GPU_NODE_LAB (a folder of the release files docs/lab.md lists) "
+    "or KUBECONFIG naming a reachable cluster"
+)
 
 
 def say(text: str) -> None:
@@ -86,8 +88,12 @@ def unreachable(kubeconfig: str) -> str | None:
     if not Path(kubeconfig).is_file():
         return "no such file"
     try:
-        result = subprocess.run([kubectl, "--kubeconfig", kubeconfig, "--request-timeout=10s", "version",
-                                 "-o", "json"], capture_output=True, text=True, timeout=30)
+        result = subprocess.run(
+            [kubectl, "--kubeconfig", kubeconfig, "--request-timeout=10s", "version", "-o", "json"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except subprocess.TimeoutExpired:
         return "kubectl version did not answer within 30 s"
     try:
@@ -103,8 +109,10 @@ def unreachable(kubeconfig: str) -> str | None:
 def own_cluster_demo(kubeconfig: Path, data: dict[str, str]) -> int:
     env = {**os.environ, "CONTROL_PLANE": os.environ.get("CONTROL_PLANE") or "@local", "PYTHONUNBUFFERED": "1"}
     data = {"kubeconfig": str(kubeconfig), **data}
-    say(f"Your cluster (KUBECONFIG={kubeconfig}): deploy/k8s_gpu.py from CONTROL_PLANE={env['CONTROL_PLANE']}; "
-        "pyinfra shows the changes first and applies them when you press Enter")
+    say(
+        f"Your cluster (KUBECONFIG={kubeconfig}): deploy/k8s_gpu.py from CONTROL_PLANE={env['CONTROL_PLANE']}; "
+        "pyinfra shows the changes first and applies them when you press Enter"
+    )
     if not env.get("GPU_NODES"):
         say("GPU_NODES is unset: no GPU node's facts are read, so none is labelled (see docs/cluster.md)")
     command = [sys.executable, "-m", "pyinfra", "inventory.py", "deploy/k8s_gpu.py"]
@@ -114,8 +122,9 @@ def own_cluster_demo(kubeconfig: Path, data: dict[str, str]) -> int:
     returncode = subprocess.run(command, cwd=REPO, env=env).returncode
     if returncode != 0:
         return returncode
-    nodes = subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), "get", "nodes", "-o", "json"],
-                           capture_output=True, text=True)
+    nodes = subprocess.run(
+        ["kubectl", "--kubeconfig", str(kubeconfig), "get", "nodes", "-o", "json"], capture_output=True, text=True
+    )
     if nodes.returncode == 0:
         say("nvidia.com/gpu per node (allocatable)")
         for item in json.loads(nodes.stdout)["items"]:
@@ -149,19 +158,27 @@ def lab_demo(keep: bool, extra: dict[str, str]) -> int:
     except LabMissing as missing:
         print(f"cluster demo: {missing}", flush=True)
         return 2
-    data = {"device_plugin_version": "v0.20.0", "gpu_sharing": "time-slicing",
-            "gpu_sharing_replicas": str(REPLICAS), "smoke_test": "false", **NODE_DATA,
-            # The mock's driver root, so the plugin and the nvidia runtime see the same mock GPUs.
-            "nvidia_driver_root": MOCK_DRIVER_ROOT, **extra}
+    data = {
+        "device_plugin_version": "v0.20.0",
+        "gpu_sharing": "time-slicing",
+        "gpu_sharing_replicas": str(REPLICAS),
+        "smoke_test": "false",
+        **NODE_DATA,
+        # The mock's driver root, so the plugin and the nvidia runtime see the same mock GPUs.
+        "nvidia_driver_root": MOCK_DRIVER_ROOT,
+        **extra,
+    }
     say("Building (or reusing) the bookworm systemd node image")
     image = node_image()
     root = Path(tempfile.mkdtemp(prefix="gpu-node-cluster-demo-")) / "stable"
     with toolkit_repo.served(root) as repo:
         say(f"Toolkit: {repo.why}; served at {repo.url}")
         cluster = LabCluster(image, toolkit_data=repo.data(), node_data=NODE_DATA)
-        say("Starting the lab cluster: control plane on 127.0.0.1, two node containers; "
+        say(
+            "Starting the lab cluster: control plane on 127.0.0.1, two node containers; "
             "deploy/gpu_node.py provisions them (kernel,toolkit,runtimes,verify), then they join as kubelets "
-            "with NVIDIA's mock NVML as their driver root (a100: 8 mock GPUs each)")
+            "with NVIDIA's mock NVML as their driver root (a100: 8 mock GPUs each)"
+        )
         try:
             cluster.start()
         except LabMissing as missing:
@@ -172,9 +189,12 @@ def lab_demo(keep: bool, extra: dict[str, str]) -> int:
         finally:
             if keep:
                 ids = " ".join(k.node.id for k in cluster.nodes)
-                print(f"==> Left running: nodes {ids}; control plane PIDs "
-                      f"{[p.pid for p in cluster.control_plane.processes.values()]}; "
-                      f"KUBECONFIG={cluster.control_plane.kubeconfig}", flush=True)
+                print(
+                    f"==> Left running: nodes {ids}; control plane PIDs "
+                    f"{[p.pid for p in cluster.control_plane.processes.values()]}; "
+                    f"KUBECONFIG={cluster.control_plane.kubeconfig}",
+                    flush=True,
+                )
             else:
                 began = time.monotonic()
                 cluster.stop()
@@ -183,14 +203,24 @@ def lab_demo(keep: bool, extra: dict[str, str]) -> int:
 
 def show_lab_cluster(cluster, data: dict[str, str]) -> int:
     provisioning = cluster.provisioning.results()
-    print(f"    gpu_node.py: {sum(1 for op in provisioning['operations'] if op['success'])} operations "
-          f"changed the nodes; timings (s): {json.dumps({k: round(v, 1) for k, v in cluster.timings.items()})}",
-          flush=True)
-    say(f"pyinfra inventory.py deploy/k8s_gpu.py (CONTROL_PLANE=@local, GPU_NODES=the two nodes) "
-        f"--data gpu_sharing=time-slicing --data gpu_sharing_replicas={REPLICAS} ...")
+    print(
+        f"    gpu_node.py: {sum(1 for op in provisioning['operations'] if op['success'])} operations "
+        f"changed the nodes; timings (s): {json.dumps({k: round(v, 1) for k, v in cluster.timings.items()})}",
+        flush=True,
+    )
+    say(
+        f"pyinfra inventory.py deploy/k8s_gpu.py (CONTROL_PLANE=@local, GPU_NODES=the two nodes) "
+        f"--data gpu_sharing=time-slicing --data gpu_sharing_replicas={REPLICAS} ..."
+    )
     result = cluster.pyinfra("deploy/k8s_gpu.py", data, json_output=False)
-    print("\n".join(line for line in result.output.splitlines()
-                    if "Grand total" in line or "Operation " in line or " | " in line), flush=True)
+    print(
+        "\n".join(
+            line
+            for line in result.output.splitlines()
+            if "Grand total" in line or "Operation " in line or " | " in line
+        ),
+        flush=True,
+    )
     if result.returncode != 0:
         print(result.stderr[-3000:], flush=True)
         return 1
@@ -198,19 +228,27 @@ def show_lab_cluster(cluster, data: dict[str, str]) -> int:
 
     def capacities():
         items = cluster.control_plane.get_json("nodes")["items"]
-        return {item["metadata"]["name"]: item["status"].get("allocatable", {}).get("nvidia.com/gpu")
-                for item in items}
+        return {item["metadata"]["name"]: item["status"].get("allocatable", {}).get("nvidia.com/gpu") for item in items}
 
-    wait_for(lambda: all(value == wanted for value in capacities().values()), timeout=300, interval=2,
-             what=f"nvidia.com/gpu {wanted} on every node")
+    wait_for(
+        lambda: all(value == wanted for value in capacities().values()),
+        timeout=300,
+        interval=2,
+        what=f"nvidia.com/gpu {wanted} on every node",
+    )
     say(f"GPU capacity per node ({cluster.gpu_count} mock GPUs x {REPLICAS} time-slicing replicas)")
     for name, value in sorted(capacities().items()):
         print(f"    {name}: nvidia.com/gpu = {value}", flush=True)
     say("A pod requesting nvidia.com/gpu: 1 (runtimeClassName: nvidia)")
     cluster.control_plane.apply(GPU_POD)
-    pod = wait_for(lambda: (lambda p: p if p["status"].get("phase") == "Running" else None)(
-        cluster.control_plane.get_json("pod", "demo-gpu-pod")), timeout=180, interval=1,
-        what="the GPU pod Running")
+    pod = wait_for(
+        lambda: (lambda p: p if p["status"].get("phase") == "Running" else None)(
+            cluster.control_plane.get_json("pod", "demo-gpu-pod")
+        ),
+        timeout=180,
+        interval=1,
+        what="the GPU pod Running",
+    )
     node = cluster.node(pod["spec"]["nodeName"])
     container_id = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
     envs = json.loads(node.crictl("inspect", container_id).stdout)["info"]["config"]["envs"]

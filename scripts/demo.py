@@ -43,11 +43,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--keep", action="store_true", help="leave the node container(s) running")
     parser.add_argument(
-        "--cluster", action="store_true",
+        "--cluster",
+        action="store_true",
         help="the cluster demo: a lab Kubernetes cluster with two mock GPU nodes, gpu_node.py then k8s_gpu.py",
     )
     parser.add_argument(
-        "--data", action="append", default=[], metavar="KEY=VALUE",
+        "--data",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="extra settings for the deploy, as pyinfra's --data (repeatable)",
     )
     args = parser.parse_args()
@@ -83,7 +87,7 @@ def main() -> int:
         print("==> What the node looks like now", flush=True)
         node_summary = node.sh(
             "for f in /etc/modules-load.d/gpu-node-kubernetes.conf /etc/sysctl.d/99-gpu-node-kubernetes.conf; do "
-            "echo \"--- $f\"; cat \"$f\" 2>/dev/null; done; "
+            'echo "--- $f"; cat "$f" 2>/dev/null; done; '
             "echo '--- packages'; dpkg-query -W -f '${Package} ${Version} ${Status}\\n' "
             "nvidia-driver nvidia-container-toolkit containerd docker.io 2>/dev/null | grep ' installed$' || true; "
             "echo '--- held'; apt-mark showhold; "

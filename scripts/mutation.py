@@ -38,8 +38,18 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 # What is mutated: the stages (pyinfra's @deploy tasks), the table that runs them and the entry files.
-TARGETS = ("deploy/tasks", "deploy/stages.py", "deploy/entry.py", "deploy/cluster.py", "deploy/gpu_node.py",
-           "deploy/verify.py", "deploy/undo.py", "deploy/pull.py", "deploy/k8s_gpu.py", "deploy/render_cluster.py")
+TARGETS = (
+    "deploy/tasks",
+    "deploy/stages.py",
+    "deploy/entry.py",
+    "deploy/cluster.py",
+    "deploy/gpu_node.py",
+    "deploy/verify.py",
+    "deploy/undo.py",
+    "deploy/pull.py",
+    "deploy/k8s_gpu.py",
+    "deploy/render_cluster.py",
+)
 # The tests whose coverage picks each mutant's tests: every unit test that runs a stage or a deploy
 # file through tests/plan.py, and the safety calls' own tests.
 TEST_SELECTION = "plan tests"
@@ -52,8 +62,11 @@ def plan_test_files() -> list[str]:
     """Unit test files that run stages through tests/plan.py, and those tests/safety_calls.py names."""
     from safety_calls import SAFETY_CALLS
 
-    files = {str(path.relative_to(REPO)) for path in sorted((REPO / "tests" / "unit").glob("test_*.py"))
-             if "from plan import" in path.read_text(encoding="utf-8")}
+    files = {
+        str(path.relative_to(REPO))
+        for path in sorted((REPO / "tests" / "unit").glob("test_*.py"))
+        if "from plan import" in path.read_text(encoding="utf-8")
+    }
     files |= {test.split("::")[0] for call in SAFETY_CALLS for test in call.tests}
     return sorted(files)
 
@@ -69,8 +82,16 @@ def target_files(root: Path) -> list[str]:
 def scratch_copy() -> Path:
     """The checkout's files (tracked, and new ones git does not ignore) in a folder of their own; its
     .cache (the Debian releases tests download) shared."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                            capture_output=True, check=True).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=REPO,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     scratch = Path(tempfile.mkdtemp(prefix="gpu-node-mutation-"))
     for name in filter(None, listed):
         source = REPO / name
@@ -88,6 +109,7 @@ def test_env() -> dict[str, str]:
 
 
 # --- which tests run each line ------------------------------------------------------------------
+
 
 @dataclass
 class Coverage:
@@ -112,9 +134,20 @@ def measure(scratch: Path, tests: list[str], earlier: Path | None = None) -> Cov
     measured_in = earlier or scratch
     if earlier is None:
         started = time.monotonic()
-        subprocess.run([*PYTEST[:3], *PYTEST[4:], "--cov=deploy", "--cov-context=test", "--cov-report=",
-                        f"--junitxml={scratch / 'mutation-baseline.xml'}", *tests], cwd=scratch, env=test_env(),
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                *PYTEST[:3],
+                *PYTEST[4:],
+                "--cov=deploy",
+                "--cov-context=test",
+                "--cov-report=",
+                f"--junitxml={scratch / 'mutation-baseline.xml'}",
+                *tests,
+            ],
+            cwd=scratch,
+            env=test_env(),
+            stdout=subprocess.DEVNULL,
+        )
         print(f"coverage of {len(tests)} test files: {time.monotonic() - started:.0f} s", flush=True)
     failing = failed_tests(measured_in / "mutation-baseline.xml")
     print(f"failing unmutated (left out): {', '.join(failing) or 'none'}", flush=True)
@@ -126,8 +159,10 @@ def measure(scratch: Path, tests: list[str], earlier: Path | None = None) -> Cov
     for measured in data.measured_files():
         path = str(Path(measured).resolve().relative_to(measured_in.resolve()))
         by_line = data.contexts_by_lineno(measured)
-        lines[path] = {line: sorted({context.rsplit("|", 1)[0] for context in contexts if context})
-                       for line, contexts in by_line.items()}
+        lines[path] = {
+            line: sorted({context.rsplit("|", 1)[0] for context in contexts if context})
+            for line, contexts in by_line.items()
+        }
     return Coverage(lines, failing)
 
 
@@ -147,8 +182,7 @@ def run_tests(scratch: Path, tests: list[str], timeout: float) -> str:
     if not tests:
         return "survived"
     try:
-        result = subprocess.run([*PYTEST, *tests], cwd=scratch, env=test_env(), capture_output=True,
-                                timeout=timeout)
+        result = subprocess.run([*PYTEST, *tests], cwd=scratch, env=test_env(), capture_output=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return "timeout"
     return "survived" if result.returncode == 0 else "killed"
@@ -156,12 +190,13 @@ def run_tests(scratch: Path, tests: list[str], timeout: float) -> str:
 
 # --- calls: one statement removed at a time -------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Removal:
     path: str
     first: int  # the statement's lines, 1-based
     last: int
-    text: str   # its source, as removed
+    text: str  # its source, as removed
     replacement: str = "pass"
     name: str = ""  # the safety call's, for --safety
 
@@ -170,7 +205,7 @@ class Removal:
         start = lines[self.first - 1]
         if self.replacement == "pass":
             indent = start[: len(start) - len(start.lstrip())]
-            mutated = [*lines[: self.first - 1], f"{indent}pass\n", *lines[self.last:]]
+            mutated = [*lines[: self.first - 1], f"{indent}pass\n", *lines[self.last :]]
             return "".join(mutated)
         assert source.count(self.text) == 1, f"{self.path}: {self.text!r} is not there once"
         return source.replace(self.text, self.replacement)
@@ -198,8 +233,13 @@ def held_by_named_tests(scratch: Path, removal: Removal, tests: tuple[str, ...],
     report = scratch / "mutation-named.xml"
     target.write_text(mutated, encoding="utf-8")
     try:
-        subprocess.run([*PYTEST[:3], *PYTEST[4:], f"--junitxml={report}", *tests], cwd=scratch, env=test_env(),
-                       capture_output=True, timeout=timeout)
+        subprocess.run(
+            [*PYTEST[:3], *PYTEST[4:], f"--junitxml={report}", *tests],
+            cwd=scratch,
+            env=test_env(),
+            capture_output=True,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired:
         return []
     finally:
@@ -218,20 +258,31 @@ def safety_removals(root: Path) -> list[Removal]:
         assert source.count(call.text) == 1, f"{call.path}: {call.text!r} is not there once"
         if call.replacement is not None:
             line = source[: source.index(call.text)].count("\n") + 1
-            removals.append(Removal(call.path, line, line + call.text.count("\n"), call.text, call.replacement,
-                                    call.name))
+            removals.append(
+                Removal(call.path, line, line + call.text.count("\n"), call.text, call.replacement, call.name)
+            )
             continue
         offset = source.index(call.text)
         statement = innermost_statement(source, offset)
-        removals.append(Removal(call.path, statement.lineno, statement.end_lineno or statement.lineno,
-                                ast.get_source_segment(source, statement) or "", name=call.name))
+        removals.append(
+            Removal(
+                call.path,
+                statement.lineno,
+                statement.end_lineno or statement.lineno,
+                ast.get_source_segment(source, statement) or "",
+                name=call.name,
+            )
+        )
     return removals
 
 
 def innermost_statement(source: str, offset: int) -> ast.stmt:
     line = source[:offset].count("\n") + 1
-    found = [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.stmt)
-             and node.lineno <= line <= (node.end_lineno or node.lineno)]
+    found = [
+        node
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.stmt) and node.lineno <= line <= (node.end_lineno or node.lineno)
+    ]
     return min(found, key=lambda node: (node.end_lineno or node.lineno) - node.lineno)
 
 
@@ -281,24 +332,50 @@ def pre_mutation(context):
 '''
 
 
-def run_mutmut(scratch: Path, coverage: Coverage, files: list[str], only: dict[str, dict[int, tuple[str, ...]]] | None,
-               minutes: float) -> None:
+def run_mutmut(
+    scratch: Path,
+    coverage: Coverage,
+    files: list[str],
+    only: dict[str, dict[int, tuple[str, ...]]] | None,
+    minutes: float,
+) -> None:
     """mutmut over ``files`` (``only``: the lines of each to mutate, with the tests named for them)."""
-    tests = {path: {str(line): coverage.tests_for(path, [line]) for line in coverage.lines.get(path, {})}
-             for path in files}
+    tests = {
+        path: {str(line): coverage.tests_for(path, [line]) for line in coverage.lines.get(path, {})} for path in files
+    }
     named = {path: {str(line): list(extra) for line, extra in lines.items()} for path, lines in (only or {}).items()}
-    (scratch / "mutation-tests.json").write_text(json.dumps({
-        "tests": tests, "named": named, "lines": {path: sorted(lines) for path, lines in (only or {}).items()},
-        "only_listed": only is not None,
-        "pytest": " ".join(shlex.quote(word) for word in PYTEST)}))
+    (scratch / "mutation-tests.json").write_text(
+        json.dumps(
+            {
+                "tests": tests,
+                "named": named,
+                "lines": {path: sorted(lines) for path, lines in (only or {}).items()},
+                "only_listed": only is not None,
+                "pytest": " ".join(shlex.quote(word) for word in PYTEST),
+            }
+        )
+    )
     (scratch / "mutmut_config.py").write_text(HOOK)
     mutmut = Path(sys.executable).with_name("mutmut")
     # mutmut bounds each mutant's tests at 10 times its baseline's run: a baseline of one quick test that
     # lasts a minute bounds each mutant at ten (its own tests come from the hook).
-    baseline = "sh -c " + shlex.quote(" ".join(shlex.quote(word) for word in [
-        *PYTEST, "tests/unit/test_entry_points_help.py"]) + " && sleep 60")
-    command = [str(mutmut), "run", "--paths-to-mutate", ",".join(files), "--tests-dir", "tests/unit",
-               "--runner", baseline, "--simple-output", "--no-progress", "--test-time-base", "300"]
+    baseline = "sh -c " + shlex.quote(
+        " ".join(shlex.quote(word) for word in [*PYTEST, "tests/unit/test_entry_points_help.py"]) + " && sleep 60"
+    )
+    command = [
+        str(mutmut),
+        "run",
+        "--paths-to-mutate",
+        ",".join(files),
+        "--tests-dir",
+        "tests/unit",
+        "--runner",
+        baseline,
+        "--simple-output",
+        "--no-progress",
+        "--test-time-base",
+        "300",
+    ]
     started = time.monotonic()
     try:
         subprocess.run(command, cwd=scratch, env=test_env(), timeout=minutes * 60, stdout=subprocess.DEVNULL)
@@ -314,7 +391,8 @@ def mutmut_results(scratch: Path, mutmut: Path) -> None:
     with sqlite3.connect(scratch / ".mutmut-cache") as database:
         rows = database.execute(
             "SELECT mutant.id, mutant.status, sourcefile.filename, line.line_number FROM mutant "
-            "JOIN line ON mutant.line = line.id JOIN sourcefile ON line.sourcefile = sourcefile.id").fetchall()
+            "JOIN line ON mutant.line = line.id JOIN sourcefile ON line.sourcefile = sourcefile.id"
+        ).fetchall()
     counts: dict[str, int] = {}
     for _, status, _, _ in rows:
         counts[status] = counts.get(status, 0) + 1
@@ -322,16 +400,21 @@ def mutmut_results(scratch: Path, mutmut: Path) -> None:
     killed = counts.get("ok_killed", 0) + counts.get("ok_suspicious", 0)
     survived, timeout = counts.get("bad_survived", 0), counts.get("bad_timeout", 0)
     tested = killed + survived + timeout
-    print(f"mutmut: {killed} killed, {survived} survived, {timeout} timed out of {tested} tested "
-          f"({counts.get('skipped', 0)} skipped, {counts.get('untested', 0)} untested): "
-          f"score {100 * killed / tested if tested else 0:.1f}%")
+    print(
+        f"mutmut: {killed} killed, {survived} survived, {timeout} timed out of {tested} tested "
+        f"({counts.get('skipped', 0)} skipped, {counts.get('untested', 0)} untested): "
+        f"score {100 * killed / tested if tested else 0:.1f}%"
+    )
     for mutant_id, status, filename, line in sorted(rows, key=lambda row: (row[2], row[3])):
         if status in ("bad_survived", "bad_timeout"):
-            diff = subprocess.run([str(mutmut), "show", str(mutant_id)], cwd=scratch, capture_output=True,
-                                  text=True).stdout
+            diff = subprocess.run(
+                [str(mutmut), "show", str(mutant_id)], cwd=scratch, capture_output=True, text=True
+            ).stdout
             changed = [text for text in diff.splitlines() if text[:1] in "+-" and text[:3] not in ("+++", "---")]
-            print(f"{'survived' if status == 'bad_survived' else 'timeout '} {filename}:{line + 1} #{mutant_id}: "
-                  f"{' | '.join(changed)}")
+            print(
+                f"{'survived' if status == 'bad_survived' else 'timeout '} {filename}:{line + 1} #{mutant_id}: "
+                f"{' | '.join(changed)}"
+            )
 
 
 def safety_calls_held(scratch: Path, timeout: float) -> int:
@@ -342,24 +425,34 @@ def safety_calls_held(scratch: Path, timeout: float) -> int:
     for call, removal in zip(SAFETY_CALLS, safety_removals(scratch)):
         green = held_by_named_tests(scratch, removal, call.tests, timeout)
         unheld += bool(green)
-        print(f"{'HELD' if not green else 'NOT HELD':8} {call.name} ({removal.path}:{removal.first})"
-              + "".join(f"\n         stays green without it: {test}" for test in green), flush=True)
+        print(
+            f"{'HELD' if not green else 'NOT HELD':8} {call.name} ({removal.path}:{removal.first})"
+            + "".join(f"\n         stays green without it: {test}" for test in green),
+            flush=True,
+        )
     print(f"safety calls: {len(SAFETY_CALLS) - unheld} of {len(SAFETY_CALLS)} held by their tests")
     return 1 if unheld else 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].strip(),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0].strip(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__,
+    )
     parser.add_argument("mode", choices=("calls", "mutmut"))
-    parser.add_argument("--safety", action="store_true",
-                        help="only the safety calls of tests/safety_calls.py (their lines, for mutmut)")
+    parser.add_argument(
+        "--safety", action="store_true", help="only the safety calls of tests/safety_calls.py (their lines, for mutmut)"
+    )
     parser.add_argument("--files", nargs="*", help="mutate these files only (default: the stages and entry files)")
     parser.add_argument("--minutes", type=float, default=60, help="mutmut's bound (default 60)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds one mutant's tests may take")
     parser.add_argument("--keep", action="store_true", help="keep the scratch copy (its path is printed)")
-    parser.add_argument("--coverage", type=Path, help="the scratch copy an earlier run kept (--keep): its "
-                        "coverage of the tests, for a checkout unchanged since")
+    parser.add_argument(
+        "--coverage",
+        type=Path,
+        help="the scratch copy an earlier run kept (--keep): its coverage of the tests, for a checkout unchanged since",
+    )
     args = parser.parse_args(argv)
 
     scratch = scratch_copy()
@@ -373,8 +466,10 @@ def main(argv: list[str] | None = None) -> int:
             removals = [removal for path in files for removal in statement_removals(scratch, path)]
             results = run_removals(scratch, coverage, removals, args.timeout)
             survivors = [result for result in results if result[0] == "survived"]
-            print(f"calls: {len(results) - len(survivors)} of {len(results)} removals went red "
-                  f"({len(survivors)} survived)")
+            print(
+                f"calls: {len(results) - len(survivors)} of {len(results)} removals went red "
+                f"({len(survivors)} survived)"
+            )
             return 0
         only = None
         if args.safety:

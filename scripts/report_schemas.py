@@ -18,16 +18,21 @@ sys.path[:0] = [str(REPO)]
 
 from deploy.reports.formats import FleetReportFormat, HealthReportFormat, NodeReportFormat, schema_text  # noqa: E402
 
-SCHEMAS = {REPO / "deploy" / "schemas" / "node-report.schema.json": NodeReportFormat,
-           REPO / "deploy" / "schemas" / "fleet-report.schema.json": FleetReportFormat,
-           REPO / "deploy" / "schemas" / "health-report.schema.json": HealthReportFormat}
+SCHEMAS = {
+    REPO / "deploy" / "schemas" / "node-report.schema.json": NodeReportFormat,
+    REPO / "deploy" / "schemas" / "fleet-report.schema.json": FleetReportFormat,
+    REPO / "deploy" / "schemas" / "health-report.schema.json": HealthReportFormat,
+}
 COMMAND = ".venv/bin/python scripts/report_schemas.py"
 
 
 def stale() -> list[Path]:
     """The schema files whose text is not their model's."""
-    return [path for path, model in SCHEMAS.items()
-            if not path.is_file() or path.read_text(encoding="utf-8") != schema_text(model)]
+    return [
+        path
+        for path, model in SCHEMAS.items()
+        if not path.is_file() or path.read_text(encoding="utf-8") != schema_text(model)
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

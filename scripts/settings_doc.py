@@ -88,7 +88,9 @@ def render() -> str:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="scripts/settings_doc.py", description=__doc__.strip().splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 when docs/settings.md is out of date; write nothing")
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 when docs/settings.md is out of date; write nothing"
+    )
     args = parser.parse_args(argv)
     text = render()
     if args.check:

@@ -32,8 +32,9 @@ def _run(*args: str, **kwargs) -> subprocess.CompletedProcess:
 BUILD_EPOCH = 1700000000
 
 
-def build_deb(out_dir: Path, name: str, version: str, depends: str, files: dict[str, str], arch: str,
-              description: str) -> Path:
+def build_deb(
+    out_dir: Path, name: str, version: str, depends: str, files: dict[str, str], arch: str, description: str
+) -> Path:
     """A small reproducible deb: ``files`` maps absolute paths to text (under /usr/bin/ executable)."""
     root = Path(tempfile.mkdtemp(prefix=f"deb-{name}-"))
     try:
@@ -58,8 +59,14 @@ def build_deb(out_dir: Path, name: str, version: str, depends: str, files: dict[
         for path in [root, *root.rglob("*")]:
             os.utime(path, (BUILD_EPOCH, BUILD_EPOCH))
         deb = out_dir / f"{name}_{version}_{arch}.deb"
-        _run("dpkg-deb", "--root-owner-group", "--build", str(root), str(deb),
-             env={**os.environ, "SOURCE_DATE_EPOCH": str(BUILD_EPOCH)})
+        _run(
+            "dpkg-deb",
+            "--root-owner-group",
+            "--build",
+            str(root),
+            str(deb),
+            env={**os.environ, "SOURCE_DATE_EPOCH": str(BUILD_EPOCH)},
+        )
         return deb
     finally:
         shutil.rmtree(root)
@@ -74,8 +81,9 @@ class GpgKey:
         return _run("gpg", "--homedir", str(self.home), "--armor", "--export", self.fingerprint).stdout
 
     def binary_public_key(self) -> bytes:
-        return subprocess.run(["gpg", "--homedir", str(self.home), "--export", self.fingerprint],
-                              check=True, capture_output=True).stdout
+        return subprocess.run(
+            ["gpg", "--homedir", str(self.home), "--export", self.fingerprint], check=True, capture_output=True
+        ).stdout
 
     def stop_agent(self) -> None:
         # gpg starts an agent per home folder; nothing needs it once the repository is signed.
@@ -84,8 +92,19 @@ class GpgKey:
 
 def make_key(home: Path, name: str) -> GpgKey:
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
-    _run("gpg", "--homedir", str(home), "--batch", "--passphrase", "", "--quick-gen-key",
-         f"{name} <{name}@localhost>", "rsa3072", "sign", "never")
+    _run(
+        "gpg",
+        "--homedir",
+        str(home),
+        "--batch",
+        "--passphrase",
+        "",
+        "--quick-gen-key",
+        f"{name} <{name}@localhost>",
+        "rsa3072",
+        "sign",
+        "never",
+    )
     listing = _run("gpg", "--homedir", str(home), "--with-colons", "--list-secret-keys").stdout
     fingerprint = next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
     return GpgKey(home, fingerprint)
@@ -96,15 +115,41 @@ def sign_flat_repository(repo_dir: Path, key: GpgKey, origin: str, label: str) -
     (repo_dir / "Packages").write_text(_run("apt-ftparchive", "packages", ".", cwd=repo_dir).stdout)
     release = _run(
         "apt-ftparchive",
-        "-o", f"APT::FTPArchive::Release::Origin={origin}",
-        "-o", f"APT::FTPArchive::Release::Label={label}",
-        "release", ".", cwd=repo_dir,
+        "-o",
+        f"APT::FTPArchive::Release::Origin={origin}",
+        "-o",
+        f"APT::FTPArchive::Release::Label={label}",
+        "release",
+        ".",
+        cwd=repo_dir,
     ).stdout
     (repo_dir / "Release").write_text(release)
-    _run("gpg", "--homedir", str(key.home), "--batch", "--yes", "--local-user", key.fingerprint,
-         "--clearsign", "-o", str(repo_dir / "InRelease"), str(repo_dir / "Release"))
-    _run("gpg", "--homedir", str(key.home), "--batch", "--yes", "--local-user", key.fingerprint,
-         "-abs", "-o", str(repo_dir / "Release.gpg"), str(repo_dir / "Release"))
+    _run(
+        "gpg",
+        "--homedir",
+        str(key.home),
+        "--batch",
+        "--yes",
+        "--local-user",
+        key.fingerprint,
+        "--clearsign",
+        "-o",
+        str(repo_dir / "InRelease"),
+        str(repo_dir / "Release"),
+    )
+    _run(
+        "gpg",
+        "--homedir",
+        str(key.home),
+        "--batch",
+        "--yes",
+        "--local-user",
+        key.fingerprint,
+        "-abs",
+        "-o",
+        str(repo_dir / "Release.gpg"),
+        str(repo_dir / "Release"),
+    )
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -138,8 +183,14 @@ def serve_keys(directory: Path):
 
 
 def deploy_data(
-    base_url: str, *, keys_url: str, fingerprint: str, version: str | None = None, key: str = "gpgkey",
-    repo_url: str | None = None, key_url: str | None = None,
+    base_url: str,
+    *,
+    keys_url: str,
+    fingerprint: str,
+    version: str | None = None,
+    key: str = "gpgkey",
+    repo_url: str | None = None,
+    key_url: str | None = None,
 ) -> dict[str, str]:
     """The settings that point the toolkit stage at a served repository (this one or the stand-in's),
     its key served over https at ``keys_url`` and pinned to ``fingerprint``: ``key`` names another key

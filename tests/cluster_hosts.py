@@ -24,8 +24,13 @@ def make_kubectl_host(control_plane, node) -> None:
 
     run(["docker", "cp", "-L", str(assets.kubernetes_binary("kubectl")), f"{node.id}:/usr/local/bin/kubectl"])
     pki = control_plane.pki.folder
-    node.write(ADMIN_CONF, kubeconfig_text(control_plane.server, control_plane.pki.ca, pki / "admin.crt",
-                                           pki / "admin.key", "admin", embed=True), mode="600")
+    node.write(
+        ADMIN_CONF,
+        kubeconfig_text(
+            control_plane.server, control_plane.pki.ca, pki / "admin.crt", pki / "admin.key", "admin", embed=True
+        ),
+        mode="600",
+    )
 
 
 def write_inventory(path: Path, gpu_nodes: dict[str, str], control_plane: str) -> str:
@@ -37,8 +42,9 @@ def write_inventory(path: Path, gpu_nodes: dict[str, str], control_plane: str) -
     return str(path)
 
 
-def pyinfra(inventory: str, deploy_file: str, data: dict, *, yes: bool, extra: tuple[str, ...] = (),
-            timeout: float = 1500) -> DeployResult:
+def pyinfra(
+    inventory: str, deploy_file: str, data: dict, *, yes: bool, extra: tuple[str, ...] = (), timeout: float = 1500
+) -> DeployResult:
     """
     The CLI as a user runs it. ``yes``: ``-y --json``. Otherwise pyinfra's default mode: it
     detects and prints the changes, then waits for Enter (given on stdin) before executing;

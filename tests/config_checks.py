@@ -57,8 +57,11 @@ def kept_problems(text: str, merged: str) -> list[str]:
     # A merge that migrates the config version renames plugin sections, so key paths differ by
     # design: this key-by-key check then does not apply (the real containerd's dump still does).
     if read_version(merged) == read_version(text):
-        problems += [f"{'.'.join(path)}: {value!r} became {after.get(path, '<missing>')!r}"
-                     for path, value in before.items() if not set_by_wiring(path) and after.get(path, "<missing>") != value]
+        problems += [
+            f"{'.'.join(path)}: {value!r} became {after.get(path, '<missing>')!r}"
+            for path, value in before.items()
+            if not set_by_wiring(path) and after.get(path, "<missing>") != value
+        ]
     disabled_before = set(tomllib.loads(text).get("disabled_plugins", []))
     disabled_after = set(tomllib.loads(merged).get("disabled_plugins", []))
     if disabled_after != disabled_before - CRI_PLUGIN_IDS:
@@ -84,12 +87,18 @@ def assert_wired(dump: dict, major: int, name: str, suite: str) -> None:
     runtimes = containerd.get("runtimes", {})
     nvidia = runtimes.get("nvidia")
     assert nvidia, f"{where}: no runtimes.nvidia in plugins.{plugin}.containerd"
-    assert nvidia.get("runtime_type") == "io.containerd.runc.v2", f"{where}: nvidia runtime_type {nvidia.get('runtime_type')!r}"
-    assert nvidia.get("options", {}).get("BinaryName") == NVIDIA_BINARY, f"{where}: nvidia options {nvidia.get('options')}"
+    assert nvidia.get("runtime_type") == "io.containerd.runc.v2", (
+        f"{where}: nvidia runtime_type {nvidia.get('runtime_type')!r}"
+    )
+    assert nvidia.get("options", {}).get("BinaryName") == NVIDIA_BINARY, (
+        f"{where}: nvidia options {nvidia.get('options')}"
+    )
     assert nvidia["options"].get("SystemdCgroup") is True, f"{where}: nvidia SystemdCgroup not true"
     runc_options = runtimes.get("runc", {}).get("options", {})
     assert runc_options.get("SystemdCgroup") is True, f"{where}: runc SystemdCgroup not true ({runc_options})"
-    assert containerd.get("default_runtime_name") == "nvidia", f"{where}: default_runtime_name {containerd.get('default_runtime_name')!r}"
+    assert containerd.get("default_runtime_name") == "nvidia", (
+        f"{where}: default_runtime_name {containerd.get('default_runtime_name')!r}"
+    )
 
 
 def docker_leaves_not_set_by_wiring(config: dict) -> dict:

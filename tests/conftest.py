@@ -20,6 +20,7 @@ def pytest_collection_modifyitems(config, items):
     index, count = shard
     e2e_files = sorted({shards.file_key(item.path) for item in items if "e2e" in item.path.parts})
     mine = set(shards.assign(e2e_files, count)[index - 1])
+
     def runs_here(item) -> bool:
         return "e2e" not in item.path.parts or shards.file_key(item.path) in mine
 
@@ -28,8 +29,12 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_terminal_summary(terminalreporter):
-    reports = [report for reports in terminalreporter.stats.values() for report in reports
-               if getattr(report, "when", None) in ("setup", "call", "teardown")]
+    reports = [
+        report
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        if getattr(report, "when", None) in ("setup", "call", "teardown")
+    ]
     seconds = shards.seconds_per_file(reports)
     if seconds:
         terminalreporter.write_line(f"e2e seconds per file (tests/shards.py SECONDS): {json.dumps(seconds)}")

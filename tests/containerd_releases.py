@@ -65,22 +65,32 @@ class Release:
 
 def _apt_options(directory: Path) -> list[str]:
     return [
-        "-o", f"Dir::Etc::SourceList={directory / 'sources.list'}",
-        "-o", "Dir::Etc::SourceParts=/nonexistent",
-        "-o", f"Dir::State::Lists={directory / 'lists'}",
-        "-o", f"Dir::State::Status={directory / 'status'}",
-        "-o", f"Dir::Cache={directory / 'cache'}",
-        "-o", "Acquire::Check-Valid-Until=false",  # sid's Release file is re-signed daily
-        "-o", "Acquire::Languages=none",
-        "-o", "APT::Architecture=amd64",
+        "-o",
+        f"Dir::Etc::SourceList={directory / 'sources.list'}",
+        "-o",
+        "Dir::Etc::SourceParts=/nonexistent",
+        "-o",
+        f"Dir::State::Lists={directory / 'lists'}",
+        "-o",
+        f"Dir::State::Status={directory / 'status'}",
+        "-o",
+        f"Dir::Cache={directory / 'cache'}",
+        "-o",
+        "Acquire::Check-Valid-Until=false",  # sid's Release file is re-signed daily
+        "-o",
+        "Acquire::Languages=none",
+        "-o",
+        "APT::Architecture=amd64",
     ]
 
 
 def _checked(args: list[str], **kwargs) -> subprocess.CompletedProcess:
     result = subprocess.run(args, capture_output=True, text=True, **kwargs)
     if result.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, args[:3]))}... failed ({result.returncode}): "
-                           f"{(result.stderr or result.stdout).strip()[-600:]}")
+        raise RuntimeError(
+            f"{' '.join(map(str, args[:3]))}... failed ({result.returncode}): "
+            f"{(result.stderr or result.stdout).strip()[-600:]}"
+        )
     return result
 
 
@@ -151,8 +161,9 @@ def releases() -> list[Release]:
 
 def config_dump(binary: Path, config: Path, timeout: float = 30) -> subprocess.CompletedProcess:
     """`containerd --config CONFIG config dump`: the config containerd would run, imports resolved."""
-    return subprocess.run([str(binary), "--config", str(config), "config", "dump"],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [str(binary), "--config", str(config), "config", "dump"], capture_output=True, text=True, timeout=timeout
+    )
 
 
 @cache
@@ -188,8 +199,9 @@ def trixie_docker_debs() -> list[Path]:
 
 def dockerd_validate(binary: Path, config: Path, timeout: float = 30) -> subprocess.CompletedProcess:
     """`dockerd --validate --config-file CONFIG`: dockerd's own check of a daemon.json."""
-    return subprocess.run([str(binary), "--validate", "--config-file", str(config)],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [str(binary), "--validate", "--config-file", str(config)], capture_output=True, text=True, timeout=timeout
+    )
 
 
 if __name__ == "__main__":

@@ -17,8 +17,9 @@ import tomllib
 REPO = Path(__file__).resolve().parents[1]
 CORPUS_ENV = "GPU_NODE_CORPUS"
 DEFAULT_CORPUS = REPO.parent / "shared" / "corpus"
-MISSING = (f"real-world corpus not found: set {CORPUS_ENV} to a folder of other projects' configs "
-           "(default ../shared/corpus)")
+MISSING = (
+    f"real-world corpus not found: set {CORPUS_ENV} to a folder of other projects' configs (default ../shared/corpus)"
+)
 
 
 def corpus_root() -> Path:

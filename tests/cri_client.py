@@ -65,12 +65,12 @@ def fields(message: bytes) -> dict[int, list]:
             value = read_varint()
         elif wire == 2:
             length = read_varint()
-            value = message[position:position + length]
+            value = message[position : position + length]
             position += length
         elif wire == 1:
-            value, position = message[position:position + 8], position + 8
+            value, position = message[position : position + 8], position + 8
         elif wire == 5:
-            value, position = message[position:position + 4], position + 4
+            value, position = message[position : position + 4], position + 4
         else:
             raise ValueError(f"wire type {wire} not handled")
         found.setdefault(number, []).append(value)
@@ -90,9 +90,13 @@ def sandbox_config(name: str, log_directory: str) -> bytes:
 def container_config(name: str, image: str, command: list[str], cdi_device: str, log_path: str) -> bytes:
     # ContainerConfig: metadata 1 (name 1), image 2 (ImageSpec.image 1), command 3, log_path 11,
     # CDI_devices 17 (CDIDevice.name 1)
-    return (field(1, field(1, name)) + field(2, field(1, image))
-            + b"".join(field(3, part) for part in command)
-            + field(11, log_path) + field(17, field(1, cdi_device)))
+    return (
+        field(1, field(1, name))
+        + field(2, field(1, image))
+        + b"".join(field(3, part) for part in command)
+        + field(11, log_path)
+        + field(17, field(1, cdi_device))
+    )
 
 
 class Refused(Exception):
@@ -116,9 +120,12 @@ def run(socket: str, image: str, cdi_device: str, command: list[str]) -> int:
     config = sandbox_config(name, log_directory)
     sandbox = call("RunPodSandbox", field(1, config))[1][0].decode()
     try:
-        created = call("CreateContainer", field(1, sandbox)
-                       + field(2, container_config(name, image, command, cdi_device, "container.log"))
-                       + field(3, config))
+        created = call(
+            "CreateContainer",
+            field(1, sandbox)
+            + field(2, container_config(name, image, command, cdi_device, "container.log"))
+            + field(3, config),
+        )
         container = created[1][0].decode()
         call("StartContainer", field(1, container))
         deadline = time.monotonic() + 60

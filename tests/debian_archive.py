@@ -18,8 +18,10 @@ COMPONENTS = ("main", "contrib", "non-free", "non-free-firmware")
 
 
 def _options(directory: Path, arch: str) -> list[str]:
-    return [option if not option.startswith("APT::Architecture=") else f"APT::Architecture={arch}"
-            for option in _apt_options(directory)]
+    return [
+        option if not option.startswith("APT::Architecture=") else f"APT::Architecture={arch}"
+        for option in _apt_options(directory)
+    ]
 
 
 @cache
@@ -40,7 +42,8 @@ def _update(directory: Path, suite: str, arch: str) -> None:
     security = MIRROR.rsplit("/", 1)[0] + "/debian-security"
     (directory / "sources.list").write_text(
         f"deb {MIRROR} {suite} {components}\ndeb {MIRROR} {suite}-updates {components}\n"
-        f"deb {security} {suite}-security {components}\n")
+        f"deb {security} {suite}-security {components}\n"
+    )
     _checked(["apt-get", *_options(directory, arch), "update", "-q"])
     (directory / "done").write_text(suite + "\n")
 
@@ -48,6 +51,9 @@ def _update(directory: Path, suite: str, arch: str) -> None:
 def missing(suite: str, packages, arch: str = "amd64") -> list[str]:
     """The names of ``packages`` that no component of Debian ``suite`` has for ``arch``."""
     options = _options(lists(suite, arch), arch)
-    return [name for name in packages
-            if subprocess.run(["apt-cache", *options, "show", "--no-all-versions", name],
-                              capture_output=True).returncode != 0]
+    return [
+        name
+        for name in packages
+        if subprocess.run(["apt-cache", *options, "show", "--no-all-versions", name], capture_output=True).returncode
+        != 0
+    ]

@@ -40,8 +40,14 @@ ARCH = "amd64"
 BRANCH = "550"
 ARCHIVE_PATH = "ubuntu"  # the archive's path on the local server, as archive.ubuntu.com/ubuntu
 TAMPERED = "tampered"
-REAL_HOSTS = ("archive.ubuntu.com", "security.ubuntu.com", "ports.ubuntu.com", "nvidia.github.io",
-              "developer.download.nvidia.com", "download.docker.com")
+REAL_HOSTS = (
+    "archive.ubuntu.com",
+    "security.ubuntu.com",
+    "ports.ubuntu.com",
+    "nvidia.github.io",
+    "developer.download.nvidia.com",
+    "download.docker.com",
+)
 
 # The stand-in recommender: the real ``list --gpgpu`` prints, for each driver package whose
 # modaliases match the GPU, its headless-no-dkms metapackage and the package carrying its modules.
@@ -79,20 +85,27 @@ class UbuntuRelease:
             packages=(),
             os_release=self.os_release,
             files={self.sources_path: self.sources, "/usr/bin/ubuntu-drivers": UBUNTU_DRIVERS},
-            setup="\n".join([
-                "chmod 755 /usr/bin/ubuntu-drivers",
-                # Debian's own sources go: the node's only archive is Ubuntu's (served locally)
-                "rm -f /etc/apt/sources.list.d/debian.sources",
-                *(["rm -f /etc/apt/sources.list"] if self.sources_path != "/etc/apt/sources.list" else []),
-            ]),
+            setup="\n".join(
+                [
+                    "chmod 755 /usr/bin/ubuntu-drivers",
+                    # Debian's own sources go: the node's only archive is Ubuntu's (served locally)
+                    "rm -f /etc/apt/sources.list.d/debian.sources",
+                    *(["rm -f /etc/apt/sources.list"] if self.sources_path != "/etc/apt/sources.list" else []),
+                ]
+            ),
         )
 
 
 # Ubuntu 22.04's /etc/apt/sources.list (its server install, comments left out)
 JAMMY_SOURCES = "".join(
     f"deb http://{host}/ubuntu jammy{suite} main restricted universe multiverse\n"
-    for host, suite in (("archive.ubuntu.com", ""), ("archive.ubuntu.com", "-updates"),
-                        ("archive.ubuntu.com", "-backports"), ("security.ubuntu.com", "-security")))
+    for host, suite in (
+        ("archive.ubuntu.com", ""),
+        ("archive.ubuntu.com", "-updates"),
+        ("archive.ubuntu.com", "-backports"),
+        ("security.ubuntu.com", "-security"),
+    )
+)
 # Ubuntu 24.04's /etc/apt/sources.list.d/ubuntu.sources
 NOBLE_SOURCES = textwrap.dedent("""\
     Types: deb
@@ -108,10 +121,24 @@ NOBLE_SOURCES = textwrap.dedent("""\
     Signed-By: /usr/share/keyrings/ubuntu-archive-keyring.gpg
     """)
 
-JAMMY = UbuntuRelease("22.04", "jammy", "ubuntu-22.04", "/etc/apt/sources.list", JAMMY_SOURCES,
-                      "/etc/apt/trusted.gpg.d/ubuntu-keyring-2018-archive.gpg", "5.15.0.125.123")
-NOBLE = UbuntuRelease("24.04", "noble", "ubuntu-24.04", "/etc/apt/sources.list.d/ubuntu.sources", NOBLE_SOURCES,
-                      "/usr/share/keyrings/ubuntu-archive-keyring.gpg", "6.8.0.49.49")
+JAMMY = UbuntuRelease(
+    "22.04",
+    "jammy",
+    "ubuntu-22.04",
+    "/etc/apt/sources.list",
+    JAMMY_SOURCES,
+    "/etc/apt/trusted.gpg.d/ubuntu-keyring-2018-archive.gpg",
+    "5.15.0.125.123",
+)
+NOBLE = UbuntuRelease(
+    "24.04",
+    "noble",
+    "ubuntu-24.04",
+    "/etc/apt/sources.list.d/ubuntu.sources",
+    NOBLE_SOURCES,
+    "/usr/share/keyrings/ubuntu-archive-keyring.gpg",
+    "6.8.0.49.49",
+)
 
 # Releases of the 550-server branch: an older one, the newest one (pinned), one published later
 OLDER_UPSTREAM, PINNED_UPSTREAM, UPDATE_UPSTREAM = "550.127.05", "550.144.03", "550.163.01"
@@ -120,9 +147,11 @@ COMPONENTS = ("main", "restricted", "universe", "multiverse")
 
 
 def _smi(upstream: str) -> str:
-    return ("#!/bin/sh\n# STAND-IN nvidia-smi (gpu-node tests)\n"
-            f"echo 'STAND-IN {upstream}: NVIDIA-SMI has failed because it could not communicate with the "
-            "NVIDIA driver.' >&2\nexit 9\n")
+    return (
+        "#!/bin/sh\n# STAND-IN nvidia-smi (gpu-node tests)\n"
+        f"echo 'STAND-IN {upstream}: NVIDIA-SMI has failed because it could not communicate with the "
+        "NVIDIA driver.' >&2\nexit 9\n"
+    )
 
 
 PERSISTENCED_UNIT = textwrap.dedent("""\
@@ -145,22 +174,40 @@ def driver_packages(version: str) -> dict[str, tuple[str, dict[str, str]]]:
     upstream = version.split("-")[0]
     at = f"(= {version})"
     common = {
-        f"libnvidia-compute-{BRANCH}-server": ("", {f"/usr/share/doc/libnvidia-compute-{BRANCH}-server/STAND-IN": "stand-in\n"}),
-        f"nvidia-kernel-common-{BRANCH}-server": ("", {f"/usr/share/doc/nvidia-kernel-common-{BRANCH}-server/STAND-IN": "stand-in\n"}),
-        f"nvidia-compute-utils-{BRANCH}-server": ("", {
-            "/usr/bin/nvidia-persistenced": f"#!/bin/sh\n# STAND-IN nvidia-persistenced {upstream}\nexit 0\n",
-            "/lib/systemd/system/nvidia-persistenced.service": PERSISTENCED_UNIT}),
-        f"nvidia-utils-{BRANCH}-server": (f"libnvidia-compute-{BRANCH}-server {at}", {"/usr/bin/nvidia-smi": _smi(upstream)}),
+        f"libnvidia-compute-{BRANCH}-server": (
+            "",
+            {f"/usr/share/doc/libnvidia-compute-{BRANCH}-server/STAND-IN": "stand-in\n"},
+        ),
+        f"nvidia-kernel-common-{BRANCH}-server": (
+            "",
+            {f"/usr/share/doc/nvidia-kernel-common-{BRANCH}-server/STAND-IN": "stand-in\n"},
+        ),
+        f"nvidia-compute-utils-{BRANCH}-server": (
+            "",
+            {
+                "/usr/bin/nvidia-persistenced": f"#!/bin/sh\n# STAND-IN nvidia-persistenced {upstream}\nexit 0\n",
+                "/lib/systemd/system/nvidia-persistenced.service": PERSISTENCED_UNIT,
+            },
+        ),
+        f"nvidia-utils-{BRANCH}-server": (
+            f"libnvidia-compute-{BRANCH}-server {at}",
+            {"/usr/bin/nvidia-smi": _smi(upstream)},
+        ),
     }
     for suffix in MODULE_TYPE_SUFFIXES:
         common[f"nvidia-headless-no-dkms-{BRANCH}-server{suffix}"] = (
             f"nvidia-compute-utils-{BRANCH}-server {at}, libnvidia-compute-{BRANCH}-server {at}, "
-            f"nvidia-kernel-common-{BRANCH}-server {at}", {})
+            f"nvidia-kernel-common-{BRANCH}-server {at}",
+            {},
+        )
         common[f"nvidia-dkms-{BRANCH}-server{suffix}"] = (
             f"nvidia-kernel-common-{BRANCH}-server {at}",
-            {f"/usr/src/nvidia-{upstream}/STAND-IN": f"stand-in {'open' if suffix else 'proprietary'} module source\n"})
+            {f"/usr/src/nvidia-{upstream}/STAND-IN": f"stand-in {'open' if suffix else 'proprietary'} module source\n"},
+        )
         common[f"nvidia-headless-{BRANCH}-server{suffix}"] = (
-            f"nvidia-headless-no-dkms-{BRANCH}-server{suffix} {at}, nvidia-dkms-{BRANCH}-server{suffix} {at}", {})
+            f"nvidia-headless-no-dkms-{BRANCH}-server{suffix} {at}, nvidia-dkms-{BRANCH}-server{suffix} {at}",
+            {},
+        )
     return common
 
 
@@ -175,8 +222,14 @@ def with_source(deb: Path, source: str) -> None:
         control.write_text("\n".join([lines[0], f"Source: {source}", *lines[1:]]) + "\n")
         for path in [unpacked / "root", *(unpacked / "root").rglob("*")]:
             os.utime(path, (BUILD_EPOCH, BUILD_EPOCH), follow_symlinks=False)
-        _run("dpkg-deb", "--root-owner-group", "--build", str(unpacked / "root"), str(deb),
-             env={**os.environ, "SOURCE_DATE_EPOCH": str(BUILD_EPOCH)})
+        _run(
+            "dpkg-deb",
+            "--root-owner-group",
+            "--build",
+            str(unpacked / "root"),
+            str(deb),
+            env={**os.environ, "SOURCE_DATE_EPOCH": str(BUILD_EPOCH)},
+        )
     finally:
         shutil.rmtree(unpacked)
 
@@ -233,17 +286,37 @@ class UbuntuArchive:
                 (self.suite_dir(suite) / stale).unlink(missing_ok=True)
             release = _run(
                 "apt-ftparchive",
-                "-o", "APT::FTPArchive::Release::Origin=Ubuntu",
-                "-o", "APT::FTPArchive::Release::Label=Ubuntu (STAND-IN archive of gpu-node's tests)",
-                "-o", f"APT::FTPArchive::Release::Suite={suite}",
-                "-o", f"APT::FTPArchive::Release::Codename={codename}",
-                "-o", f"APT::FTPArchive::Release::Architectures={ARCH}",
-                "-o", f"APT::FTPArchive::Release::Components={' '.join(COMPONENTS)}",
-                "release", ".", cwd=self.suite_dir(suite)).stdout
+                "-o",
+                "APT::FTPArchive::Release::Origin=Ubuntu",
+                "-o",
+                "APT::FTPArchive::Release::Label=Ubuntu (STAND-IN archive of gpu-node's tests)",
+                "-o",
+                f"APT::FTPArchive::Release::Suite={suite}",
+                "-o",
+                f"APT::FTPArchive::Release::Codename={codename}",
+                "-o",
+                f"APT::FTPArchive::Release::Architectures={ARCH}",
+                "-o",
+                f"APT::FTPArchive::Release::Components={' '.join(COMPONENTS)}",
+                "release",
+                ".",
+                cwd=self.suite_dir(suite),
+            ).stdout
             (self.suite_dir(suite) / "Release").write_text(release)
             for args, out in ((["--clearsign"], "InRelease"), (["-abs"], "Release.gpg")):
-                _run("gpg", "--homedir", str(self.key.home), "--batch", "--yes", "--local-user", self.key.fingerprint,
-                     *args, "-o", str(self.suite_dir(suite) / out), str(self.suite_dir(suite) / "Release"))
+                _run(
+                    "gpg",
+                    "--homedir",
+                    str(self.key.home),
+                    "--batch",
+                    "--yes",
+                    "--local-user",
+                    self.key.fingerprint,
+                    *args,
+                    "-o",
+                    str(self.suite_dir(suite) / out),
+                    str(self.suite_dir(suite) / "Release"),
+                )
         self.key.stop_agent()
         self._tampered_copy()
 
@@ -266,11 +339,16 @@ class UbuntuArchive:
         node.sh(f"printf '127.0.0.1 %s\\n' {' '.join(REAL_HOSTS)} >> /etc/hosts")
         key = self.key.binary_public_key()
         path = self.release.key_path
-        subprocess.run(["docker", "exec", "-i", node.id, "sh", "-c", f"mkdir -p $(dirname {path}) && cat > {path}"],
-                       input=key, check=True)
+        subprocess.run(
+            ["docker", "exec", "-i", node.id, "sh", "-c", f"mkdir -p $(dirname {path}) && cat > {path}"],
+            input=key,
+            check=True,
+        )
         url = self.archive_url(tampered)
-        node.sh(f"sed -i -e 's#http://archive.ubuntu.com/ubuntu/*#{url}/#' "
-                f"-e 's#http://security.ubuntu.com/ubuntu/*#{url}/#' {self.release.sources_path}")
+        node.sh(
+            f"sed -i -e 's#http://archive.ubuntu.com/ubuntu/*#{url}/#' "
+            f"-e 's#http://security.ubuntu.com/ubuntu/*#{url}/#' {self.release.sources_path}"
+        )
 
 
 def build(release: UbuntuRelease, root: Path) -> UbuntuArchive:
@@ -279,9 +357,15 @@ def build(release: UbuntuRelease, root: Path) -> UbuntuArchive:
     archive = UbuntuArchive(release=release, root=root, key=make_key(keys / "archive", "standin-ubuntu-archive"))
     main = archive.pool / "main" / "l" / "linux-meta"
     main.mkdir(parents=True, exist_ok=True)
-    build_deb(main, "linux-headers-generic", release.headers_version, "",
-              {"/usr/share/doc/linux-headers-generic/STAND-IN": "stand-in\n"}, ARCH,
-              DESCRIPTION.format(name="linux-headers-generic"))
+    build_deb(
+        main,
+        "linux-headers-generic",
+        release.headers_version,
+        "",
+        {"/usr/share/doc/linux-headers-generic/STAND-IN": "stand-in\n"},
+        ARCH,
+        DESCRIPTION.format(name="linux-headers-generic"),
+    )
     for upstream in (OLDER_UPSTREAM, PINNED_UPSTREAM):
         archive.publish_driver(upstream)
     return archive

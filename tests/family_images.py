@@ -92,13 +92,15 @@ ROCKY9_DNF = FamilyImage(
         "/etc/rpm/macros.dbpath": "%_dbpath /var/lib/rpm\n",
         "/etc/rocky-release": ROCKY9_RELEASE,
     },
-    setup="\n".join([
-        "mkdir -p /etc/yum.repos.d /etc/pki/rpm-gpg",
-        "ln -sf rocky-release /etc/redhat-release && ln -sf rocky-release /etc/system-release",
-        # Debian enables dnf's "local" plugin (a repository of every installed rpm); Rocky has none
-        "sed -i 's/^enabled *=.*/enabled = 0/' /etc/dnf/plugins/local.conf",
-        "rpm --initdb",
-    ]),
+    setup="\n".join(
+        [
+            "mkdir -p /etc/yum.repos.d /etc/pki/rpm-gpg",
+            "ln -sf rocky-release /etc/redhat-release && ln -sf rocky-release /etc/system-release",
+            # Debian enables dnf's "local" plugin (a repository of every installed rpm); Rocky has none
+            "sed -i 's/^enabled *=.*/enabled = 0/' /etc/dnf/plugins/local.conf",
+            "rpm --initdb",
+        ]
+    ),
 )
 
 RPM_TOOLS = FamilyImage(
@@ -117,8 +119,9 @@ def image_tag(spec: FamilyImage, base: str) -> str:
     return f"gpu-node-test/node-{spec.name}:{digest}"
 
 
-def committed_image(tag: str, base: str, recipe: str, network: str = "host", timeout: int = 900,
-                    copy_in: dict[Path, str] | None = None) -> str:
+def committed_image(
+    tag: str, base: str, recipe: str, network: str = "host", timeout: int = 900, copy_in: dict[Path, str] | None = None
+) -> str:
     """``tag``, made the first time by running ``recipe`` in a container of ``base`` (``copy_in``: files of
     this machine put there first, path -> path inside) and committing it."""
     with built_once(tag):
@@ -164,8 +167,9 @@ def family_node(spec: FamilyImage) -> Node:
 
 def rpm_installed(node: Node, names) -> dict[str, str]:
     """name -> version-release, for those of ``names`` the node's rpm database has."""
-    out = node.sh("rpm -q --qf '%{NAME} %{VERSION}-%{RELEASE}\\n' " + " ".join(names) + " | grep -v 'not installed'",
-                  check=False).stdout
+    out = node.sh(
+        "rpm -q --qf '%{NAME} %{VERSION}-%{RELEASE}\\n' " + " ".join(names) + " | grep -v 'not installed'", check=False
+    ).stdout
     return dict(line.split() for line in out.splitlines())
 
 

@@ -56,8 +56,14 @@ TREES = ("main", "moved", "tampered")
 TAMPERED_PACKAGE = "nvidia-container-toolkit"
 MIRRORLIST = "/etc/pacman.d/mirrorlist"
 # Arch's hosts a node may name (mirrors, keyservers): they resolve to 127.0.0.1 on the node
-REAL_HOSTS = ("geo.mirror.pkgbuild.com", "mirror.pkgbuild.com", "archlinux.org", "keyserver.ubuntu.com",
-              "keys.openpgp.org", "openpgpkey.archlinux.org")
+REAL_HOSTS = (
+    "geo.mirror.pkgbuild.com",
+    "mirror.pkgbuild.com",
+    "archlinux.org",
+    "keyserver.ubuntu.com",
+    "keys.openpgp.org",
+    "openpgpkey.archlinux.org",
+)
 
 # Arch's /etc/pacman.conf options (pacman's own package), the repositories' signature levels strict
 ARCH_PACMAN_CONF = """\
@@ -88,13 +94,15 @@ ARCH_PACMAN = FamilyImage(
         # written again with the served URL when a node starts
         MIRRORLIST: "Server = http://127.0.0.1:9/$repo/os/$arch\n",
     },
-    setup="\n".join([
-        "mkdir -p /var/lib/pacman/sync /var/cache/pacman/pkg",
-        "pacman-key --init >/dev/null 2>&1",
-        # key look-ups (an unknown signer) stay on this machine
-        "echo 'keyserver hkp://127.0.0.1:9' >> /etc/pacman.d/gnupg/gpg.conf",
-        "gpgconf --homedir /etc/pacman.d/gnupg --kill all",
-    ]),
+    setup="\n".join(
+        [
+            "mkdir -p /var/lib/pacman/sync /var/cache/pacman/pkg",
+            "pacman-key --init >/dev/null 2>&1",
+            # key look-ups (an unknown signer) stay on this machine
+            "echo 'keyserver hkp://127.0.0.1:9' >> /etc/pacman.d/gnupg/gpg.conf",
+            "gpgconf --homedir /etc/pacman.d/gnupg --kill all",
+        ]
+    ),
 )
 
 PACMAN_TOOLS = FamilyImage(
@@ -125,10 +133,15 @@ class StandinPackage:
             return " ".join(shlex.quote(value) for value in values)
 
         lines = [
-            f"pkgname={self.name}", f"pkgver={pkgver}", f"pkgrel={pkgrel}",
+            f"pkgname={self.name}",
+            f"pkgver={pkgver}",
+            f"pkgrel={pkgrel}",
             f"pkgdesc={shlex.quote(STANDIN.format(name=self.name))}",
-            f"arch=({ARCH})", "license=(MIT)", "options=(!strip !debug)",
-            f"depends=({words(self.depends)})", f"conflicts=({words(self.conflicts)})",
+            f"arch=({ARCH})",
+            "license=(MIT)",
+            "options=(!strip !debug)",
+            f"depends=({words(self.depends)})",
+            f"conflicts=({words(self.conflicts)})",
             "package() {",
             '  cp -a "$startdir/payload/." "$pkgdir/"',
             "}",
@@ -145,8 +158,6 @@ def _smi(version: str) -> str:
         """)
 
 
-
-
 def _doc(name: str, version: str) -> dict[str, str]:
     return {f"/usr/share/doc/{name}/STAND-IN": f"stand-in {version}\n"}
 
@@ -157,15 +168,21 @@ def driver_packages(version: str) -> list[StandinPackage]:
     pkgver = version.rsplit("-", 1)[0]
     utils = f"nvidia-utils={pkgver}"
     return [
-        StandinPackage("nvidia-utils", version, files={
-            "/usr/bin/nvidia-smi": _smi(pkgver),
-            "/usr/bin/nvidia-persistenced": "#!/bin/sh\n# STAND-IN nvidia-persistenced\nexit 0\n",
-            "/usr/lib/systemd/system/nvidia-persistenced.service": PERSISTENCED_UNIT}),
+        StandinPackage(
+            "nvidia-utils",
+            version,
+            files={
+                "/usr/bin/nvidia-smi": _smi(pkgver),
+                "/usr/bin/nvidia-persistenced": "#!/bin/sh\n# STAND-IN nvidia-persistenced\nexit 0\n",
+                "/usr/lib/systemd/system/nvidia-persistenced.service": PERSISTENCED_UNIT,
+            },
+        ),
         StandinPackage("nvidia", version, (utils, "linux"), ("nvidia-open",), _doc("nvidia", version)),
         StandinPackage("nvidia-open", version, (utils, "linux"), ("nvidia",), _doc("nvidia-open", version)),
         StandinPackage("nvidia-dkms", version, (utils, "dkms"), ("nvidia-open-dkms",), _doc("nvidia-dkms", version)),
-        StandinPackage("nvidia-open-dkms", version, (utils, "dkms"), ("nvidia-dkms",),
-                       _doc("nvidia-open-dkms", version)),
+        StandinPackage(
+            "nvidia-open-dkms", version, (utils, "dkms"), ("nvidia-dkms",), _doc("nvidia-open-dkms", version)
+        ),
     ]
 
 
@@ -176,18 +193,29 @@ def toolkit_packages(version: str) -> list[StandinPackage]:
     parts = {name: files for name, (_, files) in standin_toolkit._packages(version).items()}
     pkgver = version.rsplit("-", 1)[0]
     return [
-        StandinPackage("libnvidia-container", version,
-                       files={**parts["libnvidia-container1"], **parts["libnvidia-container-tools"]}),
-        StandinPackage("nvidia-container-toolkit", version, (f"libnvidia-container={pkgver}",),
-                       files={**parts["nvidia-container-toolkit-base"], **parts["nvidia-container-toolkit"]}),
+        StandinPackage(
+            "libnvidia-container",
+            version,
+            files={**parts["libnvidia-container1"], **parts["libnvidia-container-tools"]},
+        ),
+        StandinPackage(
+            "nvidia-container-toolkit",
+            version,
+            (f"libnvidia-container={pkgver}",),
+            files={**parts["nvidia-container-toolkit-base"], **parts["nvidia-container-toolkit"]},
+        ),
     ]
 
 
 def distribution_packages() -> dict[str, list[StandinPackage]]:
     """Arch's own packages the driver's names depend on, by repository."""
-    return {"core": [StandinPackage("linux", KERNEL_VERSION, files=_doc("linux", KERNEL_VERSION)),
-                     StandinPackage("linux-headers", KERNEL_VERSION, files=_doc("linux-headers", KERNEL_VERSION))],
-            "extra": [StandinPackage("dkms", "3.0.13-1", files=_doc("dkms", "3.0.13"))]}
+    return {
+        "core": [
+            StandinPackage("linux", KERNEL_VERSION, files=_doc("linux", KERNEL_VERSION)),
+            StandinPackage("linux-headers", KERNEL_VERSION, files=_doc("linux-headers", KERNEL_VERSION)),
+        ],
+        "extra": [StandinPackage("dkms", "3.0.13-1", files=_doc("dkms", "3.0.13"))],
+    }
 
 
 def tree_packages(driver: str, toolkit: str) -> dict[str, list[StandinPackage]]:
@@ -199,9 +227,13 @@ def _build_script(trees: dict[str, dict[str, list[StandinPackage]]], key: GpgKey
     """One shell script for the tool image: makepkg --sign of each package as ``builder``, then
     repo-add --sign of each tree's repositories (the ``tampered`` tree's package rebuilt after signing)."""
     fpr = key.fingerprint
-    lines = ["set -eu", "cp -a /gnupg /home/builder/gnupg && cp -a /work /home/builder/work",
-             "chown -R builder /home/builder", "export GNUPGHOME=/home/builder/gnupg",
-             f"as_builder() {{ su builder -c \"export GNUPGHOME=$GNUPGHOME PKGEXT={PKGEXT} GPGKEY={fpr}; $1\"; }}"]
+    lines = [
+        "set -eu",
+        "cp -a /gnupg /home/builder/gnupg && cp -a /work /home/builder/work",
+        "chown -R builder /home/builder",
+        "export GNUPGHOME=/home/builder/gnupg",
+        f'as_builder() {{ su builder -c "export GNUPGHOME=$GNUPGHOME PKGEXT={PKGEXT} GPGKEY={fpr}; $1"; }}',
+    ]
     built: dict[tuple[str, str], str] = {}  # a package built once is copied to the other trees
     for tree, repos in trees.items():
         for repo, packages in repos.items():
@@ -213,13 +245,17 @@ def _build_script(trees: dict[str, dict[str, list[StandinPackage]]], key: GpgKey
                 if first != out:
                     lines.append(f"as_builder 'cp {first}/{package.filename} {first}/{package.filename}.sig {out}/'")
                 else:
-                    lines.append(f"as_builder 'cd {build} && makepkg --nodeps --sign --noconfirm >/tmp/makepkg.log 2>&1"
-                                 " || { cat /tmp/makepkg.log >&2; exit 1; }"
-                                 f" && mv {package.filename} {package.filename}.sig {out}/'")
+                    lines.append(
+                        f"as_builder 'cd {build} && makepkg --nodeps --sign --noconfirm >/tmp/makepkg.log 2>&1"
+                        " || { cat /tmp/makepkg.log >&2; exit 1; }"
+                        f" && mv {package.filename} {package.filename}.sig {out}/'"
+                    )
                 if tree == "tampered" and package.name == tampered:
                     # the same package with other content, keeping the first build's signature
-                    lines.append(f"as_builder 'cd {build} && echo altered >> payload/usr/bin/nvidia-ctk"
-                                 f" && makepkg --nodeps --noconfirm -f >/dev/null 2>&1 && mv {package.filename} {out}/'")
+                    lines.append(
+                        f"as_builder 'cd {build} && echo altered >> payload/usr/bin/nvidia-ctk"
+                        f" && makepkg --nodeps --noconfirm -f >/dev/null 2>&1 && mv {package.filename} {out}/'"
+                    )
             files = " ".join(package.filename for package in packages)
             lines.append(f"as_builder 'cd {out} && repo-add --quiet --sign --key {fpr} {repo}.db.tar.gz {files}'")
     lines.append("cp -a /home/builder/out/. /out/")
@@ -248,12 +284,31 @@ def build_trees(root: Path, key: GpgKey) -> None:
                         target.write_text(text)
                         target.chmod(0o755 if "/bin/" in path else 0o644)
         script = _build_script(trees, key, TAMPERED_PACKAGE)
-        result = run(["docker", "run", "--rm", "--network", "none", "-v", f"{work}:/work:ro",
-                      "-v", f"{key.home.resolve()}:/gnupg:ro", "-v", f"{root.resolve()}:/out",
-                      family_image(PACMAN_TOOLS), "sh", "-c", script], check=False, timeout=600)
+        result = run(
+            [
+                "docker",
+                "run",
+                "--rm",
+                "--network",
+                "none",
+                "-v",
+                f"{work}:/work:ro",
+                "-v",
+                f"{key.home.resolve()}:/gnupg:ro",
+                "-v",
+                f"{root.resolve()}:/out",
+                family_image(PACMAN_TOOLS),
+                "sh",
+                "-c",
+                script,
+            ],
+            check=False,
+            timeout=600,
+        )
     if result.returncode != 0:
-        raise AssertionError(f"building the stand-in pacman packages failed:\n{result.stdout[-3000:]}\n"
-                             f"{result.stderr[-3000:]}")
+        raise AssertionError(
+            f"building the stand-in pacman packages failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        )
 
 
 @dataclass
@@ -274,8 +329,10 @@ class ArchRepos:
         mirror, the running kernel's pkgbase (``linux``) and package databases synced from its mirror."""
         node.sh(f"printf '127.0.0.1 %s\\n' {' '.join(REAL_HOSTS)} >> /etc/hosts")
         node.write("/tmp/standin-arch-key.asc", self.key.armored_public_key())
-        node.sh("pacman-key --add /tmp/standin-arch-key.asc >/dev/null 2>&1"
-                f" && pacman-key --lsign-key {self.key.fingerprint} >/dev/null 2>&1")
+        node.sh(
+            "pacman-key --add /tmp/standin-arch-key.asc >/dev/null 2>&1"
+            f" && pacman-key --lsign-key {self.key.fingerprint} >/dev/null 2>&1"
+        )
         node.sh('mkdir -p "/usr/lib/modules/$(uname -r)" && echo linux > "/usr/lib/modules/$(uname -r)/pkgbase"')
         self.point(node, tree)
         # an Arch node has its kernel's package installed (here a record only: the kernel is the machine's)

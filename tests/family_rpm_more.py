@@ -108,12 +108,14 @@ FEDORA40_DNF = FamilyOverlay(
         "/etc/rpm/macros.dbpath": "%_dbpath /usr/lib/sysimage/rpm\n",
         "/etc/fedora-release": "Fedora release 40 (Forty)\n",
     },
-    setup="\n".join([
-        NOT_ROCKY,
-        "ln -s fedora-release /etc/redhat-release && ln -s fedora-release /etc/system-release",
-        "rm -rf /var/lib/rpm && mkdir -p /usr/lib/sysimage/rpm && ln -s ../../usr/lib/sysimage/rpm /var/lib/rpm",
-        "rpm --initdb",
-    ]),
+    setup="\n".join(
+        [
+            NOT_ROCKY,
+            "ln -s fedora-release /etc/redhat-release && ln -s fedora-release /etc/system-release",
+            "rm -rf /var/lib/rpm && mkdir -p /usr/lib/sysimage/rpm && ln -s ../../usr/lib/sysimage/rpm /var/lib/rpm",
+            "rpm --initdb",
+        ]
+    ),
 )
 
 AMZN2023_VERSION = "2023.4.20240416"  # the release os-release's PRETTY_NAME names
@@ -144,11 +146,13 @@ def installed_standin(rpm: StandinRpm) -> str:
     for path, content in rpm.files.items():
         lines.append(f"mkdir -p {shlex.quote(str(Path(payload + path).parent))}")
         lines.append(f"printf %s {shlex.quote(content)} > {shlex.quote(payload + path)}")
-    lines += [f"printf %s {shlex.quote(rpm.spec(payload))} > {work}/{rpm.name}.spec",
-              f"rpmbuild --quiet -bb --define '_topdir {work}/top' --define '_rpmdir {work}/out' {work}/{rpm.name}.spec",
-              f"rpm -i --nodeps {work}/out/{rpm.arch}/{rpm.filename}",
-              f"rpm -q {rpm.name}",
-              f"rm -rf {work}"]
+    lines += [
+        f"printf %s {shlex.quote(rpm.spec(payload))} > {work}/{rpm.name}.spec",
+        f"rpmbuild --quiet -bb --define '_topdir {work}/top' --define '_rpmdir {work}/out' {work}/{rpm.name}.spec",
+        f"rpm -i --nodeps {work}/out/{rpm.arch}/{rpm.filename}",
+        f"rpm -q {rpm.name}",
+        f"rm -rf {work}",
+    ]
     return "\n".join(lines)
 
 
@@ -158,8 +162,9 @@ def installed_standin(rpm: StandinRpm) -> str:
 # one ("rpmdb2solv: no error"), so the first zypper command after rpm's database changed (a key import)
 # fails with "Target initialization failed" - a fault of the stand-in node, not of SLES.
 SLES_RELEASE = StandinRpm("sles-release", "15.5", "1", files=_doc("sles-release"))
-SLES155_ZYPPER = FamilyOverlay(name="sles15.5-zypper", base=LEAP156_ZYPPER, os_release="sles-15.5",
-                               setup=installed_standin(SLES_RELEASE))
+SLES155_ZYPPER = FamilyOverlay(
+    name="sles15.5-zypper", base=LEAP156_ZYPPER, os_release="sles-15.5", setup=installed_standin(SLES_RELEASE)
+)
 
 
 @dataclass(frozen=True)
@@ -184,22 +189,50 @@ class DnfDistribution:
 
 NVIDIA_HOSTS = ("developer.download.nvidia.com", "nvidia.github.io", "download.docker.com")
 FEDORA40 = DnfDistribution(
-    name="fedora40", image=FEDORA40_DNF, cuda_dist="fedora40", release_tag="fc40",
-    repo_id="fedora", repo_path="fedora/releases/40/Everything/x86_64/os", repo_file="/etc/yum.repos.d/fedora.repo",
+    name="fedora40",
+    image=FEDORA40_DNF,
+    cuda_dist="fedora40",
+    release_tag="fc40",
+    repo_id="fedora",
+    repo_path="fedora/releases/40/Everything/x86_64/os",
+    repo_file="/etc/yum.repos.d/fedora.repo",
     key_file="RPM-GPG-KEY-fedora-40-x86_64",
-    packages=(StandinRpm("kernel-devel", "6.8.5", "301.fc40", files=_doc("kernel-devel")),
-              StandinRpm("python3-dnf-plugin-versionlock", "4.6.0", "1.fc40", arch="noarch",
-                         files=_doc("python3-dnf-plugin-versionlock"))),
+    packages=(
+        StandinRpm("kernel-devel", "6.8.5", "301.fc40", files=_doc("kernel-devel")),
+        StandinRpm(
+            "python3-dnf-plugin-versionlock",
+            "4.6.0",
+            "1.fc40",
+            arch="noarch",
+            files=_doc("python3-dnf-plugin-versionlock"),
+        ),
+    ),
     real_hosts=(*NVIDIA_HOSTS, "mirrors.fedoraproject.org", "dl.fedoraproject.org", "download.fedoraproject.org"),
 )
 AMZN2023 = DnfDistribution(
-    name="amzn2023", image=AMZN2023_DNF, cuda_dist="amzn2023", release_tag="amzn2023",
-    repo_id="amazonlinux", repo_path=f"al2023/core/mirrors/{AMZN2023_VERSION}/x86_64",
-    repo_file="/etc/yum.repos.d/amazonlinux.repo", key_file="RPM-GPG-KEY-amazon-linux-2023",
-    packages=(StandinRpm("kernel-devel", "6.1.84", "99.169.amzn2023", files=_doc("kernel-devel")),
-              StandinRpm("python3-dnf-plugin-versionlock", "4.3.0", "13.amzn2023", arch="noarch",
-                         files=_doc("python3-dnf-plugin-versionlock"))),
-    real_hosts=(*NVIDIA_HOSTS, "cdn.amazonlinux.com", "al2023-repos-us-east-1-de612dc2.s3.dualstack.us-east-1.amazonaws.com"),
+    name="amzn2023",
+    image=AMZN2023_DNF,
+    cuda_dist="amzn2023",
+    release_tag="amzn2023",
+    repo_id="amazonlinux",
+    repo_path=f"al2023/core/mirrors/{AMZN2023_VERSION}/x86_64",
+    repo_file="/etc/yum.repos.d/amazonlinux.repo",
+    key_file="RPM-GPG-KEY-amazon-linux-2023",
+    packages=(
+        StandinRpm("kernel-devel", "6.1.84", "99.169.amzn2023", files=_doc("kernel-devel")),
+        StandinRpm(
+            "python3-dnf-plugin-versionlock",
+            "4.3.0",
+            "13.amzn2023",
+            arch="noarch",
+            files=_doc("python3-dnf-plugin-versionlock"),
+        ),
+    ),
+    real_hosts=(
+        *NVIDIA_HOSTS,
+        "cdn.amazonlinux.com",
+        "al2023-repos-us-east-1-de612dc2.s3.dualstack.us-east-1.amazonaws.com",
+    ),
 )
 DNF_DISTRIBUTIONS = (FEDORA40, AMZN2023)
 
@@ -211,8 +244,10 @@ def driver_packages(version: str, release_tag: str) -> list[StandinRpm]:
     def retag(text: str) -> str:
         return text.replace(standin_rpms.DRIVER_RELEASE, ours)
 
-    return [replace(rpm, release=retag(rpm.release), requires=tuple(retag(req) for req in rpm.requires))
-            for rpm in standin_rpms.driver_packages(version)]
+    return [
+        replace(rpm, release=retag(rpm.release), requires=tuple(retag(req) for req in rpm.requires))
+        for rpm in standin_rpms.driver_packages(version)
+    ]
 
 
 @dataclass
@@ -228,8 +263,9 @@ class DnfRepos(ServedUrls):
         return self.root / CUDA_PATH / dist.cuda_dist / standin_rpms.ARCH
 
     def cuda_key_data(self, dist: DnfDistribution) -> dict[str, str]:
-        return self.key_data("nvidia_cuda", f"{CUDA_PATH}/{dist.cuda_dist}/{standin_rpms.ARCH}/{CUDA_KEY_FILE}",
-                             self.cuda_key)
+        return self.key_data(
+            "nvidia_cuda", f"{CUDA_PATH}/{dist.cuda_dist}/{standin_rpms.ARCH}/{CUDA_KEY_FILE}", self.cuda_key
+        )
 
     def publish_driver(self, dist: DnfDistribution, version: str) -> None:
         """Add one driver version to ``dist``'s CUDA repository (a newer release NVIDIA publishes)."""
@@ -248,16 +284,23 @@ class DnfRepos(ServedUrls):
         (packages checked against its key, its metadata unsigned), pointed at the local one."""
         node.sh(f"printf '127.0.0.1 %s\\n' {' '.join(dist.real_hosts)} >> /etc/hosts")
         node.write(dist.key_on_node, self.distro_key.armored_public_key())
-        node.write(dist.repo_file, repo_file_text(dist.repo_id, f"{self.url}/{dist.repo_path}",
-                                                  f"file://{dist.key_on_node}", repo_gpgcheck=False))
+        node.write(
+            dist.repo_file,
+            repo_file_text(
+                dist.repo_id, f"{self.url}/{dist.repo_path}", f"file://{dist.key_on_node}", repo_gpgcheck=False
+            ),
+        )
 
 
 def build_dnf(root: Path, dists: tuple[DnfDistribution, ...] = DNF_DISTRIBUTIONS) -> DnfRepos:
     """Build every repository of ``dists`` and the tampered toolkit copy under ``root`` (not served yet)."""
     keys = root.parent / f"{root.name}-gnupg"
-    repos = DnfRepos(root=root, cuda_key=make_key(keys / "cuda", "standin-cuda"),
-                     toolkit_key=make_key(keys / "toolkit", "standin-toolkit-rpm"),
-                     distro_key=make_key(keys / "distro", "standin-distribution"))
+    repos = DnfRepos(
+        root=root,
+        cuda_key=make_key(keys / "cuda", "standin-cuda"),
+        toolkit_key=make_key(keys / "toolkit", "standin-toolkit-rpm"),
+        distro_key=make_key(keys / "distro", "standin-distribution"),
+    )
     for key in (repos.cuda_key, repos.toolkit_key, repos.distro_key):
         key.stop_agent()
     toolkit = [rpm for version in standin_rpms.TOOLKIT_VERSIONS for rpm in standin_rpms.toolkit_packages(version)]
@@ -287,8 +330,14 @@ SLE_DRIVER_PATH = "suse/sle15sp5"  # the family table's {driver_repo_url}/suse/s
 # SLES's own repository, as SUSEConnect adds it (SCC's layout; its rpms are not needed here: empty)
 SLES_OWN_REPOSITORY = "SLE-Module-Basesystem15-SP5-Pool"
 SLES_OWN_PATH = "SUSE/Products/SLE-Module-Basesystem/15-SP5/x86_64/product"
-SLES_REAL_HOSTS = ("download.nvidia.com", "developer.download.nvidia.com", "nvidia.github.io", "updates.suse.com",
-                   "scc.suse.com", "installer-updates.suse.com")
+SLES_REAL_HOSTS = (
+    "download.nvidia.com",
+    "developer.download.nvidia.com",
+    "nvidia.github.io",
+    "updates.suse.com",
+    "scc.suse.com",
+    "installer-updates.suse.com",
+)
 
 
 @dataclass
@@ -301,9 +350,11 @@ class SlesRepos(suse_repo.SuseRepos):
         """The real hosts resolve to 127.0.0.1; SLES's own repository as SUSEConnect adds it (metadata
         and packages checked), its key trusted before the deploy runs (SUSE's come with the system)."""
         node.sh(f"printf '127.0.0.1 %s\\n' {' '.join(SLES_REAL_HOSTS)} >> /etc/hosts")
-        node.write(f"/etc/zypp/repos.d/{SLES_OWN_REPOSITORY}.repo",
-                   f"[{SLES_OWN_REPOSITORY}]\nname={SLES_OWN_REPOSITORY}\nenabled=1\nautorefresh=1\n"
-                   f"baseurl={self.url}/{SLES_OWN_PATH}\ntype=rpm-md\ngpgcheck=1\nrepo_gpgcheck=1\n")
+        node.write(
+            f"/etc/zypp/repos.d/{SLES_OWN_REPOSITORY}.repo",
+            f"[{SLES_OWN_REPOSITORY}]\nname={SLES_OWN_REPOSITORY}\nenabled=1\nautorefresh=1\n"
+            f"baseurl={self.url}/{SLES_OWN_PATH}\ntype=rpm-md\ngpgcheck=1\nrepo_gpgcheck=1\n",
+        )
         node.sh("zypper --non-interactive --gpg-auto-import-keys refresh")
 
 
@@ -311,8 +362,10 @@ class SlesRepos(suse_repo.SuseRepos):
 def sles_served(root: Path, variants: tuple[str, ...] = ("default",)):
     """tests/suse_repo.py's repositories on 127.0.0.1, the driver's (and its tampered copy) also at
     SLE 15 SP5's path, and SLES's own repository: the SlesRepos with its ``url``."""
-    repos = SlesRepos(**vars(suse_repo.build(root, variants)),
-                      own_key=make_key(root.parent / f"{root.name}-gnupg" / "sle", "standin-sle"))
+    repos = SlesRepos(
+        **vars(suse_repo.build(root, variants)),
+        own_key=make_key(root.parent / f"{root.name}-gnupg" / "sle", "standin-sle"),
+    )
     repos.own_key.stop_agent()
     (root / SLES_OWN_PATH).mkdir(parents=True)
     suse_repo.sign_and_key(root / SLES_OWN_PATH, repos.own_key)

@@ -28,12 +28,14 @@ LEAP156_ZYPPER = FamilyImage(
         # Debian's rpm keeps a database per user (~/.rpmdb); Leap 15.6's is /usr/lib/sysimage/rpm
         "/etc/rpm/macros.dbpath": "%_dbpath /usr/lib/sysimage/rpm\n",
     },
-    setup="\n".join([
-        "mkdir -p /etc/zypp/repos.d /usr/lib/sysimage/rpm",
-        "rm -rf /var/lib/rpm && ln -s ../../usr/lib/sysimage/rpm /var/lib/rpm",
-        "rpm --initdb",
-        "zypper --version",
-    ]),
+    setup="\n".join(
+        [
+            "mkdir -p /etc/zypp/repos.d /usr/lib/sysimage/rpm",
+            "rm -rf /var/lib/rpm && ln -s ../../usr/lib/sysimage/rpm /var/lib/rpm",
+            "rpm --initdb",
+            "zypper --version",
+        ]
+    ),
 )
 
 if __name__ == "__main__":

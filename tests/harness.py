@@ -30,14 +30,29 @@ COMPILER_CACHE = CACHE / "ccache"
 SAFE_DATA = {"kernel_modules_load": "false", "reboot_allowed": "false"}
 
 NODE_RUN_FLAGS = [
-    "--network", "host",
-    "--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE",
-    "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
-    "--device-cgroup-rule", "a *:* rwm",
-    "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+    "--network",
+    "host",
+    "--cap-add",
+    "ALL",
+    "--cap-drop",
+    "SYS_RESOURCE",
+    "--security-opt",
+    "seccomp=unconfined",
+    "--security-opt",
+    "apparmor=unconfined",
+    "--device-cgroup-rule",
+    "a *:* rwm",
+    "-v",
+    "/sys/fs/cgroup:/sys/fs/cgroup:rw",
     # Anonymous volumes keep nested container storage off overlayfs.
-    "-v", "/var/lib/containerd", "-v", "/var/lib/docker",
-    "--tmpfs", "/run", "--tmpfs", "/run/lock",
+    "-v",
+    "/var/lib/containerd",
+    "-v",
+    "/var/lib/docker",
+    "--tmpfs",
+    "/run",
+    "--tmpfs",
+    "/run/lock",
 ]
 
 
@@ -107,7 +122,9 @@ def busybox_image_tar(image: str, applets: tuple[str, ...], entrypoint: list[str
     return tar
 
 
-def _save_busybox_image(folder: Path, tar: Path, image: str, applets: tuple[str, ...], entrypoint: list[str] | None) -> None:
+def _save_busybox_image(
+    folder: Path, tar: Path, image: str, applets: tuple[str, ...], entrypoint: list[str] | None
+) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     debs = sorted(folder.glob("busybox-static_*.deb"))
     if not debs:
@@ -130,8 +147,10 @@ def _save_busybox_image(folder: Path, tar: Path, image: str, applets: tuple[str,
 
 # The kernel DKMS builds for in a Debian node: the one whose headers the metapackage the driver stage
 # installs (linux-headers-amd64) brings.
-DEBIAN_HEADERS_KERNEL = ("dpkg-query -W -f '${Depends}' linux-headers-amd64 2>/dev/null | tr ',' '\\n' "
-                         "| sed -n 's/^ *linux-headers-\\([^ ]*\\).*/\\1/p'")
+DEBIAN_HEADERS_KERNEL = (
+    "dpkg-query -W -f '${Depends}' linux-headers-amd64 2>/dev/null | tr ',' '\\n' "
+    "| sed -n 's/^ *linux-headers-\\([^ ]*\\).*/\\1/p'"
+)
 
 
 def keep_dkms_builds(node: Node, folder: Path) -> list[Path]:
@@ -140,18 +159,22 @@ def keep_dkms_builds(node: Node, folder: Path) -> list[Path]:
     of Debian's headers metapackage, into ``folder/<module>/<module>-<version>.dkms.tar.gz``: the name a
     DKMS package's postinst loads prebuilt modules from (load_dkms_builds). What was kept before stays.
     """
-    script = (f"kernel=$({DEBIAN_HEADERS_KERNEL}); [ -n \"$kernel\" ] || exit 0; "
-              "for built in /var/lib/dkms/*/*/\"$kernel\"/*/module; do [ -d \"$built\" ] || continue; "
-              "version=${built%/\"$kernel\"/*}; module=${version%/*}; "
-              "echo \"${module##*/} ${version##*/} $kernel\"; done")
+    script = (
+        f'kernel=$({DEBIAN_HEADERS_KERNEL}); [ -n "$kernel" ] || exit 0; '
+        'for built in /var/lib/dkms/*/*/"$kernel"/*/module; do [ -d "$built" ] || continue; '
+        'version=${built%/"$kernel"/*}; module=${version%/*}; '
+        'echo "${module##*/} ${version##*/} $kernel"; done'
+    )
     kept = []
     for line in node.sh(script).stdout.splitlines():
         module, version, kernel = line.split()
         tarball = folder / module / f"{module}-{version}.dkms.tar.gz"
         if not tarball.exists():
             inside = f"/tmp/{tarball.name}"
-            node.sh(f"dkms mktarball -m {shlex.quote(module)} -v {shlex.quote(version)} -k {shlex.quote(kernel)} "
-                    f"--binaries-only --archive {shlex.quote(inside)} >/dev/null")
+            node.sh(
+                f"dkms mktarball -m {shlex.quote(module)} -v {shlex.quote(version)} -k {shlex.quote(kernel)} "
+                f"--binaries-only --archive {shlex.quote(inside)} >/dev/null"
+            )
             tarball.parent.mkdir(parents=True, exist_ok=True)
             run(["docker", "cp", f"{node.id}:{inside}", str(tarball)])
         kept.append(tarball)
@@ -268,8 +291,7 @@ class Node:
             COMPILER_CACHE.mkdir(parents=True, exist_ok=True)
             volumes = [*self.apt_cache.volumes(), "-v", f"{COMPILER_CACHE}:/var/cache/gpu-node-tests-ccache"]
         self.id = run(
-            ["docker", "run", "-d", *NODE_RUN_FLAGS, *volumes, *self.extra_run_args,
-             self.image, *self.init]
+            ["docker", "run", "-d", *NODE_RUN_FLAGS, *volumes, *self.extra_run_args, self.image, *self.init]
         ).stdout.strip()
         if self.init != ("/sbin/init",):
             return self
@@ -292,8 +314,18 @@ class Node:
         """The node trusts tests/tls.py's throwaway CA: the local repositories serve their keys over https."""
         from tls import NODE_CA_BUNDLE, authority
 
-        run(["docker", "exec", "-i", self.id, "sh", "-c",
-             f"mkdir -p {os.path.dirname(NODE_CA_BUNDLE)} && cat >> {NODE_CA_BUNDLE}"], input=authority().ca_pem)
+        run(
+            [
+                "docker",
+                "exec",
+                "-i",
+                self.id,
+                "sh",
+                "-c",
+                f"mkdir -p {os.path.dirname(NODE_CA_BUNDLE)} && cat >> {NODE_CA_BUNDLE}",
+            ],
+            input=authority().ca_pem,
+        )
 
     def _booted_state(self) -> str | None:
         state = self.sh("systemctl is-system-running --wait", check=False, timeout=120).stdout.strip()
@@ -317,9 +349,18 @@ class Node:
 
     def write(self, path: str, content: str, mode: str = "644") -> None:
         quoted = shlex.quote(path)
-        run(["docker", "exec", "-i", self.id, "sh", "-c",
-             f"mkdir -p $(dirname {quoted}) && cat > {quoted} && chmod {mode} {quoted}"],
-            input=content)
+        run(
+            [
+                "docker",
+                "exec",
+                "-i",
+                self.id,
+                "sh",
+                "-c",
+                f"mkdir -p $(dirname {quoted}) && cat > {quoted} && chmod {mode} {quoted}",
+            ],
+            input=content,
+        )
 
     def exists(self, path: str) -> bool:
         return self.sh(f"test -e {shlex.quote(path)}", check=False).returncode == 0
@@ -340,9 +381,15 @@ class Node:
     def is_active(self, unit: str) -> bool:
         return self.sh(f"systemctl is-active {shlex.quote(unit)}", check=False).stdout.strip() == "active"
 
-    def deploy_command(self, *, data: dict | None = None, deploy_file: str = "deploy/gpu_node.py",
-                       json_output: bool = True, extra_args: list[str] | None = None,
-                       default_mode: bool = False) -> tuple[list[str], dict]:
+    def deploy_command(
+        self,
+        *,
+        data: dict | None = None,
+        deploy_file: str = "deploy/gpu_node.py",
+        json_output: bool = True,
+        extra_args: list[str] | None = None,
+        default_mode: bool = False,
+    ) -> tuple[list[str], dict]:
         """
         The pyinfra CLI call a user would make against this node, and its environment: with
         ``-y``, or in pyinfra's default mode (changes detected and shown, then confirmed).
@@ -360,15 +407,26 @@ class Node:
         env.pop("GPU_NODES", None)
         return args, env
 
-    def deploy(self, *, data: dict | None = None, deploy_file: str = "deploy/gpu_node.py",
-               json_output: bool = True, extra_args: list[str] | None = None,
-               timeout: float = 2400, default_mode: bool = False) -> DeployResult:
-        args, env = self.deploy_command(data=data, deploy_file=deploy_file, json_output=json_output,
-                                        extra_args=extra_args, default_mode=default_mode)
+    def deploy(
+        self,
+        *,
+        data: dict | None = None,
+        deploy_file: str = "deploy/gpu_node.py",
+        json_output: bool = True,
+        extra_args: list[str] | None = None,
+        timeout: float = 2400,
+        default_mode: bool = False,
+    ) -> DeployResult:
+        args, env = self.deploy_command(
+            data=data,
+            deploy_file=deploy_file,
+            json_output=json_output,
+            extra_args=extra_args,
+            default_mode=default_mode,
+        )
         # The limit only stops a hung run: a DKMS build beside three other test processes on CI's two
         # cores took over 1500 s. Default mode shows the changes it detected and waits for enter.
-        result = run(args, check=False, cwd=REPO, env=env, timeout=timeout,
-                     input="\n" if default_mode else None)
+        result = run(args, check=False, cwd=REPO, env=env, timeout=timeout, input="\n" if default_mode else None)
         return DeployResult(result.returncode, result.stdout, result.stderr, args)
 
 

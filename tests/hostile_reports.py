@@ -28,9 +28,19 @@ DELETE = object()  # a value in WRONG_TYPES: the key removed
 
 def passing_report(host: str) -> dict:
     """A node report as verify and a pull run write it (deploy/reports/node_report.py), of a node that passed."""
-    return report_json([NodeRecord(host=host, gpus=["0x2331 at 0000:01:00.0"], driver="535.261.03",
-                                   toolkit="1.17.8", runtime="containerd 1.7.24", kernel_module_type="proprietary",
-                                   steps=[Step("gpu_pci", PASS, "1 GPU"), Step("kernel_module", PASS, "loaded")])])
+    return report_json(
+        [
+            NodeRecord(
+                host=host,
+                gpus=["0x2331 at 0000:01:00.0"],
+                driver="535.261.03",
+                toolkit="1.17.8",
+                runtime="containerd 1.7.24",
+                kernel_module_type="proprietary",
+                steps=[Step("gpu_pci", PASS, "1 GPU"), Step("kernel_module", PASS, "loaded")],
+            )
+        ]
+    )
 
 
 def failing_report(host: str) -> dict:
@@ -39,13 +49,31 @@ def failing_report(host: str) -> dict:
 
 # (where in a passing report, the value put there): each makes the report no report of the format.
 WRONG_TYPES: list[tuple[str, Any]] = [
-    ("version", "1"), ("gpu_node_version", 3), ("ok", "true"), ("nodes", [{"host": "gpu-x"}]),
-    ("nodes.0.host", 17), ("nodes.0.host", ["gpu-17"]), ("nodes.0.host", ""), ("nodes.0.ok", "yes"),
-    ("nodes.0.gpus", "0x2331"), ("nodes.0.gpus", [1]), ("nodes.0.gpus", DELETE), ("nodes.0.driver", 535),
-    ("nodes.0.toolkit", {}), ("nodes.0.runtime", 1), ("nodes.0.kernel_module_type", []),
-    ("nodes.0.persistence", {"on": True}), ("nodes.0.fabric_manager", 1.5), ("nodes.0.cuda", True),
-    ("nodes.0.cdi", 0), ("nodes.0.steps", "abc"), ("nodes.0.steps", [1]), ("nodes.0.steps.0.name", 1),
-    ("nodes.0.steps.0.status", "ok"), ("nodes.0.steps.0.reason", None), ("nodes.0.evil", "extra key"),
+    ("version", "1"),
+    ("gpu_node_version", 3),
+    ("ok", "true"),
+    ("nodes", [{"host": "gpu-x"}]),
+    ("nodes.0.host", 17),
+    ("nodes.0.host", ["gpu-17"]),
+    ("nodes.0.host", ""),
+    ("nodes.0.ok", "yes"),
+    ("nodes.0.gpus", "0x2331"),
+    ("nodes.0.gpus", [1]),
+    ("nodes.0.gpus", DELETE),
+    ("nodes.0.driver", 535),
+    ("nodes.0.toolkit", {}),
+    ("nodes.0.runtime", 1),
+    ("nodes.0.kernel_module_type", []),
+    ("nodes.0.persistence", {"on": True}),
+    ("nodes.0.fabric_manager", 1.5),
+    ("nodes.0.cuda", True),
+    ("nodes.0.cdi", 0),
+    ("nodes.0.steps", "abc"),
+    ("nodes.0.steps", [1]),
+    ("nodes.0.steps.0.name", 1),
+    ("nodes.0.steps.0.status", "ok"),
+    ("nodes.0.steps.0.reason", None),
+    ("nodes.0.evil", "extra key"),
     ("nodes.0.module_flavour", "open"),  # gpu-node 0.2.0's name of kernel_module_type
     # a value nested 50 deep where the table reads text (under node_text's 64: the format refuses it)
     ("nodes.0.runtime", json.loads("[" * 50 + "]" * 50)),
@@ -72,8 +100,10 @@ def case_id(where: str, value: Any) -> str:
 
 def wrong_type_file(where: str, value: Any) -> Callable[[Path, str], None]:
     """Write ``name`` in a folder: a passing report with ``value`` at ``where``."""
+
     def write(folder: Path, name: str) -> None:
         (folder / name).write_text(json.dumps(with_value(passing_report("gpu-bad"), where, value)))
+
     return write
 
 
@@ -130,37 +160,89 @@ EVIL_FILE_NAME = f"{ERASE_LINE}{TITLE}{LONE_SURROGATE}junk.json"
 
 def evil_report(host: str = EVIL_HOST) -> dict:
     """A report of the format (every type right) whose host, runtime and failed step carry control characters."""
-    return report_json([NodeRecord(host=host, runtime=f"containerd{C1_CSI}", cuda=f"ok{TITLE}",
-                                   steps=[Step(EVIL_STEP, FAIL, f"no module{ERASE_LINE}all fine")])])
+    return report_json(
+        [
+            NodeRecord(
+                host=host,
+                runtime=f"containerd{C1_CSI}",
+                cuda=f"ok{TITLE}",
+                steps=[Step(EVIL_STEP, FAIL, f"no module{ERASE_LINE}all fine")],
+            )
+        ]
+    )
 
 
 # --- health reports (deploy/health/check.py's health.json, docs/health.md) -------------------------
 
-def health_report(host: str, status: str = "healthy", problems: tuple[dict, ...] = (),
-                  gpus: tuple[str, ...] = ("0000:17:00.0",), checked_at: str = "2030-01-01T00:00:00+00:00") -> dict:
+
+def health_report(
+    host: str,
+    status: str = "healthy",
+    problems: tuple[dict, ...] = (),
+    gpus: tuple[str, ...] = ("0000:17:00.0",),
+    checked_at: str = "2030-01-01T00:00:00+00:00",
+) -> dict:
     """A health report as the check writes it (its format: HealthReportFormat)."""
-    return {"version": 1, "gpu_node_version": "0.3.0", "host": host, "checked_at": checked_at,
-            "healthy": status == "healthy", "status": status, "problems": list(problems),
-            "gpus": [{"pci": pci, "name": "NVIDIA H100 PCIe", "seen_by_driver": True, "ecc_uncorrected": 0,
-                      "retired_pages": None, "retired_pages_pending": None, "pending_row_remap": False,
-                      "row_remap_failure": False} for pci in gpus]}
+    return {
+        "version": 1,
+        "gpu_node_version": "0.3.0",
+        "host": host,
+        "checked_at": checked_at,
+        "healthy": status == "healthy",
+        "status": status,
+        "problems": list(problems),
+        "gpus": [
+            {
+                "pci": pci,
+                "name": "NVIDIA H100 PCIe",
+                "seen_by_driver": True,
+                "ecc_uncorrected": 0,
+                "retired_pages": None,
+                "retired_pages_pending": None,
+                "pending_row_remap": False,
+                "row_remap_failure": False,
+            }
+            for pci in gpus
+        ],
+    }
 
 
-XID_79 = {"kind": "xid", "gpu": "0000:17:00.0", "severity": "fatal", "line": "Xid 79 on 0000:17:00.0: GPU fallen off the bus"}
+XID_79 = {
+    "kind": "xid",
+    "gpu": "0000:17:00.0",
+    "severity": "fatal",
+    "line": "Xid 79 on 0000:17:00.0: GPU fallen off the bus",
+}
 
 # (where in a healthy report, the value put there): each makes it no health report of the format.
 HEALTH_WRONG_TYPES: list[tuple[str, Any]] = [
-    ("version", 2), ("host", ""), ("host", 17), ("checked_at", "yesterday"), ("checked_at", 1_893_456_000),
+    ("version", 2),
+    ("host", ""),
+    ("host", 17),
+    ("checked_at", "yesterday"),
+    ("checked_at", 1_893_456_000),
     ("checked_at", "2030-01-01T00:00:00+02:00"),  # not UTC
-    ("healthy", "yes"), ("status", "sick"), ("status", "silent"),  # the fleet view's word, not a node's
-    ("problems", "none"), ("problems", [{**XID_79, "severity": "bad"}]), ("problems", [{**XID_79, "gpu": 17}]),
-    ("problems", [{**XID_79, "line": ["x"]}]), ("problems", [{**XID_79, "line": "x" * 1001}]),
-    ("problems", [{**XID_79, "kind": "gossip"}]), ("problems", [XID_79] * 1025), ("gpus", [{"pci": ""}]),
+    ("healthy", "yes"),
+    ("status", "sick"),
+    ("status", "silent"),  # the fleet view's word, not a node's
+    ("problems", "none"),
+    ("problems", [{**XID_79, "severity": "bad"}]),
+    ("problems", [{**XID_79, "gpu": 17}]),
+    ("problems", [{**XID_79, "line": ["x"]}]),
+    ("problems", [{**XID_79, "line": "x" * 1001}]),
+    ("problems", [{**XID_79, "kind": "gossip"}]),
+    ("problems", [XID_79] * 1025),
+    ("gpus", [{"pci": ""}]),
     # a GPU is a PCI address (the quarantine matches it to a DRA device by it)
-    ("problems", [{**XID_79, "gpu": "0000:17:00.0 --all"}]), ("problems", [{**XID_79, "gpu": "GPU-0b11d014"}]),
+    ("problems", [{**XID_79, "gpu": "0000:17:00.0 --all"}]),
+    ("problems", [{**XID_79, "gpu": "GPU-0b11d014"}]),
     ("gpus.0.pci", "../../sys"),
-    ("gpus.0.ecc_uncorrected", -1), ("gpus.0.ecc_uncorrected", "3"), ("gpus.0.seen_by_driver", 1),
-    ("gpus.0.pci", ""), ("gpus.0.name", DELETE), ("evil", "extra key"),
+    ("gpus.0.ecc_uncorrected", -1),
+    ("gpus.0.ecc_uncorrected", "3"),
+    ("gpus.0.seen_by_driver", 1),
+    ("gpus.0.pci", ""),
+    ("gpus.0.name", DELETE),
+    ("evil", "extra key"),
 ]
 
 

@@ -23,8 +23,12 @@ class Element:
                 yield from child.walk()
 
     def find(self, tag: str, **attrs: str) -> list[Element]:
-        return [element for element in self.walk() if element.tag == tag
-                and all(value in (element.attrs.get(name) or "").split() for name, value in attrs.items())]
+        return [
+            element
+            for element in self.walk()
+            if element.tag == tag
+            and all(value in (element.attrs.get(name) or "").split() for name, value in attrs.items())
+        ]
 
     def one(self, tag: str, **attrs: str) -> Element:
         (found,) = self.find(tag, **attrs)

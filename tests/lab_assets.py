@@ -37,6 +37,8 @@ def skip_summary(reasons: list[str]) -> list[str]:
         named = [(reason.find(setting), setting) for setting in SKIP_GROUPS if setting in reason]
         if named:
             counts[min(named)[1]] += 1
-    return [f"{count} {'test needs' if count == 1 else 'tests need'} {SKIP_GROUPS[setting]}: "
-            f"set {setting}, see docs/lab.md"
-            for setting, count in counts.items() if count]
+    return [
+        f"{count} {'test needs' if count == 1 else 'tests need'} {SKIP_GROUPS[setting]}: set {setting}, see docs/lab.md"
+        for setting, count in counts.items()
+        if count
+    ]

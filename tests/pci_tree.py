@@ -32,6 +32,7 @@ def load(name_or_path: str | Path) -> dict:
 def vpd_bytes(ident: str, fields: dict[str, str]) -> bytes:
     """PCI VPD: large resource 0x82 (identifier string), 0x90 (VPD-R keywords ending in RV, whose
     checksum makes the bytes up to it sum to zero), small end tag 0x78."""
+
     def large(tag: int, body: bytes) -> bytes:
         return bytes([tag, len(body) & 0xFF, len(body) >> 8]) + body
 

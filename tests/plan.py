@@ -98,6 +98,7 @@ def settings_for(**data: Any) -> Settings:
 
 # --- what a node answers ---------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Output:
     """A command's whole answer, when a list of stdout lines is not enough."""
@@ -123,7 +124,7 @@ FactKey = type[FactBase] | FactCall | Every
 # What a command prints: its stdout (a str or lines), or an Output
 Answer = str | Sequence[str] | Output
 
-FAIL = "fail"        # a fact the node does not state fails the test
+FAIL = "fail"  # a fact the node does not state fails the test
 DEFAULT = "default"  # it prints nothing: the fact's default
 
 
@@ -165,13 +166,16 @@ def _output(answer: Answer) -> Output:
     if isinstance(answer, str):
         return Output(stdout=answer.splitlines())
     if isinstance(answer, Mapping):  # pyinfra's fake_responses form
-        return Output(stdout=_output(answer.get("stdout") or []).stdout,
-                      stderr=_output(answer.get("stderr") or []).stdout,
-                      success=bool(answer.get("success", True)))
+        return Output(
+            stdout=_output(answer.get("stdout") or []).stdout,
+            stderr=_output(answer.get("stderr") or []).stdout,
+            success=bool(answer.get("success", True)),
+        )
     if isinstance(answer, tuple) and answer and isinstance(answer[0], bool):  # (success, stdout[, stderr])
         success, stdout, *stderr = answer
-        return Output(stdout=_output(stdout).stdout, stderr=_output(stderr[0] if stderr else []).stdout,
-                      success=success)
+        return Output(
+            stdout=_output(stdout).stdout, stderr=_output(stderr[0] if stderr else []).stdout, success=success
+        )
     return Output(stdout=[str(line) for line in answer])
 
 
@@ -289,13 +293,27 @@ def host_access(distro: str, uid: int = 0, systemd: bool = True) -> list[str]:
     """``HostAccess``'s output on a Linux node of ``distro`` (an os-release fixture) with its family's
     package manager installed: root (``uid``), systemd as PID 1 unless ``systemd`` is false."""
     manager = detect_platform({"release_meta": {"ID": distro.split("-")[0]}}, "x86_64").family.package_manager
-    lines = [f"uid {uid}", f"user {'root' if uid == 0 else 'ubuntu'}", "kernel Linux",
-             f"init {'systemd' if systemd else 'bash'}", f"manager {manager.name}"]
+    lines = [
+        f"uid {uid}",
+        f"user {'root' if uid == 0 else 'ubuntu'}",
+        "kernel Linux",
+        f"init {'systemd' if systemd else 'bash'}",
+        f"manager {manager.name}",
+    ]
     return lines + (["systemd"] if systemd else [])
 
 
-def node_lines(kernel: str, pci=(), modules=(), secure_boot=None, free_mb=80000, pkgbases=(),
-               loaded=None, built=None, reboot_packages=()) -> list[str]:
+def node_lines(
+    kernel: str,
+    pci=(),
+    modules=(),
+    secure_boot=None,
+    free_mb=80000,
+    pkgbases=(),
+    loaded=None,
+    built=None,
+    reboot_packages=(),
+) -> list[str]:
     """The ``NodeSurvey`` fact's output."""
     lines = list(pci)
     if secure_boot is not None:
@@ -315,14 +333,22 @@ def node_lines(kernel: str, pci=(), modules=(), secure_boot=None, free_mb=80000,
 
 def carrying(*carried: str) -> Callable[..., list[str]]:
     """``PackagesAvailable``'s output on a node whose package lists carry ``carried``, for any query."""
+
     def output(check: str, packages=()) -> list[str]:
         return [f"{'yes' if name in carried else 'no'} {name}" for name in packages]
+
     return output
 
 
-def gpu_node(distro: str = "debian-12", *, arch: str = "x86_64", node_survey: list[str] | None = None,
-             facts: Iterable[tuple[FactKey, Any]] = (), commands: Mapping | None = None,
-             unstated: str = FAIL) -> Node:
+def gpu_node(
+    distro: str = "debian-12",
+    *,
+    arch: str = "x86_64",
+    node_survey: list[str] | None = None,
+    facts: Iterable[tuple[FactKey, Any]] = (),
+    commands: Mapping | None = None,
+    unstated: str = FAIL,
+) -> Node:
     """
     A node for deploy/gpu_node.py: its os-release (tests/fixtures/nvidia/os-release/<distro>), arch,
     ``node_survey`` (NodeSurvey's output; a node without a GPU on Debian's 6.1 kernel unless given),
@@ -440,10 +466,16 @@ def uploaded_bytes(filename_or_io) -> bytes:
     return content.encode() if isinstance(content, str) else content
 
 
-def run_pyinfra(inventory: Inventory, prepare: Callable[[State], None], execute: bool = True,
-                failures: list[str] | None = None, nodes: Mapping[str, Node] | None = None,
-                timeline: list[tuple[str, str]] | None = None,
-                uploads: dict[int, bytes] | None = None, diff: bool = False) -> tuple[State, Exception | None]:
+def run_pyinfra(
+    inventory: Inventory,
+    prepare: Callable[[State], None],
+    execute: bool = True,
+    failures: list[str] | None = None,
+    nodes: Mapping[str, Node] | None = None,
+    timeline: list[tuple[str, str]] | None = None,
+    uploads: dict[int, bytes] | None = None,
+    diff: bool = False,
+) -> tuple[State, Exception | None]:
     """
     Connect ``inventory`` (its hosts answering as ``nodes`` states them, by host name), ``prepare(state)``
     (load a deploy file or add a @deploy), then run the operations unless ``execute`` is false, as the
@@ -455,8 +487,9 @@ def run_pyinfra(inventory: Inventory, prepare: Callable[[State], None], execute:
     state = State(check_for_changes=not _mode["yes"])
     config = Config(DIFF=True) if diff else Config()
     error = None
-    answering = _Answering(nodes or {}, timeline if timeline is not None else [],
-                           uploads if uploads is not None else {})
+    answering = _Answering(
+        nodes or {}, timeline if timeline is not None else [], uploads if uploads is not None else {}
+    )
     failure_lines = FailureLines(failures if failures is not None else [])
     logging.getLogger("pyinfra").addHandler(failure_lines)
     with answering.installed(), ctx_state.use(state), ctx_inventory.use(inventory), ctx_config.use(config):
@@ -552,17 +585,29 @@ def staged_uploads(command: str) -> list[tuple[str, str, str]]:
     end = command.find("\nrefuse_link() {", start)
     if start < 0 or end < 0:
         return []
-    given = subprocess.run(["sh", "-c", command[start + 1:end] + '\nprintf "%s\\0" "$@"'], capture_output=True,
-                           check=True).stdout.decode("utf-8", "surrogateescape").split("\0")[:-1]
+    given = (
+        subprocess.run(
+            ["sh", "-c", command[start + 1 : end] + '\nprintf "%s\\0" "$@"'], capture_output=True, check=True
+        )
+        .stdout.decode("utf-8", "surrogateescape")
+        .split("\0")[:-1]
+    )
     return list(zip(given[0::3], given[1::3], given[2::3]))
 
 
 QUICK = {"fake_delay": 0, "fake_delay_jitter": 0}
 
 
-def run_plan(task: Callable[..., Any], *args: Any, facts: Iterable[tuple[FactKey, Any]] = (),
-             commands: Mapping | None = None, unstated: str = FAIL, data: dict | None = None, diff: bool = False,
-             **kwargs: Any) -> Plan:
+def run_plan(
+    task: Callable[..., Any],
+    *args: Any,
+    facts: Iterable[tuple[FactKey, Any]] = (),
+    commands: Mapping | None = None,
+    unstated: str = FAIL,
+    data: dict | None = None,
+    diff: bool = False,
+    **kwargs: Any,
+) -> Plan:
     """
     Prepare and execute ``task(*args, **kwargs)`` (a @deploy) on one @fake host stated by ``facts``,
     ``commands`` (and the candidate check's answer) and ``unstated`` (see ``Node``). An error the run
@@ -574,8 +619,15 @@ def run_plan(task: Callable[..., Any], *args: Any, facts: Iterable[tuple[FactKey
     failures: list[str] = []
     timeline: list[tuple[str, str]] = []
     uploads: dict[int, bytes] = {}
-    state, error = run_pyinfra(inventory, lambda state: add_deploy(state, task, *args, **kwargs), failures=failures,
-                             nodes={"@fake/node": node}, timeline=timeline, uploads=uploads, diff=diff)
+    state, error = run_pyinfra(
+        inventory,
+        lambda state: add_deploy(state, task, *args, **kwargs),
+        failures=failures,
+        nodes={"@fake/node": node},
+        timeline=timeline,
+        uploads=uploads,
+        diff=diff,
+    )
     if error is not None and not (isinstance(error, PyinfraError) and "No hosts remaining" in str(error)):
         raise error
     return Plan(state=state, error=error, failures=failures, timeline=timeline, uploads=uploads)
@@ -584,14 +636,20 @@ def run_plan(task: Callable[..., Any], *args: Any, facts: Iterable[tuple[FactKey
 def run_deploy(node: Node, data: dict | None = None, deploy_file: str = GPU_NODE, execute: bool = True) -> Plan:
     """Run ``deploy_file`` on one ``@fake`` host, ``node``, as ``pyinfra -y`` would (see ``both_modes``);
     kernel and driver stages only unless ``data`` says otherwise. A raised error is kept in the plan."""
-    host_data = {**QUICK, "kernel_modules_load": False, "reboot_allowed": False, "stages": "kernel,driver",
-                 **(data or {})}
+    host_data = {
+        **QUICK,
+        "kernel_modules_load": False,
+        "reboot_allowed": False,
+        "stages": "kernel,driver",
+        **(data or {}),
+    }
     inventory = Inventory((["@fake/node"], {}), override_data=host_data)
     return run_inventory(inventory, {"@fake/node": node}, deploy_file, execute)
 
 
-def run_inventory(inventory: Inventory, nodes: Mapping[str, Node], deploy_file: str = GPU_NODE,
-                  execute: bool = True) -> Plan:
+def run_inventory(
+    inventory: Inventory, nodes: Mapping[str, Node], deploy_file: str = GPU_NODE, execute: bool = True
+) -> Plan:
     """
     Load ``deploy_file`` over ``inventory`` (its hosts stated by ``nodes``) as the CLI does, then run
     its operations unless ``execute`` is false; a raised error is kept in the plan.
@@ -599,8 +657,15 @@ def run_inventory(inventory: Inventory, nodes: Mapping[str, Node], deploy_file: 
     failures: list[str] = []
     timeline: list[tuple[str, str]] = []
     uploads: dict[int, bytes] = {}
-    state, error = run_pyinfra(inventory, lambda state: load_deploy_file(state, deploy_file), execute, failures,
-                             nodes, timeline, uploads=uploads)
+    state, error = run_pyinfra(
+        inventory,
+        lambda state: load_deploy_file(state, deploy_file),
+        execute,
+        failures,
+        nodes,
+        timeline,
+        uploads=uploads,
+    )
     return Plan(state=state, error=error, failures=failures, timeline=timeline, uploads=uploads)
 
 
@@ -608,5 +673,5 @@ def assigned(script: str, name: str) -> str:
     """The value ``script`` gives the variable ``name`` before its body (deploy/foundations/shell_scripts.py's
     quoted assignments, one line each), as sh reads it."""
     (line,) = [line for line in script.splitlines() if line.startswith(f"{name}=")]
-    (value,) = shlex.split(line[len(name) + 1:]) or [""]
+    (value,) = shlex.split(line[len(name) + 1 :]) or [""]
     return value

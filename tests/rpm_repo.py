@@ -54,8 +54,23 @@ def index(repo_dir: Path, key: GpgKey, modules: str | None = None) -> None:
         (repo_dir / "modules.yaml").write_text(modules)
         commands.append("modifyrepo_c --mdtype=modules /repo/modules.yaml /repo/repodata >/dev/null")
         commands.append("rm /repo/modules.yaml >/dev/null")
-    result = run(["docker", "run", "--rm", "--network", "none", "-v", f"{repo_dir.resolve()}:/repo",
-                  family_image(RPM_TOOLS), "sh", "-c", " && ".join(commands)], check=False, timeout=300)
+    result = run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "-v",
+            f"{repo_dir.resolve()}:/repo",
+            family_image(RPM_TOOLS),
+            "sh",
+            "-c",
+            " && ".join(commands),
+        ],
+        check=False,
+        timeout=300,
+    )
     if result.returncode != 0:
         raise AssertionError(f"indexing {repo_dir} failed:\n{result.stdout}\n{result.stderr}")
     sign_metadata(repo_dir, key)
@@ -64,8 +79,20 @@ def index(repo_dir: Path, key: GpgKey, modules: str | None = None) -> None:
 def sign_metadata(repo_dir: Path, key: GpgKey) -> None:
     """repodata/repomd.xml.asc: repomd.xml's detached signature by ``key``."""
     repomd = repo_dir / "repodata" / "repomd.xml"
-    _run("gpg", "--homedir", str(key.home), "--batch", "--yes", "--local-user", key.fingerprint,
-         "--armor", "--detach-sign", "-o", f"{repomd}.asc", str(repomd))
+    _run(
+        "gpg",
+        "--homedir",
+        str(key.home),
+        "--batch",
+        "--yes",
+        "--local-user",
+        key.fingerprint,
+        "--armor",
+        "--detach-sign",
+        "-o",
+        f"{repomd}.asc",
+        str(repomd),
+    )
     key.stop_agent()
 
 
@@ -79,8 +106,11 @@ def impostor_copy(root: Path, path: str, repo_dir: str, key_file: str, key: GpgK
 
 def repo_file_text(name: str, baseurl: str, gpgkey: str, repo_gpgcheck: bool = True) -> str:
     """A .repo section checking the packages' signatures, and the metadata's with ``repo_gpgcheck``."""
-    return (f"[{name}]\nname={name}\nbaseurl={baseurl}\nenabled=1\ngpgcheck=1\n"
-            + ("repo_gpgcheck=1\n" if repo_gpgcheck else "") + f"gpgkey={gpgkey}\n")
+    return (
+        f"[{name}]\nname={name}\nbaseurl={baseurl}\nenabled=1\ngpgcheck=1\n"
+        + ("repo_gpgcheck=1\n" if repo_gpgcheck else "")
+        + f"gpgkey={gpgkey}\n"
+    )
 
 
 class ServedUrls:
@@ -110,11 +140,17 @@ class ServedUrls:
     def key_data(self, repository: str, path: str, key: GpgKey) -> dict[str, str]:
         """The settings that fetch ``repository``'s key (nvidia_toolkit, nvidia_cuda, nvidia_driver) from
         ``path`` under ``root`` over https and pin ``key``'s fingerprint."""
-        return {f"{repository}_gpgkey_url": f"{self.keys_url}/{path}", f"{repository}_gpgkey_fingerprint": key.fingerprint}
+        return {
+            f"{repository}_gpgkey_url": f"{self.keys_url}/{path}",
+            f"{repository}_gpgkey_fingerprint": key.fingerprint,
+        }
 
     def toolkit_key_data(self, tampered: bool = False) -> dict[str, str]:
-        return self.key_data("nvidia_toolkit", f"{TAMPERED}/{TOOLKIT_PATH}/gpgkey" if tampered else f"{TOOLKIT_PATH}/gpgkey",
-                             self.toolkit_key)
+        return self.key_data(
+            "nvidia_toolkit",
+            f"{TAMPERED}/{TOOLKIT_PATH}/gpgkey" if tampered else f"{TOOLKIT_PATH}/gpgkey",
+            self.toolkit_key,
+        )
 
 
 @dataclass
@@ -137,8 +173,9 @@ class RockyRepos(ServedUrls):
         return self.root / CUDA_PATH / CUDA_DIST / standin_rpms.ARCH
 
     def driver_rpms(self) -> list[standin_rpms.StandinRpm]:
-        return [rpm for rpm_list in (standin_rpms.driver_packages(v) for v in self.driver_versions())
-                for rpm in rpm_list]
+        return [
+            rpm for rpm_list in (standin_rpms.driver_packages(v) for v in self.driver_versions()) for rpm in rpm_list
+        ]
 
     def driver_versions(self) -> list[str]:
         names = {path.name for path in self.cuda_dir.glob("nvidia-driver-[0-9]*.rpm")}
@@ -159,17 +196,22 @@ class RockyRepos(ServedUrls):
         """The distribution's own repository on the node, as Rocky ships it: its .repo file (packages
         checked, gpgcheck=1; Rocky's metadata is not signed) and its key under /etc/pki/rpm-gpg."""
         node.write(ROCKY_KEY_ON_NODE, (self.root / ROCKY_KEY_PATH).read_text())
-        node.write(ROCKY_REPO_FILE, repo_file_text("baseos", f"{self.url}/{ROCKY_PATH}", f"file://{ROCKY_KEY_ON_NODE}",
-                                                   repo_gpgcheck=False))
+        node.write(
+            ROCKY_REPO_FILE,
+            repo_file_text("baseos", f"{self.url}/{ROCKY_PATH}", f"file://{ROCKY_KEY_ON_NODE}", repo_gpgcheck=False),
+        )
 
 
 def build(root: Path) -> RockyRepos:
     """Build the three repositories and the tampered copies under ``root`` (not served yet)."""
     keys = root.parent / f"{root.name}-gnupg"
-    repos = RockyRepos(root=root, cuda_key=make_key(keys / "cuda", "standin-cuda"),
-                       toolkit_key=make_key(keys / "toolkit", "standin-toolkit-rpm"),
-                       rocky_key=make_key(keys / "rocky", "standin-rocky"),
-                       other_key=make_key(keys / "other", "standin-other"))
+    repos = RockyRepos(
+        root=root,
+        cuda_key=make_key(keys / "cuda", "standin-cuda"),
+        toolkit_key=make_key(keys / "toolkit", "standin-toolkit-rpm"),
+        rocky_key=make_key(keys / "rocky", "standin-rocky"),
+        other_key=make_key(keys / "other", "standin-other"),
+    )
     for key in (repos.cuda_key, repos.toolkit_key, repos.rocky_key, repos.other_key):
         key.stop_agent()
     repos.cuda_dir.mkdir(parents=True)

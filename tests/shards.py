@@ -62,8 +62,12 @@ SECONDS: dict[str, float] = {
     "test_drain_e2e.py": 12,
     "test_first_contact.py": 10,
     # every test skips without the lab (GPU_NODE_LAB)
-    "test_cluster_e2e.py": 0, "test_device_plugin_config_real.py": 0, "test_dra_lab_e2e.py": 0,
-    "test_gpushare_cluster.py": 0, "test_gpushare_scheduler_config_real.py": 0, "test_verify_crictl.py": 0,
+    "test_cluster_e2e.py": 0,
+    "test_device_plugin_config_real.py": 0,
+    "test_dra_lab_e2e.py": 0,
+    "test_gpushare_cluster.py": 0,
+    "test_gpushare_scheduler_config_real.py": 0,
+    "test_verify_crictl.py": 0,
     "test_verify_crictl_cdi.py": 0,
 }
 NEW_FILE_SECONDS = 60.0
@@ -111,6 +115,7 @@ def assign(files: list[str], count: int) -> list[list[str]]:
 def run_order(paths: list[Path]) -> list[Path]:
     """Test files in the order they run: as collected, but each SAME_SHARD group's e2e files in the
     group's order, where its first collected file stands."""
+
     def group_of(path: Path) -> tuple[str, ...] | None:
         return next((group for group in SAME_SHARD if "e2e" in path.parts and path.name in group), None)
 
@@ -126,7 +131,7 @@ def run_order(paths: list[Path]) -> list[Path]:
 
 
 def dkms_builds(path: Path) -> str | None:
-    """"keeps" for the e2e file whose nodes' DKMS builds are kept for the run, "loads" for a file whose
+    """ "keeps" for the e2e file whose nodes' DKMS builds are kept for the run, "loads" for a file whose
     nodes load them (SAME_SHARD), None for any other."""
     for group in SAME_SHARD:
         if "e2e" in path.parts and path.name in group:

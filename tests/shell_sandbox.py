@@ -22,10 +22,53 @@ from pathlib import Path
 # The machine's own tools the rendered commands use to do their work (file moves, links, text
 # edits, checks); the rest stays absent on purpose.
 TOOLS = (
-    "awk", "base64", "basename", "cat", "chmod", "chown", "cmp", "cp", "cut", "date", "dirname", "echo",
-    "env", "false", "find", "grep", "head", "id", "install", "ln", "ls", "mkdir", "mknod", "mktemp", "mv", "od",
-    "printf", "readlink", "realpath", "rm", "rmdir", "sed", "sha256sum", "sleep", "sort", "stat", "sync",
-    "tail", "tee", "test", "timeout", "touch", "tr", "true", "uniq", "wc", "xargs",
+    "awk",
+    "base64",
+    "basename",
+    "cat",
+    "chmod",
+    "chown",
+    "cmp",
+    "cp",
+    "cut",
+    "date",
+    "dirname",
+    "echo",
+    "env",
+    "false",
+    "find",
+    "grep",
+    "head",
+    "id",
+    "install",
+    "ln",
+    "ls",
+    "mkdir",
+    "mknod",
+    "mktemp",
+    "mv",
+    "od",
+    "printf",
+    "readlink",
+    "realpath",
+    "rm",
+    "rmdir",
+    "sed",
+    "sha256sum",
+    "sleep",
+    "sort",
+    "stat",
+    "sync",
+    "tail",
+    "tee",
+    "test",
+    "timeout",
+    "touch",
+    "tr",
+    "true",
+    "uniq",
+    "wc",
+    "xargs",
 )
 SEARCH_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # A timestamp or a mktemp name in a path: differs from run to run, not from value to value.
@@ -111,14 +154,20 @@ class Sandbox:
             else:
                 (folder / str(index)).write_bytes(upload)
                 (folder / f"{index}.path").write_text(step.split(" ", 1)[1] + "\n")
-        subprocess.run(["chroot", str(self.root), "/bin/sh", "-c", REPLAY_SCRIPT.format(timeout=timeout)],
-                       check=True, cwd="/", env={"PATH": SEARCH_PATH, "HOME": "/root", "LC_ALL": "C"},
-                       timeout=timeout * (len(steps) + 2))
+        subprocess.run(
+            ["chroot", str(self.root), "/bin/sh", "-c", REPLAY_SCRIPT.format(timeout=timeout)],
+            check=True,
+            cwd="/",
+            env={"PATH": SEARCH_PATH, "HOME": "/root", "LC_ALL": "C"},
+            timeout=timeout * (len(steps) + 2),
+        )
         runs = []
         for index, (step, _) in enumerate(steps):
+
             def read(suffix: str, index: int = index) -> str:
                 path = folder / f"{index}{suffix}"
                 return path.read_text(errors="replace") if path.exists() else ""
+
             runs.append(Ran(step, int(read(".status")), read(".stderr"), read(".syntax").strip()))
         self.runs += runs
         return runs
@@ -128,9 +177,14 @@ class Sandbox:
 
     def output(self, command: str, timeout: int = 30) -> str:
         """What ``command`` prints inside the root (a fact's read); it must succeed."""
-        result = subprocess.run([shutil.which("chroot") or "chroot", str(self.root), "/bin/sh", "-c", command],
-                                capture_output=True, text=True, cwd="/", timeout=timeout,
-                                env={"PATH": SEARCH_PATH, "HOME": "/root", "LC_ALL": "C"})
+        result = subprocess.run(
+            [shutil.which("chroot") or "chroot", str(self.root), "/bin/sh", "-c", command],
+            capture_output=True,
+            text=True,
+            cwd="/",
+            timeout=timeout,
+            env={"PATH": SEARCH_PATH, "HOME": "/root", "LC_ALL": "C"},
+        )
         assert result.returncode == 0, result.stderr
         return result.stdout
 

@@ -96,8 +96,20 @@ def ssh_node_image(base: str) -> str:
 def _build_ssh_node_image(base: str, tag: str) -> None:
     debs = CACHE / "ssh-node-debs"
     (debs / "partial").mkdir(parents=True, exist_ok=True)
-    container = run(["docker", "create", "--network", "host", "-v", f"{debs}:/var/cache/apt/archives",
-                     base, "sh", "-c", IMAGE_RECIPE]).stdout.strip()
+    container = run(
+        [
+            "docker",
+            "create",
+            "--network",
+            "host",
+            "-v",
+            f"{debs}:/var/cache/apt/archives",
+            base,
+            "sh",
+            "-c",
+            IMAGE_RECIPE,
+        ]
+    ).stdout.strip()
     try:
         result = run(["docker", "start", "-a", container], check=False)
         if result.returncode != 0:
@@ -162,8 +174,10 @@ class SshNode(Node):
             self.write(f"{home}/.ssh/authorized_keys", Path(str(keys.client) + ".pub").read_text(), mode="600")
             self.write(PORT_CONFIG, "".join(f"Port {port}\n" for port in [self.port, *self.extra_ports]))
             # The log is written as the login user, by the ForceCommand wrapper.
-            self.sh(f"chown -R {shlex.quote(user)}: {home}/.ssh && touch {COMMAND_LOG} "
-                    f"&& chown {shlex.quote(user)} {COMMAND_LOG} && systemctl start ssh.service")
+            self.sh(
+                f"chown -R {shlex.quote(user)}: {home}/.ssh && touch {COMMAND_LOG} "
+                f"&& chown {shlex.quote(user)} {COMMAND_LOG} && systemctl start ssh.service"
+            )
         except BaseException:
             self.remove()
             raise

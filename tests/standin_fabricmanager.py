@@ -141,17 +141,20 @@ def packages(version: str) -> dict[str, tuple[str, str, dict[str, str]]]:
     """name -> (version, Depends, {path: content}) of one Fabric Manager release."""
     nscq = nscq_package(version)
     return {
-        fabric_package(version): (version, "", {
-            "/usr/bin/nv-fabricmanager": _daemon_script(version),
-            "/lib/systemd/system/nvidia-fabricmanager.service": UNIT_TEXT,
-            "/usr/share/nvidia/nvswitch/fabricmanager.cfg": CONFIG_TEXT,
-        }),
+        fabric_package(version): (
+            version,
+            "",
+            {
+                "/usr/bin/nv-fabricmanager": _daemon_script(version),
+                "/lib/systemd/system/nvidia-fabricmanager.service": UNIT_TEXT,
+                "/usr/share/nvidia/nvswitch/fabricmanager.cfg": CONFIG_TEXT,
+            },
+        ),
         nscq: (version, "", {f"/usr/share/doc/{nscq}/STAND-IN": "stand-in NSCQ (gpu-node tests)\n"}),
     }
 
 
 NVLSM = {"nvlsm": (NVLSM_VERSION, "", {"/opt/nvidia/nvlsm/sbin/nvlsm": NVLSM_SCRIPT})}
-
 
 
 def _imex_daemon(version: str) -> str:
@@ -247,11 +250,22 @@ IMEX_UNIT_TEXT = textwrap.dedent(
 
 def imex_packages(version: str, port: int) -> dict[str, tuple[str, str, dict[str, str]]]:
     """name -> (version, Depends, {path: content}) of one IMEX release, its daemon on ``port``."""
-    config = ("# STAND-IN config.cfg (gpu-node tests)\n"
-              f"SERVER_PORT={port}\nIMEX_NODE_CONFIG_FILE=/etc/nvidia-imex/nodes_config.cfg\n")
-    return {imex_package(version): (version, "python3", {
-        "/usr/bin/nvidia-imex": _imex_daemon(version), "/usr/bin/nvidia-imex-ctl": IMEX_CTL,
-        "/lib/systemd/system/nvidia-imex.service": IMEX_UNIT_TEXT, "/etc/nvidia-imex/config.cfg": config})}
+    config = (
+        "# STAND-IN config.cfg (gpu-node tests)\n"
+        f"SERVER_PORT={port}\nIMEX_NODE_CONFIG_FILE=/etc/nvidia-imex/nodes_config.cfg\n"
+    )
+    return {
+        imex_package(version): (
+            version,
+            "python3",
+            {
+                "/usr/bin/nvidia-imex": _imex_daemon(version),
+                "/usr/bin/nvidia-imex-ctl": IMEX_CTL,
+                "/lib/systemd/system/nvidia-imex.service": IMEX_UNIT_TEXT,
+                "/etc/nvidia-imex/config.cfg": config,
+            },
+        )
+    }
 
 
 def free_port() -> int:
@@ -280,9 +294,12 @@ class StandinCudaRepo:
     def data(self) -> dict[str, str]:
         """The --data that points the deploy's Fabric Manager at this repository once it is served, its
         key pinned."""
-        return {"nvidia_cuda_repo_url": self.url, "allow_insecure_repositories": "true",
-                "nvidia_cuda_gpgkey_url": f"{self.keys_url}/{DIST}/{REPO_ARCH}/{KEY_FILE}",
-                "nvidia_cuda_gpgkey_fingerprint": self.fingerprint}
+        return {
+            "nvidia_cuda_repo_url": self.url,
+            "allow_insecure_repositories": "true",
+            "nvidia_cuda_gpgkey_url": f"{self.keys_url}/{DIST}/{REPO_ARCH}/{KEY_FILE}",
+            "nvidia_cuda_gpgkey_fingerprint": self.fingerprint,
+        }
 
 
 def build_repo(root: Path, fabric_versions: tuple[str, ...] = FABRIC_VERSIONS, arch: str = "amd64") -> StandinCudaRepo:
@@ -294,8 +311,15 @@ def build_repo(root: Path, fabric_versions: tuple[str, ...] = FABRIC_VERSIONS, a
     releases += [imex_packages(version, repo.imex_port) for version in IMEX_VERSIONS]
     for release in releases:
         for name, (version, depends, files) in release.items():
-            build_deb(repo.repo_dir, name, version, depends, files, arch,
-                      f"STAND-IN for NVIDIA's {name} (gpu-node tests; not NVIDIA's software)")
+            build_deb(
+                repo.repo_dir,
+                name,
+                version,
+                depends,
+                files,
+                arch,
+                f"STAND-IN for NVIDIA's {name} (gpu-node tests; not NVIDIA's software)",
+            )
             repo.served.setdefault(name, []).append(version)
     key = make_key(root.parent / f"{root.name}-gnupg", "gpu-node-tests-cuda-signing")
     sign_flat_repository(repo.repo_dir, key, origin="gpu-node tests", label="NVIDIA CUDA repository STAND-IN")

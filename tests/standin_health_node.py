@@ -53,8 +53,14 @@ class StandInNode:
     def log_kernel(self, *messages: str, boot_id: str = BOOT_ID) -> None:
         """Kernel entries after the ones already logged, as journald keeps them (cursors our own)."""
         for message in messages:
-            self.entries.append({"__CURSOR": f"s=stand-in;i={len(self.entries) + 1}", "MESSAGE": message,
-                                 "_BOOT_ID": boot_id, "__MONOTONIC_TIMESTAMP": str(1_000_000 * (len(self.entries) + 1))})
+            self.entries.append(
+                {
+                    "__CURSOR": f"s=stand-in;i={len(self.entries) + 1}",
+                    "MESSAGE": message,
+                    "_BOOT_ID": boot_id,
+                    "__MONOTONIC_TIMESTAMP": str(1_000_000 * (len(self.entries) + 1)),
+                }
+            )
         self.write_journal()
 
     def write_journal(self, text: str | None = None) -> None:
@@ -66,7 +72,8 @@ class StandInNode:
 
     def new_boot(self, boot_id: str) -> None:
         (self.root / "proc" / "sys" / "kernel" / "random" / "boot_id").write_text(
-            f"{boot_id[:8]}-{boot_id[8:12]}-{boot_id[12:16]}-{boot_id[16:20]}-{boot_id[20:]}\n")
+            f"{boot_id[:8]}-{boot_id[8:12]}-{boot_id[12:16]}-{boot_id[16:20]}-{boot_id[20:]}\n"
+        )
 
     def kernel(self, release: str, module: str | None, image: bool = True) -> None:
         """A kernel's module tree (its modules.dep listing an nvidia.ko of ``module``'s version, or
@@ -76,7 +83,8 @@ class StandInNode:
         dep = "kernel/fs/overlayfs/overlay.ko:\n"
         if module:
             (tree / "updates" / "dkms" / "nvidia.ko").write_bytes(
-                standin_kmod.nvidia_module(standin_kmod.PROPRIETARY_LICENSE, module))
+                standin_kmod.nvidia_module(standin_kmod.PROPRIETARY_LICENSE, module)
+            )
             dep += "updates/dkms/nvidia.ko:\n"
         (tree / "modules.dep").write_text(dep)
         if image:
@@ -112,26 +120,37 @@ class StandInNode:
 
     def units(self, states: dict[str, tuple[str, str, str]]) -> None:
         """The stand-in systemctl's ``show`` answers: unit -> (LoadState, ActiveState, UnitFileState)."""
-        cases = "".join(f"{shlex.quote(unit)}) printf 'Id=%s\\nLoadState=%s\\nActiveState=%s\\nUnitFileState=%s\\n\\n' "
-                        f"{shlex.quote(unit)} {' '.join(map(shlex.quote, state))} ;;\n"
-                        for unit, state in states.items())
-        _program(self.root / "bin", "systemctl",
-                 "shift 3\nfor unit; do\ncase \"$unit\" in\n" + cases
-                 + "*) printf 'Id=%s\\nLoadState=not-found\\nActiveState=inactive\\nUnitFileState=\\n\\n' \"$unit\" ;;\n"
-                   "esac\ndone\n")
+        cases = "".join(
+            f"{shlex.quote(unit)}) printf 'Id=%s\\nLoadState=%s\\nActiveState=%s\\nUnitFileState=%s\\n\\n' "
+            f"{shlex.quote(unit)} {' '.join(map(shlex.quote, state))} ;;\n"
+            for unit, state in states.items()
+        )
+        _program(
+            self.root / "bin",
+            "systemctl",
+            'shift 3\nfor unit; do\ncase "$unit" in\n'
+            + cases
+            + "*) printf 'Id=%s\\nLoadState=not-found\\nActiveState=inactive\\nUnitFileState=\\n\\n' \"$unit\" ;;\n"
+            "esac\ndone\n",
+        )
 
 
 def _program(folder: Path, name: str, body: str) -> None:
     path = folder / name
-    path.write_text(f"#!/bin/sh\n# STAND-IN {name} (tests/standin_health_node.py)\n"
-                    f"echo \"$*\" >> {shlex.quote(str(folder / f'{name}.log'))}\n{body}")
+    path.write_text(
+        f"#!/bin/sh\n# STAND-IN {name} (tests/standin_health_node.py)\n"
+        f'echo "$*" >> {shlex.quote(str(folder / f"{name}.log"))}\n{body}'
+    )
     path.chmod(0o755)
 
 
 def _journalctl(folder: Path, journal: Path) -> None:
     """Prints the entries after --after-cursor's (all without one); a cursor it does not hold: exit 1,
     as journalctl's "Failed to seek to cursor"."""
-    _program(folder, "journalctl", f"""journal={shlex.quote(str(journal))}
+    _program(
+        folder,
+        "journalctl",
+        f"""journal={shlex.quote(str(journal))}
 cursor=""
 for arg; do case "$arg" in --after-cursor=*) cursor=${{arg#--after-cursor=}} ;; esac; done
 [ -f "$journal" ] || exit 0
@@ -139,25 +158,45 @@ if [ -z "$cursor" ]; then cat "$journal"; exit 0; fi
 line=$(grep -nF "\\"__CURSOR\\": \\"$cursor\\"" "$journal" | head -n 1 | cut -d: -f1)
 if [ -z "$line" ]; then echo "Failed to seek to cursor: Invalid argument" >&2; exit 1; fi
 tail -n "+$((line + 1))" "$journal"
-""")
+""",
+    )
 
 
-def stand_in_node(root: Path, topology: str = "pcie-only", driver: str | None = DRIVER,
-                  smi_gpus: tuple[str, ...] | None = None, **settings) -> StandInNode:
+def stand_in_node(
+    root: Path,
+    topology: str = "pcie-only",
+    driver: str | None = DRIVER,
+    smi_gpus: tuple[str, ...] | None = None,
+    **settings,
+) -> StandInNode:
     """A node whose GPUs are healthy: the driver ``driver`` loaded with every GPU of ``topology``
     initialised, its library and the running kernel's module of that version, nvidia-smi answering
     for ``smi_gpus`` (all), persistenced active."""
     for folder in ("bin", "boot", "lib", "proc/sys/kernel/random", "state"):
         (root / folder).mkdir(parents=True, exist_ok=True)
-    gpus = tuple(device["slot"] for device in pci_tree.load(topology)["devices"]
-                 if device["vendor"] == "0x10de" and device["class"].startswith("0x03"))
+    gpus = tuple(
+        device["slot"]
+        for device in pci_tree.load(topology)["devices"]
+        if device["vendor"] == "0x10de" and device["class"].startswith("0x03")
+    )
     pci_tree.write(pci_tree.load(topology), root / "sys" / "bus" / "pci" / "devices")
-    node = StandInNode(root, HealthHost(
-        sys_root=str(root / "sys"), proc_root=str(root / "proc"), modules_root=str(root / "lib-modules"),
-        module_trees=(str(root / "lib-modules"),), boot_root=str(root / "boot"), etc_root=str(root / "etc"),
-        kernel=KERNEL, library_folders=(str(root / "lib"),), path=str(root / "bin")),
-        HealthSettings(report_path=str(root / "state" / "health.json"), state_path=str(root / "state" / "health.state"),
-                       **settings))
+    node = StandInNode(
+        root,
+        HealthHost(
+            sys_root=str(root / "sys"),
+            proc_root=str(root / "proc"),
+            modules_root=str(root / "lib-modules"),
+            module_trees=(str(root / "lib-modules"),),
+            boot_root=str(root / "boot"),
+            etc_root=str(root / "etc"),
+            kernel=KERNEL,
+            library_folders=(str(root / "lib"),),
+            path=str(root / "bin"),
+        ),
+        HealthSettings(
+            report_path=str(root / "state" / "health.json"), state_path=str(root / "state" / "health.state"), **settings
+        ),
+    )
     node.new_boot(BOOT_ID)
     node.kernel(KERNEL, driver)
     node.library(driver)

@@ -21,8 +21,29 @@ def module_bytes(fields: dict[str, str]) -> bytes:
     shstrtab_offset = modinfo_offset + len(modinfo)
     sections_offset = (shstrtab_offset + len(shstrtab) + 7) & ~7
     # e_ident: ELF, 64-bit, little-endian, version 1, System V ABI; a relocatable (1) for x86-64 (62)
-    header = struct.pack("<4sBBBBB7sHHIQQQIHHHHHH", b"\x7fELF", 2, 1, 1, 0, 0, b"\0" * 7, 1, 62, 1, 0, 0,
-                         sections_offset, 0, header_size, 0, 0, section_header_size, 3, 2)
+    header = struct.pack(
+        "<4sBBBBB7sHHIQQQIHHHHHH",
+        b"\x7fELF",
+        2,
+        1,
+        1,
+        0,
+        0,
+        b"\0" * 7,
+        1,
+        62,
+        1,
+        0,
+        0,
+        sections_offset,
+        0,
+        header_size,
+        0,
+        0,
+        section_header_size,
+        3,
+        2,
+    )
 
     def section(name: int, kind: int, flags: int, offset: int, size: int) -> bytes:
         return struct.pack("<IIQQQQIIQQ", name, kind, flags, 0, offset, size, 0, 0, 1, 0)

@@ -30,15 +30,25 @@ class StandInGpu:
     remap_failure: str = "No"
 
     def query_line(self) -> str:
-        return ", ".join((f"0000{self.pci}", self.name, self.driver, self.ecc_uncorrected, self.retired_single,
-                          self.retired_double, self.retired_pending))
+        return ", ".join(
+            (
+                f"0000{self.pci}",
+                self.name,
+                self.driver,
+                self.ecc_uncorrected,
+                self.retired_single,
+                self.retired_double,
+                self.retired_pending,
+            )
+        )
 
     def remap_line(self) -> str:
         return ", ".join((f"0000{self.pci}", self.remap_pending, self.remap_failure))
 
 
-def script(folder: Path, gpus: list[StandInGpu] = (), failure: tuple[int, str] | None = None,
-           query_text: str | None = None) -> str:
+def script(
+    folder: Path, gpus: list[StandInGpu] = (), failure: tuple[int, str] | None = None, query_text: str | None = None
+) -> str:
     """The script's text: ``gpus`` answered, or ``failure`` (exit status, what it prints) for both
     queries; ``query_text``: the query's answer as given (hostile output)."""
     log = shlex.quote(str(folder / "nvidia-smi.log"))
@@ -50,9 +60,11 @@ def script(folder: Path, gpus: list[StandInGpu] = (), failure: tuple[int, str] |
         text = query_text if query_text is not None else "".join(gpu.query_line() + "\n" for gpu in gpus)
         answer = f"printf '%s' {shlex.quote(text)}"
         remaps = f"printf '%s' {shlex.quote(''.join(gpu.remap_line() + chr(10) for gpu in gpus))}"
-    return (f"#!/bin/sh\n# STAND-IN nvidia-smi (tests/standin_nvidia_smi.py)\necho \"$*\" >> {log}\n"
-            f"case \"$*\" in\n*--query-gpu=*)\n{answer}\n;;\n*--query-remapped-rows=*)\n{remaps}\n;;\n"
-            "*) echo 'stand-in nvidia-smi: not a query it answers' >&2; exit 2 ;;\nesac\n")
+    return (
+        f'#!/bin/sh\n# STAND-IN nvidia-smi (tests/standin_nvidia_smi.py)\necho "$*" >> {log}\n'
+        f'case "$*" in\n*--query-gpu=*)\n{answer}\n;;\n*--query-remapped-rows=*)\n{remaps}\n;;\n'
+        "*) echo 'stand-in nvidia-smi: not a query it answers' >&2; exit 2 ;;\nesac\n"
+    )
 
 
 def install(folder: Path, **answers) -> Path:

@@ -121,9 +121,13 @@ def driver_packages(version: str) -> list[StandinRpm]:
         rpm("nvidia-driver-cuda", [f"nvidia-driver {same}"]),
         rpm("kmod-nvidia-latest-dkms", [f"nvidia-driver {same}"]),
         rpm("kmod-nvidia-open-dkms", [f"nvidia-driver {same}"]),
-        rpm("nvidia-persistenced", files={
-            "/usr/bin/nvidia-persistenced": "#!/bin/sh\n# STAND-IN nvidia-persistenced\nexit 0\n",
-            "/usr/lib/systemd/system/nvidia-persistenced.service": PERSISTENCED_UNIT}),
+        rpm(
+            "nvidia-persistenced",
+            files={
+                "/usr/bin/nvidia-persistenced": "#!/bin/sh\n# STAND-IN nvidia-persistenced\nexit 0\n",
+                "/usr/lib/systemd/system/nvidia-persistenced.service": PERSISTENCED_UNIT,
+            },
+        ),
         # the meta packages of the releases without the module (no epoch, release 1)
         rpm("cuda-drivers", [f"nvidia-driver-cuda {same}", f"kmod-nvidia-latest-dkms {same}"], epoch=None, release="1"),
         rpm(f"cuda-drivers-{DRIVER_BRANCH}", [f"cuda-drivers = {version}-1"], epoch=None, release="1"),
@@ -150,31 +154,35 @@ def modules_yaml(rpms: list[StandinRpm], module_version: int) -> str:
     for stream, names in MODULE_STREAMS.items():
         artifacts = sorted(rpm.nevra for rpm in rpms if rpm.name in names)
         profile = [name for name in names if name != "nvidia-persistenced"]
-        documents.append("\n".join([
-            "---",
-            "document: modulemd",
-            "version: 2",
-            "data:",
-            f"  name: {MODULE}",
-            f"  stream: {stream}",
-            f"  version: {module_version}",
-            "  context: 5e7d0b0c",
-            f"  arch: {ARCH}",
-            f"  summary: STAND-IN nvidia-driver module, stream {stream}",
-            "  description: STAND-IN module metadata built by gpu-node's test suite.",
-            "  license:",
-            "    module: [MIT]",
-            "  dependencies:",
-            "  - requires:",
-            "      platform: [el9]",
-            "  profiles:",
-            "    default:",
-            "      rpms: [" + ", ".join(profile) + "]",
-            "  artifacts:",
-            "    rpms:",
-            *[f"    - {nevra}" for nevra in artifacts],
-            "...",
-        ]))
+        documents.append(
+            "\n".join(
+                [
+                    "---",
+                    "document: modulemd",
+                    "version: 2",
+                    "data:",
+                    f"  name: {MODULE}",
+                    f"  stream: {stream}",
+                    f"  version: {module_version}",
+                    "  context: 5e7d0b0c",
+                    f"  arch: {ARCH}",
+                    f"  summary: STAND-IN nvidia-driver module, stream {stream}",
+                    "  description: STAND-IN module metadata built by gpu-node's test suite.",
+                    "  license:",
+                    "    module: [MIT]",
+                    "  dependencies:",
+                    "  - requires:",
+                    "      platform: [el9]",
+                    "  profiles:",
+                    "    default:",
+                    "      rpms: [" + ", ".join(profile) + "]",
+                    "  artifacts:",
+                    "    rpms:",
+                    *[f"    - {nevra}" for nevra in artifacts],
+                    "...",
+                ]
+            )
+        )
     return "\n".join(documents) + "\n"
 
 
@@ -185,8 +193,9 @@ def toolkit_packages(version: str) -> list[StandinRpm]:
     rpms = []
     for name, (depends, files) in standin_toolkit._packages(version).items():
         # Debian's "name (= version)" is rpm's "name = version"
-        requires = tuple(re.sub(r"(\S+) \(= ([^)]+)\)", r"\1 = \2", dep.strip())
-                         for dep in depends.split(",") if dep.strip())
+        requires = tuple(
+            re.sub(r"(\S+) \(= ([^)]+)\)", r"\1 = \2", dep.strip()) for dep in depends.split(",") if dep.strip()
+        )
         rpms.append(StandinRpm(name, upstream, release, requires=requires, files=files))
     assert {rpm.name for rpm in rpms} == set(TOOLKIT_PACKAGES)
     return rpms
@@ -194,6 +203,7 @@ def toolkit_packages(version: str) -> list[StandinRpm]:
 
 def distribution_packages() -> list[StandinRpm]:
     """Rocky Linux 9's own packages the driver and toolkit stages install (BaseOS / AppStream / extras)."""
+
     def doc(name):
         return {f"/usr/share/doc/{name}/STAND-IN": "stand-in\n"}
 
@@ -201,8 +211,13 @@ def distribution_packages() -> list[StandinRpm]:
         StandinRpm("epel-release", "9", "7.el9", arch="noarch", files=doc("epel-release")),
         StandinRpm("kernel-devel", "5.14.0", "362.8.1.el9_3", files=doc("kernel-devel")),
         # the node's dnf already has the plugin (Debian's dnf-plugins-core): this is its rpm record
-        StandinRpm("python3-dnf-plugin-versionlock", "4.3.0", "11.el9", arch="noarch",
-                   files=doc("python3-dnf-plugin-versionlock")),
+        StandinRpm(
+            "python3-dnf-plugin-versionlock",
+            "4.3.0",
+            "11.el9",
+            arch="noarch",
+            files=doc("python3-dnf-plugin-versionlock"),
+        ),
     ]
 
 
@@ -221,22 +236,41 @@ def build(rpms: list[StandinRpm], out_dir: Path, key: GpgKey | None) -> list[Pat
                 target.write_text(text)
                 target.chmod(0o755 if "/bin/" in path else 0o644)
             (work / f"{index}.spec").write_text(rpm.spec(f"/work/payload-{index}"))
-            commands.append(f"rpmbuild --quiet -bb --define '_topdir /work/top' --define '_rpmdir /out' "
-                            f"--define '_build_name_fmt %%{{NAME}}-%%{{VERSION}}-%%{{RELEASE}}.%%{{ARCH}}.rpm' "
-                            f"--define 'debug_package %{{nil}}' /work/{index}.spec")
+            commands.append(
+                f"rpmbuild --quiet -bb --define '_topdir /work/top' --define '_rpmdir /out' "
+                f"--define '_build_name_fmt %%{{NAME}}-%%{{VERSION}}-%%{{RELEASE}}.%%{{ARCH}}.rpm' "
+                f"--define 'debug_package %{{nil}}' /work/{index}.spec"
+            )
         files = " ".join(shlex.quote(f"/out/{rpm.filename}") for rpm in rpms)
         if key:
             # Debian's rpm names gpg2 as its gpg
-            commands.append(f"rpmsign --addsign --define '__gpg /usr/bin/gpg' --define '_gpg_path /gnupg' "
-                            f"--define '_gpg_name {key.fingerprint}' {files} >/dev/null")
+            commands.append(
+                f"rpmsign --addsign --define '__gpg /usr/bin/gpg' --define '_gpg_path /gnupg' "
+                f"--define '_gpg_name {key.fingerprint}' {files} >/dev/null"
+            )
         volumes = ["-v", f"{work}:/work", "-v", f"{out_dir.resolve()}:/out"]
         if key:
             volumes += ["-v", f"{key.home.resolve()}:/gnupg"]
-        result = run(["docker", "run", "--rm", "--network", "none", *volumes, family_image(RPM_TOOLS),
-                      "sh", "-c", "set -e\n" + "\n".join(commands)], check=False, timeout=600)
+        result = run(
+            [
+                "docker",
+                "run",
+                "--rm",
+                "--network",
+                "none",
+                *volumes,
+                family_image(RPM_TOOLS),
+                "sh",
+                "-c",
+                "set -e\n" + "\n".join(commands),
+            ],
+            check=False,
+            timeout=600,
+        )
         if result.returncode != 0:
             raise AssertionError(
-                f"building the stand-in rpms failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+                f"building the stand-in rpms failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+            )
     if key:
         key.stop_agent()
     return [out_dir / rpm.filename for rpm in rpms]

@@ -44,7 +44,7 @@ def _runtime_script(version: str) -> str:
         #!/bin/sh
         # STAND-IN nvidia-container-runtime (gpu-node tests): log the call, then run runc.
         if [ "$1" = "--version" ]; then
-          echo "NVIDIA Container Runtime version {version.split('-')[0]} (stand-in for tests)"
+          echo "NVIDIA Container Runtime version {version.split("-")[0]} (stand-in for tests)"
           exec runc --version
         fi
         echo "$(date +%s) $*" >> {STANDIN_LOG}
@@ -61,7 +61,7 @@ def _ctk_script(version: str) -> str:
         #!/bin/sh
         # STAND-IN nvidia-ctk (gpu-node tests)
         if [ "$1 $2" != "cdi generate" ]; then
-          echo "NVIDIA Container Toolkit CLI version {version.split('-')[0]} (stand-in for tests)"
+          echo "NVIDIA Container Toolkit CLI version {version.split("-")[0]} (stand-in for tests)"
           exit 0
         fi
         shift 2
@@ -161,8 +161,8 @@ def _cli_script(version: str) -> str:
         f"""\
         #!/bin/sh
         # STAND-IN nvidia-container-cli (gpu-node tests)
-        echo "cli-version: {version.split('-')[0]}"
-        echo "lib-version: {version.split('-')[0]} (stand-in for tests)"
+        echo "cli-version: {version.split("-")[0]}"
+        echo "lib-version: {version.split("-")[0]} (stand-in for tests)"
         """
     )
 
@@ -180,9 +180,14 @@ def _packages(version: str) -> dict[str, tuple[str, dict[str, str]]]:
             {
                 "/usr/bin/nvidia-container-runtime": _runtime_script(version),
                 "/usr/bin/nvidia-ctk": _ctk_script(version),
-                **({"/usr/lib/systemd/system/nvidia-cdi-refresh.path": REFRESH_PATH_UNIT,
-                    "/usr/lib/systemd/system/nvidia-cdi-refresh.service": REFRESH_SERVICE_UNIT}
-                   if tuple(map(int, version.split("-")[0].split(".")[:2])) >= CDI_REFRESH_SINCE else {}),
+                **(
+                    {
+                        "/usr/lib/systemd/system/nvidia-cdi-refresh.path": REFRESH_PATH_UNIT,
+                        "/usr/lib/systemd/system/nvidia-cdi-refresh.service": REFRESH_SERVICE_UNIT,
+                    }
+                    if tuple(map(int, version.split("-")[0].split(".")[:2])) >= CDI_REFRESH_SINCE
+                    else {}
+                ),
             },
         ),
         "nvidia-container-toolkit": (
@@ -274,8 +279,11 @@ def unfetched_keys() -> dict[str, str]:
     repository mirror on http: the CUDA and SUSE driver keys' URLs (never http) on a port where nothing
     listens, and a pin for the SUSE driver repository's key (NVIDIA publishes no fingerprint for it)."""
     base = refused_url("https")
-    return {"nvidia_cuda_gpgkey_url": f"{base}/cuda.asc", "nvidia_driver_gpgkey_url": f"{base}/driver.asc",
-            "nvidia_driver_gpgkey_fingerprint": "A4442DBE68F1FC72DB2D6DED445CA3AC12D6B699"}
+    return {
+        "nvidia_cuda_gpgkey_url": f"{base}/cuda.asc",
+        "nvidia_driver_gpgkey_url": f"{base}/driver.asc",
+        "nvidia_driver_gpgkey_fingerprint": "A4442DBE68F1FC72DB2D6DED445CA3AC12D6B699",
+    }
 
 
 @contextlib.contextmanager
@@ -305,8 +313,15 @@ def silent_server(scheme: str = "http"):
 
 
 def deploy_data(
-    base_url: str, *, keys_url: str, fingerprint: str, wrong_key: bool = False, version: str | None = None,
-    key: str | None = None, repo_url: str | None = None, key_url: str | None = None,
+    base_url: str,
+    *,
+    keys_url: str,
+    fingerprint: str,
+    wrong_key: bool = False,
+    version: str | None = None,
+    key: str | None = None,
+    repo_url: str | None = None,
+    key_url: str | None = None,
 ) -> dict[str, str]:
     """
     The settings that point the toolkit stage at a served stand-in repository, its keys served at
@@ -315,8 +330,15 @@ def deploy_data(
     ``key_url`` replace either URL whole (a tampered copy, a dead server).
     """
     key = key or ("wrong-gpgkey" if wrong_key else "gpgkey")
-    return _deploy_data(base_url, keys_url=keys_url, fingerprint=fingerprint, version=version, key=key,
-                        repo_url=repo_url, key_url=key_url)
+    return _deploy_data(
+        base_url,
+        keys_url=keys_url,
+        fingerprint=fingerprint,
+        version=version,
+        key=key,
+        repo_url=repo_url,
+        key_url=key_url,
+    )
 
 
 @contextlib.contextmanager

@@ -61,6 +61,7 @@ class KmpRpm(StandinRpm):
 
 def driver_packages(version: str, variants: tuple[str, ...] = ("default",)) -> list[StandinRpm]:
     """One G06 driver version's STAND-IN packages (both KMPs for each kernel variant)."""
+
     def doc(name):
         return {f"/usr/share/doc/packages/{name}/STAND-IN": f"stand-in {version}\n"}
 
@@ -68,14 +69,29 @@ def driver_packages(version: str, variants: tuple[str, ...] = ("default",)) -> l
     kmp_version = f"{version}_{KMP_KERNEL}"
     return [
         StandinRpm("nvidia-compute-G06", version, RELEASE, files=doc("nvidia-compute-G06")),
-        StandinRpm("nvidia-compute-utils-G06", version, RELEASE, requires=(f"nvidia-compute-G06 {same}",), files={
-            "/usr/bin/nvidia-smi": standin_rpms._smi_script(version),
-            "/usr/bin/nvidia-persistenced": "#!/bin/sh\n# STAND-IN nvidia-persistenced\nexit 0\n",
-            "/usr/lib/systemd/system/nvidia-persistenced.service": PERSISTENCED_UNIT}),
+        StandinRpm(
+            "nvidia-compute-utils-G06",
+            version,
+            RELEASE,
+            requires=(f"nvidia-compute-G06 {same}",),
+            files={
+                "/usr/bin/nvidia-smi": standin_rpms._smi_script(version),
+                "/usr/bin/nvidia-persistenced": "#!/bin/sh\n# STAND-IN nvidia-persistenced\nexit 0\n",
+                "/usr/lib/systemd/system/nvidia-persistenced.service": PERSISTENCED_UNIT,
+            },
+        ),
         # SUSE's KMPs require no userspace package (openSUSE's G06 KMPs list none): only a pin ties them
-        *[KmpRpm(kmp.format(variant=variant), kmp_version, RELEASE, files=doc(kmp.format(variant=variant)),
-                 provides=("multiversion(kernel)", f"{kmp.format(variant='').rstrip('-')} = {kmp_version}"))
-          for variant in variants for kmp in (KMP, OPEN_KMP_OF)],
+        *[
+            KmpRpm(
+                kmp.format(variant=variant),
+                kmp_version,
+                RELEASE,
+                files=doc(kmp.format(variant=variant)),
+                provides=("multiversion(kernel)", f"{kmp.format(variant='').rstrip('-')} = {kmp_version}"),
+            )
+            for variant in variants
+            for kmp in (KMP, OPEN_KMP_OF)
+        ],
     ]
 
 
@@ -110,7 +126,9 @@ class SuseRepos(ServedUrls):
 
     def publish_driver(self, version: str) -> None:
         """Add one driver version to the driver repository (a newer release NVIDIA publishes)."""
-        standin_rpms.build(driver_packages(version, self.variants), self.driver_dir / standin_rpms.ARCH, self.driver_key)
+        standin_rpms.build(
+            driver_packages(version, self.variants), self.driver_dir / standin_rpms.ARCH, self.driver_key
+        )
         sign_and_key(self.driver_dir, self.driver_key)
 
     def publish_toolkit(self, version: str) -> None:
@@ -122,10 +140,13 @@ def build(root: Path, variants: tuple[str, ...] = ("default",)) -> SuseRepos:
     """Build both repositories and their tampered copies under ``root`` (not served yet), the KMPs
     for each kernel variant in ``variants``."""
     keys = root.parent / f"{root.name}-gnupg"
-    repos = SuseRepos(root=root, driver_key=make_key(keys / "driver", "standin-nvidia-suse"),
-                      toolkit_key=make_key(keys / "toolkit", "standin-toolkit-rpm"),
-                      other_key=make_key(keys / "other", "standin-other"),
-                      variants=tuple(dict.fromkeys(variants)))
+    repos = SuseRepos(
+        root=root,
+        driver_key=make_key(keys / "driver", "standin-nvidia-suse"),
+        toolkit_key=make_key(keys / "toolkit", "standin-toolkit-rpm"),
+        other_key=make_key(keys / "other", "standin-other"),
+        variants=tuple(dict.fromkeys(variants)),
+    )
     for key in (repos.driver_key, repos.toolkit_key, repos.other_key):
         key.stop_agent()
     driver = [rpm for version in DRIVER_VERSIONS for rpm in driver_packages(version, repos.variants)]

@@ -32,8 +32,9 @@ class Authority:
 
 
 def _pem(key) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 @functools.cache
@@ -43,22 +44,48 @@ def authority() -> Authority:
     valid = {"not_valid_before": now - datetime.timedelta(days=1), "not_valid_after": now + datetime.timedelta(days=7)}
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpu-node tests throwaway CA")])
-    ca = (x509.CertificateBuilder(subject_name=ca_name, issuer_name=ca_name, public_key=ca_key.public_key(),
-                                  serial_number=x509.random_serial_number(), **valid)
-          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False,
-                                       data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                                       crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
-          .sign(ca_key, hashes.SHA256()))
+    ca = (
+        x509.CertificateBuilder(
+            subject_name=ca_name,
+            issuer_name=ca_name,
+            public_key=ca_key.public_key(),
+            serial_number=x509.random_serial_number(),
+            **valid,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=False,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
     server_key = ec.generate_private_key(ec.SECP256R1())
-    server = (x509.CertificateBuilder(subject_name=x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]),
-                                      issuer_name=ca_name, public_key=server_key.public_key(),
-                                      serial_number=x509.random_serial_number(), **valid)
-              .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                                                          x509.DNSName("localhost")]), critical=False)
-              .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-              .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-              .sign(ca_key, hashes.SHA256()))
+    server = (
+        x509.CertificateBuilder(
+            subject_name=x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]),
+            issuer_name=ca_name,
+            public_key=server_key.public_key(),
+            serial_number=x509.random_serial_number(),
+            **valid,
+        )
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
     certificate, key = folder / "server.pem", folder / "server-key.pem"
     certificate.write_bytes(server.public_bytes(serialization.Encoding.PEM))
     key.write_bytes(_pem(server_key))

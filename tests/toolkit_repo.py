@@ -58,8 +58,10 @@ def lab_debs(arch: str = "amd64") -> list[Path]:
 def which_toolkit() -> tuple[str, str]:
     """(kind, why): the real toolkit when the lab holds it, else the stand-in; ``why`` is one line."""
     if not os.environ.get(LAB_ENV):
-        return STANDIN, (f"STAND-IN NVIDIA Container Toolkit {VERSION}: no package registry ships the toolkit and "
-                         f"{LAB_ENV} is unset (set it to a folder of NVIDIA's debs for the real one, docs/lab.md)")
+        return STANDIN, (
+            f"STAND-IN NVIDIA Container Toolkit {VERSION}: no package registry ships the toolkit and "
+            f"{LAB_ENV} is unset (set it to a folder of NVIDIA's debs for the real one, docs/lab.md)"
+        )
     try:
         lab_debs()
     except LabMissing as missing:
@@ -86,9 +88,11 @@ class ToolkitRepo:
         NVIDIA's ``nvidia-ctk config --set``; it reads its config on every call); the stand-in
         always logs."""
         if self.kind == REAL:
-            node.sh(f"nvidia-ctk config --config-file={RUNTIME_CONFIG} --in-place "
-                    f"--set nvidia-container-runtime.debug={RUNTIME_DEBUG_LOG} "
-                    "--set nvidia-container-runtime.log-level=debug")
+            node.sh(
+                f"nvidia-ctk config --config-file={RUNTIME_CONFIG} --in-place "
+                f"--set nvidia-container-runtime.debug={RUNTIME_DEBUG_LOG} "
+                "--set nvidia-container-runtime.log-level=debug"
+            )
 
     def runtime_log(self, node) -> str:
         """The runtime's log as text, for an assertion's message."""
@@ -152,7 +156,7 @@ def real_runtime_created(node, container_id: str) -> bool:
     messages = [record.get("msg", "") for record in real_runtime_records(node)]
     for index, message in enumerate(messages):
         if message.startswith(BUNDLE) and message.rstrip("/").endswith(f"/{container_id}"):
-            following = [m for m in messages[index + 1:] if m.startswith((BUNDLE, CREATE))]
+            following = [m for m in messages[index + 1 :] if m.startswith((BUNDLE, CREATE))]
             if following and following[0].startswith(CREATE):
                 return True
     return False

@@ -41,8 +41,11 @@ def source_files() -> list[Path]:
     files = []
     for name in SOURCES:
         path = REPO / name
-        files += [path] if path.is_file() else [file for file in path.rglob("*")
-                                                if file.is_file() and "__pycache__" not in file.parts]
+        files += (
+            [path]
+            if path.is_file()
+            else [file for file in path.rglob("*") if file.is_file() and "__pycache__" not in file.parts]
+        )
     return files
 
 
@@ -66,8 +69,12 @@ def _built(name: str, build) -> Path:
 
 def gpu_node_wheel() -> Path:
     """The wheel built from this checkout (its folder holds it alone)."""
-    folder = _built(f"gpu-node-{digest(source_files())}", lambda into: run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(into), str(REPO)], timeout=600))
+    folder = _built(
+        f"gpu-node-{digest(source_files())}",
+        lambda into: run(
+            [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(into), str(REPO)], timeout=600
+        ),
+    )
     (wheel,) = folder.glob("gpu_node-*.whl")
     return wheel
 

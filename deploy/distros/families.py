@@ -30,8 +30,10 @@ NODE_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+~-]*")
 def node_word(value: str, what: str) -> str:
     """``value``, read from the node as ``what``, or UnsupportedPlatform in one line."""
     if value and not NODE_WORD.fullmatch(value):
-        raise UnsupportedPlatform(f"{what} is {value!r}: gpu-node names packages and repositories after it, "
-                                  "and takes only letters, digits and . _ + ~ - there")
+        raise UnsupportedPlatform(
+            f"{what} is {value!r}: gpu-node names packages and repositories after it, "
+            "and takes only letters, digits and . _ + ~ - there"
+        )
     return value
 
 
@@ -173,8 +175,10 @@ DOCKER_CE_RHEL_REPO = {
 }
 # Docker's key for its RPM repositories, as Docker's install guide gives it
 # (https://docs.docker.com/engine/install/centos/); no setting names Docker's repository, so none pins it.
-DOCKER_CE_RHEL_KEY = KeyPin(fingerprints=("060A61C51B558A7F742B77AAC52FEB6B621E9F35",),
-                            setting="Docker's install guide, deploy/distros/families.py")
+DOCKER_CE_RHEL_KEY = KeyPin(
+    fingerprints=("060A61C51B558A7F742B77AAC52FEB6B621E9F35",),
+    setting="Docker's install guide, deploy/distros/families.py",
+)
 
 DEBIAN_KERNEL_VARIANT = r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+-(.+)$"
 # SUSE: the word after the package release (5.14.21-150500.55.39-default, 6.4.0-150600.23.7-azure,
@@ -182,8 +186,10 @@ DEBIAN_KERNEL_VARIANT = r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+-(.+)$"
 SUSE_KERNEL_VARIANT = r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9][0-9.]*-([a-z][a-z0-9]*)$"
 # linux-image-amd64, -cloud-amd64, -generic, -generic-hwe-24.04 ...: not a release's own package
 # (linux-image-6.1.0-56-amd64), nor a debug, unsigned or signing-template one
-KERNEL_METAPACKAGE_HEADERS = (r"linux-image-((?![0-9])(?!unsigned-)(?!.*-(?:dbg|unsigned|signed-template)$)[a-z0-9.+-]+)",
-                              "linux-headers-{}")
+KERNEL_METAPACKAGE_HEADERS = (
+    r"linux-image-((?![0-9])(?!unsigned-)(?!.*-(?:dbg|unsigned|signed-template)$)[a-z0-9.+-]+)",
+    "linux-headers-{}",
+)
 CUDA_REPO = {
     "name": "cuda-{dist}-{arch}",
     "baseurl": "{cuda_repo_url}/{dist}/{arch}",
@@ -210,9 +216,12 @@ RPM_DRIVER: dict[str, Any] = dict(
     cuda_packages=("cuda-toolkit",),
     cuda_home="/usr/local/cuda",
     # NVIDIA's open module streams (<branch>-open, open-dkms) and packages
-    open_modules={"module": ("nvidia-driver", "{branch}-open", "open-dkms"),
-                  "module_packages": ("nvidia-driver", "nvidia-driver-cuda", "kmod-nvidia-open-dkms"),
-                  "packages": ("nvidia-open",), "branch_packages": ("nvidia-open-{branch}",)},
+    open_modules={
+        "module": ("nvidia-driver", "{branch}-open", "open-dkms"),
+        "module_packages": ("nvidia-driver", "nvidia-driver-cuda", "kmod-nvidia-open-dkms"),
+        "packages": ("nvidia-open",),
+        "branch_packages": ("nvidia-open-{branch}",),
+    },
     persistenced_package="nvidia-persistenced",
     persistenced_with_driver=True,
     fabric_manager=RPM_FABRIC_MANAGER,
@@ -233,8 +242,11 @@ DEBIAN_DRIVER = DriverPackages(
     # contrib's open module (no nvidia-tesla-<branch>-open-kernel-dkms in bookworm or trixie)
     open_modules={"dependencies": ("nvidia-open-kernel-dkms",)},
     open_with_branch=False,
-    pin_sources=("src:nvidia-graphics-drivers", "src:nvidia-graphics-drivers-tesla-{branch}",
-                 "src:nvidia-open-gpu-kernel-modules"),
+    pin_sources=(
+        "src:nvidia-graphics-drivers",
+        "src:nvidia-graphics-drivers-tesla-{branch}",
+        "src:nvidia-open-gpu-kernel-modules",
+    ),
     persistenced_package="nvidia-persistenced",
     repo_dist=(("", "debian{major}"),),
     fabric_manager=APT_FABRIC_MANAGER,
@@ -253,8 +265,10 @@ UBUNTU_DRIVER = DriverPackages(
     default_kernel_variant="generic",
     cuda_packages=("nvidia-cuda-toolkit",),
     cuda_home="/usr/lib/nvidia-cuda-toolkit",
-    open_modules={"packages": ("nvidia-headless-{branch}-server-open", "nvidia-utils-{branch}-server"),
-                  "dependencies": ("nvidia-dkms-{branch}-server-open",)},
+    open_modules={
+        "packages": ("nvidia-headless-{branch}-server-open", "nvidia-utils-{branch}-server"),
+        "dependencies": ("nvidia-dkms-{branch}-server-open",),
+    },
     persistenced_package="nvidia-compute-utils-{branch}-server",
     persistenced_with_driver=True,
     # Ubuntu's driver packages depend on each other at exact versions: an older pin installs only
@@ -269,12 +283,33 @@ SUSE_DRIVER_GPGKEY = "{baseurl}/repodata/repomd.xml.key"
 SUSE_DRIVER = DriverPackages(
     branch="unsupported",  # G06 is one branch line; pin with nvidia_driver_version
     repositories=(
-        ("opensuse-tumbleweed", {"name": "nvidia-{distro_id}", "gpgkey": SUSE_DRIVER_GPGKEY, "key": "nvidia_driver",
-                                 "baseurl": "{driver_repo_url}/opensuse/tumbleweed"}),
-        ("sle", {"name": "nvidia-{distro_id}", "gpgkey": SUSE_DRIVER_GPGKEY, "key": "nvidia_driver",
-                 "baseurl": "{driver_repo_url}/suse/sle{major}sp{minor}"}),
-        ("", {"name": "nvidia-{distro_id}", "gpgkey": SUSE_DRIVER_GPGKEY, "key": "nvidia_driver",
-              "baseurl": "{driver_repo_url}/opensuse/leap/{version_id}"}),
+        (
+            "opensuse-tumbleweed",
+            {
+                "name": "nvidia-{distro_id}",
+                "gpgkey": SUSE_DRIVER_GPGKEY,
+                "key": "nvidia_driver",
+                "baseurl": "{driver_repo_url}/opensuse/tumbleweed",
+            },
+        ),
+        (
+            "sle",
+            {
+                "name": "nvidia-{distro_id}",
+                "gpgkey": SUSE_DRIVER_GPGKEY,
+                "key": "nvidia_driver",
+                "baseurl": "{driver_repo_url}/suse/sle{major}sp{minor}",
+            },
+        ),
+        (
+            "",
+            {
+                "name": "nvidia-{distro_id}",
+                "gpgkey": SUSE_DRIVER_GPGKEY,
+                "key": "nvidia_driver",
+                "baseurl": "{driver_repo_url}/opensuse/leap/{version_id}",
+            },
+        ),
     ),
     packages=("nvidia-compute-utils-G06", "nvidia-compute-G06"),
     # pinned at the driver's version (its own carries the kernel's too: VERSION_kKERNEL, which
@@ -297,8 +332,10 @@ ARCH_DRIVER = DriverPackages(
     kernel_modules={"linux": "nvidia", "linux-lts": "nvidia-lts"},
     dkms_package="nvidia-dkms",
     dkms_headers="{pkgbase}-headers",
-    open_modules={"kernel_modules": {"linux": "nvidia-open", "linux-lts": "nvidia-open-lts"},
-                  "dkms_package": "nvidia-open-dkms"},
+    open_modules={
+        "kernel_modules": {"linux": "nvidia-open", "linux-lts": "nvidia-open-lts"},
+        "dkms_package": "nvidia-open-dkms",
+    },
     headers=(),
     cuda_packages=("cuda",),
     cuda_home="/opt/cuda",
@@ -337,8 +374,9 @@ FAMILIES: tuple[Family, ...] = (
         containerd_repo=DOCKER_CE_RHEL_REPO,
         containerd_repo_key=DOCKER_CE_RHEL_KEY,
         toolkit_repo_path="rpm/$basearch",
-        driver=DriverPackages(**RPM_DRIVER, repo_dist=(("", "rhel{major}"),), module_majors=(8, 9),
-                              extra_packages=("epel-release",)),
+        driver=DriverPackages(
+            **RPM_DRIVER, repo_dist=(("", "rhel{major}"),), module_majors=(8, 9), extra_packages=("epel-release",)
+        ),
     ),
     Family(
         name="fedora",
@@ -445,8 +483,9 @@ def detect_platform(linux_distribution: Mapping[str, Any], arch: str | None) -> 
         distro_id=node_word(distro_id, "os-release's ID"),
         version_id=node_word(str(meta.get("VERSION_ID") or ""), "os-release's VERSION_ID"),
         major=linux_distribution.get("major"),
-        codename=node_word(str(meta.get("VERSION_CODENAME") or meta.get("UBUNTU_CODENAME") or ""),
-                           "os-release's VERSION_CODENAME"),
+        codename=node_word(
+            str(meta.get("VERSION_CODENAME") or meta.get("UBUNTU_CODENAME") or ""), "os-release's VERSION_CODENAME"
+        ),
         arch="aarch64" if machine in ("aarch64", "arm64") else "x86_64",
         deb_arch=deb_arch,
         cuda_arch=cuda_arch,

@@ -20,8 +20,19 @@ from ..operations.package_manager import DNF_LOCK_WAIT, PACMAN_LOCK_WAIT, ZYPPER
 if TYPE_CHECKING:
     from pyinfra.api.operation import OperationMeta
 
-__all__ = ["APT", "APT_REPOSITORY_FILE", "DNF", "PACKAGE_MANAGERS", "PACMAN", "ZYPPER", "PackageManager", "install_packages",
-           "lock_bounded_checks", "repository_check", "version_listing"]
+__all__ = [
+    "APT",
+    "APT_REPOSITORY_FILE",
+    "DNF",
+    "PACKAGE_MANAGERS",
+    "PACMAN",
+    "ZYPPER",
+    "PackageManager",
+    "install_packages",
+    "lock_bounded_checks",
+    "repository_check",
+    "version_listing",
+]
 
 # Where apt's third-party sources go, {name} theirs (the toolkit's and NVIDIA's CUDA repository's are named)
 APT_REPOSITORY_FILE = "/etc/apt/sources.list.d/{name}.list"
@@ -58,8 +69,10 @@ DNF = PackageManager(
     key_file="/etc/pki/rpm-gpg/gpu-node-{name}.asc",
     # skip_if_unavailable off: Fedora's and Amazon's dnf.conf skip a repository whose signature
     # fails, and makecache would then pass it
-    repository_check=('tmp=$(mktemp -d) && cp {candidate} "$tmp/candidate.repo" && '
-                      'dnf -y -q --setopt=reposdir="$tmp" --setopt=skip_if_unavailable=False makecache; status=$?; rm -rf "$tmp"; [ "$status" -eq 0 ]'),
+    repository_check=(
+        'tmp=$(mktemp -d) && cp {candidate} "$tmp/candidate.repo" && '
+        'dnf -y -q --setopt=reposdir="$tmp" --setopt=skip_if_unavailable=False makecache; status=$?; rm -rf "$tmp"; [ "$status" -eq 0 ]'
+    ),
     module_operation=package_ops.dnf_module_enable,
 )
 ZYPPER = PackageManager(
@@ -76,8 +89,10 @@ ZYPPER = PackageManager(
     repository_file="/etc/zypp/repos.d/{name}.repo",
     key_file="/etc/pki/rpm-gpg/gpu-node-{name}.asc",
     # zypper install skips a repository it refuses and goes on: a refresh of the candidate alone
-    repository_check=('tmp=$(mktemp -d) && cp {candidate} "$tmp/candidate.repo" && zypper --non-interactive '
-                      '--reposd-dir "$tmp" refresh; status=$?; rm -rf "$tmp"; [ "$status" -eq 0 ]'),
+    repository_check=(
+        'tmp=$(mktemp -d) && cp {candidate} "$tmp/candidate.repo" && zypper --non-interactive '
+        '--reposd-dir "$tmp" refresh; status=$?; rm -rf "$tmp"; [ "$status" -eq 0 ]'
+    ),
 )
 PACMAN = PackageManager(
     name="pacman",
@@ -94,8 +109,14 @@ PACMAN = PackageManager(
 PACKAGE_MANAGERS: tuple[PackageManager, ...] = (APT, DNF, ZYPPER, PACMAN)
 
 
-def install_packages(manager: PackageManager, name: str, packages: Mapping[str, str | None] | Iterable[str], *,
-                     hold: bool = False, lock_timeout: int) -> OperationMeta:
+def install_packages(
+    manager: PackageManager,
+    name: str,
+    packages: Mapping[str, str | None] | Iterable[str],
+    *,
+    hold: bool = False,
+    lock_timeout: int,
+) -> OperationMeta:
     """
     The one way a stage installs: ``packages`` is {name: version or None} (or names, unpinned);
     held when ``hold``. ``lock_timeout`` bounds the wait for another process holding the package

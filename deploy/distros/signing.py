@@ -44,12 +44,18 @@ class ModuleSigning:
 # signed by Canonical's key (no MOK to enroll); with the site's own key, DKMS signs instead
 UBUNTU_SIGNING = ModuleSigning(
     signers={"proprietary": "Canonical", "open": "Canonical"},
-    packages={"proprietary": {"packages": ("nvidia-headless-no-dkms-{branch}-server", "nvidia-utils-{branch}-server"),
-                              "dependencies": ("linux-modules-nvidia-{branch}-server-{kernel_variant}",),
-                              "pin_dependencies": False},
-              "open": {"packages": ("nvidia-headless-no-dkms-{branch}-server-open", "nvidia-utils-{branch}-server"),
-                       "dependencies": ("linux-modules-nvidia-{branch}-server-open-{kernel_variant}",),
-                       "pin_dependencies": False}},
+    packages={
+        "proprietary": {
+            "packages": ("nvidia-headless-no-dkms-{branch}-server", "nvidia-utils-{branch}-server"),
+            "dependencies": ("linux-modules-nvidia-{branch}-server-{kernel_variant}",),
+            "pin_dependencies": False,
+        },
+        "open": {
+            "packages": ("nvidia-headless-no-dkms-{branch}-server-open", "nvidia-utils-{branch}-server"),
+            "dependencies": ("linux-modules-nvidia-{branch}-server-open-{kernel_variant}",),
+            "pin_dependencies": False,
+        },
+    },
 )
 # SUSE builds and signs the open modules' KMP (nvidia-open-driver-G06-signed-kmp, what the open
 # record installs); gpu-node has no way to sign NVIDIA's proprietary G06 KMP

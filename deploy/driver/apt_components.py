@@ -56,8 +56,7 @@ def _deb822_paragraphs(text: str) -> Iterator[tuple[int, int, dict[str, str], di
             start = None
 
 
-def add_apt_components(sources: dict[str, Any], codename: str,
-                       components: Sequence[str]) -> tuple[dict[str, str], int]:
+def add_apt_components(sources: dict[str, Any], codename: str, components: Sequence[str]) -> tuple[dict[str, str], int]:
     """
     Add ``components`` to every Debian entry of the release (its suites are ``codename`` or
     ``codename-*`` and it carries ``main``), unless an entry for the same URI and suite already
@@ -110,4 +109,6 @@ def add_apt_components(sources: dict[str, Any], codename: str,
         for uri in uris:
             for suite in suites:
                 present[(uri, suite)].update(missing)
-    return {path: "\n".join(line for line in lines if line is not None) for path, lines in changed.items()}, release_entries
+    return {
+        path: "\n".join(line for line in lines if line is not None) for path, lines in changed.items()
+    }, release_entries

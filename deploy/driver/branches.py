@@ -56,8 +56,11 @@ BY_NUMBER = {branch.number: branch for branch in BRANCHES}
 
 def supported_long_term(today: date) -> list[Branch]:
     """The long term support branches NVIDIA still supports on ``today``, newest first."""
-    return sorted((branch for branch in BRANCHES if branch.kind == LTSB and not branch.past_end_of_life(today)),
-                  key=lambda branch: branch.number, reverse=True)
+    return sorted(
+        (branch for branch in BRANCHES if branch.kind == LTSB and not branch.past_end_of_life(today)),
+        key=lambda branch: branch.number,
+        reverse=True,
+    )
 
 
 def branch_summary(number: int, today: date) -> str:
@@ -77,7 +80,12 @@ def end_of_life_warning(number: int | None, today: date, where: str) -> str | No
         return None
     successors = [each for each in supported_long_term(today) if each.number > branch.number]
     move = ", ".join(f"R{each.number} (until {each.until})" for each in reversed(successors))
-    return (f"{where} is driver branch {number}, a {KIND_NAMES[branch.kind]} whose end of life was {branch.until}: "
-            "NVIDIA no longer fixes it, security fixes included; "
-            + (f"move to a long term support branch: {move} (nvidia_driver_branch, where the family packages it)"
-               if move else "move to a newer branch NVIDIA supports (nvidia_driver_branch)"))
+    return (
+        f"{where} is driver branch {number}, a {KIND_NAMES[branch.kind]} whose end of life was {branch.until}: "
+        "NVIDIA no longer fixes it, security fixes included; "
+        + (
+            f"move to a long term support branch: {move} (nvidia_driver_branch, where the family packages it)"
+            if move
+            else "move to a newer branch NVIDIA supports (nvidia_driver_branch)"
+        )
+    )

@@ -61,8 +61,12 @@ def fabric_of(node: dict[str, Any]) -> Fabric:
     bridges = [device for device in node.get("mellanox") or [] if device.get("switch_management")]
     if bridges:
         slots = tuple(device["slot"] for device in bridges)
-        return Fabric("nvlink5", f"{len(slots)} NVLink5 switch-management bridge(s) (ConnectX, VPD SW_MNG) "
-                                 f"on the PCI bus: {', '.join(slots)}", slots)
+        return Fabric(
+            "nvlink5",
+            f"{len(slots)} NVLink5 switch-management bridge(s) (ConnectX, VPD SW_MNG) "
+            f"on the PCI bus: {', '.join(slots)}",
+            slots,
+        )
     nvidia_bridges = node.get("switches") or []
     switches = [device for device in nvidia_bridges if device["device"].lower() in NVSWITCH_DEVICE_IDS]
     if switches:

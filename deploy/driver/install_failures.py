@@ -19,9 +19,11 @@ def install_failure(lines: list[str]) -> str:
     kernel, log = DKMS_BUILD_FAILED.search(text), DKMS_LOG.search(text)
     if kernel:
         left = sorted(set(DPKG_UNCONFIGURED.findall(text)))
-        return (f"DKMS could not build the NVIDIA kernel module for kernel {kernel.group(1)}: see "
-                f"{log.group(1) if log else '/var/lib/dkms/*/*/build/make.log'} on the node"
-                + (f"; dpkg left {', '.join(left)} unconfigured" if left else ""))
+        return (
+            f"DKMS could not build the NVIDIA kernel module for kernel {kernel.group(1)}: see "
+            f"{log.group(1) if log else '/var/lib/dkms/*/*/build/make.log'} on the node"
+            + (f"; dpkg left {', '.join(left)} unconfigured" if left else "")
+        )
     errors = [line.strip() for line in lines if line.strip().startswith(("E:", "dpkg: error"))]
     said = errors or [line.strip() for line in lines if line.strip()]
     return "apt-get install of the NVIDIA driver failed: " + (said[-1] if said else "no error output")

@@ -61,10 +61,16 @@ def coverage(fact: dict[str, Any]) -> Coverage:
         if not kernel["image"]:
             continue  # headers or leftovers only: no boot loader starts it
         versions = tuple(dict.fromkeys(module["version"] or "?" for module in kernel["modules"]))
-        kernels.append(KernelModules(
-            release=release, boots_next=release == boot.release, headers=kernel["headers"], versions=versions,
-            sources=tuple(dict.fromkeys(module_source(module["path"]) for module in kernel["modules"])),
-            covered=driver in versions if driver else bool(versions)))
+        kernels.append(
+            KernelModules(
+                release=release,
+                boots_next=release == boot.release,
+                headers=kernel["headers"],
+                versions=versions,
+                sources=tuple(dict.fromkeys(module_source(module["path"]) for module in kernel["modules"])),
+                covered=driver in versions if driver else bool(versions),
+            )
+        )
     kernels.sort(key=lambda kernel: release_key(kernel.release), reverse=True)  # the newest first,
     kernels.sort(key=lambda kernel: not kernel.boots_next)  # after the next boot's
     return Coverage(driver=driver, next_boot=boot, kernels=tuple(kernels), dkms=fact["dkms"])
@@ -86,21 +92,31 @@ def boot_kernels_step(fact: dict[str, Any] | None) -> Step:
         return Step(STEP, SKIP, "installed kernels not read")
     found = coverage(fact)
     if not found.kernels:
-        return Step(STEP, SKIP, "no kernel image installed (/boot/vmlinuz-*, /usr/lib/modules/*/vmlinuz): "
-                                "no kernel here boots the node")
+        return Step(
+            STEP,
+            SKIP,
+            "no kernel image installed (/boot/vmlinuz-*, /usr/lib/modules/*/vmlinuz): no kernel here boots the node",
+        )
     if not found.applies:
         return Step(STEP, SKIP, "no NVIDIA driver installed (no libnvidia-ml.so.<version>, no nvidia module)")
     if found.missing:
         first, *others = found.missing
         where = f" ({_why_next(found)})" if first.boots_next else " (installed; not the next boot's)"
-        fix = (f"run the driver stage, which builds it with DKMS (dkms autoinstall -k {first.release})" if found.dkms
-               else "install the driver's module package for that kernel, or remove the kernel")
+        fix = (
+            f"run the driver stage, which builds it with DKMS (dkms autoinstall -k {first.release})"
+            if found.dkms
+            else "install the driver's module package for that kernel, or remove the kernel"
+        )
         also = f"; also {', '.join(kernel.release for kernel in others)}" if others else ""
         return Step(STEP, FAIL, f"{_lacks(first, found)}{where}: booted, the node has no GPU; {fix}{also}")
     listed = ", ".join(f"{kernel.release} ({'/'.join(kernel.sources)})" for kernel in found.kernels)
-    return Step(STEP, PASS, f"{len(found.kernels)} installed kernel(s) have the nvidia module "
-                            f"{found.driver or ', '.join(found.kernels[0].versions)}: {listed}; "
-                            f"next boot {found.next_boot.release} ({found.next_boot.how})")
+    return Step(
+        STEP,
+        PASS,
+        f"{len(found.kernels)} installed kernel(s) have the nvidia module "
+        f"{found.driver or ', '.join(found.kernels[0].versions)}: {listed}; "
+        f"next boot {found.next_boot.release} ({found.next_boot.how})",
+    )
 
 
 def reboot_refusal(fact: dict[str, Any]) -> str | None:
@@ -109,17 +125,19 @@ def reboot_refusal(fact: dict[str, Any]) -> str | None:
     kernel = next((kernel for kernel in found.missing if kernel.boots_next), None)
     if kernel is None:
         return None
-    return (f"reboot refused: the next boot starts {_lacks(kernel, found)} ({found.next_boot.how}), so the node "
-            f"would come up with no GPU; build it (dkms autoinstall -k {kernel.release}) or make the boot "
-            "loader start a kernel that has one, then reboot")
+    return (
+        f"reboot refused: the next boot starts {_lacks(kernel, found)} ({found.next_boot.how}), so the node "
+        f"would come up with no GPU; build it (dkms autoinstall -k {kernel.release}) or make the boot "
+        "loader start a kernel that has one, then reboot"
+    )
 
 
 @dataclass(frozen=True)
 class BuildPlan:
     """What the driver stage does for the installed kernels without the module."""
 
-    headers: tuple[str, ...] = ()     # each such kernel's headers package, where it has none
-    builds: tuple[str, ...] = ()      # kernels DKMS builds for (dkms autoinstall -k)
+    headers: tuple[str, ...] = ()  # each such kernel's headers package, where it has none
+    builds: tuple[str, ...] = ()  # kernels DKMS builds for (dkms autoinstall -k)
     unbuildable: tuple[str, ...] = ()  # kernels without the module and without DKMS on the node
 
 
@@ -130,8 +148,11 @@ def build_plan(fact: dict[str, Any], headers_template: str | None) -> BuildPlan:
         return BuildPlan()
     if not fact["dkms"]:
         return BuildPlan(unbuildable=tuple(kernel.release for kernel in missing))
-    headers = tuple(headers_template.replace("{kernel}", kernel.release) for kernel in missing
-                    if not kernel.headers and headers_template)
+    headers = tuple(
+        headers_template.replace("{kernel}", kernel.release)
+        for kernel in missing
+        if not kernel.headers and headers_template
+    )
     return BuildPlan(headers=headers, builds=tuple(kernel.release for kernel in missing))
 
 

@@ -27,22 +27,22 @@ OPEN_DEFAULT_BRANCH = 560
 
 # (first device ID, last device ID, architecture), by chip family
 ARCHITECTURE_RANGES: tuple[tuple[int, int, str], ...] = (
-    (0x1340, 0x15EF, "Maxwell"),       # GM108, GM107, GM204, GM206
-    (0x15F0, 0x15FF, "Pascal"),        # GP100
-    (0x1600, 0x17FF, "Maxwell"),       # GM206, GM200
-    (0x1B00, 0x1D7F, "Pascal"),        # GP102, GP104, GP106, GP107, GP108
-    (0x1D80, 0x1DFF, "Volta"),         # GV100
-    (0x1E00, 0x1FFF, "Turing"),        # TU102, TU104, TU106, TU117
-    (0x2080, 0x20FF, "Ampere"),        # GA100
-    (0x2180, 0x21FF, "Turing"),        # TU116
-    (0x2200, 0x22FF, "Ampere"),        # GA102
-    (0x2300, 0x233F, "Hopper"),        # GH100
+    (0x1340, 0x15EF, "Maxwell"),  # GM108, GM107, GM204, GM206
+    (0x15F0, 0x15FF, "Pascal"),  # GP100
+    (0x1600, 0x17FF, "Maxwell"),  # GM206, GM200
+    (0x1B00, 0x1D7F, "Pascal"),  # GP102, GP104, GP106, GP107, GP108
+    (0x1D80, 0x1DFF, "Volta"),  # GV100
+    (0x1E00, 0x1FFF, "Turing"),  # TU102, TU104, TU106, TU117
+    (0x2080, 0x20FF, "Ampere"),  # GA100
+    (0x2180, 0x21FF, "Turing"),  # TU116
+    (0x2200, 0x22FF, "Ampere"),  # GA102
+    (0x2300, 0x233F, "Hopper"),  # GH100
     (0x2340, 0x234F, "Grace Hopper"),  # GH100 on GH200 (0x2342, 0x2348)
-    (0x2400, 0x25FF, "Ampere"),        # GA103, GA104, GA106, GA107
+    (0x2400, 0x25FF, "Ampere"),  # GA103, GA104, GA106, GA107
     (0x2680, 0x28FF, "Ada Lovelace"),  # AD102, AD103, AD104, AD106, AD107
-    (0x2900, 0x29FF, "Blackwell"),     # GB100, GB102 (B200, GB200)
-    (0x2B00, 0x2FFF, "Blackwell"),     # GB202 to GB207, GB10
-    (0x3100, 0x31FF, "Blackwell"),     # GB110 (B300, GB300)
+    (0x2900, 0x29FF, "Blackwell"),  # GB100, GB102 (B200, GB200)
+    (0x2B00, 0x2FFF, "Blackwell"),  # GB202 to GB207, GB10
+    (0x3100, 0x31FF, "Blackwell"),  # GB110 (B300, GB300)
 )
 
 # What each architecture allows; Turing to Hopper allow both (the branch picks the default).
@@ -125,15 +125,17 @@ def _gpu(entry: dict[str, Any], branch_list: BranchList | None) -> Gpu | None:
     allowed = module_types_of(arch) if arch else None
     if branch_list is not None and device in branch_list.supported:
         # The branch's own list wins on what its open modules drive.
-        can_open = device in branch_list.open_ids or (not branch_list.open_known and allowed is not None
-                                                      and OPEN in allowed)
+        can_open = device in branch_list.open_ids or (
+            not branch_list.open_known and allowed is not None and OPEN in allowed
+        )
         can_proprietary = allowed is None or PROPRIETARY in allowed
         allowed = frozenset(({OPEN} if can_open else set()) | ({PROPRIETARY} if can_proprietary else set()))
     return Gpu(device=device, slot=entry.get("slot", "?"), arch=arch, allowed=allowed)
 
 
-def decide_kernel_module_type(setting: str, gpus: Iterable[dict[str, Any]], branch: int | None,
-                              branch_list: BranchList | None = None) -> KernelModuleTypeDecision:
+def decide_kernel_module_type(
+    setting: str, gpus: Iterable[dict[str, Any]], branch: int | None, branch_list: BranchList | None = None
+) -> KernelModuleTypeDecision:
     """
     The kernel module type for ``setting`` (auto, open, proprietary) on a node with ``gpus`` (NodeSurvey's
     entries) and the driver ``branch``; raises KernelModuleTypeRefusal when none fits.
@@ -149,8 +151,10 @@ def decide_kernel_module_type(setting: str, gpus: Iterable[dict[str, Any]], bran
         if branch_list is not None and gpu.device not in branch_list.supported:
             warnings.append(f"GPU {gpu.shown} is not in {branch_list.source}: {branch_shown} may not drive it")
         if gpu.allowed is None:
-            warnings.append(f"GPU device ID 0x{gpu.device:04x} at {gpu.slot} is not in gpu-node's table of NVIDIA "
-                            f"GPUs: using {branch_shown}'s default kernel modules ({default})")
+            warnings.append(
+                f"GPU device ID 0x{gpu.device:04x} at {gpu.slot} is not in gpu-node's table of NVIDIA "
+                f"GPUs: using {branch_shown}'s default kernel modules ({default})"
+            )
             continue
         known.append((gpu, gpu.allowed))
 
@@ -158,8 +162,9 @@ def decide_kernel_module_type(setting: str, gpus: Iterable[dict[str, Any]], bran
     for _, gpu_allows in known:
         allowed &= gpu_allows
     if not allowed:
-        needs = "; ".join(f"{gpu.shown} needs {' or '.join(sorted(gpu_allows)) or 'a type none allows'}"
-                          for gpu, gpu_allows in known)
+        needs = "; ".join(
+            f"{gpu.shown} needs {' or '.join(sorted(gpu_allows)) or 'a type none allows'}" for gpu, gpu_allows in known
+        )
         raise KernelModuleTypeRefusal(f"the GPUs on this node allow no common kernel module type: {needs}")
 
     if setting in (OPEN, PROPRIETARY):
@@ -191,11 +196,18 @@ def branch_list_from(lists: dict[str, Any], branch: str | None, installed_branch
     json_lists = lists.get("json") or {}
     if json_lists and (branch is None or branch == installed_branch):
         path, devices = sorted(json_lists.items())[0]
-        return BranchList(source=path, supported=frozenset(devices),
-                          open_ids=frozenset(d for d, is_open in devices.items() if is_open), open_known=True)
+        return BranchList(
+            source=path,
+            supported=frozenset(devices),
+            open_ids=frozenset(d for d, is_open in devices.items() if is_open),
+            open_known=True,
+        )
     ids = lists.get("ids") or {}
     name = f"nvidia-tesla-{branch}.ids" if branch else "nvidia.ids"
     if name not in ids:
         return None
-    return BranchList(source=f"/usr/share/nvidia/{name}", supported=frozenset(ids[name]),
-                      open_ids=frozenset(ids.get("nvidia-open.ids", ())))
+    return BranchList(
+        source=f"/usr/share/nvidia/{name}",
+        supported=frozenset(ids[name]),
+        open_ids=frozenset(ids.get("nvidia-open.ids", ())),
+    )

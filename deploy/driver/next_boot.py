@@ -14,9 +14,14 @@ from typing import Any
 LIBRARY_VERSION = re.compile(r"libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)?)$")
 # Where the NVML library lies (Debian's under nvidia/current); deploy/shell/installed_kernels.sh
 # lists the same folders (tests/unit/test_health_check.py holds them equal).
-NVML_LIBRARY_FOLDERS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu/nvidia/current",
-                        "/usr/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu/nvidia/current", "/usr/lib64",
-                        "/usr/lib")
+NVML_LIBRARY_FOLDERS = (
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu/nvidia/current",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu/nvidia/current",
+    "/usr/lib64",
+    "/usr/lib",
+)
 
 
 def library_version(path: str | None) -> str | None:

@@ -20,5 +20,4 @@ NVIDIA_TOOLKIT_KEY_FINGERPRINT = "C95B321B61E88C1809C4F759DDCAE044F796ECB0"
 # The CUDA repository's: 3bf863cc (deb) and D42D0685 (rpm), as NVIDIA lists them at
 # https://docs.nvidia.com/datacenter/tesla/driver-installation-guide/gpg-keys-used-to-sign-the-packages.html,
 # whole as NVIDIA prints them in https://github.com/NVIDIA/cuda-repo-management/blob/main/SIGNATURES.md
-NVIDIA_CUDA_KEY_FINGERPRINTS = ("EB693B3035CD5710E231E123A4B469963BF863CC",
-                                "610C7B14E068A878070DA4E99CD0A493D42D0685")
+NVIDIA_CUDA_KEY_FINGERPRINTS = ("EB693B3035CD5710E231E123A4B469963BF863CC", "610C7B14E068A878070DA4E99CD0A493D42D0685")

@@ -22,8 +22,10 @@ MODULES = ("nvidia_drm", "nvidia_modeset", "nvidia_uvm", "nvidia_peermem", "nvid
 SERVICES = ("nvidia-persistenced.service", "nvidia-fabricmanager.service", "nvidia-dcgm.service")
 # driver_reload.sh's exit status when a process holds a device: nothing was stopped
 REBOOT_REQUIRED_STATUS = 3
-NO_FUSER = ("reboot required: fuser (psmisc) is not installed, so who holds /dev/nvidia* is unknown; install "
-            "psmisc for a reload without a reboot")
+NO_FUSER = (
+    "reboot required: fuser (psmisc) is not installed, so who holds /dev/nvidia* is unknown; install "
+    "psmisc for a reload without a reboot"
+)
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,8 @@ class ReloadPlan:
         if not self.steps:
             return "no nvidia module is loaded: nothing to reload"
         return "nothing else holds /dev/nvidia*: reload without a reboot: " + ", ".join(
-            f"{verb} {name}" for verb, name in self.steps)
+            f"{verb} {name}" for verb, name in self.steps
+        )
 
 
 def reload_plan(reading: dict[str, Any]) -> ReloadPlan:
@@ -82,6 +85,11 @@ def reload_plan(reading: dict[str, Any]) -> ReloadPlan:
     if others:
         return ReloadPlan(reboot=f"reboot required: {named(others)}: stop it (or drain the node) and rerun, or reboot")
     stop = [unit for unit in SERVICES if unit in reading["active"]]
-    return ReloadPlan(steps=(*(("stop", unit) for unit in stop), *(("unload", module) for module in unload),
-                             *(("load", module) for module in reversed(unload)),
-                             *(("start", unit) for unit in reversed(stop))))
+    return ReloadPlan(
+        steps=(
+            *(("stop", unit) for unit in stop),
+            *(("unload", module) for module in unload),
+            *(("load", module) for module in reversed(unload)),
+            *(("start", unit) for unit in reversed(stop)),
+        )
+    )

@@ -41,8 +41,10 @@ def _by_upstream(versions: Iterable[str]) -> dict[str, str]:
 
 
 def _found(names: Iterable[str], offered: dict[str, Any]) -> str:
-    return "; ".join(f"{name} {', '.join(sorted(_by_upstream(offered.get(name, ())), key=_key, reverse=True)) or 'none'}"
-                     for name in names)
+    return "; ".join(
+        f"{name} {', '.join(sorted(_by_upstream(offered.get(name, ())), key=_key, reverse=True)) or 'none'}"
+        for name in names
+    )
 
 
 def matching(names: Iterable[str], offered: dict[str, Any], upstream: str, what: str) -> dict[str, str]:
@@ -51,13 +53,17 @@ def matching(names: Iterable[str], offered: dict[str, Any], upstream: str, what:
     for name in names:
         version = _by_upstream(offered.get(name, ())).get(upstream)
         if version is None:
-            raise VersionRefusal(f"{what} needs {name} at the driver's version {upstream}, and the package lists "
-                                 f"offer {_found([name], offered)}")
+            raise VersionRefusal(
+                f"{what} needs {name} at the driver's version {upstream}, and the package lists "
+                f"offer {_found([name], offered)}"
+            )
         pins[name] = version
     return pins
 
 
-def choose(names: Iterable[str], offered: dict[str, Any] | None, installed: dict[str, Any], wanted: str | None, what: str) -> dict[str, str | None]:
+def choose(
+    names: Iterable[str], offered: dict[str, Any] | None, installed: dict[str, Any], wanted: str | None, what: str
+) -> dict[str, str | None]:
     """
     The version of each of ``names`` (None: leave it to the package manager, whose candidates agree):
     ``wanted`` (nvidia_driver_version) when set; the installed one while every package is installed
@@ -100,4 +106,6 @@ def apt_pin_text(sources: Iterable[str], pins: dict[str, Any]) -> str | None:
     if not sources or not versions:
         return None
     stanzas = [f"Package: {' '.join(sources)}\nPin: version {version}\nPin-Priority: 1001\n" for version in versions]
-    return "# Managed by gpu-node (deploy/tasks/driver.py): the NVIDIA driver's packages at one version\n" + "\n".join(stanzas)
+    return "# Managed by gpu-node (deploy/tasks/driver.py): the NVIDIA driver's packages at one version\n" + "\n".join(
+        stanzas
+    )

@@ -35,14 +35,33 @@ class CdiState(NodeFact[dict[str, Any]]):
     """
 
     def command(self, spec: str, env: str, runtime_config: str) -> str:
-        return (node_text.base64_reader() + shell_scripts.script(
-            "cdi_state", UNIT_DIRS, spec_file=spec, env=env, runtime_config=runtime_config, path_unit=REFRESH_PATH_UNIT)).strip()
+        return (
+            node_text.base64_reader()
+            + shell_scripts.script(
+                "cdi_state",
+                UNIT_DIRS,
+                spec_file=spec,
+                env=env,
+                runtime_config=runtime_config,
+                path_unit=REFRESH_PATH_UNIT,
+            )
+        ).strip()
 
     @staticmethod
     def default() -> dict[str, Any]:
-        return {"ctk": None, "refresh_unit": None, "refresh_enabled": None, "refresh_active": None, "env": None,
-                "runtime_config": None, "inputs_changed": None, "spec_changed": None, "spec": None,
-                "smi_exit_code": None, "smi_gpus": 0}
+        return {
+            "ctk": None,
+            "refresh_unit": None,
+            "refresh_enabled": None,
+            "refresh_active": None,
+            "env": None,
+            "runtime_config": None,
+            "inputs_changed": None,
+            "spec_changed": None,
+            "spec": None,
+            "smi_exit_code": None,
+            "smi_gpus": 0,
+        }
 
     def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()

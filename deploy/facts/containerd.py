@@ -70,25 +70,35 @@ class ContainerdConfig(NodeFact[dict[str, Any]]):
     def command(self, path: str, base_path: str | None = None, binary: str = "containerd") -> StringCommand:
         def file_b64(label: str, name: str) -> StringCommand:
             return StringCommand("echo", QuoteString(label), f"$({node_text.base64_read(shlex.quote(name))})")
+
         default = StringCommand(
             'if [ -n "$bin" ]; then echo default_config $("$bin" config default 2>/dev/null | base64 -w0); fi'
         )
         missing = _if_file(base_path, file_b64("base_config", base_path), default) if base_path else default
         return StringCommand(
-            "bin=$(command -v", QuoteString(binary), "2>/dev/null || true);",
+            "bin=$(command -v",
+            QuoteString(binary),
+            "2>/dev/null || true);",
             'echo "binary_path $bin";',
             # beside the dump: each is a start of the Go binary, the slowest part of the node's read. Its
             # line goes through a file: written into the fact's output while the config's line (larger
             # than a pipe writes at once) is, it could land inside it.
-            '_v=$(mktemp 2>/dev/null || true);',
+            "_v=$(mktemp 2>/dev/null || true);",
             'if [ -n "$bin" ] && [ -n "$_v" ]; then { echo "version $("$bin" --version 2>/dev/null | head -n1)" >"$_v"; } &',
             'elif [ -n "$bin" ]; then echo "version $("$bin" --version 2>/dev/null | head -n1)"; fi;',
-            _if_file(path, StringCommand(
-                file_b64("config", path), ';',
-                'if [ -n "$bin" ]; then dump=$("$bin" --config', QuoteString(path), "config dump 2>&1);",
-                'echo "dump_exit_code $?"; echo dump $(printf %s "$dump" |',
-                f"head -c {node_text.MAX_FILE_BYTES + 1} | base64 -w0); fi",
-            ), missing),
+            _if_file(
+                path,
+                StringCommand(
+                    file_b64("config", path),
+                    ";",
+                    'if [ -n "$bin" ]; then dump=$("$bin" --config',
+                    QuoteString(path),
+                    "config dump 2>&1);",
+                    'echo "dump_exit_code $?"; echo dump $(printf %s "$dump" |',
+                    f"head -c {node_text.MAX_FILE_BYTES + 1} | base64 -w0); fi",
+                ),
+                missing,
+            ),
             '; wait; if [ -n "$_v" ]; then cat "$_v"; rm -f "$_v"; fi; true',
         )
 
@@ -146,10 +156,12 @@ class ContainerdImports(NodeFact[list[Any]]):
         # Unquoted $pattern: the shell globs it (a pattern that matches nothing stays as is); IFS empty
         # so a path with a space stays one. The path goes base64 like the text: it may hold anything.
         return StringCommand(
-            "cd", QuoteString(directory), "2>/dev/null || exit 0; export LC_ALL=C; IFS=; for pattern in",
+            "cd",
+            QuoteString(directory),
+            "2>/dev/null || exit 0; export LC_ALL=C; IFS=; for pattern in",
             *[QuoteString(pattern) for pattern in patterns],
             '; do for f in $pattern; do [ -f "$f" ] || continue;',
-            'case $f in /*) p=$f ;; *) p=$PWD/$f ;; esac;',
+            "case $f in /*) p=$f ;; *) p=$PWD/$f ;; esac;",
             'echo "file $(printf %s "$p" | base64 -w0) $(' + node_text.base64_read('"$f"') + ')"; done; done; true',
         )
 
@@ -168,8 +180,7 @@ class ContainerdImports(NodeFact[list[Any]]):
         return files
 
 
-UNIT_DIRS = ("/etc/systemd/system", "/usr/local/lib/systemd/system", "/lib/systemd/system",
-             "/usr/lib/systemd/system")
+UNIT_DIRS = ("/etc/systemd/system", "/usr/local/lib/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system")
 
 
 class ContainerdInstallations(NodeFact[dict[str, Any]]):
@@ -191,17 +202,28 @@ class ContainerdInstallations(NodeFact[dict[str, Any]]):
 
     def command(self) -> StringCommand:
         parts: list[str | StringCommand] = [
-            StringCommand("for p in", *[QuoteString(p) for p in INSTALLATION_PATHS],
-                          '; do [ -e "$p" ] && echo "path $p"; done;'),
-            StringCommand("for u in", *INSTALLATION_UNITS, "; do for d in", *UNIT_DIRS,
-                          '; do if [ -e "$d/$u.service" ]; then',
-                          'echo "unit $u $(systemctl is-active "$u" 2>/dev/null)"; break; fi; done; done;'),
+            StringCommand(
+                "for p in", *[QuoteString(p) for p in INSTALLATION_PATHS], '; do [ -e "$p" ] && echo "path $p"; done;'
+            ),
+            StringCommand(
+                "for u in",
+                *INSTALLATION_UNITS,
+                "; do for d in",
+                *UNIT_DIRS,
+                '; do if [ -e "$d/$u.service" ]; then',
+                'echo "unit $u $(systemctl is-active "$u" 2>/dev/null)"; break; fi; done; done;',
+            ),
         ]
         for config in GENERATED_CONFIGS:
-            parts.append(StringCommand(
-                "if [ -f", QuoteString(config), "]; then echo", QuoteString(f"generated {config}"),
-                f"$({node_text.base64_read(shlex.quote(config))}); fi;",
-            ))
+            parts.append(
+                StringCommand(
+                    "if [ -f",
+                    QuoteString(config),
+                    "]; then echo",
+                    QuoteString(f"generated {config}"),
+                    f"$({node_text.base64_read(shlex.quote(config))}); fi;",
+                )
+            )
         parts.append('echo "binary $(command -v containerd 2>/dev/null || true)"')
         return StringCommand(*parts)
 

@@ -71,6 +71,7 @@ elif code != 0:
 TIMEOUT_SECONDS = 60
 TIMED_OUT = 124  # coreutils' timeout
 
+
 def cuda_command() -> str:
     """CudaInit's command (deploy/shell/cuda_init.sh), the Python script given to it as a value."""
     return shell_scripts.script("cuda_init", timeout_seconds=TIMEOUT_SECONDS, cuda_init=CUDA_INIT_SCRIPT.strip())
@@ -110,8 +111,15 @@ class CudaInit(NodeFact[dict[str, Any]]):
     @staticmethod
     def default() -> dict[str, Any]:
         return {
-            "python": None, "exit_code": None, "library": None, "load_error": None, "missing": [],
-            "driver_version": None, "init_result": None, "error_name": None, "error_string": None,
+            "python": None,
+            "exit_code": None,
+            "library": None,
+            "load_error": None,
+            "missing": [],
+            "driver_version": None,
+            "init_result": None,
+            "error_name": None,
+            "error_string": None,
             "device_count": None,
         }
 

@@ -52,22 +52,34 @@ class DockerState(NodeFact[dict[str, Any]]):
             'echo "dockerd $bin";',
             'if [ -n "$bin" ]; then echo "version $("$bin" --version 2>/dev/null | head -n1)";',
             "\"$bin\" --help 2>&1 | grep -q -e '--validate' && echo validate;",
-            "unit=$(systemctl cat", unit, "2>/dev/null || true);",
+            "unit=$(systemctl cat",
+            unit,
+            "2>/dev/null || true);",
             'if [ -n "$unit" ]; then echo "unit $(printf \'%s\\n\' "$unit" | base64 -w0)";',
             "printf '%s\\n' \"$unit\" | sed -n 's/^[[:space:]]*EnvironmentFile[[:space:]]*=[[:space:]]*-\\{0,1\\}//p'",
             '| while IFS= read -r file; do [ -f "$file" ] &&',
             'echo "envfile $(printf %s "$file" | base64 -w0) $(' + node_text.base64_read('"$file"') + ')"; done; fi;',
             # Bounded: a dockerd that does not answer must not hold the run's one read.
             "if command -v docker >/dev/null 2>&1 && ids=$(timeout 10 docker ps -q 2>/dev/null); then",
-            "echo \"containers $(printf '%s\\n' \"$ids\" | grep -c .)\"; fi; fi;",
-            "if [ -f", QuoteString(path), f"]; then echo config $({node_text.base64_read(shlex.quote(path))}); fi;",
+            'echo "containers $(printf \'%s\\n\' "$ids" | grep -c .)"; fi; fi;',
+            "if [ -f",
+            QuoteString(path),
+            f"]; then echo config $({node_text.base64_read(shlex.quote(path))}); fi;",
             "true",
         )
 
     @staticmethod
     def default() -> dict[str, Any]:
-        return {"dockerd": None, "version": None, "major": None, "can_validate": False, "config": None,
-                "unit": None, "environment_files": {}, "containers": None}
+        return {
+            "dockerd": None,
+            "version": None,
+            "major": None,
+            "can_validate": False,
+            "config": None,
+            "unit": None,
+            "environment_files": {},
+            "containers": None,
+        }
 
     def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()

@@ -34,19 +34,26 @@ class DraNodeState(NodeFact[dict[str, Any]]):
     def command(self, driver_root: str) -> StringCommand:
         return StringCommand(
             StringCommand("_root=", QuoteString(driver_root.rstrip("/") or "/"), ";", _separator=""),
-            "[ -d \"$_root\" ] && echo root;",
+            '[ -d "$_root" ] && echo root;',
             f"for _d in {' '.join(NVML_LIBRARY_DIRS)}; do",
-            "[ -e \"${_root%/}/$_d/libnvidia-ml.so.1\" ] && { echo \"nvml $_d/libnvidia-ml.so.1\"; break; }; done;",
+            '[ -e "${_root%/}/$_d/libnvidia-ml.so.1" ] && { echo "nvml $_d/libnvidia-ml.so.1"; break; }; done;',
             # is-enabled prints nothing on older systemd for a unit it does not know
-            "echo \"imex_enabled $(systemctl is-enabled", QuoteString(IMEX_UNIT), "2>/dev/null)\";",
-            "echo \"imex_active $(systemctl is-active", QuoteString(IMEX_UNIT), "2>/dev/null)\"\n",
+            'echo "imex_enabled $(systemctl is-enabled',
+            QuoteString(IMEX_UNIT),
+            '2>/dev/null)";',
+            'echo "imex_active $(systemctl is-active',
+            QuoteString(IMEX_UNIT),
+            '2>/dev/null)"\n',
             StringCommand(holders_script([IMEX_UNIT]) + "imex_holders | sed 's/^/imex_/'"),
         )
 
     @staticmethod
     def default() -> dict[str, Any]:
-        return {"root_exists": False, "nvml": None,
-                "imex": {"enabled": "not-found", "active": "inactive", "holders": [], "holders_unknown": False}}
+        return {
+            "root_exists": False,
+            "nvml": None,
+            "imex": {"enabled": "not-found", "active": "inactive", "holders": [], "holders_unknown": False},
+        }
 
     def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()

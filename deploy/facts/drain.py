@@ -36,9 +36,13 @@ class KubeNodeSchedule(NodeFact[dict[str, Any]]):
     def command(self, kubeconfig: str | None, node: str) -> StringCommand:
         return StringCommand(
             "if ! command -v kubectl >/dev/null 2>&1; then echo kubectl-missing;",
-            "elif _why=$(", kubeconfig_problem(kubeconfig), '); [ -n "$_why" ];',
+            "elif _why=$(",
+            kubeconfig_problem(kubeconfig),
+            '); [ -n "$_why" ];',
             'then echo "kubeconfig-unreadable $_why";',
-            "else", captured(kubectl(kubeconfig, "get", "node", QuoteString(node), "-o", "json")), "; fi",
+            "else",
+            captured(kubectl(kubeconfig, "get", "node", QuoteString(node), "-o", "json")),
+            "; fi",
         )
 
     @staticmethod

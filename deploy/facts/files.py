@@ -28,7 +28,12 @@ class FileDigest(NodeFact[dict[str, str] | None]):
     def command(self, path: str) -> StringCommand:
         quoted = QuoteString(path)
         return StringCommand(
-            "if [ -f", quoted, "]; then stat -L -c '%a %U:%G'", quoted, "&& sha256sum", quoted,
+            "if [ -f",
+            quoted,
+            "]; then stat -L -c '%a %U:%G'",
+            quoted,
+            "&& sha256sum",
+            quoted,
             "; else echo absent; fi",
         )
 
@@ -53,8 +58,15 @@ class FileDigests(NodeFact[dict[str, Any]]):
         for path in paths:
             quoted = QuoteString(path)
             parts += [
-                "echo", QuoteString(f"@@file {path}"), "; if [ -f", quoted, "]; then stat -L -c '%a %U:%G'",
-                quoted, "&& sha256sum", quoted, "; else echo absent; fi;",
+                "echo",
+                QuoteString(f"@@file {path}"),
+                "; if [ -f",
+                quoted,
+                "]; then stat -L -c '%a %U:%G'",
+                quoted,
+                "&& sha256sum",
+                quoted,
+                "; else echo absent; fi;",
             ]
         parts.append("true")
         return StringCommand(*parts)
@@ -71,7 +83,7 @@ class FileDigests(NodeFact[dict[str, Any]]):
             if line.startswith("@@file "):
                 if current is not None:
                     digests[current] = FileDigest().process(lines)
-                current, lines = line[len("@@file "):], []
+                current, lines = line[len("@@file ") :], []
             else:
                 lines.append(line)
         return digests
@@ -86,8 +98,12 @@ class FileText(NodeFact[str | None]):
     """
 
     def command(self, path: str) -> StringCommand:
-        return StringCommand("if [ -f", QuoteString(path), "]; then echo",
-                             f"\"text $({node_text.base64_read(shlex.quote(path))})\"; fi; true")
+        return StringCommand(
+            "if [ -f",
+            QuoteString(path),
+            "]; then echo",
+            f'"text $({node_text.base64_read(shlex.quote(path))})"; fi; true',
+        )
 
     @staticmethod
     def default() -> str | None:

@@ -30,8 +30,7 @@ class DeviceHolders(NodeFact[dict[str, Any]]):
     """
 
     def command(self) -> str:
-        return (holders_script(SERVICES)
-                + shell_scripts.script("device_holders", modules=" ".join(MODULES))).strip()
+        return (holders_script(SERVICES) + shell_scripts.script("device_holders", modules=" ".join(MODULES))).strip()
 
     @staticmethod
     def default() -> dict[str, Any]:

@@ -46,8 +46,15 @@ for name in names:
     print("product " + name)
 """
 # Where driver installs and driver containers put libnvidia-ml, relative to the driver root.
-NVML_LIBRARY_DIRS = ("usr/lib64", "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib",
-                     "lib64", "lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu")
+NVML_LIBRARY_DIRS = (
+    "usr/lib64",
+    "usr/lib/x86_64-linux-gnu",
+    "usr/lib/aarch64-linux-gnu",
+    "usr/lib",
+    "lib64",
+    "lib/x86_64-linux-gnu",
+    "lib/aarch64-linux-gnu",
+)
 
 
 class GpuNodeIdentity(NodeFact[dict[str, Any]]):
@@ -70,39 +77,49 @@ class GpuNodeIdentity(NodeFact[dict[str, Any]]):
         root = driver_root.rstrip("/")
         library_dirs = " ".join(NVML_LIBRARY_DIRS)
         return StringCommand(
-            "echo \"hostname $(hostname 2>/dev/null || cat /etc/hostname)\";",
+            'echo "hostname $(hostname 2>/dev/null || cat /etc/hostname)";',
             "n=0; for d in /sys/bus/pci/devices/*; do",
-            "[ \"$(cat \"$d/vendor\" 2>/dev/null)\" = 0x10de ] || continue;",
-            "case \"$(cat \"$d/class\" 2>/dev/null)\" in 0x0300*|0x0302*) n=$((n+1));; esac; done;",
-            "echo \"pci_gpus $n\";",
-            "[ -f", QuoteString(CDI_SPEC), "] && echo 'cdi_spec 1';",
+            '[ "$(cat "$d/vendor" 2>/dev/null)" = 0x10de ] || continue;',
+            'case "$(cat "$d/class" 2>/dev/null)" in 0x0300*|0x0302*) n=$((n+1));; esac; done;',
+            'echo "pci_gpus $n";',
+            "[ -f",
+            QuoteString(CDI_SPEC),
+            "] && echo 'cdi_spec 1';",
             StringCommand("_root=", QuoteString(root), ";", _separator=""),
             f"_lib=; for _d in {library_dirs}; do",
-            "[ -e \"$_root/$_d/libnvidia-ml.so.1\" ] && { _lib=\"$_root/$_d/libnvidia-ml.so.1\"; break; }; done;",
+            '[ -e "$_root/$_d/libnvidia-ml.so.1" ] && { _lib="$_root/$_d/libnvidia-ml.so.1"; break; }; done;',
             "_path=; _ld=${LD_LIBRARY_PATH-}; _named=;",
             "if command -v nvidia-smi >/dev/null 2>&1; then _path=$PATH;",
-            "elif [ -x \"$_root/usr/bin/nvidia-smi\" ]; then _path=\"$_root/usr/bin:$PATH\"; _ld=\"${_lib%/*}\"; fi;",
+            'elif [ -x "$_root/usr/bin/nvidia-smi" ]; then _path="$_root/usr/bin:$PATH"; _ld="${_lib%/*}"; fi;',
             "if [ -z \"$_path\" ]; then echo 'nvidia_smi missing';",
-            "else _o=$(PATH=\"$_path\" LD_LIBRARY_PATH=\"$_ld\" nvidia-smi --query-gpu=name,index --format=csv,noheader",
+            'else _o=$(PATH="$_path" LD_LIBRARY_PATH="$_ld" nvidia-smi --query-gpu=name,index --format=csv,noheader',
             "2>/dev/null); _rc=$?;",
-            "if [ $_rc -ne 0 ]; then echo \"nvidia_smi exit $_rc\";",
+            'if [ $_rc -ne 0 ]; then echo "nvidia_smi exit $_rc";',
             # Only "<name>, <index>" lines answer the query: a mock driver's fallback nvidia-smi script
             # ignores its arguments and prints its version lines.
             "elif printf '%s\\n' \"$_o\" | grep -qv ', [0-9][0-9]*$' && [ -n \"$_o\" ]; then",
             "echo 'nvidia_smi unexpected output';",
             "else echo 'nvidia_smi ok'; _named=1;",
             "[ -n \"$_o\" ] && printf '%s\\n' \"$_o\" | sed 's/^\\(.*\\), [0-9][0-9]*$/product \\1/'; fi; fi;",
-            "if [ -z \"$_named\" ]; then",
+            'if [ -z "$_named" ]; then',
             "if [ -z \"$_lib\" ]; then echo 'nvml no library';",
             "elif ! command -v python3 >/dev/null 2>&1; then echo 'nvml no python3';",
-            "else _n=$(python3 -c", QuoteString(NVML_PRODUCTS_PY), "\"$_lib\" 2>&1); _rc=$?;",
-            "printf '%s\\n' \"$_n\"; [ $_rc -eq 0 ] || echo \"nvml failed python3 exit $_rc\"; fi; fi",
+            "else _n=$(python3 -c",
+            QuoteString(NVML_PRODUCTS_PY),
+            '"$_lib" 2>&1); _rc=$?;',
+            'printf \'%s\\n\' "$_n"; [ $_rc -eq 0 ] || echo "nvml failed python3 exit $_rc"; fi; fi',
         )
 
     @staticmethod
     def default() -> dict[str, Any]:
-        return {"hostname": None, "pci_gpus": 0, "products": [], "nvidia_smi": "missing", "nvml": None,
-                "cdi_spec": False}
+        return {
+            "hostname": None,
+            "pci_gpus": 0,
+            "products": [],
+            "nvidia_smi": "missing",
+            "nvml": None,
+            "cdi_spec": False,
+        }
 
     def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()

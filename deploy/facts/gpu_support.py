@@ -18,9 +18,9 @@ DEBIAN_IDS = "/usr/share/nvidia/*.ids"  # Debian's nvidia-detect
 
 # Only the device IDs and the open-module feature of the JSON travel: it is hundreds of KiB.
 SCRIPT = (
-    "for f in " + " ".join(SUPPORTED_GPUS_JSON) + "; do [ -r \"$f\" ] || continue; echo \"json $f\";"
-    " zcat -f \"$f\" | grep -o -e '\"devid\" *: *\"0x[0-9A-Fa-f]*\"' -e '\"kernelopen\"'; done;"
-    " for f in " + DEBIAN_IDS + "; do [ -r \"$f\" ] || continue;"
+    "for f in " + " ".join(SUPPORTED_GPUS_JSON) + '; do [ -r "$f" ] || continue; echo "json $f";'
+    ' zcat -f "$f" | grep -o -e \'"devid" *: *"0x[0-9A-Fa-f]*"\' -e \'"kernelopen"\'; done;'
+    " for f in " + DEBIAN_IDS + '; do [ -r "$f" ] || continue;'
     " echo \"ids ${f##*/} $(tr -s '\\n\\r' '  ' < \"$f\")\"; done; true"
 )
 
@@ -62,7 +62,9 @@ class GpuSupportLists(NodeFact[dict[str, Any]]):
                 last_device = None
             elif line.startswith("ids "):
                 _, name, *ids = line.split()
-                lists["ids"][name] = sorted({d for d in (_hex(i[4:] if len(i) == 8 else i) for i in ids) if d is not None})
+                lists["ids"][name] = sorted(
+                    {d for d in (_hex(i[4:] if len(i) == 8 else i) for i in ids) if d is not None}
+                )
                 current = None
             elif current is not None and line.startswith('"devid"'):
                 last_device = _hex(line.rsplit('"', 2)[-2])

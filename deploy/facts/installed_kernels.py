@@ -41,8 +41,17 @@ class InstalledKernels(NodeFact[dict[str, Any]]):
 
     @staticmethod
     def default() -> dict[str, Any]:
-        return {"running": "", "kernels": {}, "dkms": False, "library": None, "grubenv": {},
-                "grub_default": None, "grubby": None, "packages": {}, "fabric_manager": {}}
+        return {
+            "running": "",
+            "kernels": {},
+            "dkms": False,
+            "library": None,
+            "grubenv": {},
+            "grub_default": None,
+            "grubby": None,
+            "packages": {},
+            "fabric_manager": {},
+        }
 
     def process(self, output: list[str]) -> dict[str, Any]:
         found = self.default()
@@ -53,8 +62,11 @@ class InstalledKernels(NodeFact[dict[str, Any]]):
             elif kind == "kernel":
                 words = rest.split()
                 if len(words) == 3:
-                    found["kernels"][words[0]] = {"image": words[1] == "yes", "headers": words[2] == "yes",
-                                                  "modules": []}
+                    found["kernels"][words[0]] = {
+                        "image": words[1] == "yes",
+                        "headers": words[2] == "yes",
+                        "modules": [],
+                    }
             elif kind == "module":
                 release, _, tail = rest.partition(" ")
                 version, _, path = tail.partition(" ")  # no version: an empty field

@@ -46,8 +46,12 @@ def kubeconfig_option(kubeconfig: str | None) -> StringCommand:
 def kubeconfig_problem(kubeconfig: str | None) -> StringCommand:
     """Prints why kubectl has no kubeconfig it can read (one line), nothing when it has one."""
     if kubeconfig:
-        return StringCommand("[ -r", QuoteString(kubeconfig), "] || echo",
-                             QuoteString("the kubeconfig does not exist or is not readable"))
+        return StringCommand(
+            "[ -r",
+            QuoteString(kubeconfig),
+            "] || echo",
+            QuoteString("the kubeconfig does not exist or is not readable"),
+        )
     # kubectl skips the files of a KUBECONFIG list that do not exist and merges the others.
     return StringCommand(
         'if [ -n "${KUBECONFIG-}" ]; then',
@@ -82,7 +86,10 @@ def kubeconfig_words(kubeconfig: str | None) -> str:
 def kubectl(kubeconfig: str | None, *args: Any) -> StringCommand:
     """``kubectl --kubeconfig K --request-timeout 20s ARGS``: every kubectl call goes through here."""
     return StringCommand(
-        "kubectl", kubeconfig_option(kubeconfig), f"--request-timeout={KUBECTL_REQUEST_TIMEOUT}", *args,
+        "kubectl",
+        kubeconfig_option(kubeconfig),
+        f"--request-timeout={KUBECTL_REQUEST_TIMEOUT}",
+        *args,
     )
 
 
@@ -98,9 +105,16 @@ def captured(command: StringCommand, prefix: str = "") -> StringCommand:
     exit 0 (a fact whose command fails would fail the host).
     """
     return StringCommand(
-        "_e=$(mktemp);", "_o=$(", command, "2>\"$_e\");", "_rc=$?;",
-        f"echo \"{prefix}rc $_rc\";", f"sed 's/^/{prefix}err /' \"$_e\";", "rm -f \"$_e\";",
-        f"[ -n \"$_o\" ] && printf '%s\\n' \"$_o\" | sed 's/^/{prefix}out /';", "true",
+        "_e=$(mktemp);",
+        "_o=$(",
+        command,
+        '2>"$_e");',
+        "_rc=$?;",
+        f'echo "{prefix}rc $_rc";',
+        f"sed 's/^/{prefix}err /' \"$_e\";",
+        'rm -f "$_e";',
+        f"[ -n \"$_o\" ] && printf '%s\\n' \"$_o\" | sed 's/^/{prefix}out /';",
+        "true",
     )
 
 
@@ -110,7 +124,7 @@ def parse_captured(lines: list[str], prefix: str = "") -> tuple[int, str, str]:
     for line in lines:
         if not line.startswith(prefix):
             continue
-        tag, _, rest = line[len(prefix):].partition(" ")
+        tag, _, rest = line[len(prefix) :].partition(" ")
         if tag == "rc":
             code = int(rest.strip())
         elif tag == "out":
@@ -163,15 +177,27 @@ class KubeCluster(NodeFact[dict[str, Any]]):
     def command(self, kubeconfig: str | None) -> StringCommand:
         return StringCommand(
             "if ! command -v kubectl >/dev/null 2>&1; then echo kubectl-missing;",
-            "elif _why=$(", kubeconfig_problem(kubeconfig), '); [ -n "$_why" ];',
+            "elif _why=$(",
+            kubeconfig_problem(kubeconfig),
+            '); [ -n "$_why" ];',
             'then echo "kubeconfig-unreadable $_why";',
-            "else", kubeconfig_in_use(kubeconfig), captured(kubectl(kubeconfig, "get", "--raw", "/version")), "; fi",
+            "else",
+            kubeconfig_in_use(kubeconfig),
+            captured(kubectl(kubeconfig, "get", "--raw", "/version")),
+            "; fi",
         )
 
     @staticmethod
     def default() -> dict[str, Any]:
-        return {"kubectl": False, "kubeconfig_readable": False, "reachable": False, "kubeconfig": None,
-                "version": None, "git_version": None, "error": "no output"}
+        return {
+            "kubectl": False,
+            "kubeconfig_readable": False,
+            "reachable": False,
+            "kubeconfig": None,
+            "version": None,
+            "git_version": None,
+            "error": "no output",
+        }
 
     def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()
@@ -222,9 +248,7 @@ class KubeNodes(NodeFact[dict[str, Any]]):
         except (ValueError, AttributeError):
             raise FactProcessError(f"kubectl get nodes: not JSON: {out[:200]!r}") from None
         return {
-            "nodes": {
-                item["metadata"]["name"]: dict(item["metadata"].get("labels") or {}) for item in items
-            },
+            "nodes": {item["metadata"]["name"]: dict(item["metadata"].get("labels") or {}) for item in items},
             "error": None,
         }
 
@@ -247,8 +271,7 @@ class KubeLiveObjects(NodeFact[dict[str, Any]]):
     """
 
     def command(self, kubeconfig: str | None, manifest: str) -> str | StringCommand:
-        return captured(with_stdin(manifest, kubectl(kubeconfig, "get", "-f", "-", "--ignore-not-found",
-                                                     "-o", "json")))
+        return captured(with_stdin(manifest, kubectl(kubeconfig, "get", "-f", "-", "--ignore-not-found", "-o", "json")))
 
     @staticmethod
     def default() -> dict[str, Any]:
@@ -276,7 +299,7 @@ def _json_documents(text: str) -> list[dict[str, Any]]:
         try:
             value, end = decoder.raw_decode(text, index)
         except json.JSONDecodeError:
-            raise FactProcessError(f"kubectl get: not JSON: {text[index:index + 200]!r}") from None
+            raise FactProcessError(f"kubectl get: not JSON: {text[index : index + 200]!r}") from None
         documents.append(value)
         index = end
         while index < len(text) and text[index].isspace():
@@ -295,10 +318,20 @@ class KubeServerSideDiff(NodeFact[dict[str, Any]]):
     """
 
     def command(self, kubeconfig: str | None, manifest: str, field_manager: str = FIELD_MANAGER) -> str | StringCommand:
-        return captured(with_stdin(manifest, kubectl(
-            kubeconfig, "diff", "--server-side", f"--field-manager={field_manager}", "--force-conflicts",
-            "-f", "-",
-        )))
+        return captured(
+            with_stdin(
+                manifest,
+                kubectl(
+                    kubeconfig,
+                    "diff",
+                    "--server-side",
+                    f"--field-manager={field_manager}",
+                    "--force-conflicts",
+                    "-f",
+                    "-",
+                ),
+            )
+        )
 
     @staticmethod
     def default() -> dict[str, Any]:
@@ -327,16 +360,17 @@ class HelmRelease(NodeFact[dict[str, Any]]):
         helm = StringCommand("helm", kubeconfig_option(kubeconfig), "-n", QuoteString(namespace))
         return StringCommand(
             "if ! command -v helm >/dev/null 2>&1; then echo helm-missing; else",
-            captured(StringCommand(helm, "list", "--filter", QuoteString(f"^{release}$"), "-o", "json"),
-                     prefix="list-"), ";",
-            captured(StringCommand(helm, "get", "values", QuoteString(release), "-o", "json"),
-                     prefix="values-"), "; fi",
+            captured(
+                StringCommand(helm, "list", "--filter", QuoteString(f"^{release}$"), "-o", "json"), prefix="list-"
+            ),
+            ";",
+            captured(StringCommand(helm, "get", "values", QuoteString(release), "-o", "json"), prefix="values-"),
+            "; fi",
         )
 
     @staticmethod
     def default() -> dict[str, Any]:
-        return {"helm": False, "exists": False, "chart": None, "status": None, "values": None,
-                "error": "no output"}
+        return {"helm": False, "exists": False, "chart": None, "status": None, "values": None, "error": "no output"}
 
     def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()

@@ -30,17 +30,31 @@ class KernelState(NodeFact[dict[str, Any]]):
         for module in modules:
             path = QuoteString(f"/sys/module/{module}")
             parts.append(
-                StringCommand("if [ -d", path, "]; then echo", QuoteString(f"module {module} 1"),
-                              "; else echo", QuoteString(f"module {module} 0"), "; fi;")
+                StringCommand(
+                    "if [ -d",
+                    path,
+                    "]; then echo",
+                    QuoteString(f"module {module} 1"),
+                    "; else echo",
+                    QuoteString(f"module {module} 0"),
+                    "; fi;",
+                )
             )
-        parts.append(
-            StringCommand("echo filesystems $(awk '{print $NF}' /proc/filesystems 2>/dev/null);")
-        )
+        parts.append(StringCommand("echo filesystems $(awk '{print $NF}' /proc/filesystems 2>/dev/null);"))
         for key in sysctls:
             path = QuoteString("/proc/sys/" + key.replace(".", "/"))
             parts.append(
-                StringCommand("if [ -r", path, "]; then echo", QuoteString(f"sysctl {key}"),
-                              "$(cat", path, "); else echo", QuoteString(f"sysctl {key}"), "; fi;")
+                StringCommand(
+                    "if [ -r",
+                    path,
+                    "]; then echo",
+                    QuoteString(f"sysctl {key}"),
+                    "$(cat",
+                    path,
+                    "); else echo",
+                    QuoteString(f"sysctl {key}"),
+                    "; fi;",
+                )
             )
         parts.append("true")
         return StringCommand(*parts)

@@ -8,8 +8,12 @@ from ..foundations import node_text, shell_scripts
 from .base import NodeFact
 
 # What ``mokutil --test-key CERT`` prints first (mokutil's print_skip_message and test_key), by state
-ENROLLMENT_LINES = (("is already enrolled", "enrolled"), ("is already in db", "enrolled"),
-                    ("is already in the enrollment request", "pending"), ("is not enrolled", "no"))
+ENROLLMENT_LINES = (
+    ("is already enrolled", "enrolled"),
+    ("is already in db", "enrolled"),
+    ("is already in the enrollment request", "pending"),
+    ("is not enrolled", "no"),
+)
 
 
 def normal_serial(text: str) -> str:
@@ -48,8 +52,16 @@ class ModuleSigningState(NodeFact[dict[str, Any]]):
 
     @staticmethod
     def default() -> dict[str, Any]:
-        return {"key": None, "cert": None, "cert_format": None, "serial": None, "subject": None, "mokutil": None,
-                "enrollment": None, "modules": []}
+        return {
+            "key": None,
+            "cert": None,
+            "cert_format": None,
+            "serial": None,
+            "subject": None,
+            "mokutil": None,
+            "enrollment": None,
+            "modules": [],
+        }
 
     def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()
@@ -76,8 +88,13 @@ class ModuleSigningState(NodeFact[dict[str, Any]]):
                 state["enrollment"] = next((value for text, value in ENROLLMENT_LINES if text in rest), None)
             elif kind == "module":
                 release, key, path, *signer = rest.split(" ", 3)
-                state["modules"].append({"kernel": release, "path": path,
-                                         "key": None if key == "-" else normal_serial(key),
-                                         "signer": node_text.printable(signer[0]) if signer and signer[0] else None})
+                state["modules"].append(
+                    {
+                        "kernel": release,
+                        "path": path,
+                        "key": None if key == "-" else normal_serial(key),
+                        "signer": node_text.printable(signer[0]) if signer and signer[0] else None,
+                    }
+                )
         state["key"], state["cert"] = (files + [None, None])[:2]
         return state

@@ -25,8 +25,13 @@ WATCHED_MODULES = ("nouveau", "nova_core", "nova_drm", "nvidia")
 
 def node_script() -> str:
     """NodeSurvey's command (deploy/shell/node_survey.sh)."""
-    return shell_scripts.script("node_survey", WATCHED_MODULES, nvidia_vendor=NVIDIA_PCI_VENDOR,
-                                mellanox_vendor=MELLANOX_PCI_VENDOR, switch_marker=SWITCH_MANAGEMENT_MARKER)
+    return shell_scripts.script(
+        "node_survey",
+        WATCHED_MODULES,
+        nvidia_vendor=NVIDIA_PCI_VENDOR,
+        mellanox_vendor=MELLANOX_PCI_VENDOR,
+        switch_marker=SWITCH_MANAGEMENT_MARKER,
+    )
 
 
 class NodeSurvey(NodeFact[dict[str, Any]]):
@@ -98,8 +103,14 @@ class NodeSurvey(NodeFact[dict[str, Any]]):
             elif kind == "mellanox":
                 parts = rest.split()
                 if len(parts) == 4:
-                    node["mellanox"].append({"slot": parts[0], "device": parts[1], "class": parts[2],
-                                             "switch_management": parts[3] == SWITCH_MANAGEMENT_MARKER})
+                    node["mellanox"].append(
+                        {
+                            "slot": parts[0],
+                            "device": parts[1],
+                            "class": parts[2],
+                            "switch_management": parts[3] == SWITCH_MANAGEMENT_MARKER,
+                        }
+                    )
             elif kind == "secureboot":
                 source, _, value = rest.partition(" ")
                 if source == "mokutil":

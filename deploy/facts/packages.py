@@ -30,8 +30,13 @@ class DebPackageStates(NodeFact[dict[str, Any]]):
     def command(self, packages: Iterable[str] = ()) -> StringCommand:
         names = [QuoteString(name) for name in packages]
         return StringCommand(
-            "dpkg-query", "-W", "-f", QuoteString("${Package} ${Version} ${Status}\\n"), *names,
-            "2>/dev/null", "|| true",
+            "dpkg-query",
+            "-W",
+            "-f",
+            QuoteString("${Package} ${Version} ${Status}\\n"),
+            *names,
+            "2>/dev/null",
+            "|| true",
         )
 
     @staticmethod
@@ -68,7 +73,11 @@ class RpmPackageStates(NodeFact[dict[str, Any]]):
     def command(self, packages: Iterable[str] = ()) -> StringCommand:
         names = [QuoteString(name) for name in packages]
         return StringCommand(
-            "rpm", "-q", "--qf", QuoteString("installed %{NAME} %{VERSION}-%{RELEASE}\\n"), *names,
+            "rpm",
+            "-q",
+            "--qf",
+            QuoteString("installed %{NAME} %{VERSION}-%{RELEASE}\\n"),
+            *names,
             "2>/dev/null | grep '^installed';",
             f"list=$(sed -n '{LOCKLIST_SETTING}' {VERSIONLOCK_CONF} 2>/dev/null | tail -n 1);",
             f"grep -v '^#' \"${{list:-{VERSIONLOCK_LIST}}}\" 2>/dev/null | sed 's/^/lock /'; true",
@@ -90,8 +99,9 @@ class RpmPackageStates(NodeFact[dict[str, Any]]):
                 locks.append(rest.strip())
         for name, state in states.items():
             # versionlock lists entries such as "nvidia-container-toolkit-0:1.17.8-1.*"
-            state["held"] = any(lock.startswith(f"{name}-") and lock[len(name) + 1 : len(name) + 2].isdigit()
-                                for lock in locks)
+            state["held"] = any(
+                lock.startswith(f"{name}-") and lock[len(name) + 1 : len(name) + 2].isdigit() for lock in locks
+            )
         return states
 
 
@@ -107,8 +117,10 @@ class MultiversionPackages(NodeFact[dict[str, Any]]):
     """
 
     def command(self) -> str:
-        return ("rpm -q --whatprovides 'multiversion(kernel)' --qf '%{NAME} %{VERSION}-%{RELEASE}\\n' 2>/dev/null "
-                "| grep -v '^no package provides'; true")
+        return (
+            "rpm -q --whatprovides 'multiversion(kernel)' --qf '%{NAME} %{VERSION}-%{RELEASE}\\n' 2>/dev/null "
+            "| grep -v '^no package provides'; true"
+        )
 
     @staticmethod
     def default() -> dict[str, Any]:
@@ -226,7 +238,6 @@ def offered_versions(output: Iterable[str]) -> dict[str, list[str]]:
     return versions
 
 
-
 class WaitedPackageVersions(NodeFact[dict[str, Any]]):
     """
     PackageVersions of dnf (``dnf -q list --showduplicates``) or zypper (``search --details``), the
@@ -245,14 +256,20 @@ class WaitedPackageVersions(NodeFact[dict[str, Any]]):
          "unreadable": ["repository 'mirror' (Failed to connect to 10.0.0.5 port 80 after 3 ms: Couldn't connect to server)"]}
     """
 
-    def command(self, packages: Iterable[str] = (), wait: str = "true", listing: Iterable[str] = ()) -> StringCommand | str:
+    def command(
+        self, packages: Iterable[str] = (), wait: str = "true", listing: Iterable[str] = ()
+    ) -> StringCommand | str:
         if not packages or not listing:
             return "true"
         names = [QuoteString(name) for name in packages]
         # The manager's error lines, marked, beside its listing (fd 3: the listing's own output)
-        return StringCommand(f"if busy=$( ({wait}) 2>&1 ); then {{", *listing, *names,
-                             f"2>&1 1>&3 3>&- | sed 's/^/{MANAGER_ERROR}/'; }} 3>&1;",
-                             "else printf 'busy %s\\n' \"$busy\"; fi")
+        return StringCommand(
+            f"if busy=$( ({wait}) 2>&1 ); then {{",
+            *listing,
+            *names,
+            f"2>&1 1>&3 3>&- | sed 's/^/{MANAGER_ERROR}/'; }} 3>&1;",
+            "else printf 'busy %s\\n' \"$busy\"; fi",
+        )
 
     @staticmethod
     def default() -> dict[str, Any]:
@@ -260,11 +277,13 @@ class WaitedPackageVersions(NodeFact[dict[str, Any]]):
 
     def process(self, output: list[str]) -> dict[str, Any]:
         busy = [line.split(" ", 1)[1] for line in output if line.startswith("busy ")]
-        errors = [line[len(MANAGER_ERROR):] for line in output if line.startswith(MANAGER_ERROR)]
+        errors = [line[len(MANAGER_ERROR) :] for line in output if line.startswith(MANAGER_ERROR)]
         listing = [line for line in output if not line.startswith(("busy ", MANAGER_ERROR))]
-        return {"versions": offered_versions(listing),
-                "busy": busy[-1].removeprefix("gpu-node: ").strip() if busy else None,
-                "unreadable": unreadable_repositories(listing, errors)}
+        return {
+            "versions": offered_versions(listing),
+            "busy": busy[-1].removeprefix("gpu-node: ").strip() if busy else None,
+            "unreadable": unreadable_repositories(listing, errors),
+        }
 
 
 MANAGER_ERROR = "manager_error "
@@ -336,6 +355,7 @@ class DnfModuleStreams(NodeFact[dict[str, Any]]):
                 section[key.strip()] = value.strip()
         return streams
 
+
 class RepositoryPackageVersions(NodeFact[dict[str, Any]]):
     """
     The versions a flat apt repository (``deb URL /``) offers of the named packages, read from its
@@ -353,7 +373,7 @@ class RepositoryPackageVersions(NodeFact[dict[str, Any]]):
         base = shlex.quote(url.rstrip("/"))
         seconds = int(timeout)
         return StringCommand(
-            'tmp=$(mktemp -d) && trap \'rm -rf "$tmp"\' EXIT; for index in Packages.gz Packages; do'
+            "tmp=$(mktemp -d) && trap 'rm -rf \"$tmp\"' EXIT; for index in Packages.gz Packages; do"
             f" if [ -x /usr/lib/apt/apt-helper ]; then /usr/lib/apt/apt-helper -o Acquire::http::Timeout={seconds}"
             f' -o Acquire::https::Timeout={seconds} -o Acquire::Retries=0 download-file {base}/"$index" "$tmp/$index";'
             f' else curl -fsSL --max-time {seconds} -o "$tmp/$index" {base}/"$index"; fi >/dev/null 2>&1'

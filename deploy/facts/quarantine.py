@@ -44,9 +44,13 @@ def _guarded(kubeconfig: str | None, *commands: str | StringCommand) -> StringCo
     """``commands`` where kubectl exists and its kubeconfig can be read, else one line saying why not."""
     return StringCommand(
         "if ! command -v kubectl >/dev/null 2>&1; then echo kubectl-missing;",
-        "elif _why=$(", kubeconfig_problem(kubeconfig), '); [ -n "$_why" ];',
+        "elif _why=$(",
+        kubeconfig_problem(kubeconfig),
+        '); [ -n "$_why" ];',
         'then echo "kubeconfig-unreadable $_why";',
-        "else", *commands, "; fi",
+        "else",
+        *commands,
+        "; fi",
     )
 
 
@@ -99,12 +103,17 @@ class KubeQuarantineNodes(NodeFact[dict[str, Any]]):
             annotations = metadata.get("annotations")
             taints = spec.get("taints") or []
             if not isinstance(taints, list) or not all(isinstance(taint, dict) for taint in taints):
-                raise FactProcessError(f"kubectl get nodes: node {metadata.get('name')!r}: taints are no list of objects")
+                raise FactProcessError(
+                    f"kubectl get nodes: node {metadata.get('name')!r}: taints are no list of objects"
+                )
             record = annotations.get(RECORD_ANNOTATION) if isinstance(annotations, dict) else None
             nodes[str(metadata.get("name"))] = LiveNode(
-                name=str(metadata.get("name")), resource_version=str(metadata.get("resourceVersion")),
-                taints=tuple(taints), annotations=isinstance(annotations, dict),
-                record_text=record if isinstance(record, str) else None)
+                name=str(metadata.get("name")),
+                resource_version=str(metadata.get("resourceVersion")),
+                taints=tuple(taints),
+                annotations=isinstance(annotations, dict),
+                record_text=record if isinstance(record, str) else None,
+            )
         return {"nodes": nodes, "error": None}
 
 
@@ -125,9 +134,15 @@ class KubeDeviceTaints(NodeFact[Any]):
         selector = ",".join(f"{key}={value}" for key, value in MANAGED_BY.items())
         return _guarded(
             kubeconfig,
-            captured(kubectl(kubeconfig, "api-resources", "--api-group=resource.k8s.io", "--no-headers"), "api-"), ";",
-            captured(kubectl(kubeconfig, "get", "resourceslices", f"--field-selector=spec.driver={dra.DRIVER}",
-                             "-o", "json"), "slices-"), ";",
+            captured(kubectl(kubeconfig, "api-resources", "--api-group=resource.k8s.io", "--no-headers"), "api-"),
+            ";",
+            captured(
+                kubectl(
+                    kubeconfig, "get", "resourceslices", f"--field-selector=spec.driver={dra.DRIVER}", "-o", "json"
+                ),
+                "slices-",
+            ),
+            ";",
             captured(kubectl(kubeconfig, "get", "devicetaintrules", "-l", selector, "-o", "json"), "rules-"),
         )
 
@@ -153,8 +168,11 @@ class KubeDeviceTaints(NodeFact[Any]):
             if not isinstance(node, str) or not isinstance(pool, str) or spec.get("driver") != dra.DRIVER:
                 continue
             for device in spec.get("devices") or []:
-                attributes = (device.get("attributes") or (device.get("basic") or {}).get("attributes") or {}
-                              if isinstance(device, dict) else {})
+                attributes = (
+                    device.get("attributes") or (device.get("basic") or {}).get("attributes") or {}
+                    if isinstance(device, dict)
+                    else {}
+                )
                 address = (attributes.get(PCI_ATTRIBUTE) or {}).get("string") if isinstance(attributes, dict) else None
                 if isinstance(address, str) and _PCI.match(address) and isinstance(device.get("name"), str):
                     gpus.setdefault(node, {})[pci_key(address)] = (pool, device["name"])

@@ -42,14 +42,28 @@ class ImexState(NodeFact[dict[str, Any]]):
     """
 
     def command(self) -> str:
-        return (node_text.base64_reader() + shell_scripts.script(
-            "imex_state", unit=imex.IMEX_UNIT, nodes_config=imex.NODES_CONFIG, channel=imex.CHANNEL_DEVICE,
-            ctl_timeout=CTL_TIMEOUT)).strip()
+        return (
+            node_text.base64_reader()
+            + shell_scripts.script(
+                "imex_state",
+                unit=imex.IMEX_UNIT,
+                nodes_config=imex.NODES_CONFIG,
+                channel=imex.CHANNEL_DEVICE,
+                ctl_timeout=CTL_TIMEOUT,
+            )
+        ).strip()
 
     @staticmethod
     def default() -> dict[str, Any]:
-        return {"enabled": "not-found", "active": "inactive", "module": False, "channel": False,
-                "nodes_config": None, "ctl_status": None, "ctl": []}
+        return {
+            "enabled": "not-found",
+            "active": "inactive",
+            "module": False,
+            "channel": False,
+            "nodes_config": None,
+            "ctl_status": None,
+            "ctl": [],
+        }
 
     def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()
@@ -60,8 +74,9 @@ class ImexState(NodeFact[dict[str, Any]]):
             if kind in ("module", "channel"):
                 state[kind] = True
             elif kind == "nodes_config":
-                state["nodes_config"] = node_text.checked(decode_b64(rest, imex.NODES_CONFIG, keep_bytes=True),
-                                                          imex.NODES_CONFIG)
+                state["nodes_config"] = node_text.checked(
+                    decode_b64(rest, imex.NODES_CONFIG, keep_bytes=True), imex.NODES_CONFIG
+                )
             elif kind == "ctl_status" and rest.strip().isdigit():
                 state["ctl_status"] = int(rest.strip())
             elif kind == "ctl":

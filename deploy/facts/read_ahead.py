@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 MARKER = "@@gpu-node-fact "
 
+
 class KnownFacts(dict[str, dict[tuple[str, str], tuple[Any, int]]]):
     """This run's facts by host: host name -> (fact name, its arguments as JSON) -> (value, the
     host's changes when it was read) (deploy/foundations/run_state.py)."""
@@ -59,8 +60,10 @@ class CombinedOutput(NodeFact[list[Any]]):
         # slowest read's, not their sum, and the printing one process, not one per read.
         # Without a writable temporary directory the read fails aloud: empty sections would read as
         # facts' defaults (a missing config, no package), and the stages would act on them.
-        parts: list[str | StringCommand] = ['_gn=$(mktemp -d 2>/dev/null || mktemp -d -p /dev/shm 2>/dev/null) || { echo "gpu-node:',
-                 'mktemp -d failed: no writable temporary directory for the node read" >&2; exit 1; };']
+        parts: list[str | StringCommand] = [
+            '_gn=$(mktemp -d 2>/dev/null || mktemp -d -p /dev/shm 2>/dev/null) || { echo "gpu-node:',
+            'mktemp -d failed: no writable temporary directory for the node read" >&2; exit 1; };',
+        ]
         entries: list[tuple[type[FactBase[Any]], dict[str, Any], int | None]] = [(fact, {}, None) for fact in facts]
         entries += [(fact, kwargs, index) for index, (fact, kwargs) in enumerate(calls)]
         for number, (fact, kwargs, index) in enumerate(entries):
@@ -74,8 +77,11 @@ class CombinedOutput(NodeFact[list[Any]]):
             parts += ["{ echo", marker, "; (", command, f'); }} >"$_gn/{number}" 2>/dev/null </dev/null &']
         # In base64: pyinfra's connector takes output as UTF-8 and stops at the first line that is not
         # (a file's Latin-1 comment, a process's command line), losing every section after it.
-        parts += ["wait; cat", *(f'"$_gn/{number}"' for number in range(len(entries))),
-                  '| base64 -w0; echo; rm -rf "$_gn"; true']
+        parts += [
+            "wait; cat",
+            *(f'"$_gn/{number}"' for number in range(len(entries))),
+            '| base64 -w0; echo; rm -rf "$_gn"; true',
+        ]
         return StringCommand(*parts)
 
     @staticmethod
@@ -96,7 +102,7 @@ def split_sections(lines: list[str]) -> dict[str, list[str]]:
     current = None
     for line in lines:
         if line.startswith(MARKER):
-            current = line[len(MARKER):].strip()
+            current = line[len(MARKER) :].strip()
             sections[current] = []
         elif current is not None:
             sections[current].append(line)
@@ -134,8 +140,12 @@ class ReadNotRun(UnreadableOutput):
 # then names the program.
 NOT_FOUND = 127
 # pyinfra's global arguments that put a program in front of every command, and how a run sets them
-ELEVATIONS = (("_sudo", "sudo", "_sudo=True or --sudo"), ("_doas", "doas", "_doas=True"),
-              ("_dzdo", "dzdo", "_dzdo=True or --dzdo"), ("_su_user", "su", "_su_user or --su-user"))
+ELEVATIONS = (
+    ("_sudo", "sudo", "_sudo=True or --sudo"),
+    ("_doas", "doas", "_doas=True"),
+    ("_dzdo", "dzdo", "_dzdo=True or --dzdo"),
+    ("_su_user", "su", "_su_user or --su-user"),
+)
 
 
 def missing_program(host: Host) -> str:
@@ -144,13 +154,19 @@ def missing_program(host: Host) -> str:
     arguments, _ = pop_global_arguments(host.state, host, dict(host.current_op_global_arguments or {}))
     for key, program, given in ELEVATIONS:
         if arguments.get(key):
-            return (f"{program} is not installed on this node, and the run asks for it ({given}): install {program}, "
-                    f"or connect as root and leave {program} out")
-    return (f"the node ran none of gpu-node's read: its shell exited {NOT_FOUND} (a command not found) before it; "
-            "check the shell pyinfra runs commands with (_shell_executable)")
+            return (
+                f"{program} is not installed on this node, and the run asks for it ({given}): install {program}, "
+                f"or connect as root and leave {program} out"
+            )
+    return (
+        f"the node ran none of gpu-node's read: its shell exited {NOT_FOUND} (a command not found) before it; "
+        "check the shell pyinfra runs commands with (_shell_executable)"
+    )
 
 
-def read_facts(host: Host, *facts: type[FactBase[Any]], read_ahead: tuple[FactCall, ...] | list[FactCall] = ()) -> dict[str, Any]:
+def read_facts(
+    host: Host, *facts: type[FactBase[Any]], read_ahead: tuple[FactCall, ...] | list[FactCall] = ()
+) -> dict[str, Any]:
     """
     Read argument-less ``facts`` from ``host`` in one remote command: {class name: value}.
     Each value is what the fact alone gives (its default when its command printed nothing).
@@ -171,8 +187,10 @@ def read_facts(host: Host, *facts: type[FactBase[Any]], read_ahead: tuple[FactCa
         # reads the end of the input, leaving its line open (getpass writes it to stderr then).
         sys.stderr.write("\n")
         user = host.data.get("ssh_user") or "the login user"
-        raise ReadNotRun(f"sudo wants a password for {user} and there is no terminal to type it into: allow {user} "
-                         "sudo without a password, or run pyinfra from a terminal") from None
+        raise ReadNotRun(
+            f"sudo wants a password for {user} and there is no terminal to type it into: allow {user} "
+            "sudo without a password, or run pyinfra from a terminal"
+        ) from None
     if not lines:
         raise ReadNotRun(missing_program(host))
     sections = split_sections(lines)

@@ -51,14 +51,24 @@ class NodeRecords(NodeFact[dict[str, Any]]):
     """
 
     def command(self, own_files: Iterable[str] = (), records_dir: str = node_records.RECORDS_DIR) -> str:
-        script = node_text.base64_reader() + shell_scripts.script("node_records", records=records_dir,
-                                                                   root_alone=node_records.ROOT_ALONE)
+        script = node_text.base64_reader() + shell_scripts.script(
+            "node_records", records=records_dir, root_alone=node_records.ROOT_ALONE
+        )
         return (shell_scripts.script("own_files", own_files) + script if own_files else script).strip()
 
     @staticmethod
     def default() -> dict[str, Any]:
-        return {"records": False, "folder": None, "files": [], "units": {}, "installed": [], "held": [], "rpm_keys": [],
-                "unfinished_install": False, "own": {}}
+        return {
+            "records": False,
+            "folder": None,
+            "files": [],
+            "units": {},
+            "installed": [],
+            "held": [],
+            "rpm_keys": [],
+            "unfinished_install": False,
+            "own": {},
+        }
 
     def process(self, output: list[str]) -> dict[str, Any]:
         found = self.default()
@@ -69,22 +79,38 @@ class NodeRecords(NodeFact[dict[str, Any]]):
                 found["records"] = True
                 found["folder"] = rest
             elif kind == "file":
-                record = {"id": rest, "path": None, "unit": "", "format": "", "absent": False, "earlier": False,
-                          "original_stat": None, "original_sha256": None, "written_sha256": None, "live": None,
-                          "live_sha256": None, "live_stat": None, "original_text": None, "written_text": None,
-                          "live_text": None, "leftovers": []}
+                record = {
+                    "id": rest,
+                    "path": None,
+                    "unit": "",
+                    "format": "",
+                    "absent": False,
+                    "earlier": False,
+                    "original_stat": None,
+                    "original_sha256": None,
+                    "written_sha256": None,
+                    "live": None,
+                    "live_sha256": None,
+                    "live_stat": None,
+                    "original_text": None,
+                    "written_text": None,
+                    "live_text": None,
+                    "leftovers": [],
+                }
                 found["files"].append(record)
             elif kind in ("absent", "earlier") and record is not None:
                 record[kind] = True
             elif kind in ("path", "unit") and record is not None:
                 record[kind] = _text(rest)
-            elif kind in ("format", "original_stat", "original_sha256", "written_sha256", "live_sha256",
-                          "live_stat") and record is not None:
+            elif (
+                kind in ("format", "original_stat", "original_sha256", "written_sha256", "live_sha256", "live_stat")
+                and record is not None
+            ):
                 record[kind] = rest or ("" if kind == "format" else None)
             elif kind in ("original_text", "written_text", "live_text") and record is not None:
                 record[kind] = _text(rest)
             elif kind in ("live_link", "live_other") and record is not None:
-                record["live"] = kind[len("live_"):]
+                record["live"] = kind[len("live_") :]
             elif kind == "leftover" and record is not None:
                 record["leftovers"].append(_text(rest))
             elif kind == "unit_record":

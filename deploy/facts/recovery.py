@@ -13,8 +13,13 @@ from .base import NodeFact
 PENDING_RESTART_DIR = "/var/lib/gpu-node/restart-pending"
 
 # apt's and dpkg's locks, in the order apt takes them.
-DPKG_LOCKS = ("/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock", "/var/cache/apt/archives/lock",
-              "/var/lib/apt/lists/lock")
+DPKG_LOCKS = (
+    "/var/lib/dpkg/lock-frontend",
+    "/var/lib/dpkg/lock",
+    "/var/cache/apt/archives/lock",
+    "/var/lib/apt/lists/lock",
+)
+
 
 def lock_holders_script() -> str:
     """Shell defining ``lock_holders LOCK...`` (deploy/shell/lock_holders.sh)."""

@@ -35,8 +35,10 @@ class NodeReports(NodeFact[list[Any]]):
     """
 
     def command(self, folder: str = REPORTS_DIR) -> str:
-        return (node_text.base64_reader()
-                + shell_scripts.script("node_reports", folder=folder, max_reports=MAX_NODE_REPORTS)).strip()
+        return (
+            node_text.base64_reader()
+            + shell_scripts.script("node_reports", folder=folder, max_reports=MAX_NODE_REPORTS)
+        ).strip()
 
     @staticmethod
     def default() -> list[Any]:

@@ -24,7 +24,13 @@ class UnitsEnabled(NodeFact[dict[str, Any]]):
     def command(self, units: Iterable[str] = ()) -> StringCommand:
         parts = []
         for unit in units:
-            parts += ["echo", QuoteString(unit), "\"$(systemctl --root=/ is-enabled --", QuoteString(unit), "2>/dev/null)\";"]
+            parts += [
+                "echo",
+                QuoteString(unit),
+                '"$(systemctl --root=/ is-enabled --',
+                QuoteString(unit),
+                '2>/dev/null)";',
+            ]
         parts.append("true")
         return StringCommand(*parts)
 

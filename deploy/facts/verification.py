@@ -187,18 +187,31 @@ class VerifyReadout(NodeFact[dict[str, Any]]):
         }
     """
 
-    def command(self, image: str, binaries: Iterable[str] = (), runtime_values: dict[str, dict[str, str]] | None = None) -> str:
+    def command(
+        self, image: str, binaries: Iterable[str] = (), runtime_values: dict[str, dict[str, str]] | None = None
+    ) -> str:
         """``runtime_values``: {runtime: {variable: value}} for a runtime installed another way than the
         plain one (containerd's installation in effect: its binary, unit and socket)."""
         watched = (PERSISTENCED_UNIT, FABRIC_MANAGER_UNIT)
-        values = {name: value for runtime in registry.RUNTIMES
-                  for name, value in {**runtime.readout.values, **(runtime_values or {}).get(runtime.name, {})}.items()}
-        readout = (shell_scripts.assignments(
-            smi_query=SMI_QUERY, smi_persistence_query=SMI_PERSISTENCE_QUERY,
-            keys=" ".join(f"unit:{unit}" for unit in watched), units=" ".join(watched),
-            kubelet_config=KUBELET_CONFIG, image=image, **values)
-            + VERIFY_SCRIPT + "".join(shell_scripts.body(runtime.readout.script) for runtime in registry.RUNTIMES)
-            + shell_scripts.body("verify_readout_end"))
+        values = {
+            name: value
+            for runtime in registry.RUNTIMES
+            for name, value in {**runtime.readout.values, **(runtime_values or {}).get(runtime.name, {})}.items()
+        }
+        readout = (
+            shell_scripts.assignments(
+                smi_query=SMI_QUERY,
+                smi_persistence_query=SMI_PERSISTENCE_QUERY,
+                keys=" ".join(f"unit:{unit}" for unit in watched),
+                units=" ".join(watched),
+                kubelet_config=KUBELET_CONFIG,
+                image=image,
+                **values,
+            )
+            + VERIFY_SCRIPT
+            + "".join(shell_scripts.body(runtime.readout.script) for runtime in registry.RUNTIMES)
+            + shell_scripts.body("verify_readout_end")
+        )
         # the executables' lines after the rest: every line is keyed
         return (node_text.base64_reader() + readout + executable_checks(binaries)).strip()
 
@@ -232,13 +245,13 @@ class VerifyReadout(NodeFact[dict[str, Any]]):
             elif kind == "kmod_license":
                 state["kernel_module_license"] = rest or None
             elif kind == "smi_persistence":
-                smi["persistence"] = parse_smi_persistence(node_text.decode_b64(rest, "nvidia-smi persistence_mode") if rest else "")
+                smi["persistence"] = parse_smi_persistence(
+                    node_text.decode_b64(rest, "nvidia-smi persistence_mode") if rest else ""
+                )
             elif kind == "unit":
                 unit, _, properties = rest.partition(" ")
                 if unit:
-                    state["units"][unit] = dict(
-                        pair.split("=", 1) for pair in properties.split() if "=" in pair
-                    )
+                    state["units"][unit] = dict(pair.split("=", 1) for pair in properties.split() if "=" in pair)
             elif kind == "smi_path":
                 smi["path"] = rest or None
             elif kind == "smi_rc" and rest.lstrip("-").isdigit():

@@ -31,8 +31,11 @@ FAILED, DRIFT = 1, 2
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     # argparse exits 2 on bad arguments; here 2 means drift
     parser = ArgumentParser(
-        error_status=FAILED, prog=PROG, description="Plan a pyinfra deploy with --dry (nothing changes) and list what would change.",
-        epilog=f"exit status: 0 no drift, {DRIFT} drift, {FAILED} the plan failed or bad arguments")
+        error_status=FAILED,
+        prog=PROG,
+        description="Plan a pyinfra deploy with --dry (nothing changes) and list what would change.",
+        epilog=f"exit status: 0 no drift, {DRIFT} drift, {FAILED} the plan failed or bad arguments",
+    )
     add_pyinfra_run(parser)
     return parser.parse_args(argv)
 

@@ -81,13 +81,20 @@ def _problem(source: str, error: Exception) -> str:
 
 def row_of(node: NodeFormat, source: str) -> FleetRow:
     failed_steps = [step.name for step in node.steps if step.status == FAIL]
-    verify: dict[str, Any] = {status: sum(step.status == status for step in node.steps) for status in (PASS, FAIL, SKIP)}
+    verify: dict[str, Any] = {
+        status: sum(step.status == status for step in node.steps) for status in (PASS, FAIL, SKIP)
+    }
     verify["failed_steps"] = failed_steps
     ok = node.ok and not failed_steps
-    return FleetRow(host=node.host, status=CONVERGED if ok else FAILED,
-                    failed_operations=[] if ok else [f"report {source}"],
-                    failure_lines=[] if ok else [", ".join(failed_steps) or "the report says not ok"],
-                    no_gpu=not node.gpus, verify=verify, **node.model_dump(include=set(NodeSummaryFormat.model_fields)))
+    return FleetRow(
+        host=node.host,
+        status=CONVERGED if ok else FAILED,
+        failed_operations=[] if ok else [f"report {source}"],
+        failure_lines=[] if ok else [", ".join(failed_steps) or "the report says not ok"],
+        no_gpu=not node.gpus,
+        verify=verify,
+        **node.model_dump(include=set(NodeSummaryFormat.model_fields)),
+    )
 
 
 def read_report(folder: Path, entry: os.DirEntry[str]) -> str:
@@ -117,19 +124,23 @@ def report_entries(folder: Path) -> list[os.DirEntry[str]]:
             if entry.name.endswith(".json") and not entry.name.startswith("."):
                 entries.append(entry)
                 if len(entries) > MAX_FOLDER_REPORTS:
-                    raise NotAReport(f"holds more than {MAX_FOLDER_REPORTS} .json files: "
-                                     f"not read (a fleet's folder holds one report per node)")
+                    raise NotAReport(
+                        f"holds more than {MAX_FOLDER_REPORTS} .json files: "
+                        f"not read (a fleet's folder holds one report per node)"
+                    )
     return sorted(entries, key=lambda entry: entry.name)
 
 
 def _reported_twice(host: str, what: str, folder: str, names: list[str]) -> str:
     files = ", ".join(str(Path(folder) / name) for name in names)
-    return node_text.printable(f"{host} is reported by {len(names)} {what} ({files}): one node, one file: "
-                               "none of them read")
+    return node_text.printable(
+        f"{host} is reported by {len(names)} {what} ({files}): one node, one file: none of them read"
+    )
 
 
-def read_folder(folder: str, silent_after: int = time_span_seconds(DEFAULTS["health_silent_after"]),
-                now: datetime | None = None) -> tuple[list[FleetRow], list[str]]:
+def read_folder(
+    folder: str, silent_after: int = time_span_seconds(DEFAULTS["health_silent_after"]), now: datetime | None = None
+) -> tuple[list[FleetRow], list[str]]:
     """(a row per node, sorted by host, with its health; one line per file that is not a report,
     and per host that two or more files report: neither is read, the host's row says so). A host
     with a health report and no node report: a failed row (as over SSH), with its health."""
@@ -153,13 +164,22 @@ def read_folder(folder: str, silent_after: int = time_span_seconds(DEFAULTS["hea
         if len(reports) == 1:
             row = row_of(reports[0][1], reports[0][0])
         elif not reports:  # as over SSH: a node that keeps no node report
-            row = FleetRow(host=host, status=FAILED, failed_operations=["read its report"],
-                           failure_lines=["no node report in the folder, only its health report"])
+            row = FleetRow(
+                host=host,
+                status=FAILED,
+                failed_operations=["read its report"],
+                failure_lines=["no node report in the folder, only its health report"],
+            )
         else:
             problems.append(_reported_twice(host, "files", folder, [name for name, _ in reports]))
-            row = FleetRow(host=host, status=FAILED, failed_operations=["read its report"],
-                           failure_lines=[f"reported by {len(reports)} files: "
-                                          + ", ".join(str(Path(folder) / name) for name, _ in reports)])
+            row = FleetRow(
+                host=host,
+                status=FAILED,
+                failed_operations=["read its report"],
+                failure_lines=[
+                    f"reported by {len(reports)} files: " + ", ".join(str(Path(folder) / name) for name, _ in reports)
+                ],
+            )
         if len(health) == 1:
             row.health = fleet_health(health[0][1], silent_after, now)
         elif health:
@@ -168,8 +188,12 @@ def read_folder(folder: str, silent_after: int = time_span_seconds(DEFAULTS["hea
     return rows, problems
 
 
-def node_row(host_name: str, reports: list[dict[str, Any]], silent_after: int = time_span_seconds(DEFAULTS["health_silent_after"]),
-             now: datetime | None = None) -> tuple[FleetRow, list[str]]:
+def node_row(
+    host_name: str,
+    reports: list[dict[str, Any]],
+    silent_after: int = time_span_seconds(DEFAULTS["health_silent_after"]),
+    now: datetime | None = None,
+) -> tuple[FleetRow, list[str]]:
     """One node's row from the reports it keeps (the NodeReports fact): its newest node report, under
     the name the inventory gives the node, with its health report's health; one line per file that
     is not a report, or not read."""
@@ -188,8 +212,12 @@ def node_row(host_name: str, reports: list[dict[str, Any]], silent_after: int = 
         elif found is not None:
             newest = (found, report["name"])
     if newest is None:
-        row = FleetRow(host=host_name, status=FAILED, failed_operations=["read the node's reports"],
-                       failure_lines=[f"no node report in {REPORTS_DIR} (neither a first boot nor a pull run wrote one)"])
+        row = FleetRow(
+            host=host_name,
+            status=FAILED,
+            failed_operations=["read the node's reports"],
+            failure_lines=[f"no node report in {REPORTS_DIR} (neither a first boot nor a pull run wrote one)"],
+        )
     else:
         row = replace(row_of(*newest), host=host_name)
     row.health = health
@@ -221,8 +249,12 @@ class ReportsView(BaseStateCallback):
         rows = dict(self.rows)
         for host in state.inventory:
             if host.name not in rows and host.name not in self.not_nodes:
-                rows[host.name] = FleetRow(host=host.name, status=FAILED, failed_operations=["read the node's reports"],
-                                           failure_lines=["not reached (see the run output)"])
+                rows[host.name] = FleetRow(
+                    host=host.name,
+                    status=FAILED,
+                    failed_operations=["read the node's reports"],
+                    failure_lines=["not reached (see the run output)"],
+                )
         ordered = [rows[name] for name in sorted(rows)]
         out = stream or sys.stdout
         for problem in self.problems:
@@ -275,17 +307,27 @@ def _silent_after(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog=program(f"{__package__}.from_reports"),
-                            description="The fleet table of the node reports gathered in FOLDER (one per node, any "
-                                        "name ending .json), and with FLEET.json its JSON and HTML page beside it. "
-                                        "Exit status 0 when every node converged and every file was a report, else 1.")
+    parser = ArgumentParser(
+        prog=program(f"{__package__}.from_reports"),
+        description="The fleet table of the node reports gathered in FOLDER (one per node, any "
+        "name ending .json), and with FLEET.json its JSON and HTML page beside it. "
+        "Exit status 0 when every node converged and every file was a report, else 1.",
+    )
     parser.add_argument("folder", metavar="FOLDER", type=_folder, help="a folder of node reports")
-    parser.add_argument("fleet_json", metavar="FLEET.json", nargs="?",
-                        help="write the fleet report there, and its page beside it (.html)")
-    parser.add_argument("--silent-after", metavar="SPAN", type=_silent_after,
-                        default=time_span_seconds(DEFAULTS["health_silent_after"]),
-                        help="a node whose last health report is older than this is shown as silent (a systemd time "
-                             f"span, as the setting health_silent_after; default {DEFAULTS['health_silent_after']})")
+    parser.add_argument(
+        "fleet_json",
+        metavar="FLEET.json",
+        nargs="?",
+        help="write the fleet report there, and its page beside it (.html)",
+    )
+    parser.add_argument(
+        "--silent-after",
+        metavar="SPAN",
+        type=_silent_after,
+        default=time_span_seconds(DEFAULTS["health_silent_after"]),
+        help="a node whose last health report is older than this is shown as silent (a systemd time "
+        f"span, as the setting health_silent_after; default {DEFAULTS['health_silent_after']})",
+    )
     args = parser.parse_args(argv)
     try:
         rows, problems = read_folder(args.folder, args.silent_after, datetime.now(timezone.utc))

@@ -44,8 +44,10 @@ def control_plane(settings: Settings) -> Host:
     except NoGroupError:
         hosts = []
     if not hosts:
-        raise SettingsError(f"fleet_quarantine=true but the inventory has no {settings.control_plane_group} host "
-                            "(control_plane_group) to run kubectl on: add the control-plane host to the inventory")
+        raise SettingsError(
+            f"fleet_quarantine=true but the inventory has no {settings.control_plane_group} host "
+            "(control_plane_group) to run kubectl on: add the control-plane host to the inventory"
+        )
     return hosts[0]
 
 
@@ -89,8 +91,10 @@ def reset_note(node: str, gpus: list[str], holders: dict[str, Any]) -> str:
     # the check keeps a boot's Xids until told they were reset away: else the node stays unhealthy
     forget = " ".join((*HEALTH_CHECK_COMMAND, "--forget-xids"))
     commands = "; ".join([*(f"nvidia-smi -r -i {gpu}" for gpu in gpus), forget])
-    return f"{node}: GPU {', '.join(gpus)} needs a reset and nothing holds /dev/nvidia*: `{commands}` would reset it " \
-           "and tell the health check (gpu-node resets nothing)"
+    return (
+        f"{node}: GPU {', '.join(gpus)} needs a reset and nothing holds /dev/nvidia*: `{commands}` would reset it "
+        "and tell the health check (gpu-node resets nothing)"
+    )
 
 
 @deploy("Quarantine GPU nodes")
@@ -104,30 +108,45 @@ def quarantine_gpu_nodes(settings: Settings) -> None:
             reports = gpu_host.get_fact(NodeReports)
             node = kube_node_name(names, gpu_host.name, None if gpu_host.name in names else gpu_host.get_fact(Hostname))
         except Exception as error:  # noqa: BLE001 - an unreachable GPU node must not stop the others
-            nodes.append(quarantine.GpuHealth(node=names.get(gpu_host.name, gpu_host.name), report=None,
-                                              unreadable=f"not reached ({error})"))
+            nodes.append(
+                quarantine.GpuHealth(
+                    node=names.get(gpu_host.name, gpu_host.name), report=None, unreadable=f"not reached ({error})"
+                )
+            )
             continue
         report, unreadable = health_of_reports(reports, gpu_host.name)
-        nodes.append(quarantine.GpuHealth(node=node, report=report, unreadable=unreadable,
-                                          dra=node_settings.gpu_allocator == "dra"))
+        nodes.append(
+            quarantine.GpuHealth(
+                node=node, report=report, unreadable=unreadable, dra=node_settings.gpu_allocator == "dra"
+            )
+        )
         if settings.quarantine_reset == "plan" and needing_reset(report):
             resets.append((node, needing_reset(report), gpu_host))
 
     live = host.get_fact(KubeQuarantineNodes, kubeconfig=settings.kubeconfig)
     if live["nodes"] is None:
-        failure.fail(name="Read the cluster's GPU nodes", message=unavailable_message(settings.kubeconfig, live["error"]))
+        failure.fail(
+            name="Read the cluster's GPU nodes", message=unavailable_message(settings.kubeconfig, live["error"])
+        )
         return
-    devices = host.get_fact(KubeDeviceTaints, kubeconfig=settings.kubeconfig) if any(
-        node.dra for node in nodes) else None
-    bound = quarantine.Bound(settings.quarantine_max_nodes, settings.quarantine_max_percent,
-                             time_span_seconds(settings.quarantine_release_after))
+    devices = (
+        host.get_fact(KubeDeviceTaints, kubeconfig=settings.kubeconfig) if any(node.dra for node in nodes) else None
+    )
+    bound = quarantine.Bound(
+        settings.quarantine_max_nodes,
+        settings.quarantine_max_percent,
+        time_span_seconds(settings.quarantine_release_after),
+    )
     planned = quarantine.plan(nodes, live["nodes"], devices, bound)
     for note in planned.notes:  # what is left as it is: the operator's to look at
         logger.warning(f"{host.print_prefix}quarantine: {note}")
     for node, gpus, gpu_host in resets:
-        logger.info(f"{host.print_prefix}quarantine_reset=plan: {reset_note(node, gpus, gpu_host.get_fact(DeviceHolders))}")
+        logger.info(
+            f"{host.print_prefix}quarantine_reset=plan: {reset_note(node, gpus, gpu_host.get_fact(DeviceHolders))}"
+        )
     for step in planned.steps:
-        quarantine_ops.apply_step(name=f"Quarantine: {step.node}: {step.verb}: {step.says}", kubeconfig=settings.kubeconfig,
-                                  step=step)
+        quarantine_ops.apply_step(
+            name=f"Quarantine: {step.node}: {step.verb}: {step.says}", kubeconfig=settings.kubeconfig, step=step
+        )
     if not planned.steps:
         logger.info(f"{host.print_prefix}quarantine: nothing to change on the {len(nodes)} GPU nodes of the run")

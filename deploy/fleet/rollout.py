@@ -133,8 +133,10 @@ def read_batch_result(number: int, hosts: list[str], returncode: int, stdout: st
         operations, failed = results["operations"], results["failed_hosts"]
     except (ValueError, KeyError, TypeError):
         result.failed = list(hosts)
-        result.stopped = (f"pyinfra stopped the batch (exit {returncode}) before reporting results: "
-                          "these hosts failed or did not finish; pyinfra's error is above")
+        result.stopped = (
+            f"pyinfra stopped the batch (exit {returncode}) before reporting results: "
+            "these hosts failed or did not finish; pyinfra's error is above"
+        )
         return result
     result.failed = [name for name in hosts if name in failed]
     if returncode == REBOOT_REQUIRED and not result.failed:
@@ -147,8 +149,9 @@ def read_batch_result(number: int, hosts: list[str], returncode: int, stdout: st
     return result
 
 
-def run_batch(number: int, hosts: list[str], inventory: str, deploy: str,
-              fail_percent: int, pyinfra_args: list[str]) -> BatchResult:
+def run_batch(
+    number: int, hosts: list[str], inventory: str, deploy: str, fail_percent: int, pyinfra_args: list[str]
+) -> BatchResult:
     command = [sys.executable, "-m", "pyinfra", "-y", "--json", "--fail-percent", str(fail_percent)]
     for name in hosts:
         command += ["--limit", glob.escape(name)]  # a host name, not a pattern
@@ -168,8 +171,10 @@ def summary(batches: list[list[str]], results: list[BatchResult], fail_percent: 
     lines = []
     stopped_at = next((r for r in results if is_batch_failed(r, fail_percent)), None)
     if stopped_at:
-        lines.append(f"rollout STOPPED at batch {stopped_at.number} of {len(batches)}"
-                     f" (more than {fail_percent}% of its hosts failed)")
+        lines.append(
+            f"rollout STOPPED at batch {stopped_at.number} of {len(batches)}"
+            f" (more than {fail_percent}% of its hosts failed)"
+        )
     else:
         lines.append(f"rollout finished: {len(batches)} batch(es)")
     for result in results:
@@ -181,8 +186,10 @@ def summary(batches: list[list[str]], results: list[BatchResult], fail_percent: 
         if result.stopped:
             lines.append(f"  {result.stopped}")
         if result.reboot_required:
-            lines.append("  a GPU node of this batch awaits the reboot its driver change needs (its fleet report names it)")
-    for number, hosts in enumerate(batches[len(results):], start=len(results) + 1):
+            lines.append(
+                "  a GPU node of this batch awaits the reboot its driver change needs (its fleet report names it)"
+            )
+    for number, hosts in enumerate(batches[len(results) :], start=len(results) + 1):
         lines.append(f"batch {number}: not started")
         lines.extend(f"  not touched  {name}" for name in hosts)
     return lines
@@ -190,18 +197,34 @@ def summary(batches: list[list[str]], results: list[BatchResult], fail_percent: 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = ArgumentParser(
-        prog=PROG, description="Run a pyinfra deploy batch by batch; stop at the first failed batch.",
+        prog=PROG,
+        description="Run a pyinfra deploy batch by batch; stop at the first failed batch.",
         epilog=f"exit status: 0 every host converged, 1 a host failed, 2 bad arguments, {REBOOT_REQUIRED} every host "
-               "done but a GPU node awaits its reboot")
+        "done but a GPU node awaits its reboot",
+    )
     sizes = parser.add_mutually_exclusive_group()
     sizes.add_argument("--batch-size", type=int, metavar="N", help="hosts per batch")
-    sizes.add_argument("--batches", default="1,100%", metavar="SIZES",
-                       help="successive batch sizes, counts or percentages; the last repeats (default: 1,100%%)")
-    parser.add_argument("--fail-percent", type=int, default=0, metavar="P",
-                        help="a batch fails when more than P%% of its hosts fail (default 0); also pyinfra's "
-                             "--fail-percent within the batch")
-    parser.add_argument("--limit", action="append", default=[], metavar="GROUP_OR_GLOB",
-                        help="roll out to these hosts only (repeatable; matched as pyinfra's --limit)")
+    sizes.add_argument(
+        "--batches",
+        default="1,100%",
+        metavar="SIZES",
+        help="successive batch sizes, counts or percentages; the last repeats (default: 1,100%%)",
+    )
+    parser.add_argument(
+        "--fail-percent",
+        type=int,
+        default=0,
+        metavar="P",
+        help="a batch fails when more than P%% of its hosts fail (default 0); also pyinfra's "
+        "--fail-percent within the batch",
+    )
+    parser.add_argument(
+        "--limit",
+        action="append",
+        default=[],
+        metavar="GROUP_OR_GLOB",
+        help="roll out to these hosts only (repeatable; matched as pyinfra's --limit)",
+    )
     add_pyinfra_run(parser)
     args = parser.parse_args(argv)
     if args.batch_size is not None:
@@ -212,8 +235,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--fail-percent {args.fail_percent}: allowed: 0 to 100")
     for arg in args.pyinfra_args:
         if arg.split("=", 1)[0] in OWNED_OPTIONS:
-            parser.error(f"{arg}: the rollout sets this per batch; give --limit/--fail-percent "
-                         f"to {PROG} before INVENTORY (--exclude and --dry are not supported)")
+            parser.error(
+                f"{arg}: the rollout sets this per batch; give --limit/--fail-percent "
+                f"to {PROG} before INVENTORY (--exclude and --dry are not supported)"
+            )
     return args
 
 
@@ -228,8 +253,10 @@ def main(argv: list[str] | None = None) -> int:
     except RolloutError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
-    print(f"rollout: {len(hosts)} host(s) in {len(batches)} batch(es) of "
-          f"{', '.join(str(len(b)) for b in batches)}", flush=True)
+    print(
+        f"rollout: {len(hosts)} host(s) in {len(batches)} batch(es) of {', '.join(str(len(b)) for b in batches)}",
+        flush=True,
+    )
     results = []
     for number, batch in enumerate(batches, start=1):
         print(f"--- batch {number} of {len(batches)}: {', '.join(batch)}", flush=True)

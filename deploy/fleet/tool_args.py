@@ -10,11 +10,18 @@ from pathlib import Path
 
 
 def add_pyinfra_run(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("inventory", metavar="INVENTORY",
-                        help="pyinfra's inventory: a file (inventory.py), or hosts and connectors (@local, gpu1,gpu2)")
+    parser.add_argument(
+        "inventory",
+        metavar="INVENTORY",
+        help="pyinfra's inventory: a file (inventory.py), or hosts and connectors (@local, gpu1,gpu2)",
+    )
     parser.add_argument("deploy", metavar="DEPLOY", help="the deploy file (deploy/gpu_node.py, or a site's own)")
-    parser.add_argument("pyinfra_args", nargs=argparse.REMAINDER, metavar="...",
-                        help="passed on to pyinfra (e.g. --data key=value, --ssh-user, --sudo)")
+    parser.add_argument(
+        "pyinfra_args",
+        nargs=argparse.REMAINDER,
+        metavar="...",
+        help="passed on to pyinfra (e.g. --data key=value, --ssh-user, --sudo)",
+    )
 
 
 def missing_file(inventory: str, deploy: str) -> str | None:

@@ -50,7 +50,7 @@ def split_batches(items: Sequence[T], spec: str) -> list[list[T]]:
     """``items`` in successive batches of ``batch_sizes``, in their order."""
     batches, start = [], 0
     for size in batch_sizes(spec, len(items)):
-        batches.append(list(items[start:start + size]))
+        batches.append(list(items[start : start + size]))
         start += size
     return batches
 

@@ -86,8 +86,7 @@ def checked(text: str, source: str, max_bytes: int | None = MAX_FILE_BYTES) -> s
     bad = _NOT_UTF8.search(text)
     if bad:
         line = text.count("\n", 0, bad.start()) + 1
-        raise UnreadableText(f"{source} is not UTF-8 text: byte 0x{ord(bad.group()) - 0xDC00:02x} "
-                             f"on line {line}")
+        raise UnreadableText(f"{source} is not UTF-8 text: byte 0x{ord(bad.group()) - 0xDC00:02x} on line {line}")
     return text
 
 

@@ -19,8 +19,10 @@ Result = TypeVar("Result")
 Commands = Generator["str | PyinfraCommand", Any, None]
 
 
-def deploy(name: str, data_defaults: dict[str, Any] | None = None
-           ) -> Callable[[Callable[Arguments, Result]], Callable[Arguments, Result]]:
+def deploy(
+    name: str, data_defaults: dict[str, Any] | None = None
+) -> Callable[[Callable[Arguments, Result]], Callable[Arguments, Result]]:
     """pyinfra's ``deploy(name, data_defaults)``."""
-    return cast(Callable[[Callable[Arguments, Result]], Callable[Arguments, Result]],
-                pyinfra_deploy(name, data_defaults))
+    return cast(
+        Callable[[Callable[Arguments, Result]], Callable[Arguments, Result]], pyinfra_deploy(name, data_defaults)
+    )

@@ -31,8 +31,20 @@ MASK = "***"
 # containerd's auth tables (username, password, auth, identitytoken), auths, Authorization and
 # X-Api-Key headers, api_key, bearer_token... Each is an extended regular expression that sed -E
 # reads the same way (deploy/operations/safe_install.py filters daemon output with it).
-SECRET_WORDS = ("password", "passwd", "passphrase", "token", "secret", "auth", "credential", "bearer", "cookie",
-                "api[-_. ]?key", "access[-_. ]?key", "private[-_. ]?key")
+SECRET_WORDS = (
+    "password",
+    "passwd",
+    "passphrase",
+    "token",
+    "secret",
+    "auth",
+    "credential",
+    "bearer",
+    "cookie",
+    "api[-_. ]?key",
+    "access[-_. ]?key",
+    "private[-_. ]?key",
+)
 _SECRET_KEY = re.compile("|".join(SECRET_WORDS), re.IGNORECASE)
 
 
@@ -55,6 +67,7 @@ def mask_text(text: str) -> str:
 
 
 # TOML -------------------------------------------------------------------------------------
+
 
 def _masked_item(old: Item) -> Item:
     new = tomlkit.item(MASK)
@@ -120,7 +133,7 @@ def shell_daemon_output_filter() -> str:
     words = "|".join(SECRET_WORDS)
     quote = "\"'\"'\"'"  # a ' inside the single-quoted sed script
     return (
-        "sed -E -e \"s/(Can't convert ).*/\\1(value withheld)/\" "
+        'sed -E -e "s/(Can\'t convert ).*/\\1(value withheld)/" '
         f"-e 's/([\"{quote}]?[[:alnum:]_.-]*({words})[[:alnum:]_.-]*[\"{quote}]?[[:space:]]*[=:][[:space:]]*).+/\\1{MASK}/I' "
         f"-e 's|([[:alpha:]][[:alnum:]+.-]*://)[^[:space:]/?#\"{quote}<>]*@|\\1{MASK}@|g' "
         f"-e 's#\\b(Bearer|Basic)[[:space:]]+[[:alnum:]._~+/=-]{{8,}}#\\1 {MASK}#Ig'"
@@ -209,14 +222,19 @@ def log_masked_diff(host: Host, path: str, current: str | None, desired: str, ki
 
     verb = "create" if current is None else "modify"
     if "\0" in desired:  # not text: what changes, without its bytes
-        host.log(f"Will {verb} {format_text(path, bold=True)} ({len(desired.encode('utf-8', 'surrogateescape'))} "
-                 "bytes, not text)", logger.info)
+        host.log(
+            f"Will {verb} {format_text(path, bold=True)} ({len(desired.encode('utf-8', 'surrogateescape'))} "
+            "bytes, not text)",
+            logger.info,
+        )
         return
     try:
         lines = masked_diff_lines(current, desired, kind)
     except Exception:  # noqa: BLE001 - a text the masker cannot read: show nothing rather than a secret
-        host.log(f"Will {verb} {format_text(path, bold=True)} (diff withheld: its credentials "
-                 "could not be masked)", logger.info)
+        host.log(
+            f"Will {verb} {format_text(path, bold=True)} (diff withheld: its credentials could not be masked)",
+            logger.info,
+        )
         return
     host.log(f"Will {verb} {format_text(path, bold=True)}", logger.info)
     for line in lines:

@@ -39,8 +39,7 @@ Record = TypeVar("Record")
 _RUNS: WeakKeyDictionary[Any, dict[type, Any]] = WeakKeyDictionary()
 
 
-def per_run(state: State, record_type: type[Record],
-            created: Callable[[Record], None] | None = None) -> Record:
+def per_run(state: State, record_type: type[Record], created: Callable[[Record], None] | None = None) -> Record:
     """The run's one ``record_type()``, created on first use; ``created(record)`` runs then, once
     (a report hooks its callbacks into the State)."""
     records = _RUNS.setdefault(state, {})

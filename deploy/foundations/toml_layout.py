@@ -84,7 +84,7 @@ def _parse_dedented(text: str) -> tomlkit.TOMLDocument | None:
     means nothing in TOML: parse without it, then put it back. None when that does not give the
     text back exactly (a header-like line inside a multi-line string, say).
     """
-    dedented = HEADER_LINE.sub(lambda match: match.group(0)[len(match.group(1)):], text)
+    dedented = HEADER_LINE.sub(lambda match: match.group(0)[len(match.group(1)) :], text)
     if dedented == text:
         return None
     try:
@@ -143,8 +143,11 @@ def written_as_dotted_keys(fragment: Any) -> bool:
         return True
     if not isinstance(fragment, Table) or not fragment.is_super_table():
         return False
-    return any(not isinstance(item, (Table, Whitespace, Comment)) or written_as_dotted_keys(item)
-               for key, item in fragment.value.body if key is not None)
+    return any(
+        not isinstance(item, (Table, Whitespace, Comment)) or written_as_dotted_keys(item)
+        for key, item in fragment.value.body
+        if key is not None
+    )
 
 
 def dotted(path: TablePath) -> str:
@@ -191,10 +194,9 @@ def ensure_table(document: Any, path: TablePath, header: bool = True) -> Any:
     for index in range(depth, len(path)):
         name = path[index]
         if name in (parent if parent is document else parent.value):
-            raise ConfigError(f"{dotted(path[:index + 1])} is not a table")
+            raise ConfigError(f"{dotted(path[: index + 1])} is not a table")
         last = index == len(path) - 1
-        parent[name] = (tomlkit.inline_table() if inline
-                        else tomlkit.table(is_super_table=not (last and header)))
+        parent[name] = tomlkit.inline_table() if inline else tomlkit.table(is_super_table=not (last and header))
         parent = holder(document, path[: index + 1])
     return parent
 
@@ -206,14 +208,13 @@ def table_style(parent: Any, nested: str) -> tuple[str, str, str]:
         if not isinstance(child, Table) or child.is_super_table():
             continue
         header = indent_of(child)
-        keys = [item for key, item in child.value.body
-                if key is not None and not isinstance(item, (Table, Whitespace))]
+        keys = [item for key, item in child.value.body if key is not None and not isinstance(item, (Table, Whitespace))]
         key_indent = indent_of(keys[0]) if keys else header
         inner = child.get(nested)
         step = "  " if header or key_indent else ""
         if isinstance(inner, Table) and not inner.is_super_table():
             inner_indent = indent_of(inner)
-            step = inner_indent[len(header):] if inner_indent.startswith(header) else step
+            step = inner_indent[len(header) :] if inner_indent.startswith(header) else step
         return header, key_indent, step
     return "", "", ""
 
@@ -268,6 +269,7 @@ def line_endings(text: str) -> tuple[str, str, bool]:
 
 # The edit machinery. ----------------------------------------------------------------------
 
+
 class Edits:
     """
     The values an edit sets and the array items it drops, applied to the document and recorded
@@ -308,8 +310,9 @@ class Edits:
         if not isinstance(table, TABLES):
             table[key] = value  # a table to append
             return
-        siblings = [item for name, item in table.value.body
-                    if name is not None and not isinstance(item, (Table, Whitespace))]
+        siblings = [
+            item for name, item in table.value.body if name is not None and not isinstance(item, (Table, Whitespace))
+        ]
         table[key] = value
         if current is None and isinstance(table, Table):
             new: Any = table.value.item(key)  # the item just set (typed with a split table's proxy, which it is not)
@@ -331,8 +334,9 @@ class Edits:
     def appended_text(self) -> str:
         blocks = []
         for path, values in self.appended.items():
-            lines = [f"[{dotted(path)}]"] + [f"{tomlkit.key(key).as_string()} = {tomlkit.item(value).as_string()}"
-                                            for key, value in values.items()]
+            lines = [f"[{dotted(path)}]"] + [
+                f"{tomlkit.key(key).as_string()} = {tomlkit.item(value).as_string()}" for key, value in values.items()
+            ]
             blocks.append("\n".join(lines) + "\n")
         return "\n".join(blocks)
 
@@ -405,8 +409,9 @@ def _edit_once(body: str, source: str, parse_document: Parse, apply: Apply, appe
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
     except TOMLKIT_FAULTS as error:
-        raise _LayoutRefused(f"{source}: its layout cannot be edited safely "
-                             f"(tomlkit cannot edit it: {type(error).__name__})") from None
+        raise _LayoutRefused(
+            f"{source}: its layout cannot be edited safely (tomlkit cannot edit it: {type(error).__name__})"
+        ) from None
     if edits.appended:
         edited = (edited if edited.endswith("\n") else edited + "\n") + "\n" + edits.appended_text()
     if edited != body:
@@ -417,6 +422,8 @@ def _edit_once(body: str, source: str, parse_document: Parse, apply: Apply, appe
         try:
             parse(edited)
         except Exception:  # noqa: BLE001 - any tomlkit fault: the next run could not read it back
-            raise _LayoutRefused(f"{source}: its layout cannot be edited safely (tomlkit could not read "
-                                 "the edited file back, so a second run could not check it)") from None
+            raise _LayoutRefused(
+                f"{source}: its layout cannot be edited safely (tomlkit could not read "
+                "the edited file back, so a second run could not check it)"
+            ) from None
     return edited, edits

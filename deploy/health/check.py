@@ -106,8 +106,15 @@ class State:
     logged: str | None = None
 
     def as_json(self) -> dict[str, Any]:
-        return {"version": STATE_VERSION, "boot_id": self.boot_id, "cursor": self.cursor, "read_until": self.read_until,
-                "xids": [vars(kept) for kept in self.xids], "dropped_xids": self.dropped_xids, "logged": self.logged}
+        return {
+            "version": STATE_VERSION,
+            "boot_id": self.boot_id,
+            "cursor": self.cursor,
+            "read_until": self.read_until,
+            "xids": [vars(kept) for kept in self.xids],
+            "dropped_xids": self.dropped_xids,
+            "logged": self.logged,
+        }
 
 
 def _text(value: object, limit: int) -> str | None:
@@ -126,14 +133,28 @@ def load_state(path: str) -> State:
         return State()
     kept = []
     for item in data["xids"][:MAX_KEPT_XIDS]:
-        if (isinstance(item, dict) and _text(item.get("gpu"), 16) and type(item.get("xid")) is int
-                and item.get("severity") in SEVERITIES and _text(item.get("meaning"), 200)
-                and type(item.get("count")) is int and item["count"] > 0):
+        if (
+            isinstance(item, dict)
+            and _text(item.get("gpu"), 16)
+            and type(item.get("xid")) is int
+            and item.get("severity") in SEVERITIES
+            and _text(item.get("meaning"), 200)
+            and type(item.get("count")) is int
+            and item["count"] > 0
+        ):
             kept.append(KeptXid(item["gpu"], item["xid"], item["severity"], item["meaning"], item["count"]))
-    counts = {key: number if type(number := data.get(key)) is int and number >= 0 else 0
-              for key in ("read_until", "dropped_xids")}
-    return State(_text(data.get("boot_id"), 32), _text(data.get("cursor"), journal.MAX_CURSOR), counts["read_until"],
-                 kept, counts["dropped_xids"], _text(data.get("logged"), 65536))
+    counts = {
+        key: number if type(number := data.get(key)) is int and number >= 0 else 0
+        for key in ("read_until", "dropped_xids")
+    }
+    return State(
+        _text(data.get("boot_id"), 32),
+        _text(data.get("cursor"), journal.MAX_CURSOR),
+        counts["read_until"],
+        kept,
+        counts["dropped_xids"],
+        _text(data.get("logged"), 65536),
+    )
 
 
 def keep_xids(state: State, messages: Iterable[str]) -> None:
@@ -145,8 +166,9 @@ def keep_xids(state: State, messages: Iterable[str]) -> None:
             continue
         key = (event.gpu, event.xid)
         if key in by_key:
-            by_key[key] = replace(by_key[key], count=by_key[key].count + 1, severity=event.severity,
-                                  meaning=event.meaning)
+            by_key[key] = replace(
+                by_key[key], count=by_key[key].count + 1, severity=event.severity, meaning=event.meaning
+            )
         elif len(by_key) < MAX_KEPT_XIDS:
             by_key[key] = KeptXid(event.gpu, event.xid, event.severity, event.meaning)
         else:
@@ -173,24 +195,44 @@ def read_node(settings: HealthSettings, host: HealthHost, state: State, forget_x
     release, how = readings.next_boot_kernel(host)
     after = (release, *readings.module_version(host, release), how) if release and release != host.kernel else None
     return Readings(
-        bus, readings.read_driver(host), readings.read_smi(host, settings.driver_root),
-        library=readings.library(host, settings.driver_root)[0], running=(host.kernel, *module), next_boot=after,
+        bus,
+        readings.read_driver(host),
+        readings.read_smi(host, settings.driver_root),
+        library=readings.library(host, settings.driver_root)[0],
+        running=(host.kernel, *module),
+        next_boot=after,
         units=readings.units(host, services_wanted(bus, settings.nvidia_persistenced, settings.fabric_manager_install)),
-        xids=list(state.xids), journal_problem=kernel.problem, journal_more=kernel.more,
-        nvidia_persistenced=settings.nvidia_persistenced, fabric_manager_install=settings.fabric_manager_install)
+        xids=list(state.xids),
+        journal_problem=kernel.problem,
+        journal_more=kernel.more,
+        nvidia_persistenced=settings.nvidia_persistenced,
+        fabric_manager_install=settings.fabric_manager_install,
+    )
 
 
 def health_report(found: Readings, state: State, now: datetime | None = None) -> dict[str, Any]:
     gpus, problems = assess(found)
     if state.dropped_xids:
-        problems.append(Problem("xid", None, INFORMATIONAL, f"{state.dropped_xids} Xid event(s) of GPU/Xid pairs past "
-                                                            f"the {MAX_KEPT_XIDS} kept this boot not shown"))
+        problems.append(
+            Problem(
+                "xid",
+                None,
+                INFORMATIONAL,
+                f"{state.dropped_xids} Xid event(s) of GPU/Xid pairs past the {MAX_KEPT_XIDS} kept this boot not shown",
+            )
+        )
     status = status_of(problem.severity for problem in problems)
     # the format's bounds (deploy/reports/health_report.py): the worst problems kept
-    return {"version": HEALTH_REPORT_VERSION, "gpu_node_version": __version__, "host": printable(socket.gethostname()),
-            "checked_at": (now or datetime.now(timezone.utc)).isoformat(timespec="seconds"),
-            "healthy": status == HEALTHY, "status": status,
-            "problems": [problem.as_json() for problem in problems[:MAX_PROBLEMS]], "gpus": gpus[:MAX_GPUS]}
+    return {
+        "version": HEALTH_REPORT_VERSION,
+        "gpu_node_version": __version__,
+        "host": printable(socket.gethostname()),
+        "checked_at": (now or datetime.now(timezone.utc)).isoformat(timespec="seconds"),
+        "healthy": status == HEALTHY,
+        "status": status,
+        "problems": [problem.as_json() for problem in problems[:MAX_PROBLEMS]],
+        "gpus": gpus[:MAX_GPUS],
+    }
 
 
 def worst_line(report: dict[str, Any], limit: int = NPD_LINE) -> str:
@@ -202,14 +244,25 @@ def worst_line(report: dict[str, Any], limit: int = NPD_LINE) -> str:
         line = report["problems"][0]["line"]
         more = len([problem for problem in report["problems"] if problem["severity"] != INFORMATIONAL]) - 1
         line += f" (and {more} more)" if more > 0 and len(line) + 15 <= limit else ""
-    return line if len(line) <= limit else line[:limit - 3] + "..."
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def signature(report: dict[str, Any]) -> str:
     """What a change of state is: the status and the problems, not how often an Xid repeated."""
-    return json.dumps([report["status"], [[problem["kind"], problem["gpu"], problem["severity"],
-                                           re.sub(r" \(\d+ times this boot\)$", "", problem["line"])]
-                                          for problem in report["problems"]]])
+    return json.dumps(
+        [
+            report["status"],
+            [
+                [
+                    problem["kind"],
+                    problem["gpu"],
+                    problem["severity"],
+                    re.sub(r" \(\d+ times this boot\)$", "", problem["line"]),
+                ]
+                for problem in report["problems"]
+            ],
+        ]
+    )
 
 
 def _locked(folder: str) -> int:
@@ -231,20 +284,29 @@ def _locked(folder: str) -> int:
 def say(problem: str, npd: bool) -> None:
     """The one line of a run that could not say the node's health (exit 2)."""
     line = printable(problem if npd else f"{SAID}: unknown: {problem}")
-    print(line if not npd or len(line) <= NPD_LINE else line[:NPD_LINE - 3] + "...")
+    print(line if not npd or len(line) <= NPD_LINE else line[: NPD_LINE - 3] + "...")
 
 
 def main(argv: list[str] | None = None, host: HealthHost | None = None, top: str = "/") -> int:
     """``top``: where the settings' owner check starts (``/``; a test gives a folder of its own)."""
     parser = ArgumentParser(description=__doc__)
-    parser.add_argument("--npd", action="store_true",
-                        help="node-problem-detector's custom plugin: one line of at most 80 characters, every run")
-    parser.add_argument("--forget-xids", action="store_true",
-                        help="after the GPUs were reset: forget the Xid events of this boot until now (the kernel's log "
-                             "is read up to now first), then check")
-    parser.add_argument("--config", default=CONFIG_PATH,
-                        help=f"the settings deploy/tasks/health.py wrote (default: {CONFIG_PATH}); read only when root "
-                             "alone can have written it and every folder above it; none there: the defaults")
+    parser.add_argument(
+        "--npd",
+        action="store_true",
+        help="node-problem-detector's custom plugin: one line of at most 80 characters, every run",
+    )
+    parser.add_argument(
+        "--forget-xids",
+        action="store_true",
+        help="after the GPUs were reset: forget the Xid events of this boot until now (the kernel's log "
+        "is read up to now first), then check",
+    )
+    parser.add_argument(
+        "--config",
+        default=CONFIG_PATH,
+        help=f"the settings deploy/tasks/health.py wrote (default: {CONFIG_PATH}); read only when root "
+        "alone can have written it and every folder above it; none there: the defaults",
+    )
     args = parser.parse_args(argv)
     try:
         settings = HealthSettings.from_file(args.config, top=top)

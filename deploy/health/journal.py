@@ -25,15 +25,22 @@ JOURNAL_FIELDS = "MESSAGE,_BOOT_ID"
 class KernelMessages:
     messages: tuple[str, ...] = ()
     cursor: str | None = None  # the last entry read: where the next run starts
-    read_until: int = 0        # the last entry's time since boot (microseconds): this boot's read up to there
-    more: bool = False         # stopped at MAX_ENTRIES
+    read_until: int = 0  # the last entry's time since boot (microseconds): this boot's read up to there
+    more: bool = False  # stopped at MAX_ENTRIES
     problem: str | None = None  # why the kernel's log could not be read
 
 
 def journal_command(cursor: str | None) -> list[str]:
     where = [f"--after-cursor={cursor}"] if cursor else ["--boot=0"]
-    return ["journalctl", "--no-pager", "--quiet", "--output=json", f"--output-fields={JOURNAL_FIELDS}", *where,
-            "_TRANSPORT=kernel"]
+    return [
+        "journalctl",
+        "--no-pager",
+        "--quiet",
+        "--output=json",
+        f"--output-fields={JOURNAL_FIELDS}",
+        *where,
+        "_TRANSPORT=kernel",
+    ]
 
 
 def message_of(value: object) -> str | None:
@@ -93,9 +100,14 @@ def kernel_messages(host: HealthHost, cursor: str | None, this_boot: str | None,
     if answer.missing:
         return KernelMessages(cursor=cursor, problem="journalctl is not installed: the kernel's Xid lines not read")
     if answer.code is None and not answer.more:
-        return KernelMessages(cursor=cursor, problem="journalctl did not finish in time: the kernel's Xid lines not read")
+        return KernelMessages(
+            cursor=cursor, problem="journalctl did not finish in time: the kernel's Xid lines not read"
+        )
     if answer.code != 0 and not answer.more:
-        return KernelMessages(cursor=cursor, problem=f"journalctl exited {answer.code}: "
-                                                     f"{said(answer.error) or 'no output'}: the kernel's Xid lines not read")
+        return KernelMessages(
+            cursor=cursor,
+            problem=f"journalctl exited {answer.code}: "
+            f"{said(answer.error) or 'no output'}: the kernel's Xid lines not read",
+        )
     messages, last, until = entries(answer.lines, this_boot, read_until)
     return KernelMessages(tuple(messages), last or cursor, until, more=answer.more)

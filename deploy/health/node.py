@@ -62,8 +62,9 @@ def run_bounded(args: list[str], max_lines: int = 10_000, timeout: float = COMMA
     """``args`` run with no input, killed after ``timeout`` seconds or once it printed more than
     ``max_lines`` lines or MAX_OUTPUT_BYTES; its lines decoded as UTF-8 (other bytes escaped)."""
     try:
-        process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   close_fds=True)
+        process = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True
+        )
     except OSError:
         return Output(None, missing=True)
     timer = threading.Timer(timeout, process.kill)
@@ -89,8 +90,9 @@ def run_bounded(args: list[str], max_lines: int = 10_000, timeout: float = COMMA
         timer.cancel()
     reader.join(timeout=1)
     timed_out = code < 0 and not more
-    return Output(None if timed_out else code, tuple(lines), b"".join(errors).decode("utf-8", "backslashreplace"),
-                  more=more)
+    return Output(
+        None if timed_out else code, tuple(lines), b"".join(errors).decode("utf-8", "backslashreplace"), more=more
+    )
 
 
 @dataclass
@@ -117,7 +119,9 @@ class HealthHost:
     def run(self, args: list[str], max_lines: int = 10_000) -> Output:
         """``args`` run (``run_bounded``), its program looked up in ``path``."""
         program = self.which(args[0])
-        return Output(None, missing=True) if program is None else self.command([program, *args[1:]], max_lines=max_lines)
+        return (
+            Output(None, missing=True) if program is None else self.command([program, *args[1:]], max_lines=max_lines)
+        )
 
     def read(self, path: str) -> str | None:
         """A file's first MAX_FILE_BYTES as text (other bytes escaped); None where it cannot be read.

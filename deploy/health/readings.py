@@ -21,8 +21,15 @@ PCI_ADDRESS = re.compile(r"([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\
 VERSION = re.compile(r"\d+\.\d+(?:\.\d+)?")
 # /proc/driver/nvidia/version: "NVRM version: NVIDIA UNIX [Open ]Kernel Module [for x86_64]  535.261.03  ..."
 PROC_VERSION = re.compile(r"Kernel Module\b[^0-9]*?(\d+\.\d+(?:\.\d+)?)")
-SMI_FIELDS = ("pci.bus_id", "name", "driver_version", "ecc.errors.uncorrected.volatile.total",
-              "retired_pages.single_bit_ecc.count", "retired_pages.double_bit.count", "retired_pages.pending")
+SMI_FIELDS = (
+    "pci.bus_id",
+    "name",
+    "driver_version",
+    "ecc.errors.uncorrected.volatile.total",
+    "retired_pages.single_bit_ecc.count",
+    "retired_pages.double_bit.count",
+    "retired_pages.pending",
+)
 REMAP_FIELDS = ("gpu_bus_id", "remapped_rows.pending", "remapped_rows.failure")
 MISMATCH = "Driver/library version mismatch"
 # A node has at most a few dozen GPUs: more lines than this are no answer of nvidia-smi's.
@@ -82,14 +89,18 @@ def read_smi(host: HealthHost, driver_root: str = "/") -> Smi:
     command = smi_command(host, driver_root)
     if command is None:
         return Smi(missing=True)
-    query = host.run([*command, f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader,nounits"],
-                         max_lines=MAX_GPUS)
+    query = host.run(
+        [*command, f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader,nounits"], max_lines=MAX_GPUS
+    )
     if query.missing:
         return Smi(missing=True)
     if query.code != 0:
         text = "\n".join(query.lines) + "\n" + query.error
-        return Smi(failure=f"nvidia-smi {'did not finish' if query.code is None else f'exited {query.code}'}: "
-                           f"{said(text) or 'no output'}", mismatch=MISMATCH in text)
+        return Smi(
+            failure=f"nvidia-smi {'did not finish' if query.code is None else f'exited {query.code}'}: "
+            f"{said(text) or 'no output'}",
+            mismatch=MISMATCH in text,
+        )
     smi = Smi(answered=True)
     for line in query.lines:
         values = [value.strip() for value in line.split(",")]
@@ -98,12 +109,16 @@ def read_smi(host: HealthHost, driver_root: str = "/") -> Smi:
             continue  # not an answer to the query (a stand-in's or a wrapper's words)
         single, double = _number(values[4]), _number(values[5])
         smi.gpus[address] = SmiGpu(
-            name=values[1][:100] or None, driver_version=values[2] if VERSION.fullmatch(values[2]) else None,
+            name=values[1][:100] or None,
+            driver_version=values[2] if VERSION.fullmatch(values[2]) else None,
             ecc_uncorrected=_number(values[3]),
             retired_pages=None if single is None and double is None else (single or 0) + (double or 0),
-            retired_pages_pending=_yes(values[6]))
-    remaps = host.run([*command, f"--query-remapped-rows={','.join(REMAP_FIELDS)}", "--format=csv,noheader,nounits"],
-                          max_lines=MAX_GPUS)
+            retired_pages_pending=_yes(values[6]),
+        )
+    remaps = host.run(
+        [*command, f"--query-remapped-rows={','.join(REMAP_FIELDS)}", "--format=csv,noheader,nounits"],
+        max_lines=MAX_GPUS,
+    )
     for line in remaps.lines if remaps.code == 0 else ():  # GPUs before Ampere have no row remapper
         values = [value.strip() for value in line.split(",")]
         address = pci(values[0]) if len(values) == len(REMAP_FIELDS) else None
@@ -181,8 +196,12 @@ def installed_kernels(host: HealthHost) -> dict[str, dict[str, Any]]:
     kernels: dict[str, dict[str, Any]] = {}
     for tree in dict.fromkeys(map(os.path.realpath, host.module_trees)):
         for release in host.listing(tree, limit=64):
-            images = (os.path.join(host.boot_root, f"vmlinuz-{release}"), os.path.join(host.boot_root, f"Image-{release}"),
-                      os.path.join(tree, release, "vmlinuz"), os.path.join(tree, release, "Image"))
+            images = (
+                os.path.join(host.boot_root, f"vmlinuz-{release}"),
+                os.path.join(host.boot_root, f"Image-{release}"),
+                os.path.join(tree, release, "vmlinuz"),
+                os.path.join(tree, release, "Image"),
+            )
             if os.path.isdir(os.path.join(tree, release)):
                 kernels.setdefault(release, {"image": False})["image"] |= any(map(os.path.exists, images))
     return kernels
@@ -191,20 +210,35 @@ def installed_kernels(host: HealthHost) -> dict[str, dict[str, Any]]:
 def next_boot_kernel(host: HealthHost) -> tuple[str | None, str]:
     """(the kernel the boot loader starts next, what named it): driver/next_boot.py's decision over
     GRUB's environment block, /etc/default/grub's GRUB_DEFAULT and grubby's default."""
-    grubenv = next((text for text in (host.read(os.path.join(host.boot_root, "grub", "grubenv")),
-                                      host.read(os.path.join(host.boot_root, "grub2", "grubenv"))) if text), None)
+    grubenv = next(
+        (
+            text
+            for text in (
+                host.read(os.path.join(host.boot_root, "grub", "grubenv")),
+                host.read(os.path.join(host.boot_root, "grub2", "grubenv")),
+            )
+            if text
+        ),
+        None,
+    )
     default = _grub_values(host.read(os.path.join(host.etc_root, "default", "grub")), ("GRUB_DEFAULT",))
     answer = host.run(["grubby", "--default-kernel"], max_lines=4)  # Fedora's and RHEL's boot loader tool
     grubby = answer.lines[0].strip() if answer.code == 0 and answer.lines else None
-    found = next_boot({"kernels": installed_kernels(host), "grubenv": _grub_values(grubenv, ("saved_entry", "next_entry")),
-                       "grub_default": default.get("GRUB_DEFAULT"), "grubby": grubby})
+    found = next_boot(
+        {
+            "kernels": installed_kernels(host),
+            "grubenv": _grub_values(grubenv, ("saved_entry", "next_entry")),
+            "grub_default": default.get("GRUB_DEFAULT"),
+            "grubby": grubby,
+        }
+    )
     return found.release, found.how
 
 
 @dataclass(frozen=True)
 class Unit:
     loaded: bool  # systemd knows the unit (its file is installed)
-    active: str   # ActiveState: active, failed, inactive ...
+    active: str  # ActiveState: active, failed, inactive ...
     enabled: str  # UnitFileState: enabled, disabled, masked ...
 
 
@@ -212,8 +246,10 @@ def units(host: HealthHost, names: tuple[str, ...]) -> dict[str, Unit] | None:
     """Each unit's state, in one ``systemctl show``; None where systemctl did not answer."""
     if not names:
         return {}
-    answer: Output = host.run(["systemctl", "show", "--property=Id,LoadState,ActiveState,UnitFileState",
-                                   "--", *names], max_lines=8 * len(names))
+    answer: Output = host.run(
+        ["systemctl", "show", "--property=Id,LoadState,ActiveState,UnitFileState", "--", *names],
+        max_lines=8 * len(names),
+    )
     if answer.code != 0:
         return None
     found: dict[str, Unit] = {}
@@ -221,8 +257,9 @@ def units(host: HealthHost, names: tuple[str, ...]) -> dict[str, Unit] | None:
     for line in [*answer.lines, ""]:
         if not line.strip():
             if block.get("Id") in names:
-                found[block["Id"]] = Unit(block.get("LoadState") == "loaded", block.get("ActiveState", ""),
-                                          block.get("UnitFileState", ""))
+                found[block["Id"]] = Unit(
+                    block.get("LoadState") == "loaded", block.get("ActiveState", ""), block.get("UnitFileState", "")
+                )
             block = {}
             continue
         key, _, value = line.partition("=")

@@ -47,16 +47,20 @@ XIDS: dict[int, XidClass] = {
 }
 # Xid 154 names the recovery the driver asks for, in its own words after "to 0x<n> (...)".
 RECOVERY_XID = 154
-RECOVERY = {"node reboot required": XidClass(FATAL, "the driver asks for a node reboot"),
-            "gpu reset required": XidClass(NEEDS_RESET, "the driver asks for a GPU reset"),
-            "drain p2p": XidClass(NEEDS_ATTENTION, "the driver asks to drain peer-to-peer work"),
-            "drain and reset": XidClass(NEEDS_RESET, "the driver asks to drain and reset the GPU"),
-            "none": XidClass(INFORMATIONAL, "the driver asks for no recovery")}
+RECOVERY = {
+    "node reboot required": XidClass(FATAL, "the driver asks for a node reboot"),
+    "gpu reset required": XidClass(NEEDS_RESET, "the driver asks for a GPU reset"),
+    "drain p2p": XidClass(NEEDS_ATTENTION, "the driver asks to drain peer-to-peer work"),
+    "drain and reset": XidClass(NEEDS_RESET, "the driver asks to drain and reset the GPU"),
+    "none": XidClass(INFORMATIONAL, "the driver asks for no recovery"),
+}
 UNLISTED = "not in gpu-node's Xid table (see NVIDIA's Xid catalogue)"
 
 # "NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus." (older drivers: no "PCI:")
-XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.([0-7]))?\): "
-                      r"(\d{1,5})\b(.*)")
+XID_LINE = re.compile(
+    r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.([0-7]))?\): "
+    r"(\d{1,5})\b(.*)"
+)
 RECOVERY_TEXT = re.compile(r"to 0x[0-9A-Fa-f]+ \(([^)]{1,40})\)")
 
 

@@ -49,8 +49,10 @@ MIN_KUBERNETES = (1, 34)
 MIN_DRIVER_BRANCH = 565
 MIN_COMPUTE_DOMAIN_DRIVER = "570.158.01"
 # The one line a mask refused because an IMEX channel is in use says, around who holds it
-IMEX_BUSY = (f"reboot/drain required: {IMEX_UNIT} not masked (dra_imex=driver-managed), an IMEX channel is in use: ",
-             ": a multi-node job runs on this node; drain it (drain_before_restart=true) or let the job end, and rerun")
+IMEX_BUSY = (
+    f"reboot/drain required: {IMEX_UNIT} not masked (dra_imex=driver-managed), an IMEX channel is in use: ",
+    ": a multi-node job runs on this node; drain it (drain_before_restart=true) or let the job end, and rerun",
+)
 IMEX_UNKNOWN = "fuser (psmisc) is not installed, so whether a job holds an IMEX channel is unknown"
 
 Status = Literal["pass", "fail", "unknown"]
@@ -78,8 +80,10 @@ def kubernetes_refusal(git_version: str | None, source: str = "the server") -> s
     if found is None:
         return f"the Kubernetes server's version {git_version!r} cannot be read: gpu_allocator=dra needs 1.34 or newer"
     if (int(found.group(1)), int(found.group(2))) < MIN_KUBERNETES:
-        return (f"gpu_allocator=dra needs Kubernetes 1.34 or newer (resource.k8s.io/v1), and {source} is "
-                f"{git_version}: upgrade the cluster, or keep gpu_allocator=device-plugin")
+        return (
+            f"gpu_allocator=dra needs Kubernetes 1.34 or newer (resource.k8s.io/v1), and {source} is "
+            f"{git_version}: upgrade the cluster, or keep gpu_allocator=device-plugin"
+        )
     return None
 
 
@@ -90,8 +94,9 @@ def _version(text: str | None) -> Version | None:
         return None
 
 
-def driver_prerequisite(*, installs: bool, branch: str | None, pinned: str | None, installed: str | None,
-                        compute_domains: bool) -> Prerequisite:
+def driver_prerequisite(
+    *, installs: bool, branch: str | None, pinned: str | None, installed: str | None, compute_domains: bool
+) -> Prerequisite:
     """
     The driver's branch: the version the driver stage installs (``pinned``, else ``branch``) when
     it ``installs``, else the ``installed`` module's. A branch alone (570) is enough for a whole
@@ -99,28 +104,38 @@ def driver_prerequisite(*, installs: bool, branch: str | None, pinned: str | Non
     """
     floor = MIN_COMPUTE_DOMAIN_DRIVER if compute_domains else f"{MIN_DRIVER_BRANCH}"
     needs = f"gpu_allocator=dra needs a driver of {floor} or newer" + (
-        " (dra_compute_domains)" if compute_domains else "")
+        " (dra_compute_domains)" if compute_domains else ""
+    )
     if installs:
         if pinned:
             version, source = _version(pinned.split("-")[0]), f"nvidia_driver_version={pinned}"
         elif branch:
             version, source = Version(branch), f"nvidia_driver_branch={branch}"
         else:
-            return Prerequisite("driver", "fail", f"{needs}, and no nvidia_driver_branch is set: the distribution's "
-                                                  "default driver may be older; set nvidia_driver_branch (e.g. 570)")
+            return Prerequisite(
+                "driver",
+                "fail",
+                f"{needs}, and no nvidia_driver_branch is set: the distribution's "
+                "default driver may be older; set nvidia_driver_branch (e.g. 570)",
+            )
     else:
         version, source = _version(installed), f"the installed driver {installed}"
         if installed is None:
-            return Prerequisite("driver", "fail", f"{needs}, and no NVIDIA driver is installed "
-                                                  "(nvidia_driver_install=false)")
+            return Prerequisite(
+                "driver", "fail", f"{needs}, and no NVIDIA driver is installed (nvidia_driver_install=false)"
+            )
     if version is None:
         return Prerequisite("driver", "fail", f"{needs}: {source} is no version")
     if version.major < MIN_DRIVER_BRANCH:
         return Prerequisite("driver", "fail", f"{needs}: {source} is older")
     if compute_domains:
         if len(version.release) == 1 and version.major == Version(MIN_COMPUTE_DOMAIN_DRIVER).major:
-            return Prerequisite("driver", "fail", f"{needs}: {source} does not say which {version.major} release; set "
-                                                  "nvidia_driver_version, or a newer branch")
+            return Prerequisite(
+                "driver",
+                "fail",
+                f"{needs}: {source} does not say which {version.major} release; set "
+                "nvidia_driver_version, or a newer branch",
+            )
         if version < Version(MIN_COMPUTE_DOMAIN_DRIVER):
             return Prerequisite("driver", "fail", f"{needs}: {source} is older")
     return Prerequisite("driver", "pass", f"driver: {source}, at least {floor}")
@@ -130,14 +145,22 @@ def cdi_prerequisite(*, cdi_on: bool | None, containerd_version: str | None, aft
     """CDI on in containerd (``cdi_on``: deploy/runtimes/cdi.py's answer for its version; None: containerd is
     not installed, which the run may do; ``after_run``: it did not)."""
     if cdi_on is None and after_run:
-        return Prerequisite("cdi", "fail", "gpu_allocator=dra needs CDI on in containerd, and no containerd is "
-                                           "installed: wire containerd (container_runtimes=containerd)")
+        return Prerequisite(
+            "cdi",
+            "fail",
+            "gpu_allocator=dra needs CDI on in containerd, and no containerd is "
+            "installed: wire containerd (container_runtimes=containerd)",
+        )
     if cdi_on is None:
         return Prerequisite("cdi", "unknown", "CDI in containerd: containerd is not installed yet; verify checks it")
     if not cdi_on:
-        return Prerequisite("cdi", "fail", f"gpu_allocator=dra needs CDI on in containerd, and containerd "
-                                           f"{containerd_version} has none (1.7 with enable_cdi, on by default "
-                                           "from 2.0): install containerd 1.7 or newer")
+        return Prerequisite(
+            "cdi",
+            "fail",
+            f"gpu_allocator=dra needs CDI on in containerd, and containerd "
+            f"{containerd_version} has none (1.7 with enable_cdi, on by default "
+            "from 2.0): install containerd 1.7 or newer",
+        )
     return Prerequisite("cdi", "pass", f"CDI on in containerd {containerd_version}")
 
 
@@ -145,15 +168,23 @@ def driver_root_prerequisite(root: str, state: dict[str, Any], driver_expected: 
     """The driver root the kubelet plugin reads (``nvidia_driver_root``), from DraNodeState:
     a folder, and once the driver is there (``driver_expected``), NVML in it."""
     if not state["root_exists"]:
-        return Prerequisite("driver root", "fail", f"nvidia_driver_root={root} is no folder on this node: the DRA "
-                                                   "kubelet plugin reads the driver there")
+        return Prerequisite(
+            "driver root",
+            "fail",
+            f"nvidia_driver_root={root} is no folder on this node: the DRA kubelet plugin reads the driver there",
+        )
     if state["nvml"]:
         return Prerequisite("driver root", "pass", f"driver root {root}: NVML at {state['nvml']}")
     if not driver_expected:
-        return Prerequisite("driver root", "unknown", f"driver root {root}: no libnvidia-ml.so.1 yet (the driver "
-                                                      "stage installs it)")
-    return Prerequisite("driver root", "fail", f"driver root {root} holds no libnvidia-ml.so.1: the DRA kubelet "
-                                               "plugin finds no driver there; set nvidia_driver_root")
+        return Prerequisite(
+            "driver root", "unknown", f"driver root {root}: no libnvidia-ml.so.1 yet (the driver stage installs it)"
+        )
+    return Prerequisite(
+        "driver root",
+        "fail",
+        f"driver root {root} holds no libnvidia-ml.so.1: the DRA kubelet "
+        "plugin finds no driver there; set nvidia_driver_root",
+    )
 
 
 def imex_action(compute_domains: bool, mode: str, unit: dict[str, Any]) -> str | None:
@@ -179,8 +210,9 @@ def imex_busy_line(in_use: str) -> str:
     return IMEX_BUSY[0] + in_use + IMEX_BUSY[1]
 
 
-def imex_prerequisite(compute_domains: bool, mode: str, unit: dict[str, Any], planned: bool = False,
-                      drain: bool = False) -> Prerequisite:
+def imex_prerequisite(
+    compute_domains: bool, mode: str, unit: dict[str, Any], planned: bool = False, drain: bool = False
+) -> Prerequisite:
     """The host's IMEX unit as ``dra_imex`` wants it; ``planned``: before the run, which masks it
     where no IMEX channel is in use, or after the drain ``drain`` (drain_before_restart) allows."""
     enabled, active = unit["enabled"], unit["active"]
@@ -189,27 +221,44 @@ def imex_prerequisite(compute_domains: bool, mode: str, unit: dict[str, Any], pl
         if in_use and not drain:
             return Prerequisite("imex", "fail", imex_busy_line(in_use))
         how = "the node drained first, then masked and stopped" if in_use else "masked and stopped"
-        return Prerequisite("imex", "pass", f"IMEX: {IMEX_UNIT} is {enabled} and {active}: {how} by "
-                                            "this run (dra_imex=driver-managed)")
+        return Prerequisite(
+            "imex", "pass", f"IMEX: {IMEX_UNIT} is {enabled} and {active}: {how} by this run (dra_imex=driver-managed)"
+        )
     if not compute_domains:
-        return Prerequisite("imex", "pass", "IMEX: no ComputeDomains asked (dra_compute_domains=false), "
-                                            f"{IMEX_UNIT} left as it is")
+        return Prerequisite(
+            "imex", "pass", f"IMEX: no ComputeDomains asked (dra_compute_domains=false), {IMEX_UNIT} left as it is"
+        )
     if enabled == "not-found":
         return Prerequisite("imex", "pass", f"IMEX: no {IMEX_UNIT} on this node (no NVLink fabric IMEX to hand over)")
     if mode == "driver-managed":
         if enabled == "masked" and active != "active":
-            return Prerequisite("imex", "pass", f"IMEX: {IMEX_UNIT} masked and stopped, the driver's ComputeDomain "
-                                                "daemons own it")
-        return Prerequisite("imex", "fail", f"IMEX: {IMEX_UNIT} is {enabled} and {active}, where the driver's "
-                                            "ComputeDomain daemons must own it (dra_imex=driver-managed masks it)")
+            return Prerequisite(
+                "imex", "pass", f"IMEX: {IMEX_UNIT} masked and stopped, the driver's ComputeDomain daemons own it"
+            )
+        return Prerequisite(
+            "imex",
+            "fail",
+            f"IMEX: {IMEX_UNIT} is {enabled} and {active}, where the driver's "
+            "ComputeDomain daemons must own it (dra_imex=driver-managed masks it)",
+        )
     if active == "active":
         return Prerequisite("imex", "pass", f"IMEX: {IMEX_UNIT} runs on the host (dra_imex=host-managed)")
-    return Prerequisite("imex", "fail", f"IMEX: {IMEX_UNIT} is {enabled} and {active}, and dra_imex=host-managed "
-                                        "needs it running on the host")
+    return Prerequisite(
+        "imex",
+        "fail",
+        f"IMEX: {IMEX_UNIT} is {enabled} and {active}, and dra_imex=host-managed needs it running on the host",
+    )
 
 
-def node_prerequisites(settings: Settings, *, installed_driver: str | None, cdi_on: bool | None,
-                       containerd_version: str | None, node: dict[str, Any], after_run: bool) -> list[Prerequisite]:
+def node_prerequisites(
+    settings: Settings,
+    *,
+    installed_driver: str | None,
+    cdi_on: bool | None,
+    containerd_version: str | None,
+    node: dict[str, Any],
+    after_run: bool,
+) -> list[Prerequisite]:
     """
     Every host prerequisite of a DRA node, in order: the driver, CDI, the driver root, IMEX.
     ``node``: DraNodeState; ``after_run``: judged on what the node has now (verify), not on what
@@ -217,13 +266,22 @@ def node_prerequisites(settings: Settings, *, installed_driver: str | None, cdi_
     """
     installs = settings.runs("driver") and settings.nvidia_driver_install and not after_run
     return [
-        driver_prerequisite(installs=installs, branch=settings.nvidia_driver_branch,
-                            pinned=settings.nvidia_driver_version, installed=installed_driver,
-                            compute_domains=settings.dra_compute_domains),
+        driver_prerequisite(
+            installs=installs,
+            branch=settings.nvidia_driver_branch,
+            pinned=settings.nvidia_driver_version,
+            installed=installed_driver,
+            compute_domains=settings.dra_compute_domains,
+        ),
         cdi_prerequisite(cdi_on=cdi_on, containerd_version=containerd_version, after_run=after_run),
         driver_root_prerequisite(settings.nvidia_driver_root, node, driver_expected=after_run or not installs),
-        imex_prerequisite(settings.dra_compute_domains, settings.dra_imex, node["imex"], planned=not after_run,
-                          drain=settings.drain_before_restart),
+        imex_prerequisite(
+            settings.dra_compute_domains,
+            settings.dra_imex,
+            node["imex"],
+            planned=not after_run,
+            drain=settings.drain_before_restart,
+        ),
     ]
 
 
@@ -234,8 +292,9 @@ def gpu_config(sharing: str, replicas: int) -> dict[str, Any] | None:
     if sharing == "time-slicing":
         parameters = {"sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Default"}}}
     elif sharing == "mps":
-        parameters = {"sharing": {"strategy": "MPS",
-                                  "mpsConfig": {"defaultActiveThreadPercentage": max(1, 100 // replicas)}}}
+        parameters = {
+            "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": max(1, 100 // replicas)}}
+        }
     else:
         return None
     return {"apiVersion": CONFIG_API, "kind": "GpuConfig", **parameters}
@@ -290,11 +349,13 @@ def move_plan(nodes: list[tuple[str, str | None, str, dict[str, str | None]]], b
     with ``wanted`` (deploy/tasks/k8s.py's node_labels; None removes one). A node not labelled yet
     (``current`` None) serves no GPU pods to drain: it only gets its labels.
     """
-    moving = [(node, wanted, labels) for node, current, wanted, labels in nodes
-              if current is not None and current != wanted]
+    moving = [
+        (node, wanted, labels) for node, current, wanted, labels in nodes if current is not None and current != wanted
+    ]
     groups = split_batches(moving, batches)
-    return [MoveStep(node, kind, wanted, tuple(sorted(labels.items())) if kind == "relabel" else (),
-                     (number, len(groups)))
-            for number, group in enumerate(groups, start=1)
-            for kind in MOVE_KINDS
-            for node, wanted, labels in group]
+    return [
+        MoveStep(node, kind, wanted, tuple(sorted(labels.items())) if kind == "relabel" else (), (number, len(groups)))
+        for number, group in enumerate(groups, start=1)
+        for kind in MOVE_KINDS
+        for node, wanted, labels in group
+    ]

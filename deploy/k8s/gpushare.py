@@ -127,8 +127,7 @@ def control_plane_placement(version: Any) -> dict[str, Any]:
     if minor <= MASTER_TAINT_LAST_MINOR:
         tolerations.append({"key": master, "operator": "Exists", "effect": "NoSchedule"})
     tolerations.append(
-        {"key": "node.cloudprovider.kubernetes.io/uninitialized", "operator": "Exists",
-         "effect": "NoSchedule"}
+        {"key": "node.cloudprovider.kubernetes.io/uninitialized", "operator": "Exists", "effect": "NoSchedule"}
     )
     placement["tolerations"] = tolerations
     return placement
@@ -141,8 +140,13 @@ DEVICE_PLUGIN_NAME = "gpushare-device-plugin"
 def extender_manifest(version: Any, image: str) -> str:
     """The extender's RBAC, Deployment (on a control-plane node) and NodePort Service."""
     return templates.render(
-        "k8s/gpushare/extender.yaml.j2", object_name=EXTENDER_NAME, namespace=NAMESPACE, image=image,
-        port=EXTENDER_PORT, node_port=EXTENDER_NODE_PORT, placement=control_plane_placement(version),
+        "k8s/gpushare/extender.yaml.j2",
+        object_name=EXTENDER_NAME,
+        namespace=NAMESPACE,
+        image=image,
+        port=EXTENDER_PORT,
+        node_port=EXTENDER_NODE_PORT,
+        placement=control_plane_placement(version),
     )
 
 
@@ -151,8 +155,12 @@ def device_plugin_manifest(image: str, memory_unit: str) -> str:
     if memory_unit not in ("GiB", "MiB"):
         raise GpushareError(f"gpushare memory unit must be GiB or MiB, not {memory_unit!r}")
     return templates.render(
-        "k8s/gpushare/device-plugin.yaml.j2", object_name=DEVICE_PLUGIN_NAME, namespace=NAMESPACE, image=image,
-        memory_unit=memory_unit, node_label=NODE_LABEL,
+        "k8s/gpushare/device-plugin.yaml.j2",
+        object_name=DEVICE_PLUGIN_NAME,
+        namespace=NAMESPACE,
+        image=image,
+        memory_unit=memory_unit,
+        node_label=NODE_LABEL,
     )
 
 
@@ -243,7 +251,8 @@ def edit_scheduler_manifest(text: str, config_path: str, config_sha256: str | No
         same_name = [item for item in items if isinstance(item, dict) and item.get("name") == CONFIG_VOLUME]
         if kind == "volumeMount":
             same_name += [
-                item for item in items
+                item
+                for item in items
                 if isinstance(item, dict) and item.get("mountPath") == config_path and item not in same_name
             ]
         if same_name == [wanted]:
@@ -286,13 +295,15 @@ def check_scheduler_manifest(text: str, config_path: str) -> None:
     if _config_flags(container) != [f"--config={config_path}"]:
         raise ManifestError(f"expected --config={config_path} exactly once")
     mounts = [
-        item for item in container.get("volumeMounts") or []
+        item
+        for item in container.get("volumeMounts") or []
         if isinstance(item, dict) and item.get("mountPath") == config_path
     ]
     if len(mounts) != 1:
         raise ManifestError(f"expected one volumeMount at {config_path}, found {len(mounts)}")
     volumes = [
-        item for item in pod["spec"].get("volumes") or []
+        item
+        for item in pod["spec"].get("volumes") or []
         if isinstance(item, dict) and item.get("name") == mounts[0].get("name")
     ]
     if len(volumes) != 1 or (volumes[0].get("hostPath") or {}).get("path") != config_path:

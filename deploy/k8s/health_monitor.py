@@ -65,10 +65,19 @@ def plugin_config(interval_seconds: int) -> dict[str, Any]:
         },
         "source": SOURCE,
         "metricsReporting": True,
-        "conditions": [{"type": CONDITION, "reason": "GPUsHealthy",
-                        "message": "gpu-node's health check finds no problem"}],
-        "rules": [{"type": "permanent", "condition": CONDITION, "reason": "GPUHealthCheckFailed",
-                   "path": path, "args": args, "timeout": timeout}],
+        "conditions": [
+            {"type": CONDITION, "reason": "GPUsHealthy", "message": "gpu-node's health check finds no problem"}
+        ],
+        "rules": [
+            {
+                "type": "permanent",
+                "condition": CONDITION,
+                "reason": "GPUHealthCheckFailed",
+                "path": path,
+                "args": args,
+                "timeout": timeout,
+            }
+        ],
     }
 
 
@@ -76,8 +85,12 @@ def render(settings: Settings) -> str:
     """The bundle: namespace, service account, its binding to NPD's ClusterRole, the config, the DaemonSet."""
     return templates.render(
         "k8s/health-monitor.yaml.j2",
-        namespace=NAMESPACE, app=APP, image=settings.npd_image, cluster_role=CLUSTER_ROLE,
-        config_dir=CONFIG_DIR, config_file=CONFIG_FILE,
+        namespace=NAMESPACE,
+        app=APP,
+        image=settings.npd_image,
+        cluster_role=CLUSTER_ROLE,
+        config_dir=CONFIG_DIR,
+        config_file=CONFIG_FILE,
         config_text=json.dumps(plugin_config(time_span_seconds(settings.gpu_health_monitor_interval)), indent=2) + "\n",
         node_labels=GPU_NODE_LABELS,
     )

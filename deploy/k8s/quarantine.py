@@ -109,8 +109,14 @@ class LiveNode:
     record_text: str | None = None  # the value of RECORD_ANNOTATION, if any
 
     def taint_index(self) -> int | None:
-        return next((index for index, taint in enumerate(self.taints)
-                     if taint.get("key") == TAINT_KEY and taint.get("effect") == EFFECT), None)
+        return next(
+            (
+                index
+                for index, taint in enumerate(self.taints)
+                if taint.get("key") == TAINT_KEY and taint.get("effect") == EFFECT
+            ),
+            None,
+        )
 
 
 @dataclass(frozen=True)
@@ -205,15 +211,24 @@ def rule_name(node: str, device: str) -> str:
 
 
 def device_rule(version: str, node: str, pool: str, device: str, value: str) -> dict[str, Any]:
-    return {"apiVersion": version, "kind": "DeviceTaintRule",
-            "metadata": {"name": rule_name(node, device), "labels": dict(MANAGED_BY),
-                         "annotations": {RULE_NODE_ANNOTATION: node}},
-            "spec": {"deviceSelector": {"driver": dra.DRIVER, "pool": pool, "device": device},
-                     "taint": {"key": TAINT_KEY, "value": value, "effect": EFFECT}}}
+    return {
+        "apiVersion": version,
+        "kind": "DeviceTaintRule",
+        "metadata": {
+            "name": rule_name(node, device),
+            "labels": dict(MANAGED_BY),
+            "annotations": {RULE_NODE_ANNOTATION: node},
+        },
+        "spec": {
+            "deviceSelector": {"driver": dra.DRIVER, "pool": pool, "device": device},
+            "taint": {"key": TAINT_KEY, "value": value, "effect": EFFECT},
+        },
+    }
 
 
-def _device_rules(gpu: GpuHealth, report: HealthReportFormat,
-                  devices: DeviceApi | None) -> tuple[list[dict[str, Any]] | None, str]:
+def _device_rules(
+    gpu: GpuHealth, report: HealthReportFormat, devices: DeviceApi | None
+) -> tuple[list[dict[str, Any]] | None, str]:
     """The DeviceTaintRules for ``gpu``'s failed GPUs alone (its ``report``'s), or None and why the node is tainted
     instead."""
     if not gpu.dra:
@@ -233,15 +248,24 @@ def _device_rules(gpu: GpuHealth, report: HealthReportFormat,
 
 def _quarantine(gpu: GpuHealth, report: HealthReportFormat, node: LiveNode, devices: DeviceApi | None) -> Step:
     rules, why = _device_rules(gpu, report, devices)
-    record = QuarantineRecord(since=checked_at(report), reason=reason(report),
-                              devices=tuple(rule["metadata"]["name"] for rule in rules or ()))
+    record = QuarantineRecord(
+        since=checked_at(report), reason=reason(report), devices=tuple(rule["metadata"]["name"] for rule in rules or ())
+    )
     if rules:
         names = ", ".join(rule["spec"]["deviceSelector"]["device"] for rule in rules)
-        return Step(node.name, "quarantine devices", f"DeviceTaintRule for {names}: {record.reason}",
-                    patch=(*_tested(node), _record_op(node, record)), create=tuple(rules))
+        return Step(
+            node.name,
+            "quarantine devices",
+            f"DeviceTaintRule for {names}: {record.reason}",
+            patch=(*_tested(node), _record_op(node, record)),
+            create=tuple(rules),
+        )
     taint = {"key": TAINT_KEY, "value": taint_value(report), "effect": EFFECT}
-    add = ({"op": "add", "path": "/spec/taints/-", "value": taint} if node.taints
-           else {"op": "add", "path": "/spec/taints", "value": [taint]})
+    add = (
+        {"op": "add", "path": "/spec/taints/-", "value": taint}
+        if node.taints
+        else {"op": "add", "path": "/spec/taints", "value": [taint]}
+    )
     says = f"tainted {TAINT_KEY}={taint['value']}:{EFFECT}: {record.reason}" + (f" ({why})" if why else "")
     return Step(node.name, "quarantine", says, patch=(*_tested(node), add, _record_op(node, record)))
 
@@ -253,12 +277,18 @@ def _release(node: LiveNode, record: QuarantineRecord, healthy_for: float) -> St
         patch.append({"op": "remove", "path": f"/spec/taints/{index}"})
     patch.append(_record_op(node, None))
     what = f"DeviceTaintRule {', '.join(record.devices)}" if record.devices else f"taint {TAINT_KEY}"
-    return Step(node.name, "release", f"healthy for {int(healthy_for)}s: {what} removed", patch=tuple(patch),
-                delete=record.devices)
+    return Step(
+        node.name,
+        "release",
+        f"healthy for {int(healthy_for)}s: {what} removed",
+        patch=tuple(patch),
+        delete=record.devices,
+    )
 
 
-def _missing_rules(gpu: GpuHealth, report: HealthReportFormat, node: LiveNode, ours: QuarantineRecord,
-                   devices: DeviceApi | None) -> list[Step]:
+def _missing_rules(
+    gpu: GpuHealth, report: HealthReportFormat, node: LiveNode, ours: QuarantineRecord, devices: DeviceApi | None
+) -> list[Step]:
     """A device-quarantined node still unhealthy: the rules its failed GPUs need that the cluster lacks (one
     a step stopped before, a GPU failed since), the record naming them all."""
     rules, _ = _device_rules(gpu, report, devices)
@@ -269,11 +299,19 @@ def _missing_rules(gpu: GpuHealth, report: HealthReportFormat, node: LiveNode, o
     if not missing:
         return []
     names = tuple(dict.fromkeys((*ours.devices, *wanted)))
-    patch = (*_tested(node), _record_op(node, ours.model_copy(update={"devices": names}))) \
-        if names != ours.devices else ()
+    patch = (
+        (*_tested(node), _record_op(node, ours.model_copy(update={"devices": names}))) if names != ours.devices else ()
+    )
     shown = ", ".join(rule["spec"]["deviceSelector"]["device"] for rule in missing)
-    return [Step(node.name, "quarantine devices", f"DeviceTaintRule for {shown}: {reason(report)}",
-                 patch=patch, create=tuple(missing))]
+    return [
+        Step(
+            node.name,
+            "quarantine devices",
+            f"DeviceTaintRule for {shown}: {reason(report)}",
+            patch=patch,
+            create=tuple(missing),
+        )
+    ]
 
 
 def _orphans(group: set[str], live: dict[str, LiveNode], devices: DeviceApi | None) -> list[Step]:
@@ -283,8 +321,9 @@ def _orphans(group: set[str], live: dict[str, LiveNode], devices: DeviceApi | No
     for name, node in sorted((devices.rules if devices else {}).items()):
         record = record_of(live[node].record_text or "") if node in live else None
         if node in group and (record is None or name not in record.devices):
-            steps.append(Step(node, "delete orphan", f"DeviceTaintRule {name} no gpu-node record names: deleted",
-                              delete=(name,)))
+            steps.append(
+                Step(node, "delete orphan", f"DeviceTaintRule {name} no gpu-node record names: deleted", delete=(name,))
+            )
     return steps
 
 
@@ -293,8 +332,12 @@ def plan(gpus: list[GpuHealth], live: dict[str, LiveNode], devices: DeviceApi | 
     result = QuarantinePlan()
     limit = bound.limit(len(gpus))
     group = {gpu.node for gpu in gpus}
-    quarantined = {name for name in group if name in live
-                   and (live[name].taint_index() is not None or record_of(live[name].record_text or "") is not None)}
+    quarantined = {
+        name
+        for name in group
+        if name in live
+        and (live[name].taint_index() is not None or record_of(live[name].record_text or "") is not None)
+    }
     candidates: list[tuple[GpuHealth, HealthReportFormat]] = []
     for gpu in sorted(gpus, key=lambda gpu: gpu.node):
         node = live.get(gpu.node)
@@ -311,8 +354,9 @@ def plan(gpus: list[GpuHealth], live: dict[str, LiveNode], devices: DeviceApi | 
         report = gpu.report
         if ours is None:
             if node.taint_index() is not None:
-                result.notes.append(f"{gpu.node}: tainted {TAINT_KEY} by someone else (no gpu-node record): "
-                                    "left as it is")
+                result.notes.append(
+                    f"{gpu.node}: tainted {TAINT_KEY} by someone else (no gpu-node record): left as it is"
+                )
             elif report.status == UNHEALTHY:
                 candidates.append((gpu, report))
             continue
@@ -325,26 +369,44 @@ def plan(gpus: list[GpuHealth], live: dict[str, LiveNode], devices: DeviceApi | 
                 quarantined.discard(gpu.node)
             elif ours.healthy_since is None:
                 marked = ours.model_copy(update={"healthy_since": now})
-                result.steps.append(Step(gpu.node, "mark healthy", f"healthy at {stamp(now)}: released "
-                                         f"after {bound.release_after}s of healthy reports",
-                                         patch=(*_tested(node), _record_op(node, marked))))
+                result.steps.append(
+                    Step(
+                        gpu.node,
+                        "mark healthy",
+                        f"healthy at {stamp(now)}: released after {bound.release_after}s of healthy reports",
+                        patch=(*_tested(node), _record_op(node, marked)),
+                    )
+                )
             else:
-                result.notes.append(f"{gpu.node}: healthy for {int(healthy_for)}s of the {bound.release_after}s "
-                                    "before its release")
+                result.notes.append(
+                    f"{gpu.node}: healthy for {int(healthy_for)}s of the {bound.release_after}s before its release"
+                )
         elif ours.healthy_since is not None:
             cleared = ours.model_copy(update={"healthy_since": None})
-            result.steps.append(Step(gpu.node, "unmark healthy", f"{report.status} again: its healthy time starts over",
-                                     patch=(*_tested(node), _record_op(node, cleared))))
+            result.steps.append(
+                Step(
+                    gpu.node,
+                    "unmark healthy",
+                    f"{report.status} again: its healthy time starts over",
+                    patch=(*_tested(node), _record_op(node, cleared)),
+                )
+            )
         if ours.devices and report.status == UNHEALTHY:
             result.steps += _missing_rules(gpu, report, node, ours, devices)
     result.steps += _orphans(group, live, devices)
-    candidates.sort(key=lambda candidate: (SEVERITIES.index(problem.severity) if (problem := worst(candidate[1]))
-                                           else len(SEVERITIES), candidate[0].node))
+    candidates.sort(
+        key=lambda candidate: (
+            SEVERITIES.index(problem.severity) if (problem := worst(candidate[1])) else len(SEVERITIES),
+            candidate[0].node,
+        )
+    )
     for gpu, report in candidates:
         if len(quarantined) >= limit:
-            result.notes.append(f"{gpu.node}: unhealthy ({reason(report)}) but not quarantined: {len(quarantined)} "
-                                f"of the run's {len(gpus)} GPU nodes are, the most quarantine_max_nodes="
-                                f"{bound.max_nodes} and quarantine_max_percent={bound.max_percent} allow ({limit})")
+            result.notes.append(
+                f"{gpu.node}: unhealthy ({reason(report)}) but not quarantined: {len(quarantined)} "
+                f"of the run's {len(gpus)} GPU nodes are, the most quarantine_max_nodes="
+                f"{bound.max_nodes} and quarantine_max_percent={bound.max_percent} allow ({limit})"
+            )
             continue
         result.steps.append(_quarantine(gpu, report, live[gpu.node], devices))
         quarantined.add(gpu.node)

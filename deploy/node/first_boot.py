@@ -100,7 +100,8 @@ class Host:
     kernel: str = field(default_factory=lambda: os.uname().release)
     unit_dirs: tuple[str, ...] = UNIT_DIRS
     run: Callable[[list[str]], subprocess.CompletedProcess[str]] = field(
-        default=lambda args: subprocess.run(args, capture_output=True, text=True, check=False))
+        default=lambda args: subprocess.run(args, capture_output=True, text=True, check=False)
+    )
 
     def has_unit(self, unit: str) -> bool:
         return any(os.path.isfile(os.path.join(folder, unit)) for folder in self.unit_dirs)
@@ -115,7 +116,9 @@ def pci_devices(sys_root: str) -> dict[str, Any]:
     folder = Path(sys_root) / "bus" / "pci" / "devices"
     for device in sorted(folder.iterdir()) if folder.is_dir() else []:
         try:
-            vendor, ident, klass = ((device / name).read_text().strip().lower() for name in ("vendor", "device", "class"))
+            vendor, ident, klass = (
+                (device / name).read_text().strip().lower() for name in ("vendor", "device", "class")
+            )
         except OSError:
             continue
         if vendor != NVIDIA_VENDOR:
@@ -186,9 +189,11 @@ class Boot:
             return SKIP, "no GPU"
         path = module_path(self.host)
         if path is None:
-            raise StepFailed(f"no nvidia module for the running kernel {self.host.kernel} "
-                             f"({self.host.modules_root}/{self.host.kernel}/modules.dep lists none): "
-                             "build it (the driver's DKMS package for this kernel's headers)")
+            raise StepFailed(
+                f"no nvidia module for the running kernel {self.host.kernel} "
+                f"({self.host.modules_root}/{self.host.kernel}/modules.dep lists none): "
+                "build it (the driver's DKMS package for this kernel's headers)"
+            )
         version = modinfo(self.host, path, "version")
         self.record["driver"] = version or None
         branch = int(version.split(".")[0]) if version.split(".")[0].isdigit() else None
@@ -200,11 +205,15 @@ class Boot:
         built = MODULE_TYPE_OF_LICENSE.get(license_)
         self.found["kernel_module_type"] = decision.kernel_module_type
         if built is None:
-            raise StepFailed(f"cannot tell the module type of {path} (license {license_ or 'unreadable'!r}); "
-                             f"the GPUs need the {decision.kernel_module_type} modules ({decision.why})")
+            raise StepFailed(
+                f"cannot tell the module type of {path} (license {license_ or 'unreadable'!r}); "
+                f"the GPUs need the {decision.kernel_module_type} modules ({decision.why})"
+            )
         if built != decision.kernel_module_type:
-            raise StepFailed(f"the GPUs need the {decision.kernel_module_type} kernel modules ({decision.why}), but the module "
-                             f"for kernel {self.host.kernel} is {built} ({path})")
+            raise StepFailed(
+                f"the GPUs need the {decision.kernel_module_type} kernel modules ({decision.why}), but the module "
+                f"for kernel {self.host.kernel} is {built} ({path})"
+            )
         self.record["kernel_module_type"] = built
         return PASS, f"{built} module {version or '?'} for kernel {self.host.kernel} ({decision.why})"
 
@@ -253,8 +262,11 @@ class Boot:
         return PASS, f"{unit} started"
 
     def persistenced(self) -> tuple[str, str]:
-        status = self.start_service(PERSISTENCED, bool(self.found["gpus"]) and self.settings.nvidia_persistenced,
-                                    "nvidia_persistenced=false" if self.found["gpus"] else "no GPU")
+        status = self.start_service(
+            PERSISTENCED,
+            bool(self.found["gpus"]) and self.settings.nvidia_persistenced,
+            "nvidia_persistenced=false" if self.found["gpus"] else "no GPU",
+        )
         self.record["persistence"] = status[1]
         return status
 
@@ -265,7 +277,9 @@ class Boot:
             return SKIP, fabric.evidence
         if self.settings.fabric_manager_install and not self.host.has_unit(FABRIC_MANAGER):
             raise StepFailed(f"{fabric.evidence}, but {FABRIC_MANAGER} is not installed")
-        status = self.start_service(FABRIC_MANAGER, self.settings.fabric_manager_install, "fabric_manager_install=false")
+        status = self.start_service(
+            FABRIC_MANAGER, self.settings.fabric_manager_install, "fabric_manager_install=false"
+        )
         self.record["fabric_manager"] = status[1]
         return status
 
@@ -278,14 +292,22 @@ class Boot:
         result = self.host.run(["nvidia-smi", "-L"])
         answered = sum(line.startswith("GPU ") for line in result.stdout.splitlines())
         if result.returncode != 0 or answered != gpus:
-            raise StepFailed(f"nvidia-smi -L answered {answered} GPU(s) of the {gpus} on the PCI bus "
-                             f"(exit {result.returncode}): {(result.stderr or result.stdout).strip()[:300]}")
+            raise StepFailed(
+                f"nvidia-smi -L answered {answered} GPU(s) of the {gpus} on the PCI bus "
+                f"(exit {result.returncode}): {(result.stderr or result.stdout).strip()[:300]}"
+            )
         return PASS, f"nvidia-smi -L answers with the {gpus} GPU(s) on the PCI bus"
 
     def run(self) -> bool:
-        steps = (("gpus", self.gpus), ("kernel module", self.kernel_module), ("module load", self.module_load),
-                 ("cdi spec", self.cdi_spec), ("persistenced", self.persistenced),
-                 ("fabric manager", self.fabric_manager), ("verify", self.verify))
+        steps = (
+            ("gpus", self.gpus),
+            ("kernel module", self.kernel_module),
+            ("module load", self.module_load),
+            ("cdi spec", self.cdi_spec),
+            ("persistenced", self.persistenced),
+            ("fabric manager", self.fabric_manager),
+            ("verify", self.verify),
+        )
         for name, step in steps:
             try:
                 status, reason = step()
@@ -296,9 +318,20 @@ class Boot:
         return True
 
     def report(self) -> dict[str, Any]:
-        node = {"host": socket.gethostname(), "gpus": [], "driver": None, "toolkit": None, "runtime": None,
-                "kernel_module_type": None, "persistence": None, "fabric_manager": None, "cuda": None, "cdi": None,
-                **self.record, "steps": self.steps}
+        node = {
+            "host": socket.gethostname(),
+            "gpus": [],
+            "driver": None,
+            "toolkit": None,
+            "runtime": None,
+            "kernel_module_type": None,
+            "persistence": None,
+            "fabric_manager": None,
+            "cuda": None,
+            "cdi": None,
+            **self.record,
+            "steps": self.steps,
+        }
         node["ok"] = all(step["status"] != FAIL for step in self.steps)
         return {"version": REPORT_VERSION, "gpu_node_version": __version__, "ok": node["ok"], "nodes": [node]}
 
@@ -320,17 +353,25 @@ def write_report(path: str, report: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None, host: Host | None = None, top: str = "/") -> int:
     """``top``: where the settings' owner check starts (``/``; a test gives a folder of its own)."""
     parser = ArgumentParser(description=__doc__)
-    parser.add_argument("config", metavar="CONFIG", nargs="?", default=CONFIG_PATH,
-                        help=f"the settings deploy/tasks/boot.py wrote (default: {CONFIG_PATH}); read only when "
-                             "root alone can have written it and every folder above it")
+    parser.add_argument(
+        "config",
+        metavar="CONFIG",
+        nargs="?",
+        default=CONFIG_PATH,
+        help=f"the settings deploy/tasks/boot.py wrote (default: {CONFIG_PATH}); read only when "
+        "root alone can have written it and every folder above it",
+    )
     config = parser.parse_args(argv).config
     if not os.path.lexists(config):
         parser.error(f"{config}: no such file")
     try:
         settings = BootSettings.from_file(config, top=top)
     except UntrustedFile as refusal:
-        print(f"gpu-node boot: settings: fail: {refusal}: the boot unit runs as root and reads its settings only "
-              "from a file root alone can change", flush=True)
+        print(
+            f"gpu-node boot: settings: fail: {refusal}: the boot unit runs as root and reads its settings only "
+            "from a file root alone can change",
+            flush=True,
+        )
         return 1
     except (OSError, ValueError) as error:
         print(f"gpu-node boot: settings: fail: cannot read {config}: {error}", flush=True)
@@ -339,8 +380,11 @@ def main(argv: list[str] | None = None, host: Host | None = None, top: str = "/"
     ok = boot.run()
     write_report(settings.report_path, boot.report())
     if not ok:
-        print(f"gpu-node boot: failed at step {boot.steps[-1]['name']!r}: gpu-node-ready.target not reached "
-              f"(report: {settings.report_path})", flush=True)
+        print(
+            f"gpu-node boot: failed at step {boot.steps[-1]['name']!r}: gpu-node-ready.target not reached "
+            f"(report: {settings.report_path})",
+            flush=True,
+        )
     return 0 if ok else 1
 
 

@@ -51,8 +51,12 @@ def unit_texts(python: str, entry: str) -> dict[str, str]:
 def records_before(paths: list[str]) -> str:
     """Shell: the timer's state and the unit files as they are before this writes them (once: a
     later run keeps the first record)."""
-    return "\n".join([f"{node_records.record_units([TIMER])} || exit 1",
-                      *(f"{node_records.record_file(shlex.quote(path))} || exit 1" for path in paths)])
+    return "\n".join(
+        [
+            f"{node_records.record_units([TIMER])} || exit 1",
+            *(f"{node_records.record_file(shlex.quote(path))} || exit 1" for path in paths),
+        ]
+    )
 
 
 def records_after(paths: list[str]) -> str:

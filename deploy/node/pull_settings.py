@@ -22,10 +22,14 @@ from .root_files import ROOT_UID, MissingFile, UntrustedFile, read_roots_file
 
 SETTINGS_FILE = "/etc/gpu-node/settings.toml"
 # The reports a pull run rewrites on the node, unless the file says otherwise.
-PULL_DEFAULTS = {"verify_report_path": "/var/lib/gpu-node/report.json",
-                 "fleet_report_path": "/var/lib/gpu-node/fleet-report.json"}
-ROOTS_ALONE = ("pull mode applies settings as root only from a file root alone can change: the file and every "
-               "folder above it root's, not writable by group or others, none a symbolic link")
+PULL_DEFAULTS = {
+    "verify_report_path": "/var/lib/gpu-node/report.json",
+    "fleet_report_path": "/var/lib/gpu-node/fleet-report.json",
+}
+ROOTS_ALONE = (
+    "pull mode applies settings as root only from a file root alone can change: the file and every "
+    "folder above it root's, not writable by group or others, none a symbolic link"
+)
 
 
 def line_of(text: str, key: str) -> int | None:
@@ -62,9 +66,11 @@ def read_settings_text(path: str, owner: int = ROOT_UID) -> str:
     try:
         return node_text.decode(read_roots_file(path, node_text.MAX_FILE_BYTES, owner))
     except MissingFile as missing:
-        raise SettingsError(f"{missing}: pull mode converges a node only with the settings written in "
-                            f"{SETTINGS_FILE} (docs/without-controller.md), never with defaults; nothing "
-                            "changed") from None
+        raise SettingsError(
+            f"{missing}: pull mode converges a node only with the settings written in "
+            f"{SETTINGS_FILE} (docs/without-controller.md), never with defaults; nothing "
+            "changed"
+        ) from None
     except UntrustedFile as refusal:
         raise SettingsError(f"{refusal}: {ROOTS_ALONE}") from None
 

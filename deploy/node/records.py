@@ -45,6 +45,7 @@ PACKAGES_BEFORE = f"{RECORDS_DIR}/packages-before-install"
 # original is not the file before gpu-node.
 ORIGINAL, ORIGINAL_STAT, ABSENT, WRITTEN, EARLIER = "original", "original.stat", "absent", "written", "earlier"
 
+
 def library(records_dir: str = RECORDS_DIR) -> str:
     """The shell functions recording under ``records_dir`` (tests: a folder of their own;
     deploy/shell/records_library.sh)."""
@@ -62,7 +63,7 @@ def file_record(path: str) -> str:
 def record_file(path_word: str, unit: str | None = None, file_format: str = "", records_dir: str = RECORDS_DIR) -> str:
     """Shell: the library, then the record of the file ``path_word`` names (a shell word: quoted, or a
     variable in double quotes) before its change; fails (status 1) when it cannot be written."""
-    return f'{library(records_dir)}gn_record_file {path_word} {shlex.quote(unit or "")} {shlex.quote(file_format)}'
+    return f"{library(records_dir)}gn_record_file {path_word} {shlex.quote(unit or '')} {shlex.quote(file_format)}"
 
 
 def wrote_file(path_word: str) -> str:
@@ -85,18 +86,24 @@ def packages_before(installed_listing: str) -> str:
     manager's shell listing them one a line), unless an install this left unfinished (a failed or
     killed one) kept its list already. Sorted as comm and grep -x read them."""
     before = shlex.quote(PACKAGES_BEFORE)
-    return (f"{LIBRARY}[ -e {before} ] || {{ gn_folder . && ({installed_listing}) | LC_ALL=C sort -u "
-            f"| (umask 077 && cat >{before}.new) && mv -f {before}.new {before}; }}")
+    return (
+        f"{LIBRARY}[ -e {before} ] || {{ gn_folder . && ({installed_listing}) | LC_ALL=C sort -u "
+        f"| (umask 077 && cat >{before}.new) && mv -f {before}.new {before}; }}"
+    )
 
 
 def packages_installed(installed_listing: str) -> str:
     """Shell, after the install: the packages it added (not in the list ``packages_before`` kept)."""
     before = shlex.quote(PACKAGES_BEFORE)
-    return (f"{LIBRARY}if [ -e {before} ]; then ({installed_listing}) | LC_ALL=C sort -u | grep -vxFf {before} "
-            f"| (umask 077 && cat >>{shlex.quote(INSTALLED_PACKAGES)}); rm -f {before}; fi")
+    return (
+        f"{LIBRARY}if [ -e {before} ]; then ({installed_listing}) | LC_ALL=C sort -u | grep -vxFf {before} "
+        f"| (umask 077 && cat >>{shlex.quote(INSTALLED_PACKAGES)}); rm -f {before}; fi"
+    )
 
 
 def record_imported_rpm_keys(keys_before_word: str) -> str:
     """Shell: rpm's keys that were not in the list ``keys_before_word`` names (gpg-pubkey-KEYID-DATE)."""
-    return (f'{LIBRARY}rpm -q gpg-pubkey --qf "%{{NVR}}\\n" 2>/dev/null | grep "^gpg-pubkey-" | grep -vxFf '
-            f"{keys_before_word} | (gn_folder . && umask 077 && cat >>{shlex.quote(IMPORTED_RPM_KEYS)})")
+    return (
+        f'{LIBRARY}rpm -q gpg-pubkey --qf "%{{NVR}}\\n" 2>/dev/null | grep "^gpg-pubkey-" | grep -vxFf '
+        f"{keys_before_word} | (gn_folder . && umask 077 && cat >>{shlex.quote(IMPORTED_RPM_KEYS)})"
+    )

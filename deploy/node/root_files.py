@@ -72,6 +72,7 @@ def read_roots_file(path: str, max_bytes: int, owner: int = ROOT_UID, top: str =
     below = PurePosixPath(os.path.abspath(path)).relative_to(os.path.abspath(top))
     *folders, name = (os.path.abspath(top), *below.parts)
     with ExitStack() as opened:
+
         def owners_alone(where: str, handle: int) -> int:
             opened.callback(os.close, handle)
             problem = unsafe(where, os.fstat(handle), owner)
@@ -122,7 +123,9 @@ def settings_from_text(cls: type[Settings], text: str, source: str, what: str, p
     return cls(**data)
 
 
-def settings_from_file(cls: type[Settings], path: str, what: str, top: str = "/", paths: tuple[str, ...] = ()) -> Settings:
+def settings_from_file(
+    cls: type[Settings], path: str, what: str, top: str = "/", paths: tuple[str, ...] = ()
+) -> Settings:
     """``settings_from_text`` of ``path``, read only when root alone can have written it and every
     folder above it (``read_roots_file``; ``top``: where that walk starts); UntrustedFile or
     ValueError in one line."""

@@ -56,8 +56,10 @@ def cdi_on(target: CdiTarget) -> bool:
     """Whether CDI is on: asked, or (auto) some wired runtime's version has it."""
     if target.cdi != "auto":
         return target.cdi == "true"
-    return any(registry.runtime_named(wired.name).cdi(target.wiring, read(host, wired.version_read)).on
-               for wired in target.runtimes)
+    return any(
+        registry.runtime_named(wired.name).cdi(target.wiring, read(host, wired.version_read)).on
+        for wired in target.runtimes
+    )
 
 
 def systemd_environment_value(value: str) -> str:
@@ -81,8 +83,11 @@ def in_place(target: CdiTarget, state: dict[str, Any]) -> bool:
     refresh_on = state["refresh_enabled"] == "enabled" and state["refresh_active"] == "active"
     env = state["env"] if (state["env"] or "").startswith(HEADER) else None
     spec_done = not spec_stale(state) or not driver_answers(state)
-    return bool(state["ctk"]) and spec_done and (
-        not state["refresh_unit"] or (refresh_on and env == refresh_env_text(target.driver_root)))
+    return (
+        bool(state["ctk"])
+        and spec_done
+        and (not state["refresh_unit"] or (refresh_on and env == refresh_env_text(target.driver_root)))
+    )
 
 
 def driver_answers(state: dict[str, Any]) -> bool:
@@ -91,8 +96,9 @@ def driver_answers(state: dict[str, Any]) -> bool:
 
 
 def no_spec_message(state: dict[str, Any]) -> str:
-    return ("no spec written: the driver does not answer with a GPU (nvidia-smi -L); "
-            + ("the refresh unit writes it once it does" if state["refresh_unit"] else "run again once it does"))
+    return "no spec written: the driver does not answer with a GPU (nvidia-smi -L); " + (
+        "the refresh unit writes it once it does" if state["refresh_unit"] else "run again once it does"
+    )
 
 
 def generate_command(ctk: str, driver_root: str) -> StringCommand:
@@ -159,8 +165,9 @@ def runtime_mode_problem(target: CdiTarget, state: dict[str, Any], cdi_decided: 
         return str(error)
     if not cdi_decided and target.cdi == "auto":
         return None
-    return runtime_mode_refusal(target.runtime_mode, cdi_on(target), target.cdi,
-                                [runtime.cdi_since for runtime in registry.RUNTIMES])
+    return runtime_mode_refusal(
+        target.runtime_mode, cdi_on(target), target.cdi, [runtime.cdi_since for runtime in registry.RUNTIMES]
+    )
 
 
 def runtime_mode_in_place(target: CdiTarget, state: dict[str, Any]) -> bool:
@@ -168,8 +175,10 @@ def runtime_mode_in_place(target: CdiTarget, state: dict[str, Any]) -> bool:
     if target.runtime_mode is None:
         return True
     try:
-        return (state["runtime_config"] is not None
-                and with_runtime_mode(state["runtime_config"], target.runtime_mode) == state["runtime_config"])
+        return (
+            state["runtime_config"] is not None
+            and with_runtime_mode(state["runtime_config"], target.runtime_mode) == state["runtime_config"]
+        )
     except ConfigError:
         return False
 
@@ -194,5 +203,6 @@ def configure_runtime_mode(target: CdiTarget) -> Commands:
         host.noop(f"{RUNTIME_CONFIG} has mode {mode}")
         return
     # The runtime reads its config at each container start: nothing to restart.
-    yield from put_text._inner(dest=RUNTIME_CONFIG, content=with_runtime_mode(state["runtime_config"], mode),
-                               record_format=node_records.TOML)
+    yield from put_text._inner(
+        dest=RUNTIME_CONFIG, content=with_runtime_mode(state["runtime_config"], mode), record_format=node_records.TOML
+    )

@@ -48,8 +48,9 @@ class ConfigFile:
     source: str  # how messages name it
 
 
-def plan_wiring(files: list[ConfigFile], wiring: RuntimeWiring, major: int | None,
-                containerd_version: str | None = None) -> tuple[list[PlannedFile], str]:
+def plan_wiring(
+    files: list[ConfigFile], wiring: RuntimeWiring, major: int | None, containerd_version: str | None = None
+) -> tuple[list[PlannedFile], str]:
     """
     Where the wiring takes effect, given the main config and the files it imports (in the
     order containerd loads them), and each file's merged text; plus the path that holds it.
@@ -65,8 +66,14 @@ def plan_wiring(files: list[ConfigFile], wiring: RuntimeWiring, major: int | Non
         if index == 0 or document.values.get("version") is not None:
             check_version_fits(document.version, major, containerd_version, config.source)
         documents.append(document)
-    target = max((index for index, document in enumerate(documents)
-                  if engine.cri_plugin(document) in (document.values.get("plugins") or {})), default=0)
+    target = max(
+        (
+            index
+            for index, document in enumerate(documents)
+            if engine.cri_plugin(document) in (document.values.get("plugins") or {})
+        ),
+        default=0,
+    )
     planned = []
     for index, (config, document) in enumerate(zip(files, documents)):
         if index == target:
@@ -112,8 +119,9 @@ def plan_node_wiring(target: ConfigTarget, wiring: RuntimeWiring) -> RuntimeConf
         # cdi=auto decided for this containerd.
         cdi = for_containerd(wiring, state["major"], state["minor"], state["version"])
         files = [ConfigFile(path, base, source)] + imported_files(path, current, source)
-        plan.files, holder = plan_wiring(files, cdi.wiring, state["major"] if validate_with_binary else None,
-                                         state["version"])
+        plan.files, holder = plan_wiring(
+            files, cdi.wiring, state["major"] if validate_with_binary else None, state["version"]
+        )
     except CdiUnsupported as error:
         plan.refusal = str(error)
         return plan
@@ -133,7 +141,8 @@ def plan_node_wiring(target: ConfigTarget, wiring: RuntimeWiring) -> RuntimeConf
         if effective.problems:
             plan.refusal = (
                 f"{holder} holds the nvidia wiring, but `containerd config dump` of {path} shows {effective.where} "
-                f"with {'; '.join(effective.problems)}: another file containerd reads overrides it; nothing was changed")
+                f"with {'; '.join(effective.problems)}: another file containerd reads overrides it; nothing was changed"
+            )
     return plan
 
 
@@ -155,8 +164,9 @@ def imported_files(path: str, current: str | None, source: str) -> list[ConfigFi
 CHECK_SUFFIX = ".gpu-node-check"
 
 
-def _check_candidates(binary: str, wiring: RuntimeWiring, holder: str, plan: RuntimeConfigPlan
-                      ) -> Generator[str | PyinfraCommand, Any, bool]:
+def _check_candidates(
+    binary: str, wiring: RuntimeWiring, holder: str, plan: RuntimeConfigPlan
+) -> Generator[str | PyinfraCommand, Any, bool]:
     """
     Ask the node's containerd what it would run with the new files, before any is installed:
     copies beside the live files (relative imports resolve the same), the main one importing
@@ -175,16 +185,42 @@ def _check_candidates(binary: str, wiring: RuntimeWiring, holder: str, plan: Run
     live = {file.path + CHECK_SUFFIX: file.path for file in changed}
     staging = Staging.new(host, [Upload(copy, text.encode(), live=live.get(copy)) for copy, text in copies.items()])
     yield from staging.commands()
-    yield FunctionCommand(_run_candidate_check, (binary, main.path + CHECK_SUFFIX, list(copies), wiring,
-                                                 ", ".join(file.path for file in changed), holder,
-                                                 staging.place_script()), {})
+    yield FunctionCommand(
+        _run_candidate_check,
+        (
+            binary,
+            main.path + CHECK_SUFFIX,
+            list(copies),
+            wiring,
+            ", ".join(file.path for file in changed),
+            holder,
+            staging.place_script(),
+        ),
+        {},
+    )
     return True
 
 
-def _run_candidate_check(state: State, host: Host, binary: str, config: str, copies: list[str], wiring: RuntimeWiring,
-                         changed: str, holder: str, placed: str) -> bool:
-    command = StringCommand(placed, QuoteString(binary), "--config", QuoteString(config),
-                            "config dump; status=$?; rm -f", *[QuoteString(copy) for copy in copies], "; exit $status")
+def _run_candidate_check(
+    state: State,
+    host: Host,
+    binary: str,
+    config: str,
+    copies: list[str],
+    wiring: RuntimeWiring,
+    changed: str,
+    holder: str,
+    placed: str,
+) -> bool:
+    command = StringCommand(
+        placed,
+        QuoteString(binary),
+        "--config",
+        QuoteString(config),
+        "config dump; status=$?; rm -f",
+        *[QuoteString(copy) for copy in copies],
+        "; exit $status",
+    )
     # pyinfra hands a FunctionCommand no connector arguments: take the operation's (--sudo, _su_user...)
     succeeded, output = host.run_shell_command(command, **probes.connector_arguments(host))
     own_line = next((line for line in output.stderr_lines if line.startswith("gpu-node: ")), None)
@@ -198,7 +234,8 @@ def _run_candidate_check(state: State, host: Host, binary: str, config: str, cop
         effective = ContainerdEngine().effective(output.stdout, wiring)
         if not effective.problems:
             return True
-        problem = (f"containerd would not run the nvidia wiring in {holder}: {effective.where} would have "
-                   + "; ".join(effective.problems))
+        problem = f"containerd would not run the nvidia wiring in {holder}: {effective.where} would have " + "; ".join(
+            effective.problems
+        )
     host.log_styled(f"gpu-node: {changed} was not changed: {problem}", fg="red", log_func=logger.error)
     return False

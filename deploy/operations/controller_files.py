@@ -90,8 +90,10 @@ def refusal(shown: str, folder: int, name: str) -> LinkRefusal:
     except OSError as error:
         return LinkRefusal(f"{shown}: cannot be read ({error.strerror}): no file written or removed")
     if stat.S_ISLNK(found.st_mode):
-        return LinkRefusal(f"{shown} is a symbolic link (to {os.readlink(name, dir_fd=folder)}): no file is written "
-                           "or removed through a link; make it a folder or file of its own, or write elsewhere")
+        return LinkRefusal(
+            f"{shown} is a symbolic link (to {os.readlink(name, dir_fd=folder)}): no file is written "
+            "or removed through a link; make it a folder or file of its own, or write elsewhere"
+        )
     return LinkRefusal(f"{shown} is neither a folder nor a regular file: no file written or removed")
 
 
@@ -165,8 +167,9 @@ def _write(state: State, host: Host, target: ControllerFile, data: bytes) -> boo
             assert folder is not None  # made where it was missing (create=True)
             file_state(folder, target)
             temporary = f".{target.name}.{secrets.token_hex(8)}"
-            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                                 FILE_MODE, dir_fd=folder)
+            descriptor = os.open(
+                temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE, dir_fd=folder
+            )
             try:
                 with os.fdopen(descriptor, "wb") as stream:
                     os.fchmod(descriptor, FILE_MODE)  # whatever the umask took away

@@ -43,12 +43,14 @@ def state_read(path: str, service: str = "docker") -> FactCall:
     return (DockerState, {"path": path, "service": service})
 
 
-def plan_docker_wiring(path: str, wiring: RuntimeWiring, service: str = "docker",
-                       restart_pending: bool = False) -> RuntimeConfigPlan:
+def plan_docker_wiring(
+    path: str, wiring: RuntimeWiring, service: str = "docker", restart_pending: bool = False
+) -> RuntimeConfigPlan:
     """Read the node (the fact preflight read ahead) and plan daemon.json's wiring; nothing runs.
     ``restart_pending``: an interrupted run left dockerd's restart due (it restarts even unchanged)."""
-    plan = RuntimeConfigPlan(ENGINE.file_format, service, [], f"{path} already wires the nvidia runtime",
-                             changes_so_far(host))
+    plan = RuntimeConfigPlan(
+        ENGINE.file_format, service, [], f"{path} already wires the nvidia runtime", changes_so_far(host)
+    )
     plan.refusal = _plan(plan, read(host, state_read(path, service)), path, wiring, service, restart_pending)
     return plan
 
@@ -62,12 +64,20 @@ def live_restore(config: dict[str, Any], flags: list[DockerdFlag]) -> bool:
     return config.get("live-restore") is True
 
 
-def _plan(plan: RuntimeConfigPlan, state: dict[str, Any], path: str, wiring: RuntimeWiring, service: str,
-          restart_pending: bool = False) -> str:
+def _plan(
+    plan: RuntimeConfigPlan,
+    state: dict[str, Any],
+    path: str,
+    wiring: RuntimeWiring,
+    service: str,
+    restart_pending: bool = False,
+) -> str:
     """Fill ``plan`` in; the refusal, in one line, where daemon.json cannot or must not be wired."""
     if not state["dockerd"]:
-        return ("docker is in container_runtimes but dockerd is not installed: install Docker Engine, "
-                "or set docker_install=true to install the distribution's Docker package")
+        return (
+            "docker is in container_runtimes but dockerd is not installed: install Docker Engine, "
+            "or set docker_install=true to install the distribution's Docker package"
+        )
     current = state["config"]
     try:
         wiring = for_docker(wiring, state["major"], state["version"]).wiring
@@ -81,23 +91,36 @@ def _plan(plan: RuntimeConfigPlan, state: dict[str, Any], path: str, wiring: Run
         message = str(error)
         return message if message.startswith("/") else f"{path}: {message}"
     if state["unit"] and not command_line.runs_dockerd:
-        host.log_styled(f"{service}.service: ExecStart (in {command_line.exec_start_file}) does not run dockerd "
-                        "directly: its flags are not checked against daemon.json", fg="yellow")
+        host.log_styled(
+            f"{service}.service: ExecStart (in {command_line.exec_start_file}) does not run dockerd "
+            "directly: its flags are not checked against daemon.json",
+            fg="yellow",
+        )
     flags = command_line.flags
     config_files = [flag for flag in flags if flag.name == "config-file" and flag.value != path]
     if config_files:
-        return (f"dockerd reads {config_files[-1].value}, not {path}: {config_files[-1].describe()}; "
-                f"set docker_daemon_config_path={config_files[-1].value}")
+        return (
+            f"dockerd reads {config_files[-1].value}, not {path}: {config_files[-1].describe()}; "
+            f"set docker_daemon_config_path={config_files[-1].value}"
+        )
     conflicts = flag_conflicts(existing, flags, path)
     if conflicts:
-        return ("; ".join(conflicts) + ": dockerd refuses to start when a directive is given both as a flag and "
-                f"in daemon.json; remove it from {path} or from the unit, then run again")
+        return (
+            "; ".join(conflicts) + ": dockerd refuses to start when a directive is given both as a flag and "
+            f"in daemon.json; remove it from {path} or from the unit, then run again"
+        )
     config = leave_to_flags(wired.document, existing, flags)
     for flag in flags:
-        if flag.name == "add-runtime" and flag.value.startswith("nvidia=") and \
-                flag.value.partition("=")[2] != wiring.binary:
-            host.log_styled(f"{flag.describe()} is overridden by {path} runtimes.nvidia: dockerd takes the "
-                            "file's definition of a runtime both name", fg="yellow")
+        if (
+            flag.name == "add-runtime"
+            and flag.value.startswith("nvidia=")
+            and flag.value.partition("=")[2] != wiring.binary
+        ):
+            host.log_styled(
+                f"{flag.describe()} is overridden by {path} runtimes.nvidia: dockerd takes the "
+                "file's definition of a runtime both name",
+                fg="yellow",
+            )
     flag_runtimes = [flag.value.partition("=")[0] for flag in flags if flag.name == "add-runtime"]
     problems = list(ENGINE.effective(DockerRunning(config, flags, path), wiring).problems)
     default_problem = default_runtime_problem(config, state["major"], flag_runtimes)
@@ -111,13 +134,19 @@ def _plan(plan: RuntimeConfigPlan, state: dict[str, Any], path: str, wiring: Run
     # Said once, where the operator sees it first: before the confirmation in pyinfra's default mode
     # (its change detection makes this plan, execution makes it again), when executing with -y.
     first_plan = not (host.state.is_executing and host.state.check_for_changes)
-    if first_plan and (changed or restart_pending) and running and not live_restore(config, flags) \
-            and not bake.is_image_root(host.connector):
+    if (
+        first_plan
+        and (changed or restart_pending)
+        and running
+        and not live_restore(config, flags)
+        and not bake.is_image_root(host.connector)
+    ):
         logger.warning(
             f"{host.print_prefix}{path}: live-restore is off and {running} container{'s' if running > 1 else ''} "
             f"run: the dockerd restart that wires the nvidia runtime stops them all; to keep them running, set "
             f'"live-restore": true there and run `systemctl reload {service}` before this run, or drain the node '
-            "first (drain_before_restart=true)")
+            "first (drain_before_restart=true)"
+        )
     if state["can_validate"]:
         plan.validator = safe_install.Validator(
             argv=[state["dockerd"], "--validate", "--config-file", "{candidate}"],
@@ -129,8 +158,9 @@ def _plan(plan: RuntimeConfigPlan, state: dict[str, Any], path: str, wiring: Run
     return ""
 
 
-def _check_schema(plan: RuntimeConfigPlan, docker_major: int | None, flag_runtimes: list[str]
-                  ) -> Generator[str | PyinfraCommand, Any, bool]:
+def _check_schema(
+    plan: RuntimeConfigPlan, docker_major: int | None, flag_runtimes: list[str]
+) -> Generator[str | PyinfraCommand, Any, bool]:
     path = plan.path
     try:
         check_schema(ENGINE.parse(plan.files[0].text, path), path, docker_major, flag_runtimes)

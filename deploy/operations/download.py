@@ -44,9 +44,12 @@ def apt_timeout_options(timeout: int) -> list[str]:
     """apt's per-connection timeout (connect and each read) for http and https. apt retries a failed
     download three times by default: one try keeps a dead server's cost near the timeout."""
     return [
-        "-o", f"Acquire::http::Timeout={timeout}",
-        "-o", f"Acquire::https::Timeout={timeout}",
-        "-o", "Acquire::Retries=0",
+        "-o",
+        f"Acquire::http::Timeout={timeout}",
+        "-o",
+        f"Acquire::https::Timeout={timeout}",
+        "-o",
+        "Acquire::Retries=0",
     ]
 
 
@@ -97,7 +100,9 @@ ARMOR_CHECKSUM = (
 # gives each key a "pub" record followed by its "fpr" record (field 10), then its subkeys' "sub"/"fpr".
 # gpg gets a home of its own in the staging folder (no keyring of root's is read or created) and
 # starts no agent.
-PRIMARY_FINGERPRINTS = """awk -F: '$1 == "pub" { primary = 1; next } $1 == "fpr" && primary { print $10 } { primary = 0 }'"""
+PRIMARY_FINGERPRINTS = (
+    """awk -F: '$1 == "pub" { primary = 1; next } $1 == "fpr" && primary { print $10 } { primary = 0 }'"""
+)
 GPG_PRIMARY_FINGERPRINTS = (
     'gpg --homedir "$stage/gnupg" --batch --no-autostart --with-colons --show-keys "$stage/key" 2>>"$log"'
     f" | {PRIMARY_FINGERPRINTS}"
@@ -147,8 +152,15 @@ def _dir_q(path: str) -> str:
 
 
 def stage_verified_source(
-    path: str, content: str, keyring: str, key_url: str, repository: str, timeout: int, lock_timeout: int,
-    fingerprints: tuple[str, ...], fingerprint_setting: str,
+    path: str,
+    content: str,
+    keyring: str,
+    key_url: str,
+    repository: str,
+    timeout: int,
+    lock_timeout: int,
+    fingerprints: tuple[str, ...],
+    fingerprint_setting: str,
 ) -> StringCommand:
     """
     Fetch the key and check it against ``fingerprints``, let apt refresh the new source alone
@@ -161,14 +173,24 @@ def stage_verified_source(
     first, *rest = content.split(marker)
     key_url_s, repo_s = _sq(key_url), _sq(repository)
     staged_key = '"$stage/keyring.asc"'
-    apt_update = " ".join([
-        "apt-get", "update", "-q", apt_lock_option(lock_timeout),
-        "-o", 'Dir::Etc::SourceList="$stage/trial.list"', "-o", 'Dir::Etc::SourceParts="$stage/parts"',
-        # Keep every other source's lists: this refresh sees only the one source.
-        "-o", "APT::Get::List-Cleanup=0",
-        "-o", "APT::Update::Error-Mode=any",
-        *apt_timeout_options(timeout),
-    ])
+    apt_update = " ".join(
+        [
+            "apt-get",
+            "update",
+            "-q",
+            apt_lock_option(lock_timeout),
+            "-o",
+            'Dir::Etc::SourceList="$stage/trial.list"',
+            "-o",
+            'Dir::Etc::SourceParts="$stage/parts"',
+            # Keep every other source's lists: this refresh sees only the one source.
+            "-o",
+            "APT::Get::List-Cleanup=0",
+            "-o",
+            "APT::Update::Error-Mode=any",
+            *apt_timeout_options(timeout),
+        ]
+    )
     lines = [
         # root's own folder (nothing else can swap the key between its check and its use) that apt's
         # unprivileged _apt user can pass through to the files it names: apt checks signatures as _apt.
@@ -176,14 +198,15 @@ def stage_verified_source(
         'fail() { echo "$*" >&2; exit 1; }',
         *_pinned_key(key_url, fingerprints, fingerprint_setting, timeout),
         f'chmod 644 {staged_key}; mkdir "$stage/parts"',
-        "printf %s " + " ".join([shlex.quote(first)] + [f"signed-by={staged_key} {shlex.quote(part)}" for part in rest])
+        "printf %s "
+        + " ".join([shlex.quote(first)] + [f"signed-by={staged_key} {shlex.quote(part)}" for part in rest])
         + ' >"$stage/trial.list"',
         f'{apt_update} >"$log" 2>&1; rc=$?',
         # apt's errors and warnings, without its summary line and the per-item "Err:" headers.
         'reason=$(grep -E "^(E|W):" "$log" | grep -v -e unsandboxed -e "Some index files failed"'
         ' | tr -s "\\n " "  " | cut -c1-600 | sed "s/ *$//")',
         f'if [ $rc -ne 0 ] || [ -n "$reason" ]; then fail "apt could not fetch or verify the repository {repo_s}'
-        f' with the key from {key_url_s} (timeout {timeout} s): ${{reason:-apt-get update exited $rc}}'
+        f" with the key from {key_url_s} (timeout {timeout} s): ${{reason:-apt-get update exited $rc}}"
         '; the previous source and keyring are left as they were"; fi',
         # Staged beside their targets, so that the commit is two renames.
         f"mkdir -p {_dir_q(keyring)} {_dir_q(path)} && cp {staged_key} {_new_q(keyring)}"
@@ -206,13 +229,15 @@ def record_files_command(*paths: str) -> StringCommand:
     """The record of ``paths`` for the undo run before gpu-node's first change of them
     (deploy/node/records.py), the command before the one that changes them."""
     words = " ".join(shlex.quote(path) for path in paths)
-    return StringCommand(f"{node_records.LIBRARY}for path in {words}; do gn_record_file \"$path\" '' '' || exit 1; done")
+    return StringCommand(
+        f"{node_records.LIBRARY}for path in {words}; do gn_record_file \"$path\" '' '' || exit 1; done"
+    )
 
 
 def wrote_files_command(*paths: str) -> StringCommand:
     """What gpu-node has just written at ``paths``, for the undo run."""
     words = " ".join(shlex.quote(path) for path in paths)
-    return StringCommand(f"{node_records.LIBRARY}for path in {words}; do gn_wrote_file \"$path\"; done")
+    return StringCommand(f'{node_records.LIBRARY}for path in {words}; do gn_wrote_file "$path"; done')
 
 
 REPLACE, REPAIR, IN_PLACE = "replace", "repair", "in place"
@@ -241,11 +266,15 @@ def key_refusal(key_url: str, fingerprints: tuple[str, ...], fingerprint_setting
     """Why the key at ``key_url`` cannot be checked before use (None: it can): it would come over
     plain http, or no fingerprint is pinned for it."""
     if not key_url_allowed(key_url):
-        return (f"refusing to fetch the signing key {key_url} over {urlparse(key_url).scheme or 'no scheme'}: "
-                "a key is fetched over https:// or read from a file:// path on the node")
+        return (
+            f"refusing to fetch the signing key {key_url} over {urlparse(key_url).scheme or 'no scheme'}: "
+            "a key is fetched over https:// or read from a file:// path on the node"
+        )
     if not fingerprints:
-        return (f"{fingerprint_setting} is unset: the key at {key_url} is trusted only once its fingerprint is "
-                "pinned there (check it yourself, e.g. with gpg --show-keys of the key file)")
+        return (
+            f"{fingerprint_setting} is unset: the key at {key_url} is trusted only once its fingerprint is "
+            "pinned there (check it yourself, e.g. with gpg --show-keys of the key file)"
+        )
     if not all(FINGERPRINT.fullmatch(each) for each in fingerprints):
         raise OperationValueError(f"{fingerprint_setting}: fingerprints are 40 upper-case hex digits: {fingerprints}")
     return None
@@ -253,8 +282,10 @@ def key_refusal(key_url: str, fingerprints: tuple[str, ...], fingerprint_setting
 
 def fetch_message(repository: str, key_url: str, timeout: int) -> str:
     """What a repository's first fetch says as it starts (a slow mirror makes it long)."""
-    return (f"adding the repository {repository}: its key from {key_url}, checked, then its lists; each download "
-            f"has {timeout} s (download_timeout), and a failure names the URL")
+    return (
+        f"adding the repository {repository}: its key from {key_url}, checked, then its lists; each download "
+        f"has {timeout} s (download_timeout), and a failure names the URL"
+    )
 
 
 def log_source_change(path: str, content: str, key_path: str, key_url: str, fingerprints: tuple[str, ...]) -> None:
@@ -263,13 +294,24 @@ def log_source_change(path: str, content: str, key_path: str, key_url: str, fing
         return
     current = host.get_fact(FileText, path=path)
     redact.log_masked_diff(host, path, current, content, "text")
-    redact.log_file_note(host, key_path, f"the key {key_url} serves, once its fingerprint is one of "
-                                         f"{', '.join(fingerprints)}")
+    redact.log_file_note(
+        host, key_path, f"the key {key_url} serves, once its fingerprint is one of {', '.join(fingerprints)}"
+    )
 
 
 @operation()
-def signed_apt_source(path: str, content: str, keyring: str, key_url: str, *, fingerprints: tuple[str, ...],
-                      fingerprint_setting: str, lock_timeout: int, timeout: int, repository: str = "") -> Commands:
+def signed_apt_source(
+    path: str,
+    content: str,
+    keyring: str,
+    key_url: str,
+    *,
+    fingerprints: tuple[str, ...],
+    fingerprint_setting: str,
+    lock_timeout: int,
+    timeout: int,
+    repository: str = "",
+) -> Commands:
     """
     An apt source that names a signed-by keyring. When the source is new or changed (so a changed
     key URL or pin takes effect) or the key is missing, fetch the key and check it against
@@ -291,8 +333,17 @@ def signed_apt_source(path: str, content: str, keyring: str, key_url: str, *, fi
         apt_sources_changed()
         log_source_change(path, content, keyring, key_url, fingerprints)
         yield announcing(fetch_message(repository or path, key_url, timeout))
-        yield stage_verified_source(path, content, keyring, key_url, repository or path, timeout, lock_timeout,
-                                    fingerprints, fingerprint_setting)
+        yield stage_verified_source(
+            path,
+            content,
+            keyring,
+            key_url,
+            repository or path,
+            timeout,
+            lock_timeout,
+            fingerprints,
+            fingerprint_setting,
+        )
         yield from _committed_source(path, keyring)
         return
     if state == REPAIR:
@@ -316,8 +367,14 @@ def _repaired_source_mode(path: str) -> Commands:
 
 
 def stage_checked_rpm_repository(
-    path: str, content: str, key_path: str, key_url: str, timeout: int, fingerprints: tuple[str, ...],
-    fingerprint_setting: str, check: str,
+    path: str,
+    content: str,
+    key_path: str,
+    key_url: str,
+    timeout: int,
+    fingerprints: tuple[str, ...],
+    fingerprint_setting: str,
+    check: str,
 ) -> StringCommand:
     """
     Fetch the key and check it against ``fingerprints``; import it (that key alone) into rpm's
@@ -339,9 +396,10 @@ def stage_checked_rpm_repository(
         f'{imported} >"$stage/keys.before"',
         f'rpm --import {staged_key} 2>>"$log" || fail "rpm could not import the checked key from {_sq(key_url)}:'
         ' $(tail -n 1 "$log")"',
-        "printf %s " + " ".join([shlex.quote(first)] + [f"gpgkey=file://{staged_key}{shlex.quote(part)}" for part in rest])
+        "printf %s "
+        + " ".join([shlex.quote(first)] + [f"gpgkey=file://{staged_key}{shlex.quote(part)}" for part in rest])
         + ' >"$stage/candidate.repo"',
-        f'if ! {check.format(candidate=chr(34) + "$stage/candidate.repo" + chr(34))}; then'
+        f"if ! {check.format(candidate=chr(34) + '$stage/candidate.repo' + chr(34))}; then"
         f' {imported} | comm -13 "$stage/keys.before" - | xargs -r rpm -e; exit 1; fi',
         f"mkdir -p {_dir_q(key_path)} {_dir_q(path)} && cp {staged_key} {_new_q(key_path)}"
         f" && printf %s {shlex.quote(content)} >{_new_q(path)} || {{ rm -f {_new_q(key_path)} {_new_q(path)}; exit 1; }}",
@@ -352,8 +410,17 @@ def stage_checked_rpm_repository(
 
 
 @operation()
-def signed_rpm_repository(path: str, content: str, key_path: str, key_url: str, *, fingerprints: tuple[str, ...],
-                          fingerprint_setting: str, check: str, timeout: int) -> Commands:
+def signed_rpm_repository(
+    path: str,
+    content: str,
+    key_path: str,
+    key_url: str,
+    *,
+    fingerprints: tuple[str, ...],
+    fingerprint_setting: str,
+    check: str,
+    timeout: int,
+) -> Commands:
     """
     A dnf or zypper repository file whose ``gpgkey=file://`` names ``key_path``, the checked copy
     of the key at ``key_url``. When the file is new or changed (a changed key URL or pin is part of
@@ -374,8 +441,9 @@ def signed_rpm_repository(path: str, content: str, key_path: str, key_url: str, 
             return
         log_source_change(path, content, key_path, key_url, fingerprints)
         yield announcing(fetch_message(path, key_url, timeout))
-        yield stage_checked_rpm_repository(path, content, key_path, key_url, timeout, fingerprints,
-                                           fingerprint_setting, check)
+        yield stage_checked_rpm_repository(
+            path, content, key_path, key_url, timeout, fingerprints, fingerprint_setting, check
+        )
         yield from _committed_source(path, key_path)
         return
     if state == REPAIR:
@@ -398,16 +466,20 @@ def checked_download_command(url: str, dest: str, sha256: str, timeout: int) -> 
     directory, name = posixpath.split(dest)
     temp_q = shlex.quote(f"{directory}/.{name}.download")
     sha_q = shlex.quote(sha256)
-    return StringCommand("\n".join([
-        # The trap names the file through a variable: a quoted path inside its quoted text would end the quote.
-        f'temp={temp_q}; log=$(mktemp) || exit 1; trap \'rm -f "$log" "$temp"\' EXIT',
-        f"mkdir -p {shlex.quote(directory)} && rm -f {temp_q} || exit 1",
-        _download_or_fail(url, temp_q, timeout, '"$log"', what=""),
-        f"sha=$(sha256sum {temp_q} | cut -d' ' -f1)",
-        f'if [ "$sha" != {sha_q} ]; then'
-        f' echo "refusing {_sq(url)}: the pinned SHA-256 is {sha256}, the download\'s is $sha" >&2; exit 1; fi',
-        f"chmod 0755 {temp_q} && mv -f {temp_q} {shlex.quote(dest)}",
-    ]))
+    return StringCommand(
+        "\n".join(
+            [
+                # The trap names the file through a variable: a quoted path inside its quoted text would end the quote.
+                f'temp={temp_q}; log=$(mktemp) || exit 1; trap \'rm -f "$log" "$temp"\' EXIT',
+                f"mkdir -p {shlex.quote(directory)} && rm -f {temp_q} || exit 1",
+                _download_or_fail(url, temp_q, timeout, '"$log"', what=""),
+                f"sha=$(sha256sum {temp_q} | cut -d' ' -f1)",
+                f'if [ "$sha" != {sha_q} ]; then'
+                f' echo "refusing {_sq(url)}: the pinned SHA-256 is {sha256}, the download\'s is $sha" >&2; exit 1; fi',
+                f"chmod 0755 {temp_q} && mv -f {temp_q} {shlex.quote(dest)}",
+            ]
+        )
+    )
 
 
 @operation()

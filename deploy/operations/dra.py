@@ -49,8 +49,9 @@ def containerd_cdi(settings: Settings, containerd: dict[str, Any]) -> bool | Non
     if containerd["major"] is None:
         return None
     try:
-        return for_containerd(runtime_wiring(settings), containerd["major"], containerd["minor"],
-                              containerd["version"]).on
+        return for_containerd(
+            runtime_wiring(settings), containerd["major"], containerd["minor"], containerd["version"]
+        ).on
     except CdiUnsupported:
         return False
 
@@ -62,10 +63,15 @@ IMEX_BUSY_STATUS = 3
 def imex_mask_command() -> StringCommand:
     """One command: no IMEX channel in use while the IMEX unit runs (deploy/shell/imex_mask_check.sh,
     else it stops there), the unit's state before recorded for the undo run, the unit masked and stopped."""
-    check = shell_scripts.script("imex_mask_check", before=IMEX_BUSY[0], after=IMEX_BUSY[1], unknown=IMEX_UNKNOWN,
-                                 busy_status=IMEX_BUSY_STATUS)
-    return StringCommand(holders_script([IMEX_UNIT]) + check + node_records.record_units([IMEX_UNIT])
-                         + f" && systemctl mask --now {shlex.quote(IMEX_UNIT)}")
+    check = shell_scripts.script(
+        "imex_mask_check", before=IMEX_BUSY[0], after=IMEX_BUSY[1], unknown=IMEX_UNKNOWN, busy_status=IMEX_BUSY_STATUS
+    )
+    return StringCommand(
+        holders_script([IMEX_UNIT])
+        + check
+        + node_records.record_units([IMEX_UNIT])
+        + f" && systemctl mask --now {shlex.quote(IMEX_UNIT)}"
+    )
 
 
 def _mask(state: State, host: Host) -> bool:
@@ -101,9 +107,14 @@ def check_prerequisites(settings: Settings, containerd_read: FactCall) -> Comman
     except UnreadableOutput as error:
         yield failing_command(str(error))
         return
-    found = node_prerequisites(settings, installed_driver=installed_driver(nvidia),
-                               cdi_on=containerd_cdi(settings, containerd),
-                               containerd_version=containerd["version"], node=node, after_run=True)
+    found = node_prerequisites(
+        settings,
+        installed_driver=installed_driver(nvidia),
+        cdi_on=containerd_cdi(settings, containerd),
+        containerd_version=containerd["version"],
+        node=node,
+        after_run=True,
+    )
     steps = [Step(p.step, PASS if p.status == "pass" else FAIL, p.line) for p in found]
     verify_report_store(host.state).add_steps(host.name, steps)
     failed = sum(step.status == FAIL for step in steps)

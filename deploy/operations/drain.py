@@ -53,8 +53,14 @@ class DrainTarget:
     timeout: int  # seconds `kubectl drain` has
 
     def drain_command(self) -> StringCommand:
-        return kubectl(self.kubeconfig, "drain", QuoteString(self.node), "--ignore-daemonsets",
-                       "--delete-emptydir-data", f"--timeout={int(self.timeout)}s")
+        return kubectl(
+            self.kubeconfig,
+            "drain",
+            QuoteString(self.node),
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+            f"--timeout={int(self.timeout)}s",
+        )
 
 
 @dataclass
@@ -102,18 +108,26 @@ class _StaysCordoned(BaseStateCallback):
 
     # pyinfra declares its callbacks static, and calls them on the handler it is given: this is a method
     def operation_host_error(  # type: ignore[override]
-        self, state: State, host: Host, op_hash: str, retry_count: int = 0, max_retries: int = 0,
+        self,
+        state: State,
+        host: Host,
+        op_hash: str,
+        retry_count: int = 0,
+        max_retries: int = 0,
     ) -> None:
         record = self.store.get(host.name)
         if record is None or state.get_op_data_for_host(host, op_hash).global_arguments.get("_ignore_errors"):
             return
         node = record.target.node
         if record.cordoned_by_run:
-            logger.error(f"{host.print_prefix}gpu-node: Kubernetes node {node} stays cordoned (cordoned and "
-                         f"drained before a restart): uncordon it with `kubectl uncordon {node}` once fixed")
+            logger.error(
+                f"{host.print_prefix}gpu-node: Kubernetes node {node} stays cordoned (cordoned and "
+                f"drained before a restart): uncordon it with `kubectl uncordon {node}` once fixed"
+            )
         elif record.was_cordoned:
-            logger.error(f"{host.print_prefix}gpu-node: Kubernetes node {node} stays cordoned, as it was "
-                         "before this run")
+            logger.error(
+                f"{host.print_prefix}gpu-node: Kubernetes node {node} stays cordoned, as it was before this run"
+            )
 
 
 def _on_control_plane(state: State, target: DrainTarget, command: StringCommand) -> tuple[bool, list[str], list[str]]:
@@ -125,7 +139,10 @@ def _on_control_plane(state: State, target: DrainTarget, command: StringCommand)
         if not control_plane.connected:
             control_plane.connect(reason="to drain a GPU node", raise_exceptions=True)
         ok, output = control_plane.run_shell_command(
-            command, print_output=state.print_output, print_input=state.print_input, **connector_arguments,
+            command,
+            print_output=state.print_output,
+            print_input=state.print_input,
+            **connector_arguments,
         )
     except Exception as error:  # noqa: BLE001 - a lost control plane is a failed drain, never a crash
         return False, [], [f"{control_plane.name}: {error}"]
@@ -151,8 +168,12 @@ def drain_node(state: State, host: Host, target: DrainTarget) -> bool:
     except FactProcessError as error:
         answer = {**schedule.default(), "error": str(error)}
     if not answer["reachable"]:
-        return fail_host(state, host, f"cannot drain Kubernetes node {node} before the restart: "
-                                      f"{answer['error']} ({where}); nothing was restarted")
+        return fail_host(
+            state,
+            host,
+            f"cannot drain Kubernetes node {node} before the restart: "
+            f"{answer['error']} ({where}); nothing was restarted",
+        )
     if not answer["registered"]:
         logger.warning(f"{host.print_prefix}no Kubernetes node named {node}: nothing to drain before the restart")
         record.drained = True
@@ -160,20 +181,25 @@ def drain_node(state: State, host: Host, target: DrainTarget) -> bool:
 
     if answer["unschedulable"]:
         record.was_cordoned = True
-        host.log_styled(f"Kubernetes node {node} was already cordoned: draining it, it stays cordoned after",
-                        fg="yellow")
+        host.log_styled(
+            f"Kubernetes node {node} was already cordoned: draining it, it stays cordoned after", fg="yellow"
+        )
     else:
         cordon = kubectl(target.kubeconfig, "cordon", QuoteString(node))
         ok, _, errors = _on_control_plane(state, target, cordon)
         if not ok:
-            return fail_host(state, host, f"kubectl cordon {node} failed: {_last_error(errors)} "
-                                          f"({where}); nothing was restarted")
+            return fail_host(
+                state, host, f"kubectl cordon {node} failed: {_last_error(errors)} ({where}); nothing was restarted"
+            )
         record.cordoned_by_run = True
 
     ok, _, errors = _on_control_plane(state, target, target.drain_command())
     if not ok:
-        return fail_host(state, host, f"kubectl drain {node} failed (--timeout={target.timeout}s): "
-                                      f"{_last_error(errors)}; nothing was restarted")
+        return fail_host(
+            state,
+            host,
+            f"kubectl drain {node} failed (--timeout={target.timeout}s): {_last_error(errors)}; nothing was restarted",
+        )
     record.drained = True
     host.log_styled(f"Kubernetes node {node} cordoned and drained before the restart", fg="green")
     return True
@@ -186,8 +212,10 @@ def uncordon(state: State, host: Host, target: DrainTarget, driver_packages: tup
     if awaits_reboot(known_fact(host, NodeSurvey), driver_packages):
         # Its GPUs are unusable until the reboot loads the new module, and verify does not fail such a
         # node (exit 3, deploy/reports/exit_status.py): pods must not come back to it before then.
-        logger.warning(f"{host.print_prefix}Kubernetes node {target.node} left cordoned: its NVIDIA driver awaits "
-                       f"the node's reboot; after it, kubectl uncordon {target.node}")
+        logger.warning(
+            f"{host.print_prefix}Kubernetes node {target.node} left cordoned: its NVIDIA driver awaits "
+            f"the node's reboot; after it, kubectl uncordon {target.node}"
+        )
         return True
     command = kubectl(target.kubeconfig, "uncordon", QuoteString(target.node))
     ok, _, errors = _on_control_plane(state, target, command)

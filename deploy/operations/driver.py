@@ -64,7 +64,9 @@ def enable_apt_components(codename: str, components: Sequence[str]) -> Commands:
 
 
 @operation()
-def install_first_available(manager: PackageManager, candidates: Sequence[str], lock_timeout: int, what: str = "package") -> Commands:
+def install_first_available(
+    manager: PackageManager, candidates: Sequence[str], lock_timeout: int, what: str = "package"
+) -> Commands:
     """
     Install the first of ``candidates`` the package manager has (e.g. the running kernel's
     headers, else the kernel variant's meta package); nothing when one of them is installed already.
@@ -80,8 +82,9 @@ def install_first_available(manager: PackageManager, candidates: Sequence[str], 
     available = host.get_fact(PackagesAvailable, check=manager.available_check, packages=list(candidates))
     chosen = next((name for name in candidates if available.get(name)), None)
     if chosen is None:
-        yield failing_command(f"no {what} to install: none of {', '.join(candidates)} is in the {manager.name} "
-                              "repositories")
+        yield failing_command(
+            f"no {what} to install: none of {', '.join(candidates)} is in the {manager.name} repositories"
+        )
         return
     if chosen != candidates[0]:
         logger.warning(
@@ -108,8 +111,16 @@ def mark_reboot_required(packages: Sequence[str]) -> Commands:
         return
     redact.log_file_note(host, REBOOT_MARKER, f"the reboot marker, naming {', '.join(packages)} in {REBOOT_PACKAGES}")
     yield StringCommand(
-        "echo", QuoteString("*** System restart required ***"), ">", REBOOT_MARKER, "&&",
-        "printf", QuoteString("%s\\n"), *[QuoteString(name) for name in packages], ">>", REBOOT_PACKAGES,
+        "echo",
+        QuoteString("*** System restart required ***"),
+        ">",
+        REBOOT_MARKER,
+        "&&",
+        "printf",
+        QuoteString("%s\\n"),
+        *[QuoteString(name) for name in packages],
+        ">>",
+        REBOOT_PACKAGES,
     )
 
 
@@ -149,7 +160,8 @@ def report_driver_state(require_gpu: bool, driver_packages: Collection[str]) -> 
     Preflight's reading serves unless something changed on the host since."""
     node = known_fact(host, NodeSurvey)
     per_run(host.state, DriverNotes)[host.name] = DriverNote(
-        no_gpu=not node["gpus"], reboot_required=reboot_required(node, driver_packages))
+        no_gpu=not node["gpus"], reboot_required=reboot_required(node, driver_packages)
+    )
     for line in driver_state_lines(node, require_gpu, driver_packages):
         logger.warning(f"{host.print_prefix}{line}")
     host.noop("; ".join(driver_state_lines(node, require_gpu, driver_packages)) or "driver state reported")
@@ -157,24 +169,40 @@ def report_driver_state(require_gpu: bool, driver_packages: Collection[str]) -> 
     yield  # a generator that yields nothing
 
 
-APT_INSTALL = ('DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::="--force-confdef" '
-               '-o Dpkg::Options::="--force-confold" install')
+APT_INSTALL = (
+    'DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::="--force-confdef" '
+    '-o Dpkg::Options::="--force-confold" install'
+)
 
 
-def _install_naming_dkms_failures(state: State, host: Host, command: StringCommand, leftovers: tuple[str, ...] = ()) -> bool:
+def _install_naming_dkms_failures(
+    state: State, host: Host, command: StringCommand, leftovers: tuple[str, ...] = ()
+) -> bool:
     """Run the driver's apt-get install; when it fails, fail the host with one line (install_failure).
     ``leftovers``: the other kernel module type's packages not installed; one a failed install left half-configured
     (not in DebPackageStates) is removed in this transaction too."""
     if leftovers:
         _, found = host.run_shell_command(
-            StringCommand("dpkg-query", "-W", "-f", QuoteString("${db:Status-Status} ${Package}\\n"),
-                          *[QuoteString(name) for name in leftovers], "2>/dev/null", "|| true"),
-            **probes.connector_arguments(host))
-        partial = [words[1] for words in map(str.split, found.stdout_lines)
-                   if len(words) == 2 and words[0] not in ("not-installed", "config-files")]
+            StringCommand(
+                "dpkg-query",
+                "-W",
+                "-f",
+                QuoteString("${db:Status-Status} ${Package}\\n"),
+                *[QuoteString(name) for name in leftovers],
+                "2>/dev/null",
+                "|| true",
+            ),
+            **probes.connector_arguments(host),
+        )
+        partial = [
+            words[1]
+            for words in map(str.split, found.stdout_lines)
+            if len(words) == 2 and words[0] not in ("not-installed", "config-files")
+        ]
         command = StringCommand(command, *[QuoteString(f"{name}-") for name in partial])
-    succeeded, output = host.run_shell_command(command, print_output=state.print_output,
-                                               print_input=state.print_input, **probes.connector_arguments(host))
+    succeeded, output = host.run_shell_command(
+        command, print_output=state.print_output, print_input=state.print_input, **probes.connector_arguments(host)
+    )
     if succeeded:
         return True
     return fail_host(state, host, install_failure(output.output_lines))
@@ -193,10 +221,14 @@ def resolved_versions(resolve: dict[str, Any], states: dict[str, Any]) -> dict[s
     driver = names[0]
     what = " and ".join(record.what for record in companions)
     if not offered.get(driver):
-        raise VersionRefusal(f"{what} must be at the driver's version, and the apt lists name no version "
-                             f"of {driver} (after enabling its components and refreshing them)")
+        raise VersionRefusal(
+            f"{what} must be at the driver's version, and the apt lists name no version "
+            f"of {driver} (after enabling its components and refreshing them)"
+        )
     branch = int(upstream_version(offered[driver][0]).split(".")[0])
-    named = {record.what: [template.format(branch=branch) for template in record.names(branch)] for record in companions}
+    named = {
+        record.what: [template.format(branch=branch) for template in record.names(branch)] for record in companions
+    }
     every_name = [name for record_names in named.values() for name in record_names]
     companions_offered = host.get_fact(PackageVersions, listing=apt_listing(), packages=every_name)
     offered = {**offered, **companions_offered}
@@ -209,14 +241,22 @@ def resolved_versions(resolve: dict[str, Any], states: dict[str, Any]) -> dict[s
 
 def driver_install_message(manager: str, packages: dict[str, Any]) -> str:
     """What the driver's install says as it starts (it can take minutes)."""
-    return (f"installing the NVIDIA driver with {manager} ({', '.join(sorted(packages))}): its kernel module is "
-            "built for the running kernel (DKMS or the distribution's module package), typically 2 to 10 minutes; "
-            "a failed build is named with its log (/var/lib/dkms/.../make.log)")
+    return (
+        f"installing the NVIDIA driver with {manager} ({', '.join(sorted(packages))}): its kernel module is "
+        "built for the running kernel (DKMS or the distribution's module package), typically 2 to 10 minutes; "
+        "a failed build is named with its log (/var/lib/dkms/.../make.log)"
+    )
 
 
 @operation()
-def install_driver(manager: PackageManager, packages: dict[str, Any], remove: Sequence[str], state_names: Sequence[str], lock_timeout: int,
-                   resolve: dict[str, Any] | None = None) -> Commands:
+def install_driver(
+    manager: PackageManager,
+    packages: dict[str, Any],
+    remove: Sequence[str],
+    state_names: Sequence[str],
+    lock_timeout: int,
+    resolve: dict[str, Any] | None = None,
+) -> Commands:
     """
     Install the driver's ``packages`` ({name: version or None}) and hold them, removing the other
     kernel module type's packages (``remove``) in the same apt transaction (``name-``), so the
@@ -244,8 +284,11 @@ def install_driver(manager: PackageManager, packages: dict[str, Any], remove: Se
     if manager.states_read is None:  # every manager without a forced removal reads its states ahead (apt)
         raise TypeError(f"{manager.name}: no forced removal and no read of its packages' states")
     states = read(host, manager.states_read(state_names))
-    needed = [name for name, version in packages.items()
-              if name not in states or (version and states[name]["version"] != version)]
+    needed = [
+        name
+        for name, version in packages.items()
+        if name not in states or (version and states[name]["version"] != version)
+    ]
     gone = sorted(name for name in remove if name in states)
     if needed or gone:
         yield from refresh_apt_lists(lock_timeout)
@@ -256,21 +299,33 @@ def install_driver(manager: PackageManager, packages: dict[str, Any], remove: Se
                 yield failing_command(str(refusal))
                 return
             packages = {**packages, **{name: version for name, version in pins.items() if version}}
-            needed = [name for name, version in packages.items()
-                      if name not in states or (version and states[name]["version"] != version)]
+            needed = [
+                name
+                for name, version in packages.items()
+                if name not in states or (version and states[name]["version"] != version)
+            ]
             text = apt_pin_text(resolve["pin_sources"], {name: pins[name] for name in resolve["names"]})
             if text:
                 yield StringCommand(node_records.record_file(shlex.quote(resolve["pin_path"])))
                 yield StringCommand("printf", "%s", QuoteString(text), ">", QuoteString(resolve["pin_path"]))
                 yield StringCommand(node_records.LIBRARY + "gn_wrote_file", QuoteString(resolve["pin_path"]))
         words = [f"{name}={packages[name]}" if packages[name] else name for name in needed]
-        command = StringCommand(APT_INSTALL, apt_lock_option(lock_timeout), "--allow-change-held-packages",
-                                "--allow-downgrades", *[QuoteString(word) for word in words + [f"{name}-" for name in gone]])
+        command = StringCommand(
+            APT_INSTALL,
+            apt_lock_option(lock_timeout),
+            "--allow-change-held-packages",
+            "--allow-downgrades",
+            *[QuoteString(word) for word in words + [f"{name}-" for name in gone]],
+        )
         leftovers = tuple(name for name in remove if name not in gone)
         yield announcing(driver_install_message(manager.name, packages))
-        yield from recorded_install(manager.installed_listing, [FunctionCommand(_install_naming_dkms_failures, (command, leftovers), {})])
+        yield from recorded_install(
+            manager.installed_listing, [FunctionCommand(_install_naming_dkms_failures, (command, leftovers), {})]
+        )
     else:
-        host.noop("driver packages are installed: " + ", ".join(f"{n} {states[n]['version']}" for n in sorted(packages)))
+        host.noop(
+            "driver packages are installed: " + ", ".join(f"{n} {states[n]['version']}" for n in sorted(packages))
+        )
     to_hold = sorted(name for name in packages if name in needed or not states[name]["held"])
     if to_hold:
         yield from apt_holds(to_hold, states)

@@ -19,8 +19,12 @@ if TYPE_CHECKING:
 
 def reload_command() -> StringCommand:
     """deploy/shell/driver_reload.sh: who holds the GPU read, decided on and the reload done in one command."""
-    return StringCommand((holders_script(SERVICES) + shell_scripts.script(
-        "driver_reload", modules=" ".join(MODULES), reboot_status=REBOOT_REQUIRED_STATUS)).strip())
+    return StringCommand(
+        (
+            holders_script(SERVICES)
+            + shell_scripts.script("driver_reload", modules=" ".join(MODULES), reboot_status=REBOOT_REQUIRED_STATUS)
+        ).strip()
+    )
 
 
 def _reload(state: State, host: Host) -> bool:

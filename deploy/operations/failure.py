@@ -69,17 +69,21 @@ def _last_line(lines: Sequence[str]) -> str:
     return next((line.strip() for line in reversed(lines) if line.strip()), "")
 
 
-def run_script(state: State, host: Host, command: str | StringCommand,
-               success_statuses: Iterable[int] = (0,)) -> tuple[bool, str]:
+def run_script(
+    state: State, host: Host, command: str | StringCommand, success_statuses: Iterable[int] = (0,)
+) -> tuple[bool, str]:
     """
     Run ``command`` (a node script whose last line says what it did, or on stderr why it failed)
     with the executing operation's connection arguments: (whether it exited with one of
     ``success_statuses``, that line). A failure fails the host with the line (``fail_host``).
     """
     arguments = {**probes.connector_arguments(host), "_success_exit_codes": list(success_statuses)}
-    succeeded, output = host.run_shell_command(command, print_output=state.print_output,
-                                               print_input=state.print_input, **arguments)
-    first, second = (output.stdout_lines, output.stderr_lines) if succeeded else (output.stderr_lines, output.stdout_lines)
+    succeeded, output = host.run_shell_command(
+        command, print_output=state.print_output, print_input=state.print_input, **arguments
+    )
+    first, second = (
+        (output.stdout_lines, output.stderr_lines) if succeeded else (output.stderr_lines, output.stdout_lines)
+    )
     # the node's line reaches the operator's terminal
     line = node_text.printable(_last_line(first) or _last_line(second))
     if not succeeded:

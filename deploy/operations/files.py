@@ -19,7 +19,9 @@ from .safe_install import CANDIDATE_SUFFIX, FLUSH_FUNCTION
 from .upload import Staging, Upload
 
 
-def text_up_to_date(current: dict[str, Any] | None, content: str | bytes, mode: str = "644", owner: str = "root:root") -> bool:
+def text_up_to_date(
+    current: dict[str, Any] | None, content: str | bytes, mode: str = "644", owner: str = "root:root"
+) -> bool:
     """Whether a file's FileDigest shows exactly ``content`` with ``mode`` and ``owner``."""
     data = content.encode() if isinstance(content, str) else content
     return (
@@ -41,11 +43,13 @@ def record_script(dest: str, record_format: str | None) -> str:
     if record_format is None:
         return ""
     quoted = shlex.quote(dest)
-    return (f"{node_records.record_file(quoted, None, record_format)} || {{\n"
-            f"    printf 'gpu-node: could not record %s (under %s) before changing it; it was not changed\\n' "
-            f"{quoted} {shlex.quote(node_records.RECORDS_DIR)} >&2\n"
-            "    exit 1\n"
-            "}\n")
+    return (
+        f"{node_records.record_file(quoted, None, record_format)} || {{\n"
+        f"    printf 'gpu-node: could not record %s (under %s) before changing it; it was not changed\\n' "
+        f"{quoted} {shlex.quote(node_records.RECORDS_DIR)} >&2\n"
+        "    exit 1\n"
+        "}\n"
+    )
 
 
 def _swap_script(dest: str, mode: str, owner: str, check: str | None, record_format: str | None = None) -> str:
@@ -60,29 +64,49 @@ def _swap_script(dest: str, mode: str, owner: str, check: str | None, record_for
     recorded = record_script(dest, record_format)
     if recorded:
         recorded = recorded.replace("    exit 1\n", f"    rm -f {candidate}\n    exit 1\n", 1)
-    failed = (f"    rm -f {candidate}\n"
-              + ('    [ -z "$gn_new" ] || rm -rf -- "$gn_record"\n' if recorded else "")
-              + f"    printf 'gpu-node: could not install %s: %s; it was not changed\\n' {quote(dest)} \"$error\" >&2\n"
-              "    exit 1\n"
-              "}\n")
+    failed = (
+        f"    rm -f {candidate}\n"
+        + ('    [ -z "$gn_new" ] || rm -rf -- "$gn_record"\n' if recorded else "")
+        + f"    printf 'gpu-node: could not install %s: %s; it was not changed\\n' {quote(dest)} \"$error\" >&2\n"
+        "    exit 1\n"
+        "}\n"
+    )
     if not recorded:
-        return checked + FLUSH_FUNCTION + (
+        return (
+            checked
+            + FLUSH_FUNCTION
+            + (
+                f"error=$(chown {quote(owner)} {candidate} 2>&1 && chmod {quote(mode)} {candidate} 2>&1"
+                f" && flush {candidate} 2>&1 && mv -f {candidate} {quote(dest)} 2>&1) || {{\n"
+                + failed
+                + f"flush {folder}\n"
+            )
+        )
+    return (
+        checked
+        + FLUSH_FUNCTION
+        + (
             f"error=$(chown {quote(owner)} {candidate} 2>&1 && chmod {quote(mode)} {candidate} 2>&1"
-            f" && flush {candidate} 2>&1 && mv -f {candidate} {quote(dest)} 2>&1) || {{\n" + failed
-            + f"flush {folder}\n")
-    return checked + FLUSH_FUNCTION + (
-        f"error=$(chown {quote(owner)} {candidate} 2>&1 && chmod {quote(mode)} {candidate} 2>&1"
-        f" && flush {candidate} 2>&1) || {{\n" + failed
-        + recorded
-        + f"error=$(mv -f {candidate} {quote(dest)} 2>&1) || {{\n" + failed
-        + f"flush {folder}\n"
-        + (f"gn_wrote_file {quote(dest)}\n" if recorded else "")
+            f" && flush {candidate} 2>&1) || {{\n"
+            + failed
+            + recorded
+            + f"error=$(mv -f {candidate} {quote(dest)} 2>&1) || {{\n"
+            + failed
+            + f"flush {folder}\n"
+            + (f"gn_wrote_file {quote(dest)}\n" if recorded else "")
+        )
     )
 
 
 @operation()
-def put_text(dest: str, content: str | bytes, mode: str = "644", owner: str = "root:root",
-             check: str | None = None, record_format: str | None = "") -> Commands:
+def put_text(
+    dest: str,
+    content: str | bytes,
+    mode: str = "644",
+    owner: str = "root:root",
+    check: str | None = None,
+    record_format: str | None = "",
+) -> Commands:
     """
     Make ``dest`` hold exactly ``content`` (text, or bytes as they are) with ``mode`` and ``owner``;
     ``check``: a shell test of the uploaded candidate (``{candidate}``), which must pass before it

@@ -65,6 +65,11 @@ def rebuild_initramfs(command: str) -> Commands:
     """Rebuild the initramfs with the family's tool; a host without that tool has none to rebuild."""
     tool = command.split()[0]
     yield StringCommand(
-        "if command -v", QuoteString(tool), ">/dev/null 2>&1; then", command, "; else echo",
-        QuoteString(f"{tool} is not installed: no initramfs of it to rebuild"), "; fi",
+        "if command -v",
+        QuoteString(tool),
+        ">/dev/null 2>&1; then",
+        command,
+        "; else echo",
+        QuoteString(f"{tool} is not installed: no initramfs of it to rebuild"),
+        "; fi",
     )

@@ -31,20 +31,26 @@ KERNELS_READ: FactCall = (InstalledKernels, {})
 def dkms_failure(release: str, lines: list[str]) -> str:
     """One line naming the kernel DKMS could not build for, and what it said last."""
     said = [line.strip() for line in lines if line.strip()]
-    return (f"DKMS could not build the NVIDIA kernel module for installed kernel {release} (dkms autoinstall -k "
-            f"{release}): {said[-1] if said else 'no output'}; see /var/lib/dkms/*/*/build/make.log on the node")
+    return (
+        f"DKMS could not build the NVIDIA kernel module for installed kernel {release} (dkms autoinstall -k "
+        f"{release}): {said[-1] if said else 'no output'}; see /var/lib/dkms/*/*/build/make.log on the node"
+    )
 
 
 def _dkms_build(state: State, host: Host, release: str) -> bool:
     succeeded, output = host.run_shell_command(
-        StringCommand("dkms", "autoinstall", "-k", QuoteString(release)), print_output=state.print_output,
-        print_input=state.print_input, **probes.connector_arguments(host))
+        StringCommand("dkms", "autoinstall", "-k", QuoteString(release)),
+        print_output=state.print_output,
+        print_input=state.print_input,
+        **probes.connector_arguments(host),
+    )
     return True if succeeded else fail_host(state, host, dkms_failure(release, output.output_lines))
 
 
 @operation()
-def cover_installed_kernels(manager: PackageManager, headers_template: str | None,
-                            following: tuple[str, str] | None, lock_timeout: int) -> Commands:
+def cover_installed_kernels(
+    manager: PackageManager, headers_template: str | None, following: tuple[str, str] | None, lock_timeout: int
+) -> Commands:
     """
     Every installed kernel gets the driver's module: the headers metapackage following each kernel
     metapackage installed (held where the kernel's is: ``following``, the family's rule), each
@@ -58,22 +64,30 @@ def cover_installed_kernels(manager: PackageManager, headers_template: str | Non
         follow = {name: held for name, held in follow.items() if available.get(name)}
     plan = kernel_coverage.build_plan(fact, headers_template)
     for release in plan.unbuildable:
-        logger.warning(f"{host.print_prefix}installed kernel {release} has no NVIDIA module and this node has no "
-                       "DKMS to build one: install the driver's module package for it, or remove the kernel")
+        logger.warning(
+            f"{host.print_prefix}installed kernel {release} has no NVIDIA module and this node has no "
+            "DKMS to build one: install the driver's module package for it, or remove the kernel"
+        )
     if not (follow or plan.headers or plan.builds):
-        host.noop("every installed kernel has the NVIDIA module" if not plan.unbuildable
-                  else "no DKMS to build the missing modules")
+        host.noop(
+            "every installed kernel has the NVIDIA module"
+            if not plan.unbuildable
+            else "no DKMS to build the missing modules"
+        )
         return
     for hold in (False, True):
         names = {name: None for name, held in follow.items() if held is hold}
         if names:
             yield from manager.install._inner(packages=names, hold=hold, lock_timeout=lock_timeout)
     if plan.headers:
-        yield from manager.install._inner(packages={name: None for name in plan.headers}, hold=False,
-                                          lock_timeout=lock_timeout)
+        yield from manager.install._inner(
+            packages={name: None for name in plan.headers}, hold=False, lock_timeout=lock_timeout
+        )
     if plan.builds:
-        yield announcing(f"building the NVIDIA kernel module with DKMS for installed kernel(s) "
-                         f"{', '.join(plan.builds)}: typically 2 to 10 minutes each")
+        yield announcing(
+            f"building the NVIDIA kernel module with DKMS for installed kernel(s) "
+            f"{', '.join(plan.builds)}: typically 2 to 10 minutes each"
+        )
     for release in plan.builds:
         yield FunctionCommand(_dkms_build, (release,), {})
 

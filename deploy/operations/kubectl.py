@@ -54,15 +54,12 @@ class _BlockStyleDumper(yaml.SafeDumper):
 
 _BlockStyleDumper.add_representer(
     str,
-    lambda dumper, value: dumper.represent_scalar(
-        "tag:yaml.org,2002:str", value, style="|" if "\n" in value else None
-    ),
+    lambda dumper, value: dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None),
 )
 
 
 def dump_documents(documents: list[dict[str, Any]]) -> str:
-    return yaml.dump_all(documents, Dumper=_BlockStyleDumper, sort_keys=False,
-                         default_flow_style=False, width=1000)
+    return yaml.dump_all(documents, Dumper=_BlockStyleDumper, sort_keys=False, default_flow_style=False, width=1000)
 
 
 def stamp_manifest(text: str, bundle: str) -> tuple[str, str]:
@@ -93,7 +90,8 @@ def require_cluster(kubeconfig: str | None) -> dict[str, Any]:
     cluster = host.get_fact(KubeCluster, kubeconfig=kubeconfig)
     if not cluster["reachable"]:
         raise KubeUnavailableError(
-            f"{host.name}: {unavailable_message(cluster['kubeconfig'] or kubeconfig, cluster['error'])}")
+            f"{host.name}: {unavailable_message(cluster['kubeconfig'] or kubeconfig, cluster['error'])}"
+        )
     return cluster
 
 
@@ -119,18 +117,25 @@ def apply_manifests(manifest: str, kubeconfig: str | None, bundle: str, field_ma
     # A missing object is a change: no diff then (the API server cannot dry-run objects in a
     # namespace the same manifest creates, "namespaces ... not found").
     if all(key in live["objects"] for key in wanted):
-        diff = host.get_fact(KubeServerSideDiff, kubeconfig=kubeconfig, manifest=stamped,
-                             field_manager=field_manager)
+        diff = host.get_fact(KubeServerSideDiff, kubeconfig=kubeconfig, manifest=stamped, field_manager=field_manager)
         if diff["changed"] is None:
             yield failing_command(unavailable_message(kubeconfig, f"kubectl diff: {diff['error']}"))
             return
         if not diff["changed"]:
             host.noop(f"{bundle}: the cluster already matches")
             return
-    yield with_stdin(stamped, kubectl(
-        kubeconfig, "apply", "--server-side", f"--field-manager={field_manager}", "--force-conflicts",
-        "-f", "-",
-    ))
+    yield with_stdin(
+        stamped,
+        kubectl(
+            kubeconfig,
+            "apply",
+            "--server-side",
+            f"--field-manager={field_manager}",
+            "--force-conflicts",
+            "-f",
+            "-",
+        ),
+    )
 
 
 def labels_to_change(current: dict[str, str], wanted: dict[str, str | None]) -> dict[str, str | None]:
@@ -159,9 +164,7 @@ def label_node(kubeconfig: str | None, node: str, labels: dict[str, str | None])
     if not changes:
         host.noop(f"node {node} has its labels")
         return
-    arguments = [
-        QuoteString(f"{key}-" if value is None else f"{key}={value}") for key, value in changes.items()
-    ]
+    arguments = [QuoteString(f"{key}-" if value is None else f"{key}={value}") for key, value in changes.items()]
     yield kubectl(kubeconfig, "label", "node", QuoteString(node), "--overwrite", *arguments)
 
 
@@ -190,8 +193,15 @@ def run_smoke_test(kubeconfig: str | None, manifest: str, namespace: str, pod: s
     if not probes.executing(host):
         # A probe: the pod runs once, when executing, after the device plugin has been applied.
         return
-    run = probes.run(host, probes.SmokeTestRun, kubeconfig=kubeconfig, manifest=manifest, namespace=namespace,
-                     pod=pod, timeout=timeout)
+    run = probes.run(
+        host,
+        probes.SmokeTestRun,
+        kubeconfig=kubeconfig,
+        manifest=manifest,
+        namespace=namespace,
+        pod=pod,
+        timeout=timeout,
+    )
     report = smoke_test_report(run)
     if run["created"] and not run["deleted"]:
         report += f" (and the pod {namespace}/{pod} could not be deleted)"
@@ -213,13 +223,21 @@ def helm_upgrade_device_plugin(kubeconfig: str | None, namespace: str, chart_ver
     ``helm upgrade --install`` the nvdp/nvidia-device-plugin chart at a pinned version with
     these values, unless the release is deployed at that version with exactly these values.
     """
-    yield from helm_upgrade._inner(kubeconfig=kubeconfig, namespace=namespace, release=HELM_RELEASE, chart=HELM_CHART,
-                                   repo=HELM_REPO_URL, chart_version=chart_version, values=values)
+    yield from helm_upgrade._inner(
+        kubeconfig=kubeconfig,
+        namespace=namespace,
+        release=HELM_RELEASE,
+        chart=HELM_CHART,
+        repo=HELM_REPO_URL,
+        chart_version=chart_version,
+        values=values,
+    )
 
 
 @operation()
-def helm_upgrade(kubeconfig: str | None, namespace: str, release: str, chart: str, repo: str | None, chart_version: str,
-                 values: str) -> Commands:
+def helm_upgrade(
+    kubeconfig: str | None, namespace: str, release: str, chart: str, repo: str | None, chart_version: str, values: str
+) -> Commands:
     """
     ``helm upgrade --install`` ``chart`` (from ``repo``; None: ``chart`` is an oci:// reference) at a
     pinned version with these values, unless ``release`` is deployed at that version with exactly these values.
@@ -238,8 +256,23 @@ def helm_upgrade(kubeconfig: str | None, namespace: str, release: str, chart: st
     ):
         host.noop(f"helm release {release} is {chart_name}-{chart_version} with these values")
         return
-    yield with_stdin(values, StringCommand(
-        "helm", kubeconfig_option(kubeconfig), "upgrade", "--install", QuoteString(release), QuoteString(chart),
-        *(("--repo", QuoteString(repo)) if repo else ()), "--version", QuoteString(chart_version),
-        "--namespace", QuoteString(namespace), "--create-namespace", "--wait", "--values", "-",
-    ))
+    yield with_stdin(
+        values,
+        StringCommand(
+            "helm",
+            kubeconfig_option(kubeconfig),
+            "upgrade",
+            "--install",
+            QuoteString(release),
+            QuoteString(chart),
+            *(("--repo", QuoteString(repo)) if repo else ()),
+            "--version",
+            QuoteString(chart_version),
+            "--namespace",
+            QuoteString(namespace),
+            "--create-namespace",
+            "--wait",
+            "--values",
+            "-",
+        ),
+    )

@@ -52,8 +52,10 @@ def rebuild_unsigned(cert: str, kernels: list[str]) -> Commands:
     if not kernels:
         host.noop("every NVIDIA module DKMS built is signed by the module signing key")
         return
-    yield announcing(f"rebuilding the NVIDIA kernel modules with DKMS to sign them, for kernel(s) {', '.join(kernels)}: "
-                     "typically 2 to 10 minutes each")
+    yield announcing(
+        f"rebuilding the NVIDIA kernel modules with DKMS to sign them, for kernel(s) {', '.join(kernels)}: "
+        "typically 2 to 10 minutes each"
+    )
     yield StringCommand(shell_scripts.script("module_signing_rebuild", kernels, cert=cert))
 
 
@@ -64,7 +66,9 @@ def stage_enrollment(key: str, cert: str, password: str | None, hash_file: str, 
     without a password the ``steps`` are printed."""
     state = read(host, state_read(key, cert))
     if state["enrollment"] in ("enrolled", "pending"):
-        host.noop(f"the module signing key {cert} is {'enrolled' if state['enrollment'] == 'enrolled' else 'requested for enrollment at the next boot'}")
+        host.noop(
+            f"the module signing key {cert} is {'enrolled' if state['enrollment'] == 'enrolled' else 'requested for enrollment at the next boot'}"
+        )
         return
     if password is None:
         logger.warning(f"{host.print_prefix}{steps}")
@@ -72,5 +76,6 @@ def stage_enrollment(key: str, cert: str, password: str | None, hash_file: str, 
         return
     staging = Staging.new(host, [Upload(hash_file, (password_hash(password) + "\n").encode())])
     yield from staging.commands()
-    yield StringCommand(staging.place_script()
-                        + shell_scripts.script("module_signing_enroll", cert=cert, hash_file=hash_file))
+    yield StringCommand(
+        staging.place_script() + shell_scripts.script("module_signing_enroll", cert=cert, hash_file=hash_file)
+    )

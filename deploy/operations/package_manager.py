@@ -22,21 +22,26 @@ from ..foundations.pyinfra_api import Commands
 # (settings.apt_lock_timeout, for every family): apt's own option, zypper's own ZYPP_LOCK_TIMEOUT
 # (without it zypper fails at once); dnf waits for its lock without end and pacman not at all, so
 # for those two a bounded shell loop over the lock's holder runs before the manager does.
-BUSY = ("the package manager is busy: after waiting {timeout} s (apt_lock_timeout), {holders}: "
-        "run again once it is done")
+BUSY = "the package manager is busy: after waiting {timeout} s (apt_lock_timeout), {holders}: run again once it is done"
 ZYPP_LOCK = "/run/zypp.pid"  # libzypp's lock: the holder's pid
 # dnf's process locks: each holds its holder's pid while that process lives
 DNF_LOCKS = ("/var/lib/dnf/rpmdb_lock.pid", "/var/cache/dnf/metadata_lock.pid", "/var/cache/dnf/download_lock.pid")
 PACMAN_LOCK = "/var/lib/pacman/db.lck"  # created by pacman, held open while it runs, then removed
-_HOLDER = 'echo "{lock} is held by process $pid ($(tr \'\\0\' \' \' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-100 | sed \'s/ *$//\'))"'
-DNF_HOLDERS = (f"for lock in {' '.join(DNF_LOCKS)}; do pid=$(cat \"$lock\" 2>/dev/null) && [ -n \"$pid\" ] && "
-               f"[ -e \"/proc/$pid/stat\" ] && {_HOLDER.format(lock='$lock')}; done; true")
-PACMAN_HOLDERS = (f"if [ -e {PACMAN_LOCK} ]; then held=; for pid in $(find /proc/[0-9]*/fd -maxdepth 1 -lname "
-                  f"{PACMAN_LOCK} 2>/dev/null | cut -d/ -f3 | sort -u); do held=1; {_HOLDER.format(lock=PACMAN_LOCK)}; "
-                  f"done; [ -n \"$held\" ] || ! [ -e {PACMAN_LOCK} ] || echo \"{PACMAN_LOCK} is held by no running "
-                  f"process (left by a pacman that was killed: remove it once no pacman runs)\"; fi")
-ZYPPER_HOLDERS = (f"pid=$(cat {ZYPP_LOCK} 2>/dev/null) && [ -n \"$pid\" ] && [ -e \"/proc/$pid/stat\" ] && "
-                  f"{_HOLDER.format(lock=ZYPP_LOCK)}; true")
+_HOLDER = "echo \"{lock} is held by process $pid ($(tr '\\0' ' ' <\"/proc/$pid/cmdline\" 2>/dev/null | cut -c1-100 | sed 's/ *$//'))\""
+DNF_HOLDERS = (
+    f'for lock in {" ".join(DNF_LOCKS)}; do pid=$(cat "$lock" 2>/dev/null) && [ -n "$pid" ] && '
+    f'[ -e "/proc/$pid/stat" ] && {_HOLDER.format(lock="$lock")}; done; true'
+)
+PACMAN_HOLDERS = (
+    f"if [ -e {PACMAN_LOCK} ]; then held=; for pid in $(find /proc/[0-9]*/fd -maxdepth 1 -lname "
+    f"{PACMAN_LOCK} 2>/dev/null | cut -d/ -f3 | sort -u); do held=1; {_HOLDER.format(lock=PACMAN_LOCK)}; "
+    f'done; [ -n "$held" ] || ! [ -e {PACMAN_LOCK} ] || echo "{PACMAN_LOCK} is held by no running '
+    f'process (left by a pacman that was killed: remove it once no pacman runs)"; fi'
+)
+ZYPPER_HOLDERS = (
+    f'pid=$(cat {ZYPP_LOCK} 2>/dev/null) && [ -n "$pid" ] && [ -e "/proc/$pid/stat" ] && '
+    f"{_HOLDER.format(lock=ZYPP_LOCK)}; true"
+)
 
 
 @dataclass(frozen=True)
@@ -61,11 +66,13 @@ class LockWait:
         message = BUSY.format(timeout=int(lock_timeout), holders="%s")
         # Seconds slept, counted: a deadline in whole seconds of the clock ends up to one second early,
         # and the line says how long it waited.
-        return (f"slept=0; "
-                f"while held=$({self.holders}); [ -n \"$held\" ]; do "
-                f"if [ \"$slept\" -ge {int(lock_timeout)} ]; then "
-                f"printf 'gpu-node: {message}\\n' \"$(printf '%s\\n' \"$held\" | awk 'NR > 1 {{ printf \"; \" }} {{ printf \"%s\", $0 }}')\" >&2; exit 1; fi; "
-                "sleep 1; slept=$((slept + 1)); done")
+        return (
+            f"slept=0; "
+            f'while held=$({self.holders}); [ -n "$held" ]; do '
+            f'if [ "$slept" -ge {int(lock_timeout)} ]; then '
+            f'printf \'gpu-node: {message}\\n\' "$(printf \'%s\\n\' "$held" | awk \'NR > 1 {{ printf "; " }} {{ printf "%s", $0 }}\')" >&2; exit 1; fi; '
+            "sleep 1; slept=$((slept + 1)); done"
+        )
 
     def environment(self, lock_timeout: int) -> dict[str, Any]:
         """The manager's own bounded wait, as its commands' environment (empty: none)."""

@@ -49,7 +49,11 @@ PACMAN_CONF = "/etc/pacman.conf"
 
 def pacman_hold_command(names: Iterable[str], conf: str = PACMAN_CONF) -> StringCommand:
     """One IgnorePkg line of ``names`` under pacman.conf's [options] (sed's script one quoted word)."""
-    return StringCommand("sed", "-i", QuoteString(f"/^\\[options\\]/a IgnorePkg = {' '.join(names)}"), QuoteString(conf))
+    return StringCommand(
+        "sed", "-i", QuoteString(f"/^\\[options\\]/a IgnorePkg = {' '.join(names)}"), QuoteString(conf)
+    )
+
+
 # One name off every IgnorePkg line (a line left with none goes)
 PACMAN_UNHOLD_EXPRESSION = "s/([=[:space:]]){name}([[:space:]]|$)/\\1/"
 PACMAN_EMPTY_HOLD_LINE = "/^[[:space:]]*IgnorePkg[[:space:]]*=[[:space:]]*$/d"
@@ -96,15 +100,19 @@ def refresh_apt_lists(lock_timeout: int) -> Commands:
 def _update_apt_lists(state: State, host: Host, command: StringCommand) -> bool:
     """Run ``apt-get update``; a failure (a bad signature, an unreachable mirror) fails the host in one
     line: apt's last error."""
-    succeeded, output = host.run_shell_command(command, print_output=state.print_output,
-                                               print_input=state.print_input, **probes.connector_arguments(host))
+    succeeded, output = host.run_shell_command(
+        command, print_output=state.print_output, print_input=state.print_input, **probes.connector_arguments(host)
+    )
     if not succeeded:
         lines = [line.strip() for line in output.output_lines]
         errors = [line for line in lines if line.startswith("E:")]
         # apt names a bad signature in its GPG warning, and says only "is not signed" in the error.
         gpg = [line for line in lines if line.startswith("W: GPG error")]
-        return fail_host(state, host, "apt-get update failed: " + (errors[-1] if errors else "no error line")
-                         + (f" ({gpg[0]})" if gpg else ""))
+        return fail_host(
+            state,
+            host,
+            "apt-get update failed: " + (errors[-1] if errors else "no error line") + (f" ({gpg[0]})" if gpg else ""),
+        )
     per_run(state, AptListsRefreshed).add(host.name)
     return True
 
@@ -132,8 +140,11 @@ def _rpm_version_matches(installed: str, wanted: str) -> bool:
 
 
 def _rpm_needed(states: dict[str, Any], packages: dict[str, str | None]) -> list[str]:
-    return [name for name, version in packages.items()
-            if name not in states or (version and not _rpm_version_matches(states[name]["version"], version))]
+    return [
+        name
+        for name, version in packages.items()
+        if name not in states or (version and not _rpm_version_matches(states[name]["version"], version))
+    ]
 
 
 def apt_install_needed(states: dict[str, Any], packages: dict[str, str | None], hold: bool = False) -> bool:
@@ -161,11 +172,14 @@ def apt_install(packages: dict[str, Any], hold: bool = False, *, lock_timeout: i
     needed = _needed(states, packages)
     if needed:
         yield from refresh_apt_lists(lock_timeout)
-        yield from recorded_install(DPKG_INSTALLED, apt.packages._inner(
-            packages=[f"{name}={packages[name]}" if packages[name] else name for name in needed],
-            # We manage holds ourselves: a new pin must be able to move a held package.
-            extra_install_args=f"{apt_lock_option(lock_timeout)} --allow-change-held-packages --allow-downgrades",
-        ))
+        yield from recorded_install(
+            DPKG_INSTALLED,
+            apt.packages._inner(
+                packages=[f"{name}={packages[name]}" if packages[name] else name for name in needed],
+                # We manage holds ourselves: a new pin must be able to move a held package.
+                extra_install_args=f"{apt_lock_option(lock_timeout)} --allow-change-held-packages --allow-downgrades",
+            ),
+        )
     else:
         host.noop("packages are installed: " + ", ".join(f"{n} {states[n]['version']}" for n in sorted(packages)))
     if hold:
@@ -192,8 +206,9 @@ def apt_holds(names: list[str], states: dict[str, Any]) -> Commands:
 
 def recovery_script(lock_timeout: int) -> str:
     """Wait, bounded, for apt/dpkg locks held by others; then finish an interrupted dpkg run."""
-    return lock_holders_script() + shell_scripts.script("package_manager_recovery", DPKG_LOCKS,
-                                                        lock_timeout=int(lock_timeout))
+    return lock_holders_script() + shell_scripts.script(
+        "package_manager_recovery", DPKG_LOCKS, lock_timeout=int(lock_timeout)
+    )
 
 
 @operation(is_idempotent=False)
@@ -227,18 +242,28 @@ def _dnf_commands(packages: dict[str, Any], hold: bool) -> Commands:
         # versionlock pins the old version: release it so the new pin can install.
         yield StringCommand("dnf", "versionlock", "delete", *[QuoteString(name) for name in locked])
     if needed:
-        yield from recorded_install(RPM_INSTALLED, [StringCommand(
-            DNF_INSTALL, *[QuoteString(f"{name}-{packages[name]}" if packages[name] else name) for name in needed])])
+        yield from recorded_install(
+            RPM_INSTALLED,
+            [
+                StringCommand(
+                    DNF_INSTALL,
+                    *[QuoteString(f"{name}-{packages[name]}" if packages[name] else name) for name in needed],
+                )
+            ],
+        )
     else:
         host.noop("packages are installed: " + ", ".join(f"{n} {states[n]['version']}" for n in sorted(packages)))
     if hold:
         to_hold = sorted(name for name in packages if name in needed or not states[name]["held"])
         if to_hold:
-            yield from recorded_install(RPM_INSTALLED, [
-                StringCommand(f"rpm -q {DNF_VERSIONLOCK} >/dev/null 2>&1 || {DNF_INSTALL} {DNF_VERSIONLOCK}")])
+            yield from recorded_install(
+                RPM_INSTALLED,
+                [StringCommand(f"rpm -q {DNF_VERSIONLOCK} >/dev/null 2>&1 || {DNF_INSTALL} {DNF_VERSIONLOCK}")],
+            )
             held = {name for name in to_hold if states.get(name, {}).get("held")}
-            yield from recorded_holds(to_hold, held, StringCommand("dnf", "versionlock", "add",
-                                                                   *[QuoteString(name) for name in to_hold]))
+            yield from recorded_holds(
+                to_hold, held, StringCommand("dnf", "versionlock", "add", *[QuoteString(name) for name in to_hold])
+            )
 
 
 # dnf's own command, not pyinfra's dnf.module: that first reads `dnf module list --enabled`, where dnf
@@ -291,32 +316,52 @@ def _zypper_commands(packages: dict[str, Any], hold: bool, lock_timeout: int) ->
             # carries the kernel's, so a pin becomes the offered edition it matches, read after the
             # refresh (none matches: the pin as written, refused by zypper in its words).
             offered = host.get_fact(PackageVersions, listing=zypper_listing(lock_timeout), packages=sorted(pins))
-            pins = {name: next((version for version in offered.get(name, ()) if _rpm_version_matches(version, wanted)),
-                               wanted)
-                    for name, wanted in pins.items()}
+            pins = {
+                name: next(
+                    (version for version in offered.get(name, ()) if _rpm_version_matches(version, wanted)), wanted
+                )
+                for name, wanted in pins.items()
+            }
         # zypper installs a package that provides multiversion(kernel) (SUSE's KMPs) beside its
         # installed version, whose files then conflict: that version goes in the same transaction
         side_by_side = host.get_fact(MultiversionPackages) if pins else {}
-        replaced = [f"-{name}={edition}" for name in needed if name in pins
-                    for edition in side_by_side.get(name, ()) if not _rpm_version_matches(edition, packages[name])]
+        replaced = [
+            f"-{name}={edition}"
+            for name in needed
+            if name in pins
+            for edition in side_by_side.get(name, ())
+            if not _rpm_version_matches(edition, packages[name])
+        ]
         words = [f"{name}={pins[name]}" if name in pins else name for name in needed]
         # --oldpackage: without it zypper keeps a newer installed version, says so and exits 0
         # (apt's --allow-downgrades; dnf's install downgrades to the version named)
-        yield from recorded_install(RPM_INSTALLED, [StringCommand(
-            ZYPPER_INSTALL, *(["--oldpackage"] if pins else []), *(["--"] if replaced else []),
-            *[QuoteString(word) for word in replaced + words])])
+        yield from recorded_install(
+            RPM_INSTALLED,
+            [
+                StringCommand(
+                    ZYPPER_INSTALL,
+                    *(["--oldpackage"] if pins else []),
+                    *(["--"] if replaced else []),
+                    *[QuoteString(word) for word in replaced + words],
+                )
+            ],
+        )
     else:
         host.noop("packages are installed: " + ", ".join(f"{n} {states[n]['version']}" for n in sorted(packages)))
     if hold:
         to_lock = sorted(name for name in packages if name in locked or name not in held)
         if to_lock:
-            yield from recorded_holds(to_lock, held, StringCommand("zypper", "--non-interactive", "addlock",
-                                                                   *[QuoteString(name) for name in to_lock]))
+            yield from recorded_holds(
+                to_lock,
+                held,
+                StringCommand("zypper", "--non-interactive", "addlock", *[QuoteString(name) for name in to_lock]),
+            )
 
 
 # What releases each manager's holds on packages (PackageManager.released_holds): the holds read now,
 # before a removal; a hold left on a package that is gone keeps an operator's own install of it back
 # later (zypper refuses a locked package; dnf versionlock and IgnorePkg list it).
+
 
 def apt_released_holds(names: list[str], lock_timeout: int) -> list[str | PyinfraCommand]:
     """``apt-mark unhold`` of those of ``names`` held now."""
@@ -351,16 +396,21 @@ def pacman_released_holds(names: list[str], lock_timeout: int) -> list[str | Pyi
     ignored = set(listed)
     held = [name for name in names if name in ignored]
     expressions = [PACMAN_UNHOLD_EXPRESSION.format(name=re.escape(name)) for name in held]
-    arguments = [word for expression in expressions
-                 for word in ("-e", QuoteString(f"/^[[:space:]]*IgnorePkg[[:space:]]*=/{expression}"))]
-    commands = [StringCommand("sed", "-i", "-E", *arguments, "-e", QuoteString(PACMAN_EMPTY_HOLD_LINE),
-                              "/etc/pacman.conf")]
+    arguments = [
+        word
+        for expression in expressions
+        for word in ("-e", QuoteString(f"/^[[:space:]]*IgnorePkg[[:space:]]*=/{expression}"))
+    ]
+    commands = [
+        StringCommand("sed", "-i", "-E", *arguments, "-e", QuoteString(PACMAN_EMPTY_HOLD_LINE), "/etc/pacman.conf")
+    ]
     return list(PACMAN_LOCK_WAIT.bounded(commands, lock_timeout)) if held else []
 
 
 # How each manager removes packages without taking any other with it (PackageManager.removal, the
 # undo's): apt's removal is simulated first (apt-get would remove what depends on them), rpm and
 # pacman refuse to break a dependency.
+
 
 def apt_removal(names: list[str], lock_timeout: int) -> StringCommand:
     words = " ".join(shlex.quote(name) for name in names)
@@ -370,7 +420,8 @@ def apt_removal(names: list[str], lock_timeout: int) -> StringCommand:
         f"| awk '$1 == \"Purg\" || $1 == \"Remv\" {{ print $2 }}' | grep -vxF {allowed} | tr '\\n' ' ')\n"
         'if [ -n "$others" ]; then echo "gpu-node: the packages gpu-node installed were not removed: '
         'removing them would also remove ${others% }, which gpu-node did not install" >&2; exit 1; fi\n'
-        f"DEBIAN_FRONTEND=noninteractive apt-get -y -o DPkg::Lock::Timeout={int(lock_timeout)} purge {words}")
+        f"DEBIAN_FRONTEND=noninteractive apt-get -y -o DPkg::Lock::Timeout={int(lock_timeout)} purge {words}"
+    )
 
 
 def rpm_removal(names: list[str], lock_timeout: int) -> StringCommand:
@@ -390,8 +441,13 @@ def pacman_install(packages: dict[str, Any], hold: bool = False, *, lock_timeout
     if missing:
         # Arch supports no partial upgrade and its mirrors keep only the current files: an install
         # from old lists fails on 404s. pyinfra's update/upgrade would run on every call, no-op or not.
-        yield from PACMAN_LOCK_WAIT.bounded(recorded_install(PACMAN_INSTALLED, [StringCommand(
-            "pacman", "--noconfirm", "-Syu", "--needed", *[QuoteString(name) for name in missing])]), lock_timeout)
+        yield from PACMAN_LOCK_WAIT.bounded(
+            recorded_install(
+                PACMAN_INSTALLED,
+                [StringCommand("pacman", "--noconfirm", "-Syu", "--needed", *[QuoteString(name) for name in missing])],
+            ),
+            lock_timeout,
+        )
     else:
         host.noop("packages are installed: " + ", ".join(sorted(packages)))
     if not hold:

@@ -170,15 +170,29 @@ class CrictlRun(Probe[dict[str, Any]]):
          "stopp": {...}, "rmp": {...}}
     """
 
-    def command(self, uid: str, handler: str = "nvidia", image: str | None = None,
-                command: Iterable[str] = ("nvidia-smi", "-L"), timeout: int = 60, systemd_cgroup: bool = True,
-                socket: str = PLAIN_SOCKET, cdi: CdiProbe | None = None) -> str:
+    def command(
+        self,
+        uid: str,
+        handler: str = "nvidia",
+        image: str | None = None,
+        command: Iterable[str] = ("nvidia-smi", "-L"),
+        timeout: int = 60,
+        systemd_cgroup: bool = True,
+        socket: str = PLAIN_SOCKET,
+        cdi: CdiProbe | None = None,
+    ) -> str:
         return shell_scripts.script(
-            "crictl_run", socket=socket, handler=handler, image=image or "none", timeout=int(timeout),
+            "crictl_run",
+            socket=socket,
+            handler=handler,
+            image=image or "none",
+            timeout=int(timeout),
             pod_json=json.dumps(sandbox_config(uid, systemd_cgroup)),
             container_json=json.dumps(container_config(image or "", list(command))),
             cdi_json=json.dumps(cdi_container_config(image or "", cdi)) if cdi else "{}",
-            run_container=1 if image else 0, run_cdi=1 if image and cdi else 0).strip()
+            run_container=1 if image else 0,
+            run_cdi=1 if image and cdi else 0,
+        ).strip()
 
     @staticmethod
     def default() -> dict[str, Any]:
@@ -208,8 +222,9 @@ class ContainerRun(Probe[dict[str, Any]]):
 
     def command(self, run: Iterable[str], command: Iterable[str] = ("nvidia-smi",)) -> StringCommand:
         started = StringCommand(*[QuoteString(word) for word in (*run, *command)])
-        return StringCommand("out=$(", started, "2>&1); rc=$?;",
-                             'echo "rc $rc"; printf \'%s\\n\' "$out" | head -n 40; true')
+        return StringCommand(
+            "out=$(", started, "2>&1); rc=$?;", 'echo "rc $rc"; printf \'%s\\n\' "$out" | head -n 40; true'
+        )
 
     @staticmethod
     def default() -> dict[str, Any]:
@@ -253,27 +268,65 @@ class SmokeTestRun(Probe[dict[str, Any]]):
             '{.state.waiting.message}{"\\n"}{end}'
         )
         return StringCommand(
-            k, "delete", "pod", QuoteString(pod), "--ignore-not-found", "--wait=true", ">/dev/null 2>&1;",
-            "if ! _err=$(", with_stdin(manifest, StringCommand(k, "create", "-f", "-")), "2>&1 >/dev/null);",
+            k,
+            "delete",
+            "pod",
+            QuoteString(pod),
+            "--ignore-not-found",
+            "--wait=true",
+            ">/dev/null 2>&1;",
+            "if ! _err=$(",
+            with_stdin(manifest, StringCommand(k, "create", "-f", "-")),
+            "2>&1 >/dev/null);",
             "then echo create-failed; printf '%s\\n' \"$_err\" | sed 's/^/detail /';",
             "else echo created;",
             f"_end=$(( $(date +%s) + {int(timeout)} )); _phase=;",
-            "while :; do _phase=$(", k, "get", "pod", QuoteString(pod), "-o", "jsonpath='{.status.phase}'",
-            "2>/dev/null);", "case \"$_phase\" in Succeeded|Failed) break;; esac;",
-            "[ \"$(date +%s)\" -ge \"$_end\" ] && break; sleep 2; done;",
-            "echo \"phase ${_phase:-Unknown}\";",
-            k, "get", "pod", QuoteString(pod), "-o", QuoteString(f"jsonpath={conditions}"), "2>/dev/null;",
+            "while :; do _phase=$(",
+            k,
+            "get",
+            "pod",
+            QuoteString(pod),
+            "-o",
+            "jsonpath='{.status.phase}'",
+            "2>/dev/null);",
+            'case "$_phase" in Succeeded|Failed) break;; esac;',
+            '[ "$(date +%s)" -ge "$_end" ] && break; sleep 2; done;',
+            'echo "phase ${_phase:-Unknown}";',
+            k,
+            "get",
+            "pod",
+            QuoteString(pod),
+            "-o",
+            QuoteString(f"jsonpath={conditions}"),
+            "2>/dev/null;",
             "echo;",
-            k, "logs", QuoteString(pod), "2>/dev/null | tail -n 50 | sed 's/^/log /';",
-            k, "delete", "pod", QuoteString(pod), "--ignore-not-found", "--wait=false", ">/dev/null 2>&1",
+            k,
+            "logs",
+            QuoteString(pod),
+            "2>/dev/null | tail -n 50 | sed 's/^/log /';",
+            k,
+            "delete",
+            "pod",
+            QuoteString(pod),
+            "--ignore-not-found",
+            "--wait=false",
+            ">/dev/null 2>&1",
             "&& echo deleted;",
             "fi; true",
         )
 
     @staticmethod
     def default() -> dict[str, Any]:
-        return {"created": False, "create_error": "no output", "phase": None, "scheduled": None,
-                "waiting": [], "log": [], "passed": False, "deleted": False}
+        return {
+            "created": False,
+            "create_error": "no output",
+            "phase": None,
+            "scheduled": None,
+            "waiting": [],
+            "log": [],
+            "passed": False,
+            "deleted": False,
+        }
 
     def process(self, output: list[str]) -> dict[str, Any]:
         state = self.default()

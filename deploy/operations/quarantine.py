@@ -23,10 +23,18 @@ from .kubectl import dump_documents
 def apply_step(kubeconfig: str | None, step: Step) -> Commands:
     """One node's step: the node patched, rules created, rules deleted."""
     if step.patch:
-        yield kubectl(kubeconfig, "patch", "node", QuoteString(step.node), "--type=json", "-p",
-                      QuoteString(json.dumps(list(step.patch))))
+        yield kubectl(
+            kubeconfig,
+            "patch",
+            "node",
+            QuoteString(step.node),
+            "--type=json",
+            "-p",
+            QuoteString(json.dumps(list(step.patch))),
+        )
     if step.create:
         yield with_stdin(dump_documents(list(step.create)), kubectl(kubeconfig, "create", "-f", "-"))
     if step.delete:
-        yield kubectl(kubeconfig, "delete", "devicetaintrules", *(QuoteString(name) for name in step.delete),
-                      "--ignore-not-found")
+        yield kubectl(
+            kubeconfig, "delete", "devicetaintrules", *(QuoteString(name) for name in step.delete), "--ignore-not-found"
+        )

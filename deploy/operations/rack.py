@@ -36,8 +36,12 @@ MIG_BUSY_STATUS = 3
 
 def mig_apply_command(layout: mig.MigLayout) -> StringCommand:
     before, after = mig.busy_line(layout, "\0").split("\0")
-    return StringCommand(holders_script(SERVICES) + shell_scripts.script(
-        "mig_apply", unit=mig.MIG_UNIT, before=before, after=after, unknown=mig.UNKNOWN, busy_status=MIG_BUSY_STATUS))
+    return StringCommand(
+        holders_script(SERVICES)
+        + shell_scripts.script(
+            "mig_apply", unit=mig.MIG_UNIT, before=before, after=after, unknown=mig.UNKNOWN, busy_status=MIG_BUSY_STATUS
+        )
+    )
 
 
 def _apply(state: State, host: Host, layout: mig.MigLayout) -> bool:
@@ -63,7 +67,9 @@ def _driver_branch(nvidia: dict[str, Any]) -> int | None:
 
 
 @operation()
-def check_rack(domain: str | None, members: tuple[Member, ...], peermem_wanted: bool, layout: mig.MigLayout | None) -> Commands:
+def check_rack(
+    domain: str | None, members: tuple[Member, ...], peermem_wanted: bool, layout: mig.MigLayout | None
+) -> Commands:
     """
     Check the rack's parts at execution (after the stages ran), each a step of the node's verify report:
     the IMEX domain (``domain`` and its ``members``), nvidia-peermem, the MIG ``layout``; verify's

@@ -116,8 +116,9 @@ def configure_nvidia_runtime(
         return
     changed = plan.changed
     if not changed:
-        yield from safe_install.file_in_place(plan.path, service, restart_pending, restart_timeout,
-                                              before_restart, plan.in_place_note)
+        yield from safe_install.file_in_place(
+            plan.path, service, restart_pending, restart_timeout, before_restart, plan.in_place_note
+        )
         return
 
     for file in changed:

@@ -73,24 +73,29 @@ class FileRecord:
     records_dir: str = node_records.RECORDS_DIR
 
 
-
 def pending_restart_mark(service: str, directory: str = PENDING_RESTART_DIR) -> str:
     return f"{directory}/{service}"
 
 
 def _script_header(path: str, service: str | None, timeout: int, pending_dir: str) -> str:
     return shell_scripts.script(
-        "safe_install_header", dest=path, candidate=candidate_path(path), unit=service or "", timeout=int(timeout),
+        "safe_install_header",
+        dest=path,
+        candidate=candidate_path(path),
+        unit=service or "",
+        timeout=int(timeout),
         pending=pending_restart_mark(service, pending_dir) if service else "",
-        backup_infix=BACKUP_INFIX, rejected_infix=REJECTED_INFIX)
+        backup_infix=BACKUP_INFIX,
+        rejected_infix=REJECTED_INFIX,
+    )
 
 
 def _validate_part(validator: Validator | None, path: str) -> str:
     if not validator:
         return ""
-    return (f"daemon_output_filter() {{ {shell_daemon_output_filter()}; }}\n"
-            + shell_scripts.script("safe_install_validate", validator.argv_for(candidate_path(path)),
-                                   validator_what=validator.what))
+    return f"daemon_output_filter() {{ {shell_daemon_output_filter()}; }}\n" + shell_scripts.script(
+        "safe_install_validate", validator.argv_for(candidate_path(path)), validator_what=validator.what
+    )
 
 
 # coreutils' sync, fsyncing the files it is given where it can (deploy/shell/flush.sh)
@@ -103,25 +108,37 @@ def _record_part(record: FileRecord | None) -> str:
     if record is None:
         return ""
     return node_records.library(record.records_dir) + shell_scripts.script(
-        "safe_install_record", record_unit=record.unit or "", record_format=record.format)
+        "safe_install_record", record_unit=record.unit or "", record_format=record.format
+    )
 
 
 def _swap_part(keep_backups: int, record: FileRecord | None = None, mode_owner: tuple[str, str] | None = None) -> str:
     forced_mode, forced_owner = mode_owner or ("", "")
-    return (FLUSH_FUNCTION + shell_scripts.script("safe_install_prepare", forced_mode=forced_mode, forced_owner=forced_owner)
-            # Recorded before this swap's own backup, which would read as a change before records were kept.
-            + _record_part(record)
-            + shell_scripts.script("safe_install_swap", keep_backups=int(keep_backups)))
+    return (
+        FLUSH_FUNCTION
+        + shell_scripts.script("safe_install_prepare", forced_mode=forced_mode, forced_owner=forced_owner)
+        # Recorded before this swap's own backup, which would read as a change before records were kept.
+        + _record_part(record)
+        + shell_scripts.script("safe_install_swap", keep_backups=int(keep_backups))
+    )
 
 
 _RESTART_FUNCTIONS = shell_scripts.body("safe_install_restart")
 _RESTART_PART = _RESTART_FUNCTIONS + shell_scripts.body("safe_install_rollback")
 
 
-def install_script(path: str, validator: Validator | None, service: str | None, timeout: int,
-                   pending_dir: str = PENDING_RESTART_DIR, placed: str = "",
-                   keep_backups: int = KEEP_BACKUPS, record: FileRecord | None = None,
-                   mode_owner: tuple[str, str] | None = None, finished: str = "") -> str:
+def install_script(
+    path: str,
+    validator: Validator | None,
+    service: str | None,
+    timeout: int,
+    pending_dir: str = PENDING_RESTART_DIR,
+    placed: str = "",
+    keep_backups: int = KEEP_BACKUPS,
+    record: FileRecord | None = None,
+    mode_owner: tuple[str, str] | None = None,
+    finished: str = "",
+) -> str:
     """
     The remote half of the safe install: validate, back up, swap, restart, roll back. ``placed``:
     the staging's ``place_script`` that puts the candidate in place first ("": it is there);
@@ -129,22 +146,34 @@ def install_script(path: str, validator: Validator | None, service: str | None, 
     ``mode_owner``: the mode and owner the file gets (None: 0644 root, or the live file's stricter
     mode); ``finished``: shell run once the new file stays (installed, and its unit active again).
     """
-    return (_script_header(path, service, timeout, pending_dir) + _finished(finished) + placed
-            + _validate_part(validator, path) + _swap_part(keep_backups, record, mode_owner) + _RESTART_PART)
+    return (
+        _script_header(path, service, timeout, pending_dir)
+        + _finished(finished)
+        + placed
+        + _validate_part(validator, path)
+        + _swap_part(keep_backups, record, mode_owner)
+        + _RESTART_PART
+    )
 
 
 def _finished(finished: str) -> str:
     return f"finished() {{\n{finished}\n}}\n" if finished else ""
 
 
-def removal_script(path: str, service: str | None, timeout: int, pending_dir: str = PENDING_RESTART_DIR,
-                   finished: str = "") -> str:
+def removal_script(
+    path: str, service: str | None, timeout: int, pending_dir: str = PENDING_RESTART_DIR, finished: str = ""
+) -> str:
     """
     The safe install's removal of ``path`` (the undo run's, of a file gpu-node created): kept as a
     backup (0600), removed, the unit restarted, and the file put back if the unit does not come back.
     """
-    return (_script_header(path, service, timeout, pending_dir) + _finished(finished) + FLUSH_FUNCTION
-            + shell_scripts.body("safe_install_remove") + _RESTART_PART)
+    return (
+        _script_header(path, service, timeout, pending_dir)
+        + _finished(finished)
+        + FLUSH_FUNCTION
+        + shell_scripts.body("safe_install_remove")
+        + _RESTART_PART
+    )
 
 
 def validate_script(path: str, validator: Validator, placed: str = "") -> str:
@@ -152,15 +181,21 @@ def validate_script(path: str, validator: Validator, placed: str = "") -> str:
     Only the check of the candidate, for a swap that waits on something (a drain) first; the
     candidate goes either way, so a drain that fails leaves nothing beside the live file.
     """
-    return (_script_header(path, None, 0, PENDING_RESTART_DIR) + placed + _validate_part(validator, path)
-            + 'rm -f "$candidate"\n')
+    return (
+        _script_header(path, None, 0, PENDING_RESTART_DIR)
+        + placed
+        + _validate_part(validator, path)
+        + 'rm -f "$candidate"\n'
+    )
 
 
-def restart_pending_script(path: str, service: str, timeout: int,
-                           pending_dir: str = PENDING_RESTART_DIR) -> str:
+def restart_pending_script(path: str, service: str, timeout: int, pending_dir: str = PENDING_RESTART_DIR) -> str:
     """Restart a unit whose config an interrupted run installed without restarting it."""
-    return (_script_header(path, service, timeout, pending_dir) + _RESTART_FUNCTIONS
-            + shell_scripts.body("safe_install_restart_pending"))
+    return (
+        _script_header(path, service, timeout, pending_dir)
+        + _RESTART_FUNCTIONS
+        + shell_scripts.body("safe_install_restart_pending")
+    )
 
 
 def _staged_candidate(path: str, content: str) -> Generator[str | PyinfraCommand, Any, str]:
@@ -204,35 +239,54 @@ def install_file(
         # The same bytes again: the checked candidate was removed in case the drain failed.
         placed = yield from _staged_candidate(path, content)
         yield announcing(restart_message(path, service, restart_timeout))
-        yield StringCommand(install_script(path, None, service, restart_timeout, placed=placed,
-                                           keep_backups=keep_backups, record=record))
+        yield StringCommand(
+            install_script(
+                path, None, service, restart_timeout, placed=placed, keep_backups=keep_backups, record=record
+            )
+        )
         return
     placed = yield from _staged_candidate(path, content)
     if service:
         yield announcing(restart_message(path, service, restart_timeout))
-    yield StringCommand(install_script(path, validator, service, restart_timeout, placed=placed,
-                                       keep_backups=keep_backups, record=record))
+    yield StringCommand(
+        install_script(
+            path, validator, service, restart_timeout, placed=placed, keep_backups=keep_backups, record=record
+        )
+    )
 
 
 def restart_message(path: str, service: str, timeout: int) -> str:
     """What a runtime's swap and restart says as it starts (its daemon has a bounded time to come back)."""
-    return (f"installing the new {path} and restarting {service}: it has {timeout} s (service_restart_timeout) "
-            f"to be active again, else the previous {path} goes back; a failure quotes journalctl -u {service}")
+    return (
+        f"installing the new {path} and restarting {service}: it has {timeout} s (service_restart_timeout) "
+        f"to be active again, else the previous {path} goes back; a failure quotes journalctl -u {service}"
+    )
+
 
 @operation(is_idempotent=False)
-def restart_after_interruption(path: str, service: str, restart_timeout: int = 30,
-                    before_restart: Sequence[PyinfraCommand] = ()) -> Commands:
+def restart_after_interruption(
+    path: str, service: str, restart_timeout: int = 30, before_restart: Sequence[PyinfraCommand] = ()
+) -> Commands:
     """Restart ``service``, which an interrupted run left running on an old ``path``."""
     yield from before_restart
     yield StringCommand(restart_pending_script(path, service, restart_timeout))
 
 
-def file_in_place(path: str, service: str | None, restart_pending: bool, restart_timeout: int,
-                  before_restart: Sequence[PyinfraCommand], noop_message: str) -> Commands:
+def file_in_place(
+    path: str,
+    service: str | None,
+    restart_pending: bool,
+    restart_timeout: int,
+    before_restart: Sequence[PyinfraCommand],
+    noop_message: str,
+) -> Commands:
     """``path`` already holds what it should: restart only what an interrupted run left pending."""
     if restart_pending and service:
         yield from restart_after_interruption._inner(
-            path=path, service=service, restart_timeout=restart_timeout, before_restart=before_restart,
+            path=path,
+            service=service,
+            restart_timeout=restart_timeout,
+            before_restart=before_restart,
         )
         return
     host.noop(noop_message)

@@ -37,7 +37,7 @@ class FileUndo:
     """What the undo run does to one recorded file, and its one line saying so and why."""
 
     record: dict[str, Any]  # deploy/facts/records.py NodeRecords's, for this file
-    action: str   # RESTORE, REMOVE, MERGE (``content``), KEEP (left byte for byte), FORGET (nothing to change)
+    action: str  # RESTORE, REMOVE, MERGE (``content``), KEEP (left byte for byte), FORGET (nothing to change)
     line: str
     content: str | None = None
 
@@ -68,13 +68,17 @@ def _merged(record: dict[str, Any]) -> tuple[str | None, str]:
         if original is None:  # absent (checked above)
             # gpu-node wrote it whole (containerd's default config and the wiring): which values were the
             # wiring is not known.
-            raise ConfigError(f"{path}: gpu-node created it (from the runtime's default config), so the values "
-                              "its wiring set are not known apart from the rest")
+            raise ConfigError(
+                f"{path}: gpu-node created it (from the runtime's default config), so the values "
+                "its wiring set are not known apart from the rest"
+            )
         text, result = reverse_merge.reverse_toml(live, original, written, path)
         return (text if result.changed else None), reverse_merge.described(result)
-    result = reverse_merge.reverted(parse_daemon_json(live, path),
-                                    parse_daemon_json(original, f"{path} (before gpu-node)") if original else {},
-                                    parse_daemon_json(written, f"{path} (as gpu-node wrote it)"))
+    result = reverse_merge.reverted(
+        parse_daemon_json(live, path),
+        parse_daemon_json(original, f"{path} (before gpu-node)") if original else {},
+        parse_daemon_json(written, f"{path} (as gpu-node wrote it)"),
+    )
     return (render_daemon_json(result.result) if result.changed else None), reverse_merge.described(result)
 
 
@@ -84,53 +88,90 @@ def decide(record: dict[str, Any]) -> FileUndo:
     kept_at = f"{node_records.FILES_DIR}/{record['id']}/{node_records.ORIGINAL}"
     if record["earlier"]:
         backups = sorted(record["leftovers"])
-        return FileUndo(record, KEEP, f"{path}: left as it is: gpu-node changed it before it kept records "
-                        "(a run of gpu-node 0.1), so what it held before gpu-node is not known"
-                        + (f"; its oldest backup is {backups[0]}" if backups else ""))
+        return FileUndo(
+            record,
+            KEEP,
+            f"{path}: left as it is: gpu-node changed it before it kept records "
+            "(a run of gpu-node 0.1), so what it held before gpu-node is not known"
+            + (f"; its oldest backup is {backups[0]}" if backups else ""),
+        )
     if record["live"] in ("link", "other"):
-        return FileUndo(record, KEEP, f"{path}: left as it is: it is no longer a regular file (a symbolic link or "
-                        f"another kind) since gpu-node wrote it" + ("" if record["absent"] else f"; its original is kept at {kept_at}"))
+        return FileUndo(
+            record,
+            KEEP,
+            f"{path}: left as it is: it is no longer a regular file (a symbolic link or "
+            f"another kind) since gpu-node wrote it"
+            + ("" if record["absent"] else f"; its original is kept at {kept_at}"),
+        )
     if record["live"] is None:
         if record["absent"]:
             return FileUndo(record, FORGET, f"{path}: not there, as before gpu-node")
-        return FileUndo(record, KEEP, f"{path}: left absent: someone removed it since gpu-node last wrote it; its "
-                        f"original is kept at {kept_at}")
+        return FileUndo(
+            record,
+            KEEP,
+            f"{path}: left absent: someone removed it since gpu-node last wrote it; its original is kept at {kept_at}",
+        )
     if not record["absent"] and record["live_sha256"] == record["original_sha256"]:
         return FileUndo(record, FORGET, f"{path}: holds what it held before gpu-node already")
     if record["written_sha256"] is not None and record["live_sha256"] == record["written_sha256"]:
         if record["absent"]:
-            return FileUndo(record, REMOVE, f"{path}: removed: gpu-node created it, and it is as gpu-node last "
-                            "wrote it")
-        return FileUndo(record, RESTORE, f"{path}: restored byte for byte as it was before gpu-node (mode and owner "
-                        f"{record['original_stat']}): it is as gpu-node last wrote it")
+            return FileUndo(
+                record, REMOVE, f"{path}: removed: gpu-node created it, and it is as gpu-node last wrote it"
+            )
+        return FileUndo(
+            record,
+            RESTORE,
+            f"{path}: restored byte for byte as it was before gpu-node (mode and owner "
+            f"{record['original_stat']}): it is as gpu-node last wrote it",
+        )
     if record["format"] not in (node_records.TOML, node_records.JSON):
-        return FileUndo(record, KEEP, f"{path}: left as it is: changed since gpu-node last wrote it, and gpu-node "
-                        "takes its own values out only of runtime configs"
-                        + ("" if record["absent"] else f"; its original is kept at {kept_at}"))
+        return FileUndo(
+            record,
+            KEEP,
+            f"{path}: left as it is: changed since gpu-node last wrote it, and gpu-node "
+            "takes its own values out only of runtime configs"
+            + ("" if record["absent"] else f"; its original is kept at {kept_at}"),
+        )
     try:
         merged, taken = _merged(record)
     except (ConfigError, DaemonConfigError) as error:
-        return FileUndo(record, KEEP, f"left as it is: {error}"
-                        + ("" if record["absent"] else f"; its original is kept at {kept_at}"))
+        return FileUndo(
+            record,
+            KEEP,
+            f"left as it is: {error}" + ("" if record["absent"] else f"; its original is kept at {kept_at}"),
+        )
     if merged is None:
-        return FileUndo(record, FORGET, f"{path}: left as it is: changed since gpu-node last wrote it, and none of "
-                        "the values gpu-node set is left in it")
-    return FileUndo(record, MERGE, f"{path}: changed since gpu-node last wrote it: the values gpu-node set taken back "
-                    f"out ({taken}), every other edit kept", content=merged)
+        return FileUndo(
+            record,
+            FORGET,
+            f"{path}: left as it is: changed since gpu-node last wrote it, and none of "
+            "the values gpu-node set is left in it",
+        )
+    return FileUndo(
+        record,
+        MERGE,
+        f"{path}: changed since gpu-node last wrote it: the values gpu-node set taken back "
+        f"out ({taken}), every other edit kept",
+        content=merged,
+    )
 
 
 def forget_script(undo: FileUndo) -> str:
     """Shell, once the file is as the undo leaves it: gpu-node's backups of it and its record go."""
     path = shlex.quote(undo.path)
-    return (f"rm -f -- {path}{safe_install.BACKUP_INFIX}* {path}{safe_install.REJECTED_INFIX}* "
-            f"&& rm -rf -- {shlex.quote(undo.folder)}")
+    return (
+        f"rm -f -- {path}{safe_install.BACKUP_INFIX}* {path}{safe_install.REJECTED_INFIX}* "
+        f"&& rm -rf -- {shlex.quote(undo.folder)}"
+    )
 
 
 def _unchanged_since_read(undo: FileUndo) -> str:
     """Shell that ends the script in one line when the file changed after this run read it."""
     expected = undo.record["live_sha256"] or ""
-    return (f'now=$( [ -f "$dest" ] && [ ! -L "$dest" ] && sha256sum <"$dest" | cut -c1-64 )\n'
-            f'[ "$now" = {shlex.quote(expected)} ] || fail "$dest changed while the undo ran: not changed; run it again"\n')
+    return (
+        f'now=$( [ -f "$dest" ] && [ ! -L "$dest" ] && sha256sum <"$dest" | cut -c1-64 )\n'
+        f'[ "$now" = {shlex.quote(expected)} ] || fail "$dest changed while the undo ran: not changed; run it again"\n'
+    )
 
 
 @operation(is_idempotent=False)
@@ -154,8 +195,9 @@ def put_back_file(undo: FileUndo, restart: bool = True, restart_timeout: int = 3
     service = (undo.record["unit"] or None) if restart else None
     finished = forget_script(undo)
     if undo.action == REMOVE:
-        yield StringCommand(_guarded(safe_install.removal_script(undo.path, service, restart_timeout, finished=finished),
-                                     undo, service))
+        yield StringCommand(
+            _guarded(safe_install.removal_script(undo.path, service, restart_timeout, finished=finished), undo, service)
+        )
         return
     if undo.action == MERGE:
         assert undo.content is not None  # a merge's text (merged_text)
@@ -163,13 +205,16 @@ def put_back_file(undo: FileUndo, restart: bool = True, restart_timeout: int = 3
         mode_owner = None
     else:
         original = shlex.quote(f"{undo.folder}/{node_records.ORIGINAL}")
-        placed = (symlink_refusal(undo.path)
-                  + f'(umask 077 && rm -f -- "$candidate" && cp -- {original} "$candidate") '
-                  + f'|| {{ rm -f -- "$candidate"; fail "could not copy {undo.folder}/original beside $dest; it was not changed"; }}\n')
+        placed = (
+            symlink_refusal(undo.path)
+            + f'(umask 077 && rm -f -- "$candidate" && cp -- {original} "$candidate") '
+            + f'|| {{ rm -f -- "$candidate"; fail "could not copy {undo.folder}/original beside $dest; it was not changed"; }}\n'
+        )
         mode, _, owner = (undo.record["original_stat"] or "644 0:0").partition(" ")
         mode_owner = (mode, owner)
-    script = safe_install.install_script(undo.path, None, service, restart_timeout, placed=placed,
-                                         mode_owner=mode_owner, finished=finished)
+    script = safe_install.install_script(
+        undo.path, None, service, restart_timeout, placed=placed, mode_owner=mode_owner, finished=finished
+    )
     yield StringCommand(_guarded(script, undo, service))
 
 
@@ -178,12 +223,14 @@ def _guarded(script: str, undo: FileUndo, service: str | None) -> str:
     only a unit that is active (the undo does not start what was stopped)."""
     header, _, rest = script.partition("finished() {")
     rest = "finished() {" + rest
-    active = ('if [ -n "$unit" ] && ! systemctl is-active --quiet "$unit"; then unit=""; pending=""; fi\n'
-              if service else "")
+    active = (
+        'if [ -n "$unit" ] && ! systemctl is-active --quiet "$unit"; then unit=""; pending=""; fi\n' if service else ""
+    )
     return header + _unchanged_since_read(undo) + active + rest
 
 
 # Packages, holds, keys. -----------------------------------------------------------------------------
+
 
 @operation()
 def release_holds(manager: PackageManager, names: list[str], lock_timeout: int) -> Commands:
@@ -222,7 +269,9 @@ def remove_packages(manager: PackageManager, names: list[str], lock_timeout: int
 def remove_rpm_keys(keys: list[str]) -> Commands:
     """Take the keys gpu-node imported into rpm's database (``keys``: gpg-pubkey-KEYID-DATE) back out."""
     words = " ".join(shlex.quote(key) for key in keys)
-    yield StringCommand(f"for key in {words}; do if rpm -q \"$key\" >/dev/null 2>&1; then rpm -e \"$key\" || exit 1; fi; done")
+    yield StringCommand(
+        f'for key in {words}; do if rpm -q "$key" >/dev/null 2>&1; then rpm -e "$key" || exit 1; fi; done'
+    )
 
 
 @operation()
@@ -242,5 +291,7 @@ def forget_records(kept: list[str]) -> Commands:
         yield StringCommand(f"rm -rf -- {records}")
         return
     names = " ".join(f"! -name {shlex.quote(name)}" for name in kept)
-    yield StringCommand(f"find {records} -mindepth 1 -maxdepth 1 ! -name files -exec rm -rf -- {{}} + "
-                        f"&& find {shlex.quote(node_records.FILES_DIR)} -mindepth 1 -maxdepth 1 {names} -exec rm -rf -- {{}} +")
+    yield StringCommand(
+        f"find {records} -mindepth 1 -maxdepth 1 ! -name files -exec rm -rf -- {{}} + "
+        f"&& find {shlex.quote(node_records.FILES_DIR)} -mindepth 1 -maxdepth 1 {names} -exec rm -rf -- {{}} +"
+    )

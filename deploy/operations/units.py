@@ -69,8 +69,10 @@ def unit_commands(unit: str, recorded: str, now: dict[str, Any], created: bool =
         return []
     if enabled_before == "masked" and now.get("enabled") != "masked":
         commands.append(StringCommand("systemctl", "mask", quoted))
-    elif enabled_before in ("disabled", "static", "indirect", "generated", "transient") \
-            and now.get("enabled") == "enabled":
+    elif (
+        enabled_before in ("disabled", "static", "indirect", "generated", "transient")
+        and now.get("enabled") == "enabled"
+    ):
         commands.append(StringCommand("systemctl", "disable", quoted))
     elif enabled_before == "enabled" and now.get("enabled") != "enabled":
         commands.append(StringCommand("systemctl", "enable", quoted))

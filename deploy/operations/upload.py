@@ -42,7 +42,9 @@ if TYPE_CHECKING:
 # What an operation's ``_sudo``, ``_doas``, ``_dzdo`` and ``_su_user`` become for the staging
 # commands: they run as the login user, who owns the staging folder.
 AS_LOGIN_USER: ConnectorArguments = {
-    "_sudo": False, "_doas": False, "_dzdo": False,
+    "_sudo": False,
+    "_doas": False,
+    "_dzdo": False,
     "_su_user": None,  # type: ignore[typeddict-item]  # pyinfra's own default, which its TypedDict leaves out
 }
 STAGING_PREFIX = "gpu-node-"
@@ -97,7 +99,15 @@ class Staging:
         folder removed; on a failure, the copies too, and one line (deploy/shell/place_uploads.sh).
         A subshell: its umask stays there.
         """
-        uploads = [word for index, upload in enumerate(self.uploads)
-                   for word in (self.staged(index), upload.path, upload.live or "")]
-        return ("(" + shell_scripts.assignments(uploads, staging=self.folder) + shell_scripts.body("refuse_link")
-                + shell_scripts.body("place_uploads") + ") || exit 1\n")
+        uploads = [
+            word
+            for index, upload in enumerate(self.uploads)
+            for word in (self.staged(index), upload.path, upload.live or "")
+        ]
+        return (
+            "("
+            + shell_scripts.assignments(uploads, staging=self.folder)
+            + shell_scripts.body("refuse_link")
+            + shell_scripts.body("place_uploads")
+            + ") || exit 1\n"
+        )

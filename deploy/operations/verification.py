@@ -70,10 +70,15 @@ def containerd_of(options: VerifyOptions, found: dict[str, Any] | None) -> Confi
 def verify_read(options: VerifyOptions, containerd: ConfigTarget) -> FactCall:
     """What verify reads of a node whose containerd is ``containerd`` (preflight reads it ahead
     for a plain containerd with the same call)."""
-    values = {"containerd_binary": containerd.binary, "containerd_service": containerd.service or "",
-              "containerd_socket": containerd.socket}
-    return (VerifyReadout, {"image": options.image, "binaries": (options.wiring.binary,),
-                            "runtime_values": {CONTAINERD.name: values}})
+    values = {
+        "containerd_binary": containerd.binary,
+        "containerd_service": containerd.service or "",
+        "containerd_socket": containerd.socket,
+    }
+    return (
+        VerifyReadout,
+        {"image": options.image, "binaries": (options.wiring.binary,), "runtime_values": {CONTAINERD.name: values}},
+    )
 
 
 def containerd_config_read(containerd: ConfigTarget) -> FactCall:
@@ -86,10 +91,17 @@ def with_containerd_config(readout: dict[str, Any], config: dict[str, Any]) -> d
     """Verify's readout with containerd's version and dump from its ContainerdConfig reading
     (a failed dump: what it printed, as verify names the failure by it)."""
     failed = config["dump_exit_code"] not in (0, None)
-    return {**readout, CONTAINERD.name: {
-        **readout[CONTAINERD.name], "version": config["version"], "major": config["major"], "minor": config["minor"],
-        "dump_exit_code": config["dump_exit_code"], "dump": config["dump_error"] if failed else config["dump"],
-    }}
+    return {
+        **readout,
+        CONTAINERD.name: {
+            **readout[CONTAINERD.name],
+            "version": config["version"],
+            "major": config["major"],
+            "minor": config["minor"],
+            "dump_exit_code": config["dump_exit_code"],
+            "dump": config["dump_error"] if failed else config["dump"],
+        },
+    }
 
 
 def reads(options: VerifyOptions) -> list[FactCall]:
@@ -97,11 +109,22 @@ def reads(options: VerifyOptions) -> list[FactCall]:
     containerd (a node of another installation reads verify's again, for its own containerd) and
     cuInit's."""
     plain = containerd_of(options, None)
-    return [(ContainerdInstallations, {}), NODE_READ, verify_read(options, plain), containerd_config_read(plain), CUDA_READ,
-            cdi_ops.state_read(), devices.links_read(options.driver_root), KERNELS_READ, signing_read(options)]
+    return [
+        (ContainerdInstallations, {}),
+        NODE_READ,
+        verify_read(options, plain),
+        containerd_config_read(plain),
+        CUDA_READ,
+        cdi_ops.state_read(),
+        devices.links_read(options.driver_root),
+        KERNELS_READ,
+        signing_read(options),
+    ]
 
 
-def gpu_runs(readout: dict[str, Any], options: VerifyOptions, plan: dict[str, str | None], token: str) -> dict[str, dict[str, Any]]:
+def gpu_runs(
+    readout: dict[str, Any], options: VerifyOptions, plan: dict[str, str | None], token: str
+) -> dict[str, dict[str, Any]]:
     """Each runtime's planned GPU runs done, by their probes (deploy/runtimes/registry.py GpuRun)."""
     runs: dict[str, dict[str, Any]] = {}
     for runtime in registry.RUNTIMES:
@@ -111,13 +134,19 @@ def gpu_runs(readout: dict[str, Any], options: VerifyOptions, plan: dict[str, st
                 continue
             if run.probe == CRI:
                 runs[run.name] = probes.run(
-                    host, probes.CrictlRun, uid=token, handler=HANDLER,
+                    host,
+                    probes.CrictlRun,
+                    uid=token,
+                    handler=HANDLER,
                     image=options.image if gpu_usable(readout) else None,
-                    systemd_cgroup=options.wiring.systemd_cgroup, socket=reading["socket"],
-                    cdi=cri_cdi_probe(readout, options))
+                    systemd_cgroup=options.wiring.systemd_cgroup,
+                    socket=reading["socket"],
+                    cdi=cri_cdi_probe(readout, options),
+                )
             elif run.command is not None:
-                runs[run.name] = probes.run(host, probes.ContainerRun,
-                                            run=run.command(reading, options.image, f"gpu-node-verify-{token}"))
+                runs[run.name] = probes.run(
+                    host, probes.ContainerRun, run=run.command(reading, options.image, f"gpu-node-verify-{token}")
+                )
     return runs
 
 
@@ -139,15 +168,34 @@ def check_node(options: VerifyOptions, report_path: str, driver_packages: tuple[
     # changed the host; otherwise read together in one command.
     try:
         node, readout, config, cuda, cdi, links, kernels, signing = read_together(
-            host, [NODE_READ, verify_read(options, containerd), containerd_config_read(containerd), CUDA_READ,
-                   cdi_ops.state_read(), devices.links_read(options.driver_root), KERNELS_READ, signing_read(options)])
+            host,
+            [
+                NODE_READ,
+                verify_read(options, containerd),
+                containerd_config_read(containerd),
+                CUDA_READ,
+                cdi_ops.state_read(),
+                devices.links_read(options.driver_root),
+                KERNELS_READ,
+                signing_read(options),
+            ],
+        )
     except UnreadableOutput as error:
         yield failing_command(str(error))
         return
     readout = with_containerd_config(readout, config)
-    readout = prepared({**readout, CONTAINERD.name: {**readout[CONTAINERD.name], "socket": containerd.socket},
-                        "node": node, "cuda": cuda, "cdi": cdi, "device_links": links, "kernels": kernels,
-                        "signing": signing})
+    readout = prepared(
+        {
+            **readout,
+            CONTAINERD.name: {**readout[CONTAINERD.name], "socket": containerd.socket},
+            "node": node,
+            "cuda": cuda,
+            "cdi": cdi,
+            "device_links": links,
+            "kernels": kernels,
+            "signing": signing,
+        }
+    )
     # The runtimes may name another binary than the one the settings wire: check it too (a second
     # read, only then), by the path the parsed configs give.
     unchecked = configured_binaries(readout) - readout["executables"].keys()
@@ -170,7 +218,9 @@ def check_node(options: VerifyOptions, report_path: str, driver_packages: tuple[
         if awaits_reboot(node, driver_packages):
             # Before that reboot no GPU step can pass: the run ends "reboot required" (exit 3,
             # deploy/reports/exit_status.py) rather than failed, and the run after the reboot verifies.
-            logger.warning(f"{host.print_prefix}verification failed: {names}: the NVIDIA driver awaits the node's "
-                           "reboot; verify again after it")
+            logger.warning(
+                f"{host.print_prefix}verification failed: {names}: the NVIDIA driver awaits the node's "
+                "reboot; verify again after it"
+            )
         else:
             yield failing_command(f"verification failed: {names}")

@@ -43,8 +43,9 @@ def render(templates: Iterable[str] | None, values: dict[str, Any]) -> tuple[str
     return tuple(dict.fromkeys(rendered))
 
 
-def render_repository(repository: Mapping[str, str] | None, values: dict[str, Any],
-                      settings: Settings) -> dict[str, Any] | None:
+def render_repository(
+    repository: Mapping[str, str] | None, values: dict[str, Any], settings: Settings
+) -> dict[str, Any] | None:
     """A family table's repository for this host: its key's URL (a setting's, else the table's) and the
     pin that key must match (settings.KeyPin); a key that cannot be checked before use is refused."""
     if not repository:
@@ -52,8 +53,12 @@ def render_repository(repository: Mapping[str, str] | None, values: dict[str, An
     baseurl = repository["baseurl"].format(**values)
     pin = key_pin(settings, repository["key"])
     key_url = pin.url or repository["gpgkey"].format(**values, baseurl=baseurl)
-    return {"name": repository["name"].format(**values), "baseurl": baseurl, "gpgkey": checked_key_url(key_url, pin),
-            "pin": pin}
+    return {
+        "name": repository["name"].format(**values),
+        "baseurl": baseurl,
+        "gpgkey": checked_key_url(key_url, pin),
+        "pin": pin,
+    }
 
 
 def checked_key_url(key_url: str, pin: KeyPin) -> str:
@@ -69,8 +74,10 @@ def checked_key_url(key_url: str, pin: KeyPin) -> str:
 
 def repository_urls(settings: Settings) -> dict[str, str]:
     """{cuda_repo_url} and {driver_repo_url} of the family table's repositories: NVIDIA's, or a mirror."""
-    return {"cuda_repo_url": settings.nvidia_cuda_repo_url.rstrip("/"),
-            "driver_repo_url": settings.nvidia_driver_repo_url.rstrip("/")}
+    return {
+        "cuda_repo_url": settings.nvidia_cuda_repo_url.rstrip("/"),
+        "driver_repo_url": settings.nvidia_driver_repo_url.rstrip("/"),
+    }
 
 
 def template_values(platform: Platform, data: DriverPackages, kernel: str, branch: str | None) -> dict[str, Any]:
@@ -86,15 +93,17 @@ def template_values(platform: Platform, data: DriverPackages, kernel: str, branc
         "minor": (platform.version_id.split(".") + ["0"])[1],
     }
     values["dist"] = (by_distro_id(data.repo_dist, platform.distro_id) or "").format(**values)
-    values["kernel_variant"] = kernel_variant(kernel, data.kernel_variant_pattern,
-                                              data.default_kernel_variant.format(**values))
+    values["kernel_variant"] = kernel_variant(
+        kernel, data.kernel_variant_pattern, data.default_kernel_variant.format(**values)
+    )
     if branch:
         values["branch"] = branch
     return values
 
 
-def package_names(data: DriverPackages, values: dict[str, Any], platform: Platform, branch: str | None,
-                  node: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, str] | None, list[str]]:
+def package_names(
+    data: DriverPackages, values: dict[str, Any], platform: Platform, branch: str | None, node: dict[str, Any]
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, str] | None, list[str]]:
     """(driver package names, module package names, dnf module stream, notes) of one kernel module
     type's record."""
     if data.module and platform.major in data.module_majors:
@@ -104,7 +113,8 @@ def package_names(data: DriverPackages, values: dict[str, Any], platform: Platfo
     use_branch = bool(branch)
     names = render(data.branch_packages if use_branch and data.branch_packages is not None else data.packages, values)
     dependencies = render(
-        data.branch_dependencies if use_branch and data.branch_dependencies is not None else data.dependencies, values)
+        data.branch_dependencies if use_branch and data.branch_dependencies is not None else data.dependencies, values
+    )
     notes = []
     if data.kernel_modules is not None:
         # Arch: a prebuilt module package per stock kernel, DKMS as soon as any other is installed.
@@ -114,20 +124,28 @@ def package_names(data: DriverPackages, values: dict[str, Any], platform: Platfo
             dependencies = tuple(modules[name] for name in kernels)
         else:
             dependencies = (data.dkms_package,) + tuple(
-                data.dkms_headers.format(pkgbase=node_word(name, "a kernel's pkgbase")) for name in (kernels or ["linux"]))
+                data.dkms_headers.format(pkgbase=node_word(name, "a kernel's pkgbase"))
+                for name in (kernels or ["linux"])
+            )
             if not kernels:
                 notes.append("no /usr/lib/modules/*/pkgbase found: assuming the linux kernel, with DKMS")
     return names, dependencies, None, notes
 
 
-def candidate_names(settings: Settings, platform: Platform, node: dict[str, Any], branch: str | None) -> dict[str, list[str]]:
+def candidate_names(
+    settings: Settings, platform: Platform, node: dict[str, Any], branch: str | None
+) -> dict[str, list[str]]:
     """Every package name either kernel module type's plan may name, for reading their state and
     versions ahead."""
     base = platform.family.driver
     values = template_values(platform, base, node.get("kernel") or "", branch)
     names: list[str] = []
     # the signed packages' too where the modules must be signed (deploy/planning/module_signing.py)
-    signed = platform.family.module_signing.packages if signing_wanted(settings.module_signing, node.get("secure_boot")) else {}
+    signed = (
+        platform.family.module_signing.packages
+        if signing_wanted(settings.module_signing, node.get("secure_boot"))
+        else {}
+    )
     for module_type in (PROPRIETARY, OPEN):
         data = base.for_module_type(module_type)
         records = [data] + ([replace(data, **signed[module_type])] if module_type in signed else [])

@@ -69,7 +69,9 @@ class DriverPlan:
     fabric_packages: tuple[str, ...] = ()
     fabric_service: str | None = None
     imex_packages: tuple[str, ...] = ()
-    fabric_repository: dict[str, Any] | None = None  # NVIDIA's CUDA repository: name, url, key_url, pin (apt: signed-by source)
+    fabric_repository: dict[str, Any] | None = (
+        None  # NVIDIA's CUDA repository: name, url, key_url, pin (apt: signed-by source)
+    )
     state_names: tuple[str, ...] = ()  # what the install operation reads (read ahead by preflight)
     # apt: versions to choose when the install runs (preflight's lists did not have them yet)
     resolve: dict[str, Any] | None = None
@@ -81,12 +83,12 @@ class DriverPlan:
 class Readings:
     """What the plan decides on beyond NodeSurvey, read ahead by preflight (deploy/tasks/driver.py)."""
 
-    installed: dict[str, Any] | None = None     # the family's installed-packages fact (branch detection)
-    recommended: list[str] | None = None   # the recommender's output (branch detection)
-    states: dict[str, Any] = field(default_factory=dict)       # DebPackageStates of every package the plan may name
-    offered: dict[str, Any] | None = None       # PackageVersions: {name: versions} from the lists (None: not read)
+    installed: dict[str, Any] | None = None  # the family's installed-packages fact (branch detection)
+    recommended: list[str] | None = None  # the recommender's output (branch detection)
+    states: dict[str, Any] = field(default_factory=dict)  # DebPackageStates of every package the plan may name
+    offered: dict[str, Any] | None = None  # PackageVersions: {name: versions} from the lists (None: not read)
     fabric_offered: dict[str, Any] | None = None  # RepositoryPackageVersions of the CUDA repository not added yet
-    gpu_lists: dict[str, Any] | None = None     # GpuSupportLists
+    gpu_lists: dict[str, Any] | None = None  # GpuSupportLists
     # dnf's and zypper's repositories they could not read, with the reason (WaitedPackageVersions)
     unreadable: tuple[str, ...] = ()
 
@@ -161,8 +163,7 @@ def plan_branch(settings: Settings, platform: Platform, manager: PackageManager,
             "driver branch; unset it" + (" or pin nvidia_driver_version" if manager.can_pin else "")
         )
     if base.branch == "required" and not branch and base.branch_detect:
-        branch = detect_branch(base.branch_detect,
-                               list(readings.installed or {}) + list(readings.recommended or []))
+        branch = detect_branch(base.branch_detect, list(readings.installed or {}) + list(readings.recommended or []))
         if not branch:
             raise DriverPlanError(
                 f"nvidia_driver_branch is required on {platform.distro_id}: none is installed and "
@@ -172,12 +173,17 @@ def plan_branch(settings: Settings, platform: Platform, manager: PackageManager,
     return branch
 
 
-def branch_number(settings: Settings, branch: str | None, names: Sequence[str], readings: Readings, node: dict[str, Any]) -> int | None:
+def branch_number(
+    settings: Settings, branch: str | None, names: Sequence[str], readings: Readings, node: dict[str, Any]
+) -> int | None:
     """The driver branch the kernel module type goes by: set, pinned, installed, else the lists' candidate."""
-    for version in (branch, settings.nvidia_driver_version,
-                    *(readings.states.get(name, {}).get("version") for name in names),
-                    node.get("built_version"),
-                    *((readings.offered or {}).get(name, [None])[0] for name in names)):
+    for version in (
+        branch,
+        settings.nvidia_driver_version,
+        *(readings.states.get(name, {}).get("version") for name in names),
+        node.get("built_version"),
+        *((readings.offered or {}).get(name, [None])[0] for name in names),
+    ):
         if version:
             head = upstream_version(str(version)).split(".")[0]
             if head.isdigit():
@@ -185,33 +191,49 @@ def branch_number(settings: Settings, branch: str | None, names: Sequence[str], 
     return None
 
 
-def kernel_module_type_for(settings: Settings, platform: Platform, node: dict[str, Any], branch: str | None,
-                           names: Sequence[str],
-                           readings: Readings) -> module_type.KernelModuleTypeDecision:
+def kernel_module_type_for(
+    settings: Settings,
+    platform: Platform,
+    node: dict[str, Any],
+    branch: str | None,
+    names: Sequence[str],
+    readings: Readings,
+) -> module_type.KernelModuleTypeDecision:
     """The kernel module type of this node (deploy/driver/module_type.py), refused with one line when none fits."""
     number = branch_number(settings, branch, names, readings, node)
     installed = node.get("built_version")
-    branch_list = module_type.branch_list_from(readings.gpu_lists or {}, branch,
-                                        upstream_version(installed).split(".")[0] if installed else None)
+    branch_list = module_type.branch_list_from(
+        readings.gpu_lists or {}, branch, upstream_version(installed).split(".")[0] if installed else None
+    )
     try:
-        decision = module_type.decide_kernel_module_type(settings.nvidia_kernel_modules, node.get("gpus") or [], number,
-                                                  branch_list)
+        decision = module_type.decide_kernel_module_type(
+            settings.nvidia_kernel_modules, node.get("gpus") or [], number, branch_list
+        )
     except module_type.KernelModuleTypeRefusal as refusal:
         raise DriverPlanError(str(refusal)) from None
     data = platform.family.driver
     if decision.kernel_module_type == module_type.OPEN and data.open_modules is None:
-        raise DriverPlanError(f"the open kernel modules are not packaged for {platform.distro_id} ({decision.why}): "
-                              "set nvidia_kernel_modules=proprietary where the GPUs allow it")
+        raise DriverPlanError(
+            f"the open kernel modules are not packaged for {platform.distro_id} ({decision.why}): "
+            "set nvidia_kernel_modules=proprietary where the GPUs allow it"
+        )
     if decision.kernel_module_type == module_type.OPEN and branch and not data.open_with_branch:
         raise DriverPlanError(
             f"{platform.distro_id} packages no open kernel modules for nvidia_driver_branch={branch!r} "
             f"({decision.why}): unset nvidia_driver_branch (the default driver has them) or set "
-            "nvidia_kernel_modules=proprietary")
+            "nvidia_kernel_modules=proprietary"
+        )
     return decision
 
 
-def module_packages(settings: Settings, platform: Platform, node: dict[str, Any], branch: str | None, values: dict[str, Any],
-                    readings: Readings) -> ModulePackages:
+def module_packages(
+    settings: Settings,
+    platform: Platform,
+    node: dict[str, Any],
+    branch: str | None,
+    values: dict[str, Any],
+    readings: Readings,
+) -> ModulePackages:
     """The kernel module type of this node and the packages of its record; the other type's are removed."""
     base = platform.family.driver
     proprietary_names = package_names(base, values, platform, branch, node)
@@ -220,16 +242,21 @@ def module_packages(settings: Settings, platform: Platform, node: dict[str, Any]
     signing = signing_plan(settings, platform, decision.kernel_module_type, node.get("secure_boot"))
     data = replace(unsigned, **signing.packages) if signing and signing.packages else unsigned
     names, dependencies, module, notes = package_names(data, values, platform, branch, node)
-    other = base.for_module_type(module_type.PROPRIETARY if decision.kernel_module_type == module_type.OPEN else module_type.OPEN)
+    other = base.for_module_type(
+        module_type.PROPRIETARY if decision.kernel_module_type == module_type.OPEN else module_type.OPEN
+    )
     # All of the other type's packages this one does not name: Ubuntu's -open headless package
     # depends on its module package, so a held one left behind would block the module's removal.
     # The same for the unsigned packages the signed ones replace (Ubuntu's DKMS, Arch's prebuilt).
     replaced = [other] + ([unsigned] if data is not unsigned else [])
-    left = {name for record in replaced for part in package_names(record, values, platform, branch, node)[:2]
-            for name in part}
+    left = {
+        name
+        for record in replaced
+        for part in package_names(record, values, platform, branch, node)[:2]
+        for name in part
+    }
     remove = tuple(sorted(left - set(names) - set(dependencies)))
-    return ModulePackages(decision, data, names, dependencies, module, notes + list(decision.warnings), remove,
-                          signing)
+    return ModulePackages(decision, data, names, dependencies, module, notes + list(decision.warnings), remove, signing)
 
 
 def offered_together(readings: Readings) -> dict[str, Any]:
@@ -237,9 +264,16 @@ def offered_together(readings: Readings) -> dict[str, Any]:
     return {**(readings.offered or {}), **(readings.fabric_offered or {})}
 
 
-def driver_versions(settings: Settings, manager: PackageManager, chosen: ModulePackages, branch: str | None,
-                    values: dict[str, Any], readings: Readings, node: dict[str, Any],
-                    companions: tuple[DriverCompanion, ...]) -> tuple[dict[str, str | None], list[str]]:
+def driver_versions(
+    settings: Settings,
+    manager: PackageManager,
+    chosen: ModulePackages,
+    branch: str | None,
+    values: dict[str, Any],
+    readings: Readings,
+    node: dict[str, Any],
+    companions: tuple[DriverCompanion, ...],
+) -> tuple[dict[str, str | None], list[str]]:
     """One version for every pinned package ({name: version or None}, dependencies unpinned), and
     the companions' names where their versions chose the driver's with them (apt lists known)."""
     version = settings.nvidia_driver_version
@@ -254,20 +288,29 @@ def driver_versions(settings: Settings, manager: PackageManager, chosen: ModuleP
     packages: dict[str, str | None] = {}
     try:
         if together:
-            picked = choose(pinned + together, offered_all, readings.states, None,
-                            f"{chosen.what} and {companions_what(companions)}")
+            picked = choose(
+                pinned + together,
+                offered_all,
+                readings.states,
+                None,
+                f"{chosen.what} and {companions_what(companions)}",
+            )
             packages.update({name: picked[name] for name in pinned})
         else:
-            packages.update(choose(pinned, readings.offered, readings.states, version, chosen.what) if manager.can_pin
-                            else {name: None for name in pinned})
+            packages.update(
+                choose(pinned, readings.offered, readings.states, version, chosen.what)
+                if manager.can_pin
+                else {name: None for name in pinned}
+            )
     except VersionRefusal as refusal:
         raise DriverPlanError(str(refusal)) from None
     packages.update({name: None for name in chosen.dependencies if name not in packages})
     return packages, together
 
 
-def driver_version_known(settings: Settings, manager: PackageManager, pinned: list[str], packages: dict[str, Any],
-                         readings: Readings) -> tuple[str | None, bool]:
+def driver_version_known(
+    settings: Settings, manager: PackageManager, pinned: list[str], packages: dict[str, Any], readings: Readings
+) -> tuple[str | None, bool]:
     """The driver's version the companions are pinned at (chosen, installed, else the lists' newest),
     and whether the install operation chooses it instead (apt lists the run has yet to enable or
     refresh: ``defer``)."""
@@ -275,27 +318,46 @@ def driver_version_known(settings: Settings, manager: PackageManager, pinned: li
     version = version or next((readings.states[name]["version"] for name in pinned if name in readings.states), None)
     if version is None and readings.offered and all(readings.offered.get(name) for name in pinned):
         version = readings.offered[pinned[0]][0]
-    defer = version is None and manager.resolves_at_install and not settings.nvidia_driver_version \
+    defer = (
+        version is None
+        and manager.resolves_at_install
+        and not settings.nvidia_driver_version
         and not any((readings.offered or {}).get(name) for name in pinned)
+    )
     return version, defer
 
 
-def resolve_at_install(settings: Settings, manager: PackageManager, chosen: ModulePackages, packages: dict[str, Any],
-                       together: list[str], companions: CompanionPlan, records: tuple[DriverCompanion, ...],
-                       values: dict[str, Any], readings: Readings) -> dict[str, Any] | None:
+def resolve_at_install(
+    settings: Settings,
+    manager: PackageManager,
+    chosen: ModulePackages,
+    packages: dict[str, Any],
+    together: list[str],
+    companions: CompanionPlan,
+    records: tuple[DriverCompanion, ...],
+    values: dict[str, Any],
+    readings: Readings,
+) -> dict[str, Any] | None:
     """apt: what the install operation chooses after its refresh, where preflight's lists did not
     name every pinned package's versions (None: all chosen now)."""
     pinned = chosen.pinned
     unknown = [name for name in pinned + list(together or ()) if not offered_together(readings).get(name)]
-    if not manager.resolves_at_install or settings.nvidia_driver_version or not unknown \
-            or all(packages.get(name) for name in pinned):
+    if (
+        not manager.resolves_at_install
+        or settings.nvidia_driver_version
+        or not unknown
+        or all(packages.get(name) for name in pinned)
+    ):
         return None
     companion_pins = [name for name in companions.packages if name in packages and packages[name]]
     named = companions_what(records) if companion_pins or companions.deferred else ""
-    return {"names": [*pinned, *companion_pins],
-            "what": chosen.what + (f" and {named}" if named else ""),
-            "pin_sources": list(render(chosen.data.pin_sources, values)), "pin_path": APT_PIN_PATH,
-            "fabric": companions.deferred}
+    return {
+        "names": [*pinned, *companion_pins],
+        "what": chosen.what + (f" and {named}" if named else ""),
+        "pin_sources": list(render(chosen.data.pin_sources, values)),
+        "pin_path": APT_PIN_PATH,
+        "fabric": companions.deferred,
+    }
 
 
 def driver_plan(
@@ -319,12 +381,23 @@ def driver_plan(
     companions = CompanionPlan()
     if records:
         driver_version, defer = driver_version_known(settings, manager, chosen.pinned, packages, readings)
-        companions = companion_packages(settings, platform, manager, chosen.pinned, (driver_version, defer), packages,
-                                        values, offered_together(readings),
-                                        unread_note(manager.name, readings.unreadable), fabric, records)
+        companions = companion_packages(
+            settings,
+            platform,
+            manager,
+            chosen.pinned,
+            (driver_version, defer),
+            packages,
+            values,
+            offered_together(readings),
+            unread_note(manager.name, readings.unreadable),
+            fabric,
+            records,
+        )
     # the families whose driver's source packages apt pins name them (DriverPackages.pin_sources)
-    apt_pin = apt_pin_text(render(data.pin_sources, values),
-                           {name: packages[name] for name in chosen.pinned if name in packages})
+    apt_pin = apt_pin_text(
+        render(data.pin_sources, values), {name: packages[name] for name in chosen.pinned if name in packages}
+    )
     persistenced_package = None
     if settings.nvidia_persistenced and data.persistenced_package:
         persistenced_package = (render([data.persistenced_package], values) or (None,))[0]
@@ -341,7 +414,8 @@ def driver_plan(
         module=chosen.module,
         cuda_packages=data.cuda_packages if settings.cuda_toolkit_install else (),
         cuda_repository=render_repository(data.cuda_repository, {**values, **urls}, settings)
-        if settings.cuda_toolkit_install else None,
+        if settings.cuda_toolkit_install
+        else None,
         cuda_home=data.cuda_home,
         notes=chosen.notes,
         kernel_module_type=chosen.decision.kernel_module_type,
@@ -355,8 +429,9 @@ def driver_plan(
         fabric_service=data.fabric_manager.service if data.fabric_manager in records else None,
         imex_packages=companions.imex_packages,
         fabric_repository=companions.repository,
-        resolve=resolve_at_install(settings, manager, chosen, packages, together, companions, records, values,
-                                   readings),
+        resolve=resolve_at_install(
+            settings, manager, chosen, packages, together, companions, records, values, readings
+        ),
         unreadable=readings.unreadable,
         signing=chosen.signing,
     )
@@ -367,8 +442,10 @@ def planned_branch(plan: DriverPlan, node: dict[str, Any]) -> tuple[int | None, 
     its end of life): the plan's branch, the version it installs, else the node's built module."""
     if plan.branch:
         return int(plan.branch), f"the driver this run installs (nvidia_driver_branch {plan.branch})"
-    for version, what in [*((version, "the driver this run installs") for version in plan.packages.values()),
-                          (node.get("built_version"), "the node's installed driver")]:
+    for version, what in [
+        *((version, "the driver this run installs") for version in plan.packages.values()),
+        (node.get("built_version"), "the node's installed driver"),
+    ]:
         head = upstream_version(str(version)).split(".")[0] if version else ""
         if head.isdigit():
             return int(head), f"{what} ({upstream_version(str(version))})"
@@ -376,7 +453,7 @@ def planned_branch(plan: DriverPlan, node: dict[str, Any]) -> tuple[int | None, 
 
 
 def unread_note(manager: str, unreadable: tuple[str, ...]) -> str:
-    """", which {manager} could not read all of: ..." when it could not (Readings.unreadable)."""
+    """ ", which {manager} could not read all of: ..." when it could not (Readings.unreadable)."""
     return f", which {manager} could not read all of: {'; '.join(unreadable)}" if unreadable else ""
 
 
@@ -390,5 +467,8 @@ def cuda_profile_text(cuda_home: str) -> str:
 
 def cuda_apt_source_text(repository: dict[str, Any]) -> str:
     # The key URL and its pin are part of the file so that changing either checks the key again.
-    return (HEADER + f"# signing key: {repository['key_url']} ({', '.join(repository['pin'].fingerprints)})\n"
-            + f"deb [signed-by={CUDA_APT_KEYRING}] {repository['url']}/ /\n")
+    return (
+        HEADER
+        + f"# signing key: {repository['key_url']} ({', '.join(repository['pin'].fingerprints)})\n"
+        + f"deb [signed-by={CUDA_APT_KEYRING}] {repository['url']}/ /\n"
+    )

@@ -23,12 +23,12 @@ HEADER = "# Managed by gpu-node (deploy/tasks/module_signing.py): DKMS signs eac
 
 @dataclass(frozen=True)
 class SigningPlan:
-    why: str                  # "Secure Boot is on" or "module_signing=true"
-    signer: str               # "dkms", or the vendor whose key signs the family's module packages
+    why: str  # "Secure Boot is on" or "module_signing=true"
+    signer: str  # "dkms", or the vendor whose key signs the family's module packages
     secure_boot: bool | None  # NodeSurvey's: the key's enrollment is staged where it is on
-    key: str | None = None    # DKMS: the private key on the node
-    cert: str | None = None   # DKMS: its certificate (DER), the MOK to enroll
-    generated: bool = False   # DKMS: gpu-node generates the key where it is missing
+    key: str | None = None  # DKMS: the private key on the node
+    cert: str | None = None  # DKMS: its certificate (DER), the MOK to enroll
+    generated: bool = False  # DKMS: gpu-node generates the key where it is missing
     dkms_config: str | None = None
     key_tools: tuple[str, ...] = ()
     enroll_tools: tuple[str, ...] = ()
@@ -51,8 +51,9 @@ class SigningPlan:
         return self.key, self.cert, self.dkms_config
 
 
-def signing_plan(settings: Settings, platform: Platform, kernel_module_type: str,
-                 secure_boot: bool | None) -> SigningPlan | None:
+def signing_plan(
+    settings: Settings, platform: Platform, kernel_module_type: str, secure_boot: bool | None
+) -> SigningPlan | None:
     """How this node's ``kernel_module_type`` modules get signed (None: they need not be); a
     DriverPlanError where they must be and cannot, or where Secure Boot would refuse unsigned ones."""
     why = signing_wanted(settings.module_signing, secure_boot)
@@ -61,7 +62,8 @@ def signing_plan(settings: Settings, platform: Platform, kernel_module_type: str
             raise DriverPlanError(
                 "Secure Boot is on and module_signing=false: the kernel would not load the unsigned NVIDIA modules; "
                 "set module_signing=auto (a key generated on the node, or the family's signed packages), or "
-                "allow_unsigned_modules=true to install them unsigned anyway")
+                "allow_unsigned_modules=true to install them unsigned anyway"
+            )
         return None
     signing = platform.family.module_signing
     signer = signing.signers.get(kernel_module_type)
@@ -71,18 +73,28 @@ def signing_plan(settings: Settings, platform: Platform, kernel_module_type: str
         raise DriverPlanError(
             f"{why}, and gpu-node cannot sign the {kernel_module_type} NVIDIA kernel modules on {platform.distro_id}: "
             + (f"set {' or '.join(others)}, or " if others else "set ")
-            + "module_signing=false with allow_unsigned_modules=true to install them unsigned")
+            + "module_signing=false with allow_unsigned_modules=true to install them unsigned"
+        )
     if signer != DKMS_SIGNER and not site_key:
         return SigningPlan(why, signer, secure_boot, packages=signing.packages.get(kernel_module_type))
     if signer != DKMS_SIGNER and not signing.dkms_with_site_key:
         raise DriverPlanError(
             f"module_signing_key is set, but the {kernel_module_type} NVIDIA kernel modules on {platform.distro_id} "
-            f"come built and signed by {signer} (no DKMS to sign them with that key): unset module_signing_key")
+            f"come built and signed by {signer} (no DKMS to sign them with that key): unset module_signing_key"
+        )
     key, cert = key_paths(settings.module_signing_key, settings.module_signing_cert)
-    return SigningPlan(why, DKMS_SIGNER, secure_boot, key=key, cert=cert, generated=not site_key,
-                       dkms_config=signing.dkms_config, key_tools=signing.key_tools,
-                       enroll_tools=signing.enroll_tools,
-                       packages=signing.packages.get(kernel_module_type) if signer == DKMS_SIGNER else None)
+    return SigningPlan(
+        why,
+        DKMS_SIGNER,
+        secure_boot,
+        key=key,
+        cert=cert,
+        generated=not site_key,
+        dkms_config=signing.dkms_config,
+        key_tools=signing.key_tools,
+        enroll_tools=signing.enroll_tools,
+        packages=signing.packages.get(kernel_module_type) if signer == DKMS_SIGNER else None,
+    )
 
 
 def dkms_config_text(plan: SigningPlan) -> str:
@@ -100,19 +112,25 @@ def key_refusal(plan: SigningPlan, state: Mapping[str, Any]) -> str | None:
             return f"the module signing {what} {path} is a symbolic link: gpu-node signs only with a regular file"
     if plan.generated and (key is None) != (cert is None):
         present, missing = (plan.key, plan.cert) if key is not None else (plan.cert, plan.key)
-        return (f"{present} exists without {missing}: remove it for gpu-node to generate a new module signing key "
-                "(and enroll that one)")
+        return (
+            f"{present} exists without {missing}: remove it for gpu-node to generate a new module signing key "
+            "(and enroll that one)"
+        )
     if not plan.generated and (key is None or cert is None):
         missing = plan.key if key is None else plan.cert
         setting = "module_signing_key" if key is None else "module_signing_cert"
         return f"{setting}: {missing} is not on the node"
     if key is not None and (key["owner"] != "root:root" or int(key["mode"], 8) & 0o077):
-        return (f"the module signing key {plan.key} is {key['owner']} mode {key['mode']}: it must be root's and "
-                "readable by no one else (chown root:root, chmod 600); a key others could read may be known, so "
-                "replace it if anyone could have")
+        return (
+            f"the module signing key {plan.key} is {key['owner']} mode {key['mode']}: it must be root's and "
+            "readable by no one else (chown root:root, chmod 600); a key others could read may be known, so "
+            "replace it if anyone could have"
+        )
     if state["cert_format"] == "pem":
-        return (f"the module signing certificate {plan.cert} is PEM: mokutil --import takes DER "
-                f"(openssl x509 -in {plan.cert} -outform DER -out CERT.der, and set module_signing_cert to it)")
+        return (
+            f"the module signing certificate {plan.cert} is PEM: mokutil --import takes DER "
+            f"(openssl x509 -in {plan.cert} -outform DER -out CERT.der, and set module_signing_cert to it)"
+        )
     if state["cert_format"] == "invalid":
         return f"the module signing certificate {plan.cert} is not an X.509 certificate openssl can read"
     return None
@@ -127,6 +145,8 @@ def kernels_to_sign(plan: SigningPlan, state: Mapping[str, Any]) -> list[str]:
 
 def enrollment_steps(cert: str) -> str:
     """What the operator does to enroll the key once, without gpu-node staging it."""
-    return (f"enroll the module signing key once: mokutil --import {cert} (it asks for a one-time password), "
-            "reboot, and at the MOK manager's blue screen choose Enroll MOK, Continue, Yes and type that password; "
-            "or set module_signing_mok_password for gpu-node to stage it")
+    return (
+        f"enroll the module signing key once: mokutil --import {cert} (it asks for a one-time password), "
+        "reboot, and at the MOK manager's blue screen choose Enroll MOK, Continue, Yes and type that password; "
+        "or set module_signing_mok_password for gpu-node to stage it"
+    )

@@ -57,8 +57,10 @@ def member_address(host: str, imex_address: str | None, ssh_host: str) -> str:
         return imex_address
     address = ip_address(ssh_host)
     if address is None:
-        raise DomainRefusal(f"host {host} is in an IMEX domain without imex_address, and its SSH host {ssh_host!r} is "
-                            "not an IP address: set imex_address to the address its peers reach it at")
+        raise DomainRefusal(
+            f"host {host} is in an IMEX domain without imex_address, and its SSH host {ssh_host!r} is "
+            "not an IP address: set imex_address to the address its peers reach it at"
+        )
     return address
 
 
@@ -66,13 +68,18 @@ def domain_members(domain: str, hosts: Iterable[tuple[str, str | None, str | Non
     """The members of ``domain`` from every inventory host's (name, imex_domain, imex_address, SSH
     host), in the order every member lists them (by address: the same file on each, as IMEX needs);
     two members at one address are refused."""
-    members = [Member(name, member_address(name, address, ssh_host))
-               for name, host_domain, address, ssh_host in hosts if host_domain == domain]
+    members = [
+        Member(name, member_address(name, address, ssh_host))
+        for name, host_domain, address, ssh_host in hosts
+        if host_domain == domain
+    ]
     seen: dict[str, str] = {}
     for member in members:
         if member.address in seen:
-            raise DomainRefusal(f"hosts {seen[member.address]} and {member.host} of IMEX domain {domain!r} have one "
-                                f"address, {member.address}: set each one's imex_address")
+            raise DomainRefusal(
+                f"hosts {seen[member.address]} and {member.host} of IMEX domain {domain!r} have one "
+                f"address, {member.address}: set each one's imex_address"
+            )
         seen[member.address] = member.host
     return tuple(sorted(members, key=lambda member: ipaddress.ip_address(member.address)))
 

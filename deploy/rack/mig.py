@@ -46,8 +46,10 @@ SYSTEMCTL = "/bin/systemctl"  # hooks run with only their own environment: no PA
 PROFILE = re.compile(r"([1-9][0-9]?c\.)?[1-9][0-9]?g\.[1-9][0-9]*gb(\+[a-z]+(\.[a-z]+)*(,[a-z]+(\.[a-z]+)*)*)?")
 LAYOUT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 MAX_COUNT = 8  # no GPU has more MIG slices
-ALLOWED = ('a layout: {"name": NAME, "gpus": {"all" or "0,1": {PROFILE: COUNT} or "disabled"}}, e.g. '
-           '{"name": "inference", "gpus": {"all": {"1g.10gb": 7}}} (JSON on the command line)')
+ALLOWED = (
+    'a layout: {"name": NAME, "gpus": {"all" or "0,1": {PROFILE: COUNT} or "disabled"}}, e.g. '
+    '{"name": "inference", "gpus": {"all": {"1g.10gb": 7}}} (JSON on the command line)'
+)
 
 
 @dataclass(frozen=True)
@@ -114,8 +116,10 @@ def config_text(layout: MigLayout) -> str:
     """mig-parted's config file (v1) holding ``layout`` as its one named config."""
     entries = []
     for gpu in layout.gpus:
-        entry: dict[str, Any] = {"devices": gpu.devices if gpu.devices == "all" else list(gpu.devices),
-                                 "mig-enabled": bool(gpu.profiles)}
+        entry: dict[str, Any] = {
+            "devices": gpu.devices if gpu.devices == "all" else list(gpu.devices),
+            "mig-enabled": bool(gpu.profiles),
+        }
         if gpu.profiles:
             entry["mig-devices"] = dict(gpu.profiles)
         entries.append(entry)
@@ -126,6 +130,7 @@ def config_text(layout: MigLayout) -> str:
 def hooks_text(enabled_units: Mapping[str, Any]) -> str:
     """mig-parted's hooks file (v1): the node's enabled GPU clients stopped before a MIG mode or device
     change and started again at the end (``enabled_units``: systemctl is-enabled by unit)."""
+
     def enabled(units: Iterable[str]) -> list[str]:
         return [unit for unit in units if enabled_units.get(unit) in ("enabled", "enabled-runtime", "static")]
 
@@ -138,7 +143,8 @@ def hooks_text(enabled_units: Mapping[str, Any]) -> str:
         hooks["pre-apply-config"] = [_systemctl("stop", clients)]
     spec = {"version": "v1", "hooks": hooks}
     return "# Managed by gpu-node (mig_layout): the GPU's clients around a MIG change\n" + yaml.safe_dump(
-        spec, sort_keys=False)
+        spec, sort_keys=False
+    )
 
 
 def _systemctl(verb: str, units: list[str]) -> dict[str, Any]:
@@ -147,10 +153,15 @@ def _systemctl(verb: str, units: list[str]) -> dict[str, Any]:
 
 def drop_in_text(layout: MigLayout) -> str:
     """The unit's drop-in: gpu-node's config and hooks, and the layout selected."""
-    values = {"MIG_PARTED_CONFIG_FILE": CONFIG_PATH, "MIG_PARTED_HOOKS_FILE": HOOKS_PATH,
-              "MIG_PARTED_SELECTED_CONFIG": layout.name}
-    return ("# Managed by gpu-node (mig_layout): the layout nvidia-mig-manager.service applies at every boot\n"
-            "[Service]\n" + "".join(f'Environment="{key}={value}"\n' for key, value in values.items()))
+    values = {
+        "MIG_PARTED_CONFIG_FILE": CONFIG_PATH,
+        "MIG_PARTED_HOOKS_FILE": HOOKS_PATH,
+        "MIG_PARTED_SELECTED_CONFIG": layout.name,
+    }
+    return (
+        "# Managed by gpu-node (mig_layout): the layout nvidia-mig-manager.service applies at every boot\n"
+        "[Service]\n" + "".join(f'Environment="{key}={value}"\n' for key, value in values.items())
+    )
 
 
 @dataclass(frozen=True)
@@ -164,8 +175,10 @@ class LayoutChange:
 
 # The one line a change refused because a process holds the GPU says, around who holds it (the run's
 # plan and deploy/shell/mig_apply.sh's own check at the change)
-BUSY = ("drain required: MIG layout {layout} changes the GPUs' partitions and ",
-        ": drain the node (drain_before_restart=true) or stop it, and rerun")
+BUSY = (
+    "drain required: MIG layout {layout} changes the GPUs' partitions and ",
+    ": drain the node (drain_before_restart=true) or stop it, and rerun",
+)
 UNKNOWN = "fuser (psmisc) is not installed, so who holds /dev/nvidia* is unknown"
 
 
@@ -173,8 +186,9 @@ def busy_line(layout: MigLayout, holders_text: str) -> str:
     return BUSY[0].format(layout=layout.name) + holders_text + BUSY[1]
 
 
-def layout_change(layout: MigLayout, module_loaded: bool, fuser: bool, holders: list[Holder],
-                  drain: bool) -> LayoutChange:
+def layout_change(
+    layout: MigLayout, module_loaded: bool, fuser: bool, holders: list[Holder], drain: bool
+) -> LayoutChange:
     """A changed layout applied now (the unit restarted: its hooks stop and start the clients) where
     nothing but the driver's own services holds the GPU, or after ``drain``; "drain required" else."""
     if not module_loaded:

@@ -58,14 +58,18 @@ def pairing_line(ofed: str | None, driver_branch: int | None) -> str | None:
     """One line naming an OFED / driver pairing outside NVIDIA's published support; None when it is
     inside it, or the OFED is the kernel's inbox stack (``ofed`` None: no ofed_info)."""
     if driver_branch is not None and driver_branch < FIRST_PEERMEM_BRANCH:
-        return (f"driver branch {driver_branch} has no nvidia-peermem (it ships from R{FIRST_PEERMEM_BRANCH}): "
-                "GPUDirect RDMA needs a newer driver")
+        return (
+            f"driver branch {driver_branch} has no nvidia-peermem (it ships from R{FIRST_PEERMEM_BRANCH}): "
+            "GPUDirect RDMA needs a newer driver"
+        )
     if ofed is None:
         return None
     key, first = _ofed_key(ofed), _ofed_key(FIRST_SUPPORTED_OFED)
     if key is not None and first is not None and key < first:
-        return (f"OFED {ofed} is older than {FIRST_SUPPORTED_OFED}, the first NVIDIA supports nvidia-peermem "
-                "with (its peer-direct fix): install DOCA-OFED")
+        return (
+            f"OFED {ofed} is older than {FIRST_SUPPORTED_OFED}, the first NVIDIA supports nvidia-peermem "
+            "with (its peer-direct fix): install DOCA-OFED"
+        )
     return None
 
 

@@ -101,8 +101,9 @@ def _columns(table: Sequence[tuple[str, ...]]) -> list[str]:
     ``node_text.printable``: a host name or a line a node gave never reaches the terminal raw."""
     table = [tuple(map(node_text.printable, line)) for line in table]
     widths = [max(len(line[index]) for line in table) for index in range(len(table[0]) - 1)]
-    return ["    " + "  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[-1]
-            for line in table]
+    return [
+        "    " + "  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[-1] for line in table
+    ]
 
 
 DRIVER_COLUMNS = ("node", "module", "persistence", "fabric manager", "CUDA", "CDI")
@@ -115,8 +116,14 @@ def driver_table(rows: list[FleetRow]) -> list[str]:
     if not verified:
         return []
     table = [DRIVER_COLUMNS] + [
-        (row.host, row.kernel_module_type or "-", row.persistence or "-", row.fabric_manager or "-", row.cuda or "-",
-         row.cdi or "-")
+        (
+            row.host,
+            row.kernel_module_type or "-",
+            row.persistence or "-",
+            row.fabric_manager or "-",
+            row.cuda or "-",
+            row.cdi or "-",
+        )
         for row in verified
     ]
     return ["--> Driver (verify):", *_columns(table)]
@@ -124,8 +131,10 @@ def driver_table(rows: list[FleetRow]) -> list[str]:
 
 def fleet_table(rows: list[FleetRow]) -> str:
     counts = {status: sum(row.status == status for row in rows) for status in (CONVERGED, CHANGED, FAILED)}
-    header = (f"--> Fleet report: {len(rows)} node{'s' if len(rows) != 1 else ''}: {counts[CONVERGED]} converged, "
-              f"{counts[CHANGED]} changed, {counts[FAILED]} failed")
+    header = (
+        f"--> Fleet report: {len(rows)} node{'s' if len(rows) != 1 else ''}: {counts[CONVERGED]} converged, "
+        f"{counts[CHANGED]} changed, {counts[FAILED]} failed"
+    )
     awaiting = sum(row.awaits_reboot for row in rows)
     if awaiting:
         header += f", {awaiting} awaiting a reboot (exit {exit_status.REBOOT_REQUIRED})"
@@ -234,21 +243,27 @@ def _flag_cell(css_class: str, value: bool | None) -> str:
 
 def _steps_cell(row: FleetRow) -> str:
     """Each failed operation with its line, then the operations that changed, folded."""
-    parts = [f'<div class="step"><span class="operation">{_page_text(operation)}</span>'
-             f'<span class="line">{_page_text(line or "(no line kept: see the run output)")}</span></div>'
-             for operation, line in row.failures()]
+    parts = [
+        f'<div class="step"><span class="operation">{_page_text(operation)}</span>'
+        f'<span class="line">{_page_text(line or "(no line kept: see the run output)")}</span></div>'
+        for operation, line in row.failures()
+    ]
     if row.status == FAILED and not row.failed_operations:
         parts.append('<span class="none">failed before its first operation (see the run output)</span>')
     if row.changed_operations:
         items = "".join(f"<li>{_page_text(operation)}</li>" for operation in row.changed_operations)
-        parts.append(f"<details><summary>{_plural(len(row.changed_operations), 'operation')} changed</summary>"
-                     f"<ul>{items}</ul></details>")
+        parts.append(
+            f"<details><summary>{_plural(len(row.changed_operations), 'operation')} changed</summary>"
+            f"<ul>{items}</ul></details>"
+        )
     return _td("failures", "".join(parts))
 
 
 def _table(table_id: str, columns: tuple[str, ...], body: list[str]) -> str:
     head = "".join(f"<th>{_page_text(column)}</th>" for column in columns)
-    return f'<table id="{table_id}">\n<thead><tr>{head}</tr></thead>\n<tbody>\n' + "\n".join(body) + "\n</tbody>\n</table>"
+    return (
+        f'<table id="{table_id}">\n<thead><tr>{head}</tr></thead>\n<tbody>\n' + "\n".join(body) + "\n</tbody>\n</table>"
+    )
 
 
 def fleet_html(rows: list[FleetRow]) -> str:
@@ -260,9 +275,14 @@ def fleet_html(rows: list[FleetRow]) -> str:
     badges = " ".join(f'<span class="count {status}">{counts[status]} {status}</span>' for status in STATUS_ORDER)
     fleet = [
         f'<tr class="{_page_text(row.status)}" data-host="{_page_text(row.host)}">'
-        + _td("host", _page_text(row.host)) + _td("result", _page_text(row.status)) + _steps_cell(row)
-        + _flag_cell("reboot", row.reboot_required) + _flag_cell("no-gpu", row.no_gpu)
-        + _td("runtime", _page_text(row.runtime or "-")) + _td("verify", _page_text(row.verify_text())) + "</tr>"
+        + _td("host", _page_text(row.host))
+        + _td("result", _page_text(row.status))
+        + _steps_cell(row)
+        + _flag_cell("reboot", row.reboot_required)
+        + _flag_cell("no-gpu", row.no_gpu)
+        + _td("runtime", _page_text(row.runtime or "-"))
+        + _td("verify", _page_text(row.verify_text()))
+        + "</tr>"
         for row in ordered
     ]
     parts = [
@@ -282,10 +302,16 @@ def fleet_html(rows: list[FleetRow]) -> str:
     ]
     verified = [row for row in ordered if row.verify is not None]
     if verified:
-        driver = [f'<tr data-host="{_page_text(row.host)}">' + _td("host", _page_text(row.host)) + "".join(
-                      f"<td>{_page_text(value or '-')}</td>" for value in
-                      (row.kernel_module_type, row.persistence, row.fabric_manager, row.cuda, row.cdi)) + "</tr>"
-                  for row in verified]
+        driver = [
+            f'<tr data-host="{_page_text(row.host)}">'
+            + _td("host", _page_text(row.host))
+            + "".join(
+                f"<td>{_page_text(value or '-')}</td>"
+                for value in (row.kernel_module_type, row.persistence, row.fabric_manager, row.cuda, row.cdi)
+            )
+            + "</tr>"
+            for row in verified
+        ]
         parts += ["<h2>Driver (verify)</h2>", _table("driver", DRIVER_COLUMNS, driver)]
     parts += health_page(ordered, _table)
     return "\n".join([*parts, "</body>", "</html>", ""])
@@ -349,12 +375,19 @@ def fleet_rows(state: State) -> list[FleetRow]:
         if record is not None:
             verify = {status_: sum(step.status == status_ for step in record.steps) for status_ in (PASS, FAIL, SKIP)}
             verify["failed_steps"] = [step.name for step in record.failed]
-        rows.append(FleetRow(
-            host=host.name, status=status, changed_operations=changed, failed_operations=failed, failure_lines=lines,
-            no_gpu=note.no_gpu if note else None,
-            reboot_required=note.reboot_required if note and not reboot_unknown else None,
-            verify=verify, **(record.summary() if record is not None else {}),
-        ))
+        rows.append(
+            FleetRow(
+                host=host.name,
+                status=status,
+                changed_operations=changed,
+                failed_operations=failed,
+                failure_lines=lines,
+                no_gpu=note.no_gpu if note else None,
+                reboot_required=note.reboot_required if note and not reboot_unknown else None,
+                verify=verify,
+                **(record.summary() if record is not None else {}),
+            )
+        )
     return rows
 
 
@@ -362,15 +395,22 @@ def unexecuted_rows(state: State) -> list[FleetRow]:
     """A row per host of a run that executed nothing: would be refused (the lines its deploy found
     while planning), or not run."""
     refusals = per_run(state, PlannedRefusals)
-    return [FleetRow(host=host.name, status=WOULD_BE_REFUSED if host.name in refusals else NOT_RUN,
-                     failure_lines=list(refusals.get(host.name, ())))
-            for host in sorted(state.activated_hosts, key=lambda host: host.name)]
+    return [
+        FleetRow(
+            host=host.name,
+            status=WOULD_BE_REFUSED if host.name in refusals else NOT_RUN,
+            failure_lines=list(refusals.get(host.name, ())),
+        )
+        for host in sorted(state.activated_hosts, key=lambda host: host.name)
+    ]
 
 
 def unexecuted_table(rows: list[FleetRow]) -> str:
     refused = [row for row in rows if row.status == WOULD_BE_REFUSED]
-    lines = [f"--> Fleet report, nothing executed (--dry, or the prompt declined): {_plural(len(rows), 'node')}: "
-             f"{len(refused)} {WOULD_BE_REFUSED}, {len(rows) - len(refused)} {NOT_RUN}"]
+    lines = [
+        f"--> Fleet report, nothing executed (--dry, or the prompt declined): {_plural(len(rows), 'node')}: "
+        f"{len(refused)} {WOULD_BE_REFUSED}, {len(rows) - len(refused)} {NOT_RUN}"
+    ]
     lines += [f"    {row.host} {WOULD_BE_REFUSED}: {line}" for row in refused for line in row.failure_lines]
     return "\n".join(lines)
 
@@ -400,8 +440,10 @@ class FleetReport(BaseStateCallback):
         written = write_json(self.path, rows)
         page = write_html(html_path(self.path), rows)
         out = stream or sys.stderr  # stdout stays pure JSON with --json
-        out.write("\n" + fleet_table(rows) + f"\n--> Fleet report written to {written.resolve()}"
-                  f"\n--> Fleet report page: {page.resolve()}\n")
+        out.write(
+            "\n" + fleet_table(rows) + f"\n--> Fleet report written to {written.resolve()}"
+            f"\n--> Fleet report page: {page.resolve()}\n"
+        )
         out.flush()
         return rows
 
@@ -417,6 +459,7 @@ class FleetReport(BaseStateCallback):
 def fleet_report_for(state: State, path: str) -> FleetReport:
     """The run's fleet report (deploy/foundations/run_state.py), hooked into the State's callbacks on the
     first call, written to the first caller's ``path``."""
+
     def hook(report: FleetReport) -> None:
         report.path = path
         state.add_callback_handler(report)

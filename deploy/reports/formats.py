@@ -70,8 +70,11 @@ class NodeReportFormat(BaseModel):
     """A gpu-node node report: written by verify (verify_report_path), a pull run
     (/var/lib/gpu-node/report.json) and the first-boot unit (/var/lib/gpu-node/boot-report.json)."""
 
-    model_config = ConfigDict(**REPORT_FORMAT, title="gpu-node node report",
-                              json_schema_extra={"$schema": "https://json-schema.org/draft/2020-12/schema"})
+    model_config = ConfigDict(
+        **REPORT_FORMAT,
+        title="gpu-node node report",
+        json_schema_extra={"$schema": "https://json-schema.org/draft/2020-12/schema"},
+    )
     version: ReportVersion
     """the format's version"""
     gpu_node_version: str
@@ -129,8 +132,11 @@ class HealthReportFormat(BaseModel):
     """A gpu-node health report: written by the node's health check (/var/lib/gpu-node/health.json,
     docs/health.md) every health_check_interval."""
 
-    model_config = ConfigDict(**REPORT_FORMAT, title="gpu-node health report",
-                              json_schema_extra={"$schema": "https://json-schema.org/draft/2020-12/schema"})
+    model_config = ConfigDict(
+        **REPORT_FORMAT,
+        title="gpu-node health report",
+        json_schema_extra={"$schema": "https://json-schema.org/draft/2020-12/schema"},
+    )
     version: health_report.HealthReportVersion
     """the format's version"""
     gpu_node_version: str
@@ -202,8 +208,11 @@ class FleetReportFormat(BaseModel):
     """A gpu-node fleet report (fleet_report_path; deploy/fleet/from_reports.py's FLEET.json):
     one row per node of a run, or of the nodes' own reports."""
 
-    model_config = ConfigDict(**REPORT_FORMAT, title="gpu-node fleet report",
-                              json_schema_extra={"$schema": "https://json-schema.org/draft/2020-12/schema"})
+    model_config = ConfigDict(
+        **REPORT_FORMAT,
+        title="gpu-node fleet report",
+        json_schema_extra={"$schema": "https://json-schema.org/draft/2020-12/schema"},
+    )
     version: FleetReportVersion
     """the format's version"""
     gpu_node_version: str

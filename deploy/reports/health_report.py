@@ -44,8 +44,9 @@ FATAL, NEEDS_RESET, NEEDS_ATTENTION, NOT_READ, INFORMATIONAL = SEVERITIES
 UNHEALTHY_SEVERITIES = (FATAL, NEEDS_RESET, NEEDS_ATTENTION)
 
 # What a problem is about
-ProblemKind = Literal["xid", "gpu missing", "driver", "ecc", "row remap", "retired pages", "kernel module", "service",
-                      "reading"]
+ProblemKind = Literal[
+    "xid", "gpu missing", "driver", "ecc", "row remap", "retired pages", "kernel module", "service", "reading"
+]
 KINDS: tuple[ProblemKind, ...] = get_args(ProblemKind)
 XID, GPU_MISSING, DRIVER, ECC, ROW_REMAP, RETIRED_PAGES, KERNEL_MODULE, SERVICE, READING = KINDS
 

@@ -19,7 +19,16 @@ from .health_report import HEALTHY, SILENT, STATUSES, UNHEALTHY
 # a node's problems the table shows; the JSON file has them all
 SHOWN_PROBLEMS = 3
 NODE_COLUMNS = ("node", "health", "checked at", "problems")
-GPU_COLUMNS = ("node", "GPU", "name", "driver sees it", "ECC uncorrected", "retired pages", "row remap pending", "problems")
+GPU_COLUMNS = (
+    "node",
+    "GPU",
+    "name",
+    "driver sees it",
+    "ECC uncorrected",
+    "retired pages",
+    "row remap pending",
+    "problems",
+)
 
 
 class HealthRow(Protocol):
@@ -34,9 +43,12 @@ def fleet_health(report: Any, silent_after: int, now: datetime | None = None) ->
     checked): its status, silent when ``checked_at`` is more than ``silent_after`` seconds ago."""
     checked = datetime.fromisoformat(report.checked_at)
     age = ((now or datetime.now(timezone.utc)) - checked).total_seconds()
-    return {"status": SILENT if age > silent_after else report.status, "checked_at": report.checked_at,
-            "problems": [problem.model_dump() for problem in report.problems],
-            "gpus": [gpu.model_dump() for gpu in report.gpus]}
+    return {
+        "status": SILENT if age > silent_after else report.status,
+        "checked_at": report.checked_at,
+        "problems": [problem.model_dump() for problem in report.problems],
+        "gpus": [gpu.model_dump() for gpu in report.gpus],
+    }
 
 
 def _flag(value: object) -> str:
@@ -55,7 +67,8 @@ def problem_text(problems: list[dict[str, Any]], gpu: str | None = None) -> str:
 def counts(rows: Sequence[HealthRow]) -> dict[str, int]:
     statuses = [row.health["status"] for row in rows if row.health is not None]
     return {status: statuses.count(status) for status in (*STATUSES, SILENT)} | {
-        "no report": sum(row.health is None for row in rows)}
+        "no report": sum(row.health is None for row in rows)
+    }
 
 
 def node_cells(row: HealthRow) -> tuple[str, ...]:
@@ -67,9 +80,19 @@ def node_cells(row: HealthRow) -> tuple[str, ...]:
 
 def gpu_cells(row: HealthRow) -> list[tuple[str, ...]]:
     health = row.health or {"gpus": [], "problems": []}
-    return [(row.host, gpu["pci"], gpu["name"] or "-", _flag(gpu["seen_by_driver"]), _flag(gpu["ecc_uncorrected"]),
-             _flag(gpu["retired_pages"]), _flag(gpu["pending_row_remap"]), problem_text(health["problems"], gpu["pci"]))
-            for gpu in health["gpus"]]
+    return [
+        (
+            row.host,
+            gpu["pci"],
+            gpu["name"] or "-",
+            _flag(gpu["seen_by_driver"]),
+            _flag(gpu["ecc_uncorrected"]),
+            _flag(gpu["retired_pages"]),
+            _flag(gpu["pending_row_remap"]),
+            problem_text(health["problems"], gpu["pci"]),
+        )
+        for gpu in health["gpus"]
+    ]
 
 
 def summary(rows: Sequence[HealthRow]) -> str:
@@ -82,7 +105,10 @@ def health_tables(rows: Sequence[HealthRow], columns: Callable[[Sequence[tuple[s
     sent a health report."""
     if all(row.health is None for row in rows):
         return []
-    lines = [f"--> Health (the nodes' own checks): {summary(rows)}", *columns([NODE_COLUMNS] + [node_cells(row) for row in rows])]
+    lines = [
+        f"--> Health (the nodes' own checks): {summary(rows)}",
+        *columns([NODE_COLUMNS] + [node_cells(row) for row in rows]),
+    ]
     gpus = [cells for row in rows for cells in gpu_cells(row)]
     if gpus:
         lines += columns([GPU_COLUMNS] + gpus)
@@ -100,8 +126,12 @@ def health_page(rows: Sequence[HealthRow], table: Callable[[str, tuple[str, ...]
         return []
     order = (UNHEALTHY, SILENT, "unknown", HEALTHY, "no report")
     ordered = sorted(rows, key=lambda row: (order.index(node_cells(row)[1]), row.host))
-    nodes = [f'<tr class="health-{escape(node_cells(row)[1]).replace(" ", "-")}" data-host="{escape(node_text.printable(row.host))}">'
-             + "".join(map(_cell, node_cells(row))) + "</tr>" for row in ordered]
+    nodes = [
+        f'<tr class="health-{escape(node_cells(row)[1]).replace(" ", "-")}" data-host="{escape(node_text.printable(row.host))}">'
+        + "".join(map(_cell, node_cells(row)))
+        + "</tr>"
+        for row in ordered
+    ]
     gpus = ["<tr>" + "".join(map(_cell, cells)) + "</tr>" for row in ordered for cells in gpu_cells(row)]
     parts = [f"<h2>Health: {escape(summary(rows))}</h2>", table("health", NODE_COLUMNS, nodes)]
     if gpus:

@@ -35,6 +35,7 @@ PASS, FAIL, SKIP = STATUSES
 ReportVersion = Literal[1]
 REPORT_VERSION: ReportVersion = 1
 
+
 @dataclass(frozen=True)
 class Step:
     name: str
@@ -89,11 +90,14 @@ class NodeRecord(NodeSummary):
 def node_table(record: NodeRecord) -> str:
     """One node: a summary line, then one line per step (what the node said escaped: ``node_text.printable``)."""
     gpus = ", ".join(record.gpus) if record.gpus else "none"
-    lines = [node_text.printable(
-        f"{record.host}: {'OK' if record.ok else 'FAILED'}  GPUs: {gpus}  driver: {record.driver or '-'}  "
-        f"toolkit: {record.toolkit or '-'}  runtime: {record.runtime or '-'}  "
-        f"module: {record.kernel_module_type or '-'}  persistence: {record.persistence or '-'}  "
-        f"fabric manager: {record.fabric_manager or '-'}  CUDA: {record.cuda or '-'}  CDI: {record.cdi or '-'}")]
+    lines = [
+        node_text.printable(
+            f"{record.host}: {'OK' if record.ok else 'FAILED'}  GPUs: {gpus}  driver: {record.driver or '-'}  "
+            f"toolkit: {record.toolkit or '-'}  runtime: {record.runtime or '-'}  "
+            f"module: {record.kernel_module_type or '-'}  persistence: {record.persistence or '-'}  "
+            f"fabric manager: {record.fabric_manager or '-'}  CUDA: {record.cuda or '-'}  CDI: {record.cdi or '-'}"
+        )
+    ]
     names = [node_text.printable(step.name) for step in record.steps]
     width = max(map(len, names), default=4)
     for name, step in zip(names, record.steps):

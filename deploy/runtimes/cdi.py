@@ -54,7 +54,8 @@ def for_containerd(wiring: RuntimeWiring, major: int | None, minor: int | None, 
     if wiring.enable_cdi and release is not None and not has_cdi:
         raise CdiUnsupported(
             f"cdi=true, but containerd {version or '.'.join(map(str, release))} has no CDI (it reads enable_cdi "
-            "since 1.7 and drops it without a word before): set cdi=auto or false, or install containerd 1.7 or newer")
+            "since 1.7 and drops it without a word before): set cdi=auto or false, or install containerd 1.7 or newer"
+        )
     if default_on:
         # 2.x has it on without being asked: nothing to write, and false turns off only what
         # gpu-node turned on; its own dump must still show it on where CDI is wanted.
@@ -70,7 +71,8 @@ def for_docker(wiring: RuntimeWiring, major: int | None, version: str | None) ->
     if wiring.enable_cdi and major is not None and not has_cdi:
         raise CdiUnsupported(
             f"cdi=true, but Docker {version or major} has no CDI (dockerd takes features.cdi since 25.0): "
-            "set cdi=auto or false, or install Docker 25 or newer")
+            "set cdi=auto or false, or install Docker 25 or newer"
+        )
     if wiring.enable_cdi is None:
         wiring = replace(wiring, enable_cdi=True if has_cdi else None)
     return RuntimeCdi(wiring, bool(wiring.enable_cdi), wiring.enable_cdi)
@@ -82,8 +84,10 @@ def for_docker(wiring: RuntimeWiring, major: int | None, version: str | None) ->
 RUNTIME_CONFIG = "/etc/nvidia-container-runtime/config.toml"
 RUNTIME_SECTION = ("nvidia-container-runtime",)
 RUNTIME_DEFAULT_MODE = "auto"  # what the runtime runs with when the file does not say
-RUNTIME_CONFIG_HEADER = ("# Written by gpu-node (nvidia_runtime_mode): the toolkit's package had left no config;\n"
-                         "# the nvidia runtime's defaults hold for everything not set here.\n")
+RUNTIME_CONFIG_HEADER = (
+    "# Written by gpu-node (nvidia_runtime_mode): the toolkit's package had left no config;\n"
+    "# the nvidia runtime's defaults hold for everything not set here.\n"
+)
 
 
 def runtime_mode_of(text: str | None) -> str:
@@ -110,8 +114,9 @@ def with_runtime_mode(text: str | None, mode: str) -> str:
         try:
             return toml_layout.parse(body)
         except (ParseError, *TOMLKIT_FAULTS) as error:
-            raise ConfigError(f"{RUNTIME_CONFIG}: its layout cannot be edited safely (tomlkit cannot read it: "
-                              f"{type(error).__name__})") from None
+            raise ConfigError(
+                f"{RUNTIME_CONFIG}: its layout cannot be edited safely (tomlkit cannot read it: {type(error).__name__})"
+            ) from None
 
     def apply(document: Any, edits: Edits) -> None:
         edits.set(RUNTIME_SECTION, "mode", mode)
@@ -125,8 +130,13 @@ def runtime_mode_refusal(mode: str | None, cdi_on: bool, cdi: str, first_release
     ``first_releases``: each runtime's first release with CDI (deploy/runtimes/registry.py)."""
     if mode != "cdi" or cdi_on:
         return None
-    return ("nvidia_runtime_mode=cdi, but CDI is off on this node "
-            + ("(cdi=false)" if cdi == "false" else "(cdi=auto, and no wired runtime of this version has CDI: "
-               f"{' or '.join(first_releases)} at least)")
-            + ": the runtime's cdi mode injects devices from the CDI spec, which only a node with CDI on gets; "
-            "leave nvidia_runtime_mode unset or auto, or use a runtime with CDI")
+    return (
+        "nvidia_runtime_mode=cdi, but CDI is off on this node "
+        + (
+            "(cdi=false)"
+            if cdi == "false"
+            else f"(cdi=auto, and no wired runtime of this version has CDI: {' or '.join(first_releases)} at least)"
+        )
+        + ": the runtime's cdi mode injects devices from the CDI spec, which only a node with CDI on gets; "
+        "leave nvidia_runtime_mode unset or auto, or use a runtime with CDI"
+    )

@@ -92,15 +92,26 @@ CONTAINERD = Runtime(
     title="containerd",
     cdi=_containerd_cdi,
     cdi_since="containerd " + ".".join(map(str, CONTAINERD_CDI_SINCE)),
-    readout=RuntimeReadout(script="verify_readout_containerd", keys=containerd_verify.LINE_KEYS,
-                           default=containerd_verify.default_reading, read_line=containerd_verify.read_line,
-                           values=containerd_verify.READ_VALUES),
+    readout=RuntimeReadout(
+        script="verify_readout_containerd",
+        keys=containerd_verify.LINE_KEYS,
+        default=containerd_verify.default_reading,
+        read_line=containerd_verify.read_line,
+        values=containerd_verify.READ_VALUES,
+    ),
     config_step=containerd_verify.config_step,
     configured_binary=containerd_verify.configured_binary,
     summary=containerd_verify.summary,
-    runs=(GpuRun("cri_handler", CRI),
-          GpuRun("ctr_run", CONTAINER, what="ctr run --gpus 0 nvidia-smi", pull="ctr image pull",
-                 command=containerd_verify.ctr_run)),
+    runs=(
+        GpuRun("cri_handler", CRI),
+        GpuRun(
+            "ctr_run",
+            CONTAINER,
+            what="ctr run --gpus 0 nvidia-smi",
+            pull="ctr image pull",
+            command=containerd_verify.ctr_run,
+        ),
+    ),
     prepared=containerd_verify.prepared,
     kubelet_cgroups=containerd_verify.kubelet_cgroups,
 )
@@ -109,13 +120,24 @@ DOCKER = Runtime(
     title="Docker",
     cdi=_docker_cdi,
     cdi_since=f"Docker {DOCKER_CDI_SINCE}",
-    readout=RuntimeReadout(script="verify_readout_docker", keys=docker_verify.LINE_KEYS,
-                           default=docker_verify.default_reading, read_line=docker_verify.read_line),
+    readout=RuntimeReadout(
+        script="verify_readout_docker",
+        keys=docker_verify.LINE_KEYS,
+        default=docker_verify.default_reading,
+        read_line=docker_verify.read_line,
+    ),
     config_step=docker_verify.config_step,
     configured_binary=docker_verify.configured_binary,
     summary=docker_verify.summary,
-    runs=(GpuRun("docker_run", CONTAINER, what="docker run --gpus all nvidia-smi", pull="docker pull",
-                 command=docker_verify.docker_run),),
+    runs=(
+        GpuRun(
+            "docker_run",
+            CONTAINER,
+            what="docker run --gpus all nvidia-smi",
+            pull="docker pull",
+            command=docker_verify.docker_run,
+        ),
+    ),
 )
 
 RUNTIMES: tuple[Runtime, ...] = (CONTAINERD, DOCKER)

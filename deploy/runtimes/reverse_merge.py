@@ -133,6 +133,7 @@ def reverted(live: dict[str, Any], original: dict[str, Any], written: dict[str, 
 
 # TOML, its layout kept. ---------------------------------------------------------------------------
 
+
 def _values(text: str, source: str) -> dict[str, Any]:
     try:
         return node_text.parsed(tomllib.loads, text, source)
@@ -161,8 +162,11 @@ def reverse_toml(live: str, original: str, written: str, source: str) -> tuple[s
     ``live`` (a TOML file's text) with gpu-node's values put back (``reverted``), its layout and
     comments kept; ConfigError (one line naming ``source``) where the text cannot be edited safely.
     """
-    result = reverted(_values(live, source), _values(original, f"{source} (before gpu-node)"),
-                      _values(written, f"{source} (as gpu-node wrote it)"))
+    result = reverted(
+        _values(live, source),
+        _values(original, f"{source} (before gpu-node)"),
+        _values(written, f"{source} (as gpu-node wrote it)"),
+    )
     if not result.changed:
         return live, result
     body, newline, ended = toml_layout.line_endings(live)
@@ -186,13 +190,16 @@ def reverse_toml(live: str, original: str, written: str, source: str) -> tuple[s
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{source}: its layout cannot be edited safely (the edit would not parse: {error})") from None
     if not same(means, result.result):
-        raise ConfigError(f"{source}: its layout cannot be edited safely (the edit would mean more than "
-                          "the values put back)")
+        raise ConfigError(
+            f"{source}: its layout cannot be edited safely (the edit would mean more than the values put back)"
+        )
     # tomlkit keeps a comment in the table above it: one written under gpu-node's table would go with it.
     lost = sorted(_comments(live) - _comments(written) - _comments(edited))
     if lost:
-        raise ConfigError(f"{source}: its layout cannot be edited safely (a comment someone added would go with a "
-                          f"table gpu-node added: {lost[0]!r})")
+        raise ConfigError(
+            f"{source}: its layout cannot be edited safely (a comment someone added would go with a "
+            f"table gpu-node added: {lost[0]!r})"
+        )
     if not ended and edited.endswith("\n"):
         edited = edited[:-1]
     return (edited.replace("\n", newline) if newline != "\n" else edited), result
@@ -204,6 +211,8 @@ def _comments(text: str) -> set[str]:
 
 def described(result: Reverted) -> str:
     """What the reverse merge did, in words: ``runtimes.nvidia`` ... (a few paths)."""
-    paths = [toml_layout.dotted(change.path) for change in result.undone] + [toml_layout.dotted(t) for t in result.removed_tables]
+    paths = [toml_layout.dotted(change.path) for change in result.undone] + [
+        toml_layout.dotted(t) for t in result.removed_tables
+    ]
     shown = ", ".join(paths[:4]) + (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
     return shown

@@ -47,6 +47,9 @@ class WiringSettings(Protocol):
 def runtime_wiring(settings: WiringSettings) -> RuntimeWiring:
     """What the runtimes stage wires into containerd and Docker, and verify expects there; cdi=auto
     is decided per runtime from its version (deploy/runtimes/cdi.py)."""
-    return RuntimeWiring(make_default=settings.nvidia_runtime_default, systemd_cgroup=settings.systemd_cgroup,
-                         enable_cdi={"true": True, "false": False}.get(settings.cdi),
-                         container_annotations=(CDI_ANNOTATIONS,) if settings.nvidia_runtime_mode == "cdi" else ())
+    return RuntimeWiring(
+        make_default=settings.nvidia_runtime_default,
+        systemd_cgroup=settings.systemd_cgroup,
+        enable_cdi={"true": True, "false": False}.get(settings.cdi),
+        container_annotations=(CDI_ANNOTATIONS,) if settings.nvidia_runtime_mode == "cdi" else (),
+    )

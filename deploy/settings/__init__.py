@@ -21,6 +21,20 @@ from .model import ALLOWED, DEFAULTS, SECTIONS, SETTING_FIELDS, Settings, parse_
 from .sources import call_settings, host_settings, setting_source
 from .values import STAGES, Stage, key_url_allowed
 
-__all__ = ["ALLOWED", "DEFAULTS", "SECTIONS", "SETTING_FIELDS", "STAGES", "Settings", "SettingsError", "Stage",
-           "call_settings", "host_settings", "key_url_allowed", "likely_typos", "parse_settings", "setting_source",
-           "unknown_names"]
+__all__ = [
+    "ALLOWED",
+    "DEFAULTS",
+    "SECTIONS",
+    "SETTING_FIELDS",
+    "STAGES",
+    "Settings",
+    "SettingsError",
+    "Stage",
+    "call_settings",
+    "host_settings",
+    "key_url_allowed",
+    "likely_typos",
+    "parse_settings",
+    "setting_source",
+    "unknown_names",
+]

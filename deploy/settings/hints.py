@@ -59,8 +59,9 @@ def closest_setting(key: str, loose: bool = False) -> str | None:
     return close[0] if close else None
 
 
-def likely_typos(data: Mapping[str, Any], command_line: Collection[str] = (),
-                 source: Callable[[str], str] | None = None) -> list[str]:
+def likely_typos(
+    data: Mapping[str, Any], command_line: Collection[str] = (), source: Callable[[str], str] | None = None
+) -> list[str]:
     """
     Keys in data that are not settings but look like one (a warning, not an error): any key
     with one of our prefixes (nvidia_driver_brnach), and any key close to a setting name; and every
@@ -73,8 +74,10 @@ def likely_typos(data: Mapping[str, Any], command_line: Collection[str] = (),
         key = str(key)
         where = f" ({source(key)})" if source else ""
         if key in FOLDED_SETTINGS:
-            notes.append(f"setting {key!r}{where} is now {FOLDED_SETTINGS[key]!r}: read as {FOLDED_SETTINGS[key]}="
-                         f"{shown(fold_old_settings({key: data[key]})[FOLDED_SETTINGS[key]])}")
+            notes.append(
+                f"setting {key!r}{where} is now {FOLDED_SETTINGS[key]!r}: read as {FOLDED_SETTINGS[key]}="
+                f"{shown(fold_old_settings({key: data[key]})[FOLDED_SETTINGS[key]])}"
+            )
             continue
         if key in SETTING_FIELDS or key.startswith("_") or key in pyinfra_data_keys():
             continue
@@ -91,5 +94,7 @@ def unknown_names(given: Mapping[str, Any], where: str) -> None:
     for key in given:
         if key not in SETTING_FIELDS and key not in FOLDED_SETTINGS:
             close = closest_setting(key, loose=True)
-            hint = f": did you mean {close!r}?" if close else ": no setting is named like it (docs/settings.md lists them)"
+            hint = (
+                f": did you mean {close!r}?" if close else ": no setting is named like it (docs/settings.md lists them)"
+            )
             raise SettingsError(f"unknown setting {key!r} given to {where}{hint}")

@@ -35,9 +35,22 @@ from .sections.verification import VerifySettings
 FOLDED_SETTINGS = {"containerd_enable_cdi": "cdi", "docker_enable_cdi": "cdi"}
 
 
-class Settings(RuntimeSettings, PackageSettings, DataCenterSettings, ModuleSigningSettings, RackSettings, HealthSettings,
-               HostSafetySettings, VerifySettings, KubernetesSettings, GpushareSettings, GitOpsSettings, DraSettings,
-               HealthClusterSettings, InventorySettings):
+class Settings(
+    RuntimeSettings,
+    PackageSettings,
+    DataCenterSettings,
+    ModuleSigningSettings,
+    RackSettings,
+    HealthSettings,
+    HostSafetySettings,
+    VerifySettings,
+    KubernetesSettings,
+    GpushareSettings,
+    GitOpsSettings,
+    DraSettings,
+    HealthClusterSettings,
+    InventorySettings,
+):
     """Every setting, typed; build it with ``parse_settings`` (which also checks how settings combine)."""
 
     @model_validator(mode="before")
@@ -78,15 +91,20 @@ def fold_old_settings(data: Mapping[str, Any]) -> Mapping[str, Any]:
         if old not in data:
             continue
         value = str(data[old]).strip().lower()
-        value = {"1": "true", "yes": "true", "on": "true", "0": "false", "no": "false", "off": "false"}.get(value, value)
+        value = {"1": "true", "yes": "true", "on": "true", "0": "false", "no": "false", "off": "false"}.get(
+            value, value
+        )
         if value not in get_args(unwrap(SETTING_FIELDS[new].annotation)[0]):
-            raise SettingsError(f"invalid setting {old}={shown(data[old])}: allowed: true or false "
-                                f"(it is now {new}: {ALLOWED[new]})")
+            raise SettingsError(
+                f"invalid setting {old}={shown(data[old])}: allowed: true or false (it is now {new}: {ALLOWED[new]})"
+            )
         if new in data or new in given:
             earlier, was = (new, data[new]) if new in data else given[new]
             if str(was).lower() != str(value):
-                raise SettingsError(f"invalid setting {old}={shown(data[old])}: it is now {new}, and "
-                                    f"{earlier}={shown(was)} says otherwise: set {new} alone")
+                raise SettingsError(
+                    f"invalid setting {old}={shown(data[old])}: it is now {new}, and "
+                    f"{earlier}={shown(was)} says otherwise: set {new} alone"
+                )
         given.setdefault(new, (old, value))
         folded.setdefault(new, value)
     return folded

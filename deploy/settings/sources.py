@@ -55,8 +55,10 @@ def overridden_data(state: State, given: Mapping[str, Any], where: str) -> None:
     warned.add((where, *overridden))
     data = ", ".join(f"{key}={shown(value)}" for key, value in overridden.items())
     arguments = ", ".join(f"{key}={shown(given[key])}" for key in overridden)
-    logger.warning(f"--data {data} is not used: {where}({arguments}) overrides it (a deploy call's keyword arguments "
-                   "win over --data, docs/settings.md)")
+    logger.warning(
+        f"--data {data} is not used: {where}({arguments}) overrides it (a deploy call's keyword arguments "
+        "win over --data, docs/settings.md)"
+    )
 
 
 def call_settings(state: State, given: Mapping[str, Any], where: str) -> None:
@@ -100,9 +102,12 @@ def host_settings(host: Host) -> Settings:
         # only those a site set: a deploy function's data_defaults are the defaults the model has, and
         # some checks tell a value given from one left alone (gpu_sharing_replicas).
         defaults = getattr(host, "current_deploy_data", None) or {}
-        values = {key: value for key, value in host.data.dict().items()
-                  if (key in SETTING_FIELDS or key in FOLDED_SETTINGS)
-                  and (key not in defaults or setting_source(host, key) != "the default")}
+        values = {
+            key: value
+            for key, value in host.data.dict().items()
+            if (key in SETTING_FIELDS or key in FOLDED_SETTINGS)
+            and (key not in defaults or setting_source(host, key) != "the default")
+        }
         values.update(given)
         by_values = per_run(host.state, SettingsByValues)
         key = repr(sorted(values.items()))

@@ -114,8 +114,9 @@ def node_mapping(value: Any) -> tuple[tuple[str, str], ...]:
     else:
         if any("=" not in item for item in str(value).split(",")):
             raise ValueError(NODE_MAPPING)
-        items = [(key.strip(), node.strip()) for key, _, node in
-                 (item.partition("=") for item in str(value).split(","))]
+        items = [
+            (key.strip(), node.strip()) for key, _, node in (item.partition("=") for item in str(value).split(","))
+        ]
     if any(not key or CONTROL_CHARACTERS.search(key) for key, _ in items):
         raise ValueError(f"{NODE_MAPPING} (host names without control characters)")
     if any(len(node) > 253 or not NODE_NAME.fullmatch(node) for _, node in items):
@@ -124,14 +125,17 @@ def node_mapping(value: Any) -> tuple[tuple[str, str], ...]:
 
 
 AbsolutePath = Annotated[str, whole(f"/[^{CONTROL}]*"), Allowed("an absolute path without control characters")]
-ControllerPath = Annotated[str, whole(f"[^{CONTROL}]+"),
-                           Allowed("a file path on the controller, without control characters")]
+ControllerPath = Annotated[
+    str, whole(f"[^{CONTROL}]+"), Allowed("a file path on the controller, without control characters")
+]
 DriverBranch = Annotated[str, whole("[0-9]{3}"), Allowed("a driver branch number such as 535 or 550")]
-PackageVersion = Annotated[str, whole("[0-9][0-9A-Za-z.+~:_-]*"),
-                           Allowed("a package version such as 535.183.01 or 1.17.8-1")]
+PackageVersion = Annotated[
+    str, whole("[0-9][0-9A-Za-z.+~:_-]*"), Allowed("a package version such as 535.183.01 or 1.17.8-1")
+]
 # DKMS reads its framework config by sourcing it in bash: a path there holds no quote, space or $
-SigningPath = Annotated[str, whole("/[A-Za-z0-9._+/-]+"),
-                        Allowed("an absolute path of letters, digits and . _ + - /")]
+SigningPath = Annotated[str, whole("/[A-Za-z0-9._+/-]+"), Allowed("an absolute path of letters, digits and . _ + - /")]
+
+
 # A secret: pydantic shows it as '**********', and an error line never shows it (model.typed)
 def _typeable(secret: SecretStr) -> SecretStr:
     """A password someone types at the MOK manager's prompt: no control character (a newline would end it)."""
@@ -140,14 +144,23 @@ def _typeable(secret: SecretStr) -> SecretStr:
     return secret
 
 
-MokPassword = Annotated[SecretStr, StringConstraints(min_length=1, max_length=256), AfterValidator(_typeable),
-                        Allowed("1 to 256 characters without control characters (mokutil's bounds)")]
-ImageReference = Annotated[str, whole("[a-z0-9][a-z0-9._/:@-]*"),
-                           Allowed("a container image reference such as registry/name:tag")]
+MokPassword = Annotated[
+    SecretStr,
+    StringConstraints(min_length=1, max_length=256),
+    AfterValidator(_typeable),
+    Allowed("1 to 256 characters without control characters (mokutil's bounds)"),
+]
+ImageReference = Annotated[
+    str, whole("[a-z0-9][a-z0-9._/:@-]*"), Allowed("a container image reference such as registry/name:tag")
+]
 # A tag after the last "/" (a registry's port is no tag), then an optional digest: what a site pins.
-PinnedImage = Annotated[str, whole(r"[a-z0-9][a-z0-9._/:-]*:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}(@sha256:[0-9a-f]{64})?"),
-                        Allowed("an image pinned by its tag, optionally with its digest, such as "
-                                "registry/name:v1.2@sha256:<64 hex digits>")]
+PinnedImage = Annotated[
+    str,
+    whole(r"[a-z0-9][a-z0-9._/:-]*:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}(@sha256:[0-9a-f]{64})?"),
+    Allowed(
+        "an image pinned by its tag, optionally with its digest, such as registry/name:v1.2@sha256:<64 hex digits>"
+    ),
+]
 
 
 def _minor_from_number(value: Any) -> Any:
@@ -173,10 +186,13 @@ ReleaseTag = Annotated[
 ]
 BatchSizes = Annotated[str, AfterValidator(batches.checked_spec), Allowed(batches.ALLOWED)]
 # systemd.time(7)'s time span units from seconds to weeks (what a check interval or an age needs)
-TIME_SPAN_UNITS = {**dict.fromkeys(("s", "sec", "second", "seconds"), 1),
-                   **dict.fromkeys(("m", "min", "minute", "minutes"), 60),
-                   **dict.fromkeys(("h", "hr", "hour", "hours"), 3600), **dict.fromkeys(("d", "day", "days"), 86400),
-                   **dict.fromkeys(("w", "week", "weeks"), 604800)}
+TIME_SPAN_UNITS = {
+    **dict.fromkeys(("s", "sec", "second", "seconds"), 1),
+    **dict.fromkeys(("m", "min", "minute", "minutes"), 60),
+    **dict.fromkeys(("h", "hr", "hour", "hours"), 3600),
+    **dict.fromkeys(("d", "day", "days"), 86400),
+    **dict.fromkeys(("w", "week", "weeks"), 604800),
+}
 _TIME_SPAN_PART = r"[0-9]{1,6} ?(?:" + "|".join(sorted(TIME_SPAN_UNITS, key=len, reverse=True)) + ")"
 
 
@@ -238,17 +254,23 @@ def ip_address(value: Any) -> str:
 
 
 IpAddress = Annotated[str, BeforeValidator(ip_address), Allowed("an IPv4 or IPv6 address")]
-DomainName = Annotated[str, whole(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"),
-                       Allowed("a name: letters, digits, . _ -, at most 63")]
+DomainName = Annotated[
+    str, whole(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"), Allowed("a name: letters, digits, . _ -, at most 63")
+]
 MigLayout = Annotated[rack_mig.MigLayout, BeforeValidator(rack_mig.mig_layout), Allowed(rack_mig.ALLOWED)]
 
-GroupName = Annotated[str, whole(r"[A-Za-z_][A-Za-z0-9_-]*"),
-                      Allowed("an inventory group name: a letter or _, then letters, digits, _ or -")]
+GroupName = Annotated[
+    str,
+    whole(r"[A-Za-z_][A-Za-z0-9_-]*"),
+    Allowed("an inventory group name: a letter or _, then letters, digits, _ or -"),
+]
 
 
 KEY_URL_SETTINGS = ("nvidia_toolkit_gpgkey_url", "nvidia_cuda_gpgkey_url", "nvidia_driver_gpgkey_url")
-KEY_URL_ALLOWED = ("an https:// URL, or with allow_insecure_repositories=true a file:// path on the node (a key is "
-                   "never fetched over http://)")
+KEY_URL_ALLOWED = (
+    "an https:// URL, or with allow_insecure_repositories=true a file:// path on the node (a key is "
+    "never fetched over http://)"
+)
 
 
 def key_url_allowed(url: str, allow_file: bool = True) -> bool:

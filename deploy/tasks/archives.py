@@ -34,10 +34,16 @@ class Archive:
         """The zip application: package ``package`` with ``modules``, and its __main__."""
         here = Path(__file__).resolve().parent.parent
         # the package's version, which the programs write into their reports as the wheel's __init__ gives it
-        members = {"__main__.py": f"import sys\nfrom {self.package}.{self.main} import main\nsys.exit(main())\n",
-                   f"{self.package}/__init__.py": f"__version__ = {__version__!r}\n"}
-        members.update({f"{self.package}/{folder}/__init__.py": "" for folder in sorted(
-            {name.rpartition("/")[0] for name in self.modules})})
+        members = {
+            "__main__.py": f"import sys\nfrom {self.package}.{self.main} import main\nsys.exit(main())\n",
+            f"{self.package}/__init__.py": f"__version__ = {__version__!r}\n",
+        }
+        members.update(
+            {
+                f"{self.package}/{folder}/__init__.py": ""
+                for folder in sorted({name.rpartition("/")[0] for name in self.modules})
+            }
+        )
         members.update({f"{self.package}/{name}": (here / name).read_text(encoding="utf-8") for name in self.modules})
         buffer = io.BytesIO()
         with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
@@ -48,13 +54,30 @@ class Archive:
         return buffer.getvalue()
 
 
-_BOOT_MODULES = ("node/first_boot.py", "node/root_files.py", "driver/module_type.py", "driver/fabric.py",
-                 "foundations/command_line.py")
+_BOOT_MODULES = (
+    "node/first_boot.py",
+    "node/root_files.py",
+    "driver/module_type.py",
+    "driver/fabric.py",
+    "foundations/command_line.py",
+)
 BOOT = Archive(f"{LIBRARY}/gpu-node-boot.pyz", "gpu_node_boot", _BOOT_MODULES, "node.first_boot")
-HEALTH = Archive(HEALTH_CHECK_PROGRAM, "gpu_node_health",
-                 (*_BOOT_MODULES, "driver/next_boot.py", "reports/health_report.py", "health/check.py",
-                  "health/journal.py", "health/node.py", "health/problems.py", "health/readings.py", "health/xids.py"),
-                 "health.check")
+HEALTH = Archive(
+    HEALTH_CHECK_PROGRAM,
+    "gpu_node_health",
+    (
+        *_BOOT_MODULES,
+        "driver/next_boot.py",
+        "reports/health_report.py",
+        "health/check.py",
+        "health/journal.py",
+        "health/node.py",
+        "health/problems.py",
+        "health/readings.py",
+        "health/xids.py",
+    ),
+    "health.check",
+)
 
 
 def program_settings(program_settings_type: type, settings: Settings, **fixed: object) -> str:

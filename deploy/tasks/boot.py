@@ -45,9 +45,16 @@ def wanted_files(settings: Settings) -> dict[str, tuple[str | bytes, str]]:
     return {
         ARCHIVE: (boot_archive(), "644"),
         first_boot.CONFIG_PATH: (boot_config(settings), "644"),
-        f"{UNIT_DIR}/{SERVICE}": (render("gpu-node-boot.service.j2", archive=ARCHIVE, config=first_boot.CONFIG_PATH,
-                                         health_archive=archives.HEALTH.path if settings.health_check else None,
-                                         health_config=HEALTH_CONFIG), "644"),
+        f"{UNIT_DIR}/{SERVICE}": (
+            render(
+                "gpu-node-boot.service.j2",
+                archive=ARCHIVE,
+                config=first_boot.CONFIG_PATH,
+                health_archive=archives.HEALTH.path if settings.health_check else None,
+                health_config=HEALTH_CONFIG,
+            ),
+            "644",
+        ),
         f"{UNIT_DIR}/{TARGET}": (render("gpu-node-ready.target.j2", service=SERVICE), "644"),
     }
 
@@ -73,9 +80,12 @@ def first_boot_unit(settings: Settings) -> None:
     if changed_units:
         # systemd reads a changed unit at its next reload; an image root (a bake) has no running
         # systemd (its own test: /run/systemd/system): the image's first boot reads it.
-        server.shell(name="Reload systemd's units (the first-boot unit changed)",
-                     commands=["if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi"])
+        server.shell(
+            name="Reload systemd's units (the first-boot unit changed)",
+            commands=["if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi"],
+        )
     enabled = read(host, units_read())
     if any(enabled.get(unit) != "enabled" for unit in (SERVICE, TARGET)):
-        units.enable_unit_files(name=f"Enable {SERVICE} and {TARGET} (run at every boot, not now)",
-                                units=[SERVICE, TARGET], enabled=enabled)
+        units.enable_unit_files(
+            name=f"Enable {SERVICE} and {TARGET} (run at every boot, not now)", units=[SERVICE, TARGET], enabled=enabled
+        )

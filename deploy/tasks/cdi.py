@@ -28,7 +28,9 @@ def reads(settings: Settings) -> list[FactCall]:
     return [cdi_ops.state_read()]
 
 
-def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, Any], runtimes: Sequence[WiredRuntime]) -> StepCheck:
+def preflight_check(
+    settings: Settings, platform: Platform, nvidia: dict[str, Any], runtimes: Sequence[WiredRuntime]
+) -> StepCheck:
     """What preflight checks for this stage (deploy/stages.py): nvidia_runtime_mode=cdi where the
     installed ``runtimes`` (those wired) have CDI off, and a runtime config that cannot be edited, are
     refused before any change (runtimes this run installs are checked by the operation)."""
@@ -41,8 +43,13 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, An
 
 
 def cdi_target(settings: Settings, runtimes: Sequence[WiredRuntime]) -> cdi_ops.CdiTarget:
-    return cdi_ops.CdiTarget(cdi=settings.cdi, wiring=runtime_wiring(settings), driver_root=settings.nvidia_driver_root,
-                             runtimes=tuple(runtimes), runtime_mode=settings.nvidia_runtime_mode)
+    return cdi_ops.CdiTarget(
+        cdi=settings.cdi,
+        wiring=runtime_wiring(settings),
+        driver_root=settings.nvidia_driver_root,
+        runtimes=tuple(runtimes),
+        runtime_mode=settings.nvidia_runtime_mode,
+    )
 
 
 @deploy("CDI")

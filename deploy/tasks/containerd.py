@@ -64,16 +64,28 @@ def install_containerd(settings: Settings, family: Family) -> None:
         logger.warning(f"{host.print_prefix}{manager.name} cannot pin containerd_version: installing the current one")
         version = None
     if family.containerd_repo and family.containerd_repo_key is not None:  # (the table gives a repository its key)
-        add_repository(manager, "Add Docker's repository for containerd.io", family.containerd_repo, family.containerd_repo_key,
-                       timeout=settings.download_timeout, lock_timeout=settings.apt_lock_timeout)
-    install_packages(manager, "Install containerd", {family.containerd_package: version},
-                     lock_timeout=settings.apt_lock_timeout)
+        add_repository(
+            manager,
+            "Add Docker's repository for containerd.io",
+            family.containerd_repo,
+            family.containerd_repo_key,
+            timeout=settings.download_timeout,
+            lock_timeout=settings.apt_lock_timeout,
+        )
+    install_packages(
+        manager, "Install containerd", {family.containerd_package: version}, lock_timeout=settings.apt_lock_timeout
+    )
     units.enable_service(name="Enable and start containerd", service="containerd")
 
 
 @deploy("containerd")
-def containerd_runtime(settings: Settings, family: Family, containerd_found: dict[str, Any], drain: DrainTarget | None = None,
-                       pending_restarts: dict[str, Any] | None = None) -> None:
+def containerd_runtime(
+    settings: Settings,
+    family: Family,
+    containerd_found: dict[str, Any],
+    drain: DrainTarget | None = None,
+    pending_restarts: dict[str, Any] | None = None,
+) -> None:
     installation = containerd_found["installation"]["name"]
     if installation == "plain" and not containerd_found.get("binary"):
         if not settings.containerd_install:

@@ -18,8 +18,11 @@ SCRIPT_MODE = "755"
 
 def reads(settings: Settings) -> list[FactCall]:
     """What this stage decides on, for preflight to read ahead: the same calls its operations make."""
-    return [devices.links_read(settings.nvidia_driver_root), files.digest_read(devices.LINKS_SCRIPT),
-            files.digest_read(devices.UDEV_RULE)]
+    return [
+        devices.links_read(settings.nvidia_driver_root),
+        files.digest_read(devices.LINKS_SCRIPT),
+        files.digest_read(devices.UDEV_RULE),
+    ]
 
 
 @deploy("NVIDIA device links")
@@ -28,11 +31,18 @@ def device_links(settings: Settings) -> None:
     # Operations only for what differs: a fleet's no-op pays pyinfra's cost per operation.
     script = devices.links_script(root)
     if not files.text_up_to_date(read(host, files.digest_read(devices.LINKS_SCRIPT)), script, mode=SCRIPT_MODE):
-        files.put_text(name="Put the /dev/char link script for NVIDIA's device nodes", dest=devices.LINKS_SCRIPT,
-                       content=script, mode=SCRIPT_MODE)
+        files.put_text(
+            name="Put the /dev/char link script for NVIDIA's device nodes",
+            dest=devices.LINKS_SCRIPT,
+            content=script,
+            mode=SCRIPT_MODE,
+        )
     rule = devices.udev_rule_text()
     if not files.text_up_to_date(read(host, files.digest_read(devices.UDEV_RULE)), rule):
-        files.put_text(name="Link NVIDIA's device nodes in /dev/char when the driver binds (udev)",
-                       dest=devices.UDEV_RULE, content=rule)
+        files.put_text(
+            name="Link NVIDIA's device nodes in /dev/char when the driver binds (udev)",
+            dest=devices.UDEV_RULE,
+            content=rule,
+        )
     if missing_links(read(host, devices.links_read(root))):
         devices.nvidia_dev_char_links(name="Link NVIDIA's device nodes in /dev/char", driver_root=root)

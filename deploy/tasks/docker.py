@@ -44,8 +44,9 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, An
 
 
 @deploy("Docker")
-def docker_runtime(settings: Settings, family: Family, drain: DrainTarget | None = None,
-                   pending_restarts: dict[str, Any] | None = None) -> None:
+def docker_runtime(
+    settings: Settings, family: Family, drain: DrainTarget | None = None, pending_restarts: dict[str, Any] | None = None
+) -> None:
     # Installing Docker Engine is the site's business; docker_install=true takes the distribution's
     # own package (Debian/Ubuntu docker.io, Fedora moby-engine, ...), never Docker's repository.
     installed = read(host, docker.state_read(settings.docker_daemon_config_path))["dockerd"]
@@ -65,8 +66,9 @@ def docker_runtime(settings: Settings, family: Family, drain: DrainTarget | None
                 "install Docker Engine (docker-ce) from Docker's repository first",
             )
             return
-        install_packages(family.package_manager, "Install Docker", [family.docker_package],
-                         lock_timeout=settings.apt_lock_timeout)
+        install_packages(
+            family.package_manager, "Install Docker", [family.docker_package], lock_timeout=settings.apt_lock_timeout
+        )
         units.enable_service(name="Enable and start Docker", service="docker")
 
     path = settings.docker_daemon_config_path

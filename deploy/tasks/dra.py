@@ -42,10 +42,14 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, An
     """Refuse, before any change, a node the DRA driver cannot serve; a prerequisite this run
     decides later (a containerd it installs) is checked by verify."""
     containerd = read(host, target_read(plain_target(settings.containerd_config_path)))
-    found = node_prerequisites(settings, installed_driver=dra_ops.installed_driver(nvidia),
-                               cdi_on=dra_ops.containerd_cdi(settings, containerd),
-                               containerd_version=containerd["version"], node=read(host, dra_ops.node_read(settings)),
-                               after_run=False)
+    found = node_prerequisites(
+        settings,
+        installed_driver=dra_ops.installed_driver(nvidia),
+        cdi_on=dra_ops.containerd_cdi(settings, containerd),
+        containerd_version=containerd["version"],
+        node=read(host, dra_ops.node_read(settings)),
+        after_run=False,
+    )
     for prerequisite in found:
         logger.info(f"{host.print_prefix}dra {prerequisite.name}: {prerequisite.status}: {prerequisite.line}")
     return StepCheck(errors=[p.line for p in found if p.status == "fail"])
@@ -58,9 +62,11 @@ def dra_node(settings: Settings, drain: DrainTarget | None = None) -> None:
     node = read(host, dra_ops.node_read(settings))
     if imex_action(settings.dra_compute_domains, settings.dra_imex, node["imex"]) == "mask":
         drain = drain if imex_in_use(node["imex"]) else None
-        mask = dra_ops.mask_imex(name=f"Mask {IMEX_UNIT}: the DRA driver's ComputeDomain daemons own IMEX"
-                                      + (" (the node drained first: an IMEX channel is in use)" if drain else ""),
-                                 drain=drain)
+        mask = dra_ops.mask_imex(
+            name=f"Mask {IMEX_UNIT}: the DRA driver's ComputeDomain daemons own IMEX"
+            + (" (the node drained first: an IMEX channel is in use)" if drain else ""),
+            drain=drain,
+        )
         drain_ops.watch(drain, mask)
 
 
@@ -71,5 +77,8 @@ def verify_reads(settings: Settings) -> list[FactCall]:
 @deploy("Verify DRA")
 def verify_dra(settings: Settings) -> None:
     containerd = containerd_in_effect(VerifyOptions.from_settings(settings))
-    dra_ops.check_prerequisites(name="Verify the DRA prerequisites (read-only)", settings=settings,
-                                containerd_read=containerd_config_read(containerd))
+    dra_ops.check_prerequisites(
+        name="Verify the DRA prerequisites (read-only)",
+        settings=settings,
+        containerd_read=containerd_config_read(containerd),
+    )

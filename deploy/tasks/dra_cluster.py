@@ -43,16 +43,23 @@ def image(settings: Settings) -> str:
 def render_driver(settings: Settings) -> str:
     gates = _gates(settings)
     return templates.render(
-        "k8s/dra/driver.yaml.j2", namespace=dra.NAMESPACE, image=image(settings), allocator_label=dra.ALLOCATOR_LABEL,
-        driver_root=settings.nvidia_driver_root, mps=settings.gpu_sharing == "mps",
+        "k8s/dra/driver.yaml.j2",
+        namespace=dra.NAMESPACE,
+        image=image(settings),
+        allocator_label=dra.ALLOCATOR_LABEL,
+        driver_root=settings.nvidia_driver_root,
+        mps=settings.gpu_sharing == "mps",
         feature_gates_text=",".join(f"{name}={str(on).lower()}" for name, on in sorted(gates.items())),
     )
 
 
 def render_helm_values(settings: Settings) -> str:
     return templates.render(
-        "k8s/dra/driver-values.yaml.j2", image_tag=settings.dra_driver_version, allocator_label=dra.ALLOCATOR_LABEL,
-        driver_root=settings.nvidia_driver_root, feature_gates=_gates(settings),
+        "k8s/dra/driver-values.yaml.j2",
+        image_tag=settings.dra_driver_version,
+        allocator_label=dra.ALLOCATOR_LABEL,
+        driver_root=settings.nvidia_driver_root,
+        feature_gates=_gates(settings),
         compute_domains=settings.dra_compute_domains,
         imex_mode="hostManaged" if settings.dra_imex == "host-managed" else "driverManaged",
     )
@@ -64,15 +71,25 @@ def helm_chart_version(settings: Settings) -> str:
 
 def render_claims(settings: Settings) -> str:
     return templates.render(
-        "k8s/dra/claims.yaml.j2", device_class=dra.DEVICE_CLASS, driver=dra.DRIVER, claim_template=dra.CLAIM_TEMPLATE,
-        namespace=SMOKE_NAMESPACE, request=dra.CLAIM_NAME,
+        "k8s/dra/claims.yaml.j2",
+        device_class=dra.DEVICE_CLASS,
+        driver=dra.DRIVER,
+        claim_template=dra.CLAIM_TEMPLATE,
+        namespace=SMOKE_NAMESPACE,
+        request=dra.CLAIM_NAME,
         config=dra.gpu_config(settings.gpu_sharing, settings.gpu_sharing_replicas),
     )
 
 
 def render_smoke_pod(settings: Settings) -> str:
-    return templates.render("k8s/dra/smoke-pod.yaml.j2", name=dra.SMOKE_POD, namespace=SMOKE_NAMESPACE,
-                            image=settings.smoke_test_image, claim_template=dra.CLAIM_TEMPLATE, claim=dra.CLAIM_NAME)
+    return templates.render(
+        "k8s/dra/smoke-pod.yaml.j2",
+        name=dra.SMOKE_POD,
+        namespace=SMOKE_NAMESPACE,
+        image=settings.smoke_test_image,
+        claim_template=dra.CLAIM_TEMPLATE,
+        claim=dra.CLAIM_NAME,
+    )
 
 
 @deploy("NVIDIA DRA driver")
@@ -85,16 +102,34 @@ def dra_driver(settings: Settings, nodes: list[GpuNode]) -> None:
     chosen = dra_settings(settings, nodes)
     if chosen.dra_driver_install_method == "helm":
         kubectl.helm_upgrade(
-            name="Install the NVIDIA DRA driver helm chart", kubeconfig=settings.kubeconfig, namespace=dra.NAMESPACE,
-            release=dra.HELM_RELEASE, chart=dra.HELM_CHART, repo=None, chart_version=helm_chart_version(chosen),
+            name="Install the NVIDIA DRA driver helm chart",
+            kubeconfig=settings.kubeconfig,
+            namespace=dra.NAMESPACE,
+            release=dra.HELM_RELEASE,
+            chart=dra.HELM_CHART,
+            repo=None,
+            chart_version=helm_chart_version(chosen),
             values=render_helm_values(chosen),
         )
     else:
-        kubectl.apply_manifests(name="Apply the NVIDIA DRA driver", manifest=render_driver(chosen),
-                                kubeconfig=settings.kubeconfig, bundle=DRIVER_BUNDLE)
-    kubectl.apply_manifests(name="Apply the DRA DeviceClass and ResourceClaimTemplate", manifest=render_claims(chosen),
-                            kubeconfig=settings.kubeconfig, bundle=CLAIMS_BUNDLE)
+        kubectl.apply_manifests(
+            name="Apply the NVIDIA DRA driver",
+            manifest=render_driver(chosen),
+            kubeconfig=settings.kubeconfig,
+            bundle=DRIVER_BUNDLE,
+        )
+    kubectl.apply_manifests(
+        name="Apply the DRA DeviceClass and ResourceClaimTemplate",
+        manifest=render_claims(chosen),
+        kubeconfig=settings.kubeconfig,
+        bundle=CLAIMS_BUNDLE,
+    )
     if settings.smoke_test:
-        kubectl.run_smoke_test(name="Run the vector-add pod through a DRA claim", kubeconfig=settings.kubeconfig,
-                               manifest=render_smoke_pod(chosen), namespace=SMOKE_NAMESPACE, pod=dra.SMOKE_POD,
-                               timeout=settings.smoke_test_timeout)
+        kubectl.run_smoke_test(
+            name="Run the vector-add pod through a DRA claim",
+            kubeconfig=settings.kubeconfig,
+            manifest=render_smoke_pod(chosen),
+            namespace=SMOKE_NAMESPACE,
+            pod=dra.SMOKE_POD,
+            timeout=settings.smoke_test_timeout,
+        )

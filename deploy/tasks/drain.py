@@ -42,8 +42,9 @@ def checked_drain_target(settings: Settings) -> DrainTarget | None:
     except NoGroupError:
         control_planes = []
     if not control_planes:
-        _refuse(f"drain_before_restart=true but the inventory has no {settings.control_plane_group} host to run "
-                "kubectl on")
+        _refuse(
+            f"drain_before_restart=true but the inventory has no {settings.control_plane_group} host to run kubectl on"
+        )
         return None
     control_plane = control_planes[0]
     kubeconfig = host_settings(control_plane).kubeconfig
@@ -56,8 +57,10 @@ def checked_drain_target(settings: Settings) -> DrainTarget | None:
     except Exception as error:  # noqa: BLE001 - the control plane itself is unreachable
         schedule = {"reachable": False, "error": str(error)}
     if not schedule["reachable"]:
-        _refuse(f"drain_before_restart=true but {control_plane.name} cannot reach the Kubernetes API with "
-                f"{kubeconfig_words(kubeconfig)}: {schedule['error']}; nothing was changed")
+        _refuse(
+            f"drain_before_restart=true but {control_plane.name} cannot reach the Kubernetes API with "
+            f"{kubeconfig_words(kubeconfig)}: {schedule['error']}; nothing was changed"
+        )
         return None
 
     where = f"Kubernetes node {node}, through {control_plane.name}"
@@ -65,8 +68,9 @@ def checked_drain_target(settings: Settings) -> DrainTarget | None:
         logger.warning(f"{host.print_prefix}{where}: not registered, nothing to drain before a restart")
     elif schedule["unschedulable"]:
         host.log_styled(f"{where}: already cordoned: drained before a restart, left cordoned after", fg="yellow")
-    return DrainTarget(node=node, control_plane=control_plane.name, kubeconfig=kubeconfig,
-                       timeout=settings.drain_timeout)
+    return DrainTarget(
+        node=node, control_plane=control_plane.name, kubeconfig=kubeconfig, timeout=settings.drain_timeout
+    )
 
 
 @deploy("Live node")
@@ -74,5 +78,8 @@ def uncordon_drained_node(target: DrainTarget, driver_packages: Collection[str] 
     """Uncordon the node if this run cordoned it: the node's last stage (after verify, or after the
     restarts when verify does not run); ``driver_packages``: this run's driver stage's (a GPU node
     awaiting the reboot they need stays cordoned)."""
-    drain_ops.uncordon_node(name=f"Uncordon Kubernetes node {target.node} after the restart", target=target,
-                            driver_packages=tuple(sorted(driver_packages)))
+    drain_ops.uncordon_node(
+        name=f"Uncordon Kubernetes node {target.node} after the restart",
+        target=target,
+        driver_packages=tuple(sorted(driver_packages)),
+    )

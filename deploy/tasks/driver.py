@@ -57,22 +57,40 @@ REBOOT_DELAY = 10  # seconds before reconnecting
 SERVICE_UNITS = ("nvidia-fabricmanager.service", "nvidia-persistenced.service")
 
 
-def readings_calls(settings: Settings, platform: Platform, node: dict[str, Any], branch: str | None,
-                   plan_names: dict[str, list[str]], fabric_url: str | None) -> list[FactCall]:
+def readings_calls(
+    settings: Settings,
+    platform: Platform,
+    node: dict[str, Any],
+    branch: str | None,
+    plan_names: dict[str, list[str]],
+    fabric_url: str | None,
+) -> list[FactCall]:
     manager = platform.family.package_manager
     calls: list[FactCall] = [(GpuSupportLists, {})]
     everything = plan_names["driver"] + plan_names["fabric"]
     if manager.version_listing and manager.lock.holders is not None:
         # dnf waits for a busy dnf's lock without end, zypper not at all: the read waits, bounded, first
-        calls.append((WaitedPackageVersions, {"listing": version_listing(manager, settings.apt_lock_timeout),
-                                              "packages": everything,
-                                              "wait": manager.lock.script(settings.apt_lock_timeout)}))
+        calls.append(
+            (
+                WaitedPackageVersions,
+                {
+                    "listing": version_listing(manager, settings.apt_lock_timeout),
+                    "packages": everything,
+                    "wait": manager.lock.script(settings.apt_lock_timeout),
+                },
+            )
+        )
     elif manager.can_pin:
-        calls.append((PackageVersions, {"listing": version_listing(manager, settings.apt_lock_timeout),
-                                        "packages": everything}))
+        calls.append(
+            (PackageVersions, {"listing": version_listing(manager, settings.apt_lock_timeout), "packages": everything})
+        )
     if fabric_url and plan_names["fabric"]:
-        calls.append((RepositoryPackageVersions, {"url": fabric_url, "packages": plan_names["fabric"],
-                                                  "timeout": settings.download_timeout}))
+        calls.append(
+            (
+                RepositoryPackageVersions,
+                {"url": fabric_url, "packages": plan_names["fabric"], "timeout": settings.download_timeout},
+            )
+        )
     return calls
 
 
@@ -86,8 +104,11 @@ def plan_for_host(settings: Settings, platform: Platform, node: dict[str, Any]) 
         installed = host.get_fact(manager.installed_fact)
         if data.recommend_command:
             recommended = host.get_fact(RecommendedDriver, recommend_command=data.recommend_command)
-        branch = detect_branch(data.branch_detect, list(installed or {}) + list(recommended or [])) \
-            if data.branch_detect else None
+        branch = (
+            detect_branch(data.branch_detect, list(installed or {}) + list(recommended or []))
+            if data.branch_detect
+            else None
+        )
     else:
         branch = settings.nvidia_driver_branch
     names = candidate_names(settings, platform, node, branch)
@@ -102,7 +123,9 @@ def plan_for_host(settings: Settings, platform: Platform, node: dict[str, Any]) 
     fabric_source = download.source_read(CUDA_APT_SOURCE, CUDA_APT_KEYRING)
     if fabric_url:
         ahead.append(fabric_source)
-    found: dict[str, Any] = dict(zip((fact.__name__ for fact, _ in calls), read_together(host, calls + ahead)[: len(calls)]))
+    found: dict[str, Any] = dict(
+        zip((fact.__name__ for fact, _ in calls), read_together(host, calls + ahead)[: len(calls)])
+    )
     waited = found.pop(WaitedPackageVersions.__name__, None)
     unreadable: tuple[str, ...] = ()
     if waited is not None:
@@ -114,27 +137,41 @@ def plan_for_host(settings: Settings, platform: Platform, node: dict[str, Any]) 
     if fabric_url and not names["fabric"]:
         # The companions' names carry the branch, known now from the driver's versions: one more read, on
         # NVSwitch nodes and IMEX domains' hosts only
-        number = branch_number(settings, None, names["driver"], Readings(states=states, offered=found.get("PackageVersions")), node)
+        number = branch_number(
+            settings, None, names["driver"], Readings(states=states, offered=found.get("PackageVersions")), node
+        )
         if number:
             values_now = template_values(platform, data, node.get("kernel") or "", str(number))
-            names["fabric"] = [name for record in companions
-                               for name in (*render(record.names(number), values_now),
-                                            *getattr(record, "nvlsm_packages", ()))]
-            more = readings_calls(settings, platform, node, str(number), {"driver": [], "fabric": names["fabric"]}, fabric_url)[1:]
+            names["fabric"] = [
+                name
+                for record in companions
+                for name in (*render(record.names(number), values_now), *getattr(record, "nvlsm_packages", ()))
+            ]
+            more = readings_calls(
+                settings, platform, node, str(number), {"driver": [], "fabric": names["fabric"]}, fabric_url
+            )[1:]
             driver_offered = found.get("PackageVersions") or {}
             found.update(zip((fact.__name__ for fact, _ in more), read_together(host, more)))
             found["PackageVersions"] = {**driver_offered, **(found.get("PackageVersions") or {})}
     fabric_offered = found.get("RepositoryPackageVersions")
     if fabric_url and read(host, fabric_source).get(CUDA_APT_SOURCE) is not None:
         fabric_offered = None  # the repository is added: its versions are in the lists
-    readings = Readings(installed=installed, recommended=recommended, states=states,
-                        offered=found.get("PackageVersions"), fabric_offered=fabric_offered,
-                        gpu_lists=found.get("GpuSupportLists"), unreadable=unreadable)
+    readings = Readings(
+        installed=installed,
+        recommended=recommended,
+        states=states,
+        offered=found.get("PackageVersions"),
+        fabric_offered=fabric_offered,
+        gpu_lists=found.get("GpuSupportLists"),
+        unreadable=unreadable,
+    )
     plan = driver_plan(settings, platform, node, readings=readings)
     return replace(plan, state_names=tuple(names["driver"] + names["fabric"])), ahead
 
 
-def operation_reads(settings: Settings, platform: Platform, node: dict[str, Any], names: dict[str, list[str]]) -> list[FactCall]:
+def operation_reads(
+    settings: Settings, platform: Platform, node: dict[str, Any], names: dict[str, list[str]]
+) -> list[FactCall]:
     """What the stage's operations read, read ahead in the plan's one command (where the family's
     installs read a state fact the plan can name, all of it: a run that changes nothing then reads
     nothing more)."""
@@ -154,7 +191,11 @@ def operation_reads(settings: Settings, platform: Platform, node: dict[str, Any]
         (AptSourceFiles, {}),  # enable_apt_components's (absent elsewhere: read as none)
         (manager.installed_fact, {}),
         *([manager.states_read(extra)] if extra else []),
-        *([manager.states_read([data.persistenced_package])] if data.persistenced_package and "{" not in data.persistenced_package else []),
+        *(
+            [manager.states_read([data.persistenced_package])]
+            if data.persistenced_package and "{" not in data.persistenced_package
+            else []
+        ),
         manager.states_read(names["driver"] + names["fabric"]),
         files.digest_read(APT_PIN_PATH),
         (SystemdEnabled, {"services": list(SERVICE_UNITS)}),
@@ -182,23 +223,30 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, An
     plan, _ = plan_for_host(settings, platform, nvidia)
     warnings = []
     if plan.headers:
-        available = known_fact(host, PackagesAvailable, check=plan.manager.available_check,
-                               packages=list(plan.headers[:1]))
+        available = known_fact(
+            host, PackagesAvailable, check=plan.manager.available_check, packages=list(plan.headers[:1])
+        )
         warnings = headers_findings(plan, available)
     if plan.unreadable:
-        warnings.append(f"{plan.manager.name} cannot read {'; '.join(plan.unreadable)}: the versions it offers are "
-                        "unknown to this run, and an install would stop at it: repair or disable the repository")
+        warnings.append(
+            f"{plan.manager.name} cannot read {'; '.join(plan.unreadable)}: the versions it offers are "
+            "unknown to this run, and an install would stop at it: repair or disable the repository"
+        )
     number, where = planned_branch(plan, nvidia)
     lifecycle = end_of_life_warning(number, date.today(), where)
     warnings += [lifecycle] if lifecycle else []
     refusal = module_signing.refusal(plan.signing)
-    logger.info(f"{host.print_prefix}NVIDIA kernel modules: {plan.kernel_module_type}"
-                + (f", signed by {module_signing.signer_name(plan.signing)} ({plan.signing.why})" if plan.signing else ""))
+    logger.info(
+        f"{host.print_prefix}NVIDIA kernel modules: {plan.kernel_module_type}"
+        + (f", signed by {module_signing.signer_name(plan.signing)} ({plan.signing.why})" if plan.signing else "")
+    )
     return StepCheck(warnings=warnings, errors=[refusal] if refusal else [], plan=plan)
 
 
 @deploy("NVIDIA driver")
-def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan, drain: DrainTarget | None = None) -> DriverPlan:
+def nvidia_driver(
+    settings: Settings, platform: Platform, plan: DriverPlan, drain: DrainTarget | None = None
+) -> DriverPlan:
     manager = plan.manager
     lock_timeout = settings.apt_lock_timeout
     for note in plan.notes:
@@ -211,14 +259,25 @@ def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan, drai
             components=list(plan.components),
         )
     if plan.repository:
-        add_repository(manager, f"Add NVIDIA's repository {plan.repository['name']}", plan.repository,
-                       plan.repository["pin"], timeout=settings.download_timeout, lock_timeout=lock_timeout)
+        add_repository(
+            manager,
+            f"Add NVIDIA's repository {plan.repository['name']}",
+            plan.repository,
+            plan.repository["pin"],
+            timeout=settings.download_timeout,
+            lock_timeout=lock_timeout,
+        )
     if plan.extra_packages:
-        install_packages(manager, "Install the driver's companion packages", plan.extra_packages,
-                         lock_timeout=lock_timeout)
+        install_packages(
+            manager, "Install the driver's companion packages", plan.extra_packages, lock_timeout=lock_timeout
+        )
     if plan.module and manager.module_operation is not None:  # (a manager with module streams has their operation)
-        manager.module_operation(name=f"Enable the {manager.name} module stream {':'.join(plan.module)}",
-                                 module=plan.module[0], stream=plan.module[1], lock_timeout=lock_timeout)
+        manager.module_operation(
+            name=f"Enable the {manager.name} module stream {':'.join(plan.module)}",
+            module=plan.module[0],
+            stream=plan.module[1],
+            lock_timeout=lock_timeout,
+        )
     if plan.headers:
         driver_ops.install_first_available(
             name="Install kernel headers for the driver's module",
@@ -235,14 +294,23 @@ def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan, drai
         module_signing.before_install(manager, plan.signing, lock_timeout)
     driver = driver_ops.install_driver(
         name="Install the NVIDIA driver",
-        manager=manager, packages=plan.packages, remove=list(plan.remove), state_names=list(plan.state_names),
-        lock_timeout=lock_timeout, resolve=plan.resolve,
+        manager=manager,
+        packages=plan.packages,
+        remove=list(plan.remove),
+        state_names=list(plan.state_names),
+        lock_timeout=lock_timeout,
+        resolve=plan.resolve,
     )
     if plan.persistenced_package:
         with_driver = plan.persistenced_with_driver
         version = next((version for version in plan.packages.values() if version), None) if with_driver else None
-        install_packages(manager, "Install nvidia-persistenced", {plan.persistenced_package: version},
-                         hold=with_driver, lock_timeout=lock_timeout)
+        install_packages(
+            manager,
+            "Install nvidia-persistenced",
+            {plan.persistenced_package: version},
+            hold=with_driver,
+            lock_timeout=lock_timeout,
+        )
     for service, start in ((plan.persistenced_service, plan.persistenced_start), (plan.fabric_service, True)):
         if service:
             enable_service(service, start, read_ahead=manager.states_read is not None)
@@ -259,15 +327,24 @@ def nvidia_driver(settings: Settings, platform: Platform, plan: DriverPlan, drai
     if settings.reboot_allowed:
         kernel_modules.refuse_reboot_without_module(_if=reboot.did_change)
         if drain:
-            drain_ops.drain_before_reboot(name=f"Drain Kubernetes node {drain.node} before the reboot",
-                                          target=drain, _if=reboot.did_change)
+            drain_ops.drain_before_reboot(
+                name=f"Drain Kubernetes node {drain.node} before the reboot", target=drain, _if=reboot.did_change
+            )
             drain_ops.watch(drain, driver)
-        server.reboot(name="Reboot to load the new NVIDIA driver", delay=REBOOT_DELAY, reboot_timeout=600, _if=reboot.did_change)
+        server.reboot(
+            name="Reboot to load the new NVIDIA driver", delay=REBOOT_DELAY, reboot_timeout=600, _if=reboot.did_change
+        )
 
     if plan.cuda_packages:
         if plan.cuda_repository:
-            add_repository(manager, f"Add NVIDIA's CUDA repository {plan.cuda_repository['name']}", plan.cuda_repository,
-                           plan.cuda_repository["pin"], timeout=settings.download_timeout, lock_timeout=lock_timeout)
+            add_repository(
+                manager,
+                f"Add NVIDIA's CUDA repository {plan.cuda_repository['name']}",
+                plan.cuda_repository,
+                plan.cuda_repository["pin"],
+                timeout=settings.download_timeout,
+                lock_timeout=lock_timeout,
+            )
         install_packages(manager, "Install the CUDA toolkit", plan.cuda_packages, lock_timeout=lock_timeout)
         put_text(name="Put the CUDA toolkit on PATH", dest=CUDA_PROFILE_PATH, content=cuda_profile_text(plan.cuda_home))
     return plan
@@ -298,14 +375,25 @@ def add_cuda_repository(settings: Settings, manager: PackageManager, repository:
             return
         download.signed_apt_source(
             name=f"Add NVIDIA's CUDA repository {repository['name']} (signed-by keyring)",
-            path=CUDA_APT_SOURCE, content=source_text, keyring=CUDA_APT_KEYRING, key_url=repository["key_url"],
-            fingerprints=pin.fingerprints, fingerprint_setting=pin.setting,
-            repository=repository["url"], timeout=settings.download_timeout, lock_timeout=settings.apt_lock_timeout,
+            path=CUDA_APT_SOURCE,
+            content=source_text,
+            keyring=CUDA_APT_KEYRING,
+            key_url=repository["key_url"],
+            fingerprints=pin.fingerprints,
+            fingerprint_setting=pin.setting,
+            repository=repository["url"],
+            timeout=settings.download_timeout,
+            lock_timeout=settings.apt_lock_timeout,
         )
         return
-    add_repository(manager, f"Add NVIDIA's CUDA repository {repository['name']}",
-                   {"name": repository["name"], "baseurl": repository["url"], "gpgkey": repository["key_url"]}, pin,
-                   timeout=settings.download_timeout, lock_timeout=settings.apt_lock_timeout)
+    add_repository(
+        manager,
+        f"Add NVIDIA's CUDA repository {repository['name']}",
+        {"name": repository["name"], "baseurl": repository["url"], "gpgkey": repository["key_url"]},
+        pin,
+        timeout=settings.download_timeout,
+        lock_timeout=settings.apt_lock_timeout,
+    )
 
 
 @deploy("Driver report")

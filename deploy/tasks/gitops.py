@@ -71,28 +71,37 @@ DRA_FLUX_HELM = "flux/nvidia-dra-driver-gpu.yaml"
 DRA_ARGOCD_HELM = "argocd/nvidia-dra-driver-gpu.yaml"
 DRA_SMOKE_POD = "smoke/dra-smoke-pod.yaml"
 # A Node the folder labels is never pruned or deleted by Argo CD or Flux (the kubelet's, not the folder's)
-NODE_ANNOTATIONS = {"argocd.argoproj.io/sync-options": "Prune=false,Delete=false",
-                    "kustomize.toolkit.fluxcd.io/prune": "disabled"}
+NODE_ANNOTATIONS = {
+    "argocd.argoproj.io/sync-options": "Prune=false,Delete=false",
+    "kustomize.toolkit.fluxcd.io/prune": "disabled",
+}
 # The GPU nodes' labels: a bundle of the folder alone (deploy/k8s_gpu.py labels from the nodes' facts)
 NODE_LABELS_BUNDLE = "node-labels"
-BUNDLES = (RUNTIME_CLASS_BUNDLE, DEVICE_PLUGIN_BUNDLE, gpushare_task.EXTENDER_BUNDLE,
-           gpushare_task.DEVICE_PLUGIN_BUNDLE, dra_cluster.DRIVER_BUNDLE, dra_cluster.CLAIMS_BUNDLE,
-           health_monitor.BUNDLE, NODE_LABELS_BUNDLE)
+BUNDLES = (
+    RUNTIME_CLASS_BUNDLE,
+    DEVICE_PLUGIN_BUNDLE,
+    gpushare_task.EXTENDER_BUNDLE,
+    gpushare_task.DEVICE_PLUGIN_BUNDLE,
+    dra_cluster.DRIVER_BUNDLE,
+    dra_cluster.CLAIMS_BUNDLE,
+    health_monitor.BUNDLE,
+    NODE_LABELS_BUNDLE,
+)
 WHAT_BUNDLES_HOLD = {
     RUNTIME_CLASS_BUNDLE: "the RuntimeClass `nvidia`",
     DEVICE_PLUGIN_BUNDLE: "NVIDIA's device plugin: its namespace, the sharing configs (ConfigMap), RBAC, "
-                          "the DaemonSet(s)",
+    "the DaemonSet(s)",
     gpushare_task.EXTENDER_BUNDLE: "gpushare's scheduler extender: RBAC, Deployment, NodePort Service",
     gpushare_task.DEVICE_PLUGIN_BUNDLE: "gpushare's device plugin: RBAC, DaemonSet on nodes labelled `gpushare=true`",
     dra_cluster.DRIVER_BUNDLE: f"NVIDIA's DRA driver for GPUs: its namespace, RBAC, the kubelet plugin's DaemonSet "
-                               f"on nodes labelled `{dra.ALLOCATOR_LABEL}=dra`",
+    f"on nodes labelled `{dra.ALLOCATOR_LABEL}=dra`",
     dra_cluster.CLAIMS_BUNDLE: f"the DeviceClass `{dra.DEVICE_CLASS}` and the ResourceClaimTemplate "
-                               f"`{dra.CLAIM_TEMPLATE}` (one GPU; the sharing config the settings give)",
+    f"`{dra.CLAIM_TEMPLATE}` (one GPU; the sharing config the settings give)",
     health_monitor.BUNDLE: f"node-problem-detector on every GPU node (gpu_health_monitor=npd): its namespace, "
-                           f"account bound to `{health_monitor.CLUSTER_ROLE}`, its config (a custom plugin running "
-                           f"gpu-node's health check) and DaemonSet; it sets the node condition `{health_monitor.CONDITION}`",
+    f"account bound to `{health_monitor.CLUSTER_ROLE}`, its config (a custom plugin running "
+    f"gpu-node's health check) and DaemonSet; it sets the node condition `{health_monitor.CONDITION}`",
     NODE_LABELS_BUNDLE: "the GPU nodes' labels: a Node object each, its name and the labels its settings decide "
-                        "alone (a server-side apply sets these and no other field)",
+    "alone (a server-side apply sets these and no other field)",
 }
 
 
@@ -103,9 +112,20 @@ def manifest_file(bundle: str) -> str:
 # Every file a render may write: one a new render no longer writes is removed (a stale bundle in
 # manifests/ would still be applied by whatever syncs the folder).
 # The last two: what earlier releases wrote instead of flux/ and argocd/.
-EVERY_FILE = (README, *(manifest_file(bundle) for bundle in BUNDLES), HELM_VALUES, FLUX_HELM, ARGOCD_HELM,
-              SCHEDULER_CONFIG, DRA_HELM_VALUES, DRA_FLUX_HELM, DRA_ARGOCD_HELM, DRA_SMOKE_POD,
-              "helm/release.yaml", "helm/dra-release.yaml")
+EVERY_FILE = (
+    README,
+    *(manifest_file(bundle) for bundle in BUNDLES),
+    HELM_VALUES,
+    FLUX_HELM,
+    ARGOCD_HELM,
+    SCHEDULER_CONFIG,
+    DRA_HELM_VALUES,
+    DRA_FLUX_HELM,
+    DRA_ARGOCD_HELM,
+    DRA_SMOKE_POD,
+    "helm/release.yaml",
+    "helm/dra-release.yaml",
+)
 
 
 class RenderError(PyinfraError):
@@ -117,9 +137,16 @@ def settings_only_node(host_name: str, settings: Settings) -> GpuNode:
     A GPU node as the files see it: its own settings, none of its facts. Its GPUs, hostname and
     CDI spec are unknown, so cdi=auto counts as no spec (its config without CDI).
     """
-    return GpuNode(host_name=host_name, node_name=host_name, products=(), pci_gpus=0, nvidia_smi="not read",
-                   gpu_sharing=settings.gpu_sharing, nvidia_runtime_default=settings.nvidia_runtime_default,
-                   settings=settings)
+    return GpuNode(
+        host_name=host_name,
+        node_name=host_name,
+        products=(),
+        pci_gpus=0,
+        nvidia_smi="not read",
+        gpu_sharing=settings.gpu_sharing,
+        nvidia_runtime_default=settings.nvidia_runtime_default,
+        settings=settings,
+    )
 
 
 def settings_labels(node: GpuNode) -> dict[str, str]:
@@ -139,19 +166,35 @@ def node_labels_manifest(settings: Settings, nodes: list[GpuNode]) -> str | None
     (kube_node_names): a name guessed wrong would make a Node no kubelet runs. None: no node named."""
     names = dict(settings.kube_node_names)
     named = sorted((node for node in nodes if node.host_name in names), key=lambda node: names[node.host_name])
-    twice = sorted({names[node.host_name] for node in named
-                    if [names[other.host_name] for other in named].count(names[node.host_name]) > 1})
+    twice = sorted(
+        {
+            names[node.host_name]
+            for node in named
+            if [names[other.host_name] for other in named].count(names[node.host_name]) > 1
+        }
+    )
     if twice:
-        raise RenderError(f"kube_node_names gives several GPU nodes the Kubernetes name {', '.join(twice)}: "
-                          "each node needs its own")
-    documents = [{"apiVersion": "v1", "kind": "Node",
-                  "metadata": {"name": names[node.host_name], "labels": {**settings_labels(node), **MANAGED_BY},
-                               "annotations": dict(NODE_ANNOTATIONS)}}
-                 for node in named]
+        raise RenderError(
+            f"kube_node_names gives several GPU nodes the Kubernetes name {', '.join(twice)}: each node needs its own"
+        )
+    documents = [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": names[node.host_name],
+                "labels": {**settings_labels(node), **MANAGED_BY},
+                "annotations": dict(NODE_ANNOTATIONS),
+            },
+        }
+        for node in named
+    ]
     return dump_documents(documents) if documents else None
 
 
-def dra_files(settings: Settings, nodes: list[GpuNode], kubernetes_minor: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+def dra_files(
+    settings: Settings, nodes: list[GpuNode], kubernetes_minor: str | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The DRA driver's bundles and files (deploy/tasks/dra_cluster.py's), as its deploy applies them;
     refused for a cluster older than 1.34 where ``kubernetes_minor`` says it."""
     refusal = kubernetes_minor and dra.kubernetes_refusal(kubernetes_minor, source="manifests_kubernetes_version")
@@ -182,8 +225,10 @@ def cluster_files(settings: Settings, nodes: list[GpuNode], kubernetes_minor: st
     written: dict[str, str] = {}
     if uses_gpushare(settings, nodes):
         if kubernetes_minor is None:
-            raise RenderError("manifests_kubernetes_version is not set: gpushare's scheduler config and extender "
-                              "depend on the cluster's Kubernetes minor (e.g. --data manifests_kubernetes_version=1.30)")
+            raise RenderError(
+                "manifests_kubernetes_version is not set: gpushare's scheduler config and extender "
+                "depend on the cluster's Kubernetes minor (e.g. --data manifests_kubernetes_version=1.30)"
+            )
         try:
             written[SCHEDULER_CONFIG] = scheduler_config_yaml(kubernetes_minor)  # refuses clusters older than 1.23
         except GpushareError as error:
@@ -228,21 +273,27 @@ def readme(settings: Settings, nodes: list[GpuNode], kubernetes_minor: str | Non
         if manifest_file(bundle) in written:
             lines.append(f"| `{manifest_file(bundle)}` | {WHAT_BUNDLES_HOLD[bundle]} |")
     if HELM_VALUES in written:
-        lines.append(f"| `{HELM_VALUES}` | the values of NVIDIA's device plugin chart, as helm gets them (not an API "
-                     "object) |")
+        lines.append(
+            f"| `{HELM_VALUES}` | the values of NVIDIA's device plugin chart, as helm gets them (not an API object) |"
+        )
         lines.append(f"| `{FLUX_HELM}` | the chart, its version and values as Flux's HelmRepository and HelmRelease |")
         lines.append(f"| `{ARGOCD_HELM}` | the same as an Argo CD Application |")
     if SCHEDULER_CONFIG in written:
-        lines.append(f"| `{SCHEDULER_CONFIG}` | gpushare's KubeSchedulerConfiguration: a file kube-scheduler "
-                     "reads, not an API object |")
+        lines.append(
+            f"| `{SCHEDULER_CONFIG}` | gpushare's KubeSchedulerConfiguration: a file kube-scheduler "
+            "reads, not an API object |"
+        )
     if DRA_HELM_VALUES in written:
-        lines.append(f"| `{DRA_HELM_VALUES}` | the values of the DRA driver's chart, as helm gets them (not an API "
-                     "object) |")
+        lines.append(
+            f"| `{DRA_HELM_VALUES}` | the values of the DRA driver's chart, as helm gets them (not an API object) |"
+        )
         lines.append(f"| `{DRA_FLUX_HELM}` | the DRA driver's chart as Flux's HelmRepository and HelmRelease |")
         lines.append(f"| `{DRA_ARGOCD_HELM}` | the same as an Argo CD Application |")
     if DRA_SMOKE_POD in written:
-        lines.append(f"| `{DRA_SMOKE_POD}` | a pod asking for one GPU through a claim of `{dra.CLAIM_TEMPLATE}`: "
-                     "to create once, not to sync |")
+        lines.append(
+            f"| `{DRA_SMOKE_POD}` | a pod asking for one GPU through a claim of `{dra.CLAIM_TEMPLATE}`: "
+            "to create once, not to sync |"
+        )
     lines += [
         "",
         "## Apply",
@@ -279,8 +330,12 @@ def readme(settings: Settings, nodes: list[GpuNode], kubernetes_minor: str | Non
             f"      --namespace {DEVICE_PLUGIN_NAMESPACE} --create-namespace --values {HELM_VALUES}",
         ]
     if dra_cluster.uses_dra(settings, nodes):
-        lines += ["", "## DRA (gpu_allocator=dra)", "",
-                  "The DRA objects are `resource.k8s.io/v1`: the cluster must run Kubernetes 1.34 or newer."]
+        lines += [
+            "",
+            "## DRA (gpu_allocator=dra)",
+            "",
+            "The DRA objects are `resource.k8s.io/v1`: the cluster must run Kubernetes 1.34 or newer.",
+        ]
     if DRA_HELM_VALUES in written:
         chosen = dra_cluster.dra_settings(settings, nodes)
         lines += [
@@ -333,15 +388,24 @@ def readme(settings: Settings, nodes: list[GpuNode], kubernetes_minor: str | Non
         ]
         for node in sorted(nodes, key=lambda node: node.host_name):
             shown = ", ".join(f"`{key}={value}`" for key, value in settings_labels(node).items())
-            where = (f"`{names[node.host_name]}`" if node.host_name in names
-                     else "not named in `kube_node_names`: its hostname, in lower case; not labelled by this folder")
+            where = (
+                f"`{names[node.host_name]}`"
+                if node.host_name in names
+                else "not named in `kube_node_names`: its hostname, in lower case; not labelled by this folder"
+            )
             lines.append(f"| `{node.host_name}` | {where} | {shown} |")
         if any(node.settings.cdi == "auto" and node.gpu_sharing != "gpushare" for node in nodes):
-            lines += ["", "With `cdi=auto` a node's config depends on whether its CDI spec exists, a fact: these",
-                      "files take it as absent (set `cdi=true` or `false` for a config that does not guess)."]
+            lines += [
+                "",
+                "With `cdi=auto` a node's config depends on whether its CDI spec exists, a fact: these",
+                "files take it as absent (set `cdi=true` or `false` for a config that does not guess).",
+            ]
     else:
-        lines += ["", "No GPU node is known to this render (`manifests_inventory` unset or without `gpu_nodes`):",
-                  "no node is labelled by this folder."]
+        lines += [
+            "",
+            "No GPU node is known to this render (`manifests_inventory` unset or without `gpu_nodes`):",
+            "no node is labelled by this folder.",
+        ]
     if needs_device_plugin(settings, nodes):
         default = SharingConfig.from_settings(settings).name
         lines += ["", f"A node without a `{CONFIG_LABEL}` label gets the config `{default}`."]
@@ -379,8 +443,10 @@ def cluster_inputs(settings: Settings) -> tuple[list[tuple[str, Settings]], list
     control_planes = group(settings.control_plane_group) or [(host.name, settings)]
     nodes = [settings_only_node(name, node_settings) for name, node_settings in group(settings.gpu_nodes_group)]
     if not nodes:
-        logger.warning(f"{host.print_prefix}{settings.manifests_inventory} has no {settings.gpu_nodes_group} hosts: "
-                       "the files follow the control plane's settings alone")
+        logger.warning(
+            f"{host.print_prefix}{settings.manifests_inventory} has no {settings.gpu_nodes_group} hosts: "
+            "the files follow the control plane's settings alone"
+        )
     return control_planes, nodes
 
 
@@ -388,28 +454,37 @@ def cluster_inputs(settings: Settings) -> tuple[list[tuple[str, Settings]], list
 def write_cluster_files(settings: Settings) -> None:
     """Write ``manifests_dir`` on the controller (this host must be @local)."""
     if host.name != "@local":
-        raise RenderError(f"deploy/render_cluster.py writes on the controller, not on {host.name}: run it as "
-                          "pyinfra @local deploy/render_cluster.py")
+        raise RenderError(
+            f"deploy/render_cluster.py writes on the controller, not on {host.name}: run it as "
+            "pyinfra @local deploy/render_cluster.py"
+        )
     control_planes, nodes = cluster_inputs(settings)
     first, rendered = None, {}
     for name, control_plane in control_planes:
         found = cluster_files(control_plane, nodes, settings.manifests_kubernetes_version)
         if first is not None and found != rendered:
             differ = sorted(path for path in set(found) | set(rendered) if found.get(path) != rendered.get(path))
-            raise RenderError(f"control_plane hosts {first} and {name} have settings that render different "
-                              f"files ({', '.join(differ)}): give them the same Kubernetes settings")
+            raise RenderError(
+                f"control_plane hosts {first} and {name} have settings that render different "
+                f"files ({', '.join(differ)}): give them the same Kubernetes settings"
+            )
         first, rendered = first or name, found
 
     unnamed = [node.host_name for node in nodes if node.host_name not in dict(control_planes[0][1].kube_node_names)]
     if unnamed:
-        logger.warning(f"{host.print_prefix}kube_node_names does not name the GPU nodes {', '.join(unnamed)}: "
-                       f"{manifest_file(NODE_LABELS_BUNDLE)} does not label them")
+        logger.warning(
+            f"{host.print_prefix}kube_node_names does not name the GPU nodes {', '.join(unnamed)}: "
+            f"{manifest_file(NODE_LABELS_BUNDLE)} does not label them"
+        )
     base = host.state.cwd or os.getcwd()
     targets = {relative: ControllerFile(base, settings.manifests_dir, relative) for relative in EVERY_FILE}
     try:
         # every path checked before the first file is written: a link anywhere stops the run unchanged
-        stale = [relative for relative in EVERY_FILE if relative not in rendered
-                 and controller_files.check_path(targets[relative])]
+        stale = [
+            relative
+            for relative in EVERY_FILE
+            if relative not in rendered and controller_files.check_path(targets[relative])
+        ]
         for relative in rendered:
             controller_files.check_path(targets[relative])
     except controller_files.LinkRefusal as refused:
@@ -417,5 +492,6 @@ def write_cluster_files(settings: Settings) -> None:
     for relative, text in rendered.items():
         controller_files.put_text(name=f"Write {targets[relative].shown}", target=targets[relative], text=text)
     for relative in stale:
-        controller_files.remove(name=f"Remove {targets[relative].shown} (not rendered for these settings)",
-                                target=targets[relative])
+        controller_files.remove(
+            name=f"Remove {targets[relative].shown} (not rendered for these settings)", target=targets[relative]
+        )

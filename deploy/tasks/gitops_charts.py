@@ -43,38 +43,74 @@ class HelmChart:
     def flux_text(self) -> str:
         """Flux's HelmRepository and HelmRelease of the chart: a release of the same name and namespace,
         so helm and deploy/k8s_gpu.py see the release Flux installs as theirs."""
-        repository = {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "HelmRepository",
-                      "metadata": {"name": self.release, "namespace": FLUX_NAMESPACE, "labels": MANAGED_BY},
-                      "spec": {"url": self.repository, "interval": FLUX_INTERVAL, **({"type": "oci"} if self.oci else {})}}
-        release = {"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
-                   "metadata": {"name": self.release, "namespace": FLUX_NAMESPACE, "labels": MANAGED_BY},
-                   "spec": {"interval": FLUX_INTERVAL, "releaseName": self.release, "targetNamespace": self.namespace,
-                            "storageNamespace": self.namespace, "install": {"createNamespace": True},
-                            "chart": {"spec": {"chart": self.chart, "version": self.version,
-                                               "sourceRef": {"kind": "HelmRepository", "name": self.release,
-                                                             "namespace": FLUX_NAMESPACE}}},
-                            "values": yaml.safe_load(self.values)}}
+        repository = {
+            "apiVersion": "source.toolkit.fluxcd.io/v1",
+            "kind": "HelmRepository",
+            "metadata": {"name": self.release, "namespace": FLUX_NAMESPACE, "labels": MANAGED_BY},
+            "spec": {"url": self.repository, "interval": FLUX_INTERVAL, **({"type": "oci"} if self.oci else {})},
+        }
+        release = {
+            "apiVersion": "helm.toolkit.fluxcd.io/v2",
+            "kind": "HelmRelease",
+            "metadata": {"name": self.release, "namespace": FLUX_NAMESPACE, "labels": MANAGED_BY},
+            "spec": {
+                "interval": FLUX_INTERVAL,
+                "releaseName": self.release,
+                "targetNamespace": self.namespace,
+                "storageNamespace": self.namespace,
+                "install": {"createNamespace": True},
+                "chart": {
+                    "spec": {
+                        "chart": self.chart,
+                        "version": self.version,
+                        "sourceRef": {"kind": "HelmRepository", "name": self.release, "namespace": FLUX_NAMESPACE},
+                    }
+                },
+                "values": yaml.safe_load(self.values),
+            },
+        }
         return dump_documents([repository, release])
 
     def argocd_text(self) -> str:
         """Argo CD's Application of the chart (Argo CD renders it and applies the objects: no Helm release)."""
-        source = {"repoURL": self.repository.removeprefix("oci://"), "chart": self.chart,
-                  "targetRevision": self.version,
-                  "helm": {"releaseName": self.release, "valuesObject": yaml.safe_load(self.values)}}
-        application = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
-                       "metadata": {"name": self.release, "namespace": ARGOCD_NAMESPACE, "labels": MANAGED_BY},
-                       "spec": {"project": "default", "source": source,
-                                "destination": {"server": "https://kubernetes.default.svc", "namespace": self.namespace},
-                                "syncPolicy": {"syncOptions": ["CreateNamespace=true", "ServerSideApply=true"]}}}
+        source = {
+            "repoURL": self.repository.removeprefix("oci://"),
+            "chart": self.chart,
+            "targetRevision": self.version,
+            "helm": {"releaseName": self.release, "valuesObject": yaml.safe_load(self.values)},
+        }
+        application = {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Application",
+            "metadata": {"name": self.release, "namespace": ARGOCD_NAMESPACE, "labels": MANAGED_BY},
+            "spec": {
+                "project": "default",
+                "source": source,
+                "destination": {"server": "https://kubernetes.default.svc", "namespace": self.namespace},
+                "syncPolicy": {"syncOptions": ["CreateNamespace=true", "ServerSideApply=true"]},
+            },
+        }
         return dump_documents([application])
 
 
 def device_plugin_chart(settings: Settings, nodes: list[GpuNode]) -> HelmChart:
-    return HelmChart(release=HELM_RELEASE, namespace=DEVICE_PLUGIN_NAMESPACE, repository=HELM_REPO_URL,
-                     chart=HELM_CHART, version=helm_chart_version(settings), values=render_helm_values(settings, nodes))
+    return HelmChart(
+        release=HELM_RELEASE,
+        namespace=DEVICE_PLUGIN_NAMESPACE,
+        repository=HELM_REPO_URL,
+        chart=HELM_CHART,
+        version=helm_chart_version(settings),
+        values=render_helm_values(settings, nodes),
+    )
 
 
 def dra_chart(chosen: Settings) -> HelmChart:
     repository, _, chart = dra.HELM_CHART.rpartition("/")
-    return HelmChart(release=dra.HELM_RELEASE, namespace=dra.NAMESPACE, repository=repository, chart=chart,
-                     version=dra_cluster.helm_chart_version(chosen), values=dra_cluster.render_helm_values(chosen))
+    return HelmChart(
+        release=dra.HELM_RELEASE,
+        namespace=dra.NAMESPACE,
+        repository=repository,
+        chart=chart,
+        version=dra_cluster.helm_chart_version(chosen),
+        values=dra_cluster.render_helm_values(chosen),
+    )

@@ -26,8 +26,7 @@ HEADER = "# Managed by gpu-node (deploy/tasks/gpudirect.py, gpudirect_rdma)\n"
 
 def managed_files() -> dict[str, str]:
     """path -> the text this step keeps there."""
-    return {peermem.SOFTDEP_PATH: HEADER + peermem.SOFTDEP,
-            peermem.MODULES_LOAD_PATH: HEADER + "nvidia-peermem\n"}
+    return {peermem.SOFTDEP_PATH: HEADER + peermem.SOFTDEP, peermem.MODULES_LOAD_PATH: HEADER + "nvidia-peermem\n"}
 
 
 def module_read() -> FactCall:
@@ -51,8 +50,10 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, An
     warning naming an OFED / driver pairing outside NVIDIA's published support."""
     wanted = peermem.wants_peermem(settings.gpudirect_rdma, nvidia.get("mellanox") or [], nvidia.get("gpus") or [])
     if not wanted:
-        logger.info(f"{host.print_prefix}gpudirect_rdma=auto: no NVIDIA GPU and ConnectX RDMA NIC together on the "
-                    "PCI bus, nvidia-peermem left alone")
+        logger.info(
+            f"{host.print_prefix}gpudirect_rdma=auto: no NVIDIA GPU and ConnectX RDMA NIC together on the "
+            "PCI bus, nvidia-peermem left alone"
+        )
         return StepCheck(plan=False)
     ofed = peermem.ofed_version(read(host, (PeermemState, {}))["ofed"])
     line = peermem.pairing_line(ofed, driver_branch(nvidia))
@@ -69,5 +70,6 @@ def gpudirect_rdma(settings: Settings, wanted: bool, nvidia: dict[str, Any] | No
     if not settings.kernel_modules_load or not (nvidia or {}).get("loaded_version"):
         return  # loaded with the driver at the next boot
     if not read(host, module_read())["modules"].get(peermem.MODULE):
-        kernel.load_module(name="Load nvidia-peermem (after the RDMA stack: its soft dependency)",
-                           module=peermem.MODULE)
+        kernel.load_module(
+            name="Load nvidia-peermem (after the RDMA stack: its soft dependency)", module=peermem.MODULE
+        )

@@ -41,8 +41,9 @@ def gpushare_manifests(settings: Settings, version: str) -> dict[str, str]:
     """Bundle name -> manifest: what gpushare applies with kubectl on a cluster of this version."""
     return {
         EXTENDER_BUNDLE: extender_manifest(version, settings.gpushare_extender_image),
-        DEVICE_PLUGIN_BUNDLE: device_plugin_manifest(settings.gpushare_device_plugin_image,
-                                                     settings.gpushare_memory_unit),
+        DEVICE_PLUGIN_BUNDLE: device_plugin_manifest(
+            settings.gpushare_device_plugin_image, settings.gpushare_memory_unit
+        ),
     }
 
 
@@ -133,8 +134,10 @@ def gpushare(settings: Settings, nodes: list[GpuNode]) -> None:
     )
     for node in nodes:
         if not node.has_gpu and node.gpu_sharing == "gpushare":
-            logger.warning(f"{host.print_prefix}GPU node {node.host_name}: no NVIDIA GPU found; "
-                           f"labelled {NODE_LABEL}=true all the same, as its settings ask")
+            logger.warning(
+                f"{host.print_prefix}GPU node {node.host_name}: no NVIDIA GPU found; "
+                f"labelled {NODE_LABEL}=true all the same, as its settings ask"
+            )
         kubectl.label_node(
             name=f"Label node {node.node_name} for gpushare",
             kubeconfig=settings.kubeconfig,

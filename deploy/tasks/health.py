@@ -37,8 +37,10 @@ def wanted_files(settings: Settings) -> dict[str, tuple[str | bytes, str]]:
     return {
         archives.HEALTH.path: (archives.HEALTH.content(), "644"),
         CONFIG_PATH: (health_config(settings), "644"),
-        f"{UNIT_DIR}/{SERVICE}": (render("gpu-node-health.service.j2", archive=archives.HEALTH.path, config=CONFIG_PATH),
-                                  "644"),
+        f"{UNIT_DIR}/{SERVICE}": (
+            render("gpu-node-health.service.j2", archive=archives.HEALTH.path, config=CONFIG_PATH),
+            "644",
+        ),
         f"{UNIT_DIR}/{TIMER}": (render("gpu-node-health.timer.j2", interval=settings.health_check_interval), "644"),
     }
 
@@ -62,9 +64,12 @@ def health_check_units(settings: Settings) -> None:
         changed_units |= path.startswith(UNIT_DIR)
     if changed_units:
         # a changed timer takes its new interval at the reload; an image root has no running systemd
-        server.shell(name="Reload systemd's units (the health check's units changed)",
-                     commands=["if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi"])
+        server.shell(
+            name="Reload systemd's units (the health check's units changed)",
+            commands=["if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi"],
+        )
     if read(host, units_read()).get(TIMER) != "enabled":
         how = "started by the image's boot" if bake.is_image_root(host.connector) else "started now"
-        units.enable_service(name=f"Enable {TIMER} (the health check every {settings.health_check_interval}; {how})",
-                             service=TIMER)
+        units.enable_service(
+            name=f"Enable {TIMER} (the health check every {settings.health_check_interval}; {how})", service=TIMER
+        )

@@ -67,8 +67,9 @@ def members_of(settings: Settings) -> tuple[imex.Member, ...]:
             theirs = settings if other.name == host.name else host_settings(other)
         except SettingsError as error:
             if other.data.get("imex_domain") == settings.imex_domain:
-                raise HostRefusal(f"IMEX domain {settings.imex_domain!r}: its host {other.name}'s settings are "
-                                  f"invalid ({error})") from None
+                raise HostRefusal(
+                    f"IMEX domain {settings.imex_domain!r}: its host {other.name}'s settings are invalid ({error})"
+                ) from None
             continue
         rows.append((other.name, theirs.imex_domain, theirs.imex_address, other.data.get("ssh_hostname") or other.name))
     try:
@@ -81,10 +82,15 @@ def channel_files(settings: Settings) -> dict[str, tuple[str, str]]:
     """path -> (text, mode) of the files imex_channels keeps (the other way's are removed)."""
     if settings.imex_channels == "module-option":
         return {imex.CHANNEL_OPTION_PATH: (HEADER + imex.CHANNEL_OPTION, "644")}
-    script = "#!/bin/sh\n" + shell_scripts.script("imex_channel", proc_devices="/proc/devices",
-                                                  channel=imex.CHANNEL_DEVICE)
-    unit = render("gpu-node-imex-channel.service.j2", channel=imex.CHANNEL_DEVICE, imex_unit=imex.IMEX_UNIT,
-                  script=imex.CHANNEL_SCRIPT)
+    script = "#!/bin/sh\n" + shell_scripts.script(
+        "imex_channel", proc_devices="/proc/devices", channel=imex.CHANNEL_DEVICE
+    )
+    unit = render(
+        "gpu-node-imex-channel.service.j2",
+        channel=imex.CHANNEL_DEVICE,
+        imex_unit=imex.IMEX_UNIT,
+        script=imex.CHANNEL_SCRIPT,
+    )
     return {imex.CHANNEL_SCRIPT: (script, SCRIPT_MODE), CHANNEL_UNIT_PATH: (unit, "644")}
 
 
@@ -102,12 +108,17 @@ def service_reads() -> list[FactCall]:
 
 def reads(settings: Settings) -> list[FactCall]:
     """What the step decides on, for preflight to read ahead: the same calls its operations make."""
-    return [files.digest_read(imex.NODES_CONFIG), *(files.digest_read(path) for path in ALL_CHANNEL_FILES),
-            units_read(), *service_reads()]
+    return [
+        files.digest_read(imex.NODES_CONFIG),
+        *(files.digest_read(path) for path in ALL_CHANNEL_FILES),
+        units_read(),
+        *service_reads(),
+    ]
 
 
-def installed_driver_packages(settings: Settings, platform: Platform,
-                              nvidia: dict[str, Any]) -> tuple[dict[str, str | None], dict[str, Any] | None]:
+def installed_driver_packages(
+    settings: Settings, platform: Platform, nvidia: dict[str, Any]
+) -> tuple[dict[str, str | None], dict[str, Any] | None]:
     """IMEX's packages at the installed driver's version, and NVIDIA's CUDA repository (where the driver
     stage does not install the driver, so not IMEX with it)."""
     data = platform.family.driver
@@ -116,23 +127,46 @@ def installed_driver_packages(settings: Settings, platform: Platform,
     if data.imex is None:
         raise HostRefusal(f"IMEX is not packaged for {platform.distro_id}: unset imex_domain for this host")
     if not driver:
-        raise HostRefusal("IMEX must be at the driver's version, and this host has no NVIDIA driver (no nvidia module "
-                          "built or loaded; nvidia_driver_install=false): install the driver first")
+        raise HostRefusal(
+            "IMEX must be at the driver's version, and this host has no NVIDIA driver (no nvidia module "
+            "built or loaded; nvidia_driver_install=false): install the driver first"
+        )
     branch = driver.split(".")[0]
     values = template_values(platform, data, nvidia.get("kernel") or "", branch)
     names = [name.format(branch=branch) for name in data.imex.names(int(branch))]
     offered: dict[str, Any] = {}
     if manager.pins_exact_versions:  # its pins name the release: the exact versions the lists offer
-        offered = dict(read(host, (PackageVersions, {"listing": version_listing(manager, settings.apt_lock_timeout),
-                                                       "packages": names})) or {})
+        offered = dict(
+            read(
+                host,
+                (PackageVersions, {"listing": version_listing(manager, settings.apt_lock_timeout), "packages": names}),
+            )
+            or {}
+        )
         if read(host, download.source_read(CUDA_APT_SOURCE, CUDA_APT_KEYRING)).get(CUDA_APT_SOURCE) is None:
             url = f"{settings.nvidia_cuda_repo_url.rstrip('/')}/{values['dist']}/{platform.cuda_arch}"
-            offered.update(read(host, (RepositoryPackageVersions, {"url": url, "packages": names,
-                                                                    "timeout": settings.download_timeout})) or {})
+            offered.update(
+                read(
+                    host,
+                    (RepositoryPackageVersions, {"url": url, "packages": names, "timeout": settings.download_timeout}),
+                )
+                or {}
+            )
     packages: dict[str, Any] = {}
     try:
-        plan = companion_packages(settings, platform, manager, [], (driver, False), packages, values, offered, "",
-                                  fabric_of(nvidia), (data.imex,))
+        plan = companion_packages(
+            settings,
+            platform,
+            manager,
+            [],
+            (driver, False),
+            packages,
+            values,
+            offered,
+            "",
+            fabric_of(nvidia),
+            (data.imex,),
+        )
     except DriverPlanError as refusal:
         raise HostRefusal(str(refusal)) from None
     return packages, plan.repository
@@ -145,8 +179,9 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, An
         return StepCheck()
     try:
         members = members_of(settings)
-        packages, repository = ({}, None) if settings.nvidia_driver_install else \
-            installed_driver_packages(settings, platform, nvidia)
+        packages, repository = (
+            ({}, None) if settings.nvidia_driver_install else installed_driver_packages(settings, platform, nvidia)
+        )
     except HostRefusal as refusal:
         return StepCheck(errors=[str(refusal)])
     return StepCheck(plan=ImexPlan(settings.imex_domain, members, bool(nvidia.get("gpus")), packages, repository))
@@ -158,29 +193,50 @@ def imex_domain(settings: Settings, platform: Platform, plan: ImexPlan) -> None:
     if plan.packages:
         if plan.repository:
             add_cuda_repository(settings, manager, plan.repository)
-        install_packages(manager, f"Install IMEX at the driver's version ({', '.join(plan.packages)})", plan.packages,
-                         hold=True, lock_timeout=settings.apt_lock_timeout)
+        install_packages(
+            manager,
+            f"Install IMEX at the driver's version ({', '.join(plan.packages)})",
+            plan.packages,
+            hold=True,
+            lock_timeout=settings.apt_lock_timeout,
+        )
     wanted = channel_files(settings)
     for path in ALL_CHANNEL_FILES:
         current = read(host, files.digest_read(path))
         if path in wanted and not files.text_up_to_date(current, wanted[path][0], mode=wanted[path][1]):
-            files.put_text(name=f"Put {path} (imex_channels={settings.imex_channels})", dest=path,
-                           content=wanted[path][0], mode=wanted[path][1])
+            files.put_text(
+                name=f"Put {path} (imex_channels={settings.imex_channels})",
+                dest=path,
+                content=wanted[path][0],
+                mode=wanted[path][1],
+            )
         elif path not in wanted and current is not None:
-            pyinfra_files.file(name=f"Remove {path} (imex_channels={settings.imex_channels})", path=path,
-                               present=False)
+            pyinfra_files.file(name=f"Remove {path} (imex_channels={settings.imex_channels})", path=path, present=False)
     enabled = read(host, units_read())
     if CHANNEL_UNIT_PATH in wanted and enabled.get(imex.CHANNEL_UNIT) != "enabled":
-        units.enable_unit_files(name=f"Enable {imex.CHANNEL_UNIT} (at every boot)", units=[imex.CHANNEL_UNIT],
-                                enabled=enabled)
+        units.enable_unit_files(
+            name=f"Enable {imex.CHANNEL_UNIT} (at every boot)", units=[imex.CHANNEL_UNIT], enabled=enabled
+        )
     text = imex.nodes_config_text(plan.members)
     if not files.text_up_to_date(read(host, files.digest_read(imex.NODES_CONFIG)), text):
-        written = files.put_text(name=f"List IMEX domain {plan.domain}'s {len(plan.members)} members in "
-                                      f"{imex.NODES_CONFIG}", dest=imex.NODES_CONFIG, content=text)
+        written = files.put_text(
+            name=f"List IMEX domain {plan.domain}'s {len(plan.members)} members in {imex.NODES_CONFIG}",
+            dest=imex.NODES_CONFIG,
+            content=text,
+        )
         # Where it runs, the daemon reads its members again: one host at a time across the run.
-        systemd.service(name=f"Restart {imex.IMEX_UNIT} for its domain's members (one host at a time)",
-                        service=imex.IMEX_UNIT, running=None, restarted=True, _if=written.did_change, _serial=True)
+        systemd.service(
+            name=f"Restart {imex.IMEX_UNIT} for its domain's members (one host at a time)",
+            service=imex.IMEX_UNIT,
+            running=None,
+            restarted=True,
+            _if=written.did_change,
+            _serial=True,
+        )
     enabled_now, running = (read(host, call).get(imex.IMEX_UNIT) for call in service_reads())
     if not (enabled_now and (running or not plan.start)):
-        units.enable_service(name=f"Enable {imex.IMEX_UNIT}" + (" and start it" if plan.start else ""),
-                             service=imex.IMEX_UNIT, start=plan.start)
+        units.enable_service(
+            name=f"Enable {imex.IMEX_UNIT}" + (" and start it" if plan.start else ""),
+            service=imex.IMEX_UNIT,
+            start=plan.start,
+        )

@@ -137,21 +137,22 @@ def gather_gpu_nodes(settings: Settings) -> list[GpuNode]:
         try:
             identity = gpu_host.get_fact(GpuNodeIdentity, driver_root=node_settings.nvidia_driver_root)
         except Exception as error:  # noqa: BLE001 - an unreachable GPU node must not stop the other nodes
-            logger.warning(f"{host.print_prefix}cannot read facts of GPU node {gpu_host.name}: {error}; "
-                           "not labelled")
+            logger.warning(f"{host.print_prefix}cannot read facts of GPU node {gpu_host.name}: {error}; not labelled")
             continue
-        nodes.append(GpuNode(
-            host_name=gpu_host.name,
-            node_name=kube_node_name(node_names, gpu_host.name, identity["hostname"]),
-            products=tuple(identity["products"]),
-            pci_gpus=identity["pci_gpus"],
-            nvidia_smi=identity["nvidia_smi"],
-            nvml=identity["nvml"],
-            cdi_spec=identity["cdi_spec"],
-            gpu_sharing=node_settings.gpu_sharing,
-            nvidia_runtime_default=node_settings.nvidia_runtime_default,
-            settings=node_settings,
-        ))
+        nodes.append(
+            GpuNode(
+                host_name=gpu_host.name,
+                node_name=kube_node_name(node_names, gpu_host.name, identity["hostname"]),
+                products=tuple(identity["products"]),
+                pci_gpus=identity["pci_gpus"],
+                nvidia_smi=identity["nvidia_smi"],
+                nvml=identity["nvml"],
+                cdi_spec=identity["cdi_spec"],
+                gpu_sharing=node_settings.gpu_sharing,
+                nvidia_runtime_default=node_settings.nvidia_runtime_default,
+                settings=node_settings,
+            )
+        )
     return nodes
 
 
@@ -161,8 +162,12 @@ def node_labels(node: GpuNode) -> dict[str, str | None]:
         return {}
     if node.settings.gpu_allocator == "dra":
         # No nvidia.com/gpu.present: the device plugin's DaemonSet and the RuntimeClass select on it.
-        dra_labels: dict[str, str | None] = {dra.ALLOCATOR_LABEL: "dra", "nvidia.com/gpu.present": None,
-                                             CONFIG_LABEL: None, "nvidia.com/mps.capable": None}
+        dra_labels: dict[str, str | None] = {
+            dra.ALLOCATOR_LABEL: "dra",
+            "nvidia.com/gpu.present": None,
+            CONFIG_LABEL: None,
+            "nvidia.com/mps.capable": None,
+        }
         return {**dra_labels, **({"accelerator": node.accelerator} if node.accelerator else {})}
     labels: dict[str, str | None] = {"nvidia.com/gpu.present": "true"}
     if node.accelerator:
@@ -174,8 +179,10 @@ def sharing_labels(node: GpuNode) -> dict[str, str | None]:
     """The labels a GPU node's own sharing settings decide (its device plugin config); None: remove."""
     if node.gpu_sharing == "gpushare":
         return {CONFIG_LABEL: None, "nvidia.com/mps.capable": None}
-    return {CONFIG_LABEL: SharingConfig.from_settings(node.settings, node.cdi).name,
-            "nvidia.com/mps.capable": "true" if node.gpu_sharing == "mps" else None}
+    return {
+        CONFIG_LABEL: SharingConfig.from_settings(node.settings, node.cdi).name,
+        "nvidia.com/mps.capable": "true" if node.gpu_sharing == "mps" else None,
+    }
 
 
 def product_source(node: GpuNode) -> str:
@@ -189,14 +196,17 @@ def product_source(node: GpuNode) -> str:
 def report_node(node: GpuNode) -> None:
     where = f"GPU node {node.host_name} (Kubernetes node {node.node_name})"
     if not node.has_gpu:
-        logger.warning(f"{host.print_prefix}{where}: no NVIDIA GPU on its PCI bus and no product from "
-                       f"nvidia-smi or NVML ({product_source(node)}): not labelled nvidia.com/gpu.present")
+        logger.warning(
+            f"{host.print_prefix}{where}: no NVIDIA GPU on its PCI bus and no product from "
+            f"nvidia-smi or NVML ({product_source(node)}): not labelled nvidia.com/gpu.present"
+        )
     elif not node.accelerator:
-        logger.warning(f"{host.print_prefix}{where}: {node.pci_gpus} NVIDIA GPU(s) on the PCI bus but no "
-                       f"product name ({product_source(node)}): no accelerator label")
+        logger.warning(
+            f"{host.print_prefix}{where}: {node.pci_gpus} NVIDIA GPU(s) on the PCI bus but no "
+            f"product name ({product_source(node)}): no accelerator label"
+        )
     else:
-        logger.info(f"{host.print_prefix}{where}: {len(node.products)} x {node.products[0]} "
-                    f"({product_source(node)})")
+        logger.info(f"{host.print_prefix}{where}: {len(node.products)} x {node.products[0]} ({product_source(node)})")
 
 
 def device_plugin_context(settings: Settings, nodes: list[GpuNode]) -> dict[str, Any]:
@@ -284,8 +294,10 @@ def gpu_cluster(settings: Settings) -> list[GpuNode]:
         if not labels:
             continue
         if node.node_name not in live_nodes:
-            logger.warning(f"{host.print_prefix}GPU node {node.host_name}: no Kubernetes node named "
-                           f"{node.node_name!r}; set kube_node_names to map it; not labelled")
+            logger.warning(
+                f"{host.print_prefix}GPU node {node.host_name}: no Kubernetes node named "
+                f"{node.node_name!r}; set kube_node_names to map it; not labelled"
+            )
             continue
         if node_move(node, live_nodes) is not None:
             continue  # moved between the allocators after they are deployed (move_nodes)
@@ -360,9 +372,15 @@ def move_nodes(settings: Settings, nodes: list[GpuNode]) -> None:
     live_nodes = known_fact(host, KubeNodes, kubeconfig=settings.kubeconfig)["nodes"] or {}
     moves = [move for move in (node_move(node, live_nodes) for node in nodes) if move is not None]
     for step in dra.move_plan(moves, settings.allocator_move_batches):
-        target = DrainTarget(node=step.node, control_plane=host.name, kubeconfig=settings.kubeconfig,
-                             timeout=settings.drain_timeout)
+        target = DrainTarget(
+            node=step.node, control_plane=host.name, kubeconfig=settings.kubeconfig, timeout=settings.drain_timeout
+        )
         number, batches = step.batch
-        move_step(name=f"Move node {step.node} to the {step.allocator} (batch {number} of {batches}"
-                       f"{', the canary' if number == 1 and batches > 1 else ''}): {step.kind}",
-                  target=target, kind=step.kind, allocator=step.allocator, labels=dict(step.labels))
+        move_step(
+            name=f"Move node {step.node} to the {step.allocator} (batch {number} of {batches}"
+            f"{', the canary' if number == 1 and batches > 1 else ''}): {step.kind}",
+            target=target,
+            kind=step.kind,
+            allocator=step.allocator,
+            labels=dict(step.labels),
+        )

@@ -30,7 +30,8 @@ def cover_installed_kernels(settings: Settings, platform: Platform) -> None:
 
 def refuse_reboot_without_module(**arguments: Any) -> None:
     kernel_modules.refuse_reboot_without_module(
-        name="Refuse a reboot into a kernel without the NVIDIA module", **arguments)
+        name="Refuse a reboot into a kernel without the NVIDIA module", **arguments
+    )
 
 
 KERNELS_READ = kernel_modules.KERNELS_READ  # read ahead by the driver stage's preflight
@@ -38,5 +39,8 @@ KERNELS_READ = kernel_modules.KERNELS_READ  # read ahead by the driver stage's p
 
 def reload_without_reboot(settings: Settings, driver: OperationMeta) -> None:
     """After a driver change (``driver``: its install operation): reload where nothing holds the GPU."""
-    driver_reload.reload_driver(name="Reload the NVIDIA modules where nothing holds the GPU",
-                                load=settings.kernel_modules_load, _if=driver.did_change)
+    driver_reload.reload_driver(
+        name="Reload the NVIDIA modules where nothing holds the GPU",
+        load=settings.kernel_modules_load,
+        _if=driver.did_change,
+    )

@@ -44,14 +44,21 @@ class MigPlan:
 
 
 def wanted_files(layout: mig.MigLayout, enabled_clients: dict[str, Any]) -> dict[str, str]:
-    return {mig.CONFIG_PATH: mig.config_text(layout), mig.HOOKS_PATH: mig.hooks_text(enabled_clients),
-            mig.DROP_IN_PATH: mig.drop_in_text(layout)}
+    return {
+        mig.CONFIG_PATH: mig.config_text(layout),
+        mig.HOOKS_PATH: mig.hooks_text(enabled_clients),
+        mig.DROP_IN_PATH: mig.drop_in_text(layout),
+    }
 
 
 def reads(settings: Settings) -> list[FactCall]:
     """What the step decides on, for preflight to read ahead: the same calls its operations make."""
-    return [CLIENTS_READ, UNIT_READ, (DeviceHolders, {}),
-            *(files.digest_read(path) for path in (mig.CONFIG_PATH, mig.HOOKS_PATH, mig.DROP_IN_PATH))]
+    return [
+        CLIENTS_READ,
+        UNIT_READ,
+        (DeviceHolders, {}),
+        *(files.digest_read(path) for path in (mig.CONFIG_PATH, mig.HOOKS_PATH, mig.DROP_IN_PATH)),
+    ]
 
 
 def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, Any]) -> StepCheck:
@@ -61,13 +68,21 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, An
     if layout is None:  # the step runs only with a layout (deploy/stages.py)
         return StepCheck()
     texts = wanted_files(layout, read(host, CLIENTS_READ))
-    changing = {path: text for path, text in texts.items()
-                if not files.text_up_to_date(read(host, files.digest_read(path)), text)}
+    changing = {
+        path: text
+        for path, text in texts.items()
+        if not files.text_up_to_date(read(host, files.digest_read(path)), text)
+    }
     if not changing:
         return StepCheck(plan=MigPlan(layout, {}, False, f"MIG layout {layout.name}: its files are up to date"))
     holders = read(host, (DeviceHolders, {}))
-    change = mig.layout_change(layout, bool(nvidia.get("loaded_version")), holders["fuser"], holders["holders"],
-                               drain=settings.drain_before_restart)
+    change = mig.layout_change(
+        layout,
+        bool(nvidia.get("loaded_version")),
+        holders["fuser"],
+        holders["holders"],
+        drain=settings.drain_before_restart,
+    )
     if change.refusal:
         return StepCheck(errors=[change.refusal])
     return StepCheck(plan=MigPlan(layout, changing, change.apply_now, change.line))
@@ -76,22 +91,30 @@ def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, An
 @deploy("MIG layout")
 def mig_layout(settings: Settings, platform: Platform, plan: MigPlan, drain: DrainTarget | None = None) -> None:
     package = settings.mig_manager_package
-    install_packages(platform.family.package_manager, f"Install NVIDIA's mig-parted service ({package})", [package],
-                     lock_timeout=settings.apt_lock_timeout)
+    install_packages(
+        platform.family.package_manager,
+        f"Install NVIDIA's mig-parted service ({package})",
+        [package],
+        lock_timeout=settings.apt_lock_timeout,
+    )
     for path, text in plan.files.items():
         check = VALID_CONFIG + shlex.quote(plan.layout.name) if path == mig.CONFIG_PATH else None
         files.put_text(name=f"Put {path} (MIG layout {plan.layout.name})", dest=path, content=text, check=check)
     enabled = read(host, UNIT_READ)
     if enabled.get(mig.MIG_UNIT) != "enabled":
-        units.enable_unit_files(name=f"Enable {mig.MIG_UNIT} (it applies the layout at every boot)",
-                                units=[mig.MIG_UNIT], enabled=enabled)
+        units.enable_unit_files(
+            name=f"Enable {mig.MIG_UNIT} (it applies the layout at every boot)", units=[mig.MIG_UNIT], enabled=enabled
+        )
     if not plan.files:
         return
     logger.info(f"{host.print_prefix}{plan.line}")
     if plan.apply_now:
-        applied = rack.apply_mig_layout(name=f"Apply MIG layout {plan.layout.name} now ({mig.MIG_UNIT})",
-                                        layout=plan.layout, drain=drain)
+        applied = rack.apply_mig_layout(
+            name=f"Apply MIG layout {plan.layout.name} now ({mig.MIG_UNIT})", layout=plan.layout, drain=drain
+        )
         drain_ops.watch(drain, applied)
     elif mig.DROP_IN_PATH in plan.files:
-        server.shell(name=f"Reload systemd's units ({mig.MIG_UNIT}'s drop-in changed)",
-                     commands=["if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi"])
+        server.shell(
+            name=f"Reload systemd's units ({mig.MIG_UNIT}'s drop-in changed)",
+            commands=["if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi"],
+        )

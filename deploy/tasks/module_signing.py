@@ -28,7 +28,10 @@ def reads(settings: Settings, platform: Platform, node: dict[str, Any]) -> list[
     decides after it: a family that installs signed packages reads the key's state for nothing)."""
     if signing_wanted(settings.module_signing, node.get("secure_boot")) is None:
         return []
-    return [signing_ops.state_read(*key_paths(settings.module_signing_key, settings.module_signing_cert)), digest_read(platform.family.module_signing.dkms_config)]
+    return [
+        signing_ops.state_read(*key_paths(settings.module_signing_key, settings.module_signing_cert)),
+        digest_read(platform.family.module_signing.dkms_config),
+    ]
 
 
 def signer_name(plan: SigningPlan) -> str:
@@ -49,14 +52,20 @@ def before_install(manager: PackageManager, plan: SigningPlan, lock_timeout: int
     if not plan.by_dkms:
         return
     key, cert, dkms_config = plan.dkms_files
-    install_packages(manager, "Install what generates the module signing key", plan.key_tools, lock_timeout=lock_timeout)
+    install_packages(
+        manager, "Install what generates the module signing key", plan.key_tools, lock_timeout=lock_timeout
+    )
     if plan.generated:
-        signing_ops.generate_key(name="Generate the module signing key on the node", folder=plan.folder,
-                                 key=key, cert=cert)
+        signing_ops.generate_key(
+            name="Generate the module signing key on the node", folder=plan.folder, key=key, cert=cert
+        )
     folder = dkms_config.rpartition("/")[0]
     pyinfra_files.directory(name=f"Create {folder}", path=folder, present=True)
-    put_text(name="Have DKMS sign the modules it builds with the module signing key", dest=dkms_config,
-             content=dkms_config_text(plan))
+    put_text(
+        name="Have DKMS sign the modules it builds with the module signing key",
+        dest=dkms_config,
+        content=dkms_config_text(plan),
+    )
 
 
 def after_install(settings: Settings, manager: PackageManager, plan: SigningPlan, lock_timeout: int) -> None:
@@ -66,12 +75,21 @@ def after_install(settings: Settings, manager: PackageManager, plan: SigningPlan
         return
     key, cert, _ = plan.dkms_files
     state = read(host, signing_ops.state_read(key, cert))
-    signing_ops.rebuild_unsigned(name="Rebuild the NVIDIA modules DKMS built before the signing key",
-                                 cert=cert, kernels=kernels_to_sign(plan, state))
+    signing_ops.rebuild_unsigned(
+        name="Rebuild the NVIDIA modules DKMS built before the signing key",
+        cert=cert,
+        kernels=kernels_to_sign(plan, state),
+    )
     if plan.secure_boot:
-        install_packages(manager, "Install what stages the key's enrollment", plan.enroll_tools, lock_timeout=lock_timeout)
+        install_packages(
+            manager, "Install what stages the key's enrollment", plan.enroll_tools, lock_timeout=lock_timeout
+        )
         password = settings.module_signing_mok_password
-        signing_ops.stage_enrollment(name="Stage the module signing key's enrollment (mokutil --import)",
-                                     key=key, cert=cert,
-                                     password=password.get_secret_value() if password is not None else None,
-                                     hash_file=f"{GENERATED_FOLDER}/.mok-password.hash", steps=enrollment_steps(cert))
+        signing_ops.stage_enrollment(
+            name="Stage the module signing key's enrollment (mokutil --import)",
+            key=key,
+            cert=cert,
+            password=password.get_secret_value() if password is not None else None,
+            hash_file=f"{GENERATED_FOLDER}/.mok-password.hash",
+            steps=enrollment_steps(cert),
+        )

@@ -26,7 +26,9 @@ class PreflightError(HostRefusal):
     """The node is not safe to change: raised before any change."""
 
 
-def gpu_findings(nvidia: dict[str, Any], require_gpu: bool, module_signing: str = "auto") -> tuple[list[str], list[str]]:
+def gpu_findings(
+    nvidia: dict[str, Any], require_gpu: bool, module_signing: str = "auto"
+) -> tuple[list[str], list[str]]:
     """(warnings, errors) about the GPUs, Secure Boot and the modules holding them."""
     warnings, errors = [], []
     if not nvidia["gpus"]:
@@ -67,15 +69,18 @@ def access_refusal(access: dict[str, Any], image_root: bool = False) -> str | No
     """Why gpu-node cannot work on this node at all (not Linux, not root, no systemd), in one line;
     an image root (a bake) has no running systemd: its units are enabled, not started."""
     if access["kernel"] != "Linux":
-        return (f"not a Linux host (uname -s: {access['kernel'] or 'nothing'}): gpu-node provisions Linux GPU "
-                "nodes")
+        return f"not a Linux host (uname -s: {access['kernel'] or 'nothing'}): gpu-node provisions Linux GPU nodes"
     if access["uid"] != 0:
-        return (f"commands run as {access['user'] or 'an unknown user'} (uid {access['uid']}), not as root: "
-                "gpu-node installs packages and edits /etc; run pyinfra with --sudo (passwordless sudo, or "
-                "--use-sudo-password), or connect as root")
+        return (
+            f"commands run as {access['user'] or 'an unknown user'} (uid {access['uid']}), not as root: "
+            "gpu-node installs packages and edits /etc; run pyinfra with --sudo (passwordless sudo, or "
+            "--use-sudo-password), or connect as root"
+        )
     if not access["systemd"] and not image_root:
-        return (f"systemd is not running as PID 1 (PID 1 is {access['init'] or 'unknown'}): gpu-node enables "
-                "and restarts services through systemd; run it on a host booted with systemd")
+        return (
+            f"systemd is not running as PID 1 (PID 1 is {access['init'] or 'unknown'}): gpu-node enables "
+            "and restarts services through systemd; run it on a host booted with systemd"
+        )
     return None
 
 
@@ -83,8 +88,10 @@ def package_manager_refusal(access: dict[str, Any], platform: Platform) -> str |
     manager = platform.family.package_manager.name
     if manager in access["managers"]:
         return None
-    return (f"{platform.distro_id} installs packages with {manager}, which is not installed here: "
-            "install it, or check /etc/os-release")
+    return (
+        f"{platform.distro_id} installs packages with {manager}, which is not installed here: "
+        "install it, or check /etc/os-release"
+    )
 
 
 def step_reads(settings: Settings, steps: Sequence[PreflightStep]) -> list[FactCall]:
@@ -100,13 +107,22 @@ def read_ahead(settings: Settings, steps: Sequence[PreflightStep]) -> None:
 def preflight(settings: Settings, steps: Sequence[PreflightStep], image_root: bool = False) -> Findings:
     """Read the node once, refuse it before any change when it is unsupported or unsafe, and make
     each step's plan (``steps``: the run's steps, deploy/stages.py; ``image_root``: a bake)."""
-    for note in likely_typos(host.data.dict(), command_line=host.inventory.get_override_data(),
-                             source=lambda key: setting_source(host, key)):
+    for note in likely_typos(
+        host.data.dict(), command_line=host.inventory.get_override_data(), source=lambda key: setting_source(host, key)
+    ):
         logger.warning(f"{host.print_prefix}{note}")
     # One remote command for what every node run needs first (re-runs from cron pay per command),
     # and for the facts the steps decide on (their ``reads``, see deploy/facts/read_ahead.py).
-    facts = read_facts(host, HostAccess, LinuxDistribution, Arch, NodeSurvey, PackageManagerState, PendingRestarts,
-                       read_ahead=step_reads(settings, steps))
+    facts = read_facts(
+        host,
+        HostAccess,
+        LinuxDistribution,
+        Arch,
+        NodeSurvey,
+        PackageManagerState,
+        PendingRestarts,
+        read_ahead=step_reads(settings, steps),
+    )
     refusal = access_refusal(facts["HostAccess"], image_root)
     if refusal:
         raise PreflightError(refusal)
@@ -135,8 +151,10 @@ def preflight(settings: Settings, steps: Sequence[PreflightStep], image_root: bo
         recover_package_manager(settings, facts["PackageManagerState"])
     pending = facts["PendingRestarts"]
     for unit, path in sorted(pending.items()):
-        logger.warning(f"{host.print_prefix}an earlier run installed {path} but was interrupted before "
-                       f"{unit} restarted: restarting it")
+        logger.warning(
+            f"{host.print_prefix}an earlier run installed {path} but was interrupted before "
+            f"{unit} restarted: restarting it"
+        )
     runtimes = {wired.name: wired for wired in (step.wired(settings) for step in steps if step.wired is not None)}
     return Findings(platform=platform, nvidia=nvidia, runtimes=runtimes, pending_restarts=pending, plans=plans)
 
@@ -146,8 +164,10 @@ def recover_package_manager(settings: Settings, state: dict[str, Any]) -> None:
     if not (state["held"] or state["interrupted"]):
         return
     for holder in state["held"]:
-        logger.warning(f"{host.print_prefix}{holder['lock']} is held by process {holder['pid']} "
-                       f"({holder['command']}): waiting up to {settings.apt_lock_timeout} s (apt_lock_timeout)")
+        logger.warning(
+            f"{host.print_prefix}{holder['lock']} is held by process {holder['pid']} "
+            f"({holder['command']}): waiting up to {settings.apt_lock_timeout} s (apt_lock_timeout)"
+        )
     package_ops.recover_package_manager(
         name="Wait for other package managers and finish interrupted dpkg runs",
         lock_timeout=settings.apt_lock_timeout,

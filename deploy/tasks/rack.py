@@ -42,8 +42,13 @@ def verify_rack(settings: Settings) -> None:
             fail(name="Refuse this host (its IMEX domain)", message=str(refusal))
             return
     nvidia = known_fact(host, NodeSurvey)
-    peermem_wanted = peermem.wants_peermem(settings.gpudirect_rdma, nvidia.get("mellanox") or [],
-                                           nvidia.get("gpus") or [])
-    rack.check_rack(name="Verify the rack's parts: IMEX domain, GPUDirect RDMA, MIG layout (read-only)",
-                    domain=settings.imex_domain, members=members, peermem_wanted=peermem_wanted,
-                    layout=settings.mig_layout)
+    peermem_wanted = peermem.wants_peermem(
+        settings.gpudirect_rdma, nvidia.get("mellanox") or [], nvidia.get("gpus") or []
+    )
+    rack.check_rack(
+        name="Verify the rack's parts: IMEX domain, GPUDirect RDMA, MIG layout (read-only)",
+        domain=settings.imex_domain,
+        members=members,
+        peermem_wanted=peermem_wanted,
+        layout=settings.mig_layout,
+    )

@@ -45,8 +45,11 @@ def apt_source_text(settings: Settings, platform: Platform) -> str:
 
 def rpm_repository(settings: Settings, platform: Platform) -> dict[str, str]:
     """The toolkit's RPM repository (name, baseurl, gpgkey) as distros.add_repository takes it."""
-    return {"name": REPOSITORY_NAME, "baseurl": repository_url(settings, platform),
-            "gpgkey": settings.nvidia_toolkit_gpgkey_url}
+    return {
+        "name": REPOSITORY_NAME,
+        "baseurl": repository_url(settings, platform),
+        "gpgkey": settings.nvidia_toolkit_gpgkey_url,
+    }
 
 
 def rpm_repo_text(settings: Settings, platform: Platform) -> str:
@@ -55,9 +58,16 @@ def rpm_repo_text(settings: Settings, platform: Platform) -> str:
     key_file = platform.family.package_manager.key_file
     if key_file is None:  # (every RPM manager has one)
         raise ValueError(f"{platform.family.package_manager.name} takes no repository key")
-    return rpm_repository_text(HEADER, REPOSITORY_NAME, repository_url(settings, platform),
-                               key_file.format(name=REPOSITORY_NAME), settings.nvidia_toolkit_gpgkey_url,
-                               settings.nvidia_toolkit_gpgkey_fingerprint, package_check=False, metadata_check=True)
+    return rpm_repository_text(
+        HEADER,
+        REPOSITORY_NAME,
+        repository_url(settings, platform),
+        key_file.format(name=REPOSITORY_NAME),
+        settings.nvidia_toolkit_gpgkey_url,
+        settings.nvidia_toolkit_gpgkey_fingerprint,
+        package_check=False,
+        metadata_check=True,
+    )
 
 
 def wanted_packages(settings: Settings) -> dict[str, str | None]:
@@ -68,9 +78,13 @@ def reads(settings: Settings) -> list[FactCall]:
     """The facts the repository and apt paths decide on, for preflight to read ahead: the same calls
     their operations make (harmless elsewhere: a missing file reads as absent, and without dpkg-query
     the package fact reads nothing)."""
-    rpm_sources = [download.source_read(manager.repository_file.format(name=REPOSITORY_NAME),
-                                        manager.key_file.format(name=REPOSITORY_NAME))
-                   for manager in PACKAGE_MANAGERS if manager.repository_file and manager.key_file]
+    rpm_sources = [
+        download.source_read(
+            manager.repository_file.format(name=REPOSITORY_NAME), manager.key_file.format(name=REPOSITORY_NAME)
+        )
+        for manager in PACKAGE_MANAGERS
+        if manager.repository_file and manager.key_file
+    ]
     return [download.source_read(APT_SOURCE, APT_KEYRING), *rpm_sources, package_ops.deb_states_read(TOOLKIT_PACKAGES)]
 
 
@@ -80,8 +94,10 @@ def pin_findings(settings: Settings, platform: Platform) -> list[str]:
     manager = platform.family.package_manager
     if settings.nvidia_toolkit_version is None or platform.family.toolkit_repo_path is not None or manager.can_pin:
         return []
-    return [f"nvidia_toolkit_version={settings.nvidia_toolkit_version!r} cannot be pinned on "
-            f"{platform.distro_id}: {manager.name} installs only the current version; unset it (or hold it by hand)"]
+    return [
+        f"nvidia_toolkit_version={settings.nvidia_toolkit_version!r} cannot be pinned on "
+        f"{platform.distro_id}: {manager.name} installs only the current version; unset it (or hold it by hand)"
+    ]
 
 
 def preflight_check(settings: Settings, platform: Platform, nvidia: dict[str, Any]) -> StepCheck:
@@ -99,8 +115,12 @@ def toolkit(settings: Settings, platform: Platform) -> None:
         # The distribution ships the toolkit (Arch's extra repository), one package at its version.
         for finding in pin_findings(settings, platform):  # preflight refused it already; never install unpinned
             raise HostRefusal(finding)
-        install_packages(manager, "Install the NVIDIA container toolkit (the distribution's package)",
-                         [TOOLKIT_PACKAGES[0]], lock_timeout=lock_timeout)
+        install_packages(
+            manager,
+            "Install the NVIDIA container toolkit (the distribution's package)",
+            [TOOLKIT_PACKAGES[0]],
+            lock_timeout=lock_timeout,
+        )
         return
 
     pin = key_pin(settings, "nvidia_toolkit")
@@ -111,7 +131,9 @@ def toolkit(settings: Settings, platform: Platform) -> None:
         digests = read(host, download.source_read(APT_SOURCE, APT_KEYRING))
         states = read(host, package_ops.deb_states_read(TOOLKIT_PACKAGES))
         source = download.source_state(digests, APT_SOURCE, source_text, APT_KEYRING)
-        if source == download.IN_PLACE and not package_ops.apt_install_needed(states, wanted_packages(settings), pinned):
+        if source == download.IN_PLACE and not package_ops.apt_install_needed(
+            states, wanted_packages(settings), pinned
+        ):
             return
         download.signed_apt_source(
             name="Add the NVIDIA container toolkit repository (signed-by keyring)",
@@ -126,8 +148,21 @@ def toolkit(settings: Settings, platform: Platform) -> None:
             lock_timeout=lock_timeout,
         )
     else:
-        add_repository(manager, "Add the NVIDIA container toolkit repository", rpm_repository(settings, platform), pin,
-                       timeout=settings.download_timeout, lock_timeout=lock_timeout, header=HEADER,
-                       package_check=False, metadata_check=True)
-    install_packages(manager, "Install the NVIDIA container toolkit", wanted_packages(settings), hold=pinned,
-                     lock_timeout=lock_timeout)
+        add_repository(
+            manager,
+            "Add the NVIDIA container toolkit repository",
+            rpm_repository(settings, platform),
+            pin,
+            timeout=settings.download_timeout,
+            lock_timeout=lock_timeout,
+            header=HEADER,
+            package_check=False,
+            metadata_check=True,
+        )
+    install_packages(
+        manager,
+        "Install the NVIDIA container toolkit",
+        wanted_packages(settings),
+        hold=pinned,
+        lock_timeout=lock_timeout,
+    )

@@ -38,9 +38,18 @@ from .preflight import access_refusal
 # gpu-node's own files by path, known by their first line where no record names them (a run of
 # gpu-node before it kept records): the kernel stage's, the device links', the driver's apt pin and
 # CUDA profile, the CDI refresh's environment, the toolkit's apt source.
-OWN_FILES = (kernel_stage.MODULES_LOAD_PATH, kernel_stage.SYSCTL_PATH, kernel_stage.BLACKLIST_PATH,
-             NVLINK5_MODULES_LOAD_PATH, devices.LINKS_SCRIPT, devices.UDEV_RULE, APT_PIN_PATH,
-             CUDA_PROFILE_PATH, REFRESH_ENV, toolkit_stage.APT_SOURCE)
+OWN_FILES = (
+    kernel_stage.MODULES_LOAD_PATH,
+    kernel_stage.SYSCTL_PATH,
+    kernel_stage.BLACKLIST_PATH,
+    NVLINK5_MODULES_LOAD_PATH,
+    devices.LINKS_SCRIPT,
+    devices.UDEV_RULE,
+    APT_PIN_PATH,
+    CUDA_PROFILE_PATH,
+    REFRESH_ENV,
+    toolkit_stage.APT_SOURCE,
+)
 OWN_HEADERS = ("# Managed by gpu-node", "#!/bin/sh\n# Managed by gpu-node")
 
 
@@ -78,8 +87,10 @@ def records_refusal(records: dict[str, Any]) -> str | None:
         return None
     uid, _, mode = (folder or "").partition(" ")
     what = "a symbolic link" if folder == "link" else f"owned by uid {uid} with mode {mode}"
-    return (f"{node_records.RECORDS_DIR} is {what}: the undo acts only on records in a folder root owns with "
-            "mode 0700 (another user could have written these); nothing changed")
+    return (
+        f"{node_records.RECORDS_DIR} is {what}: the undo acts only on records in a folder root owns with "
+        "mode 0700 (another user could have written these); nothing changed"
+    )
 
 
 # Where gpu-node writes units of its own (the first-boot unit, pull mode's timer and service).
@@ -93,16 +104,21 @@ def units_gpu_node_created(records: dict[str, Any], files: list[FileUndo]) -> di
     created = {}
     for undo in files:
         path = PurePosixPath(undo.path)
-        if undo.record["absent"] and undo.action != undo_ops.KEEP and str(path.parent) in UNIT_FOLDERS \
-                and path.name in records["units"]:
+        if (
+            undo.record["absent"]
+            and undo.action != undo_ops.KEEP
+            and str(path.parent) in UNIT_FOLDERS
+            and path.name in records["units"]
+        ):
             created[path.name] = undo
     return created
 
 
 def own_files_without_records(records: dict[str, Any]) -> list[str]:
     recorded = {record["path"] for record in records["files"]}
-    return sorted(path for path, head in records["own"].items()
-                  if path not in recorded and head.startswith(OWN_HEADERS))
+    return sorted(
+        path for path, head in records["own"].items() if path not in recorded and head.startswith(OWN_HEADERS)
+    )
 
 
 def say(line: str, kept: bool = False) -> None:
@@ -124,12 +140,18 @@ def take_it_back_off(settings: Settings, found: UndoFindings) -> None:
     created = units_gpu_node_created(records, found.files)
     for unit in sorted(created):
         state = records["units"][unit]
-        units.put_unit_back(name=f"Disable {unit} (gpu-node created it)", unit=unit,
-                            recorded=state.get("recorded", ""), now=state, created=True)
+        units.put_unit_back(
+            name=f"Disable {unit} (gpu-node created it)",
+            unit=unit,
+            recorded=state.get("recorded", ""),
+            now=state,
+            created=True,
+        )
 
     # The files, a unit's together, that unit restarted once, after its last changed file.
     changes = [undo for undo in found.files if undo.action != undo_ops.KEEP]
     blacklist = None
+
     def by_unit(undo: FileUndo) -> str:
         return undo.record["unit"] or ""
 
@@ -139,43 +161,61 @@ def take_it_back_off(settings: Settings, found: UndoFindings) -> None:
         for undo in group:
             put_back = undo_ops.put_back_file(
                 name=f"Put back {undo.path}" if undo.changes else f"Forget gpu-node's record of {undo.path}",
-                undo=undo, restart=bool(unit) and undo is (changing[-1] if changing else None),
+                undo=undo,
+                restart=bool(unit) and undo is (changing[-1] if changing else None),
                 restart_timeout=settings.service_restart_timeout,
             )
             if undo.path == kernel_stage.BLACKLIST_PATH and undo.changes:
                 blacklist = put_back
     if own:
         for path in own:
-            say(f"{path}: removed: gpu-node's own file (its first line says so), from a run before gpu-node kept records")
+            say(
+                f"{path}: removed: gpu-node's own file (its first line says so), from a run before gpu-node kept records"
+            )
         removed = undo_ops.remove_own_files(name="Remove gpu-node's own files", paths=own)
         if kernel_stage.BLACKLIST_PATH in own:
             blacklist = removed
     if blacklist is not None:
-        kernel.rebuild_initramfs(name="Rebuild the initramfs after the nouveau blacklist went",
-                                 command=found.platform.family.initramfs_command, _if=blacklist.did_change)
+        kernel.rebuild_initramfs(
+            name="Rebuild the initramfs after the nouveau blacklist went",
+            command=found.platform.family.initramfs_command,
+            _if=blacklist.did_change,
+        )
 
     if any(undo.changes for undo in created.values()):
         systemd.daemon_reload(name="Reload systemd's units (gpu-node's own unit files went)")
     for unit, state in sorted(records["units"].items()):
         if "recorded" in state and unit not in created:
-            units.put_unit_back(name=f"Put {unit} back as it was before gpu-node ({state['recorded']})",
-                                unit=unit, recorded=state["recorded"], now=state)
+            units.put_unit_back(
+                name=f"Put {unit} back as it was before gpu-node ({state['recorded']})",
+                unit=unit,
+                recorded=state["recorded"],
+                now=state,
+            )
 
     if records["held"]:
-        undo_ops.release_holds(name="Release the holds gpu-node placed", manager=manager,
-                               names=records["held"], lock_timeout=settings.apt_lock_timeout)
+        undo_ops.release_holds(
+            name="Release the holds gpu-node placed",
+            manager=manager,
+            names=records["held"],
+            lock_timeout=settings.apt_lock_timeout,
+        )
     if records["unfinished_install"]:
         say("an install of gpu-node's did not finish: packages it added are not all known, and stay", kept=True)
     if records["installed"]:
         if settings.undo_remove_packages:
-            undo_ops.remove_packages(name="Remove the packages gpu-node installed", manager=manager,
-                                     names=records["installed"],
-                                     lock_timeout=settings.apt_lock_timeout)
+            undo_ops.remove_packages(
+                name="Remove the packages gpu-node installed",
+                manager=manager,
+                names=records["installed"],
+                lock_timeout=settings.apt_lock_timeout,
+            )
         else:
             say(f"the packages gpu-node installed stay (undo_remove_packages=false): {', '.join(records['installed'])}")
     if records["rpm_keys"]:
         undo_ops.remove_rpm_keys(name="Take the keys gpu-node imported out of rpm's database", keys=records["rpm_keys"])
     if records["records"]:
         kept = [undo.record["id"] for undo in found.files if undo.action == undo_ops.KEEP]
-        undo_ops.forget_records(name="Remove gpu-node's records" + (" (but those of the files left as they are)" if kept else ""),
-                                kept=kept)
+        undo_ops.forget_records(
+            name="Remove gpu-node's records" + (" (but those of the files left as they are)" if kept else ""), kept=kept
+        )

@@ -22,8 +22,6 @@ from .readout import crictl_message, gpu_usable, without_crictl_warnings
 
 
 @dataclass(frozen=True)
-
-
 class CdiProbe:
     """What verify's CRI probe asks for through ``CDI_devices`` on a CDI node, and the device nodes
     the spec gives it there, which must then be in the container."""
@@ -37,8 +35,12 @@ def cdi_expected(readout: dict[str, Any], options: VerifyOptions) -> bool:
     stage decides (a runtime whose reading holds no version, Docker's, counts as without)."""
     if options.cdi != "auto":
         return options.cdi == "true"
-    return any(runtime.name in options.runtimes and readout[runtime.name]["path"]
-               and runtime.cdi(options.wiring, readout[runtime.name]).on for runtime in registry.RUNTIMES)
+    return any(
+        runtime.name in options.runtimes
+        and readout[runtime.name]["path"]
+        and runtime.cdi(options.wiring, readout[runtime.name]).on
+        for runtime in registry.RUNTIMES
+    )
 
 
 def cdi_spec_names(text: str) -> list[str]:
@@ -68,8 +70,12 @@ def cdi_step(readout: dict[str, Any], options: VerifyOptions) -> Step:
     state = readout["cdi"]
     regenerate = f"regenerate it: `nvidia-ctk cdi generate --output={SPEC_PATH}` (or run the deploy)"
     if state["refresh_unit"] and (state["refresh_enabled"], state["refresh_active"]) != ("enabled", "active"):
-        return Step("cdi", FAIL, f"{REFRESH_PATH_UNIT} is {state['refresh_enabled'] or 'not enabled'} and "
-                                 f"{state['refresh_active'] or 'inactive'}: the spec will not follow driver changes")
+        return Step(
+            "cdi",
+            FAIL,
+            f"{REFRESH_PATH_UNIT} is {state['refresh_enabled'] or 'not enabled'} and "
+            f"{state['refresh_active'] or 'inactive'}: the spec will not follow driver changes",
+        )
     uuids = [gpu["uuid"] for gpu in readout["smi"]["gpus"] if gpu.get("uuid")]
     if state["spec"] is None:
         if not gpu_usable(readout):
@@ -84,8 +90,12 @@ def cdi_step(readout: dict[str, Any], options: VerifyOptions) -> Step:
     missing = [uuid for uuid in uuids if uuid not in names]
     if missing:
         return Step("cdi", FAIL, f"{SPEC_PATH} does not name {', '.join(missing)}, which the driver sees: {regenerate}")
-    return Step("cdi", PASS, f"{SPEC_PATH} names every GPU the driver sees ({len(uuids)} by UUID)"
-                + (f"; {REFRESH_PATH_UNIT} active" if state["refresh_unit"] else ""))
+    return Step(
+        "cdi",
+        PASS,
+        f"{SPEC_PATH} names every GPU the driver sees ({len(uuids)} by UUID)"
+        + (f"; {REFRESH_PATH_UNIT} active" if state["refresh_unit"] else ""),
+    )
 
 
 def runtime_mode_step(readout: dict[str, Any], options: VerifyOptions) -> Step:
@@ -99,8 +109,11 @@ def runtime_mode_step(readout: dict[str, Any], options: VerifyOptions) -> Step:
         return Step("runtime_mode", FAIL, str(error))
     where = RUNTIME_CONFIG if text is not None else f"no {RUNTIME_CONFIG}, so the runtime's default"
     if mode != options.runtime_mode:
-        return Step("runtime_mode", FAIL, f"{where}: mode {mode!r}, not {options.runtime_mode!r} "
-                                          "(nvidia_runtime_mode): run the deploy")
+        return Step(
+            "runtime_mode",
+            FAIL,
+            f"{where}: mode {mode!r}, not {options.runtime_mode!r} (nvidia_runtime_mode): run the deploy",
+        )
     return Step("runtime_mode", PASS, f"{where}: mode {mode!r}")
 
 
@@ -147,6 +160,8 @@ def cdi_container_problem(result: dict[str, Any], cdi: CdiProbe) -> str | None:
     seen = {line.removeprefix("device ").strip() for line in logs.splitlines() if line.startswith("device ")}
     missing = [path for path in cdi.paths if path not in seen]
     if missing:
-        return (f"the container given CDI device {cdi.device} through the CRI lacks {', '.join(missing)} "
-                f"(the spec gives them): containerd did not inject it")
+        return (
+            f"the container given CDI device {cdi.device} through the CRI lacks {', '.join(missing)} "
+            f"(the spec gives them): containerd did not inject it"
+        )
     return None

@@ -32,24 +32,47 @@ def cgroup_steps(readout: dict[str, Any], options: VerifyOptions) -> list[Step]:
     except node_text.UnreadableText as error:
         return [Step("cgroup_driver", FAIL, str(error))]
     except yaml.YAMLError as error:
-        return [Step("cgroup_driver", FAIL, f"cannot parse {KUBELET_CONFIG}: "
-                                            f"{node_text.syntax_error(error, readout['kubelet_config'])}")]
+        return [
+            Step(
+                "cgroup_driver",
+                FAIL,
+                f"cannot parse {KUBELET_CONFIG}: {node_text.syntax_error(error, readout['kubelet_config'])}",
+            )
+        ]
     kubelet_systemd = driver == "systemd"
-    cri_runtimes = [(runtime, cgroups) for runtime in registry.RUNTIMES if (cgroups := runtime.kubelet_cgroups) is not None]
-    checks = [(runtime.title, name, systemd) for runtime, cgroups in cri_runtimes if runtime.name in options.runtimes
-              for name, systemd in cgroups(readout[runtime.name])]
+    cri_runtimes = [
+        (runtime, cgroups) for runtime in registry.RUNTIMES if (cgroups := runtime.kubelet_cgroups) is not None
+    ]
+    checks = [
+        (runtime.title, name, systemd)
+        for runtime, cgroups in cri_runtimes
+        if runtime.name in options.runtimes
+        for name, systemd in cgroups(readout[runtime.name])
+    ]
     if not checks:
         titles = " or ".join(runtime.title for runtime, _ in cri_runtimes)
         return [Step("cgroup_driver", SKIP, f"kubelet cgroupDriver: {driver}; no {titles} runtime to compare with")]
     wrong = [(title, name, value) for title, name, value in checks if value != kubelet_systemd]
     if wrong:
-        listed = ", ".join(f"{title} runtime {name} SystemdCgroup = {str(value).lower()}" for title, name, value in wrong)
+        listed = ", ".join(
+            f"{title} runtime {name} SystemdCgroup = {str(value).lower()}" for title, name, value in wrong
+        )
         fix = "systemd_cgroup=true" if kubelet_systemd else "systemd_cgroup=false"
-        return [Step("cgroup_driver", FAIL,
-                     f"{listed} but kubelet cgroupDriver: {driver} ({KUBELET_CONFIG}): set {fix} and re-run "
-                     "deploy/gpu_node.py (or change the kubelet's cgroupDriver)")]
-    return [Step("cgroup_driver", PASS,
-                 f"kubelet cgroupDriver: {driver} matches SystemdCgroup = {str(kubelet_systemd).lower()}")]
+        return [
+            Step(
+                "cgroup_driver",
+                FAIL,
+                f"{listed} but kubelet cgroupDriver: {driver} ({KUBELET_CONFIG}): set {fix} and re-run "
+                "deploy/gpu_node.py (or change the kubelet's cgroupDriver)",
+            )
+        ]
+    return [
+        Step(
+            "cgroup_driver",
+            PASS,
+            f"kubelet cgroupDriver: {driver} matches SystemdCgroup = {str(kubelet_systemd).lower()}",
+        )
+    ]
 
 
 def dev_char_step(readout: dict[str, Any], options: VerifyOptions) -> Step:
@@ -62,6 +85,10 @@ def dev_char_step(readout: dict[str, Any], options: VerifyOptions) -> Step:
     missing = missing_links(devices)
     if missing:
         listed = ", ".join(f"{device['node']} ({device['id']})" for device in missing)
-        return Step("dev_char", FAIL, f"no /dev/char link for {listed}: a systemd daemon-reload takes it from "
-                                      "running containers; run the deploy (its device links stage)")
+        return Step(
+            "dev_char",
+            FAIL,
+            f"no /dev/char link for {listed}: a systemd daemon-reload takes it from "
+            "running containers; run the deploy (its device links stage)",
+        )
     return Step("dev_char", PASS, f"{len(devices)} NVIDIA device node(s) linked in /dev/char")

@@ -18,8 +18,14 @@ def lifecycle_step(readout: dict[str, Any], options: VerifyOptions) -> Step:
     """The driver branch's kind and end of life; one past it is named with what to move to, as a
     pass: the driver works, and a refusal would fail every node of that branch at once."""
     kernels = (readout.get("kernels") or {}).get("kernels") or {}
-    version = driver_version(readout) or readout["node"]["built_version"] or next(
-        (module["version"] for kernel in kernels.values() for module in kernel["modules"] if module["version"]), None)
+    version = (
+        driver_version(readout)
+        or readout["node"]["built_version"]
+        or next(
+            (module["version"] for kernel in kernels.values() for module in kernel["modules"] if module["version"]),
+            None,
+        )
+    )
     head = upstream_version(version).split(".")[0] if version else ""
     if not head.isdigit():
         return Step("driver_branch", SKIP, "no NVIDIA driver installed")

@@ -34,11 +34,14 @@ def gpu_steps(readout: dict[str, Any], options: VerifyOptions) -> list[Step]:
     elif not pci:
         steps.append(Step("kernel_module", SKIP, f"{NO_GPU}: nvidia kernel module not loaded"))
     else:
-        steps.append(Step(
-            "kernel_module", FAIL,
-            "nvidia kernel module not loaded (/proc/driver/nvidia/version missing): reboot after the "
-            "driver install, or check dmesg for why nvidia did not load (Secure Boot signing?)",
-        ))
+        steps.append(
+            Step(
+                "kernel_module",
+                FAIL,
+                "nvidia kernel module not loaded (/proc/driver/nvidia/version missing): reboot after the "
+                "driver install, or check dmesg for why nvidia did not load (Secure Boot signing?)",
+            )
+        )
 
     smi = readout["smi"]
     if smi["path"] is None:
@@ -63,18 +66,33 @@ def gpu_steps(readout: dict[str, Any], options: VerifyOptions) -> list[Step]:
     loaded = kernel_module_version(readout["kernel_module"])
     library = next((gpu["driver_version"] for gpu in smi["gpus"] if gpu["driver_version"]), None)
     if version is None:
-        steps.append(Step("driver_version", FAIL if pci else SKIP,
-                          ("" if pci else f"{NO_GPU}: ") + "no driver version (no loaded module, no nvidia-smi answer)"))
+        steps.append(
+            Step(
+                "driver_version",
+                FAIL if pci else SKIP,
+                ("" if pci else f"{NO_GPU}: ") + "no driver version (no loaded module, no nvidia-smi answer)",
+            )
+        )
     elif loaded and library and loaded != library:
-        steps.append(Step("driver_version", FAIL,
-                          f"kernel module {loaded} but user-space library {library}: reboot, or reload the nvidia modules"))
+        steps.append(
+            Step(
+                "driver_version",
+                FAIL,
+                f"kernel module {loaded} but user-space library {library}: reboot, or reload the nvidia modules",
+            )
+        )
     else:
         try:
             ok = Version(version) >= Version(options.min_driver)
         except InvalidVersion:
             ok = False
-        steps.append(Step("driver_version", PASS if ok else FAIL,
-                          f"driver {version} {'>=' if ok else '<'} {options.min_driver} (lowest accepted)"))
+        steps.append(
+            Step(
+                "driver_version",
+                PASS if ok else FAIL,
+                f"driver {version} {'>=' if ok else '<'} {options.min_driver} (lowest accepted)",
+            )
+        )
     return steps
 
 
@@ -95,7 +113,8 @@ def cuda_summary(readout: dict[str, Any]) -> str:
         return "cuInit not called"
     if code == 0:
         return f"ok, {cuda['device_count'] or 0} device(s)" + (
-            f", CUDA {cuda['driver_version']}" if cuda["driver_version"] else "")
+            f", CUDA {cuda['driver_version']}" if cuda["driver_version"] else ""
+        )
     return f"error {code} {cuda['error_name'] or ''}".strip()
 
 
@@ -117,8 +136,12 @@ def cuda_step(readout: dict[str, Any], options: VerifyOptions) -> Step:
         return Step("cuda", FAIL, why) if expected else Step("cuda", SKIP, f"{NO_GPU} ({why})")
 
     if cuda["python"] is None:
-        return Step("cuda", SKIP, "not checked: no python3 (nor /usr/libexec/platform-python) on the node "
-                                  "to call cuInit through libcuda.so.1 with ctypes")
+        return Step(
+            "cuda",
+            SKIP,
+            "not checked: no python3 (nor /usr/libexec/platform-python) on the node "
+            "to call cuInit through libcuda.so.1 with ctypes",
+        )
     if cuda["exit_code"] == TIMED_OUT:
         return failed(f"cuInit did not return within {TIMEOUT_SECONDS} s ({cuda['library'] or 'libcuda.so.1'})")
     if cuda["load_error"]:
@@ -137,6 +160,8 @@ def cuda_step(readout: dict[str, Any], options: VerifyOptions) -> Step:
     error = cuda_error(cuda)
     if cuda["init_result"] == SYSTEM_NOT_READY and fabric.needs_fabric_manager:
         state = unit_state(readout, FABRIC_MANAGER_UNIT)
-        return failed(f"Fabric Manager not running ({error}; {fabric.evidence}, {FABRIC_MANAGER_UNIT} {state}): "
-                      f"systemctl enable --now {FABRIC_MANAGER_UNIT}")
+        return failed(
+            f"Fabric Manager not running ({error}; {fabric.evidence}, {FABRIC_MANAGER_UNIT} {state}): "
+            f"systemctl enable --now {FABRIC_MANAGER_UNIT}"
+        )
     return failed(f"cuInit: {error} ({library})")

@@ -46,21 +46,34 @@ def module_type_step(readout: dict[str, Any], options: VerifyOptions) -> Step:
     license_note = f" (modinfo license {readout['kernel_module_license']})" if installed else ""
     if loaded:
         if wanted != "auto" and loaded != wanted:
-            return Step("kernel_module_type", FAIL,
-                        f"the {loaded} nvidia kernel module is loaded but {setting}: run the driver stage, then reboot")
+            return Step(
+                "kernel_module_type",
+                FAIL,
+                f"the {loaded} nvidia kernel module is loaded but {setting}: run the driver stage, then reboot",
+            )
         if installed and installed != loaded:
-            return Step("kernel_module_type", FAIL,
-                        f"the {loaded} nvidia kernel module is loaded but the {installed} one is installed"
-                        f"{license_note}: reboot to load it")
-        return Step("kernel_module_type", PASS,
-                    f"{loaded} kernel module loaded (/proc/driver/nvidia/version; {setting})")
+            return Step(
+                "kernel_module_type",
+                FAIL,
+                f"the {loaded} nvidia kernel module is loaded but the {installed} one is installed"
+                f"{license_note}: reboot to load it",
+            )
+        return Step(
+            "kernel_module_type", PASS, f"{loaded} kernel module loaded (/proc/driver/nvidia/version; {setting})"
+        )
     if installed and wanted != "auto" and installed != wanted:
-        return Step("kernel_module_type", FAIL,
-                    f"the {installed} nvidia kernel module is installed{license_note} but {setting}: run the driver stage")
+        return Step(
+            "kernel_module_type",
+            FAIL,
+            f"the {installed} nvidia kernel module is installed{license_note} but {setting}: run the driver stage",
+        )
     prefix = "" if gpus_on_pci(readout) else f"{NO_GPU}: "
     if installed:
-        return Step("kernel_module_type", SKIP,
-                    f"{prefix}nvidia kernel module not loaded; the installed one is {installed}{license_note}")
+        return Step(
+            "kernel_module_type",
+            SKIP,
+            f"{prefix}nvidia kernel module not loaded; the installed one is {installed}{license_note}",
+        )
     return Step("kernel_module_type", SKIP, f"{prefix}no nvidia kernel module loaded or installed")
 
 
@@ -87,9 +100,12 @@ def persistence_step(readout: dict[str, Any], options: VerifyOptions) -> Step:
     if not gpus_on_pci(readout):
         return Step("persistence", SKIP, f"{NO_GPU} ({seen})")
     if state != "active":
-        return Step("persistence", FAIL,
-                    f"{seen}: the driver is set up and torn down with every CUDA client; "
-                    f"systemctl enable --now {PERSISTENCED_UNIT}")
+        return Step(
+            "persistence",
+            FAIL,
+            f"{seen}: the driver is set up and torn down with every CUDA client; "
+            f"systemctl enable --now {PERSISTENCED_UNIT}",
+        )
     if disabled:
         listed = ", ".join(str(index) for index in disabled)
         return Step("persistence", FAIL, f"{seen} but persistence mode is off on GPU {listed} (nvidia-smi)")
@@ -112,9 +128,14 @@ def fabric_manager_step(readout: dict[str, Any], options: VerifyOptions) -> Step
         return Step("fabric_manager", SKIP, f"{fabric.evidence}: Fabric Manager not needed{installed}")
     if state == "active":
         return Step("fabric_manager", PASS, f"{FABRIC_MANAGER_UNIT} active ({fabric.evidence})")
-    hint = (f"systemctl enable --now {FABRIC_MANAGER_UNIT}" if state != "not installed" else
-            "install Fabric Manager at the driver's version" +
-            ("" if options.fabric_manager_install else " (fabric_manager_install is false)"))
-    return Step("fabric_manager", FAIL,
-                f"{FABRIC_MANAGER_UNIT} {state} on a node with {fabric.evidence}: CUDA cannot start "
-                f"without it; {hint}")
+    hint = (
+        f"systemctl enable --now {FABRIC_MANAGER_UNIT}"
+        if state != "not installed"
+        else "install Fabric Manager at the driver's version"
+        + ("" if options.fabric_manager_install else " (fabric_manager_install is false)")
+    )
+    return Step(
+        "fabric_manager",
+        FAIL,
+        f"{FABRIC_MANAGER_UNIT} {state} on a node with {fabric.evidence}: CUDA cannot start without it; {hint}",
+    )

@@ -52,5 +52,11 @@ class VerifyOptions:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> VerifyOptions:
-        return cls(wiring=runtime_wiring(settings), **{each.name: getattr(settings, each.metadata["setting"])
-                                                      for each in fields(cls) if "setting" in each.metadata})
+        return cls(
+            wiring=runtime_wiring(settings),
+            **{
+                each.name: getattr(settings, each.metadata["setting"])
+                for each in fields(cls)
+                if "setting" in each.metadata
+            },
+        )

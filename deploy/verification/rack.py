@@ -20,27 +20,44 @@ def imex_step(domain: str, members: tuple[imex.Member, ...], reading: dict[str, 
     if reading["enabled"] == "not-found":
         return Step(name, FAIL, f"{unit} is not installed (imex_domain={domain}): run the driver stage")
     if reading["nodes_config"] != imex.nodes_config_text(members):
-        return Step(name, FAIL, f"{imex.NODES_CONFIG} does not list the {len(members)} members of IMEX domain "
-                                f"{domain} ({addresses}): run the driver stage")
+        return Step(
+            name,
+            FAIL,
+            f"{imex.NODES_CONFIG} does not list the {len(members)} members of IMEX domain "
+            f"{domain} ({addresses}): run the driver stage",
+        )
     if reading["active"] != "active":
         if not reading["module"]:
-            return Step(name, SKIP, f"no nvidia module loaded: {unit} is {reading['active']}, and IMEX runs with "
-                                    "the driver")
+            return Step(
+                name, SKIP, f"no nvidia module loaded: {unit} is {reading['active']}, and IMEX runs with the driver"
+            )
         return Step(name, FAIL, f"{unit} is {reading['active']}: systemctl start {unit}")
     if reading["ctl_status"] is None:
         return Step(name, FAIL, f"nvidia-imex-ctl is not installed beside {unit}: reinstall IMEX (the driver stage)")
     status = imex.domain_status(reading["ctl"])
     if not status.nodes:
         said = next((line for line in reversed(reading["ctl"]) if line.strip()), "nothing")
-        return Step(name, FAIL, f"nvidia-imex-ctl -N (exit {reading['ctl_status']}) named no member of IMEX domain "
-                                f"{domain}: {said}")
+        return Step(
+            name,
+            FAIL,
+            f"nvidia-imex-ctl -N (exit {reading['ctl_status']}) named no member of IMEX domain {domain}: {said}",
+        )
     missing = imex.missing_peers(status, members)
     if missing or status.state != "UP":
-        return Step(name, FAIL, f"IMEX domain {domain} is {status.state or 'of no state'}: "
-                                + ("; ".join(missing) or "every member READY") + " (nvidia-imex-ctl -N)")
+        return Step(
+            name,
+            FAIL,
+            f"IMEX domain {domain} is {status.state or 'of no state'}: "
+            + ("; ".join(missing) or "every member READY")
+            + " (nvidia-imex-ctl -N)",
+        )
     if reading["module"] and not reading["channel"]:
-        return Step(name, FAIL, f"IMEX domain {domain} is UP but {imex.CHANNEL_DEVICE} does not exist: CUDA's "
-                                "fabric memory needs it (imex_channels; the module option takes the next load)")
+        return Step(
+            name,
+            FAIL,
+            f"IMEX domain {domain} is UP but {imex.CHANNEL_DEVICE} does not exist: CUDA's "
+            "fabric memory needs it (imex_channels; the module option takes the next load)",
+        )
     return Step(name, PASS, f"IMEX domain {domain} UP: {len(members)}/{len(members)} members READY ({addresses})")
 
 
@@ -58,15 +75,27 @@ def peermem_step(reading: dict[str, Any], driver_branch: int | None) -> Step:
         return Step(name, SKIP, f"no nvidia module loaded: nvidia-peermem loads with it, after {stack.name}")
     built = reading["built"]
     if built.get("nvidia-peermem", 0) and built.get("nvidia-peermem", 0) < built.get("ib_core", 0):
-        return Step(name, FAIL, f"nvidia-peermem was built before the ib_core of {stack.name} it loads against, and "
-                                "disagrees about its symbols: rebuild the driver's module for this kernel (dkms)")
+        return Step(
+            name,
+            FAIL,
+            f"nvidia-peermem was built before the ib_core of {stack.name} it loads against, and "
+            "disagrees about its symbols: rebuild the driver's module for this kernel (dkms)",
+        )
     absent = [module for module in peermem.RDMA_MODULES if module not in loaded]
     if absent:
-        return Step(name, FAIL, f"the RDMA stack nvidia-peermem needs is not loaded ({', '.join(absent)} of "
-                                f"{stack.name}): load it, then modprobe nvidia-peermem")
+        return Step(
+            name,
+            FAIL,
+            f"the RDMA stack nvidia-peermem needs is not loaded ({', '.join(absent)} of "
+            f"{stack.name}): load it, then modprobe nvidia-peermem",
+        )
     if peermem.MODULE not in loaded:
-        return Step(name, FAIL, f"{peermem.MODULE} is not loaded beside {stack.name}: modprobe nvidia-peermem "
-                                "(its soft dependency loads the RDMA stack first)")
+        return Step(
+            name,
+            FAIL,
+            f"{peermem.MODULE} is not loaded beside {stack.name}: modprobe nvidia-peermem "
+            "(its soft dependency loads the RDMA stack first)",
+        )
     return Step(name, PASS, f"{peermem.MODULE} loaded after {stack.name} ({', '.join(peermem.RDMA_MODULES)})")
 
 
@@ -76,14 +105,22 @@ def mig_step(layout: mig.MigLayout, reading: dict[str, Any]) -> Step:
     if reading["enabled"] == "not-found":
         return Step(name, FAIL, f"{unit} is not installed (mig_layout={layout.name}): run the driver stage")
     if reading["enabled"] != "enabled":
-        return Step(name, FAIL, f"{unit} is {reading['enabled']}: it applies MIG layout {layout.name} at every boot; "
-                                f"systemctl enable {unit}")
+        return Step(
+            name,
+            FAIL,
+            f"{unit} is {reading['enabled']}: it applies MIG layout {layout.name} at every boot; "
+            f"systemctl enable {unit}",
+        )
     if not reading["module"]:
         return Step(name, SKIP, f"no nvidia module loaded: {unit} applies MIG layout {layout.name} at the next boot")
     if reading["assert_status"] is None:
         return Step(name, FAIL, f"nvidia-mig-parted or {mig.CONFIG_PATH} is missing: run the driver stage")
     if reading["assert_status"] != 0:
         said = next((line for line in reversed(reading["assert"]) if line.strip()), "no output")
-        return Step(name, FAIL, f"MIG layout {layout.name} is not applied ({said}): systemctl restart {unit} where "
-                                "nothing holds the GPU, or reboot")
+        return Step(
+            name,
+            FAIL,
+            f"MIG layout {layout.name} is not applied ({said}): systemctl restart {unit} where "
+            "nothing holds the GPU, or reboot",
+        )
     return Step(name, PASS, f"MIG layout {layout.name} applied (nvidia-mig-parted assert)")

@@ -69,9 +69,11 @@ def crictl_message(text: str) -> str:
 def without_crictl_warnings(text: str) -> str:
     """A container's logs as ``crictl logs`` printed them, without crictl's own warnings (every call
     warns when /etc/crictl.yaml is missing)."""
-    return "\n".join(line for line in text.splitlines()
-                     if not ((logged := LOGRUS_LINE.search(line)) and line.startswith("time=")
-                             and logged[1] == "warning"))
+    return "\n".join(
+        line
+        for line in text.splitlines()
+        if not ((logged := LOGRUS_LINE.search(line)) and line.startswith("time=") and logged[1] == "warning")
+    )
 
 
 def cleaned_up(step: dict[str, Any]) -> bool:

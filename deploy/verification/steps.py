@@ -34,8 +34,12 @@ def all_steps(readout: dict[str, Any], options: VerifyOptions, runs: dict[str, d
     the results of the runs that were done."""
     steps = gpu_steps(readout, options)
     # the module's type, persistence, Fabric Manager and CUDA's own start
-    steps += [module_type_step(readout, options), persistence_step(readout, options),
-              fabric_manager_step(readout, options), cuda_step(readout, options)]
+    steps += [
+        module_type_step(readout, options),
+        persistence_step(readout, options),
+        fabric_manager_step(readout, options),
+        cuda_step(readout, options),
+    ]
     # every installed kernel has a module, and the driver's parts are one version set
     steps.append(boot_kernels_step(readout.get("kernels")))
     steps.append(version_set_step(readout["node"]["loaded_version"], readout.get("kernels")))
@@ -57,8 +61,11 @@ def node_record(name: str, readout: dict[str, Any], options: VerifyOptions, step
         gpus = [f"{gpu['name'] or '?'} ({gpu['uuid'] or 'no UUID'})" for gpu in smi_gpus]
     else:
         gpus = [f"{gpu['slot']} 10de:{gpu['device'].removeprefix('0x')}" for gpu in gpus_on_pci(readout)]
-    runtime = [each.summary(readout[each.name]) for each in registry.RUNTIMES
-               if each.name in options.runtimes and readout[each.name]["path"]]
+    runtime = [
+        each.summary(readout[each.name])
+        for each in registry.RUNTIMES
+        if each.name in options.runtimes and readout[each.name]["path"]
+    ]
     return NodeRecord(
         host=name,
         gpus=gpus,

@@ -23,24 +23,41 @@ def toolkit_steps(readout: dict[str, Any], options: VerifyOptions) -> list[Step]
     if readout["toolkit_version"]:
         steps.append(Step("toolkit", PASS, f"NVIDIA container toolkit {readout['toolkit_version']} (nvidia-ctk)"))
     else:
-        steps.append(Step("toolkit", FAIL if options.toolkit_expected else SKIP,
-                          "nvidia-ctk not found: the NVIDIA container toolkit is not installed"))
+        steps.append(
+            Step(
+                "toolkit",
+                FAIL if options.toolkit_expected else SKIP,
+                "nvidia-ctk not found: the NVIDIA container toolkit is not installed",
+            )
+        )
 
     # The paths the runtimes are configured with; the toolkit's own path when none is wired yet.
     wanted = configured_binaries(readout)
     executables = readout["executables"]
     if not wanted:
         present = readout["runtime_path"]
-        steps.append(Step("runtime_binary", PASS if present else FAIL,
-                          f"{present} (no runtime points to it yet)" if present
-                          else "nvidia-container-runtime not found on the PATH"))
+        steps.append(
+            Step(
+                "runtime_binary",
+                PASS if present else FAIL,
+                f"{present} (no runtime points to it yet)"
+                if present
+                else "nvidia-container-runtime not found on the PATH",
+            )
+        )
     else:
         missing = sorted(path for path in wanted if not executables.get(path, False))
-        steps.append(Step(
-            "runtime_binary", FAIL if missing else PASS,
-            (f"configured runtime binary not executable: {', '.join(missing)}" if missing
-             else f"{', '.join(sorted(wanted))} executable"),
-        ))
+        steps.append(
+            Step(
+                "runtime_binary",
+                FAIL if missing else PASS,
+                (
+                    f"configured runtime binary not executable: {', '.join(missing)}"
+                    if missing
+                    else f"{', '.join(sorted(wanted))} executable"
+                ),
+            )
+        )
     return steps
 
 
@@ -75,12 +92,18 @@ def planned_runs(readout: dict[str, Any], options: VerifyOptions) -> dict[str, s
     return plan
 
 
-def run_skipped(run: GpuRun, readout: dict[str, Any], reading: dict[str, Any], gpu: bool, no_gpu: str, image: str) -> str | None:
+def run_skipped(
+    run: GpuRun, readout: dict[str, Any], reading: dict[str, Any], gpu: bool, no_gpu: str, image: str
+) -> str | None:
     """Why ``run`` cannot be done on its running runtime, or None when it can."""
     if run.probe == CRI:
-        return None if readout["crictl_path"] else (
-            f"crictl not installed: the CRI runtime handler '{HANDLER}' (the kubelet's path) was not exercised; "
-            "install cri-tools to check it"
+        return (
+            None
+            if readout["crictl_path"]
+            else (
+                f"crictl not installed: the CRI runtime handler '{HANDLER}' (the kubelet's path) was not exercised; "
+                "install cri-tools to check it"
+            )
         )
     return gpu_run_skipped(gpu, no_gpu, reading["image_present"], image, run.pull)
 
@@ -94,7 +117,9 @@ def gpu_run_skipped(gpu: bool, no_gpu: str, image_present: bool, image: str, pul
     return None
 
 
-def run_steps(readout: dict[str, Any], options: VerifyOptions, runs: dict[str, dict[str, Any]], cdi: CdiProbe | None) -> list[Step]:
+def run_steps(
+    readout: dict[str, Any], options: VerifyOptions, runs: dict[str, dict[str, Any]], cdi: CdiProbe | None
+) -> list[Step]:
     """Each runtime's GPU runs' steps: what the run showed, or why it was skipped (``planned_runs``)."""
     plan = planned_runs(readout, options)
     steps = []
@@ -110,23 +135,31 @@ def run_steps(readout: dict[str, Any], options: VerifyOptions, runs: dict[str, d
     return steps
 
 
-def cri_step(result: dict[str, Any], gpu: bool, image: str, cdi: CdiProbe | None = None, name: str = "cri_handler") -> Step:
+def cri_step(
+    result: dict[str, Any], gpu: bool, image: str, cdi: CdiProbe | None = None, name: str = "cri_handler"
+) -> Step:
     """The CRI run ``name``: the sandbox through the handler, its nvidia-smi container and CDI's."""
     runp = result.get("runp")
     if not runp:
         return Step(name, FAIL, "crictl produced no result")
     if runp["exit_code"] != 0:
-        return Step(name, FAIL,
-                    f"crictl runp --runtime {HANDLER} (host-network sandbox) failed: "
-                    f"{short(crictl_message(runp['output']), 300)}")
+        return Step(
+            name,
+            FAIL,
+            f"crictl runp --runtime {HANDLER} (host-network sandbox) failed: "
+            f"{short(crictl_message(runp['output']), 300)}",
+        )
     cleanup = [call for call in ("stopp", "rmp") if not cleaned_up(result.get(call, {}))]
     note = f"; cleanup failed: {', '.join(cleanup)}" if cleanup else ""
     sandbox = f"host-network sandbox ran through runtime handler '{HANDLER}'"
     if not gpu:
         return Step(name, FAIL if cleanup else PASS, f"{sandbox} ({NO_GPU}: no nvidia-smi container){note}")
     if "image" in result:
-        return Step(name, FAIL if cleanup else PASS,
-                    f"{sandbox}; nvidia-smi container skipped: image {image} not on the node{note}")
+        return Step(
+            name,
+            FAIL if cleanup else PASS,
+            f"{sandbox}; nvidia-smi container skipped: image {image} not on the node{note}",
+        )
     for call in ("create", "start", "logs"):
         if result.get(call, {}).get("exit_code", 1) != 0:
             output = crictl_message(result.get(call, {}).get("output", ""))
@@ -144,8 +177,7 @@ def cri_step(result: dict[str, Any], gpu: bool, image: str, cdi: CdiProbe | None
         if not cleaned_up(result.get("cdi_rm", {})):
             cleanup.append("cdi_rm")
             note = f"; cleanup failed: {', '.join(cleanup)}"
-    return Step(name, FAIL if cleanup else PASS,
-                f"{sandbox}; nvidia-smi -L: {short(logs, 120)}{cdi_note}{note}")
+    return Step(name, FAIL if cleanup else PASS, f"{sandbox}; nvidia-smi -L: {short(logs, 120)}{cdi_note}{note}")
 
 
 def run_step(name: str, result: dict[str, Any], what: str) -> Step:

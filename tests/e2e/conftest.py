@@ -87,11 +87,13 @@ def start_topology_node(start_node, tmp_path):
     """Start a node container whose /sys/bus/pci/devices is the named topology fixture
     (tests/fixtures/fabric/, written by tests/pci_tree.py), read-only: a container cannot be given
     PCI devices, but every read of the PCI bus goes through that folder."""
+
     def start(name: str) -> Node:
         tree = pci_tree.write(pci_tree.load(name), tmp_path / name / "devices")
         for path in [tmp_path, *tmp_path.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)
         return start_node(["-v", f"{tree}:/sys/bus/pci/devices:ro"])
+
     return start
 
 
@@ -119,7 +121,9 @@ def toolkit_repo(request, tmp_path_factory):
 def real_toolkit_repo(toolkit_repo):
     """The REAL toolkit only: skips with one line naming GPU_NODE_LAB when the stand-in is served."""
     if toolkit_repo.kind != toolkit_repo_module.REAL:
-        pytest.skip("needs the real NVIDIA Container Toolkit: set GPU_NODE_LAB to a folder holding NVIDIA's debs (docs/lab.md)")
+        pytest.skip(
+            "needs the real NVIDIA Container Toolkit: set GPU_NODE_LAB to a folder holding NVIDIA's debs (docs/lab.md)"
+        )
     return toolkit_repo
 
 

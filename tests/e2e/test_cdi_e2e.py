@@ -32,8 +32,10 @@ echo "GPU 1: NVIDIA A100-SXM4-80GB (UUID: GPU-11111111-1111-4111-8111-1111111111
 
 
 def standin_gpus(node) -> None:
-    node.sh("mknod -m 666 /dev/nvidia0 c 195 0 && mknod -m 666 /dev/nvidia1 c 195 1 "
-            "&& mknod -m 666 /dev/nvidiactl c 195 255")
+    node.sh(
+        "mknod -m 666 /dev/nvidia0 c 195 0 && mknod -m 666 /dev/nvidia1 c 195 1 "
+        "&& mknod -m 666 /dev/nvidiactl c 195 255"
+    )
     node.write("/usr/bin/nvidia-smi", STANDIN_SMI, mode="755")
 
 
@@ -69,19 +71,33 @@ def test_cdi_on_containerd_2_1_with_standin_gpus_and_standin_toolkit_spec_refres
     first = node.deploy(data=data)
     assert first.returncode == 0, first.explain()
     assert "CDI | Configure CDI (the spec and its refresh)" in first.changed_operations()
-    assert spec_devices(node) == ["0", "GPU-00000000-0000-4000-8000-000000000000", "1",
-                                  "GPU-11111111-1111-4111-8111-111111111111", "all"]
+    assert spec_devices(node) == [
+        "0",
+        "GPU-00000000-0000-4000-8000-000000000000",
+        "1",
+        "GPU-11111111-1111-4111-8111-111111111111",
+        "all",
+    ]
     assert node.sh("systemctl is-enabled nvidia-cdi-refresh.path").stdout.strip() == "enabled"
     assert node.is_active("nvidia-cdi-refresh.path")
     # containerd 2.1 has CDI on by default: its own resolved config says so.
     assert "enable_cdi = true" in node.sh("containerd config dump").stdout
 
     # The real containerd reads the spec and injects exactly the device asked for by its CDI name.
-    run(["docker", "cp", str(busybox_image_tar(IMAGE, ("sh", "true", "echo", "cat"))),
-         f"{node.id}:/tmp/busybox-image.tar"])
+    run(
+        [
+            "docker",
+            "cp",
+            str(busybox_image_tar(IMAGE, ("sh", "true", "echo", "cat"))),
+            f"{node.id}:/tmp/busybox-image.tar",
+        ]
+    )
     node.sh("ctr -n k8s.io image import --all-platforms /tmp/busybox-image.tar")
-    seen = node.sh(f"ctr -n k8s.io run --rm --device nvidia.com/gpu=1 docker.io/{IMAGE} cdi-one "
-                   "sh -c 'echo /dev/nvidia*; cat /usr/bin/nvidia-smi 2>/dev/null'", timeout=120).stdout
+    seen = node.sh(
+        f"ctr -n k8s.io run --rm --device nvidia.com/gpu=1 docker.io/{IMAGE} cdi-one "
+        "sh -c 'echo /dev/nvidia*; cat /usr/bin/nvidia-smi 2>/dev/null'",
+        timeout=120,
+    ).stdout
     devices, _, mounted = seen.partition("\n")
     assert devices.split() == ["/dev/nvidia1", "/dev/nvidiactl"], seen
     assert "STAND-IN nvidia-smi" in mounted, seen  # the spec's mount of the node's nvidia-smi
@@ -95,8 +111,9 @@ def test_cdi_on_containerd_2_1_with_standin_gpus_and_standin_toolkit_spec_refres
     # the device nodes there are now.
     before = node.sh(f"stat -c %Z {SPEC}").stdout.strip()
     node.sh("rm /dev/nvidia1 && sed -i '/^GPU 1/d' /usr/bin/nvidia-smi")
-    node.sh("DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --reinstall nvidia-container-toolkit-base",
-            timeout=300)
+    node.sh(
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --reinstall nvidia-container-toolkit-base", timeout=300
+    )
     deadline = time.monotonic() + 60
     while node.sh(f"stat -c %Z {SPEC}").stdout.strip() == before and time.monotonic() < deadline:
         time.sleep(1)
@@ -105,8 +122,9 @@ def test_cdi_on_containerd_2_1_with_standin_gpus_and_standin_toolkit_spec_refres
 
     # With the refresh off, a toolkit change leaves the spec stale: verify says so, the deploy mends it.
     node.sh("systemctl disable --now nvidia-cdi-refresh.path")
-    node.sh("DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --reinstall nvidia-container-toolkit-base",
-            timeout=300)
+    node.sh(
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --reinstall nvidia-container-toolkit-base", timeout=300
+    )
     summary, step = cdi_verified(node, data, tmp_path / "stale.json")
     assert step["status"] == "fail" and "nvidia-cdi-refresh.path is disabled" in step["reason"], step
     mended = node.deploy(data=data)
@@ -117,12 +135,16 @@ def test_cdi_on_containerd_2_1_with_standin_gpus_and_standin_toolkit_spec_refres
     # A driver root a shell or systemd would misread (a space, quotes, $, a backtick): the real
     # systemd reads the refresh unit's environment file gpu-node wrote, and the spec the refresh
     # generates names the device node under exactly that root.
-    root = "/run/gpu root/it's \"a\" $HOME `b`"
+    root = '/run/gpu root/it\'s "a" $HOME `b`'
     node.sh(f"mkdir -p {shlex.quote(root + '/dev')} && mknod -m 666 {shlex.quote(root + '/dev/nvidia0')} c 195 0")
     rooted = node.deploy(data={**data, "nvidia_driver_root": root})
     assert rooted.returncode == 0, rooted.explain()
     node.sh(f"rm -f {SPEC} && systemctl start nvidia-cdi-refresh.service")
-    edits = [edit for device in yaml.safe_load(node.read(SPEC))["devices"] for edit in device["containerEdits"]["deviceNodes"]]
+    edits = [
+        edit
+        for device in yaml.safe_load(node.read(SPEC))["devices"]
+        for edit in device["containerEdits"]["deviceNodes"]
+    ]
     assert {edit.get("hostPath") for edit in edits} == {f"{root}/dev/nvidia0"}, node.read(SPEC)
 
 
@@ -146,8 +168,10 @@ def test_a_provisioned_node_turned_to_cdi_and_back_changes_only_what_cdi_needs_s
     data = {"stages": "toolkit,runtimes", "container_runtimes": "containerd", **toolkit_repo.data()}
     legacy = node.deploy(data={**data, "cdi": "false"})
     assert legacy.returncode == 0, legacy.explain()
-    assert not node.exists(SPEC) and node.sh("systemctl is-enabled nvidia-cdi-refresh.path", check=False
-                                             ).stdout.strip() == "disabled"
+    assert (
+        not node.exists(SPEC)
+        and node.sh("systemctl is-enabled nvidia-cdi-refresh.path", check=False).stdout.strip() == "disabled"
+    )
     before = {"config": node.stat(CONFIG), "containerd": node.service("containerd")}
 
     turned_on = node.deploy(data={**data, "cdi": "true"})

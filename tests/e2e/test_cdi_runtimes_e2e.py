@@ -55,8 +55,9 @@ def seen_in(output: str) -> tuple[list[str], bool]:
     """(the /dev/nvidia* a container listed, whether the node's stand-in nvidia-smi was mounted in it)."""
     first, _, rest = output.partition("\n")
     return first.split(), "STAND-IN nvidia-smi" in rest
-SPEC_NAMES = ["0", "GPU-00000000-0000-4000-8000-000000000000", "1", "GPU-11111111-1111-4111-8111-111111111111",
-              "all"]
+
+
+SPEC_NAMES = ["0", "GPU-00000000-0000-4000-8000-000000000000", "1", "GPU-11111111-1111-4111-8111-111111111111", "all"]
 
 
 def copy_in(node, source: Path, dest: str) -> None:
@@ -69,8 +70,11 @@ def install_debs(node, debs: list[Path]) -> None:
     for deb in debs:
         copy_in(node, deb, f"/tmp/{deb.name}")
         paths.append(f"/tmp/{deb.name}")
-    node.sh(f"chmod 644 {shlex.join(paths)} && apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
-            f"apt-get install -y -qq {shlex.join(paths)} >/dev/null", timeout=600)
+    node.sh(
+        f"chmod 644 {shlex.join(paths)} && apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
+        f"apt-get install -y -qq {shlex.join(paths)} >/dev/null",
+        timeout=600,
+    )
 
 
 def report_steps(report: Path) -> tuple[dict, dict]:
@@ -85,8 +89,17 @@ def cri_dump(node) -> dict:
 
 def cri_run_devices(node, cdi_device: str) -> tuple[list[str], bool]:
     """The /dev/nvidia* a container started through the CRI with ``CDI_devices = [cdi_device]`` sees."""
-    command = shlex.join(["python3", "/tmp/cri_client.py", "run", "/run/containerd/containerd.sock",
-                          f"docker.io/{CRI_IMAGE}", cdi_device, *LIST_DEVICES])
+    command = shlex.join(
+        [
+            "python3",
+            "/tmp/cri_client.py",
+            "run",
+            "/run/containerd/containerd.sock",
+            f"docker.io/{CRI_IMAGE}",
+            cdi_device,
+            *LIST_DEVICES,
+        ]
+    )
     result = node.sh(command, check=False, timeout=180)
     assert result.returncode == 0, f"CRI run failed ({result.returncode}): {result.stderr.strip()}"
     return seen_in(result.stdout)
@@ -108,8 +121,12 @@ def test_cdi_on_trixie_containerd_1_7_enabled_injected_through_the_cri_verified_
     copy_in(node, CRI_CLIENT, "/tmp/cri_client.py")
     standin_gpus(node)
     report = tmp_path / "report.json"
-    data = {"stages": "toolkit,runtimes,verify", "container_runtimes": "containerd",
-            "verify_report_path": str(report), **toolkit_repo.data()}
+    data = {
+        "stages": "toolkit,runtimes,verify",
+        "container_runtimes": "containerd",
+        "verify_report_path": str(report),
+        **toolkit_repo.data(),
+    }
 
     first = node.deploy(data=data)  # cdi=auto
     assert first.returncode == 0, first.explain()
@@ -159,8 +176,12 @@ def test_cdi_on_trixie_docker_26_enabled_injected_by_docker_run_verified_and_rer
     assert node.sh("docker info --format '{{json .CDISpecDirs}}'").stdout.strip() == "[]"  # off until asked
     standin_gpus(node)
     report = tmp_path / "report.json"
-    data = {"stages": "toolkit,runtimes,verify", "container_runtimes": "docker",
-            "verify_report_path": str(report), **toolkit_repo.data()}
+    data = {
+        "stages": "toolkit,runtimes,verify",
+        "container_runtimes": "docker",
+        "verify_report_path": str(report),
+        **toolkit_repo.data(),
+    }
 
     first = node.deploy(data={**data, "cdi": "true"})
     assert first.returncode == 0, first.explain()
@@ -177,8 +198,11 @@ def test_cdi_on_trixie_docker_26_enabled_injected_by_docker_run_verified_and_rer
 
     copy_in(node, busybox_image_tar(IMAGE, ("sh", "true", "echo", "cat")), "/tmp/busybox-image.tar")
     node.sh("docker load -i /tmp/busybox-image.tar")
-    seen = seen_in(node.sh(f"docker run --rm --network none --device nvidia.com/gpu=1 {IMAGE} "
-                           f"{shlex.join(LIST_DEVICES)}", timeout=120).stdout)
+    seen = seen_in(
+        node.sh(
+            f"docker run --rm --network none --device nvidia.com/gpu=1 {IMAGE} {shlex.join(LIST_DEVICES)}", timeout=120
+        ).stdout
+    )
     assert seen == ONE_GPU, seen
     asked_unknown = node.sh(f"docker run --rm --network none --device nvidia.com/gpu=7 {IMAGE} true", check=False)
     assert asked_unknown.returncode != 0 and "unresolvable CDI devices nvidia.com/gpu=7" in asked_unknown.stderr

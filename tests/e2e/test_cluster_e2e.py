@@ -69,16 +69,21 @@ def changed_in_text_output(output: str) -> int:
 
 def gpu_capacity(cluster: LabCluster) -> dict[str, str | None]:
     nodes = cluster.control_plane.get_json("nodes")["items"]
-    return {item["metadata"]["name"]: item["status"].get("allocatable", {}).get("nvidia.com/gpu")
-            for item in nodes}
+    return {item["metadata"]["name"]: item["status"].get("allocatable", {}).get("nvidia.com/gpu") for item in nodes}
 
 
 def resource_versions(cluster: LabCluster) -> dict[str, str]:
     kubectl = cluster.control_plane.kubectl
     versions = {}
-    for kind, namespace in (("daemonset", "nvidia-device-plugin"), ("configmap", "nvidia-device-plugin"),
-                            ("serviceaccount", "nvidia-device-plugin"), ("runtimeclass", ""),
-                            ("clusterrole", ""), ("clusterrolebinding", ""), ("namespace", "")):
+    for kind, namespace in (
+        ("daemonset", "nvidia-device-plugin"),
+        ("configmap", "nvidia-device-plugin"),
+        ("serviceaccount", "nvidia-device-plugin"),
+        ("runtimeclass", ""),
+        ("clusterrole", ""),
+        ("clusterrolebinding", ""),
+        ("namespace", ""),
+    ):
         # A DaemonSet's status (pods ready) moves its resourceVersion; its spec moves its generation.
         field = "generation" if kind == "daemonset" else "resourceVersion"
         args = ["get", kind, "-o", f"jsonpath={{range .items[*]}}{{.metadata.name}}={{.metadata.{field}}} {{end}}"]
@@ -92,6 +97,7 @@ def wait_pod_phase(cluster: LabCluster, name: str, phase: str = "Running", timeo
     def current():
         pod = cluster.control_plane.get_json("pod", name)
         return pod if pod["status"].get("phase") == phase else None
+
     try:
         return wait_for(current, timeout=timeout, interval=1, what=f"pod {name} {phase}")
     except AssertionError as error:
@@ -107,7 +113,10 @@ def test_gpu_nodes_provisioned_by_the_tool_join_as_kubelets_without_touching_thi
     values of those six settings are what they were."""
     assert cluster.provisioning.returncode == 0, cluster.provisioning.explain()
     ready = cluster.control_plane.kubectl(
-        "get", "nodes", "-o", "jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Ready\")].status} {end}"
+        "get",
+        "nodes",
+        "-o",
+        'jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status} {end}',
     ).stdout.split()
     assert sorted(ready) == ["lab-gpu-1=True", "lab-gpu-2=True"]
 
@@ -136,28 +145,37 @@ def mock_accelerator_label(profile: str) -> str:
 
 
 def node_labels(cluster: LabCluster) -> dict[str, dict[str, str]]:
-    return {item["metadata"]["name"]: item["metadata"].get("labels", {})
-            for item in cluster.control_plane.get_json("nodes")["items"]}
+    return {
+        item["metadata"]["name"]: item["metadata"].get("labels", {})
+        for item in cluster.control_plane.get_json("nodes")["items"]
+    }
 
 
 def api_writes(events: list[dict]) -> list[str]:
     """The writes among audit events (dry runs, which change nothing, left out): 'verb resource/name'."""
-    return [f"{event['verb']} {event['objectRef'].get('resource')}/{event['objectRef'].get('name')} "
-            f"by {event['user']['username']}"
-            for event in events
-            if event["verb"] in WRITE_VERBS and "dryRun=" not in event["requestURI"]]
+    return [
+        f"{event['verb']} {event['objectRef'].get('resource')}/{event['objectRef'].get('name')} "
+        f"by {event['user']['username']}"
+        for event in events
+        if event["verb"] in WRITE_VERBS and "dryRun=" not in event["requestURI"]
+    ]
 
 
 def tool_writes(cluster: LabCluster, since: int) -> tuple[list[str], int]:
     """(the admin's writes, the admin's dry runs) in the API server's audit log after event ``since``:
     during a pyinfra run the admin's kubeconfig is the tool's alone."""
-    events = [event for event in cluster.control_plane.audit_events()[since:]
-              if event["user"]["username"] == ADMIN_USER and event["stage"] == "ResponseComplete"]
+    events = [
+        event
+        for event in cluster.control_plane.audit_events()[since:]
+        if event["user"]["username"] == ADMIN_USER and event["stage"] == "ResponseComplete"
+    ]
     dry_runs = sum(1 for event in events if "dryRun=" in event["requestURI"])
     return api_writes(events), dry_runs
 
 
-def test_k8s_gpu_time_slicing_labels_the_real_nodes_from_nvml_advertises_count_times_replicas_and_reruns_make_no_write_call(cluster):
+def test_k8s_gpu_time_slicing_labels_the_real_nodes_from_nvml_advertises_count_times_replicas_and_reruns_make_no_write_call(
+    cluster,
+):
     """k8s_gpu.py from the control plane (@local, the lab's kubectl and admin kubeconfig), first in
     pyinfra's default mode. The GPU nodes have no nvidia-smi, on PATH or in the mock's driver root:
     their identity fact reads the mock's libnvidia-ml in the driver root through NVML, so the real
@@ -175,19 +193,26 @@ def test_k8s_gpu_time_slicing_labels_the_real_nodes_from_nvml_advertises_count_t
     assert "Detected changes" in first.output and changed_in_text_output(first.output) >= 1
     writes, _ = tool_writes(cluster, mark)
     assert sorted(w for w in writes if w.startswith(("patch nodes/", "update nodes/"))) == [
-        f"patch nodes/{name} by {ADMIN_USER}" for name in ("lab-gpu-1", "lab-gpu-2")], writes
+        f"patch nodes/{name} by {ADMIN_USER}" for name in ("lab-gpu-1", "lab-gpu-2")
+    ], writes
     labels = node_labels(cluster)
     for name in ("lab-gpu-1", "lab-gpu-2"):
         assert labels[name]["nvidia.com/gpu.present"] == "true"
         assert labels[name]["accelerator"] == accelerator
         assert labels[name]["nvidia.com/device-plugin.config"] == f"time-slicing-{REPLICAS}"
         assert "nvidia.com/mps.capable" not in labels[name]
-    print(f"labels on the real nodes: {json.dumps({n: {k: v for k, v in found.items() if 'nvidia' in k or k == 'accelerator'} for n, found in labels.items()})}")
+    print(
+        f"labels on the real nodes: {json.dumps({n: {k: v for k, v in found.items() if 'nvidia' in k or k == 'accelerator'} for n, found in labels.items()})}"
+    )
     print(f"first run: {len(writes)} write calls by the tool: {writes}")
 
     wanted = {"lab-gpu-1": str(cluster.gpu_count * REPLICAS), "lab-gpu-2": str(cluster.gpu_count * REPLICAS)}
-    wait_for(lambda: gpu_capacity(cluster) == wanted, timeout=240, interval=2,
-             what=f"nvidia.com/gpu allocatable {wanted} (now {gpu_capacity(cluster)})")
+    wait_for(
+        lambda: gpu_capacity(cluster) == wanted,
+        timeout=240,
+        interval=2,
+        what=f"nvidia.com/gpu allocatable {wanted} (now {gpu_capacity(cluster)})",
+    )
     pods = cluster.control_plane.get_json("pods", "-n", "nvidia-device-plugin")["items"]
     assert sorted(pod["spec"]["nodeName"] for pod in pods) == ["lab-gpu-1", "lab-gpu-2"]
     assert all(pod["spec"].get("runtimeClassName") == "nvidia" for pod in pods)
@@ -225,30 +250,58 @@ def test_the_gitops_folder_applied_as_flux_applies_it_labels_the_real_nodes_and_
     Node objects label them, and the real device plugin runs on both and advertises the mock GPUs again, with no
     step between the render and the apply."""
     (tmp_path / "inventory.py").write_text("gpu_nodes = ['lab-gpu-1', 'lab-gpu-2']\n")
-    data = {**K8S_DATA, "manifests_dir": "gitops", "manifests_inventory": "inventory.py",
-            "kube_node_names": "lab-gpu-1=lab-gpu-1,lab-gpu-2=lab-gpu-2"}
+    data = {
+        **K8S_DATA,
+        "manifests_dir": "gitops",
+        "manifests_inventory": "inventory.py",
+        "kube_node_names": "lab-gpu-1=lab-gpu-1,lab-gpu-2=lab-gpu-2",
+    }
     arguments = [part for key, value in data.items() for part in ("--data", f"{key}={value}")]
-    render = subprocess.run([sys.executable, "-m", "pyinfra", "-y", "@local", str(REPO / "deploy" / "render_cluster.py"),
-                             *arguments], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    render = subprocess.run(
+        [sys.executable, "-m", "pyinfra", "-y", "@local", str(REPO / "deploy" / "render_cluster.py"), *arguments],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert render.returncode == 0, render.stderr[-3000:]
     wanted = {"lab-gpu-1": str(cluster.gpu_count * REPLICAS), "lab-gpu-2": str(cluster.gpu_count * REPLICAS)}
 
-    cluster.control_plane.kubectl("label", "node", "lab-gpu-1", "lab-gpu-2", "nvidia.com/gpu.present-",
-                                  "nvidia.com/device-plugin.config-")
+    cluster.control_plane.kubectl(
+        "label", "node", "lab-gpu-1", "lab-gpu-2", "nvidia.com/gpu.present-", "nvidia.com/device-plugin.config-"
+    )
     try:
-        wait_for(lambda: plugin_nodes(cluster) == [], timeout=120, interval=1,
-                 what="no plugin pod on nodes without gpu-node's labels")
+        wait_for(
+            lambda: plugin_nodes(cluster) == [],
+            timeout=120,
+            interval=1,
+            what="no plugin pod on nodes without gpu-node's labels",
+        )
     finally:
-        cluster.control_plane.kubectl("apply", "--server-side", "--field-manager=kustomize-controller",
-                                      "--force-conflicts", "-f", str(tmp_path / "gitops" / "manifests"))
+        cluster.control_plane.kubectl(
+            "apply",
+            "--server-side",
+            "--field-manager=kustomize-controller",
+            "--force-conflicts",
+            "-f",
+            str(tmp_path / "gitops" / "manifests"),
+        )
     labels = node_labels(cluster)
     for name in ("lab-gpu-1", "lab-gpu-2"):
         assert labels[name]["nvidia.com/gpu.present"] == "true"
         assert labels[name]["nvidia.com/device-plugin.config"] == f"time-slicing-{REPLICAS}"
-    wait_for(lambda: plugin_nodes(cluster) == ["lab-gpu-1", "lab-gpu-2"], timeout=120, interval=1,
-             what="the plugin pods back on both nodes")
-    wait_for(lambda: gpu_capacity(cluster) == wanted, timeout=180, interval=2,
-             what=f"nvidia.com/gpu allocatable {wanted} again (now {gpu_capacity(cluster)})")
+    wait_for(
+        lambda: plugin_nodes(cluster) == ["lab-gpu-1", "lab-gpu-2"],
+        timeout=120,
+        interval=1,
+        what="the plugin pods back on both nodes",
+    )
+    wait_for(
+        lambda: gpu_capacity(cluster) == wanted,
+        timeout=180,
+        interval=2,
+        what=f"nvidia.com/gpu allocatable {wanted} again (now {gpu_capacity(cluster)})",
+    )
 
 
 GPU_POD = """\
@@ -279,8 +332,12 @@ def test_gpu_pod_through_the_nvidia_runtimeclass_is_allocated_a_mock_gpu_by_the_
     nvidia handler: the real nvidia-container-runtime's debug log records its create, and the mock's
     device node is injected. A pod without the RuntimeClass runs through runc: no such record."""
     wanted = str(cluster.gpu_count * REPLICAS)
-    wait_for(lambda: set(gpu_capacity(cluster).values()) == {wanted}, timeout=240, interval=2,
-             what="the device plugin on both nodes (deployed by the previous test)")
+    wait_for(
+        lambda: set(gpu_capacity(cluster).values()) == {wanted},
+        timeout=240,
+        interval=2,
+        what="the device plugin on both nodes (deployed by the previous test)",
+    )
     cluster.control_plane.apply(GPU_POD.format(name="gpu-through-nvidia", runtime_class="  runtimeClassName: nvidia\n"))
     cluster.control_plane.apply(GPU_POD.format(name="gpu-through-runc", runtime_class=""))
     try:
@@ -295,15 +352,17 @@ def test_gpu_pod_through_the_nvidia_runtimeclass_is_allocated_a_mock_gpu_by_the_
         sandbox = json.loads(kubelet.crictl("inspectp", info["sandboxID"]).stdout)
         assert sandbox["status"]["runtimeHandler"] == "nvidia"
         assert toolkit_repo.real_runtime_created(kubelet.node, container_id), kubelet.node.read(
-            "/var/log/nvidia-container-runtime.log")[-3000:]
+            "/var/log/nvidia-container-runtime.log"
+        )[-3000:]
         devices = kubelet.sh(f"ls /proc/{info['pid']}/root/dev").stdout.split()
         assert any(name.startswith("nvidia") and name[6:].isdigit() for name in devices), devices
 
         plain_kubelet, plain_id = container_of(cluster, without_class)
         assert not toolkit_repo.real_runtime_created(plain_kubelet.node, plain_id)
     finally:
-        cluster.control_plane.kubectl("delete", "pod", "gpu-through-nvidia", "gpu-through-runc",
-                                      "--wait=false", check=False)
+        cluster.control_plane.kubectl(
+            "delete", "pod", "gpu-through-nvidia", "gpu-through-runc", "--wait=false", check=False
+        )
 
 
 @pytest.mark.parametrize("yes", [True, False], ids=["-y", "default-mode"])
@@ -311,14 +370,18 @@ def test_smoke_test_against_the_real_api_server_says_the_vector_add_image_is_mis
     """The vector-add smoke pod runs against the real API server; the lab has no vector-add image (and
     no GPU): the run fails and says why, naming the pull error; the pod is deleted. In pyinfra's
     default mode too: the pod is a probe, run once, when the deploy executes."""
-    result = cluster.pyinfra("deploy/k8s_gpu.py", {**K8S_DATA, "smoke_test": "true", "smoke_test_timeout": "40"},
-                             yes=yes)
+    result = cluster.pyinfra(
+        "deploy/k8s_gpu.py", {**K8S_DATA, "smoke_test": "true", "smoke_test_timeout": "40"}, yes=yes
+    )
     assert result.returncode != 0
     assert "smoke pod still Pending after the timeout" in result.output, result.explain()
     assert "ErrImagePull" in result.output or "ImagePullBackOff" in result.output, result.explain()
     assert "vectoradd" in result.output
-    wait_for(lambda: cluster.control_plane.kubectl("get", "pod", "gpu-node-smoke-test", check=False).returncode != 0,
-             timeout=60, what="the smoke pod deleted")
+    wait_for(
+        lambda: cluster.control_plane.kubectl("get", "pod", "gpu-node-smoke-test", check=False).returncode != 0,
+        timeout=60,
+        what="the smoke pod deleted",
+    )
 
 
 def test_a_device_plugin_config_the_real_plugin_rejects_is_refused_before_anything_is_applied(cluster):
@@ -340,29 +403,44 @@ def test_a_node_that_stops_being_a_gpu_node_loses_its_device_plugin_pod(cluster)
 
     cluster.control_plane.kubectl("label", "node", "lab-gpu-2", "nvidia.com/gpu.present-")
     try:
-        wait_for(lambda: plugin_nodes(cluster) == ["lab-gpu-1"], timeout=120, interval=1,
-                 what="the plugin pod gone from a node without nvidia.com/gpu.present")
+        wait_for(
+            lambda: plugin_nodes(cluster) == ["lab-gpu-1"],
+            timeout=120,
+            interval=1,
+            what="the plugin pod gone from a node without nvidia.com/gpu.present",
+        )
     finally:
         cluster.control_plane.kubectl("label", "node", "lab-gpu-2", "nvidia.com/gpu.present=true", "--overwrite")
-    wait_for(lambda: plugin_nodes(cluster) == ["lab-gpu-1", "lab-gpu-2"], timeout=120, interval=1,
-             what="the plugin pod back on lab-gpu-2")
+    wait_for(
+        lambda: plugin_nodes(cluster) == ["lab-gpu-1", "lab-gpu-2"],
+        timeout=120,
+        interval=1,
+        what="the plugin pod back on lab-gpu-2",
+    )
     # Allocatable counts healthy devices: back to 80 once the new plugin pod registered again.
-    wait_for(lambda: gpu_capacity(cluster) == wanted, timeout=180, interval=2,
-             what=f"nvidia.com/gpu allocatable {wanted} again (now {gpu_capacity(cluster)})")
+    wait_for(
+        lambda: gpu_capacity(cluster) == wanted,
+        timeout=180,
+        interval=2,
+        what=f"nvidia.com/gpu allocatable {wanted} again (now {gpu_capacity(cluster)})",
+    )
 
 
 # MIG and MPS on the real plugin: after the time-slicing tests above (each changes the cluster's config).
 
+
 def device_plugin_configs(cluster: LabCluster) -> dict[str, dict]:
     """The configs in the ConfigMap the plugin's config-manager reads, by name."""
-    data = cluster.control_plane.get_json("configmap", "-n", "nvidia-device-plugin",
-                                          "nvidia-device-plugin-configs")["data"]
+    data = cluster.control_plane.get_json("configmap", "-n", "nvidia-device-plugin", "nvidia-device-plugin-configs")[
+        "data"
+    ]
     return {name: yaml.safe_load(text) for name, text in data.items()}
 
 
 def pods_by_node(cluster: LabCluster, app: str) -> dict[str, dict]:
-    items = cluster.control_plane.get_json("pods", "-n", "nvidia-device-plugin", "-l",
-                                           f"app.kubernetes.io/name={app}")["items"]
+    items = cluster.control_plane.get_json("pods", "-n", "nvidia-device-plugin", "-l", f"app.kubernetes.io/name={app}")[
+        "items"
+    ]
     return {pod["spec"].get("nodeName"): pod for pod in items if not pod["metadata"].get("deletionTimestamp")}
 
 
@@ -378,7 +456,9 @@ def latest_config_log(cluster: LabCluster, node: str, app: str, container: str) 
 
 
 @pytest.mark.parametrize("strategy", ["single", "mixed"])
-def test_mig_strategy_runs_the_real_plugin_on_whole_mock_gpus_mig_devices_not_shown_the_mock_enumerates_none(cluster, strategy):
+def test_mig_strategy_runs_the_real_plugin_on_whole_mock_gpus_mig_devices_not_shown_the_mock_enumerates_none(
+    cluster, strategy
+):
     """mig_strategy single / mixed with the real plugin v0.20.0 on the mock GPUs. The mock NVML v0.3.0
     answers nvmlDeviceGetMigMode (disabled in every profile) but enumerates no MIG devices, so MIG
     devices (nvidia.com/mig-* or MIG slices as nvidia.com/gpu) cannot be shown here. What is asserted
@@ -398,16 +478,23 @@ def test_mig_strategy_runs_the_real_plugin_on_whole_mock_gpus_mig_devices_not_sh
 
         def running(node: str = node) -> bool:
             return f'"migStrategy": "{strategy}"' in latest_config_log(
-                cluster, node, "nvidia-device-plugin", "nvidia-device-plugin-ctr")
+                cluster, node, "nvidia-device-plugin", "nvidia-device-plugin-ctr"
+            )
 
         wait_for(running, timeout=240, interval=3, what=f"the plugin on {node} running with migStrategy {strategy}")
     wanted = {"lab-gpu-1": str(cluster.gpu_count), "lab-gpu-2": str(cluster.gpu_count)}
-    wait_for(lambda: gpu_capacity(cluster) == wanted, timeout=240, interval=2,
-             what=f"nvidia.com/gpu allocatable {wanted} (now {gpu_capacity(cluster)})")
+    wait_for(
+        lambda: gpu_capacity(cluster) == wanted,
+        timeout=240,
+        interval=2,
+        what=f"nvidia.com/gpu allocatable {wanted} (now {gpu_capacity(cluster)})",
+    )
     print(f"mig_strategy={strategy}: allocatable {gpu_capacity(cluster)}")
 
 
-def test_mps_applies_its_config_labels_and_control_daemon_but_mps_is_not_shown_the_mock_has_no_nvidia_cuda_mps_control(cluster):
+def test_mps_applies_its_config_labels_and_control_daemon_but_mps_is_not_shown_the_mock_has_no_nvidia_cuda_mps_control(
+    cluster,
+):
     """gpu_sharing=mps with the real plugin v0.20.0 on the mock GPUs. MPS itself cannot run here: the
     MPS control daemon needs the driver's nvidia-cuda-mps-control and nvidia-smi (the mock NVML v0.3.0
     ships neither) and real /dev/shm IPC with the GPUs. What is asserted for real: the ConfigMap's
@@ -420,21 +507,32 @@ def test_mps_applies_its_config_labels_and_control_daemon_but_mps_is_not_shown_t
 
     name = f"mps-{REPLICAS}"
     assert device_plugin_configs(cluster)[name]["sharing"] == {
-        "mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": REPLICAS}]}}
+        "mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": REPLICAS}]}
+    }
     labels = node_labels(cluster)
     for node in ("lab-gpu-1", "lab-gpu-2"):
         assert labels[node]["nvidia.com/device-plugin.config"] == name
         assert labels[node]["nvidia.com/mps.capable"] == "true"
-    wait_for(lambda: sorted(pods_by_node(cluster, "nvidia-device-plugin-mps-control-daemon")) == ["lab-gpu-1", "lab-gpu-2"],
-             timeout=120, interval=2, what="the MPS control daemon scheduled on both mps.capable nodes")
+    wait_for(
+        lambda: sorted(pods_by_node(cluster, "nvidia-device-plugin-mps-control-daemon")) == ["lab-gpu-1", "lab-gpu-2"],
+        timeout=120,
+        interval=2,
+        what="the MPS control daemon scheduled on both mps.capable nodes",
+    )
     for node in ("lab-gpu-1", "lab-gpu-2"):
+
         def refused() -> str | None:
             log = latest_config_log(cluster, node, "nvidia-device-plugin", "nvidia-device-plugin-ctr")  # noqa: B023 - waited for here
             return log if '"mps"' in log and "error waiting for MPS daemon" in log else None
+
         log = wait_for(refused, timeout=240, interval=3, what=f"the plugin on {node} loading MPS and refusing")
         assert "nvidia-cuda-mps-control" in log, log[-2000:]
     # A plugin that serves nothing: the kubelet counts no healthy nvidia.com/gpu on either node.
     wanted = {"lab-gpu-1": "0", "lab-gpu-2": "0"}
-    wait_for(lambda: gpu_capacity(cluster) == wanted, timeout=180, interval=2,
-             what=f"nvidia.com/gpu allocatable {wanted} (now {gpu_capacity(cluster)})")
+    wait_for(
+        lambda: gpu_capacity(cluster) == wanted,
+        timeout=180,
+        interval=2,
+        what=f"nvidia.com/gpu allocatable {wanted} (now {gpu_capacity(cluster)})",
+    )
     print(f"mps: allocatable {gpu_capacity(cluster)}")

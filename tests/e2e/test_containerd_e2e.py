@@ -62,8 +62,11 @@ def run_through_nvidia_handler(node, plugin: str, toolkit_repo) -> None:
     toolkit_repo.enable_runtime_log(node)
     container_id = "gpu-node-nvidia-check"
     assert not toolkit_repo.runtime_created(node, container_id)
-    out = node.sh(f"ctr -n k8s.io run --rm --runtime io.containerd.runc.v2 --runc-binary {binary} "
-                  f"docker.io/{IMAGE} {container_id} /bin/echo through-nvidia-container-runtime", timeout=120)
+    out = node.sh(
+        f"ctr -n k8s.io run --rm --runtime io.containerd.runc.v2 --runc-binary {binary} "
+        f"docker.io/{IMAGE} {container_id} /bin/echo through-nvidia-container-runtime",
+        timeout=120,
+    )
     assert out.stdout.strip() == "through-nvidia-container-runtime", out
     assert toolkit_repo.runtime_created(node, container_id), toolkit_repo.runtime_log(node)
 
@@ -188,7 +191,8 @@ def test_unparsable_config_is_left_byte_for_byte_and_a_rejected_restart_rolls_ba
 
 
 def test_containerd_21_with_a_version_1_config_is_refused_naming_the_version_file_untouched(
-        start_node, sid_containerd_image, toolkit_repo):
+    start_node, sid_containerd_image, toolkit_repo
+):
     """A node upgraded to containerd 2.x that kept its version 1 config (no `version`, CRI settings
     under plugins.cri, as older k3s templates wrote it): 2.x ignores plugins.cri, so wiring it would
     never run. Refused before any change. sid's containerd is in the node image."""
@@ -217,8 +221,9 @@ OUT_OF_ORDER = {
 
 
 @pytest.mark.parametrize("shape", sorted(OUT_OF_ORDER))
-def test_out_of_order_configs_are_wired_verified_and_rerun_unchanged(shape, start_node, containerd_image, toolkit_repo,
-                                                                    tmp_path):
+def test_out_of_order_configs_are_wired_verified_and_rerun_unchanged(
+    shape, start_node, containerd_image, toolkit_repo, tmp_path
+):
     """A child table before its parent (with an `imports` glob, as the EKS AL2 AMI writes it) and a
     table's keys split from its sub-tables (as k3s generates it), on Debian's containerd 1.6: wired,
     containerd's own dump and verify agree, a re-run changes nothing."""
@@ -228,8 +233,12 @@ def test_out_of_order_configs_are_wired_verified_and_rerun_unchanged(shape, star
     node.sh("systemctl restart containerd")
     assert node.is_active("containerd"), f"containerd does not start on {shape} as written"
     report = tmp_path / "report.json"
-    data = {"stages": "toolkit,runtimes,verify", "container_runtimes": "containerd",
-            "verify_report_path": str(report), **toolkit_repo.data()}
+    data = {
+        "stages": "toolkit,runtimes,verify",
+        "container_runtimes": "containerd",
+        "verify_report_path": str(report),
+        **toolkit_repo.data(),
+    }
 
     first = node.deploy(data=data)
     assert first.returncode == 0, first.explain()

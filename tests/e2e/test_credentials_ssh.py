@@ -48,7 +48,7 @@ TEST_DIR = "/run/gpu-node-test"
 WATCHER = f"""cd {TEST_DIR}
 echo $$ >loop.pid
 rm -f events fifo inotify.err && mkfifo fifo
-inotifywait -m -r -e create,close_write,moved_to,attrib --format '%w%f' {' '.join(WATCHED)} >fifo 2>inotify.err &
+inotifywait -m -r -e create,close_write,moved_to,attrib --format '%w%f' {" ".join(WATCHED)} >fifo 2>inotify.err &
 echo $! >inotify.pid
 while IFS= read -r path; do
     [ -L "$path" ] || [ -d "$path" ] && continue
@@ -108,9 +108,13 @@ class Watcher:
     def __enter__(self) -> Watcher:
         self.node.sh(f"mkdir -p {TEST_DIR}")
         run(["docker", "exec", "-d", self.node.id, "sh", "-c", WATCHER])
-        wait_for(lambda: "Watches established" in self.node.sh(f"cat {TEST_DIR}/inotify.err 2>/dev/null",
-                                                                check=False).stdout,
-                 timeout=60, what="inotifywait's watches")
+        wait_for(
+            lambda: (
+                "Watches established" in self.node.sh(f"cat {TEST_DIR}/inotify.err 2>/dev/null", check=False).stdout
+            ),
+            timeout=60,
+            what="inotifywait's watches",
+        )
         return self
 
     def __exit__(self, *exc) -> None:
@@ -118,8 +122,11 @@ class Watcher:
 
     def sights(self) -> tuple[list[Sight], set[str]]:
         """Every look taken, and the paths that were gone before a look (created, then removed)."""
-        wait_for(lambda: self.node.sh(f"kill -0 $(cat {TEST_DIR}/loop.pid)", check=False).returncode != 0,
-                 timeout=30, what="the watcher's loop to end")
+        wait_for(
+            lambda: self.node.sh(f"kill -0 $(cat {TEST_DIR}/loop.pid)", check=False).returncode != 0,
+            timeout=30,
+            what="the watcher's loop to end",
+        )
         sights, gone = [], set()
         for line in self.node.read(f"{TEST_DIR}/events").splitlines():
             fields = line.split("\t")
@@ -160,8 +167,19 @@ def pyinfra_over_ssh(inventory, data: dict, extra: tuple[str, ...] = ()) -> list
     """The README's command: `pyinfra INVENTORY deploy/gpu_node.py --ssh-user USER --sudo`, with -y
     (and --json, unless ``extra`` asks for --diff: the diff is logged as pyinfra's text output)."""
     json_output = () if "--diff" in extra else ("--json",)
-    args = [sys.executable, "-m", "pyinfra", "-y", *json_output, str(inventory), "deploy/gpu_node.py",
-            "--ssh-user", LOGIN_USER, "--sudo", *extra]
+    args = [
+        sys.executable,
+        "-m",
+        "pyinfra",
+        "-y",
+        *json_output,
+        str(inventory),
+        "deploy/gpu_node.py",
+        "--ssh-user",
+        LOGIN_USER,
+        "--sudo",
+        *extra,
+    ]
     for key, value in {**SAFE_DATA, **data}.items():
         args += ["--data", f"{key}={value}"]
     return args
@@ -176,9 +194,11 @@ def deploy_over_ssh(inventory, data: dict, extra: tuple[str, ...] = ()) -> Deplo
 
 def secret_holders(node) -> list[str]:
     """Every file under the watched folders that holds a secret now: 'mode owner folder-mode path'."""
-    out = node.sh(f"grep -rlsF -e {REGISTRY_PASSWORD} -e {MIRROR_PASSWORD} {' '.join(WATCHED)} "
-                  "| while read -r f; do echo \"$(stat -c '%a %U' \"$f\") $(stat -c %a \"${f%/*}\") $f\"; done",
-                  check=False).stdout
+    out = node.sh(
+        f"grep -rlsF -e {REGISTRY_PASSWORD} -e {MIRROR_PASSWORD} {' '.join(WATCHED)} "
+        '| while read -r f; do echo "$(stat -c \'%a %U\' "$f") $(stat -c %a "${f%/*}") $f"; done',
+        check=False,
+    ).stdout
     return sorted(out.splitlines())
 
 
@@ -205,7 +225,7 @@ def test_a_sudo_run_over_ssh_never_lets_others_read_the_registry_credentials_and
     assert REGISTRY_PASSWORD not in first.output and MIRROR_PASSWORD not in first.output
     assert "mirror-robot" not in first.output
     assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in first.output
-    diff = first.output[first.output.find("Will modify"):][:3000]
+    diff = first.output[first.output.find("Will modify") :][:3000]
     assert '.auth.password = "***"' in diff and "https://***@mirror.example.internal" in diff, diff
     print(f"first run over SSH, watched: {time.monotonic() - started:.0f} s")
 
@@ -224,11 +244,21 @@ def test_a_run_killed_right_after_its_upload_leaves_the_secret_readable_by_no_on
         with Watcher(node) as watcher:
             args = pyinfra_over_ssh(inventory, data)
             env = {key: value for key, value in os.environ.items() if key != "GPU_NODES"}
-            process = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                       text=True, start_new_session=True)
+            process = subprocess.Popen(
+                args,
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
             try:
-                wait_for(lambda: node.exists(HELD) or process.poll() is not None, timeout=600,
-                         what="the run to reach the hold")
+                wait_for(
+                    lambda: node.exists(HELD) or process.poll() is not None,
+                    timeout=600,
+                    what="the run to reach the hold",
+                )
                 assert process.poll() is None, process.communicate()[0][-4000:]
             finally:
                 if process.poll() is None:
@@ -268,8 +298,9 @@ def test_a_swap_the_disk_has_no_room_for_fails_in_one_line_and_leaves_the_config
     try:
         node.write(CONFIG, SEEDED, mode="600")
         before = node.stat(CONFIG)
-        node.sh("cd /etc/containerd && dd if=/dev/zero of=filler bs=4096 count=$(( $(stat -f -c %a .) - 1 )) "
-                "2>/dev/null")
+        node.sh(
+            "cd /etc/containerd && dd if=/dev/zero of=filler bs=4096 count=$(( $(stat -f -c %a .) - 1 )) 2>/dev/null"
+        )
         result = deploy_over_ssh(inventory, data)
         assert result.returncode != 0
         line = one_line_naming(result, "No space left on device")

@@ -25,9 +25,13 @@ DROPPED = "Operation not permitted"
 
 def opens_after_daemon_reload(node, name: str) -> tuple[str, str]:
     """What `cat /dev/nvidia0` says in a container given the device, before and after a daemon-reload."""
-    node.sh(f"ctr -n k8s.io run -d --runc-systemd-cgroup --cgroup system.slice:gpu-node-test:{name} "
-            f"--device /dev/nvidia0 docker.io/{IMAGE} {name} sh -c 'while true; do sleep 1; done'", timeout=120)
+    node.sh(
+        f"ctr -n k8s.io run -d --runc-systemd-cgroup --cgroup system.slice:gpu-node-test:{name} "
+        f"--device /dev/nvidia0 docker.io/{IMAGE} {name} sh -c 'while true; do sleep 1; done'",
+        timeout=120,
+    )
     try:
+
         def read(exec_id: str) -> str:
             return node.sh(f"ctr -n k8s.io task exec --exec-id {exec_id} {name} cat /dev/nvidia0", check=False).stderr
 
@@ -44,8 +48,11 @@ def opens_after_daemon_reload(node, name: str) -> tuple[str, str]:
             after = read(f"after-{attempt}")
         return before, after
     finally:
-        node.sh(f"ctr -n k8s.io task kill -s KILL {name}; sleep 1; ctr -n k8s.io task rm -f {name}; "
-                f"ctr -n k8s.io container rm {name}", check=False)
+        node.sh(
+            f"ctr -n k8s.io task kill -s KILL {name}; sleep 1; ctr -n k8s.io task rm -f {name}; "
+            f"ctr -n k8s.io container rm {name}",
+            check=False,
+        )
 
 
 def test_dev_char_links_keep_a_containers_standin_gpu_device_across_a_daemon_reload(node, tmp_path):
@@ -55,11 +62,12 @@ def test_dev_char_links_keep_a_containers_standin_gpu_device_across_a_daemon_rel
     assert first.returncode == 0, first.explain()
     assert "NVIDIA device links | Link NVIDIA's device nodes in /dev/char" in first.changed_operations()
     assert node.sh("readlink -f /dev/char/195:0 /dev/char/195:255").stdout.split() == ["/dev/nvidia0", "/dev/nvidiactl"]
-    assert "RUN+=\"/usr/local/sbin/gpu-node-nvidia-dev-char\"" in node.read("/etc/udev/rules.d/71-gpu-node-nvidia-dev-char.rules")
+    assert 'RUN+="/usr/local/sbin/gpu-node-nvidia-dev-char"' in node.read(
+        "/etc/udev/rules.d/71-gpu-node-nvidia-dev-char.rules"
+    )
     assert_no_change(node.deploy(data=RUNTIMES))
 
-    run(["docker", "cp", str(busybox_image_tar(IMAGE, ("sh", "cat", "sleep"))),
-         f"{node.id}:/tmp/busybox-image.tar"])
+    run(["docker", "cp", str(busybox_image_tar(IMAGE, ("sh", "cat", "sleep"))), f"{node.id}:/tmp/busybox-image.tar"])
     node.sh("ctr -n k8s.io image import --all-platforms /tmp/busybox-image.tar")
     before, after = opens_after_daemon_reload(node, "linked")
     assert ALLOWED in before and ALLOWED in after, (before, after)

@@ -63,12 +63,22 @@ def run_plugin(binary: Path, config: dict, mock_root: Path, work: Path, timeout:
     (work / "kubelet").mkdir(parents=True, exist_ok=True)
     config_file = work / "config.yaml"
     config_file.write_text(yaml.safe_dump(config, sort_keys=False))
-    env = {**os.environ, "CONFIG_FILE": str(config_file), "MPS_ROOT": str(work / "mps"),
-           "KUBELET_SOCKET": str(work / "kubelet" / "kubelet.sock")}
+    env = {
+        **os.environ,
+        "CONFIG_FILE": str(config_file),
+        "MPS_ROOT": str(work / "mps"),
+        "KUBELET_SOCKET": str(work / "kubelet" / "kubelet.sock"),
+    }
     log = work / "plugin.log"
     with log.open("wb") as sink:
-        process = subprocess.Popen([str(binary)], env=env, stdout=sink, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        process = subprocess.Popen(
+            [str(binary)],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + timeout
         try:
             while process.poll() is None and time.monotonic() < deadline:
@@ -88,29 +98,44 @@ def run_plugin(binary: Path, config: dict, mock_root: Path, work: Path, timeout:
 
 def tool_config(data: dict) -> dict:
     """The config document k8s_gpu.py renders for these settings (the settings are validated first)."""
-    return SharingConfig.from_settings(parse_settings({"nvidia_driver_root": "/var/lib/nvml-mock/driver",
-                                                       **data})).document()
+    return SharingConfig.from_settings(
+        parse_settings({"nvidia_driver_root": "/var/lib/nvml-mock/driver", **data})
+    ).document()
 
 
 def unchecked_config(**fields) -> dict:
     """The document the tool would render for settings it refuses (its own validation bypassed)."""
-    base = dict(sharing="none", replicas=1, rename_by_default=False, fail_requests_greater_than_one=False,
-                mig_strategy="none", driver_root="/var/lib/nvml-mock/driver")
+    base = dict(
+        sharing="none",
+        replicas=1,
+        rename_by_default=False,
+        fail_requests_greater_than_one=False,
+        mig_strategy="none",
+        driver_root="/var/lib/nvml-mock/driver",
+    )
     return SharingConfig(**{**base, **fields}).document()
 
 
-@pytest.mark.parametrize("data", [
-    {},
-    {"gpu_sharing": "time-slicing", "gpu_sharing_replicas": "10"},
-    {"gpu_sharing": "time-slicing", "gpu_sharing_replicas": "2", "time_slicing_rename_by_default": "true",
-     "time_slicing_fail_requests_greater_than_one": "true"},
-    {"mig_strategy": "single"},
-    {"mig_strategy": "mixed"},
-    {"gpu_sharing": "time-slicing", "gpu_sharing_replicas": "4", "mig_strategy": "mixed"},
-], ids=["none", "time-slicing-10", "time-slicing-renamed-strict", "mig-single", "mig-mixed",
-        "time-slicing-mig-mixed"])
+@pytest.mark.parametrize(
+    "data",
+    [
+        {},
+        {"gpu_sharing": "time-slicing", "gpu_sharing_replicas": "10"},
+        {
+            "gpu_sharing": "time-slicing",
+            "gpu_sharing_replicas": "2",
+            "time_slicing_rename_by_default": "true",
+            "time_slicing_fail_requests_greater_than_one": "true",
+        },
+        {"mig_strategy": "single"},
+        {"mig_strategy": "mixed"},
+        {"gpu_sharing": "time-slicing", "gpu_sharing_replicas": "4", "mig_strategy": "mixed"},
+    ],
+    ids=["none", "time-slicing-10", "time-slicing-renamed-strict", "mig-single", "mig-mixed", "time-slicing-mig-mixed"],
+)
 def test_every_config_the_tool_accepts_is_loaded_by_the_real_plugin_with_the_mock_gpus(
-        plugin_binary, mock_root, tmp_path, data):
+    plugin_binary, mock_root, tmp_path, data
+):
     """The real plugin loads the tool's config (its "Running with config" line, with the strategy the
     settings name), finds the mock's 8 GPUs through NVML and goes on to register them (no kubelet
     here: it reports that and retries)."""
@@ -124,32 +149,45 @@ def test_every_config_the_tool_accepts_is_loaded_by_the_real_plugin_with_the_moc
 
 
 def test_mps_sharing_is_loaded_but_cannot_start_without_the_mps_daemon_mock_has_no_nvidia_cuda_mps_control(
-        plugin_binary, mock_root, tmp_path):
+    plugin_binary, mock_root, tmp_path
+):
     """MPS: the real plugin loads the tool's MPS config, then waits for the MPS control daemon, which
     needs the driver's nvidia-cuda-mps-control (and nvidia-smi to set the compute mode): the mock NVML
     v0.3.0 ships neither, so MPS cannot be shown running here; the plugin says exactly why."""
-    log = run_plugin(plugin_binary, tool_config({"gpu_sharing": "mps", "gpu_sharing_replicas": "10"}),
-                     mock_root, tmp_path)
+    log = run_plugin(
+        plugin_binary, tool_config({"gpu_sharing": "mps", "gpu_sharing_replicas": "10"}), mock_root, tmp_path
+    )
     assert ACCEPTED in log and '"mps"' in log, log[-3000:]
     assert "error waiting for MPS daemon" in log and "nvidia-cuda-mps-control" in log, log[-3000:]
 
 
-@pytest.mark.parametrize("data, fields, refusal, setting_error", [
-    ({"gpu_sharing": "mps", "gpu_sharing_replicas": "4", "mig_strategy": "mixed"},
-     {"sharing": "mps", "replicas": 4, "mig_strategy": "mixed"},
-     "using --mig-strategy=mixed is not supported with MPS",
-     "invalid setting mig_strategy='mixed': allowed: none with gpu_sharing=mps"),
-    ({"gpu_sharing": "time-slicing", "gpu_sharing_replicas": "1"},
-     {"sharing": "time-slicing", "replicas": 1},
-     "number of replicas must be >= 2",
-     "invalid setting gpu_sharing_replicas='1'"),
-    ({"gpu_sharing": "mps", "gpu_sharing_replicas": "1"},
-     {"sharing": "mps", "replicas": 1},
-     "number of replicas must be >= 2",
-     "invalid setting gpu_sharing_replicas='1'"),
-], ids=["mps-mig-mixed", "time-slicing-1-replica", "mps-1-replica"])
+@pytest.mark.parametrize(
+    "data, fields, refusal, setting_error",
+    [
+        (
+            {"gpu_sharing": "mps", "gpu_sharing_replicas": "4", "mig_strategy": "mixed"},
+            {"sharing": "mps", "replicas": 4, "mig_strategy": "mixed"},
+            "using --mig-strategy=mixed is not supported with MPS",
+            "invalid setting mig_strategy='mixed': allowed: none with gpu_sharing=mps",
+        ),
+        (
+            {"gpu_sharing": "time-slicing", "gpu_sharing_replicas": "1"},
+            {"sharing": "time-slicing", "replicas": 1},
+            "number of replicas must be >= 2",
+            "invalid setting gpu_sharing_replicas='1'",
+        ),
+        (
+            {"gpu_sharing": "mps", "gpu_sharing_replicas": "1"},
+            {"sharing": "mps", "replicas": 1},
+            "number of replicas must be >= 2",
+            "invalid setting gpu_sharing_replicas='1'",
+        ),
+    ],
+    ids=["mps-mig-mixed", "time-slicing-1-replica", "mps-1-replica"],
+)
 def test_a_config_the_real_plugin_refuses_is_refused_by_the_tool_as_a_setting(
-        plugin_binary, mock_root, tmp_path, data, fields, refusal, setting_error):
+    plugin_binary, mock_root, tmp_path, data, fields, refusal, setting_error
+):
     """The real plugin exits on the config the tool would render for these settings, naming the
     problem; the tool refuses the settings themselves, in one line, before any host is touched."""
     log = run_plugin(plugin_binary, unchecked_config(**fields), mock_root, tmp_path)

@@ -41,14 +41,21 @@ def test_containerd_and_docker_wired_on_one_node_keep_site_keys_run_through_the_
     only with GPU_NODE_LAB (real-toolkit); containerd, Docker, runc and systemd are Debian's, real. No GPU."""
     node = start_node()
     node.write(DAEMON_JSON, json.dumps(SEEDED, indent=4) + "\n")
-    data = {"stages": "toolkit,runtimes", "container_runtimes": "containerd,docker", "docker_install": "true",
-            **toolkit_repo.data()}
+    data = {
+        "stages": "toolkit,runtimes",
+        "container_runtimes": "containerd,docker",
+        "docker_install": "true",
+        **toolkit_repo.data(),
+    }
 
     first = node.deploy(data=data)
     assert first.returncode == 0, first.explain()
     changed = first.changed_operations()
-    for operation in ("Docker | Install Docker", f"Docker | Wire the nvidia runtime into {DAEMON_JSON}",
-                      "containerd | Wire the nvidia runtime into /etc/containerd/config.toml"):
+    for operation in (
+        "Docker | Install Docker",
+        f"Docker | Wire the nvidia runtime into {DAEMON_JSON}",
+        "containerd | Wire the nvidia runtime into /etc/containerd/config.toml",
+    ):
         assert operation in changed, changed
 
     written = json.loads(node.read(DAEMON_JSON))
@@ -70,8 +77,9 @@ def test_containerd_and_docker_wired_on_one_node_keep_site_keys_run_through_the_
     copy_in(node, busybox_image_tar(), "/tmp/busybox-image.tar")
     node.sh("docker load -i /tmp/busybox-image.tar")
     toolkit_repo.enable_runtime_log(node)
-    out = node.sh(f"docker run --rm --network none --cidfile /tmp/nvidia-check.cid {IMAGE} echo through-docker",
-                  timeout=120)
+    out = node.sh(
+        f"docker run --rm --network none --cidfile /tmp/nvidia-check.cid {IMAGE} echo through-docker", timeout=120
+    )
     assert out.stdout.strip() == "through-docker", out
     container_id = node.read("/tmp/nvidia-check.cid").strip()
     assert toolkit_repo.runtime_created(node, container_id), toolkit_repo.runtime_log(node)
@@ -114,8 +122,11 @@ def install_docker_io_with_drop_in(node, drop_in: str | None, daemon_json: dict)
     if drop_in:
         node.write(OPTIONS_DROP_IN, (UNITS / "installer" / drop_in).read_text())
     node.write(DAEMON_JSON, json.dumps(daemon_json, indent=2) + "\n")
-    node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "
-            "docker.io >/dev/null", timeout=900)
+    node.sh(
+        "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "
+        "docker.io >/dev/null",
+        timeout=900,
+    )
     wait_for(lambda: node.is_active("docker"), timeout=60, what="docker active after install")
 
 
@@ -137,9 +148,11 @@ def test_a_drop_ins_systemd_cgroup_flag_is_left_to_the_flag_dockerd_starts_with_
     assert f"Docker | Wire the nvidia runtime into {DAEMON_JSON}" in first.changed_operations()
     written = json.loads(node.read(DAEMON_JSON))
     # exec-opts is the flag's: writing it too would stop dockerd from starting (proven below).
-    assert written == {"bridge": "none",
-                       "runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime", "runtimeArgs": []}},
-                       "default-runtime": "nvidia"}
+    assert written == {
+        "bridge": "none",
+        "runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime", "runtimeArgs": []}},
+        "default-runtime": "nvidia",
+    }
     assert node.is_active("docker")
     info = docker_info(node)
     assert (info["CgroupDriver"], info["DefaultRuntime"]) == ("systemd", "nvidia")
@@ -165,8 +178,9 @@ def test_a_drop_ins_systemd_cgroup_flag_is_left_to_the_flag_dockerd_starts_with_
     results = shown.split("--> Results:")[-1].split("--> Disconnecting")[0].splitlines()
     # Each row ends Hosts, Success (changed), Error, No Change.
     rows = [line.split()[-4:] for line in results if line.strip() and "Operation" not in line]
-    assert rows and all(success == error == "-" and hosts == unchanged for hosts, success, error, unchanged in rows), \
+    assert rows and all(success == error == "-" and hosts == unchanged for hosts, success, error, unchanged in rows), (
         shown[-3000:]
+    )
     assert {"docker": node.service("docker"), "file": node.stat(DAEMON_JSON)} == before
 
     # The proof that leaving exec-opts out is needed: the plain merge (exec-opts in daemon.json too)
@@ -180,8 +194,9 @@ def test_a_drop_ins_systemd_cgroup_flag_is_left_to_the_flag_dockerd_starts_with_
     conflicting = node.deploy(data=data, json_output=False)
     assert conflicting.returncode != 0
     message = [line for line in gpu_node_messages(conflicting) if "sets it too" in line]
-    assert message and f"{DAEMON_JSON} sets 'exec-opts'" in message[0] and OPTIONS_DROP_IN in message[0], \
+    assert message and f"{DAEMON_JSON} sets 'exec-opts'" in message[0] and OPTIONS_DROP_IN in message[0], (
         conflicting.explain()
+    )
     node.write(DAEMON_JSON, good)
     node.sh("systemctl reset-failed docker; systemctl restart docker")
     assert node.is_active("docker")
@@ -197,8 +212,11 @@ def test_a_drop_ins_cgroupfs_flag_is_refused_before_any_change_naming_flag_and_d
     assert refused.returncode != 0
     messages = gpu_node_messages(refused)
     assert len(messages) == 1, refused.explain()
-    assert ("--exec-opt native.cgroupdriver=cgroupfs" in messages[0] and OPTIONS_DROP_IN in messages[0]
-            and "systemd_cgroup=false" in messages[0]), messages
+    assert (
+        "--exec-opt native.cgroupdriver=cgroupfs" in messages[0]
+        and OPTIONS_DROP_IN in messages[0]
+        and "systemd_cgroup=false" in messages[0]
+    ), messages
     assert {"file": node.stat(DAEMON_JSON), "docker": node.service("docker")} == untouched
     assert node.is_active("docker")
     assert "Traceback" not in refused.output
@@ -215,13 +233,18 @@ def test_shim_name_default_runtime_on_debians_docker_20_10_is_refused_saying_it_
     assert "specified default runtime 'io.containerd.runsc.v1' does not exist" in journal, journal[-3000:]
     # ... and gpu-node says so before any change, when nvidia is not to become the default.
     untouched = node.stat(DAEMON_JSON)
-    data = {"stages": "toolkit,runtimes", "container_runtimes": "docker", "nvidia_runtime_default": "false",
-            **toolkit_repo.data()}
+    data = {
+        "stages": "toolkit,runtimes",
+        "container_runtimes": "docker",
+        "nvidia_runtime_default": "false",
+        **toolkit_repo.data(),
+    }
     refused = node.deploy(data=data, json_output=False)
     assert refused.returncode != 0
     messages = gpu_node_messages(refused)
-    assert len(messages) == 1 and "containerd shim name" in messages[0] and "Docker 23" in messages[0], \
+    assert len(messages) == 1 and "containerd shim name" in messages[0] and "Docker 23" in messages[0], (
         refused.explain()
+    )
     assert node.stat(DAEMON_JSON) == untouched
     assert "Traceback" not in refused.output
 
@@ -231,8 +254,11 @@ def test_add_runtime_flags_merge_with_daemon_json_and_the_files_nvidia_wins(node
     flag/file conflict check) and keeps the file's entry for a name both give: the wiring in
     daemon.json is what runs even next to a drop-in's own --add-runtime nvidia=..."""
     drop_in = "/etc/systemd/system/docker.service.d/runtimes.conf"
-    node.write(drop_in, '[Service]\nEnvironment="DOCKER_OPTS=--add-runtime nvidia=/opt/old/nvidia-runtime '
-                        '--add-runtime crun=/usr/bin/crun"\n')
+    node.write(
+        drop_in,
+        '[Service]\nEnvironment="DOCKER_OPTS=--add-runtime nvidia=/opt/old/nvidia-runtime '
+        '--add-runtime crun=/usr/bin/crun"\n',
+    )
     install_docker_io_with_drop_in(node, None, {"bridge": "none", "iptables": False})
     assert docker_info(node)["Runtimes"]["nvidia"]["path"] == "/opt/old/nvidia-runtime"
     data = {"stages": "toolkit,runtimes", "container_runtimes": "docker", **toolkit_repo.data()}
@@ -260,9 +286,16 @@ def trixie_dockerd() -> Path:
         (directory / sub).mkdir(parents=True, exist_ok=True)
     (directory / "sources.list").write_text("deb http://deb.debian.org/debian trixie main\n")
     options = [
-        "-o", f"Dir::Etc::SourceList={directory / 'sources.list'}", "-o", "Dir::Etc::SourceParts=/nonexistent",
-        "-o", f"Dir::State::Lists={directory / 'lists'}", "-o", f"Dir::Cache={directory / 'cache'}",
-        "-o", "Acquire::Languages=none",
+        "-o",
+        f"Dir::Etc::SourceList={directory / 'sources.list'}",
+        "-o",
+        "Dir::Etc::SourceParts=/nonexistent",
+        "-o",
+        f"Dir::State::Lists={directory / 'lists'}",
+        "-o",
+        f"Dir::Cache={directory / 'cache'}",
+        "-o",
+        "Acquire::Languages=none",
     ]
     run(["apt-get", *options, "update", "-q"])
     run(["apt-get", *options, "download", "docker.io"], cwd=directory / "debs")
@@ -283,8 +316,12 @@ def test_docker_26_from_trixie_on_a_bookworm_node_keeps_a_shim_name_default_runt
     info = docker_info(node)
     assert (info["ServerVersion"].split(".")[0], info["DefaultRuntime"]) == ("26", "io.containerd.runsc.v1")
     node.sh("systemctl reset-failed docker")  # Debian's unit allows 3 starts a minute; the test made 2
-    data = {"stages": "toolkit,runtimes", "container_runtimes": "docker", "nvidia_runtime_default": "false",
-            **toolkit_repo.data()}
+    data = {
+        "stages": "toolkit,runtimes",
+        "container_runtimes": "docker",
+        "nvidia_runtime_default": "false",
+        **toolkit_repo.data(),
+    }
 
     first = node.deploy(data=data)
     assert first.returncode == 0, first.explain()
@@ -304,7 +341,8 @@ def test_docker_26_from_trixie_on_a_bookworm_node_keeps_a_shim_name_default_runt
     refused = node.deploy(data=data, json_output=False)
     assert refused.returncode != 0
     messages = gpu_node_messages(refused)
-    assert len(messages) == 1 and "default-runtime 'myshim' is not a configured runtime" in messages[0], \
+    assert len(messages) == 1 and "default-runtime 'myshim' is not a configured runtime" in messages[0], (
         refused.explain()
+    )
     assert node.stat(DAEMON_JSON) == untouched
     assert node.service("docker") == before["docker"]

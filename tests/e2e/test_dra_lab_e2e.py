@@ -49,8 +49,12 @@ def test_a_dra_claim_reaches_a_running_pod_on_a_real_cluster(lab):
     labels = lab.control_plane.get_json("node", kubelet.name)["metadata"]["labels"]
     assert labels.get(dra.ALLOCATOR_LABEL) == "dra" and "nvidia.com/gpu.present" not in labels
 
-    slices = wait_for(lambda: dra_lab.resource_slices(lab, kubelet.name), timeout=180, interval=2,
-                      what=f"the DRA driver's ResourceSlices for {kubelet.name}")
+    slices = wait_for(
+        lambda: dra_lab.resource_slices(lab, kubelet.name),
+        timeout=180,
+        interval=2,
+        what=f"the DRA driver's ResourceSlices for {kubelet.name}",
+    )
     offered = sorted(device["name"] for item in slices for device in item["spec"].get("devices", []))
     assert len(offered) == lab.gpu_count, offered
 
@@ -58,18 +62,27 @@ def test_a_dra_claim_reaches_a_running_pod_on_a_real_cluster(lab):
     pod = render_smoke_pod(parse_settings({"gpu_allocator": "dra", "smoke_test_image": IMAGES["pause"]}))
     lab.control_plane.apply(pod)
     try:
-        wait_for(lambda: lab.control_plane.get_json("pod", dra.SMOKE_POD, "-n", SMOKE_NAMESPACE)["status"].get(
-            "phase") == "Running", timeout=180, interval=2, what=f"pod {dra.SMOKE_POD} Running")
-        claims = [claim for claim in lab.control_plane.get_json("resourceclaims", "-n", SMOKE_NAMESPACE)["items"]
-                  if any(ref["name"] == dra.SMOKE_POD for ref in claim["metadata"].get("ownerReferences", []))]
+        wait_for(
+            lambda: (
+                lab.control_plane.get_json("pod", dra.SMOKE_POD, "-n", SMOKE_NAMESPACE)["status"].get("phase")
+                == "Running"
+            ),
+            timeout=180,
+            interval=2,
+            what=f"pod {dra.SMOKE_POD} Running",
+        )
+        claims = [
+            claim
+            for claim in lab.control_plane.get_json("resourceclaims", "-n", SMOKE_NAMESPACE)["items"]
+            if any(ref["name"] == dra.SMOKE_POD for ref in claim["metadata"].get("ownerReferences", []))
+        ]
         [(driver, pool, device)] = dra_lab.claim_allocation(claims[0])
         assert (driver, pool) == (dra.DRIVER, kubelet.name) and device in offered
         inspected = dra_lab.inspect_container(kubelet, dra.SMOKE_POD, "cuda-vectoradd", SMOKE_NAMESPACE)
         devices = dra_lab.container_devices(inspected)
-        assert any(path.startswith("/dev/nvidia") and path[len("/dev/nvidia"):].isdigit() for path in devices), devices
+        assert any(path.startswith("/dev/nvidia") and path[len("/dev/nvidia") :].isdigit() for path in devices), devices
     finally:
-        lab.control_plane.kubectl("delete", "pod", dra.SMOKE_POD, "-n", SMOKE_NAMESPACE, "--wait=false",
-                                  check=False)
+        lab.control_plane.kubectl("delete", "pod", dra.SMOKE_POD, "-n", SMOKE_NAMESPACE, "--wait=false", check=False)
 
     again = lab.pyinfra("deploy/k8s_gpu.py", K8S_DATA)
     assert again.returncode == 0 and not again.changed_operations(), again.explain()

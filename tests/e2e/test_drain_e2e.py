@@ -44,19 +44,30 @@ def workloads(node_name: str) -> str:
     labels = lambda app: {"matchLabels": {"app": app}}  # noqa: E731
     template = lambda app: {"metadata": {"labels": {"app": app}}, "spec": pod}  # noqa: E731
     objects = [
-        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": WORKLOAD, "namespace": "default"},
-         "spec": {"replicas": 1, "selector": labels(WORKLOAD), "template": template(WORKLOAD)}},
-        {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": DAEMON, "namespace": "default"},
-         "spec": {"selector": labels(DAEMON), "template": template(DAEMON)}},
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": WORKLOAD, "namespace": "default"},
+            "spec": {"replicas": 1, "selector": labels(WORKLOAD), "template": template(WORKLOAD)},
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": DAEMON, "namespace": "default"},
+            "spec": {"selector": labels(DAEMON), "template": template(DAEMON)},
+        },
     ]
     return yaml.safe_dump_all(objects)
 
 
-PDB = json.dumps({
-    "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-    "metadata": {"name": "drain-workload-blocks", "namespace": "default"},
-    "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": WORKLOAD}}},
-})
+PDB = json.dumps(
+    {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "drain-workload-blocks", "namespace": "default"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": WORKLOAD}}},
+    }
+)
 
 
 class Watch:
@@ -66,7 +77,10 @@ class Watch:
         self.lines: list[tuple[int, str]] = []
         self.process = subprocess.Popen(
             [str(control_plane.bin_dir / "kubectl"), "--kubeconfig", str(control_plane.kubeconfig), *args],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
         )
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
@@ -84,13 +98,21 @@ class Watch:
 
 
 def node_watch(control_plane) -> Watch:
-    return Watch(control_plane, "get", "node", NODE_NAME, "--watch", "-o",
-                 "jsonpath={.spec.unschedulable}{\"\\n\"}")
+    return Watch(control_plane, "get", "node", NODE_NAME, "--watch", "-o", 'jsonpath={.spec.unschedulable}{"\\n"}')
 
 
 def pod_watch(control_plane) -> Watch:
-    return Watch(control_plane, "get", "pods", "-l", f"app={WORKLOAD}", "--watch-only", "--output-watch-events",
-                 "-o", "jsonpath={.type} {.object.metadata.name}{\"\\n\"}")
+    return Watch(
+        control_plane,
+        "get",
+        "pods",
+        "-l",
+        f"app={WORKLOAD}",
+        "--watch-only",
+        "--output-watch-events",
+        "-o",
+        'jsonpath={.type} {.object.metadata.name}{"\\n"}',
+    )
 
 
 def transitions(lines) -> list[tuple[int, str]]:
@@ -106,8 +128,11 @@ def transitions(lines) -> list[tuple[int, str]]:
 
 def running_workload_pods(control_plane) -> list[str]:
     pods = control_plane.get_json("pods", "-l", f"app={WORKLOAD}")["items"]
-    return [pod["metadata"]["name"] for pod in pods
-            if pod["status"].get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp")]
+    return [
+        pod["metadata"]["name"]
+        for pod in pods
+        if pod["status"].get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp")
+    ]
 
 
 def unschedulable(control_plane) -> bool:
@@ -129,8 +154,12 @@ def lab(image, toolkit_repo, tmp_path_factory):
         kubectl_host = Node(image=image).start()
         nodes.append(kubectl_host)
         make_kubectl_host(control_plane, kubectl_host)
-        base = {"container_runtimes": "containerd", "verify_report_path": str(workdir / "report.json"),
-                "nvidia_runtime_default": "false", **toolkit_repo.data()}
+        base = {
+            "container_runtimes": "containerd",
+            "verify_report_path": str(workdir / "report.json"),
+            "nvidia_runtime_default": "false",
+            **toolkit_repo.data(),
+        }
         # gpu_node.py provisions the node before it is a Kubernetes node (no drain yet).
         provisioned = gpu.deploy(data={**base, "stages": "toolkit,runtimes"})
         assert provisioned.returncode == 0, provisioned.explain()
@@ -139,8 +168,13 @@ def lab(image, toolkit_repo, tmp_path_factory):
         wait_for(lambda: len(running_workload_pods(control_plane)) == 1, timeout=120, what="the workload pod")
         inventory = write_inventory(workdir / "inventory.py", {gpu.target: NODE_NAME}, kubectl_host.target)
         data = {**base, "stages": "runtimes,verify", "drain_before_restart": "true"}
-        yield {"control_plane": control_plane, "gpu": gpu, "kubectl_host": kubectl_host,
-               "inventory": inventory, "data": data}
+        yield {
+            "control_plane": control_plane,
+            "gpu": gpu,
+            "kubectl_host": kubectl_host,
+            "inventory": inventory,
+            "data": data,
+        }
     finally:
         for node in nodes:
             node.remove()
@@ -161,8 +195,7 @@ def test_config_change_cordons_and_drains_before_the_restart_and_uncordons_after
     nodes, pods = node_watch(control_plane), pod_watch(control_plane)
     time.sleep(1)
 
-    result = pyinfra(lab["inventory"], "deploy/gpu_node.py", {**lab["data"], "nvidia_runtime_default": flip},
-                     yes=yes)
+    result = pyinfra(lab["inventory"], "deploy/gpu_node.py", {**lab["data"], "nvidia_runtime_default": flip}, yes=yes)
     node_lines, pod_lines = nodes.stop(), pods.stop()
     assert result.returncode == 0, result.explain()
     assert f'default_runtime_name = "{"nvidia" if flip == "true" else "runc"}"' in gpu.read(CONFIG)
@@ -180,16 +213,16 @@ def test_config_change_cordons_and_drains_before_the_restart_and_uncordons_after
     assert f"Kubernetes node {NODE_NAME} uncordoned" in result.output
 
     # The DaemonSet's pod was left where it was; the Deployment's replacement runs again.
-    assert [pod["metadata"]["uid"] for pod in control_plane.get_json("pods", "-l", f"app={DAEMON}")["items"]] == \
-        [pod["metadata"]["uid"] for pod in daemon_pods]
+    assert [pod["metadata"]["uid"] for pod in control_plane.get_json("pods", "-l", f"app={DAEMON}")["items"]] == [
+        pod["metadata"]["uid"] for pod in daemon_pods
+    ]
     wait_for(lambda: len(running_workload_pods(control_plane)) == 1, timeout=120, what="the replacement pod")
     assert running_workload_pods(control_plane) != [evicted]
     assert not unschedulable(control_plane)
 
     # The same run again: nothing to restart, so no cordon, no drain, no restart.
     nodes = node_watch(control_plane)
-    rerun = pyinfra(lab["inventory"], "deploy/gpu_node.py", {**lab["data"], "nvidia_runtime_default": flip},
-                    yes=yes)
+    rerun = pyinfra(lab["inventory"], "deploy/gpu_node.py", {**lab["data"], "nvidia_runtime_default": flip}, yes=yes)
     assert_change_free(rerun, yes)
     assert [value for _, value in transitions(nodes.stop())] == ["false"]
     assert gpu.service("containerd") == after
@@ -199,20 +232,31 @@ def test_config_change_cordons_and_drains_before_the_restart_and_uncordons_after
 def test_a_pdb_that_blocks_eviction_times_the_drain_out_leaving_containerd_and_the_node_cordoned(lab):
     control_plane, gpu = lab["control_plane"], lab["gpu"]
     control_plane.apply(PDB)
-    wait_for(lambda: control_plane.get_json("pdb", "drain-workload-blocks")["status"].get("disruptionsAllowed") == 0
-             and control_plane.get_json("pdb", "drain-workload-blocks")["status"].get("currentHealthy") == 1,
-             timeout=60, what="the PDB to count the workload")
+    wait_for(
+        lambda: (
+            control_plane.get_json("pdb", "drain-workload-blocks")["status"].get("disruptionsAllowed") == 0
+            and control_plane.get_json("pdb", "drain-workload-blocks")["status"].get("currentHealthy") == 1
+        ),
+        timeout=60,
+        what="the PDB to count the workload",
+    )
     (protected,) = running_workload_pods(control_plane)
-    before = {"service": gpu.service("containerd"), "config": gpu.stat(CONFIG),
-              "backups": gpu.sh(f"ls {CONFIG}{BACKUP_INFIX}* 2>/dev/null || true").stdout}
+    before = {
+        "service": gpu.service("containerd"),
+        "config": gpu.stat(CONFIG),
+        "backups": gpu.sh(f"ls {CONFIG}{BACKUP_INFIX}* 2>/dev/null || true").stdout,
+    }
     data = {**lab["data"], "nvidia_runtime_default": "true", "drain_timeout": "10"}
 
     began = time.monotonic()
     failed = pyinfra(lab["inventory"], "deploy/gpu_node.py", data, yes=False)
     assert failed.returncode != 0, failed.explain()
     assert time.monotonic() - began >= 10
-    assert {"service": gpu.service("containerd"), "config": gpu.stat(CONFIG),
-            "backups": gpu.sh(f"ls {CONFIG}{BACKUP_INFIX}* 2>/dev/null || true").stdout} == before
+    assert {
+        "service": gpu.service("containerd"),
+        "config": gpu.stat(CONFIG),
+        "backups": gpu.sh(f"ls {CONFIG}{BACKUP_INFIX}* 2>/dev/null || true").stdout,
+    } == before
     assert not gpu.exists(CONFIG + ".gpu-node-candidate"), "a failed drain leaves nothing beside the config"
     assert unschedulable(control_plane), "left cordoned"
     assert running_workload_pods(control_plane) == [protected], "the PDB kept its pod"
@@ -220,8 +264,10 @@ def test_a_pdb_that_blocks_eviction_times_the_drain_out_leaving_containerd_and_t
     assert f"kubectl drain {NODE_NAME} failed (--timeout=10s):" in output, failed.explain()
     assert "global timeout reached: 10s" in output, failed.explain()
     assert "nothing was restarted" in output
-    assert (f"Kubernetes node {NODE_NAME} stays cordoned (cordoned and drained before a restart): "
-            f"uncordon it with `kubectl uncordon {NODE_NAME}` once fixed") in output
+    assert (
+        f"Kubernetes node {NODE_NAME} stays cordoned (cordoned and drained before a restart): "
+        f"uncordon it with `kubectl uncordon {NODE_NAME}` once fixed"
+    ) in output
 
     # Once the budget allows it, the same run drains, restarts, and uncordons: the node it found
     # cordoned (by the failed run) stays cordoned, as the tool never uncordons what it did not cordon.
@@ -241,12 +287,18 @@ def test_control_plane_without_kubectl_stops_the_gpu_node_before_any_change(star
     inventory = write_inventory(tmp_path / "inventory.py", {gpu.target: NODE_NAME}, kubectl_host.target)
     before = gpu.stat("/var/lib/dpkg/status")
 
-    result = pyinfra(inventory, "deploy/gpu_node.py", {"stages": "runtimes", "container_runtimes": "containerd",
-                                                       "drain_before_restart": "true"}, yes=True)
+    result = pyinfra(
+        inventory,
+        "deploy/gpu_node.py",
+        {"stages": "runtimes", "container_runtimes": "containerd", "drain_before_restart": "true"},
+        yes=True,
+    )
     assert result.returncode != 0, result.explain()
-    assert (f"{kubectl_host.target} cannot reach the Kubernetes API with the kubeconfig kubectl finds (KUBECONFIG, ~/.kube/config, else /etc/kubernetes/admin.conf): "
-            "kubectl is not installed (not on PATH); nothing was changed; "
-            "set drain_before_restart=false to restart without draining") in result.stderr
+    assert (
+        f"{kubectl_host.target} cannot reach the Kubernetes API with the kubeconfig kubectl finds (KUBECONFIG, ~/.kube/config, else /etc/kubernetes/admin.conf): "
+        "kubectl is not installed (not on PATH); nothing was changed; "
+        "set drain_before_restart=false to restart without draining"
+    ) in result.stderr
     # containerd was not installed: the run stopped before the runtimes stage
     assert gpu.sh("command -v containerd", check=False).returncode != 0
     assert gpu.stat("/var/lib/dpkg/status") == before

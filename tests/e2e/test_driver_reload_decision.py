@@ -46,7 +46,9 @@ UNITS = {
 def reload_node(image):
     node = Node(image=image).start()
     try:
-        node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends psmisc")
+        node.sh(
+            "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends psmisc"
+        )
         node.sh("mknod -m 666 /dev/nvidia0 c 1 3 && mknod -m 666 /dev/nvidiactl c 1 3")
         node.sh("mount -t tmpfs standin-modules /sys/module && mkdir /sys/module/nvidia_uvm /sys/module/nvidia")
         node.write("/usr/local/sbin/modprobe", STANDIN_MODPROBE, mode="755")
@@ -62,8 +64,10 @@ def decision(node):
 
 def holder(node, program: str, device: str, uid: int = 0) -> int:
     """Start ``program`` as ``uid`` holding ``device`` open in the node; its PID."""
-    node.sh(f"nohup setpriv --reuid={uid} --regid={uid} --clear-groups sh -c "
-            f"{shlex.quote(f'exec {program} 600 3<{device}')} >/dev/null 2>&1 & echo $! > /run/holder")
+    node.sh(
+        f"nohup setpriv --reuid={uid} --regid={uid} --clear-groups sh -c "
+        f"{shlex.quote(f'exec {program} 600 3<{device}')} >/dev/null 2>&1 & echo $! > /run/holder"
+    )
     return int(node.read("/run/holder").strip())
 
 
@@ -85,16 +89,22 @@ def reload(node) -> tuple[int, str]:
 def test_reload_unless_a_process_holds_a_standin_device_by_the_nodes_real_fuser(reload_node):
     node = reload_node
     started = time.monotonic()
-    assert decision(node).steps == (("unload", "nvidia_uvm"), ("unload", "nvidia"), ("load", "nvidia"),
-                                    ("load", "nvidia_uvm"))
+    assert decision(node).steps == (
+        ("unload", "nvidia_uvm"),
+        ("unload", "nvidia"),
+        ("load", "nvidia"),
+        ("load", "nvidia_uvm"),
+    )
 
     # DCGM's child holding a device is the driver's own: stopped by the reload, no blocker
     services(node, DCGM)
     assert decision(node).steps[0] == ("stop", DCGM)
 
     pid = holder(node, "sleep", "/dev/nvidia0")
-    assert decision(node).line == (f"reboot required: sleep (pid {pid}, user root) holds /dev/nvidia0: stop it (or "
-                                   "drain the node) and rerun, or reboot")
+    assert decision(node).line == (
+        f"reboot required: sleep (pid {pid}, user root) holds /dev/nvidia0: stop it (or "
+        "drain the node) and rerun, or reboot"
+    )
     node.sh(f"kill {pid}")
     assert decision(node).steps, "the holder gone, the reload is back"
     node.sh(f"systemctl stop {DCGM}")
@@ -108,8 +118,10 @@ def test_a_non_root_process_named_nvidia_persistenced_stops_nothing_and_is_named
     before = {unit: node.service(unit)["MainPID"] for unit in (PERSISTENCED, DCGM)}
     node.sh("cp /bin/sleep /tmp/nvidia-persistenced")
     pid = holder(node, "/tmp/nvidia-persistenced", "/dev/nvidia0", uid=65534)  # nobody
-    line = (f"reboot required: nvidia-persiste (pid {pid}, user nobody) holds /dev/nvidia0: stop it (or drain the "
-            "node) and rerun, or reboot")
+    line = (
+        f"reboot required: nvidia-persiste (pid {pid}, user nobody) holds /dev/nvidia0: stop it (or drain the "
+        "node) and rerun, or reboot"
+    )
     assert decision(node).line == line
     assert reload(node) == (3, line)
     assert {unit: node.service(unit)["MainPID"] for unit in (PERSISTENCED, DCGM)} == before, "no service was stopped"
@@ -122,8 +134,11 @@ def test_a_failed_unload_leaves_the_services_running_started_again(reload_node):
     services(node, PERSISTENCED, DCGM)
     before = {unit: node.service(unit)["MainPID"] for unit in (PERSISTENCED, DCGM)}
     node.sh("mkdir -p /run/standin-in-use && touch /run/standin-in-use/nvidia")
-    assert reload(node) == (1, "driver reload failed: modprobe -r nvidia: modprobe: FATAL: Module nvidia is in use.; "
-                               f"loaded again: nvidia_uvm; started again: {DCGM} {PERSISTENCED}")
+    assert reload(node) == (
+        1,
+        "driver reload failed: modprobe -r nvidia: modprobe: FATAL: Module nvidia is in use.; "
+        f"loaded again: nvidia_uvm; started again: {DCGM} {PERSISTENCED}",
+    )
     after = {unit: node.service(unit) for unit in (PERSISTENCED, DCGM)}
     assert all(state["ActiveState"] == "active" for state in after.values()), after
     assert all(after[unit]["MainPID"] != before[unit] for unit in before), "stopped, then started again"
@@ -132,6 +147,13 @@ def test_a_failed_unload_leaves_the_services_running_started_again(reload_node):
 
     # the module free: stopped, unloaded, loaded, started
     assert reload(node) == (0, "nothing else held /dev/nvidia*: reloaded without a reboot: nvidia_uvm nvidia")
-    assert node.read("/run/standin-modprobe.log").split() == ["-r", "nvidia_uvm", "-r", "nvidia", "nvidia", "nvidia_uvm"]
+    assert node.read("/run/standin-modprobe.log").split() == [
+        "-r",
+        "nvidia_uvm",
+        "-r",
+        "nvidia",
+        "nvidia",
+        "nvidia_uvm",
+    ]
     assert all(node.is_active(unit) for unit in (PERSISTENCED, DCGM))
     node.sh(f"rm /run/standin-modprobe.log && systemctl stop {PERSISTENCED} {DCGM}")

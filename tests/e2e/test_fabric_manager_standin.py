@@ -50,10 +50,14 @@ def fabric_repo(tmp_path_factory):
 
 def installed_versions(node, *packages: str) -> dict[str, str]:
     """package -> version, for those of ``packages`` dpkg has installed."""
-    out = node.sh("dpkg-query -W -f '${Package} ${Version} ${db:Status-Status}\\n' "
-                  + " ".join(shlex.quote(package) for package in packages) + " 2>/dev/null || true").stdout
-    return {name: version for name, version, status in (line.split() for line in out.splitlines())
-            if status == "installed"}
+    out = node.sh(
+        "dpkg-query -W -f '${Package} ${Version} ${db:Status-Status}\\n' "
+        + " ".join(shlex.quote(package) for package in packages)
+        + " 2>/dev/null || true"
+    ).stdout
+    return {
+        name: version for name, version, status in (line.split() for line in out.splitlines()) if status == "installed"
+    }
 
 
 def driver_upstream_version(node) -> str:
@@ -96,8 +100,9 @@ def test_node_without_nvswitch_gets_no_fabric_manager_nor_its_repository_standin
     executed; the driver's install is the H100 test's) installs the driver, and none of Fabric
     Manager, NSCQ, NVLSM or the CUDA repository comes with it."""
     node = start_topology_node("pcie-only")
-    result = node.deploy(data={**STAGES, **fabric_repo.data()}, json_output=False, default_mode=True,
-                         extra_args=["--dry"])
+    result = node.deploy(
+        data={**STAGES, **fabric_repo.data()}, json_output=False, default_mode=True, extra_args=["--dry"]
+    )
     assert result.returncode == 0, result.explain()
     planned = result.output
     assert "Install the NVIDIA driver" in planned, planned[-4000:]
@@ -105,8 +110,9 @@ def test_node_without_nvswitch_gets_no_fabric_manager_nor_its_repository_standin
         assert name not in planned, (name, planned[-4000:])
     assert installed_versions(node, "nvidia-driver") == {}  # --dry: nothing ran
     # The same plan on an NVSwitch node does name them: the check above can fail.
-    nvswitch = start_topology_node("hgx-h100").deploy(data={**STAGES, **fabric_repo.data()}, json_output=False,
-                                                     default_mode=True, extra_args=["--dry"])
+    nvswitch = start_topology_node("hgx-h100").deploy(
+        data={**STAGES, **fabric_repo.data()}, json_output=False, default_mode=True, extra_args=["--dry"]
+    )
     assert "CUDA repository" in nvswitch.output, nvswitch.output[-4000:]
 
 
@@ -117,29 +123,39 @@ def test_driver_version_without_matching_fabric_manager_is_refused_before_any_ch
     Debian driver's 535.261.03, HGX A100 PCI fixture: the run is refused with one line naming Fabric
     Manager and the driver's version, before any change (no package, no repository file)."""
     node = start_topology_node("hgx-a100")
-    before = {"sources": node.sh(f"ls -l {SOURCES}; cat /etc/apt/sources.list.d/*").stdout,
-              "packages": node.sh("dpkg-query -W -f '${Package} ${Version}\\n'").stdout,
-              "held": node.sh("apt-mark showhold").stdout}
+    before = {
+        "sources": node.sh(f"ls -l {SOURCES}; cat /etc/apt/sources.list.d/*").stdout,
+        "packages": node.sh("dpkg-query -W -f '${Package} ${Version}\\n'").stdout,
+        "held": node.sh("apt-mark showhold").stdout,
+    }
     root = tmp_path_factory.mktemp("standin-cuda-mismatch") / "repos"
     with standin_fabricmanager.served(root, fabric_versions=("535.247.01-1", "535.274.02-1")) as repo:
         result = node.deploy(data={**STAGES, **DRIVER_PIN, **repo.data()}, json_output=False)
     assert result.returncode != 0
     assert "Traceback" not in result.output
-    lines = {line.strip() for line in result.run_output.splitlines() if "gpu-node:" in line and "Fabric Manager" in line}
+    lines = {
+        line.strip() for line in result.run_output.splitlines() if "gpu-node:" in line and "Fabric Manager" in line
+    }
     assert len(lines) == 1, result.output[-4000:]
     line = lines.pop()
     # names the driver's version and what the repository does offer: it was read, and did not match
     assert standin_fabricmanager.DRIVER_VERSION in line and "535.274.02" in line, line
-    after = {"sources": node.sh(f"ls -l {SOURCES}; cat /etc/apt/sources.list.d/*").stdout,
-             "packages": node.sh("dpkg-query -W -f '${Package} ${Version}\\n'").stdout,
-             "held": node.sh("apt-mark showhold").stdout}
+    after = {
+        "sources": node.sh(f"ls -l {SOURCES}; cat /etc/apt/sources.list.d/*").stdout,
+        "packages": node.sh("dpkg-query -W -f '${Package} ${Version}\\n'").stdout,
+        "held": node.sh("apt-mark showhold").stdout,
+    }
     assert after == before
 
 
 # --- an IMEX domain of three nodes -----------------------------------------------------------------
 
-IMEX_DATA = {"stages": "driver", "nvidia_driver_install": "false", "first_boot_unit": "false",
-             "imex_domain": "rack-e2e"}
+IMEX_DATA = {
+    "stages": "driver",
+    "nvidia_driver_install": "false",
+    "first_boot_unit": "false",
+    "imex_domain": "rack-e2e",
+}
 IMEX_ADDRESSES = ("127.0.0.12", "127.0.0.13", "127.0.0.14")  # loopback: node containers share the machine's
 
 
@@ -149,8 +165,11 @@ def put_standin_driver(node, version: str) -> None:
     loaded (kernel_modules_load=false)."""
     kernel = os.uname().release
     folder = f"/lib/modules/{kernel}/updates/dkms"
-    run(["docker", "exec", "-i", node.id, "sh", "-c", f"mkdir -p {folder} && cat > {folder}/nvidia.ko"],
-        input=standin_kmod.nvidia_module(standin_kmod.PROPRIETARY_LICENSE, version), text=False)
+    run(
+        ["docker", "exec", "-i", node.id, "sh", "-c", f"mkdir -p {folder} && cat > {folder}/nvidia.ko"],
+        input=standin_kmod.nvidia_module(standin_kmod.PROPRIETARY_LICENSE, version),
+        text=False,
+    )
     node.sh(f"depmod {shlex.quote(kernel)} 2>/dev/null")
 
 
@@ -171,8 +190,10 @@ def write_imex_inventory(path: Path, nodes, addresses) -> Path:
 
 
 def imex_steps(report: Path) -> dict[str, dict]:
-    return {record["host"]: {step["name"]: step for step in record["steps"]}["imex_domain"]
-            for record in json.loads(report.read_text())["nodes"]}
+    return {
+        record["host"]: {step["name"]: step for step in record["steps"]}["imex_domain"]
+        for record in json.loads(report.read_text())["nodes"]
+    }
 
 
 def imex_events(node, index: int) -> list[tuple[int, str, int]]:
@@ -220,7 +241,8 @@ def test_a_three_node_imex_domain_gets_imex_at_the_drivers_version_its_members_a
     steps = imex_steps(report)
     assert {step["status"] for step in steps.values()} == {"pass"}, steps
     assert steps[nodes[0].target]["reason"] == (
-        f"IMEX domain rack-e2e UP: 3/3 members READY ({', '.join(IMEX_ADDRESSES)})")
+        f"IMEX domain rack-e2e UP: 3/3 members READY ({', '.join(IMEX_ADDRESSES)})"
+    )
 
     nodes[2].sh(f"systemctl stop {standin_fabricmanager.IMEX_UNIT}")
     imex_run(inventory, verify_data, "deploy/verify.py")

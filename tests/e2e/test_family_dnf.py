@@ -36,21 +36,30 @@ RELEASE = standin_rpms.DRIVER_RELEASE
 CUDA_REPO_FILE = f"/etc/yum.repos.d/cuda-{rpm_repo.CUDA_DIST}-{standin_rpms.ARCH}.repo"
 CUDA_KEY_FILE = DNF.key_file.format(name=f"cuda-{rpm_repo.CUDA_DIST}-{standin_rpms.ARCH}")
 TOOLKIT_REPO_FILE = f"/etc/yum.repos.d/{REPOSITORY_NAME}.repo"
-AUTOMATIC_CONF = ("[commands]\nupgrade_type = default\nrandom_sleep = 0\ndownload_updates = yes\napply_updates = yes\n"
-                  "[emitters]\nemit_via = stdio\n")
+AUTOMATIC_CONF = (
+    "[commands]\nupgrade_type = default\nrandom_sleep = 0\ndownload_updates = yes\napply_updates = yes\n"
+    "[emitters]\nemit_via = stdio\n"
+)
 TOOLKIT_KEY_FILE = DNF.key_file.format(name=REPOSITORY_NAME)
-REAL_HOSTS = ("developer.download.nvidia.com", "nvidia.github.io", "download.docker.com",
-              "dl.rockylinux.org", "mirrors.rockylinux.org", "mirrors.fedoraproject.org")
-
+REAL_HOSTS = (
+    "developer.download.nvidia.com",
+    "nvidia.github.io",
+    "download.docker.com",
+    "dl.rockylinux.org",
+    "mirrors.rockylinux.org",
+    "mirrors.fedoraproject.org",
+)
 
 
 def cuda_repository_follows(url: str, key_data: dict) -> bool:
     """Whether the driver stage's NVIDIA repository for Rocky 9 is taken from nvidia_cuda_repo_url (its
     key from ``key_data``'s)."""
-    settings = parse_settings({**SAFE_DATA, "nvidia_cuda_repo_url": url, "allow_insecure_repositories": "true",
-                               **key_data})
-    platform = detect_platform({"name": "Rocky Linux", "major": 9,
-                                "release_meta": {"ID": "rocky", "VERSION_ID": "9.3"}}, "x86_64")
+    settings = parse_settings(
+        {**SAFE_DATA, "nvidia_cuda_repo_url": url, "allow_insecure_repositories": "true", **key_data}
+    )
+    platform = detect_platform(
+        {"name": "Rocky Linux", "major": 9, "release_meta": {"ID": "rocky", "VERSION_ID": "9.3"}}, "x86_64"
+    )
     plan = driver_plan.driver_plan(settings, platform, {"kernel": "5.14.0-362.8.1.el9_3.x86_64", "gpus": []})
     return bool(plan.repository) and plan.repository["baseurl"].startswith(url)
 
@@ -71,7 +80,9 @@ def driver_stage(repos) -> bool:
 
 def needs_driver(driver_stage: bool) -> None:
     # Never run a deploy that would name NVIDIA's real host: fail instead.
-    assert driver_stage, "the driver's NVIDIA repository does not follow nvidia_cuda_repo_url (deploy/distros/families.py CUDA_REPO)"
+    assert driver_stage, (
+        "the driver's NVIDIA repository does not follow nvidia_cuda_repo_url (deploy/distros/families.py CUDA_REPO)"
+    )
 
 
 def settings_data(repos, driver_stage: bool, *, tampered: bool = False, stages: str | None = None) -> dict:
@@ -111,7 +122,8 @@ def deployed(repos, driver_stage):
 
 
 def test_rocky9_dnf_standin_packages_first_run_in_default_mode_adds_repositories_with_signature_checks(
-        deployed, repos, driver_stage):
+    deployed, repos, driver_stage
+):
     """STAND-IN packages: the toolkit's repository file checks the metadata's signature with the
     key at the URL given; the CUDA repository's checks its packages' (the key dnf imported into
     rpm's database is the CUDA repository's own)."""
@@ -149,8 +161,7 @@ def test_rocky9_dnf_standin_packages_toolkit_installed_at_its_pin_and_versionloc
     assert node.sh("rpm -q --qf '%{SUMMARY}' nvidia-container-toolkit").stdout.startswith("STAND-IN")
 
 
-def test_rocky9_dnf_standin_packages_driver_from_the_module_stream_at_its_pin_and_versionlocked(
-        deployed, driver_stage):
+def test_rocky9_dnf_standin_packages_driver_from_the_module_stream_at_its_pin_and_versionlocked(deployed, driver_stage):
     """STAND-IN driver rpms: the branch's module stream enabled (dnf shows their packages only
     then), the stream's three packages at the pinned 550.54.15 although 550.90.07 is offered, held;
     EPEL's release package and the fallback kernel-devel (the container runs the machine's kernel)
@@ -159,8 +170,10 @@ def test_rocky9_dnf_standin_packages_driver_from_the_module_stream_at_its_pin_an
     node, first, _ = deployed
     assert first.returncode == 0, first.explain()
     enabled = node.sh("dnf -q module list --enabled").stdout
-    assert any(line.split()[:2] == ["nvidia-driver", f"{standin_rpms.DRIVER_BRANCH}-dkms"] and "[e]" in line
-               for line in enabled.splitlines()), enabled
+    assert any(
+        line.split()[:2] == ["nvidia-driver", f"{standin_rpms.DRIVER_BRANCH}-dkms"] and "[e]" in line
+        for line in enabled.splitlines()
+    ), enabled
     assert rpm_installed(node, DRIVER_PACKAGES) == {name: f"{PINNED_DRIVER}-{RELEASE}" for name in DRIVER_PACKAGES}
     locks = version_locks(node)
     for name in DRIVER_PACKAGES:
@@ -201,8 +214,11 @@ def test_rocky9_dnf_standin_packages_stay_at_their_pins_through_a_plain_dnf_upgr
     # The family's automatic updater: dnf-automatic's own code from Debian's python3-dnf (its
     # three-line launcher is not packaged there), told to download and apply every update.
     node.write("/tmp/automatic.conf", AUTOMATIC_CONF)
-    automatic = node.sh("python3 -c 'import sys; from dnf.automatic.main import main; sys.exit(main(sys.argv[1:]))' "
-                        "/tmp/automatic.conf", check=False)
+    automatic = node.sh(
+        "python3 -c 'import sys; from dnf.automatic.main import main; sys.exit(main(sys.argv[1:]))' "
+        "/tmp/automatic.conf",
+        check=False,
+    )
     assert automatic.returncode == 0, automatic.stdout + automatic.stderr
     assert rpm_installed(node, names) == before
 
@@ -216,7 +232,8 @@ def test_rocky9_dnf_standin_packages_second_run_with_y_changes_nothing(deployed)
 
 
 def test_rocky9_dnf_standin_packages_undo_releases_the_versionlocks_repositories_and_keys_gpu_node_added(
-        deployed, repos, driver_stage):
+    deployed, repos, driver_stage
+):
     """deploy/undo.py on the deployed node (its last use here): the versionlock entries, the repository
     files and key copies gpu-node added and the keys it imported into rpm's database are gone; the
     STAND-IN packages stay (undo_remove_packages is false)."""
@@ -252,7 +269,8 @@ def toolkit_refused(repos, driver_stage):
 
 
 def test_rocky9_dnf_standin_toolkit_repository_whose_signature_does_not_verify_is_refused_and_nothing_installed(
-        toolkit_refused):
+    toolkit_refused,
+):
     """STAND-IN toolkit repository, its repomd.xml altered after signing (repo_gpgcheck): the run
     fails with dnf's one line naming the repository and the bad signature; no toolkit package is in."""
     node, refused = toolkit_refused
@@ -282,7 +300,8 @@ def packages_and_trust(node) -> str:
 
 
 def test_rocky9_dnf_standin_toolkit_key_url_serving_another_valid_key_that_signed_the_repository_is_refused(
-        rocky_node, repos, driver_stage):
+    rocky_node, repos, driver_stage
+):
     """STAND-IN toolkit repository copy whose repomd.xml another valid key signed, that key served at the
     key URL (a hijacked mirror or key URL): dnf -y would import it and verify the repository with it.
     With -y the pinned fingerprint refuses it first, in one line naming both fingerprints: nothing
@@ -291,19 +310,25 @@ def test_rocky9_dnf_standin_toolkit_key_url_serving_another_valid_key_that_signe
     before = packages_and_trust(node)
     impostor = f"{rpm_repo.IMPOSTOR}/{rpm_repo.TOOLKIT_PATH}"
     key_url = f"{repos.keys_url}/{impostor}/gpgkey"
-    data = {**settings_data(repos, driver_stage, stages="toolkit"),
-            "nvidia_toolkit_repo_url": f"{repos.url}/{impostor}", "nvidia_toolkit_gpgkey_url": key_url}
+    data = {
+        **settings_data(repos, driver_stage, stages="toolkit"),
+        "nvidia_toolkit_repo_url": f"{repos.url}/{impostor}",
+        "nvidia_toolkit_gpgkey_url": key_url,
+    }
     refused = node.deploy(data=data, json_output=False)
     assert refused.returncode != 0, refused.explain()
-    refusal = (f"refusing the signing key from {key_url}: its fingerprint is {repos.other_key.fingerprint}; "
-               f"{repos.toolkit_key.fingerprint} is pinned (nvidia_toolkit_gpgkey_fingerprint)")
+    refusal = (
+        f"refusing the signing key from {key_url}: its fingerprint is {repos.other_key.fingerprint}; "
+        f"{repos.toolkit_key.fingerprint} is pinned (nvidia_toolkit_gpgkey_fingerprint)"
+    )
     assert len(refused.run_lines(refusal)) == 1, refused.explain()
     assert "Traceback" not in refused.output
     assert packages_and_trust(node) == before
 
 
 def test_rocky9_dnf_standin_cuda_repository_whose_rpms_are_signed_by_another_key_is_refused_and_nothing_installed(
-        rocky_node, repos, driver_stage):
+    rocky_node, repos, driver_stage
+):
     """STAND-IN CUDA repository whose rpms are signed by a key that is not the one its gpgkey
     names (gpgcheck), with -y: the run fails with dnf's one line, and none of the driver's packages
     is installed."""
@@ -318,7 +343,8 @@ def test_rocky9_dnf_standin_cuda_repository_whose_rpms_are_signed_by_another_key
 
 
 def test_rocky9_dnf_standin_driver_proprietary_node_switched_to_open_replaces_the_module_and_moves_the_versionlock(
-        repos, driver_stage):
+    repos, driver_stage
+):
     """STAND-IN driver rpms, with -y, on a proprietary node: switching to open enables the branch's open
     stream, removes kmod-nvidia-latest-dkms (rpm -e, after the bounded wait for dnf's lock), installs
     kmod-nvidia-open-dkms at the pinned version, moves the versionlock with it, and a re-run changes
@@ -337,7 +363,9 @@ def test_rocky9_dnf_standin_driver_proprietary_node_switched_to_open_replaces_th
         locks = " ".join(version_locks(node))
         assert "kmod-nvidia-open-dkms-" in locks and "kmod-nvidia-latest-dkms-" not in locks, locks
         enabled = node.sh("dnf -q module list --enabled").stdout
-        assert any(line.split()[:2] == ["nvidia-driver", f"{standin_rpms.DRIVER_BRANCH}-open"] for line in enabled.splitlines()), enabled
+        assert any(
+            line.split()[:2] == ["nvidia-driver", f"{standin_rpms.DRIVER_BRANCH}-open"] for line in enabled.splitlines()
+        ), enabled
         assert_no_change(node.deploy(data=data, json_output=False))
     finally:
         node.remove()
@@ -345,7 +373,8 @@ def test_rocky9_dnf_standin_driver_proprietary_node_switched_to_open_replaces_th
 
 @pytest.mark.parametrize("direction", ["upgraded", "downgraded"])
 def test_rocky9_dnf_standin_driver_and_toolkit_moved_to_another_pin_move_and_versionlock_again(
-        repos, driver_stage, direction):
+    repos, driver_stage, direction
+):
     """STAND-IN driver and toolkit rpms, with -y: a node at one driver and toolkit, then pinned to the
     other versions, newer (an update) or older (the way the driver stage's refusal of a silent
     downgrade tells the operator to go back): all move to their pins, are versionlocked at them,
@@ -355,16 +384,22 @@ def test_rocky9_dnf_standin_driver_and_toolkit_moved_to_another_pin_move_and_ver
     toolkits, drivers = standin_rpms.TOOLKIT_VERSIONS, standin_rpms.DRIVER_VERSIONS
     node = start_rocky_node(repos)
     try:
+
         def pinned(index: int) -> dict:
-            return {**settings_data(repos, driver_stage, stages="driver,toolkit"),
-                    "nvidia_driver_version": drivers[index], "nvidia_toolkit_version": toolkits[index]}
+            return {
+                **settings_data(repos, driver_stage, stages="driver,toolkit"),
+                "nvidia_driver_version": drivers[index],
+                "nvidia_toolkit_version": toolkits[index],
+            }
 
         first = node.deploy(data=pinned(versions[0]), json_output=False)
         assert first.returncode == 0, first.explain()
         moved = node.deploy(data=pinned(versions[1]), json_output=False)
         assert moved.returncode == 0, moved.explain()
         assert rpm_installed(node, TOOLKIT_PACKAGES) == {name: toolkits[versions[1]] for name in TOOLKIT_PACKAGES}
-        assert rpm_installed(node, DRIVER_PACKAGES) == {name: f"{drivers[versions[1]]}-{RELEASE}" for name in DRIVER_PACKAGES}
+        assert rpm_installed(node, DRIVER_PACKAGES) == {
+            name: f"{drivers[versions[1]]}-{RELEASE}" for name in DRIVER_PACKAGES
+        }
         locks = " ".join(version_locks(node))
         for name in DRIVER_PACKAGES:
             assert f"{name}-{standin_rpms.DRIVER_EPOCH}:{drivers[versions[1]]}-{RELEASE}.*" in locks, locks

@@ -27,7 +27,6 @@ TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "libnvidia-container")
 DATA = {"stages": "kernel,driver,toolkit"}  # no versions: pacman installs the repository's
 
 
-
 @pytest.fixture(scope="module")
 def repos(tmp_path_factory):
     ensure_docker()
@@ -74,8 +73,9 @@ def test_arch_pacman_standin_packages_node_checks_database_and_package_signature
     for repo in ("core", "extra"):
         levels = node.sh(f"pacman-conf --repo {repo} SigLevel").stdout.split()
         assert {"PackageRequired", "DatabaseRequired"} <= set(levels), levels
-        assert node.sh(f"pacman-conf --repo {repo} Server").stdout.strip() == \
-            repos.mirror("main").replace("$repo", repo).replace("$arch", family_pacman.ARCH)
+        assert node.sh(f"pacman-conf --repo {repo} Server").stdout.strip() == repos.mirror("main").replace(
+            "$repo", repo
+        ).replace("$arch", family_pacman.ARCH)
     # the signer's user id is fully valid in pacman's keyring (locally signed by its master key)
     listing = node.sh(f"gpg --homedir /etc/pacman.d/gnupg --with-colons --list-keys {repos.key.fingerprint}").stdout
     assert any(line.startswith("uid:f:") for line in listing.splitlines()), listing
@@ -106,7 +106,8 @@ def test_arch_pacman_standin_toolkit_from_archs_own_repository_unpinned_and_unhe
     version = family_pacman.TOOLKIT_VERSION
     assert installed(node, TOOLKIT_PACKAGES) == {name: version for name in TOOLKIT_PACKAGES}
     assert node.sh("nvidia-ctk --version").stdout.startswith(
-        f"NVIDIA Container Toolkit CLI version {version.split('-')[0]}")
+        f"NVIDIA Container Toolkit CLI version {version.split('-')[0]}"
+    )
     assert node.sh("pacman -Qi nvidia-container-toolkit").stdout.count("STAND-IN") == 1
     assert not set(TOOLKIT_PACKAGES) & set(ignored(node))
 
@@ -128,8 +129,9 @@ def test_arch_pacman_standin_plain_pacman_syu_leaves_the_held_driver(deployed, r
     repos.point(node, "moved")
     upgrade = node.sh("pacman --noconfirm -Syu 2>&1", check=False)
     assert upgrade.returncode == 0, upgrade.stdout
-    assert f"ignoring package upgrade ({family_pacman.DRIVER_VERSION} => {family_pacman.DRIVER_UPDATE})" \
-        in upgrade.stdout, upgrade.stdout
+    assert (
+        f"ignoring package upgrade ({family_pacman.DRIVER_VERSION} => {family_pacman.DRIVER_UPDATE})" in upgrade.stdout
+    ), upgrade.stdout
     assert installed(node, DRIVER_PACKAGES) == {name: family_pacman.DRIVER_VERSION for name in DRIVER_PACKAGES}
     assert installed(node, TOOLKIT_PACKAGES) == {name: family_pacman.TOOLKIT_UPDATE for name in TOOLKIT_PACKAGES}
 
@@ -166,8 +168,9 @@ def test_arch_pacman_standin_package_whose_signature_does_not_verify_is_refused_
     try:
         refused = node.deploy(data={"stages": "toolkit"}, json_output=False)
         assert refused.returncode != 0, refused.explain()
-        refusal = [line for line in refused.run_output.splitlines()
-                   if "signature from" in line and "is invalid" in line]
+        refusal = [
+            line for line in refused.run_output.splitlines() if "signature from" in line and "is invalid" in line
+        ]
         assert len(refusal) == 1 and "nvidia-container-toolkit" in refusal[0], refused.explain()
         assert "Traceback" not in refused.output
         assert installed(node, TOOLKIT_PACKAGES) == {}
@@ -184,8 +187,10 @@ def test_arch_pacman_standin_open_kernel_modules_for_the_linux_pkgbase_installed
         result = node.deploy(data={"stages": "driver", "nvidia_kernel_modules": "open"}, json_output=False)
         assert result.returncode == 0, result.explain()
         version = family_pacman.DRIVER_VERSION
-        assert installed(node, ["nvidia-utils", "nvidia-open", "nvidia"]) == {"nvidia-utils": version,
-                                                                             "nvidia-open": version}
+        assert installed(node, ["nvidia-utils", "nvidia-open", "nvidia"]) == {
+            "nvidia-utils": version,
+            "nvidia-open": version,
+        }
         assert {"nvidia-utils", "nvidia-open"} <= set(ignored(node)), ignored(node)
     finally:
         node.remove()
@@ -203,7 +208,10 @@ def test_arch_pacman_standin_open_node_switched_to_proprietary_replaces_the_modu
         switched = node.deploy(data=data, json_output=False)
         assert switched.returncode == 0, switched.explain()
         version = family_pacman.DRIVER_VERSION
-        assert installed(node, ["nvidia-utils", "nvidia-open", "nvidia"]) == {"nvidia-utils": version, "nvidia": version}
+        assert installed(node, ["nvidia-utils", "nvidia-open", "nvidia"]) == {
+            "nvidia-utils": version,
+            "nvidia": version,
+        }
         now_ignored = set(ignored(node))
         assert {"nvidia-utils", "nvidia"} <= now_ignored and "nvidia-open" not in now_ignored, now_ignored
         assert_no_change(node.deploy(data=data, json_output=False))

@@ -51,6 +51,7 @@ SLES_DRIVER_REPOSITORY = "nvidia-sles"  # the family table's nvidia-{distro_id}
 FEDORA, AMAZON, SLES = "fedora40", "amzn2023", "sles15.5"
 FAMILIES = (FEDORA, AMAZON, SLES)
 
+
 @dataclass(frozen=True)
 class Family:
     """One family's node, settings and package manager's answers."""
@@ -87,10 +88,17 @@ class Family:
         }
         if self.dnf:
             # the tampered CUDA copy is the Rocky node's (tests/rpm_repo.py): these dists' keys are the good ones
-            return {**data, "nvidia_cuda_repo_url": self.repos.cuda_url(tampered), "nvidia_driver_branch": BRANCH,
-                    **self.repos.cuda_key_data(self.dnf)}
-        return {**data, "nvidia_driver_repo_url": f"{self.repos.url}/{suse_repo.TAMPERED}" if tampered else self.repos.url,
-                **self.repos.driver_key_data(tampered, more.SLE_DRIVER_PATH)}
+            return {
+                **data,
+                "nvidia_cuda_repo_url": self.repos.cuda_url(tampered),
+                "nvidia_driver_branch": BRANCH,
+                **self.repos.cuda_key_data(self.dnf),
+            }
+        return {
+            **data,
+            "nvidia_driver_repo_url": f"{self.repos.url}/{suse_repo.TAMPERED}" if tampered else self.repos.url,
+            **self.repos.driver_key_data(tampered, more.SLE_DRIVER_PATH),
+        }
 
     @property
     def driver_release(self) -> str:
@@ -121,17 +129,28 @@ class Family:
             entries = [line.strip() for line in node.sh("dnf -q versionlock list").stdout.splitlines() if line.strip()]
             return {entry.rsplit("-", 2)[0]: entry for entry in entries}
         rows = [line.split("|") for line in node.sh("zypper --non-interactive locks").stdout.splitlines()]
-        return {cells[1].strip(): line for cells, line in ((cells, "|".join(cells)) for cells in rows)
-                if len(cells) >= 3 and cells[0].strip().isdigit()}
+        return {
+            cells[1].strip(): line
+            for cells, line in ((cells, "|".join(cells)) for cells in rows)
+            if len(cells) >= 3 and cells[0].strip().isdigit()
+        }
 
     def refusals(self, output: str) -> list[str]:
         """The manager's signature refusals in a run's output, each message once
         (zypper prints its refusal with its prompt, answered no, and again as the error)."""
         if self.dnf:
-            return [line for line in output.splitlines() if "GPG signature verification error" in line
-                    or "GPG check FAILED" in line]
-        return sorted({line.split("] ", 1)[-1].split(" Continue?")[0].strip().rstrip(".")
-                       for line in output.splitlines() if "Signature verification failed for file" in line})
+            return [
+                line
+                for line in output.splitlines()
+                if "GPG signature verification error" in line or "GPG check FAILED" in line
+            ]
+        return sorted(
+            {
+                line.split("] ", 1)[-1].split(" Continue?")[0].strip().rstrip(".")
+                for line in output.splitlines()
+                if "Signature verification failed for file" in line
+            }
+        )
 
     def refresh(self, node):
         return node.sh("dnf -q makecache" if self.dnf else "zypper --non-interactive refresh", check=False)
@@ -176,7 +195,9 @@ class Lab:
         if (family.name, stages) not in self.refused:
             node = self.node(family)
             self.refused[family.name, stages] = (
-                node, node.deploy(data=family.settings(tampered=True, stages=stages), json_output=False))
+                node,
+                node.deploy(data=family.settings(tampered=True, stages=stages), json_output=False),
+            )
         return self.refused[family.name, stages]
 
 
@@ -213,7 +234,7 @@ def test_standin_packages_first_run_in_default_mode_adds_repositories_with_signa
     manager reads both afterwards."""
     node, _ = deployed
     repos = family.repos
-    manager = (DNF if family.dnf else ZYPPER)
+    manager = DNF if family.dnf else ZYPPER
     toolkit_repo = node.read(family.toolkit_repo_file)
     assert f"baseurl={repos.toolkit_url()}/rpm/$basearch\n" in toolkit_repo, toolkit_repo
     toolkit_key_file = manager.key_file.format(name=REPOSITORY_NAME)
@@ -256,14 +277,21 @@ def test_standin_packages_driver_installed_at_its_pin_and_locked(family, deploye
     locks = family.locks(node)
     if family.dnf:
         tag = family.dnf.release_tag
-        assert installed == {DNF_META: f"{PINNED_DRIVER}-1", "cuda-drivers": f"{PINNED_DRIVER}-1",
-                             **{name: family.driver_release for name in (*DNF_DRIVER[1:], "nvidia-persistenced")}}
+        assert installed == {
+            DNF_META: f"{PINNED_DRIVER}-1",
+            "cuda-drivers": f"{PINNED_DRIVER}-1",
+            **{name: family.driver_release for name in (*DNF_DRIVER[1:], "nvidia-persistenced")},
+        }
         assert locks.get(DNF_META) == f"{DNF_META}-0:{PINNED_DRIVER}-1.*", locks
-        assert locks.get("nvidia-persistenced") == \
-            f"nvidia-persistenced-{standin_rpms.DRIVER_EPOCH}:{PINNED_DRIVER}-1.{tag}.*", locks
+        assert (
+            locks.get("nvidia-persistenced")
+            == f"nvidia-persistenced-{standin_rpms.DRIVER_EPOCH}:{PINNED_DRIVER}-1.{tag}.*"
+        ), locks
         assert set(rpm_installed(node, ["kernel-devel"])) == {"kernel-devel"}
     else:
-        assert {name: installed.get(name) for name in SUSE_DRIVER} == {name: family.driver_release for name in SUSE_DRIVER}
+        assert {name: installed.get(name) for name in SUSE_DRIVER} == {
+            name: family.driver_release for name in SUSE_DRIVER
+        }
         assert set(installed) == {*SUSE_DRIVER, suse_repo.PROPRIETARY_KMP}, installed
         assert {*SUSE_DRIVER, suse_repo.PROPRIETARY_KMP} <= set(locks), locks
         assert node.sh("systemctl is-enabled nvidia-persistenced", check=False).stdout.strip() == "enabled"
@@ -354,7 +382,7 @@ def test_standin_driver_repository_whose_signature_does_not_verify_is_refused_an
     node, refused = family.lab.refused_run(family, "driver")
     assert refused.returncode != 0, refused.explain()
     assert family.refusals(refused.run_output) == [
-        f"Signature verification failed for file 'repomd.xml' from repository '{SLES_DRIVER_REPOSITORY}'"], \
-        refused.explain()
+        f"Signature verification failed for file 'repomd.xml' from repository '{SLES_DRIVER_REPOSITORY}'"
+    ], refused.explain()
     assert "Traceback" not in refused.output
     assert rpm_installed(node, [*family.driver_names, suse_repo.OPEN_KMP]) == {}

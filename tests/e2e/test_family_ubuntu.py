@@ -33,7 +33,6 @@ PERSISTENCED_PACKAGE = f"nvidia-compute-utils-{BRANCH}-server"
 OPEN_PACKAGES = (f"nvidia-headless-{BRANCH}-server-open", f"nvidia-dkms-{BRANCH}-server-open")
 
 
-
 @pytest.fixture(scope="module", params=[JAMMY, NOBLE], ids=["ubuntu2204", "ubuntu2404"])
 def archive(request, tmp_path_factory):
     """The local archive of one Ubuntu release (22.04, 24.04), served on 127.0.0.1."""
@@ -61,8 +60,14 @@ def recommended_branch(node) -> str | None:
     return detect_branch(UBUNTU_DRIVER.branch_detect, lines)
 
 
-def settings_data(toolkit_repo, *, driver_version: str, branch: str | None, stages: str = "driver,toolkit",
-                  toolkit_base: str | None = None) -> dict:
+def settings_data(
+    toolkit_repo,
+    *,
+    driver_version: str,
+    branch: str | None,
+    stages: str = "driver,toolkit",
+    toolkit_base: str | None = None,
+) -> dict:
     data = {
         "stages": stages,
         "nvidia_driver_version": driver_version,
@@ -79,10 +84,13 @@ def pinned(archive) -> str:
 
 
 def installed(node, names) -> dict[str, str]:
-    out = node.sh("dpkg-query -W -f '${Package} ${Version} ${db:Status-Status}\\n' " + " ".join(names)
-                  + " 2>/dev/null", check=False).stdout
-    return {name: version for name, version, status in (line.split() for line in out.splitlines())
-            if status == "installed"}
+    out = node.sh(
+        "dpkg-query -W -f '${Package} ${Version} ${db:Status-Status}\\n' " + " ".join(names) + " 2>/dev/null",
+        check=False,
+    ).stdout
+    return {
+        name: version for name, version, status in (line.split() for line in out.splitlines()) if status == "installed"
+    }
 
 
 def held(node) -> set[str]:
@@ -110,9 +118,14 @@ def test_ubuntu_apt_standin_driver_branch_detected_from_ubuntu_drivers_list_gpgp
     node = start_node(archive)
     try:
         answer = node.sh("apt-get update -qq && ubuntu-drivers list --gpgpu").stdout
-        assert f"nvidia-headless-no-dkms-{BRANCH}-server, (kernel modules provided by nvidia-dkms-{BRANCH}-server)" \
-            in answer.splitlines(), answer
-        result = node.deploy(data=settings_data(toolkit_repo, driver_version=pinned(archive), branch=None, stages="driver"), json_output=False)
+        assert (
+            f"nvidia-headless-no-dkms-{BRANCH}-server, (kernel modules provided by nvidia-dkms-{BRANCH}-server)"
+            in answer.splitlines()
+        ), answer
+        result = node.deploy(
+            data=settings_data(toolkit_repo, driver_version=pinned(archive), branch=None, stages="driver"),
+            json_output=False,
+        )
         assert "nvidia_driver_branch is required" not in result.output, result.output[-3000:]
         assert result.returncode == 0, result.explain()
         assert installed(node, DRIVER_PACKAGES) == {name: pinned(archive) for name in DRIVER_PACKAGES}
@@ -131,7 +144,9 @@ def test_ubuntu_apt_standin_driver_installed_at_its_pin_and_held_by_apt_mark(dep
     assert installed(node, DRIVER_PACKAGES) == {name: pinned(archive) for name in DRIVER_PACKAGES}
     assert set(DRIVER_PACKAGES) <= held(node), held(node)
     assert installed(node, [PERSISTENCED_PACKAGE, f"nvidia-headless-no-dkms-{BRANCH}-server"]) == {
-        PERSISTENCED_PACKAGE: pinned(archive), f"nvidia-headless-no-dkms-{BRANCH}-server": pinned(archive)}
+        PERSISTENCED_PACKAGE: pinned(archive),
+        f"nvidia-headless-no-dkms-{BRANCH}-server": pinned(archive),
+    }
     assert installed(node, OPEN_PACKAGES) == {}
     assert "linux-headers-generic" in installed(node, ["linux-headers-generic"])
     assert node.sh("systemctl is-enabled nvidia-persistenced.service", check=False).stdout.strip() == "enabled"
@@ -139,19 +154,20 @@ def test_ubuntu_apt_standin_driver_installed_at_its_pin_and_held_by_apt_mark(dep
     assert smi.returncode == 9 and f"STAND-IN {PINNED_UPSTREAM}" in smi.stderr, smi
 
 
-def test_ubuntu_apt_standin_driver_pinned_to_an_older_release_than_the_lists_newest_installs_it(
-        archive, toolkit_repo):
+def test_ubuntu_apt_standin_driver_pinned_to_an_older_release_than_the_lists_newest_installs_it(archive, toolkit_repo):
     """STAND-IN driver debs with Ubuntu's exact-version dependencies: pinned to 550.127.05-0ubuntu0.22.04.1
     while 550.144.03-0ubuntu0.22.04.1 is the candidate, with -y: every package of the driver at the pin."""
     node = start_node(archive)
     try:
         older = archive.release.driver_version(OLDER_UPSTREAM)
-        result = node.deploy(data=settings_data(toolkit_repo, driver_version=older, branch=BRANCH, stages="driver"),
-                             json_output=False)
+        result = node.deploy(
+            data=settings_data(toolkit_repo, driver_version=older, branch=BRANCH, stages="driver"), json_output=False
+        )
         assert "held broken packages" not in result.output, result.output[-3000:]
         assert result.returncode == 0, result.explain()
         assert installed(node, [*DRIVER_PACKAGES, PERSISTENCED_PACKAGE]) == {
-            name: older for name in [*DRIVER_PACKAGES, PERSISTENCED_PACKAGE]}
+            name: older for name in [*DRIVER_PACKAGES, PERSISTENCED_PACKAGE]
+        }
     finally:
         node.remove()
 
@@ -172,8 +188,14 @@ def test_ubuntu_apt_standin_packages_stay_at_their_pins_through_a_plain_apt_get_
     node, first, _ = deployed
     assert first.returncode == 0, first.explain()
     update = archive.publish_driver(UPDATE_UPSTREAM)
-    names = [*DRIVER_PACKAGES, PERSISTENCED_PACKAGE, f"nvidia-headless-no-dkms-{BRANCH}-server",
-             f"libnvidia-compute-{BRANCH}-server", f"nvidia-kernel-common-{BRANCH}-server", *TOOLKIT_PACKAGES]
+    names = [
+        *DRIVER_PACKAGES,
+        PERSISTENCED_PACKAGE,
+        f"nvidia-headless-no-dkms-{BRANCH}-server",
+        f"libnvidia-compute-{BRANCH}-server",
+        f"nvidia-kernel-common-{BRANCH}-server",
+        *TOOLKIT_PACKAGES,
+    ]
     before = installed(node, names)
     refresh = node.sh("apt-get update -q --error-on=any", check=False)
     assert refresh.returncode == 0, refresh.stdout + refresh.stderr
@@ -219,7 +241,8 @@ def test_ubuntu_apt_standin_open_module_type_installed_at_its_pin_held_and_rerun
 
 
 def test_ubuntu_apt_standin_open_node_switched_to_proprietary_replaces_the_packages_and_moves_the_holds(
-        archive, toolkit_repo):
+    archive, toolkit_repo
+):
     """STAND-IN driver debs of both module types, with -y, on an open node: switching to proprietary
     replaces the module packages in one transaction, moves the holds, reports "reboot required", and
     a re-run changes nothing."""
@@ -228,7 +251,8 @@ def test_ubuntu_apt_standin_open_node_switched_to_proprietary_replaces_the_packa
         switched = node.deploy(data={**data, "nvidia_kernel_modules": "proprietary"}, json_output=False)
         assert switched.returncode == 0, switched.explain()
         assert installed(node, PROPRIETARY_MODULE_PACKAGES) == {
-            name: pinned(archive) for name in PROPRIETARY_MODULE_PACKAGES}
+            name: pinned(archive) for name in PROPRIETARY_MODULE_PACKAGES
+        }
         assert installed(node, OPEN_PACKAGES) == {}
         now_held = held(node)
         assert set(PROPRIETARY_MODULE_PACKAGES) <= now_held and not set(OPEN_PACKAGES) & now_held, now_held
@@ -243,14 +267,19 @@ def refusal_lines(output: str, says: str) -> list[str]:
 
 
 def test_ubuntu_apt_standin_toolkit_repository_whose_signature_does_not_verify_is_refused_and_nothing_installed(
-        archive, toolkit_repo):
+    archive, toolkit_repo
+):
     """STAND-IN toolkit repository whose InRelease was altered after signing, with -y: the run fails
     with one line naming the bad signature; no toolkit package is in, no source is left."""
     node = start_node(archive)
     try:
         base = f"{toolkit_repo.url}/{standin_toolkit.TAMPERED}"
-        refused = node.deploy(data=settings_data(toolkit_repo, driver_version=pinned(archive), branch=BRANCH, stages="toolkit", toolkit_base=base),
-                              json_output=False)
+        refused = node.deploy(
+            data=settings_data(
+                toolkit_repo, driver_version=pinned(archive), branch=BRANCH, stages="toolkit", toolkit_base=base
+            ),
+            json_output=False,
+        )
         assert refused.returncode != 0, refused.explain()
         assert len(refusal_lines(refused.run_output, "BADSIG")) == 1, refused.output[-4000:]
         assert "Traceback" not in refused.output
@@ -266,14 +295,20 @@ def archive_refused(archive, toolkit_repo):
     after signing, after a -y run of the driver stage: (node, result)."""
     node = start_node(archive, tampered=True)
     try:
-        yield node, node.deploy(data=settings_data(toolkit_repo, driver_version=pinned(archive), branch=BRANCH,
-                                                   stages="driver"), json_output=False)
+        yield (
+            node,
+            node.deploy(
+                data=settings_data(toolkit_repo, driver_version=pinned(archive), branch=BRANCH, stages="driver"),
+                json_output=False,
+            ),
+        )
     finally:
         node.remove()
 
 
 def test_ubuntu_apt_standin_archive_whose_signature_does_not_verify_fails_the_run_and_no_driver_installed(
-        archive_refused):
+    archive_refused,
+):
     """STAND-IN Ubuntu archive whose -updates InRelease was altered after signing (the node's own
     sources name it), with -y: the driver stage fails, apt names the bad signature, and none of the
     driver's packages is installed."""

@@ -41,16 +41,33 @@ NEWER_TOOLKIT = standin_rpms.TOOLKIT_VERSIONS[1]
 TOOLKIT_REPO_FILE = f"/etc/zypp/repos.d/{REPOSITORY_NAME}.repo"
 DRIVER_REPOSITORY = "nvidia-opensuse-leap"  # the family table's name, nvidia-{distro_id}
 DRIVER_SETTING = "nvidia_driver_repo_url"  # the setting the driver's repository would follow (see needs_driver)
-REAL_HOSTS = ("download.nvidia.com", "developer.download.nvidia.com", "nvidia.github.io", "download.opensuse.org",
-              "cdn.opensuse.org", "mirrorcache.opensuse.org", "updates.suse.com", "scc.suse.com")
+REAL_HOSTS = (
+    "download.nvidia.com",
+    "developer.download.nvidia.com",
+    "nvidia.github.io",
+    "download.opensuse.org",
+    "cdn.opensuse.org",
+    "mirrorcache.opensuse.org",
+    "updates.suse.com",
+    "scc.suse.com",
+)
+
 
 def driver_repository_follows(url: str, key_data: dict) -> bool:
     """Whether the driver stage's NVIDIA repository for Leap 15.6 is taken from a setting (DRIVER_SETTING)."""
-    settings = parse_settings({**SAFE_DATA, DRIVER_SETTING: url, "allow_insecure_repositories": "true",
-                               "nvidia_driver_version": PINNED_DRIVER, "nvidia_kernel_modules": "proprietary",
-                               **key_data})
-    platform = detect_platform({"name": "openSUSE Leap", "major": 15,
-                                "release_meta": {"ID": "opensuse-leap", "VERSION_ID": "15.6"}}, "x86_64")
+    settings = parse_settings(
+        {
+            **SAFE_DATA,
+            DRIVER_SETTING: url,
+            "allow_insecure_repositories": "true",
+            "nvidia_driver_version": PINNED_DRIVER,
+            "nvidia_kernel_modules": "proprietary",
+            **key_data,
+        }
+    )
+    platform = detect_platform(
+        {"name": "openSUSE Leap", "major": 15, "release_meta": {"ID": "opensuse-leap", "VERSION_ID": "15.6"}}, "x86_64"
+    )
     plan = driver_plan.driver_plan(settings, platform, {"kernel": "6.4.0-150600.23.25-default", "gpus": []})
     return bool(plan.repository) and plan.repository["baseurl"].startswith(url)
 
@@ -71,11 +88,20 @@ def driver_stage(repos) -> bool:
 
 def needs_driver(driver_stage: bool) -> None:
     # Never run a deploy that would name NVIDIA's real host: fail instead.
-    assert driver_stage, f"the SUSE driver's NVIDIA repository does not follow {DRIVER_SETTING} (deploy/distros/families.py)"
+    assert driver_stage, (
+        f"the SUSE driver's NVIDIA repository does not follow {DRIVER_SETTING} (deploy/distros/families.py)"
+    )
 
 
-def settings_data(repos, driver_stage: bool, *, tampered: bool = False, stages: str | None = None,
-                  toolkit_version: str = PINNED_TOOLKIT, modules: str = "proprietary") -> dict:
+def settings_data(
+    repos,
+    driver_stage: bool,
+    *,
+    tampered: bool = False,
+    stages: str | None = None,
+    toolkit_version: str = PINNED_TOOLKIT,
+    modules: str = "proprietary",
+) -> dict:
     return {
         "stages": stages or ("kernel,driver,toolkit" if driver_stage else "kernel,toolkit"),
         DRIVER_SETTING: repos.url if not tampered else f"{repos.url}/{suse_repo.TAMPERED}",
@@ -121,7 +147,8 @@ def deployed(repos, driver_stage):
 
 
 def test_leap156_zypper_standin_packages_first_run_in_default_mode_adds_repositories_with_signature_checks(
-        deployed, repos, driver_stage):
+    deployed, repos, driver_stage
+):
     """STAND-IN packages: the toolkit's repository checks its metadata's signature (zypper lists it
     with the repository check on) with the key the deploy checked against its pin and imported into
     rpm's database, whose checked copy the repository file names; zypper refreshes it as trusted
@@ -146,7 +173,9 @@ def test_leap156_zypper_standin_packages_first_run_in_default_mode_adds_reposito
         assert repos.driver_key.fingerprint[-8:].lower() in imported_keys(node)
     # rpm's database holds the keys the deploy checked, and no other
     assert sorted(imported_keys(node)) == sorted(
-        key.fingerprint[-8:].lower() for key in ((repos.toolkit_key, repos.driver_key) if driver_stage else (repos.toolkit_key,)))
+        key.fingerprint[-8:].lower()
+        for key in ((repos.toolkit_key, repos.driver_key) if driver_stage else (repos.toolkit_key,))
+    )
 
 
 def test_leap156_zypper_standin_packages_toolkit_installed_at_its_pin_and_locked(deployed):
@@ -161,8 +190,7 @@ def test_leap156_zypper_standin_packages_toolkit_installed_at_its_pin_and_locked
     assert node.sh("rpm -q --qf '%{SUMMARY}' nvidia-container-toolkit").stdout.startswith("STAND-IN")
 
 
-def test_leap156_zypper_standin_packages_driver_at_its_pin_with_the_proprietary_kmp_and_locked(
-        deployed, driver_stage):
+def test_leap156_zypper_standin_packages_driver_at_its_pin_with_the_proprietary_kmp_and_locked(deployed, driver_stage):
     """STAND-IN G06 driver rpms: nvidia-compute-G06 and nvidia-compute-utils-G06 at the pinned
     550.54.15 although 550.90.07 is offered, the proprietary KMP in and no open one, all locked;
     nvidia-persistenced (in nvidia-compute-utils-G06) enabled; the stand-in nvidia-smi exits 9 as on a
@@ -190,7 +218,8 @@ def test_leap156_zypper_standin_packages_kmp_at_the_pinned_drivers_version(deplo
 
 
 def test_leap156_zypper_standin_packages_stay_at_their_pins_through_a_plain_zypper_update(
-        deployed, repos, driver_stage):
+    deployed, repos, driver_stage
+):
     """STAND-IN packages: once a newer toolkit (1.20.1-1) and driver (550.127.05) are published,
     the node's own `zypper refresh` and `zypper update` see them and leave the locked packages."""
     node, first, _ = deployed
@@ -238,7 +267,8 @@ def test_leap156_zypper_standin_driver_second_run_with_y_changes_nothing(second_
 
 
 def test_leap156_zypper_standin_toolkit_new_pin_moves_the_locked_packages_and_locks_them_again(
-        deployed, repos, driver_stage):
+    deployed, repos, driver_stage
+):
     """STAND-IN toolkit rpms: a later run pinned to 1.20.0-1 moves all four locked packages to it
     (as apt's hold and dnf's versionlock let a new pin through) and locks them again."""
     node, first, data = deployed
@@ -250,7 +280,8 @@ def test_leap156_zypper_standin_toolkit_new_pin_moves_the_locked_packages_and_lo
 
 
 def test_leap156_zypper_standin_packages_undo_releases_the_locks_repositories_and_keys_gpu_node_added(
-        deployed, repos, driver_stage):
+    deployed, repos, driver_stage
+):
     """deploy/undo.py on the deployed node (its last use here): the zypper locks, the repository files
     and key copies gpu-node added and the keys it imported into rpm's database are gone; the STAND-IN
     packages stay (undo_remove_packages is false)."""
@@ -268,7 +299,9 @@ def test_leap156_zypper_standin_packages_undo_releases_the_locks_repositories_an
 # An rpm in the node's database, as a real Leap's holds hundreds: with none but gpg-pubkeys, libsolv's
 # rpmdb2solv fails to refresh zypper's installed-packages cache once rpm's database changed (here: the
 # refused repository's key taken back out), a fault of the stand-in node (tests/family_rpm_more.py SLES155_ZYPPER).
-LEAP_RELEASE = StandinRpm("openSUSE-release", "15.6", "1", files={"/usr/share/doc/openSUSE-release/STAND-IN": "stand-in\n"})
+LEAP_RELEASE = StandinRpm(
+    "openSUSE-release", "15.6", "1", files={"/usr/share/doc/openSUSE-release/STAND-IN": "stand-in\n"}
+)
 
 
 @pytest.fixture(scope="module")
@@ -287,18 +320,23 @@ def toolkit_refused(repos, driver_stage):
 def refusal_messages(output: str) -> set[str]:
     """zypper's signature refusals in a run's output, each message once (zypper prints it with its
     prompt, answered no, then again as the error)."""
-    return {line.split("] ", 1)[-1].split(" Continue?")[0].strip().rstrip(".")
-            for line in output.splitlines() if "Signature verification failed for file" in line}
+    return {
+        line.split("] ", 1)[-1].split(" Continue?")[0].strip().rstrip(".")
+        for line in output.splitlines()
+        if "Signature verification failed for file" in line
+    }
 
 
 def test_leap156_zypper_standin_toolkit_repository_whose_signature_does_not_verify_is_refused_and_nothing_installed(
-        toolkit_refused):
+    toolkit_refused,
+):
     """STAND-IN toolkit repository, its repomd.xml altered after signing (repo_gpgcheck): the run
     fails with zypper's one refusal, naming the repository's repomd.xml; no toolkit package is in."""
     node, refused = toolkit_refused
     assert refused.returncode != 0, refused.explain()
     assert refusal_messages(refused.run_output) == {
-        f"Signature verification failed for file 'repomd.xml' from repository '{REPOSITORY_NAME}'"}, refused.explain()
+        f"Signature verification failed for file 'repomd.xml' from repository '{REPOSITORY_NAME}'"
+    }, refused.explain()
     assert "Traceback" not in refused.output
     assert rpm_installed(node, TOOLKIT_PACKAGES) == {}
 
@@ -331,12 +369,14 @@ def test_leap156_zypper_standin_toolkit_repository_refused_leaves_the_nodes_own_
 def packages_and_trust(node) -> str:
     """What a run could change of the node's software and what it trusts: zypper's repository files and
     the key folder (checksums), rpm's database (every package, every imported key)."""
-    return node.sh("find /etc/zypp/repos.d /etc/pki/rpm-gpg -type f -exec sha256sum {} + 2>/dev/null | sort;"
-                   " rpm -qa | sort").stdout
+    return node.sh(
+        "find /etc/zypp/repos.d /etc/pki/rpm-gpg -type f -exec sha256sum {} + 2>/dev/null | sort; rpm -qa | sort"
+    ).stdout
 
 
 def test_leap156_zypper_standin_toolkit_key_url_serving_another_valid_key_that_signed_the_repository_is_refused(
-        repos, driver_stage):
+    repos, driver_stage
+):
     """STAND-IN toolkit repository copy whose repomd.xml another valid key signed, that key served at the
     key URL (a hijacked mirror or key URL, as NVIDIA's SUSE key comes from the repository it vouches
     for): zypper --gpg-auto-import-keys would import it. With -y the pinned fingerprint refuses it
@@ -347,12 +387,17 @@ def test_leap156_zypper_standin_toolkit_key_url_serving_another_valid_key_that_s
         before = packages_and_trust(node)
         impostor = f"{suse_repo.IMPOSTOR}/{suse_repo.TOOLKIT_PATH}"
         key_url = f"{repos.keys_url}/{impostor}/gpgkey"
-        data = {**settings_data(repos, driver_stage, stages="toolkit"),
-                "nvidia_toolkit_repo_url": f"{repos.url}/{impostor}", "nvidia_toolkit_gpgkey_url": key_url}
+        data = {
+            **settings_data(repos, driver_stage, stages="toolkit"),
+            "nvidia_toolkit_repo_url": f"{repos.url}/{impostor}",
+            "nvidia_toolkit_gpgkey_url": key_url,
+        }
         refused = node.deploy(data=data, json_output=False)
         assert refused.returncode != 0, refused.explain()
-        refusal = (f"refusing the signing key from {key_url}: its fingerprint is {repos.other_key.fingerprint}; "
-                   f"{repos.toolkit_key.fingerprint} is pinned (nvidia_toolkit_gpgkey_fingerprint)")
+        refusal = (
+            f"refusing the signing key from {key_url}: its fingerprint is {repos.other_key.fingerprint}; "
+            f"{repos.toolkit_key.fingerprint} is pinned (nvidia_toolkit_gpgkey_fingerprint)"
+        )
         assert len(refused.run_lines(refusal)) == 1, refused.explain()
         assert "Traceback" not in refused.output
         assert packages_and_trust(node) == before
@@ -368,21 +413,25 @@ def leap_node():
 
 
 def test_leap156_zypper_standin_driver_repository_whose_signature_does_not_verify_is_refused_and_nothing_installed(
-        leap_node, repos, driver_stage):
+    leap_node, repos, driver_stage
+):
     """STAND-IN driver repository, its repomd.xml altered after signing, with -y: the run fails
     with zypper's one line, and none of the driver's packages is installed."""
     needs_driver(driver_stage)
-    refused = leap_node.deploy(data=settings_data(repos, driver_stage, tampered=True, stages="driver"),
-                               json_output=False)
+    refused = leap_node.deploy(
+        data=settings_data(repos, driver_stage, tampered=True, stages="driver"), json_output=False
+    )
     assert refused.returncode != 0, refused.explain()
     assert refusal_messages(refused.run_output) == {
-        f"Signature verification failed for file 'repomd.xml' from repository '{DRIVER_REPOSITORY}'"}, refused.explain()
+        f"Signature verification failed for file 'repomd.xml' from repository '{DRIVER_REPOSITORY}'"
+    }, refused.explain()
     assert "Traceback" not in refused.output
     assert rpm_installed(leap_node, [*DRIVER_PACKAGES, suse_repo.PROPRIETARY_KMP, suse_repo.OPEN_KMP]) == {}
 
 
 def test_leap156_zypper_standin_driver_open_module_type_installs_the_signed_open_kmp_and_locks_it(
-        leap_node, repos, driver_stage):
+    leap_node, repos, driver_stage
+):
     """STAND-IN G06 rpms with nvidia_kernel_modules=open, with -y: the open KMP
     (nvidia-open-driver-G06-signed-kmp-default) beside the pinned userspace, locked; no proprietary KMP
     (its version: test_leap156_zypper_standin_packages_kmp_at_the_pinned_drivers_version)."""
@@ -394,17 +443,22 @@ def test_leap156_zypper_standin_driver_open_module_type_installs_the_signed_open
 
 
 def test_leap156_zypper_standin_driver_open_node_switched_to_proprietary_replaces_the_kmp_and_moves_the_lock(
-        leap_node, repos, driver_stage):
+    leap_node, repos, driver_stage
+):
     """STAND-IN G06 rpms, with -y, on an open node: switching to proprietary removes the open KMP (rpm -e,
     after the bounded wait for zypper's lock), installs the proprietary KMP at the pinned driver's
     version, moves zypper's lock with it, and a re-run changes nothing."""
     needs_driver(driver_stage)
-    opened = leap_node.deploy(data=settings_data(repos, driver_stage, stages="driver", modules="open"), json_output=False)
+    opened = leap_node.deploy(
+        data=settings_data(repos, driver_stage, stages="driver", modules="open"), json_output=False
+    )
     assert opened.returncode == 0, opened.explain()
     data = settings_data(repos, driver_stage, stages="driver", modules="proprietary")
     switched = leap_node.deploy(data=data, json_output=False)
     assert switched.returncode == 0, switched.explain()
-    assert list(rpm_installed(leap_node, [suse_repo.PROPRIETARY_KMP, suse_repo.OPEN_KMP])) == [suse_repo.PROPRIETARY_KMP]
+    assert list(rpm_installed(leap_node, [suse_repo.PROPRIETARY_KMP, suse_repo.OPEN_KMP])) == [
+        suse_repo.PROPRIETARY_KMP
+    ]
     now_locked = locks(leap_node)
     assert suse_repo.PROPRIETARY_KMP in now_locked and suse_repo.OPEN_KMP not in now_locked, now_locked
     assert_no_change(leap_node.deploy(data=data, json_output=False))
@@ -412,7 +466,8 @@ def test_leap156_zypper_standin_driver_open_node_switched_to_proprietary_replace
 
 @pytest.mark.parametrize("direction", ["upgraded", "downgraded"])
 def test_leap156_zypper_standin_driver_and_toolkit_moved_to_another_pin_replace_the_kmp_and_lock_again(
-        leap_node, repos, driver_stage, direction):
+    leap_node, repos, driver_stage, direction
+):
     """STAND-IN G06 and toolkit rpms, with -y: a node at one driver and toolkit, then pinned to the
     other versions, newer (a driver update) or older (the way the driver stage's refusal of a silent
     downgrade tells the operator to go back). Both move to their pins; the KMP, which zypper installs
@@ -423,8 +478,10 @@ def test_leap156_zypper_standin_driver_and_toolkit_moved_to_another_pin_replace_
     toolkits, drivers = standin_rpms.TOOLKIT_VERSIONS, suse_repo.DRIVER_VERSIONS
 
     def pinned(index: int) -> dict:
-        return {**settings_data(repos, driver_stage, stages="driver,toolkit", toolkit_version=toolkits[index]),
-                "nvidia_driver_version": drivers[index]}
+        return {
+            **settings_data(repos, driver_stage, stages="driver,toolkit", toolkit_version=toolkits[index]),
+            "nvidia_driver_version": drivers[index],
+        }
 
     first = leap_node.deploy(data=pinned(versions[0]), json_output=False)
     assert first.returncode == 0, first.explain()

@@ -36,8 +36,9 @@ def deploy_fleet(nodes, data: dict) -> DeployResult:
     return DeployResult(result.returncode, result.stdout, result.stderr, args)
 
 
-def test_fleet_report_on_three_nodes_one_converged_one_changed_one_failed(start_node, containerd_image, toolkit_repo,
-                                                                          tmp_path):
+def test_fleet_report_on_three_nodes_one_converged_one_changed_one_failed(
+    start_node, containerd_image, toolkit_repo, tmp_path
+):
     nodes = [start_node(image=containerd_image) for _ in range(3)]
     converged, changed, broken = nodes
     report_path = tmp_path / "fleet.json"
@@ -78,7 +79,7 @@ def test_fleet_report_on_three_nodes_one_converged_one_changed_one_failed(start_
         assert row["no_gpu"] is True and row["reboot_required"] is False, row
 
     # The table is printed after pyinfra's own output, one row per node.
-    table = result.stderr[result.stderr.index("--> Fleet report: 3 nodes: 1 converged, 1 changed, 1 failed"):]
+    table = result.stderr[result.stderr.index("--> Fleet report: 3 nodes: 1 converged, 1 changed, 1 failed") :]
     lines = table.splitlines()
     assert lines[1].split() == ["node", "result", "reboot", "required", "no", "GPU", "runtime", "verify"]
     cells = {line.split()[0]: line.split() for line in lines[2:5]}
@@ -91,8 +92,11 @@ def test_fleet_report_on_three_nodes_one_converged_one_changed_one_failed(start_
     page_path = tmp_path / "fleet.html"
     assert f"--> Fleet report page: {page_path}" in table
     page = page_path.read_text()
-    assert page.index(f'data-host="{broken.target}"') < page.index(f'data-host="{changed.target}"') \
-        < page.index(f'data-host="{converged.target}"'), "failed, changed, converged"
+    assert (
+        page.index(f'data-host="{broken.target}"')
+        < page.index(f'data-host="{changed.target}"')
+        < page.index(f'data-host="{converged.target}"')
+    ), "failed, changed, converged"
     assert line in html.unescape(page)
 
     broken.write(CONTAINERD_CONFIG, "version = 2\nx = " + "[" * 3000 + "]" * 3000 + "\n")

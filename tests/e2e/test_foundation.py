@@ -86,19 +86,27 @@ def test_a_first_runs_diff_names_every_file_the_run_then_writes(containerd_node)
     script and udev rule) was named in the diff, credentials masked (the config holds none here)."""
     node = containerd_node
     node.sh("touch /run/gpu-node-test-before")
-    result = node.deploy(data={"stages": "kernel,runtimes", "container_runtimes": "containerd"}, json_output=False,
-                         extra_args=["--diff"])
+    result = node.deploy(
+        data={"stages": "kernel,runtimes", "container_runtimes": "containerd"}, json_output=False, extra_args=["--diff"]
+    )
     assert result.returncode == 0, result.explain()
     named = set(re.findall(r"Will (?:create|modify|write) (/\S+?):?(?: |$)", ANSI.sub("", result.output), re.M))
     # a folder named with its trailing slash (gpu-node's records for the undo) names the files in it
     folders = tuple(path for path in named if path.endswith("/"))
-    written = node.sh("find /etc /usr/local /var/lib/gpu-node -xdev -type f -newer /run/gpu-node-test-before "
-                      "2>/dev/null; true").stdout.split()
+    written = node.sh(
+        "find /etc /usr/local /var/lib/gpu-node -xdev -type f -newer /run/gpu-node-test-before 2>/dev/null; true"
+    ).stdout.split()
     assert len(written) >= 6, written
-    unnamed = [path for path in written
-               if path not in named and not path.startswith(folders)
-               and not any(path.startswith(f"{file}.gpu-node-backup-") for file in named)]
+    unnamed = [
+        path
+        for path in written
+        if path not in named
+        and not path.startswith(folders)
+        and not any(path.startswith(f"{file}.gpu-node-backup-") for file in named)
+    ]
     assert unnamed == [], (unnamed, sorted(named))
     # the restart says so when the run reaches it, with its bound and where to look if it fails
-    assert ("installing the new /etc/containerd/config.toml and restarting containerd: it has 30 s "
-            "(service_restart_timeout)") in result.output
+    assert (
+        "installing the new /etc/containerd/config.toml and restarting containerd: it has 30 s "
+        "(service_restart_timeout)"
+    ) in result.output

@@ -32,7 +32,9 @@ from harness import REPO, DeployResult, Node, run
 SETTINGS_FROM_OUTSIDE = ("GPU_NODE_LAB", "GPU_NODE_CORPUS", "GPU_NODES", "CONTROL_PLANE", "VIRTUAL_ENV")
 BLACKLIST_PATH = "/etc/modprobe.d/gpu-node-blacklist-nouveau.conf"
 # The exact text (tests/fixtures/kernel/README.md: its source).
-BLACKLIST = (Path(__file__).resolve().parents[1] / "fixtures" / "kernel" / "gpu-node-blacklist-nouveau.conf").read_text()
+BLACKLIST = (
+    Path(__file__).resolve().parents[1] / "fixtures" / "kernel" / "gpu-node-blacklist-nouveau.conf"
+).read_text()
 SOURCES = "/etc/apt/sources.list.d/debian.sources"
 HELD = {"nvidia-driver", "nvidia-kernel-dkms", "nvidia-smi"}
 SECOND_RUN = "==> The same run again"
@@ -51,8 +53,14 @@ def test_full_deploy_from_a_plain_clone_by_the_readme_main_command_holds_the_dri
     report_path = tmp_path / "report.json"
     env = {key: value for key, value in os.environ.items() if key not in SETTINGS_FROM_OUTSIDE}
     # one stream, in order: the runs' warnings (stderr) stay with the run that printed them
-    demo = run(["./scripts/demo", "--keep", "--data", f"verify_report_path={report_path}"], cwd=clone, env=env,
-               check=False, timeout=3600, stderr=subprocess.STDOUT)
+    demo = run(
+        ["./scripts/demo", "--keep", "--data", f"verify_report_path={report_path}"],
+        cwd=clone,
+        env=env,
+        check=False,
+        timeout=3600,
+        stderr=subprocess.STDOUT,
+    )
     output = demo.stdout
     kept = re.search(r"^==> Node left running: docker rm -f -v (\w+)$", output, re.M)
     node = Node(image=image, share_apt_cache=False, id=kept.group(1) if kept else "")
@@ -74,9 +82,11 @@ def check_demo_output(output: str) -> None:
     first = first.partition(" -m pyinfra -y @docker/")[2]  # from the first run's command line on
     assert first, output[-8000:]
     changed = DeployResult(0, first, "", []).changed_operations()
-    for operation in ("NVIDIA driver | Enable contrib non-free non-free-firmware for bookworm",
-                      "NVIDIA driver | Install the NVIDIA driver",
-                      "NVIDIA driver | Install kernel headers for the driver's module"):
+    for operation in (
+        "NVIDIA driver | Enable contrib non-free non-free-firmware for bookworm",
+        "NVIDIA driver | Install the NVIDIA driver",
+        "NVIDIA driver | Install kernel headers for the driver's module",
+    ):
         assert operation in changed, (operation, changed)
     # No GPU: the run says so, and says a reboot is due; the second run still does (nothing rebooted).
     for run_output in (first, second):
@@ -85,7 +95,9 @@ def check_demo_output(output: str) -> None:
     assert "==> The second run changed nothing" in second, second[-8000:]
     # verify's report and the fleet report, from the second run: the node OK (no GPU here) and converged.
     assert re.search(r"^@docker/\w+: OK  GPUs: none  .*toolkit: 1\.20\.0  runtime: containerd ", second, re.M), second
-    assert re.search(r"^  runtime_binary +pass ", second, re.M) and re.search(r"^  containerd_config +pass ", second, re.M)
+    assert re.search(r"^  runtime_binary +pass ", second, re.M) and re.search(
+        r"^  containerd_config +pass ", second, re.M
+    )
     assert "--> Fleet report: 1 node: 1 converged" in second, second
     # The node as the demo shows it: Debian's driver installed and held, the toolkit installed, containerd up.
     packages = output.rpartition("--- packages")[2]
@@ -101,10 +113,15 @@ def check_node(node: Node, image: str) -> None:
     original_sources = run(["docker", "run", "--rm", image, "cat", SOURCES]).stdout
     sources = node.read(SOURCES)
     assert sources.count("Components: main contrib non-free non-free-firmware\n") == 2, sources
-    assert sources.replace("Components: main contrib non-free non-free-firmware\n", "Components: main\n") == original_sources
+    assert (
+        sources.replace("Components: main contrib non-free non-free-firmware\n", "Components: main\n")
+        == original_sources
+    )
 
-    installed = node.sh("dpkg-query -W -f '${Package} ${Status}\\n' nvidia-driver nvidia-smi nvidia-kernel-dkms "
-                        "firmware-misc-nonfree linux-headers-amd64").stdout
+    installed = node.sh(
+        "dpkg-query -W -f '${Package} ${Status}\\n' nvidia-driver nvidia-smi nvidia-kernel-dkms "
+        "firmware-misc-nonfree linux-headers-amd64"
+    ).stdout
     assert installed.count(" ok installed") == 5, installed
     held = set(node.sh("apt-mark showhold").stdout.split())
     assert held >= HELD and "firmware-misc-nonfree" not in held, held
@@ -116,8 +133,10 @@ def check_node(node: Node, image: str) -> None:
     # No GPU: nvidia-smi cannot reach a driver (exit 9); the reboot is due and was not taken.
     smi = node.sh("nvidia-smi", check=False)
     assert smi.returncode in (9, 255), smi
-    assert ("couldn't communicate with the NVIDIA driver" in smi.stdout + smi.stderr
-            or "Failed to initialize NVML" in smi.stdout + smi.stderr), smi
+    assert (
+        "couldn't communicate with the NVIDIA driver" in smi.stdout + smi.stderr
+        or "Failed to initialize NVML" in smi.stdout + smi.stderr
+    ), smi
     assert node.exists("/run/reboot-required")
 
     # The toolkit and containerd stages on top of the driver (a restart would be a changed operation

@@ -60,20 +60,23 @@ def static_scheduler_manifest(image: str) -> str:
 
 
 def mirror_pod(control_plane) -> dict | None:
-    result = control_plane.kubectl("-n", "kube-system", "get", "pod", f"kube-scheduler-{CP}", "-o", "json",
-                                   check=False)
+    result = control_plane.kubectl("-n", "kube-system", "get", "pod", f"kube-scheduler-{CP}", "-o", "json", check=False)
     return json.loads(result.stdout) if result.returncode == 0 else None
 
 
 def pod_ready(pod: dict | None) -> bool:
-    return bool(pod) and any(c["type"] == "Ready" and c["status"] == "True"
-                             for c in pod["status"].get("conditions", []))
+    return bool(pod) and any(
+        c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", [])
+    )
 
 
 def lab_change_in_cluster_client(control_plane, kind: str, name: str, extra: dict[str, str] | None = None) -> None:
     """LAB CHANGE (see the module docstring): the API server on 127.0.0.1 for a hostNetwork pod."""
-    env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(control_plane.apiserver_port),
-           **(extra or {})}
+    env = {
+        "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+        "KUBERNETES_SERVICE_PORT": str(control_plane.apiserver_port),
+        **(extra or {}),
+    }
     control_plane.kubectl("-n", NAMESPACE, "set", "env", f"{kind}/{name}", *(f"{k}={v}" for k, v in env.items()))
 
 
@@ -114,8 +117,13 @@ def lab(image, real_toolkit_repo, tmp_path_factory):
         inventory = write_inventory(workdir / "inventory.py", {gpu_node.target: GPU}, cp_node.target)
 
         # gpu_node.py provisions both (containerd for the control-plane's kubelet too), in one run.
-        data = {"container_runtimes": "containerd", "gpu_sharing": "gpushare", "stages": "toolkit,runtimes",
-                "verify_report_path": str(workdir / "report.json"), **real_toolkit_repo.data()}
+        data = {
+            "container_runtimes": "containerd",
+            "gpu_sharing": "gpushare",
+            "stages": "toolkit,runtimes",
+            "verify_report_path": str(workdir / "report.json"),
+            **real_toolkit_repo.data(),
+        }
         both = workdir / "both.py"
         both.write_text(f"gpu_nodes = [{gpu_node.target!r}, {cp_node.target!r}]\n")
         provisioned = pyinfra(str(both), "deploy/gpu_node.py", data, yes=True)
@@ -134,23 +142,51 @@ def lab(image, real_toolkit_repo, tmp_path_factory):
         from lab.control_plane import kubeconfig_text
 
         pki = control_plane.pki.folder
-        cp_node.write("/etc/kubernetes/scheduler.conf", kubeconfig_text(
-            control_plane.server, control_plane.pki.ca, pki / "scheduler.crt", pki / "scheduler.key",
-            "system:kube-scheduler", embed=True), mode="600")
+        cp_node.write(
+            "/etc/kubernetes/scheduler.conf",
+            kubeconfig_text(
+                control_plane.server,
+                control_plane.pki.ca,
+                pki / "scheduler.crt",
+                pki / "scheduler.key",
+                "system:kube-scheduler",
+                embed=True,
+            ),
+            mode="600",
+        )
         with scheduler_archive.open("rb") as stream:
-            subprocess.run(["docker", "exec", "-i", cp_node.id, "ctr", "-n", "k8s.io", "images", "import", "-"],
-                           stdin=stream, check=True, capture_output=True)
+            subprocess.run(
+                ["docker", "exec", "-i", cp_node.id, "ctr", "-n", "k8s.io", "images", "import", "-"],
+                stdin=stream,
+                check=True,
+                capture_output=True,
+            )
         cp_node.write(SCHEDULER_MANIFEST, static_scheduler_manifest(scheduler_image), mode="600")
-        wait_for(lambda: pod_ready(mirror_pod(control_plane)), timeout=180, interval=2,
-                 what="the static kube-scheduler pod Ready")
+        wait_for(
+            lambda: pod_ready(mirror_pod(control_plane)),
+            timeout=180,
+            interval=2,
+            what="the static kube-scheduler pod Ready",
+        )
         timings["lab_ready"] = time.monotonic() - began
 
         # As a user pins the release they downloaded.
         expected = hashlib.sha256(inspect_binary.read_bytes()).hexdigest()
-        k8s_data = {"gpu_sharing": "gpushare", "smoke_test": "false", "gpushare_inspect_source": str(inspect_binary),
-                    "gpushare_inspect_sha256": expected, "gpushare_scheduler_ready_timeout": "180"}
-        yield {"control_plane": control_plane, "cp": cp, "gpu": gpu, "inventory": inventory, "data": k8s_data,
-               "timings": timings}
+        k8s_data = {
+            "gpu_sharing": "gpushare",
+            "smoke_test": "false",
+            "gpushare_inspect_source": str(inspect_binary),
+            "gpushare_inspect_sha256": expected,
+            "gpushare_scheduler_ready_timeout": "180",
+        }
+        yield {
+            "control_plane": control_plane,
+            "cp": cp,
+            "gpu": gpu,
+            "inventory": inventory,
+            "data": k8s_data,
+            "timings": timings,
+        }
     finally:
         for node in nodes:
             node.remove()
@@ -161,8 +197,10 @@ def lab(image, real_toolkit_repo, tmp_path_factory):
 def diagnose(control_plane, kubelet) -> str:
     """What a failed wait shows: every pod, and the node's containers with their last log lines."""
     pods = control_plane.kubectl("get", "pods", "-A", "-o", "wide", check=False).stdout
-    containers = kubelet.sh("crictl ps -a 2>&1; for c in $(crictl ps -a -q); do echo \"== $c\"; "
-                            "crictl logs --tail 15 $c 2>&1; done", check=False).stdout
+    containers = kubelet.sh(
+        'crictl ps -a 2>&1; for c in $(crictl ps -a -q); do echo "== $c"; crictl logs --tail 15 $c 2>&1; done',
+        check=False,
+    ).stdout
     return f"{pods}\n{containers[-6000:]}"
 
 
@@ -171,12 +209,19 @@ def allocatable(control_plane, node: str) -> dict:
 
 
 GPU_MEM_POD = {
-    "apiVersion": "v1", "kind": "Pod",
+    "apiVersion": "v1",
+    "kind": "Pod",
     "metadata": {"name": "gpu-mem-3", "namespace": "default"},
     "spec": {
         "restartPolicy": "Never",
-        "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.9", "imagePullPolicy": "Never",
-                        "resources": {"limits": {"aliyun.com/gpu-mem": 3}}}],
+        "containers": [
+            {
+                "name": "main",
+                "image": "registry.k8s.io/pause:3.9",
+                "imagePullPolicy": "Never",
+                "resources": {"limits": {"aliyun.com/gpu-mem": 3}},
+            }
+        ],
     },
 }
 
@@ -205,31 +250,81 @@ def test_gpushare_deployed_by_the_tool_binds_a_gpu_mem_pod_through_the_extender(
     assert control_plane.get_json("node", GPU)["metadata"]["labels"].get("gpushare") == "true"
 
     lab_change_in_cluster_client(control_plane, "deployment", EXTENDER_NAME, {"PORT": str(EXTENDER_NODE_PORT)})
-    control_plane.kubectl("-n", NAMESPACE, "patch", "deployment", EXTENDER_NAME, "--type=json", "-p", json.dumps([
-        {"op": "replace", "path": f"/spec/template/spec/containers/0/{probe}/httpGet/port", "value": EXTENDER_NODE_PORT}
-        for probe in ("readinessProbe", "livenessProbe")]))
-    lab_change_in_cluster_client(control_plane, "daemonset", DEVICE_PLUGIN_DS,
-                                 {"MOCK_NVML_CONFIG": "/etc/nvml-mock-config/config.yaml"})
+    control_plane.kubectl(
+        "-n",
+        NAMESPACE,
+        "patch",
+        "deployment",
+        EXTENDER_NAME,
+        "--type=json",
+        "-p",
+        json.dumps(
+            [
+                {
+                    "op": "replace",
+                    "path": f"/spec/template/spec/containers/0/{probe}/httpGet/port",
+                    "value": EXTENDER_NODE_PORT,
+                }
+                for probe in ("readinessProbe", "livenessProbe")
+            ]
+        ),
+    )
+    lab_change_in_cluster_client(
+        control_plane, "daemonset", DEVICE_PLUGIN_DS, {"MOCK_NVML_CONFIG": "/etc/nvml-mock-config/config.yaml"}
+    )
     # LAB CHANGE: the mock NVML library finds its config beside itself in the driver root; injected
     # into the plugin's container by the runtime it is elsewhere, so it is pointed at the config.
-    control_plane.kubectl("-n", NAMESPACE, "patch", "daemonset", DEVICE_PLUGIN_DS, "--type=json", "-p", json.dumps([
-        {"op": "add", "path": "/spec/template/spec/volumes/-",
-         "value": {"name": "nvml-mock-config", "hostPath": {"path": "/var/lib/nvml-mock/driver/config"}}},
-        {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-",
-         "value": {"name": "nvml-mock-config", "mountPath": "/etc/nvml-mock-config", "readOnly": True}},
-    ]))
+    control_plane.kubectl(
+        "-n",
+        NAMESPACE,
+        "patch",
+        "daemonset",
+        DEVICE_PLUGIN_DS,
+        "--type=json",
+        "-p",
+        json.dumps(
+            [
+                {
+                    "op": "add",
+                    "path": "/spec/template/spec/volumes/-",
+                    "value": {"name": "nvml-mock-config", "hostPath": {"path": "/var/lib/nvml-mock/driver/config"}},
+                },
+                {
+                    "op": "add",
+                    "path": "/spec/template/spec/containers/0/volumeMounts/-",
+                    "value": {"name": "nvml-mock-config", "mountPath": "/etc/nvml-mock-config", "readOnly": True},
+                },
+            ]
+        ),
+    )
     try:
-        wait_for(lambda: allocatable(control_plane, GPU).get("aliyun.com/gpu-mem") == "16", timeout=180,
-                 interval=2, what="lab-gpu to advertise aliyun.com/gpu-mem 16 (one mock T4)")
+        wait_for(
+            lambda: allocatable(control_plane, GPU).get("aliyun.com/gpu-mem") == "16",
+            timeout=180,
+            interval=2,
+            what="lab-gpu to advertise aliyun.com/gpu-mem 16 (one mock T4)",
+        )
     except AssertionError as error:
-        raise AssertionError(f"{error}: {allocatable(control_plane, GPU)}\n{diagnose(control_plane, lab['gpu'])}") from None
+        raise AssertionError(
+            f"{error}: {allocatable(control_plane, GPU)}\n{diagnose(control_plane, lab['gpu'])}"
+        ) from None
     assert allocatable(control_plane, GPU).get("aliyun.com/gpu-count") == "1"
-    wait_for(lambda: control_plane.get_json("-n", NAMESPACE, "deployment", EXTENDER_NAME)["status"].get(
-        "readyReplicas") == 1, timeout=180, interval=2, what="the extender Ready")
+    wait_for(
+        lambda: (
+            control_plane.get_json("-n", NAMESPACE, "deployment", EXTENDER_NAME)["status"].get("readyReplicas") == 1
+        ),
+        timeout=180,
+        interval=2,
+        what="the extender Ready",
+    )
 
     control_plane.apply(json.dumps(GPU_MEM_POD))
-    pod = wait_for(lambda: (lambda p: p if p["spec"].get("nodeName") else None)(
-        control_plane.get_json("pod", "gpu-mem-3")), timeout=120, interval=2, what="the gpu-mem pod bound")
+    pod = wait_for(
+        lambda: (lambda p: p if p["spec"].get("nodeName") else None)(control_plane.get_json("pod", "gpu-mem-3")),
+        timeout=120,
+        interval=2,
+        what="the gpu-mem pod bound",
+    )
     assert pod["spec"]["nodeName"] == GPU
     annotations = pod["metadata"].get("annotations", {})
     assert annotations.get("ALIYUN_COM_GPU_MEM_IDX") == "0", annotations
@@ -239,8 +334,15 @@ def test_gpushare_deployed_by_the_tool_binds_a_gpu_mem_pod_through_the_extender(
     # scheduler, running with the tool's config, bound the pod through the extender.
     assert "ALIYUN_COM_GPU_MEM_ASSUME_TIME" in annotations, annotations
 
-    wait_for(lambda: control_plane.get_json("pod", "gpu-mem-3")["metadata"]["annotations"].get(
-        "ALIYUN_COM_GPU_MEM_ASSIGNED") == "true", timeout=120, interval=2, what="the device plugin's assignment")
+    wait_for(
+        lambda: (
+            control_plane.get_json("pod", "gpu-mem-3")["metadata"]["annotations"].get("ALIYUN_COM_GPU_MEM_ASSIGNED")
+            == "true"
+        ),
+        timeout=120,
+        interval=2,
+        what="the device plugin's assignment",
+    )
 
     # kubectl-inspect-gpushare, installed by the tool from the lab's file with its pinned SHA-256.
     assert cp.sh(f"sha256sum {INSPECT}").stdout.split()[0] == lab["data"]["gpushare_inspect_sha256"]
@@ -256,11 +358,15 @@ def test_gpushare_deployed_by_the_tool_binds_a_gpu_mem_pod_through_the_extender(
 
 def scheduler_logs(cp) -> str:
     """Every kube-scheduler container's log on lab-cp, the exited ones too (crictl on the node)."""
-    ids = cp.crictl("ps", "-a", "-q", "--label", f"io.kubernetes.pod.name=kube-scheduler-{CP}", check=False).stdout.split()
+    ids = cp.crictl(
+        "ps", "-a", "-q", "--label", f"io.kubernetes.pod.name=kube-scheduler-{CP}", check=False
+    ).stdout.split()
     return "\n".join(cp.sh(f"crictl logs {container} 2>&1", check=False).stdout for container in ids)
 
 
-def test_scheduler_edit_with_a_config_the_real_scheduler_refuses_is_rolled_back_and_the_scheduler_comes_back(lab, tmp_path):
+def test_scheduler_edit_with_a_config_the_real_scheduler_refuses_is_rolled_back_and_the_scheduler_comes_back(
+    lab, tmp_path
+):
     """The static-pod edit's rollback on the REAL kubelet and kube-scheduler v1.28.7 of lab-cp: the
     tool's own edit path (config file, staged manifest, swap, bounded wait) given a config in the
     v1beta2 API the gpushare guides show. The real scheduler refuses it (the guides' error, in its
@@ -274,12 +380,17 @@ def test_scheduler_edit_with_a_config_the_real_scheduler_refuses_is_rolled_back_
     assert v1beta2.read_text() != config
 
     # klog quotes the error: the quotes come escaped, as in test_gpushare_scheduler_config_real.py.
-    refusal = ('no kind \\"KubeSchedulerConfiguration\\" is registered for version '
-               '\\"kubescheduler.config.k8s.io/v1beta2\\"')
+    refusal = (
+        'no kind \\"KubeSchedulerConfiguration\\" is registered for version \\"kubescheduler.config.k8s.io/v1beta2\\"'
+    )
     with ThreadPoolExecutor(max_workers=1) as pool:
-        run_ = pool.submit(pyinfra, cp.node.target, "tests/fixtures/gpushare/scheduler_manifest_deploy.py",
-                           {"test_scheduler_config_file": str(v1beta2), "gpushare_scheduler_ready_timeout": "45"},
-                           yes=True)
+        run_ = pool.submit(
+            pyinfra,
+            cp.node.target,
+            "tests/fixtures/gpushare/scheduler_manifest_deploy.py",
+            {"test_scheduler_config_file": str(v1beta2), "gpushare_scheduler_ready_timeout": "45"},
+            yes=True,
+        )
         # The kubelet removes a restarted pod's old containers: read the refusal while it happens.
         refused = False
         while not run_.done():
@@ -292,8 +403,9 @@ def test_scheduler_edit_with_a_config_the_real_scheduler_refuses_is_rolled_back_
     assert cp.sh(f"cat {SCHEDULER_MANIFEST}").stdout == manifest
     # The restored manifest loads the config file again: it must be the one it ran with.
     assert cp.sh(f"cat {SCHEDULER_CONFIG}").stdout == config
-    wait_for(lambda: pod_ready(mirror_pod(control_plane)), timeout=180, interval=2,
-             what="the restored scheduler Ready again")
+    wait_for(
+        lambda: pod_ready(mirror_pod(control_plane)), timeout=180, interval=2, what="the restored scheduler Ready again"
+    )
     assert refused, "the real scheduler's refusal of the v1beta2 config was not seen in its container's log"
 
 
@@ -301,12 +413,15 @@ def test_gpushare_with_nvidia_not_the_default_runtime_is_refused_before_any_chan
     """One line, no traceback, on every host of the run; the cluster and the files untouched."""
     cp = lab["cp"]
     manifest = cp.sh(f"sha256sum {SCHEDULER_MANIFEST}").stdout
-    result = pyinfra(lab["inventory"], "deploy/k8s_gpu.py", {**lab["data"], "nvidia_runtime_default": "false"},
-                     yes=True)
+    result = pyinfra(
+        lab["inventory"], "deploy/k8s_gpu.py", {**lab["data"], "nvidia_runtime_default": "false"}, yes=True
+    )
     assert result.returncode != 0
-    line = ("invalid setting nvidia_runtime_default=false: allowed only true with gpu_sharing=gpushare "
-            "(the gpushare device plugin drops a pod's runtimeClassName, so its pods need nvidia as the "
-            "default runtime)")
+    line = (
+        "invalid setting nvidia_runtime_default=false: allowed only true with gpu_sharing=gpushare "
+        "(the gpushare device plugin drops a pod's runtimeClassName, so its pods need nvidia as the "
+        "default runtime)"
+    )
     assert line in result.stderr, result.explain()
     assert "Traceback" not in result.output
     assert cp.sh(f"sha256sum {SCHEDULER_MANIFEST}").stdout == manifest

@@ -55,7 +55,9 @@ def load_with_the_real_scheduler(tmp_path, config_text: str) -> subprocess.Compl
     written.unlink(missing_ok=True)
     return subprocess.run(
         [str(binary), f"--config={config}", f"--write-config-to={written}", "--secure-port=0"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -85,8 +87,9 @@ def test_the_generated_v1_config_is_loaded_by_the_real_scheduler_with_the_extend
 def test_a_v1beta2_config_is_refused_with_the_error_the_gpushare_guides_show(tmp_path):
     result = load_with_the_real_scheduler(tmp_path, config_for(tmp_path, f"{SCHEDULER_CONFIG_GROUP}/v1beta2"))
     assert result.returncode == 1
-    assert ('no kind \\"KubeSchedulerConfiguration\\" is registered for version '
-            '\\"kubescheduler.config.k8s.io/v1beta2\\"') in result.stderr, result.stderr
+    assert (
+        'no kind \\"KubeSchedulerConfiguration\\" is registered for version \\"kubescheduler.config.k8s.io/v1beta2\\"'
+    ) in result.stderr, result.stderr
     assert not (tmp_path / "written.yaml").exists()
 
 

@@ -123,8 +123,9 @@ def test_a_path_with_shell_metacharacters_is_used_quoted_never_run(containerd_no
 
 def test_a_typo_of_a_setting_is_named_with_the_setting_it_resembles(node):
     before = node_fingerprint(node)
-    result = node.deploy(data={"nvidia_driver_brnach": "535", "stages": "kernel"}, json_output=False,
-                         extra_args=["--dry"])
+    result = node.deploy(
+        data={"nvidia_driver_brnach": "535", "stages": "kernel"}, json_output=False, extra_args=["--dry"]
+    )
     assert result.returncode == 0, result.explain()
     assert "unknown setting 'nvidia_driver_brnach' (--data): did you mean 'nvidia_driver_branch'?" in result.output
     assert "docker_identifier" not in result.output  # pyinfra's own data keys are not ours to flag

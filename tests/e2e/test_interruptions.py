@@ -63,8 +63,9 @@ class BackgroundDeploy:
     def __init__(self, node, data: dict) -> None:
         args, env = node.deploy_command(data=data)
         self.args = args
-        self.process = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        self.process = subprocess.Popen(
+            args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
 
     def kill(self) -> str:
         """Kill the controller first: a remote side killed first would let pyinfra end by itself."""
@@ -96,7 +97,8 @@ def wires_nvidia(config: dict) -> bool:
 
 
 def test_killed_between_config_write_and_restart_the_next_run_restarts_and_the_one_after_changes_nothing(
-        containerd_node):
+    containerd_node,
+):
     node = containerd_node
     before = node.service("containerd")
     install_interruption_device(node)
@@ -129,13 +131,18 @@ def test_killed_between_config_write_and_restart_the_next_run_restarts_and_the_o
 
 def test_killed_during_the_restart_the_next_run_restarts_and_the_one_after_changes_nothing(containerd_node):
     node = containerd_node
-    node.write(HOLD_START_DROPIN, "[Service]\nExecStartPre=/bin/sh -c 'while [ -e /run/gpu-node-test/hold-start ]; "
-               "do sleep 0.2; done'\n")
+    node.write(
+        HOLD_START_DROPIN,
+        "[Service]\nExecStartPre=/bin/sh -c 'while [ -e /run/gpu-node-test/hold-start ]; do sleep 0.2; done'\n",
+    )
     node.sh("mkdir -p /run/gpu-node-test && touch /run/gpu-node-test/hold-start && systemctl daemon-reload")
 
     run = BackgroundDeploy(node, RUNTIMES)
-    wait_for(lambda: node.sh("systemctl is-active containerd", check=False).stdout.strip() == "activating",
-             timeout=300, what="containerd's restart to be under way")
+    wait_for(
+        lambda: node.sh("systemctl is-active containerd", check=False).stdout.strip() == "activating",
+        timeout=300,
+        what="containerd's restart to be under way",
+    )
     # The connection drops: the controller, then the script and its `systemctl restart` die.
     output = run.kill()
     node.sh("pkill -9 -f gpu-node-candidate; pkill -9 -f 'systemctl restart containerd'", check=False)
@@ -143,8 +150,11 @@ def test_killed_during_the_restart_the_next_run_restarts_and_the_one_after_chang
     assert node.exists(PENDING_MARK)
 
     node.sh(f"rm -f /run/gpu-node-test/hold-start {HOLD_START_DROPIN} && systemctl daemon-reload")
-    wait_for(lambda: node.sh("systemctl is-active containerd", check=False).stdout.strip() in ("active", "failed"),
-             timeout=120, what="containerd's interrupted start to finish")
+    wait_for(
+        lambda: node.sh("systemctl is-active containerd", check=False).stdout.strip() in ("active", "failed"),
+        timeout=120,
+        what="containerd's interrupted start to finish",
+    )
 
     converge = node.deploy(data=RUNTIMES)
     assert converge.returncode == 0, converge.explain()
@@ -194,23 +204,30 @@ def hold_dpkg_lock(node) -> None:
         "dpkg-deb -b /tmp/holder /tmp/holder.deb >/dev/null && "
         "(setsid dpkg -i /tmp/holder.deb >/tmp/holder.log 2>&1 &)"
     )
-    wait_for(lambda: node.sh("grep -q . /proc/locks && pgrep -x dpkg", check=False).returncode == 0,
-             timeout=30, what="dpkg to hold its lock")
+    wait_for(
+        lambda: node.sh("grep -q . /proc/locks && pgrep -x dpkg", check=False).returncode == 0,
+        timeout=30,
+        what="dpkg to hold its lock",
+    )
 
 
 def test_a_held_dpkg_lock_is_waited_for_then_fails_naming_it_and_nothing_changes(node):
     hold_dpkg_lock(node)
     watched = ["/etc/modules-load.d", "/etc/sysctl.d", "/var/lib/dpkg/status"]
-    before = {path: node.sh(f"ls -la --time-style=full-iso {path}; sha256sum {path} 2>/dev/null", check=False).stdout
-              for path in watched}
+    before = {
+        path: node.sh(f"ls -la --time-style=full-iso {path}; sha256sum {path} 2>/dev/null", check=False).stdout
+        for path in watched
+    }
 
     busy = node.deploy(data={"stages": "kernel,runtimes", "apt_lock_timeout": "3"})
     assert busy.returncode != 0
     assert "the package manager is busy: after waiting 3 s (apt_lock_timeout)" in busy.stderr, busy.explain()
     assert "/var/lib/dpkg/lock-frontend is held by process" in busy.stderr and "dpkg -i /tmp/holder.deb" in busy.stderr
     assert "nothing was changed" in busy.stderr
-    after = {path: node.sh(f"ls -la --time-style=full-iso {path}; sha256sum {path} 2>/dev/null", check=False).stdout
-             for path in watched}
+    after = {
+        path: node.sh(f"ls -la --time-style=full-iso {path}; sha256sum {path} 2>/dev/null", check=False).stdout
+        for path in watched
+    }
     assert after == before
     assert not node.exists(CONFIG) and not node.exists("/usr/bin/containerd")
 
@@ -222,8 +239,11 @@ def test_a_dpkg_lock_released_within_the_bound_is_waited_for_and_the_run_converg
         # The lock goes once the run's bounded wait is running on the node (its script carries
         # lock_timeout=120; the bracket keeps pgrep's own shell from matching), not after a fixed delay a
         # loaded machine could outlast before preflight reads.
-        wait_for(lambda: node.sh("pgrep -f 'lock_timeout=12[0]'", check=False).returncode == 0,
-                 timeout=600, what="the run to wait for dpkg's lock")
+        wait_for(
+            lambda: node.sh("pgrep -f 'lock_timeout=12[0]'", check=False).returncode == 0,
+            timeout=600,
+            what="the run to wait for dpkg's lock",
+        )
         node.sh("rm -f /run/gpu-node-test/hold-dpkg")
 
     release = threading.Thread(target=release_once_the_run_waits, daemon=True)

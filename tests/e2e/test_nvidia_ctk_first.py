@@ -28,8 +28,9 @@ from deploy.runtimes.wiring import RuntimeWiring
 CONFIG = "/etc/containerd/config.toml"
 DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"
 PLUGIN = "io.containerd.grpc.v1.cri"
-INSTALL_CONTAINERD = ("apt-get install -y -q containerd >/dev/null 2>&1 || "
-                      "(apt-get update -q && apt-get install -y -q containerd)")
+INSTALL_CONTAINERD = (
+    "apt-get install -y -q containerd >/dev/null 2>&1 || (apt-get update -q && apt-get install -y -q containerd)"
+)
 
 
 # nvidia-ctk's run on each config -> whether it left in effect the wiring gpu-node wants.
@@ -65,14 +66,20 @@ def test_nvidia_ctk_drop_in_node_converges_verify_passes_and_second_run_changes_
         assert "runtimes.nvidia.options.SystemdCgroup is false, not true (systemd_cgroup)" in problems, problems
     before = {"config": node.stat(CONFIG), "drop_in": node.stat(DROP_IN), "service": node.service("containerd")}
 
-    data = {"stages": "runtimes,verify", "container_runtimes": "containerd",
-            "verify_report_path": str(report), **toolkit_repo.data()}
+    data = {
+        "stages": "runtimes,verify",
+        "container_runtimes": "containerd",
+        "verify_report_path": str(report),
+        **toolkit_repo.data(),
+    }
     first = node.deploy(data=data, default_mode=True)
     assert first.returncode == 0 and report.exists(), first.explain()
     wired = [] if already_wired else [f"containerd | Wire the nvidia runtime into {CONFIG}"]
     # and, on a first run, the /dev/char link script and its udev rule (deploy/tasks/devices.py)
-    device_links = ["NVIDIA device links | Put the /dev/char link script for NVIDIA's device nodes",
-                    "NVIDIA device links | Link NVIDIA's device nodes in /dev/char when the driver binds (udev)"]
+    device_links = [
+        "NVIDIA device links | Put the /dev/char link script for NVIDIA's device nodes",
+        "NVIDIA device links | Link NVIDIA's device nodes in /dev/char when the driver binds (udev)",
+    ]
     assert first.changed_operations() == wired + device_links, first.explain()
     steps = {step["name"]: step for step in json.loads(report.read_text())["nodes"][0]["steps"]}
     assert steps["containerd_config"]["status"] == "pass", steps["containerd_config"]
@@ -102,8 +109,9 @@ def test_a_drop_in_that_overrides_the_wiring_is_named_and_nothing_is_changed(nod
     node.write(CONFIG, 'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n')
     node.write(DROP_IN, f'version = 2\n[plugins."{PLUGIN}".containerd]\n  runtimes = "runc"\n')
     before = (node.stat(CONFIG), node.stat(DROP_IN))
-    result = node.deploy(data={"stages": "runtimes", "container_runtimes": "containerd",
-                               **toolkit_repo.data()}, json_output=False)
+    result = node.deploy(
+        data={"stages": "runtimes", "container_runtimes": "containerd", **toolkit_repo.data()}, json_output=False
+    )
     assert result.returncode != 0
     assert f'{DROP_IN}: plugins."{PLUGIN}".containerd.runtimes is not a table' in result.output
     assert "Traceback" not in result.output

@@ -47,16 +47,22 @@ DRIVER = ("nvidia-driver", "nvidia-smi")
 OPEN_MODULE, PROPRIETARY_MODULE = "nvidia-open-kernel-dkms", "nvidia-kernel-dkms"
 SIGNING = {"module_signing": "true", "module_signing_mok_password": "e2e-only one-time password"}
 KEY, CERT = "/var/lib/gpu-node/module-signing/signing.key", "/var/lib/gpu-node/module-signing/signing.der"
-REBOOT_LINE = ("reboot required: the NVIDIA driver changed ({packages}) and its kernel module is not loaded; "
-               "reboot the node (or rerun with reboot_allowed=true)")
+REBOOT_LINE = (
+    "reboot required: the NVIDIA driver changed ({packages}) and its kernel module is not loaded; "
+    "reboot the node (or rerun with reboot_allowed=true)"
+)
 
 
 def dpkg_states(node, *packages: str) -> dict[str, str]:
     """package -> "version status" as dpkg has it (status: installed, half-configured, unpacked...)."""
-    out = node.sh("dpkg-query -W -f '${Package}|${Version}|${db:Status-Status}\\n' " + " ".join(packages)
-                  + " 2>/dev/null || true").stdout
-    return {name: f"{version} {status}" for name, version, status in (line.split("|") for line in out.splitlines())
-            if status not in ("not-installed", "config-files")}
+    out = node.sh(
+        "dpkg-query -W -f '${Package}|${Version}|${db:Status-Status}\\n' " + " ".join(packages) + " 2>/dev/null || true"
+    ).stdout
+    return {
+        name: f"{version} {status}"
+        for name, version, status in (line.split("|") for line in out.splitlines())
+        if status not in ("not-installed", "config-files")
+    }
 
 
 def held(node) -> set[str]:
@@ -65,8 +71,10 @@ def held(node) -> set[str]:
 
 def preferences(node) -> str:
     """apt's preference files with their mtimes (ns) and checksums: equal before and after means untouched."""
-    return node.sh("cd /etc/apt/preferences.d && for f in *; do [ -f \"$f\" ] && stat -c '%n %.9Y' \"$f\" "
-                   "&& sha256sum \"$f\"; done; true").stdout
+    return node.sh(
+        'cd /etc/apt/preferences.d && for f in *; do [ -f "$f" ] && stat -c \'%n %.9Y\' "$f" '
+        '&& sha256sum "$f"; done; true'
+    ).stdout
 
 
 def headers_kernel(node) -> str:
@@ -79,8 +87,10 @@ def headers_kernel(node) -> str:
 
 def built_nvidia_modules(node, kernel: str) -> dict[str, str]:
     """The DKMS-built nvidia module files of ``kernel`` -> their modinfo license, read from the file."""
-    paths = node.sh(f"find /lib/modules/{kernel}/updates -name 'nvidia-current.ko*' "
-                    f"-o -name 'nvidia-current-open.ko*' 2>/dev/null || true").stdout.split()
+    paths = node.sh(
+        f"find /lib/modules/{kernel}/updates -name 'nvidia-current.ko*' "
+        f"-o -name 'nvidia-current-open.ko*' 2>/dev/null || true"
+    ).stdout.split()
     return {path: node.sh(f"modinfo -F license {path}").stdout.strip() for path in paths}
 
 
@@ -88,9 +98,13 @@ def install_second_kernel(node) -> str:
     """Debian's cloud kernel image from the real archive (26 MB), without its headers; returns its release.
     Its initramfs is not generated (update-initramfs diverted to true): no node container boots it, and
     generating it twice cost 40 s here."""
-    node.sh("dpkg-divert --local --rename --add /usr/sbin/update-initramfs && ln -s /bin/true /usr/sbin/update-initramfs")
-    node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "
-            "linux-image-cloud-amd64")
+    node.sh(
+        "dpkg-divert --local --rename --add /usr/sbin/update-initramfs && ln -s /bin/true /usr/sbin/update-initramfs"
+    )
+    node.sh(
+        "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "
+        "linux-image-cloud-amd64"
+    )
     depends = node.sh("dpkg-query -W -f '${Depends}' linux-image-cloud-amd64").stdout
     (package,) = [word.split()[0] for word in depends.split(",") if word.strip().startswith("linux-image-")]
     return package.removeprefix("linux-image-")
@@ -98,19 +112,23 @@ def install_second_kernel(node) -> str:
 
 def verify_steps(node, report) -> tuple[dict, object]:
     """deploy/verify.py's steps (its report on the controller) and the run."""
-    run = node.deploy(data={"verify_report_path": str(report), **SIGNING}, deploy_file="deploy/verify.py",
-                      json_output=False)
+    run = node.deploy(
+        data={"verify_report_path": str(report), **SIGNING}, deploy_file="deploy/verify.py", json_output=False
+    )
     return {step["name"]: step for step in json.loads(report.read_text())["nodes"][0]["steps"]}, run
 
 
 def signatures(node, modules) -> set[tuple[str, str]]:
     """(signer, sig_key) of each module file, as the real modinfo reads them."""
-    return {(node.sh(f"modinfo -F signer {path}").stdout.strip(), node.sh(f"modinfo -F sig_key {path}").stdout.strip())
-            for path in modules}
+    return {
+        (node.sh(f"modinfo -F signer {path}").stdout.strip(), node.sh(f"modinfo -F sig_key {path}").stdout.strip())
+        for path in modules
+    }
 
 
 def test_open_module_type_on_bookworm_fails_in_one_line_and_switching_to_proprietary_replaces_the_module_held_signed_standin_mokutil(
-        node, tmp_path):
+    node, tmp_path
+):
     seconds = {}
     # An update has brought a second kernel, its image alone (installed first: any apt-get install after
     # the failed open run would configure the half-configured open module again).
@@ -143,8 +161,9 @@ def test_open_module_type_on_bookworm_fails_in_one_line_and_switching_to_proprie
     # Secure Boot on, as the stand-in mokutil says (no EFI variables in a container)
     standin_mokutil.install(node)
     started = time.monotonic()
-    switch = node.deploy(data={**STAGES, **SIGNING, "nvidia_kernel_modules": "proprietary"}, default_mode=True,
-                         json_output=False)
+    switch = node.deploy(
+        data={**STAGES, **SIGNING, "nvidia_kernel_modules": "proprietary"}, default_mode=True, json_output=False
+    )
     seconds["switch to proprietary"] = time.monotonic() - started
     print(" ".join(f"{phase} {value:.0f} s;" for phase, value in seconds.items()))
     assert switch.returncode == 0, switch.explain()
@@ -155,7 +174,8 @@ def test_open_module_type_on_bookworm_fails_in_one_line_and_switching_to_proprie
     assert "NVIDIA driver | Mark the node for a reboot after the driver change" in changed, changed
     assert "NVIDIA driver | Build the NVIDIA module for every installed kernel" in changed, changed
     assert dpkg_states(node, *DRIVER, OPEN_MODULE, PROPRIETARY_MODULE) == {
-        name: f"{version} installed" for name in (*DRIVER, PROPRIETARY_MODULE)}
+        name: f"{version} installed" for name in (*DRIVER, PROPRIETARY_MODULE)
+    }
     now_held = held(node)
     assert {*DRIVER, PROPRIETARY_MODULE} <= now_held and OPEN_MODULE not in now_held, now_held
     status = node.sh("dkms status").stdout
@@ -176,7 +196,10 @@ def test_open_module_type_on_bookworm_fails_in_one_line_and_switching_to_proprie
     # Signed: both kernels' modules, by the key gpu-node generated on the node (root's alone), the
     # real DKMS signing them with it; its enrollment staged with the password's hash, never the password
     assert node.sh(f"stat -c '%U:%G %a' {KEY} {CERT} $(dirname {KEY})").stdout.split("\n")[:3] == [
-        "root:root 600", "root:root 600", "root:root 700"]
+        "root:root 600",
+        "root:root 600",
+        "root:root 700",
+    ]
     hostname = node.sh("hostname").stdout.strip()
     serial = node.sh(f"openssl x509 -inform DER -in {CERT} -noout -serial").stdout.strip().removeprefix("serial=")
     all_modules = node.sh(f"find /lib/modules/{kernel} /lib/modules/{second} -name 'nvidia*.ko*'").stdout.split()
@@ -187,7 +210,9 @@ def test_open_module_type_on_bookworm_fails_in_one_line_and_switching_to_proprie
     assert node.sh(f"cmp {CERT} {standin_mokutil.STATE}/new/signing.der", check=False).returncode == 0
     staged = node.read(f"{standin_mokutil.STATE}/new.hash").strip()
     salt = staged.split("$")[2]
-    assert staged == node.sh(f"openssl passwd -6 -salt {salt} '{SIGNING['module_signing_mok_password']}'").stdout.strip()
+    assert (
+        staged == node.sh(f"openssl passwd -6 -salt {salt} '{SIGNING['module_signing_mok_password']}'").stdout.strip()
+    )
     assert not node.exists("/var/lib/gpu-node/module-signing/.mok-password.hash")
     assert SIGNING["module_signing_mok_password"] not in switch.output + switch.stderr
 
@@ -208,29 +233,40 @@ def test_open_module_type_on_bookworm_fails_in_one_line_and_switching_to_proprie
     will = [line for line in updates.splitlines() if "Packages that will be upgraded:" in line]
     assert not any("nvidia" in line for line in will), will
     assert dpkg_states(node, *DRIVER, PROPRIETARY_MODULE) == {
-        name: f"{version} installed" for name in (*DRIVER, PROPRIETARY_MODULE)}
+        name: f"{version} installed" for name in (*DRIVER, PROPRIETARY_MODULE)
+    }
 
     # verify: the one installed kernel (the headers' kernel has no image here) has the module
     started = time.monotonic()
     steps, _ = verify_steps(node, tmp_path / "verify.json")
     step = steps["boot_kernels"]
     assert step["status"] == "pass", step
-    assert steps["module_signing"] == {"name": "module_signing", "status": "pass", "reason": (
-        f"module signed by gpu-node module signing key ({hostname}), enrolled: pending next boot (Secure Boot on)")}
-    assert f"1 installed kernel(s) have the nvidia module {version.split('-')[0]}: {second} (DKMS); next boot {second}" \
-        in step["reason"], step
+    assert steps["module_signing"] == {
+        "name": "module_signing",
+        "status": "pass",
+        "reason": (
+            f"module signed by gpu-node module signing key ({hostname}), enrolled: pending next boot (Secure Boot on)"
+        ),
+    }
+    assert (
+        f"1 installed kernel(s) have the nvidia module {version.split('-')[0]}: {second} (DKMS); next boot {second}"
+        in step["reason"]
+    ), step
     # its module removed: verify fails naming the kernel that would boot with no module
     node.sh(f"rm /lib/modules/{second}/updates/dkms/nvidia-current*.ko*")
     standin_mokutil.boot_confirming(node)  # the MOK manager took the key at that boot
     steps, run = verify_steps(node, tmp_path / "verify.json")
     step = steps["boot_kernels"]
     assert steps["module_signing"]["reason"].startswith(
-        f"module signed by gpu-node module signing key ({hostname}), enrolled: yes"), steps["module_signing"]
+        f"module signed by gpu-node module signing key ({hostname}), enrolled: yes"
+    ), steps["module_signing"]
     seconds["two verify runs"] = time.monotonic() - started
     print(" ".join(f"{phase} {value:.0f} s;" for phase, value in seconds.items()))
-    line = (f"verify boot_kernels: fail: kernel {second} has no nvidia module of driver {version.split('-')[0]} "
-            "(boots next: the newest installed kernel, GRUB's first entry): booted, the node has no GPU; run the "
-            f"driver stage, which builds it with DKMS (dkms autoinstall -k {second})")
+    line = (
+        f"verify boot_kernels: fail: kernel {second} has no nvidia module of driver {version.split('-')[0]} "
+        "(boots next: the newest installed kernel, GRUB's first entry): booted, the node has no GPU; run the "
+        f"driver stage, which builds it with DKMS (dkms autoinstall -k {second})"
+    )
     assert step["status"] == "fail" and line.endswith(step["reason"]), step
     assert run.returncode != 0 and line in run.output, run.output[-3000:]
     assert "boot_kernels" in run.output.split("--> Fleet report", 1)[1], run.output[-3000:]  # its verify column

@@ -42,8 +42,10 @@ def site_with_the_wheel(tmp_path_factory) -> tuple[Path, Path]:
     (site / "deploy" / "web.py").write_text("PORT = 8080\n")
     run([sys.executable, "-m", "venv", str(site / ".venv")])
     python = site / ".venv" / "bin" / "python"
-    run([str(python), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(dependencies), str(wheel)],
-        timeout=900)
+    run(
+        [str(python), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(dependencies), str(wheel)],
+        timeout=900,
+    )
     return site, python
 
 
@@ -52,9 +54,15 @@ def test_the_wheel_installs_the_operators_commands_and_each_prints_its_help(site
     name, exit 0. Run with no PATH but the virtualenv's bin: a command that ignored --help and reached
     for the system (sh, systemctl) would fail here instead of acting on this machine."""
     site, python = site_with_the_wheel
-    installed = run([str(python), "-c", "from importlib.metadata import distribution; print(*sorted("
-                     "entry.name for entry in distribution('gpu-node').entry_points if entry.group == 'console_scripts'))"],
-                    cwd=site).stdout.split()
+    installed = run(
+        [
+            str(python),
+            "-c",
+            "from importlib.metadata import distribution; print(*sorted("
+            "entry.name for entry in distribution('gpu-node').entry_points if entry.group == 'console_scripts'))",
+        ],
+        cwd=site,
+    ).stdout.split()
     assert installed == sorted(COMMANDS)
     bin_folder = python.parent
     env = {"PATH": str(bin_folder), "LANG": "C.UTF-8"}
@@ -71,8 +79,9 @@ def test_the_wheel_runs_from_a_sites_own_deploy_beside_its_own_deploy_package_an
 ):
     site, python = site_with_the_wheel
     # Installed, not the checkout: the package imports from the virtualenv, whatever the folder.
-    where = run([str(python), "-c", "import gpu_node, deploy.web; print(gpu_node.__file__, gpu_node.__version__)"],
-                cwd=site).stdout
+    where = run(
+        [str(python), "-c", "import gpu_node, deploy.web; print(gpu_node.__file__, gpu_node.__version__)"], cwd=site
+    ).stdout
     assert where.startswith(str(site / ".venv")) and "gpu_node/__init__.py" in where, where
     settings = ", ".join(f"{key}={value == 'true'!r}" for key, value in SAFE_DATA.items())
     (site / "site_deploy.py").write_text(SITE_DEPLOY.format(settings=settings))

@@ -119,9 +119,14 @@ def arch_repos(tmp_path_factory):
 def toolkit_data(toolkit: RpmToolkit | None, lock_timeout: int) -> dict:
     data = {"stages": "toolkit", "apt_lock_timeout": str(lock_timeout)}
     if toolkit:
-        data.update({"nvidia_toolkit_repo_url": toolkit.url, "nvidia_toolkit_gpgkey_url": toolkit.key_url,
-                     "nvidia_toolkit_gpgkey_fingerprint": toolkit.key.fingerprint,
-                     "allow_insecure_repositories": "true"})  # http:// on 127.0.0.1; signatures are checked
+        data.update(
+            {
+                "nvidia_toolkit_repo_url": toolkit.url,
+                "nvidia_toolkit_gpgkey_url": toolkit.key_url,
+                "nvidia_toolkit_gpgkey_fingerprint": toolkit.key.fingerprint,
+                "allow_insecure_repositories": "true",
+            }
+        )  # http:// on 127.0.0.1; signatures are checked
     return data
 
 
@@ -129,8 +134,14 @@ def put_repository_file(node, toolkit: RpmToolkit, distro_id: str, version_id: s
     """The toolkit's repository file and its checked key as the run writes them, the key imported into
     rpm's database: the run finds them in place."""
     settings = parse_settings({**SAFE_DATA, **toolkit_data(toolkit, LONG)})
-    platform = detect_platform({"name": distro_id, "major": int(version_id.split(".")[0]),
-                                "release_meta": {"ID": distro_id, "VERSION_ID": version_id}}, "x86_64")
+    platform = detect_platform(
+        {
+            "name": distro_id,
+            "major": int(version_id.split(".")[0]),
+            "release_meta": {"ID": distro_id, "VERSION_ID": version_id},
+        },
+        "x86_64",
+    )
     manager = platform.family.package_manager
     key_file = manager.key_file.format(name=REPOSITORY_NAME)
     node.write(key_file, toolkit.key.armored_public_key())
@@ -183,7 +194,9 @@ def gpu_node_lines(lock: str):
     """gpu-node's one line for a lock held past SHORT, naming the holder's pid and command."""
     return lambda pid, command: [
         f"gpu-node: the package manager is busy: after waiting {SHORT} s (apt_lock_timeout), "
-        f"{lock} is held by process {pid} (", f"{command}): run again once it is done"]
+        f"{lock} is held by process {pid} (",
+        f"{command}): run again once it is done",
+    ]
 
 
 def test_dnf_standin_toolkit_waits_for_a_dnf_holding_its_lock_and_fails_naming_one_that_stays(rpm_toolkit):
@@ -194,11 +207,19 @@ def test_dnf_standin_toolkit_waits_for_a_dnf_holding_its_lock_and_fails_naming_o
 
         def holder(mirror_url):
             node.write("/tmp/stalled/stalled.repo", f"[stalled]\nname=stalled\nbaseurl={mirror_url}\ngpgcheck=0\n")
-            return ("dnf -q --setopt=reposdir=/tmp/stalled --setopt=retries=0 makecache",
-                    HOLDS.format(lock="/var/cache/dnf/metadata_lock.pid"))
+            return (
+                "dnf -q --setopt=reposdir=/tmp/stalled --setopt=retries=0 makecache",
+                HOLDS.format(lock="/var/cache/dnf/metadata_lock.pid"),
+            )
 
-        run_both_ways(node, holder, rpm_toolkit, gpu_node_lines("/var/cache/dnf/metadata_lock.pid"),
-                      lambda: rpm_installed(node, TOOLKIT_PACKAGES), TOOLKIT_PACKAGES)
+        run_both_ways(
+            node,
+            holder,
+            rpm_toolkit,
+            gpu_node_lines("/var/cache/dnf/metadata_lock.pid"),
+            lambda: rpm_installed(node, TOOLKIT_PACKAGES),
+            TOOLKIT_PACKAGES,
+        )
     finally:
         node.remove()
 
@@ -211,14 +232,20 @@ def test_zypper_standin_toolkit_waits_for_a_zypper_holding_its_lock_and_fails_na
         put_repository_file(node, rpm_toolkit, "opensuse-leap", "15.6")
 
         def holder(mirror_url):
-            node.write("/tmp/stalled/stalled.repo", f"[stalled]\nname=stalled\nbaseurl={mirror_url}\n"
-                                                    "enabled=1\nautorefresh=1\ngpgcheck=0\n")
-            return ("zypper --non-interactive --reposd-dir /tmp/stalled refresh",
-                    HOLDS.format(lock="/run/zypp.pid"))
+            node.write(
+                "/tmp/stalled/stalled.repo",
+                f"[stalled]\nname=stalled\nbaseurl={mirror_url}\nenabled=1\nautorefresh=1\ngpgcheck=0\n",
+            )
+            return ("zypper --non-interactive --reposd-dir /tmp/stalled refresh", HOLDS.format(lock="/run/zypp.pid"))
 
-        run_both_ways(node, holder, rpm_toolkit,
-                      lambda pid, command: [f"System management is locked by the application with pid {pid} (zypper)."],
-                      lambda: rpm_installed(node, TOOLKIT_PACKAGES), TOOLKIT_PACKAGES)
+        run_both_ways(
+            node,
+            holder,
+            rpm_toolkit,
+            lambda pid, command: [f"System management is locked by the application with pid {pid} (zypper)."],
+            lambda: rpm_installed(node, TOOLKIT_PACKAGES),
+            TOOLKIT_PACKAGES,
+        )
     finally:
         node.remove()
 
@@ -251,11 +278,20 @@ def assert_driver_stage_fails_in_preflight(node, repository: str, command: str, 
     with stalled_mirror() as mirror:
         node.write("/tmp/stalled/stalled.repo", repository.format(url=mirror.url))
         pid = start_holder(node, command, HOLDS.format(lock=lock))
-        busy, took = timed_deploy(node, {"stages": "driver", "apt_lock_timeout": str(SHORT),
-                                         "allow_insecure_repositories": "true", **settings(mirror.url)})
+        busy, took = timed_deploy(
+            node,
+            {
+                "stages": "driver",
+                "apt_lock_timeout": str(SHORT),
+                "allow_insecure_repositories": "true",
+                **settings(mirror.url),
+            },
+        )
         still_held = node.sh(HOLDS.format(lock=lock), check=False).returncode == 0
     assert busy.returncode != 0, busy.explain()
-    failures = sorted({line[line.index("gpu-node: "):] for line in busy.run_output.splitlines() if "gpu-node: " in line})
+    failures = sorted(
+        {line[line.index("gpu-node: ") :] for line in busy.run_output.splitlines() if "gpu-node: " in line}
+    )
     assert len(failures) == 1, busy.explain()
     for part in gpu_node_lines(lock)(pid, command):
         assert part in failures[0], busy.explain()
@@ -271,10 +307,16 @@ def test_dnf_driver_stage_fails_in_preflight_naming_a_dnf_that_holds_its_lock_pa
     node = family_node(ROCKY9_DNF).start()
     try:
         assert_driver_stage_fails_in_preflight(
-            node, "[stalled]\nname=stalled\nbaseurl={url}\ngpgcheck=0\n",
-            "dnf -q --setopt=reposdir=/tmp/stalled --setopt=retries=0 makecache", "/var/cache/dnf/metadata_lock.pid",
-            lambda url: {"nvidia_driver_branch": "550", "nvidia_cuda_repo_url": url, **unfetched_keys()})
-        assert node.sh("ls /etc/yum.repos.d /etc/dnf/modules.d").stdout.split() == ["/etc/dnf/modules.d:", "/etc/yum.repos.d:"]
+            node,
+            "[stalled]\nname=stalled\nbaseurl={url}\ngpgcheck=0\n",
+            "dnf -q --setopt=reposdir=/tmp/stalled --setopt=retries=0 makecache",
+            "/var/cache/dnf/metadata_lock.pid",
+            lambda url: {"nvidia_driver_branch": "550", "nvidia_cuda_repo_url": url, **unfetched_keys()},
+        )
+        assert node.sh("ls /etc/yum.repos.d /etc/dnf/modules.d").stdout.split() == [
+            "/etc/dnf/modules.d:",
+            "/etc/yum.repos.d:",
+        ]
     finally:
         node.remove()
 
@@ -288,9 +330,12 @@ def test_zypper_driver_stage_fails_in_preflight_naming_a_zypper_that_holds_its_l
     try:
         repositories = node.sh("ls /etc/zypp/repos.d").stdout.split()
         assert_driver_stage_fails_in_preflight(
-            node, "[stalled]\nname=stalled\nbaseurl={url}\nenabled=1\nautorefresh=1\ngpgcheck=0\n",
-            "zypper --non-interactive --reposd-dir /tmp/stalled refresh", "/run/zypp.pid",
-            lambda url: {"nvidia_driver_repo_url": url, "nvidia_cuda_repo_url": url, **unfetched_keys()})
+            node,
+            "[stalled]\nname=stalled\nbaseurl={url}\nenabled=1\nautorefresh=1\ngpgcheck=0\n",
+            "zypper --non-interactive --reposd-dir /tmp/stalled refresh",
+            "/run/zypp.pid",
+            lambda url: {"nvidia_driver_repo_url": url, "nvidia_cuda_repo_url": url, **unfetched_keys()},
+        )
         assert node.sh("ls /etc/zypp/repos.d").stdout.split() == repositories
     finally:
         node.remove()

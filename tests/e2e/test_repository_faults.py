@@ -48,9 +48,14 @@ def fault_settings(fault: str, repo):
             yield repo.data(repo_url=base), base, "(timeout 3 s)"
     elif fault == "repository_signed_by_another_key":
         # the other key pinned too: apt's own check refuses the repository it did not sign
-        yield ({**repo.data(key="wrong-gpgkey"),
-                "nvidia_toolkit_gpgkey_fingerprint": f"{repo.key.fingerprint},{repo.other_key.fingerprint}"},
-               repo.url, "NO_PUBKEY")
+        yield (
+            {
+                **repo.data(key="wrong-gpgkey"),
+                "nvidia_toolkit_gpgkey_fingerprint": f"{repo.key.fingerprint},{repo.other_key.fingerprint}",
+            },
+            repo.url,
+            "NO_PUBKEY",
+        )
 
     elif fault == "repository_inrelease_altered_after_signing":
         base = f"{repo.url}/{standin_toolkit.TAMPERED}"
@@ -97,9 +102,7 @@ def assert_fails_cleanly(node, data: dict, url: str, says: str, before: dict) ->
 
 
 @pytest.mark.parametrize("fault", FAULTS)
-def test_standin_repository_fault_fails_naming_the_url_and_leaves_apt_as_it_was(
-    fault, node, standin_toolkit_repo
-):
+def test_standin_repository_fault_fails_naming_the_url_and_leaves_apt_as_it_was(fault, node, standin_toolkit_repo):
     """Each fault of the STAND-IN repository: the run fails naming the URL, apt is left as it was."""
     toolkit_repo = standin_toolkit_repo
     with fault_settings(fault, toolkit_repo) as (data, url, says):
@@ -134,13 +137,16 @@ def test_standin_key_served_unarmoured_is_accepted_and_converges(node, standin_t
 def apt_and_dpkg(node) -> str:
     """What a run could change of apt's trust and the installed packages: every file under /etc/apt and
     /usr/share/keyrings (name, mode, owner, size, mtime, checksum) and dpkg's package states."""
-    return node.sh("find /etc/apt /usr/share/keyrings -type f -exec stat -c '%n %a %U:%G %s %Y' {} + | sort;"
-                   " find /etc/apt /usr/share/keyrings -type f -exec sha256sum {} + | sort;"
-                   " dpkg-query -W -f '${Package} ${Version} ${Status}\\n' | sort").stdout
+    return node.sh(
+        "find /etc/apt /usr/share/keyrings -type f -exec stat -c '%n %a %U:%G %s %Y' {} + | sort;"
+        " find /etc/apt /usr/share/keyrings -type f -exec sha256sum {} + | sort;"
+        " dpkg-query -W -f '${Package} ${Version} ${Status}\\n' | sort"
+    ).stdout
 
 
 def test_standin_key_url_serving_another_valid_key_that_signed_the_repository_is_refused_naming_both_fingerprints(
-        node, standin_toolkit_repo):
+    node, standin_toolkit_repo
+):
     """A copy of the STAND-IN repository signed by another valid key, which the key URL serves (a
     hijacked mirror or key URL): apt would verify the repository with that key, so only the pin stops
     it. On a fresh node and on one the good repository converged: the run fails in one line naming
@@ -148,8 +154,10 @@ def test_standin_key_url_serving_another_valid_key_that_signed_the_repository_is
     repo = standin_toolkit_repo
     key_path = f"{standin_toolkit.IMPOSTOR}/gpgkey"
     impostor = {**FAULT_DATA, **repo.data(repo_url=f"{repo.url}/{standin_toolkit.IMPOSTOR}", key=key_path)}
-    refusal = (f"refusing the signing key from {repo.keys_url}/{key_path}: its fingerprint is "
-               f"{repo.other_key.fingerprint}; {repo.key.fingerprint} is pinned (nvidia_toolkit_gpgkey_fingerprint)")
+    refusal = (
+        f"refusing the signing key from {repo.keys_url}/{key_path}: its fingerprint is "
+        f"{repo.other_key.fingerprint}; {repo.key.fingerprint} is pinned (nvidia_toolkit_gpgkey_fingerprint)"
+    )
     for converged in (False, True):
         if converged:
             good = node.deploy(data={**FAULT_DATA, **repo.data()})

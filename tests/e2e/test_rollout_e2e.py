@@ -89,9 +89,7 @@ def test_bad_toolkit_pin_against_the_toolkit_repo_stops_rollout_after_canary_bat
         assert footprint(node) == before[node.id], f"{node.target} was touched by a stopped rollout"
 
 
-def test_good_config_rolls_through_every_batch_and_a_second_rollout_changes_nothing(
-    start_node, toolkit_repo, tmp_path
-):
+def test_good_config_rolls_through_every_batch_and_a_second_rollout_changes_nothing(start_node, toolkit_repo, tmp_path):
     nodes = [start_node(), start_node(), start_node()]
     inventory = write_inventory(tmp_path, nodes)
     data = {**TOOLKIT_ONLY, **toolkit_repo.data(version=toolkit_repo.version)}
@@ -128,8 +126,22 @@ def test_pyinfra_native_serial_fail_percent_zero_leaves_second_node_untouched_pa
     before = {node.id: footprint(node) for node in nodes}
 
     serial = run(
-        [sys.executable, "-m", "pyinfra", "-y", "--serial", "--fail-percent", "0", inventory, "deploy/gpu_node.py", *bad],
-        check=False, cwd=REPO, env=pyinfra_env(), timeout=900,
+        [
+            sys.executable,
+            "-m",
+            "pyinfra",
+            "-y",
+            "--serial",
+            "--fail-percent",
+            "0",
+            inventory,
+            "deploy/gpu_node.py",
+            *bad,
+        ],
+        check=False,
+        cwd=REPO,
+        env=pyinfra_env(),
+        timeout=900,
     )
 
     assert serial.returncode == 1, explain(serial)
@@ -141,9 +153,23 @@ def test_pyinfra_native_serial_fail_percent_zero_leaves_second_node_untouched_pa
     assert footprint(untouched[0])[APT_SOURCE] is None
 
     parallel = run(
-        [sys.executable, "-m", "pyinfra", "-y", "--parallel", "1", "--fail-percent", "0", inventory,
-         "deploy/gpu_node.py", *bad],
-        check=False, cwd=REPO, env=pyinfra_env(), timeout=900,
+        [
+            sys.executable,
+            "-m",
+            "pyinfra",
+            "-y",
+            "--parallel",
+            "1",
+            "--fail-percent",
+            "0",
+            inventory,
+            "deploy/gpu_node.py",
+            *bad,
+        ],
+        check=False,
+        cwd=REPO,
+        env=pyinfra_env(),
+        timeout=900,
     )
 
     assert parallel.returncode == 1, explain(parallel)

@@ -93,8 +93,9 @@ def test_the_runtimes_cdi_mode_on_containerd_2_1_with_standin_toolkit_and_standi
     # cdi=false with mode cdi: one line, before any change.
     refused = node.deploy(data={**cdi_mode, "cdi": "false"})
     assert refused.returncode != 0
-    assert "invalid setting nvidia_runtime_mode='cdi': allowed only with cdi=auto or true" in refused.stderr, \
+    assert "invalid setting nvidia_runtime_mode='cdi': allowed only with cdi=auto or true" in refused.stderr, (
         refused.explain()
+    )
     assert mode_in(node.read(RUNTIME_CONFIG)) == "auto"
 
     # A file the edit cannot read is left byte for byte, and the host fails in one line.
@@ -115,8 +116,12 @@ def test_cdi_mode_where_auto_leaves_cdi_off_on_containerd_1_6_is_refused_in_pref
     before = {"runtime": node.stat(RUNTIME_CONFIG), "file": node.stat(CONFIG), "service": node.service("containerd")}
     refused = node.deploy(data={**runtimes, "nvidia_runtime_mode": "cdi"})
     assert refused.returncode != 0
-    assert "gpu-node: nvidia_runtime_mode=cdi, but CDI is off on this node (cdi=auto" in refused.stderr, \
+    assert "gpu-node: nvidia_runtime_mode=cdi, but CDI is off on this node (cdi=auto" in refused.stderr, (
         refused.explain()
+    )
     assert not refused.changed_operations()
-    assert {"runtime": node.stat(RUNTIME_CONFIG), "file": node.stat(CONFIG),
-            "service": node.service("containerd")} == before
+    assert {
+        "runtime": node.stat(RUNTIME_CONFIG),
+        "file": node.stat(CONFIG),
+        "service": node.service("containerd"),
+    } == before

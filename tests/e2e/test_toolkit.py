@@ -84,8 +84,12 @@ def test_standin_toolkit_unreachable_then_wrong_key_then_right_key_converges_pin
     assert not node.exists(APT_SOURCE) and not node.exists(APT_KEYRING), "a failed fetch leaves no source behind"
 
     # a key that did not sign the repository, pinned: apt's own check refuses the repository
-    also_pinned = {"nvidia_toolkit_gpgkey_fingerprint": f"{toolkit_repo.key.fingerprint},{toolkit_repo.other_key.fingerprint}"}
-    wrong_key = node.deploy(data={**TOOLKIT_ONLY, **toolkit_repo.data(wrong_key=True), **also_pinned}, json_output=False)
+    also_pinned = {
+        "nvidia_toolkit_gpgkey_fingerprint": f"{toolkit_repo.key.fingerprint},{toolkit_repo.other_key.fingerprint}"
+    }
+    wrong_key = node.deploy(
+        data={**TOOLKIT_ONLY, **toolkit_repo.data(wrong_key=True), **also_pinned}, json_output=False
+    )
     assert wrong_key.returncode != 0
     assert "NO_PUBKEY" in wrong_key.output or "not signed" in wrong_key.output, wrong_key.explain()
     assert toolkit_repo.url in wrong_key.output

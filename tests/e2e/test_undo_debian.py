@@ -52,12 +52,17 @@ def test_undo_returns_a_debian_node_with_containerd_and_docker_to_its_snapshot_a
     kernel stage's files), then undone with undo_remove_packages: the snapshot is the one before.
     A second undo changes nothing. The toolkit is tests/toolkit_repo.py's (STAND-IN unless the lab)."""
     started = time.monotonic()
-    node.sh("DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
-            "apt-get install -y -qq containerd docker.io >/dev/null", timeout=600)
+    node.sh(
+        "DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
+        "apt-get install -y -qq containerd docker.io >/dev/null",
+        timeout=600,
+    )
     node.sh("systemctl is-active containerd docker")
     times = {"runtimes installed": time.monotonic() - started}
     before = snapshot(node)
-    assert any(line.startswith("docker.io ") for line in before) and any(line.startswith("containerd ") for line in before)
+    assert any(line.startswith("docker.io ") for line in before) and any(
+        line.startswith("containerd ") for line in before
+    )
 
     never = node.deploy(deploy_file=UNDO)
     assert_no_change(never)
@@ -66,9 +71,12 @@ def test_undo_returns_a_debian_node_with_containerd_and_docker_to_its_snapshot_a
     times["undo on a node never deployed"] = time.monotonic() - started
 
     # the driver stage without a driver: the first-boot unit and its target, gpu-node's own units
-    data = {"stages": "kernel,driver,toolkit,runtimes", "nvidia_driver_install": "false",
-            "container_runtimes": "containerd,docker",
-            **toolkit_repo.data(version=toolkit_repo.version)}
+    data = {
+        "stages": "kernel,driver,toolkit,runtimes",
+        "nvidia_driver_install": "false",
+        "container_runtimes": "containerd,docker",
+        **toolkit_repo.data(version=toolkit_repo.version),
+    }
     deployed = node.deploy(data=data)
     assert deployed.returncode == 0, deployed.explain()
     times["deploy"] = time.monotonic() - started
@@ -77,7 +85,9 @@ def test_undo_returns_a_debian_node_with_containerd_and_docker_to_its_snapshot_a
     assert "nvidia" in node.read("/etc/docker/daemon.json") and "nvidia" in node.read("/etc/containerd/config.toml")
     assert "nvidia-container-toolkit" in node.sh("apt-mark showhold").stdout
     assert node.sh("systemctl is-enabled gpu-node-boot.service gpu-node-ready.target").stdout.split() == [
-        "enabled", "enabled"]
+        "enabled",
+        "enabled",
+    ]
     assert not node.is_active("gpu-node-boot.service")  # enabled, not started: the next boot runs it
 
     undone = node.deploy(deploy_file=UNDO, data={"undo_remove_packages": "true"})

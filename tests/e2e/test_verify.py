@@ -87,7 +87,9 @@ def test_verify_without_gpu_reports_runtime_pass_gpu_skip_and_changes_nothing(co
     service = node.service("containerd")
     dry_before = dry_run_plan(node, data)
     standalone_report = tmp_path / "standalone.json"
-    standalone = node.deploy(data={**data, "verify_report_path": str(standalone_report)}, deploy_file="deploy/verify.py")
+    standalone = node.deploy(
+        data={**data, "verify_report_path": str(standalone_report)}, deploy_file="deploy/verify.py"
+    )
     assert standalone.returncode == 0, standalone.explain()
     assert_no_change(standalone)
     assert {path: node.stat(path) for path in WATCHED} == before
@@ -104,20 +106,28 @@ def test_verify_without_gpu_reports_runtime_pass_gpu_skip_and_changes_nothing(co
 
     # require_gpu: the same node now fails, with the report still written.
     strict_report = tmp_path / "strict.json"
-    strict = node.deploy(data={**data, "require_gpu": "true", "verify_report_path": str(strict_report)},
-                         deploy_file="deploy/verify.py", json_output=False)
+    strict = node.deploy(
+        data={**data, "require_gpu": "true", "verify_report_path": str(strict_report)},
+        deploy_file="deploy/verify.py",
+        json_output=False,
+    )
     assert strict.returncode != 0
     strict_steps = steps_of(read_report(strict_report))
     assert strict_steps["gpu_pci"] == {
-        "name": "gpu_pci", "status": "fail", "reason": "no NVIDIA GPU on the PCI bus, and require_gpu is true"
+        "name": "gpu_pci",
+        "status": "fail",
+        "reason": "no NVIDIA GPU on the PCI bus, and require_gpu is true",
     }
     assert "verification failed: gpu_pci" in strict.stderr
 
     # A kubelet that wants the systemd cgroup driver, a containerd wired with SystemdCgroup = false.
-    node.write(KUBELET_CONFIG, "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\n")
+    node.write(
+        KUBELET_CONFIG, "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\n"
+    )
     mismatch_report = tmp_path / "mismatch.json"
-    mismatch = node.deploy(data={**data, "systemd_cgroup": "false", "verify_report_path": str(mismatch_report)},
-                           json_output=False)
+    mismatch = node.deploy(
+        data={**data, "systemd_cgroup": "false", "verify_report_path": str(mismatch_report)}, json_output=False
+    )
     assert mismatch.returncode != 0, mismatch.explain()
     assert "SystemdCgroup = false" in node.read(CONFIG)
     cgroup = steps_of(read_report(mismatch_report))["cgroup_driver"]
@@ -127,21 +137,31 @@ def test_verify_without_gpu_reports_runtime_pass_gpu_skip_and_changes_nothing(co
     assert "verification failed: cgroup_driver" in mismatch.stderr
 
 
-def test_docker_and_containerd_with_nvidia_as_a_handler_only_report_their_wiring(containerd_node, toolkit_repo,
-                                                                                   tmp_path):
+def test_docker_and_containerd_with_nvidia_as_a_handler_only_report_their_wiring(
+    containerd_node, toolkit_repo, tmp_path
+):
     """containerd and Docker on one node, nvidia_runtime_default=false: both steps pass with runc
     still the default (a real dockerd's `docker info`, a real `containerd config dump`). The CRI
     path with the real crictl is tests/e2e/test_verify_crictl.py."""
     node = containerd_node
     node.write("/etc/docker/daemon.json", '{"bridge": "none", "iptables": false}\n')
     report = tmp_path / "report.json"
-    first = node.deploy(data=deploy_data(toolkit_repo, report, nvidia_runtime_default="false",
-                                         container_runtimes="containerd,docker", docker_install="true"))
+    first = node.deploy(
+        data=deploy_data(
+            toolkit_repo,
+            report,
+            nvidia_runtime_default="false",
+            container_runtimes="containerd,docker",
+            docker_install="true",
+        )
+    )
     assert first.returncode == 0, first.explain()
     steps = steps_of(read_report(report))
     assert steps["containerd_config"]["status"] == "pass"
     assert steps["docker_config"]["status"] == "pass", steps["docker_config"]
-    assert steps["docker_config"]["reason"].startswith("runtime nvidia (/usr/bin/nvidia-container-runtime), default runtime runc")
+    assert steps["docker_config"]["reason"].startswith(
+        "runtime nvidia (/usr/bin/nvidia-container-runtime), default runtime runc"
+    )
     assert steps["docker_run"] == {"name": "docker_run", "status": "skip", "reason": "no NVIDIA GPU"}
     assert steps["runtime_binary"]["status"] == "pass"
 

@@ -65,8 +65,11 @@ def crictl(node, args: str, check: bool = True):
 
 def bundles(node) -> list[str]:
     """The container ids the real runtime was given a bundle for (its debug log), in order, once each."""
-    ids = [record["msg"].rstrip("/").rsplit("/", 1)[-1] for record in real_runtime_records(node)
-           if record.get("msg", "").startswith(BUNDLE)]
+    ids = [
+        record["msg"].rstrip("/").rsplit("/", 1)[-1]
+        for record in real_runtime_records(node)
+        if record.get("msg", "").startswith(BUNDLE)
+    ]
     return list(dict.fromkeys(ids))
 
 
@@ -82,8 +85,13 @@ def crictl_node(image, real_toolkit_repo, tmp_path_factory):
     node = Node(image=image).start()
     try:
         report = tmp_path_factory.mktemp("verify-crictl") / "wire.json"
-        data = {"stages": "toolkit,runtimes", "container_runtimes": "containerd",
-                "nvidia_runtime_default": "false", "verify_report_path": str(report), **real_toolkit_repo.data()}
+        data = {
+            "stages": "toolkit,runtimes",
+            "container_runtimes": "containerd",
+            "nvidia_runtime_default": "false",
+            "verify_report_path": str(report),
+            **real_toolkit_repo.data(),
+        }
         wired = node.deploy(data=data)
         assert wired.returncode == 0, wired.explain()
         install_crictl(node)
@@ -107,14 +115,16 @@ def test_verify_runs_a_sandbox_through_the_nvidia_handler_with_the_real_crictl(c
     before = sandboxes(node)
     report = tmp_path / "report.json"
 
-    result = node.deploy(data={**node.data, "verify_report_path": str(report)}, deploy_file="deploy/verify.py",
-                         default_mode=default_mode)
+    result = node.deploy(
+        data={**node.data, "verify_report_path": str(report)}, deploy_file="deploy/verify.py", default_mode=default_mode
+    )
     assert result.returncode == 0, result.explain()
     assert_no_change(result)
     step = steps_of(report)["cri_handler"]
     assert step["status"] == "pass", step
-    assert step["reason"] == ("host-network sandbox ran through runtime handler 'nvidia' "
-                              "(no NVIDIA GPU: no nvidia-smi container)")
+    assert step["reason"] == (
+        "host-network sandbox ran through runtime handler 'nvidia' (no NVIDIA GPU: no nvidia-smi container)"
+    )
     # The runtime saw the sandbox's create; the sandbox is gone again.
     (sandbox,) = bundles(node)
     assert real_runtime_created(node, sandbox), real_runtime_records(node)
@@ -127,8 +137,9 @@ def test_the_real_crictl_sequence_runs_a_container_in_the_nvidia_sandbox_and_cle
     node = crictl_node
     node.sh(f"rm -f {RUNTIME_DEBUG_LOG}")
     uid = uuid.uuid4().hex[:12]
-    script = CrictlRun().command(uid=uid, handler="nvidia", image=BUSYBOX,
-                                 command=["/bin/echo", "through-the-nvidia-handler"], timeout=30)
+    script = CrictlRun().command(
+        uid=uid, handler="nvidia", image=BUSYBOX, command=["/bin/echo", "through-the-nvidia-handler"], timeout=30
+    )
     steps = CrictlRun().process(node.sh(script).stdout.splitlines())
     assert list(steps) == ["runp", "create", "start", "state", "logs", "rm", "stopp", "rmp"], steps
     assert all(step["exit_code"] == 0 for step in steps.values()), steps
@@ -162,8 +173,10 @@ def test_an_unknown_handler_fails_runp_with_containerds_message_and_removes_noth
     assert steps["runp"]["exit_code"] == 1
     step = cri_step(steps, gpu=False, image=BUSYBOX)
     assert step.status == "fail"
-    assert step.reason == ("crictl runp --runtime nvidia (host-network sandbox) failed: run pod sandbox: rpc error: "
-                           'code = Unknown desc = failed to get sandbox runtime: no runtime for "not-wired" is configured')
+    assert step.reason == (
+        "crictl runp --runtime nvidia (host-network sandbox) failed: run pod sandbox: rpc error: "
+        'code = Unknown desc = failed to get sandbox runtime: no runtime for "not-wired" is configured'
+    )
     assert sandboxes(node) == before
 
 
@@ -175,6 +188,10 @@ def test_a_sandbox_on_the_default_runc_handler_does_not_go_through_the_nvidia_ru
     steps = CrictlRun().process(node.sh(script).stdout.splitlines())
     assert steps["runp"]["exit_code"] == 0, steps
     sandbox = steps["runp"]["output"].splitlines()[-1]
-    assert crictl(node, f"inspectp -o go-template --template '{{{{.status.runtimeHandler}}}}' {sandbox}",
-                  check=False).returncode != 0, "removed again"
+    assert (
+        crictl(
+            node, f"inspectp -o go-template --template '{{{{.status.runtimeHandler}}}}' {sandbox}", check=False
+        ).returncode
+        != 0
+    ), "removed again"
     assert sandbox not in bundles(node), real_runtime_records(node)

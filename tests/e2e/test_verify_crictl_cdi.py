@@ -72,19 +72,27 @@ def cdi_crictl_node(image, real_toolkit_repo, tmp_path_factory):
     node = Node(image=image).start()
     try:
         run(["docker", "cp", str(sid_containerd_deb()), f"{node.id}:/tmp/containerd-sid.deb"])
-        node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
-                "/tmp/containerd-sid.deb", timeout=600)
+        node.sh(
+            "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq /tmp/containerd-sid.deb",
+            timeout=600,
+        )
         node.sh(f"rm {CONFIG} && systemctl restart containerd")
-        data = {"stages": "toolkit,runtimes", "container_runtimes": "containerd", "nvidia_runtime_default": "false",
-                **real_toolkit_repo.data()}
+        data = {
+            "stages": "toolkit,runtimes",
+            "container_runtimes": "containerd",
+            "nvidia_runtime_default": "false",
+            **real_toolkit_repo.data(),
+        }
         wired = node.deploy(data=data)
         assert wired.returncode == 0, wired.explain()
         install_crictl(node)
         import_pause_2x(node)
         import_into_node(node, [])
         restrict_oom_score_adj_2x(node)
-        node.sh("mknod -m 666 /dev/nvidia0 c 195 0 && mknod -m 666 /dev/nvidia1 c 195 1 "
-                "&& mknod -m 666 /dev/nvidiactl c 195 255")
+        node.sh(
+            "mknod -m 666 /dev/nvidia0 c 195 0 && mknod -m 666 /dev/nvidia1 c 195 1 "
+            "&& mknod -m 666 /dev/nvidiactl c 195 255"
+        )
         node.write(STANDIN_SPEC, SPEC_TEXT)
         yield node
     finally:
@@ -92,13 +100,19 @@ def cdi_crictl_node(image, real_toolkit_repo, tmp_path_factory):
 
 
 def probe(node, cdi: CdiProbe) -> dict:
-    script = CrictlRun().command(uid=uuid.uuid4().hex[:12], handler="nvidia", image=BUSYBOX,
-                                 command=["/bin/echo", "through-the-nvidia-handler"], timeout=30, cdi=cdi)
+    script = CrictlRun().command(
+        uid=uuid.uuid4().hex[:12],
+        handler="nvidia",
+        image=BUSYBOX,
+        command=["/bin/echo", "through-the-nvidia-handler"],
+        timeout=30,
+        cdi=cdi,
+    )
     return CrictlRun().process(node.sh(script).stdout.splitlines())
 
 
 def test_the_cdi_container_gets_exactly_the_device_the_spec_gives_with_the_real_crictl_and_standin_gpus(
-    cdi_crictl_node
+    cdi_crictl_node,
 ):
     """STAND-IN device nodes and spec; real crictl and containerd 2.1.9."""
     node = cdi_crictl_node
@@ -106,7 +120,12 @@ def test_the_cdi_container_gets_exactly_the_device_the_spec_gives_with_the_real_
     asked = CdiProbe("nvidia.com/gpu=1", ("/dev/nvidia1", "/dev/nvidiactl"))
     steps = probe(node, asked)
     assert [name for name in steps if name.startswith("cdi_")] == [
-        "cdi_create", "cdi_start", "cdi_state", "cdi_logs", "cdi_rm"], steps
+        "cdi_create",
+        "cdi_start",
+        "cdi_state",
+        "cdi_logs",
+        "cdi_rm",
+    ], steps
     assert all(step["exit_code"] == 0 for step in steps.values()), steps
     step = cri_step(steps, gpu=True, image=BUSYBOX, cdi=asked)
     assert step.status == "pass", step
@@ -114,13 +133,12 @@ def test_the_cdi_container_gets_exactly_the_device_the_spec_gives_with_the_real_
     # nvidia0 is not the device asked for: verify reading the same output names it missing.
     wider = CdiProbe("nvidia.com/gpu=1", ("/dev/nvidia0", "/dev/nvidia1"))
     assert cri_step(steps, gpu=True, image=BUSYBOX, cdi=wider).reason.endswith(
-        "lacks /dev/nvidia0 (the spec gives them): containerd did not inject it")
+        "lacks /dev/nvidia0 (the spec gives them): containerd did not inject it"
+    )
     assert sandboxes(node) == before
 
 
-def test_a_device_no_spec_names_fails_the_cdi_containers_create_with_containerds_message_real_crictl(
-    cdi_crictl_node
-):
+def test_a_device_no_spec_names_fails_the_cdi_containers_create_with_containerds_message_real_crictl(cdi_crictl_node):
     """STAND-IN spec; the real containerd refuses a CDI name it cannot resolve."""
     node = cdi_crictl_node
     before = sandboxes(node)

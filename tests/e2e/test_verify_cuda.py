@@ -22,14 +22,19 @@ from harness import run
 from standin_libcuda import DRIVER_LIBRARY, standin_libcuda  # noqa: F401 (the fixture)
 
 VERIFY_DATA = {"container_runtimes": "containerd", "nvidia_toolkit_install": "false"}
-NON_FREE = "sed -i 's/^Components: main$/Components: main contrib non-free non-free-firmware/' " \
-           "/etc/apt/sources.list.d/debian.sources"
+NON_FREE = (
+    "sed -i 's/^Components: main$/Components: main contrib non-free non-free-firmware/' "
+    "/etc/apt/sources.list.d/debian.sources"
+)
 
 
 def verify(node, report, **data) -> dict:
     """deploy/verify.py on ``node``; the node's record from the report it writes."""
-    result = node.deploy(data={**VERIFY_DATA, "verify_report_path": str(report), **data},
-                         deploy_file="deploy/verify.py", json_output=False)
+    result = node.deploy(
+        data={**VERIFY_DATA, "verify_report_path": str(report), **data},
+        deploy_file="deploy/verify.py",
+        json_output=False,
+    )
     assert report.exists(), result.explain()
     (record,) = json.loads(report.read_text())["nodes"]
     record["exit_code"] = result.returncode
@@ -46,14 +51,18 @@ def test_debian_real_libcuda1_on_a_node_without_gpu_is_named_by_what_the_library
     require_gpu. The kernel module type, persistence and Fabric Manager are reported as not there."""
     before = verify(node, tmp_path / "before.json")
     assert step(before, "cuda") == {
-        "name": "cuda", "status": "skip",
+        "name": "cuda",
+        "status": "skip",
         "reason": "no NVIDIA GPU (the driver's CUDA library does not load: libcuda.so.1: cannot open shared "
-                  "object file: No such file or directory)",
+        "object file: No such file or directory)",
     }
     assert before["cuda"] == "no libcuda.so.1"
 
-    node.sh(f"{NON_FREE} && apt-get update -q && DEBIAN_FRONTEND=noninteractive "
-            "apt-get install -y -q --no-install-recommends libcuda1", timeout=900)
+    node.sh(
+        f"{NON_FREE} && apt-get update -q && DEBIAN_FRONTEND=noninteractive "
+        "apt-get install -y -q --no-install-recommends libcuda1",
+        timeout=900,
+    )
     real = node.sh(f"readlink -f {DRIVER_LIBRARY}").stdout.strip()
     version = node.sh("dpkg-query -W -f '${Version}' libcuda1").stdout.split("-")[0]
     assert real == f"/usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.{version}", real
@@ -72,16 +81,31 @@ def test_debian_real_libcuda1_on_a_node_without_gpu_is_named_by_what_the_library
     assert strict["exit_code"] != 0
 
 
-@pytest.mark.parametrize("topology, standin, status, reason", [
-    ("pcie-only", "standin-cuda-ok-2-devices", "pass",
-     f"cuInit: 2 CUDA device(s), the driver supports CUDA 12.2 ({DRIVER_LIBRARY})"),
-    ("hgx-h100", "standin-cuda-system-not-ready-802", "fail",
-     "Fabric Manager not running (CUDA error 802 CUDA_ERROR_SYSTEM_NOT_READY: system not yet initialized; "
-     "4 NVSwitch device(s) (HGX H100/H200, NVLink 4) on the PCI bus, nvidia-fabricmanager not installed): "
-     "systemctl enable --now nvidia-fabricmanager"),
-    ("pcie-only", "standin-cuda-no-device-100", "fail",
-     f"cuInit: CUDA error 100 CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected ({DRIVER_LIBRARY})"),
-])
+@pytest.mark.parametrize(
+    "topology, standin, status, reason",
+    [
+        (
+            "pcie-only",
+            "standin-cuda-ok-2-devices",
+            "pass",
+            f"cuInit: 2 CUDA device(s), the driver supports CUDA 12.2 ({DRIVER_LIBRARY})",
+        ),
+        (
+            "hgx-h100",
+            "standin-cuda-system-not-ready-802",
+            "fail",
+            "Fabric Manager not running (CUDA error 802 CUDA_ERROR_SYSTEM_NOT_READY: system not yet initialized; "
+            "4 NVSwitch device(s) (HGX H100/H200, NVLink 4) on the PCI bus, nvidia-fabricmanager not installed): "
+            "systemctl enable --now nvidia-fabricmanager",
+        ),
+        (
+            "pcie-only",
+            "standin-cuda-no-device-100",
+            "fail",
+            f"cuInit: CUDA error 100 CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected ({DRIVER_LIBRARY})",
+        ),
+    ],
+)
 def test_standin_libcuda_where_the_drivers_library_lives_is_loaded_called_and_named(
     start_topology_node,
     standin_libcuda,  # noqa: F811 - the fixture
@@ -100,8 +124,9 @@ def test_standin_libcuda_where_the_drivers_library_lives_is_loaded_called_and_na
     record = verify(node, tmp_path / "report.json")
     assert step(record, "cuda") == {"name": "cuda", "status": status, "reason": reason}
     if status == "fail":
-        assert record["exit_code"] != 0 and "cuda" in [step["name"] for step in record["steps"]
-                                                         if step["status"] == "fail"]
+        assert record["exit_code"] != 0 and "cuda" in [
+            step["name"] for step in record["steps"] if step["status"] == "fail"
+        ]
     if topology == "hgx-h100":
         assert step(record, "fabric_manager")["status"] == "fail"
         assert record["fabric_manager"] == "not installed"

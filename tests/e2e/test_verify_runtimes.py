@@ -100,8 +100,11 @@ def install_debian_containerd(suite: str) -> Callable[[Node], None]:
 
     def prepare(node: Node) -> None:
         copy_in(node, containerd_deb(suite), f"/tmp/containerd-{suite}.deb")
-        node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
-                f"/tmp/containerd-{suite}.deb >/dev/null", timeout=900)
+        node.sh(
+            "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
+            f"/tmp/containerd-{suite}.deb >/dev/null",
+            timeout=900,
+        )
         wait_for(lambda: node.is_active("containerd"), timeout=60, what=f"{suite}'s containerd active")
 
     return prepare
@@ -151,15 +154,44 @@ class Runtime:
 
 RUNTIMES = [
     Runtime("containerd-1.6-bookworm", None, {}, "containerd", "containerd 1.6.", CONTAINERD_CONFIG, CRI_V2),
-    Runtime("containerd-1.7-trixie", install_debian_containerd("trixie"), {}, "containerd", "containerd 1.7.",
-            CONTAINERD_CONFIG, CRI_V2),
-    Runtime("containerd-2.1-sid-config-v2", install_debian_containerd("sid"), {}, "containerd", "containerd 2.1.",
-            CONTAINERD_CONFIG, CRI_V2),
-    Runtime("containerd-2.1-sid-config-v3", sid_containerd_from_its_own_default, {}, "containerd",
-            "containerd 2.1.", CONTAINERD_CONFIG, CRI_V3),
+    Runtime(
+        "containerd-1.7-trixie",
+        install_debian_containerd("trixie"),
+        {},
+        "containerd",
+        "containerd 1.7.",
+        CONTAINERD_CONFIG,
+        CRI_V2,
+    ),
+    Runtime(
+        "containerd-2.1-sid-config-v2",
+        install_debian_containerd("sid"),
+        {},
+        "containerd",
+        "containerd 2.1.",
+        CONTAINERD_CONFIG,
+        CRI_V2,
+    ),
+    Runtime(
+        "containerd-2.1-sid-config-v3",
+        sid_containerd_from_its_own_default,
+        {},
+        "containerd",
+        "containerd 2.1.",
+        CONTAINERD_CONFIG,
+        CRI_V3,
+    ),
     # k3s rewrites config.toml at each start: the deploy writes its template, verify reads config.toml.
-    Runtime("k3s-layout-standin-containerd-1.6", k3s_layout, {"containerd_config_path": K3S_CONFIG}, "k3s",
-            "containerd 1.6.", K3S_TEMPLATE, CRI_V2, ("-v", K3S_ROOT)),
+    Runtime(
+        "k3s-layout-standin-containerd-1.6",
+        k3s_layout,
+        {"containerd_config_path": K3S_CONFIG},
+        "k3s",
+        "containerd 1.6.",
+        K3S_TEMPLATE,
+        CRI_V2,
+        ("-v", K3S_ROOT),
+    ),
     Runtime("docker", docker_node, {"container_runtimes": "docker", "docker_install": "true"}, "docker", "docker"),
 ]
 BY_ID = {runtime.id: runtime for runtime in RUNTIMES}
@@ -202,6 +234,7 @@ def systemd_cgroup_off(node: Node, runtime: Runtime) -> None:
         daemon["exec-opts"] = ["native.cgroupdriver=cgroupfs"]
         node.write(DAEMON_JSON, json.dumps(daemon, indent=2) + "\n")
     else:
+
         def off(document):
             cri_runtimes(document, runtime.cri)["nvidia"]["options"]["SystemdCgroup"] = False
 
@@ -224,8 +257,10 @@ def nvidia_in_effect(node: Node, runtime: Runtime) -> str:
     """One line on the nvidia wiring the running daemon has, to show a fault took effect."""
     running = running_config(node, runtime)
     if runtime.docker:
-        return (f"nvidia={running['Runtimes'].get('nvidia')} default={running['DefaultRuntime']} "
-                f"cgroup={running['CgroupDriver']}")
+        return (
+            f"nvidia={running['Runtimes'].get('nvidia')} default={running['DefaultRuntime']} "
+            f"cgroup={running['CgroupDriver']}"
+        )
     nvidia = running["runtimes"].get("nvidia")
     return "no nvidia runtime" if nvidia is None else f"SystemdCgroup={nvidia['options'].get('SystemdCgroup')}"
 
@@ -251,7 +286,9 @@ class Run:
         return record
 
     def fail_lines(self) -> list[tuple[str, str]]:
-        return [(match[1], match[2]) for line in self.result.run_output.splitlines() if (match := FAIL_LINE.search(line))]
+        return [
+            (match[1], match[2]) for line in self.result.run_output.splitlines() if (match := FAIL_LINE.search(line))
+        ]
 
 
 @dataclass
@@ -267,9 +304,15 @@ class VerifyRuns:
 
 
 def deploy_data(runtime: Runtime, toolkit_repo, report: Path, **extra) -> dict:
-    return {"stages": "toolkit,runtimes,verify", "container_runtimes": "containerd",
-            "verify_report_path": str(report), "fleet_report_path": str(report.with_suffix(".fleet.json")),
-            **toolkit_repo.data(), **runtime.data, **extra}
+    return {
+        "stages": "toolkit,runtimes,verify",
+        "container_runtimes": "containerd",
+        "verify_report_path": str(report),
+        "fleet_report_path": str(report.with_suffix(".fleet.json")),
+        **toolkit_repo.data(),
+        **runtime.data,
+        **extra,
+    }
 
 
 def exercise(runtime: Runtime, node: Node, toolkit_repo, folder: Path, verify_runs: VerifyRuns) -> None:
@@ -277,8 +320,9 @@ def exercise(runtime: Runtime, node: Node, toolkit_repo, folder: Path, verify_ru
 
     def deploy(name: str, *, default_mode: bool = False, **extra) -> Run:
         report = folder / f"{name}.json"
-        result = node.deploy(data=deploy_data(runtime, toolkit_repo, report, **extra), default_mode=default_mode,
-                             json_output=False)
+        result = node.deploy(
+            data=deploy_data(runtime, toolkit_repo, report, **extra), default_mode=default_mode, json_output=False
+        )
         verify_runs.runs[name] = Run(result, json.loads(report.read_text()) if report.exists() else None)
         return verify_runs.runs[name]
 
@@ -397,8 +441,11 @@ def test_whole_ladder_passes_and_reruns_unchanged_with_y_and_in_default_mode(run
     # Default mode: the changes are shown, confirmed, applied; then a re-run in that mode changes nothing.
     restored = verify_runs["restored_default_mode"]
     assert_ladder_passes(restored, runtime)
-    wire = (f"Docker | Wire the nvidia runtime into {DAEMON_JSON}" if runtime.docker
-            else f"containerd | Wire the nvidia runtime into {runtime.config}")
+    wire = (
+        f"Docker | Wire the nvidia runtime into {DAEMON_JSON}"
+        if runtime.docker
+        else f"containerd | Wire the nvidia runtime into {runtime.config}"
+    )
     assert wire in restored.result.changed_operations(), restored.result.explain()
     assert_no_change(verify_runs["rerun_default_mode"].result)
     assert_ladder_passes(verify_runs["rerun_default_mode"], runtime)
@@ -439,8 +486,13 @@ def test_fleet_report_of_one_run_over_containerd_16_17_21(runtime_nodes, toolkit
     runtime binary is gone has that node's row failed in verify and the other two converged."""
     nodes = {runtime_id: runtime_nodes[runtime_id] for runtime_id in FLEET}
     fleet_path, verify_path = tmp_path / "fleet.json", tmp_path / "verify.json"
-    data = {**toolkit_repo.data(), "stages": "toolkit,runtimes,verify", "container_runtimes": "containerd",
-            "fleet_report_path": str(fleet_path), "verify_report_path": str(verify_path)}
+    data = {
+        **toolkit_repo.data(),
+        "stages": "toolkit,runtimes,verify",
+        "container_runtimes": "containerd",
+        "fleet_report_path": str(fleet_path),
+        "verify_report_path": str(verify_path),
+    }
 
     # Whatever the nodes went through before (verify tests leave a fault), this run wires them.
     settled = deploy_fleet(list(nodes.values()), data)
@@ -473,7 +525,7 @@ def test_fleet_report_of_one_run_over_containerd_16_17_21(runtime_nodes, toolkit
             for name in ("runtime_binary", "containerd_config"):
                 assert steps[name]["status"] == "pass", steps[name]
 
-    table = result.stderr[result.stderr.index("--> Fleet report: 3 nodes: 2 converged, 0 changed, 1 failed"):]
+    table = result.stderr[result.stderr.index("--> Fleet report: 3 nodes: 2 converged, 0 changed, 1 failed") :]
     cells = {line.split()[0]: line.split() for line in table.splitlines()[2:5]}
     for runtime_id, node in nodes.items():
         assert cells[node.target][4] == "containerd" and cells[node.target][5].startswith(FLEET[runtime_id]), table

@@ -89,17 +89,26 @@ def build_image_root(image: str, root: Path) -> None:
     """The node image with the runtimes and gpu-node installed as an image build installs them,
     exported to ``root``."""
     wheel, dependencies = gpu_node_wheel(), dependency_wheels()
-    builder = Node(image=image, init=("sleep", "infinity"),
-                   extra_run_args=["-v", f"{wheel.parent}:/wheels:ro", "-v", f"{dependencies}:/dependencies:ro"]).start()
+    builder = Node(
+        image=image,
+        init=("sleep", "infinity"),
+        extra_run_args=["-v", f"{wheel.parent}:/wheels:ro", "-v", f"{dependencies}:/dependencies:ro"],
+    ).start()
     try:
-        builder.sh("DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
-                   "apt-get install -y -qq containerd python3-venv systemd-journal-remote >/dev/null", timeout=900)
+        builder.sh(
+            "DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
+            "apt-get install -y -qq containerd python3-venv systemd-journal-remote >/dev/null",
+            timeout=900,
+        )
         # As docs/examples/cloud-init-pull.yaml installs it: requirements.txt written by the docs' recipe,
         # every wheel pinned by its SHA-256, no index. --no-compile: the node compiles what it imports.
-        builder.sh(f"set -e\npython3 -m venv /opt/gpu-node && cd /tmp && set -- /wheels/*.whl /dependencies/*.whl\n"
-                   f"{REQUIREMENTS_RECIPE}\n"
-                   "/opt/gpu-node/bin/pip install -q --no-compile --require-hashes --no-index --find-links /wheels "
-                   "--find-links /dependencies -r requirements.txt && rm requirements.txt", timeout=900)
+        builder.sh(
+            f"set -e\npython3 -m venv /opt/gpu-node && cd /tmp && set -- /wheels/*.whl /dependencies/*.whl\n"
+            f"{REQUIREMENTS_RECIPE}\n"
+            "/opt/gpu-node/bin/pip install -q --no-compile --require-hashes --no-index --find-links /wheels "
+            "--find-links /dependencies -r requirements.txt && rm requirements.txt",
+            timeout=900,
+        )
         run(["sh", "-c", f"docker export {builder.id} | tar -C {root} -x"], timeout=300)
     finally:
         builder.remove()
@@ -111,7 +120,8 @@ def put_standin_module(root: Path, kernel: str) -> None:
     modules = root / "lib" / "modules" / kernel
     (modules / "updates" / "dkms").mkdir(parents=True, exist_ok=True)
     (modules / "updates" / "dkms" / "nvidia.ko").write_bytes(
-        standin_kmod.nvidia_module(standin_kmod.PROPRIETARY_LICENSE, "535.261.03"))
+        standin_kmod.nvidia_module(standin_kmod.PROPRIETARY_LICENSE, "535.261.03")
+    )
     with open(modules / "modules.dep", "a") as dep:
         dep.write("updates/dkms/nvidia.ko:\n")
 
@@ -136,8 +146,12 @@ def baked(image, tmp_path_factory):
     config.write_bytes(result.shipped)
     result.bakes["first"] = bake(root, tmp_path)
     result.merged = (root / CONFIG.lstrip("/")).read_text()
-    result.wants = sorted(link.name for target in ("multi-user.target.wants", "timers.target.wants")
-                          for link in (root / "etc" / "systemd" / "system" / target).iterdir() if link.is_symlink())
+    result.wants = sorted(
+        link.name
+        for target in ("multi-user.target.wants", "timers.target.wants")
+        for link in (root / "etc" / "systemd" / "system" / target).iterdir()
+        if link.is_symlink()
+    )
     result.bakes["second"] = bake(root, tmp_path)
     result.times["three bakes"] = time.monotonic() - started
 
@@ -154,8 +168,10 @@ def baked(image, tmp_path_factory):
     finally:
         result.node.remove()
         run(["docker", "rmi", tag], check=False)
-        print("without-controller e2e, seconds since the start:",
-              ", ".join(f"{name} {at:.0f}" for name, at in result.times.items()))
+        print(
+            "without-controller e2e, seconds since the start:",
+            ", ".join(f"{name} {at:.0f}" for name, at in result.times.items()),
+        )
 
 
 def reboot(node: Node) -> None:
@@ -175,8 +191,10 @@ def test_a_bake_merges_the_runtime_configs_offline_and_the_booted_image_is_ready
     runtime by default, and a normal @docker run of the stages the bake ran changes nothing."""
     rejected = baked.bakes["rejected"]
     assert rejected.returncode != 0
-    assert rejected.run_lines(f"{CONFIG} was not changed: /usr/bin/containerd config dump rejected the new "
-                              "version: containerd: failed to unmarshal TOML"), rejected.explain()
+    assert rejected.run_lines(
+        f"{CONFIG} was not changed: /usr/bin/containerd config dump rejected the new "
+        "version: containerd: failed to unmarshal TOML"
+    ), rejected.explain()
     assert baked.after_rejected == REJECTED + baked.shipped
 
     first = baked.bakes["first"]
@@ -185,27 +203,40 @@ def test_a_bake_merges_the_runtime_configs_offline_and_the_booted_image_is_ready
         assert len(first.run_lines(f"bake: {stage} skipped in an image root: ")) == 1, first.explain()
     assert len(first.run_lines("containerd not restarted: an image root")) == 1, first.explain()
     assert 'default_runtime_name = "nvidia"' in baked.merged
-    assert {"gpu-node-boot.service", "gpu-node-ready.target", "gpu-node-health.timer",
-            "containerd.service"} <= set(baked.wants)
+    assert {"gpu-node-boot.service", "gpu-node-ready.target", "gpu-node-health.timer", "containerd.service"} <= set(
+        baked.wants
+    )
     assert_no_change(baked.bakes["second"])
 
     node = baked.node
     assert node.is_active("gpu-node-ready.target")
-    run_times = dict(line.split("=", 1) for line in node.sh(
-        "systemctl show gpu-node-boot.service -p ExecMainStartTimestampMonotonic -p ExecMainExitTimestampMonotonic"
-    ).stdout.splitlines())
-    seconds = (int(run_times["ExecMainExitTimestampMonotonic"]) - int(run_times["ExecMainStartTimestampMonotonic"])) / 1e6
+    run_times = dict(
+        line.split("=", 1)
+        for line in node.sh(
+            "systemctl show gpu-node-boot.service -p ExecMainStartTimestampMonotonic -p ExecMainExitTimestampMonotonic"
+        ).stdout.splitlines()
+    )
+    seconds = (
+        int(run_times["ExecMainExitTimestampMonotonic"]) - int(run_times["ExecMainStartTimestampMonotonic"])
+    ) / 1e6
     print(f"first-boot unit at boot: {seconds:.2f} s wall")
     report = json.loads(node.read(BOOT_REPORT))
     assert report["ok"] is True, report
     steps = {step["name"]: step for step in report["nodes"][0]["steps"]}
-    assert steps["kernel module"]["status"] == "pass" and "proprietary module 535.261.03" in steps["kernel module"]["reason"]
-    assert steps["module load"] == {"name": "module load", "status": "skip",
-                                    "reason": "kernel_modules_load=false: modules not loaded by this boot"}
+    assert (
+        steps["kernel module"]["status"] == "pass"
+        and "proprietary module 535.261.03" in steps["kernel module"]["reason"]
+    )
+    assert steps["module load"] == {
+        "name": "module load",
+        "status": "skip",
+        "reason": "kernel_modules_load=false: modules not loaded by this boot",
+    }
     health = json.loads(node.read(HEALTH_REPORT))
     assert not list(jsonschema.Draft202012Validator(HEALTH_SCHEMA).iter_errors(health))
     assert health["status"] == "unhealthy" and health["problems"][0]["line"] == (
-        "the nvidia module is not loaded: 2 GPU(s) on the PCI bus unused")
+        "the nvidia module is not loaded: 2 GPU(s) on the PCI bus unused"
+    )
     boot_journal = node.sh("journalctl -b -u gpu-node-boot.service --no-pager -o cat").stdout
     assert "gpu-node health: unhealthy: the nvidia module is not loaded: 2 GPU(s) on the PCI bus unused" in boot_journal
     assert node.is_active("gpu-node-health.timer")
@@ -232,11 +263,14 @@ def health_run(node: Node) -> tuple[dict, list[str]]:
     cursor = node.sh("journalctl -n 0 --show-cursor -q | tail -n 1").stdout.strip().removeprefix("-- cursor: ")
     node.sh("systemctl start gpu-node-health.service")
     said = node.sh(f"journalctl -u gpu-node-health.service --no-pager -o cat --after-cursor='{cursor}'").stdout
-    return json.loads(node.read(HEALTH_REPORT)), [line for line in said.splitlines() if line.startswith("gpu-node health")]
+    return json.loads(node.read(HEALTH_REPORT)), [
+        line for line in said.splitlines() if line.startswith("gpu-node health")
+    ]
 
 
 def test_the_health_check_finds_a_lost_gpu_an_xid_and_a_moved_library_and_the_fleet_view_shows_it_standins(
-        baked, tmp_path):
+    baked, tmp_path
+):
     """STAND-IN nvidia-smi answers for one of the PCI fixture's two GPUs, a STAND-IN Xid 48 for that
     one: the health service (what its timer starts) says the node is unhealthy in one journal line
     naming the GPU the driver lost, health.json has both problems, node-problem-detector's call
@@ -246,19 +280,28 @@ def test_the_health_check_finds_a_lost_gpu_an_xid_and_a_moved_library_and_the_fl
     node = baked.node
     smi = standin_nvidia_smi.script(Path("/run"), gpus=[standin_nvidia_smi.StandInGpu("0000:17:00.0")])
     node.write("/usr/local/bin/nvidia-smi", smi, mode="755")
-    standin_xid(node, "NVRM: Xid (PCI:0000:17:00): 48, pid=1234, name=python3, An uncorrectable double bit error", "xid-48")
+    standin_xid(
+        node, "NVRM: Xid (PCI:0000:17:00): 48, pid=1234, name=python3, An uncorrectable double bit error", "xid-48"
+    )
     assert "NVRM: Xid (PCI:0000:17:00): 48" in node.sh("journalctl -k --no-pager -o cat").stdout
     health, said = health_run(node)
-    assert said == [f"gpu-node health: unhealthy: GPU 0000:ca:00.0 is on the PCI bus but not seen by the driver (and 1 "
-                    f"more) ({HEALTH_REPORT})"], said
+    assert said == [
+        f"gpu-node health: unhealthy: GPU 0000:ca:00.0 is on the PCI bus but not seen by the driver (and 1 "
+        f"more) ({HEALTH_REPORT})"
+    ], said
     assert [(problem["severity"], problem["line"]) for problem in health["problems"]] == [
         ("fatal", "GPU 0000:ca:00.0 is on the PCI bus but not seen by the driver"),
-        ("needs reset", "Xid 48 on 0000:17:00.0: uncorrectable (double-bit) ECC error")]
+        ("needs reset", "Xid 48 on 0000:17:00.0: uncorrectable (double-bit) ECC error"),
+    ]
     npd = node.sh(f"python3 -I {HEALTH_ARCHIVE} --npd", check=False)
-    assert (npd.returncode, npd.stdout) == (1, "GPU 0000:ca:00.0 is on the PCI bus but not seen by the driver (and 1 "
-                                               "more)\n")
-    cpu = node.sh(f"python3 -c 'import resource, subprocess; subprocess.run([\"python3\", \"-I\", \"{HEALTH_ARCHIVE}\"]); "
-                  "usage = resource.getrusage(resource.RUSAGE_CHILDREN); print(usage.ru_utime + usage.ru_stime)'").stdout
+    assert (npd.returncode, npd.stdout) == (
+        1,
+        "GPU 0000:ca:00.0 is on the PCI bus but not seen by the driver (and 1 more)\n",
+    )
+    cpu = node.sh(
+        f'python3 -c \'import resource, subprocess; subprocess.run(["python3", "-I", "{HEALTH_ARCHIVE}"]); '
+        "usage = resource.getrusage(resource.RUSAGE_CHILDREN); print(usage.ru_utime + usage.ru_stime)'"
+    ).stdout
     print(f"health check on the node container: {float(cpu.split()[-1]):.3f} s CPU")
 
     view = tmp_path / "fleet.json"
@@ -267,20 +310,31 @@ def test_the_health_check_finds_a_lost_gpu_an_xid_and_a_moved_library_and_the_fl
     (row,) = json.loads(view.read_text())["nodes"]
     assert row["status"] == "converged" and row["health"]["status"] == "unhealthy"
     assert [(gpu["pci"], gpu["seen_by_driver"]) for gpu in row["health"]["gpus"]] == [
-        ("0000:17:00.0", True), ("0000:ca:00.0", False)]
+        ("0000:17:00.0", True),
+        ("0000:ca:00.0", False),
+    ]
     assert "--> Health (the nodes' own checks): 1 unhealthy" in result.stdout + result.stderr
 
     # an unattended update: NVML 550.54.15 in place of 535.261.03's, the module not rebuilt
-    node.sh("touch /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15 && "
-            "ln -sf libnvidia-ml.so.550.54.15 /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1")
-    node.write("/usr/local/bin/nvidia-smi", standin_nvidia_smi.script(
-        Path("/run"), failure=(standin_nvidia_smi.MISMATCH_EXIT, standin_nvidia_smi.MISMATCH)), mode="755")
+    node.sh(
+        "touch /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15 && "
+        "ln -sf libnvidia-ml.so.550.54.15 /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
+    )
+    node.write(
+        "/usr/local/bin/nvidia-smi",
+        standin_nvidia_smi.script(
+            Path("/run"), failure=(standin_nvidia_smi.MISMATCH_EXIT, standin_nvidia_smi.MISMATCH)
+        ),
+        mode="755",
+    )
     health, _ = health_run(node)
     lines = [problem["line"] for problem in health["problems"]]
     assert "NVML refuses the loaded module: driver/library version mismatch" in lines
     assert f"the running kernel {baked.kernel}'s nvidia module is 535.261.03, the driver 550.54.15" in lines
-    node.sh("rm -f /usr/local/bin/nvidia-smi /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 "
-            "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15")
+    node.sh(
+        "rm -f /usr/local/bin/nvidia-smi /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 "
+        "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15"
+    )
     baked.times["health"] = time.monotonic() - baked.started
 
 
@@ -321,7 +375,8 @@ def test_pull_mode_from_the_image_converges_restores_drift_refuses_a_broken_sett
     refused = node.sh(f"{PYTHON} -m gpu_node.node.pull_install", check=False)
     assert refused.returncode == 1 and refused.stderr.splitlines() == [
         f"gpu-node pull_install: {SETTINGS} does not exist: pull mode converges a node only with the settings "
-        f"written in {SETTINGS} (docs/without-controller.md), never with defaults; nothing changed"], refused.stderr
+        f"written in {SETTINGS} (docs/without-controller.md), never with defaults; nothing changed"
+    ], refused.stderr
     assert node.sh("systemctl is-enabled gpu-node-pull.timer", check=False).returncode != 0
     node.write(SETTINGS, GOOD)
     out = node.sh(f"{PYTHON} -m gpu_node.node.pull_install").stdout
@@ -333,7 +388,7 @@ def test_pull_mode_from_the_image_converges_restores_drift_refuses_a_broken_sett
     assert node.sh("containerd config dump").stdout.count('default_runtime_name = "nvidia"') == 1
     report = node.stat("/var/lib/gpu-node/fleet-report.json")
 
-    node.sh(f"sed -i 's/default_runtime_name = \"nvidia\"/default_runtime_name = \"runc\"/' {CONFIG}")
+    node.sh(f'sed -i \'s/default_runtime_name = "nvidia"/default_runtime_name = "runc"/\' {CONFIG}')
     assert node.sh("containerd config dump").stdout.count('default_runtime_name = "nvidia"') == 0
     code, journal = pull(node)
     assert code == 0, journal
@@ -363,8 +418,10 @@ def test_pull_mode_from_the_image_converges_restores_drift_refuses_a_broken_sett
     assert undone.returncode == 0, undone.stdout + undone.stderr
     for unit in ("gpu-node-pull.timer", "gpu-node-boot.service", "gpu-node-ready.target", "gpu-node-health.timer"):
         assert node.sh(f"systemctl is-enabled {unit}", check=False).returncode != 0, unit
-    assert node.sh("ls /etc/systemd/system/gpu-node-* /etc/systemd/system/*/gpu-node-* 2>/dev/null",
-                   check=False).stdout == ""
+    assert (
+        node.sh("ls /etc/systemd/system/gpu-node-* /etc/systemd/system/*/gpu-node-* 2>/dev/null", check=False).stdout
+        == ""
+    )
     assert not node.is_active("gpu-node-pull.timer") and not node.is_active("gpu-node-health.timer")
     assert node.sh(f"cat {CONFIG}").stdout.encode() == baked.shipped  # put back as the image shipped it
     print(f"pull and undo: {time.monotonic() - started:.1f} s")

@@ -37,8 +37,14 @@ CRICTL_VERSION = "v1.36.0"
 SERVER_TARBALL = "kubernetes-server-linux-amd64.tar.gz"
 SERVER_BIN = "kubernetes/server/bin"
 # Unpacked together: one pass over the server tarball (hundreds of MB) serves them all.
-SERVER_FILES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl",
-                "kube-scheduler.tar")
+SERVER_FILES = (
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubelet",
+    "kubectl",
+    "kube-scheduler.tar",
+)
 # The release's own version record beside the binaries (the image tag of kube-apiserver).
 SERVER_VERSION_FILE = "kube-apiserver.docker_tag"
 CRICTL_TARBALL = f"crictl-{CRICTL_VERSION}-linux-amd64.tar.gz"
@@ -116,12 +122,15 @@ def server_bin() -> Path:
     """The server tarball's binaries (SERVER_FILES), unpacked; its release checked."""
     tarball = lab_path(SERVER_TARBALL)
     members = {f"{SERVER_BIN}/{name}": name for name in (*SERVER_FILES, SERVER_VERSION_FILE)}
-    folder = unpack(tarball, members, CACHE / "kubernetes-server",
-                    optional=frozenset({f"{SERVER_BIN}/{SERVER_VERSION_FILE}"}))
+    folder = unpack(
+        tarball, members, CACHE / "kubernetes-server", optional=frozenset({f"{SERVER_BIN}/{SERVER_VERSION_FILE}"})
+    )
     version_file = folder / SERVER_VERSION_FILE
     if version_file.exists() and version_file.read_text().strip() != KUBERNETES_VERSION:
-        raise LabMissing(f"{SERVER_TARBALL} is Kubernetes {version_file.read_text().strip()}; the lab tests "
-                         f"are written for {KUBERNETES_VERSION}: provide that release (see {LAB_DOC})")
+        raise LabMissing(
+            f"{SERVER_TARBALL} is Kubernetes {version_file.read_text().strip()}; the lab tests "
+            f"are written for {KUBERNETES_VERSION}: provide that release (see {LAB_DOC})"
+        )
     return folder
 
 
@@ -191,14 +200,18 @@ def _images_of(archive: str, _version: str) -> dict[str, tuple[str, ...]]:
     with tarfile.open(archive) as tar:
         names = {_plain(name) for name in tar.getnames()}
         if "manifest.json" in names:
-            return {normalized(tag): tuple(entry["Layers"])
-                    for entry in _json(tar, "manifest.json") for tag in entry.get("RepoTags") or ()}
+            return {
+                normalized(tag): tuple(entry["Layers"])
+                for entry in _json(tar, "manifest.json")
+                for tag in entry.get("RepoTags") or ()
+            }
         if "index.json" in names:
             images = {}
             for descriptor in _json(tar, "index.json").get("manifests", []):
                 annotations = descriptor.get("annotations", {})
                 name = annotations.get("io.containerd.image.name") or annotations.get(
-                    "org.opencontainers.image.ref.name", "")
+                    "org.opencontainers.image.ref.name", ""
+                )
                 # A bare tag ("3.9") names no repository: such an image cannot be looked up by name.
                 if "/" in name or ":" in name:
                     layers = _oci_manifest(tar, descriptor)["layers"]
@@ -223,8 +236,9 @@ def find_image(image: str) -> tuple[Path, tuple[str, ...]]:
         layers = archive_images(archive).get(wanted)
         if layers is not None:
             return archive, layers
-    raise LabFileMissing(f"no archive in {folder} holds {image}: docker pull it, then docker save it there "
-                     f"(see {LAB_DOC})")
+    raise LabFileMissing(
+        f"no archive in {folder} holds {image}: docker pull it, then docker save it there (see {LAB_DOC})"
+    )
 
 
 def image_archive(key: str) -> tuple[Path, str]:
@@ -244,8 +258,9 @@ def image_files(archive: Path, layers: tuple[str, ...], wanted: Callable[[str], 
                 try:
                     layer = tarfile.open(fileobj=stream, mode="r:*")  # noqa: SIM115 - over the stream closed above
                 except tarfile.TarError:
-                    raise LabMissing(f"{archive}: layer {layer_name} is no tar Python reads (zstd?): "
-                                     "save the image with docker save") from None
+                    raise LabMissing(
+                        f"{archive}: layer {layer_name} is no tar Python reads (zstd?): save the image with docker save"
+                    ) from None
                 for info in layer:
                     path = _plain(info.name)
                     folder, _, base = path.rpartition("/")
@@ -253,8 +268,11 @@ def image_files(archive: Path, layers: tuple[str, ...], wanted: Callable[[str], 
                         files = {name: data for name, data in files.items() if not name.startswith(f"{folder}/")}
                     elif base.startswith(".wh."):
                         gone = f"{folder}/{base[4:]}" if folder else base[4:]
-                        files = {name: data for name, data in files.items()
-                                 if name != gone and not name.startswith(f"{gone}/")}
+                        files = {
+                            name: data
+                            for name, data in files.items()
+                            if name != gone and not name.startswith(f"{gone}/")
+                        }
                     elif wanted(path) and (info.isfile() or info.islnk()):
                         with layer.extractfile(info) as reader:
                             files[path] = reader.read()

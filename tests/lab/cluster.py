@@ -101,9 +101,12 @@ class LabCluster:
             self.point_runtime_at_mock(kubelet.node)
             kubelet.join(self.control_plane, images=("pause", "device-plugin"))
         for kubelet in plain:
-            kubelet.sh("DEBIAN_FRONTEND=noninteractive apt-get install -y -q containerd >/dev/null 2>&1 || "
-                       "{ apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive "
-                       "apt-get install -y -q containerd >/dev/null; }", timeout=600)
+            kubelet.sh(
+                "DEBIAN_FRONTEND=noninteractive apt-get install -y -q containerd >/dev/null 2>&1 || "
+                "{ apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive "
+                "apt-get install -y -q containerd >/dev/null; }",
+                timeout=600,
+            )
             kubelet.join(self.control_plane, images=("pause",))
         self.timings["kubelet_join"] = time.monotonic() - began
 
@@ -114,23 +117,35 @@ class LabCluster:
         the runtime's driver root is the mock's (``nvidia-container-cli.root``), so containers that
         ask for GPUs get the mock's devices and library; and its debug log records each call.
         """
-        node.sh(f"nvidia-ctk config --config-file={RUNTIME_CONFIG} --in-place "
-                f"--set nvidia-container-cli.root={MOCK_DRIVER_ROOT} "
-                f"--set nvidia-container-runtime.debug={RUNTIME_DEBUG_LOG} "
-                "--set nvidia-container-runtime.log-level=debug")
+        node.sh(
+            f"nvidia-ctk config --config-file={RUNTIME_CONFIG} --in-place "
+            f"--set nvidia-container-cli.root={MOCK_DRIVER_ROOT} "
+            f"--set nvidia-container-runtime.debug={RUNTIME_DEBUG_LOG} "
+            "--set nvidia-container-runtime.log-level=debug"
+        )
 
     def inventory_env(self, control_plane: str = "@local") -> dict[str, str]:
         """The project's inventory.py, fed through its environment variables, and the lab's kubectl."""
         env = self.control_plane.env() if self.control_plane else dict(os.environ)
-        env.update({
-            "GPU_NODES": ",".join(kubelet.node.target for kubelet in self.nodes),
-            "CONTROL_PLANE": control_plane,
-            "PYTHONUNBUFFERED": "1",
-        })
+        env.update(
+            {
+                "GPU_NODES": ",".join(kubelet.node.target for kubelet in self.nodes),
+                "CONTROL_PLANE": control_plane,
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         return env
 
-    def pyinfra(self, deploy_file: str, data: dict | None = None, *, yes: bool = True, json_output: bool = True,
-                limit: str | None = None, timeout: float = 900) -> DeployResult:
+    def pyinfra(
+        self,
+        deploy_file: str,
+        data: dict | None = None,
+        *,
+        yes: bool = True,
+        json_output: bool = True,
+        limit: str | None = None,
+        timeout: float = 900,
+    ) -> DeployResult:
         """
         ``pyinfra [-y] [--json] inventory.py DEPLOY --data ...`` as a user runs it, with this lab's hosts
         (GPU nodes ``@docker/<id>``, the control plane ``@local`` with the lab's kubectl on PATH and its
@@ -149,14 +164,18 @@ class LabCluster:
         merged = {**SAFE_DATA, "kubeconfig": str(self.control_plane.kubeconfig), **(data or {})}
         for key, value in merged.items():
             args += ["--data", f"{key}={value}"]
-        result = run(args, check=False, cwd=REPO, env=self.inventory_env(), timeout=timeout,
-                     input=None if yes else "\n")
+        result = run(
+            args, check=False, cwd=REPO, env=self.inventory_env(), timeout=timeout, input=None if yes else "\n"
+        )
         return DeployResult(result.returncode, result.stdout, result.stderr, args)
 
     def run_gpu_node(self, data: dict | None = None, **kwargs) -> DeployResult:
-        return self.pyinfra("deploy/gpu_node.py",
-                            {**GPU_NODE_DATA, **self.toolkit_data, **self.node_data, **(data or {})},
-                            limit="gpu_nodes", **kwargs)
+        return self.pyinfra(
+            "deploy/gpu_node.py",
+            {**GPU_NODE_DATA, **self.toolkit_data, **self.node_data, **(data or {})},
+            limit="gpu_nodes",
+            **kwargs,
+        )
 
     def node(self, name: str) -> KubeletNode:
         return next(kubelet for kubelet in self.nodes if kubelet.name == name)

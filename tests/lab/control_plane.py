@@ -63,8 +63,22 @@ class Pki:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
-        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
-                "-days", "2", "-subj", "/CN=gpu-node-lab-ca", cwd=folder)
+        openssl(
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=gpu-node-lab-ca",
+            cwd=folder,
+        )
         openssl("genrsa", "-out", "sa.key", "2048", cwd=folder)
         openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=folder)
 
@@ -83,12 +97,40 @@ class Pki:
                 "DNS:kubernetes.default,DNS:kubernetes.default.svc\n"
             )
         else:
-            extensions.write_text("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
-                                  "extendedKeyUsage=clientAuth\n")
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
-                "-subj", subject, cwd=self.folder)
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-                "-out", f"{name}.crt", "-days", "2", "-extfile", extensions.name, cwd=self.folder)
+            extensions.write_text(
+                "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n"
+            )
+        openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+            "-subj",
+            subject,
+            cwd=self.folder,
+        )
+        openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            f"{name}.crt",
+            "-days",
+            "2",
+            "-extfile",
+            extensions.name,
+            cwd=self.folder,
+        )
         return self.folder / f"{name}.crt", self.folder / f"{name}.key"
 
 
@@ -161,8 +203,10 @@ class ControlPlane:
         return self
 
     def _start(self, timeout: float) -> None:
-        binaries = {name: self.kubernetes_binary(name) for name in
-                    ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")}
+        binaries = {
+            name: self.kubernetes_binary(name)
+            for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+        }
         etcd = assets.etcd()
         self.bin_dir.mkdir(parents=True, exist_ok=True)
         (self.bin_dir / "kubectl").symlink_to(binaries["kubectl"])
@@ -175,80 +219,153 @@ class ControlPlane:
         self.apiserver_port = free_port()
         self.kubeconfig.write_text(kubeconfig_text(self.server, pki.ca, *admin, "admin"))
         (self.workdir / "controller-manager.conf").write_text(
-            kubeconfig_text(self.server, pki.ca, *controller_manager, "system:kube-controller-manager"))
+            kubeconfig_text(self.server, pki.ca, *controller_manager, "system:kube-controller-manager")
+        )
         (self.workdir / "scheduler.conf").write_text(
-            kubeconfig_text(self.server, pki.ca, *scheduler, "system:kube-scheduler"))
+            kubeconfig_text(self.server, pki.ca, *scheduler, "system:kube-scheduler")
+        )
 
         self.audit_policy.write_text(AUDIT_POLICY)
         etcd_url = f"http://{LOOPBACK}:{self.etcd_port}"
-        self._spawn("etcd", [
-            str(etcd), "--name", "lab", "--data-dir", str(self.workdir / "etcd"),
-            "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
-            "--listen-peer-urls", f"http://{LOOPBACK}:{peer_port}",
-            "--initial-advertise-peer-urls", f"http://{LOOPBACK}:{peer_port}",
-            "--initial-cluster", f"lab=http://{LOOPBACK}:{peer_port}",
-            "--unsafe-no-fsync",
-        ])
-        self._spawn("kube-apiserver", [
-            str(binaries["kube-apiserver"]),
-            "--bind-address", LOOPBACK, "--advertise-address", LOOPBACK,
-            "--secure-port", str(self.apiserver_port),
-            "--etcd-servers", etcd_url,
-            "--endpoint-reconciler-type=none",
-            "--service-cluster-ip-range", SERVICE_CIDR,
-            "--authorization-mode", "Node,RBAC",
-            "--client-ca-file", str(pki.ca),
-            "--tls-cert-file", str(serving[0]), "--tls-private-key-file", str(serving[1]),
-            "--kubelet-client-certificate", str(admin[0]), "--kubelet-client-key", str(admin[1]),
-            "--service-account-issuer", "https://kubernetes.default.svc",
-            "--service-account-key-file", str(pki.folder / "sa.pub"),
-            "--service-account-signing-key-file", str(pki.folder / "sa.key"),
-            "--allow-privileged=true",
-            "--enable-admission-plugins", "NodeRestriction",
-            "--profiling=false",
-            "--audit-policy-file", str(self.audit_policy), "--audit-log-path", str(self.audit_log),
-            "--audit-log-format=json", "--audit-log-mode=blocking",
-        ])
-        self._wait(lambda: self.kubectl("get", "--raw", "/readyz", check=False).returncode == 0,
-                   timeout, "the API server's /readyz")
-        self._spawn("kube-controller-manager", [
-            str(binaries["kube-controller-manager"]),
-            "--kubeconfig", str(self.workdir / "controller-manager.conf"),
-            "--authentication-kubeconfig", str(self.workdir / "controller-manager.conf"),
-            "--authorization-kubeconfig", str(self.workdir / "controller-manager.conf"),
-            "--bind-address", LOOPBACK, "--secure-port", str(free_port()),
-            "--leader-elect=false", "--use-service-account-credentials=true",
-            "--service-account-private-key-file", str(pki.folder / "sa.key"),
-            "--root-ca-file", str(pki.ca),
-            "--cluster-signing-cert-file", str(pki.ca), "--cluster-signing-key-file", str(pki.folder / "ca.key"),
-            "--controllers", "*,-nodeipam,-service,-route,-cloud-node-lifecycle",
-            "--profiling=false",
-        ])
-        self._spawn("kube-scheduler", [
-            str(binaries["kube-scheduler"]),
-            "--kubeconfig", str(self.workdir / "scheduler.conf"),
-            "--authentication-kubeconfig", str(self.workdir / "scheduler.conf"),
-            "--authorization-kubeconfig", str(self.workdir / "scheduler.conf"),
-            "--bind-address", LOOPBACK, "--secure-port", str(free_port()),
-            "--leader-elect=false", "--profiling=false",
-        ])
-        self._wait(lambda: self.kubectl("-n", "default", "get", "serviceaccount", "default",
-                                        check=False).returncode == 0,
-                   timeout, "the default ServiceAccount")
+        self._spawn(
+            "etcd",
+            [
+                str(etcd),
+                "--name",
+                "lab",
+                "--data-dir",
+                str(self.workdir / "etcd"),
+                "--listen-client-urls",
+                etcd_url,
+                "--advertise-client-urls",
+                etcd_url,
+                "--listen-peer-urls",
+                f"http://{LOOPBACK}:{peer_port}",
+                "--initial-advertise-peer-urls",
+                f"http://{LOOPBACK}:{peer_port}",
+                "--initial-cluster",
+                f"lab=http://{LOOPBACK}:{peer_port}",
+                "--unsafe-no-fsync",
+            ],
+        )
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(binaries["kube-apiserver"]),
+                "--bind-address",
+                LOOPBACK,
+                "--advertise-address",
+                LOOPBACK,
+                "--secure-port",
+                str(self.apiserver_port),
+                "--etcd-servers",
+                etcd_url,
+                "--endpoint-reconciler-type=none",
+                "--service-cluster-ip-range",
+                SERVICE_CIDR,
+                "--authorization-mode",
+                "Node,RBAC",
+                "--client-ca-file",
+                str(pki.ca),
+                "--tls-cert-file",
+                str(serving[0]),
+                "--tls-private-key-file",
+                str(serving[1]),
+                "--kubelet-client-certificate",
+                str(admin[0]),
+                "--kubelet-client-key",
+                str(admin[1]),
+                "--service-account-issuer",
+                "https://kubernetes.default.svc",
+                "--service-account-key-file",
+                str(pki.folder / "sa.pub"),
+                "--service-account-signing-key-file",
+                str(pki.folder / "sa.key"),
+                "--allow-privileged=true",
+                "--enable-admission-plugins",
+                "NodeRestriction",
+                "--profiling=false",
+                "--audit-policy-file",
+                str(self.audit_policy),
+                "--audit-log-path",
+                str(self.audit_log),
+                "--audit-log-format=json",
+                "--audit-log-mode=blocking",
+            ],
+        )
+        self._wait(
+            lambda: self.kubectl("get", "--raw", "/readyz", check=False).returncode == 0,
+            timeout,
+            "the API server's /readyz",
+        )
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(binaries["kube-controller-manager"]),
+                "--kubeconfig",
+                str(self.workdir / "controller-manager.conf"),
+                "--authentication-kubeconfig",
+                str(self.workdir / "controller-manager.conf"),
+                "--authorization-kubeconfig",
+                str(self.workdir / "controller-manager.conf"),
+                "--bind-address",
+                LOOPBACK,
+                "--secure-port",
+                str(free_port()),
+                "--leader-elect=false",
+                "--use-service-account-credentials=true",
+                "--service-account-private-key-file",
+                str(pki.folder / "sa.key"),
+                "--root-ca-file",
+                str(pki.ca),
+                "--cluster-signing-cert-file",
+                str(pki.ca),
+                "--cluster-signing-key-file",
+                str(pki.folder / "ca.key"),
+                "--controllers",
+                "*,-nodeipam,-service,-route,-cloud-node-lifecycle",
+                "--profiling=false",
+            ],
+        )
+        self._spawn(
+            "kube-scheduler",
+            [
+                str(binaries["kube-scheduler"]),
+                "--kubeconfig",
+                str(self.workdir / "scheduler.conf"),
+                "--authentication-kubeconfig",
+                str(self.workdir / "scheduler.conf"),
+                "--authorization-kubeconfig",
+                str(self.workdir / "scheduler.conf"),
+                "--bind-address",
+                LOOPBACK,
+                "--secure-port",
+                str(free_port()),
+                "--leader-elect=false",
+                "--profiling=false",
+            ],
+        )
+        self._wait(
+            lambda: self.kubectl("-n", "default", "get", "serviceaccount", "default", check=False).returncode == 0,
+            timeout,
+            "the default ServiceAccount",
+        )
 
     def _spawn(self, name: str, args: list[str]) -> None:
         log = (self.workdir / f"{name}.log").open("wb")
         # Its own session: stopped as a group by its PID, never by name.
-        self.processes[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                                                stdin=subprocess.DEVNULL, start_new_session=True)
+        self.processes[name] = subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
 
     def _wait(self, predicate, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for name, process in self.processes.items():
                 if process.poll() is not None:
-                    raise AssertionError(f"{name} exited ({process.returncode}) while waiting for {what}:\n"
-                                         f"{self.log_tail(name)}")
+                    raise AssertionError(
+                        f"{name} exited ({process.returncode}) while waiting for {what}:\n{self.log_tail(name)}"
+                    )
             if predicate():
                 return
             time.sleep(0.5)
@@ -260,14 +377,25 @@ class ControlPlane:
 
     def env(self) -> dict[str, str]:
         """Environment in which ``kubectl`` is the lab's and KUBECONFIG the admin's."""
-        return {**os.environ, "PATH": f"{self.bin_dir}:{os.environ.get('PATH', '')}",
-                "KUBECONFIG": str(self.kubeconfig)}
+        return {
+            **os.environ,
+            "PATH": f"{self.bin_dir}:{os.environ.get('PATH', '')}",
+            "KUBECONFIG": str(self.kubeconfig),
+        }
 
-    def kubectl(self, *args: str, check: bool = True, input: str | None = None,  # noqa: A002 - subprocess.run's name
-                timeout: float = 60) -> subprocess.CompletedProcess:
+    def kubectl(
+        self,
+        *args: str,
+        check: bool = True,
+        input: str | None = None,  # noqa: A002 - subprocess.run's name
+        timeout: float = 60,
+    ) -> subprocess.CompletedProcess:
         result = subprocess.run(
             [str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
-            input=input, capture_output=True, text=True, timeout=timeout,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
         if check and result.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")

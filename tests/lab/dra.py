@@ -50,8 +50,10 @@ def release_refusal(tag: str) -> str | None:
     except InvalidVersion:
         return f"{where} records the release {tag.strip()!r}, which is no version"
     if Version(f"{version.major}.{version.minor}") < OLDEST:
-        return (f"{where} is Kubernetes {tag.strip()}; the DRA lab needs 1.34 or newer (resource.k8s.io/v1): "
-                f"provide a newer release there (see {LAB_DOC})")
+        return (
+            f"{where} is Kubernetes {tag.strip()}; the DRA lab needs 1.34 or newer (resource.k8s.io/v1): "
+            f"provide a newer release there (see {LAB_DOC})"
+        )
     return None
 
 
@@ -59,10 +61,17 @@ def server_bin() -> Path:
     """The kubernetes-dra tarball's binaries, unpacked; its release checked (unpack names a tarball
     without its version record)."""
     tarball = lab_path(SERVER_FOLDER, assets.SERVER_TARBALL)
-    names = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl",
-             assets.SERVER_VERSION_FILE)
-    folder = assets.unpack(tarball, {f"{assets.SERVER_BIN}/{name}": name for name in names},
-                           assets.CACHE / SERVER_CACHE)
+    names = (
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kubelet",
+        "kubectl",
+        assets.SERVER_VERSION_FILE,
+    )
+    folder = assets.unpack(
+        tarball, {f"{assets.SERVER_BIN}/{name}": name for name in names}, assets.CACHE / SERVER_CACHE
+    )
     refusal = release_refusal((folder / assets.SERVER_VERSION_FILE).read_text())
     if refusal:
         raise LabMissing(refusal)
@@ -118,8 +127,9 @@ class Containerd2Kubelet(KubeletNode):
             return
         self.node.write(CONTAINERD_CONFIG, changed)
         self.sh("systemctl restart containerd")
-        wait_for(lambda: self.sh("ctr version", check=False).returncode == 0, timeout=60,
-                 what="containerd after restart")
+        wait_for(
+            lambda: self.sh("ctr version", check=False).returncode == 0, timeout=60, what="containerd after restart"
+        )
 
 
 def claim_allocation(claim: dict) -> list[tuple[str, str, str]]:
@@ -150,8 +160,10 @@ def start(image: str, toolkit_data: dict, name: str = "lab-dra-gpu-1", gpus: int
         lab.nodes.append(Containerd2Kubelet(node, name, 1, kubernetes_binary=kubernetes_binary))
         node.start()
         run(["docker", "cp", str(sid_containerd_deb()), f"{node.id}:/tmp/containerd-sid.deb"])
-        node.sh("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq /tmp/containerd-sid.deb",
-                timeout=600)
+        node.sh(
+            "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq /tmp/containerd-sid.deb",
+            timeout=600,
+        )
         # Debian ships a version 2 config.toml with 2.x: the deploy starts from the binary's own default (3).
         node.sh(f"rm -f {CONTAINERD_CONFIG} && systemctl restart containerd")
         lab.provisioning = lab.run_gpu_node({"nvidia_runtime_default": "false"})
@@ -169,13 +181,22 @@ def start(image: str, toolkit_data: dict, name: str = "lab-dra-gpu-1", gpus: int
 def resource_slices(lab: LabCluster, node: str) -> list[dict]:
     """The ResourceSlices the DRA driver publishes for ``node``."""
     items = lab.control_plane.get_json("resourceslices")["items"]
-    return [item for item in items if item["spec"].get("nodeName") == node and item["spec"]["driver"] == "gpu.nvidia.com"]
+    return [
+        item for item in items if item["spec"].get("nodeName") == node and item["spec"]["driver"] == "gpu.nvidia.com"
+    ]
 
 
 def inspect_container(kubelet: KubeletNode, pod: str, container: str, namespace: str = "default") -> dict:
-    ids = kubelet.crictl("ps", "-q", "--label", f"io.kubernetes.pod.name={pod}",
-                         "--label", f"io.kubernetes.pod.namespace={namespace}",
-                         "--label", f"io.kubernetes.container.name={container}").stdout.split()
+    ids = kubelet.crictl(
+        "ps",
+        "-q",
+        "--label",
+        f"io.kubernetes.pod.name={pod}",
+        "--label",
+        f"io.kubernetes.pod.namespace={namespace}",
+        "--label",
+        f"io.kubernetes.container.name={container}",
+    ).stdout.split()
     if not ids:
         raise AssertionError(f"no running container {container} of pod {namespace}/{pod} on {kubelet.name}")
     return json.loads(kubelet.sh(f"crictl inspect {shlex.quote(ids[0])}").stdout)

@@ -41,8 +41,12 @@ from lab.control_plane import LOOPBACK, ControlPlane, free_port
 
 # The kernel settings the kubelet writes at start (its defaults with protectKernelDefaults=false).
 KUBELET_SYSCTLS = (
-    "kernel/panic", "kernel/panic_on_oops", "vm/overcommit_memory", "vm/panic_on_oom",
-    "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
 )
 KUBELET_SYSCTL_FILES = "/run/gpu-node-lab/sysctl"
 
@@ -111,12 +115,19 @@ def kubelet_config(port: int, healthz_port: int, more: dict | None = None) -> st
         "makeIPTablesUtilChains": False,
         "protectKernelDefaults": False,
         "staticPodPath": "/etc/kubernetes/manifests",
-        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False},
-                           "x509": {"clientCAFile": "/etc/kubernetes/pki/ca.crt"}},
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": False},
+            "x509": {"clientCAFile": "/etc/kubernetes/pki/ca.crt"},
+        },
         "authorization": {"mode": "AlwaysAllow"},
         # The machine's disk is shared with other work: never evict or taint for it.
-        "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%", "imagefs.available": "1%",
-                         "nodefs.inodesFree": "1%"},
+        "evictionHard": {
+            "memory.available": "1Mi",
+            "nodefs.available": "1%",
+            "imagefs.available": "1%",
+            "nodefs.inodesFree": "1%",
+        },
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
         "serializeImagePulls": False,
@@ -216,15 +227,24 @@ printf '"ips":[{"address":"%s/24","interface":0}]}\n' "$address"
 
 
 def cni_config(subnet_index: int, apiserver_port: int) -> str:
-    return json.dumps({
-        "cniVersion": "1.0.0",
-        "name": "gpu-node-lab",
-        "plugins": [
-            {"type": "gpu-node-lab-netns", "subnetPrefix": f"10.244.{subnet_index}",
-             "apiServerPort": apiserver_port},
-            {"type": "loopback"},
-        ],
-    }, indent=2) + "\n"
+    return (
+        json.dumps(
+            {
+                "cniVersion": "1.0.0",
+                "name": "gpu-node-lab",
+                "plugins": [
+                    {
+                        "type": "gpu-node-lab-netns",
+                        "subnetPrefix": f"10.244.{subnet_index}",
+                        "apiServerPort": apiserver_port,
+                    },
+                    {"type": "loopback"},
+                ],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
 
 
 @dataclass
@@ -252,8 +272,11 @@ class KubeletNode:
     def containerd_config_paths(self) -> dict:
         dumped = self.sh("containerd config dump").stdout
         cri = tomlkit.parse(dumped)["plugins"]["io.containerd.grpc.v1.cri"]
-        return {"cni_bin": cri["cni"]["bin_dir"], "cni_conf": cri["cni"]["conf_dir"],
-                "config": "/etc/containerd/config.toml"}
+        return {
+            "cni_bin": cri["cni"]["bin_dir"],
+            "cni_conf": cri["cni"]["conf_dir"],
+            "config": "/etc/containerd/config.toml",
+        }
 
     def configure_containerd(self, sandbox_image: str) -> None:
         """
@@ -264,16 +287,16 @@ class KubeletNode:
         path = "/etc/containerd/config.toml"
         text = self.node.read(path) if self.node.exists(path) else "version = 2\n"
         document = tomlkit.parse(text)
-        cri = document.setdefault("plugins", tomlkit.table()).setdefault(
-            "io.containerd.grpc.v1.cri", tomlkit.table())
+        cri = document.setdefault("plugins", tomlkit.table()).setdefault("io.containerd.grpc.v1.cri", tomlkit.table())
         wanted = {"sandbox_image": sandbox_image, "restrict_oom_score_adj": True}
         if all(cri.get(key) == value for key, value in wanted.items()):
             return
         cri.update(wanted)
         self.node.write(path, tomlkit.dumps(document))
         self.sh("systemctl restart containerd")
-        wait_for(lambda: self.sh("ctr version", check=False).returncode == 0, timeout=60,
-                 what="containerd after restart")
+        wait_for(
+            lambda: self.sh("ctr version", check=False).returncode == 0, timeout=60, what="containerd after restart"
+        )
 
     def import_images(self, keys: tuple[str, ...]) -> None:
         for key in keys:
@@ -281,41 +304,57 @@ class KubeletNode:
             if self.sh(f"ctr -n k8s.io images ls -q | grep -qxF {shlex.quote(image)}", check=False).returncode == 0:
                 continue
             with archive.open("rb") as stream:
-                result = subprocess.run(["docker", "exec", "-i", self.node.id, "ctr", "-n", "k8s.io", "images",
-                                         "import", "-"], stdin=stream, capture_output=True, text=True)
+                result = subprocess.run(
+                    ["docker", "exec", "-i", self.node.id, "ctr", "-n", "k8s.io", "images", "import", "-"],
+                    stdin=stream,
+                    capture_output=True,
+                    text=True,
+                )
             if result.returncode != 0:
                 raise AssertionError(f"ctr images import {archive.name} failed: {result.stderr}")
 
-    def join(self, control_plane: ControlPlane, images: tuple[str, ...] = ("pause",),
-             timeout: float = 120) -> KubeletNode:
+    def join(
+        self, control_plane: ControlPlane, images: tuple[str, ...] = ("pause",), timeout: float = 120
+    ) -> KubeletNode:
         began = time.monotonic()
         self.port, self.healthz_port = free_port(), free_port()
         paths = self.containerd_config_paths()
         self.copy_in(self.kubernetes_binary("kubelet"), "/usr/local/bin/kubelet")
         self.copy_in(assets.crictl(), "/usr/local/bin/crictl")
-        self.node.write("/etc/crictl.yaml", "runtime-endpoint: unix:///run/containerd/containerd.sock\n"
-                        "image-endpoint: unix:///run/containerd/containerd.sock\n")
+        self.node.write(
+            "/etc/crictl.yaml",
+            "runtime-endpoint: unix:///run/containerd/containerd.sock\n"
+            "image-endpoint: unix:///run/containerd/containerd.sock\n",
+        )
         self.copy_in(assets.cni_plugins() / "loopback", f"{paths['cni_bin']}/loopback")
         self.node.write(f"{paths['cni_bin']}/gpu-node-lab-netns", LAB_CNI_PLUGIN, mode="755")
         self.node.write("/usr/local/lib/gpu-node-lab/service-proxy.py", LAB_SERVICE_PROXY)
         if self.sh("command -v ip", check=False).returncode != 0:
-            self.sh("DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2 >/dev/null 2>&1 || "
-                    "{ apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive "
-                    "apt-get install -y -q iproute2 >/dev/null; }", timeout=300)
-        self.node.write(f"{paths['cni_conf']}/10-gpu-node-lab.conflist", cni_config(self.index, control_plane.apiserver_port))
+            self.sh(
+                "DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2 >/dev/null 2>&1 || "
+                "{ apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive "
+                "apt-get install -y -q iproute2 >/dev/null; }",
+                timeout=300,
+            )
+        self.node.write(
+            f"{paths['cni_conf']}/10-gpu-node-lab.conflist", cni_config(self.index, control_plane.apiserver_port)
+        )
         self.configure_containerd(assets.IMAGES["pause"])
         self.import_images(images)
 
         run(["docker", "exec", self.node.id, "sh", "-c", CGROUP_SCRIPT, "sh", self.node.id])
         script = SYSCTL_SCRIPT.replace("__DIR__", KUBELET_SYSCTL_FILES).replace(
-            "__ENTRIES__", " ".join(KUBELET_SYSCTLS))
+            "__ENTRIES__", " ".join(KUBELET_SYSCTLS)
+        )
         self.sh(script)
         # The kubelet's OOM watcher opens /dev/kmsg, which containers do not get (kind links it too).
         self.sh("[ -e /dev/kmsg ] || ln -s $( [ -e /dev/console ] && echo /dev/console || echo /dev/null ) /dev/kmsg")
 
         self.node.write("/etc/kubernetes/pki/ca.crt", control_plane.pki.ca.read_text())
         self.node.write("/etc/kubernetes/kubelet.conf", control_plane.issue_node_credentials(self.name), mode="600")
-        self.node.write("/var/lib/kubelet/config.yaml", kubelet_config(self.port, self.healthz_port, self.kubelet_settings))
+        self.node.write(
+            "/var/lib/kubelet/config.yaml", kubelet_config(self.port, self.healthz_port, self.kubelet_settings)
+        )
         self.node.write("/etc/systemd/system/kubelet.service", KUBELET_UNIT.format(name=self.name))
         self.sh("mkdir -p /etc/kubernetes/manifests && systemctl daemon-reload && systemctl enable --now kubelet")
         try:
@@ -326,24 +365,35 @@ class KubeletNode:
         return self
 
     def ready(self, control_plane: ControlPlane) -> bool:
-        result = control_plane.kubectl("get", "node", self.name, "-o",
-                                       "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}", check=False)
+        result = control_plane.kubectl(
+            "get", "node", self.name, "-o", 'jsonpath={.status.conditions[?(@.type=="Ready")].status}', check=False
+        )
         # A kubelet that exits (e.g. this machine's inotify instances are exhausted by other
         # containers: "too many open files") is restarted by systemd: keep waiting.
         return result.stdout.strip() == "True"
 
     def kubelet_log(self, lines: int = 25) -> str:
-        return self.sh(f"journalctl -u kubelet --no-pager | grep -v 'FLAG:' | grep -E ' [EF][0-9]{{4}} ' "
-                       f"| tail -n {lines}", check=False).stdout
+        return self.sh(
+            f"journalctl -u kubelet --no-pager | grep -v 'FLAG:' | grep -E ' [EF][0-9]{{4}} ' | tail -n {lines}",
+            check=False,
+        ).stdout
 
     def crictl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         return self.sh("crictl " + " ".join(shlex.quote(arg) for arg in args), check=check)
 
     def container_logs(self, pod: str, container: str, namespace: str = "default") -> str:
         """A pod container's log, read with crictl on the node (kubectl logs cannot reach the kubelet)."""
-        ids = self.crictl("ps", "-a", "-q", "--label", f"io.kubernetes.pod.name={pod}",
-                          "--label", f"io.kubernetes.pod.namespace={namespace}",
-                          "--label", f"io.kubernetes.container.name={container}").stdout.split()
+        ids = self.crictl(
+            "ps",
+            "-a",
+            "-q",
+            "--label",
+            f"io.kubernetes.pod.name={pod}",
+            "--label",
+            f"io.kubernetes.pod.namespace={namespace}",
+            "--label",
+            f"io.kubernetes.container.name={container}",
+        ).stdout.split()
         if not ids:
             return ""
         result = self.sh(f"crictl logs {shlex.quote(ids[0])} 2>&1", check=False)

@@ -40,8 +40,9 @@ class CorpusMissing(LabMissing):
 def profile_file(profile: str) -> Path:
     path = corpus_root() / "nvml-mock" / f"{profile}.yaml"
     if not path.is_file():
-        raise CorpusMissing(f"{path} is missing: set {CORPUS_ENV} to the corpus folder holding "
-                            f"nvml-mock/{profile}.yaml")
+        raise CorpusMissing(
+            f"{path} is missing: set {CORPUS_ENV} to the corpus folder holding nvml-mock/{profile}.yaml"
+        )
     return path
 
 
@@ -76,7 +77,8 @@ def lay_out(root: Path, profile: str, gpus: int | None = None, library: Path | N
     (root / "config" / "config.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
     (root / "proc" / "driver" / "nvidia").mkdir(parents=True)
     (root / "proc" / "driver" / "nvidia" / "version").write_text(
-        f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}\n")
+        f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}\n"
+    )
     (root / "dev").mkdir()
     return root
 
@@ -86,8 +88,9 @@ def device_nodes_script(root: str, gpus: int) -> str:
     nodes = [(f"nvidia{index}", NVIDIA_MAJOR, index) for index in range(gpus)]
     nodes += [("nvidiactl", NVIDIA_MAJOR, 255), ("nvidia-uvm", UVM_MAJOR, 0), ("nvidia-uvm-tools", UVM_MAJOR, 1)]
     lines = ["set -eu", f"mkdir -p {root}/dev"]
-    lines += [f"[ -c {root}/dev/{name} ] || mknod -m 666 {root}/dev/{name} c {major} {minor}"
-              for name, major, minor in nodes]
+    lines += [
+        f"[ -c {root}/dev/{name} ] || mknod -m 666 {root}/dev/{name} c {major} {minor}" for name, major, minor in nodes
+    ]
     return "\n".join(lines) + "\n"
 
 

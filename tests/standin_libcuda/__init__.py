@@ -47,10 +47,24 @@ def build(standin: StandIn, folder: Path) -> Path:
         pytest.fail("gcc is needed to build the stand-in libcuda.so.1 (apt-get install gcc)")
     target.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(
-        [gcc, "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-Wl,-soname,libcuda.so.1",
-         f"-DSTANDIN_INIT_RESULT={standin.init_result}", f"-DSTANDIN_DEVICE_COUNT={standin.device_count}",
-         f"-DSTANDIN_DRIVER_VERSION={standin.driver_version}", "-o", str(target), str(SOURCE)],
-        check=True, capture_output=True, text=True,
+        [
+            gcc,
+            "-shared",
+            "-fPIC",
+            "-O2",
+            "-Wall",
+            "-Werror",
+            "-Wl,-soname,libcuda.so.1",
+            f"-DSTANDIN_INIT_RESULT={standin.init_result}",
+            f"-DSTANDIN_DEVICE_COUNT={standin.device_count}",
+            f"-DSTANDIN_DRIVER_VERSION={standin.driver_version}",
+            "-o",
+            str(target),
+            str(SOURCE),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     )
     return target
 

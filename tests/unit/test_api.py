@@ -31,15 +31,21 @@ def call(function, tmp_path, *, host_data: dict | None = None, **kwargs):
     """``function(**kwargs)`` on @fake/gpu1 (in gpu_nodes) as ``add_deploy`` runs a site's deploy: (state, error, commands)."""
     inventory = Inventory(([("@fake/gpu1", {**QUICK, **(host_data or {})})], {}), gpu_nodes=(["@fake/gpu1"], {}))
     kwargs.setdefault("fleet_report_path", str(tmp_path / "fleet.json"))
-    state, error = run_pyinfra(inventory, lambda state: add_deploy(state, function, **kwargs),
-                               nodes={"@fake/gpu1": node()})
+    state, error = run_pyinfra(
+        inventory, lambda state: add_deploy(state, function, **kwargs), nodes={"@fake/gpu1": node()}
+    )
     (host,) = list(inventory)
     return state, error, list(host.connector.executed_commands)
 
 
 def test_the_deploys_are_the_package_attributes_and_load_on_first_use():
-    assert set(deploy.__all__) == {"provision_gpu_node", "verify_gpu_node", "undo_gpu_node", "configure_cluster",
-                                  "render_cluster_files"}
+    assert set(deploy.__all__) == {
+        "provision_gpu_node",
+        "verify_gpu_node",
+        "undo_gpu_node",
+        "configure_cluster",
+        "render_cluster_files",
+    }
     assert all(callable(getattr(deploy, name)) and getattr(deploy, name)._inner for name in deploy.__all__)
     with pytest.raises(AttributeError):
         deploy.provision  # noqa: B018
@@ -66,11 +72,16 @@ def test_pyinfra_global_arguments_pass_through_to_every_operation(tmp_path):
     assert arguments and all(each["_sudo"] and each["_sudo_user"] == "admin" for each in arguments)
 
 
-@pytest.mark.parametrize("function, name", [("provision_gpu_node", "provision_gpu_node"),
-                                            ("verify_gpu_node", "verify_gpu_node"),
-                                            ("undo_gpu_node", "undo_gpu_node"),
-                                            ("configure_cluster", "configure_cluster"),
-                                            ("render_cluster_files", "render_cluster_files")])
+@pytest.mark.parametrize(
+    "function, name",
+    [
+        ("provision_gpu_node", "provision_gpu_node"),
+        ("verify_gpu_node", "verify_gpu_node"),
+        ("undo_gpu_node", "undo_gpu_node"),
+        ("configure_cluster", "configure_cluster"),
+        ("render_cluster_files", "render_cluster_files"),
+    ],
+)
 def test_an_unknown_keyword_stops_the_run_in_one_line_before_any_command(tmp_path, function, name):
     _, error, commands = call(getattr(deploy, function), tmp_path, driver_branch="550")
     assert isinstance(error, SettingsError)

@@ -13,8 +13,13 @@ from deploy.facts.apt import AptSourceFiles
 pytestmark = pytest.mark.usefixtures("both_modes")
 
 # Debian's archive entry, whose components the driver stage extends (contrib non-free ...)
-DEBIAN_SOURCES = (AptSourceFiles, "/etc/apt/sources.list.d/debian.sources " + base64.b64encode(
-    b"Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\n").decode())
+DEBIAN_SOURCES = (
+    AptSourceFiles,
+    "/etc/apt/sources.list.d/debian.sources "
+    + base64.b64encode(
+        b"Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\n"
+    ).decode(),
+)
 
 
 def debian(*facts):
@@ -26,10 +31,19 @@ def debian(*facts):
 def test_toolkit_then_containerd_refresh_the_lists_once_after_the_new_source():
     run = run_deploy(debian(), data={"stages": "toolkit,runtimes"})
     assert run.error is None, run.error
-    updates = [index for index, command in enumerate(run.commands) if command.startswith("apt-get ") and command.endswith(" update")]
-    source = next(index for index, command in enumerate(run.commands)
-                  if command.startswith("chown") and command.endswith("nvidia-container-toolkit.list"))
-    installs = [index for index, command in enumerate(run.commands) if "apt-get -y" in command and " install " in command]
+    updates = [
+        index
+        for index, command in enumerate(run.commands)
+        if command.startswith("apt-get ") and command.endswith(" update")
+    ]
+    source = next(
+        index
+        for index, command in enumerate(run.commands)
+        if command.startswith("chown") and command.endswith("nvidia-container-toolkit.list")
+    )
+    installs = [
+        index for index, command in enumerate(run.commands) if "apt-get -y" in command and " install " in command
+    ]
     assert len(updates) == 1, [run.commands[index] for index in updates]
     assert source < updates[0] < installs[0], "the refresh must follow the new source and precede installs"
     assert any("containerd" in run.commands[index] for index in installs)

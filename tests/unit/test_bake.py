@@ -18,8 +18,17 @@ from deploy.tasks.preflight import access_refusal
 def test_an_image_root_runs_what_an_image_holds_and_says_each_stage_it_skips():
     said = []
     kept = bake.image_steps(steps_for(settings_for(container_runtimes="containerd,docker")), said.append)
-    assert [stage.name for stage in kept] == ["kernel", "driver", "toolkit", "containerd", "docker", "device links",
-                                              "first boot", "health check", "driver report"]
+    assert [stage.name for stage in kept] == [
+        "kernel",
+        "driver",
+        "toolkit",
+        "containerd",
+        "docker",
+        "device links",
+        "first boot",
+        "health check",
+        "driver report",
+    ]
     assert [line.split(" skipped")[0] for line in said] == ["bake: cdi", "bake: verify"]
 
 
@@ -28,11 +37,18 @@ def test_a_bake_of_an_image_whose_pipeline_installs_the_driver_still_gets_the_fi
     first-boot unit, which generates the CDI spec the bake skips, and the health check come with it;
     a run of verify or of the kernel stage alone puts no GPU software on a node and installs neither;
     each goes with its switch."""
+
     def kept(**settings) -> list[str]:
         return [step.name for step in bake.image_steps(steps_for(settings_for(**settings)), lambda line: None)]
 
-    assert kept(stages="kernel,runtimes") == ["kernel", "containerd", "device links", "first boot", "health check",
-                                              "driver report"]
+    assert kept(stages="kernel,runtimes") == [
+        "kernel",
+        "containerd",
+        "device links",
+        "first boot",
+        "health check",
+        "driver report",
+    ]
     assert [step.name for step in steps_for(settings_for(stages="verify"))] == ["verify", "driver report"]
     assert [step.name for step in steps_for(settings_for(stages="kernel"))] == ["kernel", "driver report"]
     assert "first boot" not in kept(stages="kernel,runtimes", first_boot_unit=False)
@@ -76,7 +92,9 @@ def test_an_image_root_merges_containerds_config_checked_by_its_own_binary_and_r
 
 def test_an_image_root_merges_daemon_json_checked_by_dockerd_validate_and_restarts_nothing(image_root):
     state = "dockerd /usr/sbin/dockerd\nversion Docker version 20.10.24+dfsg1, build x\nvalidate"
-    plan = run_plan(docker_runtime, settings_for(container_runtimes="docker"), family("debian"), facts=[(DOCKER, state)])
+    plan = run_plan(
+        docker_runtime, settings_for(container_runtimes="docker"), family("debian"), facts=[(DOCKER, state)]
+    )
     assert not plan.failed, plan.refusal
     (install,) = installs(plan)
     assert "set -- /usr/sbin/dockerd --validate --config-file /etc/docker/daemon.json.gpu-node-candidate\n" in install

@@ -19,13 +19,19 @@ def run(wall_runs: list[float], cpu: float) -> dict:
 
 
 RESULTS = {
-    "machine": "2 cores (A & B <test>), 8 GiB", "repository": "stand-in \"toolkit\"",
+    "machine": "2 cores (A & B <test>), 8 GiB",
+    "repository": 'stand-in "toolkit"',
     "fleets": [
         {"nodes": 1, "first": run([41.5], 1.25), "noop": run([5.1, 3.48, 5.9], 1.06), "verify": run([2.2], 0.87)},
         {"nodes": 4, "first": run([46.2], 1.62), "noop": run([2.46, 1.71], 0.88), "verify": run([1.36], 0.69)},
-        {"nodes": 64, "containers": 16, "hosts_per_container": 4,
-         "first": {**run([256.7], 8.23), "nodes_provisioned": 16}, "noop": run([38.4, 36.0], 4.64),
-         "verify": run([19.04, 20.9], 2.47)},
+        {
+            "nodes": 64,
+            "containers": 16,
+            "hosts_per_container": 4,
+            "first": {**run([256.7], 8.23), "nodes_provisioned": 16},
+            "noop": run([38.4, 36.0], 4.64),
+            "verify": run([19.04, 20.9], 2.47),
+        },
     ],
 }
 
@@ -37,10 +43,18 @@ def panels(svg_text: str) -> dict[str, dict[str, list[tuple[int, float, float, f
     found = {}
     for panel in root.findall("svg:g[@class='panel']", NS):
         found[panel.get("data-figure")] = {
-            series.get("data-run"): [(int(point.get("data-hosts")), float(point.get("data-value")),
-                                      float(point.get("cx")), float(point.get("cy")), point.find("svg:title", NS).text)
-                                     for point in series.findall("svg:circle", NS)]
-            for series in panel.findall("svg:g[@class='series']", NS)}
+            series.get("data-run"): [
+                (
+                    int(point.get("data-hosts")),
+                    float(point.get("data-value")),
+                    float(point.get("cx")),
+                    float(point.get("cy")),
+                    point.find("svg:title", NS).text,
+                )
+                for point in series.findall("svg:circle", NS)
+            ]
+            for series in panel.findall("svg:g[@class='series']", NS)
+        }
     return found
 
 

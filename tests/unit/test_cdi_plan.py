@@ -16,9 +16,19 @@ pytestmark = pytest.mark.usefixtures("both_modes")
 
 CONFIG = config_read("/etc/containerd/config.toml", None, "containerd")
 # A plain containerd, as its stage hands it to the CDI stage (deploy/stages.py wired_runtimes)
-PLAIN = (WiredRuntime("containerd", CONFIG, {"paths": [], "units": {}, "generated_versions": {},
-                                             "binary": "/usr/bin/containerd",
-                                             "installation": {"name": "plain", "service": "containerd"}}),)
+PLAIN = (
+    WiredRuntime(
+        "containerd",
+        CONFIG,
+        {
+            "paths": [],
+            "units": {},
+            "generated_versions": {},
+            "binary": "/usr/bin/containerd",
+            "installation": {"name": "plain", "service": "containerd"},
+        },
+    ),
+)
 CONTAINERD = {
     "2.1": "binary_path /usr/bin/containerd\nversion containerd github.com/containerd/containerd/v2 2.1.9 x",
     "1.7": "binary_path /usr/bin/containerd\nversion containerd github.com/containerd/containerd 1.7.24~ds1 x",
@@ -31,8 +41,13 @@ GENERATE = "/usr/bin/nvidia-ctk cdi generate --output /var/run/cdi/nvidia.yaml"
 
 
 def plan_for(containerd: str, cdi_state: str, **data):
-    return run_plan(cdi, settings_for(**data), PLAIN,
-                    facts=[(CONFIG, CONTAINERD[containerd]), (state_read(), cdi_state)], unstated=DEFAULT)
+    return run_plan(
+        cdi,
+        settings_for(**data),
+        PLAIN,
+        facts=[(CONFIG, CONTAINERD[containerd]), (state_read(), cdi_state)],
+        unstated=DEFAULT,
+    )
 
 
 def test_auto_on_containerd_2_enables_the_refresh_and_generates_the_missing_spec():
@@ -42,8 +57,11 @@ def test_auto_on_containerd_2_enables_the_refresh_and_generates_the_missing_spec
 
 
 def test_another_driver_root_reaches_the_generator_and_the_refresh_service():
-    plan = plan_for("1.7", f"{STALE_WITH_GPUS}\n{UNIT}\nrefresh_enabled enabled\nrefresh_active active",
-                    nvidia_driver_root="/run/nvidia/driver")
+    plan = plan_for(
+        "1.7",
+        f"{STALE_WITH_GPUS}\n{UNIT}\nrefresh_enabled enabled\nrefresh_active active",
+        nvidia_driver_root="/run/nvidia/driver",
+    )
     assert plan.ran(f"{GENERATE} --driver-root /run/nvidia/driver"), plan.commands
     assert plan.ran("/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env")
 

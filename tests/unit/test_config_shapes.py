@@ -52,10 +52,16 @@ from deploy.tasks.containerd import containerd_runtime
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 # Only the default wiring: the fixtures with a wiring.json test other settings on their golden files.
-CONTAINERD_SHAPES = sorted(path.parent.name for path in (FIXTURES / "containerd" / "merge").glob("*/expected.toml")
-                           if not (path.parent / "wiring.json").exists())
-DOCKER_SHAPES = sorted(path.parent.name for path in (FIXTURES / "docker" / "merge").glob("*/expected.json")
-                       if not (path.parent / "wiring.json").exists())
+CONTAINERD_SHAPES = sorted(
+    path.parent.name
+    for path in (FIXTURES / "containerd" / "merge").glob("*/expected.toml")
+    if not (path.parent / "wiring.json").exists()
+)
+DOCKER_SHAPES = sorted(
+    path.parent.name
+    for path in (FIXTURES / "docker" / "merge").glob("*/expected.json")
+    if not (path.parent / "wiring.json").exists()
+)
 WIRING = RuntimeWiring()
 
 
@@ -78,7 +84,9 @@ def test_containerd_shape_is_wired_and_kept_as_a_real_world_file_would_be(name, 
         candidate = write_candidate(tmp_path / suite, "config.toml", planned[0].text)
         lay_out_relative_imports(tmp_path / suite, text)
         dumped = config_dump(found.binary, candidate)
-        assert dumped.returncode == 0, f"containerd {found.version} refuses the merged file: {dumped.stderr.strip()[-300:]}"
+        assert dumped.returncode == 0, (
+            f"containerd {found.version} refuses the merged file: {dumped.stderr.strip()[-300:]}"
+        )
         assert_wired(tomllib.loads(dumped.stdout), found.major, name, f"{suite} {found.version}")
 
 
@@ -93,7 +101,9 @@ def test_docker_shape_is_wired_kept_and_accepted_by_the_real_dockerd(name, tmp_p
     assert "native.cgroupdriver=systemd" in result["exec-opts"]
     assert docker_leaves_not_set_by_wiring(result) == docker_leaves_not_set_by_wiring(existing)
     checked = dockerd_validate(dockerd(), write_candidate(tmp_path, "daemon.json", expected))
-    assert checked.returncode == 0, f"dockerd 26 refuses {name}/expected.json: {(checked.stderr or checked.stdout).strip()[-300:]}"
+    assert checked.returncode == 0, (
+        f"dockerd 26 refuses {name}/expected.json: {(checked.stderr or checked.stdout).strip()[-300:]}"
+    )
 
 
 K3S_DIR = "/var/lib/rancher/k3s/agent/etc/containerd"
@@ -113,9 +123,18 @@ def test_k3s_template_with_go_directives_is_refused_in_one_line_saying_what_to_d
     template = (FIXTURES / "containerd" / "merge" / "k3s-go-template" / "input.toml").read_text()
     family = detect_platform({"name": "debian", "major": None, "release_meta": {"ID": "debian"}}, "x86_64").family
     encoded = base64.b64encode(template.encode()).decode()
-    plan = run_plan(containerd_runtime, settings_for(), family, K3S_FOUND,
-                    facts=[(config_read(f"{K3S_DIR}/config.toml.tmpl", f"{K3S_DIR}/config.toml", K3S_FOUND["binary"]),
-                            f"binary_path {K3S_FOUND['binary']}\nconfig {encoded}")])
+    plan = run_plan(
+        containerd_runtime,
+        settings_for(),
+        family,
+        K3S_FOUND,
+        facts=[
+            (
+                config_read(f"{K3S_DIR}/config.toml.tmpl", f"{K3S_DIR}/config.toml", K3S_FOUND["binary"]),
+                f"binary_path {K3S_FOUND['binary']}\nconfig {encoded}",
+            )
+        ],
+    )
     failed = plan.failed_with(f"{K3S_DIR}/config.toml.tmpl is not valid TOML")
     assert len(failed) == 1 and "\n" not in failed[0], plan.failures
     assert "it was left as it is" in failed[0]

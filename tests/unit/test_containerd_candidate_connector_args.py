@@ -15,8 +15,13 @@ from deploy.distros.families import detect_platform
 from deploy.facts.containerd import config_read
 from deploy.tasks.containerd import containerd_runtime
 
-PLAIN_PRESENT = {"paths": [], "units": {}, "generated_versions": {}, "binary": "/usr/bin/containerd",
-                 "installation": {"name": "plain", "service": "containerd"}}
+PLAIN_PRESENT = {
+    "paths": [],
+    "units": {},
+    "generated_versions": {},
+    "binary": "/usr/bin/containerd",
+    "installation": {"name": "plain", "service": "containerd"},
+}
 
 
 def test_candidate_check_runs_with_sudo_when_the_run_uses_sudo(monkeypatch):
@@ -31,9 +36,19 @@ def test_candidate_check_runs_with_sudo_when_the_run_uses_sudo(monkeypatch):
     monkeypatch.setattr(FakeConnector, "run_shell_command", recording)
     family = detect_platform({"name": "debian", "major": None, "release_meta": {"ID": "debian"}}, "x86_64").family
     config = base64.b64encode(b"version = 2").decode()
-    run_plan(containerd_runtime, settings_for(), family, PLAIN_PRESENT,
-             facts=[(config_read("/etc/containerd/config.toml", None, "containerd"),
-                     f"binary_path /usr/bin/containerd\nconfig {config}")], _sudo=True)
+    run_plan(
+        containerd_runtime,
+        settings_for(),
+        family,
+        PLAIN_PRESENT,
+        facts=[
+            (
+                config_read("/etc/containerd/config.toml", None, "containerd"),
+                f"binary_path /usr/bin/containerd\nconfig {config}",
+            )
+        ],
+        _sudo=True,
+    )
     checks = [arguments for text, arguments in arguments_by_command if "config dump; status=$?" in text]
     assert checks, [text for text, _ in arguments_by_command]
     assert all(arguments.get("_sudo") is True for arguments in checks), checks

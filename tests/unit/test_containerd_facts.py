@@ -38,11 +38,13 @@ def b64(text: str) -> str:
 
 def test_config_fact_reads_the_file_byte_for_byte():
     text = "# note\r\nversion = 2\n\n\t[plugins]  \n"
-    state = ContainerdConfig().process([
-        "binary_path /usr/bin/containerd",
-        "version containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3",
-        f"config {b64(text)}",
-    ])
+    state = ContainerdConfig().process(
+        [
+            "binary_path /usr/bin/containerd",
+            "version containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3",
+            f"config {b64(text)}",
+        ]
+    )
     assert state["config"] == text and state["binary_path"] == "/usr/bin/containerd"
     assert (state["major"], state["minor"]) == (1, 6) and state["default_config"] is None
 
@@ -60,7 +62,9 @@ def test_config_fact_keeps_an_empty_file_as_empty():
 
 def test_config_fact_command_reads_base_then_default():
     command = str(ContainerdConfig().command("/etc/containerd/config.toml", base_path="/x/config.toml").get_raw_value())
-    assert command.index("/etc/containerd/config.toml") < command.index("/x/config.toml") < command.index("config default")
+    assert (
+        command.index("/etc/containerd/config.toml") < command.index("/x/config.toml") < command.index("config default")
+    )
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -86,8 +90,13 @@ def test_k3s_and_rke2_never_touch_etc_containerd_and_k0s_starts_from_an_empty_dr
 
 
 def test_plain_target_follows_the_setting():
-    containerd_found = {"paths": [], "units": {}, "generated_versions": {}, "binary": None,
-             "installation": {"name": "plain", "service": "containerd"}}
+    containerd_found = {
+        "paths": [],
+        "units": {},
+        "generated_versions": {},
+        "binary": None,
+        "installation": {"name": "plain", "service": "containerd"},
+    }
     settings = parse_settings({"containerd_config_path": "/srv/ctr.toml"})
     assert config_target(settings.containerd_config_path, containerd_found).path == "/srv/ctr.toml"
 
@@ -106,7 +115,11 @@ def test_imports_are_globbed_relative_to_the_config_folder_in_byte_order_by_a_re
     output = subprocess.run(["sh", "-c", command.get_raw_value()], capture_output=True, text=True, check=True).stdout
     files = ContainerdImports().process(output.splitlines())
     assert [file["path"] for file in files] == [
-        f"{tmp_path}/conf.d/A.toml", f"{tmp_path}/conf.d/a.toml", f"{tmp_path}/conf.d/b.toml", f"{tmp_path}/extra.toml"]
+        f"{tmp_path}/conf.d/A.toml",
+        f"{tmp_path}/conf.d/a.toml",
+        f"{tmp_path}/conf.d/b.toml",
+        f"{tmp_path}/extra.toml",
+    ]
     assert files[2]["text"] == "version = 2\n"
 
 
@@ -132,9 +145,11 @@ def test_imported_files_whose_names_hold_spaces_quotes_and_substitutions_are_rea
 def _config_fact_on(tmp_path, dump_script: str) -> dict:
     """The fact's own command run by sh against a scripted `containerd` (its dump answer is ``dump_script``)."""
     binary = tmp_path / "containerd"
-    binary.write_text("#!/bin/sh\n"
-                      'case "$*" in *--version*) echo "containerd github.com/containerd/containerd/v2 2.1.9 x";;\n'
-                      f"*dump*) {dump_script};;\nesac\n")
+    binary.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *--version*) echo "containerd github.com/containerd/containerd/v2 2.1.9 x";;\n'
+        f"*dump*) {dump_script};;\nesac\n"
+    )
     binary.chmod(0o755)
     config = tmp_path / "config.toml"
     config.write_text("version = 3\n")

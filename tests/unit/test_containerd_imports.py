@@ -121,15 +121,20 @@ def test_real_containerd_1x_ignores_a_wiring_in_config_toml_that_the_drop_in_ove
     (tmp_path / "conf.d" / "99-nvidia.toml").write_text(files[1].text)
     _, problems = effective_problems(config_dump(found.binary, main).stdout, RuntimeWiring())
     # The drop-in's copy of the CRI section wins as a whole: no SystemdCgroup anywhere.
-    assert problems == ["runtimes.runc.options.SystemdCgroup is false, not true (systemd_cgroup)",
-                        "runtimes.nvidia.options.SystemdCgroup is false, not true (systemd_cgroup)"]
+    assert problems == [
+        "runtimes.runc.options.SystemdCgroup is false, not true (systemd_cgroup)",
+        "runtimes.nvidia.options.SystemdCgroup is false, not true (systemd_cgroup)",
+    ]
 
 
 def test_a_drop_in_without_the_cri_section_leaves_the_wiring_in_config_toml():
-    main = 'version = 2\nimports = ["conf.d/*.toml"]\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "pause"\n'
+    main = (
+        'version = 2\nimports = ["conf.d/*.toml"]\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "pause"\n'
+    )
     other = 'version = 2\n[plugins."io.containerd.internal.v1.opt"]\n  path = "/opt/containerd"\n'
-    planned, holder = plan_wiring([ConfigFile(MAIN, main, MAIN), ConfigFile(DROP_IN, other, DROP_IN)],
-                                  RuntimeWiring(), major=1)
+    planned, holder = plan_wiring(
+        [ConfigFile(MAIN, main, MAIN), ConfigFile(DROP_IN, other, DROP_IN)], RuntimeWiring(), major=1
+    )
     assert holder == MAIN
     assert planned[1].text == other
     assert "runtimes.nvidia" in planned[0].text
@@ -138,8 +143,9 @@ def test_a_drop_in_without_the_cri_section_leaves_the_wiring_in_config_toml():
 def test_cri_disabled_in_an_imported_file_is_enabled_there_too():
     main = 'version = 2\nimports = ["conf.d/*.toml"]\n'
     other = 'version = 2\ndisabled_plugins = ["io.containerd.grpc.v1.cri"]\n'
-    planned, holder = plan_wiring([ConfigFile(MAIN, main, MAIN), ConfigFile(DROP_IN, other, DROP_IN)],
-                                  RuntimeWiring(), major=1)
+    planned, holder = plan_wiring(
+        [ConfigFile(MAIN, main, MAIN), ConfigFile(DROP_IN, other, DROP_IN)], RuntimeWiring(), major=1
+    )
     assert holder == MAIN
     assert tomllib.loads(planned[1].text)["disabled_plugins"] == []
 
@@ -192,8 +198,9 @@ oom_score = -500
 """
 
 
-@pytest.mark.parametrize("name", ["own", "aks-agentbaker-aksubuntu2404-networkpolicy.toml",
-                                  "aks-agentbaker-aksubuntu2404-teleport.toml"])
+@pytest.mark.parametrize(
+    "name", ["own", "aks-agentbaker-aksubuntu2404-networkpolicy.toml", "aks-agentbaker-aksubuntu2404-teleport.toml"]
+)
 def test_version_2_file_with_2x_plugin_names_is_wired_where_containerd_2_reads_it(name, tmp_path):
     text = OWN_V2_WITH_2X_NAMES if name == "own" else read_text(corpus_file(f"containerd/{name}"))
     planned, _ = plan_wiring([ConfigFile(MAIN, text, name)], RuntimeWiring(), major=2, containerd_version="2.1.9")

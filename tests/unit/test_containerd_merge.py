@@ -77,14 +77,19 @@ def test_registry_mirrors_imports_and_custom_runc_options_are_kept():
     parsed = tomlkit.parse(mirrors).unwrap()
     cri = parsed["plugins"]["io.containerd.grpc.v1.cri"]
     assert cri["registry"]["mirrors"]["docker.io"]["endpoint"] == [
-        "https://mirror.example.internal", "https://registry-1.docker.io"]
+        "https://mirror.example.internal",
+        "https://registry-1.docker.io",
+    ]
     assert parsed["metrics"]["address"] == "127.0.0.1:1338" and parsed["oom_score"] == -999
     _, imports, _ = case("imports")
     assert tomlkit.parse(imports)["imports"] == ["/etc/containerd/conf.d/*.toml", "registry.toml"]
     _, custom, _ = case("runc-custom-options")
     runtimes = tomlkit.parse(custom).unwrap()["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
     assert runtimes["runc"]["options"] == {
-        "BinaryName": "/usr/local/sbin/runc", "NoNewKeyring": True, "SystemdCgroup": True}
+        "BinaryName": "/usr/local/sbin/runc",
+        "NoNewKeyring": True,
+        "SystemdCgroup": True,
+    }
     assert runtimes["runc"]["pod_annotations"] == ["io.kubernetes.cri-o.*"]
     assert runtimes["runsc"] == {"runtime_type": "io.containerd.runsc.v1"}
     assert 'BinaryName = "/usr/local/sbin/runc"  # our patched runc' in custom
@@ -93,8 +98,7 @@ def test_registry_mirrors_imports_and_custom_runc_options_are_kept():
 def test_disabled_cri_is_removed_and_said():
     source, _, wiring = case("disabled-plugins-cri")
     merged = merge_containerd_config(source, wiring)
-    assert merged.notes == [
-        'removed "cri" from disabled_plugins: Kubernetes needs containerd\'s CRI plugin']
+    assert merged.notes == ['removed "cri" from disabled_plugins: Kubernetes needs containerd\'s CRI plugin']
     assert "disabled_plugins = []" in merged.text
 
 
@@ -117,8 +121,9 @@ def test_enable_cdi_is_set_for_1x_and_left_to_2x():
 
 def test_invalid_toml_names_the_file_line_and_column():
     with pytest.raises(ConfigError) as error:
-        merge_containerd_config('version = 2\n[plugins\nfoo = "bar"\n', RuntimeWiring(),
-                                source="/etc/containerd/config.toml")
+        merge_containerd_config(
+            'version = 2\n[plugins\nfoo = "bar"\n', RuntimeWiring(), source="/etc/containerd/config.toml"
+        )
     message = str(error.value)
     assert message.startswith("/etc/containerd/config.toml is not valid TOML: ")
     assert "line 2" in message and "col" in message
@@ -132,7 +137,9 @@ def test_unknown_config_version_is_refused(text, shown):
 
 def test_runtimes_that_is_not_a_table_is_refused():
     text = 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\nruntimes = "runc"\n'
-    with pytest.raises(ConfigError, match='config.toml: plugins."io.containerd.grpc.v1.cri".containerd.runtimes is not a table'):
+    with pytest.raises(
+        ConfigError, match='config.toml: plugins."io.containerd.grpc.v1.cri".containerd.runtimes is not a table'
+    ):
         merge_containerd_config(text, RuntimeWiring(), source="config.toml")
 
 
@@ -169,8 +176,9 @@ def test_real_containerd_accepts_the_merged_file(name, binaries, tmp_path):
     config.write_text(expected)
     # A relative import resolves next to the file, as on a node.
     (tmp_path / "registry.toml").write_text("")
-    dump = subprocess.run([binary, "--config", str(config), "config", "dump"],
-                          capture_output=True, text=True, timeout=60)
+    dump = subprocess.run(
+        [binary, "--config", str(config), "config", "dump"], capture_output=True, text=True, timeout=60
+    )
     assert dump.returncode == 0, dump.stderr
     dumped = tomlkit.parse(dump.stdout).unwrap()
     plugin = "io.containerd.grpc.v1.cri" if version < 3 else "io.containerd.cri.v1.runtime"

@@ -67,14 +67,24 @@ RUNTIME_PLUGIN = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cr
 CRI_IDS = {"cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime", "io.containerd.cri.v1.images"}
 OTHER_DISABLED = {
     1: ["aufs", "btrfs", "zfs"],
-    2: ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
-        "io.containerd.snapshotter.v1.aufs", "io.containerd.internal.v1.tracing"],
-    3: ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
-        "io.containerd.tracing.processor.v1.otlp"],
+    2: [
+        "io.containerd.snapshotter.v1.btrfs",
+        "io.containerd.snapshotter.v1.zfs",
+        "io.containerd.snapshotter.v1.aufs",
+        "io.containerd.internal.v1.tracing",
+    ],
+    3: [
+        "io.containerd.snapshotter.v1.btrfs",
+        "io.containerd.snapshotter.v1.zfs",
+        "io.containerd.tracing.processor.v1.otlp",
+    ],
 }
 # (a version 2 file may not name "cri": containerd refuses a disabled plugin that is not a full ID)
-DISABLED_CRI = {1: ["cri"], 2: ["io.containerd.grpc.v1.cri"],
-                3: ["io.containerd.cri.v1.runtime", "io.containerd.cri.v1.images"]}
+DISABLED_CRI = {
+    1: ["cri"],
+    2: ["io.containerd.grpc.v1.cri"],
+    3: ["io.containerd.cri.v1.runtime", "io.containerd.cri.v1.images"],
+}
 # Strings that need care when written: quotes, backslashes, '#', non-ASCII.
 AWKWARD = ["p@ss#word", 'quo"te', "back\\slash", "it's", "pässwörd", "a b", "x'y\"z"]
 
@@ -88,11 +98,14 @@ def _some(draw, keyed: dict) -> dict:
 def runc_runtimes(draw) -> dict:
     runtime = {"runtime_type": RUNC_V2}
     if draw(st.booleans()):
-        runtime["options"] = _some(draw, {
-            "SystemdCgroup": st.booleans(),
-            "BinaryName": st.sampled_from(["/usr/bin/runc", "/usr/local/sbin/runc"]),
-            "Root": st.just("/run/containerd/runc"),
-        })
+        runtime["options"] = _some(
+            draw,
+            {
+                "SystemdCgroup": st.booleans(),
+                "BinaryName": st.sampled_from(["/usr/bin/runc", "/usr/local/sbin/runc"]),
+                "Root": st.just("/run/containerd/runc"),
+            },
+        )
     return runtime
 
 
@@ -103,11 +116,15 @@ def nvidia_runtimes(draw) -> dict:
     if draw(st.booleans()):
         runtime["privileged_without_host_devices"] = draw(st.booleans())
     if draw(st.integers(0, 3)):
-        runtime["options"] = _some(draw, {
-            "BinaryName": st.sampled_from(["/usr/bin/nvidia-container-runtime",
-                                           "/usr/local/nvidia/toolkit/nvidia-container-runtime"]),
-            "SystemdCgroup": st.booleans(),
-        })
+        runtime["options"] = _some(
+            draw,
+            {
+                "BinaryName": st.sampled_from(
+                    ["/usr/bin/nvidia-container-runtime", "/usr/local/nvidia/toolkit/nvidia-container-runtime"]
+                ),
+                "SystemdCgroup": st.booleans(),
+            },
+        )
     return runtime
 
 
@@ -117,15 +134,28 @@ def runtimes(draw) -> dict:
     if draw(st.integers(0, 4)):
         found["runc"] = draw(runc_runtimes())
     if draw(st.integers(0, 3)) == 0:
-        found["runsc"] = {"runtime_type": "io.containerd.runsc.v1", **_some(draw, {
-            "options": st.just({"TypeUrl": "io.containerd.runsc.v1.options",
-                                "ConfigPath": "/etc/containerd/runsc.toml"}),
-        })}
+        found["runsc"] = {
+            "runtime_type": "io.containerd.runsc.v1",
+            **_some(
+                draw,
+                {
+                    "options": st.just(
+                        {"TypeUrl": "io.containerd.runsc.v1.options", "ConfigPath": "/etc/containerd/runsc.toml"}
+                    ),
+                },
+            ),
+        }
     if draw(st.integers(0, 3)) == 0:
-        found["kata"] = {"runtime_type": "io.containerd.kata.v2", **_some(draw, {
-            "privileged_without_host_devices": st.booleans(),
-            "pod_annotations": st.just(["io.katacontainers.*"]),
-        })}
+        found["kata"] = {
+            "runtime_type": "io.containerd.kata.v2",
+            **_some(
+                draw,
+                {
+                    "privileged_without_host_devices": st.booleans(),
+                    "pod_annotations": st.just(["io.katacontainers.*"]),
+                },
+            ),
+        }
     if draw(st.integers(0, 3)) == 0:
         found["nvidia"] = draw(nvidia_runtimes())
     order = draw(st.permutations(list(found)))
@@ -134,21 +164,42 @@ def runtimes(draw) -> dict:
 
 @st.composite
 def registries(draw) -> dict:
-    hosts = draw(st.lists(st.sampled_from(["docker.io", "registry.k8s.io", "r.example:5000", "10.0.0.1:5000"]),
-                          unique=True, max_size=2))
+    hosts = draw(
+        st.lists(
+            st.sampled_from(["docker.io", "registry.k8s.io", "r.example:5000", "10.0.0.1:5000"]),
+            unique=True,
+            max_size=2,
+        )
+    )
     registry = {}
     if hosts and draw(st.booleans()):
-        registry["mirrors"] = {host: {"endpoint": draw(st.lists(
-            st.sampled_from(["https://mirror.example", "https://registry-1.docker.io", "http://10.0.0.1:5000"]),
-            unique=True, min_size=1, max_size=2))} for host in hosts}
+        registry["mirrors"] = {
+            host: {
+                "endpoint": draw(
+                    st.lists(
+                        st.sampled_from(
+                            ["https://mirror.example", "https://registry-1.docker.io", "http://10.0.0.1:5000"]
+                        ),
+                        unique=True,
+                        min_size=1,
+                        max_size=2,
+                    )
+                )
+            }
+            for host in hosts
+        }
     if hosts and draw(st.booleans()):
         registry["configs"] = {}
         for host in hosts:
-            config = _some(draw, {
-                "auth": st.fixed_dictionaries({"username": st.sampled_from(["robot", "ci"]),
-                                               "password": st.sampled_from(AWKWARD)}),
-                "tls": st.fixed_dictionaries({"insecure_skip_verify": st.booleans()}),
-            })
+            config = _some(
+                draw,
+                {
+                    "auth": st.fixed_dictionaries(
+                        {"username": st.sampled_from(["robot", "ci"]), "password": st.sampled_from(AWKWARD)}
+                    ),
+                    "tls": st.fixed_dictionaries({"insecure_skip_verify": st.booleans()}),
+                },
+            )
             if config:
                 registry["configs"][host] = config
         if not registry["configs"]:
@@ -186,11 +237,14 @@ def cri_plugins(draw, version: int) -> dict:
     if draw(st.integers(0, 4)) == 0:
         plugin["enable_selinux"] = False
     if draw(st.booleans()):
-        plugin["cni"] = _some(draw, {
-            "bin_dir": st.sampled_from(["/opt/cni/bin", "/var/lib/rancher/k3s/data/current/bin"]),
-            "conf_dir": st.sampled_from(["/etc/cni/net.d", "/var/lib/rancher/k3s/agent/etc/cni/net.d"]),
-            "max_conf_num": st.integers(1, 2),
-        }) or {"conf_dir": "/etc/cni/net.d"}
+        plugin["cni"] = _some(
+            draw,
+            {
+                "bin_dir": st.sampled_from(["/opt/cni/bin", "/var/lib/rancher/k3s/data/current/bin"]),
+                "conf_dir": st.sampled_from(["/etc/cni/net.d", "/var/lib/rancher/k3s/agent/etc/cni/net.d"]),
+                "max_conf_num": st.integers(1, 2),
+            },
+        ) or {"conf_dir": "/etc/cni/net.d"}
     containerd = draw(containerd_sections(version))
     if containerd or draw(st.booleans()):
         plugin["containerd"] = containerd
@@ -213,15 +267,23 @@ def other_plugins(draw, version: int) -> dict:
         }
     else:
         candidates = {
-            "io.containerd.gc.v1.scheduler": st.fixed_dictionaries({
-                "pause_threshold": st.just(0.02), "deletion_threshold": st.just(0),
-                "schedule_delay": st.just("0s"), "startup_delay": st.just("100ms")}),
+            "io.containerd.gc.v1.scheduler": st.fixed_dictionaries(
+                {
+                    "pause_threshold": st.just(0.02),
+                    "deletion_threshold": st.just(0),
+                    "schedule_delay": st.just("0s"),
+                    "startup_delay": st.just("100ms"),
+                }
+            ),
             "io.containerd.internal.v1.opt": st.just({"path": "/opt/containerd"}),
             "io.containerd.snapshotter.v1.overlayfs": st.just({"root_path": ""}),
             "io.containerd.transfer.v1.local": st.lists(
-                st.fixed_dictionaries({"platform": st.sampled_from(["linux/amd64", "linux/arm64"]),
-                                       "snapshotter": st.just("overlayfs")}),
-                min_size=1, max_size=2, unique_by=lambda element: element["platform"],
+                st.fixed_dictionaries(
+                    {"platform": st.sampled_from(["linux/amd64", "linux/arm64"]), "snapshotter": st.just("overlayfs")}
+                ),
+                min_size=1,
+                max_size=2,
+                unique_by=lambda element: element["platform"],
             ).map(lambda elements: {"unpack_config": elements}),
         }
         if version == 3:
@@ -232,11 +294,14 @@ def other_plugins(draw, version: int) -> dict:
 
 @st.composite
 def _images_plugins(draw) -> dict:
-    return _some(draw, {
-        "snapshotter": st.sampled_from(["overlayfs", "native"]),
-        "pinned_images": st.just({"sandbox": "registry.k8s.io/pause:3.10"}),
-        "registry": st.just({"config_path": "/etc/containerd/certs.d"}),
-    }) or {"snapshotter": "overlayfs"}
+    return _some(
+        draw,
+        {
+            "snapshotter": st.sampled_from(["overlayfs", "native"]),
+            "pinned_images": st.just({"sandbox": "registry.k8s.io/pause:3.10"}),
+            "registry": st.just({"config_path": "/etc/containerd/certs.d"}),
+        },
+    ) or {"snapshotter": "overlayfs"}
 
 
 @st.composite
@@ -246,28 +311,40 @@ def containerd_models(draw) -> dict:
     model = {}
     if version > 1 or draw(st.booleans()):
         model["version"] = version
-    model.update(_some(draw, {
-        "root": st.just("/var/lib/containerd"),
-        "state": st.just("/run/containerd"),
-        "oom_score": st.sampled_from([0, -999]),
-        "imports": st.just(["conf.d/*.toml"]),
-    }))
+    model.update(
+        _some(
+            draw,
+            {
+                "root": st.just("/var/lib/containerd"),
+                "state": st.just("/run/containerd"),
+                "oom_score": st.sampled_from([0, -999]),
+                "imports": st.just(["conf.d/*.toml"]),
+            },
+        )
+    )
     if draw(st.integers(0, 2)) == 0:
-        model["disabled_plugins"] = draw(st.lists(
-            st.sampled_from(OTHER_DISABLED[version] + DISABLED_CRI[version]), unique=True, max_size=3))
+        model["disabled_plugins"] = draw(
+            st.lists(st.sampled_from(OTHER_DISABLED[version] + DISABLED_CRI[version]), unique=True, max_size=3)
+        )
     plugins = draw(other_plugins(version))
     if draw(st.integers(0, 6)):
         plugins[RUNTIME_PLUGIN[version]] = draw(cri_plugins(version))
     order = draw(st.permutations(list(plugins)))
     if plugins:
         model["plugins"] = {name: plugins[name] for name in order}
-    model.update(_some(draw, {
-        "grpc": st.just({"address": "/run/containerd/containerd.sock", "max_recv_message_size": 16777216}),
-        "metrics": st.just({"address": "127.0.0.1:1338", "grpc_histogram": False}),
-        "debug": st.just({"level": "info"}),
-        "timeouts": st.just({"io.containerd.timeout.shim.cleanup": "5s",
-                             "io.containerd.timeout.shim.load": "5s"}),
-    }))
+    model.update(
+        _some(
+            draw,
+            {
+                "grpc": st.just({"address": "/run/containerd/containerd.sock", "max_recv_message_size": 16777216}),
+                "metrics": st.just({"address": "127.0.0.1:1338", "grpc_histogram": False}),
+                "debug": st.just({"level": "info"}),
+                "timeouts": st.just(
+                    {"io.containerd.timeout.shim.cleanup": "5s", "io.containerd.timeout.shim.load": "5s"}
+                ),
+            },
+        )
+    )
     return model
 
 
@@ -275,13 +352,20 @@ def containerd_models(draw) -> dict:
 # Layouts: one model, rendered in the many ways TOML allows and tools write.
 
 BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-COMMENT_TEXTS = ["", "SystemdCgroup = false", '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]',
-                 'default_runtime_name = "nvidia"', "set by the installer", "[[x]] ' \" = #"]
+COMMENT_TEXTS = [
+    "",
+    "SystemdCgroup = false",
+    '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]',
+    'default_runtime_name = "nvidia"',
+    "set by the installer",
+    "[[x]] ' \" = #",
+]
 
 
 @dataclass
 class Layout:
     """The choices of one rendering (shown by Hypothesis on failure, counted by ``event``)."""
+
     order: str
     indent: str
     crlf: bool
@@ -374,7 +458,7 @@ class Renderer:
         for key, value in table.items():
             # a one-key sub-table may be a dotted key inside the inline table
             if isinstance(value, dict) and len(value) == 1 and self.draw(st.integers(0, 2)) == 0:
-                (child, leaf), = value.items()
+                ((child, leaf),) = value.items()
                 if not isinstance(leaf, (dict, list)):
                     parts.append(f"{self.key(key)}.{self.key(child)} = {self.value(leaf, False)}")
                     continue
@@ -557,8 +641,9 @@ def rendered_configs(draw, models=containerd_models(), inline_ok=lambda path: Tr
         header_indent = indent_of(depth, False)
         lines += renderer.maybe_comment_lines(header_indent)
         brackets = ("[[", "]]") if is_aot else ("[", "]")
-        lines.append(f"{header_indent}{brackets[0]}{renderer.dotted_key(path)}{brackets[1]}"
-                     f"{renderer.trailing_comment()}")
+        lines.append(
+            f"{header_indent}{brackets[0]}{renderer.dotted_key(path)}{brackets[1]}{renderer.trailing_comment()}"
+        )
         entries: list = []
         body(table, path, (), entries)
         for key_path, value in entries:
@@ -656,7 +741,7 @@ def test_the_two_layouts_have_the_features_they_are_kept_for():
 FOUND_LAYOUTS = {
     # tomlkit reads an indented child header before its parent as invalid TOML
     "indented child before parent": (
-        'version = 3\n'
+        "version = 3\n"
         '  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia]\n'
         '    runtime_type = "io.containerd.runc.v2"\n'
         '[plugins."io.containerd.cri.v1.runtime"]\n'
@@ -665,36 +750,36 @@ FOUND_LAYOUTS = {
     ),
     # the same in tomlkit's parse, uncaught: a traceback
     "indented grandchild, then its parent": (
-        'version = 2\n'
-        '[plugins]\n'
+        "version = 2\n"
+        "[plugins]\n"
         '    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
         '      runtime_type = "io.containerd.runc.v2"\n'
         '  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes]\n'
     ),
     # tomlkit: 'Key "containerd" already exists'
     "dotted keys, another table, then a header below them": (
-        'version = 2\n'
+        "version = 2\n"
         '[plugins."io.containerd.grpc.v1.cri"]\n'
         'containerd.default_runtime_name = "runc"\n'
         'containerd.snapshotter = "overlayfs"\n'
         '[plugins."io.containerd.gc.v1.scheduler"]\n'
-        'pause_threshold = 0.02\n'
+        "pause_threshold = 0.02\n"
         '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
-        'SystemdCgroup = true\n'
+        "SystemdCgroup = true\n"
     ),
     # the comment on the CRI entry taken out of disabled_plugins goes with it
     "comment on a disabled CRI": (
-        'version = 2\n'
-        'disabled_plugins = [\n'
+        "version = 2\n"
+        "disabled_plugins = [\n"
         '  "io.containerd.grpc.v1.cri", # off until the node joins\n'
         '  "io.containerd.snapshotter.v1.btrfs",\n'
-        ']\n'
+        "]\n"
     ),
     # refused: "its layout cannot be edited safely (... Cannot declare ('plugins',) twice ...)"
     "array of tables after another table": (
-        'version = 2\n'
-        '[plugins]\n'
-        '[metrics]\n'
+        "version = 2\n"
+        "[plugins]\n"
+        "[metrics]\n"
         'address = "127.0.0.1:1338"\n'
         '[[plugins."io.containerd.transfer.v1.local".unpack_config]]\n'
         'platform = "linux/amd64"\n'
@@ -704,20 +789,24 @@ FOUND_LAYOUTS = {
 
 
 def shape(text: str) -> Case:
-    return Case(model=tomllib.loads(text), text=text, layout=None,
-                comments=[line[line.index("#"):].strip() for line in text.splitlines() if "#" in line])
+    return Case(
+        model=tomllib.loads(text),
+        text=text,
+        layout=None,
+        comments=[line[line.index("#") :].strip() for line in text.splitlines() if "#" in line],
+    )
 
 
 wirings = st.builds(
     RuntimeWiring,
-    binary=st.sampled_from(["/usr/bin/nvidia-container-runtime",
-                            "/usr/local/nvidia/toolkit/nvidia-container-runtime"]),
+    binary=st.sampled_from(["/usr/bin/nvidia-container-runtime", "/usr/local/nvidia/toolkit/nvidia-container-runtime"]),
     make_default=st.booleans(),
     systemd_cgroup=st.booleans(),
     enable_cdi=st.sampled_from([None, True, False]),
 )
-sources = st.sampled_from(["config.toml", "/etc/containerd/config.toml",
-                           "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl"])
+sources = st.sampled_from(
+    ["config.toml", "/etc/containerd/config.toml", "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl"]
+)
 
 
 def describe(case: Case) -> None:
@@ -737,6 +826,7 @@ def describe(case: Case) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # The oracle: the model with the wiring applied, written from the model.
+
 
 def wired(model: dict, wiring: RuntimeWiring) -> dict:
     expected = copy.deepcopy(model)
@@ -801,6 +891,7 @@ def merge_or_refuse(case: Case, wiring: RuntimeWiring, source: str):
 # ---------------------------------------------------------------------------------------------
 # Properties.
 
+
 @hypothesis_settings(300)
 @given(rendered_configs())
 def test_every_generated_config_parses_to_exactly_its_model(case):
@@ -814,7 +905,9 @@ def test_every_generated_config_parses_to_exactly_its_model(case):
 
 TOMLKIT_XFAIL = pytest.mark.xfail(
     reason="issue 14, open: generated layouts of the TOMLKIT_LIMITS family (indented out-of-order headers, "
-    "several dotted keys before a later header) are still refused or mis-read by tomlkit 0.15", strict=False)
+    "several dotted keys before a later header) are still refused or mis-read by tomlkit 0.15",
+    strict=False,
+)
 
 
 @hypothesis_settings(250)
@@ -907,6 +1000,7 @@ TOML_HEADER_INDENT = re.compile(r"^[ \t]+\[", re.M)
 # ---------------------------------------------------------------------------------------------
 # Real containerd: a bounded sample, each checked by every release that reads its version.
 
+
 @dataclass(frozen=True)
 class RealContainerd:
     name: str
@@ -937,8 +1031,10 @@ def real_containerds(tmp_path_factory) -> list[RealContainerd]:
     except ImportError:
         containerd_releases = None
     if containerd_releases is not None:
-        return [RealContainerd(f"containerd {found.version} ({found.suite})", str(found.binary), found.minor)
-                for found in containerd_releases.releases()]
+        return [
+            RealContainerd(f"containerd {found.version} ({found.suite})", str(found.binary), found.minor)
+            for found in containerd_releases.releases()
+        ]
     from harness import sid_containerd_deb
 
     found = []
@@ -949,8 +1045,9 @@ def real_containerds(tmp_path_factory) -> list[RealContainerd]:
     subprocess.run(["dpkg-deb", "-x", str(sid_containerd_deb()), str(root)], check=True)
     binary = str(root / "usr" / "bin" / "containerd")
     found.append(RealContainerd("sid's containerd", binary, _release_of(binary)))
-    assert any(release.major == 1 for release in found), \
+    assert any(release.major == 1 for release in found), (
         "no containerd 1.x here: scripts/ensure-dockerd.sh installs docker.io with it"
+    )
     return found
 
 
@@ -958,8 +1055,9 @@ def config_dump(containerd: RealContainerd, text: str) -> subprocess.CompletedPr
     with tempfile.TemporaryDirectory(prefix="containerd-property-") as directory:
         config = Path(directory) / "config.toml"
         config.write_bytes(text.encode())  # as written: CRLF stays CRLF
-        return subprocess.run([containerd.binary, "--config", str(config), "config", "dump"],
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [containerd.binary, "--config", str(config), "config", "dump"], capture_output=True, text=True, timeout=60
+        )
 
 
 def assert_dump_shows_wiring(dump: dict, containerd: RealContainerd, case: Case, wiring: RuntimeWiring) -> None:
@@ -972,7 +1070,8 @@ def assert_dump_shows_wiring(dump: dict, containerd: RealContainerd, case: Case,
     assert nvidia["options"]["SystemdCgroup"] is wiring.systemd_cgroup
     assert runtimes["runc"]["options"]["SystemdCgroup"] is wiring.systemd_cgroup
     expected_default = wired(case.model, wiring)["plugins"][RUNTIME_PLUGIN[case.version]]["containerd"].get(
-        "default_runtime_name", "runc")
+        "default_runtime_name", "runc"
+    )
     assert cri["containerd"]["default_runtime_name"] == expected_default
     assert not CRI_IDS & set(dump.get("disabled_plugins", []))
     if wiring.enable_cdi is not None and containerd.release == (1, 7):  # CRI reads enable_cdi since 1.7

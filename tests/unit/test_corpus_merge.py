@@ -104,7 +104,9 @@ def test_containerd_corpus_merge(path, tmp_path):
     assert name not in CONTAINERD_REFUSALS, f"{name} is listed as refused by the merge, but it is merged"
 
     # Idempotent: merging the result again changes nothing.
-    assert merge_containerd_config(merged.text, WIRING, source=name).text == merged.text, f"{name}: second merge changed it"
+    assert merge_containerd_config(merged.text, WIRING, source=name).text == merged.text, (
+        f"{name}: second merge changed it"
+    )
 
     # Comments, every key the wiring does not set, other disabled plugins are kept.
     problems = kept_problems(text, merged.text)
@@ -115,7 +117,9 @@ def test_containerd_corpus_merge(path, tmp_path):
         found = release(suite)
         if (name, suite) in CONTAINERD_REFUSES_INPUT:
             original = write_candidate(tmp_path / suite / "original", "config.toml", text)
-            assert config_dump(found.binary, original).returncode != 0, f"{name} is listed as refused by {suite}'s containerd, but it is accepted"
+            assert config_dump(found.binary, original).returncode != 0, (
+                f"{name} is listed as refused by {suite}'s containerd, but it is accepted"
+            )
             continue
         # On a node the merge knows the installed containerd: a version 2 file holding 2.x plugin
         # names (AKS for containerd 2) is wired where 2.x reads it.
@@ -131,7 +135,9 @@ def test_containerd_corpus_merge(path, tmp_path):
             original = write_candidate(tmp_path / suite / "original", "config.toml", text)
             if config_dump(found.binary, original).returncode != 0:
                 continue  # containerd refuses the file as its project wrote it: nothing to ask
-        assert dumped.returncode == 0, f"{name}: containerd {found.version} refuses the merged file: {dumped.stderr.strip()[-300:]}"
+        assert dumped.returncode == 0, (
+            f"{name}: containerd {found.version} refuses the merged file: {dumped.stderr.strip()[-300:]}"
+        )
         assert_wired(tomllib.loads(dumped.stdout), found.major, name, f"{suite} {found.version}")
 
 
@@ -163,11 +169,17 @@ def test_docker_corpus_merge(path, tmp_path):
 
     if name in DOCKERD_REFUSES_INPUT:
         original = write_candidate(tmp_path / "original", "daemon.json", text)
-        assert dockerd_validate(dockerd(), original).returncode != 0, f"{name} is listed as refused by dockerd, but it is accepted"
+        assert dockerd_validate(dockerd(), original).returncode != 0, (
+            f"{name} is listed as refused by dockerd, but it is accepted"
+        )
         return
     checked = dockerd_validate(dockerd(), write_candidate(tmp_path, "daemon.json", rendered))
-    if checked.returncode != 0 and not strict and dockerd_validate(
-            dockerd(), write_candidate(tmp_path / "original", "daemon.json", text)).returncode != 0:
+    if (
+        checked.returncode != 0
+        and not strict
+        and dockerd_validate(dockerd(), write_candidate(tmp_path / "original", "daemon.json", text)).returncode != 0
+    ):
         return  # dockerd refuses the file as its project wrote it: nothing to ask
-    assert checked.returncode == 0, f"{name}: dockerd 26 refuses the merged file: {(checked.stderr or checked.stdout).strip()[-300:]}"
-
+    assert checked.returncode == 0, (
+        f"{name}: dockerd 26 refuses the merged file: {(checked.stderr or checked.stdout).strip()[-300:]}"
+    )

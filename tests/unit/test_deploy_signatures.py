@@ -48,12 +48,18 @@ def test_every_setting_of_the_signature_at_its_default_runs_as_if_none_were_give
     """The signature's defaults are the deploy's: all of them passed (the kernel stage alone) plan the
     same commands as the call that passes none of them. gpu_sharing_replicas aside: given at all, it
     asks for time-slicing or MPS, and without either the run stops (deploy/settings/sections/kubernetes.py's rule)."""
-    keywords = {name: parameter.default for name, parameter in inspect.signature(deploy.provision_gpu_node).parameters.items()
-                if parameter.kind is parameter.KEYWORD_ONLY and name != "gpu_sharing_replicas"}
+    keywords = {
+        name: parameter.default
+        for name, parameter in inspect.signature(deploy.provision_gpu_node).parameters.items()
+        if parameter.kind is parameter.KEYWORD_ONLY and name != "gpu_sharing_replicas"
+    }
     assert keywords.keys() >= KERNEL_ONLY.keys()
     _, plain_error, plain = call(deploy.provision_gpu_node, tmp_path / "plain", **KERNEL_ONLY)
-    _, error, every = call(deploy.provision_gpu_node, tmp_path / "every",
-                           **{**keywords, "fleet_report_path": str(tmp_path / "every" / "fleet.json"), **KERNEL_ONLY})
+    _, error, every = call(
+        deploy.provision_gpu_node,
+        tmp_path / "every",
+        **{**keywords, "fleet_report_path": str(tmp_path / "every" / "fleet.json"), **KERNEL_ONLY},
+    )
     assert plain_error is None and error is None, (plain_error, error)
 
     def same_upload_folder(commands):  # each run uploads through a folder of its own random name

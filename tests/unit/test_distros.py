@@ -25,16 +25,29 @@ from deploy.tasks.toolkit import APT_KEYRING, APT_SOURCE, apt_source_text, rpm_r
 
 
 def distribution(distro_id: str, id_like: str = "", **meta):
-    return {"name": distro_id, "major": None, "minor": None,
-            "release_meta": {"ID": distro_id, "ID_LIKE": id_like, **meta}}
+    return {
+        "name": distro_id,
+        "major": None,
+        "minor": None,
+        "release_meta": {"ID": distro_id, "ID_LIKE": id_like, **meta},
+    }
 
 
 @pytest.mark.parametrize(
     ("distro_id", "family"),
     [
-        ("debian", "debian"), ("ubuntu", "ubuntu"), ("rhel", "rhel"), ("rocky", "rhel"),
-        ("almalinux", "rhel"), ("centos", "rhel"), ("fedora", "fedora"), ("amzn", "amazon"),
-        ("opensuse-leap", "suse"), ("opensuse-tumbleweed", "suse"), ("sles", "suse"), ("arch", "arch"),
+        ("debian", "debian"),
+        ("ubuntu", "ubuntu"),
+        ("rhel", "rhel"),
+        ("rocky", "rhel"),
+        ("almalinux", "rhel"),
+        ("centos", "rhel"),
+        ("fedora", "fedora"),
+        ("amzn", "amazon"),
+        ("opensuse-leap", "suse"),
+        ("opensuse-tumbleweed", "suse"),
+        ("sles", "suse"),
+        ("arch", "arch"),
     ],
 )
 def test_each_supported_distro_maps_to_its_family(distro_id, family):
@@ -75,8 +88,9 @@ OS_RELEASE = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia" / "os-r
 
 def platform_of(fixture: str, arch: str = "x86_64"):
     """The Platform of a stored os-release file (tests/fixtures/nvidia/os-release/<fixture>)."""
-    meta = dict(shlex.split(line)[0].split("=", 1) for line in (OS_RELEASE / fixture).read_text().splitlines()
-                if "=" in line)
+    meta = dict(
+        shlex.split(line)[0].split("=", 1) for line in (OS_RELEASE / fixture).read_text().splitlines() if "=" in line
+    )
     version = meta.get("VERSION_ID", "")
     major = int(version.split(".")[0]) if version[:1].isdigit() else None
     return detect_platform({"name": meta["ID"], "major": major, "release_meta": meta}, arch)
@@ -85,11 +99,18 @@ def platform_of(fixture: str, arch: str = "x86_64"):
 def debian_plan_names(**settings) -> list[str]:
     """Every package the driver, toolkit-free stages of a Debian 12 amd64 host can install."""
     platform = platform_of("debian-12")
-    plan = driver_plan(settings_for(cuda_toolkit_install="true", **settings), platform,
-                       {"kernel": "6.1.0-18-cloud-amd64"})
+    plan = driver_plan(
+        settings_for(cuda_toolkit_install="true", **settings), platform, {"kernel": "6.1.0-18-cloud-amd64"}
+    )
     family = platform.family
-    return [*plan.packages, *plan.extra_packages, *plan.headers[1:], *plan.cuda_packages,
-            family.containerd_package, family.docker_package]
+    return [
+        *plan.packages,
+        *plan.extra_packages,
+        *plan.headers[1:],
+        *plan.cuda_packages,
+        family.containerd_package,
+        family.docker_package,
+    ]
 
 
 @pytest.mark.parametrize("settings", [{}, {"nvidia_driver_branch": "535"}], ids=["default", "branch-535"])
@@ -121,7 +142,8 @@ def test_rpm_toolkit_repository_is_nvidias_published_stable_repository(fixture):
     text = rpm_repo_text(settings_for(), platform)
     ours = repository_sections(text)["nvidia-container-toolkit"]
     assert {key: ours.get(key) for key in published if key != "gpgkey"} == {
-        key: value for key, value in published.items() if key != "gpgkey"}
+        key: value for key, value in published.items() if key != "gpgkey"
+    }
     key_file = platform.family.package_manager.key_file.format(name="nvidia-container-toolkit")
     assert ours["gpgkey"] == f"file://{key_file}"
     assert f"# signing key: {published['gpgkey']} (" in text
@@ -135,8 +157,9 @@ def test_apt_toolkit_source_is_nvidias_published_list_with_signed_by(fixture):
     """NVIDIA's own apt source (from the real-world corpus, GPU_NODE_CORPUS), which its install guide
     puts in /etc/apt/sources.list.d/ with signed-by added."""
     published = read_text(corpus_file("nvidia-container-toolkit/nvidia-container-toolkit.list")).splitlines()[0]
-    ours = [line for line in apt_source_text(settings_for(), platform_of(fixture)).splitlines()
-            if line.startswith("deb ")]
+    ours = [
+        line for line in apt_source_text(settings_for(), platform_of(fixture)).splitlines() if line.startswith("deb ")
+    ]
     assert ours == [published.replace("deb ", f"deb [signed-by={APT_KEYRING}] ", 1)]
     assert APT_SOURCE == "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
 
@@ -148,12 +171,22 @@ def test_apt_toolkit_source_is_nvidias_published_list_with_signed_by(fixture):
 CUDA = "https://developer.download.nvidia.com/compute/cuda/repos"
 DRIVER_REPOSITORIES = {
     ("rocky-9", "x86_64"): ("cuda-rhel9-x86_64", f"{CUDA}/rhel9/x86_64", f"{CUDA}/rhel9/x86_64/D42D0685.pub"),
-    ("fedora-40", "x86_64"): ("cuda-fedora40-x86_64", f"{CUDA}/fedora40/x86_64", f"{CUDA}/fedora40/x86_64/D42D0685.pub"),
+    ("fedora-40", "x86_64"): (
+        "cuda-fedora40-x86_64",
+        f"{CUDA}/fedora40/x86_64",
+        f"{CUDA}/fedora40/x86_64/D42D0685.pub",
+    ),
     ("amzn-2023", "aarch64"): ("cuda-amzn2023-sbsa", f"{CUDA}/amzn2023/sbsa", f"{CUDA}/amzn2023/sbsa/D42D0685.pub"),
-    ("opensuse-leap-15.5", "x86_64"): ("nvidia-opensuse-leap", "https://download.nvidia.com/opensuse/leap/15.5",
-                                       "https://download.nvidia.com/opensuse/leap/15.5/repodata/repomd.xml.key"),
-    ("sles-15.5", "x86_64"): ("nvidia-sles", "https://download.nvidia.com/suse/sle15sp5",
-                              "https://download.nvidia.com/suse/sle15sp5/repodata/repomd.xml.key"),
+    ("opensuse-leap-15.5", "x86_64"): (
+        "nvidia-opensuse-leap",
+        "https://download.nvidia.com/opensuse/leap/15.5",
+        "https://download.nvidia.com/opensuse/leap/15.5/repodata/repomd.xml.key",
+    ),
+    ("sles-15.5", "x86_64"): (
+        "nvidia-sles",
+        "https://download.nvidia.com/suse/sle15sp5",
+        "https://download.nvidia.com/suse/sle15sp5/repodata/repomd.xml.key",
+    ),
 }
 # NVIDIA's CUDA repository keys, 3bf863cc and D42D0685, as NVIDIA prints them (cuda-repo-management's SIGNATURES.md)
 NVIDIA_CUDA_KEYS = ("EB693B3035CD5710E231E123A4B469963BF863CC", "610C7B14E068A878070DA4E99CD0A493D42D0685")
@@ -165,15 +198,24 @@ CUDA_REPOSITORIES = {
 
 @pytest.mark.parametrize(("fixture", "arch"), sorted(DRIVER_REPOSITORIES))
 def test_driver_repository_is_the_one_nvidias_install_guide_names(fixture, arch):
-    plan = driver_plan(settings_for(cuda_toolkit_install="true", **SITE_DRIVER_KEY), platform_of(fixture, arch),
-                       {"kernel": "6.4.0-150600.23.7-default"})
+    plan = driver_plan(
+        settings_for(cuda_toolkit_install="true", **SITE_DRIVER_KEY),
+        platform_of(fixture, arch),
+        {"kernel": "6.4.0-150600.23.7-default"},
+    )
     name, baseurl, gpgkey = DRIVER_REPOSITORIES[(fixture, arch)]
     assert {key: plan.repository[key] for key in ("name", "baseurl", "gpgkey")} == {
-        "name": name, "baseurl": baseurl, "gpgkey": gpgkey}
+        "name": name,
+        "baseurl": baseurl,
+        "gpgkey": gpgkey,
+    }
     suse = fixture in CUDA_REPOSITORIES
     # NVIDIA's CUDA keys (D42D0685 on RPM families) pin the CUDA repository; the site's key the SUSE one
-    assert plan.repository["pin"].fingerprints == (
-        SITE_DRIVER_KEY["nvidia_driver_gpgkey_fingerprint"],) if suse else NVIDIA_CUDA_KEYS
+    assert (
+        plan.repository["pin"].fingerprints == (SITE_DRIVER_KEY["nvidia_driver_gpgkey_fingerprint"],)
+        if suse
+        else NVIDIA_CUDA_KEYS
+    )
     if suse:
         assert plan.cuda_repository["baseurl"] == CUDA_REPOSITORIES[fixture]
         assert plan.cuda_repository["gpgkey"] == CUDA_REPOSITORIES[fixture] + "/D42D0685.pub"
@@ -182,20 +224,32 @@ def test_driver_repository_is_the_one_nvidias_install_guide_names(fixture, arch)
 
 def test_nvidias_suse_driver_repository_is_refused_until_its_key_is_pinned():
     """NVIDIA publishes no fingerprint for its SUSE repository's key: nothing trusts it on first sight."""
-    with pytest.raises(DriverPlanError, match="nvidia_driver_gpgkey_fingerprint is unset: the key at "
-                                              "https://download.nvidia.com/opensuse/leap/15.5/repodata/repomd.xml.key"):
+    with pytest.raises(
+        DriverPlanError,
+        match="nvidia_driver_gpgkey_fingerprint is unset: the key at "
+        "https://download.nvidia.com/opensuse/leap/15.5/repodata/repomd.xml.key",
+    ):
         driver_plan(settings_for(), platform_of("opensuse-leap-15.5"), {"kernel": "6.4.0-150600.23.7-default"})
 
 
 def test_a_key_beside_an_http_mirror_is_refused_until_a_key_url_that_is_not_http_is_set():
     mirror = {"nvidia_cuda_repo_url": "http://mirror.internal/cuda", "allow_insecure_repositories": "true"}
-    with pytest.raises(DriverPlanError, match="refusing to fetch the signing key http://mirror.internal/cuda/rhel9/"
-                                              "x86_64/D42D0685.pub over http.*set nvidia_cuda_gpgkey_url"):
+    with pytest.raises(
+        DriverPlanError,
+        match="refusing to fetch the signing key http://mirror.internal/cuda/rhel9/"
+        "x86_64/D42D0685.pub over http.*set nvidia_cuda_gpgkey_url",
+    ):
         driver_plan(settings_for(**mirror), platform_of("rocky-9"), {"kernel": "5.14.0-427.el9.x86_64"})
     key_url = "https://mirror.internal/keys/cuda.asc"
-    plan = driver_plan(settings_for(**mirror, nvidia_cuda_gpgkey_url=key_url), platform_of("rocky-9"),
-                       {"kernel": "5.14.0-427.el9.x86_64"})
-    assert plan.repository["baseurl"] == "http://mirror.internal/cuda/rhel9/x86_64" and plan.repository["gpgkey"] == key_url
+    plan = driver_plan(
+        settings_for(**mirror, nvidia_cuda_gpgkey_url=key_url),
+        platform_of("rocky-9"),
+        {"kernel": "5.14.0-427.el9.x86_64"},
+    )
+    assert (
+        plan.repository["baseurl"] == "http://mirror.internal/cuda/rhel9/x86_64"
+        and plan.repository["gpgkey"] == key_url
+    )
 
 
 def test_tumbleweed_takes_nvidias_tumbleweed_repository():
@@ -213,10 +267,10 @@ def test_rhel_9_enables_nvidias_latest_dkms_module_stream():
 # What the Docker stage runs per family with docker_install=true on a host without Docker: the
 # distribution's own package through its package manager (commands as pyinfra's operations write them).
 DOCKER_INSTALLS = {
-    "debian-12": "DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::=\"--force-confdef\" -o Dpkg::Options::=\"--force-confold\" install"
-                 " -o DPkg::Lock::Timeout=120 --allow-change-held-packages --allow-downgrades docker.io",
-    "ubuntu-22.04": "DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::=\"--force-confdef\" -o Dpkg::Options::=\"--force-confold\" install"
-                    " -o DPkg::Lock::Timeout=120 --allow-change-held-packages --allow-downgrades docker.io",
+    "debian-12": 'DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::="--force-confdef" -o Dpkg::Options::="--force-confold" install'
+    " -o DPkg::Lock::Timeout=120 --allow-change-held-packages --allow-downgrades docker.io",
+    "ubuntu-22.04": 'DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::="--force-confdef" -o Dpkg::Options::="--force-confold" install'
+    " -o DPkg::Lock::Timeout=120 --allow-change-held-packages --allow-downgrades docker.io",
     "fedora-40": "dnf install -y moby-engine",
     "amzn-2023": "dnf install -y docker",
     "opensuse-leap-15.5": "zypper --non-interactive install -y docker",
@@ -226,8 +280,15 @@ DOCKER_INSTALLS = {
 
 @pytest.mark.parametrize("fixture", sorted(DOCKER_INSTALLS))
 def test_docker_install_runs_the_familys_package_manager_with_its_package(fixture):
-    plan = run_plan(docker_runtime, settings_for(container_runtimes="docker", docker_install="true"),
-                    platform_of(fixture).family, unstated=DEFAULT)  # no Docker, nothing installed
-    installs = [command for command in plan.commands
-                if re.search(r"^(DEBIAN_FRONTEND=\S+ )?(apt-get|dnf|zypper|pacman)( .*)? (install|-S|-Syu) ", command)]
+    plan = run_plan(
+        docker_runtime,
+        settings_for(container_runtimes="docker", docker_install="true"),
+        platform_of(fixture).family,
+        unstated=DEFAULT,
+    )  # no Docker, nothing installed
+    installs = [
+        command
+        for command in plan.commands
+        if re.search(r"^(DEBIAN_FRONTEND=\S+ )?(apt-get|dnf|zypper|pacman)( .*)? (install|-S|-Syu) ", command)
+    ]
     assert installs == [DOCKER_INSTALLS[fixture]], plan.commands

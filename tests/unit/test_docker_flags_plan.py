@@ -35,19 +35,34 @@ def debian():
     return detect_platform({"name": "debian", "major": None, "release_meta": {"ID": "debian"}}, "x86_64").family
 
 
-def plan_for(drop_in: str, daemon_json: str = '{"bridge": "none"}\n', version: str = "20.10.24+dfsg1",
-             containers: int | None = None, **task):
-    unit = (f"# /lib/systemd/system/docker.service\n{(UNITS / 'packaged/docker.service').read_text()}\n"
-            f"# {DROP_IN}\n{drop_in}")
-    state = "\n".join([
-        "dockerd /usr/sbin/dockerd", f"version Docker version {version}, build 1",
-        f"unit {b64(unit)}",
-        f"envfile {b64('/etc/default/docker')} {b64((UNITS / 'packaged/default-docker').read_text())}",
-        *([f"containers {containers}"] if containers is not None else []),
-        f"config {b64(daemon_json)}",
-    ])
-    return run_plan(docker_runtime, settings_for(container_runtimes="docker"), debian(),
-                    facts=[(state_read("/etc/docker/daemon.json"), state)], **task)
+def plan_for(
+    drop_in: str,
+    daemon_json: str = '{"bridge": "none"}\n',
+    version: str = "20.10.24+dfsg1",
+    containers: int | None = None,
+    **task,
+):
+    unit = (
+        f"# /lib/systemd/system/docker.service\n{(UNITS / 'packaged/docker.service').read_text()}\n"
+        f"# {DROP_IN}\n{drop_in}"
+    )
+    state = "\n".join(
+        [
+            "dockerd /usr/sbin/dockerd",
+            f"version Docker version {version}, build 1",
+            f"unit {b64(unit)}",
+            f"envfile {b64('/etc/default/docker')} {b64((UNITS / 'packaged/default-docker').read_text())}",
+            *([f"containers {containers}"] if containers is not None else []),
+            f"config {b64(daemon_json)}",
+        ]
+    )
+    return run_plan(
+        docker_runtime,
+        settings_for(container_runtimes="docker"),
+        debian(),
+        facts=[(state_read("/etc/docker/daemon.json"), state)],
+        **task,
+    )
 
 
 def failures(plan) -> list[str]:
@@ -89,8 +104,7 @@ def test_a_drop_in_passing_the_cgroupfs_flag_fails_the_host_with_one_line_and_in
 
 
 def test_a_daemon_json_that_already_conflicts_is_named():
-    plan = plan_for((UNITS / "installer/options-systemd.conf").read_text(),
-                    '{"bridge": "none", "iptables": false}\n')
+    plan = plan_for((UNITS / "installer/options-systemd.conf").read_text(), '{"bridge": "none", "iptables": false}\n')
     [failure] = failures(plan)
     assert "/etc/docker/daemon.json sets 'iptables' and --iptables=false" in failure and DROP_IN in failure
 
@@ -102,8 +116,10 @@ def test_config_file_flag_elsewhere_names_the_setting():
     assert "docker_daemon_config_path=/etc/docker/site.json" in failure
 
 
-@pytest.mark.parametrize("drop_in", ['[Service]\nEnvironment="DOCKER_OPTS=--debug\n',
-                                     "[Service]\nExecStart=\nExecStart=/usr/bin/dockerd 'unclosed\n"])
+@pytest.mark.parametrize(
+    "drop_in",
+    ['[Service]\nEnvironment="DOCKER_OPTS=--debug\n', "[Service]\nExecStart=\nExecStart=/usr/bin/dockerd 'unclosed\n"],
+)
 def test_unreadable_unit_is_one_line_naming_the_file(drop_in):
     plan = plan_for(drop_in)
     [failure] = failures(plan)
@@ -113,10 +129,21 @@ def test_unreadable_unit_is_one_line_naming_the_file(drop_in):
 def plan_26(daemon_json: str):
     """Docker 26 (it has `dockerd --validate`), the packaged unit without drop-ins."""
     unit = f"# /lib/systemd/system/docker.service\n{(UNITS / 'packaged/docker.service').read_text()}"
-    state = "\n".join(["dockerd /usr/sbin/dockerd", "version Docker version 26.1.5+dfsg1, build 411e817", "validate",
-                       f"unit {b64(unit)}", f"config {b64(daemon_json)}"])
-    return run_plan(docker_runtime, settings_for(container_runtimes="docker", nvidia_runtime_default="false"),
-                    debian(), facts=[(state_read("/etc/docker/daemon.json"), state)])
+    state = "\n".join(
+        [
+            "dockerd /usr/sbin/dockerd",
+            "version Docker version 26.1.5+dfsg1, build 411e817",
+            "validate",
+            f"unit {b64(unit)}",
+            f"config {b64(daemon_json)}",
+        ]
+    )
+    return run_plan(
+        docker_runtime,
+        settings_for(container_runtimes="docker", nvidia_runtime_default="false"),
+        debian(),
+        facts=[(state_read("/etc/docker/daemon.json"), state)],
+    )
 
 
 def test_docker_26_keeps_a_shim_name_default_runtime_and_validates_with_dockerd(uploads):
@@ -124,8 +151,9 @@ def test_docker_26_keeps_a_shim_name_default_runtime_and_validates_with_dockerd(
     assert failures(plan) == []
     assert plan.ran("--validate")
     placed = placed_uploads(plan.commands, uploads)
-    assert json.loads(placed["/etc/docker/daemon.json.gpu-node-candidate"])["default-runtime"] == \
-        "io.containerd.runsc.v1"
+    assert (
+        json.loads(placed["/etc/docker/daemon.json.gpu-node-candidate"])["default-runtime"] == "io.containerd.runsc.v1"
+    )
 
 
 def test_docker_26_unknown_default_runtime_is_refused_though_dockerd_validate_passes_it(uploads):
@@ -139,13 +167,18 @@ def test_docker_26_unknown_default_runtime_is_refused_though_dockerd_validate_pa
 # --- live-restore: what a dockerd restart does to the containers running ----------------------
 
 SYSTEMD_FLAG = (UNITS / "installer/options-systemd.conf").read_text()
-WIRED = '{"bridge": "none", "runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime", "runtimeArgs": []}}, ' \
-        '"default-runtime": "nvidia"}\n'
+WIRED = (
+    '{"bridge": "none", "runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime", "runtimeArgs": []}}, '
+    '"default-runtime": "nvidia"}\n'
+)
 
 
 def live_restore_warnings(caplog) -> list[str]:
-    return [record.getMessage() for record in caplog.records
-            if record.levelname == "WARNING" and "live-restore" in record.getMessage()]
+    return [
+        record.getMessage()
+        for record in caplog.records
+        if record.levelname == "WARNING" and "live-restore" in record.getMessage()
+    ]
 
 
 def test_a_restart_with_live_restore_off_and_containers_running_is_named_in_one_warning(caplog):
@@ -154,9 +187,10 @@ def test_a_restart_with_live_restore_off_and_containers_running_is_named_in_one_
     assert failures(plan) == [] and assigned(install, "unit") == "docker"  # the swap restarts dockerd
     [warning] = live_restore_warnings(caplog)
     assert warning.endswith(
-        '/etc/docker/daemon.json: live-restore is off and 3 containers run: the dockerd restart that wires the '
+        "/etc/docker/daemon.json: live-restore is off and 3 containers run: the dockerd restart that wires the "
         'nvidia runtime stops them all; to keep them running, set "live-restore": true there and run '
-        '`systemctl reload docker` before this run, or drain the node first (drain_before_restart=true)'), warning
+        "`systemctl reload docker` before this run, or drain the node first (drain_before_restart=true)"
+    ), warning
 
 
 def test_only_a_restart_that_stops_running_containers_warns(caplog, monkeypatch):
@@ -168,9 +202,20 @@ def test_only_a_restart_that_stops_running_containers_warns(caplog, monkeypatch)
     cases = {  # drop-in, daemon.json, containers running, docker_runtime's arguments, an image root
         "off, 2 running": (SYSTEMD_FLAG, off, 2, {}, False),
         "on in daemon.json": (SYSTEMD_FLAG, on, 2, {}, False),
-        "on by a flag": (SYSTEMD_FLAG.replace("--iptables=false", "--iptables=false --live-restore"), off, 2, {}, False),
-        "off by a flag": (SYSTEMD_FLAG.replace("--iptables=false", "--iptables=false --live-restore=false"), off, 2,
-                          {}, False),
+        "on by a flag": (
+            SYSTEMD_FLAG.replace("--iptables=false", "--iptables=false --live-restore"),
+            off,
+            2,
+            {},
+            False,
+        ),
+        "off by a flag": (
+            SYSTEMD_FLAG.replace("--iptables=false", "--iptables=false --live-restore=false"),
+            off,
+            2,
+            {},
+            False,
+        ),
         "none running": (SYSTEMD_FLAG, off, 0, {}, False),
         "count unknown": (SYSTEMD_FLAG, off, None, {}, False),
         "wired already": (SYSTEMD_FLAG, WIRED, 2, {}, False),
@@ -183,6 +228,14 @@ def test_only_a_restart_that_stops_running_containers_warns(caplog, monkeypatch)
         monkeypatch.setattr(bake, "is_image_root", lambda connector, image_root=image_root: image_root)
         assert failures(plan_for(drop_in, daemon_json, containers=containers, **task)) == [], case
         warned[case] = len(live_restore_warnings(caplog))
-    assert warned == {"off, 2 running": 1, "on in daemon.json": 0, "on by a flag": 0, "off by a flag": 1,
-                      "none running": 0, "count unknown": 0, "wired already": 0, "wired, its restart due": 1,
-                      "an image root": 0}
+    assert warned == {
+        "off, 2 running": 1,
+        "on in daemon.json": 0,
+        "on by a flag": 0,
+        "off by a flag": 1,
+        "none running": 0,
+        "count unknown": 0,
+        "wired already": 0,
+        "wired, its restart due": 1,
+        "an image root": 0,
+    }

@@ -79,7 +79,10 @@ def test_a_file_that_has_everything_is_not_changed_even_when_formatted_different
 @pytest.mark.parametrize(
     "text, expected",
     [
-        ('{"log-driver": "json-file",\n "bridge": none}', r"daemon.json is not valid JSON: Expecting value: line 2 column 12"),
+        (
+            '{"log-driver": "json-file",\n "bridge": none}',
+            r"daemon.json is not valid JSON: Expecting value: line 2 column 12",
+        ),
         ('{"a": 1, "a": 2}', "daemon.json is not valid JSON: duplicate key 'a'"),
         ('{"a": NaN}', "daemon.json is not valid JSON: NaN is not JSON"),
         ('["runtimes"]', "daemon.json is not a JSON object: it holds a list at the top level"),
@@ -127,11 +130,22 @@ def test_docker_version(line, version, major):
 
 def test_docker_state_fact_output():
     encoded = "eyJicmlkZ2UiOiAibm9uZSJ9Cg=="  # {"bridge": "none"}\n
-    state = DockerState().process([
-        "dockerd /usr/sbin/dockerd", "version Docker version 26.1.5+dfsg1, build a72d7cd", "validate",
-        f"config {encoded}",
-    ])
-    assert state == {"dockerd": "/usr/sbin/dockerd", "version": "26.1.5+dfsg1", "major": 26,
-                     "can_validate": True, "config": '{"bridge": "none"}\n', "unit": None,
-                     "environment_files": {}, "containers": None}
+    state = DockerState().process(
+        [
+            "dockerd /usr/sbin/dockerd",
+            "version Docker version 26.1.5+dfsg1, build a72d7cd",
+            "validate",
+            f"config {encoded}",
+        ]
+    )
+    assert state == {
+        "dockerd": "/usr/sbin/dockerd",
+        "version": "26.1.5+dfsg1",
+        "major": 26,
+        "can_validate": True,
+        "config": '{"bridge": "none"}\n',
+        "unit": None,
+        "environment_files": {},
+        "containers": None,
+    }
     assert DockerState().process(["dockerd"]) == DockerState.default()

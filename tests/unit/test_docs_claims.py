@@ -45,9 +45,13 @@ def split_sentences(paragraph: str) -> list[str]:
             depth += 1
         elif not in_code and char in ")]":
             depth = max(depth - 1, 0)
-        elif not in_code and depth == 0 and paragraph.startswith(" ", index + 1) and (
-                char == ";" or char == "." and re.match(r" [A-Z`(*]", paragraph[index + 1:index + 3])):
-            parts.append(paragraph[start:index + 1].strip())
+        elif (
+            not in_code
+            and depth == 0
+            and paragraph.startswith(" ", index + 1)
+            and (char == ";" or char == "." and re.match(r" [A-Z`(*]", paragraph[index + 1 : index + 3]))
+        ):
+            parts.append(paragraph[start : index + 1].strip())
             start = index + 1
     parts.append(paragraph[start:].strip())
     return [part for part in parts if part]
@@ -86,8 +90,11 @@ def sentences(text: str) -> list[str]:
 @cache
 def functions_of(path: str) -> tuple[ast.Module, dict[str, ast.FunctionDef]]:
     module = ast.parse((ROOT / path).read_text())
-    return module, {node.name: node for node in ast.walk(module)
-                    if isinstance(node, ast.FunctionDef) and node.name.startswith("test")}
+    return module, {
+        node.name: node
+        for node in ast.walk(module)
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test")
+    }
 
 
 def marks(path: str, name: str) -> set[str]:
@@ -121,8 +128,11 @@ def overclaims(text: str, where: str) -> list[str]:
             continue
         for path, name in NAMED_TEST.findall(sentence):
             said = marks(path, name)
-            missing = [mark for mark, qualifier in (("stand-in", SAYS_STAND_IN), ("subset", LEFT_OUT))
-                       if mark in said and not qualifier.search(sentence)]
+            missing = [
+                mark
+                for mark, qualifier in (("stand-in", SAYS_STAND_IN), ("subset", LEFT_OUT))
+                if mark in said and not qualifier.search(sentence)
+            ]
             if missing:
                 test = f"{path}::{name}" if name else path
                 found.append(f"{where}: names {test} ({', '.join(missing)}) in: {sentence[:160]}")
@@ -138,10 +148,14 @@ def test_the_rule_reads_a_stand_in_and_a_subset_from_the_tests_themselves():
     standin = "tests/e2e/test_family_ubuntu.py"  # every test in it is named standin
     subset = "tests/unit/test_hostile_values_run.py"  # its docstring: gpushare's proof is a subset
     assert marks(standin, "") == {"stand-in"} and marks(subset, "") == {"subset"}
-    page = (f"Ubuntu's apt is real here: `{standin}`. Ubuntu's apt runs over stand-in packages: `{standin}`.\n\n"
-            f"| hostile values | never run: `{subset}` |\n| hostile values | never run, except gpushare's compared: `{subset}` |\n")
+    page = (
+        f"Ubuntu's apt is real here: `{standin}`. Ubuntu's apt runs over stand-in packages: `{standin}`.\n\n"
+        f"| hostile values | never run: `{subset}` |\n| hostile values | never run, except gpushare's compared: `{subset}` |\n"
+    )
     assert [line.split(" in: ")[1] for line in overclaims(page, "page")] == [
-        f"Ubuntu's apt is real here: `{standin}`.", f"| hostile values | never run: `{subset}` |"]
+        f"Ubuntu's apt is real here: `{standin}`.",
+        f"| hostile values | never run: `{subset}` |",
+    ]
 
 
 def test_the_readme_opens_with_what_its_tests_stand_on():
@@ -152,32 +166,59 @@ def test_the_readme_opens_with_what_its_tests_stand_on():
 
 
 def test_aarch64_is_named_as_plan_tested_only():
-    named = [f"{page.name}: {sentence}" for page in PAGES for sentence in sentences(page.read_text())
-             if "aarch64" in sentence]
+    named = [
+        f"{page.name}: {sentence}"
+        for page in PAGES
+        for sentence in sentences(page.read_text())
+        if "aarch64" in sentence
+    ]
     assert named, "the README names its architectures"
     assert [line for line in named if not re.search(r"\bplan", line)] == []
 
 
 # `pip install gpu-node`, `pip install "gpu_node==0.3.0"`, `[pip, install, "gpu-node"]`: a name, not a path or a wheel file
-INSTALL_BY_NAME = re.compile(r"\bpip[3x]?\b[\s\",']{1,4}install\b[\s\",\[\]']+(?:-\S+\s+)*[\"']?gpu[-_]node(?:[=<>!~]=?[\w.*]+)?(?![\w./-])", re.I)
+INSTALL_BY_NAME = re.compile(
+    r"\bpip[3x]?\b[\s\",']{1,4}install\b[\s\",\[\]']+(?:-\S+\s+)*[\"']?gpu[-_]node(?:[=<>!~]=?[\w.*]+)?(?![\w./-])",
+    re.I,
+)
 
 
 def test_no_doc_tells_to_install_gpu_node_by_name_from_an_index():
     """gpu-node is installed from its repository (`pip install .`) or a wheel built from it; no index publishes it."""
-    docs = [README, ROOT / "CHANGELOG.md", *sorted(path for path in (ROOT / "docs").rglob("*") if path.is_file()
-                                                   and path.suffix in (".md", ".yaml", ".yml", ".sh", ".toml"))]
-    told = [f"{path.relative_to(ROOT)}: {match.group(0).strip()}" for path in docs
-            for match in INSTALL_BY_NAME.finditer(path.read_text())]
+    docs = [
+        README,
+        ROOT / "CHANGELOG.md",
+        *sorted(
+            path
+            for path in (ROOT / "docs").rglob("*")
+            if path.is_file() and path.suffix in (".md", ".yaml", ".yml", ".sh", ".toml")
+        ),
+    ]
+    told = [
+        f"{path.relative_to(ROOT)}: {match.group(0).strip()}"
+        for path in docs
+        for match in INSTALL_BY_NAME.finditer(path.read_text())
+    ]
     assert told == []
 
 
 def test_install_by_name_is_what_the_check_reads():
-    for line in ("pip install gpu-node", "/opt/gpu-node/bin/pip install gpu-node` (or the wheel)",
-                 '[/opt/gpu-node/bin/pip, install, "gpu-node==0.2.0"]', "pip install -U gpu_node",
-                 "python3 -m pip install 'gpu-node>=0.3'"):
+    for line in (
+        "pip install gpu-node",
+        "/opt/gpu-node/bin/pip install gpu-node` (or the wheel)",
+        '[/opt/gpu-node/bin/pip, install, "gpu-node==0.2.0"]',
+        "pip install -U gpu_node",
+        "python3 -m pip install 'gpu-node>=0.3'",
+    ):
         assert INSTALL_BY_NAME.search(line), line
-    for line in ("pip install .", "pip install gpu_node-0.3.0-py3-none-any.whl", "pip install dist/gpu_node-0.3.0.whl",
-                 "installs the package `gpu_node`", "pip install /opt/gpu-node", "## 0. Install gpu-node on the controller"):
+    for line in (
+        "pip install .",
+        "pip install gpu_node-0.3.0-py3-none-any.whl",
+        "pip install dist/gpu_node-0.3.0.whl",
+        "installs the package `gpu_node`",
+        "pip install /opt/gpu-node",
+        "## 0. Install gpu-node on the controller",
+    ):
         assert not INSTALL_BY_NAME.search(line), line
 
 

@@ -49,13 +49,31 @@ SETTING = "example_gpgkey_fingerprint"
 @deploy("source")
 def source(**kwargs):
     kwargs = {"key_url": KEY_URL, "fingerprints": PINNED, **kwargs}
-    signed_apt_source(name="Add the example source", path=SOURCE, content=CONTENT, keyring=KEYRING,
-                      fingerprint_setting=SETTING, repository=REPO, lock_timeout=120, timeout=30, **kwargs)
+    signed_apt_source(
+        name="Add the example source",
+        path=SOURCE,
+        content=CONTENT,
+        keyring=KEYRING,
+        fingerprint_setting=SETTING,
+        repository=REPO,
+        lock_timeout=120,
+        timeout=30,
+        **kwargs,
+    )
 
 
 def staged(timeout=30) -> str:
-    return stage_verified_source(SOURCE, CONTENT, KEYRING, KEY_URL, REPO, timeout=timeout, lock_timeout=120,
-                                 fingerprints=PINNED, fingerprint_setting=SETTING).get_raw_value()
+    return stage_verified_source(
+        SOURCE,
+        CONTENT,
+        KEYRING,
+        KEY_URL,
+        REPO,
+        timeout=timeout,
+        lock_timeout=120,
+        fingerprints=PINNED,
+        fingerprint_setting=SETTING,
+    ).get_raw_value()
 
 
 def digests(source_text=CONTENT, source_mode="644", key_present=True):
@@ -70,7 +88,10 @@ def digests(source_text=CONTENT, source_mode="644", key_present=True):
 
 def test_every_download_tool_is_bounded_by_the_timeout_and_apt_does_not_retry():
     command = staged(timeout=7)
-    assert "apt-helper -o Acquire::http::Timeout=7 -o Acquire::https::Timeout=7 -o Acquire::Retries=0 download-file" in command
+    assert (
+        "apt-helper -o Acquire::http::Timeout=7 -o Acquire::https::Timeout=7 -o Acquire::Retries=0 download-file"
+        in command
+    )
     assert "curl -fsSL --connect-timeout 7 --max-time 7" in command
     assert "wget -q -T 7 -t 1" in command
     assert f"could not download the signing key {KEY_URL}" in command
@@ -79,9 +100,16 @@ def test_every_download_tool_is_bounded_by_the_timeout_and_apt_does_not_retry():
 def test_the_trial_refresh_reads_only_the_new_source_keeps_other_lists_and_fails_on_any_error():
     command = staged(timeout=9)
     update = next(line for line in command.splitlines() if line.startswith("apt-get update"))
-    for option in ('Dir::Etc::SourceList="$stage/trial.list"', 'Dir::Etc::SourceParts="$stage/parts"',
-                   "APT::Get::List-Cleanup=0", "APT::Update::Error-Mode=any",
-                   "Acquire::http::Timeout=9", "Acquire::https::Timeout=9", "Acquire::Retries=0", "DPkg::Lock::Timeout="):
+    for option in (
+        'Dir::Etc::SourceList="$stage/trial.list"',
+        'Dir::Etc::SourceParts="$stage/parts"',
+        "APT::Get::List-Cleanup=0",
+        "APT::Update::Error-Mode=any",
+        "Acquire::http::Timeout=9",
+        "Acquire::https::Timeout=9",
+        "Acquire::Retries=0",
+        "DPkg::Lock::Timeout=",
+    ):
         assert option in update
     # The staged files are written only after apt's verdict, and nothing touches the targets.
     assert command.index("apt-get update") < command.index(f"{KEYRING}{STAGED_SUFFIX}")
@@ -91,11 +119,14 @@ def test_the_trial_refresh_reads_only_the_new_source_keeps_other_lists_and_fails
 def test_the_commit_renames_the_keyring_before_the_source_that_names_it():
     command = commit_staged_source(SOURCE, KEYRING).get_raw_value()
     assert command.index(f"mv -f {KEYRING}{STAGED_SUFFIX} {KEYRING}") < command.index(
-        f"mv -f {SOURCE}{STAGED_SUFFIX} {SOURCE}")
+        f"mv -f {SOURCE}{STAGED_SUFFIX} {SOURCE}"
+    )
 
 
 def test_a_new_source_is_staged_verified_then_committed():
-    plan = run_plan(source, facts=[(source_read(SOURCE, KEYRING), ["@@file " + SOURCE, "absent", "@@file " + KEYRING, "absent"])])
+    plan = run_plan(
+        source, facts=[(source_read(SOURCE, KEYRING), ["@@file " + SOURCE, "absent", "@@file " + KEYRING, "absent"])]
+    )
     staged = plan.matching("download-file")
     commit = plan.starting("chown root:root " + KEYRING + STAGED_SUFFIX)
     assert len(staged) == 1 and KEY_URL in staged[0] and len(commit) == 1
@@ -115,8 +146,17 @@ def test_only_a_wrong_mode_is_repaired_without_any_download():
 def test_a_source_that_does_not_name_its_keyring_is_refused():
     @deploy("bad")
     def bad():
-        signed_apt_source(name="Add", path=SOURCE, content=f"deb {REPO} /\n", keyring=KEYRING, key_url=KEY_URL,
-                          fingerprints=PINNED, fingerprint_setting=SETTING, lock_timeout=120, timeout=30)
+        signed_apt_source(
+            name="Add",
+            path=SOURCE,
+            content=f"deb {REPO} /\n",
+            keyring=KEYRING,
+            key_url=KEY_URL,
+            fingerprints=PINNED,
+            fingerprint_setting=SETTING,
+            lock_timeout=120,
+            timeout=30,
+        )
 
     with pytest.raises(Exception, match="signed-by="):
         run_plan(bad)
@@ -126,9 +166,17 @@ def test_a_keyring_that_is_not_armoured_is_refused():
     @deploy("bad")
     def bad():
         keyring = "/usr/share/keyrings/example.gpg"
-        signed_apt_source(name="Add", path=SOURCE, content=f"deb [signed-by={keyring}] {REPO} /\n",
-                          keyring=keyring, key_url=KEY_URL, fingerprints=PINNED, fingerprint_setting=SETTING,
-                          lock_timeout=120, timeout=30)
+        signed_apt_source(
+            name="Add",
+            path=SOURCE,
+            content=f"deb [signed-by={keyring}] {REPO} /\n",
+            keyring=keyring,
+            key_url=KEY_URL,
+            fingerprints=PINNED,
+            fingerprint_setting=SETTING,
+            lock_timeout=120,
+            timeout=30,
+        )
 
     with pytest.raises(Exception, match="must end in .asc"):
         run_plan(bad)
@@ -137,14 +185,21 @@ def test_a_keyring_that_is_not_armoured_is_refused():
 # The fingerprints gpg prints, read from its real output (tests/fixtures/gpg/README.md)
 
 
-@pytest.mark.parametrize("fixture, primaries", [
-    ("show-keys-one-key-two-subkeys.txt", ["A4442DBE68F1FC72DB2D6DED445CA3AC12D6B699"]),
-    ("show-keys-two-keys.txt", ["A4442DBE68F1FC72DB2D6DED445CA3AC12D6B699", "0A6E5F345EB03399A45171D430684C2BD89F8AFC"]),
-])
+@pytest.mark.parametrize(
+    "fixture, primaries",
+    [
+        ("show-keys-one-key-two-subkeys.txt", ["A4442DBE68F1FC72DB2D6DED445CA3AC12D6B699"]),
+        (
+            "show-keys-two-keys.txt",
+            ["A4442DBE68F1FC72DB2D6DED445CA3AC12D6B699", "0A6E5F345EB03399A45171D430684C2BD89F8AFC"],
+        ),
+    ],
+)
 def test_the_primary_keys_fingerprints_are_read_from_gpgs_listing_never_a_subkeys(fixture, primaries):
     listing = (FIXTURES / fixture).read_text()
-    read = subprocess.run(["sh", "-c", PRIMARY_FINGERPRINTS], input=listing, capture_output=True, text=True,
-                          check=True).stdout.split()
+    read = subprocess.run(
+        ["sh", "-c", PRIMARY_FINGERPRINTS], input=listing, capture_output=True, text=True, check=True
+    ).stdout.split()
     assert read == primaries
     subkeys = [line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:")]
     assert len(subkeys) > len(primaries)  # the listing has subkey fingerprints the reading left out
@@ -162,8 +217,9 @@ def served(tmp_path_factory):
     key = standin_toolkit.make_key(home / "k", "download-test")
     other = standin_toolkit.make_key(home / "o", "download-test-other")
     (root / "armored").write_text(key.armored_public_key())
-    binary = subprocess.run(["gpg", "--homedir", str(key.home), "--export", key.fingerprint],
-                            capture_output=True, check=True).stdout
+    binary = subprocess.run(
+        ["gpg", "--homedir", str(key.home), "--export", key.fingerprint], capture_output=True, check=True
+    ).stdout
     (root / "binary").write_bytes(binary)
     (root / "html").write_text(standin_toolkit.GARBAGE_KEY_PAGE)
     (root / "empty").write_text("")
@@ -176,8 +232,9 @@ def served(tmp_path_factory):
 
 
 def run_shell(command: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        ["sh", "-c", command], capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})}
+    )
 
 
 @pytest.fixture
@@ -196,12 +253,28 @@ def apt_guard(tmp_path):
     return folder
 
 
-def staged_run(url: str, key: str, tmp_path: Path, apt_guard: Path, timeout: int = 5,
-               without_apt_helper: bool = False, fingerprints: tuple[str, ...] = PINNED) -> subprocess.CompletedProcess:
+def staged_run(
+    url: str,
+    key: str,
+    tmp_path: Path,
+    apt_guard: Path,
+    timeout: int = 5,
+    without_apt_helper: bool = False,
+    fingerprints: tuple[str, ...] = PINNED,
+) -> subprocess.CompletedProcess:
     source, keyring = tmp_path / "etc" / "example.list", tmp_path / "keyrings" / "example.asc"
     content = f"deb [signed-by={keyring}] {url}/repo /\n"
-    command = stage_verified_source(str(source), content, str(keyring), f"{url}/{key}", f"{url}/repo", timeout,
-                                    lock_timeout=120, fingerprints=fingerprints, fingerprint_setting=SETTING)
+    command = stage_verified_source(
+        str(source),
+        content,
+        str(keyring),
+        f"{url}/{key}",
+        f"{url}/repo",
+        timeout,
+        lock_timeout=120,
+        fingerprints=fingerprints,
+        fingerprint_setting=SETTING,
+    )
     script = command.get_raw_value()
     if without_apt_helper:  # the branch a host without apt's helper takes
         script = script.replace("[ -x /usr/lib/apt/apt-helper ]", "false")
@@ -231,8 +304,9 @@ def test_a_key_server_that_never_answers_fails_naming_the_url(tmp_path, apt_guar
     assert_nothing_staged(tmp_path, apt_guard)
 
 
-@pytest.mark.parametrize("served_as, says", [("html", "bytes starting <html><head><title>502 Bad Gateway"),
-                                             ("empty", "got an empty body")])
+@pytest.mark.parametrize(
+    "served_as, says", [("html", "bytes starting <html><head><title>502 Bad Gateway"), ("empty", "got an empty body")]
+)
 def test_a_key_url_that_returns_no_key_fails_before_apt_naming_the_url(served, tmp_path, apt_guard, served_as, says):
     url, _, _ = served
     result = staged_run(url, served_as, tmp_path, apt_guard)
@@ -253,9 +327,12 @@ def test_a_real_key_reaches_apt_signed_by_the_staged_keyring_and_apts_refusal_na
     trial = (apt_guard / "trial.list").read_text()
     assert trial.startswith("deb [signed-by=/") and "/keyring.asc]" in trial and f"{url}/repo /" in trial
     # A binary key is armoured for the .asc keyring: gpg reads the same fingerprint from it.
-    shown = subprocess.run(["gpg", "--homedir", str(key.home), "--show-keys", "--with-colons",
-                            str(apt_guard / "keyring.asc")],
-                           capture_output=True, text=True, check=True).stdout
+    shown = subprocess.run(
+        ["gpg", "--homedir", str(key.home), "--show-keys", "--with-colons", str(apt_guard / "keyring.asc")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert key.fingerprint in shown
     assert not (tmp_path / "etc").exists() and not (tmp_path / "keyrings").exists()
 
@@ -266,7 +343,8 @@ def test_a_valid_key_whose_fingerprint_is_not_pinned_is_refused_in_one_line_nami
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
         f"refusing the signing key from {url}/other: its fingerprint is {other.fingerprint}; "
-        f"{key.fingerprint} is pinned ({SETTING})")
+        f"{key.fingerprint} is pinned ({SETTING})"
+    )
     assert_nothing_staged(tmp_path, apt_guard)
 
 
@@ -290,10 +368,19 @@ def test_the_check_uses_a_gpg_home_of_its_own_and_leaves_no_gpg_state_behind(ser
     home = tmp_path / "home"
     home.mkdir()
     result = run_shell(
-        stage_verified_source(str(tmp_path / "s.list"), f"deb [signed-by={tmp_path}/k.asc] {url}/repo /\n",
-                              f"{tmp_path}/k.asc", f"{url}/armored", f"{url}/repo", 5, lock_timeout=120,
-                              fingerprints=(key.fingerprint,), fingerprint_setting=SETTING).get_raw_value(),
-        env={"PATH": f"{apt_guard}:{os.environ['PATH']}", "HOME": str(home), "GNUPGHOME": ""})
+        stage_verified_source(
+            str(tmp_path / "s.list"),
+            f"deb [signed-by={tmp_path}/k.asc] {url}/repo /\n",
+            f"{tmp_path}/k.asc",
+            f"{url}/armored",
+            f"{url}/repo",
+            5,
+            lock_timeout=120,
+            fingerprints=(key.fingerprint,),
+            fingerprint_setting=SETTING,
+        ).get_raw_value(),
+        env={"PATH": f"{apt_guard}:{os.environ['PATH']}", "HOME": str(home), "GNUPGHOME": ""},
+    )
     assert "E: stopped by the test guard" in result.stderr, result.stderr
     assert list(home.iterdir()) == []  # no ~/.gnupg made for root
 
@@ -309,13 +396,23 @@ RPM_CONTENT = f"[example]\nbaseurl={REPO}\ngpgcheck=1\ngpgkey=file://{RPM_KEY}\n
 @deploy("repository")
 def repository(**kwargs):
     kwargs = {"key_url": KEY_URL, "fingerprints": PINNED, **kwargs}
-    signed_rpm_repository(name="Add the example repository", path=RPM_FILE, content=RPM_CONTENT, key_path=RPM_KEY,
-                          fingerprint_setting=SETTING, check="dnf-check {candidate}", timeout=30, **kwargs)
+    signed_rpm_repository(
+        name="Add the example repository",
+        path=RPM_FILE,
+        content=RPM_CONTENT,
+        key_path=RPM_KEY,
+        fingerprint_setting=SETTING,
+        check="dnf-check {candidate}",
+        timeout=30,
+        **kwargs,
+    )
 
 
 def test_a_new_rpm_repository_is_staged_checked_then_committed():
-    plan = run_plan(repository, facts=[(source_read(RPM_FILE, RPM_KEY),
-                                        ["@@file " + RPM_FILE, "absent", "@@file " + RPM_KEY, "absent"])])
+    plan = run_plan(
+        repository,
+        facts=[(source_read(RPM_FILE, RPM_KEY), ["@@file " + RPM_FILE, "absent", "@@file " + RPM_KEY, "absent"])],
+    )
     staged = plan.matching("download-file")
     commit = plan.starting("chown root:root " + RPM_KEY + STAGED_SUFFIX)
     assert len(staged) == 1 and KEY_URL in staged[0] and len(commit) == 1
@@ -323,28 +420,56 @@ def test_a_new_rpm_repository_is_staged_checked_then_committed():
     # rpm imports the checked file, then the manager reads the trial file, then the key and file are staged
     command = staged[0]
     assert command.index("for fingerprint in $served") < command.index('rpm --import "$stage/keyring.asc"')
-    assert command.index('rpm --import') < command.index('dnf-check "$stage/candidate.repo"') < command.index(
-        f"{RPM_KEY}{STAGED_SUFFIX}")
+    assert (
+        command.index("rpm --import")
+        < command.index('dnf-check "$stage/candidate.repo"')
+        < command.index(f"{RPM_KEY}{STAGED_SUFFIX}")
+    )
 
 
 def test_an_rpm_repository_and_its_key_in_place_are_the_one_read():
     digest = hashlib.sha256(RPM_CONTENT.encode()).hexdigest()
-    plan = run_plan(repository, facts=[(source_read(RPM_FILE, RPM_KEY), [
-        f"@@file {RPM_FILE}", "644 root:root", f"{digest}  {RPM_FILE}", f"@@file {RPM_KEY}", "644 root:root",
-        f"{'0' * 64}  {RPM_KEY}"])])
+    plan = run_plan(
+        repository,
+        facts=[
+            (
+                source_read(RPM_FILE, RPM_KEY),
+                [
+                    f"@@file {RPM_FILE}",
+                    "644 root:root",
+                    f"{digest}  {RPM_FILE}",
+                    f"@@file {RPM_KEY}",
+                    "644 root:root",
+                    f"{'0' * 64}  {RPM_KEY}",
+                ],
+            )
+        ],
+    )
     assert len(plan.commands) == 1 and plan.commands[0].startswith("echo '@@file")
 
 
-@pytest.mark.parametrize("key_url, fingerprints, says", [
-    ("http://mirror.example.internal/gpgkey", PINNED,
-     "refusing to fetch the signing key http://mirror.example.internal/gpgkey over http"),
-    (KEY_URL, (), f"{SETTING} is unset: the key at {KEY_URL} is trusted only once its fingerprint is pinned there"),
-])
+@pytest.mark.parametrize(
+    "key_url, fingerprints, says",
+    [
+        (
+            "http://mirror.example.internal/gpgkey",
+            PINNED,
+            "refusing to fetch the signing key http://mirror.example.internal/gpgkey over http",
+        ),
+        (KEY_URL, (), f"{SETTING} is unset: the key at {KEY_URL} is trusted only once its fingerprint is pinned there"),
+    ],
+)
 @pytest.mark.parametrize("deploy_function", [source, repository], ids=["apt", "rpm"])
 def test_a_key_that_cannot_be_checked_fails_the_host_before_any_download(key_url, fingerprints, says, deploy_function):
-    plan = run_plan(deploy_function, key_url=key_url, fingerprints=fingerprints, facts=[
-        (source_read(SOURCE, KEYRING), ["@@file " + SOURCE, "absent", "@@file " + KEYRING, "absent"]),
-        (source_read(RPM_FILE, RPM_KEY), ["@@file " + RPM_FILE, "absent", "@@file " + RPM_KEY, "absent"])])
+    plan = run_plan(
+        deploy_function,
+        key_url=key_url,
+        fingerprints=fingerprints,
+        facts=[
+            (source_read(SOURCE, KEYRING), ["@@file " + SOURCE, "absent", "@@file " + KEYRING, "absent"]),
+            (source_read(RPM_FILE, RPM_KEY), ["@@file " + RPM_FILE, "absent", "@@file " + RPM_KEY, "absent"]),
+        ],
+    )
     assert not plan.ran("download-file") and not plan.ran("rpm --import")
     assert len(plan.failed_with(says)) == 1, plan.failures
 
@@ -357,17 +482,15 @@ def rpm_guard(tmp_path):
     folder.mkdir()
     (folder / "rpm").write_text(
         "#!/bin/sh\n"
-        f'db={folder}/keys\n'
+        f"db={folder}/keys\n"
         'case "$1" in\n'
         f'  --import) cp "$2" {folder}/imported.asc; echo gpg-pubkey-example-1 >>"$db";;\n'
         '  -q) cat "$db" 2>/dev/null;;\n'
         f'  -e) shift; echo "$@" >{folder}/erased; for nvr; do grep -v -x "$nvr" "$db" >"$db.new"; mv "$db.new" "$db"; done;;\n'
-        'esac\n'
+        "esac\n"
     )
     (folder / "repository-check").write_text(
-        "#!/bin/sh\n"
-        f'cp "$1" {folder}/candidate.repo\n'
-        f'exit $(cat {folder}/check-exit 2>/dev/null || echo 0)\n'
+        f'#!/bin/sh\ncp "$1" {folder}/candidate.repo\nexit $(cat {folder}/check-exit 2>/dev/null || echo 0)\n'
     )
     for tool in ("rpm", "repository-check"):
         (folder / tool).chmod(0o755)
@@ -377,14 +500,16 @@ def rpm_guard(tmp_path):
 def rpm_staged_run(url: str, key: str, tmp_path: Path, guard: Path, fingerprints: tuple[str, ...]):
     repo_file, key_path = tmp_path / "repos" / "example.repo", tmp_path / "pki" / "gpu-node-example.asc"
     content = f"[example]\nbaseurl={url}/repo\ngpgcheck=1\ngpgkey=file://{key_path}\n"
-    command = stage_checked_rpm_repository(str(repo_file), content, str(key_path), f"{url}/{key}", 5, fingerprints,
-                                           SETTING, "repository-check {candidate}")
+    command = stage_checked_rpm_repository(
+        str(repo_file), content, str(key_path), f"{url}/{key}", 5, fingerprints, SETTING, "repository-check {candidate}"
+    )
     result = run_shell(command.get_raw_value(), env={"PATH": f"{guard}:{os.environ['PATH']}"})
     return result, repo_file, key_path
 
 
 def test_an_rpm_repository_key_is_imported_alone_after_its_check_and_the_trial_names_the_checked_copy(
-        served, tmp_path, rpm_guard):
+    served, tmp_path, rpm_guard
+):
     url, key, _ = served
     result, repo_file, key_path = rpm_staged_run(url, "binary", tmp_path, rpm_guard, (key.fingerprint,))
     assert result.returncode == 0, result.stderr

@@ -21,13 +21,18 @@ pytestmark = pytest.mark.usefixtures("both_modes")
 
 DRA = {"gpu_allocator": "dra"}
 NO_SMOKE = {"smoke_test": "false"}
-DEVICE_PLUGIN_LIVE = {"nvidia.com/gpu.present": "true", "nvidia.com/device-plugin.config": "no-sharing",
-                      "accelerator": "nvidia-a100-sxm4-40gb"}
+DEVICE_PLUGIN_LIVE = {
+    "nvidia.com/gpu.present": "true",
+    "nvidia.com/device-plugin.config": "no-sharing",
+    "accelerator": "nvidia-a100-sxm4-40gb",
+}
 DRA_LIVE = {"gpu-node.io/gpu-allocator": "dra", "accelerator": "nvidia-a100-sxm4-40gb"}
 
 
 def cluster(version="34", **nodes) -> FakeCluster:
-    return FakeCluster(version=("1", version), nodes={"cp1": {}, **{name: dict(labels) for name, labels in nodes.items()}})
+    return FakeCluster(
+        version=("1", version), nodes={"cp1": {}, **{name: dict(labels) for name, labels in nodes.items()}}
+    )
 
 
 def gpus(*names):
@@ -52,7 +57,9 @@ def test_beside_a_device_plugin_group_both_allocators_are_deployed(monkeypatch):
     live = cluster(gpu1={}, gpu2={})
     run = run_plan(monkeypatch, live, gpus("gpu1", "gpu2"), data=NO_SMOKE, host_data={"@fake/gpu2": DRA})
     assert bundles(run) == ["runtimeclass", "nvidia-device-plugin", "nvidia-dra-driver-gpu", "dra-claims"]
-    assert live.nodes["gpu1"]["nvidia.com/gpu.present"] == "true" and "gpu-node.io/gpu-allocator" not in live.nodes["gpu1"]
+    assert (
+        live.nodes["gpu1"]["nvidia.com/gpu.present"] == "true" and "gpu-node.io/gpu-allocator" not in live.nodes["gpu1"]
+    )
     assert live.nodes["gpu2"] == DRA_LIVE
 
 
@@ -71,9 +78,12 @@ def move_commands(run) -> list[tuple[str, str]]:
     """(node, step) of each move command, in the order the control plane ran them."""
     found = []
     for command in run.control_plane_commands():
-        for step, pattern in (("cordon", r" uncordon (\S+)$| cordon (\S+)$"), ("drain", r" drain (\S+) "),
-                              ("relabel", r" label node (\S+) --overwrite .*gpu-allocator"),
-                              ("wait", r"resourceslices .*spec.nodeName=(\w+)|get node (\S+) -o .*allocatable")):
+        for step, pattern in (
+            ("cordon", r" uncordon (\S+)$| cordon (\S+)$"),
+            ("drain", r" drain (\S+) "),
+            ("relabel", r" label node (\S+) --overwrite .*gpu-allocator"),
+            ("wait", r"resourceslices .*spec.nodeName=(\w+)|get node (\S+) -o .*allocatable"),
+        ):
             match = re.search(pattern, command)
             if match:
                 node = next(group for group in match.groups() if group)
@@ -102,8 +112,9 @@ def test_moving_a_group_to_dra_goes_node_by_node_in_order_and_moves_the_labels(m
 def test_moving_back_to_the_device_plugin_removes_the_dra_label(monkeypatch):
     live = cluster(gpu1=DRA_LIVE)
     run = run_plan(monkeypatch, live, gpus("gpu1"), data=NO_SMOKE)
-    assert move_commands(run) == [("gpu1", step) for step in
-                                  ["cordon", "drain", "relabel", "wait-resourceslices", "wait-allocatable", "uncordon"]]
+    assert move_commands(run) == [
+        ("gpu1", step) for step in ["cordon", "drain", "relabel", "wait-resourceslices", "wait-allocatable", "uncordon"]
+    ]
     assert live.nodes["gpu1"] == DEVICE_PLUGIN_LIVE
     assert "nvidia-device-plugin" in bundles(run)
 
@@ -128,7 +139,8 @@ def test_move_plan_takes_each_step_on_every_node_of_a_batch_before_the_next_and_
     assert [(step.batch, step.node, step.kind) for step in plan] == (
         [((1, 3), "gpu1", kind) for kind in kinds]
         + [((2, 3), node, kind) for kind in kinds for node in ("gpu2", "gpu3")]
-        + [((3, 3), node, kind) for kind in kinds for node in ("gpu4", "gpu5")])
+        + [((3, 3), node, kind) for kind in kinds for node in ("gpu4", "gpu5")]
+    )
     assert {step.labels for step in plan if step.kind == "relabel"} == {(("gpu-node.io/gpu-allocator", "dra"),)}
 
 
@@ -145,15 +157,20 @@ def test_the_default_moves_one_node_at_a_time():
 
 def test_a_group_moves_in_the_batches_the_control_plane_names_canary_first(monkeypatch):
     live = cluster(gpu1=DEVICE_PLUGIN_LIVE, gpu2=DEVICE_PLUGIN_LIVE, gpu3=DEVICE_PLUGIN_LIVE)
-    run = run_plan(monkeypatch, live, gpus("gpu1", "gpu2", "gpu3"),
-                   data={**NO_SMOKE, **DRA, "allocator_move_batches": "1,100%"})
+    run = run_plan(
+        monkeypatch, live, gpus("gpu1", "gpu2", "gpu3"), data={**NO_SMOKE, **DRA, "allocator_move_batches": "1,100%"}
+    )
     assert not run.failed
-    assert move_commands(run) == ([("gpu1", step) for step in STEPS]
-                                  + [(node, step) for step in STEPS for node in ("gpu2", "gpu3")])
+    assert move_commands(run) == (
+        [("gpu1", step) for step in STEPS] + [(node, step) for step in STEPS for node in ("gpu2", "gpu3")]
+    )
     assert all(live.nodes[node] == DRA_LIVE for node in ("gpu1", "gpu2", "gpu3"))
     names = run.state.op_meta
-    assert any("Move node gpu1 to the dra (batch 1 of 2, the canary): cordon" in name
-               for meta in names.values() for name in meta.names)
+    assert any(
+        "Move node gpu1 to the dra (batch 1 of 2, the canary): cordon" in name
+        for meta in names.values()
+        for name in meta.names
+    )
 
 
 @dataclass
@@ -167,9 +184,12 @@ class CanaryNeverReady(FakeCluster):
 
 
 def test_a_canary_that_fails_stops_the_move_before_the_next_batch_and_stays_cordoned(monkeypatch):
-    live = CanaryNeverReady(version=("1", "34"), nodes={"cp1": {}, "gpu1": dict(DEVICE_PLUGIN_LIVE),
-                                                        "gpu2": dict(DEVICE_PLUGIN_LIVE)})
-    run = run_plan(monkeypatch, live, gpus("gpu1", "gpu2"), data={**NO_SMOKE, **DRA, "allocator_move_batches": "1,100%"})
+    live = CanaryNeverReady(
+        version=("1", "34"), nodes={"cp1": {}, "gpu1": dict(DEVICE_PLUGIN_LIVE), "gpu2": dict(DEVICE_PLUGIN_LIVE)}
+    )
+    run = run_plan(
+        monkeypatch, live, gpus("gpu1", "gpu2"), data={**NO_SMOKE, **DRA, "allocator_move_batches": "1,100%"}
+    )
     assert run.failed
     assert move_commands(run) == [("gpu1", step) for step in STEPS[:5]]  # no uncordon, gpu2 untouched
     assert live.nodes["gpu2"] == DEVICE_PLUGIN_LIVE
@@ -179,5 +199,7 @@ def test_a_canary_that_fails_stops_the_move_before_the_next_batch_and_stays_cord
 def test_batch_sizes_that_are_none_are_refused_in_one_line(value):
     with pytest.raises(SettingsError) as refused:
         parse_settings({"allocator_move_batches": value})
-    assert str(refused.value) == (f"invalid setting allocator_move_batches={value!r}: allowed: whole numbers from 1 "
-                                  "or percentages above 0 up to 100%, comma-separated (e.g. 1,5,25%)")
+    assert str(refused.value) == (
+        f"invalid setting allocator_move_batches={value!r}: allowed: whole numbers from 1 "
+        "or percentages above 0 up to 100%, comma-separated (e.g. 1,5,25%)"
+    )

@@ -50,16 +50,19 @@ CASES = {
     "dra-static": Case(DRA, {}),
     "dra-helm-mps": Case({**DRA, "dra_driver_install_method": "helm", "gpu_sharing": "mps"}, {}),
     "dra-beside-the-device-plugin": Case(
-        {"gpu_sharing": "time-slicing"}, {"@fake/gpu2": {**DRA, "nvidia_driver_root": "/run/nvidia/driver"}},
-        gpu_hosts=("@fake/gpu1", "@fake/gpu2")),
+        {"gpu_sharing": "time-slicing"},
+        {"@fake/gpu2": {**DRA, "nvidia_driver_root": "/run/nvidia/driver"}},
+        gpu_hosts=("@fake/gpu1", "@fake/gpu2"),
+    ),
     "dra-no-smoke-test": Case({**DRA, "smoke_test": "false"}, {}),
 }
 HELM_NOT_YET = ["list-rc 0", "list-out []", "values-rc 1", "values-err Error: release: not found"]
 
 
 def deploy_case(monkeypatch, case: Case, cluster: FakeCluster | None = None):
-    cluster = cluster or DraCluster(nodes={"cp1": {}, **{name.removeprefix("@fake/"): {} for name in case.gpu_hosts}},
-                                    helm_lines=HELM_NOT_YET)
+    cluster = cluster or DraCluster(
+        nodes={"cp1": {}, **{name.removeprefix("@fake/"): {} for name in case.gpu_hosts}}, helm_lines=HELM_NOT_YET
+    )
     gpu = {name: gpu_identity_lines(name.removeprefix("@fake/"), [A100]) for name in case.gpu_hosts}
     run = run_plan(monkeypatch, cluster, gpu, data=case.data, host_data=case.host_data)
     assert not run.failed
@@ -67,8 +70,9 @@ def deploy_case(monkeypatch, case: Case, cluster: FakeCluster | None = None):
 
 
 def render_case(monkeypatch, tmp_path, case: Case, **more):
-    rendered = render(monkeypatch, tmp_path / "gitops", {**case.data, **more},
-                      inventory_text(list(case.gpu_hosts), case.host_data))
+    rendered = render(
+        monkeypatch, tmp_path / "gitops", {**case.data, **more}, inventory_text(list(case.gpu_hosts), case.host_data)
+    )
     assert rendered.error is None, rendered.error
     return rendered
 
@@ -82,8 +86,12 @@ def test_the_folder_holds_the_dra_objects_the_deploy_applies_no_real_cluster(mon
     rendered = render_case(monkeypatch, tmp_path, case)
 
     assert rendered.objects() == cluster.objects
-    applied = {f"manifests/{stdin_manifest(command)[0]['metadata']['annotations']['gpu-node.io/bundle']}.yaml":
-               sent_text(command) for command in run.applies()}
+    applied = {
+        f"manifests/{stdin_manifest(command)[0]['metadata']['annotations']['gpu-node.io/bundle']}.yaml": sent_text(
+            command
+        )
+        for command in run.applies()
+    }
     assert applied == {path: text.decode() for path, text in rendered.files.items() if path.startswith("manifests/")}
     assert {"manifests/dra-claims.yaml"} <= set(applied)
 
@@ -117,8 +125,10 @@ def test_after_the_folder_is_applied_the_deploy_applies_nothing_no_real_cluster(
 def test_the_readme_names_the_dra_files_and_the_dra_nodes_label(monkeypatch, tmp_path):
     readme = render_case(monkeypatch, tmp_path, CASES["dra-beside-the-device-plugin"]).text("README.md")
     assert "| `manifests/dra-claims.yaml` | the DeviceClass `gpu-node.nvidia.com`" in readme
-    assert ("| `@fake/gpu2` | not named in `kube_node_names`: its hostname, in lower case; not labelled by this folder "
-            "| `gpu-node.io/gpu-allocator=dra` |") in readme
+    assert (
+        "| `@fake/gpu2` | not named in `kube_node_names`: its hostname, in lower case; not labelled by this folder "
+        "| `gpu-node.io/gpu-allocator=dra` |"
+    ) in readme
     assert "`nvidia.com/device-plugin.config=time-slicing-4" in readme  # gpu1 stays on the device plugin
     assert "Kubernetes 1.34 or newer" in readme
 
@@ -126,16 +136,22 @@ def test_the_readme_names_the_dra_files_and_the_dra_nodes_label(monkeypatch, tmp
 @pytest.mark.parametrize("version", ["1.33", "1.28"])
 def test_a_render_for_a_cluster_older_than_1_34_is_refused_in_one_line_before_any_file(monkeypatch, tmp_path, version):
     rendered = render(monkeypatch, tmp_path / "gitops", {**DRA, "manifests_kubernetes_version": version})
-    assert str(rendered.error) == (f"gpu_allocator=dra needs Kubernetes 1.34 or newer (resource.k8s.io/v1), and "
-                                   f"manifests_kubernetes_version is {version}: upgrade the cluster, or keep "
-                                   "gpu_allocator=device-plugin")
+    assert str(rendered.error) == (
+        f"gpu_allocator=dra needs Kubernetes 1.34 or newer (resource.k8s.io/v1), and "
+        f"manifests_kubernetes_version is {version}: upgrade the cluster, or keep "
+        "gpu_allocator=device-plugin"
+    )
     assert not rendered.folder.exists()
 
 
 def test_a_dra_node_in_the_inventory_is_refused_for_1_33_and_a_device_plugin_render_is_not(monkeypatch, tmp_path):
     case = CASES["dra-beside-the-device-plugin"]
-    refused = render(monkeypatch, tmp_path / "gitops", {"manifests_kubernetes_version": "1.33"},
-                     inventory_text(list(case.gpu_hosts), case.host_data))
+    refused = render(
+        monkeypatch,
+        tmp_path / "gitops",
+        {"manifests_kubernetes_version": "1.33"},
+        inventory_text(list(case.gpu_hosts), case.host_data),
+    )
     assert "manifests_kubernetes_version is 1.33" in str(refused.error) and not refused.folder.exists()
     device_plugin = render(monkeypatch, tmp_path / "other", {"manifests_kubernetes_version": "1.33"})
     assert device_plugin.error is None and "manifests/dra-claims.yaml" not in device_plugin.files
@@ -144,9 +160,13 @@ def test_a_dra_node_in_the_inventory_is_refused_for_1_33_and_a_device_plugin_ren
 def test_the_dra_files_go_when_the_group_moves_back_to_the_device_plugin(monkeypatch, tmp_path):
     folder = tmp_path / "gitops"
     first = render(monkeypatch, folder, {**DRA, "dra_driver_install_method": "helm"})
-    assert {"helm/dra-values.yaml", "flux/nvidia-dra-driver-gpu.yaml", "argocd/nvidia-dra-driver-gpu.yaml",
-            "smoke/dra-smoke-pod.yaml",
-            "manifests/dra-claims.yaml"} <= set(first.files)
+    assert {
+        "helm/dra-values.yaml",
+        "flux/nvidia-dra-driver-gpu.yaml",
+        "argocd/nvidia-dra-driver-gpu.yaml",
+        "smoke/dra-smoke-pod.yaml",
+        "manifests/dra-claims.yaml",
+    } <= set(first.files)
     assert set(first.files) <= set(EVERY_FILE)
     back = render(monkeypatch, folder, {})
     assert back.error is None

@@ -34,8 +34,14 @@ PAUSE = assets.IMAGES["pause"]
 
 def test_without_gpu_node_lab_the_e2e_skips_in_one_line_naming_the_setting():
     env = {key: value for key, value in os.environ.items() if key != lab.LAB_ENV}
-    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs", str(E2E)],
-                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs", str(E2E)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     assert "1 test needs the lab: set GPU_NODE_LAB, see docs/lab.md" in lines, result.stdout
@@ -56,11 +62,17 @@ def test_the_dra_release_is_unpacked_from_its_own_folder(lab_dir, version):  # n
     assert kubelet.parent == assets.CACHE / dra_lab.SERVER_CACHE  # apart from the 1.28 release's
 
 
-@pytest.mark.parametrize("version, named", [
-    ("v1.33.5", "kubernetes-dra/kubernetes-server-linux-amd64.tar.gz is Kubernetes v1.33.5; the DRA lab needs 1.34"),
-    (None, "kubernetes-server-linux-amd64.tar.gz holds no kubernetes/server/bin/kube-apiserver.docker_tag"),
-    ("nightly", "records the release 'nightly', which is no version"),
-])
+@pytest.mark.parametrize(
+    "version, named",
+    [
+        (
+            "v1.33.5",
+            "kubernetes-dra/kubernetes-server-linux-amd64.tar.gz is Kubernetes v1.33.5; the DRA lab needs 1.34",
+        ),
+        (None, "kubernetes-server-linux-amd64.tar.gz holds no kubernetes/server/bin/kube-apiserver.docker_tag"),
+        ("nightly", "records the release 'nightly', which is no version"),
+    ],
+)
 def test_a_release_that_cannot_serve_dra_is_named_in_one_line(lab_dir, version, named):  # noqa: F811 - the fixture
     dra_tarball(lab_dir, version)
     with pytest.raises(lab.LabMissing) as missing:
@@ -70,8 +82,11 @@ def test_a_release_that_cannot_serve_dra_is_named_in_one_line(lab_dir, version, 
 
 def test_a_lab_without_the_dra_release_names_its_place_and_the_setting(lab_dir):  # noqa: F811 - the fixture
     server_tarball(lab_dir)  # the 1.28 release alone
-    with pytest.raises(lab.LabFileMissing, match=r"kubernetes-dra/kubernetes-server-linux-amd64\.tar\.gz is missing "
-                                                 r"from the lab \(GPU_NODE_LAB="):
+    with pytest.raises(
+        lab.LabFileMissing,
+        match=r"kubernetes-dra/kubernetes-server-linux-amd64\.tar\.gz is missing "
+        r"from the lab \(GPU_NODE_LAB=",
+    ):
         dra_lab.start("unused-image", {})
 
 
@@ -83,15 +98,20 @@ def containerd_2():
 
 
 def test_the_cni_folders_are_read_from_containerd_2s_own_config(containerd_2):
-    default = subprocess.run([str(containerd_2.binary), "config", "default"], capture_output=True, text=True,
-                             check=True).stdout
-    assert dra_lab.cni_paths(default) == {"cni_bin": "/usr/lib/cni", "cni_conf": "/etc/cni/net.d",
-                                          "config": "/etc/containerd/config.toml"}
+    default = subprocess.run(
+        [str(containerd_2.binary), "config", "default"], capture_output=True, text=True, check=True
+    ).stdout
+    assert dra_lab.cni_paths(default) == {
+        "cni_bin": "/usr/lib/cni",
+        "cni_conf": "/etc/cni/net.d",
+        "config": "/etc/containerd/config.toml",
+    }
 
 
 def test_the_lab_changes_to_containerd_2_are_what_containerd_runs_and_made_once(containerd_2, tmp_path):
-    default = subprocess.run([str(containerd_2.binary), "config", "default"], capture_output=True, text=True,
-                             check=True).stdout
+    default = subprocess.run(
+        [str(containerd_2.binary), "config", "default"], capture_output=True, text=True, check=True
+    ).stdout
     changed = dra_lab.lab_config(default, PAUSE)
     config = tmp_path / "config.toml"
     config.write_text(changed)
@@ -114,12 +134,18 @@ def test_the_labs_driver_image_is_the_one_the_deploy_runs_by_default():
 
 
 CLAIM = {
-    "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceClaim",
     "metadata": {"name": "gpu-node-dra-smoke-test-gpu-x7k2p", "namespace": "default"},
     "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu-node.nvidia.com"}}]}},
-    "status": {"allocation": {"devices": {"results": [
-        {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "lab-dra-gpu-1", "device": "gpu-1"}]}},
-        "reservedFor": [{"resource": "pods", "name": "gpu-node-dra-smoke-test", "uid": "1"}]},
+    "status": {
+        "allocation": {
+            "devices": {
+                "results": [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": "lab-dra-gpu-1", "device": "gpu-1"}]
+            }
+        },
+        "reservedFor": [{"resource": "pods", "name": "gpu-node-dra-smoke-test", "uid": "1"}],
+    },
 }
 
 
@@ -129,8 +155,17 @@ def test_a_claims_allocation_is_read_per_device():
 
 
 def test_a_containers_device_nodes_are_read_from_its_runtime_spec():
-    inspected = {"info": {"runtimeSpec": {"linux": {"devices": [
-        {"path": "/dev/nvidiactl", "type": "c", "major": 195, "minor": 255},
-        {"path": "/dev/nvidia1", "type": "c", "major": 195, "minor": 1}]}}}}
+    inspected = {
+        "info": {
+            "runtimeSpec": {
+                "linux": {
+                    "devices": [
+                        {"path": "/dev/nvidiactl", "type": "c", "major": 195, "minor": 255},
+                        {"path": "/dev/nvidia1", "type": "c", "major": 195, "minor": 1},
+                    ]
+                }
+            }
+        }
+    }
     assert dra_lab.container_devices(inspected) == ["/dev/nvidia1", "/dev/nvidiactl"]
     assert dra_lab.container_devices({"info": {"runtimeSpec": {"linux": {}}}}) == []

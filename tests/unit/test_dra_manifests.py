@@ -22,8 +22,14 @@ from deploy.tasks.dra_cluster import render_claims, render_driver, render_helm_v
 from deploy.tasks.gitops import cluster_files, settings_only_node
 
 OLDEST = "1.34"
-VERSIONS = sorted({kubernetes_validate.utils.major_minor(version) for version in kubernetes_validate.utils.all_versions()
-                   if Version(version) >= Version(OLDEST)}, key=Version)
+VERSIONS = sorted(
+    {
+        kubernetes_validate.utils.major_minor(version)
+        for version in kubernetes_validate.utils.all_versions()
+        if Version(version) >= Version(OLDEST)
+    },
+    key=Version,
+)
 CASES = {
     "plain": {},
     "time-slicing": {"gpu_sharing": "time-slicing"},
@@ -38,8 +44,11 @@ def settings(**data):
 
 def documents(case: str) -> list[dict]:
     chosen = settings(**CASES[case])
-    texts = [stamp_manifest(render_driver(chosen), "nvidia-dra-driver-gpu")[0],
-             stamp_manifest(render_claims(chosen), "dra-claims")[0], render_smoke_pod(chosen)]
+    texts = [
+        stamp_manifest(render_driver(chosen), "nvidia-dra-driver-gpu")[0],
+        stamp_manifest(render_claims(chosen), "dra-claims")[0],
+        render_smoke_pod(chosen),
+    ]
     return [document for text in texts for document in manifest_documents(text)]
 
 
@@ -77,14 +86,19 @@ def test_the_pod_asks_for_one_gpu_through_the_claim_of_the_template():
     assert pod["spec"]["resourceClaims"] == [{"name": "gpu", "resourceClaimTemplateName": template["metadata"]["name"]}]
     assert pod["spec"]["containers"][0]["resources"] == {"claims": [{"name": "gpu"}]}
     request = template["spec"]["spec"]["devices"]["requests"][0]
-    assert request["exactly"] == {"deviceClassName": device_class["metadata"]["name"], "allocationMode": "ExactCount",
-                                  "count": 1}
+    assert request["exactly"] == {
+        "deviceClassName": device_class["metadata"]["name"],
+        "allocationMode": "ExactCount",
+        "count": 1,
+    }
     assert "config" not in template["spec"]["spec"]["devices"]
     assert "gpu.nvidia.com" in device_class["spec"]["selectors"][0]["cel"]["expression"]
 
 
-@pytest.mark.parametrize("case, strategy, gate", [("time-slicing", "TimeSlicing", "TimeSlicingSettings=true"),
-                                                  ("mps", "MPS", "MPSSupport=true")])
+@pytest.mark.parametrize(
+    "case, strategy, gate",
+    [("time-slicing", "TimeSlicing", "TimeSlicingSettings=true"), ("mps", "MPS", "MPSSupport=true")],
+)
 def test_sharing_goes_through_the_claims_opaque_config_and_the_drivers_gate(case, strategy, gate):
     found = documents(case)
     [template] = [d for d in found if d["kind"] == "ResourceClaimTemplate"]
@@ -109,24 +123,37 @@ def test_the_kubelet_plugin_runs_only_on_dra_nodes_and_reads_the_driver_root():
 
 
 def test_the_helm_values_carry_the_same_root_placement_and_compute_domains():
-    values = yaml.safe_load(render_helm_values(settings(
-        nvidia_driver_root="/run/nvidia/driver", dra_driver_install_method="helm", dra_compute_domains=True,
-        dra_imex="host-managed")))
+    values = yaml.safe_load(
+        render_helm_values(
+            settings(
+                nvidia_driver_root="/run/nvidia/driver",
+                dra_driver_install_method="helm",
+                dra_compute_domains=True,
+                dra_imex="host-managed",
+            )
+        )
+    )
     assert values["nvidiaDriverRoot"] == "/run/nvidia/driver" and values["image"]["tag"] == "v0.5.0"
     assert values["resources"]["computeDomains"] == {"enabled": True, "imex": {"mode": "hostManaged"}}
     assert values["featureGates"] == {"HostManagedIMEXDaemon": True}
     term = values["kubeletPlugin"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert term["nodeSelectorTerms"] == [{"matchExpressions": [
-        {"key": "gpu-node.io/gpu-allocator", "operator": "In", "values": ["dra"]}]}]
+    assert term["nodeSelectorTerms"] == [
+        {"matchExpressions": [{"key": "gpu-node.io/gpu-allocator", "operator": "In", "values": ["dra"]}]}
+    ]
     # The Kubernetes part of the values is an affinity a pod takes: valid strictly as one.
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},
-           "spec": {"containers": [{"name": "x", "image": "x"}], "affinity": values["kubeletPlugin"]["affinity"]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "x"},
+        "spec": {"containers": [{"name": "x", "image": "x"}], "affinity": values["kubeletPlugin"]["affinity"]},
+    }
     for version in VERSIONS:
         kubernetes_validate.validate(pod, version, strict=True)
 
 
-@pytest.mark.parametrize("server, refused", [("v1.33.4", True), ("v1.28.0", True), ("v1.34.0", False),
-                                             ("v1.37.1+k3s1", False), ("", True)])
+@pytest.mark.parametrize(
+    "server, refused", [("v1.33.4", True), ("v1.28.0", True), ("v1.34.0", False), ("v1.37.1+k3s1", False), ("", True)]
+)
 def test_a_cluster_older_than_1_34_is_refused_in_one_line(server, refused):
     refusal = dra.kubernetes_refusal(server)
     assert (refusal is not None) == refused
@@ -165,11 +192,19 @@ def test_every_file_of_the_gitops_folder_is_valid_strictly(method, version):
                     checked += 1
         if method == "helm":
             affinity = yaml.safe_load(written["helm/dra-values.yaml"])["kubeletPlugin"]["affinity"]
-            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},
-                   "spec": {"containers": [{"name": "x", "image": "x"}], "affinity": affinity}}
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "x"},
+                "spec": {"containers": [{"name": "x", "image": "x"}], "affinity": affinity},
+            }
             kubernetes_validate.validate(pod, version, strict=True)
-    kinds = {document["kind"] for text in folder("plain", version).values() if text.startswith("apiVersion")
-             for document in manifest_documents(text)}
+    kinds = {
+        document["kind"]
+        for text in folder("plain", version).values()
+        if text.startswith("apiVersion")
+        for document in manifest_documents(text)
+    }
     assert checked and {"DeviceClass", "ResourceClaimTemplate", "DaemonSet", "Pod"} <= kinds, kinds
 
 

@@ -49,19 +49,22 @@ def driver(**given):
     return driver_prerequisite(**{**arguments, **given})
 
 
-@pytest.mark.parametrize("given, status", [
-    ({"installs": True, "branch": "550"}, "fail"),
-    ({"installs": True, "branch": "565"}, "pass"),
-    ({"installs": True}, "fail"),  # the distribution's default branch is unknown
-    ({"installed": "560.35.03"}, "fail"),
-    ({"installed": "570.86.15"}, "pass"),
-    ({"installed": None}, "fail"),
-    ({"installs": True, "branch": "570", "compute_domains": True}, "fail"),  # which 570 release?
-    ({"installs": True, "pinned": "570.158.01-1", "compute_domains": True}, "pass"),
-    ({"installs": True, "pinned": "570.86.15-1", "compute_domains": True}, "fail"),
-    ({"installs": True, "branch": "575", "compute_domains": True}, "pass"),
-    ({"installed": "570.124.06", "compute_domains": True}, "fail"),
-])
+@pytest.mark.parametrize(
+    "given, status",
+    [
+        ({"installs": True, "branch": "550"}, "fail"),
+        ({"installs": True, "branch": "565"}, "pass"),
+        ({"installs": True}, "fail"),  # the distribution's default branch is unknown
+        ({"installed": "560.35.03"}, "fail"),
+        ({"installed": "570.86.15"}, "pass"),
+        ({"installed": None}, "fail"),
+        ({"installs": True, "branch": "570", "compute_domains": True}, "fail"),  # which 570 release?
+        ({"installs": True, "pinned": "570.158.01-1", "compute_domains": True}, "pass"),
+        ({"installs": True, "pinned": "570.86.15-1", "compute_domains": True}, "fail"),
+        ({"installs": True, "branch": "575", "compute_domains": True}, "pass"),
+        ({"installed": "570.124.06", "compute_domains": True}, "fail"),
+    ],
+)
 def test_the_driver_branch_a_dra_node_needs(given, status):
     found = driver(**given)
     assert found.status == status, found.line
@@ -90,14 +93,17 @@ def test_the_driver_root():
     assert driver_root_prerequisite("/", found, driver_expected=True).status == "pass"
 
 
-@pytest.mark.parametrize("compute_domains, mode, unit, action, after", [
-    (False, "driver-managed", ("enabled", "active"), None, "pass"),  # no ComputeDomains: left alone
-    (True, "driver-managed", ("not-found", "inactive"), None, "pass"),  # no IMEX on this node
-    (True, "driver-managed", ("enabled", "active"), "mask", "fail"),
-    (True, "driver-managed", ("masked", "inactive"), None, "pass"),
-    (True, "host-managed", ("enabled", "active"), None, "pass"),
-    (True, "host-managed", ("disabled", "inactive"), None, "fail"),
-])
+@pytest.mark.parametrize(
+    "compute_domains, mode, unit, action, after",
+    [
+        (False, "driver-managed", ("enabled", "active"), None, "pass"),  # no ComputeDomains: left alone
+        (True, "driver-managed", ("not-found", "inactive"), None, "pass"),  # no IMEX on this node
+        (True, "driver-managed", ("enabled", "active"), "mask", "fail"),
+        (True, "driver-managed", ("masked", "inactive"), None, "pass"),
+        (True, "host-managed", ("enabled", "active"), None, "pass"),
+        (True, "host-managed", ("disabled", "inactive"), None, "fail"),
+    ],
+)
 def test_imex_as_dra_imex_says(compute_domains, mode, unit, action, after):
     state = {**DraNodeState.default()["imex"], "enabled": unit[0], "active": unit[1]}
     assert imex_action(compute_domains, mode, state) == action
@@ -108,25 +114,32 @@ def test_imex_as_dra_imex_says(compute_domains, mode, unit, action, after):
 
 JOB = Holder(935, "nobody", "python3", "/dev/nvidia-caps-imex-channels/channel0")
 IMEX_OWN = Holder(906, "root", "nvidia-imex", "/dev/nvidia-caps-imex-channels/channel0", unit="nvidia-imex.service")
-JOB_LINE = ("reboot/drain required: nvidia-imex.service not masked (dra_imex=driver-managed), an IMEX channel is in use: "
-            "python3 (pid 935, user nobody) holds /dev/nvidia-caps-imex-channels/channel0: a multi-node job runs on this "
-            "node; drain it (drain_before_restart=true) or let the job end, and rerun")
+JOB_LINE = (
+    "reboot/drain required: nvidia-imex.service not masked (dra_imex=driver-managed), an IMEX channel is in use: "
+    "python3 (pid 935, user nobody) holds /dev/nvidia-caps-imex-channels/channel0: a multi-node job runs on this "
+    "node; drain it (drain_before_restart=true) or let the job end, and rerun"
+)
 
 
-@pytest.mark.parametrize("holders, active, unknown, drain, status", [
-    ([JOB], "active", False, False, "fail"),  # a job's channel: the mask would stop its IMEX daemon
-    ([JOB], "active", False, True, "pass"),   # drained first
-    ([IMEX_OWN], "active", False, False, "pass"),  # the daemon's own process: stopped by the mask anyway
-    ([JOB], "inactive", False, False, "pass"),  # no IMEX daemon runs: masking stops nothing
-    ([], "active", True, False, "fail"),  # a channel and no fuser: unknown
-    ([], "active", False, False, "pass"),
-])
+@pytest.mark.parametrize(
+    "holders, active, unknown, drain, status",
+    [
+        ([JOB], "active", False, False, "fail"),  # a job's channel: the mask would stop its IMEX daemon
+        ([JOB], "active", False, True, "pass"),  # drained first
+        ([IMEX_OWN], "active", False, False, "pass"),  # the daemon's own process: stopped by the mask anyway
+        ([JOB], "inactive", False, False, "pass"),  # no IMEX daemon runs: masking stops nothing
+        ([], "active", True, False, "fail"),  # a channel and no fuser: unknown
+        ([], "active", False, False, "pass"),
+    ],
+)
 def test_the_mask_only_where_no_imex_channel_is_in_use_or_after_the_drain(holders, active, unknown, drain, status):
     state = {"enabled": "enabled", "active": active, "holders": holders, "holders_unknown": unknown}
     found = imex_prerequisite(True, "driver-managed", state, planned=True, drain=drain)
     assert found.status == status, found.line
     if holders == [JOB] and status == "fail":
-        assert found.line == imex_busy_line("python3 (pid 935, user nobody) holds /dev/nvidia-caps-imex-channels/channel0")
+        assert found.line == imex_busy_line(
+            "python3 (pid 935, user nobody) holds /dev/nvidia-caps-imex-channels/channel0"
+        )
         assert found.line == JOB_LINE
     if drain:
         assert "the node drained first, then masked" in found.line
@@ -137,15 +150,19 @@ def fact_output(name: str) -> list[str]:
 
 
 def dra_node(containerd: str, dra_state: list[str], built: str | None = "570.158.01", commands=None):
-    return gpu_node(node_survey=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU, built=built),
-                    facts=[(CONTAINERD, containerd),
-                           ((DraNodeState, {"driver_root": "/"}), dra_state)], unstated=DEFAULT, commands=commands)
+    return gpu_node(
+        node_survey=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU, built=built),
+        facts=[(CONTAINERD, containerd), ((DraNodeState, {"driver_root": "/"}), dra_state)],
+        unstated=DEFAULT,
+        commands=commands,
+    )
 
 
 def test_an_old_driver_is_refused_in_preflight_before_any_change():
     run = run_deploy(dra_node(CONTAINERD_2, ROOT_WITH_NVML, built="550.54.15"), data=DRA)
-    assert run.refusal == ("gpu_allocator=dra needs a driver of 565 or newer: the installed driver 550.54.15 "
-                           "is older"), run.refusal
+    assert run.refusal == (
+        "gpu_allocator=dra needs a driver of 565 or newer: the installed driver 550.54.15 is older"
+    ), run.refusal
     assert not [command for command in run.commands if command.startswith(CHANGING)]
 
 
@@ -159,17 +176,22 @@ def test_containerd_1_6_and_a_missing_driver_root_are_refused_together():
 @pytest.mark.parametrize("case", ["imex-running-its-own-channel", "host-root-imex-masked"])
 def test_driver_managed_imex_masks_the_hosts_unit_in_one_command_checking_the_channels_and_recording_it_first(case):
     output = fact_output(case)
-    run = run_deploy(dra_node(CONTAINERD_2, output if "masked" not in case else ROOT_WITH_NVML + IMEX_RUNNING),
-                     data=COMPUTE_DOMAINS)
+    run = run_deploy(
+        dra_node(CONTAINERD_2, output if "masked" not in case else ROOT_WITH_NVML + IMEX_RUNNING), data=COMPUTE_DOMAINS
+    )
     assert run.error is None, run.refusal
     [mask] = run.ran("systemctl mask --now nvidia-imex.service")
     assert mask == imex_mask_command().get_raw_value()
     # in that one command: the channels read, the unit's state recorded, then the mask
-    assert mask.index("imex_holders |") < mask.index("gn_record_units nvidia-imex.service") < mask.index("systemctl mask")
+    assert (
+        mask.index("imex_holders |") < mask.index("gn_record_units nvidia-imex.service") < mask.index("systemctl mask")
+    )
 
 
-@pytest.mark.parametrize("case, line", [("imex-channel-held-by-a-job", JOB_LINE),
-                                        ("imex-channel-without-fuser", imex_busy_line(IMEX_UNKNOWN))])
+@pytest.mark.parametrize(
+    "case, line",
+    [("imex-channel-held-by-a-job", JOB_LINE), ("imex-channel-without-fuser", imex_busy_line(IMEX_UNKNOWN))],
+)
 def test_a_job_holding_an_imex_channel_is_refused_in_preflight_nothing_masked(case, line):
     """Red before: the mask ran with --now under the job's IMEX channel."""
     run = run_deploy(dra_node(CONTAINERD_2, fact_output(case)), data=COMPUTE_DOMAINS)
@@ -179,16 +201,22 @@ def test_a_job_holding_an_imex_channel_is_refused_in_preflight_nothing_masked(ca
 
 def test_a_channel_the_node_finds_in_use_at_the_mask_fails_the_host_in_its_one_line():
     """A job that starts after preflight's read: the mask's own command finds it and masks nothing."""
-    node = dra_node(CONTAINERD_2, fact_output("imex-running-its-own-channel"),
-                    commands={"systemctl mask --now": Output(stderr=[JOB_LINE], success=False)})
+    node = dra_node(
+        CONTAINERD_2,
+        fact_output("imex-running-its-own-channel"),
+        commands={"systemctl mask --now": Output(stderr=[JOB_LINE], success=False)},
+    )
     run = run_deploy(node, data=COMPUTE_DOMAINS)
     assert run.failed_with("reboot/drain required") == [JOB_LINE]
 
 
-@pytest.mark.parametrize("data", [
-    {"dra_compute_domains": True, "dra_driver_install_method": "helm", "dra_imex": "host-managed"},
-    {},  # no ComputeDomains
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"dra_compute_domains": True, "dra_driver_install_method": "helm", "dra_imex": "host-managed"},
+        {},  # no ComputeDomains
+    ],
+)
 def test_imex_is_left_alone_host_managed_or_without_compute_domains(data):
     run = run_deploy(dra_node(CONTAINERD_2, ROOT_WITH_NVML + IMEX_RUNNING), data={**DRA, **data})
     assert run.error is None, run.refusal
@@ -196,8 +224,10 @@ def test_imex_is_left_alone_host_managed_or_without_compute_domains(data):
 
 
 def test_a_masked_imex_unit_changes_nothing():
-    run = run_deploy(dra_node(CONTAINERD_2, ROOT_WITH_NVML + ["imex_enabled masked", "imex_active inactive"]),
-                     data={**DRA, "dra_compute_domains": True, "dra_driver_install_method": "helm"})
+    run = run_deploy(
+        dra_node(CONTAINERD_2, ROOT_WITH_NVML + ["imex_enabled masked", "imex_active inactive"]),
+        data={**DRA, "dra_compute_domains": True, "dra_driver_install_method": "helm"},
+    )
     assert run.error is None and not run.ran("systemctl mask")
 
 
@@ -209,6 +239,7 @@ def test_a_device_plugin_node_reads_nothing_of_dra_and_is_not_refused_for_an_old
 
 
 # --- verify: each prerequisite a step of the node's report ---------------------------------------
+
 
 def verify_dra_node(tmp_path, containerd: str, dra_state: list[str], built: str | None = "570.158.01", **data):
     """deploy/verify.py on a DRA node: what the report at ``verify_report_path`` says of it, and the plan.
@@ -223,7 +254,11 @@ def verify_dra_node(tmp_path, containerd: str, dra_state: list[str], built: str 
 def test_verify_reports_each_dra_prerequisite_as_a_step_and_passes_a_node_that_has_them(tmp_path):
     plan, record, steps = verify_dra_node(tmp_path, CONTAINERD_2, ROOT_WITH_NVML)
     assert {name: step["status"] for name, step in steps.items()} == {
-        "dra_driver": "pass", "dra_cdi": "pass", "dra_driver_root": "pass", "dra_imex": "pass"}
+        "dra_driver": "pass",
+        "dra_cdi": "pass",
+        "dra_driver_root": "pass",
+        "dra_imex": "pass",
+    }
     assert steps["dra_driver"]["reason"] == "driver: the installed driver 570.158.01, at least 565"
     assert steps["dra_cdi"]["reason"] == "CDI on in containerd 2.1.9"
     assert not plan.failed_with("dra_"), plan.refusal
@@ -232,12 +267,19 @@ def test_verify_reports_each_dra_prerequisite_as_a_step_and_passes_a_node_that_h
 
 
 def test_verify_fails_the_host_naming_each_dra_prerequisite_the_node_lacks(tmp_path):
-    plan, record, steps = verify_dra_node(tmp_path, CONTAINERD_16, ["root"], built="550.54.15",
-                                          dra_compute_domains=True, dra_driver_install_method="helm")
+    plan, record, steps = verify_dra_node(
+        tmp_path, CONTAINERD_16, ["root"], built="550.54.15", dra_compute_domains=True, dra_driver_install_method="helm"
+    )
     assert {name: step["status"] for name, step in steps.items()} == {
-        "dra_driver": "fail", "dra_cdi": "fail", "dra_driver_root": "fail", "dra_imex": "pass"}
-    assert steps["dra_driver"]["reason"] == ("gpu_allocator=dra needs a driver of 570.158.01 or newer "
-                                             "(dra_compute_domains): the installed driver 550.54.15 is older")
+        "dra_driver": "fail",
+        "dra_cdi": "fail",
+        "dra_driver_root": "fail",
+        "dra_imex": "pass",
+    }
+    assert steps["dra_driver"]["reason"] == (
+        "gpu_allocator=dra needs a driver of 570.158.01 or newer "
+        "(dra_compute_domains): the installed driver 550.54.15 is older"
+    )
     assert "containerd 1.6.20~ds1 has none" in steps["dra_cdi"]["reason"]
     assert record["ok"] is False
     [line] = plan.failed_with("verification failed")
@@ -256,17 +298,22 @@ def test_verify_after_the_run_fails_a_dra_node_without_containerd(tmp_path):
 def test_verify_of_a_device_plugin_node_has_no_dra_step(tmp_path):
     """deploy/verify.py runs the steps a node's settings want: nothing of DRA is read on this one."""
     report = tmp_path / "report.json"
-    plan = run_deploy(dra_node(CONTAINERD_2, []), deploy_file=VERIFY,
-                      data={"verify_report_path": str(report), "fleet_report_path": str(tmp_path / "fleet.json")})
+    plan = run_deploy(
+        dra_node(CONTAINERD_2, []),
+        deploy_file=VERIFY,
+        data={"verify_report_path": str(report), "fleet_report_path": str(tmp_path / "fleet.json")},
+    )
     [record] = json.loads(report.read_text())["nodes"]
     assert record["steps"] and not [step for step in record["steps"] if step["name"].startswith("dra_")]
     assert not plan.ran("imex_enabled")
 
 
-@pytest.mark.parametrize("case, drained_for_the_mask", [("imex-channel-held-by-a-job", True),
-                                                         ("imex-running-its-own-channel", False)])
+@pytest.mark.parametrize(
+    "case, drained_for_the_mask", [("imex-channel-held-by-a-job", True), ("imex-running-its-own-channel", False)]
+)
 def test_with_drain_before_restart_a_job_holding_an_imex_channel_is_drained_first_then_the_mask(
-        monkeypatch, caplog, case, drained_for_the_mask):
+    monkeypatch, caplog, case, drained_for_the_mask
+):
     """deploy/gpu_node.py over a GPU node and a control plane (a stand-in cluster answers kubectl,
     tests/unit/test_drain_plan.py): the runtimes stage's containerd restart drains the node first, and
     the mask, where a job holds a channel, calls the drain again right before its one command (drained
@@ -277,9 +324,13 @@ def test_with_drain_before_restart_a_job_holding_an_imex_channel_is_drained_firs
 
     caplog.set_level(logging.INFO)
     cluster = StandInCluster()
-    gpu = gpu_host("version = 3\n", NODE, (CONTAINERD, CONTAINERD_2),
-                   (NodeSurvey, node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU, built="570.158.01")),
-                   ((DraNodeState, {"driver_root": "/"}), fact_output(case)))
+    gpu = gpu_host(
+        "version = 3\n",
+        NODE,
+        (CONTAINERD, CONTAINERD_2),
+        (NodeSurvey, node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU, built="570.158.01")),
+        ((DraNodeState, {"driver_root": "/"}), fact_output(case)),
+    )
     run = run_gpu_node(monkeypatch, cluster, data=COMPUTE_DOMAINS, gpu_answers=gpu)
     assert run.error is None and not run.failed, run.error
     assert run.kubectl_verbs() == ["get", "get", "cordon", "drain", "uncordon"]
@@ -291,6 +342,7 @@ def test_with_drain_before_restart_a_job_holding_an_imex_channel_is_drained_firs
 
 
 # --- the mask's one command, for real in a scratch root (stand-in fuser and systemctl) ----------
+
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory):

@@ -66,7 +66,9 @@ class StandInCluster:
         if verb is None:
             return True, [], []
         if not self.reachable:
-            refused = "The connection to the server 127.0.0.1:6443 was refused - did you specify the right host or port?"
+            refused = (
+                "The connection to the server 127.0.0.1:6443 was refused - did you specify the right host or port?"
+            )
             if verb == "get":
                 return True, ["rc 1", f"err {refused}"], []
             return False, [], [refused]
@@ -77,8 +79,11 @@ class StandInCluster:
             node = {"kind": "Node", "metadata": {"name": name}, "spec": {"unschedulable": self.nodes[name]}}
             return True, ["rc 0", "out " + json.dumps(node)], []
         if verb == "drain" and self.drain_fails:
-            return False, [f"node/{name} cordoned"], [
-                "error: unable to drain node \"gpu1\" due to error: global timeout reached: 10s, continuing..."]
+            return (
+                False,
+                [f"node/{name} cordoned"],
+                ['error: unable to drain node "gpu1" due to error: global timeout reached: 10s, continuing...'],
+            )
         if verb in ("cordon", "uncordon"):
             self.nodes[name] = verb == "cordon"
         return True, [f"node/{name} {verb}ed"], []
@@ -113,28 +118,50 @@ def gpu_host(config: str | None = UNWIRED, hostname: str = NODE, *facts, node_su
     ``facts``; what it does not state (files, packages, units) reads as nothing there; ``node_survey``:
     NodeSurvey's output (tests/plan.py's gpu_node: no GPU unless given)."""
     uptimes = iter(["1000"])  # before server.reboot's reboot; after it, a fresh boot
-    return gpu_node("debian-12", node_survey=node_survey, facts=[
-        # Debian's archive entry, whose components the driver stage extends
-        (AptSourceFiles, "/etc/apt/sources.list.d/debian.sources " + b64(
-            "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\n")),
-        (config_read("/etc/containerd/config.toml", None, "containerd"),
-         "binary_path /usr/bin/containerd" + (f"\nconfig {b64(config)}" if config is not None else "")),
-        (ContainerdInstallations, ["binary /usr/bin/containerd"]),  # containerd is installed
-        (Hostname, hostname),
-        (Uptime, lambda: next(uptimes, "3")),
-        *facts,
-    ], unstated=DEFAULT)
+    return gpu_node(
+        "debian-12",
+        node_survey=node_survey,
+        facts=[
+            # Debian's archive entry, whose components the driver stage extends
+            (
+                AptSourceFiles,
+                "/etc/apt/sources.list.d/debian.sources "
+                + b64("Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\n"),
+            ),
+            (
+                config_read("/etc/containerd/config.toml", None, "containerd"),
+                "binary_path /usr/bin/containerd" + (f"\nconfig {b64(config)}" if config is not None else ""),
+            ),
+            (ContainerdInstallations, ["binary /usr/bin/containerd"]),  # containerd is installed
+            (Hostname, hostname),
+            (Uptime, lambda: next(uptimes, "3")),
+            *facts,
+        ],
+        unstated=DEFAULT,
+    )
 
 
-def run_gpu_node(monkeypatch, cluster: StandInCluster, data: dict | None = None, *, groups: bool = True,
-                 gpu_answers: Node | None = None) -> Run:
+def run_gpu_node(
+    monkeypatch,
+    cluster: StandInCluster,
+    data: dict | None = None,
+    *,
+    groups: bool = True,
+    gpu_answers: Node | None = None,
+) -> Run:
     """deploy/gpu_node.py over a GPU node and a control plane, as ``pyinfra -y inventory.py ...``."""
     monkeypatch.setattr(pyinfra, "is_cli", True)
-    shared = {"kernel_modules_load": False, "reboot_allowed": False, "stages": "runtimes",
-              "drain_before_restart": True, **(data or {})}
+    shared = {
+        "kernel_modules_load": False,
+        "reboot_allowed": False,
+        "stages": "runtimes",
+        "drain_before_restart": True,
+        **(data or {}),
+    }
     if groups:
-        inventory = Inventory(([(GPU, QUICK), (CP, QUICK)], {}), override_data=shared,
-                              gpu_nodes=([GPU], {}), control_plane=([CP], {}))
+        inventory = Inventory(
+            ([(GPU, QUICK), (CP, QUICK)], {}), override_data=shared, gpu_nodes=([GPU], {}), control_plane=([CP], {})
+        )
     else:
         inventory = Inventory(([(GPU, QUICK)], {}), override_data=shared, gpu_nodes=([GPU], {}))
     # The control plane: every command (kubectl's reads included) answered by the stand-in cluster.
@@ -197,8 +224,11 @@ def test_node_name_from_kube_node_names_mapping_reads_no_hostname_no_real_cluste
 
 def failure_lines(caplog) -> list[str]:
     """The lines a host failed with (deploy/operations/failure.py)."""
-    return [record.getMessage() for record in caplog.records if "gpu-node: " in record.getMessage()
-            and record.levelno >= logging.ERROR]
+    return [
+        record.getMessage()
+        for record in caplog.records
+        if "gpu-node: " in record.getMessage() and record.levelno >= logging.ERROR
+    ]
 
 
 def test_unreachable_api_stops_the_host_before_any_change_no_real_cluster(monkeypatch, caplog):
@@ -207,12 +237,18 @@ def test_unreachable_api_stops_the_host_before_any_change_no_real_cluster(monkey
     assert run.kubectl_verbs() == ["get"]
     failure = failure_lines(caplog)
     assert len(failure) == 1 and failure[0].startswith(f"[{GPU}] gpu-node: ")
-    assert "@fake/cp1 cannot reach the Kubernetes API with the kubeconfig kubectl finds (KUBECONFIG, ~/.kube/config, else /etc/kubernetes/admin.conf)" in failure[0]
+    assert (
+        "@fake/cp1 cannot reach the Kubernetes API with the kubeconfig kubectl finds (KUBECONFIG, ~/.kube/config, else /etc/kubernetes/admin.conf)"
+        in failure[0]
+    )
     assert "connection to the server 127.0.0.1:6443 was refused" in failure[0]
     assert "set drain_before_restart=false to restart without draining" in failure[0]
     # nothing after the facts: no upload, no check, no restart
-    assert not [command for command in run.on(GPU) if "gpu-node-candidate" in command or "systemctl restart" in command
-                or "upload " in command]
+    assert not [
+        command
+        for command in run.on(GPU)
+        if "gpu-node-candidate" in command or "systemctl restart" in command or "upload " in command
+    ]
 
 
 def test_no_control_plane_group_stops_the_host_before_any_change(monkeypatch, caplog):
@@ -223,9 +259,7 @@ def test_no_control_plane_group_stops_the_host_before_any_change(monkeypatch, ca
     assert not [command for command in run.on(GPU) if "systemctl restart" in command]
 
 
-def test_failed_drain_stops_before_the_restart_and_says_the_node_stays_cordoned_no_real_cluster(
-    monkeypatch, caplog
-):
+def test_failed_drain_stops_before_the_restart_and_says_the_node_stays_cordoned_no_real_cluster(monkeypatch, caplog):
     cluster = StandInCluster(drain_fails=True)
     run = run_gpu_node(monkeypatch, cluster)
     assert run.failed
@@ -233,8 +267,10 @@ def test_failed_drain_stops_before_the_restart_and_says_the_node_stays_cordoned_
     assert not [command for command in run.on(GPU) if "systemctl restart" in command]
     assert cluster.nodes[NODE] is True
     assert "kubectl drain gpu1 failed (--timeout=300s): error: unable to drain node" in caplog.text
-    assert ("Kubernetes node gpu1 stays cordoned (cordoned and drained before a restart): "
-            "uncordon it with `kubectl uncordon gpu1` once fixed") in caplog.text
+    assert (
+        "Kubernetes node gpu1 stays cordoned (cordoned and drained before a restart): "
+        "uncordon it with `kubectl uncordon gpu1` once fixed"
+    ) in caplog.text
 
 
 def test_failed_verify_leaves_the_node_cordoned_and_says_so_no_real_cluster(monkeypatch, caplog):
@@ -251,8 +287,9 @@ def test_failed_verify_leaves_the_node_cordoned_and_says_so_no_real_cluster(monk
 def test_nothing_to_restart_runs_no_drain_and_no_uncordon(monkeypatch):
     from pathlib import Path
 
-    wired = (Path(__file__).resolve().parents[1] / "fixtures" / "containerd" / "merge" / "already-wired"
-             / "expected.toml").read_text()
+    wired = (
+        Path(__file__).resolve().parents[1] / "fixtures" / "containerd" / "merge" / "already-wired" / "expected.toml"
+    ).read_text()
     cluster = StandInCluster()
     run = run_gpu_node(monkeypatch, cluster, gpu_answers=gpu_host(config=wired))
     assert run.error is None and not run.failed, run.error
@@ -262,8 +299,11 @@ def test_nothing_to_restart_runs_no_drain_and_no_uncordon(monkeypatch):
     meta = run.state.get_meta_for_host(run.state.inventory.get_host(GPU))
     results = run.state.get_results_for_host(run.state.inventory.get_host(GPU))
     assert results.success_ops == meta.ops and results.error_ops == 0
-    uncordon_ops = [op_hash for op_hash in run.state.get_op_order()
-                    if any("Uncordon" in name for name in run.state.op_meta[op_hash].names)]
+    uncordon_ops = [
+        op_hash
+        for op_hash in run.state.get_op_order()
+        if any("Uncordon" in name for name in run.state.op_meta[op_hash].names)
+    ]
     assert len(uncordon_ops) == 1
     op_data = run.state.get_op_data_for_host(run.state.inventory.get_host(GPU), uncordon_ops[0])
     assert op_data.operation_meta.did_change() is False
@@ -272,8 +312,9 @@ def test_nothing_to_restart_runs_no_drain_and_no_uncordon(monkeypatch):
 @pytest.mark.parametrize("config", [UNWIRED, None])
 def test_setting_off_runs_no_kubectl_and_no_extra_fact(monkeypatch, config):
     on = run_gpu_node(monkeypatch, StandInCluster(), gpu_answers=gpu_host(config=config))
-    off = run_gpu_node(monkeypatch, StandInCluster(), data={"drain_before_restart": False},
-                       gpu_answers=gpu_host(config=config))
+    off = run_gpu_node(
+        monkeypatch, StandInCluster(), data={"drain_before_restart": False}, gpu_answers=gpu_host(config=config)
+    )
     assert off.error is None and not off.failed, off.error
     assert off.on(CP) == []
     # the GPU node runs nothing the drain would add: no hostname read
@@ -309,8 +350,12 @@ def test_a_node_whose_driver_awaits_its_reboot_stays_cordoned_after_a_runtime_re
     not fail a GPU node awaiting its reboot (exit 3), so the uncordon must hold pods off it instead."""
     cluster = StandInCluster()
     awaiting = node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU, reboot_packages=("nvidia-driver",))
-    run = run_gpu_node(monkeypatch, cluster, data={"stages": "driver,runtimes", "reboot_allowed": False},
-                       gpu_answers=gpu_host(node_survey=awaiting))
+    run = run_gpu_node(
+        monkeypatch,
+        cluster,
+        data={"stages": "driver,runtimes", "reboot_allowed": False},
+        gpu_answers=gpu_host(node_survey=awaiting),
+    )
     assert run.error is None and not run.failed, run.error
     assert run.kubectl_verbs() == ["get", "get", "cordon", "drain"]
     assert cluster.nodes[NODE] is True
@@ -329,8 +374,9 @@ def test_restart_left_pending_by_an_interrupted_run_is_drained_for_too_no_real_c
     """The config is already wired but an interrupted run never restarted containerd."""
     from pathlib import Path
 
-    wired = (Path(__file__).resolve().parents[1] / "fixtures" / "containerd" / "merge" / "already-wired"
-             / "expected.toml").read_text()
+    wired = (
+        Path(__file__).resolve().parents[1] / "fixtures" / "containerd" / "merge" / "already-wired" / "expected.toml"
+    ).read_text()
     answers = gpu_host(wired, NODE, (PendingRestarts, ["containerd /etc/containerd/config.toml"]))
     cluster = StandInCluster()
     run = run_gpu_node(monkeypatch, cluster, gpu_answers=answers)
@@ -341,8 +387,14 @@ def test_restart_left_pending_by_an_interrupted_run_is_drained_for_too_no_real_c
 
 
 def test_docker_restart_is_drained_for_like_containerd_no_real_cluster(monkeypatch):
-    answers = gpu_host(UNWIRED, NODE, (state_read("/etc/docker/daemon.json"),
-                                       "dockerd /usr/sbin/dockerd\nversion Docker version 26.1.5, build x\nvalidate"))
+    answers = gpu_host(
+        UNWIRED,
+        NODE,
+        (
+            state_read("/etc/docker/daemon.json"),
+            "dockerd /usr/sbin/dockerd\nversion Docker version 26.1.5, build x\nvalidate",
+        ),
+    )
     cluster = StandInCluster()
     run = run_gpu_node(monkeypatch, cluster, data={"container_runtimes": "docker"}, gpu_answers=answers)
     assert run.error is None and not run.failed, run.error
@@ -352,19 +404,33 @@ def test_docker_restart_is_drained_for_like_containerd_no_real_cluster(monkeypat
     assert "unit=docker" in run.timeline[restart_index(run)][1]
 
 
-@pytest.mark.parametrize("lines, expected", [
-    (["kubectl-missing"], {"reachable": False, "error": "kubectl is not installed (not on PATH)"}),
-    (["kubeconfig-unreadable"], {"reachable": False, "error": "the kubeconfig does not exist or is not readable"}),
-    (["rc 1", "err Unable to connect to the server: dial tcp 10.0.0.1:6443: i/o timeout"],
-     {"reachable": False, "error": "the API server did not answer: Unable to connect to the server: "
-                                   "dial tcp 10.0.0.1:6443: i/o timeout"}),
-    (["rc 1", 'err Error from server (NotFound): nodes "gpu1" not found'],
-     {"reachable": True, "registered": False, "error": None}),
-    (["rc 0", 'out {"kind": "Node", "spec": {"unschedulable": true, "podCIDR": "10.244.1.0/24"}}'],
-     {"reachable": True, "registered": True, "unschedulable": True}),
-    (["rc 0", 'out {"kind": "Node", "spec": {"podCIDR": "10.244.1.0/24"}}'],
-     {"reachable": True, "registered": True, "unschedulable": False}),
-])
+@pytest.mark.parametrize(
+    "lines, expected",
+    [
+        (["kubectl-missing"], {"reachable": False, "error": "kubectl is not installed (not on PATH)"}),
+        (["kubeconfig-unreadable"], {"reachable": False, "error": "the kubeconfig does not exist or is not readable"}),
+        (
+            ["rc 1", "err Unable to connect to the server: dial tcp 10.0.0.1:6443: i/o timeout"],
+            {
+                "reachable": False,
+                "error": "the API server did not answer: Unable to connect to the server: "
+                "dial tcp 10.0.0.1:6443: i/o timeout",
+            },
+        ),
+        (
+            ["rc 1", 'err Error from server (NotFound): nodes "gpu1" not found'],
+            {"reachable": True, "registered": False, "error": None},
+        ),
+        (
+            ["rc 0", 'out {"kind": "Node", "spec": {"unschedulable": true, "podCIDR": "10.244.1.0/24"}}'],
+            {"reachable": True, "registered": True, "unschedulable": True},
+        ),
+        (
+            ["rc 0", 'out {"kind": "Node", "spec": {"podCIDR": "10.244.1.0/24"}}'],
+            {"reachable": True, "registered": True, "unschedulable": False},
+        ),
+    ],
+)
 def test_node_schedule_fact_reads_kubectls_answers(lines, expected):
     from deploy.facts.drain import KubeNodeSchedule
 

@@ -27,10 +27,15 @@ deb [arch=amd64] http://security.debian.org/debian-security bookworm-security ma
 
 
 def test_deb822_entries_of_the_release_gain_the_components_and_nothing_else_moves():
-    changed, entries = add_apt_components({"/etc/apt/sources.list.d/debian.sources": BOOKWORM_DEB822}, "bookworm", COMPONENTS)
+    changed, entries = add_apt_components(
+        {"/etc/apt/sources.list.d/debian.sources": BOOKWORM_DEB822}, "bookworm", COMPONENTS
+    )
     assert entries == 2
-    assert changed == {"/etc/apt/sources.list.d/debian.sources": BOOKWORM_DEB822.replace(
-        "Components: main\n", "Components: main contrib non-free non-free-firmware\n")}
+    assert changed == {
+        "/etc/apt/sources.list.d/debian.sources": BOOKWORM_DEB822.replace(
+            "Components: main\n", "Components: main contrib non-free non-free-firmware\n"
+        )
+    }
 
 
 def test_enabled_components_are_not_added_again():
@@ -41,12 +46,15 @@ def test_enabled_components_are_not_added_again():
 def test_one_line_sources_keep_options_and_comments_and_add_only_what_is_missing():
     changed, entries = add_apt_components({"/etc/apt/sources.list": LEGACY}, "bookworm", COMPONENTS)
     assert entries == 2
-    assert changed["/etc/apt/sources.list"] == """\
+    assert (
+        changed["/etc/apt/sources.list"]
+        == """\
 # See /usr/share/doc/apt/examples/sources.list
 deb http://deb.debian.org/debian bookworm main contrib non-free non-free-firmware # the archive
 deb-src http://deb.debian.org/debian bookworm main
 deb [arch=amd64] http://security.debian.org/debian-security bookworm-security main contrib non-free non-free-firmware
 """
+    )
 
 
 def test_a_component_another_entry_already_carries_is_not_duplicated():
@@ -72,4 +80,5 @@ def test_a_components_field_with_continuation_lines_is_rewritten_as_one_line():
     changed, _ = add_apt_components({"/etc/apt/sources.list.d/d.sources": text}, "bookworm", COMPONENTS)
     assert changed["/etc/apt/sources.list.d/d.sources"] == (
         "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\n"
-        "Components: main contrib non-free non-free-firmware\n# kept\n")
+        "Components: main contrib non-free non-free-firmware\n# kept\n"
+    )

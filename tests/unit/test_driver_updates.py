@@ -38,26 +38,43 @@ def reading(holders=(), modules=("nvidia_drm", "nvidia_modeset", "nvidia_uvm", "
 
 # --- the plan (what a run plans and --dry shows) ---------------------------------------------------
 
+
 def test_a_process_named_as_the_drivers_daemon_is_not_the_service_reboot_required_names_it():
     """Red before: a holder whose command was nvidia-persiste passed as the driver's own, and the plan
     stopped the services under a process that keeps the module in use."""
     found = DeviceHolders().process(fact_case("services-and-an-impostor"))
     plan = reload_plan(found)
     assert plan.steps == ()
-    assert plan.line == ("reboot required: nvidia-persiste (pid 1165, user nobody) holds /dev/nvidia0: stop it (or "
-                         "drain the node) and rerun, or reboot")
+    assert plan.line == (
+        "reboot required: nvidia-persiste (pid 1165, user nobody) holds /dev/nvidia0: stop it (or "
+        "drain the node) and rerun, or reboot"
+    )
 
 
 def test_the_services_own_processes_main_or_in_their_control_group_reload_services_first_modules_users_first():
-    plan = reload_plan(reading(
-        holders=[Holder(11, "root", "nvidia-persiste", "/dev/nvidia0", unit="nvidia-persistenced.service"),
-                 Holder(12, "root", "nvvs", "/dev/nvidiactl", unit="nvidia-dcgm.service")],
-        active=["nvidia-persistenced.service", "nvidia-dcgm.service"]))
+    plan = reload_plan(
+        reading(
+            holders=[
+                Holder(11, "root", "nvidia-persiste", "/dev/nvidia0", unit="nvidia-persistenced.service"),
+                Holder(12, "root", "nvvs", "/dev/nvidiactl", unit="nvidia-dcgm.service"),
+            ],
+            active=["nvidia-persistenced.service", "nvidia-dcgm.service"],
+        )
+    )
     assert plan.steps == (
-        ("stop", "nvidia-persistenced.service"), ("stop", "nvidia-dcgm.service"),
-        ("unload", "nvidia_drm"), ("unload", "nvidia_modeset"), ("unload", "nvidia_uvm"), ("unload", "nvidia"),
-        ("load", "nvidia"), ("load", "nvidia_uvm"), ("load", "nvidia_modeset"), ("load", "nvidia_drm"),
-        ("start", "nvidia-dcgm.service"), ("start", "nvidia-persistenced.service"))
+        ("stop", "nvidia-persistenced.service"),
+        ("stop", "nvidia-dcgm.service"),
+        ("unload", "nvidia_drm"),
+        ("unload", "nvidia_modeset"),
+        ("unload", "nvidia_uvm"),
+        ("unload", "nvidia"),
+        ("load", "nvidia"),
+        ("load", "nvidia_uvm"),
+        ("load", "nvidia_modeset"),
+        ("load", "nvidia_drm"),
+        ("start", "nvidia-dcgm.service"),
+        ("start", "nvidia-persistenced.service"),
+    )
 
 
 def test_a_holder_line_with_another_unit_or_no_pid_is_no_service_of_the_driver():
@@ -72,6 +89,7 @@ def test_without_fuser_or_without_a_loaded_module():
 
 
 # --- the operation ---------------------------------------------------------------------------------
+
 
 @deploy("reload")
 def reload(load):
@@ -101,30 +119,51 @@ def test_the_operation_never_reloads_when_a_process_holds_the_gpu_or_loading_is_
 
 @pytest.mark.usefixtures("both_modes")
 def test_a_failed_reload_fails_the_host_in_the_nodes_one_line_its_control_characters_escaped():
-    line = ("driver reload failed: modprobe -r nvidia: modprobe: FATAL: Module nvidia is in use.; started again: "
-            "nvidia-persistenced.service")
-    plan = run_plan(reload, True, facts=[(DeviceHolders, fact_case("no-gpu") + ["module nvidia"])],
-                    commands={RELOAD_MARK: Output(stdout=["x"], stderr=["modprobe: FATAL: Module nvidia is in use.",
-                                                                        line + "\x1b]0;x\x07"], success=False)})
+    line = (
+        "driver reload failed: modprobe -r nvidia: modprobe: FATAL: Module nvidia is in use.; started again: "
+        "nvidia-persistenced.service"
+    )
+    plan = run_plan(
+        reload,
+        True,
+        facts=[(DeviceHolders, fact_case("no-gpu") + ["module nvidia"])],
+        commands={
+            RELOAD_MARK: Output(
+                stdout=["x"], stderr=["modprobe: FATAL: Module nvidia is in use.", line + "\x1b]0;x\x07"], success=False
+            )
+        },
+    )
     assert plan.failures == [line + "\\x1b]0;x\\x07"]
 
 
 @pytest.mark.usefixtures("both_modes")
 def test_a_holder_the_node_finds_at_the_reload_is_reboot_required_not_a_failure(caplog):
     line = "reboot required: python3 (pid 7, user bob) holds /dev/nvidia0: stop it (or drain the node) and rerun, or reboot"
-    plan = run_plan(reload, True, facts=[(DeviceHolders, fact_case("no-gpu") + ["module nvidia"])],
-                    commands={RELOAD_MARK: Output(stdout=[line])})
+    plan = run_plan(
+        reload,
+        True,
+        facts=[(DeviceHolders, fact_case("no-gpu") + ["module nvidia"])],
+        commands={RELOAD_MARK: Output(stdout=[line])},
+    )
     assert not plan.failed and line in caplog.text
 
 
 @pytest.mark.parametrize("holders, reloads", [("services-and-an-impostor", False), ("no-gpu", True)])
-def test_the_driver_stage_runs_the_reload_only_where_its_holders_read_finds_no_other_process(both_modes, holders,
-                                                                                             reloads):
+def test_the_driver_stage_runs_the_reload_only_where_its_holders_read_finds_no_other_process(
+    both_modes, holders, reloads
+):
     """Through the driver stage (deploy/gpu_node.py: the driver installed, so changed, with
     kernel_modules_load=true): its holders read decides whether the reload's command runs at all."""
-    node = gpu_node("debian-12", node_survey=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU), unstated=DEFAULT, facts=[
-        *DEBIAN_FILES, (every(PackagesAvailable), carrying("linux-headers-6.1.0-18-amd64")),
-        (DeviceHolders, fact_case(holders) + ["module nvidia"])])
+    node = gpu_node(
+        "debian-12",
+        node_survey=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU),
+        unstated=DEFAULT,
+        facts=[
+            *DEBIAN_FILES,
+            (every(PackagesAvailable), carrying("linux-headers-6.1.0-18-amd64")),
+            (DeviceHolders, fact_case(holders) + ["module nvidia"]),
+        ],
+    )
     run = run_deploy(node, data={"kernel_modules_load": True})
     assert run.error is None, run.refusal
     assert run.ran("apt-get -y") and bool(reload_runs(run)) is reloads
@@ -206,8 +245,9 @@ class Node:
         for name in names:
             (self.box.root / "sys/module" / name).mkdir(parents=True)
 
-    def process(self, pid: int, command: str, device: str, cgroup: str = "/user.slice/session-1.scope",
-                uid: int = 0) -> None:
+    def process(
+        self, pid: int, command: str, device: str, cgroup: str = "/user.slice/session-1.scope", uid: int = 0
+    ) -> None:
         self.write(f"proc/{pid}/comm", command + "\n")
         self.write(f"proc/{pid}/cgroup", f"0::{cgroup}\n")
         os.chown(self.box.root / "proc" / str(pid), uid, uid)
@@ -216,15 +256,24 @@ class Node:
         holders.write_text((holders.read_text() if holders.exists() else "") + f"{pid}\n")
 
     def service(self, unit: str, main: int, kill: str = "control-group", *flags: str) -> None:
-        values = {"active": "active", "enabled": "enabled", "MainPID": str(main), "KillMode": kill,
-                  "ControlGroup": f"/system.slice/{unit}", **{flag: "" for flag in flags}}
+        values = {
+            "active": "active",
+            "enabled": "enabled",
+            "MainPID": str(main),
+            "KillMode": kill,
+            "ControlGroup": f"/system.slice/{unit}",
+            **{flag: "" for flag in flags},
+        }
         for name, value in values.items():
             self.write(f"standin/units/{unit}/{name}", value + "\n")
 
     def log(self) -> list[str]:
         """What the stand-ins were asked to change, in order (their reads left out)."""
-        return [line for line in (self.box.root / "standin/log").read_text().splitlines()
-                if not re.match(r"systemctl (is-active|is-enabled|show) ", line)]
+        return [
+            line
+            for line in (self.box.root / "standin/log").read_text().splitlines()
+            if not re.match(r"systemctl (is-active|is-enabled|show) ", line)
+        ]
 
     def active(self, unit: str) -> str:
         return (self.box.root / "standin/units" / unit / "active").read_text().strip()
@@ -259,9 +308,16 @@ def test_the_node_reloads_when_only_the_services_own_processes_hold_a_device(nod
     with_driver_services(node)
     status, line = run_reload(node)
     assert (status, line) == (0, "nothing else held /dev/nvidia*: reloaded without a reboot: nvidia_uvm nvidia")
-    assert node.log() == ["systemctl stop nvidia-persistenced.service", "systemctl stop nvidia-dcgm.service",
-                          "modprobe -r nvidia_uvm", "modprobe -r nvidia", "modprobe nvidia", "modprobe nvidia_uvm",
-                          "systemctl start nvidia-dcgm.service", "systemctl start nvidia-persistenced.service"]
+    assert node.log() == [
+        "systemctl stop nvidia-persistenced.service",
+        "systemctl stop nvidia-dcgm.service",
+        "modprobe -r nvidia_uvm",
+        "modprobe -r nvidia",
+        "modprobe nvidia",
+        "modprobe nvidia_uvm",
+        "systemctl start nvidia-dcgm.service",
+        "systemctl start nvidia-persistenced.service",
+    ]
 
 
 def test_a_non_root_process_named_nvidia_persistenced_stops_nothing_reboot_required_names_it(node):
@@ -270,8 +326,10 @@ def test_a_non_root_process_named_nvidia_persistenced_stops_nothing_reboot_requi
     node.process(4242, "nvidia-persiste", "nvidia0", uid=65534)
     status, line = run_reload(node)
     assert status == 3
-    assert line == ("reboot required: nvidia-persiste (pid 4242, user nobody) holds /dev/nvidia0: stop it (or drain "
-                    "the node) and rerun, or reboot")
+    assert line == (
+        "reboot required: nvidia-persiste (pid 4242, user nobody) holds /dev/nvidia0: stop it (or drain "
+        "the node) and rerun, or reboot"
+    )
     assert node.log() == [], "nothing stopped, nothing unloaded"
 
 
@@ -298,8 +356,10 @@ def test_a_failed_unload_starts_every_stopped_service_again_and_names_the_module
     node.write("standin/in-use/nvidia", "")
     status, line = run_reload(node)
     assert status == 1
-    assert line == ("driver reload failed: modprobe -r nvidia: modprobe: FATAL: Module nvidia is in use.; loaded "
-                    "again: nvidia_uvm; started again: nvidia-dcgm.service nvidia-persistenced.service")
+    assert line == (
+        "driver reload failed: modprobe -r nvidia: modprobe: FATAL: Module nvidia is in use.; loaded "
+        "again: nvidia_uvm; started again: nvidia-dcgm.service nvidia-persistenced.service"
+    )
     assert node.active("nvidia-persistenced.service") == node.active("nvidia-dcgm.service") == "active"
     assert node.log()[-2:] == ["systemctl start nvidia-dcgm.service", "systemctl start nvidia-persistenced.service"]
 
@@ -310,8 +370,10 @@ def test_a_holder_left_after_the_services_stopped_starts_them_again_and_is_named
     node.service("nvidia-dcgm.service", 200, "control-group", "lingers")
     status, line = run_reload(node)
     assert status == 1
-    assert line == ("driver reload failed: nvvs (pid 201, user root) holds /dev/nvidia0 after the driver's services "
-                    "stopped; started again: nvidia-dcgm.service nvidia-persistenced.service")
+    assert line == (
+        "driver reload failed: nvvs (pid 201, user root) holds /dev/nvidia0 after the driver's services "
+        "stopped; started again: nvidia-dcgm.service nvidia-persistenced.service"
+    )
     assert not [entry for entry in node.log() if entry.startswith("modprobe")]
 
 
@@ -320,8 +382,10 @@ def test_a_service_that_fails_to_stop_is_started_again_with_the_others(node):
     node.service("nvidia-dcgm.service", 200, "control-group", "fails")
     status, line = run_reload(node)
     assert status == 1
-    assert line == ("driver reload failed: systemctl stop nvidia-dcgm.service: Job for nvidia-dcgm.service failed.; "
-                    "started again: nvidia-dcgm.service nvidia-persistenced.service")
+    assert line == (
+        "driver reload failed: systemctl stop nvidia-dcgm.service: Job for nvidia-dcgm.service failed.; "
+        "started again: nvidia-dcgm.service nvidia-persistenced.service"
+    )
 
 
 def test_without_fuser_or_a_loaded_module_the_node_stops_nothing(node):

@@ -32,8 +32,9 @@ _: RuntimeEngine[ContainerdConfig, str] = BytesEngine()
 
 def mypy(*paths: str) -> tuple[str, int]:
     """mypy's report and exit status on ``paths``, with the project's settings, from the checkout's root."""
-    stdout, stderr, status = api.run(["--config-file", str(ROOT / "pyproject.toml"),
-                                      "--cache-dir", str(ROOT / ".mypy_cache"), *paths])
+    stdout, stderr, status = api.run(
+        ["--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(ROOT / ".mypy_cache"), *paths]
+    )
     return stdout + stderr, status
 
 

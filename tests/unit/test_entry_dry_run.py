@@ -22,8 +22,10 @@ pytestmark = pytest.mark.usefixtures("both_modes")
 
 UNDO = str(REPO / "deploy" / "undo.py")
 VERIFY = str(REPO / "deploy" / "verify.py")
-NO_SYSTEMD = ("systemd is not running as PID 1 (PID 1 is bash): gpu-node enables and restarts services through "
-              "systemd; run it on a host booted with systemd")
+NO_SYSTEMD = (
+    "systemd is not running as PID 1 (PID 1 is bash): gpu-node enables and restarts services through "
+    "systemd; run it on a host booted with systemd"
+)
 
 
 def no_systemd_node() -> Node:
@@ -32,12 +34,20 @@ def no_systemd_node() -> Node:
 
 
 def no_systemd_undo_node() -> Node:
-    return Node(facts=[(HostAccess, host_access("debian-12", systemd=False)), (LinuxDistribution, os_release("debian-12")),
-                       (Arch, "x86_64"), (records_read(), [])], unstated=DEFAULT)
+    return Node(
+        facts=[
+            (HostAccess, host_access("debian-12", systemd=False)),
+            (LinuxDistribution, os_release("debian-12")),
+            (Arch, "x86_64"),
+            (records_read(), []),
+        ],
+        unstated=DEFAULT,
+    )
 
 
-@pytest.mark.parametrize("deploy_file, node", [(None, no_systemd_node), (UNDO, no_systemd_undo_node)],
-                         ids=["gpu_node.py", "undo.py"])
+@pytest.mark.parametrize(
+    "deploy_file, node", [(None, no_systemd_node), (UNDO, no_systemd_undo_node)], ids=["gpu_node.py", "undo.py"]
+)
 def test_a_run_that_executes_nothing_prints_the_refusal_with_its_reason_and_changes_nothing(deploy_file, node):
     plan = run_deploy(node(), execute=False, **({"deploy_file": deploy_file} if deploy_file else {}))
     assert plan.error is None, plan.error
@@ -49,19 +59,30 @@ def test_a_run_that_executes_nothing_prints_the_refusal_with_its_reason_and_chan
 @pytest.mark.parametrize("deploy_file", [None, UNDO, VERIFY], ids=["gpu_node.py", "undo.py", "verify.py"])
 def test_a_host_outside_the_groups_is_refused_with_its_reason_while_planning(deploy_file):
     inventory = Inventory((["@fake/gpu1"], {}), override_data=QUICK, gpu_node=(["@fake/gpu1"], {}))
-    plan = run_inventory(inventory, {"@fake/gpu1": Node()}, **({"deploy_file": deploy_file} if deploy_file else {}),
-                         execute=False)
-    assert plan.failures == ["in the inventory's groups gpu_node, not in gpu_nodes: gpu-node provisions the hosts of "
-                             "gpu_nodes (is 'gpu_node' meant to be 'gpu_nodes'?); add it there, or name the GPU "
-                             "nodes' group with gpu_nodes_group"]
+    plan = run_inventory(
+        inventory, {"@fake/gpu1": Node()}, **({"deploy_file": deploy_file} if deploy_file else {}), execute=False
+    )
+    assert plan.failures == [
+        "in the inventory's groups gpu_node, not in gpu_nodes: gpu-node provisions the hosts of "
+        "gpu_nodes (is 'gpu_node' meant to be 'gpu_nodes'?); add it there, or name the GPU "
+        "nodes' group with gpu_nodes_group"
+    ]
     assert plan.commands == []
 
 
 def test_the_fleet_report_of_a_run_that_executed_nothing_says_would_be_refused_and_the_status_is_a_failure(
-        tmp_path, capsys):
+    tmp_path, capsys
+):
     nodes = {"@fake/bad": no_systemd_node(), "@fake/good": gpu_node("debian-12", unstated=DEFAULT)}
-    inventory = Inventory((list(nodes), {}), override_data={
-        **QUICK, "stages": "kernel", "kernel_modules_load": False, "fleet_report_path": str(tmp_path / "fleet.json")})
+    inventory = Inventory(
+        (list(nodes), {}),
+        override_data={
+            **QUICK,
+            "stages": "kernel",
+            "kernel_modules_load": False,
+            "fleet_report_path": str(tmp_path / "fleet.json"),
+        },
+    )
     plan = run_inventory(inventory, nodes, execute=False)
     capsys.readouterr()
     disconnect_all(plan.state)  # pyinfra's CLI disconnects after --dry too: the report is made then

@@ -27,12 +27,15 @@ def row(status: str = CHANGED, *, no_gpu: bool | None = False, reboot_required: 
     return FleetRow(host=f"gpu-{status}", status=status, no_gpu=no_gpu, reboot_required=reboot_required)
 
 
-@pytest.mark.parametrize("rows, status", [
-    ([row(), row(CONVERGED, reboot_required=False)], exit_status.REBOOT_REQUIRED),
-    ([row(no_gpu=True)], exit_status.DONE),  # no GPU: a reboot loads no module
-    ([row(no_gpu=None, reboot_required=None)], exit_status.DONE),  # not known (verify alone)
-    ([row(), row(FAILED, no_gpu=None, reboot_required=None)], exit_status.FAILED),  # a failure comes first
-])
+@pytest.mark.parametrize(
+    "rows, status",
+    [
+        ([row(), row(CONVERGED, reboot_required=False)], exit_status.REBOOT_REQUIRED),
+        ([row(no_gpu=True)], exit_status.DONE),  # no GPU: a reboot loads no module
+        ([row(no_gpu=None, reboot_required=None)], exit_status.DONE),  # not known (verify alone)
+        ([row(), row(FAILED, no_gpu=None, reboot_required=None)], exit_status.FAILED),  # a failure comes first
+    ],
+)
 def test_the_run_status_from_the_fleet_rows(rows, status):
     assert run_status(rows) == status
     assert fleet_json(rows)["exit_status"] == status
@@ -41,16 +44,20 @@ def test_the_run_status_from_the_fleet_rows(rows, status):
 def test_the_fleet_report_says_which_nodes_await_a_reboot():
     rows = [row(), row(CONVERGED, reboot_required=False)]
     assert fleet_table(rows).splitlines()[0] == (
-        "--> Fleet report: 2 nodes: 1 converged, 1 changed, 0 failed, 1 awaiting a reboot (exit 3)")
+        "--> Fleet report: 2 nodes: 1 converged, 1 changed, 0 failed, 1 awaiting a reboot (exit 3)"
+    )
     assert fleet_json(rows)["awaiting_reboot"] == ["gpu-changed"]
 
 
-@pytest.mark.parametrize("failed_hosts, stage, raises", [
-    (set(), StateStage.Disconnect, True),  # an executed run that reached its end: pyinfra's exit 0 replaced
-    (set(), StateStage.Prepare, True),  # --dry, or a declined prompt
-    ({"gpu1"}, StateStage.Disconnect, False),  # pyinfra exits 1 itself, with its own line
-    (set(), StateStage.Execute, False),  # run_ops raised (--fail-percent): its message and 1 stand
-])
+@pytest.mark.parametrize(
+    "failed_hosts, stage, raises",
+    [
+        (set(), StateStage.Disconnect, True),  # an executed run that reached its end: pyinfra's exit 0 replaced
+        (set(), StateStage.Prepare, True),  # --dry, or a declined prompt
+        ({"gpu1"}, StateStage.Disconnect, False),  # pyinfra exits 1 itself, with its own line
+        (set(), StateStage.Execute, False),  # run_ops raised (--fail-percent): its message and 1 stand
+    ],
+)
 def test_the_status_replaces_pyinfras_only_where_pyinfra_would_exit_0(monkeypatch, failed_hosts, stage, raises):
     monkeypatch.setattr(exit_status.pyinfra, "is_cli", True)
     state = SimpleNamespace(failed_hosts=failed_hosts, current_stage=stage)
@@ -82,8 +89,14 @@ def test_pyinfra_s_cli_exits_3_when_a_gpu_node_awaits_its_reboot_stand_in_driver
     deploy_file.write_text(STAND_IN_DRIVER_REPORT)
     fleet = tmp_path / "fleet.json"
     env = {**os.environ, "PYTHONPATH": str(REPO), "FLEET_REPORT": str(fleet), "NO_GPU": no_gpu}
-    result = subprocess.run([sys.executable, "-m", "pyinfra", "-y", "@local", str(deploy_file)], cwd=tmp_path,
-                            env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "pyinfra", "-y", "@local", str(deploy_file)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == status, result.stderr
     assert json.loads(fleet.read_text())["exit_status"] == status
     assert ("awaiting a reboot (exit 3)" in result.stderr) == (status == 3)
@@ -101,12 +114,18 @@ def test_verify_on_a_gpu_node_awaiting_its_reboot_reports_the_failed_steps_witho
     assert "verification failed: kernel_module" in caplog.text and "awaits the node's reboot" in caplog.text
 
 
-@pytest.mark.parametrize("lines, packages", [
-    (node_lines(gpus=1, dump=containerd_dump()), ("nvidia-driver",)),  # no reboot pending
-    ([*node_lines(gpus=1, dump=containerd_dump()), "reboot_required", "reboot_package linux-image-amd64"],
-     ("nvidia-driver",)),  # a reboot for another package
-    (AWAITING, ()),  # verify alone
-], ids=["no-reboot", "other-package", "no-driver-stage"])
+@pytest.mark.parametrize(
+    "lines, packages",
+    [
+        (node_lines(gpus=1, dump=containerd_dump()), ("nvidia-driver",)),  # no reboot pending
+        (
+            [*node_lines(gpus=1, dump=containerd_dump()), "reboot_required", "reboot_package linux-image-amd64"],
+            ("nvidia-driver",),
+        ),  # a reboot for another package
+        (AWAITING, ()),  # verify alone
+    ],
+    ids=["no-reboot", "other-package", "no-driver-stage"],
+)
 def test_verify_fails_the_host_when_no_driver_change_awaits_the_reboot(tmp_path, lines, packages):
     _, _, _, failed = run_verify(tmp_path, lines, driver_packages=packages)
     assert failed

@@ -52,9 +52,11 @@ def test_a_host_in_a_misnamed_group_is_refused_in_one_line_and_others_go_on(capl
     )
     gpu2 = gpu_node("debian-12", facts=[(digest_read(path), "absent") for path in read_files()])
     run = run_inventory(inventory, {"@fake/gpu1": Node(), "@fake/gpu2": gpu2})
-    assert run.failures == ["in the inventory's groups gpu_node, not in gpu_nodes: gpu-node provisions the hosts of "
-                            "gpu_nodes (is 'gpu_node' meant to be 'gpu_nodes'?); add it there, or name the GPU nodes' "
-                            "group with gpu_nodes_group"]
+    assert run.failures == [
+        "in the inventory's groups gpu_node, not in gpu_nodes: gpu-node provisions the hosts of "
+        "gpu_nodes (is 'gpu_node' meant to be 'gpu_nodes'?); add it there, or name the GPU nodes' "
+        "group with gpu_nodes_group"
+    ]
     # the operation that fails it says why in pyinfra's own output (the hosts' first operations share a place)
     assert "Refuse this host (not in gpu_nodes)" in ", ".join(run.op_names()).split(", ")
     commands = {host.name: host.connector.executed_commands for host in inventory}
@@ -74,10 +76,19 @@ def test_a_host_named_on_the_command_line_is_a_gpu_node():
 @both_modes
 def test_the_group_settings_name_the_groups_the_deploys_act_on():
     """gpu_nodes_group and control_plane_group: an inventory of its own names (k8s_workers, masters)."""
-    data = {**QUICK, "kernel_modules_load": False, "stages": "kernel", "gpu_nodes_group": "k8s_workers",
-            "control_plane_group": "masters"}
-    inventory = Inventory((["@fake/gpu1", "@fake/cp1"], {}), override_data=data,
-                          k8s_workers=(["@fake/gpu1"], {}), masters=(["@fake/cp1"], {}))
+    data = {
+        **QUICK,
+        "kernel_modules_load": False,
+        "stages": "kernel",
+        "gpu_nodes_group": "k8s_workers",
+        "control_plane_group": "masters",
+    }
+    inventory = Inventory(
+        (["@fake/gpu1", "@fake/cp1"], {}),
+        override_data=data,
+        k8s_workers=(["@fake/gpu1"], {}),
+        masters=(["@fake/cp1"], {}),
+    )
     gpu1 = gpu_node("debian-12", facts=[(digest_read(path), "absent") for path in read_files()])
     run = run_inventory(inventory, {"@fake/gpu1": gpu1, "@fake/cp1": Node()})
     assert run.error is None and run.failures == [], (run.error, run.failures)
@@ -90,8 +101,9 @@ def pyinfra_cli(args: list[str], cwd) -> tuple[int, list[str]]:
     """pyinfra's CLI (--dry: nothing executes) run from ``cwd``: its exit status and output lines."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("GPU_NODES", None)
-    result = subprocess.run([sys.executable, "-m", "pyinfra", "--dry", *args], cwd=cwd, env=env,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "pyinfra", "--dry", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
     return result.returncode, [click.unstyle(line).strip() for line in (result.stdout + result.stderr).splitlines()]
 
 
@@ -100,8 +112,10 @@ def test_pyinfra_s_own_groups_never_appear_in_the_refusal_and_the_dry_run_fails(
     neither is the site's, so neither is named. Refused while planning: nothing runs on @local."""
     (tmp_path / "inv2.py").write_text('k8s_workers = ["@local"]\n')
     code, lines = pyinfra_cli(["inv2.py", str(REPO / "deploy" / "gpu_node.py")], cwd=tmp_path)
-    refusal = ("in the inventory's groups k8s_workers, not in gpu_nodes: gpu-node provisions the hosts of gpu_nodes; "
-               "add it there, or name the GPU nodes' group with gpu_nodes_group")
+    refusal = (
+        "in the inventory's groups k8s_workers, not in gpu_nodes: gpu-node provisions the hosts of gpu_nodes; "
+        "add it there, or name the GPU nodes' group with gpu_nodes_group"
+    )
     assert code == 1 and f"[@local] gpu-node: {refusal}" in lines, lines
     assert f"@local would be refused: {refusal}" in lines
     assert not [line for line in lines if "groups" in line and ("inv2" in line or "@local," in line)]
@@ -124,9 +138,11 @@ def test_the_cluster_deploy_with_no_control_plane_host_stops_in_one_line(how, tm
     else:
         _, error = run_pyinfra(inventory, lambda state: add_deploy(state, deploy.configure_cluster))
     assert isinstance(error, SettingsError)
-    assert str(error) == ("no host of this run is in control_plane (control_plane_group): the cluster deploy runs "
-                          "kubectl there; put the host kubectl runs on in control_plane (or name its group with "
-                          "control_plane_group) and include it in the run")
+    assert str(error) == (
+        "no host of this run is in control_plane (control_plane_group): the cluster deploy runs "
+        "kubectl there; put the host kubectl runs on in control_plane (or name its group with "
+        "control_plane_group) and include it in the run"
+    )
     assert inventory.get_host("@fake/gpu1").connector.executed_commands == []
 
 
@@ -136,4 +152,5 @@ def test_the_cluster_entry_file_with_no_control_plane_host_exits_non_zero_in_one
     assert [line for line in lines if "error" in line] == [
         "--> pyinfra error: no host of this run is in control_plane (control_plane_group): the cluster deploy runs "
         "kubectl there; put the host kubectl runs on in control_plane (or name its group with control_plane_group) "
-        "and include it in the run"], lines
+        "and include it in the run"
+    ], lines

@@ -28,15 +28,51 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "deploy"
 MAIN_BLOCK = re.compile(r"""^if __name__ == ["']__main__["']:""", re.M)
 # The programs gpu-node's code starts by name, and the shells and tools any code would reach for.
-RECORDED = ("sh", "bash", "dash", "env", "systemctl", "journalctl", "modprobe", "rmmod", "nvidia-smi", "nvidia-ctk",
-            "pyinfra", "python3", "pip", "apt-get", "dpkg", "dnf", "rpm", "zypper", "pacman", "cp", "mv", "rm",
-            "mkdir", "chmod", "chown", "install", "tee", "ln", "curl", "wget", "docker", "kubectl", "ssh", "sudo")
+RECORDED = (
+    "sh",
+    "bash",
+    "dash",
+    "env",
+    "systemctl",
+    "journalctl",
+    "modprobe",
+    "rmmod",
+    "nvidia-smi",
+    "nvidia-ctk",
+    "pyinfra",
+    "python3",
+    "pip",
+    "apt-get",
+    "dpkg",
+    "dnf",
+    "rpm",
+    "zypper",
+    "pacman",
+    "cp",
+    "mv",
+    "rm",
+    "mkdir",
+    "chmod",
+    "chown",
+    "install",
+    "tee",
+    "ln",
+    "curl",
+    "wget",
+    "docker",
+    "kubectl",
+    "ssh",
+    "sudo",
+)
 NODE_FOLDERS = ("/etc/systemd/system", "/etc/gpu-node", "/var/lib/gpu-node", "/usr/lib/gpu-node")
 
 
 def modules_with_main() -> list[str]:
-    return sorted(".".join(("deploy", *path.relative_to(PACKAGE).with_suffix("").parts))
-                  for path in PACKAGE.rglob("*.py") if MAIN_BLOCK.search(path.read_text(encoding="utf-8")))
+    return sorted(
+        ".".join(("deploy", *path.relative_to(PACKAGE).with_suffix("").parts))
+        for path in PACKAGE.rglob("*.py")
+        if MAIN_BLOCK.search(path.read_text(encoding="utf-8"))
+    )
 
 
 def console_scripts() -> dict[str, str]:
@@ -52,9 +88,12 @@ def commands() -> dict[str, list[str]]:
     for name, target in console_scripts().items():
         module, _, function = target.partition(":")
         assert module.split(".")[0] == "gpu_node", target
-        module = "deploy" + module[len("gpu_node"):]
-        found[name] = [sys.executable, "-c", f"import sys; sys.argv[0] = {name!r}; from {module} import {function}; "
-                                             f"sys.exit({function}())"]
+        module = "deploy" + module[len("gpu_node") :]
+        found[name] = [
+            sys.executable,
+            "-c",
+            f"import sys; sys.argv[0] = {name!r}; from {module} import {function}; sys.exit({function}())",
+        ]
     return found
 
 
@@ -63,7 +102,9 @@ COMMANDS = commands()
 
 def test_discovery_finds_the_modules_known_to_run_from_a_shell():
     """The discovery can fail: these three have a __main__ block today, and it finds them."""
-    assert {"deploy.node.pull_install", "deploy.node.first_boot", "deploy.fleet.from_reports"} <= set(modules_with_main())
+    assert {"deploy.node.pull_install", "deploy.node.first_boot", "deploy.fleet.from_reports"} <= set(
+        modules_with_main()
+    )
 
 
 def tree(folder: Path) -> dict[str, tuple]:
@@ -90,8 +131,14 @@ def sandboxed(command: list[str], tmp_path: Path) -> subprocess.CompletedProcess
         recorder.write_text(f'#!/bin/sh\necho "$0 $*" >> {log}\nexit 97\n')
         recorder.chmod(0o755)
     before, nodes_before = tree(root), node_folders()
-    env = {"HOME": str(root / "home"), "TMPDIR": str(root / "tmp"), "PATH": str(recorders), "PYTHONPATH": str(REPO),
-           "PYTHONDONTWRITEBYTECODE": "1", "LC_ALL": "C.UTF-8"}
+    env = {
+        "HOME": str(root / "home"),
+        "TMPDIR": str(root / "tmp"),
+        "PATH": str(recorders),
+        "PYTHONPATH": str(REPO),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "LC_ALL": "C.UTF-8",
+    }
     result = subprocess.run(command, cwd=root / "work", env=env, capture_output=True, text=True, timeout=300)
     assert not log.exists(), f"ran: {log.read_text()}"
     assert tree(root) == before

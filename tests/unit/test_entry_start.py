@@ -60,8 +60,13 @@ def test_importing_the_package_leaves_the_interpreters_bytecode_setting_alone(tm
     sys.dont_write_bytecode as it was, whichever it was, and so does load()."""
     env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
     for setting in (True, False):
-        result = subprocess.run([sys.executable, "-c", BYTECODE.format(setting=setting)], cwd=REPO,
-                                capture_output=True, text=True, env={**env, "PYTHONPYCACHEPREFIX": str(tmp_path)})
+        result = subprocess.run(
+            [sys.executable, "-c", BYTECODE.format(setting=setting)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            env={**env, "PYTHONPYCACHEPREFIX": str(tmp_path)},
+        )
         assert result.returncode == 0, result.stderr
         assert result.stdout.split() == [str(setting), str(setting)]
 
@@ -72,7 +77,12 @@ def test_the_modules_an_entry_file_loads_keep_their_bytecode_under_pyinfras_sett
     env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
     for extra, written in (({}, True), ({"PYTHONDONTWRITEBYTECODE": "1"}, False)):
         cache = tmp_path / str(written)
-        result = subprocess.run([sys.executable, "-c", BYTECODE.format(setting=True)], cwd=REPO, capture_output=True,
-                                text=True, env={**env, **extra, "PYTHONPYCACHEPREFIX": str(cache)})
+        result = subprocess.run(
+            [sys.executable, "-c", BYTECODE.format(setting=True)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            env={**env, **extra, "PYTHONPYCACHEPREFIX": str(cache)},
+        )
         assert result.returncode == 0, result.stderr
         assert bool(list(cache.rglob("batches.*.pyc"))) is written

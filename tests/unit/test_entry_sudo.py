@@ -26,8 +26,10 @@ def run_on_local_with(path: Path, function, tmp_path: Path, caplog) -> tuple[obj
     caplog.set_level(logging.INFO, logger="pyinfra")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PATH", str(path))
-        state, error = run_pyinfra(inventory, lambda state: add_deploy(
-            state, function, _sudo=True, fleet_report_path=str(tmp_path / "fleet.json")))
+        state, error = run_pyinfra(
+            inventory,
+            lambda state: add_deploy(state, function, _sudo=True, fleet_report_path=str(tmp_path / "fleet.json")),
+        )
     return state, error, [click.unstyle(record.getMessage()) for record in caplog.records]
 
 
@@ -39,8 +41,10 @@ def test_sudo_not_installed_is_one_line_naming_the_host_and_the_fix(function, tm
     assert error is None or "No hosts remaining" in str(error), error
     assert {host.name for host in state.failed_hosts} == {"@local"}
     said = [line for line in lines if "sudo" in line or "Traceback" in line or "could not load fact" in line]
-    assert said == ["[@local] gpu-node: sudo is not installed on this node, and the run asks for it (_sudo=True or "
-                    "--sudo): install sudo, or connect as root and leave sudo out"], lines
+    assert said == [
+        "[@local] gpu-node: sudo is not installed on this node, and the run asks for it (_sudo=True or "
+        "--sudo): install sudo, or connect as root and leave sudo out"
+    ], lines
     assert not [line for line in lines if "CombinedOutput" in line or "calls=" in line]
 
 
@@ -60,6 +64,7 @@ def test_stand_in_sudo_wanting_a_password_without_a_terminal_is_one_line(functio
     state, error, lines = run_on_local_with(stand_in, function, tmp_path, caplog)
     assert {host.name for host in state.failed_hosts} == {"@local"}
     said = [line for line in lines if "gpu-node:" in line or "Traceback" in line or "could not load fact" in line]
-    assert said == ["[@local] gpu-node: sudo wants a password for the login user and there is no terminal to type it "
-                    "into: allow the login user sudo without a password, or run pyinfra from a terminal"], lines
-
+    assert said == [
+        "[@local] gpu-node: sudo wants a password for the login user and there is no terminal to type it "
+        "into: allow the login user sudo without a password, or run pyinfra from a terminal"
+    ], lines

@@ -35,10 +35,15 @@ def test_fabric_of_each_topology_through_hoststate(path, tmp_path):
     assert fabric.kind == topology["expected"]["kind"], fabric.evidence
     assert list(fabric.devices) == topology["expected"]["devices"]
     # the command saw every NVIDIA GPU of the fixture, and every Mellanox physical function
-    gpus = {device["slot"] for device in topology["devices"]
-            if device["vendor"] == "0x10de" and device["class"].startswith("0x03")}
+    gpus = {
+        device["slot"]
+        for device in topology["devices"]
+        if device["vendor"] == "0x10de" and device["class"].startswith("0x03")
+    }
     assert {gpu["slot"] for gpu in node["gpus"]} == gpus
-    physical = {device["slot"] for device in topology["devices"] if device["vendor"] == "0x15b3" and "physfn" not in device}
+    physical = {
+        device["slot"] for device in topology["devices"] if device["vendor"] == "0x15b3" and "physfn" not in device
+    }
     assert {device["slot"] for device in node["mellanox"]} == physical
 
 
@@ -84,5 +89,6 @@ def test_modules_load_text_for_nvlink5():
 
 def test_mellanox_lines_with_missing_fields_are_ignored():
     node = NodeSurvey().process(["mellanox 0000:29:00.0 0x1021", "mellanox 0000:2a:00.0 0x1021 0x020700 SW_MNG"])
-    assert node["mellanox"] == [{"slot": "0000:2a:00.0", "device": "0x1021", "class": "0x020700",
-                                 "switch_management": True}]
+    assert node["mellanox"] == [
+        {"slot": "0000:2a:00.0", "device": "0x1021", "class": "0x020700", "switch_management": True}
+    ]

@@ -41,8 +41,12 @@ def fact_classes() -> dict[str, type[FactBase]]:
     for module_info in pkgutil.iter_modules(deploy.facts.__path__):
         module = importlib.import_module(f"{deploy.facts.__name__}.{module_info.name}")
         for name, value in vars(module).items():
-            if (inspect.isclass(value) and issubclass(value, FactBase) and value is not NodeFact
-                    and value.__module__ == module.__name__):
+            if (
+                inspect.isclass(value)
+                and issubclass(value, FactBase)
+                and value is not NodeFact
+                and value.__module__ == module.__name__
+            ):
                 found[f"{module_info.name}.{name}"] = value
     return found
 

@@ -27,7 +27,10 @@ def put(**kwargs):
 
 def test_fact_parses_stat_and_sha256sum_output_and_absence():
     assert FileDigest().process(["644 root:root", f"{DIGEST}  /etc/x"]) == {
-        "mode": "644", "owner": "root:root", "sha256": DIGEST}
+        "mode": "644",
+        "owner": "root:root",
+        "sha256": DIGEST,
+    }
     assert FileDigest().process(["absent"]) is None
 
 
@@ -56,8 +59,7 @@ def test_file_digests_read_several_files_from_one_output():
     from deploy.facts.files import FileDigests
 
     output = ["@@file /a", "644 root:root", f"{DIGEST}  /a", "@@file /b", "absent"]
-    assert FileDigests().process(output) == {
-        "/a": {"mode": "644", "owner": "root:root", "sha256": DIGEST}, "/b": None}
+    assert FileDigests().process(output) == {"/a": {"mode": "644", "owner": "root:root", "sha256": DIGEST}, "/b": None}
 
 
 def test_diff_shows_a_new_file_and_a_changed_one_with_credentials_masked(caplog):
@@ -81,8 +83,14 @@ def test_diff_shows_a_new_file_and_a_changed_one_with_credentials_masked(caplog)
 
     from deploy.facts.files import FileText
 
-    run_plan(put_new, facts=[(digest_read(DEST), ["644 root:root", f"{hashlib.sha256(old.encode()).hexdigest()}  {DEST}"]),
-                             ((FileText, {"path": DEST}), [f"text {base64.b64encode(old.encode()).decode()}"])], diff=True)
+    run_plan(
+        put_new,
+        facts=[
+            (digest_read(DEST), ["644 root:root", f"{hashlib.sha256(old.encode()).hexdigest()}  {DEST}"]),
+            ((FileText, {"path": DEST}), [f"text {base64.b64encode(old.encode()).decode()}"]),
+        ],
+        diff=True,
+    )
     shown = click.unstyle(caplog.text)
     assert f"Will modify {DEST}" in shown and "- br_netfilter" in shown
     assert "s3cret" not in shown and "old@" not in shown

@@ -45,8 +45,9 @@ class NodeCommands:
         return subprocess.CompletedProcess(args, code, out, "failed" if code else "")
 
 
-def node(tmp_path: Path, topology: str | None, module: bool = True, units: tuple[str, ...] = (),
-         **answers) -> tuple[Host, NodeCommands]:
+def node(
+    tmp_path: Path, topology: str | None, module: bool = True, units: tuple[str, ...] = (), **answers
+) -> tuple[Host, NodeCommands]:
     sys_root = tmp_path / "sys"
     folder = sys_root / "bus" / "pci" / "devices"
     if topology:
@@ -62,8 +63,13 @@ def node(tmp_path: Path, topology: str | None, module: bool = True, units: tuple
     for unit in units:
         (unit_dir / unit).write_text("[Unit]\n")
     commands = NodeCommands(**answers)
-    return Host(sys_root=str(sys_root), modules_root=str(tmp_path / "lib-modules"), kernel=KERNEL,
-                unit_dirs=(str(unit_dir),), run=commands), commands
+    return Host(
+        sys_root=str(sys_root),
+        modules_root=str(tmp_path / "lib-modules"),
+        kernel=KERNEL,
+        unit_dirs=(str(unit_dir),),
+        run=commands,
+    ), commands
 
 
 def boot(host: Host, **settings) -> tuple[bool, Boot]:
@@ -79,8 +85,15 @@ def test_a_pcie_node_with_the_module_its_gpus_need_passes_and_says_the_load_was_
     host, commands = node(tmp_path, "pcie-only")
     ok, run = boot(host)
     assert ok, run.steps
-    assert statuses(run) == {"gpus": "pass", "kernel module": "pass", "module load": "skip", "cdi spec": "skip",
-                             "persistenced": "skip", "fabric manager": "skip", "verify": "skip"}
+    assert statuses(run) == {
+        "gpus": "pass",
+        "kernel module": "pass",
+        "module load": "skip",
+        "cdi spec": "skip",
+        "persistenced": "skip",
+        "fabric manager": "skip",
+        "verify": "skip",
+    }
     load = next(step for step in run.steps if step["name"] == "module load")
     assert "kernel_modules_load=false" in load["reason"]
     assert not any(call[0] == "modprobe" for call in commands.calls)
@@ -121,7 +134,10 @@ def test_an_nvswitch_node_without_fabric_manager_installed_fails_at_fabric_manag
     ok, run = boot(host)
     assert not ok
     assert run.steps[-1]["name"] == "fabric manager"
-    assert "NVSwitch" in run.steps[-1]["reason"] and "nvidia-fabricmanager.service is not installed" in run.steps[-1]["reason"]
+    assert (
+        "NVSwitch" in run.steps[-1]["reason"]
+        and "nvidia-fabricmanager.service is not installed" in run.steps[-1]["reason"]
+    )
 
 
 def test_with_modules_loaded_it_loads_starts_the_services_and_verifies_the_gpu_count(tmp_path):
@@ -159,8 +175,10 @@ def test_the_archive_is_the_same_bytes_each_time_and_runs_under_python3_isolated
     config.write_text(json.dumps({"kernel_modules_load": False, "report_path": str(report)}))
     # as the unit runs it, but with the settings' owner check starting at the test's folder (this
     # machine's /tmp, 1777, fails it: test_settings_root_alone_may_write_are_refused_in_one_line...)
-    run = (f"import sys; sys.path.insert(0, {str(path)!r}); from gpu_node_boot.node.first_boot import main; "
-           f"sys.exit(main([{str(config)!r}], top={str(tmp_path)!r}))")
+    run = (
+        f"import sys; sys.path.insert(0, {str(path)!r}); from gpu_node_boot.node.first_boot import main; "
+        f"sys.exit(main([{str(config)!r}], top={str(tmp_path)!r}))"
+    )
     result = subprocess.run([sys.executable, "-I", "-c", run], capture_output=True, text=True)
     # this machine's PCI bus has no NVIDIA GPU: the boot passes, saying so, and writes its report
     assert result.returncode == 0, result.stdout + result.stderr
@@ -184,7 +202,8 @@ def test_a_missing_settings_file_is_one_line_and_exit_2_writing_no_report(tmp_pa
     assert exited.value.code == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.splitlines() == [
-        f"{Path(sys.argv[0]).name}: {tmp_path / 'absent.json'}: no such file (see --help)"]
+        f"{Path(sys.argv[0]).name}: {tmp_path / 'absent.json'}: no such file (see --help)"
+    ]
     assert list(tmp_path.iterdir()) == []
 
 
@@ -199,15 +218,18 @@ def test_the_config_the_stage_writes_is_read_back_by_the_boot(setting, tmp_path)
     assert read.report_path == first_boot.REPORT_PATH
 
 
-@pytest.mark.parametrize(("text", "problem"), [
-    ('{"kernel_modules_load": "false"}', "kernel_modules_load is str, not bool"),
-    ('{"require_gpu": 1}', "require_gpu is int, not bool"),
-    ('{"report_path": ["/etc/cron.d/x"]}', "report_path is list, not str"),
-    ('{"report_path": "var/lib/report.json"}', "report_path is not an absolute path"),
-    ('{"no_such_setting": true}', "unknown setting 'no_such_setting'"),
-    ("[]", "holds list, not the boot settings"),
-    ("[" * 50_000, "nests values deeper than JSON settings do"),
-])
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('{"kernel_modules_load": "false"}', "kernel_modules_load is str, not bool"),
+        ('{"require_gpu": 1}', "require_gpu is int, not bool"),
+        ('{"report_path": ["/etc/cron.d/x"]}', "report_path is list, not str"),
+        ('{"report_path": "var/lib/report.json"}', "report_path is not an absolute path"),
+        ('{"no_such_setting": true}', "unknown setting 'no_such_setting'"),
+        ("[]", "holds list, not the boot settings"),
+        ("[" * 50_000, "nests values deeper than JSON settings do"),
+    ],
+)
 def test_boot_settings_of_the_wrong_shape_are_one_line_naming_the_setting(tmp_path, capsys, text, problem):
     """Each setting of its type, nothing unknown, nesting bounded: the boot unit reads this file as root."""
     config = tmp_path / "boot.json"
@@ -234,8 +256,17 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
 
 
 @needs_root
-@pytest.mark.parametrize("layout", ["file of another user", "file group-writable", "folder others may write",
-                                    "file a symbolic link", "folder a symbolic link", "machine's /tmp"])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        "file of another user",
+        "file group-writable",
+        "folder others may write",
+        "file a symbolic link",
+        "folder a symbolic link",
+        "machine's /tmp",
+    ],
+)
 def test_boot_settings_root_alone_may_not_write_are_refused_in_one_line_writing_no_report(tmp_path, capsys, layout):
     """The boot unit runs as root at every boot: a settings file another user can write (or a link to
     one) would choose its report_path and what the boot does; refused, naming it, nothing written."""
@@ -294,10 +325,19 @@ def test_the_boot_settings_are_the_settings_they_name_with_their_types_and_defau
         python_type = bool if annotation is bool else str
         field_of = BootSettings.__dataclass_fields__[name]
         assert (field_of.type, field_of.default) == (python_type.__name__, DEFAULTS[setting]), name
-    changed = parse_settings({"kernel_modules_load": False, "nvidia_kernel_modules": "open", "cdi": "false",
-                              "nvidia_driver_root": "/run/nvidia/driver", "require_gpu": True,
-                              "nvidia_persistenced": False, "fabric_manager_install": False})
+    changed = parse_settings(
+        {
+            "kernel_modules_load": False,
+            "nvidia_kernel_modules": "open",
+            "cdi": "false",
+            "nvidia_driver_root": "/run/nvidia/driver",
+            "require_gpu": True,
+            "nvidia_persistenced": False,
+            "fabric_manager_install": False,
+        }
+    )
     written = BootSettings.from_text(boot_task.boot_config(changed), "boot.json")
-    assert {name: getattr(written, name) for name in named} == {name: getattr(changed, setting)
-                                                                for name, setting in named.items()}
+    assert {name: getattr(written, name) for name in named} == {
+        name: getattr(changed, setting) for name, setting in named.items()
+    }
     assert written.report_path == first_boot.REPORT_PATH

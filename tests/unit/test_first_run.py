@@ -32,13 +32,16 @@ def kernel_files(blacklist_in_place: bool) -> list:
 
 # The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 @pytest.mark.usefixtures("both_modes")
-@pytest.mark.parametrize("distro_id, tool", [("debian", "update-initramfs -u"), ("rocky", "dracut -f"),
-                                             ("arch", "mkinitcpio -P")])
+@pytest.mark.parametrize(
+    "distro_id, tool", [("debian", "update-initramfs -u"), ("rocky", "dracut -f"), ("arch", "mkinitcpio -P")]
+)
 def test_the_initramfs_is_rebuilt_when_the_nouveau_blacklist_is_written_and_not_once_it_is_in_place(distro_id, tool):
     settings = settings_for(kernel_modules_load=False)
     first = run_plan(kernel_prerequisites, settings, platform(distro_id), facts=kernel_files(blacklist_in_place=False))
-    assert first.op_names() == ["Kernel prerequisites | Blacklist nouveau and nova",
-                                "Kernel prerequisites | Rebuild the initramfs after blacklisting nouveau"]
+    assert first.op_names() == [
+        "Kernel prerequisites | Blacklist nouveau and nova",
+        "Kernel prerequisites | Rebuild the initramfs after blacklisting nouveau",
+    ]
     assert len(first.ran(tool)) == 1, first.commands
     again = run_plan(kernel_prerequisites, settings, platform(distro_id), facts=kernel_files(blacklist_in_place=True))
     assert again.op_names() == [] and not again.ran(tool.split()[0])

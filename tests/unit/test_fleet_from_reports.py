@@ -29,8 +29,9 @@ def test_a_folder_of_node_reports_becomes_the_fleet_table_json_and_page(tmp_path
     bad = boot(host)[1].report()
     bad["nodes"][0]["host"] = "gpu-b"
     (folder / "gpu-b.json").write_text(json.dumps(bad))
-    controller = report_json([NodeRecord(host="gpu-c", gpus=["0x2331 at 0000:01:00.0"],
-                                         steps=[Step("gpu_pci", "pass", "1 GPU")])])
+    controller = report_json(
+        [NodeRecord(host="gpu-c", gpus=["0x2331 at 0000:01:00.0"], steps=[Step("gpu_pci", "pass", "1 GPU")])]
+    )
     (folder / "gpu-c.json").write_text(json.dumps(controller))
     (folder / "junk.json").write_text("{not json")
 
@@ -49,8 +50,9 @@ def reports_folder_output(folder) -> list[str]:
     """What the NodeReports fact's own command prints for ``folder`` (run here, by this machine's sh)."""
     from deploy.facts.reports import NodeReports
 
-    ran = subprocess.run(["sh", "-c", NodeReports().command(folder=str(folder))], capture_output=True, text=True,
-                         check=True)
+    ran = subprocess.run(
+        ["sh", "-c", NodeReports().command(folder=str(folder))], capture_output=True, text=True, check=True
+    )
     return ran.stdout.splitlines()
 
 
@@ -72,24 +74,36 @@ def test_the_nodes_own_reports_read_over_ssh_one_command_each_become_the_fleet_t
         folder.mkdir()
         (folder / "boot-report.json").write_text(json.dumps(boot(host)[1].report()))
     # gpu-a: a pull run after the boot, its node report newer, and its fleet report of itself
-    newer = report_json([NodeRecord(host="@local", gpus=["0x2331 at 0000:01:00.0"], steps=[Step("gpu_pci", "pass", "1 GPU")])])
+    newer = report_json(
+        [NodeRecord(host="@local", gpus=["0x2331 at 0000:01:00.0"], steps=[Step("gpu_pci", "pass", "1 GPU")])]
+    )
     (folders["gpu-a"] / "report.json").write_text(json.dumps(newer))
     os.utime(folders["gpu-a"] / "boot-report.json", (1_000_000, 1_000_000))
     write_json(folders["gpu-a"] / "fleet-report.json", [FleetRow(host="@local", status=FAILED)])
     (folders["gpu-a"] / "records").mkdir()  # not a report: not read
     empty = tmp_path / "gpu-c"
     empty.mkdir()
-    answers = {"gpu-a": reports_folder_output(folders["gpu-a"]), "gpu-b": reports_folder_output(folders["gpu-b"]),
-               "gpu-c": reports_folder_output(empty)}
+    answers = {
+        "gpu-a": reports_folder_output(folders["gpu-a"]),
+        "gpu-b": reports_folder_output(folders["gpu-b"]),
+        "gpu-c": reports_folder_output(empty),
+    }
     assert [line.split(" ")[0] for line in answers["gpu-a"]] == ["report"] * 3 and answers["gpu-c"] == []
 
     out_json = tmp_path / "view.json"
-    inventory = Inventory(([f"@fake/{name}" for name in answers], {}), override_data={"fleet_report_path": str(out_json)})
+    inventory = Inventory(
+        ([f"@fake/{name}" for name in answers], {}), override_data={"fleet_report_path": str(out_json)}
+    )
     nodes = {f"@fake/{name}": Node(facts=[(NodeReports, answer)]) for name, answer in answers.items()}
     plan = run_inventory(inventory, nodes, str(REPO / "deploy" / "fleet_view.py"))
-    assert plan.error is None and sorted(host.name for host in plan.state.failed_hosts) == ["@fake/gpu-b", "@fake/gpu-c"]
-    assert sorted(plan.failures) == ["read the node's reports: no node report in /var/lib/gpu-node (neither a first "
-                                     "boot nor a pull run wrote one)", "report boot-report.json: kernel module"]
+    assert plan.error is None and sorted(host.name for host in plan.state.failed_hosts) == [
+        "@fake/gpu-b",
+        "@fake/gpu-c",
+    ]
+    assert sorted(plan.failures) == [
+        "read the node's reports: no node report in /var/lib/gpu-node (neither a first boot nor a pull run wrote one)",
+        "report boot-report.json: kernel module",
+    ]
     assert sorted(host for host, _ in plan.timeline) == sorted(nodes)  # one command per node, nothing else
     disconnect_all(plan.state)
     out = capsys.readouterr().out
@@ -108,17 +122,23 @@ def test_help_prints_the_usage_and_reads_or_writes_nothing(tmp_path, capsys, mon
         fleet_from_reports.main(["--help"])
     assert exited.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert out.startswith("usage: ") and "FOLDER [FLEET.json]" in out and "Exit status 0 when every node converged" in out
+    assert (
+        out.startswith("usage: ") and "FOLDER [FLEET.json]" in out and "Exit status 0 when every node converged" in out
+    )
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize(("argv", "says"), [
-    (["--all", "{folder}"], "unrecognized arguments: --all"),
-    (["{folder}/missing"], "argument FOLDER: {folder}/missing: no such folder"),
-    (["{folder}/gpu-a.json"], "argument FOLDER: {folder}/gpu-a.json: no such folder"),
-    ([], "the following arguments are required: FOLDER"),
-    (["{folder}", "fleet.json", "more"], "unrecognized arguments: more"),
-], ids=["unknown option", "missing folder", "a file for the folder", "no folder", "one argument too many"])
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--all", "{folder}"], "unrecognized arguments: --all"),
+        (["{folder}/missing"], "argument FOLDER: {folder}/missing: no such folder"),
+        (["{folder}/gpu-a.json"], "argument FOLDER: {folder}/gpu-a.json: no such folder"),
+        ([], "the following arguments are required: FOLDER"),
+        (["{folder}", "fleet.json", "more"], "unrecognized arguments: more"),
+    ],
+    ids=["unknown option", "missing folder", "a file for the folder", "no folder", "one argument too many"],
+)
 def test_an_unknown_argument_or_a_missing_folder_is_one_line_exit_2(argv, says, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     folder = tmp_path / "reports"

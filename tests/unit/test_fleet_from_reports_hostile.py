@@ -39,8 +39,10 @@ from deploy.facts.reports import MAX_NODE_REPORTS, NodeReports
 from deploy.fleet import from_reports as fleet_from_reports
 from deploy.foundations import node_text
 
-FIELD_CASES = [pytest.param(wrong_type_file(where, value), where.split(".")[-1], id=case_id(where, value))
-               for where, value in WRONG_TYPES]
+FIELD_CASES = [
+    pytest.param(wrong_type_file(where, value), where.split(".")[-1], id=case_id(where, value))
+    for where, value in WRONG_TYPES
+]
 ENTRY_CASES = [pytest.param(entry.write, entry.says, id=entry.id) for entry in ENTRIES]
 
 
@@ -71,7 +73,9 @@ def assert_the_others_shown(out: str, rows: dict) -> None:
     assert "gpu-failed failed in: report gpu-failed.json: kernel_module" in out
     # the fleet table's row (the driver table's comes after it)
     assert [line.split()[:2] for line in out.splitlines() if line.strip().startswith("gpu-good ")][0] == [
-        "gpu-good", "converged"]
+        "gpu-good",
+        "converged",
+    ]
 
 
 @pytest.mark.parametrize(("write", "says"), FIELD_CASES + ENTRY_CASES)
@@ -98,10 +102,13 @@ def test_a_host_two_files_report_is_refused_naming_both_and_a_forged_pass_never_
     assert status == 1
     assert rows["gpu-17"]["status"] == "failed" and not {"gpu-x", "gpu-y"} & set(rows)
     assert "--> Fleet report: 3 nodes: 1 converged, 0 changed, 2 failed" in out
-    assert sorted(problems) == sorted([
-        f"gpu-node: gpu-17 is reported by 2 files ({folder}/gpu-17.json, {folder}/gpu-99.json): one node, one file: "
-        "none of them read",
-        f"gpu-node: {folder}/two.json: not a node report of one node: it holds 2 (one node, one file)"])
+    assert sorted(problems) == sorted(
+        [
+            f"gpu-node: gpu-17 is reported by 2 files ({folder}/gpu-17.json, {folder}/gpu-99.json): one node, one file: "
+            "none of them read",
+            f"gpu-node: {folder}/two.json: not a node report of one node: it holds 2 (one node, one file)",
+        ]
+    )
     assert_the_others_shown(out, rows)
 
 
@@ -113,11 +120,14 @@ def test_folder_mode_escapes_control_characters_in_the_table_the_problem_lines_a
     assert status == 1
     assert [line for line in out.splitlines() if "gpu-evil" in line and "failed in" in line] == [
         r"    \x1b[2K\rgpu-evil\x1b]0;owned\x07 failed in: report gpu-evil.json: "
-        r"\x1b[1A\x1b[2K\rkernel_module\x9b2K"]
+        r"\x1b[1A\x1b[2K\rkernel_module\x9b2K"
+    ]
     assert r"containerd\x9b2K" in out and r"ok\x1b]0;owned\x07" in out
     assert r'data-host="\x1b[2K\rgpu-evil\x1b]0;owned\x07"' in (tmp_path / "fleet.html").read_text()
-    assert problems == [f"gpu-node: {folder}/" + r"\x1b[2K\r\x1b]0;owned\x07\udc80junk.json: not a gpu-node report: not JSON: "
-                        "Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"]
+    assert problems == [
+        f"gpu-node: {folder}/" + r"\x1b[2K\r\x1b]0;owned\x07\udc80junk.json: not a gpu-node report: not JSON: "
+        "Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"
+    ]
     assert_the_others_shown(out, rows)
 
 
@@ -168,7 +178,9 @@ def opens_of(path: Path):
     """The number of times anything opened ``path`` while the block ran (the list holds it after)."""
     libc = ctypes.CDLL(None, use_errno=True)
     watch = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-    assert watch >= 0 and libc.inotify_add_watch(watch, os.fsencode(path), IN_OPEN) >= 0, os.strerror(ctypes.get_errno())
+    assert watch >= 0 and libc.inotify_add_watch(watch, os.fsencode(path), IN_OPEN) >= 0, os.strerror(
+        ctypes.get_errno()
+    )
     opened: list[int] = []
     try:
         yield opened
@@ -189,8 +201,9 @@ def test_folder_mode_never_opens_a_fifo_or_anything_but_a_regular_file(tmp_path,
     with opens_of(folder / "pipe.json") as pipe_opens, opens_of(folder / "gpu-good.json") as report_opens:
         status, out, problems, rows = run_folder_mode(folder, tmp_path, capsys)
     assert pipe_opens == [0] and report_opens == [1]
-    assert problems == [f"gpu-node: {folder}/pipe.json: not a regular file (a symbolic link, FIFO, device or folder): "
-                        "not read"]
+    assert problems == [
+        f"gpu-node: {folder}/pipe.json: not a regular file (a symbolic link, FIFO, device or folder): not read"
+    ]
 
 
 def test_folder_mode_refuses_a_folder_of_more_report_files_than_its_bound_in_one_line(tmp_path, capsys, monkeypatch):
@@ -199,11 +212,15 @@ def test_folder_mode_refuses_a_folder_of_more_report_files_than_its_bound_in_one
     (folder / "gpu-third.json").write_text(json.dumps(passing_report("gpu-third")))
     assert fleet_from_reports.main([str(folder)]) == 1
     out, err = capsys.readouterr()
-    assert out == "" and err == f"gpu-node: {folder}: holds more than 2 .json files: not read (a fleet's folder " \
-                                "holds one report per node)\n"
+    assert (
+        out == ""
+        and err
+        == f"gpu-node: {folder}: holds more than 2 .json files: not read (a fleet's folder holds one report per node)\n"
+    )
 
 
 # --- over SSH ------------------------------------------------------------------------------------
+
 
 def run_ssh_mode(tmp_path: Path, bad_folder: Path, capsys):
     """deploy/fleet_view.py over @fake/gpu-good (a passing report.json), @fake/gpu-failed (a failed
@@ -217,8 +234,11 @@ def run_ssh_mode(tmp_path: Path, bad_folder: Path, capsys):
         answers[f"@fake/{name}"] = reports_folder_output(folder)
     out_json = tmp_path / "view.json"
     inventory = Inventory(([(name, QUICK) for name in answers], {}), override_data={"fleet_report_path": str(out_json)})
-    plan = run_inventory(inventory, {name: Node(facts=[(NodeReports, answer)]) for name, answer in answers.items()},
-                         str(REPO / "deploy" / "fleet_view.py"))
+    plan = run_inventory(
+        inventory,
+        {name: Node(facts=[(NodeReports, answer)]) for name, answer in answers.items()},
+        str(REPO / "deploy" / "fleet_view.py"),
+    )
     disconnect_all(plan.state)
     out, err = capsys.readouterr()
     page = out_json.with_suffix(".html").read_text(encoding="utf-8")
@@ -233,8 +253,9 @@ def run_ssh_mode(tmp_path: Path, bad_folder: Path, capsys):
 
 
 @pytest.mark.parametrize(("write", "says"), FIELD_CASES)
-def test_ssh_mode_names_a_hostile_report_fails_that_host_alone_and_shows_every_other_node(write, says, tmp_path,
-                                                                                           capsys):
+def test_ssh_mode_names_a_hostile_report_fails_that_host_alone_and_shows_every_other_node(
+    write, says, tmp_path, capsys
+):
     folder = tmp_path / "bad"
     folder.mkdir()
     write(folder, "boot-report.json")
@@ -272,8 +293,10 @@ def test_ssh_mode_reads_no_more_report_files_of_a_node_than_its_bound(tmp_path, 
     held = NodeReports().process([line for line in output if line.startswith("report")] * 3)
     assert len(held) == MAX_NODE_REPORTS + 1 and held[-1]["not_read"].startswith(f"more than {MAX_NODE_REPORTS}")
     plan, out, problems, rows = run_ssh_mode(tmp_path, folder, capsys)
-    assert problems == [f"gpu-node: @fake/gpu-bad: /var/lib/gpu-node/r{MAX_NODE_REPORTS:02d}.json: more than "
-                        f"{MAX_NODE_REPORTS} .json files in the folder: this one and those after it not read"]
+    assert problems == [
+        f"gpu-node: @fake/gpu-bad: /var/lib/gpu-node/r{MAX_NODE_REPORTS:02d}.json: more than "
+        f"{MAX_NODE_REPORTS} .json files in the folder: this one and those after it not read"
+    ]
 
 
 def test_ssh_mode_escapes_control_characters_in_the_table_the_problem_lines_and_the_page(tmp_path, capsys):
@@ -283,9 +306,12 @@ def test_ssh_mode_escapes_control_characters_in_the_table_the_problem_lines_and_
     (folder / EVIL_FILE_NAME).write_text("{not json")
     plan, out, problems, rows = run_ssh_mode(tmp_path, folder, capsys)
     assert [line for line in out.splitlines() if "gpu-bad failed in" in line] == [
-        r"    @fake/gpu-bad failed in: report report.json: \x1b[1A\x1b[2K\rkernel_module\x9b2K"]
+        r"    @fake/gpu-bad failed in: report report.json: \x1b[1A\x1b[2K\rkernel_module\x9b2K"
+    ]
     assert r"containerd\x9b2K" in out and r"ok\x1b]0;owned\x07" in out
-    assert problems == [r"gpu-node: @fake/gpu-bad: /var/lib/gpu-node/\x1b[2K\r\x1b]0;owned\x07\udc80junk.json: not a gpu-node "
-                        "report: not JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"]
+    assert problems == [
+        r"gpu-node: @fake/gpu-bad: /var/lib/gpu-node/\x1b[2K\r\x1b]0;owned\x07\udc80junk.json: not a gpu-node "
+        "report: not JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"
+    ]
     [line] = plan.failed_with("junk.json")
     assert line.startswith(r"@fake/gpu-bad: /var/lib/gpu-node/\x1b[2K\r\x1b]0;owned\x07\udc80junk.json: ")

@@ -51,10 +51,12 @@ def fleet_folder(tmp_path: Path) -> Path:
     folder.mkdir()
     for host in ("gpu-a", "gpu-b", "gpu-c", "gpu-e"):
         (folder / f"{host}.json").write_text(json.dumps(passing_report(host)))
-    for name, report in (("gpu-a-health", health_report("gpu-a", checked_at=ago(1))),
-                         ("gpu-b-health", health_report("gpu-b", "unhealthy", (XID_79,), gpus=PCIE, checked_at=ago(2))),
-                         ("gpu-c-health", health_report("gpu-c", checked_at=ago(60))),
-                         ("gpu-d-health", health_report("gpu-d", checked_at=ago(1)))):
+    for name, report in (
+        ("gpu-a-health", health_report("gpu-a", checked_at=ago(1))),
+        ("gpu-b-health", health_report("gpu-b", "unhealthy", (XID_79,), gpus=PCIE, checked_at=ago(2))),
+        ("gpu-c-health", health_report("gpu-c", checked_at=ago(60))),
+        ("gpu-d-health", health_report("gpu-d", checked_at=ago(1))),
+    ):
         (folder / f"{name}.json").write_text(json.dumps(report))
     return folder
 
@@ -81,15 +83,19 @@ def test_folder_mode_shows_each_nodes_health_per_node_and_per_gpu_and_a_silent_o
     assert rows["gpu-b"]["status"] == "converged"
     lines = [line.strip() for line in out.splitlines()]
     assert next(line for line in lines if line.startswith("gpu-b ") and "unhealthy" in line).endswith(
-        "Xid 79 on 0000:17:00.0: GPU fallen off the bus")
+        "Xid 79 on 0000:17:00.0: GPU fallen off the bus"
+    )
     # per GPU: gpu-b's two, the Xid beside the GPU it names
     gpu_lines = [line for line in lines if line.startswith("gpu-b ") and "0000:" in line.split()[1]]
     assert [line.split()[1] for line in gpu_lines] == list(PCIE)
     assert gpu_lines[0].endswith("Xid 79 on 0000:17:00.0: GPU fallen off the bus") and gpu_lines[1].endswith("-")
     page = (tmp_path / "fleet.html").read_text()
-    health_section = page[page.index("<h2>Health"):]
-    assert health_section.index('data-host="gpu-b"') < health_section.index('data-host="gpu-c"') < \
-        health_section.index('data-host="gpu-a"')  # unhealthy, silent, then healthy
+    health_section = page[page.index("<h2>Health") :]
+    assert (
+        health_section.index('data-host="gpu-b"')
+        < health_section.index('data-host="gpu-c"')
+        < health_section.index('data-host="gpu-a"')
+    )  # unhealthy, silent, then healthy
     assert 'id="health-gpus"' in health_section and "Xid 79 on 0000:17:00.0" in health_section
 
 
@@ -99,9 +105,14 @@ def test_silent_after_is_the_settings_time_span(tmp_path, capsys):
     with pytest.raises(SystemExit) as exited:
         fleet_from_reports.main(["--silent-after", "soon", str(tmp_path)])
     assert exited.value.code == 2
-    assert capsys.readouterr().err.splitlines()[-1].endswith(
-        "argument --silent-after: 'soon': allowed: a systemd time span such as 1min, 90s or 1h 30min (units s, min, h, "
-        "d, w) (see --help)")
+    assert (
+        capsys.readouterr()
+        .err.splitlines()[-1]
+        .endswith(
+            "argument --silent-after: 'soon': allowed: a systemd time span such as 1min, 90s or 1h 30min (units s, min, h, "
+            "d, w) (see --help)"
+        )
+    )
 
 
 def test_a_host_two_health_files_report_is_named_and_neither_is_read(tmp_path, capsys):
@@ -109,14 +120,18 @@ def test_a_host_two_health_files_report_is_named_and_neither_is_read(tmp_path, c
     (folder / "forged.json").write_text(json.dumps(health_report("gpu-b", checked_at=ago(0))))
     _, _, err, rows = folder_mode(folder, tmp_path, capsys)
     assert rows["gpu-b"]["health"] is None
-    assert err.splitlines() == [f"gpu-node: gpu-b is reported by 2 health report files ({folder}/forged.json, "
-                                f"{folder}/gpu-b-health.json): one node, one file: none of them read"]
+    assert err.splitlines() == [
+        f"gpu-node: gpu-b is reported by 2 health report files ({folder}/forged.json, "
+        f"{folder}/gpu-b-health.json): one node, one file: none of them read"
+    ]
 
 
-@pytest.mark.parametrize(("where", "value"), [pytest.param(where, value, id=case_id(where, value))
-                                              for where, value in HEALTH_WRONG_TYPES])
-def test_a_hostile_health_report_is_one_line_naming_its_file_and_the_schema_refuses_it_too(tmp_path, capsys, where,
-                                                                                             value):
+@pytest.mark.parametrize(
+    ("where", "value"), [pytest.param(where, value, id=case_id(where, value)) for where, value in HEALTH_WRONG_TYPES]
+)
+def test_a_hostile_health_report_is_one_line_naming_its_file_and_the_schema_refuses_it_too(
+    tmp_path, capsys, where, value
+):
     folder = fleet_folder(tmp_path)
     hostile = with_value(health_report("gpu-bad"), where, value)
     (folder / "gpu-bad.json").write_text(json.dumps(hostile))
@@ -149,17 +164,22 @@ def test_over_ssh_the_health_json_the_check_wrote_is_read_with_the_nodes_reports
         if xid:
             node.log_kernel(xid_message(PCIE[1], 79, "GPU has fallen off the bus."))
         state = check.State()
-        check.write_report(node.settings.report_path, check.health_report(check.read_node(node.settings, node.host, state),
-                                                                          state))
+        check.write_report(
+            node.settings.report_path, check.health_report(check.read_node(node.settings, node.host, state), state)
+        )
         check.write_report(node.settings.state_path, state.as_json())
         for report in ("boot-report.json", "report.json"):
             (folder / report).write_text(json.dumps(passing_report("@local")))
         answers[name] = reports_folder_output(folder)
     assert len(answers["gpu-a"]) == 3 <= MAX_NODE_REPORTS - 2  # with a pull run's fleet-report.json: 4 of 8
-    inventory = Inventory(([f"@fake/{name}" for name in answers], {}),
-                          override_data={"fleet_report_path": str(tmp_path / "view.json")})
-    plan = run_inventory(inventory, {f"@fake/{name}": Node(facts=[(NodeReports, answer)]) for name, answer in answers.items()},
-                         str(REPO / "deploy" / "fleet_view.py"))
+    inventory = Inventory(
+        ([f"@fake/{name}" for name in answers], {}), override_data={"fleet_report_path": str(tmp_path / "view.json")}
+    )
+    plan = run_inventory(
+        inventory,
+        {f"@fake/{name}": Node(facts=[(NodeReports, answer)]) for name, answer in answers.items()},
+        str(REPO / "deploy" / "fleet_view.py"),
+    )
     assert plan.error is None and not plan.state.failed_hosts
     disconnect_all(plan.state)
     out = capsys.readouterr().out
@@ -176,10 +196,12 @@ def test_over_ssh_a_node_whose_health_report_is_older_than_the_setting_is_silent
     (folder / "health.json").write_text(json.dumps(health_report("gpu-a", checked_at=ago(20))))
     answers = reports_folder_output(folder)
     for data, status in (({}, "silent"), ({"health_silent_after": "30min"}, "healthy")):
-        inventory = Inventory((["@fake/gpu-a"], {}), override_data={"fleet_report_path": str(tmp_path / "view.json"),
-                                                                    **data})
-        plan = run_inventory(inventory, {"@fake/gpu-a": Node(facts=[(NodeReports, answers)])},
-                             str(REPO / "deploy" / "fleet_view.py"))
+        inventory = Inventory(
+            (["@fake/gpu-a"], {}), override_data={"fleet_report_path": str(tmp_path / "view.json"), **data}
+        )
+        plan = run_inventory(
+            inventory, {"@fake/gpu-a": Node(facts=[(NodeReports, answers)])}, str(REPO / "deploy" / "fleet_view.py")
+        )
         disconnect_all(plan.state)
         capsys.readouterr()
         (row,) = json.loads((tmp_path / "view.json").read_text())["nodes"]

@@ -30,10 +30,17 @@ from deploy.reports.fleet_report import (
 from deploy.reports.node_report import FAIL, PASS, SKIP, NodeRecord, Step, verify_report_store
 
 ROWS = [
-    FleetRow("node-a", CONVERGED, no_gpu=True, reboot_required=False,
-             verify={PASS: 5, FAIL: 0, SKIP: 6, "failed_steps": []}),
-    FleetRow("node-b", CHANGED, changed_operations=["containerd | Wire the nvidia runtime"], no_gpu=True,
-             reboot_required=False, verify={PASS: 5, FAIL: 0, SKIP: 6, "failed_steps": []}),
+    FleetRow(
+        "node-a", CONVERGED, no_gpu=True, reboot_required=False, verify={PASS: 5, FAIL: 0, SKIP: 6, "failed_steps": []}
+    ),
+    FleetRow(
+        "node-b",
+        CHANGED,
+        changed_operations=["containerd | Wire the nvidia runtime"],
+        no_gpu=True,
+        reboot_required=False,
+        verify={PASS: 5, FAIL: 0, SKIP: 6, "failed_steps": []},
+    ),
     FleetRow("node-c", FAILED, failed_operations=["containerd | Wire the nvidia runtime"]),
 ]
 
@@ -57,27 +64,61 @@ def test_json_file_is_written_whole_with_the_counts_and_a_row_per_node(tmp_path)
 
 def test_the_driver_table_lists_what_verify_found_on_each_node_it_ran_on(tmp_path):
     rows = [
-        FleetRow("hgx-1", FAILED, verify={PASS: 9, FAIL: 2, SKIP: 5, "failed_steps": ["fabric_manager", "cuda"]},
-                 kernel_module_type="open", persistence="nvidia-persistenced active, mode on 8/8 GPU(s)",
-                 fabric_manager="not installed", cuda="error 802 CUDA_ERROR_SYSTEM_NOT_READY", cdi="on, spec current"),
-        FleetRow("pcie-1", CONVERGED, verify={PASS: 12, FAIL: 0, SKIP: 4, "failed_steps": []},
-                 kernel_module_type="proprietary", persistence="nvidia-persistenced active, mode on 2/2 GPU(s)",
-                 fabric_manager="not needed", cuda="ok, 2 device(s), CUDA 12.2", cdi="off"),
+        FleetRow(
+            "hgx-1",
+            FAILED,
+            verify={PASS: 9, FAIL: 2, SKIP: 5, "failed_steps": ["fabric_manager", "cuda"]},
+            kernel_module_type="open",
+            persistence="nvidia-persistenced active, mode on 8/8 GPU(s)",
+            fabric_manager="not installed",
+            cuda="error 802 CUDA_ERROR_SYSTEM_NOT_READY",
+            cdi="on, spec current",
+        ),
+        FleetRow(
+            "pcie-1",
+            CONVERGED,
+            verify={PASS: 12, FAIL: 0, SKIP: 4, "failed_steps": []},
+            kernel_module_type="proprietary",
+            persistence="nvidia-persistenced active, mode on 2/2 GPU(s)",
+            fabric_manager="not needed",
+            cuda="ok, 2 device(s), CUDA 12.2",
+            cdi="off",
+        ),
         FleetRow("node-c", FAILED, failed_operations=["containerd | Wire the nvidia runtime"]),
     ]
     lines = fleet_table(rows).splitlines()
     start = lines.index("--> Driver (verify):")
     assert lines[start + 1].split() == ["node", "module", "persistence", "fabric", "manager", "CUDA", "CDI"]
-    assert lines[start + 2].split() == ["hgx-1", "open", "nvidia-persistenced", "active,", "mode", "on", "8/8",
-                                        "GPU(s)", "not", "installed", "error", "802", "CUDA_ERROR_SYSTEM_NOT_READY",
-                                        "on,", "spec", "current"]
+    assert lines[start + 2].split() == [
+        "hgx-1",
+        "open",
+        "nvidia-persistenced",
+        "active,",
+        "mode",
+        "on",
+        "8/8",
+        "GPU(s)",
+        "not",
+        "installed",
+        "error",
+        "802",
+        "CUDA_ERROR_SYSTEM_NOT_READY",
+        "on,",
+        "spec",
+        "current",
+    ]
     assert lines[start + 3].split()[:2] == ["pcie-1", "proprietary"]
     assert lines[start + 3].endswith("not needed      ok, 2 device(s), CUDA 12.2             off")
     assert len(lines) == start + 4, "node-c was not verified: no driver row"
     nodes = json.loads(write_json(tmp_path / "fleet.json", rows).read_text())["nodes"]
     assert nodes[0]["fabric_manager"] == "not installed" and nodes[1]["cuda"] == "ok, 2 device(s), CUDA 12.2"
-    assert (nodes[2]["kernel_module_type"], nodes[2]["persistence"], nodes[2]["fabric_manager"], nodes[2]["cuda"],
-            nodes[2]["cdi"]) == (None, None, None, None, None)
+    assert (
+        nodes[2]["kernel_module_type"],
+        nodes[2]["persistence"],
+        nodes[2]["fabric_manager"],
+        nodes[2]["cuda"],
+        nodes[2]["cdi"],
+    ) == (None, None, None, None, None)
 
 
 def test_no_driver_table_when_verify_ran_nowhere():
@@ -105,22 +146,29 @@ def test_each_failed_operation_carries_the_line_its_host_failed_with(tmp_path):
     row, the table, the JSON and the page."""
     quick = {"fake_delay": 0, "fake_delay_jitter": 0}
     inventory = Inventory(([("@fake/refused", quick), ("@fake/apt-broken", quick), ("@fake/fine", quick)], {}))
-    apt_error = Output(stdout=["Reading package lists..."],
-                       stderr=["E: Unable to locate package some-package", "  "], success=False)
-    nodes = {"@fake/refused": Node(), "@fake/apt-broken": Node(commands={"apt-get install": apt_error}),
-             "@fake/fine": Node(commands={"apt-get install": "ok"})}
+    apt_error = Output(
+        stdout=["Reading package lists..."], stderr=["E: Unable to locate package some-package", "  "], success=False
+    )
+    nodes = {
+        "@fake/refused": Node(),
+        "@fake/apt-broken": Node(commands={"apt-get install": apt_error}),
+        "@fake/fine": Node(commands={"apt-get install": "ok"}),
+    }
     state, error = run_pyinfra(inventory, lambda state: add_deploy(state, _fail_by_host), nodes=nodes)
     assert error is None, error
 
     rows = {row.host: row for row in fleet_rows(state)}
     assert rows["@fake/refused"].failures() == [("Fail one way or another | Check the config", HOSTILE_LINE)]
     assert rows["@fake/apt-broken"].failures() == [
-        ("Fail one way or another | Install the packages", "E: Unable to locate package some-package")]
+        ("Fail one way or another | Install the packages", "E: Unable to locate package some-package")
+    ]
     assert rows["@fake/fine"].status == CHANGED and rows["@fake/fine"].failures() == []
 
     table = fleet_table(list(rows.values()))
-    assert ("@fake/apt-broken failed in: Fail one way or another | Install the packages: "
-            "E: Unable to locate package some-package") in table
+    assert (
+        "@fake/apt-broken failed in: Fail one way or another | Install the packages: "
+        "E: Unable to locate package some-package"
+    ) in table
 
     report = FleetReport()
     report.path = str(tmp_path / "fleet.json")
@@ -132,13 +180,15 @@ def test_each_failed_operation_carries_the_line_its_host_failed_with(tmp_path):
     assert f"--> Fleet report page: {tmp_path / 'fleet.html'}" in out.getvalue()
     page = DomTree((tmp_path / "fleet.html").read_text()).root
     rows_read = page.one("table", id="fleet").one("tbody").find("tr")
-    assert [row.attrs["data-host"] for row in rows_read] == ["@fake/apt-broken", "@fake/refused", "@fake/fine"], \
+    assert [row.attrs["data-host"] for row in rows_read] == ["@fake/apt-broken", "@fake/refused", "@fake/fine"], (
         "failures first, then by name"
+    )
     assert rows_read[1].one("span", **{"class": "line"}).text() == HOSTILE_LINE
     assert not page.find("script") and not page.find("b")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["fleet.html", "fleet.json"], "no temporary file left"
-    assert [stat.S_IMODE(path.stat().st_mode) for path in sorted(tmp_path.iterdir())] == [0o600, 0o600], \
+    assert [stat.S_IMODE(path.stat().st_mode) for path in sorted(tmp_path.iterdir())] == [0o600, 0o600], (
         "readable by the operator only: a failure line can quote a host's config"
+    )
 
 
 def test_the_page_goes_beside_the_json_never_over_it():
@@ -149,7 +199,7 @@ def test_the_page_goes_beside_the_json_never_over_it():
 
 
 def test_the_page_escapes_host_names_in_text_and_attributes():
-    host = 'node-"a\' x=\'1\'<i>'
+    host = "node-\"a' x='1'<i>"
     page = DomTree(fleet_html([FleetRow(host, FAILED, failed_operations=["op <1>"], failure_lines=[""])])).root
     (row,) = page.one("table", id="fleet").one("tbody").find("tr")
     assert row.attrs == {"class": "failed", "data-host": host}
@@ -162,10 +212,21 @@ def test_the_page_escapes_host_names_in_text_and_attributes():
 def _verified():
     """A verify record for each host, as verify's operation stores it (deploy/verification/steps.py node_record)."""
     from pyinfra import host
-    verify_report_store(host.state).add("verify.json", NodeRecord(
-        host=host.name, driver="550.54.15", runtime="containerd 1.7.24", kernel_module_type="open",
-        persistence="nvidia-persistenced active, mode on 8/8 GPU(s)", fabric_manager="active",
-        cuda="ok, 8 device(s), CUDA 12.4", cdi="on, spec current", steps=[Step("gpu_pci", PASS, "8 GPUs")]))
+
+    verify_report_store(host.state).add(
+        "verify.json",
+        NodeRecord(
+            host=host.name,
+            driver="550.54.15",
+            runtime="containerd 1.7.24",
+            kernel_module_type="open",
+            persistence="nvidia-persistenced active, mode on 8/8 GPU(s)",
+            fabric_manager="active",
+            cuda="ok, 8 device(s), CUDA 12.4",
+            cdi="on, spec current",
+            steps=[Step("gpu_pci", PASS, "8 GPUs")],
+        ),
+    )
     server.shell(name="Read the node", commands=["true"])
 
 
@@ -174,14 +235,21 @@ def test_a_verified_nodes_row_carries_what_verify_found_in_the_table_and_the_jso
     the row and the fleet JSON."""
     monkeypatch.chdir(tmp_path)
     quick = {"fake_delay": 0, "fake_delay_jitter": 0}
-    state, error = run_pyinfra(Inventory(([("@fake/hgx", quick)], {})),
-                               lambda state: add_deploy(state, _verified),
-                               nodes={"@fake/hgx": Node(commands={"true": ""})})
+    state, error = run_pyinfra(
+        Inventory(([("@fake/hgx", quick)], {})),
+        lambda state: add_deploy(state, _verified),
+        nodes={"@fake/hgx": Node(commands={"true": ""})},
+    )
     assert error is None, error
     (row,) = fleet_rows(state)
-    expected = {"runtime": "containerd 1.7.24", "kernel_module_type": "open",
-                "persistence": "nvidia-persistenced active, mode on 8/8 GPU(s)", "fabric_manager": "active",
-                "cuda": "ok, 8 device(s), CUDA 12.4", "cdi": "on, spec current"}
+    expected = {
+        "runtime": "containerd 1.7.24",
+        "kernel_module_type": "open",
+        "persistence": "nvidia-persistenced active, mode on 8/8 GPU(s)",
+        "fabric_manager": "active",
+        "cuda": "ok, 8 device(s), CUDA 12.4",
+        "cdi": "on, spec current",
+    }
     assert {name: getattr(row, name) for name in expected} == expected
     assert row.verify == {PASS: 1, FAIL: 0, SKIP: 0, "failed_steps": []}
     (node,) = json.loads(write_json(tmp_path / "fleet.json", [row]).read_text())["nodes"]

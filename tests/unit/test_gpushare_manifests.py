@@ -50,14 +50,29 @@ def test_every_manifest_validates_strictly(version, tmp_path):
     manifest = tmp_path / "gpushare.yaml"
     manifest.write_text(text)
     result = subprocess.run(
-        [str(Path(sys.executable).with_name("kubernetes-validate")), "--strict", "-k", schema_version(version),
-         str(manifest)],
-        capture_output=True, text=True,
+        [
+            str(Path(sys.executable).with_name("kubernetes-validate")),
+            "--strict",
+            "-k",
+            schema_version(version),
+            str(manifest),
+        ],
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     kinds = [document["kind"] for document in documents(text)]
-    assert kinds == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment",
-                     "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet"]
+    assert kinds == [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Service",
+        "Deployment",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "DaemonSet",
+    ]
     assert result.stdout.count(" passed for resource ") == len(kinds)
 
 
@@ -138,6 +153,7 @@ def test_nvidia_device_plugin_stays_off_gpushare_nodes():
     text = k8s.render_device_plugin(parse_settings({}), [])
     daemonset = next(d for d in documents(text) if d["kind"] == "DaemonSet")
     terms = daemonset["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
     for term in terms:
         assert {"key": "gpushare", "operator": "NotIn", "values": ["true"]} in term["matchExpressions"]

@@ -93,8 +93,9 @@ class GpushareHost(FakeCluster):
             path = path_after("test -e ", command)
             if path in self.files:
                 mode = "-rwxr-xr-x" if self.modes.get(path) == "755" else "-rw-r--r--"
-                return True, [f"user=root group=root mode={mode} atime=0 mtime=0 ctime=0 "
-                              f"size={len(self.files[path])} '{path}'"]
+                return True, [
+                    f"user=root group=root mode={mode} atime=0 mtime=0 ctime=0 size={len(self.files[path])} '{path}'"
+                ]
             if any(name.startswith(path.rstrip("/") + "/") for name in self.files):
                 return True, [f"user=root group=root mode=drwxr-xr-x atime=0 mtime=0 ctime=0 size=0 '{path}'"]
             return True, []
@@ -126,8 +127,9 @@ class GpushareHost(FakeCluster):
         assert sha256(self.files[staged]) == expected, "the staged copy is the validated one"
         if not self.scheduler_becomes_ready:
             del self.files[staged]
-            return False, ["kube-scheduler pod kube-scheduler-cp1 was not Ready with the new manifest "
-                           "within 180s: restored"]
+            return False, [
+                "kube-scheduler pod kube-scheduler-cp1 was not Ready with the new manifest within 180s: restored"
+            ]
         self.files[MANIFEST] = self.files.pop(staged)
         self.scheduler_restarts += 1
         return True, ["kube-scheduler pod kube-scheduler-cp1 is Ready with the gpushare scheduler config"]
@@ -157,14 +159,14 @@ def uploads(run) -> list[str]:
     return [c for c in run.control_plane_commands() if "kube-scheduler.yaml.new" in c or ".download" in c]
 
 
-def test_first_run_applies_extender_and_plugin_labels_node_configures_scheduler_no_real_cluster(
-    monkeypatch, cluster
-):
+def test_first_run_applies_extender_and_plugin_labels_node_configures_scheduler_no_real_cluster(monkeypatch, cluster):
     run = run_plan(monkeypatch, cluster, GPU, data=DATA)
     assert not run.failed
     applies = run.applies()
     assert [("gpushare-schd-extender" in c, "gpushare-device-plugin" in c) for c in applies[1:]] == [
-        (True, False), (False, True)]
+        (True, False),
+        (False, True),
+    ]
     assert "kind: RuntimeClass" in applies[0] and len(applies) == 3
     assert ("Deployment", "kube-system", "gpushare-schd-extender") in cluster.objects
     assert ("Service", "kube-system", "gpushare-schd-extender") in cluster.objects
@@ -190,8 +192,10 @@ def test_first_run_applies_extender_and_plugin_labels_node_configures_scheduler_
     # kubectl-inspect-gpushare: downloaded and checked against the pin
     download = [c for c in run.control_plane_commands() if ".download" in c]
     assert len(download) == 1 and f"!= {INSPECT_SHA} " in download[0]
-    assert "https://github.com/AliyunContainerService/gpushare-device-plugin/releases/download/v0.3.0/" \
-           "kubectl-inspect-gpushare" in download[0]
+    assert (
+        "https://github.com/AliyunContainerService/gpushare-device-plugin/releases/download/v0.3.0/"
+        "kubectl-inspect-gpushare" in download[0]
+    )
     assert "--max-time 30 " in download[0]  # bounded by download_timeout (its default)
 
 
@@ -239,10 +243,12 @@ def test_cluster_older_than_1_23_is_refused_before_any_change(monkeypatch, clust
 
 def test_gpushare_node_without_nvidia_default_runtime_is_refused_naming_it(monkeypatch, cluster):
     """The node's own settings refuse it (deploy/settings/sections/gpushare.py): nothing applied, no file touched."""
-    with pytest.raises(SettingsError, match=r"^invalid setting nvidia_runtime_default=false: allowed only true "
-                                            r"with gpu_sharing=gpushare \(the gpushare device plugin drops"):
-        run_plan(monkeypatch, cluster, GPU, data=DATA,
-                 host_data={"@fake/gpu1": {"nvidia_runtime_default": False}})
+    with pytest.raises(
+        SettingsError,
+        match=r"^invalid setting nvidia_runtime_default=false: allowed only true "
+        r"with gpu_sharing=gpushare \(the gpushare device plugin drops",
+    ):
+        run_plan(monkeypatch, cluster, GPU, data=DATA, host_data={"@fake/gpu1": {"nvidia_runtime_default": False}})
     assert cluster.files == {MANIFEST: SCHEDULER_POD.encode()}
     assert not any("gpushare" in key[2] for key in cluster.objects)
 
@@ -282,8 +288,10 @@ def test_scheduler_manifest_with_another_config_is_left_unchanged(monkeypatch, c
     cluster.files[MANIFEST] = original
     run = run_plan(monkeypatch, cluster, GPU, data=DATA)
     assert run.failed
-    assert ("gpu-node: /etc/kubernetes/manifests/kube-scheduler.yaml: kube-scheduler already runs with "
-            "--config=/etc/kubernetes/my-scheduler.yaml: refusing to replace another scheduler config") in caplog.text
+    assert (
+        "gpu-node: /etc/kubernetes/manifests/kube-scheduler.yaml: kube-scheduler already runs with "
+        "--config=/etc/kubernetes/my-scheduler.yaml: refusing to replace another scheduler config"
+    ) in caplog.text
     assert cluster.files[MANIFEST] == original
     assert not [name for name in cluster.files if "staging" in name]
 
@@ -300,8 +308,10 @@ def test_host_without_a_kube_scheduler_static_pod_fails_clearly(monkeypatch, clu
     del cluster.files[MANIFEST]
     run = run_plan(monkeypatch, cluster, GPU, data=DATA)
     assert run.failed
-    assert "gpu-node: /etc/kubernetes/manifests/kube-scheduler.yaml does not exist: not a kubeadm control-plane" \
+    assert (
+        "gpu-node: /etc/kubernetes/manifests/kube-scheduler.yaml does not exist: not a kubeadm control-plane"
         in caplog.text
+    )
 
 
 def test_mib_memory_unit_reaches_the_device_plugin(monkeypatch, cluster):

@@ -48,12 +48,12 @@ def served_by(cluster_version: str) -> set[str]:
     release = ".".join(cluster_version.lstrip("v").split(".")[:2])
     return {f"kubescheduler.config.k8s.io/{version}" for version in SERVED_BY_RELEASE[release]}
 
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpushare"
 
 
 def strict(properties: dict, required: tuple[str, ...] = ()) -> dict:
-    return {"type": "object", "properties": properties, "required": list(required),
-            "additionalProperties": False}
+    return {"type": "object", "properties": properties, "required": list(required), "additionalProperties": False}
 
 
 STRING = {"type": "string"}
@@ -63,41 +63,81 @@ INT64 = {"type": "integer"}
 DURATION = {"type": "string", "pattern": r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"}
 BYTES = {"type": "string"}  # []byte: base64 in JSON
 
-LEADER_ELECTION = strict({
-    "leaderElect": BOOLEAN, "leaseDuration": DURATION, "renewDeadline": DURATION,
-    "retryPeriod": DURATION, "resourceLock": STRING, "resourceName": STRING,
-    "resourceNamespace": STRING,
-})
-CLIENT_CONNECTION = strict({
-    "kubeconfig": STRING, "acceptContentTypes": STRING, "contentType": STRING,
-    "qps": {"type": "number"}, "burst": INT32,
-})
-EXTENDER_TLS = strict({
-    "insecure": BOOLEAN, "serverName": STRING, "certFile": STRING, "keyFile": STRING,
-    "caFile": STRING, "certData": BYTES, "keyData": BYTES, "caData": BYTES,
-})
+LEADER_ELECTION = strict(
+    {
+        "leaderElect": BOOLEAN,
+        "leaseDuration": DURATION,
+        "renewDeadline": DURATION,
+        "retryPeriod": DURATION,
+        "resourceLock": STRING,
+        "resourceName": STRING,
+        "resourceNamespace": STRING,
+    }
+)
+CLIENT_CONNECTION = strict(
+    {
+        "kubeconfig": STRING,
+        "acceptContentTypes": STRING,
+        "contentType": STRING,
+        "qps": {"type": "number"},
+        "burst": INT32,
+    }
+)
+EXTENDER_TLS = strict(
+    {
+        "insecure": BOOLEAN,
+        "serverName": STRING,
+        "certFile": STRING,
+        "keyFile": STRING,
+        "caFile": STRING,
+        "certData": BYTES,
+        "keyData": BYTES,
+        "caData": BYTES,
+    }
+)
 MANAGED_RESOURCE_SCHEMA = strict({"name": STRING, "ignoredByScheduler": BOOLEAN}, ("name",))
 EXTENDER = strict(
     {
-        "urlPrefix": STRING, "filterVerb": STRING, "preemptVerb": STRING, "prioritizeVerb": STRING,
-        "weight": INT64, "bindVerb": STRING, "enableHTTPS": BOOLEAN, "tlsConfig": EXTENDER_TLS,
-        "httpTimeout": DURATION, "nodeCacheCapable": BOOLEAN,
+        "urlPrefix": STRING,
+        "filterVerb": STRING,
+        "preemptVerb": STRING,
+        "prioritizeVerb": STRING,
+        "weight": INT64,
+        "bindVerb": STRING,
+        "enableHTTPS": BOOLEAN,
+        "tlsConfig": EXTENDER_TLS,
+        "httpTimeout": DURATION,
+        "nodeCacheCapable": BOOLEAN,
         "managedResources": {"type": "array", "items": MANAGED_RESOURCE_SCHEMA},
         "ignorable": BOOLEAN,
     },
     ("urlPrefix",),
 )
 PLUGIN = strict({"name": STRING, "weight": INT32}, ("name",))
-PLUGIN_SET = strict({"enabled": {"type": "array", "items": PLUGIN},
-                     "disabled": {"type": "array", "items": PLUGIN}})
-EXTENSION_POINTS = ("preEnqueue", "queueSort", "preFilter", "filter", "postFilter", "preScore", "score",
-                    "reserve", "permit", "preBind", "bind", "postBind", "multiPoint")
-PROFILE = strict({
-    "schedulerName": STRING,
-    "percentageOfNodesToScore": INT32,
-    "plugins": strict({point: PLUGIN_SET for point in EXTENSION_POINTS}),
-    "pluginConfig": {"type": "array", "items": strict({"name": STRING, "args": {"type": "object"}}, ("name",))},
-})
+PLUGIN_SET = strict({"enabled": {"type": "array", "items": PLUGIN}, "disabled": {"type": "array", "items": PLUGIN}})
+EXTENSION_POINTS = (
+    "preEnqueue",
+    "queueSort",
+    "preFilter",
+    "filter",
+    "postFilter",
+    "preScore",
+    "score",
+    "reserve",
+    "permit",
+    "preBind",
+    "bind",
+    "postBind",
+    "multiPoint",
+)
+PROFILE = strict(
+    {
+        "schedulerName": STRING,
+        "percentageOfNodesToScore": INT32,
+        "plugins": strict({point: PLUGIN_SET for point in EXTENSION_POINTS}),
+        "pluginConfig": {"type": "array", "items": strict({"name": STRING, "args": {"type": "object"}}, ("name",))},
+    }
+)
 
 
 def kube_scheduler_configuration(api_version: str) -> dict:
@@ -122,7 +162,9 @@ def kube_scheduler_configuration(api_version: str) -> dict:
 
 # An extended resource name: a domain prefix outside kubernetes.io, as the scheduler's
 # validation of managedResources requires.
-EXTENDED_RESOURCE = re.compile(r"^(?!(.*\.)?kubernetes\.io/)[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+EXTENDED_RESOURCE = re.compile(
+    r"^(?!(.*\.)?kubernetes\.io/)[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 
 
 def validate_scheduler_config(document: dict, cluster_version: str) -> None:

@@ -97,7 +97,8 @@ def test_second_edit_is_a_no_op():
 def test_changed_config_digest_only_changes_the_annotation():
     other = "f" * 64
     diff = [
-        line for line in difflib.ndiff(EDITED_POD.splitlines(), edited(EDITED_POD, other).splitlines())
+        line
+        for line in difflib.ndiff(EDITED_POD.splitlines(), edited(EDITED_POD, other).splitlines())
         if line[:2] in ("- ", "+ ")
     ]
     assert diff == [
@@ -136,8 +137,10 @@ def test_a_conflicting_volume_is_refused():
     [
         ("apiVersion: v1\nkind: Pod\nmetadata: {name: x\n", "not valid YAML"),
         ("apiVersion: apps/v1\nkind: Deployment\nmetadata: {}\nspec: {}\n", "not a v1 Pod"),
-        ("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {containers: [{name: other}]}\n",
-         "one container named kube-scheduler"),
+        (
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {containers: [{name: other}]}\n",
+            "one container named kube-scheduler",
+        ),
     ],
 )
 def test_unusable_manifests_are_refused(text, message):

@@ -44,8 +44,11 @@ fi
 
 def run_script(command, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["bash", "-c", command.get_raw_value()], capture_output=True, text=True,
-        env={**os.environ, **env}, timeout=60,
+        ["bash", "-c", command.get_raw_value()],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=60,
     )
 
 
@@ -67,14 +70,17 @@ def control_plane(tmp_path):
     edited = edit_scheduler_manifest(SCHEDULER_POD, CONFIG, DIGEST)
     Path(staging_paths(str(work))["staged"]).write_text(edited)
     env = {
-        "PATH": f"{bin_dir}:{os.environ['PATH']}", "MANIFEST": str(manifest), "DIGEST": DIGEST,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "MANIFEST": str(manifest),
+        "DIGEST": DIGEST,
         "KUBECTL_LOG": str(tmp_path / "kubectl.log"),
     }
     return {"manifest": manifest, "work": work, "edited": edited, "env": env, "tmp": tmp_path}
 
 
-def swap(control_plane, ready: str, timeout: int = 30, staged_sha256: str | None = None,
-         config_path: str | None = None):
+def swap(
+    control_plane, ready: str, timeout: int = 30, staged_sha256: str | None = None, config_path: str | None = None
+):
     command = swap_in_command(
         manifest_path=str(control_plane["manifest"]),
         work_dir=str(control_plane["work"]),

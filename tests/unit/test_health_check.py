@@ -36,7 +36,10 @@ def run(node: StandInNode, capsys, *args: str) -> tuple[int, list[str], dict]:
     code = check.main([*args, "--config", str(config)], host=node.host, top=str(node.root))
     printed = capsys.readouterr().out.splitlines()
     report = json.loads(node.report_path.read_text())
-    errors = [f"{list(error.absolute_path)}: {error.message}" for error in jsonschema.Draft202012Validator(SCHEMA).iter_errors(report)]
+    errors = [
+        f"{list(error.absolute_path)}: {error.message}"
+        for error in jsonschema.Draft202012Validator(SCHEMA).iter_errors(report)
+    ]
     assert not errors, errors
     return code, printed, report
 
@@ -51,11 +54,13 @@ def test_a_healthy_node_exits_0_and_reports_each_gpu_the_driver_and_nvml_see(tmp
     assert (code, printed) == (0, ["healthy: 2 GPU(s)"])
     assert report["status"] == "healthy" and report["healthy"] is True and report["problems"] == []
     assert [(gpu["pci"], gpu["seen_by_driver"], gpu["name"], gpu["ecc_uncorrected"]) for gpu in report["gpus"]] == [
-        (pci, True, "NVIDIA H100 PCIe", 0) for pci in PCIE]
+        (pci, True, "NVIDIA H100 PCIe", 0) for pci in PCIE
+    ]
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", report["checked_at"])
     # the kernel's entries of this boot from its start, on the first run
-    assert node.calls("journalctl") == ["--no-pager --quiet --output=json --output-fields=MESSAGE,_BOOT_ID --boot=0 "
-                                        "_TRANSPORT=kernel"]
+    assert node.calls("journalctl") == [
+        "--no-pager --quiet --output=json --output-fields=MESSAGE,_BOOT_ID --boot=0 _TRANSPORT=kernel"
+    ]
 
 
 def test_an_xid_79_makes_the_node_unhealthy_until_the_next_boot_read_once_from_the_journals_cursor(tmp_path, capsys):
@@ -63,13 +68,20 @@ def test_an_xid_79_makes_the_node_unhealthy_until_the_next_boot_read_once_from_t
     node.log_kernel("usb 1-1: new device", xid_message(PCIE[1], 79, FALLEN))
     code, printed, report = run(node, capsys, "--npd")
     assert (code, printed) == (1, ["Xid 79 on 0000:ca:00.0: GPU fallen off the bus"])
-    assert report["problems"][0] == {"kind": "xid", "gpu": PCIE[1], "severity": "fatal",
-                                     "line": "Xid 79 on 0000:ca:00.0: GPU fallen off the bus"}
+    assert report["problems"][0] == {
+        "kind": "xid",
+        "gpu": PCIE[1],
+        "severity": "fatal",
+        "line": "Xid 79 on 0000:ca:00.0: GPU fallen off the bus",
+    }
     # the next run reads after the last entry read: the Xid is not counted twice, and stays
     node.log_kernel(xid_message(PCIE[1], 79, FALLEN))
     code, _, report = run(node, capsys, "--npd")
     assert node.calls("journalctl")[-1].endswith("--after-cursor=s=stand-in;i=2 _TRANSPORT=kernel")
-    assert code == 1 and lines(report)[0] == ("fatal", "Xid 79 on 0000:ca:00.0: GPU fallen off the bus (2 times this boot)")
+    assert code == 1 and lines(report)[0] == (
+        "fatal",
+        "Xid 79 on 0000:ca:00.0: GPU fallen off the bus (2 times this boot)",
+    )
     code, _, report = run(node, capsys, "--npd")
     assert code == 1 and "(2 times this boot)" in lines(report)[0][1]
     # a new boot: the Xids of the last one are not this boot's GPUs' state
@@ -88,24 +100,28 @@ def test_forget_xids_after_a_gpu_reset_forgets_this_boots_xids_until_now_and_kee
     assert lines(run(node, capsys)[2]) == [("fatal", "Xid 79 on 0000:ca:00.0: GPU fallen off the bus")]
 
 
-@pytest.mark.parametrize(("xid", "text", "severity", "status"), [
-    (48, "An uncorrectable double bit error (DBE) has been detected", "needs reset", 1),
-    (94, "Contained: SM (0x1). RST: No, D-RST: No", "needs reset", 1),
-    (95, "Uncontained: LTC TAG (0x2,0x0). RST: Yes, D-RST: No", "needs reset", 1),
-    (119, "Timeout after 6s of waiting for RPC response from GPU0 GSP!", "needs reset", 1),
-    (74, "NVLink: fatal error detected on link 3", "needs reset", 1),
-    (13, "Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0)", "informational", 0),
-    (154, "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)", "fatal", 1),
-    (154, "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)", "needs reset", 1),
-    (999, "something new", "informational", 0),
-])
+@pytest.mark.parametrize(
+    ("xid", "text", "severity", "status"),
+    [
+        (48, "An uncorrectable double bit error (DBE) has been detected", "needs reset", 1),
+        (94, "Contained: SM (0x1). RST: No, D-RST: No", "needs reset", 1),
+        (95, "Uncontained: LTC TAG (0x2,0x0). RST: Yes, D-RST: No", "needs reset", 1),
+        (119, "Timeout after 6s of waiting for RPC response from GPU0 GSP!", "needs reset", 1),
+        (74, "NVLink: fatal error detected on link 3", "needs reset", 1),
+        (13, "Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0)", "informational", 0),
+        (154, "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)", "fatal", 1),
+        (154, "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)", "needs reset", 1),
+        (999, "something new", "informational", 0),
+    ],
+)
 def test_each_xid_is_classified_from_the_table(tmp_path, capsys, xid, text, severity, status):
     node = stand_in_node(tmp_path)
     node.log_kernel(xid_message(PCIE[0], xid, text))
     code, _, report = run(node, capsys)
     assert code == status
     assert [(problem["kind"], problem["gpu"], problem["severity"]) for problem in report["problems"]] == [
-        ("xid", PCIE[0], severity)]
+        ("xid", PCIE[0], severity)
+    ]
 
 
 def test_a_gpu_on_the_pci_bus_that_nvml_does_not_answer_for_is_fatal_standin_nvidia_smi(tmp_path, capsys):
@@ -130,13 +146,18 @@ def test_a_library_an_updater_moved_under_the_loaded_module_is_a_mismatch_standi
     code, printed, report = run(node, capsys, "--npd")
     assert code == 1 and printed == ["loaded module 535.261.03, NVML library 550.54.15: version mismatch (reload th..."]
     assert lines(report) == [
-        ("needs attention", "loaded module 535.261.03, NVML library 550.54.15: version mismatch (reload the driver "
-                            "or reboot)"),
-        ("needs attention", f"the running kernel {KERNEL}'s nvidia module is 535.261.03, the driver 550.54.15")]
+        (
+            "needs attention",
+            "loaded module 535.261.03, NVML library 550.54.15: version mismatch (reload the driver or reboot)",
+        ),
+        ("needs attention", f"the running kernel {KERNEL}'s nvidia module is 535.261.03, the driver 550.54.15"),
+    ]
     # NVML's refusal alone (no library file found): its own line
     node.library(None)
-    assert lines(run(node, capsys)[2])[0] == ("needs attention", "NVML refuses the loaded module: driver/library "
-                                                                 "version mismatch")
+    assert lines(run(node, capsys)[2])[0] == (
+        "needs attention",
+        "NVML refuses the loaded module: driver/library version mismatch",
+    )
 
 
 def test_the_next_boots_kernel_without_a_module_of_the_driver_is_named_with_what_chose_it(tmp_path, capsys):
@@ -144,8 +165,12 @@ def test_the_next_boots_kernel_without_a_module_of_the_driver_is_named_with_what
     node.kernel("6.1.0-30-amd64", None)
     code, _, report = run(node, capsys)
     assert code == 1 and lines(report) == [
-        ("needs attention", "the next boot's kernel 6.1.0-30-amd64 has no nvidia module of driver 535.261.03: booted, "
-                            "the node has no GPU (the newest installed kernel, GRUB's first entry)")]
+        (
+            "needs attention",
+            "the next boot's kernel 6.1.0-30-amd64 has no nvidia module of driver 535.261.03: booted, "
+            "the node has no GPU (the newest installed kernel, GRUB's first entry)",
+        )
+    ]
     (node.root / "etc" / "default").mkdir(parents=True)
     (node.root / "etc" / "default" / "grub").write_text("GRUB_DEFAULT=saved\n")
     (node.root / "boot" / "grub").mkdir()
@@ -154,40 +179,61 @@ def test_the_next_boots_kernel_without_a_module_of_the_driver_is_named_with_what
     node.kernel("6.1.0-30-amd64", "550.54.15")
     (node.root / "boot" / "grub" / "grubenv").write_text("next_entry=gnulinux-6.1.0-30-amd64-advanced\n")
     assert lines(run(node, capsys)[2]) == [
-        ("needs attention", "the next boot's kernel 6.1.0-30-amd64 has no nvidia module of driver 535.261.03 (it has "
-                            "550.54.15): booted, the node has no GPU (GRUB's next_entry gnulinux-6.1.0-30-amd64-advanced)")]
+        (
+            "needs attention",
+            "the next boot's kernel 6.1.0-30-amd64 has no nvidia module of driver 535.261.03 (it has "
+            "550.54.15): booted, the node has no GPU (GRUB's next_entry gnulinux-6.1.0-30-amd64-advanced)",
+        )
+    ]
 
 
 def test_memory_errors_retired_pages_and_row_remaps_per_gpu_standin_nvidia_smi(tmp_path, capsys):
     node = stand_in_node(tmp_path)
-    node.smi(gpus=[StandInGpu(PCIE[0], ecc_uncorrected="3", remap_pending="Yes"),
-                   StandInGpu(PCIE[1], remap_failure="Yes", retired_single="2", retired_double="1",
-                              retired_pending="Yes")])
+    node.smi(
+        gpus=[
+            StandInGpu(PCIE[0], ecc_uncorrected="3", remap_pending="Yes"),
+            StandInGpu(PCIE[1], remap_failure="Yes", retired_single="2", retired_double="1", retired_pending="Yes"),
+        ]
+    )
     code, printed, report = run(node, capsys, "--npd")
     assert code == 1 and printed == ["GPU 0000:ca:00.0: row remapping failed (the GPU needs service) (and 2 more)"]
     assert lines(report) == [
         ("fatal", "GPU 0000:ca:00.0: row remapping failed (the GPU needs service)"),
         ("needs reset", "GPU 0000:17:00.0: row remap pending (active after a GPU reset)"),
         ("needs reset", "GPU 0000:ca:00.0: page retirement pending (active after a GPU reset)"),
-        ("informational", "GPU 0000:17:00.0: 3 uncorrectable ECC error(s) since the driver loaded")]
+        ("informational", "GPU 0000:17:00.0: 3 uncorrectable ECC error(s) since the driver loaded"),
+    ]
     assert [(gpu["ecc_uncorrected"], gpu["retired_pages"], gpu["pending_row_remap"]) for gpu in report["gpus"]] == [
-        (3, None, True), (0, 3, False)]
+        (3, None, True),
+        (0, 3, False),
+    ]
 
 
 def test_services_persistenced_fabric_manager_where_nvswitches_are_and_imex_where_enabled(tmp_path, capsys):
     node = stand_in_node(tmp_path, topology="hgx-h100")
-    node.units({"nvidia-persistenced.service": ("loaded", "failed", "enabled"),
-                "nvidia-imex.service": ("loaded", "inactive", "enabled")})
+    node.units(
+        {
+            "nvidia-persistenced.service": ("loaded", "failed", "enabled"),
+            "nvidia-imex.service": ("loaded", "inactive", "enabled"),
+        }
+    )
     code, _, report = run(node, capsys)
     assert code == 1 and lines(report) == [
         ("needs attention", "nvidia-persistenced.service is failed"),
         ("needs attention", "NVSwitches on the PCI bus, but nvidia-fabricmanager.service is not installed"),
-        ("needs attention", "nvidia-imex.service is inactive")]
-    assert node.calls("systemctl") == ["show --property=Id,LoadState,ActiveState,UnitFileState -- "
-                                       "nvidia-persistenced.service nvidia-fabricmanager.service nvidia-imex.service"]
-    node.units({"nvidia-persistenced.service": ("loaded", "active", "enabled"),
-                "nvidia-fabricmanager.service": ("loaded", "active", "enabled"),
-                "nvidia-imex.service": ("loaded", "inactive", "disabled")})  # IMEX not configured here
+        ("needs attention", "nvidia-imex.service is inactive"),
+    ]
+    assert node.calls("systemctl") == [
+        "show --property=Id,LoadState,ActiveState,UnitFileState -- "
+        "nvidia-persistenced.service nvidia-fabricmanager.service nvidia-imex.service"
+    ]
+    node.units(
+        {
+            "nvidia-persistenced.service": ("loaded", "active", "enabled"),
+            "nvidia-fabricmanager.service": ("loaded", "active", "enabled"),
+            "nvidia-imex.service": ("loaded", "inactive", "disabled"),
+        }
+    )  # IMEX not configured here
     assert run(node, capsys)[0] == 0
 
 
@@ -217,8 +263,9 @@ def test_one_journal_line_per_change_of_state_and_none_from_npd_runs(tmp_path, c
     assert run(node, capsys)[1] == []
     node.log_kernel(xid_message(PCIE[0], 48, "DBE"))
     assert run(node, capsys, "--npd")[1] == ["Xid 48 on 0000:17:00.0: uncorrectable (double-bit) ECC error"]
-    assert run(node, capsys)[1] == [f"gpu-node health: unhealthy: Xid 48 on 0000:17:00.0: uncorrectable (double-bit) "
-                                    f"ECC error ({node.report_path})"]
+    assert run(node, capsys)[1] == [
+        f"gpu-node health: unhealthy: Xid 48 on 0000:17:00.0: uncorrectable (double-bit) ECC error ({node.report_path})"
+    ]
     node.log_kernel(xid_message(PCIE[0], 48, "DBE"))  # the same Xid again: no new state
     assert run(node, capsys)[1] == []
 
@@ -230,12 +277,27 @@ ESCAPES = "\x1b[2K\r\x1b]0;owned\x07\x9b"
 
 def test_hostile_kernel_lines_and_tool_output_are_bounded_and_escaped_never_a_traceback(tmp_path, capsys):
     node = stand_in_node(tmp_path)
-    entries = ["not json", "[1, 2]", json.dumps({"MESSAGE": {"a": 1}}), "[" * 100_000,
-               json.dumps({"MESSAGE": list(b"NVRM: Xid (PCI:0000:17:00): 79, \xff\x1b[2K"), "_BOOT_ID": "3f0c6a3e2b1d4c5e8f7a9b0c1d2e3f40",
-                           "__CURSOR": "c" * 10_000}),
-               json.dumps({"MESSAGE": f"NVRM: Xid (PCI:0000:ca:00): 13, {ESCAPES}", "_BOOT_ID": "3f0c6a3e2b1d4c5e8f7a9b0c1d2e3f40",
-                           "__CURSOR": "s=ok"}),
-               json.dumps({"MESSAGE": "NVRM: Xid (PCI:0000:ca:00): 79, an earlier boot's", "_BOOT_ID": "0" * 32})]
+    entries = [
+        "not json",
+        "[1, 2]",
+        json.dumps({"MESSAGE": {"a": 1}}),
+        "[" * 100_000,
+        json.dumps(
+            {
+                "MESSAGE": list(b"NVRM: Xid (PCI:0000:17:00): 79, \xff\x1b[2K"),
+                "_BOOT_ID": "3f0c6a3e2b1d4c5e8f7a9b0c1d2e3f40",
+                "__CURSOR": "c" * 10_000,
+            }
+        ),
+        json.dumps(
+            {
+                "MESSAGE": f"NVRM: Xid (PCI:0000:ca:00): 13, {ESCAPES}",
+                "_BOOT_ID": "3f0c6a3e2b1d4c5e8f7a9b0c1d2e3f40",
+                "__CURSOR": "s=ok",
+            }
+        ),
+        json.dumps({"MESSAGE": "NVRM: Xid (PCI:0000:ca:00): 79, an earlier boot's", "_BOOT_ID": "0" * 32}),
+    ]
     node.write_journal("\n".join(entries) + "\n")
     node.smi(gpus=[StandInGpu(PCIE[0], name=f"H100{ESCAPES}"), StandInGpu(PCIE[1], ecc_uncorrected="9" * 40)])
     (node.root / "proc" / "driver" / "nvidia" / "version").write_text("garbage\x00" * 1000)
@@ -243,7 +305,8 @@ def test_hostile_kernel_lines_and_tool_output_are_bounded_and_escaped_never_a_tr
     assert (code, printed) == (1, ["Xid 79 on 0000:17:00.0: GPU fallen off the bus"])
     assert [problem["line"] for problem in report["problems"]] == [
         "Xid 79 on 0000:17:00.0: GPU fallen off the bus",
-        "Xid 13 on 0000:ca:00.0: graphics engine exception (usually the application's)"]
+        "Xid 13 on 0000:ca:00.0: graphics engine exception (usually the application's)",
+    ]
     assert report["gpus"][0]["name"] == printable(f"H100{ESCAPES}") and "\x1b" not in report["gpus"][0]["name"]
     assert report["gpus"][1]["ecc_uncorrected"] is None  # no number nvidia-smi gives
     state = json.loads(Path(node.settings.state_path).read_text())
@@ -255,8 +318,9 @@ def test_more_kernel_lines_than_a_run_reads_are_read_on_by_the_next(tmp_path, ca
     node = stand_in_node(tmp_path)
     node.log_kernel(*[f"line {index}" for index in range(5)], xid_message(PCIE[0], 79, FALLEN))
     code, _, report = run(node, capsys)
-    assert code == 0 and lines(report) == [("informational", "more kernel lines since the last check than one run reads: "
-                                                             "the next run reads on")]
+    assert code == 0 and lines(report) == [
+        ("informational", "more kernel lines since the last check than one run reads: the next run reads on")
+    ]
     code, _, report = run(node, capsys)
     assert code == 1 and node.calls("journalctl")[-1].endswith("--after-cursor=s=stand-in;i=3 _TRANSPORT=kernel")
 
@@ -272,8 +336,9 @@ def test_a_cursor_the_journal_no_longer_holds_reads_this_boot_from_its_start(tmp
     assert code == 1 and lines(report) == [("fatal", "Xid 79 on 0000:17:00.0: GPU fallen off the bus")]  # not twice
 
 
-@pytest.mark.parametrize("state", ["{not json", '{"version": 1, "xids": "all"}', '[]', '{"version": 1, "xids": [{"gpu": 1}]}',
-                                   "[" * 100_000])
+@pytest.mark.parametrize(
+    "state", ["{not json", '{"version": 1, "xids": "all"}', "[]", '{"version": 1, "xids": [{"gpu": 1}]}', "[" * 100_000]
+)
 def test_a_state_file_that_is_not_what_a_run_writes_starts_over_from_this_boots_start(tmp_path, capsys, state):
     node = stand_in_node(tmp_path)
     node.log_kernel(xid_message(PCIE[0], 79, FALLEN))
@@ -327,11 +392,13 @@ def test_the_health_settings_are_the_settings_of_their_names_and_the_stage_write
         annotation = unwrap(SETTING_FIELDS[setting].annotation)[0]
         field_of = check.HealthSettings.__dataclass_fields__[name]
         assert (field_of.type, field_of.default) == ((bool if annotation is bool else str).__name__, DEFAULTS[setting])
-    changed = parse_settings({"nvidia_persistenced": False, "fabric_manager_install": False,
-                              "nvidia_driver_root": "/run/nvidia/driver"})
+    changed = parse_settings(
+        {"nvidia_persistenced": False, "fabric_manager_install": False, "nvidia_driver_root": "/run/nvidia/driver"}
+    )
     written = check.HealthSettings.from_text(health_task.health_config(changed), "health-check.json")
-    assert {name: getattr(written, name) for name in named} == {name: getattr(changed, setting)
-                                                                for name, setting in named.items()}
+    assert {name: getattr(written, name) for name in named} == {
+        name: getattr(changed, setting) for name, setting in named.items()
+    }
     assert (written.report_path, written.state_path) == ("/var/lib/gpu-node/health.json", check.STATE_PATH)
 
 
@@ -350,9 +417,11 @@ def test_the_docs_xid_table_is_the_checks():
     from deploy.health.xids import XIDS
 
     page = (REPO / "docs" / "health.md").read_text()
-    table = page[page.index("| Xid | severity | meaning |"):].split("\n\n")[0].splitlines()[2:]
-    rows = {int(cells[0]): (cells[1], cells[2]) for cells in
-            ([cell.strip() for cell in line.strip("|").split("|")] for line in table)}
+    table = page[page.index("| Xid | severity | meaning |") :].split("\n\n")[0].splitlines()[2:]
+    rows = {
+        int(cells[0]): (cells[1], cells[2])
+        for cells in ([cell.strip() for cell in line.strip("|").split("|")] for line in table)
+    }
     assert rows == {xid: (found.severity, found.meaning) for xid, found in XIDS.items()}
 
 

@@ -27,9 +27,16 @@ from deploy.tasks.k8s import node_labels
 
 # Go's time.ParseDuration, as NPD reads invoke_interval and timeout: a sequence of number+unit.
 GO_DURATION = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"
-CONDITION = {"type": "object", "additionalProperties": False, "required": ["type", "reason", "message"],
-             "properties": {"type": {"type": "string", "minLength": 1}, "reason": {"type": "string"},
-                            "message": {"type": "string"}}}
+CONDITION = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["type", "reason", "message"],
+    "properties": {
+        "type": {"type": "string", "minLength": 1},
+        "reason": {"type": "string"},
+        "message": {"type": "string"},
+    },
+}
 # The custom plugin monitor's documented fields, and no other (an unknown key is silently ignored by
 # NPD's JSON decoding: a misspelt one would leave the default in force without a word).
 NPD_CUSTOM_PLUGIN_CONFIG = {
@@ -39,7 +46,8 @@ NPD_CUSTOM_PLUGIN_CONFIG = {
     "properties": {
         "plugin": {"const": "custom"},
         "pluginConfig": {
-            "type": "object", "additionalProperties": False,
+            "type": "object",
+            "additionalProperties": False,
             "properties": {
                 "invoke_interval": {"type": "string", "pattern": GO_DURATION},
                 "timeout": {"type": "string", "pattern": GO_DURATION},
@@ -53,9 +61,12 @@ NPD_CUSTOM_PLUGIN_CONFIG = {
         "metricsReporting": {"type": "boolean"},
         "conditions": {"type": "array", "items": CONDITION},
         "rules": {
-            "type": "array", "minItems": 1,
+            "type": "array",
+            "minItems": 1,
             "items": {
-                "type": "object", "additionalProperties": False, "required": ["type", "reason", "path"],
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["type", "reason", "path"],
                 "properties": {
                     "type": {"enum": ["temporary", "permanent"]},
                     "condition": {"type": "string"},
@@ -110,13 +121,18 @@ def test_the_config_holds_only_the_fields_npd_documents_and_passes_its_startup_c
     assert config["pluginConfig"]["max_output_length"] == 80  # the check's one line (its --npd contract)
 
 
-@pytest.mark.parametrize("broken, says", [
-    (lambda config: config["pluginConfig"].update(invoke_intervall="60s"),
-     "Additional properties are not allowed ('invoke_intervall' was unexpected)"),
-    (lambda config: config["rules"][0].update(timeout="60s"), "its timeout is above the global timeout"),
-    (lambda config: config["rules"][0].update(condition="GPUProblem"), "has no default condition"),
-    (lambda config: config["pluginConfig"].update(timeout="30 seconds"), "does not match"),
-])
+@pytest.mark.parametrize(
+    "broken, says",
+    [
+        (
+            lambda config: config["pluginConfig"].update(invoke_intervall="60s"),
+            "Additional properties are not allowed ('invoke_intervall' was unexpected)",
+        ),
+        (lambda config: config["rules"][0].update(timeout="60s"), "its timeout is above the global timeout"),
+        (lambda config: config["rules"][0].update(condition="GPUProblem"), "has no default condition"),
+        (lambda config: config["pluginConfig"].update(timeout="30 seconds"), "does not match"),
+    ],
+)
 def test_the_config_check_can_fail(broken, says):
     config = plugin_config()
     broken(config)
@@ -127,11 +143,23 @@ def test_the_plugin_runs_the_health_check_in_the_hosts_namespaces_and_sets_one_c
     config = plugin_config(gpu_health_monitor_interval="2min")
     (rule,) = config["rules"]
     assert [rule["path"], *rule["args"]] == [
-        "/usr/bin/nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--pid", "--",
-        "/usr/bin/python3", "-I", "/usr/lib/gpu-node/gpu-node-health.pyz", "--npd"]
+        "/usr/bin/nsenter",
+        "--target",
+        "1",
+        "--mount",
+        "--uts",
+        "--ipc",
+        "--pid",
+        "--",
+        "/usr/bin/python3",
+        "-I",
+        "/usr/lib/gpu-node/gpu-node-health.pyz",
+        "--npd",
+    ]
     assert rule["type"] == "permanent" and rule["condition"] == "GPUUnhealthy"
-    assert config["conditions"] == [{"type": "GPUUnhealthy", "reason": "GPUsHealthy",
-                                     "message": "gpu-node's health check finds no problem"}]
+    assert config["conditions"] == [
+        {"type": "GPUUnhealthy", "reason": "GPUsHealthy", "message": "gpu-node's health check finds no problem"}
+    ]
     # a systemd time span in the settings, Go's duration in NPD's config
     assert config["pluginConfig"]["invoke_interval"] == "120s"
     pod = bundle()["DaemonSet"]["spec"]["template"]["spec"]
@@ -152,7 +180,7 @@ def test_the_plugin_runs_the_check_every_gpu_node_installs_as_the_nodes_own_unit
     ((*service, config_flag, config),) = exec_lines(files[f"{health.UNIT_DIR}/{health.SERVICE}"][0], "ExecStart")
     ((*at_boot, _, _),) = exec_lines(boot.wanted_files(settings)[f"{boot.UNIT_DIR}/{boot.SERVICE}"][0], "ExecStartPost")
     (rule,) = plugin_config()["rules"]
-    npd = rule["args"][rule["args"].index("--") + 1:]
+    npd = rule["args"][rule["args"].index("--") + 1 :]
     assert npd == [*service, "--npd"] and service == at_boot and service[2] == archives.HEALTH.path
     assert (config_flag, config) == ("--config", check.CONFIG_PATH) and check.CONFIG_PATH in files
     assert plugin_config()["pluginConfig"]["max_output_length"] == check.NPD_LINE
@@ -164,18 +192,30 @@ def test_the_daemonset_runs_the_pinned_image_with_the_custom_plugin_monitor_alon
     (container,) = objects["DaemonSet"]["spec"]["template"]["spec"]["containers"]
     assert container["image"] == image
     # its own command: the image's entrypoint would start NPD's kernel and readonly log monitors too
-    assert container["command"] == ["/node-problem-detector", "--logtostderr",
-                                    "--config.custom-plugin-monitor=/config/gpu-node-health.json"]
+    assert container["command"] == [
+        "/node-problem-detector",
+        "--logtostderr",
+        "--config.custom-plugin-monitor=/config/gpu-node-health.json",
+    ]
     (mount,) = container["volumeMounts"]
     assert mount["mountPath"] == "/config" and objects["DaemonSet"]["spec"]["template"]["spec"]["volumes"] == [
-        {"name": mount["name"], "configMap": {"name": objects["ConfigMap"]["metadata"]["name"]}}]
+        {"name": mount["name"], "configMap": {"name": objects["ConfigMap"]["metadata"]["name"]}}
+    ]
     assert list(objects["ConfigMap"]["data"]) == ["gpu-node-health.json"]
     # Kubernetes' own role for node-problem-detector, bound to the DaemonSet's account
     binding = objects["ClusterRoleBinding"]
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                                  "name": "system:node-problem-detector"}
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": objects["ServiceAccount"]["metadata"]["name"],
-                                    "namespace": objects["Namespace"]["metadata"]["name"]}]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "system:node-problem-detector",
+    }
+    assert binding["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": objects["ServiceAccount"]["metadata"]["name"],
+            "namespace": objects["Namespace"]["metadata"]["name"],
+        }
+    ]
 
 
 def selected(affinity: dict, labels: dict[str, str]) -> bool:
@@ -183,21 +223,33 @@ def selected(affinity: dict, labels: dict[str, str]) -> bool:
     expressions all match."""
     terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert all(expression["operator"] == "In" for term in terms for expression in term["matchExpressions"])
-    return any(all(labels.get(expression["key"]) in expression["values"] for expression in term["matchExpressions"])
-               for term in terms)
+    return any(
+        all(labels.get(expression["key"]) in expression["values"] for expression in term["matchExpressions"])
+        for term in terms
+    )
 
 
 def labelled(data: dict) -> dict[str, str]:
     """The labels the cluster deploy gives a GPU node with these settings (deploy/tasks/k8s.py's node_labels)."""
     settings = parse_settings(data)
-    node = GpuNode(host_name="gpu1", node_name="gpu1", products=("NVIDIA A100-SXM4-40GB",), pci_gpus=1,
-                   nvidia_smi="ok", gpu_sharing=settings.gpu_sharing,
-                   nvidia_runtime_default=settings.nvidia_runtime_default, settings=settings)
+    node = GpuNode(
+        host_name="gpu1",
+        node_name="gpu1",
+        products=("NVIDIA A100-SXM4-40GB",),
+        pci_gpus=1,
+        nvidia_smi="ok",
+        gpu_sharing=settings.gpu_sharing,
+        nvidia_runtime_default=settings.nvidia_runtime_default,
+        settings=settings,
+    )
     return {key: value for key, value in node_labels(node).items() if value is not None}
 
 
-@pytest.mark.parametrize("data", [{}, {"gpu_sharing": "time-slicing"}, {"gpu_sharing": "gpushare"},
-                                  {"gpu_allocator": "dra"}], ids=["device-plugin", "time-slicing", "gpushare", "dra"])
+@pytest.mark.parametrize(
+    "data",
+    [{}, {"gpu_sharing": "time-slicing"}, {"gpu_sharing": "gpushare"}, {"gpu_allocator": "dra"}],
+    ids=["device-plugin", "time-slicing", "gpushare", "dra"],
+)
 def test_every_gpu_node_the_cluster_deploy_labels_runs_it(data):
     affinity = bundle()["DaemonSet"]["spec"]["template"]["spec"]["affinity"]
     assert selected(affinity, labelled(data))

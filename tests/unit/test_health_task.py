@@ -23,8 +23,9 @@ def in_place(settings=None, enabled: bool = True, **overrides) -> list:
     facts = []
     for path, (content, mode) in health.wanted_files(settings or settings_for()).items():
         data = content.encode() if isinstance(content, str) else content
-        facts.append((digest_read(path), overrides.get(path, [f"{mode} root:root",
-                                                              f"{hashlib.sha256(data).hexdigest()}  file"])))
+        facts.append(
+            (digest_read(path), overrides.get(path, [f"{mode} root:root", f"{hashlib.sha256(data).hexdigest()}  file"]))
+        )
     facts.append((health.units_read(), [f"{health.TIMER} enabled"] if enabled else []))
     return facts
 
@@ -35,9 +36,11 @@ HEALTH_CHECK_IN_PLACE = in_place()
 def test_a_node_without_the_check_gets_its_files_a_reload_and_the_timer_enabled_and_started():
     plan = run_plan(health.health_check_units, settings_for(), facts=[(health.units_read(), [])], unstated="default")
     names = [name.removeprefix("Health check | ") for name in plan.op_names()]
-    assert names == [*(f"Put {path} (the health check)" for path in health.wanted_files(settings_for())),
-                     "Reload systemd's units (the health check's units changed)",
-                     f"Enable {health.TIMER} (the health check every 1min; started now)"]
+    assert names == [
+        *(f"Put {path} (the health check)" for path in health.wanted_files(settings_for())),
+        "Reload systemd's units (the health check's units changed)",
+        f"Enable {health.TIMER} (the health check every 1min; started now)",
+    ]
     assert plan.ran("systemctl daemon-reload")
     assert plan.ran(f"systemctl start {health.TIMER}") and plan.ran(f"systemctl enable {health.TIMER}")
 
@@ -51,8 +54,10 @@ def test_a_node_with_the_check_in_place_gets_no_operation_and_no_command():
 def test_a_changed_interval_rewrites_the_timer_alone_and_reloads():
     settings = settings_for(health_check_interval="5min", health_silent_after="30min")
     plan = run_plan(health.health_check_units, settings, facts=in_place())
-    assert plan.op_names() == [f"Health check | Put {TIMER_FILE} (the health check)",
-                               "Health check | Reload systemd's units (the health check's units changed)"]
+    assert plan.op_names() == [
+        f"Health check | Put {TIMER_FILE} (the health check)",
+        "Health check | Reload systemd's units (the health check's units changed)",
+    ]
     timer = health.wanted_files(settings)[TIMER_FILE][0]
     assert "OnBootSec=5min\nOnUnitActiveSec=5min\n" in timer
 
@@ -78,8 +83,10 @@ def test_the_archive_is_the_same_bytes_each_time_and_runs_under_python3_isolated
     config.write_text(json.dumps({"report_path": str(report), "state_path": str(state)}))
     # as the unit runs it, but with the settings' owner check starting at the test's folder (this
     # machine's /tmp, 1777, fails it)
-    run = (f"import sys; sys.path.insert(0, {str(path)!r}); from gpu_node_health.health.check import main; "
-           f"sys.exit(main(['--npd', '--config', {str(config)!r}], top={str(tmp_path)!r}))")
+    run = (
+        f"import sys; sys.path.insert(0, {str(path)!r}); from gpu_node_health.health.check import main; "
+        f"sys.exit(main(['--npd', '--config', {str(config)!r}], top={str(tmp_path)!r}))"
+    )
     result = subprocess.run([sys.executable, "-I", "-c", run], capture_output=True, text=True)
     written = json.loads(report.read_text())
     assert written["version"] == 1 and len(result.stdout.splitlines()) == 1, result.stdout + result.stderr
@@ -91,10 +98,15 @@ def test_the_archive_is_the_same_bytes_each_time_and_runs_under_python3_isolated
 
 def test_xid_lines_of_each_layout_the_driver_writes():
     assert xid_event("NVRM: Xid (PCI:0000:3b:00): 79, pid=2177, name=python3, GPU has fallen off the bus.").line == (
-        "Xid 79 on 0000:3b:00.0: GPU fallen off the bus")
+        "Xid 79 on 0000:3b:00.0: GPU fallen off the bus"
+    )
     assert xid_event("NVRM: Xid (0000:01:00): 3, C 00000005 SC 00000007").gpu == "0000:01:00.0"  # older drivers
     assert xid_event("NVRM: Xid (PCI:00000000:3B:00.1): 48, pid='<unknown>'").gpu == "0000:3b:00.1"
-    assert xid_event("NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 "
-                     "(Drain P2P)").severity == "needs attention"
+    assert (
+        xid_event(
+            "NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 (Drain P2P)"
+        ).severity
+        == "needs attention"
+    )
     for other in ("NVRM: GPU at PCI:0000:3b:00: GPU-0b11d014", "NVRM: Xid (PCI:zz:3b:00): 79", "Xid 79", ""):
         assert xid_event(other) is None

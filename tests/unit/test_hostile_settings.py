@@ -36,9 +36,17 @@ HOSTILE_VALUES = [
 ]
 URL_KEYS = ("nvidia_toolkit_repo_url", "nvidia_toolkit_gpgkey_url", "gpushare_inspect_source")
 # Keys whose values may hold spaces, quotes and ; (a path): they must be quoted wherever they go.
-PATH_KEYS = ("containerd_config_path", "docker_daemon_config_path", "kubeconfig",
-             "gpushare_scheduler_config_path", "gpushare_inspect_path", "verify_report_path",
-             "fleet_report_path", "manifests_dir", "manifests_inventory")
+PATH_KEYS = (
+    "containerd_config_path",
+    "docker_daemon_config_path",
+    "kubeconfig",
+    "gpushare_scheduler_config_path",
+    "gpushare_inspect_path",
+    "verify_report_path",
+    "fleet_report_path",
+    "manifests_dir",
+    "manifests_inventory",
+)
 CONTROLLER_PATH_KEYS = ("verify_report_path", "fleet_report_path", "manifests_dir")
 SHELL_SPECIAL = set(" \t'\"\\`$;|&<>()\n\r\x00")
 
@@ -106,6 +114,7 @@ def test_kube_node_names_must_map_to_kubernetes_node_names():
 
 # --- the whole gpu_node.py plan ---------------------------------------------------------------
 
+
 def run_entry(monkeypatch, data: dict) -> tuple[Exception | None, list[str]]:
     """Load deploy/gpu_node.py like ``pyinfra @fake/node deploy/gpu_node.py``: (error, commands run)."""
     inventory = Inventory(([("@fake/node", QUICK)], {}), override_data=data)
@@ -135,20 +144,28 @@ def test_hostile_values_stop_the_gpu_node_plan_before_any_command(monkeypatch, k
 
 # --- what a URL must be --------------------------------------------------------------------------
 
-URL_SETTINGS = ("nvidia_toolkit_repo_url", "nvidia_toolkit_gpgkey_url", "nvidia_driver_repo_url", "nvidia_cuda_repo_url",
-                "gpushare_inspect_source")
+URL_SETTINGS = (
+    "nvidia_toolkit_repo_url",
+    "nvidia_toolkit_gpgkey_url",
+    "nvidia_driver_repo_url",
+    "nvidia_cuda_repo_url",
+    "gpushare_inspect_source",
+)
 
 
 @pytest.mark.parametrize("key", URL_SETTINGS)
-@pytest.mark.parametrize("value, why", [
-    ("https://bob:hunter2@mirror.example/stable", "without user:password@"),
-    ("https://token@mirror.example/stable", "without user:password@"),
-    ("https://mirror.example/stable#frag", "percent-encode"),
-    ("https:relative/path", "with a host"),
-    ("https:///no-host", "with a host"),
-    ("https://mirror.example:port/x", "could not be cast"),
-    ("https://[::1/x", "Invalid IPv6"),
-])
+@pytest.mark.parametrize(
+    "value, why",
+    [
+        ("https://bob:hunter2@mirror.example/stable", "without user:password@"),
+        ("https://token@mirror.example/stable", "without user:password@"),
+        ("https://mirror.example/stable#frag", "percent-encode"),
+        ("https:relative/path", "with a host"),
+        ("https:///no-host", "with a host"),
+        ("https://mirror.example:port/x", "could not be cast"),
+        ("https://[::1/x", "Invalid IPv6"),
+    ],
+)
 def test_urls_need_a_host_and_refuse_user_info_and_fragments(key, value, why):
     data = {key: value, "allow_insecure_repositories": "true"}
     with pytest.raises(SettingsError, match=f"invalid setting {key}=") as refused:
@@ -163,8 +180,9 @@ def test_a_file_url_is_a_local_absolute_path(value):
         parse_settings({"nvidia_toolkit_repo_url": value, "allow_insecure_repositories": "true"})
 
 
-@pytest.mark.parametrize("value", ["https://[::1]:8443/stable", "https://mirror.example:8443/a%23b?x=1",
-                                   "file:///srv/mirror"])
+@pytest.mark.parametrize(
+    "value", ["https://[::1]:8443/stable", "https://mirror.example:8443/a%23b?x=1", "file:///srv/mirror"]
+)
 def test_urls_with_a_port_a_query_or_a_local_mirror_are_taken(value):
     settings = parse_settings({"nvidia_toolkit_repo_url": value, "allow_insecure_repositories": "true"})
     assert settings.nvidia_toolkit_repo_url == value
@@ -172,10 +190,16 @@ def test_urls_with_a_port_a_query_or_a_local_mirror_are_taken(value):
 
 # --- names the node gives ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("field, value", [
-    ("ID", "debian$(touch /tmp/pwned)"), ("VERSION_ID", "12; touch /tmp/pwned"),
-    ("VERSION_CODENAME", "bookworm main\ndeb http://evil/ x"), ("VERSION_CODENAME", "bookworm #x"),
-])
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("ID", "debian$(touch /tmp/pwned)"),
+        ("VERSION_ID", "12; touch /tmp/pwned"),
+        ("VERSION_CODENAME", "bookworm main\ndeb http://evil/ x"),
+        ("VERSION_CODENAME", "bookworm #x"),
+    ],
+)
 def test_os_release_values_that_name_nothing_refuse_the_host_in_one_line(field, value):
     meta = {"ID": "debian", "VERSION_ID": "12", "VERSION_CODENAME": "bookworm", "ID_LIKE": "debian", field: value}
     with pytest.raises(UnsupportedPlatform) as refused:
@@ -187,8 +211,13 @@ def test_a_kernel_release_that_names_no_package_refuses_the_host_before_any_chan
     from plan import PCI_WITH_GPU, node_lines, run_deploy
     from test_driver_plans import DEBIAN_FILES, node
 
-    run = run_deploy(node("debian-12", node_survey=node_lines("6.1.0-18-amd64 $(touch /tmp/pwned)", pci=PCI_WITH_GPU),
-                          facts=[*DEBIAN_FILES]))
+    run = run_deploy(
+        node(
+            "debian-12",
+            node_survey=node_lines("6.1.0-18-amd64 $(touch /tmp/pwned)", pci=PCI_WITH_GPU),
+            facts=[*DEBIAN_FILES],
+        )
+    )
     assert run.failed and "the running kernel's release is '6.1.0-18-amd64 $(touch /tmp/pwned)'" in run.refusal
     assert not [command for command in run.commands if "apt-get" in command or "mv -f" in command]
 

@@ -71,9 +71,15 @@ PATH_MIDDLE = f"it's $({PAYLOAD}); `{PAYLOAD}` & {PAYLOAD} | x #y: z"
 STYLES = range(len(SUFFIXES) + 1)
 # A value each setting without a text default takes (the hostile values are built around it)
 PLAIN = {
-    "containerd_version": "1.6.20-5", "nvidia_driver_branch": "535", "nvidia_driver_version": "535.183.01",
-    "nvidia_toolkit_version": "1.17.8-1", "gpushare_inspect_sha256": "5" * 64, "kube_node_names": "@fake/gpu1=gpu1",
-    "kubeconfig": "/etc/kubernetes/admin.conf", "manifests_inventory": "inventory.py", "manifests_kubernetes_version": "1.30",
+    "containerd_version": "1.6.20-5",
+    "nvidia_driver_branch": "535",
+    "nvidia_driver_version": "535.183.01",
+    "nvidia_toolkit_version": "1.17.8-1",
+    "gpushare_inspect_sha256": "5" * 64,
+    "kube_node_names": "@fake/gpu1=gpu1",
+    "kubeconfig": "/etc/kubernetes/admin.conf",
+    "manifests_inventory": "inventory.py",
+    "manifests_kubernetes_version": "1.30",
     # not "/": a value read back as "/" would fold every path
     "nvidia_driver_root": "/run/nvidia/driver",
     "nvidia_cuda_gpgkey_url": "https://mirror.example.internal/cuda.pub",
@@ -81,16 +87,21 @@ PLAIN = {
     "nvidia_toolkit_gpgkey_fingerprint": "C95B321B61E88C1809C4F759DDCAE044F796ECB0",
     "nvidia_cuda_gpgkey_fingerprint": "EB693B3035CD5710E231E123A4B469963BF863CC",
     "nvidia_driver_gpgkey_fingerprint": "C95B321B61E88C1809C4F759DDCAE044F796ECB0",
-    "imex_domain": "rack-a", "imex_address": "10.0.0.1",
-    "module_signing_key": "/etc/site/mok.key", "module_signing_cert": "/etc/site/mok.der",
+    "imex_domain": "rack-a",
+    "imex_address": "10.0.0.1",
+    "module_signing_key": "/etc/site/mok.key",
+    "module_signing_cert": "/etc/site/mok.der",
 }
 
 
 def takes_text(name: str) -> bool:
     """Text, or a list read from text on the command line (kube_node_names, key fingerprints)."""
     annotation, _, _ = unwrap(SETTING_FIELDS[name].annotation)
-    return annotation is str or get_origin(annotation) is tuple and (name == "kube_node_names"
-                                                                      or name.endswith("_fingerprint"))
+    return (
+        annotation is str
+        or get_origin(annotation) is tuple
+        and (name == "kube_node_names" or name.endswith("_fingerprint"))
+    )
 
 
 TEXT_SETTINGS = sorted(name for name in SETTING_FIELDS if takes_text(name))
@@ -113,40 +124,63 @@ def hostile_value(name: str, style: int) -> str:
 # (device plugin by manifest and by Helm), gpushare's, or only the controller (a report file
 # Python writes: no shell, no parser of another program).
 PLANS = {
-    "containerd_config_path": ("node",), "docker_daemon_config_path": ("node",), "containerd_version": ("node",),
-    "nvidia_driver_version": ("node",), "nvidia_driver_branch": ("node",), "nvidia_toolkit_version": ("node",),
-    "nvidia_toolkit_repo_url": ("node",), "nvidia_toolkit_gpgkey_url": ("node",), "nvidia_driver_repo_url": ("node",),
-    "nvidia_cuda_repo_url": ("node",), "verify_image": ("node",),
-    "nvidia_cuda_gpgkey_url": ("node",), "nvidia_driver_gpgkey_url": ("node",),
-    "nvidia_toolkit_gpgkey_fingerprint": ("node",), "nvidia_cuda_gpgkey_fingerprint": ("node",),
+    "containerd_config_path": ("node",),
+    "docker_daemon_config_path": ("node",),
+    "containerd_version": ("node",),
+    "nvidia_driver_version": ("node",),
+    "nvidia_driver_branch": ("node",),
+    "nvidia_toolkit_version": ("node",),
+    "nvidia_toolkit_repo_url": ("node",),
+    "nvidia_toolkit_gpgkey_url": ("node",),
+    "nvidia_driver_repo_url": ("node",),
+    "nvidia_cuda_repo_url": ("node",),
+    "verify_image": ("node",),
+    "nvidia_cuda_gpgkey_url": ("node",),
+    "nvidia_driver_gpgkey_url": ("node",),
+    "nvidia_toolkit_gpgkey_fingerprint": ("node",),
+    "nvidia_cuda_gpgkey_fingerprint": ("node",),
     "nvidia_driver_gpgkey_fingerprint": ("node",),
     # paths DKMS sources in bash: anything but letters, digits and . _ + - / is refused before any run
-    "module_signing_key": ("node",), "module_signing_cert": ("node",),
+    "module_signing_key": ("node",),
+    "module_signing_cert": ("node",),
     "nvidia_driver_root": ("node", "cluster", "helm"),
-    "kubeconfig": ("cluster", "helm", "gpushare"), "kube_node_names": ("cluster",),
-    "device_plugin_version": ("cluster", "helm"), "smoke_test_image": ("cluster",),
+    "kubeconfig": ("cluster", "helm", "gpushare"),
+    "kube_node_names": ("cluster",),
+    "device_plugin_version": ("cluster", "helm"),
+    "smoke_test_image": ("cluster",),
     # a release tag: its pattern (v1.2.3) refuses every hostile value before any run
     "dra_driver_version": ("cluster",),
     # batch sizes (deploy/foundations/batches.py): anything but numbers, % and commas is refused before any run
     "allocator_move_batches": ("cluster",),
     # inventory group names: anything but letters, digits, _ and - is refused before any run
-    "gpu_nodes_group": ("node", "cluster"), "control_plane_group": ("node", "cluster"),
+    "gpu_nodes_group": ("node", "cluster"),
+    "control_plane_group": ("node", "cluster"),
     # a name (letters, digits, . _ -) or an IP address: every hostile value is refused before any run
-    "imex_domain": ("node",), "imex_address": ("node",), "mig_manager_package": ("node",),
+    "imex_domain": ("node",),
+    "imex_address": ("node",),
+    "mig_manager_package": ("node",),
     # a pinned image (its tag, optionally its digest): its pattern refuses every hostile value before any run
     "npd_image": ("cluster",),
-    "gpushare_extender_image": ("gpushare",), "gpushare_device_plugin_image": ("gpushare",),
-    "gpushare_scheduler_config_path": ("gpushare",), "gpushare_inspect_source": ("gpushare",),
-    "gpushare_inspect_sha256": ("gpushare",), "gpushare_inspect_path": ("gpushare",),
-    "verify_report_path": ("controller",), "fleet_report_path": ("controller",),
+    "gpushare_extender_image": ("gpushare",),
+    "gpushare_device_plugin_image": ("gpushare",),
+    "gpushare_scheduler_config_path": ("gpushare",),
+    "gpushare_inspect_source": ("gpushare",),
+    "gpushare_inspect_sha256": ("gpushare",),
+    "gpushare_inspect_path": ("gpushare",),
+    "verify_report_path": ("controller",),
+    "fleet_report_path": ("controller",),
     # systemd time spans (the health timer's interval; the fleet view's silence): their pattern refuses
     # every hostile value before any run
-    "health_check_interval": ("node",), "health_silent_after": ("node",),
+    "health_check_interval": ("node",),
+    "health_silent_after": ("node",),
     # the same type for node-problem-detector's interval (NPD's config gets its seconds) and the quarantine's
     # release (compared in seconds)
-    "gpu_health_monitor_interval": ("cluster",), "quarantine_release_after": ("cluster",),
+    "gpu_health_monitor_interval": ("cluster",),
+    "quarantine_release_after": ("cluster",),
     # deploy/render_cluster.py on @local: a real run of each style in test_render_cluster.py
-    "manifests_dir": ("render",), "manifests_inventory": ("render",), "manifests_kubernetes_version": ("render",),
+    "manifests_dir": ("render",),
+    "manifests_inventory": ("render",),
+    "manifests_kubernetes_version": ("render",),
 }
 KINDS = ("node", "cluster", "helm", "gpushare")
 # gpushare's control plane is stood in for by test_gpushare_plan's GpushareHost, which answers
@@ -192,8 +226,12 @@ def hostile_settings(kind: str, style: int) -> dict[str, str]:
 # --- the plans ---------------------------------------------------------------------------------
 
 NODE_DATA = {
-    "stages": "kernel,driver,toolkit,runtimes,verify", "container_runtimes": "containerd,docker",
-    "docker_install": "true", "cdi": "true", "apt_lock_timeout": "0", "download_timeout": "1",
+    "stages": "kernel,driver,toolkit,runtimes,verify",
+    "container_runtimes": "containerd,docker",
+    "docker_install": "true",
+    "cdi": "true",
+    "apt_lock_timeout": "0",
+    "download_timeout": "1",
 }
 
 
@@ -201,13 +239,22 @@ NODE_DATA = {
 DOCKER = "dockerd /usr/sbin/dockerd\nversion Docker version 26.1.5+dfsg1\nconfig e30="
 # The toolkit's CDI refresh units shipped, not enabled, and a GPU answering: the cdi stage writes
 # the driver root's environment file and generates the spec
-CDI = ["ctk /usr/bin/nvidia-ctk", "refresh_unit /usr/lib/systemd/system/nvidia-cdi-refresh.path",
-       "refresh_enabled disabled", "refresh_active inactive", "smi_exit_code 0", "smi_gpus 1"]
+CDI = [
+    "ctk /usr/bin/nvidia-ctk",
+    "refresh_unit /usr/lib/systemd/system/nvidia-cdi-refresh.path",
+    "refresh_enabled disabled",
+    "refresh_active inactive",
+    "smi_exit_code 0",
+    "smi_gpus 1",
+]
 
 
 def node_plan(settings: dict[str, str]):
-    debian = node("debian-12", node_survey=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU),
-                  facts=[*DEBIAN_FILES, (every(DockerState), DOCKER), (every(CdiState), CDI)])
+    debian = node(
+        "debian-12",
+        node_survey=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU),
+        facts=[*DEBIAN_FILES, (every(DockerState), DOCKER), (every(CdiState), CDI)],
+    )
     return run_deploy(debian, data={**NODE_DATA, **settings})
 
 
@@ -221,12 +268,23 @@ def cluster_plan(settings: dict[str, str], kind: str):
         control_plane = FakeCluster(nodes={"gpu1": {}, "cp1": {}})
         data = {"gpu_health_monitor": "npd"}  # node-problem-detector's bundle too (npd_image)
         if kind == "helm":  # helm's answers, as test_k8s_plan's helm tests state them: no release yet
-            control_plane.helm_lines = ["list-rc 0", "list-out []", "values-rc 1", "values-err Error: release: not found"]
+            control_plane.helm_lines = [
+                "list-rc 0",
+                "list-out []",
+                "values-rc 1",
+                "values-err Error: release: not found",
+            ]
             data = {**data, "device_plugin_install_method": "helm"}
-    nodes = {"@fake/cp1": Node(stand_in=control_plane.answer),
-             "@fake/gpu1": Node(facts=[(every(GpuNodeIdentity), gpu_identity_lines("gpu1", ["NVIDIA A100-SXM4-40GB"]))])}
-    inventory = Inventory(([("@fake/cp1", QUICK), ("@fake/gpu1", QUICK)], {}), override_data={**data, **settings},
-                          control_plane=(["@fake/cp1"], {}), gpu_nodes=(["@fake/gpu1"], {}))
+    nodes = {
+        "@fake/cp1": Node(stand_in=control_plane.answer),
+        "@fake/gpu1": Node(facts=[(every(GpuNodeIdentity), gpu_identity_lines("gpu1", ["NVIDIA A100-SXM4-40GB"]))]),
+    }
+    inventory = Inventory(
+        ([("@fake/cp1", QUICK), ("@fake/gpu1", QUICK)], {}),
+        override_data={**data, **settings},
+        control_plane=(["@fake/cp1"], {}),
+        gpu_nodes=(["@fake/gpu1"], {}),
+    )
     timeline, uploads = [], {}
 
     def kept_on_the_control_plane(connector, filename_or_io, remote_filename, *args, **kwargs):
@@ -234,10 +292,13 @@ def cluster_plan(settings: dict[str, str], kind: str):
             control_plane.files[remote_filename] = uploaded_bytes(filename_or_io)
         return True
 
-    with mock.patch.object(pyinfra, "is_cli", True), \
-            mock.patch.object(FakeConnector, "put_file", kept_on_the_control_plane):
-        run_pyinfra(inventory, lambda state: load_deploy_file(state, K8S_ENTRY), nodes=nodes, timeline=timeline,
-                    uploads=uploads)
+    with (
+        mock.patch.object(pyinfra, "is_cli", True),
+        mock.patch.object(FakeConnector, "put_file", kept_on_the_control_plane),
+    ):
+        run_pyinfra(
+            inventory, lambda state: load_deploy_file(state, K8S_ENTRY), nodes=nodes, timeline=timeline, uploads=uploads
+        )
     return [(command, uploads.get(index)) for index, (host, command) in enumerate(timeline) if host == "@fake/cp1"]
 
 
@@ -256,6 +317,7 @@ def _planned_steps(kind: str, settings: tuple[tuple[str, str], ...]) -> tuple[tu
 
 
 # --- running them --------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory) -> Path:
@@ -292,6 +354,7 @@ def plain_run(template, tmp_path_factory):
             replay(steps(plain, kind), box)
             boxes[key] = box
         return boxes[key]
+
     return replayed
 
 
@@ -320,8 +383,9 @@ def test_hostile_values_run_as_the_plain_values_would(kind, style, template, pla
             folds.append((posixpath.dirname(value), posixpath.dirname(plain_value(name))))
         for hostile, plain_text in folds:
             written = {tuple(text.replace(hostile, plain_text) for text in entry) for entry in written}
-    assert written == without_the_way_to(plain.tree(), [plain_value(name) for name in settings
-                                                        if plain_value(name).startswith("/")])
+    assert written == without_the_way_to(
+        plain.tree(), [plain_value(name) for name in settings if plain_value(name).startswith("/")]
+    )
 
 
 def deployed_then_undone(settings: dict[str, str], box: Sandbox) -> Sandbox:
@@ -343,8 +407,12 @@ def deployed_then_undone(settings: dict[str, str], box: Sandbox) -> Sandbox:
 
 RUNTIME_CONFIGS = {
     "containerd_config_path": ("containerd", "toml", ORIGINAL_TOML, WIRED_TOML),
-    "docker_daemon_config_path": ("docker", "json", '{"log-driver": "journald"}\n',
-                                  '{\n  "log-driver": "journald",\n  "default-runtime": "nvidia"\n}\n'),
+    "docker_daemon_config_path": (
+        "docker",
+        "json",
+        '{"log-driver": "journald"}\n',
+        '{\n  "log-driver": "journald",\n  "default-runtime": "nvidia"\n}\n',
+    ),
 }
 
 
@@ -361,6 +429,7 @@ def plain_undone(template, tmp_path_factory):
             seed_devices(box, plain.get("nvidia_driver_root", "/"))
             boxes[frozenset(names)] = deployed_then_undone(plain, box)
         return boxes[frozenset(names)]
+
     return replayed
 
 
@@ -374,7 +443,9 @@ def test_hostile_values_run_through_the_undo_as_the_plain_values_would(style, te
     seed_devices(hostile, settings.get("nvidia_driver_root", "/"))
     deployed_then_undone(settings, hostile)
     plain = plain_undone(settings)
-    assert not [path for path, _ in hostile.tree() if path.rsplit("/", 1)[-1] == PWNED], f"the payload of {settings} ran"
+    assert not [path for path, _ in hostile.tree() if path.rsplit("/", 1)[-1] == PWNED], (
+        f"the payload of {settings} ran"
+    )
     assert [run.status for run in hostile.runs] == [run.status for run in plain.runs]
     assert not hostile.exists(REFRESH_ENV) and not plain.exists(REFRESH_ENV)  # the undo took its files back
     written = without_the_way_to(hostile.tree(), [value for value in settings.values() if value.startswith("/")])
@@ -384,8 +455,9 @@ def test_hostile_values_run_through_the_undo_as_the_plain_values_would(style, te
             folds.append((posixpath.dirname(value), posixpath.dirname(plain_value(name))))
         for hostile_text, plain_text in folds:
             written = {tuple(text.replace(hostile_text, plain_text) for text in entry) for entry in written}
-    assert written == without_the_way_to(plain.tree(), [plain_value(name) for name in settings
-                                                        if plain_value(name).startswith("/")])
+    assert written == without_the_way_to(
+        plain.tree(), [plain_value(name) for name in settings if plain_value(name).startswith("/")]
+    )
 
 
 def without_the_way_to(tree: set, values: list[str]) -> set:
@@ -409,6 +481,7 @@ def test_report_paths_are_written_by_python_exactly_where_they_say(name, tmp_pat
 
 
 # --- manifests and files read back by their parsers ------------------------------------------------
+
 
 def yaml_documents(text) -> list[dict]:
     try:
@@ -444,7 +517,7 @@ IN_MANIFESTS = {"nvidia_driver_root": ("{value}",), "gpushare_scheduler_config_p
 
 
 @pytest.mark.parametrize("name", sorted(IN_MANIFESTS))
-@pytest.mark.parametrize("suffix", [" #note", ": y", "' \"x\" {a: [b]}", "\\x & *", "\n- z"[1:]])
+@pytest.mark.parametrize("suffix", [" #note", ": y", '\' "x" {a: [b]}', "\\x & *", "\n- z"[1:]])
 def test_a_path_reaches_the_manifests_whole(name, suffix):
     value = plain_value(name) + suffix
     for kind in PLANS[name]:
@@ -463,16 +536,22 @@ NODE_FOLDER = f"/opt/it's $({PAYLOAD}); `{PAYLOAD}` x #y"
 def node_read_paths(folder: str) -> list:
     """A node whose containerd, dockerd and nvidia-ctk live in ``folder`` (as `command -v` finds them)."""
     config = "version = 2\n"
-    containerd = [f"binary_path {folder}/containerd", "version containerd github.com/containerd/containerd 1.7.24 x",
-                  f"config {base64.b64encode(config.encode()).decode()}"]
+    containerd = [
+        f"binary_path {folder}/containerd",
+        "version containerd github.com/containerd/containerd 1.7.24 x",
+        f"config {base64.b64encode(config.encode()).decode()}",
+    ]
     docker = f"dockerd {folder}/dockerd\nversion Docker version 26.1.5+dfsg1\nconfig e30="
     cdi = [f"ctk {folder}/nvidia-ctk", *CDI[1:]]
     return [(every(ContainerdConfig), containerd), (every(DockerState), docker), (every(CdiState), cdi)]
 
 
 def node_paths_plan(folder: str) -> list[tuple[str, bytes | None]]:
-    debian = node("debian-12", node_survey=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU),
-                  facts=[*DEBIAN_FILES, *node_read_paths(folder)])
+    debian = node(
+        "debian-12",
+        node_survey=node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU),
+        facts=[*DEBIAN_FILES, *node_read_paths(folder)],
+    )
     plan = run_deploy(debian, data={**NODE_DATA, "stages": "runtimes"})
     return [(command, plan.uploads.get(index)) for index, (_, command) in enumerate(plan.timeline)]
 

@@ -48,6 +48,8 @@ def test_channel0_is_made_under_the_drivers_major_readable_and_writable_by_all(b
 def test_no_registered_channel_device_is_one_line_and_nothing_made(box):
     ran = make_channel(box, "Character devices:\n195 nvidia\n")
     assert ran.status == 1
-    assert ran.stderr.strip() == ("gpu-node: no nvidia-caps-imex-channels in /standin/devices (is the nvidia module "
-                                  "loaded?): no IMEX channel made")
+    assert ran.stderr.strip() == (
+        "gpu-node: no nvidia-caps-imex-channels in /standin/devices (is the nvidia module "
+        "loaded?): no IMEX channel made"
+    )
     assert not (box.root / CHANNEL.lstrip("/")).exists()

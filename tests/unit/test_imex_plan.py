@@ -24,8 +24,13 @@ from deploy.rack import imex
 
 RHEL_KERNEL = "5.14.0-427.el9.x86_64"
 # the driver stage alone, its driver not installed by the run (a site's own, at 570.172.08)
-SHARED = {"kernel_modules_load": False, "reboot_allowed": False, "stages": "driver", "nvidia_driver_install": False,
-          "first_boot_unit": False}
+SHARED = {
+    "kernel_modules_load": False,
+    "reboot_allowed": False,
+    "stages": "driver",
+    "nvidia_driver_install": False,
+    "first_boot_unit": False,
+}
 RUNNING = ["Id=nvidia-imex.service", "SubState=running"]
 
 
@@ -41,8 +46,9 @@ def inventory(hosts: dict[str, dict]) -> Inventory:
 
 
 def rhel_node(*facts, built: str = "570.172.08"):
-    return gpu_node("rocky-9", node_survey=node_lines(RHEL_KERNEL, pci=PCI_WITH_GPU, built=built), facts=facts,
-                    unstated=DEFAULT)
+    return gpu_node(
+        "rocky-9", node_survey=node_lines(RHEL_KERNEL, pci=PCI_WITH_GPU, built=built), facts=facts, unstated=DEFAULT
+    )
 
 
 def placed_nodes_config(plan, host: str) -> str | None:
@@ -50,7 +56,7 @@ def placed_nodes_config(plan, host: str) -> str | None:
     timeline = plan.timeline
     for index, (name, command) in enumerate(timeline):
         if name == f"@fake/{host}" and command.startswith("upload ") and "/0" in command:
-            following = next((c for n, c in timeline[index + 1:] if n == name and not c.startswith("upload ")), "")
+            following = next((c for n, c in timeline[index + 1 :] if n == name and not c.startswith("upload ")), "")
             if f"{imex.NODES_CONFIG}.gpu-node-candidate" in following:
                 return plan.uploads[index].decode()
     return None
@@ -60,9 +66,11 @@ def host_commands(plan, host: str) -> list[str]:
     return [command for name, command in plan.timeline if name == f"@fake/{host}"]
 
 
-DOMAIN = {"gpu1": {"imex_domain": "rack-a", "imex_address": "10.0.0.3"},
-          "gpu2": {"imex_domain": "rack-a", "imex_address": "10.0.0.1"},
-          "gpu3": {"imex_domain": "rack-a", "imex_address": "10.0.0.2"}}
+DOMAIN = {
+    "gpu1": {"imex_domain": "rack-a", "imex_address": "10.0.0.3"},
+    "gpu2": {"imex_domain": "rack-a", "imex_address": "10.0.0.1"},
+    "gpu3": {"imex_domain": "rack-a", "imex_address": "10.0.0.2"},
+}
 
 
 def test_each_member_lists_its_domains_members_gets_imex_at_its_drivers_version_and_the_channel_option():
@@ -83,22 +91,32 @@ def test_each_member_lists_its_domains_members_gets_imex_at_its_drivers_version_
 def test_a_change_of_members_restarts_imex_only_where_its_file_changed_and_one_host_at_a_time():
     """rack-a gains gpu5: its members' files change and their running IMEX restarts; rack-b's files are
     its members already and its IMEX is left running. The restart is pyinfra's _serial operation."""
-    hosts = {**{name: {**data} for name, data in DOMAIN.items()},
-             "gpu5": {"imex_domain": "rack-a", "imex_address": "10.0.0.5"},
-             "gpu8": {"imex_domain": "rack-b", "imex_address": "10.0.1.8"},
-             "gpu9": {"imex_domain": "rack-b", "imex_address": "10.0.1.9"}}
+    hosts = {
+        **{name: {**data} for name, data in DOMAIN.items()},
+        "gpu5": {"imex_domain": "rack-a", "imex_address": "10.0.0.5"},
+        "gpu8": {"imex_domain": "rack-b", "imex_address": "10.0.1.8"},
+        "gpu9": {"imex_domain": "rack-b", "imex_address": "10.0.1.9"},
+    }
     rack_b = (digest_read(imex.NODES_CONFIG), digest_lines("10.0.1.8\n10.0.1.9\n"))
     rack_a_before = (digest_read(imex.NODES_CONFIG), digest_lines("10.0.0.1\n10.0.0.2\n10.0.0.3\n"))
-    nodes = {f"@fake/{name}": rhel_node(rack_b if name in ("gpu8", "gpu9") else rack_a_before,
-                                        (every(SystemdStatus), RUNNING)) for name in hosts}
+    nodes = {
+        f"@fake/{name}": rhel_node(
+            rack_b if name in ("gpu8", "gpu9") else rack_a_before, (every(SystemdStatus), RUNNING)
+        )
+        for name in hosts
+    }
     plan = run_inventory(inventory(hosts), nodes)
     assert plan.error is None and not plan.failures, (plan.error, plan.failures)
     restarted = [name for name in hosts if "systemctl restart nvidia-imex.service" in host_commands(plan, name)]
     assert restarted == ["gpu1", "gpu2", "gpu3", "gpu5"]
     assert placed_nodes_config(plan, "gpu8") is None and placed_nodes_config(plan, "gpu1") == (
-        "10.0.0.1\n10.0.0.2\n10.0.0.3\n10.0.0.5\n")
-    [restart] = [meta for meta in plan.state.op_meta.values()
-                 if any("Restart nvidia-imex.service" in name for name in meta.names)]
+        "10.0.0.1\n10.0.0.2\n10.0.0.3\n10.0.0.5\n"
+    )
+    [restart] = [
+        meta
+        for meta in plan.state.op_meta.values()
+        if any("Restart nvidia-imex.service" in name for name in meta.names)
+    ]
     assert restart.global_arguments["_serial"] is True
 
 
@@ -108,34 +126,47 @@ def test_a_member_without_an_address_fails_the_domains_hosts_in_one_line_before_
     assert plan.failed
     for name in hosts:
         assert not [c for c in host_commands(plan, name) if c.startswith("dnf install") or "gpu-node-candidate" in c]
-    line = ("host @fake/gpu2 is in an IMEX domain without imex_address, and its SSH host '@fake/gpu2' is not an IP "
-            "address")
+    line = (
+        "host @fake/gpu2 is in an IMEX domain without imex_address, and its SSH host '@fake/gpu2' is not an IP address"
+    )
     assert sum(line in failure for failure in plan.failures) == 2, plan.failures
 
 
 def test_without_the_driver_stages_install_a_host_with_no_driver_is_refused_naming_it():
     plan = run_inventory(inventory({"gpu1": DOMAIN["gpu1"]}), {"@fake/gpu1": rhel_node(built="")})
     assert plan.failed
-    assert any("IMEX must be at the driver's version, and this host has no NVIDIA driver" in line
-               for line in plan.failures), plan.failures
+    assert any(
+        "IMEX must be at the driver's version, and this host has no NVIDIA driver" in line for line in plan.failures
+    ), plan.failures
 
 
 def imex_state(ctl: list[str]) -> list[str]:
     """ImexState's output: the unit enabled and active, the domain's file, what nvidia-imex-ctl -N printed."""
     listed = base64.b64encode(b"10.0.0.1\n10.0.0.2\n10.0.0.3\n").decode()
-    return ["enabled enabled", "active active", f"nodes_config {listed}", "ctl_status 0",
-            *(f"ctl {line}" for line in ctl)]
+    return [
+        "enabled enabled",
+        "active active",
+        f"nodes_config {listed}",
+        "ctl_status 0",
+        *(f"ctl {line}" for line in ctl),
+    ]
 
 
 def test_verify_names_the_member_its_domain_is_missing_in_each_members_report(tmp_path):
     """deploy/verify.py over the domain whose gpu1 (10.0.0.3) is down: gpu2's IMEX sees it UNAVAILABLE, gpu3's
     does not list it, gpu1's own nvidia-imex-ctl reaches no daemon; each report's imex_domain step fails naming
     what it saw; nothing of IMEX is read on a host without imex_domain."""
-    ready = ["Nodes:", "Node #0   - 10.0.0.1        - READY                - Version: 570.172",
-             "Node #1   - 10.0.0.2        - READY                - Version: 570.172"]
-    seen = {"gpu2": ready + ["Node #2   - 10.0.0.3        - UNAVAILABLE          - Version: 570.172",
-                             "Domain State: DEGRADED"],
-            "gpu3": ready + ["Domain State: DEGRADED"], "gpu1": ["Failed to connect to the IMEX daemon"]}
+    ready = [
+        "Nodes:",
+        "Node #0   - 10.0.0.1        - READY                - Version: 570.172",
+        "Node #1   - 10.0.0.2        - READY                - Version: 570.172",
+    ]
+    seen = {
+        "gpu2": ready
+        + ["Node #2   - 10.0.0.3        - UNAVAILABLE          - Version: 570.172", "Domain State: DEGRADED"],
+        "gpu3": ready + ["Domain State: DEGRADED"],
+        "gpu1": ["Failed to connect to the IMEX daemon"],
+    }
     report = tmp_path / "report.json"
     nodes = {f"@fake/{name}": rhel_node((ImexState, imex_state(lines))) for name, lines in seen.items()}
     nodes["@fake/cpu1"] = rhel_node()
@@ -145,14 +176,19 @@ def test_verify_names_the_member_its_domain_is_missing_in_each_members_report(tm
         plan = run_inventory(inventory(hosts), nodes, GPU_NODE.replace("gpu_node.py", "verify.py"))
     finally:
         del SHARED["verify_report_path"], SHARED["fleet_report_path"]
-    steps = {record["host"]: {step["name"]: step for step in record["steps"]}
-             for record in json.loads(report.read_text())["nodes"]}
+    steps = {
+        record["host"]: {step["name"]: step for step in record["steps"]}
+        for record in json.loads(report.read_text())["nodes"]
+    }
     assert steps["@fake/gpu2"]["imex_domain"]["reason"] == (
-        "IMEX domain rack-a is DEGRADED: @fake/gpu1 (10.0.0.3) UNAVAILABLE (nvidia-imex-ctl -N)")
+        "IMEX domain rack-a is DEGRADED: @fake/gpu1 (10.0.0.3) UNAVAILABLE (nvidia-imex-ctl -N)"
+    )
     assert steps["@fake/gpu3"]["imex_domain"]["reason"] == (
-        "IMEX domain rack-a is DEGRADED: @fake/gpu1 (10.0.0.3) not listed (nvidia-imex-ctl -N)")
+        "IMEX domain rack-a is DEGRADED: @fake/gpu1 (10.0.0.3) not listed (nvidia-imex-ctl -N)"
+    )
     assert steps["@fake/gpu1"]["imex_domain"]["reason"] == (
-        "nvidia-imex-ctl -N (exit 0) named no member of IMEX domain rack-a: Failed to connect to the IMEX daemon")
+        "nvidia-imex-ctl -N (exit 0) named no member of IMEX domain rack-a: Failed to connect to the IMEX daemon"
+    )
     assert "imex_domain" not in steps["@fake/cpu1"]
     assert not [command for name, command in plan.timeline if name == "@fake/cpu1" and "nvidia-imex-ctl" in command]
 

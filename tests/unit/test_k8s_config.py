@@ -19,10 +19,16 @@ GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "k8s" / "device-plug
 CASES = {
     "no-sharing": {},
     "time-slicing-10": {"gpu_sharing": "time-slicing", "gpu_sharing_replicas": "10"},
-    "time-slicing-10-renamed": {"gpu_sharing": "time-slicing", "gpu_sharing_replicas": "10",
-                                "time_slicing_rename_by_default": "true"},
-    "time-slicing-10-strict": {"gpu_sharing": "time-slicing", "gpu_sharing_replicas": 10,
-                               "time_slicing_fail_requests_greater_than_one": True},
+    "time-slicing-10-renamed": {
+        "gpu_sharing": "time-slicing",
+        "gpu_sharing_replicas": "10",
+        "time_slicing_rename_by_default": "true",
+    },
+    "time-slicing-10-strict": {
+        "gpu_sharing": "time-slicing",
+        "gpu_sharing_replicas": 10,
+        "time_slicing_fail_requests_greater_than_one": True,
+    },
     "mps-4": {"gpu_sharing": "mps", "gpu_sharing_replicas": "4"},
     "no-sharing-mig-mixed": {"mig_strategy": "mixed"},
     "time-slicing-4-cdi": {"gpu_sharing": "time-slicing", "cdi": "true"},
@@ -69,28 +75,51 @@ def test_gpushare_nodes_get_the_plain_config_name_if_asked():
     assert SharingConfig.from_settings(parse_settings({"gpu_sharing": "gpushare"})).name == "no-sharing"
 
 
-@pytest.mark.parametrize("data, message", [
-    ({"gpu_sharing": "time-slicing", "gpu_sharing_replicas": "0"},
-     "invalid setting gpu_sharing_replicas='0': allowed: an integer >= 2 <= 1024"),
-    ({"gpu_sharing": "time-slicing", "gpu_sharing_replicas": 1},
-     "invalid setting gpu_sharing_replicas=1: allowed: an integer >= 2 <= 1024"),
-    ({"gpu_sharing_replicas": "4"},
-     "invalid setting gpu_sharing_replicas='4': allowed only with gpu_sharing=time-slicing or mps"),
-    ({"gpu_sharing": "mps", "time_slicing_rename_by_default": "true"},
-     "invalid setting time_slicing_rename_by_default='true': allowed only with gpu_sharing=time-slicing "
-     "(gpu_sharing is 'mps'; MPS and time-slicing are exclusive)"),
-    ({"gpu_sharing": "mps", "time_slicing_fail_requests_greater_than_one": True},
-     "invalid setting time_slicing_fail_requests_greater_than_one=True: allowed only with gpu_sharing=time-slicing"),
-    ({"gpu_sharing": "mps,time-slicing"},
-     "invalid setting gpu_sharing='mps,time-slicing': allowed: one of none, time-slicing, mps, gpushare"),
-    ({"mig_strategy": "both"}, "invalid setting mig_strategy='both': allowed: one of none, single, mixed"),
-    ({"gpu_sharing": "mps", "mig_strategy": "mixed"}, "invalid setting mig_strategy='mixed': allowed: none with gpu_sharing=mps"),
-    ({"device_plugin_install_method": "kustomize"},
-     "invalid setting device_plugin_install_method='kustomize': allowed: one of static, helm"),
-    ({"device_plugin_version": "latest"}, "invalid setting device_plugin_version='latest': allowed: a release such as v0.17.0"),
-    ({"smoke_test_timeout": "5"}, "invalid setting smoke_test_timeout='5': allowed: an integer >= 10 <= 3600"),
-    ({"kube_node_names": "gpu1"}, "invalid setting kube_node_names='gpu1': allowed: a mapping"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (
+            {"gpu_sharing": "time-slicing", "gpu_sharing_replicas": "0"},
+            "invalid setting gpu_sharing_replicas='0': allowed: an integer >= 2 <= 1024",
+        ),
+        (
+            {"gpu_sharing": "time-slicing", "gpu_sharing_replicas": 1},
+            "invalid setting gpu_sharing_replicas=1: allowed: an integer >= 2 <= 1024",
+        ),
+        (
+            {"gpu_sharing_replicas": "4"},
+            "invalid setting gpu_sharing_replicas='4': allowed only with gpu_sharing=time-slicing or mps",
+        ),
+        (
+            {"gpu_sharing": "mps", "time_slicing_rename_by_default": "true"},
+            "invalid setting time_slicing_rename_by_default='true': allowed only with gpu_sharing=time-slicing "
+            "(gpu_sharing is 'mps'; MPS and time-slicing are exclusive)",
+        ),
+        (
+            {"gpu_sharing": "mps", "time_slicing_fail_requests_greater_than_one": True},
+            "invalid setting time_slicing_fail_requests_greater_than_one=True: allowed only with gpu_sharing=time-slicing",
+        ),
+        (
+            {"gpu_sharing": "mps,time-slicing"},
+            "invalid setting gpu_sharing='mps,time-slicing': allowed: one of none, time-slicing, mps, gpushare",
+        ),
+        ({"mig_strategy": "both"}, "invalid setting mig_strategy='both': allowed: one of none, single, mixed"),
+        (
+            {"gpu_sharing": "mps", "mig_strategy": "mixed"},
+            "invalid setting mig_strategy='mixed': allowed: none with gpu_sharing=mps",
+        ),
+        (
+            {"device_plugin_install_method": "kustomize"},
+            "invalid setting device_plugin_install_method='kustomize': allowed: one of static, helm",
+        ),
+        (
+            {"device_plugin_version": "latest"},
+            "invalid setting device_plugin_version='latest': allowed: a release such as v0.17.0",
+        ),
+        ({"smoke_test_timeout": "5"}, "invalid setting smoke_test_timeout='5': allowed: an integer >= 10 <= 3600"),
+        ({"kube_node_names": "gpu1"}, "invalid setting kube_node_names='gpu1': allowed: a mapping"),
+    ],
+)
 def test_invalid_kubernetes_settings_name_the_key(data, message):
     with pytest.raises(SettingsError) as error:
         parse_settings(data)
@@ -110,15 +139,29 @@ def test_cdi_hands_gpus_out_by_cdi_name_through_the_cri():
     assert generated("no-sharing")["flags"]["plugin"]["deviceListStrategy"] == "envvar"
 
 
-@pytest.mark.parametrize(("cdi", "spec", "strategy"), [
-    ("auto", True, "cdi-cri"), ("auto", False, "envvar"), ("true", False, "cdi-cri"), ("false", True, "envvar"),
-])
+@pytest.mark.parametrize(
+    ("cdi", "spec", "strategy"),
+    [
+        ("auto", True, "cdi-cri"),
+        ("auto", False, "envvar"),
+        ("true", False, "cdi-cri"),
+        ("false", True, "envvar"),
+    ],
+)
 def test_a_node_s_config_follows_its_cdi_setting_and_its_spec(cdi, spec, strategy):
     from deploy.facts.gpu_node_identity import GpuNode
 
-    node = GpuNode(host_name="gpu-1", node_name="gpu-1", products=("NVIDIA A100",), pci_gpus=1, nvidia_smi="ok",
-                   gpu_sharing="none", nvidia_runtime_default=True, settings=parse_settings({"cdi": cdi}),
-                   cdi_spec=spec)
+    node = GpuNode(
+        host_name="gpu-1",
+        node_name="gpu-1",
+        products=("NVIDIA A100",),
+        pci_gpus=1,
+        nvidia_smi="ok",
+        gpu_sharing="none",
+        nvidia_runtime_default=True,
+        settings=parse_settings({"cdi": cdi}),
+        cdi_spec=spec,
+    )
     config = SharingConfig.from_settings(node.settings, node.cdi)
     assert yaml.safe_load(config.text())["flags"]["plugin"]["deviceListStrategy"] == strategy
     assert config.name.endswith("-cdi") is (strategy == "cdi-cri")

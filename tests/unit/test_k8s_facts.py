@@ -84,21 +84,33 @@ def test_kube_cluster_api_server_unreachable_real_kubectl_no_cluster(tmp_path):
     kubeconfig.write_text(UNREACHABLE_KUBECONFIG)
     state = KubeCluster().process(run(KubeCluster().command(str(kubeconfig))))
     assert not state["reachable"]
-    assert state["error"].startswith("the API server did not answer: The connection to the server 127.0.0.1:1 was refused")
+    assert state["error"].startswith(
+        "the API server did not answer: The connection to the server 127.0.0.1:1 was refused"
+    )
 
 
 def test_kube_cluster_version_parsed():
-    lines = ["kubeconfig /root/.kube/config", "rc 0",
-             'out {"major": "1", "minor": "31+", "gitVersion": "v1.31.4+k3s1", "platform": "linux/amd64"}']
+    lines = [
+        "kubeconfig /root/.kube/config",
+        "rc 0",
+        'out {"major": "1", "minor": "31+", "gitVersion": "v1.31.4+k3s1", "platform": "linux/amd64"}',
+    ]
     state = KubeCluster().process(lines)
-    assert state == {"kubectl": True, "kubeconfig_readable": True, "reachable": True,
-                     "kubeconfig": "/root/.kube/config", "version": "1.31", "git_version": "v1.31.4+k3s1",
-                     "error": None}
+    assert state == {
+        "kubectl": True,
+        "kubeconfig_readable": True,
+        "reachable": True,
+        "kubeconfig": "/root/.kube/config",
+        "version": "1.31",
+        "git_version": "v1.31.4+k3s1",
+        "error": None,
+    }
 
 
 # --- which kubeconfig kubectl reads where the setting is unset: the real kubectl, in a shell whose
 # HOME and KUBECONFIG the test sets; each kubeconfig points at its own closed port on 127.0.0.1, so
 # the port kubectl reports having tried names the file it read.
+
 
 def closed_port_kubeconfig(path: Path, port: int) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -166,9 +178,13 @@ def test_unset_kubeconfig_without_variable_or_home_config_falls_back_to_kubeadms
     state = kube_cluster_in(tmp_path / "home")
     assert state["kubectl"] and not state["kubeconfig_readable"]
     assert state["error"] == "KUBECONFIG is unset, and neither ~/.kube/config nor /etc/kubernetes/admin.conf exists"
-    bare = subprocess.run(["/bin/sh", "-c", kubectl(None, "get", "--raw", "/version").get_raw_value()],
-                          env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path / "home")},
-                          capture_output=True, text=True, timeout=60)
+    bare = subprocess.run(
+        ["/bin/sh", "-c", kubectl(None, "get", "--raw", "/version").get_raw_value()],
+        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path / "home")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bare.returncode != 0 and "/etc/kubernetes/admin.conf" in bare.stderr, bare.stderr
 
 
@@ -222,7 +238,8 @@ echo "Driver Version: 550.163.01"
 
 @needs_lab
 def test_gpu_node_identity_reads_nvml_past_a_nvidia_smi_that_answers_no_query_standin_nvidia_smi_real_mock_library(
-        tmp_path):
+    tmp_path,
+):
     """The mock's driver root with a STAND-IN nvidia-smi (written here) that ignores the query and
     prints version lines: they are no product names, so the fact reads the real mock libnvidia-ml
     through NVML instead."""
@@ -265,8 +282,11 @@ def test_gpu_node_identity_library_that_is_not_nvml_is_one_clear_line_real_pytho
         pytest.skip("no libz on this machine")
     root = tmp_path / "driver"
     (root / "usr" / "lib" / "x86_64-linux-gnu").mkdir(parents=True)
-    source = next(Path(d) / libz for d in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/usr/lib64",
-                                            "/lib64", "/usr/lib") if (Path(d) / libz).exists())
+    source = next(
+        Path(d) / libz
+        for d in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib")
+        if (Path(d) / libz).exists()
+    )
     shutil.copy(source, root / "usr" / "lib" / "x86_64-linux-gnu" / "libnvidia-ml.so.1")
     state = GpuNodeIdentity().process(run(GpuNodeIdentity().command(driver_root=str(root))))
     assert state["nvml"].startswith("failed cannot load NVML from ") and "nvmlErrorString" in state["nvml"]
@@ -291,14 +311,25 @@ echo 'NVIDIA H100 80GB HBM3, 1'
     smi.chmod(0o755)
     env = {"PATH": tool_path(tmp_path / "bin", without="")}
     state = GpuNodeIdentity().process(run(GpuNodeIdentity().command(driver_root=str(root)), env=env))
-    assert state == {"hostname": state["hostname"], "pci_gpus": state["pci_gpus"], "nvidia_smi": "ok",
-                     "nvml": None, "products": ["NVIDIA H100 80GB HBM3"] * 2, "cdi_spec": state["cdi_spec"]}
+    assert state == {
+        "hostname": state["hostname"],
+        "pci_gpus": state["pci_gpus"],
+        "nvidia_smi": "ok",
+        "nvml": None,
+        "products": ["NVIDIA H100 80GB HBM3"] * 2,
+        "cdi_spec": state["cdi_spec"],
+    }
 
 
 def test_gpu_node_identity_parsed_from_fixtures():
     assert GpuNodeIdentity().process(fixture("identity-a100x2.txt")) == {
-        "hostname": "GPU-Node-1", "pci_gpus": 2, "nvidia_smi": "ok", "nvml": None,
-        "products": ["NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB"], "cdi_spec": False}
+        "hostname": "GPU-Node-1",
+        "pci_gpus": 2,
+        "nvidia_smi": "ok",
+        "nvml": None,
+        "products": ["NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB"],
+        "cdi_spec": False,
+    }
     assert GpuNodeIdentity().process(["hostname gpu-1", "pci_gpus 1", "cdi_spec 1"])["cdi_spec"] is True
     assert GpuNodeIdentity().process(fixture("identity-driver-down.txt"))["products"] == []
     mock = GpuNodeIdentity().process(fixture("identity-nvml-mock-t4.txt"))
@@ -313,7 +344,9 @@ def test_nodes_and_labels_parsed():
     assert state["nodes"]["gpu1"]["nvidia.com/gpu.present"] == "true"
     assert set(state["nodes"]) == {"gpu1", "cp1"}
     assert KubeNodes().process(["rc 1", "err error: You must be logged in to the server (Unauthorized)"]) == {
-        "nodes": None, "error": "error: You must be logged in to the server (Unauthorized)"}
+        "nodes": None,
+        "error": "error: You must be logged in to the server (Unauthorized)",
+    }
 
 
 def test_live_objects_parsed_from_a_kubectl_list():
@@ -326,28 +359,36 @@ def test_live_objects_parsed_from_a_kubectl_list():
 def test_server_side_diff_exit_codes():
     assert KubeServerSideDiff().process(["rc 0"])["changed"] is False
     assert KubeServerSideDiff().process(["rc 1", "out -  replicas: 4", "out +  replicas: 8"])["changed"] is True
-    failed = KubeServerSideDiff().process(["rc 2", "err error: unable to recognize \"STDIN\": no matches for kind"])
+    failed = KubeServerSideDiff().process(["rc 2", 'err error: unable to recognize "STDIN": no matches for kind'])
     assert failed["changed"] is None and failed["error"].startswith("error: unable to recognize")
 
 
 def test_helm_release_parsed():
     assert HelmRelease().process(["helm-missing"])["error"] == "helm is not installed (not on PATH)"
-    state = HelmRelease().process([
-        "list-rc 0", 'list-out [{"name":"nvdp","namespace":"nvidia-device-plugin","revision":"2",'
-        '"status":"deployed","chart":"nvidia-device-plugin-0.17.0","app_version":"0.17.0"}]',
-        "values-rc 0", 'values-out {"config":{"default":"no-sharing"}}'])
+    state = HelmRelease().process(
+        [
+            "list-rc 0",
+            'list-out [{"name":"nvdp","namespace":"nvidia-device-plugin","revision":"2",'
+            '"status":"deployed","chart":"nvidia-device-plugin-0.17.0","app_version":"0.17.0"}]',
+            "values-rc 0",
+            'values-out {"config":{"default":"no-sharing"}}',
+        ]
+    )
     assert (state["exists"], state["chart"], state["status"]) == (True, "nvidia-device-plugin-0.17.0", "deployed")
     assert state["values"] == {"config": {"default": "no-sharing"}}
 
 
-@pytest.mark.parametrize("product, label", [
-    ("NVIDIA A100-SXM4-40GB", "nvidia-a100-sxm4-40gb"),
-    ("Tesla P100-PCIE-16GB", "nvidia-tesla-p100-pcie-16gb"),
-    ("NVIDIA GeForce RTX 4090", "nvidia-geforce-rtx-4090"),
-    ("NVIDIA H100 80GB HBM3", "nvidia-h100-80gb-hbm3"),
-    ("", None),
-    (None, None),
-])
+@pytest.mark.parametrize(
+    "product, label",
+    [
+        ("NVIDIA A100-SXM4-40GB", "nvidia-a100-sxm4-40gb"),
+        ("Tesla P100-PCIE-16GB", "nvidia-tesla-p100-pcie-16gb"),
+        ("NVIDIA GeForce RTX 4090", "nvidia-geforce-rtx-4090"),
+        ("NVIDIA H100 80GB HBM3", "nvidia-h100-80gb-hbm3"),
+        ("", None),
+        (None, None),
+    ],
+)
 def test_accelerator_label_normalised(product, label):
     assert accelerator_label(product) == label
 
@@ -365,8 +406,12 @@ def test_kube_node_name_mapping_then_hostname_then_inventory_name():
 
 def test_labels_to_change_only_differences_and_removals():
     current = {"nvidia.com/gpu.present": "true", "accelerator": "nvidia-t4", "nvidia.com/mps.capable": "true"}
-    wanted = {"nvidia.com/gpu.present": "true", "accelerator": "nvidia-a100", "nvidia.com/mps.capable": None,
-              "nvidia.com/device-plugin.config": None}
+    wanted = {
+        "nvidia.com/gpu.present": "true",
+        "accelerator": "nvidia-a100",
+        "nvidia.com/mps.capable": None,
+        "nvidia.com/device-plugin.config": None,
+    }
     assert labels_to_change(current, wanted) == {"accelerator": "nvidia-a100", "nvidia.com/mps.capable": None}
 
 

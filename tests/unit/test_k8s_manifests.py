@@ -29,9 +29,12 @@ SUPPORTED_KUBERNETES = ["1.28", "1.29", "1.30", "1.31", "1.32", "1.33"]
 
 VARIANTS = {
     "no-sharing": {},
-    "time-slicing": {"gpu_sharing": "time-slicing", "gpu_sharing_replicas": "10",
-                     "time_slicing_rename_by_default": "true",
-                     "time_slicing_fail_requests_greater_than_one": "true"},
+    "time-slicing": {
+        "gpu_sharing": "time-slicing",
+        "gpu_sharing_replicas": "10",
+        "time_slicing_rename_by_default": "true",
+        "time_slicing_fail_requests_greater_than_one": "true",
+    },
     "mps-runtimeclass": {"gpu_sharing": "mps", "nvidia_runtime_default": "false"},
     "mig-mixed": {"mig_strategy": "mixed"},
 }
@@ -39,9 +42,16 @@ VARIANTS = {
 
 def gpu_node(name: str, data: dict) -> GpuNode:
     settings = parse_settings(data)
-    return GpuNode(host_name=name, node_name=name, products=("NVIDIA A100-SXM4-40GB",), pci_gpus=1,
-                   nvidia_smi="ok", gpu_sharing=settings.gpu_sharing,
-                   nvidia_runtime_default=settings.nvidia_runtime_default, settings=settings)
+    return GpuNode(
+        host_name=name,
+        node_name=name,
+        products=("NVIDIA A100-SXM4-40GB",),
+        pci_gpus=1,
+        nvidia_smi="ok",
+        gpu_sharing=settings.gpu_sharing,
+        nvidia_runtime_default=settings.nvidia_runtime_default,
+        settings=settings,
+    )
 
 
 def rendered(variant: str) -> list[tuple[str, str]]:
@@ -127,7 +137,8 @@ def test_device_plugin_daemonset_has_the_issue_requirements():
     assert pod["priorityClassName"] == "system-node-critical"
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     expressions = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-        "nodeSelectorTerms"][0]["matchExpressions"]
+        "nodeSelectorTerms"
+    ][0]["matchExpressions"]
     assert {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]} in expressions
     assert {"key": "gpushare", "operator": "NotIn", "values": ["true"]} in expressions
     images = {c["image"] for c in pod["containers"] + pod["initContainers"]}
@@ -154,8 +165,10 @@ def test_a_driver_root_other_than_slash_is_mounted_and_named_in_the_plugin_confi
     assert {"name": "driver-root", "hostPath": {"path": "/run/nvidia/driver", "type": "Directory"}} in pod["volumes"]
     plugin = next(c for c in pod["containers"] if c["name"] == "nvidia-device-plugin-ctr")
     assert {"name": "driver-root", "mountPath": "/driver-root", "readOnly": True} in plugin["volumeMounts"]
-    assert yaml.safe_load(render_helm_values(settings, [gpu_node("gpu1", data)]))["nvidiaDriverRoot"] == \
-        "/run/nvidia/driver"
+    assert (
+        yaml.safe_load(render_helm_values(settings, [gpu_node("gpu1", data)]))["nvidiaDriverRoot"]
+        == "/run/nvidia/driver"
+    )
 
     default = manifest_documents(render_device_plugin(parse_settings({}), [gpu_node("gpu1", {})]))
     assert "driver-root" not in yaml.safe_dump(default)

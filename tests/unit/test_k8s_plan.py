@@ -46,10 +46,17 @@ class FakeCluster:
     version: tuple[str, str] = ("1", "30")
     nodes: dict[str, dict[str, str]] = field(default_factory=dict)
     objects: dict[tuple[str, str, str], dict] = field(default_factory=dict)
-    smoke_lines: list[str] = field(default_factory=lambda: [
-        "created", "phase Succeeded", "scheduled True : ", "log [Vector addition of 50000 elements]",
-        "log Test PASSED", "log Done", "deleted",
-    ])
+    smoke_lines: list[str] = field(
+        default_factory=lambda: [
+            "created",
+            "phase Succeeded",
+            "scheduled True : ",
+            "log [Vector addition of 50000 elements]",
+            "log Test PASSED",
+            "log Done",
+            "deleted",
+        ]
+    )
     helm_lines: list[str] | None = None
     # The kubeconfig the control plane's kubectl finds where the setting is unset: a kubeadm control
     # plane's, run as root with neither KUBECONFIG nor ~/.kube/config (test_k8s_facts.py runs the rule)
@@ -65,12 +72,18 @@ class FakeCluster:
             if not self.kubectl_installed:
                 return True, ["kubectl-missing"]
             if not self.reachable:
-                return True, [self.kubeconfig_line(command), "rc 1",
-                              "err The connection to the server 127.0.0.1:6443 was refused - "
-                              "did you specify the right host or port?"]
+                return True, [
+                    self.kubeconfig_line(command),
+                    "rc 1",
+                    "err The connection to the server 127.0.0.1:6443 was refused - "
+                    "did you specify the right host or port?",
+                ]
             major, minor = self.version
-            return True, [self.kubeconfig_line(command), "rc 0", "out " + json.dumps(
-                {"major": major, "minor": minor, "gitVersion": f"v{major}.{minor}.2"})]
+            return True, [
+                self.kubeconfig_line(command),
+                "rc 0",
+                "out " + json.dumps({"major": major, "minor": minor, "gitVersion": f"v{major}.{minor}.2"}),
+            ]
         if "gpu-node-smoke-test" in command and " create -f - " in command:
             return True, self.smoke_lines
         if "command -v helm" in command:
@@ -79,8 +92,9 @@ class FakeCluster:
             items = [{"metadata": {"name": name, "labels": labels}} for name, labels in self.nodes.items()]
             return True, ["rc 0", "out " + json.dumps({"kind": "List", "items": items})]
         if " get -f - " in command:
-            found = [self.objects[object_key(doc)] for doc in stdin_manifest(command)
-                     if object_key(doc) in self.objects]
+            found = [
+                self.objects[object_key(doc)] for doc in stdin_manifest(command) if object_key(doc) in self.objects
+            ]
             return True, ["rc 0"] + (["out " + json.dumps({"kind": "List", "items": found})] if found else [])
         if " diff --server-side " in command:
             changed = any(self.objects.get(object_key(doc)) != doc for doc in stdin_manifest(command))
@@ -88,13 +102,14 @@ class FakeCluster:
         if " apply --server-side " in command:
             for doc in stdin_manifest(command):
                 self.objects[object_key(doc)] = doc
-            return True, [f"{doc['kind'].lower()}/{doc['metadata']['name']} serverside-applied"
-                          for doc in stdin_manifest(command)]
+            return True, [
+                f"{doc['kind'].lower()}/{doc['metadata']['name']} serverside-applied" for doc in stdin_manifest(command)
+            ]
         if " label node " in command:
             words = shlex.split(command)
             index = words.index("node")
             node = words[index + 1]
-            for item in words[index + 2:]:
+            for item in words[index + 2 :]:
                 if item == "--overwrite":
                     continue
                 if item.endswith("-") and "=" not in item:
@@ -110,11 +125,15 @@ class FakeCluster:
 IDENTITY = every(GpuNodeIdentity)
 
 
-def gpu_identity_lines(hostname: str, products: list[str], pci_gpus: int | None = None,
-                       nvidia_smi: str = "ok") -> list[str]:
+def gpu_identity_lines(
+    hostname: str, products: list[str], pci_gpus: int | None = None, nvidia_smi: str = "ok"
+) -> list[str]:
     """What GpuNodeIdentity's command prints on a node (see tests/fixtures/k8s/identity-*.txt)."""
-    lines = [f"hostname {hostname}", f"pci_gpus {len(products) if pci_gpus is None else pci_gpus}",
-             f"nvidia_smi {nvidia_smi}"]
+    lines = [
+        f"hostname {hostname}",
+        f"pci_gpus {len(products) if pci_gpus is None else pci_gpus}",
+        f"nvidia_smi {nvidia_smi}",
+    ]
     return lines + [f"product {name}" for name in products]
 
 
@@ -141,9 +160,14 @@ class PlanRun:
         return bool(self.state.failed_hosts)
 
 
-def run_plan(monkeypatch, cluster: FakeCluster, gpu_hosts: dict[str, list[str]],
-             data: dict | None = None, host_data: dict[str, dict] | None = None,
-             more_control_planes: dict[str, FakeCluster] | None = None) -> PlanRun:
+def run_plan(
+    monkeypatch,
+    cluster: FakeCluster,
+    gpu_hosts: dict[str, list[str]],
+    data: dict | None = None,
+    host_data: dict[str, dict] | None = None,
+    more_control_planes: dict[str, FakeCluster] | None = None,
+) -> PlanRun:
     """
     Run deploy/k8s_gpu.py like ``pyinfra -y inventory.py deploy/k8s_gpu.py`` on @fake hosts:
     @fake/cp1 answers every command from ``cluster``, each of ``more_control_planes`` from its own;
@@ -188,8 +212,12 @@ def test_first_run_applies_runtime_class_and_device_plugin_labels_node_and_passe
 ):
     """No kube-apiserver here: FakeCluster stands in for it; the commands are the real ones."""
     cluster = two_gpu_node_cluster()
-    run = run_plan(monkeypatch, cluster, {"@fake/gpu1": gpu_identity_lines("gpu1", [A100, A100])},
-                   data={"gpu_sharing": "time-slicing", "gpu_sharing_replicas": "10"})
+    run = run_plan(
+        monkeypatch,
+        cluster,
+        {"@fake/gpu1": gpu_identity_lines("gpu1", [A100, A100])},
+        data={"gpu_sharing": "time-slicing", "gpu_sharing_replicas": "10"},
+    )
     assert not run.failed
     commands = run.control_plane_commands()
     # kubeconfig unset: kubectl's own, else kubeadm's admin.conf (test_k8s_facts.py runs the rule for real)
@@ -230,20 +258,28 @@ def test_changed_sharing_reapplies_only_the_device_plugin_and_relabels_no_real_c
     cluster = two_gpu_node_cluster()
     gpu = {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])}
     run_plan(monkeypatch, cluster, gpu, data={"gpu_sharing": "time-slicing", "smoke_test": "false"})
-    run = run_plan(monkeypatch, cluster, gpu,
-                   data={"gpu_sharing": "time-slicing", "gpu_sharing_replicas": "8", "smoke_test": "false"})
+    run = run_plan(
+        monkeypatch,
+        cluster,
+        gpu,
+        data={"gpu_sharing": "time-slicing", "gpu_sharing_replicas": "8", "smoke_test": "false"},
+    )
     assert len(run.applies()) == 1 and "kind: DaemonSet" in run.applies()[0]
     assert len(run.diffs()) == passes(both_modes)
     assert run.labels() and "nvidia.com/device-plugin.config=time-slicing-8" in run.labels()[0]
-    digests = {obj["metadata"]["annotations"][DIGEST_ANNOTATION] for key, obj in cluster.objects.items()
-               if key[0] != "RuntimeClass"}
+    digests = {
+        obj["metadata"]["annotations"][DIGEST_ANNOTATION]
+        for key, obj in cluster.objects.items()
+        if key[0] != "RuntimeClass"
+    }
     assert len(digests) == 1
 
 
 def test_per_node_sharing_config_from_the_nodes_own_settings_no_real_cluster(monkeypatch):
     cluster = FakeCluster(nodes={"gpu1": {}, "gpu2": {}})
     run = run_plan(
-        monkeypatch, cluster,
+        monkeypatch,
+        cluster,
         {"@fake/gpu1": gpu_identity_lines("gpu1", [A100]), "@fake/gpu2": gpu_identity_lines("GPU2", ["Tesla T4"])},
         data={"smoke_test": "false"},
         host_data={"@fake/gpu2": {"gpu_sharing": "time-slicing", "gpu_sharing_replicas": 10}},
@@ -260,15 +296,20 @@ def test_node_without_gpu_is_not_labelled_and_gpu_without_driver_gets_no_acceler
     """No GPU on these machines: the identity lines are what such nodes print (fixtures)."""
     cluster = FakeCluster(nodes={"plain": {}, "nodriver": {}})
     run = run_plan(
-        monkeypatch, cluster,
-        {"@fake/plain": gpu_identity_lines("plain", [], nvidia_smi="missing"),
-         "@fake/nodriver": gpu_identity_lines("nodriver", [], pci_gpus=1, nvidia_smi="exit 9")},
+        monkeypatch,
+        cluster,
+        {
+            "@fake/plain": gpu_identity_lines("plain", [], nvidia_smi="missing"),
+            "@fake/nodriver": gpu_identity_lines("nodriver", [], pci_gpus=1, nvidia_smi="exit 9"),
+        },
         data={"smoke_test": "false"},
     )
     assert not run.failed
     assert cluster.nodes["plain"] == {}
-    assert cluster.nodes["nodriver"] == {"nvidia.com/gpu.present": "true",
-                                         "nvidia.com/device-plugin.config": "no-sharing"}
+    assert cluster.nodes["nodriver"] == {
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/device-plugin.config": "no-sharing",
+    }
     text = caplog.text
     assert "no NVIDIA GPU on its PCI bus" in text and "plain" in text
     assert "no product name (nvidia-smi: exit 9)" in text
@@ -285,8 +326,13 @@ def test_node_missing_from_cluster_is_reported_and_mapping_names_it(monkeypatch,
 
 def test_runtime_class_used_by_device_plugin_when_nvidia_is_not_the_default_runtime(monkeypatch):
     cluster = two_gpu_node_cluster()
-    run_plan(monkeypatch, cluster, {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])},
-             data={"smoke_test": "false"}, host_data={"@fake/gpu1": {"nvidia_runtime_default": False}})
+    run_plan(
+        monkeypatch,
+        cluster,
+        {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])},
+        data={"smoke_test": "false"},
+        host_data={"@fake/gpu1": {"nvidia_runtime_default": False}},
+    )
     daemonset = cluster.objects[("DaemonSet", "nvidia-device-plugin", "nvidia-device-plugin")]
     assert daemonset["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia"
     runtime_class = cluster.objects[("RuntimeClass", "", "nvidia")]
@@ -294,10 +340,13 @@ def test_runtime_class_used_by_device_plugin_when_nvidia_is_not_the_default_runt
     assert runtime_class["scheduling"]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
 
 
-@pytest.mark.parametrize("cluster, expected", [
-    (FakeCluster(kubectl_installed=False), "kubectl is not installed"),
-    (FakeCluster(reachable=False), "the API server did not answer: The connection to the server 127.0.0.1:6443"),
-])
+@pytest.mark.parametrize(
+    "cluster, expected",
+    [
+        (FakeCluster(kubectl_installed=False), "kubectl is not installed"),
+        (FakeCluster(reachable=False), "the API server did not answer: The connection to the server 127.0.0.1:6443"),
+    ],
+)
 def test_kubectl_missing_or_api_unreachable_names_host_and_kubeconfig_before_any_change(monkeypatch, cluster, expected):
     with pytest.raises(KubeUnavailableError) as error:
         run_plan(monkeypatch, cluster, {}, data={"kubeconfig": "/etc/rancher/k3s/k3s.yaml"})
@@ -307,12 +356,17 @@ def test_kubectl_missing_or_api_unreachable_names_host_and_kubeconfig_before_any
     assert cluster.objects == {}
 
 
-@pytest.mark.parametrize("data, key", [
-    ({"gpu_sharing": "time-slicing", "gpu_sharing_replicas": "1"}, "gpu_sharing_replicas"),
-    ({"gpu_sharing": "mps", "time_slicing_fail_requests_greater_than_one": "true"},
-     "time_slicing_fail_requests_greater_than_one"),
-    ({"mig_strategy": "sometimes"}, "mig_strategy"),
-])
+@pytest.mark.parametrize(
+    "data, key",
+    [
+        ({"gpu_sharing": "time-slicing", "gpu_sharing_replicas": "1"}, "gpu_sharing_replicas"),
+        (
+            {"gpu_sharing": "mps", "time_slicing_fail_requests_greater_than_one": "true"},
+            "time_slicing_fail_requests_greater_than_one",
+        ),
+        ({"mig_strategy": "sometimes"}, "mig_strategy"),
+    ],
+)
 def test_invalid_settings_stop_the_run_naming_the_key_before_any_kubectl(monkeypatch, data, key):
     cluster = two_gpu_node_cluster()
     with pytest.raises(SettingsError, match=f"invalid setting {key}="):
@@ -324,25 +378,32 @@ def test_smoke_pod_pending_fails_with_the_schedulers_reason_no_gpu_here(monkeypa
     """No GPU on these machines: the pending pod is what a cluster without GPUs reports."""
     cluster = two_gpu_node_cluster()
     cluster.smoke_lines = [
-        "created", "phase Pending",
+        "created",
+        "phase Pending",
         "scheduled False Unschedulable: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu. "
         "preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod.",
         "deleted",
     ]
-    run = run_plan(monkeypatch, cluster, {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])},
-                   data={"smoke_test_timeout": "10"})
+    run = run_plan(
+        monkeypatch, cluster, {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])}, data={"smoke_test_timeout": "10"}
+    )
     assert run.failed
     assert (
         "[@fake/cp1]  gpu-node: smoke pod still Pending after the timeout: False Unschedulable: 0/2 nodes are available: "
-        "2 Insufficient nvidia.com/gpu.") in caplog.text
+        "2 Insufficient nvidia.com/gpu."
+    ) in caplog.text
     # the device plugin was applied before the smoke pod ran
     assert ("DaemonSet", "nvidia-device-plugin", "nvidia-device-plugin") in cluster.objects
 
 
 def test_smoke_pod_requests_the_renamed_shared_resource(monkeypatch):
     cluster = two_gpu_node_cluster()
-    run = run_plan(monkeypatch, cluster, {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])},
-                   data={"gpu_sharing": "time-slicing", "time_slicing_rename_by_default": "true"})
+    run = run_plan(
+        monkeypatch,
+        cluster,
+        {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])},
+        data={"gpu_sharing": "time-slicing", "time_slicing_rename_by_default": "true"},
+    )
     assert not run.failed
     smoke = [c for c in run.control_plane_commands() if "gpu-node-smoke-test" in c][0]
     assert "nvidia.com/gpu.shared: 1" in smoke
@@ -358,8 +419,9 @@ def test_gpushare_nodes_go_to_the_gpushare_hook_instead_of_the_device_plugin(mon
     module.gpushare = lambda settings, nodes: calls.append((settings.gpu_sharing, [n.node_name for n in nodes]))
     monkeypatch.setitem(sys.modules, "deploy.tasks.gpushare", module)
     cluster = two_gpu_node_cluster()
-    run = run_plan(monkeypatch, cluster, {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])},
-                   data={"gpu_sharing": "gpushare"})
+    run = run_plan(
+        monkeypatch, cluster, {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])}, data={"gpu_sharing": "gpushare"}
+    )
     assert not run.failed
     assert calls == [("gpushare", ["gpu1"])]
     assert len(run.applies()) == 1 and "kind: RuntimeClass" in run.applies()[0]
@@ -376,13 +438,18 @@ def test_helm_path_plan_only_no_helm_binary_reachable_here_installs_the_pinned_c
     run = run_plan(monkeypatch, cluster, gpu, data=data)
     helm = [c for c in run.control_plane_commands() if " upgrade --install nvdp " in c]
     assert len(helm) == 1
-    assert "upgrade --install nvdp nvidia-device-plugin --repo https://nvidia.github.io/k8s-device-plugin " \
-           "--version 0.17.0 --namespace nvidia-device-plugin" in helm[0]
+    assert (
+        "upgrade --install nvdp nvidia-device-plugin --repo https://nvidia.github.io/k8s-device-plugin "
+        "--version 0.17.0 --namespace nvidia-device-plugin" in helm[0]
+    )
     values = yaml.safe_load(shlex.split(helm[0])[2])
     assert values["config"]["default"] == "no-sharing" and values["gfd"] == {"enabled": False}
-    cluster.helm_lines = ["list-rc 0", "list-out " + json.dumps(
-        [{"name": "nvdp", "chart": "nvidia-device-plugin-0.17.0", "status": "deployed"}]),
-        "values-rc 0", "values-out " + json.dumps(values)]
+    cluster.helm_lines = [
+        "list-rc 0",
+        "list-out " + json.dumps([{"name": "nvdp", "chart": "nvidia-device-plugin-0.17.0", "status": "deployed"}]),
+        "values-rc 0",
+        "values-out " + json.dumps(values),
+    ]
     again = run_plan(monkeypatch, cluster, gpu, data=data)
     assert not again.failed
     assert not [c for c in again.control_plane_commands() if " upgrade " in c]
@@ -390,11 +457,17 @@ def test_helm_path_plan_only_no_helm_binary_reachable_here_installs_the_pinned_c
 
 def test_helm_path_plan_only_no_helm_binary_reachable_here_names_host_and_kubeconfig(monkeypatch, caplog):
     cluster = two_gpu_node_cluster()
-    run = run_plan(monkeypatch, cluster, {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])},
-                   data={"device_plugin_install_method": "helm", "smoke_test": "false"})
+    run = run_plan(
+        monkeypatch,
+        cluster,
+        {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])},
+        data={"device_plugin_install_method": "helm", "smoke_test": "false"},
+    )
     assert run.failed
-    assert ("[@fake/cp1]  gpu-node: cannot use the cluster with the kubeconfig kubectl finds (KUBECONFIG, ~/.kube/config, else /etc/kubernetes/admin.conf): "
-            "helm: helm is not installed (not on PATH)") in caplog.text
+    assert (
+        "[@fake/cp1]  gpu-node: cannot use the cluster with the kubeconfig kubectl finds (KUBECONFIG, ~/.kube/config, else /etc/kubernetes/admin.conf): "
+        "helm: helm is not installed (not on PATH)"
+    ) in caplog.text
 
 
 class ForbiddenCluster(FakeCluster):
@@ -402,16 +475,24 @@ class ForbiddenCluster(FakeCluster):
 
     def answer(self, command: str):
         if " get -f - " in command:
-            return True, ["rc 1", 'err Error from server (Forbidden): runtimeclasses.node.k8s.io "nvidia" is '
-                                  'forbidden: User "viewer" cannot get resource "runtimeclasses"']
+            return True, [
+                "rc 1",
+                'err Error from server (Forbidden): runtimeclasses.node.k8s.io "nvidia" is '
+                'forbidden: User "viewer" cannot get resource "runtimeclasses"',
+            ]
         return super().answer(command)
 
 
 def test_a_kubectl_failure_on_one_control_plane_fails_that_host_only(monkeypatch, caplog):
     """Two control-plane hosts in one run: cp2's kubectl is refused; cp1 still applies and labels."""
     cluster, forbidden = two_gpu_node_cluster(), ForbiddenCluster(nodes={"gpu1": {}})
-    run = run_plan(monkeypatch, cluster, {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])},
-                   data={"smoke_test": "false"}, more_control_planes={"@fake/cp2": forbidden})
+    run = run_plan(
+        monkeypatch,
+        cluster,
+        {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])},
+        data={"smoke_test": "false"},
+        more_control_planes={"@fake/cp2": forbidden},
+    )
     assert {host.name for host in run.state.failed_hosts} == {"@fake/cp2"}
     failures = [record.getMessage() for record in caplog.records if "gpu-node: " in record.getMessage()]
     assert failures == [  # pyinfra pads the host prefix to the longest name
@@ -431,9 +512,13 @@ class ClusterWithoutDigests(FakeCluster):
 
     def answer(self, command: str):
         if " get -f - " in command:
-            found = [{"kind": doc["kind"], "metadata": {"name": doc["metadata"]["name"],
-                                                        "namespace": doc["metadata"].get("namespace")}}
-                     for doc in stdin_manifest(command)]
+            found = [
+                {
+                    "kind": doc["kind"],
+                    "metadata": {"name": doc["metadata"]["name"], "namespace": doc["metadata"].get("namespace")},
+                }
+                for doc in stdin_manifest(command)
+            ]
             return True, ["rc 0", "out " + json.dumps({"kind": "List", "items": found})]
         if " diff --server-side " in command:
             return True, ["rc 0"]
@@ -442,8 +527,9 @@ class ClusterWithoutDigests(FakeCluster):
 
 def test_no_server_side_difference_means_no_apply_and_no_change(monkeypatch, both_modes):
     cluster = ClusterWithoutDigests(nodes={"gpu1": {}})
-    run = run_plan(monkeypatch, cluster, {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])},
-                   data={"smoke_test": "false"})
+    run = run_plan(
+        monkeypatch, cluster, {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])}, data={"smoke_test": "false"}
+    )
     assert not run.failed
     assert len(run.diffs()) == 2 * passes(both_modes) and run.applies() == []
 
@@ -452,19 +538,24 @@ def test_missing_objects_apply_without_a_server_side_diff(monkeypatch):
     """A real API server cannot dry-run objects in a namespace the same manifest creates
     ("namespaces ... not found", seen on the lab cluster): a missing object is a change, no diff."""
     cluster = FakeCluster(nodes={"gpu1": {}})
-    run = run_plan(monkeypatch, cluster, {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])},
-                   data={"smoke_test": "false"})
+    run = run_plan(
+        monkeypatch, cluster, {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])}, data={"smoke_test": "false"}
+    )
     assert not run.failed
     assert run.diffs() == [] and len(run.applies()) == 2
 
 
 # --- which kubeconfig kubectl and helm read --------------------------------------------------------
 
+
 def kubeconfig_options(command: str) -> list[list[str]]:
     """The two words after each kubectl or helm the command runs (``command -v kubectl`` is no run)."""
     words = shlex.split(command)
-    return [words[index + 1:index + 3] for index, word in enumerate(words)
-            if word in ("kubectl", "helm") and words[index - 1] != "-v"]
+    return [
+        words[index + 1 : index + 3]
+        for index, word in enumerate(words)
+        if word in ("kubectl", "helm") and words[index - 1] != "-v"
+    ]
 
 
 HELM_NOT_YET = ["list-rc 0", "list-out []", "values-rc 1", "values-err Error: release: not found"]
@@ -476,12 +567,17 @@ def test_kubeconfig_unset_every_kubectl_and_helm_finds_its_own_kubeconfig_no_rea
     caplog.set_level("INFO", logger="pyinfra")
     cluster = two_gpu_node_cluster()
     cluster.helm_lines = HELM_NOT_YET
-    run = run_plan(monkeypatch, cluster, {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])},
-                   data={"device_plugin_install_method": "helm", "smoke_test": "false"})
+    run = run_plan(
+        monkeypatch,
+        cluster,
+        {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])},
+        data={"device_plugin_install_method": "helm", "smoke_test": "false"},
+    )
     assert not run.failed
     options = [option for command in run.control_plane_commands() for option in kubeconfig_options(command)]
-    runs = {word for command in run.control_plane_commands() for word in shlex.split(command)
-            if word in ("kubectl", "helm")}
+    runs = {
+        word for command in run.control_plane_commands() for word in shlex.split(command) if word in ("kubectl", "helm")
+    }
     assert runs == {"kubectl", "helm"} and len(options) >= 6
     assert all(option == ["$([", "-n"] for option in options), options
     assert "Kubernetes v1.30.2 via kubeconfig /etc/kubernetes/admin.conf" in caplog.text
@@ -491,9 +587,12 @@ def test_a_set_kubeconfig_is_given_to_every_kubectl_and_helm_no_real_cluster(mon
     caplog.set_level("INFO", logger="pyinfra")
     cluster = two_gpu_node_cluster()
     cluster.helm_lines = HELM_NOT_YET
-    run = run_plan(monkeypatch, cluster, {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])},
-                   data={"device_plugin_install_method": "helm", "smoke_test": "false",
-                         "kubeconfig": "/etc/rancher/k3s/k3s.yaml"})
+    run = run_plan(
+        monkeypatch,
+        cluster,
+        {"@fake/gpu1": gpu_identity_lines("gpu1", [A100])},
+        data={"device_plugin_install_method": "helm", "smoke_test": "false", "kubeconfig": "/etc/rancher/k3s/k3s.yaml"},
+    )
     assert not run.failed
     options = [option for command in run.control_plane_commands() for option in kubeconfig_options(command)]
     assert len(options) >= 6 and all(option == ["--kubeconfig", "/etc/rancher/k3s/k3s.yaml"] for option in options)
@@ -514,8 +613,11 @@ def test_the_health_monitor_is_applied_with_gpu_health_monitor_npd_alone_once_no
     assert not first.failed and len(first.applies()) == 3
     (applied,) = [command for command in first.applies() if "node-problem-detector" in command]
     assert {(document["kind"], document["metadata"]["name"]) for document in stdin_manifest(applied)} == {
-        ("Namespace", "gpu-node-health"), ("ServiceAccount", "gpu-node-health-monitor"),
-        ("ClusterRoleBinding", "gpu-node-health-monitor"), ("ConfigMap", "gpu-node-health-monitor"),
-        ("DaemonSet", "gpu-node-health-monitor")}
+        ("Namespace", "gpu-node-health"),
+        ("ServiceAccount", "gpu-node-health-monitor"),
+        ("ClusterRoleBinding", "gpu-node-health-monitor"),
+        ("ConfigMap", "gpu-node-health-monitor"),
+        ("DaemonSet", "gpu-node-health-monitor"),
+    }
     second = run_plan(monkeypatch, cluster, gpu, data=data)
     assert second.applies() == [] and second.diffs() == []

@@ -44,8 +44,11 @@ from deploy.tasks.k8s import (
 OLDEST = "1.28"
 # all_versions() lists each release twice (its plain and its strict schema folder)
 VERSIONS = sorted(
-    {kubernetes_validate.utils.major_minor(version) for version in kubernetes_validate.utils.all_versions()
-     if Version(version) >= Version(OLDEST)},
+    {
+        kubernetes_validate.utils.major_minor(version)
+        for version in kubernetes_validate.utils.all_versions()
+        if Version(version) >= Version(OLDEST)
+    },
     key=Version,
 )
 REPO = Path(__file__).resolve().parents[2]
@@ -57,8 +60,9 @@ SCHEDULER_POD = REPO / "tests" / "fixtures" / "gpushare" / "kube-scheduler-stati
 @pytest.fixture(scope="module", autouse=True)
 def schema_files_read_once():
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(kubernetes_validate.utils, "schema_contents",
-                      functools.cache(kubernetes_validate.utils.schema_contents))
+        patch.setattr(
+            kubernetes_validate.utils, "schema_contents", functools.cache(kubernetes_validate.utils.schema_contents)
+        )
         yield
 
 
@@ -77,8 +81,9 @@ def schema_problem(document: dict, version: str) -> str | None:
         return f"{kind} {api_version} is not served by Kubernetes {version}"
     except kubernetes_validate.ValidationError as error:
         where = ".".join(str(part) for part in error.absolute_path) or "(top level)"
-        return one_line(f"{kind} {name} ({api_version}) is invalid for Kubernetes {version} at {where}: "
-                        f"{error.message}")
+        return one_line(
+            f"{kind} {name} ({api_version}) is invalid for Kubernetes {version} at {where}: {error.message}"
+        )
     if checked != version:  # validate() silently falls back to the nearest older schema set
         return f"{kind} {name}: no Kubernetes {version} schemas in kubernetes-validate (it used {checked})"
     return None
@@ -95,28 +100,51 @@ GPU = ("NVIDIA A100-SXM4-40GB",)
 
 def gpu_node(name: str, data: dict, products: tuple[str, ...] = GPU, pci_gpus: int = 1) -> GpuNode:
     settings = parse_settings(data)
-    return GpuNode(host_name=name, node_name=name, products=products, pci_gpus=pci_gpus, nvidia_smi="ok",
-                   gpu_sharing=settings.gpu_sharing, nvidia_runtime_default=settings.nvidia_runtime_default,
-                   settings=settings)
+    return GpuNode(
+        host_name=name,
+        node_name=name,
+        products=products,
+        pci_gpus=pci_gpus,
+        nvidia_smi="ok",
+        gpu_sharing=settings.gpu_sharing,
+        nvidia_runtime_default=settings.nvidia_runtime_default,
+        settings=settings,
+    )
 
 
 # Control-plane settings, and the settings of the GPU nodes of the run.
 PLUGIN_VARIANTS = {
     "no-sharing": ({}, [{}]),
-    "time-slicing": ({"gpu_sharing": "time-slicing", "gpu_sharing_replicas": "10",
-                      "time_slicing_rename_by_default": "true",
-                      "time_slicing_fail_requests_greater_than_one": "true"},
-                     [{"gpu_sharing": "time-slicing", "gpu_sharing_replicas": "10"}]),
-    "mps-runtimeclass": ({"gpu_sharing": "mps", "gpu_sharing_replicas": "4", "nvidia_runtime_default": "false"},
-                         [{"gpu_sharing": "mps", "nvidia_runtime_default": "false"}]),
+    "time-slicing": (
+        {
+            "gpu_sharing": "time-slicing",
+            "gpu_sharing_replicas": "10",
+            "time_slicing_rename_by_default": "true",
+            "time_slicing_fail_requests_greater_than_one": "true",
+        },
+        [{"gpu_sharing": "time-slicing", "gpu_sharing_replicas": "10"}],
+    ),
+    "mps-runtimeclass": (
+        {"gpu_sharing": "mps", "gpu_sharing_replicas": "4", "nvidia_runtime_default": "false"},
+        [{"gpu_sharing": "mps", "nvidia_runtime_default": "false"}],
+    ),
     "mig-single": ({"mig_strategy": "single"}, [{"mig_strategy": "single"}]),
     "mig-mixed": ({"mig_strategy": "mixed"}, [{"mig_strategy": "mixed"}]),
     "driver-root": ({"nvidia_driver_root": "/run/nvidia/driver"}, [{"nvidia_driver_root": "/run/nvidia/driver"}]),
-    "cdi": ({"cdi": "true", "nvidia_driver_root": "/run/nvidia/driver"},
-            [{"cdi": "true", "nvidia_driver_root": "/run/nvidia/driver"}]),
+    "cdi": (
+        {"cdi": "true", "nvidia_driver_root": "/run/nvidia/driver"},
+        [{"cdi": "true", "nvidia_driver_root": "/run/nvidia/driver"}],
+    ),
     # one cluster, nodes sharing differently (one ConfigMap key each, the MPS daemon, a gpushare node)
-    "mixed-nodes": ({}, [{"gpu_sharing": "time-slicing", "gpu_sharing_replicas": "4"},
-                         {"gpu_sharing": "mps"}, {"mig_strategy": "mixed"}, {"gpu_sharing": "gpushare"}]),
+    "mixed-nodes": (
+        {},
+        [
+            {"gpu_sharing": "time-slicing", "gpu_sharing_replicas": "4"},
+            {"gpu_sharing": "mps"},
+            {"mig_strategy": "mixed"},
+            {"gpu_sharing": "gpushare"},
+        ],
+    ),
 }
 
 
@@ -140,22 +168,33 @@ def helm_values_as_objects(values_text: str) -> list[dict]:
     spec["containers"] = [{"name": "nvidia-device-plugin-ctr", "image": "placeholder.invalid/plugin:0"}]
     return [
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "helm-values-pod-fields"}, "spec": spec},
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "helm-values-config-map"},
-         "data": values["config"]["map"]},
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "helm-values-config-map"},
+            "data": values["config"]["map"],
+        },
     ]
 
 
 # Values keys the chart puts into its DaemonSet's pod spec as they are.
 HELM_POD_SPEC_VALUES = ("affinity", "tolerations", "priorityClassName", "runtimeClassName", "nodeSelector")
 # The other values keys gpu-node may set, as NVIDIA's chart (nvdp/nvidia-device-plugin) names them.
-HELM_CHART_VALUES = {"config": {"name", "map", "default", "fallbackStrategies"}, "nvidiaDriverRoot": None,
-                     "gfd": {"enabled"}, "nfd": {"enabled"}}
+HELM_CHART_VALUES = {
+    "config": {"name", "map", "default", "fallbackStrategies"},
+    "nvidiaDriverRoot": None,
+    "gfd": {"enabled"},
+    "nfd": {"enabled"},
+}
 
 
 def helm_values_problems(values: dict) -> list[str]:
     """What the schema check cannot see: a key the chart does not read (ignored without a word)."""
-    found = [f"values key {key!r}: not read by the chart" for key in values
-             if key not in HELM_POD_SPEC_VALUES and key not in HELM_CHART_VALUES]
+    found = [
+        f"values key {key!r}: not read by the chart"
+        for key in values
+        if key not in HELM_POD_SPEC_VALUES and key not in HELM_CHART_VALUES
+    ]
     for key, known in HELM_CHART_VALUES.items():
         if known and isinstance(values.get(key), dict):
             found += [f"values key {key}.{sub!r}: not read by the chart" for sub in values[key] if sub not in known]
@@ -171,8 +210,11 @@ LABELLED_NODES = {
     "a100": gpu_node("gpu-a100", {}),
     "t4-time-slicing": gpu_node("gpu-t4", {"gpu_sharing": "time-slicing"}, products=("Tesla T4",)),
     "mps": gpu_node("gpu-mps", {"gpu_sharing": "mps"}),
-    "odd-product-name": gpu_node("gpu-odd", {}, products=(
-        "NVIDIA GeForce RTX 4090 Laptop GPU (Max-Q) / Engineering Sample #2 with a very long name",)),
+    "odd-product-name": gpu_node(
+        "gpu-odd",
+        {},
+        products=("NVIDIA GeForce RTX 4090 Laptop GPU (Max-Q) / Engineering Sample #2 with a very long name",),
+    ),
     "no-product-name": gpu_node("gpu-noname", {}, products=(), pci_gpus=2),
     "gpushare": gpu_node("gpu-share", {"gpu_sharing": "gpushare"}),
 }
@@ -200,22 +242,32 @@ def template_bundles() -> dict:
     for variant in PLUGIN_VARIANTS:
         bundles[f"device-plugin/{variant}"] = functools.partial(
             lambda variant, version: applied(render_device_plugin(*plugin_inputs(variant)), "nvidia-device-plugin"),
-            variant)
+            variant,
+        )
     for variant in ("no-sharing", "time-slicing", "mps-runtimeclass"):
         bundles[f"smoke-pod/{variant}"] = functools.partial(
-            lambda variant, version: manifest_documents(render_smoke_pod(*plugin_inputs(variant))), variant)
+            lambda variant, version: manifest_documents(render_smoke_pod(*plugin_inputs(variant))), variant
+        )
     for interval in ("30s", "1h"):  # the bounds of gpu_health_monitor_interval
         bundles[f"gpu-health-monitor/{interval}"] = functools.partial(
-            lambda interval, version: applied(health_monitor.render(parse_settings(
-                {"gpu_health_monitor": "npd", "gpu_health_monitor_interval": interval})), health_monitor.BUNDLE),
-            interval)
+            lambda interval, version: applied(
+                health_monitor.render(
+                    parse_settings({"gpu_health_monitor": "npd", "gpu_health_monitor_interval": interval})
+                ),
+                health_monitor.BUNDLE,
+            ),
+            interval,
+        )
     bundles["gpushare-extender"] = lambda version: applied(
-        extender_manifest(f"v{version}.0", DEFAULTS["gpushare_extender_image"]), "gpushare-extender")
+        extender_manifest(f"v{version}.0", DEFAULTS["gpushare_extender_image"]), "gpushare-extender"
+    )
     for unit in ("GiB", "MiB"):
         bundles[f"gpushare-device-plugin/{unit}"] = functools.partial(
             lambda unit, version: applied(
-                device_plugin_manifest(DEFAULTS["gpushare_device_plugin_image"], unit), "gpushare-device-plugin"),
-            unit)
+                device_plugin_manifest(DEFAULTS["gpushare_device_plugin_image"], unit), "gpushare-device-plugin"
+            ),
+            unit,
+        )
     return bundles
 
 
@@ -223,7 +275,8 @@ def other_bundles() -> dict:
     bundles = {}
     for variant in PLUGIN_VARIANTS:
         bundles[f"helm-values/{variant}"] = functools.partial(
-            lambda variant, version: helm_values_as_objects(render_helm_values(*plugin_inputs(variant))), variant)
+            lambda variant, version: helm_values_as_objects(render_helm_values(*plugin_inputs(variant))), variant
+        )
     for name in LABELLED_NODES:
         bundles[f"node-labels/{name}"] = functools.partial(lambda name, version: node_label_objects(name), name)
     bundles["kube-scheduler-static-pod"] = lambda version: edited_scheduler_pod()
@@ -257,8 +310,9 @@ def test_rendered_objects_are_valid_for_the_release(bundle, version):
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_a_misspelt_field_is_refused_in_strict_mode(version):
-    (daemonset,) = [d for d in applied(render_device_plugin(*plugin_inputs("no-sharing")), "x")
-                    if d["kind"] == "DaemonSet"]
+    (daemonset,) = [
+        d for d in applied(render_device_plugin(*plugin_inputs("no-sharing")), "x") if d["kind"] == "DaemonSet"
+    ]
     daemonset["spec"]["template"]["spec"]["toleration"] = daemonset["spec"]["template"]["spec"].pop("tolerations")
     assert schema_problem(daemonset, version) == (
         f"DaemonSet nvidia-device-plugin (apps/v1) is invalid for Kubernetes {version} at spec.template.spec: "
@@ -347,8 +401,11 @@ FLOW_SCHEMA = {
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_an_api_removed_inside_the_range_is_refused_from_its_removal_on(version):
-    expected = None if Version(version) < Version("1.32") else \
-        f"FlowSchema flowcontrol.apiserver.k8s.io/v1beta3 is not served by Kubernetes {version}"
+    expected = (
+        None
+        if Version(version) < Version("1.32")
+        else f"FlowSchema flowcontrol.apiserver.k8s.io/v1beta3 is not served by Kubernetes {version}"
+    )
     assert schema_problem(FLOW_SCHEMA, version) == expected
 
 
@@ -368,17 +425,23 @@ def written_in_templates() -> set[tuple[str, str]]:
 
 def test_every_api_version_written_in_a_template_is_rendered_and_so_checked():
     """No template branch with an apiVersion escapes the matrix above (an old one kept behind an if)."""
-    rendered = {(document["apiVersion"], document["kind"])
-                for render in TEMPLATE_BUNDLES.values() for document in render(OLDEST)}
+    rendered = {
+        (document["apiVersion"], document["kind"])
+        for render in TEMPLATE_BUNDLES.values()
+        for document in render(OLDEST)
+    }
     written = written_in_templates()
     assert ("apps/v1", "DaemonSet") in written  # the scan reads the templates at all
     assert written == rendered
 
 
 def test_no_removed_extensions_v1beta1_anywhere_in_deploy_or_templates():
-    named = [str(path.relative_to(REPO))
-             for folder in ("deploy", "templates") for path in (REPO / folder).rglob("*")
-             if path.is_file() and path.suffix in (".py", ".j2", ".yaml") and "extensions/v1beta1" in path.read_text()]
+    named = [
+        str(path.relative_to(REPO))
+        for folder in ("deploy", "templates")
+        for path in (REPO / folder).rglob("*")
+        if path.is_file() and path.suffix in (".py", ".j2", ".yaml") and "extensions/v1beta1" in path.read_text()
+    ]
     assert named == []
 
 
@@ -388,8 +451,10 @@ def test_the_scheduler_config_is_no_api_object_so_it_is_checked_elsewhere(versio
     kubernetes-validate has no schema for it; test_gpushare_scheduler_config.py checks it."""
     document = scheduler_config(f"v{version}.0")
     assert document["apiVersion"] == "kubescheduler.config.k8s.io/v1"
-    assert schema_problem(document, version) == \
-        f"KubeSchedulerConfiguration kubescheduler.config.k8s.io/v1 is not served by Kubernetes {version}"
+    assert (
+        schema_problem(document, version)
+        == f"KubeSchedulerConfiguration kubescheduler.config.k8s.io/v1 is not served by Kubernetes {version}"
+    )
 
 
 # Labels: the schema types them only as strings; Kubernetes' label syntax (qualified-name key with an
@@ -419,12 +484,15 @@ def test_node_labels_follow_kubernetes_label_syntax(name):
     assert not found, "\n".join(found)
 
 
-@pytest.mark.parametrize("key, value", [
-    ("accelerator", "NVIDIA A100-SXM4-40GB"),  # a product name as nvidia-smi prints it
-    ("accelerator", "nvidia-" + "x" * 60),
-    ("accelerator", "nvidia-a100-"),
-    ("Nvidia.com/gpu.present", "true"),
-    ("nvidia.com/", "true"),
-])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("accelerator", "NVIDIA A100-SXM4-40GB"),  # a product name as nvidia-smi prints it
+        ("accelerator", "nvidia-" + "x" * 60),
+        ("accelerator", "nvidia-a100-"),
+        ("Nvidia.com/gpu.present", "true"),
+        ("nvidia.com/", "true"),
+    ],
+)
 def test_an_invalid_label_is_refused(key, value):
     assert label_problem(key, value) is not None

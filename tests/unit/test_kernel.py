@@ -41,8 +41,9 @@ def test_built_in_modules_count_as_present_though_absent_from_sys_module():
 
 
 def test_a_module_with_no_evidence_is_absent():
-    state = KernelState().process(["module br_netfilter 0", "filesystems ext4",
-                                   "sysctl net.bridge.bridge-nf-call-iptables"])
+    state = KernelState().process(
+        ["module br_netfilter 0", "filesystems ext4", "sysctl net.bridge.bridge-nf-call-iptables"]
+    )
     assert not module_present(state, "br_netfilter", None, "net.bridge.bridge-nf-call-iptables")
 
 
@@ -63,11 +64,18 @@ def test_loading_now_modprobes_only_absent_modules_and_sets_only_differing_sysct
         facts=[
             *files_absent(),
             (module_read("overlay", KUBERNETES_MODULES["overlay"][1]), ["module overlay 1", "filesystems overlay"]),
-            (module_read("br_netfilter", KUBERNETES_MODULES["br_netfilter"][1]),
-             ["module br_netfilter 0", "filesystems overlay", "sysctl net.bridge.bridge-nf-call-iptables"]),
-            (sysctls_read(KUBERNETES_SYSCTLS), ["sysctl net.bridge.bridge-nf-call-ip6tables 1",
-                                                "sysctl net.bridge.bridge-nf-call-iptables 1",
-                                                "sysctl net.ipv4.ip_forward 0"]),
+            (
+                module_read("br_netfilter", KUBERNETES_MODULES["br_netfilter"][1]),
+                ["module br_netfilter 0", "filesystems overlay", "sysctl net.bridge.bridge-nf-call-iptables"],
+            ),
+            (
+                sysctls_read(KUBERNETES_SYSCTLS),
+                [
+                    "sysctl net.bridge.bridge-nf-call-ip6tables 1",
+                    "sysctl net.bridge.bridge-nf-call-iptables 1",
+                    "sysctl net.ipv4.ip_forward 0",
+                ],
+            ),
         ],
     )
     assert plan.starting("modprobe") == ["modprobe br_netfilter"]
@@ -85,22 +93,28 @@ def nvlink5_node() -> dict:
     """NodeSurvey of an HGX B200 node: ConnectX bridges marked SW_MNG (tests/fixtures/fabric/hgx-b200.json)."""
     from deploy.facts.nvidia import NodeSurvey
 
-    return NodeSurvey().process(["pci 0000:1b:00.0 0x2901 0x030200",
-                                "mellanox 0000:ab:00.0 0x1021 0x060400 SW_MNG"])
+    return NodeSurvey().process(["pci 0000:1b:00.0 0x2901 0x030200", "mellanox 0000:ab:00.0 0x1021 0x060400 SW_MNG"])
 
 
 def test_an_nvlink5_node_persists_and_loads_ib_umad_for_fabric_manager():
     from deploy.driver.fabric import NVLINK5_MODULES_LOAD_PATH
 
-    facts = [*files_absent(), (digest_read(NVLINK5_MODULES_LOAD_PATH), "absent"),
-             (module_read("ib_umad", None), ["module ib_umad 0"]),
-             (module_read("overlay", None), ["module overlay 1"]),
-             (module_read("br_netfilter", KUBERNETES_MODULES["br_netfilter"][1]), ["module br_netfilter 1"]),
-             (sysctls_read(KUBERNETES_SYSCTLS), [f"sysctl {key} {value}" for key, value in KUBERNETES_SYSCTLS.items()])]
-    plan = run_plan(kernel_prerequisites, settings_for(kernel_modules_load=True), debian(), nvlink5_node(),
-                    facts=facts)
+    facts = [
+        *files_absent(),
+        (digest_read(NVLINK5_MODULES_LOAD_PATH), "absent"),
+        (module_read("ib_umad", None), ["module ib_umad 0"]),
+        (module_read("overlay", None), ["module overlay 1"]),
+        (module_read("br_netfilter", KUBERNETES_MODULES["br_netfilter"][1]), ["module br_netfilter 1"]),
+        (sysctls_read(KUBERNETES_SYSCTLS), [f"sysctl {key} {value}" for key, value in KUBERNETES_SYSCTLS.items()]),
+    ]
+    plan = run_plan(kernel_prerequisites, settings_for(kernel_modules_load=True), debian(), nvlink5_node(), facts=facts)
     assert plan.ran(NVLINK5_MODULES_LOAD_PATH) and plan.starting("modprobe") == ["modprobe ib_umad"]
     # fabric_manager_install=false: none of it
-    plan = run_plan(kernel_prerequisites, settings_for(kernel_modules_load=True, fabric_manager_install=False),
-                    debian(), nvlink5_node(), facts=facts)
+    plan = run_plan(
+        kernel_prerequisites,
+        settings_for(kernel_modules_load=True, fabric_manager_install=False),
+        debian(),
+        nvlink5_node(),
+        facts=facts,
+    )
     assert not plan.ran(NVLINK5_MODULES_LOAD_PATH) and not plan.starting("modprobe")

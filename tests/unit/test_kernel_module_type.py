@@ -25,11 +25,19 @@ def gpu(device: str, slot: str = "0000:3b:00.0") -> dict:
     return {"slot": slot, "device": device, "class": "0x030200"}
 
 
-@pytest.mark.parametrize("device, branch, expected", [
-    (B200, 570, "open"), (GH200, 535, "open"),
-    (A100, 535, "proprietary"), (A100, 560, "open"), (H100, 550, "proprietary"), (H100, 580, "open"),
-    (V100, 580, "proprietary"), (P100, 535, "proprietary"),
-])
+@pytest.mark.parametrize(
+    "device, branch, expected",
+    [
+        (B200, 570, "open"),
+        (GH200, 535, "open"),
+        (A100, 535, "proprietary"),
+        (A100, 560, "open"),
+        (H100, 550, "proprietary"),
+        (H100, 580, "open"),
+        (V100, 580, "proprietary"),
+        (P100, 535, "proprietary"),
+    ],
+)
 def test_auto_follows_the_architecture_and_the_branch(device, branch, expected):
     assert module_type.decide_kernel_module_type("auto", [gpu(device)], branch).kernel_module_type == expected
 
@@ -39,8 +47,15 @@ def test_no_gpu_takes_the_branchs_default():
     assert module_type.decide_kernel_module_type("auto", [], 570).kernel_module_type == "open"
 
 
-@pytest.mark.parametrize("setting, device, named", [("proprietary", B200, "Blackwell"), ("proprietary", GH200, "Grace Hopper"),
-                                                     ("open", V100, "Volta"), ("open", P100, "Pascal")])
+@pytest.mark.parametrize(
+    "setting, device, named",
+    [
+        ("proprietary", B200, "Blackwell"),
+        ("proprietary", GH200, "Grace Hopper"),
+        ("open", V100, "Volta"),
+        ("open", P100, "Pascal"),
+    ],
+)
 def test_an_explicit_kernel_module_type_the_gpu_cannot_use_is_refused_naming_it(setting, device, named):
     with pytest.raises(module_type.KernelModuleTypeRefusal) as refused:
         module_type.decide_kernel_module_type(setting, [gpu(device)], 570)
@@ -49,7 +64,10 @@ def test_an_explicit_kernel_module_type_the_gpu_cannot_use_is_refused_naming_it(
 
 @pytest.mark.parametrize("setting", ["open", "proprietary"])
 def test_turing_to_hopper_take_either_when_asked(setting):
-    assert module_type.decide_kernel_module_type(setting, [gpu(A100), gpu(H100, "0000:3c:00.0")], 535).kernel_module_type == setting
+    assert (
+        module_type.decide_kernel_module_type(setting, [gpu(A100), gpu(H100, "0000:3c:00.0")], 535).kernel_module_type
+        == setting
+    )
 
 
 def test_gpus_with_no_common_kernel_module_type_are_refused():
@@ -79,7 +97,9 @@ def test_the_branchs_own_json_wins_over_the_table():
     branch_list = module_type.branch_list_from(lists(), None, "535")
     assert branch_list.open_known
     # an ID the table does not know, that the branch's list says the open modules drive
-    own = module_type.BranchList(source="test", supported=frozenset({0x0A00}), open_ids=frozenset({0x0A00}), open_known=True)
+    own = module_type.BranchList(
+        source="test", supported=frozenset({0x0A00}), open_ids=frozenset({0x0A00}), open_known=True
+    )
     assert module_type.decide_kernel_module_type("open", [gpu(UNKNOWN)], 535, own).kernel_module_type == "open"
     closed = module_type.BranchList(source="test", supported=frozenset({0x20B0}), open_known=True)
     with pytest.raises(module_type.KernelModuleTypeRefusal):
@@ -87,8 +107,12 @@ def test_the_branchs_own_json_wins_over_the_table():
 
 
 # The real bookworm case: nvidia-driver 535.309.01 in the security archive, the open module only at 535.261.03.
-BOOKWORM = {"nvidia-driver": ["535.309.01-0+deb12u1", "535.261.03-1"], "nvidia-smi": ["535.309.01-0+deb12u1", "535.261.03-1"],
-            "nvidia-open-kernel-dkms": ["535.261.03-1"], "nvidia-kernel-dkms": ["535.309.01-0+deb12u1", "535.261.03-1"]}
+BOOKWORM = {
+    "nvidia-driver": ["535.309.01-0+deb12u1", "535.261.03-1"],
+    "nvidia-smi": ["535.309.01-0+deb12u1", "535.261.03-1"],
+    "nvidia-open-kernel-dkms": ["535.261.03-1"],
+    "nvidia-kernel-dkms": ["535.309.01-0+deb12u1", "535.261.03-1"],
+}
 OPEN = ["nvidia-driver", "nvidia-smi", "nvidia-open-kernel-dkms"]
 
 
@@ -101,7 +125,10 @@ def test_agreeing_candidates_are_left_to_apt():
 
 
 def test_a_running_newer_driver_is_never_silently_downgraded():
-    installed = {"nvidia-driver": {"version": "535.309.01-0+deb12u1"}, "nvidia-smi": {"version": "535.309.01-0+deb12u1"}}
+    installed = {
+        "nvidia-driver": {"version": "535.309.01-0+deb12u1"},
+        "nvidia-smi": {"version": "535.309.01-0+deb12u1"},
+    }
     with pytest.raises(VersionRefusal) as refused:
         choose(OPEN, BOOKWORM, installed, None, "the open kernel modules")
     assert "535.309.01 is newer than 535.261.03" in str(refused.value)
@@ -115,7 +142,9 @@ def test_no_common_version_is_refused_naming_the_versions_found():
 
 def test_fabric_manager_must_match_the_drivers_upstream_version():
     offered = {"nvidia-fabricmanager-535": ["535.274.02-1", "535.261.03-1"]}
-    assert matching(["nvidia-fabricmanager-535"], offered, "535.261.03", "FM") == {"nvidia-fabricmanager-535": "535.261.03-1"}
+    assert matching(["nvidia-fabricmanager-535"], offered, "535.261.03", "FM") == {
+        "nvidia-fabricmanager-535": "535.261.03-1"
+    }
     with pytest.raises(VersionRefusal, match="535.274.02"):
         matching(["nvidia-fabricmanager-535"], offered, "535.309.01", "FM")
 
@@ -127,19 +156,29 @@ def debian_ids(suite: str = "bookworm") -> dict[str, list[int]]:
     except RuntimeError as error:
         pytest.skip(f"Debian's archive unreachable: {error}")
     with tempfile.TemporaryDirectory() as folder:
-        subprocess.run(["apt-get", *options, "-o", f"Dir::Cache::archives={folder}", "download", "nvidia-detect"],
-                       cwd=folder, check=True, capture_output=True)
+        subprocess.run(
+            ["apt-get", *options, "-o", f"Dir::Cache::archives={folder}", "download", "nvidia-detect"],
+            cwd=folder,
+            check=True,
+            capture_output=True,
+        )
         [deb] = Path(folder).glob("nvidia-detect_*.deb")
         subprocess.run(["dpkg-deb", "-x", str(deb), f"{folder}/x"], check=True)
-        return {path.name: [module_type.device_id(line) for line in path.read_text().split() if line]
-                for path in Path(folder, "x/usr/share/nvidia").glob("*.ids")}
+        return {
+            path.name: [module_type.device_id(line) for line in path.read_text().split() if line]
+            for path in Path(folder, "x/usr/share/nvidia").glob("*.ids")
+        }
 
 
 def test_the_table_knows_every_gpu_debians_535_driver_drives_and_its_open_list_allows_open():
     ids = debian_ids()
     unknown = [hex(device) for device in ids["nvidia.ids"] if module_type.architecture(device) is None]
     assert unknown == []
-    closed = [hex(device) for device in ids["nvidia-open.ids"] if "open" not in module_type.module_types_of(module_type.architecture(device))]
+    closed = [
+        hex(device)
+        for device in ids["nvidia-open.ids"]
+        if "open" not in module_type.module_types_of(module_type.architecture(device))
+    ]
     assert closed == []
 
 

@@ -77,30 +77,39 @@ def oci_layout(name: str, layer: bytes, platforms: bool = True) -> bytes:
 
     def manifest(layer_data: bytes) -> dict:
         config = blob(b'{"os": "linux"}')
-        return {**blob(json.dumps({"schemaVersion": 2, "config": config,
-                                   "layers": [blob(layer_data)]}).encode()),
-                "mediaType": "application/vnd.oci.image.manifest.v1+json"}
+        return {
+            **blob(json.dumps({"schemaVersion": 2, "config": config, "layers": [blob(layer_data)]}).encode()),
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        }
 
     top = manifest(gzip.compress(layer))
     if platforms:
         other = manifest(gzip.compress(tar_bytes({"usr/local/lib/libnvidia-ml.so.9.9.9": b"arm64"})))
-        index = {"schemaVersion": 2, "manifests": [
-            {**other, "platform": {"os": "linux", "architecture": "arm64"}},
-            {**top, "platform": {"os": "linux", "architecture": "amd64"}}]}
+        index = {
+            "schemaVersion": 2,
+            "manifests": [
+                {**other, "platform": {"os": "linux", "architecture": "arm64"}},
+                {**top, "platform": {"os": "linux", "architecture": "amd64"}},
+            ],
+        }
         top = {**blob(json.dumps(index).encode()), "mediaType": "application/vnd.oci.image.index.v1+json"}
     top["annotations"] = {"io.containerd.image.name": name, "org.opencontainers.image.ref.name": name.split(":")[-1]}
     index_json = {"schemaVersion": 2, "manifests": [top]}
-    return tar_bytes({"oci-layout": b'{"imageLayoutVersion": "1.0.0"}', "index.json": json.dumps(index_json).encode(),
-                      **blobs})
+    return tar_bytes(
+        {"oci-layout": b'{"imageLayoutVersion": "1.0.0"}', "index.json": json.dumps(index_json).encode(), **blobs}
+    )
 
 
 def server_tarball(folder: Path, version: str | None = assets.KUBERNETES_VERSION, leave_out: str = "") -> Path:
     """kubernetes-server-linux-amd64.tar.gz as the release lays it out; each binary a script
     printing its name; kube-scheduler.tar an image archive; ``version`` in kube-apiserver.docker_tag."""
-    files = {f"{SERVER_PATH}/{name}": f"#!/bin/sh\necho {name} {{}}\n".encode()
-             for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl")}
+    files = {
+        f"{SERVER_PATH}/{name}": f"#!/bin/sh\necho {name} {{}}\n".encode()
+        for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl")
+    }
     files[f"{SERVER_PATH}/kube-scheduler.tar"] = docker_archive(
-        [f"registry.k8s.io/kube-scheduler-amd64:{assets.KUBERNETES_VERSION}"], [{"usr/local/bin/kube-scheduler": b"x"}])
+        [f"registry.k8s.io/kube-scheduler-amd64:{assets.KUBERNETES_VERSION}"], [{"usr/local/bin/kube-scheduler": b"x"}]
+    )
     if version:
         files[f"{SERVER_PATH}/kube-apiserver.docker_tag"] = f"{version}\n".encode()
     files.pop(f"{SERVER_PATH}/{leave_out}", None)
@@ -136,8 +145,9 @@ def test_a_gpu_node_lab_that_is_not_a_folder_is_named(tmp_path, monkeypatch):
 def test_a_file_the_lab_lacks_is_named_with_the_setting(lab_dir):
     with pytest.raises(lab.LabMissing) as missing:
         assets.crictl()
-    assert str(missing.value) == (f"{assets.CRICTL_TARBALL} is missing from the lab "
-                                  f"(GPU_NODE_LAB={lab_dir}): see docs/lab.md")
+    assert str(missing.value) == (
+        f"{assets.CRICTL_TARBALL} is missing from the lab (GPU_NODE_LAB={lab_dir}): see docs/lab.md"
+    )
 
 
 # --- Release tarballs ---------------------------------------------------------------------------
@@ -205,14 +215,17 @@ def test_crictl_comes_out_of_its_release_tarball(lab_dir):
 # --- Image archives -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("image, spelled", [
-    ("registry.k8s.io/pause:3.9", "registry.k8s.io/pause:3.9"),
-    ("busybox:1.36", "docker.io/library/busybox:1.36"),
-    ("nvidia/cuda:12.4.0-base", "docker.io/nvidia/cuda:12.4.0-base"),
-    ("ghcr.io/nvidia/nvml-mock", "ghcr.io/nvidia/nvml-mock:latest"),
-    ("localhost:5000/x", "localhost:5000/x:latest"),
-    ("registry.k8s.io/pause@sha256:abc", "registry.k8s.io/pause@sha256:abc"),
-])
+@pytest.mark.parametrize(
+    "image, spelled",
+    [
+        ("registry.k8s.io/pause:3.9", "registry.k8s.io/pause:3.9"),
+        ("busybox:1.36", "docker.io/library/busybox:1.36"),
+        ("nvidia/cuda:12.4.0-base", "docker.io/nvidia/cuda:12.4.0-base"),
+        ("ghcr.io/nvidia/nvml-mock", "ghcr.io/nvidia/nvml-mock:latest"),
+        ("localhost:5000/x", "localhost:5000/x:latest"),
+        ("registry.k8s.io/pause@sha256:abc", "registry.k8s.io/pause@sha256:abc"),
+    ],
+)
 def test_image_names_are_spelled_as_containerd_records_them(image, spelled):
     assert assets.normalized(image) == spelled
 
@@ -221,10 +234,15 @@ def test_an_image_is_found_by_the_tag_its_docker_archive_records_whatever_the_fi
     (lab_dir / "images").mkdir()
     (lab_dir / "images" / "a.tar").write_bytes(docker_archive(["busybox:1.36"], [{"bin/busybox": b"x"}]))
     plugin = lab_dir / "images" / "saved-by-hand.tar"
-    plugin.write_bytes(docker_archive([assets.IMAGES["device-plugin"]], [
-        {"usr/bin/nvidia-device-plugin": b"lower layer", "usr/bin/other": b"y"},
-        {"usr/bin/nvidia-device-plugin": b"upper layer"},
-    ]))
+    plugin.write_bytes(
+        docker_archive(
+            [assets.IMAGES["device-plugin"]],
+            [
+                {"usr/bin/nvidia-device-plugin": b"lower layer", "usr/bin/other": b"y"},
+                {"usr/bin/nvidia-device-plugin": b"upper layer"},
+            ],
+        )
+    )
     assert assets.image_archive("device-plugin") == (plugin, assets.IMAGES["device-plugin"])
     assert assets.find_image("docker.io/library/busybox:1.36")[0] == lab_dir / "images" / "a.tar"
     binary = assets.device_plugin_binary()
@@ -233,18 +251,25 @@ def test_an_image_is_found_by_the_tag_its_docker_archive_records_whatever_the_fi
 
 def test_a_file_an_upper_layer_whites_out_is_not_in_the_image(lab_dir):
     (lab_dir / "images").mkdir()
-    (lab_dir / "images" / "plugin.tar").write_bytes(docker_archive([assets.IMAGES["device-plugin"]], [
-        {"usr/bin/nvidia-device-plugin": b"lower layer"},
-        {"usr/bin/.wh.nvidia-device-plugin": b""},
-    ]))
+    (lab_dir / "images" / "plugin.tar").write_bytes(
+        docker_archive(
+            [assets.IMAGES["device-plugin"]],
+            [
+                {"usr/bin/nvidia-device-plugin": b"lower layer"},
+                {"usr/bin/.wh.nvidia-device-plugin": b""},
+            ],
+        )
+    )
     with pytest.raises(lab.LabMissing, match="holds no usr/bin/nvidia-device-plugin"):
         assets.device_plugin_binary()
 
 
 def test_the_mock_library_comes_out_of_an_oci_layout_through_its_amd64_manifest(lab_dir):
     (lab_dir / "images").mkdir()
-    layer = tar_bytes({"usr/local/lib/libnvidia-ml.so.550.163.01": b"mock nvml"},
-                      links={"usr/local/lib/libnvidia-ml.so.1": "libnvidia-ml.so.550.163.01"})
+    layer = tar_bytes(
+        {"usr/local/lib/libnvidia-ml.so.550.163.01": b"mock nvml"},
+        links={"usr/local/lib/libnvidia-ml.so.1": "libnvidia-ml.so.550.163.01"},
+    )
     (lab_dir / "images" / "nvml-mock.tar").write_bytes(oci_layout(assets.IMAGES["nvml-mock"], layer))
     library = assets.nvml_mock_library()
     assert (library.name, library.read_bytes()) == ("libnvidia-ml.so.550.163.01", b"mock nvml")
@@ -314,25 +339,43 @@ def test_a_profile_the_corpus_lacks_names_gpu_node_corpus(tmp_path, monkeypatch)
 
 
 def test_skips_are_counted_by_the_setting_their_reason_names_first():
-    lines = skip_summary([
-        lab.UNSET,
-        f"nvidia-container-toolkit is missing from the lab ({lab.LAB_ENV}=/x): see docs/lab.md",
-        "/c/nvml-mock/a100.yaml is missing: set GPU_NODE_CORPUS to the corpus folder",
-        "no docker here",
-    ])
-    assert lines == ["2 tests need the lab: set GPU_NODE_LAB, see docs/lab.md",
-                     "1 test needs the corpus: set GPU_NODE_CORPUS, see docs/lab.md"]
+    lines = skip_summary(
+        [
+            lab.UNSET,
+            f"nvidia-container-toolkit is missing from the lab ({lab.LAB_ENV}=/x): see docs/lab.md",
+            "/c/nvml-mock/a100.yaml is missing: set GPU_NODE_CORPUS to the corpus folder",
+            "no docker here",
+        ]
+    )
+    assert lines == [
+        "2 tests need the lab: set GPU_NODE_LAB, see docs/lab.md",
+        "1 test needs the corpus: set GPU_NODE_CORPUS, see docs/lab.md",
+    ]
     assert skip_summary(["no docker here"]) == []
 
 
 def lab_checks():
     """(what, check) for each file docs/lab.md lists; a check returns the files it unpacked or found."""
-    yield assets.SERVER_TARBALL, lambda: [*map(assets.kubernetes_binary, (
-        "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl")),
-        assets.kubernetes_image("kube-scheduler")[0]]
+    yield (
+        assets.SERVER_TARBALL,
+        lambda: [
+            *map(
+                assets.kubernetes_binary,
+                ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl"),
+            ),
+            assets.kubernetes_image("kube-scheduler")[0],
+        ],
+    )
     yield assets.CRICTL_TARBALL, lambda: [assets.crictl()]
-    yield f"{dra_lab.SERVER_FOLDER}/{assets.SERVER_TARBALL}", lambda: [*map(dra_lab.kubernetes_binary, (
-        "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl"))]
+    yield (
+        f"{dra_lab.SERVER_FOLDER}/{assets.SERVER_TARBALL}",
+        lambda: [
+            *map(
+                dra_lab.kubernetes_binary,
+                ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl"),
+            )
+        ],
+    )
     yield "nvidia-container-toolkit/*.deb", lambda: sorted(lab.lab_path("nvidia-container-toolkit").glob("*.deb"))
     for key, image in assets.IMAGES.items():
         yield image, lambda key=key: [assets.image_archive(key)[0]]
@@ -372,8 +415,10 @@ def test_a_lab_of_every_listed_file_in_its_published_form_passes_the_check_and_o
     (lab_dir / "nvidia-container-toolkit").mkdir()
     (lab_dir / "nvidia-container-toolkit" / "nvidia-container-toolkit_1.20.0-1_amd64.deb").write_bytes(b"deb")
     (lab_dir / "images").mkdir()
-    contents = {"nvml-mock": {"usr/local/lib/libnvidia-ml.so.550.163.01": b"mock"},
-                "device-plugin": {"usr/bin/nvidia-device-plugin": b"plugin"}}
+    contents = {
+        "nvml-mock": {"usr/local/lib/libnvidia-ml.so.550.163.01": b"mock"},
+        "device-plugin": {"usr/bin/nvidia-device-plugin": b"plugin"},
+    }
     for key, image in assets.IMAGES.items():
         (lab_dir / "images" / f"{key}.tar").write_bytes(docker_archive([image], [contents.get(key, {"f": b"x"})]))
     (lab_dir / assets.INSPECT_GPUSHARE).write_bytes(b"plugin")
@@ -388,9 +433,23 @@ def test_a_run_without_gpu_node_lab_ends_with_one_line_counting_the_tests_that_n
     """The tests/conftest.py hook, in a real pytest run; the line is not one of pytest's own."""
     env = {key: value for key, value in os.environ.items() if key != lab.LAB_ENV}
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", str(REPO),
-         f"{Path(__file__)}::test_every_file_the_lab_holds_is_in_a_published_form_the_tests_read"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--rootdir",
+            str(REPO),
+            f"{Path(__file__)}::test_every_file_the_lab_holds_is_in_a_published_form_the_tests_read",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     assert "1 test needs the lab: set GPU_NODE_LAB, see docs/lab.md" in lines, result.stdout

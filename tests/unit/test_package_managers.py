@@ -71,7 +71,7 @@ def dnf_runs_without_the_wait(commands: list[str], wait: str) -> list[str]:
             start = match.end() - len("dnf ")
             section = command[:start].rsplit(READ_SECTION_END, 1)[-1]
             if wait not in commands[:index] and wait not in section:
-                found.append(command[start:start + 80])
+                found.append(command[start : start + 80])
     return found
 
 
@@ -93,20 +93,25 @@ def test_zypper_offered_versions_are_read_from_its_search_table():
 
 def test_zypper_search_waits_for_libzypps_lock_only_when_asked():
     """The family table hands the fact its manager's listing: zypper's bounded by the lock wait, pacman none."""
-    assert str(PackageVersions().command(version_listing(ZYPPER, 0), [KMP])).startswith("ZYPP_LOCK_TIMEOUT=0 zypper --quiet")
+    assert str(PackageVersions().command(version_listing(ZYPPER, 0), [KMP])).startswith(
+        "ZYPP_LOCK_TIMEOUT=0 zypper --quiet"
+    )
     assert str(PackageVersions().command(version_listing(ZYPPER, 9), [KMP])).startswith("ZYPP_LOCK_TIMEOUT=9 zypper")
     assert str(PackageVersions().command(version_listing(APT, 9), [KMP])).startswith("apt-cache madison ")
     assert str(PackageVersions().command(version_listing(PACMAN, 9), ["nvidia-utils"])) == "true"
 
 
-@pytest.mark.parametrize(("installed", "wanted", "matches"), [
-    ("550.54.15-lp156.1.1", "550.54.15", True),
-    ("550.54.15_k6.4.0_150600.21-lp156.1.1", "550.54.15", True),  # the KMP of driver 550.54.15
-    ("550.54.15_k6.4.0_150600.21-lp156.1.1", "550.54.15_k6.4.0_150600.21-lp156.1.1", True),
-    ("550.54.150-1", "550.54.15", False),
-    ("550.90.07_k6.4.0_150600.21-lp156.1.1", "550.54.15", False),
-    ("3:550.54.15-1.el9", "3:550.54.15", True),
-])
+@pytest.mark.parametrize(
+    ("installed", "wanted", "matches"),
+    [
+        ("550.54.15-lp156.1.1", "550.54.15", True),
+        ("550.54.15_k6.4.0_150600.21-lp156.1.1", "550.54.15", True),  # the KMP of driver 550.54.15
+        ("550.54.15_k6.4.0_150600.21-lp156.1.1", "550.54.15_k6.4.0_150600.21-lp156.1.1", True),
+        ("550.54.150-1", "550.54.15", False),
+        ("550.90.07_k6.4.0_150600.21-lp156.1.1", "550.54.15", False),
+        ("3:550.54.15-1.el9", "3:550.54.15", True),
+    ],
+)
 def test_an_rpm_pin_matches_its_releases_and_a_kmps_kernel_builds(installed, wanted, matches):
     assert _rpm_version_matches(installed, wanted) is matches
 
@@ -136,27 +141,36 @@ def test_the_wait_for_a_lock_held_throughout_lasts_the_whole_timeout_then_names_
     lock = tmp_path / "zypp.pid"
     lock.write_text(f"{os.getpid()}\n")
     (tmp_path / "bin").mkdir()
-    (tmp_path / "bin" / "date").write_text(f"#!/bin/sh\nn=$(cat {tmp_path}/calls 2>/dev/null || echo 0)\n"
-                                           f"echo $((n + 1)) > {tmp_path}/calls\necho $((1000 + 2 * n))\n")
+    (tmp_path / "bin" / "date").write_text(
+        f"#!/bin/sh\nn=$(cat {tmp_path}/calls 2>/dev/null || echo 0)\n"
+        f"echo $((n + 1)) > {tmp_path}/calls\necho $((1000 + 2 * n))\n"
+    )
     (tmp_path / "bin" / "date").chmod(0o755)
     script = lock_wait_script("zypper", 2)
     assert script.count(ZYPP_LOCK) == 2
     started = time.monotonic()
-    done = subprocess.run(["sh", "-c", script.replace(ZYPP_LOCK, str(lock)) + "; echo passed"],
-                          capture_output=True, text=True, timeout=20,
-                          env={**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"})
+    done = subprocess.run(
+        ["sh", "-c", script.replace(ZYPP_LOCK, str(lock)) + "; echo passed"],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        env={**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"},
+    )
     took = time.monotonic() - started
     assert done.returncode == 1 and "passed" not in done.stdout, done
-    assert done.stderr.startswith(f"gpu-node: the package manager is busy: after waiting 2 s (apt_lock_timeout), "
-                                  f"{lock} is held by process {os.getpid()} ("), done.stderr
+    assert done.stderr.startswith(
+        f"gpu-node: the package manager is busy: after waiting 2 s (apt_lock_timeout), "
+        f"{lock} is held by process {os.getpid()} ("
+    ), done.stderr
     assert took >= 2, took
 
 
 def test_the_wait_passes_at_once_when_no_lock_is_held():
     """Run for real here: no dnf or pacman lock on this machine's paths means no wait."""
     for manager in ("dnf", "pacman"):
-        done = subprocess.run(["sh", "-c", lock_wait_script(manager, 5) + "; echo passed"],
-                              capture_output=True, text=True, timeout=20)
+        done = subprocess.run(
+            ["sh", "-c", lock_wait_script(manager, 5) + "; echo passed"], capture_output=True, text=True, timeout=20
+        )
         assert done.stdout.strip() == "passed" and done.returncode == 0, done.stderr
 
 
@@ -176,9 +190,20 @@ def test_leap_pins_the_kmp_at_the_drivers_version_as_zypper_offers_it():
     search = (FIXTURES / "zypper-search-g06.txt").read_text()
     offered = PackageVersions().process(search.splitlines())
     kmp_edition = next(version for version in offered[KMP] if version.startswith("550.54.15_k"))
-    run = run_deploy(gpu_node("opensuse-leap-15.5", node_survey=node_lines("5.14.21-150500.55.39-default"), facts=[
-        ((PackageVersions, {"listing": version_listing(ZYPPER, 120), "packages": sorted([*USERSPACE, KMP])}), search),
-    ], unstated=DEFAULT), data={"nvidia_driver_version": "550.54.15", "stages": "driver", **SITE_DRIVER_KEY})
+    run = run_deploy(
+        gpu_node(
+            "opensuse-leap-15.5",
+            node_survey=node_lines("5.14.21-150500.55.39-default"),
+            facts=[
+                (
+                    (PackageVersions, {"listing": version_listing(ZYPPER, 120), "packages": sorted([*USERSPACE, KMP])}),
+                    search,
+                ),
+            ],
+            unstated=DEFAULT,
+        ),
+        data={"nvidia_driver_version": "550.54.15", "stages": "driver", **SITE_DRIVER_KEY},
+    )
     assert run.error is None and not run.failed, run.refusal
     (install,) = run.ran("zypper --non-interactive install -y")
     assert f"{KMP}={kmp_edition}" in install.split()
@@ -191,18 +216,30 @@ def test_leap_replaces_an_installed_kmp_in_the_pins_transaction_and_may_go_back_
     --oldpackage lets a pin go back to an older version (tests/e2e/test_family_zypper.py: both ways
     on the real zypper)."""
     search = (FIXTURES / "zypper-search-g06.txt").read_text()
-    kmp_edition = next(version for version in PackageVersions().process(search.splitlines())[KMP]
-                       if version.startswith("550.54.15_k"))
+    kmp_edition = next(
+        version for version in PackageVersions().process(search.splitlines())[KMP] if version.startswith("550.54.15_k")
+    )
     newer = "550.90.07_k5.14.21_150500.55.39-lp155.1.1"
-    run = run_deploy(gpu_node("opensuse-leap-15.5", node_survey=node_lines("5.14.21-150500.55.39-default"), facts=[
-        ((PackageVersions, {"listing": version_listing(ZYPPER, 120), "packages": sorted([*USERSPACE, KMP])}), search),
-        (every(RpmPackageStates), [f"installed {KMP} {newer}"]),
-        ((MultiversionPackages, {}), [f"{KMP} {newer}"]),
-    ], unstated=DEFAULT), data={"nvidia_driver_version": "550.54.15", "stages": "driver", **SITE_DRIVER_KEY})
+    run = run_deploy(
+        gpu_node(
+            "opensuse-leap-15.5",
+            node_survey=node_lines("5.14.21-150500.55.39-default"),
+            facts=[
+                (
+                    (PackageVersions, {"listing": version_listing(ZYPPER, 120), "packages": sorted([*USERSPACE, KMP])}),
+                    search,
+                ),
+                (every(RpmPackageStates), [f"installed {KMP} {newer}"]),
+                ((MultiversionPackages, {}), [f"{KMP} {newer}"]),
+            ],
+            unstated=DEFAULT,
+        ),
+        data={"nvidia_driver_version": "550.54.15", "stages": "driver", **SITE_DRIVER_KEY},
+    )
     assert run.error is None and not run.failed, run.refusal
     (install,) = run.ran("zypper --non-interactive install -y")
     words = install.split()
-    assert words[words.index("-y") + 1:words.index("-y") + 3] == ["--oldpackage", "--"], install
+    assert words[words.index("-y") + 1 : words.index("-y") + 3] == ["--oldpackage", "--"], install
     assert f"-{KMP}={newer}" in words and f"{KMP}={kmp_edition}" in words, install
 
 
@@ -217,7 +254,7 @@ def test_the_toolkit_stage_runs_dnf_only_after_a_bounded_wait_for_its_locks():
     assert [command for _, command in dnf_runs if "dnf install -y" in command], plan.commands
     for index, command in dnf_runs:
         first_dnf = RUNS_DNF.search(command).start()
-        assert f"({wait};" in command[:first_dnf + 1] or wait in plan.commands[:index], command
+        assert f"({wait};" in command[: first_dnf + 1] or wait in plan.commands[:index], command
 
 
 def test_the_toolkit_stages_repository_check_waits_for_a_busy_manager():
@@ -233,8 +270,9 @@ def test_no_key_is_imported_on_zyppers_say_so_only_the_checked_one_by_rpm():
     """zypper's --gpg-auto-import-keys imports whatever key any repository of the node offers: the
     check, refresh and install run without it; the repository's own key goes in through rpm --import
     of its checked copy (deploy/operations/download.py)."""
-    plan = run_plan(toolkit, settings_for(nvidia_toolkit_version="1.17.8-1"), platform("opensuse-leap"),
-                    unstated=DEFAULT)
+    plan = run_plan(
+        toolkit, settings_for(nvidia_toolkit_version="1.17.8-1"), platform("opensuse-leap"), unstated=DEFAULT
+    )
     assert [command for command in plan.commands if "zypper" in command]
     assert not plan.ran("auto-import"), plan.commands
     (added,) = plan.matching("rpm --import")
@@ -246,12 +284,19 @@ def test_dnfs_versionlocks_are_read_from_its_lock_list_as_versionlock_list_print
     without dnf: that command loads the repositories, so waits for a busy dnf."""
     command = str(RpmPackageStates().command(["nvidia-container-toolkit"]))
     assert not RUNS_DNF.search(command) and "/etc/dnf/plugins/versionlock.conf" in command
-    states = RpmPackageStates().process([
-        "installed nvidia-container-toolkit 1.17.8-1", "installed libnvidia-container1 1.17.8-1",
-        "lock ", "lock   nvidia-container-toolkit-0:1.17.8-1.*  ", "lock !libnvidia-container1-0:1.17.8-1.*",
-    ])
-    assert states == {"nvidia-container-toolkit": {"version": "1.17.8-1", "held": True},
-                      "libnvidia-container1": {"version": "1.17.8-1", "held": False}}
+    states = RpmPackageStates().process(
+        [
+            "installed nvidia-container-toolkit 1.17.8-1",
+            "installed libnvidia-container1 1.17.8-1",
+            "lock ",
+            "lock   nvidia-container-toolkit-0:1.17.8-1.*  ",
+            "lock !libnvidia-container1-0:1.17.8-1.*",
+        ]
+    )
+    assert states == {
+        "nvidia-container-toolkit": {"version": "1.17.8-1", "held": True},
+        "libnvidia-container1": {"version": "1.17.8-1", "held": False},
+    }
 
 
 def test_the_driver_stage_runs_dnf_only_after_a_bounded_wait_for_its_locks():
@@ -261,17 +306,25 @@ def test_the_driver_stage_runs_dnf_only_after_a_bounded_wait_for_its_locks():
     preflight's `dnf list --showduplicates` and pyinfra's dnf.module (its `dnf module list --enabled`)
     waiting first, without end."""
     settings = settings_for(apt_lock_timeout=17)
-    run = run_deploy(gpu_node("rocky-9", node_survey=node_lines(ROCKY_KERNEL, pci=PCI_WITH_GPU), unstated=DEFAULT),
-                     data={"stages": "driver", "apt_lock_timeout": "17", "nvidia_driver_branch": "550",
-                           "nvidia_driver_version": "550.54.15"})
+    run = run_deploy(
+        gpu_node("rocky-9", node_survey=node_lines(ROCKY_KERNEL, pci=PCI_WITH_GPU), unstated=DEFAULT),
+        data={
+            "stages": "driver",
+            "apt_lock_timeout": "17",
+            "nvidia_driver_branch": "550",
+            "nvidia_driver_version": "550.54.15",
+        },
+    )
     assert run.error is None and not run.failed, run.refusal
     wait = lock_wait_script("dnf", settings.apt_lock_timeout)
     commands = run.commands
     (preflight,) = [command for command in commands if "dnf -q list --showduplicates" in command]
     (module,) = [index for index, command in enumerate(commands) if command.startswith("dnf module enable -y")]
     assert commands[module] == "dnf module enable -y nvidia-driver:550-dkms" and commands[module - 1] == wait
-    assert "dnf install -y nvidia-driver-550.54.15 nvidia-driver-cuda-550.54.15 kmod-nvidia-latest-dkms-550.54.15" \
+    assert (
+        "dnf install -y nvidia-driver-550.54.15 nvidia-driver-cuda-550.54.15 kmod-nvidia-latest-dkms-550.54.15"
         in commands
+    )
     # the kernel headers' availability: read ahead by preflight, and again by their install operation
     assert len([command for command in commands if "dnf -q list kernel-devel-" in command]) == 2, commands
     assert dnf_runs_without_the_wait(commands, wait) == []
@@ -280,8 +333,12 @@ def test_the_driver_stage_runs_dnf_only_after_a_bounded_wait_for_its_locks():
 def test_dnf_runs_without_the_wait_finds_a_read_before_it_and_a_read_beside_it():
     """The test above's judge: a read in a section of its own, apart from the wait's section, is found."""
     wait = lock_wait_script("dnf", 5)
-    combined = f"( {wait}; dnf -q list a ) >x 2>/dev/null </dev/null & ( dnf -q list b ) >y 2>/dev/null </dev/null & wait"
-    assert dnf_runs_without_the_wait([combined, wait, "dnf install -y c"], wait) == ["dnf -q list b ) >y 2>/dev/null </dev/null & wait"]
+    combined = (
+        f"( {wait}; dnf -q list a ) >x 2>/dev/null </dev/null & ( dnf -q list b ) >y 2>/dev/null </dev/null & wait"
+    )
+    assert dnf_runs_without_the_wait([combined, wait, "dnf install -y c"], wait) == [
+        "dnf -q list b ) >y 2>/dev/null </dev/null & wait"
+    ]
     assert dnf_runs_without_the_wait(["dnf module list --enabled", wait], wait) == ["dnf module list --enabled"]
 
 
@@ -289,9 +346,17 @@ def test_a_dnf_busy_past_the_timeout_in_preflights_read_fails_the_host_in_the_wa
     """The wait that gave up in preflight's dnf read: its one line is the host's refusal, and nothing
     runs after preflight's two reads (the node's, then the driver plan's): no wait again, no dnf."""
     line = BUSY.format(timeout=17, holders="/var/cache/dnf/metadata_lock.pid is held by process 42 (dnf makecache)")
-    run = run_deploy(gpu_node("rocky-9", node_survey=node_lines(ROCKY_KERNEL), unstated=DEFAULT, facts=[
-        (every(WaitedPackageVersions), [f"busy gpu-node: {line}"]),
-    ]), data={"stages": "driver", "apt_lock_timeout": "17"})
+    run = run_deploy(
+        gpu_node(
+            "rocky-9",
+            node_survey=node_lines(ROCKY_KERNEL),
+            unstated=DEFAULT,
+            facts=[
+                (every(WaitedPackageVersions), [f"busy gpu-node: {line}"]),
+            ],
+        ),
+        data={"stages": "driver", "apt_lock_timeout": "17"},
+    )
     assert run.failed and run.failures == [line]
     assert len(run.commands) == 2 and "dnf -q list --showduplicates" in run.commands[-1], run.commands
 
@@ -301,9 +366,17 @@ def test_a_zypper_busy_past_the_timeout_in_preflights_read_fails_the_host_in_the
     offering nothing: preflight's read waits for it, bounded, as for dnf, and its line is the refusal.
     The search itself carries ZYPP_LOCK_TIMEOUT: a zypper that takes the lock after the wait is waited for."""
     line = BUSY.format(timeout=17, holders="/run/zypp.pid is held by process 42 (zypper refresh)")
-    run = run_deploy(gpu_node("opensuse-leap-15.5", node_survey=node_lines("5.14.21-150500.55.39-default"), facts=[
-        (every(WaitedPackageVersions), [f"busy gpu-node: {line}"]),
-    ], unstated=DEFAULT), data={"stages": "driver", "apt_lock_timeout": "17"})
+    run = run_deploy(
+        gpu_node(
+            "opensuse-leap-15.5",
+            node_survey=node_lines("5.14.21-150500.55.39-default"),
+            facts=[
+                (every(WaitedPackageVersions), [f"busy gpu-node: {line}"]),
+            ],
+            unstated=DEFAULT,
+        ),
+        data={"stages": "driver", "apt_lock_timeout": "17"},
+    )
     assert run.failed and run.failures == [line]
     assert len(run.commands) == 2, run.commands
     read = run.commands[-1]
@@ -314,8 +387,12 @@ def test_dnfs_offered_versions_are_read_after_the_wait_or_its_line_when_it_gave_
     """Run for real here: the command's shell with a wait that passes and one that gives up (this
     machine has no dnf: its list prints nothing); dnf's own list (the Rocky node's, fixture) parsed."""
     dnf = version_listing(DNF, 0)
-    passes, gives_up = WaitedPackageVersions().command(["nvidia-driver"], wait="true", listing=dnf), WaitedPackageVersions().command(
-        ["nvidia-driver"], wait="echo 'gpu-node: the package manager is busy: held' >&2; exit 1", listing=dnf)
+    passes, gives_up = (
+        WaitedPackageVersions().command(["nvidia-driver"], wait="true", listing=dnf),
+        WaitedPackageVersions().command(
+            ["nvidia-driver"], wait="echo 'gpu-node: the package manager is busy: held' >&2; exit 1", listing=dnf
+        ),
+    )
     for command, lines in ((passes, []), (gives_up, ["busy gpu-node: the package manager is busy: held"])):
         done = subprocess.run(["sh", "-c", str(command)], capture_output=True, text=True, timeout=20)
         listing = [line for line in done.stdout.splitlines() if not line.startswith(MANAGER_ERROR)]
@@ -324,29 +401,54 @@ def test_dnfs_offered_versions_are_read_after_the_wait_or_its_line_when_it_gave_
     # the manager's own error lines (here the shell's "dnf: not found") come marked, apart from its listing
     missing = subprocess.run(["sh", "-c", str(passes)], capture_output=True, text=True).stdout.splitlines()
     assert missing and all(line.startswith(MANAGER_ERROR) for line in missing) and "not found" in missing[-1]
-    assert WaitedPackageVersions().process(lines) == {"versions": {}, "busy": "the package manager is busy: held",
-                                                      "unreadable": []}
+    assert WaitedPackageVersions().process(lines) == {
+        "versions": {},
+        "busy": "the package manager is busy: held",
+        "unreadable": [],
+    }
     listed = (FIXTURES / "dnf-list-showduplicates.txt").read_text().splitlines()
     assert WaitedPackageVersions().process(listed) == {
-        "versions": {"kernel-devel": ["5.14.0-362.8.1.el9_3"], "nvidia-driver": ["3:550.54.15-1.el9", "3:550.90.07-1.el9"]},
-        "busy": None, "unreadable": []}
+        "versions": {
+            "kernel-devel": ["5.14.0-362.8.1.el9_3"],
+            "nvidia-driver": ["3:550.54.15-1.el9", "3:550.90.07-1.el9"],
+        },
+        "busy": None,
+        "unreadable": [],
+    }
 
 
-@pytest.mark.parametrize("fixture, manager, reason", [
-    ("zypper-search-broken-repository.txt", "zypper", "Failed to connect to 127.0.0.1 port 9 after 0 ms: Couldn't connect to server"),
-    ("dnf-list-broken-repository.txt", "dnf", "Cannot download repomd.xml: Cannot download repodata/repomd.xml: All mirrors were tried"),
-])
+@pytest.mark.parametrize(
+    "fixture, manager, reason",
+    [
+        (
+            "zypper-search-broken-repository.txt",
+            "zypper",
+            "Failed to connect to 127.0.0.1 port 9 after 0 ms: Couldn't connect to server",
+        ),
+        (
+            "dnf-list-broken-repository.txt",
+            "dnf",
+            "Cannot download repomd.xml: Cannot download repodata/repomd.xml: All mirrors were tried",
+        ),
+    ],
+)
 def test_a_repository_the_manager_cannot_read_is_named_with_its_reason(fixture, manager, reason):
     """What the real zypper 1.14 (Leap node) and dnf 4.14 (Rocky 9 node) answered to this fact's own
     command with a repository 'mirror' on a closed port: zypper skipped it and listed the rest, dnf
     listed nothing. Both name it, with the manager's reason; no version is made up from their lines."""
     lines = (FIXTURES / fixture).read_text().splitlines()
     assert any(line.startswith(MANAGER_ERROR) for line in lines)
-    assert WaitedPackageVersions().process(lines) == {"versions": {}, "busy": None,
-                                                      "unreadable": [f"repository 'mirror' ({reason})"]}
+    assert WaitedPackageVersions().process(lines) == {
+        "versions": {},
+        "busy": None,
+        "unreadable": [f"repository 'mirror' ({reason})"],
+    }
     # the manager's benign answers are not problems: nothing matched, and a healthy listing
     assert WaitedPackageVersions().process([f"{MANAGER_ERROR}Error: No matching Packages to list"])["unreadable"] == []
-    assert WaitedPackageVersions().process((FIXTURES / "zypper-search-g06.txt").read_text().splitlines())["unreadable"] == []
+    assert (
+        WaitedPackageVersions().process((FIXTURES / "zypper-search-g06.txt").read_text().splitlines())["unreadable"]
+        == []
+    )
 
 
 def test_dnfs_enabled_module_streams_are_read_from_its_module_state_files_without_dnf():
@@ -363,14 +465,26 @@ def test_dnfs_enabled_module_streams_are_read_from_its_module_state_files_withou
 
 def test_an_enabled_module_stream_is_left_alone():
     """The stream enabled already (dnf's module state file, as dnf wrote it): no dnf command for it."""
-    run = run_deploy(gpu_node("rocky-9", node_survey=node_lines(ROCKY_KERNEL), unstated=DEFAULT, facts=[
-        (DnfModuleStreams, (FIXTURES / "dnf-module-enabled.module").read_text()),
-    ]), data={"stages": "driver", "nvidia_driver_branch": "550"})
+    run = run_deploy(
+        gpu_node(
+            "rocky-9",
+            node_survey=node_lines(ROCKY_KERNEL),
+            unstated=DEFAULT,
+            facts=[
+                (DnfModuleStreams, (FIXTURES / "dnf-module-enabled.module").read_text()),
+            ],
+        ),
+        data={"stages": "driver", "nvidia_driver_branch": "550"},
+    )
     assert run.error is None and not run.failed, run.refusal
     assert not run.ran("dnf module")
-    assert "dnf module enable -y nvidia-driver:550-dkms" in run_deploy(
-        gpu_node("rocky-9", node_survey=node_lines(ROCKY_KERNEL), unstated=DEFAULT),
-        data={"stages": "driver", "nvidia_driver_branch": "550"}).commands
+    assert (
+        "dnf module enable -y nvidia-driver:550-dkms"
+        in run_deploy(
+            gpu_node("rocky-9", node_survey=node_lines(ROCKY_KERNEL), unstated=DEFAULT),
+            data={"stages": "driver", "nvidia_driver_branch": "550"},
+        ).commands
+    )
 
 
 def test_only_dnfs_availability_check_waits_for_its_lock():

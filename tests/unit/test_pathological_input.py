@@ -73,38 +73,57 @@ MIB = 1024 * 1024
 CONTAINERD_CONFIG = "/etc/containerd/config.toml"
 DAEMON_JSON = "/etc/docker/daemon.json"
 DEBIAN = detect_platform({"name": "debian", "major": None, "release_meta": {"ID": "debian"}}, "x86_64").family
-PLAIN_CONTAINERD = {"paths": [], "units": {}, "generated_versions": {}, "binary": "/usr/bin/containerd",
-                    "installation": {"name": "plain", "service": "containerd"}}
+PLAIN_CONTAINERD = {
+    "paths": [],
+    "units": {},
+    "generated_versions": {},
+    "binary": "/usr/bin/containerd",
+    "installation": {"name": "plain", "service": "containerd"},
+}
 
 # (content, what the one line says): a TOML file, a JSON file, a YAML file of each kind
 TOML = {
-    "nested 3,000 deep": (b"version = 2\nx = " + b"[" * 3000 + b"]" * 3000 + b"\n",
-                          "nests values deeper than gpu-node reads (64 levels)"),
-    "tables 3,000 deep": (b"version = 2\n[" + b".".join([b"t"] * 3000) + b"]\nx = 1\n",
-                          "nests values deeper than gpu-node reads (64 levels)"),
+    "nested 3,000 deep": (
+        b"version = 2\nx = " + b"[" * 3000 + b"]" * 3000 + b"\n",
+        "nests values deeper than gpu-node reads (64 levels)",
+    ),
+    "tables 3,000 deep": (
+        b"version = 2\n[" + b".".join([b"t"] * 3000) + b"]\nx = 1\n",
+        "nests values deeper than gpu-node reads (64 levels)",
+    ),
     "50 MB": (b"version = 2\n# " + b"x" * (50 * MIB) + b"\n", "is larger than gpu-node reads (1024 KiB)"),
     "a number of 5,000 digits": (b"version = 2\nx = " + b"1" * 5000 + b"\n", "holds a number of more than 4300 digits"),
     "not UTF-8": (b"version = 2\n# the site's M\xfcller\n", "is not UTF-8 text: byte 0xfc on line 2"),
-    "cut short": (b'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  default_runtime_name = "ru',
-                  "line 3"),
+    "cut short": (
+        b'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  default_runtime_name = "ru',
+        "line 3",
+    ),
 }
 JSON = {
-    "nested 100,000 deep": (b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
-                            "nests values deeper than gpu-node reads (64 levels)"),
+    "nested 100,000 deep": (
+        b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        "nests values deeper than gpu-node reads (64 levels)",
+    ),
     "50 MB": (b'{"log-driver": "' + b"x" * (50 * MIB) + b'"}', "is larger than gpu-node reads (1024 KiB)"),
     "a number of 5,000 digits": (b'{"a": ' + b"1" * 5000 + b"}", "holds a number of more than 4300 digits"),
     "not UTF-8": (b'{\n  "log-driver": "M\xfcller"\n}\n', "is not UTF-8 text: byte 0xfc on line 2"),
     "cut short": (b'{\n  "runtimes": {\n    "nvidia": {"path": "/usr/bin/nvi', "line 3"),
 }
 YAML = {
-    "nested 3,000 deep": (b"a: " + b"[" * 3000 + b"]" * 3000 + b"\n",
-                          "nests values deeper than gpu-node reads (64 levels)"),
+    "nested 3,000 deep": (
+        b"a: " + b"[" * 3000 + b"]" * 3000 + b"\n",
+        "nests values deeper than gpu-node reads (64 levels)",
+    ),
     "aliases that expand to a billion values": (
         b"a: &a [x, x, x, x, x, x, x, x, x, x]\n"
-        + b"".join(b"%s: &%s [%s]\n" % (name, name, b", ".join([b"*" + previous] * 10))
-                   for previous, name in zip([b"a", b"b", b"c", b"d", b"e", b"f", b"g", b"h"],
-                                             [b"b", b"c", b"d", b"e", b"f", b"g", b"h", b"i"])),
-        "repeats values through aliases into more than its text holds"),
+        + b"".join(
+            b"%s: &%s [%s]\n" % (name, name, b", ".join([b"*" + previous] * 10))
+            for previous, name in zip(
+                [b"a", b"b", b"c", b"d", b"e", b"f", b"g", b"h"], [b"b", b"c", b"d", b"e", b"f", b"g", b"h", b"i"]
+            )
+        ),
+        "repeats values through aliases into more than its text holds",
+    ),
     "50 MB": (b"a: " + b"x" * (50 * MIB) + b"\n", "is larger than gpu-node reads (1024 KiB)"),
     "a number of 5,000 digits": (b"a: " + b"1" * 5000 + b"\n", "holds a number of more than 4300 digits"),
     "not UTF-8": (b"kind: Pod\n# M\xfcller\n", "is not UTF-8 text: byte 0xfc on line 2"),
@@ -134,8 +153,11 @@ def one_line(plan, names: str, says: str) -> str:
 
 def assert_untouched(plan, path: str) -> None:
     """No command wrote ``path``: no upload, no candidate, no swap, no restart."""
-    writes = [command for _, command in plan.timeline
-              if path in command and any(word in command for word in ("upload", "mv ", "cp ", "gpu-node-candidate"))]
+    writes = [
+        command
+        for _, command in plan.timeline
+        if path in command and any(word in command for word in ("upload", "mv ", "cp ", "gpu-node-candidate"))
+    ]
     assert not writes, writes
     assert not [command for _, command in plan.timeline if "systemctl restart" in command]
 
@@ -168,6 +190,7 @@ def test_kubectls_answers_are_not_bounded_in_size():
 
 # --- the node's read of a file -------------------------------------------------------------------
 
+
 def run(command) -> str:
     text = command if isinstance(command, str) else command.get_raw_value()
     return subprocess.run(["sh", "-c", text], capture_output=True, text=True, check=True).stdout
@@ -182,7 +205,8 @@ def test_the_nodes_read_of_a_50_mb_file_sends_one_byte_more_than_gpu_node_reads(
     printed = {
         "ContainerdConfig": ContainerdConfig().process(run(ContainerdConfig().command(path)).splitlines())["config"],
         "ContainerdImports": ContainerdImports().process(
-            run(ContainerdImports().command(str(tmp_path), ["*.conf"])).splitlines())[0]["text"],
+            run(ContainerdImports().command(str(tmp_path), ["*.conf"])).splitlines()
+        )[0]["text"],
         "DockerState": DockerState().process(run(DockerState().command(path)).splitlines())["config"],
         "CdiState": CdiState().process(run(CdiState().command(path, path, path)).splitlines())["runtime_config"],
         "FileText": FileText().process(run(FileText().command(path)).splitlines()),
@@ -205,10 +229,16 @@ def test_a_files_bytes_that_are_not_utf8_survive_the_read_and_are_named_by_line(
 
 # --- containerd: config.toml, a drop-in it imports, its config dump, a k3s generated config ------
 
+
 def containerd_plan(config: bytes, facts=()):
     answer = f"binary_path /usr/bin/containerd\nversion containerd 1.6.20~ds1\nconfig {node_read(config)}"
-    return run_plan(containerd_runtime, settings_for(), DEBIAN, PLAIN_CONTAINERD,
-                    facts=[(config_read(CONTAINERD_CONFIG, None, "containerd"), answer), *facts])
+    return run_plan(
+        containerd_runtime,
+        settings_for(),
+        DEBIAN,
+        PLAIN_CONTAINERD,
+        facts=[(config_read(CONTAINERD_CONFIG, None, "containerd"), answer), *facts],
+    )
 
 
 @pytest.mark.usefixtures("both_modes")
@@ -227,10 +257,15 @@ def test_a_drop_in_containerd_imports_fails_the_host_in_one_line_naming_the_drop
     content, says = TOML[case]
     drop_in = "/etc/containerd/conf.d/10-site.toml"
     main = b'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n'
-    plan = containerd_plan(main, facts=[
-        ((ContainerdImports, {"directory": "/etc/containerd", "patterns": ["/etc/containerd/conf.d/*.toml"]}),
-         f"file {node_read(drop_in.encode())} {node_read(content)}"),
-    ])
+    plan = containerd_plan(
+        main,
+        facts=[
+            (
+                (ContainerdImports, {"directory": "/etc/containerd", "patterns": ["/etc/containerd/conf.d/*.toml"]}),
+                f"file {node_read(drop_in.encode())} {node_read(content)}",
+            ),
+        ],
+    )
     one_line(plan, drop_in, says)
     assert_untouched(plan, CONTAINERD_CONFIG)
     assert_untouched(plan, drop_in)
@@ -260,20 +295,29 @@ def test_a_k3s_generated_config_that_cannot_be_read_leaves_its_version_unknown(c
 
 # --- the nvidia runtime's config.toml ----------------------------------------------------------
 
+
 @pytest.mark.usefixtures("both_modes")
 @pytest.mark.parametrize("case", TOML)
 def test_the_nvidia_runtimes_config_fails_the_host_in_one_line_and_is_left_as_it_was(case):
     content, says = TOML[case]
-    state = ("ctk /usr/bin/nvidia-ctk\ninputs_changed 200\nspec_changed 300\n"
-             "refresh_unit /usr/lib/systemd/system/nvidia-cdi-refresh.path\nrefresh_enabled enabled\n"
-             f"refresh_active active\nruntime_config {node_read(content)}")
-    plan = run_plan(cdi, settings_for(nvidia_runtime_mode="legacy"), CDI_PLAIN,
-                    facts=[(CDI_CONTAINERD_READ, CDI_CONTAINERD["2.1"]), (cdi_state_read(), state)], unstated=DEFAULT)
+    state = (
+        "ctk /usr/bin/nvidia-ctk\ninputs_changed 200\nspec_changed 300\n"
+        "refresh_unit /usr/lib/systemd/system/nvidia-cdi-refresh.path\nrefresh_enabled enabled\n"
+        f"refresh_active active\nruntime_config {node_read(content)}"
+    )
+    plan = run_plan(
+        cdi,
+        settings_for(nvidia_runtime_mode="legacy"),
+        CDI_PLAIN,
+        facts=[(CDI_CONTAINERD_READ, CDI_CONTAINERD["2.1"]), (cdi_state_read(), state)],
+        unstated=DEFAULT,
+    )
     one_line(plan, RUNTIME_CONFIG, says)
     assert_untouched(plan, RUNTIME_CONFIG)
 
 
 # --- Docker: daemon.json, its unit and environment files, docker info --------------------------
+
 
 def docker_plan(config: bytes | None = None, unit: bytes | None = None, envfile: bytes | None = None):
     lines = ["dockerd /usr/sbin/dockerd", "version Docker version 20.10.24+dfsg1, build 297e128"]
@@ -283,8 +327,12 @@ def docker_plan(config: bytes | None = None, unit: bytes | None = None, envfile:
         lines.append(f"envfile {b64('/etc/default/docker')} {node_read(envfile)}")
     if config is not None:
         lines.append(f"config {node_read(config)}")
-    return run_plan(docker_runtime, settings_for(container_runtimes="docker"), DEBIAN,
-                    facts=[(docker_state_read(DAEMON_JSON), "\n".join(lines))])
+    return run_plan(
+        docker_runtime,
+        settings_for(container_runtimes="docker"),
+        DEBIAN,
+        facts=[(docker_state_read(DAEMON_JSON), "\n".join(lines))],
+    )
 
 
 @pytest.mark.usefixtures("both_modes")
@@ -315,11 +363,18 @@ def unit_output(unit: bytes) -> str:
 @pytest.mark.parametrize("case", LINE_CASES)
 def test_dockers_unit_fails_the_host_in_one_line_naming_the_unit_file(case):
     content, says = LINE_CASES[case]
-    lines = ["dockerd /usr/sbin/dockerd", "version Docker version 20.10.24+dfsg1, build 297e128",
-             f"unit {unit_output(UNIT + content.replace(b'DOCKER_OPTS=', b'ExecStart=/usr/bin/dockerd '))}",
-             f"config {node_read(b'{}')}"]
-    plan = run_plan(docker_runtime, settings_for(container_runtimes="docker"), DEBIAN,
-                    facts=[(docker_state_read(DAEMON_JSON), "\n".join(lines))])
+    lines = [
+        "dockerd /usr/sbin/dockerd",
+        "version Docker version 20.10.24+dfsg1, build 297e128",
+        f"unit {unit_output(UNIT + content.replace(b'DOCKER_OPTS=', b'ExecStart=/usr/bin/dockerd '))}",
+        f"config {node_read(b'{}')}",
+    ]
+    plan = run_plan(
+        docker_runtime,
+        settings_for(container_runtimes="docker"),
+        DEBIAN,
+        facts=[(docker_state_read(DAEMON_JSON), "\n".join(lines))],
+    )
     one_line(plan, "/lib/systemd/system/docker.service", says)
     assert_untouched(plan, DAEMON_JSON)
 
@@ -347,6 +402,7 @@ def test_docker_info_that_cannot_be_read_is_an_info_error_not_a_failed_read(case
 
 
 # --- kubectl and helm's answers (facts on the control plane) -----------------------------------
+
 
 def captured(out: str, prefix: str = "") -> list[str]:
     return [f"{prefix}rc 0", *(f"{prefix}out {line}" for line in out.split("\n"))]
@@ -376,6 +432,7 @@ def test_kubectl_and_helm_answers_fail_the_read_in_one_line_never_another_except
 
 # --- CDI spec and the kubelet's config (verify) ---------------------------------------------------
 
+
 @pytest.mark.parametrize("case", YAML)
 def test_a_cdi_spec_that_cannot_be_read_is_named_in_one_line(case):
     content, says = YAML[case]
@@ -398,6 +455,7 @@ def test_the_kubelets_config_that_cannot_be_read_fails_the_cgroup_step_in_one_li
 
 
 # --- the scheduler's static pod (control plane) --------------------------------------------------
+
 
 @pytest.mark.parametrize("case", YAML)
 def test_the_scheduler_manifest_fails_the_host_in_one_line_and_is_left_byte_for_byte(
@@ -425,10 +483,13 @@ DEB822 = b"Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nCom
 
 
 @pytest.mark.usefixtures("both_modes")
-@pytest.mark.parametrize(("case", "content", "says"), [  # read line by line: no nesting, no numbers
-    ("50 MB", DEB822 + b"# " + b"x" * (50 * MIB), "is larger than gpu-node reads"),
-    ("not UTF-8", DEB822 + b"# M\xfcller\n", "is not UTF-8 text: byte 0xfc on line 5"),
-])
+@pytest.mark.parametrize(
+    ("case", "content", "says"),
+    [  # read line by line: no nesting, no numbers
+        ("50 MB", DEB822 + b"# " + b"x" * (50 * MIB), "is larger than gpu-node reads"),
+        ("not UTF-8", DEB822 + b"# M\xfcller\n", "is not UTF-8 text: byte 0xfc on line 5"),
+    ],
+)
 def test_apt_sources_that_cannot_be_read_fail_the_host_in_one_line_and_are_left_as_they_were(case, content, says):
     node = gpu_node("debian-12", facts=[(AptSourceFiles, f"{SOURCES} {node_read(content)}")], unstated=DEFAULT)
     plan = run_deploy(node, data={"stages": "driver"})
@@ -439,6 +500,7 @@ def test_apt_sources_that_cannot_be_read_fail_the_host_in_one_line_and_are_left_
 
 
 # --- the node's own outputs: preflight's one read, and a fact read alone ---------------------------
+
 
 @pytest.mark.usefixtures("both_modes")
 def test_an_os_release_that_is_not_utf8_refuses_the_host_in_preflight_in_one_line():
@@ -453,18 +515,22 @@ def test_an_os_release_that_is_not_utf8_refuses_the_host_in_preflight_in_one_lin
 
 @pytest.mark.usefixtures("both_modes")
 def test_a_number_of_5000_digits_in_the_nodes_own_output_refuses_the_host_in_preflight_in_one_line():
-    lines = [line if not line.startswith("disk /var") else "disk /var " + "9" * 5000
-             for line in node_lines("6.1.0-18-amd64")]
+    lines = [
+        line if not line.startswith("disk /var") else "disk /var " + "9" * 5000 for line in node_lines("6.1.0-18-amd64")
+    ]
     plan = run_deploy(gpu_node(node_survey=lines, unstated=DEFAULT))
-    line = one_line(plan, "the node's answer to NodeSurvey cannot be read", "ValueError: Exceeds the limit (4300 digits)")
+    line = one_line(
+        plan, "the node's answer to NodeSurvey cannot be read", "ValueError: Exceeds the limit (4300 digits)"
+    )
     assert line.count("cannot be read") == 1, line
     assert plan.op_names() == ["Refuse this host (preflight)"]
 
 
 @pytest.mark.usefixtures("both_modes")
 def test_deploy_verify_refuses_a_host_whose_read_cannot_be_read_in_one_line():
-    lines = [line if not line.startswith("disk /var") else "disk /var " + "9" * 5000
-             for line in node_lines("6.1.0-18-amd64")]
+    lines = [
+        line if not line.startswith("disk /var") else "disk /var " + "9" * 5000 for line in node_lines("6.1.0-18-amd64")
+    ]
     plan = run_deploy(gpu_node(node_survey=lines, unstated=DEFAULT), deploy_file=str(REPO / "deploy" / "verify.py"))
     one_line(plan, "the node's answer to NodeSurvey cannot be read", "ValueError: Exceeds the limit (4300 digits)")
     assert plan.op_names() == ["Refuse this host (its read)"]
@@ -494,20 +560,27 @@ def test_a_fact_read_alone_that_cannot_be_read_fails_that_host_and_the_run_goes_
 
 # --- a fleet: one poisoned host among good ones ----------------------------------------------------
 
+
 def containerd_node(config: bytes) -> Node:
     answer = f"binary_path /usr/bin/containerd\nversion containerd 1.6.20~ds1\nconfig {node_read(config)}"
     return gpu_node(facts=[(config_read(CONTAINERD_CONFIG, None, "containerd"), answer)], unstated=DEFAULT)
 
 
 def docker_node(config: bytes) -> Node:
-    answer = ("dockerd /usr/sbin/dockerd\nversion Docker version 20.10.24+dfsg1, build 297e128\n"
-              f"config {node_read(config)}")
+    answer = (
+        f"dockerd /usr/sbin/dockerd\nversion Docker version 20.10.24+dfsg1, build 297e128\nconfig {node_read(config)}"
+    )
     return gpu_node(facts=[(docker_state_read(DAEMON_JSON), answer)], unstated=DEFAULT)
 
 
 FLEETS = {  # the runtime, its config, a node holding a config, and a good config
-    "containerd": ("containerd", CONTAINERD_CONFIG, containerd_node, TOML,
-                   b'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  default_runtime_name = "runc"\n'),
+    "containerd": (
+        "containerd",
+        CONTAINERD_CONFIG,
+        containerd_node,
+        TOML,
+        b'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  default_runtime_name = "runc"\n',
+    ),
     "docker": ("docker", DAEMON_JSON, docker_node, JSON, b'{\n  "log-driver": "journald"\n}\n'),
 }
 
@@ -522,19 +595,33 @@ def test_one_poisoned_host_fails_in_one_line_and_the_others_are_wired(fleet, cas
     content, says = next(value for name, value in cases.items() if name.startswith(case))
     names = ["@fake/good1", "@fake/poisoned", "@fake/good2"]
     nodes = dict(zip(names, [node(good), node(content), node(good)]))
-    inventory = Inventory((names, {}), override_data={
-        "fake_delay": 0, "fake_delay_jitter": 0, "kernel_modules_load": False, "reboot_allowed": False,
-        "stages": "runtimes", "container_runtimes": runtime})
+    inventory = Inventory(
+        (names, {}),
+        override_data={
+            "fake_delay": 0,
+            "fake_delay_jitter": 0,
+            "kernel_modules_load": False,
+            "reboot_allowed": False,
+            "stages": "runtimes",
+            "container_runtimes": runtime,
+        },
+    )
     plan = run_inventory(inventory, nodes)
     assert plan.error is None, plan.error
     [line] = plan.failures
     assert path in line and says in line and "\n" not in line
     assert {host.name for host in plan.state.failed_hosts} == {"@fake/poisoned"}
     # the staged upload placed beside the live file (deploy/operations/upload.py's place script)
-    wired = {host for host, command in plan.timeline
-             if any(path in placed for _staged, placed, _live in staged_uploads(command))}
+    wired = {
+        host
+        for host, command in plan.timeline
+        if any(path in placed for _staged, placed, _live in staged_uploads(command))
+    }
     assert wired == {"@fake/good1", "@fake/good2"}, plan.timeline
-    restarted = {host for host, command in plan.timeline  # the safe install's swap and restart
-                 if f"unit={runtime}\n" in command and 'systemctl restart "$unit"' in command}
+    restarted = {
+        host
+        for host, command in plan.timeline  # the safe install's swap and restart
+        if f"unit={runtime}\n" in command and 'systemctl restart "$unit"' in command
+    }
     assert restarted == {"@fake/good1", "@fake/good2"}, plan.timeline
     assert not [command for host, command in plan.timeline if host == "@fake/poisoned" and "upload" in command]

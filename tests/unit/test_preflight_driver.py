@@ -20,8 +20,13 @@ from deploy.facts.nvidia import PackagesAvailable
 # The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")
 
-SOURCES = (AptSourceFiles, "/etc/apt/sources.list.d/debian.sources " + base64.b64encode(
-    b"Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\n").decode())
+SOURCES = (
+    AptSourceFiles,
+    "/etc/apt/sources.list.d/debian.sources "
+    + base64.b64encode(
+        b"Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\n"
+    ).decode(),
+)
 CHANGING = ("mkdir ", "apt-get", "apt-mark", "dnf ", "chmod ", "chown ", "update-initramfs", "reboot")
 
 
@@ -66,8 +71,11 @@ def test_a_gpu_passes_require_gpu(warnings):
 
 
 def test_secure_boot_with_signing_turned_off_warns_with_what_to_do(warnings):
-    run = debian(node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU, secure_boot=True), module_signing="false",
-                 allow_unsigned_modules="true")
+    run = debian(
+        node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU, secure_boot=True),
+        module_signing="false",
+        allow_unsigned_modules="true",
+    )
     assert run.error is None
     [line] = {line for line in warnings() if "Secure Boot" in line}
     assert "unsigned NVIDIA kernel module will not load" in line and "module_signing=auto" in line
@@ -100,11 +108,13 @@ def test_too_little_free_disk_stops_before_any_change():
 
 def test_every_reason_to_stop_is_in_the_one_refusal_line():
     run = debian(node_lines("6.1.0-18-amd64", free_mb=1000), require_gpu=True)
-    assert run.refusal == ("no NVIDIA GPU on the PCI bus (vendor 0x10de, display class): require_gpu=true; "
-                           "only 1000 MiB free on /, less than min_free_disk_mb=2048: free some space (the driver and "
-                           "its DKMS build need it) or lower the setting; only 1000 MiB free on /var, less than "
-                           "min_free_disk_mb=2048: free some space (the driver and its DKMS build need it) or lower "
-                           "the setting")
+    assert run.refusal == (
+        "no NVIDIA GPU on the PCI bus (vendor 0x10de, display class): require_gpu=true; "
+        "only 1000 MiB free on /, less than min_free_disk_mb=2048: free some space (the driver and "
+        "its DKMS build need it) or lower the setting; only 1000 MiB free on /var, less than "
+        "min_free_disk_mb=2048: free some space (the driver and its DKMS build need it) or lower "
+        "the setting"
+    )
     assert not [c for c in run.commands if c.startswith(CHANGING)]
 
 
@@ -120,37 +130,52 @@ def test_missing_headers_for_the_running_kernel_are_reported(warnings):
 
 
 def test_available_headers_are_not_reported(warnings):
-    run_deploy(debian_node(node_lines("6.1.0-18-amd64"),
-                           (every(PackagesAvailable), carrying("linux-headers-6.1.0-18-amd64"))))
+    run_deploy(
+        debian_node(node_lines("6.1.0-18-amd64"), (every(PackagesAvailable), carrying("linux-headers-6.1.0-18-amd64")))
+    )
     assert not any("kernel headers" in line for line in warnings())
 
 
 def test_preflight_alone_changes_nothing():
     """With every changing stage off, the run only reads: each command is a fact's."""
-    run = run_deploy(gpu_node("debian-12", node_survey=node_lines("6.1.0-18-amd64", secure_boot=True, modules=["nouveau"])),
-                     data={"stages": "toolkit", "nvidia_toolkit_install": False})
+    run = run_deploy(
+        gpu_node("debian-12", node_survey=node_lines("6.1.0-18-amd64", secure_boot=True, modules=["nouveau"])),
+        data={"stages": "toolkit", "nvidia_toolkit_install": False},
+    )
     assert run.error is None
     assert not [c for c in run.commands if c.startswith(CHANGING) or "> /" in c]
 
 
 # --- who runs, and what runs the node ------------------------------------------------------------
 
+
 def with_access(*lines: str):
     return debian_node(node_lines("6.1.0-18-amd64", pci=PCI_WITH_GPU), (HostAccess, list(lines)))
 
 
-@pytest.mark.parametrize("lines, refusal", [
-    (["uid 1000", "user ubuntu", "kernel Linux", "systemd", "init systemd", "manager apt"],
-     "commands run as ubuntu (uid 1000), not as root: gpu-node installs packages and edits /etc; run pyinfra "
-     "with --sudo (passwordless sudo, or --use-sudo-password), or connect as root"),
-    (["uid 0", "user root", "kernel Linux", "init bash", "manager apt"],
-     "systemd is not running as PID 1 (PID 1 is bash): gpu-node enables and restarts services through systemd; "
-     "run it on a host booted with systemd"),
-    (["uid 0", "user root", "kernel FreeBSD", "init init"],
-     "not a Linux host (uname -s: FreeBSD): gpu-node provisions Linux GPU nodes"),
-    (["uid 0", "user root", "kernel Linux", "systemd", "init systemd", "manager dnf"],
-     "debian installs packages with apt, which is not installed here: install it, or check /etc/os-release"),
-])
+@pytest.mark.parametrize(
+    "lines, refusal",
+    [
+        (
+            ["uid 1000", "user ubuntu", "kernel Linux", "systemd", "init systemd", "manager apt"],
+            "commands run as ubuntu (uid 1000), not as root: gpu-node installs packages and edits /etc; run pyinfra "
+            "with --sudo (passwordless sudo, or --use-sudo-password), or connect as root",
+        ),
+        (
+            ["uid 0", "user root", "kernel Linux", "init bash", "manager apt"],
+            "systemd is not running as PID 1 (PID 1 is bash): gpu-node enables and restarts services through systemd; "
+            "run it on a host booted with systemd",
+        ),
+        (
+            ["uid 0", "user root", "kernel FreeBSD", "init init"],
+            "not a Linux host (uname -s: FreeBSD): gpu-node provisions Linux GPU nodes",
+        ),
+        (
+            ["uid 0", "user root", "kernel Linux", "systemd", "init systemd", "manager dnf"],
+            "debian installs packages with apt, which is not installed here: install it, or check /etc/os-release",
+        ),
+    ],
+)
 def test_a_node_gpu_node_cannot_work_on_is_refused_in_one_line_before_any_change(lines, refusal):
     run = run_deploy(with_access(*lines))
     assert run.refusal == refusal
@@ -162,7 +187,11 @@ def test_host_access_reads_a_real_shell_as_the_node_gives_it():
     """HostAccess's own command run by sh on this machine (root, Linux; no systemd as PID 1 here)."""
     output = subprocess.run(["sh", "-c", HostAccess().command()], capture_output=True, text=True, check=True).stdout
     access = HostAccess().process(output.splitlines())
-    assert (access["uid"], access["user"], access["kernel"]) == (os.getuid(), pwd.getpwuid(os.getuid()).pw_name, "Linux")
+    assert (access["uid"], access["user"], access["kernel"]) == (
+        os.getuid(),
+        pwd.getpwuid(os.getuid()).pw_name,
+        "Linux",
+    )
     assert access["systemd"] == os.path.isdir("/run/systemd/system")
     assert access["init"] == Path("/proc/1/comm").read_text().strip()
     assert access["managers"] == [name for name in PACKAGE_MANAGER_COMMANDS if shutil.which(name)]

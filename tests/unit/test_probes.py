@@ -28,8 +28,14 @@ def fixture(name: str) -> list[str]:
 
 @deploy("Smoke pod")
 def smoke():
-    run_smoke_test(name="Run the smoke pod", kubeconfig="/etc/kubernetes/admin.conf", manifest="kind: Pod",
-                   namespace="default", pod="gpu-node-smoke-test", timeout=30)
+    run_smoke_test(
+        name="Run the smoke pod",
+        kubeconfig="/etc/kubernetes/admin.conf",
+        manifest="kind: Pod",
+        namespace="default",
+        pod="gpu-node-smoke-test",
+        timeout=30,
+    )
 
 
 def run_smoke(responses: dict):
@@ -100,13 +106,18 @@ def test_smoke_test_outcomes_and_their_report_lines():
     pulling = SmokeTestRun().process(fixture("smoke-image-pull.txt"))
     assert not pulling["passed"]
     assert smoke_test_report(pulling).startswith(
-        "smoke pod still Pending after the timeout: ErrImagePull: failed to pull and unpack image")
+        "smoke pod still Pending after the timeout: ErrImagePull: failed to pull and unpack image"
+    )
     refused = SmokeTestRun().process(fixture("smoke-create-failed.txt"))
     assert smoke_test_report(refused) == (
         'smoke pod not created: Error from server (Forbidden): error when creating "STDIN": pods '
-        '"gpu-node-smoke-test" is forbidden: exceeded quota: compute-resources')
+        '"gpu-node-smoke-test" is forbidden: exceeded quota: compute-resources'
+    )
     failed = SmokeTestRun().process(["created", "phase Failed", "log CUDA error: no CUDA-capable device", "deleted"])
-    assert smoke_test_report(failed) == "smoke pod Failed without 'Test PASSED' in its log: CUDA error: no CUDA-capable device"
+    assert (
+        smoke_test_report(failed)
+        == "smoke pod Failed without 'Test PASSED' in its log: CUDA error: no CUDA-capable device"
+    )
 
 
 def test_smoke_command_has_a_bounded_wait_and_deletes_the_pod():

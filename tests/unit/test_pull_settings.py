@@ -51,11 +51,17 @@ def test_a_good_file_gives_the_settings_with_pull_modes_report_paths():
     assert parse_settings(values).stages == ("kernel", "runtimes")
 
 
-@pytest.mark.parametrize("text, line", [
-    (GOOD + 'container_runtimes_x = ["podman"]\n', "unknown setting 'container_runtimes_x' given to /e/s.toml: did you mean"),
-    (GOOD.replace('["containerd"]', '["podman"]'), "invalid setting container_runtimes=['podman']: allowed:"),
-    (GOOD + "kernel_modules_load = \n", "/e/s.toml: not valid TOML: "),
-])
+@pytest.mark.parametrize(
+    "text, line",
+    [
+        (
+            GOOD + 'container_runtimes_x = ["podman"]\n',
+            "unknown setting 'container_runtimes_x' given to /e/s.toml: did you mean",
+        ),
+        (GOOD.replace('["containerd"]', '["podman"]'), "invalid setting container_runtimes=['podman']: allowed:"),
+        (GOOD + "kernel_modules_load = \n", "/e/s.toml: not valid TOML: "),
+    ],
+)
 def test_a_broken_file_is_one_line_naming_the_file_and_its_line(text, line):
     with pytest.raises(SettingsError) as raised:
         settings_from_text(text, "/e/s.toml")
@@ -65,6 +71,7 @@ def test_a_broken_file_is_one_line_naming_the_file_and_its_line(text, line):
 
 
 # --- who may have written the file ------------------------------------------------------------------
+
 
 def test_the_owner_rule_on_files_the_test_owns_against_its_own_uid_and_another(tmp_path):
     """``unsafe`` of real files, without root: the test's own file passes for its own uid and is
@@ -80,8 +87,10 @@ def test_the_owner_rule_on_files_the_test_owns_against_its_own_uid_and_another(t
         assert unsafe(str(mine), os.stat(mine)) == f"{mine} is owned by uid {uid}, not root"
     for mode in (0o664, 0o646, 0o666):
         mine.chmod(mode)
-        assert unsafe(str(mine), os.stat(mine), owner=uid) == \
-            f"{mine} is writable by its group or others (mode {mode:04o})"
+        assert (
+            unsafe(str(mine), os.stat(mine), owner=uid)
+            == f"{mine} is writable by its group or others (mode {mode:04o})"
+        )
     folder = tmp_path / "gpu-node"
     folder.mkdir(mode=0o755)
     assert unsafe(str(folder), os.stat(folder), owner=uid) is None
@@ -98,8 +107,10 @@ def test_a_settings_file_below_this_machines_tmp_is_refused_naming_tmp():
         path.chmod(0o644)
         with pytest.raises(SettingsError) as raised:
             settings_from_file(str(path))
-    assert str(raised.value).startswith("/tmp is writable by its group or others (mode 1777): pull mode applies "
-                                        "settings as root only from a file root alone can change")
+    assert str(raised.value).startswith(
+        "/tmp is writable by its group or others (mode 1777): pull mode applies "
+        "settings as root only from a file root alone can change"
+    )
 
 
 def in_root(root: Path, path: str = SETTINGS_FILE):
@@ -157,8 +168,10 @@ def refused(root: Path, path: str = SETTINGS_FILE) -> str:
     return line
 
 
-TAIL = ("pull mode applies settings as root only from a file root alone can change: the file and every folder "
-        "above it root's, not writable by group or others, none a symbolic link")
+TAIL = (
+    "pull mode applies settings as root only from a file root alone can change: the file and every folder "
+    "above it root's, not writable by group or others, none a symbolic link"
+)
 
 
 @needs_root
@@ -167,9 +180,11 @@ def test_a_root_owned_file_in_root_owned_folders_is_read(node_root):
 
 
 @needs_root
-@pytest.mark.parametrize("where, mode", [(SETTINGS_FILE, 0o664), (SETTINGS_FILE, 0o646), ("/etc/gpu-node", 0o775),
-                                         ("/etc", 0o757), ("/", 0o1777)],
-                         ids=lambda value: f"{value:04o}" if isinstance(value, int) else value)
+@pytest.mark.parametrize(
+    "where, mode",
+    [(SETTINGS_FILE, 0o664), (SETTINGS_FILE, 0o646), ("/etc/gpu-node", 0o775), ("/etc", 0o757), ("/", 0o1777)],
+    ids=lambda value: f"{value:04o}" if isinstance(value, int) else value,
+)
 def test_a_file_or_folder_above_it_writable_by_group_or_others_is_refused_naming_it(node_root, where, mode):
     (node_root / where.lstrip("/")).chmod(mode)
     assert refused(node_root) == f"{where} is writable by its group or others (mode {mode:04o}): {TAIL}"
@@ -212,17 +227,23 @@ def test_a_fifo_or_a_folder_in_its_place_is_refused_without_blocking(node_root):
 def test_no_settings_file_is_refused_never_the_defaults(node_root, remove):
     target = node_root / remove.lstrip("/")
     target.unlink() if target.is_file() else (target / "settings.toml").unlink() or target.rmdir()
-    assert refused(node_root) == (f"{remove} does not exist: pull mode converges a node only with the settings "
-                                  f"written in {SETTINGS_FILE} (docs/without-controller.md), never with defaults; "
-                                  "nothing changed")
+    assert refused(node_root) == (
+        f"{remove} does not exist: pull mode converges a node only with the settings "
+        f"written in {SETTINGS_FILE} (docs/without-controller.md), never with defaults; "
+        "nothing changed"
+    )
 
 
 @needs_root
-@pytest.mark.parametrize("content, line", [
-    ("x = " + "[" * 100_000, f"{SETTINGS_FILE} nests values deeper than gpu-node reads (64 levels)"),
-    ("#" * (2 * 1024 * 1024), f"{SETTINGS_FILE} is larger than gpu-node reads (1024 KiB)"),
-    (GOOD + "# \xff\n", f"{SETTINGS_FILE} is not UTF-8 text: byte 0xff on line 5"),
-], ids=["100000-nested-brackets", "2-MiB", "not-utf-8"])
+@pytest.mark.parametrize(
+    "content, line",
+    [
+        ("x = " + "[" * 100_000, f"{SETTINGS_FILE} nests values deeper than gpu-node reads (64 levels)"),
+        ("#" * (2 * 1024 * 1024), f"{SETTINGS_FILE} is larger than gpu-node reads (1024 KiB)"),
+        (GOOD + "# \xff\n", f"{SETTINGS_FILE} is not UTF-8 text: byte 0xff on line 5"),
+    ],
+    ids=["100000-nested-brackets", "2-MiB", "not-utf-8"],
+)
 def test_text_no_parser_should_meet_is_one_line_through_the_node_text_guards(node_root, content, line):
     (node_root / SETTINGS_FILE.lstrip("/")).write_bytes(content.encode("latin-1"))
     assert refused(node_root) == line
@@ -230,30 +251,36 @@ def test_text_no_parser_should_meet_is_one_line_through_the_node_text_guards(nod
 
 # --- deploy/pull.py: what the timer runs ------------------------------------------------------------
 
+
 @pytest.mark.parametrize("case", ["absent", "below-tmp"])
-def test_pull_py_run_as_pyinfra_runs_it_refuses_a_missing_or_untrusted_file_before_any_operation(case, tmp_path,
-                                                                                                monkeypatch):
+def test_pull_py_run_as_pyinfra_runs_it_refuses_a_missing_or_untrusted_file_before_any_operation(
+    case, tmp_path, monkeypatch
+):
     """deploy/pull.py loaded by pyinfra as the timer's run loads it (on @fake): its settings come through
     pull_settings' checks, not read raw, so a file that is missing or anyone could have written stops
     the run in that one line, with no operation and no command."""
     assert str(tmp_path).startswith("/tmp/")
     # absent: in a folder / does not hold (the walk reaches it through / alone)
-    path = Path(f"/gpu-node-test-{os.urandom(8).hex()}/settings.toml") if case == "absent" else tmp_path / "settings.toml"
+    path = (
+        Path(f"/gpu-node-test-{os.urandom(8).hex()}/settings.toml") if case == "absent" else tmp_path / "settings.toml"
+    )
     if case == "below-tmp":
         path.write_text(GOOD)
         path.chmod(0o644)
     monkeypatch.setattr(pull_settings, "SETTINGS_FILE", str(path))
     plan = run_deploy(Node(unstated=DEFAULT), data={}, deploy_file=PULL)
     assert isinstance(plan.error, SettingsError), plan.error
-    expected = (f"{path.parent} does not exist: pull mode converges a node only with the settings" if case == "absent"
-                else "/tmp is writable by its group or others (mode 1777)")
+    expected = (
+        f"{path.parent} does not exist: pull mode converges a node only with the settings"
+        if case == "absent"
+        else "/tmp is writable by its group or others (mode 1777)"
+    )
     assert str(plan.error).startswith(expected), plan.error
     assert plan.commands == [] and plan.op_names() == []
 
 
 def test_the_service_runs_pyinfra_local_with_the_entry_and_quotes_odd_paths():
-    service = unit_texts("/opt/gpu-node/bin/python", "/opt/gpu node/gpu_node/pull.py")[
-        "gpu-node-pull.service"]
+    service = unit_texts("/opt/gpu-node/bin/python", "/opt/gpu node/gpu_node/pull.py")["gpu-node-pull.service"]
     assert 'ExecStart=/opt/gpu-node/bin/python -m pyinfra -y @local "/opt/gpu node/gpu_node/pull.py"' in service
     assert exec_word('a"b\\c%d$e') == '"a\\"b\\\\c%%d$$e"'
 
@@ -277,8 +304,24 @@ def test_the_cloud_init_examples_settings_pass_the_model_and_it_installs_the_tim
 PIP = re.compile(r"(?:.*/)?pip(?:3(?:\.\d+)?)?")
 SEPARATORS = {";", "&&", "||", "|", "&"}
 INDEXES = ("-i", "--index-url", "--extra-index-url")
-TAKES_A_VALUE = {"-r", "--requirement", "-f", "--find-links", "-c", "--constraint", "-t", "--target", "--prefix",
-                 "--root", "--python-version", "--platform", "--implementation", "--abi", "--progress-bar", *INDEXES}
+TAKES_A_VALUE = {
+    "-r",
+    "--requirement",
+    "-f",
+    "--find-links",
+    "-c",
+    "--constraint",
+    "-t",
+    "--target",
+    "--prefix",
+    "--root",
+    "--python-version",
+    "--platform",
+    "--implementation",
+    "--abi",
+    "--progress-bar",
+    *INDEXES,
+}
 # A requirement pinned to one version and its SHA-256: name==version --hash=sha256:DIGEST
 PINNED = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*==[^\s;@]+(?:\s+--hash=sha256:\S+)+")
 
@@ -294,7 +337,7 @@ def pip_installs(command) -> list[list[str]]:
         words = [str(word) for word in command]
     found = []
     for index, word in enumerate(words):
-        rest = words[index + 1:]
+        rest = words[index + 1 :]
         if PIP.fullmatch(word) and rest[:1] == ["install"]:
             rest = rest[1:]
         elif word == "-m" and rest[:2] == ["pip", "install"]:
@@ -340,8 +383,11 @@ def unpinned_requirements(text: str | None) -> list[str]:
     if text is None:
         return ["not written by the example: its pins are not known"]
     lines = [line.split(" #", 1)[0].strip() for line in text.splitlines()]
-    return [f"{line!r} is not name==version --hash=sha256:DIGEST" for line in lines
-            if line and not line.startswith("#") and not PINNED.fullmatch(line)]
+    return [
+        f"{line!r} is not name==version --hash=sha256:DIGEST"
+        for line in lines
+        if line and not line.startswith("#") and not PINNED.fullmatch(line)
+    ]
 
 
 def test_the_cloud_init_example_installs_gpu_node_only_from_hashed_wheels_without_an_index():
@@ -354,33 +400,72 @@ def test_the_cloud_init_example_installs_gpu_node_only_from_hashed_wheels_withou
 TODAYS = "/opt/gpu-node/bin/pip install gpu-node==0.2.0"  # the example before it pinned hashes
 
 
-@pytest.mark.parametrize("runcmd, requirements, problem", [
-    ([TODAYS.split()], None, "installs gpu-node==0.2.0 by name"),
-    ([TODAYS.split()], None, "without --require-hashes"),
-    ([TODAYS], None, "without --no-index"),
-    (["python3 -m pip install --require-hashes --no-index gpu-node"], None, "installs gpu-node by name"),
-    (["cd /tmp && pip3 install --require-hashes --no-index -r /r.txt; pip install x"], "a==1 --hash=sha256:ab\n",
-     "installs x by name"),
-    ([["pip", "install", "--require-hashes", "--no-index", "--index-url=https://pypi.org/simple", "-r", "/r.txt"]],
-     "a==1 --hash=sha256:ab\n", "from an index (--index-url=https://pypi.org/simple)"),
-    ([["pip", "install", "--require-hashes", "--no-index", "--extra-index-url", "https://x", "-r", "/r.txt"]],
-     "a==1 --hash=sha256:ab\n", "from an index (--extra-index-url)"),
-    ([["pip", "install", "--require-hashes", "--no-index", "-f", "http://wheels/", "-r", "/r.txt"]],
-     "a==1 --hash=sha256:ab\n", "wheels from http://wheels/, neither https nor a local folder"),
-    ([["pip", "install", "--require-hashes", "--no-index", "-r", "/r.txt"]], "gpu-node==0.2.0\n",
-     "'gpu-node==0.2.0' is not name==version --hash=sha256:DIGEST"),
-    ([["pip", "install", "--require-hashes", "--no-index", "-r", "/r.txt"]], "gpu-node --hash=sha256:ab\n",
-     "'gpu-node --hash=sha256:ab' is not name==version"),
-    ([["pip", "install", "--require-hashes", "--no-index", "-r", "/r.txt"]], "--index-url https://pypi.org/simple\n",
-     "'--index-url https://pypi.org/simple' is not name==version"),
-    ([["pip", "install", "--require-hashes", "--no-index", "-r", "/elsewhere.txt"]], None,
-     "/elsewhere.txt: not written by the example"),
-])
+@pytest.mark.parametrize(
+    "runcmd, requirements, problem",
+    [
+        ([TODAYS.split()], None, "installs gpu-node==0.2.0 by name"),
+        ([TODAYS.split()], None, "without --require-hashes"),
+        ([TODAYS], None, "without --no-index"),
+        (["python3 -m pip install --require-hashes --no-index gpu-node"], None, "installs gpu-node by name"),
+        (
+            ["cd /tmp && pip3 install --require-hashes --no-index -r /r.txt; pip install x"],
+            "a==1 --hash=sha256:ab\n",
+            "installs x by name",
+        ),
+        (
+            [
+                [
+                    "pip",
+                    "install",
+                    "--require-hashes",
+                    "--no-index",
+                    "--index-url=https://pypi.org/simple",
+                    "-r",
+                    "/r.txt",
+                ]
+            ],
+            "a==1 --hash=sha256:ab\n",
+            "from an index (--index-url=https://pypi.org/simple)",
+        ),
+        (
+            [["pip", "install", "--require-hashes", "--no-index", "--extra-index-url", "https://x", "-r", "/r.txt"]],
+            "a==1 --hash=sha256:ab\n",
+            "from an index (--extra-index-url)",
+        ),
+        (
+            [["pip", "install", "--require-hashes", "--no-index", "-f", "http://wheels/", "-r", "/r.txt"]],
+            "a==1 --hash=sha256:ab\n",
+            "wheels from http://wheels/, neither https nor a local folder",
+        ),
+        (
+            [["pip", "install", "--require-hashes", "--no-index", "-r", "/r.txt"]],
+            "gpu-node==0.2.0\n",
+            "'gpu-node==0.2.0' is not name==version --hash=sha256:DIGEST",
+        ),
+        (
+            [["pip", "install", "--require-hashes", "--no-index", "-r", "/r.txt"]],
+            "gpu-node --hash=sha256:ab\n",
+            "'gpu-node --hash=sha256:ab' is not name==version",
+        ),
+        (
+            [["pip", "install", "--require-hashes", "--no-index", "-r", "/r.txt"]],
+            "--index-url https://pypi.org/simple\n",
+            "'--index-url https://pypi.org/simple' is not name==version",
+        ),
+        (
+            [["pip", "install", "--require-hashes", "--no-index", "-r", "/elsewhere.txt"]],
+            None,
+            "/elsewhere.txt: not written by the example",
+        ),
+    ],
+)
 def test_an_unpinned_install_line_is_refused(runcmd, requirements, problem):
     """The check above can fail: today's example's line (a name from the public index) and each way
     an install escapes the pins are named."""
-    example = {"runcmd": runcmd, "write_files": [] if requirements is None else [{"path": "/r.txt",
-                                                                                  "content": requirements}]}
+    example = {
+        "runcmd": runcmd,
+        "write_files": [] if requirements is None else [{"path": "/r.txt", "content": requirements}],
+    }
     assert [line for line in unpinned(example) if problem in line], unpinned(example)
 
 
@@ -394,13 +479,16 @@ def test_the_docs_build_recipe_is_the_one_the_e2e_install_runs():
 
 # --- deploy/node/pull_install.py: the units only once the settings are there and root's -------------------
 
+
 @pytest.mark.parametrize("case", ["absent", "below-tmp", "invalid"])
 def test_pull_install_without_trusted_valid_settings_writes_and_enables_nothing(case, tmp_path, monkeypatch, capsys):
     """Its settings read through pull_settings (the file there, root's alone, valid) before the
     recording shell, the unit files and systemctl: otherwise one line, exit 1, none of them."""
     from deploy.node import pull_install
 
-    path = Path(f"/gpu-node-test-{os.urandom(8).hex()}/settings.toml") if case == "absent" else tmp_path / "settings.toml"
+    path = (
+        Path(f"/gpu-node-test-{os.urandom(8).hex()}/settings.toml") if case == "absent" else tmp_path / "settings.toml"
+    )
     if case != "absent":
         path.write_text(GOOD if case == "below-tmp" else GOOD.replace('["containerd"]', '["podman"]'))
         path.chmod(0o644)
@@ -416,7 +504,11 @@ def test_pull_install_without_trusted_valid_settings_writes_and_enables_nothing(
     captured = capsys.readouterr()
     (line,) = captured.err.splitlines()
     assert captured.out == ""
-    assert line.startswith("gpu-node pull_install: " + {
-        "absent": f"{path.parent} does not exist: pull mode converges a node only with the settings",
-        "below-tmp": "/tmp is writable by its group or others (mode 1777): pull mode applies settings as root",
-        "invalid": "invalid setting container_runtimes=['podman']"}[case]), line
+    assert line.startswith(
+        "gpu-node pull_install: "
+        + {
+            "absent": f"{path.parent} does not exist: pull mode converges a node only with the settings",
+            "below-tmp": "/tmp is writable by its group or others (mode 1777): pull mode applies settings as root",
+            "invalid": "invalid setting container_runtimes=['podman']",
+        }[case]
+    ), line

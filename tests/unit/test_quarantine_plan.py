@@ -43,6 +43,7 @@ def info_lines(caplog):
     """The quarantine's lines of what it left as it is, and why (pyinfra's logger, at INFO and above)."""
     caplog.set_level(logging.INFO)
 
+
 CP = "@fake/cp1"
 FLEET_VIEW = "deploy/fleet_view.py"
 GPU_A, GPU_B = "0000:3b:00.0", "0000:86:00.0"
@@ -63,12 +64,16 @@ def problem(kind="xid", gpu=GPU_A, severity="fatal", line="Xid 79 on 0000:3b:00.
 
 def reports_lines(host: str, health_report: dict | str | None) -> list[str]:
     """What the NodeReports fact's command prints: the node's boot report and its health.json."""
+
     def line(name: str, text: str) -> str:
         return f"report {base64.b64encode(name.encode()).decode()} 1000 {base64.b64encode(text.encode()).decode()}"
+
     boot = report_json([NodeRecord(host=host, gpus=[f"0x2331 at {GPU_A}"], steps=[Step("gpu_pci", "pass", "1 GPU")])])
     lines = [line("boot-report.json", json.dumps(boot))]
     if health_report is not None:
-        lines.append(line("health.json", health_report if isinstance(health_report, str) else json.dumps(health_report)))
+        lines.append(
+            line("health.json", health_report if isinstance(health_report, str) else json.dumps(health_report))
+        )
     return lines
 
 
@@ -106,13 +111,13 @@ class StandInGpuCluster(StandInCluster):
                 self.objects[name]["metadata"]["resourceVersion"] = str(int(version) + 1)
             return True, ["rc 0", "out " + json.dumps(listed)], []
         if verb in ("patch", "create", "delete"):
-            self.writes.append(shlex.join(words[words.index(verb):]))
+            self.writes.append(shlex.join(words[words.index(verb) :]))
         if verb == "patch":
             name = words[words.index("patch") + 2]
             try:
                 patched = jsonpatch.apply_patch(self.objects[name], json.loads(words[words.index("-p") + 1]))
             except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as error:
-                return False, [], [f'The request is invalid: the server rejected our request: {error}']
+                return False, [], [f"The request is invalid: the server rejected our request: {error}"]
             patched["metadata"]["resourceVersion"] = str(int(patched["metadata"]["resourceVersion"]) + 1)
             self.objects[name] = patched
             return True, [f"node/{name} patched"], []
@@ -122,19 +127,24 @@ class StandInGpuCluster(StandInCluster):
                 self.rules[rule["metadata"]["name"]] = rule
             return True, ["devicetaintrule created"], []
         if verb == "delete":
-            for name in words[words.index("devicetaintrules") + 1:]:
+            for name in words[words.index("devicetaintrules") + 1 :]:
                 self.rules.pop(name, None)
             return True, ["devicetaintrule deleted"], []
         return super().answer(command)
 
     def device_lines(self) -> list[str]:
         api = [f"devicetaintrules {self.served} false DeviceTaintRule"] if self.served else []
-        lines = ["api-rc 0", *(f"api-out {line}" for line in ["resourceslices resource.k8s.io/v1 false ResourceSlice",
-                                                              *api])]
+        lines = [
+            "api-rc 0",
+            *(f"api-out {line}" for line in ["resourceslices resource.k8s.io/v1 false ResourceSlice", *api]),
+        ]
         lines += ["slices-rc 0", "slices-out " + json.dumps({"kind": "List", "items": self.slices})]
         if self.served:
-            ours = [rule for rule in self.rules.values()
-                    if rule["metadata"].get("labels", {}).get("app.kubernetes.io/managed-by") == "gpu-node"]
+            ours = [
+                rule
+                for rule in self.rules.values()
+                if rule["metadata"].get("labels", {}).get("app.kubernetes.io/managed-by") == "gpu-node"
+            ]
             lines += ["rules-rc 0", "rules-out " + json.dumps({"kind": "List", "items": ours})]
         else:
             lines += ["rules-rc 1", 'rules-err error: the server doesn\'t have a resource type "devicetaintrules"']
@@ -150,12 +160,22 @@ class StandInGpuCluster(StandInCluster):
 
 def slice_of(node: str, devices: dict[str, str]) -> dict:
     """NVIDIA's ResourceSlice of ``node`` (v1): device name -> its PCI address attribute."""
-    return {"kind": "ResourceSlice", "metadata": {"name": f"{node}-gpu.nvidia.com-x"},
-            "spec": {"driver": "gpu.nvidia.com", "nodeName": node, "pool": {"name": node, "generation": 1,
-                                                                            "resourceSliceCount": 1},
-                     "devices": [{"name": name, "attributes": {"resource.kubernetes.io/pciBusID": {"string": pci},
-                                                               "type": {"string": "gpu"}}}
-                                 for name, pci in devices.items()]}}
+    return {
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-gpu.nvidia.com-x"},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+                {
+                    "name": name,
+                    "attributes": {"resource.kubernetes.io/pciBusID": {"string": pci}, "type": {"string": "gpu"}},
+                }
+                for name, pci in devices.items()
+            ],
+        },
+    }
 
 
 @dataclass
@@ -168,25 +188,40 @@ class Run:
         return sorted(host.name for host in self.plan.state.failed_hosts)
 
 
-def run_view(monkeypatch, cluster: StandInGpuCluster, healths: dict[str, dict | str | None], data: dict | None = None,
-             host_data: dict | None = None, holders: list[str] | None = None) -> Run:
+def run_view(
+    monkeypatch,
+    cluster: StandInGpuCluster,
+    healths: dict[str, dict | str | None],
+    data: dict | None = None,
+    host_data: dict | None = None,
+    holders: list[str] | None = None,
+) -> Run:
     """deploy/fleet_view.py --data fleet_quarantine=true over GPU nodes @fake/<name> (their hostname the name)
     and the control plane @fake/cp1."""
     monkeypatch.setattr(pyinfra, "is_cli", True)
     gpus = {f"@fake/{name}": {**QUICK, **(host_data or {}).get(name, {})} for name in healths}
-    inventory = Inventory(([*gpus.items(), (CP, QUICK)], {}),
-                          override_data={"fleet_quarantine": True, **(data or {})},
-                          gpu_nodes=(list(gpus), {}), control_plane=([CP], {}))
-    nodes = {f"@fake/{name}": Node(facts=[(NodeReports, reports_lines(name, report)), (Hostname, name),
-                                          (DeviceHolders, holders or ["fuser"])])
-             for name, report in healths.items()}
+    inventory = Inventory(
+        ([*gpus.items(), (CP, QUICK)], {}),
+        override_data={"fleet_quarantine": True, **(data or {})},
+        gpu_nodes=(list(gpus), {}),
+        control_plane=([CP], {}),
+    )
+    nodes = {
+        f"@fake/{name}": Node(
+            facts=[(NodeReports, reports_lines(name, report)), (Hostname, name), (DeviceHolders, holders or ["fuser"])]
+        )
+        for name, report in healths.items()
+    }
     nodes[CP] = Node(stand_in=cluster.answer)
     return Run(run_inventory(inventory, nodes, FLEET_VIEW), cluster)
 
 
 def quarantine_lines(caplog) -> list[str]:
-    return [record.getMessage().split("quarantine", 1)[1] for record in caplog.records
-            if "quarantine" in record.getMessage() and record.levelno >= logging.INFO]
+    return [
+        record.getMessage().split("quarantine", 1)[1]
+        for record in caplog.records
+        if "quarantine" in record.getMessage() and record.levelno >= logging.INFO
+    ]
 
 
 def test_an_unhealthy_node_is_tainted_and_recorded_its_cordon_taints_and_annotations_kept_no_real_cluster(monkeypatch):
@@ -201,8 +236,11 @@ def test_an_unhealthy_node_is_tainted_and_recorded_its_cordon_taints_and_annotat
     assert cluster.taints("gpu1") == [CORDONED, DEDICATED, {"key": TAINT_KEY, "value": "xid", "effect": "NoSchedule"}]
     assert cluster.objects["gpu1"]["spec"]["unschedulable"] is True
     assert cluster.objects["gpu1"]["metadata"]["annotations"]["team"] == "vision"
-    assert cluster.record("gpu1") == {"by": "gpu-node", "since": "2026-05-01T10:00:00Z",
-                                      "reason": "Xid 79 on 0000:3b:00.0: GPU fallen off the bus"}
+    assert cluster.record("gpu1") == {
+        "by": "gpu-node",
+        "since": "2026-05-01T10:00:00Z",
+        "reason": "Xid 79 on 0000:3b:00.0: GPU fallen off the bus",
+    }
     (patch,) = cluster.writes
     assert json.loads(shlex.split(patch)[-1])[0] == {"op": "test", "path": "/metadata/resourceVersion", "value": "1"}
     assert cluster.objects["gpu2"]["spec"] == {} and cluster.record("gpu2") is None
@@ -211,37 +249,54 @@ def test_an_unhealthy_node_is_tainted_and_recorded_its_cordon_taints_and_annotat
     assert again.failed == [] and cluster.writes == [patch]
 
 
-def test_never_more_than_quarantine_max_nodes_the_worst_first_counting_others_taints_no_real_cluster(monkeypatch, caplog):
+def test_never_more_than_quarantine_max_nodes_the_worst_first_counting_others_taints_no_real_cluster(
+    monkeypatch, caplog
+):
     cluster = StandInGpuCluster()
     for name in ("gpu1", "gpu2", "gpu3", "gpu4", "gpu5"):
         cluster.node(name)
-    reports = {"gpu1": health("unhealthy", problems=[problem(kind="row remap", severity="needs reset",
-                                                             line="rows pending remapping")]),
-               "gpu2": health("unhealthy", problems=[problem()]),
-               "gpu3": health("unhealthy", problems=[problem(line="Xid 79 on 0000:3b:00.0: GPU fallen off the bus (2 times this boot)")]),
-               "gpu4": health("healthy"), "gpu5": health("healthy")}
+    reports = {
+        "gpu1": health(
+            "unhealthy", problems=[problem(kind="row remap", severity="needs reset", line="rows pending remapping")]
+        ),
+        "gpu2": health("unhealthy", problems=[problem()]),
+        "gpu3": health(
+            "unhealthy", problems=[problem(line="Xid 79 on 0000:3b:00.0: GPU fallen off the bus (2 times this boot)")]
+        ),
+        "gpu4": health("healthy"),
+        "gpu5": health("healthy"),
+    }
     run = run_view(monkeypatch, cluster, reports, data={"quarantine_max_nodes": 2, "quarantine_max_percent": 100})
     assert run.failed == []
     # fatal first, by name: gpu2 and gpu3; gpu1 (needs reset) waits for the bound
     assert [name for name in cluster.objects if cluster.taints(name)] == ["gpu2", "gpu3"]
-    assert any("gpu1: unhealthy (rows pending remapping) but not quarantined: 2 of the run's 5 GPU nodes are, the "
-               "most quarantine_max_nodes=2 and quarantine_max_percent=100 allow (2)" in line
-               for line in quarantine_lines(caplog))
+    assert any(
+        "gpu1: unhealthy (rows pending remapping) but not quarantined: 2 of the run's 5 GPU nodes are, the "
+        "most quarantine_max_nodes=2 and quarantine_max_percent=100 allow (2)" in line
+        for line in quarantine_lines(caplog)
+    )
 
     # someone else's taint of the key counts: one taint of theirs, a bound of one, nothing more tainted
     others = StandInGpuCluster()
     others.node("gpu1")
     others.node("gpu2", taints=[{"key": TAINT_KEY, "value": "manual", "effect": "NoSchedule"}])
-    run = run_view(monkeypatch, others, {"gpu1": health("unhealthy", problems=[problem()]),
-                                         "gpu2": health("healthy"), "gpu3": health("healthy")},
-                   data={"quarantine_max_nodes": 1})
+    run = run_view(
+        monkeypatch,
+        others,
+        {"gpu1": health("unhealthy", problems=[problem()]), "gpu2": health("healthy"), "gpu3": health("healthy")},
+        data={"quarantine_max_nodes": 1},
+    )
     assert run.failed == [] and others.writes == []
-    assert any("gpu1: unhealthy (Xid 79 on 0000:3b:00.0: GPU fallen off the bus) but not quarantined: 1 of the run's 3 GPU nodes"
-               in line for line in quarantine_lines(caplog))
+    assert any(
+        "gpu1: unhealthy (Xid 79 on 0000:3b:00.0: GPU fallen off the bus) but not quarantined: 1 of the run's 3 GPU nodes"
+        in line
+        for line in quarantine_lines(caplog)
+    )
 
 
 def test_a_problem_needing_attention_about_no_single_gpu_taints_the_node_a_reading_not_made_does_not_no_real_cluster(
-        monkeypatch):
+    monkeypatch,
+):
     """The health check's other severities: needs attention (a service down, a module missing) makes a node
     unhealthy, about no GPU; not read (a reading that could not be made) leaves its status unknown."""
     cluster = StandInGpuCluster()
@@ -249,8 +304,12 @@ def test_a_problem_needing_attention_about_no_single_gpu_taints_the_node_a_readi
     cluster.node("gpu2")
     down = problem(kind="service", gpu=None, severity="needs attention", line="nvidia-fabricmanager.service is failed")
     not_read = problem(kind="reading", gpu=None, severity="not read", line="nvidia-smi timed out")
-    run_view(monkeypatch, cluster, {"gpu1": health("unhealthy", problems=[down]),
-                                    "gpu2": health("unknown", problems=[not_read])}, data=ONE_NODE)
+    run_view(
+        monkeypatch,
+        cluster,
+        {"gpu1": health("unhealthy", problems=[down]), "gpu2": health("unknown", problems=[not_read])},
+        data=ONE_NODE,
+    )
     assert cluster.taints("gpu1") == [{"key": TAINT_KEY, "value": "service", "effect": "NoSchedule"}]
     assert cluster.record("gpu1")["reason"] == "nvidia-fabricmanager.service is failed"
     assert cluster.taints("gpu2") == []
@@ -261,8 +320,12 @@ def test_the_share_of_the_group_is_rounded_down_no_real_cluster(monkeypatch):
     for name in ("gpu1", "gpu2", "gpu3"):
         cluster.node(name)
     unhealthy = health("unhealthy", problems=[problem()])
-    run_view(monkeypatch, cluster, {"gpu1": unhealthy, "gpu2": unhealthy, "gpu3": unhealthy},
-             data={"quarantine_max_nodes": 10, "quarantine_max_percent": 50})
+    run_view(
+        monkeypatch,
+        cluster,
+        {"gpu1": unhealthy, "gpu2": unhealthy, "gpu3": unhealthy},
+        data={"quarantine_max_nodes": 10, "quarantine_max_percent": 50},
+    )
     assert [name for name in cluster.objects if cluster.taints(name)] == ["gpu1"]  # 50% of 3: 1
     alone = StandInGpuCluster()
     alone.node("gpu1")
@@ -298,12 +361,15 @@ def test_a_taint_of_the_key_someone_else_set_is_never_removed_no_real_cluster(mo
     manual = {"key": TAINT_KEY, "value": "manual", "effect": "NoSchedule"}
     cluster.node("gpu1", taints=[manual])
     for checked_at in ("2026-05-01T10:00:00+00:00", "2026-05-09T10:00:00+00:00"):
-        run = run_view(monkeypatch, cluster, {"gpu1": health("healthy", checked_at)},
-                       data={"quarantine_release_after": 0})
+        run = run_view(
+            monkeypatch, cluster, {"gpu1": health("healthy", checked_at)}, data={"quarantine_release_after": 0}
+        )
         assert run.failed == []
     assert cluster.writes == [] and cluster.taints("gpu1") == [manual]
-    assert any("gpu1: tainted gpu-node.nvidia.com/gpu-unhealthy by someone else (no gpu-node record): left as it is"
-               in line for line in quarantine_lines(caplog))
+    assert any(
+        "gpu1: tainted gpu-node.nvidia.com/gpu-unhealthy by someone else (no gpu-node record): left as it is" in line
+        for line in quarantine_lines(caplog)
+    )
 
 
 def test_a_node_changed_since_it_was_read_is_not_patched_no_real_cluster(monkeypatch, caplog):
@@ -311,27 +377,39 @@ def test_a_node_changed_since_it_was_read_is_not_patched_no_real_cluster(monkeyp
     resourceVersion fails, the API server rejects the whole patch, the run says so and fails."""
     cluster = StandInGpuCluster(changed_after_read=("gpu1",))
     cluster.node("gpu1", taints=[DEDICATED])
-    run = run_view(monkeypatch, cluster, {"gpu1": health("unhealthy", problems=[problem()]), "gpu2": health("healthy")},
-                   data={"quarantine_max_nodes": 2, "quarantine_max_percent": 100})
+    run = run_view(
+        monkeypatch,
+        cluster,
+        {"gpu1": health("unhealthy", problems=[problem()]), "gpu2": health("healthy")},
+        data={"quarantine_max_nodes": 2, "quarantine_max_percent": 100},
+    )
     assert CP in run.failed
     assert cluster.taints("gpu1") == [DEDICATED] and cluster.record("gpu1") is None
 
 
 def test_on_a_dra_node_the_failed_gpu_alone_gets_a_device_taint_rule_and_its_release_deletes_it_no_real_cluster(
-        monkeypatch):
-    cluster = StandInGpuCluster(served="resource.k8s.io/v1beta2",
-                                slices=[slice_of("gpu1", {"gpu-0": GPU_A, "gpu-1": GPU_B})])
+    monkeypatch,
+):
+    cluster = StandInGpuCluster(
+        served="resource.k8s.io/v1beta2", slices=[slice_of("gpu1", {"gpu-0": GPU_A, "gpu-1": GPU_B})]
+    )
     cluster.node("gpu1")
     dra = {"gpu1": {"gpu_allocator": "dra"}}
     data = {**ONE_NODE, "quarantine_release_after": 0}
-    run = run_view(monkeypatch, cluster, {"gpu1": health("unhealthy", problems=[problem(gpu=GPU_B.upper())])},
-                   data=data, host_data=dra)
+    run = run_view(
+        monkeypatch,
+        cluster,
+        {"gpu1": health("unhealthy", problems=[problem(gpu=GPU_B.upper())])},
+        data=data,
+        host_data=dra,
+    )
     assert run.failed == []
     assert cluster.taints("gpu1") == []
     assert list(cluster.rules) == ["gpu-node-gpu1-gpu-1"]
     assert cluster.rules["gpu-node-gpu1-gpu-1"]["spec"] == {
         "deviceSelector": {"driver": "gpu.nvidia.com", "pool": "gpu1", "device": "gpu-1"},
-        "taint": {"key": TAINT_KEY, "value": "xid", "effect": "NoSchedule"}}
+        "taint": {"key": TAINT_KEY, "value": "xid", "effect": "NoSchedule"},
+    }
     assert cluster.record("gpu1")["devices"] == ["gpu-node-gpu1-gpu-1"]
 
     run_view(monkeypatch, cluster, {"gpu1": health("healthy", "2026-05-01T11:00:00+00:00")}, data=data, host_data=dra)
@@ -346,42 +424,68 @@ def test_a_rule_a_stopped_step_did_not_create_is_made_by_the_next_run_no_real_cl
     run_view(monkeypatch, cluster, unhealthy, data=ONE_NODE, host_data=dra)
     cluster.rules.clear()  # as if the create had failed after the node's record was patched
     run_view(monkeypatch, cluster, unhealthy, data=ONE_NODE, host_data=dra)
-    assert list(cluster.rules) == ["gpu-node-gpu1-gpu-0"] and cluster.rules["gpu-node-gpu1-gpu-0"]["apiVersion"] == \
-        "resource.k8s.io/v1"
+    assert (
+        list(cluster.rules) == ["gpu-node-gpu1-gpu-0"]
+        and cluster.rules["gpu-node-gpu1-gpu-0"]["apiVersion"] == "resource.k8s.io/v1"
+    )
 
 
 def test_without_device_taint_rules_served_a_dra_node_is_tainted_whole_no_real_cluster(monkeypatch, caplog):
     cluster = StandInGpuCluster(served=None, slices=[slice_of("gpu1", {"gpu-0": GPU_A})])
     cluster.node("gpu1")
-    run_view(monkeypatch, cluster, {"gpu1": health("unhealthy", problems=[problem()])}, data=ONE_NODE,
-             host_data={"gpu1": {"gpu_allocator": "dra"}})
+    run_view(
+        monkeypatch,
+        cluster,
+        {"gpu1": health("unhealthy", problems=[problem()])},
+        data=ONE_NODE,
+        host_data={"gpu1": {"gpu_allocator": "dra"}},
+    )
     assert [taint["key"] for taint in cluster.taints("gpu1")] == [TAINT_KEY] and cluster.rules == {}
 
 
-@pytest.mark.parametrize("version, api", [("1.36", "resource.k8s.io/v1beta2"), ("1.37", "resource.k8s.io/v1beta2"),
-                                          ("1.37", "resource.k8s.io/v1")])
+@pytest.mark.parametrize(
+    "version, api",
+    [("1.36", "resource.k8s.io/v1beta2"), ("1.37", "resource.k8s.io/v1beta2"), ("1.37", "resource.k8s.io/v1")],
+)
 def test_the_device_taint_rule_is_valid_where_the_release_serves_its_api(version, api):
     rule = device_rule(api, "gpu1", "gpu1", "gpu-0", "xid")
     assert schema_problem(rule, version) is None
     assert schema_problem(rule, "1.35") == f"DeviceTaintRule {api} is not served by Kubernetes 1.35"
 
 
-@pytest.mark.parametrize("holders, says", [
-    # then the health check forgets the Xids the reset cleared (else the node stays unhealthy until its next boot)
-    (["fuser"], "gpu1: GPU 0000:3b:00.0 needs a reset and nothing holds /dev/nvidia*: `nvidia-smi -r -i 0000:3b:00.0; "
-                "/usr/bin/python3 -I /usr/lib/gpu-node/gpu-node-health.pyz --forget-xids` would reset it and tell the "
-                "health check (gpu-node resets nothing)"),
-    (["fuser", "holder 4242 - alice /dev/nvidia0 python3"],
-     "gpu1: GPU 0000:3b:00.0 needs a reset; not now: python3 (pid 4242, user alice) holds /dev/nvidia0"),
-])
-def test_quarantine_reset_plan_says_what_a_reset_would_need_and_runs_none_no_real_cluster(monkeypatch, caplog,
-                                                                                          holders, says):
+@pytest.mark.parametrize(
+    "holders, says",
+    [
+        # then the health check forgets the Xids the reset cleared (else the node stays unhealthy until its next boot)
+        (
+            ["fuser"],
+            "gpu1: GPU 0000:3b:00.0 needs a reset and nothing holds /dev/nvidia*: `nvidia-smi -r -i 0000:3b:00.0; "
+            "/usr/bin/python3 -I /usr/lib/gpu-node/gpu-node-health.pyz --forget-xids` would reset it and tell the "
+            "health check (gpu-node resets nothing)",
+        ),
+        (
+            ["fuser", "holder 4242 - alice /dev/nvidia0 python3"],
+            "gpu1: GPU 0000:3b:00.0 needs a reset; not now: python3 (pid 4242, user alice) holds /dev/nvidia0",
+        ),
+    ],
+)
+def test_quarantine_reset_plan_says_what_a_reset_would_need_and_runs_none_no_real_cluster(
+    monkeypatch, caplog, holders, says
+):
     cluster = StandInGpuCluster()
     cluster.node("gpu1")
     cluster.node("gpu2")
-    needs_reset = health("unhealthy", problems=[problem(severity="needs reset", line="Xid 48 on 0000:3b:00.0: uncorrectable (double-bit) ECC error")])
-    run = run_view(monkeypatch, cluster, {"gpu1": needs_reset, "gpu2": health("healthy")},
-                   data={"quarantine_reset": "plan"}, holders=holders)
+    needs_reset = health(
+        "unhealthy",
+        problems=[problem(severity="needs reset", line="Xid 48 on 0000:3b:00.0: uncorrectable (double-bit) ECC error")],
+    )
+    run = run_view(
+        monkeypatch,
+        cluster,
+        {"gpu1": needs_reset, "gpu2": health("healthy")},
+        data={"quarantine_reset": "plan"},
+        holders=holders,
+    )
     assert run.failed == []
     assert any(says in line for line in quarantine_lines(caplog)), quarantine_lines(caplog)
     gpu_commands = [command for host, command in run.plan.timeline if host == "@fake/gpu1"]
@@ -393,14 +497,21 @@ def test_quarantine_reset_plan_says_what_a_reset_would_need_and_runs_none_no_rea
 # as the fleet view does, one format for both
 NOT_HEALTH_REPORTS = {
     "hostile": ({**health("unhealthy", problems=[problem()]), "checked_at": "yesterday\x1b[2J"}, "checked_at"),
-    "another-shape": ({**health("unhealthy", problems=[problem(kind="xid-79")]), "checked_at": "2026-05-01T10:00:00Z",
-                       "gpus": [{"pci": GPU_A, "seen_by_driver": False}]}, "checked_at"),
+    "another-shape": (
+        {
+            **health("unhealthy", problems=[problem(kind="xid-79")]),
+            "checked_at": "2026-05-01T10:00:00Z",
+            "gpus": [{"pci": GPU_A, "seen_by_driver": False}],
+        },
+        "checked_at",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", NOT_HEALTH_REPORTS)
-def test_a_health_report_that_is_no_health_report_is_one_line_and_the_node_left_alone_no_real_cluster(monkeypatch,
-                                                                                                      caplog, case):
+def test_a_health_report_that_is_no_health_report_is_one_line_and_the_node_left_alone_no_real_cluster(
+    monkeypatch, caplog, case
+):
     cluster = StandInGpuCluster()
     cluster.node("gpu1")
     cluster.node("gpu2")
@@ -415,10 +526,13 @@ def test_a_health_report_that_is_no_health_report_is_one_line_and_the_node_left_
 
 def test_quarantine_without_a_control_plane_in_the_inventory_stops_in_one_line(monkeypatch):
     monkeypatch.setattr(pyinfra, "is_cli", True)
-    inventory = Inventory(([("@fake/gpu1", QUICK)], {}), override_data={"fleet_quarantine": True},
-                          gpu_nodes=(["@fake/gpu1"], {}))
+    inventory = Inventory(
+        ([("@fake/gpu1", QUICK)], {}), override_data={"fleet_quarantine": True}, gpu_nodes=(["@fake/gpu1"], {})
+    )
     plan = run_inventory(inventory, {"@fake/gpu1": Node(facts=[(NodeReports, [])])}, FLEET_VIEW)
     assert isinstance(plan.error, SettingsError)
-    assert str(plan.error) == ("fleet_quarantine=true but the inventory has no control_plane host (control_plane_group) "
-                               "to run kubectl on: add the control-plane host to the inventory")
+    assert str(plan.error) == (
+        "fleet_quarantine=true but the inventory has no control_plane host (control_plane_group) "
+        "to run kubectl on: add the control-plane host to the inventory"
+    )
     assert plan.timeline == []

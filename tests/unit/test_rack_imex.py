@@ -26,8 +26,13 @@ UP = (Path(__file__).resolve().parents[1] / "fixtures" / "imex" / "ctl-N-up.txt"
 
 
 def test_a_domains_members_are_the_hosts_with_its_name_in_one_order_for_every_member():
-    hosts = [("gpu3", "rack-a", None, "10.0.0.30"), ("gpu1", "rack-a", "10.0.0.9", "gpu1.example"),
-             ("gpu2", "rack-b", None, "10.0.1.2"), ("cp", None, None, "10.0.9.9"), ("gpu4", "rack-a", None, "10.0.0.4")]
+    hosts = [
+        ("gpu3", "rack-a", None, "10.0.0.30"),
+        ("gpu1", "rack-a", "10.0.0.9", "gpu1.example"),
+        ("gpu2", "rack-b", None, "10.0.1.2"),
+        ("cp", None, None, "10.0.9.9"),
+        ("gpu4", "rack-a", None, "10.0.0.4"),
+    ]
     members = domain_members("rack-a", hosts)
     assert members == (Member("gpu4", "10.0.0.4"), Member("gpu1", "10.0.0.9"), Member("gpu3", "10.0.0.30"))
     # the order is the addresses' (numeric), not the inventory's: every member writes the same file
@@ -36,8 +41,11 @@ def test_a_domains_members_are_the_hosts_with_its_name_in_one_order_for_every_me
 
 
 def test_a_member_without_imex_address_whose_ssh_host_is_a_name_is_refused_naming_the_setting():
-    with pytest.raises(DomainRefusal, match="host gpu1 is in an IMEX domain without imex_address, and its SSH host "
-                                            "'gpu1.example' is not an IP address: set imex_address"):
+    with pytest.raises(
+        DomainRefusal,
+        match="host gpu1 is in an IMEX domain without imex_address, and its SSH host "
+        "'gpu1.example' is not an IP address: set imex_address",
+    ):
         member_address("gpu1", None, "gpu1.example")
     assert member_address("gpu1", None, "fd00::1") == "fd00::1"
 
@@ -51,15 +59,21 @@ def test_the_published_ctl_output_reads_as_three_ready_nodes_of_an_up_domain():
     status = domain_status(UP)
     assert status.state == "UP"
     assert [(node.index, node.address, node.state, node.version) for node in status.nodes] == [
-        (0, "10.20.0.11", "READY", "570.172"), (1, "10.20.0.12", "READY", "570.172"),
-        (2, "10.20.0.13", "READY", "570.172")]
+        (0, "10.20.0.11", "READY", "570.172"),
+        (1, "10.20.0.12", "READY", "570.172"),
+        (2, "10.20.0.13", "READY", "570.172"),
+    ]
 
 
 def test_a_member_not_ready_or_not_listed_is_named_with_its_host():
     lines = [line.replace("10.20.0.12      - READY", "10.20.0.12      - UNAVAILABLE") for line in UP]
     lines = [line.replace("Domain State: UP", "Domain State: DEGRADED") for line in lines]
-    members = [Member("gpu1", "10.20.0.11"), Member("gpu2", "10.20.0.12"), Member("gpu3", "10.20.0.13"),
-               Member("gpu4", "10.20.0.7")]
+    members = [
+        Member("gpu1", "10.20.0.11"),
+        Member("gpu2", "10.20.0.12"),
+        Member("gpu3", "10.20.0.13"),
+        Member("gpu4", "10.20.0.7"),
+    ]
     status = domain_status(lines)
     assert status.state == "DEGRADED"
     assert missing_peers(status, members) == ["gpu2 (10.20.0.12) UNAVAILABLE", "gpu4 (10.20.0.7) not listed"]

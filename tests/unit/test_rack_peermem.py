@@ -10,21 +10,26 @@ import pytest
 from deploy.rack.peermem import FIRST_SUPPORTED_OFED, ofed_version, pairing_line, wants_peermem
 
 
-@pytest.mark.parametrize("printed, version", [
-    ("MLNX_OFED_LINUX-24.10-1.1.4.0:", "24.10-1.1.4.0"),
-    ("OFED-internal-25.04-0.6.1:", "25.04-0.6.1"),
-    ("MLNX_OFED_LINUX-4.9-7.1.0.0:", "4.9-7.1.0.0"),
-    ("", None),
-    ("command not found", None),
-])
+@pytest.mark.parametrize(
+    "printed, version",
+    [
+        ("MLNX_OFED_LINUX-24.10-1.1.4.0:", "24.10-1.1.4.0"),
+        ("OFED-internal-25.04-0.6.1:", "25.04-0.6.1"),
+        ("MLNX_OFED_LINUX-4.9-7.1.0.0:", "4.9-7.1.0.0"),
+        ("", None),
+        ("command not found", None),
+    ],
+)
 def test_the_ofed_version_is_read_from_what_ofed_info_prints(printed, version):
     assert ofed_version(printed) == version
 
 
 def test_an_ofed_older_than_nvidias_first_supported_one_is_named_in_one_line():
     line = pairing_line("4.9-7.1.0.0", 550)
-    assert line == (f"OFED 4.9-7.1.0.0 is older than {FIRST_SUPPORTED_OFED}, the first NVIDIA supports nvidia-peermem "
-                    "with (its peer-direct fix): install DOCA-OFED")
+    assert line == (
+        f"OFED 4.9-7.1.0.0 is older than {FIRST_SUPPORTED_OFED}, the first NVIDIA supports nvidia-peermem "
+        "with (its peer-direct fix): install DOCA-OFED"
+    )
     assert pairing_line("5.3-1.0.0.1.43", 550) is None
     assert pairing_line("24.10-1.1.4.0", 570) is None
     assert pairing_line("5.2-2.2.0.0", 570) is not None
@@ -43,4 +48,3 @@ def test_auto_wants_peermem_where_a_gpu_and_a_connectx_rdma_function_are_on_the_
     assert not wants_peermem("auto", bridge, gpu)  # an NVLink5 switch-management bridge is no RDMA NIC
     assert not wants_peermem("auto", nic, [])
     assert wants_peermem("true", [], []) and not wants_peermem("false", nic, gpu)
-

@@ -31,9 +31,14 @@ ALONE = {"stages": "driver", "nvidia_driver_install": False, "first_boot_unit": 
 
 
 def node(*facts, pci=(*PCI_WITH_GPU, CONNECTX), loaded=None):
-    return gpu_node("rocky-9", node_survey=node_lines(KERNEL, pci=pci, loaded=loaded, built="570.172.08",
-                                                      modules=["nvidia"] if loaded else ()),
-                    facts=facts, unstated=DEFAULT)
+    return gpu_node(
+        "rocky-9",
+        node_survey=node_lines(
+            KERNEL, pci=pci, loaded=loaded, built="570.172.08", modules=["nvidia"] if loaded else ()
+        ),
+        facts=facts,
+        unstated=DEFAULT,
+    )
 
 
 def test_auto_on_a_gpu_node_with_a_connectx_nic_writes_the_soft_dependency_and_the_boot_load():
@@ -51,44 +56,58 @@ def test_auto_without_a_connectx_nic_leaves_nvidia_peermem_alone():
 
 
 def test_with_the_driver_loaded_and_modules_allowed_nvidia_peermem_is_loaded_now():
-    run = run_deploy(node(loaded="570.172.08"), data={**ALONE, "gpudirect_rdma": "true", "kernel_modules_load": True,
-                                                      "stages": "driver"})
+    run = run_deploy(
+        node(loaded="570.172.08"),
+        data={**ALONE, "gpudirect_rdma": "true", "kernel_modules_load": True, "stages": "driver"},
+    )
     assert run.error is None and not run.failed, run.refusal
     assert "modprobe nvidia_peermem" in run.commands
 
 
 def test_an_ofed_outside_nvidias_support_is_named_by_preflight_in_one_line(caplog):
     caplog.set_level(logging.WARNING)
-    run = run_deploy(node((PeermemState, ["ofed MLNX_OFED_LINUX-4.9-7.1.0.0:"])),
-                     data={**ALONE, "gpudirect_rdma": "true"})
+    run = run_deploy(
+        node((PeermemState, ["ofed MLNX_OFED_LINUX-4.9-7.1.0.0:"])), data={**ALONE, "gpudirect_rdma": "true"}
+    )
     assert run.error is None
     assert any("OFED 4.9-7.1.0.0 is older than 5.3-1.0.0.1.43" in record.getMessage() for record in caplog.records)
 
 
 LAYOUT = '{"name": "inference", "gpus": {"all": {"1g.10gb": 7}}}'
 JOB = ["fuser", "holder 4242 - alice /dev/nvidia0 python3"]
-PERSISTENCED = ["fuser", "holder 17 nvidia-persistenced.service root /dev/nvidia0 nvidia-persiste",
-                "active nvidia-persistenced.service"]
+PERSISTENCED = [
+    "fuser",
+    "holder 17 nvidia-persistenced.service root /dev/nvidia0 nvidia-persiste",
+    "active nvidia-persistenced.service",
+]
 
 
 def test_a_changed_layout_where_a_job_holds_the_gpu_is_refused_drain_required_before_any_change():
     run = run_deploy(node((DeviceHolders, JOB), loaded="570.172.08"), data={**ALONE, "mig_layout": LAYOUT})
     assert run.failed
-    assert run.refusal.startswith("drain required: MIG layout inference changes the GPUs' partitions and python3 "
-                                  "(pid 4242, user alice) holds /dev/nvidia0"), run.refusal
+    assert run.refusal.startswith(
+        "drain required: MIG layout inference changes the GPUs' partitions and python3 "
+        "(pid 4242, user alice) holds /dev/nvidia0"
+    ), run.refusal
     assert not run.ran("dnf install") and not run.ran("gpu-node-candidate")
 
 
 def test_a_changed_layout_held_only_by_the_drivers_services_is_written_and_applied_now():
-    run = run_deploy(node((DeviceHolders, PERSISTENCED), (UnitsEnabled, ["nvidia-persistenced.service enabled"]),
-                          loaded="570.172.08"), data={**ALONE, "mig_layout": LAYOUT})
+    run = run_deploy(
+        node(
+            (DeviceHolders, PERSISTENCED), (UnitsEnabled, ["nvidia-persistenced.service enabled"]), loaded="570.172.08"
+        ),
+        data={**ALONE, "mig_layout": LAYOUT},
+    )
     assert run.error is None and not run.failed, run.refusal
     assert "dnf install -y nvidia-mig-manager" in run.commands
     # mig-parted's own check of the candidate config, before it replaces the file
-    assert run.ran("nvidia-mig-parted assert --valid-config --config-file "
-                   f"{mig.CONFIG_PATH}.gpu-node-candidate --selected-config inference")
+    assert run.ran(
+        "nvidia-mig-parted assert --valid-config --config-file "
+        f"{mig.CONFIG_PATH}.gpu-node-candidate --selected-config inference"
+    )
     assert "MIG layout | Apply MIG layout inference now (nvidia-mig-manager.service)" in run.op_names()
-    [apply] = run.ran("systemctl restart \"$unit\"")
+    [apply] = run.ran('systemctl restart "$unit"')
     assert "unit=nvidia-mig-manager.service" in apply and "driver_holders" in apply
 
 
@@ -103,8 +122,12 @@ def test_without_a_loaded_driver_the_layout_waits_for_the_boot_and_systemd_reads
 def test_a_layout_in_place_changes_no_file_and_applies_nothing():
     layout_files = mig_task.wanted_files(mig.mig_layout(LAYOUT), {})
     in_place = [(digest_read(path), digest_lines(text)) for path, text in layout_files.items()]
-    run = run_deploy(node(*in_place, (DeviceHolders, JOB), (UnitsEnabled, ["nvidia-mig-manager.service enabled"]),
-                          loaded="570.172.08"), data={**ALONE, "mig_layout": LAYOUT})
+    run = run_deploy(
+        node(
+            *in_place, (DeviceHolders, JOB), (UnitsEnabled, ["nvidia-mig-manager.service enabled"]), loaded="570.172.08"
+        ),
+        data={**ALONE, "mig_layout": LAYOUT},
+    )
     assert run.error is None and not run.failed, run.refusal
     assert not [name for name in run.op_names() if "Put /etc/nvidia-mig-manager" in name or "Apply" in name]
 
@@ -118,6 +141,7 @@ def test_neither_step_runs_without_its_setting():
 # --- the change's own holder check, run for real in a scratch root with STAND-IN fuser and systemctl
 # (tests/unit/test_driver_updates.py's) ---------------------------------------------------------------
 
+
 @pytest.fixture
 def sandbox_node(template, tmp_path):  # noqa: F811 - the fixture
     if os.geteuid() != 0:
@@ -126,8 +150,11 @@ def sandbox_node(template, tmp_path):  # noqa: F811 - the fixture
 
 
 def run_apply(sandbox_node) -> tuple[int, str]:
-    wrapped = ("(\n" + mig_apply_command(mig.mig_layout(LAYOUT)).get_raw_value()
-               + "\n) > /standin/out 2>&1; echo $? > /standin/status")
+    wrapped = (
+        "(\n"
+        + mig_apply_command(mig.mig_layout(LAYOUT)).get_raw_value()
+        + "\n) > /standin/out 2>&1; echo $? > /standin/status"
+    )
     ran = sandbox_node.box.run(wrapped)
     assert ran.status == 0 and not ran.syntax_error, (ran.stderr, ran.syntax_error)
     out = (sandbox_node.box.root / "standin/out").read_text().strip().splitlines()

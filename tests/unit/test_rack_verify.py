@@ -17,8 +17,16 @@ NODES = "10.20.0.11\n10.20.0.12\n10.20.0.13\n"
 
 
 def imex_reading(**changes) -> dict:
-    return {"enabled": "enabled", "active": "active", "module": True, "channel": True, "nodes_config": NODES,
-            "ctl_status": 0, "ctl": UP, **changes}
+    return {
+        "enabled": "enabled",
+        "active": "active",
+        "module": True,
+        "channel": True,
+        "nodes_config": NODES,
+        "ctl_status": 0,
+        "ctl": UP,
+        **changes,
+    }
 
 
 def test_an_up_domain_with_every_member_ready_passes():
@@ -28,8 +36,12 @@ def test_an_up_domain_with_every_member_ready_passes():
 
 
 def test_a_member_that_is_down_is_named_with_its_host():
-    lines = [line.replace("10.20.0.13      - READY", "10.20.0.13      - UNAVAILABLE")
-             .replace("Domain State: UP", "Domain State: DEGRADED") for line in UP]
+    lines = [
+        line.replace("10.20.0.13      - READY", "10.20.0.13      - UNAVAILABLE").replace(
+            "Domain State: UP", "Domain State: DEGRADED"
+        )
+        for line in UP
+    ]
     step = imex_step("rack-a", MEMBERS, imex_reading(ctl=lines))
     assert step.status == "fail"
     assert step.reason == "IMEX domain rack-a is DEGRADED: gpu3 (10.20.0.13) UNAVAILABLE (nvidia-imex-ctl -N)"
@@ -42,7 +54,8 @@ def test_a_file_that_does_not_list_the_domain_fails_before_the_daemon_is_asked()
 
 def test_the_daemon_stopped_fails_with_a_gpu_and_skips_without_a_driver():
     assert imex_step("rack-a", MEMBERS, imex_reading(active="failed")).reason == (
-        "nvidia-imex.service is failed: systemctl start nvidia-imex.service")
+        "nvidia-imex.service is failed: systemctl start nvidia-imex.service"
+    )
     skipped = imex_step("rack-a", MEMBERS, imex_reading(active="inactive", module=False))
     assert skipped.status == "skip" and "IMEX runs with the driver" in skipped.reason
 
@@ -58,8 +71,13 @@ def test_an_unreachable_daemon_is_named_with_what_nvidia_imex_ctl_said():
 
 
 def peermem_reading(**changes) -> dict:
-    return {"loaded": ["nvidia", "nvidia_peermem", "ib_core", "mlx5_ib"], "ofed": "OFED-internal-25.04-0.6.1:",
-            "softdep": True, "built": {"nvidia-peermem": 1757000000, "ib_core": 1756000000}, **changes}
+    return {
+        "loaded": ["nvidia", "nvidia_peermem", "ib_core", "mlx5_ib"],
+        "ofed": "OFED-internal-25.04-0.6.1:",
+        "softdep": True,
+        "built": {"nvidia-peermem": 1757000000, "ib_core": 1756000000},
+        **changes,
+    }
 
 
 def test_nvidia_peermem_loaded_after_doca_ofed_passes_naming_the_stack():
@@ -69,8 +87,12 @@ def test_nvidia_peermem_loaded_after_doca_ofed_passes_naming_the_stack():
 
 
 def test_peermem_built_before_the_ib_core_it_loads_against_is_named():
-    step = peermem_step(peermem_reading(loaded=["nvidia", "ib_core", "mlx5_ib"],
-                                        built={"nvidia-peermem": 1756000000, "ib_core": 1757000000}), 570)
+    step = peermem_step(
+        peermem_reading(
+            loaded=["nvidia", "ib_core", "mlx5_ib"], built={"nvidia-peermem": 1756000000, "ib_core": 1757000000}
+        ),
+        570,
+    )
     assert step.status == "fail" and "nvidia-peermem was built before the ib_core of OFED 25.04-0.6.1" in step.reason
 
 
@@ -78,31 +100,46 @@ def test_an_ofed_outside_nvidias_support_is_one_line_and_a_missing_stack_names_i
     old = peermem_step(peermem_reading(ofed="MLNX_OFED_LINUX-4.9-7.1.0.0:"), 550)
     assert old.status == "fail" and old.reason.startswith("OFED 4.9-7.1.0.0 is older than 5.3-1.0.0.1.43")
     inbox = peermem_step(peermem_reading(ofed=None, loaded=["nvidia", "ib_core"]), 570)
-    assert inbox.reason == ("the RDMA stack nvidia-peermem needs is not loaded (mlx5_ib of the inbox RDMA stack): load "
-                            "it, then modprobe nvidia-peermem")
+    assert inbox.reason == (
+        "the RDMA stack nvidia-peermem needs is not loaded (mlx5_ib of the inbox RDMA stack): load "
+        "it, then modprobe nvidia-peermem"
+    )
     unloaded = peermem_step(peermem_reading(loaded=["nvidia", "ib_core", "mlx5_ib"]), 570)
     assert unloaded.status == "fail" and unloaded.reason.startswith("nvidia_peermem is not loaded")
     assert peermem_step(peermem_reading(loaded=[]), 570).status == "skip"
     assert peermem_step(peermem_reading(softdep=False), 570).reason.startswith(
-        "/etc/modprobe.d/gpu-node-peermem.conf is missing")
+        "/etc/modprobe.d/gpu-node-peermem.conf is missing"
+    )
 
 
 LAYOUT = mig_layout({"name": "inference", "gpus": {"all": {"1g.10gb": 7}}})
 
 
 def mig_reading(**changes) -> dict:
-    return {"enabled": "enabled", "active": "active", "module": True, "assert_status": 0,
-            "assert": ["Selected MIG configuration currently applied"], **changes}
+    return {
+        "enabled": "enabled",
+        "active": "active",
+        "module": True,
+        "assert_status": 0,
+        "assert": ["Selected MIG configuration currently applied"],
+        **changes,
+    }
 
 
 def test_the_layout_mig_parted_asserts_passes_and_one_it_does_not_names_its_answer():
     assert mig_step(LAYOUT, mig_reading()).reason == "MIG layout inference applied (nvidia-mig-parted assert)"
-    failed = mig_step(LAYOUT, {**mig_reading(assert_status=1),
-                               "assert": ["Error: Assertion failure: selected configuration not currently applied"]})
+    failed = mig_step(
+        LAYOUT,
+        {
+            **mig_reading(assert_status=1),
+            "assert": ["Error: Assertion failure: selected configuration not currently applied"],
+        },
+    )
     assert failed.status == "fail"
     assert failed.reason.startswith(
         "MIG layout inference is not applied (Error: Assertion failure: selected configuration not currently applied): "
-        "systemctl restart nvidia-mig-manager.service")
+        "systemctl restart nvidia-mig-manager.service"
+    )
 
 
 def test_the_service_missing_or_disabled_fails_and_no_driver_skips_until_the_boot():

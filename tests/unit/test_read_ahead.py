@@ -58,7 +58,9 @@ def test_read_ahead_values_equal_the_facts_read_alone_and_need_no_second_read(tm
     managed.write_text("overlay\n")
     missing = str(tmp_path / "missing.conf")
     config = tmp_path / "config.toml"
-    config.write_text('version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  default_runtime_name = "runc"\n')
+    config.write_text(
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  default_runtime_name = "runc"\n'
+    )
     calls = [
         (FileDigest, {"path": str(managed)}),
         (FileDigest, {"path": missing}),
@@ -92,7 +94,9 @@ def kernel_files_in_place(**overrides) -> list:
 
 
 def test_kernel_files_in_place_make_no_operation_and_one_read_each():
-    plan = run_plan(kernel_prerequisites, settings_for(kernel_modules_load=False), debian(), facts=kernel_files_in_place())
+    plan = run_plan(
+        kernel_prerequisites, settings_for(kernel_modules_load=False), debian(), facts=kernel_files_in_place()
+    )
     assert plan.state.get_op_order() == []
     for path in (MODULES_LOAD_PATH, SYSCTL_PATH, BLACKLIST_PATH):
         assert len(plan.matching(f"if [ -f {path} ]")) == 1, path
@@ -100,8 +104,12 @@ def test_kernel_files_in_place_make_no_operation_and_one_read_each():
 
 def test_only_the_drifted_kernel_file_gets_an_operation_and_its_fact_is_not_read_twice():
     sysctl_text = kernel_stage.sysctl_text()
-    plan = run_plan(kernel_prerequisites, settings_for(kernel_modules_load=False), debian(),
-                    facts=kernel_files_in_place(**{SYSCTL_PATH: digest_lines(sysctl_text, mode="600")}))
+    plan = run_plan(
+        kernel_prerequisites,
+        settings_for(kernel_modules_load=False),
+        debian(),
+        facts=kernel_files_in_place(**{SYSCTL_PATH: digest_lines(sysctl_text, mode="600")}),
+    )
     names = [", ".join(plan.state.op_meta[op_hash].names) for op_hash in plan.state.get_op_order()]
     assert names == ["Kernel prerequisites | Persist the Kubernetes sysctls"]
     assert plan.starting("chmod") == [f"chmod 644 {SYSCTL_PATH}"]
@@ -124,9 +132,15 @@ def _read_change_read(changed: str, watched: str):
 
 
 def test_a_change_on_the_host_makes_the_next_known_fact_read_again():
-    plan = run_plan(_read_change_read, "/etc/changed.conf", "/etc/watched.conf",
-                    facts=[(files.digest_read("/etc/changed.conf"), ["absent"]),
-                           (files.digest_read("/etc/watched.conf"), digest_lines("x\n"))])
+    plan = run_plan(
+        _read_change_read,
+        "/etc/changed.conf",
+        "/etc/watched.conf",
+        facts=[
+            (files.digest_read("/etc/changed.conf"), ["absent"]),
+            (files.digest_read("/etc/watched.conf"), digest_lines("x\n")),
+        ],
+    )
     assert len(plan.matching("if [ -f /etc/watched.conf ]")) == 2
 
 
@@ -137,5 +151,7 @@ def _read_read(watched: str):
 
 
 def test_without_a_change_the_operation_reuses_the_value():
-    plan = run_plan(_read_read, "/etc/watched.conf", facts=[(files.digest_read("/etc/watched.conf"), digest_lines("x\n"))])
+    plan = run_plan(
+        _read_read, "/etc/watched.conf", facts=[(files.digest_read("/etc/watched.conf"), digest_lines("x\n"))]
+    )
     assert len(plan.matching("if [ -f /etc/watched.conf ]")) == 1

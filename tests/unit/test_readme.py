@@ -12,8 +12,9 @@ DOCS = sorted((ROOT / "docs").glob("*.md"))
 
 def test_every_test_the_docs_cite_exists():
     """The fault table's last column is a promise: each cited file and test function is real."""
-    cited = [found for page in [README, *DOCS]
-             for found in re.findall(r"`(tests/[\w/]+\.py)(?:::(\w+))?", page.read_text())]
+    cited = [
+        found for page in [README, *DOCS] for found in re.findall(r"`(tests/[\w/]+\.py)(?:::(\w+))?", page.read_text())
+    ]
     assert len(cited) > 20
     missing = []
     for path, name in cited:
@@ -22,8 +23,9 @@ def test_every_test_the_docs_cite_exists():
             missing.append(path)
             continue
         if name:
-            functions = {node.name for node in ast.walk(ast.parse(source.read_text()))
-                         if isinstance(node, ast.FunctionDef)}
+            functions = {
+                node.name for node in ast.walk(ast.parse(source.read_text())) if isinstance(node, ast.FunctionDef)
+            }
             if name not in functions:
                 missing.append(f"{path}::{name}")
     assert missing == []
@@ -31,8 +33,13 @@ def test_every_test_the_docs_cite_exists():
 
 def test_every_file_the_docs_name_exists():
     """Module names in docs/architecture.md and docs/contributing.md follow the code."""
-    named = {(page.name, path) for page in [README, *DOCS]
-             for path in re.findall(r"`((?:deploy|tests|scripts|bench|templates|docs|group_data)/[\w./-]*\w)", page.read_text())}
+    named = {
+        (page.name, path)
+        for page in [README, *DOCS]
+        for path in re.findall(
+            r"`((?:deploy|tests|scripts|bench|templates|docs|group_data)/[\w./-]*\w)", page.read_text()
+        )
+    }
     assert len(named) > 20
     assert sorted(f"{page}: {path}" for page, path in named if not (ROOT / path).exists()) == []
 
@@ -91,6 +98,7 @@ def test_the_readme_distribution_table_names_real_families_and_every_family():
 
 def test_the_defaults_the_readme_repeats_are_those_of_docs_settings():
     """The few defaults the README repeats are those of docs/settings.md (generated from the code)."""
+
     def defaults(text: str) -> dict[str, str]:
         return {key: default for key, default in re.findall(r"^\| `(\w+)` \| `([^`]*)` \|", text, re.M)}
 

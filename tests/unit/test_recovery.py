@@ -60,12 +60,17 @@ def first_change_index(commands: list[str]) -> int:
 
 
 def test_a_held_lock_makes_the_wait_the_first_command_of_the_run():
-    run = run_deploy(debian((PackageManagerState, (FIXTURES / "dpkg-lock-held.txt").read_text())),
-                     data={"stages": "kernel,toolkit,runtimes", "apt_lock_timeout": "7"})
+    run = run_deploy(
+        debian((PackageManagerState, (FIXTURES / "dpkg-lock-held.txt").read_text())),
+        data={"stages": "kernel,toolkit,runtimes", "apt_lock_timeout": "7"},
+    )
     assert run.error is None, run.error
     waits = [index for index, command in enumerate(run.commands) if "apt_lock_timeout" in command]
     assert len(waits) == 1
-    assert "lock_timeout=7\n" in run.commands[waits[0]] and "dpkg --force-confdef --force-confold --configure -a" in run.commands[waits[0]]
+    assert (
+        "lock_timeout=7\n" in run.commands[waits[0]]
+        and "dpkg --force-confdef --force-confold --configure -a" in run.commands[waits[0]]
+    )
     assert waits[0] < first_change_index(run.commands)
     assert any("-o DPkg::Lock::Timeout=7" in command for command in run.commands if "apt-get" in command)
 
@@ -74,15 +79,23 @@ def test_no_wait_when_the_package_manager_is_idle_or_no_package_stage_runs():
     idle = run_deploy(debian(), data={"stages": "kernel,toolkit,runtimes"})
     assert idle.error is None, idle.error
     assert not [command for command in idle.commands if "apt_lock_timeout" in command]
-    verify_only = run_deploy(debian((PackageManagerState, (FIXTURES / "dpkg-lock-held.txt").read_text())),
-                             data={"stages": "kernel"})
+    verify_only = run_deploy(
+        debian((PackageManagerState, (FIXTURES / "dpkg-lock-held.txt").read_text())), data={"stages": "kernel"}
+    )
     assert verify_only.error is None, verify_only.error
     assert not [command for command in verify_only.commands if "apt_lock_timeout" in command]
 
 
-@pytest.mark.parametrize("data", [{"stages": "driver"}, {"stages": "toolkit"}, {"stages": "runtimes"},
-                                  {"stages": "runtimes", "container_runtimes": "docker"}],
-                         ids=["driver", "toolkit", "containerd", "docker"])
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"stages": "driver"},
+        {"stages": "toolkit"},
+        {"stages": "runtimes"},
+        {"stages": "runtimes", "container_runtimes": "docker"},
+    ],
+    ids=["driver", "toolkit", "containerd", "docker"],
+)
 def test_each_stage_that_installs_waits_alone_for_a_held_lock_before_its_first_change(data):
     """Each stage that installs packages (deploy/stages.py: installs), run alone on a node whose dpkg
     lock another process holds: its first operation is still the bounded wait (Docker installed, its
@@ -90,9 +103,12 @@ def test_each_stage_that_installs_waits_alone_for_a_held_lock_before_its_first_c
     from test_containerd_plan import DOCKER, DOCKER_20
     from test_driver_plans import DEBIAN_FILES
 
-    run = run_deploy(debian((PackageManagerState, (FIXTURES / "dpkg-lock-held.txt").read_text()), *DEBIAN_FILES,
-                            (DOCKER, DOCKER_20)),
-                     data={**data, "apt_lock_timeout": "7"})
+    run = run_deploy(
+        debian(
+            (PackageManagerState, (FIXTURES / "dpkg-lock-held.txt").read_text()), *DEBIAN_FILES, (DOCKER, DOCKER_20)
+        ),
+        data={**data, "apt_lock_timeout": "7"},
+    )
     assert run.error is None, run.error
     waits = [index for index, command in enumerate(run.commands) if "apt_lock_timeout" in command]
     assert len(waits) == 1 and "lock_timeout=7\n" in run.commands[waits[0]]

@@ -94,9 +94,18 @@ def assert_no_secret(text: str) -> None:
 
 @pytest.mark.parametrize(
     "key, secret",
-    [("password", True), ("identitytoken", True), ("auth", True), ("Authorization", True),
-     ("splunk-token", True), ("client_secret", True), ("sandbox_image", False), ("config_path", False),
-     ("endpoint", False), ("username", False)],
+    [
+        ("password", True),
+        ("identitytoken", True),
+        ("auth", True),
+        ("Authorization", True),
+        ("splunk-token", True),
+        ("client_secret", True),
+        ("sandbox_image", False),
+        ("config_path", False),
+        ("endpoint", False),
+        ("username", False),
+    ],
 )
 def test_credential_key_names(key, secret):
     # username is masked only under an auth table (see below), not everywhere.
@@ -109,8 +118,12 @@ def test_containerd_16_auth_tables_are_masked_and_everything_else_is_kept_as_it_
     assert masked.count('"***"') == 6  # username, password, auth, identitytoken; auths' username, password
     assert '      password = "***"  # rotated monthly' in masked.splitlines()  # indent and comment kept
     assert len(masked.splitlines()) == len(CONTAINERD_16.splitlines())
-    for kept in ('sandbox_image = "registry.k8s.io/pause:3.9"', 'endpoint = ["https://mirror.example.internal"]',
-                 "# the site's private registry", "insecure_skip_verify = false"):
+    for kept in (
+        'sandbox_image = "registry.k8s.io/pause:3.9"',
+        'endpoint = ["https://mirror.example.internal"]',
+        "# the site's private registry",
+        "insecure_skip_verify = false",
+    ):
         assert kept in masked
 
 
@@ -164,7 +177,7 @@ def test_diff_of_a_new_file_from_a_base_with_credentials_is_masked():
 
 def test_toml_parse_errors_do_not_quote_the_value_they_stopped_at():
     with pytest.raises(ConfigError) as raised:
-        parse_config('[a.auth]\npassword = Qs3cret\n', "/etc/containerd/config.toml")
+        parse_config("[a.auth]\npassword = Qs3cret\n", "/etc/containerd/config.toml")
     message = str(raised.value)
     assert "'Q'" not in message and "s3cret" not in message
     assert message == "/etc/containerd/config.toml is not valid TOML: Unexpected character at line 2 col 11"
@@ -191,12 +204,26 @@ def diff_on(monkeypatch):
 
 
 def test_containerd_operation_with_diff_logs_the_masked_change(diff_on, caplog):
-    containerd_found = {"paths": [], "units": {}, "generated_versions": {}, "binary": "/usr/bin/containerd",
-             "installation": {"name": "plain", "service": "containerd"}}
+    containerd_found = {
+        "paths": [],
+        "units": {},
+        "generated_versions": {},
+        "binary": "/usr/bin/containerd",
+        "installation": {"name": "plain", "service": "containerd"},
+    }
     caplog.set_level(logging.INFO, logger="pyinfra")
-    run_plan(containerd_runtime, settings_for(), family("debian"), containerd_found,
-             facts=[(config_read("/etc/containerd/config.toml", None, "containerd"),
-                     f"binary_path /usr/bin/containerd\nconfig {b64(CONTAINERD_16)}")])
+    run_plan(
+        containerd_runtime,
+        settings_for(),
+        family("debian"),
+        containerd_found,
+        facts=[
+            (
+                config_read("/etc/containerd/config.toml", None, "containerd"),
+                f"binary_path /usr/bin/containerd\nconfig {b64(CONTAINERD_16)}",
+            )
+        ],
+    )
     logged = "\n".join(record.getMessage() for record in caplog.records)
     assert "Will modify" in logged and "/etc/containerd/config.toml" in logged
     assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in logged
@@ -205,20 +232,40 @@ def test_containerd_operation_with_diff_logs_the_masked_change(diff_on, caplog):
 
 
 def test_containerd_operation_without_diff_logs_no_diff(caplog):
-    containerd_found = {"paths": [], "units": {}, "generated_versions": {}, "binary": "/usr/bin/containerd",
-             "installation": {"name": "plain", "service": "containerd"}}
+    containerd_found = {
+        "paths": [],
+        "units": {},
+        "generated_versions": {},
+        "binary": "/usr/bin/containerd",
+        "installation": {"name": "plain", "service": "containerd"},
+    }
     caplog.set_level(logging.INFO, logger="pyinfra")
-    run_plan(containerd_runtime, settings_for(), family("debian"), containerd_found,
-             facts=[(config_read("/etc/containerd/config.toml", None, "containerd"),
-                     f"binary_path /usr/bin/containerd\nconfig {b64(CONTAINERD_16)}")])
+    run_plan(
+        containerd_runtime,
+        settings_for(),
+        family("debian"),
+        containerd_found,
+        facts=[
+            (
+                config_read("/etc/containerd/config.toml", None, "containerd"),
+                f"binary_path /usr/bin/containerd\nconfig {b64(CONTAINERD_16)}",
+            )
+        ],
+    )
     assert "BinaryName" not in "\n".join(record.getMessage() for record in caplog.records)
 
 
 def test_docker_operation_with_diff_logs_the_masked_change(diff_on, caplog):
     caplog.set_level(logging.INFO, logger="pyinfra")
-    state = f"dockerd /usr/sbin/dockerd\nversion Docker version 20.10.24+dfsg1, build 297e128\nconfig {b64(DAEMON_JSON)}"
-    run_plan(docker_runtime, settings_for(container_runtimes="docker"), family("debian"),
-             facts=[(state_read("/etc/docker/daemon.json"), state)])
+    state = (
+        f"dockerd /usr/sbin/dockerd\nversion Docker version 20.10.24+dfsg1, build 297e128\nconfig {b64(DAEMON_JSON)}"
+    )
+    run_plan(
+        docker_runtime,
+        settings_for(container_runtimes="docker"),
+        family("debian"),
+        facts=[(state_read("/etc/docker/daemon.json"), state)],
+    )
     logged = "\n".join(record.getMessage() for record in caplog.records)
     assert "Will modify" in logged and "/etc/docker/daemon.json" in logged
     assert '"path": "/usr/bin/nvidia-container-runtime"' in logged
@@ -234,7 +281,8 @@ def test_a_config_with_auth_and_tls_tables_reads_back_byte_for_byte_and_rewires_
     assert merge_containerd_config(merged, WIRING).text == merged
     assert redact.mask_toml(CONTAINERD_16).count("\n") == CONTAINERD_16.count("\n")
     assert '    [plugins."io.containerd.grpc.v1.cri".registry.configs."r.example".tls]\n' in redact.mask_toml(
-        CONTAINERD_16)
+        CONTAINERD_16
+    )
 
 
 # Real rejections of `containerd --config C config dump` (containerd 1.6.20, bookworm) for
@@ -260,16 +308,20 @@ def test_daemon_output_masks_echoed_credential_assignments_and_keeps_the_rest():
     assert redact.daemon_output(plain) == plain
 
 
-@pytest.mark.parametrize("line", [
-    'password = "s3cr3t-PASSWORD-value"',
-    '"splunk-token": "abc123",',
-    "Can't convert 987654321(int64) to string",
-    "  identitytoken = 'x'",
-    'failed to load plugin io.containerd.grpc.v1.cri: invalid plugin config',
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        'password = "s3cr3t-PASSWORD-value"',
+        '"splunk-token": "abc123",',
+        "Can't convert 987654321(int64) to string",
+        "  identitytoken = 'x'",
+        "failed to load plugin io.containerd.grpc.v1.cri: invalid plugin config",
+    ],
+)
 def test_the_remote_scripts_sed_filter_masks_as_daemon_output_does(line):
-    shown = subprocess.run(["sh", "-c", redact.shell_daemon_output_filter()], input=line + "\n",
-                           capture_output=True, text=True, check=True).stdout.rstrip("\n")
+    shown = subprocess.run(
+        ["sh", "-c", redact.shell_daemon_output_filter()], input=line + "\n", capture_output=True, text=True, check=True
+    ).stdout.rstrip("\n")
     assert shown == redact.daemon_output(line)
 
 
@@ -281,29 +333,48 @@ API_KEY = "k3y-API-VALUE-0123"
 
 @pytest.mark.parametrize(
     "key, secret",
-    [("X-Api-Key", True), ("x-api-key", True), ("api_key", True), ("apiKey", True), ("X-Registry-Token", True),
-     ("Proxy-Authorization", True), ("bearer_token", True), ("aws_access_key_id", True), ("private_key", True),
-     ("Cookie", True), ("passphrase", True),
-     ("key_file", False), ("cert_file", False), ("X-Meta-Source-Client", False), ("http-proxy", False),
-     ("registry-mirrors", False), ("server", False)],
+    [
+        ("X-Api-Key", True),
+        ("x-api-key", True),
+        ("api_key", True),
+        ("apiKey", True),
+        ("X-Registry-Token", True),
+        ("Proxy-Authorization", True),
+        ("bearer_token", True),
+        ("aws_access_key_id", True),
+        ("private_key", True),
+        ("Cookie", True),
+        ("passphrase", True),
+        ("key_file", False),
+        ("cert_file", False),
+        ("X-Meta-Source-Client", False),
+        ("http-proxy", False),
+        ("registry-mirrors", False),
+        ("server", False),
+    ],
 )
 def test_header_and_token_like_key_names(key, secret):
     assert redact.is_secret_key(key) is secret
 
 
-@pytest.mark.parametrize("text, shown", [
-    ("https://bob:hunter2@mirror.example.internal/v2/", "https://***@mirror.example.internal/v2/"),
-    ("http://bob@proxy.example:3128", "http://***@proxy.example:3128"),
-    ("http://bob:p@ss@proxy.example:3128", "http://***@proxy.example:3128"),  # an unencoded @ in the password
-    ("socks5://u:%40pw@10.0.0.1:1080", "socks5://***@10.0.0.1:1080"),
-    ('endpoint = ["https://a:b@m1", "https://m2", "https://c:d@m3:5000"]',
-     'endpoint = ["https://***@m1", "https://m2", "https://***@m3:5000"]'),
-    ("Authorization: Bearer eyJhbGciOiJSUzI1NiJ9.payload", "Authorization: Bearer ***"),
-    ("a Basic Ym9iOnMzY3IzdA== header", "a Basic *** header"),
-    # what is not a credential stays
-    ("https://mirror.example.internal/v2/pause@sha256:abc", "https://mirror.example.internal/v2/pause@sha256:abc"),
-    ("robot@example.com wrote Basic auth", "robot@example.com wrote Basic auth"),
-])
+@pytest.mark.parametrize(
+    "text, shown",
+    [
+        ("https://bob:hunter2@mirror.example.internal/v2/", "https://***@mirror.example.internal/v2/"),
+        ("http://bob@proxy.example:3128", "http://***@proxy.example:3128"),
+        ("http://bob:p@ss@proxy.example:3128", "http://***@proxy.example:3128"),  # an unencoded @ in the password
+        ("socks5://u:%40pw@10.0.0.1:1080", "socks5://***@10.0.0.1:1080"),
+        (
+            'endpoint = ["https://a:b@m1", "https://m2", "https://c:d@m3:5000"]',
+            'endpoint = ["https://***@m1", "https://m2", "https://***@m3:5000"]',
+        ),
+        ("Authorization: Bearer eyJhbGciOiJSUzI1NiJ9.payload", "Authorization: Bearer ***"),
+        ("a Basic Ym9iOnMzY3IzdA== header", "a Basic *** header"),
+        # what is not a credential stays
+        ("https://mirror.example.internal/v2/pause@sha256:abc", "https://mirror.example.internal/v2/pause@sha256:abc"),
+        ("robot@example.com wrote Basic auth", "robot@example.com wrote Basic auth"),
+    ],
+)
 def test_url_user_info_and_http_credentials_are_masked_in_any_text(text, shown):
     assert redact.mask_text(text) == shown
 
@@ -335,8 +406,9 @@ def with_user_info(text: str) -> str:
     return re.sub(r"(https?://)", rf"\1robot:{USERINFO_PASSWORD}@", text)
 
 
-@pytest.mark.parametrize("path", file_params([path for path in containerd_configs()
-                                              if "endpoint = [" in path.read_text(errors="replace")]))
+@pytest.mark.parametrize(
+    "path", file_params([path for path in containerd_configs() if "endpoint = [" in path.read_text(errors="replace")])
+)
 def test_corpus_registry_mirror_endpoints_with_user_info_are_masked(path):
     """containerd configs with registry mirrors (tests/corpus.py): each endpoint given user-info."""
     original = read_text(path)
@@ -354,16 +426,19 @@ def test_corpus_registry_mirror_endpoints_with_user_info_are_masked(path):
     assert lines and USERINFO_PASSWORD not in "\n".join(lines)
 
 
-@pytest.mark.parametrize("path", file_params([path for path in docker_configs()
-                                              if re.search(r'"(proxies|registry-mirrors)"', path.read_text())]))
+@pytest.mark.parametrize(
+    "path",
+    file_params([path for path in docker_configs() if re.search(r'"(proxies|registry-mirrors)"', path.read_text())]),
+)
 def test_corpus_docker_proxies_and_mirrors_with_user_info_are_masked_byte_for_byte_otherwise(path):
     """daemon.json files with proxies or registry mirrors (tests/corpus.py): each URL given user-info,
     and an https-proxy added where there was none."""
     original = read_text(path)
     seeded = with_user_info(original)
     if '"proxies"' not in seeded:
-        seeded = seeded.replace("{", '{"proxies": {"https-proxy": "http://robot:'
-                                + USERINFO_PASSWORD + '@proxy.example:3128"}, ', 1)
+        seeded = seeded.replace(
+            "{", '{"proxies": {"https-proxy": "http://robot:' + USERINFO_PASSWORD + '@proxy.example:3128"}, ', 1
+        )
     json.loads(seeded)
     masked = redact.mask_json(seeded)
     assert USERINFO_PASSWORD not in masked
@@ -372,11 +447,19 @@ def test_corpus_docker_proxies_and_mirrors_with_user_info_are_masked_byte_for_by
 
 
 def test_daemon_output_and_its_shell_filter_mask_user_info_and_api_keys_alike():
-    lines = [f'failed to resolve "https://robot:{USERINFO_PASSWORD}@mirror.example.internal/v2/"',
-             f'X-Api-Key = ["{API_KEY}"]', f"Authorization: Bearer {TOKEN}"]
+    lines = [
+        f'failed to resolve "https://robot:{USERINFO_PASSWORD}@mirror.example.internal/v2/"',
+        f'X-Api-Key = ["{API_KEY}"]',
+        f"Authorization: Bearer {TOKEN}",
+    ]
     for line in lines:
-        shown = subprocess.run(["sh", "-c", redact.shell_daemon_output_filter()], input=line + "\n",
-                               capture_output=True, text=True, check=True).stdout.rstrip("\n")
+        shown = subprocess.run(
+            ["sh", "-c", redact.shell_daemon_output_filter()],
+            input=line + "\n",
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.rstrip("\n")
         assert shown == redact.daemon_output(line)
         for secret in (USERINFO_PASSWORD, API_KEY, TOKEN):
             assert secret not in shown
@@ -408,11 +491,18 @@ def test_the_verify_report_masks_a_mirror_url_the_runtime_quoted(tmp_path):
     mirror whose URL carries a password: the report's reason shows the mirror, not the password."""
     from test_verify_steps import CRICTL_OUTPUT, containerd_dump, crictl_lines, node_lines, run_verify
 
-    output = (CRICTL_OUTPUT / "runp-sandbox-image-missing.txt").read_text().strip().replace(
-        'failed to get sandbox image \\"registry.k8s.io/pause:3.6\\"',
-        f'failed to get sandbox image \\"https://robot:{USERINFO_PASSWORD}@mirror.example.internal/pause:3.6\\"')
+    output = (
+        (CRICTL_OUTPUT / "runp-sandbox-image-missing.txt")
+        .read_text()
+        .strip()
+        .replace(
+            'failed to get sandbox image \\"registry.k8s.io/pause:3.6\\"',
+            f'failed to get sandbox image \\"https://robot:{USERINFO_PASSWORD}@mirror.example.internal/pause:3.6\\"',
+        )
+    )
     assert USERINFO_PASSWORD in output
-    _, record, steps, _ = run_verify(tmp_path, node_lines(dump=containerd_dump(), crictl=True),
-                                     crictl=crictl_lines(runp=(1, output)))
+    _, record, steps, _ = run_verify(
+        tmp_path, node_lines(dump=containerd_dump(), crictl=True), crictl=crictl_lines(runp=(1, output))
+    )
     assert "https://***@mirror.example.internal/pause:3.6" in steps["cri_handler"]["reason"]
     assert USERINFO_PASSWORD not in json.dumps(record)

@@ -72,8 +72,11 @@ class Rendered:
         return (self.folder / relative).read_text()
 
     def documents(self) -> list[dict]:
-        return [doc for path in sorted((self.folder / "manifests").glob("*.yaml"))
-                for doc in manifest_documents(path.read_text())]
+        return [
+            doc
+            for path in sorted((self.folder / "manifests").glob("*.yaml"))
+            for doc in manifest_documents(path.read_text())
+        ]
 
     def objects(self) -> dict[tuple[str, str, str], dict]:
         """What ``kubectl apply -f manifests/`` creates: one object per kind, namespace and name."""
@@ -91,8 +94,7 @@ def inventory_text(gpu_hosts: list[str], host_data: dict[str, dict]) -> str:
     return f"control_plane = {control_plane!r}\ngpu_nodes = {gpu_nodes!r}\n"
 
 
-def render(monkeypatch, folder: Path, data: dict, inventory: str | None = None,
-           host_name: str = "@local") -> Rendered:
+def render(monkeypatch, folder: Path, data: dict, inventory: str | None = None, host_name: str = "@local") -> Rendered:
     """``pyinfra -y @local deploy/render_cluster.py --data ...`` in ``folder``'s parent (its working directory),
     through pyinfra's API in this process; ``inventory``: the text of the file manifests_inventory names."""
     monkeypatch.chdir(folder.parent)
@@ -108,6 +110,7 @@ def render(monkeypatch, folder: Path, data: dict, inventory: str | None = None,
 
 # --- what the deploy sends, what the folder holds ------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Case:
     data: dict
@@ -120,26 +123,47 @@ CASES = {
     "static-no-sharing": Case({}, {}),
     "static-sharing-per-node": Case(
         {"smoke_test": "false"},
-        {"@fake/cp1": {"gpu_sharing": "time-slicing", "gpu_sharing_replicas": 4},
-         "@fake/gpu1": {"gpu_sharing": "mps", "gpu_sharing_replicas": 8},
-         "@fake/gpu2": {"gpu_sharing": "time-slicing", "gpu_sharing_replicas": 10,
-                        "time_slicing_rename_by_default": True, "nvidia_runtime_default": False},
-         "@fake/gpu3": {"mig_strategy": "mixed"}},
-        gpu_hosts=("@fake/gpu1", "@fake/gpu2", "@fake/gpu3")),
+        {
+            "@fake/cp1": {"gpu_sharing": "time-slicing", "gpu_sharing_replicas": 4},
+            "@fake/gpu1": {"gpu_sharing": "mps", "gpu_sharing_replicas": 8},
+            "@fake/gpu2": {
+                "gpu_sharing": "time-slicing",
+                "gpu_sharing_replicas": 10,
+                "time_slicing_rename_by_default": True,
+                "nvidia_runtime_default": False,
+            },
+            "@fake/gpu3": {"mig_strategy": "mixed"},
+        },
+        gpu_hosts=("@fake/gpu1", "@fake/gpu2", "@fake/gpu3"),
+    ),
     "static-cdi-driver-root": Case(
-        {"smoke_test": "false", "cdi": "true", "nvidia_driver_root": "/run/nvidia/driver"}, {}),
+        {"smoke_test": "false", "cdi": "true", "nvidia_driver_root": "/run/nvidia/driver"}, {}
+    ),
     "helm-no-sharing": Case({"device_plugin_install_method": "helm", "smoke_test": "false"}, {}),
-    "health-monitor": Case({"gpu_health_monitor": "npd", "gpu_health_monitor_interval": "90s", "smoke_test": "false"}, {}),
+    "health-monitor": Case(
+        {"gpu_health_monitor": "npd", "gpu_health_monitor_interval": "90s", "smoke_test": "false"}, {}
+    ),
     "helm-sharing": Case(
-        {"device_plugin_install_method": "helm", "smoke_test": "false", "gpu_sharing": "time-slicing",
-         "gpu_sharing_replicas": "6"},
-        {"@fake/gpu2": {"gpu_sharing": "mps"}}, gpu_hosts=("@fake/gpu1", "@fake/gpu2")),
-    "gpushare": Case({"gpu_sharing": "gpushare", "smoke_test": "false", "gpushare_inspect_sha256": INSPECT_SHA}, {},
-                     gpushare_version=("1", "28")),
+        {
+            "device_plugin_install_method": "helm",
+            "smoke_test": "false",
+            "gpu_sharing": "time-slicing",
+            "gpu_sharing_replicas": "6",
+        },
+        {"@fake/gpu2": {"gpu_sharing": "mps"}},
+        gpu_hosts=("@fake/gpu1", "@fake/gpu2"),
+    ),
+    "gpushare": Case(
+        {"gpu_sharing": "gpushare", "smoke_test": "false", "gpushare_inspect_sha256": INSPECT_SHA},
+        {},
+        gpushare_version=("1", "28"),
+    ),
     "gpushare-1.23-beside-time-slicing": Case(
         {"smoke_test": "false", "gpushare_inspect_sha256": INSPECT_SHA, "gpushare_memory_unit": "MiB"},
         {"@fake/gpu1": {"gpu_sharing": "gpushare"}, "@fake/gpu2": {"gpu_sharing": "time-slicing"}},
-        gpu_hosts=("@fake/gpu1", "@fake/gpu2"), gpushare_version=("1", "23")),
+        gpu_hosts=("@fake/gpu1", "@fake/gpu2"),
+        gpushare_version=("1", "23"),
+    ),
 }
 HELM_NOT_YET = ["list-rc 0", "list-out []", "values-rc 1", "values-err Error: release: not found"]
 
@@ -195,10 +219,13 @@ def test_the_folder_holds_the_objects_the_deploy_applies_no_real_cluster(monkeyp
     rendered = render_case(monkeypatch, tmp_path, case)
 
     assert rendered.objects() == cluster.objects
-    applied = {stdin_manifest(command)[0]["metadata"]["annotations"]["gpu-node.io/bundle"]: sent_text(command)
-               for command in run.applies()}
+    applied = {
+        stdin_manifest(command)[0]["metadata"]["annotations"]["gpu-node.io/bundle"]: sent_text(command)
+        for command in run.applies()
+    }
     assert {f"manifests/{bundle}.yaml": text for bundle, text in applied.items()} == {
-        path: text.decode() for path, text in rendered.files.items() if path.startswith("manifests/")}
+        path: text.decode() for path, text in rendered.files.items() if path.startswith("manifests/")
+    }
 
     helm = [command for command in run.control_plane_commands() if " upgrade --install nvdp " in command]
     if case.data.get("device_plugin_install_method") == "helm":
@@ -216,14 +243,20 @@ def test_the_folder_holds_the_objects_the_deploy_applies_no_real_cluster(monkeyp
 def helm_command_chart(command: str) -> dict[str, str]:
     """What ``helm upgrade --install RELEASE CHART [--repo URL] --version V --namespace NS ...`` installs."""
     words = shlex.split(command)
-    release, reference = words[words.index("--install") + 1:words.index("--install") + 3]
+    release, reference = words[words.index("--install") + 1 : words.index("--install") + 3]
     if "--repo" in words:
         repository, chart = words[words.index("--repo") + 1], reference
     else:  # an oci:// reference names the chart's repository and the chart
         repository, _, chart = reference.rpartition("/")
-    return {"release": release, "repository": repository, "chart": chart,
-            "version": words[words.index("--version") + 1], "namespace": words[words.index("--namespace") + 1],
-            "values": yaml.safe_load(sent_text(command)), "create_namespace": "--create-namespace" in words}
+    return {
+        "release": release,
+        "repository": repository,
+        "chart": chart,
+        "version": words[words.index("--version") + 1],
+        "namespace": words[words.index("--namespace") + 1],
+        "values": yaml.safe_load(sent_text(command)),
+        "create_namespace": "--create-namespace" in words,
+    }
 
 
 def expected_flux_objects(chart: dict) -> list[dict]:
@@ -236,15 +269,32 @@ def expected_flux_objects(chart: dict) -> list[dict]:
     if chart["repository"].startswith("oci://"):
         repository["type"] = "oci"
     return [
-        {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "HelmRepository",
-         "metadata": {"name": name, "namespace": "flux-system", "labels": labels}, "spec": repository},
-        {"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
-         "metadata": {"name": name, "namespace": "flux-system", "labels": labels},
-         "spec": {"interval": "1h", "releaseName": name, "targetNamespace": chart["namespace"],
-                  "storageNamespace": chart["namespace"], "install": {"createNamespace": chart["create_namespace"]},
-                  "chart": {"spec": {"chart": chart["chart"], "version": chart["version"],
-                                     "sourceRef": {"kind": "HelmRepository", "name": name, "namespace": "flux-system"}}},
-                  "values": chart["values"]}},
+        {
+            "apiVersion": "source.toolkit.fluxcd.io/v1",
+            "kind": "HelmRepository",
+            "metadata": {"name": name, "namespace": "flux-system", "labels": labels},
+            "spec": repository,
+        },
+        {
+            "apiVersion": "helm.toolkit.fluxcd.io/v2",
+            "kind": "HelmRelease",
+            "metadata": {"name": name, "namespace": "flux-system", "labels": labels},
+            "spec": {
+                "interval": "1h",
+                "releaseName": name,
+                "targetNamespace": chart["namespace"],
+                "storageNamespace": chart["namespace"],
+                "install": {"createNamespace": chart["create_namespace"]},
+                "chart": {
+                    "spec": {
+                        "chart": chart["chart"],
+                        "version": chart["version"],
+                        "sourceRef": {"kind": "HelmRepository", "name": name, "namespace": "flux-system"},
+                    }
+                },
+                "values": chart["values"],
+            },
+        },
     ]
 
 
@@ -252,16 +302,31 @@ def expected_argocd_objects(chart: dict) -> list[dict]:
     """Argo CD's Application (argoproj.io/v1alpha1) of the same chart, as Argo CD's Helm guide writes one (an
     OCI repository without its oci:// prefix), the values as valuesObject."""
     return [
-        {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
-         "metadata": {"name": chart["release"], "namespace": "argocd",
-                      "labels": {"app.kubernetes.io/managed-by": "gpu-node"}},
-         "spec": {"project": "default",
-                  "source": {"repoURL": chart["repository"].removeprefix("oci://"), "chart": chart["chart"],
-                             "targetRevision": chart["version"],
-                             "helm": {"releaseName": chart["release"], "valuesObject": chart["values"]}},
-                  "destination": {"server": "https://kubernetes.default.svc", "namespace": chart["namespace"]},
-                  "syncPolicy": {"syncOptions": [*(["CreateNamespace=true"] if chart["create_namespace"] else []),
-                                                 "ServerSideApply=true"]}}},
+        {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Application",
+            "metadata": {
+                "name": chart["release"],
+                "namespace": "argocd",
+                "labels": {"app.kubernetes.io/managed-by": "gpu-node"},
+            },
+            "spec": {
+                "project": "default",
+                "source": {
+                    "repoURL": chart["repository"].removeprefix("oci://"),
+                    "chart": chart["chart"],
+                    "targetRevision": chart["version"],
+                    "helm": {"releaseName": chart["release"], "valuesObject": chart["values"]},
+                },
+                "destination": {"server": "https://kubernetes.default.svc", "namespace": chart["namespace"]},
+                "syncPolicy": {
+                    "syncOptions": [
+                        *(["CreateNamespace=true"] if chart["create_namespace"] else []),
+                        "ServerSideApply=true",
+                    ]
+                },
+            },
+        },
     ]
 
 
@@ -275,8 +340,9 @@ def assert_the_gitops_tools_install_the_chart_helm_was_given(rendered: Rendered,
     assert isinstance(chart["values"], dict)
 
 
-@pytest.mark.parametrize("name", ["static-sharing-per-node", "static-cdi-driver-root",
-                                  "gpushare-1.23-beside-time-slicing", "health-monitor"])
+@pytest.mark.parametrize(
+    "name", ["static-sharing-per-node", "static-cdi-driver-root", "gpushare-1.23-beside-time-slicing", "health-monitor"]
+)
 def test_after_the_folder_is_applied_the_deploy_applies_nothing_no_real_cluster(monkeypatch, tmp_path, name):
     """``kubectl apply --server-side -f manifests/`` into the stood-in cluster, then deploy/k8s_gpu.py with
     the same settings: every bundle is at its digest, no apply and no diff; it labels the nodes."""
@@ -305,12 +371,15 @@ def test_the_readme_names_the_labels_the_deploy_sets_from_each_nodes_settings_no
 
 # --- strict schemas, for every supported minor ------------------------------------------------------
 
+
 def case_files(name: str, minor: str) -> dict[str, str]:
     """What the render writes for the case on a cluster of ``minor`` (the pure function the task writes)."""
     case = CASES[name]
     control_plane = parse_settings({**case.data, **case.host_data.get("@fake/cp1", {})})
-    nodes = [settings_only_node(host, parse_settings({**case.host_data.get(host, {}), **case.data}))
-             for host in case.gpu_hosts]
+    nodes = [
+        settings_only_node(host, parse_settings({**case.host_data.get(host, {}), **case.data}))
+        for host in case.gpu_hosts
+    ]
     return cluster_files(control_plane, nodes, minor)
 
 
@@ -335,29 +404,44 @@ def test_every_object_of_every_folder_is_valid_for_the_release(version):
                 found += [f"{name}: {problem}" for problem in problems(documents, version)]
         if "helm/values.yaml" in written:
             values.append(written["helm/values.yaml"])
-            found += [f"{name}: {problem}" for problem in problems(helm_values_as_objects(written["helm/values.yaml"]),
-                                                                   version)]
-            found += [f"{name}: {problem}" for problem in helm_values_problems(yaml.safe_load(written["helm/values.yaml"]))]
+            found += [
+                f"{name}: {problem}"
+                for problem in problems(helm_values_as_objects(written["helm/values.yaml"]), version)
+            ]
+            found += [
+                f"{name}: {problem}" for problem in helm_values_problems(yaml.safe_load(written["helm/values.yaml"]))
+            ]
     assert values and not found, "\n".join(found)
 
 
 def node_labels_files(version: str) -> dict[str, str]:
     """A folder with the GPU nodes' Node objects: the device plugin's nodes and gpushare's, each named."""
-    nodes = [settings_only_node(host, parse_settings({**settings, "gpushare_inspect_sha256": INSPECT_SHA}))
-             for host, (_, settings) in SYNC_NODES.items() if host != "@fake/dra"]
-    control_plane = parse_settings({key: value for key, value in SYNC_DATA.items()
-                                    if key != "manifests_kubernetes_version"})
+    nodes = [
+        settings_only_node(host, parse_settings({**settings, "gpushare_inspect_sha256": INSPECT_SHA}))
+        for host, (_, settings) in SYNC_NODES.items()
+        if host != "@fake/dra"
+    ]
+    control_plane = parse_settings(
+        {key: value for key, value in SYNC_DATA.items() if key != "manifests_kubernetes_version"}
+    )
     return cluster_files(control_plane, nodes, version)
 
 
 def api_objects(written: dict[str, str]) -> list[tuple[str, dict]]:
     """Every API object of a folder's files (a document with metadata: no Helm values, no scheduler config)."""
-    return [(path, document) for path, text in written.items() if path.endswith(".yaml")
-            for document in manifest_documents(text) if "metadata" in document]
+    return [
+        (path, document)
+        for path, text in written.items()
+        if path.endswith(".yaml")
+        for document in manifest_documents(text)
+        if "metadata" in document
+    ]
 
 
-DRA_FOLDERS = {"dra-static": {"gpu_allocator": "dra"},
-               "dra-helm": {"gpu_allocator": "dra", "dra_driver_install_method": "helm"}}
+DRA_FOLDERS = {
+    "dra-static": {"gpu_allocator": "dra"},
+    "dra-helm": {"gpu_allocator": "dra", "dra_driver_install_method": "helm"},
+}
 
 
 def every_folder(version: str = "1.34") -> dict[str, dict[str, str]]:
@@ -369,13 +453,27 @@ def every_folder(version: str = "1.34") -> dict[str, dict[str, str]]:
 
 
 def test_every_object_of_every_folder_says_gpu_node_manages_it():
-    unlabelled = [f"{name}: {path}: {document['kind']} {document['metadata']['name']}"
-                  for name, written in every_folder().items() for path, document in api_objects(written)
-                  if (document["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") != "gpu-node"]
+    unlabelled = [
+        f"{name}: {path}: {document['kind']} {document['metadata']['name']}"
+        for name, written in every_folder().items()
+        for path, document in api_objects(written)
+        if (document["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") != "gpu-node"
+    ]
     assert not unlabelled, "\n".join(unlabelled)
     assert {document["kind"] for written in every_folder().values() for _, document in api_objects(written)} >= {
-        "RuntimeClass", "Namespace", "ConfigMap", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet",
-        "Deployment", "Service", "DeviceClass", "ResourceClaimTemplate", "Pod"}
+        "RuntimeClass",
+        "Namespace",
+        "ConfigMap",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "DaemonSet",
+        "Deployment",
+        "Service",
+        "DeviceClass",
+        "ResourceClaimTemplate",
+        "Pod",
+    }
 
 
 def test_the_helm_values_are_yaml_the_config_files_blocks_of_it():
@@ -386,8 +484,11 @@ def test_the_helm_values_are_yaml_the_config_files_blocks_of_it():
     configs = yaml.safe_load(text)["config"]["map"]
     assert configs and all(f"    {json.dumps(key)}: |\n" in text for key in configs)
     static = parse_settings({"smoke_test": "false"})
-    (configmap,) = [doc for doc in manifest_documents(cluster_files(static, [], None)["manifests/nvidia-device-plugin.yaml"])
-                    if doc["kind"] == "ConfigMap"]
+    (configmap,) = [
+        doc
+        for doc in manifest_documents(cluster_files(static, [], None)["manifests/nvidia-device-plugin.yaml"])
+        if doc["kind"] == "ConfigMap"
+    ]
     assert configs == configmap["data"]
 
 
@@ -401,27 +502,45 @@ def test_the_schema_check_sees_the_folders_objects():
 
 # --- the command as an operator runs it ------------------------------------------------------------
 
+
 def pyinfra_cli(cwd: Path, *data: str, seed: str = "0") -> subprocess.CompletedProcess:
     arguments = [part for item in data for part in ("--data", item)]
-    return subprocess.run([sys.executable, "-m", "pyinfra", "-y", "@local", RENDER, *arguments], cwd=cwd,
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONHASHSEED": seed})
+    return subprocess.run(
+        [sys.executable, "-m", "pyinfra", "-y", "@local", RENDER, *arguments],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONHASHSEED": seed},
+    )
 
 
 def test_the_command_writes_the_same_bytes_every_time_and_a_second_run_changes_nothing(tmp_path):
     """The real CLI twice into two folders under different hash seeds (set and dict order would show),
     then again into the first: the same bytes, and pyinfra reports no change."""
-    (tmp_path / "inventory.py").write_text(inventory_text(
-        ["@fake/gpu1", "@fake/gpu2"], {"@fake/cp1": {"gpu_sharing": "time-slicing"},
-                                       "@fake/gpu1": {"gpu_sharing": "gpushare"}, "@fake/gpu2": {"gpu_sharing": "mps"}}))
+    (tmp_path / "inventory.py").write_text(
+        inventory_text(
+            ["@fake/gpu1", "@fake/gpu2"],
+            {
+                "@fake/cp1": {"gpu_sharing": "time-slicing"},
+                "@fake/gpu1": {"gpu_sharing": "gpushare"},
+                "@fake/gpu2": {"gpu_sharing": "mps"},
+            },
+        )
+    )
     common = ("manifests_inventory=inventory.py", "manifests_kubernetes_version=1.30")
     first = pyinfra_cli(tmp_path, "manifests_dir=one", *common, seed="1")
     second = pyinfra_cli(tmp_path, "manifests_dir=two", *common, seed="2")
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
     assert read_tree(tmp_path / "one") == read_tree(tmp_path / "two")
     assert sorted(read_tree(tmp_path / "one")) == [
-        "README.md", "control-plane/kube-scheduler-config.yaml", "manifests/gpushare-device-plugin.yaml",
-        "manifests/gpushare-extender.yaml", "manifests/nvidia-device-plugin.yaml", "manifests/runtimeclass.yaml"]
+        "README.md",
+        "control-plane/kube-scheduler-config.yaml",
+        "manifests/gpushare-device-plugin.yaml",
+        "manifests/gpushare-extender.yaml",
+        "manifests/nvidia-device-plugin.yaml",
+        "manifests/runtimeclass.yaml",
+    ]
     again = pyinfra_cli(tmp_path, "manifests_dir=one", *common, seed="3")
     assert again.returncode == 0, again.stderr
     total = next(line for line in again.stderr.splitlines() if "Grand total" in line).split()
@@ -434,23 +553,38 @@ def test_dry_with_diff_shows_the_change_and_writes_nothing(tmp_path):
     assert first.returncode == 0, first.stderr
     before = read_tree(tmp_path / "gitops")
     arguments = ["--dry", "--diff", "--data", "manifests_dir=gitops", "--data", "gpu_sharing=mps"]
-    dry = subprocess.run([sys.executable, "-m", "pyinfra", "@local", RENDER, *arguments], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=300)
+    dry = subprocess.run(
+        [sys.executable, "-m", "pyinfra", "@local", RENDER, *arguments],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert dry.returncode == 0, dry.stderr
     assert f"Will modify {tmp_path}/gitops/manifests/nvidia-device-plugin.yaml" in dry.stderr
     assert "+   mps-4: |" in dry.stderr and "-   no-sharing: |" in dry.stderr
     assert read_tree(tmp_path / "gitops") == before
 
 
-@pytest.mark.parametrize("data, expected", [
-    ({"gpu_sharing": "gpushare"}, "manifests_kubernetes_version is not set: gpushare's scheduler config and extender "
-                                  "depend on the cluster's Kubernetes minor"),
-    ({"gpu_sharing": "gpushare", "manifests_kubernetes_version": "1.22"},
-     "manifests_kubernetes_version=1.22: gpushare needs Kubernetes >= 1.23"),
-    ({"manifests_kubernetes_version": "2.1"}, "invalid setting manifests_kubernetes_version='2.1': allowed: "
-                                              "a Kubernetes version such as 1.30"),
-    ({"manifests_inventory": "absent.py"}, "manifests_inventory=absent.py: no such file"),
-])
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        (
+            {"gpu_sharing": "gpushare"},
+            "manifests_kubernetes_version is not set: gpushare's scheduler config and extender "
+            "depend on the cluster's Kubernetes minor",
+        ),
+        (
+            {"gpu_sharing": "gpushare", "manifests_kubernetes_version": "1.22"},
+            "manifests_kubernetes_version=1.22: gpushare needs Kubernetes >= 1.23",
+        ),
+        (
+            {"manifests_kubernetes_version": "2.1"},
+            "invalid setting manifests_kubernetes_version='2.1': allowed: a Kubernetes version such as 1.30",
+        ),
+        ({"manifests_inventory": "absent.py"}, "manifests_inventory=absent.py: no such file"),
+    ],
+)
 def test_what_cannot_be_rendered_stops_in_one_line_before_any_file(monkeypatch, tmp_path, data, expected):
     rendered = render(monkeypatch, tmp_path / "gitops", data)
     assert rendered.error is not None and expected in str(rendered.error) and "\n" not in str(rendered.error)
@@ -458,13 +592,14 @@ def test_what_cannot_be_rendered_stops_in_one_line_before_any_file(monkeypatch, 
 
 
 def test_control_planes_whose_settings_render_differently_are_refused(monkeypatch, tmp_path):
-    inventory = ("control_plane = [('cp1', {}), ('cp2', {'gpu_sharing': 'mps'})]\n"
-                 "gpu_nodes = [('gpu1', {})]\n")
+    inventory = "control_plane = [('cp1', {}), ('cp2', {'gpu_sharing': 'mps'})]\ngpu_nodes = [('gpu1', {})]\n"
     rendered = render(monkeypatch, tmp_path / "gitops", {}, inventory)
     assert isinstance(rendered.error, RenderError)
-    assert str(rendered.error) == ("control_plane hosts cp1 and cp2 have settings that render different files "
-                                   "(README.md, manifests/nvidia-device-plugin.yaml): give them the same "
-                                   "Kubernetes settings")
+    assert str(rendered.error) == (
+        "control_plane hosts cp1 and cp2 have settings that render different files "
+        "(README.md, manifests/nvidia-device-plugin.yaml): give them the same "
+        "Kubernetes settings"
+    )
     assert not rendered.folder.exists()
 
 
@@ -477,8 +612,10 @@ def test_an_invalid_setting_of_an_inventory_host_names_the_host(monkeypatch, tmp
 
 def test_only_on_the_controller(monkeypatch, tmp_path):
     rendered = render(monkeypatch, tmp_path / "gitops", {}, host_name="@fake/cp1")
-    assert str(rendered.error) == ("deploy/render_cluster.py writes on the controller, not on @fake/cp1: "
-                                   "run it as pyinfra @local deploy/render_cluster.py")
+    assert str(rendered.error) == (
+        "deploy/render_cluster.py writes on the controller, not on @fake/cp1: "
+        "run it as pyinfra @local deploy/render_cluster.py"
+    )
 
 
 def test_the_release_files_of_earlier_renders_are_removed(monkeypatch, tmp_path):
@@ -508,8 +645,12 @@ def test_a_file_the_new_settings_do_not_render_is_removed_and_others_kept(monkey
     (folder / "kustomization.yaml").write_text("resources: []\n")  # the operator's own file
     static = render(monkeypatch, folder, {})
     assert static.error is None
-    assert sorted(static.files) == ["README.md", "kustomization.yaml", "manifests/nvidia-device-plugin.yaml",
-                                    "manifests/runtimeclass.yaml"]
+    assert sorted(static.files) == [
+        "README.md",
+        "kustomization.yaml",
+        "manifests/nvidia-device-plugin.yaml",
+        "manifests/runtimeclass.yaml",
+    ]
 
 
 # --- hostile paths: pyinfra's files operations quote them; a real run on this machine's shell -----
@@ -537,8 +678,9 @@ def test_a_hostile_folder_name_is_written_exactly_there(monkeypatch, tmp_path, s
     assert "manifests/runtimeclass.yaml" in written and b"mps-4" in written["manifests/nvidia-device-plugin.yaml"]
 
 
-@pytest.mark.parametrize("given, minor", [("1.30", "1.30"), ("1.20", "1.20"), ("1.31", "1.31"), ("v1.30", "1.30"),
-                                          ("v1.29.4", "1.29")])
+@pytest.mark.parametrize(
+    "given, minor", [("1.30", "1.30"), ("1.20", "1.20"), ("1.31", "1.31"), ("v1.30", "1.30"), ("v1.29.4", "1.29")]
+)
 def test_a_minor_given_with_data_is_read_as_written(given, minor):
     """pyinfra reads ``--data manifests_kubernetes_version=1.30`` as JSON, the number 1.3 (its own parser here)."""
     from pyinfra_cli.util import parse_cli_arg
@@ -547,6 +689,7 @@ def test_a_minor_given_with_data_is_read_as_written(given, minor):
 
 
 # --- links in the folder: GitOps repositories carry them; none is followed ---------------------------
+
 
 @dataclass(frozen=True)
 class Victim:
@@ -568,8 +711,11 @@ class Victim:
 
 def refused_naming(rendered: Rendered, link: str, target: Path) -> bool:
     message = str(rendered.error)
-    return (isinstance(rendered.error, RenderError) and "\n" not in message
-            and message.startswith(f"{link} is a symbolic link (to {target}): no file is written or removed"))
+    return (
+        isinstance(rendered.error, RenderError)
+        and "\n" not in message
+        and message.startswith(f"{link} is a symbolic link (to {target}): no file is written or removed")
+    )
 
 
 def test_a_link_at_a_rendered_file_is_refused_and_its_target_kept(monkeypatch, tmp_path):
@@ -614,8 +760,10 @@ def test_a_link_in_a_folder_on_the_way_to_the_folder_is_refused(monkeypatch, tmp
     (tmp_path / "repo").symlink_to(elsewhere)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(pyinfra, "is_cli", True)
-    _, error = run_pyinfra(Inventory((["@local"], {}), override_data={"manifests_dir": "repo/gitops"}),
-                           lambda state: load_deploy_file(state, RENDER))
+    _, error = run_pyinfra(
+        Inventory((["@local"], {}), override_data={"manifests_dir": "repo/gitops"}),
+        lambda state: load_deploy_file(state, RENDER),
+    )
     assert str(error).startswith(f"repo is a symbolic link (to {elsewhere}):"), error
     assert list(elsewhere.iterdir()) == []
 
@@ -658,11 +806,15 @@ def test_a_link_made_after_the_plan_is_refused_when_the_file_is_written(monkeypa
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(pyinfra, "is_cli", True)
     failures: list[str] = []
-    _, error = run_pyinfra(Inventory((["@local"], {}), override_data={"manifests_dir": "gitops",
-                                                                       "gpu_sharing": "mps"}),
-                           plan_then_link, failures=failures)
-    assert failures == [f"gitops/manifests/nvidia-device-plugin.yaml is a symbolic link (to {victim.path}): no file "
-                        "is written or removed through a link; make it a folder or file of its own, or write elsewhere"]
+    _, error = run_pyinfra(
+        Inventory((["@local"], {}), override_data={"manifests_dir": "gitops", "gpu_sharing": "mps"}),
+        plan_then_link,
+        failures=failures,
+    )
+    assert failures == [
+        f"gitops/manifests/nvidia-device-plugin.yaml is a symbolic link (to {victim.path}): no file "
+        "is written or removed through a link; make it a folder or file of its own, or write elsewhere"
+    ]
     assert victim.unchanged() and link.is_symlink()
 
 
@@ -717,7 +869,8 @@ def test_the_command_itself_refuses_a_link_at_the_file(tmp_path, command):
         result = controller_files._remove(StoodInState(), host, target)
     assert result is False and host.lines == [
         f"gpu-node: gitops/manifests/runtimeclass.yaml is a symbolic link (to {victim.path}): no file is written or "
-        "removed through a link; make it a folder or file of its own, or write elsewhere"]
+        "removed through a link; make it a folder or file of its own, or write elsewhere"
+    ]
     assert link.is_symlink() and victim.unchanged()
 
 
@@ -729,8 +882,12 @@ SYNC_NODES = {  # inventory host -> (its Kubernetes name, its own settings)
     "@fake/share": ("gpu-share", {"gpu_sharing": "gpushare"}),
     "@fake/dra": ("gpu-dra", {"gpu_allocator": "dra"}),
 }
-SYNC_DATA = {"smoke_test": "false", "gpushare_inspect_sha256": INSPECT_SHA, "manifests_kubernetes_version": "1.34",
-             "kube_node_names": ",".join(f"{host}={name}" for host, (name, _) in SYNC_NODES.items())}
+SYNC_DATA = {
+    "smoke_test": "false",
+    "gpushare_inspect_sha256": INSPECT_SHA,
+    "manifests_kubernetes_version": "1.34",
+    "kube_node_names": ",".join(f"{host}={name}" for host, (name, _) in SYNC_NODES.items()),
+}
 # Which workload each kind of node must run, from its settings alone (not from the code under test)
 EXPECTED_WORKLOADS = {
     "gpu-plain": {"nvidia-device-plugin"},
@@ -744,8 +901,12 @@ def expression_holds(expression: dict, labels: dict[str, str]) -> bool:
     """One matchExpressions entry of a node selector term, as the scheduler reads it (the operators these
     folders use; no library here evaluates node affinity)."""
     key, operator, values = expression["key"], expression["operator"], expression.get("values", [])
-    return {"In": lambda: labels.get(key) in values, "NotIn": lambda: labels.get(key) not in values,
-            "Exists": lambda: key in labels, "DoesNotExist": lambda: key not in labels}[operator]()
+    return {
+        "In": lambda: labels.get(key) in values,
+        "NotIn": lambda: labels.get(key) not in values,
+        "Exists": lambda: key in labels,
+        "DoesNotExist": lambda: key not in labels,
+    }[operator]()
 
 
 def runs_on(pod: dict, labels: dict[str, str], runtime_classes: dict[str, dict]) -> bool:
@@ -760,8 +921,10 @@ def runs_on(pod: dict, labels: dict[str, str], runtime_classes: dict[str, dict])
     if any(labels.get(key) != value for key, value in selector.items()):
         return False
     required = (pod.get("affinity") or {}).get("nodeAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution")
-    return not required or any(all(expression_holds(expression, labels) for expression in term["matchExpressions"])
-                               for term in required["nodeSelectorTerms"])
+    return not required or any(
+        all(expression_holds(expression, labels) for expression in term["matchExpressions"])
+        for term in required["nodeSelectorTerms"]
+    )
 
 
 @dataclass
@@ -777,12 +940,20 @@ class Synced:
     @classmethod
     def of(cls, rendered: Rendered) -> Synced:
         documents = rendered.documents()
-        nodes = {doc["metadata"]["name"]: dict(doc["metadata"].get("labels", {})) for doc in documents
-                 if doc["kind"] == "Node"}
-        workloads = {doc["metadata"]["name"]: doc["spec"]["template"]["spec"] for doc in documents
-                     if doc["kind"] == "DaemonSet"}
-        configs = {key: value for doc in documents if doc["kind"] == "ConfigMap"
-                   and doc["metadata"]["name"] == "nvidia-device-plugin-configs" for key, value in doc["data"].items()}
+        nodes = {
+            doc["metadata"]["name"]: dict(doc["metadata"].get("labels", {}))
+            for doc in documents
+            if doc["kind"] == "Node"
+        }
+        workloads = {
+            doc["metadata"]["name"]: doc["spec"]["template"]["spec"] for doc in documents if doc["kind"] == "DaemonSet"
+        }
+        configs = {
+            key: value
+            for doc in documents
+            if doc["kind"] == "ConfigMap" and doc["metadata"]["name"] == "nvidia-device-plugin-configs"
+            for key, value in doc["data"].items()
+        }
         flux = rendered.folder / "flux" / "nvidia-device-plugin.yaml"
         if flux.exists():  # the chart's DaemonSets take these values into their pod spec (HELM_POD_SPEC_VALUES)
             (release,) = [doc for doc in manifest_documents(flux.read_text()) if doc["kind"] == "HelmRelease"]
@@ -793,8 +964,7 @@ class Synced:
         return cls(nodes, workloads, runtime_classes, configs)
 
     def running(self, node: str) -> set[str]:
-        return {name for name, pod in self.workloads.items()
-                if runs_on(pod, self.nodes[node], self.runtime_classes)}
+        return {name for name, pod in self.workloads.items() if runs_on(pod, self.nodes[node], self.runtime_classes)}
 
 
 @pytest.mark.parametrize("method", ["static", "helm"])
@@ -822,14 +992,30 @@ def test_the_synced_folder_runs_each_gpu_nodes_plugin_with_no_hand_step(monkeypa
     assert "mps" in mps_config["sharing"]
     gpu_pod = {"runtimeClassName": "nvidia"}
     assert {node for node in synced.nodes if runs_on(gpu_pod, synced.nodes[node], synced.runtime_classes)} == {
-        "gpu-plain", "gpu-mps", "gpu-share"}
+        "gpu-plain",
+        "gpu-mps",
+        "gpu-share",
+    }
 
 
 def test_the_placement_check_can_fail():
     """runs_on refuses what the scheduler refuses: a missing label, a NotIn label, an unknown RuntimeClass."""
-    plugin = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]},
-                              {"key": "gpushare", "operator": "NotIn", "values": ["true"]}]}]}}}}
+    plugin = {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]},
+                                {"key": "gpushare", "operator": "NotIn", "values": ["true"]},
+                            ]
+                        }
+                    ]
+                }
+            }
+        }
+    }
     assert runs_on(plugin, {"nvidia.com/gpu.present": "true"}, {})
     assert not runs_on(plugin, {}, {})
     assert not runs_on(plugin, {"nvidia.com/gpu.present": "true", "gpushare": "true"}, {})
@@ -839,21 +1025,34 @@ def test_the_placement_check_can_fail():
 def test_a_gpu_node_without_a_kubernetes_name_is_not_labelled_and_the_readme_says_so(monkeypatch, tmp_path, caplog):
     """No Node object for a name guessed from the inventory (one no kubelet registers would become an empty Node);
     the run says so in one line."""
-    rendered = render(monkeypatch, tmp_path / "gitops", {"kube_node_names": "@fake/plain=gpu-plain"},
-                      inventory_text(["@fake/plain", "@fake/mps"], {"@fake/mps": {"gpu_sharing": "mps"}}))
+    rendered = render(
+        monkeypatch,
+        tmp_path / "gitops",
+        {"kube_node_names": "@fake/plain=gpu-plain"},
+        inventory_text(["@fake/plain", "@fake/mps"], {"@fake/mps": {"gpu_sharing": "mps"}}),
+    )
     assert rendered.error is None
     assert set(Synced.of(rendered).nodes) == {"gpu-plain"}
-    assert ("| `@fake/mps` | not named in `kube_node_names`: its hostname, in lower case; not labelled by this folder "
-            "| `nvidia.com/device-plugin.config=mps-4`, `nvidia.com/gpu.present=true`, `nvidia.com/mps.capable=true` |"
-            ) in rendered.text("README.md")
+    assert (
+        "| `@fake/mps` | not named in `kube_node_names`: its hostname, in lower case; not labelled by this folder "
+        "| `nvidia.com/device-plugin.config=mps-4`, `nvidia.com/gpu.present=true`, `nvidia.com/mps.capable=true` |"
+    ) in rendered.text("README.md")
     assert [record.getMessage() for record in caplog.records if "kube_node_names" in record.getMessage()] == [
-        "[@local] kube_node_names does not name the GPU nodes @fake/mps: manifests/node-labels.yaml does not label them"]
+        "[@local] kube_node_names does not name the GPU nodes @fake/mps: manifests/node-labels.yaml does not label them"
+    ]
 
 
 def test_two_gpu_nodes_given_one_kubernetes_name_are_refused(monkeypatch, tmp_path):
-    rendered = render(monkeypatch, tmp_path / "gitops", {"kube_node_names": "@fake/a=gpu,@fake/b=gpu"},
-                      inventory_text(["@fake/a", "@fake/b"], {}))
-    assert str(rendered.error) == "kube_node_names gives several GPU nodes the Kubernetes name gpu: each node needs its own"
+    rendered = render(
+        monkeypatch,
+        tmp_path / "gitops",
+        {"kube_node_names": "@fake/a=gpu,@fake/b=gpu"},
+        inventory_text(["@fake/a", "@fake/b"], {}),
+    )
+    assert (
+        str(rendered.error)
+        == "kube_node_names gives several GPU nodes the Kubernetes name gpu: each node needs its own"
+    )
     assert not rendered.folder.exists()
 
 

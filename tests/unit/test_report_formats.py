@@ -39,12 +39,18 @@ def shipped(name: str) -> jsonschema.Validator:
     return validator(schema)
 
 
-NODE_REPORT, FLEET_REPORT, HEALTH_REPORT = "node-report.schema.json", "fleet-report.schema.json", "health-report.schema.json"
+NODE_REPORT, FLEET_REPORT, HEALTH_REPORT = (
+    "node-report.schema.json",
+    "fleet-report.schema.json",
+    "health-report.schema.json",
+)
 
 
 def assert_valid(name: str, path: Path) -> dict:
     report = json.loads(path.read_text())
-    errors = [f"{'.'.join(map(str, error.absolute_path))}: {error.message}" for error in shipped(name).iter_errors(report)]
+    errors = [
+        f"{'.'.join(map(str, error.absolute_path))}: {error.message}" for error in shipped(name).iter_errors(report)
+    ]
     assert not errors, f"{path}: {errors}"
     assert report["gpu_node_version"] == __version__
     return report
@@ -52,13 +58,18 @@ def assert_valid(name: str, path: Path) -> dict:
 
 def test_the_shipped_schema_files_are_the_models_schemas():
     assert not report_schemas.stale(), f"out of date: run {report_schemas.COMMAND} and commit the result"
-    assert {path.name for path in (REPO / "deploy" / "schemas").glob("*.schema.json")} == {NODE_REPORT, FLEET_REPORT, HEALTH_REPORT}
+    assert {path.name for path in (REPO / "deploy" / "schemas").glob("*.schema.json")} == {
+        NODE_REPORT,
+        FLEET_REPORT,
+        HEALTH_REPORT,
+    }
 
 
 def test_verify_writes_a_node_report_and_a_fleet_report_valid_against_the_schemas(tmp_path):
     """deploy/verify.py on a node, failed steps and all (a pull run writes its reports as verify does)."""
-    plan, _, _ = verify_dra_node(tmp_path, CONTAINERD_16, ["root"], built="550.54.15", dra_compute_domains=True,
-                                 dra_driver_install_method="helm")
+    plan, _, _ = verify_dra_node(
+        tmp_path, CONTAINERD_16, ["root"], built="550.54.15", dra_compute_domains=True, dra_driver_install_method="helm"
+    )
     disconnect_all(plan.state)  # the fleet report is written when the last host disconnects
     report = assert_valid(NODE_REPORT, tmp_path / "report.json")
     fleet = assert_valid(FLEET_REPORT, tmp_path / "fleet.json")
@@ -85,16 +96,21 @@ def test_the_first_boot_unit_writes_a_node_report_valid_against_the_schema(modul
 def test_the_fleet_view_writes_a_fleet_report_valid_against_the_schema(tmp_path, capsys):
     folder = tmp_path / "reports"
     folder.mkdir()
-    for name, report in (("a", passing_report("gpu-a")), ("b", failing_report("gpu-b")), ("c", evil_report()),
-                         ("d", passing_report("gpu-b"))):  # gpu-b twice: a row of its own words
+    for name, report in (
+        ("a", passing_report("gpu-a")),
+        ("b", failing_report("gpu-b")),
+        ("c", evil_report()),
+        ("d", passing_report("gpu-b")),
+    ):  # gpu-b twice: a row of its own words
         (folder / f"{name}.json").write_text(json.dumps(report))
     assert fleet_from_reports.main([str(folder), str(tmp_path / "fleet.json")]) == 1
     fleet = assert_valid(FLEET_REPORT, tmp_path / "fleet.json")
     assert fleet["counts"] == {"converged": 1, "changed": 0, "failed": 2}
 
 
-@pytest.mark.parametrize(("where", "value"), [pytest.param(where, value, id=case_id(where, value))
-                                              for where, value in WRONG_TYPES])
+@pytest.mark.parametrize(
+    ("where", "value"), [pytest.param(where, value, id=case_id(where, value)) for where, value in WRONG_TYPES]
+)
 def test_the_schema_and_the_model_refuse_the_same_hostile_reports(where, value):
     report = passing_report("gpu-a")
     assert shipped(NODE_REPORT).is_valid(report)

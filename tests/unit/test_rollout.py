@@ -151,7 +151,9 @@ def test_bad_rollout_options_stop_with_one_line(argv, message, capsys):
 
 
 def test_pyinfra_arguments_pass_through_and_batch_size_becomes_the_spec():
-    args = rollout.parse_args(["--batch-size", "3", "inv.py", "deploy/gpu_node.py", "--data", "stages=toolkit", "--serial"])
+    args = rollout.parse_args(
+        ["--batch-size", "3", "inv.py", "deploy/gpu_node.py", "--data", "stages=toolkit", "--serial"]
+    )
     assert args.batches == "3"
     assert args.pyinfra_args == ["--data", "stages=toolkit", "--serial"]
     assert rollout.parse_args(["inv.py", "deploy/gpu_node.py"]).batches == "1,100%"
@@ -204,12 +206,16 @@ def test_help_names_the_console_script_and_runs_nothing(capsys, monkeypatch):
     assert out.startswith("usage: gpu-node-rollout ") and "INVENTORY DEPLOY" in out
 
 
-@pytest.mark.parametrize(("inventory", "deploy", "named"), [
-    ("missing_inventory.py", "deploy/gpu_node.py", "inventory file missing_inventory.py: no such file"),
-    ("@local", "missing_deploy.py", "deploy file missing_deploy.py: no such file"),
-])
-def test_a_missing_inventory_or_deploy_file_is_one_line_naming_it_exit_2(inventory, deploy, named, capsys,
-                                                                          monkeypatch, tmp_path):
+@pytest.mark.parametrize(
+    ("inventory", "deploy", "named"),
+    [
+        ("missing_inventory.py", "deploy/gpu_node.py", "inventory file missing_inventory.py: no such file"),
+        ("@local", "missing_deploy.py", "deploy file missing_deploy.py: no such file"),
+    ],
+)
+def test_a_missing_inventory_or_deploy_file_is_one_line_naming_it_exit_2(
+    inventory, deploy, named, capsys, monkeypatch, tmp_path
+):
     (tmp_path / "deploy").mkdir()
     (tmp_path / "deploy" / "gpu_node.py").write_text("")
     monkeypatch.chdir(tmp_path)

@@ -46,12 +46,14 @@ def real_binary(find: Callable[[], Path], what: str) -> Path:
 
 def containerd_check(suite: str) -> Callable[[str], subprocess.CompletedProcess]:
     """``containerd config dump`` of a file holding the text, by Debian ``suite``'s containerd."""
+
     def check(text: str) -> subprocess.CompletedProcess:
         binary = real_binary(lambda: release(suite).binary, f"Debian {suite}'s containerd")
         with tempfile.TemporaryDirectory(prefix="engine-") as folder:
             config = Path(folder) / "config.toml"
             config.write_text(text)
             return config_dump(binary, config)
+
     return check
 
 
@@ -66,10 +68,12 @@ def dockerd_check(text: str) -> subprocess.CompletedProcess:
 
 def dumped(check: Callable[[str], subprocess.CompletedProcess]) -> Callable[[str], str]:
     """What containerd runs from the file alone: its own dump, which must succeed."""
+
     def running(text: str) -> str:
         result = check(text)
         assert result.returncode == 0, f"containerd refuses the file: {result.stderr.strip()[-300:]}"
         return result.stdout
+
     return running
 
 
@@ -118,8 +122,9 @@ CONTAINERD_3_UNWIRED = """version = 3
 
 # A version 2 file written for containerd 2 too: containerd 2 reads its 2.x-named section over the
 # migrated 1.x one, key by key (the file's text alone says otherwise: only the daemon's view tells).
-CONTAINERD_MIXED_UNWIRED = CONTAINERD_UNWIRED.replace('''[plugins."io.containerd.grpc.v1.cri".containerd]''',
-                                                      '''[plugins."io.containerd.cri.v1.runtime".containerd]''')
+CONTAINERD_MIXED_UNWIRED = CONTAINERD_UNWIRED.replace(
+    """[plugins."io.containerd.grpc.v1.cri".containerd]""", """[plugins."io.containerd.cri.v1.runtime".containerd]"""
+)
 
 DOCKER_UNWIRED = """{
     "registry-mirrors": ["https://mirror.example.internal"],
@@ -129,37 +134,51 @@ DOCKER_UNWIRED = """{
 
 CASES = {
     "containerd-1.6": Case(
-        engine=ContainerdEngine(major=1), source="/etc/containerd/config.toml",
-        unwired=CONTAINERD_UNWIRED, kept="# the site's mirror, kept by every edit",
+        engine=ContainerdEngine(major=1),
+        source="/etc/containerd/config.toml",
+        unwired=CONTAINERD_UNWIRED,
+        kept="# the site's mirror, kept by every edit",
         kept_value="https://mirror.example.internal",
         nvidia_default=CONTAINERD_UNWIRED.replace('"runc"', '"nvidia"'),
         malformed='version = 2\n[plugins."io.containerd.grpc.v1.cri"\n',
-        check=containerd_check("bookworm"), alone=dumped(containerd_check("bookworm")),
+        check=containerd_check("bookworm"),
+        alone=dumped(containerd_check("bookworm")),
         values=tomllib.loads,
     ),
     "containerd-2.1": Case(
-        engine=ContainerdEngine(major=2), source="/etc/containerd/config.toml",
-        unwired=CONTAINERD_3_UNWIRED, kept="# the site's snapshotter, kept by every edit", kept_value="native",
+        engine=ContainerdEngine(major=2),
+        source="/etc/containerd/config.toml",
+        unwired=CONTAINERD_3_UNWIRED,
+        kept="# the site's snapshotter, kept by every edit",
+        kept_value="native",
         nvidia_default=CONTAINERD_3_UNWIRED.replace('"runc"', '"nvidia"'),
         malformed='version = 3\n[plugins."io.containerd.cri.v1.runtime"\n',
-        check=containerd_check("sid"), alone=dumped(containerd_check("sid")),
+        check=containerd_check("sid"),
+        alone=dumped(containerd_check("sid")),
         values=tomllib.loads,
     ),
     "containerd-2.1-mixed": Case(
-        engine=ContainerdEngine(major=2), source="/etc/containerd/config.toml",
-        unwired=CONTAINERD_MIXED_UNWIRED, kept="# the site's mirror, kept by every edit",
+        engine=ContainerdEngine(major=2),
+        source="/etc/containerd/config.toml",
+        unwired=CONTAINERD_MIXED_UNWIRED,
+        kept="# the site's mirror, kept by every edit",
         kept_value="https://mirror.example.internal",
         nvidia_default=CONTAINERD_MIXED_UNWIRED.replace('"runc"', '"nvidia"'),
         malformed='version = 2\n[plugins."io.containerd.cri.v1.runtime"\n',
-        check=containerd_check("sid"), alone=dumped(containerd_check("sid")),
+        check=containerd_check("sid"),
+        alone=dumped(containerd_check("sid")),
         values=tomllib.loads,
     ),
     "docker": Case(
-        engine=DockerEngine(), source="/etc/docker/daemon.json",
-        unwired=DOCKER_UNWIRED, kept="https://mirror.example.internal", kept_value="https://mirror.example.internal",
+        engine=DockerEngine(),
+        source="/etc/docker/daemon.json",
+        unwired=DOCKER_UNWIRED,
+        kept="https://mirror.example.internal",
+        kept_value="https://mirror.example.internal",
         nvidia_default=DOCKER_UNWIRED.replace('"runc"', '"nvidia"'),
         malformed='{"default-runtime": "runc",',
-        check=dockerd_check, alone=docker_running,
+        check=dockerd_check,
+        alone=docker_running,
         values=json.loads,
     ),
 }

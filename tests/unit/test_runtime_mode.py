@@ -61,8 +61,11 @@ def b64(text: str) -> str:
 
 # --- the setting ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("given, mode", [(None, None), ("cdi", "cdi"), ("Legacy", "legacy"), ("none", None),
-                                         ("csv", "csv"), ("auto", "auto")])
+
+@pytest.mark.parametrize(
+    "given, mode",
+    [(None, None), ("cdi", "cdi"), ("Legacy", "legacy"), ("none", None), ("csv", "csv"), ("auto", "auto")],
+)
 def test_the_mode_setting_reads_its_four_modes_and_unset(given, mode):
     data = {} if given is None else {"nvidia_runtime_mode": given}
     assert parse_settings(data).nvidia_runtime_mode == mode
@@ -89,6 +92,7 @@ def test_only_cdi_mode_asks_containerd_to_pass_the_cdi_annotations_on(mode, anno
 
 # --- the runtime's config ------------------------------------------------------------------------
 
+
 def test_the_mode_is_set_in_place_with_every_comment_and_other_line_kept():
     edited = with_runtime_mode(PACKAGE_CONFIG, "cdi")
     assert edited == PACKAGE_CONFIG.replace('mode = "auto"', 'mode = "cdi"')
@@ -101,8 +105,10 @@ def test_a_commented_out_mode_stays_and_the_mode_is_added_to_the_runtime_table()
     edited = with_runtime_mode(commented, "legacy")
     assert '#mode = "auto"' in edited
     assert tomllib.loads(edited)["nvidia-container-runtime"]["mode"] == "legacy"
-    assert tomllib.loads(edited)["nvidia-container-runtime"]["modes"] == tomllib.loads(PACKAGE_CONFIG)[
-        "nvidia-container-runtime"]["modes"]
+    assert (
+        tomllib.loads(edited)["nvidia-container-runtime"]["modes"]
+        == tomllib.loads(PACKAGE_CONFIG)["nvidia-container-runtime"]["modes"]
+    )
     assert runtime_mode_of(commented) == "auto"  # the runtime's default when the file does not say
 
 
@@ -157,6 +163,7 @@ def test_containerd_dump_without_the_annotations_is_a_problem_named_by_the_setti
 
 # --- the fact --------------------------------------------------------------------------------
 
+
 def test_the_cdi_read_carries_the_runtime_config_text():
     command = CdiState().command(**state_read()[1])
     assert assigned(command, "runtime_config") == "/etc/nvidia-container-runtime/config.toml"
@@ -170,16 +177,23 @@ def test_the_cdi_read_carries_the_runtime_config_text():
 
 # the cdi stage's plan tests' node readings, and a node without containerd
 CONTAINERD = {**CDI_PLAN_CONTAINERD, "none": ""}
-CURRENT = ("ctk /usr/bin/nvidia-ctk\ninputs_changed 200\nspec_changed 300\n"
-           "refresh_unit /usr/lib/systemd/system/nvidia-cdi-refresh.path\n"
-           "refresh_enabled enabled\nrefresh_active active")
+CURRENT = (
+    "ctk /usr/bin/nvidia-ctk\ninputs_changed 200\nspec_changed 300\n"
+    "refresh_unit /usr/lib/systemd/system/nvidia-cdi-refresh.path\n"
+    "refresh_enabled enabled\nrefresh_active active"
+)
 SET_MODE = "Set the nvidia runtime's mode in /etc/nvidia-container-runtime/config.toml"
 
 
 def plan_for(containerd: str, runtime_config: str | None, **data):
     state = CURRENT + (f"\nruntime_config {b64(runtime_config)}" if runtime_config is not None else "")
-    return run_plan(cdi, settings_for(**data), PLAIN,
-                    facts=[(CONFIG, CONTAINERD[containerd]), (state_read(), state)], unstated=DEFAULT)
+    return run_plan(
+        cdi,
+        settings_for(**data),
+        PLAIN,
+        facts=[(CONFIG, CONTAINERD[containerd]), (state_read(), state)],
+        unstated=DEFAULT,
+    )
 
 
 def test_cdi_mode_on_containerd_2_writes_the_mode_keeping_the_package_file():
@@ -190,7 +204,10 @@ def test_cdi_mode_on_containerd_2_writes_the_mode_keeping_the_package_file():
 
 def test_the_mode_already_in_the_file_makes_no_operation_and_unset_never_reads_it_for_a_change():
     assert not plan_for("2.1", with_runtime_mode(PACKAGE_CONFIG, "cdi"), nvidia_runtime_mode="cdi").op_names()
-    assert not plan_for("2.1", "not toml [", ).op_names()  # unset: the file is the site's
+    assert not plan_for(
+        "2.1",
+        "not toml [",
+    ).op_names()  # unset: the file is the site's
 
 
 def test_a_runtime_config_that_cannot_be_edited_fails_the_host_in_one_line_and_is_left_alone():
@@ -210,9 +227,12 @@ def check_with(containerd: str, runtime_config: str | None = PACKAGE_CONFIG, **d
         host.noop("checked")
 
     installation = "binary /usr/bin/containerd" if containerd != "none" else ""
-    run_plan(check, settings_for(**data),
-             facts=[(ContainerdInstallations, installation), (CONFIG, CONTAINERD[containerd]), (state_read(), state)],
-             unstated=DEFAULT)
+    run_plan(
+        check,
+        settings_for(**data),
+        facts=[(ContainerdInstallations, installation), (CONFIG, CONTAINERD[containerd]), (state_read(), state)],
+        unstated=DEFAULT,
+    )
     return errors
 
 
@@ -231,20 +251,30 @@ def test_preflight_leaves_a_containerd_this_run_installs_to_the_operation_but_re
 
 # --- verify's runtime_mode step -------------------------------------------------------------------
 
+
 def options(**data) -> VerifyOptions:
     return VerifyOptions.from_settings(parse_settings(data))
 
 
-@pytest.mark.parametrize("text, asked, status, reason", [
-    (PACKAGE_CONFIG, None, "skip", f"nvidia_runtime_mode is unset: {RUNTIME_CONFIG} is left as it is"),
-    (with_runtime_mode(PACKAGE_CONFIG, "cdi"), "cdi", "pass", f"{RUNTIME_CONFIG}: mode 'cdi'"),
-    (PACKAGE_CONFIG, "cdi", "fail", f"{RUNTIME_CONFIG}: mode 'auto', not 'cdi' (nvidia_runtime_mode): run the deploy"),
-    (None, "auto", "pass", f"no {RUNTIME_CONFIG}, so the runtime's default: mode 'auto'"),
-    ("mode = [\n", "legacy", "fail", f"{RUNTIME_CONFIG} is not valid TOML: "),
-])
+@pytest.mark.parametrize(
+    "text, asked, status, reason",
+    [
+        (PACKAGE_CONFIG, None, "skip", f"nvidia_runtime_mode is unset: {RUNTIME_CONFIG} is left as it is"),
+        (with_runtime_mode(PACKAGE_CONFIG, "cdi"), "cdi", "pass", f"{RUNTIME_CONFIG}: mode 'cdi'"),
+        (
+            PACKAGE_CONFIG,
+            "cdi",
+            "fail",
+            f"{RUNTIME_CONFIG}: mode 'auto', not 'cdi' (nvidia_runtime_mode): run the deploy",
+        ),
+        (None, "auto", "pass", f"no {RUNTIME_CONFIG}, so the runtime's default: mode 'auto'"),
+        ("mode = [\n", "legacy", "fail", f"{RUNTIME_CONFIG} is not valid TOML: "),
+    ],
+)
 def test_verify_checks_the_mode_in_the_file_is_the_one_asked(text, asked, status, reason):
-    step = runtime_mode_step({"cdi": {"runtime_config": text}},
-                             options(**({"nvidia_runtime_mode": asked} if asked else {})))
+    step = runtime_mode_step(
+        {"cdi": {"runtime_config": text}}, options(**({"nvidia_runtime_mode": asked} if asked else {}))
+    )
     assert step.status == status and step.reason.startswith(reason), step
 
 
@@ -285,10 +315,15 @@ def test_a_gpu_the_spec_does_not_name_by_uuid_makes_the_probe_ask_for_all():
     assert probe == CdiProbe("nvidia.com/gpu=all", ("/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl"))
 
 
-@pytest.mark.parametrize("readout, data", [
-    (cdi_readout(), {"cdi": "false"}), (cdi_readout(spec=None), {}), (cdi_readout(gpus=0), {}),
-    (cdi_readout(spec="not: [a spec"), {}),
-])
+@pytest.mark.parametrize(
+    "readout, data",
+    [
+        (cdi_readout(), {"cdi": "false"}),
+        (cdi_readout(spec=None), {}),
+        (cdi_readout(gpus=0), {}),
+        (cdi_readout(spec="not: [a spec"), {}),
+    ],
+)
 def test_no_cdi_container_without_cdi_a_spec_or_a_usable_gpu(readout, data):
     assert cri_cdi_probe(readout, options(**data)) is None
 
@@ -306,9 +341,21 @@ def test_the_probes_cdi_container_asks_through_cdi_devices_with_the_runtimes_own
 
 
 def cdi_result(logs: str, code: int = 0, state: str = "CONTAINER_EXITED 0") -> dict:
-    steps = {"runp": (0, SANDBOX_ID), "create": (0, "c1"), "start": (0, "c1"), "state": (0, "CONTAINER_EXITED 0"),
-             "logs": (0, NVIDIA_SMI_L), "rm": (0, "c1"), "cdi_create": (code, "c2"), "cdi_start": (0, "c2"),
-             "cdi_state": (0, state), "cdi_logs": (0, logs), "cdi_rm": (0, "c2"), "stopp": (0, ""), "rmp": (0, "")}
+    steps = {
+        "runp": (0, SANDBOX_ID),
+        "create": (0, "c1"),
+        "start": (0, "c1"),
+        "state": (0, "CONTAINER_EXITED 0"),
+        "logs": (0, NVIDIA_SMI_L),
+        "rm": (0, "c1"),
+        "cdi_create": (code, "c2"),
+        "cdi_start": (0, "c2"),
+        "cdi_state": (0, state),
+        "cdi_logs": (0, logs),
+        "cdi_rm": (0, "c2"),
+        "stopp": (0, ""),
+        "rmp": (0, ""),
+    }
     return {name: {"exit_code": rc, "output": text} for name, (rc, text) in steps.items()}
 
 
@@ -318,17 +365,26 @@ PROBE = CdiProbe(f"nvidia.com/gpu={UUID0}", ("/dev/nvidia0", "/dev/nvidiactl"))
 def test_the_cri_step_passes_when_every_device_node_is_in_the_cdi_container():
     step = cri_step(cdi_result("device /dev/nvidia0\ndevice /dev/nvidiactl"), True, "img", PROBE)
     assert step.status == "pass", step
-    assert step.reason.endswith(f"CDI device nvidia.com/gpu={UUID0} through the CRI: /dev/nvidia0, /dev/nvidiactl "
-                                "in the container")
+    assert step.reason.endswith(
+        f"CDI device nvidia.com/gpu={UUID0} through the CRI: /dev/nvidia0, /dev/nvidiactl in the container"
+    )
 
 
-@pytest.mark.parametrize("result, reason", [
-    (cdi_result("device /dev/nvidiactl"), f"the container given CDI device nvidia.com/gpu={UUID0} through the CRI "
-                                          "lacks /dev/nvidia0 (the spec gives them): containerd did not inject it"),
-    (cdi_result("", code=1), f"crictl create with CDI device nvidia.com/gpu={UUID0} failed: c2"),
-    (cdi_result("", state="CONTAINER_EXITED 127"), f"the container given CDI device nvidia.com/gpu={UUID0}: "
-                                                   "CONTAINER_EXITED 127"),
-])
+@pytest.mark.parametrize(
+    "result, reason",
+    [
+        (
+            cdi_result("device /dev/nvidiactl"),
+            f"the container given CDI device nvidia.com/gpu={UUID0} through the CRI "
+            "lacks /dev/nvidia0 (the spec gives them): containerd did not inject it",
+        ),
+        (cdi_result("", code=1), f"crictl create with CDI device nvidia.com/gpu={UUID0} failed: c2"),
+        (
+            cdi_result("", state="CONTAINER_EXITED 127"),
+            f"the container given CDI device nvidia.com/gpu={UUID0}: CONTAINER_EXITED 127",
+        ),
+    ],
+)
 def test_the_cri_step_fails_naming_what_the_cdi_container_lacked(result, reason):
     step = cri_step(result, True, "img", PROBE)
     assert (step.status, step.reason) == ("fail", reason)
@@ -359,7 +415,12 @@ def test_the_probe_script_runs_both_containers_in_the_sandbox_with_a_standin_cri
     steps = CrictlRun().process(output.stdout)
     assert calls(log) == [call for call, _, _ in sequence]
     assert [name for name in steps if name.startswith("cdi_")] == [
-        "cdi_create", "cdi_start", "cdi_state", "cdi_logs", "cdi_rm"]
+        "cdi_create",
+        "cdi_start",
+        "cdi_state",
+        "cdi_logs",
+        "cdi_rm",
+    ]
     assert cri_step(steps, True, "img", PROBE).status == "pass"
 
 
@@ -369,8 +430,14 @@ GPU_SMI = smi_output("one-gpu.txt")
 def test_verify_on_a_cdi_gpu_node_asks_crictl_for_the_first_gpus_cdi_device(tmp_path):
     uuid = re.search(r"GPU-[0-9a-f-]+", GPU_SMI)[0]
     spec = SPEC.replace(UUID0, uuid)
-    lines = node_lines(gpus=1, kmod="NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  x", smi=GPU_SMI,
-                       dump=containerd_dump(), crictl=True, ctrd_version="2.1.9")
+    lines = node_lines(
+        gpus=1,
+        kmod="NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  x",
+        smi=GPU_SMI,
+        dump=containerd_dump(),
+        crictl=True,
+        ctrd_version="2.1.9",
+    )
     lines += [f"spec {b64(spec)}", "spec_changed 300", "inputs_changed 200", "ctk /usr/bin/nvidia-ctk"]
     run, log = crictl_standin(tmp_path, [])
     plan, _, steps, _ = run_verify(tmp_path, lines, crictl=run)
@@ -380,6 +447,7 @@ def test_verify_on_a_cdi_gpu_node_asks_crictl_for_the_first_gpus_cdi_device(tmp_
 
 
 # --- the device plugin ----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("mode", [None, "cdi", "auto"])
 def test_the_device_plugin_keeps_cdi_cri_whatever_the_runtimes_mode(mode):
@@ -393,8 +461,15 @@ def test_through_the_deploy_cdi_mode_where_the_runtime_has_cdi_off_is_refused_in
     """deploy/gpu_node.py with the kernel and runtimes stages on containerd 1.6 (cdi=auto: off there):
     nvidia_runtime_mode=cdi fails the host in preflight, so not even the kernel stage changes anything."""
     state = CURRENT + f"\nruntime_config {b64(PACKAGE_CONFIG)}"
-    node = gpu_node("debian-12", unstated=DEFAULT, facts=[
-        (ContainerdInstallations, "binary /usr/bin/containerd"), (CONFIG, CONTAINERD["1.6"]), (state_read(), state)])
+    node = gpu_node(
+        "debian-12",
+        unstated=DEFAULT,
+        facts=[
+            (ContainerdInstallations, "binary /usr/bin/containerd"),
+            (CONFIG, CONTAINERD["1.6"]),
+            (state_read(), state),
+        ],
+    )
     run = run_deploy(node, data={"stages": "kernel,runtimes", "nvidia_runtime_mode": "cdi"})
     assert run.refusal.startswith("nvidia_runtime_mode=cdi, but CDI is off on this node"), run.failures
     assert [name for name in run.op_names() if not name.startswith(("Preflight", "Refuse this host"))] == []

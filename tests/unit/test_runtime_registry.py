@@ -56,8 +56,12 @@ def standin_cdi(wiring, reading: dict) -> RuntimeCdi:
 
 
 def standin_read_line(reading: dict, key: str, rest: str) -> None:
-    field = {"standin_path": "path", "standin_active": "active", "standin_version": "version",
-             "standin_binary": "binary"}.get(key)
+    field = {
+        "standin_path": "path",
+        "standin_active": "active",
+        "standin_version": "version",
+        "standin_binary": "binary",
+    }.get(key)
     if field:
         reading[field] = rest or None
     elif key == "standin_image":
@@ -78,19 +82,39 @@ STANDIN = Runtime(
     cdi_since="the stand-in 3",
     # Its part of verify's read borrows Docker's script (deploy/shell/ holds only real runtimes'); the
     # fake connector runs none of it: the node's lines below are the test's.
-    readout=RuntimeReadout(script="verify_readout_docker",
-                           keys=("standin_path", "standin_active", "standin_version", "standin_binary", "standin_image"),
-                           default=lambda: {"path": None, "active": None, "version": None, "major": None,
-                                            "binary": None, "image_present": False},
-                           read_line=standin_read_line),
+    readout=RuntimeReadout(
+        script="verify_readout_docker",
+        keys=("standin_path", "standin_active", "standin_version", "standin_binary", "standin_image"),
+        default=lambda: {
+            "path": None,
+            "active": None,
+            "version": None,
+            "major": None,
+            "binary": None,
+            "image_present": False,
+        },
+        read_line=standin_read_line,
+    ),
     config_step=standin_config_step,
     configured_binary=lambda reading: reading["binary"],
     summary=lambda reading: f"stand-in {reading['version']}",
-    runs=(GpuRun("standin_run", CONTAINER, what="standin run nvidia-smi", pull="standin pull",
-                 command=lambda reading, image, name: ("standin", "run", "--gpus", "all", image)),),
+    runs=(
+        GpuRun(
+            "standin_run",
+            CONTAINER,
+            what="standin run nvidia-smi",
+            pull="standin pull",
+            command=lambda reading, image, name: ("standin", "run", "--gpus", "all", image),
+        ),
+    ),
 )
-STANDIN_LINES = ["standin_path /usr/bin/standin", "standin_active active", "standin_version 3.1.0",
-                 "standin_binary /usr/bin/nvidia-container-runtime", "standin_image 1"]
+STANDIN_LINES = [
+    "standin_path /usr/bin/standin",
+    "standin_active active",
+    "standin_version 3.1.0",
+    "standin_binary /usr/bin/nvidia-container-runtime",
+    "standin_image 1",
+]
 
 
 @pytest.fixture
@@ -113,8 +137,14 @@ def test_a_stand_in_runtime_is_read_by_verifys_one_read(standin):
     fact = VerifyReadout()
     assert fact.default()["standin"]["path"] is None
     read = fact.process(["ctrd_path /usr/bin/containerd", "docker_path ", *STANDIN_LINES])
-    assert read["standin"] == {"path": "/usr/bin/standin", "active": "active", "version": "3.1.0", "major": 3,
-                               "binary": "/usr/bin/nvidia-container-runtime", "image_present": True}
+    assert read["standin"] == {
+        "path": "/usr/bin/standin",
+        "active": "active",
+        "version": "3.1.0",
+        "major": 3,
+        "binary": "/usr/bin/nvidia-container-runtime",
+        "image_present": True,
+    }
     assert read["containerd"]["path"] == "/usr/bin/containerd" and read["docker"]["path"] is None
 
 
@@ -125,11 +155,20 @@ def run_verify_with_standin(tmp_path, lines: list[str], runs: dict) -> dict:
     settings = settings_for(verify_report_path=str(report))
     options = replace(VerifyOptions.from_settings(settings), runtimes=("containerd", "standin"))
     plain = verification.containerd_of(options, ContainerdInstallations.default())
-    node = Node(facts=[(ContainerdInstallations, []), (NodeSurvey, lines), (verification.verify_read(options, plain), lines),
-                       (verification.containerd_config_read(plain), lines), (CudaInit, lines),
-                       (cdi_state_read(), lines), (links_read(settings.nvidia_driver_root), lines),
-                       (InstalledKernels, lines), (verification.signing_read(options), lines)],
-                commands=runs)
+    node = Node(
+        facts=[
+            (ContainerdInstallations, []),
+            (NodeSurvey, lines),
+            (verification.verify_read(options, plain), lines),
+            (verification.containerd_config_read(plain), lines),
+            (CudaInit, lines),
+            (cdi_state_read(), lines),
+            (links_read(settings.nvidia_driver_root), lines),
+            (InstalledKernels, lines),
+            (verification.signing_read(options), lines),
+        ],
+        commands=runs,
+    )
 
     @deploy("Verify with the stand-in")
     def verify_standin():
@@ -142,13 +181,23 @@ def run_verify_with_standin(tmp_path, lines: list[str], runs: dict) -> dict:
 
 def test_a_stand_in_runtime_reaches_verifys_steps_its_gpu_run_and_the_report(standin, tmp_path):
     smi = "0, GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77, A100-SXM4-40GB, 40960, 550.54.15"
-    lines = node_lines(gpus=1, smi=smi, smi_list="GPU 0: A100-SXM4-40GB (UUID: GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77)",
-                       kmod="NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  x",
-                       dump=containerd_dump()) + STANDIN_LINES
+    lines = (
+        node_lines(
+            gpus=1,
+            smi=smi,
+            smi_list="GPU 0: A100-SXM4-40GB (UUID: GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77)",
+            kmod="NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  x",
+            dump=containerd_dump(),
+        )
+        + STANDIN_LINES
+    )
     record = run_verify_with_standin(tmp_path, lines, runs={"standin run": ["rc 0", "GPU 0: A100-SXM4-40GB"]})
     steps = {step["name"]: step for step in record["steps"]}
-    assert steps["standin_config"] == {"name": "standin_config", "status": PASS,
-                                       "reason": "stand-in 3.1.0 runs /usr/bin/nvidia-container-runtime"}
+    assert steps["standin_config"] == {
+        "name": "standin_config",
+        "status": PASS,
+        "reason": "stand-in 3.1.0 runs /usr/bin/nvidia-container-runtime",
+    }
     assert steps["standin_run"]["status"] == PASS, steps["standin_run"]
     assert steps["standin_run"]["reason"] == "standin run nvidia-smi: GPU 0: A100-SXM4-40GB"
     (run,) = record["plan"].matching("standin run")
@@ -174,11 +223,20 @@ def cdi_plan(version: str, **data):
     """The CDI stage on a @fake node whose one wired runtime is the stand-in; its version read borrows
     DockerState's (a reader of ``version`` lines), answered here."""
     wired = (WiredRuntime("standin", STANDIN_VERSION),)
-    state = ("ctk /usr/bin/nvidia-ctk\ninputs_changed 200\nsmi_exit_code 0\nsmi_gpus 1\n"
-             "refresh_unit /usr/lib/systemd/system/nvidia-cdi-refresh.path\nrefresh_enabled enabled\nrefresh_active active")
-    return run_plan(cdi, settings_for(**data), wired, unstated=DEFAULT,
-                    facts=[(STANDIN_VERSION, f"dockerd /usr/bin/standin\nversion Stand-in version {version}"),
-                           (cdi_state_read(), state)])
+    state = (
+        "ctk /usr/bin/nvidia-ctk\ninputs_changed 200\nsmi_exit_code 0\nsmi_gpus 1\n"
+        "refresh_unit /usr/lib/systemd/system/nvidia-cdi-refresh.path\nrefresh_enabled enabled\nrefresh_active active"
+    )
+    return run_plan(
+        cdi,
+        settings_for(**data),
+        wired,
+        unstated=DEFAULT,
+        facts=[
+            (STANDIN_VERSION, f"dockerd /usr/bin/standin\nversion Stand-in version {version}"),
+            (cdi_state_read(), state),
+        ],
+    )
 
 
 def test_the_cdi_stage_turns_cdi_on_for_a_stand_in_runtime_with_it(standin):
@@ -209,9 +267,13 @@ def files_naming(runtime: Runtime) -> set[str]:
     named = set()
     for path in DEPLOY.rglob("*.py"):
         tree = ast.parse(path.read_text())
-        if any(isinstance(node, ast.Constant) and node.value in (runtime.name, runtime.title)
-               or isinstance(node, (ast.Name, ast.alias)) and constant in (getattr(node, "id", None), getattr(node, "name", None))
-               for node in ast.walk(tree)):
+        if any(
+            isinstance(node, ast.Constant)
+            and node.value in (runtime.name, runtime.title)
+            or isinstance(node, (ast.Name, ast.alias))
+            and constant in (getattr(node, "id", None), getattr(node, "name", None))
+            for node in ast.walk(tree)
+        ):
             named.add(str(path.relative_to(DEPLOY)))
     return named
 

@@ -24,13 +24,13 @@ from deploy.operations.safe_install import (
 from deploy.operations.upload import Staging, Upload
 
 # A real checker: python's strict JSON parser, as dockerd --validate would refuse bad JSON.
-JSON_CHECK = Validator(argv=["python3", "-c", "import json,sys; json.load(open(sys.argv[1]))", "{candidate}"],
-                       what="a JSON parser")
+JSON_CHECK = Validator(
+    argv=["python3", "-c", "import json,sys; json.load(open(sys.argv[1]))", "{candidate}"], what="a JSON parser"
+)
 
 
 def run_script(path, validator=None):
-    return subprocess.run(["sh", "-c", install_script(str(path), validator, None, 5)],
-                          capture_output=True, text=True)
+    return subprocess.run(["sh", "-c", install_script(str(path), validator, None, 5)], capture_output=True, text=True)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the script sets root:root, as it does on a node")
@@ -90,7 +90,10 @@ def test_candidate_sits_next_to_the_live_file():
 
 
 def test_script_restarts_and_rolls_back_only_with_a_service():
-    assert "systemctl restart" not in install_script("/x", None, None, 5).split("[ -n \"$unit\" ] || { finished; exit 0; }")[0]
+    assert (
+        "systemctl restart"
+        not in install_script("/x", None, None, 5).split('[ -n "$unit" ] || { finished; exit 0; }')[0]
+    )
     script = install_script("/etc/docker/daemon.json", None, "docker", 17)
     assert "unit=docker" in script and "timeout=17" in script
     assert subprocess.run(["sh", "-n", "-c", script]).returncode == 0
@@ -130,7 +133,7 @@ def test_scripts_with_a_service_are_valid_shell_and_keep_the_pending_mark_until_
     mark = pending_restart_mark("containerd")
     # The mark is written before the swap and removed only after the unit is active.
     assert script.index('mv -f "$pending.new" "$pending"') < script.index('mv -f "$candidate" "$dest"')
-    assert script.index('restarted $unit: active') > script.index('rm -f "$pending"')
+    assert script.index("restarted $unit: active") > script.index('rm -f "$pending"')
     assert f"pending={mark}" in script
     restart_only = restart_pending_script("/etc/containerd/config.toml", "containerd", 30)
     assert subprocess.run(["sh", "-n", "-c", restart_only]).returncode == 0
@@ -174,9 +177,23 @@ def on_a_full_disk(tmp_path, script: str, free_pages: int, setup: str = ":") -> 
     mountpoint.mkdir()
     wrapper = FULL_DISK.replace("{setup}", setup)
     result = subprocess.run(
-        ["unshare", "--mount", "--propagation", "private", "sh", "-c", wrapper, "sh",
-         str(mountpoint), str(free_pages), script, str(tmp_path)],
-        capture_output=True, text=True)
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            wrapper,
+            "sh",
+            str(mountpoint),
+            str(free_pages),
+            script,
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout.splitlines(), (tmp_path / "stderr").read_text()
 
@@ -185,8 +202,9 @@ def on_a_full_disk(tmp_path, script: str, free_pages: int, setup: str = ":") -> 
 def test_a_backup_the_disk_has_no_room_for_leaves_nothing_behind_and_the_live_file_as_it_was(tmp_path):
     """The candidate fits, its backup does not: before, a 0-byte backup and the candidate stayed."""
     script = install_script(str(tmp_path / "disk" / "daemon.json"), None, None, 5)
-    lines, stderr = on_a_full_disk(tmp_path, script, free_pages=0,
-                                   setup="""printf '{"new": true}\\n' > daemon.json.gpu-node-candidate""")
+    lines, stderr = on_a_full_disk(
+        tmp_path, script, free_pages=0, setup="""printf '{"new": true}\\n' > daemon.json.gpu-node-candidate"""
+    )
     assert "status 1" in lines, (lines, stderr)
     assert [line for line in lines if line.startswith("daemon.json")] == ["daemon.json"], lines
     assert "live unchanged" in lines
@@ -198,7 +216,9 @@ def test_a_backup_the_disk_has_no_room_for_leaves_nothing_behind_and_the_live_fi
 @needs_root
 def test_a_candidate_the_disk_has_no_room_for_leaves_nothing_behind_and_the_live_file_as_it_was(tmp_path):
     live = str(tmp_path / "disk" / "daemon.json")
-    staging = Staging(str(tmp_path / "pyinfra-gpu-node-test"), (Upload(candidate_path(live), b'{"new": true}\n', live),))
+    staging = Staging(
+        str(tmp_path / "pyinfra-gpu-node-test"), (Upload(candidate_path(live), b'{"new": true}\n', live),)
+    )
     os.mkdir(staging.folder, 0o700)
     (tmp_path / "pyinfra-gpu-node-test" / "0").write_bytes(b'{"new": true}\n')
     script = install_script(live, None, None, 5, placed=staging.place_script())
@@ -231,14 +251,15 @@ exec /bin/sync "$@"
 """)
     (tools / "sync").chmod(0o755)
     env = {**os.environ, "PATH": f"{tools}:{os.environ['PATH']}"}
-    result = subprocess.run(["sh", "-c", install_script(str(live), None, None, 5)], capture_output=True, text=True,
-                            env=env)
+    result = subprocess.run(
+        ["sh", "-c", install_script(str(live), None, None, 5)], capture_output=True, text=True, env=env
+    )
     assert result.returncode == 0, result.stderr
     (backup,) = tmp_path.glob(f"daemon.json{BACKUP_INFIX}*")
     assert log.read_text().splitlines() == [
-        f"{tmp_path}/daemon.json.gpu-node-candidate {{\"old\": true}}",  # before the rename
-        f"{backup} {{\"old\": true}}",
-        f"{tmp_path} {{\"new\": true}}",  # the folder, after it
+        f'{tmp_path}/daemon.json.gpu-node-candidate {{"old": true}}',  # before the rename
+        f'{backup} {{"old": true}}',
+        f'{tmp_path} {{"new": true}}',  # the folder, after it
     ]
 
 
@@ -251,8 +272,9 @@ def test_backups_and_rejected_versions_beyond_the_kept_number_go_oldest_first(tm
     for name in old + rejected:
         (tmp_path / name).write_text("old\n")
     (tmp_path / "config.toml.gpu-node-candidate").write_text("version = 3\n")
-    result = subprocess.run(["sh", "-c", install_script(str(live), None, None, 5, keep_backups=3)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["sh", "-c", install_script(str(live), None, None, 5, keep_backups=3)], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
     backups = sorted(p.name for p in tmp_path.glob(f"config.toml{BACKUP_INFIX}*"))
     assert backups[:2] == old[-2:] and len(backups) == 3  # the two newest old ones and this run's
@@ -277,8 +299,10 @@ def test_a_swap_that_cannot_flush_is_undone_and_keeps_only_a_mark_an_interrupted
         (pending / "containerd").write_text(f"{live}\n")
     tools = tmp_path / "tools"
     tools.mkdir()
-    (tools / "sync").write_text('#!/bin/sh\n[ "$1" = --help ] && exec /bin/sync --help\n'
-                                'echo "sync: error syncing: Input/output error" >&2; exit 1\n')
+    (tools / "sync").write_text(
+        '#!/bin/sh\n[ "$1" = --help ] && exec /bin/sync --help\n'
+        'echo "sync: error syncing: Input/output error" >&2; exit 1\n'
+    )
     (tools / "sync").chmod(0o755)
     env = {**os.environ, "PATH": f"{tools}:{os.environ['PATH']}"}
     script = install_script(str(live), None, "containerd", 5, pending_dir=str(pending))
@@ -286,7 +310,8 @@ def test_a_swap_that_cannot_flush_is_undone_and_keeps_only_a_mark_an_interrupted
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
         f"gpu-node: could not flush {live}.gpu-node-candidate to disk: sync: error syncing: Input/output error; "
-        f"{live} was not changed"]
+        f"{live} was not changed"
+    ]
     assert sorted(p.name for p in tmp_path.glob("config.toml*")) == ["config.toml"]
     assert live.read_text() == "version = 2\n"
     assert (pending / "containerd").exists() is left_by_an_interrupted_run

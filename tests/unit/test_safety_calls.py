@@ -34,8 +34,11 @@ def test_each_test_named_to_hold_a_safety_call_is_there(call):
     assert call.tests
     for test in call.tests:
         path, _, name = test.partition("::")
-        functions = {node.name for node in ast.walk(ast.parse((REPO / path).read_text(encoding="utf-8")))
-                     if isinstance(node, ast.FunctionDef)}
+        functions = {
+            node.name
+            for node in ast.walk(ast.parse((REPO / path).read_text(encoding="utf-8")))
+            if isinstance(node, ast.FunctionDef)
+        }
         assert name in functions, f"{path} has no {name}"
 
 

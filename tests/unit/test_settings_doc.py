@@ -22,8 +22,11 @@ def test_the_committed_settings_reference_is_current():
 
 
 def test_the_reference_has_one_row_per_setting_with_its_documented_default():
-    rows = {line.split(" | ")[0].strip("| `"): line.split(" | ")
-            for line in (REPO / "docs" / "settings.md").read_text().splitlines() if line.startswith("| `")}
+    rows = {
+        line.split(" | ")[0].strip("| `"): line.split(" | ")
+        for line in (REPO / "docs" / "settings.md").read_text().splitlines()
+        if line.startswith("| `")
+    }
     assert sorted(rows) == sorted(DOCUMENTED_DEFAULTS)
     for key, default in DOCUMENTED_DEFAULTS.items():
         if default is None:

@@ -28,12 +28,26 @@ def test_the_files_that_build_dkms_share_a_shard():
 def test_the_file_that_builds_the_driver_runs_before_the_files_that_load_its_build(monkeypatch):
     monkeypatch.setattr(shards, "SAME_SHARD", (("test_y.py", "test_b.py"),))
     e2e, unit = Path("tests/e2e"), Path("tests/unit")
-    collected = [unit / "test_y.py", e2e / "test_a.py", e2e / "test_b.py", e2e / "test_c.py", e2e / "test_y.py",
-                 e2e / "test_z.py"]
-    assert shards.run_order(collected) == [unit / "test_y.py", e2e / "test_a.py", e2e / "test_y.py",
-                                           e2e / "test_b.py", e2e / "test_c.py", e2e / "test_z.py"]
-    assert [shards.dkms_builds(path) for path in (e2e / "test_y.py", e2e / "test_b.py", unit / "test_y.py",
-                                                  e2e / "test_c.py")] == ["keeps", "loads", None, None]
+    collected = [
+        unit / "test_y.py",
+        e2e / "test_a.py",
+        e2e / "test_b.py",
+        e2e / "test_c.py",
+        e2e / "test_y.py",
+        e2e / "test_z.py",
+    ]
+    assert shards.run_order(collected) == [
+        unit / "test_y.py",
+        e2e / "test_a.py",
+        e2e / "test_y.py",
+        e2e / "test_b.py",
+        e2e / "test_c.py",
+        e2e / "test_z.py",
+    ]
+    assert [
+        shards.dkms_builds(path)
+        for path in (e2e / "test_y.py", e2e / "test_b.py", unit / "test_y.py", e2e / "test_c.py")
+    ] == ["keeps", "loads", None, None]
 
 
 def test_the_longest_files_go_to_different_shards(monkeypatch):
@@ -44,7 +58,9 @@ def test_the_longest_files_go_to_different_shards(monkeypatch):
     assert sorted(loads) == [900, 1000]
 
 
-@pytest.mark.parametrize("value, message", [("2/1", "between 1 and n"), ("x", "expected k/n"), ("0/2", "between 1 and n")])
+@pytest.mark.parametrize(
+    "value, message", [("2/1", "between 1 and n"), ("x", "expected k/n"), ("0/2", "between 1 and n")]
+)
 def test_a_bad_shard_setting_stops_in_one_line(monkeypatch, value, message):
     monkeypatch.setenv("GPU_NODE_E2E_SHARD", value)
     with pytest.raises(SystemExit, match=message):
@@ -64,6 +80,10 @@ def test_seconds_per_file_sums_an_e2e_files_phases_and_leaves_unit_tests_out():
         def __init__(self, nodeid, duration):
             self.nodeid, self.duration = nodeid, duration
 
-    reports = [Report("tests/e2e/test_a.py::test_one", 10.4), Report("tests/e2e/test_a.py::test_two", 5.0),
-               Report("tests/e2e/test_b.py::test_one", 20.0), Report("tests/unit/test_c.py::test_one", 99.0)]
+    reports = [
+        Report("tests/e2e/test_a.py::test_one", 10.4),
+        Report("tests/e2e/test_a.py::test_two", 5.0),
+        Report("tests/e2e/test_b.py::test_one", 20.0),
+        Report("tests/unit/test_c.py::test_one", 99.0),
+    ]
     assert shards.seconds_per_file(reports) == {"test_b.py": 20, "test_a.py": 15}

@@ -39,13 +39,19 @@ else:
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted((REPO / "deploy").rglob("*.sh"))
 FIXTURES = REPO / "tests" / "fixtures" / "shell"
-FACTS = {"NodeSurvey": NodeSurvey, "NvidiaDeviceLinks": NvidiaDeviceLinks, "NodeRecords": NodeRecords,
-         "PendingRestarts": PendingRestarts}
+FACTS = {
+    "NodeSurvey": NodeSurvey,
+    "NvidiaDeviceLinks": NvidiaDeviceLinks,
+    "NodeRecords": NodeRecords,
+    "PendingRestarts": PendingRestarts,
+}
 
 
 @pytest.fixture(scope="module")
 def shellcheck() -> str:
-    ensured = subprocess.run(["bash", str(REPO / "scripts" / "ensure-debian-package.sh"), "shellcheck"], capture_output=True, text=True)
+    ensured = subprocess.run(
+        ["bash", str(REPO / "scripts" / "ensure-debian-package.sh"), "shellcheck"], capture_output=True, text=True
+    )
     if ensured.returncode != 0:
         pytest.skip(ensured.stderr.strip().splitlines()[-1] if ensured.stderr.strip() else "shellcheck unavailable")
     return "shellcheck"
@@ -53,8 +59,9 @@ def shellcheck() -> str:
 
 def test_every_script_passes_shellcheck_as_posix_sh(shellcheck):
     assert len(SCRIPTS) >= 20, SCRIPTS
-    result = subprocess.run([shellcheck, "--shell=sh", "--format=gcc", *map(str, SCRIPTS)],
-                            capture_output=True, text=True, cwd=REPO)
+    result = subprocess.run(
+        [shellcheck, "--shell=sh", "--format=gcc", *map(str, SCRIPTS)], capture_output=True, text=True, cwd=REPO
+    )
     assert result.returncode == 0 and not result.stdout, result.stdout + result.stderr
 
 
@@ -75,9 +82,13 @@ def test_the_wheel_carries_every_script():
         assert package in setuptools["packages"], package
         # setuptools' rule: the longest package-dir entry the package is in
         owner = max((name for name in folders if package == name or package.startswith(name + ".")), key=len)
-        folder = folders[owner] / package[len(owner):].lstrip(".").replace(".", "/")
-        carried |= {path for pattern in patterns for path in (REPO / folder).glob(pattern)
-                    if fnmatch.fnmatch(path.name, pattern)}
+        folder = folders[owner] / package[len(owner) :].lstrip(".").replace(".", "/")
+        carried |= {
+            path
+            for pattern in patterns
+            for path in (REPO / folder).glob(pattern)
+            if fnmatch.fnmatch(path.name, pattern)
+        }
     assert set(SCRIPTS) <= carried, sorted(map(str, set(SCRIPTS) - carried))
 
 
@@ -89,7 +100,7 @@ def test_every_script_is_read_by_the_package():
 
 
 def test_values_are_assigned_quoted_never_written_into_the_text():
-    value = "it's $(touch pwned); `x` \"y\" #z\nw"
+    value = 'it\'s $(touch pwned); `x` "y" #z\nw'
     given = shell_scripts.assignments(["a b", value], dest=value)
     out = subprocess.run(["sh", "-c", given + 'printf "%s|" "$dest" "$@"'], capture_output=True, text=True, cwd="/tmp")
     assert out.stdout == f"{value}|a b|{value}|" and not Path("/tmp/pwned").exists()
@@ -99,6 +110,7 @@ def test_values_are_assigned_quoted_never_written_into_the_text():
 
 # --- the fact scripts over fixture filesystems ------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def template(tmp_path_factory) -> Path:
     return build_template(tmp_path_factory.mktemp("sandbox") / "template")
@@ -107,8 +119,10 @@ def template(tmp_path_factory) -> Path:
 def lay_out(root: Path, tree: dict) -> None:
     """The fixture's filesystem under ``root``: folders, files (text, or base64 bytes), symbolic
     links, character devices, a PCI topology (tests/fixtures/fabric/) at a folder, and modes (octal)."""
+
     def inside(path: str) -> Path:
         return root / path.lstrip("/")
+
     for folder in tree.get("dirs", ()):
         inside(folder).mkdir(parents=True, exist_ok=True)
     for path, text in tree.get("files", {}).items():

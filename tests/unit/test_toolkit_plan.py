@@ -51,10 +51,7 @@ def test_debian_source_line_uses_signed_by_and_nvidias_flat_layout():
     from deploy.tasks.toolkit import apt_source_text
 
     text = apt_source_text(settings_for(), platform("debian"))
-    assert (
-        f"deb [signed-by={APT_KEYRING}] https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /"
-        in text
-    )
+    assert f"deb [signed-by={APT_KEYRING}] https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /" in text
 
 
 def test_debian_with_everything_installed_and_held_changes_nothing_and_skips_apt_update():
@@ -65,8 +62,10 @@ def test_debian_with_everything_installed_and_held_changes_nothing_and_skips_apt
         settings,
         platform("debian"),
         facts=[
-            (deb_states_read(TOOLKIT_PACKAGES),
-             states + "\ncurl 7.88.1-10 install ok installed\nca-certificates 20230311 install ok installed"),
+            (
+                deb_states_read(TOOLKIT_PACKAGES),
+                states + "\ncurl 7.88.1-10 install ok installed\nca-certificates 20230311 install ok installed",
+            ),
             *_source_and_key_present(settings),
         ],
         unstated=DEFAULT,
@@ -103,14 +102,19 @@ def test_rpm_repo_file_checks_the_repository_signature():
     assert "repo_gpgcheck=1" in text
     # dnf reads the checked copy of NVIDIA's key, never the URL (which dnf -y would import unchecked)
     assert "gpgkey=file:///etc/pki/rpm-gpg/gpu-node-nvidia-container-toolkit.asc" in text
-    assert "# signing key: https://nvidia.github.io/libnvidia-container/gpgkey (C95B321B61E88C1809C4F759DDCAE044F796ECB0)" in text
+    assert (
+        "# signing key: https://nvidia.github.io/libnvidia-container/gpgkey (C95B321B61E88C1809C4F759DDCAE044F796ECB0)"
+        in text
+    )
     # NVIDIA's install guide: curl ... | sudo tee /etc/yum.repos.d/nvidia-container-toolkit.repo
     plan = run_plan(toolkit, settings_for(), platform("rocky"), unstated=DEFAULT)
     assert plan.ran("/etc/yum.repos.d/nvidia-container-toolkit.repo"), plan.commands
 
 
 def test_opensuse_installs_with_zypper_and_locks_a_pin():
-    plan = run_plan(toolkit, settings_for(nvidia_toolkit_version="1.17.8-1"), platform("opensuse-leap"), unstated=DEFAULT)
+    plan = run_plan(
+        toolkit, settings_for(nvidia_toolkit_version="1.17.8-1"), platform("opensuse-leap"), unstated=DEFAULT
+    )
     install = plan.matching("zypper")
     assert any("install" in command and "nvidia-container-toolkit=1.17.8-1" in command for command in install)
     assert plan.ran("zypper --non-interactive addlock")
@@ -137,8 +141,11 @@ def test_dnf_moving_a_locked_pin_releases_the_lock_installs_and_locks_again():
     installed = "\n".join(f"installed {name} 1.17.7-1" for name in TOOLKIT_PACKAGES)
     locks = "\n".join(f"lock {name}-0:1.17.7-1.*" for name in TOOLKIT_PACKAGES)
     plan = run_plan(
-        toolkit, settings_for(nvidia_toolkit_version="1.17.8-1"), platform("rocky"),
-        facts=[(RPM_STATES, installed + "\n" + locks)], unstated=DEFAULT,
+        toolkit,
+        settings_for(nvidia_toolkit_version="1.17.8-1"),
+        platform("rocky"),
+        facts=[(RPM_STATES, installed + "\n" + locks)],
+        unstated=DEFAULT,
     )
     delete = plan.matching("dnf versionlock delete")
     install = plan.matching("dnf install")
@@ -152,8 +159,11 @@ def test_dnf_locked_at_the_pin_does_nothing():
     installed = "\n".join(f"installed {name} 1.17.8-1" for name in TOOLKIT_PACKAGES)
     locks = "\n".join(f"lock {name}-0:1.17.8-1.*" for name in TOOLKIT_PACKAGES)
     plan = run_plan(
-        toolkit, settings_for(nvidia_toolkit_version="1.17.8-1"), platform("rocky"),
-        facts=[(RPM_STATES, installed + "\n" + locks)], unstated=DEFAULT,
+        toolkit,
+        settings_for(nvidia_toolkit_version="1.17.8-1"),
+        platform("rocky"),
+        facts=[(RPM_STATES, installed + "\n" + locks)],
+        unstated=DEFAULT,
     )
     assert not plan.ran("dnf install") and not plan.starting("dnf versionlock")
 
@@ -179,8 +189,13 @@ def test_source_and_key_in_place_cost_one_read_and_fetch_nothing():
 
 def test_a_missing_key_is_fetched_though_the_source_is_unchanged():
     settings = settings_for()
-    plan = run_plan(toolkit, settings, platform("debian"),
-                    facts=_source_and_key_present(settings, key_present=False), unstated=DEFAULT)
+    plan = run_plan(
+        toolkit,
+        settings,
+        platform("debian"),
+        facts=_source_and_key_present(settings, key_present=False),
+        unstated=DEFAULT,
+    )
     assert len(plan.matching("apt-helper")) == 1
     assert plan.matching(f"mv -f {APT_KEYRING}.gpu-node-new {APT_KEYRING}")
 
@@ -190,9 +205,13 @@ def test_a_changed_key_url_rewrites_the_source_and_fetches_the_key_again():
     from deploy.tasks.toolkit import apt_source_text
 
     new = settings_for()
-    plan = run_plan(toolkit, new, platform("debian"),
-                    facts=_source_and_key_present(new, source_text=apt_source_text(old, platform("debian"))),
-                    unstated=DEFAULT)
+    plan = run_plan(
+        toolkit,
+        new,
+        platform("debian"),
+        facts=_source_and_key_present(new, source_text=apt_source_text(old, platform("debian"))),
+        unstated=DEFAULT,
+    )
     fetch = plan.matching("download-file")
     assert len(fetch) == 1 and "https://nvidia.github.io/libnvidia-container/gpgkey" in fetch[0]
     assert plan.matching(f"mv -f {APT_SOURCE}.gpu-node-new {APT_SOURCE}")
@@ -204,13 +223,19 @@ def test_dnf_a_pin_without_its_release_matches_the_installed_release():
     installed = "\n".join(f"installed {name} 1.17.8-1.el9" for name in TOOLKIT_PACKAGES)
     locks = "\n".join(f"lock {name}-0:1.17.8-1.el9.*" for name in TOOLKIT_PACKAGES)
     plan = run_plan(
-        toolkit, settings_for(nvidia_toolkit_version="1.17.8"), platform("rocky"),
-        facts=[(RPM_STATES, installed + "\n" + locks)], unstated=DEFAULT,
+        toolkit,
+        settings_for(nvidia_toolkit_version="1.17.8"),
+        platform("rocky"),
+        facts=[(RPM_STATES, installed + "\n" + locks)],
+        unstated=DEFAULT,
     )
     assert not plan.ran("dnf install") and not plan.starting("dnf versionlock")
     moved = run_plan(
-        toolkit, settings_for(nvidia_toolkit_version="1.17.9"), platform("rocky"),
-        facts=[(RPM_STATES, installed + "\n" + locks)], unstated=DEFAULT,
+        toolkit,
+        settings_for(nvidia_toolkit_version="1.17.9"),
+        platform("rocky"),
+        facts=[(RPM_STATES, installed + "\n" + locks)],
+        unstated=DEFAULT,
     )
     assert moved.ran("dnf install")
 
@@ -222,7 +247,7 @@ def test_dnf_checks_the_repository_file_before_it_goes_where_dnf_reads_it():
     (check,) = plan.matching("makecache")
     (swap,) = plan.matching("mv -f /etc/yum.repos.d/nvidia-container-toolkit.repo")
     assert plan.commands.index(check) < plan.commands.index(swap)
-    assert "--setopt=reposdir=" in check and 'if ! (' in check and "xargs -r rpm -e; exit 1; fi" in check
+    assert "--setopt=reposdir=" in check and "if ! (" in check and "xargs -r rpm -e; exit 1; fi" in check
 
 
 def test_a_changed_pin_checks_the_key_again():
@@ -231,9 +256,13 @@ def test_a_changed_pin_checks_the_key_again():
     from deploy.tasks.toolkit import apt_source_text
 
     new = settings_for(nvidia_toolkit_gpgkey_fingerprint="A4442DBE68F1FC72DB2D6DED445CA3AC12D6B699")
-    plan = run_plan(toolkit, new, platform("debian"),
-                    facts=_source_and_key_present(new, source_text=apt_source_text(settings_for(), platform("debian"))),
-                    unstated=DEFAULT)
+    plan = run_plan(
+        toolkit,
+        new,
+        platform("debian"),
+        facts=_source_and_key_present(new, source_text=apt_source_text(settings_for(), platform("debian"))),
+        unstated=DEFAULT,
+    )
     (fetch,) = plan.matching("download-file")
     assert 'case " A4442DBE68F1FC72DB2D6DED445CA3AC12D6B699 " in' in fetch
 
@@ -245,17 +274,24 @@ def test_through_the_toolkit_stage_a_key_whose_fingerprint_is_not_pinned_is_refu
     stops it in one line, before apt is asked to trust it."""
     url, key, other = served
     key_url = "https://keys.example.invalid/other"
-    plan = run_plan(toolkit, settings_for(nvidia_toolkit_gpgkey_url=key_url,
-                                          nvidia_toolkit_gpgkey_fingerprint=key.fingerprint),
-                    platform("debian"), unstated=DEFAULT)
+    plan = run_plan(
+        toolkit,
+        settings_for(nvidia_toolkit_gpgkey_url=key_url, nvidia_toolkit_gpgkey_fingerprint=key.fingerprint),
+        platform("debian"),
+        unstated=DEFAULT,
+    )
     (command,) = [command for command in plan.commands if "stage=$(mktemp -d)" in command]
-    script = (command.replace(key_url, f"{url}/other").replace(APT_SOURCE, str(tmp_path / "toolkit.list"))
-              .replace(APT_KEYRING, str(tmp_path / "key.asc")))
+    script = (
+        command.replace(key_url, f"{url}/other")
+        .replace(APT_SOURCE, str(tmp_path / "toolkit.list"))
+        .replace(APT_KEYRING, str(tmp_path / "key.asc"))
+    )
     result = run_shell(script, env={"PATH": f"{apt_guard}:{os.environ['PATH']}"})
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
         f"refusing the signing key from {url}/other: its fingerprint is {other.fingerprint}; "
-        f"{key.fingerprint} is pinned (nvidia_toolkit_gpgkey_fingerprint)")
+        f"{key.fingerprint} is pinned (nvidia_toolkit_gpgkey_fingerprint)"
+    )
     assert not (apt_guard / "called").exists(), "apt was asked to use the key"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["guard"]
 
@@ -264,7 +300,9 @@ def test_through_the_deploy_a_pin_arch_cannot_honour_is_refused_in_preflight_bef
     """deploy/gpu_node.py with the kernel and toolkit stages on Arch, whose toolkit is the distribution's
     one current package: nvidia_toolkit_version fails the host in preflight, so not even the kernel
     stage (which runs first) changes anything."""
-    run = run_deploy(gpu_node("arch", node_survey=node_lines("6.9.7-arch1-1", pkgbases=["linux"]), unstated=DEFAULT),
-                     data={"stages": "kernel,toolkit", "nvidia_toolkit_version": "1.17.8-1"})
+    run = run_deploy(
+        gpu_node("arch", node_survey=node_lines("6.9.7-arch1-1", pkgbases=["linux"]), unstated=DEFAULT),
+        data={"stages": "kernel,toolkit", "nvidia_toolkit_version": "1.17.8-1"},
+    )
     assert run.refusal.startswith("nvidia_toolkit_version='1.17.8-1' cannot be pinned on arch"), run.failures
     assert [name for name in run.op_names() if not name.startswith(("Preflight", "Refuse this host"))] == []

@@ -30,8 +30,13 @@ def module_constants(trees) -> dict[str, str]:
     found: dict[str, set[str]] = {}
     for tree in trees:
         for node in tree.body:
-            if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                    and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)
+            ):
                 found.setdefault(node.targets[0].id, set()).add(node.value.value)
     return {name: next(iter(values)) for name, values in found.items() if len(values) == 1}
 

@@ -83,9 +83,11 @@ def read(box: Sandbox, path: str) -> str:
 def gpu_node_writes(box: Sandbox, path: str, text: str, unit: str = "", file_format: str = "") -> None:
     """What gpu-node's safe install does around its write: the record before, the copy of what it wrote after."""
     quoted = shlex.quote(path)
-    ran = box.run(f"{node_records.record_file(quoted, unit, file_format)} || exit 1\n"
-                  f"mkdir -p \"$(dirname {quoted})\" && printf %s {shlex.quote(text)} > {quoted}\n"
-                  f"{node_records.wrote_file(quoted)}")
+    ran = box.run(
+        f"{node_records.record_file(quoted, unit, file_format)} || exit 1\n"
+        f'mkdir -p "$(dirname {quoted})" && printf %s {shlex.quote(text)} > {quoted}\n'
+        f"{node_records.wrote_file(quoted)}"
+    )
     assert ran.status == 0, ran.stderr
 
 
@@ -95,8 +97,16 @@ def records_answer(box: Sandbox) -> list[str]:
 
 
 def undo_node(answer: list[str], distro: str = "debian-12", facts=()) -> Node:
-    return Node(facts=[(HostAccess, host_access(distro)), (LinuxDistribution, os_release(distro)), (Arch, "x86_64"),
-                       (records_read(), answer), *facts], unstated=DEFAULT)
+    return Node(
+        facts=[
+            (HostAccess, host_access(distro)),
+            (LinuxDistribution, os_release(distro)),
+            (Arch, "x86_64"),
+            (records_read(), answer),
+            *facts,
+        ],
+        unstated=DEFAULT,
+    )
 
 
 def undo_plan(node: Node, data: dict | None = None):
@@ -134,8 +144,13 @@ def replay_undo_answer(box: Sandbox, answer: list[str]):
 
 def changing_commands(plan) -> list[str]:
     """The commands of the plan that are no fact read (the undo's one combined read aside)."""
-    return [command for command in plan.commands if "records=" not in command and "uid" not in command
-            and not command.startswith(("sh -c 'command -v", "cat /etc/os-release", "uname"))]
+    return [
+        command
+        for command in plan.commands
+        if "records=" not in command
+        and "uid" not in command
+        and not command.startswith(("sh -c 'command -v", "cat /etc/os-release", "uname"))
+    ]
 
 
 def stat(box: Sandbox, path: str) -> str:
@@ -149,6 +164,7 @@ def tree_outside_records(box: Sandbox) -> set:
 
 # --- files ----------------------------------------------------------------------------------------
 
+
 def test_a_runtime_config_as_gpu_node_left_it_is_restored_byte_for_byte_with_its_mode(box, caplog):
     caplog.set_level(logging.INFO)
     write(box, CONFIG, ORIGINAL_TOML, 0o600)
@@ -160,7 +176,8 @@ def test_a_runtime_config_as_gpu_node_left_it_is_restored_byte_for_byte_with_its
     assert stat(box, CONFIG) == "600 0:0"
     assert [line for line in said if CONFIG in line] == [
         f"[@fake/node] undo: {CONFIG}: restored byte for byte as it was before gpu-node (mode and owner 600 0:0): "
-        "it is as gpu-node last wrote it"]
+        "it is as gpu-node last wrote it"
+    ]
     # its unit is restarted through the safe install, when it is active (here no systemctl: it is not)
     assert plan.matching("unit=containerd")
     assert not box.exists(node_records.RECORDS_DIR)
@@ -187,8 +204,11 @@ def test_the_safe_install_records_a_live_config_before_its_own_backup_so_the_und
     caplog.set_level(logging.INFO)
     write(box, CONFIG, ORIGINAL_TOML)
     write(box, safe_install.candidate_path(CONFIG), WIRED_TOML)
-    swap = box.run(safe_install.install_script(CONFIG, None, None, 30, record=safe_install.FileRecord(
-        unit="containerd", format=node_records.TOML)))
+    swap = box.run(
+        safe_install.install_script(
+            CONFIG, None, None, 30, record=safe_install.FileRecord(unit="containerd", format=node_records.TOML)
+        )
+    )
     assert swap.status == 0, swap.stderr
     assert read(box, CONFIG) == WIRED_TOML
     record = node_records.file_record(CONFIG)
@@ -205,7 +225,10 @@ def test_a_changed_config_whose_site_comment_would_go_with_gpu_node_s_table_is_l
     caplog.set_level(logging.INFO)
     write(box, CONFIG, ORIGINAL_TOML)
     gpu_node_writes(box, CONFIG, WIRED_TOML, unit="containerd", file_format="toml")
-    edited = WIRED_TOML + '\n# the site\'s mirrors\n[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "/etc/containerd/certs.d"\n'
+    edited = (
+        WIRED_TOML
+        + '\n# the site\'s mirrors\n[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "/etc/containerd/certs.d"\n'
+    )
     write(box, CONFIG, edited)
 
     _, said = replay_undo(box, caplog=caplog)
@@ -218,7 +241,9 @@ def test_a_daemon_json_gpu_node_created_and_someone_edited_keeps_the_edit_withou
     caplog.set_level(logging.INFO)
     wired = '{\n  "default-runtime": "nvidia",\n  "runtimes": {\n    "nvidia": {\n      "path": "nvidia-container-runtime"\n    }\n  }\n}\n'
     gpu_node_writes(box, DAEMON_JSON, wired, unit="docker", file_format="json")
-    write(box, DAEMON_JSON, wired.replace('{\n  "default-runtime"', '{\n  "log-driver": "journald",\n  "default-runtime"'))
+    write(
+        box, DAEMON_JSON, wired.replace('{\n  "default-runtime"', '{\n  "log-driver": "journald",\n  "default-runtime"')
+    )
 
     _, said = replay_undo(box, caplog=caplog)
     assert read(box, DAEMON_JSON).replace(" ", "").replace("\n", "") == '{"log-driver":"journald"}'
@@ -284,7 +309,9 @@ def test_gpu_node_s_own_files_from_a_replayed_kernel_stage_are_removed_and_the_i
 
 def test_own_files_from_a_run_before_records_are_known_by_their_first_line_and_removed(box, caplog):
     caplog.set_level(logging.INFO)
-    write(box, kernel_stage.SYSCTL_PATH, "# Managed by gpu-node (deploy/tasks/kernel.py); local edits are overwritten.\n")
+    write(
+        box, kernel_stage.SYSCTL_PATH, "# Managed by gpu-node (deploy/tasks/kernel.py); local edits are overwritten.\n"
+    )
     write(box, kernel_stage.MODULES_LOAD_PATH, "overlay\n")  # not gpu-node's header: someone's own
     _, said = replay_undo(box, caplog=caplog)
     assert not box.exists(kernel_stage.SYSCTL_PATH)
@@ -316,22 +343,29 @@ def records_folder(box: Sandbox, kind: str) -> None:
         os.chown(folder / "files", 4242, 4242)
 
 
-@pytest.mark.parametrize("kind, line", [
-    ("other-user", f"gpu-node: {RECORDS} is owned by uid 4242, not root: {REFUSED_TAIL}"),
-    ("others-write", f"gpu-node: {RECORDS} is writable by its group or others (mode 777): {REFUSED_TAIL}"),
-    ("group-writes", f"gpu-node: {RECORDS} is writable by its group or others (mode 770): {REFUSED_TAIL}"),
-    ("link", f"gpu-node: {RECORDS} is not a folder (a symbolic link or another kind): {REFUSED_TAIL}"),
-    ("files-other-user", f"gpu-node: {RECORDS}/files is owned by uid 4242, not root: {REFUSED_TAIL}"),
-])
-def test_a_records_folder_someone_else_may_write_is_refused_by_the_recording_and_the_file_is_not_changed(box, kind, line):
+@pytest.mark.parametrize(
+    "kind, line",
+    [
+        ("other-user", f"gpu-node: {RECORDS} is owned by uid 4242, not root: {REFUSED_TAIL}"),
+        ("others-write", f"gpu-node: {RECORDS} is writable by its group or others (mode 777): {REFUSED_TAIL}"),
+        ("group-writes", f"gpu-node: {RECORDS} is writable by its group or others (mode 770): {REFUSED_TAIL}"),
+        ("link", f"gpu-node: {RECORDS} is not a folder (a symbolic link or another kind): {REFUSED_TAIL}"),
+        ("files-other-user", f"gpu-node: {RECORDS}/files is owned by uid 4242, not root: {REFUSED_TAIL}"),
+    ],
+)
+def test_a_records_folder_someone_else_may_write_is_refused_by_the_recording_and_the_file_is_not_changed(
+    box, kind, line
+):
     """Refused, not taken over (a chown would make what they planted root's): the record fails in one
     line naming the folder, so the change it guards does not happen, and the folder is left as it was."""
     write(box, CONFIG, ORIGINAL_TOML)
     records_folder(box, kind)
     before = box.tree(), stat(box, RECORDS) if kind != "link" else None
     quoted = shlex.quote(CONFIG)
-    ran = box.run(f"{node_records.record_file(quoted, 'containerd', 'toml')} || exit 1\n"
-                  f"printf %s {shlex.quote(WIRED_TOML)} > {quoted}")
+    ran = box.run(
+        f"{node_records.record_file(quoted, 'containerd', 'toml')} || exit 1\n"
+        f"printf %s {shlex.quote(WIRED_TOML)} > {quoted}"
+    )
     assert ran.status == 1 and ran.stderr.splitlines() == [line], ran.stderr
     assert read(box, CONFIG) == ORIGINAL_TOML
     assert (box.tree(), stat(box, RECORDS) if kind != "link" else None) == before
@@ -343,11 +377,14 @@ def test_a_records_folder_root_owns_and_alone_may_write_is_kept_and_made_0700(bo
     assert stat(box, RECORDS) == "700 0:0" and stat(box, node_records.FILES_DIR) == "700 0:0"
 
 
-@pytest.mark.parametrize("change, line", [
-    ("chown -R 4242:4242", f"{RECORDS} is owned by uid 4242 with mode 700"),
-    ("chmod 755", f"{RECORDS} is owned by uid 0 with mode 755"),
-    ("link", f"{RECORDS} is a symbolic link"),
-])
+@pytest.mark.parametrize(
+    "change, line",
+    [
+        ("chown -R 4242:4242", f"{RECORDS} is owned by uid 4242 with mode 700"),
+        ("chmod 755", f"{RECORDS} is owned by uid 0 with mode 755"),
+        ("link", f"{RECORDS} is a symbolic link"),
+    ],
+)
 def test_the_undo_acts_only_on_records_in_a_root_owned_0700_folder(box, change, line):
     """Records gpu-node wrote, then the folder given to another user, opened to others, or replaced by a
     link to it: the undo refuses the host in one line, reads nothing inside and changes nothing."""
@@ -361,13 +398,16 @@ def test_the_undo_acts_only_on_records_in_a_root_owned_0700_folder(box, change, 
     assert not [entry for entry in answer if entry.startswith("file ")], answer
     plan = undo_plan(undo_node(answer))
     assert plan.failed
-    assert plan.refusal == (f"{line}: the undo acts only on records in a folder root owns with mode 0700 (another "
-                            "user could have written these); nothing changed")
+    assert plan.refusal == (
+        f"{line}: the undo acts only on records in a folder root owns with mode 0700 (another "
+        "user could have written these); nothing changed"
+    )
     assert changing_commands(plan) == []
     assert read(box, CONFIG) == WIRED_TOML
 
 
 # --- idempotence ----------------------------------------------------------------------------------
+
 
 def test_the_undo_refuses_a_node_it_cannot_work_on_before_any_change(box):
     """Records gpu-node wrote, read by a login that is not root: the undo refuses the host in the one
@@ -393,7 +433,9 @@ def test_a_file_changed_after_the_undo_read_it_is_left_as_it_is_in_one_line(box)
     put_back = [(command, upload) for command, upload in steps if CONFIG in command and "/original" in command]
     (ran,) = box.replay(put_back)
     assert ran.status != 0
-    assert ran.stderr.strip().splitlines()[-1].endswith(f"{CONFIG} changed while the undo ran: not changed; run it again")
+    assert (
+        ran.stderr.strip().splitlines()[-1].endswith(f"{CONFIG} changed while the undo ran: not changed; run it again")
+    )
     assert read(box, CONFIG) == edited
 
 
@@ -421,6 +463,7 @@ def test_a_second_undo_changes_nothing(box, caplog):
 
 # --- holds, packages, units -----------------------------------------------------------------------
 
+
 def records(*lines: str) -> list[str]:
     return [f"records {node_records.ROOT_ALONE}", *lines]
 
@@ -429,8 +472,13 @@ HELD = records("held nvidia-container-toolkit", "held nvidia-container-toolkit-b
 
 
 def test_apt_holds_gpu_node_placed_are_released_and_only_those_still_held():
-    states = (every(DebPackageStates), ["nvidia-container-toolkit 1.17.8-1 hold ok installed",
-                                        "nvidia-container-toolkit-base 1.17.8-1 install ok installed"])
+    states = (
+        every(DebPackageStates),
+        [
+            "nvidia-container-toolkit 1.17.8-1 hold ok installed",
+            "nvidia-container-toolkit-base 1.17.8-1 install ok installed",
+        ],
+    )
     plan = undo_plan(undo_node(HELD, facts=[states]))
     assert plan.matching("apt-mark unhold") == ["apt-mark unhold nvidia-container-toolkit"]
 
@@ -440,19 +488,34 @@ def test_the_keys_gpu_node_imported_into_rpms_database_are_taken_back_out_and_on
     assert not plan.failed, plan.refusal
     (removal,) = plan.matching("rpm -e")
     assert removal.startswith("for key in gpg-pubkey-f796ecb0-6412f5e3; do if rpm -q")
-    assert plan.op_names() == ["Take gpu-node back off | Take the keys gpu-node imported out of rpm's database",
-                              "Take gpu-node back off | Remove gpu-node's records"]
+    assert plan.op_names() == [
+        "Take gpu-node back off | Take the keys gpu-node imported out of rpm's database",
+        "Take gpu-node back off | Remove gpu-node's records",
+    ]
 
 
 # Each family's fact of its holds, on a node where gpu-node's hold of the toolkit is still there and
 # that of its base package is gone
-@pytest.mark.parametrize("distro, answer, released", [
-    ("rocky-9", ["installed nvidia-container-toolkit 1.17.8-1", "installed nvidia-container-toolkit-base 1.17.8-1",
-                 "lock nvidia-container-toolkit-0:1.17.8-1.*"], "dnf versionlock delete nvidia-container-toolkit"),
-    ("opensuse-leap-15.6", ["type: package", "solvable_name: nvidia-container-toolkit"],
-     "zypper --non-interactive removelock nvidia-container-toolkit"),
-    ("arch", ["nvidia-container-toolkit"], "IgnorePkg"),
-])
+@pytest.mark.parametrize(
+    "distro, answer, released",
+    [
+        (
+            "rocky-9",
+            [
+                "installed nvidia-container-toolkit 1.17.8-1",
+                "installed nvidia-container-toolkit-base 1.17.8-1",
+                "lock nvidia-container-toolkit-0:1.17.8-1.*",
+            ],
+            "dnf versionlock delete nvidia-container-toolkit",
+        ),
+        (
+            "opensuse-leap-15.6",
+            ["type: package", "solvable_name: nvidia-container-toolkit"],
+            "zypper --non-interactive removelock nvidia-container-toolkit",
+        ),
+        ("arch", ["nvidia-container-toolkit"], "IgnorePkg"),
+    ],
+)
 def test_holds_gpu_node_placed_are_released_on_every_family(distro, answer, released):
     from deploy.facts.nvidia import IgnoredPackages
     from deploy.facts.packages import RpmPackageStates, ZypperLocks
@@ -461,8 +524,9 @@ def test_holds_gpu_node_placed_are_released_on_every_family(distro, answer, rele
     plan = undo_plan(undo_node(HELD, distro=distro, facts=[(every(fact), answer)]))
     assert plan.matching(released), plan.commands
     releases = [command for command in plan.commands if released.split()[0] in command and "rpm -q" not in command]
-    assert not [command for command in releases if "nvidia-container-toolkit-base" in command], \
+    assert not [command for command in releases if "nvidia-container-toolkit-base" in command], (
         "a hold no longer there is not released again"
+    )
 
 
 INSTALLED = records("installed nvidia-container-toolkit", "installed nvidia-container-toolkit-base")
@@ -472,8 +536,10 @@ def test_packages_gpu_node_installed_stay_unless_undo_remove_packages(caplog):
     caplog.set_level(logging.INFO)
     from pyinfra.facts.deb import DebPackages
 
-    installed = (DebPackages, ["ii  nvidia-container-toolkit  1.17.8-1  amd64  x",
-                               "ii  nvidia-container-toolkit-base  1.17.8-1  amd64  x"])
+    installed = (
+        DebPackages,
+        ["ii  nvidia-container-toolkit  1.17.8-1  amd64  x", "ii  nvidia-container-toolkit-base  1.17.8-1  amd64  x"],
+    )
     kept = undo_plan(undo_node(INSTALLED, facts=[installed]))
     assert not kept.matching("purge")
     assert [record for record in caplog.records if "the packages gpu-node installed stay" in record.getMessage()]
@@ -485,23 +551,31 @@ def test_packages_gpu_node_installed_stay_unless_undo_remove_packages(caplog):
 
 
 def test_a_unit_gpu_node_enabled_goes_back_to_its_state_before():
-    answer = records("unit_record nvidia-cdi-refresh.path disabled inactive",
-                     "unit_now nvidia-cdi-refresh.path enabled active",
-                     "unit_record nvidia-persistenced.service enabled active",
-                     "unit_now nvidia-persistenced.service enabled active",
-                     # not there before: it came with a package gpu-node installed, and goes with it
-                     "unit_record nvidia-fabricmanager.service not-found inactive",
-                     "unit_now nvidia-fabricmanager.service enabled active")
+    answer = records(
+        "unit_record nvidia-cdi-refresh.path disabled inactive",
+        "unit_now nvidia-cdi-refresh.path enabled active",
+        "unit_record nvidia-persistenced.service enabled active",
+        "unit_now nvidia-persistenced.service enabled active",
+        # not there before: it came with a package gpu-node installed, and goes with it
+        "unit_record nvidia-fabricmanager.service not-found inactive",
+        "unit_now nvidia-fabricmanager.service enabled active",
+    )
     plan = undo_plan(undo_node(answer))
-    assert plan.starting("systemctl") == ["systemctl disable nvidia-cdi-refresh.path",
-                                          "systemctl stop nvidia-cdi-refresh.path"]
+    assert plan.starting("systemctl") == [
+        "systemctl disable nvidia-cdi-refresh.path",
+        "systemctl stop nvidia-cdi-refresh.path",
+    ]
 
 
 # The units gpu-node writes itself: the first-boot unit and its target (deploy/tasks/boot.py, recorded
 # after its files were written: "disabled"), the health check's timer (deploy/tasks/health.py, the same)
 # and pull mode's timer and service (deploy/node/pull_install.py, recorded before: "not-found").
-OWN_UNITS = {"gpu-node-boot.service": "disabled inactive", "gpu-node-ready.target": "disabled inactive",
-             "gpu-node-health.timer": "disabled inactive", "gpu-node-pull.timer": "not-found inactive"}
+OWN_UNITS = {
+    "gpu-node-boot.service": "disabled inactive",
+    "gpu-node-ready.target": "disabled inactive",
+    "gpu-node-health.timer": "disabled inactive",
+    "gpu-node-pull.timer": "not-found inactive",
+}
 
 
 def test_units_gpu_node_created_are_disabled_before_their_files_go_and_a_timer_is_stopped(box):
@@ -524,19 +598,30 @@ def test_units_gpu_node_created_are_disabled_before_their_files_go_and_a_timer_i
     plan = undo_plan(undo_node(answer))
     assert not plan.failed, plan.refusal
     systemctl = plan.starting("systemctl")
-    assert systemctl == ["systemctl disable gpu-node-boot.service", "systemctl disable gpu-node-health.timer",
-                         "systemctl stop gpu-node-health.timer", "systemctl disable gpu-node-pull.timer",
-                         "systemctl stop gpu-node-pull.timer", "systemctl disable gpu-node-ready.target",
-                         "systemctl daemon-reload"], plan.commands
+    assert systemctl == [
+        "systemctl disable gpu-node-boot.service",
+        "systemctl disable gpu-node-health.timer",
+        "systemctl stop gpu-node-health.timer",
+        "systemctl disable gpu-node-pull.timer",
+        "systemctl stop gpu-node-pull.timer",
+        "systemctl disable gpu-node-ready.target",
+        "systemctl daemon-reload",
+    ], plan.commands
     commands = plan.commands
     for unit in OWN_UNITS:
-        (removal,) = [index for index, command in enumerate(commands) if f"/etc/systemd/system/{unit}" in command
-                      and not command.startswith("systemctl")]
+        (removal,) = [
+            index
+            for index, command in enumerate(commands)
+            if f"/etc/systemd/system/{unit}" in command and not command.startswith("systemctl")
+        ]
         assert commands.index(f"systemctl disable {unit}") < removal
         assert removal < commands.index("systemctl daemon-reload")
     for service in ("gpu-node-pull.service", "gpu-node-health.service"):  # not enabled: their files go
-        assert [command for command in commands if f"/etc/systemd/system/{service}" in command
-                and not command.startswith("systemctl")], service
+        assert [
+            command
+            for command in commands
+            if f"/etc/systemd/system/{service}" in command and not command.startswith("systemctl")
+        ], service
 
 
 def test_pull_modes_units_as_pull_install_records_them_are_taken_off_by_the_undo(box):
@@ -550,10 +635,15 @@ def test_pull_modes_units_as_pull_install_records_them_are_taken_off_by_the_undo
     for path, text in zip(paths, texts.values()):
         write(box, path, text)
     assert box.run(pull_install.records_after(paths)).status == 0
-    answer = [f"unit_now {pull_install.TIMER} enabled active" if line.startswith("unit_now ") else line
-              for line in records_answer(box)]
+    answer = [
+        f"unit_now {pull_install.TIMER} enabled active" if line.startswith("unit_now ") else line
+        for line in records_answer(box)
+    ]
     assert f"unit_record {pull_install.TIMER} not-found inactive" in answer
     plan, _ = replay_undo_answer(box, answer)
-    assert plan.starting("systemctl") == [f"systemctl disable {pull_install.TIMER}", f"systemctl stop {pull_install.TIMER}",
-                                          "systemctl daemon-reload"]
+    assert plan.starting("systemctl") == [
+        f"systemctl disable {pull_install.TIMER}",
+        f"systemctl stop {pull_install.TIMER}",
+        "systemctl daemon-reload",
+    ]
     assert not any((box.root / path.lstrip("/")).exists() for path in paths)

@@ -73,10 +73,13 @@ def test_under_sudo_the_bytes_go_as_the_login_user_into_a_private_folder_never_a
     folder = os.path.dirname(remote)
     assert os.path.basename(folder).startswith("pyinfra-" + STAGING_PREFIX)
     assert not arguments.get("_sudo") and not arguments.get("_su_user")  # SFTP as the login user: no `sudo cp`
-    (made, made_arguments), = [(text, args) for text, args in recorded.commands if f"mkdir -m 700 {folder}" in text]
+    ((made, made_arguments),) = [(text, args) for text, args in recorded.commands if f"mkdir -m 700 {folder}" in text]
     assert not made_arguments.get("_sudo") and f": > {remote}" in made
-    (placed, placed_arguments), = [(text, args) for text, args in recorded.commands
-                                   if [staged for staged, _path, _live in staged_uploads(text)] == [remote]]
+    ((placed, placed_arguments),) = [
+        (text, args)
+        for text, args in recorded.commands
+        if [staged for staged, _path, _live in staged_uploads(text)] == [remote]
+    ]
     assert placed_arguments.get("_sudo") is True and "umask 077" in placed
 
 
@@ -139,8 +142,10 @@ def test_missing_folders_are_made_and_a_copy_that_fails_removes_every_copy_in_on
     """Two uploads into folders that are not there yet: both made; then a second copy that cannot be
     made (its staged file is gone) takes the first copy with it, in one line naming cp's reason."""
     first, second = tmp_path / "a" / "b" / "one.toml.new", tmp_path / "c" / "two.toml.new"
-    staging = Staging(str(tmp_path / "pyinfra-gpu-node-x"), (Upload(str(first), b"1", str(tmp_path / "a" / "b" / "one.toml")),
-                                                             Upload(str(second), b"2")))
+    staging = Staging(
+        str(tmp_path / "pyinfra-gpu-node-x"),
+        (Upload(str(first), b"1", str(tmp_path / "a" / "b" / "one.toml")), Upload(str(second), b"2")),
+    )
     login_users_part(staging)
     result = run_as_root_would(staging.place_script() + "echo went on\n")
     assert result.returncode == 0 and result.stdout == "went on\n", result.stderr
@@ -167,7 +172,8 @@ def test_a_live_file_that_is_a_symbolic_link_is_refused_in_one_line_and_nothing_
     assert result.stderr.splitlines() == [
         f"gpu-node: {live} is a symbolic link (to {target}): not changed; gpu-node renames a new file over the old "
         "one, which would replace the link with a regular file: point its path setting at the file it links to, "
-        "or make it a regular file"]
+        "or make it a regular file"
+    ]
     assert os.readlink(live) == str(target) and target.read_bytes() == b"the site's own\n"
     assert not candidate.exists() and not os.path.exists(staging.folder)
 

@@ -38,20 +38,32 @@ def name_checks(source: str) -> list[tuple[int, str]]:
         if isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
             if any(_named(side, MANAGER_NAMES | FAMILY_NAMES) for side in sides) or any(
-                    isinstance(side, (ast.Name, ast.Attribute))
-                    and (side.id if isinstance(side, ast.Name) else side.attr) in MANAGER_CONSTANTS for side in sides):
+                isinstance(side, (ast.Name, ast.Attribute))
+                and (side.id if isinstance(side, ast.Name) else side.attr) in MANAGER_CONSTANTS
+                for side in sides
+            ):
                 found.append(node)
-        elif isinstance(node, ast.match_case) and _named(getattr(node.pattern, "value", None), MANAGER_NAMES | FAMILY_NAMES):
+        elif isinstance(node, ast.match_case) and _named(
+            getattr(node.pattern, "value", None), MANAGER_NAMES | FAMILY_NAMES
+        ):
             found.append(node.pattern)
-        elif isinstance(node, ast.Dict) and any(key is not None and _named(key, MANAGER_NAMES) for key in node.keys) or isinstance(node, ast.Subscript) and _named(node.slice, MANAGER_NAMES):
+        elif (
+            isinstance(node, ast.Dict)
+            and any(key is not None and _named(key, MANAGER_NAMES) for key in node.keys)
+            or isinstance(node, ast.Subscript)
+            and _named(node.slice, MANAGER_NAMES)
+        ):
             found.append(node)
     return sorted((node.lineno, ast.unparse(node)[:100]) for node in found)
 
 
 def test_no_code_outside_the_family_table_tells_families_or_package_managers_apart_by_name():
-    offenders = [f"{path.relative_to(DEPLOY.parent)}:{line}: {text}"
-                 for path in sorted(DEPLOY.rglob("*.py")) if TABLE not in path.parents
-                 for line, text in name_checks(path.read_text())]
+    offenders = [
+        f"{path.relative_to(DEPLOY.parent)}:{line}: {text}"
+        for path in sorted(DEPLOY.rglob("*.py"))
+        if TABLE not in path.parents
+        for line, text in name_checks(path.read_text())
+    ]
     assert not offenders, "ask the family table (deploy/distros/) for a capability instead:\n" + "\n".join(offenders)
 
 

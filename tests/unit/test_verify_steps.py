@@ -50,7 +50,9 @@ def smi_output(name: str) -> str:
     return "\n".join(line for line in (SMI / name).read_text().splitlines() if not line.startswith("# "))
 
 
-def containerd_dump(systemd_cgroup: bool = True, default: str = "nvidia", binary: str = "/usr/bin/nvidia-container-runtime") -> str:
+def containerd_dump(
+    systemd_cgroup: bool = True, default: str = "nvidia", binary: str = "/usr/bin/nvidia-container-runtime"
+) -> str:
     """A containerd 1.6 `config dump` (its default config) with the nvidia runtime wired."""
     base = (FIXTURES / "containerd" / "default-1.6.20.toml").read_text()
     base = base.replace('default_runtime_name = "runc"', f'default_runtime_name = "{default}"')
@@ -102,13 +104,20 @@ def node_lines(
             lines.append(f"smi_list {b64(smi_list)}")
         if smi_exit == 0:
             lines.append(f"smi_persistence {b64(''.join(f'{index}, Enabled' + chr(10) for index in range(gpus)))}")
-    lines.append(f"unit nvidia-persistenced LoadState={'not-found' if persistenced == 'not-found' else 'loaded'} "
-                 f"ActiveState={'inactive' if persistenced == 'not-found' else persistenced}")
-    lines.append(f"unit nvidia-fabricmanager LoadState={'not-found' if fabric_manager == 'not-found' else 'loaded'} "
-                 f"ActiveState={'inactive' if fabric_manager == 'not-found' else fabric_manager}")
+    lines.append(
+        f"unit nvidia-persistenced LoadState={'not-found' if persistenced == 'not-found' else 'loaded'} "
+        f"ActiveState={'inactive' if persistenced == 'not-found' else persistenced}"
+    )
+    lines.append(
+        f"unit nvidia-fabricmanager LoadState={'not-found' if fabric_manager == 'not-found' else 'loaded'} "
+        f"ActiveState={'inactive' if fabric_manager == 'not-found' else fabric_manager}"
+    )
     if cuda is None:
-        cuda = cuda_lines(0, devices=gpus) if smi is not None and smi_exit == 0 and gpus else [
-            "cuda_load_error libcuda.so.1: cannot open shared object file: No such file or directory"]
+        cuda = (
+            cuda_lines(0, devices=gpus)
+            if smi is not None and smi_exit == 0 and gpus
+            else ["cuda_load_error libcuda.so.1: cannot open shared object file: No such file or directory"]
+        )
     lines += ["cuda_python /usr/bin/python3", *cuda, "cuda_exit 0"]
     if toolkit:
         lines.append(f"ctk_version NVIDIA Container Toolkit CLI version {toolkit}")
@@ -168,15 +177,26 @@ def run_verify(tmp_path, lines, crictl=None, runs=None, facts=(), installation=(
     settings = settings_for(verify_report_path=str(report), **data)
     # The node facts (PCI GPUs, kernel) and verify's read print their lines in the one command
     # they are read in: each fact takes its own kinds of line from them.
-    node = Node(facts=[(ContainerdInstallations, installation), (NodeSurvey, lines), (verify_call(settings, installation), lines),
-                       (containerd_call(settings, installation), lines), (CudaInit, lines), (cdi_state_read(), lines),
-                       (links_read(settings.nvidia_driver_root), lines), (InstalledKernels, lines),
-                       (signing_read(VerifyOptions.from_settings(settings)), lines), *facts],
-                commands=commands)
+    node = Node(
+        facts=[
+            (ContainerdInstallations, installation),
+            (NodeSurvey, lines),
+            (verify_call(settings, installation), lines),
+            (containerd_call(settings, installation), lines),
+            (CudaInit, lines),
+            (cdi_state_read(), lines),
+            (links_read(settings.nvidia_driver_root), lines),
+            (InstalledKernels, lines),
+            (signing_read(VerifyOptions.from_settings(settings)), lines),
+            *facts,
+        ],
+        commands=commands,
+    )
     # tests/plan.py's run_plan, keeping the plan when the host fails (a failing step must fail it).
     inventory = Inventory(([("@fake/node", QUICK)], {}))
-    state, error = run_pyinfra(inventory, lambda state: add_deploy(state, verify, settings, driver_packages),
-                               nodes={"@fake/node": node})
+    state, error = run_pyinfra(
+        inventory, lambda state: add_deploy(state, verify, settings, driver_packages), nodes={"@fake/node": node}
+    )
     failed = error is not None
     if failed:
         assert isinstance(error, PyinfraError) and "No hosts remaining" in str(error), error
@@ -213,12 +233,29 @@ def test_node_without_gpu_wired_containerd_passes_runtime_steps_and_skips_gpu_st
     lines = node_lines(smi=smi_output("exit-9.txt"), smi_exit=9, dump=containerd_dump())
     plan, record, steps, failed = run_verify(tmp_path, lines)
     assert statuses(steps) == {
-        "gpu_pci": SKIP, "kernel_module": SKIP, "nvidia_smi": SKIP, "driver_version": SKIP,
-        "kernel_module_type": SKIP, "persistence": SKIP, "fabric_manager": SKIP, "cuda": SKIP, "boot_kernels": SKIP, "version_set": SKIP,
-        "module_signing": SKIP, "driver_branch": SKIP,
-        "toolkit": PASS, "runtime_binary": PASS, "containerd_config": PASS, "cgroup_driver": SKIP, "cdi": SKIP,
-        "runtime_mode": SKIP, "dev_char": SKIP,
-        "cri_handler": SKIP, "ctr_run": SKIP, "docker_config": SKIP, "docker_run": SKIP,
+        "gpu_pci": SKIP,
+        "kernel_module": SKIP,
+        "nvidia_smi": SKIP,
+        "driver_version": SKIP,
+        "kernel_module_type": SKIP,
+        "persistence": SKIP,
+        "fabric_manager": SKIP,
+        "cuda": SKIP,
+        "boot_kernels": SKIP,
+        "version_set": SKIP,
+        "module_signing": SKIP,
+        "driver_branch": SKIP,
+        "toolkit": PASS,
+        "runtime_binary": PASS,
+        "containerd_config": PASS,
+        "cgroup_driver": SKIP,
+        "cdi": SKIP,
+        "runtime_mode": SKIP,
+        "dev_char": SKIP,
+        "cri_handler": SKIP,
+        "ctr_run": SKIP,
+        "docker_config": SKIP,
+        "docker_run": SKIP,
     }
     assert steps["nvidia_smi"]["reason"].startswith("no NVIDIA GPU (nvidia-smi: exit 9: NVIDIA driver is not loaded")
     assert steps["ctr_run"]["reason"] == "no NVIDIA GPU"
@@ -234,7 +271,9 @@ def test_require_gpu_without_gpu_fails_the_host(tmp_path):
     lines = node_lines(dump=containerd_dump())
     _, record, steps, failed = run_verify(tmp_path, lines, require_gpu="true")
     assert steps["gpu_pci"] == {
-        "name": "gpu_pci", "status": FAIL, "reason": "no NVIDIA GPU on the PCI bus, and require_gpu is true"
+        "name": "gpu_pci",
+        "status": FAIL,
+        "reason": "no NVIDIA GPU on the PCI bus, and require_gpu is true",
     }
     assert record["ok"] is False and failed
 
@@ -255,7 +294,9 @@ def test_gpu_node_with_mig_passes_and_runs_ctr_with_gpus(tmp_path):
     assert steps["ctr_run"]["status"] == PASS
     (ctr,) = plan.matching("run --rm --gpus 0")
     assert "docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04" in ctr and "nvidia-smi" in ctr
-    assert record["driver"] == "450.80.02" and record["gpus"] == ["A100-SXM4-40GB (GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77)"]
+    assert record["driver"] == "450.80.02" and record["gpus"] == [
+        "A100-SXM4-40GB (GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77)"
+    ]
     assert not failed
 
 
@@ -279,18 +320,26 @@ def test_gpu_with_version_mismatch_fails_naming_the_mismatch(tmp_path):
 def test_gpu_on_the_bus_without_the_driver_fails_module_and_smi(tmp_path):
     lines = node_lines(gpus=1, dump=containerd_dump())
     _, _, steps, failed = run_verify(tmp_path, lines)
-    assert steps["kernel_module"]["status"] == FAIL and "/proc/driver/nvidia/version" in steps["kernel_module"]["reason"]
+    assert (
+        steps["kernel_module"]["status"] == FAIL and "/proc/driver/nvidia/version" in steps["kernel_module"]["reason"]
+    )
     assert steps["nvidia_smi"] == {"name": "nvidia_smi", "status": FAIL, "reason": "nvidia-smi not installed"}
     assert failed
 
 
 def test_old_driver_fails_the_minimum(tmp_path):
     old = "0, GPU-36c9561a-02ef-5c4d-3733-f0a56c42dc45, Tesla K80, 11441, 375.66"
-    lines = node_lines(gpus=1, kmod="NVRM version: NVIDIA UNIX x86_64 Kernel Module  375.66  Mon May  1 15:29:16 PDT 2017",
-                       smi=old, dump=containerd_dump())
+    lines = node_lines(
+        gpus=1,
+        kmod="NVRM version: NVIDIA UNIX x86_64 Kernel Module  375.66  Mon May  1 15:29:16 PDT 2017",
+        smi=old,
+        dump=containerd_dump(),
+    )
     _, _, steps, _ = run_verify(tmp_path, lines)
     assert steps["driver_version"] == {
-        "name": "driver_version", "status": FAIL, "reason": "driver 375.66 < 384.81 (lowest accepted)"
+        "name": "driver_version",
+        "status": FAIL,
+        "reason": "driver 375.66 < 384.81 (lowest accepted)",
     }
 
 
@@ -323,7 +372,9 @@ def test_containerd_config_mismatches_are_each_named(tmp_path):
     reason = steps["containerd_config"]["reason"]
     assert steps["containerd_config"]["status"] == FAIL
     assert reason.startswith('plugins."io.containerd.grpc.v1.cri".containerd: ')
-    assert "runtimes.nvidia.options.BinaryName is '/opt/nvidia/runtime', not '/usr/bin/nvidia-container-runtime'" in reason
+    assert (
+        "runtimes.nvidia.options.BinaryName is '/opt/nvidia/runtime', not '/usr/bin/nvidia-container-runtime'" in reason
+    )
     assert "runtimes.nvidia.options.SystemdCgroup is false, not true (systemd_cgroup)" in reason
     assert "runtimes.runc.options.SystemdCgroup is false, not true (systemd_cgroup)" in reason
     assert "default_runtime_name is 'runc', not 'nvidia'" in reason
@@ -333,18 +384,21 @@ def test_nvidia_runtime_missing_from_containerd_fails(tmp_path):
     dump = (FIXTURES / "containerd" / "default-1.6.20.toml").read_text()
     _, _, steps, _ = run_verify(tmp_path, node_lines(dump=dump))
     assert steps["containerd_config"]["status"] == FAIL
-    assert "no plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia" in steps["containerd_config"]["reason"]
+    assert 'no plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia' in steps["containerd_config"]["reason"]
 
 
 def test_containerd_2_config_version_3_is_read_under_the_cri_runtime_plugin(tmp_path):
     base = (FIXTURES / "containerd" / "default-2.1.9.toml").read_text()
-    dump = base.replace("SystemdCgroup = false", "SystemdCgroup = true") + """
+    dump = (
+        base.replace("SystemdCgroup = false", "SystemdCgroup = true")
+        + """
 [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia]
   runtime_type = 'io.containerd.runc.v2'
   [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia.options]
     BinaryName = '/usr/bin/nvidia-container-runtime'
     SystemdCgroup = true
 """
+    )
     _, _, steps, _ = run_verify(tmp_path, node_lines(dump=dump), nvidia_runtime_default="false")
     assert steps["containerd_config"]["status"] == PASS, steps["containerd_config"]
     assert "io.containerd.cri.v1.runtime" in steps["containerd_config"]["reason"]
@@ -414,11 +468,14 @@ NVIDIA_SMI_L = "GPU 0: A100-SXM4-40GB (UUID: GPU-36c9561a-02ef-5c4d-3733-f0a56c4
 
 def test_crictl_sequence_without_gpu_runs_a_host_network_sandbox_through_nvidia_and_removes_it(tmp_path):
     lines = node_lines(dump=containerd_dump(), crictl=True)
-    crictl, log = crictl_standin(tmp_path, [
-        (["runp", "--runtime", "nvidia", POD], 0, SANDBOX_ID),
-        (["stopp", SANDBOX_ID], 0, f"Stopped sandbox {SANDBOX_ID}"),
-        (["rmp", SANDBOX_ID], 0, f"Removed sandbox {SANDBOX_ID}"),
-    ])
+    crictl, log = crictl_standin(
+        tmp_path,
+        [
+            (["runp", "--runtime", "nvidia", POD], 0, SANDBOX_ID),
+            (["stopp", SANDBOX_ID], 0, f"Stopped sandbox {SANDBOX_ID}"),
+            (["rmp", SANDBOX_ID], 0, f"Removed sandbox {SANDBOX_ID}"),
+        ],
+    )
     plan, _, steps, failed = run_verify(tmp_path, lines, crictl=crictl)
     assert calls(log) == [["runp", "--runtime", "nvidia", POD], ["stopp", SANDBOX_ID], ["rmp", SANDBOX_ID]]
     (script,) = plan.matching("runp --runtime")
@@ -442,8 +499,13 @@ def test_the_read_and_the_crictl_probe_run_once_per_run_in_both_modes(tmp_path):
 
 
 def test_crictl_sequence_on_a_gpu_node_runs_nvidia_smi_in_the_sandbox(tmp_path):
-    lines = node_lines(gpus=1, kmod="NVRM version: NVIDIA UNIX x86_64 Kernel Module  450.203.03  x",
-                       smi=smi_output("one-gpu.txt"), dump=containerd_dump(), crictl=True)
+    lines = node_lines(
+        gpus=1,
+        kmod="NVRM version: NVIDIA UNIX x86_64 Kernel Module  450.203.03  x",
+        smi=smi_output("one-gpu.txt"),
+        dump=containerd_dump(),
+        crictl=True,
+    )
     image = "docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
     sequence = [
         (["runp", "--runtime", "nvidia", POD], 0, SANDBOX_ID),
@@ -463,8 +525,9 @@ def test_crictl_sequence_on_a_gpu_node_runs_nvidia_smi_in_the_sandbox(tmp_path):
     container = json.loads(assigned(script, "container_json"))
     assert container["command"] == ["nvidia-smi", "-L"]
     assert container["image"]["image"] == image
-    assert steps["cri_handler"]["status"] == PASS and "GPU-36c9561a" in steps["cri_handler"]["reason"], \
-        steps["cri_handler"]
+    assert steps["cri_handler"]["status"] == PASS and "GPU-36c9561a" in steps["cri_handler"]["reason"], steps[
+        "cri_handler"
+    ]
     assert not failed
 
 
@@ -485,29 +548,43 @@ def test_the_table_is_printed_once_to_stderr_when_verification_ends(tmp_path, ca
 
 
 def test_crictl_on_a_gpu_node_without_the_image_passes_the_handler_and_says_what_was_skipped(tmp_path):
-    lines = node_lines(gpus=1, kmod="NVRM version: NVIDIA UNIX x86_64 Kernel Module  450.203.03  x",
-                       smi=smi_output("one-gpu.txt"), dump=containerd_dump(), crictl=True)
+    lines = node_lines(
+        gpus=1,
+        kmod="NVRM version: NVIDIA UNIX x86_64 Kernel Module  450.203.03  x",
+        smi=smi_output("one-gpu.txt"),
+        dump=containerd_dump(),
+        crictl=True,
+    )
     crictl = crictl_lines(runp=(0, SANDBOX_ID), image=(1, "image not present"), stopp=(0, ""), rmp=(0, ""))
     plan, _, steps, failed = run_verify(tmp_path, lines, crictl=crictl)
     (script,) = plan.matching("runp --runtime")
     assert assigned(script, "image") == "docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
     assert steps["cri_handler"]["status"] == PASS
-    assert "nvidia-smi container skipped: image docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04 not on the node" in \
-        steps["cri_handler"]["reason"]
+    assert (
+        "nvidia-smi container skipped: image docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04 not on the node"
+        in steps["cri_handler"]["reason"]
+    )
     assert not failed
 
 
 CRICTL_OUTPUT = Path(__file__).parents[1] / "fixtures" / "crictl"
 
 
-@pytest.mark.parametrize("fixture, message", [
-    ("runp-no-nvidia-handler.txt",
-     'run pod sandbox: rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for "nvidia" '
-     'is configured'),
-    ("runp-sandbox-image-missing.txt",
-     'run pod sandbox: rpc error: code = Unknown desc = failed to get sandbox image "registry.k8s.io/pause:3.6": '
-     'failed to pull image "registry.k8s.io/pause:3.6": '),
-])
+@pytest.mark.parametrize(
+    "fixture, message",
+    [
+        (
+            "runp-no-nvidia-handler.txt",
+            'run pod sandbox: rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for "nvidia" '
+            "is configured",
+        ),
+        (
+            "runp-sandbox-image-missing.txt",
+            'run pod sandbox: rpc error: code = Unknown desc = failed to get sandbox image "registry.k8s.io/pause:3.6": '
+            'failed to pull image "registry.k8s.io/pause:3.6": ',
+        ),
+    ],
+)
 def test_crictl_runp_failure_is_a_fail_with_crictls_fatal_message_without_its_log_noise(tmp_path, fixture, message):
     """Real crictl v1.36.0 output (tests/fixtures/crictl): a warning about /etc/crictl.yaml, a klog
     line and the logrus fatal line; the reason is the fatal message, unquoted (cut at 300 characters)."""
@@ -525,7 +602,8 @@ def test_crictl_runp_failure_is_a_fail_with_crictls_fatal_message_without_its_lo
 def test_crictl_fact_parses_its_step_lines():
     lines = crictl_lines(runp=(0, SANDBOX_ID), stopp=(0, "ok"))
     assert CrictlRun().process(lines) == {
-        "runp": {"exit_code": 0, "output": SANDBOX_ID}, "stopp": {"exit_code": 0, "output": "ok"}
+        "runp": {"exit_code": 0, "output": SANDBOX_ID},
+        "stopp": {"exit_code": 0, "output": "ok"},
     }
 
 
@@ -534,7 +612,7 @@ def test_verify_state_command_is_one_command_that_always_exits_zero():
     assert command.rstrip().endswith("true")
     assert "nvidia-smi" in command and "/var/lib/kubelet/config.yaml" in command
     # containerd's version and dump are ContainerdConfig's, read once with the runtimes stage's
-    assert "config dump" not in command and "\"$ctrd\" --version" not in command
+    assert "config dump" not in command and '"$ctrd" --version' not in command
 
 
 @pytest.mark.parametrize("runtimes", ["docker"])
@@ -549,22 +627,27 @@ def test_docker_wired_but_not_installed_fails_and_containerd_skips(tmp_path, run
 def test_containerd_config_failure_names_the_imported_files_that_override_config_toml(tmp_path):
     """containerd 1.6 lists the files it read in its dump's `imports`: the failure names them."""
     dump = containerd_dump(default="runc").replace(
-        "imports = []", 'imports = ["/etc/containerd/config.toml", "/etc/containerd/conf.d/99-nvidia.toml"]')
+        "imports = []", 'imports = ["/etc/containerd/config.toml", "/etc/containerd/conf.d/99-nvidia.toml"]'
+    )
     assert "/etc/containerd/conf.d/99-nvidia.toml" in dump
     _, _, steps, _ = run_verify(tmp_path, node_lines(dump=dump))
     reason = steps["containerd_config"]["reason"]
     assert steps["containerd_config"]["status"] == FAIL
     assert "default_runtime_name is 'runc', not 'nvidia'" in reason
-    assert ("containerd also reads /etc/containerd/conf.d/99-nvidia.toml: the last of them holding this "
-            "section overrides /etc/containerd/config.toml") in reason
+    assert (
+        "containerd also reads /etc/containerd/conf.d/99-nvidia.toml: the last of them holding this "
+        "section overrides /etc/containerd/config.toml"
+    ) in reason
 
 
 def test_a_sandbox_the_kubelet_removed_first_counts_as_cleaned_up_but_a_real_cleanup_failure_does_not(tmp_path):
     """On a kubelet node the kubelet can remove verify's sandbox before verify does."""
     lines = node_lines(dump=containerd_dump(), crictl=True)
-    gone = ('E1123 12:00:00.000000 1 remote_runtime.go:222] "StopPodSandbox from runtime service failed" '
-            'err="rpc error: code = NotFound desc = an error occurred when try to find sandbox: not found"\n'
-            'time="2026-11-23T12:00:00Z" level=fatal msg="stopping the pod sandbox: rpc error: code = NotFound"')
+    gone = (
+        'E1123 12:00:00.000000 1 remote_runtime.go:222] "StopPodSandbox from runtime service failed" '
+        'err="rpc error: code = NotFound desc = an error occurred when try to find sandbox: not found"\n'
+        'time="2026-11-23T12:00:00Z" level=fatal msg="stopping the pod sandbox: rpc error: code = NotFound"'
+    )
     crictl = crictl_lines(runp=(0, SANDBOX_ID), stopp=(1, gone), rmp=(1, gone))
     _, _, steps, _ = run_verify(tmp_path / "gone", lines, crictl=crictl)
     assert steps["cri_handler"]["status"] == PASS, steps["cri_handler"]
@@ -602,11 +685,17 @@ def test_each_real_containerds_dump_of_the_wired_config_passes_runtime_binary_an
     assert steps["runtime_binary"]["reason"] == "/usr/bin/nvidia-container-runtime executable"
     assert not failed and len(plan.commands) == 2, "the settings' binary is checked in verify's one read"
 
-    gone = node_lines(smi=smi_output("exit-9.txt"), smi_exit=9, dump=dumped.stdout, ctrd_version=containerd.version,
-                      runtime_executable=False)
+    gone = node_lines(
+        smi=smi_output("exit-9.txt"),
+        smi_exit=9,
+        dump=dumped.stdout,
+        ctrd_version=containerd.version,
+        runtime_executable=False,
+    )
     _, _, steps, failed = run_verify(tmp_path / "gone", gone)
     assert steps["runtime_binary"] == {
-        "name": "runtime_binary", "status": FAIL,
+        "name": "runtime_binary",
+        "status": FAIL,
         "reason": "configured runtime binary not executable: /usr/bin/nvidia-container-runtime",
     }
     assert failed
@@ -623,11 +712,17 @@ def test_a_binary_the_config_names_elsewhere_is_checked_by_its_parsed_path_in_a_
     plan, _, steps, failed = run_verify(tmp_path, node_lines(dump=dump), facts=[second_read])
     assert len(plan.matching(f"set -- {elsewhere}\n")) == 1  # Executables' one read of it
     if executable:
-        assert steps["runtime_binary"] == {"name": "runtime_binary", "status": PASS, "reason": f"{elsewhere} executable"}
+        assert steps["runtime_binary"] == {
+            "name": "runtime_binary",
+            "status": PASS,
+            "reason": f"{elsewhere} executable",
+        }
     else:
         assert steps["runtime_binary"]["reason"] == f"configured runtime binary not executable: {elsewhere}"
     assert steps["containerd_config"]["status"] == FAIL
-    assert f"BinaryName is '{elsewhere}', not '/usr/bin/nvidia-container-runtime'" in steps["containerd_config"]["reason"]
+    assert (
+        f"BinaryName is '{elsewhere}', not '/usr/bin/nvidia-container-runtime'" in steps["containerd_config"]["reason"]
+    )
     assert failed
 
 
@@ -638,10 +733,12 @@ def test_a_k3s_node_is_verified_through_k3s_own_containerd_unit_socket_and_gener
     lines = node_lines(dump=containerd_dump())
     plan, _, steps, failed = run_verify(tmp_path, lines, installation=installation)
     verify_command = plan.commands[1]
-    for expected in ("containerd_binary=/var/lib/rancher/k3s/data/current/bin/containerd\n",
-                     "containerd_service=k3s-agent\n",
-                     "--config /var/lib/rancher/k3s/agent/etc/containerd/config.toml config dump",
-                     "containerd_socket=/run/k3s/containerd/containerd.sock\n"):
+    for expected in (
+        "containerd_binary=/var/lib/rancher/k3s/data/current/bin/containerd\n",
+        "containerd_service=k3s-agent\n",
+        "--config /var/lib/rancher/k3s/agent/etc/containerd/config.toml config dump",
+        "containerd_socket=/run/k3s/containerd/containerd.sock\n",
+    ):
         assert expected in verify_command, expected
     assert "containerd_service=containerd\n" not in verify_command
     assert steps["containerd_config"]["status"] == PASS and not failed
@@ -651,8 +748,14 @@ def docker_lines(cgroup_driver: str) -> list[str]:
     runtimes = {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}, "runc": {"path": "runc"}}
     info = f"{json.dumps(runtimes)}|nvidia|{cgroup_driver}"
     lines = [line for line in node_lines() if not line.startswith("docker_path")]
-    return lines + ["docker_path /usr/bin/docker", "docker_active active", "docker_info_rc 0",
-                    f"docker_info {b64(info)}", "docker_image 0", "exec 1 /usr/bin/nvidia-container-runtime"]
+    return lines + [
+        "docker_path /usr/bin/docker",
+        "docker_active active",
+        "docker_info_rc 0",
+        f"docker_info {b64(info)}",
+        "docker_image 0",
+        "exec 1 /usr/bin/nvidia-container-runtime",
+    ]
 
 
 @pytest.mark.parametrize("driver, status", [("systemd", PASS), ("cgroupfs", FAIL)])
@@ -667,29 +770,64 @@ def test_docker_with_another_cgroup_driver_than_systemd_cgroup_asks_fails_naming
 # ----------------------------------------------------------------------------------------------
 # Data-center steps: the module's installation, persistence, Fabric Manager and CUDA's own start
 
-OPEN_KMOD = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  535.216.03  Release Build  (dvs-builder@U16-T02-35-3)"
+OPEN_KMOD = (
+    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  535.216.03  Release Build  (dvs-builder@U16-T02-35-3)"
+)
 PROPRIETARY_KMOD = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.216.03  Fri Oct 11 00:00:00 UTC 2024"
 # nvidia-smi's query answer on a node whose loaded module is the 535.216.03 above
 SMI_535 = "0, GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77, NVIDIA H100 80GB HBM3, 81559, 535.216.03"
 ONE_GPU = dict(gpus=1, smi=SMI_535, dump=containerd_dump())
 
 
-@pytest.mark.parametrize("kmod, license_, setting, status, reason", [
-    (OPEN_KMOD, "Dual MIT/GPL", "auto", PASS,
-     "open kernel module loaded (/proc/driver/nvidia/version; nvidia_kernel_modules = auto)"),
-    (PROPRIETARY_KMOD, "NVIDIA", "proprietary", PASS,
-     "proprietary kernel module loaded (/proc/driver/nvidia/version; nvidia_kernel_modules = proprietary)"),
-    (PROPRIETARY_KMOD, "NVIDIA", "open", FAIL,
-     "the proprietary nvidia kernel module is loaded but nvidia_kernel_modules = open: run the driver stage, then reboot"),
-    (PROPRIETARY_KMOD, "Dual MIT/GPL", "auto", FAIL,
-     "the proprietary nvidia kernel module is loaded but the open one is installed "
-     "(modinfo license Dual MIT/GPL): reboot to load it"),
-    (None, "Dual MIT/GPL", "auto", SKIP,
-     "nvidia kernel module not loaded; the installed one is open (modinfo license Dual MIT/GPL)"),
-    (None, "NVIDIA", "open", FAIL,
-     "the proprietary nvidia kernel module is installed (modinfo license NVIDIA) but nvidia_kernel_modules = open: "
-     "run the driver stage"),
-])
+@pytest.mark.parametrize(
+    "kmod, license_, setting, status, reason",
+    [
+        (
+            OPEN_KMOD,
+            "Dual MIT/GPL",
+            "auto",
+            PASS,
+            "open kernel module loaded (/proc/driver/nvidia/version; nvidia_kernel_modules = auto)",
+        ),
+        (
+            PROPRIETARY_KMOD,
+            "NVIDIA",
+            "proprietary",
+            PASS,
+            "proprietary kernel module loaded (/proc/driver/nvidia/version; nvidia_kernel_modules = proprietary)",
+        ),
+        (
+            PROPRIETARY_KMOD,
+            "NVIDIA",
+            "open",
+            FAIL,
+            "the proprietary nvidia kernel module is loaded but nvidia_kernel_modules = open: run the driver stage, then reboot",
+        ),
+        (
+            PROPRIETARY_KMOD,
+            "Dual MIT/GPL",
+            "auto",
+            FAIL,
+            "the proprietary nvidia kernel module is loaded but the open one is installed "
+            "(modinfo license Dual MIT/GPL): reboot to load it",
+        ),
+        (
+            None,
+            "Dual MIT/GPL",
+            "auto",
+            SKIP,
+            "nvidia kernel module not loaded; the installed one is open (modinfo license Dual MIT/GPL)",
+        ),
+        (
+            None,
+            "NVIDIA",
+            "open",
+            FAIL,
+            "the proprietary nvidia kernel module is installed (modinfo license NVIDIA) but nvidia_kernel_modules = open: "
+            "run the driver stage",
+        ),
+    ],
+)
 def test_kernel_module_type_is_read_from_the_loaded_module_then_modinfo_and_checked_against_the_setting(
     tmp_path, kmod, license_, setting, status, reason
 ):
@@ -704,18 +842,28 @@ def test_kernel_module_type_is_read_from_the_loaded_module_then_modinfo_and_chec
 def test_persistence_passes_with_nvidia_persistenced_active_and_the_mode_on_every_gpu(tmp_path):
     _, record, steps, failed = run_verify(tmp_path, node_lines(kmod=PROPRIETARY_KMOD, **ONE_GPU))
     assert steps["persistence"] == {
-        "name": "persistence", "status": PASS,
+        "name": "persistence",
+        "status": PASS,
         "reason": "nvidia-persistenced active; persistence mode Enabled on 1 GPU(s)",
     }
     assert record["persistence"] == "nvidia-persistenced active, mode on 1/1 GPU(s)" and not failed
 
 
-@pytest.mark.parametrize("persistenced, reason", [
-    ("not-found", "nvidia-persistenced not installed: the driver is set up and torn down with every CUDA client; "
-                  "systemctl enable --now nvidia-persistenced"),
-    ("failed", "nvidia-persistenced failed: the driver is set up and torn down with every CUDA client; "
-               "systemctl enable --now nvidia-persistenced"),
-])
+@pytest.mark.parametrize(
+    "persistenced, reason",
+    [
+        (
+            "not-found",
+            "nvidia-persistenced not installed: the driver is set up and torn down with every CUDA client; "
+            "systemctl enable --now nvidia-persistenced",
+        ),
+        (
+            "failed",
+            "nvidia-persistenced failed: the driver is set up and torn down with every CUDA client; "
+            "systemctl enable --now nvidia-persistenced",
+        ),
+    ],
+)
 def test_persistence_fails_on_a_gpu_node_without_nvidia_persistenced_running(tmp_path, persistenced, reason):
     lines = node_lines(kmod=PROPRIETARY_KMOD, persistenced=persistenced, **ONE_GPU)
     _, _, steps, failed = run_verify(tmp_path, lines)
@@ -726,20 +874,29 @@ def test_persistence_fails_on_a_gpu_node_without_nvidia_persistenced_running(tmp
 def test_persistence_fails_naming_the_gpus_whose_mode_is_off(tmp_path):
     lines = node_lines(kmod=PROPRIETARY_KMOD, **ONE_GPU)
     lines = [line for line in lines if not line.startswith("smi_persistence")] + [
-        f"smi_persistence {b64('0, Disabled' + chr(10))}"]
+        f"smi_persistence {b64('0, Disabled' + chr(10))}"
+    ]
     _, record, steps, _ = run_verify(tmp_path, lines)
     assert steps["persistence"]["status"] == FAIL
-    assert steps["persistence"]["reason"] == "nvidia-persistenced active but persistence mode is off on GPU 0 (nvidia-smi)"
+    assert (
+        steps["persistence"]["reason"] == "nvidia-persistenced active but persistence mode is off on GPU 0 (nvidia-smi)"
+    )
     assert record["persistence"] == "nvidia-persistenced active, mode on 0/1 GPU(s)"
 
 
 def test_persistence_skips_without_a_gpu_and_when_the_setting_is_off(tmp_path):
     _, _, steps, _ = run_verify(tmp_path / "no-gpu", node_lines(dump=containerd_dump(), persistenced="failed"))
-    assert steps["persistence"] == {"name": "persistence", "status": SKIP, "reason": "no NVIDIA GPU (nvidia-persistenced failed)"}
+    assert steps["persistence"] == {
+        "name": "persistence",
+        "status": SKIP,
+        "reason": "no NVIDIA GPU (nvidia-persistenced failed)",
+    }
     lines = node_lines(kmod=PROPRIETARY_KMOD, persistenced="not-found", **ONE_GPU)
     _, _, steps, failed = run_verify(tmp_path / "off", lines, nvidia_persistenced="false")
     assert steps["persistence"] == {
-        "name": "persistence", "status": SKIP, "reason": "nvidia_persistenced is false (nvidia-persistenced not installed)"
+        "name": "persistence",
+        "status": SKIP,
+        "reason": "nvidia_persistenced is false (nvidia-persistenced not installed)",
     }
     assert not failed
 
@@ -756,13 +913,15 @@ def test_fabric_manager_is_checked_only_where_the_pci_bus_shows_nvswitches(tmp_p
         assert steps["fabric_manager"]["reason"] == f"nvidia-fabricmanager active ({evidence})" and not failed
     else:
         assert steps["fabric_manager"]["reason"].startswith(
-            f"nvidia-fabricmanager {state} on a node with {evidence}: CUDA cannot start without it; ")
+            f"nvidia-fabricmanager {state} on a node with {evidence}: CUDA cannot start without it; "
+        )
         assert failed
     assert record["fabric_manager"] == state
 
     _, record, steps, _ = run_verify(tmp_path / "pcie", node_lines(kmod=PROPRIETARY_KMOD, cuda=cuda, **ONE_GPU))
     assert steps["fabric_manager"] == {
-        "name": "fabric_manager", "status": SKIP,
+        "name": "fabric_manager",
+        "status": SKIP,
         "reason": "no NVSwitch or NVLink5 switch-management bridge on the PCI bus: Fabric Manager not needed",
     }
     assert record["fabric_manager"] == "not needed"
@@ -776,7 +935,9 @@ def test_cuda_passes_naming_the_devices_cuinit_counts(tmp_path):
     lines = node_lines(kmod=PROPRIETARY_KMOD, cuda=cuda_lines(0, devices=8), **ONE_GPU)
     _, record, steps, failed = run_verify(tmp_path, lines)
     assert steps["cuda"] == {
-        "name": "cuda", "status": PASS, "reason": f"cuInit: 8 CUDA device(s), the driver supports CUDA 12.2 ({LIBCUDA})"
+        "name": "cuda",
+        "status": PASS,
+        "reason": f"cuInit: 8 CUDA device(s), the driver supports CUDA 12.2 ({LIBCUDA})",
     }
     assert record["cuda"] == "ok, 8 device(s), CUDA 12.2" and not failed
 
@@ -785,10 +946,11 @@ def test_cuda_error_802_on_an_nvswitch_node_is_fabric_manager_not_running(tmp_pa
     lines = node_lines(kmod=PROPRIETARY_KMOD, switches=4, fabric_manager="inactive", cuda=SYSTEM_NOT_READY, **ONE_GPU)
     _, record, steps, failed = run_verify(tmp_path, lines)
     assert steps["cuda"] == {
-        "name": "cuda", "status": FAIL,
+        "name": "cuda",
+        "status": FAIL,
         "reason": "Fabric Manager not running (CUDA error 802 CUDA_ERROR_SYSTEM_NOT_READY: system not yet initialized; "
-                  "4 NVSwitch device(s) (HGX H100/H200, NVLink 4) on the PCI bus, nvidia-fabricmanager inactive): "
-                  "systemctl enable --now nvidia-fabricmanager",
+        "4 NVSwitch device(s) (HGX H100/H200, NVLink 4) on the PCI bus, nvidia-fabricmanager inactive): "
+        "systemctl enable --now nvidia-fabricmanager",
     }
     assert record["cuda"] == "error 802 CUDA_ERROR_SYSTEM_NOT_READY" and failed
 
@@ -797,7 +959,8 @@ def test_cuda_error_802_without_nvswitches_is_named_as_the_library_names_it(tmp_
     lines = node_lines(kmod=PROPRIETARY_KMOD, cuda=SYSTEM_NOT_READY, **ONE_GPU)
     _, _, steps, failed = run_verify(tmp_path, lines)
     assert steps["cuda"] == {
-        "name": "cuda", "status": FAIL,
+        "name": "cuda",
+        "status": FAIL,
         "reason": f"cuInit: CUDA error 802 CUDA_ERROR_SYSTEM_NOT_READY: system not yet initialized ({LIBCUDA})",
     }
     assert "Fabric Manager" not in steps["cuda"]["reason"] and failed
@@ -809,15 +972,24 @@ def test_cuda_error_the_library_cannot_name_is_still_reported_by_its_code(tmp_pa
     assert steps["cuda"]["reason"] == f"cuInit: CUDA error 4242 (the library gives it no name) ({LIBCUDA})"
 
 
-@pytest.mark.parametrize("require_gpu, status, reason", [
-    ("false", SKIP, f"no NVIDIA GPU (cuInit: CUDA error 100 CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected "
-                    f"({LIBCUDA}))"),
-    ("true", FAIL, f"cuInit: CUDA error 100 CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected ({LIBCUDA})"),
-])
+@pytest.mark.parametrize(
+    "require_gpu, status, reason",
+    [
+        (
+            "false",
+            SKIP,
+            f"no NVIDIA GPU (cuInit: CUDA error 100 CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected "
+            f"({LIBCUDA}))",
+        ),
+        ("true", FAIL, f"cuInit: CUDA error 100 CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected ({LIBCUDA})"),
+    ],
+)
 def test_cuda_failure_without_a_gpu_is_reported_beside_no_gpu_and_fails_with_require_gpu(
     tmp_path, require_gpu, status, reason
 ):
-    _, record, steps, _ = run_verify(tmp_path, node_lines(dump=containerd_dump(), cuda=NO_DEVICE), require_gpu=require_gpu)
+    _, record, steps, _ = run_verify(
+        tmp_path, node_lines(dump=containerd_dump(), cuda=NO_DEVICE), require_gpu=require_gpu
+    )
     assert steps["cuda"] == {"name": "cuda", "status": status, "reason": reason}
     assert record["cuda"] == "error 100 CUDA_ERROR_NO_DEVICE"
 
@@ -826,16 +998,20 @@ def test_cuda_on_a_gpu_node_without_libcuda_fails_naming_the_loader_error(tmp_pa
     missing = ["cuda_load_error libcuda.so.1: cannot open shared object file: No such file or directory"]
     _, record, steps, failed = run_verify(tmp_path, node_lines(kmod=PROPRIETARY_KMOD, cuda=missing, **ONE_GPU))
     assert steps["cuda"] == {
-        "name": "cuda", "status": FAIL,
+        "name": "cuda",
+        "status": FAIL,
         "reason": "the driver's CUDA library does not load: libcuda.so.1: cannot open shared object file: "
-                  "No such file or directory",
+        "No such file or directory",
     }
     assert record["cuda"] == "no libcuda.so.1" and failed
 
 
 def test_cuda_that_hangs_fails_after_the_timeout(tmp_path):
-    lines = [line for line in node_lines(kmod=PROPRIETARY_KMOD, cuda=[f"cuda_library {LIBCUDA}"], **ONE_GPU)
-             if line != "cuda_exit 0"] + ["cuda_exit 124"]
+    lines = [
+        line
+        for line in node_lines(kmod=PROPRIETARY_KMOD, cuda=[f"cuda_library {LIBCUDA}"], **ONE_GPU)
+        if line != "cuda_exit 0"
+    ] + ["cuda_exit 124"]
     _, record, steps, _ = run_verify(tmp_path, lines)
     assert steps["cuda"] == {"name": "cuda", "status": FAIL, "reason": f"cuInit did not return within 60 s ({LIBCUDA})"}
     assert record["cuda"] == "cuInit timed out"
@@ -845,9 +1021,10 @@ def test_cuda_without_python_on_the_node_is_not_checked_never_passed(tmp_path):
     lines = [line for line in node_lines(kmod=PROPRIETARY_KMOD, **ONE_GPU) if not line.startswith("cuda_")]
     _, record, steps, _ = run_verify(tmp_path, lines + ["cuda_python "])
     assert steps["cuda"] == {
-        "name": "cuda", "status": SKIP,
+        "name": "cuda",
+        "status": SKIP,
         "reason": "not checked: no python3 (nor /usr/libexec/platform-python) on the node to call cuInit through "
-                  "libcuda.so.1 with ctypes",
+        "libcuda.so.1 with ctypes",
     }
     assert record["cuda"] == "not checked (no python3)"
 
@@ -858,12 +1035,15 @@ def test_the_cuda_read_joins_verifys_one_read_and_the_table_shows_the_new_fields
     assert len(plan.commands) == 2 and "cuInit" in plan.commands[1] and "kmod_version" in plan.commands[1]
     assert not failed
     err = capsys.readouterr().err
-    assert ("module: open  persistence: nvidia-persistenced active, mode on 1/1 GPU(s)  fabric manager: not needed  "
-            "CUDA: ok, 1 device(s), CUDA 12.2") in err
+    assert (
+        "module: open  persistence: nvidia-persistenced active, mode on 1/1 GPU(s)  fabric manager: not needed  "
+        "CUDA: ok, 1 device(s), CUDA 12.2"
+    ) in err
 
 
 def test_the_cuda_reads_real_command_against_the_802_standin_names_fabric_manager_on_an_nvswitch_node(
-    tmp_path, standin_libcuda  # noqa: F811
+    tmp_path,
+    standin_libcuda,  # noqa: F811
 ):
     """The CUDA read answered by its own command run in a real shell here, with the STAND-IN
     libcuda that answers 802 where the loader looks (tests/standin_libcuda)."""
@@ -871,15 +1051,17 @@ def test_the_cuda_reads_real_command_against_the_802_standin_names_fabric_manage
 
     def cuda_read() -> list[str]:
         env = {**os.environ, "LD_LIBRARY_PATH": str(library.parent)}
-        return subprocess.run(["sh", "-c", CudaInit().command()], env=env, capture_output=True, text=True,
-                              check=True, timeout=120).stdout.splitlines()
+        return subprocess.run(
+            ["sh", "-c", CudaInit().command()], env=env, capture_output=True, text=True, check=True, timeout=120
+        ).stdout.splitlines()
 
     lines = [line for line in node_lines(kmod=PROPRIETARY_KMOD, switches=4, **ONE_GPU) if not line.startswith("cuda_")]
     _, record, steps, failed = run_verify(tmp_path, lines, facts=[(CudaInit, cuda_read)])
     assert steps["cuda"]["status"] == FAIL and failed
     assert steps["cuda"]["reason"].startswith(
         "Fabric Manager not running (CUDA error 802 CUDA_ERROR_SYSTEM_NOT_READY: system not yet initialized; "
-        "4 NVSwitch device(s)")
+        "4 NVSwitch device(s)"
+    )
     assert record["cuda"] == "error 802 CUDA_ERROR_SYSTEM_NOT_READY"
 
 
@@ -890,7 +1072,11 @@ def test_the_fleet_row_carries_what_verify_found_of_the_driver(tmp_path):
     plan, _, _, failed = run_verify(tmp_path, lines)
     (row,) = fleet_rows(plan.state)
     assert (row.kernel_module_type, row.persistence, row.fabric_manager, row.cuda) == (
-        "open", "nvidia-persistenced active, mode on 1/1 GPU(s)", "active", "ok, 1 device(s), CUDA 12.2")
+        "open",
+        "nvidia-persistenced active, mode on 1/1 GPU(s)",
+        "active",
+        "ok, 1 device(s), CUDA 12.2",
+    )
     assert not failed
 
 
@@ -900,27 +1086,40 @@ def test_a_failed_containerd_dump_fails_the_step_with_what_containerd_printed(tm
     lines = node_lines(smi=smi_output("exit-9.txt"), smi_exit=9, dump=error, dump_exit=1)
     _, _, steps, failed = run_verify(tmp_path, lines)
     assert steps["containerd_config"]["status"] == FAIL and failed
-    assert steps["containerd_config"]["reason"].startswith("`containerd config dump` failed: containerd: failed to load")
+    assert steps["containerd_config"]["reason"].startswith(
+        "`containerd config dump` failed: containerd: failed to load"
+    )
 
 
 ONE_GPU_UUID = "GPU-36c9561a-02ef-5c4d-3733-f0a56c42dc45"  # one-gpu.txt's
-CDI_GPU_NODE = dict(gpus=1, kmod="NVRM version: NVIDIA UNIX x86_64 Kernel Module  450.203.03  Release Build",
-               smi=smi_output("one-gpu.txt"), dump=containerd_dump(), ctrd_version="2.1.9")
+CDI_GPU_NODE = dict(
+    gpus=1,
+    kmod="NVRM version: NVIDIA UNIX x86_64 Kernel Module  450.203.03  Release Build",
+    smi=smi_output("one-gpu.txt"),
+    dump=containerd_dump(),
+    ctrd_version="2.1.9",
+)
 
 
 def cdi_lines(spec: str | None, spec_changed: int = 300, inputs_changed: int = 200, refresh: str = "enabled active"):
     """What the CDI read prints: the toolkit's refresh unit (enabled, active) and the spec."""
     enabled, active = refresh.split()
-    lines = ["ctk /usr/bin/nvidia-ctk", "refresh_unit /usr/lib/systemd/system/nvidia-cdi-refresh.path",
-             f"refresh_enabled {enabled}", f"refresh_active {active}", f"inputs_changed {inputs_changed}"]
+    lines = [
+        "ctk /usr/bin/nvidia-ctk",
+        "refresh_unit /usr/lib/systemd/system/nvidia-cdi-refresh.path",
+        f"refresh_enabled {enabled}",
+        f"refresh_active {active}",
+        f"inputs_changed {inputs_changed}",
+    ]
     if spec is not None:
         lines += [f"spec_changed {spec_changed}", f"spec {b64(spec)}"]
     return lines
 
 
 def spec_naming(*names: str) -> str:
-    devices = "".join(f'- name: "{name}"\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia0\n'
-                      for name in names)
+    devices = "".join(
+        f'- name: "{name}"\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia0\n' for name in names
+    )
     return f"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n{devices}"
 
 
@@ -932,13 +1131,19 @@ def test_cdi_on_containerd_2_passes_with_a_current_spec_naming_every_gpu(tmp_pat
     assert record["cdi"] == "on, spec current"
 
 
-@pytest.mark.parametrize(("cdi", "why"), [
-    (cdi_lines(None), "no CDI spec at /var/run/cdi/nvidia.yaml: regenerate it"),
-    (cdi_lines(spec_naming("0", "all"), spec_changed=100), "is older than the driver's module index or nvidia-ctk"),
-    (cdi_lines(spec_naming("0", "all")), f"does not name {ONE_GPU_UUID}, which the driver sees: regenerate it"),
-    (cdi_lines("devices: [unclosed"), "/var/run/cdi/nvidia.yaml is not YAML"),
-    (cdi_lines(spec_naming("0", ONE_GPU_UUID), refresh="disabled inactive"), "nvidia-cdi-refresh.path is disabled and inactive"),
-])
+@pytest.mark.parametrize(
+    ("cdi", "why"),
+    [
+        (cdi_lines(None), "no CDI spec at /var/run/cdi/nvidia.yaml: regenerate it"),
+        (cdi_lines(spec_naming("0", "all"), spec_changed=100), "is older than the driver's module index or nvidia-ctk"),
+        (cdi_lines(spec_naming("0", "all")), f"does not name {ONE_GPU_UUID}, which the driver sees: regenerate it"),
+        (cdi_lines("devices: [unclosed"), "/var/run/cdi/nvidia.yaml is not YAML"),
+        (
+            cdi_lines(spec_naming("0", ONE_GPU_UUID), refresh="disabled inactive"),
+            "nvidia-cdi-refresh.path is disabled and inactive",
+        ),
+    ],
+)
 def test_a_missing_stale_incomplete_or_unrefreshed_spec_fails_saying_what_to_do(tmp_path, cdi, why):
     lines = node_lines(**CDI_GPU_NODE) + cdi
     _, _, steps, failed = run_verify(tmp_path, lines)
@@ -953,13 +1158,22 @@ def test_cdi_without_a_gpu_expects_no_spec(tmp_path):
     assert record["cdi"] == "on, no spec"
 
 
-@pytest.mark.parametrize(("links", "status", "reason"), [
-    ([], SKIP, "no NVIDIA device nodes under /dev"),
-    (["node 195:0 /dev/nvidia0 /dev/nvidia0", "node 195:255 /dev/nvidiactl /dev/nvidiactl"], PASS,
-     "2 NVIDIA device node(s) linked in /dev/char"),
-    (["node 195:0 /dev/nvidia0 /dev/nvidia0", "node 195:255 /dev/nvidiactl"], FAIL,
-     "no /dev/char link for /dev/nvidiactl (195:255): a systemd daemon-reload takes it from running containers"),
-])
+@pytest.mark.parametrize(
+    ("links", "status", "reason"),
+    [
+        ([], SKIP, "no NVIDIA device nodes under /dev"),
+        (
+            ["node 195:0 /dev/nvidia0 /dev/nvidia0", "node 195:255 /dev/nvidiactl /dev/nvidiactl"],
+            PASS,
+            "2 NVIDIA device node(s) linked in /dev/char",
+        ),
+        (
+            ["node 195:0 /dev/nvidia0 /dev/nvidia0", "node 195:255 /dev/nvidiactl"],
+            FAIL,
+            "no /dev/char link for /dev/nvidiactl (195:255): a systemd daemon-reload takes it from running containers",
+        ),
+    ],
+)
 def test_dev_char_links_are_checked_for_every_nvidia_device_node(tmp_path, links, status, reason):
     lines = node_lines(smi=smi_output("exit-9.txt"), smi_exit=9, dump=containerd_dump()) + links
     _, _, steps, _ = run_verify(tmp_path, lines)

@@ -13,10 +13,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_the_wheel_lists_every_package_of_deploy_and_every_template_folder():
     setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
-    code = {".".join(("gpu_node", *init.parent.relative_to(REPO / "deploy").parts))
-            for init in (REPO / "deploy").rglob("__init__.py")}
-    templates = {".".join(("gpu_node.template_files", *folder.relative_to(REPO / "templates").parts))
-                 for folder in {template.parent for template in (REPO / "templates").rglob("*.j2")}}
+    code = {
+        ".".join(("gpu_node", *init.parent.relative_to(REPO / "deploy").parts))
+        for init in (REPO / "deploy").rglob("__init__.py")
+    }
+    templates = {
+        ".".join(("gpu_node.template_files", *folder.relative_to(REPO / "templates").parts))
+        for folder in {template.parent for template in (REPO / "templates").rglob("*.j2")}
+    }
     # deploy/shell/ holds the node's scripts, no Python: a data package (deploy/foundations/shell_scripts.py reads it)
     scripts = {"gpu_node.shell"} if any((REPO / "deploy" / "shell").glob("*.sh")) else set()
     # deploy/schemas/ holds the reports' JSON Schema files: a data package too
@@ -40,7 +44,10 @@ def test_every_console_script_names_a_main_of_deploy_callable_with_no_arguments(
         module, _, function = target.partition(":")
         assert module.startswith("gpu_node.") and function == "main", f"{command} = {target}"
         main = getattr(importlib.import_module("deploy." + module.removeprefix("gpu_node.")), function)
-        required = [name for name, parameter in inspect.signature(main).parameters.items()
-                    if parameter.default is parameter.empty and parameter.kind not in (parameter.VAR_POSITIONAL,
-                                                                                        parameter.VAR_KEYWORD)]
+        required = [
+            name
+            for name, parameter in inspect.signature(main).parameters.items()
+            if parameter.default is parameter.empty
+            and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)
+        ]
         assert required == [], f"{command}: {target} needs {required}"

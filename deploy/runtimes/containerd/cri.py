@@ -74,12 +74,14 @@ def parse_config(text: str, source: str) -> tomlkit.TOMLDocument:
         except tomllib.TOMLDecodeError:
             # tomlkit's message ends with "at line L col C"; the character it quotes may be a password's.
             raise ConfigError(f"{source} is not valid TOML: {redact.toml_error(error)}") from None
-        raise ConfigError(f"{source}: its layout cannot be edited safely (tomlkit cannot read it: "
-                          f"{redact.toml_error(error)})") from None
+        raise ConfigError(
+            f"{source}: its layout cannot be edited safely (tomlkit cannot read it: {redact.toml_error(error)})"
+        ) from None
     except TOMLKIT_FAULTS as error:
         # Legal TOML that tomlkit cannot keep (a table's keys after its sub-tables, say): refused.
-        raise ConfigError(f"{source}: its layout cannot be edited safely "
-                          f"(tomlkit cannot read it: {type(error).__name__})") from None
+        raise ConfigError(
+            f"{source}: its layout cannot be edited safely (tomlkit cannot read it: {type(error).__name__})"
+        ) from None
 
 
 def config_values(text: str, source: str) -> dict[str, Any]:
@@ -98,9 +100,7 @@ def config_version(document: Any, source: str) -> int:
     """containerd reads a file without ``version`` as version 1."""
     version = document.get("version", 1)
     if isinstance(version, bool) or not isinstance(version, int) or version not in CRI_RUNTIME_PLUGIN:
-        raise ConfigError(
-            f"{source}: unsupported config version {version!r} (containerd knows 1, 2, 3 and 4)"
-        )
+        raise ConfigError(f"{source}: unsupported config version {version!r} (containerd knows 1, 2, 3 and 4)")
     return int(version)
 
 
@@ -140,6 +140,7 @@ def dump_cri_plugin(config: dict[str, Any]) -> str:
 
 # The merge. -------------------------------------------------------------------------------
 
+
 def _new_runtime(binary: str | None, systemd_cgroup: bool, inline: bool = False) -> Table | InlineTable:
     runtime = tomlkit.inline_table() if inline else tomlkit.table()
     runtime["runtime_type"] = RUNC_V2
@@ -151,8 +152,14 @@ def _new_runtime(binary: str | None, systemd_cgroup: bool, inline: bool = False)
     return runtime
 
 
-def _wire_runtime(edits: Edits, runtimes_path: TablePath, name: str, binary: str | None,
-                  systemd_cgroup: bool, first_blank: bool | None) -> None:
+def _wire_runtime(
+    edits: Edits,
+    runtimes_path: TablePath,
+    name: str,
+    binary: str | None,
+    systemd_cgroup: bool,
+    first_blank: bool | None,
+) -> None:
     document = edits.document
     path = runtimes_path + (name,)
     runtime = toml_layout.holder(document, path)
@@ -167,22 +174,25 @@ def _wire_runtime(edits: Edits, runtimes_path: TablePath, name: str, binary: str
         style = toml_layout.table_style(runtimes, "options")
         # Whether the file ends its tables with a blank line: read before inserting.
         blank = toml_layout.ends_with_blank_line(list(runtimes.values())[-1]) if len(runtimes) else first_blank
-        runtimes[name] = _new_runtime(binary, systemd_cgroup,
-                                      inline=toml_layout.written_as_dotted_keys(runtimes))
+        runtimes[name] = _new_runtime(binary, systemd_cgroup, inline=toml_layout.written_as_dotted_keys(runtimes))
         toml_layout.format_new(toml_layout.holder(document, path), blank, *style)
         edits.assigned.append((path, tomllib.loads(tomlkit.dumps({"r": _new_runtime(binary, systemd_cgroup)}))["r"]))
         return
     if name == "nvidia":
         edits.set(path, "runtime_type", RUNC_V2)
     options_path = path + ("options",)
-    if (toml_layout.holder(document, options_path) is None and isinstance(runtime, Table)
-            and not toml_layout.written_as_dotted_keys(runtime) and not edits.append_new):
+    if (
+        toml_layout.holder(document, options_path) is None
+        and isinstance(runtime, Table)
+        and not toml_layout.written_as_dotted_keys(runtime)
+        and not edits.append_new
+    ):
         # A runtime table with no options: add them in the runtime's own style.
         runtimes = toml_layout.holder(document, runtimes_path)
         header, key_indent, step = toml_layout.table_style(runtimes, "options")
         blank = toml_layout.ends_with_blank_line(runtime)
         runtime["options"] = _new_runtime(binary, systemd_cgroup)["options"]
-        key_offset = key_indent[len(header):] if key_indent.startswith(header) else ""
+        key_offset = key_indent[len(header) :] if key_indent.startswith(header) else ""
         options_header = toml_layout.indent_of(runtime) + step
         toml_layout.format_new(runtime["options"], blank, options_header, options_header + key_offset, step)
         edits.assigned.append((options_path, _new_runtime(binary, systemd_cgroup).unwrap()["options"]))
@@ -227,8 +237,10 @@ def _drop_disabled_cri(document: Any, edits: Edits) -> None:
         return
     if "#" in disabled.as_string():
         # tomlkit drops a comment with the element it sits on: the site's note would be lost.
-        raise ConfigError("disabled_plugins switches CRI off and carries comments: take "
-                          f"{', '.join(removed)} out of it by hand (Kubernetes needs containerd's CRI plugin)")
+        raise ConfigError(
+            "disabled_plugins switches CRI off and carries comments: take "
+            f"{', '.join(removed)} out of it by hand (Kubernetes needs containerd's CRI plugin)"
+        )
     edits.drop("disabled_plugins", removed)
     shown = ", ".join(f'"{name}"' for name in removed)
     edits.notes.append(f"removed {shown} from disabled_plugins: Kubernetes needs containerd's CRI plugin")
@@ -252,8 +264,9 @@ def _edit(text: str, source: str, wire: Callable[[Any, Edits, int], None] | None
     return Merged(text=text, version=config_version(edits.document, source), notes=edits.notes)
 
 
-def merge_containerd_config(text: str, wiring: RuntimeWiring, source: str = "config.toml",
-                            plugin: str | None = None) -> Merged:
+def merge_containerd_config(
+    text: str, wiring: RuntimeWiring, source: str = "config.toml", plugin: str | None = None
+) -> Merged:
     """
     The config ``text`` with the NVIDIA runtime wired in; raises ConfigError naming ``source``.
 
@@ -264,8 +277,11 @@ def merge_containerd_config(text: str, wiring: RuntimeWiring, source: str = "con
         cri = ("plugins", plugin or CRI_RUNTIME_PLUGIN[version])
         containerd = cri + ("containerd",)
         # Under a containerd table the file already had, a first new runtime needs its blank line.
-        first_blank = False if any(isinstance(t, Table) and not t.is_super_table()
-                                   for t in toml_layout.fragments(document, containerd)) else None
+        first_blank = (
+            False
+            if any(isinstance(t, Table) and not t.is_super_table() for t in toml_layout.fragments(document, containerd))
+            else None
+        )
         runtimes = containerd + ("runtimes",)
         _wire_runtime(edits, runtimes, "runc", None, wiring.systemd_cgroup, first_blank)
         _wire_runtime(edits, runtimes, "nvidia", wiring.binary, wiring.systemd_cgroup, first_blank)
@@ -304,6 +320,7 @@ def allow_cri(text: str, source: str) -> Merged:
 
 # What containerd would run. ---------------------------------------------------------------
 
+
 def effective_problems(dump: str, wiring: RuntimeWiring) -> tuple[str, list[str]]:
     """
     What ``containerd config dump`` says containerd would run, against the wiring:
@@ -331,20 +348,24 @@ def effective_problems(dump: str, wiring: RuntimeWiring) -> tuple[str, list[str]
         if nvidia.get("runtime_type") != RUNC_V2:
             problems.append(f"runtimes.nvidia.runtime_type is {nvidia.get('runtime_type')!r}, not {RUNC_V2!r}")
         if options.get("BinaryName") != wiring.binary:
-            problems.append(f"runtimes.nvidia.options.BinaryName is {options.get('BinaryName')!r}, "
-                            f"not {wiring.binary!r}")
+            problems.append(
+                f"runtimes.nvidia.options.BinaryName is {options.get('BinaryName')!r}, not {wiring.binary!r}"
+            )
     if nvidia and wiring.container_annotations:
         passed = nvidia.get("container_annotations") or []
         missing = [item for item in wiring.container_annotations if item not in passed]
         if missing:
-            problems.append(f"runtimes.nvidia.container_annotations lacks {', '.join(map(repr, missing))} "
-                            "(nvidia_runtime_mode=cdi)")
+            problems.append(
+                f"runtimes.nvidia.container_annotations lacks {', '.join(map(repr, missing))} (nvidia_runtime_mode=cdi)"
+            )
     for name in ("runc", "nvidia"):
         if name in runtimes or name == "runc":
             value = bool(((runtimes.get(name) or {}).get("options") or {}).get("SystemdCgroup", False))
             if value != wiring.systemd_cgroup:
-                problems.append(f"runtimes.{name}.options.SystemdCgroup is {str(value).lower()}, "
-                                f"not {str(wiring.systemd_cgroup).lower()} (systemd_cgroup)")
+                problems.append(
+                    f"runtimes.{name}.options.SystemdCgroup is {str(value).lower()}, "
+                    f"not {str(wiring.systemd_cgroup).lower()} (systemd_cgroup)"
+                )
     default = containerd.get("default_runtime_name")
     if wiring.make_default and default != "nvidia":
         problems.append(f"default_runtime_name is {default!r}, not 'nvidia' (nvidia_runtime_default is true)")
@@ -358,6 +379,7 @@ def effective_problems(dump: str, wiring: RuntimeWiring) -> tuple[str, list[str]
 
 
 # The engine. ------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ContainerdConfig:

@@ -72,44 +72,59 @@ class ContainerdInstallation:
 
 def _rancher(name: str, directory: str, units: tuple[str, ...], binary: str) -> ContainerdInstallation:
     """k3s and rke2 keep containerd the same way, each under its own name."""
-    return ContainerdInstallation(name=name, marks=(directory, f"/usr/local/bin/{name}"), units=units, binary=binary,
-                   template_dir=directory, socket=RANCHER_SOCKET)
+    return ContainerdInstallation(
+        name=name,
+        marks=(directory, f"/usr/local/bin/{name}"),
+        units=units,
+        binary=binary,
+        template_dir=directory,
+        socket=RANCHER_SOCKET,
+    )
 
 
 # In the order they are detected: the first whose marks a node shows owns its containerd.
-INSTALLATIONS: dict[str, ContainerdInstallation] = {installation.name: installation for installation in (
-    _rancher("k3s", K3S_CONTAINERD_DIR, ("k3s", "k3s-agent"), "/var/lib/rancher/k3s/data/current/bin/containerd"),
-    _rancher("rke2", RKE2_CONTAINERD_DIR, ("rke2-server", "rke2-agent"), "/var/lib/rancher/rke2/bin/containerd"),
-    ContainerdInstallation(
-        name="microk8s",
-        marks=(MICROK8S_TEMPLATE, "/snap/bin/microk8s"),
-        units=("snap.microk8s.daemon-containerd",),
-        unit_marks=False,
-        # The template holds ${SNAP}-style placeholders microk8s fills in: checked as TOML only.
-        config=MICROK8S_TEMPLATE,
-        validate_with_binary=False,
-        running_config="/var/snap/microk8s/current/args/containerd.toml",
-        socket="/var/snap/microk8s/common/run/containerd.sock",
-    ),
-    ContainerdInstallation(
-        name="k0s",
-        marks=("/etc/k0s", "/usr/local/bin/k0s", "/var/lib/k0s/bin/containerd"),
-        units=("k0sworker", "k0scontroller"),
-        reloads_itself=True,  # k0s watches its drop-in directory
-        binary="/var/lib/k0s/bin/containerd",
-        config=K0S_DROPIN,
-        initial_text=K0S_DROPIN_BASE,
-        running_config="/etc/k0s/containerd.toml",  # k0s generates it, importing its drop-ins
-        socket="/run/k0s/containerd.sock",
-    ),
-    ContainerdInstallation(name="plain", marks=(), units=("containerd",), unit_marks=False),
-)}
+INSTALLATIONS: dict[str, ContainerdInstallation] = {
+    installation.name: installation
+    for installation in (
+        _rancher("k3s", K3S_CONTAINERD_DIR, ("k3s", "k3s-agent"), "/var/lib/rancher/k3s/data/current/bin/containerd"),
+        _rancher("rke2", RKE2_CONTAINERD_DIR, ("rke2-server", "rke2-agent"), "/var/lib/rancher/rke2/bin/containerd"),
+        ContainerdInstallation(
+            name="microk8s",
+            marks=(MICROK8S_TEMPLATE, "/snap/bin/microk8s"),
+            units=("snap.microk8s.daemon-containerd",),
+            unit_marks=False,
+            # The template holds ${SNAP}-style placeholders microk8s fills in: checked as TOML only.
+            config=MICROK8S_TEMPLATE,
+            validate_with_binary=False,
+            running_config="/var/snap/microk8s/current/args/containerd.toml",
+            socket="/var/snap/microk8s/common/run/containerd.sock",
+        ),
+        ContainerdInstallation(
+            name="k0s",
+            marks=("/etc/k0s", "/usr/local/bin/k0s", "/var/lib/k0s/bin/containerd"),
+            units=("k0sworker", "k0scontroller"),
+            reloads_itself=True,  # k0s watches its drop-in directory
+            binary="/var/lib/k0s/bin/containerd",
+            config=K0S_DROPIN,
+            initial_text=K0S_DROPIN_BASE,
+            running_config="/etc/k0s/containerd.toml",  # k0s generates it, importing its drop-ins
+            socket="/run/k0s/containerd.sock",
+        ),
+        ContainerdInstallation(name="plain", marks=(), units=("containerd",), unit_marks=False),
+    )
+}
 PLAIN = INSTALLATIONS["plain"]
 
 # What the ContainerdInstallations fact looks for.
-INSTALLATION_PATHS = tuple(dict.fromkeys(path for installation in INSTALLATIONS.values() for path in installation.looked_for))
-INSTALLATION_UNITS = tuple(dict.fromkeys(unit for installation in INSTALLATIONS.values() for unit in installation.units))
-GENERATED_CONFIGS = tuple(installation.generated_config for installation in INSTALLATIONS.values() if installation.generated_config)
+INSTALLATION_PATHS = tuple(
+    dict.fromkeys(path for installation in INSTALLATIONS.values() for path in installation.looked_for)
+)
+INSTALLATION_UNITS = tuple(
+    dict.fromkeys(unit for installation in INSTALLATIONS.values() for unit in installation.units)
+)
+GENERATED_CONFIGS = tuple(
+    installation.generated_config for installation in INSTALLATIONS.values() if installation.generated_config
+)
 
 
 def classify_installation(state: dict[str, Any]) -> dict[str, Any]:
@@ -127,8 +142,14 @@ def classify_installation(state: dict[str, Any]) -> dict[str, Any]:
     def installed(installation: ContainerdInstallation) -> list[str]:
         return [unit for unit in installation.units if unit in units]
 
-    owner = next((installation for installation in INSTALLATIONS.values()
-                  if paths.intersection(installation.marks) or (installation.unit_marks and installed(installation))), PLAIN)
+    owner = next(
+        (
+            installation
+            for installation in INSTALLATIONS.values()
+            if paths.intersection(installation.marks) or (installation.unit_marks and installed(installation))
+        ),
+        PLAIN,
+    )
     if owner.reloads_itself:
         return {"name": owner.name, "service": None}
     active = [unit for unit in installed(owner) if units[unit] == "active"]
@@ -156,7 +177,9 @@ class ConfigTarget:
         return self.running_config or self.base_path or self.path
 
 
-def _template(installation: ContainerdInstallation, templates: tuple[str, str], containerd_found: dict[str, Any]) -> str:
+def _template(
+    installation: ContainerdInstallation, templates: tuple[str, str], containerd_found: dict[str, Any]
+) -> str:
     """The template k3s / rke2 reads (of ``installation``'s ``templates``): the one there, else the one of the
     generated config's version."""
     paths = set(containerd_found.get("paths", ()))
@@ -184,7 +207,10 @@ def config_target(containerd_config_path: str, containerd_found: dict[str, Any])
         # k3s / rke2 regenerate config.toml at every start: write their documented template instead.
         template = _template(installation, templates, containerd_found)
         return ConfigTarget(
-            path=template, service=service, binary=installation.binary, base_path=installation.generated_config,
+            path=template,
+            service=service,
+            binary=installation.binary,
+            base_path=installation.generated_config,
             socket=installation.socket,
             hint=(
                 f" {installation.name} reads {template} as a Go template: if it uses template directives, add the "
@@ -193,7 +219,11 @@ def config_target(containerd_config_path: str, containerd_found: dict[str, Any])
             ),
         )
     return ConfigTarget(
-        path=installation.config or containerd_config_path, service=service, binary=installation.binary,
-        initial_text=installation.initial_text, validate_with_binary=installation.validate_with_binary,
-        running_config=installation.running_config, socket=installation.socket,
+        path=installation.config or containerd_config_path,
+        service=service,
+        binary=installation.binary,
+        initial_text=installation.initial_text,
+        validate_with_binary=installation.validate_with_binary,
+        running_config=installation.running_config,
+        socket=installation.socket,
     )

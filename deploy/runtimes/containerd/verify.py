@@ -19,8 +19,7 @@ from .installations import PLAIN_SOCKET
 
 # The shell variables its part of the read takes, for a plain containerd (the installation in effect
 # gives its own: deploy/operations/verification.py).
-READ_VALUES = {"containerd_binary": "containerd", "containerd_service": "containerd",
-               "containerd_socket": PLAIN_SOCKET}
+READ_VALUES = {"containerd_binary": "containerd", "containerd_service": "containerd", "containerd_socket": PLAIN_SOCKET}
 
 
 class ContainerdOptions(Protocol):
@@ -34,8 +33,17 @@ def default_reading() -> dict[str, Any]:
     """containerd's reading before any line: ``version`` to ``dump`` are ContainerdConfig's (its version and
     ``config dump``, read with it), which deploy/operations/verification.py adds with the installation's
     ``socket``."""
-    return {"path": None, "version": None, "major": None, "minor": None, "active": None,
-            "dump_exit_code": None, "dump": None, "image_present": False, "ctr_path": None}
+    return {
+        "path": None,
+        "version": None,
+        "major": None,
+        "minor": None,
+        "active": None,
+        "dump_exit_code": None,
+        "dump": None,
+        "image_present": False,
+        "ctr_path": None,
+    }
 
 
 def read_line(reading: dict[str, Any], key: str, rest: str) -> None:
@@ -109,8 +117,10 @@ def _imports_note(cri: dict[str, Any], options: ContainerdOptions) -> str:
     others = [path for path in cri.get("imports", []) if path != options.containerd_config_path]
     if not others:
         return ""
-    return (f" (containerd also reads {', '.join(others)}: the last of them holding this section "
-            f"overrides {options.containerd_config_path})")
+    return (
+        f" (containerd also reads {', '.join(others)}: the last of them holding this section "
+        f"overrides {options.containerd_config_path})"
+    )
 
 
 def config_step(reading: dict[str, Any], options: ContainerdOptions) -> Step:
@@ -125,18 +135,24 @@ def config_step(reading: dict[str, Any], options: ContainerdOptions) -> Step:
         return Step("containerd_config", FAIL, str(error))
     where, problems = effective_problems(reading["dump"], checked)
     if not nvidia:
-        return Step("containerd_config", FAIL,
-                    f"no {where}.runtimes.{HANDLER} in `containerd config dump` ({options.containerd_config_path})"
-                    f"{_imports_note(cri, options)}: run the runtimes stage")
+        return Step(
+            "containerd_config",
+            FAIL,
+            f"no {where}.runtimes.{HANDLER} in `containerd config dump` ({options.containerd_config_path})"
+            f"{_imports_note(cri, options)}: run the runtimes stage",
+        )
     opts = nvidia.get("options") or {}
     active = reading["active"]
     if active not in (None, "active"):
         problems.append(f"containerd is {active}")
     if problems:
         return Step("containerd_config", FAIL, f"{where}: " + "; ".join(problems) + _imports_note(cri, options))
-    return Step("containerd_config", PASS,
-                f"containerd {reading['version']}: {where}.runtimes.{HANDLER} BinaryName={opts.get('BinaryName')} "
-                f"SystemdCgroup={str(bool(opts.get('SystemdCgroup'))).lower()}, default runtime {cri['default_runtime']}")
+    return Step(
+        "containerd_config",
+        PASS,
+        f"containerd {reading['version']}: {where}.runtimes.{HANDLER} BinaryName={opts.get('BinaryName')} "
+        f"SystemdCgroup={str(bool(opts.get('SystemdCgroup'))).lower()}, default runtime {cri['default_runtime']}",
+    )
 
 
 def summary(reading: dict[str, Any]) -> str:
@@ -145,5 +161,14 @@ def summary(reading: dict[str, Any]) -> str:
 
 def ctr_run(reading: dict[str, Any], image: str, container_name: str) -> tuple[str, ...]:
     """``ctr run`` of a throwaway container with the first GPU, as NVIDIA's guides do."""
-    return (reading["ctr_path"] or "ctr", "--address", reading.get("socket") or PLAIN_SOCKET,
-            "run", "--rm", "--gpus", "0", image, container_name)
+    return (
+        reading["ctr_path"] or "ctr",
+        "--address",
+        reading.get("socket") or PLAIN_SOCKET,
+        "run",
+        "--rm",
+        "--gpus",
+        "0",
+        image,
+        container_name,
+    )

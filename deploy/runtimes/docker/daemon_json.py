@@ -63,8 +63,7 @@ def _finite(number: str) -> float:
 
 
 def _strict_json(text: str) -> Any:
-    return json.loads(text, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant,
-                      parse_float=_finite)
+    return json.loads(text, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant, parse_float=_finite)
 
 
 def parse_daemon_json(text: str, source: str) -> dict[str, Any]:
@@ -81,9 +80,7 @@ def parse_daemon_json(text: str, source: str) -> dict[str, Any]:
     except DaemonConfigError as error:
         raise DaemonConfigError(f"{source} is not valid JSON: {error}") from None
     if not isinstance(data, dict):
-        raise DaemonConfigError(
-            f"{source} is not a JSON object: it holds a {type(data).__name__} at the top level"
-        )
+        raise DaemonConfigError(f"{source} is not a JSON object: it holds a {type(data).__name__} at the top level")
     return data
 
 
@@ -124,8 +121,9 @@ def is_containerd_shim_name(name: str) -> bool:
     return "/" not in name and bool(dot) and bool(prefix)
 
 
-def default_runtime_problem(config: dict[str, Any], docker_major: int | None = None,
-                            flag_runtimes: Sequence[str] = ()) -> str | None:
+def default_runtime_problem(
+    config: dict[str, Any], docker_major: int | None = None, flag_runtimes: Sequence[str] = ()
+) -> str | None:
     """
     Whether dockerd can start with this ``default-runtime``: a built-in or configured runtime (file or
     --add-runtime), or from Docker 23 on a containerd shim name. `dockerd --validate` does not check
@@ -136,16 +134,21 @@ def default_runtime_problem(config: dict[str, Any], docker_major: int | None = N
     if not isinstance(default, str) or default in (*BUILTIN_RUNTIMES, *runtimes, *flag_runtimes):
         return None
     if not is_containerd_shim_name(default):
-        return (f"default-runtime {default!r} is not a configured runtime (nor a containerd shim name like "
-                "io.containerd.runsc.v1): add it to \"runtimes\" or correct the name")
+        return (
+            f"default-runtime {default!r} is not a configured runtime (nor a containerd shim name like "
+            'io.containerd.runsc.v1): add it to "runtimes" or correct the name'
+        )
     if docker_major is not None and docker_major < 23:
-        return (f"default-runtime {default!r} is a containerd shim name, which dockerd accepts from Docker 23 "
-                f"on; this dockerd is {docker_major}: name a runtime from \"runtimes\" or upgrade Docker")
+        return (
+            f"default-runtime {default!r} is a containerd shim name, which dockerd accepts from Docker 23 "
+            f'on; this dockerd is {docker_major}: name a runtime from "runtimes" or upgrade Docker'
+        )
     return None
 
 
-def check_schema(config: dict[str, Any], source: str, docker_major: int | None = None,
-                 flag_runtimes: Sequence[str] = ()) -> None:
+def check_schema(
+    config: dict[str, Any], source: str, docker_major: int | None = None, flag_runtimes: Sequence[str] = ()
+) -> None:
     """
     The checks `dockerd --validate` would make on the keys this tool touches and the common ones,
     for ``docker_major`` (None: assume a current dockerd); ``flag_runtimes``: --add-runtime names.
@@ -166,13 +169,17 @@ def check_schema(config: dict[str, Any], source: str, docker_major: int | None =
             problems.append(f"runtimes.{name}.runtimeArgs must be a list of strings")
     features = config.get("features")
     if isinstance(features, dict):
-        problems += [f"features.{name} must be true or false"
-                     for name, value in features.items() if not isinstance(value, bool)]
+        problems += [
+            f"features.{name} must be true or false" for name, value in features.items() if not isinstance(value, bool)
+        ]
     default_problem = default_runtime_problem(config, docker_major, flag_runtimes)
     if default_problem:
         problems.append(default_problem)
-    drivers = [opt for opt in config.get("exec-opts") or () if isinstance(opt, str)
-               and opt.replace(" ", "").startswith("native.cgroupdriver=")]
+    drivers = [
+        opt
+        for opt in config.get("exec-opts") or ()
+        if isinstance(opt, str) and opt.replace(" ", "").startswith("native.cgroupdriver=")
+    ]
     if len(set(drivers)) > 1:
         problems.append(f"exec-opts sets the cgroup driver twice: {drivers}")
     if problems:
@@ -270,15 +277,23 @@ def effective_settings(config: dict[str, Any], flags: Sequence[DockerdFlag], pat
     if exec_flags:
         drivers = [flag for flag in exec_flags if _cgroup_driver(flag.value)]
         result["cgroup driver"] = (
-            EffectiveSetting(_cgroup_driver(drivers[-1].value), drivers[-1].describe()) if drivers else
-            EffectiveSetting(None, f"{exec_flags[0].describe()}, whose --exec-opt flags replace {path}'s "
-                            "exec-opts and set no cgroup driver")
+            EffectiveSetting(_cgroup_driver(drivers[-1].value), drivers[-1].describe())
+            if drivers
+            else EffectiveSetting(
+                None,
+                f"{exec_flags[0].describe()}, whose --exec-opt flags replace {path}'s "
+                "exec-opts and set no cgroup driver",
+            )
         )
     else:
-        options = [option for option in config.get("exec-opts") or () if isinstance(option, str)
-                   and _cgroup_driver(option)]
-        result["cgroup driver"] = (EffectiveSetting(_cgroup_driver(options[-1]), f"{path} exec-opts") if options
-                                   else EffectiveSetting(None, f"neither {path} nor the unit's flags"))
+        options = [
+            option for option in config.get("exec-opts") or () if isinstance(option, str) and _cgroup_driver(option)
+        ]
+        result["cgroup driver"] = (
+            EffectiveSetting(_cgroup_driver(options[-1]), f"{path} exec-opts")
+            if options
+            else EffectiveSetting(None, f"neither {path} nor the unit's flags")
+        )
 
     default_flags = [flag for flag in flags if flag.name == "default-runtime"]
     if default_flags:
@@ -294,7 +309,9 @@ def effective_settings(config: dict[str, Any], flags: Sequence[DockerdFlag], pat
     runtimes = found if isinstance(found := config.get("runtimes"), dict) else {}
     in_file = nvidia if isinstance(nvidia := runtimes.get("nvidia"), dict) else None
     if in_file is None and nvidia_flags:
-        result["nvidia runtime"] = EffectiveSetting(nvidia_flags[-1].value.partition("=")[2], nvidia_flags[-1].describe())
+        result["nvidia runtime"] = EffectiveSetting(
+            nvidia_flags[-1].value.partition("=")[2], nvidia_flags[-1].describe()
+        )
     else:
         result["nvidia runtime"] = EffectiveSetting(in_file.get("path") if in_file else None, f"{path} runtimes.nvidia")
 
@@ -338,12 +355,15 @@ def effective_problems(effective: dict[str, EffectiveSetting], wiring: RuntimeWi
         )
     cdi = effective["cdi"]
     if wiring.enable_cdi and not cdi.value:
-        problems.append(f"CDI would stay off, decided by {cdi.source}; cdi needs it on: "
-                        "make that flag --feature cdi=true or remove it, or set cdi=false")
+        problems.append(
+            f"CDI would stay off, decided by {cdi.source}; cdi needs it on: "
+            "make that flag --feature cdi=true or remove it, or set cdi=false"
+        )
     return problems
 
 
 # The engine. ------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class DockerRunning:
@@ -374,8 +394,10 @@ class DockerEngine:
         return render_daemon_json(document)
 
     def effective(self, running: DockerRunning, wiring: RuntimeWiring) -> Effective:
-        return Effective(running.path,
-                         tuple(effective_problems(effective_settings(running.config, running.flags, running.path), wiring)))
+        return Effective(
+            running.path,
+            tuple(effective_problems(effective_settings(running.config, running.flags, running.path), wiring)),
+        )
 
 
 _: RuntimeEngine[dict[str, Any], DockerRunning] = DockerEngine()

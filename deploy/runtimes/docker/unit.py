@@ -41,25 +41,58 @@ FLAG_CONFIG_KEYS: dict[str, tuple[str, ...]] = {
     "cdi-spec-dir": ("cdi-spec-dirs",),
     "default-address-pool": ("default-address-pools",),
 }
-SHORTHAND_FLAGS = {"H": "host", "D": "debug", "l": "log-level", "G": "group", "p": "pidfile", "b": "bridge",
-                   "s": "storage-driver", "g": "graph", "r": "restart", "v": "version", "h": "help"}
+SHORTHAND_FLAGS = {
+    "H": "host",
+    "D": "debug",
+    "l": "log-level",
+    "G": "group",
+    "p": "pidfile",
+    "b": "bridge",
+    "s": "storage-driver",
+    "g": "graph",
+    "r": "restart",
+    "v": "version",
+    "h": "help",
+}
 # dockerd's boolean flags (flags.BoolVar*): a bare `--iptables` takes no value.
-BOOLEAN_FLAGS = frozenset({
-    "allow-direct-routing", "cri-containerd", "debug", "experimental", "help", "icc", "init", "ip-forward",
-    "ip-forward-no-drop", "ip-masq", "ip6tables", "iptables", "ipv6", "live-restore", "no-new-privileges",
-    "raw-logs", "restart", "rootless", "selinux-enabled", "tls", "tlsverify", "userland-proxy", "validate",
-    "version",
-})
+BOOLEAN_FLAGS = frozenset(
+    {
+        "allow-direct-routing",
+        "cri-containerd",
+        "debug",
+        "experimental",
+        "help",
+        "icc",
+        "init",
+        "ip-forward",
+        "ip-forward-no-drop",
+        "ip-masq",
+        "ip6tables",
+        "iptables",
+        "ipv6",
+        "live-restore",
+        "no-new-privileges",
+        "raw-logs",
+        "restart",
+        "rootless",
+        "selinux-enabled",
+        "tls",
+        "tlsverify",
+        "userland-proxy",
+        "validate",
+        "version",
+    }
+)
 
 
 @dataclass(frozen=True)
 class DockerdFlag:
     """One flag of the dockerd command line systemd runs, after Environment expansion."""
 
-    name: str     # long name without dashes: "exec-opt"
-    value: str    # "true" for a bare boolean flag
+    name: str  # long name without dashes: "exec-opt"
+    value: str  # "true" for a bare boolean flag
     written: str  # as the unit gives it: "--exec-opt native.cgroupdriver=systemd"
-    origin: str   # "/etc/systemd/system/docker.service.d/docker-options.conf (DOCKER_OPTS)"
+    origin: str  # "/etc/systemd/system/docker.service.d/docker-options.conf (DOCKER_OPTS)"
 
     @property
     def config_keys(self) -> tuple[str, ...]:
@@ -121,8 +154,10 @@ def _split(value: str, what: str) -> list[str]:
     try:
         return shlex.split(value)
     except ValueError as error:
-        raise UnitParseError(f"{what}: {error}: fix its quoting (systemd drops such a line; gpu-node cannot "
-                             "tell dockerd's flags from it)") from None
+        raise UnitParseError(
+            f"{what}: {error}: fix its quoting (systemd drops such a line; gpu-node cannot "
+            "tell dockerd's flags from it)"
+        ) from None
 
 
 def _readable(text: str, source: str) -> str:
@@ -200,8 +235,9 @@ def parse_docker_unit(systemctl_cat: str, environment_files: dict[str, str]) -> 
         whole = _WHOLE_WORD_VARIABLE.fullmatch(word)
         if whole:
             content, source = assignments.get(whole[1], ("", path))
-            words += [(part, f"{source} ({whole[1]})")
-                      for part in _split(content, f"{source}: cannot split {whole[1]}")]
+            words += [
+                (part, f"{source} ({whole[1]})") for part in _split(content, f"{source}: cannot split {whole[1]}")
+            ]
             continue
         used: list[str] = []
 
@@ -215,12 +251,10 @@ def parse_docker_unit(systemctl_cat: str, environment_files: dict[str, str]) -> 
         origin = f"{assignments[used[0]][1]} ({used[0]})" if used and used[0] in assignments else path
         words.append((expanded, origin))
 
-    start = next((index for index, (word, _) in enumerate(words)
-                  if os.path.basename(word) == "dockerd"), None)
+    start = next((index for index, (word, _) in enumerate(words) if os.path.basename(word) == "dockerd"), None)
     if start is None:
         return DockerdCommandLine(exec_start_file=path)
-    return DockerdCommandLine(exec_start_file=path, runs_dockerd=True,
-                              flags=parse_dockerd_flags(words[start + 1:]))
+    return DockerdCommandLine(exec_start_file=path, runs_dockerd=True, flags=parse_dockerd_flags(words[start + 1 :]))
 
 
 def parse_dockerd_flags(words: list[tuple[str, str]]) -> list[DockerdFlag]:

@@ -21,8 +21,15 @@ class DockerOptions(Protocol):
 
 
 def default_reading() -> dict[str, Any]:
-    return {"path": None, "active": None, "info_exit_code": None, "runtimes": {},
-            "default_runtime": None, "cgroup_driver": None, "image_present": False}
+    return {
+        "path": None,
+        "active": None,
+        "info_exit_code": None,
+        "runtimes": {},
+        "default_runtime": None,
+        "cgroup_driver": None,
+        "image_present": False,
+    }
 
 
 def parse_docker_info(text: str) -> dict[str, Any]:
@@ -78,9 +85,12 @@ def config_step(reading: dict[str, Any], options: DockerOptions) -> Step:
         problems.append(f"cgroup driver is {reading['cgroup_driver']!r}, not 'systemd' (systemd_cgroup=true)")
     if problems:
         return Step("docker_config", FAIL, "; ".join(problems))
-    return Step("docker_config", PASS,
-                f"runtime nvidia ({path}), default runtime {reading['default_runtime']}, "
-                f"cgroup driver {reading['cgroup_driver']}")
+    return Step(
+        "docker_config",
+        PASS,
+        f"runtime nvidia ({path}), default runtime {reading['default_runtime']}, "
+        f"cgroup driver {reading['cgroup_driver']}",
+    )
 
 
 def summary(reading: dict[str, Any]) -> str:

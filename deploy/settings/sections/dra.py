@@ -37,7 +37,7 @@ class DraSettings(Section):
     gpu_allocator: Literal["device-plugin", "dra"] = Field(
         "device-plugin",
         description="how this node's GPUs reach pods: NVIDIA's device plugin (`nvidia.com/gpu`), or the DRA driver "
-                    "for NVIDIA GPUs (ResourceClaims of the DeviceClass `gpu-node.nvidia.com`); set it per node group",
+        "for NVIDIA GPUs (ResourceClaims of the DeviceClass `gpu-node.nvidia.com`); set it per node group",
     )
     dra_driver_version: ReleaseTag = Field(
         "v0.5.0", description="the DRA driver for NVIDIA GPUs' release (image tag; its chart's version without the v)"
@@ -45,25 +45,25 @@ class DraSettings(Section):
     dra_driver_install_method: Literal["static", "helm"] = Field(
         "static",
         description="the DRA driver as gpu-node's own manifests (its GPU kubelet plugin), or its Helm chart "
-                    "(needed for ComputeDomains: their controller and custom resources come with the chart)",
+        "(needed for ComputeDomains: their controller and custom resources come with the chart)",
     )
     dra_compute_domains: bool = Field(
         False,
         description="ComputeDomains (multi-node NVLink, e.g. GB200 NVL72): the chart's ComputeDomain part, a driver "
-                    "of 570.158.01 or newer, and IMEX handed over as `dra_imex` says",
+        "of 570.158.01 or newer, and IMEX handed over as `dra_imex` says",
     )
     dra_imex: Literal["driver-managed", "host-managed"] = Field(
         "driver-managed",
         description="with dra_compute_domains, who runs IMEX on nodes that have `nvidia-imex.service`: "
-                    "driver-managed masks and stops the host's unit so the driver's ComputeDomain daemons own IMEX; "
-                    "host-managed leaves it running for the driver's alpha host-managed mode",
+        "driver-managed masks and stops the host's unit so the driver's ComputeDomain daemons own IMEX; "
+        "host-managed leaves it running for the driver's alpha host-managed mode",
     )
     allocator_move_batches: BatchSizes = Field(
         "1",
         description="how many GPU nodes deploy/k8s_gpu.py moves between the device plugin and DRA at a time (the "
-                    "control plane's setting), as gpu-node-rollout's --batches: successive sizes, counts or "
-                    "percentages of the nodes that move, the last repeating (1,5,25%); the first batch is the "
-                    "canary, and a failed step stops the move there",
+        "control plane's setting), as gpu-node-rollout's --batches: successive sizes, counts or "
+        "percentages of the nodes that move, the last repeating (1,5,25%); the first batch is the "
+        "canary, and a failed step stops the move there",
     )
 
     @model_validator(mode="after")
@@ -72,21 +72,31 @@ class DraSettings(Section):
         if given_values(info) is None or self.gpu_allocator != "dra":
             return self
         if self.gpu_sharing == "gpushare":
-            raise SettingsError("invalid setting gpu_sharing='gpushare': allowed only with gpu_allocator=device-plugin "
-                                "(gpushare brings its own device plugin; a DRA node shares GPUs through its claims)")
+            raise SettingsError(
+                "invalid setting gpu_sharing='gpushare': allowed only with gpu_allocator=device-plugin "
+                "(gpushare brings its own device plugin; a DRA node shares GPUs through its claims)"
+            )
         if self.mig_strategy != "none":
-            raise SettingsError(f"invalid setting mig_strategy={shown(self.mig_strategy)}: allowed: none with "
-                                "gpu_allocator=dra (the device plugin's MIG strategy; the DRA driver has its own MIG "
-                                "devices)")
+            raise SettingsError(
+                f"invalid setting mig_strategy={shown(self.mig_strategy)}: allowed: none with "
+                "gpu_allocator=dra (the device plugin's MIG strategy; the DRA driver has its own MIG "
+                "devices)"
+            )
         if self.cdi == "false":
-            raise SettingsError("invalid setting cdi='false': allowed: auto or true with gpu_allocator=dra (the DRA "
-                                "driver hands GPUs to containers through CDI in containerd)")
+            raise SettingsError(
+                "invalid setting cdi='false': allowed: auto or true with gpu_allocator=dra (the DRA "
+                "driver hands GPUs to containers through CDI in containerd)"
+            )
         if "containerd" not in self.container_runtimes:
-            raise SettingsError(f"invalid setting container_runtimes={shown(','.join(self.container_runtimes))}: "
-                                "allowed: a list with containerd with gpu_allocator=dra (the kubelet's runtime, whose "
-                                "CDI the DRA driver needs)")
+            raise SettingsError(
+                f"invalid setting container_runtimes={shown(','.join(self.container_runtimes))}: "
+                "allowed: a list with containerd with gpu_allocator=dra (the kubelet's runtime, whose "
+                "CDI the DRA driver needs)"
+            )
         if self.dra_compute_domains and self.dra_driver_install_method != "helm":
-            raise SettingsError("invalid setting dra_driver_install_method='static': allowed: helm with "
-                                "dra_compute_domains=true (the ComputeDomain controller and its custom resources come "
-                                "with the driver's chart)")
+            raise SettingsError(
+                "invalid setting dra_driver_install_method='static': allowed: helm with "
+                "dra_compute_domains=true (the ComputeDomain controller and its custom resources come "
+                "with the driver's chart)"
+            )
         return self

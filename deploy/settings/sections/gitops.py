@@ -22,11 +22,11 @@ class GitOpsSettings(Section):
     manifests_inventory: ControllerPath | None = Field(
         None,
         description="an inventory file whose control_plane and gpu_nodes hosts' own settings (host data, "
-                    "group_data) the files follow, as `pyinfra INVENTORY deploy/k8s_gpu.py` would read them, "
-                    "connecting to none; unset: this run's settings alone",
+        "group_data) the files follow, as `pyinfra INVENTORY deploy/k8s_gpu.py` would read them, "
+        "connecting to none; unset: this run's settings alone",
     )
     manifests_kubernetes_version: KubernetesMinor | None = Field(
         None,
         description="the Kubernetes minor the files are for (e.g. 1.30), which deploy/k8s_gpu.py reads from the "
-                    "cluster: gpushare's scheduler config and extender depend on it (required with gpushare)",
+        "cluster: gpushare's scheduler config and extender depend on it (required with gpushare)",
     )

@@ -14,9 +14,5 @@ class HostSafetySettings(Section):
         True, description="load modules and apply sysctls now (tests in containers set false)"
     )
     reboot_allowed: bool = Field(False, description="reboot when the new driver needs it")
-    require_gpu: bool = Field(
-        False, description="fail (instead of reporting 'no GPU') when no NVIDIA GPU is found"
-    )
-    min_free_disk_mb: int = Field(
-        2048, ge=0, description="free space preflight wants on / and /var before installing"
-    )
+    require_gpu: bool = Field(False, description="fail (instead of reporting 'no GPU') when no NVIDIA GPU is found")
+    min_free_disk_mb: int = Field(2048, ge=0, description="free space preflight wants on / and /var before installing")

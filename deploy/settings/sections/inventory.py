@@ -25,10 +25,12 @@ class InventorySettings(Section):
     """
 
     gpu_nodes_group: GroupName = Field(
-        GPU_NODES_GROUP, description="the inventory group of the GPU nodes: the hosts the node deploys act on, and "
-                                     "whose labels deploy/k8s_gpu.py sets"
+        GPU_NODES_GROUP,
+        description="the inventory group of the GPU nodes: the hosts the node deploys act on, and "
+        "whose labels deploy/k8s_gpu.py sets",
     )
     control_plane_group: GroupName = Field(
-        CONTROL_PLANE_GROUP, description="the inventory group of the hosts kubectl runs on (deploy/k8s_gpu.py, "
-                                         "drain_before_restart); a host only there is no GPU node"
+        CONTROL_PLANE_GROUP,
+        description="the inventory group of the hosts kubectl runs on (deploy/k8s_gpu.py, "
+        "drain_before_restart); a host only there is no GPU node",
     )

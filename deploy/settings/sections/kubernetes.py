@@ -26,21 +26,17 @@ class KubernetesSettings(Section):
     kubeconfig: AbsolutePath | None = Field(
         None,
         description="the kubeconfig kubectl and helm use on the control-plane host; unset: kubectl's own there, "
-                    "as kubectl reads it (the KUBECONFIG variable of the commands pyinfra runs there, a list of "
-                    "files merged, else ~/.kube/config), else kubeadm's /etc/kubernetes/admin.conf",
+        "as kubectl reads it (the KUBECONFIG variable of the commands pyinfra runs there, a list of "
+        "files merged, else ~/.kube/config), else kubeadm's /etc/kubernetes/admin.conf",
     )
-    kube_node_names: NodeNames = Field(
-        (), description="inventory host name -> Kubernetes node name, where they differ"
-    )
+    kube_node_names: NodeNames = Field((), description="inventory host name -> Kubernetes node name, where they differ")
     device_plugin_version: ReleaseTag = Field(
         "v0.17.0", description="NVIDIA device plugin release (image tag and chart version)"
     )
     device_plugin_install_method: Literal["static", "helm"] = Field(
         "static", description="static manifests, or the helm chart"
     )
-    gpu_sharing: Literal["none", "time-slicing", "mps", "gpushare"] = Field(
-        "none", description="how pods share a GPU"
-    )
+    gpu_sharing: Literal["none", "time-slicing", "mps", "gpushare"] = Field("none", description="how pods share a GPU")
     gpu_sharing_replicas: int = Field(4, ge=2, le=1024, description="time-slicing / MPS replicas per GPU")
     time_slicing_rename_by_default: bool = Field(
         False, description="advertise nvidia.com/gpu.shared instead of nvidia.com/gpu"

@@ -20,9 +20,9 @@ class PackageSettings(Section):
     nvidia_driver_branch: DriverBranch | None = Field(
         None,
         description="driver branch, e.g. 580 (default: distro's). Pick a long term support branch NVIDIA still "
-                    "supports: R580 (to June 2028) or R620 (to September 2029); R595, a production branch, ends in "
-                    "March 2027; R535 ended in June 2026 (preflight and verify name a branch past its end of life: "
-                    "docs/datacenter.md, deploy/driver/branches.py)",
+        "supports: R580 (to June 2028) or R620 (to September 2029); R595, a production branch, ends in "
+        "March 2027; R535 ended in June 2026 (preflight and verify name a branch past its end of life: "
+        "docs/datacenter.md, deploy/driver/branches.py)",
     )
     nvidia_driver_version: PackageVersion | None = Field(None, description="exact driver package version")
     cuda_toolkit_install: bool = Field(False, description="install the CUDA toolkit")
@@ -37,26 +37,33 @@ class PackageSettings(Section):
         NVIDIA_TOOLKIT_GPGKEY_URL, description="the key that signs that repository"
     )
     nvidia_toolkit_gpgkey_fingerprint: Fingerprints = Field(
-        (NVIDIA_TOOLKIT_KEY_FINGERPRINT,), min_length=1,
+        (NVIDIA_TOOLKIT_KEY_FINGERPRINT,),
+        min_length=1,
         description="the fingerprint the toolkit repository's key must have before it is trusted (NVIDIA's "
-                    "by default; a mirror that signs with its own key: its fingerprint)",
+        "by default; a mirror that signs with its own key: its fingerprint)",
     )
     allow_insecure_repositories: bool = Field(
         False, description="accept http:// repository and key URLs (local mirrors)"
     )
     download_timeout: int = Field(
-        30, ge=1, le=600,
+        30,
+        ge=1,
+        le=600,
         description="seconds a repository, key server or release download (kubectl-inspect-gpushare) has to "
-                    "answer before the run fails",
+        "answer before the run fails",
     )
     apt_lock_timeout: int = Field(
-        120, ge=0, le=3600, description="seconds to wait for another package manager process (apt/dpkg, dnf, zypper, pacman) to "
-                              "release its lock before the run fails naming it"
+        120,
+        ge=0,
+        le=3600,
+        description="seconds to wait for another package manager process (apt/dpkg, dnf, zypper, pacman) to "
+        "release its lock before the run fails naming it",
     )
 
     @model_validator(mode="after")
     def _toolkit_urls_fit(self, info: ValidationInfo) -> PackageSettings:
         if given_values(info) is not None:
-            check_repository_urls(self, ("nvidia_toolkit_gpgkey_url",),
-                                  ("nvidia_toolkit_repo_url", "nvidia_toolkit_gpgkey_url"))
+            check_repository_urls(
+                self, ("nvidia_toolkit_gpgkey_url",), ("nvidia_toolkit_repo_url", "nvidia_toolkit_gpgkey_url")
+            )
         return self

@@ -24,8 +24,9 @@ def read_cuda(library_dir, path: str | None = None) -> dict:
     env = {**os.environ, "LD_LIBRARY_PATH": str(library_dir)}
     if path is not None:
         env["PATH"] = path
-    result = subprocess.run(["/bin/sh", "-c", CudaInit().command()], env=env, capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(
+        ["/bin/sh", "-c", CudaInit().command()], env=env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     return CudaInit().process(result.stdout.splitlines())
 
@@ -76,8 +77,10 @@ def test_the_python_found_on_the_path_is_the_one_that_runs(tmp_path, standin_lib
 def test_units_and_persistence_mode_as_systemctl_and_nvidia_smi_print_them():
     # `systemctl show UNIT -p LoadState -p ActiveState | tr '\n' ' '`, for a unit there and one not (the
     # real systemctl's answer: tests/e2e/test_verify_cuda.py, nvidia-fabricmanager "not installed")
-    lines = ["unit nvidia-persistenced LoadState=loaded ActiveState=failed ",
-             "unit nvidia-fabricmanager LoadState=not-found ActiveState=inactive "]
+    lines = [
+        "unit nvidia-persistenced LoadState=loaded ActiveState=failed ",
+        "unit nvidia-fabricmanager LoadState=not-found ActiveState=inactive ",
+    ]
     readout = VerifyReadout().process(lines)
     assert unit_state(readout, "nvidia-persistenced") == "failed"
     assert unit_state(readout, "nvidia-fabricmanager") == "not installed"
@@ -85,4 +88,3 @@ def test_units_and_persistence_mode_as_systemctl_and_nvidia_smi_print_them():
     # nvidia-smi --query-gpu=index,persistence_mode --format=csv,noheader
     assert parse_smi_persistence("0, Enabled\n1, Disabled\n") == {0: "Enabled", 1: "Disabled"}
     assert parse_smi_persistence("No devices were found\n") == {}
-

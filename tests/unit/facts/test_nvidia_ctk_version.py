@@ -25,15 +25,25 @@ def test_real_nvidia_ctk_1_20_version_output_gives_toolkit_version_1_20_0(tmp_pa
     ctk = fake_bin / "nvidia-ctk"
     ctk.write_text(f"#!/bin/sh\ncat {FIXTURE}\n")
     ctk.chmod(0o755)
-    out = subprocess.run(["/bin/sh", "-c", toolkit_lines_of_the_script()], env={"PATH": f"{fake_bin}:/usr/bin:/bin"},
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["/bin/sh", "-c", toolkit_lines_of_the_script()],
+        env={"PATH": f"{fake_bin}:/usr/bin:/bin"},
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     assert out == "ctk_version NVIDIA Container Toolkit CLI version 1.20.0\n"
     assert VerifyReadout().process(out.splitlines())["toolkit_version"] == "1.20.0"
 
 
 def test_no_nvidia_ctk_gives_no_toolkit_version(tmp_path):
     # The script's `[ -n "$ctk" ] && ...` is false here (the whole script ends in `true`).
-    out = subprocess.run(["/bin/sh", "-c", toolkit_lines_of_the_script()], env={"PATH": str(tmp_path)},
-                         check=False, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["/bin/sh", "-c", toolkit_lines_of_the_script()],
+        env={"PATH": str(tmp_path)},
+        check=False,
+        capture_output=True,
+        text=True,
+    ).stdout
     assert out == ""
     assert VerifyReadout().process(out.splitlines())["toolkit_version"] is None

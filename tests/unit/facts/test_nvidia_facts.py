@@ -31,27 +31,32 @@ def test_kernel_package_bases_are_read_with_or_without_a_final_newline(tmp_path)
     command = NodeSurvey().command()
     assert command.count("/usr/lib/modules") == 3 and "/proc/sys/kernel/osrelease" in command
     command = command.replace("/usr/lib/modules", str(modules)).replace(
-        "read -r kernel < /proc/sys/kernel/osrelease", "kernel=6.1.1-arch1-1")
+        "read -r kernel < /proc/sys/kernel/osrelease", "kernel=6.1.1-arch1-1"
+    )
     result = subprocess.run(["sh", "-c", command], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     node = NodeSurvey().process(result.stdout.splitlines())
     assert (node["kernel_pkgbases"], node["running_pkgbase"], node["kernel"]) == (
-        ["linux", "linux-lts"], "linux", "6.1.1-arch1-1")
+        ["linux", "linux-lts"],
+        "linux",
+        "6.1.1-arch1-1",
+    )
 
 
 def test_packages_available_command_quotes_names_and_parses_answers():
     command = PackagesAvailable().command(APT.available_check, ["linux-headers-6.1.0-18-amd64", "a b"])
     assert "apt-cache show --no-all-versions linux-headers-6.1.0-18-amd64 " in command
     assert "'a b'" in command
-    assert PackagesAvailable().process(["package-availability", "no linux-headers-6.1.0-18-amd64",
-                                        "yes linux-headers-amd64"]) == {
-        "linux-headers-6.1.0-18-amd64": False, "linux-headers-amd64": True}
+    assert PackagesAvailable().process(
+        ["package-availability", "no linux-headers-6.1.0-18-amd64", "yes linux-headers-amd64"]
+    ) == {"linux-headers-6.1.0-18-amd64": False, "linux-headers-amd64": True}
 
 
 def test_packages_available_really_checks_with_the_shell():
     # dnf's check against a machine without dnf answers "no", and the command still exits 0
-    result = subprocess.run(["sh", "-c", PackagesAvailable().command(DNF.available_check, ["kernel-devel"])],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["sh", "-c", PackagesAvailable().command(DNF.available_check, ["kernel-devel"])], capture_output=True, text=True
+    )
     assert result.returncode == 0
     assert PackagesAvailable().process(result.stdout.splitlines()) == {"kernel-devel": False}
 
@@ -70,15 +75,18 @@ def test_arch_hold_command_adds_one_ignorepkg_line_under_options(tmp_path):
     command = str(pacman_hold_command(["nvidia", "nvidia-utils"], str(conf)))
     subprocess.run(["sh", "-c", command], check=True)
     assert conf.read_text() == (
-        "[options]\nIgnorePkg = nvidia nvidia-utils\nHoldPkg = pacman glibc\n\n[core]\nInclude = /etc/pacman.d/mirrorlist\n")
-    listed = subprocess.run(["sh", "-c", PACMAN_HOLD_LIST.replace("/etc/pacman.conf", str(conf))],
-                            capture_output=True, text=True).stdout
+        "[options]\nIgnorePkg = nvidia nvidia-utils\nHoldPkg = pacman glibc\n\n[core]\nInclude = /etc/pacman.d/mirrorlist\n"
+    )
+    listed = subprocess.run(
+        ["sh", "-c", PACMAN_HOLD_LIST.replace("/etc/pacman.conf", str(conf))], capture_output=True, text=True
+    ).stdout
     assert IgnoredPackages().process(listed.splitlines()) == ["nvidia", "nvidia-utils"]
 
 
 def test_recommended_driver_keeps_non_empty_lines():
-    assert RecommendedDriver().process(["", "nvidia-driver-535-server, (kernel modules provided by nvidia-dkms-535-server)"]) == [
-        "nvidia-driver-535-server, (kernel modules provided by nvidia-dkms-535-server)"]
+    assert RecommendedDriver().process(
+        ["", "nvidia-driver-535-server, (kernel modules provided by nvidia-dkms-535-server)"]
+    ) == ["nvidia-driver-535-server, (kernel modules provided by nvidia-dkms-535-server)"]
 
 
 def test_apt_source_files_round_trip_bytes(tmp_path):

@@ -77,7 +77,13 @@ def test_several_gpus_keep_their_order_and_uuids():
 def test_na_and_not_supported_fields_become_none_not_values():
     code, _, output = fixture("na-fields.txt")
     first, second = parse_smi_query(output.splitlines())
-    assert first == {"index": 0, "uuid": None, "name": "GeForce GT 540M", "memory_mib": None, "driver_version": "390.48"}
+    assert first == {
+        "index": 0,
+        "uuid": None,
+        "name": "GeForce GT 540M",
+        "memory_mib": None,
+        "driver_version": "390.48",
+    }
     assert second == {"index": 1, "uuid": None, "name": None, "memory_mib": None, "driver_version": "390.48"}
 
 
@@ -89,7 +95,9 @@ def test_mig_enabled_lists_the_mig_devices_under_their_gpu():
     assert gpu["uuid"] == state["smi"]["gpus"][0]["uuid"] == "GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77"
     assert [device["profile"] for device in gpu["mig_devices"]] == ["1g.5gb"] * 7
     assert gpu["mig_devices"][6] == {
-        "profile": "1g.5gb", "index": 6, "uuid": "MIG-7df6b45c-a92d-5e09-8540-a6b389968c31"
+        "profile": "1g.5gb",
+        "index": 6,
+        "uuid": "MIG-7df6b45c-a92d-5e09-8540-a6b389968c31",
     }
 
 
