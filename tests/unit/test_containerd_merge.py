@@ -119,6 +119,23 @@ def test_enable_cdi_is_set_for_1x_and_left_to_2x():
     assert merged.notes == ["containerd 2.x has CDI on: enable_cdi left as it is"]
 
 
+def test_the_cdi_spec_folder_is_appended_to_a_multi_line_list_whose_comments_stay():
+    """Found by the merge's property test: the list set whole lost the comment beside its entry."""
+    source = (
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n'
+        "  cdi_spec_dirs = [\n"
+        '    "/etc/cdi", # the site\'s specs\n'
+        "    # more to come\n"
+        "  ] # the folders\n"
+    )
+    merged = merge_containerd_config(source, RuntimeWiring(enable_cdi=True)).text
+    for comment in ("# the site's specs", "# more to come", "# the folders"):
+        assert comment in merged
+    cri = tomlkit.parse(merged)["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["cdi_spec_dirs"] == ["/etc/cdi", "/var/run/cdi"]
+    assert merge_containerd_config(merged, RuntimeWiring(enable_cdi=True)).text == merged
+
+
 def test_invalid_toml_names_the_file_line_and_column():
     with pytest.raises(ConfigError) as error:
         merge_containerd_config(

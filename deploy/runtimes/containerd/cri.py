@@ -203,27 +203,30 @@ def _wire_runtime(
 
 
 def _add_container_annotations(edits: Edits, runtime_path: TablePath, wanted: tuple[str, ...]) -> None:
-    """The runtime's ``container_annotations`` with ``wanted`` appended where missing (the file's
-    entries, their order and comments kept)."""
-    if not wanted:
-        return
-    runtime = toml_layout.holder(edits.document, runtime_path, "container_annotations")
-    current = runtime.get("container_annotations") if runtime is not None else None
+    if wanted:
+        _append_missing(edits, runtime_path, "container_annotations", wanted)
+
+
+def _append_missing(edits: Edits, path: TablePath, key: str, wanted: tuple[str, ...]) -> None:
+    """``key``'s list of strings at ``path`` with ``wanted`` appended where missing (the file's entries, their
+    order and comments kept: a list set whole would lose the comments inside a multi-line array)."""
+    holder = toml_layout.holder(edits.document, path, key)
+    current = holder.get(key) if holder is not None else None
     if current is None:
-        edits.set(runtime_path, "container_annotations", list(wanted))
+        edits.set(path, key, list(wanted))
         return
     if not isinstance(current, list) or not all(isinstance(item, str) for item in current):
-        raise ConfigError(f"{dotted(runtime_path + ('container_annotations',))} is not a list of strings")
+        raise ConfigError(f"{dotted(path + (key,))} is not a list of strings")
     missing = [item for item in wanted if item not in current]
     if not missing:
         return
     values = [str(item) for item in current] + missing
     if isinstance(current, Array):
         for item in missing:
-            current.append(item)  # in place: the array's comments and layout stay
-        edits.assigned.append((runtime_path + ("container_annotations",), values))
+            current.append(item)
+        edits.assigned.append((path + (key,), values))
     else:  # an inline table's or a dotted key's plain list
-        edits.set(runtime_path, "container_annotations", values)
+        edits.set(path, key, values)
 
 
 def _drop_disabled_cri(document: Any, edits: Edits) -> None:
@@ -299,12 +302,11 @@ def merge_containerd_config(
         elif wiring.enable_cdi:
             edits.set(cri, "enable_cdi", True)
             cri_table = toml_layout.holder(document, cri, "cdi_spec_dirs")
-            spec_dirs: Any = cri_table.get("cdi_spec_dirs") if cri_table is not None else None
-            spec_dirs = spec_dirs.unwrap() if hasattr(spec_dirs, "unwrap") else spec_dirs
+            spec_dirs = cri_table.get("cdi_spec_dirs") if cri_table is not None else None
             if not isinstance(spec_dirs, list):
                 edits.set(cri, "cdi_spec_dirs", list(SPEC_DIRS))
-            elif SPEC_PATH.rsplit("/", 1)[0] not in spec_dirs:
-                edits.set(cri, "cdi_spec_dirs", spec_dirs + [SPEC_PATH.rsplit("/", 1)[0]])
+            else:
+                _append_missing(edits, cri, "cdi_spec_dirs", (SPEC_PATH.rsplit("/", 1)[0],))
         elif wiring.enable_cdi is False:
             holder_table = toml_layout.holder(document, cri, "enable_cdi")
             if holder_table is not None and holder_table.get("enable_cdi") is True:
