@@ -430,6 +430,11 @@ class Node:
         return DeployResult(result.returncode, result.stdout, result.stderr, args)
 
 
+# The operation that rewrites the first-boot unit's settings (deploy/tasks/boot.py), which record settings
+# such as cdi: a run that changes one of them changes this file and restarts nothing.
+BOOT_SETTINGS_OP = "First-boot unit | Put /etc/gpu-node/boot.json (the first-boot unit)"
+
+
 def assert_no_change(result: DeployResult, status: int = 0) -> None:
     """The idempotence contract: a re-run succeeds and changes nothing. ``status`` 3: a GPU node still
     awaits the reboot its driver change needs (deploy/exit_status.py), which a re-run does not take."""

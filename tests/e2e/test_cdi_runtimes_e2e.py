@@ -35,7 +35,7 @@ from cluster_hosts import allow_sandboxes_without_cap_sys_resource
 from containerd_releases import trixie_containerd_deb, trixie_docker_debs
 from cri.images import IMAGE as CRI_IMAGE
 from cri.images import import_into_node
-from harness import assert_no_change, busybox_image_tar, run
+from harness import BOOT_SETTINGS_OP, assert_no_change, busybox_image_tar, run
 from test_cdi_e2e import SPEC, spec_devices, standin_gpus
 
 CONFIG = "/etc/containerd/config.toml"
@@ -151,8 +151,11 @@ def test_cdi_on_trixie_containerd_1_7_enabled_injected_through_the_cri_verified_
     leftover = node.sh("ctr -n k8s.io containers list -q").stdout.split()
     assert leftover == [], f"CRI containers left behind: {leftover}"
 
-    # cdi=true asks the same of 1.7 as auto: nothing to change, nothing restarted.
+    # cdi=true asks the same of 1.7 as auto: only the first-boot unit's record of the setting is
+    # rewritten, nothing restarted, and a re-run changes nothing.
     service = node.service("containerd")
+    asked_true = node.deploy(data={**data, "cdi": "true"})
+    assert asked_true.returncode == 0 and asked_true.changed_operations() == [BOOT_SETTINGS_OP], asked_true.explain()
     assert_no_change(node.deploy(data={**data, "cdi": "true"}))
     assert node.service("containerd") == service
 
@@ -207,7 +210,10 @@ def test_cdi_on_trixie_docker_26_enabled_injected_by_docker_run_verified_and_rer
     asked_unknown = node.sh(f"docker run --rm --network none --device nvidia.com/gpu=7 {IMAGE} true", check=False)
     assert asked_unknown.returncode != 0 and "unresolvable CDI devices nvidia.com/gpu=7" in asked_unknown.stderr
 
-    # cdi=auto decides the same for Docker 26: nothing to change, dockerd not restarted.
+    # cdi=auto decides the same for Docker 26: only the first-boot unit's record of the setting is
+    # rewritten, dockerd not restarted, and a re-run changes nothing.
     service = node.service("docker")
+    asked_auto = node.deploy(data=data)
+    assert asked_auto.returncode == 0 and asked_auto.changed_operations() == [BOOT_SETTINGS_OP], asked_auto.explain()
     assert_no_change(node.deploy(data=data))
     assert node.service("docker") == service
