@@ -282,6 +282,8 @@ class Node:
     apt_cache: AptCache | None = None
     # PID 1: systemd, as a node boots; anything else makes a plain container (no boot to wait for)
     init: tuple[str, ...] = ("/sbin/init",)
+    # how long the boot may take: a boot that runs cloud-init's user data waits for it
+    boot_timeout: float = 120
 
     def start(self) -> Node:
         volumes = []
@@ -299,7 +301,7 @@ class Node:
             # Until PID 1 serves its bus, systemctl prints nothing or "offline".
             state = wait_for(
                 lambda: self._booted_state(),
-                timeout=120,
+                timeout=self.boot_timeout,
                 what=f"systemd in node {self.id[:12]}",
             )
             if state not in ("running", "degraded"):
@@ -328,7 +330,7 @@ class Node:
         )
 
     def _booted_state(self) -> str | None:
-        state = self.sh("systemctl is-system-running --wait", check=False, timeout=120).stdout.strip()
+        state = self.sh("systemctl is-system-running --wait", check=False, timeout=self.boot_timeout).stdout.strip()
         return None if state in ("", "offline") else state
 
     def remove(self) -> None:

@@ -21,6 +21,11 @@ modinfo reads) listed in the running kernel's modules.dep; kernel_modules_load=f
 says it skips the load. The health check's Xid lines are STAND-IN kernel entries written into the
 node's own journal by systemd-journal-remote (never the machine's kernel log), its NVML answers a
 STAND-IN nvidia-smi's (tests/standin_nvidia_smi.py). The tests share the node, in this order.
+
+The image build also installs Debian's cloud-init and is committed as an image before gpu-node's
+install: a second node boots it with a NoCloud seed made of docs/examples/cloud-init-pull.yaml
+(tests/nocloud.py), and installs, converges and watches itself with no controller. The baked image
+does not run cloud-init (/etc/cloud/cloud-init.disabled): its boot is gpu-node's alone.
 """
 
 from __future__ import annotations
@@ -34,12 +39,15 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import apt_repo
 import jsonschema
+import nocloud
 import pci_tree
 import pytest
 import standin_kmod
 import standin_nvidia_smi
 from harness import REPO, SAFE_DATA, DeployResult, Node, assert_no_change, run, wait_for
+from packaging.utils import canonicalize_name
 from wheels import REQUIREMENTS_RECIPE, dependency_wheels, gpu_node_wheel
 
 DATA = {**SAFE_DATA, "stages": "kernel,runtimes,verify", "container_runtimes": "containerd"}
@@ -66,6 +74,8 @@ class Baked:
     node: Node
     kernel: str
     bakes: dict[str, DeployResult]
+    pci: Path = Path()  # the PCI fixture's devices folder
+    cloud_image: str = ""  # the image before gpu-node's install, with cloud-init
     # containerd's config as the image shipped it, and after the bake its containerd rejected
     shipped: bytes = b""
     after_rejected: bytes = b""
@@ -85,9 +95,9 @@ def bake(root: Path, tmp_path: Path) -> DeployResult:
     return DeployResult(result.returncode, result.stdout, result.stderr, args)
 
 
-def build_image_root(image: str, root: Path) -> None:
+def build_image_root(image: str, root: Path, cloud_image: str) -> None:
     """The node image with the runtimes and gpu-node installed as an image build installs them,
-    exported to ``root``."""
+    exported to ``root``; before gpu-node's install, committed as ``cloud_image`` (cloud-init with it)."""
     wheel, dependencies = gpu_node_wheel(), dependency_wheels()
     builder = Node(
         image=image,
@@ -97,9 +107,11 @@ def build_image_root(image: str, root: Path) -> None:
     try:
         builder.sh(
             "DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
-            "apt-get install -y -qq containerd python3-venv systemd-journal-remote >/dev/null",
+            "apt-get install -y -qq containerd python3-venv systemd-journal-remote cloud-init >/dev/null",
             timeout=900,
         )
+        nocloud.configure_image(builder)
+        nocloud.commit(builder, cloud_image)
         # As docs/examples/cloud-init-pull.yaml installs it: requirements.txt written by the docs' recipe,
         # every wheel pinned by its SHA-256, no index. --no-compile: the node compiles what it imports.
         builder.sh(
@@ -112,6 +124,7 @@ def build_image_root(image: str, root: Path) -> None:
         run(["sh", "-c", f"docker export {builder.id} | tar -C {root} -x"], timeout=300)
     finally:
         builder.remove()
+    (root / "etc" / "cloud" / "cloud-init.disabled").touch()
 
 
 def put_standin_module(root: Path, kernel: str) -> None:
@@ -132,10 +145,11 @@ def baked(image, tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("bake")
     root = tmp_path / "root"
     root.mkdir()
-    build_image_root(image, root)
+    cloud_image = f"gpu-node-test/cloud-init:{uuid.uuid4().hex[:12]}"
+    build_image_root(image, root, cloud_image)
     kernel = os.uname().release
     put_standin_module(root, kernel)
-    result = Baked(node=Node(image=""), kernel=kernel, bakes={}, started=started)
+    result = Baked(node=Node(image=""), kernel=kernel, bakes={}, started=started, cloud_image=cloud_image)
     result.times["image root"] = time.monotonic() - started
 
     config = root / CONFIG.lstrip("/")
@@ -160,6 +174,7 @@ def baked(image, tmp_path_factory):
     tree = pci_tree.write(pci_tree.load("pcie-only"), tmp_path / "pci" / "devices")
     for path in [tmp_path / "pci", *(tmp_path / "pci").rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
+    result.pci = tree
     result.node = Node(image=tag, extra_run_args=["-v", f"{tree}:/sys/bus/pci/devices:ro"])
     try:
         result.node.start()
@@ -167,7 +182,7 @@ def baked(image, tmp_path_factory):
         yield result
     finally:
         result.node.remove()
-        run(["docker", "rmi", tag], check=False)
+        run(["docker", "rmi", tag, cloud_image], check=False)
         print(
             "without-controller e2e, seconds since the start:",
             ", ".join(f"{name} {at:.0f}" for name, at in result.times.items()),
@@ -426,3 +441,112 @@ def test_pull_mode_from_the_image_converges_restores_drift_refuses_a_broken_sett
     assert node.sh(f"cat {CONFIG}").stdout.encode() == baked.shipped  # put back as the image shipped it
     print(f"pull and undo: {time.monotonic() - started:.1f} s")
     baked.times["pull and undo"] = time.monotonic() - baked.started
+
+
+# The site's settings for a node container, added to the example's own: the stages that need no driver
+# build nor GPU, nothing loaded into the machine's kernel, no reboot; the health check every 10 s (its
+# shortest), so its timer's first run comes 10 s after boot rather than a minute.
+CLOUD_INIT_SETTINGS = (
+    'stages = ["kernel", "runtimes"]\nkernel_modules_load = false\nreboot_allowed = false\n'
+    'health_check_interval = "10s"\n'
+)
+CLOUD_INIT_HOSTNAME = "gpu-node-cloud-init"
+
+
+def happened(node: Node, unit: str, stamp: str) -> bool:
+    """Whether a unit's monotonic timestamp is set (systemd shows 0 for what has not happened this boot)."""
+    return node.sh(f"systemctl show {unit} -p {stamp} --value").stdout.strip() not in ("", "0")
+
+
+def test_debians_cloud_init_boots_the_example_which_installs_gpu_node_that_converges_keeps_itself_and_reports_health(
+    baked, tmp_path
+):
+    """A node container booted with Debian's cloud-init (bookworm's package) and a NoCloud seed whose
+    user-data is docs/examples/cloud-init-pull.yaml with a site's values (its wheels' address: served
+    on 127.0.0.1; its requirements.txt: the docs' recipe over the wheels built from this checkout; its
+    settings: the example's with the stages kernel and runtimes, kernel_modules_load=false,
+    reboot_allowed=false): cloud-init finds the seed, writes the settings (root's, 0644), installs
+    exactly the pinned wheels with no index, and the example's runcmd enables the pull timer and starts
+    the pull service, which converges the node with no controller. A runtime config changed by hand is
+    put back by the next run the timer starts (a drop-in shortens its interval), and the health timer
+    the pull run installed writes health.json, under the seed's hostname, naming the PCI fixture's two
+    GPUs the driver does not see (no module in this image). The seed is the one thing that differs from
+    a VM booted by the same user data: no cloud's metadata service is involved."""
+    started = time.monotonic()
+    wheels = tmp_path / "wheels"
+    requirements = nocloud.wheelhouse(wheels)
+    node = Node(image=baked.cloud_image, boot_timeout=900)
+    with apt_repo.serve(wheels) as url:
+        user_data = nocloud.site_user_data(
+            wheels_url=f"{url}/", requirements=requirements, settings=CLOUD_INIT_SETTINGS
+        )
+        seed = nocloud.write_seed(
+            tmp_path / "seed", user_data, instance_id=f"e2e-{uuid.uuid4().hex[:12]}", hostname=CLOUD_INIT_HOSTNAME
+        )
+        node.extra_run_args = ["-v", f"{seed}:{nocloud.SEED}:ro", "-v", f"{baked.pci}:/sys/bus/pci/devices:ro"]
+        node.start()  # systemd's boot: cloud-init's stages, the example's runcmd and the pull run it starts
+    try:
+        booted = time.monotonic() - started
+        status = node.sh("cloud-init status --long", check=False).stdout
+        assert "status: done" in status and f"DataSourceNoCloud [seed={nocloud.SEED}]" in status, (
+            status + node.read("/var/log/cloud-init-output.log")[-6000:]
+        )
+        assert node.sh("hostname").stdout.strip() == CLOUD_INIT_HOSTNAME
+        assert node.stat(nocloud.SETTINGS_PATH).startswith("644 root:root ")
+
+        # exactly the pinned wheels, and nothing from an index
+        pinned = {
+            canonicalize_name(line.split("==")[0]): line.split("==")[1].split()[0] for line in requirements.splitlines()
+        }
+        frozen = dict(line.split("==") for line in node.sh("/opt/gpu-node/bin/pip freeze").stdout.splitlines())
+        assert {canonicalize_name(name): version for name, version in frozen.items()} == pinned
+        assert f"Downloading {url}/{gpu_node_wheel().name}" in node.read("/var/log/cloud-init-output.log")
+
+        # the pull run the example's runcmd started converged the node
+        assert node.is_active("gpu-node-pull.timer")
+        shown = node.sh("systemctl show gpu-node-pull.service -p Result -p ExecMainStatus").stdout.split()
+        journal = node.sh("journalctl -u gpu-node-pull.service --no-pager -o cat").stdout
+        assert shown == ["Result=success", "ExecMainStatus=0"], journal[-6000:]
+        assert "--> Fleet report: 1 node: 0 converged, 1 changed, 0 failed" in journal, journal[-6000:]
+        assert node.sh("containerd config dump").stdout.count('default_runtime_name = "nvidia"') == 1
+        print(f"cloud-init node: booted, installed and converged in {booted:.0f} s")
+
+        # drift, put back by the next run the timer starts
+        assert not happened(node, "gpu-node-pull.timer", "LastTriggerUSecMonotonic")
+        node.sh(f'sed -i \'s/default_runtime_name = "nvidia"/default_runtime_name = "runc"/\' {CONFIG}')
+        assert node.sh("containerd config dump").stdout.count('default_runtime_name = "nvidia"') == 0
+        node.write(
+            "/etc/systemd/system/gpu-node-pull.timer.d/soon.conf",
+            "[Timer]\nOnUnitInactiveSec=\nOnUnitInactiveSec=5s\nRandomizedDelaySec=0\nAccuracySec=1s\n",
+        )
+        node.sh("systemctl daemon-reload")
+        wait_for(
+            lambda: node.sh(f"grep -c 'default_runtime_name = \"nvidia\"' {CONFIG}", check=False).stdout.strip() == "1",
+            timeout=600,
+            interval=2,
+            what="the pull timer's run to put containerd's config back",
+        )
+        assert happened(node, "gpu-node-pull.timer", "LastTriggerUSecMonotonic")
+        node.sh("rm -r /etc/systemd/system/gpu-node-pull.timer.d && systemctl daemon-reload")
+        print(f"cloud-init node: drift put back by the timer's run at {time.monotonic() - started:.0f} s")
+
+        # the health timer the pull run installed reports
+        wait_for(lambda: node.exists(HEALTH_REPORT), timeout=300, interval=2, what="the health timer's first run")
+        assert happened(node, "gpu-node-health.timer", "LastTriggerUSecMonotonic")
+        assert not happened(node, "gpu-node-boot.service", "ExecMainStartTimestampMonotonic")  # the next boot's
+        health = json.loads(node.read(HEALTH_REPORT))
+        assert not list(jsonschema.Draft202012Validator(HEALTH_SCHEMA).iter_errors(health))
+        assert health["host"] == CLOUD_INIT_HOSTNAME and health["status"] == "unhealthy"
+        assert [problem["line"] for problem in health["problems"]] == [
+            "the nvidia module is not loaded: 2 GPU(s) on the PCI bus unused"
+        ]
+        assert [gpu["pci"] for gpu in health["gpus"]] == ["0000:17:00.0", "0000:ca:00.0"]
+        said = node.sh("journalctl -u gpu-node-health.service --no-pager -o cat").stdout
+        assert (
+            "gpu-node health: unhealthy: the nvidia module is not loaded: 2 GPU(s) on the PCI bus unused "
+            f"({HEALTH_REPORT})"
+        ) in said, said
+        print(f"cloud-init node: {time.monotonic() - started:.0f} s in all")
+        baked.times["cloud-init node"] = time.monotonic() - baked.started
+    finally:
+        node.remove()
