@@ -27,7 +27,6 @@ from .reports.fleet_report import fleet_report_for
 from .settings import DEFAULTS, Settings, call_settings, host_settings
 from .signatures import document_settings
 from .stages import read_only_steps, steps_for
-from .tasks import undo
 from .tasks.drain import checked_drain_target
 from .tasks.preflight import preflight, read_ahead
 
@@ -39,10 +38,12 @@ if TYPE_CHECKING:
 def freeze_imported_objects() -> None:
     """
     Exempt what the entry file has imported (pyinfra, pydantic's models, the deploy's modules and
-    tables: objects that live as long as the process) from every later garbage collection. At exit
-    CPython runs full collections over every object still tracked: 70 to 90 ms of a one-node
-    no-op (bench/noop.py) spent on objects the process's end frees anyway. Once per process: what
-    the hosts' runs make later is collected as usual.
+    tables, the modules of the stages the first host runs: objects that live as long as the process)
+    from every later garbage collection. At exit CPython runs full collections over every object
+    still tracked: 70 to 90 ms of a one-node no-op (bench/noop.py) spent on objects the process's
+    end frees anyway. Once per process, when the first host has read its node (its stages' modules
+    are imported as it asks their reads, deploy/stages.py): what the hosts' runs make later is
+    collected as usual.
     """
     gc.freeze()
 
@@ -98,10 +99,8 @@ def gpu_node_settings(host: Host) -> Settings | None:
     """
     The settings of a host the GPU node entry files act on, with the run's fleet report hooked;
     None for a control-plane-only host, which is deploy/k8s_gpu.py's business, and for a host in
-    other groups only, which fails in one line. Called once the entry file has imported what it
-    needs (``freeze_imported_objects``).
+    other groups only, which fails in one line.
     """
-    freeze_imported_objects()
     settings = host_settings(host)
     # One table and one JSON file for the whole run, after the last host disconnects.
     fleet_report_for(host.state, settings.fleet_report_path)
@@ -139,6 +138,7 @@ def provision_gpu_node(**settings: Any) -> None:
         # This host alone fails, before any change on it; the rest of the fleet goes on.
         fail(name="Refuse this host (preflight)", message=str(refusal))
         return
+    freeze_imported_objects()
     # drain_before_restart: the node to drain before a restart; its control plane checked now.
     drain = checked_drain_target(node)
     log_file_note(
@@ -170,6 +170,7 @@ def verify_gpu_node(**settings: Any) -> None:
         # This host alone fails; the rest of the fleet is verified.
         fail(name="Refuse this host (its read)", message=str(unreadable))
         return
+    freeze_imported_objects()
     for step in steps:
         step.apply(node, None, None)
 
@@ -184,6 +185,9 @@ def undo_gpu_node(**settings: Any) -> None:
     ``undo_remove_packages=True`` the packages it installed removed (docs/undo.md). Settings as
     ``provision_gpu_node`` takes them; a node gpu-node never changed is left as it is.
     """
+    # imported here: the undo reads every stage's files, which a run of the stages need not load
+    from .tasks import undo
+
     call_settings(host.state, settings, "undo_gpu_node")
     node = gpu_node_settings(host)
     if node is None:
@@ -194,4 +198,5 @@ def undo_gpu_node(**settings: Any) -> None:
         # This host alone fails, before any change on it; the rest of the fleet goes on.
         fail(name="Refuse this host (undo)", message=str(refusal))
         return
+    freeze_imported_objects()
     undo.take_it_back_off(node, found)

@@ -11,32 +11,76 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from . import load
 from .distros.families import Platform
 from .facts.read_ahead import FactCall
 from .operations.drain import DrainTarget
 from .operations.runtime_config import WiredRuntime
 from .planning.findings import Findings, StepCheck
 from .settings import Settings, Stage
-from .tasks import (
-    boot,
-    cdi,
-    containerd,
-    devices,
-    docker,
-    dra,
-    drain,
-    driver,
-    gpudirect,
-    health,
-    imex,
-    kernel,
-    mig,
-    rack,
-    toolkit,
-    verification,
-)
+
+
+class _StageModule:
+    """A stage's module in deploy/tasks/, imported when the run first calls one of its functions: a run
+    loads the operations and facts of the stages it runs, not those of every stage (docs/benchmark.md)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __getattr__(self, function: str) -> Callable[..., Any]:
+        if function.startswith("_"):
+            raise AttributeError(function)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return getattr(load(f".tasks.{self.name}"), function)(*args, **kwargs)
+
+        return call
+
+
+# The type checker and lint-imports read the modules themselves; a run has each by name until it is used.
+if TYPE_CHECKING:
+    from .tasks import (
+        boot,
+        cdi,
+        containerd,
+        devices,
+        docker,
+        dra,
+        drain,
+        driver,
+        gpudirect,
+        health,
+        imex,
+        kernel,
+        mig,
+        rack,
+        toolkit,
+        verification,
+    )
+else:
+    globals().update(
+        (name, _StageModule(name))
+        for name in [
+            "boot",
+            "cdi",
+            "containerd",
+            "devices",
+            "docker",
+            "dra",
+            "drain",
+            "driver",
+            "gpudirect",
+            "health",
+            "imex",
+            "kernel",
+            "mig",
+            "rack",
+            "toolkit",
+            "verification",
+        ]
+    )
 
 
 def _no_reads(settings: Settings) -> list[FactCall]:
@@ -94,6 +138,16 @@ def _makes_a_node(settings: Settings) -> bool:
         or settings.runs("runtimes")
         or (settings.runs("toolkit") and settings.nvidia_toolkit_install)
     )
+
+
+def _dra_node(settings: Settings) -> bool:
+    """A node of the DRA group: the DRA steps run (their stages picked)."""
+    return settings.gpu_allocator == "dra"
+
+
+def _rack_parts(settings: Settings) -> bool:
+    """Settings that ask for any of the rack's parts (an IMEX domain, nvidia-peermem, a MIG layout): verify checks them."""
+    return settings.imex_domain is not None or settings.gpudirect_rdma != "false" or settings.mig_layout is not None
 
 
 def _driver_packages(found: Findings | None) -> frozenset[str]:
@@ -213,7 +267,7 @@ STEPS: tuple[Step, ...] = (
     Step(
         "dra",
         "runtimes",
-        dra.wanted,
+        _dra_node,
         reads=dra.reads,
         check=dra.preflight_check,
         apply=lambda s, found, target: dra.dra_node(s, drain=target),
@@ -238,7 +292,7 @@ STEPS: tuple[Step, ...] = (
     Step(
         "verify dra",
         "verify",
-        dra.wanted,
+        _dra_node,
         reads=dra.verify_reads,
         read_only=True,
         apply=lambda s, found, target: dra.verify_dra(s),
@@ -246,7 +300,7 @@ STEPS: tuple[Step, ...] = (
     Step(
         "verify rack",
         "verify",
-        rack.wanted,
+        _rack_parts,
         reads=rack.verify_reads,
         read_only=True,
         apply=lambda s, found, target: rack.verify_rack(s),
@@ -272,7 +326,7 @@ STEPS: tuple[Step, ...] = (
         "driver report",
         None,
         _always,
-        apply=_after_preflight(lambda s, found, target: driver.driver_report(s, found.plans.get("driver"))),
+        apply=_after_preflight(lambda s, found, target: verification.driver_report(s, _driver_packages(found))),
     ),
 )
 

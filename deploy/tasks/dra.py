@@ -28,11 +28,6 @@ from ..settings import Settings
 from ..verification.options import VerifyOptions
 
 
-def wanted(settings: Settings) -> bool:
-    """The DRA steps run for a node of the DRA group (their stages picked: deploy/stages.py)."""
-    return settings.gpu_allocator == "dra"
-
-
 def reads(settings: Settings) -> list[FactCall]:
     """What the stage decides on (NodeSurvey and the plain containerd's read are preflight's own)."""
     return [dra_ops.node_read(settings), target_read(plain_target(settings.containerd_config_path))]

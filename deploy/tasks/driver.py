@@ -394,12 +394,3 @@ def add_cuda_repository(settings: Settings, manager: PackageManager, repository:
         timeout=settings.download_timeout,
         lock_timeout=settings.apt_lock_timeout,
     )
-
-
-@deploy("Driver report")
-def driver_report(settings: Settings, plan: DriverPlan | None) -> None:
-    driver_ops.report_driver_state(
-        name="Report the NVIDIA driver's state",
-        require_gpu=settings.require_gpu,
-        driver_packages=sorted(plan.packages) if plan else [],
-    )

@@ -20,10 +20,6 @@ from ..settings import Settings
 from .imex import members_of
 
 
-def wanted(settings: Settings) -> bool:
-    return settings.imex_domain is not None or settings.gpudirect_rdma != "false" or settings.mig_layout is not None
-
-
 def verify_reads(settings: Settings) -> list[FactCall]:
     """What the check reads, for the run's one read ahead (NodeSurvey is preflight's own)."""
     calls: list[FactCall] = [(ImexState, {})] if settings.imex_domain else []

@@ -1,5 +1,5 @@
-"""The verify stage (read-only): every verify step and a report per node (deploy/verification/,
-deploy/operations/verification.py)."""
+"""The run's read-only reports: the verify stage's steps and report per node (deploy/verification/,
+deploy/operations/verification.py), and the driver's state, the last word of every run."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from ..facts.read_ahead import FactCall
 from ..foundations.pyinfra_api import deploy
 from ..operations import verification
+from ..operations.driver import report_driver_state
 from ..settings import Settings
 from ..verification.options import VerifyOptions
 
@@ -26,4 +27,14 @@ def verify(settings: Settings, driver_packages: Iterable[str] = ()) -> None:
         options=VerifyOptions.from_settings(settings),
         report_path=settings.verify_report_path,
         driver_packages=tuple(sorted(driver_packages)),
+    )
+
+
+@deploy("Driver report")
+def driver_report(settings: Settings, driver_packages: Iterable[str] = ()) -> None:
+    """``driver_packages``: what this run's driver stage installs (a reboot pending for them is said)."""
+    report_driver_state(
+        name="Report the NVIDIA driver's state",
+        require_gpu=settings.require_gpu,
+        driver_packages=sorted(driver_packages),
     )

@@ -86,3 +86,37 @@ def test_the_modules_an_entry_file_loads_keep_their_bytecode_under_pyinfras_sett
         )
         assert result.returncode == 0, result.stderr
         assert bool(list(cache.rglob("batches.*.pyc"))) is written
+
+
+# The entry's imports, then a host's steps asked for their reads as preflight asks them.
+STAGE_MODULES = """
+import sys
+import deploy.entry
+from deploy.settings import parse_settings
+from deploy.stages import steps_for
+
+def tasks():
+    return sorted(name for name in sys.modules if name.startswith("deploy.tasks."))
+
+at_start = tasks()
+settings = parse_settings({{"stages": "{stages}"}})
+for step in steps_for(settings):
+    step.reads(settings)
+print(" ".join(at_start), "|", " ".join(tasks()))
+"""
+
+
+def test_a_run_imports_the_modules_of_the_stages_it_runs_and_no_other_stages():
+    """deploy/stages.py's table names each stage's module (deploy/tasks/) by name until the run calls a
+    function of it: the entry file's import loads none of them, and a host that runs the kernel stage
+    alone loads the kernel's, not the driver's, the runtimes' or the undo's (docs/benchmark.md)."""
+    result = subprocess.run(
+        [sys.executable, "-c", STAGE_MODULES.format(stages="kernel")], cwd=REPO, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    at_start, after_reads = (part.split() for part in result.stdout.split("|"))
+    # preflight's own and the drain's (every run asks for its target), the entry's
+    assert at_start == ["deploy.tasks.drain", "deploy.tasks.preflight"]
+    assert "deploy.tasks.kernel" in after_reads
+    others = ("driver", "imex", "mig", "toolkit", "containerd", "docker", "cdi", "dra", "verification", "undo")
+    assert not [name for name in after_reads if name.rsplit(".", 1)[1] in others]
