@@ -136,6 +136,18 @@ def test_the_cdi_spec_folder_is_appended_to_a_multi_line_list_whose_comments_sta
     assert merge_containerd_config(merged, RuntimeWiring(enable_cdi=True)).text == merged
 
 
+@pytest.mark.parametrize("spec_dirs", ['["/etc/cdi", 5]', '"/opt/cdi"'])
+def test_a_cdi_spec_dirs_containerd_cannot_read_is_refused_not_replaced(spec_dirs):
+    """containerd (2.1, ``config dump``) refuses both shapes itself ("cannot decode TOML integer/string into
+    ... CDISpecDirs"): the site's value is refused in one line, as container_annotations' is, not set over."""
+    source = f'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n  cdi_spec_dirs = {spec_dirs}\n'
+    with pytest.raises(ConfigError) as refused:
+        merge_containerd_config(source, RuntimeWiring(enable_cdi=True))
+    assert str(refused.value) == (
+        'config.toml: plugins."io.containerd.grpc.v1.cri".cdi_spec_dirs is not a list of strings'
+    )
+
+
 def test_invalid_toml_names_the_file_line_and_column():
     with pytest.raises(ConfigError) as error:
         merge_containerd_config(

@@ -303,7 +303,7 @@ def merge_containerd_config(
             edits.set(cri, "enable_cdi", True)
             cri_table = toml_layout.holder(document, cri, "cdi_spec_dirs")
             spec_dirs = cri_table.get("cdi_spec_dirs") if cri_table is not None else None
-            if not isinstance(spec_dirs, list):
+            if spec_dirs is None:
                 edits.set(cri, "cdi_spec_dirs", list(SPEC_DIRS))
             else:
                 _append_missing(edits, cri, "cdi_spec_dirs", (SPEC_PATH.rsplit("/", 1)[0],))
