@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
+import inspect
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from deploy import stages
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -120,3 +125,23 @@ def test_a_run_imports_the_modules_of_the_stages_it_runs_and_no_other_stages():
     assert "deploy.tasks.kernel" in after_reads
     others = ("driver", "imex", "mig", "toolkit", "containerd", "docker", "cdi", "dra", "verification", "undo")
     assert not [name for name in after_reads if name.rsplit(".", 1)[1] in others]
+
+
+def test_every_function_the_stage_table_names_is_a_function_of_the_stages_module():
+    """deploy/stages.py's table names a stage module's function before the module is imported, and any
+    name passes until it is called; the type checker reads the real modules, but would also take a constant
+    (the run would get a function in its place). Each ``module.name`` the table's source uses is checked here
+    against the module itself."""
+    stage_modules = {name for name, value in vars(stages).items() if isinstance(value, stages._StageModule)}
+    named = {
+        (node.value.id, node.attr)
+        for node in ast.walk(ast.parse(Path(stages.__file__).read_text()))
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in stage_modules
+    }
+    assert {module for module, _ in named} == stage_modules
+    not_functions = [
+        f"{module}.{name}"
+        for module, name in sorted(named)
+        if not inspect.isfunction(getattr(importlib.import_module(f"deploy.tasks.{module}"), name, None))
+    ]
+    assert not_functions == []
