@@ -439,7 +439,7 @@ BOOT_SETTINGS_OP = "First-boot unit | Put /etc/gpu-node/boot.json (the first-boo
 
 def assert_no_change(result: DeployResult, status: int = 0) -> None:
     """The idempotence contract: a re-run succeeds and changes nothing. ``status`` 3: a GPU node still
-    awaits the reboot its driver change needs (deploy/exit_status.py), which a re-run does not take."""
+    awaits the reboot its driver change needs (deploy/reports/exit_status.py), which a re-run does not take."""
     assert result.returncode == status, result.explain()
     changed = result.changed_operations()
     assert changed == [], f"a re-run changed: {changed}\n{result.explain()}"

@@ -162,12 +162,19 @@ def plan_branch(settings: Settings, platform: Platform, manager: PackageManager,
             f"nvidia_driver_branch={branch!r} is not supported on {platform.distro_id}: it ships one "
             "driver branch; unset it" + (" or pin nvidia_driver_version" if manager.can_pin else "")
         )
-    if base.branch == "required" and not branch and base.branch_detect:
-        branch = detect_branch(base.branch_detect, list(readings.installed or {}) + list(readings.recommended or []))
+    if base.branch == "required" and not branch:
+        if base.branch_detect:
+            branch = detect_branch(
+                base.branch_detect, list(readings.installed or {}) + list(readings.recommended or [])
+            )
         if not branch:
+            found = (
+                f"none is installed and `{base.recommend_command or 'the recommender'}` recommends none"
+                if base.branch_detect
+                else "gpu-node cannot detect one there"
+            )
             raise DriverPlanError(
-                f"nvidia_driver_branch is required on {platform.distro_id}: none is installed and "
-                f"`{base.recommend_command or 'the recommender'}` recommends none; "
+                f"nvidia_driver_branch is required on {platform.distro_id}: {found}; "
                 "set it, e.g. nvidia_driver_branch=535"
             )
     return branch

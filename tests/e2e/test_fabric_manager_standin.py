@@ -30,7 +30,7 @@ import standin_fabricmanager
 import standin_kmod
 from harness import REPO, SAFE_DATA, DeployResult, assert_no_change, run, wait_for
 
-# deploy/exit_status.py's REBOOT_REQUIRED: the fixture's node has GPUs, and the driver's change awaits a reboot
+# deploy/reports/exit_status.py's REBOOT_REQUIRED: the fixture's node has GPUs, and the driver's change awaits a reboot
 REBOOT_REQUIRED = 3
 # nvidia-persistenced off: the fixture's GPUs are PCI IDs only, there is no GPU for it to hold
 STAGES = {"stages": "kernel,driver", "nvidia_persistenced": "false"}

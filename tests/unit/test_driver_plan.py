@@ -6,6 +6,8 @@ refusals out. No pyinfra host: the plan tests through the @deploy are tests/unit
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from plan import settings_for
 from test_distros import platform_of
@@ -198,3 +200,19 @@ def test_ubuntu_imex_comes_at_the_version_the_driver_and_imex_both_have():
     )
     assert plan.packages["nvidia-imex-570"] == "570.172.08-1"
     assert plan.packages["nvidia-headless-570-server-open"] == "570.172.08-0ubuntu1"
+
+
+def test_a_family_requiring_a_branch_it_cannot_detect_refuses_an_unset_branch():
+    # (the branch detection typed in 9af4a9e runs only where the family names its pattern; the
+    # branch stays required without one)
+    ubuntu = platform_of("ubuntu-24.04")
+    undetected = replace(
+        ubuntu, family=replace(ubuntu.family, driver=replace(ubuntu.family.driver, branch_detect=None))
+    )
+    installed = Readings(installed={"nvidia-headless-no-dkms-550-server": ["550.127.05"]})
+    with pytest.raises(DriverPlanError, match="required on ubuntu: gpu-node cannot detect one there; set it"):
+        plan_branch(settings_for(), undetected, undetected.family.package_manager, installed)
+    assert (
+        plan_branch(settings_for(nvidia_driver_branch="550"), undetected, undetected.family.package_manager, installed)
+        == "550"
+    )

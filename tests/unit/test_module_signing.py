@@ -430,3 +430,10 @@ def test_verify_names_a_vendors_signature_it_cannot_judge():
     assert status == "pass" and reason.startswith(
         "module signed by Canonical Ltd. Kernel Module Signing, not a key gpu-node manages"
     )
+
+
+def test_a_dkms_plan_hands_over_its_key_cert_and_config_and_a_vendor_signed_plan_has_none():
+    plan = SigningPlan("Secure Boot is on", "dkms", True, key="/k.key", cert="/k.der", dkms_config="/etc/dkms/x.conf")
+    assert plan.dkms_files == ("/k.key", "/k.der", "/etc/dkms/x.conf")
+    with pytest.raises(ValueError, match="a plan signed by Canonical has no DKMS key"):
+        _ = SigningPlan("Secure Boot is on", "Canonical", True).dkms_files

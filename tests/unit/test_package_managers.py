@@ -12,11 +12,13 @@ import os
 import re
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from plan import DEFAULT, PCI_WITH_GPU, SITE_DRIVER_KEY, every, gpu_node, node_lines, run_deploy, run_plan, settings_for
 from pyinfra.api import StringCommand
+from pyinfra.api.exceptions import PyinfraError
 from test_toolkit_plan import platform
 
 from deploy.distros.package_managers import (
@@ -28,6 +30,7 @@ from deploy.distros.package_managers import (
     repository_check,
     version_listing,
 )
+from deploy.distros.repositories import KeyPin, add_repository
 from deploy.facts.packages import (
     MANAGER_ERROR,
     DnfModuleStreams,
@@ -493,3 +496,13 @@ def test_only_dnfs_availability_check_waits_for_its_lock():
     assert subprocess.run(["sh", "-n", "-c", check.format(package="x")]).returncode == 0
     for manager in (ZYPPER, PACMAN):
         assert lock_bounded_checks(manager, 9) is manager
+
+
+@pytest.mark.parametrize("manager", [APT, PACMAN, replace(DNF, repository_check=None)], ids=lambda m: m.name)
+def test_add_repository_refuses_a_manager_that_cannot_check_the_repository_it_adds(manager):
+    # (a dnf without its repository check would stage the repository unchecked, or trace back)
+    repository = {"name": "vendor", "baseurl": "https://example.invalid/repo", "gpgkey": "https://example.invalid/key"}
+    with pytest.raises(PyinfraError, match=f"^{manager.name} takes no repository of this kind: vendor$"):
+        add_repository(
+            manager, "Add vendor", repository, KeyPin(("A" * 40,), "vendor_fingerprint"), timeout=5, lock_timeout=5
+        )
