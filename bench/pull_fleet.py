@@ -406,10 +406,10 @@ def main() -> int:
             path.chmod(0o755 if path.is_dir() else 0o644)
         (workdir / "reports").mkdir()
         wheels = WheelServer(workdir / "wheels")
-        user_data = nocloud.site_user_data(
-            wheels_url=wheels.url, requirements=requirements, settings=SETTINGS, packages=False
-        )
         try:
+            user_data = nocloud.site_user_data(
+                wheels_url=wheels.url, requirements=requirements, settings=SETTINGS, packages=False
+            )
             for first in range(0, args.nodes, args.at_once):
                 nodes = []
                 for index in range(first + 1, min(first + args.at_once, args.nodes) + 1):
