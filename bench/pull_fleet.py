@@ -33,7 +33,6 @@ for ``--stall`` seconds. Asserts nothing.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -58,6 +57,8 @@ import nocloud  # noqa: E402
 import pci_tree  # noqa: E402
 import standin_kmod  # noqa: E402
 from harness import NODE_RUN_FLAGS, Node, ensure_docker, node_image, run  # noqa: E402
+
+from deploy.foundations.command_line import ArgumentParser  # noqa: E402
 
 INSTALL = (
     "DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
@@ -376,7 +377,8 @@ def stop_on_sigterm(signum, frame) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].strip())
+    # the project's parser: a bad argument is one line, not argparse's usage before it
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0].strip())
     parser.add_argument("--nodes", type=int, default=64, help="pull-mode nodes in all (default 64)")
     parser.add_argument("--at-once", type=int, default=16, help="node containers started together (default 16)")
     parser.add_argument(
