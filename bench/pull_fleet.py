@@ -395,6 +395,7 @@ def main() -> int:
         parser.error("--nodes and --at-once must be 1 or more")
     signal.signal(signal.SIGTERM, stop_on_sigterm)
     ensure_docker()
+    machine = nocloud.machine_identity()  # the nodes share its network: left as it was?
     image = f"gpu-node-bench/pull-fleet:{uuid.uuid4().hex[:12]}"
     workdir = Path(tempfile.mkdtemp(prefix="gpu-node-pull-fleet-"))
     all_nodes: list[PullNode] = []
@@ -481,6 +482,10 @@ def main() -> int:
     print("| fleet view | rows, files | wall s | CPU s | peak MiB | load |")
     print("|---|---:|---:|---:|---:|---:|")
     print("\n".join(lines))
+    changed = [name for name, value in nocloud.machine_identity().items() if machine.get(name) != value]
+    if changed:
+        print(f"the machine's {', '.join(changed)} changed during the run", file=sys.stderr)
+        return 1
     return 0
 
 

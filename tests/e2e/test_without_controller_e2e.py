@@ -34,7 +34,6 @@ import json
 import os
 import re
 import shlex
-import socket
 import sys
 import time
 import uuid
@@ -455,28 +454,6 @@ CLOUD_INIT_SETTINGS = (
 CLOUD_INIT_HOSTNAME = "gpu-node-cloud-init"
 
 
-def machine_identity() -> dict[str, object]:
-    """What a node's cloud-init could change on the machine were it not kept to its own: the machine's
-    hostname and name files, and its network (the node shares it, with CAP_NET_ADMIN): links, IPv4
-    addresses and routes (fib_trie), IPv6 addresses and routes (less their reference and use counts)."""
-    files = {
-        name: Path(name).read_bytes()
-        for name in ("/etc/hostname", "/etc/hosts", "/etc/resolv.conf")
-        if Path(name).exists()
-    }
-    ipv6_routes = [
-        line.split()[:6] + line.split()[8:] for line in Path("/proc/net/ipv6_route").read_text().splitlines()
-    ]
-    return {
-        "hostname": socket.gethostname(),
-        **files,
-        "links": sorted(os.listdir("/sys/class/net")),
-        "ipv4": Path("/proc/net/fib_trie").read_text(),
-        "ipv6": sorted(Path("/proc/net/if_inet6").read_text().split("\n")),
-        "ipv6 routes": sorted(ipv6_routes),
-    }
-
-
 def happened(node: Node, unit: str, stamp: str) -> bool:
     """Whether a unit's monotonic timestamp is set (systemd shows 0 for what has not happened this boot)."""
     return node.sh(f"systemctl show {unit} -p {stamp} --value").stdout.strip() not in ("", "0")
@@ -500,7 +477,7 @@ def test_debians_cloud_init_boots_the_example_which_installs_gpu_node_that_conve
     wheels = tmp_path / "wheels"
     requirements = nocloud.wheelhouse(wheels)
     node = Node(image=baked.cloud_image, boot_timeout=900)
-    machine = machine_identity()
+    machine = nocloud.machine_identity()
     with apt_repo.serve(wheels) as url:
         user_data = nocloud.site_user_data(
             wheels_url=f"{url}/", requirements=requirements, settings=CLOUD_INIT_SETTINGS
@@ -578,7 +555,7 @@ def test_debians_cloud_init_boots_the_example_which_installs_gpu_node_that_conve
             "gpu-node health: unhealthy: the nvidia module is not loaded: 2 GPU(s) on the PCI bus unused "
             f"({HEALTH_REPORT})"
         ) in said, said
-        assert machine_identity() == machine
+        assert nocloud.machine_identity() == machine
         print(f"cloud-init node: {time.monotonic() - started:.0f} s in all")
         baked.times["cloud-init node"] = time.monotonic() - baked.started
     finally:
