@@ -147,37 +147,37 @@ def baked(image, tmp_path_factory):
     root = tmp_path / "root"
     root.mkdir()
     cloud_image = f"gpu-node-test/cloud-init:{uuid.uuid4().hex[:12]}"
-    build_image_root(image, root, cloud_image)
-    kernel = os.uname().release
-    put_standin_module(root, kernel)
-    result = Baked(node=Node(image=""), kernel=kernel, bakes={}, started=started, cloud_image=cloud_image)
-    result.times["image root"] = time.monotonic() - started
-
-    config = root / CONFIG.lstrip("/")
-    result.shipped = config.read_bytes()
-    config.write_bytes(REJECTED + result.shipped)
-    result.bakes["rejected"] = bake(root, tmp_path)
-    result.after_rejected = config.read_bytes()
-    config.write_bytes(result.shipped)
-    result.bakes["first"] = bake(root, tmp_path)
-    result.merged = (root / CONFIG.lstrip("/")).read_text()
-    result.wants = sorted(
-        link.name
-        for target in ("multi-user.target.wants", "timers.target.wants")
-        for link in (root / "etc" / "systemd" / "system" / target).iterdir()
-        if link.is_symlink()
-    )
-    result.bakes["second"] = bake(root, tmp_path)
-    result.times["three bakes"] = time.monotonic() - started
-
     tag = f"gpu-node-test/baked:{uuid.uuid4().hex[:12]}"
-    run(["sh", "-c", f"tar -C {root} -c . | docker import -c 'CMD [\"/sbin/init\"]' - {tag}"], timeout=300)
-    tree = pci_tree.write(pci_tree.load("pcie-only"), tmp_path / "pci" / "devices")
-    for path in [tmp_path / "pci", *(tmp_path / "pci").rglob("*")]:
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    result.pci = tree
-    result.node = Node(image=tag, extra_run_args=["-v", f"{tree}:/sys/bus/pci/devices:ro"])
+    result = Baked(node=Node(image=""), kernel=os.uname().release, bakes={}, started=started, cloud_image=cloud_image)
+    # from the first image committed: a failure anywhere after leaves none of them
     try:
+        build_image_root(image, root, cloud_image)
+        put_standin_module(root, result.kernel)
+        result.times["image root"] = time.monotonic() - started
+
+        config = root / CONFIG.lstrip("/")
+        result.shipped = config.read_bytes()
+        config.write_bytes(REJECTED + result.shipped)
+        result.bakes["rejected"] = bake(root, tmp_path)
+        result.after_rejected = config.read_bytes()
+        config.write_bytes(result.shipped)
+        result.bakes["first"] = bake(root, tmp_path)
+        result.merged = (root / CONFIG.lstrip("/")).read_text()
+        result.wants = sorted(
+            link.name
+            for target in ("multi-user.target.wants", "timers.target.wants")
+            for link in (root / "etc" / "systemd" / "system" / target).iterdir()
+            if link.is_symlink()
+        )
+        result.bakes["second"] = bake(root, tmp_path)
+        result.times["three bakes"] = time.monotonic() - started
+
+        run(["sh", "-c", f"tar -C {root} -c . | docker import -c 'CMD [\"/sbin/init\"]' - {tag}"], timeout=300)
+        tree = pci_tree.write(pci_tree.load("pcie-only"), tmp_path / "pci" / "devices")
+        for path in [tmp_path / "pci", *(tmp_path / "pci").rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        result.pci = tree
+        result.node = Node(image=tag, extra_run_args=["-v", f"{tree}:/sys/bus/pci/devices:ro"])
         result.node.start()
         result.times["booted"] = time.monotonic() - started
         yield result
