@@ -404,6 +404,10 @@ def main() -> int:
     try:
         build_image(node_image(), image)
         requirements = nocloud.wheelhouse(workdir / "wheels")
+        served = list((workdir / "wheels").iterdir())
+        print(
+            f"wheels served: {len(served)}, {sum(path.stat().st_size for path in served) / 1e6:.1f} MB (each node's pip fetches all)"
+        )
         pci = pci_tree.write(pci_tree.load("pcie-only"), workdir / "pci" / "devices")
         for path in [workdir, workdir / "pci", *(workdir / "pci").rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)
