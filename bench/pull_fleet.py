@@ -33,7 +33,6 @@ for ``--stall`` seconds. Asserts nothing.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -58,6 +57,8 @@ import nocloud  # noqa: E402
 import pci_tree  # noqa: E402
 import standin_kmod  # noqa: E402
 from harness import NODE_RUN_FLAGS, Node, ensure_docker, node_image, run  # noqa: E402
+
+from deploy.foundations.command_line import ArgumentParser  # noqa: E402
 
 INSTALL = (
     "DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
@@ -376,7 +377,8 @@ def stop_on_sigterm(signum, frame) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].strip())
+    # the project's parser: a bad argument is one line, not argparse's usage before it
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0].strip())
     parser.add_argument("--nodes", type=int, default=64, help="pull-mode nodes in all (default 64)")
     parser.add_argument("--at-once", type=int, default=16, help="node containers started together (default 16)")
     parser.add_argument(
@@ -393,6 +395,7 @@ def main() -> int:
         parser.error("--nodes and --at-once must be 1 or more")
     signal.signal(signal.SIGTERM, stop_on_sigterm)
     ensure_docker()
+    machine = nocloud.machine_identity()  # the nodes share its network: left as it was?
     image = f"gpu-node-bench/pull-fleet:{uuid.uuid4().hex[:12]}"
     workdir = Path(tempfile.mkdtemp(prefix="gpu-node-pull-fleet-"))
     all_nodes: list[PullNode] = []
@@ -401,15 +404,19 @@ def main() -> int:
     try:
         build_image(node_image(), image)
         requirements = nocloud.wheelhouse(workdir / "wheels")
+        served = list((workdir / "wheels").iterdir())
+        print(
+            f"wheels served: {len(served)}, {sum(path.stat().st_size for path in served) / 1e6:.1f} MB (each node's pip fetches all)"
+        )
         pci = pci_tree.write(pci_tree.load("pcie-only"), workdir / "pci" / "devices")
         for path in [workdir, workdir / "pci", *(workdir / "pci").rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)
         (workdir / "reports").mkdir()
         wheels = WheelServer(workdir / "wheels")
-        user_data = nocloud.site_user_data(
-            wheels_url=wheels.url, requirements=requirements, settings=SETTINGS, packages=False
-        )
         try:
+            user_data = nocloud.site_user_data(
+                wheels_url=wheels.url, requirements=requirements, settings=SETTINGS, packages=False
+            )
             for first in range(0, args.nodes, args.at_once):
                 nodes = []
                 for index in range(first + 1, min(first + args.at_once, args.nodes) + 1):
@@ -479,6 +486,10 @@ def main() -> int:
     print("| fleet view | rows, files | wall s | CPU s | peak MiB | load |")
     print("|---|---:|---:|---:|---:|---:|")
     print("\n".join(lines))
+    changed = [name for name, value in nocloud.machine_identity().items() if machine.get(name) != value]
+    if changed:
+        print(f"the machine's {', '.join(changed)} changed during the run", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -11,7 +11,9 @@ as a CIDATA disk or a ``ds=nocloud`` kernel argument is a VM's (a container has 
 
 from __future__ import annotations
 
+import os
 import shutil
+import socket
 from pathlib import Path
 
 import yaml
@@ -111,3 +113,25 @@ def write_seed(folder: Path, user_data: str, *, instance_id: str, hostname: str)
     for path in [folder, *folder.iterdir()]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     return folder
+
+
+def machine_identity() -> dict[str, object]:
+    """What a node's cloud-init could change on the machine were it not kept to its own: the machine's
+    hostname and name files, and its network (the node shares it, with CAP_NET_ADMIN): links, IPv4
+    addresses and routes (fib_trie), IPv6 addresses and routes (less their reference and use counts)."""
+    files = {
+        name: Path(name).read_bytes()
+        for name in ("/etc/hostname", "/etc/hosts", "/etc/resolv.conf")
+        if Path(name).exists()
+    }
+    ipv6_routes = [
+        line.split()[:6] + line.split()[8:] for line in Path("/proc/net/ipv6_route").read_text().splitlines()
+    ]
+    return {
+        "hostname": socket.gethostname(),
+        **files,
+        "links": sorted(os.listdir("/sys/class/net")),
+        "ipv4": Path("/proc/net/fib_trie").read_text(),
+        "ipv6": sorted(Path("/proc/net/if_inet6").read_text().split("\n")),
+        "ipv6 routes": sorted(ipv6_routes),
+    }

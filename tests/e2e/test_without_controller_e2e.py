@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import sys
 import time
@@ -146,37 +147,37 @@ def baked(image, tmp_path_factory):
     root = tmp_path / "root"
     root.mkdir()
     cloud_image = f"gpu-node-test/cloud-init:{uuid.uuid4().hex[:12]}"
-    build_image_root(image, root, cloud_image)
-    kernel = os.uname().release
-    put_standin_module(root, kernel)
-    result = Baked(node=Node(image=""), kernel=kernel, bakes={}, started=started, cloud_image=cloud_image)
-    result.times["image root"] = time.monotonic() - started
-
-    config = root / CONFIG.lstrip("/")
-    result.shipped = config.read_bytes()
-    config.write_bytes(REJECTED + result.shipped)
-    result.bakes["rejected"] = bake(root, tmp_path)
-    result.after_rejected = config.read_bytes()
-    config.write_bytes(result.shipped)
-    result.bakes["first"] = bake(root, tmp_path)
-    result.merged = (root / CONFIG.lstrip("/")).read_text()
-    result.wants = sorted(
-        link.name
-        for target in ("multi-user.target.wants", "timers.target.wants")
-        for link in (root / "etc" / "systemd" / "system" / target).iterdir()
-        if link.is_symlink()
-    )
-    result.bakes["second"] = bake(root, tmp_path)
-    result.times["three bakes"] = time.monotonic() - started
-
     tag = f"gpu-node-test/baked:{uuid.uuid4().hex[:12]}"
-    run(["sh", "-c", f"tar -C {root} -c . | docker import -c 'CMD [\"/sbin/init\"]' - {tag}"], timeout=300)
-    tree = pci_tree.write(pci_tree.load("pcie-only"), tmp_path / "pci" / "devices")
-    for path in [tmp_path / "pci", *(tmp_path / "pci").rglob("*")]:
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    result.pci = tree
-    result.node = Node(image=tag, extra_run_args=["-v", f"{tree}:/sys/bus/pci/devices:ro"])
+    result = Baked(node=Node(image=""), kernel=os.uname().release, bakes={}, started=started, cloud_image=cloud_image)
+    # from the first image committed: a failure anywhere after leaves none of them
     try:
+        build_image_root(image, root, cloud_image)
+        put_standin_module(root, result.kernel)
+        result.times["image root"] = time.monotonic() - started
+
+        config = root / CONFIG.lstrip("/")
+        result.shipped = config.read_bytes()
+        config.write_bytes(REJECTED + result.shipped)
+        result.bakes["rejected"] = bake(root, tmp_path)
+        result.after_rejected = config.read_bytes()
+        config.write_bytes(result.shipped)
+        result.bakes["first"] = bake(root, tmp_path)
+        result.merged = (root / CONFIG.lstrip("/")).read_text()
+        result.wants = sorted(
+            link.name
+            for target in ("multi-user.target.wants", "timers.target.wants")
+            for link in (root / "etc" / "systemd" / "system" / target).iterdir()
+            if link.is_symlink()
+        )
+        result.bakes["second"] = bake(root, tmp_path)
+        result.times["three bakes"] = time.monotonic() - started
+
+        run(["sh", "-c", f"tar -C {root} -c . | docker import -c 'CMD [\"/sbin/init\"]' - {tag}"], timeout=300)
+        tree = pci_tree.write(pci_tree.load("pcie-only"), tmp_path / "pci" / "devices")
+        for path in [tmp_path / "pci", *(tmp_path / "pci").rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        result.pci = tree
+        result.node = Node(image=tag, extra_run_args=["-v", f"{tree}:/sys/bus/pci/devices:ro"])
         result.node.start()
         result.times["booted"] = time.monotonic() - started
         yield result
@@ -476,6 +477,7 @@ def test_debians_cloud_init_boots_the_example_which_installs_gpu_node_that_conve
     wheels = tmp_path / "wheels"
     requirements = nocloud.wheelhouse(wheels)
     node = Node(image=baked.cloud_image, boot_timeout=900)
+    machine = nocloud.machine_identity()
     with apt_repo.serve(wheels) as url:
         user_data = nocloud.site_user_data(
             wheels_url=f"{url}/", requirements=requirements, settings=CLOUD_INIT_SETTINGS
@@ -492,6 +494,13 @@ def test_debians_cloud_init_boots_the_example_which_installs_gpu_node_that_conve
             status + node.read("/var/log/cloud-init-output.log")[-6000:]
         )
         assert node.sh("hostname").stdout.strip() == CLOUD_INIT_HOSTNAME
+        # the hostname is the node's own (its UTS namespace), the network the machine's, left alone
+        pid = run(["docker", "inspect", "-f", "{{.State.Pid}}", node.id]).stdout.strip()
+        assert os.readlink(f"/proc/{pid}/ns/uts") != os.readlink("/proc/self/ns/uts")
+        assert os.readlink(f"/proc/{pid}/ns/net") == os.readlink("/proc/self/ns/net")
+        cloud_init_log = node.read("/var/log/cloud-init.log")
+        assert re.search(r"network config (is )?disabled by system_cfg", cloud_init_log), cloud_init_log[-6000:]
+        assert node.sh("grep ' /proc/sys ' /proc/mounts").stdout.split()[3].startswith("ro")
         assert node.stat(nocloud.SETTINGS_PATH).startswith("644 root:root ")
 
         # exactly the pinned wheels, and nothing from an index
@@ -546,6 +555,7 @@ def test_debians_cloud_init_boots_the_example_which_installs_gpu_node_that_conve
             "gpu-node health: unhealthy: the nvidia module is not loaded: 2 GPU(s) on the PCI bus unused "
             f"({HEALTH_REPORT})"
         ) in said, said
+        assert nocloud.machine_identity() == machine
         print(f"cloud-init node: {time.monotonic() - started:.0f} s in all")
         baked.times["cloud-init node"] = time.monotonic() - baked.started
     finally:
