@@ -30,7 +30,7 @@ class NodeRecords(NodeFact[dict[str, Any]]):
     .. code:: python
 
         {
-            "records": True,   # the records folder exists
+            "records": True,   # the records folder exists, and holds more than the signing key
             "folder": "0 700", # its owner's uid and mode; "link": a symbolic link (its records not read
                                # unless it is node_records.ROOT_ALONE)
             "files": [{
@@ -47,12 +47,16 @@ class NodeRecords(NodeFact[dict[str, Any]]):
             "installed": ["nvidia-container-toolkit"], "held": ["nvidia-container-toolkit"],
             "rpm_keys": ["gpg-pubkey-f796ecb0-6412f5e3"], "unfinished_install": False,
             "own": {"/etc/sysctl.d/99-gpu-node-kubernetes.conf": "# Managed by gpu-node ..."},
+            "signing_keys": True,  # the module signing key gpu-node generated is there (no record)
         }
     """
 
     def command(self, own_files: Iterable[str] = (), records_dir: str = node_records.RECORDS_DIR) -> str:
         script = node_text.base64_reader() + shell_scripts.script(
-            "node_records", records=records_dir, root_alone=node_records.ROOT_ALONE
+            "node_records",
+            records=records_dir,
+            root_alone=node_records.ROOT_ALONE,
+            signing_keys=node_records.SIGNING_KEYS,
         )
         return (shell_scripts.script("own_files", own_files) + script if own_files else script).strip()
 
@@ -68,6 +72,7 @@ class NodeRecords(NodeFact[dict[str, Any]]):
             "rpm_keys": [],
             "unfinished_install": False,
             "own": {},
+            "signing_keys": False,
         }
 
     def process(self, output: list[str]) -> dict[str, Any]:
@@ -123,6 +128,8 @@ class NodeRecords(NodeFact[dict[str, Any]]):
                 found["installed" if kind == "installed" else "held" if kind == "held" else "rpm_keys"].append(rest)
             elif kind == "unfinished_install":
                 found["unfinished_install"] = True
+            elif kind == "signing_keys":
+                found["signing_keys"] = True
             elif kind == "own":
                 path, _, head = rest.partition(" ")
                 found["own"][_text(path)] = _text(head)

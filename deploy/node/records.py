@@ -20,6 +20,7 @@ import hashlib
 import shlex
 from collections.abc import Iterable
 
+from ..driver.signing import GENERATED_FOLDER
 from ..foundations import shell_scripts
 
 # a file record's ``format``, named as the runtimes' engines name their configs' (read from here too)
@@ -36,6 +37,9 @@ INSTALLED_PACKAGES = f"{RECORDS_DIR}/installed-packages"
 HELD_PACKAGES = f"{RECORDS_DIR}/held-packages"
 IMPORTED_RPM_KEYS = f"{RECORDS_DIR}/imported-rpm-keys"
 PACKAGES_BEFORE = f"{RECORDS_DIR}/packages-before-install"
+# The module signing key gpu-node generates lives in the records folder too (deploy/driver/signing.py)
+# but is no record: the undo keeps it (the firmware may trust its certificate; docs/undo.md).
+SIGNING_KEYS = GENERATED_FOLDER.removeprefix(f"{RECORDS_DIR}/")
 
 # A file's record, FILES_DIR/<sha256 of its path>/: ``path``, ``unit`` (the service that reads it,
 # restarted when the undo changes it), ``format`` (toml, json or empty: how its nvidia wiring can be

@@ -284,14 +284,20 @@ def remove_own_files(paths: list[str]) -> Commands:
 def forget_records(kept: list[str]) -> Commands:
     """
     Remove gpu-node's records (deploy/node/records.py) once the undo is done, but the records of the
-    files it left as they are (``kept``: their record folders' names), whose originals stay there.
+    files it left as they are (``kept``: their record folders' names), whose originals stay there, and
+    the module signing key gpu-node generated (node_records.SIGNING_KEYS, no record); the folder goes
+    when nothing is left in it.
     """
     records = shlex.quote(node_records.RECORDS_DIR)
+    signing_keys = shlex.quote(node_records.SIGNING_KEYS)
     if not kept:
-        yield StringCommand(f"rm -rf -- {records}")
+        yield StringCommand(
+            f"find {records} -mindepth 1 -maxdepth 1 ! -name {signing_keys} -exec rm -rf -- {{}} + "
+            f"&& {{ [ -d {records}/{signing_keys} ] || rmdir -- {records}; }}"
+        )
         return
     names = " ".join(f"! -name {shlex.quote(name)}" for name in kept)
     yield StringCommand(
-        f"find {records} -mindepth 1 -maxdepth 1 ! -name files -exec rm -rf -- {{}} + "
+        f"find {records} -mindepth 1 -maxdepth 1 ! -name files ! -name {signing_keys} -exec rm -rf -- {{}} + "
         f"&& find {shlex.quote(node_records.FILES_DIR)} -mindepth 1 -maxdepth 1 {names} -exec rm -rf -- {{}} +"
     )

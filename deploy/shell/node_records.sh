@@ -4,12 +4,18 @@
 # where the undo may have to take the wiring out of a changed file (a format), each read whole
 # (read_base64: node_text.base64_reader's, bounded); then the units' and the package lists' records.
 # Given before it: records (the folder), root_alone (its owner and mode as gpu-node keeps it: uid 0,
-# 0700). A folder that is anything else is named by its owner and mode (or as a link) and not read
-# further: another user could have written what it holds.
-# shellcheck disable=SC2154 # records, root_alone: assigned before the script
+# 0700), signing_keys (the name of the folder in it holding the module signing key gpu-node generated,
+# which is no record). A folder that is anything else is named by its owner and mode (or as a link) and
+# not read further: another user could have written what it holds.
+# shellcheck disable=SC2154 # records, root_alone, signing_keys: assigned before the script
 if [ -L "$records" ]; then echo "records link"; exit 0; fi
 [ -d "$records" ] || exit 0
 owner_mode=$(stat -c '%u %a' -- "$records")
+if [ "$owner_mode" = "$root_alone" ] && [ -d "$records/$signing_keys" ]; then
+  echo signing_keys
+  # the key alone, as the undo leaves it: no records
+  [ -n "$(find "$records" -mindepth 1 -maxdepth 1 ! -name "$signing_keys")" ] || exit 0
+fi
 echo "records $owner_mode"
 [ "$owner_mode" = "$root_alone" ] || exit 0
 b64() { base64 -w0 <"$1" 2>/dev/null; }

@@ -4,6 +4,8 @@ Take gpu-node back off a node (deploy/undo.py): from the records gpu-node kept a
 back to their state before (those it created itself disabled, their files gone), the holds it placed released, the keys it imported taken out, with
 ``undo_remove_packages`` the packages it installed removed; then its records. One line per file
 says what happened to it and why. A node gpu-node never changed has no records: nothing happens.
+The module signing key gpu-node generated stays, and DKMS's drop-in naming it stays with the driver
+(``kept_for_dkms``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pyinfra.operations import systemd
 
 from ..distros.families import Platform, detect_platform
 from ..driver.fabric import NVLINK5_MODULES_LOAD_PATH
+from ..driver.signing import GENERATED_CERT, GENERATED_FOLDER, GENERATED_KEY
 from ..facts.access import HostAccess
 from ..facts.read_ahead import FactCall, read, read_facts
 from ..facts.records import NodeRecords
@@ -62,6 +65,7 @@ class UndoFindings:
     platform: Platform
     records: dict[str, Any]  # NodeRecords
     files: list[FileUndo] = field(default_factory=list)  # per recorded file
+    signing_key: str | None = None  # the line saying the module signing key stays, where no file's line does
 
 
 def read_node(settings: Settings) -> UndoFindings:
@@ -76,7 +80,36 @@ def read_node(settings: Settings) -> UndoFindings:
     refusal = records_refusal(records)
     if refusal:
         raise HostRefusal(refusal)
-    return UndoFindings(platform, records, [undo_ops.decide(record) for record in records["files"]])
+    dkms_config = platform.family.module_signing.dkms_config
+    files = [kept_for_dkms(undo_ops.decide(record), settings, dkms_config, records) for record in records["files"]]
+    covered = any(undo.path == dkms_config and undo.action == undo_ops.KEEP for undo in files)
+    return UndoFindings(platform, records, files, KEY_STAYS if records["signing_keys"] and not covered else None)
+
+
+KEY_STAYS = (
+    f"the module signing key {GENERATED_KEY} and its certificate {GENERATED_CERT} stay: the firmware's MOK "
+    "list may hold the certificate, and removing the files would not take it out; to: "
+    f"mokutil --delete {GENERATED_CERT} (confirmed at the console at the next boot), then rm -r {GENERATED_FOLDER}"
+)
+
+
+def kept_for_dkms(undo: FileUndo, settings: Settings, dkms_config: str, records: dict[str, Any]) -> FileUndo:
+    """DKMS's module signing drop-in (deploy/tasks/module_signing.py) kept as it is while the driver
+    stays (undo_remove_packages=false): DKMS builds the NVIDIA module for every new kernel, unsigned
+    without it, and a Secure Boot kernel refuses an unsigned module."""
+    if undo.path != dkms_config or not undo.changes or settings.undo_remove_packages:
+        return undo
+    why = (
+        "the NVIDIA driver stays (undo_remove_packages=false), and DKMS signs the module it builds for each "
+        "new kernel with {key}, which Secure Boot would refuse unsigned; to remove {them} by hand: rm {paths}"
+    )
+    if records["signing_keys"]:
+        line = f"{undo.path}: left as it is, with the module signing key {GENERATED_KEY} and its certificate: " + (
+            why.format(key="them", them="them", paths=f"{undo.path} {GENERATED_KEY} {GENERATED_CERT}")
+        )
+    else:
+        line = f"{undo.path}: left as it is: " + why.format(key="the key it names", them="it", paths=undo.path)
+    return FileUndo(undo.record, undo_ops.KEEP, line)
 
 
 def records_refusal(records: dict[str, Any]) -> str | None:
@@ -130,6 +163,8 @@ def say(line: str, kept: bool = False) -> None:
 def take_it_back_off(settings: Settings, found: UndoFindings) -> None:
     records, manager = found.records, found.platform.family.package_manager
     own = own_files_without_records(records)
+    if found.signing_key:
+        say(found.signing_key, kept=True)
     if not (records["records"] or own):
         logger.info(f"{host.print_prefix}undo: no records of gpu-node on this node: nothing to take back off")
         return

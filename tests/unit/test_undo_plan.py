@@ -647,3 +647,98 @@ def test_pull_modes_units_as_pull_install_records_them_are_taken_off_by_the_undo
         "systemctl daemon-reload",
     ]
     assert not any((box.root / path.lstrip("/")).exists() for path in paths)
+
+
+# --- what module signing put on the node (deploy/tasks/module_signing.py) ----------------------------
+
+DKMS_CONFIG = "/etc/dkms/framework.conf.d/gpu-node-module-signing.conf"
+# A stand-in for openssl (the root has none): writes the key and the certificate where the key script
+# asks, so the script's own folder, umask and renames run for real.
+STAND_IN_OPENSSL = """#!/bin/sh
+while [ $# -gt 0 ]; do
+  case $1 in -keyout) key=$2 ;; -out) cert=$2 ;; esac
+  shift
+done
+echo stand-in-private-key > "$key" && echo stand-in-certificate > "$cert"
+"""
+
+
+def signed_driver_stage(box: Sandbox) -> None:
+    """The signing steps of a Secure Boot Debian node's driver stage, replayed in the root (openssl a
+    stand-in): the key generated under gpu-node's folder, DKMS's drop-in written and recorded."""
+    from test_module_signing import debian
+
+    from deploy.driver.signing import GENERATED_FOLDER
+
+    write(box, "/usr/bin/openssl", STAND_IN_OPENSSL, 0o755)
+    (box.root / "var/lib").mkdir(parents=True, exist_ok=True)
+    run = debian(stages="driver")
+    steps = []
+    for index, (_, command) in enumerate(run.timeline):
+        if (GENERATED_FOLDER in command and "openssl req" in command) or (
+            "/etc/dkms/" in command and not command.startswith("upload ")
+        ):
+            if index and run.timeline[index - 1][1].startswith("upload "):
+                steps.append((run.timeline[index - 1][1], run.uploads[index - 1]))
+            steps.append((command, None))
+    for ran in box.replay(steps):
+        assert ran.status == 0, (ran.step, ran.stderr)
+    assert box.exists(DKMS_CONFIG) and box.exists(f"{GENERATED_FOLDER}/signing.key")
+
+
+def test_with_the_driver_staying_the_dkms_signing_drop_in_and_key_stay_in_one_line_stand_in_openssl(box, caplog):
+    """undo_remove_packages=false: the driver stays and DKMS rebuilds its module for every new kernel,
+    so the drop-in naming the key and the key stay (without them the next kernel's module would be
+    unsigned, and refused under Secure Boot); one line names them and how to remove them. The
+    signing steps are replayed with a stand-in openssl."""
+    from deploy.driver.signing import GENERATED_CERT, GENERATED_FOLDER, GENERATED_KEY
+
+    caplog.set_level(logging.INFO)
+    signed_driver_stage(box)
+    drop_in = read(box, DKMS_CONFIG)
+
+    _, said = replay_undo(box, caplog=caplog)
+    assert read(box, DKMS_CONFIG) == drop_in
+    assert read(box, GENERATED_KEY) == "stand-in-private-key\n"
+    assert (stat(box, GENERATED_KEY), stat(box, GENERATED_FOLDER)) == ("600 0:0", "700 0:0")
+    assert box.exists(GENERATED_CERT)
+    (line,) = [line for line in said if DKMS_CONFIG in line or GENERATED_KEY in line]
+    assert line.startswith(f"[@fake/node] undo: {DKMS_CONFIG}: left as it is, with the module signing key")
+    assert "undo_remove_packages=false" in line and f"rm {DKMS_CONFIG} {GENERATED_KEY} {GENERATED_CERT}" in line
+    assert not [entry for entry in said if "stand-in-private-key" in entry]
+
+    # a later undo keeps them and says the same; one with undo_remove_packages=true takes the drop-in
+    _, again = replay_undo(box, caplog=caplog)
+    assert [entry for entry in again if DKMS_CONFIG in entry] == [line]
+    replay_undo(box, data={"undo_remove_packages": "true"}, caplog=caplog)
+    assert not box.exists(DKMS_CONFIG) and box.exists(GENERATED_KEY)
+
+
+def test_with_the_packages_removed_the_drop_in_goes_and_the_key_stays_in_one_line_stand_in_openssl(box, caplog):
+    """undo_remove_packages=true: the drop-in goes with gpu-node's other files; the key and its
+    certificate stay (the firmware may trust the certificate: removing the files would not un-enroll
+    it), one line saying so and naming mokutil --delete. A second undo changes nothing. The signing
+    steps are replayed with a stand-in openssl."""
+    from deploy.driver.signing import GENERATED_CERT, GENERATED_FOLDER, GENERATED_KEY
+
+    caplog.set_level(logging.INFO)
+    signed_driver_stage(box)
+
+    _, said = replay_undo(box, data={"undo_remove_packages": "true"}, caplog=caplog)
+    assert not box.exists(DKMS_CONFIG)
+    assert read(box, GENERATED_KEY) == "stand-in-private-key\n" and box.exists(GENERATED_CERT)
+    assert (stat(box, GENERATED_KEY), stat(box, GENERATED_FOLDER)) == ("600 0:0", "700 0:0")
+    assert [line for line in said if f"{DKMS_CONFIG}: removed: gpu-node created it" in line]
+    (line,) = [line for line in said if GENERATED_KEY in line]
+    assert f"mokutil --delete {GENERATED_CERT}" in line, line
+    assert {entry for entry in box.tree() if entry[0].startswith(node_records.RECORDS_DIR)} == {
+        (node_records.RECORDS_DIR, "dir"),
+        (GENERATED_FOLDER, "dir"),
+        (GENERATED_KEY, "file"),
+        (GENERATED_CERT, "file"),
+    }, box.tree()
+
+    after = box.tree()
+    plan, again = replay_undo(box, data={"undo_remove_packages": "true"}, caplog=caplog)
+    assert changing_commands(plan) == [] and box.tree() == after
+    assert [entry for entry in again if f"mokutil --delete {GENERATED_CERT}" in entry]
