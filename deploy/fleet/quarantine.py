@@ -30,7 +30,7 @@ from ..reports.formats import HealthReportFormat
 from ..reports.health_report import HEALTH_CHECK_COMMAND, HEALTH_REPORT_PATH, NEEDS_RESET, UNHEALTHY
 from ..reports.read_back import NotAReport, health_report_of
 from ..settings import Settings, SettingsError, host_settings
-from ..settings.values import time_span_seconds
+from ..settings.values import NODE_NAME, time_span_seconds
 
 if TYPE_CHECKING:
     from pyinfra.api import Host
@@ -110,14 +110,25 @@ def quarantine_gpu_nodes(settings: Settings) -> None:
         except Exception as error:  # noqa: BLE001 - an unreachable GPU node must not stop the others
             nodes.append(
                 quarantine.GpuHealth(
-                    node=names.get(gpu_host.name, gpu_host.name), report=None, unreadable=f"not reached ({error})"
+                    node=names.get(gpu_host.name, gpu_host.name),
+                    report=None,
+                    unreadable=node_text.printable(f"not reached ({error})"),
+                    host=gpu_host.name,
                 )
             )
+            continue
+        if len(node) > 253 or not NODE_NAME.fullmatch(node):  # the node's hostname: its word, reaching kubectl
+            why = f"its hostname '{node_text.printable(node)}' is no Kubernetes node name (kube_node_names maps it)"
+            nodes.append(quarantine.GpuHealth(node=gpu_host.name, report=None, unreadable=why, host=gpu_host.name))
             continue
         report, unreadable = health_of_reports(reports, gpu_host.name)
         nodes.append(
             quarantine.GpuHealth(
-                node=node, report=report, unreadable=unreadable, dra=node_settings.gpu_allocator == "dra"
+                node=node,
+                report=report,
+                unreadable=unreadable,
+                dra=node_settings.gpu_allocator == "dra",
+                host=gpu_host.name,
             )
         )
         if settings.quarantine_reset == "plan" and needing_reset(report):

@@ -121,12 +121,14 @@ class LiveNode:
 
 @dataclass(frozen=True)
 class GpuHealth:
-    """One GPU node of the run: its Kubernetes name, its report (or why none), whether its group is DRA."""
+    """One GPU node of the run: its Kubernetes name, its report (or why none), whether its group is DRA, the
+    inventory host its report was read from."""
 
     node: str
     report: HealthReportFormat | None
     unreadable: str | None = None
     dra: bool = False
+    host: str = ""
 
 
 @dataclass(frozen=True)
@@ -339,13 +341,25 @@ def plan(gpus: list[GpuHealth], live: dict[str, LiveNode], devices: DeviceApi | 
         and (live[name].taint_index() is not None or record_of(live[name].record_text or "") is not None)
     }
     candidates: list[tuple[GpuHealth, HealthReportFormat]] = []
+    claimed: dict[str, list[str]] = {}
+    for gpu in gpus:
+        claimed.setdefault(gpu.node, []).append(gpu.host)
     for gpu in sorted(gpus, key=lambda gpu: gpu.node):
         node = live.get(gpu.node)
-        if node is None:
-            result.notes.append(f"{gpu.node}: no such Kubernetes node: left as it is")
+        if gpu.node not in claimed:  # said below once for all its hosts
+            continue
+        if len(claimed[gpu.node]) > 1:  # a node's hostname is its own word: which report is the node's is unknown
+            hosts = claimed.pop(gpu.node)
+            result.notes.append(
+                f"{gpu.node}: {len(hosts)} hosts of the run ({', '.join(sorted(hosts))}) say they are this node "
+                "(their hostname; kube_node_names maps each host to its node): left as it is"
+            )
             continue
         if gpu.report is None:
             result.notes.append(f"{gpu.node}: {gpu.unreadable or 'no health report'}: left as it is")
+            continue
+        if node is None:
+            result.notes.append(f"{gpu.node}: no such Kubernetes node: left as it is")
             continue
         ours = record_of(node.record_text) if node.record_text is not None else None
         if node.record_text is not None and ours is None:

@@ -195,6 +195,7 @@ def run_view(
     data: dict | None = None,
     host_data: dict | None = None,
     holders: list[str] | None = None,
+    hostnames: dict[str, str] | None = None,
 ) -> Run:
     """deploy/fleet_view.py --data fleet_quarantine=true over GPU nodes @fake/<name> (their hostname the name)
     and the control plane @fake/cp1."""
@@ -208,7 +209,11 @@ def run_view(
     )
     nodes = {
         f"@fake/{name}": Node(
-            facts=[(NodeReports, reports_lines(name, report)), (Hostname, name), (DeviceHolders, holders or ["fuser"])]
+            facts=[
+                (NodeReports, reports_lines(name, report)),
+                (Hostname, (hostnames or {}).get(name, name)),
+                (DeviceHolders, holders or ["fuser"]),
+            ]
         )
         for name, report in healths.items()
     }
@@ -522,6 +527,51 @@ def test_a_health_report_that_is_no_health_report_is_one_line_and_the_node_left_
     assert run.failed == ["@fake/gpu1"]
     lines = [line for line in quarantine_lines(caplog) if "gpu1" in line]
     assert lines and f"health.json: not a gpu-node report: {field_named}" in lines[0] and "\x1b" not in lines[0]
+
+
+def test_a_node_is_named_by_the_host_its_report_was_read_from_never_by_the_report_no_real_cluster(monkeypatch):
+    """Every report says it is gpu1's (its host field): the host each was read from decides the node tainted."""
+    cluster = StandInGpuCluster()
+    cluster.node("gpu1")
+    cluster.node("gpu2")
+    claims_gpu1 = {**health("unhealthy", problems=[problem()]), "host": "gpu1"}
+    run = run_view(
+        monkeypatch, cluster, {"gpu1": {**health("healthy"), "host": "gpu1"}, "gpu2": claims_gpu1}, data=ONE_NODE
+    )
+    assert run.failed == []
+    assert cluster.taints("gpu1") == [] and [taint["key"] for taint in cluster.taints("gpu2")] == [TAINT_KEY]
+
+
+# Hostnames a node answers with (the Kubernetes node name where kube_node_names has none): another node's
+# name, option-looking text, control characters. The stand-in cluster holds nodes of those names too
+# (a real API server refuses them), so only the quarantine's own check stands between them and kubectl.
+HOSTILE_HOSTNAMES = {
+    "another-nodes-name": ("GPU1\n", "gpu1: 2 hosts of the run (@fake/gpu1, @fake/gpu3) say they are this node"),
+    "an-option": ("-f/etc/passwd", "hostname '-f/etc/passwd' is no Kubernetes node name"),
+    "all-nodes": ("--all", "hostname '--all' is no Kubernetes node name"),
+    "a-selector": ("-l x", "hostname '-l x' is no Kubernetes node name"),
+    "control-characters": ("gpu\x1b[2Jx", "hostname 'gpu\\x1b[2jx' is no Kubernetes node name"),
+}
+
+
+@pytest.mark.parametrize("case", HOSTILE_HOSTNAMES)
+def test_a_hostile_hostname_taints_no_node_and_is_one_printable_line_no_real_cluster(monkeypatch, caplog, case):
+    hostname, says = HOSTILE_HOSTNAMES[case]
+    cluster = StandInGpuCluster()
+    for name in ("gpu1", "gpu2", hostname.strip().lower()):
+        cluster.node(name)
+    unhealthy = health("unhealthy", problems=[problem()])
+    run = run_view(
+        monkeypatch,
+        cluster,
+        {"gpu1": health("healthy"), "gpu2": health("healthy"), "gpu3": unhealthy},
+        data={"quarantine_max_nodes": 3, "quarantine_max_percent": 100},
+        hostnames={"gpu3": hostname},
+    )
+    assert run.plan.error is None and run.failed == [] and cluster.writes == []
+    lines = quarantine_lines(caplog)
+    assert any(says in line for line in lines), lines
+    assert not [line for line in lines if "\x1b" in line or "\n" in line.rstrip("\n")]
 
 
 def test_quarantine_without_a_control_plane_in_the_inventory_stops_in_one_line(monkeypatch):
