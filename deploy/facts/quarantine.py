@@ -127,7 +127,7 @@ class KubeDeviceTaints(NodeFact[Any]):
     .. code:: python
 
         DeviceApi(version="resource.k8s.io/v1beta2", gpus={"gpu1": {"0000:3b:00.0": ("gpu1", "gpu-0")}},
-                  rules={"gpu-node-gpu1-gpu-0": "gpu1"})
+                  rules={"gpu-node-gpu1-gpu-0-7905065b2f31": "gpu1"})
     """
 
     def command(self, kubeconfig: str | None) -> str | StringCommand:

@@ -205,11 +205,13 @@ def _record_op(node: LiveNode, record: QuarantineRecord | None) -> dict[str, Any
 
 
 def rule_name(node: str, device: str) -> str:
-    """A DeviceTaintRule's name: readable, unique per node and device, a DNS subdomain of at most 253."""
-    name = f"gpu-node-{node}-{device}".lower()
+    """A DeviceTaintRule's name: readable, a DNS subdomain of at most 253, unique per node and device by its
+    hash ('-' joins names that hold '-' themselves: node a's device b-c and node a-b's device c alike)."""
+    unique = hashlib.sha256(f"{node}/{device}".encode()).hexdigest()
+    name = f"gpu-node-{node}-{device}-{unique[:12]}".lower()
     if len(name) <= 253 and re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name):
         return name
-    return f"gpu-node-{hashlib.sha256(f'{node}/{device}'.encode()).hexdigest()[:32]}"
+    return f"gpu-node-{unique[:32]}"
 
 
 def device_rule(version: str, node: str, pool: str, device: str, value: str) -> dict[str, Any]:

@@ -410,12 +410,12 @@ def test_on_a_dra_node_the_failed_gpu_alone_gets_a_device_taint_rule_and_its_rel
     )
     assert run.failed == []
     assert cluster.taints("gpu1") == []
-    assert list(cluster.rules) == ["gpu-node-gpu1-gpu-1"]
-    assert cluster.rules["gpu-node-gpu1-gpu-1"]["spec"] == {
+    assert list(cluster.rules) == ["gpu-node-gpu1-gpu-1-319741fc84da"]
+    assert cluster.rules["gpu-node-gpu1-gpu-1-319741fc84da"]["spec"] == {
         "deviceSelector": {"driver": "gpu.nvidia.com", "pool": "gpu1", "device": "gpu-1"},
         "taint": {"key": TAINT_KEY, "value": "xid", "effect": "NoSchedule"},
     }
-    assert cluster.record("gpu1")["devices"] == ["gpu-node-gpu1-gpu-1"]
+    assert cluster.record("gpu1")["devices"] == ["gpu-node-gpu1-gpu-1-319741fc84da"]
 
     run_view(monkeypatch, cluster, {"gpu1": health("healthy", "2026-05-01T11:00:00+00:00")}, data=data, host_data=dra)
     assert cluster.rules == {} and cluster.record("gpu1") is None
@@ -430,9 +430,35 @@ def test_a_rule_a_stopped_step_did_not_create_is_made_by_the_next_run_no_real_cl
     cluster.rules.clear()  # as if the create had failed after the node's record was patched
     run_view(monkeypatch, cluster, unhealthy, data=ONE_NODE, host_data=dra)
     assert (
-        list(cluster.rules) == ["gpu-node-gpu1-gpu-0"]
-        and cluster.rules["gpu-node-gpu1-gpu-0"]["apiVersion"] == "resource.k8s.io/v1"
+        list(cluster.rules) == ["gpu-node-gpu1-gpu-0-7905065b2f31"]
+        and cluster.rules["gpu-node-gpu1-gpu-0-7905065b2f31"]["apiVersion"] == "resource.k8s.io/v1"
     )
+
+
+def test_device_taint_rules_of_two_nodes_never_share_a_name_no_real_cluster(monkeypatch):
+    """Node n1's device gpu-1-gpu-0 and node n1-gpu-1's device gpu-0 (names a node's DRA driver chooses): a rule
+    each, and n1's release deletes its own alone."""
+    devices = {"n1": {"gpu-1-gpu-0": GPU_A}, "n1-gpu-1": {"gpu-0": GPU_A}}
+    cluster = StandInGpuCluster(served="resource.k8s.io/v1", slices=[slice_of(n, d) for n, d in devices.items()])
+    dra = {name: {"gpu_allocator": "dra"} for name in devices}
+    data = {"quarantine_max_nodes": 2, "quarantine_max_percent": 100, "quarantine_release_after": 0}
+    for name in devices:
+        cluster.node(name)
+    unhealthy = health("unhealthy", problems=[problem()])
+    run_view(monkeypatch, cluster, {"n1": unhealthy, "n1-gpu-1": unhealthy}, data=data, host_data=dra)
+    assert sorted(rule["metadata"]["annotations"]["gpu-node.nvidia.com/node"] for rule in cluster.rules.values()) == [
+        "n1",
+        "n1-gpu-1",
+    ]
+    run_view(
+        monkeypatch,
+        cluster,
+        {"n1": health("healthy", "2026-05-01T11:00:00+00:00"), "n1-gpu-1": unhealthy},
+        data=data,
+        host_data=dra,
+    )
+    assert [rule["spec"]["deviceSelector"]["pool"] for rule in cluster.rules.values()] == ["n1-gpu-1"]
+    assert cluster.record("n1") is None and cluster.record("n1-gpu-1")["devices"] == list(cluster.rules)
 
 
 def test_without_device_taint_rules_served_a_dra_node_is_tainted_whole_no_real_cluster(monkeypatch, caplog):
