@@ -26,15 +26,21 @@ def apply_step(kubeconfig: str | None, step: Step) -> Commands:
         yield kubectl(
             kubeconfig,
             "patch",
-            "node",
-            QuoteString(step.node),
             "--type=json",
             "-p",
             QuoteString(json.dumps(list(step.patch))),
+            "--",  # names are never options (`-f/etc/passwd`, `--all`)
+            "node",
+            QuoteString(step.node),
         )
     if step.create:
         yield with_stdin(dump_documents(list(step.create)), kubectl(kubeconfig, "create", "-f", "-"))
     if step.delete:
         yield kubectl(
-            kubeconfig, "delete", "devicetaintrules", *(QuoteString(name) for name in step.delete), "--ignore-not-found"
+            kubeconfig,
+            "delete",
+            "--ignore-not-found",
+            "--",
+            "devicetaintrules",
+            *(QuoteString(name) for name in step.delete),
         )

@@ -113,7 +113,7 @@ class StandInGpuCluster(StandInCluster):
         if verb in ("patch", "create", "delete"):
             self.writes.append(shlex.join(words[words.index(verb) :]))
         if verb == "patch":
-            name = words[words.index("patch") + 2]
+            name = words[-1]  # kubectl patch --type=json -p PATCH -- node NAME
             try:
                 patched = jsonpatch.apply_patch(self.objects[name], json.loads(words[words.index("-p") + 1]))
             except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as error:
@@ -247,7 +247,12 @@ def test_an_unhealthy_node_is_tainted_and_recorded_its_cordon_taints_and_annotat
         "reason": "Xid 79 on 0000:3b:00.0: GPU fallen off the bus",
     }
     (patch,) = cluster.writes
-    assert json.loads(shlex.split(patch)[-1])[0] == {"op": "test", "path": "/metadata/resourceVersion", "value": "1"}
+    words = shlex.split(patch)
+    assert json.loads(words[words.index("-p") + 1])[0] == {
+        "op": "test",
+        "path": "/metadata/resourceVersion",
+        "value": "1",
+    }
     assert cluster.objects["gpu2"]["spec"] == {} and cluster.record("gpu2") is None
 
     again = run_view(monkeypatch, cluster, reports)
@@ -612,3 +617,17 @@ def test_quarantine_without_a_control_plane_in_the_inventory_stops_in_one_line(m
         "to run kubectl on: add the control-plane host to the inventory"
     )
     assert plan.timeline == []
+
+
+def test_the_quarantines_kubectl_reads_no_node_or_rule_name_as_an_option():
+    """Names the plan checked already (the hostname check above), passed after ``--`` all the same: kubectl reads
+    ``-f/etc/passwd`` after ``patch node`` as its file option."""
+    from deploy.k8s.quarantine import Step as QuarantineStep
+    from deploy.operations.quarantine import apply_step
+
+    step = QuarantineStep(
+        "-f/etc/passwd", "release", "", patch=({"op": "test", "path": "/x", "value": 1},), delete=("--all",)
+    )
+    for command in apply_step._inner(kubeconfig=None, step=step):
+        words = shlex.split(str(command))
+        assert words[words.index("--") + 1 :] in (["node", "-f/etc/passwd"], ["devicetaintrules", "--all"]), words
