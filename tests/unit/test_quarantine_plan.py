@@ -32,6 +32,8 @@ from test_k8s_schemas import (
 from deploy.facts.gpu_holders import DeviceHolders
 from deploy.facts.reports import NodeReports
 from deploy.k8s.quarantine import RECORD_ANNOTATION, TAINT_KEY, device_rule
+from deploy.k8s.quarantine import Step as QuarantineStep
+from deploy.operations.quarantine import apply_step
 from deploy.reports.node_report import NodeRecord, Step, report_json
 from deploy.settings import SettingsError
 
@@ -620,11 +622,8 @@ def test_quarantine_without_a_control_plane_in_the_inventory_stops_in_one_line(m
 
 
 def test_the_quarantines_kubectl_reads_no_node_or_rule_name_as_an_option():
-    """Names the plan checked already (the hostname check above), passed after ``--`` all the same: kubectl reads
+    """Names the plan has checked already, passed after ``--`` all the same: kubectl reads
     ``-f/etc/passwd`` after ``patch node`` as its file option."""
-    from deploy.k8s.quarantine import Step as QuarantineStep
-    from deploy.operations.quarantine import apply_step
-
     step = QuarantineStep(
         "-f/etc/passwd", "release", "", patch=({"op": "test", "path": "/x", "value": 1},), delete=("--all",)
     )
