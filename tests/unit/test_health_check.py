@@ -347,6 +347,43 @@ def test_a_state_file_that_is_not_what_a_run_writes_starts_over_from_this_boots_
     assert code == 1 and lines(report) == [("fatal", "Xid 79 on 0000:17:00.0: GPU fallen off the bus")]
 
 
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (lambda path: path.chmod(0o666), "health.state is writable by its group or others (mode 0666)"),
+        (lambda path: path.parent.chmod(0o777), "is writable by its group or others (mode 0777)"),
+        (lambda path: (path.rename(path.with_name("elsewhere")), path.symlink_to("elsewhere")), "a symbolic link"),
+        (lambda path: (path.unlink(), os.mkfifo(path)), "health.state is not a regular file"),
+    ],
+    ids=["file-0666", "folder-0777", "symlink", "fifo"],
+)
+def test_a_state_file_another_user_may_write_is_refused_in_one_line_with_exit_2(tmp_path, capsys, make, says):
+    """Its Xids would make the node unhealthy (and its text reach the report unchecked); a FIFO
+    there would hang every run: read only as the settings are (deploy/node/root_files.py)."""
+    node = stand_in_node(tmp_path)
+    state = Path(node.settings.state_path)
+    state.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "boot_id": "3f0c6a3e2b1d4c5e8f7a9b0c1d2e3f40",
+                "xids": [{"gpu": ESCAPES[:16], "xid": 79, "severity": "fatal", "meaning": "planted", "count": 1}],
+            }
+        )
+    )
+    make(state)
+    config = node.root / "etc" / "health-check.json"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(json.dumps({"report_path": node.settings.report_path, "state_path": node.settings.state_path}))
+    assert check.main(["--config", str(config)], host=node.host, top=str(node.root)) == 2
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("gpu-node health: unknown: state: ") and says in line
+    assert check.main(["--npd", "--config", str(config)], host=node.host, top=str(node.root)) == 2
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("state: ") and len(line) <= 80
+    assert not node.report_path.exists()
+
+
 def test_settings_another_user_may_write_are_refused_in_one_line_with_exit_2(tmp_path, capsys):
     node = stand_in_node(tmp_path)
     config = node.root / "etc" / "health-check.json"
