@@ -46,7 +46,7 @@ def pci(text: str) -> str | None:
 
 def _number(text: str) -> int | None:
     text = text.strip()
-    return int(text) if text.isdigit() and len(text) <= 12 else None
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 12 else None  # int() refuses "²"
 
 
 def _yes(text: str) -> bool | None:

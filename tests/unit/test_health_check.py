@@ -313,6 +313,22 @@ def test_hostile_kernel_lines_and_tool_output_are_bounded_and_escaped_never_a_tr
     assert state["cursor"] == "s=ok"  # the oversized cursor not kept
 
 
+def test_digits_other_than_ascii_are_no_number_not_a_failed_check(tmp_path, capsys):
+    """str.isdigit holds for "²", which int() refuses: a number the node gives is ASCII digits, else
+    no reading (one GPU's ECC count, one entry's time), never the whole check unknown."""
+    node = stand_in_node(tmp_path)
+    node.log_kernel(xid_message(PCIE[1], 13, "exception"))
+    node.entries[0]["__MONOTONIC_TIMESTAMP"] = "\u00b2"
+    node.write_journal()
+    node.smi(gpus=[StandInGpu(PCIE[0], ecc_uncorrected="\u00b2", retired_single="\u0663"), StandInGpu(PCIE[1])])
+    code, printed, report = run(node, capsys, "--npd")
+    assert (code, printed) == (0, ["healthy: 2 GPU(s)"])
+    assert (report["gpus"][0]["ecc_uncorrected"], report["gpus"][0]["retired_pages"]) == (None, None)
+    assert lines(report) == [
+        ("informational", "Xid 13 on 0000:ca:00.0: graphics engine exception (usually the application's)")
+    ]
+
+
 def test_more_kernel_lines_than_a_run_reads_are_read_on_by_the_next(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(journal, "MAX_ENTRIES", 3)
     node = stand_in_node(tmp_path)
