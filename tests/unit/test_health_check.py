@@ -329,6 +329,14 @@ def test_digits_other_than_ascii_are_no_number_not_a_failed_check(tmp_path, caps
     ]
 
 
+def test_a_version_or_xid_number_in_digits_other_than_ascii_is_none(tmp_path, capsys):
+    """Python's \\d matches every script's digits: "٧٩" is no Xid 79, "٥٣٥.٢٦١.٠٣" (sysfs's) no driver version."""
+    node = stand_in_node(tmp_path)
+    node.log_kernel("NVRM: Xid (PCI:0000:17:00): \u0667\u0669, pid=1234, GPU has fallen off the bus.")
+    (node.root / "sys" / "module" / "nvidia" / "version").write_text("\u0665\u0663\u0665.\u0662\u0666\u0661\n")
+    assert run(node, capsys, "--npd")[:2] == (0, ["healthy: 2 GPU(s)"])
+
+
 def test_more_kernel_lines_than_a_run_reads_are_read_on_by_the_next(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(journal, "MAX_ENTRIES", 3)
     node = stand_in_node(tmp_path)
