@@ -36,7 +36,7 @@ from typing import Any
 from .. import __version__
 from ..foundations.command_line import ArgumentParser
 from ..node.first_boot import write_report
-from ..node.root_files import MissingFile, UntrustedFile, settings_from_file, settings_from_text
+from ..node.root_files import MissingFile, UntrustedFile, read_roots_file, settings_from_file, settings_from_text
 from ..reports.health_report import (
     EXIT_STATUS,
     HEALTH_REPORT_PATH,
@@ -121,12 +121,17 @@ def _text(value: object, limit: int) -> str | None:
     return value if isinstance(value, str) and len(value) <= limit else None
 
 
-def load_state(path: str) -> State:
+def load_state(path: str, top: str = "/") -> State:
     """The state the last run wrote; a fresh one where there is none or it is not what a run writes
-    (its Xids are then read again from this boot's start)."""
+    (its Xids are then read again from this boot's start). Read only when root alone can have
+    written it and every folder above it (``read_roots_file``; ``top``: where that walk starts):
+    UntrustedFile in one line otherwise (another user's Xids would make the node unhealthy)."""
     try:
-        with open(path, "rb") as stream:
-            data = json.loads(stream.read(MAX_STATE_BYTES + 1)[:MAX_STATE_BYTES])
+        data = json.loads(read_roots_file(path, MAX_STATE_BYTES, top=top)[:MAX_STATE_BYTES])
+    except MissingFile:
+        return State()
+    except UntrustedFile:
+        raise
     except (OSError, ValueError, RecursionError):
         return State()
     if not isinstance(data, dict) or data.get("version") != STATE_VERSION or not isinstance(data.get("xids"), list):
@@ -320,13 +325,17 @@ def main(argv: list[str] | None = None, host: HealthHost | None = None, top: str
     lock = None
     try:
         lock = _locked(os.path.dirname(settings.state_path) or ".")
-        state = load_state(settings.state_path)
+        state = load_state(settings.state_path, top=top)
         report = health_report(read_node(settings, host or HealthHost(), state, args.forget_xids), state)
         write_report(settings.report_path, report)
         changed = signature(report) != state.logged
         if not args.npd:
             state.logged = signature(report)
         write_report(settings.state_path, state.as_json())
+    except UntrustedFile as error:
+        path = settings.state_path
+        say(f"state: {str(error).replace(path, os.path.basename(path)) if args.npd else error}", args.npd)
+        return EXIT_STATUS[UNKNOWN]
     except (OSError, TimeoutError) as error:
         say(str(error), args.npd)
         return EXIT_STATUS[UNKNOWN]

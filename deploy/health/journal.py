@@ -54,7 +54,7 @@ def message_of(value: object) -> str | None:
 
 
 def _microseconds(value: object) -> int | None:
-    return int(value) if isinstance(value, str) and value.isdigit() and len(value) <= 20 else None
+    return int(value) if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 20 else None
 
 
 def entries(lines: Iterable[str], boot_id: str | None, read_until: int = 0) -> tuple[list[str], str | None, int]:

@@ -18,9 +18,10 @@ from ..node.first_boot import module_path, pci_devices
 from .node import HealthHost, Output, said
 
 PCI_ADDRESS = re.compile(r"([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])")
-VERSION = re.compile(r"\d+\.\d+(?:\.\d+)?")
+# re.ASCII: \d is any script's digits otherwise ("٥٣٥.٢٦١" no version a driver has)
+VERSION = re.compile(r"\d+\.\d+(?:\.\d+)?", re.ASCII)
 # /proc/driver/nvidia/version: "NVRM version: NVIDIA UNIX [Open ]Kernel Module [for x86_64]  535.261.03  ..."
-PROC_VERSION = re.compile(r"Kernel Module\b[^0-9]*?(\d+\.\d+(?:\.\d+)?)")
+PROC_VERSION = re.compile(r"Kernel Module\b[^0-9]*?(\d+\.\d+(?:\.\d+)?)", re.ASCII)
 SMI_FIELDS = (
     "pci.bus_id",
     "name",
@@ -46,7 +47,7 @@ def pci(text: str) -> str | None:
 
 def _number(text: str) -> int | None:
     text = text.strip()
-    return int(text) if text.isdigit() and len(text) <= 12 else None
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 12 else None  # int() refuses "²"
 
 
 def _yes(text: str) -> bool | None:

@@ -59,7 +59,8 @@ UNLISTED = "not in gpu-node's Xid table (see NVIDIA's Xid catalogue)"
 # "NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus." (older drivers: no "PCI:")
 XID_LINE = re.compile(
     r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.([0-7]))?\): "
-    r"(\d{1,5})\b(.*)"
+    r"(\d{1,5})\b(.*)",
+    re.ASCII,  # \d is any script's digits otherwise: "٧٩" is no Xid 79
 )
 RECOVERY_TEXT = re.compile(r"to 0x[0-9A-Fa-f]+ \(([^)]{1,40})\)")
 

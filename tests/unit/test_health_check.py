@@ -313,6 +313,30 @@ def test_hostile_kernel_lines_and_tool_output_are_bounded_and_escaped_never_a_tr
     assert state["cursor"] == "s=ok"  # the oversized cursor not kept
 
 
+def test_digits_other_than_ascii_are_no_number_not_a_failed_check(tmp_path, capsys):
+    """str.isdigit holds for "²", which int() refuses: a number the node gives is ASCII digits, else
+    no reading (one GPU's ECC count, one entry's time), never the whole check unknown."""
+    node = stand_in_node(tmp_path)
+    node.log_kernel(xid_message(PCIE[1], 13, "exception"))
+    node.entries[0]["__MONOTONIC_TIMESTAMP"] = "\u00b2"
+    node.write_journal()
+    node.smi(gpus=[StandInGpu(PCIE[0], ecc_uncorrected="\u00b2", retired_single="\u0663"), StandInGpu(PCIE[1])])
+    code, printed, report = run(node, capsys, "--npd")
+    assert (code, printed) == (0, ["healthy: 2 GPU(s)"])
+    assert (report["gpus"][0]["ecc_uncorrected"], report["gpus"][0]["retired_pages"]) == (None, None)
+    assert lines(report) == [
+        ("informational", "Xid 13 on 0000:ca:00.0: graphics engine exception (usually the application's)")
+    ]
+
+
+def test_a_version_or_xid_number_in_digits_other_than_ascii_is_none(tmp_path, capsys):
+    """Python's \\d matches every script's digits: "٧٩" is no Xid 79, "٥٣٥.٢٦١.٠٣" (sysfs's) no driver version."""
+    node = stand_in_node(tmp_path)
+    node.log_kernel("NVRM: Xid (PCI:0000:17:00): \u0667\u0669, pid=1234, GPU has fallen off the bus.")
+    (node.root / "sys" / "module" / "nvidia" / "version").write_text("\u0665\u0663\u0665.\u0662\u0666\u0661\n")
+    assert run(node, capsys, "--npd")[:2] == (0, ["healthy: 2 GPU(s)"])
+
+
 def test_more_kernel_lines_than_a_run_reads_are_read_on_by_the_next(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(journal, "MAX_ENTRIES", 3)
     node = stand_in_node(tmp_path)
@@ -345,6 +369,43 @@ def test_a_state_file_that_is_not_what_a_run_writes_starts_over_from_this_boots_
     Path(node.settings.state_path).write_text(state)
     code, _, report = run(node, capsys)
     assert code == 1 and lines(report) == [("fatal", "Xid 79 on 0000:17:00.0: GPU fallen off the bus")]
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (lambda path: path.chmod(0o666), "health.state is writable by its group or others (mode 0666)"),
+        (lambda path: path.parent.chmod(0o777), "is writable by its group or others (mode 0777)"),
+        (lambda path: (path.rename(path.with_name("elsewhere")), path.symlink_to("elsewhere")), "a symbolic link"),
+        (lambda path: (path.unlink(), os.mkfifo(path)), "health.state is not a regular file"),
+    ],
+    ids=["file-0666", "folder-0777", "symlink", "fifo"],
+)
+def test_a_state_file_another_user_may_write_is_refused_in_one_line_with_exit_2(tmp_path, capsys, make, says):
+    """Its Xids would make the node unhealthy (and its text reach the report unchecked); a FIFO
+    there would hang every run: read only as the settings are (deploy/node/root_files.py)."""
+    node = stand_in_node(tmp_path)
+    state = Path(node.settings.state_path)
+    state.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "boot_id": "3f0c6a3e2b1d4c5e8f7a9b0c1d2e3f40",
+                "xids": [{"gpu": ESCAPES[:16], "xid": 79, "severity": "fatal", "meaning": "planted", "count": 1}],
+            }
+        )
+    )
+    make(state)
+    config = node.root / "etc" / "health-check.json"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(json.dumps({"report_path": node.settings.report_path, "state_path": node.settings.state_path}))
+    assert check.main(["--config", str(config)], host=node.host, top=str(node.root)) == 2
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("gpu-node health: unknown: state: ") and says in line
+    assert check.main(["--npd", "--config", str(config)], host=node.host, top=str(node.root)) == 2
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("state: ") and len(line) <= 80
+    assert not node.report_path.exists()
 
 
 def test_settings_another_user_may_write_are_refused_in_one_line_with_exit_2(tmp_path, capsys):
