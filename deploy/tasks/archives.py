@@ -15,7 +15,12 @@ import zipfile
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from pyinfra import host
+from pyinfra.operations import server
+
 from .. import __version__
+from ..facts.read_ahead import read
+from ..operations import files
 from ..reports.health_report import HEALTH_CHECK_PROGRAM
 from ..settings import Settings
 
@@ -90,3 +95,20 @@ def program_settings(program_settings_type: type, settings: Settings, **fixed: o
         if setting is not None:
             values[each.name] = getattr(settings, setting)
     return json.dumps(values, indent=2, sort_keys=True) + "\n"
+
+
+UNIT_DIR = "/etc/systemd/system"
+
+
+def put_program_files(wanted: dict[str, tuple[str | bytes, str]], what: str, reload_name: str) -> None:
+    """A node program's files (path: (content, mode)), each put only where it differs (a fleet's no-op
+    pays pyinfra's cost per operation), and systemd's units reloaded where one of its units changed
+    (an image root, a bake, has no running systemd: the image's first boot reads them)."""
+    changed_units = False
+    for path, (content, mode) in wanted.items():
+        if files.text_up_to_date(read(host, files.digest_read(path)), content, mode=mode):
+            continue
+        files.put_text(name=f"Put {path} ({what})", dest=path, content=content, mode=mode)
+        changed_units |= path.startswith(UNIT_DIR)
+    if changed_units:
+        server.shell(name=reload_name, commands=["if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi"])

@@ -13,7 +13,6 @@ gpu-node-ready.target`` runs it now). With health_check, the unit runs the node'
 from __future__ import annotations
 
 from pyinfra import host
-from pyinfra.operations import server
 
 from ..facts.read_ahead import FactCall, read
 from ..facts.units import UnitsEnabled
@@ -27,7 +26,7 @@ from . import archives
 
 ARCHIVE = archives.BOOT.path
 SERVICE, TARGET = "gpu-node-boot.service", "gpu-node-ready.target"
-UNIT_DIR = "/etc/systemd/system"
+UNIT_DIR = archives.UNIT_DIR
 
 
 def boot_archive() -> bytes:
@@ -70,20 +69,9 @@ def reads(settings: Settings) -> list[FactCall]:
 
 @deploy("First-boot unit")
 def first_boot_unit(settings: Settings) -> None:
-    # Operations only for what differs: a fleet's no-op pays pyinfra's cost per operation.
-    changed_units = False
-    for path, (content, mode) in wanted_files(settings).items():
-        if files.text_up_to_date(read(host, files.digest_read(path)), content, mode=mode):
-            continue
-        files.put_text(name=f"Put {path} (the first-boot unit)", dest=path, content=content, mode=mode)
-        changed_units |= path.startswith(UNIT_DIR)
-    if changed_units:
-        # systemd reads a changed unit at its next reload; an image root (a bake) has no running
-        # systemd (its own test: /run/systemd/system): the image's first boot reads it.
-        server.shell(
-            name="Reload systemd's units (the first-boot unit changed)",
-            commands=["if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi"],
-        )
+    archives.put_program_files(
+        wanted_files(settings), "the first-boot unit", "Reload systemd's units (the first-boot unit changed)"
+    )
     enabled = read(host, units_read())
     if any(enabled.get(unit) != "enabled" for unit in (SERVICE, TARGET)):
         units.enable_unit_files(

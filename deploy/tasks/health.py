@@ -10,7 +10,6 @@ node installs it (deploy/stages.py), unless health_check=false.
 from __future__ import annotations
 
 from pyinfra import host
-from pyinfra.operations import server
 
 from ..facts.read_ahead import FactCall, read
 from ..facts.units import UnitsEnabled
@@ -24,7 +23,7 @@ from ..settings import Settings
 from . import archives
 
 SERVICE, TIMER = "gpu-node-health.service", "gpu-node-health.timer"
-UNIT_DIR = "/etc/systemd/system"
+UNIT_DIR = archives.UNIT_DIR
 
 
 def health_config(settings: Settings) -> str:
@@ -56,18 +55,9 @@ def reads(settings: Settings) -> list[FactCall]:
 
 @deploy("Health check")
 def health_check_units(settings: Settings) -> None:
-    changed_units = False
-    for path, (content, mode) in wanted_files(settings).items():
-        if files.text_up_to_date(read(host, files.digest_read(path)), content, mode=mode):
-            continue
-        files.put_text(name=f"Put {path} (the health check)", dest=path, content=content, mode=mode)
-        changed_units |= path.startswith(UNIT_DIR)
-    if changed_units:
-        # a changed timer takes its new interval at the reload; an image root has no running systemd
-        server.shell(
-            name="Reload systemd's units (the health check's units changed)",
-            commands=["if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi"],
-        )
+    archives.put_program_files(
+        wanted_files(settings), "the health check", "Reload systemd's units (the health check's units changed)"
+    )
     if read(host, units_read()).get(TIMER) != "enabled":
         how = "started by the image's boot" if bake.is_image_root(host.connector) else "started now"
         units.enable_service(
