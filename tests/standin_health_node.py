@@ -21,8 +21,8 @@ import standin_kmod
 import standin_nvidia_smi
 from standin_nvidia_smi import StandInGpu
 
-from deploy.health.check import HealthSettings
 from deploy.health.node import HealthHost
+from deploy.health.settings import HealthSettings
 
 KERNEL = "6.1.0-28-amd64"
 DRIVER = "535.261.03"

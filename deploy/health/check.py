@@ -36,10 +36,9 @@ from typing import Any
 from .. import __version__
 from ..foundations.command_line import ArgumentParser
 from ..node.first_boot import write_report
-from ..node.root_files import MissingFile, UntrustedFile, read_roots_file, settings_from_file, settings_from_text
+from ..node.root_files import MissingFile, UntrustedFile, read_roots_file
 from ..reports.health_report import (
     EXIT_STATUS,
-    HEALTH_REPORT_PATH,
     HEALTH_REPORT_VERSION,
     HEALTHY,
     INFORMATIONAL,
@@ -53,44 +52,15 @@ from ..reports.health_report import (
 from . import journal, readings
 from .node import HealthHost, printable
 from .problems import KeptXid, Problem, Readings, assess, services_wanted
+from .settings import CONFIG_PATH, HealthSettings
 from .xids import xid_event
 
-CONFIG_PATH = "/etc/gpu-node/health-check.json"
-STATE_PATH = "/var/lib/gpu-node/health.state"  # not *.json: the fleet view reads those as reports
 STATE_VERSION = 1
 MAX_STATE_BYTES = 256 * 1024
 # distinct (GPU, Xid) pairs kept for a boot; more are counted in one informational problem
 MAX_KEPT_XIDS = 64
 LOCK_SECONDS = 30
 SAID = "gpu-node health"
-
-
-WHAT, PATHS = "the health check's settings", ("driver_root", "report_path", "state_path")
-
-
-@dataclass(frozen=True)
-class HealthSettings:
-    """What the deploy decided for this node (deploy/tasks/health.py writes it as JSON): the settings of
-    these names (``setting`` where the field's name is not the setting's), where the report and the
-    state go. tests/unit/test_health_check.py holds each field's type and default to its setting's."""
-
-    nvidia_persistenced: bool = True
-    fabric_manager_install: bool = True
-    driver_root: str = field(default="/", metadata={"setting": "nvidia_driver_root"})
-    report_path: str = field(default=HEALTH_REPORT_PATH, metadata={"setting": None})
-    state_path: str = field(default=STATE_PATH, metadata={"setting": None})
-
-    @classmethod
-    def from_text(cls, text: str, source: str) -> HealthSettings:
-        """The settings ``text`` (JSON, as deploy/tasks/health.py writes it) holds, each of its type;
-        ValueError in one line naming ``source`` otherwise."""
-        return settings_from_text(cls, text, source, WHAT, paths=PATHS)
-
-    @classmethod
-    def from_file(cls, path: str, top: str = "/") -> HealthSettings:
-        """``from_text`` of ``path``, read only when root alone can have written it and every folder
-        above it (deploy/node/root_files.py; ``top``: where that walk starts)."""
-        return settings_from_file(cls, path, WHAT, top=top, paths=PATHS)
 
 
 @dataclass

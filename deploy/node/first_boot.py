@@ -1,8 +1,8 @@
 """
 What a GPU node does at every boot, before ``gpu-node-ready.target``: run on the node by the
 ``gpu-node-boot.service`` unit (deploy/tasks/boot.py installs it, with deploy/driver/module_type.py,
-deploy/driver/fabric.py, deploy/foundations/command_line.py and deploy/node/root_files.py beside it), from the standard
-library alone, so that a node needs no gpu-node package to boot (python3 is the only requirement).
+deploy/driver/fabric.py, deploy/foundations/command_line.py, deploy/node/boot_settings.py and
+deploy/node/root_files.py beside it), from the standard library alone, so that a node needs no gpu-node package to boot (python3 is the only requirement).
 It runs as root and reads its settings (/etc/gpu-node/boot.json, which the deploy writes) only when
 root alone can have written that file and every folder above it, each setting of its type.
 
@@ -39,10 +39,9 @@ from .. import __version__
 from ..driver.fabric import fabric_of
 from ..driver.module_type import KernelModuleTypeRefusal, decide_kernel_module_type
 from ..foundations.command_line import ArgumentParser
-from .root_files import UntrustedFile, settings_from_file, settings_from_text
+from .boot_settings import CONFIG_PATH, BootSettings
+from .root_files import UntrustedFile
 
-CONFIG_PATH = "/etc/gpu-node/boot.json"
-REPORT_PATH = "/var/lib/gpu-node/boot-report.json"
 REPORT_VERSION = 1  # deploy/reports/node_report.py's
 NVIDIA_VENDOR = "0x10de"
 SPEC_PATH = "/var/run/cdi/nvidia.yaml"  # deploy/runtimes/cdi.py's
@@ -56,35 +55,6 @@ MODULE_TYPE_OF_LICENSE = {"Dual MIT/GPL": "open", "NVIDIA": "proprietary"}
 UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
-
-
-@dataclass(frozen=True)
-class BootSettings:
-    """What the deploy decided for this node (deploy/tasks/boot.py writes it as JSON): the settings of
-    these names (``setting`` where the field's name is not the setting's) and where the report goes.
-    The boot archive carries the standard library alone, not the settings model:
-    tests/unit/test_first_boot.py holds each field's type and default to its setting's."""
-
-    kernel_modules_load: bool = True
-    nvidia_kernel_modules: str = "auto"
-    cdi: str = "auto"
-    driver_root: str = field(default="/", metadata={"setting": "nvidia_driver_root"})
-    require_gpu: bool = False
-    nvidia_persistenced: bool = True
-    fabric_manager_install: bool = True
-    report_path: str = field(default=REPORT_PATH, metadata={"setting": None})
-
-    @classmethod
-    def from_text(cls, text: str, source: str) -> BootSettings:
-        """The settings ``text`` (JSON, as deploy/tasks/boot.py writes it) holds, each of its type;
-        ValueError in one line naming ``source`` otherwise."""
-        return settings_from_text(cls, text, source, "the boot settings", paths=("report_path",))
-
-    @classmethod
-    def from_file(cls, path: str, top: str = "/") -> BootSettings:
-        """``from_text`` of ``path``, read only when root alone can have written it and every folder
-        above it (deploy/node/root_files.py; ``top``: where that walk starts); ValueError in one line."""
-        return settings_from_file(cls, path, "the boot settings", top=top, paths=("report_path",))
 
 
 class StepFailed(Exception):

@@ -61,6 +61,7 @@ class Archive:
 
 _BOOT_MODULES = (
     "node/first_boot.py",
+    "node/boot_settings.py",
     "node/root_files.py",
     "driver/module_type.py",
     "driver/fabric.py",
@@ -79,6 +80,7 @@ HEALTH = Archive(
         "health/node.py",
         "health/problems.py",
         "health/readings.py",
+        "health/settings.py",
         "health/xids.py",
     ),
     "health.check",

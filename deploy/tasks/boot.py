@@ -3,9 +3,9 @@ The first-boot unit (deploy/node/first_boot.py, docs/without-controller.md): at 
 ``gpu-node-ready.target``, the node loads the kernel module its GPUs need, regenerates the CDI
 spec, starts persistenced and Fabric Manager, verifies and writes its report. This stage puts the
 program (one zip application, deploy/tasks/archives.py: deploy/node/first_boot.py with the
-standard-library modules it reuses: deploy/node/root_files.py, the pure deploy/driver/module_type.py
-and deploy/driver/fabric.py, deploy/foundations/command_line.py), its settings (JSON) and the two
-units in place and enables them; it starts nothing (the next boot runs it; ``systemctl start
+standard-library modules it reuses: deploy/node/boot_settings.py, deploy/node/root_files.py, the
+pure deploy/driver/module_type.py and deploy/driver/fabric.py, deploy/foundations/command_line.py),
+its settings (JSON, deploy/node/boot_settings.py's shape) and the two units in place and enables them; it starts nothing (the next boot runs it; ``systemctl start
 gpu-node-ready.target`` runs it now). With health_check, the unit runs the node's health check
 (deploy/tasks/health.py installs it) once it prepared the GPUs.
 """
@@ -18,8 +18,8 @@ from ..facts.read_ahead import FactCall, read
 from ..facts.units import UnitsEnabled
 from ..foundations.pyinfra_api import deploy
 from ..foundations.templates import render
-from ..health.check import CONFIG_PATH as HEALTH_CONFIG
-from ..node import first_boot
+from ..health.settings import CONFIG_PATH as HEALTH_CONFIG
+from ..node.boot_settings import CONFIG_PATH, REPORT_PATH, BootSettings
 from ..operations import files, units
 from ..settings import Settings
 from . import archives
@@ -35,20 +35,20 @@ def boot_archive() -> bytes:
 
 
 def boot_config(settings: Settings) -> str:
-    """deploy/node/first_boot.py's settings (``BootSettings``)."""
-    return archives.program_settings(first_boot.BootSettings, settings, report_path=first_boot.REPORT_PATH)
+    """deploy/node/first_boot.py's settings (deploy/node/boot_settings.py)."""
+    return archives.program_settings(BootSettings, settings, report_path=REPORT_PATH)
 
 
 def wanted_files(settings: Settings) -> dict[str, tuple[str | bytes, str]]:
     """path -> (content, mode) of every file the first-boot unit needs."""
     return {
         ARCHIVE: (boot_archive(), "644"),
-        first_boot.CONFIG_PATH: (boot_config(settings), "644"),
+        CONFIG_PATH: (boot_config(settings), "644"),
         f"{UNIT_DIR}/{SERVICE}": (
             render(
                 "gpu-node-boot.service.j2",
                 archive=ARCHIVE,
-                config=first_boot.CONFIG_PATH,
+                config=CONFIG_PATH,
                 health_archive=archives.HEALTH.path if settings.health_check else None,
                 health_config=HEALTH_CONFIG,
             ),

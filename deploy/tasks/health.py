@@ -15,7 +15,7 @@ from ..facts.read_ahead import FactCall, read
 from ..facts.units import UnitsEnabled
 from ..foundations.pyinfra_api import deploy
 from ..foundations.templates import render
-from ..health.check import CONFIG_PATH, STATE_PATH, HealthSettings
+from ..health.settings import CONFIG_PATH, STATE_PATH, HealthSettings
 from ..node import bake
 from ..operations import files, units
 from ..reports.health_report import HEALTH_REPORT_PATH
@@ -27,7 +27,7 @@ UNIT_DIR = archives.UNIT_DIR
 
 
 def health_config(settings: Settings) -> str:
-    """deploy/health/check.py's settings (``HealthSettings``)."""
+    """deploy/health/check.py's settings (deploy/health/settings.py)."""
     return archives.program_settings(HealthSettings, settings, report_path=HEALTH_REPORT_PATH, state_path=STATE_PATH)
 
 

@@ -145,3 +145,31 @@ def test_every_function_the_stage_table_names_is_a_function_of_the_stages_module
         if not inspect.isfunction(getattr(importlib.import_module(f"deploy.tasks.{module}"), name, None))
     ]
     assert not_functions == []
+
+
+# A no-op re-run's imports (bench/noop.py's stages): the entry's, then each step's reads as preflight asks them.
+NOOP_MODULES = """
+import sys
+import deploy.entry
+from deploy.settings import parse_settings
+from deploy.stages import steps_for
+
+settings = parse_settings({"stages": "kernel,toolkit,runtimes,verify"})
+for step in steps_for(settings):
+    step.reads(settings)
+print(" ".join(sorted(name for name in sys.modules if name.startswith("deploy."))))
+"""
+
+
+def test_a_run_that_installs_the_node_programs_does_not_import_them():
+    """The first-boot and health stages write their programs' settings files and name their paths: the
+    files' shapes and paths live in deploy/node/boot_settings.py and deploy/health/settings.py, which the
+    programs import too, so a run (bench/noop.py's no-op) does not import the programs themselves
+    (deploy/node/first_boot.py, deploy/health/check.py and the health check's modules)."""
+    result = subprocess.run([sys.executable, "-c", NOOP_MODULES], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    loaded = set(result.stdout.split())
+    # the two stages ran their reads, which write both programs' settings
+    assert {"deploy.tasks.boot", "deploy.tasks.health"} <= loaded
+    programs = ("deploy.node.first_boot", "deploy.health.check", "deploy.health.readings", "deploy.health.problems")
+    assert [name for name in programs if name in loaded] == []

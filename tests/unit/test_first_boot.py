@@ -18,7 +18,8 @@ import pci_tree
 import pytest
 
 from deploy.node import first_boot, root_files
-from deploy.node.first_boot import Boot, BootSettings, Host
+from deploy.node.boot_settings import REPORT_PATH, BootSettings
+from deploy.node.first_boot import Boot, Host
 from deploy.reports.node_report import NodeRecord, Step, report_json
 from deploy.tasks import boot as boot_task
 
@@ -215,7 +216,7 @@ def test_the_config_the_stage_writes_is_read_back_by_the_boot(setting, tmp_path)
     config.write_text(boot_task.boot_config(settings_for(nvidia_kernel_modules=setting, kernel_modules_load=False)))
     read = BootSettings.from_file(str(config), top=str(tmp_path))
     assert read.nvidia_kernel_modules == setting and read.kernel_modules_load is False
-    assert read.report_path == first_boot.REPORT_PATH
+    assert read.report_path == REPORT_PATH
 
 
 @pytest.mark.parametrize(
@@ -340,4 +341,4 @@ def test_the_boot_settings_are_the_settings_they_name_with_their_types_and_defau
     assert {name: getattr(written, name) for name in named} == {
         name: getattr(changed, setting) for name, setting in named.items()
     }
-    assert written.report_path == first_boot.REPORT_PATH
+    assert written.report_path == REPORT_PATH

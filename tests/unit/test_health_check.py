@@ -21,6 +21,7 @@ from standin_nvidia_smi import MISMATCH, MISMATCH_EXIT, StandInGpu
 from deploy.foundations import node_text
 from deploy.health import check, journal
 from deploy.health.node import printable
+from deploy.health.settings import STATE_PATH, HealthSettings
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((REPO / "deploy" / "schemas" / "health-report.schema.json").read_text())
@@ -447,20 +448,20 @@ def test_the_health_settings_are_the_settings_of_their_names_and_the_stage_write
     from deploy.settings.fields import unwrap
     from deploy.tasks import health as health_task
 
-    named = {each.name: each.metadata.get("setting", each.name) for each in fields(check.HealthSettings)}
+    named = {each.name: each.metadata.get("setting", each.name) for each in fields(HealthSettings)}
     assert (named.pop("report_path"), named.pop("state_path")) == (None, None)
     for name, setting in named.items():
         annotation = unwrap(SETTING_FIELDS[setting].annotation)[0]
-        field_of = check.HealthSettings.__dataclass_fields__[name]
+        field_of = HealthSettings.__dataclass_fields__[name]
         assert (field_of.type, field_of.default) == ((bool if annotation is bool else str).__name__, DEFAULTS[setting])
     changed = parse_settings(
         {"nvidia_persistenced": False, "fabric_manager_install": False, "nvidia_driver_root": "/run/nvidia/driver"}
     )
-    written = check.HealthSettings.from_text(health_task.health_config(changed), "health-check.json")
+    written = HealthSettings.from_text(health_task.health_config(changed), "health-check.json")
     assert {name: getattr(written, name) for name in named} == {
         name: getattr(changed, setting) for name, setting in named.items()
     }
-    assert (written.report_path, written.state_path) == ("/var/lib/gpu-node/health.json", check.STATE_PATH)
+    assert (written.report_path, written.state_path) == ("/var/lib/gpu-node/health.json", STATE_PATH)
 
 
 def test_the_check_never_writes_anything_but_its_report_and_state(tmp_path, capsys):

@@ -19,6 +19,7 @@ import yaml
 
 from deploy.facts.gpu_node_identity import GpuNode
 from deploy.health import check
+from deploy.health.settings import CONFIG_PATH
 from deploy.k8s import health_monitor
 from deploy.operations.kubectl import manifest_documents
 from deploy.settings import parse_settings
@@ -182,7 +183,7 @@ def test_the_plugin_runs_the_check_every_gpu_node_installs_as_the_nodes_own_unit
     (rule,) = plugin_config()["rules"]
     npd = rule["args"][rule["args"].index("--") + 1 :]
     assert npd == [*service, "--npd"] and service == at_boot and service[2] == archives.HEALTH.path
-    assert (config_flag, config) == ("--config", check.CONFIG_PATH) and check.CONFIG_PATH in files
+    assert (config_flag, config) == ("--config", CONFIG_PATH) and CONFIG_PATH in files
     assert plugin_config()["pluginConfig"]["max_output_length"] == check.NPD_LINE
 
 
