@@ -21,6 +21,7 @@ from ..foundations import shell_scripts
 from ..foundations.pyinfra_api import Commands
 from ..rack import mig
 from ..rack.imex import Member
+from ..rack.values import MigLayout
 from ..reports.node_report import FAIL, PASS, verify_report_store
 from ..verification.rack import imex_step, mig_step, peermem_step
 from . import probes
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 MIG_BUSY_STATUS = 3
 
 
-def mig_apply_command(layout: mig.MigLayout) -> StringCommand:
+def mig_apply_command(layout: MigLayout) -> StringCommand:
     before, after = mig.busy_line(layout, "\0").split("\0")
     return StringCommand(
         holders_script(SERVICES)
@@ -44,13 +45,13 @@ def mig_apply_command(layout: mig.MigLayout) -> StringCommand:
     )
 
 
-def _apply(state: State, host: Host, layout: mig.MigLayout) -> bool:
+def _apply(state: State, host: Host, layout: MigLayout) -> bool:
     succeeded, _ = run_script(state, host, mig_apply_command(layout))
     return succeeded
 
 
 @operation(is_idempotent=False)
-def apply_mig_layout(layout: mig.MigLayout, drain: DrainTarget | None = None) -> Commands:
+def apply_mig_layout(layout: MigLayout, drain: DrainTarget | None = None) -> Commands:
     """
     Apply a changed MIG layout now: systemd reads the unit's drop-in again and nvidia-mig-manager.service
     runs once more (its hooks stop and start the GPU's clients), after ``drain`` (None: no drain); only
@@ -68,7 +69,7 @@ def _driver_branch(nvidia: dict[str, Any]) -> int | None:
 
 @operation()
 def check_rack(
-    domain: str | None, members: tuple[Member, ...], peermem_wanted: bool, layout: mig.MigLayout | None
+    domain: str | None, members: tuple[Member, ...], peermem_wanted: bool, layout: MigLayout | None
 ) -> Commands:
     """
     Check the rack's parts at execution (after the stages ran), each a step of the node's verify report:

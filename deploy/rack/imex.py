@@ -18,6 +18,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from .values import ip_address
+
 IMEX_UNIT = "nvidia-imex.service"
 NODES_CONFIG = "/etc/nvidia-imex/nodes_config.cfg"
 # imex_channels=module-option: the driver creates channel0 as it loads (NVIDIA's IMEX guide, "IMEX Channels")
@@ -40,14 +42,6 @@ class DomainRefusal(ValueError):
 class Member:
     host: str  # the inventory's name
     address: str  # where its peers reach its IMEX daemon
-
-
-def ip_address(value: str) -> str | None:
-    """``value`` as an IP address (its canonical text), None when it is not one."""
-    try:
-        return str(ipaddress.ip_address(value))
-    except ValueError:
-        return None
 
 
 def member_address(host: str, imex_address: str | None, ssh_host: str) -> str:

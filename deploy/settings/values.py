@@ -14,8 +14,7 @@ from urllib.parse import urlparse
 from pydantic import AfterValidator, BeforeValidator, SecretStr, StringConstraints
 
 from ..foundations import batches
-from ..rack import imex as rack_imex
-from ..rack import mig as rack_mig
+from ..rack import values as rack_values
 from ..runtimes.registry import runtime_names
 
 
@@ -247,7 +246,7 @@ STAGES: tuple[Stage, ...] = get_args(Stage)
 
 
 def ip_address(value: Any) -> str:
-    address = rack_imex.ip_address(str(value).strip()) if value is not None else None
+    address = rack_values.ip_address(str(value).strip()) if value is not None else None
     if address is None:
         raise ValueError("an IPv4 or IPv6 address")
     return address
@@ -257,7 +256,7 @@ IpAddress = Annotated[str, BeforeValidator(ip_address), Allowed("an IPv4 or IPv6
 DomainName = Annotated[
     str, whole(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"), Allowed("a name: letters, digits, . _ -, at most 63")
 ]
-MigLayout = Annotated[rack_mig.MigLayout, BeforeValidator(rack_mig.mig_layout), Allowed(rack_mig.ALLOWED)]
+MigLayout = Annotated[rack_values.MigLayout, BeforeValidator(rack_values.mig_layout), Allowed(rack_values.ALLOWED)]
 
 GroupName = Annotated[
     str,

@@ -27,6 +27,7 @@ from ..operations import files, rack, units
 from ..operations.drain import DrainTarget
 from ..planning.findings import StepCheck
 from ..rack import mig
+from ..rack.values import MigLayout
 from ..settings import Settings
 
 CLIENTS_READ: FactCall = (UnitsEnabled, {"units": (*mig.CLIENT_UNITS, *mig.MODE_CLIENT_UNITS)})
@@ -37,13 +38,13 @@ VALID_CONFIG = "nvidia-mig-parted assert --valid-config --config-file {candidate
 
 @dataclass(frozen=True)
 class MigPlan:
-    layout: mig.MigLayout
+    layout: MigLayout
     files: dict[str, str]  # path -> text, those that differ from the node's
     apply_now: bool
     line: str
 
 
-def wanted_files(layout: mig.MigLayout, enabled_clients: dict[str, Any]) -> dict[str, str]:
+def wanted_files(layout: MigLayout, enabled_clients: dict[str, Any]) -> dict[str, str]:
     return {
         mig.CONFIG_PATH: mig.config_text(layout),
         mig.HOOKS_PATH: mig.hooks_text(enabled_clients),

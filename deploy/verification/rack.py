@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..rack import imex, mig, peermem
+from ..rack.values import MigLayout
 from ..reports.node_report import FAIL, PASS, SKIP, Step
 
 
@@ -99,7 +100,7 @@ def peermem_step(reading: dict[str, Any], driver_branch: int | None) -> Step:
     return Step(name, PASS, f"{peermem.MODULE} loaded after {stack.name} ({', '.join(peermem.RDMA_MODULES)})")
 
 
-def mig_step(layout: mig.MigLayout, reading: dict[str, Any]) -> Step:
+def mig_step(layout: MigLayout, reading: dict[str, Any]) -> Step:
     """The layout applied, as NVIDIA's own mig-parted asserts it."""
     name, unit = "mig_layout", mig.MIG_UNIT
     if reading["enabled"] == "not-found":

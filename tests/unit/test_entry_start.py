@@ -173,3 +173,14 @@ def test_a_run_that_installs_the_node_programs_does_not_import_them():
     assert {"deploy.tasks.boot", "deploy.tasks.health"} <= loaded
     programs = ("deploy.node.first_boot", "deploy.health.check", "deploy.health.readings", "deploy.health.problems")
     assert [name for name in programs if name in loaded] == []
+
+
+def test_a_run_without_the_racks_settings_imports_the_racks_values_and_not_its_domains():
+    """The settings check an IMEX address and a MIG layout with deploy/rack/values.py: a run that sets
+    neither (bench/noop.py's no-op) does not import the rack's IMEX and MIG modules, nor the driver
+    reload's holders mig.py reads."""
+    result = subprocess.run([sys.executable, "-c", NOOP_MODULES], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    loaded = set(result.stdout.split())
+    assert "deploy.settings.values" in loaded
+    assert [name for name in ("deploy.rack.imex", "deploy.rack.mig", "deploy.driver.reload") if name in loaded] == []

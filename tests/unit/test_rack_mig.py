@@ -1,6 +1,6 @@
 """
-MIG layouts, pure (deploy/rack/mig.py): the mig_layout setting read, the files NVIDIA's mig-parted service
-reads rendered from it and checked against the fields mig-parted documents (its v1 config: ``version``,
+MIG layouts, pure (deploy/rack/values.py, deploy/rack/mig.py): the mig_layout setting read, the files
+NVIDIA's mig-parted service reads rendered from it and checked against the fields mig-parted documents (its v1 config: ``version``,
 ``mig-configs`` naming lists of ``devices`` / ``mig-enabled`` / ``mig-devices``, with ``device-filter``
 optional and nothing else, ``mig-devices`` required where MIG is on and empty where it is off; its v1
 hooks: ``version``, ``hooks`` by name, each a list of ``command`` / ``args`` / ``envs`` / ``workdir``; the
@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from deploy.driver.reload import Holder
-from deploy.rack.mig import CONFIG_PATH, HOOKS_PATH, config_text, drop_in_text, hooks_text, layout_change, mig_layout
+from deploy.rack.mig import CONFIG_PATH, HOOKS_PATH, config_text, drop_in_text, hooks_text, layout_change
+from deploy.rack.values import mig_layout
 
 # mig-parted's v1 config, as its spec documents the fields (our own schema of them)
 CONFIG_SCHEMA = {

@@ -23,6 +23,7 @@ from deploy.facts.units import UnitsEnabled
 from deploy.operations.files import digest_read
 from deploy.operations.rack import MIG_BUSY_STATUS, mig_apply_command
 from deploy.rack import mig, peermem
+from deploy.rack.values import mig_layout
 from deploy.tasks import mig as mig_task
 
 KERNEL = "5.14.0-427.el9.x86_64"
@@ -120,7 +121,7 @@ def test_without_a_loaded_driver_the_layout_waits_for_the_boot_and_systemd_reads
 
 
 def test_a_layout_in_place_changes_no_file_and_applies_nothing():
-    layout_files = mig_task.wanted_files(mig.mig_layout(LAYOUT), {})
+    layout_files = mig_task.wanted_files(mig_layout(LAYOUT), {})
     in_place = [(digest_read(path), digest_lines(text)) for path, text in layout_files.items()]
     run = run_deploy(
         node(
@@ -152,7 +153,7 @@ def sandbox_node(template, tmp_path):  # noqa: F811 - the fixture
 def run_apply(sandbox_node) -> tuple[int, str]:
     wrapped = (
         "(\n"
-        + mig_apply_command(mig.mig_layout(LAYOUT)).get_raw_value()
+        + mig_apply_command(mig_layout(LAYOUT)).get_raw_value()
         + "\n) > /standin/out 2>&1; echo $? > /standin/status"
     )
     ran = sandbox_node.box.run(wrapped)
@@ -174,8 +175,8 @@ def test_a_job_that_holds_the_gpu_at_the_change_stops_it_in_one_line_nothing_res
     sandbox_node.process(4242, "python3", "nvidia0", uid=65534)
     status, line = run_apply(sandbox_node)
     assert status == MIG_BUSY_STATUS
-    assert line == mig.busy_line(mig.mig_layout(LAYOUT), "python3 (pid 4242, user nobody) holds /dev/nvidia0")
+    assert line == mig.busy_line(mig_layout(LAYOUT), "python3 (pid 4242, user nobody) holds /dev/nvidia0")
     assert not [entry for entry in sandbox_node.log() if "restart" in entry or "daemon-reload" in entry]
     (sandbox_node.box.root / "usr/bin/fuser").unlink()
     status, line = run_apply(sandbox_node)
-    assert status == MIG_BUSY_STATUS and line == mig.busy_line(mig.mig_layout(LAYOUT), mig.UNKNOWN)
+    assert status == MIG_BUSY_STATUS and line == mig.busy_line(mig_layout(LAYOUT), mig.UNKNOWN)

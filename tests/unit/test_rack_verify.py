@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from deploy.rack.imex import Member
-from deploy.rack.mig import mig_layout
+from deploy.rack.values import mig_layout
 from deploy.verification.rack import imex_step, mig_step, peermem_step
 
 UP = (Path(__file__).resolve().parents[1] / "fixtures" / "imex" / "ctl-N-up.txt").read_text().splitlines()
