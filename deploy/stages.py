@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import load
-from .distros.families import Platform
-from .facts.read_ahead import FactCall
-from .operations.drain import DrainTarget
-from .operations.runtime_config import WiredRuntime
-from .planning.findings import Findings, StepCheck
 from .settings import Settings, Stage
+
+if TYPE_CHECKING:
+    from .distros.families import Platform
+    from .facts.read_ahead import FactCall
+    from .operations.drain import DrainTarget
+    from .operations.runtime_config import WiredRuntime
+    from .planning.findings import Findings, StepCheck
 
 
 class _StageModule:
