@@ -23,6 +23,7 @@ from pyinfra.api.arguments import pop_global_arguments
 from pyinfra.api.exceptions import FactProcessError
 
 from ..foundations import node_text
+from ..foundations.pyinfra_api import while_reading
 from ..foundations.run_state import per_run
 from .base import NodeFact, UnreadableOutput, unreadable
 
@@ -181,7 +182,8 @@ def read_facts(
             continue
         calls.append((fact, dict(kwargs)))
     try:
-        lines = host.get_fact(CombinedOutput, facts=facts, calls=tuple(calls), _success_exit_codes=(0, NOT_FOUND))
+        with while_reading():
+            lines = host.get_fact(CombinedOutput, facts=facts, calls=tuple(calls), _success_exit_codes=(0, NOT_FOUND))
     except EOFError:
         # pyinfra asks for the sudo password when sudo wants one: without a terminal, the prompt
         # reads the end of the input, leaving its line open (getpass writes it to stderr then).
