@@ -51,21 +51,17 @@ def timed(args: list[str]) -> tuple[float, float, int]:
 
 
 def import_times() -> list[tuple[str, float]]:
-    """Cumulative import time (ms) of each deploy module the entry file imports, largest first."""
+    """Cumulative import time (ms) of each deploy module the no-op loads before it reads the node (the
+    entry file's module and the reads of the bench's stages), largest first."""
     code = (
-        "import sys; sys.path.insert(0, '.'); import pyinfra.api; import deploy.tasks.verification, deploy.tasks.driver"
+        "import sys; sys.path.insert(0, '.'); import pyinfra.api; from deploy import load; load('.entry'); "
+        "from deploy.settings import parse_settings; from deploy.stages import steps_for; "
+        "from deploy.tasks.preflight import step_reads; "
+        f"step_reads(settings := parse_settings({{'stages': {STAGES!r}}}), steps_for(settings))"
     )
-    for entry in (
-        "deploy.tasks.preflight",
-        "deploy.tasks.kernel",
-        "deploy.tasks.toolkit",
-        "deploy.tasks.containerd",
-        "deploy.tasks.docker",
-        "deploy.tasks.drain",
-        "deploy.reports.fleet_report",
-    ):
-        code += f"; import {entry}"
     result = subprocess.run([sys.executable, "-X", "importtime", "-c", code], cwd=REPO, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"the import-time read failed: {result.stderr.strip().splitlines()[-1:]}")
     times = []
     for line in result.stderr.splitlines():
         match = re.match(r"import time:\s+\d+ \|\s+(\d+) \|\s+(\S.*)$", line)
