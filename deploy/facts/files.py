@@ -18,6 +18,7 @@ from .base import NodeFact
 HEX_DIGEST = re.compile("[0-9a-f]{64}")
 # what GNU sha256sum writes for a backslash, a line feed, a carriage return in a name
 SUM_ESCAPES = {"\\": "\\", "n": "\n", "r": "\r"}
+UNMATCHED = "the files' digests do not match the files (one changed while they were read; run again)"
 
 
 class FileDigest(NodeFact[dict[str, str] | None]):
@@ -85,12 +86,14 @@ class FileDigests(NodeFact[dict[str, Any]]):
         present = [path for path, here in listed if here]
         if not len(present) == len(stats) == len(sums):
             raise FactProcessError(
-                f"{len(present)} files present but {len(stats)} modes and {len(sums)} checksums read: "
-                "a file changed while it was read"
+                f"{UNMATCHED}: {len(present)} files present, {len(stats)} modes and {len(sums)} checksums read"
             )
         digests: dict[str, Any] = {path: None for path, _ in listed}
         for path, stat_line, sum_line in zip(present, stats, sums):
-            mode, owner = stat_line.split()
+            fields = stat_line.split()
+            if len(fields) != 2:
+                raise FactProcessError(f"{UNMATCHED}: the mode and owner of {path!r} read as {stat_line[:200]!r}")
+            mode, owner = fields
             digests[path] = {"mode": mode, "owner": owner, "sha256": _checksum_of(path, sum_line)}
         return digests
 
@@ -103,9 +106,7 @@ def _checksum_of(path: str, line: str) -> str:
     if start:
         name = re.sub(r"\\(.)", lambda match: SUM_ESCAPES.get(match.group(1), match.group(0)), name)
     if not HEX_DIGEST.fullmatch(digest) or separator not in ("  ", " *") or name != path:
-        raise FactProcessError(
-            f"the checksum line {line[:200]!r} is not the one of {path!r}: a file changed while it was read"
-        )
+        raise FactProcessError(f"{UNMATCHED}: the checksum line {line[:200]!r} is not the one of {path!r}")
     return digest
 
 

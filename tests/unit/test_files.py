@@ -111,5 +111,16 @@ def test_file_digests_refuse_a_checksum_line_naming_another_file_than_its_place_
 
     other = "1" * 64
     output = ["present /a", "present /b", "stat 644 root:root", "stat 644 root:root", f"{other}  /b", f"{DIGEST}  /a"]
-    with pytest.raises(FactProcessError, match="is not the one of '/a'"):
+    with pytest.raises(FactProcessError, match="do not match the files .* is not the one of '/a'"):
         FileDigests().process(output)
+
+
+def test_file_digests_refuse_a_mode_line_of_another_shape_in_one_line():
+    """A mode and owner line that is not two words (made up: stat printing something else) is
+    refused naming the file, not a ValueError's traceback."""
+    from pyinfra.api.exceptions import FactProcessError
+
+    from deploy.facts.files import FileDigests
+
+    with pytest.raises(FactProcessError, match="the mode and owner of '/a' read as '644'"):
+        FileDigests().process(["present /a", "stat 644", f"{DIGEST}  /a"])
