@@ -16,8 +16,9 @@ and operation tests state them; an answer is what the fact's command prints, so 
 
 Every fact read goes to that table (``pyinfra.api.facts._get_fact`` notes which fact a command
 reads; the connector answers it), preflight's one combined command included: each section it asks
-for is answered from the same table. A fact the node does not state fails the test naming the fact
-and its arguments, unless the node says ``unstated=DEFAULT`` (the fact's command then prints
+for is answered from the same table (its one FileDigests of every file, read_ahead.READ_THROUGH,
+from each file's FileDigest answer where the test states no such FileDigests). A fact the node does
+not state fails the test naming the fact and its arguments, unless the node says ``unstated=DEFAULT`` (the fact's command then prints
 nothing: the fact's default). Commands that are not fact reads (operations, probes, the candidate
 check) are answered from ``commands``: the first key that is a substring of the command, or a
 ``re.Pattern`` that matches it, as pyinfra's ``fake_responses``; a callable value is called with
@@ -61,6 +62,7 @@ from pyinfra_cli.util import load_deploy_file
 from deploy.distros.families import detect_platform
 from deploy.facts.access import HostAccess
 from deploy.facts.containerd import ContainerdInstallations
+from deploy.facts.files import FileDigest, FileDigests
 from deploy.facts.module_signing import ModuleSigningState
 from deploy.facts.nvidia import NodeSurvey, PackagesAvailable
 from deploy.facts.read_ahead import MARKER, CombinedOutput, FactCall, section_name
@@ -250,11 +252,31 @@ class Node:
         if fact is CombinedOutput:
             return Output(stdout=self._combined(kwargs, unstated))
         found = self.table.answer(fact, kwargs)
+        if found is _UNSTATED and fact is FileDigests:
+            paths = _arguments(fact, kwargs)["paths"]
+            return Output(stdout=_digests_output({path: self._file_digest(path, unstated) for path in paths}))
         if found is _UNSTATED:
             if self.unstated != DEFAULT:
                 unstated.append(describe(fact, kwargs))
             return Output()
         return _output(found)
+
+    def _file_digest(self, path: str, unstated: list[str]) -> dict | None:
+        """A file's digest as this node states it: its FileDigest answer, else its part of a
+        FileDigests answer the test states (None, absent, where neither does and unstated is DEFAULT)."""
+        for fact, kwargs in [(FileDigest, {"path": path}), *self._stated_digests(path)]:
+            found = self.table.answer(fact, kwargs)
+            if found is not _UNSTATED:
+                lines = list(_output(found).stdout)
+                value = fact().process(lines) if lines else fact().default()
+                return value if fact is FileDigest else value[path]
+        if self.unstated != DEFAULT:
+            unstated.append(describe(FileDigest, {"path": path}))
+        return None
+
+    def _stated_digests(self, path: str) -> list[FactCall]:
+        stated = [(fact, json.loads(arguments)) for fact, arguments in self.table.exact if fact is FileDigests]
+        return [(fact, kwargs) for fact, kwargs in stated if path in kwargs["paths"]]
 
     def _combined(self, kwargs: Mapping, unstated: list[str]) -> list[str]:
         """Preflight's one command: each section it asks for, from this node's own answers, in one
@@ -270,6 +292,30 @@ class Node:
 
 
 # --- stated nodes and their facts' output ----------------------------------------------------
+
+
+def file_digests_lines(answers: Mapping[str, Answer]) -> list[str]:
+    """``FileDigests``' output for files stated as FileDigest answers, by path ("absent", or the
+    mode and owner line and sha256sum's)."""
+    values = {}
+    for path, answer in answers.items():
+        lines = list(_output(answer).stdout)
+        values[path] = FileDigest().process(lines) if lines else None
+    return _digests_output(values)
+
+
+def _digests_output(digests: Mapping[str, dict | None]) -> list[str]:
+    """What deploy/shell/file_digests.sh prints for files with these digests (None: absent)."""
+    present = {path: digest for path, digest in digests.items() if digest is not None}
+    lines = [f"{'absent' if digest is None else 'present'} {path}" for path, digest in digests.items()]
+    lines += [f"stat {digest['mode']} {digest['owner']}" for digest in present.values()]
+    for path, digest in present.items():
+        # sha256sum's escape of a name holding a backslash or a line break
+        escaped = "\\" in path or "\n" in path
+        name = path.replace("\\", "\\\\").replace("\n", "\\n") if escaped else path
+        lines.append(("\\" if escaped else "") + f"{digest['sha256']}  {name}")
+    return lines
+
 
 # The runtimes stage's check of a new containerd config (``config dump`` of the candidate):
 # answered with what containerd 1.6 dumps for a wired config, unless a test states another.

@@ -16,6 +16,7 @@ import binascii
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyinfra.api import FactBase, StringCommand
@@ -26,6 +27,7 @@ from ..foundations import node_text
 from ..foundations.pyinfra_api import while_reading
 from ..foundations.run_state import per_run
 from .base import NodeFact, UnreadableOutput, unreadable
+from .files import FileDigest, FileDigests
 
 if TYPE_CHECKING:
     from pyinfra.api import Host
@@ -41,6 +43,64 @@ class KnownFacts(dict[str, dict[tuple[str, str], tuple[Any, int]]]):
 # (fact class, its keyword arguments): a fact to read ahead
 FactCall = tuple[type[FactBase[Any]], dict[str, Any]]
 Reading = TypeVar("Reading")
+
+
+@dataclass(frozen=True)
+class ReadThrough:
+    """
+    A fact whose calls in one read are read as one call of a ``wider`` fact: its list argument
+    ``argument`` takes every name the calls give in their own ``own_argument`` (one name, or a
+    list when ``one`` is false), and each call's value is its names' part of the wider value.
+    """
+
+    wider: type[FactBase[Any]]
+    argument: str
+    own_argument: str
+    one: bool
+
+    def names(self, kwargs: dict[str, Any]) -> list[Any]:
+        return [kwargs[self.own_argument]] if self.one else list(kwargs[self.own_argument])
+
+    def part(self, value: dict[Any, Any], kwargs: dict[str, Any]) -> Any:
+        missing = [name for name in self.names(kwargs) if name not in value]
+        if missing:
+            raise UnreadableOutput(f"the node's answer to {self.wider.__name__} names no {missing[0]!r}")
+        if self.one:
+            return value[kwargs[self.own_argument]]
+        return {name: value[name] for name in self.names(kwargs)}
+
+
+# Facts read through a wider one: every file digest of a read is one stat and one sha256sum over
+# all the files, not two processes per file.
+READ_THROUGH: dict[type[FactBase[Any]], ReadThrough] = {
+    FileDigest: ReadThrough(FileDigests, "paths", "path", one=True),
+    FileDigests: ReadThrough(FileDigests, "paths", "paths", one=False),
+}
+
+
+def read_through(calls: Sequence[FactCall]) -> tuple[list[FactCall], list[tuple[int, ReadThrough | None]]]:
+    """
+    The calls a read sends for ``calls``: those of a fact read through a wider one gathered into
+    one call of it. With them, for each of ``calls``, the index of the sent call its value comes
+    from and how (None: it is that call's own value).
+    """
+    sent: list[FactCall] = []
+    wider_calls: dict[type[FactBase[Any]], int] = {}
+    sources: list[tuple[int, ReadThrough | None]] = []
+    for fact, kwargs in calls:
+        through = READ_THROUGH.get(fact)
+        if through is None or set(kwargs) != {through.own_argument}:
+            sources.append((len(sent), None))
+            sent.append((fact, kwargs))
+            continue
+        if through.wider not in wider_calls:
+            wider_calls[through.wider] = len(sent)
+            sent.append((through.wider, {through.argument: []}))
+        index = wider_calls[through.wider]
+        names = sent[index][1][through.argument]
+        names += [name for name in through.names(kwargs) if name not in names]
+        sources.append((index, through))
+    return sent, sources
 
 
 def section_name(fact: type[FactBase[Any]], index: int | None) -> str:
@@ -181,9 +241,10 @@ def read_facts(
         if (fact in facts and not kwargs) or (fact, dict(kwargs)) in calls:
             continue
         calls.append((fact, dict(kwargs)))
+    sent, sources = read_through(calls)
     try:
         with while_reading():
-            lines = host.get_fact(CombinedOutput, facts=facts, calls=tuple(calls), _success_exit_codes=(0, NOT_FOUND))
+            lines = host.get_fact(CombinedOutput, facts=facts, calls=tuple(sent), _success_exit_codes=(0, NOT_FOUND))
     except EOFError:
         # pyinfra asks for the sudo password when sudo wants one: without a terminal, the prompt
         # reads the end of the input, leaving its line open (getpass writes it to stderr then).
@@ -201,11 +262,16 @@ def read_facts(
     for fact in facts:
         if fact.__name__ in sections:
             known[_key(fact, {})] = (values[fact.__name__], changes)
-    for index, (fact, kwargs) in enumerate(calls):
-        section = section_name(fact, index)
-        # A section that is not there at all was not read (a scripted test host): read it later.
-        if section in sections:
-            known[_key(fact, kwargs)] = (_value(fact, sections[section]), changes)
+    # A section that is not there at all was not read (a scripted test host): read it later.
+    sent_values = {
+        index: _value(fact, sections[section_name(fact, index)])
+        for index, (fact, _) in enumerate(sent)
+        if section_name(fact, index) in sections
+    }
+    for (fact, kwargs), (index, through) in zip(calls, sources):
+        if index in sent_values:
+            value = sent_values[index] if through is None else through.part(sent_values[index], kwargs)
+            known[_key(fact, kwargs)] = (value, changes)
     return values
 
 

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 import standin_toolkit
-from plan import run_plan
+from plan import file_digests_lines, run_plan
 from pyinfra.api import deploy
 
+from deploy.facts.files import FileDigests
 from deploy.operations.download import (
     PRIMARY_FINGERPRINTS,
     STAGED_SUFFIX,
@@ -78,8 +79,8 @@ def staged(timeout=30) -> str:
 
 def digests(source_text=CONTENT, source_mode="644", key_present=True):
     digest = hashlib.sha256(source_text.encode()).hexdigest()
-    lines = [f"@@file {SOURCE}", f"{source_mode} root:root", f"{digest}  {SOURCE}", f"@@file {KEYRING}"]
-    lines += ["644 root:root", f"{'0' * 64}  {KEYRING}"] if key_present else ["absent"]
+    key = ["644 root:root", f"{'0' * 64}  {KEYRING}"] if key_present else "absent"
+    lines = file_digests_lines({SOURCE: [f"{source_mode} root:root", f"{digest}  {SOURCE}"], KEYRING: key})
     return [(source_read(SOURCE, KEYRING), lines)]
 
 
@@ -125,7 +126,7 @@ def test_the_commit_renames_the_keyring_before_the_source_that_names_it():
 
 def test_a_new_source_is_staged_verified_then_committed():
     plan = run_plan(
-        source, facts=[(source_read(SOURCE, KEYRING), ["@@file " + SOURCE, "absent", "@@file " + KEYRING, "absent"])]
+        source, facts=[(source_read(SOURCE, KEYRING), file_digests_lines({SOURCE: "absent", KEYRING: "absent"}))]
     )
     staged = plan.matching("download-file")
     commit = plan.starting("chown root:root " + KEYRING + STAGED_SUFFIX)
@@ -135,7 +136,7 @@ def test_a_new_source_is_staged_verified_then_committed():
 
 def test_source_and_key_in_place_is_the_one_read():
     plan = run_plan(source, facts=digests())
-    assert len(plan.commands) == 1 and plan.commands[0].startswith("echo '@@file")
+    assert plan.commands == [FileDigests().command(source_read(SOURCE, KEYRING)[1]["paths"])]
 
 
 def test_only_a_wrong_mode_is_repaired_without_any_download():
@@ -411,7 +412,7 @@ def repository(**kwargs):
 def test_a_new_rpm_repository_is_staged_checked_then_committed():
     plan = run_plan(
         repository,
-        facts=[(source_read(RPM_FILE, RPM_KEY), ["@@file " + RPM_FILE, "absent", "@@file " + RPM_KEY, "absent"])],
+        facts=[(source_read(RPM_FILE, RPM_KEY), file_digests_lines({RPM_FILE: "absent", RPM_KEY: "absent"}))],
     )
     staged = plan.matching("download-file")
     commit = plan.starting("chown root:root " + RPM_KEY + STAGED_SUFFIX)
@@ -434,18 +435,16 @@ def test_an_rpm_repository_and_its_key_in_place_are_the_one_read():
         facts=[
             (
                 source_read(RPM_FILE, RPM_KEY),
-                [
-                    f"@@file {RPM_FILE}",
-                    "644 root:root",
-                    f"{digest}  {RPM_FILE}",
-                    f"@@file {RPM_KEY}",
-                    "644 root:root",
-                    f"{'0' * 64}  {RPM_KEY}",
-                ],
+                file_digests_lines(
+                    {
+                        RPM_FILE: ["644 root:root", f"{digest}  {RPM_FILE}"],
+                        RPM_KEY: ["644 root:root", f"{'0' * 64}  {RPM_KEY}"],
+                    }
+                ),
             )
         ],
     )
-    assert len(plan.commands) == 1 and plan.commands[0].startswith("echo '@@file")
+    assert plan.commands == [FileDigests().command(source_read(RPM_FILE, RPM_KEY)[1]["paths"])]
 
 
 @pytest.mark.parametrize(
@@ -466,8 +465,8 @@ def test_a_key_that_cannot_be_checked_fails_the_host_before_any_download(key_url
         key_url=key_url,
         fingerprints=fingerprints,
         facts=[
-            (source_read(SOURCE, KEYRING), ["@@file " + SOURCE, "absent", "@@file " + KEYRING, "absent"]),
-            (source_read(RPM_FILE, RPM_KEY), ["@@file " + RPM_FILE, "absent", "@@file " + RPM_KEY, "absent"]),
+            (source_read(SOURCE, KEYRING), file_digests_lines({SOURCE: "absent", KEYRING: "absent"})),
+            (source_read(RPM_FILE, RPM_KEY), file_digests_lines({RPM_FILE: "absent", RPM_KEY: "absent"})),
         ],
     )
     assert not plan.ran("download-file") and not plan.ran("rpm --import")

@@ -6,7 +6,7 @@ only, nothing after it; in pyinfra's default mode (changes detected first) as wi
 from __future__ import annotations
 
 import pytest
-from plan import GPU_NODE, PCI_WITH_GPU, gpu_node, node_lines, run_plan, run_pyinfra
+from plan import GPU_NODE, PCI_WITH_GPU, file_digests_lines, gpu_node, node_lines, run_plan, run_pyinfra
 from pyinfra.api import Inventory, deploy
 from pyinfra.api.deploy import add_deploy
 from pyinfra.operations import server
@@ -120,7 +120,7 @@ def test_a_toolkit_pin_the_family_cannot_honour_is_refused_in_preflight_before_a
             (health.units_read(), []),
             # What preflight reads ahead for the toolkit's repository: no such files, and no dpkg-query to ask.
             *[
-                (call, [line for path in call[1]["paths"] for line in (f"@@file {path}", "absent")])
+                (call, file_digests_lines(dict.fromkeys(call[1]["paths"], "absent")))
                 for call in toolkit_reads(parse_settings({}))
                 if call[0] is FileDigests
             ],

@@ -58,7 +58,7 @@ def test_only_a_wrong_mode_is_repaired():
 def test_file_digests_read_several_files_from_one_output():
     from deploy.facts.files import FileDigests
 
-    output = ["@@file /a", "644 root:root", f"{DIGEST}  /a", "@@file /b", "absent"]
+    output = ["present /a", "absent /b", "stat 644 root:root", f"{DIGEST}  /a"]
     assert FileDigests().process(output) == {"/a": {"mode": "644", "owner": "root:root", "sha256": DIGEST}, "/b": None}
 
 
@@ -99,3 +99,28 @@ def test_diff_shows_a_new_file_and_a_changed_one_with_credentials_masked(caplog)
 def test_without_diff_the_old_text_is_not_read():
     run = run_plan(put, facts=[(digest_read(DEST), ["644 root:root", f"{'0' * 64}  {DEST}"])])
     assert not [command for command in run.commands if "base64" in command]  # FileText unstated: not read either
+
+
+def test_file_digests_refuse_a_checksum_line_naming_another_file_than_its_place_says():
+    """As many stat and checksum lines as present files, but the checksum lines in another order
+    than the files were listed (made up: the order is stat's and sha256sum's own): refused, not one
+    file's digest given to the other."""
+    from pyinfra.api.exceptions import FactProcessError
+
+    from deploy.facts.files import FileDigests
+
+    other = "1" * 64
+    output = ["present /a", "present /b", "stat 644 root:root", "stat 644 root:root", f"{other}  /b", f"{DIGEST}  /a"]
+    with pytest.raises(FactProcessError, match="do not match the files .* is not the one of '/a'"):
+        FileDigests().process(output)
+
+
+def test_file_digests_refuse_a_mode_line_of_another_shape_in_one_line():
+    """A mode and owner line that is not two words (made up: stat printing something else) is
+    refused naming the file, not a ValueError's traceback."""
+    from pyinfra.api.exceptions import FactProcessError
+
+    from deploy.facts.files import FileDigests
+
+    with pytest.raises(FactProcessError, match="the mode and owner of '/a' read as '644'"):
+        FileDigests().process(["present /a", "stat 644", f"{DIGEST}  /a"])

@@ -7,22 +7,26 @@ for what is already in place.
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 import subprocess
+from pathlib import Path
 
 import pytest
-from plan import run_plan, settings_for
+from plan import gpu_node, run_deploy, run_plan, settings_for
 from pyinfra import host
 from pyinfra.api import Config, Inventory, State, deploy, operation
 
 from deploy.distros.families import detect_platform
+from deploy.facts.base import UnreadableOutput
 from deploy.facts.files import FileDigest, FileDigests
 from deploy.facts.kernel_state import KernelState
-from deploy.facts.read_ahead import known_fact, read_facts
+from deploy.facts.read_ahead import MARKER, CombinedOutput, known_fact, read_facts
 from deploy.operations import files
 from deploy.tasks import containerd as containerd_stage
 from deploy.tasks import kernel as kernel_stage
-from deploy.tasks.kernel import BLACKLIST_PATH, MODULES_LOAD_PATH, SYSCTL_PATH, kernel_prerequisites
+from deploy.tasks.kernel import BLACKLIST_PATH, MODULES_LOAD_PATH, SYSCTL_PATH, kernel_prerequisites, read_files
 
 # The main paths, as ``pyinfra -y`` and in the CLI's default mode (tests/plan.py).
 pytestmark = pytest.mark.usefixtures("both_modes")
@@ -45,6 +49,7 @@ class LocalHost:
 
     def get_fact(self, fact, **kwargs):
         self.reads.append(fact.__name__)
+        self.last_kwargs = kwargs
         # pyinfra's global arguments (_success_exit_codes) are pyinfra's, not the fact's
         kwargs = {key: value for key, value in kwargs.items() if not key.startswith("_")}
         lines = shell(fact().command(**kwargs))
@@ -78,6 +83,70 @@ def test_read_ahead_values_equal_the_facts_read_alone_and_need_no_second_read(tm
     assert local.reads == ["CombinedOutput"]
     assert known_fact(local, FileDigest, path=str(managed))["sha256"] == hashlib.sha256(b"overlay\n").hexdigest()
     assert known_fact(local, FileDigest, path=missing) is None
+
+
+def test_every_file_digest_of_a_read_is_one_section_with_one_stat_and_one_sha256sum(tmp_path):
+    """FileDigest and FileDigests calls (other paths each, some shared, a name with a space) are read as
+    one FileDigests over all their paths; each call's value is what the fact alone gives."""
+    paths = {name: tmp_path / name for name in ("a.conf", "b.conf", "containerd config.toml")}
+    for path in paths.values():
+        path.write_text(f"{path.name}\n")
+    paths["b.conf"].chmod(0o600)
+    (tmp_path / "link.conf").symlink_to(paths["a.conf"])
+    a, b, spaced = (str(path) for path in paths.values())
+    link, missing = str(tmp_path / "link.conf"), str(tmp_path / "missing.conf")
+    calls = [
+        (FileDigest, {"path": a}),
+        (KernelState, {"modules": ["overlay"], "sysctls": []}),
+        (FileDigest, {"path": spaced}),
+        (FileDigests, {"paths": [b, missing]}),
+        (FileDigest, {"path": link}),
+        (FileDigests, {"paths": [a, b]}),
+    ]
+    local = LocalHost()
+    read_facts(local, read_ahead=calls)
+    sent = local.last_kwargs["calls"]
+    assert [fact for fact, _ in sent] == [FileDigests, KernelState]
+    assert sent[0][1] == {"paths": [a, spaced, b, missing, link]}
+    command = CombinedOutput().command(calls=sent).get_raw_value()
+    assert command.count("sha256sum") == 1 and command.count("stat -L") == 1
+    alone = LocalHost()
+    for fact, kwargs in calls:
+        assert known_fact(local, fact, **kwargs) == alone.get_fact(fact, **kwargs), (fact.__name__, kwargs)
+    assert local.reads == ["CombinedOutput"]
+    assert known_fact(local, FileDigests, paths=[a, b])[b]["mode"] == "600"
+    # a call the read did not name is read when asked, not answered from the others' digests
+    assert known_fact(local, FileDigest, path=str(tmp_path)) is None
+    assert local.reads == ["CombinedOutput", "FileDigest"]
+
+
+class ScriptedHost(LocalHost):
+    """Answers the combined read with stated lines for its sections, by fact name."""
+
+    def __init__(self, sections):
+        super().__init__()
+        self.sections = sections
+
+    def get_fact(self, fact, **kwargs):
+        self.reads.append(fact.__name__)
+        text = "".join(
+            f"{MARKER}{fact.__name__}#{index}\n" + "".join(f"{line}\n" for line in self.sections[fact.__name__])
+            for index, (fact, _) in enumerate(kwargs["calls"])
+        )
+        return fact().process([base64.b64encode(text.encode()).decode()])
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "facts" / "files.FileDigests"
+
+
+@pytest.mark.parametrize("case", ["removed-before-stat", "removed-before-sha256sum"])
+def test_a_file_removed_while_the_digests_are_read_fails_the_read_in_one_line_not_shifting_a_digest(case):
+    fixture = json.loads((FIXTURES / f"{case}.json").read_text())
+    vanishing, kept = fixture["kwargs"]["paths"]
+    host = ScriptedHost({"FileDigests": fixture["output"]})
+    with pytest.raises(UnreadableOutput) as raised:
+        read_facts(host, read_ahead=[(FileDigest, {"path": vanishing}), (FileDigest, {"path": kept})])
+    assert str(raised.value) == fixture["error"]
 
 
 def debian():
@@ -155,3 +224,16 @@ def test_without_a_change_the_operation_reuses_the_value():
         _read_read, "/etc/watched.conf", facts=[(files.digest_read("/etc/watched.conf"), digest_lines("x\n"))]
     )
     assert len(plan.matching("if [ -f /etc/watched.conf ]")) == 1
+
+
+def test_the_no_op_deploy_reads_the_kernel_files_in_one_file_digests_section_and_not_again():
+    """gpu_node.py on a node whose kernel files are in place: preflight's one read has one FileDigests
+    section for them (the scripted node answers it from each file's FileDigest), no FileDigest one,
+    and no file is read again after it."""
+    # the kernel stage's other files (read, not written on this platform) absent; a later pair wins
+    node_files = [(files.digest_read(path), ["absent"]) for path in read_files()] + kernel_files_in_place()
+    plan = run_deploy(gpu_node("debian-12", facts=node_files), data={"stages": "kernel"})
+    assert plan.error is None and not plan.failed, plan.failures
+    (combined,) = plan.matching(MARKER)
+    assert combined.count(f"{MARKER}FileDigests#") == 1 and f"{MARKER}FileDigest#" not in combined
+    assert plan.commands == [combined]

@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 
 import pytest
-from plan import DEFAULT, gpu_node, node_lines, run_deploy, run_plan, settings_for
+from plan import DEFAULT, file_digests_lines, gpu_node, node_lines, run_deploy, run_plan, settings_for
 from test_download import apt_guard, run_shell, served  # noqa: F401 (fixtures)
 
 from deploy.distros.families import detect_platform
+from deploy.facts.files import FileDigests
 from deploy.facts.packages import RpmPackageStates
 from deploy.operations.download import source_read
 from deploy.operations.packages import deb_states_read
@@ -175,8 +176,8 @@ def _source_and_key_present(settings, key_present=True, source_text=None):
 
     text = source_text if source_text is not None else apt_source_text(settings, platform("debian"))
     digest = hashlib.sha256(text.encode()).hexdigest()
-    lines = [f"@@file {APT_SOURCE}", "644 root:root", f"{digest}  {APT_SOURCE}", f"@@file {APT_KEYRING}"]
-    lines += ["644 root:root", f"{'0' * 64}  {APT_KEYRING}"] if key_present else ["absent"]
+    key = ["644 root:root", f"{'0' * 64}  {APT_KEYRING}"] if key_present else "absent"
+    lines = file_digests_lines({APT_SOURCE: ["644 root:root", f"{digest}  {APT_SOURCE}"], APT_KEYRING: key})
     return [(source_read(APT_SOURCE, APT_KEYRING), lines)]
 
 
@@ -184,7 +185,7 @@ def test_source_and_key_in_place_cost_one_read_and_fetch_nothing():
     settings = settings_for()
     plan = run_plan(toolkit, settings, platform("debian"), facts=_source_and_key_present(settings), unstated=DEFAULT)
     assert not plan.ran("download-file") and not plan.starting("chown root:root")
-    assert len(plan.matching(f"@@file {APT_SOURCE}")) == 1
+    assert plan.commands.count(FileDigests().command([APT_SOURCE, APT_KEYRING])) == 1
 
 
 def test_a_missing_key_is_fetched_though_the_source_is_unchanged():
