@@ -9,9 +9,9 @@ from __future__ import annotations
 import gevent
 import pytest
 from pyinfra.api import Config, Inventory, State
+from pyinfra.facts.server import Arch
 
-from deploy.facts.files import FileDigest
-from deploy.facts.read_ahead import ReadNotRun, known_fact, read_facts
+from deploy.facts.read_ahead import ReadNotRun, read_facts
 from deploy.foundations.pyinfra_api import resolve_module_files
 
 
@@ -29,15 +29,14 @@ class WaitingHost:
         self.resolved.append(resolve_module_files.cache_info().currsize)
         gevent.sleep(0.01)
         self.resolved.append(resolve_module_files.cache_info().currsize)
-        return ["@@gpu-node-fact FileDigest#0", "absent"]
+        return ["@@gpu-node-fact Arch", "x86_64"]
 
 
 def test_the_module_files_are_resolved_while_the_node_answers_the_read():
     resolve_module_files.cache_clear()
     host = WaitingHost()
-    read_facts(host, read_ahead=[(FileDigest, {"path": "/etc/hostname"})])
+    assert read_facts(host, Arch) == {"Arch": "x86_64"}
     assert host.resolved == [0, 1]
-    assert known_fact(host, FileDigest, path="/etc/hostname") is None
 
 
 def test_a_read_that_fails_at_once_leaves_no_work_running_beside_it():
@@ -52,5 +51,5 @@ def test_a_read_that_fails_at_once_leaves_no_work_running_beside_it():
     host = FailingHost()
     host.data = {}
     with pytest.raises(ReadNotRun, match="sudo wants a password"):
-        read_facts(host, read_ahead=[(FileDigest, {"path": "/etc/hostname"})])
+        read_facts(host, Arch)
     assert resolve_module_files.cache_info().currsize == 1
