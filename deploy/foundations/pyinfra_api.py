@@ -12,11 +12,12 @@ from __future__ import annotations
 import inspect
 import sys
 from collections.abc import Callable, Generator, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from functools import cache
 from typing import Any, ParamSpec, TypeVar, cast
 
 import gevent
+import pyinfra
 from pyinfra.api import deploy as pyinfra_deploy
 from pyinfra.api.command import PyinfraCommand
 
@@ -39,14 +40,20 @@ def resolve_module_files() -> None:
     """What pyinfra's first operation of a process pays in its CLI: it names the operation by the call
     stack (``inspect.stack``), and inspect resolves the file of every loaded module once (about 900
     ``realpath`` calls after the deploy's imports, some 20 ms), whatever the node answered."""
-    inspect.getmodule(sys._getframe())
+    # a head start only: whatever fails here, pyinfra's own reading of the stack meets (or passes over) itself
+    with suppress(Exception):
+        inspect.getmodule(sys._getframe())
 
 
 @contextmanager
 def while_reading() -> Iterator[None]:
     """Inside: the run waits for the node's answer (a remote command), its core idle. Meanwhile a
     greenlet does what the run's operations need next whatever the answer (``resolve_module_files``);
-    gevent runs it as the read blocks. Measured in bench/noop.py (docs/benchmark.md)."""
+    gevent runs it as the read blocks. Measured in bench/noop.py (docs/benchmark.md). Under pyinfra's
+    API nothing: its operations are ordered by count, not by the call stack."""
+    if not pyinfra.is_cli:
+        yield
+        return
     ahead = gevent.spawn(resolve_module_files)
     try:
         yield

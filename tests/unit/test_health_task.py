@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from plan import run_plan, settings_for
 
 from deploy.health.xids import xid_event
@@ -94,6 +95,24 @@ def test_the_archive_is_the_same_bytes_each_time_and_runs_under_python3_isolated
     assert [gpu["pci"] for gpu in written["gpus"]] == [gpu["slot"] for gpu in pci_devices("/sys")["gpus"]]
     if not written["gpus"]:
         assert (result.returncode, result.stdout) == (0, "healthy: no NVIDIA GPU on the PCI bus\n")
+
+
+@pytest.mark.parametrize("archive", [archives.BOOT, archives.HEALTH], ids=lambda archive: archive.package)
+def test_every_module_of_each_archive_imports_from_it_with_the_standard_library_alone(archive, tmp_path):
+    """A node's python3 has the standard library and whatever its distribution installed: each module
+    an archive carries imports from the archive alone, under ``-S`` too (no site-packages: this
+    venv's pydantic or yaml would hide an import the node lacks, which ``-I`` alone keeps)."""
+    path = tmp_path / "program.pyz"
+    path.write_bytes(archive.content())
+    modules = [f"{archive.package}.{name.removesuffix('.py').replace('/', '.')}" for name in archive.modules]
+    run = (
+        f"import importlib, sys; sys.path.insert(0, {str(path)!r})\n"
+        f"for name in {modules!r}: importlib.import_module(name)\n"
+        "print(sorted({name.split('.')[0] for name in sys.modules} - set(sys.stdlib_module_names)))"
+    )
+    result = subprocess.run([sys.executable, "-I", "-S", "-c", run], capture_output=True, text=True)
+    assert (result.returncode, result.stderr) == (0, ""), result.stderr
+    assert result.stdout == f"{['__main__', archive.package]}\n"
 
 
 def test_xid_lines_of_each_layout_the_driver_writes():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -34,7 +35,9 @@ pytestmark = pytest.mark.usefixtures("both_modes")
 
 def shell(command) -> list[str]:
     text = command if isinstance(command, str) else command.get_raw_value()
-    return subprocess.run(["sh", "-c", text], capture_output=True, text=True, check=True).stdout.splitlines()
+    return subprocess.run(
+        ["sh", "-c", text], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.splitlines()
 
 
 class LocalHost:
@@ -86,15 +89,22 @@ def test_read_ahead_values_equal_the_facts_read_alone_and_need_no_second_read(tm
 
 
 def test_every_file_digest_of_a_read_is_one_section_with_one_stat_and_one_sha256sum(tmp_path):
-    """FileDigest and FileDigests calls (other paths each, some shared, a name with a space) are read as
-    one FileDigests over all their paths; each call's value is what the fact alone gives."""
-    paths = {name: tmp_path / name for name in ("a.conf", "b.conf", "containerd config.toml")}
+    """FileDigest and FileDigests calls (other paths each, some shared, a name with a space, one with
+    a shell's quotes, expansions and a backslash) are read as one FileDigests over all their paths;
+    each call's value is what the fact alone gives. What is not a regular file through its links (a
+    folder, a FIFO, which a read would wait on forever, a dangling link) is absent, as alone."""
+    names = ("a.conf", "b.conf", "containerd config.toml", 'it\'s $(id) `id` "q" \\b #c.toml')
+    paths = {name: tmp_path / name for name in names}
     for path in paths.values():
         path.write_text(f"{path.name}\n")
     paths["b.conf"].chmod(0o600)
     (tmp_path / "link.conf").symlink_to(paths["a.conf"])
-    a, b, spaced = (str(path) for path in paths.values())
+    (tmp_path / "dangling.conf").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "folder.conf").mkdir()
+    os.mkfifo(tmp_path / "fifo.conf")
+    a, b, spaced, quoted = (str(path) for path in paths.values())
     link, missing = str(tmp_path / "link.conf"), str(tmp_path / "missing.conf")
+    not_files = [str(tmp_path / name) for name in ("dangling.conf", "folder.conf", "fifo.conf")]
     calls = [
         (FileDigest, {"path": a}),
         (KernelState, {"modules": ["overlay"], "sysctls": []}),
@@ -102,12 +112,14 @@ def test_every_file_digest_of_a_read_is_one_section_with_one_stat_and_one_sha256
         (FileDigests, {"paths": [b, missing]}),
         (FileDigest, {"path": link}),
         (FileDigests, {"paths": [a, b]}),
+        (FileDigest, {"path": quoted}),
+        *((FileDigest, {"path": path}) for path in not_files),
     ]
     local = LocalHost()
     read_facts(local, read_ahead=calls)
     sent = local.last_kwargs["calls"]
     assert [fact for fact, _ in sent] == [FileDigests, KernelState]
-    assert sent[0][1] == {"paths": [a, spaced, b, missing, link]}
+    assert sent[0][1] == {"paths": [a, spaced, b, missing, link, quoted, *not_files]}
     command = CombinedOutput().command(calls=sent).get_raw_value()
     assert command.count("sha256sum") == 1 and command.count("stat -L") == 1
     alone = LocalHost()
@@ -115,6 +127,8 @@ def test_every_file_digest_of_a_read_is_one_section_with_one_stat_and_one_sha256
         assert known_fact(local, fact, **kwargs) == alone.get_fact(fact, **kwargs), (fact.__name__, kwargs)
     assert local.reads == ["CombinedOutput"]
     assert known_fact(local, FileDigests, paths=[a, b])[b]["mode"] == "600"
+    assert known_fact(local, FileDigest, path=quoted)["sha256"] == hashlib.sha256(f"{names[3]}\n".encode()).hexdigest()
+    assert [known_fact(local, FileDigest, path=path) for path in not_files] == [None, None, None]
     # a call the read did not name is read when asked, not answered from the others' digests
     assert known_fact(local, FileDigest, path=str(tmp_path)) is None
     assert local.reads == ["CombinedOutput", "FileDigest"]
