@@ -34,6 +34,11 @@ class ModuleSigning:
     dkms_with_site_key: bool = True
     # DKMS 3's drop-in beside framework.conf, where mok_signing_key and mok_certificate are read
     dkms_config: str = "/etc/dkms/framework.conf.d/gpu-node-module-signing.conf"
+    # the driver's DKMS module packages, whose modules the drop-in has DKMS sign (a full match of a
+    # package's name): Debian's nvidia-kernel-dkms, nvidia-tesla-<branch>-kernel-dkms and
+    # nvidia-open-kernel-dkms, Ubuntu's nvidia-dkms-<branch>-server[-open], NVIDIA's
+    # kmod-nvidia-<stream>-dkms, Arch's nvidia[-open]-dkms; not Ubuntu's nvidia-headless-no-dkms-*
+    dkms_driver_packages: str = r"(?:kmod-)?nvidia(?:-[a-z0-9.]+)*?-(?<!-no-)dkms(?:-[a-z0-9.]+)*"
     # what generates the key (installed before the driver, whose install DKMS builds in) and what stages
     # its enrollment (after it: an install before the driver's would trip over a half-configured module)
     key_tools: tuple[str, ...] = ("openssl",)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import posixpath
 from collections.abc import Iterable
 from typing import Any
 
@@ -48,6 +49,9 @@ class NodeRecords(NodeFact[dict[str, Any]]):
             "rpm_keys": ["gpg-pubkey-f796ecb0-6412f5e3"], "unfinished_install": False,
             "own": {"/etc/sysctl.d/99-gpu-node-kubernetes.conf": "# Managed by gpu-node ..."},
             "signing_keys": True,  # the module signing key gpu-node generated is there (no record)
+            # each folder gpu-node made (and still a folder): the names in it, "more": more than 16
+            "created_folders": {"/etc/dkms/framework.conf.d": {"entries": ["gpu-node-module-signing.conf"],
+                                                              "more": False}},
         }
     """
 
@@ -73,11 +77,13 @@ class NodeRecords(NodeFact[dict[str, Any]]):
             "unfinished_install": False,
             "own": {},
             "signing_keys": False,
+            "created_folders": {},
         }
 
     def process(self, output: list[str]) -> dict[str, Any]:
         found = self.default()
         record: dict[str, Any] | None = None
+        folder: dict[str, Any] | None = None
         for line in output:
             kind, _, rest = line.strip().partition(" ")
             if kind == "records":
@@ -130,6 +136,16 @@ class NodeRecords(NodeFact[dict[str, Any]]):
                 found["unfinished_install"] = True
             elif kind == "signing_keys":
                 found["signing_keys"] = True
+            elif kind == "created_folder":
+                path = _text(rest)
+                if not path.startswith("/") or posixpath.normpath(path) != path or path == "/":
+                    raise FactProcessError(f"the record of the folders gpu-node made names {path!r}, no folder's path")
+                folder = found["created_folders"][path] = {"entries": [], "more": False}
+            elif kind == "folder_entry" and folder is not None:
+                if rest:
+                    folder["entries"].append(_text(rest))
+                else:
+                    folder["more"] = True
             elif kind == "own":
                 path, _, head = rest.partition(" ")
                 found["own"][_text(path)] = _text(head)

@@ -11,7 +11,8 @@ NVML see, ECC errors, retired pages and row remaps (nvidia-smi), the loaded modu
 the NVML library's, the nvidia module of the running and of the next boot's kernel, and
 persistenced, Fabric Manager (where NVSwitches are) and IMEX (where enabled). It writes
 /var/lib/gpu-node/health.json (deploy/reports/health_report.py's names; the format:
-deploy/schemas/health-report.schema.json) and its state, nothing else. Without ``--npd`` it prints
+deploy/schemas/health-report.schema.json) and its state, nothing else, each whole even after a power
+loss (deploy/node/root_files.py). Without ``--npd`` it prints
 one line (the unit's journal) when the node's state changed since the last line it printed; with
 ``--npd``, one line of at most 80 characters naming the worst problem, every run.
 
@@ -35,8 +36,7 @@ from typing import Any
 
 from .. import __version__
 from ..foundations.command_line import ArgumentParser
-from ..node.first_boot import write_report
-from ..node.root_files import MissingFile, UntrustedFile, read_roots_file
+from ..node.root_files import MissingFile, UntrustedFile, read_roots_file, write_json_durably
 from ..reports.health_report import (
     EXIT_STATUS,
     HEALTH_REPORT_VERSION,
@@ -297,11 +297,11 @@ def main(argv: list[str] | None = None, host: HealthHost | None = None, top: str
         lock = _locked(os.path.dirname(settings.state_path) or ".")
         state = load_state(settings.state_path, top=top)
         report = health_report(read_node(settings, host or HealthHost(), state, args.forget_xids), state)
-        write_report(settings.report_path, report)
+        write_json_durably(settings.report_path, report)
         changed = signature(report) != state.logged
         if not args.npd:
             state.logged = signature(report)
-        write_report(settings.state_path, state.as_json())
+        write_json_durably(settings.state_path, state.as_json())
     except UntrustedFile as error:
         path = settings.state_path
         say(f"state: {str(error).replace(path, os.path.basename(path)) if args.npd else error}", args.npd)

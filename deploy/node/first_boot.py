@@ -18,18 +18,17 @@ program's output) and in the node's report, and the service fails, so the target
 6. verify: the driver answers with as many GPUs as the PCI bus shows.
 
 The report is the project's node report (deploy/reports/node_report.py's JSON: version, gpu_node_version, ok,
-nodes) with one node; it is written atomically (a temporary file, then a rename).
+nodes) with one node; it is written whole (deploy/node/root_files.py: a temporary file flushed to disk, then
+a rename), so a power loss leaves the last report or the new one.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +39,7 @@ from ..driver.fabric import fabric_of
 from ..driver.module_type import KernelModuleTypeRefusal, decide_kernel_module_type
 from ..foundations.command_line import ArgumentParser
 from .boot_settings import CONFIG_PATH, BootSettings
-from .root_files import UntrustedFile
+from .root_files import UntrustedFile, write_json_durably
 
 REPORT_VERSION = 1  # deploy/reports/node_report.py's
 NVIDIA_VENDOR = "0x10de"
@@ -306,20 +305,6 @@ class Boot:
         return {"version": REPORT_VERSION, "gpu_node_version": __version__, "ok": node["ok"], "nodes": [node]}
 
 
-def write_report(path: str, report: dict[str, Any]) -> None:
-    """Atomically: a temporary file beside it (0600, as mkstemp makes it), then a rename."""
-    folder = os.path.dirname(path) or "."
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    handle, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=folder)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(json.dumps(report, indent=2, sort_keys=True) + "\n")
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-
-
 def main(argv: list[str] | None = None, host: Host | None = None, top: str = "/") -> int:
     """``top``: where the settings' owner check starts (``/``; a test gives a folder of its own)."""
     parser = ArgumentParser(description=__doc__)
@@ -348,7 +333,7 @@ def main(argv: list[str] | None = None, host: Host | None = None, top: str = "/"
         return 1
     boot = Boot(settings, host or Host())
     ok = boot.run()
-    write_report(settings.report_path, boot.report())
+    write_json_durably(settings.report_path, boot.report())
     if not ok:
         print(
             f"gpu-node boot: failed at step {boot.steps[-1]['name']!r}: gpu-node-ready.target not reached "

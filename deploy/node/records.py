@@ -3,7 +3,7 @@ What gpu-node records on a node as it changes it, so that an undo run (deploy/un
 back off: for every file, what it held before gpu-node's first change and what gpu-node last wrote
 there; the state of every unit before gpu-node first enabled or disabled it; the packages gpu-node
 installed (those the node did not have before), the holds it placed, the keys it imported into
-rpm's database. Everything lives under ``RECORDS_DIR``, root's alone (folders 0700, files 0600:
+rpm's database, the folders it made. Everything lives under ``RECORDS_DIR``, root's alone (folders 0700, files 0600:
 a runtime config's original can hold registry credentials). A records folder that is already there
 and that another user owns or may write is refused, not taken over: it may hold records they
 planted, which the undo would act on as root.
@@ -78,6 +78,13 @@ def wrote_file(path_word: str) -> str:
 def record_units(units: Iterable[str]) -> str:
     """Shell: each of ``units``' state before the change that follows."""
     return f"{LIBRARY}gn_record_units {' '.join(shlex.quote(unit) for unit in units)}"
+
+
+def make_folder(path: str) -> str:
+    """Shell: the folder ``path`` made where absent (0755), with each absent folder above it, each
+    named in the record file created-folders before it is made
+    (deploy/shell/records_library.sh)."""
+    return f"{LIBRARY}gn_make_folder {shlex.quote(path)}"
 
 
 def record_holds(names: Iterable[str]) -> str:

@@ -4,8 +4,9 @@ the first-boot unit's settings, read at every boot): read only when root alone c
 them. The file and every folder above it owned by root and not writable by group or others (as
 sshd's StrictModes checks a user's keys), none of them a symbolic link (not followed: whoever may
 change a link chooses what root reads through it), the file a regular one, opened without blocking
-and read no further than a bound plus one byte. Standard library only: the first-boot archive
-(deploy/tasks/boot.py) carries it.
+and read no further than a bound plus one byte. And the files those programs write (the boot
+report, the health check's report and state): whole, even after a power loss. Standard library
+only: the first-boot archive (deploy/tasks/boot.py) carries it.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import errno
 import json
 import os
 import stat
+import tempfile
 from contextlib import ExitStack
 from dataclasses import fields
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
@@ -137,3 +139,27 @@ def settings_from_file(
     except UnicodeDecodeError as error:
         raise ValueError(f"{path} is not UTF-8 text: {error.reason} at byte {error.start}") from None
     return settings_from_text(cls, text, path, what, paths)
+
+
+def write_json_durably(path: str, data: object) -> None:
+    """``data`` as JSON at ``path``, whole after a crash or a power loss too: a temporary file beside it
+    (0600, as mkstemp makes it) flushed to disk before it is renamed over ``path``, and the folder
+    flushed after (the rename is on disk only then). Without the flushes a rename can reach the disk
+    before the file's bytes: an empty or partial file after a power loss."""
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    handle, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=folder)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+    opened = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(opened)
+    finally:
+        os.close(opened)

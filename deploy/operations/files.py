@@ -1,4 +1,4 @@
-"""Put a small managed text file in place, checked with one remote command."""
+"""Put a small managed text file in place, checked with one remote command; make the folder it goes in."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ from typing import Any
 
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
+from pyinfra.facts.files import Directory
 
 from ..facts.files import FileDigest, FileText
 from ..facts.read_ahead import FactCall, read
 from ..foundations import node_text, redact
 from ..foundations.pyinfra_api import Commands
 from ..node import records as node_records
+from .failure import failing_command
 from .safe_install import CANDIDATE_SUFFIX, FLUSH_FUNCTION
 from .upload import Staging, Upload
 
@@ -145,3 +147,20 @@ def put_text(
     if recorded:
         yield StringCommand(recorded + "gn_wrote_file", target)
     yield StringCommand(*repairs)
+
+
+@operation()
+def make_folder(path: str) -> Commands:
+    """
+    Make the folder ``path`` (0755) where it is absent, with each absent folder above it, each
+    recorded for the undo run before it is made (deploy/node/records.py), which removes it again
+    where nothing but gpu-node's files is in it. A folder there already is kept as it is.
+    """
+    found = host.get_fact(Directory, path=path)
+    if found is False:
+        yield failing_command(f"{path} is there but is not a folder: move it away")
+        return
+    if found:
+        host.noop(f"{path} is there")
+        return
+    yield StringCommand(node_records.make_folder(path))

@@ -281,12 +281,24 @@ def remove_own_files(paths: list[str]) -> Commands:
 
 
 @operation()
+def remove_folders(paths: list[str]) -> Commands:
+    """Remove the folders gpu-node made (``paths``, deepest first) that are still folders with nothing
+    in them: a file that came in since the undo read the node stays, with its folder."""
+    words = " ".join(shlex.quote(path) for path in paths)
+    yield StringCommand(
+        f'for folder in {words}; do if [ -d "$folder" ] && [ ! -L "$folder" ] '
+        f'&& [ -z "$(ls -A -- "$folder")" ]; then rmdir -- "$folder" || exit 1; fi; done'
+    )
+
+
+@operation()
 def forget_records(kept: list[str]) -> Commands:
     """
     Remove gpu-node's records (deploy/node/records.py) once the undo is done, but the records of the
-    files it left as they are (``kept``: their record folders' names), whose originals stay there, and
-    the module signing key gpu-node generated (node_records.SIGNING_KEYS, no record); the folder goes
-    when nothing is left in it.
+    files it left as they are (``kept``: their record folders' names), whose originals stay there, with
+    the record of the folders gpu-node made (a later undo that takes those files takes their folder
+    too), and the module signing key gpu-node generated (node_records.SIGNING_KEYS, no record); the
+    folder goes when nothing is left in it.
     """
     records = shlex.quote(node_records.RECORDS_DIR)
     signing_keys = shlex.quote(node_records.SIGNING_KEYS)
@@ -298,6 +310,7 @@ def forget_records(kept: list[str]) -> Commands:
         return
     names = " ".join(f"! -name {shlex.quote(name)}" for name in kept)
     yield StringCommand(
-        f"find {records} -mindepth 1 -maxdepth 1 ! -name files ! -name {signing_keys} -exec rm -rf -- {{}} + "
+        f"find {records} -mindepth 1 -maxdepth 1 ! -name files ! -name created-folders ! -name {signing_keys} "
+        "-exec rm -rf -- {} + "
         f"&& find {shlex.quote(node_records.FILES_DIR)} -mindepth 1 -maxdepth 1 {names} -exec rm -rf -- {{}} +"
     )

@@ -2,7 +2,8 @@
 # NodeRecords' read (deploy/facts/records.py): for each file gpu-node recorded
 # (deploy/node/records.py), its record's own files and the live file's state now; the texts only
 # where the undo may have to take the wiring out of a changed file (a format), each read whole
-# (read_base64: node_text.base64_reader's, bounded); then the units' and the package lists' records.
+# (read_base64: node_text.base64_reader's, bounded); then the units' and the package lists' records,
+# and the folders gpu-node made.
 # Given before it: records (the folder), root_alone (its owner and mode as gpu-node keeps it: uid 0,
 # 0700), signing_keys (the name of the folder in it holding the module signing key gpu-node generated,
 # which is no record). A folder that is anything else is named by its owner and mode (or as a link) and
@@ -61,5 +62,20 @@ done
 for list in installed-packages:installed held-packages:held imported-rpm-keys:rpm_key; do
   [ -f "$records/${list%%:*}" ] && LC_ALL=C sort -u "$records/${list%%:*}" | sed "/^$/d; s/^/${list#*:} /"
 done
+# each folder gpu-node made that is still a folder, and the names in it (a few more than gpu-node puts
+# in one: a folder holding more is not gpu-node's alone anyway)
+if [ -f "$records/created-folders" ]; then
+  LC_ALL=C sort -u "$records/created-folders" | while IFS= read -r folder; do
+    if [ -L "$folder" ] || [ ! -d "$folder" ]; then continue; fi
+    echo "created_folder $(printf %s "$folder" | base64 -w0)"
+    count=0
+    for entry in "$folder"/* "$folder"/.[!.]* "$folder"/..?*; do
+      [ -e "$entry" ] || [ -L "$entry" ] || continue
+      count=$((count + 1))
+      [ "$count" -le 16 ] || { echo "folder_entry"; break; }
+      echo "folder_entry $(printf %s "${entry##*/}" | base64 -w0)"
+    done
+  done
+fi
 [ -e "$records/packages-before-install" ] && echo unfinished_install
 true

@@ -73,6 +73,13 @@ gn_record_units() {
             || return 1
     done
 }
+# FOLDER: FOLDER made (0755) where absent, with each absent folder above it, the outermost first; each
+# named in the record file created-folders before it is made (the undo removes the empty ones).
+gn_make_folder() {
+    if [ -z "$1" ] || [ -e "$1" ] || [ -L "$1" ]; then return 0; fi
+    gn_make_folder "${1%/*}" || return 1
+    gn_record_names created-folders "$1" && mkdir -m 755 -- "$1"
+}
 # LIST NAME...: NAMEs added to the record file LIST, one a line.
 gn_record_names() {
     gn_list=$1; shift

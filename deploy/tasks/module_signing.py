@@ -11,14 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from pyinfra import host
-from pyinfra.operations import files as pyinfra_files
 
 from ..distros.families import Platform
 from ..distros.package_managers import PackageManager, install_packages
 from ..driver.signing import GENERATED_FOLDER, key_paths, signing_wanted
 from ..facts.read_ahead import FactCall, read
 from ..operations import module_signing as signing_ops
-from ..operations.files import digest_read, put_text
+from ..operations.files import digest_read, make_folder, put_text
 from ..planning.module_signing import SigningPlan, dkms_config_text, enrollment_steps, kernels_to_sign, key_refusal
 from ..settings import Settings
 
@@ -59,8 +58,8 @@ def before_install(manager: PackageManager, plan: SigningPlan, lock_timeout: int
         signing_ops.generate_key(
             name="Generate the module signing key on the node", folder=plan.folder, key=key, cert=cert
         )
-    folder = dkms_config.rpartition("/")[0]
-    pyinfra_files.directory(name=f"Create {folder}", path=folder, present=True)
+    drop_ins = dkms_config.rpartition("/")[0]
+    make_folder(name=f"Create {drop_ins}", path=drop_ins)
     put_text(
         name="Have DKMS sign the modules it builds with the module signing key",
         dest=dkms_config,

@@ -5,11 +5,13 @@ back to their state before (those it created itself disabled, their files gone),
 ``undo_remove_packages`` the packages it installed removed; then its records. One line per file
 says what happened to it and why. A node gpu-node never changed has no records: nothing happens.
 The module signing key gpu-node generated stays, and DKMS's drop-in naming it stays with the driver
-(``kept_for_dkms``).
+(``kept_for_dkms``). The folders gpu-node made go where nothing else is left in them
+(``folders_gpu_node_made``).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import PurePosixPath
@@ -20,6 +22,7 @@ from pyinfra.facts.server import Arch, LinuxDistribution
 from pyinfra.operations import systemd
 
 from ..distros.families import Platform, detect_platform
+from ..distros.signing import ModuleSigning
 from ..driver.fabric import NVLINK5_MODULES_LOAD_PATH
 from ..driver.signing import GENERATED_CERT, GENERATED_FOLDER, GENERATED_KEY
 from ..facts.access import HostAccess
@@ -66,6 +69,16 @@ class UndoFindings:
     records: dict[str, Any]  # NodeRecords
     files: list[FileUndo] = field(default_factory=list)  # per recorded file
     signing_key: str | None = None  # the line saying the module signing key stays, where no file's line does
+    folders: list[FolderUndo] = field(default_factory=list)  # per folder gpu-node made, deepest first
+
+
+@dataclass(frozen=True)
+class FolderUndo:
+    """What the undo run does to a folder gpu-node made, and its one line saying so and why."""
+
+    path: str
+    remove: bool
+    line: str
 
 
 def read_node(settings: Settings) -> UndoFindings:
@@ -80,10 +93,16 @@ def read_node(settings: Settings) -> UndoFindings:
     refusal = records_refusal(records)
     if refusal:
         raise HostRefusal(refusal)
-    dkms_config = platform.family.module_signing.dkms_config
-    files = [kept_for_dkms(undo_ops.decide(record), settings, dkms_config, records) for record in records["files"]]
-    covered = any(undo.path == dkms_config and undo.action == undo_ops.KEEP for undo in files)
-    return UndoFindings(platform, records, files, KEY_STAYS if records["signing_keys"] and not covered else None)
+    signing = platform.family.module_signing
+    files = [kept_for_dkms(undo_ops.decide(record), settings, signing, records) for record in records["files"]]
+    covered = any(undo.path == signing.dkms_config and undo.action == undo_ops.KEEP for undo in files)
+    return UndoFindings(
+        platform,
+        records,
+        files,
+        KEY_STAYS if records["signing_keys"] and not covered else None,
+        folders_gpu_node_made(records, files),
+    )
 
 
 KEY_STAYS = (
@@ -93,15 +112,25 @@ KEY_STAYS = (
 )
 
 
-def kept_for_dkms(undo: FileUndo, settings: Settings, dkms_config: str, records: dict[str, Any]) -> FileUndo:
-    """DKMS's module signing drop-in (deploy/tasks/module_signing.py) kept as it is while the driver
-    stays (undo_remove_packages=false): DKMS builds the NVIDIA module for every new kernel, unsigned
-    without it, and a Secure Boot kernel refuses an unsigned module."""
-    if undo.path != dkms_config or not undo.changes or settings.undo_remove_packages:
+def kept_for_dkms(undo: FileUndo, settings: Settings, signing: ModuleSigning, records: dict[str, Any]) -> FileUndo:
+    """DKMS's module signing drop-in (deploy/tasks/module_signing.py) kept as it is while the driver's
+    DKMS packages stay: DKMS builds the NVIDIA module for every new kernel, unsigned without it, and a
+    Secure Boot kernel refuses an unsigned module. They go only where gpu-node installed them (its
+    package records) and undo_remove_packages removes them."""
+    if undo.path != signing.dkms_config or not undo.changes:
         return undo
+    installed = [name for name in records["installed"] if re.fullmatch(signing.dkms_driver_packages, name)]
+    if settings.undo_remove_packages and installed:
+        return undo
+    stays = (
+        "the NVIDIA driver stays (undo_remove_packages=false)"
+        if not settings.undo_remove_packages
+        # a DKMS driver the node had before gpu-node is no package gpu-node installed: the undo keeps it
+        else "the NVIDIA driver's DKMS packages stay (gpu-node did not install them: the node had them before)"
+    )
     why = (
-        "the NVIDIA driver stays (undo_remove_packages=false), and DKMS signs the module it builds for each "
-        "new kernel with {key}, which Secure Boot would refuse unsigned; to remove {them} by hand: rm {paths}"
+        stays + ", and DKMS signs the module it builds for each new kernel with {key}, which Secure Boot would "
+        "refuse unsigned; to remove {them} by hand: rm {paths}"
     )
     if records["signing_keys"]:
         line = f"{undo.path}: left as it is, with the module signing key {GENERATED_KEY} and its certificate: " + (
@@ -110,6 +139,23 @@ def kept_for_dkms(undo: FileUndo, settings: Settings, dkms_config: str, records:
     else:
         line = f"{undo.path}: left as it is: " + why.format(key="the key it names", them="it", paths=undo.path)
     return FileUndo(undo.record, undo_ops.KEEP, line)
+
+
+def folders_gpu_node_made(records: dict[str, Any], files: list[FileUndo]) -> list[FolderUndo]:
+    """Each folder gpu-node made (its records; one that was there before has none), deepest first:
+    removed where nothing is left in it once the undo's files (and the folders in it it removes) go,
+    left as it is where anything else is."""
+    going = {undo.path for undo in files if undo.action == undo_ops.REMOVE} | set(own_files_without_records(records))
+    decided: list[FolderUndo] = []
+    for path, found in sorted(records["created_folders"].items(), reverse=True):
+        staying = sorted(name for name in found["entries"] if f"{path}/{name}" not in going)
+        if found["more"] or staying:
+            held = ", ".join(staying) + (", ..." if found["more"] else "")
+            decided.append(FolderUndo(path, False, f"{path}: left as it is: gpu-node made it, but it holds {held}"))
+        else:
+            going.add(path)
+            decided.append(FolderUndo(path, True, f"{path}: removed: gpu-node made it, and nothing else is in it"))
+    return decided
 
 
 def records_refusal(records: dict[str, Any]) -> str | None:
@@ -170,6 +216,8 @@ def take_it_back_off(settings: Settings, found: UndoFindings) -> None:
         return
     for undo in found.files:
         say(undo.line, kept=undo.action == undo_ops.KEEP)
+    for made in found.folders:
+        say(made.line, kept=not made.remove)
 
     # Units gpu-node created are disabled while their files are still there for systemctl to read.
     created = units_gpu_node_created(records, found.files)
@@ -247,6 +295,10 @@ def take_it_back_off(settings: Settings, found: UndoFindings) -> None:
             )
         else:
             say(f"the packages gpu-node installed stay (undo_remove_packages=false): {', '.join(records['installed'])}")
+    # after the packages: a package that ships the folder too takes it with it
+    emptied = [made.path for made in found.folders if made.remove]
+    if emptied:
+        undo_ops.remove_folders(name="Remove the folders gpu-node made", paths=emptied)
     if records["rpm_keys"]:
         undo_ops.remove_rpm_keys(name="Take the keys gpu-node imported out of rpm's database", keys=records["rpm_keys"])
     if records["records"]:

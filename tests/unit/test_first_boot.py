@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pci_tree
 import pytest
+from disk_flushes import flushes_around_its_rename, record_flushes
 
 from deploy.node import first_boot, root_files
 from deploy.node.boot_settings import REPORT_PATH, BootSettings
@@ -187,6 +188,18 @@ def test_the_archive_is_the_same_bytes_each_time_and_runs_under_python3_isolated
     written = json.loads(report.read_text())
     assert written["ok"] is True and written["version"] == 1
     assert oct(report.stat().st_mode & 0o777) == "0o600"
+
+
+def test_the_report_is_flushed_to_disk_before_its_rename_and_its_folder_after(tmp_path, monkeypatch):
+    """A power loss after the boot leaves its whole report, the last one or this one: the report is
+    flushed before the rename, and the rename itself by the folder's flush after it."""
+    host, _ = node(tmp_path, "pcie-only")
+    report = tmp_path / "state" / "boot-report.json"
+    config = tmp_path / "boot.json"
+    config.write_text(json.dumps({"kernel_modules_load": False, "report_path": str(report)}))
+    calls = record_flushes(monkeypatch)
+    assert first_boot.main([str(config)], host=host, top=str(tmp_path)) == 0
+    assert flushes_around_its_rename(calls, str(report)) == ["file flushed", "renamed", "folder flushed"]
 
 
 def test_an_unreadable_settings_file_fails_in_one_line(tmp_path, capsys):

@@ -164,10 +164,10 @@ def test_over_ssh_the_health_json_the_check_wrote_is_read_with_the_nodes_reports
         if xid:
             node.log_kernel(xid_message(PCIE[1], 79, "GPU has fallen off the bus."))
         state = check.State()
-        check.write_report(
+        check.write_json_durably(
             node.settings.report_path, check.health_report(check.read_node(node.settings, node.host, state), state)
         )
-        check.write_report(node.settings.state_path, state.as_json())
+        check.write_json_durably(node.settings.state_path, state.as_json())
         for report in ("boot-report.json", "report.json"):
             (folder / report).write_text(json.dumps(passing_report("@local")))
         answers[name] = reports_folder_output(folder)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from disk_flushes import flushes_around_its_rename, record_flushes
 from standin_health_node import DRIVER, KERNEL, PCIE, StandInNode, stand_in_node, xid_message
 from standin_nvidia_smi import MISMATCH, MISMATCH_EXIT, StandInGpu
 
@@ -473,6 +474,19 @@ def test_the_check_never_writes_anything_but_its_report_and_state(tmp_path, caps
     assert sorted(path.name for path in (tmp_path / "state").iterdir()) == ["health.json", "health.state"]
     assert after - before == set(node.root.glob("bin/*.log")) - before
     assert os.stat(node.report_path).st_mode & 0o777 == 0o600
+
+
+def test_the_report_and_the_state_are_flushed_to_disk_before_their_rename_and_their_folder_after(
+    tmp_path, capsys, monkeypatch
+):
+    """A power loss after the rename leaves the whole file: health.json (what the fleet view reads)
+    and the state (a refused one starts afresh, its Xids forgotten) are each flushed before the
+    rename, and the rename itself by the folder's flush after it."""
+    node = stand_in_node(tmp_path)
+    calls = record_flushes(monkeypatch)
+    run(node, capsys, "--npd")
+    for path in (node.settings.report_path, node.settings.state_path):
+        assert flushes_around_its_rename(calls, path) == ["file flushed", "renamed", "folder flushed"], path
 
 
 def test_the_docs_xid_table_is_the_checks():

@@ -6,11 +6,13 @@ package manager as its stand-in), the key's checks, the MOK password's hash, the
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
 import pytest
 from plan import DEFAULT, PCI_WITH_GPU, SITE_DRIVER_KEY, every, gpu_node, node_lines, run_deploy
+from pyinfra.facts.files import Directory
 from test_driver_plans import DEBIAN_FILES, install_lines, ok, single
 
 from deploy.distros.families import FAMILIES, detect_platform
@@ -126,6 +128,42 @@ def test_a_second_run_keeps_the_key_stages_nothing_and_rebuilds_nothing():
     assert not run.ran("openssl req") and not run.ran(ENROLL) and not run.ran("dkms build")
 
 
+def stat_line(mode: str) -> list[str]:
+    """What pyinfra's Directory fact reads of DKMS's drop-in folder (``stat -c``), of ``mode``."""
+    return [f"user=root group=root mode={mode} atime=1 mtime=1 ctime=1 size=4096 '{DKMS_CONFIG.rpartition('/')[0]}'"]
+
+
+def test_the_drop_in_folder_is_made_and_recorded_where_absent_kept_where_there_and_refused_where_no_folder():
+    """DKMS's drop-in folder is made where absent, each folder made recorded for the undo
+    (deploy/node/records.py gn_make_folder); one there already is kept as it is, unrecorded; a file
+    in its place fails the run in one line, before the driver's install."""
+    make = f"gn_make_folder {DKMS_CONFIG.rpartition('/')[0]}"
+    absent = ok(debian())
+    (made,) = absent.matching(make)
+    assert made.endswith(make)
+    there = ok(
+        run_deploy(
+            gpu_node(
+                "debian-12",
+                node_survey=SECURE_BOOT,
+                facts=[*DEBIAN_FILES, (every(Directory), stat_line("drwxr-xr-x"))],
+                unstated=DEFAULT,
+            )
+        )
+    )
+    assert not there.matching(make) and there.ran(DKMS_CONFIG)
+    refused = run_deploy(
+        gpu_node(
+            "debian-12",
+            node_survey=SECURE_BOOT,
+            facts=[*DEBIAN_FILES, (every(Directory), stat_line("-rw-r--r--"))],
+            unstated=DEFAULT,
+        )
+    )
+    assert refused.failed and not refused.ran("apt-get install")
+    assert f"{DKMS_CONFIG.rpartition('/')[0]} is there but is not a folder: move it away" in refused.refusal
+
+
 def test_modules_dkms_built_before_the_key_are_rebuilt_for_their_kernels():
     old = [("6.1.0-18-amd64", "-", ""), ("6.1.0-17-amd64", "AB:CD", "DKMS module signing key")]
     run = ok(debian(state=state_lines(test_key="is already enrolled", modules=old)))
@@ -233,6 +271,31 @@ def platform(distro: str):
 def test_each_family_signs_by_dkms_or_by_its_vendors_packages(distro, module_type, signer, dkms):
     plan = signing_plan(parse_settings({}), platform(distro), module_type, True)
     assert (plan.signer, plan.by_dkms, plan.key is not None) == (signer, dkms, dkms)
+
+
+@pytest.mark.parametrize(
+    "distro, dkms_module_packages, others",
+    [
+        (
+            "debian-12",
+            ["nvidia-kernel-dkms", "nvidia-tesla-535-kernel-dkms", "nvidia-open-kernel-dkms"],
+            ["nvidia-driver", "nvidia-kernel-support", "dkms"],
+        ),
+        (
+            "ubuntu-22.04",
+            ["nvidia-dkms-535-server", "nvidia-dkms-535-server-open"],
+            ["nvidia-headless-no-dkms-535-server", "linux-modules-nvidia-535-server-generic", "dkms"],
+        ),
+        ("rocky-9", ["kmod-nvidia-latest-dkms", "kmod-nvidia-open-dkms"], ["nvidia-driver", "nvidia-driver-cuda"]),
+        ("arch", ["nvidia-dkms", "nvidia-open-dkms"], ["nvidia-utils", "linux-headers", "dkms"]),
+    ],
+)
+def test_the_undo_knows_each_familys_dkms_driver_packages_by_name(distro, dkms_module_packages, others):
+    """The undo keeps DKMS's signing drop-in unless gpu-node installed the driver's DKMS module
+    package (deploy/tasks/undo.py): the family's pattern names each such package of its driver
+    records (deploy/distros/families.py), and none of the driver's other packages."""
+    pattern = platform(distro).family.module_signing.dkms_driver_packages
+    assert [name for name in dkms_module_packages + others if re.fullmatch(pattern, name)] == dkms_module_packages
 
 
 def test_suse_proprietary_kmp_cannot_be_signed_and_a_site_key_has_no_dkms_to_use_there():

@@ -23,7 +23,7 @@ from test_first_boot import boot, node
 import deploy
 from deploy import __version__
 from deploy.fleet import from_reports as fleet_from_reports
-from deploy.node.first_boot import write_report
+from deploy.node.root_files import write_json_durably
 from deploy.reports.formats import NodeReportFormat
 
 REPO = Path(__file__).resolve().parents[2]
@@ -89,7 +89,7 @@ def test_a_deploy_run_writes_a_fleet_report_valid_against_the_schema(tmp_path):
 def test_the_first_boot_unit_writes_a_node_report_valid_against_the_schema(module, tmp_path):
     host, _ = node(tmp_path, "pcie-only", module=module)
     path = tmp_path / "boot-report.json"
-    write_report(str(path), boot(host)[1].report())
+    write_json_durably(str(path), boot(host)[1].report())
     assert assert_valid(NODE_REPORT, path)["ok"] is module
 
 

@@ -663,6 +663,17 @@ echo stand-in-private-key > "$key" && echo stand-in-certificate > "$cert"
 """
 
 
+# Debian's DKMS driver, as its driver plan installs it (deploy/distros/families.py)
+DKMS_DRIVER = ("nvidia-driver", "nvidia-kernel-dkms", "dkms")
+
+
+def gpu_node_installed(box: Sandbox, *names: str) -> None:
+    """The record gpu-node keeps of the packages its install added (deploy/node/records.py), written by
+    its recording shell (the root has no package manager to install them)."""
+    ran = box.run(f"{node_records.LIBRARY}gn_record_names installed-packages {shlex.join(names)}")
+    assert ran.status == 0, ran.stderr
+
+
 def signed_driver_stage(box: Sandbox) -> None:
     """The signing steps of a Secure Boot Debian node's driver stage, replayed in the root (openssl a
     stand-in): the key generated under gpu-node's folder, DKMS's drop-in written and recorded."""
@@ -707,11 +718,12 @@ def test_with_the_driver_staying_the_dkms_signing_drop_in_and_key_stay_in_one_li
     assert "undo_remove_packages=false" in line and f"rm {DKMS_CONFIG} {GENERATED_KEY} {GENERATED_CERT}" in line
     assert not [entry for entry in said if "stand-in-private-key" in entry]
 
-    # a later undo keeps them and says the same; one with undo_remove_packages=true takes the drop-in
+    # a later undo keeps them and says the same; so does one with undo_remove_packages=true: the first
+    # undo forgot the packages gpu-node installed (they stayed), so the driver stays with this one too
     _, again = replay_undo(box, caplog=caplog)
     assert [entry for entry in again if DKMS_CONFIG in entry] == [line]
     replay_undo(box, data={"undo_remove_packages": "true"}, caplog=caplog)
-    assert not box.exists(DKMS_CONFIG) and box.exists(GENERATED_KEY)
+    assert read(box, DKMS_CONFIG) == drop_in and box.exists(GENERATED_KEY)
 
 
 def test_with_the_packages_removed_the_drop_in_goes_and_the_key_stays_in_one_line_stand_in_openssl(box, caplog):
@@ -723,6 +735,7 @@ def test_with_the_packages_removed_the_drop_in_goes_and_the_key_stays_in_one_lin
 
     caplog.set_level(logging.INFO)
     signed_driver_stage(box)
+    gpu_node_installed(box, *DKMS_DRIVER)
 
     _, said = replay_undo(box, data={"undo_remove_packages": "true"}, caplog=caplog)
     assert not box.exists(DKMS_CONFIG)
@@ -742,3 +755,82 @@ def test_with_the_packages_removed_the_drop_in_goes_and_the_key_stays_in_one_lin
     plan, again = replay_undo(box, data={"undo_remove_packages": "true"}, caplog=caplog)
     assert changing_commands(plan) == [] and box.tree() == after
     assert [entry for entry in again if f"mokutil --delete {GENERATED_CERT}" in entry]
+
+
+@pytest.mark.parametrize(
+    ("installed", "drop_in_goes"),
+    [(DKMS_DRIVER, True), ((), False), (("nvidia-driver", "dkms"), False)],
+    ids=["driver-gpu-node-installed", "driver-there-before", "only-its-dkms-module-there-before"],
+)
+def test_with_undo_remove_packages_the_drop_in_goes_only_with_a_dkms_driver_gpu_node_installed_stand_in_openssl(
+    box, caplog, installed, drop_in_goes
+):
+    """undo_remove_packages=true removes the packages gpu-node installed (its package records): where
+    the driver's DKMS module package is not among them (the node had it before gpu-node), the driver
+    stays and DKMS keeps building its module for each new kernel, so the drop-in naming the key stays,
+    in one line saying why; where gpu-node installed it, the drop-in goes with it. The signing steps
+    are replayed with a stand-in openssl."""
+    caplog.set_level(logging.INFO)
+    signed_driver_stage(box)
+    drop_in = read(box, DKMS_CONFIG)
+    gpu_node_installed(box, *installed)
+
+    _, said = replay_undo(box, data={"undo_remove_packages": "true"}, caplog=caplog)
+    (line,) = [line for line in said if f"undo: {DKMS_CONFIG}:" in line]
+    if drop_in_goes:
+        assert not box.exists(DKMS_CONFIG)
+        assert f"{DKMS_CONFIG}: removed: gpu-node created it" in line
+    else:
+        assert read(box, DKMS_CONFIG) == drop_in
+        assert "the NVIDIA driver's DKMS packages stay (gpu-node did not install them" in line, line
+
+
+# --- the folders gpu-node made (deploy/operations/files.py make_folder) ------------------------------
+
+DROP_INS = DKMS_CONFIG.rpartition("/")[0]
+
+
+@pytest.mark.parametrize("before", ["nothing", "/etc/dkms", DROP_INS], ids=["none", "dkms", "drop-ins"])
+def test_the_folders_gpu_node_made_for_the_drop_in_go_with_it_and_those_there_before_stay_stand_in_openssl(
+    box, caplog, before
+):
+    """The module signing steps make DKMS's drop-in folder where it is absent (and /etc/dkms above it:
+    the driver's install brings DKMS after them), recording each folder they make: the undo that takes
+    the drop-in removes each of those folders once nothing else is in it, and one line says so; a
+    folder that was there before gpu-node has no record and stays. The signing steps are replayed with
+    a stand-in openssl."""
+    caplog.set_level(logging.INFO)
+    if before != "nothing":
+        (box.root / before.lstrip("/")).mkdir(parents=True)
+    signed_driver_stage(box)
+    gpu_node_installed(box, *DKMS_DRIVER)
+
+    plan, said = replay_undo(box, data={"undo_remove_packages": "true"}, caplog=caplog)
+    assert not box.exists(DKMS_CONFIG)
+    made = [folder for folder in ("/etc/dkms", DROP_INS) if not before.startswith(folder)]
+    assert [folder for folder in ("/etc/dkms", DROP_INS) if box.exists(folder)] == [
+        folder for folder in ("/etc/dkms", DROP_INS) if folder not in made
+    ]
+    assert sorted(line.partition("undo: ")[2] for line in said if "gpu-node made it" in line) == sorted(
+        f"{folder}: removed: gpu-node made it, and nothing else is in it" for folder in made
+    )
+    # a second undo has nothing left to do
+    after = box.tree()
+    again, _ = replay_undo(box, data={"undo_remove_packages": "true"}, caplog=caplog)
+    assert changing_commands(again) == [] and box.tree() == after
+
+
+def test_a_folder_gpu_node_made_that_holds_another_file_stays_in_one_line_stand_in_openssl(box, caplog):
+    """A file of the site's in the drop-in folder gpu-node made keeps the folder (and /etc/dkms above
+    it): the drop-in goes, the site's file and its folders stay, one line naming what it holds."""
+    caplog.set_level(logging.INFO)
+    signed_driver_stage(box)
+    gpu_node_installed(box, *DKMS_DRIVER)
+    write(box, f"{DROP_INS}/site.conf", "sign_file=/usr/local/bin/site-sign\n")
+
+    _, said = replay_undo(box, data={"undo_remove_packages": "true"}, caplog=caplog)
+    assert not box.exists(DKMS_CONFIG) and read(box, f"{DROP_INS}/site.conf").startswith("sign_file=")
+    assert [line.partition("undo: ")[2] for line in said if "gpu-node made it" in line] == [
+        f"{DROP_INS}: left as it is: gpu-node made it, but it holds site.conf",
+        "/etc/dkms: left as it is: gpu-node made it, but it holds framework.conf.d",
+    ]
