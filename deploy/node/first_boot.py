@@ -333,7 +333,11 @@ def main(argv: list[str] | None = None, host: Host | None = None, top: str = "/"
         return 1
     boot = Boot(settings, host or Host())
     ok = boot.run()
-    write_json_durably(settings.report_path, boot.report())
+    try:
+        write_json_durably(settings.report_path, boot.report())
+    except OSError as error:
+        print(f"gpu-node boot: report: fail: cannot write {settings.report_path}: {error}", flush=True)
+        return 1
     if not ok:
         print(
             f"gpu-node boot: failed at step {boot.steps[-1]['name']!r}: gpu-node-ready.target not reached "

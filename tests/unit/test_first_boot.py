@@ -202,6 +202,19 @@ def test_the_report_is_flushed_to_disk_before_its_rename_and_its_folder_after(tm
     assert flushes_around_its_rename(calls, str(report)) == ["file flushed", "renamed", "folder flushed"]
 
 
+def test_a_report_that_cannot_be_written_fails_the_boot_in_one_line(tmp_path, capsys):
+    """A report the disk will not take (here its folder is a file) is one line naming it after the
+    steps' lines, exit 1, never a traceback: the unit's journal is where the site reads why."""
+    host, _ = node(tmp_path, "pcie-only")
+    (tmp_path / "state").write_text("a file where the report's folder goes\n")
+    report = tmp_path / "state" / "boot-report.json"
+    config = tmp_path / "boot.json"
+    config.write_text(json.dumps({"kernel_modules_load": False, "report_path": str(report)}))
+    assert first_boot.main([str(config)], host=host, top=str(tmp_path)) == 1
+    said = capsys.readouterr().out.splitlines()
+    assert said[-1].startswith(f"gpu-node boot: report: fail: cannot write {report}: "), said
+
+
 def test_an_unreadable_settings_file_fails_in_one_line(tmp_path, capsys):
     config = tmp_path / "boot.json"
     config.write_text("{not json")
