@@ -37,6 +37,7 @@ INSTALLED_PACKAGES = f"{RECORDS_DIR}/installed-packages"
 HELD_PACKAGES = f"{RECORDS_DIR}/held-packages"
 IMPORTED_RPM_KEYS = f"{RECORDS_DIR}/imported-rpm-keys"
 PACKAGES_BEFORE = f"{RECORDS_DIR}/packages-before-install"
+CREATED_FOLDERS = f"{RECORDS_DIR}/created-folders"  # one folder gpu-node made a line (make_folder)
 # The module signing key gpu-node generates lives in the records folder too (deploy/driver/signing.py)
 # but is no record: the undo keeps it (the firmware may trust its certificate; docs/undo.md).
 SIGNING_KEYS = GENERATED_FOLDER.removeprefix(f"{RECORDS_DIR}/")

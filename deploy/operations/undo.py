@@ -282,12 +282,28 @@ def remove_own_files(paths: list[str]) -> Commands:
 
 @operation()
 def remove_folders(paths: list[str]) -> Commands:
-    """Remove the folders gpu-node made (``paths``, deepest first) that are still folders with nothing
-    in them: a file that came in since the undo read the node stays, with its folder."""
+    """Remove the folders gpu-node made (``paths``, deepest first) that are still folders, reached
+    through no symbolic link, with nothing in them: a file that came in since the undo read the node
+    stays, with its folder (rmdir's own check, which no file can slip past)."""
     words = " ".join(shlex.quote(path) for path in paths)
     yield StringCommand(
-        f'for folder in {words}; do if [ -d "$folder" ] && [ ! -L "$folder" ] '
-        f'&& [ -z "$(ls -A -- "$folder")" ]; then rmdir -- "$folder" || exit 1; fi; done'
+        f'for folder in {words}; do if [ "$({UNLINKED_FOLDER})" = "$folder" ]; then '
+        'rmdir --ignore-fail-on-non-empty -- "$folder" || exit 1; fi; done'
+    )
+
+
+# Shell: the real path of "$folder" where it is a folder (none where it is not), to compare with it.
+UNLINKED_FOLDER = 'cd -P -- "$folder" 2>/dev/null && pwd -P'
+
+
+def forget_removed_folders() -> str:
+    """Shell: the record of the folders gpu-node made reduced to those still there, so that a folder a
+    package makes later at the path of one the undo removed is not taken for gpu-node's."""
+    made = shlex.quote(node_records.CREATED_FOLDERS)
+    return (
+        f"{{ [ ! -f {made} ] || {{ while IFS= read -r folder; do "
+        f'if [ "$({UNLINKED_FOLDER})" = "$folder" ]; then printf "%s\\n" "$folder"; fi; '
+        f"done <{made} | (umask 077 && cat >{made}.new) && mv -f -- {made}.new {made}; }}; }}"
     )
 
 
@@ -311,6 +327,6 @@ def forget_records(kept: list[str]) -> Commands:
     names = " ".join(f"! -name {shlex.quote(name)}" for name in kept)
     yield StringCommand(
         f"find {records} -mindepth 1 -maxdepth 1 ! -name files ! -name created-folders ! -name {signing_keys} "
-        "-exec rm -rf -- {} + "
+        f"-exec rm -rf -- {{}} + && {forget_removed_folders()} "
         f"&& find {shlex.quote(node_records.FILES_DIR)} -mindepth 1 -maxdepth 1 {names} -exec rm -rf -- {{}} +"
     )

@@ -62,11 +62,12 @@ done
 for list in installed-packages:installed held-packages:held imported-rpm-keys:rpm_key; do
   [ -f "$records/${list%%:*}" ] && LC_ALL=C sort -u "$records/${list%%:*}" | sed "/^$/d; s/^/${list#*:} /"
 done
-# each folder gpu-node made that is still a folder, and the names in it (a few more than gpu-node puts
+# each folder gpu-node made that is still a folder, reached through no symbolic link (one leading
+# elsewhere now is not the folder gpu-node made), and the names in it (a few more than gpu-node puts
 # in one: a folder holding more is not gpu-node's alone anyway)
 if [ -f "$records/created-folders" ]; then
   LC_ALL=C sort -u "$records/created-folders" | while IFS= read -r folder; do
-    if [ -L "$folder" ] || [ ! -d "$folder" ]; then continue; fi
+    [ "$(cd -P -- "$folder" 2>/dev/null && pwd -P)" = "$folder" ] || continue
     echo "created_folder $(printf %s "$folder" | base64 -w0)"
     count=0
     for entry in "$folder"/* "$folder"/.[!.]* "$folder"/..?*; do

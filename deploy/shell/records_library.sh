@@ -73,12 +73,15 @@ gn_record_units() {
             || return 1
     done
 }
-# FOLDER: FOLDER made (0755) where absent, with each absent folder above it, the outermost first; each
-# named in the record file created-folders before it is made (the undo removes the empty ones).
+# FOLDER (absolute): FOLDER made (0755) where absent, with each absent folder above it, the outermost
+# first; each named in the record file created-folders once made (the undo removes the empty ones).
+# Recorded after its mkdir, unlike a file: a record written first would name a folder a failed or
+# raced mkdir left to someone else, which the undo would remove; a kill between leaves one unrecorded.
 gn_make_folder() {
     if [ -z "$1" ] || [ -e "$1" ] || [ -L "$1" ]; then return 0; fi
-    gn_make_folder "${1%/*}" || return 1
-    gn_record_names created-folders "$1" && mkdir -m 755 -- "$1"
+    case $1 in /*) ;; *) echo "gpu-node: $1 is not an absolute path" >&2; return 1 ;; esac
+    gn_make_folder "${1%/*}" && mkdir -m 755 -- "$1" || return 1
+    gn_record_names created-folders "$1" || { rmdir -- "$1"; return 1; }
 }
 # LIST NAME...: NAMEs added to the record file LIST, one a line.
 gn_record_names() {

@@ -834,3 +834,83 @@ def test_a_folder_gpu_node_made_that_holds_another_file_stays_in_one_line_stand_
         f"{DROP_INS}: left as it is: gpu-node made it, but it holds site.conf",
         "/etc/dkms: left as it is: gpu-node made it, but it holds framework.conf.d",
     ]
+
+
+def test_a_folder_the_signing_steps_could_not_make_is_no_record_and_a_package_s_later_stays(box, caplog):
+    """A folder the recording fails to make (here a file stands in its way) is not recorded as
+    gpu-node's: when a package makes it later, the undo leaves it, empty or not."""
+    caplog.set_level(logging.INFO)
+    write(box, DROP_INS, "a file where the folder goes\n")
+    (box.root / "var/lib").mkdir(parents=True, exist_ok=True)
+    assert box.run(node_records.make_folder(f"{DROP_INS}/more")).status != 0
+    (box.root / DROP_INS.lstrip("/")).unlink()
+    (box.root / f"{DROP_INS}/more".lstrip("/")).mkdir(parents=True)  # as DKMS's package would make it
+    gpu_node_installed(box, *DKMS_DRIVER)
+
+    replay_undo(box, data={"undo_remove_packages": "true"}, caplog=caplog)
+    assert box.exists(f"{DROP_INS}/more")
+
+
+def test_a_folder_gpu_node_made_and_removed_whose_record_an_undo_kept_is_not_taken_again(box, caplog):
+    """An undo that leaves a changed file (and so its records) removes the folders gpu-node made and
+    forgets them: a package that makes the same folder afterwards keeps it at the next undo."""
+    caplog.set_level(logging.INFO)
+    gpu_node_writes(box, "/etc/modprobe.d/gpu-node-site.conf", "options nvidia NVreg_x=1\n")
+    write(box, "/etc/modprobe.d/gpu-node-site.conf", "options nvidia NVreg_x=2 # the site's\n")
+    signed_driver_stage(box)
+    gpu_node_installed(box, *DKMS_DRIVER)
+    replay_undo(box, data={"undo_remove_packages": "true"}, caplog=caplog)
+    assert not box.exists("/etc/dkms") and box.exists("/etc/modprobe.d/gpu-node-site.conf")
+
+    (box.root / DROP_INS.lstrip("/")).mkdir(parents=True)  # DKMS's package, installed by the site since
+    replay_undo(box, data={"undo_remove_packages": "true"}, caplog=caplog)
+    assert box.exists(DROP_INS)
+
+
+def test_a_folder_gpu_node_made_reached_now_through_a_symbolic_link_stays(box, caplog):
+    """A recorded folder whose path leads through a symbolic link now (/etc/dkms replaced by a link
+    to another folder) is not the folder gpu-node made: the undo leaves what the link leads to."""
+    caplog.set_level(logging.INFO)
+    signed_driver_stage(box)
+    gpu_node_installed(box, *DKMS_DRIVER)
+    (box.root / "etc/dkms").rename(box.root / "srv-dkms")
+    (box.root / "srv-dkms/framework.conf.d/gpu-node-module-signing.conf").unlink()
+    (box.root / "etc/dkms").symlink_to("/srv-dkms")
+
+    _, said = replay_undo(box, data={"undo_remove_packages": "true"}, caplog=caplog)
+    assert box.exists("/srv-dkms/framework.conf.d")
+    assert not [line for line in said if f"{DROP_INS}: removed" in line]
+
+
+def test_a_file_that_comes_into_a_folder_as_the_undo_removes_it_keeps_it_without_failing_stand_in_ls(box):
+    """The undo's removal of an empty folder gpu-node made does not fail when a file came in since the
+    undo looked (a stand-in ls that sees the folder empty stands in for the race): the folder stays."""
+    from deploy.operations.undo import remove_folders
+
+    write(box, "/usr/local/bin/ls", "#!/bin/sh\ntrue\n", 0o755)
+    write(box, f"{DROP_INS}/site.conf", "x\n")
+    (command,) = [str(command) for command in remove_folders._inner(paths=[DROP_INS, "/etc/dkms"])]
+    ran = box.run(command)
+    assert ran.status == 0, ran.stderr
+    assert read(box, f"{DROP_INS}/site.conf") == "x\n"
+
+
+def test_the_removal_of_the_folders_leaves_one_reached_now_through_a_symbolic_link(box):
+    """Between the undo's read and its removal, a recorded folder's path may come to lead through a
+    symbolic link: the removal checks again and leaves what the link leads to."""
+    from deploy.operations.undo import remove_folders
+
+    (box.root / "srv-dkms/framework.conf.d").mkdir(parents=True)
+    (box.root / "etc/dkms").symlink_to("/srv-dkms")
+    (command,) = [str(command) for command in remove_folders._inner(paths=[DROP_INS])]
+    ran = box.run(command)
+    assert ran.status == 0, ran.stderr
+    assert box.exists("/srv-dkms/framework.conf.d")
+
+
+def test_a_folder_named_by_no_absolute_path_is_refused_in_one_line_and_nothing_made(box):
+    """The recording's make_folder takes absolute paths alone: a relative one is one line, status 1."""
+    (box.root / "var/lib").mkdir(parents=True, exist_ok=True)
+    ran = box.run(f"cd /etc && {node_records.make_folder('dkms/framework.conf.d')}")
+    assert ran.status == 1 and ran.stderr == "gpu-node: dkms/framework.conf.d is not an absolute path\n"
+    assert not box.exists("/etc/dkms")
