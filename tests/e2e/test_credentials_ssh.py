@@ -43,21 +43,36 @@ SEEDED = f"""version = 2
 """
 WATCHED = ("/etc", "/tmp", "/var/tmp", "/home", "/root")
 TEST_DIR = "/run/gpu-node-test"
-# Written by the watcher's loop as soon as inotify reports a file: path, mode, owner, its folder's
-# mode, how many lines hold a secret.
+# Written by the watcher's loops as soon as inotify reports a file: path, mode, owner, its folder's
+# mode, how many lines hold a secret. Two loops: gpu-node's and pyinfra's own files (a few, some alive
+# for milliseconds: each must be looked at before it goes) apart from every other file (apt's, during
+# the first run's installs), handed out by a loop of shell builtins alone, so that the others' backlog
+# never delays a look at ours.
+LOOPS = ("ours", "others")
 WATCHER = f"""cd {TEST_DIR}
-echo $$ >loop.pid
-rm -f events fifo inotify.err && mkfifo fifo
+rm -f events-ours events-others fifo fifo-ours fifo-others inotify.err && mkfifo fifo fifo-ours fifo-others
+look() {{
+    while IFS= read -r path; do
+        [ -L "$path" ] || [ -d "$path" ] && continue
+        # Content first, then the mode it had: a file gone in between counts as not looked at.
+        count=$(grep -c -F -e {REGISTRY_PASSWORD} -e {MIRROR_PASSWORD} "$path" 2>/dev/null)
+        info=$(stat -c '%a %U' "$path" 2>/dev/null) && folder=$(stat -c %a "${{path%/*}}" 2>/dev/null) \\
+            && [ -n "$count" ] || {{ printf '%s\\tgone\\n' "$path"; continue; }}
+        printf '%s\\t%s\\t%s\\t%s\\n' "$path" "$info" "$folder" "$count"
+    done
+}}
+look <fifo-ours >events-ours &
+echo $! >loop-ours.pid
+look <fifo-others >events-others &
+echo $! >loop-others.pid
 inotifywait -m -r -e create,close_write,moved_to,attrib --format '%w%f' {" ".join(WATCHED)} >fifo 2>inotify.err &
 echo $! >inotify.pid
 while IFS= read -r path; do
-    [ -L "$path" ] || [ -d "$path" ] && continue
-    # Content first, then the mode it had: a file gone in between counts as not looked at.
-    count=$(grep -c -F -e {REGISTRY_PASSWORD} -e {MIRROR_PASSWORD} "$path" 2>/dev/null)
-    info=$(stat -c '%a %U' "$path" 2>/dev/null) && folder=$(stat -c %a "${{path%/*}}" 2>/dev/null) \\
-        && [ -n "$count" ] || {{ printf '%s\\tgone\\n' "$path"; continue; }}
-    printf '%s\\t%s\\t%s\\t%s\\n' "$path" "$info" "$folder" "$count"
-done <fifo >events
+    case $path in
+    *gpu-node*|*pyinfra*) printf '%s\\n' "$path" >&3 ;;
+    *) printf '%s\\n' "$path" >&4 ;;
+    esac
+done <fifo 3>fifo-ours 4>fifo-others
 """
 # TEST INTERRUPTION DEVICE: first on the login user's PATH, it holds the first sudo command that
 # consumes a staged upload while HOLD exists (the run is then killed right after its upload), and
@@ -122,13 +137,17 @@ class Watcher:
 
     def sights(self) -> tuple[list[Sight], set[str]]:
         """Every look taken, and the paths that were gone before a look (created, then removed)."""
-        wait_for(
-            lambda: self.node.sh(f"kill -0 $(cat {TEST_DIR}/loop.pid)", check=False).returncode != 0,
-            timeout=30,
-            what="the watcher's loop to end",
-        )
+        for name in LOOPS:
+            wait_for(
+                lambda name=name: (
+                    self.node.sh(f"kill -0 $(cat {TEST_DIR}/loop-{name}.pid)", check=False).returncode != 0
+                ),
+                timeout=30,
+                what=f"the watcher's loop to end ({name})",
+            )
         sights, gone = [], set()
-        for line in self.node.read(f"{TEST_DIR}/events").splitlines():
+        lines = [line for name in LOOPS for line in self.node.read(f"{TEST_DIR}/events-{name}").splitlines()]
+        for line in lines:
             fields = line.split("\t")
             if fields[1:] == ["gone"]:
                 gone.add(fields[0])
