@@ -83,8 +83,7 @@ def record_units(units: Iterable[str]) -> str:
 
 def make_folder(path: str) -> str:
     """Shell: the folder ``path`` made where absent (0755), with each absent folder above it, each
-    named in the record file created-folders before it is made
-    (deploy/shell/records_library.sh)."""
+    named in the record file created-folders once made (deploy/shell/records_library.sh)."""
     return f"{LIBRARY}gn_make_folder {shlex.quote(path)}"
 
 

@@ -153,7 +153,7 @@ def put_text(
 def make_folder(path: str) -> Commands:
     """
     Make the folder ``path`` (0755) where it is absent, with each absent folder above it, each
-    recorded for the undo run before it is made (deploy/node/records.py), which removes it again
+    recorded for the undo run once made (deploy/node/records.py), which removes it again
     where nothing but gpu-node's files is in it. A folder there already is kept as it is.
     """
     found = host.get_fact(Directory, path=path)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Container
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any
 
 from pyinfra import host
@@ -325,8 +326,9 @@ def forget_records(kept: list[str]) -> Commands:
         )
         return
     names = " ".join(f"! -name {shlex.quote(name)}" for name in kept)
+    created_folders = shlex.quote(PurePosixPath(node_records.CREATED_FOLDERS).name)
     yield StringCommand(
-        f"find {records} -mindepth 1 -maxdepth 1 ! -name files ! -name created-folders ! -name {signing_keys} "
+        f"find {records} -mindepth 1 -maxdepth 1 ! -name files ! -name {created_folders} ! -name {signing_keys} "
         f"-exec rm -rf -- {{}} + && {forget_removed_folders()} "
         f"&& find {shlex.quote(node_records.FILES_DIR)} -mindepth 1 -maxdepth 1 {names} -exec rm -rf -- {{}} +"
     )
